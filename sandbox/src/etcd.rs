@@ -1,0 +1,118 @@
+//! etcd, a single-member cluster.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use crate::process::{Launch, Server};
+use crate::{Error, Result, ports};
+
+struct EtcdLaunch {
+    client_port: u16,
+    peer_port: u16,
+}
+
+impl Launch for EtcdLaunch {
+    fn command(&self, dir: &Path) -> Command {
+        let client = format!("http://127.0.0.1:{}", self.client_port);
+        let peer = format!("http://127.0.0.1:{}", self.peer_port);
+        let mut c = Command::new("etcd");
+        c.args(["--name", "sandbox"])
+            .arg("--data-dir")
+            .arg(dir.join("data"))
+            .args([
+                "--listen-client-urls",
+                &client,
+                "--advertise-client-urls",
+                &client,
+            ])
+            .args([
+                "--listen-peer-urls",
+                &peer,
+                "--initial-advertise-peer-urls",
+                &peer,
+            ])
+            .args(["--initial-cluster", &format!("sandbox={peer}")])
+            .args(["--initial-cluster-state", "new", "--logger", "zap"])
+            .args(["--log-level", "warn"]);
+        c
+    }
+
+    fn probe(&self) -> std::result::Result<(), String> {
+        let body = http_get(self.client_port, "/health")?;
+        if body.contains("\"health\":\"true\"") {
+            Ok(())
+        } else {
+            Err(format!("/health answered {body:?}"))
+        }
+    }
+}
+
+/// A bare HTTP/1.0 GET, returning the body.
+fn http_get(port: u16, path: &str) -> std::result::Result<String, String> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .map_err(|e| e.to_string())?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").map_err(|e| e.to_string())?;
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).map_err(|e| e.to_string())?;
+    Ok(answer
+        .split("\r\n\r\n")
+        .nth(1)
+        .unwrap_or_default()
+        .to_string())
+}
+
+/// One throwaway etcd server.
+pub struct Etcd {
+    server: Server,
+    client_port: u16,
+}
+
+impl Etcd {
+    /// Starts a single-member etcd on two free ports (client, peer).
+    pub fn start() -> Result<Etcd> {
+        let client_port = ports::free_port()?;
+        let peer_port = ports::free_port()?;
+        let launch = EtcdLaunch {
+            client_port,
+            peer_port,
+        };
+        let server = Server::start("etcd", launch, |_| Ok(()))?;
+        Ok(Etcd {
+            server,
+            client_port,
+        })
+    }
+
+    /// `http://127.0.0.1:<port>`, the client endpoint.
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.client_port)
+    }
+
+    pub fn port(&self) -> u16 {
+        self.client_port
+    }
+
+    /// Process control: kill, pause, resume, restart.
+    pub fn server(&self) -> &Server {
+        &self.server
+    }
+
+    /// The server's version, e.g. `3.4.23`.
+    pub fn version(&self) -> Result<String> {
+        let body = http_get(self.client_port, "/version").map_err(|reason| Error::Control {
+            server: "etcd".into(),
+            action: "GET /version",
+            reason,
+        })?;
+        let v: serde_json::Value = serde_json::from_str(&body).map_err(|e| Error::Control {
+            server: "etcd".into(),
+            action: "GET /version",
+            reason: e.to_string(),
+        })?;
+        Ok(v["etcdserver"].as_str().unwrap_or_default().to_string())
+    }
+}

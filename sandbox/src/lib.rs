@@ -1,0 +1,41 @@
+//! Throwaway real servers for tests, benchmarks and fault scenarios.
+//!
+//! Every server here is a *real* one (MariaDB, Redis, ZooKeeper, etcd from the system's
+//! packages), started as a child process on a free loopback port with its own temporary
+//! directory. A handle can [`Server::kill`], [`Server::pause`], [`Server::resume`] and
+//! [`Server::restart`] its process, which is what the fault scenarios are made of. Dropping a
+//! handle kills the process and deletes the directory; a small guardian process does the same if
+//! the owner dies without dropping (a panicking test, a static that is never dropped, SIGKILL).
+//!
+//! ```no_run
+//! let redis = sandbox::Redis::start().unwrap();
+//! println!("{}", redis.url()); // redis://127.0.0.1:<port>
+//! redis.server().pause().unwrap(); // SIGSTOP: clients now time out
+//! redis.server().resume().unwrap();
+//! ```
+//!
+//! Tests usually want one set of servers per run rather than per test: [`shared`] gives
+//! lazily started servers, or the ones named in the environment (see [`Mode`]).
+
+mod error;
+mod etcd;
+mod mariadb;
+mod ports;
+mod process;
+mod redis;
+mod resp;
+mod servers;
+pub mod shared;
+mod zookeeper;
+
+pub use error::Error;
+pub use etcd::Etcd;
+pub use mariadb::MariaDb;
+pub use process::Server;
+pub use redis::{Redis, RedisPair};
+pub use servers::{Endpoints, REDLOCK_INSTANCES, Servers, Versions};
+pub use shared::{Mode, faults_allowed, mode};
+pub use zookeeper::ZooKeeper;
+
+/// Result type of this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

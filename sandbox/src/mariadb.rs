@@ -1,0 +1,129 @@
+//! MariaDB (or MySQL's `mysqld`, where that is what is installed) with a fresh data directory.
+
+use std::io::Read;
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use crate::process::{Launch, Server, find_program};
+use crate::{Error, Result, ports};
+
+struct MariaDbLaunch {
+    port: u16,
+    as_root: bool,
+}
+
+impl Launch for MariaDbLaunch {
+    fn command(&self, dir: &Path) -> Command {
+        let mut c = Command::new(find_program("mariadbd"));
+        c.arg("--no-defaults")
+            .arg(format!("--datadir={}", dir.join("data").display()))
+            .arg(format!("--socket={}", dir.join("mysqld.sock").display()))
+            .arg(format!("--pid-file={}", dir.join("mysqld.pid").display()))
+            .arg(format!("--port={}", self.port))
+            .args([
+                "--bind-address=127.0.0.1",
+                "--skip-log-bin",
+                "--skip-name-resolve",
+            ])
+            .args(["--max-connections=2000", "--innodb-buffer-pool-size=256M"]);
+        if self.as_root {
+            // mariadbd refuses to run as root unless told to; CI runs as root.
+            c.arg("--user=root");
+        }
+        c
+    }
+
+    fn probe(&self) -> std::result::Result<(), String> {
+        greeting(self.port).map(drop)
+    }
+}
+
+/// Reads the server's handshake packet and returns the version string in it. The server sends
+/// it only once it is ready for connections, so it doubles as the readiness probe.
+fn greeting(port: u16) -> std::result::Result<String, String> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .map_err(|e| e.to_string())?;
+    let mut buf = [0u8; 128];
+    let n = s.read(&mut buf).map_err(|e| e.to_string())?;
+    // 3 bytes length, 1 byte sequence, then protocol version 10 and a NUL-terminated version.
+    if n < 6 || buf[4] != 10 {
+        return Err(format!("unexpected handshake ({n} bytes)"));
+    }
+    let end = buf[5..n].iter().position(|&b| b == 0).unwrap_or(n - 5);
+    let version = String::from_utf8_lossy(&buf[5..5 + end]).into_owned();
+    // MariaDB prefixes "5.5.5-" for old clients.
+    Ok(version.trim_start_matches("5.5.5-").to_string())
+}
+
+/// One throwaway MariaDB server; connect as `root` without a password over TCP.
+pub struct MariaDb {
+    server: Server,
+    port: u16,
+}
+
+impl MariaDb {
+    /// Initialises a data directory (`mariadb-install-db`) and starts the server on a free port.
+    pub fn start() -> Result<MariaDb> {
+        let port = ports::free_port()?;
+        let as_root = nix::unistd::Uid::effective().is_root();
+        let server = Server::start("mariadb", MariaDbLaunch { port, as_root }, |dir| {
+            install_db(dir, as_root)
+        })?;
+        Ok(MariaDb { server, port })
+    }
+
+    /// `mysql://root@127.0.0.1:<port>` (no database: each user creates its own).
+    pub fn url(&self) -> String {
+        format!("mysql://root@127.0.0.1:{}", self.port)
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Process control: kill, pause, resume, restart.
+    pub fn server(&self) -> &Server {
+        &self.server
+    }
+
+    /// The server's version, e.g. `10.11.19-MariaDB-0+deb12u1`.
+    pub fn version(&self) -> Result<String> {
+        greeting(self.port).map_err(|reason| Error::Control {
+            server: "mariadb".into(),
+            action: "handshake",
+            reason,
+        })
+    }
+}
+
+fn install_db(dir: &Path, as_root: bool) -> Result<()> {
+    let log = std::fs::File::create(dir.join("install.log"))?;
+    let mut c = Command::new(find_program("mariadb-install-db"));
+    c.arg("--no-defaults")
+        .arg(format!("--datadir={}", dir.join("data").display()))
+        .args(["--auth-root-authentication-method=normal", "--skip-test-db"])
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log);
+    if as_root {
+        c.arg("--user=root");
+    }
+    let status = c.status().map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => Error::NotInstalled {
+            program: "mariadb-install-db".into(),
+        },
+        _ => Error::Io(e),
+    })?;
+    if status.success() {
+        return Ok(());
+    }
+    Err(Error::StartFailed {
+        server: "mariadb".into(),
+        reason: format!("mariadb-install-db exited with {status}"),
+        log: dir.join("install.log"),
+        tail: std::fs::read_to_string(dir.join("install.log")).unwrap_or_default(),
+    })
+}

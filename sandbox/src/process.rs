@@ -1,0 +1,258 @@
+//! One server process: start, wait until it serves, kill, pause, resume, restart, clean up.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+use crate::{Error, Result};
+
+/// How long a server may take to become ready. Generous: CI machines are slow and cold JVMs too.
+const START_TIMEOUT: Duration = Duration::from_secs(90);
+const PROBE_INTERVAL: Duration = Duration::from_millis(40);
+
+/// What a kind of server needs to be run by [`Server`].
+pub(crate) trait Launch: Send + Sync + 'static {
+    /// The command line that runs the server in the foreground, inside `dir`.
+    fn command(&self, dir: &Path) -> Command;
+    /// One readiness probe: `Ok(())` once the server answers requests.
+    fn probe(&self) -> std::result::Result<(), String>;
+}
+
+/// A running (or deliberately stopped) server process with its own temporary directory.
+///
+/// The process and the directory live exactly as long as this value; a guardian shell process
+/// removes both if the owning process exits without dropping it.
+pub struct Server {
+    name: String,
+    dir: tempfile::TempDir,
+    launch: Box<dyn Launch>,
+    child: Mutex<Option<Child>>,
+    guardian: Mutex<Child>,
+}
+
+impl Server {
+    /// Creates the directory, lets `prepare` fill it (config files, an initialised data
+    /// directory), then starts the server and waits until it serves.
+    pub(crate) fn start(
+        name: &str,
+        launch: impl Launch,
+        prepare: impl FnOnce(&Path) -> Result<()>,
+    ) -> Result<Server> {
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("seckill-sandbox-{name}-"))
+            .tempdir()?;
+        let guardian = spawn_guardian(dir.path())?;
+        let server = Server {
+            name: name.to_string(),
+            dir,
+            launch: Box::new(launch),
+            child: Mutex::new(None),
+            guardian: Mutex::new(guardian),
+        };
+        prepare(server.dir())?;
+        server.spawn_and_wait()?;
+        Ok(server)
+    }
+
+    /// The server's name, e.g. `redis` or `mariadb`.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The server's private directory (data, configuration, `server.log`).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Where the server's standard output and error go.
+    pub fn log_path(&self) -> PathBuf {
+        self.dir().join("server.log")
+    }
+
+    /// The last `lines` lines of the server's log.
+    pub fn log_tail(&self, lines: usize) -> String {
+        let text = fs::read_to_string(self.log_path()).unwrap_or_default();
+        let all: Vec<&str> = text.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+
+    /// The operating-system process id, while the process exists.
+    pub fn pid(&self) -> Option<u32> {
+        self.child
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map(Child::id)
+    }
+
+    /// Whether the process exists (a paused process does).
+    pub fn is_running(&self) -> bool {
+        let mut child = self.child.lock().unwrap_or_else(|e| e.into_inner());
+        match child.as_mut() {
+            Some(c) => matches!(c.try_wait(), Ok(None)),
+            None => false,
+        }
+    }
+
+    /// SIGKILL: the server dies at once, with no chance to flush or say goodbye.
+    pub fn kill(&self) -> Result<()> {
+        let mut child = self.child.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(mut c) = child.take() {
+            // A process that already exited cannot be killed; that is fine.
+            let _ = c.kill();
+            c.wait().map_err(|e| self.control_error("kill", e))?;
+        }
+        // The guardian must never signal a pid that the kernel may have handed to someone else.
+        let _ = fs::remove_file(self.dir().join("server.pid"));
+        Ok(())
+    }
+
+    /// SIGSTOP: the process freezes; its sockets stay open but nothing answers.
+    pub fn pause(&self) -> Result<()> {
+        self.signal("pause", Signal::SIGSTOP)
+    }
+
+    /// SIGCONT: a paused process carries on where it stopped.
+    pub fn resume(&self) -> Result<()> {
+        self.signal("resume", Signal::SIGCONT)
+    }
+
+    /// Kills the process if it runs, then starts it again on the same port and data directory
+    /// and waits until it serves.
+    pub fn restart(&self) -> Result<()> {
+        self.kill()?;
+        self.spawn_and_wait()
+    }
+
+    /// Starts a server that was killed, without killing anything first.
+    pub fn start_again(&self) -> Result<()> {
+        if self.is_running() {
+            return Ok(());
+        }
+        self.spawn_and_wait()
+    }
+
+    fn signal(&self, action: &'static str, signal: Signal) -> Result<()> {
+        let pid = self.pid().ok_or_else(|| Error::Control {
+            server: self.name.clone(),
+            action,
+            reason: "the process is not running".into(),
+        })?;
+        let pid = i32::try_from(pid).map_err(|e| self.control_error(action, e))?;
+        kill(Pid::from_raw(pid), signal).map_err(|e| self.control_error(action, e))
+    }
+
+    fn control_error(&self, action: &'static str, e: impl std::fmt::Display) -> Error {
+        Error::Control {
+            server: self.name.clone(),
+            action,
+            reason: e.to_string(),
+        }
+    }
+
+    fn spawn_and_wait(&self) -> Result<()> {
+        let mut command = self.launch.command(self.dir());
+        let program = command.get_program().to_string_lossy().into_owned();
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path())?;
+        let child = command
+            .current_dir(self.dir())
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::NotFound => Error::NotInstalled { program },
+                _ => Error::Io(e),
+            })?;
+        File::create(self.dir().join("server.pid"))?
+            .write_all(child.id().to_string().as_bytes())?;
+        *self.child.lock().unwrap_or_else(|e| e.into_inner()) = Some(child);
+        self.wait_ready()
+    }
+
+    fn wait_ready(&self) -> Result<()> {
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            let last = match self.launch.probe() {
+                Ok(()) => return Ok(()),
+                Err(e) => e,
+            };
+            if let Some(status) = self.exit_status() {
+                return Err(self.start_failed(format!("exited with {status} during start-up")));
+            }
+            if Instant::now() > deadline {
+                let _ = self.kill();
+                return Err(self.start_failed(format!(
+                    "not ready after {START_TIMEOUT:?}; last probe: {last}"
+                )));
+            }
+            std::thread::sleep(PROBE_INTERVAL);
+        }
+    }
+
+    fn exit_status(&self) -> Option<std::process::ExitStatus> {
+        let mut child = self.child.lock().unwrap_or_else(|e| e.into_inner());
+        child.as_mut().and_then(|c| c.try_wait().ok().flatten())
+    }
+
+    fn start_failed(&self, reason: String) -> Error {
+        Error::StartFailed {
+            server: self.name.clone(),
+            reason,
+            log: self.log_path(),
+            tail: self.log_tail(40),
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.kill();
+        let mut guardian = self.guardian.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = guardian.kill();
+        let _ = guardian.wait();
+        // The TempDir field removes the directory after this.
+    }
+}
+
+/// A shell that waits for this process to exit, then kills the server (whose pid is in
+/// `server.pid`) and removes its directory. Dropping a [`Server`] kills the guardian first, so it
+/// only acts when the owner died without cleaning up.
+fn spawn_guardian(dir: &Path) -> Result<Child> {
+    const SCRIPT: &str = r#"
+owner=$1; dir=$2
+while kill -0 "$owner" 2>/dev/null; do sleep 0.5; done
+if [ -f "$dir/server.pid" ]; then kill -9 "$(cat "$dir/server.pid")" 2>/dev/null; fi
+sleep 0.2
+rm -rf "$dir"
+"#;
+    Ok(Command::new("sh")
+        .args(["-c", SCRIPT, "sandbox-guardian"])
+        .arg(std::process::id().to_string())
+        .arg(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()?)
+}
+
+/// Finds `program` on PATH or in the sbin directories, where Debian puts daemons such as
+/// `mariadbd` and which a non-login PATH may lack. Falls back to the bare name, so the spawn
+/// error names the missing program.
+pub(crate) fn find_program(program: &str) -> PathBuf {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/sbin".into(), "/usr/local/sbin".into(), "/sbin".into()])
+        .map(|dir| dir.join(program))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| PathBuf::from(program))
+}

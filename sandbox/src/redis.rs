@@ -1,0 +1,140 @@
+//! Redis: a single instance, a primary with an asynchronous replica, or N independent
+//! instances (for Redlock).
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::process::{Launch, Server};
+use crate::{Error, Result, ports, resp};
+
+struct RedisLaunch {
+    port: u16,
+    replica_of: Option<u16>,
+}
+
+impl Launch for RedisLaunch {
+    fn command(&self, dir: &Path) -> Command {
+        let mut c = Command::new("redis-server");
+        c.args(["--bind", "127.0.0.1", "--protected-mode", "no"])
+            .args(["--port", &self.port.to_string()])
+            // Throwaway: no snapshots, no append-only file, so a restart comes back empty,
+            // which is exactly the "crashed before persisting" case the scenarios need.
+            .args(["--save", "", "--appendonly", "no"])
+            .args(["--maxclients", "10000"])
+            .arg("--dir")
+            .arg(dir);
+        if let Some(primary) = self.replica_of {
+            c.args(["--replicaof", "127.0.0.1", &primary.to_string()]);
+        }
+        c
+    }
+
+    fn probe(&self) -> std::result::Result<(), String> {
+        let pong = resp::command(self.port, &["PING"])?;
+        if pong != "PONG" {
+            return Err(format!("PING answered {pong}"));
+        }
+        Ok(())
+    }
+}
+
+/// One throwaway Redis server.
+pub struct Redis {
+    server: Server,
+    port: u16,
+}
+
+impl Redis {
+    /// Starts a standalone Redis on a free port.
+    pub fn start() -> Result<Redis> {
+        Self::launch(None)
+    }
+
+    /// Starts `n` independent instances (the topology Redlock assumes).
+    pub fn start_many(n: usize) -> Result<Vec<Redis>> {
+        std::thread::scope(|s| {
+            let handles: Vec<_> = (0..n).map(|_| s.spawn(Redis::start)).collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("redis start thread panicked"))
+                .collect()
+        })
+    }
+
+    fn launch(replica_of: Option<u16>) -> Result<Redis> {
+        let port = ports::free_port()?;
+        let server = Server::start("redis", RedisLaunch { port, replica_of }, |_| Ok(()))?;
+        Ok(Redis { server, port })
+    }
+
+    /// `redis://127.0.0.1:<port>`
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Process control: kill, pause, resume, restart.
+    pub fn server(&self) -> &Server {
+        &self.server
+    }
+
+    /// Runs one command synchronously and returns its reply as text.
+    pub fn command(&self, args: &[&str]) -> Result<String> {
+        resp::command(self.port, args).map_err(|reason| Error::Control {
+            server: "redis".into(),
+            action: "command",
+            reason,
+        })
+    }
+
+    /// The server's version, e.g. `7.0.15`.
+    pub fn version(&self) -> Result<String> {
+        let info = self.command(&["INFO", "server"])?;
+        Ok(resp::info_field(&info, "redis_version").unwrap_or_default())
+    }
+}
+
+/// A primary with one asynchronous replica: the set-up in which a lock granted on the primary
+/// can vanish when the primary dies before replicating and the replica is promoted.
+pub struct RedisPair {
+    pub primary: Redis,
+    pub replica: Redis,
+}
+
+impl RedisPair {
+    /// Starts both and waits until the replica's link to the primary is up.
+    pub fn start() -> Result<RedisPair> {
+        let primary = Redis::start()?;
+        let replica = Redis::launch(Some(primary.port))?;
+        let pair = RedisPair { primary, replica };
+        pair.wait_for_link()?;
+        Ok(pair)
+    }
+
+    fn wait_for_link(&self) -> Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let info = self.replica.command(&["INFO", "replication"])?;
+            if resp::info_field(&info, "master_link_status").as_deref() == Some("up") {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(Error::Control {
+                    server: "redis replica".into(),
+                    action: "replicate",
+                    reason: format!("link to primary not up after 30 s:\n{info}"),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Makes the replica a primary (`REPLICAOF NO ONE`), as a failover would.
+    pub fn promote_replica(&self) -> Result<()> {
+        self.replica.command(&["REPLICAOF", "NO", "ONE"]).map(drop)
+    }
+}

@@ -1,0 +1,138 @@
+//! `cargo xtask`: set-up and orchestration for seckill-bench.
+//!
+//! ```text
+//! cargo xtask setup        # install or check the servers (MariaDB, Redis, ZooKeeper, etcd, protoc)
+//! cargo xtask test         # setup, fmt --check, clippy -D warnings, the whole test suite
+//! cargo xtask bench [ARGS] # setup, then `seckill-bench ARGS` in release mode
+//! ```
+
+mod setup;
+
+use std::process::{Command, ExitCode};
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(about = "Set-up and orchestration for seckill-bench")]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Check for the server programs; install Debian packages where missing (as root with apt).
+    Setup,
+    /// Setup, then `cargo fmt --check`, clippy with warnings denied, and every test against
+    /// throwaway real servers.
+    Test {
+        /// Extra arguments for `cargo nextest run` (e.g. a test name filter).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Setup, then run the benchmark (`seckill-bench`) in release mode with ARGS.
+    Bench {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Cmd::Setup => setup::run(),
+        Cmd::Test { args } => setup::run().and_then(|()| test(&args)),
+        Cmd::Bench { args } => setup::run().and_then(|()| bench(&args)),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn test(args: &[String]) -> Result<()> {
+    cargo(&["fmt", "--all", "--check"])?;
+    cargo(&[
+        "clippy",
+        "--workspace",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ])?;
+    cargo(&["build", "--workspace", "--all-targets"])?;
+
+    // One set of servers for the whole run; tests isolate themselves by database, key prefix
+    // and znode path, and start private servers for fault injection.
+    let shared = shared_servers()?;
+    let mut nextest = cargo_command();
+    nextest.args(["nextest", "run", "--workspace", "--no-fail-fast"]);
+    nextest.args(args);
+    if let Some(servers) = &shared {
+        servers.endpoints().apply(&mut nextest);
+        nextest.env(sandbox::shared::SHARED_FLAG, "1");
+    }
+    run(&mut nextest)?;
+
+    let mut doc = cargo_command();
+    doc.args(["test", "--workspace", "--doc"]);
+    run(&mut doc)?;
+    drop(shared);
+    Ok(())
+}
+
+/// Starts the shared servers, unless the user points at their own (external mode).
+fn shared_servers() -> Result<Option<sandbox::Servers>> {
+    if sandbox::mode() == sandbox::Mode::External {
+        println!("xtask: external mode, using the servers named in the environment");
+        return Ok(None);
+    }
+    let started = std::time::Instant::now();
+    let servers = sandbox::Servers::start().context("starting the throwaway servers")?;
+    println!(
+        "xtask: servers up in {:.1} s: {:?}",
+        started.elapsed().as_secs_f64(),
+        servers.endpoints()
+    );
+    Ok(Some(servers))
+}
+
+fn bench(args: &[String]) -> Result<()> {
+    let mut c = cargo_command();
+    c.args([
+        "run",
+        "--release",
+        "--package",
+        "loadtest",
+        "--bin",
+        "seckill-bench",
+        "--",
+    ]);
+    c.args(args);
+    run(&mut c)
+}
+
+/// The cargo that runs us (`$CARGO`), so toolchain overrides carry through.
+fn cargo_command() -> Command {
+    Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+}
+
+fn cargo(args: &[&str]) -> Result<()> {
+    run(cargo_command().args(args))
+}
+
+fn run(c: &mut Command) -> Result<()> {
+    let shown = format!("{c:?}");
+    println!("xtask: running {shown}");
+    let status = c
+        .status()
+        .with_context(|| format!("could not run {shown}"))?;
+    if !status.success() {
+        bail!("{shown} failed with {status}");
+    }
+    Ok(())
+}

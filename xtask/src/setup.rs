@@ -1,0 +1,136 @@
+//! `cargo xtask setup`: make sure every server program is installed.
+
+use std::path::Path;
+use std::process::Command;
+
+use anyhow::{Result, bail};
+
+/// Something the project needs on the machine, how to tell it is there, and which package
+/// provides it.
+struct Requirement {
+    what: &'static str,
+    present: fn() -> bool,
+    debian: &'static str,
+    brew: &'static str,
+}
+
+const REQUIREMENTS: &[Requirement] = &[
+    Requirement {
+        what: "MariaDB server (mariadbd, mariadb-install-db)",
+        present: || on_path("mariadbd") && on_path("mariadb-install-db"),
+        debian: "mariadb-server",
+        brew: "mariadb",
+    },
+    Requirement {
+        what: "Redis server",
+        present: || on_path("redis-server"),
+        debian: "redis-server",
+        brew: "redis",
+    },
+    Requirement {
+        what: "Java runtime (for ZooKeeper)",
+        present: || on_path("java"),
+        debian: "default-jre-headless",
+        brew: "openjdk",
+    },
+    Requirement {
+        what: "ZooKeeper (/usr/share/java/zookeeper.jar)",
+        present: || Path::new("/usr/share/java/zookeeper.jar").exists(),
+        debian: "zookeeper",
+        brew: "zookeeper",
+    },
+    Requirement {
+        what: "etcd server",
+        present: || on_path("etcd"),
+        debian: "etcd-server",
+        brew: "etcd",
+    },
+    Requirement {
+        what: "protoc (etcd-client's build)",
+        present: || on_path("protoc"),
+        debian: "protobuf-compiler",
+        brew: "protobuf",
+    },
+    Requirement {
+        what: "protobuf's well-known .proto files",
+        present: || Path::new("/usr/include/google/protobuf/descriptor.proto").exists(),
+        debian: "libprotobuf-dev",
+        brew: "protobuf",
+    },
+];
+
+pub fn run() -> Result<()> {
+    let missing: Vec<&Requirement> = REQUIREMENTS.iter().filter(|r| !(r.present)()).collect();
+    if missing.is_empty() {
+        println!("xtask: setup: all server programs are installed");
+        return Ok(());
+    }
+    for r in &missing {
+        println!("xtask: setup: missing {}", r.what);
+    }
+    let debian: Vec<&str> = dedup(missing.iter().map(|r| r.debian));
+    if is_root() && on_path("apt-get") {
+        apt_install(&debian)?;
+        let still: Vec<&str> = REQUIREMENTS
+            .iter()
+            .filter(|r| !(r.present)())
+            .map(|r| r.what)
+            .collect();
+        if still.is_empty() {
+            return Ok(());
+        }
+        bail!("still missing after apt-get install: {}", still.join(", "));
+    }
+    let brew: Vec<&str> = dedup(missing.iter().map(|r| r.brew));
+    bail!(
+        "install the missing programs, then run `cargo xtask setup` again:\n  \
+         Debian/Ubuntu: sudo apt-get update && sudo apt-get install -y --no-install-recommends {}\n  \
+         macOS:         brew install {}",
+        debian.join(" "),
+        brew.join(" ")
+    )
+}
+
+fn apt_install(packages: &[&str]) -> Result<()> {
+    println!("xtask: setup: apt-get install {}", packages.join(" "));
+    let update = Command::new("apt-get").args(["update", "-qq"]).status()?;
+    if !update.success() {
+        bail!("apt-get update failed with {update}");
+    }
+    let install = Command::new("apt-get")
+        .args(["install", "-y", "-qq", "--no-install-recommends"])
+        .args(packages)
+        .env("DEBIAN_FRONTEND", "noninteractive")
+        .status()?;
+    if !install.success() {
+        bail!("apt-get install failed with {install}");
+    }
+    Ok(())
+}
+
+fn on_path(program: &str) -> bool {
+    let Some(path) = std::env::var_os("PATH") else {
+        return false;
+    };
+    // Debian puts mariadbd in /usr/sbin, which a non-login PATH may lack.
+    std::env::split_paths(&path)
+        .chain(["/usr/sbin".into(), "/sbin".into()])
+        .any(|dir| dir.join(program).is_file())
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+}
+
+fn dedup<'a>(items: impl Iterator<Item = &'a str>) -> Vec<&'a str> {
+    let mut out: Vec<&str> = Vec::new();
+    for i in items {
+        if !out.contains(&i) {
+            out.push(i);
+        }
+    }
+    out
+}
