@@ -1,0 +1,1 @@
+//! etcd lock. (Being written.)

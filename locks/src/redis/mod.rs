@@ -1,0 +1,1 @@
+//! Redis locks: see the module files. (Being written.)

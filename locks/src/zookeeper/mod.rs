@@ -1,0 +1,1 @@
+//! ZooKeeper lock. (Being written.)
