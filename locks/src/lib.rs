@@ -63,6 +63,12 @@ pub trait DistributedLock: Send + Sync {
         key: &'a str,
         options: AcquireOptions,
     ) -> BoxFuture<'a, Result<Guard, LockError>>;
+
+    /// How many requests this client has sent to its backend so far (commands, scripts,
+    /// reads, writes; not the replies or pushed notifications it received). Divided by the
+    /// number of grants, it tells how a backend waits: polling costs requests per waiter per
+    /// interval, notifications cost none while waiting.
+    fn backend_requests(&self) -> u64;
 }
 
 /// Why a lock was not acquired or released.
