@@ -65,6 +65,7 @@ fn test(args: &[String]) -> Result<()> {
         "warnings",
     ])?;
     cargo(&["build", "--workspace", "--all-targets"])?;
+    compose_config()?;
 
     // One set of servers for the whole run; tests isolate themselves by database, key prefix
     // and znode path, and start private servers for fault injection.
@@ -102,6 +103,15 @@ fn shared_servers() -> Result<Option<sandbox::Servers>> {
 }
 
 fn bench(args: &[String]) -> Result<()> {
+    // The benchmark starts app instances as processes: build the service first.
+    cargo(&[
+        "build",
+        "--release",
+        "--package",
+        "app",
+        "--bin",
+        "seckill-app",
+    ])?;
     let mut c = cargo_command();
     c.args([
         "run",
@@ -114,6 +124,24 @@ fn bench(args: &[String]) -> Result<()> {
     ]);
     c.args(args);
     run(&mut c)
+}
+
+/// Validates docker-compose.yml where a Compose client is installed (no engine is needed).
+fn compose_config() -> Result<()> {
+    let works = |program: &str, args: &[&str]| {
+        Command::new(program)
+            .args(args)
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if works("docker", &["compose", "version"]) {
+        run(Command::new("docker").args(["compose", "config", "-q"]))
+    } else if works("docker-compose", &["version"]) {
+        run(Command::new("docker-compose").args(["config", "-q"]))
+    } else {
+        println!("xtask: no Compose client installed; docker-compose.yml not validated");
+        Ok(())
+    }
 }
 
 /// The cargo that runs us (`$CARGO`), so toolchain overrides carry through.
