@@ -1,1 +1,152 @@
-//! placeholder
+//! The flash-sale order service (`seckill-app`): sells a product's stock through a strategy
+//! chosen per request, so the strategies can be compared under the same load.
+//!
+//! ```text
+//! seckill-app --database-url mysql://root@127.0.0.1:3306/seckill --listen 127.0.0.1:8080
+//! curl -X PUT localhost:8080/api/products/1 -d '{"stock": 100}' -H 'content-type: application/json'
+//! curl -X POST localhost:8080/api/products/1/orders -H 'content-type: application/json' \
+//!      -d '{"user_id": "u-1", "quantity": 1, "request_id": "r-1", "strategy": "conditional"}'
+//! ```
+//!
+//! Layout: [`config`] (flags and environment), [`db`] (pool, migrations, queries),
+//! [`strategy`] (the `StockStrategy` trait, one file per strategy, the registry),
+//! [`backends`] (outside lock services), [`http`] (routes), [`error`] (the one mapping from
+//! failures to status codes), [`metrics`], [`openapi`].
+//!
+//! Tests start the service in-process with [`build`] or [`serve_with_shutdown`] on port 0.
+
+pub mod backends;
+pub mod config;
+pub mod db;
+pub mod error;
+pub mod http;
+pub mod metrics;
+pub mod openapi;
+pub mod state;
+pub mod strategy;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use futures::FutureExt;
+use tokio::net::TcpListener;
+
+pub use config::Config;
+use metrics::Metrics;
+pub use state::{AppState, Settings};
+use strategy::Deps;
+pub use strategy::Registry;
+
+/// Why the service could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum StartupError {
+    #[error(transparent)]
+    Database(#[from] db::SetupError),
+    #[error("the default strategy `{0}` is not registered")]
+    UnknownDefaultStrategy(String),
+    #[error("server error: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Connects to the database (creating and migrating it), connects the lock services, and
+/// builds the router with its state.
+pub async fn build(config: &Config) -> Result<(Router, AppState), StartupError> {
+    build_with(config, |_| {}).await
+}
+
+/// [`build`], letting `customize` register more strategies (tests use it for in-process locks).
+pub async fn build_with(
+    config: &Config,
+    customize: impl FnOnce(&mut Registry),
+) -> Result<(Router, AppState), StartupError> {
+    let pool = db::connect(config).await?;
+    let deps = Deps {
+        pool: pool.clone(),
+        lock_pool: db::lock_pool(&pool, config),
+        lock_lease: config.lock_lease(),
+        lock_wait: config.lock_wait(),
+        lock_prefix: config.lock_prefix.clone(),
+        optimistic_retries: config.optimistic_retries,
+    };
+    let mut registry = Registry::with_builtins(deps);
+    backends::register_all(&mut registry, config).await;
+    customize(&mut registry);
+    if registry.get(&config.default_strategy).is_none() {
+        return Err(StartupError::UnknownDefaultStrategy(
+            config.default_strategy.clone(),
+        ));
+    }
+    let state = AppState {
+        pool,
+        registry: Arc::new(registry),
+        metrics: Arc::new(Metrics::default()),
+        settings: Arc::new(Settings {
+            admin_token: config.admin_token.clone(),
+            default_strategy: config.default_strategy.clone(),
+            max_quantity: config.max_quantity,
+            allow_fault_injection: config.allow_fault_injection,
+        }),
+    };
+    Ok((http::router(state.clone()), state))
+}
+
+/// Serves until SIGTERM or Ctrl-C, then lets in-flight requests finish (within the grace
+/// period of the configuration).
+pub async fn serve(config: Config, listener: TcpListener) -> Result<(), StartupError> {
+    serve_with_shutdown(config, listener, shutdown_signal()).await
+}
+
+/// Serves until `shutdown` resolves, then drains like [`serve`].
+pub async fn serve_with_shutdown(
+    config: Config,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), StartupError> {
+    let (router, state) = build(&config).await?;
+    tracing::info!(
+        listen = %listener.local_addr()?,
+        strategies = state.registry.infos().count(),
+        default_strategy = %config.default_strategy,
+        fault_injection = config.allow_fault_injection,
+        "serving"
+    );
+    let shutdown = shutdown.shared();
+    let grace = Duration::from_millis(config.shutdown_grace_ms);
+    let server = axum::serve(listener, router).with_graceful_shutdown(shutdown.clone());
+    tokio::select! {
+        served = server => served?,
+        () = async { shutdown.await; tokio::time::sleep(grace).await } => {
+            tracing::warn!(?grace, "grace period over; dropping the remaining connections");
+        }
+    }
+    state.pool.close().await;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Resolves on Ctrl-C or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        if let Err(e) = tokio::signal::ctrl_c().await {
+            tracing::error!(error = %e, "cannot listen for Ctrl-C");
+            std::future::pending::<()>().await;
+        }
+    };
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        () = ctrl_c => tracing::info!("Ctrl-C: shutting down"),
+        () = terminate => tracing::info!("SIGTERM: shutting down"),
+    }
+}

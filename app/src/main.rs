@@ -1,1 +1,21 @@
-fn main() {}
+//! `seckill-app`: the flash-sale order service. `seckill-app --help` lists every setting; each
+//! also reads an environment variable.
+
+use anyhow::Context;
+use clap::Parser;
+use tracing_subscriber::EnvFilter;
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let config = app::Config::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+        )
+        .init();
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", config.listen))?;
+    app::serve(config, listener).await?;
+    Ok(())
+}

@@ -41,12 +41,14 @@
 //! * **Cancellation.** Dropping a pending `acquire` leaves nothing that blocks others for
 //!   longer than one lease.
 
+pub mod connect;
 pub mod etcd;
 pub mod guard;
 pub mod options;
 pub mod redis;
 pub mod zookeeper;
 
+pub use connect::{BACKENDS, Backend, ConnectError, Endpoints, connect};
 pub use guard::{Guard, Held};
 pub use options::AcquireOptions;
 

@@ -21,6 +21,7 @@ impl Launch for MariaDbLaunch {
             .arg(format!("--datadir={}", dir.join("data").display()))
             .arg(format!("--socket={}", dir.join("mysqld.sock").display()))
             .arg(format!("--pid-file={}", dir.join("mysqld.pid").display()))
+            .arg(format!("--tmpdir={}", dir.join("tmp").display()))
             .arg(format!("--port={}", self.port))
             .args([
                 "--bind-address=127.0.0.1",
@@ -100,10 +101,13 @@ impl MariaDb {
 }
 
 fn install_db(dir: &Path, as_root: bool) -> Result<()> {
+    // A private tmpdir: concurrent installs sharing /tmp trip over each other's temp tables.
+    std::fs::create_dir_all(dir.join("tmp"))?;
     let log = std::fs::File::create(dir.join("install.log"))?;
     let mut c = Command::new(find_program("mariadb-install-db"));
     c.arg("--no-defaults")
         .arg(format!("--datadir={}", dir.join("data").display()))
+        .arg(format!("--tmpdir={}", dir.join("tmp").display()))
         .args(["--auth-root-authentication-method=normal", "--skip-test-db"])
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 fn process_exists(pid: u32) -> bool {
     // A zombie (exited, not yet reaped by its parent) is not a running server.
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .is_ok_and(|stat| !stat.split_whitespace().nth(2).is_some_and(|s| s == "Z"))
+        .is_ok_and(|stat| stat.split_whitespace().nth(2).is_none_or(|s| s != "Z"))
 }
 
 fn eventually(what: &str, check: impl Fn() -> bool) {

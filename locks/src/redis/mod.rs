@@ -1,1 +1,253 @@
-//! Redis locks: see the module files. (Being written.)
+//! Redis locks, from the correct minimal one to three deliberately broken ones.
+//!
+//! | type | file | acquire | how it waits | what it teaches |
+//! |---|---|---|---|---|
+//! | [`RedisLock`] | `plain.rs` | `SET key owner NX PX lease` + `INCR` fence, one script | jittered polling | the correct minimal lock; unsafe once the holder outlives its lease |
+//! | [`RedisWatchdogLock`] | `watchdog.rs` | hash `owner → count`, Lua | pub/sub wake-up of one waiter | a lease renewed while the holder lives; reentrant |
+//! | [`Redlock`] | `redlock.rs` | the plain script on N independent instances, then a fence raise | random retry delay | survives a minority of dead instances; still needs fencing |
+//! | [`SetnxNoTtlLock`] | `setnx_no_ttl.rs` | `SETNX`, then a separate `EXPIRE` | polling | a crash between the two leaves the lock stuck forever |
+//! | [`GetThenSetLock`] | `get_then_set.rs` | `GET`, then `SET` if empty | polling | check-then-act across two round trips: two holders at once |
+//! | [`UnsafeReleaseLock`] | `unsafe_release.rs` | correct | polling | release by plain `DEL` removes the *next* holder's lock |
+//!
+//! Shared by all of them, and kept here: the lock key is the caller's key itself; the fencing
+//! counter lives next to it in `<key>:fence` and is only ever `INCR`ed, never deleted, so tokens
+//! keep increasing across releases and expiries. The safe locks increment the fence *in the same
+//! script* as the grant: Redis runs a script atomically, so no other grant can slip between "I
+//! own it" and "my token is N", and token order is grant order. (The broken variants `INCR` in a
+//! separate command, as their naive authors would; their tokens still increase.)
+//!
+//! Connections: `connect(url)` opens one lazily connecting, self-reconnecting multiplexed
+//! connection, over which all tasks of the client pipeline their requests. `from_pool` (plain
+//! lock and broken variants) takes a caller's `deadpool-redis` pool instead; note that
+//! deadpool-redis checks every connection it hands out with a `PING`, one extra round trip per
+//! request that [`crate::DistributedLock::backend_requests`] does not count. The watchdog and
+//! Redlock have no `from_pool`: the watchdog also needs its own subscriber connection, Redlock one
+//! connection per instance.
+//!
+//! What none of the single-instance locks survives: a Redis primary that dies after granting and
+//! before replicating to the replica that is then promoted. The grant is gone and a second
+//! client gets the lock; the fence counter, replicated the same way, may even go back. Redlock
+//! exists for that case.
+//!
+//! Every backend counts the requests it sends ([`crate::DistributedLock::backend_requests`]):
+//! one per command or script call (a script sent again after `NOSCRIPT` counts once).
+
+mod get_then_set;
+mod plain;
+mod redlock;
+mod setnx_no_ttl;
+mod unsafe_release;
+mod watchdog;
+
+pub use get_then_set::GetThenSetLock;
+pub use plain::RedisLock;
+pub use redlock::Redlock;
+pub use setnx_no_ttl::{SetnxNoTtlLock, SimulatedCrash};
+pub use unsafe_release::UnsafeReleaseLock;
+pub use watchdog::RedisWatchdogLock;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::{Duration, Instant};
+
+use deadpool_redis::Pool;
+use deadpool_redis::redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use deadpool_redis::redis::{Client, Cmd, FromRedisValue, Script, ScriptInvocation};
+use rand::Rng;
+use tokio::sync::watch;
+
+use crate::LockError;
+
+/// The companion key holding the fencing counter of lock `key`.
+pub fn fence_key(key: &str) -> String {
+    format!("{key}:fence")
+}
+
+/// Grants the lock if free and draws the next fencing token, atomically.
+/// KEYS: lock, fence. ARGV: owner, lease in ms. Returns the token, or 0 if the lock is held.
+pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return redis.call('incr', KEYS[2])
+end
+return 0",
+    )
+});
+
+/// Deletes the lock only if `owner` still holds it. KEYS: lock. ARGV: owner. Returns 1 or 0.
+pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+if redis.call('get', KEYS[1]) == ARGV[1] then
+  return redis.call('del', KEYS[1])
+end
+return 0",
+    )
+});
+
+/// Resets the lease only if `owner` still holds it. KEYS: lock. ARGV: owner, lease in ms.
+/// Returns 1 or 0.
+pub(crate) static EXTEND: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+if redis.call('get', KEYS[1]) == ARGV[1] then
+  return redis.call('pexpire', KEYS[1], ARGV[2])
+end
+return 0",
+    )
+});
+
+/// How a lock client reaches one Redis: a reconnecting multiplexed connection (what `connect`
+/// makes: every task pipelines over one socket) or a caller's `deadpool` pool (which pings each
+/// connection it hands out, one extra round trip per request).
+#[derive(Clone)]
+pub(crate) enum Conn {
+    Manager(ConnectionManager),
+    Pool(Pool),
+}
+
+impl Conn {
+    /// A lazily connecting, self-healing connection to the Redis at `url`.
+    pub(crate) fn open(url: &str) -> Result<Conn, LockError> {
+        let client = Client::open(url).map_err(LockError::unavailable)?;
+        ConnectionManager::new_lazy_with_config(client, ConnectionManagerConfig::new())
+            .map(Conn::Manager)
+            .map_err(LockError::unavailable)
+    }
+
+    /// Runs a script.
+    pub(crate) async fn invoke<T: FromRedisValue>(
+        &self,
+        script: &ScriptInvocation<'_>,
+    ) -> Result<T, LockError> {
+        match self {
+            Conn::Manager(m) => script.invoke_async(&mut m.clone()).await,
+            Conn::Pool(p) => {
+                let mut conn = p.get().await.map_err(LockError::unavailable)?;
+                script.invoke_async(&mut conn).await
+            }
+        }
+        .map_err(LockError::unavailable)
+    }
+
+    /// Runs a command.
+    pub(crate) async fn query<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T, LockError> {
+        match self {
+            Conn::Manager(m) => cmd.query_async(&mut m.clone()).await,
+            Conn::Pool(p) => {
+                let mut conn = p.get().await.map_err(LockError::unavailable)?;
+                cmd.query_async(&mut conn).await
+            }
+        }
+        .map_err(LockError::unavailable)
+    }
+}
+
+/// Lease length as Redis wants it: whole milliseconds, at least 1.
+pub(crate) fn millis(d: Duration) -> u64 {
+    d.as_millis().clamp(1, u64::MAX as u128) as u64
+}
+
+/// Requests sent to the backend so far.
+#[derive(Debug, Default)]
+pub(crate) struct Requests(AtomicU64);
+
+impl Requests {
+    pub(crate) fn add(&self, n: u64) {
+        self.0.fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub(crate) fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// The pause before poll number `attempt` (0-based): doubling from 1 ms up to 32 ms, each drawn
+/// uniformly from half to all of that, so pollers that started together drift apart instead of
+/// arriving at Redis in lockstep.
+pub(crate) fn backoff(attempt: u32) -> Duration {
+    let cap_us = 1_000u64 << attempt.min(5);
+    Duration::from_micros(rand::rng().random_range(cap_us / 2..=cap_us))
+}
+
+/// Calls `attempt` until it grants (`Some`), with [`backoff`] pauses, for up to `wait`
+/// (`None`: once). Dropping the returned future between attempts leaves nothing behind.
+pub(crate) async fn poll<T, F, Fut>(
+    key: &str,
+    wait: Option<Duration>,
+    mut attempt: F,
+) -> Result<T, LockError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<Option<T>, LockError>>,
+{
+    let start = Instant::now();
+    let budget = wait.unwrap_or(Duration::ZERO);
+    for n in 0.. {
+        if let Some(granted) = attempt().await? {
+            return Ok(granted);
+        }
+        let waited = start.elapsed();
+        if waited >= budget {
+            return Err(LockError::Timeout {
+                key: key.to_owned(),
+                waited,
+            });
+        }
+        tokio::time::sleep(backoff(n).min(budget - waited)).await;
+    }
+    unreachable!("the loop returns")
+}
+
+/// Local lease clocks for backends that only know a lease by its length: each held lock's
+/// `lost` flag turns `true` when its deadline (counted from the moment the grant request was
+/// sent) passes without an extension. One small timer task per held lock.
+#[derive(Clone, Default)]
+pub(crate) struct LeaseClocks(Arc<Mutex<HashMap<String, watch::Sender<Instant>>>>);
+
+impl LeaseClocks {
+    /// Starts the clock of `owner`'s lock; the returned flag is the guard's `lost`.
+    pub(crate) fn start(&self, owner: &str, deadline: Instant) -> watch::Receiver<bool> {
+        let (lost_tx, lost_rx) = watch::channel(false);
+        let (deadline_tx, mut deadline_rx) = watch::channel(deadline);
+        self.lock().insert(owner.to_owned(), deadline_tx);
+        let clocks = self.clone();
+        let owner = owner.to_owned();
+        tokio::spawn(async move {
+            loop {
+                let deadline = *deadline_rx.borrow_and_update();
+                tokio::select! {
+                    () = tokio::time::sleep_until(deadline.into()) => {
+                        let _ = lost_tx.send(true);
+                        break;
+                    }
+                    // Sender removed: released (or extended: then loop with the new deadline).
+                    changed = deadline_rx.changed() => if changed.is_err() { return },
+                    // The guard is gone and nobody can observe the flag any more.
+                    () = lost_tx.closed() => break,
+                }
+            }
+            clocks.lock().remove(&owner);
+        });
+        lost_rx
+    }
+
+    /// Moves `owner`'s deadline; `false` if its clock already ran out or stopped.
+    pub(crate) fn extend(&self, owner: &str, deadline: Instant) -> bool {
+        self.lock()
+            .get(owner)
+            .is_some_and(|tx| tx.send(deadline).is_ok())
+    }
+
+    /// Stops `owner`'s clock (the lock was released).
+    pub(crate) fn stop(&self, owner: &str) {
+        self.lock().remove(owner);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, watch::Sender<Instant>>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}

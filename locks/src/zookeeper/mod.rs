@@ -1,1 +1,186 @@
-//! ZooKeeper lock. (Being written.)
+//! ZooKeeper lock: Curator's `InterProcessMutex` recipe, written out by hand.
+//!
+//! # The recipe
+//! 1. Each acquisition creates an `EPHEMERAL_SEQUENTIAL` node
+//!    `/locks/<key>/_c_<owner>-lock-<seq>`. ZooKeeper appends `<seq>`, a counter of the parent,
+//!    so the children of `/locks/<key>` form a queue in creation order. The node is ephemeral:
+//!    it lives exactly as long as the creating *session*, so a dead holder's place in the queue
+//!    disappears without anyone deleting it.
+//! 2. List the children and sort them by sequence. The lowest holds the lock.
+//! 3. Any other contender sets a watch on its **immediate predecessor only**, and re-lists when
+//!    that node is deleted (the predecessor may have given up rather than been granted, so the
+//!    new list is checked, not assumed). Releasing the lock wakes exactly one waiter: no herd of
+//!    N clients re-listing on every release, and no polling — a waiter sends nothing while it
+//!    waits ([`ZooKeeperLock::backend_requests`] stays flat, which the tests check).
+//! 4. **Protection.** `<owner>` is a random id per acquisition. When the reply to the create is
+//!    lost (connection loss after the server applied it), the client lists the children and
+//!    finds its own node by that id instead of creating a second one and leaving the first as
+//!    an orphan that would hold the queue until the session ends.
+//! 5. A contender that runs out of wait budget deletes its own node; so does a dropped
+//!    `acquire` future (the delete is sent from `Drop`: this client queues requests
+//!    synchronously, so no runtime is needed to send it). Dropped while its create is still
+//!    unanswered, it does not know its node's name yet: a background task finds the node by
+//!    its id, as in 4, and deletes it.
+//!
+//! `/locks/<key>` is a *container* node: the server removes it some time after its last child
+//! goes, so lock names do not pile up. That is also why the sequence number is **not** the
+//! fencing token: a recreated parent counts from 0 again.
+//!
+//! # Why it is safe, and where it stops being
+//! A grant is a create committed by ZooKeeper's consensus (ZAB) on a quorum before the reply:
+//! no failover can forget it, unlike a Redis primary that dies before replicating. The queue
+//! gives FIFO fairness, and ephemeral nodes free a crashed holder's lock without a lease clock
+//! in the client. What it cannot prevent is a holder that *thinks* it holds after its session
+//! ended: a process stalled (GC, swap, SIGSTOP) or cut off for longer than the session timeout
+//! has its session expired by the server, which deletes its node and wakes the next waiter,
+//! while the old holder learns of it only when it runs or reconnects again. The
+//! partitioned-holder test shows exactly that: the waiter is granted, and only then does the
+//! old guard's `lost()` fire. Writes to the protected resource must carry the fencing token.
+//!
+//! # Fencing token: the node's `czxid`
+//! Every ZooKeeper write gets a zxid, unique and increasing across the whole ensemble (epoch in
+//! the high 32 bits, counter in the low). Within one parent, sequence order *is* creation order,
+//! so the holder order is czxid order; and a parent recreated later only gets children with
+//! larger zxids. So the czxid of the granted node strictly increases per lock name — across
+//! container removal, session expiry and leader changes alike.
+//!
+//! # Contract notes
+//! * **Lease.** [`AcquireOptions::lease`](crate::AcquireOptions) has no meaning here: a holder
+//!   keeps the lock exactly as long as its session lives, and the session timeout given to
+//!   [`ZooKeeperLock::connect`] plays the lease's role. A holder process that stalls longer
+//!   than that loses its session, its node, and the lock — hence the fencing token.
+//! * **Loss.** After the grant, each guard watches its own node. `lost()` fires when that node
+//!   is deleted or the session reports `Expired`/`Closed`. `Disconnected` is *in doubt*, not
+//!   lost: the client reconnects and, if the session survived, the lock was held throughout.
+//!   The server may expire a partitioned session before the client can learn it (it learns on
+//!   reconnect, or when its own session clock runs out), which is the window fencing covers.
+//! * **Requests** counted: creates, lists, exists-watches, deletes, connects. Session pings
+//!   are sent by the client library per session, independently of how many locks it holds or
+//!   waits for, and are not counted.
+//! * **Dropping the [`ZooKeeperLock`]** abandons its session without closing it, as a crash
+//!   would: the nodes of guards still alive (or leaked) go when the server expires the
+//!   session, one session timeout later. Guards hold only a weak handle on the session for
+//!   that reason. Released guards delete their node at once.
+//! * After a session expired, the next `acquire` opens a new one.
+
+mod contender;
+mod held;
+mod path;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use zookeeper_client::Client;
+
+use crate::{AcquireOptions, DistributedLock, Guard, LockError};
+use contender::Contender;
+
+pub use path::{LOCK_ROOT, lock_dir};
+
+/// A ZooKeeper lock service over one session (renewed after expiry).
+pub struct ZooKeeperLock {
+    connect_string: String,
+    session_timeout: Duration,
+    session: tokio::sync::Mutex<Arc<Client>>,
+    requests: Arc<AtomicU64>,
+}
+
+impl ZooKeeperLock {
+    /// Opens a session to `connect_string` (`host:port[,host:port…]`) with `session_timeout`,
+    /// which the server may clamp to its own bounds.
+    pub async fn connect(
+        connect_string: &str,
+        session_timeout: Duration,
+    ) -> Result<ZooKeeperLock, LockError> {
+        let requests = Arc::new(AtomicU64::new(0));
+        let client = open_session(connect_string, session_timeout, &requests).await?;
+        Ok(ZooKeeperLock {
+            connect_string: connect_string.to_owned(),
+            session_timeout,
+            session: tokio::sync::Mutex::new(Arc::new(client)),
+            requests,
+        })
+    }
+
+    /// The current session; a new one if the last expired or closed.
+    async fn client(&self) -> Result<Arc<Client>, LockError> {
+        let mut session = self.session.lock().await;
+        if session.state().is_terminated() {
+            *session = Arc::new(
+                open_session(&self.connect_string, self.session_timeout, &self.requests).await?,
+            );
+        }
+        Ok(Arc::clone(&session))
+    }
+
+    async fn acquire_inner(&self, key: &str, options: AcquireOptions) -> Result<Guard, LockError> {
+        let started = Instant::now();
+        let deadline = options.wait.map(|wait| started + wait);
+        let client = self.client().await?;
+        let contender = Contender::enqueue(client, key, self.requests.clone()).await?;
+        loop {
+            let predecessor = match contender.predecessor().await? {
+                None => return contender.into_guard().await,
+                Some(predecessor) => predecessor,
+            };
+            let timed_out = || LockError::Timeout {
+                key: key.to_owned(),
+                waited: started.elapsed(),
+            };
+            let Some(deadline) = deadline.filter(|d| Instant::now() < *d) else {
+                contender.withdraw().await;
+                return Err(timed_out());
+            };
+            let Some(watcher) = contender.watch(&predecessor).await? else {
+                continue; // Gone between the list and the watch: look again.
+            };
+            match tokio::time::timeout_at(deadline.into(), watcher.changed()).await {
+                Err(_) => {
+                    contender.withdraw().await;
+                    return Err(timed_out());
+                }
+                // Deleted (granted and released, or given up): re-list, since a node further
+                // up may still hold. Any other event (data change, session end) re-lists too,
+                // and a dead session then fails the list.
+                Ok(_event) => {}
+            }
+        }
+    }
+}
+
+async fn open_session(
+    connect_string: &str,
+    session_timeout: Duration,
+    requests: &AtomicU64,
+) -> Result<Client, LockError> {
+    requests.fetch_add(1, Ordering::Relaxed);
+    Client::connector()
+        .with_session_timeout(session_timeout)
+        // Dropping the last handle abandons the session instead of closing it, as a crash
+        // would: its nodes stay until the session times out (see "Contract notes").
+        .with_detached()
+        .connect(connect_string)
+        .await
+        .map_err(LockError::unavailable)
+}
+
+impl DistributedLock for ZooKeeperLock {
+    fn backend(&self) -> &'static str {
+        "zookeeper"
+    }
+
+    fn acquire<'a>(
+        &'a self,
+        key: &'a str,
+        options: AcquireOptions,
+    ) -> BoxFuture<'a, Result<Guard, LockError>> {
+        self.acquire_inner(key, options).boxed()
+    }
+
+    fn backend_requests(&self) -> u64 {
+        self.requests.load(Ordering::Relaxed)
+    }
+}

@@ -1,0 +1,132 @@
+//! Every setting of the service: a clap flag with an environment-variable fallback.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use clap::Parser;
+
+/// The flash-sale order service: sells a product's stock through a strategy chosen per request.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "seckill-app", version, about)]
+pub struct Config {
+    /// Address to listen on.
+    #[arg(long, env = "SECKILL_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+
+    /// MariaDB/MySQL server URL; the database name is optional (default `seckill`) and the
+    /// database is created and migrated at start-up.
+    #[arg(
+        long,
+        env = "DATABASE_URL",
+        default_value = "mysql://root@127.0.0.1:3306/seckill",
+        hide_env_values = true
+    )]
+    pub database_url: String,
+
+    /// Redis URL for the single-instance Redis lock strategies.
+    #[arg(long, env = "REDIS_URL", hide_env_values = true)]
+    pub redis_url: Option<String>,
+
+    /// Independent Redis instances for Redlock (comma-separated URLs).
+    #[arg(
+        long,
+        env = "REDLOCK_URLS",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    pub redlock_urls: Vec<String>,
+
+    /// ZooKeeper connect string (`host:port[,host:port]`).
+    #[arg(long, env = "ZOOKEEPER_CONNECT")]
+    pub zookeeper: Option<String>,
+
+    /// ZooKeeper session timeout in milliseconds (the server may clamp it).
+    #[arg(
+        long,
+        env = "SECKILL_ZOOKEEPER_SESSION_TIMEOUT_MS",
+        default_value_t = 4000
+    )]
+    pub zookeeper_session_timeout_ms: u64,
+
+    /// etcd client endpoints (comma-separated).
+    #[arg(long, env = "ETCD_ENDPOINTS", value_delimiter = ',')]
+    pub etcd: Vec<String>,
+
+    /// When set, `PUT /api/products/{id}` requires `Authorization: Bearer <token>`.
+    #[arg(long, env = "SECKILL_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+
+    /// Strategy used when an order names none.
+    #[arg(long, env = "SECKILL_DEFAULT_STRATEGY", default_value = "conditional")]
+    pub default_strategy: String,
+
+    /// Maximum number of database connections of this instance.
+    #[arg(long, env = "SECKILL_DB_POOL_SIZE", default_value_t = 32)]
+    pub db_pool_size: u32,
+
+    /// Connections of the separate pool the `db-lock*` strategies use for the lock table.
+    #[arg(long, env = "SECKILL_DB_LOCK_POOL_SIZE", default_value_t = 8)]
+    pub db_lock_pool_size: u32,
+
+    /// How long a request waits for a database connection before answering
+    /// `backend_unavailable`, in milliseconds.
+    #[arg(long, env = "SECKILL_DB_ACQUIRE_TIMEOUT_MS", default_value_t = 3000)]
+    pub db_acquire_timeout_ms: u64,
+
+    /// InnoDB row-lock wait budget (`innodb_lock_wait_timeout`), whole seconds; a purchase that
+    /// waits longer for a row lock answers `busy`.
+    #[arg(long, env = "SECKILL_ROW_LOCK_WAIT_SECS", default_value_t = 5)]
+    pub row_lock_wait_secs: u64,
+
+    /// Largest quantity one order may ask for.
+    #[arg(long, env = "SECKILL_MAX_QUANTITY", default_value_t = 5)]
+    pub max_quantity: u32,
+
+    /// Lease of the distributed locks taken by lock-based strategies, in milliseconds.
+    #[arg(long, env = "SECKILL_LOCK_LEASE_MS", default_value_t = 5000)]
+    pub lock_lease_ms: u64,
+
+    /// Prefix of every lock name (`<prefix>product:<id>`), to keep several deployments or test
+    /// runs apart on one lock service.
+    #[arg(long, env = "SECKILL_LOCK_PREFIX", default_value = "")]
+    pub lock_prefix: String,
+
+    /// How long a lock-based strategy waits for its lock before answering `busy`, in ms.
+    #[arg(long, env = "SECKILL_LOCK_WAIT_MS", default_value_t = 3000)]
+    pub lock_wait_ms: u64,
+
+    /// Attempts of the `optimistic` strategy before it answers `busy`.
+    #[arg(long, env = "SECKILL_OPTIMISTIC_RETRIES", default_value_t = 16)]
+    pub optimistic_retries: u32,
+
+    /// Honour the `X-Seckill-Hold-Ms` request header (sleep inside the critical section).
+    /// For fault scenarios and benchmarks only.
+    #[arg(long, env = "SECKILL_ALLOW_FAULT_INJECTION")]
+    pub allow_fault_injection: bool,
+
+    /// How long in-flight requests may take to finish after SIGTERM/Ctrl-C, in milliseconds.
+    #[arg(long, env = "SECKILL_SHUTDOWN_GRACE_MS", default_value_t = 10_000)]
+    pub shutdown_grace_ms: u64,
+}
+
+impl Config {
+    /// Defaults plus this database URL (and nothing from the environment): handy in tests.
+    pub fn for_database(database_url: impl Into<String>) -> Config {
+        let mut config = Config::parse_from(["seckill-app"]);
+        config.database_url = database_url.into();
+        config.redis_url = None;
+        config.redlock_urls.clear();
+        config.zookeeper = None;
+        config.etcd.clear();
+        config.admin_token = None;
+        config
+    }
+
+    pub fn lock_lease(&self) -> Duration {
+        Duration::from_millis(self.lock_lease_ms)
+    }
+
+    pub fn lock_wait(&self) -> Duration {
+        Duration::from_millis(self.lock_wait_ms)
+    }
+}

@@ -1,0 +1,140 @@
+//! The database: connection pool, database creation, migrations, and the shared queries.
+
+pub mod errors;
+pub mod orders;
+pub mod products;
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
+use sqlx::{ConnectOptions, Connection, Executor};
+
+use crate::config::Config;
+
+/// Database used when the URL names none.
+pub const DEFAULT_DATABASE: &str = "seckill";
+
+/// Why the database could not be prepared at start-up.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    #[error("invalid database URL: {0}")]
+    Url(#[source] sqlx::Error),
+    #[error("invalid database name `{0}` (letters, digits and `_` only)")]
+    Name(String),
+    #[error("could not create database `{name}`: {source}")]
+    Create {
+        name: String,
+        #[source]
+        source: sqlx::Error,
+    },
+    #[error("could not apply migrations: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+}
+
+/// Creates the database named by `config.database_url` (or [`DEFAULT_DATABASE`]) if missing,
+/// applies the migrations, and returns a pool whose connections wait for row locks at most
+/// `row_lock_wait_secs`.
+pub async fn connect(config: &Config) -> Result<MySqlPool, SetupError> {
+    let (server_url, name) = split_database(&config.database_url);
+    let name = name.unwrap_or(DEFAULT_DATABASE).to_string();
+    if !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        return Err(SetupError::Name(name));
+    }
+    let server = MySqlConnectOptions::from_str(&server_url).map_err(SetupError::Url)?;
+    create_database(&server, &name).await?;
+
+    let lock_wait = config.row_lock_wait_secs.max(1);
+    let pool = MySqlPoolOptions::new()
+        .max_connections(config.db_pool_size.max(1))
+        .acquire_timeout(Duration::from_millis(config.db_acquire_timeout_ms))
+        // A broken connection shows up as an I/O error on the request that uses it (answered
+        // `backend_unavailable`) and is then dropped; not pinging before every use saves a
+        // round trip on the hot path.
+        .test_before_acquire(false)
+        .after_connect(move |conn, _meta| {
+            Box::pin(async move {
+                let sql = format!("SET SESSION innodb_lock_wait_timeout = {lock_wait}");
+                conn.execute(sqlx::AssertSqlSafe(sql)).await?;
+                Ok(())
+            })
+        })
+        .connect_with(server.database(&name))
+        .await
+        .map_err(|source| SetupError::Create {
+            name: name.clone(),
+            source,
+        })?;
+    sqlx::migrate!("./migrations").run(&pool).await?;
+    Ok(pool)
+}
+
+/// A second pool on the same database, for the `db_locks` table. Waiters poll the lock table
+/// while the holder works on the stock; with one shared pool their polls would queue the
+/// holder's own queries behind them and the lock would starve itself. A separate pool is also
+/// what a real deployment has: the lock service is not the data it protects.
+pub fn lock_pool(main: &MySqlPool, config: &Config) -> MySqlPool {
+    MySqlPoolOptions::new()
+        .max_connections(config.db_lock_pool_size.max(1))
+        .acquire_timeout(Duration::from_millis(config.db_acquire_timeout_ms))
+        .test_before_acquire(false)
+        .connect_lazy_with((*main.connect_options()).clone())
+}
+
+async fn create_database(server: &MySqlConnectOptions, name: &str) -> Result<(), SetupError> {
+    let create = |source| SetupError::Create {
+        name: name.to_string(),
+        source,
+    };
+    let mut conn = server.connect().await.map_err(create)?;
+    // `name` was checked to be a plain identifier above.
+    let sql = format!("CREATE DATABASE IF NOT EXISTS `{name}` CHARACTER SET utf8mb4");
+    conn.execute(sqlx::AssertSqlSafe(sql))
+        .await
+        .map_err(create)?;
+    conn.close().await.map_err(create)?;
+    Ok(())
+}
+
+/// Splits `mysql://user@host:port/db?opts` into the server URL (without the database) and the
+/// database name, if any.
+fn split_database(url: &str) -> (String, Option<&str>) {
+    let authority_start = url.find("://").map_or(0, |i| i + 3);
+    let (base, query) = match url.find('?') {
+        Some(q) => (&url[..q], &url[q..]),
+        None => (url, ""),
+    };
+    match base[authority_start..].find('/') {
+        Some(slash) => {
+            let slash = authority_start + slash;
+            let db = &base[slash + 1..];
+            let server = format!("{}{query}", &base[..slash]);
+            (server, (!db.is_empty()).then_some(db))
+        }
+        None => (url.to_string(), None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_database;
+
+    #[test]
+    fn database_name_is_split_from_the_server_url() {
+        assert_eq!(
+            split_database("mysql://root@127.0.0.1:3306/shop?ssl-mode=disabled"),
+            (
+                "mysql://root@127.0.0.1:3306?ssl-mode=disabled".to_string(),
+                Some("shop")
+            )
+        );
+        assert_eq!(
+            split_database("mysql://root@127.0.0.1:3306/"),
+            ("mysql://root@127.0.0.1:3306".to_string(), None)
+        );
+        assert_eq!(
+            split_database("mysql://root@127.0.0.1:3306"),
+            ("mysql://root@127.0.0.1:3306".to_string(), None)
+        );
+    }
+}

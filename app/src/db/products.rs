@@ -1,0 +1,98 @@
+//! Product rows: reset, summary, and the stock reads and writes the strategies share.
+
+use serde::Serialize;
+use sqlx::{MySqlConnection, MySqlPool, Row};
+
+/// A product as `GET /api/products/{id}` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct ProductView {
+    pub id: u64,
+    pub stock: i64,
+    pub initial_stock: i64,
+    /// Sum of ordered quantities.
+    pub sold: i64,
+    /// Number of orders.
+    pub orders: i64,
+}
+
+/// Creates the product or resets it to `stock` units, and deletes its orders, atomically.
+/// The fence goes back to 0 so that any lock backend's tokens are accepted again.
+pub async fn reset(pool: &MySqlPool, id: u64, stock: i64) -> Result<(), sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    sqlx::query(
+        "INSERT INTO products (id, stock, initial_stock) VALUES (?, ?, ?) \
+         ON DUPLICATE KEY UPDATE stock = VALUES(stock), initial_stock = VALUES(initial_stock), \
+         version = version + 1, fence = 0",
+    )
+    .bind(id)
+    .bind(stock)
+    .bind(stock)
+    .execute(&mut *tx)
+    .await?;
+    sqlx::query("DELETE FROM orders WHERE product_id = ?")
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await
+}
+
+/// The product's stock and order totals, or `None` if it does not exist.
+pub async fn view(pool: &MySqlPool, id: u64) -> Result<Option<ProductView>, sqlx::Error> {
+    let row = sqlx::query(
+        "SELECT p.id, p.stock, p.initial_stock, \
+                CAST(COALESCE(SUM(o.quantity), 0) AS SIGNED) AS sold, COUNT(o.id) AS orders \
+         FROM products p LEFT JOIN orders o ON o.product_id = p.id \
+         WHERE p.id = ? GROUP BY p.id, p.stock, p.initial_stock",
+    )
+    .bind(id)
+    .fetch_optional(pool)
+    .await?;
+    row.map(|r| {
+        Ok(ProductView {
+            id: r.try_get("id")?,
+            stock: r.try_get("stock")?,
+            initial_stock: r.try_get("initial_stock")?,
+            sold: r.try_get("sold")?,
+            orders: r.try_get("orders")?,
+        })
+    })
+    .transpose()
+}
+
+/// Whether the product exists.
+pub async fn exists(conn: &mut MySqlConnection, id: u64) -> Result<bool, sqlx::Error> {
+    let found: Option<u64> = sqlx::query_scalar("SELECT id FROM products WHERE id = ?")
+        .bind(id)
+        .fetch_optional(conn)
+        .await?;
+    Ok(found.is_some())
+}
+
+/// The product's stock and version (plain, non-locking read), or `None` if it does not exist.
+pub async fn stock_and_version(
+    conn: &mut MySqlConnection,
+    id: u64,
+) -> Result<Option<(i64, u64)>, sqlx::Error> {
+    sqlx::query_as("SELECT stock, version FROM products WHERE id = ?")
+        .bind(id)
+        .fetch_optional(conn)
+        .await
+}
+
+/// The product's stock (plain, non-locking read), or `None` if it does not exist.
+pub async fn stock(conn: &mut MySqlConnection, id: u64) -> Result<Option<i64>, sqlx::Error> {
+    sqlx::query_scalar("SELECT stock FROM products WHERE id = ?")
+        .bind(id)
+        .fetch_optional(conn)
+        .await
+}
+
+/// Writes an absolute stock value: whoever computed it is trusted to have read the current one.
+pub async fn set_stock(conn: &mut MySqlConnection, id: u64, stock: i64) -> Result<(), sqlx::Error> {
+    sqlx::query("UPDATE products SET stock = ? WHERE id = ?")
+        .bind(stock)
+        .bind(id)
+        .execute(conn)
+        .await?;
+    Ok(())
+}

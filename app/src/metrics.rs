@@ -1,0 +1,138 @@
+//! Prometheus text exposition of what the service did: purchases by strategy and outcome,
+//! their latency, lock wait time and retries. Hand-rolled: a handful of counters and
+//! fixed-bucket histograms behind one mutex, rendered on `GET /metrics`.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// Upper bounds of the histogram buckets, in seconds.
+const BUCKETS: [f64; 14] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+#[derive(Debug, Default, Clone)]
+struct Histogram {
+    counts: [u64; BUCKETS.len()],
+    count: u64,
+    sum: f64,
+}
+
+impl Histogram {
+    fn observe(&mut self, d: Duration) {
+        let secs = d.as_secs_f64();
+        if let Some(i) = BUCKETS.iter().position(|&b| secs <= b) {
+            self.counts[i] += 1;
+        }
+        self.count += 1;
+        self.sum += secs;
+    }
+
+    fn render(&self, out: &mut String, name: &str, strategy: &str) {
+        let mut cumulative = 0;
+        for (bound, n) in BUCKETS.iter().zip(self.counts) {
+            cumulative += n;
+            let _ = writeln!(
+                out,
+                "{name}_bucket{{strategy=\"{strategy}\",le=\"{bound}\"}} {cumulative}"
+            );
+        }
+        let _ = writeln!(
+            out,
+            "{name}_bucket{{strategy=\"{strategy}\",le=\"+Inf\"}} {}",
+            self.count
+        );
+        let _ = writeln!(out, "{name}_sum{{strategy=\"{strategy}\"}} {}", self.sum);
+        let _ = writeln!(
+            out,
+            "{name}_count{{strategy=\"{strategy}\"}} {}",
+            self.count
+        );
+    }
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    requests: BTreeMap<(String, &'static str), u64>,
+    latency: BTreeMap<String, Histogram>,
+    lock_wait: BTreeMap<String, Histogram>,
+    retries: BTreeMap<String, u64>,
+}
+
+/// The service's counters. Strategy names come from the registry, so label values are few and
+/// need no escaping.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    inner: Mutex<Inner>,
+}
+
+/// What one purchase request did.
+#[derive(Debug, Clone, Copy)]
+pub struct Observation<'a> {
+    pub strategy: &'a str,
+    /// `created`, `replayed`, or the error code.
+    pub outcome: &'static str,
+    pub latency: Duration,
+    pub lock_wait: Option<Duration>,
+    pub retries: u32,
+}
+
+impl Metrics {
+    pub fn observe(&self, o: Observation<'_>) {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        *inner
+            .requests
+            .entry((o.strategy.to_string(), o.outcome))
+            .or_default() += 1;
+        inner
+            .latency
+            .entry(o.strategy.to_string())
+            .or_default()
+            .observe(o.latency);
+        if let Some(waited) = o.lock_wait {
+            inner
+                .lock_wait
+                .entry(o.strategy.to_string())
+                .or_default()
+                .observe(waited);
+        }
+        if o.retries > 0 {
+            *inner.retries.entry(o.strategy.to_string()).or_default() += u64::from(o.retries);
+        }
+    }
+
+    /// The Prometheus text format (version 0.0.4).
+    pub fn render(&self) -> String {
+        let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let mut out = String::new();
+        out.push_str("# HELP seckill_purchases_total Purchase requests by strategy and outcome.\n");
+        out.push_str("# TYPE seckill_purchases_total counter\n");
+        for ((strategy, outcome), n) in &inner.requests {
+            let _ = writeln!(
+                out,
+                "seckill_purchases_total{{strategy=\"{strategy}\",outcome=\"{outcome}\"}} {n}"
+            );
+        }
+        out.push_str(
+            "# HELP seckill_purchase_duration_seconds Time to answer a purchase request.\n",
+        );
+        out.push_str("# TYPE seckill_purchase_duration_seconds histogram\n");
+        for (strategy, h) in &inner.latency {
+            h.render(&mut out, "seckill_purchase_duration_seconds", strategy);
+        }
+        out.push_str("# HELP seckill_lock_wait_seconds Time spent acquiring a lock before the critical section.\n");
+        out.push_str("# TYPE seckill_lock_wait_seconds histogram\n");
+        for (strategy, h) in &inner.lock_wait {
+            h.render(&mut out, "seckill_lock_wait_seconds", strategy);
+        }
+        out.push_str(
+            "# HELP seckill_retries_total Retries made by strategies that retry (optimistic).\n",
+        );
+        out.push_str("# TYPE seckill_retries_total counter\n");
+        for (strategy, n) in &inner.retries {
+            let _ = writeln!(out, "seckill_retries_total{{strategy=\"{strategy}\"}} {n}");
+        }
+        out
+    }
+}

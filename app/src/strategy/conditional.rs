@@ -1,0 +1,60 @@
+//! `conditional`: the check is part of the write — `UPDATE … SET stock = stock - q WHERE id = ?
+//! AND stock >= q`.
+//!
+//! **Safe.** InnoDB executes an `UPDATE` as a *current read* under the row's exclusive lock:
+//! the `stock >= q` condition is evaluated against the latest committed value while no other
+//! writer can change it, so the check and the act are one atomic step and the stock can never
+//! go below zero. Concurrent buyers queue on the row lock only for the length of their own
+//! short transaction (the UPDATE plus the order INSERT), which makes this the cheapest correct
+//! strategy: one round trip decides, and "0 rows affected" means sold out. Its limit is the
+//! hot row itself — every sale of one product is serialised on one row of one database.
+
+use futures::future::BoxFuture;
+use sqlx::MySqlPool;
+
+use super::{Placed, Purchase, PurchaseError, StockStrategy};
+use crate::db::{orders, products};
+
+pub struct Conditional {
+    pool: MySqlPool,
+}
+
+impl Conditional {
+    pub fn new(pool: MySqlPool) -> Conditional {
+        Conditional { pool }
+    }
+}
+
+impl StockStrategy for Conditional {
+    fn purchase<'a>(
+        &'a self,
+        purchase: &'a Purchase,
+    ) -> BoxFuture<'a, Result<Placed, PurchaseError>> {
+        Box::pin(async move {
+            let mut tx = self.pool.begin().await?;
+            let done =
+                sqlx::query("UPDATE products SET stock = stock - ? WHERE id = ? AND stock >= ?")
+                    .bind(i64::from(purchase.quantity))
+                    .bind(purchase.product_id)
+                    .bind(i64::from(purchase.quantity))
+                    .execute(&mut *tx)
+                    .await?;
+            if done.rows_affected() == 0 {
+                return Err(
+                    match products::exists(&mut tx, purchase.product_id).await? {
+                        true => PurchaseError::SoldOut,
+                        false => PurchaseError::UnknownProduct,
+                    },
+                );
+            }
+            // The row lock is held from here to the commit: this is the critical section.
+            purchase.hold().await;
+            let order_id = orders::insert(&mut tx, purchase, None).await?;
+            tx.commit().await?;
+            Ok(Placed {
+                order_id,
+                fencing_token: None,
+            })
+        })
+    }
+}

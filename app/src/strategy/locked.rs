@@ -1,0 +1,158 @@
+//! Lock-based strategies: take the distributed lock `product:{id}` (after the configured
+//! prefix), then read-modify-write the
+//! stock inside it. One generic strategy serves every lock backend (the database lock table,
+//! Redis, Redlock, ZooKeeper, etcd); the backend is what differs.
+//!
+//! **Safe while the lock holds — and only then.** The stock is read with a plain non-locking
+//! read and written back as an absolute value, exactly like `naive`: nothing in the database
+//! protects it, so the lock alone must guarantee that one buyer at a time runs the critical
+//! section. A lock is a lease: if the holder stalls past it (a GC-like pause, the injected
+//! `X-Seckill-Hold-Ms`, a frozen process), the lock service hands the lock to the next buyer
+//! while the first is still about to write, and the two read-modify-writes interleave into a
+//! lost update. Renewal (a watchdog) shrinks that window but cannot close it: a frozen process
+//! renews nothing and notices nothing.
+//!
+//! **Fencing closes it.** With `fenced`, every grant's fencing token (strictly increasing per
+//! lock name) is handed to the database, which remembers the highest one per product in
+//! `products.fence`:
+//!
+//! 1. *claim*: `UPDATE products SET fence = token WHERE id = ? AND fence < token` — refused
+//!    (0 rows) if a newer holder has already claimed the product;
+//! 2. read the stock (after the claim, so it sees every write a previous holder committed);
+//! 3. *fenced write*: `UPDATE … SET stock = ? WHERE id = ? AND fence = token` — refused if a
+//!    newer holder claimed the product in between.
+//!
+//! A refused claim or write rolls back and answers `409 {"error": "lock_lost"}`: the purchase
+//! did not happen, the stale holder could not overwrite the newer one. Checking the token only
+//! at the write (`AND fence < token`) would leave a hole: a newer holder that *read* before the
+//! stale holder wrote would still be allowed to write its stale computation. Claiming first
+//! makes "my token is the product's fence" hold from my read to my write.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures::future::BoxFuture;
+use locks::{AcquireOptions, DistributedLock, LockError};
+use sqlx::MySqlPool;
+
+use super::{Deps, Placed, Purchase, PurchaseError, StockStrategy};
+use crate::db::{orders, products};
+
+pub struct Locked {
+    pool: MySqlPool,
+    lock: Option<Arc<dyn DistributedLock>>,
+    fenced: bool,
+    options: AcquireOptions,
+    prefix: String,
+}
+
+impl Locked {
+    /// A strategy over `lock` (`None`: every purchase answers `backend_unavailable`).
+    pub fn new(deps: &Deps, lock: Option<Arc<dyn DistributedLock>>, fenced: bool) -> Locked {
+        Locked {
+            pool: deps.pool.clone(),
+            lock,
+            fenced,
+            options: AcquireOptions::new(deps.lock_lease).wait(deps.lock_wait),
+            prefix: deps.lock_prefix.clone(),
+        }
+    }
+
+    /// The read-modify-write under the lock whose grant carries `token`.
+    async fn critical_section(
+        &self,
+        purchase: &Purchase,
+        token: u64,
+    ) -> Result<u64, PurchaseError> {
+        let id = purchase.product_id;
+        if self.fenced {
+            let claimed = sqlx::query("UPDATE products SET fence = ? WHERE id = ? AND fence < ?")
+                .bind(token)
+                .bind(id)
+                .bind(token)
+                .execute(&self.pool)
+                .await?;
+            if claimed.rows_affected() == 0 {
+                let mut conn = self.pool.acquire().await?;
+                return Err(match products::exists(&mut conn, id).await? {
+                    true => stale(token),
+                    false => PurchaseError::UnknownProduct,
+                });
+            }
+        }
+        let mut tx = self.pool.begin().await?;
+        let stock = products::stock(&mut tx, id)
+            .await?
+            .ok_or(PurchaseError::UnknownProduct)?;
+        let quantity = i64::from(purchase.quantity);
+        if stock < quantity {
+            return Err(PurchaseError::SoldOut);
+        }
+        purchase.hold().await;
+        if self.fenced {
+            let written = sqlx::query("UPDATE products SET stock = ? WHERE id = ? AND fence = ?")
+                .bind(stock - quantity)
+                .bind(id)
+                .bind(token)
+                .execute(&mut *tx)
+                .await?;
+            if written.rows_affected() == 0 {
+                return Err(stale(token));
+            }
+        } else {
+            products::set_stock(&mut tx, id, stock - quantity).await?;
+        }
+        let order_id = orders::insert(&mut tx, purchase, Some(token)).await?;
+        tx.commit().await?;
+        Ok(order_id)
+    }
+}
+
+fn stale(token: u64) -> PurchaseError {
+    PurchaseError::LockLost(format!(
+        "fencing token {token} is older than the product's fence: a newer lock holder wrote it"
+    ))
+}
+
+impl StockStrategy for Locked {
+    fn purchase<'a>(
+        &'a self,
+        purchase: &'a Purchase,
+    ) -> BoxFuture<'a, Result<Placed, PurchaseError>> {
+        Box::pin(async move {
+            let Some(lock) = &self.lock else {
+                return Err(PurchaseError::Unavailable(
+                    "this strategy's lock backend is not configured or was unreachable at start-up"
+                        .into(),
+                ));
+            };
+            let key = format!("{}product:{}", self.prefix, purchase.product_id);
+            let started = Instant::now();
+            let guard = lock
+                .acquire(&key, self.options)
+                .await
+                .map_err(|e| match e {
+                    LockError::Timeout { .. } => PurchaseError::Busy(e.to_string()),
+                    LockError::NoQuorum { .. } | LockError::Unavailable(_) => {
+                        PurchaseError::Unavailable(Box::new(e))
+                    }
+                })?;
+            purchase.stats.set_lock_wait(started.elapsed());
+            let token = guard.fencing_token();
+            let outcome = self.critical_section(purchase, token).await;
+            match guard.release().await {
+                Ok(true) => {}
+                Ok(false) => tracing::warn!(
+                    key,
+                    token,
+                    "the lock was no longer ours at release: the critical section outlived the lease"
+                ),
+                Err(e) => tracing::warn!(key, token, error = %e, "lock release failed"),
+            }
+            outcome.map(|order_id| Placed {
+                order_id,
+                fencing_token: Some(token),
+            })
+        })
+    }
+}

@@ -1,0 +1,288 @@
+//! Test helpers: start the service in-process on port 0 against its own database, buy over
+//! HTTP, and read the truth straight from the database.
+
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use app::Config;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use sqlx::{Connection, MySqlConnection};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+/// A running in-process instance of the service.
+pub struct TestApp {
+    pub url: String,
+    pub client: reqwest::Client,
+    pub database_url: String,
+    shutdown: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+impl TestApp {
+    /// Stops the instance gracefully and waits for it.
+    pub async fn stop(mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(task) = self.task.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
+        }
+    }
+
+    /// `PUT /api/products/{id}` with `stock` units (no admin token).
+    pub async fn reset(&self, id: u64, stock: i64) {
+        let r = self
+            .client
+            .put(format!("{}/api/products/{id}", self.url))
+            .json(&json!({ "stock": stock }))
+            .send()
+            .await
+            .expect("reset request");
+        assert_eq!(
+            r.status(),
+            StatusCode::OK,
+            "reset: {}",
+            r.text().await.unwrap_or_default()
+        );
+    }
+
+    /// `POST /api/products/{id}/orders` with `body`; returns the status and the JSON body.
+    pub async fn order(&self, id: u64, body: &Value, hold_ms: Option<u64>) -> (StatusCode, Value) {
+        let mut request = self
+            .client
+            .post(format!("{}/api/products/{id}/orders", self.url))
+            .json(body);
+        if let Some(ms) = hold_ms {
+            request = request.header("x-seckill-hold-ms", ms.to_string());
+        }
+        let r = request.send().await.expect("order request");
+        let status = r.status();
+        (status, r.json().await.unwrap_or(Value::Null))
+    }
+}
+
+/// A server URL with a fresh, unique database name (created by the app at start-up).
+pub async fn fresh_database_url() -> String {
+    let server = tokio::task::spawn_blocking(sandbox::shared::database_url)
+        .await
+        .expect("sandbox MariaDB did not start");
+    with_fresh_database(&server)
+}
+
+/// `server` (a URL without a database) plus a unique database name.
+pub fn with_fresh_database(server: &str) -> String {
+    let name = format!("t_{}", uuid::Uuid::new_v4().simple());
+    format!("{}/{name}", server.trim_end_matches('/'))
+}
+
+/// Test defaults: fault injection allowed, and budgets that suit 200 buyers on 2 cores.
+pub fn test_config(database_url: &str) -> Config {
+    let mut config = Config::for_database(database_url);
+    config.listen = "127.0.0.1:0".parse().expect("address");
+    config.allow_fault_injection = true;
+    config.shutdown_grace_ms = 2_000;
+    config
+}
+
+/// Starts an instance with `config` on a free port.
+pub async fn spawn_app(config: Config) -> TestApp {
+    spawn_app_with(config, |_| {}).await
+}
+
+/// [`spawn_app`] with extra strategies registered by `customize`.
+pub async fn spawn_app_with(config: Config, customize: impl FnOnce(&mut app::Registry)) -> TestApp {
+    init_tracing();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    let database_url = config.database_url.clone();
+    let (router, _state) = app::build_with(&config, customize)
+        .await
+        .expect("app starts");
+    let (tx, rx) = oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        let shutdown = async {
+            let _ = rx.await;
+        };
+        let _ = axum::serve(listener, router)
+            .with_graceful_shutdown(shutdown)
+            .await;
+    });
+    TestApp {
+        url,
+        client: reqwest::Client::builder()
+            .timeout(Duration::from_secs(60))
+            .build()
+            .expect("client"),
+        database_url,
+        shutdown: Some(tx),
+        task: Some(task),
+    }
+}
+
+/// Logs to the test's captured output (shown when it fails); `RUST_LOG` overrides the level.
+fn init_tracing() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_test_writer()
+            .try_init();
+    });
+}
+
+/// The truth about a product, read from the database, not through the service.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ledger {
+    pub initial: i64,
+    pub stock: i64,
+    /// Sum of ordered quantities.
+    pub sold: i64,
+    pub orders: i64,
+}
+
+impl Ledger {
+    /// Units sold beyond what existed.
+    pub fn oversell(&self) -> i64 {
+        (self.sold - self.initial).max(0)
+    }
+
+    /// Sales that the stock column does not account for (lost updates).
+    pub fn unaccounted(&self) -> i64 {
+        self.sold - (self.initial - self.stock)
+    }
+}
+
+pub async fn ledger(database_url: &str, id: u64) -> Ledger {
+    let mut conn = MySqlConnection::connect(database_url)
+        .await
+        .expect("connect");
+    let (initial, stock): (i64, i64) =
+        sqlx::query_as("SELECT initial_stock, stock FROM products WHERE id = ?")
+            .bind(id)
+            .fetch_one(&mut conn)
+            .await
+            .expect("product row");
+    let (sold, orders): (i64, i64) = sqlx::query_as(
+        "SELECT CAST(COALESCE(SUM(quantity), 0) AS SIGNED), COUNT(*) FROM orders WHERE product_id = ?",
+    )
+    .bind(id)
+    .fetch_one(&mut conn)
+    .await
+    .expect("orders");
+    Ledger {
+        initial,
+        stock,
+        sold,
+        orders,
+    }
+}
+
+/// How many order rows carry each request id.
+pub async fn rows_per_request_id(database_url: &str) -> HashMap<String, i64> {
+    let mut conn = MySqlConnection::connect(database_url)
+        .await
+        .expect("connect");
+    let rows: Vec<(String, i64)> =
+        sqlx::query_as("SELECT request_id, COUNT(*) FROM orders GROUP BY request_id")
+            .fetch_all(&mut conn)
+            .await
+            .expect("orders");
+    rows.into_iter().collect()
+}
+
+/// Drops the test's database.
+pub async fn drop_database(database_url: &str) {
+    let (server, name) = database_url.rsplit_once('/').expect("url with a database");
+    if let Ok(mut conn) = MySqlConnection::connect(server).await {
+        let sql = format!("DROP DATABASE IF EXISTS `{name}`");
+        let _ = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .execute(&mut conn)
+            .await;
+    }
+}
+
+/// What a crowd of buyers was told.
+#[derive(Debug, Default, Clone)]
+pub struct Tally {
+    pub created: usize,
+    pub sold_out: usize,
+    pub busy: usize,
+    pub lock_lost: usize,
+    /// Anything else, with its body, for the failure message.
+    pub unexpected: Vec<(u16, Value)>,
+}
+
+/// How the crowd behaves.
+#[derive(Debug, Clone, Copy)]
+pub struct Crowd {
+    pub buyers: usize,
+    /// Injected pause inside each critical section.
+    pub hold_ms: Option<u64>,
+    /// Retries of a `503 busy` (same request id, short pause) before counting it as busy.
+    pub busy_retries: usize,
+}
+
+/// `crowd.buyers` concurrent buyers, one unit each, spread round-robin over `apps`.
+pub async fn flash_sale(apps: &[&TestApp], product: u64, strategy: &str, crowd: Crowd) -> Tally {
+    let run = uuid::Uuid::new_v4().simple().to_string();
+    let mut tasks = Vec::with_capacity(crowd.buyers);
+    for buyer in 0..crowd.buyers {
+        let app = apps[buyer % apps.len()];
+        let client = app.client.clone();
+        let url = format!("{}/api/products/{product}/orders", app.url);
+        let body = json!({
+            "user_id": format!("u-{buyer}"),
+            "quantity": 1,
+            "request_id": format!("{run}-{buyer}"),
+            "strategy": strategy,
+        });
+        tasks.push(tokio::spawn(async move {
+            let mut attempt = 0;
+            loop {
+                let mut request = client.post(&url).json(&body);
+                if let Some(ms) = crowd.hold_ms {
+                    request = request.header("x-seckill-hold-ms", ms.to_string());
+                }
+                let r = request.send().await.expect("order request");
+                let status = r.status();
+                let value: Value = r.json().await.unwrap_or(Value::Null);
+                let busy = status == StatusCode::SERVICE_UNAVAILABLE && value["error"] == "busy";
+                if busy && attempt < crowd.busy_retries {
+                    attempt += 1;
+                    let pause = 10 + rand::random_range(0..40);
+                    tokio::time::sleep(Duration::from_millis(pause)).await;
+                    continue;
+                }
+                return (status, value);
+            }
+        }));
+    }
+    let mut tally = Tally::default();
+    for task in tasks {
+        let (status, value) = task.await.expect("buyer task");
+        match (status.as_u16(), value["error"].as_str()) {
+            (201, _) => tally.created += 1,
+            (409, Some("sold_out")) => tally.sold_out += 1,
+            (409, Some("lock_lost")) => tally.lock_lost += 1,
+            (503, Some("busy")) => tally.busy += 1,
+            (code, _) => tally.unexpected.push((code, value)),
+        }
+    }
+    tally
+}

@@ -1,0 +1,62 @@
+//! The database lock when the critical section outlives the lease: the expired row is reaped
+//! and a second buyer gets the lock while the first still holds its stale read. Unfenced, both
+//! writes land (oversell); fenced, the stale one is refused; renewed, the lease never lapses.
+
+mod common;
+
+use common::{
+    Crowd, Ledger, Tally, flash_sale, fresh_database_url, ledger, spawn_app, test_config,
+};
+
+/// Few buyers, one unit, each holding the lock four times longer than its lease.
+async fn run(strategy: &str) -> (Tally, Ledger) {
+    let database_url = fresh_database_url().await;
+    let mut config = test_config(&database_url);
+    config.lock_lease_ms = 150;
+    config.lock_wait_ms = 5_000;
+    let app = spawn_app(config).await;
+    app.reset(1, 1).await;
+    let crowd = Crowd {
+        buyers: 4,
+        hold_ms: Some(600),
+        busy_retries: 0,
+    };
+    let tally = flash_sale(&[&app], 1, strategy, crowd).await;
+    let truth = ledger(&database_url, 1).await;
+    app.stop().await;
+    common::drop_database(&database_url).await;
+    assert!(
+        tally.unexpected.is_empty(),
+        "{strategy}: {:?}",
+        tally.unexpected
+    );
+    (tally, truth)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn db_lock_oversells_when_the_critical_section_outlives_the_lease() {
+    let (tally, truth) = run("db-lock").await;
+    assert!(truth.oversell() > 0, "{tally:?} {truth:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fenced_db_lock_refuses_the_stale_write_after_the_lease_expired() {
+    let (tally, truth) = run("db-lock-fenced").await;
+    assert!(tally.lock_lost > 0, "{tally:?} {truth:?}");
+    assert_eq!(
+        (truth.oversell(), truth.unaccounted(), truth.sold),
+        (0, 0, 1),
+        "{tally:?} {truth:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn renewed_db_lock_keeps_a_slow_holder_exclusive() {
+    let (tally, truth) = run("db-lock-renewed").await;
+    assert_eq!(
+        (truth.oversell(), truth.unaccounted(), truth.sold),
+        (0, 0, 1),
+        "{tally:?} {truth:?}"
+    );
+    assert_eq!((tally.created, tally.sold_out), (1, 3), "{tally:?}");
+}

@@ -1,0 +1,116 @@
+//! A request id buys at most once, whatever the strategy: twenty concurrent copies of one
+//! click make one order, and every copy is answered with it.
+
+mod common;
+
+use common::{fresh_database_url, ledger, spawn_app, test_config};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+const COPIES: usize = 20;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn twenty_concurrent_copies_of_one_request_make_one_order_under_every_strategy() {
+    let database_url = fresh_database_url().await;
+    let mut config = test_config(&database_url);
+    config.lock_prefix = format!("t{}:", uuid::Uuid::new_v4().simple());
+    (
+        config.redis_url,
+        config.redlock_urls,
+        config.zookeeper,
+        config.etcd,
+    ) = tokio::task::spawn_blocking(|| {
+        use sandbox::shared;
+        (
+            Some(shared::redis_url()),
+            shared::redlock_urls(),
+            Some(shared::zookeeper()),
+            shared::etcd(),
+        )
+    })
+    .await
+    .expect("sandbox servers");
+    let app = spawn_app(config).await;
+    let list: Value = app
+        .client
+        .get(format!("{}/api/strategies", app.url))
+        .send()
+        .await
+        .expect("get")
+        .json()
+        .await
+        .expect("json");
+    let names: Vec<String> = list["strategies"]
+        .as_array()
+        .expect("array")
+        .iter()
+        .filter_map(|s| s["name"].as_str().map(String::from))
+        .collect();
+    assert!(names.len() >= 20, "{names:?}");
+
+    for (i, strategy) in names.iter().enumerate() {
+        let product = i as u64 + 1;
+        app.reset(product, 10).await;
+        let body = json!({
+            "user_id": "u-1",
+            "quantity": 2,
+            "request_id": format!("click-{strategy}"),
+            "strategy": strategy,
+        });
+        let mut tasks = Vec::new();
+        for _ in 0..COPIES {
+            let client = app.client.clone();
+            let url = format!("{}/api/products/{product}/orders", app.url);
+            let body = body.clone();
+            tasks.push(tokio::spawn(async move {
+                // A `busy` copy is retried, as a client honouring Retry-After would.
+                for _ in 0..100 {
+                    let r = client.post(&url).json(&body).send().await.expect("post");
+                    let status = r.status();
+                    let value: Value = r.json().await.expect("json");
+                    if status != StatusCode::SERVICE_UNAVAILABLE || value["error"] != "busy" {
+                        return (status, value);
+                    }
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                }
+                panic!("still busy after 100 attempts");
+            }));
+        }
+        let mut answers = Vec::new();
+        for t in tasks {
+            answers.push(t.await.expect("task"));
+        }
+        let created = answers
+            .iter()
+            .filter(|(s, _)| *s == StatusCode::CREATED)
+            .count();
+        let replayed = answers.iter().filter(|(s, _)| *s == StatusCode::OK).count();
+        assert_eq!(
+            (created, replayed),
+            (1, COPIES - 1),
+            "{strategy}: {answers:?}"
+        );
+        let ids: std::collections::HashSet<_> =
+            answers.iter().map(|(_, b)| b["order_id"].clone()).collect();
+        assert_eq!(
+            ids.len(),
+            1,
+            "{strategy}: every copy names the same order: {answers:?}"
+        );
+
+        let truth = ledger(&database_url, product).await;
+        assert_eq!(
+            (truth.orders, truth.sold, truth.stock),
+            (1, 2, 8),
+            "{strategy}: {truth:?}"
+        );
+
+        // Long after, and with the stock gone, the same click still gets its order back.
+        app.reset(product + 100, 0).await;
+        let (status, replay) = app.order(product, &body, None).await;
+        assert_eq!(status, StatusCode::OK, "{strategy}: {replay}");
+        assert_eq!(replay["order_id"], answers[0].1["order_id"]);
+    }
+    app.stop().await;
+    common::drop_database(&database_url).await;
+}

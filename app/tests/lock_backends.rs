@@ -1,0 +1,111 @@
+//! The strategies over outside lock services, wired by name in `backends.rs`: each safe one
+//! sells exactly the stock to 200 concurrent buyers; an unconfigured one answers
+//! `backend_unavailable`.
+
+mod common;
+
+use common::{Crowd, flash_sale, fresh_database_url, ledger, spawn_app, test_config};
+use reqwest::StatusCode;
+use serde_json::json;
+
+const STOCK: i64 = 100;
+const BUYERS: usize = 200;
+
+async fn sells_exactly_the_stock(strategy: &str, configure: impl FnOnce(&mut app::Config)) {
+    let database_url = fresh_database_url().await;
+    let mut config = test_config(&database_url);
+    config.lock_prefix = format!("t{}:", uuid::Uuid::new_v4().simple());
+    configure(&mut config);
+    let app = spawn_app(config).await;
+    app.reset(1, STOCK).await;
+    let crowd = Crowd {
+        buyers: BUYERS,
+        hold_ms: None,
+        busy_retries: 200,
+    };
+    let tally = flash_sale(&[&app], 1, strategy, crowd).await;
+    let truth = ledger(&database_url, 1).await;
+    assert!(
+        tally.unexpected.is_empty(),
+        "{strategy}: unexpected answers {:?}",
+        tally.unexpected
+    );
+    assert_eq!(
+        (tally.created, tally.sold_out),
+        (STOCK as usize, BUYERS - STOCK as usize),
+        "{strategy}: {tally:?}"
+    );
+    assert_eq!(
+        (truth.stock, truth.sold, truth.unaccounted()),
+        (0, STOCK, 0),
+        "{strategy}: {truth:?}"
+    );
+    app.stop().await;
+    common::drop_database(&database_url).await;
+}
+
+async fn server<T: Send + 'static>(start: fn() -> T) -> T {
+    tokio::task::spawn_blocking(start).await.expect("sandbox")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_lock_never_oversells_under_200_buyers() {
+    let url = server(sandbox::shared::redis_url).await;
+    sells_exactly_the_stock("redis-lock", |c| c.redis_url = Some(url)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fenced_redis_lock_never_oversells_under_200_buyers() {
+    let url = server(sandbox::shared::redis_url).await;
+    sells_exactly_the_stock("redis-lock-fenced", |c| c.redis_url = Some(url)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_watchdog_never_oversells_under_200_buyers() {
+    let url = server(sandbox::shared::redis_url).await;
+    sells_exactly_the_stock("redis-watchdog", |c| c.redis_url = Some(url)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redlock_never_oversells_under_200_buyers() {
+    let urls = server(sandbox::shared::redlock_urls).await;
+    sells_exactly_the_stock("redlock", |c| c.redlock_urls = urls).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn zookeeper_lock_never_oversells_under_200_buyers() {
+    let connect = server(sandbox::shared::zookeeper).await;
+    sells_exactly_the_stock("zookeeper", |c| c.zookeeper = Some(connect)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn etcd_lock_never_oversells_under_200_buyers() {
+    let endpoints = server(sandbox::shared::etcd).await;
+    sells_exactly_the_stock("etcd", |c| c.etcd = endpoints).await;
+}
+
+#[tokio::test]
+async fn strategies_of_unconfigured_lock_services_answer_backend_unavailable() {
+    let database_url = fresh_database_url().await;
+    let app = spawn_app(test_config(&database_url)).await;
+    app.reset(1, 5).await;
+    for strategy in [
+        "redis-lock",
+        "redis-watchdog-fenced",
+        "redlock",
+        "zookeeper",
+        "etcd-fenced",
+    ] {
+        let body = json!({ "user_id": "u", "quantity": 1, "request_id": format!("r-{strategy}"), "strategy": strategy });
+        let (status, answer) = app.order(1, &body, None).await;
+        assert_eq!(
+            status,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "{strategy}: {answer}"
+        );
+        assert_eq!(answer["error"], "backend_unavailable", "{strategy}");
+    }
+    assert_eq!(ledger(&database_url, 1).await.stock, 5);
+    app.stop().await;
+    common::drop_database(&database_url).await;
+}

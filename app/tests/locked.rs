@@ -1,0 +1,292 @@
+//! The generic lock-based strategy, over in-process test locks: a correct one (a mutex per
+//! key), one that admits everyone (the worst case of an expired lease), and failing ones.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{Crowd, flash_sale, fresh_database_url, ledger, spawn_app_with, test_config};
+use futures::future::BoxFuture;
+use locks::{AcquireOptions, DistributedLock, Guard, Held, LockError};
+use reqwest::StatusCode;
+use serde_json::json;
+use tokio::sync::{OwnedMutexGuard, watch};
+
+/// A correct lock for one process: a tokio mutex per key, tokens from a counter.
+#[derive(Default)]
+struct MutexLock {
+    keys: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    tokens: AtomicU64,
+}
+
+struct MutexHeld(OwnedMutexGuard<()>);
+
+impl Held for MutexHeld {
+    fn release(self: Box<Self>) -> BoxFuture<'static, Result<bool, LockError>> {
+        drop(self.0);
+        Box::pin(async { Ok(true) })
+    }
+}
+
+impl DistributedLock for MutexLock {
+    fn backend(&self) -> &'static str {
+        "test-mutex"
+    }
+
+    fn acquire<'a>(
+        &'a self,
+        key: &'a str,
+        options: AcquireOptions,
+    ) -> BoxFuture<'a, Result<Guard, LockError>> {
+        Box::pin(async move {
+            let mutex = self
+                .keys
+                .lock()
+                .unwrap()
+                .entry(key.to_string())
+                .or_default()
+                .clone();
+            let wait = options.wait.unwrap_or_default();
+            let held = tokio::time::timeout(wait, mutex.lock_owned())
+                .await
+                .map_err(|_| LockError::Timeout {
+                    key: key.to_string(),
+                    waited: wait,
+                })?;
+            let token = self.tokens.fetch_add(1, Ordering::SeqCst) + 1;
+            let (_lost_tx, lost_rx) = watch::channel(false);
+            Ok(Guard::new(
+                key,
+                locks::new_owner_id(),
+                token,
+                lost_rx,
+                Box::new(MutexHeld(held)),
+            ))
+        })
+    }
+
+    fn backend_requests(&self) -> u64 {
+        self.tokens.load(Ordering::SeqCst)
+    }
+}
+
+/// Grants every request at once, with strictly increasing tokens: what every holder sees when
+/// leases expire under them.
+#[derive(Default)]
+struct AdmitEveryone {
+    tokens: AtomicU64,
+}
+
+struct Nothing;
+
+impl Held for Nothing {
+    fn release(self: Box<Self>) -> BoxFuture<'static, Result<bool, LockError>> {
+        Box::pin(async { Ok(false) })
+    }
+}
+
+impl DistributedLock for AdmitEveryone {
+    fn backend(&self) -> &'static str {
+        "test-admit-everyone"
+    }
+
+    fn acquire<'a>(
+        &'a self,
+        key: &'a str,
+        _: AcquireOptions,
+    ) -> BoxFuture<'a, Result<Guard, LockError>> {
+        Box::pin(async move {
+            let token = self.tokens.fetch_add(1, Ordering::SeqCst) + 1;
+            let (_lost_tx, lost_rx) = watch::channel(true);
+            Ok(Guard::new(
+                key,
+                locks::new_owner_id(),
+                token,
+                lost_rx,
+                Box::new(Nothing),
+            ))
+        })
+    }
+
+    fn backend_requests(&self) -> u64 {
+        self.tokens.load(Ordering::SeqCst)
+    }
+}
+
+/// Fails every acquisition with the error `make` builds.
+struct Failing(fn(&str) -> LockError);
+
+impl DistributedLock for Failing {
+    fn backend(&self) -> &'static str {
+        "test-failing"
+    }
+
+    fn acquire<'a>(
+        &'a self,
+        key: &'a str,
+        _: AcquireOptions,
+    ) -> BoxFuture<'a, Result<Guard, LockError>> {
+        Box::pin(async move { Err((self.0)(key)) })
+    }
+
+    fn backend_requests(&self) -> u64 {
+        0
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn locked_strategy_over_a_correct_lock_never_oversells_under_200_buyers() {
+    let database_url = fresh_database_url().await;
+    let app = spawn_app_with(test_config(&database_url), |r| {
+        r.register_locked(
+            "mutex",
+            "test",
+            "test",
+            true,
+            Some(Arc::new(MutexLock::default())),
+            false,
+        );
+    })
+    .await;
+    app.reset(1, 100).await;
+    let crowd = Crowd {
+        buyers: 200,
+        hold_ms: None,
+        busy_retries: 200,
+    };
+    let tally = flash_sale(&[&app], 1, "mutex", crowd).await;
+    let truth = ledger(&database_url, 1).await;
+    assert!(tally.unexpected.is_empty(), "{:?}", tally.unexpected);
+    assert_eq!((tally.created, tally.sold_out), (100, 100), "{tally:?}");
+    assert_eq!(
+        (truth.stock, truth.sold, truth.unaccounted()),
+        (0, 100, 0),
+        "{truth:?}"
+    );
+    app.stop().await;
+    common::drop_database(&database_url).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fencing_rejects_stale_writes_when_the_lock_admits_two_holders() {
+    let database_url = fresh_database_url().await;
+    let app = spawn_app_with(test_config(&database_url), |r| {
+        r.register_locked(
+            "leaky",
+            "test",
+            "test",
+            false,
+            Some(Arc::new(AdmitEveryone::default())),
+            false,
+        );
+        r.register_locked(
+            "leaky-fenced",
+            "test",
+            "test",
+            true,
+            Some(Arc::new(AdmitEveryone::default())),
+            true,
+        );
+    })
+    .await;
+    let crowd = Crowd {
+        buyers: 60,
+        hold_ms: Some(20),
+        busy_retries: 0,
+    };
+
+    // Unfenced: the lock protects nothing, and the read-modify-write loses updates.
+    let mut oversold = None;
+    for round in 0..5 {
+        let product = 10 + round;
+        app.reset(product, 20).await;
+        flash_sale(&[&app], product, "leaky", crowd).await;
+        let truth = ledger(&database_url, product).await;
+        if truth.oversell() > 0 {
+            oversold = Some(truth);
+            break;
+        }
+    }
+    let truth = oversold.expect("an unfenced write under a leaky lock never oversold");
+    assert!(truth.unaccounted() > 0, "{truth:?}");
+
+    // Fenced, same lock, same crowd: stale writes are refused instead of applied.
+    app.reset(1, 20).await;
+    let tally = flash_sale(&[&app], 1, "leaky-fenced", crowd).await;
+    let truth = ledger(&database_url, 1).await;
+    assert!(tally.unexpected.is_empty(), "{:?}", tally.unexpected);
+    assert!(tally.lock_lost > 0, "no write was refused: {tally:?}");
+    assert_eq!(truth.unaccounted(), 0, "a fenced write was lost: {truth:?}");
+    assert_eq!(truth.oversell(), 0, "{truth:?}");
+    assert_eq!(truth.orders, tally.created as i64, "{truth:?} {tally:?}");
+    app.stop().await;
+    common::drop_database(&database_url).await;
+}
+
+#[tokio::test]
+async fn lock_failures_answer_busy_or_backend_unavailable() {
+    let database_url = fresh_database_url().await;
+    let app = spawn_app_with(test_config(&database_url), |r| {
+        let timeout = Failing(|key| LockError::Timeout {
+            key: key.into(),
+            waited: Duration::from_millis(1),
+        });
+        let down = Failing(|_| LockError::unavailable(std::io::Error::other("connection refused")));
+        let no_quorum = Failing(|key| LockError::NoQuorum {
+            key: key.into(),
+            granted: 2,
+            needed: 3,
+        });
+        r.register_locked(
+            "timeout",
+            "test",
+            "test",
+            true,
+            Some(Arc::new(timeout)),
+            false,
+        );
+        r.register_locked("down", "test", "test", true, Some(Arc::new(down)), false);
+        r.register_locked(
+            "no-quorum",
+            "test",
+            "test",
+            true,
+            Some(Arc::new(no_quorum)),
+            false,
+        );
+        r.register_locked("unconfigured", "test", "test", true, None, false);
+    })
+    .await;
+    app.reset(1, 5).await;
+    let cases = [
+        ("timeout", "busy"),
+        ("down", "backend_unavailable"),
+        ("no-quorum", "backend_unavailable"),
+        ("unconfigured", "backend_unavailable"),
+    ];
+    for (strategy, code) in cases {
+        let body = json!({ "user_id": "u", "quantity": 1, "request_id": format!("r-{strategy}"), "strategy": strategy });
+        let r = app
+            .client
+            .post(format!("{}/api/products/1/orders", app.url))
+            .json(&body)
+            .send()
+            .await
+            .expect("post");
+        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE, "{strategy}");
+        assert_eq!(
+            r.headers()
+                .get("retry-after")
+                .map(|v| v.to_str().unwrap_or("")),
+            Some("1")
+        );
+        let answer: serde_json::Value = r.json().await.expect("json");
+        assert_eq!(answer["error"], code, "{strategy}: {answer}");
+    }
+    assert_eq!(ledger(&database_url, 1).await.stock, 5);
+    app.stop().await;
+    common::drop_database(&database_url).await;
+}

@@ -1,0 +1,158 @@
+//! The correct minimal Redis lock: `SET key owner NX PX lease`.
+//!
+//! **Why it is safe.** `SET … NX PX` creates the key and its expiry in one command, so there is
+//! no moment at which a crash leaves a lock without a lease (compare `setnx_no_ttl.rs`), and no
+//! gap between checking and taking (compare `get_then_set.rs`). The value is a random owner id
+//! per acquisition; release and extend are Lua scripts that compare it before `DEL` /
+//! `PEXPIRE`, atomically, so a holder whose lease ran out cannot delete or prolong the lock of
+//! whoever holds it now (compare `unsafe_release.rs`). The fencing token is `INCR <key>:fence`
+//! in the same script as the `SET`.
+//!
+//! **Why it is still unsafe.** The lease is a guess about how long the critical section takes.
+//! A holder that outlives it — a long pause, a slow downstream call — is no longer the holder,
+//! and nothing stops its writes but a resource that checks the fencing token. The guard's
+//! `lost()` fires when the lease has passed, counted locally from the moment the grant request
+//! was *sent* (the server's clock started no earlier), so it never fires late by the client's
+//! own clock; [`RedisLock::extend`] pushes it back. A failover to a replica that had not yet
+//! received the key also breaks exclusion.
+//!
+//! **How it waits.** Jittered polling (1 ms doubling to 32 ms): simple, costs one request per
+//! waiter per interval, and hands off no faster than the interval. The watchdog lock wakes
+//! waiters instead.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use deadpool_redis::Pool;
+use futures::future::BoxFuture;
+
+use super::{ACQUIRE, Conn, EXTEND, LeaseClocks, RELEASE, Requests, fence_key, millis, poll};
+use crate::{AcquireOptions, DistributedLock, Guard, Held, LockError, new_owner_id};
+
+/// `SET NX PX` lock with a fencing counter; see the module docs.
+pub struct RedisLock {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    conn: Conn,
+    requests: Requests,
+    clocks: LeaseClocks,
+}
+
+impl RedisLock {
+    /// A lock client for the Redis at `url`. Connects lazily: an unreachable server shows up as
+    /// [`LockError::Unavailable`] on the first acquire.
+    pub fn connect(url: &str) -> Result<RedisLock, LockError> {
+        Ok(RedisLock::with(Conn::open(url)?))
+    }
+
+    /// A lock client over an existing pool.
+    pub fn from_pool(pool: Pool) -> RedisLock {
+        RedisLock::with(Conn::Pool(pool))
+    }
+
+    fn with(conn: Conn) -> RedisLock {
+        RedisLock {
+            shared: Arc::new(Shared {
+                conn,
+                requests: Requests::default(),
+                clocks: LeaseClocks::default(),
+            }),
+        }
+    }
+
+    /// Resets `guard`'s lease to `lease` from now if it still holds the lock; `Ok(false)` if it
+    /// does not (its lease already ran out by the local clock, or the key is someone else's).
+    /// If the local clock runs out while the request is in flight, the guard stays lost even
+    /// though Redis may have extended the key; releasing it then still deletes it.
+    pub async fn extend(&self, guard: &Guard, lease: Duration) -> Result<bool, LockError> {
+        if guard.is_lost() {
+            return Ok(false);
+        }
+        let sent = Instant::now();
+        self.shared.requests.add(1);
+        let extended: i64 = (self.shared.conn)
+            .invoke(
+                EXTEND
+                    .key(guard.key())
+                    .arg(guard.owner())
+                    .arg(millis(lease)),
+            )
+            .await?;
+        if extended == 1 {
+            self.shared.clocks.extend(guard.owner(), sent + lease);
+        }
+        Ok(extended == 1)
+    }
+}
+
+impl Shared {
+    async fn try_acquire(
+        self: &Arc<Self>,
+        key: &str,
+        lease: Duration,
+    ) -> Result<Option<Guard>, LockError> {
+        let owner = new_owner_id();
+        let sent = Instant::now();
+        self.requests.add(1);
+        let token: u64 = (self.conn)
+            .invoke(
+                ACQUIRE
+                    .key(key)
+                    .key(fence_key(key))
+                    .arg(&owner)
+                    .arg(millis(lease)),
+            )
+            .await?;
+        if token == 0 {
+            return Ok(None);
+        }
+        let lost = self.clocks.start(&owner, sent + lease);
+        let held = PlainHeld {
+            shared: Arc::clone(self),
+            key: key.to_owned(),
+            owner: owner.clone(),
+        };
+        Ok(Some(Guard::new(key, owner, token, lost, Box::new(held))))
+    }
+}
+
+struct PlainHeld {
+    shared: Arc<Shared>,
+    key: String,
+    owner: String,
+}
+
+impl Held for PlainHeld {
+    fn release(self: Box<Self>) -> BoxFuture<'static, Result<bool, LockError>> {
+        Box::pin(async move {
+            self.shared.clocks.stop(&self.owner);
+            self.shared.requests.add(1);
+            let deleted: i64 = (self.shared.conn)
+                .invoke(RELEASE.key(&self.key).arg(&self.owner))
+                .await?;
+            Ok(deleted == 1)
+        })
+    }
+}
+
+impl DistributedLock for RedisLock {
+    fn backend(&self) -> &'static str {
+        "redis"
+    }
+
+    fn acquire<'a>(
+        &'a self,
+        key: &'a str,
+        options: AcquireOptions,
+    ) -> BoxFuture<'a, Result<Guard, LockError>> {
+        Box::pin(poll(key, options.wait, move || {
+            self.shared.try_acquire(key, options.lease)
+        }))
+    }
+
+    fn backend_requests(&self) -> u64 {
+        self.shared.requests.get()
+    }
+}

@@ -1,0 +1,146 @@
+//! BROKEN ON PURPOSE: `SETNX`, then a separate `EXPIRE`.
+//!
+//! The classic first attempt: `SETNX key owner` takes the lock, and only then does a second
+//! command, `PEXPIRE key lease`, give it a lease. Between the two round trips the lock exists
+//! *without* an expiry. If the holder crashes there — killed, OOM, its connection dropped after
+//! the first reply — nobody will ever delete the key: the lock is stuck forever, every
+//! contender times out, and only an operator's `DEL` frees it. The fix is one atomic command,
+//! `SET key owner NX PX lease` (see `plain.rs`).
+//!
+//! A crash cannot be timed by a test, so [`SetnxNoTtlLock::crash_between_setnx_and_expire`]
+//! simulates it: that client sends the `SETNX`, never sends the `EXPIRE`, and fails the
+//! acquire as the dead process would (it returns [`LockError::Unavailable`], holding nothing).
+//! Everything else (compare-and-delete release, `INCR` fencing token, polling) is correct, so
+//! the stuck key is the only failure this variant shows.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use deadpool_redis::redis::cmd;
+use futures::future::BoxFuture;
+
+use super::{Conn, LeaseClocks, RELEASE, Requests, fence_key, millis, poll};
+use crate::{AcquireOptions, DistributedLock, Guard, Held, LockError, new_owner_id};
+
+/// `SETNX` + separate `PEXPIRE`; see the module docs.
+pub struct SetnxNoTtlLock {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    conn: Conn,
+    crash_between: bool,
+    requests: Requests,
+    clocks: LeaseClocks,
+}
+
+/// The simulated crash, as the error the "crashed" acquire returns.
+#[derive(Debug, thiserror::Error)]
+#[error("simulated crash between SETNX and EXPIRE: the lock was taken without a lease")]
+pub struct SimulatedCrash;
+
+impl SetnxNoTtlLock {
+    /// A client for the Redis at `url`, connected lazily.
+    pub fn connect(url: &str) -> Result<SetnxNoTtlLock, LockError> {
+        Ok(SetnxNoTtlLock::with(Conn::open(url)?))
+    }
+
+    /// A client over an existing pool.
+    pub fn from_pool(pool: deadpool_redis::Pool) -> SetnxNoTtlLock {
+        SetnxNoTtlLock::with(Conn::Pool(pool))
+    }
+
+    fn with(conn: Conn) -> SetnxNoTtlLock {
+        SetnxNoTtlLock {
+            shared: Arc::new(Shared {
+                conn,
+                crash_between: false,
+                requests: Requests::default(),
+                clocks: LeaseClocks::default(),
+            }),
+        }
+    }
+
+    /// Simulates a holder that dies right after its `SETNX` succeeded: the `EXPIRE` is never
+    /// sent and the acquire fails with [`LockError::Unavailable`] ([`SimulatedCrash`]).
+    pub fn crash_between_setnx_and_expire(mut self) -> SetnxNoTtlLock {
+        Arc::get_mut(&mut self.shared)
+            .expect("not shared yet")
+            .crash_between = true;
+        self
+    }
+}
+
+impl Shared {
+    async fn try_acquire(
+        self: &Arc<Self>,
+        key: &str,
+        lease: Duration,
+    ) -> Result<Option<Guard>, LockError> {
+        let owner = new_owner_id();
+        let sent = Instant::now();
+        self.requests.add(1);
+        let taken: bool = self.conn.query(cmd("SETNX").arg(key).arg(&owner)).await?;
+        if !taken {
+            return Ok(None);
+        }
+        if self.crash_between {
+            return Err(LockError::unavailable(SimulatedCrash));
+        }
+        // The window: the lock exists and has no lease until this reply.
+        self.requests.add(2);
+        let _: i64 = self
+            .conn
+            .query(cmd("PEXPIRE").arg(key).arg(millis(lease)))
+            .await?;
+        let token: u64 = self.conn.query(cmd("INCR").arg(fence_key(key))).await?;
+        let lost = self.clocks.start(&owner, sent + lease);
+        let held = NoTtlHeld {
+            shared: Arc::clone(self),
+            key: key.to_owned(),
+            owner: owner.clone(),
+        };
+        Ok(Some(Guard::new(key, owner, token, lost, Box::new(held))))
+    }
+}
+
+struct NoTtlHeld {
+    shared: Arc<Shared>,
+    key: String,
+    owner: String,
+}
+
+impl Held for NoTtlHeld {
+    fn release(self: Box<Self>) -> BoxFuture<'static, Result<bool, LockError>> {
+        Box::pin(async move {
+            self.shared.clocks.stop(&self.owner);
+            self.shared.requests.add(1);
+            let deleted: i64 = self
+                .shared
+                .conn
+                .invoke(RELEASE.key(&self.key).arg(&self.owner))
+                .await?;
+            Ok(deleted == 1)
+        })
+    }
+}
+
+impl DistributedLock for SetnxNoTtlLock {
+    fn backend(&self) -> &'static str {
+        "redis-setnx-no-ttl"
+    }
+
+    fn acquire<'a>(
+        &'a self,
+        key: &'a str,
+        options: AcquireOptions,
+    ) -> BoxFuture<'a, Result<Guard, LockError>> {
+        Box::pin(poll(key, options.wait, move || {
+            self.shared.try_acquire(key, options.lease)
+        }))
+    }
+
+    fn backend_requests(&self) -> u64 {
+        self.shared.requests.get()
+    }
+}

@@ -1,0 +1,354 @@
+//! A Redisson-like lock: a lease renewed by a watchdog while the holder lives, reentrant,
+//! waiters woken by pub/sub.
+//!
+//! **Layout in Redis.** The lock is a hash `owner → hold count` with a TTL, so the same
+//! acquisition can re-enter ([`RedisWatchdogLock::reenter`]) and must release as often as it
+//! entered. `<key>:fence` is `INCR`ed on each fresh grant (not on re-entry, which keeps the
+//! guard's token) in the same Lua script as the grant.
+//!
+//! **Why it is safe across long critical sections.** The lease is not a guess about the
+//! critical section any more: while the guard lives, the client's watchdog (one task per
+//! client, see `watchdog/renewal.rs`) renews the lease every third of it, so a slow holder keeps
+//! its lock, and a holder whose process dies stops renewing and loses it within one lease. A
+//! renewal refused by Redis, or impossible for a whole lease, fires the guard's `lost()`.
+//! Unlock is a script that decrements this owner's count and deletes the hash only at zero, so
+//! it never touches another owner's lock.
+//!
+//! **Why it is still not safe in every case.** The lock only lives while the *process* lives
+//! and reaches Redis: a holder paused longer than the lease (a stop-the-world pause, SIGSTOP)
+//! cannot renew, loses the lock, and resumes believing it holds it until `lost()` tells it; a
+//! failover to a replica that missed the grant breaks exclusion as for the plain lock. Use the
+//! fencing token. A leaked guard (`mem::forget`) keeps its lock renewed as long as the client
+//! lives.
+//!
+//! **How it waits.** A failed attempt returns the holder's remaining `PTTL`. The waiter queues
+//! locally and sleeps until woken by the release message (`watchdog/wakeups.rs`: one subscriber
+//! connection per client, a FIFO per key, one waiter woken per release) or until that `PTTL`
+//! ends, whichever comes first: no polling, and a crashed holder delays waiters by at most its
+//! lease. A newcomer does not barge past waiters of the same client: it queues behind them, so
+//! a task that releases and immediately re-acquires cannot starve the others. A hand-off costs
+//! about 2.5 round trips: the unlock, the message, the winning attempt.
+
+mod renewal;
+mod wakeups;
+
+use std::sync::{Arc, LazyLock};
+use std::time::{Duration, Instant};
+
+use deadpool_redis::redis::{Client, Script};
+use futures::future::BoxFuture;
+use tokio::task::JoinHandle;
+
+use super::{Conn, Requests, fence_key, millis};
+use crate::{AcquireOptions, DistributedLock, Guard, Held, LockError, new_owner_id};
+use renewal::Renewals;
+use wakeups::{Ticket, Wakeups, channel};
+
+/// Grants a free lock to a new owner. KEYS: lock, fence. ARGV: owner, lease (ms).
+/// Returns `{1, token}`, or `{0, pttl}` while someone holds it.
+static LOCK: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+if redis.call('exists', KEYS[1]) == 0 then
+  local token = redis.call('incr', KEYS[2])
+  redis.call('hset', KEYS[1], ARGV[1], 1)
+  redis.call('pexpire', KEYS[1], ARGV[2])
+  return {1, token}
+end
+return {0, redis.call('pttl', KEYS[1])}",
+    )
+});
+
+/// Re-enters a lock the owner holds. KEYS: lock. ARGV: owner, lease (ms). Returns 1, or 0 if
+/// the owner no longer holds it.
+static REENTER: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then
+  redis.call('hincrby', KEYS[1], ARGV[1], 1)
+  redis.call('pexpire', KEYS[1], ARGV[2])
+  return 1
+end
+return 0",
+    )
+});
+
+/// Leaves the lock once. KEYS: lock. ARGV: owner, channel, lease (ms). Returns -1 if the owner
+/// does not hold it, else the holds left; at 0 deletes it and publishes the release.
+static UNLOCK: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
+  return -1
+end
+local left = redis.call('hincrby', KEYS[1], ARGV[1], -1)
+if left > 0 then
+  redis.call('pexpire', KEYS[1], ARGV[3])
+  return left
+end
+redis.call('del', KEYS[1])
+redis.call('publish', ARGV[2], 'released')
+return 0",
+    )
+});
+
+/// Retry delay when the holder's remaining lease is unknown (no TTL, or gone meanwhile).
+const UNKNOWN_TTL_RETRY: Duration = Duration::from_millis(10);
+
+/// A Redisson-like lock client; see the module docs. Dropping it stops its watchdog and its
+/// subscriber: locks it still holds then lapse within their lease (their guards' `lost()`
+/// fires then).
+pub struct RedisWatchdogLock {
+    shared: Arc<Shared>,
+    tasks: [JoinHandle<()>; 2],
+}
+
+struct Shared {
+    conn: Conn,
+    requests: Arc<Requests>,
+    renewals: Renewals,
+    wakeups: Arc<Wakeups>,
+}
+
+enum Attempt {
+    Granted(Guard),
+    /// Held by someone else for about this much longer.
+    Held(Duration),
+}
+
+impl RedisWatchdogLock {
+    /// A lock client for the Redis at `url`: one multiplexed command connection, one subscriber
+    /// connection, both connected lazily. Must be called inside a Tokio runtime (it starts the
+    /// client's watchdog and subscriber tasks).
+    pub fn connect(url: &str) -> Result<RedisWatchdogLock, LockError> {
+        let runtime = tokio::runtime::Handle::try_current().map_err(LockError::unavailable)?;
+        let client = Client::open(url).map_err(LockError::unavailable)?;
+        let requests = Arc::new(Requests::default());
+        let (wakeups, subscriber) = Wakeups::new(client, Arc::clone(&requests));
+        let shared = Arc::new(Shared {
+            conn: Conn::open(url)?,
+            requests,
+            renewals: Renewals::default(),
+            wakeups,
+        });
+        let watchdog = {
+            let shared = Arc::clone(&shared);
+            runtime.spawn(async move { shared.renewals.run(&shared.conn, &shared.requests).await })
+        };
+        Ok(RedisWatchdogLock {
+            shared,
+            tasks: [watchdog, runtime.spawn(subscriber)],
+        })
+    }
+
+    /// Enters the lock `guard` holds once more (same owner, same fencing token), as a
+    /// reentrant mutex would; each returned guard must be released too, and the lock is freed
+    /// when the last one is. `Ok(None)` if `guard` no longer holds the lock or was not acquired
+    /// through this client.
+    pub async fn reenter(&self, guard: &Guard) -> Result<Option<Guard>, LockError> {
+        let shared = &self.shared;
+        let (key, owner) = (guard.key(), guard.owner());
+        let Some((lost, lease)) = shared.renewals.reenter(key, owner) else {
+            return Ok(None);
+        };
+        // Undoes the local count if this future is dropped or fails: a count that never comes
+        // down would renew the lock for as long as the client lives.
+        let pending = PendingHold {
+            renewals: &shared.renewals,
+            key,
+            owner,
+        };
+        shared.requests.add(1);
+        let entered: i64 = shared
+            .conn
+            .invoke(REENTER.key(key).arg(owner).arg(millis(lease)))
+            .await?;
+        if entered != 1 {
+            return Ok(None);
+        }
+        std::mem::forget(pending);
+        let held = WatchdogHeld::new(shared, key, owner, lease);
+        Ok(Some(Guard::new(
+            key,
+            owner,
+            guard.fencing_token(),
+            lost,
+            held,
+        )))
+    }
+
+    /// Locks this client is renewing now (a leak shows up here).
+    pub fn renewing(&self) -> usize {
+        self.shared.renewals.len()
+    }
+
+    /// Local waiters queued now, over all keys (a cancelled waiter that stayed shows up here).
+    pub fn waiting(&self) -> usize {
+        self.shared.wakeups.len()
+    }
+}
+
+/// A re-entry counted locally but not yet confirmed by Redis.
+struct PendingHold<'a> {
+    renewals: &'a Renewals,
+    key: &'a str,
+    owner: &'a str,
+}
+
+impl Drop for PendingHold<'_> {
+    fn drop(&mut self) {
+        self.renewals.release(self.key, self.owner);
+    }
+}
+
+impl Drop for RedisWatchdogLock {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+        self.shared.renewals.abandon();
+    }
+}
+
+impl Shared {
+    async fn try_lock(self: &Arc<Self>, key: &str, lease: Duration) -> Result<Attempt, LockError> {
+        let owner = new_owner_id();
+        let sent = Instant::now();
+        self.requests.add(1);
+        let (granted, value): (i64, i64) = self
+            .conn
+            .invoke(
+                LOCK.key(key)
+                    .key(fence_key(key))
+                    .arg(&owner)
+                    .arg(millis(lease)),
+            )
+            .await?;
+        if granted == 0 {
+            return Ok(Attempt::Held(match u64::try_from(value) {
+                Ok(ms) if ms > 0 => Duration::from_millis(ms + 1),
+                _ => UNKNOWN_TTL_RETRY,
+            }));
+        }
+        let lost = self.renewals.register(key, &owner, lease, sent);
+        let held = WatchdogHeld::new(self, key, &owner, lease);
+        Ok(Attempt::Granted(Guard::new(
+            key,
+            owner,
+            value as u64,
+            lost,
+            held,
+        )))
+    }
+
+    async fn acquire(
+        self: &Arc<Self>,
+        key: &str,
+        options: AcquireOptions,
+    ) -> Result<Guard, LockError> {
+        let start = Instant::now();
+        let budget = options.wait.unwrap_or(Duration::ZERO);
+        let timeout = || LockError::Timeout {
+            key: key.to_owned(),
+            waited: start.elapsed(),
+        };
+        let remaining = || budget.saturating_sub(start.elapsed());
+        let (mut ticket, mut retry_in): (Ticket, Duration);
+        if budget > Duration::ZERO && self.wakeups.has_waiters(key) {
+            // Others of this client wait already: queue behind them, try when woken.
+            ticket = self.wakeups.enqueue(key);
+            retry_in = options.lease;
+        } else {
+            let ttl = match self.try_lock(key, options.lease).await? {
+                Attempt::Granted(guard) => return Ok(guard),
+                Attempt::Held(_) if budget.is_zero() => return Err(timeout()),
+                Attempt::Held(ttl) => ttl,
+            };
+            // Subscribe, then try again: a release between the first attempt and the
+            // subscription would otherwise go unheard.
+            ticket = self.wakeups.enqueue(key);
+            let subscribed = ticket.subscribed();
+            let _ = tokio::time::timeout(ttl.min(remaining()), subscribed).await;
+            match self.try_lock(key, options.lease).await? {
+                Attempt::Granted(guard) => {
+                    ticket.granted();
+                    return Ok(guard);
+                }
+                Attempt::Held(ttl) => retry_in = ttl,
+            }
+        }
+        loop {
+            if remaining().is_zero() {
+                return Err(timeout());
+            }
+            tokio::select! {
+                () = ticket.woken() => {}
+                () = tokio::time::sleep(retry_in.min(remaining())) => {}
+            }
+            match self.try_lock(key, options.lease).await? {
+                Attempt::Granted(guard) => {
+                    ticket.granted();
+                    return Ok(guard);
+                }
+                Attempt::Held(ttl) => retry_in = ttl,
+            }
+        }
+    }
+}
+
+struct WatchdogHeld {
+    shared: Arc<Shared>,
+    key: String,
+    owner: String,
+    lease: Duration,
+}
+
+impl WatchdogHeld {
+    fn new(shared: &Arc<Shared>, key: &str, owner: &str, lease: Duration) -> Box<WatchdogHeld> {
+        Box::new(WatchdogHeld {
+            shared: Arc::clone(shared),
+            key: key.to_owned(),
+            owner: owner.to_owned(),
+            lease,
+        })
+    }
+}
+
+impl Held for WatchdogHeld {
+    fn release(self: Box<Self>) -> BoxFuture<'static, Result<bool, LockError>> {
+        Box::pin(async move {
+            let shared = &self.shared;
+            shared.renewals.release(&self.key, &self.owner);
+            shared.requests.add(1);
+            let left: i64 = shared
+                .conn
+                .invoke(
+                    UNLOCK
+                        .key(&self.key)
+                        .arg(&self.owner)
+                        .arg(channel(&self.key))
+                        .arg(millis(self.lease)),
+                )
+                .await?;
+            Ok(left >= 0)
+        })
+    }
+}
+
+impl DistributedLock for RedisWatchdogLock {
+    fn backend(&self) -> &'static str {
+        "redis-watchdog"
+    }
+
+    fn acquire<'a>(
+        &'a self,
+        key: &'a str,
+        options: AcquireOptions,
+    ) -> BoxFuture<'a, Result<Guard, LockError>> {
+        Box::pin(self.shared.acquire(key, options))
+    }
+
+    fn backend_requests(&self) -> u64 {
+        self.shared.requests.get()
+    }
+}

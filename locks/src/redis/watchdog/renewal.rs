@@ -1,0 +1,210 @@
+//! The watchdog: one task per client keeps every lock the client holds alive, all of them in
+//! one round trip per renewal round.
+//!
+//! Each held lock is renewed once a third of its lease has passed since the last confirmed
+//! renewal; a round also takes along every lock that would fall due within the next sixth of
+//! its lease, so locks acquired at about the same time share round trips instead of each
+//! costing one. A lock whose renewal Redis refuses (the hash no longer names its owner: the lease
+//! ran out during a stall, or someone deleted it) is reported lost at once. A lock that cannot
+//! be renewed because Redis does not answer is retried quickly and reported lost when a full
+//! lease has passed since the last renewal that Redis confirmed (counted from when that
+//! renewal was *sent*): from then on the client can no longer claim it holds the lock.
+
+use std::collections::HashMap;
+use std::sync::{LazyLock, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use deadpool_redis::redis::Script;
+use tokio::sync::{Notify, watch};
+
+use crate::redis::{Conn, Requests, millis};
+
+/// Renews many locks at once. KEYS: locks. ARGV: owner and lease (ms) per key, in key order.
+/// Returns 1 per lock still held by that owner (now renewed), 0 per lock it no longer holds.
+static RENEW_ALL: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local renewed = {}
+for i, key in ipairs(KEYS) do
+  if redis.call('hexists', key, ARGV[2 * i - 1]) == 1 then
+    redis.call('pexpire', key, ARGV[2 * i])
+    renewed[i] = 1
+  else
+    renewed[i] = 0
+  end
+end
+return renewed",
+    )
+});
+
+/// Pause before retrying a renewal round that failed to reach Redis.
+const RETRY: Duration = Duration::from_millis(100);
+
+type Id = (String, String);
+
+/// The locks one client holds, by `(key, owner)`.
+#[derive(Default)]
+pub(super) struct Renewals {
+    held: Mutex<HashMap<Id, Entry>>,
+    changed: Notify,
+}
+
+struct Entry {
+    lease: Duration,
+    /// Guards alive for this acquisition: 1 plus re-entries.
+    holds: usize,
+    lost: watch::Sender<bool>,
+    /// When the last grant or renewal that Redis confirmed was sent.
+    confirmed: Instant,
+    /// When the next renewal is due.
+    due: Instant,
+}
+
+impl Renewals {
+    /// Starts renewing a lock granted by a request sent at `sent`; returns its `lost` flag.
+    pub(super) fn register(
+        &self,
+        key: &str,
+        owner: &str,
+        lease: Duration,
+        sent: Instant,
+    ) -> watch::Receiver<bool> {
+        let (lost, lost_rx) = watch::channel(false);
+        let entry = Entry {
+            lease,
+            holds: 1,
+            lost,
+            confirmed: sent,
+            due: sent + lease / 3,
+        };
+        self.lock()
+            .insert((key.to_owned(), owner.to_owned()), entry);
+        self.changed.notify_one();
+        lost_rx
+    }
+
+    /// Counts one more guard for a held lock; its `lost` flag and lease, or `None` if this
+    /// client no longer renews it.
+    pub(super) fn reenter(
+        &self,
+        key: &str,
+        owner: &str,
+    ) -> Option<(watch::Receiver<bool>, Duration)> {
+        let mut held = self.lock();
+        let entry = held.get_mut(&(key.to_owned(), owner.to_owned()))?;
+        entry.holds += 1;
+        Some((entry.lost.subscribe(), entry.lease))
+    }
+
+    /// Counts one guard less; the last one stops the renewal.
+    pub(super) fn release(&self, key: &str, owner: &str) {
+        let mut held = self.lock();
+        let id = (key.to_owned(), owner.to_owned());
+        if let Some(entry) = held.get_mut(&id) {
+            entry.holds -= 1;
+            if entry.holds == 0 {
+                held.remove(&id);
+            }
+        }
+    }
+
+    /// How many locks are being renewed.
+    pub(super) fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// The client is going away and renewal stops: each lock's `lost` fires when its last
+    /// confirmed lease runs out (needs a running Tokio runtime; otherwise they never fire).
+    pub(super) fn abandon(&self) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        for (_, entry) in self.lock().drain() {
+            let end = entry.confirmed + entry.lease;
+            runtime.spawn(async move {
+                tokio::time::sleep_until(end.into()).await;
+                let _ = entry.lost.send(true);
+            });
+        }
+    }
+
+    /// The renewal task: sleeps until the next lock falls due, renews, repeats. Runs until
+    /// aborted.
+    pub(super) async fn run(&self, conn: &Conn, requests: &Requests) {
+        loop {
+            let changed = self.changed.notified();
+            match self.next_due() {
+                Some(due) if due <= Instant::now() => self.renew_due(conn, requests).await,
+                Some(due) => {
+                    tokio::select! {
+                        () = tokio::time::sleep_until(due.into()) => {}
+                        () = changed => {}
+                    }
+                }
+                None => changed.await,
+            }
+        }
+    }
+
+    fn next_due(&self) -> Option<Instant> {
+        self.lock().values().map(|e| e.due).min()
+    }
+
+    async fn renew_due(&self, conn: &Conn, requests: &Requests) {
+        let now = Instant::now();
+        let batch: Vec<(Id, Duration)> = self
+            .lock()
+            .iter()
+            .filter(|(_, e)| e.due <= now + e.lease / 6)
+            .map(|(id, e)| (id.clone(), e.lease))
+            .collect();
+        if batch.is_empty() {
+            return;
+        }
+        let mut script = RENEW_ALL.prepare_invoke();
+        for ((key, owner), lease) in &batch {
+            script.key(key).arg(owner).arg(millis(*lease));
+        }
+        let sent = Instant::now();
+        requests.add(1);
+        let outcome: Result<Vec<i64>, _> = conn.invoke(&script).await;
+        let mut held = self.lock();
+        match outcome {
+            Ok(renewed) => {
+                for ((id, _), renewed) in batch.into_iter().zip(renewed) {
+                    // Released while the round was in flight: nothing to do.
+                    let Some(entry) = held.get_mut(&id) else {
+                        continue;
+                    };
+                    if renewed == 1 {
+                        entry.confirmed = sent;
+                        entry.due = sent + entry.lease / 3;
+                    } else if let Some(entry) = held.remove(&id) {
+                        tracing::warn!(key = %id.0, "watchdog: lock lost, renewal refused");
+                        let _ = entry.lost.send(true);
+                    }
+                }
+            }
+            Err(error) => {
+                tracing::warn!(%error, "watchdog: renewal round failed");
+                let retry = Instant::now() + RETRY;
+                for (id, _) in batch {
+                    let Some(entry) = held.get_mut(&id) else {
+                        continue;
+                    };
+                    if Instant::now() >= entry.confirmed + entry.lease {
+                        if let Some(entry) = held.remove(&id) {
+                            let _ = entry.lost.send(true);
+                        }
+                    } else {
+                        entry.due = retry.min(entry.confirmed + entry.lease);
+                    }
+                }
+            }
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<Id, Entry>> {
+        self.held.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}

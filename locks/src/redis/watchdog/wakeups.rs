@@ -1,0 +1,262 @@
+//! Waking waiters by pub/sub instead of polling.
+//!
+//! The unlock script publishes on `locks:released:<key>` when it deletes a lock. Each client
+//! has ONE subscriber connection, subscribed to the channels of the keys it has waiters for
+//! (subscribed when the first waiter for a key arrives, unsubscribed when the last one leaves),
+//! and per key a FIFO of waiters. A release message wakes only the waiter at the front of the
+//! queue: one retry per client per release, never a thundering herd of every waiter. The woken
+//! waiter stays at the front until it wins or leaves; if it leaves without winning (cancelled,
+//! out of budget), it passes the wake-up on to the next one.
+//!
+//! A message can be missed: the holder crashed and published nothing, the subscription was not
+//! up yet, the subscriber connection dropped. So every waiter also re-checks when the current
+//! holder's lease would end (the `PTTL` the lock script returned). After the subscriber
+//! reconnects, it re-subscribes and wakes every queue's front, since messages may have been lost
+//! in between.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use deadpool_redis::redis::Client;
+use deadpool_redis::redis::aio::PubSubSink;
+use futures::StreamExt;
+use tokio::sync::{Notify, mpsc, watch};
+
+use crate::redis::Requests;
+
+const CHANNEL_PREFIX: &str = "locks:released:";
+
+/// The channel the unlock script publishes on when it deletes lock `key`.
+pub(super) fn channel(key: &str) -> String {
+    format!("{CHANNEL_PREFIX}{key}")
+}
+
+/// How long one SUBSCRIBE/UNSUBSCRIBE may take before the connection is considered dead.
+const SINK_TIMEOUT: Duration = Duration::from_secs(2);
+/// Pause between attempts to (re)connect the subscriber.
+const RECONNECT: Duration = Duration::from_millis(200);
+
+/// The per-key queues of one client, and the line to its subscriber task.
+pub(super) struct Wakeups {
+    queues: Mutex<HashMap<String, Queue>>,
+    commands: mpsc::UnboundedSender<Command>,
+    next_id: AtomicU64,
+}
+
+struct Queue {
+    waiters: VecDeque<Arc<Waiter>>,
+    /// Whether the key's channel is subscribed on the current subscriber connection.
+    subscribed: watch::Sender<bool>,
+}
+
+struct Waiter {
+    id: u64,
+    wake: Notify,
+}
+
+enum Command {
+    Subscribe(String),
+    Unsubscribe(String),
+}
+
+impl Wakeups {
+    /// The queues, and the subscriber task to spawn (it runs until aborted).
+    pub(super) fn new(
+        client: Client,
+        requests: Arc<Requests>,
+    ) -> (Arc<Wakeups>, impl Future<Output = ()> + Send + 'static) {
+        let (commands, receiver) = mpsc::unbounded_channel();
+        let wakeups = Arc::new(Wakeups {
+            queues: Mutex::default(),
+            commands,
+            next_id: AtomicU64::new(0),
+        });
+        let task = Arc::clone(&wakeups).subscriber(client, receiver, requests);
+        (wakeups, task)
+    }
+
+    /// Whether some local waiter already queues for `key` (a newcomer then queues behind it
+    /// instead of barging in).
+    pub(super) fn has_waiters(&self, key: &str) -> bool {
+        self.lock().contains_key(key)
+    }
+
+    /// Waiters queued, over all keys.
+    pub(super) fn len(&self) -> usize {
+        self.lock().values().map(|q| q.waiters.len()).sum()
+    }
+
+    /// Joins the back of `key`'s queue (subscribing to its channel if this is the first waiter).
+    pub(super) fn enqueue(self: &Arc<Self>, key: &str) -> Ticket {
+        let waiter = Arc::new(Waiter {
+            id: self.next_id.fetch_add(1, Ordering::Relaxed),
+            wake: Notify::new(),
+        });
+        let mut queues = self.lock();
+        let queue = queues.entry(key.to_owned()).or_insert_with(|| {
+            let _ = self.commands.send(Command::Subscribe(key.to_owned()));
+            Queue {
+                waiters: VecDeque::new(),
+                subscribed: watch::channel(false).0,
+            }
+        });
+        queue.waiters.push_back(Arc::clone(&waiter));
+        Ticket {
+            wakeups: Arc::clone(self),
+            key: key.to_owned(),
+            subscribed: queue.subscribed.subscribe(),
+            waiter,
+            granted: false,
+        }
+    }
+
+    fn wake_front(queue: &Queue) {
+        if let Some(front) = queue.waiters.front() {
+            front.wake.notify_one();
+        }
+    }
+
+    fn leave(&self, key: &str, id: u64, granted: bool) {
+        let mut queues = self.lock();
+        let Some(queue) = queues.get_mut(key) else {
+            return;
+        };
+        let was_front = queue.waiters.front().is_some_and(|w| w.id == id);
+        queue.waiters.retain(|w| w.id != id);
+        if queue.waiters.is_empty() {
+            queues.remove(key);
+            let _ = self.commands.send(Command::Unsubscribe(key.to_owned()));
+        } else if was_front && !granted {
+            // It may have been woken for a release it will not use: pass it on.
+            Self::wake_front(queue);
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Queue>> {
+        self.queues.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    async fn subscriber(
+        self: Arc<Self>,
+        client: Client,
+        mut commands: mpsc::UnboundedReceiver<Command>,
+        requests: Arc<Requests>,
+    ) {
+        loop {
+            match client.get_async_pubsub().await {
+                Ok(pubsub) => {
+                    let (mut sink, mut stream) = pubsub.split();
+                    if self.resubscribe(&mut sink, &requests).await {
+                        loop {
+                            tokio::select! {
+                                command = commands.recv() => {
+                                    let Some(command) = command else { return };
+                                    if !self.apply(command, &mut sink, &requests).await {
+                                        break;
+                                    }
+                                }
+                                message = stream.next() => {
+                                    let Some(message) = message else { break };
+                                    if let Some(key) = message.get_channel_name().strip_prefix(CHANNEL_PREFIX)
+                                        && let Some(queue) = self.lock().get(key)
+                                    {
+                                        Self::wake_front(queue);
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    tracing::warn!("watchdog: subscriber connection lost; reconnecting");
+                    for queue in self.lock().values() {
+                        queue.subscribed.send_replace(false);
+                    }
+                }
+                Err(error) => tracing::warn!(%error, "watchdog: subscriber cannot connect"),
+            }
+            tokio::time::sleep(RECONNECT).await;
+        }
+    }
+
+    /// On a fresh connection: subscribes every key with waiters and wakes each queue's front,
+    /// since releases may have gone unheard. `false` if the connection failed.
+    async fn resubscribe(&self, sink: &mut PubSubSink, requests: &Requests) -> bool {
+        let keys: Vec<String> = self.lock().keys().cloned().collect();
+        for key in keys {
+            if !self.apply(Command::Subscribe(key), sink, requests).await {
+                return false;
+            }
+        }
+        for queue in self.lock().values() {
+            Self::wake_front(queue);
+        }
+        true
+    }
+
+    /// Runs one command on the subscriber connection; `false` if the connection failed.
+    async fn apply(&self, command: Command, sink: &mut PubSubSink, requests: &Requests) -> bool {
+        let outcome = match &command {
+            Command::Subscribe(key) => {
+                requests.add(1);
+                tokio::time::timeout(SINK_TIMEOUT, sink.subscribe(channel(key))).await
+            }
+            // Waiters came back for the key since: keep the subscription.
+            Command::Unsubscribe(key) if self.lock().contains_key(key) => return true,
+            Command::Unsubscribe(key) => {
+                requests.add(1);
+                tokio::time::timeout(SINK_TIMEOUT, sink.unsubscribe(channel(key))).await
+            }
+        };
+        match outcome {
+            Ok(Ok(())) => {
+                if let Command::Subscribe(key) = command
+                    && let Some(queue) = self.lock().get(&key)
+                {
+                    queue.subscribed.send_replace(true);
+                }
+                true
+            }
+            Ok(Err(error)) => {
+                tracing::warn!(%error, "watchdog: subscriber command failed");
+                false
+            }
+            Err(_) => false,
+        }
+    }
+}
+
+/// A waiter's place in its key's queue. Dropping it leaves the queue (cancellation-safe).
+pub(super) struct Ticket {
+    wakeups: Arc<Wakeups>,
+    key: String,
+    waiter: Arc<Waiter>,
+    subscribed: watch::Receiver<bool>,
+    granted: bool,
+}
+
+impl Ticket {
+    /// Resolves once the key's channel is subscribed (bound it with a timeout: it never
+    /// resolves while the subscriber is disconnected).
+    pub(super) async fn subscribed(&mut self) {
+        if self.subscribed.wait_for(|s| *s).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+
+    /// Resolves when a release wakes this waiter (or woke it while it was busy trying).
+    pub(super) async fn woken(&self) {
+        self.waiter.wake.notified().await;
+    }
+
+    /// Leaves the queue as the new holder: the next waiter is not woken (the lock is taken).
+    pub(super) fn granted(mut self) {
+        self.granted = true;
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        self.wakeups.leave(&self.key, self.waiter.id, self.granted);
+    }
+}

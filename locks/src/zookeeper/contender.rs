@@ -1,0 +1,266 @@
+//! One acquisition's node in the queue, from creation to grant or withdrawal.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use zookeeper_client::{Acls, Client, CreateMode, Error, OneshotWatcher};
+
+use super::held::HeldNode;
+use super::path::{self, LOCK_ROOT};
+use crate::{Guard, LockError, new_owner_id};
+
+/// How often a create is retried after connection loss or a vanished lock directory.
+const CREATE_ATTEMPTS: usize = 5;
+
+/// Pause before looking for our node again while the session reconnects.
+const RECONNECT_PAUSE: Duration = Duration::from_millis(100);
+
+/// A queued acquisition. Dropping it before [`Contender::into_guard`] or
+/// [`Contender::withdraw`] deletes its node (the request is queued on the session at once).
+pub(super) struct Contender {
+    client: Arc<Client>,
+    key: String,
+    owner: String,
+    dir: String,
+    name: String,
+    czxid: i64,
+    requests: Arc<AtomicU64>,
+    queued: bool,
+}
+
+impl Contender {
+    /// Creates this acquisition's sequential node under the lock's directory.
+    pub(super) async fn enqueue(
+        client: Arc<Client>,
+        key: &str,
+        requests: Arc<AtomicU64>,
+    ) -> Result<Contender, LockError> {
+        let owner = new_owner_id();
+        let dir = path::lock_dir(key);
+        let prefix = path::node_prefix(&dir, &owner);
+        let node = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
+        let count = || requests.fetch_add(1, Ordering::Relaxed);
+        // Until we know our node's name, only the owner id can find it: if this future is
+        // dropped (or fails) with a create in flight, look the node up and delete it.
+        let mut unplaced = Unplaced {
+            client: Arc::clone(&client),
+            dir: dir.clone(),
+            owner: owner.clone(),
+            requests: Arc::clone(&requests),
+            armed: true,
+        };
+        let mut last_error = None;
+        for _ in 0..CREATE_ATTEMPTS {
+            count();
+            let error = match client.create(&prefix, &[], &node).await {
+                Ok((stat, sequence)) => {
+                    unplaced.armed = false;
+                    let name = format!("{}{sequence}", &prefix[dir.len() + 1..]);
+                    return Ok(Contender::queued(
+                        client, key, owner, dir, name, stat.czxid, requests,
+                    ));
+                }
+                Err(e) => e,
+            };
+            match error {
+                // First use of this name, or its container was just reaped: make the path.
+                Error::NoNode => ensure_dir(&client, &dir, &requests).await?,
+                // The create may have been applied with its reply lost: look for our node
+                // before creating another one (the "protection" of the recipe).
+                Error::ConnectionLoss => {
+                    if let Some((name, czxid)) = find_own(&client, &dir, &owner, &requests).await? {
+                        unplaced.armed = false;
+                        return Ok(Contender::queued(
+                            client, key, owner, dir, name, czxid, requests,
+                        ));
+                    }
+                }
+                e => return Err(LockError::unavailable(e)),
+            }
+            last_error = Some(error);
+        }
+        Err(LockError::unavailable(last_error.unwrap_or(Error::NoNode)))
+    }
+
+    fn queued(
+        client: Arc<Client>,
+        key: &str,
+        owner: String,
+        dir: String,
+        name: String,
+        czxid: i64,
+        requests: Arc<AtomicU64>,
+    ) -> Contender {
+        Contender {
+            client,
+            key: key.to_owned(),
+            owner,
+            dir,
+            name,
+            czxid,
+            requests,
+            queued: true,
+        }
+    }
+
+    fn path(&self) -> String {
+        format!("{}/{}", self.dir, self.name)
+    }
+
+    fn count(&self) {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Lists the queue: `None` if this node is first (it holds the lock), else the name of the
+    /// node right before it.
+    pub(super) async fn predecessor(&self) -> Result<Option<String>, LockError> {
+        self.count();
+        let children = self
+            .client
+            .list_children(&self.dir)
+            .await
+            .map_err(LockError::unavailable)?;
+        let queue = path::queue(children);
+        match queue.iter().position(|name| *name == self.name) {
+            Some(0) => Ok(None),
+            Some(i) => Ok(Some(queue[i - 1].clone())),
+            None => Err(LockError::Unavailable(
+                format!(
+                    "lock node {} vanished while queued (session expired?)",
+                    self.path()
+                )
+                .into(),
+            )),
+        }
+    }
+
+    /// Watches `predecessor`'s deletion; `None` if it is already gone.
+    pub(super) async fn watch(
+        &self,
+        predecessor: &str,
+    ) -> Result<Option<OneshotWatcher>, LockError> {
+        self.count();
+        let (stat, watcher) = self
+            .client
+            .check_and_watch_stat(&format!("{}/{predecessor}", self.dir))
+            .await
+            .map_err(LockError::unavailable)?;
+        Ok(stat.map(|_| watcher))
+    }
+
+    /// Gives up: deletes this node and waits for the answer. Errors are ignored: the node
+    /// then ends with the session.
+    pub(super) async fn withdraw(mut self) {
+        self.queued = false;
+        self.count();
+        if let Err(e) = self.client.delete(&self.path(), None).await {
+            tracing::debug!(error = %e, path = %self.path(), "withdrawing a lock node failed");
+        }
+    }
+
+    /// The node is first in the queue: the lock is held. Watches the node to learn of loss.
+    pub(super) async fn into_guard(mut self) -> Result<Guard, LockError> {
+        // On error the lock is not handed out, and dropping `self` deletes the node.
+        let (held, lost) =
+            HeldNode::watch(&self.client, self.path(), self.requests.clone()).await?;
+        self.queued = false;
+        Ok(Guard::new(
+            self.key.clone(),
+            self.owner.clone(),
+            u64::try_from(self.czxid).unwrap_or_default(),
+            lost,
+            Box::new(held),
+        ))
+    }
+}
+
+impl Drop for Contender {
+    fn drop(&mut self) {
+        if self.queued {
+            self.count();
+            // The request is queued now; nobody needs its answer.
+            drop(self.client.delete(&self.path(), None));
+        }
+    }
+}
+
+/// An acquisition whose create may be in flight: on drop, finds its node by owner id and
+/// deletes it (in the background, if a runtime is there to run it).
+struct Unplaced {
+    client: Arc<Client>,
+    dir: String,
+    owner: String,
+    requests: Arc<AtomicU64>,
+    armed: bool,
+}
+
+impl Drop for Unplaced {
+    fn drop(&mut self) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if !self.armed {
+            return;
+        }
+        let (client, dir, owner) = (self.client.clone(), self.dir.clone(), self.owner.clone());
+        let requests = self.requests.clone();
+        runtime.spawn(async move {
+            if let Ok(Some((name, _))) = find_own(&client, &dir, &owner, &requests).await {
+                requests.fetch_add(1, Ordering::Relaxed);
+                let _ = client.delete(&format!("{dir}/{name}"), None).await;
+            }
+        });
+    }
+}
+
+/// Creates `/locks` (persistent) and `dir` (a container the server reaps once empty).
+async fn ensure_dir(client: &Client, dir: &str, requests: &AtomicU64) -> Result<(), LockError> {
+    let parents = [
+        (LOCK_ROOT, CreateMode::Persistent),
+        (dir, CreateMode::Container),
+    ];
+    for (path, mode) in parents {
+        requests.fetch_add(1, Ordering::Relaxed);
+        match client
+            .create(path, &[], &mode.with_acls(Acls::anyone_all()))
+            .await
+        {
+            Ok(_) | Err(Error::NodeExists) => {}
+            Err(e) => return Err(LockError::unavailable(e)),
+        }
+    }
+    Ok(())
+}
+
+/// Finds the node `owner` created, with its czxid, if the create was applied.
+async fn find_own(
+    client: &Client,
+    dir: &str,
+    owner: &str,
+    requests: &AtomicU64,
+) -> Result<Option<(String, i64)>, LockError> {
+    let mut attempt = 0;
+    let children = loop {
+        requests.fetch_add(1, Ordering::Relaxed);
+        match client.list_children(dir).await {
+            Ok(children) => break children,
+            Err(Error::NoNode) => return Ok(None),
+            // Still reconnecting: giving up now would orphan the node if it exists.
+            Err(Error::ConnectionLoss) if attempt < CREATE_ATTEMPTS => {
+                attempt += 1;
+                tokio::time::sleep(RECONNECT_PAUSE * attempt as u32).await;
+            }
+            Err(e) => return Err(LockError::unavailable(e)),
+        }
+    };
+    let Some(name) = children.into_iter().find(|n| path::is_owned_by(n, owner)) else {
+        return Ok(None);
+    };
+    requests.fetch_add(1, Ordering::Relaxed);
+    match client.check_stat(&format!("{dir}/{name}")).await {
+        Ok(Some(stat)) => Ok(Some((name, stat.czxid))),
+        Ok(None) => Ok(None),
+        Err(e) => Err(LockError::unavailable(e)),
+    }
+}

@@ -1,0 +1,130 @@
+//! A granted lock node: its release, and the watch that tells the guard it is gone.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use tokio::sync::watch;
+use zookeeper_client::{Client, Error, EventType, OneshotWatcher};
+
+use crate::{Held, LockError};
+
+/// Pause before re-arming the watch after a transient error.
+const REWATCH_PAUSE: Duration = Duration::from_millis(100);
+
+/// The node of a held lock. It keeps only a weak handle on the session: a guard must not keep
+/// a session alive after its [`super::ZooKeeperLock`] is gone (a leaked guard would otherwise
+/// hold the lock forever).
+pub(super) struct HeldNode {
+    client: Weak<Client>,
+    path: String,
+    requests: Arc<AtomicU64>,
+}
+
+impl HeldNode {
+    /// Sets a watch on the granted node and starts the task that turns its deletion (or the
+    /// session's end) into the guard's `lost` flag.
+    pub(super) async fn watch(
+        client: &Arc<Client>,
+        path: String,
+        requests: Arc<AtomicU64>,
+    ) -> Result<(HeldNode, watch::Receiver<bool>), LockError> {
+        requests.fetch_add(1, Ordering::Relaxed);
+        let (stat, watcher) = client
+            .check_and_watch_stat(&path)
+            .await
+            .map_err(LockError::unavailable)?;
+        if stat.is_none() {
+            return Err(LockError::Unavailable(
+                format!("lock node {path} vanished at grant (session expired?)").into(),
+            ));
+        }
+        let (lost_tx, lost_rx) = watch::channel(false);
+        let held = HeldNode {
+            client: Arc::downgrade(client),
+            path,
+            requests,
+        };
+        tokio::spawn(held.monitor(watcher, lost_tx));
+        Ok((held, lost_rx))
+    }
+
+    /// A copy of what the monitor task needs.
+    fn monitor(
+        &self,
+        mut watcher: OneshotWatcher,
+        lost: watch::Sender<bool>,
+    ) -> impl Future<Output = ()> + Send + 'static {
+        let client = self.client.clone();
+        let path = self.path.clone();
+        let requests = self.requests.clone();
+        async move {
+            loop {
+                let event = tokio::select! {
+                    event = watcher.changed() => event,
+                    // The guard is gone: nobody is left to tell.
+                    () = lost.closed() => return,
+                };
+                let gone = match event.event_type {
+                    EventType::NodeDeleted => true,
+                    EventType::Session => event.session_state.is_terminated(),
+                    _ => false,
+                };
+                if gone {
+                    break;
+                }
+                // Anything else (a data change nobody should make) fired the one-shot watch:
+                // set it again.
+                match rewatch(&client, &path, &requests).await {
+                    Some(next) => watcher = next,
+                    None => break,
+                }
+            }
+            tracing::debug!(%path, "lock node gone: the lock is lost");
+            let _ = lost.send(true);
+        }
+    }
+}
+
+/// Watches `path` again; `None` once the node, the session or the lock client is gone.
+async fn rewatch(
+    client: &Weak<Client>,
+    path: &str,
+    requests: &AtomicU64,
+) -> Option<OneshotWatcher> {
+    loop {
+        let client = client.upgrade()?;
+        requests.fetch_add(1, Ordering::Relaxed);
+        match client.check_and_watch_stat(path).await {
+            Ok((Some(_), watcher)) => return Some(watcher),
+            Ok((None, _)) => return None,
+            Err(Error::SessionExpired | Error::ClientClosed) => return None,
+            Err(_) if client.state().is_terminated() => return None,
+            // Connection loss: in doubt, not lost. Try again once reconnected.
+            Err(_) => tokio::time::sleep(REWATCH_PAUSE).await,
+        }
+    }
+}
+
+impl Held for HeldNode {
+    fn release(self: Box<Self>) -> BoxFuture<'static, Result<bool, LockError>> {
+        async move {
+            let Some(client) = self.client.upgrade() else {
+                return Err(LockError::Unavailable(
+                    "the ZooKeeperLock was dropped: the lock ends with its session".into(),
+                ));
+            };
+            self.requests.fetch_add(1, Ordering::Relaxed);
+            // The node's name carries this acquisition's id: deleting it can never remove
+            // another holder's lock.
+            match client.delete(&self.path, None).await {
+                Ok(()) => Ok(true),
+                Err(Error::NoNode | Error::SessionExpired | Error::ClientClosed) => Ok(false),
+                Err(e) => Err(LockError::unavailable(e)),
+            }
+        }
+        .boxed()
+    }
+}

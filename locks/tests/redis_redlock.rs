@@ -1,0 +1,108 @@
+//! `Redlock` over 5 independent Redis instances: the conformance suite, plus quorum behaviour
+//! when instances die.
+
+mod conformance;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::FutureExt;
+use locks::redis::Redlock;
+use locks::{AcquireOptions, DistributedLock, LockError};
+use redis::AsyncCommands;
+
+async fn subject() -> conformance::Subject {
+    let urls = sandbox::shared::redlock_urls();
+    let expire_urls = urls.clone();
+    conformance::Subject::new(
+        move || {
+            let urls = urls.clone();
+            async move { Arc::new(Redlock::connect(&urls).expect("client")) as Arc<dyn DistributedLock> }
+                .boxed()
+        },
+        move |guard| {
+            let (urls, key) = (expire_urls.clone(), guard.key().to_owned());
+            async move {
+                for url in &urls {
+                    let _: i64 = connection(url).await.del(&key).await.expect("DEL");
+                }
+            }
+            .boxed()
+        },
+    )
+}
+
+conformance::suite!(subject);
+
+async fn connection(url: &str) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(url)
+        .expect("url")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connection")
+}
+
+#[tokio::test]
+async fn a_lock_held_on_a_minority_of_instances_does_not_block_a_grant() {
+    let urls = sandbox::shared::redlock_urls();
+    let lock = Redlock::connect(&urls).expect("client");
+    let key = conformance::unique_key("redlock-minority");
+    // Another contender's leftovers on 2 of 5 instances, as after a lost race.
+    for url in &urls[..2] {
+        let () = connection(url)
+            .await
+            .set_ex(&key, "someone-else", 30)
+            .await
+            .expect("SET");
+    }
+    let guard = lock
+        .acquire(&key, AcquireOptions::new(Duration::from_secs(5)))
+        .await
+        .expect("a majority of 3 free instances should grant");
+    assert!(guard.release().await.expect("release"));
+}
+
+#[tokio::test]
+async fn redlock_keeps_working_with_two_of_five_instances_killed_and_refuses_with_three() {
+    sandbox::require_faults!();
+    let instances = tokio::task::spawn_blocking(|| sandbox::Redis::start_many(5))
+        .await
+        .expect("task")
+        .expect("5 private redis");
+    let urls: Vec<String> = instances.iter().map(|r| r.url()).collect();
+    let lock = Redlock::connect(&urls).expect("client");
+    let key = conformance::unique_key("redlock-kill");
+    let options = AcquireOptions::new(Duration::from_secs(5)).wait(Duration::from_secs(5));
+
+    let mut last_token = 0;
+    for killed in 0..=2 {
+        if killed > 0 {
+            instances[killed - 1].server().kill().expect("kill");
+        }
+        for _ in 0..3 {
+            let guard = lock
+                .acquire(&key, options)
+                .await
+                .unwrap_or_else(|e| panic!("no grant with {killed} of 5 killed: {e}"));
+            assert!(guard.fencing_token() > last_token, "tokens went back");
+            last_token = guard.fencing_token();
+            assert!(guard.release().await.expect("release"));
+        }
+    }
+
+    instances[2].server().kill().expect("kill");
+    let refused = lock
+        .acquire(&key, AcquireOptions::new(Duration::from_secs(5)))
+        .await;
+    assert!(
+        matches!(refused, Err(LockError::NoQuorum { needed: 3, .. })),
+        "expected NoQuorum with 3 of 5 killed, got {refused:?}"
+    );
+    let refused = lock
+        .acquire(&key, options.wait(Duration::from_millis(500)))
+        .await;
+    assert!(
+        matches!(refused, Err(LockError::NoQuorum { .. })),
+        "{refused:?}"
+    );
+}
