@@ -31,8 +31,11 @@ enum Cmd {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
-    /// Setup, then run the benchmark (`seckill-bench`) in release mode with ARGS.
+    /// Setup, then run the benchmark (`seckill-bench`) in release mode with ARGS;
+    /// `--micro` runs the criterion micro-benchmarks (`cargo bench -p benches`) instead, with ARGS.
     Bench {
+        #[arg(long)]
+        micro: bool,
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
@@ -43,7 +46,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Cmd::Setup => setup::run(),
         Cmd::Test { args } => setup::run().and_then(|()| test(&args)),
-        Cmd::Bench { args } => setup::run().and_then(|()| bench(&args)),
+        Cmd::Bench { micro: false, args } => setup::run().and_then(|()| bench(&args)),
+        Cmd::Bench { micro: true, args } => setup::run().and_then(|()| micro_bench(&args)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -83,7 +87,9 @@ fn test(args: &[String]) -> Result<()> {
     doc.args(["test", "--workspace", "--doc"]);
     run(&mut doc)?;
     drop(shared);
-    Ok(())
+    // The micro-benchmarks are built (in release, as `cargo bench` builds them) so they never
+    // rot; running them is `cargo xtask bench --micro`.
+    cargo(&["bench", "--package", "benches", "--no-run"])
 }
 
 /// Starts the shared servers, unless the user points at their own (external mode).
@@ -147,6 +153,13 @@ fn compose_config() -> Result<()> {
 /// The cargo that runs us (`$CARGO`), so toolchain overrides carry through.
 fn cargo_command() -> Command {
     Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+}
+
+fn micro_bench(args: &[String]) -> Result<()> {
+    let mut c = cargo_command();
+    c.args(["bench", "--package", "benches", "--"]);
+    c.args(args);
+    run(&mut c)
 }
 
 fn cargo(args: &[&str]) -> Result<()> {
