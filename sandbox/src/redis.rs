@@ -22,6 +22,8 @@ impl Launch for RedisLaunch {
             // which is exactly the "crashed before persisting" case the scenarios need.
             .args(["--save", "", "--appendonly", "no"])
             .args(["--maxclients", "10000"])
+            // Serve a replica's full sync at once instead of waiting 5 s for more replicas.
+            .args(["--repl-diskless-sync-delay", "0"])
             .arg("--dir")
             .arg(dir);
         if let Some(primary) = self.replica_of {
@@ -118,8 +120,12 @@ impl RedisPair {
     fn wait_for_link(&self) -> Result<()> {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
+            // Both ends must agree: the replica's link is up and the primary counts it online.
             let info = self.replica.command(&["INFO", "replication"])?;
-            if resp::info_field(&info, "master_link_status").as_deref() == Some("up") {
+            let primary = self.primary.command(&["INFO", "replication"])?;
+            if resp::info_field(&info, "master_link_status").as_deref() == Some("up")
+                && resp::info_field(&primary, "slave0").is_some_and(|s| s.contains("state=online"))
+            {
                 return Ok(());
             }
             if Instant::now() > deadline {
