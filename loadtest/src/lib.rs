@@ -1,1 +1,32 @@
-//! placeholder
+//! `seckill-bench`, the comparative benchmark of the flash-sale strategies and of the lock
+//! backends. Run it with `cargo xtask bench` (or `cargo run --release -p loadtest --bin
+//! seckill-bench -- run --quick`); see `seckill-bench --help`.
+//!
+//! `run` starts throwaway servers (or uses external ones, `SECKILL_EXTERNAL=1`), starts K
+//! `seckill-app` processes, and for every strategy measures a flash sale (correctness, from
+//! the database), closed- and open-loop throughput, and baselines that put every figure in
+//! proportion; it writes `results/<UTC timestamp>/` with `report.md`, `report.json` and SVG
+//! charts. `lock` measures one lock backend under contention and counts mutual-exclusion
+//! violations.
+//!
+//! One module per concern: [`cli`], [`apps`] (app processes), [`client`] (the HTTP API),
+//! [`sale`], [`throughput`], [`baselines`], [`accounting`], [`load`] and [`http_load`] (the
+//! drivers), [`latency`], [`environment`], [`report`], [`lock`], [`run`], and [`scenario`]
+//! (the fault scenarios: `seckill-bench scenario <name>|all`, and part of every `run`).
+
+pub mod accounting;
+pub mod apps;
+pub mod baselines;
+pub mod cli;
+pub mod client;
+pub mod environment;
+pub mod http_load;
+pub mod latency;
+pub mod load;
+pub mod lock;
+pub mod progress;
+pub mod report;
+pub mod run;
+pub mod sale;
+pub mod scenario;
+pub mod throughput;

@@ -1,20 +1,119 @@
-//! `seckill-bench`: for now, starts the throwaway servers, prints where they listen and which
-//! versions they run, and stops them again. The benchmark proper replaces this.
+//! `seckill-bench`: see the library docs (`loadtest`) and `seckill-bench --help`.
 
-use std::time::Instant;
+use std::io::Write;
+use std::time::Duration;
 
-fn main() -> anyhow::Result<()> {
-    let started = Instant::now();
-    let servers = sandbox::Servers::start()?;
-    let up = started.elapsed();
-    let endpoints = servers.endpoints();
-    let versions = servers.versions()?;
-    println!("servers up in {:.1} s", up.as_secs_f64());
-    for (name, value) in endpoints.env_vars() {
-        println!("  {name:<18} {value}");
+use anyhow::{Context, Result};
+use clap::Parser;
+use loadtest::cli::{Cli, Command, LockArgs, RunArgs, ScenarioArgs};
+use loadtest::run::{Target, run_in};
+use loadtest::{apps, lock, report};
+use sandbox::{Endpoints, Mode, Servers};
+
+fn main() -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match Cli::parse().command {
+        Command::Run(args) => run(&args),
+        Command::Lock(args) => lock(&args),
+        Command::Scenario(args) => scenario(&args),
     }
-    println!("  versions           {versions:?}");
+}
+
+/// Throwaway servers, or the external ones named in the environment.
+fn servers() -> Result<(Option<Servers>, Endpoints)> {
+    if sandbox::mode() == Mode::External {
+        return Ok((None, Endpoints::from_env()?));
+    }
+    eprintln!("starting throwaway servers (MariaDB, Redis ×6, ZooKeeper, etcd)…");
+    let servers = Servers::start().context("starting the servers (try `cargo xtask setup`)")?;
+    let endpoints = servers.endpoints();
+    Ok((Some(servers), endpoints))
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?)
+}
+
+fn run(args: &RunArgs) -> Result<()> {
+    let settings = args.settings()?;
+    let app_binary = apps::locate_app(args.app_bin.as_deref())?;
+    let (servers, endpoints) = servers()?;
+    let versions = servers.as_ref().and_then(|s| s.versions().ok());
+    let target = Target {
+        endpoints,
+        servers: if servers.is_some() {
+            "spawned"
+        } else {
+            "external"
+        },
+        versions,
+        app_binary,
+        database: "seckill_bench".into(),
+    };
+    let output = runtime()?.block_on(run_in(&settings, &target, &args.out))?;
     drop(servers);
-    println!("servers stopped");
+    if args.json {
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "{}", report::json::to_string(&output.report)?)?;
+    } else {
+        println!("{}", report::markdown::summary_table(&output.report));
+        println!("report: {}", output.dir.join("report.md").display());
+    }
+    Ok(())
+}
+
+fn scenario(args: &ScenarioArgs) -> Result<()> {
+    let opts = loadtest::scenario::ScenarioOptions {
+        quick: args.quick,
+        app_binary: Some(apps::locate_app(args.app_bin.as_deref())?),
+    };
+    let reports = runtime()?.block_on(loadtest::scenario::run(&args.name, &opts))?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&reports)?);
+    } else {
+        for r in &reports {
+            println!("{}\n", r.markdown());
+        }
+    }
+    let failed: Vec<&str> = reports
+        .iter()
+        .filter(|r| !r.passed())
+        .map(|r| r.scenario.as_str())
+        .collect();
+    anyhow::ensure!(
+        failed.is_empty(),
+        "expectations not met in: {}",
+        failed.join(", ")
+    );
+    Ok(())
+}
+
+fn lock(args: &LockArgs) -> Result<()> {
+    let (servers, endpoints) = servers()?;
+    let result = runtime()?.block_on(async {
+        let lock = lock::connect_backend(&args.backend, &endpoints).await?;
+        lock::bench(
+            &args.backend,
+            lock,
+            &endpoints.redis_url,
+            args.workers,
+            args.seconds,
+            Duration::from_micros(args.hold_us),
+        )
+        .await
+    })?;
+    drop(servers);
+    if args.json {
+        println!("{}", serde_json::to_string(&result)?);
+    } else {
+        println!("{result}");
+    }
     Ok(())
 }

@@ -1,0 +1,294 @@
+//! Phase 3, the baselines: the same work with nothing of ours in between, at the same
+//! concurrency, so that every strategy's throughput is also a ratio.
+//!
+//! * `http-noop`: `GET /api/noop` through goose — the HTTP stack's ceiling (client, server,
+//!   routing, no backend).
+//! * `sql-conditional`: exactly the database work of the `conditional` strategy (conditional
+//!   `UPDATE`, then the order `INSERT`, one transaction) driven through sqlx directly.
+//! * `sql-hot-row`: a bare `UPDATE … SET stock = stock - 1` on one row in autocommit — the
+//!   database's own ceiling for a single hot row (row lock + redo log flush per commit).
+//! * `redis-lua`: a check-and-decrement Lua script on one key — the ceiling of every
+//!   Redis-based deduction.
+//!
+//! They run in their own database (`seckill_baseline`) with tables shaped like the app's, so
+//! they never touch the app's rows.
+
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use deadpool_redis::redis;
+use serde::Serialize;
+use sqlx::MySqlPool;
+use sqlx::mysql::MySqlPoolOptions;
+
+use crate::client::Outcome;
+use crate::http_load::{self, HttpRequest};
+use crate::load::{LoadResult, Window, closed_loop};
+
+pub const HTTP_NOOP: &str = "http-noop";
+pub const SQL_CONDITIONAL: &str = "sql-conditional";
+pub const SQL_HOT_ROW: &str = "sql-hot-row";
+pub const REDIS_LUA: &str = "redis-lua";
+
+/// Must match the `CREATE DATABASE` statement below.
+const DATABASE: &str = "seckill_baseline";
+const UNLIMITED: i64 = 1_000_000_000;
+
+/// One baseline's measurement.
+#[derive(Debug, Clone, Serialize)]
+pub struct Baseline {
+    pub name: &'static str,
+    pub what: String,
+    pub result: LoadResult,
+}
+
+/// Which baseline a strategy is compared with: where its stock lives. Every strategy that
+/// keeps the stock in MariaDB — including the lock-based ones, whose lock backend only guards
+/// a database read-modify-write — is compared with `sql-conditional`; one that decrements
+/// stock in Redis (a Lua script, by its name) with `redis-lua`.
+pub fn for_strategy(name: &str, backend: &str) -> &'static str {
+    let (name, backend) = (name.to_ascii_lowercase(), backend.to_ascii_lowercase());
+    if backend.contains("redis") && name.contains("lua") {
+        REDIS_LUA
+    } else {
+        SQL_CONDITIONAL
+    }
+}
+
+/// Where the baselines run.
+pub struct Targets<'a> {
+    pub app_bases: &'a [String],
+    /// Server URL without a database.
+    pub database_url: &'a str,
+    pub redis_url: &'a str,
+}
+
+/// A hook called before each baseline, with its name (progress display).
+pub type OnPhase<'a> = &'a (dyn Fn(&str) + Sync);
+
+/// Runs the four baselines one after the other, each with `concurrency` workers.
+pub async fn run_all(
+    targets: &Targets<'_>,
+    concurrency: usize,
+    window: Window,
+    on_phase: OnPhase<'_>,
+) -> Result<Vec<Baseline>> {
+    let mut out = Vec::new();
+
+    on_phase(HTTP_NOOP);
+    let noop = http_load::closed_loop(
+        targets.app_bases,
+        concurrency,
+        window,
+        HttpRequest::Get {
+            path: "/api/noop".into(),
+        },
+    )
+    .await?;
+    out.push(Baseline {
+        name: HTTP_NOOP,
+        what: format!("GET /api/noop through goose ({concurrency} users): the HTTP stack alone"),
+        result: noop,
+    });
+
+    let db = baseline_database(targets.database_url, concurrency).await?;
+    on_phase(SQL_CONDITIONAL);
+    reset_row(&db, 1).await?;
+    let conditional = {
+        let db = db.clone();
+        let run = uuid::Uuid::new_v4().simple().to_string();
+        closed_loop(concurrency, window, move |i| {
+            let (db, request_id) = (db.clone(), format!("{run}-{i}"));
+            async move {
+                conditional_purchase(&db, &request_id)
+                    .await
+                    .unwrap_or(Outcome::Error)
+            }
+        })
+        .await
+    };
+    out.push(Baseline {
+        name: SQL_CONDITIONAL,
+        what: format!(
+            "conditional UPDATE + order INSERT in one transaction, through sqlx, no HTTP \
+             ({concurrency} tasks, {concurrency} connections)"
+        ),
+        result: conditional,
+    });
+
+    on_phase(SQL_HOT_ROW);
+    reset_row(&db, 2).await?;
+    let hot_row = {
+        let db = db.clone();
+        closed_loop(concurrency, window, move |_| {
+            let db = db.clone();
+            async move {
+                match sqlx::query("UPDATE products SET stock = stock - 1 WHERE id = 2")
+                    .execute(&db)
+                    .await
+                {
+                    Ok(_) => Outcome::Sold,
+                    Err(_) => Outcome::Error,
+                }
+            }
+        })
+        .await
+    };
+    out.push(Baseline {
+        name: SQL_HOT_ROW,
+        what: format!(
+            "bare UPDATE stock = stock - 1 on one row, autocommit ({concurrency} connections): \
+             the database's hot-row ceiling"
+        ),
+        result: hot_row,
+    });
+    db.close().await;
+
+    on_phase(REDIS_LUA);
+    out.push(Baseline {
+        name: REDIS_LUA,
+        what: format!(
+            "check-and-decrement Lua script on one key ({concurrency} connections): the Redis \
+             ceiling"
+        ),
+        result: redis_lua(targets.redis_url, concurrency, window).await?,
+    });
+    Ok(out)
+}
+
+async fn baseline_database(server_url: &str, pool: usize) -> Result<MySqlPool> {
+    let admin = MySqlPoolOptions::new()
+        .max_connections(1)
+        .connect(server_url)
+        .await
+        .with_context(|| format!("connecting to {server_url}"))?;
+    sqlx::query("CREATE DATABASE IF NOT EXISTS seckill_baseline")
+        .execute(&admin)
+        .await?;
+    admin.close().await;
+    let db = MySqlPoolOptions::new()
+        .max_connections(u32::try_from(pool).unwrap_or(u32::MAX))
+        .connect(&format!("{}/{DATABASE}", server_url.trim_end_matches('/')))
+        .await?;
+    for ddl in [
+        // The shape of the app's migration (app/migrations), so both pay for the same rows.
+        "CREATE TABLE IF NOT EXISTS products (
+            id            BIGINT UNSIGNED NOT NULL PRIMARY KEY,
+            stock         BIGINT          NOT NULL,
+            initial_stock BIGINT          NOT NULL,
+            version       BIGINT UNSIGNED NOT NULL DEFAULT 0,
+            fence         BIGINT UNSIGNED NOT NULL DEFAULT 0,
+            updated_at    TIMESTAMP(6)    NOT NULL DEFAULT CURRENT_TIMESTAMP(6) ON UPDATE CURRENT_TIMESTAMP(6)
+        ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4",
+        "CREATE TABLE IF NOT EXISTS orders (
+            id            BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY,
+            product_id    BIGINT UNSIGNED NOT NULL,
+            user_id       VARCHAR(64)     NOT NULL,
+            quantity      INT UNSIGNED    NOT NULL,
+            strategy      VARCHAR(64)     NOT NULL,
+            request_id    VARCHAR(128)    NOT NULL,
+            fencing_token BIGINT UNSIGNED NULL,
+            created_at    TIMESTAMP(6)    NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+            CONSTRAINT orders_request_id UNIQUE (request_id),
+            KEY orders_product (product_id)
+        ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4",
+    ] {
+        sqlx::query(ddl).execute(&db).await?;
+    }
+    Ok(db)
+}
+
+async fn reset_row(db: &MySqlPool, id: i64) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO products (id, stock, initial_stock) VALUES (?, ?, ?) \
+         ON DUPLICATE KEY UPDATE stock = VALUES(stock), initial_stock = VALUES(initial_stock)",
+    )
+    .bind(id)
+    .bind(UNLIMITED)
+    .bind(UNLIMITED)
+    .execute(db)
+    .await?;
+    sqlx::query("DELETE FROM orders WHERE product_id = ?")
+        .bind(id)
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
+/// The `conditional` strategy's statements (app/src/strategy/conditional.rs): the guarded
+/// decrement, then the order INSERT, in one transaction.
+async fn conditional_purchase(db: &MySqlPool, request_id: &str) -> Result<Outcome, sqlx::Error> {
+    let mut tx = db.begin().await?;
+    let updated = sqlx::query("UPDATE products SET stock = stock - ? WHERE id = ? AND stock >= ?")
+        .bind(1_i64)
+        .bind(1_u64)
+        .bind(1_i64)
+        .execute(&mut *tx)
+        .await?;
+    if updated.rows_affected() == 0 {
+        tx.rollback().await?;
+        return Ok(Outcome::SoldOut);
+    }
+    sqlx::query(
+        "INSERT INTO orders (product_id, user_id, quantity, strategy, request_id, fencing_token) \
+         VALUES (?, ?, ?, ?, ?, ?)",
+    )
+    .bind(1_u64)
+    .bind("baseline")
+    .bind(1_i64)
+    .bind("conditional")
+    .bind(request_id)
+    .bind(None::<u64>)
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(Outcome::Sold)
+}
+
+const DECREMENT: &str = r"
+local stock = tonumber(redis.call('GET', KEYS[1]) or '0')
+local q = tonumber(ARGV[1])
+if stock >= q then
+  return redis.call('DECRBY', KEYS[1], q)
+end
+return -1
+";
+
+async fn redis_lua(url: &str, concurrency: usize, window: Window) -> Result<LoadResult> {
+    let mut config = deadpool_redis::Config::from_url(url);
+    config.pool = Some(deadpool_redis::PoolConfig::new(concurrency));
+    let pool = config.create_pool(Some(deadpool_redis::Runtime::Tokio1))?;
+    let key = format!("seckill-bench:baseline:{}", uuid::Uuid::new_v4().simple());
+    {
+        let mut conn = pool.get().await?;
+        redis::cmd("SET")
+            .arg(&key)
+            .arg(UNLIMITED)
+            .query_async::<()>(&mut conn)
+            .await?;
+    }
+    let script = Arc::new(redis::Script::new(DECREMENT));
+    let result = {
+        let (pool, key) = (pool.clone(), key.clone());
+        closed_loop(concurrency, window, move |_| {
+            let (pool, key, script) = (pool.clone(), key.clone(), script.clone());
+            async move {
+                let Ok(mut conn) = pool.get().await else {
+                    return Outcome::Error;
+                };
+                match script.key(&key).arg(1).invoke_async::<i64>(&mut conn).await {
+                    Ok(left) if left >= 0 => Outcome::Sold,
+                    Ok(_) => Outcome::SoldOut,
+                    Err(_) => Outcome::Error,
+                }
+            }
+        })
+        .await
+    };
+    let mut conn = pool.get().await?;
+    redis::cmd("DEL")
+        .arg(&key)
+        .query_async::<()>(&mut conn)
+        .await?;
+    Ok(result)
+}

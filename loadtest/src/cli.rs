@@ -1,0 +1,173 @@
+//! The command line of `seckill-bench`.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "seckill-bench",
+    about = "Flash-sale benchmark: correctness and throughput of every stock strategy, and a lock benchmark",
+    long_about = "Flash-sale benchmark: correctness and throughput of every stock strategy, and a lock \
+                  benchmark.\n\nBy default it starts throwaway servers (MariaDB, Redis, ZooKeeper, etcd) \
+                  with the harness; SECKILL_EXTERNAL=1 uses the servers named in DATABASE_URL, REDIS_URL, \
+                  REDLOCK_URLS, ZOOKEEPER_CONNECT and ETCD_ENDPOINTS instead."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Flash sale, throughput and baselines for every strategy; writes a report.
+    Run(RunArgs),
+    /// W workers contend for one lock and count mutual-exclusion violations.
+    Lock(LockArgs),
+    /// Reproduces a classic failure (or `all`) and reports expected against observed.
+    Scenario(ScenarioArgs),
+}
+
+/// Settings of `seckill-bench scenario`.
+#[derive(Debug, Clone, Args)]
+pub struct ScenarioArgs {
+    /// lease-expiry, process-pause, holder-crash, unsafe-release, redis-failover, local-mutex,
+    /// zk-session-expiry, herd, or all.
+    pub name: String,
+    /// Short leases and few rounds: seconds per scenario.
+    #[arg(long)]
+    pub quick: bool,
+    /// Print the reports as JSON instead of markdown.
+    #[arg(long)]
+    pub json: bool,
+    /// The `seckill-app` binary (default: next to this executable).
+    #[arg(long, env = "SECKILL_APP_BIN")]
+    pub app_bin: Option<PathBuf>,
+}
+
+/// Settings of `seckill-bench run`.
+#[derive(Debug, Clone, Args)]
+pub struct RunArgs {
+    /// Strategies to run, comma-separated (default: every strategy the app lists).
+    #[arg(long, value_delimiter = ',', env = "SECKILL_BENCH_STRATEGIES")]
+    pub strategies: Vec<String>,
+    /// App instances started as separate processes; load is spread over them.
+    #[arg(long, default_value_t = 2)]
+    pub instances: usize,
+    /// Units on sale in the flash-sale phase (S; default 1000, 100 with --quick).
+    #[arg(long)]
+    pub stock: Option<i64>,
+    /// Concurrent buyers / closed-loop users (U; default 200, 50 with --quick); also the
+    /// concurrency of every baseline.
+    #[arg(long)]
+    pub buyers: Option<usize>,
+    /// Purchase requests in the flash sale (D; default 5 × stock, 3 × with --quick).
+    #[arg(long)]
+    pub demand: Option<u64>,
+    /// Units per order.
+    #[arg(long, default_value_t = 1)]
+    pub quantity: i64,
+    /// Measured duration of each throughput run, in seconds (T; default 20, 1 with --quick).
+    #[arg(long)]
+    pub seconds: Option<f64>,
+    /// Uncounted warm-up before each throughput run, in seconds (default 3, 1 with --quick).
+    #[arg(long)]
+    pub warmup: Option<f64>,
+    /// Open-loop arrival rate in requests/s (default: 70% of the strategy's closed-loop attempts/s).
+    #[arg(long)]
+    pub rate: Option<f64>,
+    /// A reduced matrix for smoke tests (under 3 minutes): stock 100, 50 buyers, demand 3 × stock,
+    /// 1 s runs after 1 s warm-up.
+    #[arg(long)]
+    pub quick: bool,
+    /// Skip the baselines (no-op HTTP, direct SQL, hot-row UPDATE, Redis Lua).
+    #[arg(long)]
+    pub no_baselines: bool,
+    /// Skip the fault scenarios (run in their quick form with `--quick`).
+    #[arg(long)]
+    pub no_scenarios: bool,
+    /// Print the machine-readable result to stdout (progress goes to stderr).
+    #[arg(long)]
+    pub json: bool,
+    /// Directory under which `<UTC timestamp>/` and the `latest` link are written.
+    #[arg(long, default_value = "results")]
+    pub out: PathBuf,
+    /// The `seckill-app` binary (default: next to this executable).
+    #[arg(long, env = "SECKILL_APP_BIN")]
+    pub app_bin: Option<PathBuf>,
+}
+
+/// [`RunArgs`] with every default applied.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Settings {
+    pub strategies: Vec<String>,
+    pub instances: usize,
+    pub stock: i64,
+    pub buyers: usize,
+    pub demand: u64,
+    pub quantity: i64,
+    pub seconds: f64,
+    pub warmup: f64,
+    pub rate: Option<f64>,
+    pub quick: bool,
+    pub baselines: bool,
+    pub scenarios: bool,
+}
+
+impl RunArgs {
+    /// Applies the defaults (the `--quick` ones where `--quick` is given).
+    pub fn settings(&self) -> anyhow::Result<Settings> {
+        let (stock, buyers, demand_factor, seconds, warmup) = if self.quick {
+            (100, 50, 3, 1.0, 1.0)
+        } else {
+            (1_000, 200, 5, 20.0, 3.0)
+        };
+        let stock = self.stock.unwrap_or(stock);
+        let settings = Settings {
+            strategies: self.strategies.clone(),
+            instances: self.instances,
+            stock,
+            buyers: self.buyers.unwrap_or(buyers),
+            demand: self.demand.unwrap_or(demand_factor * stock.max(0) as u64),
+            quantity: self.quantity,
+            seconds: self.seconds.unwrap_or(seconds),
+            warmup: self.warmup.unwrap_or(warmup),
+            rate: self.rate,
+            quick: self.quick,
+            baselines: !self.no_baselines,
+            scenarios: !self.no_scenarios,
+        };
+        anyhow::ensure!(settings.instances >= 1, "--instances must be at least 1");
+        anyhow::ensure!(settings.buyers >= 1, "--buyers must be at least 1");
+        anyhow::ensure!(settings.stock >= 1, "--stock must be at least 1");
+        anyhow::ensure!(settings.quantity >= 1, "--quantity must be at least 1");
+        anyhow::ensure!(settings.seconds > 0.0, "--seconds must be positive");
+        anyhow::ensure!(settings.warmup >= 0.0, "--warmup must not be negative");
+        anyhow::ensure!(
+            settings.rate.is_none_or(|r| r > 0.0),
+            "--rate must be positive"
+        );
+        Ok(settings)
+    }
+}
+
+/// Settings of `seckill-bench lock`.
+#[derive(Debug, Clone, Args)]
+pub struct LockArgs {
+    /// Lock backend, e.g. `redis`, `redis-watchdog`, `redlock`, `zookeeper`, `etcd`, or a broken
+    /// variant (`redis-setnx-no-ttl`, `redis-get-then-set`, `redis-unsafe-release`).
+    #[arg(long)]
+    pub backend: String,
+    /// Tasks contending for the one lock.
+    #[arg(long, default_value_t = 8)]
+    pub workers: usize,
+    /// Duration of the run in seconds.
+    #[arg(long, default_value_t = 5.0)]
+    pub seconds: f64,
+    /// Time each holder keeps the lock after its probe write, in microseconds.
+    #[arg(long, default_value_t = 0)]
+    pub hold_us: u64,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+}

@@ -1,0 +1,188 @@
+//! The report's prose, generated from the measured figures: "what went wrong and why" for each
+//! strategy that broke an invariant or is declared unsafe, and "where the time goes" for each
+//! strategy far below its backend's baseline. Templates filled with numbers; no verdict is
+//! written in advance.
+
+use std::fmt::Write;
+
+use super::{RunReport, StrategyReport};
+use crate::baselines;
+
+/// Below this share of its backend baseline, a strategy gets a "where the time goes" note.
+pub const FAR_BELOW_BASELINE_PERCENT: f64 = 60.0;
+
+/// One paragraph per strategy that is unsafe or broke an invariant; empty when none.
+pub fn what_went_wrong(report: &RunReport) -> Vec<String> {
+    report
+        .strategies
+        .iter()
+        .filter(|s| !s.strategy.safe || s.sale.accounting.is_incorrect())
+        .map(|s| wrong_paragraph(report, s))
+        .collect()
+}
+
+fn wrong_paragraph(report: &RunReport, s: &StrategyReport) -> String {
+    let a = &s.sale.accounting;
+    let name = &s.strategy.name;
+    let mut p = String::new();
+    let declared = if s.strategy.safe {
+        "declared safe"
+    } else {
+        "declared unsafe"
+    };
+    let _ = write!(
+        p,
+        "**`{name}`** ({declared}; {}). With {} buyers sending {} requests of {} unit(s) to {} \
+         instance(s) for {} units, the database holds {} order(s) for {} unit(s) and a final \
+         stock of {}.",
+        s.strategy.description.trim_end_matches('.'),
+        s.sale.buyers,
+        s.sale.requests,
+        s.sale.quantity,
+        report.settings.instances,
+        a.initial_stock,
+        a.orders,
+        a.units_sold,
+        a.final_stock,
+    );
+    if a.oversell > 0 {
+        let _ = write!(
+            p,
+            " It **oversold by {} unit(s)** ({:.1}% more than existed).",
+            a.oversell,
+            100.0 * a.oversell as f64 / a.initial_stock as f64
+        );
+    }
+    if a.lost_updates > 0 {
+        let _ = write!(
+            p,
+            " The stock counter went down by only {} while orders took {}: **{} decrement(s) \
+             were lost** — buyers read the same stock value concurrently and each wrote back its \
+             own result, so later writes erased earlier ones (a read-modify-write race; phantom \
+             inventory that was sold twice).",
+            a.initial_stock - a.final_stock,
+            a.units_sold,
+            a.lost_updates
+        );
+    }
+    if a.negative_stock > 0 {
+        let _ = write!(
+            p,
+            " Stock ended **{} below zero**: each decrement was atomic, but nothing checked that \
+             stock remained, so every concurrent buyer that arrived while stock was low still \
+             subtracted.",
+            a.negative_stock
+        );
+    }
+    if a.undersell > 0 {
+        let refused = s.sale.outcomes.busy + s.sale.outcomes.unavailable + s.sale.outcomes.errors;
+        let _ = write!(
+            p,
+            " The counter still shows {} unit(s) although {} unit(s) were asked for",
+            a.undersell,
+            s.sale.requests as i64 * s.sale.quantity,
+        );
+        if a.lost_updates > 0 {
+            let _ = write!(
+                p,
+                ": stock that was in fact sold, left on the counter by the lost decrements \
+                 (the shop would go on selling it)."
+            );
+        } else {
+            let _ = write!(
+                p,
+                ": {} request(s) were refused as busy and {} failed while stock remained, so \
+                 the strategy turned buyers away (undersell).",
+                s.sale.outcomes.busy,
+                refused - s.sale.outcomes.busy
+            );
+        }
+    }
+    if s.sale.outcomes.errors > 0 {
+        let _ = write!(
+            p,
+            " {} request(s) ended in errors (non-contract answers such as 500, or transport \
+             failures; the app logs in `logs/` say why).",
+            s.sale.outcomes.errors
+        );
+    }
+    if s.sale.acknowledged_minus_orders != 0 {
+        let _ = write!(
+            p,
+            " Clients received {} success answer(s) for {} order row(s).",
+            s.sale.outcomes.sold, a.orders
+        );
+    }
+    if !a.is_incorrect() && a.undersell == 0 {
+        let _ = write!(
+            p,
+            " No anomaly showed in this run: the race window was not hit at this concurrency. \
+             Unsafe means it *can* fail, not that it fails every time."
+        );
+    } else if s.strategy.safe && a.is_incorrect() {
+        let _ = write!(
+            p,
+            " **This strategy is declared safe, so this is a bug in it** (or in the accounting)."
+        );
+    }
+    p
+}
+
+/// One note per strategy whose closed-loop deductions/s are below
+/// [`FAR_BELOW_BASELINE_PERCENT`] of its backend baseline.
+pub fn where_time_goes(report: &RunReport) -> Vec<String> {
+    let noop = find(report, baselines::HTTP_NOOP);
+    report
+        .strategies
+        .iter()
+        .filter_map(|s| {
+            let pct = s.percent_of_backend_baseline?;
+            if pct >= FAR_BELOW_BASELINE_PERCENT {
+                return None;
+            }
+            let base = find(report, s.baseline)?;
+            let closed = &s.throughput.closed;
+            let mut p = format!(
+                "**`{}`** reaches {:.0}% of `{}` ({:.0} vs {:.0} deductions/s at {} concurrent \
+                 clients). Its median latency is {} µs against {} µs for the bare backend work",
+                s.strategy.name,
+                pct,
+                s.baseline,
+                closed.successes_per_sec,
+                base.successes_per_sec,
+                closed.concurrency,
+                closed.latency.p50_us,
+                base.latency.p50_us,
+            );
+            if let Some(noop) = noop {
+                let _ = write!(
+                    p,
+                    " and {} µs for an HTTP round trip that does nothing ({:.0} requests/s)",
+                    noop.latency.p50_us, noop.attempts_per_sec
+                );
+            }
+            p.push('.');
+            let refused =
+                closed.outcomes.busy + closed.outcomes.errors + closed.outcomes.unavailable;
+            if refused > 0 {
+                let _ = write!(
+                    p,
+                    " {:.1}% of its attempts ended without a sale (busy {}, errors {}): each one \
+                     paid for waiting or retrying until its lock or retry budget ran out.",
+                    100.0 * refused as f64 / closed.outcomes.total().max(1) as f64,
+                    closed.outcomes.busy,
+                    closed.outcomes.errors + closed.outcomes.unavailable
+                );
+            }
+            Some(p)
+        })
+        .collect()
+}
+
+fn find<'a>(report: &'a RunReport, name: &str) -> Option<&'a crate::load::LoadResult> {
+    report
+        .baselines
+        .iter()
+        .find(|b| b.name == name)
+        .map(|b| &b.result)
+}

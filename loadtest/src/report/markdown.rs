@@ -1,0 +1,225 @@
+//! `report.md`: the tables, the generated explanations, links to the charts.
+
+use std::fmt::Write;
+
+use super::{RunReport, explain};
+use crate::load::LoadResult;
+
+/// The whole report.
+pub fn render(r: &RunReport) -> String {
+    let mut md = String::new();
+    let s = &r.settings;
+    let _ = writeln!(md, "# seckill-bench run, {}\n", r.started_at);
+    let _ = writeln!(
+        md,
+        "{} strategies on {} app instance(s); flash sale of {} units to {} concurrent buyers \
+         sending {} requests of {} unit(s); throughput runs of {} s after {} s warm-up; \
+         open loop at {}. Total run time {:.0} s.\n",
+        r.strategies.len(),
+        s.instances,
+        s.stock,
+        s.buyers,
+        s.demand,
+        s.quantity,
+        s.seconds,
+        s.warmup,
+        s.rate.map_or_else(
+            || format!(
+                "{:.0}% of each strategy's closed-loop attempts/s",
+                100.0 * crate::throughput::DEFAULT_RATE_SHARE
+            ),
+            |r| format!("{r} requests/s")
+        ),
+        r.duration_seconds
+    );
+    md.push_str("## Summary\n\n");
+    md.push_str(&summary_table(r));
+    md.push_str(
+        "\n![throughput](throughput.svg)\n![latency](latency.svg)\n![oversell](oversell.svg)\n",
+    );
+
+    md.push_str("\n## What went wrong and why\n\n");
+    let wrong = explain::what_went_wrong(r);
+    if wrong.is_empty() {
+        md.push_str("Every strategy kept every invariant in this run.\n");
+    }
+    for p in wrong {
+        let _ = writeln!(md, "{p}\n");
+    }
+    if !r.scenarios.is_empty() {
+        md.push_str(
+            "\n### Fault scenarios\n\nEach scenario starts its own servers and app instances, \
+             injects one fault, and compares what each strategy or lock was expected to do with \
+             what it did. For a deliberately broken variant, *pass* means its failure showed.\n\n",
+        );
+        for s in &r.scenarios {
+            let _ = writeln!(md, "{}\n", s.markdown());
+        }
+    }
+
+    md.push_str("\n## Flash sale: the database's accounting\n\n");
+    md.push_str(
+        "sold = Σ order quantities; oversell = max(0, sold − S); lost updates = sold − (S − \
+         final stock) when positive; undersell = units left although demand exceeded supply. \
+         201/409/503/err are what the clients were told.\n\n",
+    );
+    md.push_str(
+        "| strategy | safe | sold | final stock | oversell | lost updates | negative stock | undersell | 201 | 409 | 503 busy | 503 unavailable | errors | retries | seconds |\n\
+         |---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n",
+    );
+    for x in &r.strategies {
+        let (a, o) = (&x.sale.accounting, &x.sale.outcomes);
+        let _ = writeln!(
+            md,
+            "| `{}` | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} |",
+            x.strategy.name,
+            yes_no(x.strategy.safe),
+            a.units_sold,
+            a.final_stock,
+            a.oversell,
+            a.lost_updates,
+            a.negative_stock,
+            a.undersell,
+            o.sold,
+            o.sold_out,
+            o.busy,
+            o.unavailable,
+            o.errors,
+            x.sale.retries.map_or("–".into(), |r| format!("{r:.0}")),
+            x.sale.seconds
+        );
+    }
+
+    md.push_str("\n## Throughput, closed loop\n\n");
+    md.push_str(&load_table(
+        r.strategies
+            .iter()
+            .map(|x| (format!("`{}`", x.strategy.name), &x.throughput.closed)),
+    ));
+    md.push_str("\n## Throughput, open loop (latency from the intended send time)\n\n");
+    md.push_str(&load_table(
+        r.strategies
+            .iter()
+            .map(|x| (format!("`{}`", x.strategy.name), &x.throughput.open)),
+    ));
+
+    md.push_str("\n## Baselines (same concurrency, nothing of ours in between)\n\n");
+    if r.baselines.is_empty() {
+        md.push_str("Skipped (`--no-baselines`).\n");
+    } else {
+        md.push_str(&load_table(
+            r.baselines
+                .iter()
+                .map(|b| (format!("`{}`: {}", b.name, b.what), &b.result)),
+        ));
+    }
+    let notes = explain::where_time_goes(r);
+    if !notes.is_empty() {
+        md.push_str("\n## Where the time goes\n\n");
+        for n in notes {
+            let _ = writeln!(md, "{n}\n");
+        }
+    }
+
+    md.push_str("\n## Environment\n\n");
+    md.push_str(&environment(r));
+    md
+}
+
+/// The summary table (also printed at the end of a run).
+pub fn summary_table(r: &RunReport) -> String {
+    let mut md = String::from(
+        "| strategy | backend | safe | sold / stock | oversell | lost updates | negative stock | undersell | deductions/s (closed) | % of backend baseline | p99 closed (ms) | p99 open (ms) |\n\
+         |---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n",
+    );
+    for x in &r.strategies {
+        let a = &x.sale.accounting;
+        let _ = writeln!(
+            md,
+            "| `{}` | {} | {} | {} / {} | {} | {} | {} | {} | {:.0} | {} | {:.1} | {:.1} |",
+            x.strategy.name,
+            x.strategy.backend,
+            yes_no(x.strategy.safe),
+            a.units_sold,
+            a.initial_stock,
+            a.oversell,
+            a.lost_updates,
+            a.negative_stock,
+            a.undersell,
+            x.throughput.closed.successes_per_sec,
+            x.percent_of_backend_baseline
+                .map_or("–".into(), |p| format!("{p:.0}% of `{}`", x.baseline)),
+            x.throughput.closed.latency.p99_us as f64 / 1000.0,
+            x.throughput.open.latency.p99_us as f64 / 1000.0,
+        );
+    }
+    md
+}
+
+fn load_table<'a>(rows: impl Iterator<Item = (String, &'a LoadResult)>) -> String {
+    let mut md = String::from(
+        "| what | concurrency | rate asked | attempts/s | successes/s | 201 | 409 | 503 busy | errors | not sent | p50 µs | p90 µs | p99 µs | p99.9 µs | max µs |\n\
+         |---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n",
+    );
+    for (name, l) in rows {
+        let o = &l.outcomes;
+        let _ = writeln!(
+            md,
+            "| {name} | {} | {} | {:.0} | {:.0} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            l.concurrency,
+            l.target_rate.map_or("–".into(), |r| format!("{r:.0}")),
+            l.attempts_per_sec,
+            l.successes_per_sec,
+            o.sold,
+            o.sold_out,
+            o.busy,
+            o.errors + o.unavailable,
+            l.not_sent,
+            l.latency.p50_us,
+            l.latency.p90_us,
+            l.latency.p99_us,
+            l.latency.p999_us,
+            l.latency.max_us
+        );
+    }
+    md
+}
+
+fn environment(r: &RunReport) -> String {
+    let e = &r.environment;
+    let mut md = String::from("| | |\n|---|---|\n");
+    let mut row = |k: &str, v: String| {
+        let _ = writeln!(md, "| {k} | {v} |");
+    };
+    row("CPUs", e.cpus.to_string());
+    row("CPU", e.cpu_model.clone().unwrap_or_default());
+    row("memory", e.memory_total.clone().unwrap_or_default());
+    row("OS", e.os.clone());
+    row(
+        "git commit",
+        match (&e.git_commit, e.git_dirty) {
+            (Some(c), Some(true)) => format!("`{c}` (with uncommitted changes)"),
+            (Some(c), _) => format!("`{c}`"),
+            _ => "unknown".into(),
+        },
+    );
+    row("servers", e.servers.to_string());
+    for (k, v) in &e.versions {
+        row(&format!("{k} version"), v.clone());
+    }
+    for (k, v) in &e.mariadb {
+        if k != "version" {
+            row(&format!("MariaDB `{k}`"), v.clone());
+        }
+    }
+    for (k, v) in &e.redis {
+        if k != "redis_version" {
+            row(&format!("Redis `{k}`"), v.clone());
+        }
+    }
+    md
+}
+
+fn yes_no(b: bool) -> &'static str {
+    if b { "yes" } else { "no" }
+}

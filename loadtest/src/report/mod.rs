@@ -1,0 +1,246 @@
+//! The result of a run and its three renderings: `report.md`, `report.json`, SVG charts.
+
+pub mod charts;
+pub mod explain;
+pub mod json;
+pub mod markdown;
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use serde::Serialize;
+
+use crate::baselines::{self, Baseline};
+use crate::cli::Settings;
+use crate::client::StrategyInfo;
+use crate::environment::Environment;
+use crate::sale::SaleResult;
+use crate::scenario::ScenarioReport;
+use crate::throughput::ThroughputResult;
+
+/// Everything one `seckill-bench run` measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunReport {
+    pub started_at: String,
+    pub finished_at: String,
+    pub duration_seconds: f64,
+    pub settings: Settings,
+    pub environment: Environment,
+    pub baselines: Vec<Baseline>,
+    pub strategies: Vec<StrategyReport>,
+    /// The fault scenarios, each expected against observed.
+    pub scenarios: Vec<ScenarioReport>,
+}
+
+/// One strategy's three phases and its ratios to the baselines.
+#[derive(Debug, Clone, Serialize)]
+pub struct StrategyReport {
+    pub strategy: StrategyInfo,
+    pub sale: SaleResult,
+    pub throughput: ThroughputResult,
+    /// The baseline of the backend that holds this strategy's stock.
+    pub baseline: &'static str,
+    /// Closed-loop deductions/s as % of the backend baseline's.
+    pub percent_of_backend_baseline: Option<f64>,
+    /// Closed-loop attempts/s as % of the no-op HTTP baseline's requests/s.
+    pub percent_of_http_noop: Option<f64>,
+}
+
+impl StrategyReport {
+    /// Fills in the ratios from the baselines measured in the same run.
+    pub fn new(
+        strategy: StrategyInfo,
+        sale: SaleResult,
+        throughput: ThroughputResult,
+        baselines_measured: &[Baseline],
+    ) -> StrategyReport {
+        let baseline = baselines::for_strategy(&strategy.name, &strategy.backend);
+        let rate_of = |name: &str, f: fn(&crate::load::LoadResult) -> f64| {
+            baselines_measured
+                .iter()
+                .find(|b| b.name == name)
+                .map(|b| f(&b.result))
+                .filter(|r| *r > 0.0)
+        };
+        let percent_of_backend_baseline = rate_of(baseline, |r| r.successes_per_sec)
+            .map(|base| 100.0 * throughput.closed.successes_per_sec / base);
+        let percent_of_http_noop = rate_of(baselines::HTTP_NOOP, |r| r.attempts_per_sec)
+            .map(|base| 100.0 * throughput.closed.attempts_per_sec / base);
+        StrategyReport {
+            strategy,
+            sale,
+            throughput,
+            baseline,
+            percent_of_backend_baseline,
+            percent_of_http_noop,
+        }
+    }
+}
+
+/// Writes `report.md`, `report.json` and the charts into `dir`.
+pub fn write_all(dir: &Path, report: &RunReport) -> Result<()> {
+    std::fs::create_dir_all(dir)?;
+    json::write(&dir.join("report.json"), report)?;
+    charts::write_all(dir, report)?;
+    std::fs::write(dir.join("report.md"), markdown::render(report))
+        .with_context(|| format!("writing {}", dir.join("report.md").display()))?;
+    Ok(())
+}
+
+/// Points `<out>/latest` at `dir` (a relative symlink), replacing an older link.
+pub fn link_latest(out: &Path, dir: &Path) -> Result<PathBuf> {
+    let link = out.join("latest");
+    if link.symlink_metadata().is_ok() {
+        std::fs::remove_file(&link)
+            .or_else(|_| std::fs::remove_dir_all(&link))
+            .with_context(|| format!("replacing {}", link.display()))?;
+    }
+    let target = dir.file_name().context("run directory has no name")?;
+    std::os::unix::fs::symlink(target, &link)
+        .with_context(|| format!("linking {}", link.display()))?;
+    Ok(link)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::accounting::{Accounting, Ledger};
+    use crate::client::Outcomes;
+    use crate::latency::Latencies;
+    use crate::load::LoadResult;
+
+    fn load(mode: &'static str, per_sec: u64) -> LoadResult {
+        let mut l = Latencies::default();
+        for ms in 1..=50 {
+            l.record(Duration::from_millis(ms));
+        }
+        let outcomes = Outcomes {
+            sold: per_sec,
+            ..Outcomes::default()
+        };
+        LoadResult::new(mode, 10, None, 1.0, outcomes, 0, &l)
+    }
+
+    fn strategy(name: &str, safe: bool, ledger: Ledger) -> StrategyReport {
+        let info = StrategyInfo {
+            name: name.into(),
+            description: "test strategy".into(),
+            backend: "mariadb".into(),
+            safe,
+        };
+        let sale = SaleResult {
+            requests: 500,
+            buyers: 10,
+            quantity: 1,
+            seconds: 1.0,
+            outcomes: Outcomes {
+                sold: ledger.orders as u64,
+                ..Outcomes::default()
+            },
+            accounting: Accounting::of(100, 500, ledger),
+            acknowledged_minus_orders: 0,
+            retries: None,
+            latency: Latencies::default().summary(),
+        };
+        let throughput = ThroughputResult {
+            closed: load("closed", 400),
+            open: load("open", 280),
+        };
+        let baseline = Baseline {
+            name: baselines::SQL_CONDITIONAL,
+            what: "test".into(),
+            result: load("closed", 1000),
+        };
+        StrategyReport::new(info, sale, throughput, &[baseline])
+    }
+
+    fn report() -> RunReport {
+        let ledger = |final_stock, units| Ledger {
+            final_stock,
+            units_in_orders: units,
+            orders: units,
+        };
+        RunReport {
+            started_at: "2026-11-21T00:00:00Z".into(),
+            finished_at: "2026-11-21T00:01:00Z".into(),
+            duration_seconds: 60.0,
+            settings: Settings {
+                strategies: Vec::new(),
+                instances: 2,
+                stock: 100,
+                buyers: 10,
+                demand: 500,
+                quantity: 1,
+                seconds: 1.0,
+                warmup: 0.0,
+                rate: None,
+                quick: true,
+                baselines: true,
+                scenarios: false,
+            },
+            environment: Environment {
+                cpus: 2,
+                cpu_model: None,
+                memory_total: None,
+                os: "linux".into(),
+                git_commit: None,
+                git_dirty: None,
+                servers: "spawned",
+                versions: BTreeMap::new(),
+                mariadb: BTreeMap::new(),
+                redis: BTreeMap::new(),
+            },
+            baselines: vec![Baseline {
+                name: baselines::SQL_CONDITIONAL,
+                what: "test".into(),
+                result: load("closed", 1000),
+            }],
+            strategies: vec![
+                strategy("racy", false, ledger(20, 137)),
+                strategy("careful", true, ledger(0, 100)),
+            ],
+            scenarios: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_explanation_quotes_the_measured_oversell_of_unsafe_strategies_only() {
+        let paragraphs = explain::what_went_wrong(&report());
+        assert_eq!(paragraphs.len(), 1, "{paragraphs:?}");
+        let p = &paragraphs[0];
+        assert!(p.contains("`racy`"), "{p}");
+        assert!(p.contains("oversold by 37 unit(s)"), "{p}");
+        assert!(p.contains("**57 decrement(s) were lost**"), "{p}");
+    }
+
+    #[test]
+    fn ratios_to_the_backend_baseline_come_from_the_same_run() {
+        let r = report();
+        let p = r.strategies[1].percent_of_backend_baseline.unwrap();
+        assert!((p - 40.0).abs() < 1e-9, "{p}");
+    }
+
+    #[test]
+    fn every_file_of_the_report_is_written_and_names_the_strategies() {
+        let dir = tempfile::tempdir().unwrap();
+        write_all(dir.path(), &report()).unwrap();
+        for file in [
+            "report.md",
+            "report.json",
+            "throughput.svg",
+            "latency.svg",
+            "oversell.svg",
+        ] {
+            let text = std::fs::read_to_string(dir.path().join(file)).unwrap();
+            assert!(
+                text.contains("careful"),
+                "{file} does not name the strategy"
+            );
+        }
+        let link = link_latest(dir.path(), &dir.path().join("run-1")).unwrap();
+        assert_eq!(std::fs::read_link(link).unwrap(), Path::new("run-1"));
+    }
+}

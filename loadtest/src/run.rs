@@ -1,0 +1,195 @@
+//! `seckill-bench run`: baselines, then every strategy's flash sale and throughput runs,
+//! against app instances started here; then the report.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use sandbox::Endpoints;
+use sqlx::mysql::MySqlPoolOptions;
+
+use crate::apps::{AppConfig, Apps};
+use crate::baselines::{self, Targets};
+use crate::cli::Settings;
+use crate::client::{Api, StrategyInfo};
+use crate::environment::{self, utc_now};
+use crate::load::Window;
+use crate::progress::Progress;
+use crate::report::{self, RunReport, StrategyReport};
+use crate::sale::{SalePlan, run_sale};
+use crate::scenario::{self, ScenarioOptions};
+use crate::throughput::{ThroughputPlan, run_throughput};
+
+/// Where a run goes: servers, the app binary, the database the app instances use.
+pub struct Target {
+    pub endpoints: Endpoints,
+    /// `spawned` or `external`, for the report.
+    pub servers: &'static str,
+    pub versions: Option<sandbox::Versions>,
+    pub app_binary: PathBuf,
+    /// Database name the app instances create and use.
+    pub database: String,
+}
+
+/// A finished run: its report and the directory it was written to.
+pub struct RunOutput {
+    pub report: RunReport,
+    pub dir: PathBuf,
+}
+
+/// Runs everything and writes `<out>/<UTC timestamp>/` plus `<out>/latest`.
+pub async fn run_in(settings: &Settings, target: &Target, out: &Path) -> Result<RunOutput> {
+    let started = Instant::now();
+    let (started_at, dir_name) = utc_now();
+    let dir = out.join(&dir_name);
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+
+    let admin_token = uuid::Uuid::new_v4().simple().to_string();
+    let config = AppConfig {
+        binary: target.app_binary.clone(),
+        endpoints: target.endpoints.clone(),
+        database: target.database.clone(),
+        admin_token: admin_token.clone(),
+        log_dir: dir.join("logs"),
+        allow_fault_injection: false,
+    };
+    let instances = settings.instances;
+    let mut apps = tokio::task::spawn_blocking(move || Apps::start(&config, instances)).await??;
+    let api = Api::new(apps.bases.clone(), admin_token, settings.buyers)?;
+    let strategies = select(api.strategies().await?, &settings.strategies)?;
+
+    let db_url = format!(
+        "{}/{}",
+        target.endpoints.database_url.trim_end_matches('/'),
+        target.database
+    );
+    let db = MySqlPoolOptions::new()
+        .max_connections(4)
+        .connect(&db_url)
+        .await
+        .with_context(|| format!("connecting to {db_url}"))?;
+    let environment = environment::gather(
+        target.servers,
+        target.versions.clone(),
+        &db,
+        &target.endpoints.redis_url,
+    )
+    .await;
+
+    let window = Window::from_secs(settings.warmup, settings.seconds);
+    let steps = 3 * strategies.len() as u64
+        + if settings.baselines { 4 } else { 0 }
+        + if settings.scenarios {
+            scenario::NAMES.len() as u64
+        } else {
+            0
+        };
+    let progress = Progress::new(steps);
+
+    let baselines = if settings.baselines {
+        let targets = Targets {
+            app_bases: &apps.bases,
+            database_url: &target.endpoints.database_url,
+            redis_url: &target.endpoints.redis_url,
+        };
+        baselines::run_all(&targets, settings.buyers, window, &|name| {
+            progress.phase("baseline", name)
+        })
+        .await?
+    } else {
+        Vec::new()
+    };
+
+    let run_id = &uuid::Uuid::new_v4().simple().to_string()[..8];
+    let mut reports = Vec::new();
+    for (k, info) in strategies.into_iter().enumerate() {
+        let name = info.name.clone();
+        progress.phase(&name, "flash sale");
+        let sale = run_sale(
+            &api,
+            &db,
+            &SalePlan {
+                product: 10 + 2 * k as u64,
+                strategy: name.clone(),
+                stock: settings.stock,
+                buyers: settings.buyers,
+                requests: settings.demand,
+                quantity: settings.quantity,
+                id_prefix: format!("{run_id}-{k}-s"),
+            },
+        )
+        .await
+        .with_context(|| format!("flash sale of `{name}`"))?;
+        let plan = ThroughputPlan {
+            product: 11 + 2 * k as u64,
+            strategy: name.clone(),
+            users: settings.buyers,
+            quantity: settings.quantity,
+            window,
+            rate: settings.rate,
+            id_prefix: format!("{run_id}-{k}"),
+        };
+        let throughput = run_throughput(&api, &plan, &|phase| progress.phase(&name, phase))
+            .await
+            .with_context(|| format!("throughput of `{name}`"))?;
+        if !apps.all_running() {
+            bail!(
+                "an app instance exited during `{name}`; see {}",
+                dir.join("logs").display()
+            );
+        }
+        reports.push(StrategyReport::new(info, sale, throughput, &baselines));
+    }
+    db.close().await;
+    drop(apps);
+
+    let mut scenarios = Vec::new();
+    if settings.scenarios {
+        let opts = ScenarioOptions {
+            quick: settings.quick,
+            app_binary: Some(target.app_binary.clone()),
+        };
+        for name in scenario::NAMES {
+            progress.phase("scenario", name);
+            scenarios.extend(scenario::run(name, &opts).await?);
+        }
+    }
+    progress.finish();
+
+    let report = RunReport {
+        started_at,
+        finished_at: utc_now().0,
+        duration_seconds: started.elapsed().as_secs_f64(),
+        settings: settings.clone(),
+        environment,
+        baselines,
+        strategies: reports,
+        scenarios,
+    };
+    report::write_all(&dir, &report)?;
+    report::link_latest(out, &dir)?;
+    Ok(RunOutput { report, dir })
+}
+
+/// The strategies named in `wanted` (all when empty), in the order given.
+pub fn select(available: Vec<StrategyInfo>, wanted: &[String]) -> Result<Vec<StrategyInfo>> {
+    if wanted.is_empty() {
+        return Ok(available);
+    }
+    wanted
+        .iter()
+        .map(|w| {
+            available
+                .iter()
+                .find(|s| &s.name == w)
+                .cloned()
+                .with_context(|| {
+                    let names: Vec<&str> = available.iter().map(|s| s.name.as_str()).collect();
+                    format!(
+                        "unknown strategy `{w}`; the app offers: {}",
+                        names.join(", ")
+                    )
+                })
+        })
+        .collect()
+}

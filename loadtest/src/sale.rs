@@ -1,0 +1,101 @@
+//! Phase 1, the flash sale: S units, U concurrent buyers, D purchase requests; then the
+//! database tells what really happened (see [`crate::accounting`]).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use anyhow::Result;
+use serde::Serialize;
+use sqlx::MySqlPool;
+
+use crate::accounting::{Accounting, read_ledger};
+use crate::client::{Api, OrderRequest, Outcomes, retries_in_metrics};
+use crate::latency::{Latencies, LatencySummary};
+
+/// What to sell and how hard.
+#[derive(Debug, Clone)]
+pub struct SalePlan {
+    pub product: u64,
+    pub strategy: String,
+    pub stock: i64,
+    pub buyers: usize,
+    pub requests: u64,
+    pub quantity: i64,
+    /// Prefix of the request ids, unique per run.
+    pub id_prefix: String,
+}
+
+/// The flash sale's result: HTTP outcomes next to the database's truth.
+#[derive(Debug, Clone, Serialize)]
+pub struct SaleResult {
+    pub requests: u64,
+    pub buyers: usize,
+    pub quantity: i64,
+    pub seconds: f64,
+    /// What the clients were told.
+    pub outcomes: Outcomes,
+    /// What the database holds.
+    pub accounting: Accounting,
+    /// 201 answers whose order is not in the database (negative: orders nobody was told of).
+    pub acknowledged_minus_orders: i64,
+    /// Retries the app reported in `/metrics` during the sale, where it reports them.
+    pub retries: Option<f64>,
+    pub latency: LatencySummary,
+}
+
+/// Resets the product, runs the sale, reads the ledger.
+pub async fn run_sale(api: &Api, db: &MySqlPool, plan: &SalePlan) -> Result<SaleResult> {
+    api.reset_product(plan.product, plan.stock).await?;
+    let retries_before = retries_in_metrics(&api.metrics().await, &plan.strategy);
+    let next = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let workers: Vec<_> = (0..plan.buyers)
+        .map(|buyer| {
+            let (api, next, plan) = (api.clone(), next.clone(), plan.clone());
+            tokio::spawn(async move {
+                let mut outcomes = Outcomes::default();
+                let mut latencies = Latencies::default();
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= plan.requests {
+                        return (outcomes, latencies);
+                    }
+                    let body = OrderRequest {
+                        user_id: format!("u-{buyer}"),
+                        quantity: plan.quantity,
+                        request_id: format!("{}-{i}", plan.id_prefix),
+                        strategy: &plan.strategy,
+                    };
+                    let sent = Instant::now();
+                    let outcome = api.order(i as usize, plan.product, &body).await;
+                    latencies.record(sent.elapsed());
+                    outcomes.count(outcome);
+                }
+            })
+        })
+        .collect();
+    let mut outcomes = Outcomes::default();
+    let mut latencies = Latencies::default();
+    for w in workers {
+        let (o, l) = w.await?;
+        outcomes.add(&o);
+        latencies.add(&l);
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let retries_after = retries_in_metrics(&api.metrics().await, &plan.strategy);
+    let ledger = read_ledger(db, plan.product).await?;
+    let demand_units = plan.requests as i64 * plan.quantity;
+    let accounting = Accounting::of(plan.stock, demand_units, ledger);
+    Ok(SaleResult {
+        requests: plan.requests,
+        buyers: plan.buyers,
+        quantity: plan.quantity,
+        seconds,
+        outcomes,
+        acknowledged_minus_orders: outcomes.sold as i64 - ledger.orders,
+        accounting,
+        retries: retries_after.map(|after| after - retries_before.unwrap_or(0.0)),
+        latency: latencies.summary(),
+    })
+}

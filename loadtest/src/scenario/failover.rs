@@ -1,0 +1,262 @@
+//! `redis-failover`: a lock granted on a primary that dies before replicating it.
+//!
+//! Redis replicates asynchronously: the primary answers the `SET NX PX` first and ships it to
+//! the replica afterwards. If the primary dies in between and the replica is promoted, the new
+//! primary has never heard of the lock, and the next client is granted it while the first still
+//! believes it holds it: a double grant, and the fencing counter (replicated the same way) may
+//! even hand out the same token again. To make "dies before replicating" certain rather than
+//! lucky, the replica replicates through a relay, and the relay is cut before the grant (pausing
+//! the replica is not enough: the grant would wait in its socket buffer and arrive on resume).
+//!
+//! `WAIT 1 <ms>` after acquiring blocks until one replica acknowledged every write made before
+//! it on that connection, and returns how many did. A holder that trusts its grant only when
+//! the answer is ≥ 1 never acts on a grant that can vanish in a failover: with the replica
+//! stalled it gets 0 and backs off; with a healthy replica it gets 1, and the promoted replica
+//! still refuses the second client. (The write barrier is issued on a separate connection, so it
+//! first writes a key of its own: replication is one ordered stream, so a replica that acked
+//! the barrier has the grant too.) `WAIT` narrows the window; it is not consensus — a replica
+//! that acked may still lose the key if it restarts without persistence.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Result;
+use deadpool_redis::redis::{Client, cmd};
+use locks::{AcquireOptions, LockError};
+
+use super::partition::Partition;
+use super::{Row, ScenarioOptions, ScenarioReport, Timeline, control, start};
+
+struct Mode {
+    subject: &'static str,
+    wait: bool,
+    replica_stalled: bool,
+}
+
+const MODES: [Mode; 3] = [
+    Mode {
+        subject: "redis, no WAIT, link cut",
+        wait: false,
+        replica_stalled: true,
+    },
+    Mode {
+        subject: "redis + WAIT 1, link cut",
+        wait: true,
+        replica_stalled: true,
+    },
+    Mode {
+        subject: "redis + WAIT 1, link intact",
+        wait: true,
+        replica_stalled: false,
+    },
+];
+
+pub async fn run(opts: &ScenarioOptions) -> Result<ScenarioReport> {
+    let wait_ms: u64 = if opts.quick { 200 } else { 1000 };
+    let mut rows = Vec::new();
+    let mut timeline = Vec::new();
+    // One pair per run, started together: a replica's first sync takes seconds.
+    let pairs =
+        futures::future::try_join_all(MODES.iter().map(|_| start(sandbox::RedisPair::start)))
+            .await?;
+    for (mode, pair) in MODES.iter().zip(pairs) {
+        let (row, events) = one(mode, Arc::new(pair), wait_ms).await?;
+        rows.push(row);
+        timeline.extend(events);
+    }
+    let why = why(&rows);
+    Ok(ScenarioReport {
+        scenario: "redis-failover".into(),
+        fault: "primary + async replica (linked through a relay); the link is cut, A is granted \
+                the lock on the primary, the primary is SIGKILLed before the grant replicates, the \
+                replica is promoted, B asks for the lock (third run: link intact)"
+            .into(),
+        rows,
+        timeline,
+        why,
+    })
+}
+
+async fn one(
+    mode: &Mode,
+    pair: Arc<sandbox::RedisPair>,
+    wait_ms: u64,
+) -> Result<(Row, Vec<super::Event>)> {
+    let tl = Timeline::new();
+    let key = "scenario:failover:product:1";
+    let lease = Duration::from_secs(30);
+    let on = |url: String| locks::Endpoints {
+        redis: Some(url),
+        ..Default::default()
+    };
+
+    let relay = Partition::start(format!("127.0.0.1:{}", pair.primary.port()).parse()?).await?;
+    let p = pair.clone();
+    let relay_port = relay.addr().port();
+    control(move || replicate_through(&p.replica, relay_port)).await?;
+    if mode.replica_stalled {
+        relay.cut();
+        tl.log(
+            "network",
+            "replication link cut: the primary's writes no longer reach the replica",
+        );
+    }
+    let lock_a = locks::connect("redis", &on(pair.primary.url())).await?;
+    let a = lock_a.acquire(key, AcquireOptions::new(lease)).await?;
+    let token_a = a.fencing_token();
+    tl.log("A", format!("granted token {token_a} by the primary"));
+
+    let mut acked = None;
+    let a_trusts = if mode.wait {
+        let n = wait_for_replica(&pair.primary.url(), wait_ms).await?;
+        acked = Some(n);
+        tl.log(
+            "A",
+            format!(
+                "WAIT 1 {wait_ms} → {n} replica(s) acknowledged: {}",
+                if n >= 1 {
+                    "grant trusted"
+                } else {
+                    "grant not trusted, A backs off"
+                }
+            ),
+        );
+        n >= 1
+    } else {
+        true
+    };
+
+    let p = pair.clone();
+    control(move || p.primary.server().kill()).await?;
+    tl.log("primary", "killed (SIGKILL)");
+    let p = pair.clone();
+    control(move || p.promote_replica()).await?;
+    tl.log("replica", "promoted to primary (REPLICAOF NO ONE)");
+
+    let lock_b = locks::connect("redis", &on(pair.replica.url())).await?;
+    let b = lock_b
+        .acquire(
+            key,
+            AcquireOptions::new(lease).wait(Duration::from_millis(wait_ms)),
+        )
+        .await;
+    let (b_granted, token_b) = match b {
+        Ok(g) => {
+            tl.log(
+                "B",
+                format!(
+                    "granted token {} by the promoted replica",
+                    g.fencing_token()
+                ),
+            );
+            (true, Some(g.fencing_token()))
+        }
+        Err(LockError::Timeout { .. }) => {
+            tl.log("B", "refused: the promoted replica has A's lock");
+            (false, None)
+        }
+        Err(e) => return Err(e.into()),
+    };
+    drop(a);
+
+    let double_grant = a_trusts && b_granted;
+    let token_reused = token_b.is_some_and(|b| b <= token_a);
+    let (expected, ok) = match (mode.wait, mode.replica_stalled) {
+        (false, _) => ("double grant: B is granted while A holds", double_grant),
+        (true, true) => (
+            "no double grant: WAIT finds no replica ack, A does not act on its grant",
+            !double_grant && !a_trusts,
+        ),
+        (true, false) => (
+            "no double grant: the acked grant survives the failover, B is refused",
+            !double_grant && a_trusts && !b_granted,
+        ),
+    };
+    let observed = format!(
+        "A {}; B {}{}",
+        if a_trusts {
+            "trusts its grant"
+        } else {
+            "backs off"
+        },
+        if b_granted { "granted" } else { "refused" },
+        if double_grant { ": two holders" } else { "" }
+    );
+    let mut row = Row::new(mode.subject, expected, observed, ok)
+        .figure("double_grants", f64::from(u8::from(double_grant)))
+        .figure("token_a", token_a as f64)
+        .figure("fencing_token_reused", f64::from(u8::from(token_reused)));
+    if let Some(b) = token_b {
+        row = row.figure("token_b", b as f64);
+    }
+    if let Some(n) = acked {
+        row = row.figure("replicas_acked", n as f64);
+    }
+    Ok((row, tl.events(Some(mode.subject))))
+}
+
+/// Points `replica` at the primary through the relay on `port`, and waits until the link is up.
+fn replicate_through(replica: &sandbox::Redis, port: u16) -> sandbox::Result<()> {
+    replica.command(&["REPLICAOF", "127.0.0.1", &port.to_string()])?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let info = replica.command(&["INFO", "replication"])?;
+        if info.contains("master_link_status:up") && info.contains(&format!("master_port:{port}")) {
+            return Ok(());
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(sandbox::Error::Control {
+                server: "redis replica".into(),
+                action: "replicate",
+                reason: format!("link through the relay not up after 30 s:\n{info}"),
+            });
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A write barrier on a connection of its own, then `WAIT 1 <ms>`: how many replicas hold
+/// every write the primary applied before the barrier (the grant included).
+async fn wait_for_replica(primary_url: &str, wait_ms: u64) -> Result<i64> {
+    let mut conn = Client::open(primary_url)?
+        .get_multiplexed_async_connection()
+        .await?;
+    // WAIT blocks for up to `wait_ms`; the client's default reply timeout is 500 ms.
+    conn.set_response_timeout(Duration::from_millis(wait_ms + 2000));
+    let () = cmd("SET")
+        .arg("scenario:failover:barrier")
+        .arg(1)
+        .query_async(&mut conn)
+        .await?;
+    let acked: i64 = cmd("WAIT")
+        .arg(1)
+        .arg(wait_ms)
+        .query_async(&mut conn)
+        .await?;
+    Ok(acked)
+}
+
+fn why(rows: &[Row]) -> String {
+    let double = rows
+        .iter()
+        .filter_map(|r| r.get("double_grants"))
+        .sum::<f64>();
+    let reused = rows
+        .iter()
+        .any(|r| r.get("fencing_token_reused") == Some(1.0));
+    format!(
+        "Replication is asynchronous: the grant existed only on the primary when it died, so the \
+         promoted replica handed the same lock out again ({double:.0} double grant(s) over the \
+         three runs){}. Asking `WAIT 1` after the grant turns the silent loss into a refusal the \
+         holder can see: with the link cut no replica acknowledged and A backed off; \
+         with the link intact the acknowledged grant survived the promotion and B was refused. \
+         For safety without this caveat, use a consensus store (ZooKeeper, etcd), or Redlock \
+         over independent instances, plus fencing.",
+        if reused {
+            "; the fencing counter lost its increment too, and B got a token A already had, so \
+             fencing on this counter could not tell them apart"
+        } else {
+            ""
+        }
+    )
+}

@@ -1,0 +1,155 @@
+//! `unsafe-release`: a holder outlives its lease, someone else acquires, and *then* the old
+//! holder releases.
+//!
+//! With `redis-unsafe-release` the release is a plain `DEL`: it deletes B's lock, reports
+//! success to A (who never learns it was late), and a third client C is granted the lock while
+//! B is still inside its critical section. The correct `redis` lock releases by
+//! compare-and-delete: A's release finds B's owner id, deletes nothing, answers "not yours",
+//! and C is refused for as long as B holds.
+
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use locks::{AcquireOptions, LockError};
+
+use super::{Row, ScenarioOptions, ScenarioReport, Timeline, start};
+
+const BACKENDS: [&str; 2] = ["redis-unsafe-release", "redis"];
+
+pub async fn run(opts: &ScenarioOptions) -> Result<ScenarioReport> {
+    let redis = start(sandbox::Redis::start).await?;
+    let endpoints = locks::Endpoints {
+        redis: Some(redis.url()),
+        ..Default::default()
+    };
+    let lease = Duration::from_millis(if opts.quick { 200 } else { 1000 });
+    let mut rows = Vec::new();
+    let mut timeline = Vec::new();
+    for backend in BACKENDS {
+        let tl = Timeline::new();
+        let lock = locks::connect(backend, &endpoints).await?;
+        let key = format!("scenario:unsafe-release:{backend}");
+
+        let a = lock.acquire(&key, AcquireOptions::new(lease)).await?;
+        let token_a = a.fencing_token();
+        tl.log("A", format!("acquired token {token_a}, lease {lease:?}"));
+        tokio::time::timeout(lease * 4, a.lost())
+            .await
+            .context("A's lost() did not fire within four leases")?;
+        tl.log(
+            "A",
+            "lease expired (lost() fired); A's critical section is still running",
+        );
+
+        // B's lease is long, so B certainly still holds when C tries.
+        let b = lock
+            .acquire(&key, AcquireOptions::new(lease * 20).wait(lease * 5))
+            .await?;
+        let token_b = b.fencing_token();
+        tl.log("B", format!("acquired token {token_b}"));
+
+        let a_claimed = a.release().await?;
+        tl.log(
+            "A",
+            match a_claimed {
+                true => "released with plain DEL: B's lock deleted, reported as A's own",
+                false => "release refused: the key holds B's owner id (compare-and-delete)",
+            },
+        );
+
+        let c = lock.acquire(&key, AcquireOptions::new(lease)).await;
+        let third_holder = match &c {
+            Ok(c) => {
+                tl.log(
+                    "C",
+                    format!(
+                        "acquired token {} while B (token {token_b}) still holds: two holders",
+                        c.fencing_token()
+                    ),
+                );
+                true
+            }
+            Err(LockError::Timeout { .. }) => {
+                tl.log("C", "refused: B still holds the lock");
+                false
+            }
+            Err(e) => anyhow::bail!("C's acquire failed: {e}"),
+        };
+        let b_owned = b.release().await?;
+        tl.log(
+            "B",
+            match (b_owned, third_holder) {
+                (true, true) => "released: DEL removed C's lock in turn (the failure cascades)",
+                (true, false) => "released its own lock",
+                (false, _) => "release found the lock no longer B's",
+            },
+        );
+        if let Ok(c) = c {
+            c.release().await?;
+        }
+
+        let unsafe_variant = backend == "redis-unsafe-release";
+        let (expected, ok) = if unsafe_variant {
+            (
+                "A's late DEL frees B's lock; C is granted while B holds (two holders)",
+                a_claimed && third_holder,
+            )
+        } else {
+            (
+                "A's late release is refused; C waits while B holds (one holder)",
+                !a_claimed && !third_holder,
+            )
+        };
+        let observed = format!(
+            "A's release {}; C {}",
+            if a_claimed {
+                "deleted a lock"
+            } else {
+                "was refused"
+            },
+            if third_holder {
+                "granted while B held"
+            } else {
+                "refused"
+            }
+        );
+        rows.push(
+            Row::new(backend, expected, observed, ok)
+                .figure("holders_at_once", if third_holder { 2.0 } else { 1.0 })
+                .figure("late_release_deleted_lock", f64::from(u8::from(a_claimed)))
+                .figure("token_a", token_a as f64)
+                .figure("token_b", token_b as f64),
+        );
+        timeline.extend(tl.events(Some(backend)));
+    }
+    let why = why(&rows);
+    Ok(ScenarioReport {
+        scenario: "unsafe-release".into(),
+        fault: format!(
+            "A holds a {lease:?} lease and stalls past it; B acquires; then A releases, late"
+        ),
+        rows,
+        timeline,
+        why,
+    })
+}
+
+fn why(rows: &[Row]) -> String {
+    let broken = rows
+        .iter()
+        .find(|r| r.subject == "redis-unsafe-release")
+        .and_then(|r| r.get("holders_at_once"))
+        .unwrap_or(0.0);
+    let safe = rows
+        .iter()
+        .find(|r| r.subject == "redis")
+        .and_then(|r| r.get("holders_at_once"))
+        .unwrap_or(0.0);
+    format!(
+        "A release that does not check ownership acts on whoever holds the key *now*. With plain \
+         `DEL`, A's late release removed B's lock and {broken:.0} clients held the lock at once; \
+         with compare-and-delete (a Lua script deleting only if the value is still A's owner id) \
+         {safe:.0} did. Note that A's unsafe release even reported success: the broken variant \
+         hides its own lateness."
+    )
+}

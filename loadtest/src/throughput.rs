@@ -1,0 +1,82 @@
+//! Phase 2, throughput: a product with effectively unlimited stock, a closed loop of U goose
+//! users, then an open loop at a fixed arrival rate (see [`crate::load`] for why both).
+
+use anyhow::Result;
+use serde::Serialize;
+
+use crate::client::{Api, OrderRequest};
+use crate::http_load::{self, HttpRequest};
+use crate::load::{LoadResult, Window, open_loop};
+
+/// Stock that no run can exhaust.
+pub const UNLIMITED: i64 = 1_000_000_000;
+
+/// Share of the closed loop's attempts/s used as open-loop rate when none is given: enough
+/// load to matter, below saturation so the latencies describe the service, not a queue that
+/// grows without bound.
+pub const DEFAULT_RATE_SHARE: f64 = 0.7;
+
+#[derive(Debug, Clone)]
+pub struct ThroughputPlan {
+    pub product: u64,
+    pub strategy: String,
+    pub users: usize,
+    pub quantity: i64,
+    pub window: Window,
+    /// Open-loop arrival rate; `None`: [`DEFAULT_RATE_SHARE`] of the closed loop's attempts/s.
+    pub rate: Option<f64>,
+    pub id_prefix: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ThroughputResult {
+    pub closed: LoadResult,
+    pub open: LoadResult,
+}
+
+/// Runs the closed loop, then the open loop; `on_phase` is told which starts.
+pub async fn run_throughput(
+    api: &Api,
+    plan: &ThroughputPlan,
+    on_phase: &(dyn Fn(&str) + Sync),
+) -> Result<ThroughputResult> {
+    api.reset_product(plan.product, UNLIMITED).await?;
+    on_phase("closed loop");
+    let closed = http_load::closed_loop(
+        &api.bases,
+        plan.users,
+        plan.window,
+        HttpRequest::Order {
+            product: plan.product,
+            strategy: plan.strategy.clone(),
+            quantity: plan.quantity,
+            id_prefix: format!("{}-c", plan.id_prefix),
+        },
+    )
+    .await?;
+
+    let rate = plan
+        .rate
+        .unwrap_or(closed.attempts_per_sec * DEFAULT_RATE_SHARE)
+        .max(1.0);
+    on_phase(&format!("open loop {rate:.0}/s"));
+    let open = {
+        let (api, plan) = (api.clone(), plan.clone());
+        open_loop(plan.users, rate, plan.window, move |i| {
+            let (api, plan) = (api.clone(), plan.clone());
+            async move {
+                let body = OrderRequest {
+                    user_id: format!("u-{}", i % plan.users as u64),
+                    quantity: plan.quantity,
+                    request_id: format!("{}-o-{i}", plan.id_prefix),
+                    strategy: &plan.strategy,
+                };
+                api.order(i as usize, plan.product, &body).await
+            }
+        })
+        .await
+    };
+    // Zero stock and no orders: later strategies do not pay for this one's rows.
+    api.reset_product(plan.product, 0).await?;
+    Ok(ThroughputResult { closed, open })
+}

@@ -1,0 +1,67 @@
+//! Helpers shared by the integration tests: the app binary, servers, a quick plan.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::OnceLock;
+
+use loadtest::cli::Settings;
+use loadtest::run::Target;
+use sandbox::Endpoints;
+
+/// `target/<profile>/seckill-app`, built with `cargo build -p app --bin seckill-app` when
+/// missing.
+pub fn app_binary() -> PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        if let Ok(p) = loadtest::apps::locate_app(None) {
+            return p;
+        }
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = Command::new(cargo)
+            .args(["build", "-p", "app", "--bin", "seckill-app"])
+            .status()
+            .expect("running cargo build -p app");
+        assert!(status.success(), "cargo build -p app failed");
+        loadtest::apps::locate_app(None).expect("seckill-app after building it")
+    })
+    .clone()
+}
+
+/// The shared servers, and a database of the test's own.
+pub fn target() -> Target {
+    let endpoints = Endpoints {
+        database_url: sandbox::shared::database_url(),
+        redis_url: sandbox::shared::redis_url(),
+        redlock_urls: sandbox::shared::redlock_urls(),
+        zookeeper: sandbox::shared::zookeeper(),
+        etcd: sandbox::shared::etcd(),
+    };
+    Target {
+        endpoints,
+        servers: "shared",
+        versions: None,
+        app_binary: app_binary(),
+        database: format!(
+            "bench_test_{}",
+            &uuid::Uuid::new_v4().simple().to_string()[..12]
+        ),
+    }
+}
+
+/// Small and short: one strategy, two instances, a sale of 60 units to 30 buyers.
+pub fn quick(strategy: &str) -> Settings {
+    Settings {
+        strategies: vec![strategy.to_string()],
+        instances: 2,
+        stock: 60,
+        buyers: 30,
+        demand: 240,
+        quantity: 1,
+        seconds: 1.0,
+        warmup: 0.3,
+        rate: Some(100.0),
+        quick: true,
+        baselines: false,
+        scenarios: false,
+    }
+}

@@ -1,0 +1,51 @@
+//! `seckill-bench lock` counts mutual-exclusion violations: none for a correct lock, some for
+//! a deliberately broken one.
+
+use std::time::Duration;
+
+use loadtest::lock::{bench, connect_backend};
+use sandbox::Endpoints;
+
+fn endpoints() -> Endpoints {
+    Endpoints {
+        database_url: String::new(),
+        redis_url: sandbox::shared::redis_url(),
+        redlock_urls: Vec::new(),
+        zookeeper: String::new(),
+        etcd: Vec::new(),
+    }
+}
+
+async fn violations(backend: &str) -> i64 {
+    let e = endpoints();
+    let lock = connect_backend(backend, &e).await.unwrap();
+    let report = bench(
+        backend,
+        lock,
+        &e.redis_url,
+        8,
+        1.0,
+        Duration::from_micros(200),
+    )
+    .await
+    .unwrap();
+    assert!(report.acquisitions > 0, "{report:?}");
+    report.violations
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_correct_redis_lock_shows_no_violation() {
+    assert_eq!(violations("redis").await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_get_then_set_lock_shows_violations_under_contention() {
+    for round in 1..=3 {
+        let v = violations("redis-get-then-set").await;
+        if v > 0 {
+            return;
+        }
+        eprintln!("round {round}: no violation this time");
+    }
+    panic!("`redis-get-then-set` never let two holders in within 3 rounds");
+}
