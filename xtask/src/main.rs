@@ -128,6 +128,10 @@ fn bench(args: &[String]) -> Result<()> {
         "seckill-bench",
         "--",
     ]);
+    // `cargo xtask bench` and `cargo xtask bench --quick` mean `seckill-bench run [--quick]`.
+    if args.first().is_none_or(|a| a.starts_with('-')) {
+        c.arg("run");
+    }
     c.args(args);
     run(&mut c)
 }
