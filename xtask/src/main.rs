@@ -109,7 +109,9 @@ fn shared_servers() -> Result<Option<sandbox::Servers>> {
 }
 
 fn bench(args: &[String]) -> Result<()> {
-    // The benchmark starts app instances as processes: build the service first.
+    // The benchmark starts app instances as processes. Build both binaries in one cargo call
+    // (so features unify once) and run the one just built: `cargo run -p loadtest` alone would
+    // resolve features anew and rebuild half the tree.
     cargo(&[
         "build",
         "--release",
@@ -117,23 +119,37 @@ fn bench(args: &[String]) -> Result<()> {
         "app",
         "--bin",
         "seckill-app",
-    ])?;
-    let mut c = cargo_command();
-    c.args([
-        "run",
-        "--release",
         "--package",
         "loadtest",
         "--bin",
         "seckill-bench",
-        "--",
-    ]);
+    ])?;
+    let mut c = Command::new(target_dir()?.join("release").join("seckill-bench"));
     // `cargo xtask bench` and `cargo xtask bench --quick` mean `seckill-bench run [--quick]`.
     if args.first().is_none_or(|a| a.starts_with('-')) {
         c.arg("run");
     }
     c.args(args);
     run(&mut c)
+}
+
+/// Where cargo puts build output (honours `CARGO_TARGET_DIR` and `.cargo/config.toml`).
+fn target_dir() -> Result<std::path::PathBuf> {
+    let out = cargo_command()
+        .args(["metadata", "--format-version", "1", "--no-deps"])
+        .output()
+        .context("running cargo metadata")?;
+    if !out.status.success() {
+        bail!(
+            "cargo metadata failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let metadata: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    let dir = metadata["target_directory"]
+        .as_str()
+        .context("no target_directory in cargo metadata")?;
+    Ok(dir.into())
 }
 
 /// Validates docker-compose.yml where a Compose client is installed (no engine is needed).
