@@ -1,0 +1,149 @@
+//! The app, built in-process against the bench's servers and served on port 0, so one purchase
+//! can be made both by calling a strategy object and through the HTTP API.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use app::strategy::{Placed, Purchase, PurchaseError, PurchaseStats, StockStrategy};
+use app::{AppState, Config};
+use serde_json::json;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+/// Stock of every benchmarked product: no run ever sells it out.
+pub const STOCK: i64 = 1_000_000_000_000;
+
+/// A running app: its state (for direct calls) and its address (for HTTP calls).
+pub struct Shop {
+    pub state: AppState,
+    pub url: String,
+    pub http: reqwest::Client,
+    requests: AtomicU64,
+    run: String,
+    server: JoinHandle<()>,
+}
+
+impl Drop for Shop {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
+
+impl Shop {
+    /// Builds the app over its own fresh database and every lock service of `endpoints`.
+    pub async fn start(endpoints: &sandbox::Endpoints) -> Shop {
+        let run = uuid::Uuid::new_v4().simple().to_string();
+        let database = format!(
+            "{}/bench_{run}",
+            endpoints.database_url.trim_end_matches('/')
+        );
+        let mut config = Config::for_database(database);
+        config.redis_url = Some(endpoints.redis_url.clone());
+        config.redlock_urls = endpoints.redlock_urls.clone();
+        config.zookeeper = Some(endpoints.zookeeper.clone());
+        config.etcd = endpoints.etcd.clone();
+        config.lock_prefix = format!("bench:{run}:");
+        let (router, state) = app::build(&config).await.expect("the app starts");
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("address"));
+        let server = tokio::spawn(async move {
+            axum::serve(listener, router).await.expect("serve");
+        });
+        Shop {
+            state,
+            url,
+            http: reqwest::Client::new(),
+            requests: AtomicU64::new(0),
+            run,
+            server,
+        }
+    }
+
+    /// Every registered strategy's name, in registration order.
+    pub fn strategies(&self) -> Vec<String> {
+        self.state
+            .registry
+            .infos()
+            .map(|i| i.name.clone())
+            .collect()
+    }
+
+    /// The strategy registered as `name`.
+    pub fn strategy(&self, name: &str) -> Arc<dyn StockStrategy> {
+        Arc::clone(
+            self.state
+                .registry
+                .get(name)
+                .unwrap_or_else(|| panic!("no strategy `{name}`")),
+        )
+    }
+
+    /// Gives product `id` [`STOCK`] units and no orders.
+    pub async fn stock_up(&self, id: u64) {
+        app::db::products::reset(&self.state.pool, id, STOCK)
+            .await
+            .expect("reset the product");
+    }
+
+    /// A request id no other purchase of this run has.
+    fn request_id(&self) -> String {
+        let n = self.requests.fetch_add(1, Ordering::Relaxed);
+        format!("{}-{n}", self.run)
+    }
+
+    /// One unit of `product` through `strategy`, called directly.
+    pub async fn buy_direct(
+        &self,
+        strategy: &dyn StockStrategy,
+        name: &str,
+        product: u64,
+    ) -> Result<Placed, PurchaseError> {
+        let purchase = Purchase {
+            product_id: product,
+            user_id: "bench".into(),
+            quantity: 1,
+            request_id: self.request_id(),
+            strategy: name.to_owned(),
+            hold: None,
+            stats: PurchaseStats::default(),
+        };
+        strategy.purchase(&purchase).await
+    }
+
+    /// One unit of `product` through `strategy`, over HTTP; the response's status.
+    pub async fn buy_http(&self, name: &str, product: u64) -> reqwest::StatusCode {
+        let body = json!({
+            "user_id": "bench",
+            "quantity": 1,
+            "request_id": self.request_id(),
+            "strategy": name,
+        });
+        let response = self
+            .http
+            .post(format!("{}/api/products/{product}/orders", self.url))
+            .json(&body)
+            .send()
+            .await
+            .expect("the order request is answered");
+        let status = response.status();
+        // Read the body, as a client would: the connection is reused only once it is drained.
+        let _ = response.bytes().await;
+        status
+    }
+
+    /// `GET /api/noop`: an HTTP round trip through the app's stack that touches no backend.
+    pub async fn http_only(&self) {
+        let response = self
+            .http
+            .get(format!("{}/api/noop", self.url))
+            .send()
+            .await
+            .expect("GET /api/noop");
+        assert!(
+            response.status().is_success(),
+            "GET /api/noop answered {}",
+            response.status()
+        );
+        let _ = response.bytes().await;
+    }
+}
