@@ -29,7 +29,14 @@ pub struct LockedStrategy {
 
 /// A strategy built on a lock from [`locks::connect`]: its name, description, the lock
 /// backend's name, the service it runs on, whether it is safe, whether its write is fenced.
-type Spec = (&'static str, &'static str, &'static str, &'static str, bool, bool);
+type Spec = (
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static str,
+    bool,
+    bool,
+);
 
 #[rustfmt::skip]
 const STRATEGIES: &[Spec] = &[
