@@ -48,6 +48,8 @@ pub struct AppConfig {
 /// Running instances; dropping stops them (SIGTERM, then SIGKILL after 3 s).
 pub struct Apps {
     children: Vec<Child>,
+    /// Kill the instances should this process die without dropping `Apps`.
+    guardians: Vec<sandbox::Guardian>,
     /// `http://127.0.0.1:PORT` of each instance.
     pub bases: Vec<String>,
 }
@@ -58,6 +60,7 @@ impl Apps {
         std::fs::create_dir_all(&config.log_dir)?;
         let mut apps = Apps {
             children: Vec::new(),
+            guardians: Vec::new(),
             bases: Vec::new(),
         };
         let database_url = format!(
@@ -90,6 +93,7 @@ impl Apps {
             let child = cmd
                 .spawn()
                 .with_context(|| format!("starting {}", config.binary.display()))?;
+            apps.guardians.push(sandbox::Guardian::watch(child.id())?);
             apps.children.push(child);
             apps.bases.push(format!("http://127.0.0.1:{port}"));
             if n == 0 {

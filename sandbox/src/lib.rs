@@ -31,7 +31,7 @@ mod zookeeper;
 pub use error::Error;
 pub use etcd::Etcd;
 pub use mariadb::MariaDb;
-pub use process::Server;
+pub use process::{Guardian, Server};
 pub use redis::{Redis, RedisPair};
 pub use servers::{Endpoints, REDLOCK_INSTANCES, Servers, Versions};
 pub use shared::{Mode, faults_allowed, mode};

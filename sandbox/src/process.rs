@@ -245,6 +245,39 @@ rm -rf "$dir"
         .spawn()?)
 }
 
+/// Kills one process (SIGKILL) if this process exits while it still runs: for children that
+/// are not servers of this crate, such as the app instances a benchmark starts, so that a
+/// benchmark stopped by Ctrl-C or SIGKILL leaves nothing running. Dropping the guardian stops
+/// it (after you have stopped the process yourself).
+pub struct Guardian(Child);
+
+impl Guardian {
+    pub fn watch(pid: u32) -> std::io::Result<Guardian> {
+        const SCRIPT: &str = r#"
+owner=$1; pid=$2
+while kill -0 "$owner" 2>/dev/null; do sleep 0.5; done
+kill -9 "$pid" 2>/dev/null
+"#;
+        Ok(Guardian(
+            Command::new("sh")
+                .args(["-c", SCRIPT, "sandbox-guardian"])
+                .arg(std::process::id().to_string())
+                .arg(pid.to_string())
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()?,
+        ))
+    }
+}
+
+impl Drop for Guardian {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// Finds `program` on PATH or in the sbin directories, where Debian puts daemons such as
 /// `mariadbd` and which a non-login PATH may lack. Falls back to the bare name, so the spawn
 /// error names the missing program.

@@ -53,16 +53,25 @@ fn child_that_exits_without_dropping() {
         return;
     }
     let redis = sandbox::Redis::start().unwrap();
+    let other = Command::new("sleep")
+        .arg("300")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let guardian = sandbox::Guardian::watch(other.id()).unwrap();
+    println!("GUARDED pid={}", other.id());
     println!(
         "CHILD pid={} dir={}",
         redis.server().pid().unwrap(),
         redis.server().dir().display()
     );
+    std::mem::forget(guardian);
     std::process::exit(0);
 }
 
 #[test]
-fn an_owner_that_exits_without_dropping_leaves_nothing_behind() {
+fn an_owner_that_exits_without_dropping_leaves_no_server_and_no_guarded_process_behind() {
     sandbox::require_faults!();
     let out = Command::new(std::env::current_exe().unwrap())
         .args([
@@ -82,6 +91,13 @@ fn an_owner_that_exits_without_dropping_leaves_nothing_behind() {
         .parse()
         .unwrap();
     let dir = Path::new(line.split_once(" dir=").unwrap().1).to_path_buf();
+    let guarded: u32 = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("GUARDED pid="))
+        .unwrap_or_else(|| panic!("child printed no GUARDED line: {stdout}"))
+        .parse()
+        .unwrap();
     eventually("the orphaned server is killed", || !process_exists(pid));
     eventually("its directory is removed", || !dir.exists());
+    eventually("the guarded process is killed", || !process_exists(guarded));
 }

@@ -39,6 +39,8 @@ pub struct Fleet {
 /// One app process.
 pub struct Instance {
     child: Child,
+    /// Kills the process should this one die without dropping the instance.
+    _guardian: sandbox::Guardian,
     pub base: String,
     log: PathBuf,
 }
@@ -241,6 +243,7 @@ impl Instance {
             .spawn()
             .with_context(|| format!("starting {}", binary.display()))?;
         let mut instance = Instance {
+            _guardian: sandbox::Guardian::watch(child.id())?,
             child,
             base: format!("http://127.0.0.1:{port}"),
             log: log.to_path_buf(),
