@@ -19,18 +19,12 @@ use std::time::{Duration, Instant};
 use deadpool_redis::redis::cmd;
 use futures::future::BoxFuture;
 
-use super::{Conn, LeaseClocks, RELEASE, Requests, fence_key, millis, poll};
-use crate::{AcquireOptions, DistributedLock, Guard, Held, LockError, new_owner_id};
+use super::{Conn, LockClient, fence_key, millis, poll};
+use crate::{AcquireOptions, DistributedLock, Guard, LockError, new_owner_id};
 
 /// `GET` then `SET`; see the module docs.
 pub struct GetThenSetLock {
-    shared: Arc<Shared>,
-}
-
-struct Shared {
-    conn: Conn,
-    requests: Requests,
-    clocks: LeaseClocks,
+    shared: Arc<LockClient>,
 }
 
 impl GetThenSetLock {
@@ -46,63 +40,33 @@ impl GetThenSetLock {
 
     fn with(conn: Conn) -> GetThenSetLock {
         GetThenSetLock {
-            shared: Arc::new(Shared {
-                conn,
-                requests: Requests::default(),
-                clocks: LeaseClocks::default(),
-            }),
+            shared: LockClient::new(conn),
         }
     }
 }
 
-impl Shared {
-    async fn try_acquire(
-        self: &Arc<Self>,
-        key: &str,
-        lease: Duration,
-    ) -> Result<Option<Guard>, LockError> {
+impl GetThenSetLock {
+    async fn try_acquire(&self, key: &str, lease: Duration) -> Result<Option<Guard>, LockError> {
         let owner = new_owner_id();
         let sent = Instant::now();
-        self.requests.add(1);
-        let current: Option<String> = self.conn.query(cmd("GET").arg(key)).await?;
+        self.shared.requests.add(1);
+        let current: Option<String> = self.shared.conn.query(cmd("GET").arg(key)).await?;
         if current.is_some() {
             return Ok(None);
         }
         // The race: someone else may have read the same empty key and be writing right now.
-        self.requests.add(2);
+        self.shared.requests.add(2);
         let () = self
+            .shared
             .conn
             .query(cmd("SET").arg(key).arg(&owner).arg("PX").arg(millis(lease)))
             .await?;
-        let token: u64 = self.conn.query(cmd("INCR").arg(fence_key(key))).await?;
-        let lost = self.clocks.start(&owner, sent + lease);
-        let held = GetSetHeld {
-            shared: Arc::clone(self),
-            key: key.to_owned(),
-            owner: owner.clone(),
-        };
-        Ok(Some(Guard::new(key, owner, token, lost, Box::new(held))))
-    }
-}
-
-struct GetSetHeld {
-    shared: Arc<Shared>,
-    key: String,
-    owner: String,
-}
-
-impl Held for GetSetHeld {
-    fn release(self: Box<Self>) -> BoxFuture<'static, Result<bool, LockError>> {
-        Box::pin(async move {
-            self.shared.clocks.stop(&self.owner);
-            self.shared.requests.add(1);
-            let deleted: i64 = self
-                .shared
-                .conn
-                .invoke(RELEASE.key(&self.key).arg(&self.owner))
-                .await?;
-            Ok(deleted == 1)
-        })
+        let token: u64 = self
+            .shared
+            .conn
+            .query(cmd("INCR").arg(fence_key(key)))
+            .await?;
+        Ok(Some(self.shared.grant(key, owner, token, sent, lease)))
     }
 }
 
@@ -117,7 +81,7 @@ impl DistributedLock for GetThenSetLock {
         options: AcquireOptions,
     ) -> BoxFuture<'a, Result<Guard, LockError>> {
         Box::pin(poll(key, options.wait, move || {
-            self.shared.try_acquire(key, options.lease)
+            self.try_acquire(key, options.lease)
         }))
     }
 

@@ -26,18 +26,12 @@ use std::time::{Duration, Instant};
 use deadpool_redis::Pool;
 use futures::future::BoxFuture;
 
-use super::{ACQUIRE, Conn, EXTEND, LeaseClocks, RELEASE, Requests, fence_key, millis, poll};
-use crate::{AcquireOptions, DistributedLock, Guard, Held, LockError, new_owner_id};
+use super::{Conn, EXTEND, LockClient, millis, poll};
+use crate::{AcquireOptions, DistributedLock, Guard, LockError, new_owner_id};
 
 /// `SET NX PX` lock with a fencing counter; see the module docs.
 pub struct RedisLock {
-    shared: Arc<Shared>,
-}
-
-struct Shared {
-    conn: Conn,
-    requests: Requests,
-    clocks: LeaseClocks,
+    shared: Arc<LockClient>,
 }
 
 impl RedisLock {
@@ -54,11 +48,7 @@ impl RedisLock {
 
     fn with(conn: Conn) -> RedisLock {
         RedisLock {
-            shared: Arc::new(Shared {
-                conn,
-                requests: Requests::default(),
-                clocks: LeaseClocks::default(),
-            }),
+            shared: LockClient::new(conn),
         }
     }
 
@@ -87,53 +77,15 @@ impl RedisLock {
     }
 }
 
-impl Shared {
-    async fn try_acquire(
-        self: &Arc<Self>,
-        key: &str,
-        lease: Duration,
-    ) -> Result<Option<Guard>, LockError> {
+impl RedisLock {
+    async fn try_acquire(&self, key: &str, lease: Duration) -> Result<Option<Guard>, LockError> {
         let owner = new_owner_id();
         let sent = Instant::now();
-        self.requests.add(1);
-        let token: u64 = (self.conn)
-            .invoke(
-                ACQUIRE
-                    .key(key)
-                    .key(fence_key(key))
-                    .arg(&owner)
-                    .arg(millis(lease)),
-            )
-            .await?;
+        let token = self.shared.set_nx_px(key, &owner, lease).await?;
         if token == 0 {
             return Ok(None);
         }
-        let lost = self.clocks.start(&owner, sent + lease);
-        let held = PlainHeld {
-            shared: Arc::clone(self),
-            key: key.to_owned(),
-            owner: owner.clone(),
-        };
-        Ok(Some(Guard::new(key, owner, token, lost, Box::new(held))))
-    }
-}
-
-struct PlainHeld {
-    shared: Arc<Shared>,
-    key: String,
-    owner: String,
-}
-
-impl Held for PlainHeld {
-    fn release(self: Box<Self>) -> BoxFuture<'static, Result<bool, LockError>> {
-        Box::pin(async move {
-            self.shared.clocks.stop(&self.owner);
-            self.shared.requests.add(1);
-            let deleted: i64 = (self.shared.conn)
-                .invoke(RELEASE.key(&self.key).arg(&self.owner))
-                .await?;
-            Ok(deleted == 1)
-        })
+        Ok(Some(self.shared.grant(key, owner, token, sent, lease)))
     }
 }
 
@@ -148,7 +100,7 @@ impl DistributedLock for RedisLock {
         options: AcquireOptions,
     ) -> BoxFuture<'a, Result<Guard, LockError>> {
         Box::pin(poll(key, options.wait, move || {
-            self.shared.try_acquire(key, options.lease)
+            self.try_acquire(key, options.lease)
         }))
     }
 

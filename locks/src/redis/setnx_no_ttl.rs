@@ -19,19 +19,13 @@ use std::time::{Duration, Instant};
 use deadpool_redis::redis::cmd;
 use futures::future::BoxFuture;
 
-use super::{Conn, LeaseClocks, RELEASE, Requests, fence_key, millis, poll};
-use crate::{AcquireOptions, DistributedLock, Guard, Held, LockError, new_owner_id};
+use super::{Conn, LockClient, fence_key, millis, poll};
+use crate::{AcquireOptions, DistributedLock, Guard, LockError, new_owner_id};
 
 /// `SETNX` + separate `PEXPIRE`; see the module docs.
 pub struct SetnxNoTtlLock {
-    shared: Arc<Shared>,
-}
-
-struct Shared {
-    conn: Conn,
+    shared: Arc<LockClient>,
     crash_between: bool,
-    requests: Requests,
-    clocks: LeaseClocks,
 }
 
 /// The simulated crash, as the error the "crashed" acquire returns.
@@ -52,35 +46,29 @@ impl SetnxNoTtlLock {
 
     fn with(conn: Conn) -> SetnxNoTtlLock {
         SetnxNoTtlLock {
-            shared: Arc::new(Shared {
-                conn,
-                crash_between: false,
-                requests: Requests::default(),
-                clocks: LeaseClocks::default(),
-            }),
+            shared: LockClient::new(conn),
+            crash_between: false,
         }
     }
 
     /// Simulates a holder that dies right after its `SETNX` succeeded: the `EXPIRE` is never
     /// sent and the acquire fails with [`LockError::Unavailable`] ([`SimulatedCrash`]).
     pub fn crash_between_setnx_and_expire(mut self) -> SetnxNoTtlLock {
-        Arc::get_mut(&mut self.shared)
-            .expect("not shared yet")
-            .crash_between = true;
+        self.crash_between = true;
         self
     }
 }
 
-impl Shared {
-    async fn try_acquire(
-        self: &Arc<Self>,
-        key: &str,
-        lease: Duration,
-    ) -> Result<Option<Guard>, LockError> {
+impl SetnxNoTtlLock {
+    async fn try_acquire(&self, key: &str, lease: Duration) -> Result<Option<Guard>, LockError> {
         let owner = new_owner_id();
         let sent = Instant::now();
-        self.requests.add(1);
-        let taken: bool = self.conn.query(cmd("SETNX").arg(key).arg(&owner)).await?;
+        self.shared.requests.add(1);
+        let taken: bool = self
+            .shared
+            .conn
+            .query(cmd("SETNX").arg(key).arg(&owner))
+            .await?;
         if !taken {
             return Ok(None);
         }
@@ -88,40 +76,18 @@ impl Shared {
             return Err(LockError::unavailable(SimulatedCrash));
         }
         // The window: the lock exists and has no lease until this reply.
-        self.requests.add(2);
+        self.shared.requests.add(2);
         let _: i64 = self
+            .shared
             .conn
             .query(cmd("PEXPIRE").arg(key).arg(millis(lease)))
             .await?;
-        let token: u64 = self.conn.query(cmd("INCR").arg(fence_key(key))).await?;
-        let lost = self.clocks.start(&owner, sent + lease);
-        let held = NoTtlHeld {
-            shared: Arc::clone(self),
-            key: key.to_owned(),
-            owner: owner.clone(),
-        };
-        Ok(Some(Guard::new(key, owner, token, lost, Box::new(held))))
-    }
-}
-
-struct NoTtlHeld {
-    shared: Arc<Shared>,
-    key: String,
-    owner: String,
-}
-
-impl Held for NoTtlHeld {
-    fn release(self: Box<Self>) -> BoxFuture<'static, Result<bool, LockError>> {
-        Box::pin(async move {
-            self.shared.clocks.stop(&self.owner);
-            self.shared.requests.add(1);
-            let deleted: i64 = self
-                .shared
-                .conn
-                .invoke(RELEASE.key(&self.key).arg(&self.owner))
-                .await?;
-            Ok(deleted == 1)
-        })
+        let token: u64 = self
+            .shared
+            .conn
+            .query(cmd("INCR").arg(fence_key(key)))
+            .await?;
+        Ok(Some(self.shared.grant(key, owner, token, sent, lease)))
     }
 }
 
@@ -136,7 +102,7 @@ impl DistributedLock for SetnxNoTtlLock {
         options: AcquireOptions,
     ) -> BoxFuture<'a, Result<Guard, LockError>> {
         Box::pin(poll(key, options.wait, move || {
-            self.shared.try_acquire(key, options.lease)
+            self.try_acquire(key, options.lease)
         }))
     }
 

@@ -14,18 +14,12 @@ use std::time::{Duration, Instant};
 use deadpool_redis::redis::cmd;
 use futures::future::BoxFuture;
 
-use super::{ACQUIRE, Conn, LeaseClocks, Requests, fence_key, millis, poll};
+use super::{Conn, LockClient, poll};
 use crate::{AcquireOptions, DistributedLock, Guard, Held, LockError, new_owner_id};
 
 /// Correct acquire, token-blind release; see the module docs.
 pub struct UnsafeReleaseLock {
-    shared: Arc<Shared>,
-}
-
-struct Shared {
-    conn: Conn,
-    requests: Requests,
-    clocks: LeaseClocks,
+    shared: Arc<LockClient>,
 }
 
 impl UnsafeReleaseLock {
@@ -41,40 +35,22 @@ impl UnsafeReleaseLock {
 
     fn with(conn: Conn) -> UnsafeReleaseLock {
         UnsafeReleaseLock {
-            shared: Arc::new(Shared {
-                conn,
-                requests: Requests::default(),
-                clocks: LeaseClocks::default(),
-            }),
+            shared: LockClient::new(conn),
         }
     }
 }
 
-impl Shared {
-    async fn try_acquire(
-        self: &Arc<Self>,
-        key: &str,
-        lease: Duration,
-    ) -> Result<Option<Guard>, LockError> {
+impl UnsafeReleaseLock {
+    async fn try_acquire(&self, key: &str, lease: Duration) -> Result<Option<Guard>, LockError> {
         let owner = new_owner_id();
         let sent = Instant::now();
-        self.requests.add(1);
-        let token: u64 = self
-            .conn
-            .invoke(
-                ACQUIRE
-                    .key(key)
-                    .key(fence_key(key))
-                    .arg(&owner)
-                    .arg(millis(lease)),
-            )
-            .await?;
+        let token = self.shared.set_nx_px(key, &owner, lease).await?;
         if token == 0 {
             return Ok(None);
         }
-        let lost = self.clocks.start(&owner, sent + lease);
+        let lost = self.shared.clocks.start(&owner, sent + lease);
         let held = DelHeld {
-            shared: Arc::clone(self),
+            shared: Arc::clone(&self.shared),
             key: key.to_owned(),
             owner: owner.clone(),
         };
@@ -83,7 +59,7 @@ impl Shared {
 }
 
 struct DelHeld {
-    shared: Arc<Shared>,
+    shared: Arc<LockClient>,
     key: String,
     owner: String,
 }
@@ -111,7 +87,7 @@ impl DistributedLock for UnsafeReleaseLock {
         options: AcquireOptions,
     ) -> BoxFuture<'a, Result<Guard, LockError>> {
         Box::pin(poll(key, options.wait, move || {
-            self.shared.try_acquire(key, options.lease)
+            self.try_acquire(key, options.lease)
         }))
     }
 
