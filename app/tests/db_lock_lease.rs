@@ -35,19 +35,40 @@ async fn run(strategy: &str) -> (Tally, Ledger) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn db_lock_oversells_when_the_critical_section_outlives_the_lease() {
-    let (tally, truth) = run("db-lock").await;
-    assert!(truth.oversell() > 0, "{tally:?} {truth:?}");
+    // On a loaded machine the other buyers may arrive only after the first holder finished,
+    // and then there is no race to lose: give the race a few rounds to happen.
+    let mut rounds = Vec::new();
+    for _ in 0..ROUNDS {
+        let (tally, truth) = run("db-lock").await;
+        if truth.oversell() > 0 {
+            return;
+        }
+        rounds.push((tally, truth));
+    }
+    panic!("no oversell in {ROUNDS} rounds: {rounds:?}");
 }
+
+/// Rounds within which a race that depends on arrival order must show.
+const ROUNDS: usize = 3;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn fenced_db_lock_refuses_the_stale_write_after_the_lease_expired() {
-    let (tally, truth) = run("db-lock-fenced").await;
-    assert!(tally.lock_lost > 0, "{tally:?} {truth:?}");
-    assert_eq!(
-        (truth.oversell(), truth.unaccounted(), truth.sold),
-        (0, 0, 1),
-        "{tally:?} {truth:?}"
-    );
+    // Every round must sell exactly the one unit; at least one must show the refusal (a
+    // round whose buyers arrived after the first holder finished has no stale write to refuse).
+    let mut rounds = Vec::new();
+    for _ in 0..ROUNDS {
+        let (tally, truth) = run("db-lock-fenced").await;
+        assert_eq!(
+            (truth.oversell(), truth.unaccounted(), truth.sold),
+            (0, 0, 1),
+            "{tally:?} {truth:?}"
+        );
+        if tally.lock_lost > 0 {
+            return;
+        }
+        rounds.push(tally);
+    }
+    panic!("no stale write refused in {ROUNDS} rounds: {rounds:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
