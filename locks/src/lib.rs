@@ -48,7 +48,7 @@ pub mod options;
 pub mod redis;
 pub mod zookeeper;
 
-pub use connect::{BACKENDS, Backend, ConnectError, Endpoints, connect};
+pub use connect::{Backend, ConnectError, Endpoints, connect};
 pub use guard::{Guard, Held};
 pub use options::AcquireOptions;
 
