@@ -17,9 +17,11 @@
 //! Tests usually want one set of servers per run rather than per test: [`shared`] gives
 //! lazily started servers, or the ones named in the environment (see [`Mode`]).
 
+mod cluster;
 mod error;
 mod etcd;
 mod mariadb;
+mod network;
 mod ports;
 mod process;
 mod redis;
@@ -27,7 +29,9 @@ mod resp;
 mod servers;
 pub mod shared;
 mod zookeeper;
+mod zookeeper_ensemble;
 
+pub use cluster::{MEMBERS, wait_for};
 pub use error::Error;
 pub use etcd::Etcd;
 pub use mariadb::MariaDb;
@@ -36,6 +40,7 @@ pub use redis::{Redis, RedisPair};
 pub use servers::{Endpoints, REDLOCK_INSTANCES, Servers, Versions};
 pub use shared::{Mode, faults_allowed, mode};
 pub use zookeeper::ZooKeeper;
+pub use zookeeper_ensemble::{ZkMode, ZooKeeperEnsemble, ZooKeeperMember};
 
 /// Result type of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
