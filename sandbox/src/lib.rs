@@ -20,6 +20,7 @@
 mod cluster;
 mod error;
 mod etcd;
+mod etcd_cluster;
 mod mariadb;
 mod network;
 mod ports;
@@ -34,6 +35,7 @@ mod zookeeper_ensemble;
 pub use cluster::{MEMBERS, wait_for};
 pub use error::Error;
 pub use etcd::Etcd;
+pub use etcd_cluster::{EtcdCluster, EtcdMember, EtcdStatus};
 pub use mariadb::MariaDb;
 pub use process::{Guardian, Server};
 pub use redis::{Redis, RedisPair};

@@ -35,7 +35,6 @@ pub(crate) enum Source {
     /// The relay serves one member only.
     Fixed(String),
     /// The member's label is the value of this HTTP request header in the first request.
-    #[allow(dead_code)]
     HttpHeader(&'static str),
 }
 
