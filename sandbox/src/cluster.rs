@@ -70,3 +70,20 @@ pub(crate) fn start_all<T: Send>(
             .collect()
     })
 }
+
+/// Runs `start` again (up to three times in all) when a member failed because its port was
+/// taken between being picked and being bound: ports are picked before the members start, and
+/// other processes on the machine pick ports too.
+pub(crate) fn retry_port_clash<T>(start: impl Fn() -> Result<T>) -> Result<T> {
+    let mut attempt = 1;
+    loop {
+        match start() {
+            Err(Error::StartFailed { tail, .. })
+                if attempt < 3 && tail.to_lowercase().contains("address already in use") =>
+            {
+                attempt += 1;
+            }
+            result => return result,
+        }
+    }
+}

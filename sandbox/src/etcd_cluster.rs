@@ -133,12 +133,16 @@ pub struct EtcdCluster {
 impl EtcdCluster {
     /// Starts three members and waits until each is healthy (knows a leader).
     pub fn start() -> Result<EtcdCluster> {
+        cluster::retry_port_clash(Self::start_once)
+    }
+
+    fn start_once() -> Result<EtcdCluster> {
         let network = Network::new();
         let client: Vec<u16> = (0..MEMBERS)
-            .map(|_| ports::free_port())
+            .map(|_| ports::quiet_port())
             .collect::<Result<_, _>>()?;
         let peer: Vec<u16> = (0..MEMBERS)
-            .map(|_| ports::free_port())
+            .map(|_| ports::quiet_port())
             .collect::<Result<_, _>>()?;
         let relay: Vec<u16> = (0..MEMBERS)
             .map(|k| {

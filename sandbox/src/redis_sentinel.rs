@@ -109,6 +109,10 @@ impl RedisSentinelCluster {
     /// Starts the data servers, waits until both replicas are in sync, starts the Sentinels
     /// and waits until each sees both replicas and the two other Sentinels.
     pub fn start() -> Result<RedisSentinelCluster> {
+        cluster::retry_port_clash(Self::start_once)
+    }
+
+    fn start_once() -> Result<RedisSentinelCluster> {
         let primary = Redis::start()?;
         let primary_port = primary.port();
         let mut servers = vec![primary];
@@ -127,7 +131,7 @@ impl RedisSentinelCluster {
         });
         ready?;
         let sentinels = cluster::start_all(MEMBERS, |i| {
-            let port = ports::free_port()?;
+            let port = ports::quiet_port()?;
             let server = Server::start(
                 &format!("redis-sentinel-{}", i + 1),
                 SentinelLaunch { port },

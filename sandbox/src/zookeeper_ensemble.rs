@@ -95,15 +95,19 @@ pub struct ZooKeeperEnsemble {
 impl ZooKeeperEnsemble {
     /// Starts three members and waits until each serves as leader or follower.
     pub fn start() -> Result<ZooKeeperEnsemble> {
+        cluster::retry_port_clash(Self::start_once)
+    }
+
+    fn start_once() -> Result<ZooKeeperEnsemble> {
         let network = Network::new();
         let client: Vec<u16> = (0..MEMBERS)
-            .map(|_| ports::free_port())
+            .map(|_| ports::quiet_port())
             .collect::<Result<_, _>>()?;
         let quorum: Vec<u16> = (0..MEMBERS)
-            .map(|_| ports::free_port())
+            .map(|_| ports::quiet_port())
             .collect::<Result<_, _>>()?;
         let election: Vec<u16> = (0..MEMBERS)
-            .map(|_| ports::free_port())
+            .map(|_| ports::quiet_port())
             .collect::<Result<_, _>>()?;
         // server_lines[i]: the `server.N` lines member i is given.
         let mut server_lines = vec![String::new(); MEMBERS];
