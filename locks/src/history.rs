@@ -54,6 +54,9 @@ pub enum Op {
     Release { token: u64 },
     /// The fenced store accepted or refused a write carrying `token`.
     Write { token: u64, accepted: bool },
+    /// The test injected a fault (killed a leader, cut a link): not checked, but shown, so a
+    /// violation's slice tells what happened around it.
+    Fault { what: String },
 }
 
 /// One recorded step: when (since the history began), who, what.
@@ -74,6 +77,7 @@ impl fmt::Display for Event {
             Op::Grant { token } => write!(f, "granted, token {token}"),
             Op::Lost { token } => write!(f, "loss notice, token {token}"),
             Op::Release { token } => write!(f, "release, token {token}"),
+            Op::Fault { what } => write!(f, "FAULT: {what}"),
             Op::Write { token, accepted } => write!(
                 f,
                 "store {} write with token {token}",
@@ -138,6 +142,11 @@ impl History {
 
     pub fn write(&self, client: &str, token: u64, accepted: bool) {
         self.record(client, Op::Write { token, accepted });
+    }
+
+    pub fn fault(&self, client: &str, what: impl fmt::Display) {
+        let what = what.to_string();
+        self.record(client, Op::Fault { what });
     }
 
     /// A copy of the record so far, in order.
@@ -308,7 +317,7 @@ pub fn check_events(events: &[Event]) -> Vec<Violation> {
                     slice: slice(from, i),
                 });
             }
-            Op::Attempt | Op::Failed { .. } | Op::Write { .. } => {}
+            Op::Attempt | Op::Failed { .. } | Op::Write { .. } | Op::Fault { .. } => {}
         }
     }
     violations
@@ -337,6 +346,7 @@ mod tests {
         h.write("b", 2, true);
         h.write("a", 1, false);
         h.release("b", 2);
+        h.fault("nemesis", "killed the leader");
         h.attempt("c");
         h.failed("c", "timed out");
         assert_eq!(check(&h), Ok(()));
