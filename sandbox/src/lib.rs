@@ -16,6 +16,12 @@
 //!
 //! Tests usually want one set of servers per run rather than per test: [`shared`] gives
 //! lazily started servers, or the ones named in the environment (see [`Mode`]).
+//!
+//! Clusters of three: [`ZooKeeperEnsemble`], [`EtcdCluster`] and [`RedisSentinelCluster`]
+//! (a primary, two replicas, three Sentinels). Each member is a [`Server`] with the same
+//! control; each cluster tells which member leads now (`leader()`), and the ZooKeeper and etcd
+//! clusters can `partition(i)` a member from its peers, because their peer traffic runs
+//! through relays whose connections can be made to go silent.
 
 mod cluster;
 mod error;
