@@ -222,7 +222,7 @@ impl EtcdCluster {
     }
 
     /// Cuts member `i` off from the other two: its peer links in both directions go silent
-    /// (see [`crate::network`]); its clients still reach it.
+    /// (see the `network` module); its clients still reach it.
     pub fn partition(&self, i: usize) {
         self.network.isolate(&self.labels(i));
     }

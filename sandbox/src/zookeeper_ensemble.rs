@@ -4,7 +4,7 @@
 //! Each member has its own `zoo.cfg` (client port, data directory with `myid`) and its own
 //! view of the `server.N=127.0.0.1:<quorum>:<election>` lines: its own line names its real
 //! ports, the other two name relays that lead to them, one relay per directed pair of members
-//! and port (see [`crate::network`]). ZooKeeper reads peer addresses only from its
+//! and port (see the `network` module). ZooKeeper reads peer addresses only from its
 //! configuration, so every byte between two members crosses a relay that knows both ends, and
 //! a partition can silence exactly the links of one member.
 
