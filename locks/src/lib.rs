@@ -44,6 +44,7 @@
 pub mod connect;
 pub mod etcd;
 pub mod guard;
+pub mod history;
 pub mod options;
 pub mod redis;
 pub mod zookeeper;
