@@ -52,3 +52,41 @@ impl StockStrategy for LocalMutex {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use sqlx::mysql::MySqlPoolOptions;
+
+    use super::*;
+    use crate::api::Strategy;
+    use crate::strategy::PurchaseStats;
+
+    #[tokio::test]
+    async fn product_ids_sent_by_clients_leave_no_mutex_behind_once_their_purchases_end() {
+        // Nothing listens on port 1: every purchase fails fast, as for an unknown product.
+        let pool = MySqlPoolOptions::new()
+            .acquire_timeout(Duration::from_millis(20))
+            .connect_lazy("mysql://root@127.0.0.1:1/none")
+            .expect("a lazy pool");
+        let strategy = LocalMutex {
+            pool,
+            mutexes: Mutex::new(HashMap::new()),
+        };
+        for product_id in 0..50 {
+            let purchase = Purchase {
+                product_id,
+                user_id: "u".into(),
+                quantity: 1,
+                request_id: format!("r-{product_id}"),
+                strategy: Strategy::LocalMutex,
+                hold: None,
+                stats: PurchaseStats::default(),
+            };
+            assert!(strategy.purchase(&purchase).await.is_err());
+        }
+        let left = strategy.mutexes.lock().map(|m| m.len()).unwrap_or(usize::MAX);
+        assert_eq!(left, 0, "one mutex kept per product id ever sent");
+    }
+}
