@@ -20,7 +20,13 @@
 //!    one key: a release wakes one waiter, and waiting sends nothing (the tests count).
 //! 4. Wait budget spent, or `acquire` dropped: delete our key (from `Drop`, on the runtime).
 //!    A put whose reply was lost is covered the same way: the key's name is known before the
-//!    put, so it can be deleted by name whether or not the put landed.
+//!    put, so it can be deleted by name whether or not the put landed. That delete waits for
+//!    the put's outcome (the put runs in a task of its own that outlives a dropped `acquire`):
+//!    sent while the put is in flight, it could commit first and leave the put's key behind.
+//! 5. Every delete — release, withdrawal, cleanup — is retried until etcd answers it or the
+//!    lease is known gone (`delete.rs`). A delete lost with a broken connection would otherwise
+//!    leave a key that the reconnected client keeps renewing with its lease: the lock would
+//!    stay blocked for as long as the process lives.
 //!
 //! # Why it is safe, and where it stops being
 //! Every put, delete and lease grant is committed by Raft on a quorum before the reply, and
@@ -49,6 +55,7 @@
 //!
 //! Requests counted: grants, renewals, puts, ranges, watch streams opened, deletes.
 
+mod delete;
 mod lease;
 mod queue;
 

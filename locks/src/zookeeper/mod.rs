@@ -20,7 +20,13 @@
 //!    `acquire` future (the delete is sent from `Drop`: this client queues requests
 //!    synchronously, so no runtime is needed to send it). Dropped while its create is still
 //!    unanswered, it does not know its node's name yet: a background task finds the node by
-//!    its id, as in 4, and deletes it.
+//!    its id, as in 4, and deletes it. That search is queued on the session after the create,
+//!    and ZooKeeper answers one session's requests in order, so it sees the create's outcome.
+//! 6. Every delete — release, withdrawal, cleanup — is retried until the server answers it or
+//!    the session is known to have ended (`delete.rs`). The session survives a broken
+//!    connection (the client reconnects within the session timeout), so a delete lost with
+//!    the connection and not retried would leave a node that blocks the lock for as long as
+//!    the process lives.
 //!
 //! `/locks/<key>` is a *container* node: the server removes it some time after its last child
 //! goes, so lock names do not pile up. That is also why the sequence number is **not** the
@@ -60,10 +66,11 @@
 //! * **Dropping the [`ZooKeeperLock`]** abandons its session without closing it, as a crash
 //!   would: the nodes of guards still alive (or leaked) go when the server expires the
 //!   session, one session timeout later. Guards hold only a weak handle on the session for
-//!   that reason. Released guards delete their node at once.
+//!   that reason. Released guards delete their node at once (retrying while the session lives).
 //! * After a session expired, the next `acquire` opens a new one.
 
 mod contender;
+mod delete;
 mod held;
 mod path;
 
