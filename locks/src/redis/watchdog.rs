@@ -10,7 +10,9 @@
 //! critical section any more: while the guard lives, the client's watchdog (one task per
 //! client, see `watchdog/renewal.rs`) renews the lease every third of it, so a slow holder keeps
 //! its lock, and a holder whose process dies stops renewing and loses it within one lease. A
-//! renewal refused by Redis, or impossible for a whole lease, fires the guard's `lost()`.
+//! renewal refused by Redis, or impossible for a whole lease, fires the guard's `lost()` — at
+//! the latest one lease after the last renewal Redis confirmed, even while the connection hangs
+//! or reconnects (each renewal request is bounded by that deadline).
 //! Unlock is a script that decrements this owner's count and deletes the hash only at zero, so
 //! it never touches another owner's lock.
 //!
