@@ -34,6 +34,8 @@ struct Flow {
 pub struct Relay {
     port: u16,
     flow: watch::Sender<Flow>,
+    /// How many connections were refused so far.
+    refused: watch::Receiver<u64>,
     accept: JoinHandle<()>,
 }
 
@@ -54,12 +56,22 @@ impl Relay {
             refuse: false,
             generation: 0,
         });
+        let (count_refused, refused) = watch::channel(0);
         let accept = tokio::spawn(async move {
             while let Ok((inbound, _)) = listener.accept().await {
+                if watch_flow.borrow().refuse {
+                    count_refused.send_modify(|n| *n += 1);
+                    continue; // Dropped: closed at once.
+                }
                 tokio::spawn(relay(inbound, target, watch_flow.clone()));
             }
         });
-        Relay { port, flow, accept }
+        Relay {
+            port,
+            flow,
+            refused,
+            accept,
+        }
     }
 
     /// `127.0.0.1:<port>`, for ZooKeeper connect strings.
@@ -102,6 +114,13 @@ impl Relay {
         });
     }
 
+    /// Resolves when the next connection is refused: the client just tried, and failed.
+    pub async fn next_refusal(&self) {
+        let mut refused = self.refused.clone();
+        refused.borrow_and_update();
+        refused.changed().await.expect("the relay is running");
+    }
+
     /// Cuts every connection made so far (what was held back is lost) and forwards new ones
     /// both ways again.
     pub fn heal(&self) {
@@ -125,12 +144,7 @@ impl Drop for Relay {
 }
 
 async fn relay(inbound: TcpStream, target: SocketAddr, flow: watch::Receiver<Flow>) {
-    let Flow {
-        refuse, generation, ..
-    } = *flow.borrow();
-    if refuse {
-        return;
-    }
+    let generation = flow.borrow().generation;
     let Ok(outbound) = TcpStream::connect(target).await else {
         return;
     };
