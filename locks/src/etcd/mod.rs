@@ -48,9 +48,14 @@
 //! when its lease expires. etcd leases are whole seconds, and a renewal may be up to TTL/3 old
 //! when a lock is granted, so the TTL is `ceil(1.5 × options.lease)` seconds (at least 1; the
 //! server may raise it to its minimum, ≈ 2 s by default): at grant, at least `options.lease`
-//! remains. `lost()` fires when the lease is known gone: a renewal answered "not found", or the
-//! last acknowledged renewal's TTL ran out (counted from when that renewal was *sent*, so the
-//! server's expiry is never earlier than ours). Dropping the [`EtcdLock`] stops the renewals
+//! remains — while renewals succeed. When they have failed for a while (a broken connection,
+//! retried every 200 ms), far less may be left, and a lock granted then would expire early with
+//! no one having stalled. So a grant checks what is left of the lease and, if it is less than
+//! `options.lease`, renews at once and waits for that renewal before handing out the guard.
+//! What is left is the client's own reckoning: the last acknowledged renewal's TTL, counted
+//! from when that renewal was *sent*, so the server's expiry is never earlier than ours.
+//! `lost()` fires when the lease is known gone: a renewal answered "not found", or that
+//! reckoning ran out. Dropping the [`EtcdLock`] stops the renewals
 //! without revoking, as a crash would: locks of leaked guards end with the lease.
 //!
 //! Requests counted: grants, renewals, puts, ranges, watch streams opened, deletes.
@@ -131,7 +136,7 @@ impl EtcdLock {
             Contender::enqueue(self.client.clone(), key, &lease, self.requests.clone()).await?;
         loop {
             let (predecessor, revision) = match contender.predecessor().await? {
-                None => return contender.into_guard(lease),
+                None => return contender.into_guard(lease, options.lease).await,
                 Some(found) => found,
             };
             let timed_out = || LockError::Timeout {

@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use etcd_client::{
     Client, EventType, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
@@ -198,13 +199,15 @@ impl Contender {
         )
     }
 
-    /// No key before ours: the lock is held, for as long as `lease` lives.
-    pub(super) fn into_guard(mut self, lease: Arc<Lease>) -> Result<Guard, LockError> {
-        if lease.is_lost() {
-            return Err(LockError::Unavailable(
-                "the etcd lease ran out just as the lock was granted".into(),
-            ));
-        }
+    /// No key before ours: the lock is held, for as long as `lease` lives. Handed out only with
+    /// at least `needed` of the lease left (the contract's promise), renewing first if less is;
+    /// dropping this future meanwhile withdraws.
+    pub(super) async fn into_guard(
+        mut self,
+        lease: Arc<Lease>,
+        needed: Duration,
+    ) -> Result<Guard, LockError> {
+        lease.at_least(needed).await?;
         self.queued = false;
         let held = HeldKey {
             client: self.client.clone(),
