@@ -58,6 +58,12 @@
 //! reckoning ran out. Dropping the [`EtcdLock`] stops the renewals
 //! without revoking, as a crash would: locks of leaked guards end with the lease.
 //!
+//! # Wait budget
+//! The etcd client sets no deadline on requests: on a connection that went silent, a put or a
+//! range waits forever. An `acquire` therefore gives up at the end of its budget plus one
+//! attempt's grace ([`AcquireOptions::give_up_at`]), and its key is cleaned up as for a dropped
+//! `acquire` (4 and 5 above).
+//!
 //! Requests counted: grants, renewals, puts, ranges, watch streams opened, deletes.
 
 mod delete;
@@ -73,6 +79,7 @@ use etcd_client::Client;
 use futures::FutureExt;
 use futures::future::BoxFuture;
 
+use crate::options::within_budget;
 use crate::{AcquireOptions, DistributedLock, Guard, LockError};
 use lease::Lease;
 use queue::Contender;
@@ -174,7 +181,7 @@ impl DistributedLock for EtcdLock {
         key: &'a str,
         options: AcquireOptions,
     ) -> BoxFuture<'a, Result<Guard, LockError>> {
-        self.acquire_inner(key, options).boxed()
+        within_budget(key, options, self.acquire_inner(key, options)).boxed()
     }
 
     fn backend_requests(&self) -> u64 {

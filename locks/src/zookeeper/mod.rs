@@ -68,6 +68,10 @@
 //!   session, one session timeout later. Guards hold only a weak handle on the session for
 //!   that reason. Released guards delete their node at once (retrying while the session lives).
 //! * After a session expired, the next `acquire` opens a new one.
+//! * **Wait budget.** An `acquire` gives up at the end of its budget plus one attempt's grace
+//!   ([`AcquireOptions::give_up_at`]), even when the server does not answer (the client
+//!   library itself waits 2/5 of the session timeout before it calls a silent connection
+//!   lost); its node is then cleaned up as for a dropped `acquire` (5 and 6 above).
 
 mod contender;
 mod delete;
@@ -82,6 +86,7 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 use zookeeper_client::Client;
 
+use crate::options::within_budget;
 use crate::{AcquireOptions, DistributedLock, Guard, LockError};
 use contender::Contender;
 
@@ -184,7 +189,7 @@ impl DistributedLock for ZooKeeperLock {
         key: &'a str,
         options: AcquireOptions,
     ) -> BoxFuture<'a, Result<Guard, LockError>> {
-        self.acquire_inner(key, options).boxed()
+        within_budget(key, options, self.acquire_inner(key, options)).boxed()
     }
 
     fn backend_requests(&self) -> u64 {
