@@ -51,13 +51,12 @@ pub(crate) async fn within_budget<T>(
     let give_up = options.give_up_at(Instant::now());
     match tokio::time::timeout_at(give_up.into(), acquire).await {
         Ok(outcome) => outcome,
-        Err(_) => Err(LockError::Unavailable(
-            format!(
-                "lock `{key}`: no answer from the backend within the wait budget ({:?}) and {:?} of grace",
-                options.wait.unwrap_or_default(),
-                ATTEMPT_GRACE
-            )
-            .into(),
-        )),
+        Err(_) => {
+            let budget = options.wait.unwrap_or_default();
+            Err(LockError::Unavailable(
+                format!("lock `{key}`: no answer within the wait budget ({budget:?}) + grace")
+                    .into(),
+            ))
+        }
     }
 }

@@ -184,9 +184,8 @@ impl Contender {
     /// The delete goes on if this future is dropped.
     pub(super) async fn withdraw(mut self) {
         self.queued = false;
-        let deleting = self.delete();
-        if let Err(e) = deleting.await {
-            tracing::warn!(error = %e, key = %self.key(), "a withdrawn lock key may be left behind");
+        if let Err(e) = self.delete().await {
+            tracing::warn!(error = %e, key = %self.key(), "withdrawn lock key may be left");
         }
     }
 
