@@ -40,13 +40,15 @@
 //! same lock".
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
 use futures::future::BoxFuture;
 use locks::{AcquireOptions, DistributedLock, LockError};
 use sqlx::MySqlPool;
 
-use super::outcome::{decide, place};
+use super::held_lock::HeldLock;
+use super::outcome::{decide, place_in_doubt};
 use super::{Deps, Fencing, Placed, Purchase, PurchaseError, StockStrategy};
 use crate::db::products;
 
@@ -75,6 +77,7 @@ impl Locked {
         &self,
         purchase: &Purchase,
         token: u64,
+        in_doubt: &AtomicBool,
     ) -> Result<Placed, PurchaseError> {
         let id = purchase.product_id;
         if self.fencing == Fencing::On {
@@ -97,7 +100,7 @@ impl Locked {
             let left = decide(products::stock(&mut tx, id).await?, purchase)?;
             purchase.hold().await;
             products::set_stock(&mut tx, id, left).await?;
-            return place(tx, purchase, Some(token)).await;
+            return place_in_doubt(tx, purchase, Some(token), in_doubt).await;
         }
         for attempt in 0..FENCED_WRITE_ATTEMPTS {
             if attempt > 0 {
@@ -121,7 +124,7 @@ impl Locked {
             .execute(&mut *tx)
             .await?;
             if written.rows_affected() == 1 {
-                return place(tx, purchase, Some(token)).await;
+                return place_in_doubt(tx, purchase, Some(token), in_doubt).await;
             }
             drop(tx);
             let fence: Option<u64> = sqlx::query_scalar("SELECT fence FROM products WHERE id = ?")
@@ -174,16 +177,9 @@ impl StockStrategy for Locked {
                 })?;
             purchase.stats.set_lock_wait(started.elapsed());
             let token = guard.fencing_token();
-            let outcome = self.critical_section(purchase, token).await;
-            match guard.release().await {
-                Ok(true) => {}
-                Ok(false) => tracing::warn!(
-                    key,
-                    token,
-                    "the lock was no longer ours at release: the critical section outlived the lease"
-                ),
-                Err(e) => tracing::warn!(key, token, error = %e, "lock release failed"),
-            }
+            let held = HeldLock::new(guard, self.options.lease);
+            let outcome = self.critical_section(purchase, token, &held.in_doubt).await;
+            held.finish().await;
             outcome
         })
     }
