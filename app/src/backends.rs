@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use locks::DistributedLock;
+use locks::{Backend, DistributedLock};
 
 use crate::config::Config;
 use crate::strategy::Registry;
@@ -32,7 +32,7 @@ pub struct LockedStrategy {
 type Spec = (
     &'static str,
     &'static str,
-    &'static str,
+    Backend,
     &'static str,
     bool,
     bool,
@@ -40,18 +40,18 @@ type Spec = (
 
 #[rustfmt::skip]
 const STRATEGIES: &[Spec] = &[
-    ("redis-lock", "`SET NX PX` lock per product, stock read-modify-write inside; unsafe past its lease", "redis", "redis", true, false),
-    ("redis-lock-fenced", "`redis-lock` with the stock write fenced by the lock's `INCR` token", "redis", "redis", true, true),
-    ("redis-watchdog", "Redisson-like lock renewed by a watchdog, waiters woken by pub/sub", "redis-watchdog", "redis", true, false),
-    ("redis-watchdog-fenced", "`redis-watchdog` with the stock write fenced by the lock's token", "redis-watchdog", "redis", true, true),
-    ("redlock", "quorum lock over independent Redis instances", "redlock", "redlock", true, false),
-    ("redis-setnx-no-ttl", "`SETNX` then a separate `EXPIRE`: a crash between them leaves the lock stuck", "redis-setnx-no-ttl", "redis", false, false),
-    ("redis-get-then-set", "`GET`, then `SET` if empty: two round trips, two holders", "redis-get-then-set", "redis", false, false),
-    ("redis-unsafe-release", "release by plain `DEL`: deletes the next holder's lock after a lease expiry", "redis-unsafe-release", "redis", false, false),
-    ("zookeeper", "Curator-style ephemeral sequential nodes, waiting on the predecessor", "zookeeper", "zookeeper", true, false),
-    ("zookeeper-fenced", "`zookeeper` with the stock write fenced by the lock node's czxid", "zookeeper", "zookeeper", true, true),
-    ("etcd", "lease-bound keys, ownership by lowest create revision, watch on the predecessor", "etcd", "etcd", true, false),
-    ("etcd-fenced", "`etcd` with the stock write fenced by the key's create revision", "etcd", "etcd", true, true),
+    ("redis-lock", "`SET NX PX` lock per product, stock read-modify-write inside; unsafe past its lease", Backend::Redis, "redis", true, false),
+    ("redis-lock-fenced", "`redis-lock` with the stock write fenced by the lock's `INCR` token", Backend::Redis, "redis", true, true),
+    ("redis-watchdog", "Redisson-like lock renewed by a watchdog, waiters woken by pub/sub", Backend::RedisWatchdog, "redis", true, false),
+    ("redis-watchdog-fenced", "`redis-watchdog` with the stock write fenced by the lock's token", Backend::RedisWatchdog, "redis", true, true),
+    ("redlock", "quorum lock over independent Redis instances", Backend::Redlock, "redlock", true, false),
+    ("redis-setnx-no-ttl", "`SETNX` then a separate `EXPIRE`: a crash between them leaves the lock stuck", Backend::RedisSetnxNoTtl, "redis", false, false),
+    ("redis-get-then-set", "`GET`, then `SET` if empty: two round trips, two holders", Backend::RedisGetThenSet, "redis", false, false),
+    ("redis-unsafe-release", "release by plain `DEL`: deletes the next holder's lock after a lease expiry", Backend::RedisUnsafeRelease, "redis", false, false),
+    ("zookeeper", "Curator-style ephemeral sequential nodes, waiting on the predecessor", Backend::ZooKeeper, "zookeeper", true, false),
+    ("zookeeper-fenced", "`zookeeper` with the stock write fenced by the lock node's czxid", Backend::ZooKeeper, "zookeeper", true, true),
+    ("etcd", "lease-bound keys, ownership by lowest create revision, watch on the predecessor", Backend::Etcd, "etcd", true, false),
+    ("etcd-fenced", "`etcd` with the stock write fenced by the key's create revision", Backend::Etcd, "etcd", true, true),
 ];
 
 /// Connects to every lock service `config` names (concurrently, each bounded in time) and
@@ -65,15 +65,15 @@ pub async fn connect_locks(config: &Config) -> Vec<LockedStrategy> {
         zookeeper_session_timeout: Duration::from_millis(config.zookeeper_session_timeout_ms),
     };
     let endpoints = &endpoints;
-    let mut backends: Vec<&'static str> = STRATEGIES.iter().map(|s| s.2).collect();
+    let mut backends: Vec<Backend> = STRATEGIES.iter().map(|s| s.2).collect();
     backends.dedup();
     let connected = futures::future::join_all(
         backends
             .iter()
-            .map(|&name| async move { (name, connect(name, endpoints).await) }),
+            .map(|&backend| async move { (backend, connect(backend, endpoints).await) }),
     )
     .await;
-    let locks: HashMap<&str, Option<Arc<dyn DistributedLock>>> = connected.into_iter().collect();
+    let locks: HashMap<Backend, Option<Arc<dyn DistributedLock>>> = connected.into_iter().collect();
     STRATEGIES
         .iter()
         .map(
@@ -82,7 +82,7 @@ pub async fn connect_locks(config: &Config) -> Vec<LockedStrategy> {
                 description,
                 backend,
                 safe,
-                lock: locks.get(lock).cloned().flatten(),
+                lock: locks.get(&lock).cloned().flatten(),
                 fenced,
             },
         )
@@ -90,15 +90,18 @@ pub async fn connect_locks(config: &Config) -> Vec<LockedStrategy> {
 }
 
 /// Connects one backend, bounded in time; logs why a lock is absent.
-async fn connect(name: &str, endpoints: &locks::Endpoints) -> Option<Arc<dyn DistributedLock>> {
-    match tokio::time::timeout(CONNECT_TIMEOUT, locks::connect(name, endpoints)).await {
+async fn connect(
+    backend: Backend,
+    endpoints: &locks::Endpoints,
+) -> Option<Arc<dyn DistributedLock>> {
+    match tokio::time::timeout(CONNECT_TIMEOUT, locks::connect(backend, endpoints)).await {
         Ok(Ok(lock)) => Some(lock),
         Ok(Err(e)) => {
-            tracing::warn!(backend = name, error = %e, "no lock: its strategies answer backend_unavailable");
+            tracing::warn!(%backend, error = %e, "no lock: its strategies answer backend_unavailable");
             None
         }
         Err(_) => {
-            tracing::warn!(backend = name, timeout = ?CONNECT_TIMEOUT, "connect timed out: its strategies answer backend_unavailable");
+            tracing::warn!(%backend, timeout = ?CONNECT_TIMEOUT, "connect timed out: its strategies answer backend_unavailable");
             None
         }
     }

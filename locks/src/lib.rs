@@ -41,6 +41,7 @@
 //! * **Cancellation.** Dropping a pending `acquire` leaves nothing that blocks others for
 //!   longer than one lease.
 
+pub mod backend;
 pub mod connect;
 pub mod etcd;
 pub mod guard;
@@ -48,7 +49,8 @@ pub mod options;
 pub mod redis;
 pub mod zookeeper;
 
-pub use connect::{BACKENDS, Backend, ConnectError, Endpoints, connect};
+pub use backend::{Backend, UnknownBackend};
+pub use connect::{ConnectError, Endpoints, connect};
 pub use guard::{Guard, Held};
 pub use options::AcquireOptions;
 
