@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use locks::redis::{GetThenSetLock, RedisLock, SetnxNoTtlLock, UnsafeReleaseLock};
-use locks::{AcquireOptions, DistributedLock, LockError};
+use locks::{AcquireOptions, Backend, DistributedLock, LockError};
 use redis::AsyncCommands;
 use tokio::sync::Barrier;
 
@@ -147,4 +147,31 @@ async fn a_token_blind_release_after_lease_expiry_lets_a_third_holder_in() {
     let exists: bool = redis.exists(&key).await.expect("EXISTS");
     assert!(!exists, "B's DEL removed C's lock as well");
     drop(third);
+}
+
+#[tokio::test]
+async fn an_uncontended_cycle_counts_every_request_each_single_instance_lock_sends() {
+    let endpoints = locks::Endpoints {
+        redis: Some(sandbox::shared::redis_url()),
+        ..locks::Endpoints::default()
+    };
+    // Grant + release: one script each for the plain lock and the token-blind release;
+    // SETNX, PEXPIRE, INCR + release script; GET, SET, INCR + release script.
+    let expected = [
+        (Backend::Redis, 2),
+        (Backend::RedisUnsafeRelease, 2),
+        (Backend::RedisSetnxNoTtl, 4),
+        (Backend::RedisGetThenSet, 4),
+    ];
+    for (backend, requests) in expected {
+        let lock = locks::connect(backend, &endpoints).await.expect("client");
+        assert_eq!(lock.backend(), backend.name());
+        let key = conformance::unique_key(&format!("requests-{backend}"));
+        let guard = lock
+            .acquire(&key, AcquireOptions::new(Duration::from_secs(10)))
+            .await
+            .expect("grant");
+        assert!(guard.release().await.expect("release"));
+        assert_eq!(lock.backend_requests(), requests, "{backend}");
+    }
 }
