@@ -63,6 +63,7 @@ pub async fn connect_locks(config: &Config) -> Vec<LockedStrategy> {
         zookeeper: config.zookeeper.clone(),
         etcd: config.etcd.clone(),
         zookeeper_session_timeout: Duration::from_millis(config.zookeeper_session_timeout_ms),
+        database: None,
     };
     let endpoints = &endpoints;
     let mut backends: Vec<Backend> = STRATEGIES.iter().map(|s| s.2).collect();

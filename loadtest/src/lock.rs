@@ -50,6 +50,7 @@ pub async fn connect_backend(
         zookeeper: Some(endpoints.zookeeper.clone()),
         etcd: endpoints.etcd.clone(),
         zookeeper_session_timeout: ZOOKEEPER_SESSION,
+        database: None,
     };
     locks::connect(backend, &endpoints).await
 }

@@ -21,6 +21,11 @@ pub enum Backend {
     ZooKeeper,
     /// Leased keys ordered by create revision ([`crate::etcd::EtcdLock`]).
     Etcd,
+    /// A row per held lock in a MySQL/MariaDB table, lease only (`database::DbLock::leased`,
+    /// feature `mysql`).
+    DbLock,
+    /// The lock-table row with a renewal task (`database::DbLock::renewed`, feature `mysql`).
+    DbLockRenewed,
     /// BROKEN: `SETNX`, then a separate `EXPIRE` ([`crate::redis::SetnxNoTtlLock`]).
     RedisSetnxNoTtl,
     /// BROKEN: `GET`, then `SET` if empty ([`crate::redis::GetThenSetLock`]).
@@ -31,12 +36,14 @@ pub enum Backend {
 
 impl Backend {
     /// Every backend, in the order reports list them: the safe ones, then the broken ones.
-    pub const ALL: [Backend; 8] = [
+    pub const ALL: [Backend; 10] = [
         Backend::Redis,
         Backend::RedisWatchdog,
         Backend::Redlock,
         Backend::ZooKeeper,
         Backend::Etcd,
+        Backend::DbLock,
+        Backend::DbLockRenewed,
         Backend::RedisSetnxNoTtl,
         Backend::RedisGetThenSet,
         Backend::RedisUnsafeRelease,
@@ -50,6 +57,8 @@ impl Backend {
             Backend::Redlock => "redlock",
             Backend::ZooKeeper => "zookeeper",
             Backend::Etcd => "etcd",
+            Backend::DbLock => "db-lock",
+            Backend::DbLockRenewed => "db-lock-renewed",
             Backend::RedisSetnxNoTtl => "redis-setnx-no-ttl",
             Backend::RedisGetThenSet => "redis-get-then-set",
             Backend::RedisUnsafeRelease => "redis-unsafe-release",
@@ -72,6 +81,12 @@ impl Backend {
                 "ephemeral sequential nodes, each waiter watching its predecessor"
             }
             Backend::Etcd => "leased keys ordered by create revision, waiting on the predecessor",
+            Backend::DbLock => {
+                "row in a lock table: unique name, expiry by the database clock, release by row id"
+            }
+            Backend::DbLockRenewed => {
+                "the lock-table row, its lease extended every third of it while the holder lives"
+            }
             Backend::RedisSetnxNoTtl => {
                 "SETNX then a separate EXPIRE: a crash in between locks out everyone"
             }
@@ -93,7 +108,9 @@ impl Backend {
             | Backend::RedisWatchdog
             | Backend::Redlock
             | Backend::ZooKeeper
-            | Backend::Etcd => false,
+            | Backend::Etcd
+            | Backend::DbLock
+            | Backend::DbLockRenewed => false,
         }
     }
 }

@@ -4,6 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+#[cfg(feature = "mysql")]
+use crate::database::DbLock;
 use crate::etcd::EtcdLock;
 use crate::redis::{
     GetThenSetLock, RedisLock, RedisWatchdogLock, Redlock, SetnxNoTtlLock, UnsafeReleaseLock,
@@ -21,6 +23,25 @@ pub struct Endpoints {
     /// ZooKeeper's session timeout plays the role of a lease: a holder whose session expires
     /// loses its lock.
     pub zookeeper_session_timeout: Duration,
+    /// The database of the lock table (`db-lock`, `db-lock-renewed`).
+    pub database: Option<Database>,
+}
+
+/// A database that can hold the lock table. Its variants exist only with the matching cargo
+/// feature of this crate (`mysql`): the [`Endpoints`] field is there in every build, so code
+/// that leaves it `None` compiles whichever features are on.
+#[derive(Debug, Clone)]
+pub enum Database {
+    /// A MySQL or MariaDB pool; see [`crate::database`] for the table it uses.
+    #[cfg(feature = "mysql")]
+    MySql(sqlx::MySqlPool),
+}
+
+#[cfg(feature = "mysql")]
+impl From<sqlx::MySqlPool> for Database {
+    fn from(pool: sqlx::MySqlPool) -> Database {
+        Database::MySql(pool)
+    }
 }
 
 /// Why [`connect`] failed.
@@ -31,11 +52,17 @@ pub enum ConnectError {
         backend: Backend,
         what: &'static str,
     },
+    #[error("lock backend `{backend}` needs the `{feature}` feature of the locks crate")]
+    FeatureDisabled {
+        backend: Backend,
+        feature: &'static str,
+    },
     #[error(transparent)]
     Lock(#[from] LockError),
 }
 
-/// Connects `backend` at `endpoints`.
+/// Connects `backend` at `endpoints`. For the database lock this also creates the lock table
+/// if it is missing.
 pub async fn connect(
     backend: Backend,
     endpoints: &Endpoints,
@@ -61,6 +88,33 @@ pub async fn connect(
         }
         Backend::Etcd if endpoints.etcd.is_empty() => return Err(missing("etcd endpoints")),
         Backend::Etcd => Arc::new(EtcdLock::connect(&endpoints.etcd).await?),
+        #[cfg(feature = "mysql")]
+        Backend::DbLock => Arc::new(DbLock::leased(lock_table(backend, endpoints).await?)),
+        #[cfg(feature = "mysql")]
+        Backend::DbLockRenewed => Arc::new(DbLock::renewed(lock_table(backend, endpoints).await?)),
+        #[cfg(not(feature = "mysql"))]
+        Backend::DbLock | Backend::DbLockRenewed => {
+            return Err(ConnectError::FeatureDisabled {
+                backend,
+                feature: "mysql",
+            });
+        }
     };
     Ok(lock)
+}
+
+/// The pool of the database lock, its table created if missing.
+#[cfg(feature = "mysql")]
+async fn lock_table(
+    backend: Backend,
+    endpoints: &Endpoints,
+) -> Result<sqlx::MySqlPool, ConnectError> {
+    let Some(Database::MySql(pool)) = endpoints.database.clone() else {
+        return Err(ConnectError::NotConfigured {
+            backend,
+            what: "a database pool",
+        });
+    };
+    DbLock::create_table(&pool).await?;
+    Ok(pool)
 }

@@ -43,6 +43,8 @@
 
 pub mod backend;
 pub mod connect;
+#[cfg(feature = "mysql")]
+pub mod database;
 pub mod etcd;
 pub mod guard;
 pub mod options;
@@ -50,7 +52,7 @@ pub mod redis;
 pub mod zookeeper;
 
 pub use backend::{Backend, UnknownBackend};
-pub use connect::{ConnectError, Endpoints, connect};
+pub use connect::{ConnectError, Database, Endpoints, connect};
 pub use guard::{Guard, Held};
 pub use options::AcquireOptions;
 

@@ -206,8 +206,8 @@ impl Registry {
         r.register("optimistic", "reads stock and version, `UPDATE … WHERE version = v`, bounded jittered retries", "mariadb", true, optimistic::Optimistic::new(pool.clone(), deps.optimistic_retries));
         r.register("pessimistic", "`SELECT … FOR UPDATE` in a transaction: buyers queue on the row lock", "mariadb", true, pessimistic::Pessimistic::new(pool.clone(), false));
         r.register("pessimistic-nowait", "`SELECT … FOR UPDATE NOWAIT`: answers busy instead of queueing", "mariadb", true, pessimistic::Pessimistic::new(pool.clone(), true));
-        let lease_only = Arc::new(db_lock::DbLock::new(deps.lock_pool.clone(), false));
-        let renewed = Arc::new(db_lock::DbLock::new(deps.lock_pool.clone(), true));
+        let lease_only = Arc::new(db_lock::DbLock::leased(deps.lock_pool.clone()));
+        let renewed = Arc::new(db_lock::DbLock::renewed(deps.lock_pool.clone()));
         r.register_locked("db-lock", "lock row in a lock table (unique name, expiry, release by row id); stock read-modify-write inside", "mariadb", true, Some(lease_only.clone()), false);
         r.register_locked("db-lock-fenced", "`db-lock`, and the stock write is fenced by the lock row's id", "mariadb", true, Some(lease_only), true);
         r.register_locked("db-lock-renewed", "`db-lock` with a renewal task that extends the lease while the holder lives", "mariadb", true, Some(renewed), false);
