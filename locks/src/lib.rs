@@ -42,6 +42,8 @@
 //!   longer than one lease.
 
 pub mod backend;
+#[cfg(feature = "conformance")]
+pub mod conformance;
 pub mod connect;
 #[cfg(feature = "mysql")]
 pub mod database;

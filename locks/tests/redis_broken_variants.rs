@@ -1,12 +1,13 @@
 //! The deliberately broken Redis locks, each observed failing on a real Redis — and the plain
 //! lock surviving the same race, as the control.
 
-mod conformance;
+use locks::conformance;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use futures::FutureExt;
 use locks::redis::{GetThenSetLock, RedisLock, SetnxNoTtlLock, UnsafeReleaseLock};
 use locks::{AcquireOptions, Backend, DistributedLock, LockError};
 use redis::AsyncCommands;
@@ -102,6 +103,44 @@ async fn get_then_set_lets_two_holders_in_at_once() {
         most > 1,
         "no two holders at once in 50 rounds of 16 contenders"
     );
+}
+
+/// The published suite is a test that can fail: run against `GetThenSetLock`, its
+/// mutual-exclusion property (in-process probe, no Redis counter) sees the two holders.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_conformance_suite_catches_a_lock_that_lets_two_holders_in() {
+    for round in 1..=3 {
+        let url = sandbox::shared::redis_url();
+        let subject = conformance::Subject::new(
+            move || {
+                let url = url.clone();
+                async move {
+                    Arc::new(GetThenSetLock::connect(&url).expect("client"))
+                        as Arc<dyn DistributedLock>
+                }
+                .boxed()
+            },
+            |_| async {}.boxed(),
+        );
+        let run =
+            tokio::spawn(conformance::mutual_exclusion_holds_among_32_contending_tasks(subject));
+        match run.await {
+            Ok(()) => eprintln!("round {round}: the two holders went unnoticed"),
+            Err(e) => {
+                let panic = e.into_panic();
+                let message = (panic.downcast_ref::<String>().map(String::as_str))
+                    .or_else(|| panic.downcast_ref::<&str>().copied())
+                    .unwrap_or_default();
+                assert!(
+                    message.contains("increments were lost to overlapping holders")
+                        || message.contains("two holders were inside at once"),
+                    "the suite failed for another reason: {message}"
+                );
+                return;
+            }
+        }
+    }
+    panic!("the suite passed a lock that lets two holders in, 3 rounds in a row");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
