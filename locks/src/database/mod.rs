@@ -17,7 +17,9 @@
 //! * **Release** deletes by the row's own id *and* owner, never by name: a holder whose lease
 //!   expired and whose row was reaped and re-granted must not delete the new holder's row.
 //! * **Renewal** ([`DbLock::renewed`]): a background task extends `expires_at` every third of
-//!   the lease while the guard lives; if the row is gone (reaped) it reports the loss.
+//!   the lease while the guard *and its client* live; if the row is gone (reaped) it reports
+//!   the loss. Dropping the client stops its renewals, as a process's death would: a guard
+//!   leaked past its client must not hold the name forever.
 //!
 //! **Safe while leases hold.** Without renewal ([`DbLock::leased`]), a critical section that
 //! outlives the lease lets a second holder in; renewal keeps a slow but live holder's lock, not
@@ -45,6 +47,7 @@ use futures::future::BoxFuture;
 use rand::Rng;
 use sqlx::MySqlPool;
 use sqlx::mysql::MySqlDatabaseError;
+use tokio::sync::watch;
 
 use crate::{AcquireOptions, Backend, DistributedLock, Guard, LockError, new_owner_id};
 use row::RowHeld;
@@ -61,6 +64,8 @@ pub struct DbLock {
     pool: MySqlPool,
     renewal: Renewal,
     requests: Arc<AtomicU64>,
+    /// Dropped with the client; the renewal tasks of its guards stop when it closes.
+    alive: watch::Sender<()>,
 }
 
 /// Whether a held lock's lease is extended while its guard lives.
@@ -90,6 +95,7 @@ impl DbLock {
             pool,
             renewal,
             requests: Arc::new(AtomicU64::new(0)),
+            alive: watch::Sender::new(()),
         }
     }
 
@@ -172,6 +178,7 @@ impl DbLock {
             owner.clone(),
             lease,
             self.renewal,
+            self.alive.subscribe(),
         );
         let lost = held.lost();
         Guard::new(key, owner, id, lost, Box::new(held))

@@ -34,6 +34,7 @@ impl RowHeld {
         owner: String,
         lease: Duration,
         renewal: Renewal,
+        client: watch::Receiver<()>,
     ) -> RowHeld {
         let (lost_tx, lost) = watch::channel(false);
         let watcher = match renewal {
@@ -44,6 +45,7 @@ impl RowHeld {
                 owner.clone(),
                 lease,
                 lost_tx,
+                client,
             )),
             Renewal::Off => tokio::spawn(async move {
                 tokio::time::sleep(lease).await;
@@ -91,8 +93,9 @@ impl Held for RowHeld {
     }
 }
 
-/// Extends the lease every third of it; reports loss when the row is gone or the lease passed
-/// without a successful renewal.
+/// Extends the lease every third of it while the lock client lives; reports loss when the row
+/// is gone, the lease passed without a successful renewal, or the client was dropped (as its
+/// process would vanish: renewal stops, and the lease runs out).
 async fn renew(
     pool: MySqlPool,
     requests: Arc<AtomicU64>,
@@ -100,10 +103,18 @@ async fn renew(
     owner: String,
     lease: Duration,
     lost: watch::Sender<bool>,
+    mut client: watch::Receiver<()>,
 ) {
     let mut renewed_at = Instant::now();
     loop {
-        tokio::time::sleep(lease / 3).await;
+        tokio::select! {
+            () = tokio::time::sleep(lease / 3) => {}
+            // Only the client's drop closes the channel; nothing is ever sent on it.
+            _ = client.changed() => {
+                tokio::time::sleep_until((renewed_at + lease).into()).await;
+                break;
+            }
+        }
         requests.fetch_add(1, Ordering::Relaxed);
         let extended = sqlx::query(
             "UPDATE db_locks SET expires_at = NOW(6) + INTERVAL ? MICROSECOND \
