@@ -8,7 +8,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-/// A lock backend of this crate. Connect one with [`crate::connect`].
+/// A lock backend of this crate. Connect one with [`crate::connect()`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Backend {
     /// `SET NX PX` + compare-and-delete ([`crate::redis::RedisLock`]).

@@ -123,7 +123,7 @@ const LONG_WAIT: Duration = Duration::from_secs(60);
 const PROBE_GAP: Duration = Duration::from_millis(1);
 
 /// 4 clients × 8 tasks × 4 grants. Inside the lock, each task reads the probe counter, waits
-/// [`PROBE_GAP`], and writes it back plus one: any overlap loses an increment. Also checks that
+/// a millisecond, and writes it back plus one: any overlap loses an increment. Also checks that
 /// no two tasks are ever inside at once, and that tokens rise in the order of entry.
 pub async fn mutual_exclusion_holds_among_32_contending_tasks(subject: Subject) {
     const CLIENTS: usize = 4;
@@ -268,34 +268,28 @@ pub async fn a_lease_expires_when_its_holder_vanishes(subject: Subject) {
 /// A waiter dropped while waiting (its acquire future cancelled) leaves nothing that delays the
 /// grant once the holder releases.
 pub async fn a_cancelled_waiter_does_not_block_the_next_acquirer(subject: Subject) {
-    let key = unique_key("cancelled");
     let lease = subject.lease;
-    let (holder, waiter, next) = (
-        subject.client().await,
-        subject.client().await,
-        subject.client().await,
-    );
-    let guard = holder
-        .acquire(&key, AcquireOptions::new(LONG_LEASE))
-        .await
-        .expect("grant");
+    let held = Held::new(&subject, "cancelled").await;
+    let (key, waiter) = (&held.key, &held.waiter);
     let cancelled = tokio::time::timeout(
         Duration::from_millis(300),
-        waiter.acquire(&key, AcquireOptions::new(lease).wait(LONG_WAIT)),
+        waiter.acquire(key, AcquireOptions::new(lease).wait(LONG_WAIT)),
     )
     .await;
     assert!(
         cancelled.is_err(),
         "the waiter was granted a held lock: {cancelled:?}"
     );
-    assert!(guard.release().await.expect("release"));
-    let granted = next
-        .acquire(&key, AcquireOptions::new(lease).wait(lease))
-        .await
-        .expect("a cancelled waiter blocked the next acquirer");
-    assert!(granted.release().await.expect("release"));
+    hand_over(
+        held.guard,
+        held.next.as_ref(),
+        key,
+        lease,
+        "a cancelled waiter",
+    )
+    .await;
     let again = waiter
-        .acquire(&key, AcquireOptions::new(lease).wait(lease))
+        .acquire(key, AcquireOptions::new(lease).wait(lease))
         .await
         .expect("the cancelled waiter's own client could not acquire");
     assert!(again.release().await.expect("release"));
@@ -304,20 +298,12 @@ pub async fn a_cancelled_waiter_does_not_block_the_next_acquirer(subject: Subjec
 /// A waiter whose wait budget runs out gets `Timeout` and leaves nothing that delays the grant
 /// once the holder releases.
 pub async fn a_waiter_whose_budget_passed_does_not_block_the_next_acquirer(subject: Subject) {
-    let key = unique_key("gave-up");
     let lease = subject.lease;
-    let (holder, waiter, next) = (
-        subject.client().await,
-        subject.client().await,
-        subject.client().await,
-    );
-    let guard = holder
-        .acquire(&key, AcquireOptions::new(LONG_LEASE))
-        .await
-        .expect("grant");
+    let held = Held::new(&subject, "gave-up").await;
+    let (key, waiter) = (&held.key, &held.waiter);
     let mut waiting = tokio::task::JoinSet::new();
     for _ in 0..4 {
-        let (waiter, key) = (Arc::clone(&waiter), key.clone());
+        let (waiter, key) = (Arc::clone(waiter), key.clone());
         waiting.spawn(async move {
             let options = AcquireOptions::new(lease).wait(Duration::from_millis(300));
             waiter.acquire(&key, options).await.map(drop)
@@ -329,11 +315,58 @@ pub async fn a_waiter_whose_budget_passed_does_not_block_the_next_acquirer(subje
             "{outcome:?}"
         );
     }
+    hand_over(
+        held.guard,
+        held.next.as_ref(),
+        key,
+        lease,
+        "a waiter that gave up",
+    )
+    .await;
+}
+
+/// A lock held with a long lease by one client, and two more clients to wait for it.
+struct Held {
+    /// Kept alive: dropping a client may end its session, and with it the lock.
+    _holder: Arc<dyn DistributedLock>,
+    key: String,
+    guard: Guard,
+    waiter: Arc<dyn DistributedLock>,
+    next: Arc<dyn DistributedLock>,
+}
+
+impl Held {
+    async fn new(subject: &Subject, test: &str) -> Held {
+        let key = unique_key(test);
+        let holder = subject.client().await;
+        let guard = holder
+            .acquire(&key, AcquireOptions::new(LONG_LEASE))
+            .await
+            .expect("grant");
+        Held {
+            _holder: holder,
+            key,
+            guard,
+            waiter: subject.client().await,
+            next: subject.client().await,
+        }
+    }
+}
+
+/// Releases `guard` and expects `next` to be granted `key` within one lease, in spite of
+/// `suspect`.
+async fn hand_over(
+    guard: Guard,
+    next: &dyn DistributedLock,
+    key: &str,
+    lease: Duration,
+    suspect: &str,
+) {
     assert!(guard.release().await.expect("release"));
     let granted = next
-        .acquire(&key, AcquireOptions::new(lease).wait(lease))
+        .acquire(key, AcquireOptions::new(lease).wait(lease))
         .await
-        .expect("a waiter that gave up blocked the next acquirer");
+        .unwrap_or_else(|e| panic!("{suspect} blocked the next acquirer: {e}"));
     assert!(granted.release().await.expect("release"));
 }
 

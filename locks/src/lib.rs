@@ -1,7 +1,13 @@
-//! Distributed locks with fencing tokens, hand-written over Redis, ZooKeeper and etcd.
+//! Distributed locks with fencing tokens, hand-written over Redis, ZooKeeper, etcd and a
+//! MySQL/MariaDB lock table.
 //!
-//! Every backend implements one trait, [`DistributedLock`], whose contract is below. The
-//! library stands alone: it knows nothing of the flash-sale app that uses it.
+//! Every backend implements one trait, [`DistributedLock`], whose contract is below, and is
+//! named by one [`Backend`]; [`connect()`] opens any of them from [`Endpoints`]. The library
+//! stands alone: it knows nothing of the flash-sale app that uses it.
+//!
+//! Cargo features: `mysql` (the database lock table, [`Backend::DbLock`]), `conformance` (the
+//! contract as a test suite any backend can run), `clap` (`Backend` as a CLI value). Its tests
+//! start their own servers: `cargo nextest run -p locks`.
 //!
 //! ```no_run
 //! # async fn demo(lock: &dyn locks::DistributedLock) -> Result<(), locks::LockError> {

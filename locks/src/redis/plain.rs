@@ -22,28 +22,18 @@
 
 use std::time::{Duration, Instant};
 
-use super::single_instance::{LockClient, SingleInstanceLock, Variant};
+use super::single_instance::{SingleInstanceLock, Variant};
 use crate::{Backend, Guard, LockError};
 
 /// `SET NX PX` lock with a fencing counter; see the module docs.
 pub type RedisLock = SingleInstanceLock<Plain>;
 
-/// The correct acquire: the `ACQUIRE` script.
+/// The correct acquire and release: [`Variant`]'s defaults.
 #[derive(Debug, Default)]
 pub struct Plain;
 
 impl Variant for Plain {
     const BACKEND: Backend = Backend::Redis;
-
-    async fn try_acquire(
-        &self,
-        client: &LockClient,
-        key: &str,
-        owner: &str,
-        lease: Duration,
-    ) -> Result<Option<u64>, LockError> {
-        client.set_nx_px(key, owner, lease).await
-    }
 }
 
 impl RedisLock {

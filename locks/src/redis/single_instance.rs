@@ -1,6 +1,7 @@
 //! One lock type for the single-instance Redis locks — the correct `redis` lock and the three
-//! broken variants — so that each of their files holds only what differs: how one attempt
-//! takes the lock (and, for `unsafe_release.rs`, how it is given back), with the explanation.
+//! broken variants — so that each of their files holds only what differs: the correct acquire
+//! and release are the defaults of [`Variant`], and each broken variant overrides the one it
+//! breaks (how one attempt takes the lock, or how it is given back), with the explanation.
 //!
 //! Written once here: the connection, the request count, polling with backoff, the local lease
 //! clock behind [`crate::Guard::lost`], and the compare-and-delete release. A variant is a
@@ -25,14 +26,17 @@ pub trait Variant: Send + Sync + 'static {
     const BACKEND: Backend;
 
     /// One attempt to take `key` for `owner` with a lease of `lease`: the fencing token, or
-    /// `None` if someone else holds it. Counts every request it sends.
+    /// `None` if someone else holds it. Counts every request it sends. By default `SET NX PX`
+    /// and the fence `INCR` in one script, which is correct.
     fn try_acquire(
         &self,
         client: &LockClient,
         key: &str,
         owner: &str,
         lease: Duration,
-    ) -> impl Future<Output = Result<Option<u64>, LockError>> + Send;
+    ) -> impl Future<Output = Result<Option<u64>, LockError>> + Send {
+        client.set_nx_px(key, owner, lease)
+    }
 
     /// Gives `owner`'s lock back; whether it was still `owner`'s. By default compare-and-delete,
     /// which never removes another holder's lock.
@@ -45,7 +49,7 @@ pub trait Variant: Send + Sync + 'static {
     }
 }
 
-/// A lock on one Redis, behaving as its [`Variant`] `V` says. Use the aliases:
+/// A lock on one Redis, behaving as its variant `V` says. Use the aliases:
 /// [`super::RedisLock`], [`super::SetnxNoTtlLock`], [`super::GetThenSetLock`],
 /// [`super::UnsafeReleaseLock`].
 pub struct SingleInstanceLock<V> {
@@ -136,7 +140,7 @@ impl LockClient {
 
     /// `SET key owner NX PX lease` and `INCR <key>:fence` in one script: the fencing token, or
     /// `None` when someone else holds the lock.
-    pub(super) async fn set_nx_px(
+    async fn set_nx_px(
         &self,
         key: &str,
         owner: &str,

@@ -8,8 +8,6 @@
 //! Worse, A's release reports success, so A never learns it was late. The fix is the
 //! compare-and-delete script (`plain.rs`): delete only if the value is still mine.
 
-use std::time::Duration;
-
 use deadpool_redis::redis::cmd;
 
 use super::single_instance::{LockClient, SingleInstanceLock, Variant};
@@ -18,22 +16,12 @@ use crate::{Backend, LockError};
 /// Correct acquire, token-blind release; see the module docs.
 pub type UnsafeReleaseLock = SingleInstanceLock<UnsafeRelease>;
 
-/// The plain acquire with a `DEL` release.
+/// The correct acquire (the default) with a `DEL` release.
 #[derive(Debug, Default)]
 pub struct UnsafeRelease;
 
 impl Variant for UnsafeRelease {
     const BACKEND: Backend = Backend::RedisUnsafeRelease;
-
-    async fn try_acquire(
-        &self,
-        client: &LockClient,
-        key: &str,
-        owner: &str,
-        lease: Duration,
-    ) -> Result<Option<u64>, LockError> {
-        client.set_nx_px(key, owner, lease).await
-    }
 
     /// `DEL key`, whoever holds it; "owned" means "a key was deleted", which is the lie.
     async fn release(client: &LockClient, key: &str, _owner: &str) -> Result<bool, LockError> {
