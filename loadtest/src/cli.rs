@@ -154,10 +154,9 @@ impl RunArgs {
 /// Settings of `seckill-bench lock`.
 #[derive(Debug, Clone, Args)]
 pub struct LockArgs {
-    /// Lock backend, e.g. `redis`, `redis-watchdog`, `redlock`, `zookeeper`, `etcd`, or a broken
-    /// variant (`redis-setnx-no-ttl`, `redis-get-then-set`, `redis-unsafe-release`).
+    /// Lock backend.
     #[arg(long)]
-    pub backend: String,
+    pub backend: locks::Backend,
     /// Tasks contending for the one lock.
     #[arg(long, default_value_t = 8)]
     pub workers: usize,

@@ -98,9 +98,9 @@ fn scenario(args: &ScenarioArgs) -> Result<()> {
 fn lock(args: &LockArgs) -> Result<()> {
     let (servers, endpoints) = servers()?;
     let result = runtime()?.block_on(async {
-        let lock = lock::connect_backend(&args.backend, &endpoints).await?;
+        let lock = lock::connect_backend(args.backend, &endpoints).await?;
         lock::bench(
-            &args.backend,
+            args.backend,
             lock,
             &endpoints.redis_url,
             args.workers,

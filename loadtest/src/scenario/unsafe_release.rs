@@ -10,9 +10,7 @@
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use locks::{AcquireOptions, LockError};
-
-use locks::Backend;
+use locks::{AcquireOptions, Backend, LockError};
 
 use super::{Row, ScenarioOptions, ScenarioReport, Timeline, start};
 
