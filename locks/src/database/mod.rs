@@ -206,9 +206,9 @@ impl DistributedLock for DbLock {
                 if let Some(id) = self.try_insert(key, &owner, options.lease).await? {
                     return Ok(self.guard(key, owner, id, options.lease));
                 }
-                if self.reap_if_expired(key).await? {
-                    continue;
-                }
+                // "May be free" includes a row another session inserted and has not committed
+                // (invisible to our read): try again at once, but never past the budget.
+                let free = self.reap_if_expired(key).await?;
                 let waited = started.elapsed();
                 let remaining = options
                     .wait
@@ -219,6 +219,9 @@ impl DistributedLock for DbLock {
                         key: key.to_string(),
                         waited,
                     });
+                }
+                if free {
+                    continue;
                 }
                 let jittered = rand::rng().random_range(pause / 2..=pause);
                 tokio::time::sleep(jittered.min(remaining)).await;
