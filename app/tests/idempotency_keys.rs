@@ -5,14 +5,13 @@
 mod common;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 
 use app::api::{ErrorBody, ErrorCode, OrderRequest, OrderResponse, Strategy};
+use common::fake_locks::GoesDown;
 use common::{TestApp, fresh_database_url, ledger, spawn_app, spawn_app_with, test_config};
-use futures::future::BoxFuture;
-use locks::{AcquireOptions, Backend, DistributedLock, Guard, Held, LockError};
+use locks::Backend;
 use reqwest::StatusCode;
-use tokio::sync::watch;
 
 fn order(product: u64, user: &str, quantity: i64, strategy: Strategy) -> (u64, OrderRequest) {
     let request = OrderRequest {
@@ -80,47 +79,6 @@ async fn a_request_id_reused_for_another_product_user_quantity_or_strategy_is_re
     assert_eq!((two.orders, two.stock), (0, 10), "{two:?}");
     app.stop().await;
     common::drop_database(&database_url).await;
-}
-
-/// Grants freely until `down` is set, then answers "unavailable" like a dead lock service.
-#[derive(Default)]
-struct GoesDown {
-    down: AtomicBool,
-}
-
-struct Nothing;
-
-impl Held for Nothing {
-    fn release(self: Box<Self>) -> BoxFuture<'static, Result<bool, LockError>> {
-        Box::pin(async { Ok(true) })
-    }
-}
-
-impl DistributedLock for GoesDown {
-    fn backend(&self) -> &'static str {
-        "test-goes-down"
-    }
-
-    fn acquire<'a>(
-        &'a self,
-        key: &'a str,
-        _: AcquireOptions,
-    ) -> BoxFuture<'a, Result<Guard, LockError>> {
-        Box::pin(async move {
-            if self.down.load(Ordering::SeqCst) {
-                return Err(LockError::unavailable(std::io::Error::other(
-                    "lock service down",
-                )));
-            }
-            let (_lost, never) = watch::channel(false);
-            std::mem::forget(_lost);
-            Ok(Guard::new(key, "owner", 1, never, Box::new(Nothing)))
-        })
-    }
-
-    fn backend_requests(&self) -> u64 {
-        0
-    }
 }
 
 #[tokio::test]

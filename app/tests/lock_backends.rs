@@ -4,45 +4,9 @@
 
 mod common;
 
-use common::{Crowd, flash_sale, fresh_database_url, ledger, spawn_app, test_config};
+use common::{fresh_database_url, ledger, sells_exactly_the_stock, spawn_app, test_config};
 use reqwest::StatusCode;
 use serde_json::json;
-
-const STOCK: i64 = 100;
-const BUYERS: usize = 200;
-
-async fn sells_exactly_the_stock(strategy: &str, configure: impl FnOnce(&mut app::Config)) {
-    let database_url = fresh_database_url().await;
-    let mut config = test_config(&database_url);
-    config.lock_prefix = format!("t{}:", uuid::Uuid::new_v4().simple());
-    configure(&mut config);
-    let app = spawn_app(config).await;
-    app.reset(1, STOCK).await;
-    let crowd = Crowd {
-        buyers: BUYERS,
-        hold_ms: None,
-        busy_retries: 200,
-    };
-    let tally = flash_sale(&[&app], 1, strategy, crowd).await;
-    let truth = ledger(&database_url, 1).await;
-    assert!(
-        tally.unexpected.is_empty(),
-        "{strategy}: unexpected answers {:?}",
-        tally.unexpected
-    );
-    assert_eq!(
-        (tally.created, tally.sold_out),
-        (STOCK as usize, BUYERS - STOCK as usize),
-        "{strategy}: {tally:?}"
-    );
-    assert_eq!(
-        (truth.stock, truth.sold, truth.unaccounted()),
-        (0, STOCK, 0),
-        "{strategy}: {truth:?}"
-    );
-    app.stop().await;
-    common::drop_database(&database_url).await;
-}
 
 async fn server<T: Send + 'static>(start: fn() -> T) -> T {
     tokio::task::spawn_blocking(start).await.expect("sandbox")

@@ -3,140 +3,15 @@
 
 mod common;
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use app::api::{ErrorBody, ErrorCode, Strategy};
+use common::fake_locks::{AdmitEveryone, Failing, MutexLock};
 use common::{Crowd, flash_sale, fresh_database_url, ledger, spawn_app_with, test_config};
-use futures::future::BoxFuture;
-use locks::{AcquireOptions, Backend, DistributedLock, Guard, Held, LockError};
+use locks::{Backend, LockError};
 use reqwest::StatusCode;
 use serde_json::json;
-use tokio::sync::{OwnedMutexGuard, watch};
-
-/// A correct lock for one process: a tokio mutex per key, tokens from a counter.
-#[derive(Default)]
-struct MutexLock {
-    keys: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
-    tokens: AtomicU64,
-}
-
-struct MutexHeld(OwnedMutexGuard<()>);
-
-impl Held for MutexHeld {
-    fn release(self: Box<Self>) -> BoxFuture<'static, Result<bool, LockError>> {
-        drop(self.0);
-        Box::pin(async { Ok(true) })
-    }
-}
-
-impl DistributedLock for MutexLock {
-    fn backend(&self) -> &'static str {
-        "test-mutex"
-    }
-
-    fn acquire<'a>(
-        &'a self,
-        key: &'a str,
-        options: AcquireOptions,
-    ) -> BoxFuture<'a, Result<Guard, LockError>> {
-        Box::pin(async move {
-            let mutex = self
-                .keys
-                .lock()
-                .unwrap()
-                .entry(key.to_string())
-                .or_default()
-                .clone();
-            let wait = options.wait.unwrap_or_default();
-            let held = tokio::time::timeout(wait, mutex.lock_owned())
-                .await
-                .map_err(|_| LockError::Timeout {
-                    key: key.to_string(),
-                    waited: wait,
-                })?;
-            let token = self.tokens.fetch_add(1, Ordering::SeqCst) + 1;
-            let (_lost_tx, lost_rx) = watch::channel(false);
-            Ok(Guard::new(
-                key,
-                locks::new_owner_id(),
-                token,
-                lost_rx,
-                Box::new(MutexHeld(held)),
-            ))
-        })
-    }
-
-    fn backend_requests(&self) -> u64 {
-        self.tokens.load(Ordering::SeqCst)
-    }
-}
-
-/// Grants every request at once, with strictly increasing tokens: what every holder sees when
-/// leases expire under them.
-#[derive(Default)]
-struct AdmitEveryone {
-    tokens: AtomicU64,
-}
-
-struct Nothing;
-
-impl Held for Nothing {
-    fn release(self: Box<Self>) -> BoxFuture<'static, Result<bool, LockError>> {
-        Box::pin(async { Ok(false) })
-    }
-}
-
-impl DistributedLock for AdmitEveryone {
-    fn backend(&self) -> &'static str {
-        "test-admit-everyone"
-    }
-
-    fn acquire<'a>(
-        &'a self,
-        key: &'a str,
-        _: AcquireOptions,
-    ) -> BoxFuture<'a, Result<Guard, LockError>> {
-        Box::pin(async move {
-            let token = self.tokens.fetch_add(1, Ordering::SeqCst) + 1;
-            let (_lost_tx, lost_rx) = watch::channel(true);
-            Ok(Guard::new(
-                key,
-                locks::new_owner_id(),
-                token,
-                lost_rx,
-                Box::new(Nothing),
-            ))
-        })
-    }
-
-    fn backend_requests(&self) -> u64 {
-        self.tokens.load(Ordering::SeqCst)
-    }
-}
-
-/// Fails every acquisition with the error `make` builds.
-struct Failing(fn(&str) -> LockError);
-
-impl DistributedLock for Failing {
-    fn backend(&self) -> &'static str {
-        "test-failing"
-    }
-
-    fn acquire<'a>(
-        &'a self,
-        key: &'a str,
-        _: AcquireOptions,
-    ) -> BoxFuture<'a, Result<Guard, LockError>> {
-        Box::pin(async move { Err((self.0)(key)) })
-    }
-
-    fn backend_requests(&self) -> u64 {
-        0
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn locked_strategy_over_a_correct_lock_never_oversells_under_200_buyers() {

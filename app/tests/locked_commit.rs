@@ -6,53 +6,14 @@
 mod common;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use app::api::{OrderRequest, Strategy};
+use common::fake_locks::CountsReleases;
 use common::{fresh_database_url, ledger, spawn_app_with, test_config};
-use futures::future::BoxFuture;
-use locks::{AcquireOptions, Backend, DistributedLock, Guard, Held, LockError};
+use locks::Backend;
 use sqlx::{Connection, MySqlConnection};
-use tokio::sync::watch;
-
-/// Grants at once and counts the releases it receives.
-#[derive(Default)]
-struct CountsReleases {
-    released: Arc<AtomicU64>,
-}
-
-struct Counted(Arc<AtomicU64>);
-
-impl Held for Counted {
-    fn release(self: Box<Self>) -> BoxFuture<'static, Result<bool, LockError>> {
-        self.0.fetch_add(1, Ordering::SeqCst);
-        Box::pin(async { Ok(true) })
-    }
-}
-
-impl DistributedLock for CountsReleases {
-    fn backend(&self) -> &'static str {
-        "test-counts-releases"
-    }
-
-    fn acquire<'a>(
-        &'a self,
-        key: &'a str,
-        _: AcquireOptions,
-    ) -> BoxFuture<'a, Result<Guard, LockError>> {
-        Box::pin(async move {
-            let (lost_tx, lost_rx) = watch::channel(false);
-            std::mem::forget(lost_tx);
-            let held = Counted(Arc::clone(&self.released));
-            Ok(Guard::new(key, "owner", 1, lost_rx, Box::new(held)))
-        })
-    }
-
-    fn backend_requests(&self) -> u64 {
-        0
-    }
-}
 
 async fn sql(conn: &mut MySqlConnection, statement: &'static str) {
     sqlx::query(statement)

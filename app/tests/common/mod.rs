@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod fake_locks;
+
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -302,4 +304,42 @@ pub async fn flash_sale_mixed(
         }
     }
     tally
+}
+
+/// 200 buyers (retrying `busy` with the same request id) against 100 units of one product,
+/// through `strategy` on an instance configured by `configure`: exactly the stock is sold,
+/// everyone else hears `sold_out`, and the database accounts for every unit.
+pub async fn sells_exactly_the_stock(strategy: &str, configure: impl FnOnce(&mut Config)) {
+    const STOCK: i64 = 100;
+    const BUYERS: usize = 200;
+    let database_url = fresh_database_url().await;
+    let mut config = test_config(&database_url);
+    config.lock_prefix = format!("t{}:", uuid::Uuid::new_v4().simple());
+    configure(&mut config);
+    let app = spawn_app(config).await;
+    app.reset(1, STOCK).await;
+    let crowd = Crowd {
+        buyers: BUYERS,
+        hold_ms: None,
+        busy_retries: 200,
+    };
+    let tally = flash_sale(&[&app], 1, strategy, crowd).await;
+    let truth = ledger(&database_url, 1).await;
+    assert!(
+        tally.unexpected.is_empty(),
+        "{strategy}: unexpected answers {:?}",
+        tally.unexpected
+    );
+    assert_eq!(
+        (tally.created, tally.sold_out),
+        (STOCK as usize, BUYERS - STOCK as usize),
+        "{strategy}: {tally:?}"
+    );
+    assert_eq!(
+        (truth.stock, truth.sold, truth.orders, truth.unaccounted()),
+        (0, STOCK, STOCK, 0),
+        "{strategy}: {truth:?}"
+    );
+    app.stop().await;
+    drop_database(&database_url).await;
 }
