@@ -8,7 +8,7 @@ use anyhow::{Context, Result, bail};
 use sandbox::Endpoints;
 use sqlx::mysql::MySqlPoolOptions;
 
-use crate::apps::{AppConfig, Apps};
+use crate::apps::{Apps, Launch};
 use crate::baselines::{self, Targets};
 use crate::cli::Settings;
 use crate::client::{Api, StrategyInfo};
@@ -45,24 +45,19 @@ pub async fn run_in(settings: &Settings, target: &Target, out: &Path) -> Result<
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
 
     let admin_token = uuid::Uuid::new_v4().simple().to_string();
-    let config = AppConfig {
-        binary: target.app_binary.clone(),
-        endpoints: target.endpoints.clone(),
-        database: target.database.clone(),
-        admin_token: admin_token.clone(),
-        log_dir: dir.join("logs"),
-        allow_fault_injection: false,
-    };
-    let instances = settings.instances;
-    let mut apps = tokio::task::spawn_blocking(move || Apps::start(&config, instances)).await??;
-    let api = Api::new(apps.bases.clone(), admin_token, settings.buyers)?;
-    let strategies = select(api.strategies().await?, &settings.strategies)?;
-
     let db_url = format!(
         "{}/{}",
         target.endpoints.database_url.trim_end_matches('/'),
         target.database
     );
+    let launch = Launch::new(&target.app_binary, &dir.join("logs"))
+        .endpoints(&target.endpoints)
+        .arg("--database-url", &db_url)
+        .arg("--admin-token", &admin_token);
+    let mut apps = Apps::start(launch, settings.instances).await?;
+    let api = Api::new(apps.bases(), admin_token, settings.buyers)?;
+    let strategies = select(api.strategies().await?, &settings.strategies)?;
+
     let db = MySqlPoolOptions::new()
         .max_connections(4)
         .connect(&db_url)
@@ -88,7 +83,7 @@ pub async fn run_in(settings: &Settings, target: &Target, out: &Path) -> Result<
 
     let baselines = if settings.baselines {
         let targets = Targets {
-            app_bases: &apps.bases,
+            app_bases: &api.bases,
             database_url: &target.endpoints.database_url,
             redis_url: &target.endpoints.redis_url,
         };
@@ -141,7 +136,7 @@ pub async fn run_in(settings: &Settings, target: &Target, out: &Path) -> Result<
         reports.push(StrategyReport::new(info, sale, throughput, &baselines));
     }
     db.close().await;
-    drop(apps);
+    apps.shutdown().await;
 
     let mut scenarios = Vec::new();
     if settings.scenarios {

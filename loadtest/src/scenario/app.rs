@@ -1,48 +1,24 @@
 //! `seckill-app` instances the scenarios can freeze and kill one by one, on private servers,
 //! and the few HTTP calls the scenarios make.
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
+use anyhow::{Result, bail};
 use serde::Deserialize;
 use serde_json::json;
 
-/// Environment variables the app would otherwise read: cleared, so an instance reaches only
-/// the servers the scenario names on its command line.
-const FOREIGN_ENV: &[&str] = &[
-    "DATABASE_URL",
-    "REDIS_URL",
-    "REDLOCK_URLS",
-    "ZOOKEEPER_CONNECT",
-    "ETCD_ENDPOINTS",
-    "SECKILL_ADMIN_TOKEN",
-];
+use crate::apps::{Apps, Launch};
 
 /// The scenario's private MariaDB and Redis, and its app instances.
 pub struct Fleet {
-    pub instances: Vec<Instance>,
+    pub apps: Apps,
     http: reqwest::Client,
-    binary: PathBuf,
-    args: Vec<String>,
-    logs: LogDir,
+    _logs: LogDir,
     // Dropped after the instances (fields drop in declaration order).
     _mariadb: sandbox::MariaDb,
     redis: sandbox::Redis,
     _zookeeper: Option<sandbox::ZooKeeper>,
-}
-
-/// One app process.
-pub struct Instance {
-    child: Child,
-    /// Kills the process should this one die without dropping the instance.
-    _guardian: sandbox::Guardian,
-    pub base: String,
-    log: PathBuf,
 }
 
 /// What `POST …/orders` answered.
@@ -94,42 +70,24 @@ impl Fleet {
         };
         let logs = LogDir::create()?;
         let database_url = format!("{}/scenario", mariadb.url().trim_end_matches('/'));
-        let mut args = vec![
-            "--database-url".to_string(),
-            database_url,
-            "--redis-url".into(),
-            redis.url(),
-            "--allow-fault-injection".into(),
-        ];
+        let mut launch = Launch::new(binary, &logs.0)
+            .arg("--database-url", database_url)
+            .arg("--redis-url", redis.url())
+            .args(["--allow-fault-injection"]);
         if let Some(zk) = &zookeeper {
-            args.extend(["--zookeeper".into(), zk.connect_string()]);
+            launch = launch.arg("--zookeeper", zk.connect_string());
         }
-        args.extend(flags.iter().cloned());
-        let mut instances = Vec::new();
-        for n in 0..count {
-            // The first instance migrates the database alone; the rest start against it.
-            let log = logs.0.join(format!("app-{n}.log"));
-            instances.push(Instance::start(binary, &args, &log).await?);
-        }
+        let apps = Apps::start(launch.args(flags), count).await?;
         Ok(Fleet {
-            instances,
+            apps,
             http: reqwest::Client::builder()
                 .timeout(Duration::from_secs(60))
                 .build()?,
-            binary: binary.to_path_buf(),
-            args,
-            logs,
+            _logs: logs,
             _mariadb: mariadb,
             redis,
             _zookeeper: zookeeper,
         })
-    }
-
-    /// Starts instance `n` again (after a kill), with the same settings.
-    pub async fn restart(&mut self, n: usize) -> Result<()> {
-        let log = self.logs.0.join(format!("app-{n}-restarted.log"));
-        self.instances[n] = Instance::start(&self.binary, &self.args, &log).await?;
-        Ok(())
     }
 
     /// The fleet's private Redis.
@@ -144,7 +102,7 @@ impl Fleet {
 
     /// The instance that admin calls go to: the last, which no scenario kills or freezes.
     fn admin(&self) -> &str {
-        &self.instances[self.instances.len() - 1].base
+        &self.apps.instances[self.apps.instances.len() - 1].base
     }
 
     /// Creates or resets product `id` to `stock` units (and deletes its orders).
@@ -219,97 +177,6 @@ impl Answer {
 
     pub fn created(&self) -> bool {
         self.status == 201
-    }
-}
-
-impl Instance {
-    async fn start(binary: &Path, args: &[String], log: &Path) -> Result<Instance> {
-        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-        let file = std::fs::File::create(log)?;
-        let mut cmd = Command::new(binary);
-        for var in FOREIGN_ENV {
-            cmd.env_remove(var);
-        }
-        if std::env::var_os("RUST_LOG").is_none() {
-            cmd.env("RUST_LOG", "warn");
-        }
-        let child = cmd
-            .arg("--listen")
-            .arg(format!("127.0.0.1:{port}"))
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(file.try_clone()?)
-            .stderr(file)
-            .spawn()
-            .with_context(|| format!("starting {}", binary.display()))?;
-        let mut instance = Instance {
-            _guardian: sandbox::Guardian::watch(child.id())?,
-            child,
-            base: format!("http://127.0.0.1:{port}"),
-            log: log.to_path_buf(),
-        };
-        instance.wait_ready().await?;
-        Ok(instance)
-    }
-
-    async fn wait_ready(&mut self) -> Result<()> {
-        let http = reqwest::Client::new();
-        let url = format!("{}/healthz", self.base);
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Some(status) = self.child.try_wait()? {
-                bail!(
-                    "seckill-app exited during start-up ({status}):\n{}",
-                    self.log_tail()
-                );
-            }
-            if let Ok(r) = http.get(&url).send().await
-                && r.status().is_success()
-            {
-                return Ok(());
-            }
-            if Instant::now() > deadline {
-                bail!("seckill-app not ready within 60 s:\n{}", self.log_tail());
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-
-    fn log_tail(&self) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(30)..].join("\n")
-    }
-
-    /// SIGSTOP: the whole process freezes, its watchdog included.
-    pub fn pause(&self) -> Result<()> {
-        self.signal(Signal::SIGSTOP)
-    }
-
-    /// SIGCONT.
-    pub fn resume(&self) -> Result<()> {
-        self.signal(Signal::SIGCONT)
-    }
-
-    /// SIGKILL, and reaps the process.
-    pub fn kill(&mut self) -> Result<()> {
-        self.child.kill()?;
-        self.child.wait()?;
-        Ok(())
-    }
-
-    fn signal(&self, signal: Signal) -> Result<()> {
-        let pid = i32::try_from(self.child.id())?;
-        kill(Pid::from_raw(pid), signal)?;
-        Ok(())
-    }
-}
-
-impl Drop for Instance {
-    fn drop(&mut self) {
-        // SIGKILL ends a stopped process too.
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

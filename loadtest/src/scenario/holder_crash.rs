@@ -84,7 +84,7 @@ pub async fn run(opts: &ScenarioOptions) -> Result<ScenarioReport> {
             ),
         );
         if *strategy != "redis-setnx-no-ttl" {
-            fleet.restart(0).await?;
+            fleet.apps.restart(0).await?;
         }
         rows.push(row(strategy, back, damage, &settings));
         timeline.extend(tl.events(Some(strategy)));
@@ -129,7 +129,7 @@ async fn kill_inside(
     tl: &Timeline,
 ) -> Result<()> {
     let hold_ms = settings.bound.as_millis() as u64 * 2;
-    let (http, base) = (fleet.http().clone(), fleet.instances[0].base.clone());
+    let (http, base) = (fleet.http().clone(), fleet.apps.instances[0].base.clone());
     let strategy_name = strategy.to_owned();
     tl.log(
         "A@1",
@@ -140,7 +140,7 @@ async fn kill_inside(
         order(&http, &base, product, &strategy_name, "buyer-a", hold_ms).await
     });
     tokio::time::sleep(Duration::from_millis(300)).await;
-    fleet.instances[0].kill()?;
+    fleet.apps.instances[0].kill()?;
     tl.log(
         "instance 1",
         "killed (SIGKILL) with A inside the critical section",
@@ -158,7 +158,7 @@ async fn probe(
     tl: &Timeline,
 ) -> Result<Option<Duration>> {
     let start = Instant::now();
-    let base = &fleet.instances[1].base;
+    let base = &fleet.apps.instances[1].base;
     let mut refused = 0;
     for n in 0.. {
         let answer = order(

@@ -69,7 +69,7 @@ async fn race(
     hold_ms: u64,
     lease_ms: u64,
 ) -> Result<(Answer, Answer)> {
-    let base = &fleet.instances[0].base;
+    let base = &fleet.apps.instances[0].base;
     let a = async {
         tl.log(
             "A",

@@ -88,7 +88,7 @@ async fn sale(
 ) -> Result<(super::app::Product, usize)> {
     fleet.reset(product, stock).await?;
     let answers = try_join_all((0..buyers).map(|n| {
-        let base = &fleet.instances[n % instances].base;
+        let base = &fleet.apps.instances[n % instances].base;
         let user = format!("buyer-{n}");
         async move { order(fleet.http(), base, product, STRATEGY, &user, HOLD_MS).await }
     }))

@@ -35,7 +35,7 @@ pub async fn run(opts: &ScenarioOptions) -> Result<ScenarioReport> {
         let product = 200 + n as u64;
         fleet.reset(product, 1).await?;
         let tl = Timeline::new();
-        let (first, second) = (&fleet.instances[0], &fleet.instances[1]);
+        let (first, second) = (&fleet.apps.instances[0], &fleet.apps.instances[1]);
 
         tl.log("A@1", format!("orders the last unit ({hold_ms} ms inside)"));
         let (http, base) = (fleet.http().clone(), first.base.clone());
