@@ -21,7 +21,7 @@ use serde::Serialize;
 use sqlx::MySqlPool;
 use sqlx::mysql::MySqlPoolOptions;
 
-use crate::client::Outcome;
+use crate::client::Answer;
 use crate::http_load::{self, HttpRequest};
 use crate::load::{LoadResult, Window, closed_loop};
 
@@ -33,6 +33,10 @@ pub const REDIS_LUA: &str = "redis-lua";
 /// Must match the `CREATE DATABASE` statement below.
 const DATABASE: &str = "seckill_baseline";
 const UNLIMITED: i64 = 1_000_000_000;
+/// A baseline's successful deduction counts as a created order.
+const DEDUCTED: Answer = Answer::Created {
+    fencing_token: None,
+};
 
 /// One baseline's measurement.
 #[derive(Debug, Clone, Serialize)]
@@ -102,7 +106,7 @@ pub async fn run_all(
             async move {
                 conditional_purchase(&db, &request_id)
                     .await
-                    .unwrap_or(Outcome::Error)
+                    .unwrap_or(Answer::Transport)
             }
         })
         .await
@@ -127,8 +131,8 @@ pub async fn run_all(
                     .execute(&db)
                     .await
                 {
-                    Ok(_) => Outcome::Sold,
-                    Err(_) => Outcome::Error,
+                    Ok(_) => DEDUCTED,
+                    Err(_) => Answer::Transport,
                 }
             }
         })
@@ -217,7 +221,7 @@ async fn reset_row(db: &MySqlPool, id: i64) -> Result<()> {
 
 /// The `conditional` strategy's statements (app/src/strategy/conditional.rs): the guarded
 /// decrement, then the order INSERT, in one transaction.
-async fn conditional_purchase(db: &MySqlPool, request_id: &str) -> Result<Outcome, sqlx::Error> {
+async fn conditional_purchase(db: &MySqlPool, request_id: &str) -> Result<Answer, sqlx::Error> {
     let mut tx = db.begin().await?;
     let updated = sqlx::query("UPDATE products SET stock = stock - ? WHERE id = ? AND stock >= ?")
         .bind(1_i64)
@@ -227,7 +231,7 @@ async fn conditional_purchase(db: &MySqlPool, request_id: &str) -> Result<Outcom
         .await?;
     if updated.rows_affected() == 0 {
         tx.rollback().await?;
-        return Ok(Outcome::SoldOut);
+        return Ok(Answer::SOLD_OUT);
     }
     sqlx::query(
         "INSERT INTO orders (product_id, user_id, quantity, strategy, request_id, fencing_token) \
@@ -242,7 +246,7 @@ async fn conditional_purchase(db: &MySqlPool, request_id: &str) -> Result<Outcom
     .execute(&mut *tx)
     .await?;
     tx.commit().await?;
-    Ok(Outcome::Sold)
+    Ok(DEDUCTED)
 }
 
 const DECREMENT: &str = r"
@@ -274,12 +278,12 @@ async fn redis_lua(url: &str, concurrency: usize, window: Window) -> Result<Load
             let (pool, key, script) = (pool.clone(), key.clone(), script.clone());
             async move {
                 let Ok(mut conn) = pool.get().await else {
-                    return Outcome::Error;
+                    return Answer::Transport;
                 };
                 match script.key(&key).arg(1).invoke_async::<i64>(&mut conn).await {
-                    Ok(left) if left >= 0 => Outcome::Sold,
-                    Ok(_) => Outcome::SoldOut,
-                    Err(_) => Outcome::Error,
+                    Ok(left) if left >= 0 => DEDUCTED,
+                    Ok(_) => Answer::SOLD_OUT,
+                    Err(_) => Answer::Transport,
                 }
             }
         })

@@ -11,7 +11,7 @@ use goose::config::GooseConfiguration;
 use goose::prelude::*;
 use tokio::time::Instant;
 
-use crate::client::{OrderRequest, Outcome, Outcomes};
+use crate::client::{Answer, Outcomes, order_request};
 use crate::latency::Latencies;
 use crate::load::{LoadResult, Window};
 
@@ -103,31 +103,35 @@ pub async fn closed_loop(
                         id_prefix,
                     } => {
                         let n = counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        let body = OrderRequest {
-                            user_id: format!("u-{}", user.weighted_users_index),
-                            quantity: *quantity,
-                            request_id: format!("{id_prefix}-{n}"),
+                        let body = order_request(
+                            format!("u-{}", user.weighted_users_index),
                             strategy,
-                        };
+                            format!("{id_prefix}-{n}"),
+                            *quantity,
+                        );
                         let path = format!("/api/products/{product}/orders");
                         match user.post_json(&path, &body).await?.response {
                             Ok(r) => {
                                 let status = r.status().as_u16();
                                 let body = r.bytes().await.unwrap_or_default();
-                                Outcome::classify(status, &body)
+                                Answer::of_order(status, &body)
                             }
-                            Err(_) => Outcome::Error,
+                            Err(_) => Answer::Transport,
                         }
                     }
                     HttpRequest::Get { path } => match user.get(path).await?.response {
-                        Ok(r) if r.status().is_success() => Outcome::Sold,
-                        _ => Outcome::Error,
+                        Ok(r) => {
+                            let status = r.status().as_u16();
+                            let body = r.bytes().await.unwrap_or_default();
+                            Answer::of_request(status, &body)
+                        }
+                        Err(_) => Answer::Transport,
                     },
                 };
                 if sent >= measure_from {
                     let elapsed = sent.elapsed();
                     let mut s = shared.lock().expect("latency lock");
-                    s.outcomes.count(outcome);
+                    s.outcomes.count(&outcome);
                     s.latencies.record(elapsed);
                 }
                 Ok(())

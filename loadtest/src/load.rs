@@ -20,7 +20,7 @@ use std::time::Duration;
 use serde::Serialize;
 use tokio::time::Instant;
 
-use crate::client::{Outcome, Outcomes};
+use crate::client::{Answer, Outcomes};
 use crate::latency::{HistogramData, Latencies, LatencySummary};
 
 /// Timing of one measured run.
@@ -104,7 +104,7 @@ fn merge(tallies: Vec<Tally>) -> Tally {
 pub async fn closed_loop<F, Fut>(concurrency: usize, window: Window, op: F) -> LoadResult
 where
     F: Fn(u64) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Outcome> + Send,
+    Fut: Future<Output = Answer> + Send,
 {
     let op = Arc::new(op);
     let seq = Arc::new(AtomicU64::new(0));
@@ -123,7 +123,7 @@ where
                     }
                     let outcome = op(seq.fetch_add(1, Ordering::Relaxed)).await;
                     if sent >= measure_from {
-                        tally.outcomes.count(outcome);
+                        tally.outcomes.count(&outcome);
                         tally.latencies.record(sent.elapsed());
                     }
                 }
@@ -148,7 +148,7 @@ where
 pub async fn open_loop<F, Fut>(concurrency: usize, rate: f64, window: Window, op: F) -> LoadResult
 where
     F: Fn(u64) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Outcome> + Send,
+    Fut: Future<Output = Answer> + Send,
 {
     let op = Arc::new(op);
     let ticket = Arc::new(AtomicU64::new(0));
@@ -177,7 +177,7 @@ where
                     tokio::time::sleep_until(due).await;
                     let outcome = op(i).await;
                     if i >= warmup_tickets {
-                        tally.outcomes.count(outcome);
+                        tally.outcomes.count(&outcome);
                         tally.latencies.record(due.elapsed());
                     }
                 }
@@ -213,7 +213,9 @@ mod tests {
     #[tokio::test]
     async fn the_open_loop_sends_at_the_asked_rate_and_counts_no_warm_up_request() {
         let r = open_loop(4, 200.0, Window::from_secs(0.2, 0.5), |_| async {
-            Outcome::Sold
+            Answer::Created {
+                fencing_token: None,
+            }
         })
         .await;
         // 0.7 s × 200/s = 140 tickets, of which 40 fall in the warm-up.
@@ -226,9 +228,11 @@ mod tests {
         let r = closed_loop(3, Window::from_secs(0.05, 0.2), |i| async move {
             tokio::time::sleep(Duration::from_millis(1)).await;
             if i % 2 == 0 {
-                Outcome::Sold
+                Answer::Created {
+                    fencing_token: None,
+                }
             } else {
-                Outcome::SoldOut
+                Answer::SOLD_OUT
             }
         })
         .await;

@@ -55,7 +55,7 @@ pub async fn run_in(settings: &Settings, target: &Target, out: &Path) -> Result<
         .arg("--database-url", &db_url)
         .arg("--admin-token", &admin_token);
     let mut apps = Apps::start(launch, settings.instances).await?;
-    let api = Api::new(apps.bases(), admin_token, settings.buyers)?;
+    let api = Api::new(apps.bases(), Some(admin_token))?;
     let strategies = select(api.strategies().await?, &settings.strategies)?;
 
     let db = MySqlPoolOptions::new()

@@ -10,7 +10,7 @@ use serde::Serialize;
 use sqlx::MySqlPool;
 
 use crate::accounting::{Accounting, read_ledger};
-use crate::client::{Api, OrderRequest, Outcomes, retries_in_metrics};
+use crate::client::{Api, Outcomes, order_request, retries_in_metrics};
 use crate::latency::{Latencies, LatencySummary};
 
 /// What to sell and how hard.
@@ -61,16 +61,16 @@ pub async fn run_sale(api: &Api, db: &MySqlPool, plan: &SalePlan) -> Result<Sale
                     if i >= plan.requests {
                         return (outcomes, latencies);
                     }
-                    let body = OrderRequest {
-                        user_id: format!("u-{buyer}"),
-                        quantity: plan.quantity,
-                        request_id: format!("{}-{i}", plan.id_prefix),
-                        strategy: &plan.strategy,
-                    };
+                    let body = order_request(
+                        format!("u-{buyer}"),
+                        &plan.strategy,
+                        format!("{}-{i}", plan.id_prefix),
+                        plan.quantity,
+                    );
                     let sent = Instant::now();
                     let outcome = api.order(i as usize, plan.product, &body).await;
                     latencies.record(sent.elapsed());
-                    outcomes.count(outcome);
+                    outcomes.count(&outcome);
                 }
             })
         })

@@ -4,7 +4,7 @@
 use anyhow::Result;
 use serde::Serialize;
 
-use crate::client::{Api, OrderRequest};
+use crate::client::{Api, order_request};
 use crate::http_load::{self, HttpRequest};
 use crate::load::{LoadResult, Window, open_loop};
 
@@ -65,12 +65,12 @@ pub async fn run_throughput(
         open_loop(plan.users, rate, plan.window, move |i| {
             let (api, plan) = (api.clone(), plan.clone());
             async move {
-                let body = OrderRequest {
-                    user_id: format!("u-{}", i % plan.users as u64),
-                    quantity: plan.quantity,
-                    request_id: format!("{}-o-{i}", plan.id_prefix),
-                    strategy: &plan.strategy,
-                };
+                let body = order_request(
+                    format!("u-{}", i % plan.users as u64),
+                    &plan.strategy,
+                    format!("{}-o-{i}", plan.id_prefix),
+                    plan.quantity,
+                );
                 api.order(i as usize, plan.product, &body).await
             }
         })

@@ -6,7 +6,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::http::StatusCode;
 use axum::routing::get;
-use loadtest::client::Outcome;
+use loadtest::client::Api;
 use loadtest::http_load::{self, HttpRequest};
 use loadtest::load::{Window, open_loop};
 use tokio::time::Instant;
@@ -56,16 +56,10 @@ async fn open_loop_latency_exceeds_closed_loop_latency_when_the_server_stalls() 
     .await
     .unwrap();
 
-    let client = reqwest::Client::new();
-    let url = format!("{base}/api/noop");
-    let open = open_loop(4, 200.0, window, move |_| {
-        let (client, url) = (client.clone(), url.clone());
-        async move {
-            match client.get(url).send().await {
-                Ok(r) if r.status().is_success() => Outcome::Sold,
-                _ => Outcome::Error,
-            }
-        }
+    let api = Api::new(vec![base], None).unwrap();
+    let open = open_loop(4, 200.0, window, move |i| {
+        let api = api.clone();
+        async move { api.noop(i as usize).await }
     })
     .await;
 

@@ -4,16 +4,18 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anyhow::{Result, bail};
-use serde::Deserialize;
-use serde_json::json;
+use anyhow::Result;
 
 use crate::apps::{Apps, Launch};
+use crate::client::{Answer, Api, order_request};
+use crate::wire::ProductView;
 
-/// The scenario's private MariaDB and Redis, and its app instances.
+/// The scenario's private MariaDB and Redis, its app instances and a client for them.
 pub struct Fleet {
     pub apps: Apps,
-    http: reqwest::Client,
+    /// Requests to instance `n` go to `apps.instances[n]`; admin calls to the last instance,
+    /// which no scenario kills or freezes.
+    pub api: Api,
     _logs: LogDir,
     // Dropped after the instances (fields drop in declaration order).
     _mariadb: sandbox::MariaDb,
@@ -21,29 +23,9 @@ pub struct Fleet {
     _zookeeper: Option<sandbox::ZooKeeper>,
 }
 
-/// What `POST …/orders` answered.
-#[derive(Debug, Clone)]
-pub struct Answer {
-    pub status: u16,
-    /// `error` code of a refusal (`sold_out`, `lock_lost`, `busy`, …).
-    pub error: Option<String>,
-    pub fencing_token: Option<u64>,
-}
-
-/// `GET /api/products/{id}`.
-#[derive(Debug, Clone, Copy, Deserialize)]
-pub struct Product {
-    pub stock: i64,
-    pub initial_stock: i64,
-    pub sold: i64,
-    pub orders: i64,
-}
-
-impl Product {
-    /// Units sold beyond the initial stock.
-    pub fn oversell(&self) -> i64 {
-        (self.sold - self.initial_stock).max(0)
-    }
+/// Units sold beyond the initial stock.
+pub fn oversell(p: &ProductView) -> i64 {
+    (p.sold - p.initial_stock).max(0)
 }
 
 impl Fleet {
@@ -79,10 +61,8 @@ impl Fleet {
         }
         let apps = Apps::start(launch.args(flags), count).await?;
         Ok(Fleet {
+            api: Api::new(apps.bases(), None)?,
             apps,
-            http: reqwest::Client::builder()
-                .timeout(Duration::from_secs(60))
-                .build()?,
             _logs: logs,
             _mariadb: mariadb,
             redis,
@@ -90,94 +70,55 @@ impl Fleet {
         })
     }
 
+    /// Starts instance `n` again (after a kill), with the same settings.
+    pub async fn restart(&mut self, n: usize) -> Result<()> {
+        self.apps.restart(n).await?;
+        self.api = Api::new(self.apps.bases(), None)?;
+        Ok(())
+    }
+
     /// The fleet's private Redis.
     pub fn redis_url(&self) -> String {
         self.redis.url()
     }
 
-    /// The HTTP client (no pooling limits, long timeout: requests to a frozen instance wait).
-    pub fn http(&self) -> &reqwest::Client {
-        &self.http
-    }
-
-    /// The instance that admin calls go to: the last, which no scenario kills or freezes.
-    fn admin(&self) -> &str {
-        &self.apps.instances[self.apps.instances.len() - 1].base
-    }
-
     /// Creates or resets product `id` to `stock` units (and deletes its orders).
     pub async fn reset(&self, id: u64, stock: i64) -> Result<()> {
-        let url = format!("{}/api/products/{id}", self.admin());
-        let r = self
-            .http
-            .put(url)
-            .json(&json!({ "stock": stock }))
-            .send()
-            .await?;
-        if !r.status().is_success() {
-            bail!("resetting product {id}: {} {}", r.status(), r.text().await?);
-        }
-        Ok(())
+        self.api.reset_product(id, stock).await
     }
 
     /// Product `id` as the database has it.
-    pub async fn product(&self, id: u64) -> Result<Product> {
-        let url = format!("{}/api/products/{id}", self.admin());
-        Ok(self
-            .http
-            .get(url)
-            .send()
-            .await?
-            .error_for_status()?
-            .json()
-            .await?)
+    pub async fn product(&self, id: u64) -> Result<ProductView> {
+        self.api.product(id).await
+    }
+
+    /// One unit of `product` for `user` through instance `n`, pausing `hold_ms` inside the
+    /// critical section.
+    pub async fn order(
+        &self,
+        n: usize,
+        product: u64,
+        strategy: &str,
+        user: &str,
+        hold_ms: u64,
+    ) -> Answer {
+        order(&self.api, n, product, strategy, user, hold_ms).await
     }
 }
 
-/// One order through instance `base`, pausing `hold_ms` inside the critical section.
+/// [`Fleet::order`] with a client of its own (for a request spawned as a task).
 pub async fn order(
-    http: &reqwest::Client,
-    base: &str,
+    api: &Api,
+    n: usize,
     product: u64,
     strategy: &str,
     user: &str,
     hold_ms: u64,
-) -> Result<Answer> {
-    let body = json!({
-        "user_id": user,
-        "quantity": 1,
-        "request_id": uuid::Uuid::new_v4().simple().to_string(),
-        "strategy": strategy,
-    });
-    let mut request = http
-        .post(format!("{base}/api/products/{product}/orders"))
-        .json(&body);
-    if hold_ms > 0 {
-        request = request.header("X-Seckill-Hold-Ms", hold_ms.to_string());
-    }
-    let response = request.send().await?;
-    let status = response.status().as_u16();
-    let value: serde_json::Value = response.json().await.unwrap_or_default();
-    Ok(Answer {
-        status,
-        error: value["error"].as_str().map(str::to_owned),
-        fencing_token: value["fencing_token"].as_u64(),
-    })
-}
-
-impl Answer {
-    /// `201 token 7`, `409 lock_lost`, …
-    pub fn describe(&self) -> String {
-        match (&self.error, self.fencing_token) {
-            (Some(e), _) => format!("{} {e}", self.status),
-            (None, Some(t)) => format!("{} order placed, token {t}", self.status),
-            (None, None) => format!("{} order placed", self.status),
-        }
-    }
-
-    pub fn created(&self) -> bool {
-        self.status == 201
-    }
+) -> Answer {
+    let request_id = uuid::Uuid::new_v4().simple().to_string();
+    let body = order_request(user.to_owned(), strategy, request_id, 1);
+    api.order_holding(n, product, &body, Duration::from_millis(hold_ms))
+        .await
 }
 
 /// The instances' log files, removed with the fleet.

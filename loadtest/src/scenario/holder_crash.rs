@@ -84,7 +84,7 @@ pub async fn run(opts: &ScenarioOptions) -> Result<ScenarioReport> {
             ),
         );
         if *strategy != "redis-setnx-no-ttl" {
-            fleet.apps.restart(0).await?;
+            fleet.restart(0).await?;
         }
         rows.push(row(strategy, back, damage, &settings));
         timeline.extend(tl.events(Some(strategy)));
@@ -129,16 +129,17 @@ async fn kill_inside(
     tl: &Timeline,
 ) -> Result<()> {
     let hold_ms = settings.bound.as_millis() as u64 * 2;
-    let (http, base) = (fleet.http().clone(), fleet.apps.instances[0].base.clone());
+    let api = fleet.api.clone();
     let strategy_name = strategy.to_owned();
     tl.log(
         "A@1",
         format!("orders, pauses {hold_ms} ms inside the critical section"),
     );
     // Its answer never comes: the connection dies with the instance.
-    let a = tokio::spawn(async move {
-        order(&http, &base, product, &strategy_name, "buyer-a", hold_ms).await
-    });
+    let a =
+        tokio::spawn(
+            async move { order(&api, 0, product, &strategy_name, "buyer-a", hold_ms).await },
+        );
     tokio::time::sleep(Duration::from_millis(300)).await;
     fleet.apps.instances[0].kill()?;
     tl.log(
@@ -158,18 +159,11 @@ async fn probe(
     tl: &Timeline,
 ) -> Result<Option<Duration>> {
     let start = Instant::now();
-    let base = &fleet.apps.instances[1].base;
     let mut refused = 0;
     for n in 0.. {
-        let answer = order(
-            fleet.http(),
-            base,
-            product,
-            strategy,
-            &format!("probe-{n}"),
-            0,
-        )
-        .await?;
+        let answer = fleet
+            .order(1, product, strategy, &format!("probe-{n}"), 0)
+            .await;
         if answer.created() {
             let back = start.elapsed();
             tl.log(

@@ -12,8 +12,10 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 
-use super::app::{Answer, Fleet, Product, order};
+use super::app::{Fleet, oversell};
 use super::{Row, ScenarioOptions, ScenarioReport, Timeline};
+use crate::client::Answer;
+use crate::wire::{ErrorCode, ProductView};
 
 const STRATEGIES: [&str; 3] = ["redis-lock", "redis-watchdog", "redis-lock-fenced"];
 
@@ -69,40 +71,39 @@ async fn race(
     hold_ms: u64,
     lease_ms: u64,
 ) -> Result<(Answer, Answer)> {
-    let base = &fleet.apps.instances[0].base;
     let a = async {
         tl.log(
             "A",
             format!("orders the last unit, stalls {hold_ms} ms inside"),
         );
-        let a = order(fleet.http(), base, product, strategy, "buyer-a", hold_ms).await?;
+        let a = fleet.order(0, product, strategy, "buyer-a", hold_ms).await;
         tl.log("A", a.describe());
         anyhow::Ok(a)
     };
     let b = async {
         tokio::time::sleep(Duration::from_millis(lease_ms / 3)).await;
         tl.log("B", "orders the last unit");
-        let b = order(fleet.http(), base, product, strategy, "buyer-b", 0).await?;
+        let b = fleet.order(0, product, strategy, "buyer-b", 0).await;
         tl.log("B", b.describe());
         anyhow::Ok(b)
     };
     tokio::try_join!(a, b)
 }
 
-fn row(strategy: &str, a: &Answer, b: &Answer, p: &Product) -> Row {
-    let rejected = u8::from(a.error.as_deref() == Some("lock_lost"));
+fn row(strategy: &str, a: &Answer, b: &Answer, p: &ProductView) -> Row {
+    let rejected = u8::from(a.refused_with(ErrorCode::LockLost));
     let (expected, ok) = match strategy {
         "redis-lock" => (
             "B is granted the expired lock: two orders for one unit (oversell)",
-            p.oversell() > 0,
+            oversell(p) > 0,
         ),
         "redis-watchdog" => (
             "the lease is renewed: B waits, then finds it sold out; no oversell",
-            p.oversell() == 0 && a.created() && !b.created(),
+            oversell(p) == 0 && a.created() && !b.created(),
         ),
         _ => (
             "B is granted the expired lock, A's stale write is rejected (lock_lost); no oversell",
-            p.oversell() == 0 && rejected == 1 && b.created(),
+            oversell(p) == 0 && rejected == 1 && b.created(),
         ),
     };
     let observed = format!(
@@ -113,7 +114,7 @@ fn row(strategy: &str, a: &Answer, b: &Answer, p: &Product) -> Row {
         p.initial_stock
     );
     Row::new(strategy, expected, observed, ok)
-        .figure("oversell", p.oversell() as f64)
+        .figure("oversell", oversell(p) as f64)
         .figure("orders", p.orders as f64)
         .figure("stale_writes_rejected", f64::from(rejected))
 }

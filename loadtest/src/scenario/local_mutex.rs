@@ -7,10 +7,11 @@
 //! units sold exceeds the stock. The same buyers, the same stock, only the deployment changes.
 
 use anyhow::{Context, Result};
-use futures::future::try_join_all;
+use futures::future::join_all;
 
-use super::app::{Fleet, order};
+use super::app::{Fleet, oversell};
 use super::{Row, ScenarioOptions, ScenarioReport};
+use crate::wire::ProductView;
 
 const STRATEGY: &str = "local-mutex";
 /// Each buyer pauses this long inside the critical section, to widen the window.
@@ -29,7 +30,7 @@ pub async fn run(opts: &ScenarioOptions) -> Result<ScenarioReport> {
     let one = sale(&fleet, 300, 1, stock, buyers).await?;
     let mut three = sale(&fleet, 301, 3, stock, buyers).await?;
     let mut rounds = 1;
-    while three.0.oversell() == 0 && rounds < MAX_ROUNDS {
+    while oversell(&three.0) == 0 && rounds < MAX_ROUNDS {
         three = sale(&fleet, 301 + rounds, 3, stock, buyers).await?;
         rounds += 1;
     }
@@ -37,11 +38,11 @@ pub async fn run(opts: &ScenarioOptions) -> Result<ScenarioReport> {
     let mut rows = Vec::new();
     for (instances, (p, created)) in [(1, one), (3, three)] {
         let (expected, ok) = if instances == 1 {
-            ("one mutex for every buyer: no oversell", p.oversell() == 0)
+            ("one mutex for every buyer: no oversell", oversell(&p) == 0)
         } else {
             (
                 "three mutexes, concurrent critical sections: oversell",
-                p.oversell() > 0,
+                oversell(&p) > 0,
             )
         };
         let observed = format!(
@@ -50,7 +51,7 @@ pub async fn run(opts: &ScenarioOptions) -> Result<ScenarioReport> {
         );
         let mut row = Row::new(format!("local-mutex × {instances}"), expected, observed, ok)
             .figure("instances", instances as f64)
-            .figure("oversell", p.oversell() as f64)
+            .figure("oversell", oversell(&p) as f64)
             .figure("orders", p.orders as f64);
         if instances == 3 {
             row = row.figure("rounds", rounds as f64);
@@ -85,14 +86,17 @@ async fn sale(
     instances: usize,
     stock: i64,
     buyers: usize,
-) -> Result<(super::app::Product, usize)> {
+) -> Result<(ProductView, usize)> {
     fleet.reset(product, stock).await?;
-    let answers = try_join_all((0..buyers).map(|n| {
-        let base = &fleet.apps.instances[n % instances].base;
+    let answers = join_all((0..buyers).map(|n| {
         let user = format!("buyer-{n}");
-        async move { order(fleet.http(), base, product, STRATEGY, &user, HOLD_MS).await }
+        async move {
+            fleet
+                .order(n % instances, product, STRATEGY, &user, HOLD_MS)
+                .await
+        }
     }))
-    .await?;
+    .await;
     let created = answers.iter().filter(|a| a.created()).count();
     Ok((fleet.product(product).await?, created))
 }

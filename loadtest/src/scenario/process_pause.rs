@@ -12,8 +12,9 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 
-use super::app::{Fleet, order};
+use super::app::{Fleet, order, oversell};
 use super::{Row, ScenarioOptions, ScenarioReport, Timeline};
+use crate::wire::ErrorCode;
 
 const STRATEGIES: [&str; 2] = ["redis-watchdog", "redis-watchdog-fenced"];
 
@@ -35,20 +36,20 @@ pub async fn run(opts: &ScenarioOptions) -> Result<ScenarioReport> {
         let product = 200 + n as u64;
         fleet.reset(product, 1).await?;
         let tl = Timeline::new();
-        let (first, second) = (&fleet.apps.instances[0], &fleet.apps.instances[1]);
+        let first = &fleet.apps.instances[0];
 
         tl.log("A@1", format!("orders the last unit ({hold_ms} ms inside)"));
-        let (http, base) = (fleet.http().clone(), first.base.clone());
-        let a = tokio::spawn(async move {
-            order(&http, &base, product, strategy, "buyer-a", hold_ms).await
-        });
+        let api = fleet.api.clone();
+        let a = tokio::spawn(
+            async move { order(&api, 0, product, strategy, "buyer-a", hold_ms).await },
+        );
         tokio::time::sleep(Duration::from_millis(lease_ms / 4)).await;
         first.pause()?;
         let paused_at = tl.now_ms();
         tl.log("instance 1", "frozen (SIGSTOP) while A holds the lock");
 
         tl.log("B@2", "orders the last unit");
-        let b = order(fleet.http(), &second.base, product, strategy, "buyer-b", 0).await?;
+        let b = fleet.order(1, product, strategy, "buyer-b", 0).await;
         tl.log("B@2", b.describe());
         let lock_back_ms = tl.now_ms() - paused_at;
 
@@ -61,7 +62,7 @@ pub async fn run(opts: &ScenarioOptions) -> Result<ScenarioReport> {
             "instance 1",
             "resumed (SIGCONT): A carries on with its decision",
         );
-        let a = a.await??;
+        let a = a.await?;
         tl.log("A@1", a.describe());
         let p = fleet.product(product).await?;
         tl.log(
@@ -72,17 +73,17 @@ pub async fn run(opts: &ScenarioOptions) -> Result<ScenarioReport> {
             ),
         );
 
-        let rejected = a.error.as_deref() == Some("lock_lost");
+        let rejected = a.refused_with(ErrorCode::LockLost);
         let fenced = strategy.ends_with("-fenced");
         let (expected, ok) = if fenced {
             (
                 "B sells the unit; A's late write is rejected by the fence (lock_lost); no oversell",
-                b.created() && rejected && p.oversell() == 0,
+                b.created() && rejected && oversell(&p) == 0,
             )
         } else {
             (
                 "the frozen watchdog renews nothing: B sells the unit, then A sells it again (oversell)",
-                b.created() && p.oversell() > 0,
+                b.created() && oversell(&p) > 0,
             )
         };
         let observed = format!(
@@ -94,7 +95,7 @@ pub async fn run(opts: &ScenarioOptions) -> Result<ScenarioReport> {
         );
         rows.push(
             Row::new(*strategy, expected, observed, ok)
-                .figure("oversell", p.oversell() as f64)
+                .figure("oversell", oversell(&p) as f64)
                 .figure("stale_writes_rejected", f64::from(u8::from(rejected)))
                 .figure("b_served_after_freeze_ms", lock_back_ms),
         );
