@@ -1,8 +1,12 @@
 //! Phase 3, the baselines: the same work with nothing of ours in between, at the same
 //! concurrency, so that every strategy's throughput is also a ratio.
 //!
-//! * `http-noop`: `GET /api/noop` through goose — the HTTP stack's ceiling (client, server,
-//!   routing, no backend).
+//! * `http-noop`: `GET /api/noop` through the benchmark's own client and load driver — the
+//!   HTTP stack's ceiling (client, server, routing, no backend), the denominator of every
+//!   strategy's "% of HTTP".
+//! * `goose-noop`: the same request through goose, the load tool people in this field know:
+//!   a check on our own client. If goose gets much more out of the same server, the client
+//!   is the ceiling of every HTTP figure, not the server.
 //! * `sql-conditional`: exactly the database work of the `conditional` strategy (conditional
 //!   `UPDATE`, then the order `INSERT`, one transaction) driven through sqlx directly.
 //! * `sql-hot-row`: a bare `UPDATE … SET stock = stock - 1` on one row in autocommit — the
@@ -21,14 +25,46 @@ use serde::Serialize;
 use sqlx::MySqlPool;
 use sqlx::mysql::MySqlPoolOptions;
 
-use crate::client::Answer;
-use crate::http_load::{self, HttpRequest};
-use crate::load::{LoadResult, Window, closed_loop};
+use crate::client::{Answer, Api};
+use crate::goose_noop;
+use crate::load::{Budget, LoadResult, Window, closed_loop};
 
-pub const HTTP_NOOP: &str = "http-noop";
-pub const SQL_CONDITIONAL: &str = "sql-conditional";
-pub const SQL_HOT_ROW: &str = "sql-hot-row";
-pub const REDIS_LUA: &str = "redis-lua";
+/// Every baseline, in the order they run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BaselineName {
+    HttpNoop,
+    GooseNoop,
+    SqlConditional,
+    SqlHotRow,
+    RedisLua,
+}
+
+impl BaselineName {
+    pub const ALL: [BaselineName; 5] = [
+        BaselineName::HttpNoop,
+        BaselineName::GooseNoop,
+        BaselineName::SqlConditional,
+        BaselineName::SqlHotRow,
+        BaselineName::RedisLua,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BaselineName::HttpNoop => "http-noop",
+            BaselineName::GooseNoop => "goose-noop",
+            BaselineName::SqlConditional => "sql-conditional",
+            BaselineName::SqlHotRow => "sql-hot-row",
+            BaselineName::RedisLua => "redis-lua",
+        }
+    }
+}
+
+impl std::fmt::Display for BaselineName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 /// Must match the `CREATE DATABASE` statement below.
 const DATABASE: &str = "seckill_baseline";
@@ -41,7 +77,7 @@ const DEDUCTED: Answer = Answer::Created {
 /// One baseline's measurement.
 #[derive(Debug, Clone, Serialize)]
 pub struct Baseline {
-    pub name: &'static str,
+    pub name: BaselineName,
     pub what: String,
     pub result: LoadResult,
 }
@@ -50,27 +86,28 @@ pub struct Baseline {
 /// keeps the stock in MariaDB — including the lock-based ones, whose lock backend only guards
 /// a database read-modify-write — is compared with `sql-conditional`; one that decrements
 /// stock in Redis (a Lua script, by its name) with `redis-lua`.
-pub fn for_strategy(name: &str, backend: &str) -> &'static str {
+pub fn for_strategy(name: &str, backend: &str) -> BaselineName {
     let (name, backend) = (name.to_ascii_lowercase(), backend.to_ascii_lowercase());
     if backend.contains("redis") && name.contains("lua") {
-        REDIS_LUA
+        BaselineName::RedisLua
     } else {
-        SQL_CONDITIONAL
+        BaselineName::SqlConditional
     }
 }
 
 /// Where the baselines run.
 pub struct Targets<'a> {
-    pub app_bases: &'a [String],
+    /// The app instances (only `GET /api/noop` is used).
+    pub api: &'a Api,
     /// Server URL without a database.
     pub database_url: &'a str,
     pub redis_url: &'a str,
 }
 
 /// A hook called before each baseline, with its name (progress display).
-pub type OnPhase<'a> = &'a (dyn Fn(&str) + Sync);
+pub type OnPhase<'a> = &'a (dyn Fn(BaselineName) + Sync);
 
-/// Runs the four baselines one after the other, each with `concurrency` workers.
+/// Runs the baselines one after the other, each with `concurrency` workers.
 pub async fn run_all(
     targets: &Targets<'_>,
     concurrency: usize,
@@ -78,30 +115,43 @@ pub async fn run_all(
     on_phase: OnPhase<'_>,
 ) -> Result<Vec<Baseline>> {
     let mut out = Vec::new();
+    let budget = Budget::Window(window);
 
-    on_phase(HTTP_NOOP);
-    let noop = http_load::closed_loop(
-        targets.app_bases,
-        concurrency,
-        window,
-        HttpRequest::Get {
-            path: "/api/noop".into(),
-        },
-    )
-    .await?;
+    on_phase(BaselineName::HttpNoop);
+    let noop = {
+        let api = targets.api.clone();
+        closed_loop(concurrency, budget, move |i| {
+            let api = api.clone();
+            async move { api.noop(i as usize).await }
+        })
+        .await
+    };
     out.push(Baseline {
-        name: HTTP_NOOP,
-        what: format!("GET /api/noop through goose ({concurrency} users): the HTTP stack alone"),
+        name: BaselineName::HttpNoop,
+        what: format!(
+            "GET /api/noop through the benchmark's client ({concurrency} workers): the HTTP \
+             stack alone"
+        ),
         result: noop,
     });
 
+    on_phase(BaselineName::GooseNoop);
+    out.push(Baseline {
+        name: BaselineName::GooseNoop,
+        what: format!(
+            "the same GET /api/noop through goose ({concurrency} users): a check on the \
+             benchmark's own client"
+        ),
+        result: goose_noop::closed_loop(&targets.api.bases, concurrency, window).await?,
+    });
+
     let db = baseline_database(targets.database_url, concurrency).await?;
-    on_phase(SQL_CONDITIONAL);
+    on_phase(BaselineName::SqlConditional);
     reset_row(&db, 1).await?;
     let conditional = {
         let db = db.clone();
         let run = uuid::Uuid::new_v4().simple().to_string();
-        closed_loop(concurrency, window, move |i| {
+        closed_loop(concurrency, budget, move |i| {
             let (db, request_id) = (db.clone(), format!("{run}-{i}"));
             async move {
                 conditional_purchase(&db, &request_id)
@@ -112,7 +162,7 @@ pub async fn run_all(
         .await
     };
     out.push(Baseline {
-        name: SQL_CONDITIONAL,
+        name: BaselineName::SqlConditional,
         what: format!(
             "conditional UPDATE + order INSERT in one transaction, through sqlx, no HTTP \
              ({concurrency} tasks, {concurrency} connections)"
@@ -120,11 +170,11 @@ pub async fn run_all(
         result: conditional,
     });
 
-    on_phase(SQL_HOT_ROW);
+    on_phase(BaselineName::SqlHotRow);
     reset_row(&db, 2).await?;
     let hot_row = {
         let db = db.clone();
-        closed_loop(concurrency, window, move |_| {
+        closed_loop(concurrency, budget, move |_| {
             let db = db.clone();
             async move {
                 match sqlx::query("UPDATE products SET stock = stock - 1 WHERE id = 2")
@@ -139,7 +189,7 @@ pub async fn run_all(
         .await
     };
     out.push(Baseline {
-        name: SQL_HOT_ROW,
+        name: BaselineName::SqlHotRow,
         what: format!(
             "bare UPDATE stock = stock - 1 on one row, autocommit ({concurrency} connections): \
              the database's hot-row ceiling"
@@ -148,9 +198,9 @@ pub async fn run_all(
     });
     db.close().await;
 
-    on_phase(REDIS_LUA);
+    on_phase(BaselineName::RedisLua);
     out.push(Baseline {
-        name: REDIS_LUA,
+        name: BaselineName::RedisLua,
         what: format!(
             "check-and-decrement Lua script on one key ({concurrency} connections): the Redis \
              ceiling"
@@ -274,7 +324,7 @@ async fn redis_lua(url: &str, concurrency: usize, window: Window) -> Result<Load
     let script = Arc::new(redis::Script::new(DECREMENT));
     let result = {
         let (pool, key) = (pool.clone(), key.clone());
-        closed_loop(concurrency, window, move |_| {
+        closed_loop(concurrency, Budget::Window(window), move |_| {
             let (pool, key, script) = (pool.clone(), key.clone(), script.clone());
             async move {
                 let Ok(mut conn) = pool.get().await else {

@@ -9,10 +9,12 @@
 //! charts. `lock` measures one lock backend under contention and counts mutual-exclusion
 //! violations.
 //!
-//! One module per concern: [`cli`], [`apps`] (app processes), [`client`] (the HTTP API),
-//! [`sale`], [`throughput`], [`baselines`], [`accounting`], [`load`] and [`http_load`] (the
-//! drivers), [`latency`], [`environment`], [`report`], [`lock`], [`run`], and [`scenario`]
-//! (the fault scenarios: `seckill-bench scenario <name>|all`, and part of every `run`).
+//! One module per concern: [`cli`], [`apps`] (app processes, for the run and the scenarios),
+//! [`client`] (the one HTTP client and answer type) over [`wire`] (the API's types), [`load`]
+//! (the one load driver, closed and open loop), [`sale`], [`throughput`], [`baselines`] (with
+//! [`goose_noop`], the check on our own client), [`accounting`], [`latency`], [`environment`],
+//! [`report`], [`lock`], [`run`], and [`scenario`] (the fault scenarios: `seckill-bench
+//! scenario <name>|all`, and part of every `run`).
 
 pub mod accounting;
 pub mod apps;
@@ -20,7 +22,7 @@ pub mod baselines;
 pub mod cli;
 pub mod client;
 pub mod environment;
-pub mod http_load;
+pub mod goose_noop;
 pub mod latency;
 pub mod load;
 pub mod lock;

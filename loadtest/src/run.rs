@@ -9,7 +9,7 @@ use sandbox::Endpoints;
 use sqlx::mysql::MySqlPoolOptions;
 
 use crate::apps::{Apps, Launch};
-use crate::baselines::{self, Targets};
+use crate::baselines::{self, BaselineName, Targets};
 use crate::cli::Settings;
 use crate::client::{Api, StrategyInfo};
 use crate::environment::{self, utc_now};
@@ -73,7 +73,11 @@ pub async fn run_in(settings: &Settings, target: &Target, out: &Path) -> Result<
 
     let window = Window::from_secs(settings.warmup, settings.seconds);
     let steps = 3 * strategies.len() as u64
-        + if settings.baselines { 4 } else { 0 }
+        + if settings.baselines {
+            BaselineName::ALL.len() as u64
+        } else {
+            0
+        }
         + if settings.scenarios {
             scenario::NAMES.len() as u64
         } else {
@@ -83,12 +87,12 @@ pub async fn run_in(settings: &Settings, target: &Target, out: &Path) -> Result<
 
     let baselines = if settings.baselines {
         let targets = Targets {
-            app_bases: &api.bases,
+            api: &api,
             database_url: &target.endpoints.database_url,
             redis_url: &target.endpoints.redis_url,
         };
         baselines::run_all(&targets, settings.buyers, window, &|name| {
-            progress.phase("baseline", name)
+            progress.phase("baseline", name.as_str())
         })
         .await?
     } else {

@@ -26,13 +26,8 @@ async fn run_and_read(strategy: &str) -> (RunOutput, Accounting, tempfile::TempD
         .await
         .unwrap();
     let ledger = read_ledger(&db, SALE_PRODUCT).await.unwrap();
-    sqlx::query(sqlx::AssertSqlSafe(format!(
-        "DROP DATABASE {}",
-        target.database
-    )))
-    .execute(&db)
-    .await
-    .unwrap();
+    db.close().await;
+    common::drop_database(&target).await;
     let demand = settings.demand as i64 * settings.quantity;
     (output, Accounting::of(settings.stock, demand, ledger), out)
 }

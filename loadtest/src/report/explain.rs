@@ -6,7 +6,7 @@
 use std::fmt::Write;
 
 use super::{RunReport, StrategyReport};
-use crate::baselines;
+use crate::baselines::BaselineName;
 
 /// Below this share of its backend baseline, a strategy gets a "where the time goes" note.
 pub const FAR_BELOW_BASELINE_PERCENT: f64 = 60.0;
@@ -131,7 +131,7 @@ fn wrong_paragraph(report: &RunReport, s: &StrategyReport) -> String {
 /// One note per strategy whose closed-loop deductions/s are below
 /// [`FAR_BELOW_BASELINE_PERCENT`] of its backend baseline.
 pub fn where_time_goes(report: &RunReport) -> Vec<String> {
-    let noop = find(report, baselines::HTTP_NOOP);
+    let noop = find(report, BaselineName::HttpNoop);
     report
         .strategies
         .iter()
@@ -179,7 +179,7 @@ pub fn where_time_goes(report: &RunReport) -> Vec<String> {
         .collect()
 }
 
-fn find<'a>(report: &'a RunReport, name: &str) -> Option<&'a crate::load::LoadResult> {
+fn find(report: &RunReport, name: BaselineName) -> Option<&crate::load::LoadResult> {
     report
         .baselines
         .iter()

@@ -3,7 +3,7 @@
 use std::fmt::Write;
 
 use super::{RunReport, explain};
-use crate::load::LoadResult;
+use crate::load::{LoadResult, Loop};
 
 /// The whole report.
 pub fn render(r: &RunReport) -> String {
@@ -167,7 +167,10 @@ fn load_table<'a>(rows: impl Iterator<Item = (String, &'a LoadResult)>) -> Strin
             md,
             "| {name} | {} | {} | {:.0} | {:.0} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             l.concurrency,
-            l.target_rate.map_or("–".into(), |r| format!("{r:.0}")),
+            match l.mode {
+                Loop::Open { target_rate } => format!("{target_rate:.0}"),
+                Loop::Closed => "–".into(),
+            },
             l.attempts_per_sec,
             l.successes_per_sec,
             o.sold,

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use serde::Serialize;
 
-use crate::baselines::{self, Baseline};
+use crate::baselines::{self, Baseline, BaselineName};
 use crate::cli::Settings;
 use crate::client::StrategyInfo;
 use crate::environment::Environment;
@@ -39,7 +39,7 @@ pub struct StrategyReport {
     pub sale: SaleResult,
     pub throughput: ThroughputResult,
     /// The baseline of the backend that holds this strategy's stock.
-    pub baseline: &'static str,
+    pub baseline: BaselineName,
     /// Closed-loop deductions/s as % of the backend baseline's.
     pub percent_of_backend_baseline: Option<f64>,
     /// Closed-loop attempts/s as % of the no-op HTTP baseline's requests/s.
@@ -55,7 +55,7 @@ impl StrategyReport {
         baselines_measured: &[Baseline],
     ) -> StrategyReport {
         let baseline = baselines::for_strategy(&strategy.name, &strategy.backend);
-        let rate_of = |name: &str, f: fn(&crate::load::LoadResult) -> f64| {
+        let rate_of = |name: BaselineName, f: fn(&crate::load::LoadResult) -> f64| {
             baselines_measured
                 .iter()
                 .find(|b| b.name == name)
@@ -64,7 +64,7 @@ impl StrategyReport {
         };
         let percent_of_backend_baseline = rate_of(baseline, |r| r.successes_per_sec)
             .map(|base| 100.0 * throughput.closed.successes_per_sec / base);
-        let percent_of_http_noop = rate_of(baselines::HTTP_NOOP, |r| r.attempts_per_sec)
+        let percent_of_http_noop = rate_of(BaselineName::HttpNoop, |r| r.attempts_per_sec)
             .map(|base| 100.0 * throughput.closed.attempts_per_sec / base);
         StrategyReport {
             strategy,
@@ -110,9 +110,9 @@ mod tests {
     use crate::accounting::{Accounting, Ledger};
     use crate::client::Outcomes;
     use crate::latency::Latencies;
-    use crate::load::LoadResult;
+    use crate::load::{LoadResult, Loop};
 
-    fn load(mode: &'static str, per_sec: u64) -> LoadResult {
+    fn load(mode: Loop, per_sec: u64) -> LoadResult {
         let mut l = Latencies::default();
         for ms in 1..=50 {
             l.record(Duration::from_millis(ms));
@@ -121,7 +121,7 @@ mod tests {
             sold: per_sec,
             ..Outcomes::default()
         };
-        LoadResult::new(mode, 10, None, 1.0, outcomes, 0, &l)
+        LoadResult::new(mode, 10, 1.0, outcomes, 0, &l)
     }
 
     fn strategy(name: &str, safe: bool, ledger: Ledger) -> StrategyReport {
@@ -146,13 +146,13 @@ mod tests {
             latency: Latencies::default().summary(),
         };
         let throughput = ThroughputResult {
-            closed: load("closed", 400),
-            open: load("open", 280),
+            closed: load(Loop::Closed, 400),
+            open: load(Loop::Open { target_rate: 280.0 }, 280),
         };
         let baseline = Baseline {
-            name: baselines::SQL_CONDITIONAL,
+            name: BaselineName::SqlConditional,
             what: "test".into(),
-            result: load("closed", 1000),
+            result: load(Loop::Closed, 1000),
         };
         StrategyReport::new(info, sale, throughput, &[baseline])
     }
@@ -194,9 +194,9 @@ mod tests {
                 redis: BTreeMap::new(),
             },
             baselines: vec![Baseline {
-                name: baselines::SQL_CONDITIONAL,
+                name: BaselineName::SqlConditional,
                 what: "test".into(),
-                result: load("closed", 1000),
+                result: load(Loop::Closed, 1000),
             }],
             strategies: vec![
                 strategy("racy", false, ledger(20, 137)),

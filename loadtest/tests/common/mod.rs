@@ -65,3 +65,19 @@ pub fn quick(strategy: &str) -> Settings {
         scenarios: false,
     }
 }
+
+/// Drops the test's own database (see [`target`]).
+pub async fn drop_database(target: &Target) {
+    let db = sqlx::mysql::MySqlPoolOptions::new()
+        .max_connections(1)
+        .connect(&target.endpoints.database_url)
+        .await
+        .unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "DROP DATABASE IF EXISTS {}",
+        target.database
+    )))
+    .execute(&db)
+    .await
+    .unwrap();
+}
