@@ -282,4 +282,56 @@ mod tests {
         assert_eq!(r.outcomes.total(), 100);
         assert_eq!(r.latency.count, 100);
     }
+
+    /// One of each answer the app can give an order, and a transport error.
+    fn every_answer(i: u64) -> Answer {
+        use crate::wire::ErrorCode;
+        let refused = |status, code| Answer::Refused { status, code };
+        match i {
+            0 => Answer::Created {
+                fencing_token: None,
+            },
+            1 => Answer::Replayed {
+                fencing_token: None,
+            },
+            2 => refused(409, ErrorCode::SoldOut),
+            3 => refused(409, ErrorCode::LockLost),
+            4 => refused(503, ErrorCode::Busy),
+            5 => refused(503, ErrorCode::BackendUnavailable),
+            6 => refused(422, ErrorCode::InvalidRequest),
+            7 => Answer::Unexpected { status: 500 },
+            _ => Answer::Transport,
+        }
+    }
+
+    #[tokio::test]
+    async fn each_answer_code_is_counted_separately_in_the_json() {
+        let r = closed_loop(1, Budget::Requests(9), |i| async move { every_answer(i) }).await;
+        let json = serde_json::to_value(&r).unwrap();
+        let counts = &json["outcomes"];
+        for name in [
+            "sold_out",
+            "lock_lost",
+            "created",
+            "replayed",
+            "busy",
+            "backend_unavailable",
+            "invalid_request",
+            "transport_error",
+        ] {
+            assert_eq!(counts[name], 1, "`{name}` in {counts}");
+        }
+        assert_eq!(counts["unexpected"]["500"], 1, "{counts}");
+        assert_eq!(r.successes_per_sec * r.seconds, 1.0, "{counts}");
+    }
+
+    #[tokio::test]
+    async fn an_answered_noop_request_is_not_counted_as_a_sale() {
+        let r = closed_loop(2, Budget::Requests(10), |_| async {
+            Answer::Served { status: 204 }
+        })
+        .await;
+        assert_eq!(r.successes_per_sec, 0.0);
+        assert_eq!(r.outcomes.total(), 10);
+    }
 }

@@ -243,4 +243,23 @@ mod tests {
         let link = link_latest(dir.path(), &dir.path().join("run-1")).unwrap();
         assert_eq!(std::fs::read_link(link).unwrap(), Path::new("run-1"));
     }
+
+    #[test]
+    fn the_report_counts_lock_lost_refusals_apart_from_sold_out() {
+        let mut r = report();
+        let outcomes = &mut r.strategies[1].sale.outcomes;
+        for _ in 0..3 {
+            outcomes.count(&crate::client::Answer::Refused {
+                status: 409,
+                code: crate::wire::ErrorCode::LockLost,
+            });
+        }
+        let md = markdown::render(&r);
+        let row = md
+            .lines()
+            .find(|l| l.starts_with("| `careful` |") && l.contains("lock_lost"))
+            .unwrap_or_else(|| panic!("no flash-sale row names lock_lost:\n{md}"));
+        assert!(row.contains("lock_lost ×3"), "{row}");
+        assert!(!row.contains("sold_out"), "{row}");
+    }
 }
