@@ -2,6 +2,7 @@
 //! flash sale, the throughput loops, the baselines and the scenarios, and one answer type
 //! ([`Answer`]) for what came back.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -110,43 +111,118 @@ pub fn code_name(code: ErrorCode) -> String {
         .unwrap_or_else(|| format!("{code:?}"))
 }
 
-/// Outcome counts of a phase.
-#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq, Eq)]
+/// How many requests of a phase ended each way: every error code apart.
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
 pub struct Outcomes {
-    pub sold: u64,
+    /// `201`: new orders (for the direct baselines: deductions).
+    pub created: u64,
+    /// `200`: the original orders of replayed request ids.
     pub replayed: u64,
-    pub sold_out: u64,
-    pub busy: u64,
-    pub unavailable: u64,
-    pub errors: u64,
+    /// Refusals by error code (`sold_out`, `lock_lost`, `busy`, …), each a key of its own.
+    #[serde(flatten)]
+    pub refused: BTreeMap<ErrorCode, u64>,
+    /// `2xx` answers to requests that place no order (`GET /api/noop`).
+    pub served: u64,
+    /// Answers outside the contract, by status.
+    pub unexpected: BTreeMap<u16, u64>,
+    /// Requests that got no answer.
+    pub transport_error: u64,
 }
 
 impl Outcomes {
     pub fn count(&mut self, answer: &Answer) {
-        *match answer {
-            Answer::Created { .. } | Answer::Served { .. } => &mut self.sold,
-            Answer::Replayed { .. } => &mut self.replayed,
-            Answer::Refused { status: 409, .. } => &mut self.sold_out,
-            Answer::Refused {
-                code: ErrorCode::BackendUnavailable,
-                ..
-            } => &mut self.unavailable,
-            Answer::Refused { status: 503, .. } => &mut self.busy,
-            _ => &mut self.errors,
-        } += 1;
+        match *answer {
+            Answer::Created { .. } => self.created += 1,
+            Answer::Replayed { .. } => self.replayed += 1,
+            Answer::Refused { code, .. } => *self.refused.entry(code).or_default() += 1,
+            Answer::Served { .. } => self.served += 1,
+            Answer::Unexpected { status } => *self.unexpected.entry(status).or_default() += 1,
+            Answer::Transport => self.transport_error += 1,
+        }
     }
 
     pub fn add(&mut self, o: &Outcomes) {
-        self.sold += o.sold;
+        self.created += o.created;
         self.replayed += o.replayed;
-        self.sold_out += o.sold_out;
-        self.busy += o.busy;
-        self.unavailable += o.unavailable;
-        self.errors += o.errors;
+        for (code, n) in &o.refused {
+            *self.refused.entry(*code).or_default() += n;
+        }
+        self.served += o.served;
+        for (status, n) in &o.unexpected {
+            *self.unexpected.entry(*status).or_default() += n;
+        }
+        self.transport_error += o.transport_error;
     }
 
     pub fn total(&self) -> u64 {
-        self.sold + self.replayed + self.sold_out + self.busy + self.unavailable + self.errors
+        self.created
+            + self.replayed
+            + self.refused.values().sum::<u64>()
+            + self.served
+            + self.unexpected.values().sum::<u64>()
+            + self.transport_error
+    }
+
+    /// Refusals with `code`.
+    pub fn refused(&self, code: ErrorCode) -> u64 {
+        self.refused.get(&code).copied().unwrap_or(0)
+    }
+
+    /// Requests that failed rather than being answered by the purchase contract: no answer,
+    /// an answer outside the contract, or a refusal of the request itself (invalid, unknown
+    /// strategy, internal error, …) rather than of the purchase.
+    pub fn errors(&self) -> u64 {
+        let request_refusals: u64 = self
+            .refused
+            .iter()
+            .filter(|(code, _)| !is_purchase_refusal(**code))
+            .map(|(_, n)| n)
+            .sum();
+        self.transport_error + self.unexpected.values().sum::<u64>() + request_refusals
+    }
+}
+
+/// Whether a refusal is one of the purchase's own outcomes (the product is sold out, the lock
+/// was lost, the wait budget ran out, a backend is down) rather than a rejected request.
+pub fn is_purchase_refusal(code: ErrorCode) -> bool {
+    match code {
+        ErrorCode::SoldOut
+        | ErrorCode::LockLost
+        | ErrorCode::Busy
+        | ErrorCode::BackendUnavailable => true,
+        ErrorCode::BadRequest
+        | ErrorCode::InvalidRequest
+        | ErrorCode::UnknownStrategy
+        | ErrorCode::Unauthorized
+        | ErrorCode::NotFound
+        | ErrorCode::Internal => false,
+    }
+}
+
+/// `201 ×60, sold_out ×180, lock_lost ×2, no answer ×1`: every non-zero count.
+impl std::fmt::Display for Outcomes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut parts = Vec::new();
+        let mut part = |what: String, n: u64| {
+            if n > 0 {
+                parts.push(format!("{what} ×{n}"));
+            }
+        };
+        part("201".into(), self.created);
+        part("200 replayed".into(), self.replayed);
+        for (code, n) in &self.refused {
+            part(code_name(*code), *n);
+        }
+        part("2xx".into(), self.served);
+        for (status, n) in &self.unexpected {
+            part(format!("{status} outside the contract"), *n);
+        }
+        part("no answer".into(), self.transport_error);
+        if parts.is_empty() {
+            f.write_str("none")
+        } else {
+            f.write_str(&parts.join(", "))
+        }
     }
 }
 

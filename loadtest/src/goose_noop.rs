@@ -105,7 +105,7 @@ pub async fn closed_loop(bases: &[String], users: usize, window: Window) -> Resu
         .execute()
         .await?;
 
-    let s = shared.lock().expect("latency lock");
+    let s = std::mem::take(&mut *shared.lock().expect("latency lock"));
     Ok(LoadResult::new(
         Loop::Closed,
         users,

@@ -73,7 +73,7 @@ pub struct LoadResult {
     /// Open loop: tickets due in the window that could not be sent before the hard stop.
     pub not_sent: u64,
     pub attempts_per_sec: f64,
-    /// Successful deductions (201) per second.
+    /// New orders (201; for the direct baselines: deductions) per second.
     pub successes_per_sec: f64,
     pub latency: LatencySummary,
     pub histogram: HistogramData,
@@ -92,10 +92,10 @@ impl LoadResult {
             mode,
             concurrency,
             seconds,
+            attempts_per_sec: outcomes.total() as f64 / seconds,
+            successes_per_sec: outcomes.created as f64 / seconds,
             outcomes,
             not_sent,
-            attempts_per_sec: outcomes.total() as f64 / seconds,
-            successes_per_sec: outcomes.sold as f64 / seconds,
             latency: latencies.summary(),
             histogram: latencies.data(),
         }
@@ -250,7 +250,7 @@ mod tests {
         })
         .await;
         // 0.7 s × 200/s = 140 tickets, of which 40 fall in the warm-up.
-        assert_eq!(r.outcomes.sold, 100, "{:?}", r.outcomes);
+        assert_eq!(r.outcomes.created, 100, "{:?}", r.outcomes);
         assert_eq!(r.not_sent, 0);
     }
 
@@ -273,7 +273,7 @@ mod tests {
         .await;
         assert!(r.outcomes.total() > 0);
         assert_eq!(r.outcomes.total(), r.latency.count);
-        assert_eq!(r.outcomes.errors, 0);
+        assert_eq!(r.outcomes.errors(), 0);
     }
 
     #[tokio::test]

@@ -53,7 +53,6 @@ pub async fn run_sale(api: &Api, db: &MySqlPool, plan: &SalePlan) -> Result<Sale
         buyers.clone().send(i)
     })
     .await;
-    let outcomes = load.outcomes;
     let retries_after = retries_in_metrics(&api.metrics().await, &plan.strategy);
     let ledger = read_ledger(db, plan.product).await?;
     let demand_units = plan.requests as i64 * plan.quantity;
@@ -63,8 +62,8 @@ pub async fn run_sale(api: &Api, db: &MySqlPool, plan: &SalePlan) -> Result<Sale
         buyers: plan.buyers,
         quantity: plan.quantity,
         seconds: load.seconds,
-        outcomes,
-        acknowledged_minus_orders: outcomes.sold as i64 - ledger.orders,
+        acknowledged_minus_orders: load.outcomes.created as i64 - ledger.orders,
+        outcomes: load.outcomes,
         accounting,
         retries: retries_after.map(|after| after - retries_before.unwrap_or(0.0)),
         latency: load.latency,

@@ -68,7 +68,7 @@ async fn a_safe_strategy_run_reports_zero_oversell_and_sells_out_exactly() {
     assert_eq!(truth.units_sold, truth.initial_stock, "{truth:?}");
     assert_eq!(truth.final_stock, 0);
     assert_eq!(
-        output.report.strategies[0].sale.outcomes.sold as i64,
+        output.report.strategies[0].sale.outcomes.created as i64,
         truth.orders
     );
     for file in [

@@ -7,6 +7,7 @@ use std::fmt::Write;
 
 use super::{RunReport, StrategyReport};
 use crate::baselines::BaselineName;
+use crate::wire::ErrorCode;
 
 /// Below this share of its backend baseline, a strategy gets a "where the time goes" note.
 pub const FAR_BELOW_BASELINE_PERCENT: f64 = 60.0;
@@ -75,7 +76,8 @@ fn wrong_paragraph(report: &RunReport, s: &StrategyReport) -> String {
         );
     }
     if a.undersell > 0 {
-        let refused = s.sale.outcomes.busy + s.sale.outcomes.unavailable + s.sale.outcomes.errors;
+        let o = &s.sale.outcomes;
+        let turned_away = o.total() - o.created - o.replayed - o.refused(ErrorCode::SoldOut);
         let _ = write!(
             p,
             " The counter still shows {} unit(s) although {} unit(s) were asked for",
@@ -91,26 +93,24 @@ fn wrong_paragraph(report: &RunReport, s: &StrategyReport) -> String {
         } else {
             let _ = write!(
                 p,
-                ": {} request(s) were refused as busy and {} failed while stock remained, so \
-                 the strategy turned buyers away (undersell).",
-                s.sale.outcomes.busy,
-                refused - s.sale.outcomes.busy
+                ": {turned_away} request(s) ended neither in an order nor in `sold_out` ({o}), \
+                 so the strategy turned buyers away while stock remained (undersell)."
             );
         }
     }
-    if s.sale.outcomes.errors > 0 {
+    if s.sale.outcomes.errors() > 0 {
         let _ = write!(
             p,
-            " {} request(s) ended in errors (non-contract answers such as 500, or transport \
-             failures; the app logs in `logs/` say why).",
-            s.sale.outcomes.errors
+            " {} request(s) ended in errors (no answer, an answer outside the contract, or a \
+             refused request; the app logs in `logs/` say why).",
+            s.sale.outcomes.errors()
         );
     }
     if s.sale.acknowledged_minus_orders != 0 {
         let _ = write!(
             p,
             " Clients received {} success answer(s) for {} order row(s).",
-            s.sale.outcomes.sold, a.orders
+            s.sale.outcomes.created, a.orders
         );
     }
     if !a.is_incorrect() && a.undersell == 0 {
@@ -162,16 +162,14 @@ pub fn where_time_goes(report: &RunReport) -> Vec<String> {
                 );
             }
             p.push('.');
-            let refused =
-                closed.outcomes.busy + closed.outcomes.errors + closed.outcomes.unavailable;
-            if refused > 0 {
+            let o = &closed.outcomes;
+            let unsold = o.total() - o.created - o.replayed;
+            if unsold > 0 {
                 let _ = write!(
                     p,
-                    " {:.1}% of its attempts ended without a sale (busy {}, errors {}): each one \
-                     paid for waiting or retrying until its lock or retry budget ran out.",
-                    100.0 * refused as f64 / closed.outcomes.total().max(1) as f64,
-                    closed.outcomes.busy,
-                    closed.outcomes.errors + closed.outcomes.unavailable
+                    " {:.1}% of its attempts ended without a sale ({o}): each one paid for \
+                     waiting or retrying until its lock or retry budget ran out.",
+                    100.0 * unsold as f64 / o.total().max(1) as f64,
                 );
             }
             Some(p)

@@ -118,7 +118,7 @@ mod tests {
             l.record(Duration::from_millis(ms));
         }
         let outcomes = Outcomes {
-            sold: per_sec,
+            created: per_sec,
             ..Outcomes::default()
         };
         LoadResult::new(mode, 10, 1.0, outcomes, 0, &l)
@@ -137,7 +137,7 @@ mod tests {
             quantity: 1,
             seconds: 1.0,
             outcomes: Outcomes {
-                sold: ledger.orders as u64,
+                created: ledger.orders as u64,
                 ..Outcomes::default()
             },
             accounting: Accounting::of(100, 500, ledger),
