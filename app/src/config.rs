@@ -58,7 +58,7 @@ pub struct Config {
 
     /// Strategy used when an order names none.
     #[arg(long, env = "SECKILL_DEFAULT_STRATEGY", default_value = "conditional")]
-    pub default_strategy: String,
+    pub default_strategy: crate::api::Strategy,
 
     /// Maximum number of database connections of this instance.
     #[arg(long, env = "SECKILL_DB_POOL_SIZE", default_value_t = 32)]

@@ -1,13 +1,12 @@
 //! The one place where failures become HTTP answers: `{"error": code, "message": text}`.
 
+use crate::api::{ErrorBody, ErrorCode};
+use crate::db::errors::{DbFailure, classify};
+use crate::strategy::PurchaseError;
 use axum::Json;
 use axum::extract::rejection::{JsonRejection, PathRejection};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde::Serialize;
-
-use crate::db::errors::{DbFailure, classify};
-use crate::strategy::PurchaseError;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -25,6 +24,9 @@ pub enum ApiError {
     Invalid(String),
     #[error("{0}")]
     UnknownStrategy(String),
+    /// A request id reused with other parameters.
+    #[error("{0}")]
+    IdempotencyConflict(String),
     #[error("missing or wrong admin token")]
     Unauthorized,
     #[error("{0}")]
@@ -46,39 +48,25 @@ pub enum ApiError {
 
 impl ApiError {
     pub fn status(&self) -> StatusCode {
-        match self {
-            ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
-            ApiError::Invalid(_) | ApiError::UnknownStrategy(_) => StatusCode::UNPROCESSABLE_ENTITY,
-            ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
-            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
-            ApiError::SoldOut | ApiError::LockLost(_) => StatusCode::CONFLICT,
-            ApiError::Busy(_) | ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
-            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
-        }
+        self.code().status()
     }
 
     /// The machine-readable `error` field; also the `outcome` label of the metrics.
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> ErrorCode {
         match self {
-            ApiError::BadRequest(_) => "bad_request",
-            ApiError::Invalid(_) => "invalid_request",
-            ApiError::UnknownStrategy(_) => "unknown_strategy",
-            ApiError::Unauthorized => "unauthorized",
-            ApiError::NotFound(_) => "not_found",
-            ApiError::SoldOut => "sold_out",
-            ApiError::LockLost(_) => "lock_lost",
-            ApiError::Busy(_) => "busy",
-            ApiError::Unavailable(_) => "backend_unavailable",
-            ApiError::Internal(_) => "internal",
+            ApiError::BadRequest(_) => ErrorCode::BadRequest,
+            ApiError::Invalid(_) => ErrorCode::InvalidRequest,
+            ApiError::UnknownStrategy(_) => ErrorCode::UnknownStrategy,
+            ApiError::IdempotencyConflict(_) => ErrorCode::IdempotencyConflict,
+            ApiError::Unauthorized => ErrorCode::Unauthorized,
+            ApiError::NotFound(_) => ErrorCode::NotFound,
+            ApiError::SoldOut => ErrorCode::SoldOut,
+            ApiError::LockLost(_) => ErrorCode::LockLost,
+            ApiError::Busy(_) => ErrorCode::Busy,
+            ApiError::Unavailable(_) => ErrorCode::BackendUnavailable,
+            ApiError::Internal(_) => ErrorCode::Internal,
         }
     }
-}
-
-/// The JSON body of every error.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct ErrorBody {
-    pub error: &'static str,
-    pub message: String,
 }
 
 impl IntoResponse for ApiError {
@@ -94,14 +82,14 @@ impl IntoResponse for ApiError {
         };
         let mut response = (self.status(), Json(body)).into_response();
         let headers = response.headers_mut();
-        match self {
-            ApiError::Busy(_) | ApiError::Unavailable(_) => {
+        match self.code() {
+            ErrorCode::Busy | ErrorCode::BackendUnavailable => {
                 headers.insert(
                     header::RETRY_AFTER,
                     HeaderValue::from_static(RETRY_AFTER_SECS),
                 );
             }
-            ApiError::Unauthorized => {
+            ErrorCode::Unauthorized => {
                 headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
             }
             _ => {}
@@ -117,7 +105,9 @@ impl From<PurchaseError> for ApiError {
             PurchaseError::UnknownProduct => ApiError::NotFound("no such product".into()),
             PurchaseError::Busy(why) => ApiError::Busy(why),
             PurchaseError::LockLost(why) => ApiError::LockLost(why),
-            PurchaseError::Unavailable(cause) => ApiError::Unavailable(cause),
+            PurchaseError::Unavailable(cause) | PurchaseError::OutcomeUnknown(cause) => {
+                ApiError::Unavailable(cause)
+            }
             PurchaseError::Duplicate => ApiError::Internal(e.to_string().into()),
             PurchaseError::Internal(cause) => ApiError::Internal(cause),
         }

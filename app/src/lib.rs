@@ -8,13 +8,16 @@
 //!      -d '{"user_id": "u-1", "quantity": 1, "request_id": "r-1", "strategy": "conditional"}'
 //! ```
 //!
-//! Layout: [`config`] (flags and environment), [`db`] (pool, migrations, queries),
-//! [`strategy`] (the `StockStrategy` trait, one file per strategy, the registry),
-//! [`backends`] (outside lock services), [`http`] (routes), [`error`] (the one mapping from
+//! Layout: [`api`] (the wire types every client shares), [`config`] (flags and environment),
+//! [`db`] (pool, migrations, queries), [`strategy`] (the `StockStrategy` trait, one file per
+//! strategy, the catalogue and the registry), [`backends`] (the lock services),
+//! [`accounting`] (what a sale really did), [`http`] (routes), [`error`] (the one mapping from
 //! failures to status codes), [`metrics`], [`openapi`].
 //!
 //! Tests start the service in-process with [`build`] or [`serve_with_shutdown`] on port 0.
 
+pub mod accounting;
+pub mod api;
 pub mod backends;
 pub mod config;
 pub mod db;
@@ -44,8 +47,6 @@ pub use strategy::Registry;
 pub enum StartupError {
     #[error(transparent)]
     Database(#[from] db::SetupError),
-    #[error("the default strategy `{0}` is not registered")]
-    UnknownDefaultStrategy(String),
     #[error("server error: {0}")]
     Io(#[from] std::io::Error),
 }
@@ -56,7 +57,8 @@ pub async fn build(config: &Config) -> Result<(Router, AppState), StartupError> 
     build_with(config, |_| {}).await
 }
 
-/// [`build`], letting `customize` register more strategies (tests use it for in-process locks).
+/// [`build`], letting `customize` change the registry (tests put in-process locks behind the
+/// locked strategies).
 pub async fn build_with(
     config: &Config,
     customize: impl FnOnce(&mut Registry),
@@ -70,21 +72,16 @@ pub async fn build_with(
         lock_prefix: config.lock_prefix.clone(),
         optimistic_retries: config.optimistic_retries,
     };
-    let mut registry = Registry::with_builtins(deps);
-    backends::register_all(&mut registry, config).await;
+    let locks = backends::connect_all(config, &deps).await;
+    let mut registry = Registry::new(deps, locks);
     customize(&mut registry);
-    if registry.get(&config.default_strategy).is_none() {
-        return Err(StartupError::UnknownDefaultStrategy(
-            config.default_strategy.clone(),
-        ));
-    }
     let state = AppState {
         pool,
         registry: Arc::new(registry),
         metrics: Arc::new(Metrics::default()),
         settings: Arc::new(Settings {
             admin_token: config.admin_token.clone(),
-            default_strategy: config.default_strategy.clone(),
+            default_strategy: config.default_strategy,
             max_quantity: config.max_quantity,
             allow_fault_injection: config.allow_fault_injection,
         }),
@@ -107,7 +104,7 @@ pub async fn serve_with_shutdown(
     let (router, state) = build(&config).await?;
     tracing::info!(
         listen = %listener.local_addr()?,
-        strategies = state.registry.infos().count(),
+        strategies = api::Strategy::ALL.len(),
         default_strategy = %config.default_strategy,
         fault_injection = config.allow_fault_injection,
         "serving"

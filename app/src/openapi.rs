@@ -1,5 +1,7 @@
 //! The OpenAPI 3 document of the HTTP API, generated from the handlers' annotations.
 
+use axum::Json;
+use axum::response::IntoResponse;
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
@@ -20,7 +22,7 @@ use crate::http::{meta, orders, products};
         meta::noop,
         meta::healthz,
         meta::metrics,
-        meta::openapi,
+        serve,
     ),
     modifiers(&AdminToken)
 )]
@@ -42,4 +44,10 @@ impl Modify for AdminToken {
 /// The document served at `GET /api/openapi.json`.
 pub fn document() -> utoipa::openapi::OpenApi {
     ApiDoc::openapi()
+}
+
+#[utoipa::path(get, path = "/api/openapi.json", tag = "meta",
+    responses((status = 200, description = "This document", content_type = "application/json")))]
+pub async fn serve() -> impl IntoResponse {
+    Json(document())
 }

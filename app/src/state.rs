@@ -11,7 +11,7 @@ use crate::strategy::Registry;
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub admin_token: Option<String>,
-    pub default_strategy: String,
+    pub default_strategy: crate::api::Strategy,
     pub max_quantity: u32,
     pub allow_fault_injection: bool,
 }

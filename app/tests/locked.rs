@@ -8,9 +8,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use app::api::{ErrorBody, ErrorCode, Strategy};
 use common::{Crowd, flash_sale, fresh_database_url, ledger, spawn_app_with, test_config};
 use futures::future::BoxFuture;
-use locks::{AcquireOptions, DistributedLock, Guard, Held, LockError};
+use locks::{AcquireOptions, Backend, DistributedLock, Guard, Held, LockError};
 use reqwest::StatusCode;
 use serde_json::json;
 use tokio::sync::{OwnedMutexGuard, watch};
@@ -141,14 +142,7 @@ impl DistributedLock for Failing {
 async fn locked_strategy_over_a_correct_lock_never_oversells_under_200_buyers() {
     let database_url = fresh_database_url().await;
     let app = spawn_app_with(test_config(&database_url), |r| {
-        r.register_locked(
-            "mutex",
-            "test",
-            "test",
-            true,
-            Some(Arc::new(MutexLock::default())),
-            false,
-        );
+        r.set_lock(Backend::Redis, Some(Arc::new(MutexLock::default())));
     })
     .await;
     app.reset(1, 100).await;
@@ -157,7 +151,7 @@ async fn locked_strategy_over_a_correct_lock_never_oversells_under_200_buyers() 
         hold_ms: None,
         busy_retries: 200,
     };
-    let tally = flash_sale(&[&app], 1, "mutex", crowd).await;
+    let tally = flash_sale(&[&app], 1, Strategy::RedisLock.name(), crowd).await;
     let truth = ledger(&database_url, 1).await;
     assert!(tally.unexpected.is_empty(), "{:?}", tally.unexpected);
     assert_eq!((tally.created, tally.sold_out), (100, 100), "{tally:?}");
@@ -174,22 +168,8 @@ async fn locked_strategy_over_a_correct_lock_never_oversells_under_200_buyers() 
 async fn fencing_rejects_stale_writes_when_the_lock_admits_two_holders() {
     let database_url = fresh_database_url().await;
     let app = spawn_app_with(test_config(&database_url), |r| {
-        r.register_locked(
-            "leaky",
-            "test",
-            "test",
-            false,
-            Some(Arc::new(AdmitEveryone::default())),
-            false,
-        );
-        r.register_locked(
-            "leaky-fenced",
-            "test",
-            "test",
-            true,
-            Some(Arc::new(AdmitEveryone::default())),
-            true,
-        );
+        // `redis-lock` and `redis-lock-fenced` both run over a lock that admits everyone.
+        r.set_lock(Backend::Redis, Some(Arc::new(AdmitEveryone::default())));
     })
     .await;
     let crowd = Crowd {
@@ -203,7 +183,7 @@ async fn fencing_rejects_stale_writes_when_the_lock_admits_two_holders() {
     for round in 0..5 {
         let product = 10 + round;
         app.reset(product, 20).await;
-        flash_sale(&[&app], product, "leaky", crowd).await;
+        flash_sale(&[&app], product, Strategy::RedisLock.name(), crowd).await;
         let truth = ledger(&database_url, product).await;
         if truth.oversell() > 0 {
             oversold = Some(truth);
@@ -215,7 +195,7 @@ async fn fencing_rejects_stale_writes_when_the_lock_admits_two_holders() {
 
     // Fenced, same lock, same crowd: stale writes are refused instead of applied.
     app.reset(1, 20).await;
-    let tally = flash_sale(&[&app], 1, "leaky-fenced", crowd).await;
+    let tally = flash_sale(&[&app], 1, Strategy::RedisLockFenced.name(), crowd).await;
     let truth = ledger(&database_url, 1).await;
     assert!(tally.unexpected.is_empty(), "{:?}", tally.unexpected);
     assert!(tally.lock_lost > 0, "no write was refused: {tally:?}");
@@ -240,32 +220,18 @@ async fn lock_failures_answer_busy_or_backend_unavailable() {
             granted: 2,
             needed: 3,
         });
-        r.register_locked(
-            "timeout",
-            "test",
-            "test",
-            true,
-            Some(Arc::new(timeout)),
-            false,
-        );
-        r.register_locked("down", "test", "test", true, Some(Arc::new(down)), false);
-        r.register_locked(
-            "no-quorum",
-            "test",
-            "test",
-            true,
-            Some(Arc::new(no_quorum)),
-            false,
-        );
-        r.register_locked("unconfigured", "test", "test", true, None, false);
+        r.set_lock(Backend::Redis, Some(Arc::new(timeout)));
+        r.set_lock(Backend::Redlock, Some(Arc::new(down)));
+        r.set_lock(Backend::ZooKeeper, Some(Arc::new(no_quorum)));
+        r.set_lock(Backend::Etcd, None);
     })
     .await;
     app.reset(1, 5).await;
     let cases = [
-        ("timeout", "busy"),
-        ("down", "backend_unavailable"),
-        ("no-quorum", "backend_unavailable"),
-        ("unconfigured", "backend_unavailable"),
+        (Strategy::RedisLock, ErrorCode::Busy),
+        (Strategy::Redlock, ErrorCode::BackendUnavailable),
+        (Strategy::Zookeeper, ErrorCode::BackendUnavailable),
+        (Strategy::Etcd, ErrorCode::BackendUnavailable),
     ];
     for (strategy, code) in cases {
         let body = json!({ "user_id": "u", "quantity": 1, "request_id": format!("r-{strategy}"), "strategy": strategy });
@@ -283,8 +249,8 @@ async fn lock_failures_answer_busy_or_backend_unavailable() {
                 .map(|v| v.to_str().unwrap_or("")),
             Some("1")
         );
-        let answer: serde_json::Value = r.json().await.expect("json");
-        assert_eq!(answer["error"], code, "{strategy}: {answer}");
+        let answer: ErrorBody = r.json().await.expect("an error body");
+        assert_eq!(answer.error, code, "{strategy}: {answer:?}");
     }
     assert_eq!(ledger(&database_url, 1).await.stock, 5);
     app.stop().await;

@@ -2,6 +2,7 @@
 
 mod common;
 
+use app::api::{Safety, Strategy, StrategyList};
 use common::{TestApp, fresh_database_url, spawn_app, test_config};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -229,28 +230,26 @@ async fn metadata_endpoints_describe_the_service() {
     let app = spawn_app(test_config(&database_url)).await;
     let get = |path: &str| app.client.get(format!("{}{path}", app.url)).send();
 
-    let list: Value = get("/api/strategies")
+    let list: StrategyList = get("/api/strategies")
         .await
         .expect("get")
         .json()
         .await
-        .expect("json");
-    assert_eq!(list["default"], "conditional");
-    let strategies = list["strategies"].as_array().expect("array");
-    let safe = |name: &str| {
-        strategies
+        .expect("a strategy list");
+    assert_eq!(list.default, Strategy::Conditional);
+    let safety = |name: Strategy| {
+        list.strategies
             .iter()
-            .find(|s| s["name"] == name)
-            .and_then(|s| s["safe"].as_bool())
+            .find(|s| s.name == name)
+            .map(|s| s.safety)
     };
-    assert_eq!(safe("conditional"), Some(true));
-    assert_eq!(safe("naive"), Some(false));
-    assert_eq!(safe("local-mutex"), Some(false));
-    assert!(
-        strategies
-            .iter()
-            .all(|s| s["description"].as_str().is_some_and(|d| !d.is_empty()))
-    );
+    assert_eq!(safety(Strategy::Conditional), Some(Safety::Safe));
+    assert_eq!(safety(Strategy::RedisLock), Some(Safety::WhileLeasesHold));
+    assert_eq!(safety(Strategy::RedisLockFenced), Some(Safety::Safe));
+    assert_eq!(safety(Strategy::Naive), Some(Safety::Unsafe));
+    assert_eq!(safety(Strategy::LocalMutex), Some(Safety::Unsafe));
+    assert_eq!(list.strategies.len(), Strategy::ALL.len());
+    assert!(list.strategies.iter().all(|s| !s.description.is_empty()));
 
     let doc: Value = get("/api/openapi.json")
         .await

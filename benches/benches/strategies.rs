@@ -11,6 +11,7 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
 
+use app::api::Strategy;
 use app::strategy::StockStrategy;
 use benches::interleave::{self, Op};
 use benches::raw::{mariadb_pool, select_one};
@@ -26,7 +27,7 @@ const GROUP: &str = "purchase";
 fn ops<'a>(
     shop: &'a Shop,
     pool: &'a MySqlPool,
-    strategies: &'a [(String, u64, Arc<dyn StockStrategy>)],
+    strategies: &'a [(Strategy, u64, Arc<dyn StockStrategy>)],
 ) -> Vec<(String, Op<'a>)> {
     let mut ops: Vec<(String, Op<'a>)> = vec![
         (
@@ -38,7 +39,7 @@ fn ops<'a>(
     for (name, product, strategy) in strategies {
         let direct: Op<'a> = Box::new(move || {
             async move {
-                let placed = shop.buy_direct(strategy.as_ref(), name, *product).await;
+                let placed = shop.buy_direct(strategy.as_ref(), *name, *product).await;
                 if let Err(e) = placed {
                     panic!("`{name}` refused an uncontended purchase: {e}");
                 }
@@ -47,7 +48,7 @@ fn ops<'a>(
         });
         let http: Op<'a> = Box::new(move || {
             async move {
-                let status = shop.buy_http(name, *product).await;
+                let status = shop.buy_http(*name, *product).await;
                 assert!(status.is_success(), "`{name}` over HTTP answered {status}");
             }
             .boxed()
@@ -64,7 +65,7 @@ const HTTP_ONLY: &str = "noop/http";
 /// Rounds of the interleaved measurement behind the table.
 const ROUNDS: usize = 100;
 
-fn table(ops: &[(String, Op<'_>)], medians: &[Duration], strategies: &[String]) -> String {
+fn table(ops: &[(String, Op<'_>)], medians: &[Duration], strategies: &[Strategy]) -> String {
     let median = |id: &str| {
         ops.iter()
             .position(|(name, _)| name == id)
@@ -112,11 +113,11 @@ fn main() {
     let shop = rt.block_on(Shop::start(endpoints));
     let pool = rt.block_on(mariadb_pool(&endpoints.database_url, 1));
     let names = shop.strategies();
-    let strategies: Vec<(String, u64, Arc<dyn StockStrategy>)> = (1..)
+    let strategies: Vec<(Strategy, u64, Arc<dyn StockStrategy>)> = (1..)
         .zip(&names)
-        .map(|(product, name)| {
+        .map(|(product, &name)| {
             rt.block_on(shop.stock_up(product));
-            (name.clone(), product, shop.strategy(name))
+            (name, product, shop.strategy(name))
         })
         .collect();
     let ops = ops(&shop, &pool, &strategies);

@@ -4,9 +4,9 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use app::api::{OrderRequest, Strategy};
 use app::strategy::{Placed, Purchase, PurchaseError, PurchaseStats, StockStrategy};
 use app::{AppState, Config};
-use serde_json::json;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
@@ -59,23 +59,14 @@ impl Shop {
         }
     }
 
-    /// Every registered strategy's name, in registration order.
-    pub fn strategies(&self) -> Vec<String> {
-        self.state
-            .registry
-            .infos()
-            .map(|i| i.name.clone())
-            .collect()
+    /// Every strategy of the catalogue, in catalogue order.
+    pub fn strategies(&self) -> Vec<Strategy> {
+        Strategy::ALL.to_vec()
     }
 
-    /// The strategy registered as `name`.
-    pub fn strategy(&self, name: &str) -> Arc<dyn StockStrategy> {
-        Arc::clone(
-            self.state
-                .registry
-                .get(name)
-                .unwrap_or_else(|| panic!("no strategy `{name}`")),
-        )
+    /// The built `strategy`.
+    pub fn strategy(&self, strategy: Strategy) -> Arc<dyn StockStrategy> {
+        Arc::clone(self.state.registry.get(strategy))
     }
 
     /// Gives product `id` [`STOCK`] units and no orders.
@@ -95,7 +86,7 @@ impl Shop {
     pub async fn buy_direct(
         &self,
         strategy: &dyn StockStrategy,
-        name: &str,
+        name: Strategy,
         product: u64,
     ) -> Result<Placed, PurchaseError> {
         let purchase = Purchase {
@@ -103,7 +94,7 @@ impl Shop {
             user_id: "bench".into(),
             quantity: 1,
             request_id: self.request_id(),
-            strategy: name.to_owned(),
+            strategy: name,
             hold: None,
             stats: PurchaseStats::default(),
         };
@@ -111,13 +102,13 @@ impl Shop {
     }
 
     /// One unit of `product` through `strategy`, over HTTP; the response's status.
-    pub async fn buy_http(&self, name: &str, product: u64) -> reqwest::StatusCode {
-        let body = json!({
-            "user_id": "bench",
-            "quantity": 1,
-            "request_id": self.request_id(),
-            "strategy": name,
-        });
+    pub async fn buy_http(&self, name: Strategy, product: u64) -> reqwest::StatusCode {
+        let body = OrderRequest {
+            user_id: "bench".into(),
+            quantity: 1,
+            request_id: self.request_id(),
+            strategy: Some(name),
+        };
         let response = self
             .http
             .post(format!("{}/api/products/{product}/orders", self.url))

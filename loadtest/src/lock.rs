@@ -39,7 +39,7 @@ pub struct LockReport {
 /// ZooKeeper session timeout: the lease of the ZooKeeper lock.
 const ZOOKEEPER_SESSION: Duration = Duration::from_secs(10);
 
-/// Builds the named backend (see [`locks::BACKENDS`]) from the harness's endpoints.
+/// Builds the named backend (see [`locks::Backend`]) from the harness's endpoints.
 pub async fn connect_backend(
     name: &str,
     endpoints: &Endpoints,
@@ -51,7 +51,7 @@ pub async fn connect_backend(
         etcd: endpoints.etcd.clone(),
         zookeeper_session_timeout: ZOOKEEPER_SESSION,
     };
-    locks::connect(name, &endpoints).await
+    locks::connect(name.parse()?, &endpoints).await
 }
 
 /// Runs the contention benchmark against `lock` (reported as `name`), probing with a counter in `redis_url`.

@@ -22,58 +22,110 @@ pub struct Endpoints {
     pub zookeeper_session_timeout: Duration,
 }
 
-/// A backend's name, what it is, and whether it gives mutual exclusion.
-#[derive(Debug, Clone, Copy)]
-pub struct Backend {
-    pub name: &'static str,
-    pub description: &'static str,
-    /// `false` for the variants that exist to show a failure.
-    pub safe: bool,
+/// A lock backend: every lock this crate can connect, by the name reports and flags use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Backend {
+    Redis,
+    RedisWatchdog,
+    Redlock,
+    ZooKeeper,
+    Etcd,
+    RedisSetnxNoTtl,
+    RedisGetThenSet,
+    RedisUnsafeRelease,
+    /// The database lock table (connected by the app, which owns the pool).
+    DbLock,
+    /// The database lock table with a renewal task.
+    DbLockRenewed,
 }
 
-/// Every backend, in the order reports list them.
-pub const BACKENDS: &[Backend] = &[
-    Backend {
-        name: "redis",
-        description: "SET NX PX + compare-and-delete; safe while the holder beats its lease",
-        safe: true,
-    },
-    Backend {
-        name: "redis-watchdog",
-        description: "Redisson-like reentrant hash lock, renewed by a watchdog, pub/sub hand-off",
-        safe: true,
-    },
-    Backend {
-        name: "redlock",
-        description: "majority of independent Redis instances; survives a minority's loss",
-        safe: true,
-    },
-    Backend {
-        name: "zookeeper",
-        description: "ephemeral sequential nodes, each waiter watching its predecessor",
-        safe: true,
-    },
-    Backend {
-        name: "etcd",
-        description: "leased keys ordered by create revision, waiting on the predecessor",
-        safe: true,
-    },
-    Backend {
-        name: "redis-setnx-no-ttl",
-        description: "SETNX then a separate EXPIRE: a crash in between locks out everyone",
-        safe: false,
-    },
-    Backend {
-        name: "redis-get-then-set",
-        description: "GET, then SET if empty: two round trips, two holders",
-        safe: false,
-    },
-    Backend {
-        name: "redis-unsafe-release",
-        description: "release by plain DEL: deletes the next holder's lock after an expiry",
-        safe: false,
-    },
-];
+impl Backend {
+    /// Every backend, in the order reports list them.
+    pub const ALL: &[Backend] = &[
+        Backend::Redis,
+        Backend::RedisWatchdog,
+        Backend::Redlock,
+        Backend::ZooKeeper,
+        Backend::Etcd,
+        Backend::RedisSetnxNoTtl,
+        Backend::RedisGetThenSet,
+        Backend::RedisUnsafeRelease,
+        Backend::DbLock,
+        Backend::DbLockRenewed,
+    ];
+
+    /// The stable name used in reports, flags and the app's strategy names.
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Redis => "redis",
+            Backend::RedisWatchdog => "redis-watchdog",
+            Backend::Redlock => "redlock",
+            Backend::ZooKeeper => "zookeeper",
+            Backend::Etcd => "etcd",
+            Backend::RedisSetnxNoTtl => "redis-setnx-no-ttl",
+            Backend::RedisGetThenSet => "redis-get-then-set",
+            Backend::RedisUnsafeRelease => "redis-unsafe-release",
+            Backend::DbLock => "db-lock",
+            Backend::DbLockRenewed => "db-lock-renewed",
+        }
+    }
+
+    /// What it is, in one line.
+    pub fn description(self) -> &'static str {
+        match self {
+            Backend::Redis => {
+                "SET NX PX + compare-and-delete; safe while the holder beats its lease"
+            }
+            Backend::RedisWatchdog => {
+                "Redisson-like reentrant hash lock, renewed by a watchdog, pub/sub hand-off"
+            }
+            Backend::Redlock => {
+                "majority of independent Redis instances; survives a minority's loss"
+            }
+            Backend::ZooKeeper => {
+                "ephemeral sequential nodes, each waiter watching its predecessor"
+            }
+            Backend::Etcd => "leased keys ordered by create revision, waiting on the predecessor",
+            Backend::RedisSetnxNoTtl => {
+                "SETNX then a separate EXPIRE: a crash in between locks out everyone"
+            }
+            Backend::RedisGetThenSet => "GET, then SET if empty: two round trips, two holders",
+            Backend::RedisUnsafeRelease => {
+                "release by plain DEL: deletes the next holder's lock after an expiry"
+            }
+            Backend::DbLock => "a row in a lock table: unique name, expiry, release by row id",
+            Backend::DbLockRenewed => {
+                "the lock-table row, its lease extended while the holder lives"
+            }
+        }
+    }
+
+    /// `true` for the variants that exist to show a failure (no mutual exclusion).
+    pub fn is_broken(self) -> bool {
+        matches!(
+            self,
+            Backend::RedisSetnxNoTtl | Backend::RedisGetThenSet | Backend::RedisUnsafeRelease
+        )
+    }
+}
+
+impl std::fmt::Display for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Backend {
+    type Err = ConnectError;
+
+    fn from_str(name: &str) -> Result<Backend, ConnectError> {
+        Backend::ALL
+            .iter()
+            .copied()
+            .find(|b| b.name() == name)
+            .ok_or_else(|| ConnectError::Unknown(name.to_string()))
+    }
+}
 
 /// Why [`connect`] failed.
 #[derive(Debug, thiserror::Error)]
@@ -89,64 +141,65 @@ pub enum ConnectError {
     Lock(#[from] LockError),
 }
 
-/// The names of [`BACKENDS`].
+/// The names of every [`Backend`].
 pub fn names() -> Vec<&'static str> {
-    BACKENDS.iter().map(|b| b.name).collect()
+    Backend::ALL.iter().map(|b| b.name()).collect()
 }
 
-/// Connects the backend called `name`.
+/// Connects `backend`.
 pub async fn connect(
-    name: &str,
+    backend: Backend,
     endpoints: &Endpoints,
 ) -> Result<Arc<dyn DistributedLock>, ConnectError> {
-    let backend = BACKENDS
-        .iter()
-        .find(|b| b.name == name)
-        .ok_or_else(|| ConnectError::Unknown(name.to_string()))?
-        .name;
+    let name = backend.name();
     let redis = || {
         endpoints
             .redis
             .as_deref()
             .ok_or(ConnectError::NotConfigured {
-                backend,
+                backend: name,
                 what: "a Redis URL",
             })
     };
     let lock: Arc<dyn DistributedLock> = match backend {
-        "redis" => Arc::new(RedisLock::connect(redis()?)?),
-        "redis-watchdog" => Arc::new(RedisWatchdogLock::connect(redis()?)?),
-        "redis-setnx-no-ttl" => Arc::new(SetnxNoTtlLock::connect(redis()?)?),
-        "redis-get-then-set" => Arc::new(GetThenSetLock::connect(redis()?)?),
-        "redis-unsafe-release" => Arc::new(UnsafeReleaseLock::connect(redis()?)?),
-        "redlock" if endpoints.redlock.is_empty() => {
+        Backend::Redis => Arc::new(RedisLock::connect(redis()?)?),
+        Backend::RedisWatchdog => Arc::new(RedisWatchdogLock::connect(redis()?)?),
+        Backend::RedisSetnxNoTtl => Arc::new(SetnxNoTtlLock::connect(redis()?)?),
+        Backend::RedisGetThenSet => Arc::new(GetThenSetLock::connect(redis()?)?),
+        Backend::RedisUnsafeRelease => Arc::new(UnsafeReleaseLock::connect(redis()?)?),
+        Backend::Redlock if endpoints.redlock.is_empty() => {
             return Err(ConnectError::NotConfigured {
-                backend,
+                backend: name,
                 what: "independent Redis URLs",
             });
         }
-        "redlock" => Arc::new(Redlock::connect(&endpoints.redlock)?),
-        "zookeeper" => {
+        Backend::Redlock => Arc::new(Redlock::connect(&endpoints.redlock)?),
+        Backend::ZooKeeper => {
             let connect_string =
                 endpoints
                     .zookeeper
                     .as_deref()
                     .ok_or(ConnectError::NotConfigured {
-                        backend,
+                        backend: name,
                         what: "a ZooKeeper connect string",
                     })?;
             Arc::new(
                 ZooKeeperLock::connect(connect_string, endpoints.zookeeper_session_timeout).await?,
             )
         }
-        "etcd" if endpoints.etcd.is_empty() => {
+        Backend::Etcd if endpoints.etcd.is_empty() => {
             return Err(ConnectError::NotConfigured {
-                backend,
+                backend: name,
                 what: "etcd endpoints",
             });
         }
-        "etcd" => Arc::new(EtcdLock::connect(&endpoints.etcd).await?),
-        _ => unreachable!("every name in BACKENDS has a constructor"),
+        Backend::Etcd => Arc::new(EtcdLock::connect(&endpoints.etcd).await?),
+        Backend::DbLock | Backend::DbLockRenewed => {
+            return Err(ConnectError::NotConfigured {
+                backend: name,
+                what: "a database pool (the app connects its lock table itself)",
+            });
+        }
     };
     Ok(lock)
 }

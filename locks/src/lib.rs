@@ -44,11 +44,12 @@
 pub mod connect;
 pub mod etcd;
 pub mod guard;
+pub mod history;
 pub mod options;
 pub mod redis;
 pub mod zookeeper;
 
-pub use connect::{BACKENDS, Backend, ConnectError, Endpoints, connect};
+pub use connect::{Backend, ConnectError, Endpoints, connect};
 pub use guard::{Guard, Held};
 pub use options::AcquireOptions;
 

@@ -52,10 +52,28 @@ impl Launch for EtcdLaunch {
 
 /// A bare HTTP/1.0 GET, returning the body.
 fn http_get(port: u16, path: &str) -> std::result::Result<String, String> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
-    s.set_read_timeout(Some(Duration::from_secs(5)))
+    http(port, "GET", path, "", Duration::from_secs(5))
+}
+
+/// A bare HTTP/1.0 request with a JSON body, returning the response body.
+pub(crate) fn http(
+    port: u16,
+    method: &str,
+    path: &str,
+    body: &str,
+    timeout: Duration,
+) -> std::result::Result<String, String> {
+    let mut s = TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), timeout)
         .map_err(|e| e.to_string())?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").map_err(|e| e.to_string())?;
+    s.set_read_timeout(Some(timeout))
+        .map_err(|e| e.to_string())?;
+    write!(
+        s,
+        "{method} {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .map_err(|e| e.to_string())?;
     let mut answer = String::new();
     s.read_to_string(&mut answer).map_err(|e| e.to_string())?;
     Ok(answer

@@ -16,26 +16,41 @@
 //!
 //! Tests usually want one set of servers per run rather than per test: [`shared`] gives
 //! lazily started servers, or the ones named in the environment (see [`Mode`]).
+//!
+//! Clusters of three: [`ZooKeeperEnsemble`], [`EtcdCluster`] and [`RedisSentinelCluster`]
+//! (a primary, two replicas, three Sentinels). Each member is a [`Server`] with the same
+//! control; each cluster tells which member leads now (`leader()`), and the ZooKeeper and etcd
+//! clusters can `partition(i)` a member from its peers, because their peer traffic runs
+//! through relays whose connections can be made to go silent.
 
+mod cluster;
 mod error;
 mod etcd;
+mod etcd_cluster;
 mod mariadb;
+mod network;
 mod ports;
 mod process;
 mod redis;
+mod redis_sentinel;
 mod resp;
 mod servers;
 pub mod shared;
 mod zookeeper;
+mod zookeeper_ensemble;
 
+pub use cluster::{MEMBERS, wait_for};
 pub use error::Error;
 pub use etcd::Etcd;
+pub use etcd_cluster::{EtcdCluster, EtcdMember, EtcdStatus};
 pub use mariadb::MariaDb;
 pub use process::{Guardian, Server};
 pub use redis::{Redis, RedisPair};
+pub use redis_sentinel::{MASTER_NAME, RedisSentinelCluster, Sentinel};
 pub use servers::{Endpoints, REDLOCK_INSTANCES, Servers, Versions};
 pub use shared::{Mode, faults_allowed, mode};
 pub use zookeeper::ZooKeeper;
+pub use zookeeper_ensemble::{ZkMode, ZooKeeperEnsemble, ZooKeeperMember};
 
 /// Result type of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -21,3 +21,36 @@ pub(crate) fn free_port() -> std::io::Result<u16> {
         }
     }
 }
+
+/// Below Linux's default ephemeral range (32768–60999), where the kernel never picks ports for
+/// outgoing connections or `bind(0)`.
+const QUIET_PORTS: std::ops::Range<u16> = 20_000..32_000;
+
+/// A free loopback port outside the ephemeral range, for a port a cluster member binds late or
+/// re-binds after a restart (a ZooKeeper member opens its quorum port only when it becomes
+/// leader). An ephemeral port may meanwhile be taken by any outgoing connection on the machine;
+/// this one only by another process picking it the same way.
+pub(crate) fn quiet_port() -> std::io::Result<u16> {
+    let mut seen = HANDED_OUT.lock().unwrap_or_else(|e| e.into_inner());
+    let seen = seen.get_or_insert_with(HashSet::new);
+    let span = u64::from(QUIET_PORTS.end - QUIET_PORTS.start);
+    let mut state = u64::from(std::process::id())
+        ^ std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+    for _ in 0..1000 {
+        // xorshift: cheap, and different in every process.
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        let port = QUIET_PORTS.start + (state % span) as u16;
+        if !seen.contains(&port) && TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            seen.insert(port);
+            return Ok(port);
+        }
+    }
+    Err(std::io::Error::new(
+        std::io::ErrorKind::AddrNotAvailable,
+        "no free port in 20000..32000",
+    ))
+}

@@ -64,7 +64,7 @@ impl Redis {
         })
     }
 
-    fn launch(replica_of: Option<u16>) -> Result<Redis> {
+    pub(crate) fn launch(replica_of: Option<u16>) -> Result<Redis> {
         let port = ports::free_port()?;
         let server = Server::start("redis", RedisLaunch { port, replica_of }, |_| Ok(()))?;
         Ok(Redis { server, port })

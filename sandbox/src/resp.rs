@@ -8,9 +8,19 @@ use std::time::Duration;
 /// A reply, flattened: simple strings, bulk strings and integers become text; arrays are
 /// joined by newlines (enough for `INFO` and `ROLE`).
 pub(crate) fn command(port: u16, args: &[&str]) -> Result<String, String> {
-    let stream = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+    command_timeout(port, args, Duration::from_secs(5))
+}
+
+/// [`command`], giving up on a silent (paused) server after `timeout`.
+pub(crate) fn command_timeout(
+    port: u16,
+    args: &[&str],
+    timeout: Duration,
+) -> Result<String, String> {
+    let stream = TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), timeout)
+        .map_err(|e| e.to_string())?;
     stream
-        .set_read_timeout(Some(Duration::from_secs(5)))
+        .set_read_timeout(Some(timeout))
         .map_err(|e| e.to_string())?;
     let mut request = format!("*{}\r\n", args.len());
     for a in args {

@@ -10,11 +10,19 @@
 //!
 //! Other variables are ignored unless one of the two flags is set, so a `DATABASE_URL` that
 //! happens to be in a developer's shell never points the tests at a real database.
+//!
+//! The clusters ([`zookeeper_ensemble`], [`etcd_cluster`], [`redis_sentinels`]) follow the same
+//! rule with their own variables ([`ZOOKEEPER_ENSEMBLE`], …), except that in shared mode a
+//! cluster the environment does not name is started by this process: only the cluster tests
+//! use them, so starting one per test process costs less than three extra JVMs in every run.
 
 use std::sync::OnceLock;
 
 use crate::servers::var;
-use crate::{Endpoints, Etcd, MariaDb, REDLOCK_INSTANCES, Redis, Result, ZooKeeper};
+use crate::{
+    Endpoints, Etcd, EtcdCluster, MariaDb, REDLOCK_INSTANCES, Redis, RedisSentinelCluster, Result,
+    ZooKeeper, ZooKeeperEnsemble,
+};
 
 /// Where the shared servers come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -124,4 +132,71 @@ pub fn etcd() -> Vec<String> {
                 .map(|s| s.trim().to_string())
                 .collect()
         })
+}
+
+/// A ZooKeeper ensemble's connect string (`host:port,host:port,…`), for the cluster tests.
+pub const ZOOKEEPER_ENSEMBLE: &str = "ZOOKEEPER_ENSEMBLE_CONNECT";
+/// An etcd cluster's client endpoints, comma-separated, for the cluster tests.
+pub const ETCD_CLUSTER: &str = "ETCD_CLUSTER_ENDPOINTS";
+/// Redis Sentinels (`host:port,…`), for the cluster tests.
+pub const REDIS_SENTINELS: &str = "REDIS_SENTINELS";
+/// The name the Sentinels monitor the primary under.
+pub const REDIS_SENTINEL_MASTER: &str = "REDIS_SENTINEL_MASTER";
+
+/// Where a cluster comes from.
+enum Cluster<T: 'static> {
+    /// Started by this process on first use.
+    Started(&'static T),
+    /// Named by the environment: the variable's value.
+    Named(String),
+}
+
+/// The cluster the environment names in `var_name`, else (spawn and shared mode) the one this
+/// process starts on first use.
+fn cluster<T: Send + Sync>(
+    cell: &'static OnceLock<T>,
+    var_name: &'static str,
+    start: fn() -> Result<T>,
+) -> Cluster<T> {
+    match (mode(), var(var_name)) {
+        (Mode::External | Mode::Shared, Ok(v)) => Cluster::Named(v),
+        (Mode::External, Err(e)) => panic!("sandbox: {e}"),
+        _ => Cluster::Started(cell.get_or_init(|| {
+            start().unwrap_or_else(|e| panic!("sandbox: could not start a shared cluster: {e}"))
+        })),
+    }
+}
+
+fn split(list: &str) -> Vec<String> {
+    list.split(',').map(|s| s.trim().to_string()).collect()
+}
+
+/// A three-server ZooKeeper ensemble's connect string; isolate tests by znode path.
+pub fn zookeeper_ensemble() -> String {
+    static CELL: OnceLock<ZooKeeperEnsemble> = OnceLock::new();
+    match cluster(&CELL, ZOOKEEPER_ENSEMBLE, ZooKeeperEnsemble::start) {
+        Cluster::Started(zk) => zk.connect_string(),
+        Cluster::Named(connect) => connect,
+    }
+}
+
+/// A three-member etcd cluster's client endpoints; isolate tests by key prefix.
+pub fn etcd_cluster() -> Vec<String> {
+    static CELL: OnceLock<EtcdCluster> = OnceLock::new();
+    match cluster(&CELL, ETCD_CLUSTER, EtcdCluster::start) {
+        Cluster::Started(etcd) => etcd.endpoints(),
+        Cluster::Named(endpoints) => split(&endpoints),
+    }
+}
+
+/// Redis Sentinels' addresses and the master name they monitor; isolate tests by key prefix.
+pub fn redis_sentinels() -> (Vec<String>, String) {
+    static CELL: OnceLock<RedisSentinelCluster> = OnceLock::new();
+    match cluster(&CELL, REDIS_SENTINELS, RedisSentinelCluster::start) {
+        Cluster::Started(c) => (c.sentinel_addrs(), c.master_name().to_string()),
+        Cluster::Named(named) => (
+            split(&named),
+            var(REDIS_SENTINEL_MASTER).unwrap_or_else(|_| crate::MASTER_NAME.to_string()),
+        ),
+    }
 }

@@ -10,11 +10,14 @@ use crate::process::{Launch, Server};
 use crate::{Error, Result, ports};
 
 /// Debian's layout: the jar's manifest names its dependencies, the conf dir holds log4j's setup.
-const CLASSPATH: &str = "/etc/zookeeper/conf:/usr/share/java/zookeeper.jar";
+/// slf4j-simple (where installed; Java skips a missing entry) sends ZooKeeper's own log to
+/// `server.log`, which is what tells why an ensemble did not elect.
+const CLASSPATH: &str =
+    "/etc/zookeeper/conf:/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar";
 
 /// Short ticks so that session-expiry scenarios take seconds, not minutes; the session timeout
 /// bounds are set explicitly so clients may still ask for anything from 0.4 s to 30 s.
-const TICK_MS: u32 = 200;
+pub(crate) const TICK_MS: u32 = 200;
 
 struct ZooKeeperLaunch {
     port: u16,
@@ -22,20 +25,11 @@ struct ZooKeeperLaunch {
 
 impl Launch for ZooKeeperLaunch {
     fn command(&self, dir: &Path) -> Command {
-        let mut c = Command::new("java");
-        c.args(["-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"])
-            .arg(format!("-Dzookeeper.log.dir={}", dir.display()))
-            .args([
-                "-cp",
-                CLASSPATH,
-                "org.apache.zookeeper.server.ZooKeeperServerMain",
-            ])
-            .arg(dir.join("zoo.cfg"));
-        c
+        java_command(dir, "org.apache.zookeeper.server.ZooKeeperServerMain")
     }
 
     fn probe(&self) -> std::result::Result<(), String> {
-        let answer = four_letter(self.port, "srvr")?;
+        let answer = four_letter(self.port, "srvr", PROBE_TIMEOUT)?;
         if answer.contains("Mode: standalone") {
             Ok(())
         } else {
@@ -44,10 +38,28 @@ impl Launch for ZooKeeperLaunch {
     }
 }
 
+/// How long a four-letter command may take to answer before the server counts as silent.
+pub(crate) const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The JVM running `main_class` with `<dir>/zoo.cfg`.
+pub(crate) fn java_command(dir: &Path, main_class: &str) -> Command {
+    let mut c = Command::new("java");
+    c.args(["-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"])
+        .arg(format!("-Dzookeeper.log.dir={}", dir.display()))
+        .args(["-cp", CLASSPATH, main_class])
+        .arg(dir.join("zoo.cfg"));
+    c
+}
+
 /// Sends a four-letter admin command and returns the whole answer.
-fn four_letter(port: u16, word: &str) -> std::result::Result<String, String> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
-    s.set_read_timeout(Some(Duration::from_secs(5)))
+pub(crate) fn four_letter(
+    port: u16,
+    word: &str,
+    timeout: Duration,
+) -> std::result::Result<String, String> {
+    let mut s = TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), timeout)
+        .map_err(|e| e.to_string())?;
+    s.set_read_timeout(Some(timeout))
         .map_err(|e| e.to_string())?;
     s.write_all(word.as_bytes()).map_err(|e| e.to_string())?;
     let mut answer = String::new();
@@ -101,11 +113,12 @@ impl ZooKeeper {
 
     /// The server's version, e.g. `3.8.0-...`.
     pub fn version(&self) -> Result<String> {
-        let answer = four_letter(self.port, "srvr").map_err(|reason| Error::Control {
-            server: "zookeeper".into(),
-            action: "srvr",
-            reason,
-        })?;
+        let answer =
+            four_letter(self.port, "srvr", PROBE_TIMEOUT).map_err(|reason| Error::Control {
+                server: "zookeeper".into(),
+                action: "srvr",
+                reason,
+            })?;
         Ok(answer
             .lines()
             .find_map(|l| l.strip_prefix("Zookeeper version: "))

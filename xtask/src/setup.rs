@@ -28,6 +28,36 @@ const REQUIREMENTS: &[Requirement] = &[
         brew: "redis",
     },
     Requirement {
+        what: "Redis Sentinel (redis-sentinel, for the Sentinel cluster)",
+        present: || on_path("redis-sentinel"),
+        debian: "redis-sentinel",
+        brew: "redis",
+    },
+    Requirement {
+        what: "Redis tools (redis-cli, redis-benchmark)",
+        present: || on_path("redis-cli") && on_path("redis-benchmark"),
+        debian: "redis-tools",
+        brew: "redis",
+    },
+    Requirement {
+        what: "memcached",
+        present: || on_path("memcached"),
+        debian: "memcached",
+        brew: "memcached",
+    },
+    Requirement {
+        what: "wrk (HTTP load generator, for comparison runs)",
+        present: || on_path("wrk"),
+        debian: "wrk",
+        brew: "wrk",
+    },
+    Requirement {
+        what: "MariaDB client (mariadb, mysqlslap)",
+        present: || on_path("mariadb") && on_path("mysqlslap"),
+        debian: "mariadb-client",
+        brew: "mariadb",
+    },
+    Requirement {
         what: "Java runtime (for ZooKeeper)",
         present: || on_path("java"),
         debian: "default-jre-headless",

@@ -65,8 +65,16 @@ pub async fn connect(config: &Config) -> Result<MySqlPool, SetupError> {
             name: name.clone(),
             source,
         })?;
-    sqlx::migrate!("./migrations").run(&pool).await?;
+    migrate(&pool).await?;
     Ok(pool)
+}
+
+/// Applies the service's migrations to `pool`'s database: the one definition of the tables,
+/// used by the service at start-up and by anything that needs tables shaped like the service's
+/// (the benchmark's baselines).
+pub async fn migrate(pool: &MySqlPool) -> Result<(), SetupError> {
+    sqlx::migrate!("./migrations").run(pool).await?;
+    Ok(())
 }
 
 /// A second pool on the same database, for the `db_locks` table. Waiters poll the lock table

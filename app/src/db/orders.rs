@@ -1,12 +1,21 @@
 //! Order rows: insert (the idempotency arbiter) and look-up by request id.
 
-use serde::Serialize;
 use sqlx::{MySqlConnection, MySqlPool};
 
-use crate::strategy::{Purchase, PurchaseError};
+/// An order about to be written.
+#[derive(Debug, Clone, Copy)]
+pub struct NewOrder<'a> {
+    pub product_id: u64,
+    pub user_id: &'a str,
+    pub quantity: u32,
+    /// The strategy's wire name.
+    pub strategy: &'a str,
+    pub request_id: &'a str,
+    pub fencing_token: Option<u64>,
+}
 
 /// An order as stored.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct Order {
     pub order_id: u64,
     pub product_id: u64,
@@ -17,23 +26,19 @@ pub struct Order {
     pub fencing_token: Option<u64>,
 }
 
-/// Inserts the order of `purchase`; a request id that is already taken fails with
-/// [`PurchaseError::Duplicate`] (the caller's transaction must then roll back).
-pub async fn insert(
-    conn: &mut MySqlConnection,
-    purchase: &Purchase,
-    fencing_token: Option<u64>,
-) -> Result<u64, PurchaseError> {
+/// Inserts `order` and returns its id. A request id that is already taken fails with the
+/// unique-constraint error `orders_request_id` (the caller's transaction must then roll back).
+pub async fn insert(conn: &mut MySqlConnection, order: &NewOrder<'_>) -> Result<u64, sqlx::Error> {
     let done = sqlx::query(
         "INSERT INTO orders (product_id, user_id, quantity, strategy, request_id, fencing_token) \
          VALUES (?, ?, ?, ?, ?, ?)",
     )
-    .bind(purchase.product_id)
-    .bind(&purchase.user_id)
-    .bind(purchase.quantity)
-    .bind(&purchase.strategy)
-    .bind(&purchase.request_id)
-    .bind(fencing_token)
+    .bind(order.product_id)
+    .bind(order.user_id)
+    .bind(order.quantity)
+    .bind(order.strategy)
+    .bind(order.request_id)
+    .bind(order.fencing_token)
     .execute(conn)
     .await?;
     Ok(done.last_insert_id())

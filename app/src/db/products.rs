@@ -1,19 +1,9 @@
 //! Product rows: reset, summary, and the stock reads and writes the strategies share.
 
-use serde::Serialize;
 use sqlx::{MySqlConnection, MySqlPool, Row};
 
-/// A product as `GET /api/products/{id}` shows it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
-pub struct ProductView {
-    pub id: u64,
-    pub stock: i64,
-    pub initial_stock: i64,
-    /// Sum of ordered quantities.
-    pub sold: i64,
-    /// Number of orders.
-    pub orders: i64,
-}
+use crate::accounting::Ledger;
+use crate::api::ProductView;
 
 /// Creates the product or resets it to `stock` units, and deletes its orders, atomically.
 /// The fence goes back to 0 so that any lock backend's tokens are accepted again.
@@ -95,4 +85,18 @@ pub async fn set_stock(conn: &mut MySqlConnection, id: u64, stock: i64) -> Resul
         .execute(conn)
         .await?;
     Ok(())
+}
+
+/// The product's stock and its orders, as the accounting reads them after a sale, or `None` if
+/// the product does not exist.
+pub async fn ledger(pool: &MySqlPool, id: u64) -> Result<Option<Ledger>, sqlx::Error> {
+    let Some(view) = view(pool, id).await? else {
+        return Ok(None);
+    };
+    Ok(Some(Ledger {
+        initial_stock: view.initial_stock,
+        final_stock: view.stock,
+        units_in_orders: view.sold,
+        orders: view.orders,
+    }))
 }

@@ -1,28 +1,19 @@
 //! Service metadata: strategies, health, metrics, OpenAPI.
 
+use crate::api::{ErrorBody, Health, Strategy, StrategyInfo, StrategyList};
+use crate::error::ApiError;
+use crate::state::AppState;
 use axum::Json;
 use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;
-use serde::Serialize;
-
-use crate::error::{ApiError, ErrorBody};
-use crate::state::AppState;
-use crate::strategy::StrategyInfo;
-
-/// Body of `GET /api/strategies`.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct StrategyList {
-    pub default: String,
-    pub strategies: Vec<StrategyInfo>,
-}
 
 #[utoipa::path(get, path = "/api/strategies", tag = "meta",
     responses((status = 200, description = "Every registered strategy", body = StrategyList)))]
 pub async fn strategies(State(state): State<AppState>) -> Json<StrategyList> {
     Json(StrategyList {
-        default: state.settings.default_strategy.clone(),
-        strategies: state.registry.infos().cloned().collect(),
+        default: state.settings.default_strategy,
+        strategies: Strategy::ALL.iter().map(|&s| StrategyInfo::of(s)).collect(),
     })
 }
 
@@ -33,13 +24,6 @@ pub async fn noop() -> axum::http::StatusCode {
     axum::http::StatusCode::NO_CONTENT
 }
 
-/// Body of a healthy `GET /healthz`.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct Health {
-    pub status: &'static str,
-    pub database: &'static str,
-}
-
 /// 200 when the database answers, else 503 `backend_unavailable`.
 #[utoipa::path(get, path = "/healthz", tag = "meta", responses(
     (status = 200, description = "The database answers", body = Health),
@@ -47,8 +31,8 @@ pub struct Health {
 pub async fn healthz(State(state): State<AppState>) -> Result<Json<Health>, ApiError> {
     sqlx::query("SELECT 1").execute(&state.pool).await?;
     Ok(Json(Health {
-        status: "ok",
-        database: "ok",
+        status: "ok".into(),
+        database: "ok".into(),
     }))
 }
 
@@ -62,10 +46,4 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
         )],
         state.metrics.render(),
     )
-}
-
-#[utoipa::path(get, path = "/api/openapi.json", tag = "meta",
-    responses((status = 200, description = "This document", content_type = "application/json")))]
-pub async fn openapi() -> impl IntoResponse {
-    Json(crate::openapi::document())
 }

@@ -5,8 +5,12 @@ pub(crate) mod orders;
 pub(crate) mod products;
 
 use axum::Router;
+use axum::extract::Path;
+use axum::extract::rejection::PathRejection;
 use axum::routing::{get, post, put};
 
+use crate::api::MAX_PRODUCT_ID;
+use crate::error::ApiError;
 use crate::state::AppState;
 
 /// The service's routes over `state`.
@@ -19,8 +23,19 @@ pub fn router(state: AppState) -> Router {
         .route("/api/products/{id}/orders", post(orders::create))
         .route("/api/strategies", get(meta::strategies))
         .route("/api/noop", get(meta::noop))
-        .route("/api/openapi.json", get(meta::openapi))
+        .route("/api/openapi.json", get(crate::openapi::serve))
         .route("/healthz", get(meta::healthz))
         .route("/metrics", get(meta::metrics))
         .with_state(state)
+}
+
+/// The product id of the path: a number from 0 to [`MAX_PRODUCT_ID`], else `bad_request`.
+fn product_id(path: Result<Path<u64>, PathRejection>) -> Result<u64, ApiError> {
+    let Path(id) = path?;
+    if id > MAX_PRODUCT_ID {
+        return Err(ApiError::BadRequest(format!(
+            "product id must be at most {MAX_PRODUCT_ID}"
+        )));
+    }
+    Ok(id)
 }

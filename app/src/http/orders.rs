@@ -4,13 +4,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::Json;
-use axum::extract::rejection::{JsonRejection, PathRejection};
+use axum::body::Bytes;
+use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
-use serde::{Deserialize, Serialize};
 
+use crate::api::{ErrorBody, MAX_REQUEST_ID, MAX_USER_ID, OrderRequest, OrderResponse, Strategy};
 use crate::db::orders::{self, Order};
-use crate::error::{ApiError, ErrorBody};
+use crate::error::ApiError;
 use crate::metrics::Observation;
 use crate::state::AppState;
 use crate::strategy::{Purchase, PurchaseError, PurchaseStats, StockStrategy};
@@ -20,45 +21,24 @@ use crate::strategy::{Purchase, PurchaseError, PurchaseStats, StockStrategy};
 pub const HOLD_HEADER: &str = "x-seckill-hold-ms";
 /// Longest accepted injected pause.
 const MAX_HOLD_MS: u64 = 120_000;
-const MAX_USER_ID: usize = 64;
-const MAX_REQUEST_ID: usize = 128;
 
-/// Body of `POST /api/products/{id}/orders`.
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct OrderRequest {
-    pub user_id: String,
-    pub quantity: i64,
-    /// Client-chosen idempotency key: the same key again returns the first order.
-    pub request_id: String,
-    /// Strategy name; the server's default when absent.
-    pub strategy: Option<String>,
-}
+impl TryFrom<Order> for OrderResponse {
+    type Error = ApiError;
 
-/// An order as answered by `201` (created) and `200` (replayed).
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct OrderResponse {
-    pub order_id: u64,
-    pub product_id: u64,
-    pub user_id: String,
-    pub quantity: u32,
-    pub strategy: String,
-    pub request_id: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub fencing_token: Option<u64>,
-}
-
-impl From<Order> for OrderResponse {
-    fn from(o: Order) -> OrderResponse {
-        OrderResponse {
+    fn try_from(o: Order) -> Result<OrderResponse, ApiError> {
+        let strategy = o
+            .strategy
+            .parse::<Strategy>()
+            .map_err(|e| ApiError::Internal(format!("order {} names {e}", o.order_id).into()))?;
+        Ok(OrderResponse {
             order_id: o.order_id,
             product_id: o.product_id,
             user_id: o.user_id,
             quantity: o.quantity,
-            strategy: o.strategy,
+            strategy,
             request_id: o.request_id,
             fencing_token: o.fencing_token,
-        }
+        })
     }
 }
 
@@ -67,37 +47,37 @@ type Answer = Result<(StatusCode, Json<OrderResponse>), ApiError>;
 /// Buys `quantity` units through a strategy; idempotent per `request_id`.
 #[utoipa::path(post, path = "/api/products/{id}/orders", tag = "orders",
     params(
-        ("id" = u64, Path, description = "Product id"),
+        ("id" = i64, Path, description = "Product id (0 to 2^63 − 1)", minimum = 0),
         ("X-Seckill-Hold-Ms" = Option<u64>, Header,
             description = "Pause inside the critical section (only with --allow-fault-injection)")),
     request_body = OrderRequest,
     responses(
         (status = 201, description = "Order created", body = OrderResponse),
         (status = 200, description = "Replay: the original order of this request_id", body = OrderResponse),
-        (status = 400, description = "Malformed JSON, id or header", body = ErrorBody),
-        (status = 404, description = "Unknown product", body = ErrorBody),
+        (status = 400, description = "`bad_request`: malformed JSON, id or header", body = ErrorBody),
+        (status = 404, description = "`not_found`: unknown product", body = ErrorBody),
         (status = 409, description = "`sold_out`, or `lock_lost` (a fenced write was refused)", body = ErrorBody),
-        (status = 422, description = "Invalid quantity, ids or strategy", body = ErrorBody),
+        (status = 422, description = "`invalid_request` (quantity above the server's maximum, ids), `unknown_strategy`, or `idempotency_conflict`", body = ErrorBody),
         (status = 503, description = "`busy` (retry after Retry-After) or `backend_unavailable`", body = ErrorBody,
             headers(("Retry-After" = u32, description = "Seconds to wait")))))]
 pub async fn create(
     State(state): State<AppState>,
     headers: HeaderMap,
     path: Result<Path<u64>, PathRejection>,
-    body: Result<Json<OrderRequest>, JsonRejection>,
+    body: Bytes,
 ) -> Answer {
-    let Path(product_id) = path?;
-    let Json(request) = body?;
+    let product_id = super::product_id(path)?;
+    let request = parse(&body)?;
     let (purchase, strategy) = validate(&state, &headers, product_id, request)?;
     let started = Instant::now();
     let answer = run(&state, &strategy, &purchase).await;
     let outcome = match &answer {
         Ok((StatusCode::CREATED, _)) => "created",
         Ok(_) => "replayed",
-        Err(e) => e.code(),
+        Err(e) => e.code().name(),
     };
     state.metrics.observe(Observation {
-        strategy: &purchase.strategy,
+        strategy: purchase.strategy.name(),
         outcome,
         latency: started.elapsed(),
         lock_wait: purchase.stats.lock_wait(),
@@ -115,14 +95,14 @@ async fn run(state: &AppState, strategy: &Arc<dyn StockStrategy>, purchase: &Pur
                 product_id: purchase.product_id,
                 user_id: purchase.user_id.clone(),
                 quantity: purchase.quantity,
-                strategy: purchase.strategy.clone(),
+                strategy: purchase.strategy,
                 request_id: purchase.request_id.clone(),
                 fencing_token: placed.fencing_token,
             }),
         )),
         Err(PurchaseError::Duplicate) => {
             match orders::by_request_id(&state.pool, &purchase.request_id).await? {
-                Some(original) => Ok((StatusCode::OK, Json(original.into()))),
+                Some(original) => Ok((StatusCode::OK, Json(original.try_into()?))),
                 None => Err(ApiError::Internal(
                     "duplicate request id, but its order is gone (product reset meanwhile?)".into(),
                 )),
@@ -132,7 +112,7 @@ async fn run(state: &AppState, strategy: &Arc<dyn StockStrategy>, purchase: &Pur
         // strategy gave up before reaching the order insert, so look the order up.
         Err(e @ (PurchaseError::SoldOut | PurchaseError::Busy(_))) => {
             match orders::by_request_id(&state.pool, &purchase.request_id).await {
-                Ok(Some(original)) => Ok((StatusCode::OK, Json(original.into()))),
+                Ok(Some(original)) => Ok((StatusCode::OK, Json(original.try_into()?))),
                 _ => Err(e.into()),
             }
         }
@@ -147,16 +127,8 @@ fn validate(
     request: OrderRequest,
 ) -> Result<(Purchase, Arc<dyn StockStrategy>), ApiError> {
     let settings = &state.settings;
-    let name = request
-        .strategy
-        .unwrap_or_else(|| settings.default_strategy.clone());
-    let strategy = state.registry.get(&name).cloned().ok_or_else(|| {
-        let known: Vec<_> = state.registry.infos().map(|i| i.name.as_str()).collect();
-        ApiError::UnknownStrategy(format!(
-            "unknown strategy `{name}`; known: {}",
-            known.join(", ")
-        ))
-    })?;
+    let name = request.strategy.unwrap_or(settings.default_strategy);
+    let strategy = state.registry.get(name).clone();
     if request.quantity < 1 || request.quantity > i64::from(settings.max_quantity) {
         return Err(ApiError::Invalid(format!(
             "quantity must be between 1 and {}",
@@ -179,6 +151,19 @@ fn validate(
         stats: PurchaseStats::default(),
     };
     Ok((purchase, strategy))
+}
+
+/// Parses the body; a strategy name outside the catalogue is `unknown_strategy`, anything
+/// else that does not fit the schema is `bad_request` (not JSON) or `invalid_request`.
+fn parse(body: &[u8]) -> Result<OrderRequest, ApiError> {
+    let value: serde_json::Value = serde_json::from_slice(body)
+        .map_err(|e| ApiError::BadRequest(format!("the body is not valid JSON: {e}")))?;
+    if let Some(name) = value.get("strategy").and_then(|s| s.as_str())
+        && let Err(unknown) = name.parse::<Strategy>()
+    {
+        return Err(ApiError::UnknownStrategy(unknown.to_string()));
+    }
+    serde_json::from_value(value).map_err(|e| ApiError::Invalid(format!("invalid order: {e}")))
 }
 
 fn check_id(field: &str, value: &str, max: usize) -> Result<(), ApiError> {

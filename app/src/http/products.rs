@@ -1,32 +1,26 @@
 //! `PUT /api/products/{id}` (admin: create or reset) and `GET /api/products/{id}`.
 
+use crate::api::{ErrorBody, MAX_STOCK, ProductView, ResetProduct};
+use crate::db::products;
+use crate::error::ApiError;
+use crate::state::AppState;
 use axum::Json;
 use axum::extract::rejection::{JsonRejection, PathRejection};
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
-use serde::Deserialize;
-
-use crate::db::products::{self, ProductView};
-use crate::error::{ApiError, ErrorBody};
-use crate::state::AppState;
-
-/// Body of `PUT /api/products/{id}`.
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ResetProduct {
-    pub stock: i64,
-}
 
 /// Creates the product or resets it to `stock` units and deletes its orders (admin).
 #[utoipa::path(put, path = "/api/products/{id}", tag = "products",
-    params(("id" = u64, Path, description = "Product id")),
+    params(("id" = i64, Path, description = "Product id (0 to 2^63 − 1)", minimum = 0)),
     request_body = ResetProduct,
     security(("admin_token" = [])),
     responses(
         (status = 200, description = "The product after the reset", body = ProductView),
-        (status = 400, description = "Malformed JSON or id", body = ErrorBody),
-        (status = 401, description = "Missing or wrong admin token", body = ErrorBody),
-        (status = 422, description = "Negative stock", body = ErrorBody)))]
+        (status = 400, description = "`bad_request`: malformed JSON or id", body = ErrorBody),
+        (status = 401, description = "`unauthorized`: missing or wrong admin token", body = ErrorBody),
+        (status = 415, description = "`bad_request`: the body is not `application/json`", body = ErrorBody),
+        (status = 422, description = "`invalid_request`: stock outside 0 to 1,000,000,000, or unknown fields", body = ErrorBody),
+        (status = 503, description = "`backend_unavailable`", body = ErrorBody)))]
 pub async fn reset(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -34,10 +28,12 @@ pub async fn reset(
     body: Result<Json<ResetProduct>, JsonRejection>,
 ) -> Result<(StatusCode, Json<ProductView>), ApiError> {
     authorize(&state, &headers)?;
-    let Path(id) = path?;
+    let id = super::product_id(path)?;
     let Json(body) = body?;
-    if body.stock < 0 {
-        return Err(ApiError::Invalid("stock must be 0 or more".into()));
+    if !(0..=MAX_STOCK).contains(&body.stock) {
+        return Err(ApiError::Invalid(format!(
+            "stock must be between 0 and {MAX_STOCK}"
+        )));
     }
     products::reset(&state.pool, id, body.stock).await?;
     let view = products::view(&state.pool, id)
@@ -48,15 +44,17 @@ pub async fn reset(
 
 /// The product's stock and order totals.
 #[utoipa::path(get, path = "/api/products/{id}", tag = "products",
-    params(("id" = u64, Path, description = "Product id")),
+    params(("id" = i64, Path, description = "Product id (0 to 2^63 − 1)", minimum = 0)),
     responses(
         (status = 200, body = ProductView),
-        (status = 404, description = "Unknown product", body = ErrorBody)))]
+        (status = 400, description = "`bad_request`: the id is not a number in range", body = ErrorBody),
+        (status = 404, description = "`not_found`: unknown product", body = ErrorBody),
+        (status = 503, description = "`backend_unavailable`", body = ErrorBody)))]
 pub async fn show(
     State(state): State<AppState>,
     path: Result<Path<u64>, PathRejection>,
 ) -> Result<Json<ProductView>, ApiError> {
-    let Path(id) = path?;
+    let id = super::product_id(path)?;
     products::view(&state.pool, id)
         .await?
         .map(Json)

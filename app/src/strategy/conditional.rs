@@ -9,20 +9,23 @@
 //! strategy: one round trip decides, and "0 rows affected" means sold out. Its limit is the
 //! hot row itself — every sale of one product is serialised on one row of one database.
 
+use std::sync::Arc;
+
 use futures::future::BoxFuture;
 use sqlx::MySqlPool;
 
-use super::{Placed, Purchase, PurchaseError, StockStrategy};
-use crate::db::{orders, products};
+use super::outcome::place;
+use super::{Deps, Placed, Purchase, PurchaseError, StockStrategy};
+use crate::db::products;
 
 pub struct Conditional {
     pool: MySqlPool,
 }
 
-impl Conditional {
-    pub fn new(pool: MySqlPool) -> Conditional {
-        Conditional { pool }
-    }
+pub fn build(deps: &Deps) -> Arc<dyn StockStrategy> {
+    Arc::new(Conditional {
+        pool: deps.pool.clone(),
+    })
 }
 
 impl StockStrategy for Conditional {
@@ -49,12 +52,7 @@ impl StockStrategy for Conditional {
             }
             // The row lock is held from here to the commit: this is the critical section.
             purchase.hold().await;
-            let order_id = orders::insert(&mut tx, purchase, None).await?;
-            tx.commit().await?;
-            Ok(Placed {
-                order_id,
-                fencing_token: None,
-            })
+            place(tx, purchase, None).await
         })
     }
 }

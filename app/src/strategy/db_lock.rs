@@ -42,19 +42,28 @@ const POLL_MAX: Duration = Duration::from_millis(64);
 /// Release attempts when InnoDB picks the delete as a deadlock victim.
 const RELEASE_ATTEMPTS: u32 = 3;
 
+/// Whether a held lock's lease is extended while its holder lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Renewal {
+    /// The lease ends `lease` after the grant, whatever the holder does.
+    Off,
+    /// A task extends the lease every third of it while the guard lives.
+    WhileHeld,
+}
+
 /// A lock service backed by the `db_locks` table.
 pub struct DbLock {
     pool: MySqlPool,
-    renew: bool,
+    renewal: Renewal,
     requests: Arc<AtomicU64>,
 }
 
 impl DbLock {
-    /// A lock over `pool`'s database; `renew` keeps a held lock's lease extended.
-    pub fn new(pool: MySqlPool, renew: bool) -> DbLock {
+    /// A lock over `pool`'s database.
+    pub fn new(pool: MySqlPool, renewal: Renewal) -> DbLock {
         DbLock {
             pool,
-            renew,
+            renewal,
             requests: Arc::new(AtomicU64::new(0)),
         }
     }
@@ -125,8 +134,8 @@ impl DbLock {
 
     fn guard(&self, key: &str, owner: String, id: u64, lease: Duration) -> Guard {
         let (lost_tx, lost_rx) = watch::channel(false);
-        let watcher = match self.renew {
-            true => tokio::spawn(renew(
+        let watcher = match self.renewal {
+            Renewal::WhileHeld => tokio::spawn(renew(
                 self.pool.clone(),
                 self.requests.clone(),
                 id,
@@ -134,7 +143,7 @@ impl DbLock {
                 lease,
                 lost_tx,
             )),
-            false => tokio::spawn(async move {
+            Renewal::Off => tokio::spawn(async move {
                 tokio::time::sleep(lease).await;
                 let _ = lost_tx.send(true);
                 // Keep the sender alive so `lost()` stays resolved rather than pending.

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use futures::future::BoxFuture;
 use sqlx::MySqlPool;
 
-use super::{Placed, Purchase, PurchaseError, StockStrategy, naive};
+use super::{Deps, Placed, Purchase, PurchaseError, StockStrategy, naive};
 
 pub struct LocalMutex {
     pool: MySqlPool,
@@ -21,14 +21,14 @@ pub struct LocalMutex {
     mutexes: Mutex<HashMap<u64, Arc<tokio::sync::Mutex<()>>>>,
 }
 
-impl LocalMutex {
-    pub fn new(pool: MySqlPool) -> LocalMutex {
-        LocalMutex {
-            pool,
-            mutexes: Mutex::new(HashMap::new()),
-        }
-    }
+pub fn build(deps: &Deps) -> Arc<dyn StockStrategy> {
+    Arc::new(LocalMutex {
+        pool: deps.pool.clone(),
+        mutexes: Mutex::new(HashMap::new()),
+    })
+}
 
+impl LocalMutex {
     fn mutex_for(&self, product_id: u64) -> Arc<tokio::sync::Mutex<()>> {
         let mut map = self
             .mutexes

@@ -35,24 +35,25 @@ use futures::future::BoxFuture;
 use locks::{AcquireOptions, DistributedLock, LockError};
 use sqlx::MySqlPool;
 
-use super::{Deps, Placed, Purchase, PurchaseError, StockStrategy};
-use crate::db::{orders, products};
+use super::outcome::{decide, place};
+use super::{Deps, Fencing, Placed, Purchase, PurchaseError, StockStrategy};
+use crate::db::products;
 
 pub struct Locked {
     pool: MySqlPool,
     lock: Option<Arc<dyn DistributedLock>>,
-    fenced: bool,
+    fencing: Fencing,
     options: AcquireOptions,
     prefix: String,
 }
 
 impl Locked {
     /// A strategy over `lock` (`None`: every purchase answers `backend_unavailable`).
-    pub fn new(deps: &Deps, lock: Option<Arc<dyn DistributedLock>>, fenced: bool) -> Locked {
+    pub fn new(deps: &Deps, lock: Option<Arc<dyn DistributedLock>>, fencing: Fencing) -> Locked {
         Locked {
             pool: deps.pool.clone(),
             lock,
-            fenced,
+            fencing,
             options: AcquireOptions::new(deps.lock_lease).wait(deps.lock_wait),
             prefix: deps.lock_prefix.clone(),
         }
@@ -63,9 +64,9 @@ impl Locked {
         &self,
         purchase: &Purchase,
         token: u64,
-    ) -> Result<u64, PurchaseError> {
+    ) -> Result<Placed, PurchaseError> {
         let id = purchase.product_id;
-        if self.fenced {
+        if self.fencing == Fencing::On {
             let claimed = sqlx::query("UPDATE products SET fence = ? WHERE id = ? AND fence < ?")
                 .bind(token)
                 .bind(id)
@@ -81,17 +82,11 @@ impl Locked {
             }
         }
         let mut tx = self.pool.begin().await?;
-        let stock = products::stock(&mut tx, id)
-            .await?
-            .ok_or(PurchaseError::UnknownProduct)?;
-        let quantity = i64::from(purchase.quantity);
-        if stock < quantity {
-            return Err(PurchaseError::SoldOut);
-        }
+        let left = decide(products::stock(&mut tx, id).await?, purchase)?;
         purchase.hold().await;
-        if self.fenced {
+        if self.fencing == Fencing::On {
             let written = sqlx::query("UPDATE products SET stock = ? WHERE id = ? AND fence = ?")
-                .bind(stock - quantity)
+                .bind(left)
                 .bind(id)
                 .bind(token)
                 .execute(&mut *tx)
@@ -100,11 +95,9 @@ impl Locked {
                 return Err(stale(token));
             }
         } else {
-            products::set_stock(&mut tx, id, stock - quantity).await?;
+            products::set_stock(&mut tx, id, left).await?;
         }
-        let order_id = orders::insert(&mut tx, purchase, Some(token)).await?;
-        tx.commit().await?;
-        Ok(order_id)
+        place(tx, purchase, Some(token)).await
     }
 }
 
@@ -149,10 +142,7 @@ impl StockStrategy for Locked {
                 ),
                 Err(e) => tracing::warn!(key, token, error = %e, "lock release failed"),
             }
-            outcome.map(|order_id| Placed {
-                order_id,
-                fencing_token: Some(token),
-            })
+            outcome
         })
     }
 }

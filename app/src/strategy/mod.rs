@@ -1,4 +1,5 @@
-//! Stock-deduction strategies: one trait, one file per strategy, and the registry that names them.
+//! Stock-deduction strategies: one trait, one file per strategy, the catalogue that names them
+//! and the registry that builds them.
 //!
 //! A flash sale is many buyers racing for a few units of one hot row. Every strategy here
 //! answers the same question — "may this buyer have `quantity` units, and if so record the
@@ -7,27 +8,32 @@
 //! correct at different costs.
 //!
 //! Adding a strategy is one file implementing [`StockStrategy`] and one line in
-//! [`Registry::with_builtins`] (or in `backends.rs` for one that needs an outside lock service).
+//! [`catalogue`].
 
+pub mod catalogue;
 pub mod conditional;
 pub mod db_lock;
 pub mod local_mutex;
 pub mod locked;
 pub mod naive;
 pub mod optimistic;
+mod outcome;
 pub mod pessimistic;
 pub mod unchecked;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use locks::DistributedLock;
-use serde::Serialize;
+use locks::{Backend, DistributedLock};
 use sqlx::MySqlPool;
 
+pub use catalogue::{Fencing, Kind, Safety, Service, Strategy};
+
 use crate::db::errors::{DbFailure, classify};
+use crate::db::orders::NewOrder;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -39,12 +45,14 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 ///   stock and exactly one order row with `purchase.request_id` was inserted, *in one
 ///   transaction* — both are visible to every later reader, or neither is. Whether two
 ///   concurrent successes can both have taken "the last unit" is exactly what separates the
-///   safe strategies from the unsafe ones; [`StrategyInfo::safe`] says which is which.
+///   safe strategies from the unsafe ones; [`Safety`] says which is which.
 /// * **Failure** leaves the stock and the orders as they were: [`PurchaseError::SoldOut`] and
 ///   [`PurchaseError::UnknownProduct`] are answers, [`PurchaseError::Busy`] means "not within
 ///   the wait budget, try again", [`PurchaseError::Unavailable`] means a backend could not be
 ///   reached, and [`PurchaseError::LockLost`] means a fenced write was refused because a newer
-///   lock holder had claimed the product (the purchase did not happen).
+///   lock holder had claimed the product (the purchase did not happen). The one exception is
+///   [`PurchaseError::OutcomeUnknown`]: the `COMMIT` was sent and its answer lost, so the
+///   purchase may or may not have happened; the caller looks the request id up.
 /// * **Idempotency.** An order whose `request_id` already exists fails with
 ///   [`PurchaseError::Duplicate`] and its deduction is rolled back; the caller then answers with
 ///   the original order. No strategy checks for duplicates beforehand: the unique constraint
@@ -70,7 +78,7 @@ pub struct Purchase {
     pub quantity: u32,
     pub request_id: String,
     /// Recorded in the order row.
-    pub strategy: String,
+    pub strategy: Strategy,
     /// Injected pause inside the critical section (`X-Seckill-Hold-Ms`, when allowed).
     pub hold: Option<Duration>,
     /// What the strategy had to do, for the metrics.
@@ -78,6 +86,18 @@ pub struct Purchase {
 }
 
 impl Purchase {
+    /// The order row this purchase writes.
+    pub fn new_order(&self, fencing_token: Option<u64>) -> NewOrder<'_> {
+        NewOrder {
+            product_id: self.product_id,
+            user_id: &self.user_id,
+            quantity: self.quantity,
+            strategy: self.strategy.name(),
+            request_id: &self.request_id,
+            fencing_token,
+        }
+    }
+
     /// Sleeps for the injected pause, if any. Called once, inside the critical section.
     pub async fn hold(&self) {
         if let Some(pause) = self.hold {
@@ -139,6 +159,9 @@ pub enum PurchaseError {
     LockLost(String),
     #[error("backend unavailable: {0}")]
     Unavailable(#[source] BoxError),
+    /// The `COMMIT` failed in transit: the server may have committed.
+    #[error("the commit's outcome is unknown: {0}")]
+    OutcomeUnknown(#[source] BoxError),
     #[error("internal error: {0}")]
     Internal(#[source] BoxError),
 }
@@ -154,18 +177,6 @@ impl From<sqlx::Error> for PurchaseError {
     }
 }
 
-/// What `GET /api/strategies` shows about a strategy.
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
-pub struct StrategyInfo {
-    pub name: String,
-    /// One line: what it does.
-    pub description: String,
-    /// What it needs: `mariadb`, `process`, `redis`, …
-    pub backend: String,
-    /// Whether it keeps `sold ≤ initial stock` under concurrency across instances.
-    pub safe: bool,
-}
-
 /// What strategies are built from.
 #[derive(Debug, Clone)]
 pub struct Deps {
@@ -179,99 +190,55 @@ pub struct Deps {
     pub optimistic_retries: u32,
 }
 
-/// Strategies by name, in registration order.
+/// The lock of each lock backend, as connected at start-up: `None` where the backend is not
+/// configured or could not be reached (its strategies then answer `backend_unavailable`).
+pub type Locks = BTreeMap<Backend, Option<Arc<dyn DistributedLock>>>;
+
+/// Every strategy of the catalogue, built.
 pub struct Registry {
     deps: Deps,
-    entries: Vec<(StrategyInfo, Arc<dyn StockStrategy>)>,
+    locks: Locks,
+    built: BTreeMap<Strategy, Arc<dyn StockStrategy>>,
 }
 
 impl Registry {
-    /// An empty registry.
-    pub fn new(deps: Deps) -> Registry {
-        Registry {
+    /// Builds every strategy of the catalogue from `deps` and the connected `locks`.
+    pub fn new(deps: Deps, locks: Locks) -> Registry {
+        let mut registry = Registry {
             deps,
-            entries: Vec::new(),
-        }
-    }
-
-    /// Every strategy that needs nothing but the database (and the process).
-    #[rustfmt::skip]
-    pub fn with_builtins(deps: Deps) -> Registry {
-        let pool = deps.pool.clone();
-        let mut r = Registry::new(deps.clone());
-        r.register("naive", "reads stock, computes in the app, writes the absolute value back", "mariadb", false, naive::Naive::new(pool.clone()));
-        r.register("unchecked", "checks stock, then `SET stock = stock - q` with no guard in the UPDATE", "mariadb", false, unchecked::Unchecked::new(pool.clone()));
-        r.register("local-mutex", "`naive` inside a per-product in-process mutex: correct with one instance only", "process", false, local_mutex::LocalMutex::new(pool.clone()));
-        r.register("conditional", "`UPDATE … SET stock = stock - q WHERE stock >= q` in one statement", "mariadb", true, conditional::Conditional::new(pool.clone()));
-        r.register("optimistic", "reads stock and version, `UPDATE … WHERE version = v`, bounded jittered retries", "mariadb", true, optimistic::Optimistic::new(pool.clone(), deps.optimistic_retries));
-        r.register("pessimistic", "`SELECT … FOR UPDATE` in a transaction: buyers queue on the row lock", "mariadb", true, pessimistic::Pessimistic::new(pool.clone(), false));
-        r.register("pessimistic-nowait", "`SELECT … FOR UPDATE NOWAIT`: answers busy instead of queueing", "mariadb", true, pessimistic::Pessimistic::new(pool.clone(), true));
-        let lease_only = Arc::new(db_lock::DbLock::new(deps.lock_pool.clone(), false));
-        let renewed = Arc::new(db_lock::DbLock::new(deps.lock_pool.clone(), true));
-        r.register_locked("db-lock", "lock row in a lock table (unique name, expiry, release by row id); stock read-modify-write inside", "mariadb", true, Some(lease_only.clone()), false);
-        r.register_locked("db-lock-fenced", "`db-lock`, and the stock write is fenced by the lock row's id", "mariadb", true, Some(lease_only), true);
-        r.register_locked("db-lock-renewed", "`db-lock` with a renewal task that extends the lease while the holder lives", "mariadb", true, Some(renewed), false);
-        r
-    }
-
-    /// Adds a strategy; a later registration under the same name replaces the earlier one.
-    pub fn register(
-        &mut self,
-        name: &str,
-        description: &str,
-        backend: &str,
-        safe: bool,
-        strategy: impl StockStrategy + 'static,
-    ) {
-        self.insert(name, description, backend, safe, Arc::new(strategy));
-    }
-
-    /// Adds a [`locked::Locked`] strategy over `lock`; with `None` (its backend is not
-    /// configured or could not be reached at start-up) the strategy answers
-    /// `backend_unavailable`.
-    pub fn register_locked(
-        &mut self,
-        name: &str,
-        description: &str,
-        backend: &str,
-        safe: bool,
-        lock: Option<Arc<dyn DistributedLock>>,
-        fenced: bool,
-    ) {
-        let strategy = locked::Locked::new(&self.deps, lock, fenced);
-        self.insert(name, description, backend, safe, Arc::new(strategy));
-    }
-
-    fn insert(
-        &mut self,
-        name: &str,
-        description: &str,
-        backend: &str,
-        safe: bool,
-        strategy: Arc<dyn StockStrategy>,
-    ) {
-        let info = StrategyInfo {
-            name: name.to_string(),
-            description: description.to_string(),
-            backend: backend.to_string(),
-            safe,
+            locks,
+            built: BTreeMap::new(),
         };
-        match self.entries.iter_mut().find(|(i, _)| i.name == name) {
-            Some(entry) => *entry = (info, strategy),
-            None => self.entries.push((info, strategy)),
+        for &strategy in Strategy::ALL {
+            registry.build(strategy);
+        }
+        registry
+    }
+
+    /// Replaces the lock behind every strategy over `backend` (tests put in-process or failing
+    /// locks there).
+    pub fn set_lock(&mut self, backend: Backend, lock: Option<Arc<dyn DistributedLock>>) {
+        self.locks.insert(backend, lock);
+        for &strategy in Strategy::ALL {
+            if strategy.lock_backend() == Some(backend) {
+                self.build(strategy);
+            }
         }
     }
 
-    /// The strategy registered under `name`.
-    pub fn get(&self, name: &str) -> Option<&Arc<dyn StockStrategy>> {
-        self.entries
-            .iter()
-            .find(|(info, _)| info.name == name)
-            .map(|(_, s)| s)
+    fn build(&mut self, strategy: Strategy) {
+        let built = match strategy.spec().kind {
+            Kind::Own { build, .. } => build(&self.deps),
+            Kind::Locked { backend, fencing } => {
+                let lock = self.locks.get(&backend).cloned().flatten();
+                Arc::new(locked::Locked::new(&self.deps, lock, fencing))
+            }
+        };
+        self.built.insert(strategy, built);
     }
 
-    /// Every strategy's description, in registration order.
-    pub fn infos(&self) -> impl Iterator<Item = &StrategyInfo> {
-        self.entries.iter().map(|(info, _)| info)
+    /// The built strategy.
+    pub fn get(&self, strategy: Strategy) -> &Arc<dyn StockStrategy> {
+        &self.built[&strategy]
     }
 }

@@ -8,20 +8,23 @@
 //! does not help: InnoDB's default REPEATABLE READ lets the write go through on a row another
 //! transaction changed after our snapshot. This is the textbook bug every other strategy fixes.
 
+use std::sync::Arc;
+
 use futures::future::BoxFuture;
 use sqlx::MySqlPool;
 
-use super::{Placed, Purchase, PurchaseError, StockStrategy};
-use crate::db::{orders, products};
+use super::outcome::{decide, place};
+use super::{Deps, Placed, Purchase, PurchaseError, StockStrategy};
+use crate::db::products;
 
 pub struct Naive {
     pool: MySqlPool,
 }
 
-impl Naive {
-    pub fn new(pool: MySqlPool) -> Naive {
-        Naive { pool }
-    }
+pub fn build(deps: &Deps) -> Arc<dyn StockStrategy> {
+    Arc::new(Naive {
+        pool: deps.pool.clone(),
+    })
 }
 
 impl StockStrategy for Naive {
@@ -39,19 +42,11 @@ pub(crate) async fn read_compute_write(
     purchase: &Purchase,
 ) -> Result<Placed, PurchaseError> {
     let mut tx = pool.begin().await?;
-    let stock = products::stock(&mut tx, purchase.product_id)
-        .await?
-        .ok_or(PurchaseError::UnknownProduct)?;
-    let quantity = i64::from(purchase.quantity);
-    if stock < quantity {
-        return Err(PurchaseError::SoldOut);
-    }
+    let left = decide(
+        products::stock(&mut tx, purchase.product_id).await?,
+        purchase,
+    )?;
     purchase.hold().await;
-    products::set_stock(&mut tx, purchase.product_id, stock - quantity).await?;
-    let order_id = orders::insert(&mut tx, purchase, None).await?;
-    tx.commit().await?;
-    Ok(Placed {
-        order_id,
-        fencing_token: None,
-    })
+    products::set_stock(&mut tx, purchase.product_id, left).await?;
+    place(tx, purchase, None).await
 }

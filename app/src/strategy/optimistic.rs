@@ -10,45 +10,43 @@
 //! left — *undersell* when the budget is small. The jitter spreads the retries so the losers
 //! do not collide again in lock-step.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
 use rand::Rng;
 use sqlx::MySqlPool;
 
-use super::{Placed, Purchase, PurchaseError, StockStrategy};
-use crate::db::{orders, products};
+use super::outcome::{decide, place};
+use super::{Deps, Placed, Purchase, PurchaseError, StockStrategy};
+use crate::db::products;
 
 pub struct Optimistic {
     pool: MySqlPool,
     attempts: u32,
 }
 
-impl Optimistic {
-    /// `attempts` rounds at most (at least one).
-    pub fn new(pool: MySqlPool, attempts: u32) -> Optimistic {
-        Optimistic {
-            pool,
-            attempts: attempts.max(1),
-        }
-    }
+/// At most `deps.optimistic_retries` rounds (at least one).
+pub fn build(deps: &Deps) -> Arc<dyn StockStrategy> {
+    Arc::new(Optimistic {
+        pool: deps.pool.clone(),
+        attempts: deps.optimistic_retries.max(1),
+    })
+}
 
+impl Optimistic {
     /// One round: `Ok(None)` when the version moved under us.
     async fn attempt(&self, purchase: &Purchase) -> Result<Option<Placed>, PurchaseError> {
         let mut conn = self.pool.acquire().await?;
-        let (stock, version) = products::stock_and_version(&mut conn, purchase.product_id)
-            .await?
-            .ok_or(PurchaseError::UnknownProduct)?;
-        let quantity = i64::from(purchase.quantity);
-        if stock < quantity {
-            return Err(PurchaseError::SoldOut);
-        }
+        let read = products::stock_and_version(&mut conn, purchase.product_id).await?;
+        let left = decide(read.map(|(stock, _)| stock), purchase)?;
+        let version = read.map_or(0, |(_, version)| version);
         purchase.hold().await;
         let mut tx = sqlx::Connection::begin(&mut *conn).await?;
         let done = sqlx::query(
             "UPDATE products SET stock = ?, version = version + 1 WHERE id = ? AND version = ?",
         )
-        .bind(stock - quantity)
+        .bind(left)
         .bind(purchase.product_id)
         .bind(version)
         .execute(&mut *tx)
@@ -56,12 +54,7 @@ impl Optimistic {
         if done.rows_affected() == 0 {
             return Ok(None);
         }
-        let order_id = orders::insert(&mut tx, purchase, None).await?;
-        tx.commit().await?;
-        Ok(Some(Placed {
-            order_id,
-            fencing_token: None,
-        }))
+        place(tx, purchase, None).await.map(Some)
     }
 }
 

@@ -9,21 +9,43 @@
 //! if the row is locked it fails at once (`busy`), trading waiting for retries by the client —
 //! the shape of a flash sale where most buyers lose anyway.
 
+use std::sync::Arc;
+
 use futures::future::BoxFuture;
 use sqlx::MySqlPool;
 
-use super::{Placed, Purchase, PurchaseError, StockStrategy};
-use crate::db::{orders, products};
+use super::outcome::{decide, place};
+use super::{Deps, Placed, Purchase, PurchaseError, StockStrategy};
+use crate::db::products;
+
+/// What a buyer does when another holds the row lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OnLocked {
+    /// Queue (up to `innodb_lock_wait_timeout`).
+    Wait,
+    /// Fail at once (`NOWAIT`).
+    Refuse,
+}
 
 pub struct Pessimistic {
     pool: MySqlPool,
-    nowait: bool,
+    on_locked: OnLocked,
 }
 
-impl Pessimistic {
-    pub fn new(pool: MySqlPool, nowait: bool) -> Pessimistic {
-        Pessimistic { pool, nowait }
-    }
+/// `pessimistic`: queue on the row lock.
+pub fn build_waiting(deps: &Deps) -> Arc<dyn StockStrategy> {
+    Arc::new(Pessimistic {
+        pool: deps.pool.clone(),
+        on_locked: OnLocked::Wait,
+    })
+}
+
+/// `pessimistic-nowait`: refuse instead of queueing.
+pub fn build_nowait(deps: &Deps) -> Arc<dyn StockStrategy> {
+    Arc::new(Pessimistic {
+        pool: deps.pool.clone(),
+        on_locked: OnLocked::Refuse,
+    })
 }
 
 impl StockStrategy for Pessimistic {
@@ -32,28 +54,19 @@ impl StockStrategy for Pessimistic {
         purchase: &'a Purchase,
     ) -> BoxFuture<'a, Result<Placed, PurchaseError>> {
         Box::pin(async move {
-            let sql = match self.nowait {
-                false => "SELECT stock FROM products WHERE id = ? FOR UPDATE",
-                true => "SELECT stock FROM products WHERE id = ? FOR UPDATE NOWAIT",
+            let sql = match self.on_locked {
+                OnLocked::Wait => "SELECT stock FROM products WHERE id = ? FOR UPDATE",
+                OnLocked::Refuse => "SELECT stock FROM products WHERE id = ? FOR UPDATE NOWAIT",
             };
             let mut tx = self.pool.begin().await?;
-            let stock: i64 = sqlx::query_scalar(sql)
+            let stock: Option<i64> = sqlx::query_scalar(sql)
                 .bind(purchase.product_id)
                 .fetch_optional(&mut *tx)
-                .await?
-                .ok_or(PurchaseError::UnknownProduct)?;
-            let quantity = i64::from(purchase.quantity);
-            if stock < quantity {
-                return Err(PurchaseError::SoldOut);
-            }
+                .await?;
+            let left = decide(stock, purchase)?;
             purchase.hold().await;
-            products::set_stock(&mut tx, purchase.product_id, stock - quantity).await?;
-            let order_id = orders::insert(&mut tx, purchase, None).await?;
-            tx.commit().await?;
-            Ok(Placed {
-                order_id,
-                fencing_token: None,
-            })
+            products::set_stock(&mut tx, purchase.product_id, left).await?;
+            place(tx, purchase, None).await
         })
     }
 }

@@ -7,20 +7,23 @@
 //! "check-then-act" race: the check and the act are two steps, and the condition the check saw
 //! is not part of the act. `conditional` puts it there.
 
+use std::sync::Arc;
+
 use futures::future::BoxFuture;
 use sqlx::MySqlPool;
 
-use super::{Placed, Purchase, PurchaseError, StockStrategy};
-use crate::db::{orders, products};
+use super::outcome::{decide, place};
+use super::{Deps, Placed, Purchase, PurchaseError, StockStrategy};
+use crate::db::products;
 
 pub struct Unchecked {
     pool: MySqlPool,
 }
 
-impl Unchecked {
-    pub fn new(pool: MySqlPool) -> Unchecked {
-        Unchecked { pool }
-    }
+pub fn build(deps: &Deps) -> Arc<dyn StockStrategy> {
+    Arc::new(Unchecked {
+        pool: deps.pool.clone(),
+    })
 }
 
 impl StockStrategy for Unchecked {
@@ -30,12 +33,10 @@ impl StockStrategy for Unchecked {
     ) -> BoxFuture<'a, Result<Placed, PurchaseError>> {
         Box::pin(async move {
             let mut conn = self.pool.acquire().await?;
-            let stock = products::stock(&mut conn, purchase.product_id)
-                .await?
-                .ok_or(PurchaseError::UnknownProduct)?;
-            if stock < i64::from(purchase.quantity) {
-                return Err(PurchaseError::SoldOut);
-            }
+            decide(
+                products::stock(&mut conn, purchase.product_id).await?,
+                purchase,
+            )?;
             purchase.hold().await;
             let mut tx = sqlx::Connection::begin(&mut *conn).await?;
             // Bound as signed: in MySQL, signed minus unsigned is unsigned, and could not go
@@ -45,12 +46,7 @@ impl StockStrategy for Unchecked {
                 .bind(purchase.product_id)
                 .execute(&mut *tx)
                 .await?;
-            let order_id = orders::insert(&mut tx, purchase, None).await?;
-            tx.commit().await?;
-            Ok(Placed {
-                order_id,
-                fencing_token: None,
-            })
+            place(tx, purchase, None).await
         })
     }
 }

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use app::Config;
+use app::api::{OrderRequest, Strategy};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use sqlx::{Connection, MySqlConnection};
@@ -240,21 +241,35 @@ pub struct Crowd {
 
 /// `crowd.buyers` concurrent buyers, one unit each, spread round-robin over `apps`.
 pub async fn flash_sale(apps: &[&TestApp], product: u64, strategy: &str, crowd: Crowd) -> Tally {
+    let strategy: Strategy = strategy.parse().expect("a strategy of the catalogue");
+    flash_sale_mixed(apps, product, &[strategy], crowd).await
+}
+
+/// [`flash_sale`] where every attempt (retries included) picks one of `strategies` at random.
+/// A `409 lock_lost` is retried like a `503 busy`: nothing was bought.
+pub async fn flash_sale_mixed(
+    apps: &[&TestApp],
+    product: u64,
+    strategies: &[Strategy],
+    crowd: Crowd,
+) -> Tally {
     let run = uuid::Uuid::new_v4().simple().to_string();
     let mut tasks = Vec::with_capacity(crowd.buyers);
     for buyer in 0..crowd.buyers {
         let app = apps[buyer % apps.len()];
         let client = app.client.clone();
         let url = format!("{}/api/products/{product}/orders", app.url);
-        let body = json!({
-            "user_id": format!("u-{buyer}"),
-            "quantity": 1,
-            "request_id": format!("{run}-{buyer}"),
-            "strategy": strategy,
-        });
+        let strategies = strategies.to_vec();
+        let (user_id, request_id) = (format!("u-{buyer}"), format!("{run}-{buyer}"));
         tasks.push(tokio::spawn(async move {
             let mut attempt = 0;
             loop {
+                let body = OrderRequest {
+                    user_id: user_id.clone(),
+                    quantity: 1,
+                    request_id: request_id.clone(),
+                    strategy: Some(strategies[rand::random_range(0..strategies.len())]),
+                };
                 let mut request = client.post(&url).json(&body);
                 if let Some(ms) = crowd.hold_ms {
                     request = request.header("x-seckill-hold-ms", ms.to_string());
@@ -262,7 +277,9 @@ pub async fn flash_sale(apps: &[&TestApp], product: u64, strategy: &str, crowd: 
                 let r = request.send().await.expect("order request");
                 let status = r.status();
                 let value: Value = r.json().await.unwrap_or(Value::Null);
-                let busy = status == StatusCode::SERVICE_UNAVAILABLE && value["error"] == "busy";
+                let lost = strategies.len() > 1 && value["error"] == "lock_lost";
+                let busy =
+                    lost || status == StatusCode::SERVICE_UNAVAILABLE && value["error"] == "busy";
                 if busy && attempt < crowd.busy_retries {
                     attempt += 1;
                     let pause = 10 + rand::random_range(0..40);

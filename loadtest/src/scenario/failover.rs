@@ -101,7 +101,7 @@ async fn one(
             "replication link cut: the primary's writes no longer reach the replica",
         );
     }
-    let lock_a = locks::connect("redis", &on(pair.primary.url())).await?;
+    let lock_a = locks::connect(locks::Backend::Redis, &on(pair.primary.url())).await?;
     let a = lock_a.acquire(key, AcquireOptions::new(lease)).await?;
     let token_a = a.fencing_token();
     tl.log("A", format!("granted token {token_a} by the primary"));
@@ -133,7 +133,7 @@ async fn one(
     control(move || p.promote_replica()).await?;
     tl.log("replica", "promoted to primary (REPLICAOF NO ONE)");
 
-    let lock_b = locks::connect("redis", &on(pair.replica.url())).await?;
+    let lock_b = locks::connect(locks::Backend::Redis, &on(pair.replica.url())).await?;
     let b = lock_b
         .acquire(
             key,

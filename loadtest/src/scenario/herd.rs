@@ -17,12 +17,14 @@ use anyhow::Result;
 use locks::{AcquireOptions, DistributedLock};
 use tokio::sync::Mutex;
 
+use locks::Backend;
+
 use super::{Row, ScenarioOptions, ScenarioReport, start};
 
 const WAITERS: usize = 64;
 /// Waiters share this many lock clients (connections / sessions), as app instances would.
 const CLIENTS: usize = 8;
-const BACKENDS: [&str; 3] = ["redis", "redis-watchdog", "zookeeper"];
+const BACKENDS: [Backend; 3] = [Backend::Redis, Backend::RedisWatchdog, Backend::ZooKeeper];
 
 struct Measured {
     requests_per_grant: f64,
@@ -53,13 +55,13 @@ pub async fn run(opts: &ScenarioOptions) -> Result<ScenarioReport> {
 
     let notified_max = measured
         .iter()
-        .filter(|(b, _)| *b != "redis")
+        .filter(|(b, _)| *b != Backend::Redis)
         .map(|(_, m)| m.requests_per_grant)
         .fold(0.0, f64::max);
     let rows = measured
         .iter()
         .map(|(backend, m)| {
-            let (expected, ok) = if *backend == "redis" {
+            let (expected, ok) = if *backend == Backend::Redis {
                 (
                     "polling: more requests per grant than either notifying backend".to_string(),
                     m.requests_per_grant > notified_max,
@@ -77,7 +79,7 @@ pub async fn run(opts: &ScenarioOptions) -> Result<ScenarioReport> {
                 "{:.1} requests per grant, wake-up p99 {:.1} ms",
                 m.requests_per_grant, m.p99_wake_ms
             );
-            Row::new(*backend, expected, observed, ok && m.overlaps == 0)
+            Row::new(backend.name(), expected, observed, ok && m.overlaps == 0)
                 .figure("requests_per_grant", m.requests_per_grant)
                 .figure("wake_p50_ms", m.p50_wake_ms)
                 .figure("wake_p99_ms", m.p99_wake_ms)

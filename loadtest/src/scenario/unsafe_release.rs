@@ -12,9 +12,11 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use locks::{AcquireOptions, LockError};
 
+use locks::Backend;
+
 use super::{Row, ScenarioOptions, ScenarioReport, Timeline, start};
 
-const BACKENDS: [&str; 2] = ["redis-unsafe-release", "redis"];
+const BACKENDS: [Backend; 2] = [Backend::RedisUnsafeRelease, Backend::Redis];
 
 pub async fn run(opts: &ScenarioOptions) -> Result<ScenarioReport> {
     let redis = start(sandbox::Redis::start).await?;
@@ -88,7 +90,7 @@ pub async fn run(opts: &ScenarioOptions) -> Result<ScenarioReport> {
             c.release().await?;
         }
 
-        let unsafe_variant = backend == "redis-unsafe-release";
+        let unsafe_variant = backend == Backend::RedisUnsafeRelease;
         let (expected, ok) = if unsafe_variant {
             (
                 "A's late DEL frees B's lock; C is granted while B holds (two holders)",
@@ -114,13 +116,13 @@ pub async fn run(opts: &ScenarioOptions) -> Result<ScenarioReport> {
             }
         );
         rows.push(
-            Row::new(backend, expected, observed, ok)
+            Row::new(backend.name(), expected, observed, ok)
                 .figure("holders_at_once", if third_holder { 2.0 } else { 1.0 })
                 .figure("late_release_deleted_lock", f64::from(u8::from(a_claimed)))
                 .figure("token_a", token_a as f64)
                 .figure("token_b", token_b as f64),
         );
-        timeline.extend(tl.events(Some(backend)));
+        timeline.extend(tl.events(Some(backend.name())));
     }
     let why = why(&rows);
     Ok(ScenarioReport {

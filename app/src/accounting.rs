@@ -1,0 +1,121 @@
+//! What a sale really did, defined once for the whole workspace: the benchmark, the fault
+//! scenarios and the tests all judge a sale with [`Accounting::of`], read from the database
+//! ([`crate::db::products::ledger`]) rather than from the HTTP answers, which can be wrong in
+//! both directions (a 201 whose order was never written, an order whose answer was lost).
+//!
+//! With S the initial stock:
+//!
+//! * **sold** = Σ `orders.quantity` of the product; **oversell** = max(0, sold − S).
+//! * **lost updates** (phantom inventory) = sold − (S − final stock) when positive: units that
+//!   left the shelf in orders but never left the stock counter, the signature of a
+//!   read-modify-write race (two buyers read 5, both write 4).
+//! * **negative stock** = −final stock when below zero: an unguarded `stock = stock − q`.
+//! * **undersell** = units still in stock although demand exceeded supply (a strategy that
+//!   gives up too early, e.g. optimistic retries running out).
+
+use serde::{Deserialize, Serialize};
+
+/// The rows of one product after a sale.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ledger {
+    pub initial_stock: i64,
+    pub final_stock: i64,
+    /// Σ quantity over the product's orders.
+    pub units_in_orders: i64,
+    /// Number of order rows.
+    pub orders: i64,
+}
+
+/// The correctness figures of one sale.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Accounting {
+    pub initial_stock: i64,
+    pub final_stock: i64,
+    pub units_sold: i64,
+    pub orders: i64,
+    pub oversell: i64,
+    pub lost_updates: i64,
+    pub negative_stock: i64,
+    pub undersell: i64,
+    /// Demand (units requested) exceeded the initial stock.
+    pub demand_exceeded_supply: bool,
+}
+
+impl Accounting {
+    /// Applies the definitions of the module docs to `ledger`, given the units the buyers
+    /// asked for in all.
+    pub fn of(ledger: Ledger, demand_units: i64) -> Accounting {
+        let (initial, sold, left) = (
+            ledger.initial_stock,
+            ledger.units_in_orders,
+            ledger.final_stock,
+        );
+        let exceeded = demand_units > initial;
+        Accounting {
+            initial_stock: initial,
+            final_stock: left,
+            units_sold: sold,
+            orders: ledger.orders,
+            oversell: (sold - initial).max(0),
+            lost_updates: (sold - (initial - left)).max(0),
+            negative_stock: (-left).max(0),
+            undersell: if exceeded { left.max(0) } else { 0 },
+            demand_exceeded_supply: exceeded,
+        }
+    }
+
+    /// Whether the sale broke an invariant (oversell, lost updates or negative stock).
+    pub fn is_incorrect(&self) -> bool {
+        self.oversell > 0 || self.lost_updates > 0 || self.negative_stock > 0
+    }
+
+    /// Units in orders that the stock counter does not account for, in either direction:
+    /// 0 for every sale that kept stock and orders consistent.
+    pub fn unaccounted(&self) -> i64 {
+        self.units_sold - (self.initial_stock - self.final_stock)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ledger(final_stock: i64, units: i64) -> Ledger {
+        Ledger {
+            initial_stock: 100,
+            final_stock,
+            units_in_orders: units,
+            orders: units,
+        }
+    }
+
+    #[test]
+    fn a_correct_sale_has_no_anomaly() {
+        let a = Accounting::of(ledger(0, 100), 500);
+        assert!(!a.is_incorrect());
+        assert_eq!(
+            (a.oversell, a.lost_updates, a.negative_stock, a.undersell),
+            (0, 0, 0, 0)
+        );
+    }
+
+    #[test]
+    fn lost_updates_show_as_phantom_inventory_and_oversell() {
+        // 130 units ordered, the counter only went down by 100.
+        let a = Accounting::of(ledger(0, 130), 500);
+        assert_eq!((a.oversell, a.lost_updates, a.negative_stock), (30, 30, 0));
+        assert_eq!(a.unaccounted(), 30);
+    }
+
+    #[test]
+    fn an_unguarded_decrement_shows_negative_stock_without_lost_updates() {
+        let a = Accounting::of(ledger(-12, 112), 500);
+        assert_eq!((a.oversell, a.negative_stock, a.lost_updates), (12, 12, 0));
+    }
+
+    #[test]
+    fn units_left_count_as_undersell_only_when_demand_exceeded_supply() {
+        assert_eq!(Accounting::of(ledger(7, 93), 500).undersell, 7);
+        assert_eq!(Accounting::of(ledger(50, 50), 50).undersell, 0);
+    }
+}

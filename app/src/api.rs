@@ -1,0 +1,218 @@
+//! The wire types of the HTTP API, defined once: the server answers with them, every client in
+//! the workspace (the benchmark, the scenarios, the tests) reads and writes them, and the
+//! OpenAPI document is generated from them — ranges and lengths included, so the document says
+//! what the server enforces.
+
+use std::fmt;
+
+use axum::http::StatusCode;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+pub use crate::strategy::catalogue::{Safety, Service, Strategy, UnknownStrategy};
+
+/// Longest `user_id`, in characters.
+pub const MAX_USER_ID: usize = 64;
+/// Longest `request_id`, in characters.
+pub const MAX_REQUEST_ID: usize = 128;
+/// Largest `quantity` the schema admits; the server's `--max-quantity` (default 5) may be lower.
+pub const MAX_QUANTITY: i64 = 1000;
+/// Largest stock a product can be reset to.
+pub const MAX_STOCK: i64 = 1_000_000_000;
+/// Largest product id (ids are stored as signed 64-bit values by the clients we serve).
+pub const MAX_PRODUCT_ID: u64 = i64::MAX as u64;
+
+/// Body of `POST /api/products/{id}/orders`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OrderRequest {
+    #[schema(min_length = 1, max_length = 64, pattern = r"^\S(.*\S)?$")]
+    pub user_id: String,
+    /// Units to buy: 1 up to the server's `--max-quantity` (default 5), answered 422 otherwise.
+    #[schema(minimum = 1, maximum = 1000)]
+    pub quantity: i64,
+    /// Client-chosen idempotency key: the same key again returns the first order, and the same
+    /// key with other parameters is refused (`422 idempotency_conflict`).
+    #[schema(min_length = 1, max_length = 128, pattern = r"^\S(.*\S)?$")]
+    pub request_id: String,
+    /// The server's default strategy when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub strategy: Option<Strategy>,
+}
+
+/// An order as answered by `201` (created) and `200` (replayed).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct OrderResponse {
+    pub order_id: u64,
+    pub product_id: u64,
+    pub user_id: String,
+    pub quantity: u32,
+    pub strategy: Strategy,
+    pub request_id: String,
+    /// The fencing token of the lock the purchase was made under (lock-based strategies).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fencing_token: Option<u64>,
+}
+
+/// Body of `PUT /api/products/{id}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ResetProduct {
+    #[schema(minimum = 0, maximum = 1_000_000_000)]
+    pub stock: i64,
+}
+
+/// A product as `GET /api/products/{id}` shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ProductView {
+    pub id: u64,
+    pub stock: i64,
+    pub initial_stock: i64,
+    /// Sum of ordered quantities.
+    pub sold: i64,
+    /// Number of orders.
+    pub orders: i64,
+}
+
+/// What `GET /api/strategies` shows about a strategy.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct StrategyInfo {
+    pub name: Strategy,
+    /// One line: what it does.
+    pub description: String,
+    /// What it needs to run.
+    pub service: Service,
+    /// Whether it keeps `sold ≤ initial stock` under concurrency across instances.
+    pub safety: Safety,
+}
+
+impl StrategyInfo {
+    /// The catalogue's line for `strategy`.
+    pub fn of(strategy: Strategy) -> StrategyInfo {
+        StrategyInfo {
+            name: strategy,
+            description: strategy.spec().description.to_string(),
+            service: strategy.service(),
+            safety: strategy.safety(),
+        }
+    }
+}
+
+/// Body of `GET /api/strategies`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct StrategyList {
+    pub default: Strategy,
+    pub strategies: Vec<StrategyInfo>,
+}
+
+/// Body of a healthy `GET /healthz`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Health {
+    pub status: String,
+    pub database: String,
+}
+
+/// Every error code the API answers, in the `error` field of [`ErrorBody`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// 400: malformed JSON, a path that is not a product id, a malformed header.
+    BadRequest,
+    /// 422: well-formed input that breaks a rule (quantity, id lengths).
+    InvalidRequest,
+    /// 422: no strategy of that name.
+    UnknownStrategy,
+    /// 422: a request id reused with another product, user, quantity or strategy.
+    IdempotencyConflict,
+    /// 401: missing or wrong admin token.
+    Unauthorized,
+    /// 404: no such product.
+    NotFound,
+    /// 409: not enough stock left.
+    SoldOut,
+    /// 409: a fenced write was refused: a newer lock holder claimed the product.
+    LockLost,
+    /// 503: the lock or row lock was not obtained within the wait budget; retry.
+    Busy,
+    /// 503: a backend the request needs is unreachable or not configured.
+    BackendUnavailable,
+    /// 500: a bug; the cause is logged, never sent.
+    Internal,
+}
+
+impl ErrorCode {
+    /// Every code, for listings and exhaustive tests.
+    pub const ALL: &[ErrorCode] = &[
+        ErrorCode::BadRequest,
+        ErrorCode::InvalidRequest,
+        ErrorCode::UnknownStrategy,
+        ErrorCode::IdempotencyConflict,
+        ErrorCode::Unauthorized,
+        ErrorCode::NotFound,
+        ErrorCode::SoldOut,
+        ErrorCode::LockLost,
+        ErrorCode::Busy,
+        ErrorCode::BackendUnavailable,
+        ErrorCode::Internal,
+    ];
+
+    /// The HTTP status that carries this code.
+    pub fn status(self) -> StatusCode {
+        match self {
+            ErrorCode::BadRequest => StatusCode::BAD_REQUEST,
+            ErrorCode::InvalidRequest
+            | ErrorCode::UnknownStrategy
+            | ErrorCode::IdempotencyConflict => StatusCode::UNPROCESSABLE_ENTITY,
+            ErrorCode::Unauthorized => StatusCode::UNAUTHORIZED,
+            ErrorCode::NotFound => StatusCode::NOT_FOUND,
+            ErrorCode::SoldOut | ErrorCode::LockLost => StatusCode::CONFLICT,
+            ErrorCode::Busy | ErrorCode::BackendUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The wire name (`"sold_out"`); also the `outcome` label of the metrics.
+    pub fn name(self) -> &'static str {
+        match self {
+            ErrorCode::BadRequest => "bad_request",
+            ErrorCode::InvalidRequest => "invalid_request",
+            ErrorCode::UnknownStrategy => "unknown_strategy",
+            ErrorCode::IdempotencyConflict => "idempotency_conflict",
+            ErrorCode::Unauthorized => "unauthorized",
+            ErrorCode::NotFound => "not_found",
+            ErrorCode::SoldOut => "sold_out",
+            ErrorCode::LockLost => "lock_lost",
+            ErrorCode::Busy => "busy",
+            ErrorCode::BackendUnavailable => "backend_unavailable",
+            ErrorCode::Internal => "internal",
+        }
+    }
+}
+
+impl fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The JSON body of every error.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ErrorBody {
+    pub error: ErrorCode,
+    pub message: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_error_code_serializes_as_its_wire_name() {
+        for &code in ErrorCode::ALL {
+            assert_eq!(
+                serde_json::to_value(code).ok(),
+                Some(serde_json::json!(code.name()))
+            );
+        }
+    }
+}

@@ -1,0 +1,288 @@
+//! The strategy catalogue: every strategy the service offers, one line each.
+//!
+//! A line names the strategy (the [`Strategy`] variant and its wire name), says how safe it is
+//! ([`Safety`]), how it is built ([`Kind`]: a strategy of its own, or the generic locked
+//! strategy over a [`Backend`], fenced or not) and what it does in one sentence. The macro turns
+//! the lines into the [`Strategy`] enum and an exhaustive `match`, so a strategy is known to the
+//! service, the benchmark and the report the moment its line exists, and a variant without a
+//! line cannot compile.
+//!
+//! **Adding a strategy** is one file under `app/src/strategy/` (a type implementing
+//! [`super::StockStrategy`] with a `build(&Deps)` function and a `//!` header explaining why it
+//! is safe or unsafe) and one line below.
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use locks::Backend;
+use serde::{Deserialize, Serialize};
+
+use super::{
+    Deps, StockStrategy, conditional, local_mutex, naive, optimistic, pessimistic, unchecked,
+};
+
+/// How far a strategy keeps `sold ≤ initial stock` under concurrency, across instances.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Safety {
+    /// Never oversells, whatever the timing: the database or a fencing token enforces it.
+    Safe,
+    /// Never oversells *while the lock holds*: a holder that outlives its lease or session
+    /// (a pause, a slow critical section, a partition) lets a second holder in, and nothing in
+    /// the database stops the second write. Timing-dependent by design.
+    WhileLeasesHold,
+    /// Oversells under ordinary concurrency; exists to show how.
+    Unsafe,
+}
+
+impl Safety {
+    /// The words the README and the report use.
+    pub fn words(self) -> &'static str {
+        match self {
+            Safety::Safe => "safe",
+            Safety::WhileLeasesHold => "safe while leases hold",
+            Safety::Unsafe => "unsafe",
+        }
+    }
+}
+
+impl fmt::Display for Safety {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.words())
+    }
+}
+
+/// What a strategy needs to run: where its stock or its lock lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum Service {
+    /// MariaDB alone.
+    Mariadb,
+    /// The service process itself (memory).
+    Process,
+    Redis,
+    /// Several independent Redis instances.
+    Redlock,
+    Zookeeper,
+    Etcd,
+}
+
+impl Service {
+    /// The service a lock backend runs on.
+    pub fn of(backend: Backend) -> Service {
+        match backend {
+            Backend::Redis
+            | Backend::RedisWatchdog
+            | Backend::RedisSetnxNoTtl
+            | Backend::RedisGetThenSet
+            | Backend::RedisUnsafeRelease => Service::Redis,
+            Backend::Redlock => Service::Redlock,
+            Backend::ZooKeeper => Service::Zookeeper,
+            Backend::Etcd => Service::Etcd,
+            Backend::DbLock | Backend::DbLockRenewed => Service::Mariadb,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Service::Mariadb => "mariadb",
+            Service::Process => "process",
+            Service::Redis => "redis",
+            Service::Redlock => "redlock",
+            Service::Zookeeper => "zookeeper",
+            Service::Etcd => "etcd",
+        }
+    }
+}
+
+/// Whether a locked strategy hands its fencing token to the database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fencing {
+    /// The stock write trusts the lock alone.
+    Off,
+    /// The stock write is refused when a newer holder has claimed the product.
+    On,
+}
+
+/// How a strategy is built.
+#[derive(Clone, Copy)]
+pub enum Kind {
+    /// A strategy of its own, running on `service`.
+    Own {
+        service: Service,
+        build: fn(&Deps) -> Arc<dyn StockStrategy>,
+    },
+    /// The generic locked strategy ([`super::locked::Locked`]) over a lock backend.
+    Locked { backend: Backend, fencing: Fencing },
+}
+
+impl fmt::Debug for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Kind::Own { service, .. } => write!(f, "Own({})", service.name()),
+            Kind::Locked { backend, fencing } => write!(f, "Locked({backend}, {fencing:?})"),
+        }
+    }
+}
+
+/// One catalogue line.
+#[derive(Debug, Clone, Copy)]
+pub struct Spec {
+    pub safety: Safety,
+    pub kind: Kind,
+    pub description: &'static str,
+}
+
+const fn own(service: Service, build: fn(&Deps) -> Arc<dyn StockStrategy>) -> Kind {
+    Kind::Own { service, build }
+}
+
+const fn locked(backend: Backend, fencing: Fencing) -> Kind {
+    Kind::Locked { backend, fencing }
+}
+
+macro_rules! catalogue {
+    ($($variant:ident = $name:literal, $safety:ident, $kind:expr, $description:literal;)+) => {
+        /// A strategy of the catalogue, by its wire name (`"conditional"`, `"redis-lock"`, …).
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord,
+                 Serialize, Deserialize, utoipa::ToSchema)]
+        pub enum Strategy {
+            $(#[serde(rename = $name)] $variant,)+
+        }
+
+        impl Strategy {
+            /// Every strategy, in catalogue order (the order of reports and listings).
+            pub const ALL: &[Strategy] = &[$(Strategy::$variant,)+];
+
+            /// The wire name.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(Strategy::$variant => $name,)+
+                }
+            }
+
+            /// Its catalogue line.
+            pub fn spec(self) -> Spec {
+                match self {
+                    $(Strategy::$variant => Spec {
+                        safety: Safety::$safety,
+                        kind: $kind,
+                        description: $description,
+                    },)+
+                }
+            }
+        }
+    };
+}
+
+use Fencing::{Off, On};
+use Service::{Mariadb, Process};
+
+#[rustfmt::skip]
+catalogue! {
+    Naive = "naive", Unsafe, own(Mariadb, naive::build), "reads stock, computes in the app, writes the absolute value back";
+    Unchecked = "unchecked", Unsafe, own(Mariadb, unchecked::build), "checks stock, then `SET stock = stock - q` with no guard in the UPDATE";
+    LocalMutex = "local-mutex", Unsafe, own(Process, local_mutex::build), "`naive` inside a per-product in-process mutex: correct with one instance only";
+    Conditional = "conditional", Safe, own(Mariadb, conditional::build), "`UPDATE … SET stock = stock - q WHERE stock >= q` in one statement";
+    Optimistic = "optimistic", Safe, own(Mariadb, optimistic::build), "reads stock and version, `UPDATE … WHERE version = v`, bounded jittered retries";
+    Pessimistic = "pessimistic", Safe, own(Mariadb, pessimistic::build_waiting), "`SELECT … FOR UPDATE` in a transaction: buyers queue on the row lock";
+    PessimisticNowait = "pessimistic-nowait", Safe, own(Mariadb, pessimistic::build_nowait), "`SELECT … FOR UPDATE NOWAIT`: answers busy instead of queueing";
+    DbLock = "db-lock", WhileLeasesHold, locked(Backend::DbLock, Off), "lock row in a lock table (unique name, expiry, release by row id); stock read-modify-write inside";
+    DbLockFenced = "db-lock-fenced", Safe, locked(Backend::DbLock, On), "`db-lock`, and the stock write is fenced by the lock row's id";
+    DbLockRenewed = "db-lock-renewed", WhileLeasesHold, locked(Backend::DbLockRenewed, Off), "`db-lock` with a renewal task that extends the lease while the holder lives";
+    RedisLock = "redis-lock", WhileLeasesHold, locked(Backend::Redis, Off), "`SET NX PX` lock per product, stock read-modify-write inside; unsafe past its lease";
+    RedisLockFenced = "redis-lock-fenced", Safe, locked(Backend::Redis, On), "`redis-lock` with the stock write fenced by the lock's `INCR` token";
+    RedisWatchdog = "redis-watchdog", WhileLeasesHold, locked(Backend::RedisWatchdog, Off), "Redisson-like lock renewed by a watchdog, waiters woken by pub/sub";
+    RedisWatchdogFenced = "redis-watchdog-fenced", Safe, locked(Backend::RedisWatchdog, On), "`redis-watchdog` with the stock write fenced by the lock's token";
+    Redlock = "redlock", WhileLeasesHold, locked(Backend::Redlock, Off), "quorum lock over independent Redis instances";
+    RedisSetnxNoTtl = "redis-setnx-no-ttl", Unsafe, locked(Backend::RedisSetnxNoTtl, Off), "`SETNX` then a separate `EXPIRE`: a crash between them leaves the lock stuck";
+    RedisGetThenSet = "redis-get-then-set", Unsafe, locked(Backend::RedisGetThenSet, Off), "`GET`, then `SET` if empty: two round trips, two holders";
+    RedisUnsafeRelease = "redis-unsafe-release", Unsafe, locked(Backend::RedisUnsafeRelease, Off), "release by plain `DEL`: deletes the next holder's lock after a lease expiry";
+    Zookeeper = "zookeeper", WhileLeasesHold, locked(Backend::ZooKeeper, Off), "Curator-style ephemeral sequential nodes, waiting on the predecessor";
+    ZookeeperFenced = "zookeeper-fenced", Safe, locked(Backend::ZooKeeper, On), "`zookeeper` with the stock write fenced by the lock node's czxid";
+    Etcd = "etcd", WhileLeasesHold, locked(Backend::Etcd, Off), "lease-bound keys, ownership by lowest create revision, watch on the predecessor";
+    EtcdFenced = "etcd-fenced", Safe, locked(Backend::Etcd, On), "`etcd` with the stock write fenced by the key's create revision";
+}
+
+impl Strategy {
+    pub fn safety(self) -> Safety {
+        self.spec().safety
+    }
+
+    /// The service it needs.
+    pub fn service(self) -> Service {
+        match self.spec().kind {
+            Kind::Own { service, .. } => service,
+            Kind::Locked { backend, .. } => Service::of(backend),
+        }
+    }
+
+    /// The lock backend of a locked strategy.
+    pub fn lock_backend(self) -> Option<Backend> {
+        match self.spec().kind {
+            Kind::Own { .. } => None,
+            Kind::Locked { backend, .. } => Some(backend),
+        }
+    }
+}
+
+impl fmt::Display for Strategy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A name that is not in the catalogue.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown strategy `{0}`; known: {known}", known = known_names())]
+pub struct UnknownStrategy(pub String);
+
+fn known_names() -> String {
+    let names: Vec<&str> = Strategy::ALL.iter().map(|s| s.name()).collect();
+    names.join(", ")
+}
+
+impl FromStr for Strategy {
+    type Err = UnknownStrategy;
+
+    fn from_str(name: &str) -> Result<Strategy, UnknownStrategy> {
+        Strategy::ALL
+            .iter()
+            .copied()
+            .find(|s| s.name() == name)
+            .ok_or_else(|| UnknownStrategy(name.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_strategy_name_parses_back_to_itself_and_serializes_as_its_name() {
+        for &s in Strategy::ALL {
+            assert_eq!(s.name().parse::<Strategy>(), Ok(s));
+            assert_eq!(
+                serde_json::to_value(s).ok(),
+                Some(serde_json::json!(s.name()))
+            );
+        }
+        let unknown = "nope".parse::<Strategy>().unwrap_err().to_string();
+        assert!(unknown.contains("conditional"), "{unknown}");
+    }
+
+    #[test]
+    fn a_fenced_locked_strategy_is_safe_and_an_unfenced_one_only_while_leases_hold() {
+        for &s in Strategy::ALL {
+            if let Kind::Locked { backend, fencing } = s.spec().kind {
+                let expected = match (backend.is_broken(), fencing) {
+                    (true, _) => Safety::Unsafe,
+                    (false, Fencing::On) => Safety::Safe,
+                    (false, Fencing::Off) => Safety::WhileLeasesHold,
+                };
+                assert_eq!(s.safety(), expected, "{s}");
+            }
+        }
+    }
+}
