@@ -14,8 +14,8 @@
 //! * `redis-lua`: a check-and-decrement Lua script on one key — the ceiling of every
 //!   Redis-based deduction.
 //!
-//! They run in their own database (`seckill_baseline`) with tables shaped like the app's, so
-//! they never touch the app's rows.
+//! They run in their own database (`seckill_baseline`), created by the app's own migrations,
+//! so they never touch the app's rows.
 
 use std::sync::Arc;
 
@@ -24,6 +24,9 @@ use deadpool_redis::redis;
 use serde::Serialize;
 use sqlx::MySqlPool;
 use sqlx::mysql::MySqlPoolOptions;
+
+use app::api::Strategy;
+use app::strategy::Kind;
 
 use crate::client::{Answer, Api};
 use crate::goose_noop;
@@ -82,16 +85,14 @@ pub struct Baseline {
     pub result: LoadResult,
 }
 
-/// Which baseline a strategy is compared with: where its stock lives. Every strategy that
-/// keeps the stock in MariaDB — including the lock-based ones, whose lock backend only guards
-/// a database read-modify-write — is compared with `sql-conditional`; one that decrements
-/// stock in Redis (a Lua script, by its name) with `redis-lua`.
-pub fn for_strategy(name: &str, backend: &str) -> BaselineName {
-    let (name, backend) = (name.to_ascii_lowercase(), backend.to_ascii_lowercase());
-    if backend.contains("redis") && name.contains("lua") {
-        BaselineName::RedisLua
-    } else {
-        BaselineName::SqlConditional
+/// Which baseline a strategy is compared with: the one of the store that holds its stock.
+/// Every kind of strategy in the catalogue keeps the stock in MariaDB — its own strategies,
+/// and the locked ones too, whose lock only guards a database read-modify-write — so each is
+/// compared with `sql-conditional`. A kind that kept the stock elsewhere (a Redis counter,
+/// compared with `redis-lua`) would have to say so here: the match is exhaustive.
+pub fn for_strategy(strategy: Strategy) -> BaselineName {
+    match strategy.spec().kind {
+        Kind::Own { .. } | Kind::Locked { .. } => BaselineName::SqlConditional,
     }
 }
 
@@ -216,39 +217,22 @@ async fn baseline_database(server_url: &str, pool: usize) -> Result<MySqlPool> {
         .connect(server_url)
         .await
         .with_context(|| format!("connecting to {server_url}"))?;
-    sqlx::query("CREATE DATABASE IF NOT EXISTS seckill_baseline")
-        .execute(&admin)
-        .await?;
+    // Fresh each run: the migrations create every table, and no row of a previous run stays.
+    for sql in [
+        "DROP DATABASE IF EXISTS seckill_baseline",
+        "CREATE DATABASE seckill_baseline",
+    ] {
+        sqlx::query(sql).execute(&admin).await?;
+    }
     admin.close().await;
     let db = MySqlPoolOptions::new()
         .max_connections(u32::try_from(pool).unwrap_or(u32::MAX))
         .connect(&format!("{}/{DATABASE}", server_url.trim_end_matches('/')))
         .await?;
-    for ddl in [
-        // The shape of the app's migration (app/migrations), so both pay for the same rows.
-        "CREATE TABLE IF NOT EXISTS products (
-            id            BIGINT UNSIGNED NOT NULL PRIMARY KEY,
-            stock         BIGINT          NOT NULL,
-            initial_stock BIGINT          NOT NULL,
-            version       BIGINT UNSIGNED NOT NULL DEFAULT 0,
-            fence         BIGINT UNSIGNED NOT NULL DEFAULT 0,
-            updated_at    TIMESTAMP(6)    NOT NULL DEFAULT CURRENT_TIMESTAMP(6) ON UPDATE CURRENT_TIMESTAMP(6)
-        ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4",
-        "CREATE TABLE IF NOT EXISTS orders (
-            id            BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY,
-            product_id    BIGINT UNSIGNED NOT NULL,
-            user_id       VARCHAR(64)     NOT NULL,
-            quantity      INT UNSIGNED    NOT NULL,
-            strategy      VARCHAR(64)     NOT NULL,
-            request_id    VARCHAR(128)    NOT NULL,
-            fencing_token BIGINT UNSIGNED NULL,
-            created_at    TIMESTAMP(6)    NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
-            CONSTRAINT orders_request_id UNIQUE (request_id),
-            KEY orders_product (product_id)
-        ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4",
-    ] {
-        sqlx::query(ddl).execute(&db).await?;
-    }
+    // The app's own migrations: both pay for the same rows and indexes.
+    app::db::migrate(&db)
+        .await
+        .context("migrating the baseline database")?;
     Ok(db)
 }
 
@@ -290,7 +274,7 @@ async fn conditional_purchase(db: &MySqlPool, request_id: &str) -> Result<Answer
     .bind(1_u64)
     .bind("baseline")
     .bind(1_i64)
-    .bind("conditional")
+    .bind(Strategy::Conditional.name())
     .bind(request_id)
     .bind(None::<u64>)
     .execute(&mut *tx)

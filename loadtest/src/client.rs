@@ -9,9 +9,10 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use serde::Serialize;
 
-use crate::wire::{ErrorBody, ErrorCode, OrderRequest, OrderResponse, ProductView, StrategyList};
-
-pub use crate::wire::StrategyInfo;
+use app::api::{
+    ErrorBody, ErrorCode, OrderRequest, OrderResponse, ProductView, Strategy, StrategyInfo,
+    StrategyList,
+};
 
 /// Request header that makes the strategy pause inside its critical section (the app must
 /// run with `--allow-fault-injection`).
@@ -95,20 +96,12 @@ impl Answer {
         match self {
             Answer::Created { fencing_token } => placed(201, "order placed", *fencing_token),
             Answer::Replayed { fencing_token } => placed(200, "order replayed", *fencing_token),
-            Answer::Refused { status, code } => format!("{status} {}", code_name(*code)),
+            Answer::Refused { status, code } => format!("{status} {code}"),
             Answer::Served { status } => format!("{status}"),
             Answer::Unexpected { status } => format!("{status} (outside the contract)"),
             Answer::Transport => "no answer (transport error)".into(),
         }
     }
-}
-
-/// The wire name of an error code (`lock_lost`).
-pub fn code_name(code: ErrorCode) -> String {
-    serde_json::to_value(code)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_owned))
-        .unwrap_or_else(|| format!("{code:?}"))
 }
 
 /// How many requests of a phase ended each way: every error code apart.
@@ -120,7 +113,7 @@ pub struct Outcomes {
     pub replayed: u64,
     /// Refusals by error code (`sold_out`, `lock_lost`, `busy`, …), each a key of its own.
     #[serde(flatten)]
-    pub refused: BTreeMap<ErrorCode, u64>,
+    pub refused: Refusals,
     /// `2xx` answers to requests that place no order (`GET /api/noop`).
     pub served: u64,
     /// Answers outside the contract, by status.
@@ -134,7 +127,7 @@ impl Outcomes {
         match *answer {
             Answer::Created { .. } => self.created += 1,
             Answer::Replayed { .. } => self.replayed += 1,
-            Answer::Refused { code, .. } => *self.refused.entry(code).or_default() += 1,
+            Answer::Refused { code, .. } => *self.refused.entry(code) += 1,
             Answer::Served { .. } => self.served += 1,
             Answer::Unexpected { status } => *self.unexpected.entry(status).or_default() += 1,
             Answer::Transport => self.transport_error += 1,
@@ -144,8 +137,8 @@ impl Outcomes {
     pub fn add(&mut self, o: &Outcomes) {
         self.created += o.created;
         self.replayed += o.replayed;
-        for (code, n) in &o.refused {
-            *self.refused.entry(*code).or_default() += n;
+        for (code, n) in o.refused.iter() {
+            *self.refused.entry(code) += n;
         }
         self.served += o.served;
         for (status, n) in &o.unexpected {
@@ -157,7 +150,7 @@ impl Outcomes {
     pub fn total(&self) -> u64 {
         self.created
             + self.replayed
-            + self.refused.values().sum::<u64>()
+            + self.refused.iter().map(|(_, n)| n).sum::<u64>()
             + self.served
             + self.unexpected.values().sum::<u64>()
             + self.transport_error
@@ -165,7 +158,7 @@ impl Outcomes {
 
     /// Refusals with `code`.
     pub fn refused(&self, code: ErrorCode) -> u64 {
-        self.refused.get(&code).copied().unwrap_or(0)
+        self.refused.0[Refusals::index(code)]
     }
 
     /// Requests that failed rather than being answered by the purchase contract: no answer,
@@ -175,10 +168,49 @@ impl Outcomes {
         let request_refusals: u64 = self
             .refused
             .iter()
-            .filter(|(code, _)| !is_purchase_refusal(**code))
+            .filter(|(code, _)| !is_purchase_refusal(*code))
             .map(|(_, n)| n)
             .sum();
         self.transport_error + self.unexpected.values().sum::<u64>() + request_refusals
+    }
+}
+
+/// Refusal counts, one per [`ErrorCode`]; serialized as `{"sold_out": 3, …}` with the codes
+/// that occurred, in [`ErrorCode::ALL`] order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusals([u64; ErrorCode::ALL.len()]);
+
+impl Default for Refusals {
+    fn default() -> Refusals {
+        Refusals([0; ErrorCode::ALL.len()])
+    }
+}
+
+impl Refusals {
+    fn index(code: ErrorCode) -> usize {
+        ErrorCode::ALL
+            .iter()
+            .position(|c| *c == code)
+            .expect("ErrorCode::ALL lists every code")
+    }
+
+    fn entry(&mut self, code: ErrorCode) -> &mut u64 {
+        &mut self.0[Refusals::index(code)]
+    }
+
+    /// The codes that occurred, with their counts.
+    pub fn iter(&self) -> impl Iterator<Item = (ErrorCode, u64)> + '_ {
+        ErrorCode::ALL
+            .iter()
+            .zip(self.0)
+            .filter(|(_, n)| *n > 0)
+            .map(|(code, n)| (*code, n))
+    }
+}
+
+impl Serialize for Refusals {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(self.iter())
     }
 }
 
@@ -193,6 +225,7 @@ pub fn is_purchase_refusal(code: ErrorCode) -> bool {
         ErrorCode::BadRequest
         | ErrorCode::InvalidRequest
         | ErrorCode::UnknownStrategy
+        | ErrorCode::IdempotencyConflict
         | ErrorCode::Unauthorized
         | ErrorCode::NotFound
         | ErrorCode::Internal => false,
@@ -210,8 +243,8 @@ impl std::fmt::Display for Outcomes {
         };
         part("201".into(), self.created);
         part("200 replayed".into(), self.replayed);
-        for (code, n) in &self.refused {
-            part(code_name(*code), *n);
+        for (code, n) in self.refused.iter() {
+            part(code.to_string(), n);
         }
         part("2xx".into(), self.served);
         for (status, n) in &self.unexpected {
@@ -229,7 +262,7 @@ impl std::fmt::Display for Outcomes {
 /// The body of an order of `quantity` units by `user`, with the idempotency key `request_id`.
 pub fn order_request(
     user: String,
-    strategy: &str,
+    strategy: Strategy,
     request_id: String,
     quantity: i64,
 ) -> OrderRequest {
@@ -237,7 +270,7 @@ pub fn order_request(
         user_id: user,
         quantity,
         request_id,
-        strategy: Some(strategy.to_owned()),
+        strategy: Some(strategy),
     }
 }
 
@@ -376,7 +409,7 @@ impl Api {
 
 /// Sums the Prometheus samples labelled `strategy="<strategy>"` whose metric name mentions
 /// retries (`*retr*`, counters only: `_total` or no suffix). `None` when there are none.
-pub fn retries_in_metrics(text: &str, strategy: &str) -> Option<f64> {
+pub fn retries_in_metrics(text: &str, strategy: Strategy) -> Option<f64> {
     let label = format!("strategy=\"{strategy}\"");
     let mut found = None;
     for line in text.lines().filter(|l| !l.starts_with('#')) {
@@ -404,7 +437,7 @@ mod tests {
 
     #[test]
     fn an_answer_is_classified_by_status_and_documented_body() {
-        let order = br#"{"order_id":1,"product_id":2,"user_id":"u","quantity":1,"strategy":"s","request_id":"r","fencing_token":7}"#;
+        let order = br#"{"order_id":1,"product_id":2,"user_id":"u","quantity":1,"strategy":"redis-lock-fenced","request_id":"r","fencing_token":7}"#;
         assert_eq!(
             Answer::of_order(201, order),
             Answer::Created {
@@ -449,7 +482,7 @@ mod tests {
             seckill_retries_total{strategy=\"optimistic\",instance=\"b\"} 5\n\
             seckill_retries_total{strategy=\"naive\"} 100\n\
             seckill_requests_total{strategy=\"optimistic\"} 9\n";
-        assert_eq!(retries_in_metrics(text, "optimistic"), Some(12.0));
-        assert_eq!(retries_in_metrics(text, "conditional"), None);
+        assert_eq!(retries_in_metrics(text, Strategy::Optimistic), Some(12.0));
+        assert_eq!(retries_in_metrics(text, Strategy::Conditional), None);
     }
 }

@@ -10,13 +10,12 @@
 //! violations.
 //!
 //! One module per concern: [`cli`], [`apps`] (app processes, for the run and the scenarios),
-//! [`client`] (the one HTTP client and answer type) over [`wire`] (the API's types), [`load`]
+//! [`client`] (the one HTTP client and answer type, over `app::api`), [`load`]
 //! (the one load driver, closed and open loop), [`sale`], [`throughput`], [`baselines`] (with
-//! [`goose_noop`], the check on our own client), [`accounting`], [`latency`], [`environment`],
+//! [`goose_noop`], the check on our own client), [`latency`], [`environment`],
 //! [`report`], [`lock`], [`run`], and [`scenario`] (the fault scenarios: `seckill-bench
 //! scenario <name>|all`, and part of every `run`).
 
-pub mod accounting;
 pub mod apps;
 pub mod baselines;
 pub mod cli;
@@ -32,4 +31,3 @@ pub mod run;
 pub mod sale;
 pub mod scenario;
 pub mod throughput;
-pub mod wire;

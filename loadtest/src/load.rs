@@ -285,7 +285,7 @@ mod tests {
 
     /// One of each answer the app can give an order, and a transport error.
     fn every_answer(i: u64) -> Answer {
-        use crate::wire::ErrorCode;
+        use app::api::ErrorCode;
         let refused = |status, code| Answer::Refused { status, code };
         match i {
             0 => Answer::Created {
@@ -306,19 +306,22 @@ mod tests {
 
     #[tokio::test]
     async fn each_answer_code_is_counted_separately_in_the_json() {
+        use app::api::ErrorCode;
         let r = closed_loop(1, Budget::Requests(9), |i| async move { every_answer(i) }).await;
         let json = serde_json::to_value(&r).unwrap();
         let counts = &json["outcomes"];
-        for name in [
-            "sold_out",
-            "lock_lost",
-            "created",
-            "replayed",
-            "busy",
-            "backend_unavailable",
-            "invalid_request",
-            "transport_error",
-        ] {
+        let codes = [
+            ErrorCode::SoldOut,
+            ErrorCode::LockLost,
+            ErrorCode::Busy,
+            ErrorCode::BackendUnavailable,
+            ErrorCode::InvalidRequest,
+        ];
+        let names = codes.map(ErrorCode::name);
+        for name in names
+            .iter()
+            .chain(&["created", "replayed", "transport_error"])
+        {
             assert_eq!(counts[name], 1, "`{name}` in {counts}");
         }
         assert_eq!(counts["unexpected"]["500"], 1, "{counts}");

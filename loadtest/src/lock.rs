@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::{Result, bail};
 use deadpool_redis::redis;
-use locks::{AcquireOptions, DistributedLock, LockError};
+use locks::{AcquireOptions, Backend, DistributedLock, LockError};
 use sandbox::Endpoints;
 use serde::Serialize;
 use tokio::time::Instant;
@@ -25,7 +25,7 @@ const WAIT: Duration = Duration::from_secs(1);
 /// The result, with exactly the keys of issue 6.
 #[derive(Debug, Clone, Serialize)]
 pub struct LockReport {
-    pub backend: String,
+    pub backend: &'static str,
     pub workers: usize,
     pub seconds: f64,
     pub acquisitions: u64,
@@ -39,9 +39,9 @@ pub struct LockReport {
 /// ZooKeeper session timeout: the lease of the ZooKeeper lock.
 const ZOOKEEPER_SESSION: Duration = Duration::from_secs(10);
 
-/// Builds the named backend (see [`locks::Backend`]) from the harness's endpoints.
+/// Connects `backend` with the harness's endpoints.
 pub async fn connect_backend(
-    name: &str,
+    backend: Backend,
     endpoints: &Endpoints,
 ) -> Result<Arc<dyn DistributedLock>, locks::ConnectError> {
     let endpoints = locks::Endpoints {
@@ -51,12 +51,12 @@ pub async fn connect_backend(
         etcd: endpoints.etcd.clone(),
         zookeeper_session_timeout: ZOOKEEPER_SESSION,
     };
-    locks::connect(name.parse()?, &endpoints).await
+    locks::connect(backend, &endpoints).await
 }
 
-/// Runs the contention benchmark against `lock` (reported as `name`), probing with a counter in `redis_url`.
+/// Runs the contention benchmark against `lock` (a connected `backend`), probing with a counter in `redis_url`.
 pub async fn bench(
-    name: &str,
+    backend: Backend,
     lock: Arc<dyn DistributedLock>,
     redis_url: &str,
     workers: usize,
@@ -124,7 +124,7 @@ pub async fn bench(
         .await?;
     let summary = latencies.summary();
     Ok(LockReport {
-        backend: name.to_string(),
+        backend: backend.name(),
         workers,
         seconds: elapsed,
         acquisitions: grants,

@@ -1,11 +1,14 @@
 //! Phase 1, the flash sale: S units, U concurrent buyers, D purchase requests; then the
-//! database tells what really happened (see [`crate::accounting`]).
+//! database tells what really happened (see [`app::accounting`]).
 
 use anyhow::Result;
 use serde::Serialize;
 use sqlx::MySqlPool;
 
-use crate::accounting::{Accounting, read_ledger};
+use anyhow::Context;
+use app::accounting::Accounting;
+use app::api::Strategy;
+
 use crate::client::{Answer, Api, Outcomes, order_request, retries_in_metrics};
 use crate::latency::LatencySummary;
 use crate::load::{Budget, closed_loop};
@@ -14,7 +17,7 @@ use crate::load::{Budget, closed_loop};
 #[derive(Debug, Clone)]
 pub struct SalePlan {
     pub product: u64,
-    pub strategy: String,
+    pub strategy: Strategy,
     pub stock: i64,
     pub buyers: usize,
     pub requests: u64,
@@ -44,7 +47,7 @@ pub struct SaleResult {
 /// Resets the product, runs the sale, reads the ledger.
 pub async fn run_sale(api: &Api, db: &MySqlPool, plan: &SalePlan) -> Result<SaleResult> {
     api.reset_product(plan.product, plan.stock).await?;
-    let retries_before = retries_in_metrics(&api.metrics().await, &plan.strategy);
+    let retries_before = retries_in_metrics(&api.metrics().await, plan.strategy);
     let buyers = Buyers {
         api: api.clone(),
         plan: plan.clone(),
@@ -53,10 +56,13 @@ pub async fn run_sale(api: &Api, db: &MySqlPool, plan: &SalePlan) -> Result<Sale
         buyers.clone().send(i)
     })
     .await;
-    let retries_after = retries_in_metrics(&api.metrics().await, &plan.strategy);
-    let ledger = read_ledger(db, plan.product).await?;
+    let retries_after = retries_in_metrics(&api.metrics().await, plan.strategy);
+    let ledger = app::db::products::ledger(db, plan.product)
+        .await
+        .with_context(|| format!("reading the ledger of product {}", plan.product))?
+        .with_context(|| format!("product {} vanished during the sale", plan.product))?;
     let demand_units = plan.requests as i64 * plan.quantity;
-    let accounting = Accounting::of(plan.stock, demand_units, ledger);
+    let accounting = Accounting::of(ledger, demand_units);
     Ok(SaleResult {
         requests: plan.requests,
         buyers: plan.buyers,
@@ -82,7 +88,7 @@ impl Buyers {
         let plan = &self.plan;
         let body = order_request(
             format!("u-{}", i % plan.buyers as u64),
-            &plan.strategy,
+            plan.strategy,
             format!("{}-{i}", plan.id_prefix),
             plan.quantity,
         );

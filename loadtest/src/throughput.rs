@@ -3,6 +3,7 @@
 //! loops send the same requests through the same client.
 
 use anyhow::Result;
+use app::api::Strategy;
 use serde::Serialize;
 
 use crate::client::{Answer, Api, order_request};
@@ -19,7 +20,7 @@ pub const DEFAULT_RATE_SHARE: f64 = 0.7;
 #[derive(Debug, Clone)]
 pub struct ThroughputPlan {
     pub product: u64,
-    pub strategy: String,
+    pub strategy: Strategy,
     pub users: usize,
     pub quantity: i64,
     pub window: Window,
@@ -84,7 +85,7 @@ impl Buyers {
         let plan = &self.plan;
         let body = order_request(
             format!("u-{}", i % plan.users as u64),
-            &plan.strategy,
+            plan.strategy,
             format!("{}-{}-{i}", plan.id_prefix, self.tag),
             plan.quantity,
         );

@@ -2,12 +2,13 @@
 
 mod common;
 
+use app::api::Strategy;
 use loadtest::baselines::BaselineName;
 use loadtest::run::run_in;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn every_baseline_is_measured_and_the_strategy_is_compared_with_its_own() {
-    let mut settings = common::quick("conditional");
+    let mut settings = common::quick(Strategy::Conditional);
     settings.baselines = true;
     settings.seconds = 0.5;
     settings.warmup = 0.2;

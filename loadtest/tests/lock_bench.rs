@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use loadtest::lock::{bench, connect_backend};
+use locks::Backend;
 use sandbox::Endpoints;
 
 fn endpoints() -> Endpoints {
@@ -16,7 +17,7 @@ fn endpoints() -> Endpoints {
     }
 }
 
-async fn violations(backend: &str) -> i64 {
+async fn violations(backend: Backend) -> i64 {
     let e = endpoints();
     let lock = connect_backend(backend, &e).await.unwrap();
     let report = bench(
@@ -35,13 +36,13 @@ async fn violations(backend: &str) -> i64 {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_correct_redis_lock_shows_no_violation() {
-    assert_eq!(violations("redis").await, 0);
+    assert_eq!(violations(Backend::Redis).await, 0);
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_get_then_set_lock_shows_violations_under_contention() {
     for round in 1..=3 {
-        let v = violations("redis-get-then-set").await;
+        let v = violations(Backend::RedisGetThenSet).await;
         if v > 0 {
             return;
         }

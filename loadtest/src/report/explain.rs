@@ -7,7 +7,7 @@ use std::fmt::Write;
 
 use super::{RunReport, StrategyReport};
 use crate::baselines::BaselineName;
-use crate::wire::ErrorCode;
+use app::api::{ErrorCode, Safety};
 
 /// Below this share of its backend baseline, a strategy gets a "where the time goes" note.
 pub const FAR_BELOW_BASELINE_PERCENT: f64 = 60.0;
@@ -17,7 +17,7 @@ pub fn what_went_wrong(report: &RunReport) -> Vec<String> {
     report
         .strategies
         .iter()
-        .filter(|s| !s.strategy.safe || s.sale.accounting.is_incorrect())
+        .filter(|s| s.strategy.safety != Safety::Safe || s.sale.accounting.is_incorrect())
         .map(|s| wrong_paragraph(report, s))
         .collect()
 }
@@ -26,11 +26,7 @@ fn wrong_paragraph(report: &RunReport, s: &StrategyReport) -> String {
     let a = &s.sale.accounting;
     let name = &s.strategy.name;
     let mut p = String::new();
-    let declared = if s.strategy.safe {
-        "declared safe"
-    } else {
-        "declared unsafe"
-    };
+    let declared = format!("declared {}", s.strategy.safety);
     let _ = write!(
         p,
         "**`{name}`** ({declared}; {}). With {} buyers sending {} requests of {} unit(s) to {} \
@@ -113,18 +109,32 @@ fn wrong_paragraph(report: &RunReport, s: &StrategyReport) -> String {
             s.sale.outcomes.created, a.orders
         );
     }
-    if !a.is_incorrect() && a.undersell == 0 {
-        let _ = write!(
+    let clean = !a.is_incorrect() && a.undersell == 0;
+    let _ = match (s.strategy.safety, a.is_incorrect()) {
+        (Safety::Unsafe, false) if clean => write!(
             p,
             " No anomaly showed in this run: the race window was not hit at this concurrency. \
              Unsafe means it *can* fail, not that it fails every time."
-        );
-    } else if s.strategy.safe && a.is_incorrect() {
-        let _ = write!(
+        ),
+        (Safety::WhileLeasesHold, false) if clean => write!(
+            p,
+            " No anomaly showed in this run: no holder outlived its lease. It is safe only \
+             while leases hold; the `lease-expiry` and `process-pause` scenarios show what \
+             happens when one does not."
+        ),
+        (Safety::WhileLeasesHold, true) => write!(
+            p,
+            " It is safe only while leases hold, so this is a lease that ran out under a \
+             holder still inside its critical section: a second holder was let in and nothing \
+             in the database refused the first one's late write. Its fenced variant closes \
+             that gap."
+        ),
+        (Safety::Safe, true) => write!(
             p,
             " **This strategy is declared safe, so this is a bug in it** (or in the accounting)."
-        );
-    }
+        ),
+        _ => Ok(()),
+    };
     p
 }
 

@@ -64,7 +64,7 @@ pub fn render(r: &RunReport) -> String {
          The answers are what the clients were told, each code counted apart.\n\n",
     );
     md.push_str(
-        "| strategy | safe | sold | final stock | oversell | lost updates | negative stock | undersell | retries | seconds | answers |\n\
+        "| strategy | safety | sold | final stock | oversell | lost updates | negative stock | undersell | retries | seconds | answers |\n\
          |---|---|--:|--:|--:|--:|--:|--:|--:|--:|---|\n",
     );
     for x in &r.strategies {
@@ -73,7 +73,7 @@ pub fn render(r: &RunReport) -> String {
             md,
             "| `{}` | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} | {o} |",
             x.strategy.name,
-            yes_no(x.strategy.safe),
+            x.strategy.safety,
             a.units_sold,
             a.final_stock,
             a.oversell,
@@ -124,7 +124,7 @@ pub fn render(r: &RunReport) -> String {
 /// The summary table (also printed at the end of a run).
 pub fn summary_table(r: &RunReport) -> String {
     let mut md = String::from(
-        "| strategy | backend | safe | sold / stock | oversell | lost updates | negative stock | undersell | deductions/s (closed) | % of backend baseline | p99 closed (ms) | p99 open (ms) |\n\
+        "| strategy | service | safety | sold / stock | oversell | lost updates | negative stock | undersell | deductions/s (closed) | % of backend baseline | p99 closed (ms) | p99 open (ms) |\n\
          |---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n",
     );
     for x in &r.strategies {
@@ -133,8 +133,8 @@ pub fn summary_table(r: &RunReport) -> String {
             md,
             "| `{}` | {} | {} | {} / {} | {} | {} | {} | {} | {:.0} | {} | {:.1} | {:.1} |",
             x.strategy.name,
-            x.strategy.backend,
-            yes_no(x.strategy.safe),
+            x.strategy.service.name(),
+            x.strategy.safety,
             a.units_sold,
             a.initial_stock,
             a.oversell,
@@ -212,8 +212,4 @@ fn environment(r: &RunReport) -> String {
         }
     }
     md
-}
-
-fn yes_no(b: bool) -> &'static str {
-    if b { "yes" } else { "no" }
 }

@@ -12,11 +12,11 @@ use serde::Serialize;
 
 use crate::baselines::{self, Baseline, BaselineName};
 use crate::cli::Settings;
-use crate::client::StrategyInfo;
 use crate::environment::Environment;
 use crate::sale::SaleResult;
 use crate::scenario::ScenarioReport;
 use crate::throughput::ThroughputResult;
+use app::api::StrategyInfo;
 
 /// Everything one `seckill-bench run` measured.
 #[derive(Debug, Clone, Serialize)]
@@ -54,7 +54,7 @@ impl StrategyReport {
         throughput: ThroughputResult,
         baselines_measured: &[Baseline],
     ) -> StrategyReport {
-        let baseline = baselines::for_strategy(&strategy.name, &strategy.backend);
+        let baseline = baselines::for_strategy(strategy.name);
         let rate_of = |name: BaselineName, f: fn(&crate::load::LoadResult) -> f64| {
             baselines_measured
                 .iter()
@@ -107,10 +107,11 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::accounting::{Accounting, Ledger};
     use crate::client::Outcomes;
     use crate::latency::Latencies;
     use crate::load::{LoadResult, Loop};
+    use app::accounting::{Accounting, Ledger};
+    use app::api::{ErrorCode, Strategy};
 
     fn load(mode: Loop, per_sec: u64) -> LoadResult {
         let mut l = Latencies::default();
@@ -124,13 +125,8 @@ mod tests {
         LoadResult::new(mode, 10, 1.0, outcomes, 0, &l)
     }
 
-    fn strategy(name: &str, safe: bool, ledger: Ledger) -> StrategyReport {
-        let info = StrategyInfo {
-            name: name.into(),
-            description: "test strategy".into(),
-            backend: "mariadb".into(),
-            safe,
-        };
+    fn strategy(strategy: Strategy, ledger: Ledger) -> StrategyReport {
+        let info = StrategyInfo::of(strategy);
         let sale = SaleResult {
             requests: 500,
             buyers: 10,
@@ -140,7 +136,7 @@ mod tests {
                 created: ledger.orders as u64,
                 ..Outcomes::default()
             },
-            accounting: Accounting::of(100, 500, ledger),
+            accounting: Accounting::of(ledger, 500),
             acknowledged_minus_orders: 0,
             retries: None,
             latency: Latencies::default().summary(),
@@ -159,6 +155,7 @@ mod tests {
 
     fn report() -> RunReport {
         let ledger = |final_stock, units| Ledger {
+            initial_stock: 100,
             final_stock,
             units_in_orders: units,
             orders: units,
@@ -199,8 +196,8 @@ mod tests {
                 result: load(Loop::Closed, 1000),
             }],
             strategies: vec![
-                strategy("racy", false, ledger(20, 137)),
-                strategy("careful", true, ledger(0, 100)),
+                strategy(Strategy::Naive, ledger(20, 137)),
+                strategy(Strategy::Conditional, ledger(0, 100)),
             ],
             scenarios: Vec::new(),
         }
@@ -211,7 +208,7 @@ mod tests {
         let paragraphs = explain::what_went_wrong(&report());
         assert_eq!(paragraphs.len(), 1, "{paragraphs:?}");
         let p = &paragraphs[0];
-        assert!(p.contains("`racy`"), "{p}");
+        assert!(p.contains("`naive`"), "{p}");
         assert!(p.contains("oversold by 37 unit(s)"), "{p}");
         assert!(p.contains("**57 decrement(s) were lost**"), "{p}");
     }
@@ -236,7 +233,7 @@ mod tests {
         ] {
             let text = std::fs::read_to_string(dir.path().join(file)).unwrap();
             assert!(
-                text.contains("careful"),
+                text.contains(Strategy::Conditional.name()),
                 "{file} does not name the strategy"
             );
         }
@@ -251,15 +248,15 @@ mod tests {
         for _ in 0..3 {
             outcomes.count(&crate::client::Answer::Refused {
                 status: 409,
-                code: crate::wire::ErrorCode::LockLost,
+                code: ErrorCode::LockLost,
             });
         }
         let md = markdown::render(&r);
         let row = md
             .lines()
-            .find(|l| l.starts_with("| `careful` |") && l.contains("lock_lost"))
+            .find(|l| l.starts_with("| `conditional` |") && l.contains(ErrorCode::LockLost.name()))
             .unwrap_or_else(|| panic!("no flash-sale row names lock_lost:\n{md}"));
         assert!(row.contains("lock_lost ×3"), "{row}");
-        assert!(!row.contains("sold_out"), "{row}");
+        assert!(!row.contains(ErrorCode::SoldOut.name()), "{row}");
     }
 }

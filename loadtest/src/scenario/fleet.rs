@@ -6,9 +6,11 @@ use std::time::Duration;
 
 use anyhow::Result;
 
+use app::accounting::{Accounting, Ledger};
+use app::api::{ProductView, Strategy};
+
 use crate::apps::{Apps, Launch};
 use crate::client::{Answer, Api, order_request};
-use crate::wire::ProductView;
 
 /// The scenario's private MariaDB and Redis, its app instances and a client for them.
 pub struct Fleet {
@@ -23,9 +25,16 @@ pub struct Fleet {
     _zookeeper: Option<sandbox::ZooKeeper>,
 }
 
-/// Units sold beyond the initial stock.
-pub fn oversell(p: &ProductView) -> i64 {
-    (p.sold - p.initial_stock).max(0)
+/// The product judged by the one definition of oversell and lost updates
+/// ([`app::accounting`]); the scenarios do not judge undersell, so no demand is given.
+pub fn accounting(p: &ProductView) -> Accounting {
+    let ledger = Ledger {
+        initial_stock: p.initial_stock,
+        final_stock: p.stock,
+        units_in_orders: p.sold,
+        orders: p.orders,
+    };
+    Accounting::of(ledger, 0)
 }
 
 impl Fleet {
@@ -98,7 +107,7 @@ impl Fleet {
         &self,
         n: usize,
         product: u64,
-        strategy: &str,
+        strategy: Strategy,
         user: &str,
         hold_ms: u64,
     ) -> Answer {
@@ -111,7 +120,7 @@ pub async fn order(
     api: &Api,
     n: usize,
     product: u64,
-    strategy: &str,
+    strategy: Strategy,
     user: &str,
     hold_ms: u64,
 ) -> Answer {
