@@ -361,35 +361,13 @@ impl Api {
         if !hold.is_zero() {
             request = request.header(HOLD_HEADER, hold.as_millis().to_string());
         }
-        match request.send().await {
-            Ok(r) => {
-                let status = r.status().as_u16();
-                match r.bytes().await {
-                    Ok(body) => Answer::of_order(status, &body),
-                    Err(_) => Answer::Transport,
-                }
-            }
-            Err(_) => Answer::Transport,
-        }
+        answer(request, Answer::of_order).await
     }
 
     /// `GET /api/noop` on instance `n % K`: the HTTP round trip alone.
     pub async fn noop(&self, n: usize) -> Answer {
-        match self
-            .http
-            .get(format!("{}/api/noop", self.base(n)))
-            .send()
-            .await
-        {
-            Ok(r) => {
-                let status = r.status().as_u16();
-                match r.bytes().await {
-                    Ok(body) => Answer::of_request(status, &body),
-                    Err(_) => Answer::Transport,
-                }
-            }
-            Err(_) => Answer::Transport,
-        }
+        let request = self.http.get(format!("{}/api/noop", self.base(n)));
+        answer(request, Answer::of_request).await
     }
 
     /// `GET /metrics` of every instance, concatenated (empty where unavailable).
@@ -404,6 +382,18 @@ impl Api {
             }
         }
         all
+    }
+}
+
+/// Sends `request` and classifies the status and body it gets back.
+async fn answer(request: reqwest::RequestBuilder, classify: fn(u16, &[u8]) -> Answer) -> Answer {
+    let Ok(response) = request.send().await else {
+        return Answer::Transport;
+    };
+    let status = response.status().as_u16();
+    match response.bytes().await {
+        Ok(body) => classify(status, &body),
+        Err(_) => Answer::Transport,
     }
 }
 

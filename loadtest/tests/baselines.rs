@@ -4,6 +4,7 @@ mod common;
 
 use app::api::Strategy;
 use loadtest::baselines::BaselineName;
+use loadtest::report::explain;
 use loadtest::run::run_in;
 
 #[tokio::test(flavor = "multi_thread")]
@@ -30,5 +31,7 @@ async fn every_baseline_is_measured_and_the_strategy_is_compared_with_its_own() 
     assert_eq!(strategy.baseline, BaselineName::SqlConditional);
     assert!(strategy.percent_of_backend_baseline.is_some());
     assert!(strategy.percent_of_http_noop.is_some());
+    let check = explain::client_check(report).expect("both no-op baselines");
+    assert!(check.contains("goose"), "{check}");
     common::drop_database(&target).await;
 }

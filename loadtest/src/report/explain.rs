@@ -187,6 +187,28 @@ pub fn where_time_goes(report: &RunReport) -> Vec<String> {
         .collect()
 }
 
+/// How the benchmark's own client compares with goose on the same no-op: whether the client
+/// could be the ceiling of the HTTP figures. `None` without both baselines.
+pub fn client_check(report: &RunReport) -> Option<String> {
+    let ours = find(report, BaselineName::HttpNoop)?;
+    let goose = find(report, BaselineName::GooseNoop)?;
+    if goose.attempts_per_sec <= 0.0 {
+        return None;
+    }
+    let pct = 100.0 * ours.attempts_per_sec / goose.attempts_per_sec;
+    let verdict = if pct >= 80.0 {
+        "so the server, not the client, sets the ceiling of the HTTP figures"
+    } else {
+        "so **the benchmark's client may be the ceiling of its HTTP figures**: read every HTTP \
+         rate as a lower bound of what the server can do"
+    };
+    Some(format!(
+        "Client check: on the same `GET /api/noop`, the benchmark's client reached {:.0} \
+         requests/s and goose {:.0} ({pct:.0}%), {verdict}.",
+        ours.attempts_per_sec, goose.attempts_per_sec
+    ))
+}
+
 fn find(report: &RunReport, name: BaselineName) -> Option<&crate::load::LoadResult> {
     report
         .baselines

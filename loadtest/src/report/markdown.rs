@@ -107,6 +107,9 @@ pub fn render(r: &RunReport) -> String {
                 .iter()
                 .map(|b| (format!("`{}`: {}", b.name, b.what), &b.result)),
         ));
+        if let Some(check) = explain::client_check(r) {
+            let _ = writeln!(md, "\n{check}");
+        }
     }
     let notes = explain::where_time_goes(r);
     if !notes.is_empty() {

@@ -4,20 +4,6 @@
 
 use serde::Serialize;
 
-/// The figures of one row, by scenario.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(untagged)]
-pub enum Figures {
-    LeaseExpiry(LeaseExpiry),
-    ProcessPause(ProcessPause),
-    HolderCrash(HolderCrash),
-    UnsafeRelease(UnsafeRelease),
-    RedisFailover(RedisFailover),
-    LocalMutex(LocalMutex),
-    ZkSessionExpiry(ZkSessionExpiry),
-    Herd(Herd),
-}
-
 /// `lease-expiry`: A stalls past the lease inside the critical section of the last unit, B
 /// asks for it meanwhile.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -128,8 +114,15 @@ pub struct Herd {
     pub overlaps: usize,
 }
 
-macro_rules! into_figures {
+/// The figures of one row, by scenario: one variant per struct above, each `From` it.
+macro_rules! figures {
     ($($variant:ident),+) => {
+        #[derive(Debug, Clone, PartialEq, Serialize)]
+        #[serde(untagged)]
+        pub enum Figures {
+            $($variant($variant),)+
+        }
+
         $(impl From<$variant> for Figures {
             fn from(f: $variant) -> Figures {
                 Figures::$variant(f)
@@ -138,7 +131,7 @@ macro_rules! into_figures {
     };
 }
 
-into_figures!(
+figures!(
     LeaseExpiry,
     ProcessPause,
     HolderCrash,

@@ -100,22 +100,10 @@ impl Fleet {
     pub async fn product(&self, id: u64) -> Result<ProductView> {
         self.api.product(id).await
     }
-
-    /// One unit of `product` for `user` through instance `n`, pausing `hold_ms` inside the
-    /// critical section.
-    pub async fn order(
-        &self,
-        n: usize,
-        product: u64,
-        strategy: Strategy,
-        user: &str,
-        hold_ms: u64,
-    ) -> Answer {
-        order(&self.api, n, product, strategy, user, hold_ms).await
-    }
 }
 
-/// [`Fleet::order`] with a client of its own (for a request spawned as a task).
+/// One unit of `product` for `user` through instance `n`, pausing `hold_ms` inside the
+/// critical section, with a fresh request id.
 pub async fn order(
     api: &Api,
     n: usize,

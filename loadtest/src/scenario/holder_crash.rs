@@ -177,9 +177,7 @@ async fn probe(
         other: 0,
     };
     for n in 0.. {
-        let answer = fleet
-            .order(1, product, strategy, &format!("probe-{n}"), 0)
-            .await;
+        let answer = order(&fleet.api, 1, product, strategy, &format!("probe-{n}"), 0).await;
         if answer.created() {
             let back = start.elapsed();
             tl.log(

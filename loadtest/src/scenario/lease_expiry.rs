@@ -14,7 +14,7 @@ use anyhow::Result;
 use app::api::{ErrorCode, Strategy};
 
 use super::figures::LeaseExpiry;
-use super::fleet::{Fleet, accounting};
+use super::fleet::{Fleet, accounting, order};
 use super::{Row, Scenario, ScenarioOptions, ScenarioReport, Timeline};
 use crate::client::Answer;
 
@@ -86,14 +86,14 @@ async fn race(
             "A",
             format!("orders the last unit, stalls {hold_ms} ms inside"),
         );
-        let a = fleet.order(0, product, strategy, "buyer-a", hold_ms).await;
+        let a = order(&fleet.api, 0, product, strategy, "buyer-a", hold_ms).await;
         tl.log("A", a.describe());
         a
     };
     let b = async {
         tokio::time::sleep(Duration::from_millis(lease_ms / 3)).await;
         tl.log("B", "orders the last unit");
-        let b = fleet.order(0, product, strategy, "buyer-b", 0).await;
+        let b = order(&fleet.api, 0, product, strategy, "buyer-b", 0).await;
         tl.log("B", b.describe());
         b
     };

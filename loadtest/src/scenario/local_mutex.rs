@@ -11,7 +11,7 @@ use app::api::{ProductView, Strategy};
 use futures::future::join_all;
 
 use super::figures::LocalMutex;
-use super::fleet::{Fleet, accounting};
+use super::fleet::{Fleet, accounting, order};
 use super::{Row, Scenario, ScenarioOptions, ScenarioReport};
 
 const STRATEGY: Strategy = Strategy::LocalMutex;
@@ -122,11 +122,7 @@ async fn sale(
     fleet.reset(product, stock).await?;
     let answers = join_all((0..buyers).map(|n| {
         let user = format!("buyer-{n}");
-        async move {
-            fleet
-                .order(n % instances, product, STRATEGY, &user, HOLD_MS)
-                .await
-        }
+        async move { order(&fleet.api, n % instances, product, STRATEGY, &user, HOLD_MS).await }
     }))
     .await;
     let created = answers.iter().filter(|a| a.created()).count();

@@ -48,7 +48,7 @@ pub async fn run(opts: &ScenarioOptions) -> Result<ScenarioReport> {
         tl.log("instance 1", "frozen (SIGSTOP) while A holds the lock");
 
         tl.log("B@2", "orders the last unit");
-        let b = fleet.order(1, product, strategy, "buyer-b", 0).await;
+        let b = order(&fleet.api, 1, product, strategy, "buyer-b", 0).await;
         tl.log("B@2", b.describe());
         let b_served_after_freeze_ms = tl.now_ms() - paused_at;
 

@@ -143,7 +143,7 @@ fn why(measured: &[(Backend, UnsafeRelease)]) -> String {
         let how = match backend {
             Backend::RedisUnsafeRelease => "a plain `DEL`",
             _ => {
-                "compare-and-delete (a Lua script deleting only if the value is still A's owner id)"
+                "compare-and-delete: a Lua script deleting only if the value is still A's owner id"
             }
         };
         let what = if f.late_release_deleted_lock {
