@@ -12,7 +12,6 @@ use std::time::Duration;
 use locks::{Backend, DistributedLock};
 
 use crate::config::Config;
-use crate::strategy::db_lock::{DbLock, Renewal};
 use crate::strategy::{Deps, Locks, Strategy};
 
 /// How long start-up waits for one lock service.
@@ -26,6 +25,8 @@ pub async fn connect_all(config: &Config, deps: &Deps) -> Locks {
         zookeeper: config.zookeeper.clone(),
         etcd: config.etcd.clone(),
         zookeeper_session_timeout: Duration::from_millis(config.zookeeper_session_timeout_ms),
+        // The lock table lives in the service's database, reached through its own pool.
+        database: Some(deps.lock_pool.clone().into()),
     };
     let backends: BTreeSet<Backend> = Strategy::ALL
         .iter()
@@ -35,7 +36,7 @@ pub async fn connect_all(config: &Config, deps: &Deps) -> Locks {
     let connected = futures::future::join_all(
         backends
             .into_iter()
-            .map(|backend| async move { (backend, connect(backend, endpoints, deps).await) }),
+            .map(|backend| async move { (backend, connect(backend, endpoints).await) }),
     )
     .await;
     connected.into_iter().collect()
@@ -45,20 +46,7 @@ pub async fn connect_all(config: &Config, deps: &Deps) -> Locks {
 async fn connect(
     backend: Backend,
     endpoints: &locks::Endpoints,
-    deps: &Deps,
 ) -> Option<Arc<dyn DistributedLock>> {
-    match backend {
-        Backend::DbLock => {
-            return Some(Arc::new(DbLock::new(deps.lock_pool.clone(), Renewal::Off)));
-        }
-        Backend::DbLockRenewed => {
-            return Some(Arc::new(DbLock::new(
-                deps.lock_pool.clone(),
-                Renewal::WhileHeld,
-            )));
-        }
-        _ => {}
-    }
     match tokio::time::timeout(CONNECT_TIMEOUT, locks::connect(backend, endpoints)).await {
         Ok(Ok(lock)) => Some(lock),
         Ok(Err(e)) => {

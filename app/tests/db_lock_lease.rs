@@ -81,3 +81,50 @@ async fn renewed_db_lock_keeps_a_slow_holder_exclusive() {
     );
     assert_eq!((tally.created, tally.sold_out), (1, 3), "{tally:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_db_lock_insert_stuck_behind_an_uncommitted_row_gives_up_within_the_lock_wait() {
+    use sqlx::Connection;
+
+    let database_url = fresh_database_url().await;
+    let mut config = test_config(&database_url);
+    config.lock_wait_ms = 500;
+    let app = spawn_app(config).await;
+    app.reset(1, 5).await;
+    // Another session inserts the product's lock row and neither commits nor rolls back: the
+    // unique index makes every other insert of that name wait for its outcome.
+    let mut blocker = sqlx::MySqlConnection::connect(&database_url)
+        .await
+        .expect("a side connection");
+    sqlx::query("BEGIN")
+        .execute(&mut blocker)
+        .await
+        .expect("begin");
+    sqlx::query(
+        "INSERT INTO db_locks (name, owner, expires_at) \
+         VALUES ('product:1', 'blocker', NOW(6) + INTERVAL 1 HOUR)",
+    )
+    .execute(&mut blocker)
+    .await
+    .expect("an uncommitted lock row");
+
+    let started = std::time::Instant::now();
+    let body = serde_json::json!({
+        "user_id": "u", "quantity": 1, "request_id": "stuck", "strategy": "db-lock",
+    });
+    let answer = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        app.order(1, &body, None),
+    )
+    .await;
+    let waited = started.elapsed();
+    drop(blocker);
+    let (status, body) = answer.unwrap_or_else(|_| {
+        panic!("still waiting after {waited:?}: the insert waits for MariaDB's default 50 s")
+    });
+    assert_eq!(status, reqwest::StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert_eq!(body["error"], "busy", "{body}");
+    assert!(ledger(&database_url, 1).await.stock == 5);
+    app.stop().await;
+    common::drop_database(&database_url).await;
+}

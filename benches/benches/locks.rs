@@ -18,7 +18,7 @@ use benches::report::{LockRow, criterion_home, round_trip_table};
 use benches::{handoff, lock_endpoints, unique_key};
 use criterion::{Criterion, SamplingMode};
 use futures::FutureExt;
-use locks::{AcquireOptions, DistributedLock};
+use locks::{AcquireOptions, Backend, DistributedLock};
 use tokio::runtime::Runtime;
 
 /// Lease of the uncontended locks: never runs out during a cycle.
@@ -39,7 +39,7 @@ async fn cycle(lock: &dyn DistributedLock, key: &str) {
 
 /// A lock benchmarked in a family, and the raw operations (by name, with how many) one
 /// acquire+release of it cannot do without.
-type LockSpec = (&'static str, &'static [(&'static str, u32)]);
+type LockSpec = (Backend, &'static [(&'static str, u32)]);
 
 /// Benchmarks the raw operations of one backend and the locks built on it in one criterion
 /// group, then measures them again interleaved for the round-trip table (`rounds` rounds).
@@ -55,14 +55,11 @@ fn family(
     let endpoints = lock_endpoints(&benches::env().endpoints);
     let clients: Vec<(Arc<dyn DistributedLock>, String, f64)> = specs
         .iter()
-        .map(|(name, _)| {
+        .map(|&(backend, _)| {
             let lock = rt
-                .block_on(locks::connect(
-                    name.parse().expect("a backend name"),
-                    &endpoints,
-                ))
-                .unwrap_or_else(|e| panic!("cannot connect lock backend {name}: {e}"));
-            let key = unique_key(name);
+                .block_on(locks::connect(backend, &endpoints))
+                .unwrap_or_else(|e| panic!("cannot connect lock backend {backend}: {e}"));
+            let key = unique_key(backend.name());
             let before = lock.backend_requests();
             rt.block_on(async {
                 for _ in 0..COUNTED_CYCLES {
@@ -76,9 +73,9 @@ fn family(
     let lock_ops: Vec<(&'static str, Op<'_>)> = specs
         .iter()
         .zip(&clients)
-        .map(|((name, _), (lock, key, _))| {
+        .map(|((backend, _), (lock, key, _))| {
             let op: Op<'_> = Box::new(move || cycle(lock.as_ref(), key).boxed());
-            (*name, op)
+            (backend.name(), op)
         })
         .collect();
     // Re-boxed so that their futures share the (shorter) lifetime of the lock ops'.
@@ -107,9 +104,9 @@ fn family(
     specs
         .iter()
         .zip(&clients)
-        .map(|((name, minimum), (_, _, per_cycle))| LockRow {
-            lock: name,
-            median: median_of(name),
+        .map(|((backend, minimum), (_, _, per_cycle))| LockRow {
+            lock: backend.name(),
+            median: median_of(backend.name()),
             requests_per_cycle: *per_cycle,
             minimum: minimum
                 .iter()
@@ -137,8 +134,8 @@ fn uncontended(c: &mut Criterion, rt: &Runtime) -> (Vec<LockRow>, Vec<(&'static 
         &[("ping", ping), ("empty-script", script)],
         // Each: one script to grant (with the fence), one to release.
         &[
-            ("redis", &[("ping", 2)]),
-            ("redis-watchdog", &[("ping", 2)]),
+            (Backend::Redis, &[("ping", 2)]),
+            (Backend::RedisWatchdog, &[("ping", 2)]),
         ],
         1_000,
         &mut raw,
@@ -152,7 +149,7 @@ fn uncontended(c: &mut Criterion, rt: &Runtime) -> (Vec<LockRow>, Vec<(&'static 
         "uncontended-redlock",
         &[("ping-all", ping_all)],
         // Three parallel rounds over all instances: grant, raise the fence, release.
-        &[("redlock", &[("ping-all", 3)])],
+        &[(Backend::Redlock, &[("ping-all", 3)])],
         500,
         &mut raw,
     ));
@@ -167,7 +164,7 @@ fn uncontended(c: &mut Criterion, rt: &Runtime) -> (Vec<LockRow>, Vec<(&'static 
         &[("exists", exists), ("set-data", set_data)],
         // Writes: create the sequential node, delete it. Reads: list the queue, watch the own
         // node (the watch is what makes `Guard::lost` fire if the node goes).
-        &[("zookeeper", &[("set-data", 2), ("exists", 2)])],
+        &[(Backend::ZooKeeper, &[("set-data", 2), ("exists", 2)])],
         200,
         &mut raw,
     ));
@@ -182,7 +179,7 @@ fn uncontended(c: &mut Criterion, rt: &Runtime) -> (Vec<LockRow>, Vec<(&'static 
         &[("get", get), ("put", put)],
         // Writes: put the queue key, delete it. Read: range for a predecessor. (The lease is
         // granted once per client and renewed in the background.)
-        &[("etcd", &[("put", 2), ("get", 1)])],
+        &[(Backend::Etcd, &[("put", 2), ("get", 1)])],
         200,
         &mut raw,
     ));
@@ -190,7 +187,7 @@ fn uncontended(c: &mut Criterion, rt: &Runtime) -> (Vec<LockRow>, Vec<(&'static 
     (rows, raw)
 }
 
-/// Benchmarks the hand-off of every safe backend; returns the table of individual hand-offs.
+/// Benchmarks the hand-off of every safe backend but the database lock; returns the table of individual hand-offs.
 fn handoffs(c: &mut Criterion, rt: &Runtime) -> String {
     let endpoints = lock_endpoints(&benches::env().endpoints);
     let mut group = c.benchmark_group("handoff");
@@ -202,11 +199,10 @@ fn handoffs(c: &mut Criterion, rt: &Runtime) -> String {
     let mut table = String::from(
         "| lock | hand-off (median) | 90th percentile | hand-offs |\n|---|---:|---:|---:|\n",
     );
-    // The lock table needs the app's database pool; its hand-offs show in the strategies bench.
-    let handed_off = locks::Backend::ALL.iter().filter(|b| {
-        !b.is_broken() && !matches!(b, locks::Backend::DbLock | locks::Backend::DbLockRenewed)
-    });
-    for &backend in handed_off {
+    // The database lock table is not among the lock services this bench connects to.
+    let measured =
+        |b: &Backend| !b.is_broken() && !matches!(b, Backend::DbLock | Backend::DbLockRenewed);
+    for backend in Backend::ALL.into_iter().filter(measured) {
         let name = backend.name();
         let connect = || -> Arc<dyn DistributedLock> {
             rt.block_on(locks::connect(backend, &endpoints))

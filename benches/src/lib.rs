@@ -72,6 +72,7 @@ pub fn lock_endpoints(endpoints: &sandbox::Endpoints) -> locks::Endpoints {
         zookeeper: Some(endpoints.zookeeper.clone()),
         etcd: endpoints.etcd.clone(),
         zookeeper_session_timeout: Duration::from_secs(10),
+        database: None,
     }
 }
 

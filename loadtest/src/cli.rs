@@ -157,8 +157,7 @@ impl RunArgs {
 /// Settings of `seckill-bench lock`.
 #[derive(Debug, Clone, Args)]
 pub struct LockArgs {
-    /// Lock backend, e.g. `redis`, `redis-watchdog`, `redlock`, `zookeeper`, `etcd`, or a broken
-    /// variant (`redis-setnx-no-ttl`, `redis-get-then-set`, `redis-unsafe-release`).
+    /// Lock backend.
     #[arg(long)]
     pub backend: Backend,
     /// Tasks contending for the one lock.

@@ -25,7 +25,7 @@ const WAIT: Duration = Duration::from_secs(1);
 /// The result, with exactly the keys of issue 6.
 #[derive(Debug, Clone, Serialize)]
 pub struct LockReport {
-    pub backend: &'static str,
+    pub backend: Backend,
     pub workers: usize,
     pub seconds: f64,
     pub acquisitions: u64,
@@ -39,7 +39,7 @@ pub struct LockReport {
 /// ZooKeeper session timeout: the lease of the ZooKeeper lock.
 const ZOOKEEPER_SESSION: Duration = Duration::from_secs(10);
 
-/// Connects `backend` with the harness's endpoints.
+/// Connects `backend` at the harness's endpoints.
 pub async fn connect_backend(
     backend: Backend,
     endpoints: &Endpoints,
@@ -50,11 +50,12 @@ pub async fn connect_backend(
         zookeeper: Some(endpoints.zookeeper.clone()),
         etcd: endpoints.etcd.clone(),
         zookeeper_session_timeout: ZOOKEEPER_SESSION,
+        database: None,
     };
     locks::connect(backend, &endpoints).await
 }
 
-/// Runs the contention benchmark against `lock` (a connected `backend`), probing with a counter in `redis_url`.
+/// Runs the contention benchmark against `lock` (reported as `backend`), probing with a counter in `redis_url`.
 pub async fn bench(
     backend: Backend,
     lock: Arc<dyn DistributedLock>,
@@ -124,7 +125,7 @@ pub async fn bench(
         .await?;
     let summary = latencies.summary();
     Ok(LockReport {
-        backend: backend.name(),
+        backend,
         workers,
         seconds: elapsed,
         acquisitions: grants,

@@ -8,22 +8,23 @@
 //! ```text
 //! cargo run --release -p locks --example handoff [BACKEND] [SECONDS] [TASKS] [CLIENTS]
 //! ```
-//! `BACKEND` is `redis-watchdog` (default) or `redis`; defaults: 5 seconds, 16 tasks spread
-//! over 1 client (several clients stand for several processes). The
+//! `BACKEND` is any Redis backend's name, `redis-watchdog` by default; defaults: 5 seconds, 16
+//! tasks spread over 1 client (several clients stand for several processes). The
 //! issue's target for `redis-watchdog`: hand-offs ≥ 20% of the PING rate, p99 wait within a
 //! few times the mean (no waiter starves).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
-use locks::redis::{RedisLock, RedisWatchdogLock};
-use locks::{AcquireOptions, DistributedLock};
+use anyhow::Context;
+use locks::{AcquireOptions, Backend, DistributedLock, Endpoints};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let mut args = std::env::args().skip(1);
-    let backend = args.next().unwrap_or_else(|| "redis-watchdog".to_owned());
+    let backend: Backend = args
+        .next()
+        .map_or(Ok(Backend::RedisWatchdog), |s| s.parse())?;
     let seconds: u64 = args
         .next()
         .map_or(Ok(5), |s| s.parse())
@@ -37,16 +38,14 @@ async fn main() -> anyhow::Result<()> {
 
     let redis = tokio::task::spawn_blocking(sandbox::Redis::start).await??;
     let url = redis.url();
-    let connect = || -> anyhow::Result<Arc<dyn DistributedLock>> {
-        Ok(match backend.as_str() {
-            "redis-watchdog" => Arc::new(RedisWatchdogLock::connect(&url)?),
-            "redis" => Arc::new(RedisLock::connect(&url)?),
-            other => bail!("unknown backend {other}: redis-watchdog or redis"),
-        })
+    let endpoints = Endpoints {
+        redis: Some(url.clone()),
+        ..Endpoints::default()
     };
-    let locks = (0..clients.max(1))
-        .map(|_| connect())
-        .collect::<anyhow::Result<Vec<_>>>()?;
+    let mut locks: Vec<Arc<dyn DistributedLock>> = Vec::new();
+    for _ in 0..clients.max(1) {
+        locks.push(locks::connect(backend, &endpoints).await?);
+    }
 
     let pings_per_sec = ping_rate(&url, run.min(Duration::from_secs(2))).await?;
 

@@ -1,7 +1,13 @@
-//! Distributed locks with fencing tokens, hand-written over Redis, ZooKeeper and etcd.
+//! Distributed locks with fencing tokens, hand-written over Redis, ZooKeeper, etcd and a
+//! MySQL/MariaDB lock table.
 //!
-//! Every backend implements one trait, [`DistributedLock`], whose contract is below. The
-//! library stands alone: it knows nothing of the flash-sale app that uses it.
+//! Every backend implements one trait, [`DistributedLock`], whose contract is below, and is
+//! named by one [`Backend`]; [`connect()`] opens any of them from [`Endpoints`]. The library
+//! stands alone: it knows nothing of the flash-sale app that uses it.
+//!
+//! Cargo features: `mysql` (the database lock table, [`Backend::DbLock`]), `conformance` (the
+//! contract as a test suite any backend can run), `clap` (`Backend` as a CLI value). Its tests
+//! start their own servers: `cargo nextest run -p locks`.
 //!
 //! ```no_run
 //! # async fn demo(lock: &dyn locks::DistributedLock) -> Result<(), locks::LockError> {
@@ -41,7 +47,12 @@
 //! * **Cancellation.** Dropping a pending `acquire` leaves nothing that blocks others for
 //!   longer than one lease.
 
+pub mod backend;
+#[cfg(feature = "conformance")]
+pub mod conformance;
 pub mod connect;
+#[cfg(feature = "mysql")]
+pub mod database;
 pub mod etcd;
 pub mod guard;
 pub mod history;
@@ -49,7 +60,8 @@ pub mod options;
 pub mod redis;
 pub mod zookeeper;
 
-pub use connect::{Backend, ConnectError, Endpoints, connect};
+pub use backend::{Backend, UnknownBackend};
+pub use connect::{ConnectError, Database, Endpoints, connect};
 pub use guard::{Guard, Held};
 pub use options::AcquireOptions;
 

@@ -1,7 +1,7 @@
 //! `EtcdLock` on a three-member cluster: the whole conformance suite, with clients given every
 //! member's endpoint.
 
-mod conformance;
+use locks::conformance;
 
 use std::sync::Arc;
 

@@ -2,7 +2,7 @@
 //! every member in their connect string (each client picks a member; the suite's contenders
 //! end up spread over the ensemble, so grants and watches cross members).
 
-mod conformance;
+use locks::conformance;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -3,7 +3,7 @@
 //! `zookeeper_and_etcd_waiters.rs`; a holder whose lease expires:
 //! `zookeeper_and_etcd_partitioned_holder.rs`.
 
-mod conformance;
+use locks::conformance;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,14 +1,15 @@
 //! The deliberately broken Redis locks, each observed failing on a real Redis — and the plain
 //! lock surviving the same race, as the control.
 
-mod conformance;
+use locks::conformance;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use futures::FutureExt;
 use locks::redis::{GetThenSetLock, RedisLock, SetnxNoTtlLock, UnsafeReleaseLock};
-use locks::{AcquireOptions, DistributedLock, LockError};
+use locks::{AcquireOptions, Backend, DistributedLock, LockError};
 use redis::AsyncCommands;
 use tokio::sync::Barrier;
 
@@ -104,6 +105,44 @@ async fn get_then_set_lets_two_holders_in_at_once() {
     );
 }
 
+/// The published suite is a test that can fail: run against `GetThenSetLock`, its
+/// mutual-exclusion property (in-process probe, no Redis counter) sees the two holders.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_conformance_suite_catches_a_lock_that_lets_two_holders_in() {
+    for round in 1..=3 {
+        let url = sandbox::shared::redis_url();
+        let subject = conformance::Subject::new(
+            move || {
+                let url = url.clone();
+                async move {
+                    Arc::new(GetThenSetLock::connect(&url).expect("client"))
+                        as Arc<dyn DistributedLock>
+                }
+                .boxed()
+            },
+            |_| async {}.boxed(),
+        );
+        let run =
+            tokio::spawn(conformance::mutual_exclusion_holds_among_32_contending_tasks(subject));
+        match run.await {
+            Ok(()) => eprintln!("round {round}: the two holders went unnoticed"),
+            Err(e) => {
+                let panic = e.into_panic();
+                let message = (panic.downcast_ref::<String>().map(String::as_str))
+                    .or_else(|| panic.downcast_ref::<&str>().copied())
+                    .unwrap_or_default();
+                assert!(
+                    message.contains("increments were lost to overlapping holders")
+                        || message.contains("two holders were inside at once"),
+                    "the suite failed for another reason: {message}"
+                );
+                return;
+            }
+        }
+    }
+    panic!("the suite passed a lock that lets two holders in, 3 rounds in a row");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn set_nx_never_lets_two_holders_in_under_the_same_race() {
     let url = sandbox::shared::redis_url();
@@ -147,4 +186,31 @@ async fn a_token_blind_release_after_lease_expiry_lets_a_third_holder_in() {
     let exists: bool = redis.exists(&key).await.expect("EXISTS");
     assert!(!exists, "B's DEL removed C's lock as well");
     drop(third);
+}
+
+#[tokio::test]
+async fn an_uncontended_cycle_counts_every_request_each_single_instance_lock_sends() {
+    let endpoints = locks::Endpoints {
+        redis: Some(sandbox::shared::redis_url()),
+        ..locks::Endpoints::default()
+    };
+    // Grant + release: one script each for the plain lock and the token-blind release;
+    // SETNX, PEXPIRE, INCR + release script; GET, SET, INCR + release script.
+    let expected = [
+        (Backend::Redis, 2),
+        (Backend::RedisUnsafeRelease, 2),
+        (Backend::RedisSetnxNoTtl, 4),
+        (Backend::RedisGetThenSet, 4),
+    ];
+    for (backend, requests) in expected {
+        let lock = locks::connect(backend, &endpoints).await.expect("client");
+        assert_eq!(lock.backend(), backend.name());
+        let key = conformance::unique_key(&format!("requests-{backend}"));
+        let guard = lock
+            .acquire(&key, AcquireOptions::new(Duration::from_secs(10)))
+            .await
+            .expect("grant");
+        assert!(guard.release().await.expect("release"));
+        assert_eq!(lock.backend_requests(), requests, "{backend}");
+    }
 }

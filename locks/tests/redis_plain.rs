@@ -1,6 +1,6 @@
 //! `RedisLock` (plain `SET NX PX`): the conformance suite, plus extend and lease-loss behaviour.
 
-mod conformance;
+use locks::conformance;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! `Redlock` over 5 independent Redis instances: the conformance suite, plus quorum behaviour
 //! when instances die.
 
-mod conformance;
+use locks::conformance;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,6 +1,6 @@
 //! `RedisWatchdogLock`: the conformance suite, plus renewal, re-entry and wake-up behaviour.
 
-mod conformance;
+use locks::conformance;
 
 use std::sync::Arc;
 use std::time::Duration;

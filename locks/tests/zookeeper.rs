@@ -2,7 +2,7 @@
 //! beyond it — withdrawn nodes, fencing tokens that survive the lock directory being
 //! recreated, loss reported when the node goes. How waiters wait: `zookeeper_and_etcd_waiters.rs`.
 
-mod conformance;
+use locks::conformance;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -81,7 +81,18 @@ fn test(args: &[String]) -> Result<()> {
         servers.endpoints().apply(&mut nextest);
         nextest.env(sandbox::shared::SHARED_FLAG, "1");
     }
+    // The clusters the lock suites run on, started once too: nextest runs every test in a
+    // process of its own, and each would otherwise start three JVMs of its own.
+    let clusters = shared_clusters()?;
+    if let Some((zookeeper, etcd)) = &clusters {
+        nextest.env(
+            sandbox::shared::ZOOKEEPER_ENSEMBLE,
+            zookeeper.connect_string(),
+        );
+        nextest.env(sandbox::shared::ETCD_CLUSTER, etcd.endpoints().join(","));
+    }
     run(&mut nextest)?;
+    drop(clusters);
 
     let mut doc = cargo_command();
     doc.args(["test", "--workspace", "--doc"]);
@@ -106,6 +117,23 @@ fn shared_servers() -> Result<Option<sandbox::Servers>> {
         servers.endpoints()
     );
     Ok(Some(servers))
+}
+
+/// Starts the ZooKeeper ensemble and the etcd cluster, unless the user points at their own.
+fn shared_clusters() -> Result<Option<(sandbox::ZooKeeperEnsemble, sandbox::EtcdCluster)>> {
+    if sandbox::mode() == sandbox::Mode::External {
+        return Ok(None);
+    }
+    let started = std::time::Instant::now();
+    let zookeeper = sandbox::ZooKeeperEnsemble::start().context("starting a ZooKeeper ensemble")?;
+    let etcd = sandbox::EtcdCluster::start().context("starting an etcd cluster")?;
+    println!(
+        "xtask: clusters up in {:.1} s: ZooKeeper {}, etcd {}",
+        started.elapsed().as_secs_f64(),
+        zookeeper.connect_string(),
+        etcd.endpoints().join(",")
+    );
+    Ok(Some((zookeeper, etcd)))
 }
 
 fn bench(args: &[String]) -> Result<()> {

@@ -52,13 +52,7 @@ pub async fn connect(config: &Config) -> Result<MySqlPool, SetupError> {
         // `backend_unavailable`) and is then dropped; not pinging before every use saves a
         // round trip on the hot path.
         .test_before_acquire(false)
-        .after_connect(move |conn, _meta| {
-            Box::pin(async move {
-                let sql = format!("SET SESSION innodb_lock_wait_timeout = {lock_wait}");
-                conn.execute(sqlx::AssertSqlSafe(sql)).await?;
-                Ok(())
-            })
-        })
+        .after_connect(move |conn, _meta| Box::pin(set_lock_wait(conn, lock_wait)))
         .connect_with(server.database(&name))
         .await
         .map_err(|source| SetupError::Create {
@@ -81,12 +75,25 @@ pub async fn migrate(pool: &MySqlPool) -> Result<(), SetupError> {
 /// while the holder works on the stock; with one shared pool their polls would queue the
 /// holder's own queries behind them and the lock would starve itself. A separate pool is also
 /// what a real deployment has: the lock service is not the data it protects.
+///
+/// Its sessions wait for a row lock at most the lock wait budget (rounded up to InnoDB's whole
+/// seconds): an insert stuck behind another session's uncommitted lock row must not outlast the
+/// budget by MariaDB's 50 s default.
 pub fn lock_pool(main: &MySqlPool, config: &Config) -> MySqlPool {
+    let lock_wait = config.lock_wait_ms.div_ceil(1000).max(1);
     MySqlPoolOptions::new()
         .max_connections(config.db_lock_pool_size.max(1))
         .acquire_timeout(Duration::from_millis(config.db_acquire_timeout_ms))
         .test_before_acquire(false)
+        .after_connect(move |conn, _meta| Box::pin(set_lock_wait(conn, lock_wait)))
         .connect_lazy_with((*main.connect_options()).clone())
+}
+
+/// `innodb_lock_wait_timeout` of one session, in seconds.
+async fn set_lock_wait(conn: &mut sqlx::MySqlConnection, secs: u64) -> Result<(), sqlx::Error> {
+    let sql = format!("SET SESSION innodb_lock_wait_timeout = {secs}");
+    conn.execute(sqlx::AssertSqlSafe(sql)).await?;
+    Ok(())
 }
 
 async fn create_database(server: &MySqlConnectOptions, name: &str) -> Result<(), SetupError> {

@@ -78,8 +78,10 @@ pub async fn stock(conn: &mut MySqlConnection, id: u64) -> Result<Option<i64>, s
 }
 
 /// Writes an absolute stock value: whoever computed it is trusted to have read the current one.
+/// Like every stock write, it bumps `version`, so a buyer who read before it (`optimistic`, a
+/// fenced holder) cannot write over it.
 pub async fn set_stock(conn: &mut MySqlConnection, id: u64, stock: i64) -> Result<(), sqlx::Error> {
-    sqlx::query("UPDATE products SET stock = ? WHERE id = ?")
+    sqlx::query("UPDATE products SET stock = ?, version = version + 1 WHERE id = ?")
         .bind(stock)
         .bind(id)
         .execute(conn)

@@ -42,7 +42,8 @@ impl TryFrom<Order> for OrderResponse {
     }
 }
 
-type Answer = Result<(StatusCode, Json<OrderResponse>), ApiError>;
+type Success = (StatusCode, Json<OrderResponse>);
+type Answer = Result<Success, ApiError>;
 
 /// Buys `quantity` units through a strategy; idempotent per `request_id`.
 #[utoipa::path(post, path = "/api/products/{id}/orders", tag = "orders",
@@ -100,24 +101,44 @@ async fn run(state: &AppState, strategy: &Arc<dyn StockStrategy>, purchase: &Pur
                 fencing_token: placed.fencing_token,
             }),
         )),
-        Err(PurchaseError::Duplicate) => {
-            match orders::by_request_id(&state.pool, &purchase.request_id).await? {
-                Some(original) => Ok((StatusCode::OK, Json(original.try_into()?))),
-                None => Err(ApiError::Internal(
-                    "duplicate request id, but its order is gone (product reset meanwhile?)".into(),
-                )),
-            }
-        }
-        // A retry of a click that already bought must not be told "sold out" or "busy": the
-        // strategy gave up before reaching the order insert, so look the order up.
-        Err(e @ (PurchaseError::SoldOut | PurchaseError::Busy(_))) => {
-            match orders::by_request_id(&state.pool, &purchase.request_id).await {
-                Ok(Some(original)) => Ok((StatusCode::OK, Json(original.try_into()?))),
-                _ => Err(e.into()),
-            }
-        }
-        Err(e) => Err(e.into()),
+        Err(PurchaseError::Duplicate) => replay(state, purchase).await?.ok_or_else(|| {
+            ApiError::Internal(
+                "duplicate request id, but its order is gone (product reset meanwhile?)".into(),
+            )
+        }),
+        // Any refusal may answer the retry of a click that did buy — its first answer lost, or
+        // a 503 after a commit whose outcome the server could not know — and the strategy gave
+        // up before reaching the order insert. Look the order up before refusing.
+        Err(e) => match replay(state, purchase).await {
+            Ok(Some(original)) => Ok(original),
+            Err(conflict @ ApiError::IdempotencyConflict(_)) => Err(conflict),
+            Ok(None) | Err(_) => Err(e.into()),
+        },
     }
+}
+
+/// The original order of `purchase.request_id` (`200`), if there is one; a request id that was
+/// used for another purchase (product, user, quantity or strategy) is a conflict.
+async fn replay(state: &AppState, purchase: &Purchase) -> Result<Option<Success>, ApiError> {
+    let Some(original) = orders::by_request_id(&state.pool, &purchase.request_id).await? else {
+        return Ok(None);
+    };
+    let same = original.product_id == purchase.product_id
+        && original.user_id == purchase.user_id
+        && original.quantity == purchase.quantity
+        && original.strategy == purchase.strategy.name();
+    if !same {
+        return Err(ApiError::IdempotencyConflict(format!(
+            "request id `{}` was already used for another purchase (product {}, user `{}`, \
+             quantity {}, strategy `{}`); use a new request id",
+            purchase.request_id,
+            original.product_id,
+            original.user_id,
+            original.quantity,
+            original.strategy
+        )));
+    }
+    Ok(Some((StatusCode::OK, Json(original.try_into()?))))
 }
 
 fn validate(

@@ -35,13 +35,15 @@ impl StockStrategy for Conditional {
     ) -> BoxFuture<'a, Result<Placed, PurchaseError>> {
         Box::pin(async move {
             let mut tx = self.pool.begin().await?;
-            let done =
-                sqlx::query("UPDATE products SET stock = stock - ? WHERE id = ? AND stock >= ?")
-                    .bind(i64::from(purchase.quantity))
-                    .bind(purchase.product_id)
-                    .bind(i64::from(purchase.quantity))
-                    .execute(&mut *tx)
-                    .await?;
+            let done = sqlx::query(
+                "UPDATE products SET stock = stock - ?, version = version + 1 \
+                 WHERE id = ? AND stock >= ?",
+            )
+            .bind(i64::from(purchase.quantity))
+            .bind(purchase.product_id)
+            .bind(i64::from(purchase.quantity))
+            .execute(&mut *tx)
+            .await?;
             if done.rows_affected() == 0 {
                 return Err(
                     match products::exists(&mut tx, purchase.product_id).await? {

@@ -17,7 +17,8 @@ use super::{Deps, Placed, Purchase, PurchaseError, StockStrategy, naive};
 
 pub struct LocalMutex {
     pool: MySqlPool,
-    /// One async mutex per product id (never shrinks: product ids are few).
+    /// One async mutex per product id *with a purchase in flight*: client input chooses the
+    /// ids, so an entry leaves with its last purchase and the map is bounded by concurrency.
     mutexes: Mutex<HashMap<u64, Arc<tokio::sync::Mutex<()>>>>,
 }
 
@@ -29,12 +30,42 @@ pub fn build(deps: &Deps) -> Arc<dyn StockStrategy> {
 }
 
 impl LocalMutex {
-    fn mutex_for(&self, product_id: u64) -> Arc<tokio::sync::Mutex<()>> {
-        let mut map = self
-            .mutexes
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<tokio::sync::Mutex<()>>>> {
+        self.mutexes
             .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        map.entry(product_id).or_default().clone()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn mutex_for(&self, product_id: u64) -> InFlight<'_> {
+        let mutex = self.map().entry(product_id).or_default().clone();
+        InFlight {
+            owner: self,
+            product_id,
+            mutex: Some(mutex),
+        }
+    }
+}
+
+/// A purchase's use of its product's mutex; dropping it (done or cancelled) removes the entry
+/// when no other purchase of the product holds it.
+struct InFlight<'a> {
+    owner: &'a LocalMutex,
+    product_id: u64,
+    mutex: Option<Arc<tokio::sync::Mutex<()>>>,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        // Clones are only made under the map's lock, so none can appear between the count and
+        // the removal.
+        let mut map = self.owner.map();
+        self.mutex = None;
+        if map
+            .get(&self.product_id)
+            .is_some_and(|m| Arc::strong_count(m) == 1)
+        {
+            map.remove(&self.product_id);
+        }
     }
 }
 
@@ -44,11 +75,54 @@ impl StockStrategy for LocalMutex {
         purchase: &'a Purchase,
     ) -> BoxFuture<'a, Result<Placed, PurchaseError>> {
         Box::pin(async move {
-            let mutex = self.mutex_for(purchase.product_id);
+            let in_flight = self.mutex_for(purchase.product_id);
+            let mutex = Arc::clone(in_flight.mutex.as_ref().expect("set until dropped"));
             let started = std::time::Instant::now();
             let _held = mutex.lock().await;
             purchase.stats.set_lock_wait(started.elapsed());
             naive::read_compute_write(&self.pool, purchase).await
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use sqlx::mysql::MySqlPoolOptions;
+
+    use super::*;
+    use crate::api::Strategy;
+    use crate::strategy::PurchaseStats;
+
+    #[tokio::test]
+    async fn product_ids_sent_by_clients_leave_no_mutex_behind_once_their_purchases_end() {
+        // Nothing listens on port 1: every purchase fails fast, as for an unknown product.
+        let pool = MySqlPoolOptions::new()
+            .acquire_timeout(Duration::from_millis(20))
+            .connect_lazy("mysql://root@127.0.0.1:1/none")
+            .expect("a lazy pool");
+        let strategy = LocalMutex {
+            pool,
+            mutexes: Mutex::new(HashMap::new()),
+        };
+        for product_id in 0..50 {
+            let purchase = Purchase {
+                product_id,
+                user_id: "u".into(),
+                quantity: 1,
+                request_id: format!("r-{product_id}"),
+                strategy: Strategy::LocalMutex,
+                hold: None,
+                stats: PurchaseStats::default(),
+            };
+            assert!(strategy.purchase(&purchase).await.is_err());
+        }
+        let left = strategy
+            .mutexes
+            .lock()
+            .map(|m| m.len())
+            .unwrap_or(usize::MAX);
+        assert_eq!(left, 0, "one mutex kept per product id ever sent");
     }
 }

@@ -27,15 +27,28 @@
 //! at the write (`AND fence < token`) would leave a hole: a newer holder that *read* before the
 //! stale holder wrote would still be allowed to write its stale computation. Claiming first
 //! makes "my token is the product's fence" hold from my read to my write.
+//!
+//! **Other strategies on the same product.** The strategy is chosen per request, so a buyer
+//! through `conditional` or `pessimistic` may sell the product while a fenced holder is between
+//! its read and its write. They take no lock and do not touch the fence, but every stock write
+//! bumps `version`, and the fenced write also requires the version it read: a mismatch with the
+//! claim still ours means "someone outside the lock sold", and the holder reads again (bounded)
+//! instead of overwriting that sale. Tokens of different lock services are not comparable
+//! (a ZooKeeper czxid dwarfs a Redis counter), so mixing fenced strategies of two services can
+//! refuse buyers (`lock_lost`) but never oversells. The unfenced locked strategies have no such
+//! check — "safe while leases hold" also means "while every writer of the product takes the
+//! same lock".
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
 use futures::future::BoxFuture;
 use locks::{AcquireOptions, DistributedLock, LockError};
 use sqlx::MySqlPool;
 
-use super::outcome::{decide, place};
+use super::held_lock::HeldLock;
+use super::outcome::{decide, place_in_doubt};
 use super::{Deps, Fencing, Placed, Purchase, PurchaseError, StockStrategy};
 use crate::db::products;
 
@@ -64,6 +77,7 @@ impl Locked {
         &self,
         purchase: &Purchase,
         token: u64,
+        in_doubt: &AtomicBool,
     ) -> Result<Placed, PurchaseError> {
         let id = purchase.product_id;
         if self.fencing == Fencing::On {
@@ -81,25 +95,56 @@ impl Locked {
                 });
             }
         }
-        let mut tx = self.pool.begin().await?;
-        let left = decide(products::stock(&mut tx, id).await?, purchase)?;
-        purchase.hold().await;
-        if self.fencing == Fencing::On {
-            let written = sqlx::query("UPDATE products SET stock = ? WHERE id = ? AND fence = ?")
-                .bind(left)
+        if self.fencing == Fencing::Off {
+            let mut tx = self.pool.begin().await?;
+            let left = decide(products::stock(&mut tx, id).await?, purchase)?;
+            purchase.hold().await;
+            products::set_stock(&mut tx, id, left).await?;
+            return place_in_doubt(tx, purchase, Some(token), in_doubt).await;
+        }
+        for attempt in 0..FENCED_WRITE_ATTEMPTS {
+            if attempt > 0 {
+                purchase.stats.add_retry();
+            }
+            let mut tx = self.pool.begin().await?;
+            let read = products::stock_and_version(&mut tx, id).await?;
+            let left = decide(read.map(|(stock, _)| stock), purchase)?;
+            let version = read.map_or(0, |(_, version)| version);
+            if attempt == 0 {
+                purchase.hold().await;
+            }
+            let written = sqlx::query(
+                "UPDATE products SET stock = ?, version = version + 1 \
+                 WHERE id = ? AND fence = ? AND version = ?",
+            )
+            .bind(left)
+            .bind(id)
+            .bind(token)
+            .bind(version)
+            .execute(&mut *tx)
+            .await?;
+            if written.rows_affected() == 1 {
+                return place_in_doubt(tx, purchase, Some(token), in_doubt).await;
+            }
+            drop(tx);
+            let fence: Option<u64> = sqlx::query_scalar("SELECT fence FROM products WHERE id = ?")
                 .bind(id)
-                .bind(token)
-                .execute(&mut *tx)
+                .fetch_optional(&self.pool)
                 .await?;
-            if written.rows_affected() == 0 {
+            if fence != Some(token) {
                 return Err(stale(token));
             }
-        } else {
-            products::set_stock(&mut tx, id, left).await?;
+            // Our claim stands, so the version moved under a buyer of another strategy (one
+            // that takes no lock, e.g. `conditional`): read again in a fresh snapshot.
         }
-        place(tx, purchase, Some(token)).await
+        Err(PurchaseError::Busy(format!(
+            "the stock changed under each of {FENCED_WRITE_ATTEMPTS} fenced writes (other strategies sell this product too)"
+        )))
     }
 }
+
+/// Fenced writes refused because a buyer of another strategy wrote in between, before giving up.
+const FENCED_WRITE_ATTEMPTS: u32 = 16;
 
 fn stale(token: u64) -> PurchaseError {
     PurchaseError::LockLost(format!(
@@ -132,16 +177,9 @@ impl StockStrategy for Locked {
                 })?;
             purchase.stats.set_lock_wait(started.elapsed());
             let token = guard.fencing_token();
-            let outcome = self.critical_section(purchase, token).await;
-            match guard.release().await {
-                Ok(true) => {}
-                Ok(false) => tracing::warn!(
-                    key,
-                    token,
-                    "the lock was no longer ours at release: the critical section outlived the lease"
-                ),
-                Err(e) => tracing::warn!(key, token, error = %e, "lock release failed"),
-            }
+            let held = HeldLock::new(guard, self.options.lease);
+            let outcome = self.critical_section(purchase, token, &held.in_doubt).await;
+            held.finish().await;
             outcome
         })
     }

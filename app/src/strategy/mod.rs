@@ -12,7 +12,7 @@
 
 pub mod catalogue;
 pub mod conditional;
-pub mod db_lock;
+mod held_lock;
 pub mod local_mutex;
 pub mod locked;
 pub mod naive;

@@ -9,6 +9,10 @@
 //! sales on a hot row, and a buyer that loses every round answers `busy` although stock was
 //! left — *undersell* when the budget is small. The jitter spreads the retries so the losers
 //! do not collide again in lock-step.
+//!
+//! The version is only a token if *every* stock write moves it: the strategy is chosen per
+//! request, so `conditional`, `pessimistic` and the locked strategies may sell the same product
+//! at the same time, and each of their writes bumps `version` too.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -2,6 +2,8 @@
 //! and record the order in the strategy's own transaction. Each strategy file keeps only the
 //! lines that differ — how it reads and how it writes.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use sqlx::{MySql, Transaction};
 
 use super::{Placed, Purchase, PurchaseError};
@@ -23,14 +25,28 @@ pub(crate) fn decide(stock: Option<i64>, purchase: &Purchase) -> Result<i64, Pur
 /// `COMMIT` is [`PurchaseError::OutcomeUnknown`], because the server may have committed before
 /// the connection broke.
 pub(crate) async fn place(
-    mut tx: Transaction<'_, MySql>,
+    tx: Transaction<'_, MySql>,
     purchase: &Purchase,
     fencing_token: Option<u64>,
 ) -> Result<Placed, PurchaseError> {
+    place_in_doubt(tx, purchase, fencing_token, &AtomicBool::new(false)).await
+}
+
+/// [`place`], with `in_doubt` set from the moment the `COMMIT` is sent until it is known to
+/// have succeeded (it stays set when the commit fails, and when the future is dropped in
+/// between): what a lock holder needs to know before it may give its lock back.
+pub(crate) async fn place_in_doubt(
+    mut tx: Transaction<'_, MySql>,
+    purchase: &Purchase,
+    fencing_token: Option<u64>,
+    in_doubt: &AtomicBool,
+) -> Result<Placed, PurchaseError> {
     let order_id = orders::insert(&mut tx, &purchase.new_order(fencing_token)).await?;
+    in_doubt.store(true, Ordering::SeqCst);
     tx.commit()
         .await
         .map_err(|e| PurchaseError::OutcomeUnknown(Box::new(e)))?;
+    in_doubt.store(false, Ordering::SeqCst);
     Ok(Placed {
         order_id,
         fencing_token,

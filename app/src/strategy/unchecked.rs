@@ -41,11 +41,13 @@ impl StockStrategy for Unchecked {
             let mut tx = sqlx::Connection::begin(&mut *conn).await?;
             // Bound as signed: in MySQL, signed minus unsigned is unsigned, and could not go
             // below zero to show the bug.
-            sqlx::query("UPDATE products SET stock = stock - ? WHERE id = ?")
-                .bind(i64::from(purchase.quantity))
-                .bind(purchase.product_id)
-                .execute(&mut *tx)
-                .await?;
+            sqlx::query(
+                "UPDATE products SET stock = stock - ?, version = version + 1 WHERE id = ?",
+            )
+            .bind(i64::from(purchase.quantity))
+            .bind(purchase.product_id)
+            .execute(&mut *tx)
+            .await?;
             place(tx, purchase, None).await
         })
     }

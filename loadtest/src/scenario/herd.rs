@@ -14,10 +14,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
-use locks::{AcquireOptions, DistributedLock};
+use locks::{AcquireOptions, Backend, DistributedLock};
 use tokio::sync::Mutex;
-
-use locks::Backend;
 
 use super::figures::Herd;
 use super::{Row, Scenario, ScenarioOptions, ScenarioReport, start};

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use etcd_client::{Client, LeaseKeepAliveStream, LeaseKeeper};
-use tokio::sync::{oneshot, watch};
+use tokio::sync::{Notify, oneshot, watch};
 
 use crate::LockError;
 
@@ -16,7 +16,13 @@ const RETRY_PAUSE: Duration = Duration::from_millis(200);
 /// revoking; the `lost` flag still turns `true` once the lease has run out.
 pub(super) struct Lease {
     id: i64,
+    /// The TTL the server granted.
+    ttl: Duration,
     lost: watch::Receiver<bool>,
+    /// When the lease runs out at the earliest, as far as this client knows.
+    expires: watch::Receiver<Instant>,
+    /// Asks the renewal task for a renewal now.
+    renew_now: Arc<Notify>,
     _stop: oneshot::Sender<()>,
 }
 
@@ -38,19 +44,25 @@ impl Lease {
             LockError::Unavailable(format!("lease granted with TTL {}", granted.ttl()).into())
         })?;
         let (lost_tx, lost) = watch::channel(false);
+        let (expires_tx, expires) = watch::channel(sent + ttl);
         let (stop, stopped) = oneshot::channel();
+        let renew_now = Arc::new(Notify::new());
         let renewal = Renewal {
             client,
             id: granted.id(),
             ttl,
-            expires: sent + ttl,
+            expires: expires_tx,
+            renew_now: Arc::clone(&renew_now),
             stream: None,
             requests,
         };
         tokio::spawn(renewal.run(lost_tx, stopped));
         Ok(Lease {
             id: granted.id(),
+            ttl,
             lost,
+            expires,
+            renew_now,
             _stop: stop,
         })
     }
@@ -66,6 +78,37 @@ impl Lease {
     /// The flag a guard of a key on this lease watches.
     pub(super) fn lost_flag(&self) -> watch::Receiver<bool> {
         self.lost.clone()
+    }
+
+    /// Resolves once at least `needed` of the lease is known to be left, asking for a renewal at
+    /// once when less is (renewals may have failed for a while); fails once the lease is lost.
+    /// Bound it: while renewals keep failing, it waits.
+    pub(super) async fn at_least(&self, needed: Duration) -> Result<(), LockError> {
+        if self.ttl < needed {
+            return Err(LockError::Unavailable(
+                format!("etcd granted a {:?} lease, less than {needed:?}", self.ttl).into(),
+            ));
+        }
+        let mut expires = self.expires.clone();
+        loop {
+            let left = expires
+                .borrow_and_update()
+                .saturating_duration_since(Instant::now());
+            if self.is_lost() {
+                break;
+            }
+            if left >= needed {
+                return Ok(());
+            }
+            self.renew_now.notify_one();
+            tokio::select! {
+                changed = expires.changed() => if changed.is_err() { break },
+                () = self.lost() => break,
+            }
+        }
+        Err(LockError::Unavailable(
+            "the etcd lease ran out before the lock could be granted".into(),
+        ))
     }
 
     /// Resolves once the lease is known gone.
@@ -91,7 +134,8 @@ struct Renewal {
     ttl: Duration,
     /// When the server's lease runs out at the earliest: the last acknowledged renewal's send
     /// time plus the TTL it answered.
-    expires: Instant,
+    expires: watch::Sender<Instant>,
+    renew_now: Arc<Notify>,
     stream: Option<(LeaseKeeper, LeaseKeepAliveStream)>,
     requests: Arc<AtomicU64>,
 }
@@ -101,13 +145,12 @@ impl Renewal {
         let mut next = Instant::now() + self.ttl / 3;
         let mut stopped = false;
         loop {
-            let wake = if stopped {
-                self.expires
-            } else {
-                next.min(self.expires)
-            };
+            let expires = *self.expires.borrow();
+            let wake = if stopped { expires } else { next.min(expires) };
             tokio::select! {
                 () = tokio::time::sleep_until(wake.into()) => {}
+                // A grant found too little of the lease left.
+                () = self.renew_now.notified(), if !stopped => {}
                 _ = &mut stop, if !stopped => {
                     stopped = true;
                     continue;
@@ -115,17 +158,17 @@ impl Renewal {
                 // No lease handle and no guard left: nobody to tell.
                 () = lost.closed() => return,
             }
-            if Instant::now() >= self.expires {
+            if Instant::now() >= expires {
                 break;
             }
-            let (sent, expires) = (Instant::now(), self.expires);
+            let sent = Instant::now();
             let answer = tokio::select! {
                 answer = self.renew() => answer,
                 () = tokio::time::sleep_until(expires.into()) => break,
             };
             match answer {
                 Ok(Some(ttl)) => {
-                    self.expires = sent + ttl;
+                    self.expires.send_replace(sent + ttl);
                     next = sent + self.ttl / 3;
                 }
                 Ok(None) => break,

@@ -20,7 +20,13 @@
 //!    one key: a release wakes one waiter, and waiting sends nothing (the tests count).
 //! 4. Wait budget spent, or `acquire` dropped: delete our key (from `Drop`, on the runtime).
 //!    A put whose reply was lost is covered the same way: the key's name is known before the
-//!    put, so it can be deleted by name whether or not the put landed.
+//!    put, so it can be deleted by name whether or not the put landed. That delete waits for
+//!    the put's outcome (the put runs in a task of its own that outlives a dropped `acquire`):
+//!    sent while the put is in flight, it could commit first and leave the put's key behind.
+//! 5. Every delete — release, withdrawal, cleanup — is retried until etcd answers it or the
+//!    lease is known gone (`delete.rs`). A delete lost with a broken connection would otherwise
+//!    leave a key that the reconnected client keeps renewing with its lease: the lock would
+//!    stay blocked for as long as the process lives.
 //!
 //! # Why it is safe, and where it stops being
 //! Every put, delete and lease grant is committed by Raft on a quorum before the reply, and
@@ -42,13 +48,25 @@
 //! when its lease expires. etcd leases are whole seconds, and a renewal may be up to TTL/3 old
 //! when a lock is granted, so the TTL is `ceil(1.5 × options.lease)` seconds (at least 1; the
 //! server may raise it to its minimum, ≈ 2 s by default): at grant, at least `options.lease`
-//! remains. `lost()` fires when the lease is known gone: a renewal answered "not found", or the
-//! last acknowledged renewal's TTL ran out (counted from when that renewal was *sent*, so the
-//! server's expiry is never earlier than ours). Dropping the [`EtcdLock`] stops the renewals
+//! remains — while renewals succeed. When they have failed for a while (a broken connection,
+//! retried every 200 ms), far less may be left, and a lock granted then would expire early with
+//! no one having stalled. So a grant checks what is left of the lease and, if it is less than
+//! `options.lease`, renews at once and waits for that renewal before handing out the guard.
+//! What is left is the client's own reckoning: the last acknowledged renewal's TTL, counted
+//! from when that renewal was *sent*, so the server's expiry is never earlier than ours.
+//! `lost()` fires when the lease is known gone: a renewal answered "not found", or that
+//! reckoning ran out. Dropping the [`EtcdLock`] stops the renewals
 //! without revoking, as a crash would: locks of leaked guards end with the lease.
+//!
+//! # Wait budget
+//! The etcd client sets no deadline on requests: on a connection that went silent, a put or a
+//! range waits forever. An `acquire` therefore gives up at the end of its budget plus one
+//! attempt's grace ([`AcquireOptions::give_up_at`]), and its key is cleaned up as for a dropped
+//! `acquire` (4 and 5 above).
 //!
 //! Requests counted: grants, renewals, puts, ranges, watch streams opened, deletes.
 
+mod delete;
 mod lease;
 mod queue;
 
@@ -61,6 +79,7 @@ use etcd_client::Client;
 use futures::FutureExt;
 use futures::future::BoxFuture;
 
+use crate::options::within_budget;
 use crate::{AcquireOptions, DistributedLock, Guard, LockError};
 use lease::Lease;
 use queue::Contender;
@@ -124,7 +143,7 @@ impl EtcdLock {
             Contender::enqueue(self.client.clone(), key, &lease, self.requests.clone()).await?;
         loop {
             let (predecessor, revision) = match contender.predecessor().await? {
-                None => return contender.into_guard(lease),
+                None => return contender.into_guard(lease, options.lease).await,
                 Some(found) => found,
             };
             let timed_out = || LockError::Timeout {
@@ -162,7 +181,7 @@ impl DistributedLock for EtcdLock {
         key: &'a str,
         options: AcquireOptions,
     ) -> BoxFuture<'a, Result<Guard, LockError>> {
-        self.acquire_inner(key, options).boxed()
+        within_budget(key, options, self.acquire_inner(key, options)).boxed()
     }
 
     fn backend_requests(&self) -> u64 {

@@ -2,19 +2,22 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use etcd_client::{
-    Client, Compare, CompareOp, EventType, GetOptions, PutOptions, SortOrder, SortTarget, Txn,
-    TxnOp, TxnOpResponse, WatchOptions,
+    Client, EventType, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
+    WatchOptions,
 };
 use futures::FutureExt;
 use futures::future::BoxFuture;
+use tokio::sync::{oneshot, watch};
 
+use super::delete;
 use super::lease::Lease;
 use crate::{Guard, Held, LockError, new_owner_id};
 
 /// A queued acquisition. Dropping it before [`Contender::into_guard`] or
-/// [`Contender::withdraw`] deletes its key in the background.
+/// [`Contender::withdraw`] deletes its key in the background, retrying until it is gone.
 pub(super) struct Contender {
     client: Client,
     lock: String,
@@ -22,44 +25,84 @@ pub(super) struct Contender {
     owner: String,
     /// The create revision of our key: our place in the queue, and the fencing token.
     revision: i64,
+    /// The flag of the lease our key hangs off: once it is set, the key is gone.
+    lease_lost: watch::Receiver<bool>,
     requests: Arc<AtomicU64>,
     queued: bool,
 }
 
 impl Contender {
     /// Puts this acquisition's key under the lock's prefix, attached to `lease`.
+    ///
+    /// The put runs in a task of its own, which also cleans up after it: if this future is
+    /// dropped before the answer, or the answer is an error (the put may have landed anyway),
+    /// the key is deleted by name — *after* the put's outcome, never racing it. A delete sent
+    /// while the put is still in flight could commit first and leave the put's key behind,
+    /// renewed with the lease for as long as the client lives.
     pub(super) async fn enqueue(
         client: Client,
         lock: &str,
         lease: &Lease,
         requests: Arc<AtomicU64>,
     ) -> Result<Contender, LockError> {
-        let owner = new_owner_id();
-        // Queued (so dropped = deleted) before the put: a put whose reply is lost is cleaned
-        // up by name.
-        let mut contender = Contender {
+        let contender = Contender {
             client,
             lock: lock.to_owned(),
             prefix: super::lock_prefix(lock),
-            owner,
+            owner: new_owner_id(),
             revision: 0,
+            lease_lost: lease.lost_flag(),
             requests,
-            queued: true,
+            queued: false,
         };
-        contender.count();
-        let put = contender
+        let (answer, answered) = oneshot::channel();
+        tokio::spawn(contender.put(lease.id(), answer));
+        answered.await.map_err(LockError::unavailable)?
+    }
+
+    /// Puts our key, then hands this contender over through `answer`. From then on, whoever
+    /// holds the contender owns the key — and if nobody takes it (the acquire was dropped), it
+    /// is dropped with the channel, which deletes the key.
+    async fn put(mut self, lease: i64, answer: oneshot::Sender<Result<Contender, LockError>>) {
+        self.count();
+        let options = PutOptions::new().with_lease(lease);
+        let put = self
             .client
-            .put(
-                contender.key(),
-                contender.owner.as_str(),
-                Some(PutOptions::new().with_lease(lease.id())),
-            )
+            .put(self.key(), self.owner.as_str(), Some(options))
             .await
-            .map_err(LockError::unavailable)?;
-        contender.revision = put.header().map(|h| h.revision()).ok_or_else(|| {
-            LockError::Unavailable("etcd answered a put without a revision".into())
-        })?;
-        Ok(contender)
+            .map_err(LockError::unavailable)
+            .and_then(|put| {
+                put.header().map(|h| h.revision()).ok_or_else(|| {
+                    LockError::Unavailable("etcd answered a put without a revision".into())
+                })
+            });
+        match put {
+            Ok(revision) => {
+                self.revision = revision;
+                self.queued = true;
+                let _ = answer.send(Ok(self));
+            }
+            Err(e) => {
+                // Landed or not, nobody knows: delete by name.
+                let doomed = self.doomed(None);
+                let _ = answer.send(Err(e));
+                let (client, lost, requests) = (
+                    self.client.clone(),
+                    self.lease_lost.clone(),
+                    self.requests.clone(),
+                );
+                let gone = delete::until_gone(client, doomed, lost, requests).await;
+                tracing::debug!(?gone, "cleaned up after a failed put");
+            }
+        }
+    }
+
+    /// Our key, and, once known, its create revision.
+    fn doomed(&self, revision: Option<i64>) -> delete::Doomed {
+        delete::Doomed {
+            key: self.key(),
+            revision,
+        }
     }
 
     fn key(&self) -> String {
@@ -137,28 +180,39 @@ impl Contender {
         Ok(false)
     }
 
-    /// Gives up: deletes our key and waits for the answer. After an error the key holds its
-    /// place in the queue until this client's lease ends.
+    /// Gives up: deletes our key, retrying until it is gone or the lease is (see `delete.rs`).
+    /// The delete goes on if this future is dropped.
     pub(super) async fn withdraw(mut self) {
         self.queued = false;
-        self.count();
-        if let Err(e) = self.client.delete(self.key(), None).await {
-            tracing::debug!(error = %e, key = %self.key(), "withdrawing a lock key failed");
+        if let Err(e) = self.delete().await {
+            tracing::warn!(error = %e, key = %self.key(), "withdrawn lock key may be left");
         }
     }
 
-    /// No key before ours: the lock is held, for as long as `lease` lives.
-    pub(super) fn into_guard(mut self, lease: Arc<Lease>) -> Result<Guard, LockError> {
-        if lease.is_lost() {
-            return Err(LockError::Unavailable(
-                "the etcd lease ran out just as the lock was granted".into(),
-            ));
-        }
+    fn delete(&self) -> tokio::task::JoinHandle<delete::Gone> {
+        delete::delete(
+            self.client.clone(),
+            self.doomed(Some(self.revision)),
+            self.lease_lost.clone(),
+            self.requests.clone(),
+        )
+    }
+
+    /// No key before ours: the lock is held, for as long as `lease` lives. Handed out only with
+    /// at least `needed` of the lease left (the contract's promise), renewing first if less is;
+    /// dropping this future meanwhile withdraws.
+    pub(super) async fn into_guard(
+        mut self,
+        lease: Arc<Lease>,
+        needed: Duration,
+    ) -> Result<Guard, LockError> {
+        lease.at_least(needed).await?;
         self.queued = false;
         let held = HeldKey {
             client: self.client.clone(),
             key: self.key(),
             revision: self.revision,
+            lease_lost: self.lease_lost.clone(),
             requests: self.requests.clone(),
         };
         Ok(Guard::new(
@@ -173,25 +227,19 @@ impl Contender {
 
 impl Drop for Contender {
     fn drop(&mut self) {
-        if self.queued
-            && let Ok(runtime) = tokio::runtime::Handle::try_current()
-        {
-            self.count();
-            let (mut client, key) = (self.client.clone(), self.key());
-            runtime.spawn(async move {
-                if let Err(e) = client.delete(key.as_str(), None).await {
-                    tracing::debug!(error = %e, %key, "deleting a dropped contender's key failed");
-                }
-            });
+        if self.queued && tokio::runtime::Handle::try_current().is_ok() {
+            drop(self.delete());
         }
     }
 }
 
-/// The key of a held lock. It does not hold the lease: a leaked guard must not keep it alive.
+/// The key of a held lock. It does not hold the lease (a leaked guard must not keep it alive),
+/// only its flag.
 struct HeldKey {
     client: Client,
     key: String,
     revision: i64,
+    lease_lost: watch::Receiver<bool>,
     requests: Arc<AtomicU64>,
 }
 
@@ -199,19 +247,14 @@ impl Held for HeldKey {
     fn release(self: Box<Self>) -> BoxFuture<'static, Result<bool, LockError>> {
         async move {
             // Delete only the key we created: after a lease expiry the same name cannot come
-            // back (owner ids are per acquisition), but the check costs nothing extra.
-            let ours = Compare::create_revision(self.key.as_str(), CompareOp::Equal, self.revision);
-            let release = Txn::new()
-                .when([ours])
-                .and_then([TxnOp::delete(self.key.as_str(), None)]);
-            self.requests.fetch_add(1, Ordering::Relaxed);
-            let answer = self
-                .client
-                .clone()
-                .txn(release)
-                .await
-                .map_err(LockError::unavailable)?;
-            Ok(answer.succeeded())
+            // back (owner ids are per acquisition), but the check costs nothing extra. Retried
+            // until it is gone, and on in the background if this future is dropped.
+            let doomed = delete::Doomed {
+                key: self.key,
+                revision: Some(self.revision),
+            };
+            let deleting = delete::delete(self.client, doomed, self.lease_lost, self.requests);
+            Ok(deleting.await.map_err(LockError::unavailable)? == delete::Gone::Deleted)
         }
         .boxed()
     }

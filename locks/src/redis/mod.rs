@@ -9,6 +9,11 @@
 //! | [`GetThenSetLock`] | `get_then_set.rs` | `GET`, then `SET` if empty | polling | check-then-act across two round trips: two holders at once |
 //! | [`UnsafeReleaseLock`] | `unsafe_release.rs` | correct | polling | release by plain `DEL` removes the *next* holder's lock |
 //!
+//! The plain lock and the three broken variants are one type, [`SingleInstanceLock`]
+//! (`single_instance.rs`: connection, request count, polling, lease clock, compare-and-delete
+//! release), over a small private trait; each of their files holds only the acquire (and, for
+//! `unsafe_release.rs`, the release) that makes it what it is, and the public names are aliases.
+//!
 //! Shared by all of them, and kept here: the lock key is the caller's key itself; the fencing
 //! counter lives next to it in `<key>:fence` and is only ever `INCR`ed, never deleted, so tokens
 //! keep increasing across releases and expiries. The safe locks increment the fence *in the same
@@ -36,6 +41,7 @@ mod get_then_set;
 mod plain;
 mod redlock;
 mod setnx_no_ttl;
+mod single_instance;
 mod unsafe_release;
 mod watchdog;
 
@@ -43,6 +49,7 @@ pub use get_then_set::GetThenSetLock;
 pub use plain::RedisLock;
 pub use redlock::Redlock;
 pub use setnx_no_ttl::{SetnxNoTtlLock, SimulatedCrash};
+pub use single_instance::SingleInstanceLock;
 pub use unsafe_release::UnsafeReleaseLock;
 pub use watchdog::RedisWatchdogLock;
 
@@ -55,11 +62,10 @@ use std::time::{Duration, Instant};
 use deadpool_redis::Pool;
 use deadpool_redis::redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use deadpool_redis::redis::{Client, Cmd, FromRedisValue, Script, ScriptInvocation};
-use futures::future::BoxFuture;
 use rand::Rng;
 use tokio::sync::watch;
 
-use crate::{Guard, Held, LockError};
+use crate::LockError;
 
 /// The companion key holding the fencing counter of lock `key`.
 pub fn fence_key(key: &str) -> String {
@@ -250,82 +256,5 @@ impl LeaseClocks {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, watch::Sender<Instant>>> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
-/// What the single-instance locks (`redis` and the broken variants) share: one connection, a
-/// request counter, and lease clocks for their guards.
-pub(crate) struct LockClient {
-    pub(crate) conn: Conn,
-    pub(crate) requests: Requests,
-    pub(crate) clocks: LeaseClocks,
-}
-
-impl LockClient {
-    pub(crate) fn new(conn: Conn) -> Arc<LockClient> {
-        Arc::new(LockClient {
-            conn,
-            requests: Requests::default(),
-            clocks: LeaseClocks::default(),
-        })
-    }
-
-    /// `SET key owner NX PX lease` and `INCR <key>:fence` in one script: the fencing token,
-    /// or `0` when someone else holds the lock.
-    pub(crate) async fn set_nx_px(
-        &self,
-        key: &str,
-        owner: &str,
-        lease: Duration,
-    ) -> Result<u64, LockError> {
-        self.requests.add(1);
-        (self.conn)
-            .invoke(
-                ACQUIRE
-                    .key(key)
-                    .key(fence_key(key))
-                    .arg(owner)
-                    .arg(millis(lease)),
-            )
-            .await
-    }
-
-    /// The guard of a grant whose request was sent at `sent`: its lease clock starts, and it
-    /// releases by compare-and-delete, so it never deletes another holder's lock.
-    pub(crate) fn grant(
-        self: &Arc<Self>,
-        key: &str,
-        owner: String,
-        token: u64,
-        sent: Instant,
-        lease: Duration,
-    ) -> Guard {
-        let lost = self.clocks.start(&owner, sent + lease);
-        let held = CompareAndDelete {
-            client: Arc::clone(self),
-            key: key.to_owned(),
-            owner: owner.clone(),
-        };
-        Guard::new(key, owner, token, lost, Box::new(held))
-    }
-}
-
-/// A grant released by the `RELEASE` script: `DEL` only if the key still holds our owner id.
-struct CompareAndDelete {
-    client: Arc<LockClient>,
-    key: String,
-    owner: String,
-}
-
-impl Held for CompareAndDelete {
-    fn release(self: Box<Self>) -> BoxFuture<'static, Result<bool, LockError>> {
-        Box::pin(async move {
-            self.client.clocks.stop(&self.owner);
-            self.client.requests.add(1);
-            let deleted: i64 = (self.client.conn)
-                .invoke(RELEASE.key(&self.key).arg(&self.owner))
-                .await?;
-            Ok(deleted == 1)
-        })
     }
 }

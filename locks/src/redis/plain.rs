@@ -20,38 +20,23 @@
 //! waiter per interval, and hands off no faster than the interval. The watchdog lock wakes
 //! waiters instead.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use deadpool_redis::Pool;
-use futures::future::BoxFuture;
-
-use super::{Conn, EXTEND, LockClient, millis, poll};
-use crate::{AcquireOptions, DistributedLock, Guard, LockError, new_owner_id};
+use super::single_instance::{SingleInstanceLock, Variant};
+use crate::{Backend, Guard, LockError};
 
 /// `SET NX PX` lock with a fencing counter; see the module docs.
-pub struct RedisLock {
-    shared: Arc<LockClient>,
+pub type RedisLock = SingleInstanceLock<Plain>;
+
+/// The correct acquire and release: [`Variant`]'s defaults.
+#[derive(Debug, Default)]
+pub struct Plain;
+
+impl Variant for Plain {
+    const BACKEND: Backend = Backend::Redis;
 }
 
 impl RedisLock {
-    /// A lock client for the Redis at `url`. Connects lazily: an unreachable server shows up as
-    /// [`LockError::Unavailable`] on the first acquire.
-    pub fn connect(url: &str) -> Result<RedisLock, LockError> {
-        Ok(RedisLock::with(Conn::open(url)?))
-    }
-
-    /// A lock client over an existing pool.
-    pub fn from_pool(pool: Pool) -> RedisLock {
-        RedisLock::with(Conn::Pool(pool))
-    }
-
-    fn with(conn: Conn) -> RedisLock {
-        RedisLock {
-            shared: LockClient::new(conn),
-        }
-    }
-
     /// Resets `guard`'s lease to `lease` from now if it still holds the lock; `Ok(false)` if it
     /// does not (its lease already ran out by the local clock, or the key is someone else's).
     /// If the local clock runs out while the request is in flight, the guard stays lost even
@@ -61,50 +46,12 @@ impl RedisLock {
             return Ok(false);
         }
         let sent = Instant::now();
-        self.shared.requests.add(1);
-        let extended: i64 = (self.shared.conn)
-            .invoke(
-                EXTEND
-                    .key(guard.key())
-                    .arg(guard.owner())
-                    .arg(millis(lease)),
-            )
+        let extended = (self.client)
+            .extend(guard.key(), guard.owner(), lease)
             .await?;
-        if extended == 1 {
-            self.shared.clocks.extend(guard.owner(), sent + lease);
+        if extended {
+            self.client.clocks.extend(guard.owner(), sent + lease);
         }
-        Ok(extended == 1)
-    }
-}
-
-impl RedisLock {
-    async fn try_acquire(&self, key: &str, lease: Duration) -> Result<Option<Guard>, LockError> {
-        let owner = new_owner_id();
-        let sent = Instant::now();
-        let token = self.shared.set_nx_px(key, &owner, lease).await?;
-        if token == 0 {
-            return Ok(None);
-        }
-        Ok(Some(self.shared.grant(key, owner, token, sent, lease)))
-    }
-}
-
-impl DistributedLock for RedisLock {
-    fn backend(&self) -> &'static str {
-        "redis"
-    }
-
-    fn acquire<'a>(
-        &'a self,
-        key: &'a str,
-        options: AcquireOptions,
-    ) -> BoxFuture<'a, Result<Guard, LockError>> {
-        Box::pin(poll(key, options.wait, move || {
-            self.try_acquire(key, options.lease)
-        }))
-    }
-
-    fn backend_requests(&self) -> u64 {
-        self.shared.requests.get()
+        Ok(extended)
     }
 }

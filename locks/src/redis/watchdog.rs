@@ -10,7 +10,9 @@
 //! critical section any more: while the guard lives, the client's watchdog (one task per
 //! client, see `watchdog/renewal.rs`) renews the lease every third of it, so a slow holder keeps
 //! its lock, and a holder whose process dies stops renewing and loses it within one lease. A
-//! renewal refused by Redis, or impossible for a whole lease, fires the guard's `lost()`.
+//! renewal refused by Redis, or impossible for a whole lease, fires the guard's `lost()` — at
+//! the latest one lease after the last renewal Redis confirmed, even while the connection hangs
+//! or reconnects (each renewal request is bounded by that deadline).
 //! Unlock is a script that decrements this owner's count and deletes the hash only at zero, so
 //! it never touches another owner's lock.
 //!
@@ -27,7 +29,11 @@
 //! ends, whichever comes first: no polling, and a crashed holder delays waiters by at most its
 //! lease. A newcomer does not barge past waiters of the same client: it queues behind them, so
 //! a task that releases and immediately re-acquires cannot starve the others. A hand-off costs
-//! about 2.5 round trips: the unlock, the message, the winning attempt.
+//! about 2.5 round trips: the unlock, the message, the winning attempt. The whole acquire gives
+//! up at the end of its budget plus one attempt's grace ([`AcquireOptions::give_up_at`]): after a
+//! server dies, the connection manager reconnects with growing pauses (≈ 6 s in all) and every
+//! request waits for that, so an unbounded attempt would overrun any budget. An attempt given
+//! up on may still be granted by Redis; nobody renews that grant, so it lapses within a lease.
 
 mod renewal;
 mod wakeups;
@@ -40,6 +46,7 @@ use futures::future::BoxFuture;
 use tokio::task::JoinHandle;
 
 use super::{Conn, Requests, fence_key, millis};
+use crate::options::within_budget;
 use crate::{AcquireOptions, DistributedLock, Guard, Held, LockError, new_owner_id};
 use renewal::Renewals;
 use wakeups::{Ticket, Wakeups, channel};
@@ -345,7 +352,11 @@ impl DistributedLock for RedisWatchdogLock {
         key: &'a str,
         options: AcquireOptions,
     ) -> BoxFuture<'a, Result<Guard, LockError>> {
-        Box::pin(self.shared.acquire(key, options))
+        Box::pin(within_budget(
+            key,
+            options,
+            self.shared.acquire(key, options),
+        ))
     }
 
     fn backend_requests(&self) -> u64 {

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use zookeeper_client::{Acls, Client, CreateMode, Error, OneshotWatcher};
 
+use super::delete::{self, Gone, is_session_end};
 use super::held::HeldNode;
 use super::path::{self, LOCK_ROOT};
 use crate::{Guard, LockError, new_owner_id};
@@ -13,11 +14,9 @@ use crate::{Guard, LockError, new_owner_id};
 /// How often a create is retried after connection loss or a vanished lock directory.
 const CREATE_ATTEMPTS: usize = 5;
 
-/// Pause before looking for our node again while the session reconnects.
-const RECONNECT_PAUSE: Duration = Duration::from_millis(100);
-
 /// A queued acquisition. Dropping it before [`Contender::into_guard`] or
-/// [`Contender::withdraw`] deletes its node (the request is queued on the session at once).
+/// [`Contender::withdraw`] deletes its node (the request is queued on the session at once, and
+/// retried in the background until the node is gone).
 pub(super) struct Contender {
     client: Arc<Client>,
     key: String,
@@ -69,7 +68,8 @@ impl Contender {
                 // The create may have been applied with its reply lost: look for our node
                 // before creating another one (the "protection" of the recipe).
                 Error::ConnectionLoss => {
-                    if let Some((name, czxid)) = find_own(&client, &dir, &owner, &requests).await? {
+                    let found = find_own(&client, &dir, &owner, &requests, Some(CREATE_ATTEMPTS));
+                    if let Some((name, czxid)) = found.await.map_err(LockError::unavailable)? {
                         unplaced.armed = false;
                         return Ok(Contender::queued(
                             client, key, owner, dir, name, czxid, requests,
@@ -149,13 +149,13 @@ impl Contender {
         Ok(stat.map(|_| watcher))
     }
 
-    /// Gives up: deletes this node and waits for the answer. Errors are ignored: the node
-    /// then ends with the session.
+    /// Gives up: deletes this node, retrying until it is gone or the session ended (see
+    /// `delete.rs`). The delete goes on if this future is dropped.
     pub(super) async fn withdraw(mut self) {
         self.queued = false;
-        self.count();
-        if let Err(e) = self.client.delete(&self.path(), None).await {
-            tracing::debug!(error = %e, path = %self.path(), "withdrawing a lock node failed");
+        let deleting = delete::delete(&self.client, self.path(), self.requests.clone());
+        if let Ok(Gone::Refused(_)) | Err(_) = deleting.await {
+            tracing::warn!(path = %self.path(), "a withdrawn lock node may be left behind");
         }
     }
 
@@ -177,16 +177,27 @@ impl Contender {
 
 impl Drop for Contender {
     fn drop(&mut self) {
-        if self.queued {
-            self.count();
-            // The request is queued now; nobody needs its answer.
-            drop(self.client.delete(&self.path(), None));
+        if !self.queued {
+            return;
+        }
+        // The first request is queued on the session now, in order with everything this
+        // acquisition sent before; the retries, if any, need a runtime.
+        if tokio::runtime::Handle::try_current().is_ok() {
+            drop(delete::delete(
+                &self.client,
+                self.path(),
+                self.requests.clone(),
+            ));
+        } else {
+            delete::delete_once(&self.client, &self.path(), &self.requests);
         }
     }
 }
 
 /// An acquisition whose create may be in flight: on drop, finds its node by owner id and
-/// deletes it (in the background, if a runtime is there to run it).
+/// deletes it, in the background (if a runtime is there to run it). The search is queued on the
+/// session after the create, and ZooKeeper answers a session's requests in order, so it sees
+/// the create's outcome: the delete can never come before the node it is meant for.
 struct Unplaced {
     client: Arc<Client>,
     dir: String,
@@ -206,9 +217,13 @@ impl Drop for Unplaced {
         let (client, dir, owner) = (self.client.clone(), self.dir.clone(), self.owner.clone());
         let requests = self.requests.clone();
         runtime.spawn(async move {
-            if let Ok(Some((name, _))) = find_own(&client, &dir, &owner, &requests).await {
-                requests.fetch_add(1, Ordering::Relaxed);
-                let _ = client.delete(&format!("{dir}/{name}"), None).await;
+            match find_own(&client, &dir, &owner, &requests, None).await {
+                Ok(Some((name, _))) => {
+                    let _ = delete::delete(&client, format!("{dir}/{name}"), requests).await;
+                }
+                Ok(None) => {}
+                // The session ended, and with it any node it had created.
+                Err(e) => tracing::debug!(error = %e, %dir, "no node to clean up"),
             }
         });
     }
@@ -233,34 +248,52 @@ async fn ensure_dir(client: &Client, dir: &str, requests: &AtomicU64) -> Result<
     Ok(())
 }
 
-/// Finds the node `owner` created, with its czxid, if the create was applied.
+/// Pause before looking for our node again while the session reconnects; it grows with each
+/// attempt, up to [`MAX_RECONNECT_PAUSE`].
+const RECONNECT_PAUSE: Duration = Duration::from_millis(100);
+const MAX_RECONNECT_PAUSE: Duration = Duration::from_secs(1);
+
+/// Finds the node `owner` created, with its czxid, if the create was applied. A listing that
+/// fails with the connection is retried up to `attempts` times (`None`: until the session is
+/// known to have ended, which is then the error): giving up while the node may exist would
+/// orphan it.
 async fn find_own(
     client: &Client,
     dir: &str,
     owner: &str,
     requests: &AtomicU64,
-) -> Result<Option<(String, i64)>, LockError> {
+    attempts: Option<usize>,
+) -> Result<Option<(String, i64)>, Error> {
     let mut attempt = 0;
-    let children = loop {
-        requests.fetch_add(1, Ordering::Relaxed);
-        match client.list_children(dir).await {
-            Ok(children) => break children,
+    loop {
+        match find_once(client, dir, owner, requests).await {
             Err(Error::NoNode) => return Ok(None),
-            // Still reconnecting: giving up now would orphan the node if it exists.
-            Err(Error::ConnectionLoss) if attempt < CREATE_ATTEMPTS => {
+            Err(e) if is_session_end(&e) || client.state().is_terminated() => return Err(e),
+            Err(e) if attempts.is_none_or(|limit| attempt < limit) => {
+                tracing::debug!(error = %e, %dir, "looking for our lock node failed; retrying");
                 attempt += 1;
-                tokio::time::sleep(RECONNECT_PAUSE * attempt as u32).await;
+                let pause = RECONNECT_PAUSE * u32::try_from(attempt).unwrap_or(u32::MAX);
+                tokio::time::sleep(pause.min(MAX_RECONNECT_PAUSE)).await;
             }
-            Err(e) => return Err(LockError::unavailable(e)),
+            found => return found,
         }
-    };
+    }
+}
+
+async fn find_once(
+    client: &Client,
+    dir: &str,
+    owner: &str,
+    requests: &AtomicU64,
+) -> Result<Option<(String, i64)>, Error> {
+    requests.fetch_add(1, Ordering::Relaxed);
+    let children = client.list_children(dir).await?;
     let Some(name) = children.into_iter().find(|n| path::is_owned_by(n, owner)) else {
         return Ok(None);
     };
     requests.fetch_add(1, Ordering::Relaxed);
-    match client.check_stat(&format!("{dir}/{name}")).await {
-        Ok(Some(stat)) => Ok(Some((name, stat.czxid))),
-        Ok(None) => Ok(None),
-        Err(e) => Err(LockError::unavailable(e)),
-    }
+    Ok(client
+        .check_stat(&format!("{dir}/{name}"))
+        .await?
+        .map(|stat| (name, stat.czxid)))
 }

@@ -9,6 +9,8 @@ use futures::future::BoxFuture;
 use tokio::sync::watch;
 use zookeeper_client::{Client, Error, EventType, OneshotWatcher};
 
+use super::delete::{self, Gone};
+
 use crate::{Held, LockError};
 
 /// Pause before re-arming the watch after a transient error.
@@ -116,13 +118,15 @@ impl Held for HeldNode {
                     "the ZooKeeperLock was dropped: the lock ends with its session".into(),
                 ));
             };
-            self.requests.fetch_add(1, Ordering::Relaxed);
             // The node's name carries this acquisition's id: deleting it can never remove
-            // another holder's lock.
-            match client.delete(&self.path, None).await {
-                Ok(()) => Ok(true),
-                Err(Error::NoNode | Error::SessionExpired | Error::ClientClosed) => Ok(false),
-                Err(e) => Err(LockError::unavailable(e)),
+            // another holder's lock. Retried until the node or the session is gone, and on in
+            // the background if this future is dropped (see `delete.rs`).
+            let deleting = delete::delete(&client, self.path.clone(), self.requests.clone());
+            drop(client);
+            match deleting.await.map_err(LockError::unavailable)? {
+                Gone::Deleted => Ok(true),
+                Gone::Missing | Gone::WithSession => Ok(false),
+                Gone::Refused(e) => Err(LockError::unavailable(e)),
             }
         }
         .boxed()

@@ -20,7 +20,13 @@
 //!    `acquire` future (the delete is sent from `Drop`: this client queues requests
 //!    synchronously, so no runtime is needed to send it). Dropped while its create is still
 //!    unanswered, it does not know its node's name yet: a background task finds the node by
-//!    its id, as in 4, and deletes it.
+//!    its id, as in 4, and deletes it. That search is queued on the session after the create,
+//!    and ZooKeeper answers one session's requests in order, so it sees the create's outcome.
+//! 6. Every delete — release, withdrawal, cleanup — is retried until the server answers it or
+//!    the session is known to have ended (`delete.rs`). The session survives a broken
+//!    connection (the client reconnects within the session timeout), so a delete lost with
+//!    the connection and not retried would leave a node that blocks the lock for as long as
+//!    the process lives.
 //!
 //! `/locks/<key>` is a *container* node: the server removes it some time after its last child
 //! goes, so lock names do not pile up. That is also why the sequence number is **not** the
@@ -60,10 +66,15 @@
 //! * **Dropping the [`ZooKeeperLock`]** abandons its session without closing it, as a crash
 //!   would: the nodes of guards still alive (or leaked) go when the server expires the
 //!   session, one session timeout later. Guards hold only a weak handle on the session for
-//!   that reason. Released guards delete their node at once.
+//!   that reason. Released guards delete their node at once (retrying while the session lives).
 //! * After a session expired, the next `acquire` opens a new one.
+//! * **Wait budget.** An `acquire` gives up at the end of its budget plus one attempt's grace
+//!   ([`AcquireOptions::give_up_at`]), even when the server does not answer (the client
+//!   library itself waits 2/5 of the session timeout before it calls a silent connection
+//!   lost); its node is then cleaned up as for a dropped `acquire` (5 and 6 above).
 
 mod contender;
+mod delete;
 mod held;
 mod path;
 
@@ -75,6 +86,7 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 use zookeeper_client::Client;
 
+use crate::options::within_budget;
 use crate::{AcquireOptions, DistributedLock, Guard, LockError};
 use contender::Contender;
 
@@ -177,7 +189,7 @@ impl DistributedLock for ZooKeeperLock {
         key: &'a str,
         options: AcquireOptions,
     ) -> BoxFuture<'a, Result<Guard, LockError>> {
-        self.acquire_inner(key, options).boxed()
+        within_budget(key, options, self.acquire_inner(key, options)).boxed()
     }
 
     fn backend_requests(&self) -> u64 {

@@ -9,6 +9,14 @@
 //! be renewed because Redis does not answer is retried quickly and reported lost when a full
 //! lease has passed since the last renewal that Redis confirmed (counted from when that
 //! renewal was *sent*): from then on the client can no longer claim it holds the lock.
+//!
+//! That deadline must hold whatever the connection does, so a round's request is itself bounded
+//! by the earliest lease end among the held locks. Without that bound, the loss would be
+//! reported only when the request returns: after a server dies, the connection manager
+//! reconnects with growing pauses (about 6 s in all) and requests wait for it; a lock granted to
+//! someone else meanwhile would still look held here. A request given up on may still reach
+//! Redis later and extend a lock already reported lost: that only delays the next holder (by at
+//! most a lease, or until the guard's release deletes it), it never lets two in.
 
 use std::collections::HashMap;
 use std::sync::{LazyLock, Mutex, MutexGuard};
@@ -56,8 +64,15 @@ struct Entry {
     lost: watch::Sender<bool>,
     /// When the last grant or renewal that Redis confirmed was sent.
     confirmed: Instant,
-    /// When the next renewal is due.
+    /// When the next renewal is due; never later than [`Entry::expires`].
     due: Instant,
+}
+
+impl Entry {
+    /// When the last confirmed lease runs out: from then on the lock may be someone else's.
+    fn expires(&self) -> Instant {
+        self.confirmed + self.lease
+    }
 }
 
 impl Renewals {
@@ -120,7 +135,7 @@ impl Renewals {
             return;
         };
         for (_, entry) in self.lock().drain() {
-            let end = entry.confirmed + entry.lease;
+            let end = entry.expires();
             runtime.spawn(async move {
                 tokio::time::sleep_until(end.into()).await;
                 let _ = entry.lost.send(true);
@@ -152,22 +167,33 @@ impl Renewals {
 
     async fn renew_due(&self, conn: &Conn, requests: &Requests) {
         let now = Instant::now();
-        let batch: Vec<(Id, Duration)> = self
-            .lock()
-            .iter()
-            .filter(|(_, e)| e.due <= now + e.lease / 6)
-            .map(|(id, e)| (id.clone(), e.lease))
-            .collect();
-        if batch.is_empty() {
+        let (batch, deadline) = {
+            let mut held = self.lock();
+            Self::expire(&mut held, now);
+            let batch: Vec<(Id, Duration)> = held
+                .iter()
+                .filter(|(_, e)| e.due <= now + e.lease / 6)
+                .map(|(id, e)| (id.clone(), e.lease))
+                .collect();
+            // The round must be over before the first lease it could save runs out — of any
+            // held lock, not only those in this round — or that lock's loss would wait for it.
+            let deadline = held.values().map(Entry::expires).min();
+            (batch, deadline)
+        };
+        let Some(deadline) = deadline.filter(|_| !batch.is_empty()) else {
             return;
-        }
+        };
         let mut script = RENEW_ALL.prepare_invoke();
         for ((key, owner), lease) in &batch {
             script.key(key).arg(owner).arg(millis(*lease));
         }
         let sent = Instant::now();
         requests.add(1);
-        let outcome: Result<Vec<i64>, _> = conn.invoke(&script).await;
+        let outcome: Result<Vec<i64>, String> =
+            match tokio::time::timeout_at(deadline.into(), conn.invoke(&script)).await {
+                Ok(answer) => answer.map_err(|e| e.to_string()),
+                Err(_) => Err("no answer before the first lease ran out".to_owned()),
+            };
         let mut held = self.lock();
         match outcome {
             Ok(renewed) => {
@@ -187,21 +213,27 @@ impl Renewals {
             }
             Err(error) => {
                 tracing::warn!(%error, "watchdog: renewal round failed");
-                let retry = Instant::now() + RETRY;
+                let now = Instant::now();
+                Self::expire(&mut held, now);
                 for (id, _) in batch {
-                    let Some(entry) = held.get_mut(&id) else {
-                        continue;
-                    };
-                    if Instant::now() >= entry.confirmed + entry.lease {
-                        if let Some(entry) = held.remove(&id) {
-                            let _ = entry.lost.send(true);
-                        }
-                    } else {
-                        entry.due = retry.min(entry.confirmed + entry.lease);
+                    if let Some(entry) = held.get_mut(&id) {
+                        entry.due = (now + RETRY).min(entry.expires());
                     }
                 }
             }
         }
+    }
+
+    /// Reports every lock whose last confirmed lease has run out as lost, and stops renewing it.
+    fn expire(held: &mut HashMap<Id, Entry>, now: Instant) {
+        held.retain(|(key, _), entry| {
+            let alive = now < entry.expires();
+            if !alive {
+                tracing::warn!(%key, "watchdog: lock lost, no renewal confirmed for a lease");
+                let _ = entry.lost.send(true);
+            }
+            alive
+        });
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<Id, Entry>> {

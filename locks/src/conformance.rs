@@ -1,35 +1,44 @@
-//! The conformance suite: the contract of [`locks::DistributedLock`], written once against the
-//! trait and run for every safe backend on real servers.
+//! The conformance suite (feature `conformance`): the contract of [`DistributedLock`],
+//! written once against the trait, so that any backend — this crate's or anyone's — runs all
+//! of it with one macro call, the way `object_store` publishes its integration suite.
 //!
-//! A backend's test file describes how to reach it and runs the whole suite:
+//! A backend's test file says how to open a client and how to make the backend forget a
+//! grant, and gets one `#[tokio::test]` per property:
 //!
 //! ```ignore
-//! mod conformance;
+//! use locks::conformance;
 //!
 //! async fn subject() -> conformance::Subject {
-//!     let url = sandbox::shared::redis_url();
+//!     let url = my_server_url();
 //!     conformance::Subject::new(
 //!         move || { let url = url.clone(); Box::pin(async move { /* Arc<dyn DistributedLock> */ }) },
-//!         |guard| { /* make the backend forget this grant */ },
+//!         |guard| { /* make the backend forget this grant, as an expired lease would */ },
 //!     )
 //! }
 //!
 //! conformance::suite!(subject);
 //! ```
 //!
-//! Each test uses fresh random lock names, so the suite runs in parallel with itself and leaves
-//! nothing behind but spent fence counters. A probe counter lives in Redis
-//! (`sandbox::shared::redis_url()`) whatever the backend under test.
-
-#![allow(dead_code)] // Each test binary uses the suite through the macro, not every helper.
+//! The test crate needs `tokio` (with `macros` and `rt-multi-thread`) and this crate with the
+//! `conformance` feature as dev-dependencies. Each property uses fresh random lock names, so
+//! the suite runs in parallel with itself and leaves nothing behind but spent fence counters.
+//!
+//! **The probe is in-process.** Mutual exclusion is checked by what two overlapping holders
+//! would break: inside the lock, each task reads a shared counter, yields to the scheduler for
+//! a millisecond (as long as a network round trip would keep it away), and writes the value
+//! plus one; every overlap loses an increment. All contenders are tasks of the one test
+//! process, spread over several worker threads, so an in-memory counter sees every holder, and
+//! the suite needs no server of its own besides the backend under test (it used to keep the
+//! counter in Redis, which tied every backend's tests to a Redis). A second, direct check
+//! counts the tasks inside the critical section at once.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use locks::{AcquireOptions, DistributedLock, Guard, LockError};
-use redis::AsyncCommands;
+
+use crate::{AcquireOptions, DistributedLock, Guard, LockError};
 
 type Connect = Box<dyn Fn() -> BoxFuture<'static, Arc<dyn DistributedLock>> + Send + Sync>;
 type Expire = Box<dyn Fn(&Guard) -> BoxFuture<'static, ()> + Send + Sync>;
@@ -44,12 +53,14 @@ pub struct Subject {
     expire: Expire,
     /// The lease the suite's short-lease tests use; the time a vanished holder may block others.
     lease: Duration,
-    /// Where the probe counter lives.
-    probe_url: String,
 }
 
 impl Subject {
-    /// A subject with a 1 s test lease and the probe counter on the shared Redis.
+    /// A subject with a 1 s test lease. `connect` opens a new, independent client (its own
+    /// connections and background tasks: dropping the last `Arc` of it is how the suite makes
+    /// a holder vanish); `expire` makes the backend forget a guard's grant behind its holder's
+    /// back, as an expired lease or session would (`DEL` the key, delete the znode, revoke the
+    /// etcd lease, …).
     pub fn new(
         connect: impl Fn() -> BoxFuture<'static, Arc<dyn DistributedLock>> + Send + Sync + 'static,
         expire: impl Fn(&Guard) -> BoxFuture<'static, ()> + Send + Sync + 'static,
@@ -58,7 +69,6 @@ impl Subject {
             connect: Box::new(connect),
             expire: Box::new(expire),
             lease: Duration::from_secs(1),
-            probe_url: sandbox::shared::redis_url(),
         }
     }
 
@@ -71,20 +81,13 @@ impl Subject {
     async fn client(&self) -> Arc<dyn DistributedLock> {
         (self.connect)().await
     }
-
-    async fn probe(&self) -> redis::aio::MultiplexedConnection {
-        redis::Client::open(self.probe_url.as_str())
-            .expect("probe redis url")
-            .get_multiplexed_async_connection()
-            .await
-            .expect("probe redis connection")
-    }
 }
 
 /// Runs every property of the suite as its own `#[tokio::test]`; `$subject` is an async fn
 /// returning a [`Subject`].
-#[allow(unused_macros)] // A test file may use only the helpers.
-macro_rules! suite {
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __conformance_suite {
     ($subject:path) => {
         $crate::conformance::suite!(@tests $subject;
             mutual_exclusion_holds_among_32_contending_tasks,
@@ -105,26 +108,29 @@ macro_rules! suite {
         )*
     };
 }
-#[allow(unused_imports)]
-pub(crate) use suite;
+#[doc(inline)]
+pub use crate::__conformance_suite as suite;
 
 /// A fresh lock name for one test.
 pub fn unique_key(test: &str) -> String {
-    format!("conformance:{test}:{}", locks::new_owner_id())
+    format!("conformance:{test}:{}", crate::new_owner_id())
 }
 
 const LONG_LEASE: Duration = Duration::from_secs(20);
 const LONG_WAIT: Duration = Duration::from_secs(60);
 
-/// 4 clients × 8 tasks × 4 grants. Inside the lock, each task reads a Redis counter and writes
-/// it back plus one in a *separate* round trip: any overlap loses an increment. Also checks that
-/// no two tasks are ever inside at once locally, and that tokens rise in the order of entry.
+/// How long a holder keeps the probe counter's value before writing it back plus one.
+const PROBE_GAP: Duration = Duration::from_millis(1);
+
+/// 4 clients × 8 tasks × 4 grants. Inside the lock, each task reads the probe counter, waits
+/// a millisecond, and writes it back plus one: any overlap loses an increment. Also checks that
+/// no two tasks are ever inside at once, and that tokens rise in the order of entry.
 pub async fn mutual_exclusion_holds_among_32_contending_tasks(subject: Subject) {
     const CLIENTS: usize = 4;
     const TASKS_PER_CLIENT: usize = 8;
     const GRANTS_PER_TASK: usize = 4;
     let key = unique_key("mutex");
-    let counter = format!("{key}:probe-counter");
+    let counter = Arc::new(AtomicU64::new(0));
     let inside = Arc::new(AtomicUsize::new(0));
     let overlaps = Arc::new(AtomicUsize::new(0));
     let tokens = Arc::new(std::sync::Mutex::new(Vec::new()));
@@ -134,7 +140,6 @@ pub async fn mutual_exclusion_holds_among_32_contending_tasks(subject: Subject) 
         for _ in 0..TASKS_PER_CLIENT {
             let (lock, key, counter) = (Arc::clone(&lock), key.clone(), counter.clone());
             let (inside, overlaps, tokens) = (inside.clone(), overlaps.clone(), tokens.clone());
-            let mut probe = subject.probe().await;
             tasks.spawn(async move {
                 for _ in 0..GRANTS_PER_TASK {
                     let options = AcquireOptions::new(LONG_LEASE).wait(LONG_WAIT);
@@ -143,11 +148,9 @@ pub async fn mutual_exclusion_holds_among_32_contending_tasks(subject: Subject) 
                         overlaps.fetch_add(1, Ordering::SeqCst);
                     }
                     tokens.lock().unwrap().push(guard.fencing_token());
-                    let seen: Option<u64> = probe.get(&counter).await.expect("GET");
-                    let () = probe
-                        .set(&counter, seen.unwrap_or(0) + 1)
-                        .await
-                        .expect("SET");
+                    let seen = counter.load(Ordering::SeqCst);
+                    tokio::time::sleep(PROBE_GAP).await;
+                    counter.store(seen + 1, Ordering::SeqCst);
                     inside.fetch_sub(1, Ordering::SeqCst);
                     if !guard.release().await.expect("release") {
                         overlaps.fetch_add(1, Ordering::SeqCst); // someone took it over meanwhile
@@ -157,9 +160,7 @@ pub async fn mutual_exclusion_holds_among_32_contending_tasks(subject: Subject) 
         }
     }
     tasks.join_all().await;
-    let mut probe = subject.probe().await;
-    let count: u64 = probe.get(&counter).await.expect("GET");
-    let _: () = probe.del(&counter).await.expect("DEL");
+    let count = counter.load(Ordering::SeqCst);
     let grants = CLIENTS * TASKS_PER_CLIENT * GRANTS_PER_TASK;
     assert_eq!(
         count, grants as u64,
@@ -267,34 +268,28 @@ pub async fn a_lease_expires_when_its_holder_vanishes(subject: Subject) {
 /// A waiter dropped while waiting (its acquire future cancelled) leaves nothing that delays the
 /// grant once the holder releases.
 pub async fn a_cancelled_waiter_does_not_block_the_next_acquirer(subject: Subject) {
-    let key = unique_key("cancelled");
     let lease = subject.lease;
-    let (holder, waiter, next) = (
-        subject.client().await,
-        subject.client().await,
-        subject.client().await,
-    );
-    let guard = holder
-        .acquire(&key, AcquireOptions::new(LONG_LEASE))
-        .await
-        .expect("grant");
+    let held = Held::new(&subject, "cancelled").await;
+    let (key, waiter) = (&held.key, &held.waiter);
     let cancelled = tokio::time::timeout(
         Duration::from_millis(300),
-        waiter.acquire(&key, AcquireOptions::new(lease).wait(LONG_WAIT)),
+        waiter.acquire(key, AcquireOptions::new(lease).wait(LONG_WAIT)),
     )
     .await;
     assert!(
         cancelled.is_err(),
         "the waiter was granted a held lock: {cancelled:?}"
     );
-    assert!(guard.release().await.expect("release"));
-    let granted = next
-        .acquire(&key, AcquireOptions::new(lease).wait(lease))
-        .await
-        .expect("a cancelled waiter blocked the next acquirer");
-    assert!(granted.release().await.expect("release"));
+    hand_over(
+        held.guard,
+        held.next.as_ref(),
+        key,
+        lease,
+        "a cancelled waiter",
+    )
+    .await;
     let again = waiter
-        .acquire(&key, AcquireOptions::new(lease).wait(lease))
+        .acquire(key, AcquireOptions::new(lease).wait(lease))
         .await
         .expect("the cancelled waiter's own client could not acquire");
     assert!(again.release().await.expect("release"));
@@ -303,20 +298,12 @@ pub async fn a_cancelled_waiter_does_not_block_the_next_acquirer(subject: Subjec
 /// A waiter whose wait budget runs out gets `Timeout` and leaves nothing that delays the grant
 /// once the holder releases.
 pub async fn a_waiter_whose_budget_passed_does_not_block_the_next_acquirer(subject: Subject) {
-    let key = unique_key("gave-up");
     let lease = subject.lease;
-    let (holder, waiter, next) = (
-        subject.client().await,
-        subject.client().await,
-        subject.client().await,
-    );
-    let guard = holder
-        .acquire(&key, AcquireOptions::new(LONG_LEASE))
-        .await
-        .expect("grant");
+    let held = Held::new(&subject, "gave-up").await;
+    let (key, waiter) = (&held.key, &held.waiter);
     let mut waiting = tokio::task::JoinSet::new();
     for _ in 0..4 {
-        let (waiter, key) = (Arc::clone(&waiter), key.clone());
+        let (waiter, key) = (Arc::clone(waiter), key.clone());
         waiting.spawn(async move {
             let options = AcquireOptions::new(lease).wait(Duration::from_millis(300));
             waiter.acquire(&key, options).await.map(drop)
@@ -328,11 +315,58 @@ pub async fn a_waiter_whose_budget_passed_does_not_block_the_next_acquirer(subje
             "{outcome:?}"
         );
     }
+    hand_over(
+        held.guard,
+        held.next.as_ref(),
+        key,
+        lease,
+        "a waiter that gave up",
+    )
+    .await;
+}
+
+/// A lock held with a long lease by one client, and two more clients to wait for it.
+struct Held {
+    /// Kept alive: dropping a client may end its session, and with it the lock.
+    _holder: Arc<dyn DistributedLock>,
+    key: String,
+    guard: Guard,
+    waiter: Arc<dyn DistributedLock>,
+    next: Arc<dyn DistributedLock>,
+}
+
+impl Held {
+    async fn new(subject: &Subject, test: &str) -> Held {
+        let key = unique_key(test);
+        let holder = subject.client().await;
+        let guard = holder
+            .acquire(&key, AcquireOptions::new(LONG_LEASE))
+            .await
+            .expect("grant");
+        Held {
+            _holder: holder,
+            key,
+            guard,
+            waiter: subject.client().await,
+            next: subject.client().await,
+        }
+    }
+}
+
+/// Releases `guard` and expects `next` to be granted `key` within one lease, in spite of
+/// `suspect`.
+async fn hand_over(
+    guard: Guard,
+    next: &dyn DistributedLock,
+    key: &str,
+    lease: Duration,
+    suspect: &str,
+) {
     assert!(guard.release().await.expect("release"));
     let granted = next
-        .acquire(&key, AcquireOptions::new(lease).wait(lease))
+        .acquire(key, AcquireOptions::new(lease).wait(lease))
         .await
-        .expect("a waiter that gave up blocked the next acquirer");
+        .unwrap_or_else(|e| panic!("{suspect} blocked the next acquirer: {e}"));
     assert!(granted.release().await.expect("release"));
 }
 

@@ -1,0 +1,256 @@
+//! The database as a lock service: one row per held lock in a MySQL/MariaDB table (feature
+//! `mysql`).
+//!
+//! * **Acquire** = `INSERT` a row with the lock's name. The unique index on `name` lets
+//!   exactly one concurrent insert win; the others get a duplicate-key error and poll, with
+//!   jittered, growing sleeps, until their wait budget runs out. Polling is the cost: every
+//!   waiter queries the database on every interval, and those queries compete with the
+//!   holder's own work for the same connections (give the lock its own pool).
+//! * **Fencing token** = the row's `AUTO_INCREMENT` id. InnoDB hands out ids in increasing
+//!   order (persisted across restarts since MariaDB 10.2), so every grant of a name carries a
+//!   larger id than the previous one — for free.
+//! * **Expiry.** A holder that dies must not block the name forever, so each row carries
+//!   `expires_at`, computed by the *database's* clock (no client clock drift enters). A waiter
+//!   that finds an expired row deletes exactly that row — `DELETE … WHERE id = ? AND
+//!   expires_at < NOW(6)`, a compare-and-set on the row it saw — and tries to insert again.
+//!   Deleting by name instead could remove a fresh lock that a faster waiter had just inserted.
+//! * **Release** deletes by the row's own id *and* owner, never by name: a holder whose lease
+//!   expired and whose row was reaped and re-granted must not delete the new holder's row.
+//! * **Renewal** ([`DbLock::renewed`]): a background task extends `expires_at` every third of
+//!   the lease while the guard *and its client* live; if the row is gone (reaped) it reports
+//!   the loss. Dropping the client stops its renewals, as a process's death would: a guard
+//!   leaked past its client must not hold the name forever.
+//!
+//! **Safe while leases hold.** Without renewal ([`DbLock::leased`]), a critical section that
+//! outlives the lease lets a second holder in; renewal keeps a slow but live holder's lock, not
+//! a frozen one's. A resource that checks the fencing token makes the stale write fail instead.
+//!
+//! # Schema
+//!
+//! The lock lives in table `db_locks` of the pool's database; [`DbLock::create_table`] creates
+//! it if missing (an application with migrations may create it there instead, identically):
+//!
+//! ```sql
+#![doc = include_str!("schema.sql")]
+//! ```
+//!
+//! `name` is the lock key (at most 191 characters: the longest a unique `utf8mb4` index takes
+//! everywhere), `owner` the acquisition's random id, `id` the fencing token.
+
+mod row;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use futures::future::BoxFuture;
+use rand::Rng;
+use sqlx::MySqlPool;
+use sqlx::mysql::MySqlDatabaseError;
+use tokio::sync::watch;
+
+use crate::{AcquireOptions, Backend, DistributedLock, Guard, LockError, new_owner_id};
+use row::RowHeld;
+
+/// The `CREATE TABLE IF NOT EXISTS` statement of the lock table.
+pub const SCHEMA: &str = include_str!("schema.sql");
+
+/// First and largest pause between two polls of a held lock.
+const POLL_MIN: Duration = Duration::from_millis(4);
+const POLL_MAX: Duration = Duration::from_millis(64);
+
+/// A lock service backed by the `db_locks` table; see the module docs.
+pub struct DbLock {
+    pool: MySqlPool,
+    renewal: Renewal,
+    requests: Arc<AtomicU64>,
+    /// Dropped with the client; the renewal tasks of its guards stop when it closes.
+    alive: watch::Sender<()>,
+}
+
+/// Whether a held lock's lease is extended while its guard lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Renewal {
+    /// The lease runs out `lease` after the grant, whatever the holder does.
+    Off,
+    /// A task extends the lease every third of it.
+    EveryThirdOfLease,
+}
+
+impl DbLock {
+    /// A lock over `pool`'s database whose leases are never extended: a holder that outlives
+    /// its lease loses the lock ([`Backend::DbLock`]).
+    pub fn leased(pool: MySqlPool) -> DbLock {
+        DbLock::new(pool, Renewal::Off)
+    }
+
+    /// A lock over `pool`'s database whose held leases are extended every third of the lease
+    /// while the guard lives ([`Backend::DbLockRenewed`]).
+    pub fn renewed(pool: MySqlPool) -> DbLock {
+        DbLock::new(pool, Renewal::EveryThirdOfLease)
+    }
+
+    fn new(pool: MySqlPool, renewal: Renewal) -> DbLock {
+        DbLock {
+            pool,
+            renewal,
+            requests: Arc::new(AtomicU64::new(0)),
+            alive: watch::Sender::new(()),
+        }
+    }
+
+    /// Creates the lock table ([`SCHEMA`]) in `pool`'s database if it is missing.
+    pub async fn create_table(pool: &MySqlPool) -> Result<(), LockError> {
+        sqlx::raw_sql(SCHEMA)
+            .execute(pool)
+            .await
+            .map_err(LockError::unavailable)?;
+        Ok(())
+    }
+
+    fn count(&self) {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// One attempt: the new row's id, or `None` if the name is taken.
+    async fn try_insert(
+        &self,
+        key: &str,
+        owner: &str,
+        lease: Duration,
+    ) -> Result<Option<u64>, LockError> {
+        self.count();
+        let inserted = sqlx::query(
+            "INSERT INTO db_locks (name, owner, expires_at) \
+             VALUES (?, ?, NOW(6) + INTERVAL ? MICROSECOND)",
+        )
+        .bind(key)
+        .bind(owner)
+        .bind(micros(lease))
+        .execute(&self.pool)
+        .await;
+        match inserted {
+            Ok(done) => Ok(Some(done.last_insert_id())),
+            // Taken. Or InnoDB picked us as the victim of the deadlock that concurrent
+            // duplicate inserts into a unique index make around a delete: taken too.
+            Err(e) if is_duplicate(&e) || is_busy(&e) => Ok(None),
+            Err(e) => Err(LockError::unavailable(e)),
+        }
+    }
+
+    /// Looks at the row holding `key`; if its lease has passed, deletes exactly that row.
+    /// Returns whether the name may be free now (row gone or reaped).
+    async fn reap_if_expired(&self, key: &str) -> Result<bool, LockError> {
+        self.count();
+        let holder: Option<(u64, bool)> =
+            sqlx::query_as("SELECT id, expires_at < NOW(6) FROM db_locks WHERE name = ?")
+                .bind(key)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(LockError::unavailable)?;
+        match holder {
+            None => Ok(true),
+            Some((_, false)) => Ok(false),
+            Some((id, true)) => {
+                self.count();
+                let reaped =
+                    sqlx::query("DELETE FROM db_locks WHERE id = ? AND expires_at < NOW(6)")
+                        .bind(id)
+                        .execute(&self.pool)
+                        .await;
+                match reaped {
+                    Ok(_) => {
+                        tracing::debug!(key, id, "reaped an expired lock row");
+                        Ok(true)
+                    }
+                    Err(e) if is_busy(&e) => Ok(false),
+                    Err(e) => Err(LockError::unavailable(e)),
+                }
+            }
+        }
+    }
+
+    fn guard(&self, key: &str, owner: String, id: u64, lease: Duration) -> Guard {
+        let held = RowHeld::start(
+            self.pool.clone(),
+            Arc::clone(&self.requests),
+            id,
+            owner.clone(),
+            lease,
+            self.renewal,
+            self.alive.subscribe(),
+        );
+        let lost = held.lost();
+        Guard::new(key, owner, id, lost, Box::new(held))
+    }
+}
+
+impl DistributedLock for DbLock {
+    fn backend(&self) -> &'static str {
+        match self.renewal {
+            Renewal::Off => Backend::DbLock.name(),
+            Renewal::EveryThirdOfLease => Backend::DbLockRenewed.name(),
+        }
+    }
+
+    fn acquire<'a>(
+        &'a self,
+        key: &'a str,
+        options: AcquireOptions,
+    ) -> BoxFuture<'a, Result<Guard, LockError>> {
+        Box::pin(async move {
+            let owner = new_owner_id();
+            let started = Instant::now();
+            let mut pause = POLL_MIN;
+            loop {
+                if let Some(id) = self.try_insert(key, &owner, options.lease).await? {
+                    return Ok(self.guard(key, owner, id, options.lease));
+                }
+                // "May be free" includes a row another session inserted and has not committed
+                // (invisible to our read): try again at once, but never past the budget.
+                let free = self.reap_if_expired(key).await?;
+                let waited = started.elapsed();
+                let remaining = options
+                    .wait
+                    .and_then(|w| w.checked_sub(waited))
+                    .unwrap_or_default();
+                if remaining.is_zero() {
+                    return Err(LockError::Timeout {
+                        key: key.to_string(),
+                        waited,
+                    });
+                }
+                if free {
+                    continue;
+                }
+                let jittered = rand::rng().random_range(pause / 2..=pause);
+                tokio::time::sleep(jittered.min(remaining)).await;
+                pause = (pause * 2).min(POLL_MAX);
+            }
+        })
+    }
+
+    fn backend_requests(&self) -> u64 {
+        self.requests.load(Ordering::Relaxed)
+    }
+}
+
+/// A unique index refused the row: the name is taken.
+fn is_duplicate(e: &sqlx::Error) -> bool {
+    e.as_database_error()
+        .is_some_and(|db| db.is_unique_violation())
+}
+
+/// InnoDB gave up on a row lock: `innodb_lock_wait_timeout` passed (1205), this statement was a
+/// deadlock victim (1213), or a `NOWAIT` found the row locked (3572). Nothing was changed.
+fn is_busy(e: &sqlx::Error) -> bool {
+    const BUSY: [u16; 3] = [1205, 1213, 3572];
+    e.as_database_error()
+        .and_then(|db| db.try_downcast_ref::<MySqlDatabaseError>())
+        .is_some_and(|db| BUSY.contains(&db.number()))
+}
+
+/// A lease as the database wants it: whole microseconds.
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
