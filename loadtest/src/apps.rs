@@ -1,12 +1,34 @@
-//! Starting and stopping `seckill-app` instances as separate processes.
+//! `seckill-app` instances as separate processes: the benchmark's and the scenarios'.
+//!
+//! Every instance is started the same way: on a free loopback port, with none of the app's
+//! server variables inherited from this process (each instance reaches only the servers its
+//! [`Launch`] names), its output in a log file, and a [`sandbox::Guardian`] that kills it should
+//! this process die first. It counts as started once `GET /healthz` answers 200.
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use sandbox::Endpoints;
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use tokio::time::Instant;
+
+/// Environment variables the app would otherwise read: cleared, so an instance reaches only
+/// the servers its [`Launch`] names.
+const FOREIGN_ENV: &[&str] = &[
+    "DATABASE_URL",
+    "REDIS_URL",
+    "REDLOCK_URLS",
+    "ZOOKEEPER_CONNECT",
+    "ETCD_ENDPOINTS",
+    "SECKILL_ADMIN_TOKEN",
+];
+
+/// How long an instance may take to answer `/healthz`, and to stop after SIGTERM.
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+const STOP_GRACE: Duration = Duration::from_secs(3);
 
 /// Where `seckill-app` is: `explicit`, else next to the running executable, else in the
 /// target directory above it (test binaries live in `target/<profile>/deps/`).
@@ -33,157 +55,224 @@ pub fn locate_app(explicit: Option<&Path>) -> Result<PathBuf> {
     )
 }
 
-/// How to start the instances.
-pub struct AppConfig {
+/// How to start an instance: the binary, its arguments besides `--listen`, its environment
+/// and where its logs go (`<log_dir>/<name>.log`).
+#[derive(Debug, Clone)]
+pub struct Launch {
     pub binary: PathBuf,
-    pub endpoints: Endpoints,
-    /// The database the app creates and migrates (appended to the server URL).
-    pub database: String,
-    pub admin_token: String,
-    /// Where each instance's stdout/stderr go (`app-<n>.log`).
+    pub args: Vec<String>,
+    pub env: Vec<(String, String)>,
     pub log_dir: PathBuf,
-    pub allow_fault_injection: bool,
 }
 
-/// Running instances; dropping stops them (SIGTERM, then SIGKILL after 3 s).
-pub struct Apps {
-    children: Vec<Child>,
-    /// Kill the instances should this process die without dropping `Apps`.
-    guardians: Vec<sandbox::Guardian>,
-    /// `http://127.0.0.1:PORT` of each instance.
-    pub bases: Vec<String>,
-}
-
-impl Apps {
-    /// Starts `count` instances and waits until each answers `GET /healthz` with 200.
-    pub fn start(config: &AppConfig, count: usize) -> Result<Apps> {
-        std::fs::create_dir_all(&config.log_dir)?;
-        let mut apps = Apps {
-            children: Vec::new(),
-            guardians: Vec::new(),
-            bases: Vec::new(),
-        };
-        let database_url = format!(
-            "{}/{}",
-            config.endpoints.database_url.trim_end_matches('/'),
-            config.database
-        );
-        for n in 0..count {
-            let port = free_port()?;
-            let log_path = config.log_dir.join(format!("app-{n}.log"));
-            let log = std::fs::File::create(&log_path)?;
-            let mut cmd = Command::new(&config.binary);
-            config.endpoints.apply(&mut cmd);
-            cmd.arg("--listen")
-                .arg(format!("127.0.0.1:{port}"))
-                .arg("--database-url")
-                .arg(&database_url)
-                .arg("--admin-token")
-                .arg(&config.admin_token)
-                .stdin(Stdio::null())
-                .stdout(log.try_clone()?)
-                .stderr(log);
-            if config.allow_fault_injection {
-                cmd.arg("--allow-fault-injection");
-            }
-            if std::env::var_os("RUST_LOG").is_none() {
-                // Per-request logging would cost the app more than the work it measures.
-                cmd.env("RUST_LOG", "warn");
-            }
-            let child = cmd
-                .spawn()
-                .with_context(|| format!("starting {}", config.binary.display()))?;
-            apps.guardians.push(sandbox::Guardian::watch(child.id())?);
-            apps.children.push(child);
-            apps.bases.push(format!("http://127.0.0.1:{port}"));
-            if n == 0 {
-                // The first instance creates and migrates the database alone; the others
-                // then start against a ready schema.
-                apps.wait_ready(0, &log_path)?;
-            }
+impl Launch {
+    pub fn new(binary: &Path, log_dir: &Path) -> Launch {
+        Launch {
+            binary: binary.to_path_buf(),
+            args: Vec::new(),
+            env: Vec::new(),
+            log_dir: log_dir.to_path_buf(),
         }
-        for n in 1..count {
-            apps.wait_ready(n, &config.log_dir.join(format!("app-{n}.log")))?;
-        }
-        Ok(apps)
     }
 
-    fn wait_ready(&mut self, n: usize, log: &Path) -> Result<()> {
-        let url = format!("{}/healthz", self.bases[n]);
-        let deadline = Instant::now() + Duration::from_secs(60);
+    /// Adds `--flag value`.
+    pub fn arg(mut self, flag: &str, value: impl Into<String>) -> Launch {
+        self.args.push(flag.to_owned());
+        self.args.push(value.into());
+        self
+    }
+
+    /// Adds arguments as given (`--lock-lease-ms=300`, `--allow-fault-injection`).
+    pub fn args(mut self, args: impl IntoIterator<Item = impl Into<String>>) -> Launch {
+        self.args.extend(args.into_iter().map(Into::into));
+        self
+    }
+
+    /// Adds the variables that name `endpoints` to the environment.
+    pub fn endpoints(mut self, endpoints: &sandbox::Endpoints) -> Launch {
+        self.env.extend(
+            endpoints
+                .env_vars()
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v)),
+        );
+        self
+    }
+}
+
+/// One running app process. Dropping it kills it (SIGKILL, which ends a stopped one too).
+pub struct Instance {
+    child: Child,
+    /// Kills the process should this one die without dropping the instance.
+    _guardian: sandbox::Guardian,
+    /// `http://127.0.0.1:PORT`.
+    pub base: String,
+    log: PathBuf,
+}
+
+impl Instance {
+    /// Starts one instance and waits until it answers `GET /healthz` with 200.
+    pub async fn start(launch: &Launch, name: &str) -> Result<Instance> {
+        let mut instance = Instance::spawn(launch, name)?;
+        instance.wait_ready().await?;
+        Ok(instance)
+    }
+
+    fn spawn(launch: &Launch, name: &str) -> Result<Instance> {
+        std::fs::create_dir_all(&launch.log_dir)
+            .with_context(|| format!("creating {}", launch.log_dir.display()))?;
+        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let log = launch.log_dir.join(format!("{name}.log"));
+        let file = std::fs::File::create(&log)?;
+        let mut cmd = Command::new(&launch.binary);
+        for var in FOREIGN_ENV {
+            cmd.env_remove(var);
+        }
+        if std::env::var_os("RUST_LOG").is_none() {
+            // Per-request logging would cost the app more than the work it measures.
+            cmd.env("RUST_LOG", "warn");
+        }
+        let child = cmd
+            .envs(launch.env.iter().map(|(k, v)| (k, v)))
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{port}"))
+            .args(&launch.args)
+            .stdin(Stdio::null())
+            .stdout(file.try_clone()?)
+            .stderr(file)
+            .spawn()
+            .with_context(|| format!("starting {}", launch.binary.display()))?;
+        Ok(Instance {
+            _guardian: sandbox::Guardian::watch(child.id())?,
+            child,
+            base: format!("http://127.0.0.1:{port}"),
+            log,
+        })
+    }
+
+    async fn wait_ready(&mut self) -> Result<()> {
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(2))
+            .build()?;
+        let url = format!("{}/healthz", self.base);
+        let deadline = Instant::now() + START_TIMEOUT;
         loop {
-            if let Some(status) = self.children[n].try_wait()? {
+            if let Some(status) = self.child.try_wait()? {
                 bail!(
-                    "seckill-app instance {n} exited during start-up ({status}); last lines of {}:\n{}",
-                    log.display(),
-                    tail(log)
+                    "seckill-app exited during start-up ({status}); last lines of {}:\n{}",
+                    self.log.display(),
+                    self.log_tail()
                 );
             }
-            if http_get_status(&url) == Some(200) {
+            if let Ok(r) = http.get(&url).send().await
+                && r.status() == reqwest::StatusCode::OK
+            {
                 return Ok(());
             }
             if Instant::now() > deadline {
                 bail!(
-                    "seckill-app instance {n} did not answer {url} with 200 within 60 s; last lines of {}:\n{}",
-                    log.display(),
-                    tail(log)
+                    "seckill-app did not answer {url} with 200 within {START_TIMEOUT:?}; last \
+                     lines of {}:\n{}",
+                    self.log.display(),
+                    self.log_tail()
                 );
             }
-            std::thread::sleep(Duration::from_millis(100));
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+
+    /// The last 30 lines of the instance's log.
+    pub fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(30)..].join("\n")
+    }
+
+    /// Whether the process is still running.
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// SIGSTOP: the whole process freezes, its watchdog included.
+    pub fn pause(&self) -> Result<()> {
+        self.signal(Signal::SIGSTOP)
+    }
+
+    /// SIGCONT.
+    pub fn resume(&self) -> Result<()> {
+        self.signal(Signal::SIGCONT)
+    }
+
+    /// SIGKILL, and reaps the process.
+    pub fn kill(&mut self) -> Result<()> {
+        self.child.kill()?;
+        self.child.wait()?;
+        Ok(())
+    }
+
+    fn signal(&self, signal: Signal) -> Result<()> {
+        let pid = i32::try_from(self.child.id())?;
+        kill(Pid::from_raw(pid), signal)?;
+        Ok(())
+    }
+}
+
+impl Drop for Instance {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A set of instances started with one [`Launch`], named `app-<n>`.
+pub struct Apps {
+    pub instances: Vec<Instance>,
+    launch: Launch,
+}
+
+impl Apps {
+    /// Starts `count` instances. The first creates and migrates the database alone; the
+    /// others then start together against a ready schema.
+    pub async fn start(launch: Launch, count: usize) -> Result<Apps> {
+        anyhow::ensure!(count >= 1, "at least one app instance is needed");
+        let first = Instance::start(&launch, "app-0").await?;
+        let names: Vec<String> = (1..count).map(|n| format!("app-{n}")).collect();
+        let rest =
+            futures::future::try_join_all(names.iter().map(|name| Instance::start(&launch, name)))
+                .await?;
+        let mut instances = vec![first];
+        instances.extend(rest);
+        Ok(Apps { instances, launch })
+    }
+
+    /// `http://127.0.0.1:PORT` of each instance, in order.
+    pub fn bases(&self) -> Vec<String> {
+        self.instances.iter().map(|i| i.base.clone()).collect()
     }
 
     /// Whether every instance is still running.
     pub fn all_running(&mut self) -> bool {
-        self.children
-            .iter_mut()
-            .all(|c| matches!(c.try_wait(), Ok(None)))
+        self.instances.iter_mut().all(Instance::is_running)
     }
-}
 
-impl Drop for Apps {
-    fn drop(&mut self) {
-        for c in &self.children {
-            if let Ok(pid) = i32::try_from(c.id()) {
-                let _ = nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(pid),
-                    nix::sys::signal::Signal::SIGTERM,
-                );
-            }
-        }
-        let deadline = Instant::now() + Duration::from_secs(3);
-        for c in &mut self.children {
-            while matches!(c.try_wait(), Ok(None)) && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+    /// Starts instance `n` again (after a kill) with the same launch, on a new port, logging
+    /// to `app-<n>-restarted.log`.
+    pub async fn restart(&mut self, n: usize) -> Result<()> {
+        self.instances[n] = Instance::start(&self.launch, &format!("app-{n}-restarted")).await?;
+        Ok(())
     }
-}
 
-fn free_port() -> Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
-/// A minimal blocking HTTP/1.0 GET (start-up only, before any runtime), returning the status.
-fn http_get_status(url: &str) -> Option<u16> {
-    use std::io::{Read, Write};
-    let rest = url.strip_prefix("http://")?;
-    let (host, path) = rest
-        .split_once('/')
-        .map_or((rest, "/".to_string()), |(h, p)| (h, format!("/{p}")));
-    let mut s = std::net::TcpStream::connect(host).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n").ok()?;
-    let mut buf = [0u8; 64];
-    let n = s.read(&mut buf).ok()?;
-    let head = std::str::from_utf8(&buf[..n]).ok()?;
-    head.split_whitespace().nth(1)?.parse().ok()
-}
-
-fn tail(path: &Path) -> String {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(30)..].join("\n")
+    /// SIGTERM to every instance (each finishes its requests in flight), SIGKILL to those
+    /// still running after a grace period.
+    pub async fn shutdown(mut self) {
+        for i in &self.instances {
+            let _ = i.resume();
+            let _ = i.signal(Signal::SIGTERM);
+        }
+        let deadline = Instant::now() + STOP_GRACE;
+        while Instant::now() < deadline && self.instances.iter_mut().any(Instance::is_running) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // Dropping kills what is left.
+    }
 }

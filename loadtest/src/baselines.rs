@@ -1,8 +1,12 @@
 //! Phase 3, the baselines: the same work with nothing of ours in between, at the same
 //! concurrency, so that every strategy's throughput is also a ratio.
 //!
-//! * `http-noop`: `GET /api/noop` through goose — the HTTP stack's ceiling (client, server,
-//!   routing, no backend).
+//! * `http-noop`: `GET /api/noop` through the benchmark's own client and load driver — the
+//!   HTTP stack's ceiling (client, server, routing, no backend), the denominator of every
+//!   strategy's "% of HTTP".
+//! * `goose-noop`: the same request through goose, the load tool people in this field know:
+//!   a check on our own client. If goose gets much more out of the same server, the client
+//!   is the ceiling of every HTTP figure, not the server.
 //! * `sql-conditional`: exactly the database work of the `conditional` strategy (conditional
 //!   `UPDATE`, then the order `INSERT`, one transaction) driven through sqlx directly.
 //! * `sql-hot-row`: a bare `UPDATE … SET stock = stock - 1` on one row in autocommit — the
@@ -10,8 +14,8 @@
 //! * `redis-lua`: a check-and-decrement Lua script on one key — the ceiling of every
 //!   Redis-based deduction.
 //!
-//! They run in their own database (`seckill_baseline`) with tables shaped like the app's, so
-//! they never touch the app's rows.
+//! They run in their own database (`seckill_baseline`), created by the app's own migrations,
+//! so they never touch the app's rows.
 
 use std::sync::Arc;
 
@@ -21,52 +25,90 @@ use serde::Serialize;
 use sqlx::MySqlPool;
 use sqlx::mysql::MySqlPoolOptions;
 
-use crate::client::Outcome;
-use crate::http_load::{self, HttpRequest};
-use crate::load::{LoadResult, Window, closed_loop};
+use app::api::Strategy;
+use app::strategy::Kind;
 
-pub const HTTP_NOOP: &str = "http-noop";
-pub const SQL_CONDITIONAL: &str = "sql-conditional";
-pub const SQL_HOT_ROW: &str = "sql-hot-row";
-pub const REDIS_LUA: &str = "redis-lua";
+use crate::client::{Answer, Api};
+use crate::goose_noop;
+use crate::load::{Budget, LoadResult, Window, closed_loop};
+
+/// Every baseline, in the order they run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BaselineName {
+    HttpNoop,
+    GooseNoop,
+    SqlConditional,
+    SqlHotRow,
+    RedisLua,
+}
+
+impl BaselineName {
+    pub const ALL: [BaselineName; 5] = [
+        BaselineName::HttpNoop,
+        BaselineName::GooseNoop,
+        BaselineName::SqlConditional,
+        BaselineName::SqlHotRow,
+        BaselineName::RedisLua,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BaselineName::HttpNoop => "http-noop",
+            BaselineName::GooseNoop => "goose-noop",
+            BaselineName::SqlConditional => "sql-conditional",
+            BaselineName::SqlHotRow => "sql-hot-row",
+            BaselineName::RedisLua => "redis-lua",
+        }
+    }
+}
+
+impl std::fmt::Display for BaselineName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 /// Must match the `CREATE DATABASE` statement below.
 const DATABASE: &str = "seckill_baseline";
 const UNLIMITED: i64 = 1_000_000_000;
+/// A baseline's successful deduction counts as a created order.
+const DEDUCTED: Answer = Answer::Created {
+    fencing_token: None,
+};
 
 /// One baseline's measurement.
 #[derive(Debug, Clone, Serialize)]
 pub struct Baseline {
-    pub name: &'static str,
+    pub name: BaselineName,
     pub what: String,
     pub result: LoadResult,
 }
 
-/// Which baseline a strategy is compared with: where its stock lives. Every strategy that
-/// keeps the stock in MariaDB — including the lock-based ones, whose lock backend only guards
-/// a database read-modify-write — is compared with `sql-conditional`; one that decrements
-/// stock in Redis (a Lua script, by its name) with `redis-lua`.
-pub fn for_strategy(name: &str, backend: &str) -> &'static str {
-    let (name, backend) = (name.to_ascii_lowercase(), backend.to_ascii_lowercase());
-    if backend.contains("redis") && name.contains("lua") {
-        REDIS_LUA
-    } else {
-        SQL_CONDITIONAL
+/// Which baseline a strategy is compared with: the one of the store that holds its stock.
+/// Every kind of strategy in the catalogue keeps the stock in MariaDB — its own strategies,
+/// and the locked ones too, whose lock only guards a database read-modify-write — so each is
+/// compared with `sql-conditional`. A kind that kept the stock elsewhere (a Redis counter,
+/// compared with `redis-lua`) would have to say so here: the match is exhaustive.
+pub fn for_strategy(strategy: Strategy) -> BaselineName {
+    match strategy.spec().kind {
+        Kind::Own { .. } | Kind::Locked { .. } => BaselineName::SqlConditional,
     }
 }
 
 /// Where the baselines run.
 pub struct Targets<'a> {
-    pub app_bases: &'a [String],
+    /// The app instances (only `GET /api/noop` is used).
+    pub api: &'a Api,
     /// Server URL without a database.
     pub database_url: &'a str,
     pub redis_url: &'a str,
 }
 
 /// A hook called before each baseline, with its name (progress display).
-pub type OnPhase<'a> = &'a (dyn Fn(&str) + Sync);
+pub type OnPhase<'a> = &'a (dyn Fn(BaselineName) + Sync);
 
-/// Runs the four baselines one after the other, each with `concurrency` workers.
+/// Runs the baselines one after the other, each with `concurrency` workers.
 pub async fn run_all(
     targets: &Targets<'_>,
     concurrency: usize,
@@ -74,41 +116,54 @@ pub async fn run_all(
     on_phase: OnPhase<'_>,
 ) -> Result<Vec<Baseline>> {
     let mut out = Vec::new();
+    let budget = Budget::Window(window);
 
-    on_phase(HTTP_NOOP);
-    let noop = http_load::closed_loop(
-        targets.app_bases,
-        concurrency,
-        window,
-        HttpRequest::Get {
-            path: "/api/noop".into(),
-        },
-    )
-    .await?;
+    on_phase(BaselineName::HttpNoop);
+    let noop = {
+        let api = targets.api.clone();
+        closed_loop(concurrency, budget, move |i| {
+            let api = api.clone();
+            async move { api.noop(i as usize).await }
+        })
+        .await
+    };
     out.push(Baseline {
-        name: HTTP_NOOP,
-        what: format!("GET /api/noop through goose ({concurrency} users): the HTTP stack alone"),
+        name: BaselineName::HttpNoop,
+        what: format!(
+            "GET /api/noop through the benchmark's client ({concurrency} workers): the HTTP \
+             stack alone"
+        ),
         result: noop,
     });
 
+    on_phase(BaselineName::GooseNoop);
+    out.push(Baseline {
+        name: BaselineName::GooseNoop,
+        what: format!(
+            "the same GET /api/noop through goose ({concurrency} users): a check on the \
+             benchmark's own client"
+        ),
+        result: goose_noop::closed_loop(&targets.api.bases, concurrency, window).await?,
+    });
+
     let db = baseline_database(targets.database_url, concurrency).await?;
-    on_phase(SQL_CONDITIONAL);
+    on_phase(BaselineName::SqlConditional);
     reset_row(&db, 1).await?;
     let conditional = {
         let db = db.clone();
         let run = uuid::Uuid::new_v4().simple().to_string();
-        closed_loop(concurrency, window, move |i| {
+        closed_loop(concurrency, budget, move |i| {
             let (db, request_id) = (db.clone(), format!("{run}-{i}"));
             async move {
                 conditional_purchase(&db, &request_id)
                     .await
-                    .unwrap_or(Outcome::Error)
+                    .unwrap_or(Answer::Transport)
             }
         })
         .await
     };
     out.push(Baseline {
-        name: SQL_CONDITIONAL,
+        name: BaselineName::SqlConditional,
         what: format!(
             "conditional UPDATE + order INSERT in one transaction, through sqlx, no HTTP \
              ({concurrency} tasks, {concurrency} connections)"
@@ -116,26 +171,26 @@ pub async fn run_all(
         result: conditional,
     });
 
-    on_phase(SQL_HOT_ROW);
+    on_phase(BaselineName::SqlHotRow);
     reset_row(&db, 2).await?;
     let hot_row = {
         let db = db.clone();
-        closed_loop(concurrency, window, move |_| {
+        closed_loop(concurrency, budget, move |_| {
             let db = db.clone();
             async move {
                 match sqlx::query("UPDATE products SET stock = stock - 1 WHERE id = 2")
                     .execute(&db)
                     .await
                 {
-                    Ok(_) => Outcome::Sold,
-                    Err(_) => Outcome::Error,
+                    Ok(_) => DEDUCTED,
+                    Err(_) => Answer::Transport,
                 }
             }
         })
         .await
     };
     out.push(Baseline {
-        name: SQL_HOT_ROW,
+        name: BaselineName::SqlHotRow,
         what: format!(
             "bare UPDATE stock = stock - 1 on one row, autocommit ({concurrency} connections): \
              the database's hot-row ceiling"
@@ -144,9 +199,9 @@ pub async fn run_all(
     });
     db.close().await;
 
-    on_phase(REDIS_LUA);
+    on_phase(BaselineName::RedisLua);
     out.push(Baseline {
-        name: REDIS_LUA,
+        name: BaselineName::RedisLua,
         what: format!(
             "check-and-decrement Lua script on one key ({concurrency} connections): the Redis \
              ceiling"
@@ -162,39 +217,22 @@ async fn baseline_database(server_url: &str, pool: usize) -> Result<MySqlPool> {
         .connect(server_url)
         .await
         .with_context(|| format!("connecting to {server_url}"))?;
-    sqlx::query("CREATE DATABASE IF NOT EXISTS seckill_baseline")
-        .execute(&admin)
-        .await?;
+    // Fresh each run: the migrations create every table, and no row of a previous run stays.
+    for sql in [
+        "DROP DATABASE IF EXISTS seckill_baseline",
+        "CREATE DATABASE seckill_baseline",
+    ] {
+        sqlx::query(sql).execute(&admin).await?;
+    }
     admin.close().await;
     let db = MySqlPoolOptions::new()
         .max_connections(u32::try_from(pool).unwrap_or(u32::MAX))
         .connect(&format!("{}/{DATABASE}", server_url.trim_end_matches('/')))
         .await?;
-    for ddl in [
-        // The shape of the app's migration (app/migrations), so both pay for the same rows.
-        "CREATE TABLE IF NOT EXISTS products (
-            id            BIGINT UNSIGNED NOT NULL PRIMARY KEY,
-            stock         BIGINT          NOT NULL,
-            initial_stock BIGINT          NOT NULL,
-            version       BIGINT UNSIGNED NOT NULL DEFAULT 0,
-            fence         BIGINT UNSIGNED NOT NULL DEFAULT 0,
-            updated_at    TIMESTAMP(6)    NOT NULL DEFAULT CURRENT_TIMESTAMP(6) ON UPDATE CURRENT_TIMESTAMP(6)
-        ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4",
-        "CREATE TABLE IF NOT EXISTS orders (
-            id            BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY,
-            product_id    BIGINT UNSIGNED NOT NULL,
-            user_id       VARCHAR(64)     NOT NULL,
-            quantity      INT UNSIGNED    NOT NULL,
-            strategy      VARCHAR(64)     NOT NULL,
-            request_id    VARCHAR(128)    NOT NULL,
-            fencing_token BIGINT UNSIGNED NULL,
-            created_at    TIMESTAMP(6)    NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
-            CONSTRAINT orders_request_id UNIQUE (request_id),
-            KEY orders_product (product_id)
-        ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4",
-    ] {
-        sqlx::query(ddl).execute(&db).await?;
-    }
+    // The app's own migrations: both pay for the same rows and indexes.
+    app::db::migrate(&db)
+        .await
+        .context("migrating the baseline database")?;
     Ok(db)
 }
 
@@ -217,7 +255,7 @@ async fn reset_row(db: &MySqlPool, id: i64) -> Result<()> {
 
 /// The `conditional` strategy's statements (app/src/strategy/conditional.rs): the guarded
 /// decrement, then the order INSERT, in one transaction.
-async fn conditional_purchase(db: &MySqlPool, request_id: &str) -> Result<Outcome, sqlx::Error> {
+async fn conditional_purchase(db: &MySqlPool, request_id: &str) -> Result<Answer, sqlx::Error> {
     let mut tx = db.begin().await?;
     let updated = sqlx::query("UPDATE products SET stock = stock - ? WHERE id = ? AND stock >= ?")
         .bind(1_i64)
@@ -227,7 +265,7 @@ async fn conditional_purchase(db: &MySqlPool, request_id: &str) -> Result<Outcom
         .await?;
     if updated.rows_affected() == 0 {
         tx.rollback().await?;
-        return Ok(Outcome::SoldOut);
+        return Ok(Answer::SOLD_OUT);
     }
     sqlx::query(
         "INSERT INTO orders (product_id, user_id, quantity, strategy, request_id, fencing_token) \
@@ -236,13 +274,13 @@ async fn conditional_purchase(db: &MySqlPool, request_id: &str) -> Result<Outcom
     .bind(1_u64)
     .bind("baseline")
     .bind(1_i64)
-    .bind("conditional")
+    .bind(Strategy::Conditional.name())
     .bind(request_id)
     .bind(None::<u64>)
     .execute(&mut *tx)
     .await?;
     tx.commit().await?;
-    Ok(Outcome::Sold)
+    Ok(DEDUCTED)
 }
 
 const DECREMENT: &str = r"
@@ -270,16 +308,16 @@ async fn redis_lua(url: &str, concurrency: usize, window: Window) -> Result<Load
     let script = Arc::new(redis::Script::new(DECREMENT));
     let result = {
         let (pool, key) = (pool.clone(), key.clone());
-        closed_loop(concurrency, window, move |_| {
+        closed_loop(concurrency, Budget::Window(window), move |_| {
             let (pool, key, script) = (pool.clone(), key.clone(), script.clone());
             async move {
                 let Ok(mut conn) = pool.get().await else {
-                    return Outcome::Error;
+                    return Answer::Transport;
                 };
                 match script.key(&key).arg(1).invoke_async::<i64>(&mut conn).await {
-                    Ok(left) if left >= 0 => Outcome::Sold,
-                    Ok(_) => Outcome::SoldOut,
-                    Err(_) => Outcome::Error,
+                    Ok(left) if left >= 0 => DEDUCTED,
+                    Ok(_) => Answer::SOLD_OUT,
+                    Err(_) => Answer::Transport,
                 }
             }
         })

@@ -2,7 +2,11 @@
 
 use std::path::PathBuf;
 
+use app::api::Strategy;
 use clap::{Args, Parser, Subcommand};
+use locks::Backend;
+
+use crate::scenario::Selection;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -31,9 +35,8 @@ pub enum Command {
 /// Settings of `seckill-bench scenario`.
 #[derive(Debug, Clone, Args)]
 pub struct ScenarioArgs {
-    /// lease-expiry, process-pause, holder-crash, unsafe-release, redis-failover, local-mutex,
-    /// zk-session-expiry, herd, or all.
-    pub name: String,
+    /// The scenario, or `all`.
+    pub name: Selection,
     /// Short leases and few rounds: seconds per scenario.
     #[arg(long)]
     pub quick: bool,
@@ -50,7 +53,7 @@ pub struct ScenarioArgs {
 pub struct RunArgs {
     /// Strategies to run, comma-separated (default: every strategy the app lists).
     #[arg(long, value_delimiter = ',', env = "SECKILL_BENCH_STRATEGIES")]
-    pub strategies: Vec<String>,
+    pub strategies: Vec<Strategy>,
     /// App instances started as separate processes; load is spread over them.
     #[arg(long, default_value_t = 2)]
     pub instances: usize,
@@ -100,7 +103,7 @@ pub struct RunArgs {
 /// [`RunArgs`] with every default applied.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Settings {
-    pub strategies: Vec<String>,
+    pub strategies: Vec<Strategy>,
     pub instances: usize,
     pub stock: i64,
     pub buyers: usize,
@@ -156,7 +159,7 @@ impl RunArgs {
 pub struct LockArgs {
     /// Lock backend.
     #[arg(long)]
-    pub backend: locks::Backend,
+    pub backend: Backend,
     /// Tasks contending for the one lock.
     #[arg(long, default_value_t = 8)]
     pub workers: usize,

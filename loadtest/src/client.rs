@@ -1,131 +1,301 @@
-//! The app's HTTP API as the benchmark uses it (issue 3's contract), and how an answer counts.
+//! The app's HTTP API as every part of the benchmark uses it: one client ([`Api`]) for the
+//! flash sale, the throughput loops, the baselines and the scenarios, and one answer type
+//! ([`Answer`]) for what came back.
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
-/// How one purchase request ended.
+use app::api::{
+    ErrorBody, ErrorCode, OrderRequest, OrderResponse, ProductView, Strategy, StrategyInfo,
+    StrategyList,
+};
+
+/// Request header that makes the strategy pause inside its critical section (the app must
+/// run with `--allow-fault-injection`).
+const HOLD_HEADER: &str = "x-seckill-hold-ms";
+
+/// How one request ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    /// 201: a new order.
-    Sold,
-    /// 200: the original order of a replayed request id.
-    Replayed,
-    /// 409 `sold_out`.
-    SoldOut,
-    /// 503 `busy`: the lock or row lock was not obtained within the wait budget.
-    Busy,
-    /// 503 `backend_unavailable`.
-    Unavailable,
-    /// Anything else: another status, a transport error, a timeout.
-    Error,
+pub enum Answer {
+    /// `201`: a new order (for the baselines that bypass HTTP: a deduction).
+    Created { fencing_token: Option<u64> },
+    /// `200` to an order: the original order of a replayed request id.
+    Replayed { fencing_token: Option<u64> },
+    /// An error answer of the contract: its status and code.
+    Refused { status: u16, code: ErrorCode },
+    /// A `2xx` to a request that places no order (`GET /api/noop`).
+    Served { status: u16 },
+    /// An answer outside the contract: another status, or a body that is not the documented one.
+    Unexpected { status: u16 },
+    /// No answer: connection refused or reset, timeout (for the baselines that bypass HTTP: the
+    /// backend call failed).
+    Transport,
 }
 
-impl Outcome {
-    /// Classifies a status and, for 503, the error code of the body.
-    pub fn classify(status: u16, body: &[u8]) -> Outcome {
+impl Answer {
+    /// The `409 sold_out` refusal (also what the direct baselines answer when stock ran out).
+    pub const SOLD_OUT: Answer = Answer::Refused {
+        status: 409,
+        code: ErrorCode::SoldOut,
+    };
+
+    /// Classifies the answer to `POST …/orders`.
+    pub fn of_order(status: u16, body: &[u8]) -> Answer {
         match status {
-            201 => Outcome::Sold,
-            200 => Outcome::Replayed,
-            409 => Outcome::SoldOut,
-            503 => match serde_json::from_slice::<ErrorBody>(body) {
-                Ok(b) if b.error == "backend_unavailable" => Outcome::Unavailable,
-                _ => Outcome::Busy,
+            201 | 200 => match serde_json::from_slice::<OrderResponse>(body) {
+                Ok(o) if status == 201 => Answer::Created {
+                    fencing_token: o.fencing_token,
+                },
+                Ok(o) => Answer::Replayed {
+                    fencing_token: o.fencing_token,
+                },
+                Err(_) => Answer::Unexpected { status },
             },
-            _ => Outcome::Error,
+            _ => Answer::of_error(status, body),
+        }
+    }
+
+    /// Classifies the answer to a request that places no order.
+    pub fn of_request(status: u16, body: &[u8]) -> Answer {
+        match status {
+            200..=299 => Answer::Served { status },
+            _ => Answer::of_error(status, body),
+        }
+    }
+
+    fn of_error(status: u16, body: &[u8]) -> Answer {
+        match serde_json::from_slice::<ErrorBody>(body) {
+            Ok(b) if status >= 400 => Answer::Refused {
+                status,
+                code: b.error,
+            },
+            _ => Answer::Unexpected { status },
+        }
+    }
+
+    /// Whether this answer is a new order.
+    pub fn created(&self) -> bool {
+        matches!(self, Answer::Created { .. })
+    }
+
+    /// Whether this answer is a refusal with `code`.
+    pub fn refused_with(&self, code: ErrorCode) -> bool {
+        matches!(self, Answer::Refused { code: c, .. } if *c == code)
+    }
+
+    /// `201 order placed, token 7`, `409 lock_lost`, …
+    pub fn describe(&self) -> String {
+        let placed = |status: u16, what: &str, token: Option<u64>| match token {
+            Some(t) => format!("{status} {what}, token {t}"),
+            None => format!("{status} {what}"),
+        };
+        match self {
+            Answer::Created { fencing_token } => placed(201, "order placed", *fencing_token),
+            Answer::Replayed { fencing_token } => placed(200, "order replayed", *fencing_token),
+            Answer::Refused { status, code } => format!("{status} {code}"),
+            Answer::Served { status } => format!("{status}"),
+            Answer::Unexpected { status } => format!("{status} (outside the contract)"),
+            Answer::Transport => "no answer (transport error)".into(),
         }
     }
 }
 
-#[derive(Deserialize)]
-struct ErrorBody {
-    error: String,
-}
-
-/// Outcome counts of a phase.
-#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq, Eq)]
+/// How many requests of a phase ended each way: every error code apart.
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
 pub struct Outcomes {
-    pub sold: u64,
+    /// `201`: new orders (for the direct baselines: deductions).
+    pub created: u64,
+    /// `200`: the original orders of replayed request ids.
     pub replayed: u64,
-    pub sold_out: u64,
-    pub busy: u64,
-    pub unavailable: u64,
-    pub errors: u64,
+    /// Refusals by error code (`sold_out`, `lock_lost`, `busy`, …), each a key of its own.
+    #[serde(flatten)]
+    pub refused: Refusals,
+    /// `2xx` answers to requests that place no order (`GET /api/noop`).
+    pub served: u64,
+    /// Answers outside the contract, by status.
+    pub unexpected: BTreeMap<u16, u64>,
+    /// Requests that got no answer.
+    pub transport_error: u64,
 }
 
 impl Outcomes {
-    pub fn count(&mut self, o: Outcome) {
-        *match o {
-            Outcome::Sold => &mut self.sold,
-            Outcome::Replayed => &mut self.replayed,
-            Outcome::SoldOut => &mut self.sold_out,
-            Outcome::Busy => &mut self.busy,
-            Outcome::Unavailable => &mut self.unavailable,
-            Outcome::Error => &mut self.errors,
-        } += 1;
+    pub fn count(&mut self, answer: &Answer) {
+        match *answer {
+            Answer::Created { .. } => self.created += 1,
+            Answer::Replayed { .. } => self.replayed += 1,
+            Answer::Refused { code, .. } => *self.refused.entry(code) += 1,
+            Answer::Served { .. } => self.served += 1,
+            Answer::Unexpected { status } => *self.unexpected.entry(status).or_default() += 1,
+            Answer::Transport => self.transport_error += 1,
+        }
     }
 
     pub fn add(&mut self, o: &Outcomes) {
-        self.sold += o.sold;
+        self.created += o.created;
         self.replayed += o.replayed;
-        self.sold_out += o.sold_out;
-        self.busy += o.busy;
-        self.unavailable += o.unavailable;
-        self.errors += o.errors;
+        for (code, n) in o.refused.iter() {
+            *self.refused.entry(code) += n;
+        }
+        self.served += o.served;
+        for (status, n) in &o.unexpected {
+            *self.unexpected.entry(*status).or_default() += n;
+        }
+        self.transport_error += o.transport_error;
     }
 
     pub fn total(&self) -> u64 {
-        self.sold + self.replayed + self.sold_out + self.busy + self.unavailable + self.errors
+        self.created
+            + self.replayed
+            + self.refused.iter().map(|(_, n)| n).sum::<u64>()
+            + self.served
+            + self.unexpected.values().sum::<u64>()
+            + self.transport_error
+    }
+
+    /// Refusals with `code`.
+    pub fn refused(&self, code: ErrorCode) -> u64 {
+        self.refused.0[Refusals::index(code)]
+    }
+
+    /// Requests that failed rather than being answered by the purchase contract: no answer,
+    /// an answer outside the contract, or a refusal of the request itself (invalid, unknown
+    /// strategy, internal error, …) rather than of the purchase.
+    pub fn errors(&self) -> u64 {
+        let request_refusals: u64 = self
+            .refused
+            .iter()
+            .filter(|(code, _)| !is_purchase_refusal(*code))
+            .map(|(_, n)| n)
+            .sum();
+        self.transport_error + self.unexpected.values().sum::<u64>() + request_refusals
     }
 }
 
-/// The body of `POST /api/products/{id}/orders`.
-#[derive(Debug, Clone, Serialize)]
-pub struct OrderRequest<'a> {
-    pub user_id: String,
-    pub quantity: i64,
-    pub request_id: String,
-    pub strategy: &'a str,
+/// Refusal counts, one per [`ErrorCode`]; serialized as `{"sold_out": 3, …}` with the codes
+/// that occurred, in [`ErrorCode::ALL`] order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusals([u64; ErrorCode::ALL.len()]);
+
+impl Default for Refusals {
+    fn default() -> Refusals {
+        Refusals([0; ErrorCode::ALL.len()])
+    }
 }
 
-/// One line of `GET /api/strategies`.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-pub struct StrategyInfo {
-    pub name: String,
-    #[serde(default)]
-    pub description: String,
-    #[serde(default)]
-    pub backend: String,
-    #[serde(default)]
-    pub safe: bool,
+impl Refusals {
+    fn index(code: ErrorCode) -> usize {
+        ErrorCode::ALL
+            .iter()
+            .position(|c| *c == code)
+            .expect("ErrorCode::ALL lists every code")
+    }
+
+    fn entry(&mut self, code: ErrorCode) -> &mut u64 {
+        &mut self.0[Refusals::index(code)]
+    }
+
+    /// The codes that occurred, with their counts.
+    pub fn iter(&self) -> impl Iterator<Item = (ErrorCode, u64)> + '_ {
+        ErrorCode::ALL
+            .iter()
+            .zip(self.0)
+            .filter(|(_, n)| *n > 0)
+            .map(|(code, n)| (*code, n))
+    }
 }
 
-/// A client for a set of app instances.
+impl Serialize for Refusals {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(self.iter())
+    }
+}
+
+/// Whether a refusal is one of the purchase's own outcomes (the product is sold out, the lock
+/// was lost, the wait budget ran out, a backend is down) rather than a rejected request.
+pub fn is_purchase_refusal(code: ErrorCode) -> bool {
+    match code {
+        ErrorCode::SoldOut
+        | ErrorCode::LockLost
+        | ErrorCode::Busy
+        | ErrorCode::BackendUnavailable => true,
+        ErrorCode::BadRequest
+        | ErrorCode::InvalidRequest
+        | ErrorCode::UnknownStrategy
+        | ErrorCode::IdempotencyConflict
+        | ErrorCode::Unauthorized
+        | ErrorCode::NotFound
+        | ErrorCode::Internal => false,
+    }
+}
+
+/// `201 ×60, sold_out ×180, lock_lost ×2, no answer ×1`: every non-zero count.
+impl std::fmt::Display for Outcomes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut parts = Vec::new();
+        let mut part = |what: String, n: u64| {
+            if n > 0 {
+                parts.push(format!("{what} ×{n}"));
+            }
+        };
+        part("201".into(), self.created);
+        part("200 replayed".into(), self.replayed);
+        for (code, n) in self.refused.iter() {
+            part(code.to_string(), n);
+        }
+        part("2xx".into(), self.served);
+        for (status, n) in &self.unexpected {
+            part(format!("{status} outside the contract"), *n);
+        }
+        part("no answer".into(), self.transport_error);
+        if parts.is_empty() {
+            f.write_str("none")
+        } else {
+            f.write_str(&parts.join(", "))
+        }
+    }
+}
+
+/// The body of an order of `quantity` units by `user`, with the idempotency key `request_id`.
+pub fn order_request(
+    user: String,
+    strategy: Strategy,
+    request_id: String,
+    quantity: i64,
+) -> OrderRequest {
+    OrderRequest {
+        user_id: user,
+        quantity,
+        request_id,
+        strategy: Some(strategy),
+    }
+}
+
+/// A client for a set of app instances: one connection pool, requests spread by the caller's
+/// sequence number, admin calls to the last instance (which no scenario kills or freezes).
 #[derive(Clone)]
 pub struct Api {
     http: reqwest::Client,
     /// `http://127.0.0.1:PORT` of each instance.
-    pub bases: Vec<String>,
-    admin_token: String,
+    pub bases: Arc<[String]>,
+    admin_token: Option<Arc<str>>,
 }
 
 impl Api {
-    pub fn new(bases: Vec<String>, admin_token: String, pool: usize) -> Result<Api> {
+    pub fn new(bases: Vec<String>, admin_token: Option<String>) -> Result<Api> {
+        anyhow::ensure!(!bases.is_empty(), "no app instance to talk to");
         let http = reqwest::Client::builder()
-            .pool_max_idle_per_host(pool)
             .timeout(Duration::from_secs(60))
             .tcp_nodelay(true)
             .build()?;
         Ok(Api {
             http,
-            bases,
-            admin_token,
+            bases: bases.into(),
+            admin_token: admin_token.map(Into::into),
         })
-    }
-
-    pub fn http(&self) -> &reqwest::Client {
-        &self.http
     }
 
     /// The instance request `n` goes to (round robin).
@@ -133,17 +303,21 @@ impl Api {
         &self.bases[n % self.bases.len()]
     }
 
+    fn admin(&self) -> &str {
+        &self.bases[self.bases.len() - 1]
+    }
+
     /// `PUT /api/products/{id}`: creates the product or resets it to `stock` and deletes its orders.
     pub async fn reset_product(&self, id: u64, stock: i64) -> Result<()> {
-        let url = format!("{}/api/products/{id}", self.base(0));
-        let r = self
+        let url = format!("{}/api/products/{id}", self.admin());
+        let mut request = self
             .http
             .put(&url)
-            .bearer_auth(&self.admin_token)
-            .json(&serde_json::json!({ "stock": stock }))
-            .send()
-            .await
-            .with_context(|| format!("PUT {url}"))?;
+            .json(&serde_json::json!({ "stock": stock }));
+        if let Some(token) = &self.admin_token {
+            request = request.bearer_auth(token);
+        }
+        let r = request.send().await.with_context(|| format!("PUT {url}"))?;
         if !r.status().is_success() {
             bail!(
                 "PUT {url}: {} {}",
@@ -154,38 +328,52 @@ impl Api {
         Ok(())
     }
 
-    /// `GET /api/strategies`.
-    pub async fn strategies(&self) -> Result<Vec<StrategyInfo>> {
-        let url = format!("{}/api/strategies", self.base(0));
+    /// `GET /api/products/{id}`: the product as the database has it.
+    pub async fn product(&self, id: u64) -> Result<ProductView> {
+        let url = format!("{}/api/products/{id}", self.admin());
         let r = self.http.get(&url).send().await?.error_for_status()?;
-        let v: serde_json::Value = r.json().await.with_context(|| format!("GET {url}"))?;
-        // Accept a bare list or an object wrapping it.
-        let list = match v {
-            serde_json::Value::Object(mut o) => o
-                .remove("strategies")
-                .context("GET /api/strategies: no `strategies` list")?,
-            v => v,
-        };
-        Ok(serde_json::from_value(list)?)
+        r.json().await.with_context(|| format!("GET {url}"))
     }
 
-    /// Sends one order to instance `n % K` and classifies the answer.
-    pub async fn order(&self, n: usize, product: u64, body: &OrderRequest<'_>) -> Outcome {
+    /// `GET /api/strategies`.
+    pub async fn strategies(&self) -> Result<Vec<StrategyInfo>> {
+        let url = format!("{}/api/strategies", self.admin());
+        let r = self.http.get(&url).send().await?.error_for_status()?;
+        let list: StrategyList = r.json().await.with_context(|| format!("GET {url}"))?;
+        Ok(list.strategies)
+    }
+
+    /// Sends one order to instance `n % K`.
+    pub async fn order(&self, n: usize, product: u64, body: &OrderRequest) -> Answer {
+        self.order_holding(n, product, body, Duration::ZERO).await
+    }
+
+    /// [`Api::order`], asking the strategy to pause `hold` inside its critical section.
+    pub async fn order_holding(
+        &self,
+        n: usize,
+        product: u64,
+        body: &OrderRequest,
+        hold: Duration,
+    ) -> Answer {
         let url = format!("{}/api/products/{product}/orders", self.base(n));
-        match self.http.post(url).json(body).send().await {
-            Ok(r) => {
-                let status = r.status().as_u16();
-                let body = r.bytes().await.unwrap_or_default();
-                Outcome::classify(status, &body)
-            }
-            Err(_) => Outcome::Error,
+        let mut request = self.http.post(url).json(body);
+        if !hold.is_zero() {
+            request = request.header(HOLD_HEADER, hold.as_millis().to_string());
         }
+        answer(request, Answer::of_order).await
+    }
+
+    /// `GET /api/noop` on instance `n % K`: the HTTP round trip alone.
+    pub async fn noop(&self, n: usize) -> Answer {
+        let request = self.http.get(format!("{}/api/noop", self.base(n)));
+        answer(request, Answer::of_request).await
     }
 
     /// `GET /metrics` of every instance, concatenated (empty where unavailable).
     pub async fn metrics(&self) -> String {
         let mut all = String::new();
-        for base in &self.bases {
+        for base in self.bases.iter() {
             if let Ok(r) = self.http.get(format!("{base}/metrics")).send().await
                 && let Ok(text) = r.text().await
             {
@@ -197,9 +385,21 @@ impl Api {
     }
 }
 
+/// Sends `request` and classifies the status and body it gets back.
+async fn answer(request: reqwest::RequestBuilder, classify: fn(u16, &[u8]) -> Answer) -> Answer {
+    let Ok(response) = request.send().await else {
+        return Answer::Transport;
+    };
+    let status = response.status().as_u16();
+    match response.bytes().await {
+        Ok(body) => classify(status, &body),
+        Err(_) => Answer::Transport,
+    }
+}
+
 /// Sums the Prometheus samples labelled `strategy="<strategy>"` whose metric name mentions
 /// retries (`*retr*`, counters only: `_total` or no suffix). `None` when there are none.
-pub fn retries_in_metrics(text: &str, strategy: &str) -> Option<f64> {
+pub fn retries_in_metrics(text: &str, strategy: Strategy) -> Option<f64> {
     let label = format!("strategy=\"{strategy}\"");
     let mut found = None;
     for line in text.lines().filter(|l| !l.starts_with('#')) {
@@ -226,19 +426,43 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_503_is_busy_unless_the_body_says_the_backend_is_unavailable() {
+    fn an_answer_is_classified_by_status_and_documented_body() {
+        let order = br#"{"order_id":1,"product_id":2,"user_id":"u","quantity":1,"strategy":"redis-lock-fenced","request_id":"r","fencing_token":7}"#;
         assert_eq!(
-            Outcome::classify(503, br#"{"error":"busy"}"#),
-            Outcome::Busy
+            Answer::of_order(201, order),
+            Answer::Created {
+                fencing_token: Some(7)
+            }
         );
         assert_eq!(
-            Outcome::classify(503, br#"{"error":"backend_unavailable","message":"x"}"#),
-            Outcome::Unavailable
+            Answer::of_order(200, order),
+            Answer::Replayed {
+                fencing_token: Some(7)
+            }
         );
-        assert_eq!(Outcome::classify(503, b"garbage"), Outcome::Busy);
-        assert_eq!(Outcome::classify(201, b""), Outcome::Sold);
-        assert_eq!(Outcome::classify(409, b""), Outcome::SoldOut);
-        assert_eq!(Outcome::classify(500, b""), Outcome::Error);
+        assert_eq!(
+            Answer::of_order(503, br#"{"error":"backend_unavailable","message":"x"}"#),
+            Answer::Refused {
+                status: 503,
+                code: ErrorCode::BackendUnavailable
+            }
+        );
+        assert_eq!(
+            Answer::of_order(409, br#"{"error":"lock_lost","message":"x"}"#),
+            Answer::Refused {
+                status: 409,
+                code: ErrorCode::LockLost
+            }
+        );
+        assert_eq!(
+            Answer::of_order(503, b"garbage"),
+            Answer::Unexpected { status: 503 }
+        );
+        assert_eq!(
+            Answer::of_order(201, b""),
+            Answer::Unexpected { status: 201 }
+        );
+        assert_eq!(Answer::of_request(204, b""), Answer::Served { status: 204 });
     }
 
     #[test]
@@ -248,7 +472,7 @@ mod tests {
             seckill_retries_total{strategy=\"optimistic\",instance=\"b\"} 5\n\
             seckill_retries_total{strategy=\"naive\"} 100\n\
             seckill_requests_total{strategy=\"optimistic\"} 9\n";
-        assert_eq!(retries_in_metrics(text, "optimistic"), Some(12.0));
-        assert_eq!(retries_in_metrics(text, "conditional"), None);
+        assert_eq!(retries_in_metrics(text, Strategy::Optimistic), Some(12.0));
+        assert_eq!(retries_in_metrics(text, Strategy::Conditional), None);
     }
 }

@@ -9,18 +9,19 @@
 //! charts. `lock` measures one lock backend under contention and counts mutual-exclusion
 //! violations.
 //!
-//! One module per concern: [`cli`], [`apps`] (app processes), [`client`] (the HTTP API),
-//! [`sale`], [`throughput`], [`baselines`], [`accounting`], [`load`] and [`http_load`] (the
-//! drivers), [`latency`], [`environment`], [`report`], [`lock`], [`run`], and [`scenario`]
-//! (the fault scenarios: `seckill-bench scenario <name>|all`, and part of every `run`).
+//! One module per concern: [`cli`], [`apps`] (app processes, for the run and the scenarios),
+//! [`client`] (the one HTTP client and answer type, over `app::api`), [`load`]
+//! (the one load driver, closed and open loop), [`sale`], [`throughput`], [`baselines`] (with
+//! [`goose_noop`], the check on our own client), [`latency`], [`environment`],
+//! [`report`], [`lock`], [`run`], and [`scenario`] (the fault scenarios: `seckill-bench
+//! scenario <name>|all`, and part of every `run`).
 
-pub mod accounting;
 pub mod apps;
 pub mod baselines;
 pub mod cli;
 pub mod client;
 pub mod environment;
-pub mod http_load;
+pub mod goose_noop;
 pub mod latency;
 pub mod load;
 pub mod lock;

@@ -1,5 +1,7 @@
-//! Closed-loop and open-loop drivers for any asynchronous operation (HTTP or direct backend
-//! calls), with exact latencies.
+//! The one load driver: a closed and an open loop for any asynchronous operation, with exact
+//! latencies. Every HTTP measurement drives the same [`crate::client::Api`] through it, so a
+//! difference between the two loops is the server's, never the clients'; the direct
+//! baselines drive their backend calls through it the same way.
 //!
 //! **Closed loop**: U workers, each sending its next request as soon as the previous answer
 //! arrives. Latency is measured from the actual send. A stalled server slows the *senders*
@@ -20,7 +22,7 @@ use std::time::Duration;
 use serde::Serialize;
 use tokio::time::Instant;
 
-use crate::client::{Outcome, Outcomes};
+use crate::client::{Answer, Outcomes};
 use crate::latency::{HistogramData, Latencies, LatencySummary};
 
 /// Timing of one measured run.
@@ -39,30 +41,48 @@ impl Window {
     }
 }
 
+/// How much a closed loop sends.
+#[derive(Debug, Clone, Copy)]
+pub enum Budget {
+    /// For a time: requests sent during the warm-up are not counted.
+    Window(Window),
+    /// Exactly this many requests, all counted (the flash sale).
+    Requests(u64),
+}
+
+/// Which loop produced a result.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(tag = "mode", rename_all = "lowercase")]
+pub enum Loop {
+    Closed,
+    /// At `target_rate` requests/s.
+    Open {
+        target_rate: f64,
+    },
+}
+
 /// The result of a closed- or open-loop run.
 #[derive(Debug, Clone, Serialize)]
 pub struct LoadResult {
-    /// `closed` or `open`.
-    pub mode: &'static str,
+    #[serde(flatten)]
+    pub mode: Loop,
     pub concurrency: usize,
-    /// Open loop: the arrival rate asked for, requests/s.
-    pub target_rate: Option<f64>,
+    /// Measured seconds (the window, or how long a request budget took).
     pub seconds: f64,
     pub outcomes: Outcomes,
     /// Open loop: tickets due in the window that could not be sent before the hard stop.
     pub not_sent: u64,
     pub attempts_per_sec: f64,
-    /// Successful deductions (201) per second.
+    /// New orders (201; for the direct baselines: deductions) per second.
     pub successes_per_sec: f64,
     pub latency: LatencySummary,
     pub histogram: HistogramData,
 }
 
 impl LoadResult {
-    pub(crate) fn new(
-        mode: &'static str,
+    pub fn new(
+        mode: Loop,
         concurrency: usize,
-        target_rate: Option<f64>,
         seconds: f64,
         outcomes: Outcomes,
         not_sent: u64,
@@ -71,12 +91,11 @@ impl LoadResult {
         LoadResult {
             mode,
             concurrency,
-            target_rate,
             seconds,
+            attempts_per_sec: outcomes.total() as f64 / seconds,
+            successes_per_sec: outcomes.created as f64 / seconds,
             outcomes,
             not_sent,
-            attempts_per_sec: outcomes.total() as f64 / seconds,
-            successes_per_sec: outcomes.sold as f64 / seconds,
             latency: latencies.summary(),
             histogram: latencies.data(),
         }
@@ -99,18 +118,24 @@ fn merge(tallies: Vec<Tally>) -> Tally {
     all
 }
 
-/// Runs `op(sequence number)` from `concurrency` workers back to back for the window;
-/// requests sent during the warm-up are not counted.
-pub async fn closed_loop<F, Fut>(concurrency: usize, window: Window, op: F) -> LoadResult
+/// Runs `op(sequence number)` from `concurrency` workers back to back until the budget is
+/// spent. Latency is measured from the actual send.
+pub async fn closed_loop<F, Fut>(concurrency: usize, budget: Budget, op: F) -> LoadResult
 where
     F: Fn(u64) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Outcome> + Send,
+    Fut: Future<Output = Answer> + Send,
 {
     let op = Arc::new(op);
     let seq = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
-    let measure_from = start + window.warmup;
-    let end = measure_from + window.measure;
+    let (measure_from, end, requests) = match budget {
+        Budget::Window(w) => (
+            start + w.warmup,
+            Some(start + w.warmup + w.measure),
+            u64::MAX,
+        ),
+        Budget::Requests(n) => (start, None, n),
+    };
     let workers: Vec<_> = (0..concurrency)
         .map(|_| {
             let (op, seq) = (op.clone(), seq.clone());
@@ -118,12 +143,16 @@ where
                 let mut tally = Tally::default();
                 loop {
                     let sent = Instant::now();
-                    if sent >= end {
+                    if end.is_some_and(|end| sent >= end) {
                         return tally;
                     }
-                    let outcome = op(seq.fetch_add(1, Ordering::Relaxed)).await;
+                    let i = seq.fetch_add(1, Ordering::Relaxed);
+                    if i >= requests {
+                        return tally;
+                    }
+                    let outcome = op(i).await;
                     if sent >= measure_from {
-                        tally.outcomes.count(outcome);
+                        tally.outcomes.count(&outcome);
                         tally.latencies.record(sent.elapsed());
                     }
                 }
@@ -131,11 +160,14 @@ where
         })
         .collect();
     let tally = merge(join_all(workers).await);
+    let seconds = match budget {
+        Budget::Window(w) => w.measure.as_secs_f64(),
+        Budget::Requests(_) => start.elapsed().as_secs_f64(),
+    };
     LoadResult::new(
-        "closed",
+        Loop::Closed,
         concurrency,
-        None,
-        window.measure.as_secs_f64(),
+        seconds,
         tally.outcomes,
         0,
         &tally.latencies,
@@ -148,7 +180,7 @@ where
 pub async fn open_loop<F, Fut>(concurrency: usize, rate: f64, window: Window, op: F) -> LoadResult
 where
     F: Fn(u64) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Outcome> + Send,
+    Fut: Future<Output = Answer> + Send,
 {
     let op = Arc::new(op);
     let ticket = Arc::new(AtomicU64::new(0));
@@ -177,7 +209,7 @@ where
                     tokio::time::sleep_until(due).await;
                     let outcome = op(i).await;
                     if i >= warmup_tickets {
-                        tally.outcomes.count(outcome);
+                        tally.outcomes.count(&outcome);
                         tally.latencies.record(due.elapsed());
                     }
                 }
@@ -188,9 +220,8 @@ where
     let not_sent = results.iter().map(|(_, n)| n).sum();
     let tally = merge(results.into_iter().map(|(t, _)| t).collect());
     LoadResult::new(
-        "open",
+        Loop::Open { target_rate: rate },
         concurrency,
-        Some(rate),
         window.measure.as_secs_f64(),
         tally.outcomes,
         not_sent,
@@ -213,27 +244,97 @@ mod tests {
     #[tokio::test]
     async fn the_open_loop_sends_at_the_asked_rate_and_counts_no_warm_up_request() {
         let r = open_loop(4, 200.0, Window::from_secs(0.2, 0.5), |_| async {
-            Outcome::Sold
+            Answer::Created {
+                fencing_token: None,
+            }
         })
         .await;
         // 0.7 s × 200/s = 140 tickets, of which 40 fall in the warm-up.
-        assert_eq!(r.outcomes.sold, 100, "{:?}", r.outcomes);
+        assert_eq!(r.outcomes.created, 100, "{:?}", r.outcomes);
         assert_eq!(r.not_sent, 0);
     }
 
     #[tokio::test]
     async fn the_closed_loop_counts_every_outcome_it_measured() {
-        let r = closed_loop(3, Window::from_secs(0.05, 0.2), |i| async move {
-            tokio::time::sleep(Duration::from_millis(1)).await;
-            if i % 2 == 0 {
-                Outcome::Sold
-            } else {
-                Outcome::SoldOut
-            }
-        })
+        let r = closed_loop(
+            3,
+            Budget::Window(Window::from_secs(0.05, 0.2)),
+            |i| async move {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                if i % 2 == 0 {
+                    Answer::Created {
+                        fencing_token: None,
+                    }
+                } else {
+                    Answer::SOLD_OUT
+                }
+            },
+        )
         .await;
         assert!(r.outcomes.total() > 0);
         assert_eq!(r.outcomes.total(), r.latency.count);
-        assert_eq!(r.outcomes.errors, 0);
+        assert_eq!(r.outcomes.errors(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_request_budget_sends_exactly_that_many_requests() {
+        let r = closed_loop(7, Budget::Requests(100), |_| async { Answer::SOLD_OUT }).await;
+        assert_eq!(r.outcomes.total(), 100);
+        assert_eq!(r.latency.count, 100);
+    }
+
+    /// One of each answer the app can give an order, and a transport error.
+    fn every_answer(i: u64) -> Answer {
+        use app::api::ErrorCode;
+        let refused = |status, code| Answer::Refused { status, code };
+        match i {
+            0 => Answer::Created {
+                fencing_token: None,
+            },
+            1 => Answer::Replayed {
+                fencing_token: None,
+            },
+            2 => refused(409, ErrorCode::SoldOut),
+            3 => refused(409, ErrorCode::LockLost),
+            4 => refused(503, ErrorCode::Busy),
+            5 => refused(503, ErrorCode::BackendUnavailable),
+            6 => refused(422, ErrorCode::InvalidRequest),
+            7 => Answer::Unexpected { status: 500 },
+            _ => Answer::Transport,
+        }
+    }
+
+    #[tokio::test]
+    async fn each_answer_code_is_counted_separately_in_the_json() {
+        use app::api::ErrorCode;
+        let r = closed_loop(1, Budget::Requests(9), |i| async move { every_answer(i) }).await;
+        let json = serde_json::to_value(&r).unwrap();
+        let counts = &json["outcomes"];
+        let codes = [
+            ErrorCode::SoldOut,
+            ErrorCode::LockLost,
+            ErrorCode::Busy,
+            ErrorCode::BackendUnavailable,
+            ErrorCode::InvalidRequest,
+        ];
+        let names = codes.map(ErrorCode::name);
+        for name in names
+            .iter()
+            .chain(&["created", "replayed", "transport_error"])
+        {
+            assert_eq!(counts[name], 1, "`{name}` in {counts}");
+        }
+        assert_eq!(counts["unexpected"]["500"], 1, "{counts}");
+        assert_eq!(r.successes_per_sec * r.seconds, 1.0, "{counts}");
+    }
+
+    #[tokio::test]
+    async fn an_answered_noop_request_is_not_counted_as_a_sale() {
+        let r = closed_loop(2, Budget::Requests(10), |_| async {
+            Answer::Served { status: 204 }
+        })
+        .await;
+        assert_eq!(r.successes_per_sec, 0.0);
+        assert_eq!(r.outcomes.total(), 10);
     }
 }

@@ -74,7 +74,7 @@ fn scenario(args: &ScenarioArgs) -> Result<()> {
         quick: args.quick,
         app_binary: Some(apps::locate_app(args.app_bin.as_deref())?),
     };
-    let reports = runtime()?.block_on(loadtest::scenario::run(&args.name, &opts))?;
+    let reports = runtime()?.block_on(loadtest::scenario::run(args.name, &opts))?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&reports)?);
     } else {
@@ -82,10 +82,10 @@ fn scenario(args: &ScenarioArgs) -> Result<()> {
             println!("{}\n", r.markdown());
         }
     }
-    let failed: Vec<&str> = reports
+    let failed: Vec<String> = reports
         .iter()
         .filter(|r| !r.passed())
-        .map(|r| r.scenario.as_str())
+        .map(|r| r.scenario.to_string())
         .collect();
     anyhow::ensure!(
         failed.is_empty(),

@@ -8,16 +8,18 @@ use anyhow::{Context, Result, bail};
 use sandbox::Endpoints;
 use sqlx::mysql::MySqlPoolOptions;
 
-use crate::apps::{AppConfig, Apps};
-use crate::baselines::{self, Targets};
+use crate::apps::{Apps, Launch};
+use crate::baselines::{self, BaselineName, Targets};
 use crate::cli::Settings;
-use crate::client::{Api, StrategyInfo};
+use app::api::{Strategy, StrategyInfo};
+
+use crate::client::Api;
 use crate::environment::{self, utc_now};
 use crate::load::Window;
 use crate::progress::Progress;
 use crate::report::{self, RunReport, StrategyReport};
 use crate::sale::{SalePlan, run_sale};
-use crate::scenario::{self, ScenarioOptions};
+use crate::scenario::{self, Scenario, ScenarioOptions, Selection};
 use crate::throughput::{ThroughputPlan, run_throughput};
 
 /// Where a run goes: servers, the app binary, the database the app instances use.
@@ -45,24 +47,19 @@ pub async fn run_in(settings: &Settings, target: &Target, out: &Path) -> Result<
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
 
     let admin_token = uuid::Uuid::new_v4().simple().to_string();
-    let config = AppConfig {
-        binary: target.app_binary.clone(),
-        endpoints: target.endpoints.clone(),
-        database: target.database.clone(),
-        admin_token: admin_token.clone(),
-        log_dir: dir.join("logs"),
-        allow_fault_injection: false,
-    };
-    let instances = settings.instances;
-    let mut apps = tokio::task::spawn_blocking(move || Apps::start(&config, instances)).await??;
-    let api = Api::new(apps.bases.clone(), admin_token, settings.buyers)?;
-    let strategies = select(api.strategies().await?, &settings.strategies)?;
-
     let db_url = format!(
         "{}/{}",
         target.endpoints.database_url.trim_end_matches('/'),
         target.database
     );
+    let launch = Launch::new(&target.app_binary, &dir.join("logs"))
+        .endpoints(&target.endpoints)
+        .arg("--database-url", &db_url)
+        .arg("--admin-token", &admin_token);
+    let mut apps = Apps::start(launch, settings.instances).await?;
+    let api = Api::new(apps.bases(), Some(admin_token))?;
+    let strategies = select(api.strategies().await?, &settings.strategies)?;
+
     let db = MySqlPoolOptions::new()
         .max_connections(4)
         .connect(&db_url)
@@ -78,9 +75,13 @@ pub async fn run_in(settings: &Settings, target: &Target, out: &Path) -> Result<
 
     let window = Window::from_secs(settings.warmup, settings.seconds);
     let steps = 3 * strategies.len() as u64
-        + if settings.baselines { 4 } else { 0 }
+        + if settings.baselines {
+            BaselineName::ALL.len() as u64
+        } else {
+            0
+        }
         + if settings.scenarios {
-            scenario::NAMES.len() as u64
+            Scenario::all().len() as u64
         } else {
             0
         };
@@ -88,12 +89,12 @@ pub async fn run_in(settings: &Settings, target: &Target, out: &Path) -> Result<
 
     let baselines = if settings.baselines {
         let targets = Targets {
-            app_bases: &apps.bases,
+            api: &api,
             database_url: &target.endpoints.database_url,
             redis_url: &target.endpoints.redis_url,
         };
         baselines::run_all(&targets, settings.buyers, window, &|name| {
-            progress.phase("baseline", name)
+            progress.phase("baseline", name.as_str())
         })
         .await?
     } else {
@@ -103,14 +104,14 @@ pub async fn run_in(settings: &Settings, target: &Target, out: &Path) -> Result<
     let run_id = &uuid::Uuid::new_v4().simple().to_string()[..8];
     let mut reports = Vec::new();
     for (k, info) in strategies.into_iter().enumerate() {
-        let name = info.name.clone();
-        progress.phase(&name, "flash sale");
+        let name = info.name;
+        progress.phase(name.name(), "flash sale");
         let sale = run_sale(
             &api,
             &db,
             &SalePlan {
                 product: 10 + 2 * k as u64,
-                strategy: name.clone(),
+                strategy: name,
                 stock: settings.stock,
                 buyers: settings.buyers,
                 requests: settings.demand,
@@ -122,14 +123,14 @@ pub async fn run_in(settings: &Settings, target: &Target, out: &Path) -> Result<
         .with_context(|| format!("flash sale of `{name}`"))?;
         let plan = ThroughputPlan {
             product: 11 + 2 * k as u64,
-            strategy: name.clone(),
+            strategy: name,
             users: settings.buyers,
             quantity: settings.quantity,
             window,
             rate: settings.rate,
             id_prefix: format!("{run_id}-{k}"),
         };
-        let throughput = run_throughput(&api, &plan, &|phase| progress.phase(&name, phase))
+        let throughput = run_throughput(&api, &plan, &|phase| progress.phase(name.name(), phase))
             .await
             .with_context(|| format!("throughput of `{name}`"))?;
         if !apps.all_running() {
@@ -141,7 +142,7 @@ pub async fn run_in(settings: &Settings, target: &Target, out: &Path) -> Result<
         reports.push(StrategyReport::new(info, sale, throughput, &baselines));
     }
     db.close().await;
-    drop(apps);
+    apps.shutdown().await;
 
     let mut scenarios = Vec::new();
     if settings.scenarios {
@@ -149,9 +150,9 @@ pub async fn run_in(settings: &Settings, target: &Target, out: &Path) -> Result<
             quick: settings.quick,
             app_binary: Some(target.app_binary.clone()),
         };
-        for name in scenario::NAMES {
-            progress.phase("scenario", name);
-            scenarios.extend(scenario::run(name, &opts).await?);
+        for &s in Scenario::all() {
+            progress.phase("scenario", &s.to_string());
+            scenarios.extend(scenario::run(Selection::One(s), &opts).await?);
         }
     }
     progress.finish();
@@ -172,7 +173,7 @@ pub async fn run_in(settings: &Settings, target: &Target, out: &Path) -> Result<
 }
 
 /// The strategies named in `wanted` (all when empty), in the order given.
-pub fn select(available: Vec<StrategyInfo>, wanted: &[String]) -> Result<Vec<StrategyInfo>> {
+pub fn select(available: Vec<StrategyInfo>, wanted: &[Strategy]) -> Result<Vec<StrategyInfo>> {
     if wanted.is_empty() {
         return Ok(available);
     }
@@ -181,12 +182,12 @@ pub fn select(available: Vec<StrategyInfo>, wanted: &[String]) -> Result<Vec<Str
         .map(|w| {
             available
                 .iter()
-                .find(|s| &s.name == w)
+                .find(|s| s.name == *w)
                 .cloned()
                 .with_context(|| {
-                    let names: Vec<&str> = available.iter().map(|s| s.name.as_str()).collect();
+                    let names: Vec<&str> = available.iter().map(|s| s.name.name()).collect();
                     format!(
-                        "unknown strategy `{w}`; the app offers: {}",
+                        "the app does not offer `{w}`; it offers: {}",
                         names.join(", ")
                     )
                 })

@@ -1,23 +1,23 @@
 //! Phase 1, the flash sale: S units, U concurrent buyers, D purchase requests; then the
-//! database tells what really happened (see [`crate::accounting`]).
-
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
+//! database tells what really happened (see [`app::accounting`]).
 
 use anyhow::Result;
 use serde::Serialize;
 use sqlx::MySqlPool;
 
-use crate::accounting::{Accounting, read_ledger};
-use crate::client::{Api, OrderRequest, Outcomes, retries_in_metrics};
-use crate::latency::{Latencies, LatencySummary};
+use anyhow::Context;
+use app::accounting::Accounting;
+use app::api::Strategy;
+
+use crate::client::{Answer, Api, Outcomes, order_request, retries_in_metrics};
+use crate::latency::LatencySummary;
+use crate::load::{Budget, closed_loop};
 
 /// What to sell and how hard.
 #[derive(Debug, Clone)]
 pub struct SalePlan {
     pub product: u64,
-    pub strategy: String,
+    pub strategy: Strategy,
     pub stock: i64,
     pub buyers: usize,
     pub requests: u64,
@@ -47,55 +47,51 @@ pub struct SaleResult {
 /// Resets the product, runs the sale, reads the ledger.
 pub async fn run_sale(api: &Api, db: &MySqlPool, plan: &SalePlan) -> Result<SaleResult> {
     api.reset_product(plan.product, plan.stock).await?;
-    let retries_before = retries_in_metrics(&api.metrics().await, &plan.strategy);
-    let next = Arc::new(AtomicU64::new(0));
-    let started = Instant::now();
-    let workers: Vec<_> = (0..plan.buyers)
-        .map(|buyer| {
-            let (api, next, plan) = (api.clone(), next.clone(), plan.clone());
-            tokio::spawn(async move {
-                let mut outcomes = Outcomes::default();
-                let mut latencies = Latencies::default();
-                loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    if i >= plan.requests {
-                        return (outcomes, latencies);
-                    }
-                    let body = OrderRequest {
-                        user_id: format!("u-{buyer}"),
-                        quantity: plan.quantity,
-                        request_id: format!("{}-{i}", plan.id_prefix),
-                        strategy: &plan.strategy,
-                    };
-                    let sent = Instant::now();
-                    let outcome = api.order(i as usize, plan.product, &body).await;
-                    latencies.record(sent.elapsed());
-                    outcomes.count(outcome);
-                }
-            })
-        })
-        .collect();
-    let mut outcomes = Outcomes::default();
-    let mut latencies = Latencies::default();
-    for w in workers {
-        let (o, l) = w.await?;
-        outcomes.add(&o);
-        latencies.add(&l);
-    }
-    let seconds = started.elapsed().as_secs_f64();
-    let retries_after = retries_in_metrics(&api.metrics().await, &plan.strategy);
-    let ledger = read_ledger(db, plan.product).await?;
+    let retries_before = retries_in_metrics(&api.metrics().await, plan.strategy);
+    let buyers = Buyers {
+        api: api.clone(),
+        plan: plan.clone(),
+    };
+    let load = closed_loop(plan.buyers, Budget::Requests(plan.requests), move |i| {
+        buyers.clone().send(i)
+    })
+    .await;
+    let retries_after = retries_in_metrics(&api.metrics().await, plan.strategy);
+    let ledger = app::db::products::ledger(db, plan.product)
+        .await
+        .with_context(|| format!("reading the ledger of product {}", plan.product))?
+        .with_context(|| format!("product {} vanished during the sale", plan.product))?;
     let demand_units = plan.requests as i64 * plan.quantity;
-    let accounting = Accounting::of(plan.stock, demand_units, ledger);
+    let accounting = Accounting::of(ledger, demand_units);
     Ok(SaleResult {
         requests: plan.requests,
         buyers: plan.buyers,
         quantity: plan.quantity,
-        seconds,
-        outcomes,
-        acknowledged_minus_orders: outcomes.sold as i64 - ledger.orders,
+        seconds: load.seconds,
+        acknowledged_minus_orders: load.outcomes.created as i64 - ledger.orders,
+        outcomes: load.outcomes,
         accounting,
         retries: retries_after.map(|after| after - retries_before.unwrap_or(0.0)),
-        latency: latencies.summary(),
+        latency: load.latency,
     })
+}
+
+/// Request `i` of the sale: one order from the buyer `i % U` to instance `i % K`.
+#[derive(Clone)]
+struct Buyers {
+    api: Api,
+    plan: SalePlan,
+}
+
+impl Buyers {
+    async fn send(self, i: u64) -> Answer {
+        let plan = &self.plan;
+        let body = order_request(
+            format!("u-{}", i % plan.buyers as u64),
+            plan.strategy,
+            format!("{}-{i}", plan.id_prefix),
+            plan.quantity,
+        );
+        self.api.order(i as usize, plan.product, &body).await
+    }
 }

@@ -1,12 +1,13 @@
-//! Phase 2, throughput: a product with effectively unlimited stock, a closed loop of U goose
-//! users, then an open loop at a fixed arrival rate (see [`crate::load`] for why both).
+//! Phase 2, throughput: a product with effectively unlimited stock, a closed loop of U
+//! buyers, then an open loop at a fixed arrival rate (see [`crate::load`] for why both). Both
+//! loops send the same requests through the same client.
 
 use anyhow::Result;
+use app::api::Strategy;
 use serde::Serialize;
 
-use crate::client::{Api, OrderRequest};
-use crate::http_load::{self, HttpRequest};
-use crate::load::{LoadResult, Window, open_loop};
+use crate::client::{Answer, Api, order_request};
+use crate::load::{Budget, LoadResult, Window, closed_loop, open_loop};
 
 /// Stock that no run can exhaust.
 pub const UNLIMITED: i64 = 1_000_000_000;
@@ -19,7 +20,7 @@ pub const DEFAULT_RATE_SHARE: f64 = 0.7;
 #[derive(Debug, Clone)]
 pub struct ThroughputPlan {
     pub product: u64,
-    pub strategy: String,
+    pub strategy: Strategy,
     pub users: usize,
     pub quantity: i64,
     pub window: Window,
@@ -42,41 +43,52 @@ pub async fn run_throughput(
 ) -> Result<ThroughputResult> {
     api.reset_product(plan.product, UNLIMITED).await?;
     on_phase("closed loop");
-    let closed = http_load::closed_loop(
-        &api.bases,
-        plan.users,
-        plan.window,
-        HttpRequest::Order {
-            product: plan.product,
-            strategy: plan.strategy.clone(),
-            quantity: plan.quantity,
-            id_prefix: format!("{}-c", plan.id_prefix),
-        },
-    )
-    .await?;
-
+    let buyers = Buyers::new(api, plan, "c");
+    let closed = closed_loop(plan.users, Budget::Window(plan.window), move |i| {
+        buyers.clone().send(i)
+    })
+    .await;
     let rate = plan
         .rate
         .unwrap_or(closed.attempts_per_sec * DEFAULT_RATE_SHARE)
         .max(1.0);
     on_phase(&format!("open loop {rate:.0}/s"));
-    let open = {
-        let (api, plan) = (api.clone(), plan.clone());
-        open_loop(plan.users, rate, plan.window, move |i| {
-            let (api, plan) = (api.clone(), plan.clone());
-            async move {
-                let body = OrderRequest {
-                    user_id: format!("u-{}", i % plan.users as u64),
-                    quantity: plan.quantity,
-                    request_id: format!("{}-o-{i}", plan.id_prefix),
-                    strategy: &plan.strategy,
-                };
-                api.order(i as usize, plan.product, &body).await
-            }
-        })
-        .await
-    };
+    let buyers = Buyers::new(api, plan, "o");
+    let open = open_loop(plan.users, rate, plan.window, move |i| {
+        buyers.clone().send(i)
+    })
+    .await;
     // Zero stock and no orders: later strategies do not pay for this one's rows.
     api.reset_product(plan.product, 0).await?;
     Ok(ThroughputResult { closed, open })
+}
+
+/// The requests of a loop: request `i` is one order of the plan's product, from one of its U
+/// users, to instance `i % K`, with a request id unique to the loop (`tag`).
+#[derive(Clone)]
+struct Buyers {
+    api: Api,
+    plan: ThroughputPlan,
+    tag: &'static str,
+}
+
+impl Buyers {
+    fn new(api: &Api, plan: &ThroughputPlan, tag: &'static str) -> Buyers {
+        Buyers {
+            api: api.clone(),
+            plan: plan.clone(),
+            tag,
+        }
+    }
+
+    async fn send(self, i: u64) -> Answer {
+        let plan = &self.plan;
+        let body = order_request(
+            format!("u-{}", i % plan.users as u64),
+            plan.strategy,
+            format!("{}-{}-{i}", plan.id_prefix, self.tag),
+            plan.quantity,
+        );
+        self.api.order(i as usize, plan.product, &body).await
+    }
 }

@@ -3,7 +3,8 @@
 
 mod common;
 
-use loadtest::accounting::{Accounting, read_ledger};
+use app::accounting::Accounting;
+use app::api::Strategy;
 use loadtest::run::{RunOutput, run_in};
 use sqlx::mysql::MySqlPoolOptions;
 
@@ -12,7 +13,7 @@ const SALE_PRODUCT: u64 = 10;
 
 /// Runs `strategy` with quick settings; returns the report, the database's own accounting,
 /// and the directory holding the report (deleted when dropped).
-async fn run_and_read(strategy: &str) -> (RunOutput, Accounting, tempfile::TempDir) {
+async fn run_and_read(strategy: Strategy) -> (RunOutput, Accounting, tempfile::TempDir) {
     let settings = common::quick(strategy);
     let target = common::target();
     let out = tempfile::tempdir().unwrap();
@@ -25,16 +26,14 @@ async fn run_and_read(strategy: &str) -> (RunOutput, Accounting, tempfile::TempD
         ))
         .await
         .unwrap();
-    let ledger = read_ledger(&db, SALE_PRODUCT).await.unwrap();
-    sqlx::query(sqlx::AssertSqlSafe(format!(
-        "DROP DATABASE {}",
-        target.database
-    )))
-    .execute(&db)
-    .await
-    .unwrap();
+    let ledger = app::db::products::ledger(&db, SALE_PRODUCT)
+        .await
+        .unwrap()
+        .expect("the sale product");
+    db.close().await;
+    common::drop_database(&target).await;
     let demand = settings.demand as i64 * settings.quantity;
-    (output, Accounting::of(settings.stock, demand, ledger), out)
+    (output, Accounting::of(ledger, demand), out)
 }
 
 /// Rounds an unsafe run may take before its race shows.
@@ -45,7 +44,7 @@ async fn an_unsafe_strategy_run_reports_the_oversell_the_database_shows() {
     // `naive` writes back an absolute stock computed from a stale read: with 30 concurrent
     // buyers and demand 4× stock, its lost updates oversell.
     for round in 1..=MAX_ROUNDS {
-        let (output, truth, _out) = run_and_read("naive").await;
+        let (output, truth, _out) = run_and_read(Strategy::Naive).await;
         let reported = &output.report.strategies[0].sale.accounting;
         assert_eq!(reported, &truth, "round {round}");
         if truth.oversell == 0 {
@@ -65,7 +64,7 @@ async fn an_unsafe_strategy_run_reports_the_oversell_the_database_shows() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_safe_strategy_run_reports_zero_oversell_and_sells_out_exactly() {
-    let (output, truth, _out) = run_and_read("conditional").await;
+    let (output, truth, _out) = run_and_read(Strategy::Conditional).await;
     let reported = &output.report.strategies[0].sale.accounting;
     assert_eq!(reported, &truth);
     assert_eq!(truth.oversell, 0);
@@ -73,7 +72,7 @@ async fn a_safe_strategy_run_reports_zero_oversell_and_sells_out_exactly() {
     assert_eq!(truth.units_sold, truth.initial_stock, "{truth:?}");
     assert_eq!(truth.final_stock, 0);
     assert_eq!(
-        output.report.strategies[0].sale.outcomes.sold as i64,
+        output.report.strategies[0].sale.outcomes.created as i64,
         truth.orders
     );
     for file in [

@@ -1,33 +1,45 @@
 //! Every fault scenario in its quick form: the verdict of each row must be the expected one —
 //! the broken variant's failure observed *and* the fix holding, in the same run.
 
-// Compiled in here until `loadtest::scenario` is part of the library.
-use loadtest::scenario;
-
 #[allow(dead_code)]
 mod common;
 
-use scenario::{ScenarioOptions, ScenarioReport, Verdict};
+use app::api::Strategy;
+use clap::Parser;
+use loadtest::cli::{Cli, Command};
+use loadtest::scenario::{
+    self, Figures, Scenario, ScenarioOptions, ScenarioReport, Selection, Verdict,
+};
+use locks::Backend;
 
-async fn quick(name: &str) -> ScenarioReport {
+async fn quick(scenario: Scenario) -> ScenarioReport {
     let opts = ScenarioOptions {
         quick: true,
         app_binary: Some(common::app_binary()),
     };
-    let mut reports = scenario::run(name, &opts)
+    let mut reports = scenario::run(Selection::One(scenario), &opts)
         .await
-        .unwrap_or_else(|e| panic!("scenario {name}: {e:#}"));
+        .unwrap_or_else(|e| panic!("scenario {scenario}: {e:#}"));
     let report = reports.pop().expect("one report");
     eprintln!("{}", report.markdown());
     report
 }
 
-fn figure(report: &ScenarioReport, subject: &str, name: &str) -> f64 {
-    report
+fn figures<'a>(report: &'a ScenarioReport, subject: &str) -> &'a Figures {
+    &report
         .row(subject)
         .unwrap_or_else(|| panic!("no row `{subject}`"))
-        .get(name)
-        .unwrap_or_else(|| panic!("row `{subject}` has no figure `{name}`"))
+        .figures
+}
+
+/// The figures of `subject`'s row, which must be of the scenario's kind.
+macro_rules! row {
+    ($report:expr, $subject:expr, $kind:ident) => {
+        match figures(&$report, $subject) {
+            Figures::$kind(f) => *f,
+            other => panic!("row `{}` has {other:?}", $subject),
+        }
+    };
 }
 
 fn assert_all_pass(report: &ScenarioReport) {
@@ -48,101 +60,109 @@ fn assert_all_pass(report: &ScenarioReport) {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_plain_del_release_frees_the_next_holders_lock_and_compare_and_delete_does_not() {
     sandbox::require_faults!();
-    let report = quick("unsafe-release").await;
+    let report = quick(Scenario::UnsafeRelease).await;
     assert_all_pass(&report);
-    assert_eq!(
-        figure(&report, "redis-unsafe-release", "holders_at_once"),
-        2.0
-    );
-    assert_eq!(figure(&report, "redis", "holders_at_once"), 1.0);
+    let broken = row!(report, Backend::RedisUnsafeRelease.name(), UnsafeRelease);
+    let correct = row!(report, Backend::Redis.name(), UnsafeRelease);
+    assert_eq!(broken.holders_at_once, 2);
+    assert_eq!(correct.holders_at_once, 1);
+    assert!(report.why.contains("deleted B's lock"), "{}", report.why);
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_failover_before_replication_double_grants_and_wait_1_prevents_acting_on_it() {
     sandbox::require_faults!();
-    let report = quick("redis-failover").await;
+    let report = quick(Scenario::RedisFailover).await;
     assert_all_pass(&report);
-    assert_eq!(
-        figure(&report, "redis, no WAIT, link cut", "double_grants"),
-        1.0
-    );
-    assert_eq!(
-        figure(&report, "redis + WAIT 1, link cut", "double_grants"),
-        0.0
-    );
-    assert_eq!(
-        figure(&report, "redis + WAIT 1, link intact", "double_grants"),
-        0.0
-    );
+    let double = |subject| row!(report, subject, RedisFailover).double_grant;
+    assert!(double("redis, no WAIT, link cut"));
+    assert!(!double("redis + WAIT 1, link cut"));
+    assert!(!double("redis + WAIT 1, link intact"));
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_expired_zookeeper_session_fires_lost_and_the_fence_rejects_the_stale_write() {
     sandbox::require_faults!();
-    let report = quick("zk-session-expiry").await;
+    let report = quick(Scenario::ZkSessionExpiry).await;
     assert_all_pass(&report);
-    assert_eq!(figure(&report, "zookeeper", "stale_writes_accepted"), 1.0);
-    assert_eq!(
-        figure(&report, "zookeeper-fenced", "stale_writes_rejected"),
-        1.0
-    );
+    assert!(row!(report, Strategy::Zookeeper.name(), ZkSessionExpiry).stale_write_accepted);
+    assert!(!row!(report, Strategy::ZookeeperFenced.name(), ZkSessionExpiry).stale_write_accepted);
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn polling_costs_more_requests_per_grant_than_pub_sub_or_predecessor_watches() {
     sandbox::require_faults!();
-    let report = quick("herd").await;
+    let report = quick(Scenario::Herd).await;
     assert_all_pass(&report);
-    let polling = figure(&report, "redis", "requests_per_grant");
-    assert!(polling > figure(&report, "redis-watchdog", "requests_per_grant"));
-    assert!(polling > figure(&report, "zookeeper", "requests_per_grant"));
+    let per_grant = |b: Backend| row!(report, b.name(), Herd).requests_per_grant;
+    let polling = per_grant(Backend::Redis);
+    assert!(polling > per_grant(Backend::RedisWatchdog));
+    assert!(polling > per_grant(Backend::ZooKeeper));
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_expired_lease_oversells_redis_lock_but_not_the_watchdog_or_the_fenced_lock() {
     sandbox::require_faults!();
-    let report = quick("lease-expiry").await;
+    let report = quick(Scenario::LeaseExpiry).await;
     assert_all_pass(&report);
-    assert!(figure(&report, "redis-lock", "oversell") > 0.0);
-    assert_eq!(figure(&report, "redis-watchdog", "oversell"), 0.0);
-    assert_eq!(figure(&report, "redis-lock-fenced", "oversell"), 0.0);
-    assert_eq!(
-        figure(&report, "redis-lock-fenced", "stale_writes_rejected"),
-        1.0
-    );
+    let f = |s: Strategy| row!(report, s.name(), LeaseExpiry);
+    assert!(f(Strategy::RedisLock).oversell > 0);
+    assert_eq!(f(Strategy::RedisWatchdog).oversell, 0);
+    assert_eq!(f(Strategy::RedisLockFenced).oversell, 0);
+    assert!(f(Strategy::RedisLockFenced).stale_write_rejected);
+    assert!(report.why.contains("both sold it"), "{}", report.why);
+    assert!(report.why.contains("fence refused it"), "{}", report.why);
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_frozen_holder_defeats_the_watchdog_and_fencing_rejects_its_late_write() {
     sandbox::require_faults!();
-    let report = quick("process-pause").await;
+    let report = quick(Scenario::ProcessPause).await;
     assert_all_pass(&report);
-    assert!(figure(&report, "redis-watchdog", "oversell") > 0.0);
-    assert_eq!(figure(&report, "redis-watchdog-fenced", "oversell"), 0.0);
-    assert_eq!(
-        figure(&report, "redis-watchdog-fenced", "stale_writes_rejected"),
-        1.0
-    );
+    let f = |s: Strategy| row!(report, s.name(), ProcessPause);
+    assert!(f(Strategy::RedisWatchdog).oversell > 0);
+    assert_eq!(f(Strategy::RedisWatchdogFenced).oversell, 0);
+    assert!(f(Strategy::RedisWatchdogFenced).stale_write_rejected);
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_local_mutex_holds_with_one_instance_and_oversells_with_three() {
     sandbox::require_faults!();
-    let report = quick("local-mutex").await;
+    let report = quick(Scenario::LocalMutex).await;
     assert_all_pass(&report);
-    assert_eq!(figure(&report, "local-mutex × 1", "oversell"), 0.0);
-    assert!(figure(&report, "local-mutex × 3", "oversell") > 0.0);
+    let f = |n: usize| {
+        row!(
+            report,
+            &format!("{} × {n}", Strategy::LocalMutex),
+            LocalMutex
+        )
+    };
+    assert_eq!(f(1).oversell, 0);
+    assert!(f(3).oversell > 0);
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn an_unknown_scenario_is_refused_with_the_known_names() {
-    let err = scenario::run("no-such-scenario", &ScenarioOptions::default())
-        .await
-        .expect_err("unknown scenario");
-    let text = err.to_string();
-    assert!(text.contains("unknown scenario"), "{text}");
+#[test]
+fn every_scenario_and_all_are_accepted_by_name_and_an_unknown_one_is_refused_with_the_known_names()
+{
+    let parse = |name: &str| Cli::try_parse_from(["seckill-bench", "scenario", name]);
+    for &s in Scenario::all() {
+        let Ok(Cli {
+            command: Command::Scenario(args),
+        }) = parse(&s.to_string())
+        else {
+            panic!("`{s}` is not accepted");
+        };
+        assert_eq!(args.name, Selection::One(s));
+    }
+    assert!(matches!(
+        parse("all").map(|c| c.command),
+        Ok(Command::Scenario(args)) if args.name == Selection::All
+    ));
+    let text = parse("no-such-scenario").unwrap_err().to_string();
     assert!(
-        scenario::NAMES.iter().all(|name| text.contains(name)),
+        Scenario::all()
+            .iter()
+            .all(|s| text.contains(&s.to_string())),
         "{text}"
     );
 }
@@ -150,20 +170,29 @@ async fn an_unknown_scenario_is_refused_with_the_known_names() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_crashed_holder_blocks_a_setnx_lock_for_good_and_every_other_lock_comes_back() {
     sandbox::require_faults!();
-    let report = quick("holder-crash").await;
+    let report = quick(Scenario::HolderCrash).await;
     assert_all_pass(&report);
-    assert_eq!(figure(&report, "redis-setnx-no-ttl", "recovered"), 0.0);
-    for subject in ["redis-lock", "zookeeper", "db-lock", "pessimistic"] {
-        assert_eq!(figure(&report, subject, "recovered"), 1.0, "{subject}");
+    let f = |s: Strategy| row!(report, s.name(), HolderCrash);
+    assert!(!f(Strategy::RedisSetnxNoTtl).recovered);
+    for s in [
+        Strategy::RedisLock,
+        Strategy::Zookeeper,
+        Strategy::DbLock,
+        Strategy::Pessimistic,
+    ] {
+        assert!(f(s).recovered, "{s}");
     }
     for row in &report.rows {
-        assert_eq!(
-            row.get("orders_lost_or_duplicated"),
-            Some(0.0),
-            "{}",
-            row.subject
-        );
+        let Figures::HolderCrash(f) = row.figures else {
+            panic!("{row:?}");
+        };
+        assert_eq!(f.orders_lost_or_duplicated, 0, "{}", row.subject);
     }
+    assert!(
+        report.why.contains("no order was lost or doubled"),
+        "{}",
+        report.why
+    );
 }
 
 /// The full form (real leases and timeouts, several minutes): `cargo nextest run -p loadtest
@@ -177,8 +206,11 @@ async fn every_scenario_in_its_full_form_meets_its_expectations() {
         quick: false,
         app_binary: Some(common::app_binary()),
     };
-    let name = std::env::var("SECKILL_SCENARIO").unwrap_or_else(|_| "all".into());
-    let reports = scenario::run(&name, &opts)
+    let selection = match std::env::var("SECKILL_SCENARIO") {
+        Ok(name) => clap::ValueEnum::from_str(&name, false).expect("a scenario name or `all`"),
+        Err(_) => Selection::All,
+    };
+    let reports = scenario::run(selection, &opts)
         .await
         .unwrap_or_else(|e| panic!("{e:#}"));
     for report in &reports {

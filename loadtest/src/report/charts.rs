@@ -25,7 +25,7 @@ pub fn write_all(dir: &Path, r: &RunReport) -> Result<()> {
         .iter()
         .map(|s| {
             (
-                s.strategy.name.clone(),
+                s.strategy.name.to_string(),
                 vec![
                     s.throughput.closed.successes_per_sec,
                     s.throughput.closed.attempts_per_sec,
@@ -54,7 +54,7 @@ pub fn write_all(dir: &Path, r: &RunReport) -> Result<()> {
         .map(|s| {
             let a = &s.sale.accounting;
             (
-                s.strategy.name.clone(),
+                s.strategy.name.to_string(),
                 vec![
                     a.oversell as f64,
                     a.lost_updates as f64,
@@ -82,7 +82,7 @@ pub fn write_all(dir: &Path, r: &RunReport) -> Result<()> {
         .map(|s| {
             let (c, o) = (&s.throughput.closed.latency, &s.throughput.open.latency);
             (
-                s.strategy.name.clone(),
+                s.strategy.name.to_string(),
                 [c.p50_us, c.p99_us, c.p999_us, o.p50_us, o.p99_us]
                     .map(|us| us as f64)
                     .to_vec(),

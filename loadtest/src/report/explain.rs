@@ -6,7 +6,8 @@
 use std::fmt::Write;
 
 use super::{RunReport, StrategyReport};
-use crate::baselines;
+use crate::baselines::BaselineName;
+use app::api::{ErrorCode, Safety};
 
 /// Below this share of its backend baseline, a strategy gets a "where the time goes" note.
 pub const FAR_BELOW_BASELINE_PERCENT: f64 = 60.0;
@@ -16,7 +17,7 @@ pub fn what_went_wrong(report: &RunReport) -> Vec<String> {
     report
         .strategies
         .iter()
-        .filter(|s| !s.strategy.safe || s.sale.accounting.is_incorrect())
+        .filter(|s| s.strategy.safety != Safety::Safe || s.sale.accounting.is_incorrect())
         .map(|s| wrong_paragraph(report, s))
         .collect()
 }
@@ -25,11 +26,7 @@ fn wrong_paragraph(report: &RunReport, s: &StrategyReport) -> String {
     let a = &s.sale.accounting;
     let name = &s.strategy.name;
     let mut p = String::new();
-    let declared = if s.strategy.safe {
-        "declared safe"
-    } else {
-        "declared unsafe"
-    };
+    let declared = format!("declared {}", s.strategy.safety);
     let _ = write!(
         p,
         "**`{name}`** ({declared}; {}). With {} buyers sending {} requests of {} unit(s) to {} \
@@ -75,7 +72,8 @@ fn wrong_paragraph(report: &RunReport, s: &StrategyReport) -> String {
         );
     }
     if a.undersell > 0 {
-        let refused = s.sale.outcomes.busy + s.sale.outcomes.unavailable + s.sale.outcomes.errors;
+        let o = &s.sale.outcomes;
+        let turned_away = o.total() - o.created - o.replayed - o.refused(ErrorCode::SoldOut);
         let _ = write!(
             p,
             " The counter still shows {} unit(s) although {} unit(s) were asked for",
@@ -91,47 +89,59 @@ fn wrong_paragraph(report: &RunReport, s: &StrategyReport) -> String {
         } else {
             let _ = write!(
                 p,
-                ": {} request(s) were refused as busy and {} failed while stock remained, so \
-                 the strategy turned buyers away (undersell).",
-                s.sale.outcomes.busy,
-                refused - s.sale.outcomes.busy
+                ": {turned_away} request(s) ended neither in an order nor in `sold_out` ({o}), \
+                 so the strategy turned buyers away while stock remained (undersell)."
             );
         }
     }
-    if s.sale.outcomes.errors > 0 {
+    if s.sale.outcomes.errors() > 0 {
         let _ = write!(
             p,
-            " {} request(s) ended in errors (non-contract answers such as 500, or transport \
-             failures; the app logs in `logs/` say why).",
-            s.sale.outcomes.errors
+            " {} request(s) ended in errors (no answer, an answer outside the contract, or a \
+             refused request; the app logs in `logs/` say why).",
+            s.sale.outcomes.errors()
         );
     }
     if s.sale.acknowledged_minus_orders != 0 {
         let _ = write!(
             p,
             " Clients received {} success answer(s) for {} order row(s).",
-            s.sale.outcomes.sold, a.orders
+            s.sale.outcomes.created, a.orders
         );
     }
-    if !a.is_incorrect() && a.undersell == 0 {
-        let _ = write!(
+    let clean = !a.is_incorrect() && a.undersell == 0;
+    let _ = match (s.strategy.safety, a.is_incorrect()) {
+        (Safety::Unsafe, false) if clean => write!(
             p,
             " No anomaly showed in this run: the race window was not hit at this concurrency. \
              Unsafe means it *can* fail, not that it fails every time."
-        );
-    } else if s.strategy.safe && a.is_incorrect() {
-        let _ = write!(
+        ),
+        (Safety::WhileLeasesHold, false) if clean => write!(
+            p,
+            " No anomaly showed in this run: no holder outlived its lease. It is safe only \
+             while leases hold; the `lease-expiry` and `process-pause` scenarios show what \
+             happens when one does not."
+        ),
+        (Safety::WhileLeasesHold, true) => write!(
+            p,
+            " It is safe only while leases hold, so this is a lease that ran out under a \
+             holder still inside its critical section: a second holder was let in and nothing \
+             in the database refused the first one's late write. Its fenced variant closes \
+             that gap."
+        ),
+        (Safety::Safe, true) => write!(
             p,
             " **This strategy is declared safe, so this is a bug in it** (or in the accounting)."
-        );
-    }
+        ),
+        _ => Ok(()),
+    };
     p
 }
 
 /// One note per strategy whose closed-loop deductions/s are below
 /// [`FAR_BELOW_BASELINE_PERCENT`] of its backend baseline.
 pub fn where_time_goes(report: &RunReport) -> Vec<String> {
-    let noop = find(report, baselines::HTTP_NOOP);
+    let noop = find(report, BaselineName::HttpNoop);
     report
         .strategies
         .iter()
@@ -162,16 +172,14 @@ pub fn where_time_goes(report: &RunReport) -> Vec<String> {
                 );
             }
             p.push('.');
-            let refused =
-                closed.outcomes.busy + closed.outcomes.errors + closed.outcomes.unavailable;
-            if refused > 0 {
+            let o = &closed.outcomes;
+            let unsold = o.total() - o.created - o.replayed;
+            if unsold > 0 {
                 let _ = write!(
                     p,
-                    " {:.1}% of its attempts ended without a sale (busy {}, errors {}): each one \
-                     paid for waiting or retrying until its lock or retry budget ran out.",
-                    100.0 * refused as f64 / closed.outcomes.total().max(1) as f64,
-                    closed.outcomes.busy,
-                    closed.outcomes.errors + closed.outcomes.unavailable
+                    " {:.1}% of its attempts ended without a sale ({o}): each one paid for \
+                     waiting or retrying until its lock or retry budget ran out.",
+                    100.0 * unsold as f64 / o.total().max(1) as f64,
                 );
             }
             Some(p)
@@ -179,7 +187,29 @@ pub fn where_time_goes(report: &RunReport) -> Vec<String> {
         .collect()
 }
 
-fn find<'a>(report: &'a RunReport, name: &str) -> Option<&'a crate::load::LoadResult> {
+/// How the benchmark's own client compares with goose on the same no-op: whether the client
+/// could be the ceiling of the HTTP figures. `None` without both baselines.
+pub fn client_check(report: &RunReport) -> Option<String> {
+    let ours = find(report, BaselineName::HttpNoop)?;
+    let goose = find(report, BaselineName::GooseNoop)?;
+    if goose.attempts_per_sec <= 0.0 {
+        return None;
+    }
+    let pct = 100.0 * ours.attempts_per_sec / goose.attempts_per_sec;
+    let verdict = if pct >= 80.0 {
+        "so the server, not the client, sets the ceiling of the HTTP figures"
+    } else {
+        "so **the benchmark's client may be the ceiling of its HTTP figures**: read every HTTP \
+         rate as a lower bound of what the server can do"
+    };
+    Some(format!(
+        "Client check: on the same `GET /api/noop`, the benchmark's client reached {:.0} \
+         requests/s and goose {:.0} ({pct:.0}%), {verdict}.",
+        ours.attempts_per_sec, goose.attempts_per_sec
+    ))
+}
+
+fn find(report: &RunReport, name: BaselineName) -> Option<&crate::load::LoadResult> {
     report
         .baselines
         .iter()

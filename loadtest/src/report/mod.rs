@@ -10,13 +10,13 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use serde::Serialize;
 
-use crate::baselines::{self, Baseline};
+use crate::baselines::{self, Baseline, BaselineName};
 use crate::cli::Settings;
-use crate::client::StrategyInfo;
 use crate::environment::Environment;
 use crate::sale::SaleResult;
 use crate::scenario::ScenarioReport;
 use crate::throughput::ThroughputResult;
+use app::api::StrategyInfo;
 
 /// Everything one `seckill-bench run` measured.
 #[derive(Debug, Clone, Serialize)]
@@ -39,7 +39,7 @@ pub struct StrategyReport {
     pub sale: SaleResult,
     pub throughput: ThroughputResult,
     /// The baseline of the backend that holds this strategy's stock.
-    pub baseline: &'static str,
+    pub baseline: BaselineName,
     /// Closed-loop deductions/s as % of the backend baseline's.
     pub percent_of_backend_baseline: Option<f64>,
     /// Closed-loop attempts/s as % of the no-op HTTP baseline's requests/s.
@@ -54,8 +54,8 @@ impl StrategyReport {
         throughput: ThroughputResult,
         baselines_measured: &[Baseline],
     ) -> StrategyReport {
-        let baseline = baselines::for_strategy(&strategy.name, &strategy.backend);
-        let rate_of = |name: &str, f: fn(&crate::load::LoadResult) -> f64| {
+        let baseline = baselines::for_strategy(strategy.name);
+        let rate_of = |name: BaselineName, f: fn(&crate::load::LoadResult) -> f64| {
             baselines_measured
                 .iter()
                 .find(|b| b.name == name)
@@ -64,7 +64,7 @@ impl StrategyReport {
         };
         let percent_of_backend_baseline = rate_of(baseline, |r| r.successes_per_sec)
             .map(|base| 100.0 * throughput.closed.successes_per_sec / base);
-        let percent_of_http_noop = rate_of(baselines::HTTP_NOOP, |r| r.attempts_per_sec)
+        let percent_of_http_noop = rate_of(BaselineName::HttpNoop, |r| r.attempts_per_sec)
             .map(|base| 100.0 * throughput.closed.attempts_per_sec / base);
         StrategyReport {
             strategy,
@@ -107,58 +107,55 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::accounting::{Accounting, Ledger};
     use crate::client::Outcomes;
     use crate::latency::Latencies;
-    use crate::load::LoadResult;
+    use crate::load::{LoadResult, Loop};
+    use app::accounting::{Accounting, Ledger};
+    use app::api::{ErrorCode, Strategy};
 
-    fn load(mode: &'static str, per_sec: u64) -> LoadResult {
+    fn load(mode: Loop, per_sec: u64) -> LoadResult {
         let mut l = Latencies::default();
         for ms in 1..=50 {
             l.record(Duration::from_millis(ms));
         }
         let outcomes = Outcomes {
-            sold: per_sec,
+            created: per_sec,
             ..Outcomes::default()
         };
-        LoadResult::new(mode, 10, None, 1.0, outcomes, 0, &l)
+        LoadResult::new(mode, 10, 1.0, outcomes, 0, &l)
     }
 
-    fn strategy(name: &str, safe: bool, ledger: Ledger) -> StrategyReport {
-        let info = StrategyInfo {
-            name: name.into(),
-            description: "test strategy".into(),
-            backend: "mariadb".into(),
-            safe,
-        };
+    fn strategy(strategy: Strategy, ledger: Ledger) -> StrategyReport {
+        let info = StrategyInfo::of(strategy);
         let sale = SaleResult {
             requests: 500,
             buyers: 10,
             quantity: 1,
             seconds: 1.0,
             outcomes: Outcomes {
-                sold: ledger.orders as u64,
+                created: ledger.orders as u64,
                 ..Outcomes::default()
             },
-            accounting: Accounting::of(100, 500, ledger),
+            accounting: Accounting::of(ledger, 500),
             acknowledged_minus_orders: 0,
             retries: None,
             latency: Latencies::default().summary(),
         };
         let throughput = ThroughputResult {
-            closed: load("closed", 400),
-            open: load("open", 280),
+            closed: load(Loop::Closed, 400),
+            open: load(Loop::Open { target_rate: 280.0 }, 280),
         };
         let baseline = Baseline {
-            name: baselines::SQL_CONDITIONAL,
+            name: BaselineName::SqlConditional,
             what: "test".into(),
-            result: load("closed", 1000),
+            result: load(Loop::Closed, 1000),
         };
         StrategyReport::new(info, sale, throughput, &[baseline])
     }
 
     fn report() -> RunReport {
         let ledger = |final_stock, units| Ledger {
+            initial_stock: 100,
             final_stock,
             units_in_orders: units,
             orders: units,
@@ -194,13 +191,13 @@ mod tests {
                 redis: BTreeMap::new(),
             },
             baselines: vec![Baseline {
-                name: baselines::SQL_CONDITIONAL,
+                name: BaselineName::SqlConditional,
                 what: "test".into(),
-                result: load("closed", 1000),
+                result: load(Loop::Closed, 1000),
             }],
             strategies: vec![
-                strategy("racy", false, ledger(20, 137)),
-                strategy("careful", true, ledger(0, 100)),
+                strategy(Strategy::Naive, ledger(20, 137)),
+                strategy(Strategy::Conditional, ledger(0, 100)),
             ],
             scenarios: Vec::new(),
         }
@@ -211,7 +208,7 @@ mod tests {
         let paragraphs = explain::what_went_wrong(&report());
         assert_eq!(paragraphs.len(), 1, "{paragraphs:?}");
         let p = &paragraphs[0];
-        assert!(p.contains("`racy`"), "{p}");
+        assert!(p.contains("`naive`"), "{p}");
         assert!(p.contains("oversold by 37 unit(s)"), "{p}");
         assert!(p.contains("**57 decrement(s) were lost**"), "{p}");
     }
@@ -236,11 +233,30 @@ mod tests {
         ] {
             let text = std::fs::read_to_string(dir.path().join(file)).unwrap();
             assert!(
-                text.contains("careful"),
+                text.contains(Strategy::Conditional.name()),
                 "{file} does not name the strategy"
             );
         }
         let link = link_latest(dir.path(), &dir.path().join("run-1")).unwrap();
         assert_eq!(std::fs::read_link(link).unwrap(), Path::new("run-1"));
+    }
+
+    #[test]
+    fn the_report_counts_lock_lost_refusals_apart_from_sold_out() {
+        let mut r = report();
+        let outcomes = &mut r.strategies[1].sale.outcomes;
+        for _ in 0..3 {
+            outcomes.count(&crate::client::Answer::Refused {
+                status: 409,
+                code: ErrorCode::LockLost,
+            });
+        }
+        let md = markdown::render(&r);
+        let row = md
+            .lines()
+            .find(|l| l.starts_with("| `conditional` |") && l.contains(ErrorCode::LockLost.name()))
+            .unwrap_or_else(|| panic!("no flash-sale row names lock_lost:\n{md}"));
+        assert!(row.contains("lock_lost ×3"), "{row}");
+        assert!(!row.contains(ErrorCode::SoldOut.name()), "{row}");
     }
 }

@@ -24,8 +24,9 @@ use anyhow::Result;
 use deadpool_redis::redis::{Client, cmd};
 use locks::{AcquireOptions, LockError};
 
+use super::figures::RedisFailover;
 use super::partition::Partition;
-use super::{Row, ScenarioOptions, ScenarioReport, Timeline, control, start};
+use super::{Row, Scenario, ScenarioOptions, ScenarioReport, Timeline, control, start};
 
 struct Mode {
     subject: &'static str,
@@ -53,6 +54,7 @@ const MODES: [Mode; 3] = [
 
 pub async fn run(opts: &ScenarioOptions) -> Result<ScenarioReport> {
     let wait_ms: u64 = if opts.quick { 200 } else { 1000 };
+    let mut measured = Vec::new();
     let mut rows = Vec::new();
     let mut timeline = Vec::new();
     // One pair per run, started together: a replica's first sync takes seconds.
@@ -60,20 +62,20 @@ pub async fn run(opts: &ScenarioOptions) -> Result<ScenarioReport> {
         futures::future::try_join_all(MODES.iter().map(|_| start(sandbox::RedisPair::start)))
             .await?;
     for (mode, pair) in MODES.iter().zip(pairs) {
-        let (row, events) = one(mode, Arc::new(pair), wait_ms).await?;
-        rows.push(row);
+        let (f, events) = one(mode, Arc::new(pair), wait_ms).await?;
+        rows.push(row(mode, f));
+        measured.push((mode, f));
         timeline.extend(events);
     }
-    let why = why(&rows);
     Ok(ScenarioReport {
-        scenario: "redis-failover".into(),
+        scenario: Scenario::RedisFailover,
         fault: "primary + async replica (linked through a relay); the link is cut, A is granted \
                 the lock on the primary, the primary is SIGKILLed before the grant replicates, the \
                 replica is promoted, B asks for the lock (third run: link intact)"
             .into(),
         rows,
         timeline,
-        why,
+        why: why(&measured),
     })
 }
 
@@ -81,7 +83,7 @@ async fn one(
     mode: &Mode,
     pair: Arc<sandbox::RedisPair>,
     wait_ms: u64,
-) -> Result<(Row, Vec<super::Event>)> {
+) -> Result<(RedisFailover, Vec<super::Event>)> {
     let tl = Timeline::new();
     let key = "scenario:failover:product:1";
     let lease = Duration::from_secs(30);
@@ -159,40 +161,41 @@ async fn one(
     };
     drop(a);
 
-    let double_grant = a_trusts && b_granted;
-    let token_reused = token_b.is_some_and(|b| b <= token_a);
+    let f = RedisFailover {
+        a_trusts,
+        b_granted,
+        double_grant: a_trusts && b_granted,
+        replicas_acked: acked,
+        token_a,
+        token_b,
+        fencing_token_reused: token_b.is_some_and(|b| b <= token_a),
+    };
+    Ok((f, tl.events(Some(mode.subject))))
+}
+
+fn row(mode: &Mode, f: RedisFailover) -> Row {
     let (expected, ok) = match (mode.wait, mode.replica_stalled) {
-        (false, _) => ("double grant: B is granted while A holds", double_grant),
+        (false, _) => ("double grant: B is granted while A holds", f.double_grant),
         (true, true) => (
             "no double grant: WAIT finds no replica ack, A does not act on its grant",
-            !double_grant && !a_trusts,
+            !f.double_grant && !f.a_trusts,
         ),
         (true, false) => (
             "no double grant: the acked grant survives the failover, B is refused",
-            !double_grant && a_trusts && !b_granted,
+            !f.double_grant && f.a_trusts && !f.b_granted,
         ),
     };
     let observed = format!(
         "A {}; B {}{}",
-        if a_trusts {
+        if f.a_trusts {
             "trusts its grant"
         } else {
             "backs off"
         },
-        if b_granted { "granted" } else { "refused" },
-        if double_grant { ": two holders" } else { "" }
+        if f.b_granted { "granted" } else { "refused" },
+        if f.double_grant { ": two holders" } else { "" }
     );
-    let mut row = Row::new(mode.subject, expected, observed, ok)
-        .figure("double_grants", f64::from(u8::from(double_grant)))
-        .figure("token_a", token_a as f64)
-        .figure("fencing_token_reused", f64::from(u8::from(token_reused)));
-    if let Some(b) = token_b {
-        row = row.figure("token_b", b as f64);
-    }
-    if let Some(n) = acked {
-        row = row.figure("replicas_acked", n as f64);
-    }
-    Ok((row, tl.events(Some(mode.subject))))
+    Row::new(mode.subject, expected, observed, ok, f)
 }
 
 /// Points `replica` at the primary through the relay on `port`, and waits until the link is up.
@@ -236,27 +239,39 @@ async fn wait_for_replica(primary_url: &str, wait_ms: u64) -> Result<i64> {
     Ok(acked)
 }
 
-fn why(rows: &[Row]) -> String {
-    let double = rows
-        .iter()
-        .filter_map(|r| r.get("double_grants"))
-        .sum::<f64>();
-    let reused = rows
-        .iter()
-        .any(|r| r.get("fencing_token_reused") == Some(1.0));
-    format!(
-        "Replication is asynchronous: the grant existed only on the primary when it died, so the \
-         promoted replica handed the same lock out again ({double:.0} double grant(s) over the \
-         three runs){}. Asking `WAIT 1` after the grant turns the silent loss into a refusal the \
-         holder can see: with the link cut no replica acknowledged and A backed off; \
-         with the link intact the acknowledged grant survived the promotion and B was refused. \
-         For safety without this caveat, use a consensus store (ZooKeeper, etcd), or Redlock \
-         over independent instances, plus fencing.",
-        if reused {
-            "; the fencing counter lost its increment too, and B got a token A already had, so \
-             fencing on this counter could not tell them apart"
+/// What each run showed, in words chosen by the figures.
+fn why(measured: &[(&Mode, RedisFailover)]) -> String {
+    let mut text = String::from(
+        "Replication is asynchronous: a grant the replica has not received when the primary \
+         dies does not exist on the promoted replica.",
+    );
+    for (mode, f) in measured {
+        let a = match (f.replicas_acked, f.a_trusts) {
+            (None, _) => "A acted on its grant unchecked".to_string(),
+            (Some(n), true) => {
+                format!("`WAIT 1` saw {n} replica(s) acknowledge and A trusted its grant")
+            }
+            (Some(n), false) => {
+                format!("`WAIT 1` saw {n} replica(s) acknowledge and A backed off")
+            }
+        };
+        let b = match (f.b_granted, f.double_grant) {
+            (true, true) => "the promoted replica granted B the same lock: two holders",
+            (true, false) => "the promoted replica granted B the lock A had given up",
+            (false, _) => "the promoted replica refused B: it had A's grant",
+        };
+        let reused = if f.fencing_token_reused {
+            "; B's fencing token was not above A's, so the counter lost its increment too and \
+             fencing on it could not tell them apart"
         } else {
             ""
-        }
-    )
+        };
+        text.push_str(&format!(" {}: {a}; {b}{reused}.", mode.subject));
+    }
+    text.push_str(
+        " `WAIT` narrows the window; it is not consensus. For safety without this caveat, use \
+         a consensus store (ZooKeeper, etcd), or Redlock over independent instances, plus \
+         fencing.",
+    );
+    text
 }

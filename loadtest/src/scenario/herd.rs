@@ -17,19 +17,13 @@ use anyhow::Result;
 use locks::{AcquireOptions, Backend, DistributedLock};
 use tokio::sync::Mutex;
 
-use super::{Row, ScenarioOptions, ScenarioReport, start};
+use super::figures::Herd;
+use super::{Row, Scenario, ScenarioOptions, ScenarioReport, start};
 
 const WAITERS: usize = 64;
 /// Waiters share this many lock clients (connections / sessions), as app instances would.
 const CLIENTS: usize = 8;
 const BACKENDS: [Backend; 3] = [Backend::Redis, Backend::RedisWatchdog, Backend::ZooKeeper];
-
-struct Measured {
-    requests_per_grant: f64,
-    p50_wake_ms: f64,
-    p99_wake_ms: f64,
-    overlaps: usize,
-}
 
 pub async fn run(opts: &ScenarioOptions) -> Result<ScenarioReport> {
     let redis = start(sandbox::Redis::start).await?;
@@ -58,53 +52,36 @@ pub async fn run(opts: &ScenarioOptions) -> Result<ScenarioReport> {
         .fold(0.0, f64::max);
     let rows = measured
         .iter()
-        .map(|(backend, m)| {
-            let (expected, ok) = if *backend == Backend::Redis {
-                (
+        .map(|(backend, f)| {
+            let (expected, ok) = match backend {
+                Backend::Redis => (
                     "polling: more requests per grant than either notifying backend".to_string(),
-                    m.requests_per_grant > notified_max,
-                )
-            } else {
-                (
+                    f.requests_per_grant > notified_max,
+                ),
+                _ => (
                     format!(
                         "notification: requests per grant bounded by the clients, not the \
                          waiters (≤ {NOTIFIED_BOUND})"
                     ),
-                    m.requests_per_grant <= NOTIFIED_BOUND,
-                )
+                    f.requests_per_grant <= NOTIFIED_BOUND,
+                ),
             };
             let observed = format!(
                 "{:.1} requests per grant, wake-up p99 {:.1} ms",
-                m.requests_per_grant, m.p99_wake_ms
+                f.requests_per_grant, f.wake_p99_ms
             );
-            Row::new(backend.name(), expected, observed, ok && m.overlaps == 0)
-                .figure("requests_per_grant", m.requests_per_grant)
-                .figure("wake_p50_ms", m.p50_wake_ms)
-                .figure("wake_p99_ms", m.p99_wake_ms)
-                .figure("overlaps", m.overlaps as f64)
+            Row::new(
+                backend.name(),
+                expected,
+                observed,
+                ok && f.overlaps == 0,
+                *f,
+            )
         })
         .collect::<Vec<_>>();
-    let figure = |b: &str, f: &str| {
-        rows.iter()
-            .find(|r| r.subject == b)
-            .and_then(|r| r.get(f))
-            .unwrap_or(f64::NAN)
-    };
-    let why = format!(
-        "Polling costs every waiter one request per back-off interval, granted or not: \
-         {:.1} requests per grant for `redis` against {:.1} for `redis-watchdog` (a release \
-         message wakes one waiter in each of the {CLIENTS} clients) and {:.1} for `zookeeper` (each waiter watches only its \
-         predecessor). Hand-off: a poller notices a release at its next poll (p99 {:.1} ms), \
-         a notified waiter when the message arrives (p99 {:.1} ms and {:.1} ms).",
-        figure("redis", "requests_per_grant"),
-        figure("redis-watchdog", "requests_per_grant"),
-        figure("zookeeper", "requests_per_grant"),
-        figure("redis", "wake_p99_ms"),
-        figure("redis-watchdog", "wake_p99_ms"),
-        figure("zookeeper", "wake_p99_ms"),
-    );
+    let why = why(&measured);
     Ok(ScenarioReport {
-        scenario: "herd".into(),
+        scenario: Scenario::Herd,
         fault: format!(
             "{WAITERS} waiters over {CLIENTS} clients contend for one lock, each holding it {hold:?}"
         ),
@@ -120,7 +97,7 @@ pub async fn run(opts: &ScenarioOptions) -> Result<ScenarioReport> {
 /// each wakes its first local waiter).
 const NOTIFIED_BOUND: f64 = CLIENTS as f64 + 4.0;
 
-async fn herd(clients: &[Arc<dyn DistributedLock>], hold: Duration) -> Result<Measured> {
+async fn herd(clients: &[Arc<dyn DistributedLock>], hold: Duration) -> Result<Herd> {
     let key = "scenario:herd:product:1";
     let before: u64 = clients.iter().map(|c| c.backend_requests()).sum();
     let last_release: Arc<Mutex<Option<Instant>>> = Arc::default();
@@ -155,12 +132,44 @@ async fn herd(clients: &[Arc<dyn DistributedLock>], hold: Duration) -> Result<Me
     }
     let after: u64 = clients.iter().map(|c| c.backend_requests()).sum();
     wakes.sort_by(f64::total_cmp);
-    Ok(Measured {
+    Ok(Herd {
         requests_per_grant: (after - before) as f64 / WAITERS as f64,
-        p50_wake_ms: percentile(&wakes, 0.50),
-        p99_wake_ms: percentile(&wakes, 0.99),
+        wake_p50_ms: percentile(&wakes, 0.50),
+        wake_p99_ms: percentile(&wakes, 0.99),
         overlaps: overlaps.load(Ordering::SeqCst),
     })
+}
+
+/// What waiting cost each backend, in words chosen by the figures.
+fn why(measured: &[(Backend, Herd)]) -> String {
+    let mut text = format!(
+        "Each of {WAITERS} waiters was granted the lock once; a grant's cost is every request \
+         all clients sent for it, and a hand-off's latency the time from one release to the \
+         next grant."
+    );
+    for (backend, f) in measured {
+        let how = match backend {
+            Backend::Redis => {
+                "polls after a jittered back-off, so a release is noticed at \
+                               someone's next poll"
+            }
+            Backend::RedisWatchdog => {
+                "publishes each release, and each client wakes one of \
+                                       its waiters"
+            }
+            _ => "lets each waiter watch only its predecessor, so a release wakes exactly one",
+        };
+        let overlaps = match f.overlaps {
+            0 => String::new(),
+            n => format!("; **{n} grant(s) overlapped another holder**"),
+        };
+        text.push_str(&format!(
+            " `{backend}` {how}: {:.1} requests per grant, hand-off p50 {:.1} ms, p99 {:.1} \
+             ms{overlaps}.",
+            f.requests_per_grant, f.wake_p50_ms, f.wake_p99_ms
+        ));
+    }
+    text
 }
 
 fn percentile(sorted: &[f64], q: f64) -> f64 {

@@ -12,19 +12,21 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
+use app::api::{ErrorCode, Strategy};
 use locks::redis::SetnxNoTtlLock;
 use locks::{AcquireOptions, DistributedLock};
 
-use super::app::{Fleet, order};
-use super::{Row, ScenarioOptions, ScenarioReport, Timeline};
+use super::figures::HolderCrash;
+use super::fleet::{Fleet, accounting, order};
+use super::{Row, Scenario, ScenarioOptions, ScenarioReport, Timeline};
 
-const STRATEGIES: [&str; 5] = [
-    "redis-setnx-no-ttl",
-    "redis-lock",
-    "zookeeper",
-    "db-lock",
-    "pessimistic",
+const STRATEGIES: [Strategy; 5] = [
+    Strategy::RedisSetnxNoTtl,
+    Strategy::RedisLock,
+    Strategy::Zookeeper,
+    Strategy::DbLock,
+    Strategy::Pessimistic,
 ];
 /// How long each probe buyer waits for the lock before answering `busy`.
 const PROBE_WAIT_MS: u64 = 150;
@@ -36,11 +38,15 @@ struct Settings {
     bound: Duration,
 }
 
+/// How the probes after the crash fared.
+struct Probed {
+    back: Option<Duration>,
+    busy: u64,
+    other: u64,
+}
+
 pub async fn run(opts: &ScenarioOptions) -> Result<ScenarioReport> {
-    let binary = opts
-        .app_binary
-        .as_deref()
-        .context("holder-crash runs seckill-app: its binary is needed")?;
+    let binary = opts.app_binary(Scenario::HolderCrash)?;
     let (lease_ms, session_ms) = if opts.quick {
         (1500, 1500)
     } else {
@@ -57,13 +63,15 @@ pub async fn run(opts: &ScenarioOptions) -> Result<ScenarioReport> {
         format!("--zookeeper-session-timeout-ms={session_ms}"),
     ];
     let mut fleet = Fleet::start_with(binary, 2, &flags, true).await?;
+    let mut measured = Vec::new();
     let mut rows = Vec::new();
     let mut timeline = Vec::new();
-    for (n, strategy) in STRATEGIES.iter().enumerate() {
+    for (n, strategy) in STRATEGIES.into_iter().enumerate() {
         let product = 400 + n as u64;
         fleet.reset(product, STOCK).await?;
         let tl = Timeline::new();
-        if *strategy == "redis-setnx-no-ttl" {
+        let simulated = strategy == Strategy::RedisSetnxNoTtl;
+        if simulated {
             crash_between_setnx_and_expire(&fleet, product, &settings).await?;
             tl.log(
                 "A",
@@ -72,10 +80,10 @@ pub async fn run(opts: &ScenarioOptions) -> Result<ScenarioReport> {
         } else {
             kill_inside(&mut fleet, product, strategy, &settings, &tl).await?;
         }
-        let back = probe(&fleet, product, strategy, settings.bound, &tl).await?;
+        let probed = probe(&fleet, product, strategy, settings.bound, &tl).await;
         let p = fleet.product(product).await?;
-        let created = i64::from(back.is_some());
-        let damage = (p.orders - created).abs() + (p.initial_stock - p.stock - p.sold).abs();
+        let created = i64::from(probed.back.is_some());
+        let damage = (p.orders - created).abs() + accounting(&p).unaccounted().abs();
         tl.log(
             "db",
             format!(
@@ -83,15 +91,22 @@ pub async fn run(opts: &ScenarioOptions) -> Result<ScenarioReport> {
                 p.orders, p.stock, p.initial_stock
             ),
         );
-        if *strategy != "redis-setnx-no-ttl" {
+        if !simulated {
             fleet.restart(0).await?;
         }
-        rows.push(row(strategy, back, damage, &settings));
-        timeline.extend(tl.events(Some(strategy)));
+        let f = HolderCrash {
+            recovered: probed.back.is_some(),
+            lock_back_ms: probed.back.map(|d| d.as_secs_f64() * 1000.0),
+            probes_busy: probed.busy,
+            probes_other: probed.other,
+            orders_lost_or_duplicated: damage,
+        };
+        rows.push(row(strategy, f, &settings));
+        measured.push((strategy, f));
+        timeline.extend(tl.events(Some(strategy.name())));
     }
-    let why = why(&rows, &settings);
     Ok(ScenarioReport {
-        scenario: "holder-crash".into(),
+        scenario: Scenario::HolderCrash,
         fault: format!(
             "the instance holding the lock is SIGKILLed inside the critical section (lease {} \
              ms, ZooKeeper session {} ms); buyers on the other instance probe until one buys, \
@@ -100,10 +115,9 @@ pub async fn run(opts: &ScenarioOptions) -> Result<ScenarioReport> {
         ),
         rows,
         timeline,
-        why,
+        why: why(&measured),
     })
 }
-
 /// The dead holder of `redis-setnx-no-ttl`: a client of the same Redis takes the app's lock
 /// key with `SETNX` and "dies" before `EXPIRE`.
 async fn crash_between_setnx_and_expire(
@@ -124,23 +138,21 @@ async fn crash_between_setnx_and_expire(
 async fn kill_inside(
     fleet: &mut Fleet,
     product: u64,
-    strategy: &str,
+    strategy: Strategy,
     settings: &Settings,
     tl: &Timeline,
 ) -> Result<()> {
     let hold_ms = settings.bound.as_millis() as u64 * 2;
-    let (http, base) = (fleet.http().clone(), fleet.instances[0].base.clone());
-    let strategy_name = strategy.to_owned();
+    let api = fleet.api.clone();
     tl.log(
         "A@1",
         format!("orders, pauses {hold_ms} ms inside the critical section"),
     );
     // Its answer never comes: the connection dies with the instance.
-    let a = tokio::spawn(async move {
-        order(&http, &base, product, &strategy_name, "buyer-a", hold_ms).await
-    });
+    let a =
+        tokio::spawn(async move { order(&api, 0, product, strategy, "buyer-a", hold_ms).await });
     tokio::time::sleep(Duration::from_millis(300)).await;
-    fleet.instances[0].kill()?;
+    fleet.apps.instances[0].kill()?;
     tl.log(
         "instance 1",
         "killed (SIGKILL) with A inside the critical section",
@@ -149,133 +161,144 @@ async fn kill_inside(
     Ok(())
 }
 
-/// Probe buyers through instance 2 until one buys: how long after the crash, if within `bound`.
+/// Probe buyers through instance 2 until one buys: how long after the crash, if within
+/// `bound`, and how the refused ones were answered.
 async fn probe(
     fleet: &Fleet,
     product: u64,
-    strategy: &str,
+    strategy: Strategy,
     bound: Duration,
     tl: &Timeline,
-) -> Result<Option<Duration>> {
+) -> Probed {
     let start = Instant::now();
-    let base = &fleet.instances[1].base;
-    let mut refused = 0;
+    let mut probed = Probed {
+        back: None,
+        busy: 0,
+        other: 0,
+    };
     for n in 0.. {
-        let answer = order(
-            fleet.http(),
-            base,
-            product,
-            strategy,
-            &format!("probe-{n}"),
-            0,
-        )
-        .await?;
+        let answer = order(&fleet.api, 1, product, strategy, &format!("probe-{n}"), 0).await;
         if answer.created() {
             let back = start.elapsed();
             tl.log(
                 "probe@2",
                 format!(
-                    "{} after {refused} refusals: lock back after {} ms",
+                    "{} after {} refusals: lock back after {} ms",
                     answer.describe(),
+                    probed.busy + probed.other,
                     back.as_millis()
                 ),
             );
-            return Ok(Some(back));
+            probed.back = Some(back);
+            return probed;
         }
-        refused += 1;
+        if answer.refused_with(ErrorCode::Busy) {
+            probed.busy += 1;
+        } else {
+            probed.other += 1;
+        }
         if start.elapsed() > bound {
             tl.log(
                 "probe@2",
                 format!(
-                    "still refused ({}) after {refused} probes over {bound:?}",
-                    answer.describe()
+                    "still refused ({}) after {} probes over {bound:?}",
+                    answer.describe(),
+                    probed.busy + probed.other
                 ),
             );
-            return Ok(None);
+            return probed;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     unreachable!("the loop returns")
 }
 
-fn row(strategy: &str, back: Option<Duration>, damage: i64, s: &Settings) -> Row {
-    let back_ms = back.map(|d| d.as_secs_f64() * 1000.0);
+fn row(strategy: Strategy, f: HolderCrash, s: &Settings) -> Row {
     // Came back, no sooner than half of `expected` after the crash (the dead holder took the
     // lock about 300 ms before), and within the bound.
-    let about = |expected: u64| back_ms.is_some_and(|b| b >= expected as f64 / 2.0);
+    let about = |expected: u64| f.lock_back_ms.is_some_and(|b| b >= expected as f64 / 2.0);
     let (expected, ok) = match strategy {
-        "redis-setnx-no-ttl" => (
+        Strategy::RedisSetnxNoTtl => (
             format!(
                 "never: the key has no expiry (still held after {:?})",
                 s.bound
             ),
-            back.is_none(),
+            !f.recovered,
         ),
-        "redis-lock" => (
-            format!("≈ lease ({} ms): the key's TTL runs out", s.lease_ms),
-            about(s.lease_ms),
-        ),
-        "db-lock" => (
-            format!(
-                "≈ lease ({} ms): a waiter reaps the expired lock row",
-                s.lease_ms
-            ),
-            about(s.lease_ms),
-        ),
-        "zookeeper" => (
+        Strategy::Zookeeper => (
             format!(
                 "≈ session timeout ({} ms): the server expires the dead session and its node",
                 s.session_ms
             ),
             about(s.session_ms),
         ),
-        _ => (
+        Strategy::DbLock => (
+            format!(
+                "≈ lease ({} ms): a waiter reaps the expired lock row",
+                s.lease_ms
+            ),
+            about(s.lease_ms),
+        ),
+        Strategy::Pessimistic => (
             "≈ immediately: the database rolls back the dead connection's transaction".into(),
-            back_ms.is_some_and(|b| b < s.lease_ms as f64 / 2.0),
+            f.lock_back_ms.is_some_and(|b| b < s.lease_ms as f64 / 2.0),
+        ),
+        _ => (
+            format!("≈ lease ({} ms): the key's TTL runs out", s.lease_ms),
+            about(s.lease_ms),
         ),
     };
-    let observed = match back_ms {
+    let observed = match f.lock_back_ms {
         Some(b) => format!("buyable again after {b:.0} ms"),
         None => format!("not buyable within {:?}", s.bound),
     };
-    let observed = match damage {
+    let observed = match f.orders_lost_or_duplicated {
         0 => format!("{observed}; no order lost or duplicated"),
         d => format!("{observed}; {d} order(s) lost or duplicated"),
     };
-    let mut row = Row::new(
-        strategy,
+    Row::new(
+        strategy.name(),
         format!("{expected}; no order lost or duplicated"),
         observed,
-        ok && damage == 0,
+        ok && f.orders_lost_or_duplicated == 0,
+        f,
     )
-    .figure("orders_lost_or_duplicated", damage as f64)
-    .figure("recovered", f64::from(u8::from(back.is_some())));
-    if let Some(b) = back_ms {
-        row = row.figure("lock_back_ms", b);
-    }
-    row
 }
 
-fn why(rows: &[Row], s: &Settings) -> String {
-    let back = |subject: &str| {
-        rows.iter()
-            .find(|r| r.subject == subject)
-            .and_then(|r| r.get("lock_back_ms"))
-            .map_or_else(|| "never".to_string(), |b| format!("{b:.0} ms"))
-    };
-    format!(
+/// How each lock came back, and what the probes and the database saw, in words chosen by the
+/// figures.
+fn why(measured: &[(Strategy, HolderCrash)]) -> String {
+    let mut text = String::from(
         "A dead holder cannot release; the lock comes back only through what the backend uses \
-         to detect death. The Redis key's TTL gave it back after {} (lease {} ms), the expired \
-         lock row after {}, ZooKeeper's session expiry after {} (timeout {} ms), and the row \
-         lock of `pessimistic` after {}: a transaction dies with its connection. The lock taken \
-         by `SETNX` without an expiry: {} — every buyer after the crash was told `busy`. The \
-         dead buyer's order was never committed, so nothing was lost or sold twice.",
-        back("redis-lock"),
-        s.lease_ms,
-        back("db-lock"),
-        back("zookeeper"),
-        s.session_ms,
-        back("pessimistic"),
-        back("redis-setnx-no-ttl"),
-    )
+         to detect death.",
+    );
+    for (strategy, f) in measured {
+        let how = match strategy {
+            Strategy::RedisSetnxNoTtl => "a `SETNX` key without an expiry",
+            Strategy::Zookeeper => "ZooKeeper's session expiry",
+            Strategy::DbLock => "the expiry of the lock row",
+            Strategy::Pessimistic => "the rollback of the dead connection's transaction",
+            _ => "the Redis key's TTL",
+        };
+        let back = match f.lock_back_ms {
+            Some(ms) => format!("gave the product back after {ms:.0} ms"),
+            None => "never gave the product back within the bound".to_string(),
+        };
+        let refusals = match (f.probes_busy, f.probes_other) {
+            (0, 0) => "the first probe bought".to_string(),
+            (busy, 0) => format!("{busy} probe(s) were told `busy` first"),
+            (0, other) => format!("{other} probe(s) were refused otherwise first"),
+            (busy, other) => {
+                format!("{busy} probe(s) were told `busy` and {other} refused otherwise first")
+            }
+        };
+        let damage = match f.orders_lost_or_duplicated {
+            0 => "no order was lost or doubled".to_string(),
+            d => format!("**{d} order(s) were lost or doubled**"),
+        };
+        text.push_str(&format!(
+            " With `{strategy}`, {how} {back}; {refusals}; {damage}."
+        ));
+    }
+    text
 }

@@ -10,18 +10,22 @@
 
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
+use app::api::{ErrorCode, Strategy};
 
-use super::app::{Answer, Fleet, Product, order};
-use super::{Row, ScenarioOptions, ScenarioReport, Timeline};
+use super::figures::LeaseExpiry;
+use super::fleet::{Fleet, accounting, order};
+use super::{Row, Scenario, ScenarioOptions, ScenarioReport, Timeline};
+use crate::client::Answer;
 
-const STRATEGIES: [&str; 3] = ["redis-lock", "redis-watchdog", "redis-lock-fenced"];
+const STRATEGIES: [Strategy; 3] = [
+    Strategy::RedisLock,
+    Strategy::RedisWatchdog,
+    Strategy::RedisLockFenced,
+];
 
 pub async fn run(opts: &ScenarioOptions) -> Result<ScenarioReport> {
-    let binary = opts
-        .app_binary
-        .as_deref()
-        .context("lease-expiry runs seckill-app: its binary is needed")?;
+    let binary = opts.app_binary(Scenario::LeaseExpiry)?;
     let lease_ms: u64 = if opts.quick { 300 } else { 2000 };
     let hold_ms = lease_ms * 3;
     let flags = [
@@ -29,13 +33,14 @@ pub async fn run(opts: &ScenarioOptions) -> Result<ScenarioReport> {
         format!("--lock-wait-ms={}", hold_ms * 4),
     ];
     let fleet = Fleet::start(binary, 1, &flags).await?;
+    let mut measured = Vec::new();
     let mut rows = Vec::new();
     let mut timeline = Vec::new();
-    for (n, strategy) in STRATEGIES.iter().enumerate() {
+    for (n, strategy) in STRATEGIES.into_iter().enumerate() {
         let product = 100 + n as u64;
         fleet.reset(product, 1).await?;
         let tl = Timeline::new();
-        let (a, b) = race(&fleet, &tl, product, strategy, hold_ms, lease_ms).await?;
+        let (a, b) = race(&fleet, &tl, product, strategy, hold_ms, lease_ms).await;
         let p = fleet.product(product).await?;
         tl.log(
             "db",
@@ -44,19 +49,26 @@ pub async fn run(opts: &ScenarioOptions) -> Result<ScenarioReport> {
                 p.stock, p.initial_stock, p.orders
             ),
         );
-        rows.push(row(strategy, &a, &b, &p));
-        timeline.extend(tl.events(Some(strategy)));
+        let f = LeaseExpiry {
+            oversell: accounting(&p).oversell,
+            orders: p.orders,
+            a_created: a.created(),
+            b_created: b.created(),
+            stale_write_rejected: a.refused_with(ErrorCode::LockLost),
+        };
+        rows.push(row(strategy, &a, &b, f));
+        measured.push((strategy, f));
+        timeline.extend(tl.events(Some(strategy.name())));
     }
-    let why = why(&rows, lease_ms, hold_ms);
     Ok(ScenarioReport {
-        scenario: "lease-expiry".into(),
+        scenario: Scenario::LeaseExpiry,
         fault: format!(
             "lease {lease_ms} ms; buyer A stalls {hold_ms} ms inside the critical section of the \
              last unit while buyer B asks for it"
         ),
         rows,
         timeline,
-        why,
+        why: why(&measured, lease_ms, hold_ms),
     })
 }
 
@@ -65,75 +77,91 @@ async fn race(
     fleet: &Fleet,
     tl: &Timeline,
     product: u64,
-    strategy: &str,
+    strategy: Strategy,
     hold_ms: u64,
     lease_ms: u64,
-) -> Result<(Answer, Answer)> {
-    let base = &fleet.instances[0].base;
+) -> (Answer, Answer) {
     let a = async {
         tl.log(
             "A",
             format!("orders the last unit, stalls {hold_ms} ms inside"),
         );
-        let a = order(fleet.http(), base, product, strategy, "buyer-a", hold_ms).await?;
+        let a = order(&fleet.api, 0, product, strategy, "buyer-a", hold_ms).await;
         tl.log("A", a.describe());
-        anyhow::Ok(a)
+        a
     };
     let b = async {
         tokio::time::sleep(Duration::from_millis(lease_ms / 3)).await;
         tl.log("B", "orders the last unit");
-        let b = order(fleet.http(), base, product, strategy, "buyer-b", 0).await?;
+        let b = order(&fleet.api, 0, product, strategy, "buyer-b", 0).await;
         tl.log("B", b.describe());
-        anyhow::Ok(b)
+        b
     };
-    tokio::try_join!(a, b)
+    tokio::join!(a, b)
 }
 
-fn row(strategy: &str, a: &Answer, b: &Answer, p: &Product) -> Row {
-    let rejected = u8::from(a.error.as_deref() == Some("lock_lost"));
+fn row(strategy: Strategy, a: &Answer, b: &Answer, f: LeaseExpiry) -> Row {
     let (expected, ok) = match strategy {
-        "redis-lock" => (
-            "B is granted the expired lock: two orders for one unit (oversell)",
-            p.oversell() > 0,
-        ),
-        "redis-watchdog" => (
+        Strategy::RedisWatchdog => (
             "the lease is renewed: B waits, then finds it sold out; no oversell",
-            p.oversell() == 0 && a.created() && !b.created(),
+            f.oversell == 0 && f.a_created && !f.b_created,
+        ),
+        Strategy::RedisLockFenced => (
+            "B is granted the expired lock, A's stale write is rejected (lock_lost); no oversell",
+            f.oversell == 0 && f.stale_write_rejected && f.b_created,
         ),
         _ => (
-            "B is granted the expired lock, A's stale write is rejected (lock_lost); no oversell",
-            p.oversell() == 0 && rejected == 1 && b.created(),
+            "B is granted the expired lock: two orders for one unit (oversell)",
+            f.oversell > 0,
         ),
     };
     let observed = format!(
-        "A: {}; B: {}; {} sold of {}",
+        "A: {}; B: {}; {} order(s) for 1 unit",
         a.describe(),
         b.describe(),
-        p.sold,
-        p.initial_stock
+        f.orders
     );
-    Row::new(strategy, expected, observed, ok)
-        .figure("oversell", p.oversell() as f64)
-        .figure("orders", p.orders as f64)
-        .figure("stale_writes_rejected", f64::from(rejected))
+    Row::new(strategy.name(), expected, observed, ok, f)
 }
 
-fn why(rows: &[Row], lease_ms: u64, hold_ms: u64) -> String {
-    let oversell = |s: &str| {
-        rows.iter()
-            .find(|r| r.subject == s)
-            .and_then(|r| r.get("oversell"))
-            .unwrap_or(f64::NAN)
-    };
-    format!(
-        "A lease is a guess about how long the critical section takes. A held the lock for \
-         {hold_ms} ms on a {lease_ms} ms lease: `redis-lock` let B in after {lease_ms} ms, both \
-         read the same last unit and both sold it (oversell {:.0}). The watchdog kept renewing \
-         A's lease, so B waited (oversell {:.0}); it helps only while A's process runs. Fencing \
-         does not prevent B's entry but makes A's late write fail against the product's fence \
-         (oversell {:.0}), which holds even when renewal cannot (see `process-pause`).",
-        oversell("redis-lock"),
-        oversell("redis-watchdog"),
-        oversell("redis-lock-fenced"),
-    )
+/// What happened to each strategy, in words chosen by the figures.
+fn why(measured: &[(Strategy, LeaseExpiry)], lease_ms: u64, hold_ms: u64) -> String {
+    let mut text = format!(
+        "A lease is a guess about how long the critical section takes. A stayed {hold_ms} ms \
+         inside on a {lease_ms} ms lease."
+    );
+    for (strategy, f) in measured {
+        let what = match (f.a_created, f.b_created, f.stale_write_rejected) {
+            (true, true, _) => format!(
+                "B was let in while A still worked, both read the same last unit and both sold \
+                 it (oversell {})",
+                f.oversell
+            ),
+            (true, false, _) => format!(
+                "A's lease held (B was kept out until A had sold the unit; oversell {})",
+                f.oversell
+            ),
+            (false, true, true) => format!(
+                "B was let in and sold the unit; A's late write carried an older token and the \
+                 product's fence refused it (oversell {})",
+                f.oversell
+            ),
+            (false, true, false) => format!(
+                "B sold the unit and A's write failed for another reason (oversell {})",
+                f.oversell
+            ),
+            (false, false, _) => format!("neither A nor B sold the unit (oversell {})", f.oversell),
+        };
+        text.push_str(&format!(" With `{strategy}`, {what}."));
+    }
+    let watchdog_held = measured
+        .iter()
+        .any(|(s, f)| *s == Strategy::RedisWatchdog && f.a_created && !f.b_created);
+    if watchdog_held {
+        text.push_str(
+            " Renewal kept the lease alive only because A's process kept running; fencing \
+             does not depend on that (see `process-pause`).",
+        );
+    }
+    text
 }

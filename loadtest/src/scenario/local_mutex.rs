@@ -6,76 +6,109 @@
 //! section at once, read the same stock, and write back the same decrement: the count of
 //! units sold exceeds the stock. The same buyers, the same stock, only the deployment changes.
 
-use anyhow::{Context, Result};
-use futures::future::try_join_all;
+use anyhow::Result;
+use app::api::{ProductView, Strategy};
+use futures::future::join_all;
 
-use super::app::{Fleet, order};
-use super::{Row, ScenarioOptions, ScenarioReport};
+use super::figures::LocalMutex;
+use super::fleet::{Fleet, accounting, order};
+use super::{Row, Scenario, ScenarioOptions, ScenarioReport};
 
-const STRATEGY: &str = "local-mutex";
+const STRATEGY: Strategy = Strategy::LocalMutex;
 /// Each buyer pauses this long inside the critical section, to widen the window.
 const HOLD_MS: u64 = 20;
 /// Rounds of the 3-instance sale run until one oversells (timing on a busy machine).
 const MAX_ROUNDS: u64 = 3;
 
 pub async fn run(opts: &ScenarioOptions) -> Result<ScenarioReport> {
-    let binary = opts
-        .app_binary
-        .as_deref()
-        .context("local-mutex runs seckill-app: its binary is needed")?;
+    let binary = opts.app_binary(Scenario::LocalMutex)?;
     let (stock, buyers) = if opts.quick { (10, 30) } else { (100, 300) };
     let fleet = Fleet::start(binary, 3, &[]).await?;
 
     let one = sale(&fleet, 300, 1, stock, buyers).await?;
     let mut three = sale(&fleet, 301, 3, stock, buyers).await?;
     let mut rounds = 1;
-    while three.0.oversell() == 0 && rounds < MAX_ROUNDS {
+    while accounting(&three.0).oversell == 0 && rounds < MAX_ROUNDS {
         three = sale(&fleet, 301 + rounds, 3, stock, buyers).await?;
         rounds += 1;
     }
 
+    let mut measured = Vec::new();
     let mut rows = Vec::new();
     for (instances, (p, created)) in [(1, one), (3, three)] {
+        let f = LocalMutex {
+            instances,
+            oversell: accounting(&p).oversell,
+            orders: p.orders,
+            created,
+            rounds: (instances == 3).then_some(rounds),
+        };
         let (expected, ok) = if instances == 1 {
-            ("one mutex for every buyer: no oversell", p.oversell() == 0)
+            ("one mutex for every buyer: no oversell", f.oversell == 0)
         } else {
             (
                 "three mutexes, concurrent critical sections: oversell",
-                p.oversell() > 0,
+                f.oversell > 0,
             )
         };
         let observed = format!(
             "{created} orders accepted for {} units; stock left {}",
             p.initial_stock, p.stock
         );
-        let mut row = Row::new(format!("local-mutex × {instances}"), expected, observed, ok)
-            .figure("instances", instances as f64)
-            .figure("oversell", p.oversell() as f64)
-            .figure("orders", p.orders as f64);
-        if instances == 3 {
-            row = row.figure("rounds", rounds as f64);
-        }
-        rows.push(row);
+        rows.push(Row::new(
+            format!("{STRATEGY} × {instances}"),
+            expected,
+            observed,
+            ok,
+            f,
+        ));
+        measured.push(f);
     }
-    let oversell3 = rows[1].get("oversell").unwrap_or(f64::NAN);
-    let why = format!(
-        "A mutex protects what shares its memory. With one instance, all {buyers} buyers queued \
-         on one mutex and exactly {stock} units were sold. With three, each instance's mutex \
-         admitted one buyer at a time — three at once in total — and their read-modify-writes \
-         of the same row overwrote each other: {oversell3:.0} unit(s) sold beyond the stock. \
-         Exclusion across processes needs a lock outside them (the database row, or a \
-         distributed lock)."
-    );
     Ok(ScenarioReport {
-        scenario: "local-mutex".into(),
+        scenario: Scenario::LocalMutex,
         fault: format!(
             "{buyers} buyers for {stock} units, {HOLD_MS} ms inside the critical section, spread \
              over 1 instance, then over 3"
         ),
         rows,
         timeline: Vec::new(),
-        why,
+        why: why(&measured, stock, buyers),
     })
+}
+
+/// What each deployment did, in words chosen by the figures.
+fn why(measured: &[LocalMutex], stock: i64, buyers: usize) -> String {
+    let mut text = String::from("A mutex protects what shares its memory.");
+    for f in measured {
+        let what = if f.oversell > 0 {
+            format!(
+                "the critical sections of different instances ran at once, their \
+                 read-modify-writes of the same row overwrote each other, and {} order(s) were \
+                 accepted for {stock} units ({} beyond the stock)",
+                f.orders, f.oversell
+            )
+        } else if f.instances == 1 {
+            format!(
+                "all {buyers} buyers queued on one mutex and {} order(s) were accepted for \
+                 {stock} units",
+                f.orders
+            )
+        } else {
+            format!(
+                "each instance's mutex admitted one buyer at a time, yet no two \
+                 read-modify-writes happened to overlap in {} round(s): {} order(s) for {stock} \
+                 units",
+                f.rounds.unwrap_or(1),
+                f.orders
+            )
+        };
+        text.push_str(&format!(" Behind {} instance(s), {what}.", f.instances));
+    }
+    text.push_str(
+        " Exclusion across processes needs a lock outside them (the database row, or a \
+         distributed lock).",
+    );
+    text
 }
 
 /// All buyers at once, round-robin over the first `instances` instances.
@@ -85,14 +118,13 @@ async fn sale(
     instances: usize,
     stock: i64,
     buyers: usize,
-) -> Result<(super::app::Product, usize)> {
+) -> Result<(ProductView, usize)> {
     fleet.reset(product, stock).await?;
-    let answers = try_join_all((0..buyers).map(|n| {
-        let base = &fleet.instances[n % instances].base;
+    let answers = join_all((0..buyers).map(|n| {
         let user = format!("buyer-{n}");
-        async move { order(fleet.http(), base, product, STRATEGY, &user, HOLD_MS).await }
+        async move { order(&fleet.api, n % instances, product, STRATEGY, &user, HOLD_MS).await }
     }))
-    .await?;
+    .await;
     let created = answers.iter().filter(|a| a.created()).count();
     Ok((fleet.product(product).await?, created))
 }

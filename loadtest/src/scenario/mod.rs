@@ -17,9 +17,10 @@
 //! partitions them; with `SECKILL_EXTERNAL=1` it refuses to run. Verdicts are computed from
 //! what was measured: for a deliberately broken variant, "pass" means its failure showed.
 
-mod app;
 mod failover;
 mod fenced_store;
+pub mod figures;
+mod fleet;
 mod herd;
 mod holder_crash;
 mod lease_expiry;
@@ -30,23 +31,79 @@ mod report;
 mod unsafe_release;
 mod zk_expiry;
 
+use std::fmt;
 use std::path::PathBuf;
+use std::sync::LazyLock;
 
 use anyhow::{Context, Result, bail};
+use clap::ValueEnum;
+use clap::builder::PossibleValue;
+use serde::Serialize;
 
+pub use figures::Figures;
 pub use report::{Event, Row, ScenarioReport, Timeline, Verdict};
 
-/// Every scenario, in the order `all` runs them.
-pub const NAMES: &[&str] = &[
-    "lease-expiry",
-    "process-pause",
-    "holder-crash",
-    "unsafe-release",
-    "redis-failover",
-    "local-mutex",
-    "zk-session-expiry",
-    "herd",
-];
+/// Every scenario, in the order `all` runs them; the names are the variants' kebab-case.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Scenario {
+    LeaseExpiry,
+    ProcessPause,
+    HolderCrash,
+    UnsafeRelease,
+    RedisFailover,
+    LocalMutex,
+    ZkSessionExpiry,
+    Herd,
+}
+
+impl Scenario {
+    /// Every scenario, in the order `all` runs them.
+    pub fn all() -> &'static [Scenario] {
+        Scenario::value_variants()
+    }
+}
+
+impl fmt::Display for Scenario {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let value = self.to_possible_value().expect("no scenario is skipped");
+        f.write_str(value.get_name())
+    }
+}
+
+/// What `seckill-bench scenario` runs: one scenario, or `all`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Selection {
+    All,
+    One(Scenario),
+}
+
+impl Selection {
+    pub fn scenarios(self) -> Vec<Scenario> {
+        match self {
+            Selection::All => Scenario::all().to_vec(),
+            Selection::One(s) => vec![s],
+        }
+    }
+}
+
+impl ValueEnum for Selection {
+    fn value_variants<'a>() -> &'a [Selection] {
+        static VARIANTS: LazyLock<Vec<Selection>> = LazyLock::new(|| {
+            std::iter::once(Selection::All)
+                .chain(Scenario::all().iter().copied().map(Selection::One))
+                .collect()
+        });
+        &VARIANTS
+    }
+
+    fn to_possible_value(&self) -> Option<PossibleValue> {
+        match self {
+            Selection::All => Some(PossibleValue::new("all").help("every scenario, in turn")),
+            Selection::One(s) => s.to_possible_value(),
+        }
+    }
+}
 
 /// How to run a scenario.
 #[derive(Debug, Clone, Default)]
@@ -57,48 +114,41 @@ pub struct ScenarioOptions {
     pub app_binary: Option<PathBuf>,
 }
 
-/// Runs scenario `name` (or every one, for `all`) and returns its report(s).
-pub async fn run(name: &str, opts: &ScenarioOptions) -> Result<Vec<ScenarioReport>> {
-    if name != "all" && !NAMES.contains(&name) {
-        bail!(
-            "unknown scenario `{name}`; known: {}, all",
-            NAMES.join(", ")
-        );
+impl ScenarioOptions {
+    /// The app binary, which `scenario` needs.
+    fn app_binary(&self, scenario: Scenario) -> Result<&std::path::Path> {
+        self.app_binary
+            .as_deref()
+            .with_context(|| format!("{scenario} runs seckill-app: its binary is needed"))
     }
+}
+
+/// Runs the selected scenario(s) and returns their reports.
+pub async fn run(selection: Selection, opts: &ScenarioOptions) -> Result<Vec<ScenarioReport>> {
     if let Err(why) = sandbox::faults_allowed() {
         bail!("fault scenarios start, kill and pause their own servers: {why}");
     }
-    if name == "all" {
-        let mut reports = Vec::new();
-        for name in NAMES {
-            reports.push(
-                run_one(name, opts)
-                    .await
-                    .with_context(|| format!("scenario `{name}`"))?,
-            );
-        }
-        return Ok(reports);
+    let mut reports = Vec::new();
+    for scenario in selection.scenarios() {
+        reports.push(
+            run_one(scenario, opts)
+                .await
+                .with_context(|| format!("scenario `{scenario}`"))?,
+        );
     }
-    let report = run_one(name, opts)
-        .await
-        .with_context(|| format!("scenario `{name}`"))?;
-    Ok(vec![report])
+    Ok(reports)
 }
 
-async fn run_one(name: &str, opts: &ScenarioOptions) -> Result<ScenarioReport> {
-    match name {
-        "lease-expiry" => lease_expiry::run(opts).await,
-        "process-pause" => process_pause::run(opts).await,
-        "holder-crash" => holder_crash::run(opts).await,
-        "unsafe-release" => unsafe_release::run(opts).await,
-        "redis-failover" => failover::run(opts).await,
-        "local-mutex" => local_mutex::run(opts).await,
-        "zk-session-expiry" => zk_expiry::run(opts).await,
-        "herd" => herd::run(opts).await,
-        _ => bail!(
-            "unknown scenario `{name}`; known: {}, all",
-            NAMES.join(", ")
-        ),
+async fn run_one(scenario: Scenario, opts: &ScenarioOptions) -> Result<ScenarioReport> {
+    match scenario {
+        Scenario::LeaseExpiry => lease_expiry::run(opts).await,
+        Scenario::ProcessPause => process_pause::run(opts).await,
+        Scenario::HolderCrash => holder_crash::run(opts).await,
+        Scenario::UnsafeRelease => unsafe_release::run(opts).await,
+        Scenario::RedisFailover => failover::run(opts).await,
+        Scenario::LocalMutex => local_mutex::run(opts).await,
+        Scenario::ZkSessionExpiry => zk_expiry::run(opts).await,
+        Scenario::Herd => herd::run(opts).await,
     }
 }
 

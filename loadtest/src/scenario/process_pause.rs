@@ -10,18 +10,17 @@
 
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
+use app::api::{ErrorCode, Strategy};
 
-use super::app::{Fleet, order};
-use super::{Row, ScenarioOptions, ScenarioReport, Timeline};
+use super::figures::ProcessPause;
+use super::fleet::{Fleet, accounting, order};
+use super::{Row, Scenario, ScenarioOptions, ScenarioReport, Timeline};
 
-const STRATEGIES: [&str; 2] = ["redis-watchdog", "redis-watchdog-fenced"];
+const STRATEGIES: [Strategy; 2] = [Strategy::RedisWatchdog, Strategy::RedisWatchdogFenced];
 
 pub async fn run(opts: &ScenarioOptions) -> Result<ScenarioReport> {
-    let binary = opts
-        .app_binary
-        .as_deref()
-        .context("process-pause runs seckill-app: its binary is needed")?;
+    let binary = opts.app_binary(Scenario::ProcessPause)?;
     let lease_ms: u64 = if opts.quick { 500 } else { 3000 };
     let hold_ms = lease_ms;
     let flags = [
@@ -29,28 +28,29 @@ pub async fn run(opts: &ScenarioOptions) -> Result<ScenarioReport> {
         format!("--lock-wait-ms={}", lease_ms * 10),
     ];
     let fleet = Fleet::start(binary, 2, &flags).await?;
+    let mut measured = Vec::new();
     let mut rows = Vec::new();
     let mut timeline = Vec::new();
-    for (n, strategy) in STRATEGIES.iter().enumerate() {
+    for (n, strategy) in STRATEGIES.into_iter().enumerate() {
         let product = 200 + n as u64;
         fleet.reset(product, 1).await?;
         let tl = Timeline::new();
-        let (first, second) = (&fleet.instances[0], &fleet.instances[1]);
+        let first = &fleet.apps.instances[0];
 
         tl.log("A@1", format!("orders the last unit ({hold_ms} ms inside)"));
-        let (http, base) = (fleet.http().clone(), first.base.clone());
-        let a = tokio::spawn(async move {
-            order(&http, &base, product, strategy, "buyer-a", hold_ms).await
-        });
+        let api = fleet.api.clone();
+        let a = tokio::spawn(
+            async move { order(&api, 0, product, strategy, "buyer-a", hold_ms).await },
+        );
         tokio::time::sleep(Duration::from_millis(lease_ms / 4)).await;
         first.pause()?;
         let paused_at = tl.now_ms();
         tl.log("instance 1", "frozen (SIGSTOP) while A holds the lock");
 
         tl.log("B@2", "orders the last unit");
-        let b = order(fleet.http(), &second.base, product, strategy, "buyer-b", 0).await?;
+        let b = order(&fleet.api, 1, product, strategy, "buyer-b", 0).await;
         tl.log("B@2", b.describe());
-        let lock_back_ms = tl.now_ms() - paused_at;
+        let b_served_after_freeze_ms = tl.now_ms() - paused_at;
 
         // Keep the freeze at least three leases long, whatever B's timing.
         let frozen_for = Duration::from_millis(lease_ms * 3);
@@ -61,7 +61,7 @@ pub async fn run(opts: &ScenarioOptions) -> Result<ScenarioReport> {
             "instance 1",
             "resumed (SIGCONT): A carries on with its decision",
         );
-        let a = a.await??;
+        let a = a.await?;
         tl.log("A@1", a.describe());
         let p = fleet.product(product).await?;
         tl.log(
@@ -72,18 +72,22 @@ pub async fn run(opts: &ScenarioOptions) -> Result<ScenarioReport> {
             ),
         );
 
-        let rejected = a.error.as_deref() == Some("lock_lost");
-        let fenced = strategy.ends_with("-fenced");
-        let (expected, ok) = if fenced {
-            (
+        let f = ProcessPause {
+            oversell: accounting(&p).oversell,
+            a_created: a.created(),
+            b_created: b.created(),
+            stale_write_rejected: a.refused_with(ErrorCode::LockLost),
+            b_served_after_freeze_ms,
+        };
+        let (expected, ok) = match strategy {
+            Strategy::RedisWatchdogFenced => (
                 "B sells the unit; A's late write is rejected by the fence (lock_lost); no oversell",
-                b.created() && rejected && p.oversell() == 0,
-            )
-        } else {
-            (
+                f.b_created && f.stale_write_rejected && f.oversell == 0,
+            ),
+            _ => (
                 "the frozen watchdog renews nothing: B sells the unit, then A sells it again (oversell)",
-                b.created() && p.oversell() > 0,
-            )
+                f.b_created && f.oversell > 0,
+            ),
         };
         let observed = format!(
             "B: {}; A: {}; {} sold of {}",
@@ -92,38 +96,49 @@ pub async fn run(opts: &ScenarioOptions) -> Result<ScenarioReport> {
             p.sold,
             p.initial_stock
         );
-        rows.push(
-            Row::new(*strategy, expected, observed, ok)
-                .figure("oversell", p.oversell() as f64)
-                .figure("stale_writes_rejected", f64::from(u8::from(rejected)))
-                .figure("b_served_after_freeze_ms", lock_back_ms),
-        );
-        timeline.extend(tl.events(Some(strategy)));
+        rows.push(Row::new(strategy.name(), expected, observed, ok, f));
+        measured.push((strategy, f));
+        timeline.extend(tl.events(Some(strategy.name())));
     }
-    let figure = |s: &str, f: &str| {
-        rows.iter()
-            .find(|r| r.subject == s)
-            .and_then(|r| r.get(f))
-            .unwrap_or(f64::NAN)
-    };
-    let why = format!(
-        "The watchdog renews the lease from inside the holder's process; frozen, it renewed \
-         nothing, the lease ({lease_ms} ms) ran out and B was served {:.0} ms into the freeze. \
-         On resuming, A's request went on from where it stopped — past every check — and wrote: \
-         oversell {:.0} without fencing, {:.0} with it, where the product's fence (raised to B's \
-         token) rejected A's write.",
-        figure("redis-watchdog", "b_served_after_freeze_ms"),
-        figure("redis-watchdog", "oversell"),
-        figure("redis-watchdog-fenced", "oversell"),
-    );
     Ok(ScenarioReport {
-        scenario: "process-pause".into(),
+        scenario: Scenario::ProcessPause,
         fault: format!(
             "two instances; the one holding the lock is SIGSTOPped for {} ms (lease {lease_ms} ms), then SIGCONTed",
             lease_ms * 3
         ),
         rows,
         timeline,
-        why,
+        why: why(&measured, lease_ms),
     })
+}
+
+/// What happened to each strategy, in words chosen by the figures.
+fn why(measured: &[(Strategy, ProcessPause)], lease_ms: u64) -> String {
+    let mut text = format!(
+        "The watchdog renews the lease from inside the holder's process, so a frozen holder \
+         renews nothing and its lease ({lease_ms} ms) runs out."
+    );
+    for (strategy, f) in measured {
+        let b = if f.b_created {
+            format!(
+                "B was served {:.0} ms into the freeze and bought the unit",
+                f.b_served_after_freeze_ms
+            )
+        } else {
+            format!(
+                "B was answered {:.0} ms into the freeze without buying",
+                f.b_served_after_freeze_ms
+            )
+        };
+        let a = match (f.a_created, f.stale_write_rejected) {
+            (true, _) => "A, resumed past every check, wrote its decision and sold it again",
+            (false, true) => "A's resumed write carried an older token and the fence refused it",
+            (false, false) => "A's resumed request did not sell",
+        };
+        text.push_str(&format!(
+            " With `{strategy}`, {b}; {a} (oversell {}).",
+            f.oversell
+        ));
+    }
+    text
 }

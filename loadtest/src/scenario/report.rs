@@ -1,17 +1,19 @@
 //! What a scenario hands back: expected-vs-observed rows, the figures behind each verdict, the
 //! timeline of who held the lock when, and a Markdown rendering of all of it.
 
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use serde::Serialize;
 
+use super::Scenario;
+use super::figures::Figures;
+
 /// One scenario's outcome.
 #[derive(Debug, Clone, Serialize)]
 pub struct ScenarioReport {
-    pub scenario: String,
+    pub scenario: Scenario,
     /// The fault that was injected, in one sentence.
     pub fault: String,
     pub rows: Vec<Row>,
@@ -28,8 +30,8 @@ pub struct Row {
     pub expected: String,
     pub observed: String,
     pub verdict: Verdict,
-    /// Measured numbers, by name (`oversell`, `double_grants`, `lock_back_ms`, …).
-    pub figures: BTreeMap<String, f64>,
+    /// What was measured.
+    pub figures: Figures,
 }
 
 /// Whether the observation matched the expectation (for a broken variant, "pass" means the
@@ -62,25 +64,15 @@ impl Row {
         expected: impl Into<String>,
         observed: impl Into<String>,
         ok: bool,
+        figures: impl Into<Figures>,
     ) -> Row {
         Row {
             subject: subject.into(),
             expected: expected.into(),
             observed: observed.into(),
             verdict: Verdict::from_bool(ok),
-            figures: BTreeMap::new(),
+            figures: figures.into(),
         }
-    }
-
-    /// Adds a figure.
-    pub fn figure(mut self, name: &str, value: impl Into<f64>) -> Row {
-        self.figures.insert(name.to_owned(), value.into());
-        self
-    }
-
-    /// A figure by name.
-    pub fn get(&self, name: &str) -> Option<f64> {
-        self.figures.get(name).copied()
     }
 }
 
@@ -103,11 +95,6 @@ impl ScenarioReport {
             "| subject | expected | observed | verdict | figures |\n|---|---|---|---|---|\n",
         );
         for r in &self.rows {
-            let figures: Vec<String> = r
-                .figures
-                .iter()
-                .map(|(k, v)| format!("{k} = {}", number(*v)))
-                .collect();
             let verdict = match r.verdict {
                 Verdict::Pass => "pass",
                 Verdict::Fail => "**FAIL**",
@@ -118,7 +105,7 @@ impl ScenarioReport {
                 r.subject,
                 cell(&r.expected),
                 cell(&r.observed),
-                figures.join(", ")
+                r.figures.markdown()
             );
         }
         if !self.timeline.is_empty() {
@@ -141,14 +128,6 @@ impl ScenarioReport {
 
 fn cell(s: &str) -> String {
     s.replace('|', "\\|").replace('\n', " ")
-}
-
-fn number(v: f64) -> String {
-    if v.fract() == 0.0 && v.abs() < 1e15 {
-        format!("{v:.0}")
-    } else {
-        format!("{v:.1}")
-    }
 }
 
 /// A shared, clonable event log with one time origin.

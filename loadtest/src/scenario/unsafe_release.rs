@@ -12,7 +12,8 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use locks::{AcquireOptions, Backend, LockError};
 
-use super::{Row, ScenarioOptions, ScenarioReport, Timeline, start};
+use super::figures::UnsafeRelease;
+use super::{Row, Scenario, ScenarioOptions, ScenarioReport, Timeline, start};
 
 const BACKENDS: [Backend; 2] = [Backend::RedisUnsafeRelease, Backend::Redis];
 
@@ -23,6 +24,7 @@ pub async fn run(opts: &ScenarioOptions) -> Result<ScenarioReport> {
         ..Default::default()
     };
     let lease = Duration::from_millis(if opts.quick { 200 } else { 1000 });
+    let mut measured = Vec::new();
     let mut rows = Vec::new();
     let mut timeline = Vec::new();
     for backend in BACKENDS {
@@ -88,17 +90,21 @@ pub async fn run(opts: &ScenarioOptions) -> Result<ScenarioReport> {
             c.release().await?;
         }
 
-        let unsafe_variant = backend == Backend::RedisUnsafeRelease;
-        let (expected, ok) = if unsafe_variant {
-            (
+        let f = UnsafeRelease {
+            holders_at_once: if third_holder { 2 } else { 1 },
+            late_release_deleted_lock: a_claimed,
+            token_a,
+            token_b,
+        };
+        let (expected, ok) = match backend {
+            Backend::RedisUnsafeRelease => (
                 "A's late DEL frees B's lock; C is granted while B holds (two holders)",
                 a_claimed && third_holder,
-            )
-        } else {
-            (
+            ),
+            _ => (
                 "A's late release is refused; C waits while B holds (one holder)",
                 !a_claimed && !third_holder,
-            )
+            ),
         };
         let observed = format!(
             "A's release {}; C {}",
@@ -113,43 +119,47 @@ pub async fn run(opts: &ScenarioOptions) -> Result<ScenarioReport> {
                 "refused"
             }
         );
-        rows.push(
-            Row::new(backend.name(), expected, observed, ok)
-                .figure("holders_at_once", if third_holder { 2.0 } else { 1.0 })
-                .figure("late_release_deleted_lock", f64::from(u8::from(a_claimed)))
-                .figure("token_a", token_a as f64)
-                .figure("token_b", token_b as f64),
-        );
+        rows.push(Row::new(backend.name(), expected, observed, ok, f));
+        measured.push((backend, f));
         timeline.extend(tl.events(Some(backend.name())));
     }
-    let why = why(&rows);
     Ok(ScenarioReport {
-        scenario: "unsafe-release".into(),
+        scenario: Scenario::UnsafeRelease,
         fault: format!(
             "A holds a {lease:?} lease and stalls past it; B acquires; then A releases, late"
         ),
         rows,
         timeline,
-        why,
+        why: why(&measured),
     })
 }
 
-fn why(rows: &[Row]) -> String {
-    let broken = rows
-        .iter()
-        .find(|r| r.subject == "redis-unsafe-release")
-        .and_then(|r| r.get("holders_at_once"))
-        .unwrap_or(0.0);
-    let safe = rows
-        .iter()
-        .find(|r| r.subject == "redis")
-        .and_then(|r| r.get("holders_at_once"))
-        .unwrap_or(0.0);
-    format!(
-        "A release that does not check ownership acts on whoever holds the key *now*. With plain \
-         `DEL`, A's late release removed B's lock and {broken:.0} clients held the lock at once; \
-         with compare-and-delete (a Lua script deleting only if the value is still A's owner id) \
-         {safe:.0} did. Note that A's unsafe release even reported success: the broken variant \
-         hides its own lateness."
-    )
+/// What each release did, in words chosen by the figures.
+fn why(measured: &[(Backend, UnsafeRelease)]) -> String {
+    let mut text = String::from(
+        "A release that does not check ownership acts on whoever holds the key *now*.",
+    );
+    for (backend, f) in measured {
+        let how = match backend {
+            Backend::RedisUnsafeRelease => "a plain `DEL`",
+            _ => {
+                "compare-and-delete: a Lua script deleting only if the value is still A's owner id"
+            }
+        };
+        let what = if f.late_release_deleted_lock {
+            format!(
+                "A's late release deleted B's lock and reported success to A, who never \
+                 learned it was late; {} client(s) then held the lock at once",
+                f.holders_at_once
+            )
+        } else {
+            format!(
+                "A's late release found B's owner id and deleted nothing; {} client(s) held \
+                 the lock at once",
+                f.holders_at_once
+            )
+        };
+        text.push_str(&format!(" With `{backend}` ({how}), {what}."));
+    }
+    text
 }

@@ -17,8 +17,10 @@ use locks::zookeeper::ZooKeeperLock;
 use locks::{AcquireOptions, DistributedLock};
 
 use super::fenced_store::FencedRegister;
+use super::figures::ZkSessionExpiry;
 use super::partition::Partition;
-use super::{Row, ScenarioOptions, ScenarioReport, Timeline, start};
+use super::{Row, Scenario, ScenarioOptions, ScenarioReport, Timeline, start};
+use app::api::Strategy;
 
 pub async fn run(opts: &ScenarioOptions) -> Result<ScenarioReport> {
     let zk = start(sandbox::ZooKeeper::start).await?;
@@ -103,59 +105,88 @@ pub async fn run(opts: &ScenarioOptions) -> Result<ScenarioReport> {
     let final_fenced = fenced.value().await?.unwrap_or_default();
     b.release().await?;
 
-    let common = |row: Row| {
-        row.figure("lost_fired", f64::from(u8::from(lost)))
-            .figure("b_granted_after_cut_ms", ms(b_after))
-            .figure("lost_after_cut_ms", ms(lost_after))
-            .figure("token_a", token_a as f64)
-            .figure("token_b", token_b as f64)
+    let figures = |stale_write_accepted: bool, final_writer: &str| ZkSessionExpiry {
+        lost_fired: lost,
+        b_granted_after_cut_ms: ms(b_after),
+        lost_after_cut_ms: ms(lost_after),
+        token_a,
+        token_b,
+        stale_write_accepted,
+        final_writer: final_writer.chars().next().unwrap_or('-'),
     };
-    let rows =
-        vec![
-        common(
-            Row::new(
-                "zookeeper",
-                "lost() fires; B acquires; A's late write overwrites B's (lost update)",
-                format!(
-                    "lost() {}; B granted; resource ends as {final_unfenced}'s write",
-                    if lost { "fired" } else { "silent" }
-                ),
-                lost && stale_accepted && final_unfenced == "A",
-            )
-            .figure("stale_writes_accepted", f64::from(u8::from(stale_accepted))),
+    let (plain, with_fence) = (
+        figures(stale_accepted, &final_unfenced),
+        figures(fenced_accepted, &final_fenced),
+    );
+    let fired = if lost { "fired" } else { "silent" };
+    let rows = vec![
+        Row::new(
+            Strategy::Zookeeper.name(),
+            "lost() fires; B acquires; A's late write overwrites B's (lost update)",
+            format!("lost() {fired}; B granted; resource ends as {final_unfenced}'s write"),
+            lost && stale_accepted && plain.final_writer == 'A',
+            plain,
         ),
-        common(
-            Row::new(
-                "zookeeper-fenced",
-                "lost() fires; B acquires; A's late write is rejected by the fence",
-                format!(
-                    "lost() {}; B granted; A's write {}; resource ends as {final_fenced}'s write",
-                    if lost { "fired" } else { "silent" },
-                    if fenced_accepted { "accepted" } else { "rejected" }
-                ),
-                lost && !fenced_accepted && final_fenced == "B",
-            )
-            .figure("stale_writes_rejected", f64::from(u8::from(!fenced_accepted))),
+        Row::new(
+            Strategy::ZookeeperFenced.name(),
+            "lost() fires; B acquires; A's late write is rejected by the fence",
+            format!(
+                "lost() {fired}; B granted; A's write {}; resource ends as {final_fenced}'s write",
+                if fenced_accepted {
+                    "accepted"
+                } else {
+                    "rejected"
+                }
+            ),
+            lost && !fenced_accepted && with_fence.final_writer == 'B',
+            with_fence,
         ),
     ];
-    let why = format!(
-        "The lock is only as alive as the session. Cut off, A kept believing it held the lock \
-         while the server expired its session; B was granted the lock {:.0} ms after the cut, \
-         A's `lost()` fired {:.0} ms after it — the gap in which A can still act on a lock it no \
-         longer has. Only the resource can close that gap: it saw token {token_b} from B and \
-         refused A's {token_a}.",
-        ms(b_after),
-        ms(lost_after)
-    );
     Ok(ScenarioReport {
-        scenario: "zk-session-expiry".into(),
+        scenario: Scenario::ZkSessionExpiry,
         fault: format!(
             "the holder is partitioned from ZooKeeper until its {session:?} session expires"
         ),
         rows,
         timeline: tl.events(None),
-        why,
+        why: why(&plain, &with_fence),
     })
+}
+
+/// What the session's expiry let happen, in words chosen by the figures.
+fn why(plain: &ZkSessionExpiry, fenced: &ZkSessionExpiry) -> String {
+    let f = plain;
+    let lost = if f.lost_fired {
+        format!(
+            "A's `lost()` fired {:.0} ms after the cut — {:.0} ms after B's grant, the gap in \
+             which A can still act on a lock it no longer has",
+            f.lost_after_cut_ms,
+            f.lost_after_cut_ms - f.b_granted_after_cut_ms
+        )
+    } else {
+        "A's `lost()` never fired: A was never told".to_string()
+    };
+    let store = |f: &ZkSessionExpiry, what: &str| {
+        if f.stale_write_accepted {
+            format!(
+                "the {what} store accepted A's late write (token {}) over B's",
+                f.token_a
+            )
+        } else {
+            format!(
+                "the {what} store refused A's late write (token {}, having seen B's {})",
+                f.token_a, f.token_b
+            )
+        }
+    };
+    format!(
+        "The lock is only as alive as the session. Cut off, A kept believing it held the lock \
+         while the server expired its session; B was granted the lock {:.0} ms after the cut; \
+         {lost}. Then {}, and {}.",
+        f.b_granted_after_cut_ms,
+        store(plain, "unfenced"),
+        store(fenced, "fenced"),
+    )
 }
 
 fn ms(d: Duration) -> f64 {

@@ -4,18 +4,17 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
 
+use app::api::Strategy;
 use loadtest::cli::Settings;
 use loadtest::run::Target;
 use sandbox::Endpoints;
 
-/// `target/<profile>/seckill-app`, built with `cargo build -p app --bin seckill-app` when
-/// missing.
+/// `target/<profile>/seckill-app`, built (or found up to date) with `cargo build -p app --bin
+/// seckill-app` once per test process: a binary left from an older commit would answer with an
+/// older API.
 pub fn app_binary() -> PathBuf {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
-        if let Ok(p) = loadtest::apps::locate_app(None) {
-            return p;
-        }
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let status = Command::new(cargo)
             .args(["build", "-p", "app", "--bin", "seckill-app"])
@@ -49,9 +48,9 @@ pub fn target() -> Target {
 }
 
 /// Small and short: one strategy, two instances, a sale of 60 units to 30 buyers.
-pub fn quick(strategy: &str) -> Settings {
+pub fn quick(strategy: Strategy) -> Settings {
     Settings {
-        strategies: vec![strategy.to_string()],
+        strategies: vec![strategy],
         instances: 2,
         stock: 60,
         buyers: 30,
@@ -64,4 +63,20 @@ pub fn quick(strategy: &str) -> Settings {
         baselines: false,
         scenarios: false,
     }
+}
+
+/// Drops the test's own database (see [`target`]).
+pub async fn drop_database(target: &Target) {
+    let db = sqlx::mysql::MySqlPoolOptions::new()
+        .max_connections(1)
+        .connect(&target.endpoints.database_url)
+        .await
+        .unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "DROP DATABASE IF EXISTS {}",
+        target.database
+    )))
+    .execute(&db)
+    .await
+    .unwrap();
 }

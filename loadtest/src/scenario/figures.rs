@@ -1,0 +1,169 @@
+//! What each scenario measured, typed: one struct per scenario, one per row. The verdicts, the
+//! "observed" column and the "why" paragraph are all computed from these values; the report
+//! shows them as `name = value` and `report.json` as an object.
+
+use serde::Serialize;
+
+/// `lease-expiry`: A stalls past the lease inside the critical section of the last unit, B
+/// asks for it meanwhile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct LeaseExpiry {
+    pub oversell: i64,
+    pub orders: i64,
+    /// A's order was placed.
+    pub a_created: bool,
+    /// B's order was placed.
+    pub b_created: bool,
+    /// A's late write was refused by the product's fence (`409 lock_lost`).
+    pub stale_write_rejected: bool,
+}
+
+/// `process-pause`: the instance holding the lock for A is frozen past the lease; B buys
+/// through the other instance.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct ProcessPause {
+    pub oversell: i64,
+    pub a_created: bool,
+    pub b_created: bool,
+    pub stale_write_rejected: bool,
+    /// How long into the freeze B was answered.
+    pub b_served_after_freeze_ms: f64,
+}
+
+/// `holder-crash`: the holder dies inside the critical section; probes on the other instance
+/// try to buy until one does.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct HolderCrash {
+    /// A probe bought within the bound.
+    pub recovered: bool,
+    /// How long after the crash it did.
+    pub lock_back_ms: Option<f64>,
+    /// Probes refused `busy` (the lock or row lock still held) before one bought or the bound
+    /// ran out.
+    pub probes_busy: u64,
+    /// Probes refused or failed otherwise.
+    pub probes_other: u64,
+    /// Orders beyond those the probes were told of, plus units the stock counter and the
+    /// orders disagree on: 0 when no order was lost or doubled.
+    pub orders_lost_or_duplicated: i64,
+}
+
+/// `unsafe-release`: A outlives its lease, B acquires, then A releases late, and C asks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct UnsafeRelease {
+    /// Clients holding the lock at once after A's late release (B and maybe C).
+    pub holders_at_once: u8,
+    /// A's late release deleted a lock — B's — and reported it as A's own.
+    pub late_release_deleted_lock: bool,
+    pub token_a: u64,
+    pub token_b: u64,
+}
+
+/// `redis-failover`: A is granted a lock on a primary that dies before replicating it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct RedisFailover {
+    /// A acts on its grant (no `WAIT`, or `WAIT` saw a replica acknowledge it).
+    pub a_trusts: bool,
+    /// B was granted the lock by the promoted replica.
+    pub b_granted: bool,
+    /// Both of the above: two clients believe they hold the lock.
+    pub double_grant: bool,
+    /// Replicas that acknowledged A's grant (`WAIT 1`), when asked.
+    pub replicas_acked: Option<i64>,
+    pub token_a: u64,
+    pub token_b: Option<u64>,
+    /// B's token is not above A's: the fencing counter lost its increment too.
+    pub fencing_token_reused: bool,
+}
+
+/// `local-mutex`: the same sale behind one instance, then behind three.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct LocalMutex {
+    pub instances: usize,
+    pub oversell: i64,
+    pub orders: i64,
+    /// Orders the buyers were told of.
+    pub created: usize,
+    /// Sales run until one oversold (three instances only).
+    pub rounds: Option<u64>,
+}
+
+/// `zk-session-expiry`: A is cut off from ZooKeeper until its session expires; B acquires and
+/// writes, then A writes late. One row per store: unfenced and fenced.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct ZkSessionExpiry {
+    /// A's `lost()` fired.
+    pub lost_fired: bool,
+    pub b_granted_after_cut_ms: f64,
+    pub lost_after_cut_ms: f64,
+    pub token_a: u64,
+    pub token_b: u64,
+    /// This store accepted A's late write.
+    pub stale_write_accepted: bool,
+    /// Whose write the store holds in the end (`A` or `B`).
+    pub final_writer: char,
+}
+
+/// `herd`: many waiters on one lock.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Herd {
+    pub requests_per_grant: f64,
+    pub wake_p50_ms: f64,
+    pub wake_p99_ms: f64,
+    /// Grants that overlapped another holder's (must be 0).
+    pub overlaps: usize,
+}
+
+/// The figures of one row, by scenario: one variant per struct above, each `From` it.
+macro_rules! figures {
+    ($($variant:ident),+) => {
+        #[derive(Debug, Clone, PartialEq, Serialize)]
+        #[serde(untagged)]
+        pub enum Figures {
+            $($variant($variant),)+
+        }
+
+        $(impl From<$variant> for Figures {
+            fn from(f: $variant) -> Figures {
+                Figures::$variant(f)
+            }
+        })+
+    };
+}
+
+figures!(
+    LeaseExpiry,
+    ProcessPause,
+    HolderCrash,
+    UnsafeRelease,
+    RedisFailover,
+    LocalMutex,
+    ZkSessionExpiry,
+    Herd
+);
+
+impl Figures {
+    /// `name = value, …` for the report's table (absent values left out).
+    pub fn markdown(&self) -> String {
+        let Ok(serde_json::Value::Object(fields)) = serde_json::to_value(self) else {
+            return String::new();
+        };
+        fields
+            .iter()
+            .filter_map(|(name, value)| {
+                let value = match value {
+                    serde_json::Value::Null => return None,
+                    serde_json::Value::Bool(b) => if *b { "yes" } else { "no" }.to_string(),
+                    serde_json::Value::Number(n) => match n.as_f64() {
+                        Some(v) if v.fract() != 0.0 => format!("{v:.1}"),
+                        _ => n.to_string(),
+                    },
+                    serde_json::Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                };
+                Some(format!("{name} = {value}"))
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}

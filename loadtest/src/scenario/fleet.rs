@@ -1,0 +1,139 @@
+//! `seckill-app` instances the scenarios can freeze and kill one by one, on private servers,
+//! and the few HTTP calls the scenarios make.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Result;
+
+use app::accounting::{Accounting, Ledger};
+use app::api::{ProductView, Strategy};
+
+use crate::apps::{Apps, Launch};
+use crate::client::{Answer, Api, order_request};
+
+/// The scenario's private MariaDB and Redis, its app instances and a client for them.
+pub struct Fleet {
+    pub apps: Apps,
+    /// Requests to instance `n` go to `apps.instances[n]`; admin calls to the last instance,
+    /// which no scenario kills or freezes.
+    pub api: Api,
+    _logs: LogDir,
+    // Dropped after the instances (fields drop in declaration order).
+    _mariadb: sandbox::MariaDb,
+    redis: sandbox::Redis,
+    _zookeeper: Option<sandbox::ZooKeeper>,
+}
+
+/// The product judged by the one definition of oversell and lost updates
+/// ([`app::accounting`]); the scenarios do not judge undersell, so no demand is given.
+pub fn accounting(p: &ProductView) -> Accounting {
+    let ledger = Ledger {
+        initial_stock: p.initial_stock,
+        final_stock: p.stock,
+        units_in_orders: p.sold,
+        orders: p.orders,
+    };
+    Accounting::of(ledger, 0)
+}
+
+impl Fleet {
+    /// Starts a private MariaDB and Redis, then `count` instances with `flags` (plus
+    /// `--allow-fault-injection`).
+    pub async fn start(binary: &Path, count: usize, flags: &[String]) -> Result<Fleet> {
+        Fleet::start_with(binary, count, flags, false).await
+    }
+
+    /// [`Fleet::start`], with a private ZooKeeper too when `zookeeper`.
+    pub async fn start_with(
+        binary: &Path,
+        count: usize,
+        flags: &[String],
+        zookeeper: bool,
+    ) -> Result<Fleet> {
+        let (mariadb, redis) = tokio::try_join!(
+            super::start(sandbox::MariaDb::start),
+            super::start(sandbox::Redis::start)
+        )?;
+        let zookeeper = match zookeeper {
+            true => Some(super::start(sandbox::ZooKeeper::start).await?),
+            false => None,
+        };
+        let logs = LogDir::create()?;
+        let database_url = format!("{}/scenario", mariadb.url().trim_end_matches('/'));
+        let mut launch = Launch::new(binary, &logs.0)
+            .arg("--database-url", database_url)
+            .arg("--redis-url", redis.url())
+            .args(["--allow-fault-injection"]);
+        if let Some(zk) = &zookeeper {
+            launch = launch.arg("--zookeeper", zk.connect_string());
+        }
+        let apps = Apps::start(launch.args(flags), count).await?;
+        Ok(Fleet {
+            api: Api::new(apps.bases(), None)?,
+            apps,
+            _logs: logs,
+            _mariadb: mariadb,
+            redis,
+            _zookeeper: zookeeper,
+        })
+    }
+
+    /// Starts instance `n` again (after a kill), with the same settings.
+    pub async fn restart(&mut self, n: usize) -> Result<()> {
+        self.apps.restart(n).await?;
+        self.api = Api::new(self.apps.bases(), None)?;
+        Ok(())
+    }
+
+    /// The fleet's private Redis.
+    pub fn redis_url(&self) -> String {
+        self.redis.url()
+    }
+
+    /// Creates or resets product `id` to `stock` units (and deletes its orders).
+    pub async fn reset(&self, id: u64, stock: i64) -> Result<()> {
+        self.api.reset_product(id, stock).await
+    }
+
+    /// Product `id` as the database has it.
+    pub async fn product(&self, id: u64) -> Result<ProductView> {
+        self.api.product(id).await
+    }
+}
+
+/// One unit of `product` for `user` through instance `n`, pausing `hold_ms` inside the
+/// critical section, with a fresh request id.
+pub async fn order(
+    api: &Api,
+    n: usize,
+    product: u64,
+    strategy: Strategy,
+    user: &str,
+    hold_ms: u64,
+) -> Answer {
+    let request_id = uuid::Uuid::new_v4().simple().to_string();
+    let body = order_request(user.to_owned(), strategy, request_id, 1);
+    api.order_holding(n, product, &body, Duration::from_millis(hold_ms))
+        .await
+}
+
+/// The instances' log files, removed with the fleet.
+struct LogDir(PathBuf);
+
+impl LogDir {
+    fn create() -> Result<LogDir> {
+        let dir = std::env::temp_dir().join(format!(
+            "seckill-scenario-{}",
+            uuid::Uuid::new_v4().simple()
+        ));
+        std::fs::create_dir_all(&dir)?;
+        Ok(LogDir(dir))
+    }
+}
+
+impl Drop for LogDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
