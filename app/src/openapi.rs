@@ -51,3 +51,19 @@ pub fn document() -> utoipa::openapi::OpenApi {
 pub async fn serve() -> impl IntoResponse {
     Json(document())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::Strategy;
+
+    #[test]
+    fn the_document_names_each_strategy_by_its_wire_name() {
+        let doc = serde_json::to_value(document()).expect("serializable");
+        let names: Vec<&str> = Strategy::ALL.iter().map(|s| s.name()).collect();
+        assert_eq!(
+            doc["components"]["schemas"]["Strategy"]["enum"],
+            serde_json::json!(names)
+        );
+    }
+}
