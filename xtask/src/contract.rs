@@ -12,10 +12,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{Context, Result, bail};
 
 /// Generated requests per operation and phase: enough to hit every boundary the document
-/// declares, few enough that the run takes about a minute on a busy laptop.
-const MAX_EXAMPLES: &str = "40";
+/// declares (about 2,500 requests), few enough that the run takes about a minute.
+const MAX_EXAMPLES: &str = "250";
 /// Fixed, so a failure found once is found again on the next run.
-const SEED: &str = "20240611";
+const SEED: &str = "7";
 /// The admin token the app is started with; schemathesis presents it, and its `ignored_auth`
 /// check makes sure requests without it are refused.
 const ADMIN_TOKEN: &str = "contract-test-token";
@@ -61,9 +61,13 @@ pub fn run(st: &Path, target: &Path, endpoints: &sandbox::Endpoints) -> Result<(
 
 fn schemathesis(st: &Path, work: &Path, addr: SocketAddr) -> Result<()> {
     let mut c = Command::new(st);
-    // Every operation the server has is tested, the admin one included (with the token).
-    // `X-Seckill-Hold-Ms` is tested too: the app runs without `--allow-fault-injection`, so the
-    // pause itself never happens, which keeps the run short.
+    // Every operation the server has is tested, the admin one included (with the token), in
+    // every phase (the examples phase finds no examples in the document and skips itself).
+    // Untested: the `X-Seckill-Hold-Ms` header. The app runs without `--allow-fault-injection`,
+    // so its document does not list the header; with it, generated pauses of up to two minutes
+    // per request would make the run last hours. One worker: schemathesis 4.32.5 on Python 3.11
+    // occasionally fails with an internal error ("AST constructor recursion depth mismatch")
+    // when several workers generate at once.
     c.arg("run")
         .arg(format!("http://{addr}/api/openapi.json"))
         .args(["--checks", "all"])
@@ -72,7 +76,7 @@ fn schemathesis(st: &Path, work: &Path, addr: SocketAddr) -> Result<()> {
         .args(["--generation-database", "none"])
         .args(["--header", &format!("Authorization: Bearer {ADMIN_TOKEN}")])
         .args(["--request-timeout", "10"])
-        .args(["--workers", "2"])
+        .args(["--workers", "1"])
         .arg("--no-color")
         .current_dir(work);
     let started = Instant::now();
