@@ -6,7 +6,7 @@
 use std::fmt;
 
 use axum::http::StatusCode;
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 use utoipa::ToSchema;
 
 pub use crate::strategy::catalogue::{Safety, Service, Strategy, UnknownStrategy};
@@ -15,8 +15,6 @@ pub use crate::strategy::catalogue::{Safety, Service, Strategy, UnknownStrategy}
 pub const MAX_USER_ID: usize = 64;
 /// Longest `request_id`, in characters.
 pub const MAX_REQUEST_ID: usize = 128;
-/// Largest `quantity` the schema admits; the server's `--max-quantity` (default 5) may be lower.
-pub const MAX_QUANTITY: i64 = 1000;
 /// Largest stock a product can be reset to.
 pub const MAX_STOCK: i64 = 1_000_000_000;
 /// Largest product id (ids are stored as signed 64-bit values by the clients we serve).
@@ -26,14 +24,27 @@ pub const MAX_PRODUCT_ID: u64 = i64::MAX as u64;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct OrderRequest {
-    #[schema(min_length = 1, max_length = 64, pattern = r"^\S(.*\S)?$")]
+    /// 1 to 64 characters, no white space at either end. The pattern spells out what Rust's
+    /// `char::is_whitespace` (the server's check) counts, because ECMA's `\s` differs from it.
+    #[schema(
+        min_length = 1,
+        max_length = 64,
+        pattern = r"^[^\t\n\x0B\f\r \u0085\u00A0\u1680\u2000-\u200A\u2028\u2029\u202F\u205F\u3000]([\s\S]*[^\t\n\x0B\f\r \u0085\u00A0\u1680\u2000-\u200A\u2028\u2029\u202F\u205F\u3000])?$"
+    )]
     pub user_id: String,
     /// Units to buy: 1 up to the server's `--max-quantity` (default 5), answered 422 otherwise.
-    #[schema(minimum = 1, maximum = 1000)]
+    /// The document's maximum is that setting (see `openapi::document`).
+    #[schema(minimum = 1)]
+    #[serde(deserialize_with = "integer")]
     pub quantity: i64,
     /// Client-chosen idempotency key: the same key again returns the first order, and the same
     /// key with other parameters is refused (`422 idempotency_conflict`).
-    #[schema(min_length = 1, max_length = 128, pattern = r"^\S(.*\S)?$")]
+    /// 1 to 128 characters, no white space at either end (the pattern of `user_id`).
+    #[schema(
+        min_length = 1,
+        max_length = 128,
+        pattern = r"^[^\t\n\x0B\f\r \u0085\u00A0\u1680\u2000-\u200A\u2028\u2029\u202F\u205F\u3000]([\s\S]*[^\t\n\x0B\f\r \u0085\u00A0\u1680\u2000-\u200A\u2028\u2029\u202F\u205F\u3000])?$"
+    )]
     pub request_id: String,
     /// The server's default strategy when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -59,7 +70,25 @@ pub struct OrderResponse {
 #[serde(deny_unknown_fields)]
 pub struct ResetProduct {
     #[schema(minimum = 0, maximum = 1_000_000_000)]
+    #[serde(deserialize_with = "integer")]
     pub stock: i64,
+}
+
+/// An integer field of a request body. JSON has one number type and JSON Schema counts `12.0`
+/// as an integer, so this accepts it too; `12.5`, and numbers beyond `i64`, are refused.
+fn integer<'de, D: Deserializer<'de>>(deserializer: D) -> Result<i64, D::Error> {
+    let n = serde_json::Number::deserialize(deserializer)?;
+    if let Some(i) = n.as_i64() {
+        return Ok(i);
+    }
+    // 2^63 is exactly representable; anything at or above it does not fit.
+    const LIMIT: f64 = 9_223_372_036_854_775_808.0;
+    match n.as_f64() {
+        Some(f) if f.fract() == 0.0 && (-LIMIT..LIMIT).contains(&f) => Ok(f as i64),
+        _ => Err(serde::de::Error::custom(format!(
+            "expected an integer, found {n}"
+        ))),
+    }
 }
 
 /// A product as `GET /api/products/{id}` shows it.
@@ -122,7 +151,9 @@ pub enum ErrorCode {
     InvalidRequest,
     /// 422: no strategy of that name.
     UnknownStrategy,
-    /// 422: a request id reused with another product, user, quantity or strategy.
+    /// 409: a request id reused with another product, user, quantity or strategy. A conflict
+    /// with what the server holds, not a malformed request: 422 is kept for input no state of
+    /// the server would accept, which is what the contract test can check.
     IdempotencyConflict,
     /// 401: missing or wrong admin token.
     Unauthorized,
@@ -160,12 +191,14 @@ impl ErrorCode {
     pub fn status(self) -> StatusCode {
         match self {
             ErrorCode::BadRequest => StatusCode::BAD_REQUEST,
-            ErrorCode::InvalidRequest
-            | ErrorCode::UnknownStrategy
-            | ErrorCode::IdempotencyConflict => StatusCode::UNPROCESSABLE_ENTITY,
+            ErrorCode::InvalidRequest | ErrorCode::UnknownStrategy => {
+                StatusCode::UNPROCESSABLE_ENTITY
+            }
             ErrorCode::Unauthorized => StatusCode::UNAUTHORIZED,
             ErrorCode::NotFound => StatusCode::NOT_FOUND,
-            ErrorCode::SoldOut | ErrorCode::LockLost => StatusCode::CONFLICT,
+            ErrorCode::SoldOut | ErrorCode::LockLost | ErrorCode::IdempotencyConflict => {
+                StatusCode::CONFLICT
+            }
             ErrorCode::Busy | ErrorCode::BackendUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -205,6 +238,17 @@ pub struct ErrorBody {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_integral_float_is_an_integer_and_a_fraction_is_not() {
+        let stock = |body: &str| serde_json::from_str::<ResetProduct>(body).map(|r| r.stock);
+        assert_eq!(stock(r#"{"stock": 12.0}"#).ok(), Some(12));
+        assert_eq!(stock(r#"{"stock": 12}"#).ok(), Some(12));
+        assert!(stock(r#"{"stock": 12.5}"#).is_err());
+        assert!(stock(r#"{"stock": 1e19}"#).is_err());
+        assert!(stock(r#"{"stock": 18446744073709551615}"#).is_err());
+        assert!(stock(r#"{"stock": "12"}"#).is_err());
+    }
 
     #[test]
     fn every_error_code_serializes_as_its_wire_name() {

@@ -1,11 +1,18 @@
-//! The OpenAPI 3 document of the HTTP API, generated from the handlers' annotations.
+//! The OpenAPI 3 document of the HTTP API, generated from the handlers' annotations and the
+//! wire types, then fitted to this server's settings: the document says what this server
+//! enforces, and `cargo xtask test` runs schemathesis against it to keep it so.
 
 use axum::Json;
+use axum::extract::State;
 use axum::response::IntoResponse;
+use utoipa::openapi::path::{Operation, PathItem};
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
+use utoipa::openapi::{OpenApi as Document, RefOr, Schema};
 use utoipa::{Modify, OpenApi};
 
+use crate::http::orders::HOLD_HEADER;
 use crate::http::{meta, orders, products};
+use crate::state::{AppState, Settings};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -41,13 +48,115 @@ impl Modify for AdminToken {
     }
 }
 
-/// The document served at `GET /api/openapi.json`.
-pub fn document() -> utoipa::openapi::OpenApi {
-    ApiDoc::openapi()
+/// The document of a server running with `settings`: the largest `quantity` is its
+/// `--max-quantity`, the admin token is required only when one is configured, and the
+/// fault-injection header exists only when it is honoured.
+pub fn document(settings: &Settings) -> Document {
+    let mut doc = ApiDoc::openapi();
+    let quantity = doc
+        .components
+        .as_mut()
+        .and_then(|c| c.schemas.get_mut("OrderRequest"))
+        .and_then(|order| match order {
+            RefOr::T(Schema::Object(order)) => order.properties.get_mut("quantity"),
+            _ => None,
+        });
+    if let Some(RefOr::T(Schema::Object(quantity))) = quantity {
+        quantity.maximum = Some(utoipa::Number::UInt(settings.max_quantity as usize));
+    }
+    for operation in doc.paths.paths.values_mut().flat_map(operations) {
+        if settings.admin_token.is_none() {
+            operation.security = None;
+        }
+        if !settings.allow_fault_injection
+            && let Some(parameters) = &mut operation.parameters
+        {
+            parameters.retain(|p| !p.name.eq_ignore_ascii_case(HOLD_HEADER));
+        }
+    }
+    if settings.admin_token.is_none()
+        && let Some(components) = &mut doc.components
+    {
+        components.security_schemes.clear();
+    }
+    doc
+}
+
+fn operations(item: &mut PathItem) -> impl Iterator<Item = &mut Operation> {
+    [
+        &mut item.get,
+        &mut item.put,
+        &mut item.post,
+        &mut item.delete,
+        &mut item.options,
+        &mut item.head,
+        &mut item.patch,
+        &mut item.trace,
+    ]
+    .into_iter()
+    .flatten()
 }
 
 #[utoipa::path(get, path = "/api/openapi.json", tag = "meta",
     responses((status = 200, description = "This document", content_type = "application/json")))]
-pub async fn serve() -> impl IntoResponse {
-    Json(document())
+pub async fn serve(State(state): State<AppState>) -> impl IntoResponse {
+    Json(document(&state.settings))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::Strategy;
+
+    fn settings() -> Settings {
+        Settings {
+            admin_token: Some("secret".into()),
+            default_strategy: Strategy::Conditional,
+            max_quantity: 7,
+            allow_fault_injection: true,
+        }
+    }
+
+    fn json(settings: &Settings) -> serde_json::Value {
+        serde_json::to_value(document(settings)).expect("serializable")
+    }
+
+    #[test]
+    fn the_document_names_each_strategy_by_its_wire_name() {
+        let names: Vec<&str> = Strategy::ALL.iter().map(|s| s.name()).collect();
+        assert_eq!(
+            json(&settings())["components"]["schemas"]["Strategy"]["enum"],
+            serde_json::json!(names)
+        );
+    }
+
+    #[test]
+    fn the_largest_quantity_is_the_configured_one() {
+        let quantity =
+            &json(&settings())["components"]["schemas"]["OrderRequest"]["properties"]["quantity"];
+        assert_eq!(quantity["minimum"], 1);
+        assert_eq!(quantity["maximum"], 7);
+    }
+
+    #[test]
+    fn the_admin_token_and_the_hold_header_appear_only_when_the_server_uses_them() {
+        let put = "/api/products/{id}";
+        let post = "/api/products/{id}/orders";
+        let hold = |doc: &serde_json::Value| {
+            doc["paths"][post]["post"]["parameters"]
+                .as_array()
+                .is_some_and(|ps| ps.iter().any(|p| p["name"] == "X-Seckill-Hold-Ms"))
+        };
+        let on = json(&settings());
+        assert!(on["paths"][put]["put"]["security"].is_array());
+        assert!(hold(&on));
+        let off = json(&Settings {
+            admin_token: None,
+            allow_fault_injection: false,
+            ..settings()
+        });
+        assert!(off["paths"][put]["put"]["security"].is_null());
+        assert!(off["components"]["securitySchemes"].is_null());
+        assert!(!hold(&off));
+    }
 }

@@ -22,6 +22,7 @@ const BUYERS: usize = 8;
 #[derive(Debug, Clone)]
 struct Sent {
     phase: u8,
+    user_id: String,
     request_id: String,
     status: StatusCode,
     error: Option<String>,
@@ -56,13 +57,14 @@ async fn killed_database_answers_backend_unavailable_loses_no_order_and_recovers
             while !stop.load(Ordering::SeqCst) {
                 n += 1;
                 let request_id = format!("b{buyer}-{n}");
-                let body = json!({ "user_id": format!("u{buyer}"), "quantity": 1, "request_id": request_id, "strategy": "conditional" });
+                let user_id = format!("u{buyer}");
+                let body = json!({ "user_id": user_id, "quantity": 1, "request_id": request_id, "strategy": "conditional" });
                 let sent_in = phase.load(Ordering::SeqCst);
                 let r = client.post(&url).json(&body).send().await.expect("the app itself stays up");
                 let status = r.status();
                 let value: Value = r.json().await.unwrap_or(Value::Null);
                 let error = value["error"].as_str().map(String::from);
-                sent.lock().unwrap().push(Sent { phase: sent_in, request_id, status, error });
+                sent.lock().unwrap().push(Sent { phase: sent_in, user_id, request_id, status, error });
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
         }));
@@ -145,7 +147,8 @@ async fn killed_database_answers_backend_unavailable_loses_no_order_and_recovers
         .iter()
         .filter(|s| s.status == StatusCode::SERVICE_UNAVAILABLE)
     {
-        let body = json!({ "user_id": "retry", "quantity": 1, "request_id": s.request_id, "strategy": "conditional" });
+        // A retry resends the same purchase: only the answer was lost.
+        let body = json!({ "user_id": s.user_id, "quantity": 1, "request_id": s.request_id, "strategy": "conditional" });
         let (status, answer) = app.order(1, &body, None).await;
         assert!(
             status == StatusCode::CREATED || status == StatusCode::OK,

@@ -59,11 +59,7 @@ async fn a_request_id_reused_for_another_product_user_quantity_or_strategy_is_re
     ];
     for other in &others {
         let (status, body) = post(&app, other).await;
-        assert_eq!(
-            status,
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "{other:?}: {body}"
-        );
+        assert_eq!(status, StatusCode::CONFLICT, "{other:?}: {body}");
         let error: ErrorBody = serde_json::from_str(&body).expect("an error body");
         assert_eq!(
             error.error,

@@ -2,10 +2,13 @@
 //!
 //! ```text
 //! cargo xtask setup        # install or check the servers (MariaDB, Redis, ZooKeeper, etcd, protoc)
-//! cargo xtask test         # setup, fmt --check, clippy -D warnings, the whole test suite
+//! cargo xtask test         # setup, fmt --check, clippy -D warnings, the whole test suite,
+//!                          # the OpenAPI contract test (schemathesis)
+//! cargo xtask contract     # setup, then only the OpenAPI contract test
 //! cargo xtask bench [ARGS] # setup, then `seckill-bench ARGS` in release mode
 //! ```
 
+mod contract;
 mod setup;
 
 use std::process::{Command, ExitCode};
@@ -24,13 +27,16 @@ struct Cli {
 enum Cmd {
     /// Check for the server programs; install Debian packages where missing (as root with apt).
     Setup,
-    /// Setup, then `cargo fmt --check`, clippy with warnings denied, and every test against
-    /// throwaway real servers.
+    /// Setup, then `cargo fmt --check`, clippy with warnings denied, every test against
+    /// throwaway real servers, and the OpenAPI contract test.
     Test {
         /// Extra arguments for `cargo nextest run` (e.g. a test name filter).
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Setup, then only the contract test: schemathesis checks the app against its OpenAPI
+    /// document.
+    Contract,
     /// Setup, then run the benchmark (`seckill-bench`) in release mode with ARGS;
     /// `--micro` runs the criterion micro-benchmarks (`cargo bench -p benches`) instead, with ARGS.
     Bench {
@@ -46,6 +52,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Cmd::Setup => setup::run(),
         Cmd::Test { args } => setup::run().and_then(|()| test(&args)),
+        Cmd::Contract => setup::run().and_then(|()| contract_only()),
         Cmd::Bench { micro: false, args } => setup::run().and_then(|()| bench(&args)),
         Cmd::Bench { micro: true, args } => setup::run().and_then(|()| micro_bench(&args)),
     };
@@ -93,6 +100,7 @@ fn test(args: &[String]) -> Result<()> {
     }
     run(&mut nextest)?;
     drop(clusters);
+    contract(shared.as_ref())?;
 
     let mut doc = cargo_command();
     doc.args(["test", "--workspace", "--doc"]);
@@ -101,6 +109,22 @@ fn test(args: &[String]) -> Result<()> {
     // The micro-benchmarks are built (in release, as `cargo bench` builds them) so they never
     // rot; running them is `cargo xtask bench --micro`.
     cargo(&["bench", "--package", "benches", "--no-run"])
+}
+
+/// Builds the app, starts the servers, runs the contract test.
+fn contract_only() -> Result<()> {
+    // The same build as `test`'s, so features unify the same way and nothing rebuilds.
+    cargo(&["build", "--workspace", "--all-targets"])?;
+    contract(shared_servers()?.as_ref())
+}
+
+/// The contract test against the shared servers, or (external mode) the environment's.
+fn contract(shared: Option<&sandbox::Servers>) -> Result<()> {
+    let endpoints = match shared {
+        Some(servers) => servers.endpoints(),
+        None => sandbox::Endpoints::from_env()?,
+    };
+    contract::run(&setup::schemathesis()?, &target_dir()?, &endpoints)
 }
 
 /// Starts the shared servers, unless the user points at their own (external mode).

@@ -1,9 +1,10 @@
-//! `cargo xtask setup`: make sure every server program is installed.
+//! `cargo xtask setup`: make sure every server program is installed, and schemathesis (the
+//! OpenAPI contract tester `cargo xtask test` runs) in a Python venv of its own.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 
 /// Something the project needs on the machine, how to tell it is there, and which package
 /// provides it.
@@ -90,6 +91,13 @@ const REQUIREMENTS: &[Requirement] = &[
 ];
 
 pub fn run() -> Result<()> {
+    servers()?;
+    schemathesis()?;
+    println!("xtask: setup: schemathesis {SCHEMATHESIS} is installed");
+    Ok(())
+}
+
+fn servers() -> Result<()> {
     let missing: Vec<&Requirement> = REQUIREMENTS.iter().filter(|r| !(r.present)()).collect();
     if missing.is_empty() {
         println!("xtask: setup: all server programs are installed");
@@ -119,6 +127,60 @@ pub fn run() -> Result<()> {
         debian.join(" "),
         brew.join(" ")
     )
+}
+
+/// The schemathesis release the contract test is known to pass with; bump it deliberately.
+const SCHEMATHESIS: &str = "4.32.5";
+
+/// The `st` program of schemathesis [`SCHEMATHESIS`], installed with pip into a venv under
+/// `~/.cache/seckill-bench/` (outside the target dir, so `cargo clean` keeps it) if not there.
+pub fn schemathesis() -> Result<PathBuf> {
+    let venv = cache_dir()?.join("venv");
+    let st = venv.join("bin").join("st");
+    let installed = || {
+        Command::new(&st).arg("--version").output().is_ok_and(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .trim()
+                .ends_with(SCHEMATHESIS)
+        })
+    };
+    if installed() {
+        return Ok(st);
+    }
+    println!(
+        "xtask: setup: installing schemathesis {SCHEMATHESIS} into {}",
+        venv.display()
+    );
+    if !venv.join("bin").join("pip").is_file() {
+        let made = Command::new("python3")
+            .args(["-m", "venv"])
+            .arg(&venv)
+            .status()
+            .context("running python3 -m venv (install python3 and python3-venv)")?;
+        if !made.success() {
+            bail!("python3 -m venv {} failed with {made}", venv.display());
+        }
+    }
+    let pip = Command::new(venv.join("bin").join("pip"))
+        .args([
+            "install",
+            "--quiet",
+            &format!("schemathesis=={SCHEMATHESIS}"),
+        ])
+        .status()?;
+    if !pip.success() || !installed() {
+        bail!("pip install schemathesis=={SCHEMATHESIS} failed ({pip})");
+    }
+    Ok(st)
+}
+
+/// `$XDG_CACHE_HOME/seckill-bench`, else `~/.cache/seckill-bench`.
+fn cache_dir() -> Result<PathBuf> {
+    let base = match std::env::var_os("XDG_CACHE_HOME").filter(|d| !d.is_empty()) {
+        Some(dir) => PathBuf::from(dir),
+        None => PathBuf::from(std::env::var_os("HOME").context("HOME is not set")?).join(".cache"),
+    };
+    Ok(base.join("seckill-bench"))
 }
 
 fn apt_install(packages: &[&str]) -> Result<()> {

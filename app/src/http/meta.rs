@@ -27,7 +27,8 @@ pub async fn noop() -> axum::http::StatusCode {
 /// 200 when the database answers, else 503 `backend_unavailable`.
 #[utoipa::path(get, path = "/healthz", tag = "meta", responses(
     (status = 200, description = "The database answers", body = Health),
-    (status = 503, description = "`backend_unavailable`", body = ErrorBody)))]
+    (status = 503, description = "`backend_unavailable`", body = ErrorBody,
+        headers(("Retry-After" = u32, description = "Seconds to wait")))))]
 pub async fn healthz(State(state): State<AppState>) -> Result<Json<Health>, ApiError> {
     sqlx::query("SELECT 1").execute(&state.pool).await?;
     Ok(Json(Health {

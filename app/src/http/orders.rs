@@ -49,16 +49,17 @@ type Answer = Result<Success, ApiError>;
 #[utoipa::path(post, path = "/api/products/{id}/orders", tag = "orders",
     params(
         ("id" = i64, Path, description = "Product id (0 to 2^63 − 1)", minimum = 0),
-        ("X-Seckill-Hold-Ms" = Option<u64>, Header,
-            description = "Pause inside the critical section (only with --allow-fault-injection)")),
+        ("X-Seckill-Hold-Ms" = Option<u64>, Header, minimum = 0, maximum = 120_000,
+            description = "Milliseconds to pause inside the critical section (listed only when \
+                           the server runs with --allow-fault-injection; ignored otherwise)")),
     request_body = OrderRequest,
     responses(
         (status = 201, description = "Order created", body = OrderResponse),
         (status = 200, description = "Replay: the original order of this request_id", body = OrderResponse),
         (status = 400, description = "`bad_request`: malformed JSON, id or header", body = ErrorBody),
         (status = 404, description = "`not_found`: unknown product", body = ErrorBody),
-        (status = 409, description = "`sold_out`, or `lock_lost` (a fenced write was refused)", body = ErrorBody),
-        (status = 422, description = "`invalid_request` (quantity above the server's maximum, ids), `unknown_strategy`, or `idempotency_conflict`", body = ErrorBody),
+        (status = 409, description = "`sold_out`, `lock_lost` (a fenced write was refused), or `idempotency_conflict` (the request id was used for another purchase)", body = ErrorBody),
+        (status = 422, description = "`invalid_request` (the body breaks the schema: a missing field, an unknown one, a value out of range), or `unknown_strategy`", body = ErrorBody),
         (status = 503, description = "`busy` (retry after Retry-After) or `backend_unavailable`", body = ErrorBody,
             headers(("Retry-After" = u32, description = "Seconds to wait")))))]
 pub async fn create(

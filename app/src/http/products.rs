@@ -20,7 +20,8 @@ use axum::http::{HeaderMap, StatusCode, header};
         (status = 401, description = "`unauthorized`: missing or wrong admin token", body = ErrorBody),
         (status = 415, description = "`bad_request`: the body is not `application/json`", body = ErrorBody),
         (status = 422, description = "`invalid_request`: stock outside 0 to 1,000,000,000, or unknown fields", body = ErrorBody),
-        (status = 503, description = "`backend_unavailable`", body = ErrorBody)))]
+        (status = 503, description = "`busy` (a row lock not obtained in time) or `backend_unavailable`", body = ErrorBody,
+            headers(("Retry-After" = u32, description = "Seconds to wait")))))]
 pub async fn reset(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -49,7 +50,8 @@ pub async fn reset(
         (status = 200, body = ProductView),
         (status = 400, description = "`bad_request`: the id is not a number in range", body = ErrorBody),
         (status = 404, description = "`not_found`: unknown product", body = ErrorBody),
-        (status = 503, description = "`backend_unavailable`", body = ErrorBody)))]
+        (status = 503, description = "`backend_unavailable`", body = ErrorBody,
+            headers(("Retry-After" = u32, description = "Seconds to wait")))))]
 pub async fn show(
     State(state): State<AppState>,
     path: Result<Path<u64>, PathRejection>,

@@ -142,8 +142,11 @@ const fn locked(backend: Backend, fencing: Fencing) -> Kind {
     Kind::Locked { backend, fencing }
 }
 
+// `$name` is a `tt`, not a `literal`: a `literal` fragment reaches the derives wrapped in an
+// invisible group, which serde reads through but utoipa does not — the document then listed
+// the Rust variant names (`"Naive"`) instead of the wire names.
 macro_rules! catalogue {
-    ($($variant:ident = $name:literal, $safety:ident, $kind:expr, $description:literal;)+) => {
+    ($($variant:ident = $name:tt, $safety:ident, $kind:expr, $description:literal;)+) => {
         /// A strategy of the catalogue, by its wire name (`"conditional"`, `"redis-lock"`, …).
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord,
                  Serialize, Deserialize, utoipa::ToSchema)]
