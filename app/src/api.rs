@@ -38,7 +38,7 @@ pub struct OrderRequest {
     #[serde(deserialize_with = "integer")]
     pub quantity: i64,
     /// Client-chosen idempotency key: the same key again returns the first order, and the same
-    /// key with other parameters is refused (`422 idempotency_conflict`).
+    /// key with other parameters is refused (`409 idempotency_conflict`).
     /// 1 to 128 characters, no white space at either end (the pattern of `user_id`).
     #[schema(
         min_length = 1,
