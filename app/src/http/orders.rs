@@ -178,6 +178,11 @@ fn validate(
 /// Parses the body; a strategy name outside the catalogue is `unknown_strategy`, anything
 /// else that does not fit the schema is `bad_request` (not JSON) or `invalid_request`.
 fn parse(body: &[u8]) -> Result<OrderRequest, ApiError> {
+    // One typed pass on the hot path; the untyped one only to say what was wrong.
+    let invalid = match serde_json::from_slice::<OrderRequest>(body) {
+        Ok(request) => return Ok(request),
+        Err(e) => e,
+    };
     let value: serde_json::Value = serde_json::from_slice(body)
         .map_err(|e| ApiError::BadRequest(format!("the body is not valid JSON: {e}")))?;
     if let Some(name) = value.get("strategy").and_then(|s| s.as_str())
@@ -185,7 +190,7 @@ fn parse(body: &[u8]) -> Result<OrderRequest, ApiError> {
     {
         return Err(ApiError::UnknownStrategy(unknown.to_string()));
     }
-    serde_json::from_value(value).map_err(|e| ApiError::Invalid(format!("invalid order: {e}")))
+    Err(ApiError::Invalid(format!("invalid order: {invalid}")))
 }
 
 fn check_id(field: &str, value: &str, max: usize) -> Result<(), ApiError> {
