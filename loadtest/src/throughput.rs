@@ -41,7 +41,8 @@ pub async fn run_throughput(
     plan: &ThroughputPlan,
     on_phase: &(dyn Fn(&str) + Sync),
 ) -> Result<ThroughputResult> {
-    api.reset_product(plan.product, UNLIMITED).await?;
+    api.reset_product(plan.product, UNLIMITED, plan.strategy.home())
+        .await?;
     on_phase("closed loop");
     let buyers = Buyers::new(api, plan, "c");
     let closed = closed_loop(plan.users, Budget::Window(plan.window), move |i| {
@@ -59,7 +60,8 @@ pub async fn run_throughput(
     })
     .await;
     // Zero stock and no orders: later strategies do not pay for this one's rows.
-    api.reset_product(plan.product, 0).await?;
+    api.reset_product(plan.product, 0, plan.strategy.home())
+        .await?;
     Ok(ThroughputResult { closed, open })
 }
 

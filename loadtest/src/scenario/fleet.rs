@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::Result;
 
 use app::accounting::{Accounting, Ledger};
-use app::api::{ProductView, Strategy};
+use app::api::{Home, ProductView, Strategy};
 
 use crate::apps::{Apps, Launch};
 use crate::client::{Answer, Api, order_request};
@@ -91,9 +91,15 @@ impl Fleet {
         self.redis.url()
     }
 
-    /// Creates or resets product `id` to `stock` units (and deletes its orders).
+    /// Creates or resets product `id` to `stock` units in the product row (and deletes its
+    /// orders).
     pub async fn reset(&self, id: u64, stock: i64) -> Result<()> {
-        self.api.reset_product(id, stock).await
+        self.reset_in(id, stock, Home::Row).await
+    }
+
+    /// Creates or resets product `id` to `stock` units kept in `home` (and deletes its orders).
+    pub async fn reset_in(&self, id: u64, stock: i64, home: Home) -> Result<()> {
+        self.api.reset_product(id, stock, home).await
     }
 
     /// Product `id` as the database has it.
