@@ -11,7 +11,14 @@
 //!   read-modify-write race (two buyers read 5, both write 4).
 //! * **negative stock** = −final stock when below zero: an unguarded `stock = stock − q`.
 //! * **undersell** = units still in stock although demand exceeded supply (a strategy that
-//!   gives up too early, e.g. optimistic retries running out).
+//!   gives up too early, e.g. optimistic retries running out), plus units that left the stock
+//!   counter without an order: (S − final stock) − sold when positive. The second part is the
+//!   "less-sell" of stock kept outside the order's transaction (a Redis counter, see
+//!   [`crate::api::Home`]): a process killed between the deduction and the order insert. For
+//!   a stream strategy it is read after the stream has drained, when no accepted order is still
+//!   on its way to the database.
+//!
+//! The final stock is read from the product's home: the `stock` column, or the Redis counter.
 
 use serde::{Deserialize, Serialize};
 
@@ -24,6 +31,18 @@ pub struct Ledger {
     pub units_in_orders: i64,
     /// Number of order rows.
     pub orders: i64,
+}
+
+impl Ledger {
+    /// The ledger of a product as `GET /api/products/{id}` shows it (stock read from its home).
+    pub fn of(view: crate::api::ProductView) -> Ledger {
+        Ledger {
+            initial_stock: view.initial_stock,
+            final_stock: view.stock,
+            units_in_orders: view.sold,
+            orders: view.orders,
+        }
+    }
 }
 
 /// The correctness figures of one sale.
@@ -59,7 +78,7 @@ impl Accounting {
             oversell: (sold - initial).max(0),
             lost_updates: (sold - (initial - left)).max(0),
             negative_stock: (-left).max(0),
-            undersell: if exceeded { left.max(0) } else { 0 },
+            undersell: if exceeded { left.max(0) } else { 0 } + ((initial - left) - sold).max(0),
             demand_exceeded_supply: exceeded,
         }
     }
@@ -111,6 +130,15 @@ mod tests {
     fn an_unguarded_decrement_shows_negative_stock_without_lost_updates() {
         let a = Accounting::of(ledger(-12, 112), 500);
         assert_eq!((a.oversell, a.negative_stock, a.lost_updates), (12, 12, 0));
+    }
+
+    #[test]
+    fn units_taken_from_the_counter_without_an_order_are_undersell() {
+        // The counter went down by 100, only 97 units are in orders.
+        let a = Accounting::of(ledger(0, 97), 500);
+        assert_eq!((a.undersell, a.oversell, a.lost_updates), (3, 0, 0));
+        assert!(!a.is_incorrect());
+        assert_eq!(a.unaccounted(), -3);
     }
 
     #[test]

@@ -108,6 +108,51 @@ pub struct ProductView {
     pub sold: i64,
     /// Number of orders.
     pub orders: i64,
+    /// Units accepted and not yet placed in the database (orders waiting in the Redis Stream
+    /// of `redis-lua-stream`); taken from `stock`, not yet in `sold`.
+    #[serde(default)]
+    pub pending: i64,
+}
+
+/// State of an order in `GET /api/orders/{request_id}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum OrderState {
+    /// Accepted (`202`): its units are taken and it waits in the stream.
+    Pending,
+    /// Recorded in the database.
+    Placed,
+}
+
+/// Body of `202 Accepted` and of `GET /api/orders/{request_id}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct OrderStatus {
+    pub request_id: String,
+    pub product_id: u64,
+    pub state: OrderState,
+    /// The order, once placed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub order: Option<OrderResponse>,
+}
+
+/// Body of `POST /api/products/{id}/reconcile`: what was found and what was changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Reconciliation {
+    pub product_id: u64,
+    pub initial_stock: i64,
+    /// Units in the product's orders in the database.
+    pub ordered: i64,
+    /// Units accepted and waiting in the stream.
+    pub pending: i64,
+    /// The Redis counter as found (`null`: there was none).
+    pub counter_found: Option<i64>,
+    /// The counter now: initial − ordered − pending (at least 0).
+    pub counter_after: i64,
+    /// Whether the counter was changed.
+    pub repaired: bool,
+    /// Request ids charged by the counter with neither an order nor a waiting entry, forgotten
+    /// so that a retry of those clicks can buy.
+    pub released_requests: u64,
 }
 
 /// What `GET /api/strategies` shows about a strategy.

@@ -23,9 +23,22 @@ pub struct Config {
     )]
     pub database_url: String,
 
-    /// Redis URL for the single-instance Redis lock strategies.
+    /// Redis URL for the single-instance Redis lock strategies and Redis-held stock.
     #[arg(long, env = "REDIS_URL", hide_env_values = true)]
     pub redis_url: Option<String>,
+
+    /// Connections of the pool to `--redis-url` that keeps Redis-held stock (`redis-lua*`).
+    #[arg(long, env = "SECKILL_REDIS_POOL_SIZE", default_value_t = 64)]
+    pub redis_pool_size: usize,
+
+    /// Orders the stream consumer of `redis-lua-stream` places in one database transaction.
+    #[arg(long, env = "SECKILL_STREAM_BATCH", default_value_t = 200)]
+    pub stream_batch: usize,
+
+    /// How long a stream entry may stay read and unacknowledged by its consumer before another
+    /// consumer claims it (the first one is presumed dead), in milliseconds.
+    #[arg(long, env = "SECKILL_STREAM_CLAIM_IDLE_MS", default_value_t = 5000)]
+    pub stream_claim_idle_ms: u64,
 
     /// Independent Redis instances for Redlock (comma-separated URLs).
     #[arg(
@@ -86,8 +99,8 @@ pub struct Config {
     #[arg(long, env = "SECKILL_LOCK_LEASE_MS", default_value_t = 5000)]
     pub lock_lease_ms: u64,
 
-    /// Prefix of every lock name (`<prefix>product:<id>`), to keep several deployments or test
-    /// runs apart on one lock service.
+    /// Prefix of every lock name (`<prefix>product:<id>`) and of every key of Redis-held stock,
+    /// to keep several deployments or test runs apart on one lock service.
     #[arg(long, env = "SECKILL_LOCK_PREFIX", default_value = "")]
     pub lock_prefix: String,
 

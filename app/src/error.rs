@@ -2,6 +2,9 @@
 
 use crate::api::{ErrorBody, ErrorCode};
 use crate::db::errors::{DbFailure, classify};
+use crate::db::products::ReadError;
+use crate::redis_stock::RedisStockError;
+use crate::redis_stock::reconcile::ReconcileError;
 use crate::strategy::PurchaseError;
 use axum::Json;
 use axum::extract::rejection::{JsonRejection, PathRejection};
@@ -120,6 +123,36 @@ impl From<sqlx::Error> for ApiError {
             DbFailure::Unavailable => ApiError::Unavailable(Box::new(e)),
             DbFailure::Busy => ApiError::Busy("row lock not obtained in time".into()),
             DbFailure::Duplicate | DbFailure::Other => ApiError::Internal(Box::new(e)),
+        }
+    }
+}
+
+impl From<RedisStockError> for ApiError {
+    fn from(e: RedisStockError) -> ApiError {
+        match e.is_unavailable() {
+            true => ApiError::Unavailable(Box::new(e)),
+            false => ApiError::Internal(Box::new(e)),
+        }
+    }
+}
+
+impl From<ReadError> for ApiError {
+    fn from(e: ReadError) -> ApiError {
+        match e {
+            ReadError::Database(e) => e.into(),
+            ReadError::Redis(e) => e.into(),
+        }
+    }
+}
+
+impl From<ReconcileError> for ApiError {
+    fn from(e: ReconcileError) -> ApiError {
+        match e {
+            ReconcileError::UnknownProduct(_) => ApiError::NotFound(e.to_string()),
+            ReconcileError::NotInRedis(..) => ApiError::NotFound(e.to_string()),
+            ReconcileError::Moved => ApiError::Busy(e.to_string()),
+            ReconcileError::Redis(e) => e.into(),
+            ReconcileError::Database(e) => e.into(),
         }
     }
 }

@@ -11,6 +11,7 @@
 //! Layout: [`api`] (the wire types every client shares), [`config`] (flags and environment),
 //! [`db`] (pool, migrations, queries), [`strategy`] (the `StockStrategy` trait, one file per
 //! strategy, the catalogue and the registry), [`backends`] (the lock services),
+//! [`redis_stock`] (stock kept in Redis: counter, stream, consumer, reconciliation),
 //! [`accounting`] (what a sale really did), [`http`] (routes), [`error`] (the one mapping from
 //! failures to status codes), [`metrics`], [`openapi`].
 //!
@@ -25,6 +26,7 @@ pub mod error;
 pub mod http;
 pub mod metrics;
 pub mod openapi;
+pub mod redis_stock;
 pub mod state;
 pub mod strategy;
 
@@ -38,7 +40,9 @@ use tokio::net::TcpListener;
 
 pub use config::Config;
 use metrics::Metrics;
-pub use state::{AppState, Settings};
+use redis_stock::RedisStock;
+use redis_stock::consumer::Consumer;
+pub use state::{AppState, Background, Settings};
 use strategy::Deps;
 pub use strategy::Registry;
 
@@ -64,6 +68,7 @@ pub async fn build_with(
     customize: impl FnOnce(&mut Registry),
 ) -> Result<(Router, AppState), StartupError> {
     let pool = db::connect(config).await?;
+    let redis = RedisStock::from_config(config);
     let deps = Deps {
         pool: pool.clone(),
         lock_pool: db::lock_pool(&pool, config),
@@ -71,20 +76,31 @@ pub async fn build_with(
         lock_wait: config.lock_wait(),
         lock_prefix: config.lock_prefix.clone(),
         optimistic_retries: config.optimistic_retries,
+        redis: redis.clone(),
     };
     let locks = backends::connect_all(config, &deps).await;
     let mut registry = Registry::new(deps, locks);
     customize(&mut registry);
+    let metrics = Arc::new(Metrics::default());
+    // Every instance with Redis places orders of the stream, whichever strategies it serves.
+    let consumer = redis.clone().map(|redis| {
+        let claim_idle = Duration::from_millis(config.stream_claim_idle_ms);
+        let consumer = Consumer::new(redis, pool.clone(), config.stream_batch, claim_idle)
+            .with_metrics(metrics.clone());
+        tokio::spawn(consumer.run())
+    });
     let state = AppState {
         pool,
         registry: Arc::new(registry),
-        metrics: Arc::new(Metrics::default()),
+        metrics,
         settings: Arc::new(Settings {
             admin_token: config.admin_token.clone(),
             default_strategy: config.default_strategy,
             max_quantity: config.max_quantity,
             allow_fault_injection: config.allow_fault_injection,
         }),
+        redis,
+        background: Arc::new(Background::new(consumer.into_iter().collect())),
     };
     Ok((http::router(state.clone()), state))
 }

@@ -58,6 +58,8 @@ struct Inner {
     latency: BTreeMap<String, Histogram>,
     lock_wait: BTreeMap<String, Histogram>,
     retries: BTreeMap<String, u64>,
+    /// Entries in the order stream of `redis-lua-stream`, as last seen by the consumer.
+    stream_lag: Option<u64>,
 }
 
 /// The service's counters. Strategy names come from the registry, so label values are few and
@@ -102,6 +104,12 @@ impl Metrics {
         }
     }
 
+    /// Records the stream's lag: orders accepted and not yet placed in the database.
+    pub fn set_stream_lag(&self, entries: u64) {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        inner.stream_lag = Some(entries);
+    }
+
     /// The Prometheus text format (version 0.0.4).
     pub fn render(&self) -> String {
         let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
@@ -132,6 +140,11 @@ impl Metrics {
         out.push_str("# TYPE seckill_retries_total counter\n");
         for (strategy, n) in &inner.retries {
             let _ = writeln!(out, "seckill_retries_total{{strategy=\"{strategy}\"}} {n}");
+        }
+        if let Some(lag) = inner.stream_lag {
+            out.push_str("# HELP seckill_stream_lag_entries Orders accepted (202) and not yet placed in the database.\n");
+            out.push_str("# TYPE seckill_stream_lag_entries gauge\n");
+            let _ = writeln!(out, "seckill_stream_lag_entries {lag}");
         }
         out
     }

@@ -25,6 +25,8 @@ use crate::state::{AppState, Settings};
         products::reset,
         products::show,
         orders::create,
+        orders::status,
+        products::reconcile,
         meta::strategies,
         meta::noop,
         meta::healthz,

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use sqlx::MySqlPool;
 
 use crate::metrics::Metrics;
+use crate::redis_stock::RedisStock;
 use crate::strategy::Registry;
 
 /// Request-independent settings the handlers need.
@@ -23,4 +24,29 @@ pub struct AppState {
     pub registry: Arc<Registry>,
     pub metrics: Arc<Metrics>,
     pub settings: Arc<Settings>,
+    /// Where Redis-held stock lives, if Redis is configured.
+    pub redis: Option<RedisStock>,
+    /// Background work of this instance (the stream consumer), stopped when the last clone of
+    /// the state is dropped.
+    pub background: Arc<Background>,
+}
+
+/// Tasks that live as long as the service instance.
+#[derive(Debug, Default)]
+pub struct Background {
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Background {
+    pub fn new(tasks: Vec<tokio::task::JoinHandle<()>>) -> Background {
+        Background { tasks }
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
 }

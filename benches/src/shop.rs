@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use app::api::{OrderRequest, Strategy};
-use app::strategy::{Placed, Purchase, PurchaseError, PurchaseStats, StockStrategy};
+use app::strategy::{Purchase, PurchaseError, PurchaseStats, Purchased, StockStrategy};
 use app::{AppState, Config};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -88,7 +88,7 @@ impl Shop {
         strategy: &dyn StockStrategy,
         name: Strategy,
         product: u64,
-    ) -> Result<Placed, PurchaseError> {
+    ) -> Result<Purchased, PurchaseError> {
         let purchase = Purchase {
             product_id: product,
             user_id: "bench".into(),

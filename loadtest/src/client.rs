@@ -55,6 +55,14 @@ impl Answer {
                 },
                 Err(_) => Answer::Unexpected { status },
             },
+            // Accepted, placed later by the stream consumers (`redis-lua-stream`): counted as
+            // created, since the sale waits for the stream to drain before it reads the ledger.
+            202 => match serde_json::from_slice::<app::api::OrderStatus>(body) {
+                Ok(_) => Answer::Created {
+                    fencing_token: None,
+                },
+                Err(_) => Answer::Unexpected { status },
+            },
             _ => Answer::of_error(status, body),
         }
     }

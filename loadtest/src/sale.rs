@@ -6,8 +6,10 @@ use serde::Serialize;
 use sqlx::MySqlPool;
 
 use anyhow::Context;
-use app::accounting::Accounting;
-use app::api::Strategy;
+use std::time::{Duration, Instant};
+
+use app::accounting::{Accounting, Ledger};
+use app::api::{Home, ProductView, Strategy};
 
 use crate::client::{Answer, Api, Outcomes, order_request, retries_in_metrics};
 use crate::latency::LatencySummary;
@@ -42,7 +44,14 @@ pub struct SaleResult {
     /// Retries the app reported in `/metrics` during the sale, where it reports them.
     pub retries: Option<f64>,
     pub latency: LatencySummary,
+    /// Seconds from the end of the load until no accepted order was waiting in the stream
+    /// (stream strategies only); `None` elsewhere.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain_seconds: Option<f64>,
 }
+
+/// Longest wait for the stream to drain before the ledger is read anyway.
+const DRAIN_LIMIT: Duration = Duration::from_secs(60);
 
 /// Resets the product, runs the sale, reads the ledger.
 pub async fn run_sale(api: &Api, db: &MySqlPool, plan: &SalePlan) -> Result<SaleResult> {
@@ -58,10 +67,17 @@ pub async fn run_sale(api: &Api, db: &MySqlPool, plan: &SalePlan) -> Result<Sale
     })
     .await;
     let retries_after = retries_in_metrics(&api.metrics().await, plan.strategy);
-    let ledger = app::db::products::ledger(db, plan.product)
-        .await
-        .with_context(|| format!("reading the ledger of product {}", plan.product))?
-        .with_context(|| format!("product {} vanished during the sale", plan.product))?;
+    let (ledger, drain_seconds) = if plan.strategy.home() == Home::Redis {
+        // The counter lives in the app's Redis: read through the app, after the drain.
+        let (view, drained) = drain(api, plan.product).await?;
+        (Ledger::of(view), Some(drained.as_secs_f64()))
+    } else {
+        let ledger = app::db::products::ledger(db, None, plan.product)
+            .await
+            .with_context(|| format!("reading the ledger of product {}", plan.product))?
+            .with_context(|| format!("product {} vanished during the sale", plan.product))?;
+        (ledger, None)
+    };
     let demand_units = plan.requests as i64 * plan.quantity;
     let accounting = Accounting::of(ledger, demand_units);
     Ok(SaleResult {
@@ -74,7 +90,24 @@ pub async fn run_sale(api: &Api, db: &MySqlPool, plan: &SalePlan) -> Result<Sale
         accounting,
         retries: retries_after.map(|after| after - retries_before.unwrap_or(0.0)),
         latency: load.latency,
+        drain_seconds,
     })
+}
+
+/// Waits (at most [`DRAIN_LIMIT`]) until no accepted order of `product` waits in the stream;
+/// returns the product then and the time it took.
+async fn drain(api: &Api, product: u64) -> Result<(ProductView, Duration)> {
+    let started = Instant::now();
+    loop {
+        let view = api.product(product).await?;
+        if view.pending == 0 || started.elapsed() >= DRAIN_LIMIT {
+            if view.pending > 0 {
+                tracing::warn!(product, pending = view.pending, "the stream did not drain");
+            }
+            return Ok((view, started.elapsed()));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// Request `i` of the sale: one order from the buyer `i % U` to instance `i % K`.

@@ -57,3 +57,11 @@ pub async fn by_request_id(
     .fetch_optional(pool)
     .await
 }
+
+/// The request ids of the product's orders.
+pub async fn request_ids_of(pool: &MySqlPool, product_id: u64) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar("SELECT request_id FROM orders WHERE product_id = ?")
+        .bind(product_id)
+        .fetch_all(pool)
+        .await
+}

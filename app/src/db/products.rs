@@ -4,6 +4,16 @@ use sqlx::{MySqlConnection, MySqlPool, Row};
 
 use crate::accounting::Ledger;
 use crate::api::{Home, ProductView};
+use crate::redis_stock::{RedisStock, RedisStockError};
+
+/// Why a product could not be read from its home.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error(transparent)]
+    Database(#[from] sqlx::Error),
+    #[error(transparent)]
+    Redis(#[from] RedisStockError),
+}
 
 /// Creates the product or resets it to `stock` units kept in `home`, and deletes its orders,
 /// atomically. The row's `stock` holds the units only when the home is the row; otherwise it
@@ -52,6 +62,7 @@ pub async fn view(pool: &MySqlPool, id: u64) -> Result<Option<ProductView>, sqlx
             initial_stock: r.try_get("initial_stock")?,
             sold: r.try_get("sold")?,
             orders: r.try_get("orders")?,
+            pending: 0,
         })
     })
     .transpose()
@@ -97,16 +108,30 @@ pub async fn set_stock(conn: &mut MySqlConnection, id: u64, stock: i64) -> Resul
     Ok(())
 }
 
-/// The product's stock and its orders, as the accounting reads them after a sale, or `None` if
-/// the product does not exist.
-pub async fn ledger(pool: &MySqlPool, id: u64) -> Result<Option<Ledger>, sqlx::Error> {
-    let Some(view) = view(pool, id).await? else {
+/// [`view`], with the stock read from the product's home (the Redis counter, and the units
+/// waiting in the stream, for [`Home::Redis`]).
+pub async fn view_at_home(
+    pool: &MySqlPool,
+    redis: Option<&RedisStock>,
+    id: u64,
+) -> Result<Option<ProductView>, ReadError> {
+    let Some(mut view) = view(pool, id).await? else {
         return Ok(None);
     };
-    Ok(Some(Ledger {
-        initial_stock: view.initial_stock,
-        final_stock: view.stock,
-        units_in_orders: view.sold,
-        orders: view.orders,
-    }))
+    if view.home == Home::Redis {
+        let redis = redis.ok_or(RedisStockError::NotConfigured)?;
+        view.pending = redis.waiting_units(id).await?;
+        view.stock = redis.counter(id).await?.unwrap_or(0);
+    }
+    Ok(Some(view))
+}
+
+/// The product's stock (read from its home) and its orders, as the accounting reads them after
+/// a sale, or `None` if the product does not exist.
+pub async fn ledger(
+    pool: &MySqlPool,
+    redis: Option<&RedisStock>,
+    id: u64,
+) -> Result<Option<Ledger>, ReadError> {
+    Ok(view_at_home(pool, redis, id).await?.map(Ledger::of))
 }

@@ -21,6 +21,8 @@ pub fn router(state: AppState) -> Router {
             put(products::reset).get(products::show),
         )
         .route("/api/products/{id}/orders", post(orders::create))
+        .route("/api/products/{id}/reconcile", post(products::reconcile))
+        .route("/api/orders/{request_id}", get(orders::status))
         .route("/api/strategies", get(meta::strategies))
         .route("/api/noop", get(meta::noop))
         .route("/api/openapi.json", get(crate::openapi::serve))

@@ -7,14 +7,18 @@ use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
 
-use crate::api::{ErrorBody, MAX_REQUEST_ID, MAX_USER_ID, OrderRequest, OrderResponse, Strategy};
+use crate::api::{
+    ErrorBody, MAX_REQUEST_ID, MAX_USER_ID, OrderRequest, OrderResponse, OrderState, OrderStatus,
+    Strategy,
+};
 use crate::db::orders::{self, Order};
 use crate::error::ApiError;
 use crate::metrics::Observation;
 use crate::state::AppState;
-use crate::strategy::{Purchase, PurchaseError, PurchaseStats, StockStrategy};
+use crate::strategy::{Purchase, PurchaseError, PurchaseStats, Purchased, StockStrategy};
 
 /// Request header that makes the strategy pause inside its critical section (only when the
 /// service runs with `--allow-fault-injection`).
@@ -42,7 +46,34 @@ impl TryFrom<Order> for OrderResponse {
     }
 }
 
-type Success = (StatusCode, Json<OrderResponse>);
+/// A successful answer to a purchase.
+#[derive(Debug)]
+pub enum Success {
+    /// `201`: the order is recorded.
+    Created(OrderResponse),
+    /// `200`: the original order of this request id.
+    Replayed(OrderResponse),
+    /// `202`: the units are taken and the order is queued; `Location` tells where to ask.
+    Accepted(OrderStatus),
+}
+
+impl IntoResponse for Success {
+    fn into_response(self) -> Response {
+        match self {
+            Success::Created(order) => (StatusCode::CREATED, Json(order)).into_response(),
+            Success::Replayed(order) => (StatusCode::OK, Json(order)).into_response(),
+            Success::Accepted(status) => {
+                let location = format!("/api/orders/{}", encode_segment(&status.request_id));
+                let mut response = (StatusCode::ACCEPTED, Json(status)).into_response();
+                if let Ok(value) = HeaderValue::from_str(&location) {
+                    response.headers_mut().insert(header::LOCATION, value);
+                }
+                response
+            }
+        }
+    }
+}
+
 type Answer = Result<Success, ApiError>;
 
 /// Buys `quantity` units through a strategy; idempotent per `request_id`.
@@ -56,6 +87,8 @@ type Answer = Result<Success, ApiError>;
     responses(
         (status = 201, description = "Order created", body = OrderResponse),
         (status = 200, description = "Replay: the original order of this request_id", body = OrderResponse),
+        (status = 202, description = "Accepted, not yet placed (`redis-lua-stream`): the units are taken and the order is queued; `GET` the `Location` for its state", body = OrderStatus,
+            headers(("Location" = String, description = "`/api/orders/{request_id}`"))),
         (status = 400, description = "`bad_request`: malformed JSON, id or header", body = ErrorBody),
         (status = 404, description = "`not_found`: unknown product", body = ErrorBody),
         (status = 409, description = "`sold_out`, `lock_lost` (a fenced write was refused), or `idempotency_conflict` (the request id was used for another purchase)", body = ErrorBody),
@@ -74,8 +107,9 @@ pub async fn create(
     let started = Instant::now();
     let answer = run(&state, &strategy, &purchase).await;
     let outcome = match &answer {
-        Ok((StatusCode::CREATED, _)) => "created",
-        Ok(_) => "replayed",
+        Ok(Success::Created(_)) => "created",
+        Ok(Success::Replayed(_)) => "replayed",
+        Ok(Success::Accepted(_)) => "accepted",
         Err(e) => e.code().name(),
     };
     state.metrics.observe(Observation {
@@ -90,18 +124,21 @@ pub async fn create(
 
 async fn run(state: &AppState, strategy: &Arc<dyn StockStrategy>, purchase: &Purchase) -> Answer {
     match strategy.purchase(purchase).await {
-        Ok(placed) => Ok((
-            StatusCode::CREATED,
-            Json(OrderResponse {
-                order_id: placed.order_id,
-                product_id: purchase.product_id,
-                user_id: purchase.user_id.clone(),
-                quantity: purchase.quantity,
-                strategy: purchase.strategy,
-                request_id: purchase.request_id.clone(),
-                fencing_token: placed.fencing_token,
-            }),
-        )),
+        Ok(Purchased::Placed(placed)) => Ok(Success::Created(OrderResponse {
+            order_id: placed.order_id,
+            product_id: purchase.product_id,
+            user_id: purchase.user_id.clone(),
+            quantity: purchase.quantity,
+            strategy: purchase.strategy,
+            request_id: purchase.request_id.clone(),
+            fencing_token: placed.fencing_token,
+        })),
+        Ok(Purchased::Accepted) => Ok(Success::Accepted(OrderStatus {
+            request_id: purchase.request_id.clone(),
+            product_id: purchase.product_id,
+            state: OrderState::Pending,
+            order: None,
+        })),
         Err(PurchaseError::Duplicate) => replay(state, purchase).await?.ok_or_else(|| {
             ApiError::Internal(
                 "duplicate request id, but its order is gone (product reset meanwhile?)".into(),
@@ -139,7 +176,72 @@ async fn replay(state: &AppState, purchase: &Purchase) -> Result<Option<Success>
             original.strategy
         )));
     }
-    Ok(Some((StatusCode::OK, Json(original.try_into()?))))
+    Ok(Some(Success::Replayed(original.try_into()?)))
+}
+
+/// Whether the order of a request id is placed or still waiting in the stream.
+#[utoipa::path(get, path = "/api/orders/{request_id}", tag = "orders",
+    params(("request_id" = String, Path, description = "The request id of the purchase")),
+    responses(
+        (status = 200, description = "`pending` (accepted, not yet in the database) or `placed` (with the order)", body = OrderStatus),
+        (status = 404, description = "`not_found`: no order and nothing waiting under this request id", body = ErrorBody),
+        (status = 503, description = "`backend_unavailable`", body = ErrorBody,
+            headers(("Retry-After" = u32, description = "Seconds to wait")))))]
+pub async fn status(
+    State(state): State<AppState>,
+    Path(request_id): Path<String>,
+) -> Result<Json<OrderStatus>, ApiError> {
+    if let Some(order) = orders::by_request_id(&state.pool, &request_id).await? {
+        let order: OrderResponse = order.try_into()?;
+        return Ok(Json(OrderStatus {
+            request_id,
+            product_id: order.product_id,
+            state: OrderState::Placed,
+            order: Some(order),
+        }));
+    }
+    let waiting = match &state.redis {
+        Some(redis) => redis.waiting_product(&request_id).await?,
+        None => None,
+    };
+    // Placed between the two reads: the order is there now.
+    let Some(product_id) = waiting else {
+        return match orders::by_request_id(&state.pool, &request_id).await? {
+            Some(order) => {
+                let order: OrderResponse = order.try_into()?;
+                Ok(Json(OrderStatus {
+                    request_id,
+                    product_id: order.product_id,
+                    state: OrderState::Placed,
+                    order: Some(order),
+                }))
+            }
+            None => Err(ApiError::NotFound(format!(
+                "no order and nothing waiting under request id `{request_id}`"
+            ))),
+        };
+    };
+    Ok(Json(OrderStatus {
+        request_id,
+        product_id,
+        state: OrderState::Pending,
+        order: None,
+    }))
+}
+
+/// `value` as one URL path segment: unreserved characters as they are, every other byte
+/// percent-encoded.
+fn encode_segment(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for byte in value.bytes() {
+        match byte {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                out.push(byte as char)
+            }
+            _ => out.push_str(&format!("%{byte:02X}")),
+        }
+    }
+    out
 }
 
 fn validate(

@@ -1,15 +1,18 @@
 //! `PUT /api/products/{id}` (admin: create or reset) and `GET /api/products/{id}`.
 
-use crate::api::{ErrorBody, MAX_STOCK, ProductView, ResetProduct};
+use crate::api::{ErrorBody, Home, MAX_STOCK, ProductView, Reconciliation, ResetProduct};
 use crate::db::products;
 use crate::error::ApiError;
+use crate::redis_stock::{RedisStockError, reconcile};
 use crate::state::AppState;
 use axum::Json;
 use axum::extract::rejection::{JsonRejection, PathRejection};
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 
-/// Creates the product or resets it to `stock` units and deletes its orders (admin).
+/// Creates the product or resets it to `stock` units kept in `home` and deletes its orders
+/// (admin). For `redis`, the Redis counter is set (and its request-id records and waiting stream
+/// entries forgotten); for any other home, the counter is deleted.
 #[utoipa::path(put, path = "/api/products/{id}", tag = "products",
     params(("id" = i64, Path, description = "Product id (0 to 2^63 − 1)", minimum = 0)),
     request_body = ResetProduct,
@@ -37,7 +40,14 @@ pub async fn reset(
         )));
     }
     products::reset(&state.pool, id, body.stock, body.home).await?;
-    let view = products::view(&state.pool, id)
+    // The stock's one home: the counter holds it for `redis`, and no counter is left otherwise.
+    match (&state.redis, body.home) {
+        (Some(redis), Home::Redis) => redis.seed(id, body.stock).await?,
+        (None, Home::Redis) => return Err(RedisStockError::NotConfigured.into()),
+        (Some(redis), Home::Row) => redis.remove(id).await?,
+        (None, Home::Row) => {}
+    }
+    let view = products::view_at_home(&state.pool, state.redis.as_ref(), id)
         .await?
         .ok_or_else(|| ApiError::Internal("product vanished right after its reset".into()))?;
     Ok((StatusCode::OK, Json(view)))
@@ -57,10 +67,37 @@ pub async fn show(
     path: Result<Path<u64>, PathRejection>,
 ) -> Result<Json<ProductView>, ApiError> {
     let id = super::product_id(path)?;
-    products::view(&state.pool, id)
+    products::view_at_home(&state.pool, state.redis.as_ref(), id)
         .await?
         .map(Json)
         .ok_or_else(|| ApiError::NotFound(format!("no product {id}")))
+}
+
+/// Compares the product's Redis counter with its orders and waiting entries, and repairs the
+/// counter (admin).
+#[utoipa::path(post, path = "/api/products/{id}/reconcile", tag = "products",
+    params(("id" = i64, Path, description = "Product id (0 to 2^63 − 1)", minimum = 0)),
+    security(("admin_token" = [])),
+    responses(
+        (status = 200, description = "What was found and what was changed", body = Reconciliation),
+        (status = 400, description = "`bad_request`: the id is not a number in range", body = ErrorBody),
+        (status = 401, description = "`unauthorized`: missing or wrong admin token", body = ErrorBody),
+        (status = 404, description = "`not_found`: unknown product, or its stock is not kept in Redis", body = ErrorBody),
+        (status = 503, description = "`busy` (the counter moved meanwhile) or `backend_unavailable`", body = ErrorBody,
+            headers(("Retry-After" = u32, description = "Seconds to wait")))))]
+pub async fn reconcile(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    path: Result<Path<u64>, PathRejection>,
+) -> Result<Json<Reconciliation>, ApiError> {
+    authorize(&state, &headers)?;
+    let id = super::product_id(path)?;
+    let redis = state.redis.as_ref().ok_or(RedisStockError::NotConfigured)?;
+    let found = reconcile::reconcile(&state.pool, redis, id).await?;
+    if found.repaired || found.released_requests > 0 {
+        tracing::warn!(?found, "reconciled a Redis stock counter");
+    }
+    Ok(Json(found))
 }
 
 /// With an admin token configured, requires `Authorization: Bearer <token>`.

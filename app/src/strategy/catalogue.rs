@@ -19,7 +19,8 @@ use locks::Backend;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    Deps, StockStrategy, conditional, local_mutex, naive, optimistic, pessimistic, unchecked,
+    Deps, StockStrategy, conditional, local_mutex, naive, optimistic, pessimistic, redis_lua,
+    redis_lua_stream, unchecked,
 };
 
 /// How far a strategy keeps `sold ≤ initial stock` under concurrency, across instances.
@@ -111,12 +112,15 @@ pub enum Home {
     /// The `stock` column of the product's row in MariaDB, written in the order's transaction.
     #[default]
     Row,
+    /// A counter in Redis (`--redis-url`), taken by a Lua script; the row keeps `stock = 0`.
+    Redis,
 }
 
 impl Home {
     pub fn name(self) -> &'static str {
         match self {
             Home::Row => "row",
+            Home::Redis => "redis",
         }
     }
 }
@@ -133,6 +137,7 @@ impl FromStr for Home {
     fn from_str(name: &str) -> Result<Home, String> {
         match name {
             "row" => Ok(Home::Row),
+            "redis" => Ok(Home::Redis),
             other => Err(format!("unknown stock home `{other}`")),
         }
     }
@@ -183,7 +188,6 @@ const fn own(service: Service, build: fn(&Deps) -> Arc<dyn StockStrategy>) -> Ki
 }
 
 /// A strategy of its own whose stock lives in `home`.
-#[allow(dead_code)] // until the first strategy of another home lands
 const fn own_in(service: Service, home: Home, build: fn(&Deps) -> Arc<dyn StockStrategy>) -> Kind {
     Kind::Own {
         service,
@@ -234,7 +238,7 @@ macro_rules! catalogue {
 }
 
 use Fencing::{Off, On};
-use Service::{Mariadb, Process};
+use Service::{Mariadb, Process, Redis};
 
 #[rustfmt::skip]
 catalogue! {
@@ -260,6 +264,8 @@ catalogue! {
     ZookeeperFenced = "zookeeper-fenced", Safe, locked(Backend::ZooKeeper, On), "`zookeeper` with the stock write fenced by the lock node's czxid";
     Etcd = "etcd", WhileLeasesHold, locked(Backend::Etcd, Off), "lease-bound keys, ownership by lowest create revision, watch on the predecessor";
     EtcdFenced = "etcd-fenced", Safe, locked(Backend::Etcd, On), "`etcd` with the stock write fenced by the key's create revision";
+    RedisLua = "redis-lua", Safe, own_in(Redis, Home::Redis, redis_lua::build), "stock counter in Redis: one Lua script checks, decrements and records the request id; then the order insert, given back if it fails";
+    RedisLuaStream = "redis-lua-stream", Safe, own_in(Redis, Home::Redis, redis_lua_stream::build), "`redis-lua` that appends the order to a Redis Stream in the same script and answers 202; consumers place the orders in batches";
 }
 
 impl Strategy {

@@ -15,7 +15,7 @@ use futures::future::BoxFuture;
 use sqlx::MySqlPool;
 
 use super::outcome::place;
-use super::{Deps, Placed, Purchase, PurchaseError, StockStrategy};
+use super::{Deps, Purchase, PurchaseError, Purchased, StockStrategy};
 use crate::db::products;
 
 pub struct Conditional {
@@ -32,7 +32,7 @@ impl StockStrategy for Conditional {
     fn purchase<'a>(
         &'a self,
         purchase: &'a Purchase,
-    ) -> BoxFuture<'a, Result<Placed, PurchaseError>> {
+    ) -> BoxFuture<'a, Result<Purchased, PurchaseError>> {
         Box::pin(async move {
             let mut tx = self.pool.begin().await?;
             let done = sqlx::query(
@@ -54,7 +54,7 @@ impl StockStrategy for Conditional {
             }
             // The row lock is held from here to the commit: this is the critical section.
             purchase.hold().await;
-            place(tx, purchase, None).await
+            place(tx, purchase, None).await.map(Purchased::from)
         })
     }
 }

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use futures::future::BoxFuture;
 use sqlx::MySqlPool;
 
-use super::{Deps, Placed, Purchase, PurchaseError, StockStrategy, naive};
+use super::{Deps, Purchase, PurchaseError, Purchased, StockStrategy, naive};
 
 pub struct LocalMutex {
     pool: MySqlPool,
@@ -73,14 +73,16 @@ impl StockStrategy for LocalMutex {
     fn purchase<'a>(
         &'a self,
         purchase: &'a Purchase,
-    ) -> BoxFuture<'a, Result<Placed, PurchaseError>> {
+    ) -> BoxFuture<'a, Result<Purchased, PurchaseError>> {
         Box::pin(async move {
             let in_flight = self.mutex_for(purchase.product_id);
             let mutex = Arc::clone(in_flight.mutex.as_ref().expect("set until dropped"));
             let started = std::time::Instant::now();
             let _held = mutex.lock().await;
             purchase.stats.set_lock_wait(started.elapsed());
-            naive::read_compute_write(&self.pool, purchase).await
+            naive::read_compute_write(&self.pool, purchase)
+                .await
+                .map(Purchased::from)
         })
     }
 }

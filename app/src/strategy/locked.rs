@@ -49,7 +49,7 @@ use sqlx::MySqlPool;
 
 use super::held_lock::HeldLock;
 use super::outcome::{decide, place_in_doubt};
-use super::{Deps, Fencing, Placed, Purchase, PurchaseError, StockStrategy};
+use super::{Deps, Fencing, Placed, Purchase, PurchaseError, Purchased, StockStrategy};
 use crate::db::products;
 
 pub struct Locked {
@@ -156,7 +156,7 @@ impl StockStrategy for Locked {
     fn purchase<'a>(
         &'a self,
         purchase: &'a Purchase,
-    ) -> BoxFuture<'a, Result<Placed, PurchaseError>> {
+    ) -> BoxFuture<'a, Result<Purchased, PurchaseError>> {
         Box::pin(async move {
             let Some(lock) = &self.lock else {
                 return Err(PurchaseError::Unavailable(
@@ -180,7 +180,7 @@ impl StockStrategy for Locked {
             let held = HeldLock::new(guard, self.options.lease);
             let outcome = self.critical_section(purchase, token, &held.in_doubt).await;
             held.finish().await;
-            outcome
+            outcome.map(Purchased::from)
         })
     }
 }

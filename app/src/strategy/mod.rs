@@ -19,6 +19,8 @@ pub mod naive;
 pub mod optimistic;
 mod outcome;
 pub mod pessimistic;
+pub mod redis_lua;
+pub mod redis_lua_stream;
 pub mod unchecked;
 
 use std::collections::BTreeMap;
@@ -34,6 +36,7 @@ pub use catalogue::{Fencing, Home, Kind, Safety, Service, Strategy};
 
 use crate::db::errors::{DbFailure, classify};
 use crate::db::orders::NewOrder;
+use crate::redis_stock::RedisStock;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -41,11 +44,21 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 ///
 /// # Contract
 ///
-/// * **Success** (`Ok(Placed)`) means: `purchase.quantity` units were taken from the product's
+/// * **Success** (`Ok(Purchased::Placed)`, answered `201`) means: `purchase.quantity` units were taken from the product's
 ///   stock and exactly one order row with `purchase.request_id` was inserted, *in one
 ///   transaction* — both are visible to every later reader, or neither is. Whether two
 ///   concurrent successes can both have taken "the last unit" is exactly what separates the
-///   safe strategies from the unsafe ones; [`Safety`] says which is which.
+///   safe strategies from the unsafe ones; [`Safety`] says which is which. Where the stock
+///   lives outside the order's transaction ([`Home::Redis`]), "one transaction" becomes "one
+///   decision and a compensation": the units were taken from the counter and the order row is
+///   committed; had the insert failed, the units would have been given back before answering.
+/// * **Acceptance** (`Ok(Purchased::Accepted)`, answered `202` with the order's status URL)
+///   means: the units were taken and the order was durably queued, in one atomic step; it is
+///   placed in the database later, exactly once (by request id), by a consumer. Until then
+///   `GET /api/orders/{request_id}` says `pending`, afterwards `placed`.
+/// * **Accounting.** The sale's truth is the database plus the stock's home: units in orders
+///   are sold; units taken from the home without an order (and not waiting in the stream) are
+///   undersell; orders beyond the initial stock are oversell (see [`crate::accounting`]).
 /// * **Failure** leaves the stock and the orders as they were: [`PurchaseError::SoldOut`] and
 ///   [`PurchaseError::UnknownProduct`] are answers, [`PurchaseError::Busy`] means "not within
 ///   the wait budget, try again", [`PurchaseError::Unavailable`] means a backend could not be
@@ -67,7 +80,22 @@ pub trait StockStrategy: Send + Sync {
     fn purchase<'a>(
         &'a self,
         purchase: &'a Purchase,
-    ) -> BoxFuture<'a, Result<Placed, PurchaseError>>;
+    ) -> BoxFuture<'a, Result<Purchased, PurchaseError>>;
+}
+
+/// What a successful purchase did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Purchased {
+    /// The order is recorded (`201`).
+    Placed(Placed),
+    /// The units are taken and the order is queued; it is recorded later (`202`).
+    Accepted,
+}
+
+impl From<Placed> for Purchased {
+    fn from(placed: Placed) -> Purchased {
+        Purchased::Placed(placed)
+    }
 }
 
 /// One purchase as a strategy sees it (already validated).
@@ -188,6 +216,8 @@ pub struct Deps {
     /// Prepended to every lock name.
     pub lock_prefix: String,
     pub optimistic_retries: u32,
+    /// Where Redis-held stock lives, if Redis is configured.
+    pub redis: Option<RedisStock>,
 }
 
 /// The lock of each lock backend, as connected at start-up: `None` where the backend is not

@@ -14,7 +14,7 @@ use futures::future::BoxFuture;
 use sqlx::MySqlPool;
 
 use super::outcome::{decide, place};
-use super::{Deps, Placed, Purchase, PurchaseError, StockStrategy};
+use super::{Deps, Placed, Purchase, PurchaseError, Purchased, StockStrategy};
 use crate::db::products;
 
 pub struct Naive {
@@ -31,8 +31,12 @@ impl StockStrategy for Naive {
     fn purchase<'a>(
         &'a self,
         purchase: &'a Purchase,
-    ) -> BoxFuture<'a, Result<Placed, PurchaseError>> {
-        Box::pin(read_compute_write(&self.pool, purchase))
+    ) -> BoxFuture<'a, Result<Purchased, PurchaseError>> {
+        Box::pin(async move {
+            read_compute_write(&self.pool, purchase)
+                .await
+                .map(Purchased::from)
+        })
     }
 }
 

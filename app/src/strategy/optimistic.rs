@@ -22,7 +22,7 @@ use rand::Rng;
 use sqlx::MySqlPool;
 
 use super::outcome::{decide, place};
-use super::{Deps, Placed, Purchase, PurchaseError, StockStrategy};
+use super::{Deps, Placed, Purchase, PurchaseError, Purchased, StockStrategy};
 use crate::db::products;
 
 pub struct Optimistic {
@@ -66,7 +66,7 @@ impl StockStrategy for Optimistic {
     fn purchase<'a>(
         &'a self,
         purchase: &'a Purchase,
-    ) -> BoxFuture<'a, Result<Placed, PurchaseError>> {
+    ) -> BoxFuture<'a, Result<Purchased, PurchaseError>> {
         Box::pin(async move {
             for round in 0..self.attempts {
                 if round > 0 {
@@ -74,7 +74,7 @@ impl StockStrategy for Optimistic {
                     tokio::time::sleep(backoff(round)).await;
                 }
                 if let Some(placed) = self.attempt(purchase).await? {
-                    return Ok(placed);
+                    return Ok(placed.into());
                 }
             }
             Err(PurchaseError::Busy(format!(

@@ -15,7 +15,7 @@ use futures::future::BoxFuture;
 use sqlx::MySqlPool;
 
 use super::outcome::{decide, place};
-use super::{Deps, Placed, Purchase, PurchaseError, StockStrategy};
+use super::{Deps, Purchase, PurchaseError, Purchased, StockStrategy};
 use crate::db::products;
 
 /// What a buyer does when another holds the row lock.
@@ -52,7 +52,7 @@ impl StockStrategy for Pessimistic {
     fn purchase<'a>(
         &'a self,
         purchase: &'a Purchase,
-    ) -> BoxFuture<'a, Result<Placed, PurchaseError>> {
+    ) -> BoxFuture<'a, Result<Purchased, PurchaseError>> {
         Box::pin(async move {
             let sql = match self.on_locked {
                 OnLocked::Wait => "SELECT stock FROM products WHERE id = ? FOR UPDATE",
@@ -66,7 +66,7 @@ impl StockStrategy for Pessimistic {
             let left = decide(stock, purchase)?;
             purchase.hold().await;
             products::set_stock(&mut tx, purchase.product_id, left).await?;
-            place(tx, purchase, None).await
+            place(tx, purchase, None).await.map(Purchased::from)
         })
     }
 }

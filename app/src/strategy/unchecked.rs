@@ -13,7 +13,7 @@ use futures::future::BoxFuture;
 use sqlx::MySqlPool;
 
 use super::outcome::{decide, place};
-use super::{Deps, Placed, Purchase, PurchaseError, StockStrategy};
+use super::{Deps, Purchase, PurchaseError, Purchased, StockStrategy};
 use crate::db::products;
 
 pub struct Unchecked {
@@ -30,7 +30,7 @@ impl StockStrategy for Unchecked {
     fn purchase<'a>(
         &'a self,
         purchase: &'a Purchase,
-    ) -> BoxFuture<'a, Result<Placed, PurchaseError>> {
+    ) -> BoxFuture<'a, Result<Purchased, PurchaseError>> {
         Box::pin(async move {
             let mut conn = self.pool.acquire().await?;
             decide(
@@ -48,7 +48,7 @@ impl StockStrategy for Unchecked {
             .bind(purchase.product_id)
             .execute(&mut *tx)
             .await?;
-            place(tx, purchase, None).await
+            place(tx, purchase, None).await.map(Purchased::from)
         })
     }
 }

@@ -140,6 +140,7 @@ mod tests {
             acknowledged_minus_orders: 0,
             retries: None,
             latency: Latencies::default().summary(),
+            drain_seconds: None,
         };
         let throughput = ThroughputResult {
             closed: load(Loop::Closed, 400),

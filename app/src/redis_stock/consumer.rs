@@ -1,0 +1,209 @@
+//! The stream consumer of `redis-lua-stream`: moves accepted orders from the Redis Stream into
+//! the database, exactly once each.
+//!
+//! Every instance runs one consumer, all in one consumer group, so each entry is delivered to
+//! one of them. A consumer reads a batch (`XREADGROUP`), inserts its orders in one statement
+//! that ignores request ids already present, commits, and only then acknowledges and deletes
+//! the entries (one script). A consumer that dies between the read and the acknowledgement
+//! leaves its entries pending in the group; every consumer periodically claims entries idle
+//! longer than the claim time (`XAUTOCLAIM`) and places them. If the dead one had committed,
+//! the second insert finds the request ids and adds nothing: at-least-once delivery plus an
+//! idempotent write is exactly-once in the database.
+//!
+//! Because entries are deleted once placed, the stream's length is the lag: orders accepted and
+//! not yet in the database (`seckill_stream_lag_entries`).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use deadpool_redis::redis::{self, streams};
+use sqlx::{MySqlPool, QueryBuilder};
+
+use super::scripts::PLACED;
+use super::{GROUP, RedisStock, RedisStockError, StreamOrder};
+use crate::metrics::Metrics;
+
+/// How long one read waits for new entries (well under the Redis operation timeout).
+const BLOCK_MS: u64 = 500;
+/// Pause after a failed round before the next.
+const BACKOFF: Duration = Duration::from_millis(200);
+
+/// Why a round failed (it is retried).
+#[derive(Debug, thiserror::Error)]
+pub enum ConsumerError {
+    #[error(transparent)]
+    Redis(#[from] RedisStockError),
+    #[error("database: {0}")]
+    Database(#[from] sqlx::Error),
+}
+
+/// One consumer of the group.
+pub struct Consumer {
+    redis: RedisStock,
+    pool: MySqlPool,
+    name: String,
+    batch: usize,
+    claim_idle: Duration,
+    last_claim: Option<Instant>,
+    metrics: Option<Arc<Metrics>>,
+}
+
+impl Consumer {
+    /// A consumer with a unique name, placing up to `batch` orders per transaction, claiming
+    /// entries idle longer than `claim_idle`.
+    pub fn new(redis: RedisStock, pool: MySqlPool, batch: usize, claim_idle: Duration) -> Consumer {
+        Consumer {
+            redis,
+            pool,
+            name: format!("consumer-{}", uuid::Uuid::new_v4().simple()),
+            batch: batch.max(1),
+            claim_idle,
+            last_claim: None,
+            metrics: None,
+        }
+    }
+
+    /// Reports the stream's lag to `metrics` after each round.
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Consumer {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// Runs until the task is dropped, retrying failed rounds.
+    pub async fn run(mut self) {
+        loop {
+            if let Err(e) = self.round().await {
+                tracing::warn!(consumer = %self.name, error = %e, "stream round failed; retrying");
+                tokio::time::sleep(BACKOFF).await;
+            }
+        }
+    }
+
+    /// One round: claims entries left by dead consumers (at most every half claim time), reads
+    /// new ones, places them, and reports the lag. Returns the orders placed.
+    pub async fn round(&mut self) -> Result<usize, ConsumerError> {
+        self.redis.ensure_group().await?;
+        let mut placed = 0;
+        let claim_due = self
+            .last_claim
+            .is_none_or(|at| at.elapsed() >= self.claim_idle / 2);
+        if claim_due {
+            self.last_claim = Some(Instant::now());
+            let claimed = self.claim().await?;
+            placed += self.place(&claimed).await?;
+        }
+        let read = self.read(Some(BLOCK_MS)).await?;
+        placed += self.place(&read).await?;
+        if let Some(metrics) = &self.metrics {
+            metrics.set_stream_lag(self.redis.stream_len().await?);
+        }
+        Ok(placed)
+    }
+
+    /// Reads up to a batch of new entries for this consumer (they stay pending, owned by it,
+    /// until [`Consumer::place`] acknowledges them), waiting up to `block_ms` for the first.
+    pub async fn read(&self, block_ms: Option<u64>) -> Result<Vec<StreamOrder>, ConsumerError> {
+        let keys = self.redis.keys();
+        let mut cmd = redis::cmd("XREADGROUP");
+        cmd.arg("GROUP")
+            .arg(GROUP)
+            .arg(&self.name)
+            .arg("COUNT")
+            .arg(self.batch);
+        if let Some(ms) = block_ms {
+            cmd.arg("BLOCK").arg(ms);
+        }
+        cmd.arg("STREAMS").arg(keys.stream()).arg(">");
+        let reply: Option<streams::StreamReadReply> = self.redis.query(&cmd).await?;
+        let entries = reply
+            .into_iter()
+            .flat_map(|r| r.keys)
+            .flat_map(|k| k.ids)
+            .collect::<Vec<_>>();
+        self.parse(&entries).await
+    }
+
+    /// Takes over up to a batch of entries that another consumer read and has not acknowledged
+    /// for longer than the claim time.
+    pub async fn claim(&self) -> Result<Vec<StreamOrder>, ConsumerError> {
+        let keys = self.redis.keys();
+        let idle = u64::try_from(self.claim_idle.as_millis()).unwrap_or(u64::MAX);
+        let reply: streams::StreamAutoClaimReply = self
+            .redis
+            .query(
+                redis::cmd("XAUTOCLAIM")
+                    .arg(keys.stream())
+                    .arg(GROUP)
+                    .arg(&self.name)
+                    .arg(idle)
+                    .arg("0-0")
+                    .arg("COUNT")
+                    .arg(self.batch),
+            )
+            .await?;
+        if !reply.claimed.is_empty() {
+            tracing::info!(consumer = %self.name, entries = reply.claimed.len(),
+                "claimed stream entries left unacknowledged by another consumer");
+        }
+        self.parse(&reply.claimed).await
+    }
+
+    /// Inserts the orders (request ids already present are left as they are), commits, then
+    /// acknowledges and deletes their entries. Returns the number of orders given.
+    pub async fn place(&self, orders: &[StreamOrder]) -> Result<usize, ConsumerError> {
+        if orders.is_empty() {
+            return Ok(0);
+        }
+        let mut insert = QueryBuilder::new(
+            "INSERT INTO orders (product_id, user_id, quantity, strategy, request_id) ",
+        );
+        insert.push_values(orders, |mut row, o| {
+            row.push_bind(o.product_id)
+                .push_bind(&o.user_id)
+                .push_bind(o.quantity)
+                .push_bind(&o.strategy)
+                .push_bind(&o.request_id);
+        });
+        // Only a duplicate request id is ignored; any other error fails the whole batch.
+        insert.push(" ON DUPLICATE KEY UPDATE request_id = request_id");
+        insert.build().execute(&self.pool).await?;
+        self.acknowledge(orders.iter().map(|o| (&*o.entry_id, &*o.request_id)))
+            .await?;
+        Ok(orders.len())
+    }
+
+    async fn acknowledge<'a>(
+        &self,
+        entries: impl Iterator<Item = (&'a str, &'a str)>,
+    ) -> Result<(), RedisStockError> {
+        let keys = self.redis.keys();
+        let mut placed = PLACED.prepare_invoke();
+        placed.key(keys.stream()).key(keys.pending()).arg(GROUP);
+        for (entry_id, request_id) in entries {
+            placed.arg(entry_id).arg(request_id);
+        }
+        self.redis.invoke::<i64>(&placed).await?;
+        Ok(())
+    }
+
+    /// The orders of `entries`; a malformed entry (nothing of ours writes one) is logged and
+    /// dropped, so it cannot block the stream.
+    async fn parse(
+        &self,
+        entries: &[streams::StreamId],
+    ) -> Result<Vec<StreamOrder>, ConsumerError> {
+        let mut orders = Vec::with_capacity(entries.len());
+        for entry in entries {
+            match StreamOrder::parse(entry) {
+                Ok(order) => orders.push(order),
+                Err(e) => {
+                    tracing::error!(error = %e, "dropping a malformed stream entry");
+                    let request_id = entry.get::<String>("request_id").unwrap_or_default();
+                    self.acknowledge(std::iter::once((&*entry.id, &*request_id)))
+                        .await?;
+                }
+            }
+        }
+        Ok(orders)
+    }
+}

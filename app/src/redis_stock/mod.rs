@@ -1,0 +1,318 @@
+//! Stock kept in Redis ([`Home::Redis`](crate::api::Home::Redis)): the counter, the record of
+//! charged request ids, the stream of accepted orders, and what the service does with them
+//! besides selling (seeding on reset, reading for `GET`, draining, reconciling).
+//!
+//! A product whose home is Redis has a counter key; its database row keeps `stock = 0`, so the
+//! row strategies find it sold out. A product of any other home has no counter, so the Redis
+//! strategies find it sold out: a unit can only be sold from its one home.
+//!
+//! Every key starts with the instance's key prefix (`--lock-prefix`), so deployments and test
+//! runs sharing one Redis stay apart. Every operation is bounded by a timeout: a Redis that
+//! does not answer is `backend_unavailable`, never a guess.
+
+pub mod consumer;
+pub mod reconcile;
+pub(crate) mod scripts;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use deadpool_redis::redis::{self, Cmd, FromRedisValue, ScriptInvocation};
+use deadpool_redis::{Pool, PoolConfig, Runtime, Timeouts};
+
+use crate::config::Config;
+
+/// How long one Redis operation may take before it counts as a failure.
+const TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The consumer group that places the stream's orders in the database.
+pub const GROUP: &str = "placers";
+
+/// Why a Redis operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RedisStockError {
+    #[error("redis: {0}")]
+    Redis(#[from] redis::RedisError),
+    #[error("no redis connection: {0}")]
+    Pool(#[from] deadpool_redis::PoolError),
+    #[error("redis did not answer within {0:?}")]
+    Timeout(Duration),
+    #[error("redis is not configured (--redis-url)")]
+    NotConfigured,
+    #[error("malformed stream entry {0}")]
+    Malformed(String),
+}
+
+impl RedisStockError {
+    /// Whether Redis could not be reached (as opposed to a bug: a script error, a bad entry).
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            RedisStockError::Redis(e) => {
+                e.is_io_error()
+                    || e.is_connection_dropped()
+                    || e.is_connection_refusal()
+                    || e.is_timeout()
+            }
+            RedisStockError::Pool(_)
+            | RedisStockError::Timeout(_)
+            | RedisStockError::NotConfigured => true,
+            RedisStockError::Malformed(_) => false,
+        }
+    }
+}
+
+/// The names of the keys, all under one prefix.
+#[derive(Debug, Clone)]
+pub struct Keys {
+    prefix: String,
+}
+
+impl Keys {
+    pub fn new(prefix: &str) -> Keys {
+        Keys {
+            prefix: prefix.to_string(),
+        }
+    }
+
+    /// The product's live stock counter.
+    pub fn stock(&self, product: u64) -> String {
+        format!("{}stock:{product}", self.prefix)
+    }
+
+    /// The request ids the product's counter has charged (hash: request id → quantity).
+    pub fn requests(&self, product: u64) -> String {
+        format!("{}stock:{product}:requests", self.prefix)
+    }
+
+    /// Orders accepted and not yet placed in the database, all products.
+    pub fn stream(&self) -> String {
+        format!("{}orders:stream", self.prefix)
+    }
+
+    /// Request id → product id of every entry in the stream.
+    pub fn pending(&self) -> String {
+        format!("{}orders:pending", self.prefix)
+    }
+}
+
+/// An order waiting in the stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamOrder {
+    pub entry_id: String,
+    pub request_id: String,
+    pub product_id: u64,
+    pub user_id: String,
+    pub quantity: u32,
+    pub strategy: String,
+}
+
+impl StreamOrder {
+    fn parse(entry: &redis::streams::StreamId) -> Result<StreamOrder, RedisStockError> {
+        let field = |name: &str| {
+            entry
+                .get::<String>(name)
+                .ok_or_else(|| RedisStockError::Malformed(format!("{}: no {name}", entry.id)))
+        };
+        let number = |name: &str| {
+            field(name)?
+                .parse::<u64>()
+                .map_err(|e| RedisStockError::Malformed(format!("{}: {name}: {e}", entry.id)))
+        };
+        Ok(StreamOrder {
+            entry_id: entry.id.clone(),
+            request_id: field("request_id")?,
+            product_id: number("product_id")?,
+            user_id: field("user_id")?,
+            quantity: u32::try_from(number("quantity")?).unwrap_or(u32::MAX),
+            strategy: field("strategy")?,
+        })
+    }
+}
+
+/// The service's connection to the Redis that holds stock.
+#[derive(Clone)]
+pub struct RedisStock {
+    pool: Pool,
+    keys: Keys,
+}
+
+impl std::fmt::Debug for RedisStock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStock")
+            .field("keys", &self.keys)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisStock {
+    /// A pool on `config.redis_url` (connections are opened on first use), or `None` when no
+    /// Redis is configured.
+    pub fn from_config(config: &Config) -> Option<RedisStock> {
+        let url = config.redis_url.as_deref()?;
+        match RedisStock::open(url, &config.lock_prefix, config.redis_pool_size) {
+            Ok(stock) => Some(stock),
+            Err(e) => {
+                tracing::warn!(error = %e, "no redis stock: its strategies answer backend_unavailable");
+                None
+            }
+        }
+    }
+
+    /// A pool of at most `size` connections on `url`, with keys under `prefix`.
+    pub fn open(url: &str, prefix: &str, size: usize) -> Result<RedisStock, String> {
+        let mut config = deadpool_redis::Config::from_url(url);
+        let mut pool = PoolConfig::new(size.max(1));
+        pool.timeouts = Timeouts {
+            wait: Some(TIMEOUT),
+            create: Some(TIMEOUT),
+            recycle: Some(TIMEOUT),
+        };
+        config.pool = Some(pool);
+        let pool = config
+            .create_pool(Some(Runtime::Tokio1))
+            .map_err(|e| e.to_string())?;
+        Ok(RedisStock {
+            pool,
+            keys: Keys::new(prefix),
+        })
+    }
+
+    pub fn keys(&self) -> &Keys {
+        &self.keys
+    }
+
+    /// Runs a script, bounded by the timeout.
+    pub async fn invoke<T: FromRedisValue>(
+        &self,
+        script: &ScriptInvocation<'_>,
+    ) -> Result<T, RedisStockError> {
+        bounded(async {
+            let mut conn = self.pool.get().await?;
+            Ok(script.invoke_async(&mut conn).await?)
+        })
+        .await
+    }
+
+    /// Runs a command, bounded by the timeout.
+    pub async fn query<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T, RedisStockError> {
+        bounded(async {
+            let mut conn = self.pool.get().await?;
+            Ok(cmd.query_async(&mut conn).await?)
+        })
+        .await
+    }
+
+    /// Makes Redis the home of `stock` units of `product`: the counter is set, the request ids
+    /// it charged before and its waiting stream entries are forgotten.
+    pub async fn seed(&self, product: u64, stock: i64) -> Result<(), RedisStockError> {
+        self.remove(product).await?;
+        self.query::<()>(redis::cmd("SET").arg(self.keys.stock(product)).arg(stock))
+            .await
+    }
+
+    /// Makes Redis hold none of `product`: no counter, no request records, no waiting entries.
+    pub async fn remove(&self, product: u64) -> Result<(), RedisStockError> {
+        self.query::<()>(
+            redis::cmd("DEL")
+                .arg(self.keys.stock(product))
+                .arg(self.keys.requests(product)),
+        )
+        .await?;
+        let waiting = self.waiting(Some(product)).await?;
+        if waiting.is_empty() {
+            return Ok(());
+        }
+        let mut pipe = redis::pipe();
+        for order in &waiting {
+            pipe.cmd("XDEL")
+                .arg(self.keys.stream())
+                .arg(&order.entry_id)
+                .ignore();
+            pipe.cmd("HDEL")
+                .arg(self.keys.pending())
+                .arg(&order.request_id)
+                .ignore();
+        }
+        bounded(async {
+            let mut conn = self.pool.get().await?;
+            Ok(pipe.query_async::<()>(&mut conn).await?)
+        })
+        .await
+    }
+
+    /// The product's counter, or `None` if Redis holds none of its stock.
+    pub async fn counter(&self, product: u64) -> Result<Option<i64>, RedisStockError> {
+        self.query(redis::cmd("GET").arg(self.keys.stock(product)))
+            .await
+    }
+
+    /// The orders in the stream (of `product`, or of all products), oldest first: accepted,
+    /// their units taken from the counter, not yet placed in the database.
+    pub async fn waiting(&self, product: Option<u64>) -> Result<Vec<StreamOrder>, RedisStockError> {
+        let reply: redis::streams::StreamRangeReply = self
+            .query(
+                redis::cmd("XRANGE")
+                    .arg(self.keys.stream())
+                    .arg("-")
+                    .arg("+"),
+            )
+            .await?;
+        let mut orders = Vec::new();
+        for entry in &reply.ids {
+            let order = StreamOrder::parse(entry)?;
+            if product.is_none_or(|p| p == order.product_id) {
+                orders.push(order);
+            }
+        }
+        Ok(orders)
+    }
+
+    /// Units of `product` accepted and not yet placed.
+    pub async fn waiting_units(&self, product: u64) -> Result<i64, RedisStockError> {
+        let waiting = self.waiting(Some(product)).await?;
+        Ok(waiting.iter().map(|o| i64::from(o.quantity)).sum())
+    }
+
+    /// Entries in the stream (accepted orders not yet placed), all products.
+    pub async fn stream_len(&self) -> Result<u64, RedisStockError> {
+        self.query(redis::cmd("XLEN").arg(self.keys.stream())).await
+    }
+
+    /// The product of the order `request_id` if it waits in the stream.
+    pub async fn waiting_product(&self, request_id: &str) -> Result<Option<u64>, RedisStockError> {
+        self.query(redis::cmd("HGET").arg(self.keys.pending()).arg(request_id))
+            .await
+    }
+
+    /// The request ids the product's counter has charged, with their quantities.
+    pub async fn charged(&self, product: u64) -> Result<HashMap<String, i64>, RedisStockError> {
+        self.query(redis::cmd("HGETALL").arg(self.keys.requests(product)))
+            .await
+    }
+
+    /// Creates the consumer group (and the stream) if missing.
+    pub async fn ensure_group(&self) -> Result<(), RedisStockError> {
+        let created = self
+            .query::<()>(
+                redis::cmd("XGROUP")
+                    .arg("CREATE")
+                    .arg(self.keys.stream())
+                    .arg(GROUP)
+                    .arg("0")
+                    .arg("MKSTREAM"),
+            )
+            .await;
+        match created {
+            Err(RedisStockError::Redis(e)) if e.code() == Some("BUSYGROUP") => Ok(()),
+            other => other,
+        }
+    }
+}
+
+async fn bounded<T>(
+    work: impl Future<Output = Result<T, RedisStockError>>,
+) -> Result<T, RedisStockError> {
+    tokio::time::timeout(TIMEOUT, work)
+        .await
+        .unwrap_or(Err(RedisStockError::Timeout(TIMEOUT)))
+}

@@ -1,0 +1,81 @@
+//! `redis-lua-stream`: the asynchronous form most seckill systems ship. One Lua script checks
+//! and decrements the Redis counter, records the request id *and* appends the order to a Redis
+//! Stream; the buyer is answered `202 Accepted` at once, and consumers (one per instance, one
+//! consumer group) place the orders in MariaDB in batches.
+//!
+//! **Safe** (never oversells): the decision is the same atomic script as `redis-lua`, and the
+//! order cannot be lost between the decision and the database, because the decision and the
+//! queued order are one write. The database sees each order exactly once: the consumer inserts
+//! a batch idempotently by request id and acknowledges the entries only after the commit, so a
+//! consumer that dies with a batch read but not acknowledged leaves it pending, and a live
+//! consumer claims it (`XAUTOCLAIM`) after it has been idle long enough — inserting it again
+//! changes nothing if the first consumer had committed.
+//!
+//! What it gives up: `202` is a promise, not a receipt. The order exists in the database only
+//! after the lag (reported as `seckill_stream_lag_entries`); until then `GET
+//! /api/orders/{request_id}` says `pending`. Units whose entry is lost *with* Redis (a failover
+//! to a replica that missed the append) are gone from both counter and stream together, so the
+//! accounting still balances; units taken while entries are pending are not undersell until
+//! the stream has drained.
+
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use sqlx::MySqlPool;
+
+use super::redis_lua::{configured, refused, unavailable};
+use super::{Deps, Purchase, PurchaseError, Purchased, StockStrategy};
+use crate::db::orders;
+use crate::redis_stock::RedisStock;
+use crate::redis_stock::scripts::{DUPLICATE, TAKE_AND_APPEND};
+
+pub struct RedisLuaStream {
+    pool: MySqlPool,
+    redis: Option<RedisStock>,
+}
+
+pub fn build(deps: &Deps) -> Arc<dyn StockStrategy> {
+    Arc::new(RedisLuaStream {
+        pool: deps.pool.clone(),
+        redis: deps.redis.clone(),
+    })
+}
+
+impl StockStrategy for RedisLuaStream {
+    fn purchase<'a>(
+        &'a self,
+        purchase: &'a Purchase,
+    ) -> BoxFuture<'a, Result<Purchased, PurchaseError>> {
+        Box::pin(async move {
+            let redis = configured(&self.redis)?;
+            let keys = redis.keys();
+            // The pause comes before the script: once it has run, the order is as good as
+            // placed, so there is no window to widen after it.
+            purchase.hold().await;
+            let taken: i64 = redis
+                .invoke(
+                    TAKE_AND_APPEND
+                        .key(keys.stock(purchase.product_id))
+                        .key(keys.requests(purchase.product_id))
+                        .key(keys.stream())
+                        .key(keys.pending())
+                        .arg(&purchase.request_id)
+                        .arg(purchase.quantity)
+                        .arg(purchase.product_id)
+                        .arg(&purchase.user_id)
+                        .arg(purchase.strategy.name()),
+                )
+                .await
+                .map_err(unavailable)?;
+            refused(&self.pool, purchase, taken).await?;
+            if taken == DUPLICATE {
+                // Charged before: the original order is placed (replay it) or still queued.
+                return match orders::by_request_id(&self.pool, &purchase.request_id).await? {
+                    Some(_) => Err(PurchaseError::Duplicate),
+                    None => Ok(Purchased::Accepted),
+                };
+            }
+            Ok(Purchased::Accepted)
+        })
+    }
+}
