@@ -199,8 +199,17 @@ async fn admin_token_guards_product_resets_only() {
         .expect("json");
     assert_eq!(
         view,
-        json!({ "id": 7, "home": "row", "stock": 1, "initial_stock": 3, "sold": 2, "orders": 1 })
+        json!({ "id": 7, "home": "row", "stock": 1, "initial_stock": 3, "sold": 2, "orders": 1, "pending": 0 })
     );
+
+    // Reconciling is an admin's act too.
+    let reconcile = app
+        .client
+        .post(format!("{url}/reconcile"))
+        .send()
+        .await
+        .expect("reconcile");
+    assert_eq!(reconcile.status(), StatusCode::UNAUTHORIZED);
     app.stop().await;
     common::drop_database(&database_url).await;
 }
