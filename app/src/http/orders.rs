@@ -184,13 +184,21 @@ async fn replay(state: &AppState, purchase: &Purchase) -> Result<Option<Success>
     params(("request_id" = String, Path, description = "The request id of the purchase")),
     responses(
         (status = 200, description = "`pending` (accepted, not yet in the database) or `placed` (with the order)", body = OrderStatus),
+        (status = 400, description = "`bad_request`: the path is not valid UTF-8 after decoding", body = ErrorBody),
         (status = 404, description = "`not_found`: no order and nothing waiting under this request id", body = ErrorBody),
         (status = 503, description = "`backend_unavailable`", body = ErrorBody,
             headers(("Retry-After" = u32, description = "Seconds to wait")))))]
 pub async fn status(
     State(state): State<AppState>,
-    Path(request_id): Path<String>,
+    path: Result<Path<String>, PathRejection>,
 ) -> Result<Json<OrderStatus>, ApiError> {
+    let Path(request_id) = path?;
+    // The stream first, the database second: an order placed in between is then found in the
+    // database, where the other order would miss it in both.
+    let waiting = match &state.redis {
+        Some(redis) => redis.waiting_product(&request_id).await?,
+        None => None,
+    };
     if let Some(order) = orders::by_request_id(&state.pool, &request_id).await? {
         let order: OrderResponse = order.try_into()?;
         return Ok(Json(OrderStatus {
@@ -200,33 +208,17 @@ pub async fn status(
             order: Some(order),
         }));
     }
-    let waiting = match &state.redis {
-        Some(redis) => redis.waiting_product(&request_id).await?,
-        None => None,
-    };
-    // Placed between the two reads: the order is there now.
-    let Some(product_id) = waiting else {
-        return match orders::by_request_id(&state.pool, &request_id).await? {
-            Some(order) => {
-                let order: OrderResponse = order.try_into()?;
-                Ok(Json(OrderStatus {
-                    request_id,
-                    product_id: order.product_id,
-                    state: OrderState::Placed,
-                    order: Some(order),
-                }))
-            }
-            None => Err(ApiError::NotFound(format!(
-                "no order and nothing waiting under request id `{request_id}`"
-            ))),
-        };
-    };
-    Ok(Json(OrderStatus {
-        request_id,
-        product_id,
-        state: OrderState::Pending,
-        order: None,
-    }))
+    match waiting {
+        Some(product_id) => Ok(Json(OrderStatus {
+            request_id,
+            product_id,
+            state: OrderState::Pending,
+            order: None,
+        })),
+        None => Err(ApiError::NotFound(format!(
+            "no order and nothing waiting under request id `{request_id}`"
+        ))),
+    }
 }
 
 /// `value` as one URL path segment: unreserved characters as they are, every other byte

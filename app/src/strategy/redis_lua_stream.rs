@@ -17,6 +17,12 @@
 //! to a replica that missed the append) are gone from both counter and stream together, so the
 //! accounting still balances; units taken while entries are pending are not undersell until
 //! the stream has drained.
+//!
+//! Idempotency is the script's: a request id the counter already charged takes nothing again
+//! and is answered with its order once placed (`200`), or `202` while it is still queued — so
+//! a reused request id with other parameters is refused as a conflict only once its order is
+//! in the database. A product reset while its entries are being placed can receive them after
+//! the reset: reset a product between sales, not during one.
 
 use std::sync::Arc;
 
