@@ -10,8 +10,8 @@ use anyhow::{Context, Result, bail};
 use serde::Serialize;
 
 use app::api::{
-    ErrorBody, ErrorCode, Home, OrderRequest, OrderResponse, ProductView, ResetProduct, Strategy,
-    StrategyInfo, StrategyList,
+    ErrorBody, ErrorCode, Home, OrderRequest, OrderResponse, ProductView, Reconciliation,
+    ResetProduct, Strategy, StrategyInfo, StrategyList,
 };
 
 /// Request header that makes the strategy pause inside its critical section (the app must
@@ -332,6 +332,17 @@ impl Api {
             );
         }
         Ok(())
+    }
+
+    /// `POST /api/products/{id}/reconcile`: repairs a Redis-held counter, says what it found.
+    pub async fn reconcile(&self, id: u64) -> Result<Reconciliation> {
+        let url = format!("{}/api/products/{id}/reconcile", self.admin());
+        let mut request = self.http.post(&url);
+        if let Some(token) = &self.admin_token {
+            request = request.bearer_auth(token);
+        }
+        let r = request.send().await?.error_for_status()?;
+        r.json().await.with_context(|| format!("POST {url}"))
     }
 
     /// `GET /api/products/{id}`: the product as the database has it.

@@ -195,6 +195,18 @@ async fn a_crashed_holder_blocks_a_setnx_lock_for_good_and_every_other_lock_come
     );
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn a_crash_between_the_lua_deduction_and_the_insert_undersells_until_reconcile_puts_the_unit_back()
+ {
+    sandbox::require_faults!();
+    let report = quick(Scenario::LuaCrashBeforeOrder).await;
+    assert_all_pass(&report);
+    let f = row!(report, "redis-lua, after the crash", LuaCrashBeforeOrder);
+    assert_eq!(f.undersell_after_crash, 1);
+    assert_eq!((f.counter_found, f.counter_after), (9, 10));
+    assert_eq!((f.units_sold, f.orders, f.oversell), (10, 10, 0));
+}
+
 /// The full form (real leases and timeouts, several minutes): `cargo nextest run -p loadtest
 /// --test scenarios --run-ignored only`. Prints every report. `SECKILL_SCENARIO=<name>` runs
 /// one scenario instead of all.

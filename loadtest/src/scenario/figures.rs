@@ -48,6 +48,27 @@ pub struct HolderCrash {
     pub orders_lost_or_duplicated: i64,
 }
 
+/// `lua-crash-before-order`: the instance running a `redis-lua` purchase dies between the Lua
+/// deduction and the order insert; then the product is reconciled and sold out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct LuaCrashBeforeOrder {
+    /// Units taken from the counter without an order, right after the crash.
+    pub undersell_after_crash: i64,
+    /// The crashed click's retry was told `busy` before the reconciliation.
+    pub retry_before_reconcile_busy: bool,
+    /// The counter as the reconciliation found it (−1: none).
+    pub counter_found: i64,
+    pub counter_after: i64,
+    pub released_requests: u64,
+    /// The crashed click's retry bought after the reconciliation.
+    pub retry_after_reconcile_created: bool,
+    pub units_sold: i64,
+    pub orders: i64,
+    pub oversell: i64,
+    /// Units left unsold or taken without an order at the end, although buyers wanted more.
+    pub undersell_at_end: i64,
+}
+
 /// `unsafe-release`: A outlives its lease, B acquires, then A releases late, and C asks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct UnsafeRelease {
@@ -139,7 +160,8 @@ figures!(
     RedisFailover,
     LocalMutex,
     ZkSessionExpiry,
-    Herd
+    Herd,
+    LuaCrashBeforeOrder
 );
 
 impl Figures {

@@ -11,6 +11,7 @@
 //! | `redis-failover` | the primary dies before replicating a grant; the replica is promoted | a second grant of the same lock; `WAIT 1` after acquiring tells the holder not to trust it |
 //! | `local-mutex` | 1 vs 3 app instances | an in-process mutex is exclusive only within its process |
 //! | `zk-session-expiry` | the holder is cut off from ZooKeeper until its session expires | `lost()` fires, another contender acquires, the fenced stale write is rejected |
+//! | `lua-crash-before-order` | SIGKILL of the instance between `redis-lua`'s Lua deduction and its order insert | a unit sold to nobody (undersell); after `reconcile` it is on sale again and no order is doubled |
 //! | `herd` | 64 waiters on one lock | requests per grant and hand-off latency: polling vs pub/sub vs predecessor watch |
 //!
 //! Every scenario starts private servers (and app processes), because it kills, pauses and
@@ -25,6 +26,7 @@ mod herd;
 mod holder_crash;
 mod lease_expiry;
 mod local_mutex;
+mod lua_crash;
 mod partition;
 mod process_pause;
 mod report;
@@ -55,6 +57,7 @@ pub enum Scenario {
     LocalMutex,
     ZkSessionExpiry,
     Herd,
+    LuaCrashBeforeOrder,
 }
 
 impl Scenario {
@@ -149,6 +152,7 @@ async fn run_one(scenario: Scenario, opts: &ScenarioOptions) -> Result<ScenarioR
         Scenario::LocalMutex => local_mutex::run(opts).await,
         Scenario::ZkSessionExpiry => zk_expiry::run(opts).await,
         Scenario::Herd => herd::run(opts).await,
+        Scenario::LuaCrashBeforeOrder => lua_crash::run(opts).await,
     }
 }
 
