@@ -86,6 +86,7 @@ pub async fn build_with(
     let consumer = redis.clone().map(|redis| {
         let claim_idle = Duration::from_millis(config.stream_claim_idle_ms);
         let consumer = Consumer::new(redis, pool.clone(), config.stream_batch, claim_idle)
+            .named(&config.listen.to_string())
             .with_metrics(metrics.clone());
         tokio::spawn(consumer.run())
     });

@@ -207,6 +207,20 @@ async fn a_crash_between_the_lua_deduction_and_the_insert_undersells_until_recon
     assert_eq!((f.units_sold, f.orders, f.oversell), (10, 10, 0));
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn a_batch_read_by_a_killed_consumer_is_claimed_by_a_live_one_and_placed_exactly_once() {
+    sandbox::require_faults!();
+    let report = quick(Scenario::StreamConsumerCrash).await;
+    assert_all_pass(&report);
+    let f = row!(
+        report,
+        "redis-lua-stream, after the claim",
+        StreamConsumerCrash
+    );
+    assert!(f.held_by_dead_consumer > 0, "{f:?}");
+    assert_eq!((f.orders, f.still_pending, f.oversell), (f.accepted, 0, 0));
+}
+
 /// The full form (real leases and timeouts, several minutes): `cargo nextest run -p loadtest
 /// --test scenarios --run-ignored only`. Prints every report. `SECKILL_SCENARIO=<name>` runs
 /// one scenario instead of all.

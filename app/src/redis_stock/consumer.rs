@@ -45,6 +45,9 @@ pub struct Consumer {
     batch: usize,
     claim_idle: Duration,
     last_claim: Option<Instant>,
+    /// A batch read by this consumer whose placing failed: retried first in the next round
+    /// (rather than left for a claim after the claim time).
+    unplaced: Vec<StreamOrder>,
     metrics: Option<Arc<Metrics>>,
 }
 
@@ -59,8 +62,17 @@ impl Consumer {
             batch: batch.max(1),
             claim_idle,
             last_claim: None,
+            unplaced: Vec::new(),
             metrics: None,
         }
+    }
+
+    /// Names the consumer after its instance (`<instance>/<unique>`), so an operator reading
+    /// `XINFO CONSUMERS` can tell whose entries are pending.
+    pub fn named(mut self, instance: &str) -> Consumer {
+        let unique = uuid::Uuid::new_v4().simple().to_string();
+        self.name = format!("{instance}/{}", &unique[..8]);
+        self
     }
 
     /// Reports the stream's lag to `metrics` after each round.
@@ -84,16 +96,20 @@ impl Consumer {
     pub async fn round(&mut self) -> Result<usize, ConsumerError> {
         self.redis.ensure_group().await?;
         let mut placed = 0;
+        if !self.unplaced.is_empty() {
+            let retry = std::mem::take(&mut self.unplaced);
+            placed += self.place_or_keep(retry).await?;
+        }
         let claim_due = self
             .last_claim
             .is_none_or(|at| at.elapsed() >= self.claim_idle / 2);
         if claim_due {
             self.last_claim = Some(Instant::now());
             let claimed = self.claim().await?;
-            placed += self.place(&claimed).await?;
+            placed += self.place_or_keep(claimed).await?;
         }
         let read = self.read(Some(BLOCK_MS)).await?;
-        placed += self.place(&read).await?;
+        placed += self.place_or_keep(read).await?;
         if let Some(metrics) = &self.metrics {
             metrics.set_stream_lag(self.redis.stream_len().await?);
         }
@@ -170,6 +186,17 @@ impl Consumer {
         self.acknowledge(orders.iter().map(|o| (&*o.entry_id, &*o.request_id)))
             .await?;
         Ok(orders.len())
+    }
+
+    /// [`Consumer::place`], keeping the batch for the next round if it fails.
+    async fn place_or_keep(&mut self, batch: Vec<StreamOrder>) -> Result<usize, ConsumerError> {
+        match self.place(&batch).await {
+            Ok(placed) => Ok(placed),
+            Err(e) => {
+                self.unplaced = batch;
+                Err(e)
+            }
+        }
     }
 
     async fn acknowledge<'a>(

@@ -69,6 +69,22 @@ pub struct LuaCrashBeforeOrder {
     pub undersell_at_end: i64,
 }
 
+/// `stream-consumer-crash`: an instance dies with its consumer's batch read and not
+/// acknowledged; a live consumer claims it after the claim time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct StreamConsumerCrash {
+    /// Buyers answered `202`.
+    pub accepted: i64,
+    /// Entries the dead consumer had read and not acknowledged when it died.
+    pub held_by_dead_consumer: i64,
+    /// Orders in the database before the claim time had passed.
+    pub orders_before_claim: i64,
+    pub orders: i64,
+    /// Units still waiting in the stream at the end.
+    pub still_pending: i64,
+    pub oversell: i64,
+}
+
 /// `unsafe-release`: A outlives its lease, B acquires, then A releases late, and C asks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct UnsafeRelease {
@@ -161,7 +177,8 @@ figures!(
     LocalMutex,
     ZkSessionExpiry,
     Herd,
-    LuaCrashBeforeOrder
+    LuaCrashBeforeOrder,
+    StreamConsumerCrash
 );
 
 impl Figures {

@@ -20,7 +20,7 @@ pub struct Fleet {
     pub api: Api,
     _logs: LogDir,
     // Dropped after the instances (fields drop in declaration order).
-    _mariadb: sandbox::MariaDb,
+    mariadb: sandbox::MariaDb,
     redis: sandbox::Redis,
     _zookeeper: Option<sandbox::ZooKeeper>,
 }
@@ -73,7 +73,7 @@ impl Fleet {
             api: Api::new(apps.bases(), None)?,
             apps,
             _logs: logs,
-            _mariadb: mariadb,
+            mariadb,
             redis,
             _zookeeper: zookeeper,
         })
@@ -84,6 +84,11 @@ impl Fleet {
         self.apps.restart(n).await?;
         self.api = Api::new(self.apps.bases(), None)?;
         Ok(())
+    }
+
+    /// The fleet's private MariaDB.
+    pub fn mariadb(&self) -> &sandbox::MariaDb {
+        &self.mariadb
     }
 
     /// The fleet's private Redis.

@@ -12,6 +12,7 @@
 //! | `local-mutex` | 1 vs 3 app instances | an in-process mutex is exclusive only within its process |
 //! | `zk-session-expiry` | the holder is cut off from ZooKeeper until its session expires | `lost()` fires, another contender acquires, the fenced stale write is rejected |
 //! | `lua-crash-before-order` | SIGKILL of the instance between `redis-lua`'s Lua deduction and its order insert | a unit sold to nobody (undersell); after `reconcile` it is on sale again and no order is doubled |
+//! | `stream-consumer-crash` | SIGKILL of an instance whose consumer holds a batch read and not acknowledged | those accepted orders missing until the claim time; then claimed by a live consumer, each placed exactly once |
 //! | `herd` | 64 waiters on one lock | requests per grant and hand-off latency: polling vs pub/sub vs predecessor watch |
 //!
 //! Every scenario starts private servers (and app processes), because it kills, pauses and
@@ -30,6 +31,7 @@ mod lua_crash;
 mod partition;
 mod process_pause;
 mod report;
+mod stream_crash;
 mod unsafe_release;
 mod zk_expiry;
 
@@ -58,6 +60,7 @@ pub enum Scenario {
     ZkSessionExpiry,
     Herd,
     LuaCrashBeforeOrder,
+    StreamConsumerCrash,
 }
 
 impl Scenario {
@@ -153,6 +156,7 @@ async fn run_one(scenario: Scenario, opts: &ScenarioOptions) -> Result<ScenarioR
         Scenario::ZkSessionExpiry => zk_expiry::run(opts).await,
         Scenario::Herd => herd::run(opts).await,
         Scenario::LuaCrashBeforeOrder => lua_crash::run(opts).await,
+        Scenario::StreamConsumerCrash => stream_crash::run(opts).await,
     }
 }
 
