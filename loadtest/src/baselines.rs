@@ -16,6 +16,12 @@
 //!
 //! They run in their own database (`seckill_baseline`), created by the app's own migrations,
 //! so they never touch the app's rows.
+//!
+//! Each is measured several times, interleaved with the others (see [`crate::repeat`]). The
+//! database baselines run at the connection count the app instances' pools hold together:
+//! a hot row serves few contenders faster than many, so a baseline at the buyers' count would
+//! be handicapped against a strategy whose pools let fewer through. The hot-row sweep shows
+//! that curve (1, 8, 32, 200 connections).
 
 use std::sync::Arc;
 
@@ -105,110 +111,225 @@ pub struct Targets<'a> {
     pub redis_url: &'a str,
 }
 
-/// A hook called before each baseline, with its name (progress display).
-pub type OnPhase<'a> = &'a (dyn Fn(BaselineName) + Sync);
+/// How the baselines are driven.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// Workers of the HTTP and Redis baselines (the strategies' concurrent buyers).
+    pub concurrency: usize,
+    /// Connections (one task each) of the database baselines: as many as the app instances'
+    /// pools hold together, the most a strategy can have at the database at once.
+    pub db_connections: usize,
+    /// Connection counts of the hot-row sweep.
+    pub sweep: Vec<usize>,
+    pub window: Window,
+    /// Runs of each figure, interleaved (see [`crate::repeat`]).
+    pub rounds: usize,
+}
 
-/// Runs the baselines one after the other, each with `concurrency` workers.
+/// The hot-row sweep's connection counts.
+pub const SWEEP: [usize; 4] = [1, 8, 32, 200];
+
+/// What the baselines measured: one entry per baseline (medians with their spread) and the
+/// hot-row sweep (one result per connection count).
+pub struct Measured {
+    pub baselines: Vec<Baseline>,
+    pub hot_row_sweep: Vec<LoadResult>,
+}
+
+/// One thing measured in a round.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Item {
+    Ours(BaselineName),
+    /// The bare hot-row UPDATE at this many connections.
+    Sweep(usize),
+}
+
+impl Item {
+    fn label(self) -> String {
+        match self {
+            Item::Ours(name) => name.to_string(),
+            Item::Sweep(n) => format!("hot-row sweep, {n} connection(s)"),
+        }
+    }
+}
+
+/// A hook called before each measurement, with its label, the round (from 1) and the rounds.
+pub type OnPhase<'a> = &'a (dyn Fn(&str, usize, usize) + Sync);
+
+/// How many measurements [`run_all`] makes (for progress).
+pub fn steps(plan: &Plan) -> u64 {
+    (plan.rounds * (BaselineName::ALL.len() + plan.sweep.len())) as u64
+}
+
+/// Runs every baseline and sweep point `plan.rounds` times, interleaved, and keeps each one's
+/// median run with the spread.
 pub async fn run_all(
     targets: &Targets<'_>,
-    concurrency: usize,
-    window: Window,
+    plan: &Plan,
     on_phase: OnPhase<'_>,
-) -> Result<Vec<Baseline>> {
-    let mut out = Vec::new();
-    let budget = Budget::Window(window);
-
-    on_phase(BaselineName::HttpNoop);
-    let noop = {
-        let api = targets.api.clone();
-        closed_loop(concurrency, budget, move |i| {
-            let api = api.clone();
-            async move { api.noop(i as usize).await }
-        })
-        .await
+) -> Result<Measured> {
+    let items: Vec<Item> = BaselineName::ALL
+        .iter()
+        .map(|n| Item::Ours(*n))
+        .chain(plan.sweep.iter().map(|n| Item::Sweep(*n)))
+        .collect();
+    let bench = Bench::connect(targets, plan).await?;
+    let mut runs: Vec<Vec<LoadResult>> = vec![Vec::new(); items.len()];
+    for (round, i) in crate::repeat::interleaved(items.len(), plan.rounds) {
+        on_phase(&items[i].label(), round + 1, plan.rounds);
+        let result = bench
+            .measure(items[i])
+            .await
+            .with_context(|| format!("baseline {}", items[i].label()))?;
+        runs[i].push(result);
+    }
+    bench.close().await?;
+    let mut measured = Measured {
+        baselines: Vec::new(),
+        hot_row_sweep: Vec::new(),
     };
-    out.push(Baseline {
-        name: BaselineName::HttpNoop,
-        what: format!(
-            "GET /api/noop through the benchmark's client ({concurrency} workers): the HTTP \
-             stack alone"
-        ),
-        result: noop,
-    });
+    for (item, runs) in items.into_iter().zip(runs) {
+        let Some(result) = crate::repeat::combine(runs) else {
+            continue;
+        };
+        match item {
+            Item::Ours(name) => measured.baselines.push(Baseline {
+                name,
+                what: describe(name, plan),
+                result,
+            }),
+            Item::Sweep(_) => measured.hot_row_sweep.push(result),
+        }
+    }
+    Ok(measured)
+}
 
-    on_phase(BaselineName::GooseNoop);
-    out.push(Baseline {
-        name: BaselineName::GooseNoop,
-        what: format!(
-            "the same GET /api/noop through goose ({concurrency} users): a check on the \
-             benchmark's own client"
+fn describe(name: BaselineName, plan: &Plan) -> String {
+    let (c, db) = (plan.concurrency, plan.db_connections);
+    match name {
+        BaselineName::HttpNoop => format!(
+            "GET /api/noop through the benchmark's client ({c} workers): the HTTP stack alone"
         ),
-        result: goose_noop::closed_loop(&targets.api.bases, concurrency, window).await?,
-    });
+        BaselineName::GooseNoop => format!(
+            "the same GET /api/noop through goose ({c} users): a check on the benchmark's own \
+             client"
+        ),
+        BaselineName::SqlConditional => format!(
+            "conditional UPDATE + order INSERT in one transaction, through sqlx, no HTTP ({db} \
+             connections, one task each: the app instances' pools together)"
+        ),
+        BaselineName::SqlHotRow => format!(
+            "bare UPDATE stock = stock - 1 on one row, autocommit ({db} connections): the \
+             database's hot-row ceiling"
+        ),
+        BaselineName::RedisLua => format!(
+            "check-and-decrement Lua script on one key ({c} connections): the Redis ceiling"
+        ),
+    }
+}
 
-    let db = baseline_database(targets.database_url, concurrency).await?;
-    on_phase(BaselineName::SqlConditional);
-    reset_row(&db, 1).await?;
-    let conditional = {
-        let db = db.clone();
-        let run = uuid::Uuid::new_v4().simple().to_string();
-        closed_loop(concurrency, budget, move |i| {
-            let (db, request_id) = (db.clone(), format!("{run}-{i}"));
-            async move {
-                conditional_purchase(&db, &request_id)
-                    .await
-                    .unwrap_or(Answer::Transport)
+/// The connections every measurement reuses, opened once.
+struct Bench<'a> {
+    targets: &'a Targets<'a>,
+    plan: &'a Plan,
+    /// One pool per connection count used (fair count, sweep points).
+    pools: Vec<(usize, MySqlPool)>,
+    redis: RedisLua,
+}
+
+impl<'a> Bench<'a> {
+    async fn connect(targets: &'a Targets<'a>, plan: &'a Plan) -> Result<Bench<'a>> {
+        let mut counts = vec![plan.db_connections];
+        counts.extend(&plan.sweep);
+        counts.sort_unstable();
+        counts.dedup();
+        let first = baseline_database(targets.database_url, counts[0]).await?;
+        let mut pools = vec![(counts[0], first)];
+        for &n in &counts[1..] {
+            pools.push((n, connect(targets.database_url, n).await?));
+        }
+        reset_row(&pools[0].1, 2).await?;
+        Ok(Bench {
+            targets,
+            plan,
+            pools,
+            redis: RedisLua::connect(targets.redis_url, plan.concurrency).await?,
+        })
+    }
+
+    fn pool(&self, connections: usize) -> MySqlPool {
+        self.pools
+            .iter()
+            .find(|(n, _)| *n == connections)
+            .map(|(_, p)| p.clone())
+            .expect("a pool per connection count")
+    }
+
+    async fn measure(&self, item: Item) -> Result<LoadResult> {
+        let budget = Budget::Window(self.plan.window);
+        let (c, db) = (self.plan.concurrency, self.plan.db_connections);
+        Ok(match item {
+            Item::Ours(BaselineName::HttpNoop) => {
+                let api = self.targets.api.clone();
+                closed_loop(c, budget, move |i| {
+                    let api = api.clone();
+                    async move { api.noop(i as usize).await }
+                })
+                .await
             }
-        })
-        .await
-    };
-    out.push(Baseline {
-        name: BaselineName::SqlConditional,
-        what: format!(
-            "conditional UPDATE + order INSERT in one transaction, through sqlx, no HTTP \
-             ({concurrency} tasks, {concurrency} connections)"
-        ),
-        result: conditional,
-    });
-
-    on_phase(BaselineName::SqlHotRow);
-    reset_row(&db, 2).await?;
-    let hot_row = {
-        let db = db.clone();
-        closed_loop(concurrency, budget, move |_| {
-            let db = db.clone();
-            async move {
-                match sqlx::query("UPDATE products SET stock = stock - 1 WHERE id = 2")
-                    .execute(&db)
-                    .await
-                {
-                    Ok(_) => DEDUCTED,
-                    Err(_) => Answer::Transport,
-                }
+            Item::Ours(BaselineName::GooseNoop) => {
+                goose_noop::closed_loop(&self.targets.api.bases, c, self.plan.window).await?
             }
+            Item::Ours(BaselineName::SqlConditional) => {
+                let db = self.pool(db);
+                reset_row(&db, 1).await?;
+                let run = uuid::Uuid::new_v4().simple().to_string();
+                closed_loop(self.plan.db_connections, budget, move |i| {
+                    let (db, request_id) = (db.clone(), format!("{run}-{i}"));
+                    async move {
+                        conditional_purchase(&db, &request_id)
+                            .await
+                            .unwrap_or(Answer::Transport)
+                    }
+                })
+                .await
+            }
+            Item::Ours(BaselineName::SqlHotRow) => hot_row(self.pool(db), db, budget).await,
+            Item::Sweep(n) => hot_row(self.pool(n), n, budget).await,
+            Item::Ours(BaselineName::RedisLua) => self.redis.run(c, self.plan.window).await,
         })
-        .await
-    };
-    out.push(Baseline {
-        name: BaselineName::SqlHotRow,
-        what: format!(
-            "bare UPDATE stock = stock - 1 on one row, autocommit ({concurrency} connections): \
-             the database's hot-row ceiling"
-        ),
-        result: hot_row,
-    });
-    db.close().await;
+    }
 
-    on_phase(BaselineName::RedisLua);
-    out.push(Baseline {
-        name: BaselineName::RedisLua,
-        what: format!(
-            "check-and-decrement Lua script on one key ({concurrency} connections): the Redis \
-             ceiling"
-        ),
-        result: redis_lua(targets.redis_url, concurrency, window).await?,
-    });
-    Ok(out)
+    async fn close(self) -> Result<()> {
+        for (_, pool) in self.pools {
+            pool.close().await;
+        }
+        self.redis.close().await
+    }
+}
+
+/// The bare hot-row UPDATE from `connections` tasks, one connection each.
+async fn hot_row(db: MySqlPool, connections: usize, budget: Budget) -> LoadResult {
+    closed_loop(connections, budget, move |_| {
+        let db = db.clone();
+        async move {
+            match sqlx::query("UPDATE products SET stock = stock - 1 WHERE id = 2")
+                .execute(&db)
+                .await
+            {
+                Ok(_) => DEDUCTED,
+                Err(_) => Answer::Transport,
+            }
+        }
+    })
+    .await
+}
+
+async fn connect(server_url: &str, pool: usize) -> Result<MySqlPool> {
+    Ok(MySqlPoolOptions::new()
+        .max_connections(u32::try_from(pool).unwrap_or(u32::MAX))
+        .connect(&format!("{}/{DATABASE}", server_url.trim_end_matches('/')))
+        .await?)
 }
 
 async fn baseline_database(server_url: &str, pool: usize) -> Result<MySqlPool> {
@@ -225,10 +346,7 @@ async fn baseline_database(server_url: &str, pool: usize) -> Result<MySqlPool> {
         sqlx::query(sql).execute(&admin).await?;
     }
     admin.close().await;
-    let db = MySqlPoolOptions::new()
-        .max_connections(u32::try_from(pool).unwrap_or(u32::MAX))
-        .connect(&format!("{}/{DATABASE}", server_url.trim_end_matches('/')))
-        .await?;
+    let db = connect(server_url, pool).await?;
     // The app's own migrations: both pay for the same rows and indexes.
     app::db::migrate(&db)
         .await
@@ -292,29 +410,46 @@ end
 return -1
 ";
 
-async fn redis_lua(url: &str, concurrency: usize, window: Window) -> Result<LoadResult> {
-    let mut config = deadpool_redis::Config::from_url(url);
-    config.pool = Some(deadpool_redis::PoolConfig::new(concurrency));
-    let pool = config.create_pool(Some(deadpool_redis::Runtime::Tokio1))?;
-    let key = format!("seckill-bench:baseline:{}", uuid::Uuid::new_v4().simple());
-    {
+/// The `redis-lua` baseline's connections and key, set up once for every run.
+struct RedisLua {
+    pool: deadpool_redis::Pool,
+    key: Arc<str>,
+    script: Arc<redis::Script>,
+}
+
+impl RedisLua {
+    async fn connect(url: &str, concurrency: usize) -> Result<RedisLua> {
+        let mut config = deadpool_redis::Config::from_url(url);
+        config.pool = Some(deadpool_redis::PoolConfig::new(concurrency));
+        let pool = config.create_pool(Some(deadpool_redis::Runtime::Tokio1))?;
+        let key = format!("seckill-bench:baseline:{}", uuid::Uuid::new_v4().simple());
         let mut conn = pool.get().await?;
         redis::cmd("SET")
             .arg(&key)
             .arg(UNLIMITED)
             .query_async::<()>(&mut conn)
             .await?;
+        Ok(RedisLua {
+            pool,
+            key: key.into(),
+            script: Arc::new(redis::Script::new(DECREMENT)),
+        })
     }
-    let script = Arc::new(redis::Script::new(DECREMENT));
-    let result = {
-        let (pool, key) = (pool.clone(), key.clone());
+
+    async fn run(&self, concurrency: usize, window: Window) -> LoadResult {
+        let (pool, key, script) = (self.pool.clone(), self.key.clone(), self.script.clone());
         closed_loop(concurrency, Budget::Window(window), move |_| {
             let (pool, key, script) = (pool.clone(), key.clone(), script.clone());
             async move {
                 let Ok(mut conn) = pool.get().await else {
                     return Answer::Transport;
                 };
-                match script.key(&key).arg(1).invoke_async::<i64>(&mut conn).await {
+                match script
+                    .key(&*key)
+                    .arg(1)
+                    .invoke_async::<i64>(&mut conn)
+                    .await
+                {
                     Ok(left) if left >= 0 => DEDUCTED,
                     Ok(_) => Answer::SOLD_OUT,
                     Err(_) => Answer::Transport,
@@ -322,11 +457,14 @@ async fn redis_lua(url: &str, concurrency: usize, window: Window) -> Result<Load
             }
         })
         .await
-    };
-    let mut conn = pool.get().await?;
-    redis::cmd("DEL")
-        .arg(&key)
-        .query_async::<()>(&mut conn)
-        .await?;
-    Ok(result)
+    }
+
+    async fn close(self) -> Result<()> {
+        let mut conn = self.pool.get().await?;
+        redis::cmd("DEL")
+            .arg(&*self.key)
+            .query_async::<()>(&mut conn)
+            .await?;
+        Ok(())
+    }
 }

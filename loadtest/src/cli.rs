@@ -70,17 +70,21 @@ pub struct RunArgs {
     /// Units per order.
     #[arg(long, default_value_t = 1)]
     pub quantity: i64,
-    /// Measured duration of each throughput run, in seconds (T; default 20, 1 with --quick).
+    /// Measured duration of each throughput run, in seconds (T; default 7, 1 with --quick).
     #[arg(long)]
     pub seconds: Option<f64>,
-    /// Uncounted warm-up before each throughput run, in seconds (default 3, 1 with --quick).
+    /// Uncounted warm-up before each throughput run, in seconds (default 2, 0.5 with --quick).
     #[arg(long)]
     pub warmup: Option<f64>,
+    /// Runs of every closed-loop and baseline figure, interleaved across strategies and
+    /// baselines; the report gives their median and min–max.
+    #[arg(long, default_value_t = 3, env = "SECKILL_BENCH_REPETITIONS")]
+    pub repetitions: usize,
     /// Open-loop arrival rate in requests/s (default: 70% of the strategy's closed-loop attempts/s).
     #[arg(long)]
     pub rate: Option<f64>,
-    /// A reduced matrix for smoke tests (under 3 minutes): stock 100, 50 buyers, demand 3 × stock,
-    /// 1 s runs after 1 s warm-up.
+    /// A reduced matrix for smoke tests (a few minutes): stock 100, 50 buyers, demand 3 × stock,
+    /// 1 s runs after 0.5 s warm-up.
     #[arg(long)]
     pub quick: bool,
     /// Skip the baselines (no-op HTTP, direct SQL, hot-row UPDATE, Redis Lua).
@@ -111,6 +115,8 @@ pub struct Settings {
     pub quantity: i64,
     pub seconds: f64,
     pub warmup: f64,
+    /// Runs per throughput figure.
+    pub repetitions: usize,
     pub rate: Option<f64>,
     pub quick: bool,
     pub baselines: bool,
@@ -121,9 +127,9 @@ impl RunArgs {
     /// Applies the defaults (the `--quick` ones where `--quick` is given).
     pub fn settings(&self) -> anyhow::Result<Settings> {
         let (stock, buyers, demand_factor, seconds, warmup) = if self.quick {
-            (100, 50, 3, 1.0, 1.0)
+            (100, 50, 3, 1.0, 0.5)
         } else {
-            (1_000, 200, 5, 20.0, 3.0)
+            (1_000, 200, 5, 7.0, 2.0)
         };
         let stock = self.stock.unwrap_or(stock);
         let settings = Settings {
@@ -135,6 +141,7 @@ impl RunArgs {
             quantity: self.quantity,
             seconds: self.seconds.unwrap_or(seconds),
             warmup: self.warmup.unwrap_or(warmup),
+            repetitions: self.repetitions,
             rate: self.rate,
             quick: self.quick,
             baselines: !self.no_baselines,
@@ -144,6 +151,10 @@ impl RunArgs {
         anyhow::ensure!(settings.buyers >= 1, "--buyers must be at least 1");
         anyhow::ensure!(settings.stock >= 1, "--stock must be at least 1");
         anyhow::ensure!(settings.quantity >= 1, "--quantity must be at least 1");
+        anyhow::ensure!(
+            settings.repetitions >= 1,
+            "--repetitions must be at least 1"
+        );
         anyhow::ensure!(settings.seconds > 0.0, "--seconds must be positive");
         anyhow::ensure!(settings.warmup >= 0.0, "--warmup must not be negative");
         anyhow::ensure!(

@@ -26,6 +26,7 @@ pub mod latency;
 pub mod load;
 pub mod lock;
 pub mod progress;
+pub mod repeat;
 pub mod report;
 pub mod run;
 pub mod sale;

@@ -24,6 +24,7 @@ use tokio::time::Instant;
 
 use crate::client::{Answer, Outcomes};
 use crate::latency::{HistogramData, Latencies, LatencySummary};
+use crate::repeat::Repetitions;
 
 /// Timing of one measured run.
 #[derive(Debug, Clone, Copy)]
@@ -77,6 +78,9 @@ pub struct LoadResult {
     pub successes_per_sec: f64,
     pub latency: LatencySummary,
     pub histogram: HistogramData,
+    /// When this is the median of several runs: every run's figures (see [`crate::repeat`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub repetitions: Option<Repetitions>,
 }
 
 impl LoadResult {
@@ -98,6 +102,7 @@ impl LoadResult {
             not_sent,
             latency: latencies.summary(),
             histogram: latencies.data(),
+            repetitions: None,
         }
     }
 }

@@ -13,16 +13,20 @@ pub fn render(r: &RunReport) -> String {
     let _ = writeln!(
         md,
         "{} strategies on {} app instance(s); flash sale of {} units to {} concurrent buyers \
-         sending {} requests of {} unit(s); throughput runs of {} s after {} s warm-up; \
-         open loop at {}. Total run time {:.0} s.\n",
+         sending {} requests of {} unit(s); each closed-loop and baseline figure is the median \
+         of {} run(s) of {} s (each after {} s warm-up), interleaved across strategies and \
+         across baselines, with min–max in parentheses; one open loop of {} s at {}. Total \
+         run time {:.0} s.\n",
         r.strategies.len(),
         s.instances,
         s.stock,
         s.buyers,
         s.demand,
         s.quantity,
+        s.repetitions,
         s.seconds,
         s.warmup,
+        s.seconds,
         s.rate.map_or_else(
             || format!(
                 "{:.0}% of each strategy's closed-loop attempts/s",
@@ -111,6 +115,14 @@ pub fn render(r: &RunReport) -> String {
             let _ = writeln!(md, "\n{check}");
         }
     }
+    if !r.hot_row_sweep.is_empty() {
+        md.push_str("\n### The hot row at several connection counts\n\n");
+        md.push_str(
+            "The bare `UPDATE … SET stock = stock - 1` on one row, one task per connection: \
+             how the database's hot-row ceiling depends on how many contend for it.\n\n",
+        );
+        md.push_str(&sweep_table(&r.hot_row_sweep));
+    }
     let notes = explain::where_time_goes(r);
     if !notes.is_empty() {
         md.push_str("\n## Where the time goes\n\n");
@@ -134,7 +146,7 @@ pub fn summary_table(r: &RunReport) -> String {
         let a = &x.sale.accounting;
         let _ = writeln!(
             md,
-            "| `{}` | {} | {} | {} / {} | {} | {} | {} | {} | {:.0} | {} | {:.1} | {:.1} |",
+            "| `{}` | {} | {} | {} / {} | {} | {} | {} | {} | {} | {} | {:.1} | {:.1} |",
             x.strategy.name,
             x.strategy.service.name(),
             x.strategy.safety,
@@ -144,7 +156,7 @@ pub fn summary_table(r: &RunReport) -> String {
             a.lost_updates,
             a.negative_stock,
             a.undersell,
-            x.throughput.closed.successes_per_sec,
+            per_sec(&x.throughput.closed, Rate::Successes),
             x.percent_of_backend_baseline
                 .map_or("–".into(), |p| format!("{p:.0}% of `{}`", x.baseline)),
             x.throughput.closed.latency.p99_us as f64 / 1000.0,
@@ -163,20 +175,52 @@ fn load_table<'a>(rows: impl Iterator<Item = (String, &'a LoadResult)>) -> Strin
         let o = &l.outcomes;
         let _ = writeln!(
             md,
-            "| {name} | {} | {} | {:.0} | {:.0} | {} | {} | {} | {} | {} | {} | {o} |",
+            "| {name} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {o} |",
             l.concurrency,
             match l.mode {
                 Loop::Open { target_rate } => format!("{target_rate:.0}"),
                 Loop::Closed => "–".into(),
             },
-            l.attempts_per_sec,
-            l.successes_per_sec,
+            per_sec(l, Rate::Attempts),
+            per_sec(l, Rate::Successes),
             l.not_sent,
             l.latency.p50_us,
             l.latency.p90_us,
             l.latency.p99_us,
             l.latency.p999_us,
             l.latency.max_us
+        );
+    }
+    md
+}
+
+/// Which rate of a load result.
+#[derive(Clone, Copy)]
+pub enum Rate {
+    Attempts,
+    Successes,
+}
+
+/// A rate, with its runs' min–max when it is the median of several.
+pub fn per_sec(l: &LoadResult, rate: Rate) -> String {
+    match (&l.repetitions, rate) {
+        (Some(rep), Rate::Attempts) => rep.attempts_per_sec.display(),
+        (Some(rep), Rate::Successes) => rep.successes_per_sec.display(),
+        (None, Rate::Attempts) => format!("{:.0}", l.attempts_per_sec),
+        (None, Rate::Successes) => format!("{:.0}", l.successes_per_sec),
+    }
+}
+
+fn sweep_table(sweep: &[LoadResult]) -> String {
+    let mut md = String::from("| connections | updates/s | p50 µs | p99 µs |\n|--:|--:|--:|--:|\n");
+    for l in sweep {
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} |",
+            l.concurrency,
+            per_sec(l, Rate::Successes),
+            l.latency.p50_us,
+            l.latency.p99_us
         );
     }
     md

@@ -13,6 +13,7 @@ use serde::Serialize;
 use crate::baselines::{self, Baseline, BaselineName};
 use crate::cli::Settings;
 use crate::environment::Environment;
+use crate::load::LoadResult;
 use crate::sale::SaleResult;
 use crate::scenario::ScenarioReport;
 use crate::throughput::ThroughputResult;
@@ -27,6 +28,8 @@ pub struct RunReport {
     pub settings: Settings,
     pub environment: Environment,
     pub baselines: Vec<Baseline>,
+    /// The bare hot-row UPDATE at several connection counts ([`crate::baselines::SWEEP`]).
+    pub hot_row_sweep: Vec<LoadResult>,
     pub strategies: Vec<StrategyReport>,
     /// The fault scenarios, each expected against observed.
     pub scenarios: Vec<ScenarioReport>,
@@ -173,6 +176,7 @@ mod tests {
                 quantity: 1,
                 seconds: 1.0,
                 warmup: 0.0,
+                repetitions: 1,
                 rate: None,
                 quick: true,
                 baselines: true,
@@ -195,6 +199,7 @@ mod tests {
                 what: "test".into(),
                 result: load(Loop::Closed, 1000),
             }],
+            hot_row_sweep: Vec::new(),
             strategies: vec![
                 strategy(Strategy::Naive, ledger(20, 137)),
                 strategy(Strategy::Conditional, ledger(0, 100)),
@@ -239,6 +244,29 @@ mod tests {
         }
         let link = link_latest(dir.path(), &dir.path().join("run-1")).unwrap();
         assert_eq!(std::fs::read_link(link).unwrap(), Path::new("run-1"));
+    }
+
+    #[test]
+    fn a_median_is_shown_with_the_range_of_its_runs_in_the_markdown_and_the_json() {
+        let mut r = report();
+        let runs = vec![
+            load(Loop::Closed, 380),
+            load(Loop::Closed, 400),
+            load(Loop::Closed, 450),
+        ];
+        r.strategies[1].throughput.closed = crate::repeat::combine(runs).unwrap();
+        let md = markdown::render(&r);
+        let row = md
+            .lines()
+            .find(|l| l.starts_with("| `conditional` | mariadb"))
+            .unwrap_or_else(|| panic!("no summary row:\n{md}"));
+        assert!(row.contains("| 400 (380–450) |"), "{row}");
+        let json: serde_json::Value = serde_json::from_str(&json::to_string(&r).unwrap()).unwrap();
+        let spread =
+            &json["strategies"][1]["throughput"]["closed"]["repetitions"]["successes_per_sec"];
+        assert_eq!(spread["min"], 380.0, "{spread}");
+        assert_eq!(spread["max"], 450.0, "{spread}");
+        assert_eq!(spread["median"], 400.0, "{spread}");
     }
 
     #[test]

@@ -58,6 +58,7 @@ pub fn quick(strategy: Strategy) -> Settings {
         quantity: 1,
         seconds: 1.0,
         warmup: 0.3,
+        repetitions: 1,
         rate: Some(100.0),
         quick: true,
         baselines: false,
