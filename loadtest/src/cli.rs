@@ -30,6 +30,21 @@ pub enum Command {
     Lock(LockArgs),
     /// Reproduces a classic failure (or `all`) and reports expected against observed.
     Scenario(ScenarioArgs),
+    /// What changed from one run to another: throughput, p99 and accounting per strategy and
+    /// baseline, marked where beyond the runs' noise or where a safe strategy began to oversell.
+    Compare(CompareArgs),
+}
+
+/// Settings of `seckill-bench compare`.
+#[derive(Debug, Clone, Args)]
+pub struct CompareArgs {
+    /// The earlier run: a results directory (or its report.json).
+    pub run_a: PathBuf,
+    /// The later run.
+    pub run_b: PathBuf,
+    /// Also write the comparison (Markdown) to this file.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
 }
 
 /// Settings of `seckill-bench scenario`.

@@ -7,7 +7,7 @@
 //! the database), closed- and open-loop throughput, and baselines that put every figure in
 //! proportion; it writes `results/<UTC timestamp>/` with `report.md`, `report.json` and SVG
 //! charts. `lock` measures one lock backend under contention and counts mutual-exclusion
-//! violations.
+//! violations. `compare` says what changed between two runs ([`compare`]).
 //!
 //! One module per concern: [`cli`], [`apps`] (app processes, for the run and the scenarios),
 //! [`client`] (the one HTTP client and answer type, over `app::api`), [`load`]
@@ -20,6 +20,7 @@ pub mod apps;
 pub mod baselines;
 pub mod cli;
 pub mod client;
+pub mod compare;
 pub mod environment;
 pub mod goose_noop;
 pub mod latency;

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Parser;
-use loadtest::cli::{Cli, Command, LockArgs, RunArgs, ScenarioArgs};
+use loadtest::cli::{Cli, Command, CompareArgs, LockArgs, RunArgs, ScenarioArgs};
 use loadtest::run::{Target, run_in};
 use loadtest::{apps, lock, report};
 use sandbox::{Endpoints, Mode, Servers};
@@ -21,6 +21,7 @@ fn main() -> Result<()> {
         Command::Run(args) => run(&args),
         Command::Lock(args) => lock(&args),
         Command::Scenario(args) => scenario(&args),
+        Command::Compare(args) => compare(&args),
     }
 }
 
@@ -66,6 +67,19 @@ fn run(args: &RunArgs) -> Result<()> {
         println!("{}", report::markdown::summary_table(&output.report));
         println!("report: {}", output.dir.join("report.md").display());
     }
+    Ok(())
+}
+
+fn compare(args: &CompareArgs) -> Result<()> {
+    let (a, b) = (
+        loadtest::compare::load(&args.run_a)?,
+        loadtest::compare::load(&args.run_b)?,
+    );
+    let md = loadtest::compare::render(&a, &b);
+    if let Some(out) = &args.out {
+        std::fs::write(out, &md).with_context(|| format!("writing {}", out.display()))?;
+    }
+    print!("{md}");
     Ok(())
 }
 
