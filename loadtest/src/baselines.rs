@@ -35,6 +35,7 @@ use app::api::Strategy;
 use app::strategy::Kind;
 
 use crate::client::{Answer, Api};
+use crate::cpu::{CpuUse, Sampler, Span};
 use crate::goose_noop;
 use crate::load::{Budget, LoadResult, Window, closed_loop};
 
@@ -89,6 +90,9 @@ pub struct Baseline {
     pub name: BaselineName,
     pub what: String,
     pub result: LoadResult,
+    /// CPU of every process over its runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<CpuUse>,
 }
 
 /// Which baseline a strategy is compared with: the one of the store that holds its stock.
@@ -166,6 +170,7 @@ pub fn steps(plan: &Plan) -> u64 {
 pub async fn run_all(
     targets: &Targets<'_>,
     plan: &Plan,
+    sampler: &Sampler,
     on_phase: OnPhase<'_>,
 ) -> Result<Measured> {
     let items: Vec<Item> = BaselineName::ALL
@@ -175,12 +180,15 @@ pub async fn run_all(
         .collect();
     let bench = Bench::connect(targets, plan).await?;
     let mut runs: Vec<Vec<LoadResult>> = vec![Vec::new(); items.len()];
+    let mut spans: Vec<Span> = vec![Span::default(); items.len()];
     for (round, i) in crate::repeat::interleaved(items.len(), plan.rounds) {
         on_phase(&items[i].label(), round + 1, plan.rounds);
+        let before = sampler.sample();
         let result = bench
             .measure(items[i])
             .await
             .with_context(|| format!("baseline {}", items[i].label()))?;
+        spans[i].add(&sampler.spent(&before, &result));
         runs[i].push(result);
     }
     bench.close().await?;
@@ -188,7 +196,7 @@ pub async fn run_all(
         baselines: Vec::new(),
         hot_row_sweep: Vec::new(),
     };
-    for (item, runs) in items.into_iter().zip(runs) {
+    for ((item, runs), span) in items.into_iter().zip(runs).zip(spans) {
         let Some(result) = crate::repeat::combine(runs) else {
             continue;
         };
@@ -197,6 +205,7 @@ pub async fn run_all(
                 name,
                 what: describe(name, plan),
                 result,
+                cpu: Some(span.usage(&sampler.processes)),
             }),
             Item::Sweep(_) => measured.hot_row_sweep.push(result),
         }

@@ -21,6 +21,7 @@ pub mod baselines;
 pub mod cli;
 pub mod client;
 pub mod compare;
+pub mod cpu;
 pub mod environment;
 pub mod goose_noop;
 pub mod latency;

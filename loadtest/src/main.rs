@@ -6,6 +6,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::Parser;
 use loadtest::cli::{Cli, Command, CompareArgs, LockArgs, RunArgs, ScenarioArgs};
+use loadtest::cpu::Process;
 use loadtest::run::{Target, run_in};
 use loadtest::{apps, lock, report};
 use sandbox::{Endpoints, Mode, Servers};
@@ -36,6 +37,34 @@ fn servers() -> Result<(Option<Servers>, Endpoints)> {
     Ok((Some(servers), endpoints))
 }
 
+/// Every server process, for CPU accounting.
+fn server_processes(s: &Servers) -> Vec<Process> {
+    let mut all = vec![
+        ("mariadbd".to_owned(), "mariadbd", s.mariadb.server().pid()),
+        (
+            "redis-server".to_owned(),
+            "redis-server",
+            s.redis.server().pid(),
+        ),
+        (
+            "zookeeper".to_owned(),
+            "zookeeper",
+            s.zookeeper.server().pid(),
+        ),
+        ("etcd".to_owned(), "etcd", s.etcd.server().pid()),
+    ];
+    for (n, r) in s.redlock.iter().enumerate() {
+        all.push((
+            format!("redis-server (redlock {})", n + 1),
+            "redis-server",
+            r.server().pid(),
+        ));
+    }
+    all.into_iter()
+        .filter_map(|(name, group, pid)| Some(Process::new(name, group, pid?)))
+        .collect()
+}
+
 fn runtime() -> Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -57,6 +86,7 @@ fn run(args: &RunArgs) -> Result<()> {
         versions,
         app_binary,
         database: "seckill_bench".into(),
+        processes: servers.as_ref().map(server_processes).unwrap_or_default(),
     };
     let output = runtime()?.block_on(run_in(&settings, &target, &args.out))?;
     drop(servers);

@@ -15,6 +15,7 @@ use crate::cli::Settings;
 use app::api::{Strategy, StrategyInfo};
 
 use crate::client::Api;
+use crate::cpu::{self, Sampler, Span};
 use crate::environment::{self, utc_now};
 use crate::load::{LoadResult, Window};
 use crate::progress::Progress;
@@ -32,6 +33,8 @@ pub struct Target {
     pub app_binary: PathBuf,
     /// Database name the app instances create and use.
     pub database: String,
+    /// The servers' processes, for CPU accounting (none for external servers).
+    pub processes: Vec<cpu::Process>,
 }
 
 /// A finished run: its report and the directory it was written to.
@@ -74,6 +77,15 @@ pub async fn run_in(settings: &Settings, target: &Target, out: &Path) -> Result<
     )
     .await;
 
+    let sampler = Sampler::new(
+        target
+            .processes
+            .iter()
+            .cloned()
+            .chain(apps.processes())
+            .chain([cpu::Process::generator()])
+            .collect(),
+    );
     let window = Window::from_secs(settings.warmup, settings.seconds);
     let rounds = settings.repetitions;
     let plan = baselines::Plan {
@@ -102,7 +114,7 @@ pub async fn run_in(settings: &Settings, target: &Target, out: &Path) -> Result<
             database_url: &target.endpoints.database_url,
             redis_url: &target.endpoints.redis_url,
         };
-        baselines::run_all(&targets, &plan, &|name, round, rounds| {
+        baselines::run_all(&targets, &plan, &sampler, &|name, round, rounds| {
             progress.phase("baseline", &format!("{name}, run {round}/{rounds}"))
         })
         .await?
@@ -151,23 +163,26 @@ pub async fn run_in(settings: &Settings, target: &Target, out: &Path) -> Result<
         .collect();
     // The closed loops, interleaved: every strategy once per round.
     let mut closed_runs: Vec<Vec<LoadResult>> = vec![Vec::new(); plans.len()];
+    let mut cpu_spans: Vec<Span> = vec![Span::default(); plans.len()];
     for (round, k) in crate::repeat::interleaved(plans.len(), rounds) {
         let name = plans[k].strategy;
         progress.phase(
             name.name(),
             &format!("closed loop, run {}/{rounds}", round + 1),
         );
+        let before = sampler.sample();
         let run = throughput::closed(&api, &plans[k], round)
             .await
             .with_context(|| format!("throughput of `{name}`"))?;
+        cpu_spans[k].add(&sampler.spent(&before, &run));
         closed_runs[k].push(run);
         ensure_running(&mut apps, name, &dir)?;
     }
     let mut reports = Vec::new();
-    for ((info, sale), (plan, runs)) in strategies
+    for ((info, sale), ((plan, runs), span)) in strategies
         .into_iter()
         .zip(sales)
-        .zip(plans.iter().zip(closed_runs))
+        .zip(plans.iter().zip(closed_runs).zip(cpu_spans))
     {
         let name = info.name;
         let closed = crate::repeat::combine(runs).context("no closed-loop run")?;
@@ -178,12 +193,9 @@ pub async fn run_in(settings: &Settings, target: &Target, out: &Path) -> Result<
             .with_context(|| format!("open loop of `{name}`"))?;
         ensure_running(&mut apps, name, &dir)?;
         let throughput = ThroughputResult { closed, open };
-        reports.push(StrategyReport::new(
-            info,
-            sale,
-            throughput,
-            &measured.baselines,
-        ));
+        let mut report = StrategyReport::new(info, sale, throughput, &measured.baselines);
+        report.cpu = Some(span.usage(&sampler.processes));
+        reports.push(report);
     }
     db.close().await;
     apps.shutdown().await;

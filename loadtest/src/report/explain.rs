@@ -138,53 +138,123 @@ fn wrong_paragraph(report: &RunReport, s: &StrategyReport) -> String {
     p
 }
 
-/// One note per strategy whose closed-loop deductions/s are below
-/// [`FAR_BELOW_BASELINE_PERCENT`] of its backend baseline.
+/// One note per strategy measured with CPU accounting: where its CPU went per 1,000
+/// deductions, which process was saturated (or that none was, so the time went to waiting),
+/// and, for a strategy below [`FAR_BELOW_BASELINE_PERCENT`] of its backend baseline, its
+/// latencies against the bare work's.
 pub fn where_time_goes(report: &RunReport) -> Vec<String> {
-    let noop = find(report, BaselineName::HttpNoop);
     report
         .strategies
         .iter()
         .filter_map(|s| {
-            let pct = s.percent_of_backend_baseline?;
-            if pct >= FAR_BELOW_BASELINE_PERCENT {
-                return None;
-            }
-            let base = find(report, s.baseline)?;
-            let closed = &s.throughput.closed;
-            let mut p = format!(
-                "**`{}`** reaches {:.0}% of `{}` ({:.0} vs {:.0} deductions/s at {} concurrent \
-                 clients). Its median latency is {} µs against {} µs for the bare backend work",
-                s.strategy.name,
-                pct,
-                s.baseline,
-                closed.successes_per_sec,
-                base.successes_per_sec,
-                closed.concurrency,
-                closed.latency.p50_us,
-                base.latency.p50_us,
-            );
-            if let Some(noop) = noop {
-                let _ = write!(
-                    p,
-                    " and {} µs for an HTTP round trip that does nothing ({:.0} requests/s)",
-                    noop.latency.p50_us, noop.attempts_per_sec
-                );
-            }
-            p.push('.');
-            let o = &closed.outcomes;
-            let unsold = o.total() - o.created - o.replayed;
-            if unsold > 0 {
-                let _ = write!(
-                    p,
-                    " {:.1}% of its attempts ended without a sale ({o}): each one paid for \
-                     waiting or retrying until its lock or retry budget ran out.",
-                    100.0 * unsold as f64 / o.total().max(1) as f64,
-                );
+            let mut p = cpu_note(s, report.environment.cpus)?;
+            if let Some(latency) = latency_note(report, s) {
+                p.push(' ');
+                p.push_str(&latency);
             }
             Some(p)
         })
         .collect()
+}
+
+/// The CPU groups in the order the report lists them, with their words.
+pub const GROUPS: [(&str, &str); 6] = [
+    ("app", "the app instances"),
+    ("mariadbd", "mariadbd"),
+    ("redis-server", "Redis"),
+    ("zookeeper", "ZooKeeper"),
+    ("etcd", "etcd"),
+    ("generator", "the load generator"),
+];
+
+fn cpu_note(s: &StrategyReport, cpus: usize) -> Option<String> {
+    let cpu = s.cpu.as_ref()?;
+    let parts: Vec<String> = GROUPS
+        .iter()
+        .filter_map(|(group, words)| {
+            let (per_1000, _) = cpu.group(group)?;
+            let per_1000 = per_1000.filter(|v| *v >= 0.005)?;
+            Some(format!("{words} {per_1000:.2}"))
+        })
+        .collect();
+    let mut p = format!(
+        "**`{}`** ({:.0} deductions/s).",
+        s.strategy.name, s.throughput.closed.successes_per_sec
+    );
+    if !parts.is_empty() {
+        let _ = write!(
+            p,
+            " CPU-seconds per 1,000 deductions: {}.",
+            parts.join(", ")
+        );
+    }
+    let machine = cpu
+        .machine_busy_cores
+        .map(|m| 100.0 * m / cpus.max(1) as f64);
+    let rest = cpu.rest_of_machine_cores.unwrap_or(0.0);
+    let _ = match (&cpu.saturated, cpu.busiest(), machine) {
+        (Some(name), Some((_, cores)), _) => write!(
+            p,
+            " `{name}` was saturated ({cores:.2} cores busy on average): it sets this \
+             strategy's pace."
+        ),
+        (None, _, Some(pct)) if pct >= 90.0 => write!(
+            p,
+            " No single process was saturated, but the machine's {cpus} cores were {pct:.0}% \
+             busy ({rest:.2} core(s) taken by programs outside the run): the processes \
+             compete for the CPU, and more cores would raise the figure."
+        ),
+        (None, Some((name, cores)), machine) => write!(
+            p,
+            " No process was saturated (the busiest, `{name}`, used {cores:.2} cores{}): the \
+             time goes to waiting — row locks, lock hand-offs, round trips — not to computing.",
+            machine.map_or_else(String::new, |m| format!("; the machine was {m:.0}% busy"))
+        ),
+        _ => Ok(()),
+    };
+    Some(p)
+}
+
+/// For a strategy below [`FAR_BELOW_BASELINE_PERCENT`] of its backend baseline: its latency
+/// against the bare work's and the no-op round trip's.
+fn latency_note(report: &RunReport, s: &StrategyReport) -> Option<String> {
+    let pct = s.percent_of_backend_baseline?;
+    if pct >= FAR_BELOW_BASELINE_PERCENT {
+        return None;
+    }
+    let noop = find(report, BaselineName::HttpNoop);
+    let base = find(report, s.baseline)?;
+    let closed = &s.throughput.closed;
+    let mut p = format!(
+        "It reaches {:.0}% of `{}` ({:.0} vs {:.0} deductions/s at {} concurrent clients). Its \
+         median latency is {} µs against {} µs for the bare backend work",
+        pct,
+        s.baseline,
+        closed.successes_per_sec,
+        base.successes_per_sec,
+        closed.concurrency,
+        closed.latency.p50_us,
+        base.latency.p50_us,
+    );
+    if let Some(noop) = noop {
+        let _ = write!(
+            p,
+            " and {} µs for an HTTP round trip that does nothing ({:.0} requests/s)",
+            noop.latency.p50_us, noop.attempts_per_sec
+        );
+    }
+    p.push('.');
+    let o = &closed.outcomes;
+    let unsold = o.total() - o.created - o.replayed;
+    if unsold > 0 {
+        let _ = write!(
+            p,
+            " {:.1}% of its attempts ended without a sale ({o}): each one paid for waiting or \
+             retrying until its lock or retry budget ran out.",
+            100.0 * unsold as f64 / o.total().max(1) as f64,
+        );
+    }
+    Some(p)
 }
 
 /// How the benchmark's own client compares with goose on the same no-op: whether the client

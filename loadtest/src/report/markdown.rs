@@ -102,7 +102,18 @@ pub fn render(r: &RunReport) -> String {
             .map(|x| (format!("`{}`", x.strategy.name), &x.throughput.open)),
     ));
 
-    md.push_str("\n## Baselines (same concurrency, nothing of ours in between)\n\n");
+    if r.strategies.iter().any(|x| x.cpu.is_some()) {
+        md.push_str("\n## CPU per 1,000 deductions (closed loop)\n\n");
+        md.push_str(
+            "From `/proc/<pid>/stat` before and after each closed-loop run, all runs together: \
+             CPU-seconds per 1,000 deductions / cores busy on average, per process group; \
+             *saturated* is a process at ≥ 0.9 cores. *Rest* is what programs outside the run \
+             took of the machine.\n\n",
+        );
+        md.push_str(&cpu_table(r));
+    }
+
+    md.push_str("\n## Baselines (nothing of ours in between)\n\n");
     if r.baselines.is_empty() {
         md.push_str("Skipped (`--no-baselines`).\n");
     } else {
@@ -209,6 +220,47 @@ pub fn per_sec(l: &LoadResult, rate: Rate) -> String {
         (None, Rate::Attempts) => format!("{:.0}", l.attempts_per_sec),
         (None, Rate::Successes) => format!("{:.0}", l.successes_per_sec),
     }
+}
+
+fn cpu_table(r: &RunReport) -> String {
+    let groups: Vec<(&str, &str)> = explain::GROUPS
+        .iter()
+        .copied()
+        .filter(|(g, _)| {
+            r.strategies
+                .iter()
+                .any(|x| x.cpu.as_ref().and_then(|c| c.group(g)).is_some())
+        })
+        .collect();
+    let mut md = String::from("| strategy |");
+    for (g, _) in &groups {
+        let _ = write!(md, " {g} |");
+    }
+    md.push_str(" rest (cores) | saturated |\n|---|");
+    md.push_str(&"--:|".repeat(groups.len() + 1));
+    md.push_str("---|\n");
+    for x in &r.strategies {
+        let Some(cpu) = &x.cpu else { continue };
+        let _ = write!(md, "| `{}` |", x.strategy.name);
+        for (g, _) in &groups {
+            let cell = match cpu.group(g) {
+                Some((Some(per_1000), cores)) => format!("{per_1000:.2} / {cores:.2}"),
+                Some((None, cores)) => format!("– / {cores:.2}"),
+                None => "–".into(),
+            };
+            let _ = write!(md, " {cell} |");
+        }
+        let _ = writeln!(
+            md,
+            " {} | {} |",
+            cpu.rest_of_machine_cores
+                .map_or("–".into(), |c| format!("{c:.2}")),
+            cpu.saturated
+                .as_deref()
+                .map_or("none".into(), |s| format!("`{s}`")),
+        );
+    }
+    md
 }
 
 fn sweep_table(sweep: &[LoadResult]) -> String {

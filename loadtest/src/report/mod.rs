@@ -12,6 +12,7 @@ use serde::Serialize;
 
 use crate::baselines::{self, Baseline, BaselineName};
 use crate::cli::Settings;
+use crate::cpu::CpuUse;
 use crate::environment::Environment;
 use crate::load::LoadResult;
 use crate::sale::SaleResult;
@@ -47,6 +48,9 @@ pub struct StrategyReport {
     pub percent_of_backend_baseline: Option<f64>,
     /// Closed-loop attempts/s as % of the no-op HTTP baseline's requests/s.
     pub percent_of_http_noop: Option<f64>,
+    /// CPU of every process over the closed-loop runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<CpuUse>,
 }
 
 impl StrategyReport {
@@ -76,6 +80,7 @@ impl StrategyReport {
             baseline,
             percent_of_backend_baseline,
             percent_of_http_noop,
+            cpu: None,
         }
     }
 }
@@ -152,6 +157,7 @@ mod tests {
             name: BaselineName::SqlConditional,
             what: "test".into(),
             result: load(Loop::Closed, 1000),
+            cpu: None,
         };
         StrategyReport::new(info, sale, throughput, &[baseline])
     }
@@ -198,6 +204,7 @@ mod tests {
                 name: BaselineName::SqlConditional,
                 what: "test".into(),
                 result: load(Loop::Closed, 1000),
+                cpu: None,
             }],
             hot_row_sweep: Vec::new(),
             strategies: vec![
@@ -267,6 +274,44 @@ mod tests {
         assert_eq!(spread["min"], 380.0, "{spread}");
         assert_eq!(spread["max"], 450.0, "{spread}");
         assert_eq!(spread["median"], 400.0, "{spread}");
+    }
+
+    #[test]
+    fn where_the_time_goes_is_written_from_the_cpu_figures() {
+        use crate::cpu::{Process, Span};
+        let processes = vec![
+            Process::new("app-0", "app", 1),
+            Process::new("mariadbd", "mariadbd", 2),
+            Process::new("generator", "generator", 3),
+        ];
+        let span = |db: f64| Span {
+            wall_seconds: 10.0,
+            cpu_seconds: vec![Some(2.0), Some(db), Some(1.0)],
+            machine_cpu_seconds: Some(12.0),
+            successes: 4000.0,
+        };
+        let mut r = report();
+        r.strategies[0].cpu = Some(span(3.0).usage(&processes));
+        r.strategies[1].cpu = Some(span(9.5).usage(&processes));
+        let notes = explain::where_time_goes(&r);
+        assert_eq!(notes.len(), 2, "{notes:?}");
+        assert!(
+            notes[1].contains("`mariadbd` was saturated (0.95 cores"),
+            "{}",
+            notes[1]
+        );
+        assert!(notes[1].contains("mariadbd 2.38"), "{}", notes[1]);
+        assert!(
+            notes[0].contains("No process was saturated"),
+            "{}",
+            notes[0]
+        );
+        let md = markdown::render(&r);
+        let row = md
+            .lines()
+            .find(|l| l.starts_with("| `conditional` | 0.50 / 0.20 |"))
+            .unwrap_or_else(|| panic!("no CPU row:\n{md}"));
+        assert!(row.ends_with("| `mariadbd` |"), "{row}");
     }
 
     #[test]

@@ -44,6 +44,7 @@ pub fn target() -> Target {
             "bench_test_{}",
             &uuid::Uuid::new_v4().simple().to_string()[..12]
         ),
+        processes: Vec::new(),
     }
 }
 
