@@ -24,8 +24,9 @@
 //! that curve (1, 8, 32, 200 connections).
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use deadpool_redis::redis;
 use serde::Serialize;
 use sqlx::MySqlPool;
@@ -38,6 +39,7 @@ use crate::client::{Answer, Api};
 use crate::cpu::{CpuUse, Sampler, Span};
 use crate::goose_noop;
 use crate::load::{Budget, LoadResult, Window, closed_loop};
+use crate::tools;
 
 /// Every baseline, in the order they run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -93,6 +95,9 @@ pub struct Baseline {
     /// CPU of every process over its runs.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cpu: Option<CpuUse>,
+    /// The same work through the standard tool, in the same rounds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub standard_tool: Option<tools::StandardTool>,
 }
 
 /// Which baseline a strategy is compared with: the one of the store that holds its stock.
@@ -146,6 +151,8 @@ enum Item {
     Ours(BaselineName),
     /// The bare hot-row UPDATE at this many connections.
     Sweep(usize),
+    /// The standard tool on the same work as this baseline (see [`crate::tools`]).
+    Tool(BaselineName),
 }
 
 impl Item {
@@ -153,8 +160,29 @@ impl Item {
         match self {
             Item::Ours(name) => name.to_string(),
             Item::Sweep(n) => format!("hot-row sweep, {n} connection(s)"),
+            Item::Tool(name) => format!("{name} through {}", tool_of(name).unwrap_or("?")),
         }
     }
+}
+
+/// The standard tool that does a baseline's work, if one does.
+pub fn tool_of(name: BaselineName) -> Option<&'static str> {
+    match name {
+        BaselineName::HttpNoop => Some(tools::wrk::TOOL),
+        BaselineName::SqlConditional | BaselineName::SqlHotRow => Some(tools::mysqlslap::TOOL),
+        BaselineName::RedisLua => Some(tools::redis_benchmark::TOOL),
+        BaselineName::GooseNoop => None,
+    }
+}
+
+/// Every baseline followed by its standard tool, then the sweep: one round.
+fn items(plan: &Plan) -> Vec<Item> {
+    BaselineName::ALL
+        .iter()
+        .flat_map(|n| [Some(Item::Ours(*n)), tool_of(*n).map(|_| Item::Tool(*n))])
+        .flatten()
+        .chain(plan.sweep.iter().map(|n| Item::Sweep(*n)))
+        .collect()
 }
 
 /// A hook called before each measurement, with its label, the round (from 1) and the rounds.
@@ -162,7 +190,7 @@ pub type OnPhase<'a> = &'a (dyn Fn(&str, usize, usize) + Sync);
 
 /// How many measurements [`run_all`] makes (for progress).
 pub fn steps(plan: &Plan) -> u64 {
-    (plan.rounds * (BaselineName::ALL.len() + plan.sweep.len())) as u64
+    (plan.rounds * items(plan).len()) as u64
 }
 
 /// Runs every baseline and sweep point `plan.rounds` times, interleaved, and keeps each one's
@@ -173,17 +201,29 @@ pub async fn run_all(
     sampler: &Sampler,
     on_phase: OnPhase<'_>,
 ) -> Result<Measured> {
-    let items: Vec<Item> = BaselineName::ALL
-        .iter()
-        .map(|n| Item::Ours(*n))
-        .chain(plan.sweep.iter().map(|n| Item::Sweep(*n)))
-        .collect();
+    let items = items(plan);
     let bench = Bench::connect(targets, plan).await?;
     let mut runs: Vec<Vec<LoadResult>> = vec![Vec::new(); items.len()];
+    let mut tool_runs: Vec<tools::Runs> = vec![tools::Runs::default(); items.len()];
     let mut spans: Vec<Span> = vec![Span::default(); items.len()];
     for (round, i) in crate::repeat::interleaved(items.len(), plan.rounds) {
         on_phase(&items[i].label(), round + 1, plan.rounds);
         let before = sampler.sample();
+        if let Item::Tool(name) = items[i] {
+            // Sized from our own run of the same work just before, to last about as long.
+            let ours = items.iter().position(|x| *x == Item::Ours(name));
+            let rate = ours
+                .and_then(|o| runs[o].last())
+                .map_or(1000.0, crate::repeat::headline);
+            let (command, outcome) = bench.tool(name, rate).await?;
+            let mut span = sampler.between(&before, &sampler.sample());
+            if let tools::Outcome::Measured { operations, .. } = &outcome {
+                span.successes = *operations;
+                spans[i].add(&span);
+            }
+            tool_runs[i].push(tool_of(name).unwrap_or_default(), command, outcome);
+            continue;
+        }
         let result = bench
             .measure(items[i])
             .await
@@ -196,18 +236,29 @@ pub async fn run_all(
         baselines: Vec::new(),
         hot_row_sweep: Vec::new(),
     };
-    for ((item, runs), span) in items.into_iter().zip(runs).zip(spans) {
+    for (k, (item, runs)) in items.iter().zip(runs).enumerate() {
         let Some(result) = crate::repeat::combine(runs) else {
             continue;
         };
-        match item {
-            Item::Ours(name) => measured.baselines.push(Baseline {
-                name,
-                what: describe(name, plan),
-                result,
-                cpu: Some(span.usage(&sampler.processes)),
-            }),
+        match *item {
+            Item::Ours(name) => {
+                let tool = items.iter().position(|x| *x == Item::Tool(name));
+                let standard_tool = tool.and_then(|t| {
+                    let mut s = tool_runs[t].summary(crate::repeat::headline(&result))?;
+                    s.cpu = (!spans[t].cpu_seconds.is_empty())
+                        .then(|| spans[t].usage(&sampler.processes));
+                    Some(s)
+                });
+                measured.baselines.push(Baseline {
+                    name,
+                    what: describe(name, plan),
+                    result,
+                    cpu: Some(spans[k].usage(&sampler.processes)),
+                    standard_tool,
+                });
+            }
             Item::Sweep(_) => measured.hot_row_sweep.push(result),
+            Item::Tool(_) => {}
         }
     }
     Ok(measured)
@@ -306,6 +357,38 @@ impl<'a> Bench<'a> {
             Item::Ours(BaselineName::SqlHotRow) => hot_row(self.pool(db), db, budget).await,
             Item::Sweep(n) => hot_row(self.pool(n), n, budget).await,
             Item::Ours(BaselineName::RedisLua) => self.redis.run(c, self.plan.window).await,
+            Item::Tool(name) => bail!("{name}'s tool is run by `Bench::tool`"),
+        })
+    }
+
+    /// `name`'s work through its standard tool, for about as long as our run at `rate` took.
+    async fn tool(&self, name: BaselineName, rate: f64) -> Result<(String, tools::Outcome)> {
+        let window = self.plan.window;
+        let operations = rate * window.measure.as_secs_f64();
+        let limit = window.measure * 4 + Duration::from_secs(30);
+        let db = self.plan.db_connections;
+        Ok(match name {
+            BaselineName::HttpNoop => {
+                let bases = &self.targets.api.bases;
+                let secs = window.measure.as_secs_f64();
+                tools::wrk::measure(bases, self.plan.concurrency, secs, limit).await
+            }
+            BaselineName::SqlHotRow | BaselineName::SqlConditional => {
+                let work = if name == BaselineName::SqlHotRow {
+                    tools::mysqlslap::Work::HotRow
+                } else {
+                    reset_row(&self.pool(db), 1).await?;
+                    tools::mysqlslap::Work::ConditionalTransaction
+                };
+                let url = self.targets.database_url;
+                tools::mysqlslap::measure(url, DATABASE, work, db, operations, limit).await
+            }
+            BaselineName::RedisLua => {
+                let (url, c) = (self.targets.redis_url, self.plan.concurrency);
+                let (sha, key) = (self.redis.script.get_hash(), &*self.redis.key);
+                tools::redis_benchmark::measure(url, sha, key, c, operations, limit).await
+            }
+            BaselineName::GooseNoop => bail!("goose-noop has no standard tool beside it"),
         })
     }
 
@@ -437,6 +520,12 @@ impl RedisLua {
             .arg(&key)
             .arg(UNLIMITED)
             .query_async::<()>(&mut conn)
+            .await?;
+        // Loaded before any run, so that redis-benchmark's EVALSHA finds it.
+        redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(DECREMENT)
+            .query_async::<String>(&mut conn)
             .await?;
         Ok(RedisLua {
             pool,

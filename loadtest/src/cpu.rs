@@ -51,6 +51,16 @@ pub fn parse_stat(line: &str) -> Option<u64> {
     Some(utime + stime)
 }
 
+/// The user + system clock ticks of a process's waited-for children (fields 16 and 17 of its
+/// `/proc/<pid>/stat` line): what a finished child process cost.
+pub fn parse_children(line: &str) -> Option<u64> {
+    let rest = &line[line.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let cutime: u64 = fields.get(13)?.parse().ok()?;
+    let cstime: u64 = fields.get(14)?.parse().ok()?;
+    Some(cutime + cstime)
+}
+
 /// Busy and total clock ticks of all CPUs from `/proc/stat`'s first line (busy: everything
 /// but idle and iowait).
 pub fn parse_machine(text: &str) -> Option<(u64, u64)> {
@@ -66,7 +76,8 @@ pub fn parse_machine(text: &str) -> Option<(u64, u64)> {
     Some((total - idle, total))
 }
 
-fn ticks_per_sec() -> f64 {
+/// Clock ticks per second of `/proc` times (`CLK_TCK`, 100 where it cannot be read).
+pub fn ticks_per_sec() -> f64 {
     nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
         .ok()
         .flatten()
@@ -272,6 +283,9 @@ mod tests {
         assert_eq!(parse_stat(ODD), Some(10));
         assert_eq!(parse_stat("12 (cut) S 1 2"), None);
         assert_eq!(parse_stat("garbage"), None);
+        let parent = "77 (sh) S 1 77 77 0 -1 0 0 0 0 0 4 2 5 6 20 0 1 0 5 1 1";
+        assert_eq!(parse_children(parent), Some(11));
+        assert_eq!(parse_children(REDIS), Some(0));
     }
 
     #[test]

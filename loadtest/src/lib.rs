@@ -34,3 +34,4 @@ pub mod run;
 pub mod sale;
 pub mod scenario;
 pub mod throughput;
+pub mod tools;

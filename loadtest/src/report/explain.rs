@@ -257,6 +257,109 @@ fn latency_note(report: &RunReport, s: &StrategyReport) -> Option<String> {
     Some(p)
 }
 
+/// At or above this share of the standard tool's rate, our figure counts as the server's.
+pub const TOOL_PAR_PERCENT: f64 = 80.0;
+
+/// The process group that serves a baseline's work.
+pub fn server_group(name: BaselineName) -> &'static str {
+    match name {
+        BaselineName::HttpNoop | BaselineName::GooseNoop => "app",
+        BaselineName::SqlConditional | BaselineName::SqlHotRow => "mariadbd",
+        BaselineName::RedisLua => "redis-server",
+    }
+}
+
+/// One sentence or paragraph per baseline with a standard tool beside it: the two figures,
+/// and below [`TOOL_PAR_PERCENT`] the measured reason (CPU of our generator against the
+/// tool's, of the server under each, and how busy the machine was).
+pub fn tool_notes(report: &RunReport) -> Vec<String> {
+    let cpus = report.environment.cpus.max(1) as f64;
+    report
+        .baselines
+        .iter()
+        .filter_map(|b| {
+            let t = b.standard_tool.as_ref()?;
+            let tool = &t.tool;
+            let (Some(theirs), Some(pct)) = (&t.per_sec, t.ours_percent) else {
+                return Some(match t.status.as_str() {
+                    "not installed" => format!(
+                        "**`{}`**: `{tool}` is not installed (`cargo xtask setup` installs it), \
+                         so there is no figure to set beside ours.",
+                        b.name
+                    ),
+                    _ => format!(
+                        "**`{}`**: `{tool}` failed: {}",
+                        b.name,
+                        t.error
+                            .as_deref()
+                            .unwrap_or("no output")
+                            .chars()
+                            .take(300)
+                            .collect::<String>()
+                    ),
+                });
+            };
+            let ours = crate::repeat::headline(&b.result);
+            let mut p = format!(
+                "**`{}`**: ours {ours:.0}/s, `{tool}` {:.0}/s on the same work and server: \
+                 ours is {pct:.0}% of it",
+                b.name, theirs.median
+            );
+            if pct >= TOOL_PAR_PERCENT {
+                p.push_str(", so the server, not our generator, sets this figure.");
+                return Some(p);
+            }
+            p.push('.');
+            let group = server_group(b.name);
+            let ours_cpu = b.cpu.as_ref();
+            let theirs_cpu = t.cpu.as_ref();
+            let generator = ours_cpu
+                .and_then(|c| c.group("generator"))
+                .and_then(|(per, _)| per);
+            if let (Some(g), Some(tc)) = (generator, t.tool_cpu_per_1000) {
+                let _ = write!(
+                    p,
+                    " Per 1,000 operations our generator spent {g:.3} CPU-seconds, `{tool}` \
+                     {tc:.3}."
+                );
+            }
+            let server = |c: Option<&crate::cpu::CpuUse>| c.and_then(|c| c.group(group));
+            if let (Some((Some(so), co)), Some((Some(st), ct))) =
+                (server(ours_cpu), server(theirs_cpu))
+            {
+                let _ = write!(
+                    p,
+                    " The server (`{group}`) spent {so:.3} CPU-seconds per 1,000 under ours \
+                     ({co:.2} cores busy) and {st:.3} under `{tool}` ({ct:.2} cores)."
+                );
+            }
+            let busy = |c: Option<&crate::cpu::CpuUse>| c.and_then(|c| c.machine_busy_cores);
+            if let (Some(mo), Some(mt)) = (busy(ours_cpu), busy(theirs_cpu)) {
+                let _ = write!(
+                    p,
+                    " The machine's {cpus:.0} cores were {:.0}% busy under ours and {:.0}% \
+                     under `{tool}`",
+                    100.0 * mo / cpus,
+                    100.0 * mt / cpus
+                );
+                if mo >= 0.9 * cpus {
+                    p.push_str(
+                        ": with every core busy, each CPU-second our generator spends beyond \
+                         the tool's is taken from the server, so the gap is the cost of our \
+                         generator on a machine it shares with the server.",
+                    );
+                } else {
+                    p.push_str(
+                        ": cores were left idle under ours, so our generator does not keep \
+                         enough work in flight — a gap in the generator, not a lack of CPU.",
+                    );
+                }
+            }
+            Some(p)
+        })
+        .collect()
+}
+
 /// How the benchmark's own client compares with goose on the same no-op: whether the client
 /// could be the ceiling of the HTTP figures. `None` without both baselines.
 pub fn client_check(report: &RunReport) -> Option<String> {

@@ -125,6 +125,17 @@ pub fn render(r: &RunReport) -> String {
         if let Some(check) = explain::client_check(r) {
             let _ = writeln!(md, "\n{check}");
         }
+        if r.baselines.iter().any(|b| b.standard_tool.is_some()) {
+            md.push_str("\n### Ours beside the standard tools\n\n");
+            md.push_str(
+                "The same work on the same server in the same rounds, driven by the tool people \
+                 trust for it; medians with min–max. CPU-seconds per 1,000 operations.\n\n",
+            );
+            md.push_str(&tools_table(r));
+            for note in explain::tool_notes(r) {
+                let _ = writeln!(md, "\n{note}");
+            }
+        }
     }
     if !r.hot_row_sweep.is_empty() {
         md.push_str("\n### The hot row at several connection counts\n\n");
@@ -220,6 +231,43 @@ pub fn per_sec(l: &LoadResult, rate: Rate) -> String {
         (None, Rate::Attempts) => format!("{:.0}", l.attempts_per_sec),
         (None, Rate::Successes) => format!("{:.0}", l.successes_per_sec),
     }
+}
+
+fn tools_table(r: &RunReport) -> String {
+    let mut md = String::from(
+        "| baseline | ours /s | tool | theirs /s | ours / theirs | generator CPU: ours / tool | server CPU: ours / theirs |\n\
+         |---|--:|---|--:|--:|--:|--:|\n",
+    );
+    let f = |x: Option<f64>| x.map_or("–".into(), |x| format!("{x:.3}"));
+    for b in &r.baselines {
+        let Some(t) = &b.standard_tool else { continue };
+        let group = explain::server_group(b.name);
+        let server = |c: Option<&crate::cpu::CpuUse>| c.and_then(|c| c.group(group)?.0);
+        let generator = b.cpu.as_ref().and_then(|c| c.group("generator")?.0);
+        let _ = writeln!(
+            md,
+            "| `{}` | {} | `{}` | {} | {} | {} / {} | {} / {} |",
+            b.name,
+            per_sec(
+                &b.result,
+                if b.result.outcomes.created > 0 {
+                    Rate::Successes
+                } else {
+                    Rate::Attempts
+                }
+            ),
+            t.tool,
+            t.per_sec
+                .as_ref()
+                .map_or_else(|| t.status.clone(), |s| s.display()),
+            t.ours_percent.map_or("–".into(), |p| format!("{p:.0}%")),
+            f(generator),
+            f(t.tool_cpu_per_1000),
+            f(server(b.cpu.as_ref())),
+            f(server(t.cpu.as_ref())),
+        );
+    }
+    md
 }
 
 fn cpu_table(r: &RunReport) -> String {

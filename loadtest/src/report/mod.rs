@@ -158,6 +158,7 @@ mod tests {
             what: "test".into(),
             result: load(Loop::Closed, 1000),
             cpu: None,
+            standard_tool: None,
         };
         StrategyReport::new(info, sale, throughput, &[baseline])
     }
@@ -205,6 +206,7 @@ mod tests {
                 what: "test".into(),
                 result: load(Loop::Closed, 1000),
                 cpu: None,
+                standard_tool: None,
             }],
             hot_row_sweep: Vec::new(),
             strategies: vec![
@@ -312,6 +314,62 @@ mod tests {
             .find(|l| l.starts_with("| `conditional` | 0.50 / 0.20 |"))
             .unwrap_or_else(|| panic!("no CPU row:\n{md}"));
         assert!(row.ends_with("| `mariadbd` |"), "{row}");
+    }
+
+    #[test]
+    fn a_baseline_below_its_standard_tool_gets_the_measured_reason_and_a_missing_tool_says_so() {
+        use crate::cpu::{Process, Span};
+        use crate::tools::{Outcome, Runs};
+        let processes = vec![
+            Process::new("mariadbd", "mariadbd", 1),
+            Process::new("generator", "generator", 2),
+        ];
+        let usage = |db: f64, generator: f64, successes: f64| {
+            Span {
+                wall_seconds: 10.0,
+                cpu_seconds: vec![Some(db), Some(generator)],
+                machine_cpu_seconds: Some(19.5),
+                successes,
+            }
+            .usage(&processes)
+        };
+        let mut r = report();
+        r.environment.cpus = 2;
+        let mut runs = Runs::default();
+        runs.push(
+            "mysqlslap",
+            "mysqlslap …".into(),
+            Outcome::Measured {
+                per_sec: 2000.0,
+                operations: 20_000.0,
+                cpu_seconds: Some(1.0),
+            },
+        );
+        let mut tool = runs.summary(1000.0).unwrap();
+        tool.cpu = Some(usage(9.0, 0.0, 20_000.0));
+        r.baselines[0].cpu = Some(usage(5.0, 9.0, 10_000.0));
+        r.baselines[0].standard_tool = Some(tool);
+        let notes = explain::tool_notes(&r);
+        let p = &notes[0];
+        assert!(p.contains("ours is 50% of it"), "{p}");
+        assert!(
+            p.contains("our generator spent 0.900 CPU-seconds, `mysqlslap` 0.050"),
+            "{p}"
+        );
+        assert!(p.contains("is taken from the server"), "{p}");
+        let md = markdown::render(&r);
+        assert!(md.contains("| `sql-conditional` | 1000 | `mysqlslap` | 2000 | 50% | 0.900 / 0.050 | 0.500 / 0.450 |"), "{md}");
+
+        let mut missing = Runs::default();
+        missing.push("mysqlslap", "mysqlslap".into(), Outcome::NotInstalled);
+        r.baselines[0].standard_tool = missing.summary(1000.0);
+        let notes = explain::tool_notes(&r);
+        assert!(
+            notes[0].contains("`mysqlslap` is not installed"),
+            "{}",
+            notes[0]
+        );
+        assert!(markdown::render(&r).contains("| `mysqlslap` | not installed | – |"));
     }
 
     #[test]
