@@ -130,6 +130,17 @@ where
     F: Fn(u64) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Answer> + Send,
 {
+    closed_loop_by_worker(concurrency, budget, move |_, i| op(i)).await
+}
+
+/// [`closed_loop`], telling `op` which worker (`0..concurrency`) sends: a worker can then use
+/// a connection of its own, one request in flight on it at a time, as the standard load tools
+/// do.
+pub async fn closed_loop_by_worker<F, Fut>(concurrency: usize, budget: Budget, op: F) -> LoadResult
+where
+    F: Fn(usize, u64) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Answer> + Send,
+{
     let op = Arc::new(op);
     let seq = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
@@ -142,7 +153,7 @@ where
         Budget::Requests(n) => (start, None, n),
     };
     let workers: Vec<_> = (0..concurrency)
-        .map(|_| {
+        .map(|worker| {
             let (op, seq) = (op.clone(), seq.clone());
             tokio::spawn(async move {
                 let mut tally = Tally::default();
@@ -155,7 +166,7 @@ where
                     if i >= requests {
                         return tally;
                     }
-                    let outcome = op(i).await;
+                    let outcome = op(worker, i).await;
                     if sent >= measure_from {
                         tally.outcomes.count(&outcome);
                         tally.latencies.record(sent.elapsed());
