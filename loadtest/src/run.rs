@@ -90,7 +90,9 @@ pub async fn run_in(settings: &Settings, target: &Target, out: &Path) -> Result<
     let rounds = settings.repetitions;
     let plan = baselines::Plan {
         concurrency: settings.buyers,
-        db_connections: settings.instances * app_pool_size()?,
+        // The most connections a strategy can hold at the database at once: its buyers,
+        // unless the instances' pools together hold fewer.
+        db_connections: (settings.instances * app_pool_size()?).min(settings.buyers),
         sweep: baselines::SWEEP.to_vec(),
         window,
         rounds,
