@@ -76,7 +76,8 @@ pub struct RunArgs {
     #[arg(long)]
     pub stock: Option<i64>,
     /// Concurrent buyers / closed-loop users (U; default 200, 50 with --quick); also the
-    /// concurrency of every baseline.
+    /// concurrency of the HTTP and Redis baselines (the database baselines use as many
+    /// connections as the app instances' pools hold together, at most U).
     #[arg(long)]
     pub buyers: Option<usize>,
     /// Purchase requests in the flash sale (D; default 5 × stock, 3 × with --quick).
@@ -102,7 +103,8 @@ pub struct RunArgs {
     /// 1 s runs after 0.5 s warm-up.
     #[arg(long)]
     pub quick: bool,
-    /// Skip the baselines (no-op HTTP, direct SQL, hot-row UPDATE, Redis Lua).
+    /// Skip the baselines (no-op HTTP, direct SQL, hot-row UPDATE and its sweep, Redis Lua, and
+    /// the standard tools beside them).
     #[arg(long)]
     pub no_baselines: bool,
     /// Skip the fault scenarios (run in their quick form with `--quick`).
