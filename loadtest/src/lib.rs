@@ -4,8 +4,9 @@
 //!
 //! `run` starts throwaway servers (or uses external ones, `SECKILL_EXTERNAL=1`), starts K
 //! `seckill-app` processes, and for every strategy measures a flash sale (correctness, from
-//! the database), closed- and open-loop throughput, and baselines that put every figure in
-//! proportion; it writes `results/<UTC timestamp>/` with `report.md`, `report.json` and SVG
+//! the database), closed- and open-loop throughput (medians of interleaved runs, [`repeat`]),
+//! baselines that put every figure in proportion, the standard tools beside them ([`tools`])
+//! and the CPU of every process ([`cpu`]); it writes `results/<UTC timestamp>/` with `report.md`, `report.json` and SVG
 //! charts. `lock` measures one lock backend under contention and counts mutual-exclusion
 //! violations. `compare` says what changed between two runs ([`compare`]).
 //!
