@@ -342,12 +342,27 @@ pub fn tool_notes(report: &RunReport) -> Vec<String> {
                     100.0 * mo / cpus,
                     100.0 * mt / cpus
                 );
+                if let Some(rest) = ours_cpu
+                    .and_then(|c| c.rest_of_machine_cores)
+                    .filter(|r| *r >= 0.05)
+                {
+                    let _ = write!(
+                        p,
+                        " ({rest:.2} core(s) of it under ours taken by programs outside the run)"
+                    );
+                }
                 if mo >= 0.9 * cpus {
                     p.push_str(
                         ": with every core busy, each CPU-second our generator spends beyond \
                          the tool's is taken from the server, so the gap is the cost of our \
                          generator on a machine it shares with the server.",
                     );
+                    if report.environment.generator_build == "debug" {
+                        p.push_str(
+                            " This generator is a debug build, which multiplies that cost; \
+                             the committed runs use a release build (`cargo xtask bench`).",
+                        );
+                    }
                 } else {
                     p.push_str(
                         ": cores were left idle under ours, so our generator does not keep \

@@ -345,6 +345,7 @@ fn environment(r: &RunReport) -> String {
         },
     );
     row("servers", e.servers.to_string());
+    row("load generator build", e.generator_build.to_string());
     for (k, v) in &e.versions {
         row(&format!("{k} version"), v.clone());
     }

@@ -197,6 +197,7 @@ mod tests {
                 git_commit: None,
                 git_dirty: None,
                 servers: "spawned",
+                generator_build: "release",
                 versions: BTreeMap::new(),
                 mariadb: BTreeMap::new(),
                 redis: BTreeMap::new(),
