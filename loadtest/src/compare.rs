@@ -4,8 +4,8 @@
 //! figure of the flash sale, from run A to run B. A change is marked as beyond noise when it is
 //! larger than the noise of these runs and, where both runs give min–max, the two ranges do
 //! not overlap. The noise is estimated from the baselines, whose work never changes: the
-//! widest relative min–max of a baseline in either run; for runs without min–max (the report
-//! format before repetitions), the largest change of a baseline between the two runs. A
+//! median of their relative min–max in both runs; for runs without min–max (the report format
+//! before repetitions), the median change of a baseline between the two runs. A
 //! strategy expected not to oversell (declared safe, or safe while leases hold: the flash sale
 //! injects no fault) whose oversell, lost updates or negative stock go from 0 to anything is
 //! always flagged, whatever the noise.
@@ -55,6 +55,8 @@ pub struct Figures {
 #[derive(Debug, Clone, Default)]
 pub struct Run {
     pub label: String,
+    /// The run's settings as written (`settings` of the JSON).
+    pub settings: Value,
     pub baselines: BTreeMap<String, Figures>,
     pub strategies: Vec<(String, Figures)>,
 }
@@ -80,6 +82,7 @@ impl Run {
     pub fn from_json(label: String, json: &Value) -> Run {
         let mut run = Run {
             label,
+            settings: json["settings"].clone(),
             ..Run::default()
         };
         for b in json["baselines"].as_array().into_iter().flatten() {
@@ -147,38 +150,52 @@ pub struct Noise {
     pub source: String,
 }
 
-/// See the module doc: the widest relative min–max of a baseline in either run; without any,
-/// the largest relative change of a baseline between the runs; without either,
-/// [`DEFAULT_NOISE`]. Never less than [`MIN_NOISE`].
+/// See the module doc: the median (the upper one, for an even count) of the baselines'
+/// relative min–max in both runs; without any, of the baselines' relative changes between
+/// the runs; without either, [`DEFAULT_NOISE`]. Never less than [`MIN_NOISE`]. The hot-row
+/// sweep is left out: one connection against a hot row varies far more than the work the
+/// strategies are compared with.
 pub fn noise(a: &Run, b: &Run) -> Noise {
-    let widest = [a, b]
+    let named = |run: &'_ Run| {
+        run.baselines
+            .iter()
+            .filter(|(name, _)| !name.starts_with(SWEEP_PREFIX))
+            .map(|(name, f)| (name.clone(), f.clone()))
+            .collect::<Vec<_>>()
+    };
+    let ranges: Vec<(f64, String)> = [a, b]
         .iter()
-        .flat_map(|run| run.baselines.iter().map(move |(n, f)| (run, n, f)))
-        .filter_map(|(run, name, f)| {
+        .flat_map(|run| named(run))
+        .filter_map(|(name, f)| {
             let r = f.rate?;
             let (min, max) = r.min_max?;
-            (r.median > 0.0).then(|| ((max - min) / r.median, format!("`{name}` in {}", run.label)))
+            (r.median > 0.0).then(|| ((max - min) / r.median, name))
         })
-        .max_by(|x, y| x.0.total_cmp(&y.0));
-    if let Some((fraction, source)) = widest {
+        .collect();
+    if let Some((fraction, widest)) = upper_median(&ranges) {
         return Noise {
             fraction: fraction.max(MIN_NOISE),
-            source: format!("the widest min–max of a baseline: {source}"),
+            source: format!(
+                "the median relative min–max of {} baseline figure(s) in these runs; the widest, \
+                 `{widest}`, spans {:.0}%",
+                ranges.len(),
+                100.0 * max_of(&ranges)
+            ),
         };
     }
-    let largest_change = a
-        .baselines
-        .iter()
+    let changes: Vec<(f64, String)> = named(a)
+        .into_iter()
         .filter_map(|(name, fa)| {
-            let (ra, rb) = (fa.rate?, b.baselines.get(name)?.rate?);
+            let (ra, rb) = (fa.rate?, b.baselines.get(&name)?.rate?);
             (ra.median > 0.0).then(|| ((rb.median - ra.median).abs() / ra.median, name))
         })
-        .max_by(|x, y| x.0.total_cmp(&y.0));
-    match largest_change {
-        Some((fraction, name)) => Noise {
+        .collect();
+    match upper_median(&changes) {
+        Some((fraction, _)) => Noise {
             fraction: fraction.max(MIN_NOISE),
             source: format!(
-                "no run has min–max; the largest change of a baseline between the runs: `{name}`"
+                "no run has min–max; the median change of {} baseline(s) between the runs",
+                changes.len()
             ),
         },
         None => Noise {
@@ -186,6 +203,34 @@ pub fn noise(a: &Run, b: &Run) -> Noise {
             source: "no baseline to estimate it from; assumed".into(),
         },
     }
+}
+
+/// The upper median of the values, and the name of the largest.
+fn upper_median(values: &[(f64, String)]) -> Option<(f64, String)> {
+    let mut sorted: Vec<f64> = values.iter().map(|(v, _)| *v).collect();
+    sorted.sort_by(f64::total_cmp);
+    let median = *sorted.get(sorted.len() / 2)?;
+    let widest = values
+        .iter()
+        .max_by(|x, y| x.0.total_cmp(&y.0))
+        .map(|(_, n)| n.clone())?;
+    Some((median, widest))
+}
+
+fn max_of(values: &[(f64, String)]) -> f64 {
+    values.iter().map(|(v, _)| *v).fold(0.0, f64::max)
+}
+
+/// The settings that differ between the runs (`buyers 200 → 50`), for a warning: figures of
+/// runs with other settings are not comparable.
+pub fn settings_changes(a: &Value, b: &Value) -> Vec<String> {
+    let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else {
+        return Vec::new();
+    };
+    b.iter()
+        .filter(|(k, v)| a.get(*k).is_some_and(|old| old != *v))
+        .map(|(k, v)| format!("{k} {} → {v}", a[k]))
+        .collect()
 }
 
 /// Whether `b` moved away from `a` beyond the noise: up (`Some(true)`), down (`Some(false)`)
@@ -234,6 +279,15 @@ pub fn render(a: &Run, b: &Run) -> String {
         100.0 * noise.fraction,
         noise.source
     );
+    let changed = settings_changes(&a.settings, &b.settings);
+    if !changed.is_empty() {
+        let _ = writeln!(
+            md,
+            "**The runs' settings differ** ({}): their figures measure different work and are \
+             not comparable one to one.\n",
+            changed.join(", ")
+        );
+    }
     let mut flags = Vec::new();
     for (name, fb) in &b.strategies {
         if let Some(fa) = strategy(a, name) {
@@ -430,11 +484,11 @@ mod tests {
     }
 
     #[test]
-    fn noise_is_the_widest_baseline_range_or_else_the_largest_baseline_change() {
+    fn noise_is_the_median_baseline_range_or_else_the_median_baseline_change() {
         let (a, b) = (old_run(), new_run(100.0, 0));
         let n = noise(&a, &b);
         assert!((n.fraction - 0.1).abs() < 1e-9, "{n:?}");
-        assert!(n.source.contains("http-noop"), "{n:?}");
+        assert!(n.source.contains("`http-noop`"), "{n:?}");
         let n = noise(&a, &old_run());
         assert_eq!(n.fraction, MIN_NOISE, "{n:?}");
         let mut faster = old_run();
@@ -446,6 +500,25 @@ mod tests {
         assert_eq!(
             noise(&Run::default(), &Run::default()).fraction,
             DEFAULT_NOISE
+        );
+    }
+
+    #[test]
+    fn differing_settings_are_named_in_a_warning() {
+        let a = json!({"buyers": 200, "stock": 1000, "quick": false});
+        let b = json!({"buyers": 50, "stock": 1000, "quick": true, "repetitions": 3});
+        assert_eq!(
+            settings_changes(&a, &b),
+            vec![
+                "buyers 200 → 50".to_string(),
+                "quick false → true".to_string()
+            ]
+        );
+        let mut runs = (old_run(), new_run(100.0, 0));
+        runs.0.settings = a;
+        runs.1.settings = b;
+        assert!(
+            render(&runs.0, &runs.1).contains("**The runs' settings differ** (buyers 200 → 50")
         );
     }
 
