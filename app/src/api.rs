@@ -9,7 +9,7 @@ use axum::http::StatusCode;
 use serde::{Deserialize, Deserializer, Serialize};
 use utoipa::ToSchema;
 
-pub use crate::strategy::catalogue::{Safety, Service, Strategy, UnknownStrategy};
+pub use crate::strategy::catalogue::{Home, Safety, Service, Strategy, UnknownStrategy};
 
 /// Longest `user_id`, in characters.
 pub const MAX_USER_ID: usize = 64;
@@ -72,6 +72,10 @@ pub struct ResetProduct {
     #[schema(minimum = 0, maximum = 1_000_000_000)]
     #[serde(deserialize_with = "integer")]
     pub stock: i64,
+    /// Where the stock is kept (default `row`); every other home holds none of it, so only the
+    /// strategies of this home can sell it.
+    #[serde(default)]
+    pub home: Home,
 }
 
 /// An integer field of a request body. JSON has one number type and JSON Schema counts `12.0`
@@ -95,6 +99,9 @@ fn integer<'de, D: Deserializer<'de>>(deserializer: D) -> Result<i64, D::Error> 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct ProductView {
     pub id: u64,
+    /// Where the stock is kept.
+    pub home: Home,
+    /// Units left, read from the home.
     pub stock: i64,
     pub initial_stock: i64,
     /// Sum of ordered quantities.

@@ -199,7 +199,7 @@ async fn admin_token_guards_product_resets_only() {
         .expect("json");
     assert_eq!(
         view,
-        json!({ "id": 7, "stock": 1, "initial_stock": 3, "sold": 2, "orders": 1 })
+        json!({ "id": 7, "home": "row", "stock": 1, "initial_stock": 3, "sold": 2, "orders": 1 })
     );
     app.stop().await;
     common::drop_database(&database_url).await;

@@ -71,7 +71,7 @@ impl Shop {
 
     /// Gives product `id` [`STOCK`] units and no orders.
     pub async fn stock_up(&self, id: u64) {
-        app::db::products::reset(&self.state.pool, id, STOCK)
+        app::db::products::reset(&self.state.pool, id, STOCK, app::api::Home::Row)
             .await
             .expect("reset the product");
     }

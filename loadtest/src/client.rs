@@ -10,8 +10,8 @@ use anyhow::{Context, Result, bail};
 use serde::Serialize;
 
 use app::api::{
-    ErrorBody, ErrorCode, OrderRequest, OrderResponse, ProductView, Strategy, StrategyInfo,
-    StrategyList,
+    ErrorBody, ErrorCode, Home, OrderRequest, OrderResponse, ProductView, ResetProduct, Strategy,
+    StrategyInfo, StrategyList,
 };
 
 /// Request header that makes the strategy pause inside its critical section (the app must
@@ -316,13 +316,11 @@ impl Api {
         &self.bases[self.bases.len() - 1]
     }
 
-    /// `PUT /api/products/{id}`: creates the product or resets it to `stock` and deletes its orders.
-    pub async fn reset_product(&self, id: u64, stock: i64) -> Result<()> {
+    /// `PUT /api/products/{id}`: creates the product or resets it to `stock` units kept in
+    /// `home`, and deletes its orders.
+    pub async fn reset_product(&self, id: u64, stock: i64, home: Home) -> Result<()> {
         let url = format!("{}/api/products/{id}", self.admin());
-        let mut request = self
-            .http
-            .put(&url)
-            .json(&serde_json::json!({ "stock": stock }));
+        let mut request = self.http.put(&url).json(&ResetProduct { stock, home });
         if let Some(token) = &self.admin_token {
             request = request.bearer_auth(token);
         }

@@ -46,7 +46,8 @@ pub struct SaleResult {
 
 /// Resets the product, runs the sale, reads the ledger.
 pub async fn run_sale(api: &Api, db: &MySqlPool, plan: &SalePlan) -> Result<SaleResult> {
-    api.reset_product(plan.product, plan.stock).await?;
+    api.reset_product(plan.product, plan.stock, plan.strategy.home())
+        .await?;
     let retries_before = retries_in_metrics(&api.metrics().await, plan.strategy);
     let buyers = Buyers {
         api: api.clone(),

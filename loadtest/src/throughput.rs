@@ -44,7 +44,8 @@ pub struct ThroughputResult {
 /// One closed-loop run (`round` keeps its request ids apart from the other rounds'), on a
 /// product reset to unlimited stock and no orders.
 pub async fn closed(api: &Api, plan: &ThroughputPlan, round: usize) -> Result<LoadResult> {
-    api.reset_product(plan.product, UNLIMITED).await?;
+    api.reset_product(plan.product, UNLIMITED, plan.strategy.home())
+        .await?;
     let buyers = Buyers::new(api, plan, format!("c{round}"));
     Ok(
         closed_loop(plan.users, Budget::Window(plan.window), move |i| {
@@ -65,13 +66,15 @@ pub fn open_rate(plan: &ThroughputPlan, closed: &LoadResult) -> f64 {
 /// The open-loop run at `rate`; afterwards the product is left with no stock and no orders,
 /// so later strategies do not pay for this one's rows.
 pub async fn open(api: &Api, plan: &ThroughputPlan, rate: f64) -> Result<LoadResult> {
-    api.reset_product(plan.product, UNLIMITED).await?;
+    api.reset_product(plan.product, UNLIMITED, plan.strategy.home())
+        .await?;
     let buyers = Buyers::new(api, plan, "o".into());
     let open = open_loop(plan.users, rate, plan.window, move |i| {
         buyers.clone().send(i)
     })
     .await;
-    api.reset_product(plan.product, 0).await?;
+    api.reset_product(plan.product, 0, plan.strategy.home())
+        .await?;
     Ok(open)
 }
 

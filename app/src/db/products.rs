@@ -3,20 +3,24 @@
 use sqlx::{MySqlConnection, MySqlPool, Row};
 
 use crate::accounting::Ledger;
-use crate::api::ProductView;
+use crate::api::{Home, ProductView};
 
-/// Creates the product or resets it to `stock` units, and deletes its orders, atomically.
-/// The fence goes back to 0 so that any lock backend's tokens are accepted again.
-pub async fn reset(pool: &MySqlPool, id: u64, stock: i64) -> Result<(), sqlx::Error> {
+/// Creates the product or resets it to `stock` units kept in `home`, and deletes its orders,
+/// atomically. The row's `stock` holds the units only when the home is the row; otherwise it
+/// holds none, so the row strategies find the product sold out. The fence goes back to 0 so
+/// that any lock backend's tokens are accepted again.
+pub async fn reset(pool: &MySqlPool, id: u64, stock: i64, home: Home) -> Result<(), sqlx::Error> {
+    let row_stock = if home == Home::Row { stock } else { 0 };
     let mut tx = pool.begin().await?;
     sqlx::query(
-        "INSERT INTO products (id, stock, initial_stock) VALUES (?, ?, ?) \
+        "INSERT INTO products (id, stock, initial_stock, home) VALUES (?, ?, ?, ?) \
          ON DUPLICATE KEY UPDATE stock = VALUES(stock), initial_stock = VALUES(initial_stock), \
-         version = version + 1, fence = 0",
+         home = VALUES(home), version = version + 1, fence = 0",
     )
     .bind(id)
+    .bind(row_stock)
     .bind(stock)
-    .bind(stock)
+    .bind(home.name())
     .execute(&mut *tx)
     .await?;
     sqlx::query("DELETE FROM orders WHERE product_id = ?")
@@ -29,17 +33,21 @@ pub async fn reset(pool: &MySqlPool, id: u64, stock: i64) -> Result<(), sqlx::Er
 /// The product's stock and order totals, or `None` if it does not exist.
 pub async fn view(pool: &MySqlPool, id: u64) -> Result<Option<ProductView>, sqlx::Error> {
     let row = sqlx::query(
-        "SELECT p.id, p.stock, p.initial_stock, \
+        "SELECT p.id, p.home, p.stock, p.initial_stock, \
                 CAST(COALESCE(SUM(o.quantity), 0) AS SIGNED) AS sold, COUNT(o.id) AS orders \
          FROM products p LEFT JOIN orders o ON o.product_id = p.id \
-         WHERE p.id = ? GROUP BY p.id, p.stock, p.initial_stock",
+         WHERE p.id = ? GROUP BY p.id, p.home, p.stock, p.initial_stock",
     )
     .bind(id)
     .fetch_optional(pool)
     .await?;
     row.map(|r| {
+        let home: String = r.try_get("home")?;
         Ok(ProductView {
             id: r.try_get("id")?,
+            home: home
+                .parse()
+                .map_err(|e: String| sqlx::Error::Decode(e.into()))?,
             stock: r.try_get("stock")?,
             initial_stock: r.try_get("initial_stock")?,
             sold: r.try_get("sold")?,

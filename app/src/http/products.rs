@@ -36,7 +36,7 @@ pub async fn reset(
             "stock must be between 0 and {MAX_STOCK}"
         )));
     }
-    products::reset(&state.pool, id, body.stock).await?;
+    products::reset(&state.pool, id, body.stock, body.home).await?;
     let view = products::view(&state.pool, id)
         .await?
         .ok_or_else(|| ApiError::Internal("product vanished right after its reset".into()))?;

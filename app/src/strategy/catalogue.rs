@@ -96,6 +96,48 @@ impl Service {
     }
 }
 
+/// Where a product's live stock counter is kept.
+///
+/// A product's stock lives in exactly one home, chosen when the product is created or reset
+/// (`PUT /api/products/{id}` with `"home"`); every other home holds zero units of it. A
+/// strategy takes stock from its own home only, so a strategy of another home finds the
+/// product sold out: strategies of different homes can be mixed on one product without ever
+/// selling a unit twice.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum Home {
+    /// The `stock` column of the product's row in MariaDB, written in the order's transaction.
+    #[default]
+    Row,
+}
+
+impl Home {
+    pub fn name(self) -> &'static str {
+        match self {
+            Home::Row => "row",
+        }
+    }
+}
+
+impl fmt::Display for Home {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Home {
+    type Err = String;
+
+    fn from_str(name: &str) -> Result<Home, String> {
+        match name {
+            "row" => Ok(Home::Row),
+            other => Err(format!("unknown stock home `{other}`")),
+        }
+    }
+}
+
 /// Whether a locked strategy hands its fencing token to the database.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fencing {
@@ -108,9 +150,10 @@ pub enum Fencing {
 /// How a strategy is built.
 #[derive(Clone, Copy)]
 pub enum Kind {
-    /// A strategy of its own, running on `service`.
+    /// A strategy of its own, running on `service`, taking stock from `home`.
     Own {
         service: Service,
+        home: Home,
         build: fn(&Deps) -> Arc<dyn StockStrategy>,
     },
     /// The generic locked strategy ([`super::locked::Locked`]) over a lock backend.
@@ -134,8 +177,19 @@ pub struct Spec {
     pub description: &'static str,
 }
 
+/// A strategy of its own whose stock is the product row.
 const fn own(service: Service, build: fn(&Deps) -> Arc<dyn StockStrategy>) -> Kind {
-    Kind::Own { service, build }
+    own_in(service, Home::Row, build)
+}
+
+/// A strategy of its own whose stock lives in `home`.
+#[allow(dead_code)] // until the first strategy of another home lands
+const fn own_in(service: Service, home: Home, build: fn(&Deps) -> Arc<dyn StockStrategy>) -> Kind {
+    Kind::Own {
+        service,
+        home,
+        build,
+    }
 }
 
 const fn locked(backend: Backend, fencing: Fencing) -> Kind {
@@ -218,6 +272,14 @@ impl Strategy {
         match self.spec().kind {
             Kind::Own { service, .. } => service,
             Kind::Locked { backend, .. } => Service::of(backend),
+        }
+    }
+
+    /// Where it takes stock from (locked strategies: the product row).
+    pub fn home(self) -> Home {
+        match self.spec().kind {
+            Kind::Own { home, .. } => home,
+            Kind::Locked { .. } => Home::Row,
         }
     }
 

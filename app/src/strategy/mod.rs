@@ -30,7 +30,7 @@ use futures::future::BoxFuture;
 use locks::{Backend, DistributedLock};
 use sqlx::MySqlPool;
 
-pub use catalogue::{Fencing, Kind, Safety, Service, Strategy};
+pub use catalogue::{Fencing, Home, Kind, Safety, Service, Strategy};
 
 use crate::db::errors::{DbFailure, classify};
 use crate::db::orders::NewOrder;

@@ -44,12 +44,17 @@ impl TestApp {
         }
     }
 
-    /// `PUT /api/products/{id}` with `stock` units (no admin token).
+    /// `PUT /api/products/{id}` with `stock` units in the product row (no admin token).
     pub async fn reset(&self, id: u64, stock: i64) {
+        self.reset_in(id, stock, app::api::Home::Row).await;
+    }
+
+    /// `PUT /api/products/{id}` with `stock` units kept in `home` (no admin token).
+    pub async fn reset_in(&self, id: u64, stock: i64, home: app::api::Home) {
         let r = self
             .client
             .put(format!("{}/api/products/{id}", self.url))
-            .json(&json!({ "stock": stock }))
+            .json(&json!({ "stock": stock, "home": home }))
             .send()
             .await
             .expect("reset request");
@@ -317,7 +322,10 @@ pub async fn sells_exactly_the_stock(strategy: &str, configure: impl FnOnce(&mut
     config.lock_prefix = format!("t{}:", uuid::Uuid::new_v4().simple());
     configure(&mut config);
     let app = spawn_app(config).await;
-    app.reset(1, STOCK).await;
+    let home = strategy
+        .parse::<app::api::Strategy>()
+        .map_or(app::api::Home::Row, |s| s.home());
+    app.reset_in(1, STOCK, home).await;
     let crowd = Crowd {
         buyers: BUYERS,
         hold_ms: None,

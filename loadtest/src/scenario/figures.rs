@@ -114,35 +114,7 @@ pub struct Herd {
     pub overlaps: usize,
 }
 
-/// The figures of one row, by scenario: one variant per struct above, each `From` it.
-macro_rules! figures {
-    ($($variant:ident),+) => {
-        #[derive(Debug, Clone, PartialEq, Serialize)]
-        #[serde(untagged)]
-        pub enum Figures {
-            $($variant($variant),)+
-        }
-
-        $(impl From<$variant> for Figures {
-            fn from(f: $variant) -> Figures {
-                Figures::$variant(f)
-            }
-        })+
-    };
-}
-
-figures!(
-    LeaseExpiry,
-    ProcessPause,
-    HolderCrash,
-    UnsafeRelease,
-    RedisFailover,
-    LocalMutex,
-    ZkSessionExpiry,
-    Herd
-);
-
-impl Figures {
+impl super::Figures {
     /// `name = value, …` for the report's table (absent values left out).
     pub fn markdown(&self) -> String {
         let Ok(serde_json::Value::Object(fields)) = serde_json::to_value(self) else {

@@ -7,8 +7,9 @@ use std::time::Duration;
 use anyhow::Result;
 
 use app::accounting::{Accounting, Ledger};
-use app::api::{ProductView, Strategy};
+use app::api::{Home, ProductView, Strategy};
 
+use super::Timeline;
 use crate::apps::{Apps, Launch};
 use crate::client::{Answer, Api, order_request};
 
@@ -35,6 +36,14 @@ pub fn accounting(p: &ProductView) -> Accounting {
         orders: p.orders,
     };
     Accounting::of(ledger, 0)
+}
+
+/// The instances' flags for a lock lease of `lease_ms` and a lock wait budget of `wait_ms`.
+pub fn lock_flags(lease_ms: u64, wait_ms: u64) -> Vec<String> {
+    vec![
+        format!("--lock-lease-ms={lease_ms}"),
+        format!("--lock-wait-ms={wait_ms}"),
+    ]
 }
 
 impl Fleet {
@@ -91,9 +100,28 @@ impl Fleet {
         self.redis.url()
     }
 
-    /// Creates or resets product `id` to `stock` units (and deletes its orders).
+    /// Creates or resets product `id` to `stock` units in the product row (and deletes its
+    /// orders).
     pub async fn reset(&self, id: u64, stock: i64) -> Result<()> {
-        self.api.reset_product(id, stock).await
+        self.reset_in(id, stock, Home::Row).await
+    }
+
+    /// Creates or resets product `id` to `stock` units kept in `home` (and deletes its orders).
+    pub async fn reset_in(&self, id: u64, stock: i64, home: Home) -> Result<()> {
+        self.api.reset_product(id, stock, home).await
+    }
+
+    /// Product `id` as the database has it, noted on the timeline as `db`.
+    pub async fn product_noted(&self, id: u64, tl: &Timeline) -> Result<ProductView> {
+        let p = self.product(id).await?;
+        tl.log(
+            "db",
+            format!(
+                "stock {} of {}, {} order(s)",
+                p.stock, p.initial_stock, p.orders
+            ),
+        );
+        Ok(p)
     }
 
     /// Product `id` as the database has it.

@@ -40,21 +40,53 @@ use clap::ValueEnum;
 use clap::builder::PossibleValue;
 use serde::Serialize;
 
-pub use figures::Figures;
 pub use report::{Event, Row, ScenarioReport, Timeline, Verdict};
 
-/// Every scenario, in the order `all` runs them; the names are the variants' kebab-case.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, ValueEnum)]
-#[serde(rename_all = "kebab-case")]
-pub enum Scenario {
-    LeaseExpiry,
-    ProcessPause,
-    HolderCrash,
-    UnsafeRelease,
-    RedisFailover,
-    LocalMutex,
-    ZkSessionExpiry,
-    Herd,
+/// Every scenario, one line each: its variant and the module whose `run` plays it.
+///
+/// The variant is the scenario's name (its kebab-case on the command line and in the report)
+/// and the name of its figures struct in [`figures`]. From the lines come the [`Scenario`]
+/// enum (in the order `all` runs them), the [`Figures`] enum and the dispatch: a scenario is
+/// added by one module and one line.
+macro_rules! scenarios {
+    ($($variant:ident => $module:ident;)+) => {
+        /// Every scenario, in the order `all` runs them; the names are the variants' kebab-case.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, ValueEnum)]
+        #[serde(rename_all = "kebab-case")]
+        pub enum Scenario {
+            $($variant,)+
+        }
+
+        /// The figures of one row, by scenario.
+        #[derive(Debug, Clone, PartialEq, Serialize)]
+        #[serde(untagged)]
+        pub enum Figures {
+            $($variant(figures::$variant),)+
+        }
+
+        $(impl From<figures::$variant> for Figures {
+            fn from(f: figures::$variant) -> Figures {
+                Figures::$variant(f)
+            }
+        })+
+
+        async fn run_one(scenario: Scenario, opts: &ScenarioOptions) -> Result<ScenarioReport> {
+            match scenario {
+                $(Scenario::$variant => $module::run(opts).await,)+
+            }
+        }
+    };
+}
+
+scenarios! {
+    LeaseExpiry => lease_expiry;
+    ProcessPause => process_pause;
+    HolderCrash => holder_crash;
+    UnsafeRelease => unsafe_release;
+    RedisFailover => failover;
+    LocalMutex => local_mutex;
+    ZkSessionExpiry => zk_expiry;
+    Herd => herd;
 }
 
 impl Scenario {
@@ -137,19 +169,6 @@ pub async fn run(selection: Selection, opts: &ScenarioOptions) -> Result<Vec<Sce
         );
     }
     Ok(reports)
-}
-
-async fn run_one(scenario: Scenario, opts: &ScenarioOptions) -> Result<ScenarioReport> {
-    match scenario {
-        Scenario::LeaseExpiry => lease_expiry::run(opts).await,
-        Scenario::ProcessPause => process_pause::run(opts).await,
-        Scenario::HolderCrash => holder_crash::run(opts).await,
-        Scenario::UnsafeRelease => unsafe_release::run(opts).await,
-        Scenario::RedisFailover => failover::run(opts).await,
-        Scenario::LocalMutex => local_mutex::run(opts).await,
-        Scenario::ZkSessionExpiry => zk_expiry::run(opts).await,
-        Scenario::Herd => herd::run(opts).await,
-    }
 }
 
 /// Starts a sandbox server off the async threads (starting blocks for about a second).
