@@ -5,7 +5,8 @@
 //! cargo xtask test         # setup, fmt --check, clippy -D warnings, the whole test suite,
 //!                          # the OpenAPI contract test (schemathesis)
 //! cargo xtask contract     # setup, then only the OpenAPI contract test
-//! cargo xtask bench [ARGS] # setup, then `seckill-bench ARGS` in release mode
+//! cargo xtask bench [ARGS] # setup, then `seckill-bench ARGS` in release mode; a `run` ends by
+//!                          # comparing with the previous results/latest (comparison.md)
 //! ```
 
 mod contract;
@@ -204,13 +205,44 @@ fn bench(args: &[String]) -> Result<()> {
         "--bin",
         "seckill-bench",
     ])?;
-    let mut c = Command::new(target_dir()?.join("release").join("seckill-bench"));
+    let bench = target_dir()?.join("release").join("seckill-bench");
+    let mut c = Command::new(&bench);
     // `cargo xtask bench` and `cargo xtask bench --quick` mean `seckill-bench run [--quick]`.
+    let is_run = args
+        .first()
+        .is_none_or(|a| a.starts_with('-') || a == "run");
     if args.first().is_none_or(|a| a.starts_with('-')) {
         c.arg("run");
     }
     c.args(args);
-    run(&mut c)
+    // The run before this one, to compare with at the end.
+    let out = std::path::PathBuf::from(flag_value(args, "--out").unwrap_or("results"));
+    let latest = out.join("latest");
+    let previous = std::fs::read_link(&latest).ok().map(|t| out.join(t));
+    run(&mut c)?;
+    let now = std::fs::read_link(&latest).ok().map(|t| out.join(t));
+    if let (true, Some(previous), Some(now)) = (is_run, previous, now)
+        && previous != now
+    {
+        run(Command::new(&bench)
+            .arg("compare")
+            .arg(&previous)
+            .arg(&now)
+            .arg("--out")
+            .arg(now.join("comparison.md")))?;
+    }
+    Ok(())
+}
+
+/// The value of `--flag value` or `--flag=value` in `args`.
+fn flag_value<'a>(args: &'a [String], flag: &str) -> Option<&'a str> {
+    let at = args
+        .iter()
+        .position(|a| a == flag || a.starts_with(&format!("{flag}=")))?;
+    match args[at].split_once('=') {
+        Some((_, v)) => Some(v),
+        None => args.get(at + 1).map(String::as_str),
+    }
 }
 
 /// Where cargo puts build output (honours `CARGO_TARGET_DIR` and `.cargo/config.toml`).
