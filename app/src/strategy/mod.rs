@@ -19,6 +19,7 @@ pub mod naive;
 pub mod optimistic;
 mod outcome;
 pub mod pessimistic;
+pub mod sharded;
 pub mod unchecked;
 
 use std::collections::BTreeMap;
