@@ -19,8 +19,8 @@ use locks::Backend;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    Deps, StockStrategy, conditional, local_mutex, naive, optimistic, pessimistic, sharded,
-    unchecked,
+    Deps, StockStrategy, batched, conditional, local_mutex, naive, optimistic, pessimistic,
+    sharded, unchecked,
 };
 
 /// How far a strategy keeps `sold ≤ initial stock` under concurrency, across instances.
@@ -250,6 +250,7 @@ catalogue! {
     Optimistic = "optimistic", Safe, own(Mariadb, optimistic::build), "reads stock and version, `UPDATE … WHERE version = v`, bounded jittered retries";
     Pessimistic = "pessimistic", Safe, own(Mariadb, pessimistic::build_waiting), "`SELECT … FOR UPDATE` in a transaction: buyers queue on the row lock";
     PessimisticNowait = "pessimistic-nowait", Safe, own(Mariadb, pessimistic::build_nowait), "`SELECT … FOR UPDATE NOWAIT`: answers busy instead of queueing";
+    Batched = "batched", Safe, own(Mariadb, batched::build), "purchases of a product queued for a few ms, committed as one conditional `UPDATE` and one multi-row order `INSERT`";
     Sharded = "sharded", Safe, own_in(Mariadb, Home::Buckets, sharded::build), "stock split over N bucket rows; a conditional decrement on a random non-empty bucket, sold out only when all are";
     DbLock = "db-lock", WhileLeasesHold, locked(Backend::DbLock, Off), "lock row in a lock table (unique name, expiry, release by row id); stock read-modify-write inside";
     DbLockFenced = "db-lock-fenced", Safe, locked(Backend::DbLock, On), "`db-lock`, and the stock write is fenced by the lock row's id";
