@@ -3,6 +3,7 @@
 
 mod common;
 
+use app::api::{Home, Strategy};
 use common::{fresh_database_url, ledger, spawn_app, test_config};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -50,7 +51,8 @@ async fn twenty_concurrent_copies_of_one_request_make_one_order_under_every_stra
 
     for (i, strategy) in names.iter().enumerate() {
         let product = i as u64 + 1;
-        app.reset(product, 10).await;
+        let home = strategy.parse::<Strategy>().map_or(Home::Row, |s| s.home());
+        app.reset_in(product, 10, home).await;
         let body = json!({
             "user_id": "u-1",
             "quantity": 2,

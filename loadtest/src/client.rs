@@ -320,7 +320,11 @@ impl Api {
     /// `home`, and deletes its orders.
     pub async fn reset_product(&self, id: u64, stock: i64, home: Home) -> Result<()> {
         let url = format!("{}/api/products/{id}", self.admin());
-        let mut request = self.http.put(&url).json(&ResetProduct { stock, home });
+        let mut request = self.http.put(&url).json(&ResetProduct {
+            stock,
+            home,
+            buckets: None,
+        });
         if let Some(token) = &self.admin_token {
             request = request.bearer_auth(token);
         }

@@ -1,6 +1,6 @@
 //! `PUT /api/products/{id}` (admin: create or reset) and `GET /api/products/{id}`.
 
-use crate::api::{ErrorBody, MAX_STOCK, ProductView, ResetProduct};
+use crate::api::{DEFAULT_BUCKETS, ErrorBody, MAX_BUCKETS, MAX_STOCK, ProductView, ResetProduct};
 use crate::db::products;
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -9,7 +9,8 @@ use axum::extract::rejection::{JsonRejection, PathRejection};
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 
-/// Creates the product or resets it to `stock` units and deletes its orders (admin).
+/// Creates the product or resets it to `stock` units kept in `home` (split evenly over
+/// `buckets` buckets for the `buckets` home) and deletes its orders (admin).
 #[utoipa::path(put, path = "/api/products/{id}", tag = "products",
     params(("id" = i64, Path, description = "Product id (0 to 2^63 − 1)", minimum = 0)),
     request_body = ResetProduct,
@@ -19,7 +20,7 @@ use axum::http::{HeaderMap, StatusCode, header};
         (status = 400, description = "`bad_request`: malformed JSON or id", body = ErrorBody),
         (status = 401, description = "`unauthorized`: missing or wrong admin token", body = ErrorBody),
         (status = 415, description = "`bad_request`: the body is not `application/json`", body = ErrorBody),
-        (status = 422, description = "`invalid_request`: stock outside 0 to 1,000,000,000, or unknown fields", body = ErrorBody),
+        (status = 422, description = "`invalid_request`: stock outside 0 to 1,000,000,000, buckets outside 1 to 1,024, or unknown fields", body = ErrorBody),
         (status = 503, description = "`busy` (a row lock not obtained in time) or `backend_unavailable`", body = ErrorBody,
             headers(("Retry-After" = u32, description = "Seconds to wait")))))]
 pub async fn reset(
@@ -36,7 +37,14 @@ pub async fn reset(
             "stock must be between 0 and {MAX_STOCK}"
         )));
     }
-    products::reset(&state.pool, id, body.stock, body.home).await?;
+    let buckets = body.buckets.unwrap_or(i64::from(DEFAULT_BUCKETS));
+    if !(1..=MAX_BUCKETS).contains(&buckets) {
+        return Err(ApiError::Invalid(format!(
+            "buckets must be between 1 and {MAX_BUCKETS}"
+        )));
+    }
+    let buckets = u32::try_from(buckets).unwrap_or(DEFAULT_BUCKETS);
+    products::reset_split(&state.pool, id, body.stock, body.home, buckets).await?;
     let view = products::view(&state.pool, id)
         .await?
         .ok_or_else(|| ApiError::Internal("product vanished right after its reset".into()))?;

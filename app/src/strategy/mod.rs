@@ -10,6 +10,7 @@
 //! Adding a strategy is one file implementing [`StockStrategy`] and one line in
 //! [`catalogue`].
 
+pub mod batched;
 pub mod catalogue;
 pub mod conditional;
 mod held_lock;
@@ -19,6 +20,7 @@ pub mod naive;
 pub mod optimistic;
 mod outcome;
 pub mod pessimistic;
+pub mod sharded;
 pub mod unchecked;
 
 use std::collections::BTreeMap;
@@ -188,6 +190,10 @@ pub struct Deps {
     /// Prepended to every lock name.
     pub lock_prefix: String,
     pub optimistic_retries: u32,
+    /// How long `batched` collects purchases of one product before committing them.
+    pub batch_window: Duration,
+    /// Most purchases in one `batched` transaction.
+    pub batch_max: u32,
 }
 
 /// The lock of each lock backend, as connected at start-up: `None` where the backend is not

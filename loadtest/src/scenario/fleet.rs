@@ -2,6 +2,7 @@
 //! and the few HTTP calls the scenarios make.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Result;
@@ -20,8 +21,10 @@ pub struct Fleet {
     /// which no scenario kills or freezes.
     pub api: Api,
     _logs: LogDir,
+    /// The database the instances use (`scenario` on the private MariaDB).
+    pub database_url: String,
     // Dropped after the instances (fields drop in declaration order).
-    _mariadb: sandbox::MariaDb,
+    mariadb: Arc<sandbox::MariaDb>,
     redis: sandbox::Redis,
     _zookeeper: Option<sandbox::ZooKeeper>,
 }
@@ -71,7 +74,7 @@ impl Fleet {
         let logs = LogDir::create()?;
         let database_url = format!("{}/scenario", mariadb.url().trim_end_matches('/'));
         let mut launch = Launch::new(binary, &logs.0)
-            .arg("--database-url", database_url)
+            .arg("--database-url", database_url.clone())
             .arg("--redis-url", redis.url())
             .args(["--allow-fault-injection"]);
         if let Some(zk) = &zookeeper {
@@ -82,7 +85,8 @@ impl Fleet {
             api: Api::new(apps.bases(), None)?,
             apps,
             _logs: logs,
-            _mariadb: mariadb,
+            database_url,
+            mariadb: Arc::new(mariadb),
             redis,
             _zookeeper: zookeeper,
         })
@@ -93,6 +97,11 @@ impl Fleet {
         self.apps.restart(n).await?;
         self.api = Api::new(self.apps.bases(), None)?;
         Ok(())
+    }
+
+    /// The fleet's private MariaDB, to kill and start again.
+    pub fn mariadb(&self) -> Arc<sandbox::MariaDb> {
+        Arc::clone(&self.mariadb)
     }
 
     /// The fleet's private Redis.

@@ -12,11 +12,13 @@
 //! | `local-mutex` | 1 vs 3 app instances | an in-process mutex is exclusive only within its process |
 //! | `zk-session-expiry` | the holder is cut off from ZooKeeper until its session expires | `lost()` fires, another contender acquires, the fenced stale write is rejected |
 //! | `herd` | 64 waiters on one lock | requests per grant and hand-off latency: polling vs pub/sub vs predecessor watch |
+//! | `batched-db-kill` | SIGKILL of MariaDB while a `batched` transaction waits to commit | every purchase of the batch answers 503, none is recorded; after the restart exactly the stock is sold |
 //!
 //! Every scenario starts private servers (and app processes), because it kills, pauses and
 //! partitions them; with `SECKILL_EXTERNAL=1` it refuses to run. Verdicts are computed from
 //! what was measured: for a deliberately broken variant, "pass" means its failure showed.
 
+mod batched_db_kill;
 mod failover;
 mod fenced_store;
 pub mod figures;
@@ -87,6 +89,7 @@ scenarios! {
     LocalMutex => local_mutex;
     ZkSessionExpiry => zk_expiry;
     Herd => herd;
+    BatchedDbKill => batched_db_kill;
 }
 
 impl Scenario {
