@@ -57,13 +57,18 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 ///   purchase may or may not have happened; the caller looks the request id up.
 /// * **Idempotency.** An order whose `request_id` already exists fails with
 ///   [`PurchaseError::Duplicate`] and its deduction is rolled back; the caller then answers with
-///   the original order. No strategy checks for duplicates beforehand: the unique constraint
-///   is the only arbiter, so twenty concurrent retries of one click still make one order.
+///   the original order. The unique constraint is the only arbiter, so twenty concurrent
+///   retries of one click still make one order: a strategy may look request ids up first
+///   (`batched` does, so that one duplicate does not fail a whole batch), but never relies on
+///   that look-up alone.
 /// * **Fault injection.** A strategy calls [`Purchase::hold`] once, inside its critical section
 ///   (after it decided there is stock, before that decision is written), so tests and
 ///   scenarios can widen race windows or outlive a lock lease.
 /// * **Cancellation.** Dropping the future rolls back the open transaction (sqlx does so when
-///   the connection returns to the pool) and drops any lock guard (which releases it).
+///   the connection returns to the pool) and drops any lock guard (which releases it). A
+///   strategy that commits in a task of its own (`batched`, for all the purchases of a batch)
+///   drops a cancelled purchase that its task has not started on; once started, the purchase
+///   may still be made, as when a client disconnects just after a commit.
 pub trait StockStrategy: Send + Sync {
     /// Takes `purchase.quantity` units and records the order, or says why not.
     fn purchase<'a>(
