@@ -17,6 +17,11 @@ pub const MAX_USER_ID: usize = 64;
 pub const MAX_REQUEST_ID: usize = 128;
 /// Largest stock a product can be reset to.
 pub const MAX_STOCK: i64 = 1_000_000_000;
+/// Buckets a product's stock is split over when its home is `buckets` and the reset names
+/// no number.
+pub const DEFAULT_BUCKETS: u32 = 8;
+/// Most buckets one product's stock can be split over.
+pub const MAX_BUCKETS: i64 = 1024;
 /// Largest product id (ids are stored as signed 64-bit values by the clients we serve).
 pub const MAX_PRODUCT_ID: u64 = i64::MAX as u64;
 
@@ -76,6 +81,15 @@ pub struct ResetProduct {
     /// strategies of this home can sell it.
     #[serde(default)]
     pub home: Home,
+    /// With `"home": "buckets"`: the number of buckets the stock is split over, evenly
+    /// (default 8). Ignored for the other homes.
+    #[schema(minimum = 1, maximum = 1024)]
+    #[serde(
+        default,
+        deserialize_with = "optional_integer",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub buckets: Option<i64>,
 }
 
 /// An integer field of a request body. JSON has one number type and JSON Schema counts `12.0`
@@ -93,6 +107,13 @@ fn integer<'de, D: Deserializer<'de>>(deserializer: D) -> Result<i64, D::Error> 
             "expected an integer, found {n}"
         ))),
     }
+}
+
+/// An optional [`integer`]: absent or `null` is `None`.
+fn optional_integer<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<i64>, D::Error> {
+    #[derive(Deserialize)]
+    struct Integer(#[serde(deserialize_with = "integer")] i64);
+    Ok(Option::<Integer>::deserialize(deserializer)?.map(|Integer(i)| i))
 }
 
 /// A product as `GET /api/products/{id}` shows it.

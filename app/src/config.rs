@@ -112,6 +112,16 @@ pub struct Config {
     #[arg(long, env = "SECKILL_OPTIMISTIC_RETRIES", default_value_t = 16)]
     pub optimistic_retries: u32,
 
+    /// How long the `batched` strategy collects purchases of one product before committing
+    /// them as one transaction, in milliseconds.
+    #[arg(long, env = "SECKILL_BATCH_WINDOW_MS", default_value_t = 2)]
+    pub batch_window_ms: u64,
+
+    /// Most purchases the `batched` strategy commits in one transaction (a full batch is
+    /// committed at once, before its window ends).
+    #[arg(long, env = "SECKILL_BATCH_MAX", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub batch_max: u32,
+
     /// Honour the `X-Seckill-Hold-Ms` request header (sleep inside the critical section).
     /// For fault scenarios and benchmarks only.
     #[arg(long, env = "SECKILL_ALLOW_FAULT_INJECTION")]
@@ -141,5 +151,9 @@ impl Config {
 
     pub fn lock_wait(&self) -> Duration {
         Duration::from_millis(self.lock_wait_ms)
+    }
+
+    pub fn batch_window(&self) -> Duration {
+        Duration::from_millis(self.batch_window_ms)
     }
 }

@@ -77,6 +77,8 @@ pub async fn build_with(
         lock_prefix: config.lock_prefix.clone(),
         optimistic_retries: config.optimistic_retries,
         redis: redis.clone(),
+        batch_window: config.batch_window(),
+        batch_max: config.batch_max,
     };
     let locks = backends::connect_all(config, &deps).await;
     let mut registry = Registry::new(deps, locks);

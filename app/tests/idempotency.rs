@@ -3,7 +3,7 @@
 
 mod common;
 
-use app::api::Strategy;
+use app::api::{Home, Strategy};
 use common::{fresh_database_url, ledger, spawn_app, test_config};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -51,7 +51,7 @@ async fn twenty_concurrent_copies_of_one_request_make_one_order_under_every_stra
 
     for (i, strategy) in names.iter().enumerate() {
         let product = i as u64 + 1;
-        let home = strategy.parse::<Strategy>().expect("listed").home();
+        let home = strategy.parse::<Strategy>().map_or(Home::Row, |s| s.home());
         app.reset_in(product, 10, home).await;
         let body = json!({
             "user_id": "u-1",

@@ -188,6 +188,11 @@ impl Instance {
         lines[lines.len().saturating_sub(30)..].join("\n")
     }
 
+    /// The operating-system process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Whether the process is still running.
     pub fn is_running(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
@@ -248,6 +253,15 @@ impl Apps {
     /// `http://127.0.0.1:PORT` of each instance, in order.
     pub fn bases(&self) -> Vec<String> {
         self.instances.iter().map(|i| i.base.clone()).collect()
+    }
+
+    /// Every instance, for CPU accounting (group `app`).
+    pub fn processes(&self) -> Vec<crate::cpu::Process> {
+        self.instances
+            .iter()
+            .enumerate()
+            .map(|(n, i)| crate::cpu::Process::new(format!("app-{n}"), "app", i.pid()))
+            .collect()
     }
 
     /// Whether every instance is still running.

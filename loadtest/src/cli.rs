@@ -30,6 +30,21 @@ pub enum Command {
     Lock(LockArgs),
     /// Reproduces a classic failure (or `all`) and reports expected against observed.
     Scenario(ScenarioArgs),
+    /// What changed from one run to another: throughput, p99 and accounting per strategy and
+    /// baseline, marked where beyond the runs' noise or where a safe strategy began to oversell.
+    Compare(CompareArgs),
+}
+
+/// Settings of `seckill-bench compare`.
+#[derive(Debug, Clone, Args)]
+pub struct CompareArgs {
+    /// The earlier run: a results directory (or its report.json).
+    pub run_a: PathBuf,
+    /// The later run.
+    pub run_b: PathBuf,
+    /// Also write the comparison (Markdown) to this file.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
 }
 
 /// Settings of `seckill-bench scenario`.
@@ -61,7 +76,8 @@ pub struct RunArgs {
     #[arg(long)]
     pub stock: Option<i64>,
     /// Concurrent buyers / closed-loop users (U; default 200, 50 with --quick); also the
-    /// concurrency of every baseline.
+    /// concurrency of the HTTP and Redis baselines (the database baselines use as many
+    /// connections as the app instances' pools hold together, at most U).
     #[arg(long)]
     pub buyers: Option<usize>,
     /// Purchase requests in the flash sale (D; default 5 × stock, 3 × with --quick).
@@ -70,20 +86,25 @@ pub struct RunArgs {
     /// Units per order.
     #[arg(long, default_value_t = 1)]
     pub quantity: i64,
-    /// Measured duration of each throughput run, in seconds (T; default 20, 1 with --quick).
+    /// Measured duration of each throughput run, in seconds (T; default 7, 1 with --quick).
     #[arg(long)]
     pub seconds: Option<f64>,
-    /// Uncounted warm-up before each throughput run, in seconds (default 3, 1 with --quick).
+    /// Uncounted warm-up before each throughput run, in seconds (default 2, 0.5 with --quick).
     #[arg(long)]
     pub warmup: Option<f64>,
+    /// Runs of every closed-loop and baseline figure, interleaved across strategies and
+    /// baselines; the report gives their median and min–max.
+    #[arg(long, default_value_t = 3, env = "SECKILL_BENCH_REPETITIONS")]
+    pub repetitions: usize,
     /// Open-loop arrival rate in requests/s (default: 70% of the strategy's closed-loop attempts/s).
     #[arg(long)]
     pub rate: Option<f64>,
-    /// A reduced matrix for smoke tests (under 3 minutes): stock 100, 50 buyers, demand 3 × stock,
-    /// 1 s runs after 1 s warm-up.
+    /// A reduced matrix for smoke tests (a few minutes): stock 100, 50 buyers, demand 3 × stock,
+    /// 1 s runs after 0.5 s warm-up.
     #[arg(long)]
     pub quick: bool,
-    /// Skip the baselines (no-op HTTP, direct SQL, hot-row UPDATE, Redis Lua).
+    /// Skip the baselines (no-op HTTP, direct SQL, hot-row UPDATE and its sweep, Redis Lua, and
+    /// the standard tools beside them).
     #[arg(long)]
     pub no_baselines: bool,
     /// Skip the fault scenarios (run in their quick form with `--quick`).
@@ -111,6 +132,8 @@ pub struct Settings {
     pub quantity: i64,
     pub seconds: f64,
     pub warmup: f64,
+    /// Runs per throughput figure.
+    pub repetitions: usize,
     pub rate: Option<f64>,
     pub quick: bool,
     pub baselines: bool,
@@ -121,9 +144,9 @@ impl RunArgs {
     /// Applies the defaults (the `--quick` ones where `--quick` is given).
     pub fn settings(&self) -> anyhow::Result<Settings> {
         let (stock, buyers, demand_factor, seconds, warmup) = if self.quick {
-            (100, 50, 3, 1.0, 1.0)
+            (100, 50, 3, 1.0, 0.5)
         } else {
-            (1_000, 200, 5, 20.0, 3.0)
+            (1_000, 200, 5, 7.0, 2.0)
         };
         let stock = self.stock.unwrap_or(stock);
         let settings = Settings {
@@ -135,6 +158,7 @@ impl RunArgs {
             quantity: self.quantity,
             seconds: self.seconds.unwrap_or(seconds),
             warmup: self.warmup.unwrap_or(warmup),
+            repetitions: self.repetitions,
             rate: self.rate,
             quick: self.quick,
             baselines: !self.no_baselines,
@@ -144,6 +168,10 @@ impl RunArgs {
         anyhow::ensure!(settings.buyers >= 1, "--buyers must be at least 1");
         anyhow::ensure!(settings.stock >= 1, "--stock must be at least 1");
         anyhow::ensure!(settings.quantity >= 1, "--quantity must be at least 1");
+        anyhow::ensure!(
+            settings.repetitions >= 1,
+            "--repetitions must be at least 1"
+        );
         anyhow::ensure!(settings.seconds > 0.0, "--seconds must be positive");
         anyhow::ensure!(settings.warmup >= 0.0, "--warmup must not be negative");
         anyhow::ensure!(

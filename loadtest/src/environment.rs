@@ -20,6 +20,9 @@ pub struct Environment {
     pub git_dirty: Option<bool>,
     /// `spawned` (throwaway servers started by the harness) or `external`.
     pub servers: &'static str,
+    /// How the load generator (this binary) was compiled: `release` or `debug`. A debug
+    /// generator spends several times the CPU per request, which shows beside the tools.
+    pub generator_build: &'static str,
     pub versions: BTreeMap<String, String>,
     /// MariaDB variables that decide durability and concurrency.
     pub mariadb: BTreeMap<String, String>,
@@ -56,6 +59,11 @@ pub async fn gather(
     }
     let (git_commit, git_dirty) = git();
     Environment {
+        generator_build: if cfg!(debug_assertions) {
+            "debug"
+        } else {
+            "release"
+        },
         cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
         cpu_model: proc_field("/proc/cpuinfo", "model name"),
         memory_total: proc_field("/proc/meminfo", "MemTotal"),

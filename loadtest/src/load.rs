@@ -24,6 +24,7 @@ use tokio::time::Instant;
 
 use crate::client::{Answer, Outcomes};
 use crate::latency::{HistogramData, Latencies, LatencySummary};
+use crate::repeat::Repetitions;
 
 /// Timing of one measured run.
 #[derive(Debug, Clone, Copy)]
@@ -77,6 +78,9 @@ pub struct LoadResult {
     pub successes_per_sec: f64,
     pub latency: LatencySummary,
     pub histogram: HistogramData,
+    /// When this is the median of several runs: every run's figures (see [`crate::repeat`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub repetitions: Option<Repetitions>,
 }
 
 impl LoadResult {
@@ -98,6 +102,7 @@ impl LoadResult {
             not_sent,
             latency: latencies.summary(),
             histogram: latencies.data(),
+            repetitions: None,
         }
     }
 }
@@ -125,6 +130,17 @@ where
     F: Fn(u64) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Answer> + Send,
 {
+    closed_loop_by_worker(concurrency, budget, move |_, i| op(i)).await
+}
+
+/// [`closed_loop`], telling `op` which worker (`0..concurrency`) sends: a worker can then use
+/// a connection of its own, one request in flight on it at a time, as the standard load tools
+/// do.
+pub async fn closed_loop_by_worker<F, Fut>(concurrency: usize, budget: Budget, op: F) -> LoadResult
+where
+    F: Fn(usize, u64) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Answer> + Send,
+{
     let op = Arc::new(op);
     let seq = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
@@ -137,7 +153,7 @@ where
         Budget::Requests(n) => (start, None, n),
     };
     let workers: Vec<_> = (0..concurrency)
-        .map(|_| {
+        .map(|worker| {
             let (op, seq) = (op.clone(), seq.clone());
             tokio::spawn(async move {
                 let mut tally = Tally::default();
@@ -150,7 +166,7 @@ where
                     if i >= requests {
                         return tally;
                     }
-                    let outcome = op(i).await;
+                    let outcome = op(worker, i).await;
                     if sent >= measure_from {
                         tally.outcomes.count(&outcome);
                         tally.latencies.record(sent.elapsed());
@@ -325,7 +341,9 @@ mod tests {
             assert_eq!(counts[name], 1, "`{name}` in {counts}");
         }
         assert_eq!(counts["unexpected"]["500"], 1, "{counts}");
-        assert_eq!(r.successes_per_sec * r.seconds, 1.0, "{counts}");
+        // One success: rate × seconds is 1 up to floating-point rounding.
+        let successes = r.successes_per_sec * r.seconds;
+        assert!((successes - 1.0).abs() < 1e-9, "{successes}: {counts}");
     }
 
     #[tokio::test]

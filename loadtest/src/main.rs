@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Parser;
-use loadtest::cli::{Cli, Command, LockArgs, RunArgs, ScenarioArgs};
+use loadtest::cli::{Cli, Command, CompareArgs, LockArgs, RunArgs, ScenarioArgs};
+use loadtest::cpu::Process;
 use loadtest::run::{Target, run_in};
 use loadtest::{apps, lock, report};
 use sandbox::{Endpoints, Mode, Servers};
@@ -21,6 +22,7 @@ fn main() -> Result<()> {
         Command::Run(args) => run(&args),
         Command::Lock(args) => lock(&args),
         Command::Scenario(args) => scenario(&args),
+        Command::Compare(args) => compare(&args),
     }
 }
 
@@ -33,6 +35,34 @@ fn servers() -> Result<(Option<Servers>, Endpoints)> {
     let servers = Servers::start().context("starting the servers (try `cargo xtask setup`)")?;
     let endpoints = servers.endpoints();
     Ok((Some(servers), endpoints))
+}
+
+/// Every server process, for CPU accounting.
+fn server_processes(s: &Servers) -> Vec<Process> {
+    let mut all = vec![
+        ("mariadbd".to_owned(), "mariadbd", s.mariadb.server().pid()),
+        (
+            "redis-server".to_owned(),
+            "redis-server",
+            s.redis.server().pid(),
+        ),
+        (
+            "zookeeper".to_owned(),
+            "zookeeper",
+            s.zookeeper.server().pid(),
+        ),
+        ("etcd".to_owned(), "etcd", s.etcd.server().pid()),
+    ];
+    for (n, r) in s.redlock.iter().enumerate() {
+        all.push((
+            format!("redis-server (redlock {})", n + 1),
+            "redis-server",
+            r.server().pid(),
+        ));
+    }
+    all.into_iter()
+        .filter_map(|(name, group, pid)| Some(Process::new(name, group, pid?)))
+        .collect()
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime> {
@@ -56,6 +86,7 @@ fn run(args: &RunArgs) -> Result<()> {
         versions,
         app_binary,
         database: "seckill_bench".into(),
+        processes: servers.as_ref().map(server_processes).unwrap_or_default(),
     };
     let output = runtime()?.block_on(run_in(&settings, &target, &args.out))?;
     drop(servers);
@@ -66,6 +97,19 @@ fn run(args: &RunArgs) -> Result<()> {
         println!("{}", report::markdown::summary_table(&output.report));
         println!("report: {}", output.dir.join("report.md").display());
     }
+    Ok(())
+}
+
+fn compare(args: &CompareArgs) -> Result<()> {
+    let (a, b) = (
+        loadtest::compare::load(&args.run_a)?,
+        loadtest::compare::load(&args.run_b)?,
+    );
+    let md = loadtest::compare::render(&a, &b);
+    if let Some(out) = &args.out {
+        std::fs::write(out, &md).with_context(|| format!("writing {}", out.display()))?;
+    }
+    print!("{md}");
     Ok(())
 }
 

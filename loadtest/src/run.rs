@@ -1,5 +1,6 @@
-//! `seckill-bench run`: baselines, then every strategy's flash sale and throughput runs,
-//! against app instances started here; then the report.
+//! `seckill-bench run`: baselines, then every strategy's flash sale, then the closed-loop runs
+//! in rounds (every strategy once per round, so the machine's slow moments spread over all of
+//! them), then each strategy's open loop, against app instances started here; then the report.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -9,18 +10,19 @@ use sandbox::Endpoints;
 use sqlx::mysql::MySqlPoolOptions;
 
 use crate::apps::{Apps, Launch};
-use crate::baselines::{self, BaselineName, Targets};
+use crate::baselines::{self, Targets};
 use crate::cli::Settings;
 use app::api::{Strategy, StrategyInfo};
 
 use crate::client::Api;
+use crate::cpu::{self, Sampler, Span};
 use crate::environment::{self, utc_now};
-use crate::load::Window;
+use crate::load::{LoadResult, Window};
 use crate::progress::Progress;
 use crate::report::{self, RunReport, StrategyReport};
 use crate::sale::{SalePlan, run_sale};
 use crate::scenario::{self, Scenario, ScenarioOptions, Selection};
-use crate::throughput::{ThroughputPlan, run_throughput};
+use crate::throughput::{self, ThroughputPlan, ThroughputResult};
 
 /// Where a run goes: servers, the app binary, the database the app instances use.
 pub struct Target {
@@ -31,6 +33,8 @@ pub struct Target {
     pub app_binary: PathBuf,
     /// Database name the app instances create and use.
     pub database: String,
+    /// The servers' processes, for CPU accounting (none for external servers).
+    pub processes: Vec<cpu::Process>,
 }
 
 /// A finished run: its report and the directory it was written to.
@@ -73,10 +77,29 @@ pub async fn run_in(settings: &Settings, target: &Target, out: &Path) -> Result<
     )
     .await;
 
+    let sampler = Sampler::new(
+        target
+            .processes
+            .iter()
+            .cloned()
+            .chain(apps.processes())
+            .chain([cpu::Process::generator()])
+            .collect(),
+    );
     let window = Window::from_secs(settings.warmup, settings.seconds);
-    let steps = 3 * strategies.len() as u64
+    let rounds = settings.repetitions;
+    let plan = baselines::Plan {
+        concurrency: settings.buyers,
+        // The most connections a strategy can hold at the database at once: its buyers,
+        // unless the instances' pools together hold fewer.
+        db_connections: (settings.instances * app_pool_size()?).min(settings.buyers),
+        sweep: baselines::SWEEP.to_vec(),
+        window,
+        rounds,
+    };
+    let steps = (2 + rounds as u64) * strategies.len() as u64
         + if settings.baselines {
-            BaselineName::ALL.len() as u64
+            baselines::steps(&plan)
         } else {
             0
         }
@@ -87,23 +110,26 @@ pub async fn run_in(settings: &Settings, target: &Target, out: &Path) -> Result<
         };
     let progress = Progress::new(steps);
 
-    let baselines = if settings.baselines {
+    let measured = if settings.baselines {
         let targets = Targets {
             api: &api,
             database_url: &target.endpoints.database_url,
             redis_url: &target.endpoints.redis_url,
         };
-        baselines::run_all(&targets, settings.buyers, window, &|name| {
-            progress.phase("baseline", name.as_str())
+        baselines::run_all(&targets, &plan, &sampler, &|name, round, rounds| {
+            progress.phase("baseline", &format!("{name}, run {round}/{rounds}"))
         })
         .await?
     } else {
-        Vec::new()
+        baselines::Measured {
+            baselines: Vec::new(),
+            hot_row_sweep: Vec::new(),
+        }
     };
 
     let run_id = &uuid::Uuid::new_v4().simple().to_string()[..8];
-    let mut reports = Vec::new();
-    for (k, info) in strategies.into_iter().enumerate() {
+    let mut sales = Vec::new();
+    for (k, info) in strategies.iter().enumerate() {
         let name = info.name;
         progress.phase(name.name(), "flash sale");
         let sale = run_sale(
@@ -121,25 +147,57 @@ pub async fn run_in(settings: &Settings, target: &Target, out: &Path) -> Result<
         )
         .await
         .with_context(|| format!("flash sale of `{name}`"))?;
-        let plan = ThroughputPlan {
+        sales.push(sale);
+        ensure_running(&mut apps, name, &dir)?;
+    }
+    let plans: Vec<ThroughputPlan> = strategies
+        .iter()
+        .enumerate()
+        .map(|(k, info)| ThroughputPlan {
             product: 11 + 2 * k as u64,
-            strategy: name,
+            strategy: info.name,
             users: settings.buyers,
             quantity: settings.quantity,
             window,
             rate: settings.rate,
             id_prefix: format!("{run_id}-{k}"),
-        };
-        let throughput = run_throughput(&api, &plan, &|phase| progress.phase(name.name(), phase))
+        })
+        .collect();
+    // The closed loops, interleaved: every strategy once per round.
+    let mut closed_runs: Vec<Vec<LoadResult>> = vec![Vec::new(); plans.len()];
+    let mut cpu_spans: Vec<Span> = vec![Span::default(); plans.len()];
+    for (round, k) in crate::repeat::interleaved(plans.len(), rounds) {
+        let name = plans[k].strategy;
+        progress.phase(
+            name.name(),
+            &format!("closed loop, run {}/{rounds}", round + 1),
+        );
+        let before = sampler.sample();
+        let run = throughput::closed(&api, &plans[k], round)
             .await
             .with_context(|| format!("throughput of `{name}`"))?;
-        if !apps.all_running() {
-            bail!(
-                "an app instance exited during `{name}`; see {}",
-                dir.join("logs").display()
-            );
-        }
-        reports.push(StrategyReport::new(info, sale, throughput, &baselines));
+        cpu_spans[k].add(&sampler.spent(&before, &run));
+        closed_runs[k].push(run);
+        ensure_running(&mut apps, name, &dir)?;
+    }
+    let mut reports = Vec::new();
+    for ((info, sale), ((plan, runs), span)) in strategies
+        .into_iter()
+        .zip(sales)
+        .zip(plans.iter().zip(closed_runs).zip(cpu_spans))
+    {
+        let name = info.name;
+        let closed = crate::repeat::combine(runs).context("no closed-loop run")?;
+        let rate = throughput::open_rate(plan, &closed);
+        progress.phase(name.name(), &format!("open loop {rate:.0}/s"));
+        let open = throughput::open(&api, plan, rate)
+            .await
+            .with_context(|| format!("open loop of `{name}`"))?;
+        ensure_running(&mut apps, name, &dir)?;
+        let throughput = ThroughputResult { closed, open };
+        let mut report = StrategyReport::new(info, sale, throughput, &measured.baselines);
+        report.cpu = Some(span.usage(&sampler.processes));
+        reports.push(report);
     }
     db.close().await;
     apps.shutdown().await;
@@ -163,13 +221,34 @@ pub async fn run_in(settings: &Settings, target: &Target, out: &Path) -> Result<
         duration_seconds: started.elapsed().as_secs_f64(),
         settings: settings.clone(),
         environment,
-        baselines,
+        baselines: measured.baselines,
+        hot_row_sweep: measured.hot_row_sweep,
         strategies: reports,
         scenarios,
     };
     report::write_all(&dir, &report)?;
     report::link_latest(out, &dir)?;
     Ok(RunOutput { report, dir })
+}
+
+/// Fails when an app instance exited (during `strategy`'s phase).
+fn ensure_running(apps: &mut Apps, strategy: Strategy, dir: &Path) -> Result<()> {
+    if !apps.all_running() {
+        bail!(
+            "an app instance exited during `{strategy}`; see {}",
+            dir.join("logs").display()
+        );
+    }
+    Ok(())
+}
+
+/// The database connections one app instance's pool holds: the app's own default (or
+/// `SECKILL_DB_POOL_SIZE`, which the instances inherit).
+fn app_pool_size() -> Result<usize> {
+    use clap::Parser;
+    let config = app::config::Config::try_parse_from(["seckill-app"])
+        .context("reading the app's pool size")?;
+    Ok(config.db_pool_size.max(1) as usize)
 }
 
 /// The strategies named in `wanted` (all when empty), in the order given.

@@ -1,6 +1,9 @@
-//! Phase 2, throughput: a product with effectively unlimited stock, a closed loop of U
-//! buyers, then an open loop at a fixed arrival rate (see [`crate::load`] for why both). Both
-//! loops send the same requests through the same client.
+//! Phase 2, throughput: a product with effectively unlimited stock, closed loops of U buyers
+//! (several runs, interleaved with the other strategies' by [`crate::run`]), then an open loop
+//! at a fixed arrival rate (see [`crate::load`] for why both). Both loops send the same
+//! requests through the same client.
+
+use std::sync::Arc;
 
 use anyhow::Result;
 use app::api::Strategy;
@@ -31,38 +34,48 @@ pub struct ThroughputPlan {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct ThroughputResult {
+    /// The median closed-loop run, with the spread of every run (see [`crate::repeat`]).
     pub closed: LoadResult,
+    /// One open-loop run at a share of the median closed loop's rate: it measures latency at
+    /// a set load, and its throughput is the rate asked.
     pub open: LoadResult,
 }
 
-/// Runs the closed loop, then the open loop; `on_phase` is told which starts.
-pub async fn run_throughput(
-    api: &Api,
-    plan: &ThroughputPlan,
-    on_phase: &(dyn Fn(&str) + Sync),
-) -> Result<ThroughputResult> {
+/// One closed-loop run (`round` keeps its request ids apart from the other rounds'), on a
+/// product reset to unlimited stock and no orders.
+pub async fn closed(api: &Api, plan: &ThroughputPlan, round: usize) -> Result<LoadResult> {
     api.reset_product(plan.product, UNLIMITED, plan.strategy.home())
         .await?;
-    on_phase("closed loop");
-    let buyers = Buyers::new(api, plan, "c");
-    let closed = closed_loop(plan.users, Budget::Window(plan.window), move |i| {
-        buyers.clone().send(i)
-    })
-    .await;
-    let rate = plan
-        .rate
+    let buyers = Buyers::new(api, plan, format!("c{round}"));
+    Ok(
+        closed_loop(plan.users, Budget::Window(plan.window), move |i| {
+            buyers.clone().send(i)
+        })
+        .await,
+    )
+}
+
+/// The open-loop arrival rate after the closed loop `closed`: the plan's, or
+/// [`DEFAULT_RATE_SHARE`] of the closed loop's attempts/s.
+pub fn open_rate(plan: &ThroughputPlan, closed: &LoadResult) -> f64 {
+    plan.rate
         .unwrap_or(closed.attempts_per_sec * DEFAULT_RATE_SHARE)
-        .max(1.0);
-    on_phase(&format!("open loop {rate:.0}/s"));
-    let buyers = Buyers::new(api, plan, "o");
+        .max(1.0)
+}
+
+/// The open-loop run at `rate`; afterwards the product is left with no stock and no orders,
+/// so later strategies do not pay for this one's rows.
+pub async fn open(api: &Api, plan: &ThroughputPlan, rate: f64) -> Result<LoadResult> {
+    api.reset_product(plan.product, UNLIMITED, plan.strategy.home())
+        .await?;
+    let buyers = Buyers::new(api, plan, "o".into());
     let open = open_loop(plan.users, rate, plan.window, move |i| {
         buyers.clone().send(i)
     })
     .await;
-    // Zero stock and no orders: later strategies do not pay for this one's rows.
     api.reset_product(plan.product, 0, plan.strategy.home())
         .await?;
-    Ok(ThroughputResult { closed, open })
+    Ok(open)
 }
 
 /// The requests of a loop: request `i` is one order of the plan's product, from one of its U
@@ -71,15 +84,15 @@ pub async fn run_throughput(
 struct Buyers {
     api: Api,
     plan: ThroughputPlan,
-    tag: &'static str,
+    tag: Arc<str>,
 }
 
 impl Buyers {
-    fn new(api: &Api, plan: &ThroughputPlan, tag: &'static str) -> Buyers {
+    fn new(api: &Api, plan: &ThroughputPlan, tag: String) -> Buyers {
         Buyers {
             api: api.clone(),
             plan: plan.clone(),
-            tag,
+            tag: tag.into(),
         }
     }
 

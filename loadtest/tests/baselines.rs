@@ -1,4 +1,5 @@
-//! A run with baselines measures each of them and relates the strategy to them.
+//! A run with baselines measures each of them, the standard tool beside it and the hot-row
+//! sweep, and relates the strategy to them.
 
 mod common;
 
@@ -27,6 +28,34 @@ async fn every_baseline_is_measured_and_the_strategy_is_compared_with_its_own() 
             b.result
         );
     }
+    for b in &report.baselines {
+        let Some(tool) = loadtest::baselines::tool_of(b.name) else {
+            assert!(b.standard_tool.is_none(), "{}", b.name);
+            continue;
+        };
+        let t = b
+            .standard_tool
+            .as_ref()
+            .unwrap_or_else(|| panic!("{} has no standard tool beside it", b.name));
+        assert_eq!(t.tool, tool);
+        match t.status.as_str() {
+            "measured" => assert!(
+                t.per_sec.as_ref().is_some_and(|s| s.median > 0.0) && t.ours_percent.is_some(),
+                "{}: {t:?}",
+                b.name
+            ),
+            "not installed" => assert!(t.per_sec.is_none(), "{}: {t:?}", b.name),
+            _ => panic!("{}: {tool} failed: {t:?}", b.name),
+        }
+    }
+    let sweep: Vec<usize> = report.hot_row_sweep.iter().map(|l| l.concurrency).collect();
+    assert_eq!(sweep, loadtest::baselines::SWEEP);
+    assert!(
+        report
+            .hot_row_sweep
+            .iter()
+            .all(|l| l.successes_per_sec > 0.0)
+    );
     let strategy = &report.strategies[0];
     assert_eq!(strategy.baseline, BaselineName::SqlConditional);
     assert!(strategy.percent_of_backend_baseline.is_some());

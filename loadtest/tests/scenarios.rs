@@ -221,6 +221,23 @@ async fn a_batch_read_by_a_killed_consumer_is_claimed_by_a_live_one_and_placed_e
     assert_eq!((f.orders, f.still_pending, f.oversell), (f.accepted, 0, 0));
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn a_database_killed_while_a_batch_commits_fails_the_whole_batch_and_the_sale_completes_after_restart()
+ {
+    sandbox::require_faults!();
+    let report = quick(Scenario::BatchedDbKill).await;
+    assert_all_pass(&report);
+    let f = row!(report, "batched: the killed batch", BatchedDbKill);
+    assert!(f.written_before_kill, "{f:?}");
+    assert_eq!(
+        (f.batch_503, f.batch_orders, f.batch_units_taken),
+        (f.batch, 0, 0)
+    );
+    let f = row!(report, "batched: the sale after the restart", BatchedDbKill);
+    assert_eq!((f.oversell, f.undersell, f.lost_updates), (0, 0, 0));
+    assert!(f.created_after_restart > 0);
+}
+
 /// The full form (real leases and timeouts, several minutes): `cargo nextest run -p loadtest
 /// --test scenarios --run-ignored only`. Prints every report. `SECKILL_SCENARIO=<name>` runs
 /// one scenario instead of all.

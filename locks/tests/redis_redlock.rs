@@ -106,3 +106,50 @@ async fn redlock_keeps_working_with_two_of_five_instances_killed_and_refuses_wit
         "{refused:?}"
     );
 }
+
+#[tokio::test]
+async fn a_contended_wait_whose_last_rounds_time_out_ends_as_contention_not_as_an_outage() {
+    // Under load the instances (or this process) stall past the per-instance timeout now and
+    // then. A wait that found the lock held by someone else in round after round, and whose
+    // last rounds happened to stall, met contention: it must say `Timeout` (the app answers
+    // `busy`), not `NoQuorum` (the app answers `backend_unavailable`, as for a majority down).
+    sandbox::require_faults!();
+    let instances = tokio::task::spawn_blocking(|| sandbox::Redis::start_many(5))
+        .await
+        .expect("task")
+        .expect("5 private redis");
+    let urls: Vec<String> = instances.iter().map(|r| r.url()).collect();
+    let lock = Arc::new(Redlock::connect(&urls).expect("client"));
+    let key = conformance::unique_key("redlock-stall");
+    let lease = Duration::from_secs(10);
+    let held = lock
+        .acquire(&key, AcquireOptions::new(lease))
+        .await
+        .expect("first holder");
+
+    let waiter = {
+        let (lock, key) = (Arc::clone(&lock), key.clone());
+        tokio::spawn(async move {
+            lock.acquire(
+                &key,
+                AcquireOptions::new(lease).wait(Duration::from_millis(1500)),
+            )
+            .await
+        })
+    };
+    // Contention for a second, then three of five instances stall until the wait is over.
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let stalled = &instances[..3];
+    for r in stalled {
+        r.server().pause().expect("pause");
+    }
+    let outcome = waiter.await.expect("waiter task");
+    for r in stalled {
+        r.server().resume().expect("resume");
+    }
+    assert!(
+        matches!(outcome, Err(LockError::Timeout { .. })),
+        "expected Timeout after a contended wait, got {outcome:?}"
+    );
+    assert!(held.release().await.expect("release"));
+}

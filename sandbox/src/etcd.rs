@@ -40,6 +40,10 @@ impl Launch for EtcdLaunch {
         c
     }
 
+    fn port(&self) -> u16 {
+        self.client_port
+    }
+
     fn probe(&self) -> std::result::Result<(), String> {
         let body = http_get(self.client_port, "/health")?;
         if body.contains("\"health\":\"true\"") {
@@ -92,6 +96,10 @@ pub struct Etcd {
 impl Etcd {
     /// Starts a single-member etcd on two free ports (client, peer).
     pub fn start() -> Result<Etcd> {
+        crate::cluster::retry_port_clash(Self::start_once)
+    }
+
+    fn start_once() -> Result<Etcd> {
         let client_port = ports::free_port()?;
         let peer_port = ports::free_port()?;
         let launch = EtcdLaunch {

@@ -50,6 +50,10 @@ impl Launch for MemberLaunch {
     }
 
     /// Ready once the member knows a leader and can serve a quorum read.
+    fn port(&self) -> u16 {
+        self.client_port
+    }
+
     fn probe(&self) -> std::result::Result<(), String> {
         let body = http(
             self.client_port,

@@ -36,6 +36,10 @@ impl Launch for MariaDbLaunch {
         c
     }
 
+    fn port(&self) -> u16 {
+        self.port
+    }
+
     fn probe(&self) -> std::result::Result<(), String> {
         greeting(self.port).map(drop)
     }
@@ -68,6 +72,10 @@ pub struct MariaDb {
 impl MariaDb {
     /// Initialises a data directory (`mariadb-install-db`) and starts the server on a free port.
     pub fn start() -> Result<MariaDb> {
+        crate::cluster::retry_port_clash(Self::start_once)
+    }
+
+    fn start_once() -> Result<MariaDb> {
         let port = ports::free_port()?;
         let as_root = nix::unistd::Uid::effective().is_root();
         let server = Server::start("mariadb", MariaDbLaunch { port, as_root }, |dir| {

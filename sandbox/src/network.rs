@@ -9,7 +9,11 @@
 //! * connections between it and its peers stay open but go **silent**: bytes are read and
 //!   dropped, in both directions, so each side learns of the partition only by its own timeouts
 //!   (heartbeats, election timers), as it would across a broken switch;
-//! * new connections between it and its peers are accepted and held silent too;
+//! * new connections between it and its peers are closed as soon as they are accepted, as a
+//!   peer sees a connection attempt across a partition fail. (Holding them open and silent
+//!   instead made a ZooKeeper follower that was told "3 still leads" by a peer about to notice
+//!   otherwise wait a full `initLimit` for 3's answer, again and again: the two survivors took
+//!   turns re-following the cut off leader for a minute and more before either led.)
 //! * its clients still reach it (client ports are not relayed), so a client connected to the
 //!   cut-off member sees exactly what a client on the minority side of a partition sees.
 //!
@@ -181,9 +185,7 @@ fn serve(state: &State, client: TcpStream, target: SocketAddr, from: Source, to:
         inner.conns.push(conn.clone());
     }
     if conn.silent.load(Ordering::SeqCst) {
-        // Across the partition: never reach the target, swallow what comes, until healed.
-        let mut buf = [0u8; 16 * 1024];
-        while (&client).read(&mut buf).is_ok_and(|n| n > 0) {}
+        // Across the partition: the attempt fails.
     } else if let Some(upstream) = connect_upstream(state, &conn, target) {
         let _ = upstream.set_nodelay(true);
         let _ = client.set_nodelay(true);

@@ -20,6 +20,8 @@ const PROBE_INTERVAL: Duration = Duration::from_millis(40);
 pub(crate) trait Launch: Send + Sync + 'static {
     /// The command line that runs the server in the foreground, inside `dir`.
     fn command(&self, dir: &Path) -> Command;
+    /// The port [`Launch::probe`] talks to.
+    fn port(&self) -> u16;
     /// One readiness probe: `Ok(())` once the server answers requests.
     fn probe(&self) -> std::result::Result<(), String>;
 }
@@ -113,9 +115,21 @@ impl Server {
         Ok(())
     }
 
-    /// SIGSTOP: the process freezes; its sockets stay open but nothing answers.
+    /// SIGSTOP: the process freezes; its sockets stay open but nothing answers. Returns once
+    /// every thread of it has stopped (a signal is delivered to each thread asynchronously).
     pub fn pause(&self) -> Result<()> {
-        self.signal("pause", Signal::SIGSTOP)
+        self.signal("pause", Signal::SIGSTOP)?;
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while let Some(pid) = self.pid() {
+            if all_threads_stopped(pid) {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(self.control_error("pause", "threads still running after 5 s"));
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        Ok(())
     }
 
     /// SIGCONT: a paused process carries on where it stopped.
@@ -182,8 +196,20 @@ impl Server {
     fn wait_ready(&self) -> Result<()> {
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
+            // A probe answered by another process that took the port first (the port was free
+            // when it was picked, see `ports`) does not count: this server will fail to bind.
             let last = match self.launch.probe() {
-                Ok(()) => return Ok(()),
+                Ok(())
+                    if self
+                        .pid()
+                        .is_some_and(|pid| listens_on(pid, self.launch.port())) =>
+                {
+                    return Ok(());
+                }
+                Ok(()) => format!(
+                    "port {} answers, but another process listens on it",
+                    self.launch.port()
+                ),
                 Err(e) => e,
             };
             if let Some(status) = self.exit_status() {
@@ -288,4 +314,80 @@ pub(crate) fn find_program(program: &str) -> PathBuf {
         .map(|dir| dir.join(program))
         .find(|p| p.is_file())
         .unwrap_or_else(|| PathBuf::from(program))
+}
+
+/// Whether every thread of process `pid` is stopped (state `T`, or `t` under a tracer), or the
+/// process is gone.
+fn all_threads_stopped(pid: u32) -> bool {
+    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
+        return true;
+    };
+    tasks.flatten().all(|task| {
+        fs::read_to_string(task.path().join("stat")).map_or(true, |stat| {
+            // The state follows the command name, which is in parentheses and may hold spaces.
+            let state = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().next());
+            matches!(state, Some("T" | "t" | "Z" | "X") | None)
+        })
+    })
+}
+
+/// Whether process `pid` holds the socket listening on TCP port `port`: one of its file
+/// descriptors is the socket whose inode `/proc/net/tcp` (or `tcp6`) lists in state LISTEN on
+/// that port.
+fn listens_on(pid: u32, port: u16) -> bool {
+    let inodes = listening_inodes(port);
+    if inodes.is_empty() {
+        return false;
+    }
+    let Ok(fds) = fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    fds.flatten().any(|fd| {
+        fs::read_link(fd.path()).is_ok_and(|target| {
+            let target = target.to_string_lossy();
+            inodes
+                .iter()
+                .any(|inode| target == format!("socket:[{inode}]"))
+        })
+    })
+}
+
+/// The inodes of the sockets listening on `port`.
+fn listening_inodes(port: u16) -> Vec<String> {
+    const LISTEN: &str = "0A";
+    ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .filter_map(|table| fs::read_to_string(table).ok())
+        .flat_map(|table| {
+            table
+                .lines()
+                .skip(1)
+                .filter_map(|line| {
+                    let fields: Vec<&str> = line.split_whitespace().collect();
+                    let local_port = fields.get(1)?.rsplit(':').next()?;
+                    let listening = *fields.get(3)? == LISTEN;
+                    (listening && u16::from_str_radix(local_port, 16).ok()? == port)
+                        .then(|| fields.get(9).map(|inode| inode.to_string()))
+                        .flatten()
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_listener_belongs_to_the_process_that_bound_it_and_to_no_other() {
+        let listener = std::net::TcpListener::bind(("127.0.0.1", 0)).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        assert!(listens_on(std::process::id(), port));
+        assert!(!listens_on(1, port), "pid 1 does not hold our socket");
+        drop(listener);
+        assert!(!listens_on(std::process::id(), port));
+    }
 }

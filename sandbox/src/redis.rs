@@ -32,6 +32,10 @@ impl Launch for RedisLaunch {
         c
     }
 
+    fn port(&self) -> u16 {
+        self.port
+    }
+
     fn probe(&self) -> std::result::Result<(), String> {
         let pong = resp::command(self.port, &["PING"])?;
         if pong != "PONG" {
@@ -65,6 +69,10 @@ impl Redis {
     }
 
     pub(crate) fn launch(replica_of: Option<u16>) -> Result<Redis> {
+        crate::cluster::retry_port_clash(|| Self::launch_once(replica_of))
+    }
+
+    fn launch_once(replica_of: Option<u16>) -> Result<Redis> {
         let port = ports::free_port()?;
         let server = Server::start("redis", RedisLaunch { port, replica_of }, |_| Ok(()))?;
         Ok(Redis { server, port })

@@ -37,6 +37,10 @@ impl Launch for SentinelLaunch {
         c
     }
 
+    fn port(&self) -> u16 {
+        self.port
+    }
+
     fn probe(&self) -> std::result::Result<(), String> {
         match resp::command(self.port, &["PING"])?.as_str() {
             "PONG" => Ok(()),

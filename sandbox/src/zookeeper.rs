@@ -28,6 +28,10 @@ impl Launch for ZooKeeperLaunch {
         java_command(dir, "org.apache.zookeeper.server.ZooKeeperServerMain")
     }
 
+    fn port(&self) -> u16 {
+        self.port
+    }
+
     fn probe(&self) -> std::result::Result<(), String> {
         let answer = four_letter(self.port, "srvr", PROBE_TIMEOUT)?;
         if answer.contains("Mode: standalone") {
@@ -76,6 +80,10 @@ pub struct ZooKeeper {
 impl ZooKeeper {
     /// Writes a `zoo.cfg` and starts the server on a free port.
     pub fn start() -> Result<ZooKeeper> {
+        crate::cluster::retry_port_clash(Self::start_once)
+    }
+
+    fn start_once() -> Result<ZooKeeper> {
         let port = ports::free_port()?;
         let server = Server::start("zookeeper", ZooKeeperLaunch { port }, |dir| {
             let cfg = format!(

@@ -38,6 +38,10 @@ impl Launch for MemberLaunch {
     }
 
     /// Ready once it serves as part of a quorum.
+    fn port(&self) -> u16 {
+        self.client_port
+    }
+
     fn probe(&self) -> std::result::Result<(), String> {
         match mode(self.client_port, PROBE_TIMEOUT)? {
             ZkMode::Leader | ZkMode::Follower => Ok(()),

@@ -5,7 +5,8 @@
 //! cargo xtask test         # setup, fmt --check, clippy -D warnings, the whole test suite,
 //!                          # the OpenAPI contract test (schemathesis)
 //! cargo xtask contract     # setup, then only the OpenAPI contract test
-//! cargo xtask bench [ARGS] # setup, then `seckill-bench ARGS` in release mode
+//! cargo xtask bench [ARGS] # setup, then `seckill-bench ARGS` in release mode; a `run` ends by
+//!                          # comparing with the previous results/latest (comparison.md)
 //! ```
 
 mod contract;
@@ -81,8 +82,7 @@ fn test(args: &[String]) -> Result<()> {
     // One set of servers for the whole run; tests isolate themselves by database, key prefix
     // and znode path, and start private servers for fault injection.
     let shared = shared_servers()?;
-    let mut nextest = cargo_command();
-    nextest.args(["nextest", "run", "--workspace", "--no-fail-fast"]);
+    let mut nextest = test_runner();
     nextest.args(args);
     if let Some(servers) = &shared {
         servers.endpoints().apply(&mut nextest);
@@ -106,9 +106,38 @@ fn test(args: &[String]) -> Result<()> {
     doc.args(["test", "--workspace", "--doc"]);
     run(&mut doc)?;
     drop(shared);
-    // The micro-benchmarks are built (in release, as `cargo bench` builds them) so they never
-    // rot; running them is `cargo xtask bench --micro`.
-    cargo(&["bench", "--package", "benches", "--no-run"])
+    // The micro-benchmarks were compiled by the `--all-targets` build above, in the dev
+    // profile: that keeps them from rotting without a third, optimised compile of the whole
+    // dependency tree. Running them (optimised) is `cargo xtask bench --micro`.
+    Ok(())
+}
+
+/// `cargo nextest run` (every test in a process of its own, in parallel across binaries) where
+/// cargo-nextest is installed, otherwise `cargo test`, which runs the same tests binary after
+/// binary: slower, but a machine with only rustup and this repository passes too.
+fn test_runner() -> Command {
+    let nextest = cargo_command()
+        .args(["nextest", "--version"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    let mut c = cargo_command();
+    if nextest {
+        c.args(["nextest", "run", "--workspace", "--no-fail-fast"]);
+    } else {
+        println!(
+            "xtask: cargo-nextest is not installed; running `cargo test` instead \
+             (`cargo install --locked cargo-nextest` makes this step faster)"
+        );
+        c.args([
+            "test",
+            "--workspace",
+            "--no-fail-fast",
+            "--lib",
+            "--bins",
+            "--tests",
+        ]);
+    }
+    c
 }
 
 /// Builds the app, starts the servers, runs the contract test.
@@ -176,13 +205,44 @@ fn bench(args: &[String]) -> Result<()> {
         "--bin",
         "seckill-bench",
     ])?;
-    let mut c = Command::new(target_dir()?.join("release").join("seckill-bench"));
+    let bench = target_dir()?.join("release").join("seckill-bench");
+    let mut c = Command::new(&bench);
     // `cargo xtask bench` and `cargo xtask bench --quick` mean `seckill-bench run [--quick]`.
+    let is_run = args
+        .first()
+        .is_none_or(|a| a.starts_with('-') || a == "run");
     if args.first().is_none_or(|a| a.starts_with('-')) {
         c.arg("run");
     }
     c.args(args);
-    run(&mut c)
+    // The run before this one, to compare with at the end.
+    let out = std::path::PathBuf::from(flag_value(args, "--out").unwrap_or("results"));
+    let latest = out.join("latest");
+    let previous = std::fs::read_link(&latest).ok().map(|t| out.join(t));
+    run(&mut c)?;
+    let now = std::fs::read_link(&latest).ok().map(|t| out.join(t));
+    if let (true, Some(previous), Some(now)) = (is_run, previous, now)
+        && previous != now
+    {
+        run(Command::new(&bench)
+            .arg("compare")
+            .arg(&previous)
+            .arg(&now)
+            .arg("--out")
+            .arg(now.join("comparison.md")))?;
+    }
+    Ok(())
+}
+
+/// The value of `--flag value` or `--flag=value` in `args`.
+fn flag_value<'a>(args: &'a [String], flag: &str) -> Option<&'a str> {
+    let at = args
+        .iter()
+        .position(|a| a == flag || a.starts_with(&format!("{flag}=")))?;
+    match args[at].split_once('=') {
+        Some((_, v)) => Some(v),
+        None => args.get(at + 1).map(String::as_str),
+    }
 }
 
 /// Where cargo puts build output (honours `CARGO_TARGET_DIR` and `.cargo/config.toml`).

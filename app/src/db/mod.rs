@@ -1,5 +1,6 @@
 //! The database: connection pool, database creation, migrations, and the shared queries.
 
+pub mod buckets;
 pub mod errors;
 pub mod orders;
 pub mod products;

@@ -1,6 +1,6 @@
 //! Order rows: insert (the idempotency arbiter) and look-up by request id.
 
-use sqlx::{MySqlConnection, MySqlPool};
+use sqlx::{MySql, MySqlConnection, MySqlPool, QueryBuilder};
 
 /// An order about to be written.
 #[derive(Debug, Clone, Copy)]
@@ -42,6 +42,43 @@ pub async fn insert(conn: &mut MySqlConnection, order: &NewOrder<'_>) -> Result<
     .execute(conn)
     .await?;
     Ok(done.last_insert_id())
+}
+
+/// Inserts `orders` with one multi-row statement and returns each new order's id with its
+/// request id (`INSERT … RETURNING`: the ids of one multi-row insert need not be consecutive).
+/// A request id that is already taken fails the whole statement, like [`insert`].
+pub async fn insert_all(
+    conn: &mut MySqlConnection,
+    orders: &[NewOrder<'_>],
+) -> Result<Vec<(u64, String)>, sqlx::Error> {
+    let mut insert = QueryBuilder::<MySql>::new(
+        "INSERT INTO orders (product_id, user_id, quantity, strategy, request_id, fencing_token) ",
+    );
+    insert.push_values(orders, |mut row, order| {
+        row.push_bind(order.product_id)
+            .push_bind(order.user_id)
+            .push_bind(order.quantity)
+            .push_bind(order.strategy)
+            .push_bind(order.request_id)
+            .push_bind(order.fencing_token);
+    });
+    insert.push(" RETURNING id, request_id");
+    insert.build_query_as().fetch_all(conn).await
+}
+
+/// Which of `request_ids` already have an order (plain, non-locking read).
+pub async fn existing(
+    conn: &mut MySqlConnection,
+    request_ids: &[&str],
+) -> Result<Vec<String>, sqlx::Error> {
+    let mut select =
+        QueryBuilder::<MySql>::new("SELECT request_id FROM orders WHERE request_id IN (");
+    let mut ids = select.separated(", ");
+    for id in request_ids {
+        ids.push_bind(*id);
+    }
+    select.push(")");
+    select.build_query_scalar().fetch_all(conn).await
 }
 
 /// The order made under `request_id`, if any.

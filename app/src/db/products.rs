@@ -2,8 +2,9 @@
 
 use sqlx::{MySqlConnection, MySqlPool, Row};
 
+use super::buckets;
 use crate::accounting::Ledger;
-use crate::api::{Home, ProductView};
+use crate::api::{DEFAULT_BUCKETS, Home, ProductView};
 use crate::redis_stock::{RedisStock, RedisStockError};
 
 /// Why a product could not be read from its home.
@@ -18,9 +19,26 @@ pub enum ReadError {
 /// Creates the product or resets it to `stock` units kept in `home`, and deletes its orders,
 /// atomically. The row's `stock` holds the units only when the home is the row; otherwise it
 /// holds none, so the row strategies find the product sold out. The fence goes back to 0 so
-/// that any lock backend's tokens are accepted again.
+/// that any lock backend's tokens are accepted again. Buckets-home products get
+/// [`DEFAULT_BUCKETS`] buckets (see [`reset_split`]).
 pub async fn reset(pool: &MySqlPool, id: u64, stock: i64, home: Home) -> Result<(), sqlx::Error> {
+    reset_split(pool, id, stock, home, DEFAULT_BUCKETS).await
+}
+
+/// [`reset`], splitting the stock of a buckets-home product evenly over `buckets` buckets; any
+/// other home deletes the product's buckets.
+pub async fn reset_split(
+    pool: &MySqlPool,
+    id: u64,
+    stock: i64,
+    home: Home,
+    buckets: u32,
+) -> Result<(), sqlx::Error> {
     let row_stock = if home == Home::Row { stock } else { 0 };
+    let bucket_stocks = match home {
+        Home::Buckets => buckets::split(stock, buckets),
+        Home::Row | Home::Redis => Vec::new(),
+    };
     let mut tx = pool.begin().await?;
     sqlx::query(
         "INSERT INTO products (id, stock, initial_stock, home) VALUES (?, ?, ?, ?) \
@@ -33,6 +51,7 @@ pub async fn reset(pool: &MySqlPool, id: u64, stock: i64, home: Home) -> Result<
     .bind(home.name())
     .execute(&mut *tx)
     .await?;
+    buckets::replace(&mut tx, id, &bucket_stocks).await?;
     sqlx::query("DELETE FROM orders WHERE product_id = ?")
         .bind(id)
         .execute(&mut *tx)
@@ -40,13 +59,20 @@ pub async fn reset(pool: &MySqlPool, id: u64, stock: i64, home: Home) -> Result<
     tx.commit().await
 }
 
-/// The product's stock and order totals, or `None` if it does not exist.
+/// The product's stock and order totals, or `None` if it does not exist. The stock is read
+/// from the product's home: the row, or the sum of its buckets — in one statement, so the
+/// stock and the orders are one consistent snapshot.
 pub async fn view(pool: &MySqlPool, id: u64) -> Result<Option<ProductView>, sqlx::Error> {
     let row = sqlx::query(
-        "SELECT p.id, p.home, p.stock, p.initial_stock, \
-                CAST(COALESCE(SUM(o.quantity), 0) AS SIGNED) AS sold, COUNT(o.id) AS orders \
-         FROM products p LEFT JOIN orders o ON o.product_id = p.id \
-         WHERE p.id = ? GROUP BY p.id, p.home, p.stock, p.initial_stock",
+        "SELECT p.id, p.home, p.initial_stock, \
+                CASE WHEN p.home = 'buckets' THEN \
+                    (SELECT CAST(COALESCE(SUM(b.stock), 0) AS SIGNED) FROM stock_buckets b \
+                     WHERE b.product_id = p.id) \
+                ELSE p.stock END AS stock, \
+                (SELECT CAST(COALESCE(SUM(o.quantity), 0) AS SIGNED) FROM orders o \
+                 WHERE o.product_id = p.id) AS sold, \
+                (SELECT COUNT(*) FROM orders o WHERE o.product_id = p.id) AS orders \
+         FROM products p WHERE p.id = ?",
     )
     .bind(id)
     .fetch_optional(pool)

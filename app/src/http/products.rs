@@ -1,6 +1,9 @@
 //! `PUT /api/products/{id}` (admin: create or reset) and `GET /api/products/{id}`.
 
-use crate::api::{ErrorBody, Home, MAX_STOCK, ProductView, Reconciliation, ResetProduct};
+use crate::api::{
+    DEFAULT_BUCKETS, ErrorBody, Home, MAX_BUCKETS, MAX_STOCK, ProductView, Reconciliation,
+    ResetProduct,
+};
 use crate::db::products;
 use crate::error::ApiError;
 use crate::redis_stock::{RedisStockError, reconcile};
@@ -10,9 +13,10 @@ use axum::extract::rejection::{JsonRejection, PathRejection};
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 
-/// Creates the product or resets it to `stock` units kept in `home` and deletes its orders
-/// (admin). For `redis`, the Redis counter is set (and its request-id records and waiting stream
-/// entries forgotten); for any other home, the counter is deleted.
+/// Creates the product or resets it to `stock` units kept in `home` (split evenly over
+/// `buckets` buckets for the `buckets` home) and deletes its orders (admin). For `redis`, the
+/// Redis counter is set (and its request-id records and waiting stream entries forgotten); for
+/// any other home, the counter is deleted.
 #[utoipa::path(put, path = "/api/products/{id}", tag = "products",
     params(("id" = i64, Path, description = "Product id (0 to 2^63 − 1)", minimum = 0)),
     request_body = ResetProduct,
@@ -22,7 +26,7 @@ use axum::http::{HeaderMap, StatusCode, header};
         (status = 400, description = "`bad_request`: malformed JSON or id", body = ErrorBody),
         (status = 401, description = "`unauthorized`: missing or wrong admin token", body = ErrorBody),
         (status = 415, description = "`bad_request`: the body is not `application/json`", body = ErrorBody),
-        (status = 422, description = "`invalid_request`: stock outside 0 to 1,000,000,000, or unknown fields", body = ErrorBody),
+        (status = 422, description = "`invalid_request`: stock outside 0 to 1,000,000,000, buckets outside 1 to 1,024, or unknown fields", body = ErrorBody),
         (status = 503, description = "`busy` (a row lock not obtained in time) or `backend_unavailable`", body = ErrorBody,
             headers(("Retry-After" = u32, description = "Seconds to wait")))))]
 pub async fn reset(
@@ -39,13 +43,20 @@ pub async fn reset(
             "stock must be between 0 and {MAX_STOCK}"
         )));
     }
-    products::reset(&state.pool, id, body.stock, body.home).await?;
+    let buckets = body.buckets.unwrap_or(i64::from(DEFAULT_BUCKETS));
+    if !(1..=MAX_BUCKETS).contains(&buckets) {
+        return Err(ApiError::Invalid(format!(
+            "buckets must be between 1 and {MAX_BUCKETS}"
+        )));
+    }
+    let buckets = u32::try_from(buckets).unwrap_or(DEFAULT_BUCKETS);
+    products::reset_split(&state.pool, id, body.stock, body.home, buckets).await?;
     // The stock's one home: the counter holds it for `redis`, and no counter is left otherwise.
     match (&state.redis, body.home) {
         (Some(redis), Home::Redis) => redis.seed(id, body.stock).await?,
         (None, Home::Redis) => return Err(RedisStockError::NotConfigured.into()),
-        (Some(redis), Home::Row) => redis.remove(id).await?,
-        (None, Home::Row) => {}
+        (Some(redis), _) => redis.remove(id).await?,
+        (None, _) => {}
     }
     let view = products::view_at_home(&state.pool, state.redis.as_ref(), id)
         .await?

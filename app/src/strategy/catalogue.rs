@@ -19,8 +19,8 @@ use locks::Backend;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    Deps, StockStrategy, conditional, local_mutex, naive, optimistic, pessimistic, redis_lua,
-    redis_lua_stream, unchecked,
+    Deps, StockStrategy, batched, conditional, local_mutex, naive, optimistic, pessimistic,
+    redis_lua, redis_lua_stream, sharded, unchecked,
 };
 
 /// How far a strategy keeps `sold ≤ initial stock` under concurrency, across instances.
@@ -114,6 +114,9 @@ pub enum Home {
     Row,
     /// A counter in Redis (`--redis-url`), taken by a Lua script; the row keeps `stock = 0`.
     Redis,
+    /// Rows of `stock_buckets`: the stock split over several rows (buckets) of one product, so
+    /// that concurrent buyers lock different rows; the stock is their sum.
+    Buckets,
 }
 
 impl Home {
@@ -121,6 +124,7 @@ impl Home {
         match self {
             Home::Row => "row",
             Home::Redis => "redis",
+            Home::Buckets => "buckets",
         }
     }
 }
@@ -138,6 +142,7 @@ impl FromStr for Home {
         match name {
             "row" => Ok(Home::Row),
             "redis" => Ok(Home::Redis),
+            "buckets" => Ok(Home::Buckets),
             other => Err(format!("unknown stock home `{other}`")),
         }
     }
@@ -249,6 +254,8 @@ catalogue! {
     Optimistic = "optimistic", Safe, own(Mariadb, optimistic::build), "reads stock and version, `UPDATE … WHERE version = v`, bounded jittered retries";
     Pessimistic = "pessimistic", Safe, own(Mariadb, pessimistic::build_waiting), "`SELECT … FOR UPDATE` in a transaction: buyers queue on the row lock";
     PessimisticNowait = "pessimistic-nowait", Safe, own(Mariadb, pessimistic::build_nowait), "`SELECT … FOR UPDATE NOWAIT`: answers busy instead of queueing";
+    Batched = "batched", Safe, own(Mariadb, batched::build), "purchases of a product queued for a few ms, committed as one conditional `UPDATE` and one multi-row order `INSERT`";
+    Sharded = "sharded", Safe, own_in(Mariadb, Home::Buckets, sharded::build), "stock split over N bucket rows; a conditional decrement on a random non-empty bucket, sold out only when all are";
     DbLock = "db-lock", WhileLeasesHold, locked(Backend::DbLock, Off), "lock row in a lock table (unique name, expiry, release by row id); stock read-modify-write inside";
     DbLockFenced = "db-lock-fenced", Safe, locked(Backend::DbLock, On), "`db-lock`, and the stock write is fenced by the lock row's id";
     DbLockRenewed = "db-lock-renewed", WhileLeasesHold, locked(Backend::DbLockRenewed, Off), "`db-lock` with a renewal task that extends the lease while the holder lives";

@@ -10,6 +10,7 @@
 //! Adding a strategy is one file implementing [`StockStrategy`] and one line in
 //! [`catalogue`].
 
+pub mod batched;
 pub mod catalogue;
 pub mod conditional;
 mod held_lock;
@@ -21,6 +22,7 @@ mod outcome;
 pub mod pessimistic;
 pub mod redis_lua;
 pub mod redis_lua_stream;
+pub mod sharded;
 pub mod unchecked;
 
 use std::collections::BTreeMap;
@@ -44,9 +46,9 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 ///
 /// # Contract
 ///
-/// * **Success** (`Ok(Purchased::Placed)`, answered `201`) means: `purchase.quantity` units were taken from the product's
-///   stock and exactly one order row with `purchase.request_id` was inserted, *in one
-///   transaction* — both are visible to every later reader, or neither is. Whether two
+/// * **Success** (`Ok(Purchased::Placed)`, answered `201`) means: `purchase.quantity` units
+///   were taken from the product's stock and exactly one order row with `purchase.request_id`
+///   was inserted, *in one transaction* — both are visible to every later reader, or neither is. Whether two
 ///   concurrent successes can both have taken "the last unit" is exactly what separates the
 ///   safe strategies from the unsafe ones; [`Safety`] says which is which. Where the stock
 ///   lives outside the order's transaction ([`Home::Redis`]), "one transaction" becomes "one
@@ -68,13 +70,18 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 ///   purchase may or may not have happened; the caller looks the request id up.
 /// * **Idempotency.** An order whose `request_id` already exists fails with
 ///   [`PurchaseError::Duplicate`] and its deduction is rolled back; the caller then answers with
-///   the original order. No strategy checks for duplicates beforehand: the unique constraint
-///   is the only arbiter, so twenty concurrent retries of one click still make one order.
+///   the original order. The unique constraint is the only arbiter, so twenty concurrent
+///   retries of one click still make one order: a strategy may look request ids up first
+///   (`batched` does, so that one duplicate does not fail a whole batch), but never relies on
+///   that look-up alone.
 /// * **Fault injection.** A strategy calls [`Purchase::hold`] once, inside its critical section
 ///   (after it decided there is stock, before that decision is written), so tests and
 ///   scenarios can widen race windows or outlive a lock lease.
 /// * **Cancellation.** Dropping the future rolls back the open transaction (sqlx does so when
-///   the connection returns to the pool) and drops any lock guard (which releases it).
+///   the connection returns to the pool) and drops any lock guard (which releases it). A
+///   strategy that commits in a task of its own (`batched`, for all the purchases of a batch)
+///   drops a cancelled purchase that its task has not started on; once started, the purchase
+///   may still be made, as when a client disconnects just after a commit.
 pub trait StockStrategy: Send + Sync {
     /// Takes `purchase.quantity` units and records the order, or says why not.
     fn purchase<'a>(
@@ -218,6 +225,10 @@ pub struct Deps {
     pub optimistic_retries: u32,
     /// Where Redis-held stock lives, if Redis is configured.
     pub redis: Option<RedisStock>,
+    /// How long `batched` collects purchases of one product before committing them.
+    pub batch_window: Duration,
+    /// Most purchases in one `batched` transaction.
+    pub batch_max: u32,
 }
 
 /// The lock of each lock backend, as connected at start-up: `None` where the backend is not

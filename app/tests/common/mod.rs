@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod conformance;
 pub mod fake_locks;
 
 use std::collections::HashMap;
@@ -201,28 +202,25 @@ impl Ledger {
     }
 }
 
+/// The product's ledger as the app's accounting reads it from the database
+/// ([`app::db::products::view`]: the stock of the row or the buckets; a Redis-home product's
+/// row holds 0, its counter is read through the service, see [`TestApp::drained`]), over a
+/// connection of its own.
 pub async fn ledger(database_url: &str, id: u64) -> Ledger {
-    let mut conn = MySqlConnection::connect(database_url)
+    let pool = sqlx::MySqlPool::connect(database_url)
         .await
         .expect("connect");
-    let (initial, stock): (i64, i64) =
-        sqlx::query_as("SELECT initial_stock, stock FROM products WHERE id = ?")
-            .bind(id)
-            .fetch_one(&mut conn)
-            .await
-            .expect("product row");
-    let (sold, orders): (i64, i64) = sqlx::query_as(
-        "SELECT CAST(COALESCE(SUM(quantity), 0) AS SIGNED), COUNT(*) FROM orders WHERE product_id = ?",
-    )
-    .bind(id)
-    .fetch_one(&mut conn)
-    .await
-    .expect("orders");
+    let view = app::db::products::view(&pool, id)
+        .await
+        .expect("ledger")
+        .expect("product row");
+    let truth = app::accounting::Ledger::of(view);
+    pool.close().await;
     Ledger {
-        initial,
-        stock,
-        sold,
-        orders,
+        initial: truth.initial_stock,
+        stock: truth.final_stock,
+        sold: truth.units_in_orders,
+        orders: truth.orders,
     }
 }
 
@@ -343,13 +341,27 @@ pub async fn flash_sale_mixed(
 /// through `strategy` on an instance configured by `configure`: exactly the stock is sold,
 /// everyone else hears `sold_out`, and the database accounts for every unit.
 pub async fn sells_exactly_the_stock(strategy: &str, configure: impl FnOnce(&mut Config)) {
+    sells_exactly_the_stock_on(1, strategy, configure).await;
+}
+
+/// [`sells_exactly_the_stock`] with the buyers spread round-robin over `instances` instances
+/// of the service on one database.
+pub async fn sells_exactly_the_stock_on(
+    instances: usize,
+    strategy: &str,
+    configure: impl FnOnce(&mut Config),
+) {
     const STOCK: i64 = 100;
     const BUYERS: usize = 200;
     let database_url = fresh_database_url().await;
     let mut config = test_config(&database_url);
     config.lock_prefix = format!("t{}:", uuid::Uuid::new_v4().simple());
     configure(&mut config);
-    let app = spawn_app(config).await;
+    let mut apps = Vec::new();
+    for _ in 0..instances.max(1) {
+        apps.push(spawn_app(config.clone()).await);
+    }
+    let app = &apps[0];
     let home = strategy
         .parse::<app::api::Strategy>()
         .map_or(app::api::Home::Row, |s| s.home());
@@ -359,7 +371,7 @@ pub async fn sells_exactly_the_stock(strategy: &str, configure: impl FnOnce(&mut
         hold_ms: None,
         busy_retries: 200,
     };
-    let tally = flash_sale(&[&app], 1, strategy, crowd).await;
+    let tally = flash_sale(&apps.iter().collect::<Vec<_>>(), 1, strategy, crowd).await;
     assert!(
         tally.unexpected.is_empty(),
         "{strategy}: unexpected answers {:?}",
@@ -383,6 +395,8 @@ pub async fn sells_exactly_the_stock(strategy: &str, configure: impl FnOnce(&mut
         (0, 0),
         "{strategy}: {truth:?}"
     );
-    app.stop().await;
+    for app in apps {
+        app.stop().await;
+    }
     drop_database(&database_url).await;
 }

@@ -138,49 +138,237 @@ fn wrong_paragraph(report: &RunReport, s: &StrategyReport) -> String {
     p
 }
 
-/// One note per strategy whose closed-loop deductions/s are below
-/// [`FAR_BELOW_BASELINE_PERCENT`] of its backend baseline.
+/// One note per strategy measured with CPU accounting: where its CPU went per 1,000
+/// deductions, which process was saturated (or that none was, so the time went to waiting),
+/// and, for a strategy below [`FAR_BELOW_BASELINE_PERCENT`] of its backend baseline, its
+/// latencies against the bare work's.
 pub fn where_time_goes(report: &RunReport) -> Vec<String> {
-    let noop = find(report, BaselineName::HttpNoop);
     report
         .strategies
         .iter()
         .filter_map(|s| {
-            let pct = s.percent_of_backend_baseline?;
-            if pct >= FAR_BELOW_BASELINE_PERCENT {
-                return None;
+            let mut p = cpu_note(s, report.environment.cpus)?;
+            if let Some(latency) = latency_note(report, s) {
+                p.push(' ');
+                p.push_str(&latency);
             }
-            let base = find(report, s.baseline)?;
-            let closed = &s.throughput.closed;
+            Some(p)
+        })
+        .collect()
+}
+
+/// The CPU groups in the order the report lists them, with their words.
+pub const GROUPS: [(&str, &str); 6] = [
+    ("app", "the app instances"),
+    ("mariadbd", "mariadbd"),
+    ("redis-server", "Redis"),
+    ("zookeeper", "ZooKeeper"),
+    ("etcd", "etcd"),
+    ("generator", "the load generator"),
+];
+
+fn cpu_note(s: &StrategyReport, cpus: usize) -> Option<String> {
+    let cpu = s.cpu.as_ref()?;
+    let parts: Vec<String> = GROUPS
+        .iter()
+        .filter_map(|(group, words)| {
+            let (per_1000, _) = cpu.group(group)?;
+            let per_1000 = per_1000.filter(|v| *v >= 0.005)?;
+            Some(format!("{words} {per_1000:.2}"))
+        })
+        .collect();
+    let mut p = format!(
+        "**`{}`** ({:.0} deductions/s).",
+        s.strategy.name, s.throughput.closed.successes_per_sec
+    );
+    if !parts.is_empty() {
+        let _ = write!(
+            p,
+            " CPU-seconds per 1,000 deductions: {}.",
+            parts.join(", ")
+        );
+    }
+    let machine = cpu
+        .machine_busy_cores
+        .map(|m| 100.0 * m / cpus.max(1) as f64);
+    let rest = cpu.rest_of_machine_cores.unwrap_or(0.0);
+    let _ = match (&cpu.saturated, cpu.busiest(), machine) {
+        (Some(name), Some((_, cores)), _) => write!(
+            p,
+            " `{name}` was saturated ({cores:.2} cores busy on average): it sets this \
+             strategy's pace."
+        ),
+        (None, _, Some(pct)) if pct >= 90.0 => write!(
+            p,
+            " No single process was saturated, but the machine's {cpus} cores were {pct:.0}% \
+             busy ({rest:.2} core(s) taken by programs outside the run): the processes \
+             compete for the CPU, and more cores would raise the figure."
+        ),
+        (None, Some((name, cores)), machine) => write!(
+            p,
+            " No process was saturated (the busiest, `{name}`, used {cores:.2} cores{}): the \
+             time goes to waiting — row locks, lock hand-offs, round trips — not to computing.",
+            machine.map_or_else(String::new, |m| format!("; the machine was {m:.0}% busy"))
+        ),
+        _ => Ok(()),
+    };
+    Some(p)
+}
+
+/// For a strategy below [`FAR_BELOW_BASELINE_PERCENT`] of its backend baseline: its latency
+/// against the bare work's and the no-op round trip's.
+fn latency_note(report: &RunReport, s: &StrategyReport) -> Option<String> {
+    let pct = s.percent_of_backend_baseline?;
+    if pct >= FAR_BELOW_BASELINE_PERCENT {
+        return None;
+    }
+    let noop = find(report, BaselineName::HttpNoop);
+    let base = find(report, s.baseline)?;
+    let closed = &s.throughput.closed;
+    let mut p = format!(
+        "It reaches {:.0}% of `{}` ({:.0} vs {:.0} deductions/s at {} concurrent clients). Its \
+         median latency is {} µs against {} µs for the bare backend work",
+        pct,
+        s.baseline,
+        closed.successes_per_sec,
+        base.successes_per_sec,
+        closed.concurrency,
+        closed.latency.p50_us,
+        base.latency.p50_us,
+    );
+    if let Some(noop) = noop {
+        let _ = write!(
+            p,
+            " and {} µs for an HTTP round trip that does nothing ({:.0} requests/s)",
+            noop.latency.p50_us, noop.attempts_per_sec
+        );
+    }
+    p.push('.');
+    let o = &closed.outcomes;
+    let unsold = o.total() - o.created - o.replayed;
+    if unsold > 0 {
+        let _ = write!(
+            p,
+            " {:.1}% of its attempts ended without a sale ({o}): each one paid for waiting or \
+             retrying until its lock or retry budget ran out.",
+            100.0 * unsold as f64 / o.total().max(1) as f64,
+        );
+    }
+    Some(p)
+}
+
+/// At or above this share of the standard tool's rate, our figure counts as the server's.
+pub const TOOL_PAR_PERCENT: f64 = 80.0;
+
+/// The process group that serves a baseline's work.
+pub fn server_group(name: BaselineName) -> &'static str {
+    match name {
+        BaselineName::HttpNoop | BaselineName::GooseNoop => "app",
+        BaselineName::SqlConditional | BaselineName::SqlHotRow => "mariadbd",
+        BaselineName::RedisLua => "redis-server",
+    }
+}
+
+/// One sentence or paragraph per baseline with a standard tool beside it: the two figures,
+/// and below [`TOOL_PAR_PERCENT`] the measured reason (CPU of our generator against the
+/// tool's, of the server under each, and how busy the machine was).
+pub fn tool_notes(report: &RunReport) -> Vec<String> {
+    let cpus = report.environment.cpus.max(1) as f64;
+    report
+        .baselines
+        .iter()
+        .filter_map(|b| {
+            let t = b.standard_tool.as_ref()?;
+            let tool = &t.tool;
+            let (Some(theirs), Some(pct)) = (&t.per_sec, t.ours_percent) else {
+                return Some(match t.status.as_str() {
+                    "not installed" => format!(
+                        "**`{}`**: `{tool}` is not installed (`cargo xtask setup` installs it), \
+                         so there is no figure to set beside ours.",
+                        b.name
+                    ),
+                    _ => format!(
+                        "**`{}`**: `{tool}` failed: {}",
+                        b.name,
+                        t.error
+                            .as_deref()
+                            .unwrap_or("no output")
+                            .chars()
+                            .take(300)
+                            .collect::<String>()
+                    ),
+                });
+            };
+            let ours = crate::repeat::headline(&b.result);
             let mut p = format!(
-                "**`{}`** reaches {:.0}% of `{}` ({:.0} vs {:.0} deductions/s at {} concurrent \
-                 clients). Its median latency is {} µs against {} µs for the bare backend work",
-                s.strategy.name,
-                pct,
-                s.baseline,
-                closed.successes_per_sec,
-                base.successes_per_sec,
-                closed.concurrency,
-                closed.latency.p50_us,
-                base.latency.p50_us,
+                "**`{}`**: ours {ours:.0}/s, `{tool}` {:.0}/s on the same work and server: \
+                 ours is {pct:.0}% of it",
+                b.name, theirs.median
             );
-            if let Some(noop) = noop {
-                let _ = write!(
-                    p,
-                    " and {} µs for an HTTP round trip that does nothing ({:.0} requests/s)",
-                    noop.latency.p50_us, noop.attempts_per_sec
-                );
+            if pct >= TOOL_PAR_PERCENT {
+                p.push_str(", so the server, not our generator, sets this figure.");
+                return Some(p);
             }
             p.push('.');
-            let o = &closed.outcomes;
-            let unsold = o.total() - o.created - o.replayed;
-            if unsold > 0 {
+            let group = server_group(b.name);
+            let ours_cpu = b.cpu.as_ref();
+            let theirs_cpu = t.cpu.as_ref();
+            let generator = ours_cpu
+                .and_then(|c| c.group("generator"))
+                .and_then(|(per, _)| per);
+            if let (Some(g), Some(tc)) = (generator, t.tool_cpu_per_1000) {
                 let _ = write!(
                     p,
-                    " {:.1}% of its attempts ended without a sale ({o}): each one paid for \
-                     waiting or retrying until its lock or retry budget ran out.",
-                    100.0 * unsold as f64 / o.total().max(1) as f64,
+                    " Per 1,000 operations our generator spent {g:.3} CPU-seconds, `{tool}` \
+                     {tc:.3}."
                 );
+            }
+            let server = |c: Option<&crate::cpu::CpuUse>| c.and_then(|c| c.group(group));
+            if let (Some((Some(so), co)), Some((Some(st), ct))) =
+                (server(ours_cpu), server(theirs_cpu))
+            {
+                let _ = write!(
+                    p,
+                    " The server (`{group}`) spent {so:.3} CPU-seconds per 1,000 under ours \
+                     ({co:.2} cores busy) and {st:.3} under `{tool}` ({ct:.2} cores)."
+                );
+            }
+            let busy = |c: Option<&crate::cpu::CpuUse>| c.and_then(|c| c.machine_busy_cores);
+            if let (Some(mo), Some(mt)) = (busy(ours_cpu), busy(theirs_cpu)) {
+                let _ = write!(
+                    p,
+                    " The machine's {cpus:.0} cores were {:.0}% busy under ours and {:.0}% \
+                     under `{tool}`",
+                    100.0 * mo / cpus,
+                    100.0 * mt / cpus
+                );
+                if let Some(rest) = ours_cpu
+                    .and_then(|c| c.rest_of_machine_cores)
+                    .filter(|r| *r >= 0.05)
+                {
+                    let _ = write!(
+                        p,
+                        " ({rest:.2} core(s) of it under ours taken by programs outside the run)"
+                    );
+                }
+                if mo >= 0.9 * cpus {
+                    p.push_str(
+                        ": with every core busy, each CPU-second our generator spends beyond \
+                         the tool's is taken from the server, so the gap is the cost of our \
+                         generator on a machine it shares with the server.",
+                    );
+                    if report.environment.generator_build == "debug" {
+                        p.push_str(
+                            " This generator is a debug build, which multiplies that cost; \
+                             the committed runs use a release build (`cargo xtask bench`).",
+                        );
+                    }
+                } else {
+                    p.push_str(
+                        ": cores were left idle under ours, so our generator does not keep \
+                         enough work in flight — a gap in the generator, not a lack of CPU.",
+                    );
+                }
             }
             Some(p)
         })

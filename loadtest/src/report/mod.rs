@@ -12,7 +12,9 @@ use serde::Serialize;
 
 use crate::baselines::{self, Baseline, BaselineName};
 use crate::cli::Settings;
+use crate::cpu::CpuUse;
 use crate::environment::Environment;
+use crate::load::LoadResult;
 use crate::sale::SaleResult;
 use crate::scenario::ScenarioReport;
 use crate::throughput::ThroughputResult;
@@ -27,6 +29,8 @@ pub struct RunReport {
     pub settings: Settings,
     pub environment: Environment,
     pub baselines: Vec<Baseline>,
+    /// The bare hot-row UPDATE at several connection counts ([`crate::baselines::SWEEP`]).
+    pub hot_row_sweep: Vec<LoadResult>,
     pub strategies: Vec<StrategyReport>,
     /// The fault scenarios, each expected against observed.
     pub scenarios: Vec<ScenarioReport>,
@@ -44,6 +48,9 @@ pub struct StrategyReport {
     pub percent_of_backend_baseline: Option<f64>,
     /// Closed-loop attempts/s as % of the no-op HTTP baseline's requests/s.
     pub percent_of_http_noop: Option<f64>,
+    /// CPU of every process over the closed-loop runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<CpuUse>,
 }
 
 impl StrategyReport {
@@ -73,6 +80,7 @@ impl StrategyReport {
             baseline,
             percent_of_backend_baseline,
             percent_of_http_noop,
+            cpu: None,
         }
     }
 }
@@ -150,6 +158,8 @@ mod tests {
             name: BaselineName::SqlConditional,
             what: "test".into(),
             result: load(Loop::Closed, 1000),
+            cpu: None,
+            standard_tool: None,
         };
         StrategyReport::new(info, sale, throughput, &[baseline])
     }
@@ -174,6 +184,7 @@ mod tests {
                 quantity: 1,
                 seconds: 1.0,
                 warmup: 0.0,
+                repetitions: 1,
                 rate: None,
                 quick: true,
                 baselines: true,
@@ -187,6 +198,7 @@ mod tests {
                 git_commit: None,
                 git_dirty: None,
                 servers: "spawned",
+                generator_build: "release",
                 versions: BTreeMap::new(),
                 mariadb: BTreeMap::new(),
                 redis: BTreeMap::new(),
@@ -195,7 +207,10 @@ mod tests {
                 name: BaselineName::SqlConditional,
                 what: "test".into(),
                 result: load(Loop::Closed, 1000),
+                cpu: None,
+                standard_tool: None,
             }],
+            hot_row_sweep: Vec::new(),
             strategies: vec![
                 strategy(Strategy::Naive, ledger(20, 137)),
                 strategy(Strategy::Conditional, ledger(0, 100)),
@@ -240,6 +255,123 @@ mod tests {
         }
         let link = link_latest(dir.path(), &dir.path().join("run-1")).unwrap();
         assert_eq!(std::fs::read_link(link).unwrap(), Path::new("run-1"));
+    }
+
+    #[test]
+    fn a_median_is_shown_with_the_range_of_its_runs_in_the_markdown_and_the_json() {
+        let mut r = report();
+        let runs = vec![
+            load(Loop::Closed, 380),
+            load(Loop::Closed, 400),
+            load(Loop::Closed, 450),
+        ];
+        r.strategies[1].throughput.closed = crate::repeat::combine(runs).unwrap();
+        let md = markdown::render(&r);
+        let row = md
+            .lines()
+            .find(|l| l.starts_with("| `conditional` | mariadb"))
+            .unwrap_or_else(|| panic!("no summary row:\n{md}"));
+        assert!(row.contains("| 400 (380–450) |"), "{row}");
+        let json: serde_json::Value = serde_json::from_str(&json::to_string(&r).unwrap()).unwrap();
+        let spread =
+            &json["strategies"][1]["throughput"]["closed"]["repetitions"]["successes_per_sec"];
+        assert_eq!(spread["min"], 380.0, "{spread}");
+        assert_eq!(spread["max"], 450.0, "{spread}");
+        assert_eq!(spread["median"], 400.0, "{spread}");
+    }
+
+    #[test]
+    fn where_the_time_goes_is_written_from_the_cpu_figures() {
+        use crate::cpu::{Process, Span};
+        let processes = vec![
+            Process::new("app-0", "app", 1),
+            Process::new("mariadbd", "mariadbd", 2),
+            Process::new("generator", "generator", 3),
+        ];
+        let span = |db: f64| Span {
+            wall_seconds: 10.0,
+            cpu_seconds: vec![Some(2.0), Some(db), Some(1.0)],
+            machine_cpu_seconds: Some(12.0),
+            successes: 4000.0,
+        };
+        let mut r = report();
+        r.strategies[0].cpu = Some(span(3.0).usage(&processes));
+        r.strategies[1].cpu = Some(span(9.5).usage(&processes));
+        let notes = explain::where_time_goes(&r);
+        assert_eq!(notes.len(), 2, "{notes:?}");
+        assert!(
+            notes[1].contains("`mariadbd` was saturated (0.95 cores"),
+            "{}",
+            notes[1]
+        );
+        assert!(notes[1].contains("mariadbd 2.38"), "{}", notes[1]);
+        assert!(
+            notes[0].contains("No process was saturated"),
+            "{}",
+            notes[0]
+        );
+        let md = markdown::render(&r);
+        let row = md
+            .lines()
+            .find(|l| l.starts_with("| `conditional` | 0.50 / 0.20 |"))
+            .unwrap_or_else(|| panic!("no CPU row:\n{md}"));
+        assert!(row.ends_with("| `mariadbd` |"), "{row}");
+    }
+
+    #[test]
+    fn a_baseline_below_its_standard_tool_gets_the_measured_reason_and_a_missing_tool_says_so() {
+        use crate::cpu::{Process, Span};
+        use crate::tools::{Outcome, Runs};
+        let processes = vec![
+            Process::new("mariadbd", "mariadbd", 1),
+            Process::new("generator", "generator", 2),
+        ];
+        let usage = |db: f64, generator: f64, successes: f64| {
+            Span {
+                wall_seconds: 10.0,
+                cpu_seconds: vec![Some(db), Some(generator)],
+                machine_cpu_seconds: Some(19.5),
+                successes,
+            }
+            .usage(&processes)
+        };
+        let mut r = report();
+        r.environment.cpus = 2;
+        let mut runs = Runs::default();
+        runs.push(
+            "mysqlslap",
+            "mysqlslap …".into(),
+            Outcome::Measured {
+                per_sec: 2000.0,
+                operations: 20_000.0,
+                cpu_seconds: Some(1.0),
+            },
+        );
+        let mut tool = runs.summary(1000.0).unwrap();
+        tool.cpu = Some(usage(9.0, 0.0, 20_000.0));
+        r.baselines[0].cpu = Some(usage(5.0, 9.0, 10_000.0));
+        r.baselines[0].standard_tool = Some(tool);
+        let notes = explain::tool_notes(&r);
+        let p = &notes[0];
+        assert!(p.contains("ours is 50% of it"), "{p}");
+        assert!(
+            p.contains("our generator spent 0.900 CPU-seconds, `mysqlslap` 0.050"),
+            "{p}"
+        );
+        assert!(p.contains("is taken from the server"), "{p}");
+        let md = markdown::render(&r);
+        assert!(md.contains("| `sql-conditional` | 1000 | `mysqlslap` | 2000 | 50% | 0.900 / 0.050 | 0.500 / 0.450 |"), "{md}");
+
+        let mut missing = Runs::default();
+        missing.push("mysqlslap", "mysqlslap".into(), Outcome::NotInstalled);
+        r.baselines[0].standard_tool = missing.summary(1000.0);
+        let notes = explain::tool_notes(&r);
+        assert!(
+            notes[0].contains("`mysqlslap` is not installed"),
+            "{}",
+            notes[0]
+        );
+        assert!(markdown::render(&r).contains("| `mysqlslap` | not installed | – |"));
     }
 
     #[test]

@@ -151,37 +151,31 @@ pub struct Herd {
     pub overlaps: usize,
 }
 
-/// The figures of one row, by scenario: one variant per struct above, each `From` it.
-macro_rules! figures {
-    ($($variant:ident),+) => {
-        #[derive(Debug, Clone, PartialEq, Serialize)]
-        #[serde(untagged)]
-        pub enum Figures {
-            $($variant($variant),)+
-        }
-
-        $(impl From<$variant> for Figures {
-            fn from(f: $variant) -> Figures {
-                Figures::$variant(f)
-            }
-        })+
-    };
+/// `batched-db-kill`: MariaDB is killed while a batch is written and not committed; after the
+/// restart the sale goes on. Both rows carry the same figures.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct BatchedDbKill {
+    /// Purchases in the killed batch.
+    pub batch: usize,
+    /// The batch's orders were seen written, uncommitted, before the kill.
+    pub written_before_kill: bool,
+    /// Purchases of the batch answered `503`.
+    pub batch_503: usize,
+    /// Orders in the database after the restart, before anyone bought again (must be 0).
+    pub batch_orders: i64,
+    /// Units gone from the stock after the restart, before anyone bought again (must be 0).
+    pub batch_units_taken: i64,
+    /// Purchases answered `201` after the restart.
+    pub created_after_restart: u64,
+    pub first_sale_after_restart_ms: Option<f64>,
+    pub sold: i64,
+    pub oversell: i64,
+    pub lost_updates: i64,
+    /// Units left although the crowd asked for twice the stock.
+    pub undersell: i64,
 }
 
-figures!(
-    LeaseExpiry,
-    ProcessPause,
-    HolderCrash,
-    UnsafeRelease,
-    RedisFailover,
-    LocalMutex,
-    ZkSessionExpiry,
-    Herd,
-    LuaCrashBeforeOrder,
-    StreamConsumerCrash
-);
-
-impl Figures {
+impl super::Figures {
     /// `name = value, …` for the report's table (absent values left out).
     pub fn markdown(&self) -> String {
         let Ok(serde_json::Value::Object(fields)) = serde_json::to_value(self) else {

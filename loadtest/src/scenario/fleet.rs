@@ -2,6 +2,7 @@
 //! and the few HTTP calls the scenarios make.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Result;
@@ -9,6 +10,7 @@ use anyhow::Result;
 use app::accounting::{Accounting, Ledger};
 use app::api::{Home, ProductView, Strategy};
 
+use super::Timeline;
 use crate::apps::{Apps, Launch};
 use crate::client::{Answer, Api, order_request};
 
@@ -19,8 +21,10 @@ pub struct Fleet {
     /// which no scenario kills or freezes.
     pub api: Api,
     _logs: LogDir,
+    /// The database the instances use (`scenario` on the private MariaDB).
+    pub database_url: String,
     // Dropped after the instances (fields drop in declaration order).
-    mariadb: sandbox::MariaDb,
+    mariadb: Arc<sandbox::MariaDb>,
     redis: sandbox::Redis,
     _zookeeper: Option<sandbox::ZooKeeper>,
 }
@@ -35,6 +39,14 @@ pub fn accounting(p: &ProductView) -> Accounting {
         orders: p.orders,
     };
     Accounting::of(ledger, 0)
+}
+
+/// The instances' flags for a lock lease of `lease_ms` and a lock wait budget of `wait_ms`.
+pub fn lock_flags(lease_ms: u64, wait_ms: u64) -> Vec<String> {
+    vec![
+        format!("--lock-lease-ms={lease_ms}"),
+        format!("--lock-wait-ms={wait_ms}"),
+    ]
 }
 
 impl Fleet {
@@ -62,7 +74,7 @@ impl Fleet {
         let logs = LogDir::create()?;
         let database_url = format!("{}/scenario", mariadb.url().trim_end_matches('/'));
         let mut launch = Launch::new(binary, &logs.0)
-            .arg("--database-url", database_url)
+            .arg("--database-url", database_url.clone())
             .arg("--redis-url", redis.url())
             .args(["--allow-fault-injection"]);
         if let Some(zk) = &zookeeper {
@@ -73,7 +85,8 @@ impl Fleet {
             api: Api::new(apps.bases(), None)?,
             apps,
             _logs: logs,
-            mariadb,
+            database_url,
+            mariadb: Arc::new(mariadb),
             redis,
             _zookeeper: zookeeper,
         })
@@ -86,9 +99,9 @@ impl Fleet {
         Ok(())
     }
 
-    /// The fleet's private MariaDB.
-    pub fn mariadb(&self) -> &sandbox::MariaDb {
-        &self.mariadb
+    /// The fleet's private MariaDB, to kill and start again.
+    pub fn mariadb(&self) -> Arc<sandbox::MariaDb> {
+        Arc::clone(&self.mariadb)
     }
 
     /// The fleet's private Redis.
@@ -105,6 +118,19 @@ impl Fleet {
     /// Creates or resets product `id` to `stock` units kept in `home` (and deletes its orders).
     pub async fn reset_in(&self, id: u64, stock: i64, home: Home) -> Result<()> {
         self.api.reset_product(id, stock, home).await
+    }
+
+    /// Product `id` as the database has it, noted on the timeline as `db`.
+    pub async fn product_noted(&self, id: u64, tl: &Timeline) -> Result<ProductView> {
+        let p = self.product(id).await?;
+        tl.log(
+            "db",
+            format!(
+                "stock {} of {}, {} order(s)",
+                p.stock, p.initial_stock, p.orders
+            ),
+        );
+        Ok(p)
     }
 
     /// Product `id` as the database has it.

@@ -18,7 +18,7 @@ use locks::redis::SetnxNoTtlLock;
 use locks::{AcquireOptions, DistributedLock};
 
 use super::figures::HolderCrash;
-use super::fleet::{Fleet, accounting, order};
+use super::fleet::{Fleet, accounting, lock_flags, order};
 use super::{Row, Scenario, ScenarioOptions, ScenarioReport, Timeline};
 
 const STRATEGIES: [Strategy; 5] = [
@@ -57,11 +57,8 @@ pub async fn run(opts: &ScenarioOptions) -> Result<ScenarioReport> {
         session_ms,
         bound: Duration::from_millis(lease_ms.max(session_ms) * 4),
     };
-    let flags = [
-        format!("--lock-lease-ms={lease_ms}"),
-        format!("--lock-wait-ms={PROBE_WAIT_MS}"),
-        format!("--zookeeper-session-timeout-ms={session_ms}"),
-    ];
+    let mut flags = lock_flags(lease_ms, PROBE_WAIT_MS);
+    flags.push(format!("--zookeeper-session-timeout-ms={session_ms}"));
     let mut fleet = Fleet::start_with(binary, 2, &flags, true).await?;
     let mut measured = Vec::new();
     let mut rows = Vec::new();

@@ -14,7 +14,7 @@ use anyhow::Result;
 use app::api::{ErrorCode, Strategy};
 
 use super::figures::LeaseExpiry;
-use super::fleet::{Fleet, accounting, order};
+use super::fleet::{Fleet, accounting, lock_flags, order};
 use super::{Row, Scenario, ScenarioOptions, ScenarioReport, Timeline};
 use crate::client::Answer;
 
@@ -28,11 +28,7 @@ pub async fn run(opts: &ScenarioOptions) -> Result<ScenarioReport> {
     let binary = opts.app_binary(Scenario::LeaseExpiry)?;
     let lease_ms: u64 = if opts.quick { 300 } else { 2000 };
     let hold_ms = lease_ms * 3;
-    let flags = [
-        format!("--lock-lease-ms={lease_ms}"),
-        format!("--lock-wait-ms={}", hold_ms * 4),
-    ];
-    let fleet = Fleet::start(binary, 1, &flags).await?;
+    let fleet = Fleet::start(binary, 1, &lock_flags(lease_ms, hold_ms * 4)).await?;
     let mut measured = Vec::new();
     let mut rows = Vec::new();
     let mut timeline = Vec::new();
@@ -41,14 +37,7 @@ pub async fn run(opts: &ScenarioOptions) -> Result<ScenarioReport> {
         fleet.reset(product, 1).await?;
         let tl = Timeline::new();
         let (a, b) = race(&fleet, &tl, product, strategy, hold_ms, lease_ms).await;
-        let p = fleet.product(product).await?;
-        tl.log(
-            "db",
-            format!(
-                "stock {} of {}, {} order(s)",
-                p.stock, p.initial_stock, p.orders
-            ),
-        );
+        let p = fleet.product_noted(product, &tl).await?;
         let f = LeaseExpiry {
             oversell: accounting(&p).oversell,
             orders: p.orders,

@@ -14,11 +14,13 @@
 //! | `lua-crash-before-order` | SIGKILL of the instance between `redis-lua`'s Lua deduction and its order insert | a unit sold to nobody (undersell); after `reconcile` it is on sale again and no order is doubled |
 //! | `stream-consumer-crash` | SIGKILL of an instance whose consumer holds a batch read and not acknowledged | those accepted orders missing until the claim time; then claimed by a live consumer, each placed exactly once |
 //! | `herd` | 64 waiters on one lock | requests per grant and hand-off latency: polling vs pub/sub vs predecessor watch |
+//! | `batched-db-kill` | SIGKILL of MariaDB while a `batched` transaction waits to commit | every purchase of the batch answers 503, none is recorded; after the restart exactly the stock is sold |
 //!
 //! Every scenario starts private servers (and app processes), because it kills, pauses and
 //! partitions them; with `SECKILL_EXTERNAL=1` it refuses to run. Verdicts are computed from
 //! what was measured: for a deliberately broken variant, "pass" means its failure showed.
 
+mod batched_db_kill;
 mod failover;
 mod fenced_store;
 pub mod figures;
@@ -44,23 +46,56 @@ use clap::ValueEnum;
 use clap::builder::PossibleValue;
 use serde::Serialize;
 
-pub use figures::Figures;
 pub use report::{Event, Row, ScenarioReport, Timeline, Verdict};
 
-/// Every scenario, in the order `all` runs them; the names are the variants' kebab-case.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, ValueEnum)]
-#[serde(rename_all = "kebab-case")]
-pub enum Scenario {
-    LeaseExpiry,
-    ProcessPause,
-    HolderCrash,
-    UnsafeRelease,
-    RedisFailover,
-    LocalMutex,
-    ZkSessionExpiry,
-    Herd,
-    LuaCrashBeforeOrder,
-    StreamConsumerCrash,
+/// Every scenario, one line each: its variant and the module whose `run` plays it.
+///
+/// The variant is the scenario's name (its kebab-case on the command line and in the report)
+/// and the name of its figures struct in [`figures`]. From the lines come the [`Scenario`]
+/// enum (in the order `all` runs them), the [`Figures`] enum and the dispatch: a scenario is
+/// added by one module and one line.
+macro_rules! scenarios {
+    ($($variant:ident => $module:ident;)+) => {
+        /// Every scenario, in the order `all` runs them; the names are the variants' kebab-case.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, ValueEnum)]
+        #[serde(rename_all = "kebab-case")]
+        pub enum Scenario {
+            $($variant,)+
+        }
+
+        /// The figures of one row, by scenario.
+        #[derive(Debug, Clone, PartialEq, Serialize)]
+        #[serde(untagged)]
+        pub enum Figures {
+            $($variant(figures::$variant),)+
+        }
+
+        $(impl From<figures::$variant> for Figures {
+            fn from(f: figures::$variant) -> Figures {
+                Figures::$variant(f)
+            }
+        })+
+
+        async fn run_one(scenario: Scenario, opts: &ScenarioOptions) -> Result<ScenarioReport> {
+            match scenario {
+                $(Scenario::$variant => $module::run(opts).await,)+
+            }
+        }
+    };
+}
+
+scenarios! {
+    LeaseExpiry => lease_expiry;
+    ProcessPause => process_pause;
+    HolderCrash => holder_crash;
+    UnsafeRelease => unsafe_release;
+    RedisFailover => failover;
+    LocalMutex => local_mutex;
+    ZkSessionExpiry => zk_expiry;
+    Herd => herd;
+    BatchedDbKill => batched_db_kill;
+    LuaCrashBeforeOrder => lua_crash;
+    StreamConsumerCrash => stream_crash;
 }
 
 impl Scenario {
@@ -143,21 +178,6 @@ pub async fn run(selection: Selection, opts: &ScenarioOptions) -> Result<Vec<Sce
         );
     }
     Ok(reports)
-}
-
-async fn run_one(scenario: Scenario, opts: &ScenarioOptions) -> Result<ScenarioReport> {
-    match scenario {
-        Scenario::LeaseExpiry => lease_expiry::run(opts).await,
-        Scenario::ProcessPause => process_pause::run(opts).await,
-        Scenario::HolderCrash => holder_crash::run(opts).await,
-        Scenario::UnsafeRelease => unsafe_release::run(opts).await,
-        Scenario::RedisFailover => failover::run(opts).await,
-        Scenario::LocalMutex => local_mutex::run(opts).await,
-        Scenario::ZkSessionExpiry => zk_expiry::run(opts).await,
-        Scenario::Herd => herd::run(opts).await,
-        Scenario::LuaCrashBeforeOrder => lua_crash::run(opts).await,
-        Scenario::StreamConsumerCrash => stream_crash::run(opts).await,
-    }
 }
 
 /// Starts a sandbox server off the async threads (starting blocks for about a second).

@@ -14,7 +14,7 @@ use anyhow::Result;
 use app::api::{ErrorCode, Strategy};
 
 use super::figures::ProcessPause;
-use super::fleet::{Fleet, accounting, order};
+use super::fleet::{Fleet, accounting, lock_flags, order};
 use super::{Row, Scenario, ScenarioOptions, ScenarioReport, Timeline};
 
 const STRATEGIES: [Strategy; 2] = [Strategy::RedisWatchdog, Strategy::RedisWatchdogFenced];
@@ -23,11 +23,7 @@ pub async fn run(opts: &ScenarioOptions) -> Result<ScenarioReport> {
     let binary = opts.app_binary(Scenario::ProcessPause)?;
     let lease_ms: u64 = if opts.quick { 500 } else { 3000 };
     let hold_ms = lease_ms;
-    let flags = [
-        format!("--lock-lease-ms={lease_ms}"),
-        format!("--lock-wait-ms={}", lease_ms * 10),
-    ];
-    let fleet = Fleet::start(binary, 2, &flags).await?;
+    let fleet = Fleet::start(binary, 2, &lock_flags(lease_ms, lease_ms * 10)).await?;
     let mut measured = Vec::new();
     let mut rows = Vec::new();
     let mut timeline = Vec::new();
@@ -63,14 +59,7 @@ pub async fn run(opts: &ScenarioOptions) -> Result<ScenarioReport> {
         );
         let a = a.await?;
         tl.log("A@1", a.describe());
-        let p = fleet.product(product).await?;
-        tl.log(
-            "db",
-            format!(
-                "stock {} of {}, {} order(s)",
-                p.stock, p.initial_stock, p.orders
-            ),
-        );
+        let p = fleet.product_noted(product, &tl).await?;
 
         let f = ProcessPause {
             oversell: accounting(&p).oversell,

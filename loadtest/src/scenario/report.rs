@@ -7,8 +7,8 @@ use std::time::Instant;
 
 use serde::Serialize;
 
+use super::Figures;
 use super::Scenario;
-use super::figures::Figures;
 
 /// One scenario's outcome.
 #[derive(Debug, Clone, Serialize)]

@@ -44,6 +44,7 @@ pub fn target() -> Target {
             "bench_test_{}",
             &uuid::Uuid::new_v4().simple().to_string()[..12]
         ),
+        processes: Vec::new(),
     }
 }
 
@@ -58,6 +59,7 @@ pub fn quick(strategy: Strategy) -> Settings {
         quantity: 1,
         seconds: 1.0,
         warmup: 0.3,
+        repetitions: 1,
         rate: Some(100.0),
         quick: true,
         baselines: false,

@@ -214,10 +214,20 @@ impl Shared {
     ) -> Result<Guard, LockError> {
         let start = Instant::now();
         let budget = options.wait.unwrap_or(Duration::ZERO);
+        // Once a round has heard a majority refuse, the wait met contention: a later round that
+        // stalls past the instance timeout (a loaded machine) does not make it an outage.
+        let mut contended = false;
         loop {
             let failure = match self.round(key, options.lease).await {
                 Round::Granted(guard) => return Ok(guard),
-                Round::Refused => LockError::Timeout {
+                Round::Refused => {
+                    contended = true;
+                    LockError::Timeout {
+                        key: key.to_owned(),
+                        waited: start.elapsed(),
+                    }
+                }
+                Round::Unreachable { .. } if contended => LockError::Timeout {
                     key: key.to_owned(),
                     waited: start.elapsed(),
                 },

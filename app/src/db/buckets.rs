@@ -1,0 +1,101 @@
+//! Stock buckets: the stock of a product whose home is [`Home::Buckets`](crate::api::Home),
+//! split over several rows of `stock_buckets` so that concurrent buyers lock different rows.
+//! The product's stock is the sum of its buckets (read by [`super::products::view`]).
+
+use sqlx::{MySql, MySqlConnection, QueryBuilder};
+
+/// `stock` split as evenly as possible over `buckets` buckets: the first `stock % buckets`
+/// buckets hold one unit more than the others.
+pub fn split(stock: i64, buckets: u32) -> Vec<i64> {
+    let n = i64::from(buckets.max(1));
+    (0..n)
+        .map(|i| stock / n + i64::from(i < stock % n))
+        .collect()
+}
+
+/// Replaces the product's buckets by `stocks` (bucket `i` holds `stocks[i]`); an empty slice
+/// only deletes them.
+pub async fn replace(
+    conn: &mut MySqlConnection,
+    product_id: u64,
+    stocks: &[i64],
+) -> Result<(), sqlx::Error> {
+    sqlx::query("DELETE FROM stock_buckets WHERE product_id = ?")
+        .bind(product_id)
+        .execute(&mut *conn)
+        .await?;
+    if stocks.is_empty() {
+        return Ok(());
+    }
+    let mut insert =
+        QueryBuilder::<MySql>::new("INSERT INTO stock_buckets (product_id, bucket, stock) ");
+    insert.push_values(stocks.iter().enumerate(), |mut row, (bucket, &stock)| {
+        row.push_bind(product_id)
+            .push_bind(u16::try_from(bucket).unwrap_or(u16::MAX))
+            .push_bind(stock);
+    });
+    insert.build().execute(conn).await?;
+    Ok(())
+}
+
+/// Every bucket of the product and its stock, in bucket order (plain, non-locking read).
+pub async fn all(
+    conn: &mut MySqlConnection,
+    product_id: u64,
+) -> Result<Vec<(u16, i64)>, sqlx::Error> {
+    sqlx::query_as("SELECT bucket, stock FROM stock_buckets WHERE product_id = ? ORDER BY bucket")
+        .bind(product_id)
+        .fetch_all(conn)
+        .await
+}
+
+/// The non-empty buckets of the product, locked for update in bucket order (the one lock order
+/// every multi-bucket purchase uses, so two of them cannot deadlock).
+pub async fn lock_non_empty(
+    conn: &mut MySqlConnection,
+    product_id: u64,
+) -> Result<Vec<(u16, i64)>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT bucket, stock FROM stock_buckets WHERE product_id = ? AND stock > 0 \
+         ORDER BY bucket FOR UPDATE",
+    )
+    .bind(product_id)
+    .fetch_all(conn)
+    .await
+}
+
+/// Takes `quantity` units from one bucket if it holds that many: whether it did.
+pub async fn take(
+    conn: &mut MySqlConnection,
+    product_id: u64,
+    bucket: u16,
+    quantity: i64,
+) -> Result<bool, sqlx::Error> {
+    let done = sqlx::query(
+        "UPDATE stock_buckets SET stock = stock - ? \
+         WHERE product_id = ? AND bucket = ? AND stock >= ?",
+    )
+    .bind(quantity)
+    .bind(product_id)
+    .bind(bucket)
+    .bind(quantity)
+    .execute(conn)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split;
+
+    #[test]
+    fn a_split_keeps_every_unit_and_differs_by_at_most_one_between_buckets() {
+        for (stock, n) in [(100, 8), (7, 8), (0, 3), (1_000_000_000, 1024), (5, 1)] {
+            let buckets = split(stock, n);
+            assert_eq!(buckets.len(), n as usize);
+            assert_eq!(buckets.iter().sum::<i64>(), stock);
+            let (min, max) = (buckets.iter().min(), buckets.iter().max());
+            assert!(max.zip(min).is_some_and(|(a, b)| a - b <= 1), "{buckets:?}");
+        }
+    }
+}
