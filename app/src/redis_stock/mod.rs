@@ -15,10 +15,13 @@ pub mod reconcile;
 pub(crate) mod scripts;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
+use deadpool_redis::redis::aio::ConnectionManager;
 use deadpool_redis::redis::{self, Cmd, FromRedisValue, ScriptInvocation};
 use deadpool_redis::{Pool, PoolConfig, Runtime, Timeouts};
+use tokio::sync::OnceCell;
 
 use crate::config::Config;
 
@@ -129,10 +132,18 @@ impl StreamOrder {
     }
 }
 
-/// The service's connection to the Redis that holds stock.
+/// The service's connections to the Redis that holds stock.
+///
+/// The purchase scripts go over one shared multiplexed connection: every concurrent purchase
+/// of the instance is pipelined on it, one round trip each. (A pooled connection costs two:
+/// deadpool-redis sends a `PING` each time it hands one out.) Everything else — the
+/// consumer's blocking `XREADGROUP`, which would hold up every request queued behind it on a
+/// shared connection, seeding, reading — takes a connection of its own from the pool.
 #[derive(Clone)]
 pub struct RedisStock {
     pool: Pool,
+    client: redis::Client,
+    shared: Arc<OnceCell<ConnectionManager>>,
     keys: Keys,
 }
 
@@ -171,23 +182,36 @@ impl RedisStock {
         let pool = config
             .create_pool(Some(Runtime::Tokio1))
             .map_err(|e| e.to_string())?;
+        let client = redis::Client::open(url).map_err(|e| e.to_string())?;
         Ok(RedisStock {
             pool,
+            client,
+            shared: Arc::default(),
             keys: Keys::new(prefix),
         })
+    }
+
+    /// The shared multiplexed connection, opened on first use; it reconnects by itself after
+    /// a failure (requests fail meanwhile).
+    async fn shared(&self) -> Result<ConnectionManager, RedisStockError> {
+        let conn = self
+            .shared
+            .get_or_try_init(|| ConnectionManager::new(self.client.clone()))
+            .await?;
+        Ok(conn.clone())
     }
 
     pub fn keys(&self) -> &Keys {
         &self.keys
     }
 
-    /// Runs a script, bounded by the timeout.
+    /// Runs a script on the shared connection, bounded by the timeout.
     pub async fn invoke<T: FromRedisValue>(
         &self,
         script: &ScriptInvocation<'_>,
     ) -> Result<T, RedisStockError> {
         bounded(async {
-            let mut conn = self.pool.get().await?;
+            let mut conn = self.shared().await?;
             Ok(script.invoke_async(&mut conn).await?)
         })
         .await
