@@ -244,8 +244,10 @@ async fn a_batch_whose_commit_fails_answers_every_purchase_503_and_records_none(
     let database_url = with_fresh_database(&db.url());
     let mut config = test_config(&database_url);
     config.db_acquire_timeout_ms = 500;
-    // One batch of exactly five, however slowly a loaded machine lets the buyers arrive.
-    config.batch_window_ms = 30_000;
+    // One batch of exactly five, closed by the fifth purchase: the window is far longer than a
+    // loaded machine needs to let five buyers 20 ms apart arrive. (The retries below, one at a
+    // time, each wait out the window.)
+    config.batch_window_ms = 3_000;
     config.batch_max = 5;
     let app = spawn_app(config).await;
     app.reset(1, 10).await;
