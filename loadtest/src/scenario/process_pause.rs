@@ -22,7 +22,11 @@ const STRATEGIES: [Strategy; 2] = [Strategy::RedisWatchdog, Strategy::RedisWatch
 pub async fn run(opts: &ScenarioOptions) -> Result<ScenarioReport> {
     let binary = opts.app_binary(Scenario::ProcessPause)?;
     let lease_ms: u64 = if opts.quick { 500 } else { 3000 };
-    let hold_ms = lease_ms;
+    // A is frozen one lease after it sent its order, in the middle of a two-lease hold: late
+    // enough that a loaded machine has let it read the stock (frozen before its read, it would
+    // only find the unit sold after resuming, and the fence would have nothing to refuse),
+    // early enough that its hold has not ended.
+    let hold_ms = lease_ms * 2;
     let fleet = Fleet::start(binary, 2, &lock_flags(lease_ms, lease_ms * 10)).await?;
     let mut measured = Vec::new();
     let mut rows = Vec::new();
@@ -38,7 +42,7 @@ pub async fn run(opts: &ScenarioOptions) -> Result<ScenarioReport> {
         let a = tokio::spawn(
             async move { order(&api, 0, product, strategy, "buyer-a", hold_ms).await },
         );
-        tokio::time::sleep(Duration::from_millis(lease_ms / 4)).await;
+        tokio::time::sleep(Duration::from_millis(lease_ms)).await;
         first.pause()?;
         let paused_at = tl.now_ms();
         tl.log("instance 1", "frozen (SIGSTOP) while A holds the lock");
