@@ -59,6 +59,29 @@ pub enum Outcome {
     Failed(String),
 }
 
+impl Outcome {
+    /// What one run of a tool measured: `rate` reads (operations/s, operations) from its
+    /// standard output; a run that failed, or printed no positive rate, is `Failed` with what
+    /// the tool printed.
+    pub fn of_run(
+        run: Result<Output, String>,
+        rate: impl FnOnce(&str) -> Option<(f64, f64)>,
+    ) -> Outcome {
+        let out = match run {
+            Ok(out) => out,
+            Err(e) => return Outcome::Failed(e),
+        };
+        match rate(&out.stdout) {
+            Some((per_sec, operations)) if out.success && per_sec > 0.0 => Outcome::Measured {
+                per_sec,
+                operations,
+                cpu_seconds: out.cpu_seconds,
+            },
+            _ => Outcome::Failed(format!("{}{}", out.stdout.trim(), out.stderr.trim())),
+        }
+    }
+}
+
 /// Runs of one tool for one baseline, gathered into [`StandardTool`].
 #[derive(Debug, Clone, Default)]
 pub struct Runs {

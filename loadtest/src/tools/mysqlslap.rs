@@ -96,17 +96,10 @@ pub async fn measure(
     }
     let command = shown(TOOL, &args);
     let env: Vec<(&str, String)> = a.password.map(|p| ("MYSQL_PWD", p)).into_iter().collect();
-    let outcome = match run(&program, &args, &env, limit).await {
-        Err(e) => Outcome::Failed(e),
-        Ok(out) => match parse_seconds(&out.stdout) {
-            Some(secs) if out.success && secs > 0.0 => Outcome::Measured {
-                per_sec: ops as f64 / secs,
-                operations: ops as f64,
-                cpu_seconds: out.cpu_seconds,
-            },
-            _ => Outcome::Failed(format!("{}{}", out.stdout.trim(), out.stderr.trim())),
-        },
-    };
+    let outcome = Outcome::of_run(run(&program, &args, &env, limit).await, |stdout| {
+        let secs = parse_seconds(stdout).filter(|&secs| secs > 0.0)?;
+        Some((ops as f64 / secs, ops as f64))
+    });
     (command, outcome)
 }
 

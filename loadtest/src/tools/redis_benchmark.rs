@@ -52,17 +52,9 @@ pub async fn measure(
     }
     args.extend(["EVALSHA", sha, "1", key, "1"].map(String::from));
     let command = format!("{command} EVALSHA {sha} 1 {key} 1");
-    let outcome = match run(&program, &args, &[], limit).await {
-        Err(e) => Outcome::Failed(e),
-        Ok(out) => match parse_csv(&out.stdout) {
-            Some(rps) if out.success && rps > 0.0 => Outcome::Measured {
-                per_sec: rps,
-                operations: n as f64,
-                cpu_seconds: out.cpu_seconds,
-            },
-            _ => Outcome::Failed(format!("{}{}", out.stdout.trim(), out.stderr.trim())),
-        },
-    };
+    let outcome = Outcome::of_run(run(&program, &args, &[], limit).await, |stdout| {
+        parse_csv(stdout).map(|rps| (rps, n as f64))
+    });
     (command, outcome)
 }
 
