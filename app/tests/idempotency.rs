@@ -64,19 +64,7 @@ async fn twenty_concurrent_copies_of_one_request_make_one_order_under_every_stra
             let client = app.client.clone();
             let url = format!("{}/api/products/{product}/orders", app.url);
             let body = body.clone();
-            tasks.push(tokio::spawn(async move {
-                // A `busy` copy is retried, as a client honouring Retry-After would.
-                for _ in 0..100 {
-                    let r = client.post(&url).json(&body).send().await.expect("post");
-                    let status = r.status();
-                    let value: Value = r.json().await.expect("json");
-                    if status != StatusCode::SERVICE_UNAVAILABLE || value["error"] != "busy" {
-                        return (status, value);
-                    }
-                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-                }
-                panic!("still busy after 100 attempts");
-            }));
+            tasks.push(tokio::spawn(common::post_retrying_busy(client, url, body)));
         }
         let mut answers = Vec::new();
         for t in tasks {

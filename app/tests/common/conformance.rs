@@ -132,19 +132,7 @@ pub async fn twenty_copies_make_one_order(
             format!("{}/api/products/1/orders", app.url),
         );
         let body = body.clone();
-        tasks.push(tokio::spawn(async move {
-            // A `busy` copy is retried, as a client honouring Retry-After would.
-            for _ in 0..100 {
-                let r = client.post(&url).json(&body).send().await.expect("post");
-                let status = r.status();
-                let value: Value = r.json().await.expect("json");
-                if status != StatusCode::SERVICE_UNAVAILABLE || value["error"] != "busy" {
-                    return (status, value);
-                }
-                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-            }
-            panic!("still busy after 100 attempts");
-        }));
+        tasks.push(tokio::spawn(super::post_retrying_busy(client, url, body)));
     }
     let mut answers = Vec::new();
     for task in tasks {

@@ -17,6 +17,25 @@ use sqlx::{Connection, MySqlConnection};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+/// POSTs `body` to `url` and returns the answer, retrying a `busy` one (up to 100 times, 20 ms
+/// apart) as a client honouring Retry-After would.
+pub async fn post_retrying_busy(
+    client: reqwest::Client,
+    url: String,
+    body: Value,
+) -> (StatusCode, Value) {
+    for _ in 0..100 {
+        let r = client.post(&url).json(&body).send().await.expect("post");
+        let status = r.status();
+        let value: Value = r.json().await.expect("json");
+        if status != StatusCode::SERVICE_UNAVAILABLE || value["error"] != "busy" {
+            return (status, value);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("still busy after 100 attempts");
+}
+
 /// A running in-process instance of the service.
 pub struct TestApp {
     pub url: String,
