@@ -31,6 +31,18 @@ pub struct Config {
     #[arg(long, env = "SECKILL_REDIS_POOL_SIZE", default_value_t = 64)]
     pub redis_pool_size: usize,
 
+    /// Replicas that must acknowledge a `redis-lua*` deduction before it counts (`WAIT N` after
+    /// the script). 0 (the default) trusts the primary alone: a failover to a replica that
+    /// missed the last deductions then sells their units again. With N ≥ 1 a deduction N
+    /// replicas did not acknowledge in time is answered `503` and never becomes an order.
+    #[arg(long, env = "SECKILL_REDIS_WAIT_REPLICAS", default_value_t = 0)]
+    pub redis_wait_replicas: u32,
+
+    /// How long a deduction waits for `--redis-wait-replicas` acknowledgements, in
+    /// milliseconds (below the Redis connection's 500 ms reply timeout).
+    #[arg(long, env = "SECKILL_REDIS_WAIT_TIMEOUT_MS", default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=400))]
+    pub redis_wait_timeout_ms: u64,
+
     /// Orders the stream consumer of `redis-lua-stream` places in one database transaction.
     #[arg(long, env = "SECKILL_STREAM_BATCH", default_value_t = 200)]
     pub stream_batch: usize,
@@ -151,6 +163,14 @@ impl Config {
 
     pub fn lock_wait(&self) -> Duration {
         Duration::from_millis(self.lock_wait_ms)
+    }
+
+    /// The replication a Redis deduction waits for, if any (`--redis-wait-replicas`).
+    pub fn redis_wait(&self) -> Option<crate::redis_stock::Replication> {
+        (self.redis_wait_replicas > 0).then(|| crate::redis_stock::Replication {
+            replicas: self.redis_wait_replicas,
+            timeout: Duration::from_millis(self.redis_wait_timeout_ms),
+        })
     }
 
     pub fn batch_window(&self) -> Duration {

@@ -238,6 +238,19 @@ async fn a_database_killed_while_a_batch_commits_fails_the_whole_batch_and_the_s
     assert!(f.created_after_restart > 0);
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn a_redis_failover_that_lost_deductions_oversells_and_wait_1_refuses_them_instead() {
+    sandbox::require_faults!();
+    let report = quick(Scenario::RedisFailoverStock).await;
+    assert_all_pass(&report);
+    let f = row!(report, "redis-lua, no WAIT", RedisFailoverStock);
+    assert_eq!((f.sold_during, f.refused_during), (5, 0), "{f:?}");
+    assert_eq!(f.oversell, 5, "{f:?}");
+    let f = row!(report, "redis-lua + WAIT 1", RedisFailoverStock);
+    assert_eq!((f.sold_during, f.refused_during), (0, 5), "{f:?}");
+    assert_eq!((f.units_sold, f.orders, f.oversell), (20, 20, 0), "{f:?}");
+}
+
 /// The full form (real leases and timeouts, several minutes): `cargo nextest run -p loadtest
 /// --test scenarios --run-ignored only`. Prints every report. `SECKILL_SCENARIO=<name>` runs
 /// one scenario instead of all.

@@ -42,6 +42,8 @@ pub enum RedisStockError {
     Timeout(Duration),
     #[error("redis is not configured (--redis-url)")]
     NotConfigured,
+    #[error("{acked} of {wanted} replica(s) acknowledged the deduction in time")]
+    NotReplicated { acked: u32, wanted: u32 },
     #[error("malformed stream entry {0}")]
     Malformed(String),
 }
@@ -58,6 +60,7 @@ impl RedisStockError {
             }
             RedisStockError::Pool(_)
             | RedisStockError::Timeout(_)
+            | RedisStockError::NotReplicated { .. }
             | RedisStockError::NotConfigured => true,
             RedisStockError::Malformed(_) => false,
         }
@@ -132,6 +135,24 @@ impl StreamOrder {
     }
 }
 
+/// The replication a deduction waits for: `WAIT replicas timeout` after its script.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Replication {
+    pub replicas: u32,
+    pub timeout: Duration,
+}
+
+/// Whether a deduction reached the replicas it had to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Replicated {
+    /// No replication was asked for (`--redis-wait-replicas 0`), or the script wrote nothing.
+    NotAsked,
+    /// Enough replicas acknowledged it: a failover to one of them keeps it.
+    Acknowledged,
+    /// Only `acked` replicas acknowledged it in time: a failover may lose it.
+    Short { acked: u32, wanted: u32 },
+}
+
 /// The service's connections to the Redis that holds stock.
 ///
 /// The purchase scripts go over one shared multiplexed connection: every concurrent purchase
@@ -145,6 +166,7 @@ pub struct RedisStock {
     client: redis::Client,
     shared: Arc<OnceCell<ConnectionManager>>,
     keys: Keys,
+    wait: Option<Replication>,
 }
 
 impl std::fmt::Debug for RedisStock {
@@ -161,7 +183,7 @@ impl RedisStock {
     pub fn from_config(config: &Config) -> Option<RedisStock> {
         let url = config.redis_url.as_deref()?;
         match RedisStock::open(url, &config.lock_prefix, config.redis_pool_size) {
-            Ok(stock) => Some(stock),
+            Ok(stock) => Some(stock.waiting_for(config.redis_wait())),
             Err(e) => {
                 tracing::warn!(error = %e, "no redis stock: its strategies answer backend_unavailable");
                 None
@@ -188,7 +210,14 @@ impl RedisStock {
             client,
             shared: Arc::default(),
             keys: Keys::new(prefix),
+            wait: None,
         })
+    }
+
+    /// The same connections, with every deduction ([`RedisStock::take`]) waiting for `wait`.
+    pub fn waiting_for(mut self, wait: Option<Replication>) -> RedisStock {
+        self.wait = wait;
+        self
     }
 
     /// The shared multiplexed connection, opened on first use; it reconnects by itself after
@@ -213,6 +242,41 @@ impl RedisStock {
         bounded(async {
             let mut conn = self.shared().await?;
             Ok(script.invoke_async(&mut conn).await?)
+        })
+        .await
+    }
+
+    /// Runs a deduction script (it answers the units left, or a negative refusal). With a
+    /// [`Replication`] to wait for, a deduction that wrote is followed by `WAIT` on the same
+    /// connection — `WAIT` counts the replicas that acknowledged every write made before it on
+    /// its connection — so it goes over a pooled connection of its own: on the shared one,
+    /// every purchase queued behind a `WAIT` would wait for it too.
+    pub async fn take(
+        &self,
+        script: &ScriptInvocation<'_>,
+    ) -> Result<(i64, Replicated), RedisStockError> {
+        let Some(wait) = self.wait else {
+            return Ok((self.invoke(script).await?, Replicated::NotAsked));
+        };
+        bounded(async {
+            let mut conn = self.pool.get().await?;
+            let left: i64 = script.invoke_async(&mut conn).await?;
+            if left < 0 {
+                return Ok((left, Replicated::NotAsked));
+            }
+            let acked: u32 = redis::cmd("WAIT")
+                .arg(wait.replicas)
+                .arg(u64::try_from(wait.timeout.as_millis()).unwrap_or(u64::MAX))
+                .query_async(&mut conn)
+                .await?;
+            let replicated = match acked >= wait.replicas {
+                true => Replicated::Acknowledged,
+                false => Replicated::Short {
+                    acked,
+                    wanted: wait.replicas,
+                },
+            };
+            Ok((left, replicated))
         })
         .await
     }

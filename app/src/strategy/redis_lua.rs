@@ -17,8 +17,13 @@
 //!   (giving them back could oversell); at worst it is undersell, repaired the same way.
 //! * A replayed click finds its request id recorded and is not charged again; it is answered
 //!   with the original order once that order is in the database.
-//! * A Redis failover to a replica that missed the last decrements *would* oversell: this
-//!   strategy trusts one Redis primary as much as `conditional` trusts one database.
+//! * A Redis failover to a replica that missed the last decrements **oversells**: the promoted
+//!   replica sells those units again (scenario `redis-failover-stock`). With
+//!   `--redis-wait-replicas 1` every deduction is followed by `WAIT 1`; one no replica
+//!   acknowledged in time is given back and answered `503`, so no order rests on a deduction
+//!   a failover can lose. The price: a round trip to the replica per purchase, and no sales at
+//!   all while every replica is unreachable. `WAIT` is not consensus: a replica that
+//!   acknowledged and then restarts without persistence still loses it.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -30,7 +35,7 @@ use super::outcome::place;
 use super::{Deps, Purchase, PurchaseError, Purchased, StockStrategy};
 use crate::db::{orders, products};
 use crate::redis_stock::scripts::{DUPLICATE, GIVE_BACK, NO_COUNTER, SOLD_OUT, TAKE};
-use crate::redis_stock::{RedisStock, RedisStockError};
+use crate::redis_stock::{RedisStock, RedisStockError, Replicated};
 
 /// How often a replayed click looks for its original order while that is being placed.
 const REPLAY_POLL: Duration = Duration::from_millis(10);
@@ -58,8 +63,8 @@ impl StockStrategy for RedisLua {
         Box::pin(async move {
             let redis = configured(&self.redis)?;
             let keys = redis.keys();
-            let taken: i64 = redis
-                .invoke(
+            let (taken, replicated) = redis
+                .take(
                     TAKE.key(keys.stock(purchase.product_id))
                         .key(keys.requests(purchase.product_id))
                         .arg(&purchase.request_id)
@@ -70,6 +75,11 @@ impl StockStrategy for RedisLua {
             refused(&self.pool, purchase, taken).await?;
             if taken == DUPLICATE {
                 return Err(self.original_order(purchase).await);
+            }
+            if let Replicated::Short { acked, wanted } = replicated {
+                // A failover now would lose the deduction: no order may rest on it.
+                let why = unavailable(RedisStockError::NotReplicated { acked, wanted });
+                return Err(give_back(redis, purchase, why).await);
             }
             // The units are taken and no order names them yet: the window a crash turns into
             // undersell.

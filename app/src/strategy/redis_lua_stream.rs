@@ -13,10 +13,14 @@
 //!
 //! What it gives up: `202` is a promise, not a receipt. The order exists in the database only
 //! after the lag (reported as `seckill_stream_lag_entries`); until then `GET
-//! /api/orders/{request_id}` says `pending`. Units whose entry is lost *with* Redis (a failover
-//! to a replica that missed the append) are gone from both counter and stream together, so the
-//! accounting still balances; units taken while entries are pending are not undersell until
-//! the stream has drained.
+//! /api/orders/{request_id}` says `pending`; units taken while entries are pending are not
+//! undersell until the stream has drained. A failover to a replica that missed the last
+//! scripts breaks both promises of Redis-held stock: entries a consumer had already placed
+//! from the old primary leave their units on sale again on the new one (**oversell**), and
+//! entries no consumer had read are lost with their `202` (an accepted order that never comes).
+//! With `--redis-wait-replicas 1` a script no replica acknowledged in time is answered `503`
+//! with an unknown outcome (the old primary's consumer may still place it; `GET
+//! /api/orders/{request_id}` tells), never `202`.
 //!
 //! Idempotency is the script's: a request id the counter already charged takes nothing again
 //! and is answered with its order once placed (`200`), or `202` while it is still queued — so
@@ -32,8 +36,8 @@ use sqlx::MySqlPool;
 use super::redis_lua::{configured, refused, unavailable};
 use super::{Deps, Purchase, PurchaseError, Purchased, StockStrategy};
 use crate::db::orders;
-use crate::redis_stock::RedisStock;
 use crate::redis_stock::scripts::{DUPLICATE, TAKE_AND_APPEND};
+use crate::redis_stock::{RedisStock, RedisStockError, Replicated};
 
 pub struct RedisLuaStream {
     pool: MySqlPool,
@@ -58,8 +62,8 @@ impl StockStrategy for RedisLuaStream {
             // The pause comes before the script: once it has run, the order is as good as
             // placed, so there is no window to widen after it.
             purchase.hold().await;
-            let taken: i64 = redis
-                .invoke(
+            let (taken, replicated) = redis
+                .take(
                     TAKE_AND_APPEND
                         .key(keys.stock(purchase.product_id))
                         .key(keys.requests(purchase.product_id))
@@ -80,6 +84,14 @@ impl StockStrategy for RedisLuaStream {
                     Some(_) => Err(PurchaseError::Duplicate),
                     None => Ok(Purchased::Accepted),
                 };
+            }
+            if let Replicated::Short { acked, wanted } = replicated {
+                // The entry is in the primary's stream: its consumer may still place it, or a
+                // failover may lose it with its deduction. Either way nothing is oversold, but
+                // the buyer cannot be told which: `GET /api/orders/{request_id}` will.
+                return Err(PurchaseError::OutcomeUnknown(Box::new(
+                    RedisStockError::NotReplicated { acked, wanted },
+                )));
             }
             Ok(Purchased::Accepted)
         })

@@ -199,7 +199,7 @@ fn row(mode: &Mode, f: RedisFailover) -> Row {
 }
 
 /// Points `replica` at the primary through the relay on `port`, and waits until the link is up.
-fn replicate_through(replica: &sandbox::Redis, port: u16) -> sandbox::Result<()> {
+pub(super) fn replicate_through(replica: &sandbox::Redis, port: u16) -> sandbox::Result<()> {
     replica.command(&["REPLICAOF", "127.0.0.1", &port.to_string()])?;
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     loop {
@@ -220,7 +220,7 @@ fn replicate_through(replica: &sandbox::Redis, port: u16) -> sandbox::Result<()>
 
 /// A write barrier on a connection of its own, then `WAIT 1 <ms>`: how many replicas hold
 /// every write the primary applied before the barrier (the grant included).
-async fn wait_for_replica(primary_url: &str, wait_ms: u64) -> Result<i64> {
+pub(super) async fn wait_for_replica(primary_url: &str, wait_ms: u64) -> Result<i64> {
     let mut conn = Client::open(primary_url)?
         .get_multiplexed_async_connection()
         .await?;

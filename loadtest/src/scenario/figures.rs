@@ -200,3 +200,21 @@ impl super::Figures {
             .join(", ")
     }
 }
+
+/// `redis-failover-stock`, one row per mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct RedisFailoverStock {
+    /// Replicas each deduction waited for (`--redis-wait-replicas`).
+    pub wait_replicas: u32,
+    pub sold_before: usize,
+    /// Purchases placed while the replica was cut off.
+    pub sold_during: usize,
+    /// Purchases refused `503` while the replica was cut off.
+    pub refused_during: usize,
+    /// The promoted replica's counter, as the app read it after the failover.
+    pub counter_after_failover: i64,
+    pub sold_after: usize,
+    pub units_sold: i64,
+    pub orders: i64,
+    pub oversell: i64,
+}

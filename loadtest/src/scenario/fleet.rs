@@ -25,8 +25,14 @@ pub struct Fleet {
     pub database_url: String,
     // Dropped after the instances (fields drop in declaration order).
     mariadb: Arc<sandbox::MariaDb>,
-    redis: sandbox::Redis,
+    redis: Redis,
     _zookeeper: Option<sandbox::ZooKeeper>,
+}
+
+/// The Redis of a fleet: a private one, or one the scenario runs itself (behind a relay).
+enum Redis {
+    Private(sandbox::Redis),
+    At(String),
 }
 
 /// The product judged by the one definition of oversell and lost updates
@@ -63,10 +69,28 @@ impl Fleet {
         flags: &[String],
         zookeeper: bool,
     ) -> Result<Fleet> {
-        let (mariadb, redis) = tokio::try_join!(
-            super::start(sandbox::MariaDb::start),
-            super::start(sandbox::Redis::start)
-        )?;
+        let redis = Redis::Private(super::start(sandbox::Redis::start).await?);
+        Fleet::start_on(binary, count, flags, zookeeper, redis).await
+    }
+
+    /// [`Fleet::start`] with the instances' Redis at `redis_url`, which the scenario controls.
+    pub async fn start_with_redis(
+        binary: &Path,
+        count: usize,
+        flags: &[String],
+        redis_url: String,
+    ) -> Result<Fleet> {
+        Fleet::start_on(binary, count, flags, false, Redis::At(redis_url)).await
+    }
+
+    async fn start_on(
+        binary: &Path,
+        count: usize,
+        flags: &[String],
+        zookeeper: bool,
+        redis: Redis,
+    ) -> Result<Fleet> {
+        let mariadb = super::start(sandbox::MariaDb::start).await?;
         let zookeeper = match zookeeper {
             true => Some(super::start(sandbox::ZooKeeper::start).await?),
             false => None,
@@ -104,7 +128,7 @@ impl Fleet {
         Arc::clone(&self.mariadb)
     }
 
-    /// The fleet's private Redis.
+    /// The fleet's Redis.
     pub fn redis_url(&self) -> String {
         self.redis.url()
     }
@@ -172,5 +196,14 @@ impl LogDir {
 impl Drop for LogDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+impl Redis {
+    fn url(&self) -> String {
+        match self {
+            Redis::Private(redis) => redis.url(),
+            Redis::At(url) => url.clone(),
+        }
     }
 }

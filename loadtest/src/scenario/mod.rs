@@ -14,6 +14,7 @@
 //! | `lua-crash-before-order` | SIGKILL of the instance between `redis-lua`'s Lua deduction and its order insert | a unit sold to nobody (undersell); after `reconcile` it is on sale again and no order is doubled |
 //! | `stream-consumer-crash` | SIGKILL of an instance whose consumer holds a batch read and not acknowledged | those accepted orders missing until the claim time; then claimed by a live consumer, each placed exactly once |
 //! | `herd` | 64 waiters on one lock | requests per grant and hand-off latency: polling vs pub/sub vs predecessor watch |
+//! | `redis-failover-stock` | the Redis primary holding a `redis-lua` counter dies; the promoted replica missed the last deductions | oversell of Redis-held stock; with `--redis-wait-replicas 1`, those purchases are refused 503 and nothing oversells |
 //! | `batched-db-kill` | SIGKILL of MariaDB while a `batched` transaction waits to commit | every purchase of the batch answers 503, none is recorded; after the restart exactly the stock is sold |
 //!
 //! Every scenario starts private servers (and app processes), because it kills, pauses and
@@ -32,6 +33,7 @@ mod local_mutex;
 mod lua_crash;
 mod partition;
 mod process_pause;
+mod redis_failover_stock;
 mod report;
 mod stream_crash;
 mod unsafe_release;
@@ -96,6 +98,7 @@ scenarios! {
     BatchedDbKill => batched_db_kill;
     LuaCrashBeforeOrder => lua_crash;
     StreamConsumerCrash => stream_crash;
+    RedisFailoverStock => redis_failover_stock;
 }
 
 impl Scenario {
