@@ -4,11 +4,19 @@
 //! orders in one multi-row `INSERT`. The hot row is locked once per batch instead of once per
 //! buyer — group commit, the way a database amortises its log flush.
 //!
-//! **Safe, across instances.** A batch reads the stock under the row's exclusive lock
-//! (`SELECT … FOR UPDATE`), decides in arrival order which purchases fit, and writes their sum
-//! with the conditional `UPDATE` under that same lock: two batches (of one instance or of
-//! several) serialise on the row exactly like two `conditional` buyers, so the stock cannot go
-//! below zero whatever the timing.
+//! **Safe, across instances.** A batch takes the sum of its purchases with the conditional
+//! `UPDATE`, which decides and writes under the row's exclusive lock in one statement. When
+//! not everything fits, it reads the stock under that same lock (`SELECT … FOR UPDATE`),
+//! decides in arrival order which purchases fit, and takes their sum: two batches (of one
+//! instance or of several) serialise on the row exactly like two `conditional` buyers, so the
+//! stock cannot go below zero whatever the timing.
+//!
+//! **One batch at a time per product and instance.** Each product with purchases waiting has
+//! a line, drained by one task: while a batch commits, the next one gathers, and it closes as
+//! soon as the commit is done if its window has passed by then. Under load a batch is
+//! therefore everything that arrived during the previous commit (up to the maximum), and the
+//! row sees one transaction per instance at a time instead of many small ones queueing for
+//! its lock.
 //!
 //! **What a batch answers.**
 //! * *Less stock than the batch asks*: the purchases are served in arrival order as long as
@@ -23,7 +31,7 @@
 //!   [`PurchaseError::OutcomeUnknown`] when the `COMMIT` itself failed (the server may have
 //!   committed; the handler looks the request id up), else the database failure.
 //!
-//! **Cancellation.** The batch runs in a task of its own, so a caller that goes away cannot
+//! **Cancellation.** The batch runs in its line's task, so a caller that goes away cannot
 //! break it for the others. A caller that went away before its batch started buys nothing (it
 //! is dropped from the batch); one that goes away later may still buy, like a client that
 //! disconnects after `conditional`'s commit.
@@ -35,13 +43,12 @@
 //! The cost is latency: every purchase waits up to the window for its batch to close.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 use sqlx::MySqlPool;
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 
 use super::{Deps, Placed, Purchase, PurchaseError, Purchased, StockStrategy};
 use crate::db::errors::{DbFailure, classify};
@@ -50,6 +57,9 @@ use crate::db::orders::{self, NewOrder};
 /// Runs of a batch that lost a race on a request id to a concurrent transaction, before its
 /// purchases answer `busy`.
 const DUPLICATE_RETRIES: usize = 3;
+
+/// How long a product's line waits for a purchase before its task ends.
+const LINE_IDLE: Duration = Duration::from_secs(1);
 
 pub struct Batched {
     queue: Arc<Queue>,
@@ -61,8 +71,7 @@ pub fn build(deps: &Deps) -> Arc<dyn StockStrategy> {
             pool: deps.pool.clone(),
             window: deps.batch_window,
             max: usize::try_from(deps.batch_max).unwrap_or(1).max(1),
-            open: Mutex::new(HashMap::new()),
-            next_batch: AtomicU64::new(0),
+            lines: Mutex::new(HashMap::new()),
         }),
     })
 }
@@ -80,6 +89,7 @@ impl StockStrategy for Batched {
                 request_id: purchase.request_id.clone(),
                 strategy: purchase.strategy.name(),
                 hold: purchase.hold,
+                arrived: Instant::now(),
                 reply,
             };
             Queue::enqueue(&self.queue, purchase.product_id, entry);
@@ -95,21 +105,13 @@ impl StockStrategy for Batched {
     }
 }
 
-/// The open batches of one instance, one per product at most.
+/// The purchase lines of one instance: one per product with purchases waiting, each drained
+/// by a task of its own that commits one batch at a time.
 struct Queue {
     pool: MySqlPool,
     window: Duration,
     max: usize,
-    open: Mutex<HashMap<u64, Open>>,
-    next_batch: AtomicU64,
-}
-
-/// A batch still taking purchases.
-struct Open {
-    id: u64,
-    entries: Vec<Entry>,
-    /// Hands the entries to the batch's task when the batch fills up before its window ends.
-    full: oneshot::Sender<Vec<Entry>>,
+    lines: Mutex<HashMap<u64, mpsc::UnboundedSender<Entry>>>,
 }
 
 /// One queued purchase.
@@ -119,65 +121,71 @@ struct Entry {
     request_id: String,
     strategy: &'static str,
     hold: Option<Duration>,
+    arrived: Instant,
     reply: oneshot::Sender<Result<Placed, PurchaseError>>,
 }
 
 impl Queue {
-    /// Adds `entry` to the product's open batch, or opens one (and starts its task).
+    /// Puts `entry` in its product's line, or opens the line (and starts its task).
     fn enqueue(queue: &Arc<Queue>, product_id: u64, entry: Entry) {
-        let mut open = queue.open.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(batch) = open.get_mut(&product_id) {
-            batch.entries.push(entry);
-            if batch.entries.len() >= queue.max
-                && let Some(batch) = open.remove(&product_id)
-            {
-                // The task may have closed the batch by its window meanwhile; then it is gone.
-                let _ = batch.full.send(batch.entries);
-            }
-            return;
-        }
-        let id = queue.next_batch.fetch_add(1, Ordering::Relaxed);
-        let (full, filled) = oneshot::channel();
-        let batch = Open {
-            id,
-            entries: vec![entry],
-            full,
+        let mut lines = queue.lines.lock().unwrap_or_else(PoisonError::into_inner);
+        // A line's task closes it only under this lock, so a line found here takes the entry.
+        let entry = match lines.get(&product_id) {
+            Some(line) => match line.send(entry) {
+                Ok(()) => return,
+                Err(mpsc::error::SendError(entry)) => entry,
+            },
+            None => entry,
         };
-        if queue.max == 1 {
-            let _ = batch.full.send(batch.entries);
-        } else {
-            open.insert(product_id, batch);
-        }
-        drop(open);
-        let queue = Arc::clone(queue);
-        tokio::spawn(async move {
-            let entries = queue.collect(product_id, id, filled).await;
-            queue.commit(product_id, entries).await;
-        });
+        let (line, waiting) = mpsc::unbounded_channel();
+        let _ = line.send(entry);
+        lines.insert(product_id, line);
+        drop(lines);
+        tokio::spawn(Arc::clone(queue).drain(product_id, waiting));
     }
 
-    /// Waits until batch `id` is full or its window ends, and takes its entries.
-    async fn collect(
-        &self,
-        product_id: u64,
-        id: u64,
-        mut filled: oneshot::Receiver<Vec<Entry>>,
-    ) -> Vec<Entry> {
-        tokio::select! {
-            entries = &mut filled => return entries.unwrap_or_default(),
-            () = tokio::time::sleep(self.window) => {}
+    /// Commits the product's line batch by batch until it stays empty for [`LINE_IDLE`]. While
+    /// one batch commits, the next one gathers: under load every batch is as large as the
+    /// purchases that arrived during the previous commit (up to the maximum).
+    async fn drain(self: Arc<Self>, product_id: u64, mut waiting: mpsc::UnboundedReceiver<Entry>) {
+        loop {
+            let first = match tokio::time::timeout(LINE_IDLE, waiting.recv()).await {
+                Ok(Some(entry)) => entry,
+                _ => {
+                    let mut lines = self.lines.lock().unwrap_or_else(PoisonError::into_inner);
+                    match waiting.try_recv() {
+                        Ok(entry) => entry,
+                        Err(_) => {
+                            lines.remove(&product_id);
+                            return;
+                        }
+                    }
+                }
+            };
+            let batch = self.gather(first, &mut waiting).await;
+            self.commit(product_id, batch).await;
         }
-        {
-            let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
-            if open.get(&product_id).is_some_and(|batch| batch.id == id) {
-                return open
-                    .remove(&product_id)
-                    .map(|batch| batch.entries)
-                    .unwrap_or_default();
+    }
+
+    /// The batch `first` opens: what is waiting already, then what comes until the window
+    /// since `first` arrived ends or the batch is full.
+    async fn gather(
+        &self,
+        first: Entry,
+        waiting: &mut mpsc::UnboundedReceiver<Entry>,
+    ) -> Vec<Entry> {
+        let closes = first.arrived + self.window;
+        let mut batch = vec![first];
+        while batch.len() < self.max {
+            match waiting.try_recv() {
+                Ok(entry) => batch.push(entry),
+                Err(_) => match tokio::time::timeout_at(closes.into(), waiting.recv()).await {
+                    Ok(Some(entry)) => batch.push(entry),
+                    _ => break,
+                },
             }
         }
-        // It filled up while the window ended: the entries are on their way.
-        filled.await.unwrap_or_default()
+        batch
     }
 
     /// Runs the batch and answers each of its purchases.
@@ -233,12 +241,23 @@ impl Queue {
         let ids: Vec<&str> = batch.iter().map(|e| e.request_id.as_str()).collect();
         let existing: HashSet<String> =
             orders::existing(&mut tx, &ids).await?.into_iter().collect();
-        let stock: Option<i64> =
-            sqlx::query_scalar("SELECT stock FROM products WHERE id = ? FOR UPDATE")
-                .bind(product_id)
-                .fetch_optional(&mut *tx)
-                .await?;
-        let mut decisions = allocate(stock, batch, &existing);
+        // The common case first: everything fits, and one conditional UPDATE takes it all.
+        let mut decisions = allocate(Some(i64::MAX), batch, &existing);
+        if !take(&mut tx, product_id, total_of(batch, &decisions)).await? {
+            // Not all of it fits (or no such product): decide under the row lock the failed
+            // UPDATE took, in arrival order.
+            let stock: Option<i64> =
+                sqlx::query_scalar("SELECT stock FROM products WHERE id = ? FOR UPDATE")
+                    .bind(product_id)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+            decisions = allocate(stock, batch, &existing);
+            if !take(&mut tx, product_id, total_of(batch, &decisions)).await? {
+                return Err(Failure::Internal(
+                    format!("product {product_id} changed under its row lock").into(),
+                ));
+            }
+        }
         let taking: Vec<NewOrder<'_>> = batch
             .iter()
             .zip(&decisions)
@@ -254,21 +273,6 @@ impl Queue {
             .collect();
         if taking.is_empty() {
             return Ok(decisions);
-        }
-        let total: i64 = taking.iter().map(|o| i64::from(o.quantity)).sum();
-        let done = sqlx::query(
-            "UPDATE products SET stock = stock - ?, version = version + 1 \
-             WHERE id = ? AND stock >= ?",
-        )
-        .bind(total)
-        .bind(product_id)
-        .bind(total)
-        .execute(&mut *tx)
-        .await?;
-        if done.rows_affected() != 1 {
-            return Err(Failure::Internal(
-                format!("product {product_id} changed under its row lock").into(),
-            ));
         }
         let placed: HashMap<String, u64> = orders::insert_all(&mut tx, &taking)
             .await?
@@ -291,6 +295,38 @@ impl Queue {
             .map_err(|e| Failure::Commit(Arc::new(e)))?;
         Ok(decisions)
     }
+}
+
+/// The units the purchases decided [`Decision::Placed`] take together.
+fn total_of(batch: &[&Entry], decisions: &[Decision]) -> i64 {
+    batch
+        .iter()
+        .zip(decisions)
+        .filter(|(_, d)| matches!(d, Decision::Placed(_)))
+        .map(|(e, _)| i64::from(e.quantity))
+        .sum()
+}
+
+/// Takes `total` units of the product if that many are left: the conditional `UPDATE` (which
+/// locks the row either way). Taking nothing always succeeds.
+async fn take(
+    tx: &mut sqlx::Transaction<'_, sqlx::MySql>,
+    product_id: u64,
+    total: i64,
+) -> Result<bool, Failure> {
+    if total == 0 {
+        return Ok(true);
+    }
+    let done = sqlx::query(
+        "UPDATE products SET stock = stock - ?, version = version + 1 \
+         WHERE id = ? AND stock >= ?",
+    )
+    .bind(total)
+    .bind(product_id)
+    .bind(total)
+    .execute(&mut **tx)
+    .await?;
+    Ok(done.rows_affected() == 1)
 }
 
 /// What happened to one purchase of a committed batch.
@@ -372,6 +408,7 @@ mod tests {
             request_id: request_id.into(),
             strategy: "batched",
             hold: None,
+            arrived: Instant::now(),
             reply: oneshot::channel().0,
         }
     }
