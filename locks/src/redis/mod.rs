@@ -21,8 +21,9 @@
 //! own it" and "my token is N", and token order is grant order. (The broken variants `INCR` in a
 //! separate command, as their naive authors would; their tokens still increase.)
 //!
-//! Connections: `connect(url)` opens one lazily connecting, self-reconnecting multiplexed
-//! connection, over which all tasks of the client pipeline their requests. `from_pool` (plain
+//! Connections: `connect(url)` takes `redis://…` or a Sentinel address
+//! (`redis+sentinel://host:port,…/<master name>`, [`Target`]) and opens one lazily connecting,
+//! self-reconnecting multiplexed connection (to the current primary, for a Sentinel address), over which all tasks of the client pipeline their requests. `from_pool` (plain
 //! lock and broken variants) takes a caller's `deadpool-redis` pool instead; note that
 //! deadpool-redis checks every connection it hands out with a `PING`, one extra round trip per
 //! request that [`crate::DistributedLock::backend_requests`] does not count. The watchdog and
@@ -42,6 +43,7 @@ mod plain;
 mod redlock;
 mod setnx_no_ttl;
 mod single_instance;
+mod target;
 mod unsafe_release;
 mod watchdog;
 
@@ -50,6 +52,7 @@ pub use plain::RedisLock;
 pub use redlock::Redlock;
 pub use setnx_no_ttl::{SetnxNoTtlLock, SimulatedCrash};
 pub use single_instance::SingleInstanceLock;
+pub use target::{SENTINEL_SCHEME, Target};
 pub use unsafe_release::UnsafeReleaseLock;
 pub use watchdog::RedisWatchdogLock;
 
@@ -66,6 +69,7 @@ use rand::Rng;
 use tokio::sync::watch;
 
 use crate::LockError;
+use target::Following;
 
 /// The companion key holding the fencing counter of lock `key`.
 pub fn fence_key(key: &str) -> String {
@@ -114,15 +118,22 @@ return 0",
 pub(crate) enum Conn {
     Manager(ConnectionManager),
     Pool(Pool),
+    /// The primary a Sentinel address names, found again after a failure.
+    Following(Following),
 }
 
 impl Conn {
-    /// A lazily connecting, self-healing connection to the Redis at `url`.
+    /// A lazily connecting, self-healing connection to the Redis at `url` (see [`Target`]).
     pub(crate) fn open(url: &str) -> Result<Conn, LockError> {
-        let client = Client::open(url).map_err(LockError::unavailable)?;
-        ConnectionManager::new_lazy_with_config(client, ConnectionManagerConfig::new())
-            .map(Conn::Manager)
-            .map_err(LockError::unavailable)
+        match Target::parse(url)? {
+            Target::Direct(url) => {
+                let client = Client::open(url).map_err(LockError::unavailable)?;
+                ConnectionManager::new_lazy_with_config(client, ConnectionManagerConfig::new())
+                    .map(Conn::Manager)
+                    .map_err(LockError::unavailable)
+            }
+            sentinel => Ok(Conn::Following(Following::new(sentinel))),
+        }
     }
 
     /// Runs a script.
@@ -136,6 +147,13 @@ impl Conn {
                 let mut conn = p.get().await.map_err(LockError::unavailable)?;
                 script.invoke_async(&mut conn).await
             }
+            Conn::Following(f) => {
+                let answer = script.invoke_async(&mut f.connection().await?).await;
+                if let Err(e) = &answer {
+                    f.failed(e).await;
+                }
+                answer
+            }
         }
         .map_err(LockError::unavailable)
     }
@@ -147,6 +165,13 @@ impl Conn {
             Conn::Pool(p) => {
                 let mut conn = p.get().await.map_err(LockError::unavailable)?;
                 cmd.query_async(&mut conn).await
+            }
+            Conn::Following(f) => {
+                let answer = cmd.query_async(&mut f.connection().await?).await;
+                if let Err(e) = &answer {
+                    f.failed(e).await;
+                }
+                answer
             }
         }
         .map_err(LockError::unavailable)

@@ -41,11 +41,11 @@ mod wakeups;
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
-use deadpool_redis::redis::{Client, Script};
+use deadpool_redis::redis::Script;
 use futures::future::BoxFuture;
 use tokio::task::JoinHandle;
 
-use super::{Conn, Requests, fence_key, millis};
+use super::{Conn, Requests, Target, fence_key, millis};
 use crate::options::within_budget;
 use crate::{AcquireOptions, DistributedLock, Guard, Held, LockError, new_owner_id};
 use renewal::Renewals;
@@ -129,9 +129,9 @@ impl RedisWatchdogLock {
     /// client's watchdog and subscriber tasks).
     pub fn connect(url: &str) -> Result<RedisWatchdogLock, LockError> {
         let runtime = tokio::runtime::Handle::try_current().map_err(LockError::unavailable)?;
-        let client = Client::open(url).map_err(LockError::unavailable)?;
+        let target = Target::parse(url)?;
         let requests = Arc::new(Requests::default());
-        let (wakeups, subscriber) = Wakeups::new(client, Arc::clone(&requests));
+        let (wakeups, subscriber) = Wakeups::new(target, Arc::clone(&requests));
         let shared = Arc::new(Shared {
             conn: Conn::open(url)?,
             requests,

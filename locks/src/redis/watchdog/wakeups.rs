@@ -19,12 +19,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use deadpool_redis::redis::Client;
 use deadpool_redis::redis::aio::PubSubSink;
 use futures::StreamExt;
 use tokio::sync::{Notify, mpsc, watch};
 
-use crate::redis::Requests;
+use crate::LockError;
+use crate::redis::{Requests, Target};
 
 const CHANNEL_PREFIX: &str = "locks:released:";
 
@@ -64,7 +64,7 @@ enum Command {
 impl Wakeups {
     /// The queues, and the subscriber task to spawn (it runs until aborted).
     pub(super) fn new(
-        client: Client,
+        target: Target,
         requests: Arc<Requests>,
     ) -> (Arc<Wakeups>, impl Future<Output = ()> + Send + 'static) {
         let (commands, receiver) = mpsc::unbounded_channel();
@@ -73,7 +73,7 @@ impl Wakeups {
             commands,
             next_id: AtomicU64::new(0),
         });
-        let task = Arc::clone(&wakeups).subscriber(client, receiver, requests);
+        let task = Arc::clone(&wakeups).subscriber(target, receiver, requests);
         (wakeups, task)
     }
 
@@ -140,12 +140,20 @@ impl Wakeups {
 
     async fn subscriber(
         self: Arc<Self>,
-        client: Client,
+        target: Target,
         mut commands: mpsc::UnboundedReceiver<Command>,
         requests: Arc<Requests>,
     ) {
         loop {
-            match client.get_async_pubsub().await {
+            // Through Sentinel, each reconnection subscribes at the primary of the moment.
+            let pubsub = match target.client().await {
+                Ok(client) => client
+                    .get_async_pubsub()
+                    .await
+                    .map_err(LockError::unavailable),
+                Err(e) => Err(e),
+            };
+            match pubsub {
                 Ok(pubsub) => {
                     let (mut sink, mut stream) = pubsub.split();
                     if self.resubscribe(&mut sink, &requests).await {
