@@ -251,6 +251,31 @@ async fn a_redis_failover_that_lost_deductions_oversells_and_wait_1_refuses_them
     assert_eq!((f.units_sold, f.orders, f.oversell), (20, 20, 0), "{f:?}");
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn a_zookeeper_leader_killed_under_contention_leaves_a_clean_lock_history_and_grants_resume()
+{
+    sandbox::require_faults!();
+    let report = quick(Scenario::ZkLeaderLoss).await;
+    assert_all_pass(&report);
+    let Figures::ZkLeaderLoss(f) = figures(&report, "zookeeper, leader killed") else {
+        panic!("{report:?}")
+    };
+    assert_eq!(f.0.violations, 0);
+    assert!(f.0.grants_before > 0 && f.0.grants_after > 0, "{f:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_etcd_leader_killed_under_contention_leaves_a_clean_lock_history_and_grants_resume() {
+    sandbox::require_faults!();
+    let report = quick(Scenario::EtcdLeaderLoss).await;
+    assert_all_pass(&report);
+    let Figures::EtcdLeaderLoss(f) = figures(&report, "etcd, leader killed") else {
+        panic!("{report:?}")
+    };
+    assert_eq!(f.0.violations, 0);
+    assert!(f.0.grants_before > 0 && f.0.grants_after > 0, "{f:?}");
+}
+
 /// The full form (real leases and timeouts, several minutes): `cargo nextest run -p loadtest
 /// --test scenarios --run-ignored only`. Prints every report. `SECKILL_SCENARIO=<name>` runs
 /// one scenario instead of all.

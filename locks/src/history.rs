@@ -70,8 +70,13 @@ pub struct Event {
 impl fmt::Display for Event {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let at = format!("+{:.3}s", self.at.as_secs_f64());
-        write!(f, "{at:>10} {:<12} ", self.client)?;
-        match &self.op {
+        write!(f, "{at:>10} {:<12} {}", self.client, self.op)
+    }
+}
+
+impl fmt::Display for Op {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
             Op::Attempt => write!(f, "attempt"),
             Op::Failed { reason } => write!(f, "attempt failed: {reason}"),
             Op::Grant { token } => write!(f, "granted, token {token}"),

@@ -57,6 +57,7 @@ pub mod etcd;
 pub mod guard;
 pub mod history;
 pub mod options;
+pub mod recorded;
 pub mod redis;
 pub mod zookeeper;
 

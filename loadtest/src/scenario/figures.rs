@@ -218,3 +218,27 @@ pub struct RedisFailoverStock {
     pub orders: i64,
     pub oversell: i64,
 }
+
+/// `zk-leader-loss` and `etcd-leader-loss`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct LeaderLoss {
+    pub clients: usize,
+    pub grants_before: usize,
+    pub grants_after: usize,
+    /// From the last grant before the kill to the first after it.
+    pub without_grant_ms: Option<f64>,
+    pub loss_notices: usize,
+    pub refused_writes: usize,
+    /// Violations the history checker found.
+    pub violations: usize,
+}
+
+/// `zk-leader-loss`: [`LeaderLoss`] on the ZooKeeper ensemble.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(transparent)]
+pub struct ZkLeaderLoss(pub LeaderLoss);
+
+/// `etcd-leader-loss`: [`LeaderLoss`] on the etcd cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(transparent)]
+pub struct EtcdLeaderLoss(pub LeaderLoss);

@@ -13,6 +13,7 @@
 //! | `zk-session-expiry` | the holder is cut off from ZooKeeper until its session expires | `lost()` fires, another contender acquires, the fenced stale write is rejected |
 //! | `lua-crash-before-order` | SIGKILL of the instance between `redis-lua`'s Lua deduction and its order insert | a unit sold to nobody (undersell); after `reconcile` it is on sale again and no order is doubled |
 //! | `stream-consumer-crash` | SIGKILL of an instance whose consumer holds a batch read and not acknowledged | those accepted orders missing until the claim time; then claimed by a live consumer, each placed exactly once |
+//! | `zk-leader-loss`, `etcd-leader-loss` | the cluster's leader is killed (and restarted) while 4 clients contend for one lock | a clean lock history (no overlap, tokens increasing, only the newest token written) and the unavailability window |
 //! | `herd` | 64 waiters on one lock | requests per grant and hand-off latency: polling vs pub/sub vs predecessor watch |
 //! | `redis-failover-stock` | the Redis primary holding a `redis-lua` counter dies; the promoted replica missed the last deductions | oversell of Redis-held stock; with `--redis-wait-replicas 1`, those purchases are refused 503 and nothing oversells |
 //! | `batched-db-kill` | SIGKILL of MariaDB while a `batched` transaction waits to commit | every purchase of the batch answers 503, none is recorded; after the restart exactly the stock is sold |
@@ -28,6 +29,7 @@ pub mod figures;
 mod fleet;
 mod herd;
 mod holder_crash;
+mod leader_loss;
 mod lease_expiry;
 mod local_mutex;
 mod lua_crash;
@@ -50,14 +52,14 @@ use serde::Serialize;
 
 pub use report::{Event, Row, ScenarioReport, Timeline, Verdict};
 
-/// Every scenario, one line each: its variant and the module whose `run` plays it.
+/// Every scenario, one line each: its variant and the function that plays it.
 ///
 /// The variant is the scenario's name (its kebab-case on the command line and in the report)
 /// and the name of its figures struct in [`figures`]. From the lines come the [`Scenario`]
 /// enum (in the order `all` runs them), the [`Figures`] enum and the dispatch: a scenario is
 /// added by one module and one line.
 macro_rules! scenarios {
-    ($($variant:ident => $module:ident;)+) => {
+    ($($variant:ident => $run:path;)+) => {
         /// Every scenario, in the order `all` runs them; the names are the variants' kebab-case.
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, ValueEnum)]
         #[serde(rename_all = "kebab-case")]
@@ -80,25 +82,27 @@ macro_rules! scenarios {
 
         async fn run_one(scenario: Scenario, opts: &ScenarioOptions) -> Result<ScenarioReport> {
             match scenario {
-                $(Scenario::$variant => $module::run(opts).await,)+
+                $(Scenario::$variant => $run(opts).await,)+
             }
         }
     };
 }
 
 scenarios! {
-    LeaseExpiry => lease_expiry;
-    ProcessPause => process_pause;
-    HolderCrash => holder_crash;
-    UnsafeRelease => unsafe_release;
-    RedisFailover => failover;
-    LocalMutex => local_mutex;
-    ZkSessionExpiry => zk_expiry;
-    Herd => herd;
-    BatchedDbKill => batched_db_kill;
-    LuaCrashBeforeOrder => lua_crash;
-    StreamConsumerCrash => stream_crash;
-    RedisFailoverStock => redis_failover_stock;
+    LeaseExpiry => lease_expiry::run;
+    ProcessPause => process_pause::run;
+    HolderCrash => holder_crash::run;
+    UnsafeRelease => unsafe_release::run;
+    RedisFailover => failover::run;
+    LocalMutex => local_mutex::run;
+    ZkSessionExpiry => zk_expiry::run;
+    Herd => herd::run;
+    BatchedDbKill => batched_db_kill::run;
+    LuaCrashBeforeOrder => lua_crash::run;
+    StreamConsumerCrash => stream_crash::run;
+    RedisFailoverStock => redis_failover_stock::run;
+    ZkLeaderLoss => leader_loss::zookeeper;
+    EtcdLeaderLoss => leader_loss::etcd;
 }
 
 impl Scenario {

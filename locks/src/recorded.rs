@@ -1,0 +1,190 @@
+//! The recording side of [`crate::history`]: a fenced store and contending clients that write
+//! down every step in one [`History`], and what a recorded run says about an outage.
+//!
+//! A test or a fault scenario starts a few [`contend`] tasks on one lock name, injects its
+//! fault (recorded with [`History::fault`]), waits for the tasks and hands the history to
+//! [`crate::history::check`]. [`Outage::of`] then reads the availability side from the same
+//! record: how many grants came before and after the first fault, and the longest time around
+//! it without any grant.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::history::{Event, History, Op};
+use crate::{AcquireOptions, DistributedLock};
+
+/// A resource that remembers the highest fencing token it has seen and refuses lower ones. It
+/// records each decision while holding its own mutex, so the history shows the store's order.
+#[derive(Debug)]
+pub struct FencedStore {
+    highest: Mutex<u64>,
+    history: Arc<History>,
+}
+
+impl FencedStore {
+    pub fn new(history: Arc<History>) -> FencedStore {
+        FencedStore {
+            highest: Mutex::new(0),
+            history,
+        }
+    }
+
+    pub fn history(&self) -> &Arc<History> {
+        &self.history
+    }
+
+    /// A write by `client` carrying `token`: accepted if no higher token was seen.
+    pub fn write(&self, client: &str, token: u64) -> bool {
+        let mut highest = self.highest.lock().unwrap_or_else(|e| e.into_inner());
+        let accepted = token >= *highest;
+        if accepted {
+            *highest = token;
+        }
+        self.history.write(client, token, accepted);
+        accepted
+    }
+}
+
+/// How a contender uses the lock.
+#[derive(Debug, Clone, Copy)]
+pub struct Contention {
+    /// The lease of each acquisition (a session timeout for ZooKeeper).
+    pub lease: Duration,
+    /// The wait budget of each `acquire`.
+    pub wait: Duration,
+    /// A bound on any one call, for backends that stop answering during a fault.
+    pub patience: Duration,
+    /// Writes to the store per holding, `pause` apart.
+    pub writes: usize,
+    pub pause: Duration,
+}
+
+impl Default for Contention {
+    fn default() -> Contention {
+        Contention {
+            lease: Duration::from_secs(10),
+            wait: Duration::from_secs(5),
+            patience: Duration::from_secs(20),
+            writes: 3,
+            pause: Duration::from_millis(20),
+        }
+    }
+}
+
+/// One client: acquire, write to the store, release — recording each step — until `until`.
+/// A loss notice ends the holding at once (recorded before anything else is done about it).
+pub async fn contend(
+    name: String,
+    lock: Arc<dyn DistributedLock>,
+    key: String,
+    store: Arc<FencedStore>,
+    until: Instant,
+    how: Contention,
+) {
+    let history = store.history();
+    while Instant::now() < until {
+        history.attempt(&name);
+        let options = AcquireOptions::new(how.lease).wait(how.wait);
+        let guard = match tokio::time::timeout(how.patience, lock.acquire(&key, options)).await {
+            Ok(Ok(guard)) => guard,
+            Ok(Err(e)) => {
+                history.failed(&name, e);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+            Err(_) => {
+                history.failed(&name, format!("no answer within {:?}", how.patience));
+                continue;
+            }
+        };
+        let token = guard.fencing_token();
+        history.grant(&name, token);
+        let work = async {
+            for _ in 0..how.writes {
+                store.write(&name, token);
+                tokio::time::sleep(how.pause).await;
+            }
+        };
+        tokio::select! {
+            () = work => history.release(&name, token),
+            () = guard.lost() => history.lost(&name, token),
+        }
+        let _ = tokio::time::timeout(how.patience, guard.release()).await;
+    }
+}
+
+/// What a recorded run says about availability around its first fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Outage {
+    pub grants_before: usize,
+    pub grants_after: usize,
+    /// From the last grant before the first fault to the first grant after it (`None`: no
+    /// grant on one side).
+    pub without_grant: Option<Duration>,
+    pub loss_notices: usize,
+    pub refused_writes: usize,
+}
+
+impl Outage {
+    pub fn of(events: &[Event]) -> Outage {
+        let fault = events
+            .iter()
+            .position(|e| matches!(e.op, Op::Fault { .. }))
+            .unwrap_or(events.len());
+        let grant_at = |e: &Event| matches!(e.op, Op::Grant { .. }).then_some(e.at);
+        let last_before = events[..fault].iter().rev().find_map(grant_at);
+        let first_after = events[fault..].iter().find_map(grant_at);
+        Outage {
+            grants_before: events[..fault].iter().filter_map(grant_at).count(),
+            grants_after: events[fault..].iter().filter_map(grant_at).count(),
+            without_grant: first_after.zip(last_before).map(|(a, b)| a - b),
+            loss_notices: events
+                .iter()
+                .filter(|e| matches!(e.op, Op::Lost { .. }))
+                .count(),
+            refused_writes: events
+                .iter()
+                .filter(|e| {
+                    matches!(
+                        e.op,
+                        Op::Write {
+                            accepted: false,
+                            ..
+                        }
+                    )
+                })
+                .count(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_outage_is_measured_from_the_last_grant_before_the_fault_to_the_first_after() {
+        let h = History::new();
+        h.grant("a", 1);
+        h.release("a", 1);
+        std::thread::sleep(Duration::from_millis(5));
+        h.fault("nemesis", "kill");
+        std::thread::sleep(Duration::from_millis(20));
+        h.grant("b", 2);
+        h.lost("b", 2);
+        h.write("a", 1, false);
+        let events = h.events();
+        let o = Outage::of(&events);
+        assert_eq!((o.grants_before, o.grants_after), (1, 1));
+        assert_eq!((o.loss_notices, o.refused_writes), (1, 1));
+        assert!(o.without_grant.unwrap() >= Duration::from_millis(25));
+    }
+
+    #[test]
+    fn a_store_refuses_a_token_below_the_highest_it_accepted() {
+        let store = FencedStore::new(Arc::new(History::new()));
+        assert!(store.write("b", 2));
+        assert!(!store.write("a", 1));
+        assert!(store.write("b", 2));
+    }
+}
