@@ -25,6 +25,7 @@ pub mod client;
 pub mod compare;
 pub mod connections;
 pub mod cpu;
+pub mod dedicated;
 pub mod environment;
 pub mod goose_noop;
 pub mod latency;
