@@ -189,6 +189,7 @@ mod tests {
                 quick: true,
                 baselines: true,
                 scenarios: false,
+                only_baselines: false,
             },
             environment: Environment {
                 cpus: 2,
