@@ -29,14 +29,15 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use deadpool_redis::redis;
 use serde::Serialize;
-use sqlx::MySqlPool;
 use sqlx::mysql::MySqlPoolOptions;
+use sqlx::{Connection, MySqlConnection, MySqlPool};
 
 use app::api::Strategy;
 use app::strategy::Kind;
 
 use crate::client::{Answer, Api};
 use crate::cpu::{CpuUse, Sampler, Span};
+use crate::dedicated::Dedicated;
 use crate::goose_noop;
 use crate::load::{Budget, LoadResult, Window, closed_loop, closed_loop_by_worker};
 use crate::tools;
@@ -292,8 +293,11 @@ fn describe(name: BaselineName, plan: &Plan) -> String {
 struct Bench<'a> {
     targets: &'a Targets<'a>,
     plan: &'a Plan,
-    /// One pool per connection count used (fair count, sweep points).
-    pools: Vec<(usize, MySqlPool)>,
+    /// Resets rows between runs.
+    admin: MySqlPool,
+    /// One set of connections per connection count used (fair count, sweep points), one
+    /// connection per worker.
+    sets: Vec<(usize, Dedicated)>,
     redis: RedisLua,
 }
 
@@ -303,26 +307,28 @@ impl<'a> Bench<'a> {
         counts.extend(&plan.sweep);
         counts.sort_unstable();
         counts.dedup();
-        let first = baseline_database(targets.database_url, counts[0]).await?;
-        let mut pools = vec![(counts[0], first)];
-        for &n in &counts[1..] {
-            pools.push((n, connect(targets.database_url, n).await?));
+        let admin = baseline_database(targets.database_url).await?;
+        let url = format!("{}/{DATABASE}", targets.database_url.trim_end_matches('/'));
+        let mut sets = Vec::new();
+        for n in counts {
+            sets.push((n, Dedicated::open(&url, n).await?));
         }
-        reset_row(&pools[0].1, 2).await?;
+        reset_row(&admin, 2).await?;
         Ok(Bench {
             targets,
             plan,
-            pools,
+            admin,
+            sets,
             redis: RedisLua::connect(targets.redis_url, plan.concurrency).await?,
         })
     }
 
-    fn pool(&self, connections: usize) -> MySqlPool {
-        self.pools
+    fn connections(&self, n: usize) -> Dedicated {
+        self.sets
             .iter()
-            .find(|(n, _)| *n == connections)
-            .map(|(_, p)| p.clone())
-            .expect("a pool per connection count")
+            .find(|(count, _)| *count == n)
+            .map(|(_, set)| set.clone())
+            .expect("a set of connections per connection count")
     }
 
     async fn measure(&self, item: Item) -> Result<LoadResult> {
@@ -341,21 +347,24 @@ impl<'a> Bench<'a> {
                 goose_noop::closed_loop(&self.targets.api.bases, c, self.plan.window).await?
             }
             Item::Ours(BaselineName::SqlConditional) => {
-                let db = self.pool(db);
-                reset_row(&db, 1).await?;
+                reset_row(&self.admin, 1).await?;
+                let set = self.connections(db);
                 let run = uuid::Uuid::new_v4().simple().to_string();
-                closed_loop(self.plan.db_connections, budget, move |i| {
-                    let (db, request_id) = (db.clone(), format!("{run}-{i}"));
+                closed_loop_by_worker(db, budget, move |w, i| {
+                    let (set, request_id) = (set.clone(), format!("{run}-{i}"));
                     async move {
-                        conditional_purchase(&db, &request_id)
+                        let mut conn = set.take(w);
+                        let answer = conditional_purchase(&mut conn, &request_id)
                             .await
-                            .unwrap_or(Answer::Transport)
+                            .unwrap_or(Answer::Transport);
+                        set.put(w, conn);
+                        answer
                     }
                 })
                 .await
             }
-            Item::Ours(BaselineName::SqlHotRow) => hot_row(self.pool(db), db, budget).await,
-            Item::Sweep(n) => hot_row(self.pool(n), n, budget).await,
+            Item::Ours(BaselineName::SqlHotRow) => hot_row(self.connections(db), budget).await,
+            Item::Sweep(n) => hot_row(self.connections(n), budget).await,
             Item::Ours(BaselineName::RedisLua) => self.redis.run(c, self.plan.window).await,
             Item::Tool(name) => bail!("{name}'s tool is run by `Bench::tool`"),
         })
@@ -377,7 +386,7 @@ impl<'a> Bench<'a> {
                 let work = if name == BaselineName::SqlHotRow {
                     tools::mysqlslap::Work::HotRow
                 } else {
-                    reset_row(&self.pool(db), 1).await?;
+                    reset_row(&self.admin, 1).await?;
                     tools::mysqlslap::Work::ConditionalTransaction
                 };
                 let url = self.targets.database_url;
@@ -393,22 +402,25 @@ impl<'a> Bench<'a> {
     }
 
     async fn close(self) -> Result<()> {
-        for (_, pool) in self.pools {
-            pool.close().await;
+        for (_, set) in &self.sets {
+            set.close().await;
         }
+        self.admin.close().await;
         self.redis.close().await
     }
 }
 
-/// The bare hot-row UPDATE from `connections` tasks, one connection each.
-async fn hot_row(db: MySqlPool, connections: usize, budget: Budget) -> LoadResult {
-    closed_loop(connections, budget, move |_| {
-        let db = db.clone();
+/// The bare hot-row UPDATE from one task per connection of `set`.
+async fn hot_row(set: Dedicated, budget: Budget) -> LoadResult {
+    closed_loop_by_worker(set.len(), budget, move |w, _| {
+        let set = set.clone();
         async move {
-            match sqlx::query("UPDATE products SET stock = stock - 1 WHERE id = 2")
-                .execute(&db)
-                .await
-            {
+            let mut conn = set.take(w);
+            let done = sqlx::query("UPDATE products SET stock = stock - 1 WHERE id = 2")
+                .execute(&mut conn)
+                .await;
+            set.put(w, conn);
+            match done {
                 Ok(_) => DEDUCTED,
                 Err(_) => Answer::Transport,
             }
@@ -417,22 +429,8 @@ async fn hot_row(db: MySqlPool, connections: usize, budget: Budget) -> LoadResul
     .await
 }
 
-async fn connect(server_url: &str, pool: usize) -> Result<MySqlPool> {
-    Ok(pool_options(pool)
-        .connect(&format!("{}/{DATABASE}", server_url.trim_end_matches('/')))
-        .await?)
-}
-
-/// The database baselines' pool: `connections` connections, handed out without the `PING`
-/// sqlx would otherwise send before every use (a round trip per query that mysqlslap does not
-/// make on the same work; the connections are fresh and local, a broken one fails its query).
-fn pool_options(connections: usize) -> MySqlPoolOptions {
-    MySqlPoolOptions::new()
-        .max_connections(u32::try_from(connections).unwrap_or(u32::MAX))
-        .test_before_acquire(false)
-}
-
-async fn baseline_database(server_url: &str, pool: usize) -> Result<MySqlPool> {
+/// Creates the baseline database afresh and migrates it; a small pool on it for resets.
+async fn baseline_database(server_url: &str) -> Result<MySqlPool> {
     let admin = MySqlPoolOptions::new()
         .max_connections(1)
         .connect(server_url)
@@ -446,7 +444,10 @@ async fn baseline_database(server_url: &str, pool: usize) -> Result<MySqlPool> {
         sqlx::query(sql).execute(&admin).await?;
     }
     admin.close().await;
-    let db = connect(server_url, pool).await?;
+    let db = MySqlPoolOptions::new()
+        .max_connections(2)
+        .connect(&format!("{}/{DATABASE}", server_url.trim_end_matches('/')))
+        .await?;
     // The app's own migrations: both pay for the same rows and indexes.
     app::db::migrate(&db)
         .await
@@ -473,8 +474,11 @@ async fn reset_row(db: &MySqlPool, id: i64) -> Result<()> {
 
 /// The `conditional` strategy's statements (app/src/strategy/conditional.rs): the guarded
 /// decrement, then the order INSERT, in one transaction.
-async fn conditional_purchase(db: &MySqlPool, request_id: &str) -> Result<Answer, sqlx::Error> {
-    let mut tx = db.begin().await?;
+async fn conditional_purchase(
+    conn: &mut MySqlConnection,
+    request_id: &str,
+) -> Result<Answer, sqlx::Error> {
+    let mut tx = conn.begin().await?;
     let updated = sqlx::query("UPDATE products SET stock = stock - ? WHERE id = ? AND stock >= ?")
         .bind(1_i64)
         .bind(1_u64)
@@ -577,17 +581,5 @@ impl RedisLua {
             .query_async::<()>(&mut conn)
             .await?;
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_baseline_query_costs_one_round_trip_not_a_ping_before_it() {
-        // sqlx pings every idle connection it hands out unless told not to: a second round
-        // trip per query that mysqlslap, on the same work, does not make.
-        assert!(!pool_options(8).get_test_before_acquire());
     }
 }

@@ -110,6 +110,10 @@ pub struct RunArgs {
     /// Skip the fault scenarios (run in their quick form with `--quick`).
     #[arg(long)]
     pub no_scenarios: bool,
+    /// Measure only the baselines and the standard tools beside them: no strategy, no
+    /// scenario (a check of the load generator against the tools).
+    #[arg(long, conflicts_with = "no_baselines")]
+    pub only_baselines: bool,
     /// Print the machine-readable result to stdout (progress goes to stderr).
     #[arg(long)]
     pub json: bool,
@@ -138,6 +142,8 @@ pub struct Settings {
     pub quick: bool,
     pub baselines: bool,
     pub scenarios: bool,
+    /// Baselines and standard tools only (`--only-baselines`).
+    pub only_baselines: bool,
 }
 
 impl RunArgs {
@@ -162,7 +168,8 @@ impl RunArgs {
             rate: self.rate,
             quick: self.quick,
             baselines: !self.no_baselines,
-            scenarios: !self.no_scenarios,
+            scenarios: !self.no_scenarios && !self.only_baselines,
+            only_baselines: self.only_baselines,
         };
         anyhow::ensure!(settings.instances >= 1, "--instances must be at least 1");
         anyhow::ensure!(settings.buyers >= 1, "--buyers must be at least 1");

@@ -9,6 +9,10 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use serde::Serialize;
 
+use hyper::header::{CONTENT_TYPE, HeaderValue};
+use hyper::{Method, Request, Uri};
+
+use crate::connections::{Body, Connections};
 use app::api::{
     ErrorBody, ErrorCode, Home, OrderRequest, OrderResponse, ProductView, Reconciliation,
     ResetProduct, Strategy, StrategyInfo, StrategyList,
@@ -282,34 +286,42 @@ pub fn order_request(
     }
 }
 
-/// A client for a set of app instances: one connection pool, requests spread by the caller's
-/// sequence number, admin calls to the last instance (which no scenario kills or freezes).
+/// A client for a set of app instances: the load's requests (orders, `GET /api/noop`) on
+/// keep-alive connections of their own ([`crate::connections`]), spread by the caller's
+/// sequence number; admin calls through reqwest to the last instance (which no scenario kills
+/// or freezes).
 #[derive(Clone)]
 pub struct Api {
     http: reqwest::Client,
     /// `http://127.0.0.1:PORT` of each instance.
     pub bases: Arc<[String]>,
-    /// `GET /api/noop` of each instance, parsed once: the no-op baseline measures the round
-    /// trip, not our URL formatting and parsing.
-    noop_urls: Arc<[reqwest::Url]>,
+    load: Arc<Connections>,
     admin_token: Option<Arc<str>>,
 }
+
+/// The longest a load request waits for its answer before it counts as unanswered.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
 impl Api {
     pub fn new(bases: Vec<String>, admin_token: Option<String>) -> Result<Api> {
         anyhow::ensure!(!bases.is_empty(), "no app instance to talk to");
         let http = reqwest::Client::builder()
-            .timeout(Duration::from_secs(60))
+            .timeout(REQUEST_TIMEOUT)
             .tcp_nodelay(true)
             .build()?;
-        let noop_urls = bases
+        let authorities = bases
             .iter()
-            .map(|b| reqwest::Url::parse(&format!("{b}/api/noop")))
-            .collect::<Result<Vec<_>, _>>()
-            .context("an instance address is not a URL")?;
+            .map(|b| {
+                let uri: Uri = b.parse().with_context(|| format!("{b} is not a URL"))?;
+                let authority = uri
+                    .authority()
+                    .with_context(|| format!("{b} has no host"))?;
+                Ok(authority.as_str().to_owned())
+            })
+            .collect::<Result<Vec<_>>>()?;
         Ok(Api {
             http,
-            noop_urls: noop_urls.into(),
+            load: Arc::new(Connections::new(&authorities)?),
             bases: bases.into(),
             admin_token: admin_token.map(Into::into),
         })
@@ -386,19 +398,46 @@ impl Api {
         body: &OrderRequest,
         hold: Duration,
     ) -> Answer {
-        let url = format!("{}/api/products/{product}/orders", self.base(n));
-        let mut request = self.http.post(url).json(body);
+        let Ok(uri) = Uri::try_from(format!("/api/products/{product}/orders")) else {
+            return Answer::Transport;
+        };
+        let Ok(json) = serde_json::to_vec(body) else {
+            return Answer::Transport;
+        };
+        let mut request = Request::new(Body::from(json));
+        *request.method_mut() = Method::POST;
+        *request.uri_mut() = uri;
+        let headers = request.headers_mut();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         if !hold.is_zero() {
-            request = request.header(HOLD_HEADER, hold.as_millis().to_string());
+            headers.insert(HOLD_HEADER, HeaderValue::from(hold.as_millis() as u64));
         }
-        answer(request, Answer::of_order).await
+        self.answer(n, request, Answer::of_order).await
     }
 
     /// `GET /api/noop` on instance `n % K`: the HTTP round trip alone.
     pub async fn noop(&self, n: usize) -> Answer {
-        let url = self.noop_urls[n % self.noop_urls.len()].clone();
-        let request = self.http.get(url);
-        answer(request, Answer::of_request).await
+        let mut request = Request::new(Body::default());
+        *request.uri_mut() = Uri::from_static("/api/noop");
+        self.answer(n, request, Answer::of_request).await
+    }
+
+    /// Sends `request` to instance `n % K` and classifies the status and body it gets back.
+    async fn answer(
+        &self,
+        n: usize,
+        request: Request<Body>,
+        classify: fn(u16, &[u8]) -> Answer,
+    ) -> Answer {
+        match tokio::time::timeout(REQUEST_TIMEOUT, self.load.send(n, request)).await {
+            Ok(Ok((status, body))) => classify(status.as_u16(), &body),
+            Ok(Err(_)) | Err(_) => Answer::Transport,
+        }
+    }
+
+    /// Idle keep-alive connections kept for instance `n % K`.
+    pub fn idle_connections(&self, n: usize) -> usize {
+        self.load.idle(n)
     }
 
     /// `GET /metrics` of every instance, concatenated (empty where unavailable).
@@ -413,18 +452,6 @@ impl Api {
             }
         }
         all
-    }
-}
-
-/// Sends `request` and classifies the status and body it gets back.
-async fn answer(request: reqwest::RequestBuilder, classify: fn(u16, &[u8]) -> Answer) -> Answer {
-    let Ok(response) = request.send().await else {
-        return Answer::Transport;
-    };
-    let status = response.status().as_u16();
-    match response.bytes().await {
-        Ok(body) => classify(status, &body),
-        Err(_) => Answer::Transport,
     }
 }
 

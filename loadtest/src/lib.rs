@@ -11,7 +11,8 @@
 //! violations. `compare` says what changed between two runs ([`compare`]).
 //!
 //! One module per concern: [`cli`], [`apps`] (app processes, for the run and the scenarios),
-//! [`client`] (the one HTTP client and answer type, over `app::api`), [`load`]
+//! [`client`] (the one HTTP client and answer type, over `app::api`; the load's requests go
+//! over [`connections`]), [`load`]
 //! (the one load driver, closed and open loop), [`sale`], [`throughput`], [`baselines`] (with
 //! [`goose_noop`], the check on our own client), [`latency`], [`environment`],
 //! [`report`], [`lock`], [`run`], and [`scenario`] (the fault scenarios: `seckill-bench
@@ -22,7 +23,9 @@ pub mod baselines;
 pub mod cli;
 pub mod client;
 pub mod compare;
+pub mod connections;
 pub mod cpu;
+pub mod dedicated;
 pub mod environment;
 pub mod goose_noop;
 pub mod latency;

@@ -62,7 +62,11 @@ pub async fn run_in(settings: &Settings, target: &Target, out: &Path) -> Result<
         .arg("--admin-token", &admin_token);
     let mut apps = Apps::start(launch, settings.instances).await?;
     let api = Api::new(apps.bases(), Some(admin_token))?;
-    let strategies = select(api.strategies().await?, &settings.strategies)?;
+    let strategies = if settings.only_baselines {
+        Vec::new()
+    } else {
+        select(api.strategies().await?, &settings.strategies)?
+    };
 
     let db = MySqlPoolOptions::new()
         .max_connections(4)

@@ -324,6 +324,7 @@ pub fn tool_notes(report: &RunReport) -> Vec<String> {
                 );
             }
             let server = |c: Option<&crate::cpu::CpuUse>| c.and_then(|c| c.group(group));
+            let mut per_operation = None;
             if let (Some((Some(so), co)), Some((Some(st), ct))) =
                 (server(ours_cpu), server(theirs_cpu))
             {
@@ -332,6 +333,9 @@ pub fn tool_notes(report: &RunReport) -> Vec<String> {
                     " The server (`{group}`) spent {so:.3} CPU-seconds per 1,000 under ours \
                      ({co:.2} cores busy) and {st:.3} under `{tool}` ({ct:.2} cores)."
                 );
+                if let (Some(g), Some(tc)) = (generator, t.tool_cpu_per_1000) {
+                    per_operation = Some((g + so, tc + st));
+                }
             }
             let busy = |c: Option<&crate::cpu::CpuUse>| c.and_then(|c| c.machine_busy_cores);
             if let (Some(mo), Some(mt)) = (busy(ours_cpu), busy(theirs_cpu)) {
@@ -357,17 +361,43 @@ pub fn tool_notes(report: &RunReport) -> Vec<String> {
                          the tool's is taken from the server, so the gap is the cost of our \
                          generator on a machine it shares with the server.",
                     );
+                    if let Some((a, b)) = per_operation.filter(|_| mt >= 0.9 * cpus) {
+                        let _ = write!(
+                            p,
+                            " Generator and server together spent {a:.3} CPU-seconds per 1,000 \
+                             under ours and {b:.3} under `{tool}`; with all cores busy the rate \
+                             goes as the inverse of that cost, which predicts ours at {:.0}% \
+                             of `{tool}`'s (measured: {pct:.0}%).",
+                            100.0 * b / a
+                        );
+                    }
                     if report.environment.generator_build == "debug" {
                         p.push_str(
                             " This generator is a debug build, which multiplies that cost; \
                              the committed runs use a release build (`cargo xtask bench`).",
                         );
                     }
-                } else {
+                } else if mt - mo >= 0.1 * cpus {
                     p.push_str(
-                        ": cores were left idle under ours, so our generator does not keep \
-                         enough work in flight — a gap in the generator, not a lack of CPU.",
+                        ": cores were left idle under ours that the tool kept busy, so our \
+                         generator keeps less work in flight — a gap in the generator, not a \
+                         lack of CPU.",
                     );
+                } else {
+                    let _ = write!(
+                        p,
+                        ": cores were left idle under both, so neither rate was bound by the \
+                         CPU; at the same number of connections, the gap lies in how long \
+                         each operation waits, not in what it costs"
+                    );
+                    if let Some((a, b)) = per_operation {
+                        let _ = write!(
+                            p,
+                            " (generator and server together: {a:.3} CPU-seconds per 1,000 \
+                             under ours, {b:.3} under `{tool}`)"
+                        );
+                    }
+                    p.push('.');
                 }
             }
             Some(p)

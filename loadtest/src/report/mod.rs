@@ -189,6 +189,7 @@ mod tests {
                 quick: true,
                 baselines: true,
                 scenarios: false,
+                only_baselines: false,
             },
             environment: Environment {
                 cpus: 2,
@@ -359,8 +360,28 @@ mod tests {
             "{p}"
         );
         assert!(p.contains("is taken from the server"), "{p}");
+        // (0.45 + 0.05) / (0.5 + 0.9) of the tool's rate.
+        assert!(
+            p.contains("predicts ours at 36% of `mysqlslap`'s (measured: 50%)"),
+            "{p}"
+        );
         let md = markdown::render(&r);
         assert!(md.contains("| `sql-conditional` | 1000 | `mysqlslap` | 2000 | 50% | 0.900 / 0.050 | 0.500 / 0.450 |"), "{md}");
+
+        let idle = |db: f64, generator: f64, successes: f64| {
+            Span {
+                wall_seconds: 10.0,
+                cpu_seconds: vec![Some(db), Some(generator)],
+                machine_cpu_seconds: Some(12.0),
+                successes,
+            }
+            .usage(&processes)
+        };
+        r.baselines[0].cpu = Some(idle(5.0, 9.0, 10_000.0));
+        r.baselines[0].standard_tool.as_mut().unwrap().cpu = Some(idle(9.0, 0.0, 20_000.0));
+        let p = &explain::tool_notes(&r)[0];
+        assert!(p.contains("left idle under both"), "{p}");
+        assert!(!p.contains("predicts"), "{p}");
 
         let mut missing = Runs::default();
         missing.push("mysqlslap", "mysqlslap".into(), Outcome::NotInstalled);

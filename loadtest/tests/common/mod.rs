@@ -64,6 +64,7 @@ pub fn quick(strategy: Strategy) -> Settings {
         quick: true,
         baselines: false,
         scenarios: false,
+        only_baselines: false,
     }
 }
 
