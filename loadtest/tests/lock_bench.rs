@@ -14,6 +14,7 @@ fn endpoints() -> Endpoints {
         redlock_urls: Vec::new(),
         zookeeper: String::new(),
         etcd: Vec::new(),
+        memcached: String::new(),
     }
 }
 
