@@ -67,6 +67,7 @@ pub enum Service {
     Redlock,
     Zookeeper,
     Etcd,
+    Memcached,
 }
 
 impl Service {
@@ -82,6 +83,7 @@ impl Service {
             Backend::ZooKeeper => Service::Zookeeper,
             Backend::Etcd => Service::Etcd,
             Backend::DbLock | Backend::DbLockRenewed => Service::Mariadb,
+            Backend::Memcached => Service::Memcached,
         }
     }
 
@@ -93,6 +95,7 @@ impl Service {
             Service::Redlock => "redlock",
             Service::Zookeeper => "zookeeper",
             Service::Etcd => "etcd",
+            Service::Memcached => "memcached",
         }
     }
 }
