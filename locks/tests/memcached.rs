@@ -95,6 +95,39 @@ async fn lost_fires_when_the_lease_passes_unless_extended() {
     assert!(next.release().await.expect("release"));
 }
 
+/// The server keeps an extended lock past the expiry its `add` gave it (`⌈lease⌉ + 2` s), and
+/// forgets a released one at once.
+#[tokio::test]
+async fn extend_moves_the_servers_expiry_and_release_frees_the_lock_at_once() {
+    let addr = sandbox::shared::memcached();
+    let (holder, other) = (MemcachedLock::connect(&addr), MemcachedLock::connect(&addr));
+    let key = conformance::unique_key("memcached-extend");
+    let lease = Duration::from_millis(100);
+    let guard = holder
+        .acquire(&key, AcquireOptions::new(lease))
+        .await
+        .expect("grant");
+    assert!(
+        holder
+            .extend(&guard, Duration::from_secs(30))
+            .await
+            .expect("extend")
+    );
+    // The item of a 100 ms lease lives 3 s at most; past that only the extension keeps it.
+    tokio::time::sleep(Duration::from_millis(3_500)).await;
+    let blocked = other.acquire(&key, AcquireOptions::new(lease)).await;
+    assert!(
+        matches!(blocked, Err(LockError::Timeout { .. })),
+        "the extension did not reach the server: {blocked:?}"
+    );
+    assert!(guard.release().await.expect("release"));
+    let next = other
+        .acquire(&key, AcquireOptions::new(lease))
+        .await
+        .expect("a released lock was not free at once");
+    assert!(next.release().await.expect("release"));
+}
+
 /// Memory pressure evicts a held lock: memcached is a cache, and the lock item is just the
 /// least recently used item of its size class. Both holders then believe they hold the lock;
 /// only the fence tells them apart.

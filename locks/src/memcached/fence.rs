@@ -23,7 +23,7 @@ pub fn fence_key(key: &str) -> String {
 }
 
 /// Where a counter created now starts: microseconds since the Unix epoch.
-pub fn floor() -> u64 {
+fn floor() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_micros() as u64)

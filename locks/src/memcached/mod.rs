@@ -41,7 +41,7 @@ mod grant;
 mod ownership;
 mod pool;
 
-pub use fence::{fence_key, floor as fence_floor};
+pub use fence::fence_key;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
