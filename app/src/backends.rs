@@ -24,6 +24,7 @@ pub async fn connect_all(config: &Config, deps: &Deps) -> Locks {
         redlock: config.redlock_urls.clone(),
         zookeeper: config.zookeeper.clone(),
         etcd: config.etcd.clone(),
+        memcached: config.memcached.clone(),
         zookeeper_session_timeout: Duration::from_millis(config.zookeeper_session_timeout_ms),
         // The lock table lives in the service's database, reached through its own pool.
         database: Some(deps.lock_pool.clone().into()),

@@ -77,6 +77,10 @@ pub struct Config {
     #[arg(long, env = "ETCD_ENDPOINTS", value_delimiter = ',')]
     pub etcd: Vec<String>,
 
+    /// memcached address (`host:port`) for the memcached lock strategies.
+    #[arg(long, env = "MEMCACHED_ADDR")]
+    pub memcached: Option<String>,
+
     /// When set, `PUT /api/products/{id}` requires `Authorization: Bearer <token>`.
     #[arg(long, env = "SECKILL_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
@@ -153,6 +157,7 @@ impl Config {
         config.redlock_urls.clear();
         config.zookeeper = None;
         config.etcd.clear();
+        config.memcached = None;
         config.admin_token = None;
         config
     }

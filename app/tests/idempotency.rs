@@ -20,6 +20,7 @@ async fn twenty_concurrent_copies_of_one_request_make_one_order_under_every_stra
         config.redlock_urls,
         config.zookeeper,
         config.etcd,
+        config.memcached,
     ) = tokio::task::spawn_blocking(|| {
         use sandbox::shared;
         (
@@ -27,6 +28,7 @@ async fn twenty_concurrent_copies_of_one_request_make_one_order_under_every_stra
             shared::redlock_urls(),
             Some(shared::zookeeper()),
             shared::etcd(),
+            Some(shared::memcached()),
         )
     })
     .await

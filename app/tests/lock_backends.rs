@@ -4,7 +4,10 @@
 
 mod common;
 
-use common::{fresh_database_url, ledger, sells_exactly_the_stock, spawn_app, test_config};
+use common::{
+    fresh_database_url, ledger, sells_exactly_the_stock, sells_exactly_the_stock_on, spawn_app,
+    test_config,
+};
 use reqwest::StatusCode;
 use serde_json::json;
 
@@ -48,6 +51,18 @@ async fn etcd_lock_never_oversells_under_200_buyers() {
     sells_exactly_the_stock("etcd", |c| c.etcd = endpoints).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn memcached_lock_never_oversells_under_200_buyers_across_two_instances() {
+    let addr = server(sandbox::shared::memcached).await;
+    sells_exactly_the_stock_on(2, "memcached", |c| c.memcached = Some(addr)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fenced_memcached_lock_never_oversells_under_200_buyers_across_two_instances() {
+    let addr = server(sandbox::shared::memcached).await;
+    sells_exactly_the_stock_on(2, "memcached-fenced", |c| c.memcached = Some(addr)).await;
+}
+
 #[tokio::test]
 async fn strategies_of_unconfigured_lock_services_answer_backend_unavailable() {
     let database_url = fresh_database_url().await;
@@ -59,6 +74,7 @@ async fn strategies_of_unconfigured_lock_services_answer_backend_unavailable() {
         "redlock",
         "zookeeper",
         "etcd-fenced",
+        "memcached-fenced",
     ] {
         let body = json!({ "user_id": "u", "quantity": 1, "request_id": format!("r-{strategy}"), "strategy": strategy });
         let (status, answer) = app.order(1, &body, None).await;

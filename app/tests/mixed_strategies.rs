@@ -22,6 +22,7 @@ async fn a_random_mix_of_every_safe_strategy_on_one_product_across_two_instances
     config.redis_url = Some(server(sandbox::shared::redis_url).await);
     config.zookeeper = Some(server(sandbox::shared::zookeeper).await);
     config.etcd = server(sandbox::shared::etcd).await;
+    config.memcached = Some(server(sandbox::shared::memcached).await);
     config.lock_prefix = format!("t{}:", uuid::Uuid::new_v4().simple());
     let (a, b) = (spawn_app(config.clone()).await, spawn_app(config).await);
     let safe: Vec<Strategy> = Strategy::ALL

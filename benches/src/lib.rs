@@ -71,6 +71,7 @@ pub fn lock_endpoints(endpoints: &sandbox::Endpoints) -> locks::Endpoints {
         redlock: endpoints.redlock_urls.clone(),
         zookeeper: Some(endpoints.zookeeper.clone()),
         etcd: endpoints.etcd.clone(),
+        memcached: Some(endpoints.memcached.clone()),
         zookeeper_session_timeout: Duration::from_secs(10),
         database: None,
     }

@@ -42,6 +42,7 @@ impl Shop {
         config.redlock_urls = endpoints.redlock_urls.clone();
         config.zookeeper = Some(endpoints.zookeeper.clone());
         config.etcd = endpoints.etcd.clone();
+        config.memcached = Some(endpoints.memcached.clone());
         config.lock_prefix = format!("bench:{run}:");
         let (router, state) = app::build(&config).await.expect("the app starts");
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");

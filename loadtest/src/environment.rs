@@ -48,6 +48,7 @@ pub async fn gather(
         v.insert("redis".into(), s.redis);
         v.insert("zookeeper".into(), s.zookeeper);
         v.insert("etcd".into(), s.etcd);
+        v.insert("memcached".into(), s.memcached);
     }
     let mariadb = mariadb_variables(db).await;
     if let Some(version) = mariadb.get("version") {

@@ -49,6 +49,7 @@ pub async fn connect_backend(
         redlock: endpoints.redlock_urls.clone(),
         zookeeper: Some(endpoints.zookeeper.clone()),
         etcd: endpoints.etcd.clone(),
+        memcached: Some(endpoints.memcached.clone()),
         zookeeper_session_timeout: ZOOKEEPER_SESSION,
         database: None,
     };

@@ -31,7 +31,7 @@ fn servers() -> Result<(Option<Servers>, Endpoints)> {
     if sandbox::mode() == Mode::External {
         return Ok((None, Endpoints::from_env()?));
     }
-    eprintln!("starting throwaway servers (MariaDB, Redis ×6, ZooKeeper, etcd)…");
+    eprintln!("starting throwaway servers (MariaDB, Redis ×6, ZooKeeper, etcd, memcached)…");
     let servers = Servers::start().context("starting the servers (try `cargo xtask setup`)")?;
     let endpoints = servers.endpoints();
     Ok((Some(servers), endpoints))
@@ -52,6 +52,11 @@ fn server_processes(s: &Servers) -> Vec<Process> {
             s.zookeeper.server().pid(),
         ),
         ("etcd".to_owned(), "etcd", s.etcd.server().pid()),
+        (
+            "memcached".to_owned(),
+            "memcached",
+            s.memcached.server().pid(),
+        ),
     ];
     for (n, r) in s.redlock.iter().enumerate() {
         all.push((

@@ -14,6 +14,7 @@ fn endpoints() -> Endpoints {
         redlock_urls: Vec::new(),
         zookeeper: String::new(),
         etcd: Vec::new(),
+        memcached: sandbox::shared::memcached(),
     }
 }
 
@@ -37,6 +38,11 @@ async fn violations(backend: Backend) -> i64 {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_correct_redis_lock_shows_no_violation() {
     assert_eq!(violations(Backend::Redis).await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_memcached_lock_shows_no_violation() {
+    assert_eq!(violations(Backend::Memcached).await, 0);
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -26,6 +26,8 @@ pub enum Backend {
     DbLock,
     /// The lock-table row with a renewal task (`database::DbLock::renewed`, feature `mysql`).
     DbLockRenewed,
+    /// `add` with an expiry, compare-and-swap release, `incr` fence ([`crate::memcached::MemcachedLock`]).
+    Memcached,
     /// BROKEN: `SETNX`, then a separate `EXPIRE` ([`crate::redis::SetnxNoTtlLock`]).
     RedisSetnxNoTtl,
     /// BROKEN: `GET`, then `SET` if empty ([`crate::redis::GetThenSetLock`]).
@@ -36,7 +38,7 @@ pub enum Backend {
 
 impl Backend {
     /// Every backend, in the order reports list them: the safe ones, then the broken ones.
-    pub const ALL: [Backend; 10] = [
+    pub const ALL: [Backend; 11] = [
         Backend::Redis,
         Backend::RedisWatchdog,
         Backend::Redlock,
@@ -44,6 +46,7 @@ impl Backend {
         Backend::Etcd,
         Backend::DbLock,
         Backend::DbLockRenewed,
+        Backend::Memcached,
         Backend::RedisSetnxNoTtl,
         Backend::RedisGetThenSet,
         Backend::RedisUnsafeRelease,
@@ -59,6 +62,7 @@ impl Backend {
             Backend::Etcd => "etcd",
             Backend::DbLock => "db-lock",
             Backend::DbLockRenewed => "db-lock-renewed",
+            Backend::Memcached => "memcached",
             Backend::RedisSetnxNoTtl => "redis-setnx-no-ttl",
             Backend::RedisGetThenSet => "redis-get-then-set",
             Backend::RedisUnsafeRelease => "redis-unsafe-release",
@@ -87,6 +91,9 @@ impl Backend {
             Backend::DbLockRenewed => {
                 "the lock-table row, its lease extended every third of it while the holder lives"
             }
+            Backend::Memcached => {
+                "memcached `add` with an expiry, CAS release; a restart or an eviction frees it"
+            }
             Backend::RedisSetnxNoTtl => {
                 "SETNX then a separate EXPIRE: a crash in between locks out everyone"
             }
@@ -110,7 +117,8 @@ impl Backend {
             | Backend::ZooKeeper
             | Backend::Etcd
             | Backend::DbLock
-            | Backend::DbLockRenewed => false,
+            | Backend::DbLockRenewed
+            | Backend::Memcached => false,
         }
     }
 }
@@ -187,9 +195,9 @@ mod tests {
 
     #[test]
     fn an_unknown_name_is_refused_with_the_known_ones_listed() {
-        let e = "memcached".parse::<Backend>().unwrap_err();
+        let e = "tair".parse::<Backend>().unwrap_err();
         let message = e.to_string();
-        assert!(message.contains("`memcached`"), "{message}");
+        assert!(message.contains("`tair`"), "{message}");
         for backend in Backend::ALL {
             assert!(message.contains(backend.name()), "{message}");
         }

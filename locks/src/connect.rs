@@ -7,6 +7,7 @@ use std::time::Duration;
 #[cfg(feature = "mysql")]
 use crate::database::DbLock;
 use crate::etcd::EtcdLock;
+use crate::memcached::MemcachedLock;
 use crate::redis::{
     GetThenSetLock, RedisLock, RedisWatchdogLock, Redlock, SetnxNoTtlLock, UnsafeReleaseLock,
 };
@@ -20,6 +21,8 @@ pub struct Endpoints {
     pub redlock: Vec<String>,
     pub zookeeper: Option<String>,
     pub etcd: Vec<String>,
+    /// memcached address, `host:port`.
+    pub memcached: Option<String>,
     /// ZooKeeper's session timeout plays the role of a lease: a holder whose session expires
     /// loses its lock.
     pub zookeeper_session_timeout: Duration,
@@ -88,6 +91,9 @@ pub async fn connect(
         }
         Backend::Etcd if endpoints.etcd.is_empty() => return Err(missing("etcd endpoints")),
         Backend::Etcd => Arc::new(EtcdLock::connect(&endpoints.etcd).await?),
+        Backend::Memcached => Arc::new(MemcachedLock::connect(
+            (endpoints.memcached.as_deref()).ok_or(missing("a memcached address"))?,
+        )),
         #[cfg(feature = "mysql")]
         Backend::DbLock => Arc::new(DbLock::leased(lock_table(backend, endpoints).await?)),
         #[cfg(feature = "mysql")]

@@ -1,5 +1,5 @@
-//! Distributed locks with fencing tokens, hand-written over Redis, ZooKeeper, etcd and a
-//! MySQL/MariaDB lock table.
+//! Distributed locks with fencing tokens, hand-written over Redis, ZooKeeper, etcd, memcached
+//! and a MySQL/MariaDB lock table.
 //!
 //! Every backend implements one trait, [`DistributedLock`], whose contract is below, and is
 //! named by one [`Backend`]; [`connect()`] opens any of them from [`Endpoints`]. The library
@@ -56,6 +56,7 @@ pub mod database;
 pub mod etcd;
 pub mod guard;
 pub mod history;
+pub mod memcached;
 pub mod options;
 pub mod recorded;
 pub mod redis;

@@ -1,6 +1,6 @@
 //! Throwaway real servers for tests, benchmarks and fault scenarios.
 //!
-//! Every server here is a *real* one (MariaDB, Redis, ZooKeeper, etcd from the system's
+//! Every server here is a *real* one (MariaDB, Redis, ZooKeeper, etcd, memcached from the system's
 //! packages), started as a child process on a free loopback port with its own temporary
 //! directory. A handle can [`Server::kill`], [`Server::pause`], [`Server::resume`] and
 //! [`Server::restart`] its process, which is what the fault scenarios are made of. Dropping a
@@ -28,6 +28,7 @@ mod error;
 mod etcd;
 mod etcd_cluster;
 mod mariadb;
+mod memcached;
 mod network;
 mod ports;
 mod process;
@@ -44,6 +45,7 @@ pub use error::Error;
 pub use etcd::Etcd;
 pub use etcd_cluster::{EtcdCluster, EtcdMember, EtcdStatus};
 pub use mariadb::MariaDb;
+pub use memcached::Memcached;
 pub use process::{Guardian, Server};
 pub use redis::{Redis, RedisPair};
 pub use redis_sentinel::{MASTER_NAME, RedisSentinelCluster, Sentinel};

@@ -4,7 +4,7 @@ use std::process::Command;
 
 use serde::Serialize;
 
-use crate::{Error, Etcd, MariaDb, Redis, Result, ZooKeeper};
+use crate::{Error, Etcd, MariaDb, Memcached, Redis, Result, ZooKeeper};
 
 /// How many independent Redis instances the Redlock set has.
 pub const REDLOCK_INSTANCES: usize = 5;
@@ -22,6 +22,8 @@ pub struct Endpoints {
     pub zookeeper: String,
     /// etcd client endpoints.
     pub etcd: Vec<String>,
+    /// memcached address, `host:port`.
+    pub memcached: String,
 }
 
 impl Endpoints {
@@ -30,8 +32,9 @@ impl Endpoints {
     pub const REDLOCK_URLS: &str = "REDLOCK_URLS";
     pub const ZOOKEEPER_CONNECT: &str = "ZOOKEEPER_CONNECT";
     pub const ETCD_ENDPOINTS: &str = "ETCD_ENDPOINTS";
+    pub const MEMCACHED_ADDR: &str = "MEMCACHED_ADDR";
 
-    /// Reads all five variables; lists are comma-separated.
+    /// Reads all six variables; lists are comma-separated.
     pub fn from_env() -> Result<Endpoints> {
         Ok(Endpoints {
             database_url: var(Self::DATABASE_URL)?,
@@ -39,6 +42,7 @@ impl Endpoints {
             redlock_urls: list(&var(Self::REDLOCK_URLS)?),
             zookeeper: var(Self::ZOOKEEPER_CONNECT)?,
             etcd: list(&var(Self::ETCD_ENDPOINTS)?),
+            memcached: var(Self::MEMCACHED_ADDR)?,
         })
     }
 
@@ -50,6 +54,7 @@ impl Endpoints {
             (Self::REDLOCK_URLS, self.redlock_urls.join(",")),
             (Self::ZOOKEEPER_CONNECT, self.zookeeper.clone()),
             (Self::ETCD_ENDPOINTS, self.etcd.join(",")),
+            (Self::MEMCACHED_ADDR, self.memcached.clone()),
         ]
     }
 
@@ -78,13 +83,14 @@ fn list(v: &str) -> Vec<String> {
 }
 
 /// Every backend the project uses, started together: MariaDB, one Redis, the Redlock set of
-/// [`REDLOCK_INSTANCES`] Redis instances, ZooKeeper and etcd.
+/// [`REDLOCK_INSTANCES`] Redis instances, ZooKeeper, etcd and memcached.
 pub struct Servers {
     pub mariadb: MariaDb,
     pub redis: Redis,
     pub redlock: Vec<Redis>,
     pub zookeeper: ZooKeeper,
     pub etcd: Etcd,
+    pub memcached: Memcached,
 }
 
 /// Each server's name and version, for reports.
@@ -94,6 +100,7 @@ pub struct Versions {
     pub redis: String,
     pub zookeeper: String,
     pub etcd: String,
+    pub memcached: String,
 }
 
 impl Servers {
@@ -105,6 +112,7 @@ impl Servers {
             let etcd = s.spawn(Etcd::start);
             let redis = s.spawn(Redis::start);
             let redlock = s.spawn(|| Redis::start_many(REDLOCK_INSTANCES));
+            let memcached = s.spawn(Memcached::start);
             let join = "server start thread panicked";
             Ok(Servers {
                 mariadb: mariadb.join().expect(join)?,
@@ -112,6 +120,7 @@ impl Servers {
                 redlock: redlock.join().expect(join)?,
                 zookeeper: zookeeper.join().expect(join)?,
                 etcd: etcd.join().expect(join)?,
+                memcached: memcached.join().expect(join)?,
             })
         })
     }
@@ -123,6 +132,7 @@ impl Servers {
             redlock_urls: self.redlock.iter().map(Redis::url).collect(),
             zookeeper: self.zookeeper.connect_string(),
             etcd: vec![self.etcd.endpoint()],
+            memcached: self.memcached.addr(),
         }
     }
 
@@ -132,6 +142,7 @@ impl Servers {
             redis: self.redis.version()?,
             zookeeper: self.zookeeper.version()?,
             etcd: self.etcd.version()?,
+            memcached: self.memcached.version()?,
         })
     }
 }

@@ -20,8 +20,8 @@ use std::sync::OnceLock;
 
 use crate::servers::var;
 use crate::{
-    Endpoints, Etcd, EtcdCluster, MariaDb, REDLOCK_INSTANCES, Redis, RedisSentinelCluster, Result,
-    ZooKeeper, ZooKeeperEnsemble,
+    Endpoints, Etcd, EtcdCluster, MariaDb, Memcached, REDLOCK_INSTANCES, Redis,
+    RedisSentinelCluster, Result, ZooKeeper, ZooKeeperEnsemble,
 };
 
 /// Where the shared servers come from.
@@ -132,6 +132,14 @@ pub fn etcd() -> Vec<String> {
                 .map(|s| s.trim().to_string())
                 .collect()
         })
+}
+
+/// memcached address (`host:port`); isolate tests by key prefix.
+pub fn memcached() -> String {
+    static CELL: OnceLock<Memcached> = OnceLock::new();
+    from_env_or(&CELL, Memcached::start)
+        .map(Memcached::addr)
+        .unwrap_or_else(|| env_or_panic(Endpoints::MEMCACHED_ADDR))
 }
 
 /// A ZooKeeper ensemble's connect string (`host:port,host:port,…`), for the cluster tests.

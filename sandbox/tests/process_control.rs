@@ -3,7 +3,7 @@
 
 use std::net::TcpStream;
 
-use sandbox::{Etcd, MariaDb, Redis, RedisPair, Server, ZooKeeper};
+use sandbox::{Etcd, MariaDb, Memcached, Redis, RedisPair, Server, ZooKeeper};
 
 fn refuses_connections(port: u16) -> bool {
     TcpStream::connect(("127.0.0.1", port)).is_err()
@@ -56,6 +56,15 @@ fn etcd_version_fails_while_paused_and_succeeds_after_resume_and_restart() {
     sandbox::require_faults!();
     let etcd = Etcd::start().unwrap();
     exercise(etcd.server(), etcd.port(), || etcd.version().is_ok());
+}
+
+#[test]
+fn memcached_version_fails_while_paused_and_succeeds_after_resume_and_restart() {
+    sandbox::require_faults!();
+    let memcached = Memcached::start().unwrap();
+    exercise(memcached.server(), memcached.port(), || {
+        memcached.version().is_ok()
+    });
 }
 
 #[test]

@@ -67,6 +67,7 @@ pub enum Service {
     Redlock,
     Zookeeper,
     Etcd,
+    Memcached,
 }
 
 impl Service {
@@ -82,6 +83,7 @@ impl Service {
             Backend::ZooKeeper => Service::Zookeeper,
             Backend::Etcd => Service::Etcd,
             Backend::DbLock | Backend::DbLockRenewed => Service::Mariadb,
+            Backend::Memcached => Service::Memcached,
         }
     }
 
@@ -93,6 +95,7 @@ impl Service {
             Service::Redlock => "redlock",
             Service::Zookeeper => "zookeeper",
             Service::Etcd => "etcd",
+            Service::Memcached => "memcached",
         }
     }
 }
@@ -271,6 +274,8 @@ catalogue! {
     ZookeeperFenced = "zookeeper-fenced", Safe, locked(Backend::ZooKeeper, On), "`zookeeper` with the stock write fenced by the lock node's czxid";
     Etcd = "etcd", WhileLeasesHold, locked(Backend::Etcd, Off), "lease-bound keys, ownership by lowest create revision, watch on the predecessor";
     EtcdFenced = "etcd-fenced", Safe, locked(Backend::Etcd, On), "`etcd` with the stock write fenced by the key's create revision";
+    Memcached = "memcached", WhileLeasesHold, locked(Backend::Memcached, Off), "memcached `add` lock with an expiry, CAS release; a restart or an eviction frees it";
+    MemcachedFenced = "memcached-fenced", Safe, locked(Backend::Memcached, On), "`memcached` with the stock write fenced by the lock's `incr` token";
     RedisLua = "redis-lua", Safe, own_in(Redis, Home::Redis, redis_lua::build), "stock counter in Redis: one Lua script checks, decrements and records the request id; then the order insert, given back if it fails";
     RedisLuaStream = "redis-lua-stream", Safe, own_in(Redis, Home::Redis, redis_lua_stream::build), "`redis-lua` that appends the order to a Redis Stream in the same script and answers 202; consumers place the orders in batches";
 }

@@ -158,12 +158,13 @@ pub fn where_time_goes(report: &RunReport) -> Vec<String> {
 }
 
 /// The CPU groups in the order the report lists them, with their words.
-pub const GROUPS: [(&str, &str); 6] = [
+pub const GROUPS: [(&str, &str); 7] = [
     ("app", "the app instances"),
     ("mariadbd", "mariadbd"),
     ("redis-server", "Redis"),
     ("zookeeper", "ZooKeeper"),
     ("etcd", "etcd"),
+    ("memcached", "memcached"),
     ("generator", "the load generator"),
 ];
 

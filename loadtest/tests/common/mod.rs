@@ -34,6 +34,7 @@ pub fn target() -> Target {
         redlock_urls: sandbox::shared::redlock_urls(),
         zookeeper: sandbox::shared::zookeeper(),
         etcd: sandbox::shared::etcd(),
+        memcached: sandbox::shared::memcached(),
     };
     Target {
         endpoints,
