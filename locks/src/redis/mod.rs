@@ -27,7 +27,8 @@
 //! deadpool-redis checks every connection it hands out with a `PING`, one extra round trip per
 //! request that [`crate::DistributedLock::backend_requests`] does not count. The watchdog and
 //! Redlock have no `from_pool`: the watchdog also needs its own subscriber connection, Redlock one
-//! connection per instance.
+//! connection per instance. The watchdog's renewal and re-entry (`renewal.rs`) and its
+//! subscriber (`wakeups.rs`) are their own modules, to be shared by the fair lock.
 //!
 //! What none of the single-instance locks survives: a Redis primary that dies after granting and
 //! before replicating to the replica that is then promoted. The grant is gone and a second
@@ -40,9 +41,11 @@
 mod get_then_set;
 mod plain;
 mod redlock;
+mod renewal;
 mod setnx_no_ttl;
 mod single_instance;
 mod unsafe_release;
+mod wakeups;
 mod watchdog;
 
 pub use get_then_set::GetThenSetLock;
