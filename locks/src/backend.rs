@@ -26,6 +26,9 @@ pub enum Backend {
     DbLock,
     /// The lock-table row with a renewal task (`database::DbLock::renewed`, feature `mysql`).
     DbLockRenewed,
+    /// The watchdog's hash lock with a wait queue in Redis: first come, first served
+    /// ([`crate::redis::RedisFairLock`]).
+    RedisFair,
     /// BROKEN: `SETNX`, then a separate `EXPIRE` ([`crate::redis::SetnxNoTtlLock`]).
     RedisSetnxNoTtl,
     /// BROKEN: `GET`, then `SET` if empty ([`crate::redis::GetThenSetLock`]).
@@ -36,7 +39,7 @@ pub enum Backend {
 
 impl Backend {
     /// Every backend, in the order reports list them: the safe ones, then the broken ones.
-    pub const ALL: [Backend; 10] = [
+    pub const ALL: [Backend; 11] = [
         Backend::Redis,
         Backend::RedisWatchdog,
         Backend::Redlock,
@@ -44,6 +47,7 @@ impl Backend {
         Backend::Etcd,
         Backend::DbLock,
         Backend::DbLockRenewed,
+        Backend::RedisFair,
         Backend::RedisSetnxNoTtl,
         Backend::RedisGetThenSet,
         Backend::RedisUnsafeRelease,
@@ -59,6 +63,7 @@ impl Backend {
             Backend::Etcd => "etcd",
             Backend::DbLock => "db-lock",
             Backend::DbLockRenewed => "db-lock-renewed",
+            Backend::RedisFair => "redis-fair",
             Backend::RedisSetnxNoTtl => "redis-setnx-no-ttl",
             Backend::RedisGetThenSet => "redis-get-then-set",
             Backend::RedisUnsafeRelease => "redis-unsafe-release",
@@ -87,6 +92,9 @@ impl Backend {
             Backend::DbLockRenewed => {
                 "the lock-table row, its lease extended every third of it while the holder lives"
             }
+            Backend::RedisFair => {
+                "the watchdog lock plus a wait queue in Redis: first come, first served, one waiter woken per turn"
+            }
             Backend::RedisSetnxNoTtl => {
                 "SETNX then a separate EXPIRE: a crash in between locks out everyone"
             }
@@ -110,7 +118,8 @@ impl Backend {
             | Backend::ZooKeeper
             | Backend::Etcd
             | Backend::DbLock
-            | Backend::DbLockRenewed => false,
+            | Backend::DbLockRenewed
+            | Backend::RedisFair => false,
         }
     }
 }
