@@ -51,13 +51,11 @@ mod scripts;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use deadpool_redis::redis::Client;
 use futures::future::BoxFuture;
-use tokio::task::JoinHandle;
 
-use super::renewal::Renewals;
+use super::hash_client::{Background, HashClient};
 use super::wakeups::{TURN_PREFIX, Ticket, Wakeups};
-use super::{Conn, Requests, fence_key, millis};
+use super::{fence_key, millis};
 use crate::options::within_budget;
 use crate::{AcquireOptions, DistributedLock, Guard, Held, LockError, new_owner_id};
 use scripts::{ACQUIRE, LEAVE, UNLOCK};
@@ -82,16 +80,21 @@ fn grace(lease: Duration) -> Duration {
 /// locks it still holds then lapse within their lease (their guards' `lost()` fires then).
 pub struct RedisFairLock {
     shared: Arc<Shared>,
-    tasks: [JoinHandle<()>; 2],
+    _background: Background,
 }
 
 struct Shared {
     /// This client's name: the first part of its owners, and of its turn channel.
     id: String,
-    conn: Conn,
-    requests: Arc<Requests>,
-    renewals: Renewals,
-    wakeups: Arc<Wakeups>,
+    client: Arc<HashClient>,
+}
+
+impl std::ops::Deref for Shared {
+    type Target = HashClient;
+
+    fn deref(&self) -> &HashClient {
+        &self.client
+    }
 }
 
 enum Attempt {
@@ -105,25 +108,12 @@ impl RedisFairLock {
     /// connection, both connected lazily. Must be called inside a Tokio runtime (it starts the
     /// client's watchdog and subscriber tasks).
     pub fn connect(url: &str) -> Result<RedisFairLock, LockError> {
-        let runtime = tokio::runtime::Handle::try_current().map_err(LockError::unavailable)?;
-        let client = Client::open(url).map_err(LockError::unavailable)?;
         let id = new_owner_id();
-        let requests = Arc::new(Requests::default());
-        let (wakeups, subscriber) = Wakeups::turns(client, Arc::clone(&requests), &id);
-        let shared = Arc::new(Shared {
-            id,
-            conn: Conn::open(url)?,
-            requests,
-            renewals: Renewals::default(),
-            wakeups,
-        });
-        let watchdog = {
-            let shared = Arc::clone(&shared);
-            runtime.spawn(async move { shared.renewals.run(&shared.conn, &shared.requests).await })
-        };
+        let (client, background) =
+            HashClient::start(url, |redis, requests| Wakeups::turns(redis, requests, &id))?;
         Ok(RedisFairLock {
-            shared,
-            tasks: [watchdog, runtime.spawn(subscriber)],
+            shared: Arc::new(Shared { id, client }),
+            _background: background,
         })
     }
 
@@ -133,11 +123,7 @@ impl RedisFairLock {
     pub async fn reenter(&self, guard: &Guard) -> Result<Option<Guard>, LockError> {
         let shared = &self.shared;
         let (key, owner) = (guard.key(), guard.owner());
-        let Some((lost, lease)) = shared
-            .renewals
-            .reenter_held(&shared.conn, &shared.requests, key, owner)
-            .await?
-        else {
+        let Some((lost, lease)) = shared.reenter(key, owner).await? else {
             return Ok(None);
         };
         let held = FairHeld::new(shared, key, owner, lease);
@@ -158,15 +144,6 @@ impl RedisFairLock {
     /// Local waiters subscribed for their turn now, over all keys.
     pub fn waiting(&self) -> usize {
         self.shared.wakeups.len()
-    }
-}
-
-impl Drop for RedisFairLock {
-    fn drop(&mut self) {
-        for task in &self.tasks {
-            task.abort();
-        }
-        self.shared.renewals.abandon();
     }
 }
 

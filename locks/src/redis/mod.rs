@@ -28,8 +28,9 @@
 //! deadpool-redis checks every connection it hands out with a `PING`, one extra round trip per
 //! request that [`crate::DistributedLock::backend_requests`] does not count. The watchdog and
 //! Redlock have no `from_pool`: the watchdog (and the fair lock) also needs its own subscriber
-//! connection, Redlock one connection per instance. The watchdog and the fair lock share their
-//! renewal and re-entry (`renewal.rs`) and their subscriber (`wakeups.rs`).
+//! connection, Redlock one connection per instance. The watchdog and the fair lock are built from
+//! the same client (`hash_client.rs`): its renewal and re-entry (`renewal.rs`) and its
+//! subscriber (`wakeups.rs`).
 //!
 //! What none of the single-instance locks survives: a Redis primary that dies after granting and
 //! before replicating to the replica that is then promoted. The grant is gone and a second
@@ -41,6 +42,7 @@
 
 mod fair;
 mod get_then_set;
+mod hash_client;
 mod plain;
 mod redlock;
 mod renewal;

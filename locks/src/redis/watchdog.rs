@@ -38,13 +38,12 @@
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
-use deadpool_redis::redis::{Client, Script};
+use deadpool_redis::redis::Script;
 use futures::future::BoxFuture;
-use tokio::task::JoinHandle;
 
-use super::renewal::Renewals;
+use super::hash_client::{Background, HashClient};
 use super::wakeups::{Ticket, Wakeups};
-use super::{Conn, Requests, fence_key, millis};
+use super::{fence_key, millis};
 use crate::options::within_budget;
 use crate::{AcquireOptions, DistributedLock, Guard, Held, LockError, new_owner_id};
 
@@ -90,14 +89,19 @@ const UNKNOWN_TTL_RETRY: Duration = Duration::from_millis(10);
 /// fires then).
 pub struct RedisWatchdogLock {
     shared: Arc<Shared>,
-    tasks: [JoinHandle<()>; 2],
+    _background: Background,
 }
 
 struct Shared {
-    conn: Conn,
-    requests: Arc<Requests>,
-    renewals: Renewals,
-    wakeups: Arc<Wakeups>,
+    client: Arc<HashClient>,
+}
+
+impl std::ops::Deref for Shared {
+    type Target = HashClient;
+
+    fn deref(&self) -> &HashClient {
+        &self.client
+    }
 }
 
 enum Attempt {
@@ -111,23 +115,10 @@ impl RedisWatchdogLock {
     /// connection, both connected lazily. Must be called inside a Tokio runtime (it starts the
     /// client's watchdog and subscriber tasks).
     pub fn connect(url: &str) -> Result<RedisWatchdogLock, LockError> {
-        let runtime = tokio::runtime::Handle::try_current().map_err(LockError::unavailable)?;
-        let client = Client::open(url).map_err(LockError::unavailable)?;
-        let requests = Arc::new(Requests::default());
-        let (wakeups, subscriber) = Wakeups::released(client, Arc::clone(&requests));
-        let shared = Arc::new(Shared {
-            conn: Conn::open(url)?,
-            requests,
-            renewals: Renewals::default(),
-            wakeups,
-        });
-        let watchdog = {
-            let shared = Arc::clone(&shared);
-            runtime.spawn(async move { shared.renewals.run(&shared.conn, &shared.requests).await })
-        };
+        let (client, background) = HashClient::start(url, Wakeups::released)?;
         Ok(RedisWatchdogLock {
-            shared,
-            tasks: [watchdog, runtime.spawn(subscriber)],
+            shared: Arc::new(Shared { client }),
+            _background: background,
         })
     }
 
@@ -138,11 +129,7 @@ impl RedisWatchdogLock {
     pub async fn reenter(&self, guard: &Guard) -> Result<Option<Guard>, LockError> {
         let shared = &self.shared;
         let (key, owner) = (guard.key(), guard.owner());
-        let Some((lost, lease)) = shared
-            .renewals
-            .reenter_held(&shared.conn, &shared.requests, key, owner)
-            .await?
-        else {
+        let Some((lost, lease)) = shared.reenter(key, owner).await? else {
             return Ok(None);
         };
         let held = WatchdogHeld::new(shared, key, owner, lease);
@@ -163,15 +150,6 @@ impl RedisWatchdogLock {
     /// Local waiters queued now, over all keys (a cancelled waiter that stayed shows up here).
     pub fn waiting(&self) -> usize {
         self.shared.wakeups.len()
-    }
-}
-
-impl Drop for RedisWatchdogLock {
-    fn drop(&mut self) {
-        for task in &self.tasks {
-            task.abort();
-        }
-        self.shared.renewals.abandon();
     }
 }
 
