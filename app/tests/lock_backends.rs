@@ -34,6 +34,18 @@ async fn redis_watchdog_never_oversells_under_200_buyers() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_fair_never_oversells_under_200_buyers() {
+    let url = server(sandbox::shared::redis_url).await;
+    sells_exactly_the_stock("redis-fair", |c| c.redis_url = Some(url)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fenced_redis_fair_never_oversells_under_200_buyers() {
+    let url = server(sandbox::shared::redis_url).await;
+    sells_exactly_the_stock("redis-fair-fenced", |c| c.redis_url = Some(url)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn redlock_never_oversells_under_200_buyers() {
     let urls = server(sandbox::shared::redlock_urls).await;
     sells_exactly_the_stock("redlock", |c| c.redlock_urls = urls).await;

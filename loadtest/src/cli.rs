@@ -198,6 +198,10 @@ pub struct LockArgs {
     /// Tasks contending for the one lock.
     #[arg(long, default_value_t = 8)]
     pub workers: usize,
+    /// Lock clients (each with its own connections) the workers are spread over; 1: all share
+    /// one client. Fairness across processes shows with as many clients as workers.
+    #[arg(long, default_value_t = 1)]
+    pub clients: usize,
     /// Duration of the run in seconds.
     #[arg(long, default_value_t = 5.0)]
     pub seconds: f64,

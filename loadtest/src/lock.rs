@@ -3,6 +3,18 @@
 //! the counter ends equal to the number of grants; every overlap of two "holders" can lose an
 //! increment, so `violations = grants − final counter` is a lower bound on how often mutual
 //! exclusion failed.
+//!
+//! The workers are spread over C lock clients (`--clients`, default 1: all share one client,
+//! one connection): fairness across processes is what C = W shows. Besides speed the report
+//! says how the grants were shared ([`fairness`]: per-worker counts, Jain's index, the longest
+//! wait, how often the longest waiter was served) and what a grant cost in requests: as the
+//! clients count them ([`locks::DistributedLock::backend_requests`]: round trips), and the
+//! commands the server executed for them where it can tell ([`server_commands`]).
+
+mod fairness;
+mod server_commands;
+
+pub use fairness::jain_index;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,7 +34,7 @@ const LEASE: Duration = Duration::from_secs(10);
 /// How long one `acquire` may wait before the worker re-checks the deadline.
 const WAIT: Duration = Duration::from_secs(1);
 
-/// The result, with exactly the keys of issue 6.
+/// The result: the keys of issue 6, then those of issue 15 (fairness and requests per grant).
 #[derive(Debug, Clone, Serialize)]
 pub struct LockReport {
     pub backend: Backend,
@@ -34,6 +46,24 @@ pub struct LockReport {
     pub acquire_p99_us: u64,
     pub acquire_max_us: u64,
     pub violations: i64,
+    /// Lock clients the workers were spread over (worker `i` uses client `i mod clients`).
+    pub clients: usize,
+    /// Grants per worker, in worker order.
+    pub grants_per_worker: Vec<u64>,
+    /// Jain's fairness index over `grants_per_worker` (1 = even, 1/workers = one took all).
+    pub fairness_index: Option<f64>,
+    /// The longest time a worker wanted the lock before it got it, across timed-out acquires.
+    pub longest_wait_us: u64,
+    /// Share of grants that went to the worker that had waited longest (1 = first come, first
+    /// served).
+    pub oldest_waiter_served: Option<f64>,
+    /// Requests the lock clients sent per grant (their own count).
+    pub client_requests_per_grant: Option<f64>,
+    /// Commands the lock's Redis servers executed per grant, the probe's taken off: Redis's
+    /// `total_commands_processed`, which counts a script once plus every command it calls, so
+    /// this is server work, not round trips (those are `client_requests_per_grant`). `None`
+    /// where the server has no cheap counter (ZooKeeper, etcd, the database).
+    pub server_commands_per_grant: Option<f64>,
 }
 
 /// ZooKeeper session timeout: the lease of the ZooKeeper lock.
@@ -56,11 +86,28 @@ pub async fn connect_backend(
     locks::connect(backend, &endpoints).await
 }
 
-/// Runs the contention benchmark against `lock` (reported as `backend`), probing with a counter in `redis_url`.
+/// Connects `clients` independent clients of `backend` (each with its own connections).
+pub async fn connect_clients(
+    backend: Backend,
+    endpoints: &Endpoints,
+    clients: usize,
+) -> Result<Vec<Arc<dyn DistributedLock>>> {
+    if clients == 0 {
+        bail!("--clients must be at least 1");
+    }
+    let mut connected = Vec::with_capacity(clients);
+    for _ in 0..clients {
+        connected.push(connect_backend(backend, endpoints).await?);
+    }
+    Ok(connected)
+}
+
+/// Runs the contention benchmark against `clients` of `backend` (worker `i` uses client
+/// `i mod clients.len()`), probing with a counter in the harness's Redis.
 pub async fn bench(
     backend: Backend,
-    lock: Arc<dyn DistributedLock>,
-    redis_url: &str,
+    clients: Vec<Arc<dyn DistributedLock>>,
+    endpoints: &Endpoints,
     workers: usize,
     seconds: f64,
     hold: Duration,
@@ -68,24 +115,46 @@ pub async fn bench(
     if workers == 0 {
         bail!("--workers must be at least 1");
     }
+    if clients.is_empty() || clients.len() > workers {
+        bail!("--clients must be between 1 and --workers ({workers})");
+    }
     let run = uuid::Uuid::new_v4().simple().to_string();
     let key = Arc::new(format!("seckill-bench:lock:{run}"));
     let counter = Arc::new(format!("seckill-bench:lock-probe:{run}"));
-    let mut config = deadpool_redis::Config::from_url(redis_url);
+    let mut config = deadpool_redis::Config::from_url(endpoints.redis_url.as_str());
     config.pool = Some(deadpool_redis::PoolConfig::new(workers));
     let pool = config.create_pool(Some(deadpool_redis::Runtime::Tokio1))?;
+    // Every probe connection made before the run: in it, each probe costs exactly GET, SET and
+    // the pool's check of a reused connection (UNWATCH, PING).
+    let warm: Vec<_> = futures::future::try_join_all((0..workers).map(|_| pool.get())).await?;
+    drop(warm);
+    let mut server = match server_commands::servers(backend, endpoints) {
+        Some((urls, probe_there)) => {
+            Some((server_commands::Counter::open(&urls).await?, probe_there))
+        }
+        None => None,
+    };
+    let server_before = match &mut server {
+        Some((counter, _)) => Some(counter.read().await?),
+        None => None,
+    };
+    let requests_before: u64 = clients.iter().map(|c| c.backend_requests()).sum();
+    let queue = Arc::new(fairness::Queue::new(workers));
 
     let start = Instant::now();
     let end = start + Duration::from_secs_f64(seconds);
     let handles: Vec<_> = (0..workers)
-        .map(|_| {
-            let (lock, key, counter, pool) =
-                (lock.clone(), key.clone(), counter.clone(), pool.clone());
+        .map(|w| {
+            let lock = clients[w % clients.len()].clone();
+            let (key, counter, pool, queue) =
+                (key.clone(), counter.clone(), pool.clone(), queue.clone());
             tokio::spawn(async move {
                 let mut latencies = Latencies::default();
                 let mut grants = 0u64;
+                let mut longest = Duration::ZERO;
                 while Instant::now() < end {
                     let asked = Instant::now();
+                    queue.wants(w, asked);
                     let guard = match lock
                         .acquire(&key, AcquireOptions::new(LEASE).wait(WAIT))
                         .await
@@ -94,7 +163,9 @@ pub async fn bench(
                         Err(LockError::Timeout { .. } | LockError::NoQuorum { .. }) => continue,
                         Err(e) => return Err(anyhow::Error::from(e)),
                     };
-                    latencies.record(asked.elapsed());
+                    let now = Instant::now();
+                    latencies.record(now - asked);
+                    longest = longest.max(queue.granted(w, now));
                     grants += 1;
                     probe(&pool, &counter).await?;
                     if !hold.is_zero() {
@@ -103,18 +174,31 @@ pub async fn bench(
                     // Whether it still owned the lock does not matter here: the counter tells.
                     let _ = guard.release().await;
                 }
-                Ok::<_, anyhow::Error>((grants, latencies))
+                Ok::<_, anyhow::Error>((grants, latencies, longest))
             })
         })
         .collect();
-    let mut grants = 0u64;
+    let mut grants_per_worker = Vec::with_capacity(workers);
     let mut latencies = Latencies::default();
+    let mut longest_wait = Duration::ZERO;
     for h in handles {
-        let (g, l) = h.await??;
-        grants += g;
+        let (g, l, longest) = h.await??;
+        grants_per_worker.push(g);
         latencies.add(&l);
+        longest_wait = longest_wait.max(longest);
     }
     let elapsed = start.elapsed().as_secs_f64();
+    let grants: u64 = grants_per_worker.iter().sum();
+    let per_grant = |n: u64| (grants > 0).then(|| n as f64 / grants as f64);
+    let server_commands = match (&mut server, server_before) {
+        (Some((counter, probe_there)), Some(before)) => {
+            let all = counter.since(before).await?;
+            let probe = if *probe_there { 4 * grants } else { 0 };
+            Some(all.saturating_sub(probe))
+        }
+        _ => None,
+    };
+    let requests: u64 = clients.iter().map(|c| c.backend_requests()).sum::<u64>() - requests_before;
     let mut conn = pool.get().await?;
     let final_count: Option<i64> = redis::cmd("GET")
         .arg(&*counter)
@@ -135,6 +219,13 @@ pub async fn bench(
         acquire_p99_us: summary.p99_us,
         acquire_max_us: summary.max_us,
         violations: grants as i64 - final_count.unwrap_or(0),
+        clients: clients.len(),
+        fairness_index: jain_index(&grants_per_worker),
+        grants_per_worker,
+        longest_wait_us: u64::try_from(longest_wait.as_micros()).unwrap_or(u64::MAX),
+        oldest_waiter_served: queue.oldest_served_share(),
+        client_requests_per_grant: per_grant(requests),
+        server_commands_per_grant: server_commands.and_then(per_grant),
     })
 }
 
@@ -158,8 +249,8 @@ impl std::fmt::Display for LockReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         writeln!(
             f,
-            "backend {}: {} workers, {:.1} s",
-            self.backend, self.workers, self.seconds
+            "backend {}: {} workers over {} clients, {:.1} s",
+            self.backend, self.workers, self.clients, self.seconds
         )?;
         writeln!(
             f,
@@ -171,6 +262,23 @@ impl std::fmt::Display for LockReport {
             "  acquire µs    p50 {}  p99 {}  max {}",
             self.acquire_p50_us, self.acquire_p99_us, self.acquire_max_us
         )?;
-        write!(f, "  violations    {}", self.violations)
+        writeln!(f, "  violations    {}", self.violations)?;
+        let or_none = |v: Option<f64>, digits: usize| {
+            v.map_or_else(|| "n/a".to_owned(), |v| format!("{v:.digits$}"))
+        };
+        writeln!(
+            f,
+            "  fairness      Jain {}  oldest waiter served {}  longest wait {} µs",
+            or_none(self.fairness_index, 3),
+            or_none(self.oldest_waiter_served, 3),
+            self.longest_wait_us
+        )?;
+        writeln!(f, "  grants/worker {:?}", self.grants_per_worker)?;
+        write!(
+            f,
+            "  per grant     {} client requests, {} server commands",
+            or_none(self.client_requests_per_grant, 2),
+            or_none(self.server_commands_per_grant, 2)
+        )
     }
 }

@@ -147,11 +147,11 @@ fn scenario(args: &ScenarioArgs) -> Result<()> {
 fn lock(args: &LockArgs) -> Result<()> {
     let (servers, endpoints) = servers()?;
     let result = runtime()?.block_on(async {
-        let lock = lock::connect_backend(args.backend, &endpoints).await?;
+        let clients = lock::connect_clients(args.backend, &endpoints, args.clients).await?;
         lock::bench(
             args.backend,
-            lock,
-            &endpoints.redis_url,
+            clients,
+            &endpoints,
             args.workers,
             args.seconds,
             Duration::from_micros(args.hold_us),

@@ -1,9 +1,10 @@
 //! `seckill-bench lock` counts mutual-exclusion violations: none for a correct lock, some for
-//! a deliberately broken one.
+//! a deliberately broken one; and it measures fairness: the fair Redis lock shares its grants
+//! evenly among workers of separate clients.
 
 use std::time::Duration;
 
-use loadtest::lock::{bench, connect_backend};
+use loadtest::lock::{bench, connect_clients};
 use locks::Backend;
 use sandbox::Endpoints;
 
@@ -20,17 +21,10 @@ fn endpoints() -> Endpoints {
 
 async fn violations(backend: Backend) -> i64 {
     let e = endpoints();
-    let lock = connect_backend(backend, &e).await.unwrap();
-    let report = bench(
-        backend,
-        lock,
-        &e.redis_url,
-        8,
-        1.0,
-        Duration::from_micros(200),
-    )
-    .await
-    .unwrap();
+    let clients = connect_clients(backend, &e, 1).await.unwrap();
+    let report = bench(backend, clients, &e, 8, 1.0, Duration::from_micros(200))
+        .await
+        .unwrap();
     assert!(report.acquisitions > 0, "{report:?}");
     report.violations
 }
@@ -55,4 +49,17 @@ async fn the_get_then_set_lock_shows_violations_under_contention() {
         eprintln!("round {round}: no violation this time");
     }
     panic!("`redis-get-then-set` never let two holders in within 3 rounds");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_fair_redis_lock_shares_grants_evenly_among_16_workers_of_16_clients() {
+    let e = endpoints();
+    let clients = connect_clients(Backend::RedisFair, &e, 16).await.unwrap();
+    let report = bench(Backend::RedisFair, clients, &e, 16, 1.5, Duration::ZERO)
+        .await
+        .unwrap();
+    assert_eq!(report.violations, 0, "{report:?}");
+    assert_eq!(report.clients, 16);
+    let fairness = report.fairness_index.expect("grants");
+    assert!(fairness >= 0.95, "fairness index {fairness}: {report}");
 }

@@ -28,6 +28,9 @@ pub enum Backend {
     DbLockRenewed,
     /// `add` with an expiry, compare-and-swap release, `incr` fence ([`crate::memcached::MemcachedLock`]).
     Memcached,
+    /// The watchdog's hash lock with a wait queue in Redis: first come, first served
+    /// ([`crate::redis::RedisFairLock`]).
+    RedisFair,
     /// BROKEN: `SETNX`, then a separate `EXPIRE` ([`crate::redis::SetnxNoTtlLock`]).
     RedisSetnxNoTtl,
     /// BROKEN: `GET`, then `SET` if empty ([`crate::redis::GetThenSetLock`]).
@@ -38,7 +41,7 @@ pub enum Backend {
 
 impl Backend {
     /// Every backend, in the order reports list them: the safe ones, then the broken ones.
-    pub const ALL: [Backend; 11] = [
+    pub const ALL: [Backend; 12] = [
         Backend::Redis,
         Backend::RedisWatchdog,
         Backend::Redlock,
@@ -47,6 +50,7 @@ impl Backend {
         Backend::DbLock,
         Backend::DbLockRenewed,
         Backend::Memcached,
+        Backend::RedisFair,
         Backend::RedisSetnxNoTtl,
         Backend::RedisGetThenSet,
         Backend::RedisUnsafeRelease,
@@ -63,6 +67,7 @@ impl Backend {
             Backend::DbLock => "db-lock",
             Backend::DbLockRenewed => "db-lock-renewed",
             Backend::Memcached => "memcached",
+            Backend::RedisFair => "redis-fair",
             Backend::RedisSetnxNoTtl => "redis-setnx-no-ttl",
             Backend::RedisGetThenSet => "redis-get-then-set",
             Backend::RedisUnsafeRelease => "redis-unsafe-release",
@@ -94,6 +99,9 @@ impl Backend {
             Backend::Memcached => {
                 "memcached `add` with an expiry, CAS release; a restart or an eviction frees it"
             }
+            Backend::RedisFair => {
+                "the watchdog lock plus a wait queue in Redis: first come, first served, one waiter woken per turn"
+            }
             Backend::RedisSetnxNoTtl => {
                 "SETNX then a separate EXPIRE: a crash in between locks out everyone"
             }
@@ -119,6 +127,7 @@ impl Backend {
             | Backend::DbLock
             | Backend::DbLockRenewed
             | Backend::Memcached => false,
+            Backend::RedisFair => false,
         }
     }
 }

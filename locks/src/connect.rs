@@ -9,7 +9,8 @@ use crate::database::DbLock;
 use crate::etcd::EtcdLock;
 use crate::memcached::MemcachedLock;
 use crate::redis::{
-    GetThenSetLock, RedisLock, RedisWatchdogLock, Redlock, SetnxNoTtlLock, UnsafeReleaseLock,
+    GetThenSetLock, RedisFairLock, RedisLock, RedisWatchdogLock, Redlock, SetnxNoTtlLock,
+    UnsafeReleaseLock,
 };
 use crate::zookeeper::ZooKeeperLock;
 use crate::{Backend, DistributedLock, LockError};
@@ -75,6 +76,7 @@ pub async fn connect(
     let lock: Arc<dyn DistributedLock> = match backend {
         Backend::Redis => Arc::new(RedisLock::connect(redis()?)?),
         Backend::RedisWatchdog => Arc::new(RedisWatchdogLock::connect(redis()?)?),
+        Backend::RedisFair => Arc::new(RedisFairLock::connect(redis()?)?),
         Backend::RedisSetnxNoTtl => Arc::new(SetnxNoTtlLock::connect(redis()?)?),
         Backend::RedisGetThenSet => Arc::new(GetThenSetLock::connect(redis()?)?),
         Backend::RedisUnsafeRelease => Arc::new(UnsafeReleaseLock::connect(redis()?)?),

@@ -76,6 +76,7 @@ impl Service {
         match backend {
             Backend::Redis
             | Backend::RedisWatchdog
+            | Backend::RedisFair
             | Backend::RedisSetnxNoTtl
             | Backend::RedisGetThenSet
             | Backend::RedisUnsafeRelease => Service::Redis,
@@ -266,6 +267,8 @@ catalogue! {
     RedisLockFenced = "redis-lock-fenced", Safe, locked(Backend::Redis, On), "`redis-lock` with the stock write fenced by the lock's `INCR` token";
     RedisWatchdog = "redis-watchdog", WhileLeasesHold, locked(Backend::RedisWatchdog, Off), "Redisson-like lock renewed by a watchdog, waiters woken by pub/sub";
     RedisWatchdogFenced = "redis-watchdog-fenced", Safe, locked(Backend::RedisWatchdog, On), "`redis-watchdog` with the stock write fenced by the lock's token";
+    RedisFair = "redis-fair", WhileLeasesHold, locked(Backend::RedisFair, Off), "`redis-watchdog` with a wait queue in Redis: buyers served first come, first served";
+    RedisFairFenced = "redis-fair-fenced", Safe, locked(Backend::RedisFair, On), "`redis-fair` with the stock write fenced by the lock's token";
     Redlock = "redlock", WhileLeasesHold, locked(Backend::Redlock, Off), "quorum lock over independent Redis instances";
     RedisSetnxNoTtl = "redis-setnx-no-ttl", Unsafe, locked(Backend::RedisSetnxNoTtl, Off), "`SETNX` then a separate `EXPIRE`: a crash between them leaves the lock stuck";
     RedisGetThenSet = "redis-get-then-set", Unsafe, locked(Backend::RedisGetThenSet, Off), "`GET`, then `SET` if empty: two round trips, two holders";

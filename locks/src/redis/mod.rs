@@ -4,6 +4,7 @@
 //! |---|---|---|---|---|
 //! | [`RedisLock`] | `plain.rs` | `SET key owner NX PX lease` + `INCR` fence, one script | jittered polling | the correct minimal lock; unsafe once the holder outlives its lease |
 //! | [`RedisWatchdogLock`] | `watchdog.rs` | hash `owner → count`, Lua | pub/sub wake-up of one waiter | a lease renewed while the holder lives; reentrant |
+//! | [`RedisFairLock`] | `fair.rs` | the watchdog's hash, plus a wait queue and waiter timeouts, Lua | pub/sub to the one waiter whose turn it is | first come, first served across clients; dead waiters pruned by timeout |
 //! | [`Redlock`] | `redlock.rs` | the plain script on N independent instances, then a fence raise | random retry delay | survives a minority of dead instances; still needs fencing |
 //! | [`SetnxNoTtlLock`] | `setnx_no_ttl.rs` | `SETNX`, then a separate `EXPIRE` | polling | a crash between the two leaves the lock stuck forever |
 //! | [`GetThenSetLock`] | `get_then_set.rs` | `GET`, then `SET` if empty | polling | check-then-act across two round trips: two holders at once |
@@ -27,8 +28,10 @@
 //! lock and broken variants) takes a caller's `deadpool-redis` pool instead; note that
 //! deadpool-redis checks every connection it hands out with a `PING`, one extra round trip per
 //! request that [`crate::DistributedLock::backend_requests`] does not count. The watchdog and
-//! Redlock have no `from_pool`: the watchdog also needs its own subscriber connection, Redlock one
-//! connection per instance.
+//! Redlock have no `from_pool`: the watchdog (and the fair lock) also needs its own subscriber
+//! connection, Redlock one connection per instance. The watchdog and the fair lock are built from
+//! the same client (`hash_client.rs`): its renewal and re-entry (`renewal.rs`) and its
+//! subscriber (`wakeups.rs`).
 //!
 //! What none of the single-instance locks survives: a Redis primary that dies after granting and
 //! before replicating to the replica that is then promoted. The grant is gone and a second
@@ -38,15 +41,20 @@
 //! Every backend counts the requests it sends ([`crate::DistributedLock::backend_requests`]):
 //! one per command or script call (a script sent again after `NOSCRIPT` counts once).
 
+mod fair;
 mod get_then_set;
+mod hash_client;
 mod plain;
 mod redlock;
+mod renewal;
 mod setnx_no_ttl;
 mod single_instance;
 mod target;
 mod unsafe_release;
+mod wakeups;
 mod watchdog;
 
+pub use fair::{RedisFairLock, queue_key, timeouts_key};
 pub use get_then_set::GetThenSetLock;
 pub use plain::RedisLock;
 pub use redlock::Redlock;

@@ -8,7 +8,7 @@
 //!
 //! **Why it is safe across long critical sections.** The lease is not a guess about the
 //! critical section any more: while the guard lives, the client's watchdog (one task per
-//! client, see `watchdog/renewal.rs`) renews the lease every third of it, so a slow holder keeps
+//! client, see `renewal.rs`) renews the lease every third of it, so a slow holder keeps
 //! its lock, and a holder whose process dies stops renewing and loses it within one lease. A
 //! renewal refused by Redis, or impossible for a whole lease, fires the guard's `lost()` — at
 //! the latest one lease after the last renewal Redis confirmed, even while the connection hangs
@@ -24,7 +24,7 @@
 //! lives.
 //!
 //! **How it waits.** A failed attempt returns the holder's remaining `PTTL`. The waiter queues
-//! locally and sleeps until woken by the release message (`watchdog/wakeups.rs`: one subscriber
+//! locally and sleeps until woken by the release message (`wakeups.rs`: one subscriber
 //! connection per client, a FIFO per key, one waiter woken per release) or until that `PTTL`
 //! ends, whichever comes first: no polling, and a crashed holder delays waiters by at most its
 //! lease. A newcomer does not barge past waiters of the same client: it queues behind them, so
@@ -35,21 +35,17 @@
 //! request waits for that, so an unbounded attempt would overrun any budget. An attempt given
 //! up on may still be granted by Redis; nobody renews that grant, so it lapses within a lease.
 
-mod renewal;
-mod wakeups;
-
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
 use deadpool_redis::redis::Script;
 use futures::future::BoxFuture;
-use tokio::task::JoinHandle;
 
-use super::{Conn, Requests, Target, fence_key, millis};
+use super::hash_client::{Background, HashClient};
+use super::wakeups::{Ticket, Wakeups};
+use super::{fence_key, millis};
 use crate::options::within_budget;
 use crate::{AcquireOptions, DistributedLock, Guard, Held, LockError, new_owner_id};
-use renewal::Renewals;
-use wakeups::{Ticket, Wakeups, channel};
 
 /// Grants a free lock to a new owner. KEYS: lock, fence. ARGV: owner, lease (ms).
 /// Returns `{1, token}`, or `{0, pttl}` while someone holds it.
@@ -63,20 +59,6 @@ if redis.call('exists', KEYS[1]) == 0 then
   return {1, token}
 end
 return {0, redis.call('pttl', KEYS[1])}",
-    )
-});
-
-/// Re-enters a lock the owner holds. KEYS: lock. ARGV: owner, lease (ms). Returns 1, or 0 if
-/// the owner no longer holds it.
-static REENTER: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
-if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then
-  redis.call('hincrby', KEYS[1], ARGV[1], 1)
-  redis.call('pexpire', KEYS[1], ARGV[2])
-  return 1
-end
-return 0",
     )
 });
 
@@ -107,14 +89,19 @@ const UNKNOWN_TTL_RETRY: Duration = Duration::from_millis(10);
 /// fires then).
 pub struct RedisWatchdogLock {
     shared: Arc<Shared>,
-    tasks: [JoinHandle<()>; 2],
+    _background: Background,
 }
 
 struct Shared {
-    conn: Conn,
-    requests: Arc<Requests>,
-    renewals: Renewals,
-    wakeups: Arc<Wakeups>,
+    client: Arc<HashClient>,
+}
+
+impl std::ops::Deref for Shared {
+    type Target = HashClient;
+
+    fn deref(&self) -> &HashClient {
+        &self.client
+    }
 }
 
 enum Attempt {
@@ -128,23 +115,10 @@ impl RedisWatchdogLock {
     /// connection, both connected lazily. Must be called inside a Tokio runtime (it starts the
     /// client's watchdog and subscriber tasks).
     pub fn connect(url: &str) -> Result<RedisWatchdogLock, LockError> {
-        let runtime = tokio::runtime::Handle::try_current().map_err(LockError::unavailable)?;
-        let target = Target::parse(url)?;
-        let requests = Arc::new(Requests::default());
-        let (wakeups, subscriber) = Wakeups::new(target, Arc::clone(&requests));
-        let shared = Arc::new(Shared {
-            conn: Conn::open(url)?,
-            requests,
-            renewals: Renewals::default(),
-            wakeups,
-        });
-        let watchdog = {
-            let shared = Arc::clone(&shared);
-            runtime.spawn(async move { shared.renewals.run(&shared.conn, &shared.requests).await })
-        };
+        let (client, background) = HashClient::start(url, Wakeups::released)?;
         Ok(RedisWatchdogLock {
-            shared,
-            tasks: [watchdog, runtime.spawn(subscriber)],
+            shared: Arc::new(Shared { client }),
+            _background: background,
         })
     }
 
@@ -155,25 +129,9 @@ impl RedisWatchdogLock {
     pub async fn reenter(&self, guard: &Guard) -> Result<Option<Guard>, LockError> {
         let shared = &self.shared;
         let (key, owner) = (guard.key(), guard.owner());
-        let Some((lost, lease)) = shared.renewals.reenter(key, owner) else {
+        let Some((lost, lease)) = shared.reenter(key, owner).await? else {
             return Ok(None);
         };
-        // Undoes the local count if this future is dropped or fails: a count that never comes
-        // down would renew the lock for as long as the client lives.
-        let pending = PendingHold {
-            renewals: &shared.renewals,
-            key,
-            owner,
-        };
-        shared.requests.add(1);
-        let entered: i64 = shared
-            .conn
-            .invoke(REENTER.key(key).arg(owner).arg(millis(lease)))
-            .await?;
-        if entered != 1 {
-            return Ok(None);
-        }
-        std::mem::forget(pending);
         let held = WatchdogHeld::new(shared, key, owner, lease);
         Ok(Some(Guard::new(
             key,
@@ -192,28 +150,6 @@ impl RedisWatchdogLock {
     /// Local waiters queued now, over all keys (a cancelled waiter that stayed shows up here).
     pub fn waiting(&self) -> usize {
         self.shared.wakeups.len()
-    }
-}
-
-/// A re-entry counted locally but not yet confirmed by Redis.
-struct PendingHold<'a> {
-    renewals: &'a Renewals,
-    key: &'a str,
-    owner: &'a str,
-}
-
-impl Drop for PendingHold<'_> {
-    fn drop(&mut self) {
-        self.renewals.release(self.key, self.owner);
-    }
-}
-
-impl Drop for RedisWatchdogLock {
-    fn drop(&mut self) {
-        for task in &self.tasks {
-            task.abort();
-        }
-        self.shared.renewals.abandon();
     }
 }
 
@@ -333,7 +269,7 @@ impl Held for WatchdogHeld {
                     UNLOCK
                         .key(&self.key)
                         .arg(&self.owner)
-                        .arg(channel(&self.key))
+                        .arg(shared.wakeups.channel(&self.key))
                         .arg(millis(self.lease)),
                 )
                 .await?;

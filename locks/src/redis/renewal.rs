@@ -1,5 +1,9 @@
-//! The watchdog: one task per client keeps every lock the client holds alive, all of them in
-//! one round trip per renewal round.
+//! The watchdog of the hash locks (`redis-watchdog`, `redis-fair`): one task per client keeps
+//! every lock the client holds alive, all of them in one round trip per renewal round; and
+//! re-entry, which counts one more hold on a lock the client renews.
+//!
+//! Both locks keep a lock as a hash `owner → hold count` with a TTL, so one renewal script and
+//! one re-entry script serve both.
 //!
 //! Each held lock is renewed once a third of its lease has passed since the last confirmed
 //! renewal; a round also takes along every lock that would fall due within the next sixth of
@@ -25,6 +29,7 @@ use std::time::{Duration, Instant};
 use deadpool_redis::redis::Script;
 use tokio::sync::{Notify, watch};
 
+use crate::LockError;
 use crate::redis::{Conn, Requests, millis};
 
 /// Renews many locks at once. KEYS: locks. ARGV: owner and lease (ms) per key, in key order.
@@ -42,6 +47,20 @@ for i, key in ipairs(KEYS) do
   end
 end
 return renewed",
+    )
+});
+
+/// Re-enters a lock the owner holds. KEYS: lock. ARGV: owner, lease (ms). Returns 1, or 0 if
+/// the owner no longer holds it.
+static REENTER: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then
+  redis.call('hincrby', KEYS[1], ARGV[1], 1)
+  redis.call('pexpire', KEYS[1], ARGV[2])
+  return 1
+end
+return 0",
     )
 });
 
@@ -100,15 +119,41 @@ impl Renewals {
 
     /// Counts one more guard for a held lock; its `lost` flag and lease, or `None` if this
     /// client no longer renews it.
-    pub(super) fn reenter(
-        &self,
-        key: &str,
-        owner: &str,
-    ) -> Option<(watch::Receiver<bool>, Duration)> {
+    fn reenter(&self, key: &str, owner: &str) -> Option<(watch::Receiver<bool>, Duration)> {
         let mut held = self.lock();
         let entry = held.get_mut(&(key.to_owned(), owner.to_owned()))?;
         entry.holds += 1;
         Some((entry.lost.subscribe(), entry.lease))
+    }
+
+    /// Enters `owner`'s lock of `key` once more, in Redis and here: its `lost` flag and lease,
+    /// or `None` if this client does not renew that lock or Redis says the owner no longer
+    /// holds it. The local count is undone if this future is dropped or fails: a count that
+    /// never comes down would renew the lock for as long as the client lives.
+    pub(super) async fn reenter_held(
+        &self,
+        conn: &Conn,
+        requests: &Requests,
+        key: &str,
+        owner: &str,
+    ) -> Result<Option<(watch::Receiver<bool>, Duration)>, LockError> {
+        let Some((lost, lease)) = self.reenter(key, owner) else {
+            return Ok(None);
+        };
+        let pending = PendingHold {
+            renewals: self,
+            key,
+            owner,
+        };
+        requests.add(1);
+        let entered: i64 = conn
+            .invoke(REENTER.key(key).arg(owner).arg(millis(lease)))
+            .await?;
+        if entered != 1 {
+            return Ok(None);
+        }
+        std::mem::forget(pending);
+        Ok(Some((lost, lease)))
     }
 
     /// Counts one guard less; the last one stops the renewal.
@@ -238,5 +283,18 @@ impl Renewals {
 
     fn lock(&self) -> MutexGuard<'_, HashMap<Id, Entry>> {
         self.held.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A re-entry counted locally but not yet confirmed by Redis.
+struct PendingHold<'a> {
+    renewals: &'a Renewals,
+    key: &'a str,
+    owner: &'a str,
+}
+
+impl Drop for PendingHold<'_> {
+    fn drop(&mut self) {
+        self.renewals.release(self.key, self.owner);
     }
 }

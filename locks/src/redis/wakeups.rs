@@ -1,18 +1,24 @@
-//! Waking waiters by pub/sub instead of polling.
+//! Waking waiters by pub/sub instead of polling, for the watchdog lock and the fair lock.
 //!
-//! The unlock script publishes on `locks:released:<key>` when it deletes a lock. Each client
-//! has ONE subscriber connection, subscribed to the channels of the keys it has waiters for
-//! (subscribed when the first waiter for a key arrives, unsubscribed when the last one leaves),
-//! and per key a FIFO of waiters. A release message wakes only the waiter at the front of the
-//! queue: one retry per client per release, never a thundering herd of every waiter. The woken
-//! waiter stays at the front until it wins or leaves; if it leaves without winning (cancelled,
-//! out of budget), it passes the wake-up on to the next one.
+//! Each client has ONE subscriber connection, subscribed to the channels of the keys it has
+//! waiters for (subscribed when the first waiter for a key arrives, unsubscribed when the last
+//! one leaves), and per key a FIFO of waiters. Two ways of waking, one per lock:
+//!
+//! * **The front** ([`Wakeups::released`], `redis-watchdog`): the unlock script publishes on
+//!   `locks:released:<key>`, which every client waiting for the key hears. A message wakes only
+//!   the waiter at the front of the client's queue: one retry per client per release, never a
+//!   thundering herd of every waiter. The woken waiter stays at the front until it wins or
+//!   leaves; if it leaves without winning (cancelled, out of budget), it passes the wake-up on
+//!   to the next one.
+//! * **By name** ([`Wakeups::turns`], `redis-fair`): Redis keeps the queue, and its scripts
+//!   publish the name of the waiter whose turn it is on that waiter's client's own channel,
+//!   `locks:turn:<client>:<key>`. Only that client hears it, and it wakes only that waiter.
 //!
 //! A message can be missed: the holder crashed and published nothing, the subscription was not
 //! up yet, the subscriber connection dropped. So every waiter also re-checks when the current
 //! holder's lease would end (the `PTTL` the lock script returned). After the subscriber
-//! reconnects, it re-subscribes and wakes every queue's front, since messages may have been lost
-//! in between.
+//! reconnects, it re-subscribes and wakes every queue's front (by name: every waiter), since
+//! messages may have been lost in between.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,12 +32,11 @@ use tokio::sync::{Notify, mpsc, watch};
 use crate::LockError;
 use crate::redis::{Requests, Target};
 
-const CHANNEL_PREFIX: &str = "locks:released:";
-
-/// The channel the unlock script publishes on when it deletes lock `key`.
-pub(super) fn channel(key: &str) -> String {
-    format!("{CHANNEL_PREFIX}{key}")
-}
+/// Where the watchdog's unlock script announces a release, before the key.
+const RELEASED_PREFIX: &str = "locks:released:";
+/// Where the fair lock's scripts announce a turn, before `<client>:<key>`. The scripts in
+/// `fair/scripts.rs` spell it too.
+pub(super) const TURN_PREFIX: &str = "locks:turn:";
 
 /// How long one SUBSCRIBE/UNSUBSCRIBE may take before the connection is considered dead.
 const SINK_TIMEOUT: Duration = Duration::from_secs(2);
@@ -43,6 +48,10 @@ pub(super) struct Wakeups {
     queues: Mutex<HashMap<String, Queue>>,
     commands: mpsc::UnboundedSender<Command>,
     next_id: AtomicU64,
+    /// The channel of key `k` is this prefix followed by `k`.
+    prefix: String,
+    /// Whether a message names the waiter to wake (the fair lock) or wakes the front.
+    by_name: bool,
 }
 
 struct Queue {
@@ -53,6 +62,8 @@ struct Queue {
 
 struct Waiter {
     id: u64,
+    /// The lock owner it waits as, when messages wake by name.
+    name: Option<String>,
     wake: Notify,
 }
 
@@ -62,19 +73,46 @@ enum Command {
 }
 
 impl Wakeups {
-    /// The queues, and the subscriber task to spawn (it runs until aborted).
-    pub(super) fn new(
+    /// Wake-ups by release messages, which wake the front of a key's queue; and the subscriber
+    /// task to spawn (it runs until aborted).
+    pub(super) fn released(
         target: Target,
         requests: Arc<Requests>,
+    ) -> (Arc<Wakeups>, impl Future<Output = ()> + Send + 'static) {
+        Self::new(target, requests, RELEASED_PREFIX.to_owned(), false)
+    }
+
+    /// Wake-ups by turn messages to the client named `client_id`, which wake the waiter they
+    /// name; and the subscriber task to spawn (it runs until aborted).
+    pub(super) fn turns(
+        target: Target,
+        requests: Arc<Requests>,
+        client_id: &str,
+    ) -> (Arc<Wakeups>, impl Future<Output = ()> + Send + 'static) {
+        Self::new(target, requests, format!("{TURN_PREFIX}{client_id}:"), true)
+    }
+
+    fn new(
+        target: Target,
+        requests: Arc<Requests>,
+        prefix: String,
+        by_name: bool,
     ) -> (Arc<Wakeups>, impl Future<Output = ()> + Send + 'static) {
         let (commands, receiver) = mpsc::unbounded_channel();
         let wakeups = Arc::new(Wakeups {
             queues: Mutex::default(),
             commands,
             next_id: AtomicU64::new(0),
+            prefix,
+            by_name,
         });
         let task = Arc::clone(&wakeups).subscriber(target, receiver, requests);
         (wakeups, task)
+    }
+
+    /// The channel this client listens on for `key`.
+    pub(super) fn channel(&self, key: &str) -> String {
+        format!("{}{key}", self.prefix)
     }
 
     /// Whether some local waiter already queues for `key` (a newcomer then queues behind it
@@ -90,8 +128,18 @@ impl Wakeups {
 
     /// Joins the back of `key`'s queue (subscribing to its channel if this is the first waiter).
     pub(super) fn enqueue(self: &Arc<Self>, key: &str) -> Ticket {
+        self.join(key, None)
+    }
+
+    /// Joins `key`'s queue as the waiter a turn message names `name`.
+    pub(super) fn enqueue_as(self: &Arc<Self>, key: &str, name: &str) -> Ticket {
+        self.join(key, Some(name.to_owned()))
+    }
+
+    fn join(self: &Arc<Self>, key: &str, name: Option<String>) -> Ticket {
         let waiter = Arc::new(Waiter {
             id: self.next_id.fetch_add(1, Ordering::Relaxed),
+            name,
             wake: Notify::new(),
         });
         let mut queues = self.lock();
@@ -118,6 +166,32 @@ impl Wakeups {
         }
     }
 
+    /// A message arrived for `key`: wakes the waiter it names, or the front.
+    fn deliver(&self, key: &str, payload: &[u8]) {
+        let queues = self.lock();
+        let Some(queue) = queues.get(key) else {
+            return;
+        };
+        if !self.by_name {
+            Self::wake_front(queue);
+        } else if let Some(named) =
+            (queue.waiters.iter()).find(|w| w.name.as_deref().map(str::as_bytes) == Some(payload))
+        {
+            named.wake.notify_one();
+        }
+    }
+
+    /// Messages may have been lost: wakes whoever a lost message could have been for.
+    fn wake_all(&self) {
+        for queue in self.lock().values() {
+            if self.by_name {
+                queue.waiters.iter().for_each(|w| w.wake.notify_one());
+            } else {
+                Self::wake_front(queue);
+            }
+        }
+    }
+
     fn leave(&self, key: &str, id: u64, granted: bool) {
         let mut queues = self.lock();
         let Some(queue) = queues.get_mut(key) else {
@@ -128,8 +202,9 @@ impl Wakeups {
         if queue.waiters.is_empty() {
             queues.remove(key);
             let _ = self.commands.send(Command::Unsubscribe(key.to_owned()));
-        } else if was_front && !granted {
-            // It may have been woken for a release it will not use: pass it on.
+        } else if was_front && !granted && !self.by_name {
+            // It may have been woken for a release it will not use: pass it on. (By name,
+            // Redis passes the turn on: the leaving waiter tells it.)
             Self::wake_front(queue);
         }
     }
@@ -167,10 +242,8 @@ impl Wakeups {
                                 }
                                 message = stream.next() => {
                                     let Some(message) = message else { break };
-                                    if let Some(key) = message.get_channel_name().strip_prefix(CHANNEL_PREFIX)
-                                        && let Some(queue) = self.lock().get(key)
-                                    {
-                                        Self::wake_front(queue);
+                                    if let Some(key) = message.get_channel_name().strip_prefix(&self.prefix) {
+                                        self.deliver(key, message.get_payload_bytes());
                                     }
                                 }
                             }
@@ -187,8 +260,9 @@ impl Wakeups {
         }
     }
 
-    /// On a fresh connection: subscribes every key with waiters and wakes each queue's front,
-    /// since releases may have gone unheard. `false` if the connection failed.
+    /// On a fresh connection: subscribes every key with waiters and wakes whoever a message
+    /// could have been for, since messages may have gone unheard. `false` if the connection
+    /// failed.
     async fn resubscribe(&self, sink: &mut PubSubSink, requests: &Requests) -> bool {
         let keys: Vec<String> = self.lock().keys().cloned().collect();
         for key in keys {
@@ -196,9 +270,7 @@ impl Wakeups {
                 return false;
             }
         }
-        for queue in self.lock().values() {
-            Self::wake_front(queue);
-        }
+        self.wake_all();
         true
     }
 
@@ -207,13 +279,13 @@ impl Wakeups {
         let outcome = match &command {
             Command::Subscribe(key) => {
                 requests.add(1);
-                tokio::time::timeout(SINK_TIMEOUT, sink.subscribe(channel(key))).await
+                tokio::time::timeout(SINK_TIMEOUT, sink.subscribe(self.channel(key))).await
             }
             // Waiters came back for the key since: keep the subscription.
             Command::Unsubscribe(key) if self.lock().contains_key(key) => return true,
             Command::Unsubscribe(key) => {
                 requests.add(1);
-                tokio::time::timeout(SINK_TIMEOUT, sink.unsubscribe(channel(key))).await
+                tokio::time::timeout(SINK_TIMEOUT, sink.unsubscribe(self.channel(key))).await
             }
         };
         match outcome {

@@ -1,0 +1,81 @@
+//! What the two hash-lock clients, `redis-watchdog` and `redis-fair`, are built from: one
+//! multiplexed command connection, the count of requests sent, the watchdog (`renewal.rs`) and
+//! the subscriber (`wakeups.rs`), with the two background tasks that run them.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use super::renewal::Renewals;
+use super::wakeups::Wakeups;
+use super::{Conn, Requests, Target};
+use crate::LockError;
+
+pub(super) struct HashClient {
+    pub(super) conn: Conn,
+    pub(super) requests: Arc<Requests>,
+    pub(super) renewals: Renewals,
+    pub(super) wakeups: Arc<Wakeups>,
+}
+
+/// A client's background tasks. Dropping them stops its watchdog and its subscriber: locks it
+/// still holds then lapse within their lease (their guards' `lost()` fires then).
+pub(super) struct Background {
+    tasks: [JoinHandle<()>; 2],
+    client: Arc<HashClient>,
+}
+
+impl HashClient {
+    /// A client of the Redis at `url`, its wake-ups made by `wakeups` (which also returns the
+    /// subscriber task); both connections connect lazily. Must be called inside a Tokio runtime.
+    pub(super) fn start<F>(
+        url: &str,
+        wakeups: impl FnOnce(Target, Arc<Requests>) -> (Arc<Wakeups>, F),
+    ) -> Result<(Arc<HashClient>, Background), LockError>
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        let runtime = tokio::runtime::Handle::try_current().map_err(LockError::unavailable)?;
+        let redis = Target::parse(url)?;
+        let requests = Arc::new(Requests::default());
+        let (wakeups, subscriber) = wakeups(redis, Arc::clone(&requests));
+        let client = Arc::new(HashClient {
+            conn: Conn::open(url)?,
+            requests,
+            renewals: Renewals::default(),
+            wakeups,
+        });
+        let watchdog = {
+            let client = Arc::clone(&client);
+            runtime.spawn(async move { client.renewals.run(&client.conn, &client.requests).await })
+        };
+        let background = Background {
+            tasks: [watchdog, runtime.spawn(subscriber)],
+            client: Arc::clone(&client),
+        };
+        Ok((client, background))
+    }
+
+    /// Enters `owner`'s lock of `key` once more: its `lost` flag and lease, or `None` if this
+    /// client does not hold it (any more).
+    pub(super) async fn reenter(
+        &self,
+        key: &str,
+        owner: &str,
+    ) -> Result<Option<(watch::Receiver<bool>, Duration)>, LockError> {
+        (self.renewals)
+            .reenter_held(&self.conn, &self.requests, key, owner)
+            .await
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+        self.client.renewals.abandon();
+    }
+}
