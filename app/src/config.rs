@@ -27,6 +27,16 @@ pub struct Config {
     #[arg(long, env = "REDIS_URL", hide_env_values = true)]
     pub redis_url: Option<String>,
 
+    /// Redis Sentinels (comma-separated `host:port`) monitoring `--redis-master-name`. When set,
+    /// the Redis locks (`redis-lock*`, `redis-watchdog*`, `redis-fair*`) ask them for the
+    /// current primary and follow a failover; `--redis-url` then serves only Redis-held stock.
+    #[arg(long, env = "REDIS_SENTINELS", value_delimiter = ',')]
+    pub redis_sentinels: Vec<String>,
+
+    /// The name the Sentinels monitor the primary under.
+    #[arg(long, env = "REDIS_MASTER_NAME", default_value = "mymaster")]
+    pub redis_master_name: String,
+
     /// Connections of the pool to `--redis-url` that keeps Redis-held stock (`redis-lua*`).
     #[arg(long, env = "SECKILL_REDIS_POOL_SIZE", default_value_t = 64)]
     pub redis_pool_size: usize,
@@ -154,6 +164,7 @@ impl Config {
         let mut config = Config::parse_from(["seckill-app"]);
         config.database_url = database_url.into();
         config.redis_url = None;
+        config.redis_sentinels.clear();
         config.redlock_urls.clear();
         config.zookeeper = None;
         config.etcd.clear();
@@ -176,6 +187,18 @@ impl Config {
             replicas: self.redis_wait_replicas,
             timeout: Duration::from_millis(self.redis_wait_timeout_ms),
         })
+    }
+
+    /// Where the Redis locks find Redis: the Sentinels' address of the primary if Sentinels are
+    /// configured, else `--redis-url`.
+    pub fn redis_lock_url(&self) -> Option<String> {
+        match self.redis_sentinels.is_empty() {
+            true => self.redis_url.clone(),
+            false => Some(locks::redis::Target::sentinel_url(
+                &self.redis_sentinels,
+                &self.redis_master_name,
+            )),
+        }
     }
 
     pub fn batch_window(&self) -> Duration {

@@ -46,6 +46,16 @@ async fn fenced_redis_fair_never_oversells_under_200_buyers() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fenced_redis_watchdog_through_sentinel_never_oversells_under_200_buyers() {
+    let (sentinels, master) = server(sandbox::shared::redis_sentinels).await;
+    sells_exactly_the_stock("redis-watchdog-fenced", |c| {
+        c.redis_sentinels = sentinels;
+        c.redis_master_name = master;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn redlock_never_oversells_under_200_buyers() {
     let urls = server(sandbox::shared::redlock_urls).await;
     sells_exactly_the_stock("redlock", |c| c.redlock_urls = urls).await;
