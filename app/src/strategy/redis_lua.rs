@@ -37,6 +37,10 @@ use crate::db::{orders, products};
 use crate::redis_stock::scripts::{DUPLICATE, GIVE_BACK, NO_COUNTER, SOLD_OUT, TAKE};
 use crate::redis_stock::{RedisStock, RedisStockError, Replicated};
 
+/// Attempts to give units back, and the pause between them.
+const GIVE_BACK_TRIES: usize = 5;
+const GIVE_BACK_PAUSE: Duration = Duration::from_millis(100);
+
 /// How often a replayed click looks for its original order while that is being placed.
 const REPLAY_POLL: Duration = Duration::from_millis(10);
 
@@ -160,14 +164,23 @@ pub(crate) async fn refused(
 /// (a duplicate request id stays a duplicate, so the caller replays the original order).
 async fn give_back(redis: &RedisStock, purchase: &Purchase, why: PurchaseError) -> PurchaseError {
     let keys = redis.keys();
-    let given = redis
-        .invoke::<i64>(
-            GIVE_BACK
-                .key(keys.stock(purchase.product_id))
-                .key(keys.requests(purchase.product_id))
-                .arg(&purchase.request_id),
-        )
-        .await;
+    let mut script = GIVE_BACK.prepare_invoke();
+    script
+        .key(keys.stock(purchase.product_id))
+        .key(keys.requests(purchase.product_id))
+        .arg(&purchase.request_id);
+    // The script gives back once (it deletes the record it gives back by), so it may be sent
+    // again: a connection that just broke (a failover) reconnects meanwhile.
+    let mut given = redis.invoke::<i64>(&script).await;
+    for _ in 1..GIVE_BACK_TRIES {
+        match &given {
+            Err(e) if e.is_unavailable() => {
+                tokio::time::sleep(GIVE_BACK_PAUSE).await;
+                given = redis.invoke::<i64>(&script).await;
+            }
+            _ => break,
+        }
+    }
     if let Err(e) = given {
         tracing::warn!(request_id = %purchase.request_id, error = %e,
             "units taken in Redis not given back: undersell until reconciled");
