@@ -96,7 +96,7 @@ pub async fn run_sale(api: &Api, db: &MySqlPool, plan: &SalePlan) -> Result<Sale
 
 /// Waits (at most [`DRAIN_LIMIT`]) until no accepted order of `product` waits in the stream;
 /// returns the product then and the time it took.
-async fn drain(api: &Api, product: u64) -> Result<(ProductView, Duration)> {
+pub(crate) async fn drain(api: &Api, product: u64) -> Result<(ProductView, Duration)> {
     let started = Instant::now();
     loop {
         let view = api.product(product).await?;

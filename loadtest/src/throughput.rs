@@ -47,12 +47,22 @@ pub async fn closed(api: &Api, plan: &ThroughputPlan, round: usize) -> Result<Lo
     api.reset_product(plan.product, UNLIMITED, plan.strategy.home())
         .await?;
     let buyers = Buyers::new(api, plan, format!("c{round}"));
-    Ok(
-        closed_loop(plan.users, Budget::Window(plan.window), move |i| {
-            buyers.clone().send(i)
-        })
-        .await,
-    )
+    let closed = closed_loop(plan.users, Budget::Window(plan.window), move |i| {
+        buyers.clone().send(i)
+    })
+    .await;
+    settle(api, plan).await?;
+    Ok(closed)
+}
+
+/// Waits until the orders a loop left queued (`redis-lua-stream`'s stream) are placed: the
+/// consumers would otherwise go on writing them to MariaDB during the next strategy's run and
+/// slow it down, and resetting a product scans what still waits.
+async fn settle(api: &Api, plan: &ThroughputPlan) -> Result<()> {
+    if plan.strategy.home() == app::api::Home::Redis {
+        crate::sale::drain(api, plan.product).await?;
+    }
+    Ok(())
 }
 
 /// The open-loop arrival rate after the closed loop `closed`: the plan's, or
@@ -73,6 +83,7 @@ pub async fn open(api: &Api, plan: &ThroughputPlan, rate: f64) -> Result<LoadRes
         buyers.clone().send(i)
     })
     .await;
+    settle(api, plan).await?;
     api.reset_product(plan.product, 0, plan.strategy.home())
         .await?;
     Ok(open)
