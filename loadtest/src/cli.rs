@@ -208,6 +208,11 @@ pub struct LockArgs {
     /// Time each holder keeps the lock after its probe write, in microseconds.
     #[arg(long, default_value_t = 0)]
     pub hold_us: u64,
+    /// Record every worker's steps (attempt, grant with its fencing token, fenced write,
+    /// release) and run the lock-history checker over them; violations are printed as the
+    /// offending slices of history.
+    #[arg(long)]
+    pub check: bool,
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,

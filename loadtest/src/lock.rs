@@ -21,6 +21,8 @@ use std::time::Duration;
 
 use anyhow::{Result, bail};
 use deadpool_redis::redis;
+use locks::history::{self, History};
+use locks::recorded::FencedStore;
 use locks::{AcquireOptions, Backend, DistributedLock, LockError};
 use sandbox::Endpoints;
 use serde::Serialize;
@@ -64,7 +66,16 @@ pub struct LockReport {
     /// this is server work, not round trips (those are `client_requests_per_grant`). `None`
     /// where the server has no cheap counter (ZooKeeper, etcd, the database).
     pub server_commands_per_grant: Option<f64>,
+    /// With `--check`: how many violations the lock-history checker found in the run's
+    /// recorded history (every attempt, grant, release and fenced write of every worker); 0 when
+    /// clean, `None` without `--check`.
+    pub history_violations: Option<usize>,
+    /// The offending slices of history of the first [`SHOWN_VIOLATIONS`] violations.
+    pub history_slices: Vec<String>,
 }
+
+/// Violations whose slice of history the report keeps.
+pub const SHOWN_VIOLATIONS: usize = 5;
 
 /// ZooKeeper session timeout: the lease of the ZooKeeper lock.
 const ZOOKEEPER_SESSION: Duration = Duration::from_secs(10);
@@ -111,6 +122,7 @@ pub async fn bench(
     workers: usize,
     seconds: f64,
     hold: Duration,
+    check: bool,
 ) -> Result<LockReport> {
     if workers == 0 {
         bail!("--workers must be at least 1");
@@ -140,14 +152,22 @@ pub async fn bench(
     };
     let requests_before: u64 = clients.iter().map(|c| c.backend_requests()).sum();
     let queue = Arc::new(fairness::Queue::new(workers));
+    // `--check`: each worker writes down its steps, and the probe is also a fenced write.
+    let store = check.then(|| Arc::new(FencedStore::new(Arc::new(History::new()))));
 
     let start = Instant::now();
     let end = start + Duration::from_secs_f64(seconds);
     let handles: Vec<_> = (0..workers)
         .map(|w| {
             let lock = clients[w % clients.len()].clone();
-            let (key, counter, pool, queue) =
-                (key.clone(), counter.clone(), pool.clone(), queue.clone());
+            let (key, counter, pool, queue, store) = (
+                key.clone(),
+                counter.clone(),
+                pool.clone(),
+                queue.clone(),
+                store.clone(),
+            );
+            let me = format!("worker-{w}");
             tokio::spawn(async move {
                 let mut latencies = Latencies::default();
                 let mut grants = 0u64;
@@ -155,6 +175,9 @@ pub async fn bench(
                 while Instant::now() < end {
                     let asked = Instant::now();
                     queue.wants(w, asked);
+                    if let Some(store) = &store {
+                        store.history().attempt(&me);
+                    }
                     let guard = match lock
                         .acquire(&key, AcquireOptions::new(LEASE).wait(WAIT))
                         .await
@@ -167,9 +190,16 @@ pub async fn bench(
                     latencies.record(now - asked);
                     longest = longest.max(queue.granted(w, now));
                     grants += 1;
+                    if let Some(store) = &store {
+                        store.history().grant(&me, guard.fencing_token());
+                        store.write(&me, guard.fencing_token());
+                    }
                     probe(&pool, &counter).await?;
                     if !hold.is_zero() {
                         tokio::time::sleep(hold).await;
+                    }
+                    if let Some(store) = &store {
+                        store.history().release(&me, guard.fencing_token());
                     }
                     // Whether it still owned the lock does not matter here: the counter tells.
                     let _ = guard.release().await;
@@ -209,6 +239,7 @@ pub async fn bench(
         .query_async::<()>(&mut conn)
         .await?;
     let summary = latencies.summary();
+    let found = store.map(|store| history::check_events(&store.history().events()));
     Ok(LockReport {
         backend,
         workers,
@@ -226,6 +257,13 @@ pub async fn bench(
         oldest_waiter_served: queue.oldest_served_share(),
         client_requests_per_grant: per_grant(requests),
         server_commands_per_grant: server_commands.and_then(per_grant),
+        history_violations: found.as_ref().map(Vec::len),
+        history_slices: found
+            .iter()
+            .flatten()
+            .take(SHOWN_VIOLATIONS)
+            .map(ToString::to_string)
+            .collect(),
     })
 }
 
@@ -279,6 +317,16 @@ impl std::fmt::Display for LockReport {
             "  per grant     {} client requests, {} server commands",
             or_none(self.client_requests_per_grant, 2),
             or_none(self.server_commands_per_grant, 2)
-        )
+        )?;
+        if let Some(found) = self.history_violations {
+            write!(f, "\n  history check {found} violation(s)")?;
+            for slice in &self.history_slices {
+                write!(f, "\n{slice}")?;
+            }
+            if found > self.history_slices.len() {
+                write!(f, "\n… and {} more", found - self.history_slices.len())?;
+            }
+        }
+        Ok(())
     }
 }

@@ -155,6 +155,7 @@ fn lock(args: &LockArgs) -> Result<()> {
             args.workers,
             args.seconds,
             Duration::from_micros(args.hold_us),
+            args.check,
         )
         .await
     })?;

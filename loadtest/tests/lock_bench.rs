@@ -1,10 +1,11 @@
 //! `seckill-bench lock` counts mutual-exclusion violations: none for a correct lock, some for
 //! a deliberately broken one; and it measures fairness: the fair Redis lock shares its grants
-//! evenly among workers of separate clients.
+//! evenly among workers of separate clients; `--check` runs the lock-history checker over the
+//! recorded run.
 
 use std::time::Duration;
 
-use loadtest::lock::{bench, connect_clients};
+use loadtest::lock::{LockReport, bench, connect_clients};
 use locks::Backend;
 use sandbox::Endpoints;
 
@@ -19,14 +20,26 @@ fn endpoints() -> Endpoints {
     }
 }
 
-async fn violations(backend: Backend) -> i64 {
+async fn checked(backend: Backend) -> LockReport {
     let e = endpoints();
     let clients = connect_clients(backend, &e, 1).await.unwrap();
-    let report = bench(backend, clients, &e, 8, 1.0, Duration::from_micros(200))
-        .await
-        .unwrap();
+    let report = bench(
+        backend,
+        clients,
+        &e,
+        8,
+        1.0,
+        Duration::from_micros(200),
+        true,
+    )
+    .await
+    .unwrap();
     assert!(report.acquisitions > 0, "{report:?}");
-    report.violations
+    report
+}
+
+async fn violations(backend: Backend) -> i64 {
+    checked(backend).await.violations
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -52,12 +65,35 @@ async fn the_get_then_set_lock_shows_violations_under_contention() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn the_history_check_finds_two_holders_of_the_get_then_set_lock_and_none_of_a_correct_one() {
+    let report = checked(Backend::RedisWatchdog).await;
+    assert_eq!(report.history_violations, Some(0), "{report}");
+    for round in 1..=3 {
+        let report = checked(Backend::RedisGetThenSet).await;
+        if report.history_violations.is_some_and(|n| n > 0) {
+            assert!(!report.history_slices.is_empty(), "{report}");
+            return;
+        }
+        eprintln!("round {round}: no violation this time");
+    }
+    panic!("the history of `redis-get-then-set` never showed two holders within 3 rounds");
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn the_fair_redis_lock_shares_grants_evenly_among_16_workers_of_16_clients() {
     let e = endpoints();
     let clients = connect_clients(Backend::RedisFair, &e, 16).await.unwrap();
-    let report = bench(Backend::RedisFair, clients, &e, 16, 1.5, Duration::ZERO)
-        .await
-        .unwrap();
+    let report = bench(
+        Backend::RedisFair,
+        clients,
+        &e,
+        16,
+        1.5,
+        Duration::ZERO,
+        false,
+    )
+    .await
+    .unwrap();
     assert_eq!(report.violations, 0, "{report:?}");
     assert_eq!(report.clients, 16);
     let fairness = report.fairness_index.expect("grants");
