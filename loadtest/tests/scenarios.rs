@@ -276,6 +276,21 @@ async fn an_etcd_leader_killed_under_contention_leaves_a_clean_lock_history_and_
     assert!(f.0.grants_before > 0 && f.0.grants_after > 0, "{f:?}");
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn a_zookeeper_holder_cut_off_with_its_member_is_fenced_off_and_told_it_lost() {
+    sandbox::require_faults!();
+    let report = quick(Scenario::ZkPartition).await;
+    assert_all_pass(&report);
+    let f = row!(
+        report,
+        "zookeeper-fenced, holder's member cut off",
+        ZkPartition
+    );
+    assert!(f.token_b > f.token_a && f.stale_write_refused, "{f:?}");
+    assert!(f.a_lost_after_cut_ms.is_some(), "{f:?}");
+    assert_eq!((f.tokens_not_increasing, f.stale_writes_accepted), (0, 0));
+}
+
 /// The full form (real leases and timeouts, several minutes): `cargo nextest run -p loadtest
 /// --test scenarios --run-ignored only`. Prints every report. `SECKILL_SCENARIO=<name>` runs
 /// one scenario instead of all.

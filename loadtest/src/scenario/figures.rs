@@ -242,3 +242,19 @@ pub struct ZkLeaderLoss(pub LeaderLoss);
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 #[serde(transparent)]
 pub struct EtcdLeaderLoss(pub LeaderLoss);
+
+/// `zk-partition`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct ZkPartition {
+    pub session_ms: f64,
+    pub token_a: u64,
+    pub token_b: u64,
+    pub b_granted_after_cut_ms: f64,
+    /// When A's `lost()` fired, after the cut (`None`: it never did).
+    pub a_lost_after_cut_ms: Option<f64>,
+    pub stale_write_refused: bool,
+    /// What the lock-history checker found, by rule.
+    pub overlaps: usize,
+    pub tokens_not_increasing: usize,
+    pub stale_writes_accepted: usize,
+}
