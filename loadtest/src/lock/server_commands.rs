@@ -13,25 +13,17 @@
 //! of every client): their figure is left empty, and the client-side count stands alone.
 
 use anyhow::{Context, Result};
+use app::api::Service;
 use deadpool_redis::redis;
 use locks::Backend;
 use sandbox::Endpoints;
 
 /// The Redis servers whose commands are `backend`'s, and whether the first also serves the probe.
 pub fn servers(backend: Backend, endpoints: &Endpoints) -> Option<(Vec<String>, bool)> {
-    match backend {
-        Backend::Redis
-        | Backend::RedisWatchdog
-        | Backend::RedisFair
-        | Backend::RedisSetnxNoTtl
-        | Backend::RedisGetThenSet
-        | Backend::RedisUnsafeRelease => Some((vec![endpoints.redis_url.clone()], true)),
-        Backend::Redlock => Some((endpoints.redlock_urls.clone(), false)),
-        Backend::ZooKeeper
-        | Backend::Etcd
-        | Backend::DbLock
-        | Backend::DbLockRenewed
-        | Backend::Memcached => None,
+    match Service::of(backend) {
+        Service::Redis => Some((vec![endpoints.redis_url.clone()], true)),
+        Service::Redlock => Some((endpoints.redlock_urls.clone(), false)),
+        _ => None,
     }
 }
 

@@ -28,6 +28,7 @@ use super::figures::RedisFailoverStock;
 use super::fleet::{Fleet, accounting, order};
 use super::partition::Partition;
 use super::{Row, Scenario, ScenarioOptions, ScenarioReport, Timeline, control, start};
+use crate::client::Answer;
 
 const PRODUCT: u64 = 950;
 const STOCK: i64 = 20;
@@ -185,18 +186,15 @@ struct Sales {
     unavailable: usize,
 }
 
+/// One `redis-lua` purchase of one unit by `user`, through the instance.
+async fn click(fleet: &Fleet, user: &str) -> Answer {
+    order(&fleet.api, 0, PRODUCT, Strategy::RedisLua, user, 0).await
+}
+
 async fn buy(fleet: &Fleet, who: &str, n: usize) -> Sales {
     let mut sales = Sales::default();
     for i in 0..n {
-        let answer = order(
-            &fleet.api,
-            0,
-            PRODUCT,
-            Strategy::RedisLua,
-            &format!("{who}-{i}"),
-            0,
-        )
-        .await;
+        let answer = click(fleet, &format!("{who}-{i}")).await;
         if answer.created() {
             sales.created += 1;
         } else if answer.refused_with(ErrorCode::BackendUnavailable) {
@@ -223,15 +221,7 @@ async fn buy_until_sold_out(fleet: &Fleet) -> Result<usize> {
     let deadline = Instant::now() + RECOVERY;
     let mut created = 0;
     for i in 0.. {
-        let answer = order(
-            &fleet.api,
-            0,
-            PRODUCT,
-            Strategy::RedisLua,
-            &format!("after-{i}"),
-            0,
-        )
-        .await;
+        let answer = click(fleet, &format!("after-{i}")).await;
         if answer.created() {
             created += 1;
         } else if answer.refused_with(ErrorCode::SoldOut) {
