@@ -53,6 +53,12 @@ const REQUIREMENTS: &[Requirement] = &[
         brew: "wrk",
     },
     Requirement {
+        what: "a Compose client (to validate docker-compose.yml; no Docker engine needed)",
+        present: || on_path("docker-compose"),
+        debian: "docker-compose",
+        brew: "docker-compose",
+    },
+    Requirement {
         what: "MariaDB client (mariadb, mysqlslap)",
         present: || on_path("mariadb") && on_path("mysqlslap"),
         debian: "mariadb-client",
