@@ -62,5 +62,13 @@ async fn every_baseline_is_measured_and_the_strategy_is_compared_with_its_own() 
     assert!(strategy.percent_of_http_noop.is_some());
     let check = explain::client_check(report).expect("both no-op baselines");
     assert!(check.contains("goose"), "{check}");
+    let wrk_measured = report.baselines.iter().any(|b| {
+        b.name == BaselineName::HttpNoop
+            && b.standard_tool
+                .as_ref()
+                .is_some_and(|t| t.status == "measured")
+    });
+    // The verdict must weigh the faster peer, not only goose.
+    assert_eq!(check.contains("wrk"), wrk_measured, "{check}");
     common::drop_database(&target).await;
 }
