@@ -485,3 +485,58 @@ async fn an_accepted_order_is_pending_until_a_consumer_places_it() {
     app.stop().await;
     drop_database(&database_url).await;
 }
+
+/// Reading a product costs Redis the same however many orders wait in the stream: the waiting
+/// units are a counter the scripts keep, not a scan. (Summed from `XRANGE - +`, a backlog of
+/// 100,000 accepted orders took longer than the reply timeout to read, and
+/// `GET /api/products/{id}` answered 503 while the consumers caught up.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_product_read_does_not_scan_the_stream() {
+    let private = tokio::task::spawn_blocking(sandbox::Redis::start)
+        .await
+        .expect("join")
+        .expect("private Redis");
+    let database_url = fresh_database_url().await;
+    let app = spawn_app(config_with(&database_url, private.url())).await;
+    app.reset_in(1, 10, Home::Redis).await;
+    for i in 0..3 {
+        let (status, answer) = app
+            .order(
+                1,
+                &order_body(&format!("scan-{i}"), "redis-lua-stream"),
+                None,
+            )
+            .await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{answer}");
+    }
+    let mut conn = redis::Client::open(private.url())
+        .expect("client")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connection");
+    redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async::<()>(&mut conn)
+        .await
+        .expect("resetstat");
+    let view: Value = app
+        .client
+        .get(format!("{}/api/products/1", app.url))
+        .send()
+        .await
+        .expect("get")
+        .json()
+        .await
+        .expect("json");
+    let (stock, pending) = (view["stock"].as_i64(), view["pending"].as_i64());
+    assert_eq!(stock, Some(7), "{view}");
+    assert!(pending.is_some_and(|p| (0..=3).contains(&p)), "{view}");
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut conn)
+        .await
+        .expect("info");
+    assert!(!stats.contains("cmdstat_xrange"), "{stats}");
+    app.stop().await;
+    drop_database(&database_url).await;
+}
