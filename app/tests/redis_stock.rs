@@ -19,6 +19,7 @@ use common::{
 use deadpool_redis::redis;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
+use sqlx::Connection;
 
 const STRATEGIES: [&str; 2] = ["redis-lua", "redis-lua-stream"];
 
@@ -539,4 +540,66 @@ async fn a_product_read_does_not_scan_the_stream() {
     assert!(!stats.contains("cmdstat_xrange"), "{stats}");
     app.stop().await;
     drop_database(&database_url).await;
+}
+
+/// A product read counts the units of orders accepted and not yet placed, and stops counting
+/// them once the consumers placed them: the waiting count the scripts keep follows the stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_product_read_counts_accepted_orders_as_pending_until_they_are_placed() {
+    let database_url = fresh_database_url().await;
+    let app = spawn_app(config_with(&database_url, shared_redis().await)).await;
+    app.reset_in(1, 10, Home::Redis).await;
+    // The consumers' inserts wait behind this gap lock on the product's orders, so the
+    // accepted orders stay in the stream; plain reads of the orders are not blocked.
+    let mut blocker = sqlx::MySqlConnection::connect(&database_url)
+        .await
+        .expect("connect");
+    sqlx::query("BEGIN")
+        .execute(&mut blocker)
+        .await
+        .expect("begin");
+    sqlx::query("SELECT id FROM orders WHERE product_id = 1 FOR UPDATE")
+        .execute(&mut blocker)
+        .await
+        .expect("lock");
+    for i in 0..3 {
+        let mut body = order_body(&format!("wait-{i}"), "redis-lua-stream");
+        body["quantity"] = json!(i + 1);
+        let (status, answer) = app.order(1, &body, None).await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{answer}");
+    }
+    let view = product(&app, 1).await;
+    assert_eq!(
+        (view["stock"].as_i64(), view["pending"].as_i64()),
+        (Some(4), Some(6)),
+        "{view}"
+    );
+    sqlx::query("ROLLBACK")
+        .execute(&mut blocker)
+        .await
+        .expect("unlock");
+    let mut pending = None;
+    for _ in 0..200 {
+        let view = product(&app, 1).await;
+        pending = view["pending"].as_i64();
+        if pending == Some(0) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(pending, Some(0));
+    assert_eq!(ledger(&database_url, 1).await.sold, 6);
+    app.stop().await;
+    drop_database(&database_url).await;
+}
+
+async fn product(app: &TestApp, id: u64) -> Value {
+    app.client
+        .get(format!("{}/api/products/{id}", app.url))
+        .send()
+        .await
+        .expect("get")
+        .json()
+        .await
+        .expect("json")
 }

@@ -183,8 +183,14 @@ impl Consumer {
         // Only a duplicate request id is ignored; any other error fails the whole batch.
         insert.push(" ON DUPLICATE KEY UPDATE request_id = request_id");
         insert.build().execute(&self.pool).await?;
-        self.acknowledge(orders.iter().map(|o| (&*o.entry_id, &*o.request_id)))
-            .await?;
+        let keys = self.redis.keys();
+        self.acknowledge(orders.iter().map(|o| Done {
+            entry_id: &o.entry_id,
+            request_id: &o.request_id,
+            waiting: keys.waiting(o.product_id),
+            quantity: o.quantity,
+        }))
+        .await?;
         Ok(orders.len())
     }
 
@@ -201,13 +207,17 @@ impl Consumer {
 
     async fn acknowledge<'a>(
         &self,
-        entries: impl Iterator<Item = (&'a str, &'a str)>,
+        entries: impl Iterator<Item = Done<'a>>,
     ) -> Result<(), RedisStockError> {
         let keys = self.redis.keys();
         let mut placed = PLACED.prepare_invoke();
         placed.key(keys.stream()).key(keys.pending()).arg(GROUP);
-        for (entry_id, request_id) in entries {
-            placed.arg(entry_id).arg(request_id);
+        for done in entries {
+            placed
+                .key(done.waiting)
+                .arg(done.entry_id)
+                .arg(done.request_id)
+                .arg(done.quantity);
         }
         self.redis.invoke::<i64>(&placed).await?;
         Ok(())
@@ -226,11 +236,27 @@ impl Consumer {
                 Err(e) => {
                     tracing::error!(error = %e, "dropping a malformed stream entry");
                     let request_id = entry.get::<String>("request_id").unwrap_or_default();
-                    self.acknowledge(std::iter::once((&*entry.id, &*request_id)))
-                        .await?;
+                    // Its product's waiting count cannot be told; the key of no product
+                    // leaves every count as it is.
+                    self.acknowledge(std::iter::once(Done {
+                        entry_id: &entry.id,
+                        request_id: &request_id,
+                        waiting: self.redis.keys().no_product_waiting(),
+                        quantity: 0,
+                    }))
+                    .await?;
                 }
             }
         }
         Ok(orders)
     }
+}
+
+/// An entry whose order is placed (or that is dropped): what [`PLACED`] needs to forget it.
+struct Done<'a> {
+    entry_id: &'a str,
+    request_id: &'a str,
+    /// The waiting count of the entry's product.
+    waiting: String,
+    quantity: u32,
 }

@@ -90,6 +90,16 @@ impl Keys {
         format!("{}stock:{product}:requests", self.prefix)
     }
 
+    /// Units of the product's orders waiting in the stream (kept by the scripts).
+    pub fn waiting(&self, product: u64) -> String {
+        format!("{}stock:{product}:waiting", self.prefix)
+    }
+
+    /// A waiting count no product has: where an entry of unknown product is counted off.
+    pub fn no_product_waiting(&self) -> String {
+        format!("{}stock:none:waiting", self.prefix)
+    }
+
     /// Orders accepted and not yet placed in the database, all products.
     pub fn stream(&self) -> String {
         format!("{}orders:stream", self.prefix)
@@ -309,10 +319,14 @@ impl RedisStock {
                 .arg(self.keys.requests(product)),
         )
         .await?;
-        let waiting = self.waiting(Some(product)).await?;
-        if waiting.is_empty() {
-            return Ok(());
+        // The stream is scanned only when the product has entries in it, and its waiting
+        // count goes after them (an entry placed meanwhile is counted off while it exists).
+        if self.waiting_units(product).await? == 0 {
+            return self
+                .query(redis::cmd("DEL").arg(self.keys.waiting(product)))
+                .await;
         }
+        let waiting = self.waiting(Some(product)).await?;
         let mut pipe = redis::pipe();
         for order in &waiting {
             pipe.cmd("XDEL")
@@ -324,6 +338,7 @@ impl RedisStock {
                 .arg(&order.request_id)
                 .ignore();
         }
+        pipe.cmd("DEL").arg(self.keys.waiting(product)).ignore();
         bounded(async {
             let mut conn = self.pool.get().await?;
             Ok(pipe.query_async::<()>(&mut conn).await?)
@@ -358,10 +373,13 @@ impl RedisStock {
         Ok(orders)
     }
 
-    /// Units of `product` accepted and not yet placed.
+    /// Units of `product` accepted and not yet placed: the count the scripts keep, one `GET`
+    /// whatever the stream holds.
     pub async fn waiting_units(&self, product: u64) -> Result<i64, RedisStockError> {
-        let waiting = self.waiting(Some(product)).await?;
-        Ok(waiting.iter().map(|o| i64::from(o.quantity)).sum())
+        let units: Option<i64> = self
+            .query(redis::cmd("GET").arg(self.keys.waiting(product)))
+            .await?;
+        Ok(units.unwrap_or(0))
     }
 
     /// Entries in the stream (accepted orders not yet placed), all products.

@@ -4,8 +4,10 @@
 //!
 //! Keys of one product (see [`super::Keys`]): `stock` (the counter, absent when the product's
 //! stock is not kept in Redis), `requests` (hash: request id → quantity, the ids this counter
-//! has charged). Keys shared by all products: `stream` (orders accepted but not yet placed)
-//! and `pending` (hash: request id → product id of every entry in the stream).
+//! has charged), `waiting` (the units of its entries in the stream: what a product read
+//! reports as pending, kept here so that reading it never scans the stream). Keys shared by
+//! all products: `stream` (orders accepted but not yet placed) and `pending` (hash: request
+//! id → product id of every entry in the stream).
 
 use std::sync::LazyLock;
 
@@ -49,9 +51,9 @@ return tonumber(q)",
     )
 });
 
-/// [`TAKE`], and the order appended to the stream in the same step.
-/// KEYS: stock, requests, stream, pending. ARGV: request id, quantity, product id, user id,
-/// strategy. Returns as [`TAKE`].
+/// [`TAKE`], and the order appended to the stream (and its units counted as waiting) in the
+/// same step. KEYS: stock, requests, stream, pending, waiting. ARGV: request id, quantity,
+/// product id, user id, strategy. Returns as [`TAKE`].
 pub static TAKE_AND_APPEND: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
@@ -65,21 +67,31 @@ redis.call('hset', KEYS[2], ARGV[1], q)
 redis.call('xadd', KEYS[3], '*', 'request_id', ARGV[1], 'quantity', ARGV[2],
   'product_id', ARGV[3], 'user_id', ARGV[4], 'strategy', ARGV[5])
 redis.call('hset', KEYS[4], ARGV[1], ARGV[3])
+redis.call('incrby', KEYS[5], q)
 return redis.call('decrby', KEYS[1], q)",
     )
 });
 
-/// After the orders of some entries were committed: acknowledges and deletes each entry and
-/// forgets it as pending. KEYS: stream, pending. ARGV: group, then pairs of entry id and
-/// request id. Returns the number of entries deleted.
+/// After the orders of some entries were committed: acknowledges and deletes each entry,
+/// forgets it as pending, and takes its units off its product's waiting count — only when
+/// this call deleted the entry, so an entry placed twice (claimed after a slow consumer
+/// placed it) is not counted off twice, and only while the count exists (a product reset
+/// meanwhile removed it). KEYS: stream, pending, then the waiting key of each entry's product.
+/// ARGV: group, then triples of entry id, request id and quantity, in the order of the
+/// waiting keys. Returns the number of entries deleted.
 pub static PLACED: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
 local deleted = 0
-for i = 2, #ARGV, 2 do
+for i = 2, #ARGV, 3 do
+  local waiting = KEYS[2 + (i + 1) / 3]
   redis.call('xack', KEYS[1], ARGV[1], ARGV[i])
-  deleted = deleted + redis.call('xdel', KEYS[1], ARGV[i])
+  local gone = redis.call('xdel', KEYS[1], ARGV[i])
   redis.call('hdel', KEYS[2], ARGV[i + 1])
+  if gone == 1 and redis.call('exists', waiting) == 1 then
+    redis.call('decrby', waiting, ARGV[i + 2])
+  end
+  deleted = deleted + gone
 end
 return deleted",
     )

@@ -69,6 +69,7 @@ impl StockStrategy for RedisLuaStream {
                         .key(keys.requests(purchase.product_id))
                         .key(keys.stream())
                         .key(keys.pending())
+                        .key(keys.waiting(purchase.product_id))
                         .arg(&purchase.request_id)
                         .arg(purchase.quantity)
                         .arg(purchase.product_id)
