@@ -11,8 +11,12 @@
 //! clients count them ([`locks::DistributedLock::backend_requests`]: round trips), and the
 //! commands the server executed for them where it can tell ([`server_commands`]). The database
 //! lock (`db-lock`) keeps its table in a database of its own on the harness's MariaDB.
+//!
+//! [`matrix`] (`seckill-bench lock matrix`) runs this benchmark and a few probes for every
+//! backend and sets the figures against the requirements of a lock service.
 
 mod fairness;
+pub mod matrix;
 mod server_commands;
 
 pub use fairness::jain_index;

@@ -27,8 +27,8 @@ const SESSION: Duration = Duration::from_secs(10);
 /// A bound on any one request while the cluster has no leader.
 const PATIENCE: Duration = Duration::from_secs(20);
 
-/// One of the clusters, and what the scenario does with it.
-trait Cluster: Send + Sync + 'static {
+/// One of the clusters, and what the scenario (and `lock matrix`) does with it.
+pub(crate) trait Cluster: Send + Sync + 'static {
     const BACKEND: Backend;
     /// The client endpoints, rotated by `i` so clients start on different members.
     fn endpoints(&self, i: usize) -> locks::Endpoints;
