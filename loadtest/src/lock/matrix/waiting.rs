@@ -49,7 +49,7 @@ impl Waiting {
             format!("{how}: {rate:.1} requests/s per waiter while held; woke in {woke}")
         } else {
             format!(
-                "polls every {} per waiter; woke in {woke}",
+                "polls: a request every {} per waiter; woke in {woke}",
                 duration(1000.0 / rate)
             )
         }
