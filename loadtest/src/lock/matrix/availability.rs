@@ -15,8 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use locks::history::{self, History, Op};
-use locks::recorded::{Contention, FencedStore, contend};
+use locks::history::{self, Op};
 use locks::{AcquireOptions, Backend};
 use sandbox::{MEMBERS, REDLOCK_INSTANCES};
 use serde::Serialize;
@@ -24,7 +23,7 @@ use serde::Serialize;
 use super::rig::{Cluster, Rig};
 use super::{LEASE, Settings, answer, duration, fresh_key, grouped, warm};
 use crate::lock::connect_backend;
-use crate::scenario::leader_loss::Cluster as Members;
+use crate::scenario::leader_loss::{Cluster as Members, contend_through_leader_loss};
 
 /// How long a client may take to be granted again after its server restarted.
 const RECOVERY: Duration = Duration::from_secs(10);
@@ -32,8 +31,6 @@ const RECOVERY: Duration = Duration::from_secs(10);
 pub(super) const CONTENDERS: usize = 2;
 /// Contention before the kill, and after the restart.
 const AROUND: Duration = Duration::from_secs(1);
-/// A bound on one call while the cluster elects a leader.
-const PATIENCE: Duration = Duration::from_secs(20);
 
 /// What killing servers under the lock showed.
 #[derive(Debug, Clone, Serialize)]
@@ -199,43 +196,10 @@ async fn quorum(backend: Backend, rig: &Rig, settings: &Settings) -> Result<Avai
 }
 
 async fn leader_killed<C: Members>(cluster: Arc<C>, settings: &Settings) -> Result<Availability> {
-    let history = Arc::new(History::new());
-    let store = Arc::new(FencedStore::new(history.clone()));
-    let key = fresh_key("leader");
     let down = Duration::from_millis(settings.leader_down_ms);
-    let until = Instant::now() + AROUND + down + AROUND;
-    let how = Contention {
-        patience: PATIENCE,
-        ..Contention::default()
-    };
-    let mut contenders = Vec::new();
-    for i in 0..CONTENDERS {
-        let lock = locks::connect(C::BACKEND, &cluster.endpoints(i)).await?;
-        let name = format!("client-{}", i + 1);
-        contenders.push(tokio::spawn(contend(
-            name,
-            lock,
-            key.clone(),
-            store.clone(),
-            until,
-            how,
-        )));
-    }
-    tokio::time::sleep(AROUND).await;
-    let c = cluster.clone();
-    let leader = tokio::task::spawn_blocking(move || c.await_leader(PATIENCE)).await??;
-    history.fault("nemesis", format!("kill the leader, member {}", leader + 1));
-    let c = cluster.clone();
-    tokio::task::spawn_blocking(move || c.server(leader).kill()).await??;
-    tokio::time::sleep(down).await;
-    history.fault("nemesis", format!("restart member {}", leader + 1));
-    let c = cluster.clone();
-    tokio::task::spawn_blocking(move || c.server(leader).start_again()).await??;
-    for contender in contenders {
-        contender.await?;
-    }
-
-    let events = history.events();
+    let key = fresh_key("leader");
+    let events =
+        contend_through_leader_loss(cluster, CONTENDERS, &key, (AROUND, down, AROUND)).await?;
     let faults: Vec<Duration> = events
         .iter()
         .filter(|e| matches!(e.op, Op::Fault { .. }))
