@@ -117,3 +117,62 @@ async fn the_quick_matrix_measures_every_requirement_and_finds_no_violation() {
         md
     );
 }
+
+/// The hidden `lock hold` quits (and gives the lock back) when its standard input closes: a
+/// matrix that dies without killing its holder leaves no process behind holding a lock.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_holder_whose_parent_went_away_gives_the_lock_back_and_exits() {
+    use std::process::Stdio;
+    use std::time::Duration;
+
+    use locks::{AcquireOptions, DistributedLock};
+    use tokio::io::{AsyncBufReadExt, BufReader};
+
+    let redis = sandbox::shared::redis_url();
+    let key = format!("matrix-test:hold:{}", locks::new_owner_id());
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_seckill-bench"))
+        .args([
+            "lock",
+            "hold",
+            "--backend",
+            "redis",
+            "--key",
+            &key,
+            "--lease-ms",
+            "60000",
+        ])
+        // `lock hold` reads every address; only Redis's is used by a Redis lock.
+        .envs([
+            ("DATABASE_URL", "unused"),
+            ("REDLOCK_URLS", "unused"),
+            ("ZOOKEEPER_CONNECT", "unused"),
+            ("ETCD_ENDPOINTS", "unused"),
+            ("MEMCACHED_ADDR", "unused"),
+        ])
+        .env("REDIS_URL", &redis)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let stdin = child.stdin.take().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let line = lines.next_line().await.unwrap().unwrap();
+    assert!(line.starts_with("granted "), "{line}");
+    let lock = locks::redis::RedisLock::connect(&redis).unwrap();
+    let options = AcquireOptions::new(Duration::from_secs(10));
+    assert!(
+        lock.acquire(&key, options).await.is_err(),
+        "held by the child"
+    );
+
+    drop(stdin);
+    let status = tokio::time::timeout(Duration::from_secs(20), child.wait())
+        .await
+        .expect("the holder still runs 20 s after its stdin closed")
+        .unwrap();
+    assert!(status.success(), "{status}");
+    // Given back, not expired: the lease had a minute left.
+    let guard = lock.acquire(&key, options).await.expect("free again");
+    guard.release().await.unwrap();
+}
