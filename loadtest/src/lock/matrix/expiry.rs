@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use locks::{AcquireOptions, Backend};
 use serde::Serialize;
-use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 
 use super::{LEASE, busy, duration, fresh_key, warm};
 use crate::lock::{connect_backend, connect_leased};
@@ -78,11 +78,13 @@ pub async fn measure(
         .arg("--lease-ms")
         .arg(lease.as_millis().to_string())
         .envs(endpoints.env_vars())
-        .stdin(Stdio::null())
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
         .with_context(|| format!("starting {}", hold_binary.display()))?;
+    // Kept open until the kill: the holder also quits when it closes (see `hold`).
+    let _stdin = child.stdin.take();
     let stdout = child.stdout.take().context("the holder's stdout")?;
     let line = tokio::time::timeout(GRANT_PATIENCE, BufReader::new(stdout).lines().next_line())
         .await
@@ -119,7 +121,8 @@ pub async fn measure(
 
 /// `seckill-bench lock hold`: acquires `key` with a lease of `lease` (a ZooKeeper session of
 /// `lease`), prints `granted <token>` and keeps the lock — renewing it where the lock renews —
-/// until the process is killed.
+/// until the process is killed, or its standard input ends: a matrix that died (its end of the
+/// pipe closed) leaves no holder behind.
 pub async fn hold(
     backend: Backend,
     endpoints: &sandbox::Endpoints,
@@ -135,8 +138,8 @@ pub async fn hold(
         writeln!(out, "granted {}", guard.fencing_token())?;
         out.flush()?;
     }
-    std::future::pending::<()>().await;
-    // Never reached: the process is killed holding the guard.
-    drop(guard);
+    let mut rest = Vec::new();
+    let _ = tokio::io::stdin().read_to_end(&mut rest).await;
+    guard.release().await?;
     Ok(())
 }
