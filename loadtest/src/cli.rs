@@ -230,8 +230,9 @@ pub enum LockCommand {
     /// reentrancy, try, availability, performance, fairness, herd, notification), each cell
     /// measured against throwaway servers; writes `matrix.md` and `matrix.json`.
     Matrix(MatrixArgs),
-    /// Acquires one lock, prints `granted <token>` and holds it until killed: the crashed
-    /// holder of `lock matrix` (servers from the environment, as with SECKILL_EXTERNAL=1).
+    /// Acquires one lock, prints `granted <token>` and holds it until killed (or until its
+    /// stdin closes): the crashed holder of `lock matrix` (servers from the environment, as
+    /// with SECKILL_EXTERNAL=1).
     #[command(hide = true)]
     Hold(HoldArgs),
 }
