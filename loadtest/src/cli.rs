@@ -26,7 +26,8 @@ pub struct Cli {
 pub enum Command {
     /// Flash sale, throughput and baselines for every strategy; writes a report.
     Run(RunArgs),
-    /// W workers contend for one lock and count mutual-exclusion violations.
+    /// W workers contend for one lock and count mutual-exclusion violations; `lock matrix`
+    /// measures every backend against every requirement.
     Lock(LockArgs),
     /// Reproduces a classic failure (or `all`) and reports expected against observed.
     Scenario(ScenarioArgs),
@@ -191,10 +192,14 @@ impl RunArgs {
 
 /// Settings of `seckill-bench lock`.
 #[derive(Debug, Clone, Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub struct LockArgs {
+    /// Instead of the contention benchmark of one backend.
+    #[command(subcommand)]
+    pub action: Option<LockCommand>,
     /// Lock backend.
-    #[arg(long)]
-    pub backend: Backend,
+    #[arg(long, required = true)]
+    pub backend: Option<Backend>,
     /// Tasks contending for the one lock.
     #[arg(long, default_value_t = 8)]
     pub workers: usize,
@@ -216,4 +221,49 @@ pub struct LockArgs {
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
+}
+
+/// What `seckill-bench lock` runs instead of the contention benchmark of one backend.
+#[derive(Debug, Clone, Subcommand)]
+pub enum LockCommand {
+    /// Every lock backend against every requirement of a lock service (mutual exclusion, expiry,
+    /// reentrancy, try, availability, performance, fairness, herd, notification), each cell
+    /// measured against throwaway servers; writes `matrix.md` and `matrix.json`.
+    Matrix(MatrixArgs),
+    /// Acquires one lock, prints `granted <token>` and holds it until killed (or until its
+    /// stdin closes): the crashed holder of `lock matrix` (servers from the environment, as
+    /// with SECKILL_EXTERNAL=1).
+    #[command(hide = true)]
+    Hold(HoldArgs),
+}
+
+/// Settings of `seckill-bench lock matrix`.
+#[derive(Debug, Clone, Args)]
+pub struct MatrixArgs {
+    /// Short runs and leases: seconds per backend instead of about half a minute.
+    #[arg(long)]
+    pub quick: bool,
+    /// Backends, comma-separated (default: db-lock, redis, redis-watchdog, redis-fair, redlock,
+    /// memcached, zookeeper, etcd).
+    #[arg(long, value_delimiter = ',')]
+    pub backends: Vec<Backend>,
+    /// Directory for `matrix.md` and `matrix.json` (default: `results/<UTC timestamp>-lock-matrix/`).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Print the JSON instead of the Markdown.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Settings of the hidden `seckill-bench lock hold`.
+#[derive(Debug, Clone, Args)]
+pub struct HoldArgs {
+    #[arg(long)]
+    pub backend: Backend,
+    /// The lock's name.
+    #[arg(long)]
+    pub key: String,
+    /// The lease (ZooKeeper: the session timeout), in milliseconds.
+    #[arg(long)]
+    pub lease_ms: u64,
 }

@@ -8,7 +8,8 @@
 //! baselines that put every figure in proportion, the standard tools beside them ([`tools`])
 //! and the CPU of every process ([`cpu`]); it writes `results/<UTC timestamp>/` with `report.md`, `report.json` and SVG
 //! charts. `lock` measures one lock backend under contention and counts mutual-exclusion
-//! violations. `compare` says what changed between two runs ([`compare`]).
+//! violations; `lock matrix` sets every backend against every requirement of a lock service
+//! ([`lock::matrix`]). `compare` says what changed between two runs ([`compare`]).
 //!
 //! One module per concern: [`cli`], [`apps`] (app processes, for the run and the scenarios),
 //! [`client`] (the one HTTP client and answer type, over `app::api`; the load's requests go

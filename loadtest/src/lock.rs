@@ -9,9 +9,14 @@
 //! says how the grants were shared ([`fairness`]: per-worker counts, Jain's index, the longest
 //! wait, how often the longest waiter was served) and what a grant cost in requests: as the
 //! clients count them ([`locks::DistributedLock::backend_requests`]: round trips), and the
-//! commands the server executed for them where it can tell ([`server_commands`]).
+//! commands the server executed for them where it can tell ([`server_commands`]). The database
+//! lock (`db-lock`) keeps its table in a database of its own on the harness's MariaDB.
+//!
+//! [`matrix`] (`seckill-bench lock matrix`) runs this benchmark and a few probes for every
+//! backend and sets the figures against the requirements of a lock service.
 
 mod fairness;
+pub mod matrix;
 mod server_commands;
 
 pub use fairness::jain_index;
@@ -20,12 +25,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Result, bail};
+use app::api::Service;
 use deadpool_redis::redis;
 use locks::history::{self, History};
 use locks::recorded::FencedStore;
 use locks::{AcquireOptions, Backend, DistributedLock, LockError};
 use sandbox::Endpoints;
 use serde::Serialize;
+use sqlx::mysql::MySqlPoolOptions;
 use tokio::time::Instant;
 
 use crate::latency::Latencies;
@@ -80,21 +87,65 @@ pub const SHOWN_VIOLATIONS: usize = 5;
 /// ZooKeeper session timeout: the lease of the ZooKeeper lock.
 const ZOOKEEPER_SESSION: Duration = Duration::from_secs(10);
 
+/// The database that holds the lock table of the database lock (`db-lock`), created if missing.
+const LOCK_DATABASE: &str = "seckill_bench_locks";
+/// Connections of one database-lock client (the app's default lock pool).
+const LOCK_POOL: u32 = 8;
+
 /// Connects `backend` at the harness's endpoints.
 pub async fn connect_backend(
     backend: Backend,
     endpoints: &Endpoints,
 ) -> Result<Arc<dyn DistributedLock>, locks::ConnectError> {
+    connect_leased(backend, endpoints, ZOOKEEPER_SESSION).await
+}
+
+/// [`connect_backend`] with a ZooKeeper session of `session`: the ZooKeeper lock's lease.
+pub async fn connect_leased(
+    backend: Backend,
+    endpoints: &Endpoints,
+    session: Duration,
+) -> Result<Arc<dyn DistributedLock>, locks::ConnectError> {
+    let database: Option<locks::Database> = match Service::of(backend) {
+        Service::Mariadb => Some(
+            lock_database(&endpoints.database_url)
+                .await
+                .map_err(LockError::unavailable)?
+                .into(),
+        ),
+        _ => None,
+    };
     let endpoints = locks::Endpoints {
         redis: Some(endpoints.redis_url.clone()),
         redlock: endpoints.redlock_urls.clone(),
         zookeeper: Some(endpoints.zookeeper.clone()),
         etcd: endpoints.etcd.clone(),
         memcached: Some(endpoints.memcached.clone()),
-        zookeeper_session_timeout: ZOOKEEPER_SESSION,
-        database: None,
+        zookeeper_session_timeout: session,
+        database,
     };
     locks::connect(backend, &endpoints).await
+}
+
+/// A pool of its own on [`LOCK_DATABASE`] at the server `server_url` (the database created if
+/// missing): each database-lock client has its own connections, as separate processes would.
+async fn lock_database(server_url: &str) -> Result<sqlx::MySqlPool, sqlx::Error> {
+    let server = server_url.trim_end_matches('/');
+    let admin = MySqlPoolOptions::new()
+        .max_connections(1)
+        .connect(server)
+        .await?;
+    // A constant identifier, no input.
+    let create = format!("CREATE DATABASE IF NOT EXISTS {LOCK_DATABASE}");
+    sqlx::query(sqlx::AssertSqlSafe(create))
+        .execute(&admin)
+        .await?;
+    admin.close().await;
+    MySqlPoolOptions::new()
+        .max_connections(LOCK_POOL)
+        .acquire_timeout(Duration::from_secs(5))
+        .connect(&format!("{server}/{LOCK_DATABASE}"))
+        .await
 }
 
 /// Connects `clients` independent clients of `backend` (each with its own connections).

@@ -1,11 +1,14 @@
 //! `seckill-bench`: see the library docs (`loadtest`) and `seckill-bench --help`.
 
 use std::io::Write;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Parser;
-use loadtest::cli::{Cli, Command, CompareArgs, LockArgs, RunArgs, ScenarioArgs};
+use loadtest::cli::{
+    Cli, Command, CompareArgs, HoldArgs, LockArgs, LockCommand, MatrixArgs, RunArgs, ScenarioArgs,
+};
 use loadtest::cpu::Process;
 use loadtest::run::{Target, run_in};
 use loadtest::{apps, lock, report};
@@ -20,7 +23,11 @@ fn main() -> Result<()> {
         .init();
     match Cli::parse().command {
         Command::Run(args) => run(&args),
-        Command::Lock(args) => lock(&args),
+        Command::Lock(args) => match &args.action {
+            None => lock(&args),
+            Some(LockCommand::Matrix(matrix)) => lock_matrix(matrix),
+            Some(LockCommand::Hold(hold)) => lock_hold(hold),
+        },
         Command::Scenario(args) => scenario(&args),
         Command::Compare(args) => compare(&args),
     }
@@ -145,11 +152,12 @@ fn scenario(args: &ScenarioArgs) -> Result<()> {
 }
 
 fn lock(args: &LockArgs) -> Result<()> {
+    let backend = args.backend.context("--backend is required")?;
     let (servers, endpoints) = servers()?;
     let result = runtime()?.block_on(async {
-        let clients = lock::connect_clients(args.backend, &endpoints, args.clients).await?;
+        let clients = lock::connect_clients(backend, &endpoints, args.clients).await?;
         lock::bench(
-            args.backend,
+            backend,
             clients,
             &endpoints,
             args.workers,
@@ -166,4 +174,38 @@ fn lock(args: &LockArgs) -> Result<()> {
         println!("{result}");
     }
     Ok(())
+}
+
+fn lock_matrix(args: &MatrixArgs) -> Result<()> {
+    let opts = lock::matrix::Options {
+        settings: lock::matrix::Settings::new(args.quick),
+        backends: if args.backends.is_empty() {
+            lock::matrix::BACKENDS.to_vec()
+        } else {
+            args.backends.clone()
+        },
+        hold_binary: std::env::current_exe().context("locating seckill-bench itself")?,
+    };
+    let matrix = runtime()?.block_on(lock::matrix::run(&opts))?;
+    let dir = args.out.clone().unwrap_or_else(|| {
+        PathBuf::from("results").join(format!("{}-lock-matrix", matrix.dir_name()))
+    });
+    lock::matrix::write(&dir, &matrix)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&matrix)?);
+    } else {
+        println!("{}", lock::matrix::markdown(&matrix));
+    }
+    eprintln!("matrix: {}", dir.join("matrix.md").display());
+    Ok(())
+}
+
+fn lock_hold(args: &HoldArgs) -> Result<()> {
+    let endpoints = Endpoints::from_env()?;
+    runtime()?.block_on(lock::matrix::hold(
+        args.backend,
+        &endpoints,
+        &args.key,
+        Duration::from_millis(args.lease_ms),
+    ))
 }

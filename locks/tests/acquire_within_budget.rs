@@ -3,7 +3,8 @@
 //! spends reconnecting, or forever on a connection that went silent.
 //!
 //! The servers misbehave in the two ways that hang requests: a Redis that was killed (its
-//! client waits for a reconnect with growing pauses, ≈ 6 s) and a connection black-holed by a
+//! client waits for a reconnect with growing pauses, ≈ 6 s) or a MariaDB (the pool waits for a
+//! connection up to its acquire timeout, 30 s by default), and a connection black-holed by a
 //! relay (sockets open, nothing answers: etcd's client has no deadline of its own, ZooKeeper's
 //! gives up after 2/5 of the session timeout).
 
@@ -11,11 +12,13 @@ mod relay;
 
 use std::time::{Duration, Instant};
 
+use locks::database::DbLock;
 use locks::etcd::EtcdLock;
 use locks::redis::RedisWatchdogLock;
 use locks::zookeeper::ZooKeeperLock;
 use locks::{AcquireOptions, DistributedLock};
 use relay::Relay;
+use sqlx::migrate::MigrateDatabase;
 
 const BUDGET: Duration = Duration::from_millis(300);
 /// The last attempt gets up to 1 s for its answer even when the budget is spent; the rest is
@@ -68,6 +71,25 @@ async fn a_watchdog_acquire_gives_up_within_its_budget_when_redis_is_killed() {
     for attempt in 0..3 {
         gives_up_in_time(&lock, &key(&format!("killed-{attempt}"))).await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_lock_acquire_gives_up_within_its_budget_when_mariadb_is_killed() {
+    sandbox::require_faults!();
+    let mariadb = tokio::task::spawn_blocking(sandbox::MariaDb::start)
+        .await
+        .expect("task")
+        .expect("private mariadb");
+    let url = format!("{}/locks_budget", mariadb.url().trim_end_matches('/'));
+    sqlx::MySql::create_database(&url).await.expect("database");
+    // sqlx's default pool: a checkout waits up to 30 s for a connection, which a dead server
+    // never gives.
+    let pool = sqlx::MySqlPool::connect(&url).await.expect("pool");
+    DbLock::create_table(&pool).await.expect("lock table");
+    let lock = DbLock::leased(pool);
+    warmed(&lock).await;
+    tokio::task::block_in_place(|| mariadb.server().kill()).expect("SIGKILL");
+    gives_up_in_time(&lock, &key("db-killed")).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

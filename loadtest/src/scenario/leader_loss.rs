@@ -27,8 +27,8 @@ const SESSION: Duration = Duration::from_secs(10);
 /// A bound on any one request while the cluster has no leader.
 const PATIENCE: Duration = Duration::from_secs(20);
 
-/// One of the clusters, and what the scenario does with it.
-trait Cluster: Send + Sync + 'static {
+/// One of the clusters, and what the scenario (and `lock matrix`) does with it.
+pub(crate) trait Cluster: Send + Sync + 'static {
     const BACKEND: Backend;
     /// The client endpoints, rotated by `i` so clients start on different members.
     fn endpoints(&self, i: usize) -> locks::Endpoints;
@@ -102,40 +102,15 @@ async fn run<C: Cluster>(
         true => (3, 5, 4),
         false => (5, 8, 8),
     };
-    let history = Arc::new(History::new());
-    let store = Arc::new(FencedStore::new(history.clone()));
     let key = format!("scenario:{scenario}:{}", locks::new_owner_id());
-    let until = Instant::now() + Duration::from_secs(before + down + after);
-    let how = Contention {
-        lease: SESSION,
-        patience: PATIENCE,
-        ..Contention::default()
-    };
-    let mut clients = Vec::new();
-    for i in 0..CLIENTS {
-        let lock: Arc<dyn DistributedLock> = locks::connect(C::BACKEND, &cluster.endpoints(i))
-            .await
-            .map_err(|e| anyhow::anyhow!("connect {}: {e}", C::BACKEND))?;
-        let (key, store) = (key.clone(), store.clone());
-        let name = format!("client-{}", i + 1);
-        clients.push(tokio::spawn(contend(name, lock, key, store, until, how)));
-    }
-
-    tokio::time::sleep(Duration::from_secs(before)).await;
-    let c = cluster.clone();
-    let leader = tokio::task::spawn_blocking(move || c.await_leader(PATIENCE)).await??;
-    history.fault("nemesis", format!("kill the leader, member {}", leader + 1));
-    let c = cluster.clone();
-    tokio::task::spawn_blocking(move || c.server(leader).kill()).await??;
-    tokio::time::sleep(Duration::from_secs(down)).await;
-    history.fault("nemesis", format!("restart member {}", leader + 1));
-    let c = cluster.clone();
-    tokio::task::spawn_blocking(move || c.server(leader).start_again()).await??;
-    for client in clients {
-        client.await?;
-    }
-
-    let events = history.events();
+    let secs = Duration::from_secs;
+    let events = contend_through_leader_loss(
+        cluster,
+        CLIENTS,
+        &key,
+        (secs(before), secs(down), secs(after)),
+    )
+    .await?;
     let violations = history::check_events(&events);
     let outage = Outage::of(&events);
     let f = LeaderLoss {
@@ -186,6 +161,50 @@ async fn run<C: Cluster>(
         timeline: timeline(&events, &subject),
         why: why(C::BACKEND, &f),
     })
+}
+
+/// `clients` clients contend for the lock `key` on `cluster`, each step recorded in one history;
+/// `before` in, the leader is SIGKILLed, `down` later restarted, and `after` that the contention
+/// ends. Returns the record, the kill and the restart in it as faults. (`lock matrix` measures
+/// its clusters' availability with it too.)
+pub(crate) async fn contend_through_leader_loss<C: Cluster>(
+    cluster: Arc<C>,
+    clients: usize,
+    key: &str,
+    (before, down, after): (Duration, Duration, Duration),
+) -> Result<Vec<locks::history::Event>> {
+    let history = Arc::new(History::new());
+    let store = Arc::new(FencedStore::new(history.clone()));
+    let until = Instant::now() + before + down + after;
+    let how = Contention {
+        lease: SESSION,
+        patience: PATIENCE,
+        ..Contention::default()
+    };
+    let mut contenders = Vec::new();
+    for i in 0..clients {
+        let lock: Arc<dyn DistributedLock> = locks::connect(C::BACKEND, &cluster.endpoints(i))
+            .await
+            .map_err(|e| anyhow::anyhow!("connect {}: {e}", C::BACKEND))?;
+        let (key, store) = (key.to_string(), store.clone());
+        let name = format!("client-{}", i + 1);
+        contenders.push(tokio::spawn(contend(name, lock, key, store, until, how)));
+    }
+
+    tokio::time::sleep(before).await;
+    let c = cluster.clone();
+    let leader = tokio::task::spawn_blocking(move || c.await_leader(PATIENCE)).await??;
+    history.fault("nemesis", format!("kill the leader, member {}", leader + 1));
+    let c = cluster.clone();
+    tokio::task::spawn_blocking(move || c.server(leader).kill()).await??;
+    tokio::time::sleep(down).await;
+    history.fault("nemesis", format!("restart member {}", leader + 1));
+    let c = cluster.clone();
+    tokio::task::spawn_blocking(move || c.server(leader).start_again()).await??;
+    for contender in contenders {
+        contender.await?;
+    }
+    Ok(history.events())
 }
 
 /// The faults and the grants around them (not every write: a run has hundreds).

@@ -30,7 +30,7 @@ pub mod figures;
 mod fleet;
 mod herd;
 mod holder_crash;
-mod leader_loss;
+pub(crate) mod leader_loss;
 mod lease_expiry;
 mod local_mutex;
 mod lua_crash;

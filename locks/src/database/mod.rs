@@ -49,6 +49,7 @@ use sqlx::MySqlPool;
 use sqlx::mysql::MySqlDatabaseError;
 use tokio::sync::watch;
 
+use crate::options::within_budget;
 use crate::{AcquireOptions, Backend, DistributedLock, Guard, LockError, new_owner_id};
 use row::RowHeld;
 
@@ -198,7 +199,9 @@ impl DistributedLock for DbLock {
         key: &'a str,
         options: AcquireOptions,
     ) -> BoxFuture<'a, Result<Guard, LockError>> {
-        Box::pin(async move {
+        // Bounded as a whole: with the database gone, a pool checkout alone waits for its own
+        // acquire timeout (30 s by sqlx's default) on every statement.
+        Box::pin(within_budget(key, options, async move {
             let owner = new_owner_id();
             let started = Instant::now();
             let mut pause = POLL_MIN;
@@ -227,7 +230,7 @@ impl DistributedLock for DbLock {
                 tokio::time::sleep(jittered.min(remaining)).await;
                 pause = (pause * 2).min(POLL_MAX);
             }
-        })
+        }))
     }
 
     fn backend_requests(&self) -> u64 {

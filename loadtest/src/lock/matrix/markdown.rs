@@ -1,0 +1,126 @@
+//! `matrix.md`: the matrix as one table of short cells, and notes (¹–⁹) on how each column
+//! was measured, with this run's settings.
+
+use std::fmt::Write as _;
+
+use sandbox::REDLOCK_INSTANCES;
+
+use super::availability::CONTENDERS;
+use super::{Matrix, Requirement, Settings, duration};
+
+/// The note marks of the columns, in [`Requirement::ALL`]'s order.
+const MARKS: [&str; 9] = ["¹", "²", "³", "⁴", "⁵", "⁶", "⁷", "⁸", "⁹"];
+
+pub fn render(m: &Matrix) -> String {
+    let s = &m.settings;
+    let mut out = String::from("# Lock requirements matrix\n\n");
+    let _ = writeln!(
+        out,
+        "`seckill-bench lock matrix{}`, started {}, {:.0} s in all. Every cell was measured in \
+         this run against throwaway servers; the notes below the table say how.\n",
+        if s.quick { " --quick" } else { "" },
+        m.started_at,
+        m.duration_seconds
+    );
+    out.push_str("| backend |");
+    for (requirement, mark) in Requirement::ALL.iter().zip(MARKS) {
+        let _ = write!(out, " {}{mark} |", requirement.title());
+    }
+    out.push_str("\n|---|");
+    out.push_str(&"---|".repeat(Requirement::ALL.len()));
+    out.push('\n');
+    for row in &m.rows {
+        let _ = write!(out, "| `{}` ({}) |", row.backend, row.deployment);
+        for cell in &row.cells {
+            let _ = write!(out, " {} |", cell.text.replace('|', "\\|"));
+        }
+        out.push('\n');
+    }
+    out.push('\n');
+    for (requirement, mark) in Requirement::ALL.iter().zip(MARKS) {
+        let _ = writeln!(
+            out,
+            "{mark} **{}**: {}\n",
+            requirement.title(),
+            note(*requirement, s)
+        );
+    }
+    if let Some(v) = &m.versions {
+        let _ = writeln!(
+            out,
+            "Servers: MariaDB {}, Redis {}, ZooKeeper {}, etcd {}, memcached {}.",
+            v.mariadb, v.redis, v.zookeeper, v.etcd, v.memcached
+        );
+    }
+    out
+}
+
+/// How `requirement`'s column was measured.
+fn note(requirement: Requirement, s: &Settings) -> String {
+    let contention = "the contention run of ¹";
+    match requirement {
+        Requirement::MutualExclusion => format!(
+            "{} workers, each with a client of its own, contend for one lock for {} s \
+             (`seckill-bench lock --check`); every attempt, grant, release and fenced write is \
+             recorded, and the lock-history checker (`locks::history`) counts two holders at \
+             once, a fencing token going backwards and a stale write accepted. Nothing happens \
+             inside the lock but a Redis GET and SET of a counter, whose lost increments are \
+             shown only if there were any.",
+            s.workers, s.seconds
+        ),
+        Requirement::NoDeadlock => format!(
+            "A child process (`seckill-bench lock hold`) acquires the lock with a lease of {} \
+             (ZooKeeper: a session timeout of that length) and is SIGKILLed holding it; another \
+             client, refused while the child lived, tries every 20 ms: the time from the kill to \
+             its grant.",
+            duration(s.crash_lease_ms as f64)
+        ),
+        Requirement::Reentrancy => format!(
+            "The holder asks for the lock again: through `reenter` where the lock offers it \
+             (`redis-watchdog`, `redis-fair`), and then another client must be refused after the \
+             first release and granted after the second; elsewhere by a second `acquire` from \
+             the holder's own client, waiting up to {}.",
+            duration(s.reentry_wait_ms as f64)
+        ),
+        Requirement::NonBlockingTry => format!(
+            "While one client holds the lock another tries {} times without waiting: the \
+             median time to the `busy` answer (a grant would be printed in capitals).",
+            s.tries
+        ),
+        Requirement::HighAvailability => format!(
+            "One server (MariaDB, Redis, memcached): SIGKILLed, then a client asks once — the \
+             time to its failure; \"no grant after restart\" if the same client was not granted \
+             again once the server was back. Redlock: {minority} of {REDLOCK_INSTANCES} \
+             instances killed, grants counted for {}, then one more killed. ZooKeeper, etcd: \
+             {} clients contend on the three-member cluster whose leader is SIGKILLed and \
+             restarted {} later; the time from the kill to the next grant while it is down, \
+             the run checked by the lock-history checker.",
+            duration(s.minority_window_ms as f64),
+            CONTENDERS,
+            duration(s.leader_down_ms as f64),
+            minority = REDLOCK_INSTANCES - (REDLOCK_INSTANCES / 2 + 1),
+        ),
+        Requirement::Performance => {
+            format!("From {contention}: grants per second and the p99 of the time to acquire.")
+        }
+        Requirement::Fairness => format!(
+            "From {contention}: Jain's index over the grants per worker, (Σx)²/(n·Σx²) (1 = \
+             even), and the share of grants that went to the worker that had waited longest (1 \
+             = first come, first served)."
+        ),
+        Requirement::NoHerd => format!(
+            "From {contention}: the requests all clients sent per grant (their own count, \
+             waiting included); on Redis also the commands the server executed per grant \
+             (`total_commands_processed`, a Lua script's inner commands counted). A release that \
+             wakes every waiter costs a request per waiter."
+        ),
+        Requirement::Notification => format!(
+            "One client holds the lock for {} while {} waiters, each with a client of its own, \
+             wait: the requests they sent meanwhile per waiter per second (a polling lock's \
+             interval is its inverse; under 1 per second the waiters were notified, by the \
+             mechanism named), and the time from the release to the first waiter's grant.",
+            duration(s.held_ms as f64),
+            s.waiters
+        ),
+    }
+}
