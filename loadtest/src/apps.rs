@@ -20,9 +20,12 @@ use tokio::time::Instant;
 const FOREIGN_ENV: &[&str] = &[
     "DATABASE_URL",
     "REDIS_URL",
+    "REDIS_SENTINELS",
+    "REDIS_MASTER_NAME",
     "REDLOCK_URLS",
     "ZOOKEEPER_CONNECT",
     "ETCD_ENDPOINTS",
+    "MEMCACHED_ADDR",
     "SECKILL_ADMIN_TOKEN",
 ];
 
