@@ -317,6 +317,24 @@ async fn a_sentinel_failover_to_a_replica_that_missed_the_grant_makes_two_holder
     );
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn a_flash_sale_on_the_clusters_with_the_leader_killed_mid_sale_never_oversells_a_fenced_strategy()
+ {
+    sandbox::require_faults!();
+    let report = quick(Scenario::ClusterSale).await;
+    assert_all_pass(&report);
+    for s in [
+        Strategy::ZookeeperFenced,
+        Strategy::EtcdFenced,
+        Strategy::RedisWatchdogFenced,
+    ] {
+        let f = row!(report, &format!("{s}, leader killed"), ClusterSale);
+        assert!(f.fenced, "{s}: {f:?}");
+        assert_eq!((f.oversell, f.units_sold), (0, f.stock), "{s}: {f:?}");
+        assert!(f.sold_before_kill > 0, "{s}: {f:?}");
+    }
+}
+
 /// The full form (real leases and timeouts, several minutes): `cargo nextest run -p loadtest
 /// --test scenarios --run-ignored only`. Prints every report. `SECKILL_SCENARIO=<name>` runs
 /// one scenario instead of all.

@@ -289,3 +289,31 @@ pub struct SentinelFailover {
     pub tokens_not_increasing: usize,
     pub stale_writes_accepted: usize,
 }
+
+/// `cluster-sale`, one row per strategy.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct ClusterSale {
+    /// The strategy fences its stock write with the lock's token.
+    pub fenced: bool,
+    pub stock: i64,
+    pub buyers: usize,
+    /// Clicks sent in all.
+    pub requests: usize,
+    /// Clicks answered `201`.
+    pub created: usize,
+    /// Clicks answered `503` (`backend_unavailable` or `busy`).
+    pub answered_503: usize,
+    /// Clicks refused `lock_lost` (a fenced write refused).
+    pub lock_lost: usize,
+    /// Clicks answered otherwise (not 201, 503, `lock_lost` or `sold_out`).
+    pub other: usize,
+    /// Purchases answered `201` before the leader was killed.
+    pub sold_before_kill: usize,
+    /// From the kill to the first purchase sent after it that was placed (`None`: none was).
+    pub unavailable_ms: Option<f64>,
+    pub units_sold: i64,
+    pub oversell: i64,
+    pub lost_updates: i64,
+    /// Units left unsold although the buyers asked for more.
+    pub undersell: i64,
+}
