@@ -10,7 +10,7 @@
 //!
 //! "The replicas never got the grant" is made certain rather than lucky, without a relay (the
 //! Sentinels rewrite the replicas' primary address on every failover): both replicas are
-//! frozen (SIGSTOP), a 32 MB filler is written on the primary — its start fills the socket
+//! frozen (SIGSTOP), a 16 MB filler is written on the primary — its first ≈ 4 MB fill the socket
 //! buffers, the rest waits in the primary's own output buffer for each replica, under the
 //! 64 MB soft limit — and A's grant queues behind it. The primary is SIGKILLed with the grant
 //! still in its memory, and the replicas are thawed at once, well inside Sentinel's
@@ -38,7 +38,11 @@ use super::{Event, Row, Scenario, ScenarioOptions, ScenarioReport, Timeline, con
 /// Long, so A's watchdog does not renew (and so learn of the loss) before B asks.
 const LEASE: Duration = Duration::from_secs(30);
 /// Written on the primary while the replicas are frozen, ahead of A's grant.
-const FILLER_BYTES: usize = 32 << 20;
+const FILLER_BYTES: usize = 16 << 20;
+/// How long A's `WAIT` waits for a confirmation: short, because the replicas stay frozen
+/// meanwhile, and a replica silent past Sentinel's `down-after-milliseconds` (1000) is not
+/// promotable.
+const WAIT_TIMEOUT: Duration = Duration::from_millis(100);
 /// A bound on anything the scenario waits for.
 const PATIENCE: Duration = Duration::from_secs(60);
 
@@ -105,7 +109,7 @@ async fn one(
     let url = Target::sentinel_url(&cluster.sentinel_addrs(), cluster.master_name());
     let a = match mode.wait_replicas {
         0 => RedisWatchdogLock::connect(&url)?,
-        n => RedisWatchdogLock::connect_replicated(&url, Replication::new(n, wait_timeout(quick)))?,
+        n => RedisWatchdogLock::connect_replicated(&url, Replication::new(n, WAIT_TIMEOUT))?,
     };
     let b = RedisWatchdogLock::connect(&url)?;
     let key = format!("scenario:sentinel-failover:{}", locks::new_owner_id());
@@ -125,10 +129,10 @@ async fn one(
         format!("{synced} replica(s) have every write so far, A's token {warm_token} included"),
     );
 
+    let filler = vec![b'x'; FILLER_BYTES];
     history.fault("nemesis", "SIGSTOP both replicas");
     let frozen_at = Instant::now();
     freeze(&cluster, &replicas, true).await?;
-    let filler = vec![b'x'; FILLER_BYTES];
     let () = cmd("SET")
         .arg("scenario:sentinel-failover:filler")
         .arg(filler)
@@ -258,11 +262,6 @@ async fn one(
         .collect();
     timeline.sort_by(|x, y| x.t_ms.total_cmp(&y.t_ms));
     Ok((f, timeline))
-}
-
-/// How long A's `WAIT` waits for a confirmation.
-fn wait_timeout(quick: bool) -> Duration {
-    Duration::from_millis(if quick { 200 } else { 400 })
 }
 
 /// `client` takes the lock, writes once, releases — recorded.
