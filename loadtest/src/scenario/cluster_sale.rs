@@ -51,6 +51,7 @@ const RETRY_PAUSE: Duration = Duration::from_millis(20);
 const PATIENCE: Duration = Duration::from_secs(60);
 
 /// The three clusters.
+#[derive(Clone)]
 struct Clusters {
     zookeeper: Arc<sandbox::ZooKeeperEnsemble>,
     etcd: Arc<sandbox::EtcdCluster>,
@@ -111,22 +112,22 @@ impl Clusters {
 
     /// Waits for `which`'s leader and returns its member index.
     async fn leader(&self, which: Which) -> Result<usize> {
-        let (zk, etcd, redis) = self.handles();
+        let c = self.clone();
         Ok(tokio::task::spawn_blocking(move || match which {
-            Which::ZooKeeper => zk.await_leader(PATIENCE),
-            Which::Etcd => etcd.await_leader(PATIENCE),
-            Which::Redis => redis.await_leader(PATIENCE),
+            Which::ZooKeeper => c.zookeeper.await_leader(PATIENCE),
+            Which::Etcd => c.etcd.await_leader(PATIENCE),
+            Which::Redis => c.redis.await_leader(PATIENCE),
         })
         .await??)
     }
 
     /// SIGKILLs member `i` of `which`.
     async fn kill(&self, which: Which, i: usize) -> Result<()> {
-        let (zk, etcd, redis) = self.handles();
+        let c = self.clone();
         Ok(tokio::task::spawn_blocking(move || match which {
-            Which::ZooKeeper => zk.member(i).server().kill(),
-            Which::Etcd => etcd.member(i).server().kill(),
-            Which::Redis => redis.server(i).server().kill(),
+            Which::ZooKeeper => c.zookeeper.member(i).server().kill(),
+            Which::Etcd => c.etcd.member(i).server().kill(),
+            Which::Redis => c.redis.server(i).server().kill(),
         })
         .await??)
     }
@@ -137,11 +138,11 @@ impl Clusters {
     /// with, empty; it is pointed at the current primary at once, as Sentinel would do a few
     /// seconds later, so it can never be promoted empty).
     fn restart(&self, which: Which, i: usize) -> JoinHandle<Result<()>> {
-        let (zk, etcd, redis) = self.handles();
+        let c = self.clone();
         tokio::task::spawn_blocking(move || -> Result<()> {
             match which {
                 Which::ZooKeeper => {
-                    let member = zk.member(i);
+                    let member = c.zookeeper.member(i);
                     member.server().start_again()?;
                     sandbox::wait_for(PATIENCE, || {
                         matches!(
@@ -153,7 +154,7 @@ impl Clusters {
                     .context("the restarted ZooKeeper member did not rejoin")?;
                 }
                 Which::Etcd => {
-                    let member = etcd.member(i);
+                    let member = c.etcd.member(i);
                     member.server().start_again()?;
                     sandbox::wait_for(PATIENCE, || {
                         member.status().filter(|s| s.leader_id != 0).map(drop)
@@ -161,9 +162,9 @@ impl Clusters {
                     .context("the restarted etcd member did not rejoin")?;
                 }
                 Which::Redis => {
-                    let member = redis.server(i);
+                    let member = c.redis.server(i);
                     member.server().start_again()?;
-                    let primary = redis.server(redis.await_leader(PATIENCE)?).port();
+                    let primary = c.redis.server(c.redis.await_leader(PATIENCE)?).port();
                     member.command(&["REPLICAOF", "127.0.0.1", &primary.to_string()])?;
                     sandbox::wait_for(PATIENCE, || {
                         let info = member.command(&["INFO", "replication"]).ok()?;
@@ -174,21 +175,6 @@ impl Clusters {
             }
             Ok(())
         })
-    }
-
-    #[allow(clippy::type_complexity)]
-    fn handles(
-        &self,
-    ) -> (
-        Arc<sandbox::ZooKeeperEnsemble>,
-        Arc<sandbox::EtcdCluster>,
-        Arc<sandbox::RedisSentinelCluster>,
-    ) {
-        (
-            self.zookeeper.clone(),
-            self.etcd.clone(),
-            self.redis.clone(),
-        )
     }
 }
 
