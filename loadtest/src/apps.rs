@@ -20,12 +20,12 @@ use tokio::time::Instant;
 const FOREIGN_ENV: &[&str] = &[
     "DATABASE_URL",
     "REDIS_URL",
+    "REDIS_SENTINELS",
+    "REDIS_MASTER_NAME",
     "REDLOCK_URLS",
     "ZOOKEEPER_CONNECT",
     "ETCD_ENDPOINTS",
     "MEMCACHED_ADDR",
-    "REDIS_SENTINELS",
-    "REDIS_MASTER_NAME",
     "SECKILL_ADMIN_TOKEN",
 ];
 
@@ -291,5 +291,36 @@ impl Apps {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         // Dropping kills what is left.
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::FOREIGN_ENV;
+
+    #[test]
+    fn every_server_address_the_app_reads_from_the_environment_is_cleared_for_an_instance() {
+        // The app's own settings are `SECKILL_…`; every other variable it reads names a server.
+        let command = app::Config::command();
+        let servers: Vec<String> = command
+            .get_arguments()
+            .filter_map(|arg| arg.get_env())
+            .map(|name| name.to_string_lossy().into_owned())
+            .filter(|name| !name.starts_with("SECKILL_"))
+            .collect();
+        assert!(
+            servers.iter().any(|name| name == "DATABASE_URL"),
+            "{servers:?}"
+        );
+        let inherited: Vec<&String> = servers
+            .iter()
+            .filter(|name| !FOREIGN_ENV.contains(&name.as_str()))
+            .collect();
+        assert!(
+            inherited.is_empty(),
+            "an instance would reach the server this process's environment names: {inherited:?}"
+        );
     }
 }

@@ -291,6 +291,50 @@ async fn a_zookeeper_holder_cut_off_with_its_member_is_fenced_off_and_told_it_lo
     assert_eq!((f.tokens_not_increasing, f.stale_writes_accepted), (0, 0));
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sentinel_failover_to_a_replica_that_missed_the_grant_makes_two_holders_and_wait_1_tells_the_holder()
+ {
+    sandbox::require_faults!();
+    let report = quick(Scenario::SentinelFailover).await;
+    assert_all_pass(&report);
+    let f = row!(
+        report,
+        "redis-watchdog via Sentinel, no WAIT",
+        SentinelFailover
+    );
+    assert!(!f.promoted_had_grant && f.overlaps > 0, "{f:?}");
+    assert!(f.token_a.is_some() && f.token_b.is_some(), "{f:?}");
+    let f = row!(
+        report,
+        "redis-watchdog via Sentinel + WAIT 1",
+        SentinelFailover
+    );
+    assert_eq!((f.a_unreplicated_acks, f.token_a), (Some(0), None), "{f:?}");
+    assert_eq!(
+        f.overlaps + f.tokens_not_increasing + f.stale_writes_accepted,
+        0,
+        "{f:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_flash_sale_on_the_clusters_with_the_leader_killed_mid_sale_never_oversells_a_fenced_strategy()
+ {
+    sandbox::require_faults!();
+    let report = quick(Scenario::ClusterSale).await;
+    assert_all_pass(&report);
+    for s in [
+        Strategy::ZookeeperFenced,
+        Strategy::EtcdFenced,
+        Strategy::RedisWatchdogFenced,
+    ] {
+        let f = row!(report, &format!("{s}, leader killed"), ClusterSale);
+        assert!(f.fenced, "{s}: {f:?}");
+        assert_eq!((f.oversell, f.units_sold), (0, f.stock), "{s}: {f:?}");
+        assert!(f.sold_before_kill > 0, "{s}: {f:?}");
+    }
+}
+
 /// The full form (real leases and timeouts, several minutes): `cargo nextest run -p loadtest
 /// --test scenarios --run-ignored only`. Prints every report. `SECKILL_SCENARIO=<name>` runs
 /// one scenario instead of all.

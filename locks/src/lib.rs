@@ -104,6 +104,18 @@ pub enum LockError {
         granted: usize,
         needed: usize,
     },
+    /// The lock was granted, but fewer replicas than the client requires confirmed the grant
+    /// in time (Redis `WAIT`, [`redis::Replication`]). The grant was given back: a failover to
+    /// a replica that missed it would hand the lock to someone else.
+    #[error(
+        "lock `{key}` was granted, but only {acked} of the {needed} required replica(s) confirmed \
+         it in time; the grant was given back"
+    )]
+    Unreplicated {
+        key: String,
+        acked: u32,
+        needed: u32,
+    },
     /// The backend could not be reached or answered with an error.
     #[error("lock backend unavailable: {0}")]
     Unavailable(#[source] Box<dyn std::error::Error + Send + Sync>),

@@ -171,9 +171,9 @@ impl StockStrategy for Locked {
                 .await
                 .map_err(|e| match e {
                     LockError::Timeout { .. } => PurchaseError::Busy(e.to_string()),
-                    LockError::NoQuorum { .. } | LockError::Unavailable(_) => {
-                        PurchaseError::Unavailable(Box::new(e))
-                    }
+                    LockError::NoQuorum { .. }
+                    | LockError::Unreplicated { .. }
+                    | LockError::Unavailable(_) => PurchaseError::Unavailable(Box::new(e)),
                 })?;
             purchase.stats.set_lock_wait(started.elapsed());
             let token = guard.fencing_token();

@@ -258,3 +258,62 @@ pub struct ZkPartition {
     pub tokens_not_increasing: usize,
     pub stale_writes_accepted: usize,
 }
+
+/// `sentinel-failover`, one row per run: without and with a replication requirement on A.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct SentinelFailover {
+    /// Replicas that had to confirm each of A's grants (`WAIT`); 0: none.
+    pub wait_replicas: u32,
+    /// Bytes the primary still held for a replica when it was killed (the filler, then A's
+    /// grant): what the frozen replicas never received.
+    pub held_back_bytes: u64,
+    /// How long both replicas were frozen (Sentinel's `down-after-milliseconds` is 1000).
+    pub replicas_frozen_ms: f64,
+    /// A's token, when A was granted the lock and acted on it.
+    pub token_a: Option<u64>,
+    /// A's acquire failed: only this many replicas confirmed the grant.
+    pub a_unreplicated_acks: Option<u32>,
+    /// The promoted replica had A's lock when it became primary.
+    pub promoted_had_grant: bool,
+    /// The promoted replica's fencing counter then.
+    pub promoted_fence: u64,
+    pub promoted_after_kill_ms: f64,
+    pub b_granted_after_kill_ms: Option<f64>,
+    pub token_b: Option<u64>,
+    /// The fenced store's verdict on A's write after B's (`None`: A never acted).
+    pub a_late_write_accepted: Option<bool>,
+    /// When A's `lost()` fired (full form only).
+    pub a_lost_after_kill_ms: Option<f64>,
+    /// What the lock-history checker found, by rule.
+    pub overlaps: usize,
+    pub tokens_not_increasing: usize,
+    pub stale_writes_accepted: usize,
+}
+
+/// `cluster-sale`, one row per strategy.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct ClusterSale {
+    /// The strategy fences its stock write with the lock's token.
+    pub fenced: bool,
+    pub stock: i64,
+    pub buyers: usize,
+    /// Clicks sent in all.
+    pub requests: usize,
+    /// Clicks answered `201`.
+    pub created: usize,
+    /// Clicks answered `503` (`backend_unavailable` or `busy`).
+    pub answered_503: usize,
+    /// Clicks refused `lock_lost` (a fenced write refused).
+    pub lock_lost: usize,
+    /// Clicks answered otherwise (not 201, 503, `lock_lost` or `sold_out`).
+    pub other: usize,
+    /// Purchases answered `201` before the leader was killed.
+    pub sold_before_kill: usize,
+    /// From the kill to the first purchase sent after it that was placed (`None`: none was).
+    pub unavailable_ms: Option<f64>,
+    pub units_sold: i64,
+    pub oversell: i64,
+    pub lost_updates: i64,
+    /// Units left unsold although the buyers asked for more.
+    pub undersell: i64,
+}

@@ -29,10 +29,12 @@ pub struct Fleet {
     _zookeeper: Option<sandbox::ZooKeeper>,
 }
 
-/// The Redis of a fleet: a private one, or one the scenario runs itself (behind a relay).
+/// The Redis of a fleet: a private one, one the scenario runs itself (behind a relay), or none
+/// (the instances' flags name the servers they use).
 enum Redis {
     Private(sandbox::Redis),
     At(String),
+    None,
 }
 
 /// The product judged by the one definition of oversell and lost updates
@@ -83,6 +85,12 @@ impl Fleet {
         Fleet::start_on(binary, count, flags, false, Redis::At(redis_url)).await
     }
 
+    /// [`Fleet::start`] with no server but the private MariaDB: `flags` name the clusters the
+    /// instances use, which the scenario starts and controls.
+    pub async fn start_on_clusters(binary: &Path, count: usize, flags: &[String]) -> Result<Fleet> {
+        Fleet::start_on(binary, count, flags, false, Redis::None).await
+    }
+
     async fn start_on(
         binary: &Path,
         count: usize,
@@ -99,8 +107,10 @@ impl Fleet {
         let database_url = format!("{}/scenario", mariadb.url().trim_end_matches('/'));
         let mut launch = Launch::new(binary, &logs.0)
             .arg("--database-url", database_url.clone())
-            .arg("--redis-url", redis.url())
             .args(["--allow-fault-injection"]);
+        if let Some(url) = redis.url() {
+            launch = launch.arg("--redis-url", url);
+        }
         if let Some(zk) = &zookeeper {
             launch = launch.arg("--zookeeper", zk.connect_string());
         }
@@ -130,7 +140,7 @@ impl Fleet {
 
     /// The fleet's Redis.
     pub fn redis_url(&self) -> String {
-        self.redis.url()
+        self.redis.url().unwrap_or_default()
     }
 
     /// Creates or resets product `id` to `stock` units in the product row (and deletes its
@@ -200,10 +210,11 @@ impl Drop for LogDir {
 }
 
 impl Redis {
-    fn url(&self) -> String {
+    fn url(&self) -> Option<String> {
         match self {
-            Redis::Private(redis) => redis.url(),
-            Redis::At(url) => url.clone(),
+            Redis::Private(redis) => Some(redis.url()),
+            Redis::At(url) => Some(url.clone()),
+            Redis::None => None,
         }
     }
 }

@@ -15,6 +15,8 @@
 //! | `stream-consumer-crash` | SIGKILL of an instance whose consumer holds a batch read and not acknowledged | those accepted orders missing until the claim time; then claimed by a live consumer, each placed exactly once |
 //! | `zk-leader-loss`, `etcd-leader-loss` | the cluster's leader is killed (and restarted) while 4 clients contend for one lock | a clean lock history (no overlap, tokens increasing, only the newest token written) and the unavailability window |
 //! | `zk-partition` | the member holding A's session is cut off from the other two; B asks on the majority side | B granted after A's session expires, with a larger token; A's late write refused; A's `lost()` fires; the checker shows the overlap window |
+//! | `sentinel-failover` | a `redis-watchdog` grant queued behind a filler for two frozen replicas; the primary is SIGKILLed, Sentinel promotes a replica | the promoted replica never got the grant: B is granted the same lock (the checker's overlap) and the same fencing token; with `WAIT 1` after the grant, A is told and does not act |
+//! | `cluster-sale` | a flash sale through 2 app instances on the ZooKeeper ensemble, the etcd cluster and Redis behind Sentinel; the strategy's cluster leader is SIGKILLed when a third is sold, restarted after | the fenced strategies never oversell; the unfenced ones' outcome as it was; `503`s and the time from the kill to the next sale |
 //! | `herd` | 64 waiters on one lock | requests per grant and hand-off latency: polling vs pub/sub vs predecessor watch |
 //! | `redis-failover-stock` | the Redis primary holding a `redis-lua` counter dies; the promoted replica missed the last deductions | oversell of Redis-held stock; with `--redis-wait-replicas 1`, those purchases are refused 503 and nothing oversells |
 //! | `batched-db-kill` | SIGKILL of MariaDB while a `batched` transaction waits to commit | every purchase of the batch answers 503, none is recorded; after the restart exactly the stock is sold |
@@ -24,6 +26,7 @@
 //! what was measured: for a deliberately broken variant, "pass" means its failure showed.
 
 mod batched_db_kill;
+mod cluster_sale;
 mod failover;
 mod fenced_store;
 pub mod figures;
@@ -38,6 +41,7 @@ mod partition;
 mod process_pause;
 mod redis_failover_stock;
 mod report;
+mod sentinel_failover;
 mod stream_crash;
 mod unsafe_release;
 mod zk_expiry;
@@ -106,6 +110,8 @@ scenarios! {
     ZkLeaderLoss => leader_loss::zookeeper;
     EtcdLeaderLoss => leader_loss::etcd;
     ZkPartition => zk_partition::run;
+    SentinelFailover => sentinel_failover::run;
+    ClusterSale => cluster_sale::run;
 }
 
 impl Scenario {

@@ -158,6 +158,20 @@ impl Timeline {
             .push(event);
     }
 
+    /// Records that `actor` did or saw `what`, `t_ms` after the origin: for a moment measured
+    /// elsewhere and noted afterwards.
+    pub fn log_at(&self, t_ms: f64, actor: impl Into<String>, what: impl Into<String>) {
+        let event = Event {
+            t_ms,
+            actor: actor.into(),
+            what: what.into(),
+        };
+        self.events
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(event);
+    }
+
     /// Milliseconds since the origin.
     pub fn now_ms(&self) -> f64 {
         self.start.elapsed().as_secs_f64() * 1000.0

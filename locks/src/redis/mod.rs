@@ -36,7 +36,9 @@
 //! What none of the single-instance locks survives: a Redis primary that dies after granting and
 //! before replicating to the replica that is then promoted. The grant is gone and a second
 //! client gets the lock; the fence counter, replicated the same way, may even go back. Redlock
-//! exists for that case.
+//! exists for that case. [`RedisWatchdogLock::connect_replicated`] narrows it: each grant must
+//! be confirmed by `WAIT` from enough replicas, or it is given back and the acquire fails with
+//! [`LockError::Unreplicated`] (`replicated.rs`).
 //!
 //! Every backend counts the requests it sends ([`crate::DistributedLock::backend_requests`]):
 //! one per command or script call (a script sent again after `NOSCRIPT` counts once).
@@ -47,6 +49,7 @@ mod hash_client;
 mod plain;
 mod redlock;
 mod renewal;
+mod replicated;
 mod setnx_no_ttl;
 mod single_instance;
 mod target;
@@ -58,6 +61,7 @@ pub use fair::{RedisFairLock, queue_key, timeouts_key};
 pub use get_then_set::GetThenSetLock;
 pub use plain::RedisLock;
 pub use redlock::Redlock;
+pub use replicated::Replication;
 pub use setnx_no_ttl::{SetnxNoTtlLock, SimulatedCrash};
 pub use single_instance::SingleInstanceLock;
 pub use target::{SENTINEL_SCHEME, Target};
@@ -72,7 +76,7 @@ use std::time::{Duration, Instant};
 
 use deadpool_redis::Pool;
 use deadpool_redis::redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use deadpool_redis::redis::{Client, Cmd, FromRedisValue, Script, ScriptInvocation};
+use deadpool_redis::redis::{Client, Cmd, FromRedisValue, Pipeline, Script, ScriptInvocation};
 use rand::Rng;
 use tokio::sync::watch;
 
@@ -157,6 +161,28 @@ impl Conn {
             }
             Conn::Following(f) => {
                 let answer = script.invoke_async(&mut f.connection().await?).await;
+                if let Err(e) = &answer {
+                    f.failed(e).await;
+                }
+                answer
+            }
+        }
+        .map_err(LockError::unavailable)
+    }
+
+    /// Runs a pipeline, its commands one after the other on one connection.
+    pub(crate) async fn pipeline<T: FromRedisValue>(
+        &self,
+        pipeline: &Pipeline,
+    ) -> Result<T, LockError> {
+        match self {
+            Conn::Manager(m) => pipeline.query_async(&mut m.clone()).await,
+            Conn::Pool(p) => {
+                let mut conn = p.get().await.map_err(LockError::unavailable)?;
+                pipeline.query_async(&mut conn).await
+            }
+            Conn::Following(f) => {
+                let answer = pipeline.query_async(&mut f.connection().await?).await;
                 if let Err(e) = &answer {
                     f.failed(e).await;
                 }

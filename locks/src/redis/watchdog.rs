@@ -19,7 +19,9 @@
 //! **Why it is still not safe in every case.** The lock only lives while the *process* lives
 //! and reaches Redis: a holder paused longer than the lease (a stop-the-world pause, SIGSTOP)
 //! cannot renew, loses the lock, and resumes believing it holds it until `lost()` tells it; a
-//! failover to a replica that missed the grant breaks exclusion as for the plain lock. Use the
+//! failover to a replica that missed the grant breaks exclusion as for the plain lock (and the
+//! promoted replica's fencing counter may repeat the token): [`RedisWatchdogLock::connect_replicated`]
+//! makes each grant wait for replicas to confirm it, and gives back one they do not. Use the
 //! fencing token. A leaked guard (`mem::forget`) keeps its lock renewed as long as the client
 //! lives.
 //!
@@ -42,6 +44,7 @@ use deadpool_redis::redis::Script;
 use futures::future::BoxFuture;
 
 use super::hash_client::{Background, HashClient};
+use super::replicated::Replication;
 use super::wakeups::{Ticket, Wakeups};
 use super::{fence_key, millis};
 use crate::options::within_budget;
@@ -94,6 +97,8 @@ pub struct RedisWatchdogLock {
 
 struct Shared {
     client: Arc<HashClient>,
+    /// Replicas that must confirm each grant before `acquire` returns it.
+    replication: Option<Replication>,
 }
 
 impl std::ops::Deref for Shared {
@@ -115,9 +120,31 @@ impl RedisWatchdogLock {
     /// connection, both connected lazily. Must be called inside a Tokio runtime (it starts the
     /// client's watchdog and subscriber tasks).
     pub fn connect(url: &str) -> Result<RedisWatchdogLock, LockError> {
+        Self::connect_with(url, None)
+    }
+
+    /// [`RedisWatchdogLock::connect`], with every grant confirmed by `replication.replicas`
+    /// replicas (`WAIT`) before `acquire` returns it. A grant too few replicas confirm in time
+    /// is given back and the acquire fails with [`LockError::Unreplicated`]: the caller learns
+    /// that a failover could hand its lock to someone else, and does not act on it (see
+    /// [`Replication`] for the cost and the limits).
+    pub fn connect_replicated(
+        url: &str,
+        replication: Replication,
+    ) -> Result<RedisWatchdogLock, LockError> {
+        Self::connect_with(url, Some(replication))
+    }
+
+    fn connect_with(
+        url: &str,
+        replication: Option<Replication>,
+    ) -> Result<RedisWatchdogLock, LockError> {
         let (client, background) = HashClient::start(url, Wakeups::released)?;
         Ok(RedisWatchdogLock {
-            shared: Arc::new(Shared { client }),
+            shared: Arc::new(Shared {
+                client,
+                replication,
+            }),
             _background: background,
         })
     }
@@ -175,13 +202,14 @@ impl Shared {
         }
         let lost = self.renewals.register(key, &owner, lease, sent);
         let held = WatchdogHeld::new(self, key, &owner, lease);
-        Ok(Attempt::Granted(Guard::new(
-            key,
-            owner,
-            value as u64,
-            lost,
-            held,
-        )))
+        let guard = Guard::new(key, owner, value as u64, lost, held);
+        match self.replication {
+            None => Ok(Attempt::Granted(guard)),
+            Some(replication) => replication
+                .confirm(guard, &self.conn, &self.requests, lease)
+                .await
+                .map(Attempt::Granted),
+        }
     }
 
     async fn acquire(

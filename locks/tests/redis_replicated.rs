@@ -1,0 +1,53 @@
+//! `RedisWatchdogLock::connect_replicated`: a grant counts only once replicas confirm it.
+//! Each test runs on a private primary + replica pair, whose replica it freezes.
+
+use std::time::Duration;
+
+use locks::redis::{RedisWatchdogLock, Replication};
+use locks::{AcquireOptions, DistributedLock, LockError, conformance};
+
+const LEASE: Duration = Duration::from_secs(10);
+
+fn replicated(pair: &sandbox::RedisPair) -> RedisWatchdogLock {
+    let one = Replication::new(1, Duration::from_millis(200));
+    RedisWatchdogLock::connect_replicated(&pair.primary.url(), one).expect("client")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_grant_the_replica_confirms_is_returned_and_one_it_cannot_confirm_is_refused_and_given_back()
+ {
+    sandbox::require_faults!();
+    let pair = tokio::task::spawn_blocking(sandbox::RedisPair::start)
+        .await
+        .expect("start")
+        .expect("primary + replica");
+    let lock = replicated(&pair);
+    let key = conformance::unique_key("replicated");
+
+    let confirmed = lock
+        .acquire(&key, AcquireOptions::new(LEASE))
+        .await
+        .expect("a grant the live replica confirms");
+    assert!(confirmed.release().await.expect("release"));
+
+    pair.replica.server().pause().expect("SIGSTOP the replica");
+    let refused = lock.acquire(&key, AcquireOptions::new(LEASE)).await;
+    pair.replica.server().resume().expect("SIGCONT the replica");
+    assert!(
+        matches!(
+            &refused,
+            Err(LockError::Unreplicated {
+                acked: 0,
+                needed: 1,
+                ..
+            })
+        ),
+        "{refused:?}"
+    );
+    assert_eq!(lock.renewing(), 0, "the refused grant is still renewed");
+
+    // Given back: another client is granted the lock at once, without waiting out the lease.
+    let other = RedisWatchdogLock::connect(&pair.primary.url()).expect("client");
+    let next = other.acquire(&key, AcquireOptions::new(LEASE)).await;
+    assert!(next.is_ok(), "{next:?}");
+}
