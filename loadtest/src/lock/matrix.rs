@@ -358,6 +358,7 @@ async fn answer(outcome: Result<Guard, LockError>) -> &'static str {
         Err(LockError::Timeout { .. }) => "busy",
         Err(LockError::NoQuorum { .. }) => "no quorum",
         Err(LockError::Unavailable(_)) => "unavailable",
+        Err(LockError::Unreplicated { .. }) => "unreplicated",
     }
 }
 
