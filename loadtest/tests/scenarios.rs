@@ -252,8 +252,8 @@ async fn a_redis_failover_that_lost_deductions_oversells_and_wait_1_refuses_them
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_zookeeper_leader_killed_under_contention_leaves_a_clean_lock_history_and_grants_resume()
-{
+async fn a_zookeeper_leader_killed_under_contention_leaves_a_clean_lock_history_and_grants_resume_before_it_is_back()
+ {
     sandbox::require_faults!();
     let report = quick(Scenario::ZkLeaderLoss).await;
     assert_all_pass(&report);
@@ -262,10 +262,13 @@ async fn a_zookeeper_leader_killed_under_contention_leaves_a_clean_lock_history_
     };
     assert_eq!(f.0.violations, 0);
     assert!(f.0.grants_before > 0 && f.0.grants_after > 0, "{f:?}");
+    // Liveness: two of three members are a majority; the lock must not wait for the third.
+    assert!(f.0.regained_while_down_ms.is_some(), "{f:?}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn an_etcd_leader_killed_under_contention_leaves_a_clean_lock_history_and_grants_resume() {
+async fn an_etcd_leader_killed_under_contention_leaves_a_clean_lock_history_and_grants_resume_before_it_is_back()
+ {
     sandbox::require_faults!();
     let report = quick(Scenario::EtcdLeaderLoss).await;
     assert_all_pass(&report);
@@ -274,6 +277,8 @@ async fn an_etcd_leader_killed_under_contention_leaves_a_clean_lock_history_and_
     };
     assert_eq!(f.0.violations, 0);
     assert!(f.0.grants_before > 0 && f.0.grants_after > 0, "{f:?}");
+    // Liveness: two of three members are a majority; the lock must not wait for the third.
+    assert!(f.0.regained_while_down_ms.is_some(), "{f:?}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

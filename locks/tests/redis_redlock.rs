@@ -153,3 +153,42 @@ async fn a_contended_wait_whose_last_rounds_time_out_ends_as_contention_not_as_a
     );
     assert!(held.release().await.expect("release"));
 }
+
+/// A killed instance refuses connections at once: it must cost each round a fast failure, not
+/// the instance timeout. (With a reconnecting manager that retries its connect with a backoff,
+/// every request to the dead instance waited for the retries, i.e. for the instance timeout:
+/// three rounds per grant and release, about 3 grants a second with the default 100 ms.) The
+/// timeout is set far above any answer here, so only waiting for it can make a cycle slow.
+#[tokio::test]
+async fn killed_instances_fail_fast_instead_of_costing_each_round_the_instance_timeout() {
+    sandbox::require_faults!();
+    let instances = tokio::task::spawn_blocking(|| sandbox::Redis::start_many(5))
+        .await
+        .expect("task")
+        .expect("5 private redis");
+    let urls: Vec<String> = instances.iter().map(|r| r.url()).collect();
+    let timeout = Duration::from_secs(3);
+    let lock = Redlock::connect(&urls)
+        .expect("client")
+        .instance_timeout(timeout);
+    let key = conformance::unique_key("redlock-fail-fast");
+    let options = AcquireOptions::new(Duration::from_secs(30)).wait(Duration::from_secs(30));
+    // Connected to all five, then two die.
+    let guard = lock.acquire(&key, options).await.expect("grant");
+    assert!(guard.release().await.expect("release"));
+    for dead in &instances[..2] {
+        dead.server().kill().expect("kill");
+    }
+
+    for cycle in 0..5 {
+        let started = std::time::Instant::now();
+        let guard = lock.acquire(&key, options).await.expect("grant");
+        assert!(guard.release().await.expect("release"));
+        let took = started.elapsed();
+        assert!(
+            took < timeout,
+            "cycle {cycle}: a grant and release with 2 of 5 instances dead took {took:?}, \
+             as long as the {timeout:?} instance timeout"
+        );
+    }
+}

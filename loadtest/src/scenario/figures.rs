@@ -227,6 +227,9 @@ pub struct LeaderLoss {
     pub grants_after: usize,
     /// From the last grant before the kill to the first after it.
     pub without_grant_ms: Option<f64>,
+    /// From the kill to the first grant while the old leader was still down (`None`: none
+    /// before its restart, although the other two members are a majority).
+    pub regained_while_down_ms: Option<f64>,
     pub loss_notices: usize,
     pub refused_writes: usize,
     /// Violations the history checker found.

@@ -8,7 +8,8 @@
 //! records each write it accepts or refuses, and [`locks::history::check`] asserts that no two
 //! clients held the lock at once (unless the earlier one had been told it lost it), that tokens
 //! rose in grant order, and that the store accepted only the newest token. What the leader's
-//! death costs is availability: the time around it without any grant, reported.
+//! death costs is availability: the time around it without any grant, reported. The two
+//! surviving members are a majority, so grants must resume before the old leader is back.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -118,20 +119,28 @@ async fn run<C: Cluster>(
         grants_before: outage.grants_before,
         grants_after: outage.grants_after,
         without_grant_ms: outage.without_grant.map(|d| d.as_secs_f64() * 1000.0),
+        regained_while_down_ms: regained_while_down(&events).map(|d| d.as_secs_f64() * 1000.0),
         loss_notices: outage.loss_notices,
         refused_writes: outage.refused_writes,
         violations: violations.len(),
     };
     let subject = format!("{}, leader killed", C::BACKEND);
-    let ok = violations.is_empty() && f.grants_before > 0 && f.grants_after > 0;
+    let ok = violations.is_empty()
+        && f.grants_before > 0
+        && f.grants_after > 0
+        && f.regained_while_down_ms.is_some();
     let mut observed = format!(
-        "{} violation(s); {} grant(s) before the kill, {} after; no grant for {}; {} loss \
+        "{} violation(s); {} grant(s) before the kill, {} after; no grant for {}; {}; {} loss \
          notice(s), {} refused write(s)",
         f.violations,
         f.grants_before,
         f.grants_after,
         f.without_grant_ms
             .map_or_else(|| "–".to_string(), |ms| format!("{ms:.0} ms")),
+        f.regained_while_down_ms.map_or_else(
+            || "no grant until the old leader's restart".to_string(),
+            |ms| format!("granted again {ms:.0} ms after the kill, the old leader still down")
+        ),
         f.loss_notices,
         f.refused_writes
     );
@@ -141,7 +150,7 @@ async fn run<C: Cluster>(
     let row = Row::new(
         subject.clone(),
         "a clean history: no two holders, tokens rising, only the newest token written; grants \
-         resume after the election",
+         resume after the election, before the old leader is restarted",
         observed,
         ok,
         C::figures(f),
@@ -205,6 +214,19 @@ pub(crate) async fn contend_through_leader_loss<C: Cluster>(
         contender.await?;
     }
     Ok(history.events())
+}
+
+/// From the first fault (the leader's kill) to the first grant before the second (its restart):
+/// how long the surviving majority took to grant again. `None`: no grant in between.
+pub(crate) fn regained_while_down(events: &[locks::history::Event]) -> Option<Duration> {
+    use locks::history::Op;
+    let mut faults = events.iter().filter(|e| matches!(e.op, Op::Fault { .. }));
+    let (killed, restarted) = (faults.next()?.at, faults.next().map(|e| e.at));
+    events
+        .iter()
+        .find(|e| matches!(e.op, Op::Grant { .. }) && e.at > killed)
+        .filter(|e| restarted.is_none_or(|r| e.at < r))
+        .map(|e| e.at - killed)
 }
 
 /// The faults and the grants around them (not every write: a run has hundreds).

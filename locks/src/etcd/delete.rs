@@ -7,6 +7,13 @@
 //! backoff capped at [`MAX_PAUSE`], until etcd answers it or the lease is known to be gone
 //! (which takes the key with it).
 //!
+//! Each attempt is bounded by [`super::ATTEMPT`]: a delete sent to a follower while the leader has just
+//! died is forwarded to the dead leader and answered only by etcd's own request timeout (7 s
+//! with the default election timeout) — every waiter behind the key would wait that long,
+//! although the surviving majority elects a new leader in about a second. An abandoned attempt
+//! is "in doubt", like one lost with the connection: the next one finds the key gone or deletes
+//! it (only the key we created: the compare on its create revision).
+//!
 //! The retries run in a task of their own: a caller that stops waiting for its release or
 //! withdrawal (or is dropped) does not stop the delete.
 
@@ -17,6 +24,8 @@ use std::time::Duration;
 use etcd_client::{Client, Compare, CompareOp, Txn, TxnOp, TxnOpResponse};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+
+use super::{ATTEMPT, timed_out};
 
 /// Pause before the first retry; it doubles up to [`MAX_PAUSE`].
 const FIRST_PAUSE: Duration = Duration::from_millis(50);
@@ -72,7 +81,8 @@ pub(super) async fn until_gone(
     loop {
         requests.fetch_add(1, Ordering::Relaxed);
         let answer = tokio::select! {
-            answer = client.txn(txn.clone()) => answer,
+            answer = tokio::time::timeout(ATTEMPT, client.txn(txn.clone())) => answer
+                .unwrap_or_else(|_| Err(timed_out())),
             _ = lease_lost.wait_for(|lost| *lost) => return Gone::WithLease,
         };
         match answer {
@@ -88,7 +98,7 @@ pub(super) async fn until_gone(
                     Gone::Missing
                 };
             }
-            // Connection loss, a leader election, a timeout: try again. (A refusal for good —
+            // Connection loss, a leader election, our timeout: try again. (A refusal for good —
             // permissions — cannot happen to a key this client was allowed to put.)
             Err(e) => {
                 tracing::debug!(error = %e, key, "deleting a lock key failed; retrying");

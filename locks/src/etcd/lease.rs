@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use etcd_client::{Client, LeaseKeepAliveStream, LeaseKeeper};
 use tokio::sync::{Notify, oneshot, watch};
 
+use super::{ATTEMPT, timed_out};
 use crate::LockError;
 
 /// Pause before reopening the renewal stream after it failed.
@@ -163,7 +164,11 @@ impl Renewal {
             }
             let sent = Instant::now();
             let answer = tokio::select! {
-                answer = self.renew() => answer,
+                // A renewal forwarded to a leader that just died waits for etcd's request
+                // timeout; a new stream reaches the new leader.
+                answer = tokio::time::timeout(ATTEMPT, self.renew()) => {
+                    answer.unwrap_or_else(|_| Err(timed_out()))
+                }
                 () = tokio::time::sleep_until(expires.into()) => break,
             };
             match answer {

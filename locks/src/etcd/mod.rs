@@ -24,7 +24,8 @@
 //!    the put's outcome (the put runs in a task of its own that outlives a dropped `acquire`):
 //!    sent while the put is in flight, it could commit first and leave the put's key behind.
 //! 5. Every delete — release, withdrawal, cleanup — is retried until etcd answers it or the
-//!    lease is known gone (`delete.rs`). A delete lost with a broken connection would otherwise
+//!    lease is known gone (`delete.rs`), each attempt bounded by [`ATTEMPT`] (after a leader's
+//!    death, etcd would hold it for 7 s, and every waiter with it). A delete lost with a broken connection would otherwise
 //!    leave a key that the reconnected client keeps renewing with its lease: the lock would
 //!    stay blocked for as long as the process lives.
 //!
@@ -49,8 +50,8 @@
 //! when a lock is granted, so the TTL is `ceil(1.5 × options.lease)` seconds (at least 1; the
 //! server may raise it to its minimum, ≈ 2 s by default): at grant, at least `options.lease`
 //! remains — while renewals succeed. When they have failed for a while (a broken connection,
-//! retried every 200 ms), far less may be left, and a lock granted then would expire early with
-//! no one having stalled. So a grant checks what is left of the lease and, if it is less than
+//! retried every 200 ms, each attempt bounded by [`ATTEMPT`]), far less may be left, and a
+//! lock granted then would expire early with no one having stalled. So a grant checks what is left of the lease and, if it is less than
 //! `options.lease`, renews at once and waits for that renewal before handing out the guard.
 //! What is left is the client's own reckoning: the last acknowledged renewal's TTL, counted
 //! from when that renewal was *sent*, so the server's expiry is never earlier than ours.
@@ -83,6 +84,20 @@ use crate::options::within_budget;
 use crate::{AcquireOptions, DistributedLock, Guard, LockError};
 use lease::Lease;
 use queue::Contender;
+
+/// A bound on one delete or lease renewal, which are retried: far above a commit's time, far
+/// below etcd's own request timeout (5 s + two election timeouts, 7 s by default). A follower
+/// holds a write it forwarded to a leader that has just died until that timeout, while the
+/// surviving majority elects a new leader in about a second.
+const ATTEMPT: Duration = Duration::from_secs(1);
+
+/// The error of an attempt abandoned after [`ATTEMPT`].
+fn timed_out() -> etcd_client::Error {
+    etcd_client::Error::IoError(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        format!("no answer within {ATTEMPT:?}"),
+    ))
+}
 
 /// Every lock's keys live under this prefix.
 pub const LOCK_ROOT: &str = "/locks/";

@@ -137,10 +137,23 @@ pub(crate) enum Conn {
 impl Conn {
     /// A lazily connecting, self-healing connection to the Redis at `url` (see [`Target`]).
     pub(crate) fn open(url: &str) -> Result<Conn, LockError> {
+        Conn::open_with(url, ConnectionManagerConfig::new())
+    }
+
+    /// Like [`Conn::open`], but a reconnection tries once: a request to a dead Redis fails as
+    /// soon as its connect is refused, and the next request tries again. The manager's default
+    /// retries its connect with a backoff (100 ms doubling, six times: about 6 s), and every
+    /// request meanwhile waits for them. For Redlock, where a dead instance only counts against
+    /// the quorum and waiting for it costs every round its instance timeout.
+    pub(crate) fn open_failing_fast(url: &str) -> Result<Conn, LockError> {
+        Conn::open_with(url, ConnectionManagerConfig::new().set_number_of_retries(0))
+    }
+
+    fn open_with(url: &str, config: ConnectionManagerConfig) -> Result<Conn, LockError> {
         match Target::parse(url)? {
             Target::Direct(url) => {
                 let client = Client::open(url).map_err(LockError::unavailable)?;
-                ConnectionManager::new_lazy_with_config(client, ConnectionManagerConfig::new())
+                ConnectionManager::new_lazy_with_config(client, config)
                     .map(Conn::Manager)
                     .map_err(LockError::unavailable)
             }

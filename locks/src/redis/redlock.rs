@@ -2,7 +2,9 @@
 //!
 //! **Algorithm.** Take the time, send the plain lock's grant script (`SET NX PX` + `INCR`
 //! fence) to all N instances in parallel, each bounded by a short per-instance timeout so a dead
-//! instance costs milliseconds, not the lease. The lock is acquired if at least a quorum
+//! instance costs milliseconds, not the lease. A killed instance refuses the connection at once:
+//! its connection does not wait for reconnect retries (`Conn::open_failing_fast`), so it
+//! costs a round nothing but its refusal, not the instance timeout. The lock is acquired if at least a quorum
 //! (`N/2 + 1`) granted it *and* time is left: validity = lease − elapsed − drift, where drift =
 //! 1% of the lease + 2 ms allows for the instances' clocks running faster than ours. Otherwise
 //! release on all instances (a partial grant must not block others for a lease) and retry after
@@ -89,7 +91,7 @@ impl Redlock {
     pub fn connect(urls: &[String]) -> Result<Redlock, LockError> {
         let instances = urls
             .iter()
-            .map(|url| Conn::open(url))
+            .map(|url| Conn::open_failing_fast(url))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Redlock {
             shared: Arc::new(Shared {

@@ -14,7 +14,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use locks::history::{self, Op};
 use locks::{AcquireOptions, Backend};
 use sandbox::{MEMBERS, REDLOCK_INSTANCES};
@@ -23,7 +23,9 @@ use serde::Serialize;
 use super::rig::{Cluster, Rig};
 use super::{LEASE, Settings, answer, duration, fresh_key, grouped, warm};
 use crate::lock::connect_backend;
-use crate::scenario::leader_loss::{Cluster as Members, contend_through_leader_loss};
+use crate::scenario::leader_loss::{
+    Cluster as Members, contend_through_leader_loss, regained_while_down,
+};
 
 /// How long a client may take to be granted again after its server restarted.
 const RECOVERY: Duration = Duration::from_secs(10);
@@ -200,28 +202,15 @@ async fn leader_killed<C: Members>(cluster: Arc<C>, settings: &Settings) -> Resu
     let key = fresh_key("leader");
     let events =
         contend_through_leader_loss(cluster, CONTENDERS, &key, (AROUND, down, AROUND)).await?;
-    let faults: Vec<Duration> = events
-        .iter()
-        .filter(|e| matches!(e.op, Op::Fault { .. }))
-        .map(|e| e.at)
-        .collect();
-    let (&killed, &restarted) =
-        (faults.first().zip(faults.get(1))).context("the kill and the restart are recorded")?;
-    let grants: Vec<Duration> = events
-        .iter()
+    let grants = (events.iter())
         .filter(|e| matches!(e.op, Op::Grant { .. }))
-        .map(|e| e.at)
-        .collect();
-    let regained = grants
-        .iter()
-        .find(|&&at| at > killed)
-        .filter(|&&at| at < restarted)
-        .map(|&at| (at - killed).as_secs_f64() * 1000.0);
+        .count();
+    let regained = regained_while_down(&events).map(|d| d.as_secs_f64() * 1000.0);
     Ok(Availability::Cluster {
         members: MEMBERS,
         leader_down_ms: settings.leader_down_ms,
         regained_after_ms: regained,
-        grants: grants.len(),
+        grants,
         violations: history::check_events(&events).len(),
     })
 }
