@@ -191,10 +191,13 @@ impl RunArgs {
 
 /// Settings of `seckill-bench lock`.
 #[derive(Debug, Clone, Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub struct LockArgs {
+    #[command(subcommand)]
+    pub mode: Option<LockMode>,
     /// Lock backend.
-    #[arg(long)]
-    pub backend: Backend,
+    #[arg(long, required = true)]
+    pub backend: Option<Backend>,
     /// Tasks contending for the one lock.
     #[arg(long, default_value_t = 8)]
     pub workers: usize,
@@ -216,4 +219,40 @@ pub struct LockArgs {
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
+}
+
+/// What `seckill-bench lock` measures besides one backend.
+#[derive(Debug, Clone, Subcommand)]
+pub enum LockMode {
+    /// Our locks beside the Python lock libraries people use (python-redis-lock, redis-py's
+    /// `Lock`, kazoo's `Lock`), on the same workload in one run: interleaved rounds, medians,
+    /// and whether the hand-off targets of issue 15 hold.
+    Peers(PeersArgs),
+}
+
+/// Settings of `seckill-bench lock peers`.
+#[derive(Debug, Clone, Args)]
+pub struct PeersArgs {
+    /// Workers contending for the one lock (threads on the Python side).
+    #[arg(long, default_value_t = 16)]
+    pub workers: usize,
+    /// Duration of each run in seconds.
+    #[arg(long, default_value_t = 5.0)]
+    pub seconds: f64,
+    /// Rounds; each measures every lock once, and the report gives the medians.
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
+    /// The Python with the pinned libraries (default: the venv `cargo xtask setup` makes,
+    /// `~/.cache/seckill-bench/venv/bin/python`).
+    #[arg(long, env = "SECKILL_PEERS_PYTHON")]
+    pub python: Option<PathBuf>,
+    /// `lock_peers.py` (default: `loadtest/peers/lock_peers.py` of this source tree).
+    #[arg(long, env = "SECKILL_PEERS_SCRIPT")]
+    pub script: Option<PathBuf>,
+    /// Print one JSON object instead of the Markdown table.
+    #[arg(long)]
+    pub json: bool,
+    /// Also write the Markdown table to this file.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
 }

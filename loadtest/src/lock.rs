@@ -10,10 +10,12 @@
 //! wait, how often the longest waiter was served) and what a grant cost in requests: as the
 //! clients count them ([`locks::DistributedLock::backend_requests`]: round trips), and the
 //! commands the server executed for them where it can tell ([`server_commands`]), and how long
-//! a hand-off took, from a release to the next grant ([`handoff`]).
+//! a hand-off took, from a release to the next grant ([`handoff`]). [`peers`] runs the same
+//! workload with the Python lock libraries beside ours.
 
 mod fairness;
 mod handoff;
+pub mod peers;
 mod server_commands;
 
 pub use fairness::jain_index;

@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Parser;
-use loadtest::cli::{Cli, Command, CompareArgs, LockArgs, RunArgs, ScenarioArgs};
+use loadtest::cli::{
+    Cli, Command, CompareArgs, LockArgs, LockMode, PeersArgs, RunArgs, ScenarioArgs,
+};
 use loadtest::cpu::Process;
 use loadtest::run::{Target, run_in};
 use loadtest::{apps, lock, report};
@@ -145,11 +147,16 @@ fn scenario(args: &ScenarioArgs) -> Result<()> {
 }
 
 fn lock(args: &LockArgs) -> Result<()> {
+    let backend = match (&args.mode, args.backend) {
+        (Some(LockMode::Peers(peers)), _) => return lock_peers(peers),
+        (None, Some(backend)) => backend,
+        (None, None) => anyhow::bail!("--backend is required"),
+    };
     let (servers, endpoints) = servers()?;
     let result = runtime()?.block_on(async {
-        let clients = lock::connect_clients(args.backend, &endpoints, args.clients).await?;
+        let clients = lock::connect_clients(backend, &endpoints, args.clients).await?;
         lock::bench(
-            args.backend,
+            backend,
             clients,
             &endpoints,
             args.workers,
@@ -164,6 +171,29 @@ fn lock(args: &LockArgs) -> Result<()> {
         println!("{}", serde_json::to_string(&result)?);
     } else {
         println!("{result}");
+    }
+    Ok(())
+}
+
+fn lock_peers(args: &PeersArgs) -> Result<()> {
+    let options = lock::peers::PeersOptions {
+        workers: args.workers,
+        seconds: args.seconds,
+        rounds: args.rounds,
+        python: (args.python.clone()).unwrap_or_else(lock::peers::PeersOptions::default_python),
+        script: (args.script.clone()).unwrap_or_else(lock::peers::PeersOptions::default_script),
+    };
+    let (servers, endpoints) = servers()?;
+    let report = runtime()?.block_on(lock::peers::run(&endpoints, &options))?;
+    drop(servers);
+    let md = report.markdown();
+    if let Some(out) = &args.out {
+        std::fs::write(out, &md).with_context(|| format!("writing {}", out.display()))?;
+    }
+    if args.json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        print!("{md}");
     }
     Ok(())
 }
