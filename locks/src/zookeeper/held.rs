@@ -9,6 +9,7 @@ use futures::future::BoxFuture;
 use tokio::sync::watch;
 use zookeeper_client::{Client, Error, EventType, OneshotWatcher};
 
+use super::contender::OwnWatch;
 use super::delete::{self, Gone};
 
 use crate::{Held, LockError};
@@ -26,21 +27,22 @@ pub(super) struct HeldNode {
 }
 
 impl HeldNode {
-    /// Sets a watch on the granted node and starts the task that turns its deletion (or the
-    /// session's end) into the guard's `lost` flag.
-    pub(super) async fn watch(
+    /// Starts the task that turns the granted node's deletion (or the session's end), as `own`
+    /// (the watch set on the node while it queued) reports it, into the guard's `lost` flag.
+    /// Fails if `own` has fired already: the node went while it queued.
+    ///
+    /// That check is exact, not a race: the session delivers events in the server's order, so
+    /// an event about our node that came before the one that made us first (our predecessor's
+    /// deletion, or the listing) has been handed to `own` by now.
+    pub(super) fn start(
         client: &Arc<Client>,
         path: String,
         requests: Arc<AtomicU64>,
+        mut own: OwnWatch,
     ) -> Result<(HeldNode, watch::Receiver<bool>), LockError> {
-        requests.fetch_add(1, Ordering::Relaxed);
-        let (stat, watcher) = client
-            .check_and_watch_stat(&path)
-            .await
-            .map_err(LockError::unavailable)?;
-        if stat.is_none() {
+        if let Some(event) = (&mut own).now_or_never() {
             return Err(LockError::Unavailable(
-                format!("lock node {path} vanished at grant (session expired?)").into(),
+                format!("lock node {path} went while it queued ({event:?})").into(),
             ));
         }
         let (lost_tx, lost_rx) = watch::channel(false);
@@ -49,14 +51,14 @@ impl HeldNode {
             path,
             requests,
         };
-        tokio::spawn(held.monitor(watcher, lost_tx));
+        tokio::spawn(held.monitor(own, lost_tx));
         Ok((held, lost_rx))
     }
 
     /// A copy of what the monitor task needs.
     fn monitor(
         &self,
-        mut watcher: OneshotWatcher,
+        mut watcher: OwnWatch,
         lost: watch::Sender<bool>,
     ) -> impl Future<Output = ()> + Send + 'static {
         let client = self.client.clone();
@@ -65,7 +67,7 @@ impl HeldNode {
         async move {
             loop {
                 let event = tokio::select! {
-                    event = watcher.changed() => event,
+                    event = &mut watcher => event,
                     // The guard is gone: nobody is left to tell.
                     () = lost.closed() => return,
                 };
@@ -80,7 +82,7 @@ impl HeldNode {
                 // Anything else (a data change nobody should make) fired the one-shot watch:
                 // set it again.
                 match rewatch(&client, &path, &requests).await {
-                    Some(next) => watcher = next,
+                    Some(next) => watcher = next.changed().boxed(),
                     None => break,
                 }
             }
