@@ -12,6 +12,7 @@ use super::delete::{self, Gone, is_session_end};
 use super::granted::Granted;
 use super::held::HeldNode;
 use super::path::{self, LOCK_ROOT};
+use super::successors::Successors;
 use crate::{Guard, LockError, new_owner_id};
 
 /// The watch on a contender's own node, set as soon as the node exists: its first event is the
@@ -41,17 +42,20 @@ pub(super) struct Contender {
     czxid: i64,
     requests: Arc<AtomicU64>,
     granted: Arc<Granted>,
+    successors: Arc<Successors>,
     queued: bool,
 }
 
 impl Contender {
     /// Creates this acquisition's sequential node under the lock's directory; `granted` is the
-    /// client's memory of its grants (`granted.rs`).
+    /// client's memory of its grants (`granted.rs`), `successors` its waiters that a release
+    /// hands the lock to (`successors.rs`).
     pub(super) async fn enqueue(
         client: Arc<Client>,
         key: &str,
         requests: Arc<AtomicU64>,
         granted: Arc<Granted>,
+        successors: Arc<Successors>,
     ) -> Result<Contender, LockError> {
         let owner = new_owner_id();
         let dir = path::lock_dir(key);
@@ -80,7 +84,9 @@ impl Contender {
                         name,
                         czxid: stat.czxid,
                     };
-                    return Ok(Contender::queued(client, key, node, requests, granted));
+                    return Ok(Contender::queued(
+                        client, key, node, requests, granted, successors,
+                    ));
                 }
                 Err(e) => e,
             };
@@ -99,7 +105,9 @@ impl Contender {
                             name,
                             czxid,
                         };
-                        return Ok(Contender::queued(client, key, node, requests, granted));
+                        return Ok(Contender::queued(
+                            client, key, node, requests, granted, successors,
+                        ));
                     }
                 }
                 e => return Err(LockError::unavailable(e)),
@@ -115,6 +123,7 @@ impl Contender {
         node: Node,
         requests: Arc<AtomicU64>,
         granted: Arc<Granted>,
+        successors: Arc<Successors>,
     ) -> Contender {
         Contender {
             client,
@@ -125,12 +134,18 @@ impl Contender {
             czxid: node.czxid,
             requests,
             granted,
+            successors,
             queued: true,
         }
     }
 
     fn path(&self) -> String {
-        format!("{}/{}", self.dir, self.name)
+        self.path_of(&self.name)
+    }
+
+    /// The path of the node `name` in this lock's queue.
+    pub(super) fn path_of(&self, name: &str) -> String {
+        format!("{}/{name}", self.dir)
     }
 
     fn count(&self) {
@@ -192,10 +207,7 @@ impl Contender {
     /// Whether this node is first now that `predecessor` is gone, without listing again: it was
     /// first in the listing (`was_first`), or this client granted it the lock (`granted.rs`).
     pub(super) fn first_after(&self, predecessor: &str, was_first: bool) -> bool {
-        was_first
-            || self
-                .granted
-                .contains(&format!("{}/{predecessor}", self.dir))
+        was_first || self.granted.contains(&self.path_of(predecessor))
     }
 
     /// Watches `predecessor`'s deletion; `None` if it is already gone.
@@ -226,7 +238,14 @@ impl Contender {
     /// [`Contender::watch_self_and_place`]) tells the guard when the node goes.
     pub(super) fn into_guard(mut self, own: OwnWatch) -> Result<Guard, LockError> {
         // On error the lock is not handed out, and dropping `self` deletes the node.
-        let (held, lost) = HeldNode::start(&self.client, self.path(), self.requests.clone(), own)?;
+        let successors = Arc::clone(&self.successors);
+        let (held, lost) = HeldNode::start(
+            &self.client,
+            self.path(),
+            self.requests.clone(),
+            successors,
+            own,
+        )?;
         self.granted.add(self.path());
         self.queued = false;
         Ok(Guard::new(

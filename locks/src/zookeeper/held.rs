@@ -11,6 +11,7 @@ use zookeeper_client::{Client, Error, EventType, OneshotWatcher};
 
 use super::contender::OwnWatch;
 use super::delete::{self, Gone};
+use super::successors::Successors;
 
 use crate::{Held, LockError};
 
@@ -24,6 +25,8 @@ pub(super) struct HeldNode {
     client: Weak<Client>,
     path: String,
     requests: Arc<AtomicU64>,
+    /// The client's waiters, the one behind this node among them if it is this client's.
+    successors: Arc<Successors>,
 }
 
 impl HeldNode {
@@ -38,6 +41,7 @@ impl HeldNode {
         client: &Arc<Client>,
         path: String,
         requests: Arc<AtomicU64>,
+        successors: Arc<Successors>,
         mut own: OwnWatch,
     ) -> Result<(HeldNode, watch::Receiver<bool>), LockError> {
         if let Some(event) = (&mut own).now_or_never() {
@@ -50,6 +54,7 @@ impl HeldNode {
             client: Arc::downgrade(client),
             path,
             requests,
+            successors,
         };
         tokio::spawn(held.monitor(own, lost_tx));
         Ok((held, lost_rx))
@@ -125,6 +130,9 @@ impl Held for HeldNode {
             // the background if this future is dropped (see `delete.rs`).
             let deleting = delete::delete(&client, self.path.clone(), self.requests.clone());
             drop(client);
+            // The delete is queued on the session: the waiter behind, if it is this client's,
+            // may go on now (`successors.rs`).
+            self.successors.released(&self.path);
             match deleting.await.map_err(LockError::unavailable)? {
                 Gone::Deleted => Ok(true),
                 Gone::Missing | Gone::WithSession => Ok(false),

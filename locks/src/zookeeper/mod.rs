@@ -11,7 +11,9 @@
 //!    requests are sent at once.)
 //! 3. Any other contender sets a watch on its **immediate predecessor only**. When that node is
 //!    deleted, the contender is first if the predecessor was first in its listing or held the
-//!    lock (a grant this client made, which it remembers: `granted.rs`); otherwise the
+//!    lock (a grant this client made, which it remembers: `granted.rs`) — and when the
+//!    predecessor is a lock of the same client, its release tells the contender so at once,
+//!    without waiting for the delete to reach the server (`successors.rs`); otherwise the
 //!    predecessor gave up rather than being granted, and the contender re-lists, since a node
 //!    further up may still hold. Releasing the lock wakes exactly one waiter: no herd of N
 //!    clients re-listing on every release, and no polling — a waiter sends nothing while it
@@ -57,11 +59,15 @@
 //! # What a hand-off costs
 //! A grant that waited costs five requests: the create, the own-node watch and the listing
 //! (one round trip), the predecessor watch, and the release's delete. Between a release and the
-//! next grant lies the delete's commit and its notification to the one waiter, and no round
-//! trip of the waiter's when the released node was granted by the same client (every worker
-//! sharing one [`ZooKeeperLock`]) or was first in the waiter's listing; one listing otherwise.
-//! Curator's and kazoo's recipe re-lists after every wake-up, and the guard's watch used to cost
-//! one more round trip after that: two round trips per hand-off, six requests per grant.
+//! next grant lies, across clients, the delete's commit (a write to the quorum's logs) and its
+//! notification to the one waiter, plus one listing unless the released node was first in the
+//! waiter's listing. Within one client (workers sharing one [`ZooKeeperLock`]) nothing: the
+//! release queues the delete and tells the waiter behind, which goes on at once, while the
+//! delete and the next create commit in the background. Curator's and kazoo's recipe re-lists
+//! after every wake-up, and the guard's watch used to cost one more round trip after that: the
+//! commit plus two round trips per hand-off, six requests per grant. (Dropping a watch that has
+//! not fired, as a waiter handed the lock drops its watch on the predecessor, makes the client
+//! library send the server a remove-watches request; it is not counted.)
 //!
 //! # Contract notes
 //! * **Lease.** [`AcquireOptions::lease`](crate::AcquireOptions) has no meaning here: a holder
@@ -91,6 +97,7 @@ mod delete;
 mod granted;
 mod held;
 mod path;
+mod successors;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -104,6 +111,7 @@ use crate::options::within_budget;
 use crate::{AcquireOptions, DistributedLock, Guard, LockError};
 use contender::{Contender, Place};
 use granted::Granted;
+use successors::Successors;
 
 pub use path::{LOCK_ROOT, lock_dir};
 
@@ -114,6 +122,7 @@ pub struct ZooKeeperLock {
     session: tokio::sync::Mutex<Arc<Client>>,
     requests: Arc<AtomicU64>,
     granted: Arc<Granted>,
+    successors: Arc<Successors>,
 }
 
 impl ZooKeeperLock {
@@ -131,6 +140,7 @@ impl ZooKeeperLock {
             session: tokio::sync::Mutex::new(Arc::new(client)),
             requests,
             granted: Arc::default(),
+            successors: Arc::default(),
         })
     }
 
@@ -150,7 +160,8 @@ impl ZooKeeperLock {
         let deadline = options.wait.map(|wait| started + wait);
         let client = self.client().await?;
         let requests = self.requests.clone();
-        let contender = Contender::enqueue(client, key, requests, self.granted.clone()).await?;
+        let (granted, successors) = (self.granted.clone(), self.successors.clone());
+        let contender = Contender::enqueue(client, key, requests, granted, successors).await?;
         let (mut place, own) = contender.watch_self_and_place().await?;
         loop {
             let (predecessor, was_first) = match place {
@@ -165,29 +176,46 @@ impl ZooKeeperLock {
                 contender.withdraw().await;
                 return Err(timed_out());
             };
-            let gone = match contender.watch(&predecessor).await? {
+            // Registered before the watch is set: a release through this client between the two
+            // is then heard one way or the other.
+            let mut handed = self.successors.register(contender.path_of(&predecessor));
+            let woken = match contender.watch(&predecessor).await? {
                 // Gone between the list and the watch.
-                None => true,
-                Some(watcher) => {
-                    match tokio::time::timeout_at(deadline.into(), watcher.changed()).await {
-                        Err(_) => {
-                            contender.withdraw().await;
-                            return Err(timed_out());
-                        }
-                        Ok(event) => event.event_type == EventType::NodeDeleted,
+                None => Woken::Deleted,
+                Some(watcher) => tokio::select! {
+                    event = watcher.changed() => match event.event_type {
+                        EventType::NodeDeleted => Woken::Deleted,
+                        _ => Woken::Other,
+                    },
+                    () = handed.released() => Woken::Released,
+                    () = tokio::time::sleep_until(deadline.into()) => {
+                        drop(handed);
+                        contender.withdraw().await;
+                        return Err(timed_out());
                     }
-                }
+                },
             };
-            // Deleted: first if it was first or held the lock (`granted.rs`); otherwise (it
-            // gave up) re-list, since a node further up may still hold. Any other event (data
-            // change, session end) re-lists too, and a dead session then fails the list.
-            place = if gone && contender.first_after(&predecessor, was_first) {
-                Place::First
-            } else {
-                contender.place_again().await?
+            drop(handed);
+            // Released by its holder through this client (`successors.rs`), or deleted after it
+            // was first or held the lock (`granted.rs`): first. Otherwise (it gave up) re-list,
+            // since a node further up may still hold. Any other event (data change, session
+            // end) re-lists too, and a dead session then fails the list.
+            place = match woken {
+                Woken::Released => Place::First,
+                Woken::Deleted if contender.first_after(&predecessor, was_first) => Place::First,
+                Woken::Deleted | Woken::Other => contender.place_again().await?,
             };
         }
     }
+}
+
+/// What ended a contender's wait on its predecessor.
+enum Woken {
+    /// Its holder released it through this client.
+    Released,
+    Deleted,
+    /// Any other event of the watch.
+    Other,
 }
 
 async fn open_session(
