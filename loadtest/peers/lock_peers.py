@@ -28,11 +28,12 @@ How the libraries are used, as their documentation shows a threaded program usin
 
 The libraries, with their defaults except for the lease:
 
-* `python-redis-lock`: `redis_lock.Lock(client, name, expire=lease, auto_renewal=True)`. A
-  waiter blocks in `BLPOP` on a signal list that the release script pushes one element to: one
-  waiter woken per release, no polling. `auto_renewal` is the like-for-like of
+* `python-redis-lock`: `redis_lock.Lock(client, name, expire=lease)`. A waiter blocks in
+  `BLPOP` on a signal list that the release script pushes one element to: one waiter woken per
+  release, no polling. With `--renewal`, `auto_renewal=True` as well: the like-for-like of
   `redis-watchdog`'s watchdog (a thread renews the lease while the lock is held; it is started
-  and joined per acquisition); `--no-renewal` turns it off.
+  and joined per acquisition, which costs time). Without it, a holder that outlives the lease
+  loses the lock unawares.
 * `redis-py`: `client.lock(name, timeout=lease, blocking_timeout=wait)`, its default
   `sleep=0.1`: a waiter polls `SET NX` every 100 ms.
 * `kazoo`: `client.Lock(path)`, the Curator-like recipe (sequential ephemeral nodes, a watch on
@@ -162,8 +163,7 @@ def main():
     parser.add_argument("--lease", type=float, default=10.0, help="seconds")
     parser.add_argument("--wait", type=float, default=1.0, help="seconds one acquire may wait")
     parser.add_argument(
-        "--no-renewal", dest="renewal", action="store_false",
-        help="python-redis-lock without auto_renewal",
+        "--renewal", action="store_true", help="python-redis-lock with auto_renewal=True"
     )
     args = parser.parse_args()
     if args.library == "kazoo" and not args.zookeeper:
@@ -195,6 +195,7 @@ def main():
     json.dump(
         {
             "library": args.library,
+            "renewal": args.renewal,
             "version": metadata.version(DISTRIBUTION[args.library]),
             "python": sys.version.split()[0],
             "workers": args.workers,
