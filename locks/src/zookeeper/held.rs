@@ -34,9 +34,12 @@ impl HeldNode {
     /// (the watch set on the node while it queued) reports it, into the guard's `lost` flag.
     /// Fails if `own` has fired already: the node went while it queued.
     ///
-    /// That check is exact, not a race: the session delivers events in the server's order, so
-    /// an event about our node that came before the one that made us first (our predecessor's
-    /// deletion, or the listing) has been handed to `own` by now.
+    /// When the server's answer made us first (our predecessor's deletion, or the listing),
+    /// that check is exact: the session delivers events in the server's order, so an event
+    /// about our node that came before has been handed to `own` by now. When a release of this
+    /// client did (`successors.rs`), it is as of the last event the session delivered; a
+    /// deletion of our node behind our back that is still on its way fires `lost()` right after
+    /// the grant, as a deletion after the grant would.
     pub(super) fn start(
         client: &Arc<Client>,
         path: String,
