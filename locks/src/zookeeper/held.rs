@@ -7,7 +7,7 @@ use std::time::Duration;
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use tokio::sync::watch;
-use zookeeper_client::{Client, Error, EventType, OneshotWatcher};
+use zookeeper_client::{Client, Error, EventType, OneshotWatcher, SessionState};
 
 use super::contender::OwnWatch;
 use super::delete::{self, Gone};
@@ -132,10 +132,13 @@ impl Held for HeldNode {
             // another holder's lock. Retried until the node or the session is gone, and on in
             // the background if this future is dropped (see `delete.rs`).
             let deleting = delete::delete(&client, self.path.clone(), self.requests.clone());
-            drop(client);
             // The delete is queued on the session: the waiter behind, if it is this client's,
-            // may go on now (`successors.rs`).
-            self.successors.released(&self.path);
+            // may go on now (`successors.rs`) — if the session is connected, so that the server
+            // cannot have expired it: a session cut off leaves the waiter to the server's word.
+            if client.state() == SessionState::SyncConnected {
+                self.successors.released(&self.path);
+            }
+            drop(client);
             match deleting.await.map_err(LockError::unavailable)? {
                 Gone::Deleted => Ok(true),
                 Gone::Missing | Gone::WithSession => Ok(false),

@@ -9,6 +9,9 @@
 //! creation order. The delete goes on as before (queued on the session before the successor is
 //! told, so the session's deletes reach the server in grant order); a contender of another
 //! client behind them lists the queue after it is woken and waits for any node still there.
+//! A release hands off this way only while the session is connected: the client then heard from
+//! the server within a fraction of the session timeout, so the server has not expired the
+//! session (and deleted the waiter's node with it); otherwise the waiter waits for the server.
 //!
 //! A waiter registers here as its predecessor's successor before it sets its watch, and leaves
 //! when it stops waiting on that node (woken, out of budget, dropped): a release that finds no
