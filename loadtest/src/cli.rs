@@ -235,6 +235,10 @@ pub enum LockCommand {
     /// with SECKILL_EXTERNAL=1).
     #[command(hide = true)]
     Hold(HoldArgs),
+    /// Our locks beside the Python lock libraries people use (python-redis-lock, redis-py's
+    /// `Lock`, kazoo's `Lock`), on the same workload in one run: interleaved rounds, medians,
+    /// and whether the hand-off targets of issue 15 hold.
+    Peers(PeersArgs),
 }
 
 /// Settings of `seckill-bench lock matrix`.
@@ -266,4 +270,31 @@ pub struct HoldArgs {
     /// The lease (ZooKeeper: the session timeout), in milliseconds.
     #[arg(long)]
     pub lease_ms: u64,
+}
+
+/// Settings of `seckill-bench lock peers`.
+#[derive(Debug, Clone, Args)]
+pub struct PeersArgs {
+    /// Workers contending for the one lock (threads on the Python side).
+    #[arg(long, default_value_t = 16)]
+    pub workers: usize,
+    /// Duration of each run in seconds.
+    #[arg(long, default_value_t = 5.0)]
+    pub seconds: f64,
+    /// Rounds; each measures every lock once, and the report gives the medians.
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
+    /// The Python with the pinned libraries (default: the venv `cargo xtask setup` makes,
+    /// `~/.cache/seckill-bench/venv/bin/python`).
+    #[arg(long, env = "SECKILL_PEERS_PYTHON")]
+    pub python: Option<PathBuf>,
+    /// `lock_peers.py` (default: `loadtest/peers/lock_peers.py` of this source tree).
+    #[arg(long, env = "SECKILL_PEERS_SCRIPT")]
+    pub script: Option<PathBuf>,
+    /// Print one JSON object instead of the Markdown table.
+    #[arg(long)]
+    pub json: bool,
+    /// Also write the Markdown table to this file.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
 }

@@ -9,14 +9,18 @@
 //! says how the grants were shared ([`fairness`]: per-worker counts, Jain's index, the longest
 //! wait, how often the longest waiter was served) and what a grant cost in requests: as the
 //! clients count them ([`locks::DistributedLock::backend_requests`]: round trips), and the
-//! commands the server executed for them where it can tell ([`server_commands`]). The database
-//! lock (`db-lock`) keeps its table in a database of its own on the harness's MariaDB.
+//! commands the server executed for them where it can tell ([`server_commands`]), and how long
+//! a hand-off took, from a release to the next grant ([`handoff`]). The database lock
+//! (`db-lock`) keeps its table in a database of its own on the harness's MariaDB.
 //!
 //! [`matrix`] (`seckill-bench lock matrix`) runs this benchmark and a few probes for every
-//! backend and sets the figures against the requirements of a lock service.
+//! backend and sets the figures against the requirements of a lock service; [`peers`] runs the
+//! same workload with the Python lock libraries beside ours.
 
 mod fairness;
+mod handoff;
 pub mod matrix;
+pub mod peers;
 mod server_commands;
 
 pub use fairness::jain_index;
@@ -73,6 +77,9 @@ pub struct LockReport {
     /// this is server work, not round trips (those are `client_requests_per_grant`). `None`
     /// where the server has no cheap counter (ZooKeeper, etcd, the database).
     pub server_commands_per_grant: Option<f64>,
+    /// From a holder's release call to the next grant: median and 99th percentile, in µs.
+    pub handoff_p50_us: Option<u64>,
+    pub handoff_p99_us: Option<u64>,
     /// With `--check`: how many violations the lock-history checker found in the run's
     /// recorded history (every attempt, grant, release and fenced write of every worker); 0 when
     /// clean, `None` without `--check`.
@@ -187,10 +194,10 @@ pub async fn bench(
     let mut config = deadpool_redis::Config::from_url(endpoints.redis_url.as_str());
     config.pool = Some(deadpool_redis::PoolConfig::new(workers));
     let pool = config.create_pool(Some(deadpool_redis::Runtime::Tokio1))?;
-    // Every probe connection made before the run: in it, each probe costs exactly GET, SET and
-    // the pool's check of a reused connection (UNWATCH, PING).
-    let warm: Vec<_> = futures::future::try_join_all((0..workers).map(|_| pool.get())).await?;
-    drop(warm);
+    // One probe connection per worker, made before the run and kept: each probe costs exactly
+    // GET and SET (taking a connection from the pool per probe would add the pool's check of a
+    // reused connection, UNWATCH and PING, one more round trip inside every critical section).
+    let mut probe_conns = futures::future::try_join_all((0..workers).map(|_| pool.get())).await?;
     let mut server = match server_commands::servers(backend, endpoints) {
         Some((urls, probe_there)) => {
             Some((server_commands::Counter::open(&urls).await?, probe_there))
@@ -203,6 +210,7 @@ pub async fn bench(
     };
     let requests_before: u64 = clients.iter().map(|c| c.backend_requests()).sum();
     let queue = Arc::new(fairness::Queue::new(workers));
+    let handoffs = Arc::new(handoff::Handoffs::default());
     // `--check`: each worker writes down its steps, and the probe is also a fenced write.
     let store = check.then(|| Arc::new(FencedStore::new(Arc::new(History::new()))));
 
@@ -211,13 +219,14 @@ pub async fn bench(
     let handles: Vec<_> = (0..workers)
         .map(|w| {
             let lock = clients[w % clients.len()].clone();
-            let (key, counter, pool, queue, store) = (
+            let (key, counter, queue, handoffs, store) = (
                 key.clone(),
                 counter.clone(),
-                pool.clone(),
                 queue.clone(),
+                handoffs.clone(),
                 store.clone(),
             );
+            let mut conn = probe_conns.pop().expect("one probe connection per worker");
             let me = format!("worker-{w}");
             tokio::spawn(async move {
                 let mut latencies = Latencies::default();
@@ -238,6 +247,7 @@ pub async fn bench(
                         Err(e) => return Err(anyhow::Error::from(e)),
                     };
                     let now = Instant::now();
+                    handoffs.granted(now);
                     latencies.record(now - asked);
                     longest = longest.max(queue.granted(w, now));
                     grants += 1;
@@ -245,13 +255,14 @@ pub async fn bench(
                         store.history().grant(&me, guard.fencing_token());
                         store.write(&me, guard.fencing_token());
                     }
-                    probe(&pool, &counter).await?;
+                    probe(&mut conn, &counter).await?;
                     if !hold.is_zero() {
                         tokio::time::sleep(hold).await;
                     }
                     if let Some(store) = &store {
                         store.history().release(&me, guard.fencing_token());
                     }
+                    handoffs.releasing(Instant::now());
                     // Whether it still owned the lock does not matter here: the counter tells.
                     let _ = guard.release().await;
                 }
@@ -274,7 +285,7 @@ pub async fn bench(
     let server_commands = match (&mut server, server_before) {
         (Some((counter, probe_there)), Some(before)) => {
             let all = counter.since(before).await?;
-            let probe = if *probe_there { 4 * grants } else { 0 };
+            let probe = if *probe_there { 2 * grants } else { 0 };
             Some(all.saturating_sub(probe))
         }
         _ => None,
@@ -291,6 +302,8 @@ pub async fn bench(
         .await?;
     let summary = latencies.summary();
     let found = store.map(|store| history::check_events(&store.history().events()));
+    let handoff = handoffs.p50_p99();
+    let micros = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
     Ok(LockReport {
         backend,
         workers,
@@ -308,6 +321,8 @@ pub async fn bench(
         oldest_waiter_served: queue.oldest_served_share(),
         client_requests_per_grant: per_grant(requests),
         server_commands_per_grant: server_commands.and_then(per_grant),
+        handoff_p50_us: handoff.map(|(p50, _)| micros(p50)),
+        handoff_p99_us: handoff.map(|(_, p99)| micros(p99)),
         history_violations: found.as_ref().map(Vec::len),
         history_slices: found
             .iter()
@@ -320,16 +335,15 @@ pub async fn bench(
 
 /// The mutual-exclusion probe: GET, then SET the value plus one, as two separate commands so
 /// that two overlapping holders lose an increment.
-async fn probe(pool: &deadpool_redis::Pool, counter: &str) -> Result<()> {
-    let mut conn = pool.get().await?;
+async fn probe(conn: &mut deadpool_redis::Connection, counter: &str) -> Result<()> {
     let v: Option<i64> = redis::cmd("GET")
         .arg(counter)
-        .query_async(&mut conn)
+        .query_async(&mut *conn)
         .await?;
     redis::cmd("SET")
         .arg(counter)
         .arg(v.unwrap_or(0) + 1)
-        .query_async::<()>(&mut conn)
+        .query_async::<()>(&mut *conn)
         .await?;
     Ok(())
 }
@@ -363,11 +377,18 @@ impl std::fmt::Display for LockReport {
             self.longest_wait_us
         )?;
         writeln!(f, "  grants/worker {:?}", self.grants_per_worker)?;
-        write!(
+        writeln!(
             f,
             "  per grant     {} client requests, {} server commands",
             or_none(self.client_requests_per_grant, 2),
             or_none(self.server_commands_per_grant, 2)
+        )?;
+        let us = |v: Option<u64>| v.map_or_else(|| "n/a".to_owned(), |v| v.to_string());
+        write!(
+            f,
+            "  hand-off µs   p50 {}  p99 {} (release call to next grant)",
+            us(self.handoff_p50_us),
+            us(self.handoff_p99_us)
         )?;
         if let Some(found) = self.history_violations {
             write!(f, "\n  history check {found} violation(s)")?;

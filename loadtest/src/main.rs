@@ -7,7 +7,8 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::Parser;
 use loadtest::cli::{
-    Cli, Command, CompareArgs, HoldArgs, LockArgs, LockCommand, MatrixArgs, RunArgs, ScenarioArgs,
+    Cli, Command, CompareArgs, HoldArgs, LockArgs, LockCommand, MatrixArgs, PeersArgs, RunArgs,
+    ScenarioArgs,
 };
 use loadtest::cpu::Process;
 use loadtest::run::{Target, run_in};
@@ -27,6 +28,7 @@ fn main() -> Result<()> {
             None => lock(&args),
             Some(LockCommand::Matrix(matrix)) => lock_matrix(matrix),
             Some(LockCommand::Hold(hold)) => lock_hold(hold),
+            Some(LockCommand::Peers(peers)) => lock_peers(peers),
         },
         Command::Scenario(args) => scenario(&args),
         Command::Compare(args) => compare(&args),
@@ -208,4 +210,27 @@ fn lock_hold(args: &HoldArgs) -> Result<()> {
         &args.key,
         Duration::from_millis(args.lease_ms),
     ))
+}
+
+fn lock_peers(args: &PeersArgs) -> Result<()> {
+    let options = lock::peers::PeersOptions {
+        workers: args.workers,
+        seconds: args.seconds,
+        rounds: args.rounds,
+        python: (args.python.clone()).unwrap_or_else(lock::peers::PeersOptions::default_python),
+        script: (args.script.clone()).unwrap_or_else(lock::peers::PeersOptions::default_script),
+    };
+    let (servers, endpoints) = servers()?;
+    let report = runtime()?.block_on(lock::peers::run(&endpoints, &options))?;
+    drop(servers);
+    let md = report.markdown();
+    if let Some(out) = &args.out {
+        std::fs::write(out, &md).with_context(|| format!("writing {}", out.display()))?;
+    }
+    if args.json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        print!("{md}");
+    }
+    Ok(())
 }

@@ -99,3 +99,29 @@ async fn the_fair_redis_lock_shares_grants_evenly_among_16_workers_of_16_clients
     let fairness = report.fairness_index.expect("grants");
     assert!(fairness >= 0.95, "fairness index {fairness}: {report}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_history_check_finds_no_overlap_of_zookeeper_holders_handing_off_within_and_across_clients()
+ {
+    // Workers of one client hand the lock to each other on release (`successors.rs`), those of
+    // different clients through the server: with 4 clients both happen in one run.
+    let e = Endpoints {
+        zookeeper: sandbox::shared::zookeeper(),
+        ..endpoints()
+    };
+    let clients = connect_clients(Backend::ZooKeeper, &e, 4).await.unwrap();
+    let report = bench(
+        Backend::ZooKeeper,
+        clients,
+        &e,
+        8,
+        2.0,
+        Duration::ZERO,
+        true,
+    )
+    .await
+    .unwrap();
+    assert!(report.acquisitions > 0, "{report}");
+    assert_eq!(report.violations, 0, "{report}");
+    assert_eq!(report.history_violations, Some(0), "{report}");
+}

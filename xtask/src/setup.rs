@@ -1,5 +1,6 @@
-//! `cargo xtask setup`: make sure every server program is installed, and schemathesis (the
-//! OpenAPI contract tester `cargo xtask test` runs) in a Python venv of its own.
+//! `cargo xtask setup`: make sure every server program is installed, and in a Python venv of
+//! the project's own: schemathesis (the OpenAPI contract tester `cargo xtask test` runs) and
+//! the Python lock libraries `seckill-bench lock peers` measures ours against.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -100,6 +101,11 @@ pub fn run() -> Result<()> {
     servers()?;
     schemathesis()?;
     println!("xtask: setup: schemathesis {SCHEMATHESIS} is installed");
+    lock_peers()?;
+    println!(
+        "xtask: setup: the lock peers ({}) are installed",
+        LOCK_PEERS.join(", ")
+    );
     Ok(())
 }
 
@@ -157,16 +163,7 @@ pub fn schemathesis() -> Result<PathBuf> {
         "xtask: setup: installing schemathesis {SCHEMATHESIS} into {}",
         venv.display()
     );
-    if !venv.join("bin").join("pip").is_file() {
-        let made = Command::new("python3")
-            .args(["-m", "venv"])
-            .arg(&venv)
-            .status()
-            .context("running python3 -m venv (install python3 and python3-venv)")?;
-        if !made.success() {
-            bail!("python3 -m venv {} failed with {made}", venv.display());
-        }
-    }
+    make_venv(&venv)?;
     let pip = Command::new(venv.join("bin").join("pip"))
         .args([
             "install",
@@ -178,6 +175,60 @@ pub fn schemathesis() -> Result<PathBuf> {
         bail!("pip install schemathesis=={SCHEMATHESIS} failed ({pip})");
     }
     Ok(st)
+}
+
+/// The Python lock libraries `seckill-bench lock peers` runs beside ours
+/// (`loadtest/peers/lock_peers.py`), pinned; bump them deliberately.
+const LOCK_PEERS: &[&str] = &["redis==8.1.0", "python-redis-lock==4.0.1", "kazoo==2.11.0"];
+
+/// The venv's Python with [`LOCK_PEERS`] installed (into the schemathesis venv, if missing).
+pub fn lock_peers() -> Result<PathBuf> {
+    let venv = cache_dir()?.join("venv");
+    let python = venv.join("bin").join("python");
+    // `pip freeze` spells each installed distribution `name==version`, as the pins are.
+    let installed = || {
+        Command::new(&python)
+            .args(["-m", "pip", "freeze"])
+            .output()
+            .is_ok_and(|o| {
+                let frozen = String::from_utf8_lossy(&o.stdout).to_lowercase();
+                let lines: Vec<&str> = frozen.lines().collect();
+                LOCK_PEERS.iter().all(|pin| lines.contains(pin))
+            })
+    };
+    if installed() {
+        return Ok(python);
+    }
+    println!(
+        "xtask: setup: installing {} into {}",
+        LOCK_PEERS.join(" "),
+        venv.display()
+    );
+    make_venv(&venv)?;
+    let pip = Command::new(venv.join("bin").join("pip"))
+        .args(["install", "--quiet"])
+        .args(LOCK_PEERS)
+        .status()?;
+    if !pip.success() || !installed() {
+        bail!("pip install {} failed ({pip})", LOCK_PEERS.join(" "));
+    }
+    Ok(python)
+}
+
+/// Creates the venv at `venv` unless it has its pip already.
+fn make_venv(venv: &Path) -> Result<()> {
+    if venv.join("bin").join("pip").is_file() {
+        return Ok(());
+    }
+    let made = Command::new("python3")
+        .args(["-m", "venv"])
+        .arg(venv)
+        .status()
+        .context("running python3 -m venv (install python3 and python3-venv)")?;
+    if !made.success() {
+        bail!("python3 -m venv {} failed with {made}", venv.display());
+    }
+    Ok(())
 }
 
 /// `$XDG_CACHE_HOME/seckill-bench`, else `~/.cache/seckill-bench`.

@@ -3,7 +3,7 @@
 //! | type | file | acquire | how it waits | what it teaches |
 //! |---|---|---|---|---|
 //! | [`RedisLock`] | `plain.rs` | `SET key owner NX PX lease` + `INCR` fence, one script | jittered polling | the correct minimal lock; unsafe once the holder outlives its lease |
-//! | [`RedisWatchdogLock`] | `watchdog.rs` | hash `owner → count`, Lua | pub/sub wake-up of one waiter | a lease renewed while the holder lives; reentrant |
+//! | [`RedisWatchdogLock`] | `watchdog.rs` | hash `owner → count`, Lua | pub/sub wake-up of one waiter per client; a release hands over to its own client's next waiter | a lease renewed while the holder lives; reentrant |
 //! | [`RedisFairLock`] | `fair.rs` | the watchdog's hash, plus a wait queue and waiter timeouts, Lua | pub/sub to the one waiter whose turn it is | first come, first served across clients; dead waiters pruned by timeout |
 //! | [`Redlock`] | `redlock.rs` | the plain script on N independent instances, then a fence raise | random retry delay | survives a minority of dead instances; still needs fencing |
 //! | [`SetnxNoTtlLock`] | `setnx_no_ttl.rs` | `SETNX`, then a separate `EXPIRE` | polling | a crash between the two leaves the lock stuck forever |

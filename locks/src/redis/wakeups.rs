@@ -9,7 +9,9 @@
 //!   the waiter at the front of the client's queue: one retry per client per release, never a
 //!   thundering herd of every waiter. The woken waiter stays at the front until it wins or
 //!   leaves; if it leaves without winning (cancelled, out of budget), it passes the wake-up on
-//!   to the next one.
+//!   to the next one. A release of the same client can do better than wake its own front: it
+//!   hands the lock over to it ([`Wakeups::next_in_line`], [`Wakeups::hand_over`]; see
+//!   `watchdog.rs`), and the waiter finds the grant on waking, without a request of its own.
 //! * **By name** ([`Wakeups::turns`], `redis-fair`): Redis keeps the queue, and its scripts
 //!   publish the name of the waiter whose turn it is on that waiter's client's own channel,
 //!   `locks:turn:<client>:<key>`. Only that client hears it, and it wakes only that waiter.
@@ -29,8 +31,8 @@ use deadpool_redis::redis::aio::PubSubSink;
 use futures::StreamExt;
 use tokio::sync::{Notify, mpsc, watch};
 
-use crate::LockError;
 use crate::redis::{Requests, Target};
+use crate::{Guard, LockError};
 
 /// Where the watchdog's unlock script announces a release, before the key.
 const RELEASED_PREFIX: &str = "locks:released:";
@@ -62,9 +64,30 @@ struct Queue {
 
 struct Waiter {
     id: u64,
-    /// The lock owner it waits as, when messages wake by name.
+    /// The lock owner it waits as, when messages wake by name or a release hands over to it.
     name: Option<String>,
+    /// The lease it asks for, when a release may hand the lock over to it.
+    lease: Option<Duration>,
+    /// What a release of this client handed over to it, until it wakes and takes it.
+    handed: Mutex<Option<Handed>>,
     wake: Notify,
+}
+
+/// What a release hands to the next waiter of its client.
+pub(super) enum Handed {
+    /// The lock, granted to the waiter's owner name. Dropped untaken (the waiter left), the
+    /// guard releases it.
+    Granted(Guard),
+    /// The release's answer was lost: the lock may have been granted to the waiter's name. The
+    /// waiter claims it (or finds it is not its own) with its next attempt.
+    InDoubt,
+}
+
+/// The waiter a release may hand the lock over to.
+pub(super) struct Next {
+    pub(super) id: u64,
+    pub(super) owner: String,
+    pub(super) lease: Duration,
 }
 
 enum Command {
@@ -126,20 +149,29 @@ impl Wakeups {
         self.lock().values().map(|q| q.waiters.len()).sum()
     }
 
-    /// Joins the back of `key`'s queue (subscribing to its channel if this is the first waiter).
-    pub(super) fn enqueue(self: &Arc<Self>, key: &str) -> Ticket {
-        self.join(key, None)
-    }
-
     /// Joins `key`'s queue as the waiter a turn message names `name`.
     pub(super) fn enqueue_as(self: &Arc<Self>, key: &str, name: &str) -> Ticket {
-        self.join(key, Some(name.to_owned()))
+        self.join(key, Some(name.to_owned()), None)
     }
 
-    fn join(self: &Arc<Self>, key: &str, name: Option<String>) -> Ticket {
+    /// Joins the back of `key`'s queue (subscribing to its channel if this is the first waiter)
+    /// as owner `name` asking for `lease`, to whom a release of this client may hand the lock
+    /// over.
+    pub(super) fn enqueue_handing(
+        self: &Arc<Self>,
+        key: &str,
+        name: &str,
+        lease: Duration,
+    ) -> Ticket {
+        self.join(key, Some(name.to_owned()), Some(lease))
+    }
+
+    fn join(self: &Arc<Self>, key: &str, name: Option<String>, lease: Option<Duration>) -> Ticket {
         let waiter = Arc::new(Waiter {
             id: self.next_id.fetch_add(1, Ordering::Relaxed),
             name,
+            lease,
+            handed: Mutex::new(None),
             wake: Notify::new(),
         });
         let mut queues = self.lock();
@@ -158,6 +190,35 @@ impl Wakeups {
             waiter,
             granted: false,
         }
+    }
+
+    /// The first waiter for `key` that a release may hand the lock over to and that has not
+    /// been handed anything yet.
+    pub(super) fn next_in_line(&self, key: &str) -> Option<Next> {
+        let queues = self.lock();
+        queues.get(key)?.waiters.iter().find_map(|w| {
+            let lease = w.lease?;
+            let owner = w.name.clone()?;
+            w.handed().is_none().then_some(Next {
+                id: w.id,
+                owner,
+                lease,
+            })
+        })
+    }
+
+    /// Gives `handed` to waiter `id` of `key` and wakes it; gives it back if that waiter left.
+    pub(super) fn hand_over(&self, key: &str, id: u64, handed: Handed) -> Result<(), Handed> {
+        let queues = self.lock();
+        let Some(waiter) = queues
+            .get(key)
+            .and_then(|q| q.waiters.iter().find(|w| w.id == id))
+        else {
+            return Err(handed);
+        };
+        *waiter.handed() = Some(handed);
+        waiter.wake.notify_one();
+        Ok(())
     }
 
     fn wake_front(queue: &Queue) {
@@ -306,7 +367,14 @@ impl Wakeups {
     }
 }
 
-/// A waiter's place in its key's queue. Dropping it leaves the queue (cancellation-safe).
+impl Waiter {
+    fn handed(&self) -> MutexGuard<'_, Option<Handed>> {
+        self.handed.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A waiter's place in its key's queue. Dropping it leaves the queue (cancellation-safe); a
+/// grant handed to it and not taken is released then.
 pub(super) struct Ticket {
     wakeups: Arc<Wakeups>,
     key: String,
@@ -327,6 +395,11 @@ impl Ticket {
     /// Resolves when a release wakes this waiter (or woke it while it was busy trying).
     pub(super) async fn woken(&self) {
         self.waiter.wake.notified().await;
+    }
+
+    /// What a release handed over to this waiter, if anything (see [`Handed`]).
+    pub(super) fn take_handed(&self) -> Option<Handed> {
+        self.waiter.handed().take()
     }
 
     /// Leaves the queue as the new holder: the next waiter is not woken (the lock is taken).

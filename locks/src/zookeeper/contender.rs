@@ -4,12 +4,28 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use zookeeper_client::{Acls, Client, CreateMode, Error, OneshotWatcher};
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use zookeeper_client::{Acls, Client, CreateMode, Error, OneshotWatcher, WatchedEvent};
 
 use super::delete::{self, Gone, is_session_end};
+use super::granted::Granted;
 use super::held::HeldNode;
 use super::path::{self, LOCK_ROOT};
+use super::successors::Successors;
 use crate::{Guard, LockError, new_owner_id};
+
+/// The watch on a contender's own node, set as soon as the node exists: its first event is the
+/// node's deletion or the session's end (nobody changes a lock node's data).
+pub(super) type OwnWatch = BoxFuture<'static, WatchedEvent>;
+
+/// Where a contender's node stands in the queue.
+pub(super) enum Place {
+    /// First: it holds the lock.
+    First,
+    /// Right behind `predecessor`; `first`: nothing was before that one in the listing.
+    Behind { predecessor: String, first: bool },
+}
 
 /// How often a create is retried after connection loss or a vanished lock directory.
 const CREATE_ATTEMPTS: usize = 5;
@@ -25,15 +41,21 @@ pub(super) struct Contender {
     name: String,
     czxid: i64,
     requests: Arc<AtomicU64>,
+    granted: Arc<Granted>,
+    successors: Arc<Successors>,
     queued: bool,
 }
 
 impl Contender {
-    /// Creates this acquisition's sequential node under the lock's directory.
+    /// Creates this acquisition's sequential node under the lock's directory; `granted` is the
+    /// client's memory of its grants (`granted.rs`), `successors` its waiters that a release
+    /// hands the lock to (`successors.rs`).
     pub(super) async fn enqueue(
         client: Arc<Client>,
         key: &str,
         requests: Arc<AtomicU64>,
+        granted: Arc<Granted>,
+        successors: Arc<Successors>,
     ) -> Result<Contender, LockError> {
         let owner = new_owner_id();
         let dir = path::lock_dir(key);
@@ -56,8 +78,14 @@ impl Contender {
                 Ok((stat, sequence)) => {
                     unplaced.armed = false;
                     let name = format!("{}{sequence}", &prefix[dir.len() + 1..]);
+                    let node = Node {
+                        owner,
+                        dir,
+                        name,
+                        czxid: stat.czxid,
+                    };
                     return Ok(Contender::queued(
-                        client, key, owner, dir, name, stat.czxid, requests,
+                        client, key, node, requests, granted, successors,
                     ));
                 }
                 Err(e) => e,
@@ -71,8 +99,14 @@ impl Contender {
                     let found = find_own(&client, &dir, &owner, &requests, Some(CREATE_ATTEMPTS));
                     if let Some((name, czxid)) = found.await.map_err(LockError::unavailable)? {
                         unplaced.armed = false;
+                        let node = Node {
+                            owner,
+                            dir,
+                            name,
+                            czxid,
+                        };
                         return Ok(Contender::queued(
-                            client, key, owner, dir, name, czxid, requests,
+                            client, key, node, requests, granted, successors,
                         ));
                     }
                 }
@@ -86,53 +120,94 @@ impl Contender {
     fn queued(
         client: Arc<Client>,
         key: &str,
-        owner: String,
-        dir: String,
-        name: String,
-        czxid: i64,
+        node: Node,
         requests: Arc<AtomicU64>,
+        granted: Arc<Granted>,
+        successors: Arc<Successors>,
     ) -> Contender {
         Contender {
             client,
             key: key.to_owned(),
-            owner,
-            dir,
-            name,
-            czxid,
+            owner: node.owner,
+            dir: node.dir,
+            name: node.name,
+            czxid: node.czxid,
             requests,
+            granted,
+            successors,
             queued: true,
         }
     }
 
     fn path(&self) -> String {
-        format!("{}/{}", self.dir, self.name)
+        self.path_of(&self.name)
+    }
+
+    /// The path of the node `name` in this lock's queue.
+    pub(super) fn path_of(&self, name: &str) -> String {
+        format!("{}/{name}", self.dir)
     }
 
     fn count(&self) {
         self.requests.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Lists the queue: `None` if this node is first (it holds the lock), else the name of the
-    /// node right before it.
-    pub(super) async fn predecessor(&self) -> Result<Option<String>, LockError> {
+    /// Watches this node (for the guard, which must learn when it goes) and lists the queue, in
+    /// one round trip: both requests are queued on the session at once, and it answers them in
+    /// order.
+    pub(super) async fn watch_self_and_place(&self) -> Result<(Place, OwnWatch), LockError> {
+        self.count();
+        self.count();
+        let path = self.path();
+        let (own, children) = tokio::join!(
+            self.client.check_and_watch_stat(&path),
+            self.client.list_children(&self.dir)
+        );
+        let (stat, watcher) = own.map_err(LockError::unavailable)?;
+        if stat.is_none() {
+            return Err(self.vanished());
+        }
+        let place = self.place(children.map_err(LockError::unavailable)?)?;
+        Ok((place, watcher.changed().boxed()))
+    }
+
+    /// Lists the queue again.
+    pub(super) async fn place_again(&self) -> Result<Place, LockError> {
         self.count();
         let children = self
             .client
             .list_children(&self.dir)
             .await
             .map_err(LockError::unavailable)?;
+        self.place(children)
+    }
+
+    fn place(&self, children: Vec<String>) -> Result<Place, LockError> {
         let queue = path::queue(children);
         match queue.iter().position(|name| *name == self.name) {
-            Some(0) => Ok(None),
-            Some(i) => Ok(Some(queue[i - 1].clone())),
-            None => Err(LockError::Unavailable(
-                format!(
-                    "lock node {} vanished while queued (session expired?)",
-                    self.path()
-                )
-                .into(),
-            )),
+            Some(0) => Ok(Place::First),
+            Some(i) => Ok(Place::Behind {
+                predecessor: queue[i - 1].clone(),
+                first: i == 1,
+            }),
+            None => Err(self.vanished()),
         }
+    }
+
+    fn vanished(&self) -> LockError {
+        LockError::Unavailable(
+            format!(
+                "lock node {} vanished while queued (session expired?)",
+                self.path()
+            )
+            .into(),
+        )
+    }
+
+    /// Whether this node is first now that `predecessor` is gone, without listing again: it was
+    /// first in the listing (`was_first`), or this client granted it the lock (`granted.rs`).
+    pub(super) fn first_after(&self, predecessor: &str, was_first: bool) -> bool {
+        was_first || self.granted.contains(&self.path_of(predecessor))
     }
 
     /// Watches `predecessor`'s deletion; `None` if it is already gone.
@@ -159,11 +234,19 @@ impl Contender {
         }
     }
 
-    /// The node is first in the queue: the lock is held. Watches the node to learn of loss.
-    pub(super) async fn into_guard(mut self) -> Result<Guard, LockError> {
+    /// The node is first in the queue: the lock is held. `own` (from
+    /// [`Contender::watch_self_and_place`]) tells the guard when the node goes.
+    pub(super) fn into_guard(mut self, own: OwnWatch) -> Result<Guard, LockError> {
         // On error the lock is not handed out, and dropping `self` deletes the node.
-        let (held, lost) =
-            HeldNode::watch(&self.client, self.path(), self.requests.clone()).await?;
+        let successors = Arc::clone(&self.successors);
+        let (held, lost) = HeldNode::start(
+            &self.client,
+            self.path(),
+            self.requests.clone(),
+            successors,
+            own,
+        )?;
+        self.granted.add(self.path());
         self.queued = false;
         Ok(Guard::new(
             self.key.clone(),
@@ -192,6 +275,14 @@ impl Drop for Contender {
             delete::delete_once(&self.client, &self.path(), &self.requests);
         }
     }
+}
+
+/// A contender's node, once created.
+struct Node {
+    owner: String,
+    dir: String,
+    name: String,
+    czxid: i64,
 }
 
 /// An acquisition whose create may be in flight: on drop, finds its node by owner id and

@@ -7,9 +7,11 @@ use std::time::Duration;
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use tokio::sync::watch;
-use zookeeper_client::{Client, Error, EventType, OneshotWatcher};
+use zookeeper_client::{Client, Error, EventType, OneshotWatcher, SessionState};
 
+use super::contender::OwnWatch;
 use super::delete::{self, Gone};
+use super::successors::Successors;
 
 use crate::{Held, LockError};
 
@@ -23,24 +25,31 @@ pub(super) struct HeldNode {
     client: Weak<Client>,
     path: String,
     requests: Arc<AtomicU64>,
+    /// The client's waiters, the one behind this node among them if it is this client's.
+    successors: Arc<Successors>,
 }
 
 impl HeldNode {
-    /// Sets a watch on the granted node and starts the task that turns its deletion (or the
-    /// session's end) into the guard's `lost` flag.
-    pub(super) async fn watch(
+    /// Starts the task that turns the granted node's deletion (or the session's end), as `own`
+    /// (the watch set on the node while it queued) reports it, into the guard's `lost` flag.
+    /// Fails if `own` has fired already: the node went while it queued.
+    ///
+    /// When the server's answer made us first (our predecessor's deletion, or the listing),
+    /// that check is exact: the session delivers events in the server's order, so an event
+    /// about our node that came before has been handed to `own` by now. When a release of this
+    /// client did (`successors.rs`), it is as of the last event the session delivered; a
+    /// deletion of our node behind our back that is still on its way fires `lost()` right after
+    /// the grant, as a deletion after the grant would.
+    pub(super) fn start(
         client: &Arc<Client>,
         path: String,
         requests: Arc<AtomicU64>,
+        successors: Arc<Successors>,
+        mut own: OwnWatch,
     ) -> Result<(HeldNode, watch::Receiver<bool>), LockError> {
-        requests.fetch_add(1, Ordering::Relaxed);
-        let (stat, watcher) = client
-            .check_and_watch_stat(&path)
-            .await
-            .map_err(LockError::unavailable)?;
-        if stat.is_none() {
+        if let Some(event) = (&mut own).now_or_never() {
             return Err(LockError::Unavailable(
-                format!("lock node {path} vanished at grant (session expired?)").into(),
+                format!("lock node {path} went while it queued ({event:?})").into(),
             ));
         }
         let (lost_tx, lost_rx) = watch::channel(false);
@@ -48,15 +57,16 @@ impl HeldNode {
             client: Arc::downgrade(client),
             path,
             requests,
+            successors,
         };
-        tokio::spawn(held.monitor(watcher, lost_tx));
+        tokio::spawn(held.monitor(own, lost_tx));
         Ok((held, lost_rx))
     }
 
     /// A copy of what the monitor task needs.
     fn monitor(
         &self,
-        mut watcher: OneshotWatcher,
+        mut watcher: OwnWatch,
         lost: watch::Sender<bool>,
     ) -> impl Future<Output = ()> + Send + 'static {
         let client = self.client.clone();
@@ -65,7 +75,7 @@ impl HeldNode {
         async move {
             loop {
                 let event = tokio::select! {
-                    event = watcher.changed() => event,
+                    event = &mut watcher => event,
                     // The guard is gone: nobody is left to tell.
                     () = lost.closed() => return,
                 };
@@ -80,7 +90,7 @@ impl HeldNode {
                 // Anything else (a data change nobody should make) fired the one-shot watch:
                 // set it again.
                 match rewatch(&client, &path, &requests).await {
-                    Some(next) => watcher = next,
+                    Some(next) => watcher = next.changed().boxed(),
                     None => break,
                 }
             }
@@ -122,6 +132,12 @@ impl Held for HeldNode {
             // another holder's lock. Retried until the node or the session is gone, and on in
             // the background if this future is dropped (see `delete.rs`).
             let deleting = delete::delete(&client, self.path.clone(), self.requests.clone());
+            // The delete is queued on the session: the waiter behind, if it is this client's,
+            // may go on now (`successors.rs`) — if the session is connected, so that the server
+            // cannot have expired it: a session cut off leaves the waiter to the server's word.
+            if client.state() == SessionState::SyncConnected {
+                self.successors.released(&self.path);
+            }
             drop(client);
             match deleting.await.map_err(LockError::unavailable)? {
                 Gone::Deleted => Ok(true),

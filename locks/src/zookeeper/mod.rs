@@ -6,11 +6,17 @@
 //!    so the children of `/locks/<key>` form a queue in creation order. The node is ephemeral:
 //!    it lives exactly as long as the creating *session*, so a dead holder's place in the queue
 //!    disappears without anyone deleting it.
-//! 2. List the children and sort them by sequence. The lowest holds the lock.
-//! 3. Any other contender sets a watch on its **immediate predecessor only**, and re-lists when
-//!    that node is deleted (the predecessor may have given up rather than been granted, so the
-//!    new list is checked, not assumed). Releasing the lock wakes exactly one waiter: no herd of
-//!    N clients re-listing on every release, and no polling — a waiter sends nothing while it
+//! 2. List the children and sort them by sequence. The lowest holds the lock. (The watch the
+//!    guard needs on its own node, see "Loss" below, is set in the same round trip: both
+//!    requests are sent at once.)
+//! 3. Any other contender sets a watch on its **immediate predecessor only**. When that node is
+//!    deleted, the contender is first if the predecessor was first in its listing or held the
+//!    lock (a grant this client made, which it remembers: `granted.rs`) — and when the
+//!    predecessor is a lock of the same client, its release tells the contender so at once,
+//!    without waiting for the delete to reach the server (`successors.rs`); otherwise the
+//!    predecessor gave up rather than being granted, and the contender re-lists, since a node
+//!    further up may still hold. Releasing the lock wakes exactly one waiter: no herd of N
+//!    clients re-listing on every release, and no polling — a waiter sends nothing while it
 //!    waits ([`ZooKeeperLock::backend_requests`] stays flat, which the tests check).
 //! 4. **Protection.** `<owner>` is a random id per acquisition. When the reply to the create is
 //!    lost (connection loss after the server applied it), the client lists the children and
@@ -50,12 +56,25 @@
 //! larger zxids. So the czxid of the granted node strictly increases per lock name — across
 //! container removal, session expiry and leader changes alike.
 //!
+//! # What a hand-off costs
+//! A grant that waited costs five requests: the create, the own-node watch and the listing
+//! (one round trip), the predecessor watch, and the release's delete. Between a release and the
+//! next grant lies, across clients, the delete's commit (a write to the quorum's logs) and its
+//! notification to the one waiter, plus one listing unless the released node was first in the
+//! waiter's listing. Within one client (workers sharing one [`ZooKeeperLock`]) nothing: the
+//! release queues the delete and tells the waiter behind, which goes on at once, while the
+//! delete and the next create commit in the background. Curator's and kazoo's recipe re-lists
+//! after every wake-up, and the guard's watch used to cost one more round trip after that: the
+//! commit plus two round trips per hand-off, six requests per grant. (Dropping a watch that has
+//! not fired, as a waiter handed the lock drops its watch on the predecessor, makes the client
+//! library send the server a remove-watches request; it is not counted.)
+//!
 //! # Contract notes
 //! * **Lease.** [`AcquireOptions::lease`](crate::AcquireOptions) has no meaning here: a holder
 //!   keeps the lock exactly as long as its session lives, and the session timeout given to
 //!   [`ZooKeeperLock::connect`] plays the lease's role. A holder process that stalls longer
 //!   than that loses its session, its node, and the lock — hence the fencing token.
-//! * **Loss.** After the grant, each guard watches its own node. `lost()` fires when that node
+//! * **Loss.** Each guard watches its own node, set while it queued. `lost()` fires when that node
 //!   is deleted or the session reports `Expired`/`Closed`. `Disconnected` is *in doubt*, not
 //!   lost: the client reconnects and, if the session survived, the lock was held throughout.
 //!   The server may expire a partitioned session before the client can learn it (it learns on
@@ -75,8 +94,10 @@
 
 mod contender;
 mod delete;
+mod granted;
 mod held;
 mod path;
+mod successors;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -84,11 +105,13 @@ use std::time::{Duration, Instant};
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
-use zookeeper_client::Client;
+use zookeeper_client::{Client, EventType};
 
 use crate::options::within_budget;
 use crate::{AcquireOptions, DistributedLock, Guard, LockError};
-use contender::Contender;
+use contender::{Contender, Place};
+use granted::Granted;
+use successors::Successors;
 
 pub use path::{LOCK_ROOT, lock_dir};
 
@@ -98,6 +121,8 @@ pub struct ZooKeeperLock {
     session_timeout: Duration,
     session: tokio::sync::Mutex<Arc<Client>>,
     requests: Arc<AtomicU64>,
+    granted: Arc<Granted>,
+    successors: Arc<Successors>,
 }
 
 impl ZooKeeperLock {
@@ -114,6 +139,8 @@ impl ZooKeeperLock {
             session_timeout,
             session: tokio::sync::Mutex::new(Arc::new(client)),
             requests,
+            granted: Arc::default(),
+            successors: Arc::default(),
         })
     }
 
@@ -132,11 +159,14 @@ impl ZooKeeperLock {
         let started = Instant::now();
         let deadline = options.wait.map(|wait| started + wait);
         let client = self.client().await?;
-        let contender = Contender::enqueue(client, key, self.requests.clone()).await?;
+        let requests = self.requests.clone();
+        let (granted, successors) = (self.granted.clone(), self.successors.clone());
+        let contender = Contender::enqueue(client, key, requests, granted, successors).await?;
+        let (mut place, own) = contender.watch_self_and_place().await?;
         loop {
-            let predecessor = match contender.predecessor().await? {
-                None => return contender.into_guard().await,
-                Some(predecessor) => predecessor,
+            let (predecessor, was_first) = match place {
+                Place::First => return contender.into_guard(own),
+                Place::Behind { predecessor, first } => (predecessor, first),
             };
             let timed_out = || LockError::Timeout {
                 key: key.to_owned(),
@@ -146,21 +176,46 @@ impl ZooKeeperLock {
                 contender.withdraw().await;
                 return Err(timed_out());
             };
-            let Some(watcher) = contender.watch(&predecessor).await? else {
-                continue; // Gone between the list and the watch: look again.
+            // Registered before the watch is set: a release through this client between the two
+            // is then heard one way or the other.
+            let mut handed = self.successors.register(contender.path_of(&predecessor));
+            let woken = match contender.watch(&predecessor).await? {
+                // Gone between the list and the watch.
+                None => Woken::Deleted,
+                Some(watcher) => tokio::select! {
+                    event = watcher.changed() => match event.event_type {
+                        EventType::NodeDeleted => Woken::Deleted,
+                        _ => Woken::Other,
+                    },
+                    () = handed.released() => Woken::Released,
+                    () = tokio::time::sleep_until(deadline.into()) => {
+                        drop(handed);
+                        contender.withdraw().await;
+                        return Err(timed_out());
+                    }
+                },
             };
-            match tokio::time::timeout_at(deadline.into(), watcher.changed()).await {
-                Err(_) => {
-                    contender.withdraw().await;
-                    return Err(timed_out());
-                }
-                // Deleted (granted and released, or given up): re-list, since a node further
-                // up may still hold. Any other event (data change, session end) re-lists too,
-                // and a dead session then fails the list.
-                Ok(_event) => {}
-            }
+            drop(handed);
+            // Released by its holder through this client (`successors.rs`), or deleted after it
+            // was first or held the lock (`granted.rs`): first. Otherwise (it gave up) re-list,
+            // since a node further up may still hold. Any other event (data change, session
+            // end) re-lists too, and a dead session then fails the list.
+            place = match woken {
+                Woken::Released => Place::First,
+                Woken::Deleted if contender.first_after(&predecessor, was_first) => Place::First,
+                Woken::Deleted | Woken::Other => contender.place_again().await?,
+            };
         }
     }
+}
+
+/// What ended a contender's wait on its predecessor.
+enum Woken {
+    /// Its holder released it through this client.
+    Released,
+    Deleted,
+    /// Any other event of the watch.
+    Other,
 }
 
 async fn open_session(
