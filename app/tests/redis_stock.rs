@@ -520,15 +520,7 @@ async fn a_product_read_does_not_scan_the_stream() {
         .query_async::<()>(&mut conn)
         .await
         .expect("resetstat");
-    let view: Value = app
-        .client
-        .get(format!("{}/api/products/1", app.url))
-        .send()
-        .await
-        .expect("get")
-        .json()
-        .await
-        .expect("json");
+    let view = product(&app, 1).await;
     let (stock, pending) = (view["stock"].as_i64(), view["pending"].as_i64());
     assert_eq!(stock, Some(7), "{view}");
     assert!(pending.is_some_and(|p| (0..=3).contains(&p)), "{view}");

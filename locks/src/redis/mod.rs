@@ -134,6 +134,33 @@ pub(crate) enum Conn {
     Following(Following),
 }
 
+/// Runs one request (`$call`, given `&mut` a connection as `$c`) on a [`Conn`]: on a clone of
+/// the manager, on a connection out of the pool, or on the followed primary's connection, which
+/// is told of a failure so that the next request finds the primary again.
+macro_rules! on_connection {
+    ($conn:expr, |$c:ident| $call:expr) => {
+        match $conn {
+            Conn::Manager(m) => {
+                let $c = &mut m.clone();
+                $call.await
+            }
+            Conn::Pool(p) => {
+                let $c = &mut p.get().await.map_err(LockError::unavailable)?;
+                $call.await
+            }
+            Conn::Following(f) => {
+                let $c = &mut f.connection().await?;
+                let answer = $call.await;
+                if let Err(e) = &answer {
+                    f.failed(e).await;
+                }
+                answer
+            }
+        }
+        .map_err(LockError::unavailable)
+    };
+}
+
 impl Conn {
     /// A lazily connecting, self-healing connection to the Redis at `url` (see [`Target`]).
     pub(crate) fn open(url: &str) -> Result<Conn, LockError> {
@@ -166,21 +193,7 @@ impl Conn {
         &self,
         script: &ScriptInvocation<'_>,
     ) -> Result<T, LockError> {
-        match self {
-            Conn::Manager(m) => script.invoke_async(&mut m.clone()).await,
-            Conn::Pool(p) => {
-                let mut conn = p.get().await.map_err(LockError::unavailable)?;
-                script.invoke_async(&mut conn).await
-            }
-            Conn::Following(f) => {
-                let answer = script.invoke_async(&mut f.connection().await?).await;
-                if let Err(e) = &answer {
-                    f.failed(e).await;
-                }
-                answer
-            }
-        }
-        .map_err(LockError::unavailable)
+        on_connection!(self, |c| script.invoke_async(c))
     }
 
     /// Runs a pipeline, its commands one after the other on one connection.
@@ -188,40 +201,12 @@ impl Conn {
         &self,
         pipeline: &Pipeline,
     ) -> Result<T, LockError> {
-        match self {
-            Conn::Manager(m) => pipeline.query_async(&mut m.clone()).await,
-            Conn::Pool(p) => {
-                let mut conn = p.get().await.map_err(LockError::unavailable)?;
-                pipeline.query_async(&mut conn).await
-            }
-            Conn::Following(f) => {
-                let answer = pipeline.query_async(&mut f.connection().await?).await;
-                if let Err(e) = &answer {
-                    f.failed(e).await;
-                }
-                answer
-            }
-        }
-        .map_err(LockError::unavailable)
+        on_connection!(self, |c| pipeline.query_async(c))
     }
 
     /// Runs a command.
     pub(crate) async fn query<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T, LockError> {
-        match self {
-            Conn::Manager(m) => cmd.query_async(&mut m.clone()).await,
-            Conn::Pool(p) => {
-                let mut conn = p.get().await.map_err(LockError::unavailable)?;
-                cmd.query_async(&mut conn).await
-            }
-            Conn::Following(f) => {
-                let answer = cmd.query_async(&mut f.connection().await?).await;
-                if let Err(e) = &answer {
-                    f.failed(e).await;
-                }
-                answer
-            }
-        }
-        .map_err(LockError::unavailable)
+        on_connection!(self, |c| cmd.query_async(c))
     }
 }
 
