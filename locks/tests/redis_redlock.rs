@@ -34,6 +34,16 @@ async fn subject() -> conformance::Subject {
 
 conformance::suite!(subject);
 
+/// Five private Redis servers (to kill and stall) and their URLs.
+async fn five_private_instances() -> (Vec<sandbox::Redis>, Vec<String>) {
+    let instances = tokio::task::spawn_blocking(|| sandbox::Redis::start_many(5))
+        .await
+        .expect("task")
+        .expect("5 private redis");
+    let urls = instances.iter().map(|r| r.url()).collect();
+    (instances, urls)
+}
+
 async fn connection(url: &str) -> redis::aio::MultiplexedConnection {
     redis::Client::open(url)
         .expect("url")
@@ -65,11 +75,7 @@ async fn a_lock_held_on_a_minority_of_instances_does_not_block_a_grant() {
 #[tokio::test]
 async fn redlock_keeps_working_with_two_of_five_instances_killed_and_refuses_with_three() {
     sandbox::require_faults!();
-    let instances = tokio::task::spawn_blocking(|| sandbox::Redis::start_many(5))
-        .await
-        .expect("task")
-        .expect("5 private redis");
-    let urls: Vec<String> = instances.iter().map(|r| r.url()).collect();
+    let (instances, urls) = five_private_instances().await;
     let lock = Redlock::connect(&urls).expect("client");
     let key = conformance::unique_key("redlock-kill");
     let options = AcquireOptions::new(Duration::from_secs(5)).wait(Duration::from_secs(5));
@@ -114,11 +120,7 @@ async fn a_contended_wait_whose_last_rounds_time_out_ends_as_contention_not_as_a
     // last rounds happened to stall, met contention: it must say `Timeout` (the app answers
     // `busy`), not `NoQuorum` (the app answers `backend_unavailable`, as for a majority down).
     sandbox::require_faults!();
-    let instances = tokio::task::spawn_blocking(|| sandbox::Redis::start_many(5))
-        .await
-        .expect("task")
-        .expect("5 private redis");
-    let urls: Vec<String> = instances.iter().map(|r| r.url()).collect();
+    let (instances, urls) = five_private_instances().await;
     let lock = Arc::new(Redlock::connect(&urls).expect("client"));
     let key = conformance::unique_key("redlock-stall");
     let lease = Duration::from_secs(10);
@@ -162,11 +164,7 @@ async fn a_contended_wait_whose_last_rounds_time_out_ends_as_contention_not_as_a
 #[tokio::test]
 async fn killed_instances_fail_fast_instead_of_costing_each_round_the_instance_timeout() {
     sandbox::require_faults!();
-    let instances = tokio::task::spawn_blocking(|| sandbox::Redis::start_many(5))
-        .await
-        .expect("task")
-        .expect("5 private redis");
-    let urls: Vec<String> = instances.iter().map(|r| r.url()).collect();
+    let (instances, urls) = five_private_instances().await;
     let timeout = Duration::from_secs(3);
     let lock = Redlock::connect(&urls)
         .expect("client")

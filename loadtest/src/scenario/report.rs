@@ -147,15 +147,7 @@ impl Timeline {
 
     /// Records that `actor` did or saw `what`, now.
     pub fn log(&self, actor: impl Into<String>, what: impl Into<String>) {
-        let event = Event {
-            t_ms: self.start.elapsed().as_secs_f64() * 1000.0,
-            actor: actor.into(),
-            what: what.into(),
-        };
-        self.events
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(event);
+        self.log_at(self.now_ms(), actor, what);
     }
 
     /// Records that `actor` did or saw `what`, `t_ms` after the origin: for a moment measured
