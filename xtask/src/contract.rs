@@ -20,10 +20,20 @@ const SEED: &str = "7";
 /// check makes sure requests without it are refused.
 const ADMIN_TOKEN: &str = "contract-test-token";
 
+/// Where schemathesis writes its progress.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Output {
+    /// To the terminal, as it goes.
+    Live,
+    /// To `schemathesis.log` beside the app's log; its summary (all of it on a failure) is
+    /// printed at the end. For a contract test that runs beside the test suite.
+    Quiet,
+}
+
 /// Starts the debug `seckill-app` of `target` against `endpoints` (in a database of its own,
 /// left behind like the tests' ones: the shared servers are throwaway) and runs schemathesis
 /// `st` over every operation with every check.
-pub fn run(st: &Path, target: &Path, endpoints: &sandbox::Endpoints) -> Result<()> {
+pub fn run(st: &Path, target: &Path, endpoints: &sandbox::Endpoints, output: Output) -> Result<()> {
     let work = target.join("contract");
     std::fs::create_dir_all(&work)?;
     let run_id = format!(
@@ -54,12 +64,12 @@ pub fn run(st: &Path, target: &Path, endpoints: &sandbox::Endpoints) -> Result<(
     let mut app = App(app.spawn().context("starting target/debug/seckill-app")?);
     let outcome = app
         .wait_healthy(addr, Duration::from_secs(60))
-        .and_then(|()| schemathesis(st, &work, addr));
+        .and_then(|()| schemathesis(st, &work, addr, output));
     drop(app);
     outcome.with_context(|| format!("the app's log is {}", log_path.display()))
 }
 
-fn schemathesis(st: &Path, work: &Path, addr: SocketAddr) -> Result<()> {
+fn schemathesis(st: &Path, work: &Path, addr: SocketAddr, output: Output) -> Result<()> {
     let mut c = Command::new(st);
     // Every operation the server has is tested, the admin one included (with the token), in
     // every phase (the examples phase finds no examples in the document and skips itself).
@@ -79,11 +89,24 @@ fn schemathesis(st: &Path, work: &Path, addr: SocketAddr) -> Result<()> {
         .args(["--workers", "1"])
         .arg("--no-color")
         .current_dir(work);
+    let log_path = work.join("schemathesis.log");
+    if output == Output::Quiet {
+        let log = std::fs::File::create(&log_path)?;
+        c.stdout(log.try_clone()?).stderr(log);
+    }
     let started = Instant::now();
     println!("xtask: running {c:?}");
     let status = c
         .status()
         .with_context(|| format!("running {}", st.display()))?;
+    if output == Output::Quiet {
+        let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+        println!(
+            "xtask: contract: schemathesis's output ({}):",
+            log_path.display()
+        );
+        print!("{}", summary(&log, status.success()));
+    }
     println!(
         "xtask: contract: schemathesis took {:.0} s",
         started.elapsed().as_secs_f64()
@@ -92,6 +115,18 @@ fn schemathesis(st: &Path, work: &Path, addr: SocketAddr) -> Result<()> {
         bail!("schemathesis found answers that contradict the OpenAPI document ({status})");
     }
     Ok(())
+}
+
+/// What to print of schemathesis's output: its `SUMMARY` section (operations, phases,
+/// warnings, test cases) when it passed, all of it when it failed.
+fn summary(log: &str, passed: bool) -> &str {
+    if !passed {
+        return log;
+    }
+    log.rfind("SUMMARY").map_or(log, |at| {
+        let line_start = log[..at].rfind('\n').map_or(0, |n| n + 1);
+        &log[line_start..]
+    })
 }
 
 /// The app process; killed when dropped, so a failed run leaves nothing behind.

@@ -12,11 +12,14 @@
 mod contract;
 mod lint;
 mod setup;
+mod shared;
 
 use std::process::{Command, ExitCode};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, anyhow, bail};
 use clap::{Parser, Subcommand};
+
+use crate::shared::Shared;
 
 #[derive(Parser)]
 #[command(about = "Set-up and orchestration for seckill-bench")]
@@ -88,31 +91,44 @@ fn test(args: &[String]) -> Result<()> {
         }
         c
     };
-    run(linted(cargo_command()).args(["build", "--workspace", "--all-targets"]))?;
+    // The shared servers start while the workspace compiles, so the suite does not wait for
+    // the JVMs after it.
+    let starting = std::thread::spawn(Shared::start);
+    let built = run(linted(cargo_command()).args(["build", "--workspace", "--all-targets"]));
+    let shared = starting
+        .join()
+        .map_err(|_| anyhow!("starting the shared servers panicked"))??;
+    built?;
     compose_config()?;
 
-    // One set of servers for the whole run; tests isolate themselves by database, key prefix
-    // and znode path, and start private servers for fault injection.
-    let shared = shared_servers()?;
     let mut nextest = linted(test_runner());
     nextest.args(args);
-    if let Some(servers) = &shared {
-        servers.endpoints().apply(&mut nextest);
-        nextest.env(sandbox::shared::SHARED_FLAG, "1");
-    }
-    // The clusters the lock suites run on, started once too: nextest runs every test in a
-    // process of its own, and each would otherwise start three JVMs of its own.
-    let clusters = shared_clusters()?;
-    if let Some((zookeeper, etcd)) = &clusters {
-        nextest.env(
-            sandbox::shared::ZOOKEEPER_ENSEMBLE,
-            zookeeper.connect_string(),
-        );
-        nextest.env(sandbox::shared::ETCD_CLUSTER, etcd.endpoints().join(","));
-    }
-    run(&mut nextest)?;
-    drop(clusters);
-    contract(shared.as_ref())?;
+    shared.apply(&mut nextest);
+    // The app binary the build above made, for the tests that start it as a process (see
+    // `loadtest/tests/common`): building it there would resolve features differently.
+    let target = target_dir()?;
+    nextest.env(
+        "SECKILL_APP_BINARY",
+        target.join("debug").join("seckill-app"),
+    );
+    // The contract test runs beside the suite, on the same servers: the suite leaves most of
+    // the cores idle while its tests wait on leases and elections. Its output goes to a file,
+    // printed when it ends, so it does not interleave with the suite's.
+    let endpoints = shared.endpoints()?;
+    let contract = std::thread::spawn(move || {
+        contract::run(
+            &setup::schemathesis()?,
+            &target,
+            &endpoints,
+            contract::Output::Quiet,
+        )
+    });
+    let suite = run(&mut nextest);
+    let contract = contract
+        .join()
+        .map_err(|_| anyhow!("the contract test panicked"))?;
+    suite?;
+    contract?;
 
     let mut doc = linted(cargo_command());
     doc.args(["test", "--workspace", "--doc"]);
@@ -135,6 +151,12 @@ fn test_runner() -> Command {
     let mut c = cargo_command();
     if nextest {
         c.args(["nextest", "run", "--workspace", "--no-fail-fast"]);
+        // Two slots per core: most tests wait rather than compute. The ones that keep the
+        // cores busy take two slots each (`.config/nextest.toml`).
+        if std::env::var_os("NEXTEST_TEST_THREADS").is_none() {
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+            c.env("NEXTEST_TEST_THREADS", (2 * cores).to_string());
+        }
     } else {
         println!(
             "xtask: cargo-nextest is not installed; running `cargo test` instead \
@@ -160,7 +182,7 @@ fn contract_only() -> Result<()> {
         lint::apply(&mut build, &driver);
     }
     run(build.args(["build", "--workspace", "--all-targets"]))?;
-    contract(shared_servers()?.as_ref())
+    contract(Shared::start_servers()?.as_ref())
 }
 
 /// The contract test against the shared servers, or (external mode) the environment's.
@@ -169,40 +191,12 @@ fn contract(shared: Option<&sandbox::Servers>) -> Result<()> {
         Some(servers) => servers.endpoints(),
         None => sandbox::Endpoints::from_env()?,
     };
-    contract::run(&setup::schemathesis()?, &target_dir()?, &endpoints)
-}
-
-/// Starts the shared servers, unless the user points at their own (external mode).
-fn shared_servers() -> Result<Option<sandbox::Servers>> {
-    if sandbox::mode() == sandbox::Mode::External {
-        println!("xtask: external mode, using the servers named in the environment");
-        return Ok(None);
-    }
-    let started = std::time::Instant::now();
-    let servers = sandbox::Servers::start().context("starting the throwaway servers")?;
-    println!(
-        "xtask: servers up in {:.1} s: {:?}",
-        started.elapsed().as_secs_f64(),
-        servers.endpoints()
-    );
-    Ok(Some(servers))
-}
-
-/// Starts the ZooKeeper ensemble and the etcd cluster, unless the user points at their own.
-fn shared_clusters() -> Result<Option<(sandbox::ZooKeeperEnsemble, sandbox::EtcdCluster)>> {
-    if sandbox::mode() == sandbox::Mode::External {
-        return Ok(None);
-    }
-    let started = std::time::Instant::now();
-    let zookeeper = sandbox::ZooKeeperEnsemble::start().context("starting a ZooKeeper ensemble")?;
-    let etcd = sandbox::EtcdCluster::start().context("starting an etcd cluster")?;
-    println!(
-        "xtask: clusters up in {:.1} s: ZooKeeper {}, etcd {}",
-        started.elapsed().as_secs_f64(),
-        zookeeper.connect_string(),
-        etcd.endpoints().join(",")
-    );
-    Ok(Some((zookeeper, etcd)))
+    contract::run(
+        &setup::schemathesis()?,
+        &target_dir()?,
+        &endpoints,
+        contract::Output::Live,
+    )
 }
 
 fn bench(args: &[String]) -> Result<()> {

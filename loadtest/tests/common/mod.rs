@@ -9,12 +9,21 @@ use loadtest::cli::Settings;
 use loadtest::run::Target;
 use sandbox::Endpoints;
 
-/// `target/<profile>/seckill-app`, built (or found up to date) with `cargo build -p app --bin
-/// seckill-app` once per test process: a binary left from an older commit would answer with an
-/// older API.
+/// The variable `cargo xtask test` sets to the `seckill-app` its workspace build just made.
+pub const APP_BINARY: &str = "SECKILL_APP_BINARY";
+
+/// The app binary the runs start: [`APP_BINARY`]'s when set, else `target/<profile>/seckill-app`
+/// built (or found up to date) with `cargo build -p app --bin seckill-app` once per test
+/// process, since a binary left from an older commit would answer with an older API. (Under
+/// `cargo xtask test` that build is not made: `-p app` resolves the dependencies' features for
+/// the app alone, unlike the workspace build, so it would compile part of the tree and the
+/// app again — 30 to 80 s in a fresh clone, while the other tests waited for cargo's lock.)
 pub fn app_binary() -> PathBuf {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
+        if let Some(path) = std::env::var_os(APP_BINARY) {
+            return PathBuf::from(path);
+        }
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let status = Command::new(cargo)
             .args(["build", "-p", "app", "--bin", "seckill-app"])
