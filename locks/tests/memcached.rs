@@ -2,6 +2,8 @@
 //! name — a restart frees every lock, an eviction frees a held one — with the fencing token
 //! still refusing the stale holder.
 
+mod leases;
+
 use locks::conformance;
 
 use std::sync::Arc;
@@ -55,44 +57,13 @@ impl FencedResource {
 #[tokio::test]
 async fn lost_fires_when_the_lease_passes_unless_extended() {
     let lock = MemcachedLock::connect(&sandbox::shared::memcached());
-    let key = conformance::unique_key("memcached-lost");
-    let lease = Duration::from_millis(400);
-    let guard = lock
-        .acquire(&key, AcquireOptions::new(lease))
-        .await
-        .expect("grant");
-    tokio::time::sleep(lease / 2).await;
-    assert!(
-        lock.extend(&guard, Duration::from_secs(2))
-            .await
-            .expect("extend")
-    );
-    tokio::time::sleep(lease).await;
-    assert!(
-        !guard.is_lost(),
-        "lost fired although the lease was extended"
-    );
-    let other = lock.acquire(&key, AcquireOptions::new(lease)).await;
-    assert!(matches!(other, Err(LockError::Timeout { .. })), "{other:?}");
-    tokio::time::timeout(Duration::from_secs(10), guard.lost())
-        .await
-        .expect("lost never fired after the extended lease passed");
-    assert!(
-        !lock.extend(&guard, lease).await.expect("extend"),
-        "extended a lost lease"
-    );
-    let next = lock
-        .acquire(
-            &key,
-            AcquireOptions::new(lease).wait(Duration::from_secs(10)),
-        )
-        .await
-        .expect("the item did not expire after the lease that lost() reported");
-    assert!(
-        !guard.release().await.expect("release"),
-        "a lost guard released the next holder's lock"
-    );
-    assert!(next.release().await.expect("release"));
+    leases::lost_fires_when_the_lease_passes_unless_extended(
+        &lock,
+        async |guard, lease| lock.extend(guard, lease).await,
+        &conformance::unique_key("memcached-lost"),
+        Duration::from_secs(10),
+    )
+    .await;
 }
 
 /// The server keeps an extended lock past the expiry its `add` gave it (`⌈lease⌉ + 2` s), and
