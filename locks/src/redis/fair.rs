@@ -122,18 +122,11 @@ impl RedisFairLock {
     /// `Ok(None)` if `guard` no longer holds the lock or was not acquired through this client.
     pub async fn reenter(&self, guard: &Guard) -> Result<Option<Guard>, LockError> {
         let shared = &self.shared;
-        let (key, owner) = (guard.key(), guard.owner());
-        let Some((lost, lease)) = shared.reenter(key, owner).await? else {
-            return Ok(None);
-        };
-        let held = FairHeld::new(shared, key, owner, lease);
-        Ok(Some(Guard::new(
-            key,
-            owner,
-            guard.fencing_token(),
-            lost,
-            held,
-        )))
+        (shared.client)
+            .reenter(guard, |lease| {
+                FairHeld::new(shared, guard.key(), guard.owner(), lease)
+            })
+            .await
     }
 
     /// Locks this client is renewing now (a leak shows up here).

@@ -5,13 +5,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::renewal::Renewals;
 use super::wakeups::Wakeups;
 use super::{Conn, Requests, Target};
-use crate::LockError;
+use crate::{Guard, Held, LockError};
 
 pub(super) struct HashClient {
     pub(super) conn: Conn,
@@ -58,16 +57,20 @@ impl HashClient {
         Ok((client, background))
     }
 
-    /// Enters `owner`'s lock of `key` once more: its `lost` flag and lease, or `None` if this
-    /// client does not hold it (any more).
+    /// Enters the lock `guard` holds once more through this client (same owner, same fencing
+    /// token): a new guard, released through what `held` makes of the lease. `None` if this
+    /// client does not hold the lock (any more).
     pub(super) async fn reenter(
         &self,
-        key: &str,
-        owner: &str,
-    ) -> Result<Option<(watch::Receiver<bool>, Duration)>, LockError> {
-        (self.renewals)
+        guard: &Guard,
+        held: impl FnOnce(Duration) -> Box<dyn Held>,
+    ) -> Result<Option<Guard>, LockError> {
+        let (key, owner) = (guard.key(), guard.owner());
+        let reentered = (self.renewals)
             .reenter_held(&self.conn, &self.requests, key, owner)
-            .await
+            .await?;
+        Ok(reentered
+            .map(|(lost, lease)| Guard::new(key, owner, guard.fencing_token(), lost, held(lease))))
     }
 }
 

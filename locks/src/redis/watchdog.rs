@@ -183,18 +183,11 @@ impl RedisWatchdogLock {
     /// through this client.
     pub async fn reenter(&self, guard: &Guard) -> Result<Option<Guard>, LockError> {
         let shared = &self.shared;
-        let (key, owner) = (guard.key(), guard.owner());
-        let Some((lost, lease)) = shared.reenter(key, owner).await? else {
-            return Ok(None);
-        };
-        let held = WatchdogHeld::new(shared, key, owner, lease);
-        Ok(Some(Guard::new(
-            key,
-            owner,
-            guard.fencing_token(),
-            lost,
-            held,
-        )))
+        (shared.client)
+            .reenter(guard, |lease| {
+                WatchdogHeld::new(shared, guard.key(), guard.owner(), lease)
+            })
+            .await
     }
 
     /// Locks this client is renewing now (a leak shows up here).
