@@ -105,7 +105,7 @@ fn test(args: &[String]) -> Result<()> {
     nextest.args(args);
     shared.apply(&mut nextest);
     // The app binary the build above made, for the tests that start it as a process (see
-    // `loadtest/tests/common`): building it there would resolve features differently.
+    // `loadtest/tests/suite/common`): building it there would resolve features differently.
     let target = target_dir()?;
     nextest.env(
         "SECKILL_APP_BINARY",

@@ -27,7 +27,7 @@
 //!   keep increasing and the fence still refuses the old holders' writes.
 //! * **Eviction.** memcached is a cache: when memory is full it evicts the least recently used
 //!   items of the same size class, a held lock among them. A second client is then granted while
-//!   the first still holds it (`locks/tests/memcached.rs` shows it). Size the server so that it
+//!   the first still holds it (`locks/tests/suite/memcached.rs` shows it). Size the server so that it
 //!   never evicts, or run it with `-M` (refuse writes instead of evicting), or rely on the fence.
 //! * **No replication.** One server is one point of failure; a client-side hash over several
 //!   servers only spreads keys, it does not copy them.

@@ -1,0 +1,419 @@
+//! Test helpers: start the service in-process on port 0 against its own database, buy over
+//! HTTP, and read the truth straight from the database.
+
+pub mod conformance;
+pub mod fake_locks;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use app::Config;
+use app::api::{OrderRequest, Strategy};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use sqlx::{Connection, MySqlConnection};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+/// POSTs `body` to `url` and returns the answer, retrying a `busy` one (up to 100 times, 20 ms
+/// apart) as a client honouring Retry-After would.
+pub async fn post_retrying_busy(
+    client: reqwest::Client,
+    url: String,
+    body: Value,
+) -> (StatusCode, Value) {
+    for _ in 0..100 {
+        let r = client.post(&url).json(&body).send().await.expect("post");
+        let status = r.status();
+        let value: Value = r.json().await.expect("json");
+        if status != StatusCode::SERVICE_UNAVAILABLE || value["error"] != "busy" {
+            return (status, value);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("still busy after 100 attempts");
+}
+
+/// A running in-process instance of the service.
+pub struct TestApp {
+    pub url: String,
+    pub client: reqwest::Client,
+    pub database_url: String,
+    shutdown: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+impl TestApp {
+    /// Stops the instance gracefully and waits for it.
+    pub async fn stop(mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(task) = self.task.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
+        }
+    }
+
+    /// `PUT /api/products/{id}` with `stock` units in the product row (no admin token).
+    pub async fn reset(&self, id: u64, stock: i64) {
+        self.reset_in(id, stock, app::api::Home::Row).await;
+    }
+
+    /// `PUT /api/products/{id}` with `stock` units kept in `home` (no admin token).
+    pub async fn reset_in(&self, id: u64, stock: i64, home: app::api::Home) {
+        let r = self
+            .client
+            .put(format!("{}/api/products/{id}", self.url))
+            .json(&json!({ "stock": stock, "home": home }))
+            .send()
+            .await
+            .expect("reset request");
+        assert_eq!(
+            r.status(),
+            StatusCode::OK,
+            "reset: {}",
+            r.text().await.unwrap_or_default()
+        );
+    }
+
+    /// `GET /api/products/{id}` once no accepted order of the product waits in the stream
+    /// (at once for strategies that place orders before answering); panics after 60 s.
+    pub async fn drained(&self, id: u64) -> app::api::ProductView {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let view: app::api::ProductView = self
+                .client
+                .get(format!("{}/api/products/{id}", self.url))
+                .send()
+                .await
+                .expect("product request")
+                .json()
+                .await
+                .expect("product view");
+            if view.pending == 0 {
+                return view;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the stream did not drain within 60 s: {view:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// `POST /api/products/{id}/orders` with `body`; returns the status and the JSON body.
+    pub async fn order(&self, id: u64, body: &Value, hold_ms: Option<u64>) -> (StatusCode, Value) {
+        let mut request = self
+            .client
+            .post(format!("{}/api/products/{id}/orders", self.url))
+            .json(body);
+        if let Some(ms) = hold_ms {
+            request = request.header("x-seckill-hold-ms", ms.to_string());
+        }
+        let r = request.send().await.expect("order request");
+        let status = r.status();
+        (status, r.json().await.unwrap_or(Value::Null))
+    }
+}
+
+/// A server URL with a fresh, unique database name (created by the app at start-up).
+pub async fn fresh_database_url() -> String {
+    let server = tokio::task::spawn_blocking(sandbox::shared::database_url)
+        .await
+        .expect("sandbox MariaDB did not start");
+    with_fresh_database(&server)
+}
+
+/// `server` (a URL without a database) plus a unique database name.
+pub fn with_fresh_database(server: &str) -> String {
+    let name = format!("t_{}", uuid::Uuid::new_v4().simple());
+    format!("{}/{name}", server.trim_end_matches('/'))
+}
+
+/// Test defaults: fault injection allowed, and budgets that suit 200 buyers on 2 cores.
+pub fn test_config(database_url: &str) -> Config {
+    let mut config = Config::for_database(database_url);
+    config.listen = "127.0.0.1:0".parse().expect("address");
+    config.allow_fault_injection = true;
+    config.shutdown_grace_ms = 2_000;
+    config
+}
+
+/// Starts an instance with `config` on a free port.
+pub async fn spawn_app(config: Config) -> TestApp {
+    spawn_app_with(config, |_| {}).await
+}
+
+/// [`spawn_app`] with extra strategies registered by `customize`.
+pub async fn spawn_app_with(config: Config, customize: impl FnOnce(&mut app::Registry)) -> TestApp {
+    init_tracing();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    let database_url = config.database_url.clone();
+    let (router, _state) = app::build_with(&config, customize)
+        .await
+        .expect("app starts");
+    let (tx, rx) = oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        let shutdown = async {
+            let _ = rx.await;
+        };
+        let _ = axum::serve(listener, router)
+            .with_graceful_shutdown(shutdown)
+            .await;
+    });
+    TestApp {
+        url,
+        client: reqwest::Client::builder()
+            .timeout(Duration::from_secs(60))
+            .build()
+            .expect("client"),
+        database_url,
+        shutdown: Some(tx),
+        task: Some(task),
+    }
+}
+
+/// Logs to the test's captured output (shown when it fails); `RUST_LOG` overrides the level.
+fn init_tracing() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_test_writer()
+            .try_init();
+    });
+}
+
+/// The truth about a product, read from the database, not through the service.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ledger {
+    pub initial: i64,
+    pub stock: i64,
+    /// Sum of ordered quantities.
+    pub sold: i64,
+    pub orders: i64,
+}
+
+impl Ledger {
+    /// Units sold beyond what existed.
+    pub fn oversell(&self) -> i64 {
+        (self.sold - self.initial).max(0)
+    }
+
+    /// Sales that the stock column does not account for (lost updates).
+    pub fn unaccounted(&self) -> i64 {
+        self.sold - (self.initial - self.stock)
+    }
+}
+
+/// The product's ledger as the app's accounting reads it from the database
+/// ([`app::db::products::view`]: the stock of the row or the buckets; a Redis-home product's
+/// row holds 0, its counter is read through the service, see [`TestApp::drained`]), over a
+/// connection of its own.
+pub async fn ledger(database_url: &str, id: u64) -> Ledger {
+    let pool = sqlx::MySqlPool::connect(database_url)
+        .await
+        .expect("connect");
+    let view = app::db::products::view(&pool, id)
+        .await
+        .expect("ledger")
+        .expect("product row");
+    let truth = app::accounting::Ledger::of(view);
+    pool.close().await;
+    Ledger {
+        initial: truth.initial_stock,
+        stock: truth.final_stock,
+        sold: truth.units_in_orders,
+        orders: truth.orders,
+    }
+}
+
+/// How many order rows carry each request id.
+pub async fn rows_per_request_id(database_url: &str) -> HashMap<String, i64> {
+    let mut conn = MySqlConnection::connect(database_url)
+        .await
+        .expect("connect");
+    let rows: Vec<(String, i64)> =
+        sqlx::query_as("SELECT request_id, COUNT(*) FROM orders GROUP BY request_id")
+            .fetch_all(&mut conn)
+            .await
+            .expect("orders");
+    rows.into_iter().collect()
+}
+
+/// Drops the test's database.
+pub async fn drop_database(database_url: &str) {
+    let (server, name) = database_url.rsplit_once('/').expect("url with a database");
+    if let Ok(mut conn) = MySqlConnection::connect(server).await {
+        let sql = format!("DROP DATABASE IF EXISTS `{name}`");
+        let _ = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .execute(&mut conn)
+            .await;
+    }
+}
+
+/// What a crowd of buyers was told.
+#[derive(Debug, Default, Clone)]
+pub struct Tally {
+    pub created: usize,
+    /// `202`: accepted, placed later by the stream consumers.
+    pub accepted: usize,
+    pub sold_out: usize,
+    pub busy: usize,
+    pub lock_lost: usize,
+    /// Anything else, with its body, for the failure message.
+    pub unexpected: Vec<(u16, Value)>,
+}
+
+/// How the crowd behaves.
+#[derive(Debug, Clone, Copy)]
+pub struct Crowd {
+    pub buyers: usize,
+    /// Injected pause inside each critical section.
+    pub hold_ms: Option<u64>,
+    /// Retries of a `503 busy` (same request id, short pause) before counting it as busy.
+    pub busy_retries: usize,
+}
+
+/// `crowd.buyers` concurrent buyers, one unit each, spread round-robin over `apps`.
+pub async fn flash_sale(apps: &[&TestApp], product: u64, strategy: &str, crowd: Crowd) -> Tally {
+    let strategy: Strategy = strategy.parse().expect("a strategy of the catalogue");
+    flash_sale_mixed(apps, product, &[strategy], crowd).await
+}
+
+/// [`flash_sale`] where every attempt (retries included) picks one of `strategies` at random.
+/// A `409 lock_lost` is retried like a `503 busy`: nothing was bought.
+pub async fn flash_sale_mixed(
+    apps: &[&TestApp],
+    product: u64,
+    strategies: &[Strategy],
+    crowd: Crowd,
+) -> Tally {
+    let run = uuid::Uuid::new_v4().simple().to_string();
+    let mut tasks = Vec::with_capacity(crowd.buyers);
+    for buyer in 0..crowd.buyers {
+        let app = apps[buyer % apps.len()];
+        let client = app.client.clone();
+        let url = format!("{}/api/products/{product}/orders", app.url);
+        let strategies = strategies.to_vec();
+        let (user_id, request_id) = (format!("u-{buyer}"), format!("{run}-{buyer}"));
+        tasks.push(tokio::spawn(async move {
+            let mut attempt = 0;
+            loop {
+                let body = OrderRequest {
+                    user_id: user_id.clone(),
+                    quantity: 1,
+                    request_id: request_id.clone(),
+                    strategy: Some(strategies[rand::random_range(0..strategies.len())]),
+                };
+                let mut request = client.post(&url).json(&body);
+                if let Some(ms) = crowd.hold_ms {
+                    request = request.header("x-seckill-hold-ms", ms.to_string());
+                }
+                let r = request.send().await.expect("order request");
+                let status = r.status();
+                let value: Value = r.json().await.unwrap_or(Value::Null);
+                let lost = strategies.len() > 1 && value["error"] == "lock_lost";
+                let busy =
+                    lost || status == StatusCode::SERVICE_UNAVAILABLE && value["error"] == "busy";
+                if busy && attempt < crowd.busy_retries {
+                    attempt += 1;
+                    let pause = 10 + rand::random_range(0..40);
+                    tokio::time::sleep(Duration::from_millis(pause)).await;
+                    continue;
+                }
+                return (status, value);
+            }
+        }));
+    }
+    let mut tally = Tally::default();
+    for task in tasks {
+        let (status, value) = task.await.expect("buyer task");
+        match (status.as_u16(), value["error"].as_str()) {
+            (201, _) => tally.created += 1,
+            (202, _) => tally.accepted += 1,
+            (409, Some("sold_out")) => tally.sold_out += 1,
+            (409, Some("lock_lost")) => tally.lock_lost += 1,
+            (503, Some("busy")) => tally.busy += 1,
+            (code, _) => tally.unexpected.push((code, value)),
+        }
+    }
+    tally
+}
+
+/// 200 buyers (retrying `busy` with the same request id) against 100 units of one product,
+/// through `strategy` on an instance configured by `configure`: exactly the stock is sold,
+/// everyone else hears `sold_out`, and the database accounts for every unit.
+pub async fn sells_exactly_the_stock(strategy: &str, configure: impl FnOnce(&mut Config)) {
+    sells_exactly_the_stock_on(1, strategy, configure).await;
+}
+
+/// [`sells_exactly_the_stock`] with the buyers spread round-robin over `instances` instances
+/// of the service on one database.
+pub async fn sells_exactly_the_stock_on(
+    instances: usize,
+    strategy: &str,
+    configure: impl FnOnce(&mut Config),
+) {
+    const STOCK: i64 = 100;
+    const BUYERS: usize = 200;
+    let database_url = fresh_database_url().await;
+    let mut config = test_config(&database_url);
+    config.lock_prefix = format!("t{}:", uuid::Uuid::new_v4().simple());
+    configure(&mut config);
+    let mut apps = Vec::new();
+    for _ in 0..instances.max(1) {
+        apps.push(spawn_app(config.clone()).await);
+    }
+    let app = &apps[0];
+    let home = strategy
+        .parse::<app::api::Strategy>()
+        .map_or(app::api::Home::Row, |s| s.home());
+    app.reset_in(1, STOCK, home).await;
+    let crowd = Crowd {
+        buyers: BUYERS,
+        hold_ms: None,
+        busy_retries: 200,
+    };
+    let tally = flash_sale(&apps.iter().collect::<Vec<_>>(), 1, strategy, crowd).await;
+    assert!(
+        tally.unexpected.is_empty(),
+        "{strategy}: unexpected answers {:?}",
+        tally.unexpected
+    );
+    assert_eq!(
+        (tally.created + tally.accepted, tally.sold_out),
+        (STOCK as usize, BUYERS - STOCK as usize),
+        "{strategy}: {tally:?}"
+    );
+    // The stock as its home holds it (the Redis counter for `redis`), after the stream drained.
+    let view = app.drained(1).await;
+    let truth = ledger(&database_url, 1).await;
+    assert_eq!(
+        (view.stock, truth.sold, truth.orders),
+        (0, STOCK, STOCK),
+        "{strategy}: {truth:?}"
+    );
+    assert_eq!(
+        (truth.stock, truth.unaccounted()),
+        (0, 0),
+        "{strategy}: {truth:?}"
+    );
+    for app in apps {
+        app.stop().await;
+    }
+    drop_database(&database_url).await;
+}

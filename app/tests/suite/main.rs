@@ -1,0 +1,21 @@
+//! The service's integration tests, one module per subject, in one test binary (one link and one
+//! compile of the shared helpers instead of one per file). Each test starts its own app instance on
+//! a free port, against the shared or throwaway servers (`sandbox`).
+
+mod common;
+
+mod backend_down;
+mod batched;
+mod binary;
+mod db_lock_lease;
+mod idempotency;
+mod idempotency_keys;
+mod lock_backends;
+mod locked;
+mod locked_commit;
+mod mixed_strategies;
+mod redis_stock;
+mod requests;
+mod safe_strategies;
+mod sharded;
+mod unsafe_strategies;

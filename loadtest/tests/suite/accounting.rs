@@ -1,0 +1,87 @@
+//! The flash-sale accounting reports what the database holds, for an unsafe and a safe
+//! strategy, through the whole `run` (app processes, HTTP, report).
+
+use crate::common;
+
+use app::accounting::Accounting;
+use app::api::Strategy;
+use loadtest::run::{RunOutput, run_in};
+use sqlx::mysql::MySqlPoolOptions;
+
+/// The sale product of the first (only) strategy of a run; see `run::run_in`.
+const SALE_PRODUCT: u64 = 10;
+
+/// Runs `strategy` with quick settings; returns the report, the database's own accounting,
+/// and the directory holding the report (deleted when dropped).
+async fn run_and_read(strategy: Strategy) -> (RunOutput, Accounting, tempfile::TempDir) {
+    let settings = common::quick(strategy);
+    let target = common::target();
+    let out = tempfile::tempdir().unwrap();
+    let output = run_in(&settings, &target, out.path()).await.unwrap();
+    let db = MySqlPoolOptions::new()
+        .max_connections(1)
+        .connect(&format!(
+            "{}/{}",
+            target.endpoints.database_url, target.database
+        ))
+        .await
+        .unwrap();
+    let ledger = app::db::products::ledger(&db, None, SALE_PRODUCT)
+        .await
+        .unwrap()
+        .expect("the sale product");
+    db.close().await;
+    common::drop_database(&target).await;
+    let demand = settings.demand as i64 * settings.quantity;
+    (output, Accounting::of(ledger, demand), out)
+}
+
+/// Rounds an unsafe run may take before its race shows.
+const MAX_ROUNDS: usize = 3;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unsafe_strategy_run_reports_the_oversell_the_database_shows() {
+    // `naive` writes back an absolute stock computed from a stale read: with 30 concurrent
+    // buyers and demand 4× stock, its lost updates oversell.
+    for round in 1..=MAX_ROUNDS {
+        let (output, truth, _out) = run_and_read(Strategy::Naive).await;
+        let reported = &output.report.strategies[0].sale.accounting;
+        assert_eq!(reported, &truth, "round {round}");
+        if truth.oversell == 0 {
+            eprintln!("round {round}: no oversell this time ({truth:?})");
+            continue;
+        }
+        assert_eq!(truth.oversell, truth.units_sold - truth.initial_stock);
+        let md = std::fs::read_to_string(output.dir.join("report.md")).unwrap();
+        assert!(
+            md.contains(&format!("oversold by {} unit", truth.oversell)),
+            "the report's explanation does not quote the measured oversell:\n{md}"
+        );
+        return;
+    }
+    panic!("`naive` did not oversell in {MAX_ROUNDS} rounds");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_safe_strategy_run_reports_zero_oversell_and_sells_out_exactly() {
+    let (output, truth, _out) = run_and_read(Strategy::Conditional).await;
+    let reported = &output.report.strategies[0].sale.accounting;
+    assert_eq!(reported, &truth);
+    assert_eq!(truth.oversell, 0);
+    assert_eq!(truth.lost_updates, 0);
+    assert_eq!(truth.units_sold, truth.initial_stock, "{truth:?}");
+    assert_eq!(truth.final_stock, 0);
+    assert_eq!(
+        output.report.strategies[0].sale.outcomes.created as i64,
+        truth.orders
+    );
+    for file in [
+        "report.md",
+        "report.json",
+        "throughput.svg",
+        "latency.svg",
+        "oversell.svg",
+    ] {
+        assert!(output.dir.join(file).is_file(), "{file} missing");
+    }
+}

@@ -1,0 +1,13 @@
+//! The benchmark's integration tests, one module per subject, in one test binary (one link and one
+//! compile of the shared helpers instead of one per file).
+
+mod common;
+
+mod accounting;
+mod baselines;
+mod client;
+mod coordinated_omission;
+mod lock_bench;
+mod lock_matrix;
+mod lock_peers;
+mod scenarios;

@@ -1,0 +1,367 @@
+//! Every fault scenario in its quick form: the verdict of each row must be the expected one —
+//! the broken variant's failure observed *and* the fix holding, in the same run.
+
+#[allow(dead_code)]
+use crate::common;
+
+use app::api::Strategy;
+use clap::Parser;
+use loadtest::cli::{Cli, Command};
+use loadtest::scenario::{
+    self, Figures, Scenario, ScenarioOptions, ScenarioReport, Selection, Verdict,
+};
+use locks::Backend;
+
+async fn quick(scenario: Scenario) -> ScenarioReport {
+    let opts = ScenarioOptions {
+        quick: true,
+        app_binary: Some(common::app_binary()),
+    };
+    let mut reports = scenario::run(Selection::One(scenario), &opts)
+        .await
+        .unwrap_or_else(|e| panic!("scenario {scenario}: {e:#}"));
+    let report = reports.pop().expect("one report");
+    eprintln!("{}", report.markdown());
+    report
+}
+
+fn figures<'a>(report: &'a ScenarioReport, subject: &str) -> &'a Figures {
+    &report
+        .row(subject)
+        .unwrap_or_else(|| panic!("no row `{subject}`"))
+        .figures
+}
+
+/// The figures of `subject`'s row, which must be of the scenario's kind.
+macro_rules! row {
+    ($report:expr, $subject:expr, $kind:ident) => {
+        match figures(&$report, $subject) {
+            Figures::$kind(f) => *f,
+            other => panic!("row `{}` has {other:?}", $subject),
+        }
+    };
+}
+
+fn assert_all_pass(report: &ScenarioReport) {
+    for row in &report.rows {
+        assert_eq!(
+            row.verdict,
+            Verdict::Pass,
+            "{}: `{}` expected {}, observed {}",
+            report.scenario,
+            row.subject,
+            row.expected,
+            row.observed
+        );
+    }
+    assert!(report.passed());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_plain_del_release_frees_the_next_holders_lock_and_compare_and_delete_does_not() {
+    sandbox::require_faults!();
+    let report = quick(Scenario::UnsafeRelease).await;
+    assert_all_pass(&report);
+    let broken = row!(report, Backend::RedisUnsafeRelease.name(), UnsafeRelease);
+    let correct = row!(report, Backend::Redis.name(), UnsafeRelease);
+    assert_eq!(broken.holders_at_once, 2);
+    assert_eq!(correct.holders_at_once, 1);
+    assert!(report.why.contains("deleted B's lock"), "{}", report.why);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failover_before_replication_double_grants_and_wait_1_prevents_acting_on_it() {
+    sandbox::require_faults!();
+    let report = quick(Scenario::RedisFailover).await;
+    assert_all_pass(&report);
+    let double = |subject| row!(report, subject, RedisFailover).double_grant;
+    assert!(double("redis, no WAIT, link cut"));
+    assert!(!double("redis + WAIT 1, link cut"));
+    assert!(!double("redis + WAIT 1, link intact"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_expired_zookeeper_session_fires_lost_and_the_fence_rejects_the_stale_write() {
+    sandbox::require_faults!();
+    let report = quick(Scenario::ZkSessionExpiry).await;
+    assert_all_pass(&report);
+    assert!(row!(report, Strategy::Zookeeper.name(), ZkSessionExpiry).stale_write_accepted);
+    assert!(!row!(report, Strategy::ZookeeperFenced.name(), ZkSessionExpiry).stale_write_accepted);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn polling_costs_more_requests_per_grant_than_pub_sub_or_predecessor_watches() {
+    sandbox::require_faults!();
+    let report = quick(Scenario::Herd).await;
+    assert_all_pass(&report);
+    let per_grant = |b: Backend| row!(report, b.name(), Herd).requests_per_grant;
+    let polling = per_grant(Backend::Redis);
+    assert!(polling > per_grant(Backend::RedisWatchdog));
+    assert!(polling > per_grant(Backend::ZooKeeper));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_expired_lease_oversells_redis_lock_but_not_the_watchdog_or_the_fenced_lock() {
+    sandbox::require_faults!();
+    let report = quick(Scenario::LeaseExpiry).await;
+    assert_all_pass(&report);
+    let f = |s: Strategy| row!(report, s.name(), LeaseExpiry);
+    assert!(f(Strategy::RedisLock).oversell > 0);
+    assert_eq!(f(Strategy::RedisWatchdog).oversell, 0);
+    assert_eq!(f(Strategy::RedisLockFenced).oversell, 0);
+    assert!(f(Strategy::RedisLockFenced).stale_write_rejected);
+    assert!(report.why.contains("both sold it"), "{}", report.why);
+    assert!(report.why.contains("fence refused it"), "{}", report.why);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_frozen_holder_defeats_the_watchdog_and_fencing_rejects_its_late_write() {
+    sandbox::require_faults!();
+    let report = quick(Scenario::ProcessPause).await;
+    assert_all_pass(&report);
+    let f = |s: Strategy| row!(report, s.name(), ProcessPause);
+    assert!(f(Strategy::RedisWatchdog).oversell > 0);
+    assert_eq!(f(Strategy::RedisWatchdogFenced).oversell, 0);
+    assert!(f(Strategy::RedisWatchdogFenced).stale_write_rejected);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_local_mutex_holds_with_one_instance_and_oversells_with_three() {
+    sandbox::require_faults!();
+    let report = quick(Scenario::LocalMutex).await;
+    assert_all_pass(&report);
+    let f = |n: usize| {
+        row!(
+            report,
+            &format!("{} × {n}", Strategy::LocalMutex),
+            LocalMutex
+        )
+    };
+    assert_eq!(f(1).oversell, 0);
+    assert!(f(3).oversell > 0);
+}
+
+#[test]
+fn every_scenario_and_all_are_accepted_by_name_and_an_unknown_one_is_refused_with_the_known_names()
+{
+    let parse = |name: &str| Cli::try_parse_from(["seckill-bench", "scenario", name]);
+    for &s in Scenario::all() {
+        let Ok(Cli {
+            command: Command::Scenario(args),
+        }) = parse(&s.to_string())
+        else {
+            panic!("`{s}` is not accepted");
+        };
+        assert_eq!(args.name, Selection::One(s));
+    }
+    assert!(matches!(
+        parse("all").map(|c| c.command),
+        Ok(Command::Scenario(args)) if args.name == Selection::All
+    ));
+    let text = parse("no-such-scenario").unwrap_err().to_string();
+    assert!(
+        Scenario::all()
+            .iter()
+            .all(|s| text.contains(&s.to_string())),
+        "{text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_crashed_holder_blocks_a_setnx_lock_for_good_and_every_other_lock_comes_back() {
+    sandbox::require_faults!();
+    let report = quick(Scenario::HolderCrash).await;
+    assert_all_pass(&report);
+    let f = |s: Strategy| row!(report, s.name(), HolderCrash);
+    assert!(!f(Strategy::RedisSetnxNoTtl).recovered);
+    for s in [
+        Strategy::RedisLock,
+        Strategy::Zookeeper,
+        Strategy::DbLock,
+        Strategy::Pessimistic,
+    ] {
+        assert!(f(s).recovered, "{s}");
+    }
+    for row in &report.rows {
+        let Figures::HolderCrash(f) = row.figures else {
+            panic!("{row:?}");
+        };
+        assert_eq!(f.orders_lost_or_duplicated, 0, "{}", row.subject);
+    }
+    assert!(
+        report.why.contains("no order was lost or doubled"),
+        "{}",
+        report.why
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_crash_between_the_lua_deduction_and_the_insert_undersells_until_reconcile_puts_the_unit_back()
+ {
+    sandbox::require_faults!();
+    let report = quick(Scenario::LuaCrashBeforeOrder).await;
+    assert_all_pass(&report);
+    let f = row!(report, "redis-lua, after the crash", LuaCrashBeforeOrder);
+    assert_eq!(f.undersell_after_crash, 1);
+    assert_eq!((f.counter_found, f.counter_after), (9, 10));
+    assert_eq!((f.units_sold, f.orders, f.oversell), (10, 10, 0));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_batch_read_by_a_killed_consumer_is_claimed_by_a_live_one_and_placed_exactly_once() {
+    sandbox::require_faults!();
+    let report = quick(Scenario::StreamConsumerCrash).await;
+    assert_all_pass(&report);
+    let f = row!(
+        report,
+        "redis-lua-stream, after the claim",
+        StreamConsumerCrash
+    );
+    assert!(f.held_by_dead_consumer > 0, "{f:?}");
+    assert_eq!((f.orders, f.still_pending, f.oversell), (f.accepted, 0, 0));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_database_killed_while_a_batch_commits_fails_the_whole_batch_and_the_sale_completes_after_restart()
+ {
+    sandbox::require_faults!();
+    let report = quick(Scenario::BatchedDbKill).await;
+    assert_all_pass(&report);
+    let f = row!(report, "batched: the killed batch", BatchedDbKill);
+    assert!(f.written_before_kill, "{f:?}");
+    assert_eq!(
+        (f.batch_503, f.batch_orders, f.batch_units_taken),
+        (f.batch, 0, 0)
+    );
+    let f = row!(report, "batched: the sale after the restart", BatchedDbKill);
+    assert_eq!((f.oversell, f.undersell, f.lost_updates), (0, 0, 0));
+    assert!(f.created_after_restart > 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_redis_failover_that_lost_deductions_oversells_and_wait_1_refuses_them_instead() {
+    sandbox::require_faults!();
+    let report = quick(Scenario::RedisFailoverStock).await;
+    assert_all_pass(&report);
+    let f = row!(report, "redis-lua, no WAIT", RedisFailoverStock);
+    assert_eq!((f.sold_during, f.refused_during), (5, 0), "{f:?}");
+    assert_eq!(f.oversell, 5, "{f:?}");
+    let f = row!(report, "redis-lua + WAIT 1", RedisFailoverStock);
+    assert_eq!((f.sold_during, f.refused_during), (0, 5), "{f:?}");
+    assert_eq!((f.units_sold, f.orders, f.oversell), (20, 20, 0), "{f:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_zookeeper_leader_killed_under_contention_leaves_a_clean_lock_history_and_grants_resume_before_it_is_back()
+ {
+    sandbox::require_faults!();
+    let report = quick(Scenario::ZkLeaderLoss).await;
+    assert_all_pass(&report);
+    let Figures::ZkLeaderLoss(f) = figures(&report, "zookeeper, leader killed") else {
+        panic!("{report:?}")
+    };
+    assert_eq!(f.0.violations, 0);
+    assert!(f.0.grants_before > 0 && f.0.grants_after > 0, "{f:?}");
+    // Liveness: two of three members are a majority; the lock must not wait for the third.
+    assert!(f.0.regained_while_down_ms.is_some(), "{f:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_etcd_leader_killed_under_contention_leaves_a_clean_lock_history_and_grants_resume_before_it_is_back()
+ {
+    sandbox::require_faults!();
+    let report = quick(Scenario::EtcdLeaderLoss).await;
+    assert_all_pass(&report);
+    let Figures::EtcdLeaderLoss(f) = figures(&report, "etcd, leader killed") else {
+        panic!("{report:?}")
+    };
+    assert_eq!(f.0.violations, 0);
+    assert!(f.0.grants_before > 0 && f.0.grants_after > 0, "{f:?}");
+    // Liveness: two of three members are a majority; the lock must not wait for the third.
+    assert!(f.0.regained_while_down_ms.is_some(), "{f:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_zookeeper_holder_cut_off_with_its_member_is_fenced_off_and_told_it_lost() {
+    sandbox::require_faults!();
+    let report = quick(Scenario::ZkPartition).await;
+    assert_all_pass(&report);
+    let f = row!(
+        report,
+        "zookeeper-fenced, holder's member cut off",
+        ZkPartition
+    );
+    assert!(f.token_b > f.token_a && f.stale_write_refused, "{f:?}");
+    assert!(f.a_lost_after_cut_ms.is_some(), "{f:?}");
+    assert_eq!((f.tokens_not_increasing, f.stale_writes_accepted), (0, 0));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sentinel_failover_to_a_replica_that_missed_the_grant_makes_two_holders_and_wait_1_tells_the_holder()
+ {
+    sandbox::require_faults!();
+    let report = quick(Scenario::SentinelFailover).await;
+    assert_all_pass(&report);
+    let f = row!(
+        report,
+        "redis-watchdog via Sentinel, no WAIT",
+        SentinelFailover
+    );
+    assert!(!f.promoted_had_grant && f.overlaps > 0, "{f:?}");
+    assert!(f.token_a.is_some() && f.token_b.is_some(), "{f:?}");
+    let f = row!(
+        report,
+        "redis-watchdog via Sentinel + WAIT 1",
+        SentinelFailover
+    );
+    assert_eq!((f.a_unreplicated_acks, f.token_a), (Some(0), None), "{f:?}");
+    assert_eq!(
+        f.overlaps + f.tokens_not_increasing + f.stale_writes_accepted,
+        0,
+        "{f:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_flash_sale_on_the_clusters_with_the_leader_killed_mid_sale_never_oversells_a_fenced_strategy()
+ {
+    sandbox::require_faults!();
+    let report = quick(Scenario::ClusterSale).await;
+    assert_all_pass(&report);
+    for s in [
+        Strategy::ZookeeperFenced,
+        Strategy::EtcdFenced,
+        Strategy::RedisWatchdogFenced,
+    ] {
+        let f = row!(report, &format!("{s}, leader killed"), ClusterSale);
+        assert!(f.fenced, "{s}: {f:?}");
+        assert_eq!((f.oversell, f.units_sold), (0, f.stock), "{s}: {f:?}");
+        assert!(f.sold_before_kill > 0, "{s}: {f:?}");
+    }
+}
+
+/// The full form (real leases and timeouts, several minutes): `cargo nextest run -p loadtest
+/// --run-ignored only scenarios::`. Prints every report. `SECKILL_SCENARIO=<name>` runs
+/// one scenario instead of all.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "minutes long; the quick forms above run in CI"]
+async fn every_scenario_in_its_full_form_meets_its_expectations() {
+    sandbox::require_faults!();
+    let opts = ScenarioOptions {
+        quick: false,
+        app_binary: Some(common::app_binary()),
+    };
+    let selection = match std::env::var("SECKILL_SCENARIO") {
+        Ok(name) => clap::ValueEnum::from_str(&name, false).expect("a scenario name or `all`"),
+        Err(_) => Selection::All,
+    };
+    let reports = scenario::run(selection, &opts)
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    for report in &reports {
+        println!("{}", report.markdown());
+    }
+    for report in &reports {
+        assert_all_pass(report);
+    }
+}

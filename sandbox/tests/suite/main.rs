@@ -1,0 +1,8 @@
+//! The harness's integration tests, one module per subject, in one test binary (one link instead of
+//! one per file): real servers started, paused, killed and partitioned.
+
+mod cleanup;
+mod cluster_etcd;
+mod cluster_redis_sentinel;
+mod cluster_zookeeper;
+mod process_control;
