@@ -585,6 +585,60 @@ async fn a_product_read_counts_accepted_orders_as_pending_until_they_are_placed(
     drop_database(&database_url).await;
 }
 
+/// While the consumers drain a backlog, every product read accounts for every unit: the
+/// counter, the units waiting in the stream and the units in orders add up to at least the
+/// stock (an order placed between the read's two halves may be counted twice, never zero
+/// times). A read that took the orders first and the waiting count after would miss an order
+/// placed in between — and a caller waiting for `pending == 0` would stop at a short count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_product_read_during_a_drain_never_loses_units_between_orders_and_stream() {
+    const STOCK: i64 = 300;
+    let database_url = fresh_database_url().await;
+    let mut config = config_with(&database_url, shared_redis().await);
+    // One order per transaction: many placements, each a chance to fall inside a read.
+    config.stream_batch = 1;
+    let app = spawn_app(config).await;
+    app.reset_in(1, STOCK, Home::Redis).await;
+    let mut blocker = sqlx::MySqlConnection::connect(&database_url)
+        .await
+        .expect("connect");
+    sqlx::query("BEGIN")
+        .execute(&mut blocker)
+        .await
+        .expect("begin");
+    sqlx::query("SELECT id FROM orders WHERE product_id = 1 FOR UPDATE")
+        .execute(&mut blocker)
+        .await
+        .expect("lock");
+    for i in 0..STOCK {
+        let body = order_body(&format!("drain-{i}"), "redis-lua-stream");
+        let (status, answer) = app.order(1, &body, None).await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{answer}");
+    }
+    sqlx::query("ROLLBACK")
+        .execute(&mut blocker)
+        .await
+        .expect("unlock");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let mut reads = 0;
+    loop {
+        let view = product(&app, 1).await;
+        let units = |field: &str| view[field].as_i64().expect(field);
+        reads += 1;
+        assert!(
+            units("stock") + units("pending") + units("sold") >= STOCK,
+            "read {reads} lost units between the orders and the stream: {view}"
+        );
+        if units("pending") == 0 {
+            assert_eq!(units("sold"), STOCK, "{view}");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no drain: {view}");
+    }
+    app.stop().await;
+    drop_database(&database_url).await;
+}
+
 async fn product(app: &TestApp, id: u64) -> Value {
     app.client
         .get(format!("{}/api/products/{id}", app.url))
