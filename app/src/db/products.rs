@@ -136,19 +136,30 @@ pub async fn set_stock(conn: &mut MySqlConnection, id: u64, stock: i64) -> Resul
 
 /// [`view`], with the stock read from the product's home (the Redis counter, and the units
 /// waiting in the stream, for [`Home::Redis`]).
+///
+/// For a Redis home the orders are read again after the units waiting in the stream: a unit
+/// moves from waiting to ordered, never back, so an order placed between the two reads is
+/// counted twice (waiting, then ordered), never zero times. With the orders read only before,
+/// it would be in neither, and a caller waiting for `pending == 0` would stop at a short count.
 pub async fn view_at_home(
     pool: &MySqlPool,
     redis: Option<&RedisStock>,
     id: u64,
 ) -> Result<Option<ProductView>, ReadError> {
+    let Some(first) = view(pool, id).await? else {
+        return Ok(None);
+    };
+    if first.home != Home::Redis {
+        return Ok(Some(first));
+    }
+    let redis = redis.ok_or(RedisStockError::NotConfigured)?;
+    let pending = redis.waiting_units(id).await?;
+    let stock = redis.counter(id).await?.unwrap_or(0);
     let Some(mut view) = view(pool, id).await? else {
         return Ok(None);
     };
-    if view.home == Home::Redis {
-        let redis = redis.ok_or(RedisStockError::NotConfigured)?;
-        view.pending = redis.waiting_units(id).await?;
-        view.stock = redis.counter(id).await?.unwrap_or(0);
-    }
+    view.pending = pending;
+    view.stock = stock;
     Ok(Some(view))
 }
 
