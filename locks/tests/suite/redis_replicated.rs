@@ -24,16 +24,18 @@ async fn a_grant_the_replica_confirms_is_returned_and_one_it_cannot_confirm_is_r
         .expect("start")
         .expect("primary + replica");
     let lock = replicated(&pair);
-    let key = conformance::unique_key("replicated");
 
-    // A live replica confirms a grant; under load maybe not within one wait, never not at all.
-    let mut confirmed = lock.acquire(&key, AcquireOptions::new(LEASE)).await;
-    for _ in 0..4 {
-        if !matches!(confirmed, Err(LockError::Unreplicated { .. })) {
-            break;
+    // A live replica confirms a grant; under load maybe not within one wait (or not before
+    // the connection's reply timeout), never not at all. Each try takes a lock of its own, so
+    // a grant whose answer timed out cannot stand in the next try's way.
+    let mut tries = (0..5).map(|_| conformance::unique_key("replicated"));
+    let (key, confirmed) = loop {
+        let key = tries.next().expect("no grant confirmed in 5 tries");
+        match lock.acquire(&key, AcquireOptions::new(LEASE)).await {
+            Err(LockError::Unreplicated { .. } | LockError::Unavailable(_)) => continue,
+            confirmed => break (key, confirmed),
         }
-        confirmed = lock.acquire(&key, AcquireOptions::new(LEASE)).await;
-    }
+    };
     let confirmed = confirmed.expect("a grant the live replica confirms");
     assert!(confirmed.release().await.expect("release"));
 
