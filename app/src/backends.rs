@@ -20,7 +20,7 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Connects every lock backend of the catalogue (concurrently).
 pub async fn connect_all(config: &Config, deps: &Deps) -> Locks {
     let endpoints = locks::Endpoints {
-        redis: config.redis_lock_url(),
+        redis: config.redis_address(),
         redlock: config.redlock_urls.clone(),
         zookeeper: config.zookeeper.clone(),
         etcd: config.etcd.clone(),
