@@ -51,7 +51,16 @@ pub struct Config {
     #[arg(long, env = "SECKILL_REDIS_WAIT_REPLICAS", default_value_t = 0)]
     pub redis_wait_replicas: u32,
 
-    /// How long a deduction waits for `--redis-wait-replicas` acknowledgements, in
+    /// Replicas that must confirm each grant of the `redis-watchdog*` locks (`WAIT N` after the
+    /// grant, `RedisWatchdogLock::connect_replicated`). 0 (the default) trusts the primary
+    /// alone: a failover to a replica that missed a grant hands the lock to a second holder.
+    /// With N ≥ 1 a grant too few replicas confirm within `--redis-wait-timeout-ms` is given
+    /// back and the purchase answers `503`: the holder never acts on a grant a failover can lose.
+    #[arg(long, env = "SECKILL_REDIS_LOCK_WAIT_REPLICAS", default_value_t = 0)]
+    pub redis_lock_wait_replicas: u32,
+
+    /// How long a deduction waits for `--redis-wait-replicas` acknowledgements (and a
+    /// `redis-watchdog*` grant for `--redis-lock-wait-replicas` confirmations), in
     /// milliseconds (below the Redis connection's 500 ms reply timeout).
     #[arg(long, env = "SECKILL_REDIS_WAIT_TIMEOUT_MS", default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=400))]
     pub redis_wait_timeout_ms: u64,
@@ -189,6 +198,17 @@ impl Config {
         (self.redis_wait_replicas > 0).then(|| crate::redis_stock::Replication {
             replicas: self.redis_wait_replicas,
             timeout: Duration::from_millis(self.redis_wait_timeout_ms),
+        })
+    }
+
+    /// The confirmation each `redis-watchdog*` grant waits for, if any
+    /// (`--redis-lock-wait-replicas`).
+    pub fn redis_lock_replication(&self) -> Option<locks::redis::Replication> {
+        (self.redis_lock_wait_replicas > 0).then(|| {
+            locks::redis::Replication::new(
+                self.redis_lock_wait_replicas,
+                Duration::from_millis(self.redis_wait_timeout_ms),
+            )
         })
     }
 
