@@ -9,6 +9,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use locks::redis::{RedisWatchdogLock, Replication};
 use locks::{Backend, DistributedLock};
 
 use crate::config::Config;
@@ -20,7 +21,7 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Connects every lock backend of the catalogue (concurrently).
 pub async fn connect_all(config: &Config, deps: &Deps) -> Locks {
     let endpoints = locks::Endpoints {
-        redis: config.redis_lock_url(),
+        redis: config.redis_address(),
         redlock: config.redlock_urls.clone(),
         zookeeper: config.zookeeper.clone(),
         etcd: config.etcd.clone(),
@@ -33,22 +34,33 @@ pub async fn connect_all(config: &Config, deps: &Deps) -> Locks {
         .iter()
         .filter_map(|s| s.lock_backend())
         .collect();
-    let endpoints = &endpoints;
-    let connected = futures::future::join_all(
-        backends
-            .into_iter()
-            .map(|backend| async move { (backend, connect(backend, endpoints).await) }),
-    )
-    .await;
+    let (endpoints, replication) = (&endpoints, config.redis_lock_replication());
+    let connected =
+        futures::future::join_all(backends.into_iter().map(|backend| async move {
+            (backend, connect(backend, endpoints, replication).await)
+        }))
+        .await;
     connected.into_iter().collect()
 }
 
-/// Connects one backend, bounded in time; logs why a lock is absent.
+/// Connects one backend, bounded in time; logs why a lock is absent. With `replication`, the
+/// watchdog lock confirms each grant with that many replicas before handing it out.
 async fn connect(
     backend: Backend,
     endpoints: &locks::Endpoints,
+    replication: Option<Replication>,
 ) -> Option<Arc<dyn DistributedLock>> {
-    match tokio::time::timeout(CONNECT_TIMEOUT, locks::connect(backend, endpoints)).await {
+    let connecting = async {
+        match (backend, replication, endpoints.redis.as_deref()) {
+            (Backend::RedisWatchdog, Some(replication), Some(url)) => {
+                RedisWatchdogLock::connect_replicated(url, replication)
+                    .map(|lock| Arc::new(lock) as Arc<dyn DistributedLock>)
+                    .map_err(locks::ConnectError::from)
+            }
+            _ => locks::connect(backend, endpoints).await,
+        }
+    };
+    match tokio::time::timeout(CONNECT_TIMEOUT, connecting).await {
         Ok(Ok(lock)) => Some(lock),
         Ok(Err(e)) => {
             tracing::warn!(%backend, error = %e, "no lock: its strategies answer backend_unavailable");

@@ -23,13 +23,16 @@ pub struct Config {
     )]
     pub database_url: String,
 
-    /// Redis URL for the single-instance Redis lock strategies and Redis-held stock.
+    /// Redis URL for the single-instance Redis lock strategies and Redis-held stock, when no
+    /// `--redis-sentinels` are given. With Sentinels it is ignored: a fixed address would keep
+    /// sending locks and deductions to a primary that died or was demoted.
     #[arg(long, env = "REDIS_URL", hide_env_values = true)]
     pub redis_url: Option<String>,
 
     /// Redis Sentinels (comma-separated `host:port`) monitoring `--redis-master-name`. When set,
-    /// the Redis locks (`redis-lock*`, `redis-watchdog*`, `redis-fair*`) ask them for the
-    /// current primary and follow a failover; `--redis-url` then serves only Redis-held stock.
+    /// the Redis locks (`redis-lock*`, `redis-watchdog*`, `redis-fair*`) and Redis-held stock
+    /// (`redis-lua*`) ask them for the current primary and follow a failover (answering `503`
+    /// until a promoted replica answers); `--redis-url` is then ignored.
     #[arg(long, env = "REDIS_SENTINELS", value_delimiter = ',')]
     pub redis_sentinels: Vec<String>,
 
@@ -37,7 +40,7 @@ pub struct Config {
     #[arg(long, env = "REDIS_MASTER_NAME", default_value = "mymaster")]
     pub redis_master_name: String,
 
-    /// Connections of the pool to `--redis-url` that keeps Redis-held stock (`redis-lua*`).
+    /// Connections of the pool to the Redis that keeps Redis-held stock (`redis-lua*`).
     #[arg(long, env = "SECKILL_REDIS_POOL_SIZE", default_value_t = 64)]
     pub redis_pool_size: usize,
 
@@ -48,7 +51,16 @@ pub struct Config {
     #[arg(long, env = "SECKILL_REDIS_WAIT_REPLICAS", default_value_t = 0)]
     pub redis_wait_replicas: u32,
 
-    /// How long a deduction waits for `--redis-wait-replicas` acknowledgements, in
+    /// Replicas that must confirm each grant of the `redis-watchdog*` locks (`WAIT N` after the
+    /// grant, `RedisWatchdogLock::connect_replicated`). 0 (the default) trusts the primary
+    /// alone: a failover to a replica that missed a grant hands the lock to a second holder.
+    /// With N ≥ 1 a grant too few replicas confirm within `--redis-wait-timeout-ms` is given
+    /// back and the purchase answers `503`: the holder never acts on a grant a failover can lose.
+    #[arg(long, env = "SECKILL_REDIS_LOCK_WAIT_REPLICAS", default_value_t = 0)]
+    pub redis_lock_wait_replicas: u32,
+
+    /// How long a deduction waits for `--redis-wait-replicas` acknowledgements (and a
+    /// `redis-watchdog*` grant for `--redis-lock-wait-replicas` confirmations), in
     /// milliseconds (below the Redis connection's 500 ms reply timeout).
     #[arg(long, env = "SECKILL_REDIS_WAIT_TIMEOUT_MS", default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=400))]
     pub redis_wait_timeout_ms: u64,
@@ -189,9 +201,21 @@ impl Config {
         })
     }
 
-    /// Where the Redis locks find Redis: the Sentinels' address of the primary if Sentinels are
-    /// configured, else `--redis-url`.
-    pub fn redis_lock_url(&self) -> Option<String> {
+    /// The confirmation each `redis-watchdog*` grant waits for, if any
+    /// (`--redis-lock-wait-replicas`).
+    pub fn redis_lock_replication(&self) -> Option<locks::redis::Replication> {
+        (self.redis_lock_wait_replicas > 0).then(|| {
+            locks::redis::Replication::new(
+                self.redis_lock_wait_replicas,
+                Duration::from_millis(self.redis_wait_timeout_ms),
+            )
+        })
+    }
+
+    /// Where the Redis locks and Redis-held stock find Redis: the Sentinels' address of the
+    /// primary (`redis+sentinel://…`, [`locks::redis::Target`]) if Sentinels are configured,
+    /// else `--redis-url`.
+    pub fn redis_address(&self) -> Option<String> {
         match self.redis_sentinels.is_empty() {
             true => self.redis_url.clone(),
             false => Some(locks::redis::Target::sentinel_url(

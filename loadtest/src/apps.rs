@@ -253,6 +253,17 @@ impl Apps {
         Ok(Apps { instances, launch })
     }
 
+    /// `count` more instances started like these plus `extra` arguments, named `<name>-<n>`:
+    /// the same database and servers under another setting (e.g. `--redis-wait-replicas`).
+    pub async fn start_variant(&self, name: &str, extra: &[String], count: usize) -> Result<Apps> {
+        let launch = self.launch.clone().args(extra.iter().cloned());
+        let names: Vec<String> = (0..count).map(|n| format!("{name}-{n}")).collect();
+        let instances =
+            futures::future::try_join_all(names.iter().map(|name| Instance::start(&launch, name)))
+                .await?;
+        Ok(Apps { instances, launch })
+    }
+
     /// `http://127.0.0.1:PORT` of each instance, in order.
     pub fn bases(&self) -> Vec<String> {
         self.instances.iter().map(|i| i.base.clone()).collect()

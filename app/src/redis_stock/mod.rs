@@ -8,22 +8,22 @@
 //!
 //! Every key starts with the instance's key prefix (`--lock-prefix`), so deployments and test
 //! runs sharing one Redis stay apart. Every operation is bounded by a timeout: a Redis that
-//! does not answer is `backend_unavailable`, never a guess.
+//! does not answer is `backend_unavailable`, never a guess. The Redis is one address or the
+//! primary a group of Sentinels names, followed across a failover (`connections.rs`).
 
+mod connections;
 pub mod consumer;
 pub mod reconcile;
 pub(crate) mod scripts;
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::Duration;
 
-use deadpool_redis::redis::aio::ConnectionManager;
 use deadpool_redis::redis::{self, Cmd, FromRedisValue, ScriptInvocation};
-use deadpool_redis::{Pool, PoolConfig, Runtime, Timeouts};
-use tokio::sync::OnceCell;
+use deadpool_redis::{PoolConfig, Timeouts};
 
 use crate::config::Config;
+use connections::Connections;
 
 /// How long one Redis operation may take before it counts as a failure.
 const TIMEOUT: Duration = Duration::from_secs(2);
@@ -38,9 +38,11 @@ pub enum RedisStockError {
     Redis(#[from] redis::RedisError),
     #[error("no redis connection: {0}")]
     Pool(#[from] deadpool_redis::PoolError),
+    #[error("no redis primary: {0}")]
+    NoPrimary(#[source] locks::LockError),
     #[error("redis did not answer within {0:?}")]
     Timeout(Duration),
-    #[error("redis is not configured (--redis-url)")]
+    #[error("redis is not configured (--redis-url or --redis-sentinels)")]
     NotConfigured,
     #[error("{acked} of {wanted} replica(s) acknowledged the deduction in time")]
     NotReplicated { acked: u32, wanted: u32 },
@@ -49,16 +51,13 @@ pub enum RedisStockError {
 }
 
 impl RedisStockError {
-    /// Whether Redis could not be reached (as opposed to a bug: a script error, a bad entry).
+    /// Whether Redis could not be reached, or what it reached is no longer the primary
+    /// (`READONLY`: nothing was written) — as opposed to a bug: a script error, a bad entry.
     pub fn is_unavailable(&self) -> bool {
         match self {
-            RedisStockError::Redis(e) => {
-                e.is_io_error()
-                    || e.is_connection_dropped()
-                    || e.is_connection_refusal()
-                    || e.is_timeout()
-            }
+            RedisStockError::Redis(e) => locks::redis::primary_gone(e),
             RedisStockError::Pool(_)
+            | RedisStockError::NoPrimary(_)
             | RedisStockError::Timeout(_)
             | RedisStockError::NotReplicated { .. }
             | RedisStockError::NotConfigured => true,
@@ -172,9 +171,7 @@ pub enum Replicated {
 /// shared connection, seeding, reading — takes a connection of its own from the pool.
 #[derive(Clone)]
 pub struct RedisStock {
-    pool: Pool,
-    client: redis::Client,
-    shared: Arc<OnceCell<ConnectionManager>>,
+    connections: Connections,
     keys: Keys,
     wait: Option<Replication>,
 }
@@ -188,11 +185,12 @@ impl std::fmt::Debug for RedisStock {
 }
 
 impl RedisStock {
-    /// A pool on `config.redis_url` (connections are opened on first use), or `None` when no
+    /// Connections to the Redis of [`Config::redis_address`] (the Sentinels' primary if
+    /// Sentinels are configured, else `--redis-url`; opened on first use), or `None` when no
     /// Redis is configured.
     pub fn from_config(config: &Config) -> Option<RedisStock> {
-        let url = config.redis_url.as_deref()?;
-        match RedisStock::open(url, &config.lock_prefix, config.redis_pool_size) {
+        let url = config.redis_address()?;
+        match RedisStock::open(&url, &config.lock_prefix, config.redis_pool_size) {
             Ok(stock) => Some(stock.waiting_for(config.redis_wait())),
             Err(e) => {
                 tracing::warn!(error = %e, "no redis stock: its strategies answer backend_unavailable");
@@ -201,24 +199,18 @@ impl RedisStock {
         }
     }
 
-    /// A pool of at most `size` connections on `url`, with keys under `prefix`.
+    /// A pool of at most `size` connections (and the shared one) to the Redis at `url`, with
+    /// keys under `prefix`. `url` is `redis://…`, or `redis+sentinel://host:port,…/<master
+    /// name>` for the primary those Sentinels name, followed across failovers.
     pub fn open(url: &str, prefix: &str, size: usize) -> Result<RedisStock, String> {
-        let mut config = deadpool_redis::Config::from_url(url);
         let mut pool = PoolConfig::new(size.max(1));
         pool.timeouts = Timeouts {
             wait: Some(TIMEOUT),
             create: Some(TIMEOUT),
             recycle: Some(TIMEOUT),
         };
-        config.pool = Some(pool);
-        let pool = config
-            .create_pool(Some(Runtime::Tokio1))
-            .map_err(|e| e.to_string())?;
-        let client = redis::Client::open(url).map_err(|e| e.to_string())?;
         Ok(RedisStock {
-            pool,
-            client,
-            shared: Arc::default(),
+            connections: Connections::open(url, pool)?,
             keys: Keys::new(prefix),
             wait: None,
         })
@@ -228,16 +220,6 @@ impl RedisStock {
     pub fn waiting_for(mut self, wait: Option<Replication>) -> RedisStock {
         self.wait = wait;
         self
-    }
-
-    /// The shared multiplexed connection, opened on first use; it reconnects by itself after
-    /// a failure (requests fail meanwhile).
-    async fn shared(&self) -> Result<ConnectionManager, RedisStockError> {
-        let conn = self
-            .shared
-            .get_or_try_init(|| ConnectionManager::new(self.client.clone()))
-            .await?;
-        Ok(conn.clone())
     }
 
     pub fn keys(&self) -> &Keys {
@@ -250,8 +232,9 @@ impl RedisStock {
         script: &ScriptInvocation<'_>,
     ) -> Result<T, RedisStockError> {
         bounded(async {
-            let mut conn = self.shared().await?;
-            Ok(script.invoke_async(&mut conn).await?)
+            let mut conn = self.connections.shared().await?;
+            let answer = script.invoke_async(&mut conn).await;
+            conn.settle(answer).await
         })
         .await
     }
@@ -269,8 +252,11 @@ impl RedisStock {
             return Ok((self.invoke(script).await?, Replicated::NotAsked));
         };
         bounded(async {
-            let mut conn = self.pool.get().await?;
-            let left: i64 = script.invoke_async(&mut conn).await?;
+            let mut conn = self.connections.pooled().await?;
+            let left: i64 = match script.invoke_async(&mut conn).await {
+                Ok(left) => left,
+                Err(e) => return Err(conn.failed(e)),
+            };
             if left < 0 {
                 return Ok((left, Replicated::NotAsked));
             }
@@ -297,8 +283,9 @@ impl RedisStock {
     /// Runs a command, bounded by the timeout.
     pub async fn query<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T, RedisStockError> {
         bounded(async {
-            let mut conn = self.pool.get().await?;
-            Ok(cmd.query_async(&mut conn).await?)
+            let mut conn = self.connections.pooled().await?;
+            let answer = cmd.query_async(&mut conn).await;
+            conn.settle(answer)
         })
         .await
     }
@@ -340,8 +327,9 @@ impl RedisStock {
         }
         pipe.cmd("DEL").arg(self.keys.waiting(product)).ignore();
         bounded(async {
-            let mut conn = self.pool.get().await?;
-            Ok(pipe.query_async::<()>(&mut conn).await?)
+            let mut conn = self.connections.pooled().await?;
+            let answer = pipe.query_async::<()>(&mut conn).await;
+            conn.settle(answer)
         })
         .await
     }

@@ -111,3 +111,40 @@ async fn strategies_of_unconfigured_lock_services_answer_backend_unavailable() {
     app.stop().await;
     common::drop_database(&database_url).await;
 }
+
+/// `--redis-lock-wait-replicas 1`: a `redis-watchdog*` grant no replica confirms is given back
+/// and the purchase answers `503` (a Redis without replicas), while one a live replica confirms
+/// sells (a primary with its replica).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_watchdog_waiting_for_a_replica_sells_only_grants_a_replica_confirmed() {
+    let alone = server(sandbox::shared::redis_url).await;
+    let pair = server(sandbox::RedisPair::start).await.expect("Redis pair");
+    for (url, confirmed) in [(alone, false), (pair.primary.url(), true)] {
+        let database_url = fresh_database_url().await;
+        let mut config = test_config(&database_url);
+        config.redis_url = Some(url);
+        config.redis_lock_wait_replicas = 1;
+        config.lock_prefix = format!("t{}:", uuid::Uuid::new_v4().simple());
+        let app = spawn_app(config).await;
+        app.reset(1, 5).await;
+        for strategy in ["redis-watchdog", "redis-watchdog-fenced"] {
+            let body = json!({ "user_id": "u", "quantity": 1, "request_id": format!("r-{strategy}"), "strategy": strategy });
+            let (status, answer) = app.order(1, &body, None).await;
+            match confirmed {
+                true => assert_eq!(status, StatusCode::CREATED, "{strategy}: {answer}"),
+                false => {
+                    assert_eq!(
+                        status,
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "{strategy}: {answer}"
+                    );
+                    assert_eq!(answer["error"], "backend_unavailable", "{strategy}");
+                }
+            }
+        }
+        let sold = if confirmed { 2 } else { 0 };
+        assert_eq!(ledger(&database_url, 1).await.stock, 5 - sold);
+        app.stop().await;
+        common::drop_database(&database_url).await;
+    }
+}

@@ -2,12 +2,13 @@
 //! mid-sale.
 //!
 //! Two app instances are configured with the ZooKeeper ensemble's connect string, the etcd
-//! cluster's endpoints and the Redis Sentinels. For each ZooKeeper, etcd and Redis strategy,
-//! plain and fenced, buyers buy one unit at a time until the product is sold out; when a third
-//! of the stock is sold, the leader of the strategy's cluster is SIGKILLed (the ZooKeeper
-//! leader, the etcd leader, the Redis primary), and it is restarted after the sale. The database
-//! then tells what happened ([`app::accounting`]), next to what the buyers were told: `503`s
-//! and the time from the kill to the first sale after it.
+//! cluster's endpoints and the Redis Sentinels. For each ZooKeeper, etcd and Redis lock
+//! strategy, plain and fenced, and (full form) for `redis-lua`, the stock itself held in Redis
+//! on the primary the Sentinels name, buyers buy one unit at a time until the product is sold out;
+//! when a third of the stock is sold, the leader of the strategy's cluster is SIGKILLed (the
+//! ZooKeeper leader, the etcd leader, the Redis primary), and it is restarted after the sale.
+//! The database then tells what happened ([`app::accounting`]), next to what the buyers were
+//! told: `503`s and the time from the kill to the first sale after it.
 //!
 //! What to expect. ZooKeeper and etcd commit every grant on a majority before answering, so a
 //! new leader knows every lock; the sessions and leases outlive a short election. The leader's
@@ -17,6 +18,18 @@
 //! happens in a given run depends on timing, so the unfenced rows report the outcome as it was.
 //! The fenced rows must never oversell: the product's fence refuses a token not above the last
 //! one written (a lagging counter costs `lock_lost` refusals, not units).
+//!
+//! In the full form, `redis-lua` keeps the counter itself on the primary: the instances answer
+//! `503` from the kill until the Sentinels name the promoted replica, then sell from it.
+//! Whatever deductions the replica had not received are gone, so their units sell again
+//! (oversell) — or not, by timing; the row reports it as it was. Then `redis-lua + WAIT 2`,
+//! through two more instances whose every deduction waits for both replicas
+//! (`--redis-wait-replicas 2`): whichever replica is promoted holds every deduction an order
+//! rests on, so it must not oversell. (`WAIT 1` would not do: Sentinel promotes the replica that
+//! last *reported* the larger replication offset, not necessarily the one that acknowledged.)
+//! The price shows: with one replica left after the failover nothing sells until the killed
+//! member is back as a replica, which this row restarts as soon as the Sentinels have promoted
+//! another.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -24,7 +37,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use app::accounting::{Accounting, Ledger};
-use app::api::{ErrorCode, Safety, Strategy};
+use app::api::{ErrorCode, Home, Safety, Strategy};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -33,14 +46,59 @@ use super::fleet::{Fleet, lock_flags, order};
 use super::{Row, Scenario, ScenarioOptions, ScenarioReport, Timeline, start};
 use crate::client::{Answer, Api};
 
+/// One sale: a strategy and, for stock held in Redis, the replicas each deduction waits for.
+#[derive(Debug, Clone, Copy)]
+struct Sale {
+    strategy: Strategy,
+    /// `--redis-wait-replicas` of the instances the sale goes through (0: the fleet's own).
+    wait_replicas: u32,
+}
+
+impl Sale {
+    const fn of(strategy: Strategy) -> Sale {
+        Sale {
+            strategy,
+            wait_replicas: 0,
+        }
+    }
+
+    fn name(self) -> String {
+        match self.wait_replicas {
+            0 => self.strategy.to_string(),
+            n => format!("{} + WAIT {n}", self.strategy),
+        }
+    }
+
+    /// The stock is a Redis counter, not a database row under a lock.
+    fn redis_stock(self) -> bool {
+        self.strategy.home() == Home::Redis
+    }
+
+    /// The lock's token fences the stock write.
+    fn fenced(self) -> bool {
+        !self.redis_stock() && matches!(self.strategy.safety(), Safety::Safe)
+    }
+}
+
 /// In the order they run: the clusters take turns, so a member restarts while the others sell.
-const STRATEGIES: [Strategy; 6] = [
-    Strategy::Zookeeper,
-    Strategy::Etcd,
-    Strategy::RedisWatchdog,
-    Strategy::ZookeeperFenced,
-    Strategy::EtcdFenced,
-    Strategy::RedisWatchdogFenced,
+const SALES: [Sale; 6] = [
+    Sale::of(Strategy::Zookeeper),
+    Sale::of(Strategy::Etcd),
+    Sale::of(Strategy::RedisWatchdog),
+    Sale::of(Strategy::ZookeeperFenced),
+    Sale::of(Strategy::EtcdFenced),
+    Sale::of(Strategy::RedisWatchdogFenced),
+];
+/// The full form's last sales, the stock itself in Redis: as the fleet sells it, then with
+/// every deduction waiting for both replicas. (Not in the quick form: each is one more Redis
+/// failover, and the quick form's 30 units sell out within a few dozen milliseconds of the
+/// kill.)
+const FULL_ONLY: [Sale; 2] = [
+    Sale::of(Strategy::RedisLua),
+    Sale {
+        strategy: Strategy::RedisLua,
+        wait_replicas: 2,
+    },
 ];
 const INSTANCES: usize = 2;
 /// The first product; each strategy sells its own.
@@ -184,6 +242,25 @@ impl Clusters {
     }
 }
 
+impl Clusters {
+    /// [`Clusters::restart`] of Redis member `i`, once the Sentinels have promoted another
+    /// member: started before, it would come back as an empty primary that they still name.
+    /// Returns when the member was back.
+    fn restart_after_failover(&self, i: usize) -> JoinHandle<Result<Instant>> {
+        let c = self.clone();
+        tokio::spawn(async move {
+            let r = c.clone();
+            tokio::task::spawn_blocking(move || {
+                sandbox::wait_for(PATIENCE, || r.redis.leader().filter(|&l| l != i))
+            })
+            .await?
+            .context("the Sentinels did not promote a replica")?;
+            c.restart(Which::Redis, i).await??;
+            Ok(Instant::now())
+        })
+    }
+}
+
 /// How big a sale.
 #[derive(Debug, Clone, Copy)]
 struct Plan {
@@ -205,24 +282,47 @@ pub async fn run(opts: &ScenarioOptions) -> Result<ScenarioReport> {
     };
     let clusters = Clusters::start().await?;
     let fleet = Fleet::start_on_clusters(binary, INSTANCES, &clusters.app_flags()).await?;
+    let mut sales = SALES.to_vec();
+    if !opts.quick {
+        sales.extend(FULL_ONLY);
+    }
     let tl = Timeline::new();
     let mut restarts: Vec<(Which, JoinHandle<Result<()>>)> = Vec::new();
     let mut rows = Vec::new();
     let mut measured = Vec::new();
-    for (n, strategy) in STRATEGIES.into_iter().enumerate() {
-        let which = Which::of(strategy);
+    for (n, s) in sales.into_iter().enumerate() {
+        let which = Which::of(s.strategy);
         // The member this cluster lost in its last sale must be back first.
         if let Some(at) = restarts.iter().position(|(w, _)| *w == which) {
             restarts.remove(at).1.await??;
         }
         let product = PRODUCT + n as u64;
-        let (f, killed) = sale(&fleet, &clusters, strategy, product, plan, &tl)
+        // A sale waiting for replicas goes through instances of its own, on the same servers.
+        let waiting = match s.wait_replicas {
+            0 => None,
+            replicas => {
+                let flags = [format!("--redis-wait-replicas={replicas}")];
+                let apps = fleet
+                    .apps
+                    .start_variant("app-wait", &flags, INSTANCES)
+                    .await?;
+                let api = Api::new(apps.bases(), None)?;
+                Some((apps, api))
+            }
+        };
+        let api = waiting.as_ref().map_or(&fleet.api, |(_, api)| api);
+        let (f, killed) = sale(api, &clusters, s, product, plan, &tl)
             .await
-            .with_context(|| format!("the {strategy} sale"))?;
-        tl.log(strategy.name(), format!("member {} restarting", killed + 1));
-        restarts.push((which, clusters.restart(which, killed)));
-        rows.push(row(strategy, &f));
-        measured.push((strategy, f));
+            .with_context(|| format!("the {} sale", s.name()))?;
+        if let Some((apps, _)) = waiting {
+            apps.shutdown().await;
+        }
+        if s.wait_replicas == 0 {
+            tl.log(s.name(), format!("member {} restarting", killed + 1));
+            restarts.push((which, clusters.restart(which, killed)));
+        }
+        rows.push(row(s, &f));
+        measured.push((s, f));
     }
     for (_, restart) in restarts {
         restart.await??;
@@ -232,9 +332,10 @@ pub async fn run(opts: &ScenarioOptions) -> Result<ScenarioReport> {
         fault: format!(
             "{} buyers, one unit per click, for {} units, through {INSTANCES} app instances \
              configured with a 3-member ZooKeeper ensemble, a 3-member etcd cluster and Redis \
-             (primary + 2 replicas) behind 3 Sentinels; when a third is sold, the strategy's \
-             cluster leader is SIGKILLed; the sale goes on until sold out; the member is \
-             restarted afterwards",
+             (primary + 2 replicas) behind 3 Sentinels (the Redis locks' server and, for \
+             `redis-lua`, the stock's); when a third is sold, the strategy's cluster leader is \
+             SIGKILLed; the sale goes on until sold out; the member is restarted afterwards \
+             (with `WAIT 2`, as soon as a replica is promoted)",
             plan.buyers, plan.stock
         ),
         rows,
@@ -250,27 +351,30 @@ struct Click {
     answer: Answer,
 }
 
-/// Resets `product`, runs the buyers, kills the cluster's leader when a third is sold, and
-/// reads the ledger after the sale. Returns the figures and the member killed.
+/// Resets `product`, runs the buyers through `api`, kills the cluster's leader when a third is
+/// sold, and reads the ledger after the sale. Returns the figures and the member killed (which
+/// is back already when the sale waited for replicas: it could not finish without it).
 async fn sale(
-    fleet: &Fleet,
+    api: &Api,
     clusters: &Clusters,
-    strategy: Strategy,
+    s: Sale,
     product: u64,
     plan: Plan,
     tl: &Timeline,
 ) -> Result<(ClusterSale, usize)> {
+    let (strategy, name) = (s.strategy, s.name());
     let which = Which::of(strategy);
-    fleet.reset(product, plan.stock).await?;
+    api.reset_product(product, plan.stock, strategy.home())
+        .await?;
     let leader = clusters.leader(which).await?;
     let created = Arc::new(AtomicUsize::new(0));
     let done = Arc::new(AtomicBool::new(false));
     let (began, began_ms) = (Instant::now(), tl.now_ms());
-    tl.log(strategy.name(), "sale starts");
+    tl.log(&name, "sale starts");
     let buyers: Vec<JoinHandle<Vec<Click>>> = (0..plan.buyers)
         .map(|n| {
             let buyer = Buyer {
-                api: fleet.api.clone(),
+                api: api.clone(),
                 n,
                 product,
                 strategy,
@@ -292,7 +396,7 @@ async fn sale(
     clusters.kill(which, leader).await?;
     let killed = began.elapsed();
     tl.log(
-        strategy.name(),
+        &name,
         format!(
             "{} (member {}) SIGKILLed, {} unit(s) sold",
             which.leader_name(),
@@ -300,11 +404,23 @@ async fn sale(
             created.load(Ordering::Relaxed)
         ),
     );
+    // With every replica's acknowledgement required, nothing sells until the killed member
+    // is back as a replica.
+    let restart = (s.wait_replicas > 0).then(|| clusters.restart_after_failover(leader));
     let mut clicks = Vec::new();
     for buyer in buyers {
         clicks.extend(buyer.await?);
     }
-    let end = fleet.product(product).await?;
+    if let Some(restart) = restart {
+        let back = restart.await??;
+        let at = began_ms + (back - began).as_secs_f64() * 1000.0;
+        tl.log_at(
+            at,
+            &name,
+            format!("member {} seen back as a replica", leader + 1),
+        );
+    }
+    let end = api.product(product).await?;
     let acc = Accounting::of(Ledger::of(end), clicks.len() as i64);
     let count = |f: fn(&Answer) -> bool| clicks.iter().filter(|c| f(&c.answer)).count();
     let first_after = clicks
@@ -313,7 +429,8 @@ async fn sale(
         .map(|c| c.answered)
         .min();
     let f = ClusterSale {
-        fenced: matches!(strategy.safety(), Safety::Safe),
+        fenced: s.fenced(),
+        wait_replicas: s.wait_replicas,
         stock: plan.stock,
         buyers: plan.buyers,
         requests: clicks.len(),
@@ -339,16 +456,17 @@ async fn sale(
             .count(),
         unavailable_ms: first_after.map(|t| (t - killed).as_secs_f64() * 1000.0),
         units_sold: acc.units_sold,
+        final_stock: acc.final_stock,
         oversell: acc.oversell,
         lost_updates: acc.lost_updates,
         undersell: acc.undersell,
     };
     if let Some(t) = first_after {
         let at = began_ms + t.as_secs_f64() * 1000.0;
-        tl.log_at(at, strategy.name(), "first sale after the kill");
+        tl.log_at(at, &name, "first sale after the kill");
     }
     tl.log(
-        strategy.name(),
+        &name,
         format!(
             "sale over after {:.1} s: {} unit(s) in orders of {}, {} answer(s) 503",
             began.elapsed().as_secs_f64(),
@@ -403,18 +521,31 @@ impl Buyer {
     }
 }
 
-fn row(strategy: Strategy, f: &ClusterSale) -> Row {
+fn row(s: Sale, f: &ClusterSale) -> Row {
     let carried_out = f.sold_before_kill > 0 && f.sold_before_kill < f.stock as usize;
     let finished = f.undersell == 0;
-    let (expected, ok) = match f.fenced {
-        true => (
+    // Stock held in Redis finishes when its counter is empty: a deduction whose answer died
+    // with the primary leaves a unit without an order (undersell, reported), not a stuck sale.
+    let sold_out = f.final_stock == 0;
+    let (expected, ok) = match (s.redis_stock(), s.wait_replicas, f.fenced) {
+        (false, _, true) => (
             "no oversell: the fence refuses a holder the failover left behind; the sale \
              finishes after the election",
             carried_out && finished && f.oversell == 0,
         ),
-        false => (
+        (false, _, false) => (
             "reported as it was (not asserted); the sale finishes after the election",
             carried_out && finished,
+        ),
+        (true, 0, _) => (
+            "503 until the Sentinels name the promoted replica, then sold out from it; \
+             deductions it never received sell again (reported as it was, not asserted)",
+            carried_out && sold_out,
+        ),
+        (true, _, _) => (
+            "no oversell: every order rests on a deduction both replicas acknowledged; \
+             nothing sells until the killed member is back as a replica",
+            carried_out && sold_out && f.oversell == 0,
         ),
     };
     let observed = format!(
@@ -433,7 +564,7 @@ fn row(strategy: Strategy, f: &ClusterSale) -> Row {
             .map_or_else(|| "never".to_string(), |ms| format!("{ms:.0} ms"))
     );
     Row::new(
-        format!("{strategy}, leader killed"),
+        format!("{}, leader killed", s.name()),
         expected,
         observed,
         ok,
@@ -441,16 +572,17 @@ fn row(strategy: Strategy, f: &ClusterSale) -> Row {
     )
 }
 
-fn why(measured: &[(Strategy, ClusterSale)]) -> String {
+fn why(measured: &[(Sale, ClusterSale)]) -> String {
     let mut text = String::from(
         "ZooKeeper and etcd commit a grant on a majority before answering, so the leader's \
          death costs time, not exclusion; Redis through Sentinel promotes an asynchronous \
          replica, which may lack the newest grants and fencing increments.",
     );
-    for (strategy, f) in measured {
+    for (s, f) in measured {
         text.push_str(&format!(
-            " {strategy}: {} unit(s) sold of {} (oversell {}), {} answer(s) 503, {} lock_lost, \
+            " {}: {} unit(s) sold of {} (oversell {}), {} answer(s) 503, {} lock_lost, \
              first sale {} after the kill.",
+            s.name(),
             f.units_sold,
             f.stock,
             f.oversell,
@@ -462,13 +594,14 @@ fn why(measured: &[(Strategy, ClusterSale)]) -> String {
     }
     let lease_ms = LOCK_LEASE_MS as f64;
     let redis_after_a_lease = measured.iter().any(|(s, f)| {
-        Which::of(*s) == Which::Redis
+        Which::of(s.strategy) == Which::Redis
+            && !s.redis_stock()
             && f.unavailable_ms
                 .is_some_and(|ms| (0.9 * lease_ms..1.3 * lease_ms).contains(&ms))
     });
     if redis_after_a_lease {
         text.push_str(&format!(
-            " The Redis sales resumed about one lock lease ({:.0} s) after the kill, which is \
+            " The Redis lock sales resumed about one lock lease ({:.0} s) after the kill, which is \
              what a lock held at the kill leaves behind when its grant had reached the \
              replicas and its release went to the dead primary: the promoted primary keeps it \
              until the lease runs out.",
@@ -477,8 +610,8 @@ fn why(measured: &[(Strategy, ClusterSale)]) -> String {
     }
     let unfenced_oversold: Vec<String> = measured
         .iter()
-        .filter(|(_, f)| !f.fenced && f.oversell > 0)
-        .map(|(s, _)| s.to_string())
+        .filter(|(s, f)| !s.redis_stock() && !f.fenced && f.oversell > 0)
+        .map(|(s, _)| s.name())
         .collect();
     text.push_str(&match unfenced_oversold.as_slice() {
         [] => " No unfenced strategy oversold in this run. For ZooKeeper and etcd that is what \
@@ -497,5 +630,36 @@ fn why(measured: &[(Strategy, ClusterSale)]) -> String {
         " The fenced strategies cannot oversell whatever the timing: the product's fence \
          refuses a token not above the last one written.",
     );
+    for (s, f) in measured.iter().filter(|(s, _)| s.redis_stock()) {
+        text.push_str(&match (s.wait_replicas, f.oversell) {
+            (0, 0) => format!(
+                " {}: the counter moved with the primary, and this run lost no deduction in \
+                 the failover (the promoted replica had every one an order rests on: timing, \
+                 not a guarantee; scenario `redis-failover-stock` makes the loss certain).",
+                s.name()
+            ),
+            (0, n) => format!(
+                " {}: the promoted replica had not received {n} deduction(s) that orders rest \
+                 on, and sold those units again.",
+                s.name()
+            ),
+            (_, _) => format!(
+                " {}: every order waited for both replicas' acknowledgement, so the promoted \
+                 one had them all (oversell {}); the price is no sale from the failover until \
+                 the killed member was back as a replica.",
+                s.name(),
+                f.oversell
+            ),
+        });
+        if f.undersell > 0 {
+            text.push_str(&format!(
+                " Its undersell of {} is deductions in flight at the kill: replicated, their \
+                 answer (or their `WAIT`'s) died with the primary, so no order was placed, and \
+                 giving the units back failed while no primary answered; `reconcile` puts \
+                 them back on sale.",
+                f.undersell
+            ));
+        }
+    }
     text
 }

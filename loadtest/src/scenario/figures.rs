@@ -298,6 +298,9 @@ pub struct SentinelFailover {
 pub struct ClusterSale {
     /// The strategy fences its stock write with the lock's token.
     pub fenced: bool,
+    /// Replicas every deduction of stock held in Redis waited for (`--redis-wait-replicas`;
+    /// 0 for the lock strategies).
+    pub wait_replicas: u32,
     pub stock: i64,
     pub buyers: usize,
     /// Clicks sent in all.
@@ -315,8 +318,11 @@ pub struct ClusterSale {
     /// From the kill to the first purchase sent after it that was placed (`None`: none was).
     pub unavailable_ms: Option<f64>,
     pub units_sold: i64,
+    /// The stock left at its home (the row, or the Redis counter) after the sale.
+    pub final_stock: i64,
     pub oversell: i64,
     pub lost_updates: i64,
-    /// Units left unsold although the buyers asked for more.
+    /// Units left unsold although the buyers asked for more, plus units taken from a Redis
+    /// counter without an order (a deduction whose answer died with the primary).
     pub undersell: i64,
 }

@@ -64,7 +64,7 @@ pub use redlock::Redlock;
 pub use replicated::Replication;
 pub use setnx_no_ttl::{SetnxNoTtlLock, SimulatedCrash};
 pub use single_instance::SingleInstanceLock;
-pub use target::{SENTINEL_SCHEME, Target};
+pub use target::{Following, SENTINEL_SCHEME, Target, primary_gone};
 pub use unsafe_release::UnsafeReleaseLock;
 pub use watchdog::RedisWatchdogLock;
 
@@ -81,7 +81,6 @@ use rand::Rng;
 use tokio::sync::watch;
 
 use crate::LockError;
-use target::Following;
 
 /// The companion key holding the fencing counter of lock `key`.
 pub fn fence_key(key: &str) -> String {

@@ -86,24 +86,56 @@ impl Target {
     }
 }
 
-/// One multiplexed connection to the primary a [`Target::Sentinel`] names, found again through
-/// the Sentinels after it fails.
+/// Whether `error` says the server is gone or no longer the primary, so a connection that
+/// answered it is worth nothing now: an I/O error, a dropped or refused connection, a timeout,
+/// or `READONLY` (a demoted primary keeps its connections open for reads and refuses every
+/// write). After a failover each of these means "ask the Sentinels again", not "retry here".
+pub fn primary_gone(error: &RedisError) -> bool {
+    error.is_io_error()
+        || error.is_connection_dropped()
+        || error.is_connection_refusal()
+        || error.is_timeout()
+        || error.code() == Some("READONLY")
+}
+
+/// One multiplexed connection to the server a [`Target`] names — for a
+/// [`Target::Sentinel`], the primary the Sentinels name now — found again after it fails.
+///
+/// Every task of a client shares the one connection (requests are pipelined on it). A caller
+/// reports each failed request with [`Following::failed`]; when the failure says the primary
+/// is gone ([`primary_gone`]), the connection is forgotten and the next
+/// [`Following::connection`] asks the Sentinels again and checks the new address with `ROLE`.
+/// So requests fail (they are never sent elsewhere behind the caller's back) from the moment
+/// the primary dies until the Sentinels name a promoted replica that answers as primary, and
+/// reach that replica afterwards, without a restart. What the promoted replica never received
+/// is lost with the old primary: following the address does not make replication synchronous.
 #[derive(Clone)]
-pub(crate) struct Following {
+pub struct Following {
     target: Arc<Target>,
     current: Arc<Mutex<Option<MultiplexedConnection>>>,
 }
 
+impl std::fmt::Debug for Following {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Following")
+            .field("target", &self.target)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Following {
-    pub(crate) fn new(target: Target) -> Following {
+    /// Follows `target`; nothing is connected before the first [`Following::connection`].
+    pub fn new(target: Target) -> Following {
         Following {
             target: Arc::new(target),
             current: Arc::default(),
         }
     }
 
-    /// The connection to the current primary, asking the Sentinels if there is none.
-    pub(crate) async fn connection(&self) -> Result<MultiplexedConnection, LockError> {
+    /// The connection to the current primary, asking the Sentinels if there is none. Callers
+    /// wait for one another while it connects, so a dead primary is looked up once per
+    /// request, not once per task at the same instant.
+    pub async fn connection(&self) -> Result<MultiplexedConnection, LockError> {
         let mut current = self.current.lock().await;
         if let Some(conn) = current.as_ref() {
             return Ok(conn.clone());
@@ -118,14 +150,9 @@ impl Following {
     }
 
     /// Forgets the connection after `error` if it says the server is gone or no longer the
-    /// primary (`READONLY`: a demoted primary refuses writes), so the next request asks again.
-    pub(crate) async fn failed(&self, error: &RedisError) {
-        let gone = error.is_io_error()
-            || error.is_connection_dropped()
-            || error.is_connection_refusal()
-            || error.is_timeout()
-            || error.code() == Some("READONLY");
-        if gone {
+    /// primary ([`primary_gone`]), so the next request asks again.
+    pub async fn failed(&self, error: &RedisError) {
+        if primary_gone(error) {
             self.current.lock().await.take();
         }
     }

@@ -1,0 +1,229 @@
+//! Where Redis-held stock finds its Redis: one fixed address (`--redis-url`), or whichever
+//! server a group of Sentinels names as primary now (`--redis-sentinels`, written
+//! `redis+sentinel://host:port,…/<master name>` as for the locks, [`Target`]).
+//!
+//! Either way the stock gets the same two kinds of connection. A pool (deadpool-redis), for
+//! whatever needs a connection of its own: the consumer's blocking read, a deduction followed
+//! by `WAIT`, seeding and reading. Its Sentinel flavour asks the Sentinels for the primary and
+//! checks its `ROLE` each time it opens a connection, and drops a connection whose `PING`
+//! fails. And one shared multiplexed connection for the purchase scripts: a
+//! `ConnectionManager` on a fixed address; on the Sentinels' primary, `locks`' [`Following`],
+//! which forgets a failed connection and asks the Sentinels again.
+//!
+//! Why following a failover this way is safe: every operation reaches only a server that
+//! answered `ROLE` as primary when its connection was opened, and a connection that fails
+//! because its server died or was demoted (`READONLY`: a demoted primary keeps its clients
+//! and refuses their writes) is never used again ([`primary_gone`]). From the primary's death
+//! until the Sentinels name a promoted replica that answers, every operation fails and the
+//! purchase answers `503 backend_unavailable`; afterwards the same instance sells from the
+//! promoted replica, without a restart.
+//!
+//! What it cannot do: bring back what the promoted replica never received. Replication is
+//! asynchronous, so deductions the old primary answered and had not shipped are gone, and
+//! their units sell again (**oversell**; scenario `cluster-sale`, row `redis-lua`), unless
+//! every deduction waits for replicas (`--redis-wait-replicas`): Sentinel moves the address,
+//! it does not make the data safe.
+
+use std::sync::Arc;
+
+use deadpool_redis::redis::aio::{ConnectionLike, ConnectionManager, MultiplexedConnection};
+use deadpool_redis::redis::{self, Cmd, Pipeline, RedisError, RedisFuture, RedisResult, Value};
+use deadpool_redis::{PoolConfig, Runtime, sentinel};
+use locks::redis::{Following, Target, primary_gone};
+use tokio::sync::OnceCell;
+
+use super::RedisStockError;
+
+/// The stock's connections to its Redis (see the module docs).
+#[derive(Clone)]
+pub(crate) struct Connections {
+    pool: Pool,
+    shared: Shared,
+}
+
+#[derive(Clone)]
+enum Pool {
+    Direct(deadpool_redis::Pool),
+    Sentinel(sentinel::Pool),
+}
+
+#[derive(Clone)]
+enum Shared {
+    /// A manager on the fixed address, opened on first use; it reconnects by itself.
+    Direct {
+        client: redis::Client,
+        manager: Arc<OnceCell<ConnectionManager>>,
+    },
+    Following(Following),
+}
+
+impl Connections {
+    /// Connections to the Redis at `url` (`redis://…` or `redis+sentinel://…`), at most
+    /// `pool` of them in the pool; nothing is connected before the first use.
+    pub(crate) fn open(url: &str, pool: PoolConfig) -> Result<Connections, String> {
+        let target = Target::parse(url).map_err(|e| e.to_string())?;
+        match &target {
+            Target::Direct(url) => {
+                let mut config = deadpool_redis::Config::from_url(url.as_str());
+                config.pool = Some(pool);
+                let pool = config
+                    .create_pool(Some(Runtime::Tokio1))
+                    .map_err(|e| e.to_string())?;
+                let client = redis::Client::open(url.as_str()).map_err(|e| e.to_string())?;
+                Ok(Connections {
+                    pool: Pool::Direct(pool),
+                    shared: Shared::Direct {
+                        client,
+                        manager: Arc::default(),
+                    },
+                })
+            }
+            Target::Sentinel { sentinels, master } => {
+                let urls: Vec<String> = sentinels.iter().map(|s| format!("redis://{s}")).collect();
+                let mut config = sentinel::Config::from_urls(
+                    urls,
+                    master.clone(),
+                    sentinel::SentinelServerType::Master,
+                );
+                config.pool = Some(pool);
+                let pool = config
+                    .create_pool(Some(Runtime::Tokio1))
+                    .map_err(|e| e.to_string())?;
+                Ok(Connections {
+                    pool: Pool::Sentinel(pool),
+                    shared: Shared::Following(Following::new(target.clone())),
+                })
+            }
+        }
+    }
+
+    /// The shared multiplexed connection (to the current primary).
+    pub(crate) async fn shared(&self) -> Result<SharedConnection, RedisStockError> {
+        match &self.shared {
+            Shared::Direct { client, manager } => {
+                let manager = manager
+                    .get_or_try_init(|| ConnectionManager::new(client.clone()))
+                    .await?;
+                Ok(SharedConnection::Manager(manager.clone()))
+            }
+            Shared::Following(following) => {
+                let conn = following
+                    .connection()
+                    .await
+                    .map_err(RedisStockError::NoPrimary)?;
+                Ok(SharedConnection::Following(conn, following.clone()))
+            }
+        }
+    }
+
+    /// A connection of its own out of the pool.
+    pub(crate) async fn pooled(&self) -> Result<PooledConnection, RedisStockError> {
+        Ok(match &self.pool {
+            Pool::Direct(pool) => PooledConnection::Direct(pool.get().await?),
+            Pool::Sentinel(pool) => PooledConnection::Sentinel(pool.get().await?),
+        })
+    }
+}
+
+/// The shared connection, for one operation: hand its answer to [`SharedConnection::settle`].
+pub(crate) enum SharedConnection {
+    Manager(ConnectionManager),
+    Following(MultiplexedConnection, Following),
+}
+
+impl SharedConnection {
+    /// The operation's answer; a failure that says the primary is gone makes the next
+    /// operation ask the Sentinels again.
+    pub(crate) async fn settle<T>(self, answer: RedisResult<T>) -> Result<T, RedisStockError> {
+        if let (Err(e), SharedConnection::Following(_, following)) = (&answer, &self) {
+            following.failed(e).await;
+        }
+        Ok(answer?)
+    }
+}
+
+/// A pooled connection, for one operation: hand its answer to [`PooledConnection::settle`].
+pub(crate) enum PooledConnection {
+    Direct(deadpool_redis::Connection),
+    Sentinel(sentinel::Connection),
+}
+
+impl PooledConnection {
+    /// The operation's answer; a failed connection is dealt with as [`PooledConnection::failed`]
+    /// says, a working one goes back to the pool.
+    pub(crate) fn settle<T>(self, answer: RedisResult<T>) -> Result<T, RedisStockError> {
+        answer.map_err(|e| self.failed(e))
+    }
+
+    /// The operation's error. A connection that failed because its server is gone or no longer
+    /// the primary ([`primary_gone`]) is taken out of the pool rather than returned to it: the
+    /// pool's `PING` check would pass a demoted primary's connection on to the next operation.
+    pub(crate) fn failed(self, error: RedisError) -> RedisStockError {
+        if primary_gone(&error) {
+            match self {
+                PooledConnection::Direct(conn) => drop(deadpool_redis::Connection::take(conn)),
+                PooledConnection::Sentinel(conn) => drop(sentinel::Connection::take(conn)),
+            }
+        }
+        error.into()
+    }
+}
+
+impl SharedConnection {
+    fn conn(&mut self) -> &mut dyn ConnectionLike {
+        match self {
+            SharedConnection::Manager(c) => c,
+            SharedConnection::Following(c, _) => c,
+        }
+    }
+
+    fn conn_ref(&self) -> &dyn ConnectionLike {
+        match self {
+            SharedConnection::Manager(c) => c,
+            SharedConnection::Following(c, _) => c,
+        }
+    }
+}
+
+impl PooledConnection {
+    fn conn(&mut self) -> &mut dyn ConnectionLike {
+        match self {
+            PooledConnection::Direct(c) => c,
+            PooledConnection::Sentinel(c) => c,
+        }
+    }
+
+    fn conn_ref(&self) -> &dyn ConnectionLike {
+        match self {
+            PooledConnection::Direct(c) => c,
+            PooledConnection::Sentinel(c) => c,
+        }
+    }
+}
+
+/// Both kinds run scripts and commands as the connection they hold does.
+macro_rules! connection_like {
+    ($type:ty) => {
+        impl ConnectionLike for $type {
+            fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+                self.conn().req_packed_command(cmd)
+            }
+
+            fn req_packed_commands<'a>(
+                &'a mut self,
+                pipeline: &'a Pipeline,
+                offset: usize,
+                count: usize,
+            ) -> RedisFuture<'a, Vec<Value>> {
+                self.conn().req_packed_commands(pipeline, offset, count)
+            }
+
+            fn get_db(&self) -> i64 {
+                self.conn_ref().get_db()
+            }
+        }
+    };
+}
+
+connection_like!(SharedConnection);
+connection_like!(PooledConnection);
