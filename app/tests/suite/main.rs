@@ -15,6 +15,7 @@ mod locked;
 mod locked_commit;
 mod mixed_strategies;
 mod redis_stock;
+mod redis_stock_sentinel;
 mod requests;
 mod safe_strategies;
 mod sharded;

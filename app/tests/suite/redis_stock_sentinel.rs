@@ -3,7 +3,7 @@
 //! (or sells) while no primary answers, never anything else; and once the Sentinels promote a
 //! replica, the same instance sells from it, without a restart.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
