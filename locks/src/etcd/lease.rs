@@ -81,10 +81,11 @@ impl Lease {
         self.lost.clone()
     }
 
-    /// Resolves once at least `needed` of the lease is known to be left, asking for a renewal at
-    /// once when less is (renewals may have failed for a while); fails once the lease is lost.
-    /// Bound it: while renewals keep failing, it waits.
-    pub(super) async fn at_least(&self, needed: Duration) -> Result<(), LockError> {
+    /// Resolves once the lease is known to last until `since + needed`, asking for a renewal at
+    /// once when it is not: that holds once a renewal sent at or after `since` was acknowledged
+    /// (the TTL is at least `needed`). Fails once the lease is lost. Bound it: while renewals
+    /// keep failing, it waits.
+    pub(super) async fn lasts(&self, since: Instant, needed: Duration) -> Result<(), LockError> {
         if self.ttl < needed {
             return Err(LockError::Unavailable(
                 format!("etcd granted a {:?} lease, less than {needed:?}", self.ttl).into(),
@@ -92,13 +93,11 @@ impl Lease {
         }
         let mut expires = self.expires.clone();
         loop {
-            let left = expires
-                .borrow_and_update()
-                .saturating_duration_since(Instant::now());
+            let until = *expires.borrow_and_update();
             if self.is_lost() {
                 break;
             }
-            if left >= needed {
+            if until >= since + needed {
                 return Ok(());
             }
             self.renew_now.notify_one();

@@ -46,18 +46,22 @@
 //! # The lease: one per client and TTL, kept alive in the background
 //! All keys of one [`EtcdLock`] with the same TTL hang off one lease, renewed every TTL/3 by one
 //! task: waiting and holding cost no renewals per lock, and a dead client's keys all vanish
-//! when its lease expires. etcd leases are whole seconds, and a renewal may be up to TTL/3 old
-//! when a lock is granted, so the TTL is `ceil(1.5 × options.lease)` seconds (at least 1; the
-//! server may raise it to its minimum, ≈ 2 s by default): at grant, at least `options.lease`
-//! remains — while renewals succeed. When they have failed for a while (a broken connection,
-//! retried every 200 ms, each attempt bounded by [`ATTEMPT`]), far less may be left, and a
-//! lock granted then would expire early with no one having stalled. So a grant checks what is left of the lease and, if it is less than
-//! `options.lease`, renews at once and waits for that renewal before handing out the guard.
-//! What is left is the client's own reckoning: the last acknowledged renewal's TTL, counted
-//! from when that renewal was *sent*, so the server's expiry is never earlier than ours.
-//! `lost()` fires when the lease is known gone: a renewal answered "not found", or that
-//! reckoning ran out. Dropping the [`EtcdLock`] stops the renewals
-//! without revoking, as a crash would: locks of leaked guards end with the lease.
+//! when its lease expires. etcd leases are whole seconds, so the TTL is `ceil(options.lease)`
+//! seconds (at least 1; the server may raise it to its minimum, ≈ 2 s by default): a crashed
+//! holder's lock comes free at most that long after its last renewal (plus etcd's expiry sweep,
+//! every 500 ms), like the other leased locks. A TTL of 1.5 × the lease would let a grant rely on
+//! a renewal up to TTL/3 old, but then blocks everyone for up to 1.5 leases after a crash.
+//! Instead a grant makes sure the lease lasts `options.lease` from when the acquire began: it
+//! does once a renewal (or the grant of the lease) sent since then was acknowledged; if none
+//! was, the grant renews at once and waits for that renewal before handing out the guard — one
+//! keep-alive round trip on the lease's stream, no consensus write. That also covers renewals
+//! that failed for a while (a broken connection, retried every 200 ms, each attempt bounded by
+//! [`ATTEMPT`]): a lock granted on the old renewal would expire early with no one having
+//! stalled. How long the lease lasts is the client's own reckoning: the last acknowledged
+//! renewal's TTL, counted from when that renewal was *sent*, so the server's expiry is never
+//! earlier than ours. `lost()` fires when the lease is known gone: a renewal answered "not
+//! found", or that reckoning ran out. Dropping the [`EtcdLock`] stops the renewals without
+//! revoking, as a crash would: locks of leaked guards end with the lease.
 //!
 //! # Wait budget
 //! The etcd client sets no deadline on requests: on a connection that went silent, a put or a
@@ -111,10 +115,9 @@ pub fn lock_prefix(key: &str) -> String {
     )
 }
 
-/// The lease TTL for a requested lease: whole seconds, `ceil(1.5 × lease)`, at least 1.
+/// The lease TTL for a requested lease: whole seconds, `ceil(lease)`, at least 1.
 pub fn lease_ttl(lease: Duration) -> i64 {
-    let millis = lease.as_millis().saturating_mul(3) / 2;
-    i64::try_from(millis.div_ceil(1000))
+    i64::try_from(lease.as_millis().div_ceil(1000))
         .unwrap_or(i64::MAX)
         .max(1)
 }
@@ -158,7 +161,7 @@ impl EtcdLock {
             Contender::enqueue(self.client.clone(), key, &lease, self.requests.clone()).await?;
         loop {
             let (predecessor, revision) = match contender.predecessor().await? {
-                None => return contender.into_guard(lease, options.lease).await,
+                None => return contender.into_guard(lease, started, options.lease).await,
                 Some(found) => found,
             };
             let timed_out = || LockError::Timeout {
@@ -209,12 +212,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_lease_ttl_leaves_the_requested_lease_after_a_third_of_it_passed() {
+    fn the_lease_ttl_is_the_requested_lease_in_whole_seconds() {
         assert_eq!(lease_ttl(Duration::ZERO), 1);
         assert_eq!(lease_ttl(Duration::from_millis(500)), 1);
-        assert_eq!(lease_ttl(Duration::from_secs(1)), 2);
-        assert_eq!(lease_ttl(Duration::from_secs(10)), 15);
-        assert_eq!(lease_ttl(Duration::from_millis(10_001)), 16);
+        assert_eq!(lease_ttl(Duration::from_secs(1)), 1);
+        assert_eq!(lease_ttl(Duration::from_secs(10)), 10);
+        assert_eq!(lease_ttl(Duration::from_millis(10_001)), 11);
     }
 
     #[test]

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use etcd_client::{
     Client, EventType, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
@@ -198,15 +198,16 @@ impl Contender {
         )
     }
 
-    /// No key before ours: the lock is held, for as long as `lease` lives. Handed out only with
-    /// at least `needed` of the lease left (the contract's promise), renewing first if less is;
-    /// dropping this future meanwhile withdraws.
+    /// No key before ours: the lock is held, for as long as `lease` lives. Handed out only once
+    /// the lease lasts `needed` from `since`, when the acquire began (the contract's promise),
+    /// renewing first if it does not; dropping this future meanwhile withdraws.
     pub(super) async fn into_guard(
         mut self,
         lease: Arc<Lease>,
+        since: Instant,
         needed: Duration,
     ) -> Result<Guard, LockError> {
-        lease.at_least(needed).await?;
+        lease.lasts(since, needed).await?;
         self.queued = false;
         let held = HeldKey {
             client: self.client.clone(),

@@ -121,3 +121,32 @@ async fn a_dropped_acquire_deletes_its_key() {
     );
     assert!(guard.release().await.expect("release"));
 }
+
+/// A holder that crashes keeps the lock until etcd expires its lease: that lease must be the one
+/// asked for (in whole seconds), not more — a lock service that promises a 4 s lease and frees a
+/// crashed holder's lock only after 6 s blocks everyone for the difference.
+#[tokio::test]
+async fn a_crashed_etcd_holder_is_kept_no_longer_than_the_lease_it_asked_for() {
+    let key = key("ttl");
+    let lease = Duration::from_secs(4);
+    let (holder, mut etcd) = (lock().await, raw().await);
+    let guard = holder
+        .acquire(&key, AcquireOptions::new(lease))
+        .await
+        .expect("grant");
+    let answer = etcd
+        .get(format!("{}{}", lock_prefix(&key), guard.owner()), None)
+        .await
+        .expect("get");
+    let lease_id = answer.kvs().first().expect("the holder's key").lease();
+    let granted = etcd
+        .lease_time_to_live(lease_id, None)
+        .await
+        .expect("time to live")
+        .granted_ttl();
+    assert!(
+        granted <= 4,
+        "a {lease:?} lock hangs off an etcd lease of {granted} s"
+    );
+    assert!(guard.release().await.expect("release"));
+}

@@ -15,14 +15,14 @@ use locks::etcd::EtcdLock;
 use locks::{AcquireOptions, DistributedLock, LockError};
 use relay::Relay;
 
-/// The requested lease: a TTL of 6 s (`ceil(1.5 × 4 s)`), renewed every 2 s.
+/// The requested lease: a TTL of 4 s, renewed every 1.33 s.
 const LEASE: Duration = Duration::from_secs(4);
-/// How long renewals fail: 1.5 to 3.5 s of the TTL are gone by then, so at most 4.5 s of it are
-/// left, and at least 0.5 s (the lease is still alive).
-const RENEWALS_FAIL: Duration = Duration::from_millis(3500);
-/// What an unrenewed lease leaves at most (2.5 s), plus the server's expiry sweep (0.5 s), plus
+/// How long renewals fail: 2 to 3.6 s of the TTL are gone by the grant, so at most 2 s of it are
+/// left, and at least 0.4 s (the lease is still alive).
+const RENEWALS_FAIL: Duration = Duration::from_secs(2);
+/// What an unrenewed lease leaves at most (2 s), plus the server's expiry sweep (0.5 s), plus
 /// slack — and still less than the lease the grant promised.
-const CHALLENGER_WAIT: Duration = Duration::from_millis(3500);
+const CHALLENGER_WAIT: Duration = Duration::from_secs(3);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_etcd_grant_made_after_renewals_failed_still_carries_the_whole_lease() {

@@ -12,7 +12,7 @@ use locks::etcd::EtcdLock;
 use locks::zookeeper::ZooKeeperLock;
 use locks::{AcquireOptions, DistributedLock, Guard};
 
-/// Lease and wait of every acquisition here. For etcd it also sets the lease's TTL (45 s), so
+/// Lease and wait of every acquisition here. For etcd it also sets the lease's TTL (30 s), so
 /// no renewal — one per client per TTL/3, however many locks it holds — falls inside a test.
 /// For ZooKeeper it is the session timeout: no session expires during a test.
 const LONG: Duration = Duration::from_secs(30);
