@@ -541,19 +541,7 @@ async fn a_product_read_counts_accepted_orders_as_pending_until_they_are_placed(
     let database_url = fresh_database_url().await;
     let app = spawn_app(config_with(&database_url, shared_redis().await)).await;
     app.reset_in(1, 10, Home::Redis).await;
-    // The consumers' inserts wait behind this gap lock on the product's orders, so the
-    // accepted orders stay in the stream; plain reads of the orders are not blocked.
-    let mut blocker = sqlx::MySqlConnection::connect(&database_url)
-        .await
-        .expect("connect");
-    sqlx::query("BEGIN")
-        .execute(&mut blocker)
-        .await
-        .expect("begin");
-    sqlx::query("SELECT id FROM orders WHERE product_id = 1 FOR UPDATE")
-        .execute(&mut blocker)
-        .await
-        .expect("lock");
+    let blocker = hold_orders_of(&database_url, 1).await;
     for i in 0..3 {
         let mut body = order_body(&format!("wait-{i}"), "redis-lua-stream");
         body["quantity"] = json!(i + 1);
@@ -566,10 +554,7 @@ async fn a_product_read_counts_accepted_orders_as_pending_until_they_are_placed(
         (Some(4), Some(6)),
         "{view}"
     );
-    sqlx::query("ROLLBACK")
-        .execute(&mut blocker)
-        .await
-        .expect("unlock");
+    release(blocker).await;
     let mut pending = None;
     for _ in 0..200 {
         let view = product(&app, 1).await;
@@ -599,26 +584,13 @@ async fn a_product_read_during_a_drain_never_loses_units_between_orders_and_stre
     config.stream_batch = 1;
     let app = spawn_app(config).await;
     app.reset_in(1, STOCK, Home::Redis).await;
-    let mut blocker = sqlx::MySqlConnection::connect(&database_url)
-        .await
-        .expect("connect");
-    sqlx::query("BEGIN")
-        .execute(&mut blocker)
-        .await
-        .expect("begin");
-    sqlx::query("SELECT id FROM orders WHERE product_id = 1 FOR UPDATE")
-        .execute(&mut blocker)
-        .await
-        .expect("lock");
+    let blocker = hold_orders_of(&database_url, 1).await;
     for i in 0..STOCK {
         let body = order_body(&format!("drain-{i}"), "redis-lua-stream");
         let (status, answer) = app.order(1, &body, None).await;
         assert_eq!(status, StatusCode::ACCEPTED, "{answer}");
     }
-    sqlx::query("ROLLBACK")
-        .execute(&mut blocker)
-        .await
-        .expect("unlock");
+    release(blocker).await;
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     let mut reads = 0;
     loop {
@@ -637,6 +609,32 @@ async fn a_product_read_during_a_drain_never_loses_units_between_orders_and_stre
     }
     app.stop().await;
     drop_database(&database_url).await;
+}
+
+/// Holds a gap lock on `product`'s orders in an open transaction: the consumers' inserts wait
+/// behind it, so accepted orders stay in the stream, while plain reads of the orders go on.
+async fn hold_orders_of(database_url: &str, product: u64) -> sqlx::MySqlConnection {
+    let mut blocker = sqlx::MySqlConnection::connect(database_url)
+        .await
+        .expect("connect");
+    sqlx::query("BEGIN")
+        .execute(&mut blocker)
+        .await
+        .expect("begin");
+    sqlx::query("SELECT id FROM orders WHERE product_id = ? FOR UPDATE")
+        .bind(product)
+        .execute(&mut blocker)
+        .await
+        .expect("lock");
+    blocker
+}
+
+/// Ends [`hold_orders_of`]'s transaction: the consumers' inserts go through.
+async fn release(mut blocker: sqlx::MySqlConnection) {
+    sqlx::query("ROLLBACK")
+        .execute(&mut blocker)
+        .await
+        .expect("unlock");
 }
 
 async fn product(app: &TestApp, id: u64) -> Value {
