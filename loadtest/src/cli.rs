@@ -81,7 +81,7 @@ pub struct RunArgs {
     /// connections as the app instances' pools hold together, at most U).
     #[arg(long)]
     pub buyers: Option<usize>,
-    /// Purchase requests in the flash sale (D; default 5 × stock, 3 × with --quick).
+    /// Purchase requests in the flash sale (D; default 3 × stock).
     #[arg(long)]
     pub demand: Option<u64>,
     /// Units per order.
@@ -90,7 +90,7 @@ pub struct RunArgs {
     /// Measured duration of each throughput run, in seconds (T; default 7, 1 with --quick).
     #[arg(long)]
     pub seconds: Option<f64>,
-    /// Uncounted warm-up before each throughput run, in seconds (default 2, 0.5 with --quick).
+    /// Uncounted warm-up before each throughput run, in seconds (default 1, 0.5 with --quick).
     #[arg(long)]
     pub warmup: Option<f64>,
     /// Runs of every closed-loop and baseline figure, interleaved across strategies and
@@ -153,7 +153,7 @@ impl RunArgs {
         let (stock, buyers, demand_factor, seconds, warmup) = if self.quick {
             (100, 50, 3, 1.0, 0.5)
         } else {
-            (1_000, 200, 5, 7.0, 2.0)
+            (1_000, 200, 3, 7.0, 1.0)
         };
         let stock = self.stock.unwrap_or(stock);
         let settings = Settings {
