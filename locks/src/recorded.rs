@@ -121,6 +121,7 @@ pub struct Outage {
     /// From the last grant before the first fault to the first grant after it (`None`: no
     /// grant on one side).
     pub without_grant: Option<Duration>,
+    pub regained_while_down: Option<Duration>,
     pub loss_notices: usize,
     pub refused_writes: usize,
 }
@@ -138,6 +139,7 @@ impl Outage {
             grants_before: events[..fault].iter().filter_map(grant_at).count(),
             grants_after: events[fault..].iter().filter_map(grant_at).count(),
             without_grant: first_after.zip(last_before).map(|(a, b)| a - b),
+            regained_while_down: None,
             loss_notices: events
                 .iter()
                 .filter(|e| matches!(e.op, Op::Lost { .. }))
@@ -178,6 +180,41 @@ mod tests {
         assert_eq!((o.grants_before, o.grants_after), (1, 1));
         assert_eq!((o.loss_notices, o.refused_writes), (1, 1));
         assert!(o.without_grant.unwrap() >= Duration::from_millis(25));
+    }
+
+    #[test]
+    fn a_grant_answered_just_after_the_kill_does_not_hide_the_stall_that_follows() {
+        // A grant the old leader committed before it died can reach its client just after the
+        // kill; the election's stall comes after it.
+        let h = History::new();
+        h.grant("a", 1);
+        h.release("a", 1);
+        h.fault("nemesis", "kill the leader");
+        std::thread::sleep(Duration::from_millis(1));
+        h.grant("b", 2);
+        h.release("b", 2);
+        std::thread::sleep(Duration::from_millis(60));
+        h.grant("c", 3);
+        h.release("c", 3);
+        std::thread::sleep(Duration::from_millis(5));
+        h.fault("nemesis", "restart the leader");
+        h.grant("d", 4);
+        let o = Outage::of(&h.events());
+        assert!(o.without_grant.unwrap() >= Duration::from_millis(60), "{o:?}");
+        assert!(o.regained_while_down.unwrap() >= Duration::from_millis(60), "{o:?}");
+    }
+
+    #[test]
+    fn no_grant_between_the_kill_and_the_restart_is_not_regained_while_down() {
+        let h = History::new();
+        h.grant("a", 1);
+        h.fault("nemesis", "kill the leader");
+        std::thread::sleep(Duration::from_millis(20));
+        h.fault("nemesis", "restart the leader");
+        h.grant("b", 2);
+        let o = Outage::of(&h.events());
+        assert_eq!(o.regained_while_down, None, "{o:?}");
+        assert!(o.without_grant.unwrap() >= Duration::from_millis(20), "{o:?}");
     }
 
     #[test]
