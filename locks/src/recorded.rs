@@ -113,14 +113,19 @@ pub async fn contend(
     }
 }
 
-/// What a recorded run says about availability around its first fault.
+/// What a recorded run says about availability around its first fault (a kill) and its second
+/// (the restart, when there is one).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Outage {
     pub grants_before: usize,
     pub grants_after: usize,
-    /// From the last grant before the first fault to the first grant after it (`None`: no
-    /// grant on one side).
+    /// The longest time without a grant that overlaps the fault: between consecutive grants
+    /// from the last one before the kill to the first one after the restart (`None`: no grant
+    /// on one side). Not simply the time to the first grant after the kill: a grant the dying
+    /// server committed can reach its client just after the kill, and the stall follows it.
     pub without_grant: Option<Duration>,
+    /// From the kill to the grant that ended that stall, when it came before the restart
+    /// (`None`: no grant after the stall until the restart).
     pub regained_while_down: Option<Duration>,
     pub loss_notices: usize,
     pub refused_writes: usize,
@@ -128,18 +133,26 @@ pub struct Outage {
 
 impl Outage {
     pub fn of(events: &[Event]) -> Outage {
-        let fault = events
-            .iter()
-            .position(|e| matches!(e.op, Op::Fault { .. }))
-            .unwrap_or(events.len());
+        let mut faults = (events.iter().enumerate())
+            .filter(|(_, e)| matches!(e.op, Op::Fault { .. }))
+            .map(|(i, e)| (i, e.at));
+        let (fault, killed_at) = faults.next().unwrap_or((events.len(), Duration::MAX));
+        let restarted_at = faults.next().map(|(_, at)| at);
         let grant_at = |e: &Event| matches!(e.op, Op::Grant { .. }).then_some(e.at);
-        let last_before = events[..fault].iter().rev().find_map(grant_at);
-        let first_after = events[fault..].iter().find_map(grant_at);
+        let grants: Vec<Duration> = events.iter().filter_map(grant_at).collect();
+        let before = events[..fault].iter().filter_map(grant_at).count();
+        // The gaps between consecutive grants that overlap the time the fault lasted.
+        let stall = (grants.windows(2))
+            .map(|w| (w[0], w[1]))
+            .filter(|&(from, to)| to > killed_at && restarted_at.is_none_or(|r| from < r))
+            .max_by_key(|&(from, to)| to - from);
         Outage {
-            grants_before: events[..fault].iter().filter_map(grant_at).count(),
-            grants_after: events[fault..].iter().filter_map(grant_at).count(),
-            without_grant: first_after.zip(last_before).map(|(a, b)| a - b),
-            regained_while_down: None,
+            grants_before: before,
+            grants_after: grants.len() - before,
+            without_grant: stall.map(|(from, to)| to - from),
+            regained_while_down: stall
+                .filter(|&(_, to)| restarted_at.is_none_or(|r| to < r))
+                .map(|(_, to)| to - killed_at),
             loss_notices: events
                 .iter()
                 .filter(|e| matches!(e.op, Op::Lost { .. }))
@@ -200,8 +213,14 @@ mod tests {
         h.fault("nemesis", "restart the leader");
         h.grant("d", 4);
         let o = Outage::of(&h.events());
-        assert!(o.without_grant.unwrap() >= Duration::from_millis(60), "{o:?}");
-        assert!(o.regained_while_down.unwrap() >= Duration::from_millis(60), "{o:?}");
+        assert!(
+            o.without_grant.unwrap() >= Duration::from_millis(60),
+            "{o:?}"
+        );
+        assert!(
+            o.regained_while_down.unwrap() >= Duration::from_millis(60),
+            "{o:?}"
+        );
     }
 
     #[test]
@@ -214,7 +233,10 @@ mod tests {
         h.grant("b", 2);
         let o = Outage::of(&h.events());
         assert_eq!(o.regained_while_down, None, "{o:?}");
-        assert!(o.without_grant.unwrap() >= Duration::from_millis(20), "{o:?}");
+        assert!(
+            o.without_grant.unwrap() >= Duration::from_millis(20),
+            "{o:?}"
+        );
     }
 
     #[test]

@@ -119,7 +119,7 @@ async fn run<C: Cluster>(
         grants_before: outage.grants_before,
         grants_after: outage.grants_after,
         without_grant_ms: outage.without_grant.map(|d| d.as_secs_f64() * 1000.0),
-        regained_while_down_ms: regained_while_down(&events).map(|d| d.as_secs_f64() * 1000.0),
+        regained_while_down_ms: outage.regained_while_down.map(|d| d.as_secs_f64() * 1000.0),
         loss_notices: outage.loss_notices,
         refused_writes: outage.refused_writes,
         violations: violations.len(),
@@ -214,19 +214,6 @@ pub(crate) async fn contend_through_leader_loss<C: Cluster>(
         contender.await?;
     }
     Ok(history.events())
-}
-
-/// From the first fault (the leader's kill) to the first grant before the second (its restart):
-/// how long the surviving majority took to grant again. `None`: no grant in between.
-pub(crate) fn regained_while_down(events: &[locks::history::Event]) -> Option<Duration> {
-    use locks::history::Op;
-    let mut faults = events.iter().filter(|e| matches!(e.op, Op::Fault { .. }));
-    let (killed, restarted) = (faults.next()?.at, faults.next().map(|e| e.at));
-    events
-        .iter()
-        .find(|e| matches!(e.op, Op::Grant { .. }) && e.at > killed)
-        .filter(|e| restarted.is_none_or(|r| e.at < r))
-        .map(|e| e.at - killed)
 }
 
 /// The faults and the grants around them (not every write: a run has hundreds).

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use locks::history::{self, Op};
+use locks::recorded::Outage;
 use locks::{AcquireOptions, Backend};
 use sandbox::{MEMBERS, REDLOCK_INSTANCES};
 use serde::Serialize;
@@ -23,9 +24,7 @@ use serde::Serialize;
 use super::rig::{Cluster, Rig};
 use super::{LEASE, Settings, answer, duration, fresh_key, grouped, warm};
 use crate::lock::connect_backend;
-use crate::scenario::leader_loss::{
-    Cluster as Members, contend_through_leader_loss, regained_while_down,
-};
+use crate::scenario::leader_loss::{Cluster as Members, contend_through_leader_loss};
 
 /// How long a client may take to be granted again after its server restarted.
 const RECOVERY: Duration = Duration::from_secs(10);
@@ -205,7 +204,7 @@ async fn leader_killed<C: Members>(cluster: Arc<C>, settings: &Settings) -> Resu
     let grants = (events.iter())
         .filter(|e| matches!(e.op, Op::Grant { .. }))
         .count();
-    let regained = regained_while_down(&events).map(|d| d.as_secs_f64() * 1000.0);
+    let regained = (Outage::of(&events).regained_while_down).map(|d| d.as_secs_f64() * 1000.0);
     Ok(Availability::Cluster {
         members: MEMBERS,
         leader_down_ms: settings.leader_down_ms,
