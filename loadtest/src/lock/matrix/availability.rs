@@ -7,8 +7,8 @@
 //! * **Redlock**: two of the five instances are killed and grants are counted (the other three
 //!   are still a majority); then a third is killed, and the answer must be "no quorum".
 //! * **ZooKeeper, etcd**: two clients contend on the three-member cluster while its leader is
-//!   SIGKILLed; the figure is the time from the kill to the next grant while the old leader is
-//!   still down, and the run's history is checked ([`locks::history`]) like the
+//!   SIGKILLed; the figure is the time from the kill to the grant that ended the longest stall
+//!   between grants while the old leader is still down ([`Outage`]), and the run's history is checked ([`locks::history`]) like the
 //!   `zk-leader-loss` scenario's, whose cluster handling this reuses.
 
 use std::sync::Arc;

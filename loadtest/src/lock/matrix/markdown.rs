@@ -93,8 +93,9 @@ fn note(requirement: Requirement, s: &Settings) -> String {
              again once the server was back. Redlock: {minority} of {REDLOCK_INSTANCES} \
              instances killed, grants counted for {}, then one more killed. ZooKeeper, etcd: \
              {} clients contend on the three-member cluster whose leader is SIGKILLed and \
-             restarted {} later; the time from the kill to the next grant while it is down, \
-             the run checked by the lock-history checker.",
+             restarted {} later; the time from the kill to the grant that ended the longest \
+             stall between grants while it is down (a grant answered just after the kill was \
+             committed before it), the run checked by the lock-history checker.",
             duration(s.minority_window_ms as f64),
             CONTENDERS,
             duration(s.leader_down_ms as f64),
