@@ -92,8 +92,6 @@ async fn renewed_db_lock_keeps_a_slow_holder_exclusive() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_db_lock_insert_stuck_behind_an_uncommitted_row_gives_up_within_the_lock_wait() {
-    use sqlx::Connection;
-
     let database_url = fresh_database_url().await;
     let mut config = test_config(&database_url);
     config.lock_wait_ms = 500;
@@ -101,13 +99,7 @@ async fn a_db_lock_insert_stuck_behind_an_uncommitted_row_gives_up_within_the_lo
     app.reset(1, 5).await;
     // Another session inserts the product's lock row and neither commits nor rolls back: the
     // unique index makes every other insert of that name wait for its outcome.
-    let mut blocker = sqlx::MySqlConnection::connect(&database_url)
-        .await
-        .expect("a side connection");
-    sqlx::query("BEGIN")
-        .execute(&mut blocker)
-        .await
-        .expect("begin");
+    let mut blocker = common::open_transaction(&database_url).await;
     sqlx::query(
         "INSERT INTO db_locks (name, owner, expires_at) \
          VALUES ('product:1', 'blocker', NOW(6) + INTERVAL 1 HOUR)",

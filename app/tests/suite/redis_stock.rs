@@ -19,7 +19,6 @@ use common::{
 use deadpool_redis::redis;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use sqlx::Connection;
 
 const STRATEGIES: [&str; 2] = ["redis-lua", "redis-lua-stream"];
 
@@ -614,13 +613,7 @@ async fn a_product_read_during_a_drain_never_loses_units_between_orders_and_stre
 /// Holds a gap lock on `product`'s orders in an open transaction: the consumers' inserts wait
 /// behind it, so accepted orders stay in the stream, while plain reads of the orders go on.
 async fn hold_orders_of(database_url: &str, product: u64) -> sqlx::MySqlConnection {
-    let mut blocker = sqlx::MySqlConnection::connect(database_url)
-        .await
-        .expect("connect");
-    sqlx::query("BEGIN")
-        .execute(&mut blocker)
-        .await
-        .expect("begin");
+    let mut blocker = common::open_transaction(database_url).await;
     sqlx::query("SELECT id FROM orders WHERE product_id = ? FOR UPDATE")
         .bind(product)
         .execute(&mut blocker)

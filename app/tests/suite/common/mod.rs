@@ -254,6 +254,19 @@ pub async fn rows_per_request_id(database_url: &str) -> HashMap<String, i64> {
     rows.into_iter().collect()
 }
 
+/// A side connection to `database_url` with a transaction begun on it and left open: what the
+/// tests that hold rows locked behind the service's back start from.
+pub async fn open_transaction(database_url: &str) -> MySqlConnection {
+    let mut conn = MySqlConnection::connect(database_url)
+        .await
+        .expect("a side connection");
+    sqlx::query("BEGIN")
+        .execute(&mut conn)
+        .await
+        .expect("begin");
+    conn
+}
+
 /// Drops the test's database.
 pub async fn drop_database(database_url: &str) {
     let (server, name) = database_url.rsplit_once('/').expect("url with a database");

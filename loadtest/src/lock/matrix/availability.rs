@@ -8,14 +8,15 @@
 //!   are still a majority); then a third is killed, and the answer must be "no quorum".
 //! * **ZooKeeper, etcd**: two clients contend on the three-member cluster while its leader is
 //!   SIGKILLed; the figure is the time from the kill to the grant that ended the longest stall
-//!   between grants while the old leader is still down ([`Outage`]), and the run's history is checked ([`locks::history`]) like the
-//!   `zk-leader-loss` scenario's, whose cluster handling this reuses.
+//!   between grants while the old leader is still down ([`Outage`]), and the run's history is
+//!   checked ([`locks::history`]) like the `zk-leader-loss` scenario's, whose cluster handling
+//!   this reuses.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
-use locks::history::{self, Op};
+use locks::history;
 use locks::recorded::Outage;
 use locks::{AcquireOptions, Backend};
 use sandbox::{MEMBERS, REDLOCK_INSTANCES};
@@ -201,15 +202,12 @@ async fn leader_killed<C: Members>(cluster: Arc<C>, settings: &Settings) -> Resu
     let key = fresh_key("leader");
     let events =
         contend_through_leader_loss(cluster, CONTENDERS, &key, (AROUND, down, AROUND)).await?;
-    let grants = (events.iter())
-        .filter(|e| matches!(e.op, Op::Grant { .. }))
-        .count();
-    let regained = (Outage::of(&events).regained_while_down).map(|d| d.as_secs_f64() * 1000.0);
+    let outage = Outage::of(&events);
     Ok(Availability::Cluster {
         members: MEMBERS,
         leader_down_ms: settings.leader_down_ms,
-        regained_after_ms: regained,
-        grants,
+        regained_after_ms: (outage.regained_while_down).map(|d| d.as_secs_f64() * 1000.0),
+        grants: outage.grants_before + outage.grants_after,
         violations: history::check_events(&events).len(),
     })
 }
