@@ -48,7 +48,11 @@ fn killing_the_primary_makes_the_sentinels_promote_a_replica() {
         demoted.is_some(),
         "the old primary was not turned into a replica"
     );
-    assert_eq!(redis.leader(), Some(new));
+    // A failover that overruns its timeout on a loaded machine is started again and may
+    // promote the other replica: what must hold is that a replica, not the old primary, ends
+    // as the primary the Sentinels agree on.
+    let settled = sandbox::wait_for(FAILOVER, || redis.leader().filter(|&l| l != 0));
+    assert!(settled.is_some(), "the Sentinels named no replica as primary");
 }
 
 #[test]
