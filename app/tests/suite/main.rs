@@ -16,6 +16,7 @@ mod locked_commit;
 mod mixed_strategies;
 mod redis_stock;
 mod redis_stock_sentinel;
+mod request_identity;
 mod requests;
 mod safe_strategies;
 mod sharded;
