@@ -105,6 +105,7 @@ pub async fn create(
     let request = parse(&body)?;
     let (purchase, strategy) = validate(&state, &headers, product_id, request)?;
     let started = Instant::now();
+    let _in_flight = state.metrics.purchase_started();
     let answer = run(&state, &strategy, &purchase).await;
     let outcome = match &answer {
         Ok(Success::Created(_)) => "created",

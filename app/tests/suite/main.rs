@@ -8,6 +8,7 @@ mod backend_down;
 mod batched;
 mod binary;
 mod db_lock_lease;
+mod hang_ups;
 mod idempotency;
 mod idempotency_keys;
 mod lock_backends;
