@@ -74,6 +74,12 @@ pub struct Config {
     #[arg(long, env = "SECKILL_STREAM_CLAIM_IDLE_MS", default_value_t = 5000)]
     pub stream_claim_idle_ms: u64,
 
+    /// How old a `redis-lua` deduction without an order must be before `reconcile` presumes its
+    /// purchase lost, in milliseconds. A younger one is in flight (between the Lua script and
+    /// the order insert) and is left alone.
+    #[arg(long, env = "SECKILL_RECONCILE_GRACE_MS", default_value_t = 10_000)]
+    pub reconcile_grace_ms: u64,
+
     /// Independent Redis instances for Redlock (comma-separated URLs).
     #[arg(
         long,

@@ -15,6 +15,7 @@ mod lock_backends;
 mod locked;
 mod locked_commit;
 mod mixed_strategies;
+mod reconcile_mid_sale;
 mod redis_stock;
 mod redis_stock_sentinel;
 mod request_identity;
