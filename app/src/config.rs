@@ -113,6 +113,12 @@ pub struct Config {
     #[arg(long, env = "SECKILL_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
 
+    /// The strategies clients may name, comma-separated (default: every strategy of the
+    /// catalogue). Any client picks the strategy of its purchase, so a deployment that sells
+    /// through `conditional` should not offer `naive` or `unchecked`, which undo other sales.
+    #[arg(long, env = "SECKILL_STRATEGIES", value_delimiter = ',')]
+    pub strategies: Vec<crate::api::Strategy>,
+
     /// Strategy used when an order names none.
     #[arg(long, env = "SECKILL_DEFAULT_STRATEGY", default_value = "conditional")]
     pub default_strategy: crate::api::Strategy,

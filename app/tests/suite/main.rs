@@ -8,6 +8,7 @@ mod backend_down;
 mod batched;
 mod binary;
 mod db_lock_lease;
+mod doors;
 mod hang_ups;
 mod idempotency;
 mod idempotency_keys;
