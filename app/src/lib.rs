@@ -53,6 +53,14 @@ pub enum StartupError {
     Database(#[from] db::SetupError),
     #[error("server error: {0}")]
     Io(#[from] std::io::Error),
+    #[error(
+        "refusing to listen on {0} without an admin token: anyone who can reach it could reset \
+         products (deleting their orders) and reconcile stock. Set SECKILL_ADMIN_TOKEN (or \
+         --admin-token) to a secret, or listen on a loopback address such as 127.0.0.1"
+    )]
+    OpenAdminDoors(std::net::SocketAddr),
+    #[error("the default strategy `{0}` is not among the offered ones (--strategies)")]
+    DefaultNotOffered(api::Strategy),
 }
 
 /// Connects to the database (creating and migrating it), connects the lock services, and
@@ -67,6 +75,17 @@ pub async fn build_with(
     config: &Config,
     customize: impl FnOnce(&mut Registry),
 ) -> Result<(Router, AppState), StartupError> {
+    let offered: Vec<api::Strategy> = match config.strategies.is_empty() {
+        true => api::Strategy::ALL.to_vec(),
+        false => api::Strategy::ALL
+            .iter()
+            .copied()
+            .filter(|s| config.strategies.contains(s))
+            .collect(),
+    };
+    if !offered.contains(&config.default_strategy) {
+        return Err(StartupError::DefaultNotOffered(config.default_strategy));
+    }
     let pool = db::connect(config).await?;
     let redis = RedisStock::from_config(config);
     let deps = Deps {
@@ -99,8 +118,10 @@ pub async fn build_with(
         settings: Arc::new(Settings {
             admin_token: config.admin_token.clone(),
             default_strategy: config.default_strategy,
+            offered,
             max_quantity: config.max_quantity,
             allow_fault_injection: config.allow_fault_injection,
+            reconcile_grace: Duration::from_millis(config.reconcile_grace_ms),
         }),
         redis,
         background: Arc::new(Background::new(consumer.into_iter().collect())),
@@ -120,10 +141,18 @@ pub async fn serve_with_shutdown(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), StartupError> {
+    let listen = listener.local_addr()?;
+    if config.admin_token.is_none() {
+        if !listen.ip().is_loopback() {
+            return Err(StartupError::OpenAdminDoors(listen));
+        }
+        tracing::warn!(%listen, "no admin token: anyone who can reach this address can reset \
+            products and reconcile stock; set SECKILL_ADMIN_TOKEN before exposing it");
+    }
     let (router, state) = build(&config).await?;
     tracing::info!(
-        listen = %listener.local_addr()?,
-        strategies = api::Strategy::ALL.len(),
+        %listen,
+        strategies = state.settings.offered.len(),
         default_strategy = %config.default_strategy,
         fault_injection = config.allow_fault_injection,
         "serving"

@@ -59,9 +59,9 @@ pub async fn reset_split(
     tx.commit().await
 }
 
-/// The product's stock and order totals, or `None` if it does not exist. The stock is read
-/// from the product's home: the row, or the sum of its buckets — in one statement, so the
-/// stock and the orders are one consistent snapshot.
+/// The product's stock and order totals (orders that hold units: voided ones do not), or
+/// `None` if it does not exist. The stock is read from the product's home: the row, or the sum
+/// of its buckets — in one statement, so the stock and the orders are one consistent snapshot.
 pub async fn view(pool: &MySqlPool, id: u64) -> Result<Option<ProductView>, sqlx::Error> {
     let row = sqlx::query(
         "SELECT p.id, p.home, p.initial_stock, \
@@ -70,8 +70,9 @@ pub async fn view(pool: &MySqlPool, id: u64) -> Result<Option<ProductView>, sqlx
                      WHERE b.product_id = p.id) \
                 ELSE p.stock END AS stock, \
                 (SELECT CAST(COALESCE(SUM(o.quantity), 0) AS SIGNED) FROM orders o \
-                 WHERE o.product_id = p.id) AS sold, \
-                (SELECT COUNT(*) FROM orders o WHERE o.product_id = p.id) AS orders \
+                 WHERE o.product_id = p.id AND o.state = 'placed') AS sold, \
+                (SELECT COUNT(*) FROM orders o \
+                 WHERE o.product_id = p.id AND o.state = 'placed') AS orders \
          FROM products p WHERE p.id = ?",
     )
     .bind(id)
@@ -89,7 +90,9 @@ pub async fn view(pool: &MySqlPool, id: u64) -> Result<Option<ProductView>, sqlx
             sold: r.try_get("sold")?,
             orders: r.try_get("orders")?,
             pending: 0,
-        })
+            stranded: 0,
+        }
+        .with_stranded())
     })
     .transpose()
 }
@@ -160,7 +163,7 @@ pub async fn view_at_home(
     };
     view.pending = pending;
     view.stock = stock;
-    Ok(Some(view))
+    Ok(Some(view.with_stranded()))
 }
 
 /// The product's stock (read from its home) and its orders, as the accounting reads them after

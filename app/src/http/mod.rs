@@ -1,5 +1,6 @@
 //! Routes and handlers.
 
+pub(crate) mod admin;
 pub(crate) mod meta;
 pub(crate) mod orders;
 pub(crate) mod products;
@@ -22,7 +23,10 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/api/products/{id}/orders", post(orders::create))
         .route("/api/products/{id}/reconcile", post(products::reconcile))
-        .route("/api/orders/{request_id}", get(orders::status))
+        .route(
+            "/api/products/{id}/orders/{request_id}",
+            get(orders::status),
+        )
         .route("/api/strategies", get(meta::strategies))
         .route("/api/noop", get(meta::noop))
         .route("/api/openapi.json", get(crate::openapi::serve))
@@ -34,10 +38,16 @@ pub fn router(state: AppState) -> Router {
 /// The product id of the path: a number from 0 to [`MAX_PRODUCT_ID`], else `bad_request`.
 fn product_id(path: Result<Path<u64>, PathRejection>) -> Result<u64, ApiError> {
     let Path(id) = path?;
-    if id > MAX_PRODUCT_ID {
-        return Err(ApiError::BadRequest(format!(
-            "product id must be at most {MAX_PRODUCT_ID}"
-        )));
-    }
+    check_product_id(id)?;
     Ok(id)
+}
+
+/// `bad_request` unless `id` is at most [`MAX_PRODUCT_ID`].
+fn check_product_id(id: u64) -> Result<(), ApiError> {
+    match id > MAX_PRODUCT_ID {
+        true => Err(ApiError::BadRequest(format!(
+            "product id must be at most {MAX_PRODUCT_ID}"
+        ))),
+        false => Ok(()),
+    }
 }

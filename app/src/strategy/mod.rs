@@ -56,8 +56,8 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 ///   committed; had the insert failed, the units would have been given back before answering.
 /// * **Acceptance** (`Ok(Purchased::Accepted)`, answered `202` with the order's status URL)
 ///   means: the units were taken and the order was durably queued, in one atomic step; it is
-///   placed in the database later, exactly once (by request id), by a consumer. Until then
-///   `GET /api/orders/{request_id}` says `pending`, afterwards `placed`.
+///   placed in the database later, exactly once (by its purchase key), by a consumer. Until
+///   then `GET /api/products/{id}/orders/{request_id}` says `pending`, afterwards `placed`.
 /// * **Accounting.** The sale's truth is the database plus the stock's home: units in orders
 ///   are sold; units taken from the home without an order (and not waiting in the stream) are
 ///   undersell; orders beyond the initial stock are oversell (see [`crate::accounting`]).
@@ -68,20 +68,23 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 ///   lock holder had claimed the product (the purchase did not happen). The one exception is
 ///   [`PurchaseError::OutcomeUnknown`]: the `COMMIT` was sent and its answer lost, so the
 ///   purchase may or may not have happened; the caller looks the request id up.
-/// * **Idempotency.** An order whose `request_id` already exists fails with
+/// * **Idempotency.** A purchase is named by its product, buyer and request id, compared byte
+///   for byte ([`Purchase::key`]). An order of a purchase that already has one fails with
 ///   [`PurchaseError::Duplicate`] and its deduction is rolled back; the caller then answers with
 ///   the original order. The unique constraint is the only arbiter, so twenty concurrent
-///   retries of one click still make one order: a strategy may look request ids up first
-///   (`batched` does, so that one duplicate does not fail a whole batch), but never relies on
-///   that look-up alone.
+///   retries of one click still make one order: a strategy may look purchases up first
+///   (`batched` does, so that one duplicate does not fail a whole batch; the Redis scripts
+///   record the purchases their counter charged), but it names them exactly as the database
+///   does, and never relies on that look-up alone.
 /// * **Fault injection.** A strategy calls [`Purchase::hold`] once, inside its critical section
 ///   (after it decided there is stock, before that decision is written), so tests and
 ///   scenarios can widen race windows or outlive a lock lease.
-/// * **Cancellation.** Dropping the future rolls back the open transaction (sqlx does so when
-///   the connection returns to the pool) and drops any lock guard (which releases it). A
-///   strategy that commits in a task of its own (`batched`, for all the purchases of a batch)
-///   drops a cancelled purchase that its task has not started on; once started, the purchase
-///   may still be made, as when a client disconnects just after a commit.
+/// * **Cancellation.** The service runs every purchase in a task of its own, so a buyer who
+///   hangs up (or a request timeout) never cancels one: it finishes, or gives its stock back,
+///   as if the buyer were still there. Dropping the future anyway — what a process killed in
+///   the middle does — rolls back the open transaction (sqlx does so when the connection
+///   returns to the pool) and drops any lock guard (which releases it); units taken from a
+///   home outside the transaction (Redis) then stay taken without an order until `reconcile`.
 pub trait StockStrategy: Send + Sync {
     /// Takes `purchase.quantity` units and records the order, or says why not.
     fn purchase<'a>(
@@ -121,6 +124,15 @@ pub struct Purchase {
 }
 
 impl Purchase {
+    /// The name of this purchase: product, buyer, request id.
+    pub fn key(&self) -> crate::db::orders::PurchaseKey<'_> {
+        crate::db::orders::PurchaseKey {
+            product_id: self.product_id,
+            user_id: &self.user_id,
+            request_id: &self.request_id,
+        }
+    }
+
     /// The order row this purchase writes.
     pub fn new_order(&self, fencing_token: Option<u64>) -> NewOrder<'_> {
         NewOrder {
@@ -186,8 +198,11 @@ pub enum PurchaseError {
     SoldOut,
     #[error("no such product")]
     UnknownProduct,
-    #[error("an order with this request id already exists")]
+    #[error("an order of this purchase (product, buyer, request id) already exists")]
     Duplicate,
+    /// The purchase was charged already with other terms (quantity or strategy).
+    #[error("{0}")]
+    Conflict(String),
     #[error("{0}")]
     Busy(String),
     #[error("{0}")]

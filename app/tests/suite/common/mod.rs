@@ -464,14 +464,15 @@ pub struct StoredOrder {
     pub quantity: u32,
 }
 
-/// Every order row of the database, its ids compared byte for byte.
+/// Every order of the database that holds units (voided purchases left out), its ids read as
+/// bytes.
 pub async fn stored_orders(database_url: &str) -> Vec<StoredOrder> {
     let mut conn = MySqlConnection::connect(database_url)
         .await
         .expect("connect");
     let rows: Vec<(u64, Vec<u8>, Vec<u8>, u32)> = sqlx::query_as(
         "SELECT product_id, CAST(user_id AS BINARY), CAST(request_id AS BINARY), quantity \
-         FROM orders",
+         FROM orders WHERE state = 'placed'",
     )
     .fetch_all(&mut conn)
     .await
