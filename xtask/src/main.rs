@@ -294,7 +294,12 @@ fn compose_config() -> Result<()> {
     };
     let files: [&[&str]; 2] = [
         &["-f", "docker-compose.yml"],
-        &["-f", "docker-compose.yml", "-f", "docker-compose.servers.yml"],
+        &[
+            "-f",
+            "docker-compose.yml",
+            "-f",
+            "docker-compose.servers.yml",
+        ],
     ];
     for files in files {
         let mut check = Command::new(client[0]);
