@@ -216,8 +216,10 @@ async fn redis_lua_gives_the_units_back_when_the_order_cannot_be_written() {
             .expect("post");
         (r.status(), r.json::<Value>().await.unwrap_or(Value::Null))
     });
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(redis.counter(1).await.expect("counter"), Some(8));
+    // Wait until the purchase took its unit: it now sits in its pause.
+    while redis.counter(1).await.expect("counter") != Some(8) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let server = std::sync::Arc::new(db);
     let killer = server.clone();
     tokio::task::spawn_blocking(move || killer.server().kill())
