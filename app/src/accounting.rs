@@ -1,6 +1,6 @@
 //! What a sale really did, defined once for the whole workspace: the benchmark, the fault
 //! scenarios and the tests all judge a sale with [`Accounting::of`], read from the database
-//! ([`crate::db::products::ledger`]) rather than from the HTTP answers, which can be wrong in
+//! ([`crate::inventory::ledger`]) rather than from the HTTP answers, which can be wrong in
 //! both directions (a 201 whose order was never written, an order whose answer was lost).
 //!
 //! With S the initial stock:

@@ -9,7 +9,7 @@ use axum::http::StatusCode;
 use serde::{Deserialize, Deserializer, Serialize};
 use utoipa::ToSchema;
 
-pub use crate::strategy::catalogue::{Home, Safety, Service, Strategy, UnknownStrategy};
+pub use crate::catalogue::{Home, Safety, Service, Strategy, UnknownStrategy};
 
 /// Longest `user_id`, in characters.
 pub const MAX_USER_ID: usize = 64;
@@ -218,7 +218,7 @@ impl StrategyInfo {
     pub fn of(strategy: Strategy) -> StrategyInfo {
         StrategyInfo {
             name: strategy,
-            description: strategy.spec().description.to_string(),
+            description: strategy.description().to_string(),
             service: strategy.service(),
             safety: strategy.safety(),
         }

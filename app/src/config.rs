@@ -205,14 +205,6 @@ impl Config {
         Duration::from_millis(self.lock_wait_ms)
     }
 
-    /// The replication a Redis deduction waits for, if any (`--redis-wait-replicas`).
-    pub fn redis_wait(&self) -> Option<crate::redis_stock::Replication> {
-        (self.redis_wait_replicas > 0).then(|| crate::redis_stock::Replication {
-            replicas: self.redis_wait_replicas,
-            timeout: Duration::from_millis(self.redis_wait_timeout_ms),
-        })
-    }
-
     /// The confirmation each `redis-watchdog*` grant waits for, if any
     /// (`--redis-lock-wait-replicas`).
     pub fn redis_lock_replication(&self) -> Option<locks::redis::Replication> {

@@ -2,7 +2,7 @@
 
 use crate::api::{ErrorBody, ErrorCode};
 use crate::db::errors::{DbFailure, classify};
-use crate::db::products::ReadError;
+use crate::inventory::ReadError;
 use crate::redis_stock::RedisStockError;
 use crate::redis_stock::reconcile::ReconcileError;
 use crate::strategy::PurchaseError;

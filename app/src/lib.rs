@@ -8,24 +8,28 @@
 //!      -d '{"user_id": "u-1", "quantity": 1, "request_id": "r-1", "strategy": "conditional"}'
 //! ```
 //!
-//! Layout: [`api`] (the wire types every client shares), [`config`] (flags and environment),
-//! [`db`] (pool, migrations, queries), [`strategy`] (the `StockStrategy` trait, one file per
-//! strategy, the catalogue and the registry), [`backends`] (the lock services),
-//! [`redis_stock`] (stock kept in Redis: counter, stream, consumer, reconciliation),
-//! [`accounting`] (what a sale really did), [`http`] (routes), [`error`] (the one mapping from
-//! failures to status codes), [`metrics`], [`openapi`].
+//! Layout, from the bottom up — a module uses only those above it in this list:
+//! [`api`] (the wire types every client shares) with [`catalogue`] (every strategy's name and
+//! facts), [`accounting`] (what a sale really did) and [`metrics`]; [`config`] (flags and
+//! environment); the storage: [`db`] (pool, migrations, queries) and [`redis_stock`] (stock kept
+//! in Redis: counter, stream, consumer, reconciliation); [`inventory`] (a product read from
+//! wherever its stock lives); [`strategy`] (the `StockStrategy` trait, one file per strategy,
+//! the registry that builds them); [`backends`] (the lock services); [`state`]; [`error`] (the
+//! one mapping from failures to status codes); [`http`] (routes, handlers, the OpenAPI
+//! document).
 //!
 //! Tests start the service in-process with [`build`] or [`serve_with_shutdown`] on port 0.
 
 pub mod accounting;
 pub mod api;
 pub mod backends;
+pub mod catalogue;
 pub mod config;
 pub mod db;
 pub mod error;
 pub mod http;
+pub mod inventory;
 pub mod metrics;
-pub mod openapi;
 pub mod redis_stock;
 pub mod state;
 pub mod strategy;

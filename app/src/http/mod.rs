@@ -2,6 +2,7 @@
 
 pub(crate) mod admin;
 pub(crate) mod meta;
+pub mod openapi;
 pub(crate) mod orders;
 pub(crate) mod products;
 
@@ -29,7 +30,7 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/api/strategies", get(meta::strategies))
         .route("/api/noop", get(meta::noop))
-        .route("/api/openapi.json", get(crate::openapi::serve))
+        .route("/api/openapi.json", get(openapi::serve))
         .route("/healthz", get(meta::healthz))
         .route("/metrics", get(meta::metrics))
         .with_state(state)

@@ -6,6 +6,7 @@ use crate::api::{
 };
 use crate::db::products;
 use crate::error::ApiError;
+use crate::inventory;
 use crate::redis_stock::{RedisStockError, reconcile};
 use crate::state::AppState;
 use axum::Json;
@@ -58,7 +59,7 @@ pub async fn reset(
         (Some(redis), _) => redis.remove(id).await?,
         (None, _) => {}
     }
-    let view = products::view_at_home(&state.pool, state.redis.as_ref(), id)
+    let view = inventory::view(&state.pool, state.redis.as_ref(), id)
         .await?
         .ok_or_else(|| ApiError::Internal("product vanished right after its reset".into()))?;
     Ok((StatusCode::OK, Json(view)))
@@ -78,7 +79,7 @@ pub async fn show(
     path: Result<Path<u64>, PathRejection>,
 ) -> Result<Json<ProductView>, ApiError> {
     let id = super::product_id(path)?;
-    products::view_at_home(&state.pool, state.redis.as_ref(), id)
+    inventory::view(&state.pool, state.redis.as_ref(), id)
         .await?
         .map(Json)
         .ok_or_else(|| ApiError::NotFound(format!("no product {id}")))

@@ -162,6 +162,17 @@ pub struct Replication {
     pub timeout: Duration,
 }
 
+impl Replication {
+    /// The replication a deduction waits for under `config`, if any
+    /// (`--redis-wait-replicas`).
+    pub fn of(config: &Config) -> Option<Replication> {
+        (config.redis_wait_replicas > 0).then(|| Replication {
+            replicas: config.redis_wait_replicas,
+            timeout: Duration::from_millis(config.redis_wait_timeout_ms),
+        })
+    }
+}
+
 /// Whether a deduction reached the replicas it had to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Replicated {
@@ -202,7 +213,7 @@ impl RedisStock {
     pub fn from_config(config: &Config) -> Option<RedisStock> {
         let url = config.redis_address()?;
         match RedisStock::open(&url, &config.lock_prefix, config.redis_pool_size) {
-            Ok(stock) => Some(stock.waiting_for(config.redis_wait())),
+            Ok(stock) => Some(stock.waiting_for(Replication::of(config))),
             Err(e) => {
                 tracing::warn!(error = %e, "no redis stock: its strategies answer backend_unavailable");
                 None

@@ -1,5 +1,5 @@
-//! Stock-deduction strategies: one trait, one file per strategy, the catalogue that names them
-//! and the registry that builds them.
+//! Stock-deduction strategies: one trait, one file per strategy, and the registry that builds
+//! them from the catalogue's lines ([`crate::catalogue`]).
 //!
 //! A flash sale is many buyers racing for a few units of one hot row. Every strategy here
 //! answers the same question — "may this buyer have `quantity` units, and if so record the
@@ -8,10 +8,9 @@
 //! correct at different costs.
 //!
 //! Adding a strategy is one file implementing [`StockStrategy`] and one line in
-//! [`catalogue`].
+//! [`crate::catalogue`].
 
 pub mod batched;
-pub mod catalogue;
 pub mod conditional;
 mod held_lock;
 pub mod local_mutex;
@@ -22,19 +21,18 @@ mod outcome;
 pub mod pessimistic;
 pub mod redis_lua;
 pub mod redis_lua_stream;
+pub mod registry;
 pub mod sharded;
 pub mod unchecked;
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use locks::{Backend, DistributedLock};
 use sqlx::MySqlPool;
 
-pub use catalogue::{Fencing, Home, Kind, Safety, Service, Strategy};
+pub use crate::catalogue::{Fencing, Home, Kind, Safety, Service, Strategy};
+pub use registry::{Locks, Registry};
 
 use crate::db::errors::{DbFailure, classify};
 use crate::db::orders::NewOrder;
@@ -244,57 +242,4 @@ pub struct Deps {
     pub batch_window: Duration,
     /// Most purchases in one `batched` transaction.
     pub batch_max: u32,
-}
-
-/// The lock of each lock backend, as connected at start-up: `None` where the backend is not
-/// configured or could not be reached (its strategies then answer `backend_unavailable`).
-pub type Locks = BTreeMap<Backend, Option<Arc<dyn DistributedLock>>>;
-
-/// Every strategy of the catalogue, built.
-pub struct Registry {
-    deps: Deps,
-    locks: Locks,
-    built: BTreeMap<Strategy, Arc<dyn StockStrategy>>,
-}
-
-impl Registry {
-    /// Builds every strategy of the catalogue from `deps` and the connected `locks`.
-    pub fn new(deps: Deps, locks: Locks) -> Registry {
-        let mut registry = Registry {
-            deps,
-            locks,
-            built: BTreeMap::new(),
-        };
-        for &strategy in Strategy::ALL {
-            registry.build(strategy);
-        }
-        registry
-    }
-
-    /// Replaces the lock behind every strategy over `backend` (tests put in-process or failing
-    /// locks there).
-    pub fn set_lock(&mut self, backend: Backend, lock: Option<Arc<dyn DistributedLock>>) {
-        self.locks.insert(backend, lock);
-        for &strategy in Strategy::ALL {
-            if strategy.lock_backend() == Some(backend) {
-                self.build(strategy);
-            }
-        }
-    }
-
-    fn build(&mut self, strategy: Strategy) {
-        let built = match strategy.spec().kind {
-            Kind::Own { build, .. } => build(&self.deps),
-            Kind::Locked { backend, fencing } => {
-                let lock = self.locks.get(&backend).cloned().flatten();
-                Arc::new(locked::Locked::new(&self.deps, lock, fencing))
-            }
-        };
-        self.built.insert(strategy, built);
-    }
-
-    /// The built strategy.
-    pub fn get(&self, strategy: Strategy) -> &Arc<dyn StockStrategy> {
-        &self.built[&strategy]
-    }
 }

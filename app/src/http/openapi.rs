@@ -10,8 +10,8 @@ use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa::openapi::{OpenApi as Document, RefOr, Schema};
 use utoipa::{Modify, OpenApi};
 
-use crate::http::orders::HOLD_HEADER;
-use crate::http::{meta, orders, products};
+use super::orders::HOLD_HEADER;
+use super::{meta, orders, products};
 use crate::state::{AppState, Settings};
 
 #[derive(OpenApi)]
