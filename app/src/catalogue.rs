@@ -21,7 +21,8 @@ use std::str::FromStr;
 use locks::Backend;
 use serde::{Deserialize, Serialize};
 
-/// How far a strategy keeps `sold ≤ initial stock` under concurrency, across instances.
+/// How far a strategy keeps the sale's invariants under concurrency, across instances:
+/// `sold ≤ initial stock`, and no buyer holding more than the per-user limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Safety {
@@ -31,7 +32,8 @@ pub enum Safety {
     /// (a pause, a slow critical section, a partition) lets a second holder in, and nothing in
     /// the database stops the second write. Timing-dependent by design.
     WhileLeasesHold,
-    /// Oversells under ordinary concurrency; exists to show how.
+    /// Breaks an invariant under ordinary concurrency — oversells the stock, or sells one
+    /// buyer more than the limit; exists to show how.
     Unsafe,
 }
 
@@ -241,6 +243,7 @@ macro_rules! for_each_strategy {
             Unchecked = "unchecked", Unsafe, Own(Mariadb, Row, unchecked::build), "checks stock, then `SET stock = stock - q` with no guard in the UPDATE";
             LocalMutex = "local-mutex", Unsafe, Own(Process, Row, local_mutex::build), "`naive` inside a per-product in-process mutex: correct with one instance only";
             Conditional = "conditional", Safe, Own(Mariadb, Row, conditional::build), "`UPDATE … SET stock = stock - q WHERE stock >= q` in one statement";
+            RacyLimit = "racy-limit", Unsafe, Own(Mariadb, Row, racy_limit::build), "`conditional` for the stock, the per-user limit checked by a plain read first: one buyer's concurrent clicks all pass it";
             Optimistic = "optimistic", Safe, Own(Mariadb, Row, optimistic::build), "reads stock and version, `UPDATE … WHERE version = v`, bounded jittered retries";
             Pessimistic = "pessimistic", Safe, Own(Mariadb, Row, pessimistic::build_waiting), "`SELECT … FOR UPDATE` in a transaction: buyers queue on the row lock";
             PessimisticNowait = "pessimistic-nowait", Safe, Own(Mariadb, Row, pessimistic::build_nowait), "`SELECT … FOR UPDATE NOWAIT`: answers busy instead of queueing";

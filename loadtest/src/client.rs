@@ -233,7 +233,13 @@ pub fn is_purchase_refusal(code: ErrorCode) -> bool {
         ErrorCode::SoldOut
         | ErrorCode::LockLost
         | ErrorCode::Busy
-        | ErrorCode::BackendUnavailable => true,
+        | ErrorCode::BackendUnavailable
+        | ErrorCode::LimitReached
+        | ErrorCode::SaleNotStarted
+        | ErrorCode::SaleEnded
+        | ErrorCode::PurchaseTokenRequired
+        | ErrorCode::RateLimited
+        | ErrorCode::Overloaded => true,
         ErrorCode::BadRequest
         | ErrorCode::InvalidRequest
         | ErrorCode::UnknownStrategy
@@ -285,6 +291,7 @@ pub fn order_request(
         quantity,
         request_id,
         strategy: Some(strategy),
+        purchase_token: None,
     }
 }
 
@@ -342,10 +349,15 @@ impl Api {
     /// `home`, and deletes its orders.
     pub async fn reset_product(&self, id: u64, stock: i64, home: Home) -> Result<()> {
         let url = format!("{}/api/products/{id}", self.admin());
+        // No per-user limit to speak of: the benchmark's buyers buy again and again.
         let mut request = self.http.put(&url).json(&ResetProduct {
             stock,
             home,
             buckets: None,
+            per_user_limit: Some(app::api::MAX_STOCK),
+            sale_starts_at: None,
+            sale_ends_at: None,
+            token_required: false,
         });
         if let Some(token) = &self.admin_token {
             request = request.bearer_auth(token);

@@ -11,6 +11,7 @@
 //! does not answer is `backend_unavailable`, never a guess. The Redis is one address or the
 //! primary a group of Sentinels names, followed across a failover (`connections.rs`).
 
+pub mod announce;
 pub mod charge;
 mod connections;
 pub mod consumer;
@@ -91,6 +92,16 @@ impl Keys {
         format!("{}stock:{product}:requests", self.prefix)
     }
 
+    /// Units charged to each buyer of the product (hash: user id → units), against its limit.
+    pub fn buyers(&self, product: u64) -> String {
+        format!("{}stock:{product}:buyers", self.prefix)
+    }
+
+    /// The product's per-user limit.
+    pub fn limit(&self, product: u64) -> String {
+        format!("{}stock:{product}:limit", self.prefix)
+    }
+
     /// Units of the product's orders waiting in the stream (kept by the scripts).
     pub fn waiting(&self, product: u64) -> String {
         format!("{}stock:{product}:waiting", self.prefix)
@@ -99,6 +110,11 @@ impl Keys {
     /// A waiting count no product has: where an entry of unknown product is counted off.
     pub fn no_product_waiting(&self) -> String {
         format!("{}stock:none:waiting", self.prefix)
+    }
+
+    /// The channel on which a product whose stock came back is announced (see [`announce`]).
+    pub fn stock_back(&self) -> String {
+        format!("{}products:forget", self.prefix)
     }
 
     /// Orders accepted and not yet placed in the database, all products.
@@ -321,12 +337,48 @@ impl RedisStock {
         .await
     }
 
-    /// Makes Redis the home of `stock` units of `product`: the counter is set, the purchases it
-    /// charged before and its waiting stream entries are forgotten.
-    pub async fn seed(&self, product: u64, stock: i64) -> Result<(), RedisStockError> {
+    /// Makes Redis the home of `stock` units of `product`, `limit` per buyer: the counter and
+    /// the limit are set, the purchases it charged before, their buyers and its waiting stream
+    /// entries are forgotten.
+    pub async fn seed(&self, product: u64, stock: i64, limit: i64) -> Result<(), RedisStockError> {
         self.remove(product).await?;
-        self.query::<()>(redis::cmd("SET").arg(self.keys.stock(product)).arg(stock))
-            .await
+        self.query::<()>(
+            redis::cmd("MSET")
+                .arg(self.keys.limit(product))
+                .arg(limit)
+                .arg(self.keys.stock(product))
+                .arg(stock),
+        )
+        .await
+    }
+
+    /// Arguments of [`scripts::GIVE_BACK`] for the purchase `field` of `product`, ready to run.
+    pub fn give_back(&self, product: u64, field: &str) -> ScriptInvocation<'static> {
+        let mut script = scripts::GIVE_BACK.prepare_invoke();
+        script
+            .key(self.keys.stock(product))
+            .key(self.keys.requests(product))
+            .key(self.keys.buyers(product))
+            .arg(field)
+            .arg(self.keys.stock_back())
+            .arg(product);
+        script
+    }
+
+    /// Announces that the product's stock came back (see [`announce`]).
+    pub async fn announce(&self, product: u64) -> Result<(), RedisStockError> {
+        self.query::<()>(
+            redis::cmd("PUBLISH")
+                .arg(self.keys.stock_back())
+                .arg(product),
+        )
+        .await
+    }
+
+    /// The address the stock's Redis was opened with, when it is one fixed server (pub/sub
+    /// listens there); `None` behind Sentinels.
+    pub fn fixed_url(&self) -> Option<&str> {
+        self.connections.fixed_url()
     }
 
     /// Makes Redis hold none of `product`: no counter, no charge records, no waiting entries.
@@ -334,7 +386,9 @@ impl RedisStock {
         self.query::<()>(
             redis::cmd("DEL")
                 .arg(self.keys.stock(product))
-                .arg(self.keys.requests(product)),
+                .arg(self.keys.requests(product))
+                .arg(self.keys.buyers(product))
+                .arg(self.keys.limit(product)),
         )
         .await?;
         // The stream is scanned only when the product has entries in it, and its waiting

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use sqlx::MySqlPool;
 
-use super::outcome::place;
+use super::outcome::{claim_quota, place};
 use super::{Deps, Purchase, PurchaseError, Purchased, StockStrategy};
 use crate::db::products;
 
@@ -35,6 +35,7 @@ impl StockStrategy for Conditional {
     ) -> BoxFuture<'a, Result<Purchased, PurchaseError>> {
         Box::pin(async move {
             let mut tx = self.pool.begin().await?;
+            claim_quota(&mut tx, purchase).await?;
             let done = sqlx::query(
                 "UPDATE products SET stock = stock - ?, version = version + 1 \
                  WHERE id = ? AND stock >= ?",
