@@ -11,6 +11,8 @@ use sqlx::MySqlPool;
 use sqlx::migrate::MigrateDatabase;
 use sqlx::mysql::MySqlPoolOptions;
 
+mod tokens;
+
 /// A fresh database with the lock table, one per test binary, created on a runtime of its own
 /// (each test has its own runtime, and a pool must not outlive the one it was made on).
 fn database_url() -> String {
