@@ -6,14 +6,25 @@
 //!   jittered, growing sleeps, until their wait budget runs out. Polling is the cost: every
 //!   waiter queries the database on every interval, and those queries compete with the
 //!   holder's own work for the same connections (give the lock its own pool).
-//! * **Fencing token** = the row's `AUTO_INCREMENT` id. InnoDB hands out ids in increasing
-//!   order (persisted across restarts since MariaDB 10.2), so every grant of a name carries a
-//!   larger id than the previous one — for free.
+//! * **Fencing token** = a counter per lock name in `db_lock_fences`, bumped by the statement
+//!   that confirms the grant. The row's `AUTO_INCREMENT` id is *not* a fencing token: InnoDB
+//!   numbers an insert before it checks the unique index, and a checked insert may wait there
+//!   (behind another session's row or gap lock) or simply be scheduled late, so an insert
+//!   numbered early can win the name after a later-numbered one won and released it — a token
+//!   going backwards, seen as "granted 1606 after 1609" under 24 contenders. The counter is
+//!   bumped only by the row that holds the name, after its insert, in one statement that reads
+//!   the row with a shared lock and requires it unexpired: a waiter cannot reap the row (and
+//!   then win the name and bump the counter itself) before that statement is done, so every
+//!   grant of a name bumps after the grant before it. The counter never falls below the row's
+//!   id, so tokens stay above those handed out when the id was the token; it is committed at
+//!   once, so it survives restarts, and nothing ever deletes it (one row per name ever locked).
 //! * **Expiry.** A holder that dies must not block the name forever, so each row carries
 //!   `expires_at`, computed by the *database's* clock (no client clock drift enters). A waiter
 //!   that finds an expired row deletes exactly that row — `DELETE … WHERE id = ? AND
 //!   expires_at < NOW(6)`, a compare-and-set on the row it saw — and tries to insert again.
 //!   Deleting by name instead could remove a fresh lock that a faster waiter had just inserted.
+//!   The lease runs from the insert's start: an insert that waited in the index is granted
+//!   with what is left of it (or, if none is, not at all).
 //! * **Release** deletes by the row's own id *and* owner, never by name: a holder whose lease
 //!   expired and whose row was reaped and re-granted must not delete the new holder's row.
 //! * **Renewal** ([`DbLock::renewed`]): a background task extends `expires_at` every third of
@@ -27,15 +38,16 @@
 //!
 //! # Schema
 //!
-//! The lock lives in table `db_locks` of the pool's database; [`DbLock::create_table`] creates
-//! it if missing (an application with migrations may create it there instead, identically):
+//! The lock lives in table `db_locks` of the pool's database, its fencing counters in
+//! `db_lock_fences`; [`DbLock::create_table`] creates them if missing (an application with
+//! migrations may create them there instead, identically):
 //!
 //! ```sql
 #![doc = include_str!("schema.sql")]
 //! ```
 //!
 //! `name` is the lock key (at most 191 characters: the longest a unique `utf8mb4` index takes
-//! everywhere), `owner` the acquisition's random id, `id` the fencing token.
+//! everywhere), `owner` the acquisition's random id.
 
 mod row;
 
@@ -53,7 +65,7 @@ use crate::options::within_budget;
 use crate::{AcquireOptions, Backend, DistributedLock, Guard, LockError, new_owner_id};
 use row::RowHeld;
 
-/// The `CREATE TABLE IF NOT EXISTS` statement of the lock table.
+/// The `CREATE TABLE IF NOT EXISTS` statements of the lock table and its fencing counters.
 pub const SCHEMA: &str = include_str!("schema.sql");
 
 /// First and largest pause between two polls of a held lock.
@@ -100,7 +112,8 @@ impl DbLock {
         }
     }
 
-    /// Creates the lock table ([`SCHEMA`]) in `pool`'s database if it is missing.
+    /// Creates the lock table and its fencing counters ([`SCHEMA`]) in `pool`'s database if
+    /// they are missing.
     pub async fn create_table(pool: &MySqlPool) -> Result<(), LockError> {
         sqlx::raw_sql(SCHEMA)
             .execute(pool)
@@ -139,6 +152,39 @@ impl DbLock {
         }
     }
 
+    /// The fencing token of the grant of row `id`, just inserted: the name's counter, bumped
+    /// (created at the row's id the first time) if the row is still ours and unexpired. The row
+    /// is read with a shared lock, so no waiter can reap it while the counter moves. `None`: the
+    /// lease passed before (the insert waited too long), and the row was deleted again.
+    async fn fence(&self, id: u64, owner: &str) -> Result<Option<u64>, LockError> {
+        self.count();
+        let bumped = sqlx::query(
+            "INSERT INTO db_lock_fences (name, fence) \
+             SELECT name, LAST_INSERT_ID(id) FROM db_locks \
+             WHERE id = ? AND owner = ? AND expires_at > NOW(6) LOCK IN SHARE MODE \
+             ON DUPLICATE KEY UPDATE \
+             fence = LAST_INSERT_ID(GREATEST(db_lock_fences.fence + 1, VALUES(fence)))",
+        )
+        .bind(id)
+        .bind(owner)
+        .execute(&self.pool)
+        .await;
+        match bumped {
+            Ok(done) if done.rows_affected() > 0 => Ok(Some(done.last_insert_id())),
+            Ok(_) => {
+                self.count();
+                sqlx::query("DELETE FROM db_locks WHERE id = ? AND owner = ?")
+                    .bind(id)
+                    .bind(owner)
+                    .execute(&self.pool)
+                    .await
+                    .map_err(LockError::unavailable)?;
+                Ok(None)
+            }
+            Err(e) => Err(LockError::unavailable(e)),
+        }
+    }
+
     /// Looks at the row holding `key`; if its lease has passed, deletes exactly that row.
     /// Returns whether the name may be free now (row gone or reaped).
     async fn reap_if_expired(&self, key: &str) -> Result<bool, LockError> {
@@ -171,18 +217,18 @@ impl DbLock {
         }
     }
 
-    fn guard(&self, key: &str, owner: String, id: u64, lease: Duration) -> Guard {
+    fn guard(&self, key: &str, owner: String, row: u64, token: u64, lease: Duration) -> Guard {
         let held = RowHeld::start(
             self.pool.clone(),
             Arc::clone(&self.requests),
-            id,
+            row,
             owner.clone(),
             lease,
             self.renewal,
             self.alive.subscribe(),
         );
         let lost = held.lost();
-        Guard::new(key, owner, id, lost, Box::new(held))
+        Guard::new(key, owner, token, lost, Box::new(held))
     }
 }
 
@@ -206,8 +252,10 @@ impl DistributedLock for DbLock {
             let started = Instant::now();
             let mut pause = POLL_MIN;
             loop {
-                if let Some(id) = self.try_insert(key, &owner, options.lease).await? {
-                    return Ok(self.guard(key, owner, id, options.lease));
+                if let Some(row) = self.try_insert(key, &owner, options.lease).await?
+                    && let Some(token) = self.fence(row, &owner).await?
+                {
+                    return Ok(self.guard(key, owner, row, token, options.lease));
                 }
                 // "May be free" includes a row another session inserted and has not committed
                 // (invisible to our read): try again at once, but never past the budget.
