@@ -1,5 +1,18 @@
-//! The database as a lock service: one row per held lock in a MySQL/MariaDB table (feature
-//! `mysql`).
+//! The database as a lock service (feature `mysql`, MariaDB): two families of locks over tables
+//! of the pool's database.
+//!
+//! **A row per held lock** — the unique-key lock, [`DbLock`] here (`db-lock`, `db-lock-renewed`)
+//! and its reentrant form ([`DbReentrantLock`], `db-lock-reentrant`): the lock *is* the row,
+//! inserted to acquire and deleted to release, with a lease in the row so a dead holder's row can
+//! be reaped. Waiters poll. Between two statements no connection is held.
+//!
+//! **A row lock held by an open transaction** — [`DbRowLock`] (`db-row-lock`, `SELECT … FOR
+//! UPDATE`) and [`DbInsertLock`] (`db-blocking-insert`, `INSERT … ON DUPLICATE KEY UPDATE`): one
+//! row per lock name that is never deleted, and the lock is InnoDB's row lock on it, held until
+//! the transaction ends. Waiters block in a statement and InnoDB wakes them; every holder and
+//! every waiter keeps a connection for as long as it holds or waits (see `held_transaction.rs`).
+//!
+//! # The unique-key lock
 //!
 //! * **Acquire** = `INSERT` a row with the lock's name. The unique index on `name` lets
 //!   exactly one concurrent insert win; the others get a duplicate-key error and poll, with
@@ -38,18 +51,30 @@
 //!
 //! # Schema
 //!
-//! The lock lives in table `db_locks` of the pool's database, its fencing counters in
-//! `db_lock_fences`; [`DbLock::create_table`] creates them if missing (an application with
-//! migrations may create them there instead, identically):
+//! The locks live in tables of the pool's database; [`DbLock::create_table`] creates them (and
+//! the token sequence) if missing, and adds the hold count to a `db_locks` made before it. An
+//! application with migrations may create them there instead, identically:
 //!
 //! ```sql
 #![doc = include_str!("schema.sql")]
 //! ```
 //!
 //! `name` is the lock key (at most 191 characters: the longest a unique `utf8mb4` index takes
-//! everywhere), `owner` the acquisition's random id.
+//! everywhere), `owner` the acquisition's random id, `holds` how often its owner entered it.
+//! The statements use MariaDB's syntax where MySQL has none (`CREATE SEQUENCE`, `FOR UPDATE
+//! WAIT n`, `SET STATEMENT … FOR`, `ADD COLUMN IF NOT EXISTS`): MariaDB is what this project
+//! runs and tests.
 
+mod blocking_insert;
+mod held_transaction;
+mod reentrant;
 mod row;
+mod row_lock;
+
+pub use blocking_insert::DbInsertLock;
+pub use held_transaction::{Waits, session_of};
+pub use reentrant::DbReentrantLock;
+pub use row_lock::DbRowLock;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -65,7 +90,7 @@ use crate::options::within_budget;
 use crate::{AcquireOptions, Backend, DistributedLock, Guard, LockError, new_owner_id};
 use row::RowHeld;
 
-/// The `CREATE TABLE IF NOT EXISTS` statements of the lock table and its fencing counters.
+/// The statements that create every table of the database locks if missing ([`DbLock::create_table`]).
 pub const SCHEMA: &str = include_str!("schema.sql");
 
 /// First and largest pause between two polls of a held lock.
@@ -75,45 +100,47 @@ const POLL_MAX: Duration = Duration::from_millis(64);
 /// A lock service backed by the `db_locks` table; see the module docs.
 pub struct DbLock {
     pool: MySqlPool,
-    renewal: Renewal,
+    variant: Variant,
     requests: Arc<AtomicU64>,
     /// Dropped with the client; the renewal tasks of its guards stop when it closes.
     alive: watch::Sender<()>,
 }
 
-/// Whether a held lock's lease is extended while its guard lives.
+/// How the unique-key lock keeps and gives back a row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Renewal {
+enum Variant {
     /// The lease runs out `lease` after the grant, whatever the holder does.
-    Off,
+    Leased,
     /// A task extends the lease every third of it.
-    EveryThirdOfLease,
+    Renewed,
+    /// Leased, and its owner may enter again ([`DbReentrantLock`]): a release takes one hold
+    /// back and deletes the row with the last.
+    Reentrant,
 }
 
 impl DbLock {
     /// A lock over `pool`'s database whose leases are never extended: a holder that outlives
     /// its lease loses the lock ([`Backend::DbLock`]).
     pub fn leased(pool: MySqlPool) -> DbLock {
-        DbLock::new(pool, Renewal::Off)
+        DbLock::new(pool, Variant::Leased)
     }
 
     /// A lock over `pool`'s database whose held leases are extended every third of the lease
     /// while the guard lives ([`Backend::DbLockRenewed`]).
     pub fn renewed(pool: MySqlPool) -> DbLock {
-        DbLock::new(pool, Renewal::EveryThirdOfLease)
+        DbLock::new(pool, Variant::Renewed)
     }
 
-    fn new(pool: MySqlPool, renewal: Renewal) -> DbLock {
+    fn new(pool: MySqlPool, variant: Variant) -> DbLock {
         DbLock {
             pool,
-            renewal,
+            variant,
             requests: Arc::new(AtomicU64::new(0)),
             alive: watch::Sender::new(()),
         }
     }
 
-    /// Creates the lock table and its fencing counters ([`SCHEMA`]) in `pool`'s database if
-    /// they are missing.
+    /// Creates every table of the database locks ([`SCHEMA`]) in `pool`'s database if missing.
     pub async fn create_table(pool: &MySqlPool) -> Result<(), LockError> {
         sqlx::raw_sql(SCHEMA)
             .execute(pool)
@@ -224,7 +251,7 @@ impl DbLock {
             row,
             owner.clone(),
             lease,
-            self.renewal,
+            self.variant,
             self.alive.subscribe(),
         );
         let lost = held.lost();
@@ -234,9 +261,10 @@ impl DbLock {
 
 impl DistributedLock for DbLock {
     fn backend(&self) -> &'static str {
-        match self.renewal {
-            Renewal::Off => Backend::DbLock.name(),
-            Renewal::EveryThirdOfLease => Backend::DbLockRenewed.name(),
+        match self.variant {
+            Variant::Leased => Backend::DbLock.name(),
+            Variant::Renewed => Backend::DbLockRenewed.name(),
+            Variant::Reentrant => Backend::DbLockReentrant.name(),
         }
     }
 
@@ -296,9 +324,19 @@ fn is_duplicate(e: &sqlx::Error) -> bool {
 /// deadlock victim (1213), or a `NOWAIT` found the row locked (3572). Nothing was changed.
 fn is_busy(e: &sqlx::Error) -> bool {
     const BUSY: [u16; 3] = [1205, 1213, 3572];
+    error_number(e).is_some_and(|n| BUSY.contains(&n))
+}
+
+/// InnoDB chose this statement's transaction as a deadlock's victim and rolled it back (1213).
+fn is_deadlock(e: &sqlx::Error) -> bool {
+    error_number(e) == Some(1213)
+}
+
+/// The server's error number, for an error the server sent.
+fn error_number(e: &sqlx::Error) -> Option<u16> {
     e.as_database_error()
         .and_then(|db| db.try_downcast_ref::<MySqlDatabaseError>())
-        .is_some_and(|db| BUSY.contains(&db.number()))
+        .map(MySqlDatabaseError::number)
 }
 
 /// A lease as the database wants it: whole microseconds.

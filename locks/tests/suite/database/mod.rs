@@ -1,16 +1,21 @@
-//! `DbLock` (the database lock table), leased and renewed: the conformance suite on MariaDB,
-//! plus connecting it by its `Backend` into an empty database.
+//! The database locks on MariaDB: the conformance suite for each (the unique-key lock leased,
+//! renewed and reentrant; the row-lock lock; the blocking insert), connecting each by its
+//! `Backend` into an empty database, and, in the submodules, what each claims beyond the suite.
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use futures::FutureExt;
-use locks::database::DbLock;
+use locks::database::{DbInsertLock, DbLock, DbReentrantLock, DbRowLock, session_of};
 use locks::{AcquireOptions, Backend, ConnectError, DistributedLock, Endpoints, conformance};
 use sqlx::MySqlPool;
 use sqlx::migrate::MigrateDatabase;
 use sqlx::mysql::MySqlPoolOptions;
 
+mod blocking_insert;
+mod claims;
+mod reentrant;
+mod row_lock;
 mod tokens;
 
 /// A fresh database with the lock table, one per test binary, created on a runtime of its own
@@ -42,6 +47,53 @@ fn fresh_database_url() -> String {
     format!("{}/{name}", server.trim_end_matches('/'))
 }
 
+/// A database of one test's own, with the lock tables: the sessions it counts at the server are
+/// its own, whatever else runs there.
+pub struct OwnDatabase {
+    pub url: String,
+    pub admin: MySqlPool,
+}
+
+impl OwnDatabase {
+    pub async fn new() -> OwnDatabase {
+        let url = tokio::task::spawn_blocking(fresh_database_url)
+            .await
+            .expect("server");
+        sqlx::MySql::create_database(&url).await.expect("database");
+        let admin = pool(&url);
+        DbLock::create_table(&admin).await.expect("lock tables");
+        OwnDatabase { url, admin }
+    }
+
+    /// Sessions of this database inside a lock statement now (`SELECT … FOR UPDATE` of the
+    /// row-lock lock, the blocking insert's upsert): while the lock is held, its waiters. Read
+    /// from the process list, not from InnoDB's lock-wait tables: those are a cache refreshed only
+    /// after 100 ms without a reader, which a poll never leaves them.
+    pub async fn waiting(&self) -> usize {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM information_schema.PROCESSLIST \
+             WHERE DB = DATABASE() AND ID <> CONNECTION_ID() \
+             AND (INFO LIKE '%FROM db_row_locks%FOR UPDATE%' OR INFO LIKE '%INTO db_insert_locks%')",
+        )
+        .fetch_one(&self.admin)
+        .await
+        .expect("process list");
+        usize::try_from(n).unwrap_or(0)
+    }
+
+    /// Polls the server until `n` sessions wait.
+    pub async fn until_waiting(&self, n: usize) {
+        while self.waiting().await != n {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    pub async fn remove(self) {
+        self.admin.close().await;
+        sqlx::MySql::drop_database(&self.url).await.expect("drop");
+    }
+}
+
 /// A pool of its own per client, as separate processes would have.
 fn pool(url: &str) -> MySqlPool {
     MySqlPoolOptions::new()
@@ -50,9 +102,9 @@ fn pool(url: &str) -> MySqlPool {
         .expect("database url")
 }
 
-/// The suite for the lock `make` builds; a grant is forgotten by moving its expiry into the past,
-/// so the next acquirer reaps it as it would an expired row.
-async fn subject(make: fn(MySqlPool) -> DbLock) -> conformance::Subject {
+/// The suite for a unique-key lock `make` builds; a grant is forgotten by moving its expiry into
+/// the past, so the next acquirer reaps it as it would an expired row.
+async fn subject<L: DistributedLock + 'static>(make: fn(MySqlPool) -> L) -> conformance::Subject {
     let url = tokio::task::spawn_blocking(database_url)
         .await
         .expect("database");
@@ -78,6 +130,39 @@ async fn subject(make: fn(MySqlPool) -> DbLock) -> conformance::Subject {
     )
 }
 
+/// The suite for a lock held by a transaction; a grant is forgotten by killing the session that
+/// holds it, so the server rolls its transaction back.
+async fn session_subject<L: DistributedLock + 'static>(
+    make: fn(MySqlPool) -> L,
+) -> conformance::Subject {
+    let url = tokio::task::spawn_blocking(database_url)
+        .await
+        .expect("database");
+    let admin = pool(&url);
+    conformance::Subject::new(
+        move || {
+            let lock = make(pool(&url));
+            async move { Arc::new(lock) as Arc<dyn DistributedLock> }.boxed()
+        },
+        move |guard| {
+            let (admin, session) = (admin.clone(), session_of(guard));
+            async move {
+                kill(&admin, session.expect("the guard names its session")).await;
+            }
+            .boxed()
+        },
+    )
+}
+
+/// Ends database session `id` as `KILL` does: its transaction is rolled back.
+async fn kill(admin: &MySqlPool, id: u64) {
+    let sql = format!("KILL CONNECTION {id}");
+    sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+        .execute(admin)
+        .await
+        .expect("kill the session");
+}
+
 mod leased {
     use super::*;
 
@@ -98,13 +183,50 @@ mod renewed {
     conformance::suite!(subject);
 }
 
+mod reentrant_suite {
+    use super::*;
+
+    async fn subject() -> conformance::Subject {
+        super::subject(DbReentrantLock::new).await
+    }
+
+    conformance::suite!(subject);
+}
+
+mod row_lock_suite {
+    use super::*;
+
+    async fn subject() -> conformance::Subject {
+        super::session_subject(DbRowLock::new).await
+    }
+
+    conformance::suite!(subject);
+}
+
+mod blocking_insert_suite {
+    use super::*;
+
+    async fn subject() -> conformance::Subject {
+        super::session_subject(DbInsertLock::new).await
+    }
+
+    conformance::suite!(subject);
+}
+
 #[tokio::test]
 async fn connecting_by_backend_creates_the_lock_table_in_an_empty_database() {
     let url = tokio::task::spawn_blocking(fresh_database_url)
         .await
         .expect("server");
     sqlx::MySql::create_database(&url).await.expect("database");
-    for backend in [Backend::DbLock, Backend::DbLockRenewed] {
+    let database_backends = [
+        Backend::DbLock,
+        Backend::DbLockRenewed,
+        Backend::DbLockReentrant,
+        Backend::DbRowLock,
+        Backend::DbBlockingInsert,
+    ];
+    for backend in database_backends {
         let endpoints = Endpoints {
             database: Some(pool(&url).into()),
             ..Endpoints::default()

@@ -108,7 +108,7 @@ async fn db_lock_tokens_rise_with_every_grant_when_24_inserts_reach_a_busy_serve
 async fn inserting(observer: &mut MySqlConnection) -> usize {
     let n: i64 = sqlx::query_scalar(
         "SELECT COUNT(*) FROM information_schema.PROCESSLIST \
-         WHERE INFO LIKE 'INSERT INTO db_locks%'",
+         WHERE DB = DATABASE() AND INFO LIKE 'INSERT INTO db_locks%'",
     )
     .fetch_one(observer)
     .await
