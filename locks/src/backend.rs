@@ -136,6 +136,18 @@ impl Backend {
         }
     }
 
+    /// `true` for the locks kept in the database (feature `mysql`, [`crate::Endpoints::database`]).
+    pub const fn uses_database(self) -> bool {
+        matches!(
+            self,
+            Backend::DbLock
+                | Backend::DbLockRenewed
+                | Backend::DbLockReentrant
+                | Backend::DbRowLock
+                | Backend::DbBlockingInsert
+        )
+    }
+
     /// `true` for the variants that exist to show a failure: they do not give mutual exclusion
     /// even while every lease holds.
     pub const fn is_broken(self) -> bool {

@@ -1,19 +1,22 @@
 //! What the articles claim of a lock held by an open transaction, measured for the row-lock lock
 //! and the blocking insert alike (`claims!` instantiates every property for one of them): a
-//! history-checked contention run, a dead holder freed by the database, a silent one by its
+//! history-checked contention run, a killed holder freed by the database, a silent one by its
 //! lease, waiters served in arrival order, one waiter woken per release, re-entry, tokens a
 //! killed holder drew never drawn again, and the price — a connection per holder and waiter.
 //! Figures the tests measure are printed (`--no-capture`), never asserted.
 
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use locks::database::{DbInsertLock, DbRowLock, Waits, session_of};
 use locks::history::{self, History};
 use locks::recorded::FencedStore;
-use locks::{AcquireOptions, DistributedLock, Guard, LockError, conformance};
+use locks::{AcquireOptions, Backend, DistributedLock, Guard, LockError, conformance};
 use sqlx::MySqlPool;
 use sqlx::mysql::MySqlPoolOptions;
+use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::mpsc;
 
 use super::{OwnDatabase, kill};
@@ -21,12 +24,14 @@ use crate::relay::Relay;
 
 /// A lock held by a transaction, as these tests use it.
 pub trait TransactionLock: DistributedLock + Sized + 'static {
+    const BACKEND: Backend;
     fn open(pool: MySqlPool) -> Self;
     fn waits(&self) -> Waits;
     fn reenter(&self, guard: &Guard) -> impl Future<Output = Result<Option<Guard>, LockError>>;
 }
 
 impl TransactionLock for DbRowLock {
+    const BACKEND: Backend = Backend::DbRowLock;
     fn open(pool: MySqlPool) -> Self {
         DbRowLock::new(pool)
     }
@@ -39,6 +44,7 @@ impl TransactionLock for DbRowLock {
 }
 
 impl TransactionLock for DbInsertLock {
+    const BACKEND: Backend = Backend::DbBlockingInsert;
     fn open(pool: MySqlPool) -> Self {
         DbInsertLock::new(pool)
     }
@@ -55,7 +61,7 @@ macro_rules! claims {
     ($lock:ty) => {
         $crate::database::claims::claims!(@tests $lock;
             a_history_checked_contention_run_shows_no_violation,
-            a_holder_whose_connection_closes_is_freed_by_the_database_not_by_its_lease,
+            a_killed_holders_lock_is_freed_by_the_database_not_by_its_lease,
             a_holder_gone_silent_keeps_the_lock_until_its_lease_then_hears_it_lost,
             waiters_are_granted_in_the_order_they_arrived,
             a_release_wakes_one_waiter_not_all,
@@ -149,40 +155,66 @@ pub fn through(relay: &Relay, url: &str) -> String {
     url.replacen(server_of(url), &relay.address(), 1)
 }
 
-/// The holder's connection closes, as a killed process's does (the relay cuts it): another
-/// client is granted the lock at once, though the holder's lease has ten minutes to run.
-pub async fn a_holder_whose_connection_closes_is_freed_by_the_database_not_by_its_lease<
-    L: TransactionLock,
->() {
+/// The holder is a process of its own (the `hold` example), SIGKILLed holding the lock: its
+/// kernel closes its connection, the server rolls its transaction back, and another client is
+/// granted the lock at once, though the holder's lease had ten minutes to run.
+pub async fn a_killed_holders_lock_is_freed_by_the_database_not_by_its_lease<L: TransactionLock>() {
     let db = OwnDatabase::new().await;
-    let url = db.url.clone();
-    let relay = Relay::start(server_of(&url)).await;
-    let holder = client::<L>(&through(&relay, &url), 1);
-    let other = client::<L>(&url, 1);
-    let key = conformance::unique_key("closed");
-    let guard = holder.acquire(&key, try_once()).await.expect("grant");
+    let other = client::<L>(&db.url, 1);
+    let key = conformance::unique_key("killed-process");
+    let mut holder = tokio::process::Command::new(example("hold"))
+        .args([&db.url, L::BACKEND.name(), &key])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start the holder process");
+    let stdout = holder.stdout.take().expect("the holder's stdout");
+    let said = BufReader::new(stdout)
+        .lines()
+        .next_line()
+        .await
+        .expect("the holder's output")
+        .expect("the holder exited before it was granted");
+    let token: u64 = said
+        .strip_prefix("granted ")
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("the holder said {said:?}"));
     let refused = other.acquire(&key, try_once()).await;
     assert!(
         matches!(refused, Err(LockError::Timeout { .. })),
         "{refused:?}"
     );
-    relay.refuse();
-    let closed = Instant::now();
+    holder.start_kill().expect("SIGKILL");
+    holder.wait().await.expect("the holder's end");
+    let killed = Instant::now();
     let next = other
         .acquire(&key, waiting())
         .await
-        .expect("the lock of a holder whose connection closed was not freed");
+        .expect("the lock of a killed holder was not freed");
     eprintln!(
-        "freed {:?} after the holder's connection closed (lease {LONG_LEASE:?})",
-        closed.elapsed()
+        "freed {:?} after the holder's SIGKILL (lease {LONG_LEASE:?})",
+        killed.elapsed()
     );
-    assert!(next.fencing_token() > guard.fencing_token());
+    assert!(next.fencing_token() > token);
     assert!(next.release().await.expect("release"));
-    assert!(
-        !guard.release().await.expect("release"),
-        "a closed session released a lock"
-    );
     db.remove().await;
+}
+
+/// An example program of this crate, built beside the test binary (`target/<profile>/examples`).
+fn example(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let profile = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps");
+    let path = profile.join("examples").join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: cargo builds the examples with the tests",
+        path.display()
+    );
+    path
 }
 
 /// The holder goes silent with its connection open (a partition: the relay black-holes it): the
