@@ -22,7 +22,7 @@
 //! on that row, the row vanishes, each waiter's insert goes on holding a lock on the gap the row
 //! left and needing the gap the others hold — InnoDB's classic duplicate-key deadlock — and
 //! InnoDB rolls one back (1213). Such a victim holds nothing: it counts the deadlock
-//! ([`DbInsertLock::waits`]) and tries again within its budget, as a busy lock; exclusion is
+//! ([`TransactionLock::waits`]) and tries again within its budget, as a busy lock; exclusion is
 //! never at risk. Once the row has been committed (any release commits), no deadlock was seen:
 //! in 20 rounds of 16 clients, two grants each, releases racing new upserts, 0 deadlocks, because
 //! the upsert of an existing row asks for the row's exclusive lock at once (for
@@ -34,40 +34,17 @@
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
-use sqlx::{MySqlConnection, MySqlPool};
+use sqlx::MySqlConnection;
 
-use super::held_transaction::{LockStatement, Taken, TxLock, Waits};
-use crate::{AcquireOptions, Backend, DistributedLock, Guard, LockError};
+use super::held_transaction::{LockStatement, Taken, TransactionLock};
+use crate::Backend;
 
-/// The blocking insert ([`Backend::DbBlockingInsert`]); see the module docs.
-pub struct DbInsertLock {
-    lock: TxLock<Upsert>,
-}
+/// The blocking insert ([`Backend::DbBlockingInsert`]); see the module docs. Re-entry:
+/// [`TransactionLock::reenter`] runs the upsert again in the holder's transaction.
+pub type DbInsertLock = TransactionLock<Upsert>;
 
-impl DbInsertLock {
-    /// A lock over `pool`'s database (tables as [`super::DbLock::create_table`] makes them).
-    /// Every holder and every waiter keeps one of the pool's connections.
-    pub fn new(pool: MySqlPool) -> DbInsertLock {
-        DbInsertLock {
-            lock: TxLock::new(pool),
-        }
-    }
-
-    /// Enters the lock `guard` holds once more, by running the upsert again in its transaction:
-    /// a guard with the same owner and token, or `None` if `guard`'s lock is gone. The
-    /// transaction commits when the last of them is released.
-    pub async fn reenter(&self, guard: &Guard) -> Result<Option<Guard>, LockError> {
-        self.lock.reenter(guard).await
-    }
-
-    /// How this client's upserts were answered so far (deadlocks included).
-    pub fn waits(&self) -> Waits {
-        self.lock.waits()
-    }
-}
-
-/// `INSERT … ON DUPLICATE KEY UPDATE` of the lock's row.
-struct Upsert;
+/// The statement of [`DbInsertLock`]: `INSERT … ON DUPLICATE KEY UPDATE` of the lock's row.
+pub struct Upsert;
 
 impl LockStatement for Upsert {
     const BACKEND: Backend = Backend::DbBlockingInsert;
@@ -106,23 +83,5 @@ impl LockStatement for Upsert {
     ) -> BoxFuture<'c, Result<(), sqlx::Error>> {
         // The upsert creates the row; `lock` never reports it missing.
         async { Ok(()) }.boxed()
-    }
-}
-
-impl DistributedLock for DbInsertLock {
-    fn backend(&self) -> &'static str {
-        Upsert::BACKEND.name()
-    }
-
-    fn acquire<'a>(
-        &'a self,
-        key: &'a str,
-        options: AcquireOptions,
-    ) -> BoxFuture<'a, Result<Guard, LockError>> {
-        self.lock.acquire(key, options)
-    }
-
-    fn backend_requests(&self) -> u64 {
-        self.lock.requests()
     }
 }

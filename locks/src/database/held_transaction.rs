@@ -49,10 +49,11 @@ use tokio::task::JoinHandle;
 
 use super::{is_busy, is_deadlock};
 use crate::options::{ATTEMPT_GRACE, within_budget};
-use crate::{AcquireOptions, Backend, Guard, Held, LockError, new_owner_id};
+use crate::{AcquireOptions, Backend, DistributedLock, Guard, Held, LockError, new_owner_id};
 
-/// The statement that takes a transaction-held lock; what the backends differ in.
-pub(super) trait LockStatement: Send + Sync + 'static {
+/// The statement that takes a transaction-held lock; what the backends differ in. Implemented in
+/// this crate only (the module is private).
+pub trait LockStatement: Send + Sync + 'static {
     const BACKEND: Backend;
     /// Statements `lock` sends (for [`crate::DistributedLock::backend_requests`]).
     const STATEMENTS: u64;
@@ -77,7 +78,7 @@ pub(super) trait LockStatement: Send + Sync + 'static {
 
 /// A row lock taken: the fencing token drawn after it, and the session holding it.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Taken {
+pub struct Taken {
     pub(super) token: u64,
     pub(super) connection: u64,
 }
@@ -99,21 +100,25 @@ pub fn session_of(guard: &Guard) -> Option<u64> {
     guard.owner().rsplit_once('@')?.1.parse().ok()
 }
 
-/// A lock held by an open transaction, taking its row lock with `S`.
-pub(super) struct TxLock<S> {
+/// A lock held by an open transaction, taking its row lock with the statement `S`:
+/// [`super::DbRowLock`], [`super::DbInsertLock`]. Every holder and every waiter keeps one of
+/// the pool's connections; see the module docs of `database` and of each lock.
+pub struct TransactionLock<S> {
     pool: MySqlPool,
     requests: Arc<AtomicU64>,
     waits: Arc<Mutex<Waits>>,
-    /// The holdings of this client, by owner: what [`TxLock::reenter`] finds a guard's in.
+    /// The holdings of this client, by owner: what [`TransactionLock::reenter`] finds a
+    /// guard's in.
     holdings: Arc<Mutex<HashMap<String, Weak<Holding>>>>,
     /// Dropped with the client; its holdings' keep-alive tasks stop pinging then.
     alive: watch::Sender<()>,
     statement: PhantomData<S>,
 }
 
-impl<S: LockStatement> TxLock<S> {
-    pub(super) fn new(pool: MySqlPool) -> TxLock<S> {
-        TxLock {
+impl<S: LockStatement> TransactionLock<S> {
+    /// A lock over `pool`'s database (tables as [`super::DbLock::create_table`] makes them).
+    pub fn new(pool: MySqlPool) -> TransactionLock<S> {
+        TransactionLock {
             pool,
             requests: Arc::new(AtomicU64::new(0)),
             waits: Arc::default(),
@@ -123,11 +128,8 @@ impl<S: LockStatement> TxLock<S> {
         }
     }
 
-    pub(super) fn requests(&self) -> u64 {
-        self.requests.load(Ordering::Relaxed)
-    }
-
-    pub(super) fn waits(&self) -> Waits {
+    /// How this client's locking statements were answered so far.
+    pub fn waits(&self) -> Waits {
         *lock(&self.waits)
     }
 
@@ -140,7 +142,7 @@ impl<S: LockStatement> TxLock<S> {
         }
     }
 
-    pub(super) fn acquire<'a>(
+    fn acquire_within_budget<'a>(
         &'a self,
         key: &'a str,
         options: AcquireOptions,
@@ -172,7 +174,7 @@ impl<S: LockStatement> TxLock<S> {
                         return Ok(self.hold(session, key, taken, options.lease));
                     }
                     Ok(None) => {
-                        session.rollback().await?;
+                        session.end("ROLLBACK").await?;
                         self.requests.fetch_add(1, Ordering::Relaxed);
                         match S::create(session.conn(), key, wait).await {
                             // The row exists now (rows are never deleted): lock it.
@@ -184,7 +186,7 @@ impl<S: LockStatement> TxLock<S> {
                     }
                     Err(e) if is_busy(&e) => {
                         self.answered(Some(&e));
-                        session.rollback().await?;
+                        session.end("ROLLBACK").await?;
                     }
                     Err(e) => return Err(LockError::unavailable(e)),
                 }
@@ -245,10 +247,12 @@ impl<S: LockStatement> TxLock<S> {
         Guard::new(key, owner, taken.token, lost_flag, Box::new(Hold(holding)))
     }
 
-    /// Enters the lock `guard` holds once more: its statement again in the holder's
-    /// transaction. A guard of the same acquisition and token, or `None` if `guard`'s lock is
-    /// gone (released, lost) or was not taken through this client.
-    pub(super) async fn reenter(&self, guard: &Guard) -> Result<Option<Guard>, LockError> {
+    /// Enters the lock `guard` holds once more, by running its statement again in the holder's
+    /// transaction (answered at once: a transaction never waits for its own lock). A guard of
+    /// the same acquisition and token, or `None` if `guard`'s lock is gone (released, lost) or
+    /// was not taken through this client. The transaction commits when the last of the guards
+    /// is released.
+    pub async fn reenter(&self, guard: &Guard) -> Result<Option<Guard>, LockError> {
         let holding = lock(&self.holdings)
             .get(guard.owner())
             .and_then(Weak::upgrade);
@@ -282,6 +286,24 @@ impl<S: LockStatement> TxLock<S> {
                 Err(LockError::unavailable(e))
             }
         }
+    }
+}
+
+impl<S: LockStatement> DistributedLock for TransactionLock<S> {
+    fn backend(&self) -> &'static str {
+        S::BACKEND.name()
+    }
+
+    fn acquire<'a>(
+        &'a self,
+        key: &'a str,
+        options: AcquireOptions,
+    ) -> BoxFuture<'a, Result<Guard, LockError>> {
+        self.acquire_within_budget(key, options)
+    }
+
+    fn backend_requests(&self) -> u64 {
+        self.requests.load(Ordering::Relaxed)
     }
 }
 
@@ -321,7 +343,7 @@ impl Held for Hold {
             lock(&holding.holdings).remove(&holding.owner);
             let session = holding.session.lock().await.take();
             match session {
-                Some(mut session) => Ok(session.commit().await.is_ok() && !lost),
+                Some(mut session) => Ok(session.end("COMMIT").await.is_ok() && !lost),
                 None => Ok(false),
             }
         })
@@ -406,20 +428,11 @@ impl Session {
         self.run(sqlx::AssertSqlSafe(sql)).await
     }
 
-    async fn rollback(&mut self) -> Result<(), LockError> {
-        self.run(sqlx::AssertSqlSafe(
-            "ROLLBACK; SET SESSION wait_timeout = DEFAULT",
-        ))
-        .await?;
-        self.dirty = false;
-        Ok(())
-    }
-
-    async fn commit(&mut self) -> Result<(), LockError> {
-        self.run(sqlx::AssertSqlSafe(
-            "COMMIT; SET SESSION wait_timeout = DEFAULT",
-        ))
-        .await?;
+    /// Ends the transaction with `end` (`ROLLBACK` or `COMMIT`) and gives the session back the
+    /// server's idle timeout: fit for the pool again.
+    async fn end(&mut self, end: &'static str) -> Result<(), LockError> {
+        let sql = format!("{end}; SET SESSION wait_timeout = DEFAULT");
+        self.run(sqlx::AssertSqlSafe(sql)).await?;
         self.dirty = false;
         Ok(())
     }

@@ -71,10 +71,10 @@ mod reentrant;
 mod row;
 mod row_lock;
 
-pub use blocking_insert::DbInsertLock;
-pub use held_transaction::{Waits, session_of};
+pub use blocking_insert::{DbInsertLock, Upsert};
+pub use held_transaction::{TransactionLock, Waits, session_of};
 pub use reentrant::DbReentrantLock;
-pub use row_lock::DbRowLock;
+pub use row_lock::{DbRowLock, SelectForUpdate};
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

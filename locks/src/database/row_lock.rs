@@ -25,13 +25,17 @@
 //! transactional: a drawn value is never drawn again, and it survives restarts.
 //!
 //! **What the articles claim, as this crate measures it** (tests in
-//! `tests/suite/database/claims.rs`): mutual exclusion, yes; a killed holder's lock is freed
-//! by the database as soon as its connection closes — but a holder cut off without its
-//! connection closing keeps it until the session's idle timeout, which is why this lock sets it
-//! to the lease (see `held_transaction.rs`); one release wakes one waiter, not all of them;
-//! re-entry in the same transaction is granted at once, but the database counts nothing and
-//! one `COMMIT` ends every entry, so [`DbRowLock::reenter`] counts; and the price the
-//! articles name, a connection per holder and per waiter, is real.
+//! `tests/suite/database/claims.rs`, the same for the blocking insert): mutual exclusion, yes
+//! (history-checked); a killed holder's lock is freed by the database as soon as the kernel
+//! closes its connection (milliseconds after a SIGKILL) — but a holder cut off without its
+//! connection closing keeps it until the session's idle timeout, which is why this lock sets
+//! that timeout to the lease (see `held_transaction.rs`); waiters are granted in the order they
+//! arrived (InnoDB queues a row's lock requests first come, first served); one release wakes
+//! one waiter, not all of them; re-entry in the same transaction is granted at once, but the
+//! database counts nothing and one `COMMIT` ends every entry, so
+//! [`TransactionLock::reenter`] counts; and the price the articles name, a connection per
+//! holder and per waiter, is real: a pool whose connections all hold or wait cannot take a
+//! lock that is free.
 //!
 //! **Safe while its session holds.** The lock lasts exactly as long as the holder's session: a
 //! holder paused past the lease (its pings stop) loses it while it believes it still holds.
@@ -39,40 +43,17 @@
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
-use sqlx::{MySqlConnection, MySqlPool};
+use sqlx::MySqlConnection;
 
-use super::held_transaction::{LockStatement, Taken, TxLock, Waits};
-use crate::{AcquireOptions, Backend, DistributedLock, Guard, LockError};
+use super::held_transaction::{LockStatement, Taken, TransactionLock};
+use crate::Backend;
 
-/// The row-lock lock ([`Backend::DbRowLock`]); see the module docs.
-pub struct DbRowLock {
-    lock: TxLock<SelectForUpdate>,
-}
+/// The row-lock lock ([`Backend::DbRowLock`]); see the module docs. Re-entry:
+/// [`TransactionLock::reenter`] runs the locking select again in the holder's transaction.
+pub type DbRowLock = TransactionLock<SelectForUpdate>;
 
-impl DbRowLock {
-    /// A lock over `pool`'s database (tables as [`super::DbLock::create_table`] makes them).
-    /// Every holder and every waiter keeps one of the pool's connections.
-    pub fn new(pool: MySqlPool) -> DbRowLock {
-        DbRowLock {
-            lock: TxLock::new(pool),
-        }
-    }
-
-    /// Enters the lock `guard` holds once more, by running the locking select again in its
-    /// transaction: a guard with the same owner and token, or `None` if `guard`'s lock is gone.
-    /// The transaction commits when the last of them is released.
-    pub async fn reenter(&self, guard: &Guard) -> Result<Option<Guard>, LockError> {
-        self.lock.reenter(guard).await
-    }
-
-    /// How this client's locking statements were answered so far.
-    pub fn waits(&self) -> Waits {
-        self.lock.waits()
-    }
-}
-
-/// `SELECT … FOR UPDATE` of the lock's row.
-struct SelectForUpdate;
+/// The statement of [`DbRowLock`]: `SELECT … FOR UPDATE` of the lock's row.
+pub struct SelectForUpdate;
 
 impl LockStatement for SelectForUpdate {
     const BACKEND: Backend = Backend::DbRowLock;
@@ -118,23 +99,5 @@ impl LockStatement for SelectForUpdate {
             Ok(())
         }
         .boxed()
-    }
-}
-
-impl DistributedLock for DbRowLock {
-    fn backend(&self) -> &'static str {
-        SelectForUpdate::BACKEND.name()
-    }
-
-    fn acquire<'a>(
-        &'a self,
-        key: &'a str,
-        options: AcquireOptions,
-    ) -> BoxFuture<'a, Result<Guard, LockError>> {
-        self.lock.acquire(key, options)
-    }
-
-    fn backend_requests(&self) -> u64 {
-        self.lock.requests()
     }
 }

@@ -23,14 +23,14 @@ use super::{OwnDatabase, kill};
 use crate::relay::Relay;
 
 /// A lock held by a transaction, as these tests use it.
-pub trait TransactionLock: DistributedLock + Sized + 'static {
+pub trait HeldByTransaction: DistributedLock + Sized + 'static {
     const BACKEND: Backend;
     fn open(pool: MySqlPool) -> Self;
     fn waits(&self) -> Waits;
     fn reenter(&self, guard: &Guard) -> impl Future<Output = Result<Option<Guard>, LockError>>;
 }
 
-impl TransactionLock for DbRowLock {
+impl HeldByTransaction for DbRowLock {
     const BACKEND: Backend = Backend::DbRowLock;
     fn open(pool: MySqlPool) -> Self {
         DbRowLock::new(pool)
@@ -43,7 +43,7 @@ impl TransactionLock for DbRowLock {
     }
 }
 
-impl TransactionLock for DbInsertLock {
+impl HeldByTransaction for DbInsertLock {
     const BACKEND: Backend = Backend::DbBlockingInsert;
     fn open(pool: MySqlPool) -> Self {
         DbInsertLock::new(pool)
@@ -85,7 +85,7 @@ const LONG_LEASE: Duration = Duration::from_secs(600);
 const LONG_WAIT: Duration = Duration::from_secs(60);
 
 /// A client of its own, with a pool of `connections`.
-fn client<L: TransactionLock>(url: &str, connections: u32) -> Arc<L> {
+fn client<L: HeldByTransaction>(url: &str, connections: u32) -> Arc<L> {
     let pool = MySqlPoolOptions::new()
         .max_connections(connections)
         .connect_lazy(url)
@@ -103,18 +103,29 @@ fn waiting() -> AcquireOptions {
 
 /// Six clients take the lock 20 times each, writing to a fenced store inside; the history
 /// checker finds no overlap, no token out of order, no stale write accepted.
-pub async fn a_history_checked_contention_run_shows_no_violation<L: TransactionLock>() {
+pub async fn a_history_checked_contention_run_shows_no_violation<L: HeldByTransaction>() {
+    contention_history_shows_no_violation(|pool| Arc::new(L::open(pool)) as Arc<_>).await;
+}
+
+/// [`a_history_checked_contention_run_shows_no_violation`] for any database lock `open` makes
+/// from a pool (each client with a pool of two connections).
+pub async fn contention_history_shows_no_violation(
+    open: impl Fn(MySqlPool) -> Arc<dyn DistributedLock>,
+) {
     const CLIENTS: usize = 6;
     const GRANTS: usize = 20;
     let db = OwnDatabase::new().await;
-    let url = db.url.clone();
     let key = conformance::unique_key("history");
     let history = Arc::new(History::new());
     let store = Arc::new(FencedStore::new(Arc::clone(&history)));
     let started = Instant::now();
     let mut clients = tokio::task::JoinSet::new();
     for c in 0..CLIENTS {
-        let (lock, key, store) = (client::<L>(&url, 2), key.clone(), Arc::clone(&store));
+        let pool = MySqlPoolOptions::new()
+            .max_connections(2)
+            .connect_lazy(&db.url)
+            .expect("database url");
+        let (lock, key, store) = (open(pool), key.clone(), Arc::clone(&store));
         clients.spawn(async move {
             let name = format!("client-{c}");
             let history = store.history();
@@ -158,7 +169,9 @@ pub fn through(relay: &Relay, url: &str) -> String {
 /// The holder is a process of its own (the `hold` example), SIGKILLed holding the lock: its
 /// kernel closes its connection, the server rolls its transaction back, and another client is
 /// granted the lock at once, though the holder's lease had ten minutes to run.
-pub async fn a_killed_holders_lock_is_freed_by_the_database_not_by_its_lease<L: TransactionLock>() {
+pub async fn a_killed_holders_lock_is_freed_by_the_database_not_by_its_lease<
+    L: HeldByTransaction,
+>() {
     let db = OwnDatabase::new().await;
     let other = client::<L>(&db.url, 1);
     let key = conformance::unique_key("killed-process");
@@ -221,7 +234,7 @@ fn example(name: &str) -> PathBuf {
 /// database keeps its lock until the session's idle timeout, the lease, ends it; the holder's
 /// `lost()` fires, and another client is granted the lock.
 pub async fn a_holder_gone_silent_keeps_the_lock_until_its_lease_then_hears_it_lost<
-    L: TransactionLock,
+    L: HeldByTransaction,
 >() {
     let lease = Duration::from_secs(2);
     let db = OwnDatabase::new().await;
@@ -260,7 +273,7 @@ pub async fn a_holder_gone_silent_keeps_the_lock_until_its_lease_then_hears_it_l
 
 /// Six waiters arrive one after another (each queued at the server before the next starts);
 /// each release grants the one that has waited longest.
-pub async fn waiters_are_granted_in_the_order_they_arrived<L: TransactionLock>() {
+pub async fn waiters_are_granted_in_the_order_they_arrived<L: HeldByTransaction>() {
     const WAITERS: usize = 6;
     let db = OwnDatabase::new().await;
     let url = db.url.clone();
@@ -295,7 +308,7 @@ pub async fn waiters_are_granted_in_the_order_they_arrived<L: TransactionLock>()
 
 /// Five waiters of one client block on a held lock. Each release answers exactly one of their
 /// blocked statements — with the lock — and the others stay queued at the server: no herd.
-pub async fn a_release_wakes_one_waiter_not_all<L: TransactionLock>() {
+pub async fn a_release_wakes_one_waiter_not_all<L: HeldByTransaction>() {
     const WAITERS: usize = 5;
     let db = OwnDatabase::new().await;
     let url = db.url.clone();
@@ -341,7 +354,7 @@ pub async fn a_release_wakes_one_waiter_not_all<L: TransactionLock>() {
 /// The holder enters again through its guard (its statement run again in its transaction):
 /// the same token, at once; the lock stays held after the inner release and is free after the
 /// outer one, and a released guard cannot re-enter.
-pub async fn a_reentered_lock_is_held_until_its_last_guard_is_released<L: TransactionLock>() {
+pub async fn a_reentered_lock_is_held_until_its_last_guard_is_released<L: HeldByTransaction>() {
     let db = OwnDatabase::new().await;
     let url = db.url.clone();
     let (lock, other) = (client::<L>(&url, 1), client::<L>(&url, 1));
@@ -372,7 +385,7 @@ pub async fn a_reentered_lock_is_held_until_its_last_guard_is_released<L: Transa
 /// A holder's session is killed (its transaction rolled back, as a dead client's is): the next
 /// holder's token is larger. A token kept in the locked row and bumped in the holding
 /// transaction would have been rolled back with it and drawn again.
-pub async fn a_killed_holders_token_is_never_drawn_again<L: TransactionLock>() {
+pub async fn a_killed_holders_token_is_never_drawn_again<L: HeldByTransaction>() {
     let db = OwnDatabase::new().await;
     let url = db.url.clone();
     let (a, b) = (client::<L>(&url, 1), client::<L>(&url, 1));
@@ -397,7 +410,7 @@ pub async fn a_killed_holders_token_is_never_drawn_again<L: TransactionLock>() {
 /// A client with a pool of two: one connection holds a lock, the other waits for it, and an
 /// acquire of a *free* name fails for want of a connection — while another client takes that
 /// name at once.
-pub async fn every_holder_and_every_waiter_keeps_a_connection_of_the_pool<L: TransactionLock>() {
+pub async fn every_holder_and_every_waiter_keeps_a_connection_of_the_pool<L: HeldByTransaction>() {
     let db = OwnDatabase::new().await;
     let url = db.url.clone();
     let lock = client::<L>(&url, 2);

@@ -163,54 +163,29 @@ async fn kill(admin: &MySqlPool, id: u64) {
         .expect("kill the session");
 }
 
-mod leased {
-    use super::*;
+/// A module running the conformance suite per lock: `module: subject(make);`.
+macro_rules! suites {
+    ($($module:ident: $subject:ident($make:path);)*) => {
+        $(
+            mod $module {
+                use super::*;
 
-    async fn subject() -> conformance::Subject {
-        super::subject(DbLock::leased).await
-    }
+                async fn subject() -> conformance::Subject {
+                    super::$subject($make).await
+                }
 
-    conformance::suite!(subject);
+                conformance::suite!(subject);
+            }
+        )*
+    };
 }
 
-mod renewed {
-    use super::*;
-
-    async fn subject() -> conformance::Subject {
-        super::subject(DbLock::renewed).await
-    }
-
-    conformance::suite!(subject);
-}
-
-mod reentrant_suite {
-    use super::*;
-
-    async fn subject() -> conformance::Subject {
-        super::subject(DbReentrantLock::new).await
-    }
-
-    conformance::suite!(subject);
-}
-
-mod row_lock_suite {
-    use super::*;
-
-    async fn subject() -> conformance::Subject {
-        super::session_subject(DbRowLock::new).await
-    }
-
-    conformance::suite!(subject);
-}
-
-mod blocking_insert_suite {
-    use super::*;
-
-    async fn subject() -> conformance::Subject {
-        super::session_subject(DbInsertLock::new).await
-    }
-
-    conformance::suite!(subject);
+suites! {
+    leased: subject(DbLock::leased);
+    renewed: subject(DbLock::renewed);
+    reentrant_suite: subject(DbReentrantLock::new);
+    row_lock_suite: session_subject(DbRowLock::new);
+    blocking_insert_suite: session_subject(DbInsertLock::new);
 }
 
 #[tokio::test]

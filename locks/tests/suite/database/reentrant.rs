@@ -1,12 +1,21 @@
-//! The reentrant unique-key lock beyond the conformance suite: its holder enters again through
-//! its guard, and the lock is free only when every guard was released.
+//! The reentrant unique-key lock beyond the conformance suite: a history-checked contention
+//! run, and re-entry — its holder enters again through its guard, and the lock is free only
+//! when every guard was released.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use locks::database::DbReentrantLock;
 use locks::{AcquireOptions, DistributedLock, LockError, conformance};
 
+use super::claims::contention_history_shows_no_violation;
 use super::{database_url, pool};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_history_checked_contention_run_shows_no_violation() {
+    contention_history_shows_no_violation(|pool| Arc::new(DbReentrantLock::new(pool)) as Arc<_>)
+        .await;
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_reentered_row_is_held_until_its_last_guard_is_released() {
