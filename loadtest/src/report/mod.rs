@@ -170,6 +170,7 @@ mod tests {
             final_stock,
             units_in_orders: units,
             orders: units,
+            pending: 0,
         };
         RunReport {
             started_at: "2026-11-21T00:00:00Z".into(),
