@@ -102,38 +102,21 @@ fn pool(url: &str) -> MySqlPool {
         .expect("database url")
 }
 
-/// The suite for a unique-key lock `make` builds; a grant is forgotten by moving its expiry into
-/// the past, so the next acquirer reaps it as it would an expired row.
-async fn subject<L: DistributedLock + 'static>(make: fn(MySqlPool) -> L) -> conformance::Subject {
-    let url = tokio::task::spawn_blocking(database_url)
-        .await
-        .expect("database");
-    let admin = pool(&url);
-    conformance::Subject::new(
-        move || {
-            let lock = make(pool(&url));
-            async move { Arc::new(lock) as Arc<dyn DistributedLock> }.boxed()
-        },
-        move |guard| {
-            let (admin, owner) = (admin.clone(), guard.owner().to_owned());
-            async move {
-                sqlx::query(
-                    "UPDATE db_locks SET expires_at = NOW(6) - INTERVAL 1 SECOND WHERE owner = ?",
-                )
-                .bind(owner)
-                .execute(&admin)
-                .await
-                .expect("expire the row");
-            }
-            .boxed()
-        },
-    )
+/// How the suite makes the database forget a grant behind its holder's back.
+#[derive(Debug, Clone, Copy)]
+enum Forget {
+    /// Move the row's expiry into the past, so the next acquirer reaps it as it would an
+    /// expired row (the unique-key locks).
+    ExpireRow,
+    /// Kill the session that holds it, so the server rolls its transaction back (the locks
+    /// held by a transaction).
+    KillSession,
 }
 
-/// The suite for a lock held by a transaction; a grant is forgotten by killing the session that
-/// holds it, so the server rolls its transaction back.
-async fn session_subject<L: DistributedLock + 'static>(
+/// The suite for the lock `make` builds, its grants forgotten as `forget` says.
+async fn subject<L: DistributedLock + 'static>(
     make: fn(MySqlPool) -> L,
+    forget: Forget,
 ) -> conformance::Subject {
     let url = tokio::task::spawn_blocking(database_url)
         .await
@@ -145,9 +128,24 @@ async fn session_subject<L: DistributedLock + 'static>(
             async move { Arc::new(lock) as Arc<dyn DistributedLock> }.boxed()
         },
         move |guard| {
-            let (admin, session) = (admin.clone(), session_of(guard));
+            let (admin, owner, session) =
+                (admin.clone(), guard.owner().to_owned(), session_of(guard));
             async move {
-                kill(&admin, session.expect("the guard names its session")).await;
+                match forget {
+                    Forget::ExpireRow => {
+                        sqlx::query(
+                            "UPDATE db_locks SET expires_at = NOW(6) - INTERVAL 1 SECOND \
+                             WHERE owner = ?",
+                        )
+                        .bind(owner)
+                        .execute(&admin)
+                        .await
+                        .expect("expire the row");
+                    }
+                    Forget::KillSession => {
+                        kill(&admin, session.expect("the guard names its session")).await;
+                    }
+                }
             }
             .boxed()
         },
@@ -163,15 +161,15 @@ async fn kill(admin: &MySqlPool, id: u64) {
         .expect("kill the session");
 }
 
-/// A module running the conformance suite per lock: `module: subject(make);`.
+/// A module running the conformance suite per lock: `module: make, forget;`.
 macro_rules! suites {
-    ($($module:ident: $subject:ident($make:path);)*) => {
+    ($($module:ident: $make:path, $forget:ident;)*) => {
         $(
             mod $module {
                 use super::*;
 
                 async fn subject() -> conformance::Subject {
-                    super::$subject($make).await
+                    super::subject($make, Forget::$forget).await
                 }
 
                 conformance::suite!(subject);
@@ -181,11 +179,11 @@ macro_rules! suites {
 }
 
 suites! {
-    leased: subject(DbLock::leased);
-    renewed: subject(DbLock::renewed);
-    reentrant_suite: subject(DbReentrantLock::new);
-    row_lock_suite: session_subject(DbRowLock::new);
-    blocking_insert_suite: session_subject(DbInsertLock::new);
+    leased: DbLock::leased, ExpireRow;
+    renewed: DbLock::renewed, ExpireRow;
+    reentrant_suite: DbReentrantLock::new, ExpireRow;
+    row_lock_suite: DbRowLock::new, KillSession;
+    blocking_insert_suite: DbInsertLock::new, KillSession;
 }
 
 #[tokio::test]
