@@ -83,7 +83,11 @@ impl Service {
             Backend::Redlock => Service::Redlock,
             Backend::ZooKeeper => Service::Zookeeper,
             Backend::Etcd => Service::Etcd,
-            Backend::DbLock | Backend::DbLockRenewed => Service::Mariadb,
+            Backend::DbLock
+            | Backend::DbLockRenewed
+            | Backend::DbLockReentrant
+            | Backend::DbRowLock
+            | Backend::DbBlockingInsert => Service::Mariadb,
             Backend::Memcached => Service::Memcached,
         }
     }
@@ -250,8 +254,14 @@ macro_rules! for_each_strategy {
             Batched = "batched", Safe, Own(Mariadb, Row, batched::build), "purchases of a product queued for a few ms, committed as one conditional `UPDATE` and one multi-row order `INSERT`";
             Sharded = "sharded", Safe, Own(Mariadb, Buckets, sharded::build), "stock split over N bucket rows; a conditional decrement on a random non-empty bucket, sold out only when all are";
             DbLock = "db-lock", WhileLeasesHold, Locked(DbLock, Off), "lock row in a lock table (unique name, expiry, release by row id); stock read-modify-write inside";
-            DbLockFenced = "db-lock-fenced", Safe, Locked(DbLock, On), "`db-lock`, and the stock write is fenced by the lock row's id";
+            DbLockFenced = "db-lock-fenced", Safe, Locked(DbLock, On), "`db-lock`, and the stock write is fenced by the lock name's counter, bumped by every grant";
             DbLockRenewed = "db-lock-renewed", WhileLeasesHold, Locked(DbLockRenewed, Off), "`db-lock` with a renewal task that extends the lease while the holder lives";
+            DbLockReentrant = "db-lock-reentrant", WhileLeasesHold, Locked(DbLockReentrant, Off), "`db-lock` whose row names its owner and counts its entries: the holder may enter again";
+            DbLockReentrantFenced = "db-lock-reentrant-fenced", Safe, Locked(DbLockReentrant, On), "`db-lock-reentrant`, and the stock write is fenced by the lock name's counter";
+            DbRowLock = "db-row-lock", WhileLeasesHold, Locked(DbRowLock, Off), "`SELECT … FOR UPDATE` of the product's row in a lock table, held by a transaction left open on the lock pool; stock read-modify-write inside";
+            DbRowLockFenced = "db-row-lock-fenced", Safe, Locked(DbRowLock, On), "`db-row-lock`, and the stock write is fenced by a token drawn from a sequence once the row is locked";
+            DbBlockingInsert = "db-blocking-insert", WhileLeasesHold, Locked(DbBlockingInsert, Off), "`INSERT … ON DUPLICATE KEY UPDATE` of the product's lock row in a transaction left open: the next buyer's upsert waits on the row";
+            DbBlockingInsertFenced = "db-blocking-insert-fenced", Safe, Locked(DbBlockingInsert, On), "`db-blocking-insert`, and the stock write is fenced by a token drawn from a sequence once the row is locked";
             RedisLock = "redis-lock", WhileLeasesHold, Locked(Redis, Off), "`SET NX PX` lock per product, stock read-modify-write inside; unsafe past its lease";
             RedisLockFenced = "redis-lock-fenced", Safe, Locked(Redis, On), "`redis-lock` with the stock write fenced by the lock's `INCR` token";
             RedisWatchdog = "redis-watchdog", WhileLeasesHold, Locked(RedisWatchdog, Off), "Redisson-like lock renewed by a watchdog, waiters woken by pub/sub";
