@@ -10,10 +10,10 @@ use loadtest::cli::{
     Cli, Command, CompareArgs, HoldArgs, LockArgs, LockCommand, MatrixArgs, PeersArgs, RunArgs,
     ScenarioArgs,
 };
-use loadtest::cpu::Process;
-use loadtest::run::{Target, run_in};
-use loadtest::{apps, lock, report};
-use sandbox::{Endpoints, Mode, Servers};
+use loadtest::rig::{Target, apps, server_processes, servers};
+use loadtest::run::run_in;
+use loadtest::{lock, report};
+use sandbox::Endpoints;
 
 fn main() -> Result<()> {
     tracing_subscriber::fmt()
@@ -33,50 +33,6 @@ fn main() -> Result<()> {
         Command::Scenario(args) => scenario(&args),
         Command::Compare(args) => compare(&args),
     }
-}
-
-/// Throwaway servers, or the external ones named in the environment.
-fn servers() -> Result<(Option<Servers>, Endpoints)> {
-    if sandbox::mode() == Mode::External {
-        return Ok((None, Endpoints::from_env()?));
-    }
-    eprintln!("starting throwaway servers (MariaDB, Redis ×6, ZooKeeper, etcd, memcached)…");
-    let servers = Servers::start().context("starting the servers (try `cargo xtask setup`)")?;
-    let endpoints = servers.endpoints();
-    Ok((Some(servers), endpoints))
-}
-
-/// Every server process, for CPU accounting.
-fn server_processes(s: &Servers) -> Vec<Process> {
-    let mut all = vec![
-        ("mariadbd".to_owned(), "mariadbd", s.mariadb.server().pid()),
-        (
-            "redis-server".to_owned(),
-            "redis-server",
-            s.redis.server().pid(),
-        ),
-        (
-            "zookeeper".to_owned(),
-            "zookeeper",
-            s.zookeeper.server().pid(),
-        ),
-        ("etcd".to_owned(), "etcd", s.etcd.server().pid()),
-        (
-            "memcached".to_owned(),
-            "memcached",
-            s.memcached.server().pid(),
-        ),
-    ];
-    for (n, r) in s.redlock.iter().enumerate() {
-        all.push((
-            format!("redis-server (redlock {})", n + 1),
-            "redis-server",
-            r.server().pid(),
-        ));
-    }
-    all.into_iter()
-        .filter_map(|(name, group, pid)| Some(Process::new(name, group, pid?)))
-        .collect()
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime> {
@@ -116,10 +72,10 @@ fn run(args: &RunArgs) -> Result<()> {
 
 fn compare(args: &CompareArgs) -> Result<()> {
     let (a, b) = (
-        loadtest::compare::load(&args.run_a)?,
-        loadtest::compare::load(&args.run_b)?,
+        loadtest::analyse::compare::load(&args.run_a)?,
+        loadtest::analyse::compare::load(&args.run_b)?,
     );
-    let md = loadtest::compare::render(&a, &b);
+    let md = loadtest::analyse::compare::render(&a, &b);
     if let Some(out) = &args.out {
         std::fs::write(out, &md).with_context(|| format!("writing {}", out.display()))?;
     }

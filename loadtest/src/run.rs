@@ -6,36 +6,23 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
-use sandbox::Endpoints;
 use sqlx::mysql::MySqlPoolOptions;
 
-use crate::apps::{Apps, Launch};
-use crate::baselines::{self, Targets};
 use crate::cli::Settings;
+use crate::measure::baselines::{self, Targets};
+use crate::rig::Target;
+use crate::rig::apps::{Apps, Launch};
 use app::api::{Strategy, StrategyInfo};
 
-use crate::client::Api;
-use crate::cpu::{self, Sampler, Span};
-use crate::environment::{self, utc_now};
-use crate::load::{LoadResult, Window};
-use crate::progress::Progress;
+use crate::drive::client::Api;
+use crate::drive::load::{LoadResult, Window};
+use crate::measure::cpu::{self, Sampler, Span};
+use crate::measure::sale::{SalePlan, run_sale};
+use crate::measure::throughput::{self, ThroughputPlan, ThroughputResult};
+use crate::report::progress::Progress;
 use crate::report::{self, RunReport, StrategyReport};
-use crate::sale::{SalePlan, run_sale};
+use crate::rig::environment::{self, utc_now};
 use crate::scenario::{self, Scenario, ScenarioOptions, Selection};
-use crate::throughput::{self, ThroughputPlan, ThroughputResult};
-
-/// Where a run goes: servers, the app binary, the database the app instances use.
-pub struct Target {
-    pub endpoints: Endpoints,
-    /// `spawned` or `external`, for the report.
-    pub servers: &'static str,
-    pub versions: Option<sandbox::Versions>,
-    pub app_binary: PathBuf,
-    /// Database name the app instances create and use.
-    pub database: String,
-    /// The servers' processes, for CPU accounting (none for external servers).
-    pub processes: Vec<cpu::Process>,
-}
 
 /// A finished run: its report and the directory it was written to.
 pub struct RunOutput {
@@ -170,7 +157,7 @@ pub async fn run_in(settings: &Settings, target: &Target, out: &Path) -> Result<
     // The closed loops, interleaved: every strategy once per round.
     let mut closed_runs: Vec<Vec<LoadResult>> = vec![Vec::new(); plans.len()];
     let mut cpu_spans: Vec<Span> = vec![Span::default(); plans.len()];
-    for (round, k) in crate::repeat::interleaved(plans.len(), rounds) {
+    for (round, k) in crate::analyse::spread::interleaved(plans.len(), rounds) {
         let name = plans[k].strategy;
         progress.phase(
             name.name(),
@@ -191,7 +178,7 @@ pub async fn run_in(settings: &Settings, target: &Target, out: &Path) -> Result<
         .zip(plans.iter().zip(closed_runs).zip(cpu_spans))
     {
         let name = info.name;
-        let closed = crate::repeat::combine(runs).context("no closed-loop run")?;
+        let closed = crate::analyse::spread::combine(runs).context("no closed-loop run")?;
         let rate = throughput::open_rate(plan, &closed);
         progress.phase(name.name(), &format!("open loop {rate:.0}/s"));
         let open = throughput::open(&api, plan, rate)

@@ -32,7 +32,7 @@ use serde::{Deserialize, Serialize};
 
 use super::server_commands::Counter;
 use super::{LEASE, LockReport, WAIT, ZOOKEEPER_SESSION};
-use crate::repeat::{Spread, interleaved};
+use crate::analyse::spread::{Spread, interleaved};
 
 /// One lock under test.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

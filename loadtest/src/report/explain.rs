@@ -6,7 +6,7 @@
 use std::fmt::Write;
 
 use super::{RunReport, StrategyReport};
-use crate::baselines::BaselineName;
+use crate::measure::baselines::BaselineName;
 use app::api::{ErrorCode, Safety};
 
 /// Below this share of its backend baseline, a strategy gets a "where the time goes" note.
@@ -300,7 +300,7 @@ pub fn tool_notes(report: &RunReport) -> Vec<String> {
                     ),
                 });
             };
-            let ours = crate::repeat::headline(&b.result);
+            let ours = crate::analyse::spread::headline(&b.result);
             let mut p = format!(
                 "**`{}`**: ours {ours:.0}/s, `{tool}` {:.0}/s on the same work and server: \
                  ours is {pct:.0}% of it",
@@ -324,7 +324,7 @@ pub fn tool_notes(report: &RunReport) -> Vec<String> {
                      {tc:.3}."
                 );
             }
-            let server = |c: Option<&crate::cpu::CpuUse>| c.and_then(|c| c.group(group));
+            let server = |c: Option<&crate::measure::cpu::CpuUse>| c.and_then(|c| c.group(group));
             let mut per_operation = None;
             if let (Some((Some(so), co)), Some((Some(st), ct))) =
                 (server(ours_cpu), server(theirs_cpu))
@@ -338,7 +338,8 @@ pub fn tool_notes(report: &RunReport) -> Vec<String> {
                     per_operation = Some((g + so, tc + st));
                 }
             }
-            let busy = |c: Option<&crate::cpu::CpuUse>| c.and_then(|c| c.machine_busy_cores);
+            let busy =
+                |c: Option<&crate::measure::cpu::CpuUse>| c.and_then(|c| c.machine_busy_cores);
             if let (Some(mo), Some(mt)) = (busy(ours_cpu), busy(theirs_cpu)) {
                 let _ = write!(
                     p,
@@ -446,7 +447,7 @@ pub fn client_check(report: &RunReport) -> Option<String> {
     ))
 }
 
-fn find(report: &RunReport, name: BaselineName) -> Option<&crate::load::LoadResult> {
+fn find(report: &RunReport, name: BaselineName) -> Option<&crate::drive::load::LoadResult> {
     report
         .baselines
         .iter()

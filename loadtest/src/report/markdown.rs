@@ -3,7 +3,7 @@
 use std::fmt::Write;
 
 use super::{RunReport, explain};
-use crate::load::{LoadResult, Loop};
+use crate::drive::load::{LoadResult, Loop};
 
 /// The whole report.
 pub fn render(r: &RunReport) -> String {
@@ -30,7 +30,7 @@ pub fn render(r: &RunReport) -> String {
         s.rate.map_or_else(
             || format!(
                 "{:.0}% of each strategy's closed-loop attempts/s",
-                100.0 * crate::throughput::DEFAULT_RATE_SHARE
+                100.0 * crate::measure::throughput::DEFAULT_RATE_SHARE
             ),
             |r| format!("{r} requests/s")
         ),
@@ -242,7 +242,7 @@ fn tools_table(r: &RunReport) -> String {
     for b in &r.baselines {
         let Some(t) = &b.standard_tool else { continue };
         let group = explain::server_group(b.name);
-        let server = |c: Option<&crate::cpu::CpuUse>| c.and_then(|c| c.group(group)?.0);
+        let server = |c: Option<&crate::measure::cpu::CpuUse>| c.and_then(|c| c.group(group)?.0);
         let generator = b.cpu.as_ref().and_then(|c| c.group("generator")?.0);
         let _ = writeln!(
             md,

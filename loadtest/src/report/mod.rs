@@ -4,20 +4,21 @@ pub mod charts;
 pub mod explain;
 pub mod json;
 pub mod markdown;
+pub mod progress;
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use serde::Serialize;
 
-use crate::baselines::{self, Baseline, BaselineName};
 use crate::cli::Settings;
-use crate::cpu::CpuUse;
-use crate::environment::Environment;
-use crate::load::LoadResult;
-use crate::sale::SaleResult;
+use crate::drive::load::LoadResult;
+use crate::measure::baselines::{self, Baseline, BaselineName};
+use crate::measure::cpu::CpuUse;
+use crate::measure::sale::SaleResult;
+use crate::measure::throughput::ThroughputResult;
+use crate::rig::environment::Environment;
 use crate::scenario::ScenarioReport;
-use crate::throughput::ThroughputResult;
 use app::api::StrategyInfo;
 
 /// Everything one `seckill-bench run` measured.
@@ -29,7 +30,7 @@ pub struct RunReport {
     pub settings: Settings,
     pub environment: Environment,
     pub baselines: Vec<Baseline>,
-    /// The bare hot-row UPDATE at several connection counts ([`crate::baselines::SWEEP`]).
+    /// The bare hot-row UPDATE at several connection counts ([`crate::measure::baselines::SWEEP`]).
     pub hot_row_sweep: Vec<LoadResult>,
     pub strategies: Vec<StrategyReport>,
     /// The fault scenarios, each expected against observed.
@@ -62,7 +63,7 @@ impl StrategyReport {
         baselines_measured: &[Baseline],
     ) -> StrategyReport {
         let baseline = baselines::for_strategy(strategy.name);
-        let rate_of = |name: BaselineName, f: fn(&crate::load::LoadResult) -> f64| {
+        let rate_of = |name: BaselineName, f: fn(&crate::drive::load::LoadResult) -> f64| {
             baselines_measured
                 .iter()
                 .find(|b| b.name == name)
@@ -115,9 +116,9 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::client::Outcomes;
-    use crate::latency::Latencies;
-    use crate::load::{LoadResult, Loop};
+    use crate::drive::client::Outcomes;
+    use crate::drive::load::{LoadResult, Loop};
+    use crate::measure::latency::Latencies;
     use app::accounting::{Accounting, Ledger};
     use app::api::{ErrorCode, Strategy};
 
@@ -266,7 +267,7 @@ mod tests {
             load(Loop::Closed, 400),
             load(Loop::Closed, 450),
         ];
-        r.strategies[1].throughput.closed = crate::repeat::combine(runs).unwrap();
+        r.strategies[1].throughput.closed = crate::analyse::spread::combine(runs).unwrap();
         let md = markdown::render(&r);
         let row = md
             .lines()
@@ -283,7 +284,7 @@ mod tests {
 
     #[test]
     fn where_the_time_goes_is_written_from_the_cpu_figures() {
-        use crate::cpu::{Process, Span};
+        use crate::measure::cpu::{Process, Span};
         let processes = vec![
             Process::new("app-0", "app", 1),
             Process::new("mariadbd", "mariadbd", 2),
@@ -321,8 +322,8 @@ mod tests {
 
     #[test]
     fn a_baseline_below_its_standard_tool_gets_the_measured_reason_and_a_missing_tool_says_so() {
-        use crate::cpu::{Process, Span};
-        use crate::tools::{Outcome, Runs};
+        use crate::measure::cpu::{Process, Span};
+        use crate::measure::tools::{Outcome, Runs};
         let processes = vec![
             Process::new("mariadbd", "mariadbd", 1),
             Process::new("generator", "generator", 2),
@@ -400,7 +401,7 @@ mod tests {
         let mut r = report();
         let outcomes = &mut r.strategies[1].sale.outcomes;
         for _ in 0..3 {
-            outcomes.count(&crate::client::Answer::Refused {
+            outcomes.count(&crate::drive::client::Answer::Refused {
                 status: 409,
                 code: ErrorCode::LockLost,
             });

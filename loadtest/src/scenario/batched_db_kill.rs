@@ -17,9 +17,9 @@ use app::api::{ErrorCode, ProductView, Strategy};
 use sqlx::{Connection, MySqlConnection};
 
 use super::figures::BatchedDbKill;
-use super::fleet::{Fleet, accounting};
 use super::{Row, Scenario, ScenarioOptions, ScenarioReport, Timeline, control};
-use crate::client::{Answer, Api, order_request};
+use crate::drive::client::{Answer, Api, order_request};
+use crate::rig::fleet::{Fleet, accounting};
 
 const PRODUCT: u64 = 300;
 const KILLED: &str = "batched: the killed batch";

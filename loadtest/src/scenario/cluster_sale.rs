@@ -42,9 +42,9 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::figures::ClusterSale;
-use super::fleet::{Fleet, lock_flags, order};
 use super::{Row, Scenario, ScenarioOptions, ScenarioReport, Timeline, start};
-use crate::client::{Answer, Api};
+use crate::drive::client::{Answer, Api};
+use crate::rig::fleet::{Fleet, lock_flags, order};
 
 /// One sale: a strategy and, for stock held in Redis, the replicas each deduction waits for.
 #[derive(Debug, Clone, Copy)]

@@ -18,8 +18,8 @@ use locks::redis::SetnxNoTtlLock;
 use locks::{AcquireOptions, DistributedLock};
 
 use super::figures::HolderCrash;
-use super::fleet::{Fleet, accounting, lock_flags, order};
 use super::{Row, Scenario, ScenarioOptions, ScenarioReport, Timeline};
+use crate::rig::fleet::{Fleet, accounting, lock_flags, order};
 
 const STRATEGIES: [Strategy; 5] = [
     Strategy::RedisSetnxNoTtl,

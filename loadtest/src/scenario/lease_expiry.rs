@@ -14,9 +14,9 @@ use anyhow::Result;
 use app::api::{ErrorCode, Strategy};
 
 use super::figures::LeaseExpiry;
-use super::fleet::{Fleet, accounting, lock_flags, order};
 use super::{Row, Scenario, ScenarioOptions, ScenarioReport, Timeline};
-use crate::client::Answer;
+use crate::drive::client::Answer;
+use crate::rig::fleet::{Fleet, accounting, lock_flags, order};
 
 const STRATEGIES: [Strategy; 3] = [
     Strategy::RedisLock,

@@ -11,8 +11,8 @@ use app::api::{ProductView, Strategy};
 use futures::future::join_all;
 
 use super::figures::LocalMutex;
-use super::fleet::{Fleet, accounting, order};
 use super::{Row, Scenario, ScenarioOptions, ScenarioReport};
+use crate::rig::fleet::{Fleet, accounting, order};
 
 const STRATEGY: Strategy = Strategy::LocalMutex;
 /// Each buyer pauses this long inside the critical section, to widen the window.

@@ -16,9 +16,9 @@ use anyhow::Result;
 use app::api::{ErrorCode, Home, Strategy};
 
 use super::figures::LuaCrashBeforeOrder;
-use super::fleet::{Fleet, accounting, order};
 use super::{Row, Scenario, ScenarioOptions, ScenarioReport, Timeline};
-use crate::client::order_request;
+use crate::drive::client::order_request;
+use crate::rig::fleet::{Fleet, accounting, order};
 
 const PRODUCT: u64 = 900;
 const STOCK: i64 = 10;

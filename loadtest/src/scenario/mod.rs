@@ -30,7 +30,6 @@ mod cluster_sale;
 mod failover;
 mod fenced_store;
 pub mod figures;
-mod fleet;
 mod herd;
 mod holder_crash;
 pub(crate) mod leader_loss;
@@ -57,6 +56,8 @@ use clap::builder::PossibleValue;
 use serde::Serialize;
 
 pub use report::{Event, Row, ScenarioReport, Timeline, Verdict};
+
+use crate::rig::{control, start};
 
 /// Every scenario, one line each: its variant and the function that plays it.
 ///
@@ -194,17 +195,4 @@ pub async fn run(selection: Selection, opts: &ScenarioOptions) -> Result<Vec<Sce
         );
     }
     Ok(reports)
-}
-
-/// Starts a sandbox server off the async threads (starting blocks for about a second).
-async fn start<T: Send + 'static>(start: fn() -> sandbox::Result<T>) -> Result<T> {
-    Ok(tokio::task::spawn_blocking(start).await??)
-}
-
-/// Runs a blocking server-control call off the async threads.
-async fn control<F>(f: F) -> Result<()>
-where
-    F: FnOnce() -> sandbox::Result<()> + Send + 'static,
-{
-    Ok(tokio::task::spawn_blocking(f).await??)
 }

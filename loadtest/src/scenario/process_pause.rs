@@ -14,8 +14,8 @@ use anyhow::Result;
 use app::api::{ErrorCode, Strategy};
 
 use super::figures::ProcessPause;
-use super::fleet::{Fleet, accounting, lock_flags, order};
 use super::{Row, Scenario, ScenarioOptions, ScenarioReport, Timeline};
+use crate::rig::fleet::{Fleet, accounting, lock_flags, order};
 
 const STRATEGIES: [Strategy; 2] = [Strategy::RedisWatchdog, Strategy::RedisWatchdogFenced];
 

@@ -25,10 +25,10 @@ use tokio::time::Instant;
 
 use super::failover::{replicate_through, wait_for_replica};
 use super::figures::RedisFailoverStock;
-use super::fleet::{Fleet, accounting, order};
 use super::partition::Partition;
 use super::{Row, Scenario, ScenarioOptions, ScenarioReport, Timeline, control, start};
-use crate::client::Answer;
+use crate::drive::client::Answer;
+use crate::rig::fleet::{Fleet, accounting, order};
 
 const PRODUCT: u64 = 950;
 const STOCK: i64 = 20;

@@ -19,8 +19,8 @@ use app::redis_stock::{GROUP, Keys, RedisStock};
 use deadpool_redis::redis;
 
 use super::figures::StreamConsumerCrash;
-use super::fleet::{Fleet, accounting, order};
 use super::{Row, Scenario, ScenarioOptions, ScenarioReport, Timeline};
+use crate::rig::fleet::{Fleet, accounting, order};
 
 const PRODUCT: u64 = 950;
 const STOCK: i64 = 100;

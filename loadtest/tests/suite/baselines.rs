@@ -4,7 +4,7 @@
 use crate::common;
 
 use app::api::Strategy;
-use loadtest::baselines::BaselineName;
+use loadtest::measure::baselines::BaselineName;
 use loadtest::report::explain;
 use loadtest::run::run_in;
 
@@ -29,7 +29,7 @@ async fn every_baseline_is_measured_and_the_strategy_is_compared_with_its_own() 
         );
     }
     for b in &report.baselines {
-        let Some(tool) = loadtest::baselines::tool_of(b.name) else {
+        let Some(tool) = loadtest::measure::baselines::tool_of(b.name) else {
             assert!(b.standard_tool.is_none(), "{}", b.name);
             continue;
         };
@@ -49,7 +49,7 @@ async fn every_baseline_is_measured_and_the_strategy_is_compared_with_its_own() 
         }
     }
     let sweep: Vec<usize> = report.hot_row_sweep.iter().map(|l| l.concurrency).collect();
-    assert_eq!(sweep, loadtest::baselines::SWEEP);
+    assert_eq!(sweep, loadtest::measure::baselines::SWEEP);
     assert!(
         report
             .hot_row_sweep

@@ -7,8 +7,8 @@ use std::time::Duration;
 use axum::Router;
 use axum::http::StatusCode;
 use axum::routing::get;
-use loadtest::client::Api;
-use loadtest::load::{Budget, Window, closed_loop, open_loop};
+use loadtest::drive::client::Api;
+use loadtest::drive::load::{Budget, Window, closed_loop, open_loop};
 use tokio::time::Instant;
 
 /// Every second, the server stops answering for this long (a GC pause, a stalled disk).

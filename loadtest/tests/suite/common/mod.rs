@@ -6,7 +6,7 @@ use std::sync::OnceLock;
 
 use app::api::Strategy;
 use loadtest::cli::Settings;
-use loadtest::run::Target;
+use loadtest::rig::Target;
 use sandbox::Endpoints;
 
 /// The variable `cargo xtask test` sets to the `seckill-app` its workspace build just made.
@@ -30,7 +30,7 @@ pub fn app_binary() -> PathBuf {
             .status()
             .expect("running cargo build -p app");
         assert!(status.success(), "cargo build -p app failed");
-        loadtest::apps::locate_app(None).expect("seckill-app after building it")
+        loadtest::rig::apps::locate_app(None).expect("seckill-app after building it")
     })
     .clone()
 }

@@ -6,7 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::load::LoadResult;
+use crate::drive::load::LoadResult;
 
 /// The median of a figure's runs and their range. With an even number of runs the median is
 /// the lower of the two middle runs, so that it is always a figure one run measured.
@@ -101,9 +101,9 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::client::Outcomes;
-    use crate::latency::Latencies;
-    use crate::load::Loop;
+    use crate::drive::client::Outcomes;
+    use crate::drive::load::Loop;
+    use crate::measure::latency::Latencies;
 
     fn run(created: u64, p99_ms: u64) -> LoadResult {
         let mut l = Latencies::default();

@@ -10,9 +10,9 @@ use anyhow::Result;
 use app::accounting::{Accounting, Ledger};
 use app::api::{Home, ProductView, Strategy};
 
-use super::Timeline;
-use crate::apps::{Apps, Launch};
-use crate::client::{Answer, Api, order_request};
+use crate::drive::client::{Answer, Api, order_request};
+use crate::rig::apps::{Apps, Launch};
+use crate::scenario::Timeline;
 
 /// The scenario's private MariaDB and Redis, its app instances and a client for them.
 pub struct Fleet {
@@ -71,7 +71,7 @@ impl Fleet {
         flags: &[String],
         zookeeper: bool,
     ) -> Result<Fleet> {
-        let redis = Redis::Private(super::start(sandbox::Redis::start).await?);
+        let redis = Redis::Private(crate::rig::start(sandbox::Redis::start).await?);
         Fleet::start_on(binary, count, flags, zookeeper, redis).await
     }
 
@@ -98,9 +98,9 @@ impl Fleet {
         zookeeper: bool,
         redis: Redis,
     ) -> Result<Fleet> {
-        let mariadb = super::start(sandbox::MariaDb::start).await?;
+        let mariadb = crate::rig::start(sandbox::MariaDb::start).await?;
         let zookeeper = match zookeeper {
-            true => Some(super::start(sandbox::ZooKeeper::start).await?),
+            true => Some(crate::rig::start(sandbox::ZooKeeper::start).await?),
             false => None,
         };
         let logs = LogDir::create()?;

@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 use app::accounting::{Accounting, Ledger};
 use app::api::{Home, ProductView, Strategy};
 
-use crate::client::{Answer, Api, Outcomes, order_request, retries_in_metrics};
-use crate::latency::LatencySummary;
-use crate::load::{Budget, closed_loop};
+use crate::drive::client::{Answer, Api, Outcomes, order_request, retries_in_metrics};
+use crate::drive::load::{Budget, closed_loop};
+use crate::measure::latency::LatencySummary;
 
 /// What to sell and how hard.
 #[derive(Debug, Clone)]

@@ -2,7 +2,7 @@
 //! instances, each sending its next request when the previous answer arrived.
 //!
 //! Every measurement of the benchmark goes through its own client and driver
-//! ([`crate::load`]); this one exists to check that client. goose is the load tool people in
+//! ([`crate::drive::load`]); this one exists to check that client. goose is the load tool people in
 //! this field know: if it gets far more requests per second out of the same server, the
 //! benchmark's client is the ceiling of its HTTP figures. Goose schedules the users and runs
 //! its clients; the latencies are recorded here, exactly, in µs (goose's own metrics round
@@ -15,9 +15,9 @@ use goose::config::GooseConfiguration;
 use goose::prelude::*;
 use tokio::time::Instant;
 
-use crate::client::{Answer, Outcomes};
-use crate::latency::Latencies;
-use crate::load::{LoadResult, Loop, Window};
+use crate::drive::client::{Answer, Outcomes};
+use crate::drive::load::{LoadResult, Loop, Window};
+use crate::measure::latency::Latencies;
 
 #[derive(Default)]
 struct Shared {

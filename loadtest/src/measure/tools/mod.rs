@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::repeat::Spread;
+use crate::analyse::spread::Spread;
 
 /// A tool's figures for one baseline, over its runs.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -42,7 +42,7 @@ pub struct StandardTool {
     /// CPU of the run's processes (the servers, the idle generator) during the tool's runs;
     /// the tool's own is `tool_cpu_per_1000`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub cpu: Option<crate::cpu::CpuUse>,
+    pub cpu: Option<crate::measure::cpu::CpuUse>,
 }
 
 /// One run of a tool.
@@ -200,7 +200,8 @@ pub async fn run(
 /// The CPU time of this process's waited-for children, in seconds.
 fn children_cpu() -> Option<f64> {
     let line = std::fs::read_to_string("/proc/self/stat").ok()?;
-    crate::cpu::parse_children(&line).map(|ticks| ticks as f64 / crate::cpu::ticks_per_sec())
+    crate::measure::cpu::parse_children(&line)
+        .map(|ticks| ticks as f64 / crate::measure::cpu::ticks_per_sec())
 }
 
 /// `command arg arg …` for the report.

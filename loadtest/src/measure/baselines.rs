@@ -17,7 +17,7 @@
 //! They run in their own database (`seckill_baseline`), created by the app's own migrations,
 //! so they never touch the app's rows.
 //!
-//! Each is measured several times, interleaved with the others (see [`crate::repeat`]). The
+//! Each is measured several times, interleaved with the others (see [`crate::analyse::spread`]). The
 //! database baselines run at the connection count the app instances' pools hold together:
 //! a hot row serves few contenders faster than many, so a baseline at the buyers' count would
 //! be handicapped against a strategy whose pools let fewer through. The hot-row sweep shows
@@ -35,12 +35,12 @@ use sqlx::{Connection, MySqlConnection, MySqlPool};
 use app::api::Strategy;
 use app::strategy::Kind;
 
-use crate::client::{Answer, Api};
-use crate::cpu::{CpuUse, Sampler, Span};
-use crate::dedicated::Dedicated;
-use crate::goose_noop;
-use crate::load::{Budget, LoadResult, Window, closed_loop, closed_loop_by_worker};
-use crate::tools;
+use crate::drive::client::{Answer, Api};
+use crate::drive::dedicated::Dedicated;
+use crate::drive::goose;
+use crate::drive::load::{Budget, LoadResult, Window, closed_loop, closed_loop_by_worker};
+use crate::measure::cpu::{CpuUse, Sampler, Span};
+use crate::measure::tools;
 
 /// Every baseline, in the order they run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -132,7 +132,7 @@ pub struct Plan {
     /// Connection counts of the hot-row sweep.
     pub sweep: Vec<usize>,
     pub window: Window,
-    /// Runs of each figure, interleaved (see [`crate::repeat`]).
+    /// Runs of each figure, interleaved (see [`crate::analyse::spread`]).
     pub rounds: usize,
 }
 
@@ -152,7 +152,7 @@ enum Item {
     Ours(BaselineName),
     /// The bare hot-row UPDATE at this many connections.
     Sweep(usize),
-    /// The standard tool on the same work as this baseline (see [`crate::tools`]).
+    /// The standard tool on the same work as this baseline (see [`crate::measure::tools`]).
     Tool(BaselineName),
 }
 
@@ -207,7 +207,7 @@ pub async fn run_all(
     let mut runs: Vec<Vec<LoadResult>> = vec![Vec::new(); items.len()];
     let mut tool_runs: Vec<tools::Runs> = vec![tools::Runs::default(); items.len()];
     let mut spans: Vec<Span> = vec![Span::default(); items.len()];
-    for (round, i) in crate::repeat::interleaved(items.len(), plan.rounds) {
+    for (round, i) in crate::analyse::spread::interleaved(items.len(), plan.rounds) {
         on_phase(&items[i].label(), round + 1, plan.rounds);
         let before = sampler.sample();
         if let Item::Tool(name) = items[i] {
@@ -215,7 +215,7 @@ pub async fn run_all(
             let ours = items.iter().position(|x| *x == Item::Ours(name));
             let rate = ours
                 .and_then(|o| runs[o].last())
-                .map_or(1000.0, crate::repeat::headline);
+                .map_or(1000.0, crate::analyse::spread::headline);
             let (command, outcome) = bench.tool(name, rate).await?;
             let mut span = sampler.between(&before, &sampler.sample());
             if let tools::Outcome::Measured { operations, .. } = &outcome {
@@ -238,14 +238,14 @@ pub async fn run_all(
         hot_row_sweep: Vec::new(),
     };
     for (k, (item, runs)) in items.iter().zip(runs).enumerate() {
-        let Some(result) = crate::repeat::combine(runs) else {
+        let Some(result) = crate::analyse::spread::combine(runs) else {
             continue;
         };
         match *item {
             Item::Ours(name) => {
                 let tool = items.iter().position(|x| *x == Item::Tool(name));
                 let standard_tool = tool.and_then(|t| {
-                    let mut s = tool_runs[t].summary(crate::repeat::headline(&result))?;
+                    let mut s = tool_runs[t].summary(crate::analyse::spread::headline(&result))?;
                     s.cpu = (!spans[t].cpu_seconds.is_empty())
                         .then(|| spans[t].usage(&sampler.processes));
                     Some(s)
@@ -344,7 +344,7 @@ impl<'a> Bench<'a> {
                 .await
             }
             Item::Ours(BaselineName::GooseNoop) => {
-                goose_noop::closed_loop(&self.targets.api.bases, c, self.plan.window).await?
+                goose::closed_loop(&self.targets.api.bases, c, self.plan.window).await?
             }
             Item::Ours(BaselineName::SqlConditional) => {
                 reset_row(&self.admin, 1).await?;

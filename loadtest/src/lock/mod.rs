@@ -39,7 +39,7 @@ use serde::Serialize;
 use sqlx::mysql::MySqlPoolOptions;
 use tokio::time::Instant;
 
-use crate::latency::Latencies;
+use crate::measure::latency::Latencies;
 
 /// Lease of every acquisition: far longer than any probe, so a correct lock never expires
 /// under a live holder.

@@ -1,6 +1,6 @@
 //! Phase 2, throughput: a product with effectively unlimited stock, closed loops of U buyers
 //! (several runs, interleaved with the other strategies' by [`crate::run`]), then an open loop
-//! at a fixed arrival rate (see [`crate::load`] for why both). Both loops send the same
+//! at a fixed arrival rate (see [`crate::drive::load`] for why both). Both loops send the same
 //! requests through the same client.
 
 use std::sync::Arc;
@@ -9,8 +9,8 @@ use anyhow::Result;
 use app::api::Strategy;
 use serde::Serialize;
 
-use crate::client::{Answer, Api, order_request};
-use crate::load::{Budget, LoadResult, Window, closed_loop, open_loop};
+use crate::drive::client::{Answer, Api, order_request};
+use crate::drive::load::{Budget, LoadResult, Window, closed_loop, open_loop};
 
 /// Stock that no run can exhaust.
 pub const UNLIMITED: i64 = 1_000_000_000;
@@ -34,7 +34,7 @@ pub struct ThroughputPlan {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct ThroughputResult {
-    /// The median closed-loop run, with the spread of every run (see [`crate::repeat`]).
+    /// The median closed-loop run, with the spread of every run (see [`crate::analyse::spread`]).
     pub closed: LoadResult,
     /// One open-loop run at a share of the median closed loop's rate: it measures latency at
     /// a set load, and its throughput is the rate asked.
@@ -60,7 +60,7 @@ pub async fn closed(api: &Api, plan: &ThroughputPlan, round: usize) -> Result<Lo
 /// slow it down, and resetting a product scans what still waits.
 async fn settle(api: &Api, plan: &ThroughputPlan) -> Result<()> {
     if plan.strategy.home() == app::api::Home::Redis {
-        crate::sale::drain(api, plan.product).await?;
+        crate::measure::sale::drain(api, plan.product).await?;
     }
     Ok(())
 }

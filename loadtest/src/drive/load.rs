@@ -1,5 +1,5 @@
 //! The one load driver: a closed and an open loop for any asynchronous operation, with exact
-//! latencies. Every HTTP measurement drives the same [`crate::client::Api`] through it, so a
+//! latencies. Every HTTP measurement drives the same [`crate::drive::client::Api`] through it, so a
 //! difference between the two loops is the server's, never the clients'; the direct
 //! baselines drive their backend calls through it the same way.
 //!
@@ -22,9 +22,9 @@ use std::time::Duration;
 use serde::Serialize;
 use tokio::time::Instant;
 
-use crate::client::{Answer, Outcomes};
-use crate::latency::{HistogramData, Latencies, LatencySummary};
-use crate::repeat::Repetitions;
+use crate::analyse::spread::Repetitions;
+use crate::drive::client::{Answer, Outcomes};
+use crate::measure::latency::{HistogramData, Latencies, LatencySummary};
 
 /// Timing of one measured run.
 #[derive(Debug, Clone, Copy)]
@@ -78,7 +78,7 @@ pub struct LoadResult {
     pub successes_per_sec: f64,
     pub latency: LatencySummary,
     pub histogram: HistogramData,
-    /// When this is the median of several runs: every run's figures (see [`crate::repeat`]).
+    /// When this is the median of several runs: every run's figures (see [`crate::analyse::spread`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub repetitions: Option<Repetitions>,
 }

@@ -43,7 +43,7 @@ use locks::{AcquireOptions, Backend, DistributedLock, Guard, LockError};
 use serde::Serialize;
 
 use super::{LockReport, bench, connect_clients};
-use crate::environment::utc_now;
+use crate::rig::environment::utc_now;
 use rig::Rig;
 
 /// The rows, in the order of the issue: the database, the caches, the coordination services.

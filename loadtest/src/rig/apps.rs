@@ -270,11 +270,11 @@ impl Apps {
     }
 
     /// Every instance, for CPU accounting (group `app`).
-    pub fn processes(&self) -> Vec<crate::cpu::Process> {
+    pub fn processes(&self) -> Vec<crate::measure::cpu::Process> {
         self.instances
             .iter()
             .enumerate()
-            .map(|(n, i)| crate::cpu::Process::new(format!("app-{n}"), "app", i.pid()))
+            .map(|(n, i)| crate::measure::cpu::Process::new(format!("app-{n}"), "app", i.pid()))
             .collect()
     }
 

@@ -128,9 +128,9 @@ impl Sampler {
     /// What every process spent from `before` until now on the measurement `result`: its
     /// successes over that time are estimated from its rate (a run's warm-up included, as in
     /// the CPU times).
-    pub fn spent(&self, before: &Sample, result: &crate::load::LoadResult) -> Span {
+    pub fn spent(&self, before: &Sample, result: &crate::drive::load::LoadResult) -> Span {
         let mut span = self.between(before, &self.sample());
-        span.successes = crate::repeat::headline(result) * span.wall_seconds;
+        span.successes = crate::analyse::spread::headline(result) * span.wall_seconds;
         span
     }
 

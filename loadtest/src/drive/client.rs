@@ -12,7 +12,7 @@ use serde::Serialize;
 use hyper::header::{CONTENT_TYPE, HeaderValue};
 use hyper::{Method, Request, Uri};
 
-use crate::connections::{Body, Connections};
+use crate::drive::connections::{Body, Connections};
 use app::api::{
     ErrorBody, ErrorCode, Home, OrderRequest, OrderResponse, ProductView, Reconciliation,
     ResetProduct, Strategy, StrategyInfo, StrategyList,
@@ -287,7 +287,7 @@ pub fn order_request(
 }
 
 /// A client for a set of app instances: the load's requests (orders, `GET /api/noop`) on
-/// keep-alive connections of their own ([`crate::connections`]), spread by the caller's
+/// keep-alive connections of their own ([`crate::drive::connections`]), spread by the caller's
 /// sequence number; admin calls through reqwest to the last instance (which no scenario kills
 /// or freezes).
 #[derive(Clone)]
