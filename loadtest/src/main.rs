@@ -10,7 +10,7 @@ use loadtest::cli::{
     Cli, Command, CompareArgs, HoldArgs, LockArgs, LockCommand, MatrixArgs, PeersArgs, RunArgs,
     ScenarioArgs,
 };
-use loadtest::rig::{Target, apps, server_processes, servers};
+use loadtest::rig::{Target, server_processes, servers};
 use loadtest::run::run_in;
 use loadtest::{lock, report};
 use sandbox::Endpoints;
@@ -43,7 +43,7 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
 
 fn run(args: &RunArgs) -> Result<()> {
     let settings = args.settings()?;
-    let app_binary = apps::locate_app(args.app_bin.as_deref())?;
+    let app_binary = testkit::locate_app(args.app_bin.as_deref())?;
     let (servers, endpoints) = servers()?;
     let versions = servers.as_ref().and_then(|s| s.versions().ok());
     let target = Target {
@@ -86,7 +86,7 @@ fn compare(args: &CompareArgs) -> Result<()> {
 fn scenario(args: &ScenarioArgs) -> Result<()> {
     let opts = loadtest::scenario::ScenarioOptions {
         quick: args.quick,
-        app_binary: Some(apps::locate_app(args.app_bin.as_deref())?),
+        app_binary: Some(testkit::locate_app(args.app_bin.as_deref())?),
     };
     let reports = runtime()?.block_on(loadtest::scenario::run(args.name, &opts))?;
     if args.json {

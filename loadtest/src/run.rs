@@ -11,10 +11,9 @@ use sqlx::mysql::MySqlPoolOptions;
 use crate::cli::Settings;
 use crate::measure::baselines::{self, Targets};
 use crate::rig::Target;
-use crate::rig::apps::{Apps, Launch};
 use app::api::{Strategy, StrategyInfo};
+use testkit::{Apps, Launch};
 
-use crate::drive::client::Api;
 use crate::drive::load::{LoadResult, Window};
 use crate::measure::cpu::{self, Sampler, Span};
 use crate::measure::sale::{SalePlan, run_sale};
@@ -23,6 +22,7 @@ use crate::report::progress::Progress;
 use crate::report::{self, RunReport, StrategyReport};
 use crate::rig::environment::{self, utc_now};
 use crate::scenario::{self, Scenario, ScenarioOptions, Selection};
+use testkit::Api;
 
 /// A finished run: its report and the directory it was written to.
 pub struct RunOutput {
@@ -73,7 +73,12 @@ pub async fn run_in(settings: &Settings, target: &Target, out: &Path) -> Result<
             .processes
             .iter()
             .cloned()
-            .chain(apps.processes())
+            .chain(
+                apps.pids()
+                    .into_iter()
+                    .enumerate()
+                    .map(|(n, pid)| cpu::Process::new(format!("app-{n}"), "app", pid)),
+            )
             .chain([cpu::Process::generator()])
             .collect(),
     );

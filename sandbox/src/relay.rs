@@ -1,51 +1,72 @@
-//! The wires between cluster members: TCP relays that can partition one member from the others.
+//! The one TCP relay: a loopback port in front of a server whose connections can be made to
+//! go silent or be cut, as a network partition would, and moved to another server, as a
+//! virtual IP or a proxy moves.
 //!
-//! Cluster members on one machine talk over loopback, which cannot be cut. So every member
-//! reaches its peers through relays started here (the peer addresses in its configuration are
-//! relay ports), and each relayed connection is labelled with the member it comes from and the
-//! member it goes to. [`Network::isolate`] then partitions a member the way a real network
-//! partition does, not the way a crash does:
+//! Two things on one machine are connected through it:
 //!
-//! * connections between it and its peers stay open but go **silent**: bytes are read and
-//!   dropped, in both directions, so each side learns of the partition only by its own timeouts
-//!   (heartbeats, election timers), as it would across a broken switch;
-//! * new connections between it and its peers are closed as soon as they are accepted, as a
-//!   peer sees a connection attempt across a partition fail. (Holding them open and silent
-//!   instead made a ZooKeeper follower that was told "3 still leads" by a peer about to notice
-//!   otherwise wait a full `initLimit` for 3's answer, again and again: the two survivors took
-//!   turns re-following the cut off leader for a minute and more before either led.)
-//! * its clients still reach it (client ports are not relayed), so a client connected to the
-//!   cut-off member sees exactly what a client on the minority side of a partition sees.
+//! * **A client and its server** ([`Relay`]): a fault scenario connects a client (an app
+//!   instance, a lock client, a replica) to the relay instead of the server, then
+//!   [`Relay::cut`]s it (every connection closed, new ones closed as soon as accepted: the
+//!   server looks dead to this client only), [`Relay::silence`]s it (connections stay open
+//!   and carry nothing either way: a black hole), [`Relay::heal`]s it, or
+//!   [`Relay::move_to`]s another server.
+//! * **The members of a cluster** ([`Relays`], used by [`crate::ZooKeeperEnsemble`] and
+//!   [`crate::EtcdCluster`]): cluster members on one machine talk over loopback, which cannot
+//!   be cut, so every member reaches its peers through relays, and each relayed connection is
+//!   labelled with the member it comes from and the member it goes to. [`Relays::isolate`]
+//!   then partitions a member the way a real network partition does, not the way a crash
+//!   does:
+//!   * connections between it and its peers stay open but go **silent**: bytes are read and
+//!     dropped, in both directions, so each side learns of the partition only by its own
+//!     timeouts (heartbeats, election timers), as it would across a broken switch;
+//!   * new connections between it and its peers are closed as soon as they are accepted, as a
+//!     peer sees a connection attempt across a partition fail. (Holding them open and silent
+//!     instead made a ZooKeeper follower that was told "3 still leads" by a peer about to
+//!     notice otherwise wait a full `initLimit` for 3's answer, again and again: the two
+//!     survivors took turns re-following the cut off leader for a minute and more before
+//!     either led.)
+//!   * its clients still reach it (client ports are not relayed), so a client connected to
+//!     the cut-off member sees exactly what a client on the minority side of a partition sees.
 //!
-//! [`Network::heal`] closes the connections that went silent (their byte streams have holes, as
-//! after a real partition whose TCP state timed out) and relays new ones again; the members
-//! reconnect by themselves.
+//! Healing closes the connections that went silent (their byte streams have holes, as after a
+//! real partition whose TCP state timed out) and relays new ones again; the peers reconnect by
+//! themselves.
 //!
 //! Where a connection comes from is either fixed (one relay per directed pair of members, for
 //! servers such as ZooKeeper whose members may each be given their own view of the peer
 //! addresses) or read from an HTTP request header (etcd stamps every peer request with
 //! `X-Server-From: <member id>`, and its peer addresses are the same for every member).
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 /// Who opened a relayed connection.
 #[derive(Clone)]
 pub(crate) enum Source {
+    /// Whoever connects: a client of one server.
+    Anyone,
     /// The relay serves one member only.
     Fixed(String),
     /// The member's label is the value of this HTTP request header in the first request.
     HttpHeader(&'static str),
 }
 
-/// Relays and the partition state they obey. Dropping it closes every relayed connection.
-pub(crate) struct Network {
+/// How a label is cut off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Isolation {
+    /// Its connections stay open and carry nothing.
+    Silent,
+    /// Its connections are closed.
+    Cut,
+}
+
+/// A set of relays sharing one partition state. Dropping it closes every relayed connection.
+pub(crate) struct Relays {
     state: Arc<State>,
-    listeners: Mutex<Vec<SocketAddr>>,
 }
 
 #[derive(Default)]
@@ -56,11 +77,33 @@ struct State {
 
 #[derive(Default)]
 struct Inner {
-    isolated: HashSet<String>,
+    isolated: HashMap<String, Isolation>,
     conns: Vec<Arc<Conn>>,
+    /// Each relay's listening address and where it leads now.
+    relays: Vec<(SocketAddr, SocketAddr)>,
+}
+
+impl Inner {
+    fn target(&self, relay: SocketAddr) -> Option<SocketAddr> {
+        self.relays
+            .iter()
+            .find(|(at, _)| *at == relay)
+            .map(|(_, to)| *to)
+    }
+
+    /// How the connection from `from` to `to` is cut off, if it is.
+    fn isolation(&self, from: Option<&String>, to: &str) -> Option<Isolation> {
+        let of = |label: &str| self.isolated.get(label).copied();
+        match (of(to), from.and_then(|f| of(f))) {
+            (Some(Isolation::Cut), _) | (_, Some(Isolation::Cut)) => Some(Isolation::Cut),
+            (a, b) => a.or(b),
+        }
+    }
 }
 
 struct Conn {
+    /// The relay it came through.
+    relay: SocketAddr,
     from: Option<String>,
     to: String,
     /// Set once the connection crosses a partition; it never carries bytes again.
@@ -70,34 +113,41 @@ struct Conn {
 }
 
 impl Conn {
-    fn touches(&self, isolated: &HashSet<String>) -> bool {
-        isolated.contains(&self.to) || self.from.as_ref().is_some_and(|f| isolated.contains(f))
+    fn touches(&self, labels: &[String]) -> bool {
+        labels
+            .iter()
+            .any(|l| *l == self.to || self.from.as_ref() == Some(l))
     }
 
     fn close(&self) {
-        for end in self.ends.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+        for end in lock(&self.ends).iter() {
             let _ = end.shutdown(Shutdown::Both);
         }
     }
 }
 
-impl Network {
-    pub(crate) fn new() -> Network {
-        Network {
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Relays {
+    pub(crate) fn new() -> Relays {
+        Relays {
             state: Arc::default(),
-            listeners: Mutex::new(Vec::new()),
         }
     }
 
-    /// Starts a relay on a free loopback port to `target`, for traffic to member `to`; returns
-    /// the relay's port.
-    pub(crate) fn relay(&self, target: SocketAddr, from: Source, to: &str) -> std::io::Result<u16> {
+    /// Starts a relay on a free loopback port to `target`, for traffic to `to`; returns the
+    /// relay's address.
+    pub(crate) fn relay(
+        &self,
+        target: SocketAddr,
+        from: Source,
+        to: &str,
+    ) -> std::io::Result<SocketAddr> {
         let listener = TcpListener::bind(("127.0.0.1", 0))?;
         let addr = listener.local_addr()?;
-        self.listeners
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(addr);
+        lock(&self.state.inner).relays.push((addr, target));
         let state = self.state.clone();
         let to = to.to_string();
         std::thread::Builder::new()
@@ -109,59 +159,124 @@ impl Network {
                     }
                     let Ok(client) = client else { continue };
                     let (state, from, to) = (state.clone(), from.clone(), to.clone());
-                    std::thread::spawn(move || serve(&state, client, target, from, to));
+                    std::thread::spawn(move || serve(&state, client, addr, from, to));
                 }
             })?;
-        Ok(addr.port())
+        Ok(addr)
     }
 
-    /// Cuts every member labelled in `labels` off from its peers (see the module docs).
+    /// Cuts every member labelled in `labels` off from its peers, silently (see the module
+    /// docs).
     pub(crate) fn isolate(&self, labels: &[String]) {
-        let mut inner = self.state.inner.lock().unwrap_or_else(|e| e.into_inner());
-        inner.isolated.extend(labels.iter().cloned());
-        let Inner { isolated, conns } = &*inner;
-        for conn in conns.iter().filter(|c| c.touches(isolated)) {
-            conn.silent.store(true, Ordering::SeqCst);
-        }
+        self.cut_off(labels, Isolation::Silent);
     }
 
-    /// Ends the isolation of the members labelled in `labels`: their silent connections are
-    /// closed and new ones are relayed (unless they touch another isolated member).
-    pub(crate) fn heal(&self, labels: &[String]) {
-        let mut inner = self.state.inner.lock().unwrap_or_else(|e| e.into_inner());
-        let healed: HashSet<String> = labels.iter().cloned().collect();
-        inner.isolated.retain(|l| !healed.contains(l));
-        for conn in inner.conns.iter() {
-            if conn.silent.load(Ordering::SeqCst) && conn.touches(&healed) {
+    fn cut_off(&self, labels: &[String], how: Isolation) {
+        let mut inner = lock(&self.state.inner);
+        for label in labels {
+            inner.isolated.insert(label.clone(), how);
+        }
+        for conn in inner.conns.iter().filter(|c| c.touches(labels)) {
+            conn.silent.store(true, Ordering::SeqCst);
+            if how == Isolation::Cut {
                 conn.close();
             }
         }
     }
+
+    /// Ends the isolation of `labels`: their silent connections are closed and new ones are
+    /// relayed (unless they touch another isolated label).
+    pub(crate) fn heal(&self, labels: &[String]) {
+        let mut inner = lock(&self.state.inner);
+        inner.isolated.retain(|l, _| !labels.contains(l));
+        for conn in inner.conns.iter() {
+            if conn.silent.load(Ordering::SeqCst) && conn.touches(labels) {
+                conn.close();
+            }
+        }
+    }
+
+    /// Points the relay at `relay` to `target`: its connections are closed, new ones lead
+    /// there.
+    fn retarget(&self, relay: SocketAddr, target: SocketAddr) {
+        let mut inner = lock(&self.state.inner);
+        for (at, to) in inner.relays.iter_mut() {
+            if *at == relay {
+                *to = target;
+            }
+        }
+        for conn in inner.conns.iter().filter(|c| c.relay == relay) {
+            conn.close();
+        }
+    }
 }
 
-impl Drop for Network {
+impl Drop for Relays {
     fn drop(&mut self) {
         self.state.closing.store(true, Ordering::SeqCst);
-        for addr in self
-            .listeners
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-        {
+        let inner = lock(&self.state.inner);
+        for (addr, _) in &inner.relays {
             // Wakes the accept loop, which then sees `closing`.
             let _ = TcpStream::connect_timeout(addr, Duration::from_secs(1));
         }
-        let inner = self.state.inner.lock().unwrap_or_else(|e| e.into_inner());
         for conn in &inner.conns {
             conn.close();
         }
     }
 }
 
-/// Relays one accepted connection until either side closes it or it is healed away.
-fn serve(state: &State, client: TcpStream, target: SocketAddr, from: Source, to: String) {
+/// A relay to one server on a free loopback port: what a client connects to instead of the
+/// server, so that a scenario can cut it off, black-hole it, or move it to another server.
+/// Dropping it closes every connection.
+pub struct Relay {
+    relays: Relays,
+    addr: SocketAddr,
+}
+
+/// The label of a single relay's server.
+const SERVER: &str = "server";
+
+impl Relay {
+    /// Relays a free loopback port to `target`.
+    pub fn start(target: SocketAddr) -> crate::Result<Relay> {
+        let relays = Relays::new();
+        let addr = relays.relay(target, Source::Anyone, SERVER)?;
+        Ok(Relay { relays, addr })
+    }
+
+    /// `127.0.0.1:<port>`, to connect to instead of the server.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Closes every relayed connection and each new one as soon as it is accepted: to its
+    /// clients, the server is gone.
+    pub fn cut(&self) {
+        self.relays.cut_off(&[SERVER.into()], Isolation::Cut);
+    }
+
+    /// Connections stay open and carry nothing either way; new ones are closed at once.
+    pub fn silence(&self) {
+        self.relays.cut_off(&[SERVER.into()], Isolation::Silent);
+    }
+
+    /// Relays new connections again (the silenced ones are closed).
+    pub fn heal(&self) {
+        self.relays.heal(&[SERVER.into()]);
+    }
+
+    /// Closes every relayed connection; new ones go to `target`, as clients of a virtual IP
+    /// that moved to another server see it.
+    pub fn move_to(&self, target: SocketAddr) {
+        self.relays.retarget(self.addr, target);
+    }
+}
+
+/// Relays one accepted connection until either side closes it or it is cut.
+fn serve(state: &State, client: TcpStream, relay: SocketAddr, from: Source, to: String) {
     let mut first = Vec::new();
     let from = match from {
+        Source::Anyone => None,
         Source::Fixed(label) => Some(label),
         Source::HttpHeader(name) => read_header(&client, &mut first, name),
     };
@@ -169,31 +284,29 @@ fn serve(state: &State, client: TcpStream, target: SocketAddr, from: Source, to:
         return;
     };
     let conn = Arc::new(Conn {
+        relay,
         from,
         to,
         silent: AtomicBool::new(false),
         ends: Mutex::new(vec![client_end]),
     });
     {
-        let mut inner = state.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let mut inner = lock(&state.inner);
         if state.closing.load(Ordering::SeqCst) {
             return;
         }
-        if conn.touches(&inner.isolated) {
+        if inner.isolation(conn.from.as_ref(), &conn.to).is_some() {
             conn.silent.store(true, Ordering::SeqCst);
         }
         inner.conns.push(conn.clone());
     }
     if conn.silent.load(Ordering::SeqCst) {
         // Across the partition: the attempt fails.
-    } else if let Some(upstream) = connect_upstream(state, &conn, target) {
+    } else if let Some(upstream) = connect_upstream(state, &conn) {
         let _ = upstream.set_nodelay(true);
         let _ = client.set_nodelay(true);
         if let Ok(end) = upstream.try_clone() {
-            conn.ends
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(end);
+            lock(&conn.ends).push(end);
         }
         let forward = (&upstream).write_all(&first).is_ok();
         if let (true, Ok(up), Ok(down)) = (forward, upstream.try_clone(), client.try_clone()) {
@@ -204,22 +317,23 @@ fn serve(state: &State, client: TcpStream, target: SocketAddr, from: Source, to:
         }
     }
     conn.close();
-    let mut inner = state.inner.lock().unwrap_or_else(|e| e.into_inner());
-    inner.conns.retain(|c| !Arc::ptr_eq(c, &conn));
+    lock(&state.inner).conns.retain(|c| !Arc::ptr_eq(c, &conn));
 }
 
 /// How long a relay keeps trying to reach a target that refuses connections.
 const UPSTREAM_PATIENCE: Duration = Duration::from_secs(3);
 
-/// Connects to `target`, retrying while it refuses for up to [`UPSTREAM_PATIENCE`].
+/// Connects to the relay's target (read anew at every attempt: it may move meanwhile),
+/// retrying while it refuses for up to [`UPSTREAM_PATIENCE`].
 ///
 /// The relay has already accepted its client, so it cannot pass a refusal on: the client would
 /// see a connection that opened and then closed, which some peers treat differently from a
 /// refused one (a ZooKeeper follower that reaches the new leader's quorum port a moment before
 /// the leader listens on it gives up on that leader). Retrying looks like a slow connect.
-fn connect_upstream(state: &State, conn: &Conn, target: SocketAddr) -> Option<TcpStream> {
+fn connect_upstream(state: &State, conn: &Conn) -> Option<TcpStream> {
     let deadline = std::time::Instant::now() + UPSTREAM_PATIENCE;
     loop {
+        let target = lock(&state.inner).target(conn.relay)?;
         match TcpStream::connect(target) {
             Ok(upstream) => return Some(upstream),
             Err(_) if std::time::Instant::now() < deadline => {

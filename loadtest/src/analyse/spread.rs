@@ -101,9 +101,9 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::drive::client::Outcomes;
     use crate::drive::load::Loop;
     use crate::measure::latency::Latencies;
+    use testkit::Outcomes;
 
     fn run(created: u64, p99_ms: u64) -> LoadResult {
         let mut l = Latencies::default();

@@ -15,9 +15,9 @@ use goose::config::GooseConfiguration;
 use goose::prelude::*;
 use tokio::time::Instant;
 
-use crate::drive::client::{Answer, Outcomes};
 use crate::drive::load::{LoadResult, Loop, Window};
 use crate::measure::latency::Latencies;
+use testkit::{Answer, Outcomes};
 
 #[derive(Default)]
 struct Shared {

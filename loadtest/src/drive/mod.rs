@@ -1,9 +1,9 @@
-//! What sends the load: the one HTTP client and its answers, its keep-alive connections, the
-//! closed and open loops, the database connections held one per worker, and goose beside our
-//! own client.
+//! What sends the load: the closed and open loops (every HTTP figure goes through them, with
+//! the one client, [`testkit::Api`]), the database connections held one per worker, goose
+//! beside our own client, and clients contending for a lock through a cluster's leader loss.
+//! The crowd of buyers a sale sends is [`testkit::Crowd`], shared with the app's tests.
 
-pub mod client;
-pub mod connections;
 pub mod dedicated;
 pub mod goose;
 pub mod load;
+pub mod lock_contention;

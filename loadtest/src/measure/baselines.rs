@@ -35,12 +35,12 @@ use sqlx::{Connection, MySqlConnection, MySqlPool};
 use app::api::Strategy;
 use app::strategy::Kind;
 
-use crate::drive::client::{Answer, Api};
 use crate::drive::dedicated::Dedicated;
 use crate::drive::goose;
-use crate::drive::load::{Budget, LoadResult, Window, closed_loop, closed_loop_by_worker};
+use crate::drive::load::{LoadResult, Window, closed_loop, closed_loop_by_worker};
 use crate::measure::cpu::{CpuUse, Sampler, Span};
 use crate::measure::tools;
+use testkit::{Answer, Api};
 
 /// Every baseline, in the order they run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -332,7 +332,7 @@ impl<'a> Bench<'a> {
     }
 
     async fn measure(&self, item: Item) -> Result<LoadResult> {
-        let budget = Budget::Window(self.plan.window);
+        let budget = self.plan.window;
         let (c, db) = (self.plan.concurrency, self.plan.db_connections);
         Ok(match item {
             Item::Ours(BaselineName::HttpNoop) => {
@@ -411,7 +411,7 @@ impl<'a> Bench<'a> {
 }
 
 /// The bare hot-row UPDATE from one task per connection of `set`.
-async fn hot_row(set: Dedicated, budget: Budget) -> LoadResult {
+async fn hot_row(set: Dedicated, budget: Window) -> LoadResult {
     closed_loop_by_worker(set.len(), budget, move |w, _| {
         let set = set.clone();
         async move {
@@ -560,7 +560,7 @@ impl RedisLua {
             .arg(&*self.key)
             .arg(1);
         let evalsha = Arc::new(evalsha);
-        closed_loop_by_worker(concurrency, Budget::Window(window), move |worker, _| {
+        closed_loop_by_worker(concurrency, window, move |worker, _| {
             let mut conn = connections[worker % connections.len()].clone();
             let evalsha = evalsha.clone();
             async move {

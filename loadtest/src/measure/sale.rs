@@ -1,19 +1,17 @@
-//! Phase 1, the flash sale: S units, U concurrent buyers, D purchase requests; then the
-//! database tells what really happened (see [`app::accounting`]).
+//! The flash sale: S units, U concurrent buyers, D purchase requests (the one crowd,
+//! [`testkit::Crowd`]); then the database tells what really happened (see
+//! [`app::accounting`]).
 
-use anyhow::Result;
-use serde::Serialize;
-use sqlx::MySqlPool;
-
-use anyhow::Context;
 use std::time::{Duration, Instant};
 
+use anyhow::{Context, Result};
 use app::accounting::{Accounting, Ledger};
 use app::api::{Home, ProductView, Strategy};
+use serde::Serialize;
+use sqlx::MySqlPool;
+use testkit::{Api, Clicks, Crowd, Outcomes};
 
-use crate::drive::client::{Answer, Api, Outcomes, order_request, retries_in_metrics};
-use crate::drive::load::{Budget, closed_loop};
-use crate::measure::latency::LatencySummary;
+use crate::measure::latency::{Latencies, LatencySummary};
 
 /// What to sell and how hard.
 #[derive(Debug, Clone)]
@@ -58,13 +56,14 @@ pub async fn run_sale(api: &Api, db: &MySqlPool, plan: &SalePlan) -> Result<Sale
     api.reset_product(plan.product, plan.stock, plan.strategy.home())
         .await?;
     let retries_before = retries_in_metrics(&api.metrics().await, plan.strategy);
-    let buyers = Buyers {
-        api: api.clone(),
-        plan: plan.clone(),
-    };
-    let load = closed_loop(plan.buyers, Budget::Requests(plan.requests), move |i| {
-        buyers.clone().send(i)
-    })
+    let answers = Crowd::new(
+        plan.buyers,
+        Clicks::Total(plan.requests),
+        plan.strategy,
+        &plan.id_prefix,
+    )
+    .quantity(plan.quantity)
+    .run(api, plan.product)
     .await;
     let retries_after = retries_in_metrics(&api.metrics().await, plan.strategy);
     let (ledger, drain_seconds) = if plan.strategy.home() == Home::Redis {
@@ -79,24 +78,28 @@ pub async fn run_sale(api: &Api, db: &MySqlPool, plan: &SalePlan) -> Result<Sale
         (ledger, None)
     };
     let demand_units = plan.requests as i64 * plan.quantity;
-    let accounting = Accounting::of(ledger, demand_units);
+    let outcomes = answers.outcomes();
+    let mut latencies = Latencies::default();
+    for latency in answers.latencies() {
+        latencies.record(latency);
+    }
     Ok(SaleResult {
         requests: plan.requests,
         buyers: plan.buyers,
         quantity: plan.quantity,
-        seconds: load.seconds,
-        acknowledged_minus_orders: load.outcomes.created as i64 - ledger.orders,
-        outcomes: load.outcomes,
-        accounting,
+        seconds: answers.elapsed.as_secs_f64(),
+        acknowledged_minus_orders: outcomes.created as i64 - ledger.orders,
+        outcomes,
+        accounting: Accounting::of(ledger, demand_units),
         retries: retries_after.map(|after| after - retries_before.unwrap_or(0.0)),
-        latency: load.latency,
+        latency: latencies.summary(),
         drain_seconds,
     })
 }
 
 /// Waits (at most [`DRAIN_LIMIT`]) until no accepted order of `product` waits in the stream;
 /// returns the product then and the time it took.
-pub(crate) async fn drain(api: &Api, product: u64) -> Result<(ProductView, Duration)> {
+pub async fn drain(api: &Api, product: u64) -> Result<(ProductView, Duration)> {
     let started = Instant::now();
     loop {
         let view = api.product(product).await?;
@@ -110,22 +113,42 @@ pub(crate) async fn drain(api: &Api, product: u64) -> Result<(ProductView, Durat
     }
 }
 
-/// Request `i` of the sale: one order from the buyer `i % U` to instance `i % K`.
-#[derive(Clone)]
-struct Buyers {
-    api: Api,
-    plan: SalePlan,
+/// Sums the Prometheus samples labelled `strategy="<strategy>"` whose metric name mentions
+/// retries (`*retr*`, counters only: `_total` or no suffix). `None` when there are none.
+pub fn retries_in_metrics(text: &str, strategy: Strategy) -> Option<f64> {
+    let label = format!("strategy=\"{strategy}\"");
+    let mut found = None;
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let Some((series, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let name = series.split('{').next().unwrap_or_default();
+        let is_histogram_part = ["_bucket", "_sum", "_count"]
+            .iter()
+            .any(|s| name.ends_with(s));
+        if name.contains("retr")
+            && !is_histogram_part
+            && series.contains(&label)
+            && let Ok(v) = value.trim().parse::<f64>()
+        {
+            *found.get_or_insert(0.0) += v;
+        }
+    }
+    found
 }
 
-impl Buyers {
-    async fn send(self, i: u64) -> Answer {
-        let plan = &self.plan;
-        let body = order_request(
-            format!("u-{}", i % plan.buyers as u64),
-            plan.strategy,
-            format!("{}-{i}", plan.id_prefix),
-            plan.quantity,
-        );
-        self.api.order(i as usize, plan.product, &body).await
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retries_are_summed_per_strategy_from_prometheus_text() {
+        let text = "# HELP seckill_retries_total retries\n\
+            seckill_retries_total{strategy=\"optimistic\",instance=\"a\"} 7\n\
+            seckill_retries_total{strategy=\"optimistic\",instance=\"b\"} 5\n\
+            seckill_retries_total{strategy=\"naive\"} 100\n\
+            seckill_requests_total{strategy=\"optimistic\"} 9\n";
+        assert_eq!(retries_in_metrics(text, Strategy::Optimistic), Some(12.0));
+        assert_eq!(retries_in_metrics(text, Strategy::Conditional), None);
     }
 }

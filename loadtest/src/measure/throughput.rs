@@ -9,8 +9,8 @@ use anyhow::Result;
 use app::api::Strategy;
 use serde::Serialize;
 
-use crate::drive::client::{Answer, Api, order_request};
-use crate::drive::load::{Budget, LoadResult, Window, closed_loop, open_loop};
+use crate::drive::load::{LoadResult, Window, closed_loop, open_loop};
+use testkit::{Answer, Api, order_request};
 
 /// Stock that no run can exhaust.
 pub const UNLIMITED: i64 = 1_000_000_000;
@@ -47,10 +47,7 @@ pub async fn closed(api: &Api, plan: &ThroughputPlan, round: usize) -> Result<Lo
     api.reset_product(plan.product, UNLIMITED, plan.strategy.home())
         .await?;
     let buyers = Buyers::new(api, plan, format!("c{round}"));
-    let closed = closed_loop(plan.users, Budget::Window(plan.window), move |i| {
-        buyers.clone().send(i)
-    })
-    .await;
+    let closed = closed_loop(plan.users, plan.window, move |i| buyers.clone().send(i)).await;
     settle(api, plan).await?;
     Ok(closed)
 }

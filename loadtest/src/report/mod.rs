@@ -116,11 +116,11 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::drive::client::Outcomes;
     use crate::drive::load::{LoadResult, Loop};
     use crate::measure::latency::Latencies;
     use app::accounting::{Accounting, Ledger};
     use app::api::{ErrorCode, Strategy};
+    use testkit::Outcomes;
 
     fn load(mode: Loop, per_sec: u64) -> LoadResult {
         let mut l = Latencies::default();
@@ -401,7 +401,7 @@ mod tests {
         let mut r = report();
         let outcomes = &mut r.strategies[1].sale.outcomes;
         for _ in 0..3 {
-            outcomes.count(&crate::drive::client::Answer::Refused {
+            outcomes.count(&testkit::Answer::Refused {
                 status: 409,
                 code: ErrorCode::LockLost,
             });

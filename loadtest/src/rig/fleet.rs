@@ -10,9 +10,9 @@ use anyhow::Result;
 use app::accounting::{Accounting, Ledger};
 use app::api::{Home, ProductView, Strategy};
 
-use crate::drive::client::{Answer, Api, order_request};
-use crate::rig::apps::{Apps, Launch};
 use crate::scenario::Timeline;
+use testkit::{Answer, Api, order_request};
+use testkit::{Apps, Launch};
 
 /// The scenario's private MariaDB and Redis, its app instances and a client for them.
 pub struct Fleet {
@@ -40,13 +40,7 @@ enum Redis {
 /// The product judged by the one definition of oversell and lost updates
 /// ([`app::accounting`]); the scenarios do not judge undersell, so no demand is given.
 pub fn accounting(p: &ProductView) -> Accounting {
-    let ledger = Ledger {
-        initial_stock: p.initial_stock,
-        final_stock: p.stock,
-        units_in_orders: p.sold,
-        orders: p.orders,
-    };
-    Accounting::of(ledger, 0)
+    Accounting::of(Ledger::of(*p), 0)
 }
 
 /// The instances' flags for a lock lease of `lease_ms` and a lock wait budget of `wait_ms`.

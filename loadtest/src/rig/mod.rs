@@ -2,7 +2,6 @@
 //! environment), the `seckill-app` processes, the fleets of the fault scenarios, and the
 //! record of the machine and the servers' settings.
 
-pub mod apps;
 pub mod environment;
 pub mod fleet;
 
@@ -81,4 +80,28 @@ where
     F: FnOnce() -> sandbox::Result<()> + Send + 'static,
 {
     Ok(tokio::task::spawn_blocking(f).await??)
+}
+
+/// Where a client of `backend` on `cluster` connects: every member's address, starting with
+/// member `first % members` (so that clients begin on different members), and the ZooKeeper
+/// session of `session`.
+pub fn cluster_lock_endpoints(
+    backend: locks::Backend,
+    cluster: &dyn sandbox::Cluster,
+    first: usize,
+    session: std::time::Duration,
+) -> locks::Endpoints {
+    let mut addresses = cluster.client_addresses();
+    let n = addresses.len().max(1);
+    addresses.rotate_left(first % n);
+    let mut endpoints = locks::Endpoints {
+        zookeeper_session_timeout: session,
+        ..Default::default()
+    };
+    match backend {
+        locks::Backend::ZooKeeper => endpoints.zookeeper = Some(addresses.join(",")),
+        locks::Backend::Etcd => endpoints.etcd = addresses,
+        _ => endpoints.redis = addresses.first().cloned(),
+    }
+    endpoints
 }

@@ -18,8 +18,8 @@ use sqlx::{Connection, MySqlConnection};
 
 use super::figures::BatchedDbKill;
 use super::{Row, Scenario, ScenarioOptions, ScenarioReport, Timeline, control};
-use crate::drive::client::{Answer, Api, order_request};
 use crate::rig::fleet::{Fleet, accounting};
+use testkit::{Answer, Api, order_request};
 
 const PRODUCT: u64 = 300;
 const KILLED: &str = "batched: the killed batch";

@@ -37,14 +37,15 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use app::accounting::{Accounting, Ledger};
-use app::api::{ErrorCode, Home, Safety, Strategy};
+use app::api::{ErrorCode, Home, Safety, Service, Strategy};
+use sandbox::Cluster;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::figures::ClusterSale;
 use super::{Row, Scenario, ScenarioOptions, ScenarioReport, Timeline, start};
-use crate::drive::client::{Answer, Api};
 use crate::rig::fleet::{Fleet, lock_flags, order};
+use testkit::{Answer, Api};
 
 /// One sale: a strategy and, for stock held in Redis, the replicas each deduction waits for.
 #[derive(Debug, Clone, Copy)]
@@ -120,31 +121,6 @@ struct Clusters {
     redis: Arc<sandbox::RedisSentinelCluster>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Which {
-    ZooKeeper,
-    Etcd,
-    Redis,
-}
-
-impl Which {
-    fn of(strategy: Strategy) -> Which {
-        match strategy {
-            Strategy::Zookeeper | Strategy::ZookeeperFenced => Which::ZooKeeper,
-            Strategy::Etcd | Strategy::EtcdFenced => Which::Etcd,
-            _ => Which::Redis,
-        }
-    }
-
-    fn leader_name(self) -> &'static str {
-        match self {
-            Which::ZooKeeper => "ZooKeeper leader",
-            Which::Etcd => "etcd leader",
-            Which::Redis => "Redis primary",
-        }
-    }
-}
-
 impl Clusters {
     async fn start() -> Result<Clusters> {
         let (zookeeper, etcd, redis) = tokio::try_join!(
@@ -174,91 +150,50 @@ impl Clusters {
         flags
     }
 
-    /// Waits for `which`'s leader and returns its member index.
-    async fn leader(&self, which: Which) -> Result<usize> {
-        let c = self.clone();
-        Ok(tokio::task::spawn_blocking(move || match which {
-            Which::ZooKeeper => c.zookeeper.await_leader(PATIENCE),
-            Which::Etcd => c.etcd.await_leader(PATIENCE),
-            Which::Redis => c.redis.await_leader(PATIENCE),
-        })
-        .await??)
-    }
-
-    /// SIGKILLs member `i` of `which`.
-    async fn kill(&self, which: Which, i: usize) -> Result<()> {
-        let c = self.clone();
-        Ok(tokio::task::spawn_blocking(move || match which {
-            Which::ZooKeeper => c.zookeeper.member(i).server().kill(),
-            Which::Etcd => c.etcd.member(i).server().kill(),
-            Which::Redis => c.redis.server(i).server().kill(),
-        })
-        .await??)
-    }
-
-    /// Starts member `i` of `which` again, in the background, and waits until it is back in the
-    /// cluster: a follower again for ZooKeeper and etcd; for Redis, a replica of the current
-    /// primary with its link up (a restarted Redis comes back with the role it was started
-    /// with, empty; it is pointed at the current primary at once, as Sentinel would do a few
-    /// seconds later, so it can never be promoted empty).
-    fn restart(&self, which: Which, i: usize) -> JoinHandle<Result<()>> {
-        let c = self.clone();
-        tokio::task::spawn_blocking(move || -> Result<()> {
-            match which {
-                Which::ZooKeeper => {
-                    let member = c.zookeeper.member(i);
-                    member.server().start_again()?;
-                    sandbox::wait_for(PATIENCE, || {
-                        matches!(
-                            member.mode(),
-                            Some(sandbox::ZkMode::Leader | sandbox::ZkMode::Follower)
-                        )
-                        .then_some(())
-                    })
-                    .context("the restarted ZooKeeper member did not rejoin")?;
-                }
-                Which::Etcd => {
-                    let member = c.etcd.member(i);
-                    member.server().start_again()?;
-                    sandbox::wait_for(PATIENCE, || {
-                        member.status().filter(|s| s.leader_id != 0).map(drop)
-                    })
-                    .context("the restarted etcd member did not rejoin")?;
-                }
-                Which::Redis => {
-                    let member = c.redis.server(i);
-                    member.server().start_again()?;
-                    let primary = c.redis.server(c.redis.await_leader(PATIENCE)?).port();
-                    member.command(&["REPLICAOF", "127.0.0.1", &primary.to_string()])?;
-                    sandbox::wait_for(PATIENCE, || {
-                        let info = member.command(&["INFO", "replication"]).ok()?;
-                        info.contains("master_link_status:up").then_some(())
-                    })
-                    .context("the restarted Redis did not catch up with the primary")?;
-                }
-            }
-            Ok(())
-        })
+    /// The cluster `strategy`'s lock (or, for `redis-lua`, its stock) lives on.
+    fn of(&self, strategy: Strategy) -> Arc<dyn Cluster> {
+        match strategy.service() {
+            Service::Zookeeper => self.zookeeper.clone(),
+            Service::Etcd => self.etcd.clone(),
+            _ => self.redis.clone(),
+        }
     }
 }
 
-impl Clusters {
-    /// [`Clusters::restart`] of Redis member `i`, once the Sentinels have promoted another
-    /// member: started before, it would come back as an empty primary that they still name.
-    /// Returns when the member was back.
-    fn restart_after_failover(&self, i: usize) -> JoinHandle<Result<Instant>> {
-        let c = self.clone();
-        tokio::spawn(async move {
-            let r = c.clone();
-            tokio::task::spawn_blocking(move || {
-                sandbox::wait_for(PATIENCE, || r.redis.leader().filter(|&l| l != i))
-            })
-            .await?
-            .context("the Sentinels did not promote a replica")?;
-            c.restart(Which::Redis, i).await??;
-            Ok(Instant::now())
+/// Waits for `cluster`'s leader and returns its member index.
+async fn leader(cluster: &Arc<dyn Cluster>) -> Result<usize> {
+    let c = cluster.clone();
+    Ok(tokio::task::spawn_blocking(move || c.await_leader(PATIENCE)).await??)
+}
+
+/// SIGKILLs member `i` of `cluster`.
+async fn kill(cluster: &Arc<dyn Cluster>, i: usize) -> Result<()> {
+    let c = cluster.clone();
+    Ok(tokio::task::spawn_blocking(move || c.process(i).kill()).await??)
+}
+
+/// Starts member `i` of `cluster` again, in the background, and waits until it is back in
+/// the cluster.
+fn restart(cluster: &Arc<dyn Cluster>, i: usize) -> JoinHandle<Result<()>> {
+    let c = cluster.clone();
+    tokio::task::spawn_blocking(move || Ok(c.rejoin(i, PATIENCE)?))
+}
+
+/// [`restart`] of member `i`, once another member leads: a Redis started before the
+/// Sentinels promoted a replica would come back as an empty primary that they still name.
+/// Returns when the member was back.
+fn restart_after_failover(cluster: &Arc<dyn Cluster>, i: usize) -> JoinHandle<Result<Instant>> {
+    let c = cluster.clone();
+    tokio::spawn(async move {
+        let r = c.clone();
+        tokio::task::spawn_blocking(move || {
+            sandbox::wait_for(PATIENCE, || r.leader().filter(|&l| l != i))
         })
-    }
+        .await?
+        .context("no other member took the lead")?;
+        restart(&c, i).await??;
+        Ok(Instant::now())
+    })
 }
 
 /// How big a sale.
@@ -287,11 +222,12 @@ pub async fn run(opts: &ScenarioOptions) -> Result<ScenarioReport> {
         sales.extend(FULL_ONLY);
     }
     let tl = Timeline::new();
-    let mut restarts: Vec<(Which, JoinHandle<Result<()>>)> = Vec::new();
+    let mut restarts: Vec<(&'static str, JoinHandle<Result<()>>)> = Vec::new();
     let mut rows = Vec::new();
     let mut measured = Vec::new();
     for (n, s) in sales.into_iter().enumerate() {
-        let which = Which::of(s.strategy);
+        let cluster = clusters.of(s.strategy);
+        let which = cluster.kind();
         // The member this cluster lost in its last sale must be back first.
         if let Some(at) = restarts.iter().position(|(w, _)| *w == which) {
             restarts.remove(at).1.await??;
@@ -311,7 +247,7 @@ pub async fn run(opts: &ScenarioOptions) -> Result<ScenarioReport> {
             }
         };
         let api = waiting.as_ref().map_or(&fleet.api, |(_, api)| api);
-        let (f, killed) = sale(api, &clusters, s, product, plan, &tl)
+        let (f, killed) = sale(api, &cluster, s, product, plan, &tl)
             .await
             .with_context(|| format!("the {} sale", s.name()))?;
         if let Some((apps, _)) = waiting {
@@ -319,7 +255,7 @@ pub async fn run(opts: &ScenarioOptions) -> Result<ScenarioReport> {
         }
         if s.wait_replicas == 0 {
             tl.log(s.name(), format!("member {} restarting", killed + 1));
-            restarts.push((which, clusters.restart(which, killed)));
+            restarts.push((which, restart(&cluster, killed)));
         }
         rows.push(row(s, &f));
         measured.push((s, f));
@@ -356,17 +292,16 @@ struct Click {
 /// is back already when the sale waited for replicas: it could not finish without it).
 async fn sale(
     api: &Api,
-    clusters: &Clusters,
+    cluster: &Arc<dyn Cluster>,
     s: Sale,
     product: u64,
     plan: Plan,
     tl: &Timeline,
 ) -> Result<(ClusterSale, usize)> {
     let (strategy, name) = (s.strategy, s.name());
-    let which = Which::of(strategy);
     api.reset_product(product, plan.stock, strategy.home())
         .await?;
-    let leader = clusters.leader(which).await?;
+    let leader = leader(cluster).await?;
     let created = Arc::new(AtomicUsize::new(0));
     let done = Arc::new(AtomicBool::new(false));
     let (began, began_ms) = (Instant::now(), tl.now_ms());
@@ -393,20 +328,21 @@ async fn sale(
         }
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
-    clusters.kill(which, leader).await?;
+    kill(cluster, leader).await?;
     let killed = began.elapsed();
     tl.log(
         &name,
         format!(
-            "{} (member {}) SIGKILLed, {} unit(s) sold",
-            which.leader_name(),
+            "the {}'s {} (member {}) SIGKILLed, {} unit(s) sold",
+            cluster.kind(),
+            cluster.leader_title(),
             leader + 1,
             created.load(Ordering::Relaxed)
         ),
     );
     // With every replica's acknowledgement required, nothing sells until the killed member
     // is back as a replica.
-    let restart = (s.wait_replicas > 0).then(|| clusters.restart_after_failover(leader));
+    let restart = (s.wait_replicas > 0).then(|| restart_after_failover(cluster, leader));
     let mut clicks = Vec::new();
     for buyer in buyers {
         clicks.extend(buyer.await?);
@@ -594,7 +530,7 @@ fn why(measured: &[(Sale, ClusterSale)]) -> String {
     }
     let lease_ms = LOCK_LEASE_MS as f64;
     let redis_after_a_lease = measured.iter().any(|(s, f)| {
-        Which::of(s.strategy) == Which::Redis
+        s.strategy.service() == Service::Redis
             && !s.redis_stock()
             && f.unavailable_ms
                 .is_some_and(|ms| (0.9 * lease_ms..1.3 * lease_ms).contains(&ms))

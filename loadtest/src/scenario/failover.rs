@@ -25,8 +25,8 @@ use deadpool_redis::redis::{Client, cmd};
 use locks::{AcquireOptions, LockError};
 
 use super::figures::RedisFailover;
-use super::partition::Partition;
 use super::{Row, Scenario, ScenarioOptions, ScenarioReport, Timeline, control, start};
+use sandbox::Relay;
 
 struct Mode {
     subject: &'static str,
@@ -92,7 +92,7 @@ async fn one(
         ..Default::default()
     };
 
-    let relay = Partition::start(format!("127.0.0.1:{}", pair.primary.port()).parse()?).await?;
+    let relay = Relay::start(format!("127.0.0.1:{}", pair.primary.port()).parse()?)?;
     let p = pair.clone();
     let relay_port = relay.addr().port();
     control(move || replicate_through(&p.replica, relay_port)).await?;

@@ -12,90 +12,52 @@
 //! surviving members are a majority, so grants must resume before the old leader is back.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Result;
-use locks::history::{self, History};
-use locks::recorded::{Contention, FencedStore, Outage, contend};
-use locks::{Backend, DistributedLock};
+use locks::Backend;
+use locks::history;
+use locks::recorded::Outage;
 
 use super::figures::{EtcdLeaderLoss, LeaderLoss, ZkLeaderLoss};
 use super::{Event, Figures, Row, Scenario, ScenarioOptions, ScenarioReport, start};
+use crate::drive::lock_contention::{self, Stages};
 
 const CLIENTS: usize = 4;
 /// Longer than an election on a loaded machine, so sessions survive the leader's death.
 const SESSION: Duration = Duration::from_secs(10);
-/// A bound on any one request while the cluster has no leader.
-const PATIENCE: Duration = Duration::from_secs(20);
-
-/// One of the clusters, and what the scenario (and `lock matrix`) does with it.
-pub(crate) trait Cluster: Send + Sync + 'static {
-    const BACKEND: Backend;
-    /// The client endpoints, rotated by `i` so clients start on different members.
-    fn endpoints(&self, i: usize) -> locks::Endpoints;
-    fn await_leader(&self, within: Duration) -> sandbox::Result<usize>;
-    fn server(&self, member: usize) -> &sandbox::Server;
-    fn figures(f: LeaderLoss) -> Figures;
-}
-
-impl Cluster for sandbox::ZooKeeperEnsemble {
-    const BACKEND: Backend = Backend::ZooKeeper;
-    fn endpoints(&self, i: usize) -> locks::Endpoints {
-        let mut members: Vec<String> = self.members().iter().map(|m| m.connect_string()).collect();
-        let n = members.len();
-        members.rotate_left(i % n);
-        locks::Endpoints {
-            zookeeper: Some(members.join(",")),
-            zookeeper_session_timeout: SESSION,
-            ..Default::default()
-        }
-    }
-    fn await_leader(&self, within: Duration) -> sandbox::Result<usize> {
-        sandbox::ZooKeeperEnsemble::await_leader(self, within)
-    }
-    fn server(&self, member: usize) -> &sandbox::Server {
-        self.member(member).server()
-    }
-    fn figures(f: LeaderLoss) -> Figures {
-        ZkLeaderLoss(f).into()
-    }
-}
-
-impl Cluster for sandbox::EtcdCluster {
-    const BACKEND: Backend = Backend::Etcd;
-    fn endpoints(&self, i: usize) -> locks::Endpoints {
-        let mut etcd = sandbox::EtcdCluster::endpoints(self);
-        let n = etcd.len();
-        etcd.rotate_left(i % n);
-        locks::Endpoints {
-            etcd,
-            ..Default::default()
-        }
-    }
-    fn await_leader(&self, within: Duration) -> sandbox::Result<usize> {
-        sandbox::EtcdCluster::await_leader(self, within)
-    }
-    fn server(&self, member: usize) -> &sandbox::Server {
-        self.member(member).server()
-    }
-    fn figures(f: LeaderLoss) -> Figures {
-        EtcdLeaderLoss(f).into()
-    }
-}
 
 pub async fn zookeeper(opts: &ScenarioOptions) -> Result<ScenarioReport> {
     let cluster = start(sandbox::ZooKeeperEnsemble::start).await?;
-    run(Scenario::ZkLeaderLoss, Arc::new(cluster), opts).await
+    let figures = |f| ZkLeaderLoss(f).into();
+    run(
+        Scenario::ZkLeaderLoss,
+        Backend::ZooKeeper,
+        Arc::new(cluster),
+        figures,
+        opts,
+    )
+    .await
 }
 
 pub async fn etcd(opts: &ScenarioOptions) -> Result<ScenarioReport> {
     let cluster = start(sandbox::EtcdCluster::start).await?;
-    run(Scenario::EtcdLeaderLoss, Arc::new(cluster), opts).await
+    let figures = |f| EtcdLeaderLoss(f).into();
+    run(
+        Scenario::EtcdLeaderLoss,
+        Backend::Etcd,
+        Arc::new(cluster),
+        figures,
+        opts,
+    )
+    .await
 }
 
-async fn run<C: Cluster>(
+async fn run(
     scenario: Scenario,
-    cluster: Arc<C>,
+    backend: Backend,
+    cluster: Arc<dyn sandbox::Cluster>,
+    figures: fn(LeaderLoss) -> Figures,
     opts: &ScenarioOptions,
 ) -> Result<ScenarioReport> {
     // Before the kill, down, after the restart.
@@ -105,13 +67,14 @@ async fn run<C: Cluster>(
     };
     let key = format!("scenario:{scenario}:{}", locks::new_owner_id());
     let secs = Duration::from_secs;
-    let events = contend_through_leader_loss(
-        cluster,
-        CLIENTS,
-        &key,
-        (secs(before), secs(down), secs(after)),
-    )
-    .await?;
+    let stages = Stages {
+        before: secs(before),
+        down: secs(down),
+        after: secs(after),
+    };
+    let events =
+        lock_contention::through_leader_loss(cluster, backend, CLIENTS, &key, SESSION, stages)
+            .await?;
     let violations = history::check_events(&events);
     let outage = Outage::of(&events);
     let f = LeaderLoss {
@@ -124,7 +87,7 @@ async fn run<C: Cluster>(
         refused_writes: outage.refused_writes,
         violations: violations.len(),
     };
-    let subject = format!("{}, leader killed", C::BACKEND);
+    let subject = format!("{}, leader killed", backend);
     let ok = violations.is_empty()
         && f.grants_before > 0
         && f.grants_after > 0
@@ -153,14 +116,14 @@ async fn run<C: Cluster>(
          resume after the election, before the old leader is restarted",
         observed,
         ok,
-        C::figures(f),
+        figures(f),
     );
     Ok(ScenarioReport {
         scenario,
         fault: format!(
             "{CLIENTS} clients contend for one lock on a three-member {} (session/lease {}s); \
              after {before}s the leader is SIGKILLed, {down}s later restarted",
-            match C::BACKEND {
+            match backend {
                 Backend::ZooKeeper => "ZooKeeper ensemble",
                 _ => "etcd cluster",
             },
@@ -168,52 +131,8 @@ async fn run<C: Cluster>(
         ),
         rows: vec![row],
         timeline: timeline(&events, &subject),
-        why: why(C::BACKEND, &f),
+        why: why(backend, &f),
     })
-}
-
-/// `clients` clients contend for the lock `key` on `cluster`, each step recorded in one history;
-/// `before` in, the leader is SIGKILLed, `down` later restarted, and `after` that the contention
-/// ends. Returns the record, the kill and the restart in it as faults. (`lock matrix` measures
-/// its clusters' availability with it too.)
-pub(crate) async fn contend_through_leader_loss<C: Cluster>(
-    cluster: Arc<C>,
-    clients: usize,
-    key: &str,
-    (before, down, after): (Duration, Duration, Duration),
-) -> Result<Vec<locks::history::Event>> {
-    let history = Arc::new(History::new());
-    let store = Arc::new(FencedStore::new(history.clone()));
-    let until = Instant::now() + before + down + after;
-    let how = Contention {
-        lease: SESSION,
-        patience: PATIENCE,
-        ..Contention::default()
-    };
-    let mut contenders = Vec::new();
-    for i in 0..clients {
-        let lock: Arc<dyn DistributedLock> = locks::connect(C::BACKEND, &cluster.endpoints(i))
-            .await
-            .map_err(|e| anyhow::anyhow!("connect {}: {e}", C::BACKEND))?;
-        let (key, store) = (key.to_string(), store.clone());
-        let name = format!("client-{}", i + 1);
-        contenders.push(tokio::spawn(contend(name, lock, key, store, until, how)));
-    }
-
-    tokio::time::sleep(before).await;
-    let c = cluster.clone();
-    let leader = tokio::task::spawn_blocking(move || c.await_leader(PATIENCE)).await??;
-    history.fault("nemesis", format!("kill the leader, member {}", leader + 1));
-    let c = cluster.clone();
-    tokio::task::spawn_blocking(move || c.server(leader).kill()).await??;
-    tokio::time::sleep(down).await;
-    history.fault("nemesis", format!("restart member {}", leader + 1));
-    let c = cluster.clone();
-    tokio::task::spawn_blocking(move || c.server(leader).start_again()).await??;
-    for contender in contenders {
-        contender.await?;
-    }
-    Ok(history.events())
 }
 
 /// The faults and the grants around them (not every write: a run has hundreds).

@@ -15,8 +15,8 @@ use app::api::{ErrorCode, Strategy};
 
 use super::figures::LeaseExpiry;
 use super::{Row, Scenario, ScenarioOptions, ScenarioReport, Timeline};
-use crate::drive::client::Answer;
 use crate::rig::fleet::{Fleet, accounting, lock_flags, order};
+use testkit::Answer;
 
 const STRATEGIES: [Strategy; 3] = [
     Strategy::RedisLock,

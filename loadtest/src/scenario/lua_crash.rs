@@ -17,8 +17,8 @@ use app::api::{ErrorCode, Home, Strategy};
 
 use super::figures::LuaCrashBeforeOrder;
 use super::{Row, Scenario, ScenarioOptions, ScenarioReport, Timeline};
-use crate::drive::client::order_request;
 use crate::rig::fleet::{Fleet, accounting, order};
+use testkit::order_request;
 
 const PRODUCT: u64 = 900;
 const STOCK: i64 = 10;

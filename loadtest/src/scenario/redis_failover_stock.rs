@@ -25,10 +25,10 @@ use tokio::time::Instant;
 
 use super::failover::{replicate_through, wait_for_replica};
 use super::figures::RedisFailoverStock;
-use super::partition::Partition;
 use super::{Row, Scenario, ScenarioOptions, ScenarioReport, Timeline, control, start};
-use crate::drive::client::Answer;
 use crate::rig::fleet::{Fleet, accounting, order};
+use sandbox::Relay;
+use testkit::Answer;
 
 const PRODUCT: u64 = 950;
 const STOCK: i64 = 20;
@@ -91,11 +91,11 @@ async fn one(
     let tl = Timeline::new();
     let primary: SocketAddr = format!("127.0.0.1:{}", pair.primary.port()).parse()?;
     let replica: SocketAddr = format!("127.0.0.1:{}", pair.replica.port()).parse()?;
-    let link = Partition::start(primary).await?;
+    let link = Relay::start(primary)?;
     let p = pair.clone();
     let link_port = link.addr().port();
     control(move || replicate_through(&p.replica, link_port)).await?;
-    let service = Partition::start(primary).await?;
+    let service = Relay::start(primary)?;
     let flags: Vec<String> = match mode.wait {
         true => vec![
             "--redis-wait-replicas=1".into(),

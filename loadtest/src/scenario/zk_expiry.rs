@@ -18,16 +18,16 @@ use locks::{AcquireOptions, DistributedLock};
 
 use super::fenced_store::FencedRegister;
 use super::figures::ZkSessionExpiry;
-use super::partition::Partition;
 use super::{Row, Scenario, ScenarioOptions, ScenarioReport, Timeline, start};
 use app::api::Strategy;
+use sandbox::Relay;
 
 pub async fn run(opts: &ScenarioOptions) -> Result<ScenarioReport> {
     let zk = start(sandbox::ZooKeeper::start).await?;
     let redis = start(sandbox::Redis::start).await?;
     let session = Duration::from_millis(if opts.quick { 800 } else { 4000 });
     let tl = Timeline::new();
-    let relay = Partition::start(zk.connect_string().parse()?).await?;
+    let relay = Relay::start(zk.connect_string().parse()?)?;
     let key = "scenario-zk-expiry-product-1";
     let options = AcquireOptions::new(session).wait(session * 10);
 

@@ -5,7 +5,6 @@ mod common;
 
 mod accounting;
 mod baselines;
-mod client;
 mod coordinated_omission;
 mod lock_bench;
 mod lock_matrix;

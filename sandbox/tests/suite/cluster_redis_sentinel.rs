@@ -52,7 +52,10 @@ fn killing_the_primary_makes_the_sentinels_promote_a_replica() {
     // promote the other replica: what must hold is that a replica, not the old primary, ends
     // as the primary the Sentinels agree on.
     let settled = sandbox::wait_for(FAILOVER, || redis.leader().filter(|&l| l != 0));
-    assert!(settled.is_some(), "the Sentinels named no replica as primary");
+    assert!(
+        settled.is_some(),
+        "the Sentinels named no replica as primary"
+    );
 }
 
 #[test]

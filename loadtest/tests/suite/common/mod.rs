@@ -30,7 +30,7 @@ pub fn app_binary() -> PathBuf {
             .status()
             .expect("running cargo build -p app");
         assert!(status.success(), "cargo build -p app failed");
-        loadtest::rig::apps::locate_app(None).expect("seckill-app after building it")
+        testkit::locate_app(None).expect("seckill-app after building it")
     })
     .clone()
 }

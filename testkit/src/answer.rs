@@ -1,29 +1,15 @@
-//! The app's HTTP API as every part of the benchmark uses it: one client ([`Api`]) for the
-//! flash sale, the throughput loops, the baselines and the scenarios, and one answer type
-//! ([`Answer`]) for what came back.
+//! How a request to the app ended ([`Answer`]), and how many requests ended each way
+//! ([`Outcomes`], every error code apart): what the load, the crowds and the scenarios count.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
-use std::time::Duration;
+use std::collections::{BTreeMap, HashMap};
 
-use anyhow::{Context, Result, bail};
-use serde::Serialize;
+use serde::{Deserialize, Deserializer, Serialize};
 
-use hyper::header::{CONTENT_TYPE, HeaderValue};
-use hyper::{Method, Request, Uri};
-
-use crate::drive::connections::{Body, Connections};
-use app::api::{
-    ErrorBody, ErrorCode, Home, OrderRequest, OrderResponse, ProductView, Reconciliation,
-    ResetProduct, Strategy, StrategyInfo, StrategyList,
-};
-
-/// Request header that makes the strategy pause inside its critical section (the app must
-/// run with `--allow-fault-injection`).
-const HOLD_HEADER: &str = "x-seckill-hold-ms";
+use app::api::{ErrorBody, ErrorCode, OrderRequest, OrderResponse, OrderStatus, Strategy};
 
 /// How one request ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "answer", rename_all = "snake_case")]
 pub enum Answer {
     /// `201`: a new order (for the baselines that bypass HTTP: a deduction).
     Created { fencing_token: Option<u64> },
@@ -61,7 +47,7 @@ impl Answer {
             },
             // Accepted, placed later by the stream consumers (`redis-lua-stream`): counted as
             // created, since the sale waits for the stream to drain before it reads the ledger.
-            202 => match serde_json::from_slice::<app::api::OrderStatus>(body) {
+            202 => match serde_json::from_slice::<OrderStatus>(body) {
                 Ok(_) => Answer::Created {
                     fencing_token: None,
                 },
@@ -117,7 +103,7 @@ impl Answer {
 }
 
 /// How many requests of a phase ended each way: every error code apart.
-#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Outcomes {
     /// `201`: new orders (for the direct baselines: deductions).
     pub created: u64,
@@ -226,6 +212,17 @@ impl Serialize for Refusals {
     }
 }
 
+impl<'de> Deserialize<'de> for Refusals {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Refusals, D::Error> {
+        let counts = HashMap::<ErrorCode, u64>::deserialize(deserializer)?;
+        let mut refusals = Refusals::default();
+        for (code, n) in counts {
+            *refusals.entry(code) += n;
+        }
+        Ok(refusals)
+    }
+}
+
 /// Whether a refusal is one of the purchase's own outcomes (the product is sold out, the lock
 /// was lost, the wait budget ran out, a backend is down) rather than a rejected request.
 pub fn is_purchase_refusal(code: ErrorCode) -> bool {
@@ -286,199 +283,6 @@ pub fn order_request(
     }
 }
 
-/// A client for a set of app instances: the load's requests (orders, `GET /api/noop`) on
-/// keep-alive connections of their own ([`crate::drive::connections`]), spread by the caller's
-/// sequence number; admin calls through reqwest to the last instance (which no scenario kills
-/// or freezes).
-#[derive(Clone)]
-pub struct Api {
-    http: reqwest::Client,
-    /// `http://127.0.0.1:PORT` of each instance.
-    pub bases: Arc<[String]>,
-    load: Arc<Connections>,
-    admin_token: Option<Arc<str>>,
-}
-
-/// The longest a load request waits for its answer before it counts as unanswered.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
-
-impl Api {
-    pub fn new(bases: Vec<String>, admin_token: Option<String>) -> Result<Api> {
-        anyhow::ensure!(!bases.is_empty(), "no app instance to talk to");
-        let http = reqwest::Client::builder()
-            .timeout(REQUEST_TIMEOUT)
-            .tcp_nodelay(true)
-            .build()?;
-        let authorities = bases
-            .iter()
-            .map(|b| {
-                let uri: Uri = b.parse().with_context(|| format!("{b} is not a URL"))?;
-                let authority = uri
-                    .authority()
-                    .with_context(|| format!("{b} has no host"))?;
-                Ok(authority.as_str().to_owned())
-            })
-            .collect::<Result<Vec<_>>>()?;
-        Ok(Api {
-            http,
-            load: Arc::new(Connections::new(&authorities)?),
-            bases: bases.into(),
-            admin_token: admin_token.map(Into::into),
-        })
-    }
-
-    /// The instance request `n` goes to (round robin).
-    pub fn base(&self, n: usize) -> &str {
-        &self.bases[n % self.bases.len()]
-    }
-
-    fn admin(&self) -> &str {
-        &self.bases[self.bases.len() - 1]
-    }
-
-    /// `PUT /api/products/{id}`: creates the product or resets it to `stock` units kept in
-    /// `home`, and deletes its orders.
-    pub async fn reset_product(&self, id: u64, stock: i64, home: Home) -> Result<()> {
-        let url = format!("{}/api/products/{id}", self.admin());
-        let mut request = self.http.put(&url).json(&ResetProduct {
-            stock,
-            home,
-            buckets: None,
-        });
-        if let Some(token) = &self.admin_token {
-            request = request.bearer_auth(token);
-        }
-        let r = request.send().await.with_context(|| format!("PUT {url}"))?;
-        if !r.status().is_success() {
-            bail!(
-                "PUT {url}: {} {}",
-                r.status(),
-                r.text().await.unwrap_or_default()
-            );
-        }
-        Ok(())
-    }
-
-    /// `POST /api/products/{id}/reconcile`: repairs a Redis-held counter, says what it found.
-    pub async fn reconcile(&self, id: u64) -> Result<Reconciliation> {
-        let url = format!("{}/api/products/{id}/reconcile", self.admin());
-        let mut request = self.http.post(&url);
-        if let Some(token) = &self.admin_token {
-            request = request.bearer_auth(token);
-        }
-        let r = request.send().await?.error_for_status()?;
-        r.json().await.with_context(|| format!("POST {url}"))
-    }
-
-    /// `GET /api/products/{id}`: the product as the database has it.
-    pub async fn product(&self, id: u64) -> Result<ProductView> {
-        let url = format!("{}/api/products/{id}", self.admin());
-        let r = self.http.get(&url).send().await?.error_for_status()?;
-        r.json().await.with_context(|| format!("GET {url}"))
-    }
-
-    /// `GET /api/strategies`.
-    pub async fn strategies(&self) -> Result<Vec<StrategyInfo>> {
-        let url = format!("{}/api/strategies", self.admin());
-        let r = self.http.get(&url).send().await?.error_for_status()?;
-        let list: StrategyList = r.json().await.with_context(|| format!("GET {url}"))?;
-        Ok(list.strategies)
-    }
-
-    /// Sends one order to instance `n % K`.
-    pub async fn order(&self, n: usize, product: u64, body: &OrderRequest) -> Answer {
-        self.order_holding(n, product, body, Duration::ZERO).await
-    }
-
-    /// [`Api::order`], asking the strategy to pause `hold` inside its critical section.
-    pub async fn order_holding(
-        &self,
-        n: usize,
-        product: u64,
-        body: &OrderRequest,
-        hold: Duration,
-    ) -> Answer {
-        let Ok(uri) = Uri::try_from(format!("/api/products/{product}/orders")) else {
-            return Answer::Transport;
-        };
-        let Ok(json) = serde_json::to_vec(body) else {
-            return Answer::Transport;
-        };
-        let mut request = Request::new(Body::from(json));
-        *request.method_mut() = Method::POST;
-        *request.uri_mut() = uri;
-        let headers = request.headers_mut();
-        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        if !hold.is_zero() {
-            headers.insert(HOLD_HEADER, HeaderValue::from(hold.as_millis() as u64));
-        }
-        self.answer(n, request, Answer::of_order).await
-    }
-
-    /// `GET /api/noop` on instance `n % K`: the HTTP round trip alone.
-    pub async fn noop(&self, n: usize) -> Answer {
-        let mut request = Request::new(Body::default());
-        *request.uri_mut() = Uri::from_static("/api/noop");
-        self.answer(n, request, Answer::of_request).await
-    }
-
-    /// Sends `request` to instance `n % K` and classifies the status and body it gets back.
-    async fn answer(
-        &self,
-        n: usize,
-        request: Request<Body>,
-        classify: fn(u16, &[u8]) -> Answer,
-    ) -> Answer {
-        match tokio::time::timeout(REQUEST_TIMEOUT, self.load.send(n, request)).await {
-            Ok(Ok((status, body))) => classify(status.as_u16(), &body),
-            Ok(Err(_)) | Err(_) => Answer::Transport,
-        }
-    }
-
-    /// Idle keep-alive connections kept for instance `n % K`.
-    pub fn idle_connections(&self, n: usize) -> usize {
-        self.load.idle(n)
-    }
-
-    /// `GET /metrics` of every instance, concatenated (empty where unavailable).
-    pub async fn metrics(&self) -> String {
-        let mut all = String::new();
-        for base in self.bases.iter() {
-            if let Ok(r) = self.http.get(format!("{base}/metrics")).send().await
-                && let Ok(text) = r.text().await
-            {
-                all.push_str(&text);
-                all.push('\n');
-            }
-        }
-        all
-    }
-}
-
-/// Sums the Prometheus samples labelled `strategy="<strategy>"` whose metric name mentions
-/// retries (`*retr*`, counters only: `_total` or no suffix). `None` when there are none.
-pub fn retries_in_metrics(text: &str, strategy: Strategy) -> Option<f64> {
-    let label = format!("strategy=\"{strategy}\"");
-    let mut found = None;
-    for line in text.lines().filter(|l| !l.starts_with('#')) {
-        let Some((series, value)) = line.rsplit_once(' ') else {
-            continue;
-        };
-        let name = series.split('{').next().unwrap_or_default();
-        let is_histogram_part = ["_bucket", "_sum", "_count"]
-            .iter()
-            .any(|s| name.ends_with(s));
-        if name.contains("retr")
-            && !is_histogram_part
-            && series.contains(&label)
-            && let Ok(v) = value.trim().parse::<f64>()
-        {
-            *found.get_or_insert(0.0) += v;
-        }
-    }
-    found
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -524,13 +328,49 @@ mod tests {
     }
 
     #[test]
-    fn retries_are_summed_per_strategy_from_prometheus_text() {
-        let text = "# HELP seckill_retries_total retries\n\
-            seckill_retries_total{strategy=\"optimistic\",instance=\"a\"} 7\n\
-            seckill_retries_total{strategy=\"optimistic\",instance=\"b\"} 5\n\
-            seckill_retries_total{strategy=\"naive\"} 100\n\
-            seckill_requests_total{strategy=\"optimistic\"} 9\n";
-        assert_eq!(retries_in_metrics(text, Strategy::Optimistic), Some(12.0));
-        assert_eq!(retries_in_metrics(text, Strategy::Conditional), None);
+    fn each_answer_code_is_counted_separately_in_the_json() {
+        let refused = |status, code| Answer::Refused { status, code };
+        let every_answer = [
+            Answer::Created {
+                fencing_token: None,
+            },
+            Answer::Replayed {
+                fencing_token: None,
+            },
+            refused(409, ErrorCode::SoldOut),
+            refused(409, ErrorCode::LockLost),
+            refused(503, ErrorCode::Busy),
+            refused(503, ErrorCode::BackendUnavailable),
+            refused(422, ErrorCode::InvalidRequest),
+            Answer::Unexpected { status: 500 },
+            Answer::Transport,
+        ];
+        let mut outcomes = Outcomes::default();
+        for answer in &every_answer {
+            outcomes.count(answer);
+        }
+        let json = serde_json::to_value(&outcomes).unwrap();
+        let codes = [
+            ErrorCode::SoldOut,
+            ErrorCode::LockLost,
+            ErrorCode::Busy,
+            ErrorCode::BackendUnavailable,
+            ErrorCode::InvalidRequest,
+        ];
+        for name in
+            codes
+                .map(ErrorCode::name)
+                .iter()
+                .chain(&["created", "replayed", "transport_error"])
+        {
+            assert_eq!(json[name], 1, "`{name}` in {json}");
+        }
+        assert_eq!(json["unexpected"]["500"], 1, "{json}");
+        assert_eq!(outcomes.total(), 9);
+        assert_eq!(
+            serde_json::from_value::<Outcomes>(json).unwrap(),
+            outcomes,
+            "read back as written"
+        );
     }
 }

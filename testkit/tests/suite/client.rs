@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use app::api::{ErrorCode, Strategy};
-use loadtest::drive::client::{Answer, Api, order_request};
+use testkit::{Answer, Api, order_request};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, mpsc};

@@ -269,13 +269,9 @@ impl Apps {
         self.instances.iter().map(|i| i.base.clone()).collect()
     }
 
-    /// Every instance, for CPU accounting (group `app`).
-    pub fn processes(&self) -> Vec<crate::measure::cpu::Process> {
-        self.instances
-            .iter()
-            .enumerate()
-            .map(|(n, i)| crate::measure::cpu::Process::new(format!("app-{n}"), "app", i.pid()))
-            .collect()
+    /// Every instance's process id, in order.
+    pub fn pids(&self) -> Vec<u32> {
+        self.instances.iter().map(Instance::pid).collect()
     }
 
     /// Whether every instance is still running.
