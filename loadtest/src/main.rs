@@ -84,7 +84,7 @@ fn compare(args: &CompareArgs) -> Result<()> {
 }
 
 fn scenario(args: &ScenarioArgs) -> Result<()> {
-    let opts = loadtest::scenario::ScenarioOptions {
+    let opts = loadtest::scenario::Options {
         quick: args.quick,
         app_binary: Some(testkit::locate_app(args.app_bin.as_deref())?),
     };
@@ -93,7 +93,7 @@ fn scenario(args: &ScenarioArgs) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&reports)?);
     } else {
         for r in &reports {
-            println!("{}\n", r.markdown());
+            println!("{}\n", report::scenarios::markdown(r));
         }
     }
     let failed: Vec<String> = reports

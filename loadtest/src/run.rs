@@ -21,7 +21,7 @@ use crate::measure::throughput::{self, ThroughputPlan, ThroughputResult};
 use crate::report::progress::Progress;
 use crate::report::{self, RunReport, StrategyReport};
 use crate::rig::environment::{self, utc_now};
-use crate::scenario::{self, Scenario, ScenarioOptions, Selection};
+use crate::scenario::{self, Selection};
 use testkit::Api;
 
 /// A finished run: its report and the directory it was written to.
@@ -100,7 +100,7 @@ pub async fn run_in(settings: &Settings, target: &Target, out: &Path) -> Result<
             0
         }
         + if settings.scenarios {
-            Scenario::all().len() as u64
+            scenario::Name::all().len() as u64
         } else {
             0
         };
@@ -200,11 +200,11 @@ pub async fn run_in(settings: &Settings, target: &Target, out: &Path) -> Result<
 
     let mut scenarios = Vec::new();
     if settings.scenarios {
-        let opts = ScenarioOptions {
+        let opts = scenario::Options {
             quick: settings.quick,
             app_binary: Some(target.app_binary.clone()),
         };
-        for &s in Scenario::all() {
+        for &s in scenario::Name::all() {
             progress.phase("scenario", &s.to_string());
             scenarios.extend(scenario::run(Selection::One(s), &opts).await?);
         }

@@ -10,7 +10,7 @@ use locks::history::{Event, History};
 use locks::recorded::{Contention, FencedStore, contend};
 use locks::{Backend, DistributedLock};
 
-use crate::rig::cluster_lock_endpoints;
+use crate::rig::clusters::{self, cluster_lock_endpoints};
 
 /// A bound on any one request while the cluster has no leader.
 pub const PATIENCE: Duration = Duration::from_secs(20);
@@ -58,11 +58,9 @@ pub async fn through_leader_loss(
     }
 
     tokio::time::sleep(stages.before).await;
-    let c = cluster.clone();
-    let leader = tokio::task::spawn_blocking(move || c.await_leader(PATIENCE)).await??;
+    let leader = clusters::leader(&cluster, PATIENCE).await?;
     history.fault("nemesis", format!("kill the leader, member {}", leader + 1));
-    let c = cluster.clone();
-    tokio::task::spawn_blocking(move || c.process(leader).kill()).await??;
+    clusters::kill(&cluster, leader).await?;
     tokio::time::sleep(stages.down).await;
     history.fault("nemesis", format!("restart member {}", leader + 1));
     let c = cluster.clone();

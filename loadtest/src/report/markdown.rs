@@ -57,7 +57,7 @@ pub fn render(r: &RunReport) -> String {
              what it did. For a deliberately broken variant, *pass* means its failure showed.\n\n",
         );
         for s in &r.scenarios {
-            let _ = writeln!(md, "{}\n", s.markdown());
+            let _ = writeln!(md, "{}\n", super::scenarios::markdown(s));
         }
     }
 

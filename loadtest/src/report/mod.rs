@@ -5,6 +5,9 @@ pub mod explain;
 pub mod json;
 pub mod markdown;
 pub mod progress;
+pub mod scenarios;
+pub mod schema;
+pub mod table;
 
 use std::path::{Path, PathBuf};
 
@@ -18,8 +21,8 @@ use crate::measure::cpu::CpuUse;
 use crate::measure::sale::SaleResult;
 use crate::measure::throughput::ThroughputResult;
 use crate::rig::environment::Environment;
-use crate::scenario::ScenarioReport;
 use app::api::StrategyInfo;
+use schema::ScenarioReport;
 
 /// Everything one `seckill-bench run` measured.
 #[derive(Debug, Clone, Serialize)]

@@ -1,16 +1,19 @@
 //! `seckill-app` instances the scenarios can freeze and kill one by one, on private servers,
-//! and the few HTTP calls the scenarios make.
+//! the few HTTP calls the scenarios make, and the states they wait for before a fault (never a
+//! fixed time: a loaded machine takes longer to get there).
 
+use std::collections::HashMap;
+use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
+use sqlx::{Connection, MySqlConnection};
 
 use app::accounting::{Accounting, Ledger};
 use app::api::{Home, ProductView, Strategy};
 
-use crate::scenario::Timeline;
 use testkit::{Answer, Api, order_request};
 use testkit::{Apps, Launch};
 
@@ -148,22 +151,37 @@ impl Fleet {
         self.api.reset_product(id, stock, home).await
     }
 
-    /// Product `id` as the database has it, noted on the timeline as `db`.
-    pub async fn product_noted(&self, id: u64, tl: &Timeline) -> Result<ProductView> {
-        let p = self.product(id).await?;
-        tl.log(
-            "db",
-            format!(
-                "stock {} of {}, {} order(s)",
-                p.stock, p.initial_stock, p.orders
-            ),
-        );
-        Ok(p)
-    }
-
     /// Product `id` as the database has it.
     pub async fn product(&self, id: u64) -> Result<ProductView> {
         self.api.product(id).await
+    }
+
+    /// Product `id` once `ready` says so, asked every 20 ms (an answer that fails, while the
+    /// instances find a restarted server again, is asked again).
+    pub async fn await_product(
+        &self,
+        id: u64,
+        ready: impl Fn(&ProductView) -> bool,
+    ) -> Result<ProductView> {
+        let ready = &ready;
+        poll(move || async move {
+            match self.product(id).await {
+                Ok(p) if ready(&p) => Ok(Some(p)),
+                _ => Ok(None),
+            }
+        })
+        .await
+        .with_context(|| format!("product {id} never reached the state awaited"))
+    }
+
+    /// A connection to the fleet's database that watches for a buyer's transaction (see
+    /// [`TransactionWatch::inside`]); opened before the buyer is sent, so that it sees the
+    /// transaction as soon as it opens.
+    pub async fn watch_transactions(&self) -> Result<TransactionWatch> {
+        let conn = MySqlConnection::connect(&self.database_url)
+            .await
+            .context("connecting to watch the buyers' transactions")?;
+        Ok(TransactionWatch { conn })
     }
 }
 
@@ -181,6 +199,83 @@ pub async fn order(
     let body = order_request(user.to_owned(), strategy, request_id, 1);
     api.order_holding(n, product, &body, Duration::from_millis(hold_ms))
         .await
+}
+
+/// Watches the fleet's database for a buyer inside its critical section.
+pub struct TransactionWatch {
+    conn: MySqlConnection,
+}
+
+impl TransactionWatch {
+    /// Waits until a transaction has been open for [`SETTLED`], and returns when it was first
+    /// seen: a buyer inside its critical section (it holds its lock, or its row lock, and has
+    /// read the stock; the injected pause keeps it there). Only the scenario's own buyers use
+    /// the fleet's database, and a lock's own statements (a lock row inserted, a fence claimed)
+    /// commit at once, so a transaction that stays open is a buyer's. InnoDB's status lists
+    /// every active transaction with its connection, read-only ones included.
+    pub async fn inside(&mut self) -> Result<Instant> {
+        let mut first_seen: HashMap<u64, Instant> = HashMap::new();
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let (_, _, status): (String, String, String) =
+                sqlx::query_as("SHOW ENGINE INNODB STATUS")
+                    .fetch_one(&mut self.conn)
+                    .await?;
+            let open = active_transactions(&status);
+            first_seen.retain(|thread, _| open.contains(thread));
+            for thread in open {
+                first_seen.entry(thread).or_insert_with(Instant::now);
+            }
+            if let Some(since) = first_seen.values().find(|s| s.elapsed() >= SETTLED) {
+                return Ok(*since);
+            }
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "no buyer's transaction opened in the database within {PATIENCE:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+/// The connections (MariaDB thread ids) with an active transaction, from the transactions
+/// section of `SHOW ENGINE INNODB STATUS`: each `---TRANSACTION …, ACTIVE …` entry names its
+/// `MariaDB thread id`.
+fn active_transactions(status: &str) -> Vec<u64> {
+    let section = status
+        .split("LIST OF TRANSACTIONS FOR EACH SESSION:")
+        .nth(1)
+        .unwrap_or_default();
+    section
+        .split("---TRANSACTION")
+        .skip(1)
+        .filter(|entry| entry.lines().next().is_some_and(|l| l.contains(", ACTIVE")))
+        .filter_map(|entry| {
+            let (_, after) = entry.split_once("thread id ")?;
+            after.split(',').next()?.trim().parse().ok()
+        })
+        .collect()
+}
+
+/// How long a transaction must stay open to be a buyer's, not a statement's own.
+pub const SETTLED: Duration = Duration::from_millis(50);
+/// A bound on any state a scenario waits for: on a machine under load, a generous one.
+pub const PATIENCE: Duration = Duration::from_secs(60);
+
+/// Asks `ask` every 20 ms until it answers `Some`, for up to [`PATIENCE`].
+pub async fn poll<T, F, Fut>(mut ask: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<Option<T>>>,
+{
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        if let Some(answer) = ask().await? {
+            return Ok(answer);
+        }
+        anyhow::ensure!(Instant::now() < deadline, "not within {PATIENCE:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// The instances' log files, removed with the fleet.
@@ -210,5 +305,22 @@ impl Redis {
             Redis::At(url) => Some(url.clone()),
             Redis::None => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::active_transactions;
+
+    #[test]
+    fn the_active_transactions_are_read_from_the_innodb_status() {
+        let status = "TRANSACTIONS\n------------\nTrx id counter 63\n\
+            LIST OF TRANSACTIONS FOR EACH SESSION:\n\
+            ---TRANSACTION 421, not started\n0 lock struct(s)\nMariaDB thread id 7, OS thread\n\
+            ---TRANSACTION (0x7f8f1079bb80), ACTIVE 0 sec\n0 lock struct(s), heap size 1128\n\
+            MariaDB thread id 5, OS thread handle 1402, query id 66 127.0.0.1 root\n\
+            Trx read view will not see trx with id >= 63, sees < 63\n--------\nFILE I/O\n";
+        assert_eq!(active_transactions(status), vec![5]);
+        assert!(active_transactions("no such section").is_empty());
     }
 }

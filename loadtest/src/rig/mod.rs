@@ -1,9 +1,11 @@
 //! What a run stands on: the servers (throwaway ones, or the external ones named in the
-//! environment), the `seckill-app` processes, the fleets of the fault scenarios, and the
-//! record of the machine and the servers' settings.
+//! environment), the fleets of `seckill-app` processes the fault scenarios start, the
+//! clusters they kill members of, and the record of the machine and the servers' settings.
 
+pub mod clusters;
 pub mod environment;
 pub mod fleet;
+pub mod replication;
 
 use std::path::PathBuf;
 
@@ -80,28 +82,4 @@ where
     F: FnOnce() -> sandbox::Result<()> + Send + 'static,
 {
     Ok(tokio::task::spawn_blocking(f).await??)
-}
-
-/// Where a client of `backend` on `cluster` connects: every member's address, starting with
-/// member `first % members` (so that clients begin on different members), and the ZooKeeper
-/// session of `session`.
-pub fn cluster_lock_endpoints(
-    backend: locks::Backend,
-    cluster: &dyn sandbox::Cluster,
-    first: usize,
-    session: std::time::Duration,
-) -> locks::Endpoints {
-    let mut addresses = cluster.client_addresses();
-    let n = addresses.len().max(1);
-    addresses.rotate_left(first % n);
-    let mut endpoints = locks::Endpoints {
-        zookeeper_session_timeout: session,
-        ..Default::default()
-    };
-    match backend {
-        locks::Backend::ZooKeeper => endpoints.zookeeper = Some(addresses.join(",")),
-        locks::Backend::Etcd => endpoints.etcd = addresses,
-        _ => endpoints.redis = addresses.first().cloned(),
-    }
-    endpoints
 }
