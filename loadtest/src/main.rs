@@ -7,8 +7,8 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::Parser;
 use loadtest::cli::{
-    Cli, Command, CompareArgs, HoldArgs, LockArgs, LockCommand, MatrixArgs, PeersArgs, RunArgs,
-    ScenarioArgs,
+    Cli, Command, CompareArgs, HoldArgs, LockArgs, LockCommand, MatrixArgs, PeersArgs, ReadmeArgs,
+    RunArgs, ScenarioArgs,
 };
 use loadtest::rig::{Target, server_processes, servers};
 use loadtest::run::run_in;
@@ -32,6 +32,7 @@ fn main() -> Result<()> {
         },
         Command::Scenario(args) => scenario(&args),
         Command::Compare(args) => compare(&args),
+        Command::Readme(args) => readme(&args),
     }
 }
 
@@ -72,15 +73,34 @@ fn run(args: &RunArgs) -> Result<()> {
 
 fn compare(args: &CompareArgs) -> Result<()> {
     let (a, b) = (
-        loadtest::analyse::compare::load(&args.run_a)?,
-        loadtest::analyse::compare::load(&args.run_b)?,
+        report::json::read(&args.run_a)?,
+        report::json::read(&args.run_b)?,
     );
-    let md = loadtest::analyse::compare::render(&a, &b);
+    let md = report::comparison::render(&loadtest::analyse::compare::compare(&a, &b));
     if let Some(out) = &args.out {
         std::fs::write(out, &md).with_context(|| format!("writing {}", out.display()))?;
     }
     print!("{md}");
     Ok(())
+}
+
+fn readme(args: &ReadmeArgs) -> Result<()> {
+    let run = report::json::read(&args.report)?;
+    let text = std::fs::read_to_string(&args.readme)
+        .with_context(|| format!("reading {}", args.readme.display()))?;
+    let link = report::readme::link(&args.readme, &args.report)?;
+    let written = report::readme::replace(&text, &report::readme::section(&run, &link))?;
+    if args.check {
+        anyhow::ensure!(
+            written == text,
+            "{}'s results section is not what `seckill-bench readme` writes from {}; run it",
+            args.readme.display(),
+            args.report.display()
+        );
+        return Ok(());
+    }
+    std::fs::write(&args.readme, written)
+        .with_context(|| format!("writing {}", args.readme.display()))
 }
 
 fn scenario(args: &ScenarioArgs) -> Result<()> {

@@ -8,18 +8,21 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use sqlx::mysql::MySqlPoolOptions;
 
-use crate::cli::Settings;
 use crate::measure::baselines::{self, Targets};
 use crate::rig::Target;
 use app::api::{Strategy, StrategyInfo};
 use testkit::{Apps, Launch};
 
-use crate::drive::load::{LoadResult, Window};
+use crate::analyse::{findings, ratios};
+use crate::drive::load::Window;
 use crate::measure::cpu::{self, Sampler, Span};
 use crate::measure::sale::{SalePlan, run_sale};
-use crate::measure::throughput::{self, ThroughputPlan, ThroughputResult};
+use crate::measure::throughput::{self, ThroughputPlan};
 use crate::report::progress::Progress;
-use crate::report::{self, RunReport, StrategyReport};
+use crate::report::schema::{
+    Findings, LoadResult, RunReport, SCHEMA_VERSION, Settings, ThroughputResult,
+};
+use crate::report::{self};
 use crate::rig::environment::{self, utc_now};
 use crate::scenario::{self, Selection};
 use testkit::Api;
@@ -191,9 +194,14 @@ pub async fn run_in(settings: &Settings, target: &Target, out: &Path) -> Result<
             .with_context(|| format!("open loop of `{name}`"))?;
         ensure_running(&mut apps, name, &dir)?;
         let throughput = ThroughputResult { closed, open };
-        let mut report = StrategyReport::new(info, sale, throughput, &measured.baselines);
-        report.cpu = Some(span.usage(&sampler.processes));
-        reports.push(report);
+        let cpu = Some(span.usage(&sampler.processes));
+        reports.push(ratios::strategy_report(
+            info,
+            sale,
+            throughput,
+            &measured.baselines,
+            cpu,
+        ));
     }
     db.close().await;
     apps.shutdown().await;
@@ -211,7 +219,8 @@ pub async fn run_in(settings: &Settings, target: &Target, out: &Path) -> Result<
     }
     progress.finish();
 
-    let report = RunReport {
+    let mut report = RunReport {
+        schema_version: SCHEMA_VERSION,
         started_at,
         finished_at: utc_now().0,
         duration_seconds: started.elapsed().as_secs_f64(),
@@ -221,7 +230,9 @@ pub async fn run_in(settings: &Settings, target: &Target, out: &Path) -> Result<
         hot_row_sweep: measured.hot_row_sweep,
         strategies: reports,
         scenarios,
+        findings: Findings::default(),
     };
+    report.findings = findings::of(&report);
     report::write_all(&dir, &report)?;
     report::link_latest(out, &dir)?;
     Ok(RunOutput { report, dir })

@@ -15,8 +15,9 @@ use goose::config::GooseConfiguration;
 use goose::prelude::*;
 use tokio::time::Instant;
 
-use crate::drive::load::{LoadResult, Loop, Window};
-use crate::measure::latency::Latencies;
+use crate::drive::latency::Latencies;
+use crate::drive::load::Window;
+use crate::report::schema::{LoadResult, Loop};
 use testkit::{Answer, Outcomes};
 
 #[derive(Default)]
@@ -106,12 +107,11 @@ pub async fn closed_loop(bases: &[String], users: usize, window: Window) -> Resu
         .await?;
 
     let s = std::mem::take(&mut *shared.lock().expect("latency lock"));
-    Ok(LoadResult::new(
+    Ok(s.latencies.result(
         Loop::Closed,
         users,
         window.measure.as_secs_f64(),
         s.outcomes,
         0,
-        &s.latencies,
     ))
 }

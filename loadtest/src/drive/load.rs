@@ -19,12 +19,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use serde::Serialize;
+use testkit::{Answer, Outcomes};
 use tokio::time::Instant;
 
-use crate::analyse::spread::Repetitions;
-use crate::measure::latency::{HistogramData, Latencies, LatencySummary};
-use testkit::{Answer, Outcomes};
+use crate::drive::latency::Latencies;
+use crate::report::schema::{LoadResult, Loop};
 
 /// Timing of one measured run.
 #[derive(Debug, Clone, Copy)]
@@ -38,62 +37,6 @@ impl Window {
         Window {
             warmup: Duration::from_secs_f64(warmup),
             measure: Duration::from_secs_f64(measure),
-        }
-    }
-}
-
-/// Which loop produced a result.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-#[serde(tag = "mode", rename_all = "lowercase")]
-pub enum Loop {
-    Closed,
-    /// At `target_rate` requests/s.
-    Open {
-        target_rate: f64,
-    },
-}
-
-/// The result of a closed- or open-loop run.
-#[derive(Debug, Clone, Serialize)]
-pub struct LoadResult {
-    #[serde(flatten)]
-    pub mode: Loop,
-    pub concurrency: usize,
-    /// Measured seconds (the window).
-    pub seconds: f64,
-    pub outcomes: Outcomes,
-    /// Open loop: tickets due in the window that could not be sent before the hard stop.
-    pub not_sent: u64,
-    pub attempts_per_sec: f64,
-    /// New orders (201; for the direct baselines: deductions) per second.
-    pub successes_per_sec: f64,
-    pub latency: LatencySummary,
-    pub histogram: HistogramData,
-    /// When this is the median of several runs: every run's figures (see [`crate::analyse::spread`]).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub repetitions: Option<Repetitions>,
-}
-
-impl LoadResult {
-    pub fn new(
-        mode: Loop,
-        concurrency: usize,
-        seconds: f64,
-        outcomes: Outcomes,
-        not_sent: u64,
-        latencies: &Latencies,
-    ) -> LoadResult {
-        LoadResult {
-            mode,
-            concurrency,
-            seconds,
-            attempts_per_sec: outcomes.total() as f64 / seconds,
-            successes_per_sec: outcomes.created as f64 / seconds,
-            outcomes,
-            not_sent,
-            latency: latencies.summary(),
-            histogram: latencies.data(),
-            repetitions: None,
         }
     }
 }
@@ -158,13 +101,12 @@ where
         })
         .collect();
     let tally = merge(join_all(workers).await);
-    LoadResult::new(
+    tally.latencies.result(
         Loop::Closed,
         concurrency,
         window.measure.as_secs_f64(),
         tally.outcomes,
         0,
-        &tally.latencies,
     )
 }
 
@@ -213,13 +155,12 @@ where
     let results = join_all(workers).await;
     let not_sent = results.iter().map(|(_, n)| n).sum();
     let tally = merge(results.into_iter().map(|(t, _)| t).collect());
-    LoadResult::new(
+    tally.latencies.result(
         Loop::Open { target_rate: rate },
         concurrency,
         window.measure.as_secs_f64(),
         tally.outcomes,
         not_sent,
-        &tally.latencies,
     )
 }
 

@@ -5,5 +5,6 @@
 
 pub mod dedicated;
 pub mod goose;
+pub mod latency;
 pub mod load;
 pub mod lock_contention;

@@ -39,7 +39,7 @@ use serde::Serialize;
 use sqlx::mysql::MySqlPoolOptions;
 use tokio::time::Instant;
 
-use crate::measure::latency::Latencies;
+use crate::drive::latency::Latencies;
 
 /// Lease of every acquisition: far longer than any probe, so a correct lock never expires
 /// under a live holder.
@@ -47,7 +47,8 @@ const LEASE: Duration = Duration::from_secs(10);
 /// How long one `acquire` may wait before the worker re-checks the deadline.
 const WAIT: Duration = Duration::from_secs(1);
 
-/// The result: the keys of issue 6, then those of issue 15 (fairness and requests per grant).
+/// What a contention run measured: speed and mutual exclusion, then fairness and what a grant
+/// cost in requests.
 #[derive(Debug, Clone, Serialize)]
 pub struct LockReport {
     pub backend: Backend,

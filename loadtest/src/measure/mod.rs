@@ -3,7 +3,6 @@
 
 pub mod baselines;
 pub mod cpu;
-pub mod latency;
 pub mod sale;
 pub mod throughput;
 pub mod tools;

@@ -7,11 +7,11 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use app::accounting::{Accounting, Ledger};
 use app::api::{Home, ProductView, Strategy};
-use serde::Serialize;
 use sqlx::MySqlPool;
-use testkit::{Api, Clicks, Crowd, Outcomes};
+use testkit::{Api, Clicks, Crowd};
 
-use crate::measure::latency::{Latencies, LatencySummary};
+use crate::drive::latency::Latencies;
+use crate::report::schema::SaleResult;
 
 /// What to sell and how hard.
 #[derive(Debug, Clone)]
@@ -24,28 +24,6 @@ pub struct SalePlan {
     pub quantity: i64,
     /// Prefix of the request ids, unique per run.
     pub id_prefix: String,
-}
-
-/// The flash sale's result: HTTP outcomes next to the database's truth.
-#[derive(Debug, Clone, Serialize)]
-pub struct SaleResult {
-    pub requests: u64,
-    pub buyers: usize,
-    pub quantity: i64,
-    pub seconds: f64,
-    /// What the clients were told.
-    pub outcomes: Outcomes,
-    /// What the database holds.
-    pub accounting: Accounting,
-    /// 201 answers whose order is not in the database (negative: orders nobody was told of).
-    pub acknowledged_minus_orders: i64,
-    /// Retries the app reported in `/metrics` during the sale, where it reports them.
-    pub retries: Option<f64>,
-    pub latency: LatencySummary,
-    /// Seconds from the end of the load until no accepted order was waiting in the stream
-    /// (stream strategies only); `None` elsewhere.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub drain_seconds: Option<f64>,
 }
 
 /// Longest wait for the stream to drain before the ledger is read anyway.

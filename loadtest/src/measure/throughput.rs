@@ -7,18 +7,13 @@ use std::sync::Arc;
 
 use anyhow::Result;
 use app::api::Strategy;
-use serde::Serialize;
 
-use crate::drive::load::{LoadResult, Window, closed_loop, open_loop};
+use crate::drive::load::{Window, closed_loop, open_loop};
+use crate::report::schema::{LoadResult, OPEN_RATE_SHARE};
 use testkit::{Answer, Api, order_request};
 
 /// Stock that no run can exhaust.
 pub const UNLIMITED: i64 = 1_000_000_000;
-
-/// Share of the closed loop's attempts/s used as open-loop rate when none is given: enough
-/// load to matter, below saturation so the latencies describe the service, not a queue that
-/// grows without bound.
-pub const DEFAULT_RATE_SHARE: f64 = 0.7;
 
 #[derive(Debug, Clone)]
 pub struct ThroughputPlan {
@@ -27,18 +22,9 @@ pub struct ThroughputPlan {
     pub users: usize,
     pub quantity: i64,
     pub window: Window,
-    /// Open-loop arrival rate; `None`: [`DEFAULT_RATE_SHARE`] of the closed loop's attempts/s.
+    /// Open-loop arrival rate; `None`: [`OPEN_RATE_SHARE`] of the closed loop's attempts/s.
     pub rate: Option<f64>,
     pub id_prefix: String,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct ThroughputResult {
-    /// The median closed-loop run, with the spread of every run (see [`crate::analyse::spread`]).
-    pub closed: LoadResult,
-    /// One open-loop run at a share of the median closed loop's rate: it measures latency at
-    /// a set load, and its throughput is the rate asked.
-    pub open: LoadResult,
 }
 
 /// One closed-loop run (`round` keeps its request ids apart from the other rounds'), on a
@@ -63,10 +49,10 @@ async fn settle(api: &Api, plan: &ThroughputPlan) -> Result<()> {
 }
 
 /// The open-loop arrival rate after the closed loop `closed`: the plan's, or
-/// [`DEFAULT_RATE_SHARE`] of the closed loop's attempts/s.
+/// [`OPEN_RATE_SHARE`] of the closed loop's attempts/s.
 pub fn open_rate(plan: &ThroughputPlan, closed: &LoadResult) -> f64 {
     plan.rate
-        .unwrap_or(closed.attempts_per_sec * DEFAULT_RATE_SHARE)
+        .unwrap_or(closed.attempts_per_sec * OPEN_RATE_SHARE)
         .max(1.0)
 }
 

@@ -1,34 +1,14 @@
-//! What a reader needs to reproduce a run: machine, commit, server versions and the
-//! durability settings that decide what a commit costs.
+//! Gathers what a reader needs to reproduce a run ([`Environment`]): machine, commit, server
+//! versions and the durability settings that decide what a commit costs.
 
 use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use deadpool_redis::redis;
-use serde::Serialize;
 use sqlx::MySqlPool;
 
-#[derive(Debug, Clone, Serialize)]
-pub struct Environment {
-    pub cpus: usize,
-    pub cpu_model: Option<String>,
-    pub memory_total: Option<String>,
-    pub os: String,
-    pub git_commit: Option<String>,
-    /// The working tree had uncommitted changes.
-    pub git_dirty: Option<bool>,
-    /// `spawned` (throwaway servers started by the harness) or `external`.
-    pub servers: &'static str,
-    /// How the load generator (this binary) was compiled: `release` or `debug`. A debug
-    /// generator spends several times the CPU per request, which shows beside the tools.
-    pub generator_build: &'static str,
-    pub versions: BTreeMap<String, String>,
-    /// MariaDB variables that decide durability and concurrency.
-    pub mariadb: BTreeMap<String, String>,
-    /// Redis persistence settings.
-    pub redis: BTreeMap<String, String>,
-}
+use crate::report::schema::Environment;
 
 const MARIADB_VARIABLES: &str = "SHOW GLOBAL VARIABLES WHERE Variable_name IN (\
     'version', 'innodb_flush_log_at_trx_commit', 'sync_binlog', 'log_bin', \
@@ -64,14 +44,15 @@ pub async fn gather(
             "debug"
         } else {
             "release"
-        },
+        }
+        .to_string(),
         cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
         cpu_model: proc_field("/proc/cpuinfo", "model name"),
         memory_total: proc_field("/proc/meminfo", "MemTotal"),
         os: format!("{} {}", std::env::consts::OS, std::env::consts::ARCH),
         git_commit,
         git_dirty,
-        servers,
+        servers: servers.to_string(),
         versions: v,
         mariadb,
         redis,

@@ -46,7 +46,7 @@ use super::{LockReport, bench, connect_clients};
 use crate::rig::environment::utc_now;
 use rig::Rig;
 
-/// The rows, in the order of the issue: the database, the caches, the coordination services.
+/// The rows, in order: the database, the caches, the coordination services.
 pub const BACKENDS: [Backend; 8] = [
     Backend::DbLock,
     Backend::Redis,

@@ -17,33 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-
-use crate::analyse::spread::Spread;
-
-/// A tool's figures for one baseline, over its runs.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct StandardTool {
-    /// `mysqlslap`, `redis-benchmark`, `wrk`.
-    pub tool: String,
-    /// The command line of the last run (no password: that goes through the environment).
-    pub command: String,
-    /// `measured`, `not installed`, or `failed`.
-    pub status: String,
-    /// Operations per second (transactions for the conditional transaction).
-    pub per_sec: Option<Spread>,
-    /// CPU-seconds the tool itself spent per 1,000 operations (all runs together).
-    pub tool_cpu_per_1000: Option<f64>,
-    /// Our median as a percentage of the tool's.
-    pub ours_percent: Option<f64>,
-    /// Why it failed, when it did.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-    /// CPU of the run's processes (the servers, the idle generator) during the tool's runs;
-    /// the tool's own is `tool_cpu_per_1000`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub cpu: Option<crate::measure::cpu::CpuUse>,
-}
+use crate::report::schema::{Spread, StandardTool, ToolStatus};
 
 /// One run of a tool.
 #[derive(Debug, Clone, PartialEq)]
@@ -123,14 +97,14 @@ impl Runs {
         }
         let per_sec = Spread::of(&rates);
         let status = match (&per_sec, missing) {
-            (Some(_), _) => "measured",
-            (None, true) => "not installed",
-            (None, false) => "failed",
+            (Some(_), _) => ToolStatus::Measured,
+            (None, true) => ToolStatus::NotInstalled,
+            (None, false) => ToolStatus::Failed,
         };
         Some(StandardTool {
             tool: self.tool.clone(),
             command: self.command.clone(),
-            status: status.into(),
+            status,
             ours_percent: per_sec
                 .as_ref()
                 .filter(|s| s.median > 0.0)
@@ -139,7 +113,7 @@ impl Runs {
             tool_cpu_per_1000: cpu
                 .filter(|_| operations > 0.0)
                 .map(|c| 1000.0 * c / operations),
-            error: failure.filter(|_| status != "measured"),
+            error: failure.filter(|_| status != ToolStatus::Measured),
             cpu: None,
         })
     }
@@ -284,7 +258,7 @@ mod tests {
             runs.push("wrk", "wrk …".into(), Outcome::NotInstalled);
         }
         let s = runs.summary(1000.0).unwrap();
-        assert_eq!(s.status, "not installed");
+        assert_eq!(s.status, ToolStatus::NotInstalled);
         assert_eq!(s.per_sec, None);
         assert_eq!(s.ours_percent, None);
         assert!(find("surely-no-such-program-here").is_none());
@@ -303,9 +277,12 @@ mod tests {
             runs.push("redis-benchmark", "redis-benchmark …".into(), o);
         }
         let s = runs.summary(800.0).unwrap();
-        assert_eq!(s.status, "measured");
+        assert_eq!(s.status, ToolStatus::Measured);
         assert_eq!(s.ours_percent, Some(80.0));
-        assert_eq!(s.per_sec.unwrap().display(), "1000 (900–1100)");
+        assert_eq!(
+            crate::report::markdown::spread(&s.per_sec.unwrap()),
+            "1000 (900–1100)"
+        );
         assert!((s.tool_cpu_per_1000.unwrap() - 1000.0 * 2.0 / 6000.0).abs() < 1e-9);
     }
 }

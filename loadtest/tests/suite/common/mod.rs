@@ -5,7 +5,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 use app::api::Strategy;
-use loadtest::cli::Settings;
+use loadtest::report::schema::{OPEN_RATE_SHARE, Settings};
 use loadtest::rig::Target;
 use sandbox::Endpoints;
 
@@ -71,6 +71,7 @@ pub fn quick(strategy: Strategy) -> Settings {
         warmup: 0.3,
         repetitions: 1,
         rate: Some(100.0),
+        open_rate_share: OPEN_RATE_SHARE,
         quick: true,
         baselines: false,
         scenarios: false,

@@ -1,10 +1,13 @@
-//! Exact latencies in microseconds (hdrhistogram), and their summary for reports.
+//! Exact latencies in microseconds (hdrhistogram), as every driver records them, and their
+//! summary for the report.
 
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
 use hdrhistogram::serialization::{Serializer, V2DeflateSerializer};
-use serde::Serialize;
+use testkit::Outcomes;
+
+use crate::report::schema::{Bucket, HistogramData, LatencySummary, LoadResult, Loop};
 
 /// Highest recordable latency: one minute (longer ones are clamped, and counted as such).
 const MAX_US: u64 = 60_000_000;
@@ -87,28 +90,29 @@ impl Latencies {
     }
 }
 
-#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq)]
-pub struct LatencySummary {
-    pub count: u64,
-    pub p50_us: u64,
-    pub p90_us: u64,
-    pub p99_us: u64,
-    pub p999_us: u64,
-    pub max_us: u64,
-    pub mean_us: f64,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct HistogramData {
-    pub distribution: Vec<Bucket>,
-    pub hdr_v2_deflate_base64: String,
-}
-
-#[derive(Debug, Clone, Copy, Serialize)]
-pub struct Bucket {
-    pub value_us: u64,
-    pub percentile: f64,
-    pub count: u64,
+impl Latencies {
+    /// A run's result: its outcomes over `seconds`, and these latencies.
+    pub fn result(
+        &self,
+        mode: Loop,
+        concurrency: usize,
+        seconds: f64,
+        outcomes: Outcomes,
+        not_sent: u64,
+    ) -> LoadResult {
+        LoadResult {
+            mode,
+            concurrency,
+            seconds,
+            attempts_per_sec: outcomes.total() as f64 / seconds,
+            successes_per_sec: outcomes.created as f64 / seconds,
+            outcomes,
+            not_sent,
+            latency: self.summary(),
+            histogram: self.data(),
+            repetitions: None,
+        }
+    }
 }
 
 /// Standard base64 with padding (what HdrHistogram's tools read).
