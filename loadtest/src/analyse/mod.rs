@@ -4,5 +4,6 @@
 
 pub mod compare;
 pub mod findings;
+pub mod history;
 pub mod ratios;
 pub mod spread;

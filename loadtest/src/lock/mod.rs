@@ -39,6 +39,7 @@ use serde::Serialize;
 use sqlx::mysql::MySqlPoolOptions;
 use tokio::time::Instant;
 
+use crate::analyse::history::Checked;
 use crate::drive::latency::Latencies;
 
 /// Lease of every acquisition: far longer than any probe, so a correct lock never expires
@@ -85,6 +86,8 @@ pub struct LockReport {
     /// recorded history (every attempt, grant, release and fenced write of every worker); 0 when
     /// clean, `None` without `--check`.
     pub history_violations: Option<usize>,
+    /// The same, by the property each violation breaks.
+    pub history_by_rule: Option<Checked>,
     /// The offending slices of history of the first [`SHOWN_VIOLATIONS`] violations.
     pub history_slices: Vec<String>,
 }
@@ -325,6 +328,7 @@ pub async fn bench(
         handoff_p50_us: handoff.map(|(p50, _)| micros(p50)),
         handoff_p99_us: handoff.map(|(_, p99)| micros(p99)),
         history_violations: found.as_ref().map(Vec::len),
+        history_by_rule: found.as_deref().map(Checked::from_violations),
         history_slices: found
             .iter()
             .flatten()

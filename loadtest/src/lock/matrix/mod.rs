@@ -1,7 +1,10 @@
 //! `seckill-bench lock matrix`: every lock backend against every requirement the background
-//! articles ask of a lock service — mutual exclusion, no deadlock (expiry), reentrancy, a
-//! non-blocking try, high availability, performance, fairness, no herd effect, notification
-//! instead of polling — with every cell a figure measured in the run that writes the matrix.
+//! articles ask of a lock service — mutual exclusion (one holder at a time), fencing tokens in
+//! grant order, no deadlock (expiry), reentrancy, a non-blocking try, high availability,
+//! performance, fairness, no herd effect, notification instead of polling — with every cell a
+//! figure measured in the run that writes the matrix. A lock that breaks a property it claims
+//! (every lock of `locks` claims the first two: see its contract) is named in the matrix's
+//! text, not only in a cell.
 //!
 //! Each row is measured against throwaway servers the matrix starts (it kills some of them, so
 //! it refuses to run against external servers):
@@ -63,11 +66,14 @@ const LEASE: Duration = Duration::from_secs(10);
 /// Wait budget of an acquire that must succeed (the lock is free, or about to be).
 const WAIT: Duration = Duration::from_secs(5);
 
-/// A column of the matrix.
+/// A column of the matrix, named for what it checks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Requirement {
-    MutualExclusion,
+    /// Mutual exclusion: never two holders at once (the checker's overlaps).
+    OneHolder,
+    /// Fencing: tokens rise in grant order, and a resource accepts only the newest.
+    TokensInOrder,
     NoDeadlock,
     Reentrancy,
     NonBlockingTry,
@@ -80,8 +86,9 @@ pub enum Requirement {
 
 impl Requirement {
     /// The columns, in order.
-    pub const ALL: [Requirement; 9] = [
-        Requirement::MutualExclusion,
+    pub const ALL: [Requirement; 10] = [
+        Requirement::OneHolder,
+        Requirement::TokensInOrder,
         Requirement::NoDeadlock,
         Requirement::Reentrancy,
         Requirement::NonBlockingTry,
@@ -94,7 +101,8 @@ impl Requirement {
 
     pub const fn title(self) -> &'static str {
         match self {
-            Requirement::MutualExclusion => "mutual exclusion",
+            Requirement::OneHolder => "one holder at a time",
+            Requirement::TokensInOrder => "fencing tokens in order",
             Requirement::NoDeadlock => "no deadlock (expiry)",
             Requirement::Reentrancy => "reentrancy",
             Requirement::NonBlockingTry => "non-blocking try",
@@ -274,7 +282,8 @@ async fn row(backend: Backend, rig: &Rig, opts: &Options) -> Result<Row> {
         expiry::measure(backend, &endpoints, ms(s.crash_lease_ms), &opts.hold_binary).await?;
     let availability = availability::measure(backend, rig, s).await?;
     let texts = [
-        contention::exclusion(&contention),
+        contention::one_holder(&contention),
+        contention::tokens_in_order(&contention),
         expiry.cell(backend),
         reentry.cell(),
         try_once.cell(),

@@ -11,30 +11,9 @@ use anyhow::{Context, Result};
 
 pub use timeline::Timeline;
 
+pub use crate::analyse::history::Checked;
+
 use crate::report::schema::Event;
-use locks::history::{self, Rule};
-
-/// What the lock-history checker ([`locks::history`]) found in a recorded run, by rule.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Checked {
-    pub overlaps: usize,
-    pub tokens_not_increasing: usize,
-    pub stale_writes_accepted: usize,
-}
-
-impl Checked {
-    pub fn of(events: &[history::Event]) -> Checked {
-        let mut checked = Checked::default();
-        for violation in history::check_events(events) {
-            *match violation.rule {
-                Rule::Overlap { .. } => &mut checked.overlaps,
-                Rule::TokenNotIncreasing { .. } => &mut checked.tokens_not_increasing,
-                Rule::StaleWriteAccepted { .. } => &mut checked.stale_writes_accepted,
-            } += 1;
-        }
-        checked
-    }
-}
 
 /// What one row's subject was expected to do, what it did, and whether that matched (for a
 /// deliberately broken variant, "holds" means the failure it exists to show did happen).
