@@ -101,24 +101,17 @@ pub struct EtcdMember {
     id: u64,
 }
 
+listening!(EtcdMember, client_port);
+
 impl EtcdMember {
     /// `http://127.0.0.1:<port>`, this member's client endpoint.
     pub fn endpoint(&self) -> String {
         format!("http://127.0.0.1:{}", self.client_port)
     }
 
-    pub fn port(&self) -> u16 {
-        self.client_port
-    }
-
     /// The member id etcd gave this member.
     pub fn id(&self) -> u64 {
         self.id
-    }
-
-    /// Process control: kill, pause, resume, restart, start_again.
-    pub fn server(&self) -> &Server {
-        &self.server
     }
 
     /// The member's own view; `None` if it does not answer within a second.

@@ -27,6 +27,24 @@
 //! [`Relay`] puts the same relay between a client and its server: a scenario cuts one client
 //! off, black-holes it, or moves it to another server, while every other client goes on.
 
+/// The accessors every server handle has: the loopback port its clients connect to (`$port`,
+/// a field of the handle), and its process (the `server` field).
+macro_rules! listening {
+    ($handle:ty, $port:ident) => {
+        impl $handle {
+            /// The loopback port its clients connect to.
+            pub fn port(&self) -> u16 {
+                self.$port
+            }
+
+            /// Process control: kill, pause, resume, restart, start again.
+            pub fn server(&self) -> &$crate::Server {
+                &self.server
+            }
+        }
+    };
+}
+
 mod cluster;
 mod error;
 mod etcd;

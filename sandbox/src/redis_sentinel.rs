@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use crate::cluster::{self, Cluster, MEMBERS, STATUS_TIMEOUT};
 use crate::process::{Launch, Server, find_program};
-use crate::{Error, Redis, Result, ports, resp};
+use crate::{Redis, Result, ports, resp};
 
 /// The name the Sentinels monitor the primary under.
 pub const MASTER_NAME: &str = "seckill";
@@ -55,28 +55,17 @@ pub struct Sentinel {
     port: u16,
 }
 
+listening!(Sentinel, port);
+
 impl Sentinel {
     /// `127.0.0.1:<port>`
     pub fn addr(&self) -> String {
         format!("127.0.0.1:{}", self.port)
     }
 
-    pub fn port(&self) -> u16 {
-        self.port
-    }
-
-    /// Process control: kill, pause, resume, restart, start_again.
-    pub fn server(&self) -> &Server {
-        &self.server
-    }
-
     /// Runs one command (`SENTINEL …`) and returns its reply as text.
     pub fn command(&self, args: &[&str]) -> Result<String> {
-        resp::command(self.port, args).map_err(|reason| Error::Control {
-            server: "redis-sentinel".into(),
-            action: "command",
-            reason,
-        })
+        resp::control("redis-sentinel", self.port, args)
     }
 
     /// The port of the primary this Sentinel names now; `None` if it does not answer.

@@ -67,19 +67,12 @@ pub struct ZooKeeperMember {
     client_port: u16,
 }
 
+listening!(ZooKeeperMember, client_port);
+
 impl ZooKeeperMember {
     /// `127.0.0.1:<port>`: a connect string naming this member only.
     pub fn connect_string(&self) -> String {
         format!("127.0.0.1:{}", self.client_port)
-    }
-
-    pub fn port(&self) -> u16 {
-        self.client_port
-    }
-
-    /// Process control: kill, pause, resume, restart, start_again.
-    pub fn server(&self) -> &Server {
-        &self.server
     }
 
     /// What the member says it is doing; `None` if it does not answer within a second (killed

@@ -101,8 +101,7 @@ fn change(name: &str, a: Option<Figures>, b: Option<Figures>, noise: f64) -> Cha
         .and_then(|(a, b)| moved(a.rate, b.rate, noise));
     Change {
         name: name.to_string(),
-        a,
-        b,
+        figures: (a, b),
         moved,
         accounting: Vec::new(),
     }

@@ -62,8 +62,8 @@ pub struct Figures {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Change {
     pub name: String,
-    pub a: Option<Figures>,
-    pub b: Option<Figures>,
+    /// In run A, and in run B.
+    pub figures: (Option<Figures>, Option<Figures>),
     /// Up (`Some(true)`) or down beyond the noise, or not.
     pub moved: Option<bool>,
     /// The flash sale's accounting fields that differ (strategies in both runs).
@@ -134,71 +134,67 @@ pub fn render(c: &Comparison) -> String {
     }
 
     md.push_str("\n## Baselines\n\n");
-    let mut t = Table::new([
-        ("baseline", Align::Left),
+    md.push_str(&changes_table("baseline", &c.baselines, false));
+    md.push_str("\n## Strategies (deductions/s)\n\n");
+    md.push_str(&changes_table("strategy", &c.strategies, true));
+    md
+}
+
+/// One row per baseline or strategy: its rate and p99 in both runs; for the strategies
+/// (`sales`) also the open loop's p99 and the flash sale's accounting.
+fn changes_table(first: &str, changes: &[Change], sales: bool) -> String {
+    let mut columns = vec![
+        (first, Align::Left),
         ("A /s", Align::Right),
         ("B /s", Align::Right),
         ("change", Align::Right),
         ("p99 ms A → B", Align::Left),
-    ]);
-    for ch in &c.baselines {
-        t.row([
-            format!("`{}`", ch.name),
-            rate(ch.a.as_ref()),
-            rate(ch.b.as_ref()),
-            change(ch),
-            pair(
-                ch.a.as_ref().map(|f| f.p99_ms),
-                ch.b.as_ref().map(|f| f.p99_ms),
-            ),
+    ];
+    if sales {
+        columns.extend([
+            ("p99 open ms A → B", Align::Left),
+            ("accounting A → B", Align::Left),
         ]);
     }
-    md.push_str(&t.render());
+    let mut t = Table::new(columns);
+    for ch in changes {
+        let (a, b) = (ch.figures.0.as_ref(), ch.figures.1.as_ref());
+        let mut row = vec![
+            format!("`{}`", ch.name),
+            rate(a),
+            rate(b),
+            change(ch),
+            pair(a.map(|f| f.p99_ms), b.map(|f| f.p99_ms)),
+        ];
+        if sales {
+            let open = |f: Option<&Figures>| f.and_then(|f| f.p99_open_ms);
+            row.push(pair(open(a), open(b)));
+            row.push(accounting(ch));
+        }
+        t.row(row);
+    }
+    t.render()
+}
 
-    md.push_str("\n## Strategies\n\n");
-    let mut t = Table::new([
-        ("strategy", Align::Left),
-        ("deductions/s A", Align::Right),
-        ("B", Align::Right),
-        ("change", Align::Right),
-        ("p99 closed ms A → B", Align::Left),
-        ("p99 open ms A → B", Align::Left),
-        ("accounting A → B", Align::Left),
-    ]);
-    for ch in &c.strategies {
-        let open = |f: Option<&Figures>| f.and_then(|f| f.p99_open_ms);
-        let accounting = match (&ch.a, &ch.b) {
-            (None, _) => "only in B".to_string(),
-            (_, None) => "only in A".to_string(),
-            _ if ch.accounting.is_empty() => "same".to_string(),
-            _ => ch
-                .accounting
-                .iter()
-                .map(|f| {
-                    let text = format!("{} {} → {}", f.field, f.a, f.b);
-                    match f.regression {
-                        true => format!("**{text} (correctness)**"),
-                        false => text,
-                    }
-                })
-                .collect::<Vec<_>>()
-                .join("; "),
-        };
-        t.row([
-            format!("`{}`", ch.name),
-            rate(ch.a.as_ref()),
-            rate(ch.b.as_ref()),
-            change(ch),
-            pair(
-                ch.a.as_ref().map(|f| f.p99_ms),
-                ch.b.as_ref().map(|f| f.p99_ms),
-            ),
-            pair(open(ch.a.as_ref()), open(ch.b.as_ref())),
-            accounting,
-        ]);
+/// The accounting fields that differ, `oversell 0 → 3; final_stock 0 → -3`, or `same`.
+fn accounting(ch: &Change) -> String {
+    match &ch.figures {
+        (None, _) => "only in B".to_string(),
+        (_, None) => "only in A".to_string(),
+        _ if ch.accounting.is_empty() => "same".to_string(),
+        _ => ch
+            .accounting
+            .iter()
+            .map(|f| {
+                let text = format!("{} {} → {}", f.field, f.a, f.b);
+                match f.regression {
+                    true => format!("**{text} (correctness)**"),
+                    false => text,
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("; "),
     }
-    md.push_str(&t.render());
-    md
 }
 
 fn rate(f: Option<&Figures>) -> String {
@@ -213,7 +209,7 @@ fn rate(f: Option<&Figures>) -> String {
 }
 
 fn change(ch: &Change) -> String {
-    let (Some(a), Some(b)) = (&ch.a, &ch.b) else {
+    let (Some(a), Some(b)) = &ch.figures else {
         return "–".into();
     };
     let pct = if a.rate.median > 0.0 {

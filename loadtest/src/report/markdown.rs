@@ -145,19 +145,16 @@ pub fn render(r: &RunReport) -> String {
 
 /// The summary table (also printed at the end of a run).
 pub fn summary_table(r: &RunReport) -> String {
-    let mut t = Table::new([
-        ("strategy", Align::Left),
-        ("service", Align::Left),
-        ("safety", Align::Left),
-        ("sold / stock", Align::Right),
-        ("oversell", Align::Right),
-        ("lost updates", Align::Right),
-        ("negative stock", Align::Right),
-        ("undersell", Align::Right),
-        ("deductions/s (closed)", Align::Right),
-        ("% of backend baseline", Align::Right),
-        ("p99 closed (ms)", Align::Right),
-        ("p99 open (ms)", Align::Right),
+    let mut t = Table::left(["strategy", "service", "safety"]).and_right([
+        "sold / stock",
+        "oversell",
+        "lost updates",
+        "negative stock",
+        "undersell",
+        "deductions/s (closed)",
+        "% of backend baseline",
+        "p99 closed (ms)",
+        "p99 open (ms)",
     ]);
     for x in &r.strategies {
         let a = &x.sale.accounting;
@@ -181,19 +178,18 @@ pub fn summary_table(r: &RunReport) -> String {
 }
 
 fn accounting_table(r: &RunReport) -> String {
-    let mut t = Table::new([
-        ("strategy", Align::Left),
-        ("safety", Align::Left),
-        ("sold", Align::Right),
-        ("final stock", Align::Right),
-        ("oversell", Align::Right),
-        ("lost updates", Align::Right),
-        ("negative stock", Align::Right),
-        ("undersell", Align::Right),
-        ("retries", Align::Right),
-        ("seconds", Align::Right),
-        ("answers", Align::Left),
-    ]);
+    let mut t = Table::left(["strategy", "safety"])
+        .and_right([
+            "sold",
+            "final stock",
+            "oversell",
+            "lost updates",
+            "negative stock",
+            "undersell",
+            "retries",
+            "seconds",
+        ])
+        .and_left(["answers"]);
     for x in &r.strategies {
         let a = &x.sale.accounting;
         t.row([
@@ -214,20 +210,20 @@ fn accounting_table(r: &RunReport) -> String {
 }
 
 fn load_table<'a>(rows: impl Iterator<Item = (String, &'a LoadResult)>) -> String {
-    let mut t = Table::new([
-        ("what", Align::Left),
-        ("concurrency", Align::Right),
-        ("rate asked", Align::Right),
-        ("attempts/s", Align::Right),
-        ("successes/s", Align::Right),
-        ("not sent", Align::Right),
-        ("p50 µs", Align::Right),
-        ("p90 µs", Align::Right),
-        ("p99 µs", Align::Right),
-        ("p99.9 µs", Align::Right),
-        ("max µs", Align::Right),
-        ("answers", Align::Left),
-    ]);
+    let mut t = Table::left(["what"])
+        .and_right([
+            "concurrency",
+            "rate asked",
+            "attempts/s",
+            "successes/s",
+            "not sent",
+            "p50 µs",
+            "p90 µs",
+            "p99 µs",
+            "p99.9 µs",
+            "max µs",
+        ])
+        .and_left(["answers"]);
     for (name, l) in rows {
         t.row([
             name,
@@ -280,15 +276,15 @@ fn ms(us: u64) -> String {
 }
 
 fn tools_table(r: &RunReport) -> String {
-    let mut t = Table::new([
-        ("baseline", Align::Left),
-        ("ours /s", Align::Right),
-        ("tool", Align::Left),
-        ("theirs /s", Align::Right),
-        ("ours / theirs", Align::Right),
-        ("generator CPU: ours / tool", Align::Right),
-        ("server CPU: ours / theirs", Align::Right),
-    ]);
+    let mut t = Table::left(["baseline"])
+        .and_right(["ours /s"])
+        .and_left(["tool"])
+        .and_right([
+            "theirs /s",
+            "ours / theirs",
+            "generator CPU: ours / tool",
+            "server CPU: ours / theirs",
+        ]);
     let f = |x: Option<f64>| x.map_or("–".into(), |x| format!("{x:.3}"));
     for b in &r.baselines {
         let Some(tool) = &b.standard_tool else {
@@ -338,10 +334,9 @@ fn cpu_table(r: &RunReport) -> String {
                 .any(|x| x.cpu.as_ref().and_then(|c| c.group(g)).is_some())
         })
         .collect();
-    let mut columns = vec![("strategy", Align::Left)];
-    columns.extend(groups.iter().map(|g| (*g, Align::Right)));
-    columns.extend([("rest (cores)", Align::Right), ("saturated", Align::Left)]);
-    let mut t = Table::new(columns);
+    let mut t = Table::left(["strategy"])
+        .and_right(groups.iter().chain(&["rest (cores)"]))
+        .and_left(["saturated"]);
     for x in &r.strategies {
         let Some(cpu) = &x.cpu else { continue };
         let mut row = vec![format!("`{}`", x.strategy.name)];
@@ -365,12 +360,8 @@ fn cpu_table(r: &RunReport) -> String {
 }
 
 fn sweep_table(sweep: &[LoadResult]) -> String {
-    let mut t = Table::new([
-        ("connections", Align::Right),
-        ("updates/s", Align::Right),
-        ("p50 µs", Align::Right),
-        ("p99 µs", Align::Right),
-    ]);
+    let mut t =
+        Table::new([("connections", Align::Right)]).and_right(["updates/s", "p50 µs", "p99 µs"]);
     for l in sweep {
         t.row([
             l.concurrency.to_string(),

@@ -36,6 +36,22 @@ impl Table {
         Table::new(titles.into_iter().map(|t| (t, Align::Left)))
     }
 
+    /// More columns, lined up left.
+    pub fn and_left<S: AsRef<str>>(self, titles: impl IntoIterator<Item = S>) -> Table {
+        self.and(titles, Align::Left)
+    }
+
+    /// More columns, lined up right (figures).
+    pub fn and_right<S: AsRef<str>>(self, titles: impl IntoIterator<Item = S>) -> Table {
+        self.and(titles, Align::Right)
+    }
+
+    fn and<S: AsRef<str>>(mut self, titles: impl IntoIterator<Item = S>, align: Align) -> Table {
+        self.columns
+            .extend(titles.into_iter().map(|t| (t.as_ref().to_owned(), align)));
+        self
+    }
+
     /// Adds a row; missing cells are left empty, extra ones dropped.
     pub fn row<S: AsRef<str>>(&mut self, cells: impl IntoIterator<Item = S>) -> &mut Table {
         let mut row: Vec<String> = cells.into_iter().map(|c| cell(c.as_ref())).collect();
@@ -94,6 +110,16 @@ mod tests {
         assert_eq!(
             t.render(),
             "| strategy | sold |\n|---|--:|\n| `naive` | 3000 |\n| `conditional` | |\n"
+        );
+    }
+
+    #[test]
+    fn columns_can_be_added_left_and_right() {
+        let mut t = Table::left(["a"]).and_right(["b", "c"]).and_left(["d"]);
+        t.row(["1", "2", "3", "4"]);
+        assert_eq!(
+            t.render(),
+            "| a | b | c | d |\n|---|--:|--:|---|\n| 1 | 2 | 3 | 4 |\n"
         );
     }
 

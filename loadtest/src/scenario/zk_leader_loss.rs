@@ -1,42 +1,20 @@
 //! `zk-leader-loss`: the ZooKeeper ensemble's leader is killed while four clients contend for
 //! one lock, and restarted a few seconds later. What it must show, and why, is what
-//! `etcd-leader-loss` shows on etcd: see the shared play (`skeleton::leader_loss`).
+//! `etcd-leader-loss` shows on etcd: the play is theirs in common (`skeleton::leader_loss`);
+//! here is only the cluster.
 
-use std::sync::Arc;
-
-use anyhow::Result;
 use locks::Backend;
 
 pub use super::skeleton::leader_loss::Figures;
-use super::skeleton::leader_loss::{self, Sizes};
-use super::{Judgement, Scenario, Stage};
-use crate::rig::start;
+use super::skeleton::leader_loss::{Contended, LeaderLoss};
 
-pub struct ZkLeaderLoss;
+pub type ZkLeaderLoss = LeaderLoss<sandbox::ZooKeeperEnsemble>;
 
-impl Scenario for ZkLeaderLoss {
-    type Sizes = Sizes;
-    const QUICK: Sizes = leader_loss::QUICK;
-    const FULL: Sizes = leader_loss::FULL;
-    type Subject = String;
-    type Figures = Figures;
+impl Contended for sandbox::ZooKeeperEnsemble {
+    const BACKEND: Backend = Backend::ZooKeeper;
+    const KIND: &'static str = "ZooKeeper ensemble";
 
-    fn fault(s: &Sizes) -> String {
-        leader_loss::fault("ZooKeeper ensemble", s)
-    }
-
-    async fn play(s: Sizes, stage: &Stage) -> Result<Vec<(String, Figures)>> {
-        let ensemble = Arc::new(start(sandbox::ZooKeeperEnsemble::start).await?);
-        leader_loss::play(Backend::ZooKeeper, ensemble, s, stage).await
-    }
-
-    fn judge(_: &Sizes, _: &String, f: &Figures) -> Judgement {
-        leader_loss::judge(f)
-    }
-
-    fn why(_: &Sizes, rows: &[(String, Figures)]) -> String {
-        rows.iter()
-            .map(|(_, f)| leader_loss::why(Backend::ZooKeeper, f))
-            .collect()
+    fn start() -> sandbox::Result<Self> {
+        sandbox::ZooKeeperEnsemble::start()
     }
 }

@@ -11,6 +11,7 @@
 //! death costs is availability: the time around it without any grant, reported. The two
 //! surviving members are a majority, so grants must resume before the old leader is back.
 
+use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,8 +21,49 @@ use locks::history::{self, Op};
 use locks::recorded::Outage;
 use serde::{Deserialize, Serialize};
 
+use super::super::Scenario;
 use super::{Judgement, Stage};
 use crate::drive::lock_contention::{self, Stages};
+use crate::rig::start;
+
+/// A cluster the scenario can kill the leader of: what differs between `zk-leader-loss` and
+/// `etcd-leader-loss`.
+pub trait Contended: sandbox::Cluster + Sized + 'static {
+    /// The lock backend the clients contend through.
+    const BACKEND: Backend;
+    /// The cluster in a few words (`ZooKeeper ensemble`).
+    const KIND: &'static str;
+    /// Starts a fresh cluster of three.
+    fn start() -> sandbox::Result<Self>;
+}
+
+/// The leader of a `C` killed under contention.
+pub struct LeaderLoss<C>(PhantomData<C>);
+
+impl<C: Contended> Scenario for LeaderLoss<C> {
+    type Sizes = Sizes;
+    const QUICK: Sizes = QUICK;
+    const FULL: Sizes = FULL;
+    type Subject = String;
+    type Figures = Figures;
+
+    fn fault(s: &Sizes) -> String {
+        fault(C::KIND, s)
+    }
+
+    async fn play(s: Sizes, stage: &Stage) -> Result<Vec<(String, Figures)>> {
+        let cluster = Arc::new(start(C::start).await?);
+        play(C::BACKEND, cluster, s, stage).await
+    }
+
+    fn judge(_: &Sizes, _: &String, f: &Figures) -> Judgement {
+        judge(f)
+    }
+
+    fn why(_: &Sizes, rows: &[(String, Figures)]) -> String {
+        rows.iter().map(|(_, f)| why(C::BACKEND, f)).collect()
+    }
+}
 
 const CLIENTS: usize = 4;
 /// Longer than an election on a loaded machine, so sessions survive the leader's death.
@@ -35,13 +77,13 @@ pub struct Sizes {
     after: u64,
 }
 
-pub const QUICK: Sizes = Sizes {
+const QUICK: Sizes = Sizes {
     before: 3,
     down: 5,
     after: 4,
 };
 
-pub const FULL: Sizes = Sizes {
+const FULL: Sizes = Sizes {
     before: 5,
     down: 8,
     after: 8,
@@ -65,12 +107,12 @@ pub struct Figures {
 }
 
 /// The row's subject: `<backend>, leader killed`.
-pub fn subject(backend: Backend) -> String {
+fn subject(backend: Backend) -> String {
     format!("{backend}, leader killed")
 }
 
 /// The fault on `cluster` (`ZooKeeper ensemble`, `etcd cluster`).
-pub fn fault(cluster: &str, s: &Sizes) -> String {
+fn fault(cluster: &str, s: &Sizes) -> String {
     format!(
         "{CLIENTS} clients contend for one lock on a three-member {cluster} (session/lease \
          {}s); after {}s the leader is SIGKILLed, {}s later restarted",
@@ -81,7 +123,7 @@ pub fn fault(cluster: &str, s: &Sizes) -> String {
 }
 
 /// Contends through the leader's loss on `cluster` and reads the history.
-pub async fn play(
+async fn play(
     backend: Backend,
     cluster: Arc<dyn sandbox::Cluster>,
     s: Sizes,
@@ -138,7 +180,7 @@ pub async fn play(
     Ok(vec![(subject(backend), figures)])
 }
 
-pub fn judge(f: &Figures) -> Judgement {
+fn judge(f: &Figures) -> Judgement {
     let observed = format!(
         "{} violation(s); {} grant(s) before the kill, {} after; no grant for {}; {}; {} loss \
          notice(s), {} refused write(s)",
@@ -165,7 +207,7 @@ pub fn judge(f: &Figures) -> Judgement {
     )
 }
 
-pub fn why(backend: Backend, f: &Figures) -> String {
+fn why(backend: Backend, f: &Figures) -> String {
     let window = f.without_grant_ms.map_or_else(
         || "no grant on one side of it".to_string(),
         |ms| format!("{ms:.0} ms without a grant"),
