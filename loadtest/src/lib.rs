@@ -5,14 +5,20 @@
 //! The folders follow a run ([`run`] orchestrates them in this order):
 //!
 //! * [`rig`]: the servers, the `seckill-app` instances, the scenarios' fleets, the environment;
-//! * [`drive`]: the HTTP client, the closed and open loops that send the load;
-//! * [`measure`]: the flash sale, throughput, baselines, standard tools, CPU, latency;
-//! * [`analyse`]: medians and spreads, the comparison of two runs;
-//! * [`report`]: `report.md`, `report.json`, charts, progress.
+//! * [`drive`]: the closed and open loops that send the load and the latencies they record;
+//! * [`measure`]: the flash sale, throughput, baselines, standard tools, CPU;
+//! * [`analyse`]: medians and spreads, ratios to the baselines, the findings, the comparison
+//!   of two runs;
+//! * [`report`]: the schema of `report.json`, its renderings (`report.md`, charts, the
+//!   README's results), progress.
 //!
 //! Beside the run: [`scenario`] (the fault scenarios, `seckill-bench scenario <name>|all`, also
 //! part of every `run`) and [`lock`] (`seckill-bench lock`: the lock benchmark, the
 //! requirements matrix, the Python peers).
+//!
+//! No folder uses one that uses it back: [`report`] is at the bottom (every other folder fills
+//! its schema), then [`analyse`] and [`rig`], [`drive`], [`measure`], and [`scenario`], [`lock`]
+//! and [`run`] on top.
 
 pub mod analyse;
 pub mod cli;
@@ -22,4 +28,7 @@ pub mod measure;
 pub mod report;
 pub mod rig;
 pub mod run;
+/// A small run's report built through the analyses, for the tests of the renderings.
+#[cfg(test)]
+pub(crate) mod sample;
 pub mod scenario;

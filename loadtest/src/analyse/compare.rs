@@ -286,8 +286,8 @@ mod tests {
 
     use super::*;
     use crate::report::comparison::render;
-    use crate::report::sample::report;
     use crate::report::schema::Spread;
+    use crate::sample::report;
 
     fn range(median: f64, min_max: Option<(f64, f64)>) -> Range {
         Range { median, min_max }

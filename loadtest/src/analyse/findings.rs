@@ -271,7 +271,7 @@ mod tests {
     use crate::measure::cpu::{Process, Span};
     use crate::measure::tools::{Outcome, Runs};
     use crate::report::prose;
-    use crate::report::sample::report;
+    use crate::sample::report;
 
     #[test]
     fn only_the_unsafe_strategy_that_oversold_gets_a_sale_finding_with_its_figures() {

@@ -11,30 +11,7 @@
 use std::time::Instant;
 
 use crate::report::schema::{CpuUse, LoadResult, ProcessCpu, SATURATED_CORES};
-
-/// A process to account for: its name in the report, the group it is summed in (`app` for
-/// every instance, `redis-server` for every Redis) and its pid.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Process {
-    pub name: String,
-    pub group: String,
-    pub pid: u32,
-}
-
-impl Process {
-    pub fn new(name: impl Into<String>, group: impl Into<String>, pid: u32) -> Process {
-        Process {
-            name: name.into(),
-            group: group.into(),
-            pid,
-        }
-    }
-
-    /// This process (the load generator).
-    pub fn generator() -> Process {
-        Process::new("generator", "generator", std::process::id())
-    }
-}
+pub use crate::rig::Process;
 
 /// User + system clock ticks of a `/proc/<pid>/stat` line. The command name (field 2) is in
 /// parentheses and may hold spaces and parentheses itself, so fields are counted from the

@@ -45,17 +45,13 @@ pub fn link_latest(out: &Path, dir: &Path) -> Result<PathBuf> {
     Ok(link)
 }
 
-/// A small run's report for the tests of the renderings and the analyses.
-#[cfg(test)]
-pub(crate) mod sample;
-
 #[cfg(test)]
 mod tests {
     use app::api::{ErrorCode, Strategy};
 
-    use super::sample::{load, report};
     use super::*;
     use crate::report::schema::Loop;
+    use crate::sample::{load, report};
 
     #[test]
     fn every_file_of_the_report_is_written_and_names_the_strategies() {

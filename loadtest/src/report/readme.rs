@@ -136,7 +136,7 @@ pub fn replace(readme: &str, section: &str) -> Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::sample::report;
+    use crate::sample::report;
 
     #[test]
     fn the_section_is_replaced_between_its_markers_and_nothing_else_moves() {

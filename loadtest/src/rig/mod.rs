@@ -12,7 +12,29 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use sandbox::{Endpoints, Mode, Servers};
 
-use crate::measure::cpu::Process;
+/// A process to account for: its name in the report, the group it is summed in (`app` for
+/// every instance, `redis-server` for every Redis) and its pid.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Process {
+    pub name: String,
+    pub group: String,
+    pub pid: u32,
+}
+
+impl Process {
+    pub fn new(name: impl Into<String>, group: impl Into<String>, pid: u32) -> Process {
+        Process {
+            name: name.into(),
+            group: group.into(),
+            pid,
+        }
+    }
+
+    /// This process (the load generator).
+    pub fn generator() -> Process {
+        Process::new("generator", "generator", std::process::id())
+    }
+}
 
 /// Where a run goes: servers, the app binary, the database the app instances use.
 pub struct Target {

@@ -8,11 +8,11 @@ use app::accounting::{Accounting, Ledger};
 use app::api::{Strategy, StrategyInfo};
 use testkit::Outcomes;
 
-use super::schema::{
+use crate::drive::latency::Latencies;
+use crate::report::schema::{
     Baseline, BaselineName, Environment, Findings, LoadResult, Loop, OPEN_RATE_SHARE, RunReport,
     SCHEMA_VERSION, SaleResult, Settings, StrategyReport, ThroughputResult,
 };
-use crate::drive::latency::Latencies;
 
 /// A run result of `per_sec` deductions in one second, latencies 1–50 ms.
 pub fn load(mode: Loop, per_sec: u64) -> LoadResult {
