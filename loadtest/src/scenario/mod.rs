@@ -1,25 +1,8 @@
 //! Fault scenarios: each reproduces one classic failure of stock deduction or distributed
 //! locking against servers it starts itself, runs the affected strategies or lock backends
 //! through it, and reports *expected* against *observed*, with the figures and the timeline.
-//!
-//! | scenario | fault | must show |
-//! |---|---|---|
-//! | `lease-expiry` | the critical section stalls past the lease | `redis-lock` oversells, `redis-watchdog` does not, `redis-lock-fenced` rejects the stale write |
-//! | `process-pause` | SIGSTOP of the app instance holding the lock, past the lease | the watchdog cannot help a frozen process; fencing rejects its late write |
-//! | `holder-crash` | SIGKILL of the instance inside the critical section | how soon each lock comes back: never (`SETNX` without expiry), a lease, a session timeout, at once (row lock); no order lost or doubled |
-//! | `unsafe-release` | a lease expires, then the old holder releases | a plain `DEL` frees the next holder's lock (two holders); compare-and-delete does not |
-//! | `redis-failover` | the primary dies before replicating a grant; the replica is promoted | a second grant of the same lock; `WAIT 1` after acquiring tells the holder not to trust it |
-//! | `local-mutex` | 1 vs 3 app instances | an in-process mutex is exclusive only within its process |
-//! | `zk-session-expiry` | the holder is cut off from ZooKeeper until its session expires | `lost()` fires, another contender acquires, the fenced stale write is rejected |
-//! | `herd` | 64 waiters on one lock | requests per grant and hand-off latency: polling vs pub/sub vs predecessor watch |
-//! | `batched-db-kill` | SIGKILL of MariaDB while a `batched` transaction waits to commit | every purchase of the batch answers 503, none is recorded; after the restart exactly the stock is sold |
-//! | `lua-crash-before-order` | SIGKILL of the instance between `redis-lua`'s Lua deduction and its order insert | a unit sold to nobody (undersell); after `reconcile` it is on sale again and no order is doubled |
-//! | `stream-consumer-crash` | SIGKILL of an instance whose consumer holds a batch read and not acknowledged | those accepted orders missing until the claim time; then claimed by a live consumer, each placed exactly once |
-//! | `redis-failover-stock` | the Redis primary holding a `redis-lua` counter dies; the promoted replica missed the last deductions | oversell of Redis-held stock; with `--redis-wait-replicas 1`, those purchases are refused 503 and nothing oversells |
-//! | `zk-leader-loss`, `etcd-leader-loss` | the cluster's leader is killed (and restarted) while 4 clients contend for one lock | a clean lock history (no overlap, tokens increasing, only the newest token written) and the unavailability window |
-//! | `zk-partition` | the member holding A's session is cut off from the other two; B asks on the majority side | B granted after A's session expires, with a larger token; A's late write refused; A's `lost()` fires; the checker shows the overlap window |
-//! | `sentinel-failover` | a `redis-watchdog` grant queued behind a filler for two frozen replicas; the primary is SIGKILLed, Sentinel promotes a replica | the promoted replica never got the grant: B is granted the same lock (the checker's overlap) and the same fencing token; with `WAIT 1` after the grant, A is told and does not act |
-//! | `cluster-sale` | a flash sale through 2 app instances on the ZooKeeper ensemble, the etcd cluster and Redis behind Sentinel; the strategy's cluster leader is SIGKILLed when a third is sold, restarted after | the fenced strategies never oversell; the unfenced ones' outcome as it was; `503`s and the time from the kill to the next sale |
+//! The registry below says, for each, the fault and what it must show (`seckill-bench scenario
+//! --help` prints the same).
 //!
 //! A scenario is a fault, a workload and a checker, as Jepsen composes its tests. Each one is a
 //! file of this folder named as on the command line, holding only what differs from the others
@@ -95,15 +78,15 @@ pub trait Scenario {
     fn why(sizes: &Self::Sizes, rows: &[(Self::Subject, Self::Figures)]) -> String;
 }
 
-/// The registry: every scenario's name and the type that plays it, in the order `all` runs
-/// them. The name is the variant's kebab-case, on the command line and in the report, and
+/// The registry: every scenario's name, the fault it plays and what it must show, and the type
+/// that plays it, in the order `all` runs them. The name is the variant's kebab-case, on the command line and in the report, and
 /// the name of its file.
 macro_rules! scenarios {
-    ($($variant:ident => $module:ident::$kind:ident;)+) => {
+    ($($(#[doc = $help:literal])+ $variant:ident => $module:ident::$kind:ident;)+) => {
         /// Every scenario, in the order `all` runs them.
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, ValueEnum)]
         pub enum Name {
-            $($variant,)+
+            $($(#[doc = $help])+ $variant,)+
         }
 
         async fn play_one(name: Name, opts: &Options) -> Result<ScenarioReport> {
@@ -115,22 +98,65 @@ macro_rules! scenarios {
 }
 
 scenarios! {
+    /// The critical section stalls past the lease: `redis-lock` oversells, `redis-watchdog` does
+    /// not, `redis-lock-fenced` rejects the stale write.
     LeaseExpiry => lease_expiry::LeaseExpiry;
+    /// SIGSTOP of the app instance holding the lock, past the lease: the watchdog cannot help a
+    /// frozen process; fencing rejects its late write.
     ProcessPause => process_pause::ProcessPause;
+    /// SIGKILL of the instance inside the critical section: how soon each lock comes back: never
+    /// (`SETNX` without expiry), a lease, a session timeout, at once (row lock); no order lost or
+    /// doubled.
     HolderCrash => holder_crash::HolderCrash;
+    /// A lease expires, then the old holder releases: a plain `DEL` frees the next holder's lock
+    /// (two holders); compare-and-delete does not.
     UnsafeRelease => unsafe_release::UnsafeRelease;
+    /// The primary dies before replicating a grant; the replica is promoted: a second grant of the
+    /// same lock; `WAIT 1` after acquiring tells the holder not to trust it.
     RedisFailover => redis_failover::RedisFailover;
+    /// 1 vs 3 app instances: an in-process mutex is exclusive only within its process.
     LocalMutex => local_mutex::LocalMutex;
+    /// The holder is cut off from ZooKeeper until its session expires: `lost()` fires, another
+    /// contender acquires, the fenced stale write is rejected.
     ZkSessionExpiry => zk_session_expiry::ZkSessionExpiry;
+    /// 64 waiters on one lock: requests per grant and hand-off latency: polling vs pub/sub vs
+    /// predecessor watch.
     Herd => herd::Herd;
+    /// SIGKILL of MariaDB while a `batched` transaction waits to commit: every purchase of the
+    /// batch answers 503, none is recorded; after the restart exactly the stock is sold.
     BatchedDbKill => batched_db_kill::BatchedDbKill;
+    /// SIGKILL of the instance between `redis-lua`'s Lua deduction and its order insert: a unit
+    /// sold to nobody (undersell); after `reconcile` it is on sale again and no order is doubled.
     LuaCrashBeforeOrder => lua_crash_before_order::LuaCrashBeforeOrder;
+    /// SIGKILL of an instance whose consumer holds a batch read and not acknowledged: those
+    /// accepted orders missing until the claim time; then claimed by a live consumer, each placed
+    /// exactly once.
     StreamConsumerCrash => stream_consumer_crash::StreamConsumerCrash;
+    /// The Redis primary holding a `redis-lua` counter dies; the promoted replica missed the last
+    /// deductions: oversell of Redis-held stock; with `--redis-wait-replicas 1`, those purchases
+    /// are refused 503 and nothing oversells.
     RedisFailoverStock => redis_failover_stock::RedisFailoverStock;
+    /// The cluster's leader is killed (and restarted) while 4 clients contend for one lock: a clean
+    /// lock history (no overlap, tokens increasing, only the newest token written) and the
+    /// unavailability window.
     ZkLeaderLoss => zk_leader_loss::ZkLeaderLoss;
+    /// The cluster's leader is killed (and restarted) while 4 clients contend for one lock: a clean
+    /// lock history (no overlap, tokens increasing, only the newest token written) and the
+    /// unavailability window.
     EtcdLeaderLoss => etcd_leader_loss::EtcdLeaderLoss;
+    /// The member holding A's session is cut off from the other two; B asks on the majority side: B
+    /// granted after A's session expires, with a larger token; A's late write refused; A's `lost()`
+    /// fires; the checker shows the overlap window.
     ZkPartition => zk_partition::ZkPartition;
+    /// A `redis-watchdog` grant queued behind a filler for two frozen replicas; the primary is
+    /// SIGKILLed, Sentinel promotes a replica: the promoted replica never got the grant: B is
+    /// granted the same lock (the checker's overlap) and the same fencing token; with `WAIT 1`
+    /// after the grant, A is told and does not act.
     SentinelFailover => sentinel_failover::SentinelFailover;
+    /// A flash sale through 2 app instances on the ZooKeeper ensemble, the etcd cluster and Redis
+    /// behind Sentinel; the strategy's cluster leader is SIGKILLed when a third is sold, restarted
+    /// after: the fenced strategies never oversell; the unfenced ones' outcome as it was; `503`s
+    /// and the time from the kill to the next sale.
     ClusterSale => cluster_sale::ClusterSale;
 }
 
