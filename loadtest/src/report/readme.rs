@@ -27,8 +27,9 @@ pub fn section(report: &RunReport, link: &str) -> String {
     let _ = writeln!(
         md,
         "From [the committed run]({link}) of {} ({} CPUs, {:.0} minutes): a flash sale of {} \
-         units to {} concurrent buyers sending {} requests, through {} app instances; each \
-         rate the median of {} runs of {} s (min–max in parentheses).\n",
+         units to {} concurrent buyers sending {} requests, through {} app instances, counted \
+         from the database; then each strategy's closed-loop rate and p99 latency, the median \
+         of {} runs of {} s (min–max in parentheses).\n",
         report.started_at,
         report.environment.cpus,
         report.duration_seconds / 60.0,
