@@ -1,6 +1,6 @@
 //! What a sale really did, defined once for the whole workspace: the benchmark, the fault
 //! scenarios and the tests all judge a sale with [`Accounting::of`], read from the database
-//! ([`crate::db::products::ledger`]) rather than from the HTTP answers, which can be wrong in
+//! ([`crate::inventory::ledger`]) rather than from the HTTP answers, which can be wrong in
 //! both directions (a 201 whose order was never written, an order whose answer was lost).
 //!
 //! With S the initial stock:
@@ -10,13 +10,16 @@
 //!   left the shelf in orders but never left the stock counter, the signature of a
 //!   read-modify-write race (two buyers read 5, both write 4).
 //! * **negative stock** = −final stock when below zero: an unguarded `stock = stock − q`.
+//! * **stranded** = units that left the stock counter without an order and are not on their
+//!   way to one: (S − final stock) − sold − pending when positive, where pending counts the
+//!   units of accepted orders still queued (a stream strategy). The "less-sell" of stock kept
+//!   outside the order's transaction (a Redis counter, see [`crate::api::Home`]): a process
+//!   killed between the deduction and the order insert, a consumer that acknowledged an entry
+//!   it never placed. Read after the sale has settled: a purchase in flight between its
+//!   deduction and its insert counts here until its order commits.
 //! * **undersell** = units still in stock although demand exceeded supply (a strategy that
-//!   gives up too early, e.g. optimistic retries running out), plus units that left the stock
-//!   counter without an order: (S − final stock) − sold when positive. The second part is the
-//!   "less-sell" of stock kept outside the order's transaction (a Redis counter, see
-//!   [`crate::api::Home`]): a process killed between the deduction and the order insert. For
-//!   a stream strategy it is read after the stream has drained, when no accepted order is still
-//!   on its way to the database.
+//!   gives up too early, e.g. optimistic retries running out), plus the stranded units: units
+//!   buyers wanted and did not get.
 //!
 //! The final stock is read from the product's home: the `stock` column, or the Redis counter.
 
@@ -31,6 +34,9 @@ pub struct Ledger {
     pub units_in_orders: i64,
     /// Number of order rows.
     pub orders: i64,
+    /// Units of accepted orders still queued on their way to the database.
+    #[serde(default)]
+    pub pending: i64,
 }
 
 impl Ledger {
@@ -41,6 +47,7 @@ impl Ledger {
             final_stock: view.stock,
             units_in_orders: view.sold,
             orders: view.orders,
+            pending: view.pending,
         }
     }
 }
@@ -55,6 +62,9 @@ pub struct Accounting {
     pub oversell: i64,
     pub lost_updates: i64,
     pub negative_stock: i64,
+    /// Units taken from the stock without an order, not queued either.
+    #[serde(default)]
+    pub stranded: i64,
     pub undersell: i64,
     /// Demand (units requested) exceeded the initial stock.
     pub demand_exceeded_supply: bool,
@@ -70,6 +80,7 @@ impl Accounting {
             ledger.final_stock,
         );
         let exceeded = demand_units > initial;
+        let stranded = ((initial - left) - sold - ledger.pending).max(0);
         Accounting {
             initial_stock: initial,
             final_stock: left,
@@ -78,7 +89,8 @@ impl Accounting {
             oversell: (sold - initial).max(0),
             lost_updates: (sold - (initial - left)).max(0),
             negative_stock: (-left).max(0),
-            undersell: if exceeded { left.max(0) } else { 0 } + ((initial - left) - sold).max(0),
+            stranded,
+            undersell: if exceeded { left.max(0) } else { 0 } + stranded,
             demand_exceeded_supply: exceeded,
         }
     }
@@ -105,6 +117,7 @@ mod tests {
             final_stock,
             units_in_orders: units,
             orders: units,
+            pending: 0,
         }
     }
 
@@ -137,8 +150,19 @@ mod tests {
         // The counter went down by 100, only 97 units are in orders.
         let a = Accounting::of(ledger(0, 97), 500);
         assert_eq!((a.undersell, a.oversell, a.lost_updates), (3, 0, 0));
+        assert_eq!(a.stranded, 3);
         assert!(!a.is_incorrect());
         assert_eq!(a.unaccounted(), -3);
+    }
+
+    #[test]
+    fn units_of_queued_orders_are_not_stranded() {
+        let queued = Ledger {
+            pending: 3,
+            ..ledger(0, 97)
+        };
+        let a = Accounting::of(queued, 500);
+        assert_eq!((a.stranded, a.undersell), (0, 0));
     }
 
     #[test]

@@ -9,7 +9,7 @@ use axum::http::StatusCode;
 use serde::{Deserialize, Deserializer, Serialize};
 use utoipa::ToSchema;
 
-pub use crate::strategy::catalogue::{Home, Safety, Service, Strategy, UnknownStrategy};
+pub use crate::catalogue::{Home, Safety, Service, Strategy, UnknownStrategy};
 
 /// Longest `user_id`, in characters.
 pub const MAX_USER_ID: usize = 64;
@@ -42,8 +42,11 @@ pub struct OrderRequest {
     #[schema(minimum = 1)]
     #[serde(deserialize_with = "integer")]
     pub quantity: i64,
-    /// Client-chosen idempotency key: the same key again returns the first order, and the same
-    /// key with other parameters is refused (`409 idempotency_conflict`).
+    /// Client-chosen idempotency key of this buyer's purchase of this product: the same buyer
+    /// sending the same key for the same product again gets the first order back, and with
+    /// another quantity or strategy is refused (`409 idempotency_conflict`). Keys compare byte
+    /// for byte (no case or accent folding), and are scoped to one buyer and one product: the
+    /// same key from another buyer, or for another product, is another purchase.
     /// 1 to 128 characters, no white space at either end (the pattern of `user_id`).
     #[schema(
         min_length = 1,
@@ -133,9 +136,23 @@ pub struct ProductView {
     /// of `redis-lua-stream`); taken from `stock`, not yet in `sold`.
     #[serde(default)]
     pub pending: i64,
+    /// Units taken from the home that no order holds and no queued entry is bringing:
+    /// `initial_stock − stock − sold − pending` when positive. Briefly above 0 while a
+    /// `redis-lua` purchase sits between its deduction and its order insert; a lasting value is
+    /// undersell (a purchase that died there), which `reconcile` repairs.
+    #[serde(default)]
+    pub stranded: i64,
 }
 
-/// State of an order in `GET /api/orders/{request_id}`.
+impl ProductView {
+    /// Fills in [`ProductView::stranded`] from the other figures.
+    pub fn with_stranded(mut self) -> ProductView {
+        self.stranded = (self.initial_stock - self.stock - self.sold - self.pending).max(0);
+        self
+    }
+}
+
+/// State of a purchase in `GET /api/products/{id}/orders/{request_id}`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum OrderState {
@@ -143,13 +160,17 @@ pub enum OrderState {
     Pending,
     /// Recorded in the database.
     Placed,
+    /// Presumed lost by a reconciliation and fenced out: nothing was bought, its units went
+    /// back on sale. The request id cannot buy again; use a new one.
+    Voided,
 }
 
-/// Body of `202 Accepted` and of `GET /api/orders/{request_id}`.
+/// Body of `202 Accepted` and of `GET /api/products/{id}/orders/{request_id}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct OrderStatus {
     pub request_id: String,
     pub product_id: u64,
+    pub user_id: String,
     pub state: OrderState,
     /// The order, once placed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -167,13 +188,17 @@ pub struct Reconciliation {
     pub pending: i64,
     /// The Redis counter as found (`null`: there was none).
     pub counter_found: Option<i64>,
-    /// The counter now: initial − ordered − pending (at least 0).
+    /// The counter now.
     pub counter_after: i64,
     /// Whether the counter was changed.
     pub repaired: bool,
-    /// Request ids charged by the counter with neither an order nor a waiting entry, forgotten
-    /// so that a retry of those clicks can buy.
+    /// Purchases charged by the counter with neither an order nor a waiting entry, older than
+    /// the reconcile grace: presumed lost, fenced out (voided) and their units put back.
     pub released_requests: u64,
+    /// Purchases charged without an order yet, younger than the grace: in flight between the
+    /// deduction and the order insert, left alone.
+    #[serde(default)]
+    pub in_flight: u64,
 }
 
 /// What `GET /api/strategies` shows about a strategy.
@@ -193,7 +218,7 @@ impl StrategyInfo {
     pub fn of(strategy: Strategy) -> StrategyInfo {
         StrategyInfo {
             name: strategy,
-            description: strategy.spec().description.to_string(),
+            description: strategy.description().to_string(),
             service: strategy.service(),
             safety: strategy.safety(),
         }
@@ -224,10 +249,16 @@ pub enum ErrorCode {
     InvalidRequest,
     /// 422: no strategy of that name.
     UnknownStrategy,
-    /// 409: a request id reused with another product, user, quantity or strategy. A conflict
-    /// with what the server holds, not a malformed request: 422 is kept for input no state of
-    /// the server would accept, which is what the contract test can check.
+    /// 409: a buyer's request id reused for the same product with another quantity or
+    /// strategy. A conflict with what the server holds, not a malformed request: 422 is kept
+    /// for input no state of the server would accept, which is what the contract test can
+    /// check.
     IdempotencyConflict,
+    /// 409: the purchase of this request id was presumed lost by a reconciliation and fenced
+    /// out: nothing was bought; buy with a new request id.
+    PurchaseVoided,
+    /// 403: this deployment does not offer the strategy named (`--strategies`).
+    StrategyNotOffered,
     /// 401: missing or wrong admin token.
     Unauthorized,
     /// 404: no such product.
@@ -251,6 +282,8 @@ impl ErrorCode {
         ErrorCode::InvalidRequest,
         ErrorCode::UnknownStrategy,
         ErrorCode::IdempotencyConflict,
+        ErrorCode::PurchaseVoided,
+        ErrorCode::StrategyNotOffered,
         ErrorCode::Unauthorized,
         ErrorCode::NotFound,
         ErrorCode::SoldOut,
@@ -268,10 +301,12 @@ impl ErrorCode {
                 StatusCode::UNPROCESSABLE_ENTITY
             }
             ErrorCode::Unauthorized => StatusCode::UNAUTHORIZED,
+            ErrorCode::StrategyNotOffered => StatusCode::FORBIDDEN,
             ErrorCode::NotFound => StatusCode::NOT_FOUND,
-            ErrorCode::SoldOut | ErrorCode::LockLost | ErrorCode::IdempotencyConflict => {
-                StatusCode::CONFLICT
-            }
+            ErrorCode::SoldOut
+            | ErrorCode::LockLost
+            | ErrorCode::IdempotencyConflict
+            | ErrorCode::PurchaseVoided => StatusCode::CONFLICT,
             ErrorCode::Busy | ErrorCode::BackendUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -284,6 +319,8 @@ impl ErrorCode {
             ErrorCode::InvalidRequest => "invalid_request",
             ErrorCode::UnknownStrategy => "unknown_strategy",
             ErrorCode::IdempotencyConflict => "idempotency_conflict",
+            ErrorCode::PurchaseVoided => "purchase_voided",
+            ErrorCode::StrategyNotOffered => "strategy_not_offered",
             ErrorCode::Unauthorized => "unauthorized",
             ErrorCode::NotFound => "not_found",
             ErrorCode::SoldOut => "sold_out",

@@ -74,6 +74,12 @@ pub struct Config {
     #[arg(long, env = "SECKILL_STREAM_CLAIM_IDLE_MS", default_value_t = 5000)]
     pub stream_claim_idle_ms: u64,
 
+    /// How old a `redis-lua` deduction without an order must be before `reconcile` presumes its
+    /// purchase lost, in milliseconds. A younger one is in flight (between the Lua script and
+    /// the order insert) and is left alone.
+    #[arg(long, env = "SECKILL_RECONCILE_GRACE_MS", default_value_t = 10_000)]
+    pub reconcile_grace_ms: u64,
+
     /// Independent Redis instances for Redlock (comma-separated URLs).
     #[arg(
         long,
@@ -106,6 +112,12 @@ pub struct Config {
     /// When set, `PUT /api/products/{id}` requires `Authorization: Bearer <token>`.
     #[arg(long, env = "SECKILL_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
+
+    /// The strategies clients may name, comma-separated (default: every strategy of the
+    /// catalogue). Any client picks the strategy of its purchase, so a deployment that sells
+    /// through `conditional` should not offer `naive` or `unchecked`, which undo other sales.
+    #[arg(long, env = "SECKILL_STRATEGIES", value_delimiter = ',')]
+    pub strategies: Vec<crate::api::Strategy>,
 
     /// Strategy used when an order names none.
     #[arg(long, env = "SECKILL_DEFAULT_STRATEGY", default_value = "conditional")]
@@ -191,14 +203,6 @@ impl Config {
 
     pub fn lock_wait(&self) -> Duration {
         Duration::from_millis(self.lock_wait_ms)
-    }
-
-    /// The replication a Redis deduction waits for, if any (`--redis-wait-replicas`).
-    pub fn redis_wait(&self) -> Option<crate::redis_stock::Replication> {
-        (self.redis_wait_replicas > 0).then(|| crate::redis_stock::Replication {
-            replicas: self.redis_wait_replicas,
-            timeout: Duration::from_millis(self.redis_wait_timeout_ms),
-        })
     }
 
     /// The confirmation each `redis-watchdog*` grant waits for, if any

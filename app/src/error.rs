@@ -2,7 +2,7 @@
 
 use crate::api::{ErrorBody, ErrorCode};
 use crate::db::errors::{DbFailure, classify};
-use crate::db::products::ReadError;
+use crate::inventory::ReadError;
 use crate::redis_stock::RedisStockError;
 use crate::redis_stock::reconcile::ReconcileError;
 use crate::strategy::PurchaseError;
@@ -30,6 +30,14 @@ pub enum ApiError {
     /// A request id reused with other parameters.
     #[error("{0}")]
     IdempotencyConflict(String),
+    /// The purchase was fenced out by a reconciliation.
+    #[error(
+        "this purchase was presumed lost by a reconciliation and voided; nothing was bought: buy with a new request id"
+    )]
+    PurchaseVoided,
+    /// The deployment does not offer this strategy.
+    #[error("{0}")]
+    StrategyNotOffered(String),
     #[error("missing or wrong admin token")]
     Unauthorized,
     #[error("{0}")]
@@ -61,6 +69,8 @@ impl ApiError {
             ApiError::Invalid(_) => ErrorCode::InvalidRequest,
             ApiError::UnknownStrategy(_) => ErrorCode::UnknownStrategy,
             ApiError::IdempotencyConflict(_) => ErrorCode::IdempotencyConflict,
+            ApiError::PurchaseVoided => ErrorCode::PurchaseVoided,
+            ApiError::StrategyNotOffered(_) => ErrorCode::StrategyNotOffered,
             ApiError::Unauthorized => ErrorCode::Unauthorized,
             ApiError::NotFound(_) => ErrorCode::NotFound,
             ApiError::SoldOut => ErrorCode::SoldOut,
@@ -111,6 +121,7 @@ impl From<PurchaseError> for ApiError {
             PurchaseError::Unavailable(cause) | PurchaseError::OutcomeUnknown(cause) => {
                 ApiError::Unavailable(cause)
             }
+            PurchaseError::Conflict(why) => ApiError::IdempotencyConflict(why),
             PurchaseError::Duplicate => ApiError::Internal(e.to_string().into()),
             PurchaseError::Internal(cause) => ApiError::Internal(cause),
         }

@@ -8,24 +8,28 @@
 //!      -d '{"user_id": "u-1", "quantity": 1, "request_id": "r-1", "strategy": "conditional"}'
 //! ```
 //!
-//! Layout: [`api`] (the wire types every client shares), [`config`] (flags and environment),
-//! [`db`] (pool, migrations, queries), [`strategy`] (the `StockStrategy` trait, one file per
-//! strategy, the catalogue and the registry), [`backends`] (the lock services),
-//! [`redis_stock`] (stock kept in Redis: counter, stream, consumer, reconciliation),
-//! [`accounting`] (what a sale really did), [`http`] (routes), [`error`] (the one mapping from
-//! failures to status codes), [`metrics`], [`openapi`].
+//! Layout, from the bottom up — a module uses only those above it in this list:
+//! [`api`] (the wire types every client shares) with [`catalogue`] (every strategy's name and
+//! facts), [`accounting`] (what a sale really did) and [`metrics`]; [`config`] (flags and
+//! environment); the storage: [`db`] (pool, migrations, queries) and [`redis_stock`] (stock kept
+//! in Redis: counter, stream, consumer, reconciliation); [`inventory`] (a product read from
+//! wherever its stock lives); [`strategy`] (the `StockStrategy` trait, one file per strategy,
+//! the registry that builds them); [`backends`] (the lock services); [`state`]; [`error`] (the
+//! one mapping from failures to status codes); [`http`] (routes, handlers, the OpenAPI
+//! document).
 //!
 //! Tests start the service in-process with [`build`] or [`serve_with_shutdown`] on port 0.
 
 pub mod accounting;
 pub mod api;
 pub mod backends;
+pub mod catalogue;
 pub mod config;
 pub mod db;
 pub mod error;
 pub mod http;
+pub mod inventory;
 pub mod metrics;
-pub mod openapi;
 pub mod redis_stock;
 pub mod state;
 pub mod strategy;
@@ -53,6 +57,14 @@ pub enum StartupError {
     Database(#[from] db::SetupError),
     #[error("server error: {0}")]
     Io(#[from] std::io::Error),
+    #[error(
+        "refusing to listen on {0} without an admin token: anyone who can reach it could reset \
+         products (deleting their orders) and reconcile stock. Set SECKILL_ADMIN_TOKEN (or \
+         --admin-token) to a secret, or listen on a loopback address such as 127.0.0.1"
+    )]
+    OpenAdminDoors(std::net::SocketAddr),
+    #[error("the default strategy `{0}` is not among the offered ones (--strategies)")]
+    DefaultNotOffered(api::Strategy),
 }
 
 /// Connects to the database (creating and migrating it), connects the lock services, and
@@ -67,6 +79,17 @@ pub async fn build_with(
     config: &Config,
     customize: impl FnOnce(&mut Registry),
 ) -> Result<(Router, AppState), StartupError> {
+    let offered: Vec<api::Strategy> = match config.strategies.is_empty() {
+        true => api::Strategy::ALL.to_vec(),
+        false => api::Strategy::ALL
+            .iter()
+            .copied()
+            .filter(|s| config.strategies.contains(s))
+            .collect(),
+    };
+    if !offered.contains(&config.default_strategy) {
+        return Err(StartupError::DefaultNotOffered(config.default_strategy));
+    }
     let pool = db::connect(config).await?;
     let redis = RedisStock::from_config(config);
     let deps = Deps {
@@ -99,8 +122,10 @@ pub async fn build_with(
         settings: Arc::new(Settings {
             admin_token: config.admin_token.clone(),
             default_strategy: config.default_strategy,
+            offered,
             max_quantity: config.max_quantity,
             allow_fault_injection: config.allow_fault_injection,
+            reconcile_grace: Duration::from_millis(config.reconcile_grace_ms),
         }),
         redis,
         background: Arc::new(Background::new(consumer.into_iter().collect())),
@@ -120,10 +145,18 @@ pub async fn serve_with_shutdown(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), StartupError> {
+    let listen = listener.local_addr()?;
+    if config.admin_token.is_none() {
+        if !listen.ip().is_loopback() {
+            return Err(StartupError::OpenAdminDoors(listen));
+        }
+        tracing::warn!(%listen, "no admin token: anyone who can reach this address can reset \
+            products and reconcile stock; set SECKILL_ADMIN_TOKEN before exposing it");
+    }
     let (router, state) = build(&config).await?;
     tracing::info!(
-        listen = %listener.local_addr()?,
-        strategies = api::Strategy::ALL.len(),
+        %listen,
+        strategies = state.settings.offered.len(),
         default_strategy = %config.default_strategy,
         fault_injection = config.allow_fault_injection,
         "serving"

@@ -4,7 +4,8 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// Upper bounds of the histogram buckets, in seconds.
@@ -67,6 +68,20 @@ struct Inner {
 #[derive(Debug, Default)]
 pub struct Metrics {
     inner: Mutex<Inner>,
+    /// Purchases that reached a strategy, ever.
+    started: AtomicU64,
+    /// Purchases a strategy is working on now.
+    in_flight: AtomicU64,
+}
+
+/// A purchase being worked on: counted in `seckill_purchases_in_flight` until dropped.
+#[derive(Debug)]
+pub struct InFlight(Arc<Metrics>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// What one purchase request did.
@@ -81,6 +96,13 @@ pub struct Observation<'a> {
 }
 
 impl Metrics {
+    /// Counts a purchase that reaches its strategy, until the returned guard is dropped.
+    pub fn purchase_started(self: &Arc<Self>) -> InFlight {
+        self.started.fetch_add(1, Ordering::Relaxed);
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        InFlight(Arc::clone(self))
+    }
+
     pub fn observe(&self, o: Observation<'_>) {
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         *inner
@@ -141,6 +163,16 @@ impl Metrics {
         for (strategy, n) in &inner.retries {
             let _ = writeln!(out, "seckill_retries_total{{strategy=\"{strategy}\"}} {n}");
         }
+        out.push_str(
+            "# HELP seckill_purchases_started_total Purchases that reached their strategy.\n",
+        );
+        out.push_str("# TYPE seckill_purchases_started_total counter\n");
+        let started = self.started.load(Ordering::Relaxed);
+        let _ = writeln!(out, "seckill_purchases_started_total {started}");
+        out.push_str("# HELP seckill_purchases_in_flight Purchases their strategy is working on now (a buyer who hung up included).\n");
+        out.push_str("# TYPE seckill_purchases_in_flight gauge\n");
+        let in_flight = self.in_flight.load(Ordering::Relaxed);
+        let _ = writeln!(out, "seckill_purchases_in_flight {in_flight}");
         if let Some(lag) = inner.stream_lag {
             out.push_str("# HELP seckill_stream_lag_entries Orders accepted (202) and not yet placed in the database.\n");
             out.push_str("# TYPE seckill_stream_lag_entries gauge\n");

@@ -13,8 +13,19 @@ use crate::strategy::Registry;
 pub struct Settings {
     pub admin_token: Option<String>,
     pub default_strategy: crate::api::Strategy,
+    /// The strategies clients may name, in catalogue order.
+    pub offered: Vec<crate::api::Strategy>,
     pub max_quantity: u32,
     pub allow_fault_injection: bool,
+    /// How old a Redis charge without an order must be before `reconcile` presumes it lost.
+    pub reconcile_grace: std::time::Duration,
+}
+
+impl Settings {
+    /// Whether clients may name `strategy`.
+    pub fn offers(&self, strategy: crate::api::Strategy) -> bool {
+        self.offered.contains(&strategy)
+    }
 }
 
 /// The application state: cheap to clone, one per service instance.

@@ -24,7 +24,7 @@ struct ZooKeeperLaunch {
 
 impl Launch for ZooKeeperLaunch {
     fn command(&self, dir: &Path) -> Command {
-        java_command(dir, "org.apache.zookeeper.server.ZooKeeperServerMain")
+        java_command(dir, "org.apache.zookeeper.server.ZooKeeperServerMain", &[])
     }
 
     fn port(&self) -> u16 {
@@ -44,11 +44,13 @@ impl Launch for ZooKeeperLaunch {
 /// How long a four-letter command may take to answer before the server counts as silent.
 pub(crate) const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// The JVM running `main_class` with `<dir>/zoo.cfg`.
-pub(crate) fn java_command(dir: &Path, main_class: &str) -> Command {
+/// The JVM running `main_class` with `<dir>/zoo.cfg`, and the system `properties` given
+/// (`-Dname=value`).
+pub(crate) fn java_command(dir: &Path, main_class: &str, properties: &[&str]) -> Command {
     let mut c = Command::new("java");
     c.args(["-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"])
         .arg(format!("-Dzookeeper.log.dir={}", dir.display()))
+        .args(properties)
         .args(["-cp", CLASSPATH, main_class])
         .arg(dir.join("zoo.cfg"));
     c

@@ -33,8 +33,19 @@ struct MemberLaunch {
 }
 
 impl Launch for MemberLaunch {
+    /// Elections tuned for a member cut off on purpose: a connection attempt to an unreachable
+    /// peer gives up after 1 s (5 s by default), and a member that has not heard enough votes
+    /// asks again at least every 2 s (its pause doubles up to 60 s by default, which on a
+    /// loaded machine let an election outlast a minute).
     fn command(&self, dir: &Path) -> Command {
-        java_command(dir, "org.apache.zookeeper.server.quorum.QuorumPeerMain")
+        java_command(
+            dir,
+            "org.apache.zookeeper.server.quorum.QuorumPeerMain",
+            &[
+                "-Dzookeeper.cnxTimeout=1000",
+                "-Dzookeeper.fastleader.maxNotificationInterval=2000",
+            ],
+        )
     }
 
     /// Ready once it serves as part of a quorum.

@@ -235,6 +235,8 @@ pub fn is_purchase_refusal(code: ErrorCode) -> bool {
         | ErrorCode::InvalidRequest
         | ErrorCode::UnknownStrategy
         | ErrorCode::IdempotencyConflict
+        | ErrorCode::PurchaseVoided
+        | ErrorCode::StrategyNotOffered
         | ErrorCode::Unauthorized
         | ErrorCode::NotFound
         | ErrorCode::Internal => false,

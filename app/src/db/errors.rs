@@ -1,5 +1,5 @@
-//! What a database error means for a purchase, decided by error kind and server error number,
-//! never by message text.
+//! What a database error means for a purchase, decided by error kind, server error number and
+//! the name of the violated key, never by the wording of a message.
 
 use sqlx::error::ErrorKind;
 
@@ -13,6 +13,9 @@ const ER_LOCK_NOWAIT: u16 = 3572;
 /// Too many connections / server shutting down / connection killed.
 const ER_UNAVAILABLE: [u16; 3] = [1040, 1053, 1927];
 
+/// The unique key that names a purchase (`orders`: product, buyer, request id).
+pub const PURCHASE_KEY: &str = "orders_purchase";
+
 /// The class of a database failure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DbFailure {
@@ -20,9 +23,9 @@ pub enum DbFailure {
     Unavailable,
     /// A row lock was not obtained within the wait budget (or `NOWAIT` found it taken).
     Busy,
-    /// A unique constraint rejected the row.
+    /// An order of this purchase (product, buyer, request id) exists already.
     Duplicate,
-    /// Anything else: a bug or a schema problem.
+    /// Anything else, another unique key's violation included: a bug or a schema problem.
     Other,
 }
 
@@ -37,7 +40,10 @@ pub fn classify(e: &sqlx::Error) -> DbFailure {
         | sqlx::Error::Protocol(_) => DbFailure::Unavailable,
         sqlx::Error::Database(db) => {
             if db.kind() == ErrorKind::UniqueViolation {
-                return DbFailure::Duplicate;
+                return match violated_key(db.message()) == Some(PURCHASE_KEY) {
+                    true => DbFailure::Duplicate,
+                    false => DbFailure::Other,
+                };
             }
             let number = db
                 .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
@@ -49,5 +55,33 @@ pub fn classify(e: &sqlx::Error) -> DbFailure {
             }
         }
         _ => DbFailure::Other,
+    }
+}
+
+/// The key a duplicate-entry error (`ER_DUP_ENTRY`, 1062) names. The MySQL protocol carries no
+/// constraint field and sqlx reports none, so the name is read from the one place the server
+/// puts it: the error's fixed format `Duplicate entry '…' for key '<name>'` (MySQL 8 writes
+/// `'<table>.<name>'`).
+fn violated_key(message: &str) -> Option<&str> {
+    let (_, key) = message.rsplit_once(" for key '")?;
+    let key = key.strip_suffix('\'')?;
+    Some(key.rsplit_once('.').map_or(key, |(_, name)| name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::violated_key;
+
+    #[test]
+    fn the_violated_key_is_read_from_mariadb_and_mysql_messages() {
+        assert_eq!(
+            violated_key("Duplicate entry '1-u-it''s for key' for key 'orders_purchase'"),
+            Some("orders_purchase")
+        );
+        assert_eq!(
+            violated_key("Duplicate entry 'x' for key 'orders.orders_purchase'"),
+            Some("orders_purchase")
+        );
+        assert_eq!(violated_key("Deadlock found"), None);
     }
 }

@@ -1,6 +1,19 @@
-//! Order rows: insert (the idempotency arbiter) and look-up by request id.
+//! Order rows: insert (the idempotency arbiter), look-up by purchase, and the voiding that
+//! fences a lost purchase out.
+//!
+//! A purchase is named by its [`PurchaseKey`]: the product, the buyer and the buyer's request
+//! id, compared byte for byte (the columns' `utf8mb4_nopad_bin`). The unique key
+//! `orders_purchase` makes one order per purchase, whoever inserts it.
 
 use sqlx::{MySql, MySqlConnection, MySqlPool, QueryBuilder};
+
+/// The name of one purchase: the same click of the same buyer on the same product.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PurchaseKey<'a> {
+    pub product_id: u64,
+    pub user_id: &'a str,
+    pub request_id: &'a str,
+}
 
 /// An order about to be written.
 #[derive(Debug, Clone, Copy)]
@@ -14,6 +27,15 @@ pub struct NewOrder<'a> {
     pub fencing_token: Option<u64>,
 }
 
+/// What became of a purchase's order row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OrderState {
+    /// The order holds its units.
+    Placed,
+    /// `reconcile` presumed the purchase lost and fenced it out: it holds no units.
+    Voided,
+}
+
 /// An order as stored.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct Order {
@@ -24,10 +46,26 @@ pub struct Order {
     pub strategy: String,
     pub request_id: String,
     pub fencing_token: Option<u64>,
+    state: String,
 }
 
-/// Inserts `order` and returns its id. A request id that is already taken fails with the
-/// unique-constraint error `orders_request_id` (the caller's transaction must then roll back).
+impl OrderState {
+    fn of(column: &str) -> OrderState {
+        match column {
+            "voided" => OrderState::Voided,
+            _ => OrderState::Placed,
+        }
+    }
+}
+
+impl Order {
+    pub fn state(&self) -> OrderState {
+        OrderState::of(&self.state)
+    }
+}
+
+/// Inserts `order` and returns its id. An order of the same purchase fails with the
+/// unique-constraint error of `orders_purchase` (the caller's transaction must then roll back).
 pub async fn insert(conn: &mut MySqlConnection, order: &NewOrder<'_>) -> Result<u64, sqlx::Error> {
     let done = sqlx::query(
         "INSERT INTO orders (product_id, user_id, quantity, strategy, request_id, fencing_token) \
@@ -44,13 +82,14 @@ pub async fn insert(conn: &mut MySqlConnection, order: &NewOrder<'_>) -> Result<
     Ok(done.last_insert_id())
 }
 
-/// Inserts `orders` with one multi-row statement and returns each new order's id with its
-/// request id (`INSERT … RETURNING`: the ids of one multi-row insert need not be consecutive).
-/// A request id that is already taken fails the whole statement, like [`insert`].
+/// Inserts `orders` (all of one product) with one multi-row statement and returns each new
+/// order's id with its buyer and request id (`INSERT … RETURNING`: the ids of one multi-row
+/// insert need not be consecutive). An order of the same purchase fails the whole statement,
+/// like [`insert`].
 pub async fn insert_all(
     conn: &mut MySqlConnection,
     orders: &[NewOrder<'_>],
-) -> Result<Vec<(u64, String)>, sqlx::Error> {
+) -> Result<Vec<(u64, String, String)>, sqlx::Error> {
     let mut insert = QueryBuilder::<MySql>::new(
         "INSERT INTO orders (product_id, user_id, quantity, strategy, request_id, fencing_token) ",
     );
@@ -62,43 +101,81 @@ pub async fn insert_all(
             .push_bind(order.request_id)
             .push_bind(order.fencing_token);
     });
-    insert.push(" RETURNING id, request_id");
+    insert.push(" RETURNING id, user_id, request_id");
     insert.build_query_as().fetch_all(conn).await
 }
 
-/// Which of `request_ids` already have an order (plain, non-locking read).
+/// Which of the purchases `(user id, request id)` of `product_id` already have an order
+/// (plain, non-locking read).
 pub async fn existing(
     conn: &mut MySqlConnection,
-    request_ids: &[&str],
-) -> Result<Vec<String>, sqlx::Error> {
+    product_id: u64,
+    purchases: &[(&str, &str)],
+) -> Result<Vec<(String, String)>, sqlx::Error> {
     let mut select =
-        QueryBuilder::<MySql>::new("SELECT request_id FROM orders WHERE request_id IN (");
-    let mut ids = select.separated(", ");
-    for id in request_ids {
-        ids.push_bind(*id);
+        QueryBuilder::<MySql>::new("SELECT user_id, request_id FROM orders WHERE product_id = ");
+    select.push_bind(product_id);
+    select.push(" AND (user_id, request_id) IN (");
+    let mut keys = select.separated(", ");
+    for (user, request) in purchases {
+        keys.push("(");
+        keys.push_bind_unseparated(*user);
+        keys.push_unseparated(", ");
+        keys.push_bind_unseparated(*request);
+        keys.push_unseparated(")");
     }
     select.push(")");
-    select.build_query_scalar().fetch_all(conn).await
+    select.build_query_as().fetch_all(conn).await
 }
 
-/// The order made under `request_id`, if any.
-pub async fn by_request_id(
-    pool: &MySqlPool,
-    request_id: &str,
-) -> Result<Option<Order>, sqlx::Error> {
+/// The order of the purchase `key`, if any (voided ones included: see [`Order::state`]).
+pub async fn find(pool: &MySqlPool, key: PurchaseKey<'_>) -> Result<Option<Order>, sqlx::Error> {
     sqlx::query_as(
-        "SELECT id AS order_id, product_id, user_id, quantity, strategy, request_id, fencing_token \
-         FROM orders WHERE request_id = ?",
+        "SELECT id AS order_id, product_id, user_id, quantity, strategy, request_id, \
+                fencing_token, state \
+         FROM orders WHERE product_id = ? AND user_id = ? AND request_id = ?",
     )
-    .bind(request_id)
+    .bind(key.product_id)
+    .bind(key.user_id)
+    .bind(key.request_id)
     .fetch_optional(pool)
     .await
 }
 
-/// The request ids of the product's orders.
-pub async fn request_ids_of(pool: &MySqlPool, product_id: u64) -> Result<Vec<String>, sqlx::Error> {
-    sqlx::query_scalar("SELECT request_id FROM orders WHERE product_id = ?")
-        .bind(product_id)
-        .fetch_all(pool)
-        .await
+/// The buyer, request id and state of each of the product's order rows.
+pub async fn purchases_of(
+    pool: &MySqlPool,
+    product_id: u64,
+) -> Result<Vec<(String, String, OrderState)>, sqlx::Error> {
+    let rows: Vec<(String, String, String)> =
+        sqlx::query_as("SELECT user_id, request_id, state FROM orders WHERE product_id = ?")
+            .bind(product_id)
+            .fetch_all(pool)
+            .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(user, request, state)| (user, request, OrderState::of(&state)))
+        .collect())
+}
+
+/// Fences the purchase out: writes its name as a voided order, which holds no units and makes
+/// any later insert of that purchase fail. Returns `false` if the purchase has an order row
+/// already (it was placed meanwhile: not lost after all).
+pub async fn void(pool: &MySqlPool, order: &NewOrder<'_>) -> Result<bool, sqlx::Error> {
+    let inserted = sqlx::query(
+        "INSERT INTO orders (product_id, user_id, quantity, strategy, request_id, state) \
+         VALUES (?, ?, ?, ?, ?, 'voided')",
+    )
+    .bind(order.product_id)
+    .bind(order.user_id)
+    .bind(order.quantity)
+    .bind(order.strategy)
+    .bind(order.request_id)
+    .execute(pool)
+    .await;
+    match inserted {
+        Ok(_) => Ok(true),
+        Err(e) if super::errors::classify(&e) == super::errors::DbFailure::Duplicate => Ok(false),
+        Err(e) => Err(e),
+    }
 }

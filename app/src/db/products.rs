@@ -3,18 +3,7 @@
 use sqlx::{MySqlConnection, MySqlPool, Row};
 
 use super::buckets;
-use crate::accounting::Ledger;
 use crate::api::{DEFAULT_BUCKETS, Home, ProductView};
-use crate::redis_stock::{RedisStock, RedisStockError};
-
-/// Why a product could not be read from its home.
-#[derive(Debug, thiserror::Error)]
-pub enum ReadError {
-    #[error(transparent)]
-    Database(#[from] sqlx::Error),
-    #[error(transparent)]
-    Redis(#[from] RedisStockError),
-}
 
 /// Creates the product or resets it to `stock` units kept in `home`, and deletes its orders,
 /// atomically. The row's `stock` holds the units only when the home is the row; otherwise it
@@ -59,9 +48,9 @@ pub async fn reset_split(
     tx.commit().await
 }
 
-/// The product's stock and order totals, or `None` if it does not exist. The stock is read
-/// from the product's home: the row, or the sum of its buckets — in one statement, so the
-/// stock and the orders are one consistent snapshot.
+/// The product's stock and order totals (orders that hold units: voided ones do not), or
+/// `None` if it does not exist. The stock is read from the product's home: the row, or the sum
+/// of its buckets — in one statement, so the stock and the orders are one consistent snapshot.
 pub async fn view(pool: &MySqlPool, id: u64) -> Result<Option<ProductView>, sqlx::Error> {
     let row = sqlx::query(
         "SELECT p.id, p.home, p.initial_stock, \
@@ -70,8 +59,9 @@ pub async fn view(pool: &MySqlPool, id: u64) -> Result<Option<ProductView>, sqlx
                      WHERE b.product_id = p.id) \
                 ELSE p.stock END AS stock, \
                 (SELECT CAST(COALESCE(SUM(o.quantity), 0) AS SIGNED) FROM orders o \
-                 WHERE o.product_id = p.id) AS sold, \
-                (SELECT COUNT(*) FROM orders o WHERE o.product_id = p.id) AS orders \
+                 WHERE o.product_id = p.id AND o.state = 'placed') AS sold, \
+                (SELECT COUNT(*) FROM orders o \
+                 WHERE o.product_id = p.id AND o.state = 'placed') AS orders \
          FROM products p WHERE p.id = ?",
     )
     .bind(id)
@@ -89,7 +79,9 @@ pub async fn view(pool: &MySqlPool, id: u64) -> Result<Option<ProductView>, sqlx
             sold: r.try_get("sold")?,
             orders: r.try_get("orders")?,
             pending: 0,
-        })
+            stranded: 0,
+        }
+        .with_stranded())
     })
     .transpose()
 }
@@ -132,43 +124,4 @@ pub async fn set_stock(conn: &mut MySqlConnection, id: u64, stock: i64) -> Resul
         .execute(conn)
         .await?;
     Ok(())
-}
-
-/// [`view`], with the stock read from the product's home (the Redis counter, and the units
-/// waiting in the stream, for [`Home::Redis`]).
-///
-/// For a Redis home the orders are read again after the units waiting in the stream: a unit
-/// moves from waiting to ordered, never back, so an order placed between the two reads is
-/// counted twice (waiting, then ordered), never zero times. With the orders read only before,
-/// it would be in neither, and a caller waiting for `pending == 0` would stop at a short count.
-pub async fn view_at_home(
-    pool: &MySqlPool,
-    redis: Option<&RedisStock>,
-    id: u64,
-) -> Result<Option<ProductView>, ReadError> {
-    let Some(first) = view(pool, id).await? else {
-        return Ok(None);
-    };
-    if first.home != Home::Redis {
-        return Ok(Some(first));
-    }
-    let redis = redis.ok_or(RedisStockError::NotConfigured)?;
-    let pending = redis.waiting_units(id).await?;
-    let stock = redis.counter(id).await?.unwrap_or(0);
-    let Some(mut view) = view(pool, id).await? else {
-        return Ok(None);
-    };
-    view.pending = pending;
-    view.stock = stock;
-    Ok(Some(view))
-}
-
-/// The product's stock (read from its home) and its orders, as the accounting reads them after
-/// a sale, or `None` if the product does not exist.
-pub async fn ledger(
-    pool: &MySqlPool,
-    redis: Option<&RedisStock>,
-    id: u64,
-) -> Result<Option<Ledger>, ReadError> {
-    Ok(view_at_home(pool, redis, id).await?.map(Ledger::of))
 }

@@ -1,6 +1,6 @@
 //! Service metadata: strategies, health, metrics, OpenAPI.
 
-use crate::api::{ErrorBody, Health, Strategy, StrategyInfo, StrategyList};
+use crate::api::{ErrorBody, Health, StrategyInfo, StrategyList};
 use crate::error::ApiError;
 use crate::state::AppState;
 use axum::Json;
@@ -9,11 +9,16 @@ use axum::http::header;
 use axum::response::IntoResponse;
 
 #[utoipa::path(get, path = "/api/strategies", tag = "meta",
-    responses((status = 200, description = "Every registered strategy", body = StrategyList)))]
+    responses((status = 200, description = "Every strategy this deployment offers", body = StrategyList)))]
 pub async fn strategies(State(state): State<AppState>) -> Json<StrategyList> {
     Json(StrategyList {
         default: state.settings.default_strategy,
-        strategies: Strategy::ALL.iter().map(|&s| StrategyInfo::of(s)).collect(),
+        strategies: state
+            .settings
+            .offered
+            .iter()
+            .map(|&s| StrategyInfo::of(s))
+            .collect(),
     })
 }
 

@@ -1,6 +1,8 @@
 //! Routes and handlers.
 
+pub(crate) mod admin;
 pub(crate) mod meta;
+pub mod openapi;
 pub(crate) mod orders;
 pub(crate) mod products;
 
@@ -22,10 +24,13 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/api/products/{id}/orders", post(orders::create))
         .route("/api/products/{id}/reconcile", post(products::reconcile))
-        .route("/api/orders/{request_id}", get(orders::status))
+        .route(
+            "/api/products/{id}/orders/{request_id}",
+            get(orders::status),
+        )
         .route("/api/strategies", get(meta::strategies))
         .route("/api/noop", get(meta::noop))
-        .route("/api/openapi.json", get(crate::openapi::serve))
+        .route("/api/openapi.json", get(openapi::serve))
         .route("/healthz", get(meta::healthz))
         .route("/metrics", get(meta::metrics))
         .with_state(state)
@@ -34,10 +39,16 @@ pub fn router(state: AppState) -> Router {
 /// The product id of the path: a number from 0 to [`MAX_PRODUCT_ID`], else `bad_request`.
 fn product_id(path: Result<Path<u64>, PathRejection>) -> Result<u64, ApiError> {
     let Path(id) = path?;
-    if id > MAX_PRODUCT_ID {
-        return Err(ApiError::BadRequest(format!(
-            "product id must be at most {MAX_PRODUCT_ID}"
-        )));
-    }
+    check_product_id(id)?;
     Ok(id)
+}
+
+/// `bad_request` unless `id` is at most [`MAX_PRODUCT_ID`].
+fn check_product_id(id: u64) -> Result<(), ApiError> {
+    match id > MAX_PRODUCT_ID {
+        true => Err(ApiError::BadRequest(format!(
+            "product id must be at most {MAX_PRODUCT_ID}"
+        ))),
+        false => Ok(()),
+    }
 }

@@ -6,12 +6,13 @@ use crate::api::{
 };
 use crate::db::products;
 use crate::error::ApiError;
+use crate::inventory;
 use crate::redis_stock::{RedisStockError, reconcile};
 use crate::state::AppState;
 use axum::Json;
 use axum::extract::rejection::{JsonRejection, PathRejection};
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode};
 
 /// Creates the product or resets it to `stock` units kept in `home` (split evenly over
 /// `buckets` buckets for the `buckets` home) and deletes its orders (admin). For `redis`, the
@@ -35,7 +36,7 @@ pub async fn reset(
     path: Result<Path<u64>, PathRejection>,
     body: Result<Json<ResetProduct>, JsonRejection>,
 ) -> Result<(StatusCode, Json<ProductView>), ApiError> {
-    authorize(&state, &headers)?;
+    super::admin::authorize(&state.settings, &headers)?;
     let id = super::product_id(path)?;
     let Json(body) = body?;
     if !(0..=MAX_STOCK).contains(&body.stock) {
@@ -58,7 +59,7 @@ pub async fn reset(
         (Some(redis), _) => redis.remove(id).await?,
         (None, _) => {}
     }
-    let view = products::view_at_home(&state.pool, state.redis.as_ref(), id)
+    let view = inventory::view(&state.pool, state.redis.as_ref(), id)
         .await?
         .ok_or_else(|| ApiError::Internal("product vanished right after its reset".into()))?;
     Ok((StatusCode::OK, Json(view)))
@@ -78,14 +79,16 @@ pub async fn show(
     path: Result<Path<u64>, PathRejection>,
 ) -> Result<Json<ProductView>, ApiError> {
     let id = super::product_id(path)?;
-    products::view_at_home(&state.pool, state.redis.as_ref(), id)
+    inventory::view(&state.pool, state.redis.as_ref(), id)
         .await?
         .map(Json)
         .ok_or_else(|| ApiError::NotFound(format!("no product {id}")))
 }
 
-/// Compares the product's Redis counter with its orders and waiting entries, and repairs the
-/// counter (admin).
+/// Compares the product's Redis counter with its orders and waiting entries: fences out and
+/// gives back purchases charged without an order for longer than the reconcile grace, and
+/// repairs a counter that is gone or above what the database accounts for (admin). Safe
+/// during a sale.
 #[utoipa::path(post, path = "/api/products/{id}/reconcile", tag = "products",
     params(("id" = i64, Path, description = "Product id (0 to 2^63 − 1)", minimum = 0)),
     security(("admin_token" = [])),
@@ -101,32 +104,13 @@ pub async fn reconcile(
     headers: HeaderMap,
     path: Result<Path<u64>, PathRejection>,
 ) -> Result<Json<Reconciliation>, ApiError> {
-    authorize(&state, &headers)?;
+    super::admin::authorize(&state.settings, &headers)?;
     let id = super::product_id(path)?;
     let redis = state.redis.as_ref().ok_or(RedisStockError::NotConfigured)?;
-    let found = reconcile::reconcile(&state.pool, redis, id).await?;
+    let found =
+        reconcile::reconcile(&state.pool, redis, id, state.settings.reconcile_grace).await?;
     if found.repaired || found.released_requests > 0 {
         tracing::warn!(?found, "reconciled a Redis stock counter");
     }
     Ok(Json(found))
-}
-
-/// With an admin token configured, requires `Authorization: Bearer <token>`.
-fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
-    let Some(expected) = &state.settings.admin_token else {
-        return Ok(());
-    };
-    let presented = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
-    match presented {
-        Some(token) if constant_time_eq(token.as_bytes(), expected.as_bytes()) => Ok(()),
-        _ => Err(ApiError::Unauthorized),
-    }
-}
-
-/// Compares without stopping at the first difference, so timing does not reveal a prefix.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }

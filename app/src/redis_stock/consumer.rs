@@ -19,8 +19,10 @@ use std::time::{Duration, Instant};
 use deadpool_redis::redis::{self, streams};
 use sqlx::{MySqlPool, QueryBuilder};
 
-use super::scripts::PLACED;
+use super::charge;
+use super::scripts::{GIVE_BACK, PLACED};
 use super::{GROUP, RedisStock, RedisStockError, StreamOrder};
+use crate::db::orders::OrderState;
 use crate::metrics::Metrics;
 
 /// How long one read waits for new entries (well under the Redis operation timeout).
@@ -164,14 +166,17 @@ impl Consumer {
         self.parse(&reply.claimed).await
     }
 
-    /// Inserts the orders (request ids already present are left as they are), commits, then
-    /// acknowledges and deletes their entries. Returns the number of orders given.
+    /// Inserts the orders (purchases already present are left as they are), commits, gives
+    /// back the units of entries whose purchase has an order that is not theirs, then
+    /// acknowledges and deletes the entries. Returns the number of orders given.
     pub async fn place(&self, orders: &[StreamOrder]) -> Result<usize, ConsumerError> {
         if orders.is_empty() {
             return Ok(0);
         }
+        // `IGNORE` skips a row whose purchase exists (the input was validated at the door, so
+        // nothing else is there to ignore), and counts only the rows it inserted.
         let mut insert = QueryBuilder::new(
-            "INSERT INTO orders (product_id, user_id, quantity, strategy, request_id) ",
+            "INSERT IGNORE INTO orders (product_id, user_id, quantity, strategy, request_id) ",
         );
         insert.push_values(orders, |mut row, o| {
             row.push_bind(o.product_id)
@@ -180,18 +185,51 @@ impl Consumer {
                 .push_bind(&o.strategy)
                 .push_bind(&o.request_id);
         });
-        // Only a duplicate request id is ignored; any other error fails the whole batch.
-        insert.push(" ON DUPLICATE KEY UPDATE request_id = request_id");
-        insert.build().execute(&self.pool).await?;
+        let inserted = insert.build().execute(&self.pool).await?.rows_affected();
+        if inserted < orders.len() as u64 {
+            self.give_back_strangers(orders).await?;
+        }
         let keys = self.redis.keys();
-        self.acknowledge(orders.iter().map(|o| Done {
+        let fields: Vec<String> = orders
+            .iter()
+            .map(|o| charge::pending_field(o.key()))
+            .collect();
+        self.acknowledge(orders.iter().zip(&fields).map(|(o, field)| Done {
             entry_id: &o.entry_id,
-            request_id: &o.request_id,
+            pending_field: field,
             waiting: keys.waiting(o.product_id),
             quantity: o.quantity,
         }))
         .await?;
         Ok(orders.len())
+    }
+
+    /// Gives back the units of each entry whose purchase's order is not the entry's own (other
+    /// terms, or voided): the script charged them, and no order of this entry will hold them.
+    async fn give_back_strangers(&self, orders: &[StreamOrder]) -> Result<(), ConsumerError> {
+        for order in orders {
+            let Some(stored) = crate::db::orders::find(&self.pool, order.key()).await? else {
+                continue;
+            };
+            let own = stored.state() == OrderState::Placed
+                && stored.quantity == order.quantity
+                && stored.strategy == order.strategy;
+            if own {
+                continue;
+            }
+            tracing::warn!(product = order.product_id, request_id = %order.request_id,
+                "a queued purchase has an order that is not its own; giving its units back");
+            let keys = self.redis.keys();
+            self.redis
+                .invoke::<i64>(
+                    GIVE_BACK
+                        .key(keys.stock(order.product_id))
+                        .key(keys.requests(order.product_id))
+                        .arg(charge::field(&order.user_id, &order.request_id)),
+                )
+                .await?;
+        }
+        Ok(())
     }
 
     /// [`Consumer::place`], keeping the batch for the next round if it fails.
@@ -216,7 +254,7 @@ impl Consumer {
             placed
                 .key(done.waiting)
                 .arg(done.entry_id)
-                .arg(done.request_id)
+                .arg(done.pending_field)
                 .arg(done.quantity);
         }
         self.redis.invoke::<i64>(&placed).await?;
@@ -235,12 +273,11 @@ impl Consumer {
                 Ok(order) => orders.push(order),
                 Err(e) => {
                     tracing::error!(error = %e, "dropping a malformed stream entry");
-                    let request_id = entry.get::<String>("request_id").unwrap_or_default();
-                    // Its product's waiting count cannot be told; the key of no product
-                    // leaves every count as it is.
+                    // Its purchase and its product's waiting count cannot be told; the key of
+                    // no product leaves every count as it is.
                     self.acknowledge(std::iter::once(Done {
                         entry_id: &entry.id,
-                        request_id: &request_id,
+                        pending_field: "",
                         waiting: self.redis.keys().no_product_waiting(),
                         quantity: 0,
                     }))
@@ -255,7 +292,8 @@ impl Consumer {
 /// An entry whose order is placed (or that is dropped): what [`PLACED`] needs to forget it.
 struct Done<'a> {
     entry_id: &'a str,
-    request_id: &'a str,
+    /// Its field in the `pending` hash.
+    pending_field: &'a str,
     /// The waiting count of the entry's product.
     waiting: String,
     quantity: u32,

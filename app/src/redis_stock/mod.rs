@@ -11,6 +11,7 @@
 //! does not answer is `backend_unavailable`, never a guess. The Redis is one address or the
 //! primary a group of Sentinels names, followed across a failover (`connections.rs`).
 
+pub mod charge;
 mod connections;
 pub mod consumer;
 pub mod reconcile;
@@ -84,7 +85,8 @@ impl Keys {
         format!("{}stock:{product}", self.prefix)
     }
 
-    /// The request ids the product's counter has charged (hash: request id → quantity).
+    /// The purchases the product's counter has charged (hash: purchase field → charge record,
+    /// see [`charge`]).
     pub fn requests(&self, product: u64) -> String {
         format!("{}stock:{product}:requests", self.prefix)
     }
@@ -104,7 +106,7 @@ impl Keys {
         format!("{}orders:stream", self.prefix)
     }
 
-    /// Request id → product id of every entry in the stream.
+    /// Pending field ([`charge::pending_field`]) → product id of every entry in the stream.
     pub fn pending(&self) -> String {
         format!("{}orders:pending", self.prefix)
     }
@@ -122,6 +124,15 @@ pub struct StreamOrder {
 }
 
 impl StreamOrder {
+    /// The purchase this entry places.
+    pub fn key(&self) -> crate::db::orders::PurchaseKey<'_> {
+        crate::db::orders::PurchaseKey {
+            product_id: self.product_id,
+            user_id: &self.user_id,
+            request_id: &self.request_id,
+        }
+    }
+
     fn parse(entry: &redis::streams::StreamId) -> Result<StreamOrder, RedisStockError> {
         let field = |name: &str| {
             entry
@@ -149,6 +160,17 @@ impl StreamOrder {
 pub struct Replication {
     pub replicas: u32,
     pub timeout: Duration,
+}
+
+impl Replication {
+    /// The replication a deduction waits for under `config`, if any
+    /// (`--redis-wait-replicas`).
+    pub fn of(config: &Config) -> Option<Replication> {
+        (config.redis_wait_replicas > 0).then(|| Replication {
+            replicas: config.redis_wait_replicas,
+            timeout: Duration::from_millis(config.redis_wait_timeout_ms),
+        })
+    }
 }
 
 /// Whether a deduction reached the replicas it had to.
@@ -191,7 +213,7 @@ impl RedisStock {
     pub fn from_config(config: &Config) -> Option<RedisStock> {
         let url = config.redis_address()?;
         match RedisStock::open(&url, &config.lock_prefix, config.redis_pool_size) {
-            Ok(stock) => Some(stock.waiting_for(config.redis_wait())),
+            Ok(stock) => Some(stock.waiting_for(Replication::of(config))),
             Err(e) => {
                 tracing::warn!(error = %e, "no redis stock: its strategies answer backend_unavailable");
                 None
@@ -280,6 +302,15 @@ impl RedisStock {
         .await
     }
 
+    /// Whether the take of a purchase whose answer was lost was made; if not, it never will
+    /// be ([`scripts::SETTLE`]).
+    pub async fn settle(&self, product: u64, field: &str) -> Result<bool, RedisStockError> {
+        let made: i64 = self
+            .invoke(scripts::SETTLE.key(self.keys.requests(product)).arg(field))
+            .await?;
+        Ok(made == 1)
+    }
+
     /// Runs a command, bounded by the timeout.
     pub async fn query<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T, RedisStockError> {
         bounded(async {
@@ -290,15 +321,15 @@ impl RedisStock {
         .await
     }
 
-    /// Makes Redis the home of `stock` units of `product`: the counter is set, the request ids
-    /// it charged before and its waiting stream entries are forgotten.
+    /// Makes Redis the home of `stock` units of `product`: the counter is set, the purchases it
+    /// charged before and its waiting stream entries are forgotten.
     pub async fn seed(&self, product: u64, stock: i64) -> Result<(), RedisStockError> {
         self.remove(product).await?;
         self.query::<()>(redis::cmd("SET").arg(self.keys.stock(product)).arg(stock))
             .await
     }
 
-    /// Makes Redis hold none of `product`: no counter, no request records, no waiting entries.
+    /// Makes Redis hold none of `product`: no counter, no charge records, no waiting entries.
     pub async fn remove(&self, product: u64) -> Result<(), RedisStockError> {
         self.query::<()>(
             redis::cmd("DEL")
@@ -322,7 +353,7 @@ impl RedisStock {
                 .ignore();
             pipe.cmd("HDEL")
                 .arg(self.keys.pending())
-                .arg(&order.request_id)
+                .arg(charge::pending_field(order.key()))
                 .ignore();
         }
         pipe.cmd("DEL").arg(self.keys.waiting(product)).ignore();
@@ -375,14 +406,28 @@ impl RedisStock {
         self.query(redis::cmd("XLEN").arg(self.keys.stream())).await
     }
 
-    /// The product of the order `request_id` if it waits in the stream.
-    pub async fn waiting_product(&self, request_id: &str) -> Result<Option<u64>, RedisStockError> {
-        self.query(redis::cmd("HGET").arg(self.keys.pending()).arg(request_id))
-            .await
+    /// The Redis clock (`TIME`), in milliseconds: the clock the charge records are written by.
+    pub async fn now_ms(&self) -> Result<u64, RedisStockError> {
+        let (secs, micros): (u64, u64) = self.query(&redis::cmd("TIME")).await?;
+        Ok(secs * 1000 + micros / 1000)
     }
 
-    /// The request ids the product's counter has charged, with their quantities.
-    pub async fn charged(&self, product: u64) -> Result<HashMap<String, i64>, RedisStockError> {
+    /// Whether the order of the purchase `key` waits in the stream.
+    pub async fn is_waiting(
+        &self,
+        key: crate::db::orders::PurchaseKey<'_>,
+    ) -> Result<bool, RedisStockError> {
+        self.query(
+            redis::cmd("HEXISTS")
+                .arg(self.keys.pending())
+                .arg(charge::pending_field(key)),
+        )
+        .await
+    }
+
+    /// The purchases the product's counter has charged: field → charge record (see
+    /// [`charge`]).
+    pub async fn charged(&self, product: u64) -> Result<HashMap<String, String>, RedisStockError> {
         self.query(redis::cmd("HGETALL").arg(self.keys.requests(product)))
             .await
     }

@@ -1,27 +1,47 @@
 //! Reconciliation of a Redis-held stock counter with the database (`POST
-//! /api/products/{id}/reconcile`).
+//! /api/products/{id}/reconcile`), safe at any moment of a sale.
 //!
-//! The counter should always equal `initial − ordered − pending`: units in orders, units
-//! accepted and waiting in the stream, and the rest on sale. A process killed between the Lua
-//! deduction and the order insert (`redis-lua`) leaves the counter lower than that: units sold
-//! to nobody. Reconciling sets the counter back to the expected value — with a compare-and-set,
-//! so a purchase that moves the counter meanwhile makes it answer `busy` instead of writing a
-//! stale value — and forgets the request ids charged without an order, so the retry of such a
-//! click can buy.
+//! The counter should equal `initial − ordered − pending − in flight`: units in orders, units
+//! accepted and waiting in the stream, units of `redis-lua` purchases between their deduction
+//! and their order insert, and the rest on sale. A process killed in that window leaves a
+//! charge that nothing will ever place: units sold to nobody (undersell).
 //!
-//! The waiting entries are read before the orders: an entry placed in between is then counted
-//! twice (the counter comes out low, undersell) rather than not at all (oversell). A purchase
-//! between its deduction and its insert looks exactly like a lost one, so reconcile a product
-//! when no `redis-lua` purchase of it is in flight (after the sale, or after a crash).
+//! **Why not just set the counter to what the database says.** A purchase in that window looks
+//! exactly like a lost one: its units are taken and no order names them yet. Putting them back
+//! while it is alive lets its order commit *and* the units sell again: oversell. So reconcile
+//!
+//! 1. leaves alone every charge younger than the grace (`--reconcile-grace-ms`): it is in
+//!    flight;
+//! 2. fences out every older charge before touching the counter: it writes the purchase as a
+//!    *voided* order (`orders_purchase` is unique, so exactly one of the void and the late
+//!    purchase's own insert wins). If the void wins, the purchase can never place its order —
+//!    its insert fails and it answers `purchase_voided` — and only then are its units given
+//!    back (once: the give-back deletes the charge record it gives back by). If the purchase's
+//!    insert won, it was not lost, and nothing changes;
+//! 3. never raises the counter otherwise, except to recreate one that is gone (Redis lost its
+//!    data): it only lowers one found above what the orders and the stream account for (a
+//!    failover that lost decrements), with a compare-and-set, so a purchase that moves the
+//!    counter meanwhile makes it answer `busy` instead of writing a stale value.
+//!
+//! The reads that decide step 3 are ordered so that every race between them makes the
+//! expected value come out high, never low: the orders first, then the stream, then the
+//! charges, then the counter. A high expectation can only leave a counter alone, never lower
+//! it below the truth. What reconcile cannot tell apart: with the counter *and* its charge
+//! records lost (a Redis restart without persistence), the purchases that were in flight at
+//! that moment; a counter recreated then can oversell by their units. Run Redis with an
+//! append-only file (see `docker-compose.yml`).
 
 use std::collections::HashSet;
+use std::time::Duration;
 
 use sqlx::MySqlPool;
 
-use super::scripts::REPAIR;
+use super::charge::{self, Charge};
+use super::scripts::{GIVE_BACK, REPAIR};
 use super::{RedisStock, RedisStockError};
 use crate::api::{Home, Reconciliation};
-use crate::db::{orders, products};
+use crate::db::orders::{self, NewOrder, OrderState};
+use crate::db::products;
 
 /// Why a product could not be reconciled.
 #[derive(Debug, thiserror::Error)]
@@ -38,66 +58,183 @@ pub enum ReconcileError {
     Database(#[from] sqlx::Error),
 }
 
-/// Compares the product's counter with its orders and waiting entries and repairs it.
+/// What the reads of one pass found.
+struct Found {
+    initial: i64,
+    ordered: i64,
+    pending: i64,
+    counter: Option<i64>,
+    /// Charges with neither an order nor a waiting entry, older than the grace.
+    presumed_lost: Vec<(String, Charge)>,
+    /// Charges whose purchase is voided already (a reconcile fenced it out and could not give
+    /// its units back): given back now.
+    fenced: Vec<String>,
+    /// Units of the charges with neither, younger than the grace.
+    in_flight_units: i64,
+    in_flight: u64,
+}
+
+/// Fences out and gives back the product's lost charges, then repairs a counter that is gone
+/// or above what the database accounts for.
 pub async fn reconcile(
     pool: &MySqlPool,
     redis: &RedisStock,
     product: u64,
+    grace: Duration,
 ) -> Result<Reconciliation, ReconcileError> {
+    let before = read(pool, redis, product, grace).await?;
+    let mut released = 0;
+    for field in &before.fenced {
+        give_back(redis, product, field).await?;
+        released += 1;
+    }
+    for (field, charged) in &before.presumed_lost {
+        let Some((user_id, request_id)) = charge::parse_field(field) else {
+            tracing::error!(
+                product,
+                field,
+                "a charge record of no purchase; left as it is"
+            );
+            continue;
+        };
+        let voided = orders::void(
+            pool,
+            &NewOrder {
+                product_id: product,
+                user_id,
+                quantity: charged.quantity,
+                strategy: &charged.strategy,
+                request_id,
+                fencing_token: None,
+            },
+        )
+        .await?;
+        if voided {
+            give_back(redis, product, field).await?;
+            released += 1;
+        }
+    }
+
+    let after = read(pool, redis, product, grace).await?;
+    let expected = (after.initial - after.ordered - after.pending - after.in_flight_units).max(0);
+    let repair = match after.counter {
+        None => true,
+        Some(counter) => counter > expected,
+    };
+    if repair {
+        let found = after.counter.map(|c| c.to_string()).unwrap_or_default();
+        let set: i64 = redis
+            .invoke(
+                REPAIR
+                    .key(redis.keys().stock(product))
+                    .arg(found)
+                    .arg(expected),
+            )
+            .await?;
+        if set == 0 {
+            return Err(ReconcileError::Moved);
+        }
+    }
+    let counter_after = match repair {
+        true => expected,
+        false => after.counter.unwrap_or(0),
+    };
+    Ok(Reconciliation {
+        product_id: product,
+        initial_stock: after.initial,
+        ordered: after.ordered,
+        pending: after.pending,
+        counter_found: before.counter,
+        counter_after,
+        repaired: repair || released > 0,
+        released_requests: released,
+        in_flight: after.in_flight,
+    })
+}
+
+/// One pass of reads, in the order that biases the expected counter high (see the module
+/// docs): orders, stream, charges, counter.
+async fn read(
+    pool: &MySqlPool,
+    redis: &RedisStock,
+    product: u64,
+    grace: Duration,
+) -> Result<Found, ReconcileError> {
     let view = products::view(pool, product)
         .await?
         .ok_or(ReconcileError::UnknownProduct(product))?;
     if view.home != Home::Redis {
         return Err(ReconcileError::NotInRedis(product, view.home));
     }
-    let counter_found = redis.counter(product).await?;
+    let (mut placed, mut voided) = (HashSet::new(), HashSet::new());
+    for (user, request, state) in orders::purchases_of(pool, product).await? {
+        let field = charge::field(&user, &request);
+        match state {
+            OrderState::Placed => placed.insert(field),
+            OrderState::Voided => voided.insert(field),
+        };
+    }
     let waiting = redis.waiting(Some(product)).await?;
-    let ordered_ids: HashSet<String> = orders::request_ids_of(pool, product)
-        .await?
-        .into_iter()
-        .collect();
-    let ordered = products::view(pool, product)
-        .await?
-        .map_or(view.sold, |v| v.sold);
     let pending: i64 = waiting.iter().map(|o| i64::from(o.quantity)).sum();
-    let expected = (view.initial_stock - ordered - pending).max(0);
+    let waiting: HashSet<String> = waiting
+        .iter()
+        .map(|o| charge::field(&o.user_id, &o.request_id))
+        .collect();
+    let charged = redis.charged(product).await?;
+    let now = redis.now_ms().await?;
+    let counter = redis.counter(product).await?;
 
-    let keys = redis.keys();
-    let repaired = counter_found != Some(expected);
-    if repaired {
-        let found = counter_found.map(|c| c.to_string()).unwrap_or_default();
-        let set: i64 = redis
-            .invoke(REPAIR.key(keys.stock(product)).arg(found).arg(expected))
-            .await?;
-        if set == 0 {
-            return Err(ReconcileError::Moved);
+    let grace_ms = u64::try_from(grace.as_millis()).unwrap_or(u64::MAX);
+    let mut found = Found {
+        initial: view.initial_stock,
+        ordered: view.sold,
+        pending,
+        counter,
+        presumed_lost: Vec::new(),
+        fenced: Vec::new(),
+        in_flight_units: 0,
+        in_flight: 0,
+    };
+    for (field, record) in charged {
+        if placed.contains(&field) || waiting.contains(&field) {
+            continue;
+        }
+        if record == charge::CANCELLED {
+            continue;
+        }
+        if voided.contains(&field) {
+            found.fenced.push(field);
+            continue;
+        }
+        let Some(charged) = Charge::parse(&record) else {
+            tracing::error!(
+                product,
+                field,
+                record,
+                "an unreadable charge record; left as it is"
+            );
+            continue;
+        };
+        if now.saturating_sub(charged.charged_at_ms) < grace_ms {
+            found.in_flight += 1;
+            found.in_flight_units += i64::from(charged.quantity);
+        } else {
+            found.presumed_lost.push((field, charged));
         }
     }
+    Ok(found)
+}
 
-    let waiting_ids: HashSet<&str> = waiting.iter().map(|o| &*o.request_id).collect();
-    let orphans: Vec<String> = redis
-        .charged(product)
-        .await?
-        .into_keys()
-        .filter(|id| !ordered_ids.contains(id) && !waiting_ids.contains(&**id))
-        .collect();
-    if !orphans.is_empty() {
-        redis
-            .query::<()>(
-                deadpool_redis::redis::cmd("HDEL")
-                    .arg(keys.requests(product))
-                    .arg(&orphans),
-            )
-            .await?;
-    }
-    Ok(Reconciliation {
-        product_id: product,
-        initial_stock: view.initial_stock,
-        ordered,
-        pending,
-        counter_found,
-        counter_after: expected,
-        repaired,
-        released_requests: orphans.len() as u64,
-    })
+/// Gives the units of a fenced-out purchase back (once: see [`GIVE_BACK`]).
+async fn give_back(redis: &RedisStock, product: u64, field: &str) -> Result<(), RedisStockError> {
+    let keys = redis.keys();
+    redis
+        .invoke::<i64>(
+            GIVE_BACK
+                .key(keys.stock(product))
+                .key(keys.requests(product))
+                .arg(field),
+        )
+        .await?;
+    Ok(())
 }

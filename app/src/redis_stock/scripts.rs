@@ -3,11 +3,12 @@
 //! and the decrement (and the request-id record, and the stream append) one decision.
 //!
 //! Keys of one product (see [`super::Keys`]): `stock` (the counter, absent when the product's
-//! stock is not kept in Redis), `requests` (hash: request id → quantity, the ids this counter
-//! has charged), `waiting` (the units of its entries in the stream: what a product read
-//! reports as pending, kept here so that reading it never scans the stream). Keys shared by
-//! all products: `stream` (orders accepted but not yet placed) and `pending` (hash: request
-//! id → product id of every entry in the stream).
+//! stock is not kept in Redis), `requests` (hash: purchase field → charge record, see
+//! [`super::charge`]: the purchases this counter has charged), `waiting` (the units of its
+//! entries in the stream: what a product read reports as pending, kept here so that reading it
+//! never scans the stream). Keys shared by all products: `stream` (orders accepted but not yet
+//! placed) and `pending` (hash: product and purchase field → product id of every entry in the
+//! stream).
 
 use std::sync::LazyLock;
 
@@ -15,61 +16,84 @@ use deadpool_redis::redis::Script;
 
 /// [`TAKE`] and [`TAKE_AND_APPEND`]: the product has no counter in Redis.
 pub const NO_COUNTER: i64 = -1;
-/// The request id was charged already: nothing taken again.
+/// The purchase was charged already, with the same terms: nothing taken again.
 pub const DUPLICATE: i64 = -2;
 /// Fewer units left than asked.
 pub const SOLD_OUT: i64 = -3;
+/// The purchase was charged already with other terms (quantity or strategy).
+pub const CONFLICT: i64 = -4;
 
-/// Checks and decrements the counter and records the request id, atomically.
-/// KEYS: stock, requests. ARGV: request id, quantity.
-/// Returns the units left, or [`NO_COUNTER`], [`DUPLICATE`], [`SOLD_OUT`].
-pub static TAKE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
+/// The start both take scripts share: refuse, or charge the purchase (record it with its terms
+/// and the Redis clock) and leave `q` and `now` set. KEYS[1] stock, KEYS[2] requests; ARGV[1]
+/// purchase field, ARGV[2] quantity, ARGV[3] terms (`quantity:strategy:`).
+const CHARGE: &str = r"
 local left = redis.call('get', KEYS[1])
 if not left then return -1 end
-if redis.call('hexists', KEYS[2], ARGV[1]) == 1 then return -2 end
+local charged = redis.call('hget', KEYS[2], ARGV[1])
+if charged and charged ~= 'cancelled' then
+  if string.sub(charged, 1, #ARGV[3]) == ARGV[3] then return -2 end
+  return -4
+end
 local q = tonumber(ARGV[2])
-left = tonumber(left)
-if left < q then return -3 end
-redis.call('hset', KEYS[2], ARGV[1], q)
-return redis.call('decrby', KEYS[1], q)",
-    )
+if tonumber(left) < q then return -3 end
+local clock = redis.call('time')
+local now = clock[1] * 1000 + math.floor(clock[2] / 1000)
+redis.call('hset', KEYS[2], ARGV[1], ARGV[3] .. now)
+";
+
+/// Checks and decrements the counter and records the purchase, atomically.
+/// KEYS: stock, requests. ARGV: purchase field, quantity, terms.
+/// Returns the units left, or [`NO_COUNTER`], [`DUPLICATE`], [`SOLD_OUT`], [`CONFLICT`].
+pub static TAKE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        "{CHARGE}
+return redis.call('decrby', KEYS[1], q)"
+    ))
 });
 
-/// Gives the units of a charged request back, once: only if its record is still there, which
-/// the same step deletes. KEYS: stock, requests. ARGV: request id.
-/// Returns the units given back (0 if the request had not been charged or was given back).
+/// Gives the units of a charged purchase back, once: only if its record is still there, which
+/// the same step deletes. KEYS: stock, requests. ARGV: purchase field.
+/// Returns the units given back (0 if the purchase had not been charged or was given back).
 pub static GIVE_BACK: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
-local q = redis.call('hget', KEYS[2], ARGV[1])
-if not q then return 0 end
+local charged = redis.call('hget', KEYS[2], ARGV[1])
+if not charged or charged == 'cancelled' then return 0 end
 redis.call('hdel', KEYS[2], ARGV[1])
+local q = tonumber(string.match(charged, '^(%d+):'))
 if redis.call('exists', KEYS[1]) == 1 then redis.call('incrby', KEYS[1], q) end
-return tonumber(q)",
+return q",
+    )
+});
+
+/// Settles a take whose answer was lost (a timeout, a broken connection): returns 1 if the
+/// purchase is charged (the script ran), else writes the tombstone `cancelled` as its record
+/// and returns 0 — so that the lost script, should it still arrive (it may sit in a socket
+/// buffer of a connection given up on), finds a record and charges nothing. A tombstone counts
+/// as no record for a new take of the purchase: its retry can buy. KEYS: requests. ARGV:
+/// purchase field.
+pub static SETTLE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local charged = redis.call('hget', KEYS[1], ARGV[1])
+if charged and charged ~= 'cancelled' then return 1 end
+redis.call('hset', KEYS[1], ARGV[1], 'cancelled')
+return 0",
     )
 });
 
 /// [`TAKE`], and the order appended to the stream (and its units counted as waiting) in the
-/// same step. KEYS: stock, requests, stream, pending, waiting. ARGV: request id, quantity,
-/// product id, user id, strategy. Returns as [`TAKE`].
+/// same step. KEYS: stock, requests, stream, pending, waiting. ARGV: purchase field, quantity,
+/// terms, request id, product id, user id, strategy, pending field. Returns as [`TAKE`].
 pub static TAKE_AND_APPEND: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
-local left = redis.call('get', KEYS[1])
-if not left then return -1 end
-if redis.call('hexists', KEYS[2], ARGV[1]) == 1 then return -2 end
-local q = tonumber(ARGV[2])
-left = tonumber(left)
-if left < q then return -3 end
-redis.call('hset', KEYS[2], ARGV[1], q)
-redis.call('xadd', KEYS[3], '*', 'request_id', ARGV[1], 'quantity', ARGV[2],
-  'product_id', ARGV[3], 'user_id', ARGV[4], 'strategy', ARGV[5])
-redis.call('hset', KEYS[4], ARGV[1], ARGV[3])
+    Script::new(&format!(
+        "{CHARGE}
+redis.call('xadd', KEYS[3], '*', 'request_id', ARGV[4], 'quantity', ARGV[2],
+  'product_id', ARGV[5], 'user_id', ARGV[6], 'strategy', ARGV[7])
+redis.call('hset', KEYS[4], ARGV[8], ARGV[5])
 redis.call('incrby', KEYS[5], q)
-return redis.call('decrby', KEYS[1], q)",
-    )
+return redis.call('decrby', KEYS[1], q)"
+    ))
 });
 
 /// After the orders of some entries were committed: acknowledges and deletes each entry,
@@ -77,7 +101,7 @@ return redis.call('decrby', KEYS[1], q)",
 /// this call deleted the entry, so an entry placed twice (claimed after a slow consumer
 /// placed it) is not counted off twice, and only while the count exists (a product reset
 /// meanwhile removed it). KEYS: stream, pending, then the waiting key of each entry's product.
-/// ARGV: group, then triples of entry id, request id and quantity, in the order of the
+/// ARGV: group, then triples of entry id, pending field and quantity, in the order of the
 /// waiting keys. Returns the number of entries deleted.
 pub static PLACED: LazyLock<Script> = LazyLock::new(|| {
     Script::new(

@@ -22,11 +22,14 @@
 //! * *Less stock than the batch asks*: the purchases are served in arrival order as long as
 //!   they fit, and each that does not fit answers `sold_out` — a later, smaller one may still
 //!   fit, so the tail is never undersold.
-//! * *A duplicate request id* does not fail the others: ids that already have an order are
+//! * *A duplicate purchase* does not fail the others: purchases (buyer and request id, byte
+//!   for byte, as the database's unique key compares them) that already have an order are
 //!   looked up first and answered [`PurchaseError::Duplicate`] (the handler replays the
-//!   original); a second copy inside the batch shares the first copy's fate; and an id
+//!   original); a second copy inside the batch shares the first copy's fate; and a purchase
 //!   inserted by a concurrent transaction meanwhile fails the `INSERT`, which rolls the batch
-//!   back and runs it again, where the look-up now finds it.
+//!   back and runs it again, where the look-up now finds it. The look-up and the key compare
+//!   alike: were the look-up to fold case where the key does not (or the other way round), a
+//!   twin would fail every run of its batch, and every buyer in it.
 //! * *A failed transaction* answers every purchase of the batch with 503 and records none:
 //!   [`PurchaseError::OutcomeUnknown`] when the `COMMIT` itself failed (the server may have
 //!   committed; the handler looks the request id up), else the database failure.
@@ -125,6 +128,14 @@ struct Entry {
     reply: oneshot::Sender<Result<Placed, PurchaseError>>,
 }
 
+impl Entry {
+    /// Its purchase within the product: buyer and request id, compared byte for byte as the
+    /// database's `orders_purchase` compares them.
+    fn purchase(&self) -> (&str, &str) {
+        (&self.user_id, &self.request_id)
+    }
+}
+
 impl Queue {
     /// Puts `entry` in its product's line, or opens the line (and starts its task).
     fn enqueue(queue: &Arc<Queue>, product_id: u64, entry: Entry) {
@@ -194,10 +205,11 @@ impl Queue {
         if entries.is_empty() {
             return;
         }
-        // The first copy of each request id is bought; later copies share its fate.
+        // The first copy of each purchase (buyer and request id) is bought; later copies share
+        // its fate.
         let mut first = HashMap::new();
         let copy_of: Vec<usize> = (0..entries.len())
-            .map(|i| *first.entry(entries[i].request_id.as_str()).or_insert(i))
+            .map(|i| *first.entry(entries[i].purchase()).or_insert(i))
             .collect();
         let buyers: Vec<usize> = (0..entries.len()).filter(|&i| copy_of[i] == i).collect();
         let buying: Vec<&Entry> = buyers.iter().map(|&i| &entries[i]).collect();
@@ -238,9 +250,11 @@ impl Queue {
     /// One transaction for the batch: a decision per entry, in order, or why none was made.
     async fn run(&self, product_id: u64, batch: &[&Entry]) -> Result<Vec<Decision>, Failure> {
         let mut tx = self.pool.begin().await?;
-        let ids: Vec<&str> = batch.iter().map(|e| e.request_id.as_str()).collect();
-        let existing: HashSet<String> =
-            orders::existing(&mut tx, &ids).await?.into_iter().collect();
+        let purchases: Vec<(&str, &str)> = batch.iter().map(|e| e.purchase()).collect();
+        let existing: HashSet<(String, String)> = orders::existing(&mut tx, product_id, &purchases)
+            .await?
+            .into_iter()
+            .collect();
         // The common case first: everything fits, and one conditional UPDATE takes it all.
         let mut decisions = allocate(Some(i64::MAX), batch, &existing);
         if !take(&mut tx, product_id, total_of(batch, &decisions)).await? {
@@ -274,14 +288,15 @@ impl Queue {
         if taking.is_empty() {
             return Ok(decisions);
         }
-        let placed: HashMap<String, u64> = orders::insert_all(&mut tx, &taking)
+        let placed: HashMap<(String, String), u64> = orders::insert_all(&mut tx, &taking)
             .await?
             .into_iter()
-            .map(|(order_id, request_id)| (request_id, order_id))
+            .map(|(order_id, user_id, request_id)| ((user_id, request_id), order_id))
             .collect();
         for (entry, decision) in batch.iter().zip(decisions.iter_mut()) {
             if let Decision::Placed(order_id) = decision {
-                *order_id = placed.get(&entry.request_id).copied().ok_or_else(|| {
+                let key = (entry.user_id.clone(), entry.request_id.clone());
+                *order_id = placed.get(&key).copied().ok_or_else(|| {
                     Failure::Internal(format!("no order id for `{}`", entry.request_id).into())
                 })?;
             }
@@ -344,13 +359,17 @@ enum Decision {
 /// product): those whose request id is in `existing` are duplicates; the others are bought as
 /// long as they fit, and one that does not fit is sold out without stopping a later, smaller
 /// one.
-fn allocate(stock: Option<i64>, batch: &[&Entry], existing: &HashSet<String>) -> Vec<Decision> {
+fn allocate(
+    stock: Option<i64>,
+    batch: &[&Entry],
+    existing: &HashSet<(String, String)>,
+) -> Vec<Decision> {
     let mut left = stock.unwrap_or(0);
     batch
         .iter()
         .map(|e| {
             let quantity = i64::from(e.quantity);
-            if existing.contains(&e.request_id) {
+            if existing.contains(&(e.user_id.clone(), e.request_id.clone())) {
                 Decision::Duplicate
             } else if stock.is_none() {
                 Decision::UnknownProduct
@@ -426,7 +445,7 @@ mod tests {
     fn an_existing_request_id_is_a_duplicate_and_takes_no_stock() {
         let entries = [entry("a", 1), entry("b", 1)];
         let batch: Vec<&Entry> = entries.iter().collect();
-        let existing = HashSet::from(["a".to_string()]);
+        let existing = HashSet::from([("u".to_string(), "a".to_string())]);
         use Decision::*;
         assert_eq!(allocate(Some(1), &batch, &existing), [Duplicate, Placed(0)]);
         assert_eq!(

@@ -1,5 +1,5 @@
-//! Stock-deduction strategies: one trait, one file per strategy, the catalogue that names them
-//! and the registry that builds them.
+//! Stock-deduction strategies: one trait, one file per strategy, and the registry that builds
+//! them from the catalogue's lines ([`crate::catalogue`]).
 //!
 //! A flash sale is many buyers racing for a few units of one hot row. Every strategy here
 //! answers the same question — "may this buyer have `quantity` units, and if so record the
@@ -8,10 +8,9 @@
 //! correct at different costs.
 //!
 //! Adding a strategy is one file implementing [`StockStrategy`] and one line in
-//! [`catalogue`].
+//! [`crate::catalogue`].
 
 pub mod batched;
-pub mod catalogue;
 pub mod conditional;
 mod held_lock;
 pub mod local_mutex;
@@ -22,19 +21,18 @@ mod outcome;
 pub mod pessimistic;
 pub mod redis_lua;
 pub mod redis_lua_stream;
+pub mod registry;
 pub mod sharded;
 pub mod unchecked;
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use locks::{Backend, DistributedLock};
 use sqlx::MySqlPool;
 
-pub use catalogue::{Fencing, Home, Kind, Safety, Service, Strategy};
+pub use crate::catalogue::{Fencing, Home, Kind, Safety, Service, Strategy};
+pub use registry::{Locks, Registry};
 
 use crate::db::errors::{DbFailure, classify};
 use crate::db::orders::NewOrder;
@@ -56,8 +54,8 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 ///   committed; had the insert failed, the units would have been given back before answering.
 /// * **Acceptance** (`Ok(Purchased::Accepted)`, answered `202` with the order's status URL)
 ///   means: the units were taken and the order was durably queued, in one atomic step; it is
-///   placed in the database later, exactly once (by request id), by a consumer. Until then
-///   `GET /api/orders/{request_id}` says `pending`, afterwards `placed`.
+///   placed in the database later, exactly once (by its purchase key), by a consumer. Until
+///   then `GET /api/products/{id}/orders/{request_id}` says `pending`, afterwards `placed`.
 /// * **Accounting.** The sale's truth is the database plus the stock's home: units in orders
 ///   are sold; units taken from the home without an order (and not waiting in the stream) are
 ///   undersell; orders beyond the initial stock are oversell (see [`crate::accounting`]).
@@ -68,20 +66,23 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 ///   lock holder had claimed the product (the purchase did not happen). The one exception is
 ///   [`PurchaseError::OutcomeUnknown`]: the `COMMIT` was sent and its answer lost, so the
 ///   purchase may or may not have happened; the caller looks the request id up.
-/// * **Idempotency.** An order whose `request_id` already exists fails with
+/// * **Idempotency.** A purchase is named by its product, buyer and request id, compared byte
+///   for byte ([`Purchase::key`]). An order of a purchase that already has one fails with
 ///   [`PurchaseError::Duplicate`] and its deduction is rolled back; the caller then answers with
 ///   the original order. The unique constraint is the only arbiter, so twenty concurrent
-///   retries of one click still make one order: a strategy may look request ids up first
-///   (`batched` does, so that one duplicate does not fail a whole batch), but never relies on
-///   that look-up alone.
+///   retries of one click still make one order: a strategy may look purchases up first
+///   (`batched` does, so that one duplicate does not fail a whole batch; the Redis scripts
+///   record the purchases their counter charged), but it names them exactly as the database
+///   does, and never relies on that look-up alone.
 /// * **Fault injection.** A strategy calls [`Purchase::hold`] once, inside its critical section
 ///   (after it decided there is stock, before that decision is written), so tests and
 ///   scenarios can widen race windows or outlive a lock lease.
-/// * **Cancellation.** Dropping the future rolls back the open transaction (sqlx does so when
-///   the connection returns to the pool) and drops any lock guard (which releases it). A
-///   strategy that commits in a task of its own (`batched`, for all the purchases of a batch)
-///   drops a cancelled purchase that its task has not started on; once started, the purchase
-///   may still be made, as when a client disconnects just after a commit.
+/// * **Cancellation.** The service runs every purchase in a task of its own, so a buyer who
+///   hangs up (or a request timeout) never cancels one: it finishes, or gives its stock back,
+///   as if the buyer were still there. Dropping the future anyway — what a process killed in
+///   the middle does — rolls back the open transaction (sqlx does so when the connection
+///   returns to the pool) and drops any lock guard (which releases it); units taken from a
+///   home outside the transaction (Redis) then stay taken without an order until `reconcile`.
 pub trait StockStrategy: Send + Sync {
     /// Takes `purchase.quantity` units and records the order, or says why not.
     fn purchase<'a>(
@@ -121,6 +122,15 @@ pub struct Purchase {
 }
 
 impl Purchase {
+    /// The name of this purchase: product, buyer, request id.
+    pub fn key(&self) -> crate::db::orders::PurchaseKey<'_> {
+        crate::db::orders::PurchaseKey {
+            product_id: self.product_id,
+            user_id: &self.user_id,
+            request_id: &self.request_id,
+        }
+    }
+
     /// The order row this purchase writes.
     pub fn new_order(&self, fencing_token: Option<u64>) -> NewOrder<'_> {
         NewOrder {
@@ -186,8 +196,11 @@ pub enum PurchaseError {
     SoldOut,
     #[error("no such product")]
     UnknownProduct,
-    #[error("an order with this request id already exists")]
+    #[error("an order of this purchase (product, buyer, request id) already exists")]
     Duplicate,
+    /// The purchase was charged already with other terms (quantity or strategy).
+    #[error("{0}")]
+    Conflict(String),
     #[error("{0}")]
     Busy(String),
     #[error("{0}")]
@@ -229,57 +242,4 @@ pub struct Deps {
     pub batch_window: Duration,
     /// Most purchases in one `batched` transaction.
     pub batch_max: u32,
-}
-
-/// The lock of each lock backend, as connected at start-up: `None` where the backend is not
-/// configured or could not be reached (its strategies then answer `backend_unavailable`).
-pub type Locks = BTreeMap<Backend, Option<Arc<dyn DistributedLock>>>;
-
-/// Every strategy of the catalogue, built.
-pub struct Registry {
-    deps: Deps,
-    locks: Locks,
-    built: BTreeMap<Strategy, Arc<dyn StockStrategy>>,
-}
-
-impl Registry {
-    /// Builds every strategy of the catalogue from `deps` and the connected `locks`.
-    pub fn new(deps: Deps, locks: Locks) -> Registry {
-        let mut registry = Registry {
-            deps,
-            locks,
-            built: BTreeMap::new(),
-        };
-        for &strategy in Strategy::ALL {
-            registry.build(strategy);
-        }
-        registry
-    }
-
-    /// Replaces the lock behind every strategy over `backend` (tests put in-process or failing
-    /// locks there).
-    pub fn set_lock(&mut self, backend: Backend, lock: Option<Arc<dyn DistributedLock>>) {
-        self.locks.insert(backend, lock);
-        for &strategy in Strategy::ALL {
-            if strategy.lock_backend() == Some(backend) {
-                self.build(strategy);
-            }
-        }
-    }
-
-    fn build(&mut self, strategy: Strategy) {
-        let built = match strategy.spec().kind {
-            Kind::Own { build, .. } => build(&self.deps),
-            Kind::Locked { backend, fencing } => {
-                let lock = self.locks.get(&backend).cloned().flatten();
-                Arc::new(locked::Locked::new(&self.deps, lock, fencing))
-            }
-        };
-        self.built.insert(strategy, built);
-    }
-
-    /// The built strategy.
-    pub fn get(&self, strategy: Strategy) -> &Arc<dyn StockStrategy> {
-        &self.built[&strategy]
-    }
 }

@@ -15,8 +15,18 @@
 //!   /api/products/{id}/reconcile` finds and repairs it.
 //! * The `COMMIT`'s answer is lost: the order may exist, so the units are *not* given back
 //!   (giving them back could oversell); at worst it is undersell, repaired the same way.
-//! * A replayed click finds its request id recorded and is not charged again; it is answered
-//!   with the original order once that order is in the database.
+//! * A replayed click finds its purchase recorded and is not charged again; it is answered
+//!   with the original order once that order is in the database. The record names the
+//!   purchase as the database does (product, buyer, request id, byte for byte) and keeps its
+//!   terms, so a reuse with another quantity or strategy is a conflict.
+//! * The script's answer is lost (a timeout, a broken connection): it may have run, or may
+//!   still run (sent, stuck in a socket buffer). A second script settles it: if the purchase
+//!   is charged its units are given back, else a tombstone record makes the lost script charge
+//!   nothing should it arrive. `503`, nothing taken.
+//! * `reconcile` while the purchase sits between the script and the insert: a charge younger
+//!   than the grace is left alone; an older one is fenced out (its purchase voided in the
+//!   database) before its units go back, so this purchase's insert then fails and it answers
+//!   `purchase_voided` instead of selling units that are on sale again.
 //! * A Redis failover to a replica that missed the last decrements **oversells**: the promoted
 //!   replica sells those units again (scenario `redis-failover-stock`). With
 //!   `--redis-wait-replicas 1` every deduction is followed by `WAIT 1`; one no replica
@@ -34,15 +44,18 @@ use sqlx::MySqlPool;
 use super::outcome::place;
 use super::{Deps, Purchase, PurchaseError, Purchased, StockStrategy};
 use crate::db::{orders, products};
-use crate::redis_stock::scripts::{DUPLICATE, GIVE_BACK, NO_COUNTER, SOLD_OUT, TAKE};
+use crate::redis_stock::charge;
+use crate::redis_stock::scripts::{CONFLICT, DUPLICATE, GIVE_BACK, NO_COUNTER, SOLD_OUT, TAKE};
 use crate::redis_stock::{RedisStock, RedisStockError, Replicated};
 
 /// Attempts to give units back, and the pause between them.
 const GIVE_BACK_TRIES: usize = 5;
 const GIVE_BACK_PAUSE: Duration = Duration::from_millis(100);
 
-/// How often a replayed click looks for its original order while that is being placed.
+/// How often a replayed click looks for its original order while that is being placed: first
+/// after this pause, then twice as long each time, up to the second.
 const REPLAY_POLL: Duration = Duration::from_millis(10);
+const REPLAY_POLL_MAX: Duration = Duration::from_millis(200);
 
 pub struct RedisLua {
     pool: MySqlPool,
@@ -67,15 +80,33 @@ impl StockStrategy for RedisLua {
         Box::pin(async move {
             let redis = configured(&self.redis)?;
             let keys = redis.keys();
-            let (taken, replicated) = redis
+            let field = charge::field(&purchase.user_id, &purchase.request_id);
+            let taken = redis
                 .take(
                     TAKE.key(keys.stock(purchase.product_id))
                         .key(keys.requests(purchase.product_id))
-                        .arg(&purchase.request_id)
-                        .arg(purchase.quantity),
+                        .arg(&field)
+                        .arg(purchase.quantity)
+                        .arg(charge::terms(purchase.quantity, purchase.strategy.name())),
                 )
-                .await
-                .map_err(unavailable)?;
+                .await;
+            let (taken, replicated) = match taken {
+                Ok(taken) => taken,
+                // The script may have run and its answer been lost (a timeout, a broken
+                // connection): settle it, and give back what it took, if it ran.
+                Err(e) => {
+                    let why = unavailable(e);
+                    return Err(match redis.settle(purchase.product_id, &field).await {
+                        Ok(true) => give_back(redis, purchase, why).await,
+                        Ok(false) => why,
+                        Err(unsettled) => {
+                            tracing::warn!(request_id = %purchase.request_id, error = %unsettled,
+                                "a lost deduction could not be settled: undersell until reconciled, if it was made");
+                            why
+                        }
+                    });
+                }
+            };
             refused(&self.pool, purchase, taken).await?;
             if taken == DUPLICATE {
                 return Err(self.original_order(purchase).await);
@@ -96,6 +127,8 @@ impl StockStrategy for RedisLua {
                 Ok(placed) => Ok(placed.into()),
                 // The commit may have happened: keeping the units is undersell at worst.
                 Err(unknown @ PurchaseError::OutcomeUnknown(_)) => Err(unknown),
+                // A duplicate here is a purchase a reconciliation fenced out (voided): its
+                // units go back once, by whichever of the two gets to its record first.
                 Err(e) => Err(give_back(redis, purchase, e).await),
             }
         })
@@ -103,14 +136,18 @@ impl StockStrategy for RedisLua {
 }
 
 impl RedisLua {
-    /// Waits for the order of a request id the counter already charged, then hands it to the
+    /// Waits for the order of a purchase the counter already charged, then hands it to the
     /// caller's replay ([`PurchaseError::Duplicate`]); `busy` if it is still not placed.
     async fn original_order(&self, purchase: &Purchase) -> PurchaseError {
         let deadline = Instant::now() + self.replay_wait;
+        let mut pause = REPLAY_POLL;
         loop {
-            match orders::by_request_id(&self.pool, &purchase.request_id).await {
+            match orders::find(&self.pool, purchase.key()).await {
                 Ok(Some(_)) => return PurchaseError::Duplicate,
-                Ok(None) if Instant::now() < deadline => tokio::time::sleep(REPLAY_POLL).await,
+                Ok(None) if Instant::now() < deadline => {
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(REPLAY_POLL_MAX);
+                }
                 Ok(None) => {
                     return PurchaseError::Busy(format!(
                         "request id `{}` was charged and its order is not placed yet",
@@ -139,7 +176,7 @@ pub(crate) fn unavailable(e: RedisStockError) -> PurchaseError {
 }
 
 /// The refusals of the take scripts: no counter (the product is unknown, or its stock lives
-/// in another home: sold out here), or too few units.
+/// in another home: sold out here), too few units, or the purchase charged with other terms.
 pub(crate) async fn refused(
     pool: &MySqlPool,
     purchase: &Purchase,
@@ -147,6 +184,11 @@ pub(crate) async fn refused(
 ) -> Result<(), PurchaseError> {
     match taken {
         SOLD_OUT => Err(PurchaseError::SoldOut),
+        CONFLICT => Err(PurchaseError::Conflict(format!(
+            "request id `{}` was already used by this buyer for a purchase of this product \
+             with another quantity or strategy; use a new request id",
+            purchase.request_id
+        ))),
         NO_COUNTER => {
             let mut conn = pool.acquire().await?;
             Err(
@@ -168,7 +210,7 @@ async fn give_back(redis: &RedisStock, purchase: &Purchase, why: PurchaseError) 
     script
         .key(keys.stock(purchase.product_id))
         .key(keys.requests(purchase.product_id))
-        .arg(&purchase.request_id);
+        .arg(charge::field(&purchase.user_id, &purchase.request_id));
     // The script gives back once (it deletes the record it gives back by), so it may be sent
     // again: a connection that just broke (a failover) reconnects meanwhile.
     let mut given = redis.invoke::<i64>(&script).await;

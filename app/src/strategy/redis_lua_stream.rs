@@ -13,20 +13,23 @@
 //!
 //! What it gives up: `202` is a promise, not a receipt. The order exists in the database only
 //! after the lag (reported as `seckill_stream_lag_entries`); until then `GET
-//! /api/orders/{request_id}` says `pending`; units taken while entries are pending are not
+//! /api/products/{id}/orders/{request_id}` says `pending`; units taken while entries are pending are not
 //! undersell until the stream has drained. A failover to a replica that missed the last
 //! scripts breaks both promises of Redis-held stock: entries a consumer had already placed
 //! from the old primary leave their units on sale again on the new one (**oversell**), and
 //! entries no consumer had read are lost with their `202` (an accepted order that never comes).
 //! With `--redis-wait-replicas 1` a script no replica acknowledged in time is answered `503`
-//! with an unknown outcome (the old primary's consumer may still place it; `GET
-//! /api/orders/{request_id}` tells), never `202`.
+//! with an unknown outcome (the old primary's consumer may still place it; the order's
+//! status tells), never `202`.
 //!
-//! Idempotency is the script's: a request id the counter already charged takes nothing again
-//! and is answered with its order once placed (`200`), or `202` while it is still queued — so
-//! a reused request id with other parameters is refused as a conflict only once its order is
-//! in the database. A product reset while its entries are being placed can receive them after
-//! the reset: reset a product between sales, not during one.
+//! Idempotency is the script's: a purchase (product, buyer, request id, byte for byte, as the
+//! database names it) the counter already charged takes nothing again and is answered with its
+//! order once placed (`200`), or `202` while it is still queued; a reuse with another quantity
+//! or strategy is refused as a conflict at once, from the charge record's terms. A script
+//! whose answer was lost (a timeout, a broken connection) is settled, not guessed: the purchase
+//! is accepted if the script ran, and made impossible (a tombstone record) if it did not, so a
+//! `503` never hides a queued order. A product reset while its entries are being placed can
+//! receive them after the reset: reset a product between sales, not during one.
 
 use std::sync::Arc;
 
@@ -36,6 +39,7 @@ use sqlx::MySqlPool;
 use super::redis_lua::{configured, refused, unavailable};
 use super::{Deps, Purchase, PurchaseError, Purchased, StockStrategy};
 use crate::db::orders;
+use crate::redis_stock::charge;
 use crate::redis_stock::scripts::{DUPLICATE, TAKE_AND_APPEND};
 use crate::redis_stock::{RedisStock, RedisStockError, Replicated};
 
@@ -62,7 +66,8 @@ impl StockStrategy for RedisLuaStream {
             // The pause comes before the script: once it has run, the order is as good as
             // placed, so there is no window to widen after it.
             purchase.hold().await;
-            let (taken, replicated) = redis
+            let field = charge::field(&purchase.user_id, &purchase.request_id);
+            let taken = redis
                 .take(
                     TAKE_AND_APPEND
                         .key(keys.stock(purchase.product_id))
@@ -70,18 +75,32 @@ impl StockStrategy for RedisLuaStream {
                         .key(keys.stream())
                         .key(keys.pending())
                         .key(keys.waiting(purchase.product_id))
-                        .arg(&purchase.request_id)
+                        .arg(&field)
                         .arg(purchase.quantity)
+                        .arg(charge::terms(purchase.quantity, purchase.strategy.name()))
+                        .arg(&purchase.request_id)
                         .arg(purchase.product_id)
                         .arg(&purchase.user_id)
-                        .arg(purchase.strategy.name()),
+                        .arg(purchase.strategy.name())
+                        .arg(charge::pending_field(purchase.key())),
                 )
-                .await
-                .map_err(unavailable)?;
+                .await;
+            let (taken, replicated) = match taken {
+                Ok(taken) => taken,
+                // The script may have run (and queued the order) with its answer lost: settle
+                // it. Queued is accepted; not queued will never be.
+                Err(e) => {
+                    return match redis.settle(purchase.product_id, &field).await {
+                        Ok(true) => Ok(Purchased::Accepted),
+                        Ok(false) => Err(unavailable(e)),
+                        Err(_) => Err(PurchaseError::OutcomeUnknown(Box::new(e))),
+                    };
+                }
+            };
             refused(&self.pool, purchase, taken).await?;
             if taken == DUPLICATE {
                 // Charged before: the original order is placed (replay it) or still queued.
-                return match orders::by_request_id(&self.pool, &purchase.request_id).await? {
+                return match orders::find(&self.pool, purchase.key()).await? {
                     Some(_) => Err(PurchaseError::Duplicate),
                     None => Ok(Purchased::Accepted),
                 };
@@ -89,7 +108,7 @@ impl StockStrategy for RedisLuaStream {
             if let Replicated::Short { acked, wanted } = replicated {
                 // The entry is in the primary's stream: its consumer may still place it, or a
                 // failover may lose it with its deduction. Either way nothing is oversold, but
-                // the buyer cannot be told which: `GET /api/orders/{request_id}` will.
+                // the buyer cannot be told which: the order's status will.
                 return Err(PurchaseError::OutcomeUnknown(Box::new(
                     RedisStockError::NotReplicated { acked, wanted },
                 )));

@@ -1,6 +1,6 @@
-//! A request id is an idempotency key for one purchase: replaying it answers the original order,
-//! reusing it for a *different* purchase is refused, and a retry of a purchase that did commit
-//! gets that order even when the retry itself would fail.
+//! A request id is a buyer's idempotency key for one purchase of one product: replaying it
+//! answers the original order, reusing it with other terms is refused, and a retry of a
+//! purchase that did commit gets that order even when the retry itself would fail.
 
 use crate::common;
 
@@ -35,7 +35,7 @@ async fn post(app: &TestApp, (product, body): &(u64, OrderRequest)) -> (StatusCo
 }
 
 #[tokio::test]
-async fn a_request_id_reused_for_another_product_user_quantity_or_strategy_is_refused_and_writes_nothing()
+async fn a_request_id_reused_for_another_quantity_or_strategy_is_refused_and_another_buyer_or_product_is_another_purchase()
  {
     let database_url = fresh_database_url().await;
     let app = spawn_app(test_config(&database_url)).await;
@@ -51,13 +51,11 @@ async fn a_request_id_reused_for_another_product_user_quantity_or_strategy_is_re
         StatusCode::OK,
         "an exact replay answers the order: {replay:?}"
     );
-    let others = [
-        order(2, "alice", 1, Strategy::Conditional),
-        order(1, "bob", 1, Strategy::Conditional),
+    let conflicting = [
         order(1, "alice", 2, Strategy::Conditional),
         order(1, "alice", 1, Strategy::Pessimistic),
     ];
-    for other in &others {
+    for other in &conflicting {
         let (status, body) = post(&app, other).await;
         assert_eq!(status, StatusCode::CONFLICT, "{other:?}: {body}");
         let error: ErrorBody = serde_json::from_str(&body).expect("an error body");
@@ -67,12 +65,21 @@ async fn a_request_id_reused_for_another_product_user_quantity_or_strategy_is_re
             "{other:?}: {body}"
         );
     }
+    // The key is the buyer's, for one product: the same id of another buyer, or for another
+    // product, names another purchase.
+    for other in [
+        order(2, "alice", 1, Strategy::Conditional),
+        order(1, "bob", 1, Strategy::Conditional),
+    ] {
+        let (status, body) = post(&app, &other).await;
+        assert_eq!(status, StatusCode::CREATED, "{other:?}: {body}");
+    }
     let (one, two) = (
         ledger(&database_url, 1).await,
         ledger(&database_url, 2).await,
     );
-    assert_eq!((one.orders, one.stock), (1, 9), "{one:?}");
-    assert_eq!((two.orders, two.stock), (0, 10), "{two:?}");
+    assert_eq!((one.orders, one.stock), (2, 8), "{one:?}");
+    assert_eq!((two.orders, two.stock), (1, 9), "{two:?}");
     app.stop().await;
     common::drop_database(&database_url).await;
 }

@@ -70,14 +70,15 @@ async fn a_locked_strategy_keeps_its_lock_while_its_commit_is_in_flight_and_the_
             break;
         }
         assert!(
-            started.elapsed() < Duration::from_secs(10),
+            started.elapsed() < Duration::from_secs(60),
             "the purchase's commit never waited for the backup lock"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(released.load(Ordering::SeqCst), 0);
 
-    // The client gives up: the server drops the request while the commit is in flight.
+    // The client gives up while the commit is in flight; the purchase, in a task of its own,
+    // goes on waiting for its commit.
     client.abort();
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(
@@ -90,7 +91,7 @@ async fn a_locked_strategy_keeps_its_lock_while_its_commit_is_in_flight_and_the_
     let started = Instant::now();
     while released.load(Ordering::SeqCst) == 0 {
         assert!(
-            started.elapsed() < Duration::from_secs(5),
+            started.elapsed() < Duration::from_secs(60),
             "the lock was never given back after the commit settled"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;

@@ -216,8 +216,10 @@ async fn redis_lua_gives_the_units_back_when_the_order_cannot_be_written() {
             .expect("post");
         (r.status(), r.json::<Value>().await.unwrap_or(Value::Null))
     });
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(redis.counter(1).await.expect("counter"), Some(8));
+    // Wait until the purchase took its unit: it now sits in its pause.
+    while redis.counter(1).await.expect("counter") != Some(8) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let server = std::sync::Arc::new(db);
     let killer = server.clone();
     tokio::task::spawn_blocking(move || killer.server().kill())
@@ -281,13 +283,13 @@ async fn entries_of_a_consumer_that_died_before_acknowledging_are_claimed_and_pl
             )
             .await
             .expect("xadd");
+        let field = app::redis_stock::charge::pending_field(app::db::orders::PurchaseKey {
+            product_id: 7,
+            user_id: &format!("u-{i}"),
+            request_id: &request_id,
+        });
         redis
-            .query::<()>(
-                redis::cmd("HSET")
-                    .arg(keys.pending())
-                    .arg(&request_id)
-                    .arg(7),
-            )
+            .query::<()>(redis::cmd("HSET").arg(keys.pending()).arg(field).arg(7))
             .await
             .expect("hset");
         accepted.push(request_id);
@@ -334,10 +336,12 @@ async fn entries_of_a_consumer_that_died_before_acknowledging_are_claimed_and_pl
     }
     assert_eq!(rows.len(), ENTRIES);
     assert_eq!(redis.stream_len().await.expect("xlen"), 0);
-    assert_eq!(
-        redis.waiting_product("accepted-0").await.expect("hget"),
-        None
-    );
+    let first = app::db::orders::PurchaseKey {
+        product_id: 7,
+        user_id: "u-0",
+        request_id: "accepted-0",
+    };
+    assert!(!redis.is_waiting(first).await.expect("hexists"));
     pool.close().await;
     drop_database(&database_url).await;
 }
@@ -345,7 +349,9 @@ async fn entries_of_a_consumer_that_died_before_acknowledging_are_claimed_and_pl
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn reconcile_puts_units_taken_without_an_order_back_on_sale() {
     let database_url = fresh_database_url().await;
-    let config = config_with(&database_url, shared_redis().await);
+    let mut config = config_with(&database_url, shared_redis().await);
+    // Any charge without an order is presumed lost at once (none is in flight here).
+    config.reconcile_grace_ms = 1;
     let redis = redis_of(&config);
     let app = spawn_app(config.clone()).await;
     app.reset_in(1, 10, Home::Redis).await;
@@ -388,16 +394,24 @@ async fn reconcile_puts_units_taken_without_an_order_back_on_sale() {
             counter_after: 9,
             repaired: true,
             released_requests: 3,
+            in_flight: 0,
         }
     );
     // Nothing left to repair.
     let again = reconcile(&app, 1).await;
     assert!(!again.repaired && again.released_requests == 0, "{again:?}");
 
-    // A crashed click's retry can buy, and the lost units are on sale again.
+    // A crashed click was fenced out: its retry is told so and buys nothing (it could be the
+    // stalled original itself); the same buyer with a new request id buys, and the lost units
+    // are on sale again.
     let retry = json!({ "user_id": "crashed-0", "quantity": 1, "request_id": "crashed-0", "strategy": "redis-lua" });
     let (status, answer) = app.order(1, &retry, None).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{answer}");
+    assert_eq!(answer["error"], "purchase_voided", "{answer}");
+    let anew = json!({ "user_id": "crashed-0", "quantity": 1, "request_id": "crashed-0-again", "strategy": "redis-lua" });
+    let (status, answer) = app.order(1, &anew, None).await;
     assert_eq!(status, StatusCode::CREATED, "{answer}");
+    assert_eq!(redis.counter(1).await.expect("counter"), Some(8));
     let crowd = Crowd {
         buyers: 20,
         hold_ms: None,
@@ -444,9 +458,10 @@ async fn an_accepted_order_is_pending_until_a_consumer_places_it() {
         .and_then(|v| v.to_str().ok())
         .map(String::from)
         .expect("Location");
-    assert_eq!(location, "/api/orders/click%2F1");
-    let mut state = String::new();
-    for _ in 0..200 {
+    assert_eq!(location, "/api/products/1/orders/click%2F1?user_id=u-1");
+    // Pending until a consumer places it, then placed: nothing else, and no going back.
+    let mut seen = Vec::new();
+    loop {
         let status: Value = app
             .client
             .get(format!("{}{location}", app.url))
@@ -456,32 +471,58 @@ async fn an_accepted_order_is_pending_until_a_consumer_places_it() {
             .json()
             .await
             .expect("json");
-        state = status["state"].as_str().unwrap_or_default().to_string();
+        let state = status["state"].as_str().unwrap_or_default().to_string();
         assert!(state == "pending" || state == "placed", "{status}");
+        if seen.last() != Some(&state) {
+            seen.push(state.clone());
+        }
         if state == "placed" {
             assert_eq!(status["order"]["request_id"], "click/1");
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert_eq!(state, "placed");
+    assert!(
+        seen == ["placed"] || seen == ["pending", "placed"],
+        "{seen:?}"
+    );
     let unknown = app
         .client
-        .get(format!("{}/api/orders/never", app.url))
+        .get(format!(
+            "{}/api/products/1/orders/never?user_id=u-1",
+            app.url
+        ))
         .send()
         .await
         .expect("get");
     assert_eq!(unknown.status(), StatusCode::NOT_FOUND);
-    let metrics = app
+    // Another buyer is not shown the order.
+    let stranger = app
         .client
-        .get(format!("{}/metrics", app.url))
+        .get(format!(
+            "{}/api/products/1/orders/click%2F1?user_id=u-2",
+            app.url
+        ))
         .send()
         .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
-    assert!(metrics.contains("seckill_stream_lag_entries"), "{metrics}");
+        .expect("get");
+    assert_eq!(stranger.status(), StatusCode::NOT_FOUND);
+    // The consumer reports its lag after each round; wait for its first report.
+    loop {
+        let metrics = app
+            .client
+            .get(format!("{}/metrics", app.url))
+            .send()
+            .await
+            .expect("metrics")
+            .text()
+            .await
+            .expect("text");
+        if metrics.contains("seckill_stream_lag_entries") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     app.stop().await;
     drop_database(&database_url).await;
 }

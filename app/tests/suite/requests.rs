@@ -199,7 +199,7 @@ async fn admin_token_guards_product_resets_only() {
         .expect("json");
     assert_eq!(
         view,
-        json!({ "id": 7, "home": "row", "stock": 1, "initial_stock": 3, "sold": 2, "orders": 1, "pending": 0 })
+        json!({ "id": 7, "home": "row", "stock": 1, "initial_stock": 3, "sold": 2, "orders": 1, "pending": 0, "stranded": 0 })
     );
 
     // Reconciling is an admin's act too.

@@ -26,7 +26,7 @@ async fn run_and_read(strategy: Strategy) -> (RunOutput, Accounting, tempfile::T
         ))
         .await
         .unwrap();
-    let ledger = app::db::products::ledger(&db, None, SALE_PRODUCT)
+    let ledger = app::inventory::ledger(&db, None, SALE_PRODUCT)
         .await
         .unwrap()
         .expect("the sale product");

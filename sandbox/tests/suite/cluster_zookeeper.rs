@@ -52,7 +52,8 @@ fn a_partitioned_leader_stops_serving_and_the_majority_elects_another() {
     let old = zk.await_leader(ELECTION).unwrap();
     zk.partition(old);
     let new = sandbox::wait_for(ELECTION, || zk.leader().filter(|&l| l != old));
-    assert!(new.is_some(), "no other leader was elected");
+    let modes: Vec<_> = zk.members().iter().map(|m| m.mode()).collect();
+    assert!(new.is_some(), "no other leader was elected: {modes:?}");
     // Cut off, the old leader still runs and answers, but serves no one.
     let cut_off = sandbox::wait_for(ELECTION, || {
         (zk.member(old).mode() == Some(ZkMode::NotServing)).then_some(())

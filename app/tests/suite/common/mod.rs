@@ -430,3 +430,59 @@ pub async fn sells_exactly_the_stock_on(
     }
     drop_database(&database_url).await;
 }
+
+/// Points `config` at every shared service (Redis, the Redlock set, ZooKeeper, etcd,
+/// memcached), so that every strategy of the catalogue can run, with a key prefix of its own.
+pub async fn with_every_service(config: &mut Config) {
+    config.lock_prefix = format!("t{}:", uuid::Uuid::new_v4().simple());
+    (
+        config.redis_url,
+        config.redlock_urls,
+        config.zookeeper,
+        config.etcd,
+        config.memcached,
+    ) = tokio::task::spawn_blocking(|| {
+        use sandbox::shared;
+        (
+            Some(shared::redis_url()),
+            shared::redlock_urls(),
+            Some(shared::zookeeper()),
+            shared::etcd(),
+            Some(shared::memcached()),
+        )
+    })
+    .await
+    .expect("sandbox servers");
+}
+
+/// An order row as stored, its text columns read as bytes (no collation in between).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredOrder {
+    pub product_id: u64,
+    pub user_id: String,
+    pub request_id: String,
+    pub quantity: u32,
+}
+
+/// Every order of the database that holds units (voided purchases left out), its ids read as
+/// bytes.
+pub async fn stored_orders(database_url: &str) -> Vec<StoredOrder> {
+    let mut conn = MySqlConnection::connect(database_url)
+        .await
+        .expect("connect");
+    let rows: Vec<(u64, Vec<u8>, Vec<u8>, u32)> = sqlx::query_as(
+        "SELECT product_id, CAST(user_id AS BINARY), CAST(request_id AS BINARY), quantity \
+         FROM orders WHERE state = 'placed'",
+    )
+    .fetch_all(&mut conn)
+    .await
+    .expect("orders");
+    rows.into_iter()
+        .map(|(product_id, user, request, quantity)| StoredOrder {
+            product_id,
+            user_id: String::from_utf8(user).expect("utf-8 user id"),
+            request_id: String::from_utf8(request).expect("utf-8 request id"),
+            quantity,
+        })
+        .collect()
+}

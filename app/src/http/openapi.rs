@@ -10,8 +10,8 @@ use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa::openapi::{OpenApi as Document, RefOr, Schema};
 use utoipa::{Modify, OpenApi};
 
-use crate::http::orders::HOLD_HEADER;
-use crate::http::{meta, orders, products};
+use super::orders::HOLD_HEADER;
+use super::{meta, orders, products};
 use crate::state::{AppState, Settings};
 
 #[derive(OpenApi)]
@@ -51,8 +51,8 @@ impl Modify for AdminToken {
 }
 
 /// The document of a server running with `settings`: the largest `quantity` is its
-/// `--max-quantity`, the admin token is required only when one is configured, and the
-/// fault-injection header exists only when it is honoured.
+/// `--max-quantity`, the strategies are those it offers, the admin token is required only when
+/// one is configured, and the fault-injection header exists only when it is honoured.
 pub fn document(settings: &Settings) -> Document {
     let mut doc = ApiDoc::openapi();
     let quantity = doc
@@ -80,6 +80,19 @@ pub fn document(settings: &Settings) -> Document {
         && let Some(components) = &mut doc.components
     {
         components.security_schemes.clear();
+    }
+    let strategy = doc
+        .components
+        .as_mut()
+        .and_then(|c| c.schemas.get_mut("Strategy"));
+    if let Some(RefOr::T(Schema::Object(strategy))) = strategy {
+        strategy.enum_values = Some(
+            settings
+                .offered
+                .iter()
+                .map(|s| serde_json::Value::from(s.name()))
+                .collect(),
+        );
     }
     doc
 }
@@ -114,8 +127,10 @@ mod tests {
         Settings {
             admin_token: Some("secret".into()),
             default_strategy: Strategy::Conditional,
+            offered: vec![Strategy::Conditional, Strategy::Batched],
             max_quantity: 7,
             allow_fault_injection: true,
+            reconcile_grace: std::time::Duration::from_secs(10),
         }
     }
 
@@ -124,11 +139,19 @@ mod tests {
     }
 
     #[test]
-    fn the_document_names_each_strategy_by_its_wire_name() {
+    fn the_document_names_each_offered_strategy_by_its_wire_name() {
+        let every = Settings {
+            offered: Strategy::ALL.to_vec(),
+            ..settings()
+        };
         let names: Vec<&str> = Strategy::ALL.iter().map(|s| s.name()).collect();
         assert_eq!(
-            json(&settings())["components"]["schemas"]["Strategy"]["enum"],
+            json(&every)["components"]["schemas"]["Strategy"]["enum"],
             serde_json::json!(names)
+        );
+        assert_eq!(
+            json(&settings())["components"]["schemas"]["Strategy"]["enum"],
+            serde_json::json!(["conditional", "batched"])
         );
     }
 

@@ -1,27 +1,25 @@
-//! The strategy catalogue: every strategy the service offers, one line each.
+//! The strategy catalogue: every strategy the service offers, one line each, and the facts
+//! every client shares about them (name, safety, the service it needs, where it takes stock
+//! from). It sits at the bottom of the crate, beside the wire types: it names strategies, it
+//! does not build them ([`crate::strategy::registry`] does, from the same lines).
 //!
 //! A line names the strategy (the [`Strategy`] variant and its wire name), says how safe it is
-//! ([`Safety`]), how it is built ([`Kind`]: a strategy of its own, or the generic locked
-//! strategy over a [`Backend`], fenced or not) and what it does in one sentence. The macro turns
-//! the lines into the [`Strategy`] enum and an exhaustive `match`, so a strategy is known to the
-//! service, the benchmark and the report the moment its line exists, and a variant without a
-//! line cannot compile.
+//! ([`Safety`]), how it is made ([`Kind`]: a strategy of its own, with its service, its stock's
+//! home and its builder; or the generic locked strategy over a [`Backend`], fenced or not) and
+//! what it does in one sentence. `for_each_strategy!` hands the lines to a macro: here they
+//! become the [`Strategy`] enum and an exhaustive `match`; in the registry, the builders. A
+//! strategy is known to the service, the benchmark and the report the moment its line exists,
+//! and a variant without a line cannot compile.
 //!
 //! **Adding a strategy** is one file under `app/src/strategy/` (a type implementing
-//! [`super::StockStrategy`] with a `build(&Deps)` function and a `//!` header explaining why it
-//! is safe or unsafe) and one line below.
+//! [`crate::strategy::StockStrategy`] with a `build(&Deps)` function and a `//!` header
+//! explaining why it is safe or unsafe) and one line below.
 
 use std::fmt;
 use std::str::FromStr;
-use std::sync::Arc;
 
 use locks::Backend;
 use serde::{Deserialize, Serialize};
-
-use super::{
-    Deps, StockStrategy, batched, conditional, local_mutex, naive, optimistic, pessimistic,
-    redis_lua, redis_lua_stream, sharded, unchecked,
-};
 
 /// How far a strategy keeps `sold ≤ initial stock` under concurrency, across instances.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
@@ -161,26 +159,13 @@ pub enum Fencing {
     On,
 }
 
-/// How a strategy is built.
-#[derive(Clone, Copy)]
+/// How a strategy is made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     /// A strategy of its own, running on `service`, taking stock from `home`.
-    Own {
-        service: Service,
-        home: Home,
-        build: fn(&Deps) -> Arc<dyn StockStrategy>,
-    },
-    /// The generic locked strategy ([`super::locked::Locked`]) over a lock backend.
+    Own { service: Service, home: Home },
+    /// The generic locked strategy over a lock backend.
     Locked { backend: Backend, fencing: Fencing },
-}
-
-impl fmt::Debug for Kind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Kind::Own { service, .. } => write!(f, "Own({})", service.name()),
-            Kind::Locked { backend, fencing } => write!(f, "Locked({backend}, {fencing:?})"),
-        }
-    }
 }
 
 /// One catalogue line.
@@ -191,29 +176,11 @@ pub struct Spec {
     pub description: &'static str,
 }
 
-/// A strategy of its own whose stock is the product row.
-const fn own(service: Service, build: fn(&Deps) -> Arc<dyn StockStrategy>) -> Kind {
-    own_in(service, Home::Row, build)
-}
-
-/// A strategy of its own whose stock lives in `home`.
-const fn own_in(service: Service, home: Home, build: fn(&Deps) -> Arc<dyn StockStrategy>) -> Kind {
-    Kind::Own {
-        service,
-        home,
-        build,
-    }
-}
-
-const fn locked(backend: Backend, fencing: Fencing) -> Kind {
-    Kind::Locked { backend, fencing }
-}
-
 // `$name` is a `tt`, not a `literal`: a `literal` fragment reaches the derives wrapped in an
 // invisible group, which serde reads through but utoipa does not — the document then listed
 // the Rust variant names (`"Naive"`) instead of the wire names.
-macro_rules! catalogue {
-    ($($variant:ident = $name:tt, $safety:ident, $kind:expr, $description:literal;)+) => {
+macro_rules! define_catalogue {
+    ($($variant:ident = $name:tt, $safety:ident, $kind:ident ($($how:tt)*), $description:literal;)+) => {
         /// A strategy of the catalogue, by its wire name (`"conditional"`, `"redis-lock"`, …).
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord,
                  Serialize, Deserialize, utoipa::ToSchema)]
@@ -237,7 +204,7 @@ macro_rules! catalogue {
                 match self {
                     $(Strategy::$variant => Spec {
                         safety: Safety::$safety,
-                        kind: $kind,
+                        kind: kind!($kind($($how)*)),
                         description: $description,
                     },)+
                 }
@@ -246,42 +213,66 @@ macro_rules! catalogue {
     };
 }
 
-use Fencing::{Off, On};
-use Service::{Mariadb, Process, Redis};
-
-#[rustfmt::skip]
-catalogue! {
-    Naive = "naive", Unsafe, own(Mariadb, naive::build), "reads stock, computes in the app, writes the absolute value back";
-    Unchecked = "unchecked", Unsafe, own(Mariadb, unchecked::build), "checks stock, then `SET stock = stock - q` with no guard in the UPDATE";
-    LocalMutex = "local-mutex", Unsafe, own(Process, local_mutex::build), "`naive` inside a per-product in-process mutex: correct with one instance only";
-    Conditional = "conditional", Safe, own(Mariadb, conditional::build), "`UPDATE … SET stock = stock - q WHERE stock >= q` in one statement";
-    Optimistic = "optimistic", Safe, own(Mariadb, optimistic::build), "reads stock and version, `UPDATE … WHERE version = v`, bounded jittered retries";
-    Pessimistic = "pessimistic", Safe, own(Mariadb, pessimistic::build_waiting), "`SELECT … FOR UPDATE` in a transaction: buyers queue on the row lock";
-    PessimisticNowait = "pessimistic-nowait", Safe, own(Mariadb, pessimistic::build_nowait), "`SELECT … FOR UPDATE NOWAIT`: answers busy instead of queueing";
-    Batched = "batched", Safe, own(Mariadb, batched::build), "purchases of a product queued for a few ms, committed as one conditional `UPDATE` and one multi-row order `INSERT`";
-    Sharded = "sharded", Safe, own_in(Mariadb, Home::Buckets, sharded::build), "stock split over N bucket rows; a conditional decrement on a random non-empty bucket, sold out only when all are";
-    DbLock = "db-lock", WhileLeasesHold, locked(Backend::DbLock, Off), "lock row in a lock table (unique name, expiry, release by row id); stock read-modify-write inside";
-    DbLockFenced = "db-lock-fenced", Safe, locked(Backend::DbLock, On), "`db-lock`, and the stock write is fenced by the lock row's id";
-    DbLockRenewed = "db-lock-renewed", WhileLeasesHold, locked(Backend::DbLockRenewed, Off), "`db-lock` with a renewal task that extends the lease while the holder lives";
-    RedisLock = "redis-lock", WhileLeasesHold, locked(Backend::Redis, Off), "`SET NX PX` lock per product, stock read-modify-write inside; unsafe past its lease";
-    RedisLockFenced = "redis-lock-fenced", Safe, locked(Backend::Redis, On), "`redis-lock` with the stock write fenced by the lock's `INCR` token";
-    RedisWatchdog = "redis-watchdog", WhileLeasesHold, locked(Backend::RedisWatchdog, Off), "Redisson-like lock renewed by a watchdog, waiters woken by pub/sub";
-    RedisWatchdogFenced = "redis-watchdog-fenced", Safe, locked(Backend::RedisWatchdog, On), "`redis-watchdog` with the stock write fenced by the lock's token";
-    RedisFair = "redis-fair", WhileLeasesHold, locked(Backend::RedisFair, Off), "`redis-watchdog` with a wait queue in Redis: buyers served first come, first served";
-    RedisFairFenced = "redis-fair-fenced", Safe, locked(Backend::RedisFair, On), "`redis-fair` with the stock write fenced by the lock's token";
-    Redlock = "redlock", WhileLeasesHold, locked(Backend::Redlock, Off), "quorum lock over independent Redis instances";
-    RedisSetnxNoTtl = "redis-setnx-no-ttl", Unsafe, locked(Backend::RedisSetnxNoTtl, Off), "`SETNX` then a separate `EXPIRE`: a crash between them leaves the lock stuck";
-    RedisGetThenSet = "redis-get-then-set", Unsafe, locked(Backend::RedisGetThenSet, Off), "`GET`, then `SET` if empty: two round trips, two holders";
-    RedisUnsafeRelease = "redis-unsafe-release", Unsafe, locked(Backend::RedisUnsafeRelease, Off), "release by plain `DEL`: deletes the next holder's lock after a lease expiry";
-    Zookeeper = "zookeeper", WhileLeasesHold, locked(Backend::ZooKeeper, Off), "Curator-style ephemeral sequential nodes, waiting on the predecessor";
-    ZookeeperFenced = "zookeeper-fenced", Safe, locked(Backend::ZooKeeper, On), "`zookeeper` with the stock write fenced by the lock node's czxid";
-    Etcd = "etcd", WhileLeasesHold, locked(Backend::Etcd, Off), "lease-bound keys, ownership by lowest create revision, watch on the predecessor";
-    EtcdFenced = "etcd-fenced", Safe, locked(Backend::Etcd, On), "`etcd` with the stock write fenced by the key's create revision";
-    Memcached = "memcached", WhileLeasesHold, locked(Backend::Memcached, Off), "memcached `add` lock with an expiry, CAS release; a restart or an eviction frees it";
-    MemcachedFenced = "memcached-fenced", Safe, locked(Backend::Memcached, On), "`memcached` with the stock write fenced by the lock's `incr` token";
-    RedisLua = "redis-lua", Safe, own_in(Redis, Home::Redis, redis_lua::build), "stock counter in Redis: one Lua script checks, decrements and records the request id; then the order insert, given back if it fails";
-    RedisLuaStream = "redis-lua-stream", Safe, own_in(Redis, Home::Redis, redis_lua_stream::build), "`redis-lua` that appends the order to a Redis Stream in the same script and answers 202; consumers place the orders in batches";
+/// The [`Kind`] of a line, its builder left out.
+macro_rules! kind {
+    (Own($service:ident, $home:ident, $module:ident :: $build:ident)) => {
+        Kind::Own {
+            service: Service::$service,
+            home: Home::$home,
+        }
+    };
+    (Locked($backend:ident, $fencing:ident)) => {
+        Kind::Locked {
+            backend: Backend::$backend,
+            fencing: Fencing::$fencing,
+        }
+    };
 }
+
+/// Calls `$then!` with every catalogue line. A line is
+/// `Variant = "wire-name", Safety, Own(Service, Home, module::builder) | Locked(Backend,
+/// Fencing), "what it does";` — the builder, a function of the strategy's module under
+/// `app/src/strategy/`, is read only where strategies are built.
+macro_rules! for_each_strategy {
+    ($then:ident) => {
+        #[rustfmt::skip]
+        $then! {
+            Naive = "naive", Unsafe, Own(Mariadb, Row, naive::build), "reads stock, computes in the app, writes the absolute value back";
+            Unchecked = "unchecked", Unsafe, Own(Mariadb, Row, unchecked::build), "checks stock, then `SET stock = stock - q` with no guard in the UPDATE";
+            LocalMutex = "local-mutex", Unsafe, Own(Process, Row, local_mutex::build), "`naive` inside a per-product in-process mutex: correct with one instance only";
+            Conditional = "conditional", Safe, Own(Mariadb, Row, conditional::build), "`UPDATE … SET stock = stock - q WHERE stock >= q` in one statement";
+            Optimistic = "optimistic", Safe, Own(Mariadb, Row, optimistic::build), "reads stock and version, `UPDATE … WHERE version = v`, bounded jittered retries";
+            Pessimistic = "pessimistic", Safe, Own(Mariadb, Row, pessimistic::build_waiting), "`SELECT … FOR UPDATE` in a transaction: buyers queue on the row lock";
+            PessimisticNowait = "pessimistic-nowait", Safe, Own(Mariadb, Row, pessimistic::build_nowait), "`SELECT … FOR UPDATE NOWAIT`: answers busy instead of queueing";
+            Batched = "batched", Safe, Own(Mariadb, Row, batched::build), "purchases of a product queued for a few ms, committed as one conditional `UPDATE` and one multi-row order `INSERT`";
+            Sharded = "sharded", Safe, Own(Mariadb, Buckets, sharded::build), "stock split over N bucket rows; a conditional decrement on a random non-empty bucket, sold out only when all are";
+            DbLock = "db-lock", WhileLeasesHold, Locked(DbLock, Off), "lock row in a lock table (unique name, expiry, release by row id); stock read-modify-write inside";
+            DbLockFenced = "db-lock-fenced", Safe, Locked(DbLock, On), "`db-lock`, and the stock write is fenced by the lock row's id";
+            DbLockRenewed = "db-lock-renewed", WhileLeasesHold, Locked(DbLockRenewed, Off), "`db-lock` with a renewal task that extends the lease while the holder lives";
+            RedisLock = "redis-lock", WhileLeasesHold, Locked(Redis, Off), "`SET NX PX` lock per product, stock read-modify-write inside; unsafe past its lease";
+            RedisLockFenced = "redis-lock-fenced", Safe, Locked(Redis, On), "`redis-lock` with the stock write fenced by the lock's `INCR` token";
+            RedisWatchdog = "redis-watchdog", WhileLeasesHold, Locked(RedisWatchdog, Off), "Redisson-like lock renewed by a watchdog, waiters woken by pub/sub";
+            RedisWatchdogFenced = "redis-watchdog-fenced", Safe, Locked(RedisWatchdog, On), "`redis-watchdog` with the stock write fenced by the lock's token";
+            RedisFair = "redis-fair", WhileLeasesHold, Locked(RedisFair, Off), "`redis-watchdog` with a wait queue in Redis: buyers served first come, first served";
+            RedisFairFenced = "redis-fair-fenced", Safe, Locked(RedisFair, On), "`redis-fair` with the stock write fenced by the lock's token";
+            Redlock = "redlock", WhileLeasesHold, Locked(Redlock, Off), "quorum lock over independent Redis instances";
+            RedisSetnxNoTtl = "redis-setnx-no-ttl", Unsafe, Locked(RedisSetnxNoTtl, Off), "`SETNX` then a separate `EXPIRE`: a crash between them leaves the lock stuck";
+            RedisGetThenSet = "redis-get-then-set", Unsafe, Locked(RedisGetThenSet, Off), "`GET`, then `SET` if empty: two round trips, two holders";
+            RedisUnsafeRelease = "redis-unsafe-release", Unsafe, Locked(RedisUnsafeRelease, Off), "release by plain `DEL`: deletes the next holder's lock after a lease expiry";
+            Zookeeper = "zookeeper", WhileLeasesHold, Locked(ZooKeeper, Off), "Curator-style ephemeral sequential nodes, waiting on the predecessor";
+            ZookeeperFenced = "zookeeper-fenced", Safe, Locked(ZooKeeper, On), "`zookeeper` with the stock write fenced by the lock node's czxid";
+            Etcd = "etcd", WhileLeasesHold, Locked(Etcd, Off), "lease-bound keys, ownership by lowest create revision, watch on the predecessor";
+            EtcdFenced = "etcd-fenced", Safe, Locked(Etcd, On), "`etcd` with the stock write fenced by the key's create revision";
+            Memcached = "memcached", WhileLeasesHold, Locked(Memcached, Off), "memcached `add` lock with an expiry, CAS release; a restart or an eviction frees it";
+            MemcachedFenced = "memcached-fenced", Safe, Locked(Memcached, On), "`memcached` with the stock write fenced by the lock's `incr` token";
+            RedisLua = "redis-lua", Safe, Own(Redis, Redis, redis_lua::build), "stock counter in Redis: one Lua script checks, decrements and records the request id; then the order insert, given back if it fails";
+            RedisLuaStream = "redis-lua-stream", Safe, Own(Redis, Redis, redis_lua_stream::build), "`redis-lua` that appends the order to a Redis Stream in the same script and answers 202; consumers place the orders in batches";
+        }
+    };
+}
+pub(crate) use for_each_strategy;
+
+for_each_strategy!(define_catalogue);
 
 impl Strategy {
     pub fn safety(self) -> Safety {
@@ -294,6 +285,11 @@ impl Strategy {
             Kind::Own { service, .. } => service,
             Kind::Locked { backend, .. } => Service::of(backend),
         }
+    }
+
+    /// Its description, one sentence.
+    pub fn description(self) -> &'static str {
+        self.spec().description
     }
 
     /// Where it takes stock from (locked strategies: the product row).

@@ -1,0 +1,59 @@
+//! A product as its buyers and its accountants see it: the stock read from wherever it lives —
+//! the row, the buckets, or the Redis counter and the orders still queued in the stream — beside
+//! its orders. Above both kinds of storage ([`crate::db`], [`crate::redis_stock`]), below the
+//! handlers and the benchmark that read it.
+
+use sqlx::MySqlPool;
+
+use crate::accounting::Ledger;
+use crate::api::{Home, ProductView};
+use crate::db::products;
+use crate::redis_stock::{RedisStock, RedisStockError};
+
+/// Why a product could not be read from its home.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error(transparent)]
+    Database(#[from] sqlx::Error),
+    #[error(transparent)]
+    Redis(#[from] RedisStockError),
+}
+
+/// The product as [`products::view`] reads it, with the stock read from its home (the Redis
+/// counter, and the units waiting in the stream, for [`Home::Redis`]).
+///
+/// For a Redis home the orders are read again after the units waiting in the stream: a unit
+/// moves from waiting to ordered, never back, so an order placed between the two reads is
+/// counted twice (waiting, then ordered), never zero times. With the orders read only before,
+/// it would be in neither, and a caller waiting for `pending == 0` would stop at a short count.
+pub async fn view(
+    pool: &MySqlPool,
+    redis: Option<&RedisStock>,
+    id: u64,
+) -> Result<Option<ProductView>, ReadError> {
+    let Some(first) = products::view(pool, id).await? else {
+        return Ok(None);
+    };
+    if first.home != Home::Redis {
+        return Ok(Some(first));
+    }
+    let redis = redis.ok_or(RedisStockError::NotConfigured)?;
+    let pending = redis.waiting_units(id).await?;
+    let stock = redis.counter(id).await?.unwrap_or(0);
+    let Some(mut view) = products::view(pool, id).await? else {
+        return Ok(None);
+    };
+    view.pending = pending;
+    view.stock = stock;
+    Ok(Some(view.with_stranded()))
+}
+
+/// The product's stock (read from its home) and its orders, as the accounting reads them after
+/// a sale, or `None` if the product does not exist.
+pub async fn ledger(
+    pool: &MySqlPool,
+    redis: Option<&RedisStock>,
+    id: u64,
+) -> Result<Option<Ledger>, ReadError> {
+    Ok(view(pool, redis, id).await?.map(Ledger::of))
+}

@@ -1,0 +1,92 @@
+//! How Redis names a purchase and remembers a charge.
+//!
+//! A purchase is named, as in the database, by its buyer and request id within one product,
+//! byte for byte. In the product's `requests` hash its field is the buyer's id prefixed by its
+//! length in bytes, then the request id (`5:alicer-1`): no separator a user id could contain
+//! can make two purchases one field. The stream's `pending` hash, shared by all products, puts
+//! the product id in front (`7:5:alicer-1`).
+//!
+//! The value records what was charged: `quantity:strategy:charged-at` (milliseconds of the
+//! Redis clock), so that a replay with other terms is a conflict, and so that `reconcile` can
+//! tell a purchase still in flight from one presumed lost; or [`CANCELLED`], a tombstone.
+
+use crate::db::orders::PurchaseKey;
+
+/// The field of the purchase in its product's `requests` hash.
+pub fn field(user_id: &str, request_id: &str) -> String {
+    format!("{}:{user_id}{request_id}", user_id.len())
+}
+
+/// The field of the purchase in the `pending` hash of all products.
+pub fn pending_field(key: PurchaseKey<'_>) -> String {
+    format!("{}:{}", key.product_id, field(key.user_id, key.request_id))
+}
+
+/// The buyer and request id a [`field`] names, if it is one.
+pub fn parse_field(field: &str) -> Option<(&str, &str)> {
+    let (length, rest) = field.split_once(':')?;
+    let length: usize = length.parse().ok()?;
+    (rest.is_char_boundary(length) && length <= rest.len()).then(|| rest.split_at(length))
+}
+
+/// The terms a charge is recorded with, before its time: `quantity:strategy:`. A replay of a
+/// charged purchase is a duplicate when its terms are these, a conflict otherwise.
+pub fn terms(quantity: u32, strategy: &str) -> String {
+    format!("{quantity}:{strategy}:")
+}
+
+/// The record of a purchase whose take was settled as not made (see
+/// [`super::scripts::SETTLE`]): a tombstone, holding no units.
+pub const CANCELLED: &str = "cancelled";
+
+/// A charge as recorded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Charge {
+    pub quantity: u32,
+    pub strategy: String,
+    /// When the script charged it, by the Redis clock, in milliseconds.
+    pub charged_at_ms: u64,
+}
+
+impl Charge {
+    pub fn parse(record: &str) -> Option<Charge> {
+        let mut parts = record.splitn(3, ':');
+        Some(Charge {
+            quantity: parts.next()?.parse().ok()?,
+            strategy: parts.next()?.to_string(),
+            charged_at_ms: parts.next()?.parse().ok()?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_field_names_one_buyer_and_request_whatever_they_contain() {
+        let a = field("ab", "c:d");
+        let b = field("ab:", "cd");
+        assert_ne!(a, b);
+        assert_eq!(parse_field(&a), Some(("ab", "c:d")));
+        assert_eq!(parse_field(&b), Some(("ab:", "cd")));
+        assert_eq!(
+            parse_field(&field("caf\u{e9}", "x")),
+            Some(("caf\u{e9}", "x"))
+        );
+        assert_eq!(parse_field("9:short"), None);
+    }
+
+    #[test]
+    fn a_recorded_charge_reads_back() {
+        let record = format!("{}1700000000123", terms(2, "redis-lua"));
+        assert_eq!(
+            Charge::parse(&record),
+            Some(Charge {
+                quantity: 2,
+                strategy: "redis-lua".into(),
+                charged_at_ms: 1_700_000_000_123,
+            })
+        );
+    }
+}

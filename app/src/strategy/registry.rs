@@ -1,0 +1,89 @@
+//! The registry: every strategy of the catalogue, built once per service instance from the
+//! catalogue's lines — a strategy of its own by its module's builder, a locked one as the
+//! generic [`Locked`] strategy over the lock its backend connected.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use locks::{Backend, DistributedLock};
+
+use super::locked::Locked;
+use super::{Deps, Kind, StockStrategy, Strategy};
+
+/// The lock of each lock backend, as connected at start-up: `None` where the backend is not
+/// configured or could not be reached (its strategies then answer `backend_unavailable`).
+pub type Locks = BTreeMap<Backend, Option<Arc<dyn DistributedLock>>>;
+
+/// Every strategy of the catalogue, built.
+pub struct Registry {
+    deps: Deps,
+    locks: Locks,
+    built: BTreeMap<Strategy, Arc<dyn StockStrategy>>,
+}
+
+impl Registry {
+    /// Builds every strategy of the catalogue from `deps` and the connected `locks`.
+    pub fn new(deps: Deps, locks: Locks) -> Registry {
+        let mut registry = Registry {
+            deps,
+            locks,
+            built: BTreeMap::new(),
+        };
+        for &strategy in Strategy::ALL {
+            registry.build(strategy);
+        }
+        registry
+    }
+
+    /// Replaces the lock behind every strategy over `backend` (tests put in-process or failing
+    /// locks there).
+    pub fn set_lock(&mut self, backend: Backend, lock: Option<Arc<dyn DistributedLock>>) {
+        self.locks.insert(backend, lock);
+        for &strategy in Strategy::ALL {
+            if strategy.lock_backend() == Some(backend) {
+                self.build(strategy);
+            }
+        }
+    }
+
+    fn build(&mut self, strategy: Strategy) {
+        let built = match (strategy.spec().kind, build_own(strategy, &self.deps)) {
+            (_, Some(own)) => own,
+            (Kind::Locked { backend, fencing }, None) => {
+                let lock = self.locks.get(&backend).cloned().flatten();
+                Arc::new(Locked::new(&self.deps, lock, fencing))
+            }
+            (Kind::Own { .. }, None) => unreachable!("every `Own` line names its builder"),
+        };
+        self.built.insert(strategy, built);
+    }
+
+    /// The built strategy.
+    pub fn get(&self, strategy: Strategy) -> &Arc<dyn StockStrategy> {
+        &self.built[&strategy]
+    }
+}
+
+macro_rules! define_builders {
+    ($($variant:ident = $name:tt, $safety:ident, $kind:ident ($($how:tt)*), $description:literal;)+) => {
+        /// The strategy of its own that `strategy` names, built from `deps` by its module's
+        /// builder; `None` for a locked strategy.
+        fn build_own(strategy: Strategy, deps: &Deps) -> Option<Arc<dyn StockStrategy>> {
+            match strategy {
+                $(Strategy::$variant => builder!($kind($($how)*), deps),)+
+            }
+        }
+    };
+}
+
+/// The builder call of one catalogue line.
+macro_rules! builder {
+    (Own($service:ident, $home:ident, $module:ident :: $build:ident), $deps:ident) => {
+        Some(super::$module::$build($deps))
+    };
+    (Locked($backend:ident, $fencing:ident), $deps:ident) => {
+        None
+    };
+}
+
+crate::catalogue::for_each_strategy!(define_builders);
