@@ -76,6 +76,7 @@ pub fn report() -> RunReport {
         final_stock,
         units_in_orders: units,
         orders: units,
+        pending: 0,
     };
     let mut report = RunReport {
         schema_version: SCHEMA_VERSION,

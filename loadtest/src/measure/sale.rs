@@ -49,7 +49,7 @@ pub async fn run_sale(api: &Api, db: &MySqlPool, plan: &SalePlan) -> Result<Sale
         let (view, drained) = drain(api, plan.product).await?;
         (Ledger::of(view), Some(drained.as_secs_f64()))
     } else {
-        let ledger = app::db::products::ledger(db, None, plan.product)
+        let ledger = app::inventory::ledger(db, None, plan.product)
             .await
             .with_context(|| format!("reading the ledger of product {}", plan.product))?
             .with_context(|| format!("product {} vanished during the sale", plan.product))?;

@@ -7,11 +7,16 @@
 //! undersell ("less-sell"), and the crashed click cannot simply be retried either: its request
 //! id is recorded as charged, so the retry waits for an order that will never come and is told
 //! `busy`. `POST /api/products/{id}/reconcile` compares the counter with the orders (and the
-//! stream), puts the lost unit back and forgets the charged request id; afterwards the retry
-//! buys, every unit sells, and none is sold twice.
+//! stream). A charge older than the reconcile grace is presumed lost: reconcile first writes
+//! the purchase as a *voided* order — so a purchase that was only slow can never place its
+//! order afterwards and sell the unit twice — and only then puts the unit back. The crashed
+//! click's retry is told `purchase_voided`; the buyer clicks again (a new request id) and buys,
+//! every unit sells, and none is sold twice.
 //!
-//! The instance is killed once the counter shows the unit taken (A is then paused between the
-//! two writes), not after a guessed delay.
+//! The fleet runs with a grace of 1 ms so that reconcile presumes the charge lost at once; the
+//! default grace (10 s) leaves every younger charge alone as in flight. The instance is killed
+//! once the counter shows the unit taken (A is then paused between the two writes), not after
+//! a guessed delay.
 
 use std::fmt;
 use std::time::Duration;
@@ -55,8 +60,10 @@ pub struct Figures {
     pub counter_found: i64,
     pub counter_after: i64,
     pub released_requests: u64,
-    /// The crashed click's retry bought after the reconciliation.
-    pub retry_after_reconcile_created: bool,
+    /// The crashed click's retry was told `purchase_voided` after the reconciliation.
+    pub retry_after_reconcile_voided: bool,
+    /// A's new click (a new request id) bought after the reconciliation.
+    pub new_click_created: bool,
     pub units_sold: i64,
     pub orders: i64,
     pub oversell: i64,
@@ -84,7 +91,10 @@ impl Scenario for LuaCrashBeforeOrder {
     }
 
     async fn play(stock: i64, stage: &Stage) -> Result<Vec<(Moment, Figures)>> {
-        let flags = [format!("--lock-wait-ms={REPLAY_WAIT_MS}")];
+        let flags = [
+            format!("--lock-wait-ms={REPLAY_WAIT_MS}"),
+            "--reconcile-grace-ms=1".to_string(),
+        ];
         let mut fleet = Fleet::start(stage.app_binary()?, 2, &flags).await?;
         fleet.reset_in(PRODUCT, stock, Home::Redis).await?;
         let tl = stage.round(Strategy::RedisLua.name());
@@ -138,6 +148,9 @@ impl Scenario for LuaCrashBeforeOrder {
         );
         let retry_after = fleet.api.order(1, PRODUCT, &click).await;
         tl.log("A retries@2", retry_after.describe());
+        let again = order_request("buyer-a".into(), Strategy::RedisLua, "click-a2".into(), 1);
+        let new_click = fleet.api.order(1, PRODUCT, &again).await;
+        tl.log("A clicks again@2", new_click.describe());
 
         // Everyone else buys what is left, one after the other, through the living instance.
         let more = stock as u64 + 5;
@@ -165,7 +178,8 @@ impl Scenario for LuaCrashBeforeOrder {
             counter_found: reconciled.counter_found.unwrap_or(-1),
             counter_after: reconciled.counter_after,
             released_requests: reconciled.released_requests,
-            retry_after_reconcile_created: retry_after.created(),
+            retry_after_reconcile_voided: retry_after.refused_with(ErrorCode::PurchaseVoided),
+            new_click_created: new_click.created(),
             units_sold: end.sold,
             orders: end.orders,
             oversell: accounted.oversell,
@@ -195,16 +209,21 @@ impl Scenario for LuaCrashBeforeOrder {
             ),
             Moment::AfterReconcile => Judgement::new(
                 format!(
-                    "counter back to {} − 0 ordered; the retry buys; all {} units sell, none \
-                     twice",
+                    "counter back to {} − 0 ordered; the retry is `purchase_voided`, a new click \
+                     buys; all {} units sell, none twice",
                     f.stock, f.stock
                 ),
                 format!(
-                    "counter {} → {}; retry {}; {} unit(s) sold in {} order(s), oversell {}, \
-                     undersell {}",
+                    "counter {} → {}; retry {}; new click {}; {} unit(s) sold in {} order(s), \
+                     oversell {}, undersell {}",
                     f.counter_found,
                     f.counter_after,
-                    if f.retry_after_reconcile_created {
+                    if f.retry_after_reconcile_voided {
+                        "purchase_voided"
+                    } else {
+                        "not voided"
+                    },
+                    if f.new_click_created {
                         "bought"
                     } else {
                         "refused"
@@ -215,7 +234,8 @@ impl Scenario for LuaCrashBeforeOrder {
                     f.undersell_at_end
                 ),
                 f.counter_after == f.stock
-                    && f.retry_after_reconcile_created
+                    && f.retry_after_reconcile_voided
+                    && f.new_click_created
                     && f.units_sold == f.stock
                     && f.orders == f.stock
                     && f.oversell == 0
@@ -232,9 +252,11 @@ impl Scenario for LuaCrashBeforeOrder {
             "The Lua script and the order insert are two writes in two systems. The crash \
              between them left {} unit(s) off sale with no order (undersell), and the click's \
              retry found its request id charged and waited for an order that never came. \
-             Reconciling counted the orders and the stream, set the counter from {} to {} and \
-             released {} request id(s); then the retry bought and {} of {} units sold in {} \
-             orders (oversell {}).",
+             Reconciling counted the orders and the stream, fenced the stalled purchase out (a \
+             voided order under its request id, so it can never place its order late), set the \
+             counter from {} to {} and released {} request id(s); the retry was told \
+             `purchase_voided`, a new click bought, and {} of {} units sold in {} orders \
+             (oversell {}).",
             f.undersell_after_crash,
             f.counter_found,
             f.counter_after,

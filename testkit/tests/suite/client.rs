@@ -170,10 +170,14 @@ async fn an_instance_that_refuses_connections_is_a_transport_error() {
 
 #[tokio::test]
 async fn a_202_with_the_order_status_counts_as_a_created_order() {
-    const ACCEPTED: &str = "HTTP/1.1 202 Accepted\r\nlocation: /api/orders/r-1\r\n\
-        content-type: application/json\r\ncontent-length: 53\r\n\r\n\
-        {\"request_id\":\"r-1\",\"product_id\":1,\"state\":\"pending\"}";
-    let (base, _, _) = serve(ACCEPTED, |_| Then::Answer).await;
+    let status = r#"{"request_id":"r-1","product_id":1,"user_id":"u-1","state":"pending"}"#;
+    let accepted = format!(
+        "HTTP/1.1 202 Accepted\r\nlocation: /api/products/1/orders/r-1?user_id=u-1\r\n\
+         content-type: application/json\r\ncontent-length: {}\r\n\r\n{status}",
+        status.len()
+    );
+    let accepted: &'static str = accepted.leak();
+    let (base, _, _) = serve(accepted, |_| Then::Answer).await;
     let api = Api::new(vec![base], None).unwrap();
     assert_eq!(
         api.order(0, 1, &order("r-1")).await,
