@@ -1,14 +1,13 @@
-//! The app, built in-process against the bench's servers and served on port 0, so one purchase
-//! can be made both by calling a strategy object and through the HTTP API.
+//! The app, started in-process against the bench's servers ([`testkit::TestApp`]), so one
+//! purchase can be made both by calling a strategy object and through the HTTP API.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use app::AppState;
 use app::api::{OrderRequest, Strategy};
 use app::strategy::{Purchase, PurchaseError, PurchaseStats, Purchased, StockStrategy};
-use app::{AppState, Config};
-use tokio::net::TcpListener;
-use tokio::task::JoinHandle;
+use testkit::TestApp;
 
 /// Stock of every benchmarked product: no run ever sells it out.
 pub const STOCK: i64 = 1_000_000_000_000;
@@ -20,43 +19,22 @@ pub struct Shop {
     pub http: reqwest::Client,
     requests: AtomicU64,
     run: String,
-    server: JoinHandle<()>,
-}
-
-impl Drop for Shop {
-    fn drop(&mut self) {
-        self.server.abort();
-    }
+    _app: TestApp,
 }
 
 impl Shop {
     /// Builds the app over its own fresh database and every lock service of `endpoints`.
     pub async fn start(endpoints: &sandbox::Endpoints) -> Shop {
-        let run = uuid::Uuid::new_v4().simple().to_string();
-        let database = format!(
-            "{}/bench_{run}",
-            endpoints.database_url.trim_end_matches('/')
-        );
-        let mut config = Config::for_database(database);
-        config.redis_url = Some(endpoints.redis_url.clone());
-        config.redlock_urls = endpoints.redlock_urls.clone();
-        config.zookeeper = Some(endpoints.zookeeper.clone());
-        config.etcd = endpoints.etcd.clone();
-        config.memcached = Some(endpoints.memcached.clone());
-        config.lock_prefix = format!("bench:{run}:");
-        let (router, state) = app::build(&config).await.expect("the app starts");
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let url = format!("http://{}", listener.local_addr().expect("address"));
-        let server = tokio::spawn(async move {
-            axum::serve(listener, router).await.expect("serve");
-        });
+        let app = TestApp::start(testkit::config_on(endpoints))
+            .await
+            .expect("the app starts");
         Shop {
-            state,
-            url,
+            state: app.state.clone(),
+            url: app.url.clone(),
             http: reqwest::Client::new(),
             requests: AtomicU64::new(0),
-            run,
-            server,
+            run: uuid::Uuid::new_v4().simple().to_string(),
+            _app: app,
         }
     }
 

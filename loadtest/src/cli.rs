@@ -6,6 +6,7 @@ use app::api::Strategy;
 use clap::{Args, Parser, Subcommand};
 use locks::Backend;
 
+use crate::report::schema::{OPEN_RATE_SHARE, Settings};
 use crate::scenario::Selection;
 
 #[derive(Debug, Parser)]
@@ -34,6 +35,23 @@ pub enum Command {
     /// What changed from one run to another: throughput, p99 and accounting per strategy and
     /// baseline, marked where beyond the runs' noise or where a safe strategy began to oversell.
     Compare(CompareArgs),
+    /// Writes the README's results section from a run's report (the committed run's, by
+    /// default), or checks that it holds what would be written.
+    Readme(ReadmeArgs),
+}
+
+/// Settings of `seckill-bench readme`.
+#[derive(Debug, Clone, Args)]
+pub struct ReadmeArgs {
+    /// The run: a results directory (or its report.json).
+    #[arg(long, default_value = "results/latest")]
+    pub report: PathBuf,
+    /// The README whose results section is written.
+    #[arg(long, default_value = "README.md")]
+    pub readme: PathBuf,
+    /// Write nothing: fail if the README's section differs from what would be written.
+    #[arg(long)]
+    pub check: bool,
 }
 
 /// Settings of `seckill-bench compare`.
@@ -126,27 +144,6 @@ pub struct RunArgs {
     pub app_bin: Option<PathBuf>,
 }
 
-/// [`RunArgs`] with every default applied.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct Settings {
-    pub strategies: Vec<Strategy>,
-    pub instances: usize,
-    pub stock: i64,
-    pub buyers: usize,
-    pub demand: u64,
-    pub quantity: i64,
-    pub seconds: f64,
-    pub warmup: f64,
-    /// Runs per throughput figure.
-    pub repetitions: usize,
-    pub rate: Option<f64>,
-    pub quick: bool,
-    pub baselines: bool,
-    pub scenarios: bool,
-    /// Baselines and standard tools only (`--only-baselines`).
-    pub only_baselines: bool,
-}
-
 impl RunArgs {
     /// Applies the defaults (the `--quick` ones where `--quick` is given).
     pub fn settings(&self) -> anyhow::Result<Settings> {
@@ -167,6 +164,7 @@ impl RunArgs {
             warmup: self.warmup.unwrap_or(warmup),
             repetitions: self.repetitions,
             rate: self.rate,
+            open_rate_share: OPEN_RATE_SHARE,
             quick: self.quick,
             baselines: !self.no_baselines,
             scenarios: !self.no_scenarios && !self.only_baselines,
@@ -237,7 +235,7 @@ pub enum LockCommand {
     Hold(HoldArgs),
     /// Our locks beside the Python lock libraries people use (python-redis-lock, redis-py's
     /// `Lock`, kazoo's `Lock`), on the same workload in one run: interleaved rounds, medians,
-    /// and whether the hand-off targets of issue 15 hold.
+    /// and whether ours hold their targets against them.
     Peers(PeersArgs),
 }
 

@@ -2,41 +2,33 @@
 //! backends. Run it with `cargo xtask bench` (or `cargo run --release -p loadtest --bin
 //! seckill-bench -- run --quick`); see `seckill-bench --help`.
 //!
-//! `run` starts throwaway servers (or uses external ones, `SECKILL_EXTERNAL=1`), starts K
-//! `seckill-app` processes, and for every strategy measures a flash sale (correctness, from
-//! the database), closed- and open-loop throughput (medians of interleaved runs, [`repeat`]),
-//! baselines that put every figure in proportion, the standard tools beside them ([`tools`])
-//! and the CPU of every process ([`cpu`]); it writes `results/<UTC timestamp>/` with `report.md`, `report.json` and SVG
-//! charts. `lock` measures one lock backend under contention and counts mutual-exclusion
-//! violations; `lock matrix` sets every backend against every requirement of a lock service
-//! ([`lock::matrix`]). `compare` says what changed between two runs ([`compare`]).
+//! The folders follow a run ([`run`] orchestrates them in this order):
 //!
-//! One module per concern: [`cli`], [`apps`] (app processes, for the run and the scenarios),
-//! [`client`] (the one HTTP client and answer type, over `app::api`; the load's requests go
-//! over [`connections`]), [`load`]
-//! (the one load driver, closed and open loop), [`sale`], [`throughput`], [`baselines`] (with
-//! [`goose_noop`], the check on our own client), [`latency`], [`environment`],
-//! [`report`], [`lock`], [`run`], and [`scenario`] (the fault scenarios: `seckill-bench
-//! scenario <name>|all`, and part of every `run`).
+//! * [`rig`]: the servers, the `seckill-app` instances, the scenarios' fleets, the environment;
+//! * [`drive`]: the closed and open loops that send the load and the latencies they record;
+//! * [`measure`]: the flash sale, throughput, baselines, standard tools, CPU;
+//! * [`analyse`]: medians and spreads, ratios to the baselines, the findings, the comparison
+//!   of two runs;
+//! * [`report`]: the schema of `report.json`, its renderings (`report.md`, charts, the
+//!   README's results), progress.
+//!
+//! Beside the run: [`scenario`] (the fault scenarios, `seckill-bench scenario <name>|all`, also
+//! part of every `run`) and [`lock`] (`seckill-bench lock`: the lock benchmark, the
+//! requirements matrix, the Python peers).
+//!
+//! No folder uses one that uses it back: [`report`] is at the bottom (every other folder fills
+//! its schema), then [`analyse`] and [`rig`], [`drive`], [`measure`], and [`scenario`], [`lock`]
+//! and [`run`] on top.
 
-pub mod apps;
-pub mod baselines;
+pub mod analyse;
 pub mod cli;
-pub mod client;
-pub mod compare;
-pub mod connections;
-pub mod cpu;
-pub mod dedicated;
-pub mod environment;
-pub mod goose_noop;
-pub mod latency;
-pub mod load;
+pub mod drive;
 pub mod lock;
-pub mod progress;
-pub mod repeat;
+pub mod measure;
 pub mod report;
+pub mod rig;
 pub mod run;
-pub mod sale;
+/// A small run's report built through the analyses, for the tests of the renderings.
+#[cfg(test)]
+pub(crate) mod sample;
 pub mod scenario;
-pub mod throughput;
-pub mod tools;

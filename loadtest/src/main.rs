@@ -7,13 +7,13 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::Parser;
 use loadtest::cli::{
-    Cli, Command, CompareArgs, HoldArgs, LockArgs, LockCommand, MatrixArgs, PeersArgs, RunArgs,
-    ScenarioArgs,
+    Cli, Command, CompareArgs, HoldArgs, LockArgs, LockCommand, MatrixArgs, PeersArgs, ReadmeArgs,
+    RunArgs, ScenarioArgs,
 };
-use loadtest::cpu::Process;
-use loadtest::run::{Target, run_in};
-use loadtest::{apps, lock, report};
-use sandbox::{Endpoints, Mode, Servers};
+use loadtest::rig::{Target, server_processes, servers};
+use loadtest::run::run_in;
+use loadtest::{lock, report};
+use sandbox::Endpoints;
 
 fn main() -> Result<()> {
     tracing_subscriber::fmt()
@@ -32,51 +32,8 @@ fn main() -> Result<()> {
         },
         Command::Scenario(args) => scenario(&args),
         Command::Compare(args) => compare(&args),
+        Command::Readme(args) => readme(&args),
     }
-}
-
-/// Throwaway servers, or the external ones named in the environment.
-fn servers() -> Result<(Option<Servers>, Endpoints)> {
-    if sandbox::mode() == Mode::External {
-        return Ok((None, Endpoints::from_env()?));
-    }
-    eprintln!("starting throwaway servers (MariaDB, Redis ×6, ZooKeeper, etcd, memcached)…");
-    let servers = Servers::start().context("starting the servers (try `cargo xtask setup`)")?;
-    let endpoints = servers.endpoints();
-    Ok((Some(servers), endpoints))
-}
-
-/// Every server process, for CPU accounting.
-fn server_processes(s: &Servers) -> Vec<Process> {
-    let mut all = vec![
-        ("mariadbd".to_owned(), "mariadbd", s.mariadb.server().pid()),
-        (
-            "redis-server".to_owned(),
-            "redis-server",
-            s.redis.server().pid(),
-        ),
-        (
-            "zookeeper".to_owned(),
-            "zookeeper",
-            s.zookeeper.server().pid(),
-        ),
-        ("etcd".to_owned(), "etcd", s.etcd.server().pid()),
-        (
-            "memcached".to_owned(),
-            "memcached",
-            s.memcached.server().pid(),
-        ),
-    ];
-    for (n, r) in s.redlock.iter().enumerate() {
-        all.push((
-            format!("redis-server (redlock {})", n + 1),
-            "redis-server",
-            r.server().pid(),
-        ));
-    }
-    all.into_iter()
-        .filter_map(|(name, group, pid)| Some(Process::new(name, group, pid?)))
-        .collect()
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime> {
@@ -87,7 +44,7 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
 
 fn run(args: &RunArgs) -> Result<()> {
     let settings = args.settings()?;
-    let app_binary = apps::locate_app(args.app_bin.as_deref())?;
+    let app_binary = testkit::locate_app(args.app_bin.as_deref())?;
     let (servers, endpoints) = servers()?;
     let versions = servers.as_ref().and_then(|s| s.versions().ok());
     let target = Target {
@@ -116,10 +73,10 @@ fn run(args: &RunArgs) -> Result<()> {
 
 fn compare(args: &CompareArgs) -> Result<()> {
     let (a, b) = (
-        loadtest::compare::load(&args.run_a)?,
-        loadtest::compare::load(&args.run_b)?,
+        report::json::read(&args.run_a)?,
+        report::json::read(&args.run_b)?,
     );
-    let md = loadtest::compare::render(&a, &b);
+    let md = report::comparison::render(&loadtest::analyse::compare::compare(&a, &b));
     if let Some(out) = &args.out {
         std::fs::write(out, &md).with_context(|| format!("writing {}", out.display()))?;
     }
@@ -127,17 +84,36 @@ fn compare(args: &CompareArgs) -> Result<()> {
     Ok(())
 }
 
+fn readme(args: &ReadmeArgs) -> Result<()> {
+    let run = report::json::read(&args.report)?;
+    let text = std::fs::read_to_string(&args.readme)
+        .with_context(|| format!("reading {}", args.readme.display()))?;
+    let link = report::readme::link(&args.readme, &args.report)?;
+    let written = report::readme::replace(&text, &report::readme::section(&run, &link))?;
+    if args.check {
+        anyhow::ensure!(
+            written == text,
+            "{}'s results section is not what `seckill-bench readme` writes from {}; run it",
+            args.readme.display(),
+            args.report.display()
+        );
+        return Ok(());
+    }
+    std::fs::write(&args.readme, written)
+        .with_context(|| format!("writing {}", args.readme.display()))
+}
+
 fn scenario(args: &ScenarioArgs) -> Result<()> {
-    let opts = loadtest::scenario::ScenarioOptions {
+    let opts = loadtest::scenario::Options {
         quick: args.quick,
-        app_binary: Some(apps::locate_app(args.app_bin.as_deref())?),
+        app_binary: Some(testkit::locate_app(args.app_bin.as_deref())?),
     };
     let reports = runtime()?.block_on(loadtest::scenario::run(args.name, &opts))?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&reports)?);
     } else {
         for r in &reports {
-            println!("{}\n", r.markdown());
+            println!("{}\n", report::scenarios::markdown(r));
         }
     }
     let failed: Vec<String> = reports

@@ -6,36 +6,26 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
-use sandbox::Endpoints;
 use sqlx::mysql::MySqlPoolOptions;
 
-use crate::apps::{Apps, Launch};
-use crate::baselines::{self, Targets};
-use crate::cli::Settings;
+use crate::measure::baselines::{self, Targets};
+use crate::rig::Target;
 use app::api::{Strategy, StrategyInfo};
+use testkit::{Apps, Launch};
 
-use crate::client::Api;
-use crate::cpu::{self, Sampler, Span};
-use crate::environment::{self, utc_now};
-use crate::load::{LoadResult, Window};
-use crate::progress::Progress;
-use crate::report::{self, RunReport, StrategyReport};
-use crate::sale::{SalePlan, run_sale};
-use crate::scenario::{self, Scenario, ScenarioOptions, Selection};
-use crate::throughput::{self, ThroughputPlan, ThroughputResult};
-
-/// Where a run goes: servers, the app binary, the database the app instances use.
-pub struct Target {
-    pub endpoints: Endpoints,
-    /// `spawned` or `external`, for the report.
-    pub servers: &'static str,
-    pub versions: Option<sandbox::Versions>,
-    pub app_binary: PathBuf,
-    /// Database name the app instances create and use.
-    pub database: String,
-    /// The servers' processes, for CPU accounting (none for external servers).
-    pub processes: Vec<cpu::Process>,
-}
+use crate::analyse::{findings, ratios};
+use crate::drive::load::Window;
+use crate::measure::cpu::{self, Sampler, Span};
+use crate::measure::sale::{SalePlan, run_sale};
+use crate::measure::throughput::{self, ThroughputPlan};
+use crate::report::progress::Progress;
+use crate::report::schema::{
+    Findings, LoadResult, RunReport, SCHEMA_VERSION, Settings, ThroughputResult,
+};
+use crate::report::{self};
+use crate::rig::environment::{self, utc_now};
+use crate::scenario::{self, Selection};
+use testkit::Api;
 
 /// A finished run: its report and the directory it was written to.
 pub struct RunOutput {
@@ -86,7 +76,12 @@ pub async fn run_in(settings: &Settings, target: &Target, out: &Path) -> Result<
             .processes
             .iter()
             .cloned()
-            .chain(apps.processes())
+            .chain(
+                apps.pids()
+                    .into_iter()
+                    .enumerate()
+                    .map(|(n, pid)| cpu::Process::new(format!("app-{n}"), "app", pid)),
+            )
             .chain([cpu::Process::generator()])
             .collect(),
     );
@@ -108,7 +103,7 @@ pub async fn run_in(settings: &Settings, target: &Target, out: &Path) -> Result<
             0
         }
         + if settings.scenarios {
-            Scenario::all().len() as u64
+            scenario::Name::all().len() as u64
         } else {
             0
         };
@@ -170,7 +165,7 @@ pub async fn run_in(settings: &Settings, target: &Target, out: &Path) -> Result<
     // The closed loops, interleaved: every strategy once per round.
     let mut closed_runs: Vec<Vec<LoadResult>> = vec![Vec::new(); plans.len()];
     let mut cpu_spans: Vec<Span> = vec![Span::default(); plans.len()];
-    for (round, k) in crate::repeat::interleaved(plans.len(), rounds) {
+    for (round, k) in crate::analyse::spread::interleaved(plans.len(), rounds) {
         let name = plans[k].strategy;
         progress.phase(
             name.name(),
@@ -191,7 +186,7 @@ pub async fn run_in(settings: &Settings, target: &Target, out: &Path) -> Result<
         .zip(plans.iter().zip(closed_runs).zip(cpu_spans))
     {
         let name = info.name;
-        let closed = crate::repeat::combine(runs).context("no closed-loop run")?;
+        let closed = crate::analyse::spread::combine(runs).context("no closed-loop run")?;
         let rate = throughput::open_rate(plan, &closed);
         progress.phase(name.name(), &format!("open loop {rate:.0}/s"));
         let open = throughput::open(&api, plan, rate)
@@ -199,27 +194,33 @@ pub async fn run_in(settings: &Settings, target: &Target, out: &Path) -> Result<
             .with_context(|| format!("open loop of `{name}`"))?;
         ensure_running(&mut apps, name, &dir)?;
         let throughput = ThroughputResult { closed, open };
-        let mut report = StrategyReport::new(info, sale, throughput, &measured.baselines);
-        report.cpu = Some(span.usage(&sampler.processes));
-        reports.push(report);
+        let cpu = Some(span.usage(&sampler.processes));
+        reports.push(ratios::strategy_report(
+            info,
+            sale,
+            throughput,
+            &measured.baselines,
+            cpu,
+        ));
     }
     db.close().await;
     apps.shutdown().await;
 
     let mut scenarios = Vec::new();
     if settings.scenarios {
-        let opts = ScenarioOptions {
+        let opts = scenario::Options {
             quick: settings.quick,
             app_binary: Some(target.app_binary.clone()),
         };
-        for &s in Scenario::all() {
+        for &s in scenario::Name::all() {
             progress.phase("scenario", &s.to_string());
             scenarios.extend(scenario::run(Selection::One(s), &opts).await?);
         }
     }
     progress.finish();
 
-    let report = RunReport {
+    let mut report = RunReport {
+        schema_version: SCHEMA_VERSION,
         started_at,
         finished_at: utc_now().0,
         duration_seconds: started.elapsed().as_secs_f64(),
@@ -229,7 +230,9 @@ pub async fn run_in(settings: &Settings, target: &Target, out: &Path) -> Result<
         hot_row_sweep: measured.hot_row_sweep,
         strategies: reports,
         scenarios,
+        findings: Findings::default(),
     };
+    report.findings = findings::of(&report);
     report::write_all(&dir, &report)?;
     report::link_latest(out, &dir)?;
     Ok(RunOutput { report, dir })

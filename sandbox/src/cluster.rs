@@ -1,8 +1,41 @@
-//! What the three clusters share: how many members, and waiting for a leader.
+//! What the three clusters share: how many members, waiting for a leader, and the one
+//! interface a fault scenario drives any of them through ([`Cluster`]).
 
 use std::time::{Duration, Instant};
 
-use crate::{Error, Result};
+use crate::{Error, Result, Server};
+
+/// A cluster of [`MEMBERS`] servers, one of which leads (the ZooKeeper ensemble's leader, the
+/// etcd cluster's leader, the Redis primary the Sentinels name): who leads now, each member's
+/// process, where its clients connect, and how a member killed by a scenario is brought back.
+pub trait Cluster: Send + Sync {
+    /// `ZooKeeper ensemble`, `etcd cluster`, `Redis Sentinel set`.
+    fn kind(&self) -> &'static str;
+
+    /// What the leading member is called: `leader`, or `primary`.
+    fn leader_title(&self) -> &'static str {
+        "leader"
+    }
+
+    /// The member that leads now; `None` while the members have not agreed on one.
+    fn leader(&self) -> Option<usize>;
+
+    /// Waits up to `within` for [`Cluster::leader`] to name a member.
+    fn await_leader(&self, within: Duration) -> Result<usize> {
+        await_answer(self.kind(), "agree on who leads", within, || self.leader())
+    }
+
+    /// Member `i`'s process: kill, pause, resume, start again.
+    fn process(&self, i: usize) -> &Server;
+
+    /// Where a client connects, one address per member in member order (for the Sentinel set,
+    /// its Sentinels, which name the primary).
+    fn client_addresses(&self) -> Vec<String>;
+
+    /// Starts member `i` again after it was killed and waits (up to `within`) until it serves
+    /// in the cluster again: a follower of the leader, or a replica of the primary.
+    fn rejoin(&self, i: usize, within: Duration) -> Result<()>;
+}
 
 /// Members per cluster: the smallest that survives losing one.
 pub const MEMBERS: usize = 3;

@@ -1,7 +1,6 @@
 //! etcd, a single-member cluster.
 
 use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
@@ -67,10 +66,7 @@ pub(crate) fn http(
     body: &str,
     timeout: Duration,
 ) -> std::result::Result<String, String> {
-    let mut s = TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), timeout)
-        .map_err(|e| e.to_string())?;
-    s.set_read_timeout(Some(timeout))
-        .map_err(|e| e.to_string())?;
+    let mut s = crate::ports::connect(port, timeout)?;
     write!(
         s,
         "{method} {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
@@ -93,38 +89,28 @@ pub struct Etcd {
     client_port: u16,
 }
 
+listening!(Etcd, client_port);
+
 impl Etcd {
     /// Starts a single-member etcd on two free ports (client, peer).
     pub fn start() -> Result<Etcd> {
-        crate::cluster::retry_port_clash(Self::start_once)
-    }
-
-    fn start_once() -> Result<Etcd> {
-        let client_port = ports::free_port()?;
-        let peer_port = ports::free_port()?;
-        let launch = EtcdLaunch {
-            client_port,
-            peer_port,
-        };
-        let server = Server::start("etcd", launch, |_| Ok(()))?;
-        Ok(Etcd {
-            server,
-            client_port,
+        crate::cluster::retry_port_clash(|| {
+            let launch = EtcdLaunch {
+                client_port: ports::free_port()?,
+                peer_port: ports::free_port()?,
+            };
+            let client_port = launch.client_port;
+            let server = Server::start("etcd", launch, |_| Ok(()))?;
+            Ok(Etcd {
+                server,
+                client_port,
+            })
         })
     }
 
     /// `http://127.0.0.1:<port>`, the client endpoint.
     pub fn endpoint(&self) -> String {
         format!("http://127.0.0.1:{}", self.client_port)
-    }
-
-    pub fn port(&self) -> u16 {
-        self.client_port
-    }
-
-    /// Process control: kill, pause, resume, restart.
-    pub fn server(&self) -> &Server {
-        &self.server
     }
 
     /// The server's version, e.g. `3.4.23`.

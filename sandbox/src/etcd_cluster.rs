@@ -13,10 +13,10 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use crate::cluster::{self, MEMBERS, STATUS_TIMEOUT};
+use crate::cluster::{self, Cluster, MEMBERS, STATUS_TIMEOUT};
 use crate::etcd::http;
-use crate::network::{Network, Source};
 use crate::process::{Launch, Server};
+use crate::relay::{Relays, Source};
 use crate::{Error, Result, ports};
 
 struct MemberLaunch {
@@ -101,24 +101,17 @@ pub struct EtcdMember {
     id: u64,
 }
 
+listening!(EtcdMember, client_port);
+
 impl EtcdMember {
     /// `http://127.0.0.1:<port>`, this member's client endpoint.
     pub fn endpoint(&self) -> String {
         format!("http://127.0.0.1:{}", self.client_port)
     }
 
-    pub fn port(&self) -> u16 {
-        self.client_port
-    }
-
     /// The member id etcd gave this member.
     pub fn id(&self) -> u64 {
         self.id
-    }
-
-    /// Process control: kill, pause, resume, restart, start_again.
-    pub fn server(&self) -> &Server {
-        &self.server
     }
 
     /// The member's own view; `None` if it does not answer within a second.
@@ -131,7 +124,7 @@ impl EtcdMember {
 pub struct EtcdCluster {
     members: Vec<EtcdMember>,
     // Dropped after the members, so their peer links stay up until they are killed.
-    network: Network,
+    relays: Relays,
 }
 
 impl EtcdCluster {
@@ -141,7 +134,7 @@ impl EtcdCluster {
     }
 
     fn start_once() -> Result<EtcdCluster> {
-        let network = Network::new();
+        let relays = Relays::new();
         let client: Vec<u16> = (0..MEMBERS)
             .map(|_| ports::quiet_port())
             .collect::<Result<_, _>>()?;
@@ -150,11 +143,13 @@ impl EtcdCluster {
             .collect::<Result<_, _>>()?;
         let relay: Vec<u16> = (0..MEMBERS)
             .map(|k| {
-                network.relay(
-                    ([127, 0, 0, 1], peer[k]).into(),
-                    Source::HttpHeader("X-Server-From"),
-                    &to_label(k),
-                )
+                relays
+                    .relay(
+                        ([127, 0, 0, 1], peer[k]).into(),
+                        Source::HttpHeader("X-Server-From"),
+                        &to_label(k),
+                    )
+                    .map(|relay| relay.port())
             })
             .collect::<Result<_, _>>()?;
         let initial_cluster = (0..MEMBERS)
@@ -185,7 +180,7 @@ impl EtcdCluster {
                 id,
             })
         })?;
-        Ok(EtcdCluster { members, network })
+        Ok(EtcdCluster { members, relays })
     }
 
     pub fn members(&self) -> &[EtcdMember] {
@@ -222,23 +217,49 @@ impl EtcdCluster {
 
     /// Waits up to `within` for [`Self::leader`] to name a member.
     pub fn await_leader(&self, within: Duration) -> Result<usize> {
-        cluster::await_answer("etcd cluster", "elect a leader", within, || self.leader())
+        Cluster::await_leader(self, within)
     }
 
     /// Cuts member `i` off from the other two: its peer links in both directions go silent
-    /// (see the `network` module); its clients still reach it.
+    /// (see the `relay` module); its clients still reach it.
     pub fn partition(&self, i: usize) {
-        self.network.isolate(&self.labels(i));
+        self.relays.isolate(&self.labels(i));
     }
 
     /// Reconnects member `i` to the others.
     pub fn heal(&self, i: usize) {
-        self.network.heal(&self.labels(i));
+        self.relays.heal(&self.labels(i));
     }
 
     /// Member `i` as destination of its relay, and as the sender etcd's header names.
     fn labels(&self, i: usize) -> Vec<String> {
         vec![to_label(i), format!("{:x}", self.members[i].id)]
+    }
+}
+
+impl Cluster for EtcdCluster {
+    fn kind(&self) -> &'static str {
+        "etcd cluster"
+    }
+
+    fn leader(&self) -> Option<usize> {
+        EtcdCluster::leader(self)
+    }
+
+    fn process(&self, i: usize) -> &Server {
+        self.members[i].server()
+    }
+
+    fn client_addresses(&self) -> Vec<String> {
+        self.endpoints()
+    }
+
+    fn rejoin(&self, i: usize, within: Duration) -> Result<()> {
+        let member = &self.members[i];
+        member.server().start_again()?;
+        cluster::await_answer(self.kind(), "take a member back", within, || {
+            member.status().filter(|s| s.leader_id != 0).map(drop)
+        })
     }
 }
 

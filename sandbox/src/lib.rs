@@ -18,10 +18,32 @@
 //! lazily started servers, or the ones named in the environment (see [`Mode`]).
 //!
 //! Clusters of three: [`ZooKeeperEnsemble`], [`EtcdCluster`] and [`RedisSentinelCluster`]
-//! (a primary, two replicas, three Sentinels). Each member is a [`Server`] with the same
-//! control; each cluster tells which member leads now (`leader()`), and the ZooKeeper and etcd
-//! clusters can `partition(i)` a member from its peers, because their peer traffic runs
-//! through relays whose connections can be made to go silent.
+//! (a primary, two replicas, three Sentinels), all driven through one interface,
+//! [`Cluster`]: which member leads now, each member's [`Server`] with the same control, where
+//! clients connect, and bringing a killed member back. The ZooKeeper and etcd clusters can
+//! also `partition(i)` a member from its peers, because their peer traffic runs through
+//! relays whose connections can be made to go silent.
+//!
+//! [`Relay`] puts the same relay between a client and its server: a scenario cuts one client
+//! off, black-holes it, or moves it to another server, while every other client goes on.
+
+/// The accessors every server handle has: the loopback port its clients connect to (`$port`,
+/// a field of the handle), and its process (the `server` field).
+macro_rules! listening {
+    ($handle:ty, $port:ident) => {
+        impl $handle {
+            /// The loopback port its clients connect to.
+            pub fn port(&self) -> u16 {
+                self.$port
+            }
+
+            /// Process control: kill, pause, resume, restart, start again.
+            pub fn server(&self) -> &$crate::Server {
+                &self.server
+            }
+        }
+    };
+}
 
 mod cluster;
 mod error;
@@ -29,18 +51,18 @@ mod etcd;
 mod etcd_cluster;
 mod mariadb;
 mod memcached;
-mod network;
 mod ports;
 mod process;
 mod redis;
 mod redis_sentinel;
+mod relay;
 mod resp;
 mod servers;
 pub mod shared;
 mod zookeeper;
 mod zookeeper_ensemble;
 
-pub use cluster::{MEMBERS, wait_for};
+pub use cluster::{Cluster, MEMBERS, wait_for};
 pub use error::Error;
 pub use etcd::Etcd;
 pub use etcd_cluster::{EtcdCluster, EtcdMember, EtcdStatus};
@@ -49,6 +71,7 @@ pub use memcached::Memcached;
 pub use process::{Guardian, Server};
 pub use redis::{Redis, RedisPair};
 pub use redis_sentinel::{MASTER_NAME, RedisSentinelCluster, Sentinel};
+pub use relay::Relay;
 pub use servers::{Endpoints, REDLOCK_INSTANCES, Servers, Versions};
 pub use shared::{Mode, faults_allowed, mode};
 pub use zookeeper::ZooKeeper;

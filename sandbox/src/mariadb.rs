@@ -69,6 +69,8 @@ pub struct MariaDb {
     port: u16,
 }
 
+listening!(MariaDb, port);
+
 impl MariaDb {
     /// Initialises a data directory (`mariadb-install-db`) and starts the server on a free port.
     pub fn start() -> Result<MariaDb> {
@@ -87,15 +89,6 @@ impl MariaDb {
     /// `mysql://root@127.0.0.1:<port>` (no database: each user creates its own).
     pub fn url(&self) -> String {
         format!("mysql://root@127.0.0.1:{}", self.port)
-    }
-
-    pub fn port(&self) -> u16 {
-        self.port
-    }
-
-    /// Process control: kill, pause, resume, restart.
-    pub fn server(&self) -> &Server {
-        &self.server
     }
 
     /// The server's version, e.g. `10.11.19-MariaDB-0+deb12u1`.

@@ -2,7 +2,6 @@
 //! evict, which is what the memcached lock's hazard test needs).
 
 use std::io::{BufRead, BufReader, Write};
-use std::net::TcpStream;
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
@@ -51,6 +50,8 @@ pub struct Memcached {
     port: u16,
 }
 
+listening!(Memcached, port);
+
 impl Memcached {
     /// Starts a memcached with the default memory limit on a free port.
     pub fn start() -> Result<Memcached> {
@@ -76,15 +77,6 @@ impl Memcached {
         format!("127.0.0.1:{}", self.port)
     }
 
-    pub fn port(&self) -> u16 {
-        self.port
-    }
-
-    /// Process control: kill, pause, resume, restart.
-    pub fn server(&self) -> &Server {
-        &self.server
-    }
-
     /// The server's version, e.g. `1.6.18`.
     pub fn version(&self) -> Result<String> {
         let reply = command(self.port, "version").map_err(|reason| Error::Control {
@@ -99,11 +91,7 @@ impl Memcached {
 /// Sends one text-protocol command and returns the first line of the reply.
 fn command(port: u16, line: &str) -> std::result::Result<String, String> {
     let timeout = Duration::from_secs(5);
-    let stream = TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), timeout)
-        .map_err(|e| e.to_string())?;
-    stream
-        .set_read_timeout(Some(timeout))
-        .map_err(|e| e.to_string())?;
+    let stream = crate::ports::connect(port, timeout)?;
     (&stream)
         .write_all(format!("{line}\r\n").as_bytes())
         .map_err(|e| e.to_string())?;

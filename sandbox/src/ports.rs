@@ -1,8 +1,20 @@
-//! Free loopback ports.
+//! Free loopback ports, and connecting to a server's.
 
 use std::collections::HashSet;
-use std::net::TcpListener;
+use std::net::{TcpListener, TcpStream};
 use std::sync::Mutex;
+use std::time::Duration;
+
+/// A connection to `127.0.0.1:<port>` whose connect and reads give up after `timeout` (a
+/// paused server never answers).
+pub(crate) fn connect(port: u16, timeout: Duration) -> Result<TcpStream, String> {
+    let stream = TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), timeout)
+        .map_err(|e| e.to_string())?;
+    stream
+        .set_read_timeout(Some(timeout))
+        .map_err(|e| e.to_string())?;
+    Ok(stream)
+}
 
 static HANDED_OUT: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
 

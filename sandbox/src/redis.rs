@@ -51,6 +51,8 @@ pub struct Redis {
     port: u16,
 }
 
+listening!(Redis, port);
+
 impl Redis {
     /// Starts a standalone Redis on a free port.
     pub fn start() -> Result<Redis> {
@@ -83,22 +85,9 @@ impl Redis {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
-    pub fn port(&self) -> u16 {
-        self.port
-    }
-
-    /// Process control: kill, pause, resume, restart.
-    pub fn server(&self) -> &Server {
-        &self.server
-    }
-
     /// Runs one command synchronously and returns its reply as text.
     pub fn command(&self, args: &[&str]) -> Result<String> {
-        resp::command(self.port, args).map_err(|reason| Error::Control {
-            server: "redis".into(),
-            action: "command",
-            reason,
-        })
+        resp::control("redis", self.port, args)
     }
 
     /// The server's version, e.g. `7.0.15`.

@@ -19,9 +19,9 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use crate::cluster::{self, MEMBERS, STATUS_TIMEOUT};
+use crate::cluster::{self, Cluster, MEMBERS, STATUS_TIMEOUT};
 use crate::process::{Launch, Server, find_program};
-use crate::{Error, Redis, Result, ports, resp};
+use crate::{Redis, Result, ports, resp};
 
 /// The name the Sentinels monitor the primary under.
 pub const MASTER_NAME: &str = "seckill";
@@ -55,28 +55,17 @@ pub struct Sentinel {
     port: u16,
 }
 
+listening!(Sentinel, port);
+
 impl Sentinel {
     /// `127.0.0.1:<port>`
     pub fn addr(&self) -> String {
         format!("127.0.0.1:{}", self.port)
     }
 
-    pub fn port(&self) -> u16 {
-        self.port
-    }
-
-    /// Process control: kill, pause, resume, restart, start_again.
-    pub fn server(&self) -> &Server {
-        &self.server
-    }
-
     /// Runs one command (`SENTINEL …`) and returns its reply as text.
     pub fn command(&self, args: &[&str]) -> Result<String> {
-        resp::command(self.port, args).map_err(|reason| Error::Control {
-            server: "redis-sentinel".into(),
-            action: "command",
-            reason,
-        })
+        resp::control("redis-sentinel", self.port, args)
     }
 
     /// The port of the primary this Sentinel names now; `None` if it does not answer.
@@ -200,8 +189,44 @@ impl RedisSentinelCluster {
 
     /// Waits up to `within` for [`Self::leader`] to name a server.
     pub fn await_leader(&self, within: Duration) -> Result<usize> {
-        cluster::await_answer("redis-sentinel", "agree on a primary", within, || {
-            self.leader()
+        Cluster::await_leader(self, within)
+    }
+}
+
+impl Cluster for RedisSentinelCluster {
+    fn kind(&self) -> &'static str {
+        "Redis Sentinel set"
+    }
+
+    fn leader_title(&self) -> &'static str {
+        "primary"
+    }
+
+    fn leader(&self) -> Option<usize> {
+        RedisSentinelCluster::leader(self)
+    }
+
+    fn process(&self, i: usize) -> &Server {
+        self.servers[i].server()
+    }
+
+    fn client_addresses(&self) -> Vec<String> {
+        self.sentinel_addrs()
+    }
+
+    /// A restarted Redis comes back with the role it was started with, and empty; it is
+    /// pointed at the current primary at once, as the Sentinels would do a few seconds later,
+    /// so that it can never be promoted empty. Call it once the Sentinels have promoted
+    /// another member: started before, the member would come back as an empty primary they
+    /// still name.
+    fn rejoin(&self, i: usize, within: Duration) -> Result<()> {
+        let member = &self.servers[i];
+        member.server().start_again()?;
+        let primary = self.servers[self.await_leader(within)?].port();
+        member.command(&["REPLICAOF", "127.0.0.1", &primary.to_string()])?;
+        cluster::await_answer(self.kind(), "take a member back", within, || {
+            let info = member.command(&["INFO", "replication"]).ok()?;
+            info.contains("master_link_status:up").then_some(())
         })
     }
 }

@@ -2,7 +2,6 @@
 //! without an async runtime: one command, one reply.
 
 use std::io::{BufRead, BufReader, Write};
-use std::net::TcpStream;
 use std::time::Duration;
 
 /// A reply, flattened: simple strings, bulk strings and integers become text; arrays are
@@ -11,17 +10,22 @@ pub(crate) fn command(port: u16, args: &[&str]) -> Result<String, String> {
     command_timeout(port, args, Duration::from_secs(5))
 }
 
+/// [`command`] to the server called `server`, its failure a control error.
+pub(crate) fn control(server: &str, port: u16, args: &[&str]) -> crate::Result<String> {
+    command(port, args).map_err(|reason| crate::Error::Control {
+        server: server.into(),
+        action: "command",
+        reason,
+    })
+}
+
 /// [`command`], giving up on a silent (paused) server after `timeout`.
 pub(crate) fn command_timeout(
     port: u16,
     args: &[&str],
     timeout: Duration,
 ) -> Result<String, String> {
-    let stream = TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), timeout)
-        .map_err(|e| e.to_string())?;
-    stream
-        .set_read_timeout(Some(timeout))
-        .map_err(|e| e.to_string())?;
+    let stream = crate::ports::connect(port, timeout)?;
     let mut request = format!("*{}\r\n", args.len());
     for a in args {
         request.push_str(&format!("${}\r\n{a}\r\n", a.len()));

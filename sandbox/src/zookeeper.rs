@@ -1,7 +1,6 @@
 //! ZooKeeper standalone, run straight from Debian's `zookeeper` package with Java.
 
 use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
@@ -63,10 +62,7 @@ pub(crate) fn four_letter(
     word: &str,
     timeout: Duration,
 ) -> std::result::Result<String, String> {
-    let mut s = TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), timeout)
-        .map_err(|e| e.to_string())?;
-    s.set_read_timeout(Some(timeout))
-        .map_err(|e| e.to_string())?;
+    let mut s = crate::ports::connect(port, timeout)?;
     s.write_all(word.as_bytes()).map_err(|e| e.to_string())?;
     let mut answer = String::new();
     s.read_to_string(&mut answer).map_err(|e| e.to_string())?;
@@ -79,13 +75,15 @@ pub struct ZooKeeper {
     port: u16,
 }
 
+listening!(ZooKeeper, port);
+
 impl ZooKeeper {
     /// Writes a `zoo.cfg` and starts the server on a free port.
     pub fn start() -> Result<ZooKeeper> {
-        crate::cluster::retry_port_clash(Self::start_once)
+        crate::cluster::retry_port_clash(Self::start_on_free_port)
     }
 
-    fn start_once() -> Result<ZooKeeper> {
+    fn start_on_free_port() -> Result<ZooKeeper> {
         let port = ports::free_port()?;
         let server = Server::start("zookeeper", ZooKeeperLaunch { port }, |dir| {
             let cfg = format!(
@@ -110,15 +108,6 @@ impl ZooKeeper {
     /// `127.0.0.1:<port>`, the connect string ZooKeeper clients take.
     pub fn connect_string(&self) -> String {
         format!("127.0.0.1:{}", self.port)
-    }
-
-    pub fn port(&self) -> u16 {
-        self.port
-    }
-
-    /// Process control: kill, pause, resume, restart.
-    pub fn server(&self) -> &Server {
-        &self.server
     }
 
     /// The server's version, e.g. `3.8.0-...`.

@@ -4,7 +4,7 @@
 //! Each member has its own `zoo.cfg` (client port, data directory with `myid`) and its own
 //! view of the `server.N=127.0.0.1:<quorum>:<election>` lines: its own line names its real
 //! ports, the other two name relays that lead to them, one relay per directed pair of members
-//! and port (see the `network` module). ZooKeeper reads peer addresses only from its
+//! and port (see the `relay` module). ZooKeeper reads peer addresses only from its
 //! configuration, so every byte between two members crosses a relay that knows both ends, and
 //! a partition can silence exactly the links of one member.
 
@@ -13,9 +13,9 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use crate::cluster::{self, MEMBERS, STATUS_TIMEOUT};
-use crate::network::{Network, Source};
+use crate::cluster::{self, Cluster, MEMBERS, STATUS_TIMEOUT};
 use crate::process::{Launch, Server};
+use crate::relay::{Relays, Source};
 use crate::zookeeper::{PROBE_TIMEOUT, TICK_MS, four_letter, java_command};
 use crate::{Result, ports};
 
@@ -78,19 +78,12 @@ pub struct ZooKeeperMember {
     client_port: u16,
 }
 
+listening!(ZooKeeperMember, client_port);
+
 impl ZooKeeperMember {
     /// `127.0.0.1:<port>`: a connect string naming this member only.
     pub fn connect_string(&self) -> String {
         format!("127.0.0.1:{}", self.client_port)
-    }
-
-    pub fn port(&self) -> u16 {
-        self.client_port
-    }
-
-    /// Process control: kill, pause, resume, restart, start_again.
-    pub fn server(&self) -> &Server {
-        &self.server
     }
 
     /// What the member says it is doing; `None` if it does not answer within a second (killed
@@ -104,7 +97,7 @@ impl ZooKeeperMember {
 pub struct ZooKeeperEnsemble {
     members: Vec<ZooKeeperMember>,
     // Dropped after the members, so their peer links stay up until they are killed.
-    network: Network,
+    relays: Relays,
 }
 
 impl ZooKeeperEnsemble {
@@ -114,7 +107,7 @@ impl ZooKeeperEnsemble {
     }
 
     fn start_once() -> Result<ZooKeeperEnsemble> {
-        let network = Network::new();
+        let relays = Relays::new();
         let client: Vec<u16> = (0..MEMBERS)
             .map(|_| ports::quiet_port())
             .collect::<Result<_, _>>()?;
@@ -132,11 +125,13 @@ impl ZooKeeperEnsemble {
                     (quorum[j], election[j])
                 } else {
                     let relay = |port: u16| {
-                        network.relay(
-                            ([127, 0, 0, 1], port).into(),
-                            Source::Fixed(i.to_string()),
-                            &j.to_string(),
-                        )
+                        relays
+                            .relay(
+                                ([127, 0, 0, 1], port).into(),
+                                Source::Fixed(i.to_string()),
+                                &j.to_string(),
+                            )
+                            .map(|relay| relay.port())
                     };
                     (relay(quorum[j])?, relay(election[j])?)
                 };
@@ -162,7 +157,7 @@ impl ZooKeeperEnsemble {
                 client_port: client[i],
             })
         })?;
-        Ok(ZooKeeperEnsemble { members, network })
+        Ok(ZooKeeperEnsemble { members, relays })
     }
 
     pub fn members(&self) -> &[ZooKeeperMember] {
@@ -202,20 +197,47 @@ impl ZooKeeperEnsemble {
 
     /// Waits up to `within` for [`Self::leader`] to name a member.
     pub fn await_leader(&self, within: Duration) -> Result<usize> {
-        cluster::await_answer("zookeeper ensemble", "elect a leader", within, || {
-            self.leader()
-        })
+        Cluster::await_leader(self, within)
     }
 
     /// Cuts member `i` off from the other two (see the module docs); its clients still reach
     /// it. A cut off member stops serving once it misses `syncLimit` ticks of its peers.
     pub fn partition(&self, i: usize) {
-        self.network.isolate(&[i.to_string()]);
+        self.relays.isolate(&[i.to_string()]);
     }
 
     /// Reconnects member `i` to the others.
     pub fn heal(&self, i: usize) {
-        self.network.heal(&[i.to_string()]);
+        self.relays.heal(&[i.to_string()]);
+    }
+}
+
+impl Cluster for ZooKeeperEnsemble {
+    fn kind(&self) -> &'static str {
+        "ZooKeeper ensemble"
+    }
+
+    fn leader(&self) -> Option<usize> {
+        ZooKeeperEnsemble::leader(self)
+    }
+
+    fn process(&self, i: usize) -> &Server {
+        self.members[i].server()
+    }
+
+    fn client_addresses(&self) -> Vec<String> {
+        self.members
+            .iter()
+            .map(ZooKeeperMember::connect_string)
+            .collect()
+    }
+
+    fn rejoin(&self, i: usize, within: Duration) -> Result<()> {
+        let member = &self.members[i];
+        member.server().start_again()?;
+        cluster::await_answer(self.kind(), "take a member back", within, || {
+            matches!(member.mode(), Some(ZkMode::Leader | ZkMode::Follower)).then_some(())
+        })
     }
 }
 

@@ -6,7 +6,8 @@
 //!                          # the OpenAPI contract test (schemathesis)
 //! cargo xtask contract     # setup, then only the OpenAPI contract test
 //! cargo xtask bench [ARGS] # setup, then `seckill-bench ARGS` in release mode; a `run` ends by
-//!                          # comparing with the previous results/latest (comparison.md)
+//!                          # comparing with the previous results/latest (comparison.md) and,
+//!                          # when it wrote to results/, rewriting README.md's results section
 //! ```
 
 mod contract;
@@ -240,6 +241,10 @@ fn bench(args: &[String]) -> Result<()> {
             .arg(&now)
             .arg("--out")
             .arg(now.join("comparison.md")))?;
+    }
+    // A run into the committed results rewrites the README's results section from it.
+    if is_run && out == std::path::Path::new("results") {
+        run(Command::new(&bench).args(["readme", "--report", "results/latest"]))?;
     }
     Ok(())
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::latency::Latencies;
+use crate::drive::latency::Latencies;
 
 /// Shared by the workers of one run (one lock: grants and releases alternate).
 #[derive(Debug, Default)]

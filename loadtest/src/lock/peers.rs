@@ -11,10 +11,10 @@
 //! ([`super::LEASE`], the ZooKeeper session timeout for the ZooKeeper locks) and wait per
 //! acquire ([`super::WAIT`]). Rounds interleave the subjects (A B C D E, A B C D E, …), so that a
 //! slow minute of a shared machine lands on one run of each; the report gives each figure's
-//! median and min–max over the rounds, the ratios of the medians, and whether the targets of
-//! issue 15 hold: `redis-watchdog` ≥ 2× python-redis-lock's acquisitions/s (the faster form,
-//! without renewal) with an acquire p99 ≤ 1/20 of redis-py's, `zookeeper` ≥ 2× kazoo's
-//! acquisitions/s.
+//! median and min–max over the rounds, the ratios of the medians, and whether our locks hold
+//! their targets against the peers: `redis-watchdog` ≥ 2× python-redis-lock's acquisitions/s
+//! (the faster form, without renewal) with an acquire p99 ≤ 1/20 of redis-py's, `zookeeper` ≥
+//! 2× kazoo's acquisitions/s.
 //!
 //! Server commands per grant are read from Redis's own counter for the Redis subjects, Python's
 //! too ([`super::server_commands`]; the probe's GET and SET taken off); client requests per
@@ -32,7 +32,10 @@ use serde::{Deserialize, Serialize};
 
 use super::server_commands::Counter;
 use super::{LEASE, LockReport, WAIT, ZOOKEEPER_SESSION};
-use crate::repeat::{Spread, interleaved};
+use crate::analyse::spread::interleaved;
+use crate::report::markdown::spread;
+use crate::report::schema::Spread;
+use crate::report::table::Table;
 
 /// One lock under test.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -163,7 +166,7 @@ pub struct SubjectSummary {
     pub violations: i64,
 }
 
-/// One target of issue 15, checked on the medians: `ratio` is ours over the peer's.
+/// One target of ours against a peer, checked on the medians: `ratio` is ours over the peer's.
 #[derive(Debug, Clone, Serialize)]
 pub struct TargetCheck {
     pub what: String,
@@ -375,7 +378,7 @@ fn summary(subject: Subject, runs: &[Measured]) -> SubjectSummary {
     }
 }
 
-/// The three targets of issue 15, on the medians.
+/// Our three targets against the peers, on the medians.
 fn targets(subjects: &[SubjectSummary]) -> Vec<TargetCheck> {
     let of = |s: Subject| {
         subjects
@@ -433,58 +436,57 @@ impl PeersReport {
              each acquire waits at most {:.0} s.\n",
             self.workers, self.seconds, self.rounds, self.lease_s, self.wait_s
         );
-        md.push_str(
-            "| lock | acquisitions/s | acquire p50 µs | acquire p99 µs | release → next grant p50 µs \
-             | client requests/grant | server commands/grant | violations |\n\
-             |---|---|---|---|---|---|---|---|\n",
-        );
-        let or_na = |s: &Option<Spread>, digits: usize| {
+        let optional = |s: &Option<Spread>, digits: usize| {
             s.as_ref().map_or_else(
                 || "n/a".to_owned(),
-                |s| {
-                    if s.runs.len() < 2 {
-                        format!("{:.digits$}", s.median)
-                    } else {
-                        format!(
-                            "{:.digits$} ({:.digits$}–{:.digits$})",
-                            s.median, s.min, s.max
-                        )
-                    }
+                |s| match s.runs.len() {
+                    0 | 1 => format!("{:.digits$}", s.median),
+                    _ => format!(
+                        "{:.digits$} ({:.digits$}–{:.digits$})",
+                        s.median, s.min, s.max
+                    ),
                 },
             )
         };
+        let mut t = Table::left([
+            "lock",
+            "acquisitions/s",
+            "acquire p50 µs",
+            "acquire p99 µs",
+            "release → next grant p50 µs",
+            "client requests/grant",
+            "server commands/grant",
+            "violations",
+        ]);
         for s in &self.subjects {
-            let name = match &s.version {
-                Some(v) => format!("{} {v}", s.subject),
-                None => format!("{} (ours)", s.subject),
-            };
-            let _ = writeln!(
-                md,
-                "| {name} | {} | {} | {} | {} | {} | {} | {} |",
-                s.acquisitions_per_sec.display(),
-                s.acquire_p50_us.display(),
-                s.acquire_p99_us.display(),
-                or_na(&s.handoff_p50_us, 0),
-                or_na(&s.client_requests_per_grant, 2),
-                or_na(&s.server_commands_per_grant, 2),
-                s.violations
-            );
+            t.row([
+                match &s.version {
+                    Some(v) => format!("{} {v}", s.subject),
+                    None => format!("{} (ours)", s.subject),
+                },
+                spread(&s.acquisitions_per_sec),
+                spread(&s.acquire_p50_us),
+                spread(&s.acquire_p99_us),
+                optional(&s.handoff_p50_us, 0),
+                optional(&s.client_requests_per_grant, 2),
+                optional(&s.server_commands_per_grant, 2),
+                s.violations.to_string(),
+            ]);
         }
-        md.push_str(
-            "\n| target | ours | peer | ratio | required | holds |\n|---|---|---|---|---|---|\n",
-        );
-        for t in &self.targets {
-            let _ = writeln!(
-                md,
-                "| {} | {:.0} | {:.0} | {:.3} | {} | {} |",
-                t.what,
-                t.ours,
-                t.peer,
-                t.ratio,
-                t.required,
-                if t.holds { "yes" } else { "no" }
-            );
+        md.push_str(&t.render());
+        md.push('\n');
+        let mut t = Table::left(["target", "ours", "peer", "ratio", "required", "holds"]);
+        for target in &self.targets {
+            t.row([
+                target.what.clone(),
+                format!("{:.0}", target.ours),
+                format!("{:.0}", target.peer),
+                format!("{:.3}", target.ratio),
+                target.required.clone(),
+                if target.holds { "yes" } else { "no" }.to_string(),
+            ]);
         }
+        md.push_str(&t.render());
         md
     }
 }

@@ -1,9 +1,12 @@
-//! `report.md`: the tables, the generated explanations, links to the charts.
+//! `report.md`: the tables, the findings in words, links to the charts.
 
 use std::fmt::Write;
 
-use super::{RunReport, explain};
-use crate::load::{LoadResult, Loop};
+use super::schema::{
+    CpuUse, GROUPS, LoadResult, Loop, RunReport, Spread, StandardTool, ToolStatus,
+};
+use super::table::{Align, Table};
+use super::{prose, scenarios};
 
 /// The whole report.
 pub fn render(r: &RunReport) -> String {
@@ -30,7 +33,7 @@ pub fn render(r: &RunReport) -> String {
         s.rate.map_or_else(
             || format!(
                 "{:.0}% of each strategy's closed-loop attempts/s",
-                100.0 * crate::throughput::DEFAULT_RATE_SHARE
+                100.0 * s.open_rate_share
             ),
             |r| format!("{r} requests/s")
         ),
@@ -43,12 +46,13 @@ pub fn render(r: &RunReport) -> String {
     );
 
     md.push_str("\n## What went wrong and why\n\n");
-    let wrong = explain::what_went_wrong(r);
-    if wrong.is_empty() {
+    if r.findings.sales.is_empty() {
         md.push_str("Every strategy kept every invariant in this run.\n");
     }
-    for p in wrong {
-        let _ = writeln!(md, "{p}\n");
+    for f in &r.findings.sales {
+        if let Some(s) = r.strategy(f.strategy) {
+            let _ = writeln!(md, "{}\n", prose::sale(s, f, r.settings.instances));
+        }
     }
     if !r.scenarios.is_empty() {
         md.push_str(
@@ -57,7 +61,7 @@ pub fn render(r: &RunReport) -> String {
              what it did. For a deliberately broken variant, *pass* means its failure showed.\n\n",
         );
         for s in &r.scenarios {
-            let _ = writeln!(md, "{}\n", s.markdown());
+            let _ = writeln!(md, "{}\n", scenarios::markdown(s));
         }
     }
 
@@ -67,27 +71,7 @@ pub fn render(r: &RunReport) -> String {
          final stock) when positive; undersell = units left although demand exceeded supply. \
          The answers are what the clients were told, each code counted apart.\n\n",
     );
-    md.push_str(
-        "| strategy | safety | sold | final stock | oversell | lost updates | negative stock | undersell | retries | seconds | answers |\n\
-         |---|---|--:|--:|--:|--:|--:|--:|--:|--:|---|\n",
-    );
-    for x in &r.strategies {
-        let (a, o) = (&x.sale.accounting, &x.sale.outcomes);
-        let _ = writeln!(
-            md,
-            "| `{}` | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} | {o} |",
-            x.strategy.name,
-            x.strategy.safety,
-            a.units_sold,
-            a.final_stock,
-            a.oversell,
-            a.lost_updates,
-            a.negative_stock,
-            a.undersell,
-            x.sale.retries.map_or("–".into(), |r| format!("{r:.0}")),
-            x.sale.seconds
-        );
-    }
+    md.push_str(&accounting_table(r));
 
     md.push_str("\n## Throughput, closed loop\n\n");
     md.push_str(&load_table(
@@ -122,8 +106,8 @@ pub fn render(r: &RunReport) -> String {
                 .iter()
                 .map(|b| (format!("`{}`: {}", b.name, b.what), &b.result)),
         ));
-        if let Some(check) = explain::client_check(r) {
-            let _ = writeln!(md, "\n{check}");
+        if let Some(check) = &r.findings.client {
+            let _ = writeln!(md, "\n{}", prose::client(check));
         }
         if r.baselines.iter().any(|b| b.standard_tool.is_some()) {
             md.push_str("\n### Ours beside the standard tools\n\n");
@@ -132,8 +116,8 @@ pub fn render(r: &RunReport) -> String {
                  trust for it; medians with min–max. CPU-seconds per 1,000 operations.\n\n",
             );
             md.push_str(&tools_table(r));
-            for note in explain::tool_notes(r) {
-                let _ = writeln!(md, "\n{note}");
+            for f in &r.findings.tools {
+                let _ = writeln!(md, "\n{}", prose::tool(f));
             }
         }
     }
@@ -145,11 +129,12 @@ pub fn render(r: &RunReport) -> String {
         );
         md.push_str(&sweep_table(&r.hot_row_sweep));
     }
-    let notes = explain::where_time_goes(r);
-    if !notes.is_empty() {
+    if !r.findings.time.is_empty() {
         md.push_str("\n## Where the time goes\n\n");
-        for n in notes {
-            let _ = writeln!(md, "{n}\n");
+        for f in &r.findings.time {
+            if let Some(s) = r.strategy(f.strategy) {
+                let _ = writeln!(md, "{}\n", prose::time(s, f));
+            }
         }
     }
 
@@ -160,204 +145,265 @@ pub fn render(r: &RunReport) -> String {
 
 /// The summary table (also printed at the end of a run).
 pub fn summary_table(r: &RunReport) -> String {
-    let mut md = String::from(
-        "| strategy | service | safety | sold / stock | oversell | lost updates | negative stock | undersell | deductions/s (closed) | % of backend baseline | p99 closed (ms) | p99 open (ms) |\n\
-         |---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n",
-    );
+    let mut t = Table::left(["strategy", "service", "safety"]).and_right([
+        "sold / stock",
+        "oversell",
+        "lost updates",
+        "negative stock",
+        "undersell",
+        "deductions/s (closed)",
+        "% of backend baseline",
+        "p99 closed (ms)",
+        "p99 open (ms)",
+    ]);
     for x in &r.strategies {
         let a = &x.sale.accounting;
-        let _ = writeln!(
-            md,
-            "| `{}` | {} | {} | {} / {} | {} | {} | {} | {} | {} | {} | {:.1} | {:.1} |",
-            x.strategy.name,
-            x.strategy.service.name(),
-            x.strategy.safety,
-            a.units_sold,
-            a.initial_stock,
-            a.oversell,
-            a.lost_updates,
-            a.negative_stock,
-            a.undersell,
-            per_sec(&x.throughput.closed, Rate::Successes),
+        t.row([
+            format!("`{}`", x.strategy.name),
+            x.strategy.service.name().to_string(),
+            x.strategy.safety.to_string(),
+            format!("{} / {}", a.units_sold, a.initial_stock),
+            a.oversell.to_string(),
+            a.lost_updates.to_string(),
+            a.negative_stock.to_string(),
+            a.undersell.to_string(),
+            successes_per_sec(&x.throughput.closed),
             x.percent_of_backend_baseline
                 .map_or("–".into(), |p| format!("{p:.0}% of `{}`", x.baseline)),
-            x.throughput.closed.latency.p99_us as f64 / 1000.0,
-            x.throughput.open.latency.p99_us as f64 / 1000.0,
-        );
+            ms(x.throughput.closed.latency.p99_us),
+            ms(x.throughput.open.latency.p99_us),
+        ]);
     }
-    md
+    t.render()
+}
+
+fn accounting_table(r: &RunReport) -> String {
+    let mut t = Table::left(["strategy", "safety"])
+        .and_right([
+            "sold",
+            "final stock",
+            "oversell",
+            "lost updates",
+            "negative stock",
+            "undersell",
+            "retries",
+            "seconds",
+        ])
+        .and_left(["answers"]);
+    for x in &r.strategies {
+        let a = &x.sale.accounting;
+        t.row([
+            format!("`{}`", x.strategy.name),
+            x.strategy.safety.to_string(),
+            a.units_sold.to_string(),
+            a.final_stock.to_string(),
+            a.oversell.to_string(),
+            a.lost_updates.to_string(),
+            a.negative_stock.to_string(),
+            a.undersell.to_string(),
+            x.sale.retries.map_or("–".into(), |r| format!("{r:.0}")),
+            format!("{:.1}", x.sale.seconds),
+            x.sale.outcomes.to_string(),
+        ]);
+    }
+    t.render()
 }
 
 fn load_table<'a>(rows: impl Iterator<Item = (String, &'a LoadResult)>) -> String {
-    let mut md = String::from(
-        "| what | concurrency | rate asked | attempts/s | successes/s | not sent | p50 µs | p90 µs | p99 µs | p99.9 µs | max µs | answers |\n\
-         |---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|\n",
-    );
+    let mut t = Table::left(["what"])
+        .and_right([
+            "concurrency",
+            "rate asked",
+            "attempts/s",
+            "successes/s",
+            "not sent",
+            "p50 µs",
+            "p90 µs",
+            "p99 µs",
+            "p99.9 µs",
+            "max µs",
+        ])
+        .and_left(["answers"]);
     for (name, l) in rows {
-        let o = &l.outcomes;
-        let _ = writeln!(
-            md,
-            "| {name} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {o} |",
-            l.concurrency,
+        t.row([
+            name,
+            l.concurrency.to_string(),
             match l.mode {
                 Loop::Open { target_rate } => format!("{target_rate:.0}"),
                 Loop::Closed => "–".into(),
             },
-            per_sec(l, Rate::Attempts),
-            per_sec(l, Rate::Successes),
-            l.not_sent,
-            l.latency.p50_us,
-            l.latency.p90_us,
-            l.latency.p99_us,
-            l.latency.p999_us,
-            l.latency.max_us
-        );
+            attempts_per_sec(l),
+            successes_per_sec(l),
+            l.not_sent.to_string(),
+            l.latency.p50_us.to_string(),
+            l.latency.p90_us.to_string(),
+            l.latency.p99_us.to_string(),
+            l.latency.p999_us.to_string(),
+            l.latency.max_us.to_string(),
+            l.outcomes.to_string(),
+        ]);
     }
-    md
+    t.render()
 }
 
-/// Which rate of a load result.
-#[derive(Clone, Copy)]
-pub enum Rate {
-    Attempts,
-    Successes,
+/// `1,234 (1,100–1,300)`: a median, with the range of its runs when there were several.
+pub fn spread(s: &Spread) -> String {
+    if s.runs.len() < 2 {
+        return format!("{:.0}", s.median);
+    }
+    format!("{:.0} ({:.0}–{:.0})", s.median, s.min, s.max)
 }
 
-/// A rate, with its runs' min–max when it is the median of several.
-pub fn per_sec(l: &LoadResult, rate: Rate) -> String {
-    match (&l.repetitions, rate) {
-        (Some(rep), Rate::Attempts) => rep.attempts_per_sec.display(),
-        (Some(rep), Rate::Successes) => rep.successes_per_sec.display(),
-        (None, Rate::Attempts) => format!("{:.0}", l.attempts_per_sec),
-        (None, Rate::Successes) => format!("{:.0}", l.successes_per_sec),
-    }
+/// Attempts/s, with its runs' min–max when it is the median of several.
+pub fn attempts_per_sec(l: &LoadResult) -> String {
+    l.repetitions.as_ref().map_or_else(
+        || format!("{:.0}", l.attempts_per_sec),
+        |rep| spread(&rep.attempts_per_sec),
+    )
+}
+
+/// Successes/s, with its runs' min–max when it is the median of several.
+pub fn successes_per_sec(l: &LoadResult) -> String {
+    l.repetitions.as_ref().map_or_else(
+        || format!("{:.0}", l.successes_per_sec),
+        |rep| spread(&rep.successes_per_sec),
+    )
+}
+
+/// Microseconds as milliseconds, one decimal.
+fn ms(us: u64) -> String {
+    format!("{:.1}", us as f64 / 1000.0)
 }
 
 fn tools_table(r: &RunReport) -> String {
-    let mut md = String::from(
-        "| baseline | ours /s | tool | theirs /s | ours / theirs | generator CPU: ours / tool | server CPU: ours / theirs |\n\
-         |---|--:|---|--:|--:|--:|--:|\n",
-    );
+    let mut t = Table::left(["baseline"])
+        .and_right(["ours /s"])
+        .and_left(["tool"])
+        .and_right([
+            "theirs /s",
+            "ours / theirs",
+            "generator CPU: ours / tool",
+            "server CPU: ours / theirs",
+        ]);
     let f = |x: Option<f64>| x.map_or("–".into(), |x| format!("{x:.3}"));
     for b in &r.baselines {
-        let Some(t) = &b.standard_tool else { continue };
-        let group = explain::server_group(b.name);
-        let server = |c: Option<&crate::cpu::CpuUse>| c.and_then(|c| c.group(group)?.0);
+        let Some(tool) = &b.standard_tool else {
+            continue;
+        };
+        let group = b.name.server_group();
+        let server = |c: Option<&CpuUse>| c.and_then(|c| c.group(group)?.0);
         let generator = b.cpu.as_ref().and_then(|c| c.group("generator")?.0);
-        let _ = writeln!(
-            md,
-            "| `{}` | {} | `{}` | {} | {} | {} / {} | {} / {} |",
-            b.name,
-            per_sec(
-                &b.result,
-                if b.result.outcomes.created > 0 {
-                    Rate::Successes
-                } else {
-                    Rate::Attempts
-                }
+        let ours = if b.result.outcomes.created > 0 {
+            successes_per_sec(&b.result)
+        } else {
+            attempts_per_sec(&b.result)
+        };
+        t.row([
+            format!("`{}`", b.name),
+            ours,
+            format!("`{}`", tool.tool),
+            theirs(tool),
+            tool.ours_percent.map_or("–".into(), |p| format!("{p:.0}%")),
+            format!("{} / {}", f(generator), f(tool.tool_cpu_per_1000)),
+            format!(
+                "{} / {}",
+                f(server(b.cpu.as_ref())),
+                f(server(tool.cpu.as_ref()))
             ),
-            t.tool,
-            t.per_sec
-                .as_ref()
-                .map_or_else(|| t.status.clone(), |s| s.display()),
-            t.ours_percent.map_or("–".into(), |p| format!("{p:.0}%")),
-            f(generator),
-            f(t.tool_cpu_per_1000),
-            f(server(b.cpu.as_ref())),
-            f(server(t.cpu.as_ref())),
-        );
+        ]);
     }
-    md
+    t.render()
+}
+
+/// The tool's rate, or why there is none.
+fn theirs(tool: &StandardTool) -> String {
+    match (&tool.per_sec, tool.status) {
+        (Some(s), _) => spread(s),
+        (None, ToolStatus::NotInstalled) => "not installed".into(),
+        (None, _) => "failed".into(),
+    }
 }
 
 fn cpu_table(r: &RunReport) -> String {
-    let groups: Vec<(&str, &str)> = explain::GROUPS
+    let groups: Vec<&str> = GROUPS
         .iter()
-        .copied()
-        .filter(|(g, _)| {
+        .map(|(g, _)| *g)
+        .filter(|g| {
             r.strategies
                 .iter()
                 .any(|x| x.cpu.as_ref().and_then(|c| c.group(g)).is_some())
         })
         .collect();
-    let mut md = String::from("| strategy |");
-    for (g, _) in &groups {
-        let _ = write!(md, " {g} |");
-    }
-    md.push_str(" rest (cores) | saturated |\n|---|");
-    md.push_str(&"--:|".repeat(groups.len() + 1));
-    md.push_str("---|\n");
+    let mut t = Table::left(["strategy"])
+        .and_right(groups.iter().chain(&["rest (cores)"]))
+        .and_left(["saturated"]);
     for x in &r.strategies {
         let Some(cpu) = &x.cpu else { continue };
-        let _ = write!(md, "| `{}` |", x.strategy.name);
-        for (g, _) in &groups {
-            let cell = match cpu.group(g) {
-                Some((Some(per_1000), cores)) => format!("{per_1000:.2} / {cores:.2}"),
-                Some((None, cores)) => format!("– / {cores:.2}"),
-                None => "–".into(),
-            };
-            let _ = write!(md, " {cell} |");
-        }
-        let _ = writeln!(
-            md,
-            " {} | {} |",
+        let mut row = vec![format!("`{}`", x.strategy.name)];
+        row.extend(groups.iter().map(|g| match cpu.group(g) {
+            Some((Some(per_1000), cores)) => format!("{per_1000:.2} / {cores:.2}"),
+            Some((None, cores)) => format!("– / {cores:.2}"),
+            None => "–".into(),
+        }));
+        row.push(
             cpu.rest_of_machine_cores
                 .map_or("–".into(), |c| format!("{c:.2}")),
+        );
+        row.push(
             cpu.saturated
                 .as_deref()
                 .map_or("none".into(), |s| format!("`{s}`")),
         );
+        t.row(row);
     }
-    md
+    t.render()
 }
 
 fn sweep_table(sweep: &[LoadResult]) -> String {
-    let mut md = String::from("| connections | updates/s | p50 µs | p99 µs |\n|--:|--:|--:|--:|\n");
+    let mut t =
+        Table::new([("connections", Align::Right)]).and_right(["updates/s", "p50 µs", "p99 µs"]);
     for l in sweep {
-        let _ = writeln!(
-            md,
-            "| {} | {} | {} | {} |",
-            l.concurrency,
-            per_sec(l, Rate::Successes),
-            l.latency.p50_us,
-            l.latency.p99_us
-        );
+        t.row([
+            l.concurrency.to_string(),
+            successes_per_sec(l),
+            l.latency.p50_us.to_string(),
+            l.latency.p99_us.to_string(),
+        ]);
     }
-    md
+    t.render()
 }
 
 fn environment(r: &RunReport) -> String {
     let e = &r.environment;
-    let mut md = String::from("| | |\n|---|---|\n");
-    let mut row = |k: &str, v: String| {
-        let _ = writeln!(md, "| {k} | {v} |");
-    };
-    row("CPUs", e.cpus.to_string());
-    row("CPU", e.cpu_model.clone().unwrap_or_default());
-    row("memory", e.memory_total.clone().unwrap_or_default());
-    row("OS", e.os.clone());
-    row(
-        "git commit",
+    let mut t = Table::left(["", ""]);
+    t.row(["CPUs".to_string(), e.cpus.to_string()]);
+    t.row(["CPU".to_string(), e.cpu_model.clone().unwrap_or_default()]);
+    t.row([
+        "memory".to_string(),
+        e.memory_total.clone().unwrap_or_default(),
+    ]);
+    t.row(["OS".to_string(), e.os.clone()]);
+    t.row([
+        "git commit".to_string(),
         match (&e.git_commit, e.git_dirty) {
             (Some(c), Some(true)) => format!("`{c}` (with uncommitted changes)"),
             (Some(c), _) => format!("`{c}`"),
             _ => "unknown".into(),
         },
-    );
-    row("servers", e.servers.to_string());
-    row("load generator build", e.generator_build.to_string());
+    ]);
+    t.row(["servers".to_string(), e.servers.clone()]);
+    t.row([
+        "load generator build".to_string(),
+        e.generator_build.clone(),
+    ]);
     for (k, v) in &e.versions {
-        row(&format!("{k} version"), v.clone());
+        t.row([format!("{k} version"), v.clone()]);
     }
-    for (k, v) in &e.mariadb {
-        if k != "version" {
-            row(&format!("MariaDB `{k}`"), v.clone());
-        }
+    for (k, v) in e.mariadb.iter().filter(|(k, _)| *k != "version") {
+        t.row([format!("MariaDB `{k}`"), v.clone()]);
     }
-    for (k, v) in &e.redis {
-        if k != "redis_version" {
-            row(&format!("Redis `{k}`"), v.clone());
-        }
+    for (k, v) in e.redis.iter().filter(|(k, _)| *k != "redis_version") {
+        t.row([format!("Redis `{k}`"), v.clone()]);
     }
-    md
+    t.render()
 }

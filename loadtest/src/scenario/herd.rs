@@ -15,89 +15,136 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use locks::{AcquireOptions, Backend, DistributedLock};
+use serde::{Deserialize, Serialize};
 use tokio::sync::Mutex;
 
-use super::figures::Herd;
-use super::{Row, Scenario, ScenarioOptions, ScenarioReport, start};
+use super::{Judgement, Scenario, Stage};
+use crate::rig::start;
+
+pub struct Herd;
+
+#[derive(Debug, Clone, Copy)]
+pub struct Sizes {
+    /// How long each holder keeps the lock: long enough that waiting, not handing off,
+    /// dominates — what polling pays for.
+    hold: Duration,
+}
+
+/// Many waiters on one lock.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Figures {
+    pub requests_per_grant: f64,
+    pub wake_p50_ms: f64,
+    pub wake_p99_ms: f64,
+    /// Grants that overlapped another holder's (must be 0).
+    pub overlaps: usize,
+}
 
 const WAITERS: usize = 64;
 /// Waiters share this many lock clients (connections / sessions), as app instances would.
 const CLIENTS: usize = 8;
 const BACKENDS: [Backend; 3] = [Backend::Redis, Backend::RedisWatchdog, Backend::ZooKeeper];
-
-pub async fn run(opts: &ScenarioOptions) -> Result<ScenarioReport> {
-    let redis = start(sandbox::Redis::start).await?;
-    let zk = start(sandbox::ZooKeeper::start).await?;
-    let endpoints = locks::Endpoints {
-        redis: Some(redis.url()),
-        zookeeper: Some(zk.connect_string()),
-        zookeeper_session_timeout: Duration::from_secs(10),
-        ..Default::default()
-    };
-    // Long enough that waiting, not handing off, dominates: what polling pays for.
-    let hold = Duration::from_millis(if opts.quick { 20 } else { 50 });
-    let mut measured = Vec::new();
-    for backend in BACKENDS {
-        let mut clients = Vec::new();
-        for _ in 0..CLIENTS {
-            clients.push(locks::connect(backend, &endpoints).await?);
-        }
-        measured.push((backend, herd(&clients, hold).await?));
-    }
-
-    let notified_max = measured
-        .iter()
-        .filter(|(b, _)| *b != Backend::Redis)
-        .map(|(_, m)| m.requests_per_grant)
-        .fold(0.0, f64::max);
-    let rows = measured
-        .iter()
-        .map(|(backend, f)| {
-            let (expected, ok) = match backend {
-                Backend::Redis => (
-                    "polling: more requests per grant than either notifying backend".to_string(),
-                    f.requests_per_grant > notified_max,
-                ),
-                _ => (
-                    format!(
-                        "notification: requests per grant bounded by the clients, not the \
-                         waiters (≤ {NOTIFIED_BOUND})"
-                    ),
-                    f.requests_per_grant <= NOTIFIED_BOUND,
-                ),
-            };
-            let observed = format!(
-                "{:.1} requests per grant, wake-up p99 {:.1} ms",
-                f.requests_per_grant, f.wake_p99_ms
-            );
-            Row::new(
-                backend.name(),
-                expected,
-                observed,
-                ok && f.overlaps == 0,
-                *f,
-            )
-        })
-        .collect::<Vec<_>>();
-    let why = why(&measured);
-    Ok(ScenarioReport {
-        scenario: Scenario::Herd,
-        fault: format!(
-            "{WAITERS} waiters over {CLIENTS} clients contend for one lock, each holding it {hold:?}"
-        ),
-        rows,
-        timeline: Vec::new(),
-        why,
-    })
-}
-
 /// Requests a notifying backend may spend per grant, whatever the number of waiters: the
 /// grant's own (attempt or create, list, watch, release: about 4), plus at most one woken
 /// attempt per client (the watchdog lock's clients each subscribe to the release message and
 /// each wakes its first local waiter).
 const NOTIFIED_BOUND: f64 = CLIENTS as f64 + 4.0;
 
-async fn herd(clients: &[Arc<dyn DistributedLock>], hold: Duration) -> Result<Herd> {
+impl Scenario for Herd {
+    type Sizes = Sizes;
+    const QUICK: Sizes = Sizes {
+        hold: Duration::from_millis(20),
+    };
+    const FULL: Sizes = Sizes {
+        hold: Duration::from_millis(50),
+    };
+    type Subject = Backend;
+    type Figures = Figures;
+
+    fn fault(s: &Sizes) -> String {
+        format!(
+            "{WAITERS} waiters over {CLIENTS} clients contend for one lock, each holding it {:?}",
+            s.hold
+        )
+    }
+
+    async fn play(s: Sizes, _: &Stage) -> Result<Vec<(Backend, Figures)>> {
+        let redis = start(sandbox::Redis::start).await?;
+        let zk = start(sandbox::ZooKeeper::start).await?;
+        let endpoints = locks::Endpoints {
+            redis: Some(redis.url()),
+            zookeeper: Some(zk.connect_string()),
+            zookeeper_session_timeout: Duration::from_secs(10),
+            ..Default::default()
+        };
+        let mut rows = Vec::new();
+        for backend in BACKENDS {
+            let mut clients = Vec::new();
+            for _ in 0..CLIENTS {
+                clients.push(locks::connect(backend, &endpoints).await?);
+            }
+            rows.push((backend, herd(&clients, s.hold).await?));
+        }
+        Ok(rows)
+    }
+
+    fn judge(_: &Sizes, backend: &Backend, f: &Figures) -> Judgement {
+        let observed = format!(
+            "{:.1} requests per grant, wake-up p99 {:.1} ms",
+            f.requests_per_grant, f.wake_p99_ms
+        );
+        match backend {
+            Backend::Redis => Judgement::new(
+                format!(
+                    "polling: more requests per grant than a notifying lock may spend (> \
+                     {NOTIFIED_BOUND})"
+                ),
+                observed,
+                f.requests_per_grant > NOTIFIED_BOUND && f.overlaps == 0,
+            ),
+            _ => Judgement::new(
+                format!(
+                    "notification: requests per grant bounded by the clients, not the waiters \
+                     (≤ {NOTIFIED_BOUND})"
+                ),
+                observed,
+                f.requests_per_grant <= NOTIFIED_BOUND && f.overlaps == 0,
+            ),
+        }
+    }
+
+    fn why(_: &Sizes, rows: &[(Backend, Figures)]) -> String {
+        let mut text = format!(
+            "Each of {WAITERS} waiters was granted the lock once; a grant's cost is every \
+             request all clients sent for it, and a hand-off's latency the time from one \
+             release to the next grant."
+        );
+        for (backend, f) in rows {
+            let how = match backend {
+                Backend::Redis => {
+                    "polls after a jittered back-off, so a release is noticed at someone's \
+                     next poll"
+                }
+                Backend::RedisWatchdog => {
+                    "publishes each release, and each client wakes one of its waiters"
+                }
+                _ => "lets each waiter watch only its predecessor, so a release wakes exactly one",
+            };
+            let overlaps = match f.overlaps {
+                0 => String::new(),
+                n => format!("; **{n} grant(s) overlapped another holder**"),
+            };
+            text.push_str(&format!(
+                " `{backend}` {how}: {:.1} requests per grant, hand-off p50 {:.1} ms, p99 {:.1} \
+                 ms{overlaps}.",
+                f.requests_per_grant, f.wake_p50_ms, f.wake_p99_ms
+            ));
+        }
+        text
+    }
+}
+
+async fn herd(clients: &[Arc<dyn DistributedLock>], hold: Duration) -> Result<Figures> {
     let key = "scenario:herd:product:1";
     let before: u64 = clients.iter().map(|c| c.backend_requests()).sum();
     let last_release: Arc<Mutex<Option<Instant>>> = Arc::default();
@@ -132,7 +179,7 @@ async fn herd(clients: &[Arc<dyn DistributedLock>], hold: Duration) -> Result<He
     }
     let after: u64 = clients.iter().map(|c| c.backend_requests()).sum();
     wakes.sort_by(f64::total_cmp);
-    Ok(Herd {
+    Ok(Figures {
         requests_per_grant: (after - before) as f64 / WAITERS as f64,
         wake_p50_ms: percentile(&wakes, 0.50),
         wake_p99_ms: percentile(&wakes, 0.99),
@@ -140,41 +187,10 @@ async fn herd(clients: &[Arc<dyn DistributedLock>], hold: Duration) -> Result<He
     })
 }
 
-/// What waiting cost each backend, in words chosen by the figures.
-fn why(measured: &[(Backend, Herd)]) -> String {
-    let mut text = format!(
-        "Each of {WAITERS} waiters was granted the lock once; a grant's cost is every request \
-         all clients sent for it, and a hand-off's latency the time from one release to the \
-         next grant."
-    );
-    for (backend, f) in measured {
-        let how = match backend {
-            Backend::Redis => {
-                "polls after a jittered back-off, so a release is noticed at \
-                               someone's next poll"
-            }
-            Backend::RedisWatchdog => {
-                "publishes each release, and each client wakes one of \
-                                       its waiters"
-            }
-            _ => "lets each waiter watch only its predecessor, so a release wakes exactly one",
-        };
-        let overlaps = match f.overlaps {
-            0 => String::new(),
-            n => format!("; **{n} grant(s) overlapped another holder**"),
-        };
-        text.push_str(&format!(
-            " `{backend}` {how}: {:.1} requests per grant, hand-off p50 {:.1} ms, p99 {:.1} \
-             ms{overlaps}.",
-            f.requests_per_grant, f.wake_p50_ms, f.wake_p99_ms
-        ));
-    }
-    text
-}
-
+/// The `q` quantile of `sorted`; 0 for none.
 fn percentile(sorted: &[f64], q: f64) -> f64 {
     if sorted.is_empty() {
-        return f64::NAN;
+        return 0.0;
     }
     let rank = (q * sorted.len() as f64).ceil() as usize;
     sorted[rank.clamp(1, sorted.len()) - 1]

@@ -1,22 +1,46 @@
 //! `lease-expiry`: the critical section stalls longer than the lock's lease.
 //!
 //! Buyer A takes the lock, reads the last unit, and stalls (the injected `X-Seckill-Hold-Ms`,
-//! three leases long) before writing. Buyer B arrives meanwhile. With `redis-lock` the lease
-//! runs out under A: B is granted the lock, reads the same last unit, sells it; A wakes and
-//! sells it again — two orders for one unit. `redis-watchdog` renews A's lease while A's
+//! three leases long) before writing. Buyer B asks once A is inside. With `redis-lock` the
+//! lease runs out under A: B is granted the lock, reads the same last unit, sells it; A wakes
+//! and sells it again — two orders for one unit. `redis-watchdog` renews A's lease while A's
 //! process lives, so B waits and then finds the product sold out. `redis-lock-fenced` lets B in
 //! as `redis-lock` does, but B's grant raised the product's fence, so A's late write carries
 //! an older token and the database refuses it (`409 lock_lost`).
 
-use std::time::Duration;
-
 use anyhow::Result;
 use app::api::{ErrorCode, Strategy};
+use serde::{Deserialize, Serialize};
+use testkit::Answer;
 
-use super::figures::LeaseExpiry;
-use super::fleet::{Fleet, accounting, lock_flags, order};
-use super::{Row, Scenario, ScenarioOptions, ScenarioReport, Timeline};
-use crate::client::Answer;
+use super::{Judgement, Scenario, Stage};
+use crate::rig::fleet::{Fleet, accounting, lock_flags, order};
+
+pub struct LeaseExpiry;
+
+#[derive(Debug, Clone, Copy)]
+pub struct Sizes {
+    lease_ms: u64,
+}
+
+impl Sizes {
+    /// How long A stays inside: three leases.
+    fn hold_ms(self) -> u64 {
+        self.lease_ms * 3
+    }
+}
+
+/// A stalls past the lease inside the critical section of the last unit; B asks for it
+/// meanwhile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Figures {
+    pub oversell: i64,
+    pub orders: i64,
+    pub a: Answer,
+    pub b: Answer,
+    /// A's late write was refused by the product's fence (`409 lock_lost`).
+    pub stale_write_rejected: bool,
+}
 
 const STRATEGIES: [Strategy; 3] = [
     Strategy::RedisLock,
@@ -24,133 +48,131 @@ const STRATEGIES: [Strategy; 3] = [
     Strategy::RedisLockFenced,
 ];
 
-pub async fn run(opts: &ScenarioOptions) -> Result<ScenarioReport> {
-    let binary = opts.app_binary(Scenario::LeaseExpiry)?;
-    let lease_ms: u64 = if opts.quick { 300 } else { 2000 };
-    let hold_ms = lease_ms * 3;
-    let fleet = Fleet::start(binary, 1, &lock_flags(lease_ms, hold_ms * 4)).await?;
-    let mut measured = Vec::new();
-    let mut rows = Vec::new();
-    let mut timeline = Vec::new();
-    for (n, strategy) in STRATEGIES.into_iter().enumerate() {
-        let product = 100 + n as u64;
-        fleet.reset(product, 1).await?;
-        let tl = Timeline::new();
-        let (a, b) = race(&fleet, &tl, product, strategy, hold_ms, lease_ms).await;
-        let p = fleet.product_noted(product, &tl).await?;
-        let f = LeaseExpiry {
-            oversell: accounting(&p).oversell,
-            orders: p.orders,
-            a_created: a.created(),
-            b_created: b.created(),
-            stale_write_rejected: a.refused_with(ErrorCode::LockLost),
+impl Scenario for LeaseExpiry {
+    type Sizes = Sizes;
+    const QUICK: Sizes = Sizes { lease_ms: 300 };
+    const FULL: Sizes = Sizes { lease_ms: 2000 };
+    type Subject = Strategy;
+    type Figures = Figures;
+
+    fn fault(s: &Sizes) -> String {
+        format!(
+            "lease {} ms; buyer A stalls {} ms inside the critical section of the last unit \
+             while buyer B asks for it",
+            s.lease_ms,
+            s.hold_ms()
+        )
+    }
+
+    async fn play(s: Sizes, stage: &Stage) -> Result<Vec<(Strategy, Figures)>> {
+        let flags = lock_flags(s.lease_ms, s.hold_ms() * 4);
+        let fleet = Fleet::start(stage.app_binary()?, 1, &flags).await?;
+        let mut rows = Vec::new();
+        for (n, strategy) in STRATEGIES.into_iter().enumerate() {
+            let product = 100 + n as u64;
+            fleet.reset(product, 1).await?;
+            let tl = stage.round(strategy.name());
+            let mut watch = fleet.watch_transactions().await?;
+            let a = async {
+                tl.log(
+                    "A",
+                    format!("orders the last unit, stalls {} ms inside", s.hold_ms()),
+                );
+                let a = order(&fleet.api, 0, product, strategy, "buyer-a", s.hold_ms()).await;
+                tl.log("A", a.describe());
+                a
+            };
+            let b = async {
+                watch.inside().await?;
+                tl.log("B", "orders the last unit, A being inside");
+                let b = order(&fleet.api, 0, product, strategy, "buyer-b", 0).await;
+                tl.log("B", b.describe());
+                anyhow::Ok(b)
+            };
+            let (a, b) = tokio::join!(a, b);
+            let b = b?;
+            let p = fleet.product(product).await?;
+            tl.log("db", format!("{} order(s) for 1 unit", p.orders));
+            let figures = Figures {
+                oversell: accounting(&p).oversell,
+                orders: p.orders,
+                a,
+                b,
+                stale_write_rejected: a.refused_with(ErrorCode::LockLost),
+            };
+            rows.push((strategy, figures));
+        }
+        Ok(rows)
+    }
+
+    fn judge(_: &Sizes, strategy: &Strategy, f: &Figures) -> Judgement {
+        let (a, b) = (f.a.created(), f.b.created());
+        let (expected, holds) = match strategy {
+            Strategy::RedisWatchdog => (
+                "the lease is renewed: B waits, then finds it sold out; no oversell",
+                f.oversell == 0 && a && !b,
+            ),
+            Strategy::RedisLockFenced => (
+                "B is granted the expired lock, A's stale write is rejected (lock_lost); no \
+                 oversell",
+                f.oversell == 0 && f.stale_write_rejected && b,
+            ),
+            _ => (
+                "B is granted the expired lock: two orders for one unit (oversell)",
+                f.oversell > 0,
+            ),
         };
-        rows.push(row(strategy, &a, &b, f));
-        measured.push((strategy, f));
-        timeline.extend(tl.events(Some(strategy.name())));
-    }
-    Ok(ScenarioReport {
-        scenario: Scenario::LeaseExpiry,
-        fault: format!(
-            "lease {lease_ms} ms; buyer A stalls {hold_ms} ms inside the critical section of the \
-             last unit while buyer B asks for it"
-        ),
-        rows,
-        timeline,
-        why: why(&measured, lease_ms, hold_ms),
-    })
-}
-
-/// A (stalling) and, a third of a lease later, B; both answers.
-async fn race(
-    fleet: &Fleet,
-    tl: &Timeline,
-    product: u64,
-    strategy: Strategy,
-    hold_ms: u64,
-    lease_ms: u64,
-) -> (Answer, Answer) {
-    let a = async {
-        tl.log(
-            "A",
-            format!("orders the last unit, stalls {hold_ms} ms inside"),
+        let observed = format!(
+            "A: {}; B: {}; {} order(s) for 1 unit",
+            f.a.describe(),
+            f.b.describe(),
+            f.orders
         );
-        let a = order(&fleet.api, 0, product, strategy, "buyer-a", hold_ms).await;
-        tl.log("A", a.describe());
-        a
-    };
-    let b = async {
-        tokio::time::sleep(Duration::from_millis(lease_ms / 3)).await;
-        tl.log("B", "orders the last unit");
-        let b = order(&fleet.api, 0, product, strategy, "buyer-b", 0).await;
-        tl.log("B", b.describe());
-        b
-    };
-    tokio::join!(a, b)
-}
-
-fn row(strategy: Strategy, a: &Answer, b: &Answer, f: LeaseExpiry) -> Row {
-    let (expected, ok) = match strategy {
-        Strategy::RedisWatchdog => (
-            "the lease is renewed: B waits, then finds it sold out; no oversell",
-            f.oversell == 0 && f.a_created && !f.b_created,
-        ),
-        Strategy::RedisLockFenced => (
-            "B is granted the expired lock, A's stale write is rejected (lock_lost); no oversell",
-            f.oversell == 0 && f.stale_write_rejected && f.b_created,
-        ),
-        _ => (
-            "B is granted the expired lock: two orders for one unit (oversell)",
-            f.oversell > 0,
-        ),
-    };
-    let observed = format!(
-        "A: {}; B: {}; {} order(s) for 1 unit",
-        a.describe(),
-        b.describe(),
-        f.orders
-    );
-    Row::new(strategy.name(), expected, observed, ok, f)
-}
-
-/// What happened to each strategy, in words chosen by the figures.
-fn why(measured: &[(Strategy, LeaseExpiry)], lease_ms: u64, hold_ms: u64) -> String {
-    let mut text = format!(
-        "A lease is a guess about how long the critical section takes. A stayed {hold_ms} ms \
-         inside on a {lease_ms} ms lease."
-    );
-    for (strategy, f) in measured {
-        let what = match (f.a_created, f.b_created, f.stale_write_rejected) {
-            (true, true, _) => format!(
-                "B was let in while A still worked, both read the same last unit and both sold \
-                 it (oversell {})",
-                f.oversell
-            ),
-            (true, false, _) => format!(
-                "A's lease held (B was kept out until A had sold the unit; oversell {})",
-                f.oversell
-            ),
-            (false, true, true) => format!(
-                "B was let in and sold the unit; A's late write carried an older token and the \
-                 product's fence refused it (oversell {})",
-                f.oversell
-            ),
-            (false, true, false) => format!(
-                "B sold the unit and A's write failed for another reason (oversell {})",
-                f.oversell
-            ),
-            (false, false, _) => format!("neither A nor B sold the unit (oversell {})", f.oversell),
-        };
-        text.push_str(&format!(" With `{strategy}`, {what}."));
+        Judgement::new(expected, observed, holds)
     }
-    let watchdog_held = measured
-        .iter()
-        .any(|(s, f)| *s == Strategy::RedisWatchdog && f.a_created && !f.b_created);
-    if watchdog_held {
-        text.push_str(
-            " Renewal kept the lease alive only because A's process kept running; fencing \
-             does not depend on that (see `process-pause`).",
+
+    fn why(s: &Sizes, rows: &[(Strategy, Figures)]) -> String {
+        let mut text = format!(
+            "A lease is a guess about how long the critical section takes. A stayed {} ms \
+             inside on a {} ms lease.",
+            s.hold_ms(),
+            s.lease_ms
         );
+        for (strategy, f) in rows {
+            let what = match (f.a.created(), f.b.created(), f.stale_write_rejected) {
+                (true, true, _) => format!(
+                    "B was let in while A still worked, both read the same last unit and both \
+                     sold it (oversell {})",
+                    f.oversell
+                ),
+                (true, false, _) => format!(
+                    "A's lease held (B was kept out until A had sold the unit; oversell {})",
+                    f.oversell
+                ),
+                (false, true, true) => format!(
+                    "B was let in and sold the unit; A's late write carried an older token and \
+                     the product's fence refused it (oversell {})",
+                    f.oversell
+                ),
+                (false, true, false) => format!(
+                    "B sold the unit and A's write failed for another reason (oversell {})",
+                    f.oversell
+                ),
+                (false, false, _) => {
+                    format!("neither A nor B sold the unit (oversell {})", f.oversell)
+                }
+            };
+            text.push_str(&format!(" With `{strategy}`, {what}."));
+        }
+        let watchdog_held = rows
+            .iter()
+            .any(|(s, f)| *s == Strategy::RedisWatchdog && f.a.created() && !f.b.created());
+        if watchdog_held {
+            text.push_str(
+                " Renewal kept the lease alive only because A's process kept running; fencing \
+                 does not depend on that (see `process-pause`).",
+            );
+        }
+        text
     }
-    text
 }

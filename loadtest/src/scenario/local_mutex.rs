@@ -6,44 +6,93 @@
 //! section at once, read the same stock, and write back the same decrement: the count of
 //! units sold exceeds the stock. The same buyers, the same stock, only the deployment changes.
 
-use anyhow::Result;
-use app::api::{ProductView, Strategy};
-use futures::future::join_all;
+use std::fmt;
+use std::time::Duration;
 
-use super::figures::LocalMutex;
-use super::fleet::{Fleet, accounting, order};
-use super::{Row, Scenario, ScenarioOptions, ScenarioReport};
+use anyhow::Result;
+use app::api::Strategy;
+use serde::{Deserialize, Serialize};
+use testkit::{Clicks, Crowd, Spread};
+
+use super::{Judgement, Scenario, Stage};
+use crate::rig::fleet::{Fleet, accounting};
+
+pub struct LocalMutex;
+
+#[derive(Debug, Clone, Copy)]
+pub struct Sizes {
+    stock: i64,
+    buyers: usize,
+}
+
+/// The same sale behind one instance, then behind three.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Figures {
+    pub instances: usize,
+    pub stock: i64,
+    pub stock_left: i64,
+    pub oversell: i64,
+    pub orders: i64,
+    /// Orders the buyers were told of.
+    pub created: usize,
+    /// Sales run until one oversold (three instances only).
+    pub rounds: Option<u64>,
+}
+
+/// The deployment a row is about: the strategy behind this many instances.
+#[derive(Debug, Clone, Copy)]
+pub struct Behind(usize);
+
+impl fmt::Display for Behind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{STRATEGY} × {}", self.0)
+    }
+}
 
 const STRATEGY: Strategy = Strategy::LocalMutex;
 /// Each buyer pauses this long inside the critical section, to widen the window.
-const HOLD_MS: u64 = 20;
+const HOLD: Duration = Duration::from_millis(20);
 /// Rounds of the 3-instance sale run until one oversells (timing on a busy machine).
 const MAX_ROUNDS: u64 = 3;
 
-pub async fn run(opts: &ScenarioOptions) -> Result<ScenarioReport> {
-    let binary = opts.app_binary(Scenario::LocalMutex)?;
-    let (stock, buyers) = if opts.quick { (10, 30) } else { (100, 300) };
-    let fleet = Fleet::start(binary, 3, &[]).await?;
+impl Scenario for LocalMutex {
+    type Sizes = Sizes;
+    const QUICK: Sizes = Sizes {
+        stock: 10,
+        buyers: 30,
+    };
+    const FULL: Sizes = Sizes {
+        stock: 100,
+        buyers: 300,
+    };
+    type Subject = Behind;
+    type Figures = Figures;
 
-    let one = sale(&fleet, 300, 1, stock, buyers).await?;
-    let mut three = sale(&fleet, 301, 3, stock, buyers).await?;
-    let mut rounds = 1;
-    while accounting(&three.0).oversell == 0 && rounds < MAX_ROUNDS {
-        three = sale(&fleet, 301 + rounds, 3, stock, buyers).await?;
-        rounds += 1;
+    fn fault(s: &Sizes) -> String {
+        format!(
+            "{} buyers for {} units, {} ms inside the critical section, spread over 1 instance, \
+             then over 3",
+            s.buyers,
+            s.stock,
+            HOLD.as_millis()
+        )
     }
 
-    let mut measured = Vec::new();
-    let mut rows = Vec::new();
-    for (instances, (p, created)) in [(1, one), (3, three)] {
-        let f = LocalMutex {
-            instances,
-            oversell: accounting(&p).oversell,
-            orders: p.orders,
-            created,
-            rounds: (instances == 3).then_some(rounds),
-        };
-        let (expected, ok) = if instances == 1 {
+    async fn play(s: Sizes, stage: &Stage) -> Result<Vec<(Behind, Figures)>> {
+        let fleet = Fleet::start(stage.app_binary()?, 3, &[]).await?;
+        let one = sale(&fleet, 300, 1, s).await?;
+        let mut three = sale(&fleet, 301, 3, s).await?;
+        let mut rounds = 1;
+        while three.oversell == 0 && rounds < MAX_ROUNDS {
+            three = sale(&fleet, 301 + rounds, 3, s).await?;
+            rounds += 1;
+        }
+        three.rounds = Some(rounds);
+        Ok(vec![(Behind(1), one), (Behind(3), three)])
+    }
+
+    fn judge(_: &Sizes, behind: &Behind, f: &Figures) -> Judgement {
+        let (expected, holds) = if behind.0 == 1 {
             ("one mutex for every buyer: no oversell", f.oversell == 0)
         } else {
             (
@@ -52,79 +101,65 @@ pub async fn run(opts: &ScenarioOptions) -> Result<ScenarioReport> {
             )
         };
         let observed = format!(
-            "{created} orders accepted for {} units; stock left {}",
-            p.initial_stock, p.stock
+            "{} orders accepted for {} units; stock left {}",
+            f.created, f.stock, f.stock_left
         );
-        rows.push(Row::new(
-            format!("{STRATEGY} × {instances}"),
-            expected,
-            observed,
-            ok,
-            f,
-        ));
-        measured.push(f);
+        Judgement::new(expected, observed, holds)
     }
-    Ok(ScenarioReport {
-        scenario: Scenario::LocalMutex,
-        fault: format!(
-            "{buyers} buyers for {stock} units, {HOLD_MS} ms inside the critical section, spread \
-             over 1 instance, then over 3"
-        ),
-        rows,
-        timeline: Vec::new(),
-        why: why(&measured, stock, buyers),
+
+    fn why(s: &Sizes, rows: &[(Behind, Figures)]) -> String {
+        let mut text = String::from("A mutex protects what shares its memory.");
+        for (_, f) in rows {
+            let what = if f.oversell > 0 {
+                format!(
+                    "the critical sections of different instances ran at once, their \
+                     read-modify-writes of the same row overwrote each other, and {} order(s) \
+                     were accepted for {} units ({} beyond the stock)",
+                    f.orders, s.stock, f.oversell
+                )
+            } else if f.instances == 1 {
+                format!(
+                    "all {} buyers queued on one mutex and {} order(s) were accepted for {} \
+                     units",
+                    s.buyers, f.orders, s.stock
+                )
+            } else {
+                format!(
+                    "each instance's mutex admitted one buyer at a time, yet no two \
+                     read-modify-writes happened to overlap in {} round(s): {} order(s) for {} \
+                     units",
+                    f.rounds.unwrap_or(1),
+                    f.orders,
+                    s.stock
+                )
+            };
+            text.push_str(&format!(" Behind {} instance(s), {what}.", f.instances));
+        }
+        text.push_str(
+            " Exclusion across processes needs a lock outside them (the database row, or a \
+             distributed lock).",
+        );
+        text
+    }
+}
+
+/// Every buyer clicks once, all at once, spread by buyer over the first `instances` instances.
+async fn sale(fleet: &Fleet, product: u64, instances: usize, s: Sizes) -> Result<Figures> {
+    fleet.reset(product, s.stock).await?;
+    let through: Vec<usize> = (0..instances).collect();
+    let answers = Crowd::new(s.buyers, Clicks::Each(1), STRATEGY, &format!("p{product}"))
+        .holding(HOLD)
+        .through(&through, Spread::ByBuyer)
+        .run(&fleet.api, product)
+        .await;
+    let p = fleet.product(product).await?;
+    Ok(Figures {
+        instances,
+        stock: p.initial_stock,
+        stock_left: p.stock,
+        oversell: accounting(&p).oversell,
+        orders: p.orders,
+        created: answers.created(),
+        rounds: None,
     })
-}
-
-/// What each deployment did, in words chosen by the figures.
-fn why(measured: &[LocalMutex], stock: i64, buyers: usize) -> String {
-    let mut text = String::from("A mutex protects what shares its memory.");
-    for f in measured {
-        let what = if f.oversell > 0 {
-            format!(
-                "the critical sections of different instances ran at once, their \
-                 read-modify-writes of the same row overwrote each other, and {} order(s) were \
-                 accepted for {stock} units ({} beyond the stock)",
-                f.orders, f.oversell
-            )
-        } else if f.instances == 1 {
-            format!(
-                "all {buyers} buyers queued on one mutex and {} order(s) were accepted for \
-                 {stock} units",
-                f.orders
-            )
-        } else {
-            format!(
-                "each instance's mutex admitted one buyer at a time, yet no two \
-                 read-modify-writes happened to overlap in {} round(s): {} order(s) for {stock} \
-                 units",
-                f.rounds.unwrap_or(1),
-                f.orders
-            )
-        };
-        text.push_str(&format!(" Behind {} instance(s), {what}.", f.instances));
-    }
-    text.push_str(
-        " Exclusion across processes needs a lock outside them (the database row, or a \
-         distributed lock).",
-    );
-    text
-}
-
-/// All buyers at once, round-robin over the first `instances` instances.
-async fn sale(
-    fleet: &Fleet,
-    product: u64,
-    instances: usize,
-    stock: i64,
-    buyers: usize,
-) -> Result<(ProductView, usize)> {
-    fleet.reset(product, stock).await?;
-    let answers = join_all((0..buyers).map(|n| {
-        let user = format!("buyer-{n}");
-        async move { order(&fleet.api, n % instances, product, STRATEGY, &user, HOLD_MS).await }
-    }))
-    .await;
-    let created = answers.iter().filter(|a| a.created()).count();
-    Ok((fleet.product(product).await?, created))
 }

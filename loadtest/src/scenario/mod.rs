@@ -1,53 +1,42 @@
 //! Fault scenarios: each reproduces one classic failure of stock deduction or distributed
 //! locking against servers it starts itself, runs the affected strategies or lock backends
 //! through it, and reports *expected* against *observed*, with the figures and the timeline.
+//! The registry below says, for each, the fault and what it must show (`seckill-bench scenario
+//! --help` prints the same).
 //!
-//! | scenario | fault | must show |
-//! |---|---|---|
-//! | `lease-expiry` | the critical section stalls past the lease | `redis-lock` oversells, `redis-watchdog` does not, `redis-lock-fenced` rejects the stale write |
-//! | `process-pause` | SIGSTOP of the app instance holding the lock, past the lease | the watchdog cannot help a frozen process; fencing rejects its late write |
-//! | `holder-crash` | SIGKILL of the instance inside the critical section | how soon each lock comes back: never (`SETNX` without expiry), a lease, a session timeout, at once (row lock); no order lost or doubled |
-//! | `unsafe-release` | a lease expires, then the old holder releases | a plain `DEL` frees the next holder's lock (two holders); compare-and-delete does not |
-//! | `redis-failover` | the primary dies before replicating a grant; the replica is promoted | a second grant of the same lock; `WAIT 1` after acquiring tells the holder not to trust it |
-//! | `local-mutex` | 1 vs 3 app instances | an in-process mutex is exclusive only within its process |
-//! | `zk-session-expiry` | the holder is cut off from ZooKeeper until its session expires | `lost()` fires, another contender acquires, the fenced stale write is rejected |
-//! | `lua-crash-before-order` | SIGKILL of the instance between `redis-lua`'s Lua deduction and its order insert | a unit sold to nobody (undersell); after `reconcile` it is on sale again and no order is doubled |
-//! | `stream-consumer-crash` | SIGKILL of an instance whose consumer holds a batch read and not acknowledged | those accepted orders missing until the claim time; then claimed by a live consumer, each placed exactly once |
-//! | `zk-leader-loss`, `etcd-leader-loss` | the cluster's leader is killed (and restarted) while 4 clients contend for one lock | a clean lock history (no overlap, tokens increasing, only the newest token written) and the unavailability window |
-//! | `zk-partition` | the member holding A's session is cut off from the other two; B asks on the majority side | B granted after A's session expires, with a larger token; A's late write refused; A's `lost()` fires; the checker shows the overlap window |
-//! | `sentinel-failover` | a `redis-watchdog` grant queued behind a filler for two frozen replicas; the primary is SIGKILLed, Sentinel promotes a replica | the promoted replica never got the grant: B is granted the same lock (the checker's overlap) and the same fencing token; with `WAIT 1` after the grant, A is told and does not act |
-//! | `cluster-sale` | a flash sale through 2 app instances on the ZooKeeper ensemble, the etcd cluster and Redis behind Sentinel; the strategy's cluster leader is SIGKILLed when a third is sold, restarted after | the fenced strategies never oversell; the unfenced ones' outcome as it was; `503`s and the time from the kill to the next sale |
-//! | `herd` | 64 waiters on one lock | requests per grant and hand-off latency: polling vs pub/sub vs predecessor watch |
-//! | `redis-failover-stock` | the Redis primary holding a `redis-lua` counter dies; the promoted replica missed the last deductions | oversell of Redis-held stock; with `--redis-wait-replicas 1`, those purchases are refused 503 and nothing oversells |
-//! | `batched-db-kill` | SIGKILL of MariaDB while a `batched` transaction waits to commit | every purchase of the batch answers 503, none is recorded; after the restart exactly the stock is sold |
+//! A scenario is a fault, a workload and a checker, as Jepsen composes its tests. Each one is a
+//! file of this folder named as on the command line, holding only what differs from the others
+//! behind the [`Scenario`] trait: its sizes, its figures, how it plays the fault, how it
+//! judges a row and why the rows came out as they did. One driver plays any of them and builds
+//! the report; the registry below names them, in the order `all` runs them.
 //!
 //! Every scenario starts private servers (and app processes), because it kills, pauses and
 //! partitions them; with `SECKILL_EXTERNAL=1` it refuses to run. Verdicts are computed from
-//! what was measured: for a deliberately broken variant, "pass" means its failure showed.
+//! what was measured: for a deliberately broken variant, "pass" means its failure showed. No
+//! scenario waits a fixed time for something to have happened: it waits for the state (a
+//! transaction open in the database, a counter taken, a consumer's batch pending).
 
-mod batched_db_kill;
-mod cluster_sale;
-mod failover;
-mod fenced_store;
-pub mod figures;
-mod fleet;
-mod herd;
-mod holder_crash;
-pub(crate) mod leader_loss;
-mod lease_expiry;
-mod local_mutex;
-mod lua_crash;
-mod partition;
-mod process_pause;
-mod redis_failover_stock;
-mod report;
-mod sentinel_failover;
-mod stream_crash;
-mod unsafe_release;
-mod zk_expiry;
-mod zk_partition;
+pub mod batched_db_kill;
+pub mod cluster_sale;
+pub mod etcd_leader_loss;
+pub mod herd;
+pub mod holder_crash;
+pub mod lease_expiry;
+pub mod local_mutex;
+pub mod lua_crash_before_order;
+pub mod process_pause;
+pub mod redis_failover;
+pub mod redis_failover_stock;
+pub mod sentinel_failover;
+mod skeleton;
+pub mod stream_consumer_crash;
+pub mod unsafe_release;
+pub mod zk_leader_loss;
+pub mod zk_partition;
+pub mod zk_session_expiry;
 
 use std::fmt;
+use std::future::Future;
 use std::path::PathBuf;
 use std::sync::LazyLock;
 
@@ -56,72 +45,129 @@ use clap::ValueEnum;
 use clap::builder::PossibleValue;
 use serde::Serialize;
 
-pub use report::{Event, Row, ScenarioReport, Timeline, Verdict};
+pub use skeleton::{Checked, Judgement, Stage, Timeline};
 
-/// Every scenario, one line each: its variant and the function that plays it.
-///
-/// The variant is the scenario's name (its kebab-case on the command line and in the report)
-/// and the name of its figures struct in [`figures`]. From the lines come the [`Scenario`]
-/// enum (in the order `all` runs them), the [`Figures`] enum and the dispatch: a scenario is
-/// added by one module and one line.
+use crate::report::schema::{Row, ScenarioReport, Verdict};
+
+/// What one fault scenario is made of; the driver does the rest.
+pub trait Scenario {
+    /// How big and how long: leases, stock, buyers, rounds.
+    type Sizes: Copy;
+    /// The form that takes seconds (tests, `run --quick`).
+    const QUICK: Self::Sizes;
+    /// Real leases and timeouts.
+    const FULL: Self::Sizes;
+    /// What a row is about: a strategy, a lock backend, a mode.
+    type Subject: fmt::Display;
+    /// What a row measured.
+    type Figures: Serialize;
+
+    /// The fault, in one sentence.
+    fn fault(sizes: &Self::Sizes) -> String;
+
+    /// Injects the fault and measures: one entry per row, in order.
+    fn play(
+        sizes: Self::Sizes,
+        stage: &Stage,
+    ) -> impl Future<Output = Result<Vec<(Self::Subject, Self::Figures)>>>;
+
+    /// What the row's subject was expected to do, what it did, and whether that matched.
+    fn judge(sizes: &Self::Sizes, subject: &Self::Subject, figures: &Self::Figures) -> Judgement;
+
+    /// Why the rows came out as they did, in words chosen by the figures.
+    fn why(sizes: &Self::Sizes, rows: &[(Self::Subject, Self::Figures)]) -> String;
+}
+
+/// The registry: every scenario's name, the fault it plays and what it must show, and the type
+/// that plays it, in the order `all` runs them. The name is the variant's kebab-case, on the command line and in the report, and
+/// the name of its file.
 macro_rules! scenarios {
-    ($($variant:ident => $run:path;)+) => {
-        /// Every scenario, in the order `all` runs them; the names are the variants' kebab-case.
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, ValueEnum)]
-        #[serde(rename_all = "kebab-case")]
-        pub enum Scenario {
-            $($variant,)+
+    ($($(#[doc = $help:literal])+ $variant:ident => $module:ident::$kind:ident;)+) => {
+        /// Every scenario, in the order `all` runs them.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, ValueEnum)]
+        pub enum Name {
+            $($(#[doc = $help])+ $variant,)+
         }
 
-        /// The figures of one row, by scenario.
-        #[derive(Debug, Clone, PartialEq, Serialize)]
-        #[serde(untagged)]
-        pub enum Figures {
-            $($variant(figures::$variant),)+
-        }
-
-        $(impl From<figures::$variant> for Figures {
-            fn from(f: figures::$variant) -> Figures {
-                Figures::$variant(f)
-            }
-        })+
-
-        async fn run_one(scenario: Scenario, opts: &ScenarioOptions) -> Result<ScenarioReport> {
-            match scenario {
-                $(Scenario::$variant => $run(opts).await,)+
+        async fn play_one(name: Name, opts: &Options) -> Result<ScenarioReport> {
+            match name {
+                $(Name::$variant => drive::<$module::$kind>(name, opts).await,)+
             }
         }
     };
 }
 
 scenarios! {
-    LeaseExpiry => lease_expiry::run;
-    ProcessPause => process_pause::run;
-    HolderCrash => holder_crash::run;
-    UnsafeRelease => unsafe_release::run;
-    RedisFailover => failover::run;
-    LocalMutex => local_mutex::run;
-    ZkSessionExpiry => zk_expiry::run;
-    Herd => herd::run;
-    BatchedDbKill => batched_db_kill::run;
-    LuaCrashBeforeOrder => lua_crash::run;
-    StreamConsumerCrash => stream_crash::run;
-    RedisFailoverStock => redis_failover_stock::run;
-    ZkLeaderLoss => leader_loss::zookeeper;
-    EtcdLeaderLoss => leader_loss::etcd;
-    ZkPartition => zk_partition::run;
-    SentinelFailover => sentinel_failover::run;
-    ClusterSale => cluster_sale::run;
+    /// The critical section stalls past the lease: `redis-lock` oversells, `redis-watchdog` does
+    /// not, `redis-lock-fenced` rejects the stale write.
+    LeaseExpiry => lease_expiry::LeaseExpiry;
+    /// SIGSTOP of the app instance holding the lock, past the lease: the watchdog cannot help a
+    /// frozen process; fencing rejects its late write.
+    ProcessPause => process_pause::ProcessPause;
+    /// SIGKILL of the instance inside the critical section: how soon each lock comes back: never
+    /// (`SETNX` without expiry), a lease, a session timeout, at once (row lock); no order lost or
+    /// doubled.
+    HolderCrash => holder_crash::HolderCrash;
+    /// A lease expires, then the old holder releases: a plain `DEL` frees the next holder's lock
+    /// (two holders); compare-and-delete does not.
+    UnsafeRelease => unsafe_release::UnsafeRelease;
+    /// The primary dies before replicating a grant; the replica is promoted: a second grant of the
+    /// same lock; `WAIT 1` after acquiring tells the holder not to trust it.
+    RedisFailover => redis_failover::RedisFailover;
+    /// 1 vs 3 app instances: an in-process mutex is exclusive only within its process.
+    LocalMutex => local_mutex::LocalMutex;
+    /// The holder is cut off from ZooKeeper until its session expires: `lost()` fires, another
+    /// contender acquires, the fenced stale write is rejected.
+    ZkSessionExpiry => zk_session_expiry::ZkSessionExpiry;
+    /// 64 waiters on one lock: requests per grant and hand-off latency: polling vs pub/sub vs
+    /// predecessor watch.
+    Herd => herd::Herd;
+    /// SIGKILL of MariaDB while a `batched` transaction waits to commit: every purchase of the
+    /// batch answers 503, none is recorded; after the restart exactly the stock is sold.
+    BatchedDbKill => batched_db_kill::BatchedDbKill;
+    /// SIGKILL of the instance between `redis-lua`'s Lua deduction and its order insert: a unit
+    /// sold to nobody (undersell); after `reconcile` it is on sale again and no order is doubled.
+    LuaCrashBeforeOrder => lua_crash_before_order::LuaCrashBeforeOrder;
+    /// SIGKILL of an instance whose consumer holds a batch read and not acknowledged: those
+    /// accepted orders missing until the claim time; then claimed by a live consumer, each placed
+    /// exactly once.
+    StreamConsumerCrash => stream_consumer_crash::StreamConsumerCrash;
+    /// The Redis primary holding a `redis-lua` counter dies; the promoted replica missed the last
+    /// deductions: oversell of Redis-held stock; with `--redis-wait-replicas 1`, those purchases
+    /// are refused 503 and nothing oversells.
+    RedisFailoverStock => redis_failover_stock::RedisFailoverStock;
+    /// The cluster's leader is killed (and restarted) while 4 clients contend for one lock: a clean
+    /// lock history (no overlap, tokens increasing, only the newest token written) and the
+    /// unavailability window.
+    ZkLeaderLoss => zk_leader_loss::ZkLeaderLoss;
+    /// The cluster's leader is killed (and restarted) while 4 clients contend for one lock: a clean
+    /// lock history (no overlap, tokens increasing, only the newest token written) and the
+    /// unavailability window.
+    EtcdLeaderLoss => etcd_leader_loss::EtcdLeaderLoss;
+    /// The member holding A's session is cut off from the other two; B asks on the majority side: B
+    /// granted after A's session expires, with a larger token; A's late write refused; A's `lost()`
+    /// fires; the checker shows the overlap window.
+    ZkPartition => zk_partition::ZkPartition;
+    /// A `redis-watchdog` grant queued behind a filler for two frozen replicas; the primary is
+    /// SIGKILLed, Sentinel promotes a replica: the promoted replica never got the grant: B is
+    /// granted the same lock (the checker's overlap) and the same fencing token; with `WAIT 1`
+    /// after the grant, A is told and does not act.
+    SentinelFailover => sentinel_failover::SentinelFailover;
+    /// A flash sale through 2 app instances on the ZooKeeper ensemble, the etcd cluster and Redis
+    /// behind Sentinel; the strategy's cluster leader is SIGKILLed when a third is sold, restarted
+    /// after: the fenced strategies never oversell; the unfenced ones' outcome as it was; `503`s
+    /// and the time from the kill to the next sale.
+    ClusterSale => cluster_sale::ClusterSale;
 }
 
-impl Scenario {
+impl Name {
     /// Every scenario, in the order `all` runs them.
-    pub fn all() -> &'static [Scenario] {
-        Scenario::value_variants()
+    pub fn all() -> &'static [Name] {
+        Name::value_variants()
     }
 }
 
-impl fmt::Display for Scenario {
+impl fmt::Display for Name {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let value = self.to_possible_value().expect("no scenario is skipped");
         f.write_str(value.get_name())
@@ -132,13 +178,13 @@ impl fmt::Display for Scenario {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Selection {
     All,
-    One(Scenario),
+    One(Name),
 }
 
 impl Selection {
-    pub fn scenarios(self) -> Vec<Scenario> {
+    pub fn scenarios(self) -> Vec<Name> {
         match self {
-            Selection::All => Scenario::all().to_vec(),
+            Selection::All => Name::all().to_vec(),
             Selection::One(s) => vec![s],
         }
     }
@@ -148,7 +194,7 @@ impl ValueEnum for Selection {
     fn value_variants<'a>() -> &'a [Selection] {
         static VARIANTS: LazyLock<Vec<Selection>> = LazyLock::new(|| {
             std::iter::once(Selection::All)
-                .chain(Scenario::all().iter().copied().map(Selection::One))
+                .chain(Name::all().iter().copied().map(Selection::One))
                 .collect()
         });
         &VARIANTS
@@ -164,47 +210,55 @@ impl ValueEnum for Selection {
 
 /// How to run a scenario.
 #[derive(Debug, Clone, Default)]
-pub struct ScenarioOptions {
+pub struct Options {
     /// Short leases, few rounds: seconds per scenario, for CI.
     pub quick: bool,
     /// The `seckill-app` binary, needed by the scenarios that run the app.
     pub app_binary: Option<PathBuf>,
 }
 
-impl ScenarioOptions {
-    /// The app binary, which `scenario` needs.
-    fn app_binary(&self, scenario: Scenario) -> Result<&std::path::Path> {
-        self.app_binary
-            .as_deref()
-            .with_context(|| format!("{scenario} runs seckill-app: its binary is needed"))
-    }
-}
-
 /// Runs the selected scenario(s) and returns their reports.
-pub async fn run(selection: Selection, opts: &ScenarioOptions) -> Result<Vec<ScenarioReport>> {
+pub async fn run(selection: Selection, opts: &Options) -> Result<Vec<ScenarioReport>> {
     if let Err(why) = sandbox::faults_allowed() {
         bail!("fault scenarios start, kill and pause their own servers: {why}");
     }
     let mut reports = Vec::new();
-    for scenario in selection.scenarios() {
+    for name in selection.scenarios() {
         reports.push(
-            run_one(scenario, opts)
+            play_one(name, opts)
                 .await
-                .with_context(|| format!("scenario `{scenario}`"))?,
+                .with_context(|| format!("scenario `{name}`"))?,
         );
     }
     Ok(reports)
 }
 
-/// Starts a sandbox server off the async threads (starting blocks for about a second).
-async fn start<T: Send + 'static>(start: fn() -> sandbox::Result<T>) -> Result<T> {
-    Ok(tokio::task::spawn_blocking(start).await??)
-}
-
-/// Runs a blocking server-control call off the async threads.
-async fn control<F>(f: F) -> Result<()>
-where
-    F: FnOnce() -> sandbox::Result<()> + Send + 'static,
-{
-    Ok(tokio::task::spawn_blocking(f).await??)
+/// The driver: plays scenario `S` in the form `opts` asks for and builds its report.
+async fn drive<S: Scenario>(name: Name, opts: &Options) -> Result<ScenarioReport> {
+    let sizes = if opts.quick { S::QUICK } else { S::FULL };
+    let stage = Stage::new(name.to_string(), opts.app_binary.clone());
+    let measured = S::play(sizes, &stage).await?;
+    let rows = measured
+        .iter()
+        .map(|(subject, figures)| {
+            let judged = S::judge(&sizes, subject, figures);
+            let serde_json::Value::Object(figures) = serde_json::to_value(figures)? else {
+                bail!("{name}: a row's figures are not an object");
+            };
+            Ok(Row {
+                subject: subject.to_string(),
+                expected: judged.expected,
+                observed: judged.observed,
+                verdict: Verdict::from_bool(judged.holds),
+                figures,
+            })
+        })
+        .collect::<Result<Vec<Row>>>()?;
+    Ok(ScenarioReport {
+        scenario: name.to_string(),
+        fault: S::fault(&sizes),
+        rows,
+        timeline: stage.events(),
+        why: S::why(&sizes, &measured),
+    })
 }

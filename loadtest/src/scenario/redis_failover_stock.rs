@@ -15,87 +15,169 @@
 //! listens, nothing sells at all; after the failover the sale resumes only once the old
 //! primary is back as a replica of the new one.
 
+use std::fmt;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Result, bail};
+use anyhow::{Result, ensure};
 use app::api::{ErrorCode, Home, Strategy};
-use tokio::time::Instant;
+use sandbox::Relay;
+use serde::{Deserialize, Serialize};
+use testkit::{Answers, Clicks, Crowd, Retry};
 
-use super::failover::{replicate_through, wait_for_replica};
-use super::figures::RedisFailoverStock;
-use super::fleet::{Fleet, accounting, order};
-use super::partition::Partition;
-use super::{Row, Scenario, ScenarioOptions, ScenarioReport, Timeline, control, start};
-use crate::client::Answer;
+use super::{Judgement, Scenario, Stage};
+use crate::rig::fleet::{Fleet, accounting};
+use crate::rig::replication::{connection, replicas_with_everything, replicate_through};
+use crate::rig::{control, start};
+
+pub struct RedisFailoverStock;
+
+/// The stock counter's primary dies after its replica missed the last deductions; one row
+/// per mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Figures {
+    /// Replicas each deduction waited for (`--redis-wait-replicas`).
+    pub wait_replicas: u32,
+    pub stock: i64,
+    pub sold_before: usize,
+    /// Purchases made while the replica was cut off.
+    pub during: usize,
+    /// Of those, placed.
+    pub sold_during: usize,
+    /// Of those, refused `503`.
+    pub refused_during: usize,
+    /// The promoted replica's counter, as the app read it after the failover.
+    pub counter_after_failover: i64,
+    pub sold_after: usize,
+    pub units_sold: i64,
+    pub orders: i64,
+    pub oversell: i64,
+}
+
+/// Whether every deduction waits for a replica.
+#[derive(Debug, Clone, Copy)]
+pub struct Mode {
+    wait: bool,
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self.wait {
+            false => "redis-lua, no WAIT",
+            true => "redis-lua + WAIT 1",
+        })
+    }
+}
 
 const PRODUCT: u64 = 950;
 const STOCK: i64 = 20;
 /// Units sold while the replica keeps up.
-const BEFORE: usize = 5;
+const BEFORE: u64 = 5;
 /// Purchases made while the replica is cut off.
-const DURING: usize = 5;
-/// How long buyers keep retrying `503`s while the app finds the new primary.
-const RECOVERY: Duration = Duration::from_secs(30);
+const DURING: u64 = 5;
+/// How long the app may take to find the new primary, and a replica to acknowledge.
+const PATIENCE: Duration = Duration::from_secs(30);
 
-struct Mode {
-    subject: &'static str,
-    wait: bool,
-}
+impl Scenario for RedisFailoverStock {
+    type Sizes = ();
+    const QUICK: () = ();
+    const FULL: () = ();
+    type Subject = Mode;
+    type Figures = Figures;
 
-const MODES: [Mode; 2] = [
-    Mode {
-        subject: "redis-lua, no WAIT",
-        wait: false,
-    },
-    Mode {
-        subject: "redis-lua + WAIT 1",
-        wait: true,
-    },
-];
-
-pub async fn run(opts: &ScenarioOptions) -> Result<ScenarioReport> {
-    let binary = opts.app_binary(Scenario::RedisFailoverStock)?;
-    // One pair per mode, started together: a replica's first sync takes seconds.
-    let pairs =
-        futures::future::try_join_all(MODES.iter().map(|_| start(sandbox::RedisPair::start)))
-            .await?;
-    let mut rows = Vec::new();
-    let mut timeline = Vec::new();
-    let mut measured = Vec::new();
-    for (mode, pair) in MODES.iter().zip(pairs) {
-        let (f, events) = one(binary, mode, Arc::new(pair)).await?;
-        rows.push(row(mode, f));
-        measured.push((mode, f));
-        timeline.extend(events);
-    }
-    Ok(ScenarioReport {
-        scenario: Scenario::RedisFailoverStock,
-        fault: format!(
+    fn fault(_: &()) -> String {
+        format!(
             "{STOCK} units in a Redis counter (primary + async replica); {BEFORE} sell, the \
              replication link is cut, {DURING} more purchases, the primary is SIGKILLed, the \
-             replica is promoted and the app's Redis address moves to it; buyers take what is left"
-        ),
-        rows,
-        timeline,
-        why: why(&measured),
-    })
+             replica is promoted and the app's Redis address moves to it; buyers take what is \
+             left"
+        )
+    }
+
+    async fn play(_: (), stage: &Stage) -> Result<Vec<(Mode, Figures)>> {
+        let modes = [Mode { wait: false }, Mode { wait: true }];
+        // One pair per mode, started together: a replica's first sync takes seconds.
+        let pairs =
+            futures::future::try_join_all(modes.iter().map(|_| start(sandbox::RedisPair::start)))
+                .await?;
+        let mut rows = Vec::new();
+        for (mode, pair) in modes.into_iter().zip(pairs) {
+            rows.push((mode, one(stage, mode, Arc::new(pair)).await?));
+        }
+        Ok(rows)
+    }
+
+    fn judge(_: &(), mode: &Mode, f: &Figures) -> Judgement {
+        let observed = format!(
+            "{} placed and {} refused while the replica lagged; the new primary's counter {}; \
+             {} unit(s) in {} order(s): oversell {}",
+            f.sold_during,
+            f.refused_during,
+            f.counter_after_failover,
+            f.units_sold,
+            f.orders,
+            f.oversell
+        );
+        let during = f.during as i64;
+        match mode.wait {
+            false => Judgement::new(
+                format!(
+                    "oversell {during}: the {during} units sold while the replica lagged sell \
+                     again"
+                ),
+                observed,
+                f.oversell == during && f.sold_during == f.during,
+            ),
+            true => Judgement::new(
+                format!(
+                    "no oversell: the {during} unreplicated purchases are refused 503; exactly \
+                     {} sold",
+                    f.stock
+                ),
+                observed,
+                f.oversell == 0 && f.refused_during == f.during && f.units_sold == f.stock,
+            ),
+        }
+    }
+
+    fn why(_: &(), rows: &[(Mode, Figures)]) -> String {
+        let mut text = String::from(
+            "The counter's decrements reach the replica after the buyer is answered. Orders \
+             placed on decrements the replica never received stay in the database, and the \
+             promoted replica sells their units again.",
+        );
+        for (mode, f) in rows {
+            text.push_str(&format!(
+                " {mode}: {} purchase(s) placed and {} refused while the replica lagged, the \
+                 promoted counter read {}, and the sale ended with {} unit(s) in orders of {} \
+                 (oversell {}).",
+                f.sold_during,
+                f.refused_during,
+                f.counter_after_failover,
+                f.units_sold,
+                f.stock,
+                f.oversell
+            ));
+        }
+        text.push_str(
+            " `WAIT 1` turns the lost decrements into refusals: no order rests on a write only \
+             the dead primary had. It costs a replica round trip per purchase and stops the \
+             sale while no replica listens. It narrows the window; it is not consensus.",
+        );
+        text
+    }
 }
 
-async fn one(
-    binary: &std::path::Path,
-    mode: &Mode,
-    pair: Arc<sandbox::RedisPair>,
-) -> Result<(RedisFailoverStock, Vec<super::Event>)> {
-    let tl = Timeline::new();
+async fn one(stage: &Stage, mode: Mode, pair: Arc<sandbox::RedisPair>) -> Result<Figures> {
+    let tl = stage.round(mode.to_string());
     let primary: SocketAddr = format!("127.0.0.1:{}", pair.primary.port()).parse()?;
     let replica: SocketAddr = format!("127.0.0.1:{}", pair.replica.port()).parse()?;
-    let link = Partition::start(primary).await?;
+    let link = Relay::start(primary)?;
     let p = pair.clone();
     let link_port = link.addr().port();
     control(move || replicate_through(&p.replica, link_port)).await?;
-    let service = Partition::start(primary).await?;
+    let service = Relay::start(primary)?;
     let flags: Vec<String> = match mode.wait {
         true => vec![
             "--redis-wait-replicas=1".into(),
@@ -103,13 +185,14 @@ async fn one(
         ],
         false => Vec::new(),
     };
-    let fleet =
-        Fleet::start_with_redis(binary, 1, &flags, format!("redis://{}", service.addr())).await?;
+    let redis_url = format!("redis://{}", service.addr());
+    let fleet = Fleet::start_with_redis(stage.app_binary()?, 1, &flags, redis_url).await?;
     fleet.reset_in(PRODUCT, STOCK, Home::Redis).await?;
 
-    let sold_before = buy(&fleet, "before", BEFORE).await.created;
-    // Make sure the replica has every sale so far: the lag is exactly what follows the cut.
-    let acked = wait_for_replica(&pair.primary.url(), 2000).await?;
+    let sold_before = buy(&fleet, "before", Clicks::Total(BEFORE)).await.created();
+    // The replica has every sale so far: the lag is exactly what follows the cut.
+    let mut primary = connection(&pair.primary.url(), PATIENCE).await?;
+    let acked = replicas_with_everything(&mut primary, 1, PATIENCE).await?;
     tl.log(
         "app",
         format!("{sold_before} unit(s) sold; {acked} replica(s) have them"),
@@ -120,12 +203,13 @@ async fn one(
         "network",
         "replication link cut: the replica stops receiving",
     );
-    let during = buy(&fleet, "during", DURING).await;
+    let during = buy(&fleet, "during", Clicks::Total(DURING)).await;
+    let refused_during = during.refused(ErrorCode::BackendUnavailable);
     tl.log(
         "app",
         format!(
-            "{} purchase(s) while the replica lags: {} placed, {} refused 503",
-            DURING, during.created, during.unavailable
+            "{DURING} purchase(s) while the replica lags: {} placed, {refused_during} refused 503",
+            during.created()
         ),
     );
 
@@ -149,147 +233,54 @@ async fn one(
     })
     .await?;
     tl.log("old primary", "restarted as a replica of the promoted one");
-    let counter_after_failover = product_when_back(&fleet).await?.stock;
+    let counter_after_failover = fleet.await_product(PRODUCT, |_| true).await?.stock;
     tl.log(
         "redis",
         format!("the promoted replica's counter: {counter_after_failover}"),
     );
 
-    let after = buy_until_sold_out(&fleet).await?;
+    // Buyers take what is left, one after the other, retrying while the app reconnects.
+    let until = Clicks::UntilSoldOut {
+        pause: Duration::from_millis(50),
+        patience: PATIENCE,
+    };
+    let after = buy(&fleet, "after", until).await;
+    ensure!(
+        after.refused(ErrorCode::SoldOut) > 0,
+        "the sale did not resume within {PATIENCE:?} of the failover: {}",
+        after.outcomes()
+    );
     let end = fleet.product(PRODUCT).await?;
     let acc = accounting(&end);
     tl.log(
         "db",
         format!(
             "{} more sold after the failover; {} unit(s) in {} order(s) of {STOCK}: oversell {}",
-            after, end.sold, end.orders, acc.oversell
+            after.created(),
+            end.sold,
+            end.orders,
+            acc.oversell
         ),
     );
-    let f = RedisFailoverStock {
+    Ok(Figures {
         wait_replicas: u32::from(mode.wait),
+        stock: STOCK,
         sold_before,
-        sold_during: during.created,
-        refused_during: during.unavailable,
+        during: DURING as usize,
+        sold_during: during.created(),
+        refused_during,
         counter_after_failover,
-        sold_after: after,
+        sold_after: after.created(),
         units_sold: end.sold,
         orders: end.orders,
         oversell: acc.oversell,
-    };
-    Ok((f, tl.events(Some(mode.subject))))
+    })
 }
 
-/// What `n` purchases through the instance were answered.
-#[derive(Debug, Default)]
-struct Sales {
-    created: usize,
-    unavailable: usize,
-}
-
-/// One `redis-lua` purchase of one unit by `user`, through the instance.
-async fn click(fleet: &Fleet, user: &str) -> Answer {
-    order(&fleet.api, 0, PRODUCT, Strategy::RedisLua, user, 0).await
-}
-
-async fn buy(fleet: &Fleet, who: &str, n: usize) -> Sales {
-    let mut sales = Sales::default();
-    for i in 0..n {
-        let answer = click(fleet, &format!("{who}-{i}")).await;
-        if answer.created() {
-            sales.created += 1;
-        } else if answer.refused_with(ErrorCode::BackendUnavailable) {
-            sales.unavailable += 1;
-        }
-    }
-    sales
-}
-
-/// The product, retried while the app's Redis connections find the new primary.
-async fn product_when_back(fleet: &Fleet) -> Result<app::api::ProductView> {
-    let deadline = Instant::now() + RECOVERY;
-    loop {
-        match fleet.product(PRODUCT).await {
-            Ok(p) => return Ok(p),
-            Err(e) if Instant::now() > deadline => return Err(e),
-            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
-        }
-    }
-}
-
-/// Buys one unit at a time until `sold_out`, retrying `503`s while the app reconnects.
-async fn buy_until_sold_out(fleet: &Fleet) -> Result<usize> {
-    let deadline = Instant::now() + RECOVERY;
-    let mut created = 0;
-    for i in 0.. {
-        let answer = click(fleet, &format!("after-{i}")).await;
-        if answer.created() {
-            created += 1;
-        } else if answer.refused_with(ErrorCode::SoldOut) {
-            return Ok(created);
-        } else if Instant::now() > deadline {
-            bail!(
-                "the sale did not resume within {RECOVERY:?} of the failover: {}",
-                answer.describe()
-            );
-        } else {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-    unreachable!("the loop returns")
-}
-
-fn row(mode: &Mode, f: RedisFailoverStock) -> Row {
-    let observed = format!(
-        "{} placed and {} refused while the replica lagged; the new primary's counter {}; {} \
-         unit(s) in {} order(s): oversell {}",
-        f.sold_during,
-        f.refused_during,
-        f.counter_after_failover,
-        f.units_sold,
-        f.orders,
-        f.oversell
-    );
-    let (expected, ok) = match mode.wait {
-        false => (
-            format!(
-                "oversell {DURING}: the {DURING} units sold while the replica lagged sell again"
-            ),
-            f.oversell == DURING as i64 && f.sold_during == DURING,
-        ),
-        true => (
-            format!(
-                "no oversell: the {DURING} unreplicated purchases are refused 503; exactly \
-                 {STOCK} sold"
-            ),
-            f.oversell == 0 && f.refused_during == DURING && f.units_sold == STOCK,
-        ),
-    };
-    Row::new(mode.subject, expected, observed, ok, f)
-}
-
-fn why(measured: &[(&Mode, RedisFailoverStock)]) -> String {
-    let mut text = String::from(
-        "The counter's decrements reach the replica after the buyer is answered. Orders placed \
-         on decrements the replica never received stay in the database, and the promoted \
-         replica sells their units again.",
-    );
-    for (mode, f) in measured {
-        text.push_str(&format!(
-            " {}: {} purchase(s) placed and {} refused while the replica lagged, the promoted \
-             counter read {}, and the sale ended with {} unit(s) in orders of {STOCK} \
-             (oversell {}).",
-            mode.subject,
-            f.sold_during,
-            f.refused_during,
-            f.counter_after_failover,
-            f.units_sold,
-            f.oversell
-        ));
-    }
-    text.push_str(
-        " `WAIT 1` turns the lost decrements into refusals: no order rests on a write only the \
-         dead primary had. It costs a replica round trip per purchase and stops the sale while \
-         no replica listens. It narrows the window; it is not consensus.",
-    );
-    text
+/// One buyer's `redis-lua` purchases of one unit each, one after the other.
+async fn buy(fleet: &Fleet, who: &str, clicks: Clicks) -> Answers {
+    Crowd::new(1, clicks, Strategy::RedisLua, who)
+        .retrying(Retry::NEVER)
+        .run(&fleet.api, PRODUCT)
+        .await
 }

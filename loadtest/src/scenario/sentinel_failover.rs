@@ -21,19 +21,53 @@
 //! frozen none confirms, so A's acquire fails with `Unreplicated`, the grant is given back,
 //! and A never acts: B's grant after the failover is then the only holding, and the history is
 //! clean. `WAIT` narrows the window; it is not consensus.
-
+use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use deadpool_redis::redis::{Client, aio::MultiplexedConnection, cmd};
-use locks::history::{self, History, Rule};
+use deadpool_redis::redis::cmd;
+use locks::history::History;
 use locks::recorded::FencedStore;
 use locks::redis::{RedisWatchdogLock, Replication, Target};
 use locks::{AcquireOptions, DistributedLock, Guard, LockError};
+use serde::{Deserialize, Serialize};
 
-use super::figures::SentinelFailover;
-use super::{Event, Row, Scenario, ScenarioOptions, ScenarioReport, Timeline, control, start};
+use super::{Checked, Judgement, Scenario, Stage};
+use crate::rig::replication::{connection, held_back_bytes, replicas_with_everything};
+use crate::rig::{control, start};
+
+pub struct SentinelFailover;
+
+/// `sentinel-failover`, one row per run: without and with a replication requirement on A.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Figures {
+    /// Replicas that had to confirm each of A's grants (`WAIT`); 0: none.
+    pub wait_replicas: u32,
+    /// Bytes the primary still held for a replica when it was killed (the filler, then A's
+    /// grant): what the frozen replicas never received.
+    pub held_back_bytes: u64,
+    /// How long both replicas were frozen (Sentinel's `down-after-milliseconds` is 1000).
+    pub replicas_frozen_ms: f64,
+    /// A's token, when A was granted the lock and acted on it.
+    pub token_a: Option<u64>,
+    /// A's acquire failed: only this many replicas confirmed the grant.
+    pub a_unreplicated_acks: Option<u32>,
+    /// The promoted replica had A's lock when it became primary.
+    pub promoted_had_grant: bool,
+    /// The promoted replica's fencing counter then.
+    pub promoted_fence: u64,
+    pub promoted_after_kill_ms: f64,
+    pub b_granted_after_kill_ms: Option<f64>,
+    pub token_b: Option<u64>,
+    /// The fenced store's verdict on A's write after B's (`None`: A never acted).
+    pub a_late_write_accepted: Option<bool>,
+    /// When A's `lost()` fired (full form only).
+    pub a_lost_after_kill_ms: Option<f64>,
+    /// What the lock-history checker found, by rule.
+    #[serde(flatten)]
+    pub checked: Checked,
+}
 
 /// Long, so A's watchdog does not renew (and so learn of the loss) before B asks.
 const LEASE: Duration = Duration::from_secs(30);
@@ -46,65 +80,189 @@ const WAIT_TIMEOUT: Duration = Duration::from_millis(100);
 /// A bound on anything the scenario waits for.
 const PATIENCE: Duration = Duration::from_secs(60);
 
-struct Mode {
-    subject: &'static str,
-    /// Replicas that must confirm A's grants.
+/// One run: how many replicas must confirm A's grants (0: none).
+#[derive(Debug, Clone, Copy)]
+pub struct Mode {
     wait_replicas: u32,
 }
 
-const MODES: [Mode; 2] = [
-    Mode {
-        subject: "redis-watchdog via Sentinel, no WAIT",
-        wait_replicas: 0,
-    },
-    Mode {
-        subject: "redis-watchdog via Sentinel + WAIT 1",
-        wait_replicas: 1,
-    },
-];
-
-pub async fn run(opts: &ScenarioOptions) -> Result<ScenarioReport> {
-    // One cluster per run, started together: replica syncs and Sentinel discovery take seconds.
-    let clusters = futures::future::try_join_all(
-        MODES
-            .iter()
-            .map(|_| start(sandbox::RedisSentinelCluster::start)),
-    )
-    .await?;
-    let mut rows = Vec::new();
-    let mut timeline = Vec::new();
-    let mut measured = Vec::new();
-    for (mode, cluster) in MODES.iter().zip(clusters) {
-        let (f, events) = one(mode, Arc::new(cluster), opts.quick)
-            .await
-            .with_context(|| mode.subject)?;
-        rows.push(row(mode, &f));
-        measured.push((mode, f));
-        timeline.extend(events);
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.wait_replicas {
+            0 => f.write_str("redis-watchdog via Sentinel, no WAIT"),
+            n => write!(f, "redis-watchdog via Sentinel + WAIT {n}"),
+        }
     }
-    Ok(ScenarioReport {
-        scenario: Scenario::SentinelFailover,
-        fault: format!(
+}
+
+const MODES: [Mode; 2] = [Mode { wait_replicas: 0 }, Mode { wait_replicas: 1 }];
+
+impl Scenario for SentinelFailover {
+    /// Whether A waits for its watchdog to learn of the loss (a lease long: the full form).
+    type Sizes = bool;
+    const QUICK: bool = false;
+    const FULL: bool = true;
+    type Subject = Mode;
+    type Figures = Figures;
+
+    fn fault(_: &bool) -> String {
+        format!(
             "Redis primary + 2 async replicas + 3 Sentinels; A takes a `redis-watchdog` lock \
              through the Sentinels once, then both replicas are frozen (SIGSTOP), a {} MB filler \
              is written on the primary, A is granted the lock again (queued behind the filler), \
              the primary is SIGKILLed and the replicas thawed; Sentinel promotes one and B asks \
              for the lock through the Sentinels",
             FILLER_BYTES >> 20
-        ),
-        rows,
-        timeline,
-        why: why(&measured),
-    })
+        )
+    }
+
+    async fn play(watch_loss: bool, stage: &Stage) -> Result<Vec<(Mode, Figures)>> {
+        // One cluster per run, started together: replica syncs and Sentinel discovery take
+        // seconds.
+        let clusters = futures::future::try_join_all(
+            MODES
+                .iter()
+                .map(|_| start(sandbox::RedisSentinelCluster::start)),
+        )
+        .await?;
+        let mut rows = Vec::new();
+        for (mode, cluster) in MODES.into_iter().zip(clusters) {
+            let figures = one(mode, Arc::new(cluster), watch_loss, stage)
+                .await
+                .with_context(|| mode.to_string())?;
+            rows.push((mode, figures));
+        }
+        Ok(rows)
+    }
+
+    fn judge(_: &bool, mode: &Mode, f: &Figures) -> Judgement {
+        let b = match (f.token_b, f.b_granted_after_kill_ms) {
+            (Some(token), Some(ms)) => format!("B granted token {token} {ms:.0} ms after the kill"),
+            _ => "B refused: the promoted replica had the lock".to_string(),
+        };
+        let a = match (f.token_a, f.a_unreplicated_acks) {
+            (Some(token), _) => format!("A granted token {token} and acts on it"),
+            (None, Some(acks)) => {
+                format!(
+                    "A told its grant reached {acks} replica(s) of {}: A does not act",
+                    f.wait_replicas
+                )
+            }
+            (None, None) => "A not granted".to_string(),
+        };
+        let late = match f.a_late_write_accepted {
+            Some(true) => "; the fenced store ACCEPTED A's late write",
+            Some(false) => "; the fenced store refused A's late write",
+            None => "",
+        };
+        let observed = format!(
+            "{a}; the promoted replica {} A's grant (fencing counter {}); {b}{late}; history: {} \
+             overlap(s), {} token(s) not increasing, {} stale write(s) accepted",
+            if f.promoted_had_grant {
+                "had"
+            } else {
+                "never got"
+            },
+            f.promoted_fence,
+            f.checked.overlaps,
+            f.checked.tokens_not_increasing,
+            f.checked.stale_writes_accepted
+        );
+        let granted_twice = f.token_a.is_some() && f.token_b.is_some();
+        let (expected, ok) = match mode.wait_replicas {
+            0 => (
+                "the promoted replica never got A's grant and grants B the same lock: two holders \
+                 (the checker's overlap); A's late write judged by the fenced store as it happens",
+                granted_twice && !f.promoted_had_grant && f.checked.overlaps > 0,
+            ),
+            _ => (
+                "A is told no replica confirmed its grant and does not act; B granted after the \
+                 failover; a clean history",
+                f.a_unreplicated_acks
+                    .is_some_and(|acks| acks < f.wait_replicas)
+                    && f.token_a.is_none()
+                    && f.token_b.is_some()
+                    && f.checked.overlaps
+                        + f.checked.tokens_not_increasing
+                        + f.checked.stale_writes_accepted
+                        == 0,
+            ),
+        };
+        Judgement::new(expected, observed, ok)
+    }
+
+    /// What each run showed, in words chosen by the figures.
+    fn why(_: &bool, rows: &[(Mode, Figures)]) -> String {
+        let mut text = String::from(
+            "Sentinel moves the primary's address; replication stays asynchronous, so a grant the \
+             replicas had not received when the primary died does not exist on the promoted one.",
+        );
+        for (mode, f) in rows {
+            text.push_str(&format!(
+                " {mode}: the primary died with {:.1} MB still queued for each replica (replicas \
+                 frozen {:.0} ms); the promoted replica {} A's grant and its fencing counter read {}",
+                f.held_back_bytes as f64 / f64::from(1 << 20),
+                f.replicas_frozen_ms,
+                if f.promoted_had_grant {
+                    "had"
+                } else {
+                    "lacked"
+                },
+                f.promoted_fence
+            ));
+            match (f.token_a, f.token_b) {
+                (Some(a), Some(b)) => {
+                    text.push_str(&format!(
+                        "; B was granted token {b} while A held token {a}: two holders"
+                    ));
+                    if b <= a {
+                        text.push_str(
+                            ", and B's token is not above A's — the counter lost A's increment, so \
+                             fencing on it cannot tell the two apart",
+                        );
+                    }
+                    match f.a_late_write_accepted {
+                        Some(true) if b <= a && f.checked.stale_writes_accepted == 0 => text.push_str(
+                            "; the fenced store accepted A's late write, and even the checker's \
+                             stale-write rule let it pass: its token was as new as any granted",
+                        ),
+                        Some(true) => text.push_str("; the fenced store accepted A's late write"),
+                        Some(false) => text.push_str("; the fenced store refused A's late write"),
+                        None => {}
+                    }
+                }
+                (None, Some(b)) => text.push_str(&format!(
+                    "; A's acquire reported that {} of {} required replica(s) confirmed its grant, \
+                     so A gave it back and never acted; B's token {b} was the only holding",
+                    f.a_unreplicated_acks.unwrap_or(0),
+                    f.wait_replicas
+                )),
+                (_, None) => text.push_str("; B was refused: the lock survived the failover"),
+            }
+            if let Some(ms) = f.a_lost_after_kill_ms {
+                text.push_str(&format!(
+                    "; A's watchdog learned of the loss {ms:.0} ms after the kill, at its next renewal"
+                ));
+            }
+            text.push('.');
+        }
+        text.push_str(
+            " `WAIT` after the grant turns the silent loss into an error the holder sees; it is \
+             not consensus. For exclusion that survives a failover, use a consensus store \
+             (ZooKeeper, etcd) and fence on its counter.",
+        );
+        text
+    }
 }
 
 async fn one(
-    mode: &Mode,
+    mode: Mode,
     cluster: Arc<sandbox::RedisSentinelCluster>,
-    quick: bool,
-) -> Result<(SentinelFailover, Vec<Event>)> {
+    watch_loss: bool,
+    stage: &Stage,
+) -> Result<Figures> {
     let history = Arc::new(History::new());
-    let tl = Timeline::new();
+    let tl = stage.round(mode.to_string());
     let store = FencedStore::new(history.clone());
     let url = Target::sentinel_url(&cluster.sentinel_addrs(), cluster.master_name());
     let a = match mode.wait_replicas {
@@ -118,12 +276,12 @@ async fn one(
     let replicas: Vec<usize> = (0..cluster.servers().len())
         .filter(|&i| i != primary)
         .collect();
-    let mut direct = connection(&cluster.server(primary).url()).await?;
+    let mut direct = connection(&cluster.server(primary).url(), PATIENCE).await?;
 
     // All is well: A takes the lock once (its connections are made; the fencing counter
     // exists on every server), and both replicas catch up.
     let warm_token = hold_once(&a, "A", &key, &store).await?;
-    let synced = replicas_with_everything(&mut direct, replicas.len()).await?;
+    let synced = replicas_with_everything(&mut direct, replicas.len(), PATIENCE).await?;
     tl.log(
         "primary",
         format!("{synced} replica(s) have every write so far, A's token {warm_token} included"),
@@ -132,7 +290,13 @@ async fn one(
     let filler = vec![b'x'; FILLER_BYTES];
     history.fault("nemesis", "SIGSTOP both replicas");
     let frozen_at = Instant::now();
-    freeze(&cluster, &replicas, true).await?;
+    let (c, frozen) = (cluster.clone(), replicas.clone());
+    control(move || {
+        frozen
+            .iter()
+            .try_for_each(|&i| c.server(i).server().pause())
+    })
+    .await?;
     let () = cmd("SET")
         .arg("scenario:sentinel-failover:filler")
         .arg(filler)
@@ -165,7 +329,13 @@ async fn one(
     let p = cluster.clone();
     control(move || p.server(primary).server().kill()).await?;
     let killed_at = Instant::now();
-    freeze(&cluster, &replicas, false).await?;
+    let (c, frozen) = (cluster.clone(), replicas.clone());
+    control(move || {
+        frozen
+            .iter()
+            .try_for_each(|&i| c.server(i).server().resume())
+    })
+    .await?;
     let frozen = frozen_at.elapsed();
     history.fault(
         "nemesis",
@@ -214,8 +384,8 @@ async fn one(
     // A, still acting on its grant, writes late.
     let a_late_write_accepted = token_a.map(|token| store.write("A", token));
 
-    let a_lost_after = match (&guard_a, quick) {
-        (Some(guard), false) => {
+    let a_lost_after = match (&guard_a, watch_loss) {
+        (Some(guard), true) => {
             let fired = tokio::time::timeout(LEASE, guard.lost()).await.is_ok();
             if let (true, Some(token)) = (fired, token_a) {
                 history.lost("A", token);
@@ -231,10 +401,9 @@ async fn one(
     drop(guard_a);
 
     let events = history.events();
-    let violations = history::check_events(&events);
-    let count = |f: fn(&Rule) -> bool| violations.iter().filter(|v| f(&v.rule)).count();
+    tl.history(&events);
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
-    let f = SentinelFailover {
+    Ok(Figures {
         wait_replicas: mode.wait_replicas,
         held_back_bytes: held_back,
         replicas_frozen_ms: ms(frozen),
@@ -247,23 +416,9 @@ async fn one(
         token_b,
         a_late_write_accepted,
         a_lost_after_kill_ms: a_lost_after.map(ms),
-        overlaps: count(|r| matches!(r, Rule::Overlap { .. })),
-        tokens_not_increasing: count(|r| matches!(r, Rule::TokenNotIncreasing { .. })),
-        stale_writes_accepted: count(|r| matches!(r, Rule::StaleWriteAccepted { .. })),
-    };
-    let mut timeline: Vec<Event> = events
-        .iter()
-        .map(|e| Event {
-            t_ms: e.at.as_secs_f64() * 1000.0,
-            actor: format!("{}: {}", mode.subject, e.client),
-            what: e.op.to_string(),
-        })
-        .chain(tl.events(Some(mode.subject)))
-        .collect();
-    timeline.sort_by(|x, y| x.t_ms.total_cmp(&y.t_ms));
-    Ok((f, timeline))
+        checked: Checked::of(&events),
+    })
 }
-
 /// `client` takes the lock, writes once, releases — recorded.
 async fn hold_once(
     lock: &RedisWatchdogLock,
@@ -282,64 +437,6 @@ async fn hold_once(
     history.release(client, token);
     guard.release().await?;
     Ok(token)
-}
-
-/// A connection of the scenario's own to one data server, patient with large replies.
-async fn connection(url: &str) -> Result<MultiplexedConnection> {
-    let mut conn = Client::open(url)?
-        .get_multiplexed_async_connection()
-        .await?;
-    conn.set_response_timeout(Duration::from_secs(10));
-    Ok(conn)
-}
-
-/// A write of its own, then `WAIT n`: how many replicas have every write made so far.
-async fn replicas_with_everything(conn: &mut MultiplexedConnection, n: usize) -> Result<i64> {
-    let () = cmd("SET")
-        .arg("scenario:sentinel-failover:barrier")
-        .arg(1)
-        .query_async(conn)
-        .await?;
-    Ok(cmd("WAIT").arg(n).arg(5000).query_async(conn).await?)
-}
-
-/// Bytes the primary holds for the replica it has sent the most to (`omem` of `CLIENT LIST`).
-async fn held_back_bytes(conn: &mut MultiplexedConnection) -> Result<u64> {
-    let list: String = cmd("CLIENT")
-        .arg("LIST")
-        .arg("TYPE")
-        .arg("replica")
-        .query_async(conn)
-        .await?;
-    Ok(list
-        .lines()
-        .filter_map(|line| {
-            line.split(' ')
-                .find_map(|field| field.strip_prefix("omem="))
-                .and_then(|v| v.parse().ok())
-        })
-        .min()
-        .unwrap_or(0))
-}
-
-/// SIGSTOPs (`freeze`) or SIGCONTs both replicas.
-async fn freeze(
-    cluster: &Arc<sandbox::RedisSentinelCluster>,
-    replicas: &[usize],
-    freeze: bool,
-) -> Result<()> {
-    let (c, replicas) = (cluster.clone(), replicas.to_vec());
-    control(move || {
-        for &i in &replicas {
-            let server = c.server(i).server();
-            match freeze {
-                true => server.pause()?,
-                false => server.resume()?,
-            }
-        }
-        Ok(())
-    })
-    .await
 }
 
 /// The replica the Sentinels promoted, and what it held when it became primary.
@@ -400,121 +497,4 @@ async fn acquire_when_back(lock: &RedisWatchdogLock, key: &str) -> Result<(Optio
             }
         }
     }
-}
-
-fn row(mode: &Mode, f: &SentinelFailover) -> Row {
-    let b = match (f.token_b, f.b_granted_after_kill_ms) {
-        (Some(token), Some(ms)) => format!("B granted token {token} {ms:.0} ms after the kill"),
-        _ => "B refused: the promoted replica had the lock".to_string(),
-    };
-    let a = match (f.token_a, f.a_unreplicated_acks) {
-        (Some(token), _) => format!("A granted token {token} and acts on it"),
-        (None, Some(acks)) => {
-            format!(
-                "A told its grant reached {acks} replica(s) of {}: A does not act",
-                f.wait_replicas
-            )
-        }
-        (None, None) => "A not granted".to_string(),
-    };
-    let late = match f.a_late_write_accepted {
-        Some(true) => "; the fenced store ACCEPTED A's late write",
-        Some(false) => "; the fenced store refused A's late write",
-        None => "",
-    };
-    let observed = format!(
-        "{a}; the promoted replica {} A's grant (fencing counter {}); {b}{late}; history: {} \
-         overlap(s), {} token(s) not increasing, {} stale write(s) accepted",
-        if f.promoted_had_grant {
-            "had"
-        } else {
-            "never got"
-        },
-        f.promoted_fence,
-        f.overlaps,
-        f.tokens_not_increasing,
-        f.stale_writes_accepted
-    );
-    let granted_twice = f.token_a.is_some() && f.token_b.is_some();
-    let (expected, ok) = match mode.wait_replicas {
-        0 => (
-            "the promoted replica never got A's grant and grants B the same lock: two holders \
-             (the checker's overlap); A's late write judged by the fenced store as it happens",
-            granted_twice && !f.promoted_had_grant && f.overlaps > 0,
-        ),
-        _ => (
-            "A is told no replica confirmed its grant and does not act; B granted after the \
-             failover; a clean history",
-            f.a_unreplicated_acks
-                .is_some_and(|acks| acks < f.wait_replicas)
-                && f.token_a.is_none()
-                && f.token_b.is_some()
-                && f.overlaps + f.tokens_not_increasing + f.stale_writes_accepted == 0,
-        ),
-    };
-    Row::new(mode.subject, expected, observed, ok, *f)
-}
-
-/// What each run showed, in words chosen by the figures.
-fn why(measured: &[(&Mode, SentinelFailover)]) -> String {
-    let mut text = String::from(
-        "Sentinel moves the primary's address; replication stays asynchronous, so a grant the \
-         replicas had not received when the primary died does not exist on the promoted one.",
-    );
-    for (mode, f) in measured {
-        text.push_str(&format!(
-            " {}: the primary died with {:.1} MB still queued for each replica (replicas frozen \
-             {:.0} ms); the promoted replica {} A's grant and its fencing counter read {}",
-            mode.subject,
-            f.held_back_bytes as f64 / f64::from(1 << 20),
-            f.replicas_frozen_ms,
-            if f.promoted_had_grant {
-                "had"
-            } else {
-                "lacked"
-            },
-            f.promoted_fence
-        ));
-        match (f.token_a, f.token_b) {
-            (Some(a), Some(b)) => {
-                text.push_str(&format!(
-                    "; B was granted token {b} while A held token {a}: two holders"
-                ));
-                if b <= a {
-                    text.push_str(
-                        ", and B's token is not above A's — the counter lost A's increment, so \
-                         fencing on it cannot tell the two apart",
-                    );
-                }
-                match f.a_late_write_accepted {
-                    Some(true) if b <= a && f.stale_writes_accepted == 0 => text.push_str(
-                        "; the fenced store accepted A's late write, and even the checker's \
-                         stale-write rule let it pass: its token was as new as any granted",
-                    ),
-                    Some(true) => text.push_str("; the fenced store accepted A's late write"),
-                    Some(false) => text.push_str("; the fenced store refused A's late write"),
-                    None => {}
-                }
-            }
-            (None, Some(b)) => text.push_str(&format!(
-                "; A's acquire reported that {} of {} required replica(s) confirmed its grant, \
-                 so A gave it back and never acted; B's token {b} was the only holding",
-                f.a_unreplicated_acks.unwrap_or(0),
-                f.wait_replicas
-            )),
-            (_, None) => text.push_str("; B was refused: the lock survived the failover"),
-        }
-        if let Some(ms) = f.a_lost_after_kill_ms {
-            text.push_str(&format!(
-                "; A's watchdog learned of the loss {ms:.0} ms after the kill, at its next renewal"
-            ));
-        }
-        text.push('.');
-    }
-    text.push_str(
-        " `WAIT` after the grant turns the silent loss into an error the holder sees; it is \
-         not consensus. For exclusion that survives a failover, use a consensus store \
-         (ZooKeeper, etcd) and fence on its counter.",
-    );
-    text
 }

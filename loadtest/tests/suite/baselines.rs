@@ -4,8 +4,7 @@
 use crate::common;
 
 use app::api::Strategy;
-use loadtest::baselines::BaselineName;
-use loadtest::report::explain;
+use loadtest::report::schema::{BaselineName, ToolStatus};
 use loadtest::run::run_in;
 
 #[tokio::test(flavor = "multi_thread")]
@@ -29,7 +28,7 @@ async fn every_baseline_is_measured_and_the_strategy_is_compared_with_its_own() 
         );
     }
     for b in &report.baselines {
-        let Some(tool) = loadtest::baselines::tool_of(b.name) else {
+        let Some(tool) = loadtest::measure::baselines::tool_of(b.name) else {
             assert!(b.standard_tool.is_none(), "{}", b.name);
             continue;
         };
@@ -38,18 +37,18 @@ async fn every_baseline_is_measured_and_the_strategy_is_compared_with_its_own() 
             .as_ref()
             .unwrap_or_else(|| panic!("{} has no standard tool beside it", b.name));
         assert_eq!(t.tool, tool);
-        match t.status.as_str() {
-            "measured" => assert!(
+        match t.status {
+            ToolStatus::Measured => assert!(
                 t.per_sec.as_ref().is_some_and(|s| s.median > 0.0) && t.ours_percent.is_some(),
                 "{}: {t:?}",
                 b.name
             ),
-            "not installed" => assert!(t.per_sec.is_none(), "{}: {t:?}", b.name),
-            _ => panic!("{}: {tool} failed: {t:?}", b.name),
+            ToolStatus::NotInstalled => assert!(t.per_sec.is_none(), "{}: {t:?}", b.name),
+            ToolStatus::Failed => panic!("{}: {tool} failed: {t:?}", b.name),
         }
     }
     let sweep: Vec<usize> = report.hot_row_sweep.iter().map(|l| l.concurrency).collect();
-    assert_eq!(sweep, loadtest::baselines::SWEEP);
+    assert_eq!(sweep, loadtest::measure::baselines::SWEEP);
     assert!(
         report
             .hot_row_sweep
@@ -60,15 +59,20 @@ async fn every_baseline_is_measured_and_the_strategy_is_compared_with_its_own() 
     assert_eq!(strategy.baseline, BaselineName::SqlConditional);
     assert!(strategy.percent_of_backend_baseline.is_some());
     assert!(strategy.percent_of_http_noop.is_some());
-    let check = explain::client_check(report).expect("both no-op baselines");
-    assert!(check.contains("goose"), "{check}");
+    let check = report
+        .findings
+        .client
+        .as_ref()
+        .expect("both no-op baselines");
+    let peers: Vec<&str> = check.peers.iter().map(|p| p.name.as_str()).collect();
+    assert!(peers.contains(&"goose"), "{check:?}");
     let wrk_measured = report.baselines.iter().any(|b| {
         b.name == BaselineName::HttpNoop
             && b.standard_tool
                 .as_ref()
-                .is_some_and(|t| t.status == "measured")
+                .is_some_and(|t| t.status == ToolStatus::Measured)
     });
     // The verdict must weigh the faster peer, not only goose.
-    assert_eq!(check.contains("wrk"), wrk_measured, "{check}");
+    assert_eq!(peers.contains(&"wrk"), wrk_measured, "{check:?}");
     common::drop_database(&target).await;
 }

@@ -7,8 +7,8 @@ use std::time::Duration;
 use axum::Router;
 use axum::http::StatusCode;
 use axum::routing::get;
-use loadtest::client::Api;
-use loadtest::load::{Budget, Window, closed_loop, open_loop};
+use loadtest::drive::load::{Window, closed_loop, open_loop};
+use testkit::Api;
 use tokio::time::Instant;
 
 /// Every second, the server stops answering for this long (a GC pause, a stalled disk).
@@ -51,7 +51,7 @@ async fn open_loop_latency_exceeds_closed_loop_latency_when_the_server_stalls() 
         let api = api.clone();
         async move { api.noop(i as usize).await }
     };
-    let closed = closed_loop(4, Budget::Window(window), noop.clone()).await;
+    let closed = closed_loop(4, window, noop.clone()).await;
     let open = open_loop(4, 200.0, window, noop).await;
 
     for result in [&closed, &open] {

@@ -18,6 +18,7 @@ async fn the_quick_matrix_measures_every_requirement_and_finds_no_violation() {
     let m = matrix::run(&opts).await.unwrap();
     let md = matrix::markdown(&m);
     eprintln!("{md}");
+    assert!(md.contains("Every lock kept what it claims"), "{md}");
 
     let backends: Vec<Backend> = m.rows.iter().map(|r| r.backend).collect();
     assert_eq!(backends, opts.backends);
@@ -40,8 +41,16 @@ async fn the_quick_matrix_measures_every_requirement_and_finds_no_violation() {
         assert_eq!(c.history_violations, Some(0), "{b}: {c}");
         assert_eq!(c.violations, 0, "{b}: {c}");
         assert!(
-            row.cell(Requirement::MutualExclusion)
-                .starts_with("0 violations")
+            row.cell(Requirement::OneHolder)
+                .starts_with("0 overlapping holders"),
+            "{b}: {}",
+            row.cell(Requirement::OneHolder)
+        );
+        assert!(
+            row.cell(Requirement::TokensInOrder)
+                .starts_with("0 tokens out of order, 0 stale writes"),
+            "{b}: {}",
+            row.cell(Requirement::TokensInOrder)
         );
 
         let t = &row.try_once;

@@ -5,7 +5,7 @@ mod common;
 
 mod accounting;
 mod baselines;
-mod client;
+mod committed;
 mod coordinated_omission;
 mod lock_bench;
 mod lock_matrix;

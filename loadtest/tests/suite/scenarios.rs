@@ -1,44 +1,36 @@
 //! Every fault scenario in its quick form: the verdict of each row must be the expected one —
 //! the broken variant's failure observed *and* the fix holding, in the same run.
 
-#[allow(dead_code)]
 use crate::common;
 
 use app::api::Strategy;
 use clap::Parser;
 use loadtest::cli::{Cli, Command};
-use loadtest::scenario::{
-    self, Figures, Scenario, ScenarioOptions, ScenarioReport, Selection, Verdict,
-};
+use loadtest::report::schema::{ScenarioReport, Verdict};
+use loadtest::scenario::{self, Name, Options, Selection};
 use locks::Backend;
 
-async fn quick(scenario: Scenario) -> ScenarioReport {
-    let opts = ScenarioOptions {
+async fn quick(name: Name) -> ScenarioReport {
+    let opts = Options {
         quick: true,
         app_binary: Some(common::app_binary()),
     };
-    let mut reports = scenario::run(Selection::One(scenario), &opts)
+    let mut reports = scenario::run(Selection::One(name), &opts)
         .await
-        .unwrap_or_else(|e| panic!("scenario {scenario}: {e:#}"));
+        .unwrap_or_else(|e| panic!("scenario {name}: {e:#}"));
     let report = reports.pop().expect("one report");
-    eprintln!("{}", report.markdown());
+    eprintln!("{}", loadtest::report::scenarios::markdown(&report));
     report
 }
 
-fn figures<'a>(report: &'a ScenarioReport, subject: &str) -> &'a Figures {
-    &report
-        .row(subject)
-        .unwrap_or_else(|| panic!("no row `{subject}`"))
-        .figures
-}
-
-/// The figures of `subject`'s row, which must be of the scenario's kind.
+/// The figures of `subject`'s row, as the scenario's own figures type.
 macro_rules! row {
-    ($report:expr, $subject:expr, $kind:ident) => {
-        match figures(&$report, $subject) {
-            Figures::$kind(f) => *f,
-            other => panic!("row `{}` has {other:?}", $subject),
-        }
+    ($report:expr, $subject:expr, $scenario:ident) => {
+        $report
+            .row(&$subject.to_string())
+            .unwrap_or_else(|| panic!("no row `{}`", $subject))
+            .figures::<scenario::$scenario::Figures>()
+            .unwrap_or_else(|e| panic!("row `{}`: {e}", $subject))
     };
 }
 
@@ -60,10 +52,10 @@ fn assert_all_pass(report: &ScenarioReport) {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_plain_del_release_frees_the_next_holders_lock_and_compare_and_delete_does_not() {
     sandbox::require_faults!();
-    let report = quick(Scenario::UnsafeRelease).await;
+    let report = quick(Name::UnsafeRelease).await;
     assert_all_pass(&report);
-    let broken = row!(report, Backend::RedisUnsafeRelease.name(), UnsafeRelease);
-    let correct = row!(report, Backend::Redis.name(), UnsafeRelease);
+    let broken = row!(report, Backend::RedisUnsafeRelease, unsafe_release);
+    let correct = row!(report, Backend::Redis, unsafe_release);
     assert_eq!(broken.holders_at_once, 2);
     assert_eq!(correct.holders_at_once, 1);
     assert!(report.why.contains("deleted B's lock"), "{}", report.why);
@@ -72,9 +64,9 @@ async fn a_plain_del_release_frees_the_next_holders_lock_and_compare_and_delete_
 #[tokio::test(flavor = "multi_thread")]
 async fn a_failover_before_replication_double_grants_and_wait_1_prevents_acting_on_it() {
     sandbox::require_faults!();
-    let report = quick(Scenario::RedisFailover).await;
+    let report = quick(Name::RedisFailover).await;
     assert_all_pass(&report);
-    let double = |subject| row!(report, subject, RedisFailover).double_grant;
+    let double = |subject: &str| row!(report, subject, redis_failover).double_grant;
     assert!(double("redis, no WAIT, link cut"));
     assert!(!double("redis + WAIT 1, link cut"));
     assert!(!double("redis + WAIT 1, link intact"));
@@ -83,18 +75,18 @@ async fn a_failover_before_replication_double_grants_and_wait_1_prevents_acting_
 #[tokio::test(flavor = "multi_thread")]
 async fn an_expired_zookeeper_session_fires_lost_and_the_fence_rejects_the_stale_write() {
     sandbox::require_faults!();
-    let report = quick(Scenario::ZkSessionExpiry).await;
+    let report = quick(Name::ZkSessionExpiry).await;
     assert_all_pass(&report);
-    assert!(row!(report, Strategy::Zookeeper.name(), ZkSessionExpiry).stale_write_accepted);
-    assert!(!row!(report, Strategy::ZookeeperFenced.name(), ZkSessionExpiry).stale_write_accepted);
+    assert!(row!(report, Strategy::Zookeeper, zk_session_expiry).stale_write_accepted);
+    assert!(!row!(report, Strategy::ZookeeperFenced, zk_session_expiry).stale_write_accepted);
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn polling_costs_more_requests_per_grant_than_pub_sub_or_predecessor_watches() {
     sandbox::require_faults!();
-    let report = quick(Scenario::Herd).await;
+    let report = quick(Name::Herd).await;
     assert_all_pass(&report);
-    let per_grant = |b: Backend| row!(report, b.name(), Herd).requests_per_grant;
+    let per_grant = |b: Backend| row!(report, b, herd).requests_per_grant;
     let polling = per_grant(Backend::Redis);
     assert!(polling > per_grant(Backend::RedisWatchdog));
     assert!(polling > per_grant(Backend::ZooKeeper));
@@ -103,9 +95,9 @@ async fn polling_costs_more_requests_per_grant_than_pub_sub_or_predecessor_watch
 #[tokio::test(flavor = "multi_thread")]
 async fn an_expired_lease_oversells_redis_lock_but_not_the_watchdog_or_the_fenced_lock() {
     sandbox::require_faults!();
-    let report = quick(Scenario::LeaseExpiry).await;
+    let report = quick(Name::LeaseExpiry).await;
     assert_all_pass(&report);
-    let f = |s: Strategy| row!(report, s.name(), LeaseExpiry);
+    let f = |s: Strategy| row!(report, s, lease_expiry);
     assert!(f(Strategy::RedisLock).oversell > 0);
     assert_eq!(f(Strategy::RedisWatchdog).oversell, 0);
     assert_eq!(f(Strategy::RedisLockFenced).oversell, 0);
@@ -117,9 +109,9 @@ async fn an_expired_lease_oversells_redis_lock_but_not_the_watchdog_or_the_fence
 #[tokio::test(flavor = "multi_thread")]
 async fn a_frozen_holder_defeats_the_watchdog_and_fencing_rejects_its_late_write() {
     sandbox::require_faults!();
-    let report = quick(Scenario::ProcessPause).await;
+    let report = quick(Name::ProcessPause).await;
     assert_all_pass(&report);
-    let f = |s: Strategy| row!(report, s.name(), ProcessPause);
+    let f = |s: Strategy| row!(report, s, process_pause);
     assert!(f(Strategy::RedisWatchdog).oversell > 0);
     assert_eq!(f(Strategy::RedisWatchdogFenced).oversell, 0);
     assert!(f(Strategy::RedisWatchdogFenced).stale_write_rejected);
@@ -128,13 +120,13 @@ async fn a_frozen_holder_defeats_the_watchdog_and_fencing_rejects_its_late_write
 #[tokio::test(flavor = "multi_thread")]
 async fn a_local_mutex_holds_with_one_instance_and_oversells_with_three() {
     sandbox::require_faults!();
-    let report = quick(Scenario::LocalMutex).await;
+    let report = quick(Name::LocalMutex).await;
     assert_all_pass(&report);
     let f = |n: usize| {
         row!(
             report,
-            &format!("{} × {n}", Strategy::LocalMutex),
-            LocalMutex
+            format!("{} × {n}", Strategy::LocalMutex),
+            local_mutex
         )
     };
     assert_eq!(f(1).oversell, 0);
@@ -145,7 +137,7 @@ async fn a_local_mutex_holds_with_one_instance_and_oversells_with_three() {
 fn every_scenario_and_all_are_accepted_by_name_and_an_unknown_one_is_refused_with_the_known_names()
 {
     let parse = |name: &str| Cli::try_parse_from(["seckill-bench", "scenario", name]);
-    for &s in Scenario::all() {
+    for &s in Name::all() {
         let Ok(Cli {
             command: Command::Scenario(args),
         }) = parse(&s.to_string())
@@ -160,9 +152,7 @@ fn every_scenario_and_all_are_accepted_by_name_and_an_unknown_one_is_refused_wit
     ));
     let text = parse("no-such-scenario").unwrap_err().to_string();
     assert!(
-        Scenario::all()
-            .iter()
-            .all(|s| text.contains(&s.to_string())),
+        Name::all().iter().all(|s| text.contains(&s.to_string())),
         "{text}"
     );
 }
@@ -170,9 +160,9 @@ fn every_scenario_and_all_are_accepted_by_name_and_an_unknown_one_is_refused_wit
 #[tokio::test(flavor = "multi_thread")]
 async fn a_crashed_holder_blocks_a_setnx_lock_for_good_and_every_other_lock_comes_back() {
     sandbox::require_faults!();
-    let report = quick(Scenario::HolderCrash).await;
+    let report = quick(Name::HolderCrash).await;
     assert_all_pass(&report);
-    let f = |s: Strategy| row!(report, s.name(), HolderCrash);
+    let f = |s: Strategy| row!(report, s, holder_crash);
     assert!(!f(Strategy::RedisSetnxNoTtl).recovered);
     for s in [
         Strategy::RedisLock,
@@ -183,9 +173,7 @@ async fn a_crashed_holder_blocks_a_setnx_lock_for_good_and_every_other_lock_come
         assert!(f(s).recovered, "{s}");
     }
     for row in &report.rows {
-        let Figures::HolderCrash(f) = row.figures else {
-            panic!("{row:?}");
-        };
+        let f: scenario::holder_crash::Figures = row.figures().unwrap();
         assert_eq!(f.orders_lost_or_duplicated, 0, "{}", row.subject);
     }
     assert!(
@@ -199,23 +187,24 @@ async fn a_crashed_holder_blocks_a_setnx_lock_for_good_and_every_other_lock_come
 async fn a_crash_between_the_lua_deduction_and_the_insert_undersells_until_reconcile_puts_the_unit_back()
  {
     sandbox::require_faults!();
-    let report = quick(Scenario::LuaCrashBeforeOrder).await;
+    let report = quick(Name::LuaCrashBeforeOrder).await;
     assert_all_pass(&report);
-    let f = row!(report, "redis-lua, after the crash", LuaCrashBeforeOrder);
+    let f = row!(report, "redis-lua, after the crash", lua_crash_before_order);
     assert_eq!(f.undersell_after_crash, 1);
     assert_eq!((f.counter_found, f.counter_after), (9, 10));
+    assert!(f.retry_after_reconcile_voided && f.new_click_created, "{f:?}");
     assert_eq!((f.units_sold, f.orders, f.oversell), (10, 10, 0));
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_batch_read_by_a_killed_consumer_is_claimed_by_a_live_one_and_placed_exactly_once() {
     sandbox::require_faults!();
-    let report = quick(Scenario::StreamConsumerCrash).await;
+    let report = quick(Name::StreamConsumerCrash).await;
     assert_all_pass(&report);
     let f = row!(
         report,
         "redis-lua-stream, after the claim",
-        StreamConsumerCrash
+        stream_consumer_crash
     );
     assert!(f.held_by_dead_consumer > 0, "{f:?}");
     assert_eq!((f.orders, f.still_pending, f.oversell), (f.accepted, 0, 0));
@@ -225,15 +214,19 @@ async fn a_batch_read_by_a_killed_consumer_is_claimed_by_a_live_one_and_placed_e
 async fn a_database_killed_while_a_batch_commits_fails_the_whole_batch_and_the_sale_completes_after_restart()
  {
     sandbox::require_faults!();
-    let report = quick(Scenario::BatchedDbKill).await;
+    let report = quick(Name::BatchedDbKill).await;
     assert_all_pass(&report);
-    let f = row!(report, "batched: the killed batch", BatchedDbKill);
+    let f = row!(report, "batched: the killed batch", batched_db_kill);
     assert!(f.written_before_kill, "{f:?}");
     assert_eq!(
         (f.batch_503, f.batch_orders, f.batch_units_taken),
         (f.batch, 0, 0)
     );
-    let f = row!(report, "batched: the sale after the restart", BatchedDbKill);
+    let f = row!(
+        report,
+        "batched: the sale after the restart",
+        batched_db_kill
+    );
     assert_eq!((f.oversell, f.undersell, f.lost_updates), (0, 0, 0));
     assert!(f.created_after_restart > 0);
 }
@@ -241,12 +234,12 @@ async fn a_database_killed_while_a_batch_commits_fails_the_whole_batch_and_the_s
 #[tokio::test(flavor = "multi_thread")]
 async fn a_redis_failover_that_lost_deductions_oversells_and_wait_1_refuses_them_instead() {
     sandbox::require_faults!();
-    let report = quick(Scenario::RedisFailoverStock).await;
+    let report = quick(Name::RedisFailoverStock).await;
     assert_all_pass(&report);
-    let f = row!(report, "redis-lua, no WAIT", RedisFailoverStock);
+    let f = row!(report, "redis-lua, no WAIT", redis_failover_stock);
     assert_eq!((f.sold_during, f.refused_during), (5, 0), "{f:?}");
     assert_eq!(f.oversell, 5, "{f:?}");
-    let f = row!(report, "redis-lua + WAIT 1", RedisFailoverStock);
+    let f = row!(report, "redis-lua + WAIT 1", redis_failover_stock);
     assert_eq!((f.sold_during, f.refused_during), (0, 5), "{f:?}");
     assert_eq!((f.units_sold, f.orders, f.oversell), (20, 20, 0), "{f:?}");
 }
@@ -255,68 +248,70 @@ async fn a_redis_failover_that_lost_deductions_oversells_and_wait_1_refuses_them
 async fn a_zookeeper_leader_killed_under_contention_leaves_a_clean_lock_history_and_grants_resume_before_it_is_back()
  {
     sandbox::require_faults!();
-    let report = quick(Scenario::ZkLeaderLoss).await;
+    let report = quick(Name::ZkLeaderLoss).await;
     assert_all_pass(&report);
-    let Figures::ZkLeaderLoss(f) = figures(&report, "zookeeper, leader killed") else {
-        panic!("{report:?}")
-    };
-    assert_eq!(f.0.violations, 0);
-    assert!(f.0.grants_before > 0 && f.0.grants_after > 0, "{f:?}");
+    let f = row!(report, "zookeeper, leader killed", zk_leader_loss);
+    assert_eq!(f.violations, 0);
+    assert!(f.grants_before > 0 && f.grants_after > 0, "{f:?}");
     // Liveness: two of three members are a majority; the lock must not wait for the third.
-    assert!(f.0.regained_while_down_ms.is_some(), "{f:?}");
+    assert!(f.regained_while_down_ms.is_some(), "{f:?}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_etcd_leader_killed_under_contention_leaves_a_clean_lock_history_and_grants_resume_before_it_is_back()
  {
     sandbox::require_faults!();
-    let report = quick(Scenario::EtcdLeaderLoss).await;
+    let report = quick(Name::EtcdLeaderLoss).await;
     assert_all_pass(&report);
-    let Figures::EtcdLeaderLoss(f) = figures(&report, "etcd, leader killed") else {
-        panic!("{report:?}")
-    };
-    assert_eq!(f.0.violations, 0);
-    assert!(f.0.grants_before > 0 && f.0.grants_after > 0, "{f:?}");
+    let f = row!(report, "etcd, leader killed", etcd_leader_loss);
+    assert_eq!(f.violations, 0);
+    assert!(f.grants_before > 0 && f.grants_after > 0, "{f:?}");
     // Liveness: two of three members are a majority; the lock must not wait for the third.
-    assert!(f.0.regained_while_down_ms.is_some(), "{f:?}");
+    assert!(f.regained_while_down_ms.is_some(), "{f:?}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_zookeeper_holder_cut_off_with_its_member_is_fenced_off_and_told_it_lost() {
     sandbox::require_faults!();
-    let report = quick(Scenario::ZkPartition).await;
+    let report = quick(Name::ZkPartition).await;
     assert_all_pass(&report);
     let f = row!(
         report,
         "zookeeper-fenced, holder's member cut off",
-        ZkPartition
+        zk_partition
     );
     assert!(f.token_b > f.token_a && f.stale_write_refused, "{f:?}");
     assert!(f.a_lost_after_cut_ms.is_some(), "{f:?}");
-    assert_eq!((f.tokens_not_increasing, f.stale_writes_accepted), (0, 0));
+    assert_eq!(
+        (
+            f.checked.tokens_not_increasing,
+            f.checked.stale_writes_accepted
+        ),
+        (0, 0)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_sentinel_failover_to_a_replica_that_missed_the_grant_makes_two_holders_and_wait_1_tells_the_holder()
  {
     sandbox::require_faults!();
-    let report = quick(Scenario::SentinelFailover).await;
+    let report = quick(Name::SentinelFailover).await;
     assert_all_pass(&report);
     let f = row!(
         report,
         "redis-watchdog via Sentinel, no WAIT",
-        SentinelFailover
+        sentinel_failover
     );
-    assert!(!f.promoted_had_grant && f.overlaps > 0, "{f:?}");
+    assert!(!f.promoted_had_grant && f.checked.overlaps > 0, "{f:?}");
     assert!(f.token_a.is_some() && f.token_b.is_some(), "{f:?}");
     let f = row!(
         report,
         "redis-watchdog via Sentinel + WAIT 1",
-        SentinelFailover
+        sentinel_failover
     );
     assert_eq!((f.a_unreplicated_acks, f.token_a), (Some(0), None), "{f:?}");
     assert_eq!(
-        f.overlaps + f.tokens_not_increasing + f.stale_writes_accepted,
+        f.checked.overlaps + f.checked.tokens_not_increasing + f.checked.stale_writes_accepted,
         0,
         "{f:?}"
     );
@@ -326,14 +321,14 @@ async fn a_sentinel_failover_to_a_replica_that_missed_the_grant_makes_two_holder
 async fn a_flash_sale_on_the_clusters_with_the_leader_killed_mid_sale_never_oversells_a_fenced_strategy()
  {
     sandbox::require_faults!();
-    let report = quick(Scenario::ClusterSale).await;
+    let report = quick(Name::ClusterSale).await;
     assert_all_pass(&report);
     for s in [
         Strategy::ZookeeperFenced,
         Strategy::EtcdFenced,
         Strategy::RedisWatchdogFenced,
     ] {
-        let f = row!(report, &format!("{s}, leader killed"), ClusterSale);
+        let f = row!(report, format!("{s}, leader killed"), cluster_sale);
         assert!(f.fenced, "{s}: {f:?}");
         assert_eq!((f.oversell, f.units_sold), (0, f.stock), "{s}: {f:?}");
         assert!(f.sold_before_kill > 0, "{s}: {f:?}");
@@ -347,7 +342,7 @@ async fn a_flash_sale_on_the_clusters_with_the_leader_killed_mid_sale_never_over
 #[ignore = "minutes long; the quick forms above run in CI"]
 async fn every_scenario_in_its_full_form_meets_its_expectations() {
     sandbox::require_faults!();
-    let opts = ScenarioOptions {
+    let opts = Options {
         quick: false,
         app_binary: Some(common::app_binary()),
     };
@@ -359,7 +354,7 @@ async fn every_scenario_in_its_full_form_meets_its_expectations() {
         .await
         .unwrap_or_else(|e| panic!("{e:#}"));
     for report in &reports {
-        println!("{}", report.markdown());
+        println!("{}", loadtest::report::scenarios::markdown(report));
     }
     for report in &reports {
         assert_all_pass(report);

@@ -6,3 +6,4 @@ mod cluster_etcd;
 mod cluster_redis_sentinel;
 mod cluster_zookeeper;
 mod process_control;
+mod relay;

@@ -9,8 +9,8 @@
 //! * **ZooKeeper, etcd**: two clients contend on the three-member cluster while its leader is
 //!   SIGKILLed; the figure is the time from the kill to the grant that ended the longest stall
 //!   between grants while the old leader is still down ([`Outage`]), and the run's history is
-//!   checked ([`locks::history`]) like the `zk-leader-loss` scenario's, whose cluster handling
-//!   this reuses.
+//!   checked ([`locks::history`]) like the `zk-leader-loss` scenario's, whose workload this is
+//!   ([`crate::drive::lock_contention`]).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -22,10 +22,10 @@ use locks::{AcquireOptions, Backend};
 use sandbox::{MEMBERS, REDLOCK_INSTANCES};
 use serde::Serialize;
 
-use super::rig::{Cluster, Rig};
+use super::rig::Rig;
 use super::{LEASE, Settings, answer, duration, fresh_key, grouped, warm};
+use crate::drive::lock_contention::{self, Stages};
 use crate::lock::connect_backend;
-use crate::scenario::leader_loss::{Cluster as Members, contend_through_leader_loss};
 
 /// How long a client may take to be granted again after its server restarted.
 const RECOVERY: Duration = Duration::from_secs(10);
@@ -33,6 +33,9 @@ const RECOVERY: Duration = Duration::from_secs(10);
 pub(super) const CONTENDERS: usize = 2;
 /// Contention before the kill, and after the restart.
 const AROUND: Duration = Duration::from_secs(1);
+/// The contenders' session (lease): longer than an election on a loaded machine, so sessions
+/// survive the leader's death.
+const CLUSTER_SESSION: Duration = Duration::from_secs(10);
 
 /// What killing servers under the lock showed.
 #[derive(Debug, Clone, Serialize)]
@@ -130,8 +133,7 @@ impl Availability {
 
 pub async fn measure(backend: Backend, rig: &Rig, settings: &Settings) -> Result<Availability> {
     match rig.cluster() {
-        Some(Cluster::ZooKeeper(ensemble)) => leader_killed(ensemble.clone(), settings).await,
-        Some(Cluster::Etcd(cluster)) => leader_killed(cluster.clone(), settings).await,
+        Some(cluster) => leader_killed(backend, cluster, settings).await,
         None => match rig.single_server() {
             Some(server) => single_server(backend, rig, server).await,
             None => quorum(backend, rig, settings).await,
@@ -197,11 +199,26 @@ async fn quorum(backend: Backend, rig: &Rig, settings: &Settings) -> Result<Avai
     })
 }
 
-async fn leader_killed<C: Members>(cluster: Arc<C>, settings: &Settings) -> Result<Availability> {
-    let down = Duration::from_millis(settings.leader_down_ms);
+async fn leader_killed(
+    backend: Backend,
+    cluster: Arc<dyn sandbox::Cluster>,
+    settings: &Settings,
+) -> Result<Availability> {
+    let stages = Stages {
+        before: AROUND,
+        down: Duration::from_millis(settings.leader_down_ms),
+        after: AROUND,
+    };
     let key = fresh_key("leader");
-    let events =
-        contend_through_leader_loss(cluster, CONTENDERS, &key, (AROUND, down, AROUND)).await?;
+    let events = lock_contention::through_leader_loss(
+        cluster,
+        backend,
+        CONTENDERS,
+        &key,
+        CLUSTER_SESSION,
+        stages,
+    )
+    .await?;
     let outage = Outage::of(&events);
     Ok(Availability::Cluster {
         members: MEMBERS,

@@ -1,15 +1,17 @@
-//! `matrix.md`: the matrix as one table of short cells, and notes (¹–⁹) on how each column
-//! was measured, with this run's settings.
+//! `matrix.md`: the matrix as one table of short cells, what a lock broke of what it claims
+//! (in words, never only in a cell), and notes (¹–¹⁰) on how each column was measured, with
+//! this run's settings.
 
 use std::fmt::Write as _;
 
 use sandbox::REDLOCK_INSTANCES;
 
 use super::availability::CONTENDERS;
-use super::{Matrix, Requirement, Settings, duration};
+use super::{Matrix, Requirement, Settings, contention, duration};
+use crate::report::table::Table;
 
 /// The note marks of the columns, in [`Requirement::ALL`]'s order.
-const MARKS: [&str; 9] = ["¹", "²", "³", "⁴", "⁵", "⁶", "⁷", "⁸", "⁹"];
+const MARKS: [&str; 10] = ["¹", "²", "³", "⁴", "⁵", "⁶", "⁷", "⁸", "⁹", "¹⁰"];
 
 pub fn render(m: &Matrix) -> String {
     let s = &m.settings;
@@ -22,21 +24,37 @@ pub fn render(m: &Matrix) -> String {
         m.started_at,
         m.duration_seconds
     );
-    out.push_str("| backend |");
-    for (requirement, mark) in Requirement::ALL.iter().zip(MARKS) {
-        let _ = write!(out, " {}{mark} |", requirement.title());
-    }
-    out.push_str("\n|---|");
-    out.push_str(&"---|".repeat(Requirement::ALL.len()));
-    out.push('\n');
+    let mut titles = vec!["backend".to_string()];
+    titles.extend(
+        Requirement::ALL
+            .iter()
+            .zip(MARKS)
+            .map(|(requirement, mark)| format!("{}{mark}", requirement.title())),
+    );
+    let mut table = Table::left(titles);
     for row in &m.rows {
-        let _ = write!(out, "| `{}` ({}) |", row.backend, row.deployment);
-        for cell in &row.cells {
-            let _ = write!(out, " {} |", cell.text.replace('|', "\\|"));
-        }
-        out.push('\n');
+        let mut cells = vec![format!("`{}` ({})", row.backend, row.deployment)];
+        cells.extend(row.cells.iter().map(|c| c.text.clone()));
+        table.row(cells);
     }
+    out.push_str(&table.render());
     out.push('\n');
+    let broken: Vec<String> = m
+        .rows
+        .iter()
+        .filter_map(|row| {
+            contention::broken_claims(row.backend, &row.contention, &row.availability)
+        })
+        .collect();
+    if broken.is_empty() {
+        out.push_str(
+            "Every lock kept what it claims: one holder at a time, and fencing tokens in grant \
+             order.\n\n",
+        );
+    }
+    for text in broken {
+        let _ = writeln!(out, "{text}\n");
+    }
     for (requirement, mark) in Requirement::ALL.iter().zip(MARKS) {
         let _ = writeln!(
             out,
@@ -59,14 +77,19 @@ pub fn render(m: &Matrix) -> String {
 fn note(requirement: Requirement, s: &Settings) -> String {
     let contention = "the contention run of ¹";
     match requirement {
-        Requirement::MutualExclusion => format!(
+        Requirement::OneHolder => format!(
             "{} workers, each with a client of its own, contend for one lock for {} s \
              (`seckill-bench lock --check`); every attempt, grant, release and fenced write is \
              recorded, and the lock-history checker (`locks::history`) counts two holders at \
-             once, a fencing token going backwards and a stale write accepted. Nothing happens \
-             inside the lock but a Redis GET and SET of a counter, whose lost increments are \
-             shown only if there were any.",
+             once: a grant while another holding was open, with no release and no loss notice \
+             in between. Nothing happens inside the lock but a Redis GET and SET of a counter, \
+             whose lost increments are shown only if there were any.",
             s.workers, s.seconds
+        ),
+        Requirement::TokensInOrder => format!(
+            "From {contention}: the checker counts a grant whose fencing token is not above \
+             every token granted before it, and a write a fenced resource accepted from a \
+             token that was no longer the newest."
         ),
         Requirement::NoDeadlock => format!(
             "A child process (`seckill-bench lock hold`) acquires the lock with a lease of {} \

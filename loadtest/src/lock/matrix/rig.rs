@@ -6,7 +6,7 @@ use std::sync::Arc;
 use anyhow::Result;
 use app::api::Service;
 use locks::Backend;
-use sandbox::{Endpoints, EtcdCluster, Server, ZooKeeperEnsemble};
+use sandbox::{Cluster, Endpoints, EtcdCluster, Server, ZooKeeperEnsemble};
 
 /// The harness's set of servers.
 #[derive(Clone)]
@@ -27,29 +27,23 @@ impl Servers {
     }
 }
 
-/// A row's cluster.
-pub enum Cluster {
-    ZooKeeper(Arc<ZooKeeperEnsemble>),
-    Etcd(Arc<EtcdCluster>),
-}
-
 /// What one row runs on.
 pub struct Rig {
     backend: Backend,
     servers: Servers,
-    cluster: Option<Cluster>,
+    cluster: Option<Arc<dyn Cluster>>,
 }
 
 impl Rig {
     /// `servers`, plus the cluster `backend` runs on if it is ZooKeeper or etcd.
     pub async fn start(backend: Backend, servers: Servers) -> Result<Rig> {
-        let cluster = match Service::of(backend) {
-            Service::Zookeeper => Some(Cluster::ZooKeeper(Arc::new(
+        let cluster: Option<Arc<dyn Cluster>> = match Service::of(backend) {
+            Service::Zookeeper => Some(Arc::new(
                 tokio::task::spawn_blocking(ZooKeeperEnsemble::start).await??,
-            ))),
-            Service::Etcd => Some(Cluster::Etcd(Arc::new(
+            )),
+            Service::Etcd => Some(Arc::new(
                 tokio::task::spawn_blocking(EtcdCluster::start).await??,
-            ))),
+            )),
             _ => None,
         };
         Ok(Rig {
@@ -62,16 +56,20 @@ impl Rig {
     /// The harness's endpoints, ZooKeeper's or etcd's replaced by the row's cluster.
     pub fn endpoints(&self) -> Endpoints {
         let mut endpoints = self.servers.0.endpoints();
-        match &self.cluster {
-            Some(Cluster::ZooKeeper(ensemble)) => endpoints.zookeeper = ensemble.connect_string(),
-            Some(Cluster::Etcd(cluster)) => endpoints.etcd = cluster.endpoints(),
-            None => {}
+        if let Some(cluster) = &self.cluster {
+            let addresses = cluster.client_addresses();
+            match self.backend {
+                Backend::ZooKeeper => endpoints.zookeeper = addresses.join(","),
+                Backend::Etcd => endpoints.etcd = addresses,
+                _ => {}
+            }
         }
         endpoints
     }
 
-    pub fn cluster(&self) -> Option<&Cluster> {
-        self.cluster.as_ref()
+    /// The row's cluster, for the ZooKeeper and etcd rows.
+    pub fn cluster(&self) -> Option<Arc<dyn Cluster>> {
+        self.cluster.clone()
     }
 
     /// The servers the row runs on, in a few words.

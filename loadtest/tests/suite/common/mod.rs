@@ -5,8 +5,8 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 use app::api::Strategy;
-use loadtest::cli::Settings;
-use loadtest::run::Target;
+use loadtest::report::schema::{OPEN_RATE_SHARE, Settings};
+use loadtest::rig::Target;
 use sandbox::Endpoints;
 
 /// The variable `cargo xtask test` sets to the `seckill-app` its workspace build just made.
@@ -30,7 +30,7 @@ pub fn app_binary() -> PathBuf {
             .status()
             .expect("running cargo build -p app");
         assert!(status.success(), "cargo build -p app failed");
-        loadtest::apps::locate_app(None).expect("seckill-app after building it")
+        testkit::locate_app(None).expect("seckill-app after building it")
     })
     .clone()
 }
@@ -71,6 +71,7 @@ pub fn quick(strategy: Strategy) -> Settings {
         warmup: 0.3,
         repetitions: 1,
         rate: Some(100.0),
+        open_rate_share: OPEN_RATE_SHARE,
         quick: true,
         baselines: false,
         scenarios: false,

@@ -1,0 +1,434 @@
+//! `seckill-bench compare <run-a> <run-b>`: what changed between two runs, computed from the
+//! two reports as the schema reads them (`report::json`), rendered by `report::comparison`.
+//!
+//! Per baseline and strategy: throughput, p99 (closed and open loop) and every accounting
+//! figure of the flash sale, from run A to run B. A change is marked as beyond noise when it is
+//! larger than the noise of these runs and, where both runs give min–max, the two ranges do
+//! not overlap. The noise is estimated from the baselines, whose work never changes: the
+//! median of their relative min–max in both runs; for runs without min–max, the median change
+//! of a baseline between the two runs. A strategy expected not to oversell (declared safe, or
+//! safe while leases hold: the flash sale injects no fault) whose oversell, lost updates or
+//! negative stock go from 0 to anything is always flagged, whatever the noise.
+
+use app::accounting::Accounting;
+use app::api::Safety;
+
+use crate::report::comparison::{
+    Change, Comparison, FieldChange, Figures, Noise, NoiseSource, Range, Regression,
+};
+use crate::report::schema::{LoadResult, RunReport, Settings, StrategyReport};
+
+/// Noise assumed when neither run has min–max nor a baseline in common.
+pub const DEFAULT_NOISE: f64 = 0.2;
+/// The least noise assumed: a few per cent separate any two runs of the same work.
+pub const MIN_NOISE: f64 = 0.05;
+
+/// How the hot-row sweep's points are named; they are not used to estimate noise (one
+/// connection against a hot row varies more than the work the strategies compare with).
+const SWEEP_PREFIX: &str = "hot-row sweep ×";
+
+/// The accounting figures a strategy expected not to oversell must keep at 0.
+const MUST_STAY_ZERO: [&str; 3] = ["oversell", "lost_updates", "negative_stock"];
+
+/// Run A against run B.
+pub fn compare(a: &RunReport, b: &RunReport) -> Comparison {
+    let (base_a, base_b) = (baselines(a), baselines(b));
+    let noise = noise(&base_a, &base_b);
+    let mut names: Vec<&String> = base_a.iter().map(|(n, _)| n).collect();
+    names.extend(
+        base_b
+            .iter()
+            .map(|(n, _)| n)
+            .filter(|n| !base_a.iter().any(|(m, _)| m == *n)),
+    );
+    let of = |list: &[(String, Figures)], name: &str| {
+        list.iter().find(|(n, _)| n == name).map(|(_, f)| f.clone())
+    };
+    let baselines = names
+        .into_iter()
+        .map(|name| change(name, of(&base_a, name), of(&base_b, name), noise.fraction))
+        .collect();
+    let mut strategies = Vec::new();
+    let mut regressions = Vec::new();
+    for sb in &b.strategies {
+        let sa = a.strategy(sb.strategy.name);
+        let mut ch = change(
+            &sb.strategy.name.to_string(),
+            sa.map(strategy_figures),
+            Some(strategy_figures(sb)),
+            noise.fraction,
+        );
+        if let Some(sa) = sa {
+            ch.accounting = accounting_changes(sa, sb);
+            regressions.extend(
+                ch.accounting
+                    .iter()
+                    .filter(|f| f.regression)
+                    .map(|f| Regression {
+                        strategy: ch.name.clone(),
+                        field: f.field,
+                        b: f.b,
+                    }),
+            );
+        }
+        strategies.push(ch);
+    }
+    for sa in &a.strategies {
+        if b.strategy(sa.strategy.name).is_none() {
+            strategies.push(change(
+                &sa.strategy.name.to_string(),
+                Some(strategy_figures(sa)),
+                None,
+                noise.fraction,
+            ));
+        }
+    }
+    Comparison {
+        a: a.started_at.clone(),
+        b: b.started_at.clone(),
+        noise,
+        settings_changed: settings_changes(&a.settings, &b.settings),
+        regressions,
+        baselines,
+        strategies,
+    }
+}
+
+fn change(name: &str, a: Option<Figures>, b: Option<Figures>, noise: f64) -> Change {
+    let moved = a
+        .as_ref()
+        .zip(b.as_ref())
+        .and_then(|(a, b)| moved(a.rate, b.rate, noise));
+    Change {
+        name: name.to_string(),
+        figures: (a, b),
+        moved,
+        accounting: Vec::new(),
+    }
+}
+
+/// Rate, spread and p99 of one load result: successes/s where there are successes,
+/// attempts/s otherwise.
+fn figures(l: &LoadResult) -> Figures {
+    let by_successes = l.successes_per_sec > 0.0;
+    let spread = l.repetitions.as_ref().map(|r| match by_successes {
+        true => &r.successes_per_sec,
+        false => &r.attempts_per_sec,
+    });
+    Figures {
+        rate: Range {
+            median: match by_successes {
+                true => l.successes_per_sec,
+                false => l.attempts_per_sec,
+            },
+            min_max: spread.map(|s| (s.min, s.max)),
+        },
+        p99_ms: l.latency.p99_us as f64 / 1000.0,
+        p99_open_ms: None,
+    }
+}
+
+fn strategy_figures(s: &StrategyReport) -> Figures {
+    Figures {
+        p99_open_ms: Some(s.throughput.open.latency.p99_us as f64 / 1000.0),
+        ..figures(&s.throughput.closed)
+    }
+}
+
+/// Every baseline's figures, and the hot-row sweep's points.
+fn baselines(run: &RunReport) -> Vec<(String, Figures)> {
+    let mut all: Vec<(String, Figures)> = run
+        .baselines
+        .iter()
+        .map(|b| (b.name.to_string(), figures(&b.result)))
+        .collect();
+    all.extend(
+        run.hot_row_sweep
+            .iter()
+            .map(|l| (format!("{SWEEP_PREFIX}{:03}", l.concurrency), figures(l))),
+    );
+    all
+}
+
+/// See the module doc: the median (the upper one, for an even count) of the baselines'
+/// relative min–max in both runs; without any, of the baselines' relative changes between
+/// the runs; without either, [`DEFAULT_NOISE`]. Never less than [`MIN_NOISE`]. The hot-row
+/// sweep is left out.
+pub fn noise(a: &[(String, Figures)], b: &[(String, Figures)]) -> Noise {
+    let named = |run: &[(String, Figures)]| {
+        run.iter()
+            .filter(|(name, _)| !name.starts_with(SWEEP_PREFIX))
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    let ranges: Vec<(f64, String)> = named(a)
+        .into_iter()
+        .chain(named(b))
+        .filter_map(|(name, f)| {
+            let (min, max) = f.rate.min_max?;
+            (f.rate.median > 0.0).then(|| ((max - min) / f.rate.median, name))
+        })
+        .collect();
+    if let Some((fraction, widest)) = upper_median(&ranges) {
+        return Noise {
+            fraction: fraction.max(MIN_NOISE),
+            source: NoiseSource::Ranges {
+                figures: ranges.len(),
+                widest,
+                widest_fraction: ranges.iter().map(|(v, _)| *v).fold(0.0, f64::max),
+            },
+        };
+    }
+    let changes: Vec<(f64, String)> = named(a)
+        .into_iter()
+        .filter_map(|(name, fa)| {
+            let fb = &b.iter().find(|(n, _)| *n == name)?.1;
+            (fa.rate.median > 0.0).then(|| {
+                (
+                    (fb.rate.median - fa.rate.median).abs() / fa.rate.median,
+                    name,
+                )
+            })
+        })
+        .collect();
+    match upper_median(&changes) {
+        Some((fraction, _)) => Noise {
+            fraction: fraction.max(MIN_NOISE),
+            source: NoiseSource::Changes {
+                baselines: changes.len(),
+            },
+        },
+        None => Noise {
+            fraction: DEFAULT_NOISE,
+            source: NoiseSource::Assumed,
+        },
+    }
+}
+
+/// The upper median of the values, and the name of the largest.
+fn upper_median(values: &[(f64, String)]) -> Option<(f64, String)> {
+    let mut sorted: Vec<f64> = values.iter().map(|(v, _)| *v).collect();
+    sorted.sort_by(f64::total_cmp);
+    let median = *sorted.get(sorted.len() / 2)?;
+    let widest = values
+        .iter()
+        .max_by(|x, y| x.0.total_cmp(&y.0))
+        .map(|(_, n)| n.clone())?;
+    Some((median, widest))
+}
+
+/// The settings that differ between the runs (`buyers 200 → 50`), field by field.
+pub fn settings_changes(a: &Settings, b: &Settings) -> Vec<String> {
+    let (Ok(serde_json::Value::Object(a)), Ok(serde_json::Value::Object(b))) =
+        (serde_json::to_value(a), serde_json::to_value(b))
+    else {
+        return Vec::new();
+    };
+    b.iter()
+        .filter(|(k, v)| a.get(*k).is_some_and(|old| old != *v))
+        .map(|(k, v)| format!("{k} {} → {v}", a[k]))
+        .collect()
+}
+
+/// Whether `b` moved away from `a` beyond the noise: up (`Some(true)`), down (`Some(false)`)
+/// or not (`None`).
+pub fn moved(a: Range, b: Range, noise: f64) -> Option<bool> {
+    if a.median <= 0.0 {
+        return (b.median > 0.0).then_some(true);
+    }
+    let change = (b.median - a.median) / a.median;
+    if change.abs() <= noise {
+        return None;
+    }
+    if let (Some((amin, amax)), Some((bmin, bmax))) = (a.min_max, b.min_max)
+        && bmin <= amax
+        && amin <= bmax
+    {
+        return None;
+    }
+    Some(change > 0.0)
+}
+
+/// The flash-sale accounting's fields, by name.
+fn fields(a: &Accounting) -> [(&'static str, i64); 8] {
+    [
+        ("initial_stock", a.initial_stock),
+        ("final_stock", a.final_stock),
+        ("units_sold", a.units_sold),
+        ("orders", a.orders),
+        ("oversell", a.oversell),
+        ("lost_updates", a.lost_updates),
+        ("negative_stock", a.negative_stock),
+        ("undersell", a.undersell),
+    ]
+}
+
+/// The accounting fields that differ; a field a strategy expected not to oversell must keep
+/// at 0 that left it is a regression.
+fn accounting_changes(a: &StrategyReport, b: &StrategyReport) -> Vec<FieldChange> {
+    let expected_safe = b.strategy.safety != Safety::Unsafe;
+    fields(&a.sale.accounting)
+        .into_iter()
+        .zip(fields(&b.sale.accounting))
+        .filter(|((_, va), (_, vb))| va != vb)
+        .map(|((field, va), (_, vb))| FieldChange {
+            field,
+            a: va,
+            b: vb,
+            regression: expected_safe && MUST_STAY_ZERO.contains(&field) && va == 0,
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use app::api::Strategy;
+
+    use super::*;
+    use crate::report::comparison::render;
+    use crate::report::schema::Spread;
+    use crate::sample::report;
+
+    fn range(median: f64, min_max: Option<(f64, f64)>) -> Range {
+        Range { median, min_max }
+    }
+
+    /// The sample run with `conditional` at `rate` deductions/s (min–max ±5%) and the given
+    /// oversell.
+    fn run(rate: f64, oversell: i64) -> RunReport {
+        let mut r = report();
+        let c = &mut r.strategies[1];
+        c.throughput.closed.successes_per_sec = rate;
+        let spread = Spread::of(&[rate * 0.95, rate, rate * 1.05]).unwrap();
+        c.throughput.closed.repetitions = Some(crate::report::schema::Repetitions {
+            runs: 3,
+            attempts_per_sec: spread.clone(),
+            successes_per_sec: spread.clone(),
+            p99_us: spread,
+        });
+        c.sale.accounting.oversell = oversell;
+        r
+    }
+
+    #[test]
+    fn a_change_counts_only_beyond_the_noise_and_with_ranges_apart() {
+        assert_eq!(moved(range(100.0, None), range(115.0, None), 0.2), None);
+        assert_eq!(
+            moved(range(100.0, None), range(130.0, None), 0.2),
+            Some(true)
+        );
+        assert_eq!(
+            moved(range(100.0, None), range(70.0, None), 0.2),
+            Some(false)
+        );
+        let overlapping = moved(
+            range(100.0, Some((90.0, 140.0))),
+            range(130.0, Some((120.0, 150.0))),
+            0.2,
+        );
+        assert_eq!(overlapping, None);
+        let apart = moved(
+            range(100.0, Some((90.0, 110.0))),
+            range(130.0, Some((120.0, 150.0))),
+            0.2,
+        );
+        assert_eq!(apart, Some(true));
+    }
+
+    #[test]
+    fn noise_is_the_median_baseline_range_or_else_the_median_baseline_change() {
+        let with_ranges = |r: f64| {
+            vec![(
+                "http-noop".to_string(),
+                Figures {
+                    rate: range(1000.0, Some((1000.0 * (1.0 - r), 1000.0 * (1.0 + r)))),
+                    p99_ms: 1.0,
+                    p99_open_ms: None,
+                },
+            )]
+        };
+        let n = noise(&with_ranges(0.05), &with_ranges(0.05));
+        assert!((n.fraction - 0.1).abs() < 1e-9, "{n:?}");
+        assert!(
+            matches!(n.source, NoiseSource::Ranges { figures: 2, .. }),
+            "{n:?}"
+        );
+        let without = |median: f64| {
+            vec![(
+                "http-noop".to_string(),
+                Figures {
+                    rate: range(median, None),
+                    p99_ms: 1.0,
+                    p99_open_ms: None,
+                },
+            )]
+        };
+        assert!((noise(&without(1000.0), &without(1300.0)).fraction - 0.3).abs() < 1e-9);
+        assert_eq!(
+            noise(&without(1000.0), &without(1000.0)).fraction,
+            MIN_NOISE
+        );
+        assert_eq!(noise(&[], &[]).fraction, DEFAULT_NOISE);
+    }
+
+    #[test]
+    fn differing_settings_are_named_in_a_warning() {
+        let (a, mut b) = (run(100.0, 0), run(100.0, 0));
+        b.settings.buyers = 50;
+        b.settings.quick = false;
+        let c = compare(&a, &b);
+        assert_eq!(
+            c.settings_changed,
+            vec![
+                "buyers 10 → 50".to_string(),
+                "quick true → false".to_string()
+            ]
+        );
+        assert!(render(&c).contains("**The runs' settings differ** (buyers 10 → 50"));
+    }
+
+    #[test]
+    fn a_safe_strategy_that_starts_to_oversell_is_always_flagged() {
+        let c = compare(&run(100.0, 0), &run(100.0, 1));
+        assert_eq!(
+            c.regressions,
+            vec![Regression {
+                strategy: Strategy::Conditional.to_string(),
+                field: "oversell",
+                b: 1
+            }]
+        );
+        let md = render(&c);
+        assert!(
+            md.contains("- **`conditional`** (expected not to oversell): oversell 0 → 1"),
+            "{md}"
+        );
+        assert!(md.contains("**oversell 0 → 1 (correctness)**"), "{md}");
+        let clean = render(&compare(&run(100.0, 0), &run(100.0, 0)));
+        assert!(clean.contains("No strategy expected to be safe"), "{clean}");
+        // `naive` oversold in both runs, and is not expected to be safe anyway.
+        let mut b = run(100.0, 0);
+        b.strategies[0].sale.accounting.oversell += 5;
+        assert!(compare(&run(100.0, 0), &b).regressions.is_empty());
+    }
+
+    #[test]
+    fn the_rendering_marks_moves_beyond_noise_and_lists_every_baseline_and_strategy() {
+        let md = render(&compare(&run(100.0, 0), &run(200.0, 0)));
+        let row = md
+            .lines()
+            .find(|l| l.starts_with("| `conditional`"))
+            .unwrap();
+        assert!(row.contains("**▲ +100%**"), "{row}");
+        assert!(row.contains("| 100 (95–105) | 200 (190–210) |"), "{row}");
+        assert!(row.contains("| same |"), "{row}");
+        let md = render(&compare(&run(100.0, 0), &run(102.0, 0)));
+        let row = md
+            .lines()
+            .find(|l| l.starts_with("| `conditional`"))
+            .unwrap();
+        assert!(row.contains("| +2% |"), "{row}");
+        assert!(md.contains("`sql-conditional`"), "{md}");
+        assert!(md.contains("`naive`"), "{md}");
+    }
+}

@@ -1,0 +1,412 @@
+//! What the figures of a run say, computed once into [`Findings`] (stored in `report.json`
+//! and rendered by `report::prose`): what went wrong in each strategy's sale and what its
+//! safety class makes of it, where each strategy's time went, whether a baseline's figure is
+//! the server's or our generator's beside its standard tool, and whether our client could be
+//! the ceiling of the HTTP figures. Decisions (saturated, CPU-bound, at par) are made here,
+//! from thresholds named here; the prose only words them.
+
+use app::api::{ErrorCode, Safety};
+
+use crate::report::schema::{
+    Baseline, BaselineName, BelowBaseline, ClientCheck, CpuUse, Findings, GROUPS, GroupCpu,
+    MachineLoad, Pace, Peer, RunReport, SaleFinding, SaleReading, ServerCpu, StandardTool,
+    StrategyReport, TimeFinding, ToolComparison, ToolFinding, ToolReading, ToolStatus, ToolVerdict,
+};
+
+/// Machine busier than this share of its cores counts as CPU-bound.
+const BUSY_SHARE: f64 = 0.9;
+/// A CPU group below this many CPU-seconds per 1,000 deductions is left out of the note.
+const NOTEWORTHY_CPU: f64 = 0.005;
+/// Programs outside the run taking less than this many cores are not mentioned.
+const NOTEWORTHY_REST: f64 = 0.05;
+/// Cores the tool kept busy beyond ours, as a share of the machine, that count as "idle under
+/// ours".
+const IDLE_SHARE: f64 = 0.1;
+/// Below this share of the fastest peer's rate, our client may be the ceiling.
+const CLIENT_PAR: f64 = 0.8;
+
+/// Every finding of `report` (whose own findings are ignored).
+pub fn of(report: &RunReport) -> Findings {
+    let cpus = report.environment.cpus.max(1);
+    Findings {
+        sales: report
+            .strategies
+            .iter()
+            .filter(|s| s.strategy.safety != Safety::Safe || s.sale.accounting.is_incorrect())
+            .map(sale)
+            .collect(),
+        time: report
+            .strategies
+            .iter()
+            .filter_map(|s| time(report, s, cpus))
+            .collect(),
+        tools: report
+            .baselines
+            .iter()
+            .filter_map(|b| {
+                let t = b.standard_tool.as_ref()?;
+                Some(ToolFinding {
+                    baseline: b.name,
+                    tool: t.tool.clone(),
+                    verdict: tool(b.name, b, t, cpus, &report.environment.generator_build),
+                })
+            })
+            .collect(),
+        client: client(report),
+    }
+}
+
+fn sale(s: &StrategyReport) -> SaleFinding {
+    let a = &s.sale.accounting;
+    let o = &s.sale.outcomes;
+    let incorrect = a.is_incorrect();
+    let clean = !incorrect && a.undersell == 0;
+    let reading = match (s.strategy.safety, incorrect) {
+        (Safety::Unsafe, false) if clean => SaleReading::UnsafeNoAnomaly,
+        (Safety::WhileLeasesHold, false) if clean => SaleReading::LeasesHeld,
+        (Safety::WhileLeasesHold, true) => SaleReading::LeaseRanOut,
+        (Safety::Safe, true) => SaleReading::SafeBroken,
+        _ => SaleReading::AsMeasured,
+    };
+    SaleFinding {
+        strategy: s.strategy.name,
+        safety: s.strategy.safety,
+        oversell_percent: (a.oversell > 0)
+            .then(|| 100.0 * a.oversell as f64 / a.initial_stock.max(1) as f64),
+        counter_went_down_by: a.initial_stock - a.final_stock,
+        demand_units: s.sale.requests as i64 * s.sale.quantity,
+        turned_away: o.total() - o.created - o.replayed - o.refused(ErrorCode::SoldOut),
+        errors: o.errors(),
+        acknowledged_mismatch: s.sale.acknowledged_minus_orders != 0,
+        reading,
+    }
+}
+
+fn time(report: &RunReport, s: &StrategyReport, cpus: usize) -> Option<TimeFinding> {
+    let cpu = s.cpu.as_ref()?;
+    let cpu_per_1000 = GROUPS
+        .iter()
+        .filter_map(|(group, _)| {
+            let (per_1000, _) = cpu.group(group)?;
+            let per_1000 = per_1000.filter(|v| *v >= NOTEWORTHY_CPU)?;
+            Some(GroupCpu {
+                group: (*group).to_string(),
+                per_1000,
+            })
+        })
+        .collect();
+    let machine = cpu.machine_busy_cores.map(|m| 100.0 * m / cpus as f64);
+    let pace = match (&cpu.saturated, cpu.busiest(), machine) {
+        (Some(name), Some((_, cores)), _) => Pace::Saturated {
+            process: name.clone(),
+            cores,
+        },
+        (None, _, Some(pct)) if pct >= 100.0 * BUSY_SHARE => Pace::MachineBusy {
+            cpus,
+            busy_percent: pct,
+            rest_of_machine_cores: cpu.rest_of_machine_cores.unwrap_or(0.0),
+        },
+        (None, Some((name, cores)), machine) => Pace::Waiting {
+            busiest: name.to_string(),
+            cores,
+            machine_busy_percent: machine,
+        },
+        _ => Pace::Unknown,
+    };
+    Some(TimeFinding {
+        strategy: s.strategy.name,
+        deductions_per_sec: s.throughput.closed.successes_per_sec,
+        cpu_per_1000,
+        pace,
+        below_baseline: below_baseline(report, s),
+    })
+}
+
+fn below_baseline(report: &RunReport, s: &StrategyReport) -> Option<BelowBaseline> {
+    let percent = s.percent_of_backend_baseline?;
+    if percent >= BelowBaseline::THRESHOLD_PERCENT {
+        return None;
+    }
+    let base = &report.baseline(s.baseline)?.result;
+    let closed = &s.throughput.closed;
+    let o = &closed.outcomes;
+    let unsold = o.total() - o.created - o.replayed;
+    Some(BelowBaseline {
+        percent,
+        baseline: s.baseline,
+        ours_per_sec: closed.successes_per_sec,
+        baseline_per_sec: base.successes_per_sec,
+        concurrency: closed.concurrency,
+        p50_us: closed.latency.p50_us,
+        baseline_p50_us: base.latency.p50_us,
+        noop: report
+            .baseline(BaselineName::HttpNoop)
+            .map(|n| (n.result.latency.p50_us, n.result.attempts_per_sec)),
+        unsold_percent: (unsold > 0).then(|| 100.0 * unsold as f64 / o.total().max(1) as f64),
+    })
+}
+
+fn tool(
+    name: BaselineName,
+    b: &Baseline,
+    t: &StandardTool,
+    cpus: usize,
+    generator_build: &str,
+) -> ToolVerdict {
+    let (Some(theirs), Some(pct)) = (&t.per_sec, t.ours_percent) else {
+        return match t.status {
+            ToolStatus::NotInstalled => ToolVerdict::NotInstalled,
+            _ => ToolVerdict::Failed {
+                error: t
+                    .error
+                    .as_deref()
+                    .unwrap_or("no output")
+                    .chars()
+                    .take(300)
+                    .collect(),
+            },
+        };
+    };
+    let cpus_f = cpus as f64;
+    let group = name.server_group();
+    let (ours_cpu, theirs_cpu) = (b.cpu.as_ref(), t.cpu.as_ref());
+    let generator = ours_cpu.and_then(|c| c.group("generator")?.0);
+    let server_of = |c: Option<&CpuUse>| c.and_then(|c| c.group(group));
+    let server = match (server_of(ours_cpu), server_of(theirs_cpu)) {
+        (Some((Some(so), co)), Some((Some(st), ct))) => Some(ServerCpu {
+            group: group.to_string(),
+            ours_per_1000: so,
+            ours_cores: co,
+            theirs_per_1000: st,
+            theirs_cores: ct,
+        }),
+        _ => None,
+    };
+    let per_operation = match (&server, generator, t.tool_cpu_per_1000) {
+        (Some(s), Some(g), Some(tc)) => Some((g + s.ours_per_1000, tc + s.theirs_per_1000)),
+        _ => None,
+    };
+    let busy = |c: Option<&CpuUse>| c.and_then(|c| c.machine_busy_cores);
+    let machine = busy(ours_cpu)
+        .zip(busy(theirs_cpu))
+        .map(|(mo, mt)| MachineLoad {
+            cpus,
+            ours_busy_percent: 100.0 * mo / cpus_f,
+            theirs_busy_percent: 100.0 * mt / cpus_f,
+            rest_of_machine_cores: ours_cpu
+                .and_then(|c| c.rest_of_machine_cores)
+                .filter(|r| *r >= NOTEWORTHY_REST),
+        });
+    let reading = if pct >= ToolFinding::PAR_PERCENT {
+        ToolReading::AtPar
+    } else {
+        match &machine {
+            None => ToolReading::Unknown,
+            Some(m) if m.ours_busy_percent >= 100.0 * BUSY_SHARE => ToolReading::CpuBound {
+                per_operation,
+                predicted_percent: per_operation
+                    .filter(|_| m.theirs_busy_percent >= 100.0 * BUSY_SHARE)
+                    .map(|(ours, theirs)| 100.0 * theirs / ours),
+                debug_generator: generator_build == "debug",
+            },
+            Some(m) if m.theirs_busy_percent - m.ours_busy_percent >= 100.0 * IDLE_SHARE => {
+                ToolReading::GeneratorIdle
+            }
+            Some(_) => ToolReading::NotCpuBound { per_operation },
+        }
+    };
+    ToolVerdict::Measured(ToolComparison {
+        ours_per_sec: b.result.headline(),
+        theirs_per_sec: theirs.median,
+        ours_percent: pct,
+        generator_cpu_per_1000: generator,
+        tool_cpu_per_1000: t.tool_cpu_per_1000,
+        server,
+        machine,
+        reading,
+    })
+}
+
+/// How the benchmark's own client compares with goose and, where it ran, `wrk` on the same
+/// no-op: the verdict follows the faster peer, since a client slower than `wrk` cannot claim
+/// the server sets the ceiling because it beats goose. `None` without both the no-op and goose
+/// baselines.
+fn client(report: &RunReport) -> Option<ClientCheck> {
+    let noop = report.baseline(BaselineName::HttpNoop)?;
+    let ours = noop.result.attempts_per_sec;
+    let goose = report
+        .baseline(BaselineName::GooseNoop)?
+        .result
+        .attempts_per_sec;
+    if goose <= 0.0 {
+        return None;
+    }
+    let mut peers = vec![("goose".to_string(), goose)];
+    if let Some(tool) = &noop.standard_tool
+        && let Some(rate) = tool.per_sec.as_ref().map(|s| s.median)
+        && rate > 0.0
+    {
+        peers.push((tool.tool.clone(), rate));
+    }
+    let fastest = peers.iter().map(|(_, rate)| *rate).fold(0.0, f64::max);
+    Some(ClientCheck {
+        ours_per_sec: ours,
+        peers: peers
+            .into_iter()
+            .map(|(name, per_sec)| Peer {
+                name,
+                per_sec,
+                ours_percent: 100.0 * ours / per_sec,
+            })
+            .collect(),
+        client_may_be_ceiling: ours < CLIENT_PAR * fastest,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use app::api::Strategy;
+
+    use super::*;
+    use crate::measure::cpu::{Process, Span};
+    use crate::measure::tools::{Outcome, Runs};
+    use crate::report::prose;
+    use crate::sample::report;
+
+    #[test]
+    fn only_the_unsafe_strategy_that_oversold_gets_a_sale_finding_with_its_figures() {
+        let r = report();
+        let findings = of(&r);
+        assert_eq!(findings.sales.len(), 1, "{:?}", findings.sales);
+        let f = &findings.sales[0];
+        assert_eq!(f.strategy, Strategy::Naive);
+        assert_eq!(f.oversell_percent, Some(37.0));
+        assert_eq!(f.counter_went_down_by, 80);
+        assert_eq!(f.reading, SaleReading::AsMeasured);
+        let naive = r.strategy(Strategy::Naive).unwrap();
+        assert_eq!(naive.sale.accounting.lost_updates, 57);
+        let p = prose::sale(naive, f, r.settings.instances);
+        assert!(p.contains("oversold by 37 unit(s)"), "{p}");
+        assert!(p.contains("**57 decrement(s) were lost**"), "{p}");
+    }
+
+    #[test]
+    fn ratios_to_the_backend_baseline_come_from_the_same_run() {
+        let r = report();
+        let p = r.strategies[1].percent_of_backend_baseline.unwrap();
+        assert!((p - 40.0).abs() < 1e-9, "{p}");
+    }
+
+    #[test]
+    fn the_pace_is_the_saturated_process_or_else_waiting() {
+        let processes = vec![
+            Process::new("app-0", "app", 1),
+            Process::new("mariadbd", "mariadbd", 2),
+            Process::new("generator", "generator", 3),
+        ];
+        let span = |db: f64| Span {
+            wall_seconds: 10.0,
+            cpu_seconds: vec![Some(2.0), Some(db), Some(1.0)],
+            machine_cpu_seconds: Some(12.0),
+            successes: 4000.0,
+        };
+        let mut r = report();
+        r.strategies[0].cpu = Some(span(3.0).usage(&processes));
+        r.strategies[1].cpu = Some(span(9.5).usage(&processes));
+        let time = of(&r).time;
+        assert_eq!(time.len(), 2, "{time:?}");
+        assert_eq!(
+            time[1].pace,
+            Pace::Saturated {
+                process: "mariadbd".into(),
+                cores: 0.95
+            }
+        );
+        let mariadb = time[1].cpu_per_1000.iter().find(|g| g.group == "mariadbd");
+        assert_eq!(mariadb.map(|g| g.per_1000), Some(2.375));
+        assert!(matches!(&time[0].pace, Pace::Waiting { busiest, .. } if busiest == "mariadbd"));
+        let below = time[1]
+            .below_baseline
+            .as_ref()
+            .expect("40% of its baseline");
+        assert_eq!(
+            (below.baseline, below.concurrency),
+            (BaselineName::SqlConditional, 10)
+        );
+    }
+
+    #[test]
+    fn a_baseline_below_its_standard_tool_gets_the_measured_reason_and_a_missing_tool_says_so() {
+        let processes = vec![
+            Process::new("mariadbd", "mariadbd", 1),
+            Process::new("generator", "generator", 2),
+        ];
+        let usage = |db: f64, generator: f64, successes: f64, machine: f64| {
+            Span {
+                wall_seconds: 10.0,
+                cpu_seconds: vec![Some(db), Some(generator)],
+                machine_cpu_seconds: Some(machine),
+                successes,
+            }
+            .usage(&processes)
+        };
+        let mut r = report();
+        let mut runs = Runs::default();
+        runs.push(
+            "mysqlslap",
+            "mysqlslap …".into(),
+            Outcome::Measured {
+                per_sec: 2000.0,
+                operations: 20_000.0,
+                cpu_seconds: Some(1.0),
+            },
+        );
+        let mut tool = runs.summary(1000.0).unwrap();
+        tool.cpu = Some(usage(9.0, 0.0, 20_000.0, 19.5));
+        r.baselines[0].cpu = Some(usage(5.0, 9.0, 10_000.0, 19.5));
+        r.baselines[0].standard_tool = Some(tool);
+        let f = &of(&r).tools[0];
+        let ToolVerdict::Measured(c) = &f.verdict else {
+            panic!("{f:?}")
+        };
+        assert_eq!(c.ours_percent, 50.0);
+        assert_eq!(
+            (c.generator_cpu_per_1000, c.tool_cpu_per_1000),
+            (Some(0.9), Some(0.05))
+        );
+        // (0.45 + 0.05) / (0.5 + 0.9) of the tool's rate.
+        let ToolReading::CpuBound {
+            predicted_percent: Some(predicted),
+            ..
+        } = c.reading
+        else {
+            panic!("{c:?}")
+        };
+        assert!((predicted - 100.0 * 0.5 / 1.4).abs() < 1e-9, "{predicted}");
+        let p = prose::tool(f);
+        assert!(
+            p.contains("predicts ours at 36% of `mysqlslap`'s (measured: 50%)"),
+            "{p}"
+        );
+        let md = crate::report::markdown::render(&r);
+        assert!(md.contains("| `sql-conditional` | 1000 | `mysqlslap` | 2000 | 50% | 0.900 / 0.050 | 0.500 / 0.450 |"), "{md}");
+
+        r.baselines[0].cpu = Some(usage(5.0, 9.0, 10_000.0, 12.0));
+        r.baselines[0].standard_tool.as_mut().unwrap().cpu = Some(usage(9.0, 0.0, 20_000.0, 12.0));
+        let ToolVerdict::Measured(c) = &of(&r).tools[0].verdict else {
+            panic!()
+        };
+        assert!(
+            matches!(c.reading, ToolReading::NotCpuBound { .. }),
+            "{c:?}"
+        );
+
+        let mut missing = Runs::default();
+        missing.push("mysqlslap", "mysqlslap".into(), Outcome::NotInstalled);
+        r.baselines[0].standard_tool = missing.summary(1000.0);
+        assert_eq!(of(&r).tools[0].verdict, ToolVerdict::NotInstalled);
+        assert!(
+            crate::report::markdown::render(&r).contains("| `mysqlslap` | not installed | – |")
+        );
+    }
+}

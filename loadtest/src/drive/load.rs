@@ -1,0 +1,221 @@
+//! The one load driver: a closed and an open loop for any asynchronous operation, with exact
+//! latencies. Every HTTP measurement drives the same [`testkit::Api`] through it, so a
+//! difference between the two loops is the server's, never the clients'; the direct
+//! baselines drive their backend calls through it the same way.
+//!
+//! **Closed loop**: U workers, each sending its next request as soon as the previous answer
+//! arrives. Latency is measured from the actual send. A stalled server slows the *senders*
+//! down, so a stall of length P costs at most U slow samples: the queue that would have built
+//! up is never sent, hence never measured (coordinated omission).
+//!
+//! **Open loop**: request *i* is due at `start + i / rate`, whatever happened before. U
+//! workers take the next due ticket, sleep until its time if it is in the future, send, and
+//! record `answer time − due time`. When the server stalls, tickets fall behind schedule and
+//! every one of them carries the time it waited in our queue, as a real user's click would
+//! (the wrk2 method).
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use testkit::{Answer, Outcomes};
+use tokio::time::Instant;
+
+use crate::drive::latency::Latencies;
+use crate::report::schema::{LoadResult, Loop};
+
+/// Timing of one measured run.
+#[derive(Debug, Clone, Copy)]
+pub struct Window {
+    pub warmup: Duration,
+    pub measure: Duration,
+}
+
+impl Window {
+    pub fn from_secs(warmup: f64, measure: f64) -> Window {
+        Window {
+            warmup: Duration::from_secs_f64(warmup),
+            measure: Duration::from_secs_f64(measure),
+        }
+    }
+}
+
+/// What every worker hands back.
+#[derive(Default)]
+struct Tally {
+    outcomes: Outcomes,
+    latencies: Latencies,
+}
+
+fn merge(tallies: Vec<Tally>) -> Tally {
+    let mut all = Tally::default();
+    for t in tallies {
+        all.outcomes.add(&t.outcomes);
+        all.latencies.add(&t.latencies);
+    }
+    all
+}
+
+/// Runs `op(sequence number)` from `concurrency` workers back to back for the window.
+/// Latency is measured from the actual send.
+pub async fn closed_loop<F, Fut>(concurrency: usize, window: Window, op: F) -> LoadResult
+where
+    F: Fn(u64) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Answer> + Send,
+{
+    closed_loop_by_worker(concurrency, window, move |_, i| op(i)).await
+}
+
+/// [`closed_loop`], telling `op` which worker (`0..concurrency`) sends: a worker can then use
+/// a connection of its own, one request in flight on it at a time, as the standard load tools
+/// do.
+pub async fn closed_loop_by_worker<F, Fut>(concurrency: usize, window: Window, op: F) -> LoadResult
+where
+    F: Fn(usize, u64) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Answer> + Send,
+{
+    let op = Arc::new(op);
+    let seq = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let measure_from = start + window.warmup;
+    let end = measure_from + window.measure;
+    let workers: Vec<_> = (0..concurrency)
+        .map(|worker| {
+            let (op, seq) = (op.clone(), seq.clone());
+            tokio::spawn(async move {
+                let mut tally = Tally::default();
+                loop {
+                    let sent = Instant::now();
+                    if sent >= end {
+                        return tally;
+                    }
+                    let i = seq.fetch_add(1, Ordering::Relaxed);
+                    let outcome = op(worker, i).await;
+                    if sent >= measure_from {
+                        tally.outcomes.count(&outcome);
+                        tally.latencies.record(sent.elapsed());
+                    }
+                }
+            })
+        })
+        .collect();
+    let tally = merge(join_all(workers).await);
+    tally.latencies.result(
+        Loop::Closed,
+        concurrency,
+        window.measure.as_secs_f64(),
+        tally.outcomes,
+        0,
+    )
+}
+
+/// Sends `op` at `rate` per second from `concurrency` workers, latency from the due time.
+/// Tickets still unsent when the hard stop (end of window + max(window, 5 s)) comes are
+/// counted in `not_sent`.
+pub async fn open_loop<F, Fut>(concurrency: usize, rate: f64, window: Window, op: F) -> LoadResult
+where
+    F: Fn(u64) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Answer> + Send,
+{
+    let op = Arc::new(op);
+    let ticket = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let interval = Duration::from_secs_f64(1.0 / rate);
+    let warmup_tickets = (window.warmup.as_secs_f64() * rate).ceil() as u64;
+    let total_tickets = ((window.warmup + window.measure).as_secs_f64() * rate).floor() as u64;
+    let hard_stop =
+        start + window.warmup + window.measure + window.measure.max(Duration::from_secs(5));
+    let workers: Vec<_> = (0..concurrency)
+        .map(|_| {
+            let (op, ticket) = (op.clone(), ticket.clone());
+            tokio::spawn(async move {
+                let mut tally = Tally::default();
+                let mut not_sent = 0u64;
+                loop {
+                    let i = ticket.fetch_add(1, Ordering::Relaxed);
+                    if i >= total_tickets {
+                        return (tally, not_sent);
+                    }
+                    let due = start + interval.mul_f64(i as f64);
+                    if Instant::now() >= hard_stop {
+                        not_sent += u64::from(i >= warmup_tickets);
+                        continue;
+                    }
+                    tokio::time::sleep_until(due).await;
+                    let outcome = op(i).await;
+                    if i >= warmup_tickets {
+                        tally.outcomes.count(&outcome);
+                        tally.latencies.record(due.elapsed());
+                    }
+                }
+            })
+        })
+        .collect();
+    let results = join_all(workers).await;
+    let not_sent = results.iter().map(|(_, n)| n).sum();
+    let tally = merge(results.into_iter().map(|(t, _)| t).collect());
+    tally.latencies.result(
+        Loop::Open { target_rate: rate },
+        concurrency,
+        window.measure.as_secs_f64(),
+        tally.outcomes,
+        not_sent,
+    )
+}
+
+async fn join_all<T>(handles: Vec<tokio::task::JoinHandle<T>>) -> Vec<T> {
+    let mut out = Vec::with_capacity(handles.len());
+    for h in handles {
+        out.push(h.await.expect("load worker panicked"));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_open_loop_sends_at_the_asked_rate_and_counts_no_warm_up_request() {
+        let r = open_loop(4, 200.0, Window::from_secs(0.2, 0.5), |_| async {
+            Answer::Created {
+                fencing_token: None,
+            }
+        })
+        .await;
+        // 0.7 s × 200/s = 140 tickets, of which 40 fall in the warm-up.
+        assert_eq!(r.outcomes.created, 100, "{:?}", r.outcomes);
+        assert_eq!(r.not_sent, 0);
+    }
+
+    #[tokio::test]
+    async fn the_closed_loop_counts_every_outcome_it_measured() {
+        let r = closed_loop(3, Window::from_secs(0.05, 0.2), |i| async move {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            if i % 2 == 0 {
+                Answer::Created {
+                    fencing_token: None,
+                }
+            } else {
+                Answer::SOLD_OUT
+            }
+        })
+        .await;
+        assert!(r.outcomes.total() > 0);
+        assert_eq!(r.outcomes.total(), r.latency.count);
+        assert_eq!(r.outcomes.errors(), 0);
+    }
+
+    #[tokio::test]
+    async fn an_answered_noop_request_is_not_counted_as_a_sale() {
+        let r = closed_loop(2, Window::from_secs(0.0, 0.1), |_| async {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            Answer::Served { status: 204 }
+        })
+        .await;
+        assert_eq!(r.successes_per_sec, 0.0);
+        assert!(r.outcomes.total() > 0);
+        assert_eq!(r.outcomes.served, r.outcomes.total());
+    }
+}

@@ -1,0 +1,262 @@
+//! CPU accounting: how much processor time each process of the run (app instances, servers,
+//! the load generator) spent on a measurement, from `/proc/<pid>/stat` (user + system time,
+//! every thread) read before and after; and the machine's total from `/proc/stat`, so that
+//! what other programs on a shared machine took shows as "rest of the machine".
+//!
+//! A process that used about one core for the whole measurement was saturated: a single
+//! thread at its limit (Redis, the InnoDB row-lock holder, …), or a multi-threaded process
+//! that took a core from the others on a small machine. That, not latency, says where the time
+//! went.
+
+use std::time::Instant;
+
+use crate::report::schema::{CpuUse, LoadResult, ProcessCpu, SATURATED_CORES};
+pub use crate::rig::Process;
+
+/// User + system clock ticks of a `/proc/<pid>/stat` line. The command name (field 2) is in
+/// parentheses and may hold spaces and parentheses itself, so fields are counted from the
+/// last `)`: utime and stime are fields 14 and 15.
+pub fn parse_stat(line: &str) -> Option<u64> {
+    let rest = &line[line.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // fields[0] is field 3 (state): field n is fields[n - 3].
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    Some(utime + stime)
+}
+
+/// The user + system clock ticks of a process's waited-for children (fields 16 and 17 of its
+/// `/proc/<pid>/stat` line): what a finished child process cost.
+pub fn parse_children(line: &str) -> Option<u64> {
+    let rest = &line[line.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let cutime: u64 = fields.get(13)?.parse().ok()?;
+    let cstime: u64 = fields.get(14)?.parse().ok()?;
+    Some(cutime + cstime)
+}
+
+/// Busy and total clock ticks of all CPUs from `/proc/stat`'s first line (busy: everything
+/// but idle and iowait).
+pub fn parse_machine(text: &str) -> Option<(u64, u64)> {
+    let line = text.lines().find(|l| l.starts_with("cpu "))?;
+    let ticks: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(str::parse)
+        .collect::<Result<_, _>>()
+        .ok()?;
+    let total: u64 = ticks.iter().take(8).sum();
+    let idle = ticks.get(3)? + ticks.get(4).unwrap_or(&0);
+    Some((total - idle, total))
+}
+
+/// Clock ticks per second of `/proc` times (`CLK_TCK`, 100 where it cannot be read).
+pub fn ticks_per_sec() -> f64 {
+    nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .map_or(100.0, |t| t as f64)
+}
+
+/// Reads the CPU times of a fixed set of processes.
+#[derive(Debug, Clone)]
+pub struct Sampler {
+    pub processes: Vec<Process>,
+    ticks_per_sec: f64,
+}
+
+/// The CPU times at one moment.
+#[derive(Debug, Clone)]
+pub struct Sample {
+    at: Instant,
+    /// Per process, in ticks; `None` where it could not be read (the process is gone).
+    ticks: Vec<Option<u64>>,
+    machine_busy: Option<u64>,
+}
+
+impl Sampler {
+    pub fn new(processes: Vec<Process>) -> Sampler {
+        Sampler {
+            processes,
+            ticks_per_sec: ticks_per_sec(),
+        }
+    }
+
+    pub fn sample(&self) -> Sample {
+        let read = |pid: u32| std::fs::read_to_string(format!("/proc/{pid}/stat")).ok();
+        Sample {
+            at: Instant::now(),
+            ticks: self
+                .processes
+                .iter()
+                .map(|p| read(p.pid).as_deref().and_then(parse_stat))
+                .collect(),
+            machine_busy: std::fs::read_to_string("/proc/stat")
+                .ok()
+                .as_deref()
+                .and_then(parse_machine)
+                .map(|(busy, _)| busy),
+        }
+    }
+
+    /// What every process spent from `before` until now on the measurement `result`: its
+    /// successes over that time are estimated from its rate (a run's warm-up included, as in
+    /// the CPU times).
+    pub fn spent(&self, before: &Sample, result: &LoadResult) -> Span {
+        let mut span = self.between(before, &self.sample());
+        span.successes = result.headline() * span.wall_seconds;
+        span
+    }
+
+    /// CPU-seconds each process spent between `a` and `b`, and the wall time.
+    pub fn between(&self, a: &Sample, b: &Sample) -> Span {
+        let secs = |x: Option<u64>, y: Option<u64>| {
+            x.zip(y)
+                .map(|(x, y)| y.saturating_sub(x) as f64 / self.ticks_per_sec)
+        };
+        Span {
+            wall_seconds: b.at.duration_since(a.at).as_secs_f64(),
+            cpu_seconds: a
+                .ticks
+                .iter()
+                .zip(&b.ticks)
+                .map(|(x, y)| secs(*x, *y))
+                .collect(),
+            machine_cpu_seconds: secs(a.machine_busy, b.machine_busy),
+            successes: 0.0,
+        }
+    }
+}
+
+/// CPU used over one or more measurements, summed.
+#[derive(Debug, Clone, Default)]
+pub struct Span {
+    pub wall_seconds: f64,
+    /// Per process of the sampler, in its order.
+    pub cpu_seconds: Vec<Option<f64>>,
+    pub machine_cpu_seconds: Option<f64>,
+    /// Successful operations in the span (deductions; requests for work without any).
+    pub successes: f64,
+}
+
+impl Span {
+    /// Adds another span of the same sampler.
+    pub fn add(&mut self, other: &Span) {
+        if self.cpu_seconds.is_empty() {
+            *self = other.clone();
+            return;
+        }
+        self.wall_seconds += other.wall_seconds;
+        for (x, y) in self.cpu_seconds.iter_mut().zip(&other.cpu_seconds) {
+            *x = x.zip(*y).map(|(x, y)| x + y);
+        }
+        self.machine_cpu_seconds = self
+            .machine_cpu_seconds
+            .zip(other.machine_cpu_seconds)
+            .map(|(x, y)| x + y);
+        self.successes += other.successes;
+    }
+
+    /// The report's figures for `processes` (the sampler's).
+    pub fn usage(&self, processes: &[Process]) -> CpuUse {
+        let per_1000 = |cpu: f64| (self.successes > 0.0).then(|| 1000.0 * cpu / self.successes);
+        let wall = self.wall_seconds.max(f64::EPSILON);
+        let rows: Vec<ProcessCpu> = processes
+            .iter()
+            .zip(&self.cpu_seconds)
+            .filter_map(|(p, cpu)| {
+                let cpu = (*cpu)?;
+                Some(ProcessCpu {
+                    process: p.name.clone(),
+                    group: p.group.clone(),
+                    cpu_seconds: cpu,
+                    busy_cores: cpu / wall,
+                    per_1000_successes: per_1000(cpu),
+                })
+            })
+            .collect();
+        let ours: f64 = rows.iter().map(|r| r.cpu_seconds).sum();
+        let saturated = rows
+            .iter()
+            .filter(|r| r.busy_cores >= SATURATED_CORES)
+            .max_by(|a, b| a.busy_cores.total_cmp(&b.busy_cores))
+            .map(|r| r.process.clone());
+        CpuUse {
+            wall_seconds: self.wall_seconds,
+            successes: self.successes,
+            machine_busy_cores: self.machine_cpu_seconds.map(|m| m / wall),
+            rest_of_machine_cores: self.machine_cpu_seconds.map(|m| (m - ours).max(0.0) / wall),
+            processes: rows,
+            saturated,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Real lines: a redis-server and a process whose name holds a space and a parenthesis.
+    const REDIS: &str = "2713 (redis-server) S 1 2713 2713 0 -1 4194560 1371 0 0 0 1520 973 0 0 20 0 5 0 97312 64409600 2573 18446744073709551615 1 1 0 0 0 0 0 4097 17635 0 0 0 17 1 0 0 0 0 0 0 0 0 0 0 0 0 0";
+    const ODD: &str = "4242 (tokio (x) 1) R 1 1 1 0 -1 4194304 10 0 0 0 7 3 0 0 20 0 2 0 5 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1";
+
+    #[test]
+    fn user_and_system_ticks_are_read_past_the_command_name() {
+        assert_eq!(parse_stat(REDIS), Some(1520 + 973));
+        assert_eq!(parse_stat(ODD), Some(10));
+        assert_eq!(parse_stat("12 (cut) S 1 2"), None);
+        assert_eq!(parse_stat("garbage"), None);
+        let parent = "77 (sh) S 1 77 77 0 -1 0 0 0 0 0 4 2 5 6 20 0 1 0 5 1 1";
+        assert_eq!(parse_children(parent), Some(11));
+        assert_eq!(parse_children(REDIS), Some(0));
+    }
+
+    #[test]
+    fn the_machine_line_counts_everything_but_idle_and_iowait_as_busy() {
+        let text = "cpu  100 5 50 800 20 3 2 10 0 0\ncpu0 50 2 25 400 10 1 1 5 0 0\n";
+        assert_eq!(parse_machine(text), Some((170, 990)));
+        assert_eq!(parse_machine("intr 1 2 3"), None);
+    }
+
+    #[test]
+    fn usage_divides_by_the_successes_and_names_the_saturated_process() {
+        let processes = vec![
+            Process::new("app-0", "app", 1),
+            Process::new("app-1", "app", 2),
+            Process::new("mariadbd", "mariadbd", 3),
+            Process::new("gone", "redis-server", 4),
+        ];
+        let mut span = Span {
+            wall_seconds: 5.0,
+            cpu_seconds: vec![Some(1.0), Some(1.5), Some(4.75), None],
+            machine_cpu_seconds: Some(9.0),
+            successes: 5000.0,
+        };
+        span.add(&span.clone());
+        let u = span.usage(&processes);
+        assert_eq!(
+            u.processes.len(),
+            3,
+            "a process that could not be read is left out"
+        );
+        assert_eq!(u.saturated.as_deref(), Some("mariadbd"));
+        let (per_1000, cores) = u.group("app").unwrap();
+        assert!((per_1000.unwrap() - 0.5).abs() < 1e-9, "{per_1000:?}");
+        assert!((cores - 0.5).abs() < 1e-9, "{cores}");
+        assert!(
+            (u.rest_of_machine_cores.unwrap() - 0.35).abs() < 1e-9,
+            "{u:?}"
+        );
+        assert_eq!(u.busiest(), Some(("mariadbd", 0.95)));
+        assert!(u.group("etcd").is_none());
+    }
+
+    #[test]
+    fn this_process_can_be_sampled() {
+        let sampler = Sampler::new(vec![Process::generator()]);
+        let a = sampler.sample();
+        let b = sampler.sample();
+        let span = sampler.between(&a, &b);
+        assert!(span.cpu_seconds[0].is_some(), "{span:?}");
+    }
+}

@@ -1,0 +1,8 @@
+//! What a run measures: the flash sale (correctness, from the database), throughput (closed
+//! and open loop), the baselines and the standard tools beside them, CPU and latency.
+
+pub mod baselines;
+pub mod cpu;
+pub mod sale;
+pub mod throughput;
+pub mod tools;

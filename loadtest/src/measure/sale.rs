@@ -1,0 +1,132 @@
+//! The flash sale: S units, U concurrent buyers, D purchase requests (the one crowd,
+//! [`testkit::Crowd`]); then the database tells what really happened (see
+//! [`app::accounting`]).
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use app::accounting::{Accounting, Ledger};
+use app::api::{Home, ProductView, Strategy};
+use sqlx::MySqlPool;
+use testkit::{Api, Clicks, Crowd};
+
+use crate::drive::latency::Latencies;
+use crate::report::schema::SaleResult;
+
+/// What to sell and how hard.
+#[derive(Debug, Clone)]
+pub struct SalePlan {
+    pub product: u64,
+    pub strategy: Strategy,
+    pub stock: i64,
+    pub buyers: usize,
+    pub requests: u64,
+    pub quantity: i64,
+    /// Prefix of the request ids, unique per run.
+    pub id_prefix: String,
+}
+
+/// Longest wait for the stream to drain before the ledger is read anyway.
+const DRAIN_LIMIT: Duration = Duration::from_secs(60);
+
+/// Resets the product, runs the sale, reads the ledger.
+pub async fn run_sale(api: &Api, db: &MySqlPool, plan: &SalePlan) -> Result<SaleResult> {
+    api.reset_product(plan.product, plan.stock, plan.strategy.home())
+        .await?;
+    let retries_before = retries_in_metrics(&api.metrics().await, plan.strategy);
+    let answers = Crowd::new(
+        plan.buyers,
+        Clicks::Total(plan.requests),
+        plan.strategy,
+        &plan.id_prefix,
+    )
+    .quantity(plan.quantity)
+    .run(api, plan.product)
+    .await;
+    let retries_after = retries_in_metrics(&api.metrics().await, plan.strategy);
+    let (ledger, drain_seconds) = if plan.strategy.home() == Home::Redis {
+        // The counter lives in the app's Redis: read through the app, after the drain.
+        let (view, drained) = drain(api, plan.product).await?;
+        (Ledger::of(view), Some(drained.as_secs_f64()))
+    } else {
+        let ledger = app::inventory::ledger(db, None, plan.product)
+            .await
+            .with_context(|| format!("reading the ledger of product {}", plan.product))?
+            .with_context(|| format!("product {} vanished during the sale", plan.product))?;
+        (ledger, None)
+    };
+    let demand_units = plan.requests as i64 * plan.quantity;
+    let outcomes = answers.outcomes();
+    let mut latencies = Latencies::default();
+    for latency in answers.latencies() {
+        latencies.record(latency);
+    }
+    Ok(SaleResult {
+        requests: plan.requests,
+        buyers: plan.buyers,
+        quantity: plan.quantity,
+        seconds: answers.elapsed.as_secs_f64(),
+        acknowledged_minus_orders: outcomes.created as i64 - ledger.orders,
+        outcomes,
+        accounting: Accounting::of(ledger, demand_units),
+        retries: retries_after.map(|after| after - retries_before.unwrap_or(0.0)),
+        latency: latencies.summary(),
+        drain_seconds,
+    })
+}
+
+/// Waits (at most [`DRAIN_LIMIT`]) until no accepted order of `product` waits in the stream;
+/// returns the product then and the time it took.
+pub async fn drain(api: &Api, product: u64) -> Result<(ProductView, Duration)> {
+    let started = Instant::now();
+    loop {
+        let view = api.product(product).await?;
+        if view.pending == 0 || started.elapsed() >= DRAIN_LIMIT {
+            if view.pending > 0 {
+                tracing::warn!(product, pending = view.pending, "the stream did not drain");
+            }
+            return Ok((view, started.elapsed()));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Sums the Prometheus samples labelled `strategy="<strategy>"` whose metric name mentions
+/// retries (`*retr*`, counters only: `_total` or no suffix). `None` when there are none.
+pub fn retries_in_metrics(text: &str, strategy: Strategy) -> Option<f64> {
+    let label = format!("strategy=\"{strategy}\"");
+    let mut found = None;
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let Some((series, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let name = series.split('{').next().unwrap_or_default();
+        let is_histogram_part = ["_bucket", "_sum", "_count"]
+            .iter()
+            .any(|s| name.ends_with(s));
+        if name.contains("retr")
+            && !is_histogram_part
+            && series.contains(&label)
+            && let Ok(v) = value.trim().parse::<f64>()
+        {
+            *found.get_or_insert(0.0) += v;
+        }
+    }
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retries_are_summed_per_strategy_from_prometheus_text() {
+        let text = "# HELP seckill_retries_total retries\n\
+            seckill_retries_total{strategy=\"optimistic\",instance=\"a\"} 7\n\
+            seckill_retries_total{strategy=\"optimistic\",instance=\"b\"} 5\n\
+            seckill_retries_total{strategy=\"naive\"} 100\n\
+            seckill_requests_total{strategy=\"optimistic\"} 9\n";
+        assert_eq!(retries_in_metrics(text, Strategy::Optimistic), Some(12.0));
+        assert_eq!(retries_in_metrics(text, Strategy::Conditional), None);
+    }
+}

@@ -1,0 +1,338 @@
+//! The report's prose, worded from the findings (`analyse::findings`): "what went wrong and why"
+//! for each strategy that broke an invariant or is declared unsafe, "where the time goes" for
+//! each strategy measured with CPU, a paragraph per baseline beside its standard tool, and the
+//! client check. Every number and every decision comes from the findings and the figures;
+//! these functions only choose the words.
+
+use std::fmt::Write;
+
+use super::schema::{
+    ClientCheck, GROUPS, Pace, SaleFinding, SaleReading, StrategyReport, TimeFinding,
+    ToolComparison, ToolFinding, ToolReading, ToolVerdict,
+};
+
+/// What went wrong in `s`'s sale, and what its safety class makes of it.
+pub fn sale(s: &StrategyReport, f: &SaleFinding, instances: usize) -> String {
+    let a = &s.sale.accounting;
+    let name = &s.strategy.name;
+    let mut p = format!(
+        "**`{name}`** (declared {}; {}). With {} buyers sending {} requests of {} unit(s) to {} \
+         instance(s) for {} units, the database holds {} order(s) for {} unit(s) and a final \
+         stock of {}.",
+        s.strategy.safety,
+        s.strategy.description.trim_end_matches('.'),
+        s.sale.buyers,
+        s.sale.requests,
+        s.sale.quantity,
+        instances,
+        a.initial_stock,
+        a.orders,
+        a.units_sold,
+        a.final_stock,
+    );
+    if let Some(pct) = f.oversell_percent {
+        let _ = write!(
+            p,
+            " It **oversold by {} unit(s)** ({pct:.1}% more than existed).",
+            a.oversell
+        );
+    }
+    if a.lost_updates > 0 {
+        let _ = write!(
+            p,
+            " The stock counter went down by only {} while orders took {}: **{} decrement(s) \
+             were lost** — buyers read the same stock value concurrently and each wrote back its \
+             own result, so later writes erased earlier ones (a read-modify-write race; phantom \
+             inventory that was sold twice).",
+            f.counter_went_down_by, a.units_sold, a.lost_updates
+        );
+    }
+    if a.negative_stock > 0 {
+        let _ = write!(
+            p,
+            " Stock ended **{} below zero**: each decrement was atomic, but nothing checked that \
+             stock remained, so every concurrent buyer that arrived while stock was low still \
+             subtracted.",
+            a.negative_stock
+        );
+    }
+    if a.undersell > 0 {
+        let _ = write!(
+            p,
+            " The counter still shows {} unit(s) although {} unit(s) were asked for",
+            a.undersell, f.demand_units,
+        );
+        if a.lost_updates > 0 {
+            p.push_str(
+                ": stock that was in fact sold, left on the counter by the lost decrements (the \
+                 shop would go on selling it).",
+            );
+        } else {
+            let _ = write!(
+                p,
+                ": {} request(s) ended neither in an order nor in `sold_out` ({}), so the \
+                 strategy turned buyers away while stock remained (undersell).",
+                f.turned_away, s.sale.outcomes
+            );
+        }
+    }
+    if f.errors > 0 {
+        let _ = write!(
+            p,
+            " {} request(s) ended in errors (no answer, an answer outside the contract, or a \
+             refused request; the app logs in `logs/` say why).",
+            f.errors
+        );
+    }
+    if f.acknowledged_mismatch {
+        let _ = write!(
+            p,
+            " Clients received {} success answer(s) for {} order row(s).",
+            s.sale.outcomes.created, a.orders
+        );
+    }
+    p.push_str(match f.reading {
+        SaleReading::UnsafeNoAnomaly => {
+            " No anomaly showed in this run: the race window was not hit at this concurrency. \
+             Unsafe means it *can* fail, not that it fails every time."
+        }
+        SaleReading::LeasesHeld => {
+            " No anomaly showed in this run: no holder outlived its lease. It is safe only \
+             while leases hold; the `lease-expiry` and `process-pause` scenarios show what \
+             happens when one does not."
+        }
+        SaleReading::LeaseRanOut => {
+            " It is safe only while leases hold, so this is a lease that ran out under a \
+             holder still inside its critical section: a second holder was let in and nothing \
+             in the database refused the first one's late write. Its fenced variant closes \
+             that gap."
+        }
+        SaleReading::SafeBroken => {
+            " **This strategy is declared safe, so this is a bug in it** (or in the accounting)."
+        }
+        SaleReading::AsMeasured => "",
+    });
+    p
+}
+
+/// Where `s`'s closed-loop time went.
+pub fn time(s: &StrategyReport, f: &TimeFinding) -> String {
+    let mut p = format!(
+        "**`{}`** ({:.0} deductions/s).",
+        f.strategy, f.deductions_per_sec
+    );
+    if !f.cpu_per_1000.is_empty() {
+        let parts: Vec<String> = f
+            .cpu_per_1000
+            .iter()
+            .map(|g| format!("{} {:.2}", group_words(&g.group), g.per_1000))
+            .collect();
+        let _ = write!(
+            p,
+            " CPU-seconds per 1,000 deductions: {}.",
+            parts.join(", ")
+        );
+    }
+    let _ = match &f.pace {
+        Pace::Saturated { process, cores } => write!(
+            p,
+            " `{process}` was saturated ({cores:.2} cores busy on average): it sets this \
+             strategy's pace."
+        ),
+        Pace::MachineBusy {
+            cpus,
+            busy_percent,
+            rest_of_machine_cores,
+        } => write!(
+            p,
+            " No single process was saturated, but the machine's {cpus} cores were \
+             {busy_percent:.0}% busy ({rest_of_machine_cores:.2} core(s) taken by programs \
+             outside the run): the processes compete for the CPU, and more cores would raise \
+             the figure."
+        ),
+        Pace::Waiting {
+            busiest,
+            cores,
+            machine_busy_percent,
+        } => write!(
+            p,
+            " No process was saturated (the busiest, `{busiest}`, used {cores:.2} cores{}): the \
+             time goes to waiting — row locks, lock hand-offs, round trips — not to computing.",
+            machine_busy_percent
+                .map_or_else(String::new, |m| format!("; the machine was {m:.0}% busy"))
+        ),
+        Pace::Unknown => Ok(()),
+    };
+    if let Some(b) = &f.below_baseline {
+        let _ = write!(
+            p,
+            " It reaches {:.0}% of `{}` ({:.0} vs {:.0} deductions/s at {} concurrent clients). \
+             Its median latency is {} µs against {} µs for the bare backend work",
+            b.percent,
+            b.baseline,
+            b.ours_per_sec,
+            b.baseline_per_sec,
+            b.concurrency,
+            b.p50_us,
+            b.baseline_p50_us,
+        );
+        if let Some((noop_p50, noop_rate)) = b.noop {
+            let _ = write!(
+                p,
+                " and {noop_p50} µs for an HTTP round trip that does nothing ({noop_rate:.0} \
+                 requests/s)"
+            );
+        }
+        p.push('.');
+        if let Some(unsold) = b.unsold_percent {
+            let _ = write!(
+                p,
+                " {unsold:.1}% of its attempts ended without a sale ({}): each one paid for \
+                 waiting or retrying until its lock or retry budget ran out.",
+                s.throughput.closed.outcomes
+            );
+        }
+    }
+    p
+}
+
+/// A CPU group in words: `the app instances`, `mariadbd`, …
+fn group_words(group: &str) -> &str {
+    GROUPS
+        .iter()
+        .find(|(g, _)| *g == group)
+        .map_or(group, |(_, words)| words)
+}
+
+/// A baseline beside its standard tool.
+pub fn tool(f: &ToolFinding) -> String {
+    let (name, tool) = (f.baseline, &f.tool);
+    let c = match &f.verdict {
+        ToolVerdict::NotInstalled => {
+            return format!(
+                "**`{name}`**: `{tool}` is not installed (`cargo xtask setup` installs it), so \
+                 there is no figure to set beside ours."
+            );
+        }
+        ToolVerdict::Failed { error } => return format!("**`{name}`**: `{tool}` failed: {error}"),
+        ToolVerdict::Measured(c) => c,
+    };
+    let mut p = format!(
+        "**`{name}`**: ours {:.0}/s, `{tool}` {:.0}/s on the same work and server: ours is \
+         {:.0}% of it",
+        c.ours_per_sec, c.theirs_per_sec, c.ours_percent
+    );
+    if c.reading == ToolReading::AtPar {
+        p.push_str(", so the server, not our generator, sets this figure.");
+        return p;
+    }
+    p.push('.');
+    measured_costs(&mut p, tool, c);
+    p
+}
+
+/// The CPU figures behind a gap to the tool, and what they say.
+fn measured_costs(p: &mut String, tool: &str, c: &ToolComparison) {
+    if let (Some(g), Some(tc)) = (c.generator_cpu_per_1000, c.tool_cpu_per_1000) {
+        let _ = write!(
+            p,
+            " Per 1,000 operations our generator spent {g:.3} CPU-seconds, `{tool}` {tc:.3}."
+        );
+    }
+    if let Some(s) = &c.server {
+        let _ = write!(
+            p,
+            " The server (`{}`) spent {:.3} CPU-seconds per 1,000 under ours ({:.2} cores busy) \
+             and {:.3} under `{tool}` ({:.2} cores).",
+            s.group, s.ours_per_1000, s.ours_cores, s.theirs_per_1000, s.theirs_cores
+        );
+    }
+    let Some(m) = &c.machine else { return };
+    let _ = write!(
+        p,
+        " The machine's {} cores were {:.0}% busy under ours and {:.0}% under `{tool}`",
+        m.cpus, m.ours_busy_percent, m.theirs_busy_percent
+    );
+    if let Some(rest) = m.rest_of_machine_cores {
+        let _ = write!(
+            p,
+            " ({rest:.2} core(s) of it under ours taken by programs outside the run)"
+        );
+    }
+    match &c.reading {
+        ToolReading::CpuBound {
+            per_operation,
+            predicted_percent,
+            debug_generator,
+        } => {
+            p.push_str(
+                ": with every core busy, each CPU-second our generator spends beyond the tool's \
+                 is taken from the server, so the gap is the cost of our generator on a machine \
+                 it shares with the server.",
+            );
+            if let (Some((a, b)), Some(predicted)) = (per_operation, predicted_percent) {
+                let _ = write!(
+                    p,
+                    " Generator and server together spent {a:.3} CPU-seconds per 1,000 under \
+                     ours and {b:.3} under `{tool}`; with all cores busy the rate goes as the \
+                     inverse of that cost, which predicts ours at {predicted:.0}% of \
+                     `{tool}`'s (measured: {:.0}%).",
+                    c.ours_percent
+                );
+            }
+            if *debug_generator {
+                p.push_str(
+                    " This generator is a debug build, which multiplies that cost; the \
+                     committed runs use a release build (`cargo xtask bench`).",
+                );
+            }
+        }
+        ToolReading::GeneratorIdle => p.push_str(
+            ": cores were left idle under ours that the tool kept busy, so our generator keeps \
+             less work in flight — a gap in the generator, not a lack of CPU.",
+        ),
+        ToolReading::NotCpuBound { per_operation } => {
+            p.push_str(
+                ": cores were left idle under both, so neither rate was bound by the CPU; at \
+                 the same number of connections, the gap lies in how long each operation \
+                 waits, not in what it costs",
+            );
+            if let Some((a, b)) = per_operation {
+                let _ = write!(
+                    p,
+                    " (generator and server together: {a:.3} CPU-seconds per 1,000 under ours, \
+                     {b:.3} under `{tool}`)"
+                );
+            }
+            p.push('.');
+        }
+        ToolReading::AtPar | ToolReading::Unknown => p.push('.'),
+    }
+}
+
+/// Whether the benchmark's client could be the ceiling of its HTTP figures.
+pub fn client(c: &ClientCheck) -> String {
+    let compared: Vec<String> = c
+        .peers
+        .iter()
+        .map(|peer| {
+            format!(
+                "{} {:.0} ({:.0}%)",
+                peer.name, peer.per_sec, peer.ours_percent
+            )
+        })
+        .collect();
+    let verdict = if c.client_may_be_ceiling {
+        "so **the benchmark's client may be the ceiling of its HTTP figures**: read every HTTP \
+         rate as a lower bound of what the server can do (the standard tools' paragraph below \
+         says where the client's time goes)"
+    } else {
+        "so the server, not the client, sets the ceiling of the HTTP figures"
+    };
+    format!(
+        "Client check: on the same `GET /api/noop`, the benchmark's client reached {:.0} \
+         requests/s; {}; {verdict}.",
+        c.ours_per_sec,
+        compared.join(", ")
+    )
+}

@@ -1,0 +1,158 @@
+//! The README's results section: written by the program from the committed run's
+//! `report.json` (`seckill-bench readme`), between two markers, so that no figure in the README
+//! is copied by hand; a test checks that the README holds exactly what this writes.
+
+use std::fmt::Write as _;
+
+use std::path::Path;
+
+use anyhow::{Context, Result, bail};
+use app::api::Safety;
+
+use super::markdown::successes_per_sec;
+use super::schema::{RunReport, Verdict};
+use super::table::{Align, Table};
+
+/// The line that opens the section.
+pub const BEGIN: &str =
+    "<!-- results: written by `seckill-bench readme` from results/latest/report.json -->";
+/// The line that closes it.
+pub const END: &str = "<!-- end of results -->";
+
+/// The section's text (without the markers) for `report`, the run at `link` (relative to the
+/// README).
+pub fn section(report: &RunReport, link: &str) -> String {
+    let s = &report.settings;
+    let mut md = String::new();
+    let _ = writeln!(
+        md,
+        "From [the committed run]({link}) of {} ({} CPUs, {:.0} minutes): a flash sale of {} \
+         units to {} concurrent buyers sending {} requests, through {} app instances, counted \
+         from the database; then each strategy's closed-loop rate and p99 latency, the median \
+         of {} runs of {} s (min–max in parentheses).\n",
+        report.started_at,
+        report.environment.cpus,
+        report.duration_seconds / 60.0,
+        s.stock,
+        s.buyers,
+        s.demand,
+        s.instances,
+        s.repetitions,
+        s.seconds,
+    );
+    let mut t = Table::new([
+        ("strategy", Align::Left),
+        ("safety", Align::Left),
+        ("sold / stock", Align::Right),
+        ("oversell", Align::Right),
+        ("undersell", Align::Right),
+        ("deductions/s", Align::Right),
+        ("p99 ms", Align::Right),
+    ]);
+    for x in &report.strategies {
+        let a = &x.sale.accounting;
+        t.row([
+            format!("`{}`", x.strategy.name),
+            x.strategy.safety.to_string(),
+            format!("{} / {}", a.units_sold, a.initial_stock),
+            a.oversell.to_string(),
+            a.undersell.to_string(),
+            successes_per_sec(&x.throughput.closed),
+            format!("{:.0}", x.throughput.closed.latency.p99_us as f64 / 1000.0),
+        ]);
+    }
+    md.push_str(&t.render());
+    md.push('\n');
+    let count = |safety: Safety, oversold: bool| {
+        report
+            .strategies
+            .iter()
+            .filter(|x| x.strategy.safety == safety && (x.sale.accounting.oversell > 0) == oversold)
+            .count()
+    };
+    let unsafe_total = count(Safety::Unsafe, true) + count(Safety::Unsafe, false);
+    let _ = writeln!(
+        md,
+        "{} of {} safe strategies and {} of {} safe while leases hold oversold; {} of {} unsafe \
+         ones did.",
+        count(Safety::Safe, true),
+        count(Safety::Safe, true) + count(Safety::Safe, false),
+        count(Safety::WhileLeasesHold, true),
+        count(Safety::WhileLeasesHold, true) + count(Safety::WhileLeasesHold, false),
+        count(Safety::Unsafe, true),
+        unsafe_total,
+    );
+    if !report.scenarios.is_empty() {
+        let passed = report.scenarios.iter().filter(|s| s.passed()).count();
+        let rows: usize = report.scenarios.iter().map(|s| s.rows.len()).sum();
+        let failed_rows = report
+            .scenarios
+            .iter()
+            .flat_map(|s| &s.rows)
+            .filter(|r| r.verdict == Verdict::Fail)
+            .count();
+        let _ = writeln!(
+            md,
+            "{passed} of {} fault scenarios showed what they exist to show ({} of {rows} rows \
+             as expected).",
+            report.scenarios.len(),
+            rows - failed_rows,
+        );
+    }
+    md
+}
+
+/// The link from the README at `readme` to the run's report (`<run>/report.md`), relative to
+/// the README's folder, the `latest` link resolved to the run it names.
+pub fn link(readme: &Path, run: &Path) -> Result<String> {
+    let dir = if run.is_dir() {
+        run.to_path_buf()
+    } else {
+        run.parent()
+            .context("a report file without a folder")?
+            .to_path_buf()
+    };
+    let dir = match std::fs::read_link(&dir) {
+        Ok(target) => dir.with_file_name(target),
+        Err(_) => dir,
+    };
+    let base = readme.parent().unwrap_or(Path::new(""));
+    let relative = dir.strip_prefix(base).unwrap_or(&dir);
+    Ok(format!("{}/report.md", relative.display()))
+}
+
+/// `readme` with its section replaced by `section`.
+pub fn replace(readme: &str, section: &str) -> Result<String> {
+    let (Some(begin), Some(end)) = (readme.find(BEGIN), readme.find(END)) else {
+        bail!("the README has no results section (the lines `{BEGIN}` and `{END}`)");
+    };
+    if end < begin {
+        bail!("the README's results section ends before it begins");
+    }
+    let before = &readme[..begin + BEGIN.len()];
+    let after = &readme[end..];
+    Ok(format!("{before}\n{section}{after}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sample::report;
+
+    #[test]
+    fn the_section_is_replaced_between_its_markers_and_nothing_else_moves() {
+        let readme = format!("# Title\n\n{BEGIN}\nold figures\n{END}\n\nmore\n");
+        let section = section(&report(), "results/x/report.md");
+        let new = replace(&readme, &section).unwrap();
+        assert!(new.starts_with("# Title\n\n"), "{new}");
+        assert!(new.ends_with(&format!("{END}\n\nmore\n")), "{new}");
+        assert!(!new.contains("old figures"), "{new}");
+        assert!(
+            new.contains("| `naive` | unsafe | 137 / 100 | 37 |"),
+            "{new}"
+        );
+        assert!(new.contains("0 of 1 safe strategies"), "{new}");
+        assert_eq!(replace(&new, &section).unwrap(), new, "idempotent");
+        assert!(replace("no markers", &section).is_err());
+    }
+}

@@ -1,0 +1,68 @@
+//! Where the processor time of a measurement went, per process.
+
+use serde::{Deserialize, Serialize};
+
+/// From this many cores busy over a measurement on, a process counts as saturated.
+pub const SATURATED_CORES: f64 = 0.9;
+
+/// One process's share of a measurement.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProcessCpu {
+    pub process: String,
+    pub group: String,
+    pub cpu_seconds: f64,
+    /// CPU-seconds per wall-clock second: 1.0 is one core busy throughout.
+    pub busy_cores: f64,
+    /// CPU-seconds per 1,000 successful operations (deductions).
+    pub per_1000_successes: Option<f64>,
+}
+
+/// The CPU of every process over a measurement (all runs of it together).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CpuUse {
+    pub wall_seconds: f64,
+    /// Successful operations in that time (estimated as the runs' rates × their wall time).
+    pub successes: f64,
+    pub processes: Vec<ProcessCpu>,
+    /// The busiest process at or above [`SATURATED_CORES`], if any.
+    pub saturated: Option<String>,
+    /// All CPUs of the machine, every program on it: busy cores on average.
+    pub machine_busy_cores: Option<f64>,
+    /// What programs outside the run took (other users of a shared machine), in cores.
+    pub rest_of_machine_cores: Option<f64>,
+}
+
+impl CpuUse {
+    /// A group's processes summed: (CPU-seconds per 1,000 successes, busy cores).
+    pub fn group(&self, group: &str) -> Option<(Option<f64>, f64)> {
+        let members: Vec<&ProcessCpu> =
+            self.processes.iter().filter(|p| p.group == group).collect();
+        if members.is_empty() {
+            return None;
+        }
+        let per_1000 = members
+            .iter()
+            .map(|p| p.per_1000_successes)
+            .sum::<Option<f64>>();
+        Some((per_1000, members.iter().map(|p| p.busy_cores).sum()))
+    }
+
+    /// The busiest process: (name, busy cores).
+    pub fn busiest(&self) -> Option<(&str, f64)> {
+        self.processes
+            .iter()
+            .max_by(|a, b| a.busy_cores.total_cmp(&b.busy_cores))
+            .map(|p| (p.process.as_str(), p.busy_cores))
+    }
+}
+
+/// The CPU groups in the order the report lists them, with their words.
+pub const GROUPS: [(&str, &str); 7] = [
+    ("app", "the app instances"),
+    ("mariadbd", "mariadbd"),
+    ("redis-server", "Redis"),
+    ("zookeeper", "ZooKeeper"),
+    ("etcd", "etcd"),
+    ("memcached", "memcached"),
+    ("generator", "the load generator"),
+];

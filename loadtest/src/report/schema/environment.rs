@@ -1,0 +1,27 @@
+//! What a reader needs to reproduce a run: machine, commit, server versions and the
+//! durability settings that decide what a commit costs.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Environment {
+    pub cpus: usize,
+    pub cpu_model: Option<String>,
+    pub memory_total: Option<String>,
+    pub os: String,
+    pub git_commit: Option<String>,
+    /// The working tree had uncommitted changes.
+    pub git_dirty: Option<bool>,
+    /// `spawned` (throwaway servers started by the harness), `external` or `shared`.
+    pub servers: String,
+    /// How the load generator (this binary) was compiled: `release` or `debug`. A debug
+    /// generator spends several times the CPU per request, which shows beside the tools.
+    pub generator_build: String,
+    pub versions: BTreeMap<String, String>,
+    /// MariaDB variables that decide durability and concurrency.
+    pub mariadb: BTreeMap<String, String>,
+    /// Redis persistence settings.
+    pub redis: BTreeMap<String, String>,
+}

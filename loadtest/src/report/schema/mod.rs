@@ -1,0 +1,97 @@
+//! The report's schema: every type `report.json` is made of, written and read by the same
+//! types ([`RunReport`] is the whole), with a version ([`SCHEMA_VERSION`]) so that a reader
+//! knows a report written by another `seckill-bench` when it sees one (see `report::json`).
+//!
+//! The measuring code fills these types and judges nothing; `analyse` computes the
+//! [`Findings`] from them; `report` renders them.
+
+mod baselines;
+mod cpu;
+mod environment;
+mod findings;
+mod load;
+mod sale;
+mod scenario;
+
+pub use baselines::{Baseline, BaselineName, StandardTool, ToolStatus};
+pub use cpu::{CpuUse, GROUPS, ProcessCpu, SATURATED_CORES};
+pub use environment::Environment;
+pub use findings::{
+    BelowBaseline, ClientCheck, Findings, GroupCpu, MachineLoad, Pace, Peer, SaleFinding,
+    SaleReading, ServerCpu, TimeFinding, ToolComparison, ToolFinding, ToolReading, ToolVerdict,
+};
+pub use load::{Bucket, HistogramData, LatencySummary, LoadResult, Loop, Repetitions, Spread};
+pub use sale::{SaleResult, StrategyReport, ThroughputResult};
+pub use scenario::{Event, Row, ScenarioReport, Verdict};
+
+use app::api::Strategy;
+use serde::{Deserialize, Serialize};
+
+/// The schema this program writes. Version 1 is the layout written before the version was
+/// (no `schema_version` key, no findings); see `report::json` for what is read.
+pub const SCHEMA_VERSION: u32 = 2;
+
+/// Everything one `seckill-bench run` measured.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunReport {
+    pub schema_version: u32,
+    pub started_at: String,
+    pub finished_at: String,
+    pub duration_seconds: f64,
+    pub settings: Settings,
+    pub environment: Environment,
+    pub baselines: Vec<Baseline>,
+    /// The bare hot-row UPDATE at several connection counts.
+    pub hot_row_sweep: Vec<LoadResult>,
+    pub strategies: Vec<StrategyReport>,
+    /// The fault scenarios, each expected against observed.
+    pub scenarios: Vec<ScenarioReport>,
+    /// What the figures say (absent from a version 1 report).
+    #[serde(default)]
+    pub findings: Findings,
+}
+
+impl RunReport {
+    /// The baseline named `name`, if it was measured.
+    pub fn baseline(&self, name: BaselineName) -> Option<&Baseline> {
+        self.baselines.iter().find(|b| b.name == name)
+    }
+
+    /// The report of `strategy`, if it ran.
+    pub fn strategy(&self, strategy: Strategy) -> Option<&StrategyReport> {
+        self.strategies.iter().find(|s| s.strategy.name == strategy)
+    }
+}
+
+/// The settings of a run, every default applied.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Settings {
+    pub strategies: Vec<Strategy>,
+    pub instances: usize,
+    pub stock: i64,
+    pub buyers: usize,
+    pub demand: u64,
+    pub quantity: i64,
+    pub seconds: f64,
+    pub warmup: f64,
+    /// Runs per throughput figure.
+    pub repetitions: usize,
+    /// The open loop's rate; `None`: [`Settings::open_rate_share`] of each closed loop's.
+    pub rate: Option<f64>,
+    /// Share of the closed loop's attempts/s used as open-loop rate when no rate is given.
+    #[serde(default = "default_open_rate_share")]
+    pub open_rate_share: f64,
+    pub quick: bool,
+    pub baselines: bool,
+    pub scenarios: bool,
+    /// Baselines and standard tools only (`--only-baselines`).
+    pub only_baselines: bool,
+}
+
+/// Enough load to matter, below saturation so the open loop's latencies describe the service,
+/// not a queue that grows without bound.
+pub const OPEN_RATE_SHARE: f64 = 0.7;
+
+fn default_open_rate_share() -> f64 {
+    OPEN_RATE_SHARE
+}

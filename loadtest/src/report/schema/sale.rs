@@ -1,0 +1,57 @@
+//! One strategy's flash sale and its throughput.
+
+use app::accounting::Accounting;
+use app::api::StrategyInfo;
+use serde::{Deserialize, Serialize};
+use testkit::Outcomes;
+
+use super::{BaselineName, CpuUse, LatencySummary, LoadResult};
+
+/// One strategy's three phases and its ratios to the baselines.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StrategyReport {
+    pub strategy: StrategyInfo,
+    pub sale: SaleResult,
+    pub throughput: ThroughputResult,
+    /// The baseline of the backend that holds this strategy's stock.
+    pub baseline: BaselineName,
+    /// Closed-loop deductions/s as % of the backend baseline's.
+    pub percent_of_backend_baseline: Option<f64>,
+    /// Closed-loop attempts/s as % of the no-op HTTP baseline's requests/s.
+    pub percent_of_http_noop: Option<f64>,
+    /// CPU of every process over the closed-loop runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<CpuUse>,
+}
+
+/// The flash sale's result: what the buyers were told next to the database's truth.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SaleResult {
+    pub requests: u64,
+    pub buyers: usize,
+    pub quantity: i64,
+    pub seconds: f64,
+    /// What the clients were told.
+    pub outcomes: Outcomes,
+    /// What the database holds.
+    pub accounting: Accounting,
+    /// 201 answers whose order is not in the database (negative: orders nobody was told of).
+    pub acknowledged_minus_orders: i64,
+    /// Retries the app reported in `/metrics` during the sale, where it reports them.
+    pub retries: Option<f64>,
+    pub latency: LatencySummary,
+    /// Seconds from the end of the load until no accepted order was waiting in the stream
+    /// (stream strategies only); `None` elsewhere.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain_seconds: Option<f64>,
+}
+
+/// A strategy's throughput: the median closed loop and one open loop.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ThroughputResult {
+    /// The median closed-loop run, with the spread of every run.
+    pub closed: LoadResult,
+    /// One open-loop run at a share of the median closed loop's rate: it measures latency at
+    /// a set load, and its throughput is the rate asked.
+    pub open: LoadResult,
+}

@@ -1,0 +1,166 @@
+//! Gathers what a reader needs to reproduce a run ([`Environment`]): machine, commit, server
+//! versions and the durability settings that decide what a commit costs.
+
+use std::collections::BTreeMap;
+use std::process::Command;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use deadpool_redis::redis;
+use sqlx::MySqlPool;
+
+use crate::report::schema::Environment;
+
+const MARIADB_VARIABLES: &str = "SHOW GLOBAL VARIABLES WHERE Variable_name IN (\
+    'version', 'innodb_flush_log_at_trx_commit', 'sync_binlog', 'log_bin', \
+    'innodb_buffer_pool_size', 'innodb_doublewrite', 'innodb_flush_method', \
+    'transaction_isolation', 'tx_isolation', 'max_connections')";
+
+/// Gathers everything; what cannot be read is left out rather than failing the run.
+pub async fn gather(
+    servers: &'static str,
+    versions: Option<sandbox::Versions>,
+    db: &MySqlPool,
+    redis_url: &str,
+) -> Environment {
+    let mut v = BTreeMap::new();
+    if let Some(s) = versions {
+        v.insert("mariadb".into(), s.mariadb);
+        v.insert("redis".into(), s.redis);
+        v.insert("zookeeper".into(), s.zookeeper);
+        v.insert("etcd".into(), s.etcd);
+        v.insert("memcached".into(), s.memcached);
+    }
+    let mariadb = mariadb_variables(db).await;
+    if let Some(version) = mariadb.get("version") {
+        v.entry("mariadb".into()).or_insert_with(|| version.clone());
+    }
+    let redis = redis_settings(redis_url).await;
+    if let Some(version) = redis.get("redis_version") {
+        v.entry("redis".into()).or_insert_with(|| version.clone());
+    }
+    let (git_commit, git_dirty) = git();
+    Environment {
+        generator_build: if cfg!(debug_assertions) {
+            "debug"
+        } else {
+            "release"
+        }
+        .to_string(),
+        cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        cpu_model: proc_field("/proc/cpuinfo", "model name"),
+        memory_total: proc_field("/proc/meminfo", "MemTotal"),
+        os: format!("{} {}", std::env::consts::OS, std::env::consts::ARCH),
+        git_commit,
+        git_dirty,
+        servers: servers.to_string(),
+        versions: v,
+        mariadb,
+        redis,
+    }
+}
+
+async fn mariadb_variables(db: &MySqlPool) -> BTreeMap<String, String> {
+    sqlx::query_as::<_, (String, String)>(MARIADB_VARIABLES)
+        .fetch_all(db)
+        .await
+        .map(|rows| rows.into_iter().collect())
+        .unwrap_or_default()
+}
+
+async fn redis_settings(url: &str) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let Ok(client) = redis::Client::open(url) else {
+        return out;
+    };
+    let Ok(mut conn) = client.get_multiplexed_async_connection().await else {
+        return out;
+    };
+    if let Ok(info) = redis::cmd("INFO")
+        .arg("server")
+        .query_async::<String>(&mut conn)
+        .await
+        && let Some(version) = info.lines().find_map(|l| l.strip_prefix("redis_version:"))
+    {
+        out.insert("redis_version".into(), version.trim().to_string());
+    }
+    for name in ["appendonly", "appendfsync", "save"] {
+        if let Ok(pair) = redis::cmd("CONFIG")
+            .arg("GET")
+            .arg(name)
+            .query_async::<Vec<String>>(&mut conn)
+            .await
+            && let [k, v] = pair.as_slice()
+        {
+            out.insert(k.clone(), v.clone());
+        }
+    }
+    out
+}
+
+fn proc_field(path: &str, field: &str) -> Option<String> {
+    let text = std::fs::read_to_string(path).ok()?;
+    text.lines()
+        .find(|l| l.starts_with(field))
+        .and_then(|l| l.split_once(':'))
+        .map(|(_, v)| v.trim().to_string())
+}
+
+fn git() -> (Option<String>, Option<bool>) {
+    let run = |args: &[&str]| {
+        Command::new("git")
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    let commit = run(&["rev-parse", "HEAD"]);
+    let dirty = commit
+        .as_ref()
+        .and_then(|_| run(&["status", "--porcelain", "--untracked-files=no"]))
+        .map(|s| !s.is_empty());
+    (commit, dirty)
+}
+
+/// Now in UTC: (`2026-11-21T21:30:05Z`, `2026-11-21T21-30-05Z` for a directory name).
+pub fn utc_now() -> (String, String) {
+    let secs = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let stamp = utc_stamp(secs);
+    let dir = stamp.replace(':', "-");
+    (stamp, dir)
+}
+
+/// RFC 3339 in UTC of a Unix time (civil-from-days, proleptic Gregorian).
+pub fn utc_stamp(unix_secs: u64) -> String {
+    let days = (unix_secs / 86_400) as i64;
+    let rem = unix_secs % 86_400;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rem / 3_600,
+        rem % 3_600 / 60,
+        rem % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utc_stamps_match_known_dates() {
+        assert_eq!(utc_stamp(0), "1970-01-01T00:00:00Z");
+        assert_eq!(utc_stamp(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(utc_stamp(1_795_555_805), "2026-11-24T21:30:05Z");
+    }
+}

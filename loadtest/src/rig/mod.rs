@@ -1,0 +1,107 @@
+//! What a run stands on: the servers (throwaway ones, or the external ones named in the
+//! environment), the fleets of `seckill-app` processes the fault scenarios start, the
+//! clusters they kill members of, and the record of the machine and the servers' settings.
+
+pub mod clusters;
+pub mod environment;
+pub mod fleet;
+pub mod replication;
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use sandbox::{Endpoints, Mode, Servers};
+
+/// A process to account for: its name in the report, the group it is summed in (`app` for
+/// every instance, `redis-server` for every Redis) and its pid.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Process {
+    pub name: String,
+    pub group: String,
+    pub pid: u32,
+}
+
+impl Process {
+    pub fn new(name: impl Into<String>, group: impl Into<String>, pid: u32) -> Process {
+        Process {
+            name: name.into(),
+            group: group.into(),
+            pid,
+        }
+    }
+
+    /// This process (the load generator).
+    pub fn generator() -> Process {
+        Process::new("generator", "generator", std::process::id())
+    }
+}
+
+/// Where a run goes: servers, the app binary, the database the app instances use.
+pub struct Target {
+    pub endpoints: Endpoints,
+    /// `spawned` or `external`, for the report.
+    pub servers: &'static str,
+    pub versions: Option<sandbox::Versions>,
+    pub app_binary: PathBuf,
+    /// Database name the app instances create and use.
+    pub database: String,
+    /// The servers' processes, for CPU accounting (none for external servers).
+    pub processes: Vec<Process>,
+}
+
+/// Throwaway servers, or the external ones named in the environment (`SECKILL_EXTERNAL=1`).
+pub fn servers() -> Result<(Option<Servers>, Endpoints)> {
+    if sandbox::mode() == Mode::External {
+        return Ok((None, Endpoints::from_env()?));
+    }
+    eprintln!("starting throwaway servers (MariaDB, Redis ×6, ZooKeeper, etcd, memcached)…");
+    let servers = Servers::start().context("starting the servers (try `cargo xtask setup`)")?;
+    let endpoints = servers.endpoints();
+    Ok((Some(servers), endpoints))
+}
+
+/// Every server process of `s`, for CPU accounting.
+pub fn server_processes(s: &Servers) -> Vec<Process> {
+    let mut all = vec![
+        ("mariadbd".to_owned(), "mariadbd", s.mariadb.server().pid()),
+        (
+            "redis-server".to_owned(),
+            "redis-server",
+            s.redis.server().pid(),
+        ),
+        (
+            "zookeeper".to_owned(),
+            "zookeeper",
+            s.zookeeper.server().pid(),
+        ),
+        ("etcd".to_owned(), "etcd", s.etcd.server().pid()),
+        (
+            "memcached".to_owned(),
+            "memcached",
+            s.memcached.server().pid(),
+        ),
+    ];
+    for (n, r) in s.redlock.iter().enumerate() {
+        all.push((
+            format!("redis-server (redlock {})", n + 1),
+            "redis-server",
+            r.server().pid(),
+        ));
+    }
+    all.into_iter()
+        .filter_map(|(name, group, pid)| Some(Process::new(name, group, pid?)))
+        .collect()
+}
+
+/// Starts a sandbox server off the async threads (starting blocks for about a second).
+pub async fn start<T: Send + 'static>(start: fn() -> sandbox::Result<T>) -> Result<T> {
+    Ok(tokio::task::spawn_blocking(start).await??)
+}
+
+/// Runs a blocking server-control call off the async threads.
+pub async fn control<F>(f: F) -> Result<()>
+where
+    F: FnOnce() -> sandbox::Result<()> + Send + 'static,
+{
+    Ok(tokio::task::spawn_blocking(f).await??)
+}

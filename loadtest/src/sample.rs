@@ -1,0 +1,127 @@
+//! A small run's report, for the tests of the renderings and the analyses: two strategies
+//! (`naive`, which oversold, and `conditional`), one baseline.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use app::accounting::{Accounting, Ledger};
+use app::api::{Strategy, StrategyInfo};
+use testkit::Outcomes;
+
+use crate::drive::latency::Latencies;
+use crate::report::schema::{
+    Baseline, BaselineName, Environment, Findings, LoadResult, Loop, OPEN_RATE_SHARE, RunReport,
+    SCHEMA_VERSION, SaleResult, Settings, StrategyReport, ThroughputResult,
+};
+
+/// A run result of `per_sec` deductions in one second, latencies 1–50 ms.
+pub fn load(mode: Loop, per_sec: u64) -> LoadResult {
+    let mut l = Latencies::default();
+    for ms in 1..=50 {
+        l.record(Duration::from_millis(ms));
+    }
+    let outcomes = Outcomes {
+        created: per_sec,
+        ..Outcomes::default()
+    };
+    l.result(mode, 10, 1.0, outcomes, 0)
+}
+
+/// The `sql-conditional` baseline at 1,000 deductions/s.
+pub fn baseline() -> Baseline {
+    Baseline {
+        name: BaselineName::SqlConditional,
+        what: "test".into(),
+        result: load(Loop::Closed, 1000),
+        cpu: None,
+        standard_tool: None,
+    }
+}
+
+/// `strategy`'s report: a sale of 100 units to 500 requests ending in `ledger`, 400 closed-loop
+/// deductions/s.
+pub fn strategy(strategy: Strategy, ledger: Ledger) -> StrategyReport {
+    let sale = SaleResult {
+        requests: 500,
+        buyers: 10,
+        quantity: 1,
+        seconds: 1.0,
+        outcomes: Outcomes {
+            created: ledger.orders as u64,
+            ..Outcomes::default()
+        },
+        accounting: Accounting::of(ledger, 500),
+        acknowledged_minus_orders: 0,
+        retries: None,
+        latency: Latencies::default().summary(),
+        drain_seconds: None,
+    };
+    let throughput = ThroughputResult {
+        closed: load(Loop::Closed, 400),
+        open: load(Loop::Open { target_rate: 280.0 }, 280),
+    };
+    crate::analyse::ratios::strategy_report(
+        StrategyInfo::of(strategy),
+        sale,
+        throughput,
+        &[baseline()],
+        None,
+    )
+}
+
+/// The sample run, its findings computed.
+pub fn report() -> RunReport {
+    let ledger = |final_stock, units| Ledger {
+        initial_stock: 100,
+        final_stock,
+        units_in_orders: units,
+        orders: units,
+        pending: 0,
+    };
+    let mut report = RunReport {
+        schema_version: SCHEMA_VERSION,
+        started_at: "2026-11-21T00:00:00Z".into(),
+        finished_at: "2026-11-21T00:01:00Z".into(),
+        duration_seconds: 60.0,
+        settings: Settings {
+            strategies: Vec::new(),
+            instances: 2,
+            stock: 100,
+            buyers: 10,
+            demand: 500,
+            quantity: 1,
+            seconds: 1.0,
+            warmup: 0.0,
+            repetitions: 1,
+            rate: None,
+            open_rate_share: OPEN_RATE_SHARE,
+            quick: true,
+            baselines: true,
+            scenarios: false,
+            only_baselines: false,
+        },
+        environment: Environment {
+            cpus: 2,
+            cpu_model: None,
+            memory_total: None,
+            os: "linux".into(),
+            git_commit: None,
+            git_dirty: None,
+            servers: "spawned".into(),
+            generator_build: "release".into(),
+            versions: BTreeMap::new(),
+            mariadb: BTreeMap::new(),
+            redis: BTreeMap::new(),
+        },
+        baselines: vec![baseline()],
+        hot_row_sweep: Vec::new(),
+        strategies: vec![
+            strategy(Strategy::Naive, ledger(20, 137)),
+            strategy(Strategy::Conditional, ledger(0, 100)),
+        ],
+        scenarios: Vec::new(),
+        findings: Findings::default(),
+    };
+    report.findings = crate::analyse::findings::of(&report);
+    report
+}

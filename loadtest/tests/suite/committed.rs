@@ -1,0 +1,76 @@
+//! What is committed reads as the program writes it: the latest committed run through the
+//! report's schema, an older one refused with its version, and the README's results section
+//! and strategy table as the program and the catalogue have them.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use app::api::{Strategy, StrategyInfo};
+use loadtest::report::{json, readme};
+
+fn workspace() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the workspace")
+        .to_path_buf()
+}
+
+#[test]
+fn the_committed_run_reads_through_the_report_schema() {
+    let run = json::read(&workspace().join("results/latest")).unwrap();
+    assert!(!run.strategies.is_empty());
+    assert!(
+        run.strategies
+            .iter()
+            .all(|s| s.sale.accounting.initial_stock > 0)
+    );
+}
+
+#[test]
+fn a_run_written_before_the_schema_it_follows_is_refused_with_a_clear_message() {
+    let e = json::read(&workspace().join("results/2026-11-21T22-35-25Z")).unwrap_err();
+    let message = format!("{e:#}");
+    assert!(message.contains("schema version"), "{message}");
+}
+
+#[test]
+fn the_readme_results_section_is_what_the_program_writes_from_the_committed_run() {
+    let root = workspace();
+    let (readme_path, run_path) = (root.join("README.md"), root.join("results/latest"));
+    let text = std::fs::read_to_string(&readme_path).unwrap();
+    let run = json::read(&run_path).unwrap();
+    let link = readme::link(&readme_path, &run_path).unwrap();
+    let written = readme::replace(&text, &readme::section(&run, &link)).unwrap();
+    assert!(
+        written == text,
+        "README.md's results section is not what `seckill-bench readme` writes; run it"
+    );
+}
+
+#[test]
+fn the_readme_names_every_strategy_of_the_catalogue_with_its_safety_class() {
+    let text = std::fs::read_to_string(workspace().join("README.md")).unwrap();
+    let section = text
+        .lines()
+        .skip_while(|l| !l.starts_with("## Strategies"))
+        .skip(1)
+        .take_while(|l| !l.starts_with("## "));
+    let mut classed = BTreeMap::new();
+    for line in section.filter(|l| l.starts_with("| `")) {
+        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+        let (names, safety) = (cells[1], cells[2]);
+        for name in names.split(", ") {
+            classed.insert(name.trim_matches('`').to_owned(), safety.to_owned());
+        }
+    }
+    for &strategy in Strategy::ALL {
+        let safety = StrategyInfo::of(strategy).safety.to_string();
+        assert_eq!(
+            classed.get(strategy.name()),
+            Some(&safety),
+            "README.md's strategy table and the catalogue disagree on `{}`",
+            strategy.name()
+        );
+    }
+    assert_eq!(classed.len(), Strategy::ALL.len(), "{classed:?}");
+}

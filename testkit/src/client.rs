@@ -1,0 +1,195 @@
+//! The app's HTTP API as every client in the workspace uses it ([`Api`]): the load's
+//! requests (orders, `GET /api/noop`) on keep-alive connections of their own
+//! ([`crate::connections`]), the admin calls through reqwest.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use hyper::header::{CONTENT_TYPE, HeaderValue};
+use hyper::{Method, Request, Uri};
+
+use app::api::{
+    Home, OrderRequest, ProductView, Reconciliation, ResetProduct, StrategyInfo, StrategyList,
+};
+
+use crate::answer::Answer;
+use crate::connections::{Body, Connections};
+
+/// Request header that makes the strategy pause inside its critical section (the app must
+/// run with `--allow-fault-injection`).
+const HOLD_HEADER: &str = "x-seckill-hold-ms";
+
+/// A client for a set of app instances: the load's requests (orders, `GET /api/noop`) on
+/// keep-alive connections of their own ([`crate::connections`]), spread by the caller's
+/// sequence number; admin calls through reqwest to the last instance (which no scenario kills
+/// or freezes).
+#[derive(Clone)]
+pub struct Api {
+    http: reqwest::Client,
+    /// `http://127.0.0.1:PORT` of each instance.
+    pub bases: Arc<[String]>,
+    load: Arc<Connections>,
+    admin_token: Option<Arc<str>>,
+}
+
+/// The longest a load request waits for its answer before it counts as unanswered.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+
+impl Api {
+    pub fn new(bases: Vec<String>, admin_token: Option<String>) -> Result<Api> {
+        anyhow::ensure!(!bases.is_empty(), "no app instance to talk to");
+        let http = reqwest::Client::builder()
+            .timeout(REQUEST_TIMEOUT)
+            .tcp_nodelay(true)
+            .build()?;
+        let authorities = bases
+            .iter()
+            .map(|b| {
+                let uri: Uri = b.parse().with_context(|| format!("{b} is not a URL"))?;
+                let authority = uri
+                    .authority()
+                    .with_context(|| format!("{b} has no host"))?;
+                Ok(authority.as_str().to_owned())
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Api {
+            http,
+            load: Arc::new(Connections::new(&authorities)?),
+            bases: bases.into(),
+            admin_token: admin_token.map(Into::into),
+        })
+    }
+
+    /// The instance request `n` goes to (round robin).
+    pub fn base(&self, n: usize) -> &str {
+        &self.bases[n % self.bases.len()]
+    }
+
+    fn admin(&self) -> &str {
+        &self.bases[self.bases.len() - 1]
+    }
+
+    /// `PUT /api/products/{id}`: creates the product or resets it to `stock` units kept in
+    /// `home`, and deletes its orders.
+    pub async fn reset_product(&self, id: u64, stock: i64, home: Home) -> Result<()> {
+        let url = format!("{}/api/products/{id}", self.admin());
+        // No per-user limit to speak of: the benchmark's buyers buy again and again.
+        let mut request = self.http.put(&url).json(&ResetProduct {
+            stock,
+            home,
+            buckets: None,
+            per_user_limit: Some(app::api::MAX_STOCK),
+            sale_starts_at: None,
+            sale_ends_at: None,
+            token_required: false,
+        });
+        if let Some(token) = &self.admin_token {
+            request = request.bearer_auth(token);
+        }
+        let r = request.send().await.with_context(|| format!("PUT {url}"))?;
+        if !r.status().is_success() {
+            bail!(
+                "PUT {url}: {} {}",
+                r.status(),
+                r.text().await.unwrap_or_default()
+            );
+        }
+        Ok(())
+    }
+
+    /// `POST /api/products/{id}/reconcile`: repairs a Redis-held counter, says what it found.
+    pub async fn reconcile(&self, id: u64) -> Result<Reconciliation> {
+        let url = format!("{}/api/products/{id}/reconcile", self.admin());
+        let mut request = self.http.post(&url);
+        if let Some(token) = &self.admin_token {
+            request = request.bearer_auth(token);
+        }
+        let r = request.send().await?.error_for_status()?;
+        r.json().await.with_context(|| format!("POST {url}"))
+    }
+
+    /// `GET /api/products/{id}`: the product as the database has it.
+    pub async fn product(&self, id: u64) -> Result<ProductView> {
+        let url = format!("{}/api/products/{id}", self.admin());
+        let r = self.http.get(&url).send().await?.error_for_status()?;
+        r.json().await.with_context(|| format!("GET {url}"))
+    }
+
+    /// `GET /api/strategies`.
+    pub async fn strategies(&self) -> Result<Vec<StrategyInfo>> {
+        let url = format!("{}/api/strategies", self.admin());
+        let r = self.http.get(&url).send().await?.error_for_status()?;
+        let list: StrategyList = r.json().await.with_context(|| format!("GET {url}"))?;
+        Ok(list.strategies)
+    }
+
+    /// Sends one order to instance `n % K`.
+    pub async fn order(&self, n: usize, product: u64, body: &OrderRequest) -> Answer {
+        self.order_holding(n, product, body, Duration::ZERO).await
+    }
+
+    /// [`Api::order`], asking the strategy to pause `hold` inside its critical section.
+    pub async fn order_holding(
+        &self,
+        n: usize,
+        product: u64,
+        body: &OrderRequest,
+        hold: Duration,
+    ) -> Answer {
+        let Ok(uri) = Uri::try_from(format!("/api/products/{product}/orders")) else {
+            return Answer::Transport;
+        };
+        let Ok(json) = serde_json::to_vec(body) else {
+            return Answer::Transport;
+        };
+        let mut request = Request::new(Body::from(json));
+        *request.method_mut() = Method::POST;
+        *request.uri_mut() = uri;
+        let headers = request.headers_mut();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        if !hold.is_zero() {
+            headers.insert(HOLD_HEADER, HeaderValue::from(hold.as_millis() as u64));
+        }
+        self.answer(n, request, Answer::of_order).await
+    }
+
+    /// `GET /api/noop` on instance `n % K`: the HTTP round trip alone.
+    pub async fn noop(&self, n: usize) -> Answer {
+        let mut request = Request::new(Body::default());
+        *request.uri_mut() = Uri::from_static("/api/noop");
+        self.answer(n, request, Answer::of_request).await
+    }
+
+    /// Sends `request` to instance `n % K` and classifies the status and body it gets back.
+    async fn answer(
+        &self,
+        n: usize,
+        request: Request<Body>,
+        classify: fn(u16, &[u8]) -> Answer,
+    ) -> Answer {
+        match tokio::time::timeout(REQUEST_TIMEOUT, self.load.send(n, request)).await {
+            Ok(Ok((status, body))) => classify(status.as_u16(), &body),
+            Ok(Err(_)) | Err(_) => Answer::Transport,
+        }
+    }
+
+    /// Idle keep-alive connections kept for instance `n % K`.
+    pub fn idle_connections(&self, n: usize) -> usize {
+        self.load.idle(n)
+    }
+
+    /// `GET /metrics` of every instance, concatenated (empty where unavailable).
+    pub async fn metrics(&self) -> String {
+        let mut all = String::new();
+        for base in self.bases.iter() {
+            if let Ok(r) = self.http.get(format!("{base}/metrics")).send().await
+                && let Ok(text) = r.text().await
+            {
+                all.push_str(&text);
+                all.push('\n');
+            }
+        }
+        all
+    }
+}
