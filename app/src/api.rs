@@ -69,7 +69,11 @@ pub struct OrderRequest {
 #[serde(deny_unknown_fields)]
 pub struct TokenRequest {
     /// The buyer the token is for (the rules of `OrderRequest.user_id`).
-    #[schema(min_length = 1, max_length = 64)]
+    #[schema(
+        min_length = 1,
+        max_length = 64,
+        pattern = r"^[^\t\n\x0B\f\r \u0085\u00A0\u1680\u2000-\u200A\u2028\u2029\u202F\u205F\u3000]([\s\S]*[^\t\n\x0B\f\r \u0085\u00A0\u1680\u2000-\u200A\u2028\u2029\u202F\u205F\u3000])?$"
+    )]
     pub user_id: String,
 }
 
@@ -118,7 +122,8 @@ pub struct ResetProduct {
     #[schema(value_type = Option<String>, format = DateTime)]
     pub sale_starts_at: Option<time::OffsetDateTime>,
     /// When the sale closes (RFC 3339); from then on purchases are refused (`sale_ended`).
-    /// Absent: never.
+    /// Absent: never. A window that closes no later than it opens never opens: every
+    /// purchase is refused, and the product's rules show why.
     #[serde(
         default,
         with = "time::serde::rfc3339::option",

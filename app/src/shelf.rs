@@ -46,6 +46,9 @@ pub struct Shelf {
     redis: Option<RedisStock>,
     lifetime: Duration,
     entries: Mutex<HashMap<u64, Entry>>,
+    /// One load of a product's rules at a time: a flood's first clicks all find the memory
+    /// empty at once, and one of them asks the backend while the others wait for its answer.
+    loading: Mutex<HashMap<u64, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 #[derive(Debug, Clone)]
@@ -71,6 +74,7 @@ impl Shelf {
             redis,
             lifetime,
             entries: Mutex::new(HashMap::new()),
+            loading: Mutex::new(HashMap::new()),
         }
     }
 
@@ -81,6 +85,35 @@ impl Shelf {
     /// The product's home and rules (`None`: no such product), from memory when it is fresh,
     /// else from the database; and the moment of memory they belong to.
     pub async fn product(&self, id: u64) -> Result<(Option<Known>, Epoch), sqlx::Error> {
+        if let Some(fresh) = self.remembered(id) {
+            return Ok(fresh);
+        }
+        let gate = {
+            let mut loading = self.loading.lock().unwrap_or_else(PoisonError::into_inner);
+            Arc::clone(loading.entry(id).or_default())
+        };
+        let loaded = {
+            let _turn = gate.lock().await;
+            self.load(id).await
+        };
+        // The last one through takes the gate away: the map holds only loads under way.
+        let mut loading = self.loading.lock().unwrap_or_else(PoisonError::into_inner);
+        if Arc::strong_count(&gate) == 2 {
+            loading.remove(&id);
+        }
+        loaded
+    }
+
+    /// The product as remembered, if the memory is fresh.
+    fn remembered(&self, id: u64) -> Option<(Option<Known>, Epoch)> {
+        let entries = self.entries();
+        let e = entries.get(&id)?;
+        (e.loaded.elapsed() < self.lifetime).then_some((e.known, Epoch(e.epoch)))
+    }
+
+    /// Reads the product from its backend into memory, unless a load that finished while
+    /// this one waited for its turn already did.
+    async fn load(&self, id: u64) -> Result<(Option<Known>, Epoch), sqlx::Error> {
         let epoch = {
             let entries = self.entries();
             match entries.get(&id) {
@@ -91,9 +124,15 @@ impl Shelf {
                 None => 0,
             }
         };
-        let known = products::rules(&self.pool, id)
-            .await?
-            .map(|(home, rules)| Known { home, rules });
+        let known = match self.rules_in_redis(id).await {
+            Some(rules) => Some(Known {
+                home: Home::Redis,
+                rules,
+            }),
+            None => products::rules(&self.pool, id)
+                .await?
+                .map(|(home, rules)| Known { home, rules }),
+        };
         let mut entries = self.entries();
         let current = entries.get(&id).map_or(0, |e| e.epoch);
         if current == epoch {
@@ -109,6 +148,12 @@ impl Shelf {
             );
         }
         Ok((known, Epoch(epoch)))
+    }
+
+    /// The rules of a product whose stock Redis holds, kept there at its reset; `None` for
+    /// any other product, or when Redis cannot say (the database is asked then).
+    async fn rules_in_redis(&self, id: u64) -> Option<SaleRules> {
+        self.redis.as_ref()?.sale_rules(id).await.ok().flatten()
     }
 
     /// Whether the purchase is refused from memory: the product is known to be sold out and the

@@ -55,7 +55,7 @@ pub async fn reset(
     products::reset_with(&state.pool, id, body.stock, body.home, buckets, &rules).await?;
     // The stock's one home: the counter holds it for `redis`, and no counter is left otherwise.
     match (&state.redis, body.home) {
-        (Some(redis), Home::Redis) => redis.seed(id, body.stock, rules.per_user_limit).await?,
+        (Some(redis), Home::Redis) => redis.seed(id, body.stock, &rules).await?,
         (None, Home::Redis) => return Err(RedisStockError::NotConfigured.into()),
         (Some(redis), _) => redis.remove(id).await?,
         (None, _) => {}
@@ -125,13 +125,6 @@ fn rules_of(body: &ResetProduct) -> Result<SaleRules, ApiError> {
         return Err(ApiError::Invalid(format!(
             "per_user_limit must be between 1 and {MAX_STOCK}"
         )));
-    }
-    if let (Some(starts), Some(ends)) = (body.sale_starts_at, body.sale_ends_at)
-        && ends <= starts
-    {
-        return Err(ApiError::Invalid(
-            "sale_ends_at must be later than sale_starts_at".into(),
-        ));
     }
     Ok(SaleRules {
         per_user_limit,

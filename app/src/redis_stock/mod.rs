@@ -102,6 +102,12 @@ impl Keys {
         format!("{}stock:{product}:limit", self.prefix)
     }
 
+    /// The product's sale rules (JSON of [`crate::api::SaleRules`]): what a purchase is
+    /// admitted by, readable while the database is out of reach.
+    pub fn rules(&self, product: u64) -> String {
+        format!("{}stock:{product}:rules", self.prefix)
+    }
+
     /// Units of the product's orders waiting in the stream (kept by the scripts).
     pub fn waiting(&self, product: u64) -> String {
         format!("{}stock:{product}:waiting", self.prefix)
@@ -337,19 +343,40 @@ impl RedisStock {
         .await
     }
 
-    /// Makes Redis the home of `stock` units of `product`, `limit` per buyer: the counter and
-    /// the limit are set, the purchases it charged before, their buyers and its waiting stream
-    /// entries are forgotten.
-    pub async fn seed(&self, product: u64, stock: i64, limit: i64) -> Result<(), RedisStockError> {
+    /// Makes Redis the home of `stock` units of `product` sold by `rules`: the counter, the
+    /// limit and the rules are set, the purchases it charged before, their buyers and its
+    /// waiting stream entries are forgotten. The rules are kept beside the counter so that a
+    /// purchase of Redis-held stock is admitted without the database (the point of
+    /// `redis-lua-stream`: it sells while the database is away).
+    pub async fn seed(
+        &self,
+        product: u64,
+        stock: i64,
+        rules: &crate::api::SaleRules,
+    ) -> Result<(), RedisStockError> {
         self.remove(product).await?;
+        let text = serde_json::to_string(rules).expect("sale rules serialise");
         self.query::<()>(
             redis::cmd("MSET")
                 .arg(self.keys.limit(product))
-                .arg(limit)
+                .arg(rules.per_user_limit)
+                .arg(self.keys.rules(product))
+                .arg(&text)
                 .arg(self.keys.stock(product))
                 .arg(stock),
         )
         .await
+    }
+
+    /// The sale rules [`RedisStock::seed`] kept for `product` (`None`: its stock is not here).
+    pub async fn sale_rules(
+        &self,
+        product: u64,
+    ) -> Result<Option<crate::api::SaleRules>, RedisStockError> {
+        let text: Option<String> = self
+            .query(redis::cmd("GET").arg(self.keys.rules(product)))
+            .await?;
+        Ok(text.and_then(|t| serde_json::from_str(&t).ok()))
     }
 
     /// Arguments of [`scripts::GIVE_BACK`] for the purchase `field` of `product`, ready to run.
@@ -388,7 +415,8 @@ impl RedisStock {
                 .arg(self.keys.stock(product))
                 .arg(self.keys.requests(product))
                 .arg(self.keys.buyers(product))
-                .arg(self.keys.limit(product)),
+                .arg(self.keys.limit(product))
+                .arg(self.keys.rules(product)),
         )
         .await?;
         // The stream is scanned only when the product has entries in it, and its waiting

@@ -86,17 +86,23 @@ async fn a_click_outside_the_sale_window_is_refused_and_takes_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_sale_that_ends_before_it_starts_is_refused_at_reset() {
+async fn a_sale_that_ends_before_it_starts_never_opens() {
     let database_url = fresh_database_url().await;
     let app = spawn_app(test_config(&database_url)).await;
-    let r = app
-        .client
-        .put(format!("{}/api/products/1", app.url))
-        .json(&json!({ "stock": 5, "sale_starts_at": at(60), "sale_ends_at": at(30) }))
-        .send()
-        .await
-        .expect("reset");
-    assert_eq!(r.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let strategy = Strategy::Conditional;
+    for (starts, ends, code) in [
+        (60, 30, "sale_not_started"),
+        (-30, -60, "sale_ended"),
+        (-30, -30, "sale_ended"),
+    ] {
+        let rules = json!({ "stock": 5, "sale_starts_at": at(starts), "sale_ends_at": at(ends) });
+        app.reset_with(1, &rules).await;
+        let (status, answer) = app.order(1, &click("u", "r", strategy, None), None).await;
+        assert_eq!(status, StatusCode::CONFLICT, "{answer}");
+        assert_eq!(answer["error"], code, "{answer}");
+        let view = app.drained(1).await;
+        assert_eq!((view.stock, view.orders), (5, 0), "{view:?}");
+    }
     app.stop().await;
     drop_database(&database_url).await;
 }

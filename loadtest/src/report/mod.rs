@@ -6,6 +6,8 @@
 
 pub mod charts;
 pub mod comparison;
+pub mod flood;
+pub mod flood_chart;
 pub mod json;
 pub mod markdown;
 pub mod progress;
@@ -26,6 +28,7 @@ pub fn write_all(dir: &Path, report: &RunReport) -> Result<()> {
     std::fs::create_dir_all(dir)?;
     json::write(&dir.join("report.json"), report)?;
     charts::write_all(dir, report)?;
+    flood_chart::write_all(dir, &report.floods)?;
     std::fs::write(dir.join("report.md"), markdown::render(report))
         .with_context(|| format!("writing {}", dir.join("report.md").display()))?;
     Ok(())
