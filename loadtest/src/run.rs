@@ -1,4 +1,5 @@
-//! `seckill-bench run`: baselines, then every strategy's flash sale, then the closed-loop runs
+//! `seckill-bench run`: baselines, then every strategy's flood (`seckill-bench flood`: only
+//! that), then every strategy's flash sale, then the closed-loop runs
 //! in rounds (every strategy once per round, so the machine's slow moments spread over all of
 //! them), then each strategy's open loop, against app instances started here; then the report.
 
