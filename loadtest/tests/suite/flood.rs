@@ -11,8 +11,8 @@ use loadtest::run::run_in;
 
 fn shape() -> FloodShape {
     FloodShape {
-        users: 1_500,
-        units: 60,
+        users: 800,
+        units: 40,
         burst_ms: 500,
         double_click_share: 0.1,
         shared_account_bot_share: 0.03,
