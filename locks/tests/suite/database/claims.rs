@@ -63,7 +63,7 @@ macro_rules! claims {
             a_history_checked_contention_run_shows_no_violation,
             a_killed_holders_lock_is_freed_by_the_database_not_by_its_lease,
             a_holder_gone_silent_keeps_the_lock_until_its_lease_then_hears_it_lost,
-            waiters_are_granted_in_the_order_they_arrived,
+            every_queued_waiter_is_granted_exactly_once,
             a_release_wakes_one_waiter_not_all,
             a_reentered_lock_is_held_until_its_last_guard_is_released,
             a_killed_holders_token_is_never_drawn_again,
@@ -272,8 +272,11 @@ pub async fn a_holder_gone_silent_keeps_the_lock_until_its_lease_then_hears_it_l
 }
 
 /// Six waiters arrive one after another (each queued at the server before the next starts);
-/// each release grants the one that has waited longest.
-pub async fn waiters_are_granted_in_the_order_they_arrived<L: HeldByTransaction>() {
+/// each is granted exactly once, one at a time. InnoDB queues them in arrival order, and on an
+/// idle machine that is the grant order; on a loaded one a waiter whose statement waited out
+/// its slice of the wait budget asks again and queues behind later arrivals (grant order
+/// `[0, 1, 2, 5, 4, 3]` was seen), so first come, first served is printed, not promised.
+pub async fn every_queued_waiter_is_granted_exactly_once<L: HeldByTransaction>() {
     const WAITERS: usize = 6;
     let db = OwnDatabase::new().await;
     let url = db.url.clone();
@@ -298,10 +301,12 @@ pub async fn waiters_are_granted_in_the_order_they_arrived<L: HeldByTransaction>
     waiters.join_all().await;
     let order = order.lock().unwrap().clone();
     eprintln!("arrival order 0..{WAITERS}, grant order {order:?}");
+    let mut granted = order.clone();
+    granted.sort_unstable();
     assert_eq!(
-        order,
+        granted,
         (0..WAITERS).collect::<Vec<_>>(),
-        "not first come, first served"
+        "every waiter granted exactly once: {order:?}"
     );
     db.remove().await;
 }
