@@ -114,16 +114,10 @@ impl Shelf {
     /// Reads the product from its backend into memory, unless a load that finished while
     /// this one waited for its turn already did.
     async fn load(&self, id: u64) -> Result<(Option<Known>, Epoch), sqlx::Error> {
-        let epoch = {
-            let entries = self.entries();
-            match entries.get(&id) {
-                Some(e) if e.loaded.elapsed() < self.lifetime => {
-                    return Ok((e.known, Epoch(e.epoch)));
-                }
-                Some(e) => e.epoch,
-                None => 0,
-            }
-        };
+        if let Some(fresh) = self.remembered(id) {
+            return Ok(fresh);
+        }
+        let epoch = self.entries().get(&id).map_or(0, |e| e.epoch);
         let known = match self.rules_in_redis(id).await {
             Some(rules) => Some(Known {
                 home: Home::Redis,

@@ -166,6 +166,25 @@ pub async fn exists(conn: &mut MySqlConnection, id: u64) -> Result<bool, sqlx::E
     Ok(found.is_some())
 }
 
+/// Takes `units` of the product if that many are left, in one conditional `UPDATE` (which
+/// locks the row either way); whether it took them.
+pub async fn take_if_left(
+    conn: &mut MySqlConnection,
+    id: u64,
+    units: i64,
+) -> Result<bool, sqlx::Error> {
+    let done = sqlx::query(
+        "UPDATE products SET stock = stock - ?, version = version + 1 \
+         WHERE id = ? AND stock >= ?",
+    )
+    .bind(units)
+    .bind(id)
+    .bind(units)
+    .execute(conn)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
 /// The product's stock and version (plain, non-locking read), or `None` if it does not exist.
 pub async fn stock_and_version(
     conn: &mut MySqlConnection,

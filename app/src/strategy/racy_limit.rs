@@ -15,9 +15,9 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use sqlx::MySqlPool;
 
+use super::conditional;
 use super::outcome::place;
 use super::{Deps, Purchase, PurchaseError, Purchased, StockStrategy};
-use crate::db::products;
 
 pub struct RacyLimit {
     pool: MySqlPool,
@@ -53,23 +53,7 @@ impl StockStrategy for RacyLimit {
             purchase.hold().await;
             // Act: `conditional`.
             let mut tx = self.pool.begin().await?;
-            let done = sqlx::query(
-                "UPDATE products SET stock = stock - ?, version = version + 1 \
-                 WHERE id = ? AND stock >= ?",
-            )
-            .bind(i64::from(purchase.quantity))
-            .bind(purchase.product_id)
-            .bind(i64::from(purchase.quantity))
-            .execute(&mut *tx)
-            .await?;
-            if done.rows_affected() == 0 {
-                return Err(
-                    match products::exists(&mut tx, purchase.product_id).await? {
-                        true => PurchaseError::SoldOut,
-                        false => PurchaseError::UnknownProduct,
-                    },
-                );
-            }
+            conditional::deduct(&mut tx, purchase).await?;
             place(tx, purchase, None).await.map(Purchased::from)
         })
     }

@@ -19,20 +19,9 @@ const STOCK: i64 = 30;
 /// there (the test closes the connections only once every purchase has started).
 const HOLD_MS: u64 = 1_000;
 
-/// One value of the service's Prometheus text.
+/// One value of the service's Prometheus text (0 when not there yet).
 async fn metric(app: &TestApp, name: &str) -> u64 {
-    let text = app
-        .client
-        .get(format!("{}/metrics", app.url))
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
-    text.lines()
-        .find_map(|line| line.strip_prefix(name)?.trim().parse().ok())
-        .unwrap_or(0)
+    app.metric(name).await.unwrap_or(0)
 }
 
 /// Polls the metric until `done` holds for it.

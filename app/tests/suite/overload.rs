@@ -18,19 +18,9 @@ fn click(user: &str, strategy: Strategy) -> Value {
     json!({ "user_id": user, "quantity": 1, "request_id": format!("r-{user}"), "strategy": strategy })
 }
 
+/// One value of the service's Prometheus text (0 when not there yet).
 async fn metric(app: &TestApp, name: &str) -> u64 {
-    let text = app
-        .client
-        .get(format!("{}/metrics", app.url))
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
-        .unwrap_or(0)
+    app.metric(name).await.unwrap_or(0)
 }
 
 /// Sends `click` pausing `hold_ms` in its critical section, in the background.

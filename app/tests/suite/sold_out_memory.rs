@@ -16,21 +16,8 @@ fn click(user: &str, strategy: Strategy) -> Value {
 
 /// Purchases that reached a strategy so far.
 async fn started(app: &TestApp) -> u64 {
-    let text = app
-        .client
-        .get(format!("{}/metrics", app.url))
-        .send()
+    app.metric("seckill_purchases_started_total")
         .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
-    text.lines()
-        .find_map(|l| {
-            l.strip_prefix("seckill_purchases_started_total ")?
-                .parse()
-                .ok()
-        })
         .expect("the started counter")
 }
 

@@ -62,7 +62,7 @@ mod allocate;
 use super::{Deps, Placed, Purchase, PurchaseError, Purchased, StockStrategy};
 use crate::db::errors::{DbFailure, classify};
 use crate::db::orders::{self, NewOrder};
-use crate::db::quota;
+use crate::db::{products, quota};
 use allocate::{Decision, Holding, Wanted, allocate};
 
 /// Runs of a batch that lost a race on a request id to a concurrent transaction, before its
@@ -382,16 +382,7 @@ async fn take(
     if total == 0 {
         return Ok(true);
     }
-    let done = sqlx::query(
-        "UPDATE products SET stock = stock - ?, version = version + 1 \
-         WHERE id = ? AND stock >= ?",
-    )
-    .bind(total)
-    .bind(product_id)
-    .bind(total)
-    .execute(&mut **tx)
-    .await?;
-    Ok(done.rows_affected() == 1)
+    Ok(products::take_if_left(tx, product_id, total).await?)
 }
 
 /// Why a batch made no decision; answered to each of its purchases.

@@ -92,6 +92,21 @@ impl TestApp {
         );
     }
 
+    /// One unlabelled value of the service's Prometheus text (`None`: not there).
+    pub async fn metric(&self, name: &str) -> Option<u64> {
+        let text = self
+            .client
+            .get(format!("{}/metrics", self.url))
+            .send()
+            .await
+            .expect("metrics")
+            .text()
+            .await
+            .expect("text");
+        text.lines()
+            .find_map(|line| line.strip_prefix(name)?.trim().parse().ok())
+    }
+
     /// `GET /api/products/{id}` once no accepted order of the product waits in the stream
     /// (at once for strategies that place orders before answering); panics after 5 minutes.
     pub async fn drained(&self, id: u64) -> app::api::ProductView {
