@@ -12,6 +12,7 @@ use sqlx::MySqlPool;
 use testkit::{Answer, Api, Crowd, Retry, order_request};
 
 use crate::analyse::flood::{self as analyse, ms_from};
+use crate::analyse::spread::combine;
 use crate::drive::flood::{self as drive, Kind};
 use crate::drive::latency::Latencies;
 use crate::drive::load::{Window, closed_loop};
@@ -153,23 +154,19 @@ async fn refusal_rate(api: &Api, plan: &FloodPlan<'_>, window: Window) -> Refusa
             }
         })
         .await;
-        refusals.push(refused.attempts_per_sec);
+        refusals.push(refused);
         let a = api.clone();
         let noop = closed_loop(connections, window, move |i| {
             let a = a.clone();
             async move { a.noop(i as usize).await }
         })
         .await;
-        noops.push(noop.attempts_per_sec);
+        noops.push(noop);
     }
+    let median = |runs| combine(runs).map_or(0.0, |run| run.attempts_per_sec);
     RefusalRate {
-        refusals_per_second: median(&mut refusals),
-        noop_per_second: median(&mut noops),
+        refusals_per_second: median(refusals),
+        noop_per_second: median(noops),
         connections,
     }
-}
-
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(0.0)
 }

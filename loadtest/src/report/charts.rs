@@ -208,6 +208,7 @@ fn grouped_bars(
     Ok(())
 }
 
-fn err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
+/// A plotters error as the run's error.
+pub(super) fn err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
     anyhow!("drawing a chart: {e:?}")
 }

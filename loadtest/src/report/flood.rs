@@ -5,7 +5,7 @@ use std::fmt::Write;
 
 use app::api::ErrorCode;
 
-use super::schema::{FloodResult, FloodShape, LatencySummary, PROJECTED_CLICKS_PER_SECOND};
+use super::schema::{FloodResult, FloodShape, GROUPS, LatencySummary, PROJECTED_CLICKS_PER_SECOND};
 use super::table::{Align, Table};
 
 /// The section, or nothing when the run had no flood.
@@ -158,15 +158,15 @@ fn latency_table(floods: &[FloodResult]) -> String {
 }
 
 fn projection_table(floods: &[FloodResult]) -> String {
-    let groups: Vec<String> = {
-        let mut g: Vec<String> = (floods.iter())
-            .flat_map(|f| f.projection.iter().map(|p| p.group.clone()))
-            .collect();
-        g.dedup();
-        g.sort();
-        g.dedup();
-        g
-    };
+    // The groups that spent CPU in some flood, in the report's order of groups.
+    let groups: Vec<&str> = (GROUPS.iter())
+        .map(|(group, _)| *group)
+        .filter(|g| {
+            floods
+                .iter()
+                .any(|f| f.projection.iter().any(|p| p.group == *g))
+        })
+        .collect();
     if groups.is_empty() {
         return String::new();
     }

@@ -3,9 +3,10 @@
 
 use std::path::Path;
 
-use anyhow::{Result, anyhow};
+use anyhow::Result;
 use plotters::prelude::*;
 
+use super::charts::err;
 use super::schema::{FloodResult, FloodSlice};
 
 /// The file a strategy's flood chart is written to, in the run's directory.
@@ -101,8 +102,4 @@ fn chart(path: &Path, flood: &FloodResult) -> Result<()> {
         .map_err(err)?;
     root.present().map_err(err)?;
     Ok(())
-}
-
-fn err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
-    anyhow!("drawing a flood chart: {e:?}")
 }
