@@ -372,6 +372,9 @@ async fn reconcile_puts_units_taken_without_an_order_back_on_sale() {
             request_id: format!("crashed-{i}"),
             strategy: Strategy::RedisLua,
             per_user_limit: app::api::MAX_STOCK,
+            pay_within: std::time::Duration::from_millis(
+                app::api::DEFAULT_PAYMENT_WINDOW_MS as u64,
+            ),
             hold: Some(Duration::from_secs(30)),
             stats: PurchaseStats::default(),
         };

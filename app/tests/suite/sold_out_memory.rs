@@ -104,3 +104,65 @@ async fn stock_that_comes_back_makes_every_instance_forget_the_sell_out() {
     b.stop().await;
     drop_database(&database_url).await;
 }
+
+/// Instances A and B remember the sell-out of one unit for an hour; the unit's buyer cancels
+/// on A. Returns B's answers to a click once the unit is back.
+async fn a_unit_returned_on_another_instance(strategy: Strategy, keep_sold_out: bool) -> bool {
+    let database_url = fresh_database_url().await;
+    let mut config = test_config(&database_url);
+    common::with_every_service(&mut config).await;
+    config.product_memory_ms = 3_600_000;
+    config.keep_sold_out_on_return = keep_sold_out;
+    let (a, b) = (spawn_app(config.clone()).await, spawn_app(config).await);
+    a.reset_in(1, 1, strategy.home()).await;
+    let (status, _) = a.order(1, &click("first", strategy), None).await;
+    assert!(status.is_success());
+    for app in [&a, &b] {
+        common::wait_until("the instance refuses from memory", || async {
+            let mark = started(app).await;
+            let (status, _) = app.order(1, &click("probe", strategy), None).await;
+            status == StatusCode::CONFLICT && started(app).await == mark
+        })
+        .await;
+    }
+    let (status, cancelled) = common::life::act(&a, 1, "first", "r-first", "cancel", &[]).await;
+    assert_eq!(status, StatusCode::OK, "{strategy}: {cancelled}");
+    let sells = match keep_sold_out {
+        false => {
+            common::wait_until("B sells the unit that came back", || async {
+                b.order(1, &click("second", strategy), None).await.0 != StatusCode::CONFLICT
+            })
+            .await;
+            let view = b.drained(1).await;
+            assert_eq!((view.stock, view.sold), (0, 1), "{strategy}: {view:?}");
+            true
+        }
+        true => {
+            // Nothing tells B: it refuses from memory while the unit is on the shelf.
+            let mark = started(&b).await;
+            let (status, answer) = b.order(1, &click("second", strategy), None).await;
+            assert_eq!(answer["error"], "sold_out", "{strategy}: {answer}");
+            assert_eq!(started(&b).await, mark, "{strategy}: B asked its strategy");
+            assert_eq!(common::life::product(&a, 1).await["stock"], 1, "{strategy}");
+            status != StatusCode::CONFLICT
+        }
+    };
+    a.stop().await;
+    b.stop().await;
+    drop_database(&database_url).await;
+    sells
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_sold_out_product_whose_unit_came_back_sells_it_on_every_instance() {
+    for strategy in [Strategy::Conditional, Strategy::RedisLua] {
+        assert!(a_unit_returned_on_another_instance(strategy, false).await);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn without_invalidation_an_instance_refuses_a_returned_unit_from_memory() {
+    for strategy in [Strategy::Conditional, Strategy::RedisLua] {
+        assert!(!a_unit_returned_on_another_instance(strategy, true).await);
+    }
+}

@@ -3,6 +3,7 @@
 
 pub mod conformance;
 pub mod fake_locks;
+pub mod life;
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -225,7 +226,7 @@ fn init_tracing() {
 pub struct Ledger {
     pub initial: i64,
     pub stock: i64,
-    /// Sum of ordered quantities.
+    /// Units the orders hold (reserved and paid).
     pub sold: i64,
     pub orders: i64,
 }
@@ -497,7 +498,7 @@ pub async fn stored_orders(database_url: &str) -> Vec<StoredOrder> {
         .expect("connect");
     let rows: Vec<(u64, Vec<u8>, Vec<u8>, u32)> = sqlx::query_as(
         "SELECT product_id, CAST(user_id AS BINARY), CAST(request_id AS BINARY), quantity \
-         FROM orders WHERE state = 'placed'",
+         FROM orders WHERE state IN ('reserved', 'paid')",
     )
     .fetch_all(&mut conn)
     .await

@@ -1,0 +1,222 @@
+//! The expiry sweep of every instance: orders past their deadline expire once however many
+//! instances sweep them, and an instance that dies half-way through an expiry loses nothing —
+//! another instance's sweep finishes what it started.
+
+use crate::common;
+
+use std::process::{Child, Command, Stdio};
+
+use common::life::{buy, product, wait_until_all_due};
+use common::{drop_database, fresh_database_url, spawn_app, test_config, wait_until};
+use serde_json::{Value, json};
+
+/// Two instances sweeping every 10 ms; 30 orders of one product expire under them: each once.
+async fn two_sweeps_expire_each_order_once(home: &str, strategy: &str) {
+    const ORDERS: i64 = 30;
+    let database_url = fresh_database_url().await;
+    let mut config = test_config(&database_url);
+    config.expiry_interval_ms = 10;
+    config.expiry_batch = 7;
+    if home == "redis" {
+        common::with_every_service(&mut config).await;
+    }
+    let apps = [spawn_app(config.clone()).await, spawn_app(config).await];
+    let body =
+        json!({ "stock": ORDERS, "home": home, "per_user_limit": 1, "payment_window_ms": 1 });
+    apps[0].reset_with(11, &body).await;
+    for b in 0..ORDERS {
+        let (status, order) = buy(&apps[b as usize % 2], 11, &format!("u{b}"), "r", strategy).await;
+        assert_eq!(status, 201, "{home}: {order}");
+    }
+    let app = &apps[0];
+    wait_until("every order expired and its unit home", || async {
+        let view = product(app, 11).await;
+        view["expired"] == ORDERS && view["returning"] == 0
+    })
+    .await;
+    let view = product(app, 11).await;
+    assert_eq!(
+        (
+            view["stock"].as_i64(),
+            view["sold"].as_i64(),
+            view["stranded"].as_i64()
+        ),
+        (Some(ORDERS), Some(0), Some(0)),
+        "{home}: every unit back once: {view}"
+    );
+    let mut expired = 0;
+    for app in &apps {
+        expired += app
+            .metric("seckill_orders_expired_total")
+            .await
+            .unwrap_or(0);
+    }
+    assert_eq!(
+        expired, ORDERS as u64,
+        "{home}: expired by exactly one sweep each"
+    );
+    for app in apps {
+        app.stop().await;
+    }
+    drop_database(&database_url).await;
+}
+
+#[tokio::test]
+async fn two_instances_sweeping_the_same_overdue_row_orders_expire_each_once() {
+    two_sweeps_expire_each_order_once("row", "conditional").await;
+}
+
+#[tokio::test]
+async fn two_instances_sweeping_the_same_overdue_redis_orders_expire_each_once() {
+    two_sweeps_expire_each_order_once("redis", "redis-lua").await;
+}
+
+/// A `seckill-app` process on `database_url` (and Redis, if given) that does not sweep by
+/// itself and honours fault injection; its base URL.
+async fn spawn_process(database_url: &str, redis: Option<(&str, &str)>) -> (Child, String) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_seckill-app"));
+    command
+        .env_clear()
+        .env("DATABASE_URL", database_url)
+        .env("SECKILL_LISTEN", format!("127.0.0.1:{port}"))
+        .env("SECKILL_EXPIRY_INTERVAL_MS", "0")
+        .env("SECKILL_ALLOW_FAULT_INJECTION", "true")
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit());
+    if let Some((url, prefix)) = redis {
+        command
+            .env("REDIS_URL", url)
+            .env("SECKILL_LOCK_PREFIX", prefix);
+    }
+    let child = command.spawn().expect("spawn seckill-app");
+    let base = format!("http://127.0.0.1:{port}");
+    let client = reqwest::Client::new();
+    wait_until("the process serves", || {
+        let (client, url) = (client.clone(), format!("{base}/healthz"));
+        async move {
+            client
+                .get(url)
+                .send()
+                .await
+                .is_ok_and(|r| r.status() == 200)
+        }
+    })
+    .await;
+    (child, base)
+}
+
+/// Instance A expires an order and is SIGKILLed before the units are home; instance B, started
+/// after, finishes (or redoes) the expiry: the unit comes back once.
+async fn a_killed_sweep_loses_nothing(home: &str, strategy: &str) {
+    let database_url = fresh_database_url().await;
+    let mut config = test_config(&database_url);
+    config.expiry_interval_ms = 20;
+    config.return_grace_ms = 1;
+    if home == "redis" {
+        common::with_every_service(&mut config).await;
+    }
+    let redis = config.redis_url.clone();
+    let prefix = config.lock_prefix.clone();
+    let (mut a, a_url) = spawn_process(
+        &database_url,
+        redis.as_deref().map(|url| (url, prefix.as_str())),
+    )
+    .await;
+    let client = reqwest::Client::new();
+    let reset = client
+        .put(format!("{a_url}/api/products/12"))
+        .json(&json!({ "stock": 1, "home": home, "payment_window_ms": 1 }))
+        .send()
+        .await
+        .expect("reset");
+    assert_eq!(reset.status(), 200);
+    let order =
+        json!({ "user_id": "alice", "quantity": 1, "request_id": "r", "strategy": strategy });
+    let bought = client
+        .post(format!("{a_url}/api/products/12/orders"))
+        .json(&order)
+        .send()
+        .await
+        .expect("buy");
+    assert_eq!(bought.status(), 201);
+    wait_until_all_due(&database_url).await;
+
+    // A's expiry stops half-way: for the Redis counter after the order left `reserved`, for the
+    // row inside the transaction that changed it.
+    let stalled = tokio::spawn({
+        let url = format!("{a_url}/api/products/12/expire");
+        let client = client.clone();
+        async move {
+            client
+                .post(url)
+                .header("x-seckill-hold-ms", "60000")
+                .send()
+                .await
+        }
+    });
+    let pool = sqlx::MySqlPool::connect(&database_url)
+        .await
+        .expect("connect");
+    wait_until("A half-way through the expiry", || {
+        let pool = pool.clone();
+        async move {
+            let sql = match home {
+                "redis" => "SELECT COUNT(*) FROM orders WHERE state = 'expiring'",
+                // A's transaction, in this test's database, with the order changed.
+                _ => {
+                    "SELECT COUNT(*) FROM information_schema.INNODB_TRX t \
+                     JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id \
+                     WHERE p.DB = DATABASE() AND t.trx_rows_modified > 0"
+                }
+            };
+            let n: i64 = sqlx::query_scalar(sql)
+                .fetch_one(&pool)
+                .await
+                .expect("state");
+            n > 0
+        }
+    })
+    .await;
+    a.kill().expect("SIGKILL A");
+    let _ = a.wait();
+    stalled.abort();
+
+    let b = spawn_app(config).await;
+    wait_until("B's sweep brought the unit home", || async {
+        let view: Value = product(&b, 12).await;
+        view["expired"] == 1 && view["returning"] == 0
+    })
+    .await;
+    let view = product(&b, 12).await;
+    assert_eq!(
+        (
+            view["stock"].as_i64(),
+            view["sold"].as_i64(),
+            view["stranded"].as_i64()
+        ),
+        (Some(1), Some(0), Some(0)),
+        "{home}: {view}"
+    );
+    // The unit sells again.
+    let (status, _) = buy(&b, 12, "bob", "b", strategy).await;
+    assert_eq!(status, 201);
+    pool.close().await;
+    b.stop().await;
+    drop_database(&database_url).await;
+}
+
+#[tokio::test]
+async fn an_instance_killed_between_expiring_an_order_and_returning_its_unit_to_redis_loses_nothing()
+ {
+    a_killed_sweep_loses_nothing("redis", "redis-lua").await;
+}
+
+#[tokio::test]
+async fn an_instance_killed_inside_an_expiry_transaction_loses_nothing() {
+    a_killed_sweep_loses_nothing("row", "conditional").await;
+}
