@@ -5,17 +5,25 @@
 //!
 //! With S the initial stock:
 //!
-//! * **sold** = Σ `orders.quantity` of the product; **oversell** = max(0, sold − S).
+//! * **sold** = the units the product's orders hold: Σ `orders.quantity` of its `reserved` and
+//!   `paid` orders (an expired or cancelled order gave its units back; a voided purchase never
+//!   held any). **oversell** = max(0, sold − S): paid and reserved units beyond the stock.
+//!   At every settled read, S = final stock + reserved + paid (+ pending): the one invariant.
 //! * **lost updates** (phantom inventory) = sold − (S − final stock) when positive: units that
 //!   left the shelf in orders but never left the stock counter, the signature of a
-//!   read-modify-write race (two buyers read 5, both write 4).
+//!   read-modify-write race (two buyers read 5, both write 4) — or units that came back to the
+//!   stock more often than they left it (an order's units returned twice: a cancellation and an
+//!   expiry that both gave them back).
+//! * **returned** = units of expired and cancelled orders; those of them not yet back in the
+//!   home (**returning**) are stranded below until they arrive.
 //! * **negative stock** = −final stock when below zero: an unguarded `stock = stock − q`.
 //! * **stranded** = units that left the stock counter without an order and are not on their
 //!   way to one: (S − final stock) − sold − pending when positive, where pending counts the
 //!   units of accepted orders still queued (a stream strategy). The "less-sell" of stock kept
 //!   outside the order's transaction (a Redis counter, see [`crate::api::Home`]): a process
 //!   killed between the deduction and the order insert, a consumer that acknowledged an entry
-//!   it never placed. Read after the sale has settled: a purchase in flight between its
+//!   it never placed, a process killed between an order's expiry and the give-back of its
+//!   units to the counter (returned units that never reached the home). Read after the sale has settled: a purchase in flight between its
 //!   deduction and its insert counts here until its order commits.
 //! * **undersell** = units still in stock although demand exceeded supply (a strategy that
 //!   gives up too early, e.g. optimistic retries running out), plus the stranded units: units
@@ -37,6 +45,18 @@ pub struct Ledger {
     /// Units of accepted orders still queued on their way to the database.
     #[serde(default)]
     pub pending: i64,
+    /// Units of reserved orders (part of `units_in_orders`).
+    #[serde(default)]
+    pub reserved: i64,
+    /// Units of paid orders (part of `units_in_orders`).
+    #[serde(default)]
+    pub paid: i64,
+    /// Units of expired and cancelled orders: given back, or on their way.
+    #[serde(default)]
+    pub returned: i64,
+    /// Units of expired and cancelled orders not yet back in the home.
+    #[serde(default)]
+    pub returning: i64,
 }
 
 impl Ledger {
@@ -48,6 +68,10 @@ impl Ledger {
             units_in_orders: view.sold,
             orders: view.orders,
             pending: view.pending,
+            reserved: view.reserved,
+            paid: view.paid,
+            returned: view.expired + view.cancelled,
+            returning: view.returning,
         }
     }
 }
@@ -66,6 +90,9 @@ pub struct Accounting {
     #[serde(default)]
     pub stranded: i64,
     pub undersell: i64,
+    /// Units of expired and cancelled orders (given back, or on their way).
+    #[serde(default)]
+    pub returned: i64,
     /// Demand (units requested) exceeded the initial stock.
     pub demand_exceeded_supply: bool,
 }
@@ -91,6 +118,7 @@ impl Accounting {
             negative_stock: (-left).max(0),
             stranded,
             undersell: if exceeded { left.max(0) } else { 0 } + stranded,
+            returned: ledger.returned,
             demand_exceeded_supply: exceeded,
         }
     }
@@ -118,6 +146,10 @@ mod tests {
             units_in_orders: units,
             orders: units,
             pending: 0,
+            reserved: 0,
+            paid: units,
+            returned: 0,
+            returning: 0,
         }
     }
 
@@ -163,6 +195,28 @@ mod tests {
         };
         let a = Accounting::of(queued, 500);
         assert_eq!((a.stranded, a.undersell), (0, 0));
+    }
+
+    #[test]
+    fn units_returned_twice_show_as_phantom_inventory() {
+        // One unit of an order came back twice: 101 units on the shelf, none in orders.
+        let a = Accounting::of(ledger(101, 0), 0);
+        assert_eq!((a.lost_updates, a.oversell), (1, 0));
+        // ... and sold again: one more unit than existed.
+        let a = Accounting::of(ledger(0, 101), 500);
+        assert_eq!((a.oversell, a.lost_updates), (1, 1));
+    }
+
+    #[test]
+    fn a_return_that_never_reached_the_home_is_stranded() {
+        // Two units expired and left their orders; the counter never got them back.
+        let returning = Ledger {
+            returned: 2,
+            returning: 2,
+            ..ledger(0, 98)
+        };
+        let a = Accounting::of(returning, 500);
+        assert_eq!((a.stranded, a.undersell, a.oversell), (2, 2, 0));
     }
 
     #[test]

@@ -126,6 +126,34 @@ pub struct Config {
     #[arg(long, env = "SECKILL_PRODUCT_MEMORY_MS", default_value_t = 1000)]
     pub product_memory_ms: u64,
 
+    /// How long a buyer has to pay an order when its product's reset names no payment window,
+    /// in milliseconds; past it the order expires and its units go back on sale.
+    #[arg(long, env = "SECKILL_PAYMENT_WINDOW_MS", default_value_t = 900_000, value_parser = clap::value_parser!(i64).range(1..=604_800_000))]
+    pub payment_window_ms: i64,
+
+    /// How often this instance's expiry sweep looks for reserved orders past their payment
+    /// deadline, in milliseconds (a full batch is followed by the next at once). 0: this
+    /// instance does not sweep (the others must).
+    #[arg(long, env = "SECKILL_EXPIRY_INTERVAL_MS", default_value_t = 1_000)]
+    pub expiry_interval_ms: u64,
+
+    /// Most orders one round of the expiry sweep reads and ends.
+    #[arg(long, env = "SECKILL_EXPIRY_BATCH", default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub expiry_batch: u32,
+
+    /// How long an order's units may be on their way back to a Redis counter before any
+    /// instance's sweep finishes the return (the instance that started it presumed dead), in
+    /// milliseconds.
+    #[arg(long, env = "SECKILL_RETURN_GRACE_MS", default_value_t = 10_000)]
+    pub return_grace_ms: u64,
+
+    /// Fault switch, for the `stale-sold-out` scenario: units that come back (an order expired
+    /// or cancelled) do not make this instance forget that their product was sold out, and it
+    /// does not listen for other instances' announcements; only the memory's lifetime
+    /// (`--product-memory-ms`) ends what it remembers.
+    #[arg(long, env = "SECKILL_KEEP_SOLD_OUT_ON_RETURN")]
+    pub keep_sold_out_on_return: bool,
+
     /// The secret purchase tokens are signed with (products that require one). Every instance
     /// of a deployment needs the same secret; without one each instance makes a random one,
     /// and a token is good only on the instance that issued it.
@@ -185,8 +213,9 @@ pub struct Config {
     #[arg(long, env = "SECKILL_BATCH_MAX", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub batch_max: u32,
 
-    /// Honour the `X-Seckill-Hold-Ms` request header (sleep inside the critical section).
-    /// For fault scenarios and benchmarks only.
+    /// Honour the `X-Seckill-Hold-Ms` request header (sleep inside the critical section) and
+    /// `X-Seckill-Unchecked-Transition` (pay, cancel and expire by reading the order's state,
+    /// then writing it: the check-then-act race). For fault scenarios and benchmarks only.
     #[arg(long, env = "SECKILL_ALLOW_FAULT_INJECTION")]
     pub allow_fault_injection: bool,
 

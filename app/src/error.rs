@@ -3,6 +3,7 @@
 use crate::api::{ErrorBody, ErrorCode};
 use crate::db::errors::{DbFailure, classify};
 use crate::inventory::ReadError;
+use crate::lifecycle::{LifeError, Refused};
 use crate::redis_stock::RedisStockError;
 use crate::redis_stock::reconcile::ReconcileError;
 use crate::strategy::PurchaseError;
@@ -44,6 +45,14 @@ pub enum ApiError {
         "this buyer has bought as many units of this product as it allows (its per-user limit)"
     )]
     LimitReached,
+    #[error("the order's payment deadline has passed; its units went back on sale")]
+    OrderExpired,
+    #[error("the order was cancelled; its units went back on sale")]
+    OrderCancelled,
+    #[error("the order is paid")]
+    OrderPaid,
+    #[error("the purchase was accepted and its order is not placed yet; ask again once it is")]
+    OrderPending,
     #[error("the sale has not started yet")]
     SaleNotStarted,
     #[error("the sale has ended")]
@@ -88,6 +97,10 @@ impl ApiError {
             ApiError::PurchaseVoided => ErrorCode::PurchaseVoided,
             ApiError::StrategyNotOffered(_) => ErrorCode::StrategyNotOffered,
             ApiError::LimitReached => ErrorCode::LimitReached,
+            ApiError::OrderExpired => ErrorCode::OrderExpired,
+            ApiError::OrderCancelled => ErrorCode::OrderCancelled,
+            ApiError::OrderPaid => ErrorCode::OrderPaid,
+            ApiError::OrderPending => ErrorCode::OrderPending,
             ApiError::SaleNotStarted => ErrorCode::SaleNotStarted,
             ApiError::SaleEnded => ErrorCode::SaleEnded,
             ApiError::PurchaseTokenRequired(_) => ErrorCode::PurchaseTokenRequired,
@@ -188,6 +201,25 @@ impl From<ReconcileError> for ApiError {
             ReconcileError::Moved => ApiError::Busy(e.to_string()),
             ReconcileError::Redis(e) => e.into(),
             ReconcileError::Database(e) => e.into(),
+        }
+    }
+}
+
+impl From<LifeError> for ApiError {
+    fn from(e: LifeError) -> ApiError {
+        match e {
+            LifeError::Refused(why) => match why {
+                Refused::NoOrder => {
+                    ApiError::NotFound("this buyer has no order under this request id".into())
+                }
+                Refused::Pending => ApiError::OrderPending,
+                Refused::Voided => ApiError::PurchaseVoided,
+                Refused::Expired => ApiError::OrderExpired,
+                Refused::Cancelled => ApiError::OrderCancelled,
+                Refused::Paid => ApiError::OrderPaid,
+            },
+            LifeError::Database(e) => e.into(),
+            LifeError::Redis(e) => e.into(),
         }
     }
 }

@@ -15,7 +15,8 @@
 //! environment); the storage: [`db`] (pool, migrations, queries) and [`redis_stock`] (stock kept
 //! in Redis: counter, stream, consumer, reconciliation); [`inventory`] (a product read from
 //! wherever its stock lives); [`shelf`] (what an instance remembers of each product, to refuse
-//! from memory); [`strategy`] (the `StockStrategy` trait, one file per strategy,
+//! from memory); [`lifecycle`] (an order's life after its purchase: pay, cancel, expire,
+//! units given back); [`strategy`] (the `StockStrategy` trait, one file per strategy,
 //! the registry that builds them); [`backends`] (the lock services); [`purchase_token`];
 //! [`state`]; [`error`] (the
 //! one mapping from failures to status codes); [`http`] (routes, handlers, the OpenAPI
@@ -32,6 +33,7 @@ pub mod db;
 pub mod error;
 pub mod http;
 pub mod inventory;
+pub mod lifecycle;
 pub mod metrics;
 pub mod overload;
 pub mod purchase_token;
@@ -120,8 +122,10 @@ pub async fn build_with(
         redis.clone(),
         Duration::from_millis(config.product_memory_ms),
     ));
+    let forget_on_return = !config.keep_sold_out_on_return;
     let listener = redis
         .as_ref()
+        .filter(|_| forget_on_return)
         .and_then(|r| Some((r.fixed_url()?.to_string(), r.keys().stock_back())))
         .map(|(url, channel)| {
             let shelf = Arc::clone(&shelf);
@@ -144,6 +148,21 @@ pub async fn build_with(
         Duration::from_millis(config.request_timeout_ms),
     ));
     let forgetting = tokio::spawn(Arc::clone(&gate).forget_idle_keys());
+    let life = lifecycle::Lifecycle::new(
+        pool.clone(),
+        redis.clone(),
+        Arc::clone(&shelf),
+        Arc::clone(&metrics),
+        forget_on_return,
+    );
+    let pace = lifecycle::sweep::Pace {
+        interval: Duration::from_millis(config.expiry_interval_ms),
+        batch: config.expiry_batch,
+        return_grace: Duration::from_millis(config.return_grace_ms),
+    };
+    // Every instance sweeps (see `lifecycle::sweep`), unless told to leave it to the others.
+    let sweep = (config.expiry_interval_ms > 0)
+        .then(|| tokio::spawn(lifecycle::sweep::run(life.clone(), pace)));
     let state = AppState {
         pool,
         gate,
@@ -160,13 +179,17 @@ pub async fn build_with(
                 Some(secret) => purchase_token::TokenKey::new(secret.as_bytes()),
                 None => purchase_token::TokenKey::random(),
             },
+            payment_window_ms: config.payment_window_ms,
+            sweep: pace,
         }),
         redis,
         shelf,
+        life,
         background: Arc::new(Background::new(
             consumer
                 .into_iter()
                 .chain(listener)
+                .chain(sweep)
                 .chain([forgetting])
                 .collect(),
         )),

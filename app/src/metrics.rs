@@ -74,6 +74,15 @@ pub struct Metrics {
     started: AtomicU64,
     /// Purchases a strategy is working on now.
     in_flight: AtomicU64,
+    /// Orders this instance moved out of `reserved`, by how.
+    paid: AtomicU64,
+    expired: AtomicU64,
+    cancelled: AtomicU64,
+    /// Returns a dead instance left half-way that this one finished.
+    returns_finished: AtomicU64,
+    /// How late the oldest reserved order past its deadline was at the last sweep, in
+    /// milliseconds plus one (0: no sweep yet).
+    oldest_overdue_ms: AtomicU64,
 }
 
 /// A purchase being worked on: counted in `seckill_purchases_in_flight` until dropped.
@@ -133,6 +142,29 @@ impl Metrics {
         }
     }
 
+    pub fn order_paid(&self) {
+        self.paid.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn order_expired(&self) {
+        self.expired.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn order_cancelled(&self) {
+        self.cancelled.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn return_finished(&self) {
+        self.returns_finished.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Records how late the oldest overdue reserved order is (the sweep, each round).
+    pub fn set_oldest_overdue(&self, late: Duration) {
+        let ms = u64::try_from(late.as_millis()).unwrap_or(u64::MAX - 1);
+        self.oldest_overdue_ms
+            .store(ms.saturating_add(1), Ordering::Relaxed);
+    }
+
     /// Records the stream's lag: orders accepted and not yet placed in the database.
     pub fn set_stream_lag(&self, entries: u64) {
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
@@ -186,6 +218,34 @@ impl Metrics {
         out.push_str("# TYPE seckill_purchases_in_flight gauge\n");
         let in_flight = self.in_flight.load(Ordering::Relaxed);
         let _ = writeln!(out, "seckill_purchases_in_flight {in_flight}");
+        out.push_str("# HELP seckill_orders_ended_total Orders this instance moved out of reserved: paid, expired (by its sweep) or cancelled.\n");
+        out.push_str("# TYPE seckill_orders_ended_total counter\n");
+        for (how, n) in [
+            ("paid", &self.paid),
+            ("expired", &self.expired),
+            ("cancelled", &self.cancelled),
+        ] {
+            let n = n.load(Ordering::Relaxed);
+            let _ = writeln!(out, "seckill_orders_ended_total{{how=\"{how}\"}} {n}");
+        }
+        out.push_str("# HELP seckill_orders_expired_total Orders this instance expired.\n");
+        out.push_str("# TYPE seckill_orders_expired_total counter\n");
+        let expired = self.expired.load(Ordering::Relaxed);
+        let _ = writeln!(out, "seckill_orders_expired_total {expired}");
+        out.push_str("# HELP seckill_returns_finished_total Returns of units to Redis left half-way by a dead instance, finished by this one.\n");
+        out.push_str("# TYPE seckill_returns_finished_total counter\n");
+        let finished = self.returns_finished.load(Ordering::Relaxed);
+        let _ = writeln!(out, "seckill_returns_finished_total {finished}");
+        // Stored plus one, so that 0 means "no sweep yet".
+        if let Some(ms) = self
+            .oldest_overdue_ms
+            .load(Ordering::Relaxed)
+            .checked_sub(1)
+        {
+            out.push_str("# HELP seckill_oldest_overdue_seconds How late the oldest reserved order past its payment deadline was at this instance's last sweep (0: none).\n");
+            out.push_str("# TYPE seckill_oldest_overdue_seconds gauge\n");
+            let _ = writeln!(out, "seckill_oldest_overdue_seconds {}", ms as f64 / 1000.0);
+        }
         if let Some(lag) = inner.stream_lag {
             out.push_str("# HELP seckill_stream_lag_entries Orders accepted (202) and not yet placed in the database.\n");
             out.push_str("# TYPE seckill_stream_lag_entries gauge\n");

@@ -238,6 +238,7 @@ impl Shelf {
             (Some(_), _) => crate::db::orders::purchases_of(&self.pool, id)
                 .await?
                 .into_iter()
+                .filter(|(_, _, state)| state.holds_units())
                 .map(|(user, request, _)| (user, request))
                 .collect(),
             (None, _) => return Ok(None),

@@ -22,6 +22,10 @@ pub struct Settings {
     pub reconcile_grace: std::time::Duration,
     /// What purchase tokens are signed with.
     pub token_key: crate::purchase_token::TokenKey,
+    /// A product's payment window when its reset names none.
+    pub payment_window_ms: i64,
+    /// How the expiry sweep runs (also `POST /api/products/{id}/expire`).
+    pub sweep: crate::lifecycle::sweep::Pace,
 }
 
 impl Settings {
@@ -44,7 +48,10 @@ pub struct AppState {
     pub redis: Option<RedisStock>,
     /// What this instance remembers of each product.
     pub shelf: Arc<Shelf>,
-    /// Background work of this instance (the stream consumer, the stock-back listener),
+    /// Paying, cancelling and expiring orders.
+    pub life: crate::lifecycle::Lifecycle,
+    /// Background work of this instance (the stream consumer, the stock-back listener, the
+    /// expiry sweep),
     /// stopped when the last clone of the state is dropped.
     pub background: Arc<Background>,
 }

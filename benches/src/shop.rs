@@ -89,6 +89,9 @@ impl Shop {
             request_id: self.request_id(),
             strategy: name,
             per_user_limit: STOCK,
+            pay_within: std::time::Duration::from_millis(
+                app::api::DEFAULT_PAYMENT_WINDOW_MS as u64,
+            ),
             hold: None,
             stats: PurchaseStats::default(),
         };

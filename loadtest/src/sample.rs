@@ -77,6 +77,10 @@ pub fn report() -> RunReport {
         units_in_orders: units,
         orders: units,
         pending: 0,
+        reserved: 0,
+        paid: units,
+        returned: 0,
+        returning: 0,
     };
     let mut report = RunReport {
         schema_version: SCHEMA_VERSION,

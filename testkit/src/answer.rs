@@ -242,6 +242,10 @@ pub fn is_purchase_refusal(code: ErrorCode) -> bool {
         | ErrorCode::UnknownStrategy
         | ErrorCode::IdempotencyConflict
         | ErrorCode::PurchaseVoided
+        | ErrorCode::OrderExpired
+        | ErrorCode::OrderCancelled
+        | ErrorCode::OrderPaid
+        | ErrorCode::OrderPending
         | ErrorCode::StrategyNotOffered
         | ErrorCode::Unauthorized
         | ErrorCode::NotFound

@@ -10,7 +10,8 @@ use hyper::header::{CONTENT_TYPE, HeaderValue};
 use hyper::{Method, Request, Uri};
 
 use app::api::{
-    Home, OrderRequest, ProductView, Reconciliation, ResetProduct, StrategyInfo, StrategyList,
+    ErrorBody, ErrorCode, ExpiryRound, Home, OrderRequest, OrderResponse, ProductView,
+    Reconciliation, ResetProduct, StrategyInfo, StrategyList,
 };
 
 use crate::answer::Answer;
@@ -19,6 +20,24 @@ use crate::connections::{Body, Connections};
 /// Request header that makes the strategy pause inside its critical section (the app must
 /// run with `--allow-fault-injection`).
 const HOLD_HEADER: &str = "x-seckill-hold-ms";
+/// Request header that makes a transition of an order read its state and write it apart (the
+/// app must run with `--allow-fault-injection`).
+const UNCHECKED_HEADER: &str = "x-seckill-unchecked-transition";
+
+/// Faults a transition of an order is asked to play (the app must run with
+/// `--allow-fault-injection`): the default plays none.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Fault {
+    /// Read the order's state, then write it (the check-then-act race), instead of one
+    /// conditional change.
+    pub unchecked: bool,
+    /// Pause inside the transition (for Redis-held stock: between the state change and the
+    /// units' return).
+    pub hold: Duration,
+}
+
+/// How a transition of an order was answered: the order as it now stands, or the refusal.
+pub type Transition = std::result::Result<OrderResponse, ErrorCode>;
 
 /// A client for a set of app instances: the load's requests (orders, `GET /api/noop`) on
 /// keep-alive connections of their own ([`crate::connections`]), spread by the caller's
@@ -84,6 +103,7 @@ impl Api {
                 sale_starts_at: None,
                 sale_ends_at: None,
                 token_required: false,
+                payment_window_ms: None,
             },
         )
         .await
@@ -186,6 +206,101 @@ impl Api {
     /// Idle keep-alive connections kept for instance `n % K`.
     pub fn idle_connections(&self, n: usize) -> usize {
         self.load.idle(n)
+    }
+
+    /// `POST /api/products/{product}/orders/{request_id}/pay?user_id=…` on instance `n % K`.
+    pub async fn pay(
+        &self,
+        n: usize,
+        product: u64,
+        user: &str,
+        request: &str,
+    ) -> Result<Transition> {
+        self.transition(n, product, user, request, "pay", Fault::default())
+            .await
+    }
+
+    /// `POST /api/products/{product}/orders/{request_id}/cancel?user_id=…` on instance `n % K`.
+    pub async fn cancel(
+        &self,
+        n: usize,
+        product: u64,
+        user: &str,
+        request: &str,
+    ) -> Result<Transition> {
+        self.transition(n, product, user, request, "cancel", Fault::default())
+            .await
+    }
+
+    /// `pay` or `cancel` of the buyer's order, playing `fault`.
+    pub async fn transition(
+        &self,
+        n: usize,
+        product: u64,
+        user: &str,
+        request: &str,
+        action: &str,
+        fault: Fault,
+    ) -> Result<Transition> {
+        let mut url = reqwest::Url::parse(self.base(n))?;
+        url.path_segments_mut()
+            .map_err(|()| anyhow::anyhow!("{} cannot take a path", self.base(n)))?
+            .extend([
+                "api",
+                "products",
+                &product.to_string(),
+                "orders",
+                request,
+                action,
+            ]);
+        url.query_pairs_mut().append_pair("user_id", user);
+        let r = self
+            .faulty(self.http.post(url.clone()), fault)
+            .send()
+            .await?;
+        let status = r.status();
+        let body = r.bytes().await?;
+        if status.is_success() {
+            return Ok(Ok(
+                serde_json::from_slice(&body).with_context(|| format!("POST {url}: {status}"))?
+            ));
+        }
+        let refusal: ErrorBody = serde_json::from_slice(&body)
+            .with_context(|| format!("POST {url}: {status} outside the contract"))?;
+        Ok(Err(refusal.error))
+    }
+
+    /// `POST /api/products/{id}/expire` on instance `n % K`: one round of the expiry sweep on
+    /// the product, now.
+    pub async fn expire(&self, n: usize, id: u64, fault: Fault) -> Result<ExpiryRound> {
+        let url = format!("{}/api/products/{id}/expire", self.base(n));
+        let r = self.faulty(self.http.post(&url), fault).send().await?;
+        if !r.status().is_success() {
+            bail!(
+                "POST {url}: {} {}",
+                r.status(),
+                r.text().await.unwrap_or_default()
+            );
+        }
+        r.json().await.with_context(|| format!("POST {url}"))
+    }
+
+    /// `request` with the admin token and the headers of `fault`.
+    fn faulty(
+        &self,
+        mut request: reqwest::RequestBuilder,
+        fault: Fault,
+    ) -> reqwest::RequestBuilder {
+        if let Some(token) = &self.admin_token {
+            request = request.bearer_auth(token);
+        }
+        if fault.unchecked {
+            request = request.header(UNCHECKED_HEADER, "1");
+        }
+        if !fault.hold.is_zero() {
+            request = request.header(HOLD_HEADER, fault.hold.as_millis().to_string());
+        }
+        request
     }
 
     /// `GET /metrics` of every instance, concatenated (empty where unavailable).

@@ -3,13 +3,13 @@
 //! OpenAPI document is generated from them — ranges and lengths included, so the document says
 //! what the server enforces.
 
-use std::fmt;
-
-use axum::http::StatusCode;
 use serde::{Deserialize, Deserializer, Serialize};
 use utoipa::ToSchema;
 
+mod errors;
+
 pub use crate::catalogue::{Home, Safety, Service, Strategy, UnknownStrategy};
+pub use errors::{ErrorBody, ErrorCode};
 
 /// Longest `user_id`, in characters.
 pub const MAX_USER_ID: usize = 64;
@@ -97,7 +97,47 @@ pub struct OrderResponse {
     /// The fencing token of the lock the purchase was made under (lock-based strategies).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fencing_token: Option<u64>,
+    /// Where the order stands: reserved until paid, cancelled or expired.
+    #[serde(default)]
+    pub stage: OrderStage,
+    /// The payment deadline of a reserved order (RFC 3339, database clock).
+    #[serde(
+        default,
+        with = "time::serde::rfc3339::option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub pay_by: Option<time::OffsetDateTime>,
 }
+
+/// Where an order stands in its life. A `reserved` order holds its units until its buyer pays
+/// (`paid`, for good) or cancels it (`cancelled`), or until its payment deadline passes
+/// (`expired`); the units of an expired or cancelled order go back on sale, once.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum OrderStage {
+    #[default]
+    Reserved,
+    Paid,
+    Expired,
+    Cancelled,
+}
+
+impl OrderStage {
+    pub fn name(self) -> &'static str {
+        match self {
+            OrderStage::Reserved => "reserved",
+            OrderStage::Paid => "paid",
+            OrderStage::Expired => "expired",
+            OrderStage::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// How long a buyer has to pay a reserved order when the product's reset names no window.
+pub const DEFAULT_PAYMENT_WINDOW_MS: i64 = 15 * 60 * 1000;
+/// The longest payment window a product may have (one week).
+pub const MAX_PAYMENT_WINDOW_MS: i64 = 7 * 24 * 3600 * 1000;
 
 /// Body of `PUT /api/products/{id}`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -136,6 +176,15 @@ pub struct ResetProduct {
     /// refused without touching stock.
     #[serde(default)]
     pub token_required: bool,
+    /// Milliseconds a buyer has to pay an order of this product before it expires and its
+    /// units go back on sale (default: the server's `--payment-window-ms`, 15 minutes).
+    #[schema(minimum = 1, maximum = 604_800_000)]
+    #[serde(
+        default,
+        deserialize_with = "optional_integer",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub payment_window_ms: Option<i64>,
     #[schema(minimum = 0, maximum = 1_000_000_000)]
     #[serde(deserialize_with = "integer")]
     pub stock: i64,
@@ -190,18 +239,35 @@ pub struct ProductView {
     /// Units left, read from the home.
     pub stock: i64,
     pub initial_stock: i64,
-    /// Sum of ordered quantities.
+    /// Units the orders hold: reserved and paid (`reserved + paid`).
     pub sold: i64,
-    /// Number of orders.
+    /// Number of orders that hold units.
     pub orders: i64,
+    /// Units of orders waiting for their payment.
+    #[serde(default)]
+    pub reserved: i64,
+    /// Units of paid orders.
+    #[serde(default)]
+    pub paid: i64,
+    /// Units of expired orders (back on sale, or on their way: see `returning`).
+    #[serde(default)]
+    pub expired: i64,
+    /// Units of cancelled orders (back on sale, or on their way: see `returning`).
+    #[serde(default)]
+    pub cancelled: i64,
+    /// Units of expired or cancelled orders not yet back in the home (the Redis counter):
+    /// counted in `stranded` until they arrive.
+    #[serde(default)]
+    pub returning: i64,
     /// Units accepted and not yet placed in the database (orders waiting in the Redis Stream
     /// of `redis-lua-stream`); taken from `stock`, not yet in `sold`.
     #[serde(default)]
     pub pending: i64,
     /// Units taken from the home that no order holds and no queued entry is bringing:
     /// `initial_stock − stock − sold − pending` when positive. Briefly above 0 while a
-    /// `redis-lua` purchase sits between its deduction and its order insert; a lasting value is
-    /// undersell (a purchase that died there), which `reconcile` repairs.
+    /// `redis-lua` purchase sits between its deduction and its order insert, or an expired or
+    /// cancelled order's units between its state change and the counter (`returning`); a
+    /// lasting value is undersell (a process that died there), which `reconcile` repairs.
     #[serde(default)]
     pub stranded: i64,
 }
@@ -235,6 +301,13 @@ pub struct SaleRules {
     pub sale_ends_at: Option<time::OffsetDateTime>,
     #[serde(default)]
     pub token_required: bool,
+    /// Milliseconds a buyer has to pay an order.
+    #[serde(default = "default_payment_window_ms")]
+    pub payment_window_ms: i64,
+}
+
+fn default_payment_window_ms() -> i64 {
+    DEFAULT_PAYMENT_WINDOW_MS
 }
 
 impl SaleRules {
@@ -252,6 +325,7 @@ impl Default for SaleRules {
             sale_starts_at: None,
             sale_ends_at: None,
             token_required: false,
+            payment_window_ms: DEFAULT_PAYMENT_WINDOW_MS,
         }
     }
 }
@@ -265,7 +339,7 @@ pub const DEFAULT_PER_USER_LIMIT: i64 = 1;
 pub enum OrderState {
     /// Accepted (`202`): its units are taken and it waits in the stream.
     Pending,
-    /// Recorded in the database.
+    /// Recorded in the database (its order says where it stands: `stage`).
     Placed,
     /// Presumed lost by a reconciliation and fenced out: nothing was bought, its units went
     /// back on sale. The request id cannot buy again; use a new one.
@@ -308,6 +382,17 @@ pub struct Reconciliation {
     pub in_flight: u64,
 }
 
+/// Body of `POST /api/products/{id}/expire`: what one round of the expiry sweep did there.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ExpiryRound {
+    /// Reserved orders past their deadline this round expired (their units given back).
+    pub expired: u64,
+    /// Due orders another transition (a payment, a cancellation, another sweep) got first.
+    pub lost_races: u64,
+    /// Returns to the Redis counter left half-way (by a dead instance) that it finished.
+    pub returns_finished: u64,
+}
+
 /// What `GET /api/strategies` shows about a strategy.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct StrategyInfo {
@@ -346,146 +431,6 @@ pub struct Health {
     pub database: String,
 }
 
-/// Every error code the API answers, in the `error` field of [`ErrorBody`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum ErrorCode {
-    /// 400: malformed JSON, a path that is not a product id, a malformed header.
-    BadRequest,
-    /// 422: well-formed input that breaks a rule (quantity, id lengths).
-    InvalidRequest,
-    /// 422: no strategy of that name.
-    UnknownStrategy,
-    /// 409: a buyer's request id reused for the same product with another quantity or
-    /// strategy. A conflict with what the server holds, not a malformed request: 422 is kept
-    /// for input no state of the server would accept, which is what the contract test can
-    /// check.
-    IdempotencyConflict,
-    /// 409: the purchase of this request id was presumed lost by a reconciliation and fenced
-    /// out: nothing was bought; buy with a new request id.
-    PurchaseVoided,
-    /// 403: this deployment does not offer the strategy named (`--strategies`).
-    StrategyNotOffered,
-    /// 409: the buyer would hold more of this product than its per-user limit.
-    LimitReached,
-    /// 409: the sale has not opened yet.
-    SaleNotStarted,
-    /// 409: the sale has closed.
-    SaleEnded,
-    /// 403: the product requires a purchase token and the purchase carries none, or one that
-    /// is not this buyer's for this product's sale.
-    PurchaseTokenRequired,
-    /// 429: this buyer or address sent more than its rate allows; retry after `Retry-After`.
-    RateLimited,
-    /// 503: the service is at capacity and refused the request at once; retry after
-    /// `Retry-After`.
-    Overloaded,
-    /// 401: missing or wrong admin token.
-    Unauthorized,
-    /// 404: no such product.
-    NotFound,
-    /// 409: not enough stock left.
-    SoldOut,
-    /// 409: a fenced write was refused: a newer lock holder claimed the product.
-    LockLost,
-    /// 503: the lock or row lock was not obtained within the wait budget; retry.
-    Busy,
-    /// 503: a backend the request needs is unreachable or not configured.
-    BackendUnavailable,
-    /// 500: a bug; the cause is logged, never sent.
-    Internal,
-}
-
-impl ErrorCode {
-    /// Every code, for listings and exhaustive tests.
-    pub const ALL: &[ErrorCode] = &[
-        ErrorCode::BadRequest,
-        ErrorCode::InvalidRequest,
-        ErrorCode::UnknownStrategy,
-        ErrorCode::IdempotencyConflict,
-        ErrorCode::PurchaseVoided,
-        ErrorCode::StrategyNotOffered,
-        ErrorCode::LimitReached,
-        ErrorCode::SaleNotStarted,
-        ErrorCode::SaleEnded,
-        ErrorCode::PurchaseTokenRequired,
-        ErrorCode::RateLimited,
-        ErrorCode::Overloaded,
-        ErrorCode::Unauthorized,
-        ErrorCode::NotFound,
-        ErrorCode::SoldOut,
-        ErrorCode::LockLost,
-        ErrorCode::Busy,
-        ErrorCode::BackendUnavailable,
-        ErrorCode::Internal,
-    ];
-
-    /// The HTTP status that carries this code.
-    pub fn status(self) -> StatusCode {
-        match self {
-            ErrorCode::BadRequest => StatusCode::BAD_REQUEST,
-            ErrorCode::InvalidRequest | ErrorCode::UnknownStrategy => {
-                StatusCode::UNPROCESSABLE_ENTITY
-            }
-            ErrorCode::Unauthorized => StatusCode::UNAUTHORIZED,
-            ErrorCode::StrategyNotOffered | ErrorCode::PurchaseTokenRequired => {
-                StatusCode::FORBIDDEN
-            }
-            ErrorCode::RateLimited => StatusCode::TOO_MANY_REQUESTS,
-            ErrorCode::NotFound => StatusCode::NOT_FOUND,
-            ErrorCode::SoldOut
-            | ErrorCode::LockLost
-            | ErrorCode::IdempotencyConflict
-            | ErrorCode::PurchaseVoided
-            | ErrorCode::LimitReached
-            | ErrorCode::SaleNotStarted
-            | ErrorCode::SaleEnded => StatusCode::CONFLICT,
-            ErrorCode::Busy | ErrorCode::BackendUnavailable | ErrorCode::Overloaded => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
-            ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
-        }
-    }
-
-    /// The wire name (`"sold_out"`); also the `outcome` label of the metrics.
-    pub fn name(self) -> &'static str {
-        match self {
-            ErrorCode::BadRequest => "bad_request",
-            ErrorCode::InvalidRequest => "invalid_request",
-            ErrorCode::UnknownStrategy => "unknown_strategy",
-            ErrorCode::IdempotencyConflict => "idempotency_conflict",
-            ErrorCode::PurchaseVoided => "purchase_voided",
-            ErrorCode::StrategyNotOffered => "strategy_not_offered",
-            ErrorCode::LimitReached => "limit_reached",
-            ErrorCode::SaleNotStarted => "sale_not_started",
-            ErrorCode::SaleEnded => "sale_ended",
-            ErrorCode::PurchaseTokenRequired => "purchase_token_required",
-            ErrorCode::RateLimited => "rate_limited",
-            ErrorCode::Overloaded => "overloaded",
-            ErrorCode::Unauthorized => "unauthorized",
-            ErrorCode::NotFound => "not_found",
-            ErrorCode::SoldOut => "sold_out",
-            ErrorCode::LockLost => "lock_lost",
-            ErrorCode::Busy => "busy",
-            ErrorCode::BackendUnavailable => "backend_unavailable",
-            ErrorCode::Internal => "internal",
-        }
-    }
-}
-
-impl fmt::Display for ErrorCode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// The JSON body of every error.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-pub struct ErrorBody {
-    pub error: ErrorCode,
-    pub message: String,
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -499,15 +444,5 @@ mod tests {
         assert!(stock(r#"{"stock": 1e19}"#).is_err());
         assert!(stock(r#"{"stock": 18446744073709551615}"#).is_err());
         assert!(stock(r#"{"stock": "12"}"#).is_err());
-    }
-
-    #[test]
-    fn every_error_code_serializes_as_its_wire_name() {
-        for &code in ErrorCode::ALL {
-            assert_eq!(
-                serde_json::to_value(code).ok(),
-                Some(serde_json::json!(code.name()))
-            );
-        }
     }
 }

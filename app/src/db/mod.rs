@@ -2,6 +2,7 @@
 
 pub mod buckets;
 pub mod errors;
+pub mod order_life;
 pub mod orders;
 pub mod products;
 pub mod quota;

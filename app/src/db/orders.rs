@@ -1,5 +1,6 @@
 //! Order rows: insert (the idempotency arbiter), look-up by purchase, and the voiding that
-//! fences a lost purchase out.
+//! fences a lost purchase out. An order's life after its insert (pay, cancel, expire, give its
+//! units back) is in [`super::order_life`].
 //!
 //! A purchase is named by its [`PurchaseKey`]: the product, the buyer and the buyer's request
 //! id, compared byte for byte (the columns' `utf8mb4_nopad_bin`). The unique key
@@ -25,13 +26,27 @@ pub struct NewOrder<'a> {
     pub strategy: &'a str,
     pub request_id: &'a str,
     pub fencing_token: Option<u64>,
+    /// How long the buyer has to pay (the product's payment window), from the insert, by the
+    /// database clock.
+    pub pay_within: std::time::Duration,
 }
 
-/// What became of a purchase's order row.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What became of a purchase's order row (the `state` column; see the migration
+/// `order_states` for the life it describes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum OrderState {
-    /// The order holds its units.
-    Placed,
+    /// Holds its units until paid, cancelled or expired.
+    Reserved,
+    /// Holds its units for good.
+    Paid,
+    /// Expired; its units are on their way back to a home outside the database.
+    Expiring,
+    /// Cancelled; its units are on their way back to a home outside the database.
+    Cancelling,
+    /// Expired; its units are back home.
+    Expired,
+    /// Cancelled; its units are back home.
+    Cancelled,
     /// `reconcile` presumed the purchase lost and fenced it out: it holds no units.
     Voided,
 }
@@ -47,13 +62,52 @@ pub struct Order {
     pub request_id: String,
     pub fencing_token: Option<u64>,
     state: String,
+    /// The payment deadline, in milliseconds since the Unix epoch.
+    pub pay_by_ms: Option<i64>,
 }
 
 impl OrderState {
-    fn of(column: &str) -> OrderState {
+    pub(crate) fn of(column: &str) -> OrderState {
         match column {
+            "reserved" => OrderState::Reserved,
+            "expiring" => OrderState::Expiring,
+            "cancelling" => OrderState::Cancelling,
+            "expired" => OrderState::Expired,
+            "cancelled" => OrderState::Cancelled,
             "voided" => OrderState::Voided,
-            _ => OrderState::Placed,
+            // `paid`, and the final orders of before (`placed`, migrated to `paid`).
+            _ => OrderState::Paid,
+        }
+    }
+
+    /// The value of the `state` column.
+    pub fn name(self) -> &'static str {
+        match self {
+            OrderState::Reserved => "reserved",
+            OrderState::Paid => "paid",
+            OrderState::Expiring => "expiring",
+            OrderState::Cancelling => "cancelling",
+            OrderState::Expired => "expired",
+            OrderState::Cancelled => "cancelled",
+            OrderState::Voided => "voided",
+        }
+    }
+
+    /// Whether an order in this state holds its units (reserved or paid).
+    pub fn holds_units(self) -> bool {
+        matches!(self, OrderState::Reserved | OrderState::Paid)
+    }
+
+    /// Where the order stands for its buyer (`None`: voided, no order to speak of). An order
+    /// whose units are on their way back is expired or cancelled already.
+    pub fn stage(self) -> Option<crate::api::OrderStage> {
+        use crate::api::OrderStage;
+        match self {
+            OrderState::Reserved => Some(OrderStage::Reserved),
+            OrderState::Paid => Some(OrderStage::Paid),
+            OrderState::Expiring | OrderState::Expired => Some(OrderStage::Expired),
+            OrderState::Cancelling | OrderState::Cancelled => Some(OrderStage::Cancelled),
+            OrderState::Voided => None,
         }
     }
 }
@@ -64,12 +118,23 @@ impl Order {
     }
 }
 
+/// The columns of [`Order`], for its `SELECT`s.
+pub(crate) const ORDER_COLUMNS: &str = "id AS order_id, product_id, user_id, quantity, strategy, \
+    request_id, fencing_token, state, \
+    CAST(FLOOR(UNIX_TIMESTAMP(pay_by) * 1000) AS SIGNED) AS pay_by_ms";
+
+/// Microseconds of `d`, as the `INTERVAL … MICROSECOND` of a deadline.
+pub(crate) fn micros(d: std::time::Duration) -> i64 {
+    i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
+}
+
 /// Inserts `order` and returns its id. An order of the same purchase fails with the
 /// unique-constraint error of `orders_purchase` (the caller's transaction must then roll back).
 pub async fn insert(conn: &mut MySqlConnection, order: &NewOrder<'_>) -> Result<u64, sqlx::Error> {
     let done = sqlx::query(
-        "INSERT INTO orders (product_id, user_id, quantity, strategy, request_id, fencing_token) \
-         VALUES (?, ?, ?, ?, ?, ?)",
+        "INSERT INTO orders (product_id, user_id, quantity, strategy, request_id, fencing_token, \
+                             pay_by) \
+         VALUES (?, ?, ?, ?, ?, ?, NOW(6) + INTERVAL ? MICROSECOND)",
     )
     .bind(order.product_id)
     .bind(order.user_id)
@@ -77,6 +142,7 @@ pub async fn insert(conn: &mut MySqlConnection, order: &NewOrder<'_>) -> Result<
     .bind(order.strategy)
     .bind(order.request_id)
     .bind(order.fencing_token)
+    .bind(micros(order.pay_within))
     .execute(conn)
     .await?;
     Ok(done.last_insert_id())
@@ -91,7 +157,8 @@ pub async fn insert_all(
     orders: &[NewOrder<'_>],
 ) -> Result<Vec<(u64, String, String)>, sqlx::Error> {
     let mut insert = QueryBuilder::<MySql>::new(
-        "INSERT INTO orders (product_id, user_id, quantity, strategy, request_id, fencing_token) ",
+        "INSERT INTO orders (product_id, user_id, quantity, strategy, request_id, fencing_token, \
+                             pay_by) ",
     );
     insert.push_values(orders, |mut row, order| {
         row.push_bind(order.product_id)
@@ -99,7 +166,10 @@ pub async fn insert_all(
             .push_bind(order.quantity)
             .push_bind(order.strategy)
             .push_bind(order.request_id)
-            .push_bind(order.fencing_token);
+            .push_bind(order.fencing_token)
+            .push("NOW(6) + INTERVAL ")
+            .push_bind_unseparated(micros(order.pay_within))
+            .push_unseparated(" MICROSECOND");
     });
     insert.push(" RETURNING id, user_id, request_id");
     insert.build_query_as().fetch_all(conn).await
@@ -130,16 +200,16 @@ pub async fn existing(
 
 /// The order of the purchase `key`, if any (voided ones included: see [`Order::state`]).
 pub async fn find(pool: &MySqlPool, key: PurchaseKey<'_>) -> Result<Option<Order>, sqlx::Error> {
-    sqlx::query_as(
-        "SELECT id AS order_id, product_id, user_id, quantity, strategy, request_id, \
-                fencing_token, state \
-         FROM orders WHERE product_id = ? AND user_id = ? AND request_id = ?",
-    )
-    .bind(key.product_id)
-    .bind(key.user_id)
-    .bind(key.request_id)
-    .fetch_optional(pool)
-    .await
+    let sql = format!(
+        "SELECT {ORDER_COLUMNS} FROM orders \
+         WHERE product_id = ? AND user_id = ? AND request_id = ?"
+    );
+    sqlx::query_as(sqlx::AssertSqlSafe(sql))
+        .bind(key.product_id)
+        .bind(key.user_id)
+        .bind(key.request_id)
+        .fetch_optional(pool)
+        .await
 }
 
 /// The buyer, request id and state of each of the product's order rows.

@@ -43,12 +43,13 @@ pub async fn reset_with(
     let mut tx = pool.begin().await?;
     sqlx::query(
         "INSERT INTO products (id, stock, initial_stock, home, per_user_limit, sale_starts_ms, \
-                               sale_ends_ms, token_required) \
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?) \
+                               sale_ends_ms, token_required, payment_window_ms) \
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) \
          ON DUPLICATE KEY UPDATE stock = VALUES(stock), initial_stock = VALUES(initial_stock), \
          home = VALUES(home), per_user_limit = VALUES(per_user_limit), \
          sale_starts_ms = VALUES(sale_starts_ms), sale_ends_ms = VALUES(sale_ends_ms), \
-         token_required = VALUES(token_required), version = version + 1, fence = 0",
+         token_required = VALUES(token_required), payment_window_ms = VALUES(payment_window_ms), \
+         version = version + 1, fence = 0",
     )
     .bind(id)
     .bind(row_stock)
@@ -58,6 +59,7 @@ pub async fn reset_with(
     .bind(rules.sale_starts_at.map(millis))
     .bind(rules.sale_ends_at.map(millis))
     .bind(rules.token_required)
+    .bind(rules.payment_window_ms)
     .execute(&mut *tx)
     .await?;
     buckets::replace(&mut tx, id, &bucket_stocks).await?;
@@ -82,23 +84,36 @@ fn from_millis(ms: i64) -> Result<OffsetDateTime, sqlx::Error> {
         .map_err(|e| sqlx::Error::Decode(e.into()))
 }
 
-/// The product's stock and order totals (orders that hold units: voided ones do not), or
+/// The product's stock and order totals, by the orders' states (`sold` and `orders` count the
+/// orders that hold units, reserved and paid: expired, cancelled and voided ones do not), or
 /// `None` if it does not exist. The stock is read from the product's home: the row, or the sum
 /// of its buckets — in one statement, so the stock and the orders are one consistent snapshot.
 pub async fn view(pool: &MySqlPool, id: u64) -> Result<Option<ProductView>, sqlx::Error> {
     let row = sqlx::query(
         "SELECT p.id, p.home, p.initial_stock, p.per_user_limit, p.sale_starts_ms, \
-                p.sale_ends_ms, p.token_required, \
+                p.sale_ends_ms, p.token_required, p.payment_window_ms, \
                 CASE WHEN p.home = 'buckets' THEN \
                     (SELECT CAST(COALESCE(SUM(b.stock), 0) AS SIGNED) FROM stock_buckets b \
                      WHERE b.product_id = p.id) \
                 ELSE p.stock END AS stock, \
-                (SELECT CAST(COALESCE(SUM(o.quantity), 0) AS SIGNED) FROM orders o \
-                 WHERE o.product_id = p.id AND o.state = 'placed') AS sold, \
-                (SELECT COUNT(*) FROM orders o \
-                 WHERE o.product_id = p.id AND o.state = 'placed') AS orders \
-         FROM products p WHERE p.id = ?",
+                CAST(COALESCE(o.reserved, 0) AS SIGNED) AS reserved, \
+                CAST(COALESCE(o.paid, 0) AS SIGNED) AS paid, \
+                CAST(COALESCE(o.expired, 0) AS SIGNED) AS expired, \
+                CAST(COALESCE(o.cancelled, 0) AS SIGNED) AS cancelled, \
+                CAST(COALESCE(o.on_the_way, 0) AS SIGNED) AS on_the_way, \
+                CAST(COALESCE(o.holding, 0) AS SIGNED) AS orders \
+         FROM products p LEFT JOIN ( \
+             SELECT product_id, \
+                    SUM(IF(state = 'reserved', quantity, 0)) AS reserved, \
+                    SUM(IF(state = 'paid', quantity, 0)) AS paid, \
+                    SUM(IF(state IN ('expired', 'expiring'), quantity, 0)) AS expired, \
+                    SUM(IF(state IN ('cancelled', 'cancelling'), quantity, 0)) AS cancelled, \
+                    SUM(IF(state IN ('expiring', 'cancelling'), quantity, 0)) AS on_the_way, \
+                    SUM(state IN ('reserved', 'paid')) AS holding \
+             FROM orders WHERE product_id = ? GROUP BY product_id) o ON o.product_id = p.id \
+         WHERE p.id = ?",
     )
+    .bind(id)
     .bind(id)
     .fetch_optional(pool)
     .await?;
@@ -106,6 +121,7 @@ pub async fn view(pool: &MySqlPool, id: u64) -> Result<Option<ProductView>, sqlx
         let home: String = r.try_get("home")?;
         let starts: Option<i64> = r.try_get("sale_starts_ms")?;
         let ends: Option<i64> = r.try_get("sale_ends_ms")?;
+        let (reserved, paid): (i64, i64) = (r.try_get("reserved")?, r.try_get("paid")?);
         Ok(ProductView {
             id: r.try_get("id")?,
             home: home
@@ -116,11 +132,17 @@ pub async fn view(pool: &MySqlPool, id: u64) -> Result<Option<ProductView>, sqlx
                 sale_starts_at: starts.map(from_millis).transpose()?,
                 sale_ends_at: ends.map(from_millis).transpose()?,
                 token_required: r.try_get("token_required")?,
+                payment_window_ms: r.try_get("payment_window_ms")?,
             },
             stock: r.try_get("stock")?,
             initial_stock: r.try_get("initial_stock")?,
-            sold: r.try_get("sold")?,
+            sold: reserved + paid,
             orders: r.try_get("orders")?,
+            reserved,
+            paid,
+            expired: r.try_get("expired")?,
+            cancelled: r.try_get("cancelled")?,
+            returning: r.try_get("on_the_way")?,
             pending: 0,
             stranded: 0,
         }
@@ -129,31 +151,36 @@ pub async fn view(pool: &MySqlPool, id: u64) -> Result<Option<ProductView>, sqlx
     .transpose()
 }
 
-/// `home, per_user_limit, sale_starts_ms, sale_ends_ms, token_required` of a product row.
-type RulesRow = (String, i64, Option<i64>, Option<i64>, bool);
+/// `home, per_user_limit, sale_starts_ms, sale_ends_ms, token_required, payment_window_ms` of a
+/// product row.
+type RulesRow = (String, i64, Option<i64>, Option<i64>, bool, i64);
 
 /// The product's home and sale rules (one indexed row, none of its orders), or `None` if it
 /// does not exist: what a purchase needs to know before it starts.
 pub async fn rules(pool: &MySqlPool, id: u64) -> Result<Option<(Home, SaleRules)>, sqlx::Error> {
     let row: Option<RulesRow> = sqlx::query_as(
-        "SELECT home, per_user_limit, sale_starts_ms, sale_ends_ms, token_required \
+        "SELECT home, per_user_limit, sale_starts_ms, sale_ends_ms, token_required, \
+                payment_window_ms \
          FROM products WHERE id = ?",
     )
     .bind(id)
     .fetch_optional(pool)
     .await?;
-    row.map(|(home, per_user_limit, starts, ends, token_required)| {
-        let home: Home = home
-            .parse()
-            .map_err(|e: String| sqlx::Error::Decode(e.into()))?;
-        let rules = SaleRules {
-            per_user_limit,
-            sale_starts_at: starts.map(from_millis).transpose()?,
-            sale_ends_at: ends.map(from_millis).transpose()?,
-            token_required,
-        };
-        Ok((home, rules))
-    })
+    row.map(
+        |(home, per_user_limit, starts, ends, token_required, payment_window_ms)| {
+            let home: Home = home
+                .parse()
+                .map_err(|e: String| sqlx::Error::Decode(e.into()))?;
+            let rules = SaleRules {
+                per_user_limit,
+                sale_starts_at: starts.map(from_millis).transpose()?,
+                sale_ends_at: ends.map(from_millis).transpose()?,
+                token_required,
+                payment_window_ms,
+            };
+            Ok((home, rules))
+        },
+    )
     .transpose()
 }
 

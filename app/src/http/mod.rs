@@ -30,6 +30,15 @@ pub fn router(state: AppState) -> Router {
             "/api/products/{id}/orders/{request_id}",
             get(orders::status),
         )
+        .route(
+            "/api/products/{id}/orders/{request_id}/pay",
+            post(orders::pay),
+        )
+        .route(
+            "/api/products/{id}/orders/{request_id}/cancel",
+            post(orders::cancel),
+        )
+        .route("/api/products/{id}/expire", post(orders::expire))
         .route("/api/strategies", get(meta::strategies))
         .route("/api/noop", get(meta::noop))
         .route("/api/openapi.json", get(openapi::serve))

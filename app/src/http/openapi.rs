@@ -10,7 +10,7 @@ use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa::openapi::{OpenApi as Document, RefOr, Schema};
 use utoipa::{Modify, OpenApi};
 
-use super::orders::HOLD_HEADER;
+use super::orders::{HOLD_HEADER, UNCHECKED_HEADER};
 use super::{meta, orders, products, tokens};
 use crate::state::{AppState, Settings};
 
@@ -26,6 +26,9 @@ use crate::state::{AppState, Settings};
         products::show,
         orders::create,
         orders::status,
+        orders::pay,
+        orders::cancel,
+        orders::expire,
         products::reconcile,
         tokens::issue,
         meta::strategies,
@@ -74,7 +77,10 @@ pub fn document(settings: &Settings) -> Document {
         if !settings.allow_fault_injection
             && let Some(parameters) = &mut operation.parameters
         {
-            parameters.retain(|p| !p.name.eq_ignore_ascii_case(HOLD_HEADER));
+            parameters.retain(|p| {
+                !p.name.eq_ignore_ascii_case(HOLD_HEADER)
+                    && !p.name.eq_ignore_ascii_case(UNCHECKED_HEADER)
+            });
         }
     }
     if settings.admin_token.is_none()
@@ -133,6 +139,12 @@ mod tests {
             allow_fault_injection: true,
             reconcile_grace: std::time::Duration::from_secs(10),
             token_key: crate::purchase_token::TokenKey::random(),
+            payment_window_ms: crate::api::DEFAULT_PAYMENT_WINDOW_MS,
+            sweep: crate::lifecycle::sweep::Pace {
+                interval: std::time::Duration::from_secs(1),
+                batch: 10,
+                return_grace: std::time::Duration::from_secs(10),
+            },
         }
     }
 

@@ -1,8 +1,8 @@
 //! `PUT /api/products/{id}` (admin: create or reset) and `GET /api/products/{id}`.
 
 use crate::api::{
-    DEFAULT_BUCKETS, DEFAULT_PER_USER_LIMIT, ErrorBody, Home, MAX_BUCKETS, MAX_STOCK, ProductView,
-    Reconciliation, ResetProduct, SaleRules,
+    DEFAULT_BUCKETS, DEFAULT_PER_USER_LIMIT, ErrorBody, Home, MAX_BUCKETS, MAX_PAYMENT_WINDOW_MS,
+    MAX_STOCK, ProductView, Reconciliation, ResetProduct, SaleRules,
 };
 use crate::db::products;
 use crate::error::ApiError;
@@ -27,7 +27,7 @@ use axum::http::{HeaderMap, StatusCode};
         (status = 400, description = "`bad_request`: malformed JSON or id", body = ErrorBody),
         (status = 401, description = "`unauthorized`: missing or wrong admin token", body = ErrorBody),
         (status = 415, description = "`bad_request`: the body is not `application/json`", body = ErrorBody),
-        (status = 422, description = "`invalid_request`: stock outside 0 to 1,000,000,000, buckets outside 1 to 1,024, a per-user limit outside 1 to 1,000,000,000, a sale that ends before it starts, or unknown fields", body = ErrorBody),
+        (status = 422, description = "`invalid_request`: stock outside 0 to 1,000,000,000, buckets outside 1 to 1,024, a per-user limit outside 1 to 1,000,000,000, a payment window outside 1 ms to a week, a sale that ends before it starts, or unknown fields", body = ErrorBody),
         (status = 503, description = "`busy` (a row lock not obtained in time) or `backend_unavailable`", body = ErrorBody,
             headers(("Retry-After" = u32, description = "Seconds to wait")))))]
 pub async fn reset(
@@ -51,7 +51,7 @@ pub async fn reset(
         )));
     }
     let buckets = u32::try_from(buckets).unwrap_or(DEFAULT_BUCKETS);
-    let rules = rules_of(&body)?;
+    let rules = rules_of(&body, state.settings.payment_window_ms)?;
     products::reset_with(&state.pool, id, body.stock, body.home, buckets, &rules).await?;
     // The stock's one home: the counter holds it for `redis`, and no counter is left otherwise.
     match (&state.redis, body.home) {
@@ -118,8 +118,14 @@ pub async fn reconcile(
     Ok(Json(found))
 }
 
-/// The sale rules a reset asks for, checked.
-fn rules_of(body: &ResetProduct) -> Result<SaleRules, ApiError> {
+/// The sale rules a reset asks for, checked (`window`: the payment window when it names none).
+fn rules_of(body: &ResetProduct, window: i64) -> Result<SaleRules, ApiError> {
+    let payment_window_ms = body.payment_window_ms.unwrap_or(window);
+    if !(1..=MAX_PAYMENT_WINDOW_MS).contains(&payment_window_ms) {
+        return Err(ApiError::Invalid(format!(
+            "payment_window_ms must be between 1 and {MAX_PAYMENT_WINDOW_MS}"
+        )));
+    }
     let per_user_limit = body.per_user_limit.unwrap_or(DEFAULT_PER_USER_LIMIT);
     if !(1..=MAX_STOCK).contains(&per_user_limit) {
         return Err(ApiError::Invalid(format!(
@@ -131,6 +137,7 @@ fn rules_of(body: &ResetProduct) -> Result<SaleRules, ApiError> {
         sale_starts_at: body.sale_starts_at,
         sale_ends_at: body.sale_ends_at,
         token_required: body.token_required,
+        payment_window_ms,
     })
 }
 

@@ -13,6 +13,7 @@
 //! Because entries are deleted once placed, the stream's length is the lag: orders accepted and
 //! not yet in the database (`seckill_stream_lag_entries`).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -173,17 +174,32 @@ impl Consumer {
         if orders.is_empty() {
             return Ok(0);
         }
+        // Each order's payment deadline runs from its placement, by its product's window.
+        let mut windows = HashMap::new();
+        for o in orders {
+            if let std::collections::hash_map::Entry::Vacant(slot) = windows.entry(o.product_id) {
+                let rules = crate::db::products::rules(&self.pool, o.product_id).await?;
+                let window = rules.map_or(crate::api::DEFAULT_PAYMENT_WINDOW_MS, |(_, r)| {
+                    r.payment_window_ms
+                });
+                slot.insert(window.saturating_mul(1000));
+            }
+        }
         // `IGNORE` skips a row whose purchase exists (the input was validated at the door, so
         // nothing else is there to ignore), and counts only the rows it inserted.
         let mut insert = QueryBuilder::new(
-            "INSERT IGNORE INTO orders (product_id, user_id, quantity, strategy, request_id) ",
+            "INSERT IGNORE INTO orders (product_id, user_id, quantity, strategy, request_id, \
+                                        pay_by) ",
         );
         insert.push_values(orders, |mut row, o| {
             row.push_bind(o.product_id)
                 .push_bind(&o.user_id)
                 .push_bind(o.quantity)
                 .push_bind(&o.strategy)
-                .push_bind(&o.request_id);
+                .push_bind(&o.request_id)
+                .push("NOW(6) + INTERVAL ")
+                .push_bind_unseparated(windows.get(&o.product_id).copied().unwrap_or(0))
+                .push_unseparated(" MICROSECOND");
         });
         let inserted = insert.build().execute(&self.pool).await?.rows_affected();
         if inserted < orders.len() as u64 {
@@ -211,7 +227,9 @@ impl Consumer {
             let Some(stored) = crate::db::orders::find(&self.pool, order.key()).await? else {
                 continue;
             };
-            let own = stored.state() == OrderState::Placed
+            // An order of the entry's own terms is its own whatever became of it since: an
+            // expired or cancelled one gave its units back through its own life.
+            let own = stored.state() != OrderState::Voided
                 && stored.quantity == order.quantity
                 && stored.strategy == order.strategy;
             if own {

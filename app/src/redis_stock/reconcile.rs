@@ -23,10 +23,21 @@
 //!    failover that lost decrements), with a compare-and-set, so a purchase that moves the
 //!    counter meanwhile makes it answer `busy` instead of writing a stale value.
 //!
-//! The reads that decide step 3 are ordered so that every race between them makes the
-//! expected value come out high, never low: the orders first, then the stream, then the
-//! charges, then the counter. A high expectation can only leave a counter alone, never lower
-//! it below the truth. What reconcile cannot tell apart: with the counter *and* its charge
+//! Before all of this, it finishes the returns left half-way: orders that left `reserved`
+//! (`expiring`, `cancelling`) whose units never reached the counter because the instance
+//! returning them died in between. The give-back script returns them once, by the purchase's
+//! charge record, however often it runs (see [`crate::lifecycle`]).
+//!
+//! The reads that decide step 3 are ordered so that every race between them either makes the
+//! expected value come out high, never low, or moves the counter, which the compare-and-set
+//! then refuses: the counter first, then the orders, then the stream, then the charges. A
+//! purchase or a return that changes the counter after it was read makes the set fail (`busy`,
+//! retry); one made before it is in every later read. An entry placed from the stream between
+//! the reads of the orders and of the stream is counted in neither (high); a charge placed as
+//! an order after the orders were read is counted as in flight. A high expectation can only
+//! leave a counter alone, never lower it below the truth. (Reading the counter last instead
+//! would let a return made between the reads count twice: its order still `reserved` in the
+//! orders read, its units already in the counter.) What reconcile cannot tell apart: with the counter *and* its charge
 //! records lost (a Redis restart without persistence), the purchases that were in flight at
 //! that moment; a counter recreated then can oversell by their units. Run Redis with an
 //! append-only file (see `docker-compose.yml`).
@@ -40,6 +51,7 @@ use super::charge::{self, Charge};
 use super::scripts::REPAIR;
 use super::{RedisStock, RedisStockError};
 use crate::api::{Home, Reconciliation};
+use crate::db::order_life;
 use crate::db::orders::{self, NewOrder, OrderState};
 use crate::db::products;
 
@@ -69,6 +81,8 @@ struct Found {
     /// Charges whose purchase is voided already (a reconcile fenced it out and could not give
     /// its units back): given back now.
     fenced: Vec<String>,
+    /// Orders whose units are on their way back (order id, charge field, state).
+    returning: Vec<(u64, String, OrderState)>,
     /// Units of the charges with neither, younger than the grace.
     in_flight_units: i64,
     in_flight: u64,
@@ -84,6 +98,15 @@ pub async fn reconcile(
 ) -> Result<Reconciliation, ReconcileError> {
     let before = read(pool, redis, product, grace).await?;
     let mut released = 0;
+    for (order_id, field, on_the_way) in &before.returning {
+        give_back(redis, product, field).await?;
+        let done = match on_the_way {
+            OrderState::Cancelling => OrderState::Cancelled,
+            _ => OrderState::Expired,
+        };
+        order_life::arrived(pool, *order_id, *on_the_way, done).await?;
+        released += 1;
+    }
     for field in &before.fenced {
         give_back(redis, product, field).await?;
         released += 1;
@@ -106,6 +129,7 @@ pub async fn reconcile(
                 strategy: &charged.strategy,
                 request_id,
                 fencing_token: None,
+                pay_within: Duration::ZERO,
             },
         )
         .await?;
@@ -152,27 +176,43 @@ pub async fn reconcile(
     })
 }
 
-/// One pass of reads, in the order that biases the expected counter high (see the module
-/// docs): orders, stream, charges, counter.
+/// One pass of reads, in the order that makes every race between them safe (see the module
+/// docs): counter, orders, stream, charges.
 async fn read(
     pool: &MySqlPool,
     redis: &RedisStock,
     product: u64,
     grace: Duration,
 ) -> Result<Found, ReconcileError> {
+    let home = products::rules(pool, product)
+        .await?
+        .ok_or(ReconcileError::UnknownProduct(product))?
+        .0;
+    if home != Home::Redis {
+        return Err(ReconcileError::NotInRedis(product, home));
+    }
+    let counter = redis.counter(product).await?;
     let view = products::view(pool, product)
         .await?
         .ok_or(ReconcileError::UnknownProduct(product))?;
-    if view.home != Home::Redis {
-        return Err(ReconcileError::NotInRedis(product, view.home));
-    }
     let (mut placed, mut voided) = (HashSet::new(), HashSet::new());
-    for (user, request, state) in orders::purchases_of(pool, product).await? {
+    let mut returning = Vec::new();
+    for (order_id, user, request, state) in order_life::states_of(pool, product).await? {
         let field = charge::field(&user, &request);
         match state {
-            OrderState::Placed => placed.insert(field),
-            OrderState::Voided => voided.insert(field),
-        };
+            OrderState::Reserved | OrderState::Paid => {
+                placed.insert(field);
+            }
+            OrderState::Voided => {
+                voided.insert(field);
+            }
+            OrderState::Expiring | OrderState::Cancelling => {
+                returning.push((order_id, field.clone(), state));
+                placed.insert(field);
+            }
+            // Back home: a charge record of it is a retry's, in flight or lost as any other.
+            OrderState::Expired | OrderState::Cancelled => {}
+        }
     }
     let waiting = redis.waiting(Some(product)).await?;
     let pending: i64 = waiting.iter().map(|o| i64::from(o.quantity)).sum();
@@ -182,7 +222,6 @@ async fn read(
         .collect();
     let charged = redis.charged(product).await?;
     let now = redis.now_ms().await?;
-    let counter = redis.counter(product).await?;
 
     let grace_ms = u64::try_from(grace.as_millis()).unwrap_or(u64::MAX);
     let mut found = Found {
@@ -192,6 +231,7 @@ async fn read(
         counter,
         presumed_lost: Vec::new(),
         fenced: Vec::new(),
+        returning,
         in_flight_units: 0,
         in_flight: 0,
     };

@@ -129,6 +129,9 @@ mod tests {
                 request_id: format!("r-{product_id}"),
                 strategy: Strategy::LocalMutex,
                 per_user_limit: crate::api::MAX_STOCK,
+                pay_within: std::time::Duration::from_millis(
+                    crate::api::DEFAULT_PAYMENT_WINDOW_MS as u64,
+                ),
                 hold: None,
                 stats: PurchaseStats::default(),
             };

@@ -118,6 +118,8 @@ pub struct Purchase {
     pub strategy: Strategy,
     /// Units the buyer may hold of the product in all (its rules as the instance knows them).
     pub per_user_limit: i64,
+    /// How long the buyer has to pay the order (the product's payment window).
+    pub pay_within: Duration,
     /// Injected pause inside the critical section (`X-Seckill-Hold-Ms`, when allowed).
     pub hold: Option<Duration>,
     /// What the strategy had to do, for the metrics.
@@ -143,6 +145,7 @@ impl Purchase {
             strategy: self.strategy.name(),
             request_id: &self.request_id,
             fencing_token,
+            pay_within: self.pay_within,
         }
     }
 

@@ -39,7 +39,8 @@ impl StockStrategy for RacyLimit {
             let (bought, limit): (i64, Option<i64>) = sqlx::query_as(
                 "SELECT CAST(COALESCE(SUM(quantity), 0) AS SIGNED), \
                         (SELECT per_user_limit FROM products WHERE id = ?) \
-                 FROM orders WHERE product_id = ? AND user_id = ? AND state = 'placed'",
+                 FROM orders WHERE product_id = ? AND user_id = ? \
+                   AND state IN ('reserved', 'paid')",
             )
             .bind(purchase.product_id)
             .bind(purchase.product_id)

@@ -57,6 +57,7 @@ pub async fn run_flood(
             sale_starts_at: Some(opens),
             sale_ends_at: None,
             token_required: false,
+            payment_window_ms: None,
         },
     )
     .await?;
@@ -126,7 +127,7 @@ pub async fn run_flood(
 pub async fn beyond_limit(db: &MySqlPool, product: u64, limit: i64) -> Result<i64> {
     let beyond: Option<i64> = sqlx::query_scalar(
         "SELECT CAST(SUM(held - ?) AS SIGNED) FROM (SELECT SUM(quantity) AS held FROM orders \
-         WHERE product_id = ? AND state = 'placed' GROUP BY user_id) AS buyers \
+         WHERE product_id = ? AND state IN ('reserved', 'paid') GROUP BY user_id) AS buyers \
          WHERE held > ?",
     )
     .bind(limit)

@@ -57,6 +57,8 @@ async fn order(
         strategy: body.strategy.unwrap_or(Strategy::Conditional),
         request_id: body.request_id,
         fencing_token: None,
+        stage: app::api::OrderStage::Reserved,
+        pay_by: None,
     };
     (StatusCode::CREATED, Json(placed)).into_response()
 }

@@ -79,6 +79,9 @@ pub(super) async fn admit(
         request_id: request.request_id,
         strategy: name,
         per_user_limit: known.rules.per_user_limit,
+        pay_within: Duration::from_millis(
+            u64::try_from(known.rules.payment_window_ms).unwrap_or(u64::MAX),
+        ),
         hold,
         stats: PurchaseStats::default(),
     });
@@ -124,7 +127,7 @@ pub(in crate::http) fn check_id(field: &str, value: &str, max: usize) -> Result<
     Ok(())
 }
 
-fn hold(headers: &HeaderMap) -> Result<Option<Duration>, ApiError> {
+pub(super) fn hold(headers: &HeaderMap) -> Result<Option<Duration>, ApiError> {
     let Some(value) = headers.get(HOLD_HEADER) else {
         return Ok(None);
     };

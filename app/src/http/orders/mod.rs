@@ -8,6 +8,7 @@
 //! half-way; a duplicate is answered with its original order.
 
 mod admit;
+mod life;
 mod status;
 
 use std::sync::Arc;
@@ -31,6 +32,7 @@ use crate::strategy::{Purchase, PurchaseError, Purchased, StockStrategy};
 
 pub use admit::HOLD_HEADER;
 pub(super) use admit::{check_id, within_sale};
+pub use life::{__path_cancel, __path_expire, __path_pay, UNCHECKED_HEADER, cancel, expire, pay};
 pub use status::{__path_status, status};
 
 impl TryFrom<Order> for OrderResponse {
@@ -41,6 +43,7 @@ impl TryFrom<Order> for OrderResponse {
             .strategy
             .parse::<Strategy>()
             .map_err(|e| ApiError::Internal(format!("order {} names {e}", o.order_id).into()))?;
+        let stage = o.state().stage().unwrap_or_default();
         Ok(OrderResponse {
             order_id: o.order_id,
             product_id: o.product_id,
@@ -49,6 +52,10 @@ impl TryFrom<Order> for OrderResponse {
             strategy,
             request_id: o.request_id,
             fencing_token: o.fencing_token,
+            stage,
+            pay_by: o.pay_by_ms.and_then(|ms| {
+                time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000).ok()
+            }),
         })
     }
 }
@@ -193,6 +200,8 @@ async fn run(state: &AppState, strategy: &Arc<dyn StockStrategy>, purchase: &Pur
             strategy: purchase.strategy,
             request_id: purchase.request_id.clone(),
             fencing_token: placed.fencing_token,
+            stage: crate::api::OrderStage::Reserved,
+            pay_by: None,
         })),
         Ok(Purchased::Accepted) => Ok(Success::Accepted(OrderStatus {
             request_id: purchase.request_id.clone(),

@@ -59,7 +59,7 @@ pub async fn status(
     if let Some(order) = orders::find(&state.pool, key).await? {
         return Ok(Json(match order.state() {
             Stored::Voided => state_of(OrderState::Voided, None),
-            Stored::Placed => state_of(OrderState::Placed, Some(order.try_into()?)),
+            _ => state_of(OrderState::Placed, Some(order.try_into()?)),
         }));
     }
     match waiting {

@@ -103,6 +103,7 @@ impl StockStrategy for Batched {
                 user_id: purchase.user_id.clone(),
                 quantity: purchase.quantity,
                 per_user_limit: purchase.per_user_limit,
+                pay_within: purchase.pay_within,
                 request_id: purchase.request_id.clone(),
                 strategy: purchase.strategy.name(),
                 hold: purchase.hold,
@@ -138,6 +139,8 @@ struct Entry {
     user_id: String,
     quantity: u32,
     per_user_limit: i64,
+    /// The product's payment window.
+    pay_within: Duration,
     request_id: String,
     strategy: &'static str,
     hold: Option<Duration>,
@@ -333,6 +336,7 @@ impl Queue {
                 strategy: e.strategy,
                 request_id: &e.request_id,
                 fencing_token: None,
+                pay_within: e.pay_within,
             })
             .collect();
         if taking.is_empty() {

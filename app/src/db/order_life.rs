@@ -1,0 +1,255 @@
+//! The statements of an order's life after its insert: paying, ending (expiry or cancellation)
+//! and giving the units back to a home in this database, the sweep's look-ups.
+//!
+//! **Each transition is one conditional `UPDATE`.** The row's current state is in its `WHERE`
+//! (`state = 'reserved'`, and for a payment `pay_by > NOW(6)`), so of two transitions racing
+//! on one order — a payment and an expiry, a cancellation and an expiry, two cancellations —
+//! InnoDB's row lock lets one change the row and the other find 0 rows to change, whatever the
+//! timing: the second learns it lost and changes nothing. The clock is the database's
+//! (`NOW(6)`), one clock for every instance.
+//!
+//! The checked-then-written variants ([`read_state`] then [`force_state`]) exist for the fault
+//! scenarios only: a read and a write with time between them, which two racers both pass.
+
+use sqlx::{MySqlConnection, MySqlPool};
+
+use super::orders::{OrderState, PurchaseKey};
+
+/// An order due for expiry, or one whose units are on their way back: what the sweep works on.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct Due {
+    pub order_id: u64,
+    pub product_id: u64,
+    pub user_id: String,
+    pub request_id: String,
+    pub quantity: u32,
+    /// The product's home (`row`, `buckets`, `redis`).
+    pub home: String,
+    state: String,
+}
+
+impl Due {
+    pub fn state(&self) -> OrderState {
+        OrderState::of(&self.state)
+    }
+}
+
+/// `reserved` → `paid`, if the order is reserved and its deadline has not passed: whether it
+/// changed.
+pub async fn pay(pool: &MySqlPool, order_id: u64) -> Result<bool, sqlx::Error> {
+    let done = sqlx::query(
+        "UPDATE orders SET state = 'paid', ended_at = NOW(6) \
+         WHERE id = ? AND state = 'reserved' AND pay_by > NOW(6)",
+    )
+    .bind(order_id)
+    .execute(pool)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// `reserved` → `to`, in `conn`'s transaction; `due_only`: only if its deadline has passed
+/// (an expiry). Whether it changed.
+pub async fn end(
+    conn: &mut MySqlConnection,
+    order_id: u64,
+    to: OrderState,
+    due_only: bool,
+) -> Result<bool, sqlx::Error> {
+    let returned = match to {
+        OrderState::Expired | OrderState::Cancelled => "NOW(6)",
+        _ => "NULL",
+    };
+    let due = match due_only {
+        true => " AND pay_by <= NOW(6)",
+        false => "",
+    };
+    let sql = format!(
+        "UPDATE orders SET state = ?, ended_at = NOW(6), returned_at = {returned} \
+         WHERE id = ? AND state = 'reserved'{due}"
+    );
+    let done = sqlx::query(sqlx::AssertSqlSafe(sql))
+        .bind(to.name())
+        .bind(order_id)
+        .execute(conn)
+        .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// `from` (`expiring` or `cancelling`) → `to` (`expired` or `cancelled`): the units arrived.
+/// Whether it changed (false: someone else recorded the arrival first).
+pub async fn arrived(
+    pool: &MySqlPool,
+    order_id: u64,
+    from: OrderState,
+    to: OrderState,
+) -> Result<bool, sqlx::Error> {
+    let done =
+        sqlx::query("UPDATE orders SET state = ?, returned_at = NOW(6) WHERE id = ? AND state = ?")
+            .bind(to.name())
+            .bind(order_id)
+            .bind(from.name())
+            .execute(pool)
+            .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// The order's state, read without a lock (the unchecked variants' "check").
+pub async fn read_state(
+    conn: &mut MySqlConnection,
+    order_id: u64,
+) -> Result<Option<OrderState>, sqlx::Error> {
+    let state: Option<String> = sqlx::query_scalar("SELECT state FROM orders WHERE id = ?")
+        .bind(order_id)
+        .fetch_optional(conn)
+        .await?;
+    Ok(state.map(|s| OrderState::of(&s)))
+}
+
+/// Writes the order's state whatever it is now (the unchecked variants' "act").
+pub async fn force_state(
+    conn: &mut MySqlConnection,
+    order_id: u64,
+    to: OrderState,
+) -> Result<(), sqlx::Error> {
+    sqlx::query("UPDATE orders SET state = ?, ended_at = NOW(6) WHERE id = ?")
+        .bind(to.name())
+        .bind(order_id)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+/// Gives `units` back to the buyer's per-user count of the product (homes in this database:
+/// the count the purchases claim against, see [`super::quota`]).
+pub async fn give_back_quota(
+    conn: &mut MySqlConnection,
+    key: PurchaseKey<'_>,
+    units: u32,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "UPDATE purchase_quota SET units = GREATEST(units - ?, 0) \
+         WHERE product_id = ? AND user_id = ?",
+    )
+    .bind(units)
+    .bind(key.product_id)
+    .bind(key.user_id)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Puts `units` back in the product row, bumping its version like every stock write (so an
+/// `optimistic` or fenced buyer who read before it reads again).
+pub async fn give_back_to_row(
+    conn: &mut MySqlConnection,
+    product_id: u64,
+    units: u32,
+) -> Result<(), sqlx::Error> {
+    sqlx::query("UPDATE products SET stock = stock + ?, version = version + 1 WHERE id = ?")
+        .bind(units)
+        .bind(product_id)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+/// Puts `units` back in one of the product's buckets, chosen by the order id (returns spread
+/// over the buckets as purchases do; one row locked).
+pub async fn give_back_to_bucket(
+    conn: &mut MySqlConnection,
+    product_id: u64,
+    order_id: u64,
+    units: u32,
+) -> Result<(), sqlx::Error> {
+    let buckets: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM stock_buckets WHERE product_id = ?")
+            .bind(product_id)
+            .fetch_one(&mut *conn)
+            .await?;
+    let bucket = order_id % u64::try_from(buckets.max(1)).unwrap_or(1);
+    sqlx::query("UPDATE stock_buckets SET stock = stock + ? WHERE product_id = ? AND bucket = ?")
+        .bind(units)
+        .bind(product_id)
+        .bind(bucket)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+const DUE_COLUMNS: &str = "o.id AS order_id, o.product_id, o.user_id, o.request_id, o.quantity, \
+    p.home, o.state";
+
+/// At most `limit` reserved orders past their deadline (of `product`, or of all), oldest
+/// deadline first: one range of the index `orders_due`.
+pub async fn due(
+    pool: &MySqlPool,
+    product: Option<u64>,
+    limit: u32,
+) -> Result<Vec<Due>, sqlx::Error> {
+    let only = match product {
+        Some(_) => " AND o.product_id = ?",
+        None => "",
+    };
+    let sql = format!(
+        "SELECT {DUE_COLUMNS} FROM orders o JOIN products p ON p.id = o.product_id \
+         WHERE o.state = 'reserved' AND o.pay_by <= NOW(6){only} ORDER BY o.pay_by LIMIT ?"
+    );
+    let mut query = sqlx::query_as(sqlx::AssertSqlSafe(sql));
+    if let Some(product) = product {
+        query = query.bind(product);
+    }
+    query.bind(limit).fetch_all(pool).await
+}
+
+/// At most `limit` orders whose units are on their way back (`expiring`, `cancelling`) and
+/// left `reserved` at least `older_than_ms` ago (of `product`, or of all).
+pub async fn returning(
+    pool: &MySqlPool,
+    product: Option<u64>,
+    older_than_ms: u64,
+    limit: u32,
+) -> Result<Vec<Due>, sqlx::Error> {
+    let only = match product {
+        Some(_) => " AND o.product_id = ?",
+        None => "",
+    };
+    let sql = format!(
+        "SELECT {DUE_COLUMNS} FROM orders o JOIN products p ON p.id = o.product_id \
+         WHERE o.state IN ('expiring', 'cancelling') \
+           AND o.ended_at <= NOW(6) - INTERVAL ? MICROSECOND{only} \
+         ORDER BY o.ended_at LIMIT ?"
+    );
+    let mut query = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+        .bind(i64::try_from(older_than_ms.saturating_mul(1000)).unwrap_or(i64::MAX));
+    if let Some(product) = product {
+        query = query.bind(product);
+    }
+    query.bind(limit).fetch_all(pool).await
+}
+
+/// How late the oldest reserved order past its deadline is, in milliseconds (0: none is).
+pub async fn oldest_overdue_ms(pool: &MySqlPool) -> Result<u64, sqlx::Error> {
+    let late: Option<i64> = sqlx::query_scalar(
+        "SELECT CAST(TIMESTAMPDIFF(MICROSECOND, MIN(pay_by), NOW(6)) / 1000 AS SIGNED) \
+         FROM orders WHERE state = 'reserved' AND pay_by <= NOW(6)",
+    )
+    .fetch_one(pool)
+    .await?;
+    Ok(late.map_or(0, |ms| u64::try_from(ms).unwrap_or(0)))
+}
+
+/// The id, buyer, request id and state of each of the product's order rows.
+pub async fn states_of(
+    pool: &MySqlPool,
+    product_id: u64,
+) -> Result<Vec<(u64, String, String, OrderState)>, sqlx::Error> {
+    let rows: Vec<(u64, String, String, String)> =
+        sqlx::query_as("SELECT id, user_id, request_id, state FROM orders WHERE product_id = ?")
+            .bind(product_id)
+            .fetch_all(pool)
+            .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(id, user, request, state)| (id, user, request, OrderState::of(&state)))
+        .collect())
+}

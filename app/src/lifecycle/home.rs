@@ -1,0 +1,188 @@
+//! Ending one order and giving its units back to its product's home (see the module above for
+//! why each home gets them exactly once).
+
+use std::time::Duration;
+
+use super::{Check, End, LifeError, Lifecycle};
+use crate::api::Home;
+use crate::db::order_life::{self, Due};
+use crate::db::orders::{Order, OrderState, PurchaseKey};
+use crate::redis_stock::{RedisStockError, charge};
+
+/// An order to end, with what giving its units back needs.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub order_id: u64,
+    pub product_id: u64,
+    pub user_id: String,
+    pub request_id: String,
+    pub quantity: u32,
+    pub home: Home,
+}
+
+impl Target {
+    pub fn of(order: &Order, home: Home) -> Target {
+        Target {
+            order_id: order.order_id,
+            product_id: order.product_id,
+            user_id: order.user_id.clone(),
+            request_id: order.request_id.clone(),
+            quantity: order.quantity,
+            home,
+        }
+    }
+
+    /// The target of a row the sweep found (`None`: a home this build does not know).
+    pub fn of_due(due: &Due) -> Option<Target> {
+        Some(Target {
+            order_id: due.order_id,
+            product_id: due.product_id,
+            user_id: due.user_id.clone(),
+            request_id: due.request_id.clone(),
+            quantity: due.quantity,
+            home: due.home.parse().ok()?,
+        })
+    }
+
+    fn key(&self) -> PurchaseKey<'_> {
+        PurchaseKey {
+            product_id: self.product_id,
+            user_id: &self.user_id,
+            request_id: &self.request_id,
+        }
+    }
+}
+
+/// Ends `target` as `end` says and gives its units back; whether this call made the
+/// transition.
+pub(super) async fn end(
+    life: &Lifecycle,
+    target: &Target,
+    end: End,
+    check: Check,
+    hold: Option<Duration>,
+) -> Result<bool, LifeError> {
+    match target.home {
+        Home::Row | Home::Buckets => end_in_database(life, target, end, check, hold).await,
+        Home::Redis => end_in_redis(life, target, end, check, hold).await,
+    }
+}
+
+/// The state change, the stock and the quota in one transaction.
+async fn end_in_database(
+    life: &Lifecycle,
+    target: &Target,
+    end: End,
+    check: Check,
+    hold: Option<Duration>,
+) -> Result<bool, LifeError> {
+    let mut tx = life.pool.begin().await?;
+    let changed = match check {
+        Check::Conditional => {
+            let changed =
+                order_life::end(&mut tx, target.order_id, end.done(), end == End::Expire).await?;
+            // The order's row is locked and changed, the units not yet back: a crash here
+            // rolls both back.
+            pause(hold).await;
+            changed
+        }
+        Check::Unchecked => {
+            let state = order_life::read_state(&mut tx, target.order_id).await?;
+            if state != Some(OrderState::Reserved) {
+                return Ok(false);
+            }
+            pause(hold).await;
+            order_life::force_state(&mut tx, target.order_id, end.done()).await?;
+            true
+        }
+    };
+    if !changed {
+        return Ok(false);
+    }
+    order_life::give_back_quota(&mut tx, target.key(), target.quantity).await?;
+    match target.home {
+        Home::Buckets => {
+            order_life::give_back_to_bucket(
+                &mut tx,
+                target.product_id,
+                target.order_id,
+                target.quantity,
+            )
+            .await?
+        }
+        _ => order_life::give_back_to_row(&mut tx, target.product_id, target.quantity).await?,
+    }
+    tx.commit().await?;
+    life.stock_back(target.product_id).await;
+    Ok(true)
+}
+
+/// The state change to `expiring` / `cancelling`, committed; then the give-back script; then
+/// the final state.
+async fn end_in_redis(
+    life: &Lifecycle,
+    target: &Target,
+    end: End,
+    check: Check,
+    hold: Option<Duration>,
+) -> Result<bool, LifeError> {
+    let mut conn = life.pool.acquire().await?;
+    let changed = match check {
+        Check::Conditional => {
+            order_life::end(
+                &mut conn,
+                target.order_id,
+                end.on_the_way(),
+                end == End::Expire,
+            )
+            .await?
+        }
+        Check::Unchecked => {
+            let state = order_life::read_state(&mut conn, target.order_id).await?;
+            if state != Some(OrderState::Reserved) {
+                return Ok(false);
+            }
+            order_life::force_state(&mut conn, target.order_id, end.on_the_way()).await?;
+            true
+        }
+    };
+    drop(conn);
+    if !changed {
+        return Ok(false);
+    }
+    // The order left `reserved` and its units are not home yet: the window a crash turns into
+    // stranded units, which the sweep or `reconcile` finishes.
+    pause(hold).await;
+    finish_return(life, target, end.on_the_way()).await?;
+    Ok(true)
+}
+
+/// Gives the units of an order in `expiring` / `cancelling` back to the Redis counter (once,
+/// by its charge record) and records their arrival. Safe to run again, by anyone, at any time.
+pub(super) async fn finish_return(
+    life: &Lifecycle,
+    target: &Target,
+    on_the_way: OrderState,
+) -> Result<(), LifeError> {
+    let redis = life.redis.as_ref().ok_or(RedisStockError::NotConfigured)?;
+    let field = charge::field(&target.user_id, &target.request_id);
+    let given: i64 = redis
+        .invoke(&redis.give_back(target.product_id, &field))
+        .await?;
+    let done = match on_the_way {
+        OrderState::Cancelling => OrderState::Cancelled,
+        _ => OrderState::Expired,
+    };
+    order_life::arrived(&life.pool, target.order_id, on_the_way, done).await?;
+    if given > 0 && life.forget_on_return {
+        // The script announced it to every instance; this one forgets without waiting for it.
+        life.shelf.forget(target.product_id);
+    }
+    Ok(())
+}
+
+async fn pause(hold: Option<Duration>) {
+    if let Some(pause) = hold {
+        tokio::time::sleep(pause).await;
+    }
+}

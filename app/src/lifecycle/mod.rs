@@ -1,0 +1,275 @@
+//! An order's life: a purchase makes it `reserved`; its buyer pays it (`paid`) before its
+//! payment deadline, or cancels it, or lets the deadline pass and it expires; an expired or
+//! cancelled order's units go back to the product's home — the row, a bucket, or the Redis
+//! counter — exactly once, with the buyer's per-user quota, and every instance forgets that
+//! the product was sold out.
+//!
+//! **One conditional state change decides each transition** ([`crate::db::order_life`]):
+//! `UPDATE … WHERE state = 'reserved' [AND pay_by > NOW(6)]`. Whatever races on one order — a
+//! late payment and the expiry, a cancellation and the expiry, two cancellations, two
+//! instances' sweeps — exactly one changes the row; the others find 0 rows, change nothing,
+//! and answer what happened instead (`order_expired`, `order_cancelled`, `order_paid`). A
+//! payment after the deadline is refused even before the sweep got to the order: the deadline
+//! is in the payment's own `WHERE`, by the database clock.
+//!
+//! **Why the units come back exactly once.** The return rides on the transition:
+//!
+//! * *A home in the database* (the row, the buckets): the state change, the stock increment and
+//!   the quota decrement are one transaction. Only the transaction whose `UPDATE` changed the
+//!   state goes on to the increment; a crash anywhere rolls all of it back and leaves the order
+//!   `reserved` and due, for any instance's sweep to expire again.
+//! * *The Redis counter*: the state change and the `INCRBY` are two writes in two systems and
+//!   cannot be one transaction. So the change goes to an intermediate state first (`expiring`,
+//!   `cancelling`: "left `reserved`, units on their way"), committed; then the give-back script
+//!   ([`crate::redis_stock::scripts::GIVE_BACK`]) increments the counter *only if the
+//!   purchase's charge record is still there, and deletes it in the same atomic step*; then the
+//!   order becomes `expired` / `cancelled`. The charge record is the once-only token on the
+//!   Redis side: the script may run any number of times — by the instance that made the change,
+//!   by another instance's sweep after it died, by `reconcile` — and adds the units once. A
+//!   crash between the state change and the script leaves the order `expiring` with its units
+//!   stranded (undersell, never oversell: the units are in no order and not on sale), which the
+//!   sweep of every instance finishes after `--return-grace-ms`, and `reconcile` at once.
+//!
+//! Units that come back make this instance forget what it remembered of the product (its
+//! sold-out flag, see [`crate::shelf`]) and announce it to the others; the Redis give-back
+//! announces from inside its script.
+//!
+//! **The unchecked variants** ([`Check::Unchecked`], fault injection only) read the state, then
+//! write it, with time between (the injected pause): the check-then-act every race slips
+//! through. A late payment turns an expired order, whose units were resold, back into a paid
+//! one (oversell); a cancellation and an expiry that both read `reserved` both give the units
+//! back (phantom units). The Redis home's give-back still returns once even then: its charge
+//! record is checked inside the script.
+//!
+//! Strategies that read the stock and write back an absolute value under a lock, without a
+//! version check (the unfenced locked strategies, `naive`), can overwrite a return made between
+//! their read and their write: the returned unit vanishes (undersell, never oversell). The
+//! fenced and `optimistic` strategies see the version bump and read again.
+
+mod home;
+pub mod sweep;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::MySqlPool;
+
+use crate::api::{Home, OrderStage};
+use crate::db::order_life;
+use crate::db::orders::{self, Order, OrderState, PurchaseKey};
+use crate::metrics::Metrics;
+use crate::redis_stock::{RedisStock, RedisStockError};
+use crate::shelf::Shelf;
+
+/// How an order ends without being paid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum End {
+    /// Its payment deadline passed.
+    Expire,
+    /// Its buyer cancelled it.
+    Cancel,
+}
+
+impl End {
+    /// The state an order ends in once its units are home.
+    fn done(self) -> OrderState {
+        match self {
+            End::Expire => OrderState::Expired,
+            End::Cancel => OrderState::Cancelled,
+        }
+    }
+
+    /// The state of an order whose units are on their way to a home outside the database.
+    fn on_the_way(self) -> OrderState {
+        match self {
+            End::Expire => OrderState::Expiring,
+            End::Cancel => OrderState::Cancelling,
+        }
+    }
+}
+
+/// How a transition checks the order's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Check {
+    /// One conditional `UPDATE`: the safe way, always used outside fault injection.
+    Conditional,
+    /// Read, pause, write: the check-then-act race (fault scenarios only).
+    Unchecked,
+}
+
+/// Why a transition was refused: the order is not where it would have to be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// No order of that purchase.
+    NoOrder,
+    /// Accepted and not yet placed in the database (waiting in the stream).
+    Pending,
+    /// Fenced out by a reconciliation: nothing was bought.
+    Voided,
+    /// Its deadline passed (swept or not yet).
+    Expired,
+    Cancelled,
+    Paid,
+}
+
+/// Why a transition failed.
+#[derive(Debug, thiserror::Error)]
+pub enum LifeError {
+    #[error("refused: {0:?}")]
+    Refused(Refused),
+    #[error(transparent)]
+    Database(#[from] sqlx::Error),
+    #[error(transparent)]
+    Redis(#[from] RedisStockError),
+}
+
+/// What an order's life needs: the stores, what the instance remembers, its counters.
+#[derive(Clone)]
+pub struct Lifecycle {
+    pool: MySqlPool,
+    redis: Option<RedisStock>,
+    shelf: Arc<Shelf>,
+    metrics: Arc<Metrics>,
+    /// Whether units that come back make the instance forget the product was sold out (off
+    /// only as a fault switch: `--keep-sold-out-on-return`).
+    forget_on_return: bool,
+}
+
+impl Lifecycle {
+    pub fn new(
+        pool: MySqlPool,
+        redis: Option<RedisStock>,
+        shelf: Arc<Shelf>,
+        metrics: Arc<Metrics>,
+        forget_on_return: bool,
+    ) -> Lifecycle {
+        Lifecycle {
+            pool,
+            redis,
+            shelf,
+            metrics,
+            forget_on_return,
+        }
+    }
+
+    /// Pays the buyer's reserved order before its deadline; the order as it now stands.
+    pub async fn pay(&self, key: PurchaseKey<'_>, check: Check) -> Result<Order, LifeError> {
+        let order = self.order(key).await?;
+        match check {
+            Check::Conditional => {
+                if order.state() == OrderState::Reserved {
+                    if order_life::pay(&self.pool, order.order_id).await? {
+                        self.metrics.order_paid();
+                        return self.order(key).await;
+                    }
+                    return Err(LifeError::Refused(self.why_not(key).await?));
+                }
+                Err(LifeError::Refused(refusal(&order)))
+            }
+            Check::Unchecked => {
+                let mut conn = self.pool.acquire().await?;
+                order_life::force_state(&mut conn, order.order_id, OrderState::Paid).await?;
+                self.metrics.order_paid();
+                drop(conn);
+                self.order(key).await
+            }
+        }
+    }
+
+    /// Cancels the buyer's reserved order and gives its units back; the order as it now
+    /// stands. `hold` pauses inside the transition (fault injection).
+    pub async fn cancel(
+        &self,
+        key: PurchaseKey<'_>,
+        check: Check,
+        hold: Option<Duration>,
+    ) -> Result<Order, LifeError> {
+        let order = self.order(key).await?;
+        if order.state() != OrderState::Reserved {
+            return Err(LifeError::Refused(refusal(&order)));
+        }
+        let home = self.home_of(order.product_id).await?;
+        let target = home::Target::of(&order, home);
+        if !self.end(&target, End::Cancel, check, hold).await? {
+            return Err(LifeError::Refused(self.why_not(key).await?));
+        }
+        self.order(key).await
+    }
+
+    /// Ends one order (`Expire`: only if it is due) and gives its units back: whether this
+    /// call made the transition.
+    pub(crate) async fn end(
+        &self,
+        target: &home::Target,
+        end: End,
+        check: Check,
+        hold: Option<Duration>,
+    ) -> Result<bool, LifeError> {
+        let ended = home::end(self, target, end, check, hold).await?;
+        if ended {
+            match end {
+                End::Expire => self.metrics.order_expired(),
+                End::Cancel => self.metrics.order_cancelled(),
+            }
+        }
+        Ok(ended)
+    }
+
+    /// The order of the purchase, or why there is none to act on.
+    async fn order(&self, key: PurchaseKey<'_>) -> Result<Order, LifeError> {
+        match orders::find(&self.pool, key).await? {
+            Some(order) if order.state() == OrderState::Voided => {
+                Err(LifeError::Refused(Refused::Voided))
+            }
+            Some(order) => Ok(order),
+            None => {
+                let waiting = match &self.redis {
+                    Some(redis) => redis.is_waiting(key).await?,
+                    None => false,
+                };
+                Err(LifeError::Refused(match waiting {
+                    true => Refused::Pending,
+                    false => Refused::NoOrder,
+                }))
+            }
+        }
+    }
+
+    /// Why a conditional transition of a reserved order changed nothing: where it is now.
+    async fn why_not(&self, key: PurchaseKey<'_>) -> Result<Refused, LifeError> {
+        Ok(refusal(&self.order(key).await?))
+    }
+
+    async fn home_of(&self, product: u64) -> Result<Home, LifeError> {
+        let rules = crate::db::products::rules(&self.pool, product).await?;
+        Ok(rules.map_or(Home::Row, |(home, _)| home))
+    }
+
+    /// Units of `product` came back: this instance forgets it was sold out, and tells the
+    /// others (see [`crate::shelf`]).
+    async fn stock_back(&self, product: u64) {
+        if !self.forget_on_return {
+            return;
+        }
+        self.shelf.forget(product);
+        if let Some(redis) = &self.redis
+            && let Err(e) = redis.announce(product).await
+        {
+            tracing::warn!(product, error = %e,
+                "could not announce returned units; other instances forget within their memory's lifetime");
+        }
+    }
+}
+
+/// Why an order in its current state refuses a transition.
+fn refusal(order: &Order) -> Refused {
+    match order.state().stage() {
+        None => Refused::Voided,
+        Some(OrderStage::Paid) => Refused::Paid,
+        Some(OrderStage::Expired) => Refused::Expired,
+        Some(OrderStage::Cancelled) => Refused::Cancelled,
+        // Still reserved after a conditional transition changed nothing: its deadline passed
+        // (the sweep has not got to it yet).
+        Some(OrderStage::Reserved) => Refused::Expired,
+    }
+}

@@ -1,0 +1,94 @@
+//! The expiry sweep: a task in every instance that expires the reserved orders past their
+//! payment deadline, and finishes the returns a dead instance left half-way.
+//!
+//! **Several instances, no coordinator.** Every instance sweeps every product: each reads a
+//! bounded batch of due orders (oldest deadline first, one range of the index `orders_due`) and
+//! ends each with the conditional transition, so an order two sweeps find at once is expired by
+//! exactly one of them (the other's `UPDATE` changes 0 rows). An instance that dies mid-sweep
+//! leaves each order either untouched (its transaction rolled back: still due, the next sweep
+//! of any instance takes it) or, for Redis-held stock, `expiring` with its units on the way:
+//! any instance's sweep gives them back once they have been on their way longer than the
+//! return grace (a live instance is normally done in milliseconds; running the give-back twice
+//! is harmless, the grace only spares the work). Nothing is forgotten and nothing is done twice.
+//!
+//! A full batch is followed at once by the next; otherwise the sweep sleeps its interval. Each
+//! round sets the metrics: orders expired (a counter, per instance) and how late the oldest
+//! overdue order is (a gauge: a sweep falling behind shows here first).
+
+use std::time::Duration;
+
+pub use crate::api::ExpiryRound as Round;
+
+use super::home::{self, Target};
+use super::{Check, End, LifeError, Lifecycle};
+use crate::db::order_life;
+
+/// How the sweep runs.
+#[derive(Debug, Clone, Copy)]
+pub struct Pace {
+    /// Pause between rounds that found less than a batch.
+    pub interval: Duration,
+    /// Most orders one round reads (and ends).
+    pub batch: u32,
+    /// How long an order's units must have been on their way back before a sweep finishes
+    /// the return (the instance that started it is presumed dead).
+    pub return_grace: Duration,
+}
+
+/// Sweeps for ever at `pace`.
+pub async fn run(life: Lifecycle, pace: Pace) {
+    loop {
+        let full = match round(&life, None, pace, Check::Conditional, None).await {
+            Ok(round) => round.expired + round.lost_races >= u64::from(pace.batch),
+            Err(e) => {
+                tracing::warn!(error = %e, "an expiry sweep failed; trying again");
+                false
+            }
+        };
+        match life.oldest_overdue().await {
+            Ok(late) => life.metrics.set_oldest_overdue(late),
+            Err(e) => tracing::warn!(error = %e, "could not read the oldest overdue order"),
+        }
+        if !full {
+            tokio::time::sleep(pace.interval).await;
+        }
+    }
+}
+
+/// One round over the due orders (of `product`, or of all) and the returns left half-way.
+pub async fn round(
+    life: &Lifecycle,
+    product: Option<u64>,
+    pace: Pace,
+    check: Check,
+    hold: Option<Duration>,
+) -> Result<Round, LifeError> {
+    let mut done = Round::default();
+    let grace_ms = u64::try_from(pace.return_grace.as_millis()).unwrap_or(u64::MAX);
+    for stuck in order_life::returning(&life.pool, product, grace_ms, pace.batch).await? {
+        let Some(target) = Target::of_due(&stuck) else {
+            continue;
+        };
+        home::finish_return(life, &target, stuck.state()).await?;
+        life.metrics.return_finished();
+        done.returns_finished += 1;
+    }
+    for due in order_life::due(&life.pool, product, pace.batch).await? {
+        let Some(target) = Target::of_due(&due) else {
+            tracing::error!(order = due.order_id, home = %due.home, "an order of an unknown home");
+            continue;
+        };
+        match life.end(&target, End::Expire, check, hold).await? {
+            true => done.expired += 1,
+            false => done.lost_races += 1,
+        }
+    }
+    Ok(done)
+}
+
+impl Lifecycle {
+    async fn oldest_overdue(&self) -> Result<Duration, sqlx::Error> {
+        let ms = order_life::oldest_overdue_ms(&self.pool).await?;
+        Ok(Duration::from_millis(ms))
+    }
+}
