@@ -374,7 +374,9 @@ pub struct Reconciliation {
     /// Whether the counter was changed.
     pub repaired: bool,
     /// Purchases charged by the counter with neither an order nor a waiting entry, older than
-    /// the reconcile grace: presumed lost, fenced out (voided) and their units put back.
+    /// the reconcile grace: presumed lost, fenced out (voided) and their units put back; and
+    /// returns left half-way (expired or cancelled orders whose units had not reached the
+    /// counter), finished.
     pub released_requests: u64,
     /// Purchases charged without an order yet, younger than the grace: in flight between the
     /// deduction and the order insert, left alone.

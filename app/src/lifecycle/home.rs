@@ -68,7 +68,10 @@ pub(super) async fn end(
     }
 }
 
-/// The state change, the stock and the quota in one transaction.
+/// The quota, the stock and the state change in one transaction, locked in the order every
+/// purchase locks them (the buyer's quota row, then the stock, then the order), so that a
+/// return and a purchase never wait on each other in a cycle. The conditional state change
+/// comes last and decides: if it changes nothing, the transaction rolls back with the rest.
 async fn end_in_database(
     life: &Lifecycle,
     target: &Target,
@@ -77,27 +80,12 @@ async fn end_in_database(
     hold: Option<Duration>,
 ) -> Result<bool, LifeError> {
     let mut tx = life.pool.begin().await?;
-    let changed = match check {
-        Check::Conditional => {
-            let changed =
-                order_life::end(&mut tx, target.order_id, end.done(), end == End::Expire).await?;
-            // The order's row is locked and changed, the units not yet back: a crash here
-            // rolls both back.
-            pause(hold).await;
-            changed
+    if check == Check::Unchecked {
+        let state = order_life::read_state(&mut tx, target.order_id).await?;
+        if state != Some(OrderState::Reserved) {
+            return Ok(false);
         }
-        Check::Unchecked => {
-            let state = order_life::read_state(&mut tx, target.order_id).await?;
-            if state != Some(OrderState::Reserved) {
-                return Ok(false);
-            }
-            pause(hold).await;
-            order_life::force_state(&mut tx, target.order_id, end.done()).await?;
-            true
-        }
-    };
-    if !changed {
-        return Ok(false);
+        pause(hold).await;
     }
     order_life::give_back_quota(&mut tx, target.key(), target.quantity).await?;
     match target.home {
@@ -111,6 +99,25 @@ async fn end_in_database(
             .await?
         }
         _ => order_life::give_back_to_row(&mut tx, target.product_id, target.quantity).await?,
+    }
+    let changed = match check {
+        Check::Conditional => {
+            let changed =
+                order_life::end(&mut tx, target.order_id, end.done(), end == End::Expire).await?;
+            if changed {
+                // Everything changed and nothing committed: a crash here rolls it all back.
+                pause(hold).await;
+            }
+            changed
+        }
+        Check::Unchecked => {
+            order_life::force_state(&mut tx, target.order_id, end.done()).await?;
+            true
+        }
+    };
+    if !changed {
+        tx.rollback().await?;
+        return Ok(false);
     }
     tx.commit().await?;
     life.stock_back(target.product_id).await;

@@ -14,10 +14,12 @@
 //!
 //! **Why the units come back exactly once.** The return rides on the transition:
 //!
-//! * *A home in the database* (the row, the buckets): the state change, the stock increment and
-//!   the quota decrement are one transaction. Only the transaction whose `UPDATE` changed the
-//!   state goes on to the increment; a crash anywhere rolls all of it back and leaves the order
-//!   `reserved` and due, for any instance's sweep to expire again.
+//! * *A home in the database* (the row, the buckets): the quota decrement, the stock increment
+//!   and the state change are one transaction, taken in the order a purchase takes its locks
+//!   (quota row, stock, order) so that the two never deadlock. The conditional state change
+//!   comes last and decides: a transaction whose `UPDATE` changed nothing rolls its increment
+//!   back. A crash anywhere rolls all of it back and leaves the order `reserved` and due, for
+//!   any instance's sweep to expire again.
 //! * *The Redis counter*: the state change and the `INCRBY` are two writes in two systems and
 //!   cannot be one transaction. So the change goes to an intermediate state first (`expiring`,
 //!   `cancelling`: "left `reserved`, units on their way"), committed; then the give-back script
