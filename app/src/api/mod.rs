@@ -97,17 +97,10 @@ pub struct OrderResponse {
     /// The fencing token of the lock the purchase was made under (lock-based strategies).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fencing_token: Option<u64>,
-    /// Where the order stands: reserved until paid, cancelled or expired.
+    /// Where the order stands: reserved until paid, cancelled or expired (its deadline:
+    /// `GET /api/products/{id}/orders/{request_id}`).
     #[serde(default)]
     pub stage: OrderStage,
-    /// The payment deadline of a reserved order (RFC 3339, database clock).
-    #[serde(
-        default,
-        with = "time::serde::rfc3339::option",
-        skip_serializing_if = "Option::is_none"
-    )]
-    #[schema(value_type = Option<String>, format = DateTime)]
-    pub pay_by: Option<time::OffsetDateTime>,
 }
 
 /// Where an order stands in its life. A `reserved` order holds its units until its buyer pays
@@ -356,6 +349,14 @@ pub struct OrderStatus {
     /// The order, once placed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub order: Option<OrderResponse>,
+    /// The payment deadline of a placed order (RFC 3339, by the database's clock).
+    #[serde(
+        default,
+        with = "time::serde::rfc3339::option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub pay_by: Option<time::OffsetDateTime>,
 }
 
 /// Body of `POST /api/products/{id}/reconcile`: what was found and what was changed.

@@ -58,7 +58,6 @@ async fn order(
         request_id: body.request_id,
         fencing_token: None,
         stage: app::api::OrderStage::Reserved,
-        pay_by: None,
     };
     (StatusCode::CREATED, Json(placed)).into_response()
 }

@@ -53,9 +53,6 @@ impl TryFrom<Order> for OrderResponse {
             request_id: o.request_id,
             fencing_token: o.fencing_token,
             stage,
-            pay_by: o.pay_by_ms.and_then(|ms| {
-                time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000).ok()
-            }),
         })
     }
 }
@@ -201,7 +198,6 @@ async fn run(state: &AppState, strategy: &Arc<dyn StockStrategy>, purchase: &Pur
             request_id: purchase.request_id.clone(),
             fencing_token: placed.fencing_token,
             stage: crate::api::OrderStage::Reserved,
-            pay_by: None,
         })),
         Ok(Purchased::Accepted) => Ok(Success::Accepted(OrderStatus {
             request_id: purchase.request_id.clone(),
@@ -209,6 +205,7 @@ async fn run(state: &AppState, strategy: &Arc<dyn StockStrategy>, purchase: &Pur
             user_id: purchase.user_id.clone(),
             state: OrderState::Pending,
             order: None,
+            pay_by: None,
         })),
         Err(PurchaseError::Duplicate) => replay(state, purchase).await?.ok_or_else(|| {
             ApiError::Internal(

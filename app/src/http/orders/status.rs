@@ -43,12 +43,15 @@ pub async fn status(
         user_id: &user_id,
         request_id: &request_id,
     };
-    let state_of = |state, order| OrderStatus {
+    let state_of = |state, order, pay_by_ms: Option<i64>| OrderStatus {
         request_id: request_id.clone(),
         product_id,
         user_id: user_id.clone(),
         state,
         order,
+        pay_by: pay_by_ms.and_then(|ms| {
+            time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000).ok()
+        }),
     };
     // The stream first, the database second: an order placed in between is then found in the
     // database, where the other order would miss it in both.
@@ -58,12 +61,15 @@ pub async fn status(
     };
     if let Some(order) = orders::find(&state.pool, key).await? {
         return Ok(Json(match order.state() {
-            Stored::Voided => state_of(OrderState::Voided, None),
-            _ => state_of(OrderState::Placed, Some(order.try_into()?)),
+            Stored::Voided => state_of(OrderState::Voided, None, None),
+            _ => {
+                let pay_by = order.pay_by_ms;
+                state_of(OrderState::Placed, Some(order.try_into()?), pay_by)
+            }
         }));
     }
     match waiting {
-        true => Ok(Json(state_of(OrderState::Pending, None))),
+        true => Ok(Json(state_of(OrderState::Pending, None, None))),
         false => Err(ApiError::NotFound(format!(
             "no order and nothing waiting under request id `{request_id}` of this buyer for \
              product {product_id}"
