@@ -5,6 +5,7 @@
 pub mod clusters;
 pub mod environment;
 pub mod fleet;
+pub mod order_life;
 pub mod replication;
 
 use std::path::PathBuf;

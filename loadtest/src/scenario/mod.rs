@@ -17,18 +17,22 @@
 //! transaction open in the database, a counter taken, a consumer's batch pending).
 
 pub mod batched_db_kill;
+pub mod cancel_expiry_race;
 pub mod cluster_sale;
 pub mod etcd_leader_loss;
 pub mod herd;
 pub mod holder_crash;
+pub mod late_payment;
 pub mod lease_expiry;
 pub mod local_mutex;
 pub mod lua_crash_before_order;
 pub mod process_pause;
 pub mod redis_failover;
 pub mod redis_failover_stock;
+pub mod return_crash;
 pub mod sentinel_failover;
 mod skeleton;
+pub mod stale_sold_out;
 pub mod stream_consumer_crash;
 pub mod unsafe_release;
 pub mod zk_leader_loss;
@@ -158,6 +162,21 @@ scenarios! {
     /// after: the fenced strategies never oversell; the unfenced ones' outcome as it was; `503`s
     /// and the time from the kill to the next sale.
     ClusterSale => cluster_sale::ClusterSale;
+    /// A buyer pays after the deadline, once the expired order's unit was sold again: a payment
+    /// that does not check the order's state oversells; the conditional transition refuses it
+    /// (`order_expired`).
+    LatePayment => late_payment::LatePayment;
+    /// A cancellation and an expiry of one order at the same instant, many times: returned
+    /// read-then-write, the unit comes back twice (phantom units that sell: oversell); with one
+    /// conditional transition each, once.
+    CancelExpiryRace => cancel_expiry_race::CancelExpiryRace;
+    /// SIGKILL of the instance between an order's expiry and its unit's return to the Redis
+    /// counter: the unit stranded (undersell) until `reconcile` gives it back, once; the window
+    /// measured.
+    ReturnCrash => return_crash::ReturnCrash;
+    /// Units come back after a sell-out while the instances remember "sold out": without
+    /// invalidation buyers are refused while stock is left; with it, the returned units sell.
+    StaleSoldOut => stale_sold_out::StaleSoldOut;
 }
 
 impl Name {

@@ -11,4 +11,5 @@ mod flood;
 mod lock_bench;
 mod lock_matrix;
 mod lock_peers;
+mod order_scenarios;
 mod scenarios;

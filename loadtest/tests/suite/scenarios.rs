@@ -10,7 +10,7 @@ use loadtest::report::schema::{ScenarioReport, Verdict};
 use loadtest::scenario::{self, Name, Options, Selection};
 use locks::Backend;
 
-async fn quick(name: Name) -> ScenarioReport {
+pub(crate) async fn quick(name: Name) -> ScenarioReport {
     let opts = Options {
         quick: true,
         app_binary: Some(common::app_binary()),
@@ -29,12 +29,13 @@ macro_rules! row {
         $report
             .row(&$subject.to_string())
             .unwrap_or_else(|| panic!("no row `{}`", $subject))
-            .figures::<scenario::$scenario::Figures>()
+            .figures::<loadtest::scenario::$scenario::Figures>()
             .unwrap_or_else(|e| panic!("row `{}`: {e}", $subject))
     };
 }
+pub(crate) use row;
 
-fn assert_all_pass(report: &ScenarioReport) {
+pub(crate) fn assert_all_pass(report: &ScenarioReport) {
     for row in &report.rows {
         assert_eq!(
             row.verdict,
