@@ -12,6 +12,9 @@ const ER_LOCK_DEADLOCK: u16 = 1213;
 const ER_LOCK_NOWAIT: u16 = 3572;
 /// MariaDB aborted a statement that ran past `max_statement_time`.
 const ER_STATEMENT_TIMEOUT: u16 = 1969;
+/// A transaction's write met a row another transaction changed after this one's snapshot
+/// (`innodb_snapshot_isolation`): a conflict, to retry like a deadlock.
+const ER_CHECKREAD: u16 = 1020;
 /// Too many connections / server shutting down / connection killed.
 const ER_UNAVAILABLE: [u16; 3] = [1040, 1053, 1927];
 
@@ -53,7 +56,8 @@ pub fn classify(e: &sqlx::Error) -> DbFailure {
                 .map(|e| e.number());
             match number {
                 Some(
-                    ER_LOCK_WAIT_TIMEOUT | ER_LOCK_DEADLOCK | ER_LOCK_NOWAIT | ER_STATEMENT_TIMEOUT,
+                    ER_LOCK_WAIT_TIMEOUT | ER_LOCK_DEADLOCK | ER_LOCK_NOWAIT | ER_STATEMENT_TIMEOUT
+                    | ER_CHECKREAD,
                 ) => DbFailure::Busy,
                 Some(n) if ER_UNAVAILABLE.contains(&n) => DbFailure::Unavailable,
                 _ => DbFailure::Other,

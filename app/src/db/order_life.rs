@@ -130,7 +130,7 @@ pub async fn give_back_quota(
         "UPDATE purchase_quota SET units = GREATEST(units - ?, 0) \
          WHERE product_id = ? AND user_id = ?",
     )
-    .bind(units)
+    .bind(i64::from(units))
     .bind(key.product_id)
     .bind(key.user_id)
     .execute(conn)
@@ -146,7 +146,7 @@ pub async fn give_back_to_row(
     units: u32,
 ) -> Result<(), sqlx::Error> {
     sqlx::query("UPDATE products SET stock = stock + ?, version = version + 1 WHERE id = ?")
-        .bind(units)
+        .bind(i64::from(units))
         .bind(product_id)
         .execute(conn)
         .await?;
@@ -168,7 +168,7 @@ pub async fn give_back_to_bucket(
             .await?;
     let bucket = order_id % u64::try_from(buckets.max(1)).unwrap_or(1);
     sqlx::query("UPDATE stock_buckets SET stock = stock + ? WHERE product_id = ? AND bucket = ?")
-        .bind(units)
+        .bind(i64::from(units))
         .bind(product_id)
         .bind(bucket)
         .execute(conn)

@@ -79,14 +79,17 @@ async fn end_in_database(
     check: Check,
     hold: Option<Duration>,
 ) -> Result<bool, LifeError> {
-    let mut tx = life.pool.begin().await?;
     if check == Check::Unchecked {
-        let state = order_life::read_state(&mut tx, target.order_id).await?;
+        // The check, apart from the write that acts on it.
+        let mut conn = life.pool.acquire().await?;
+        let state = order_life::read_state(&mut conn, target.order_id).await?;
+        drop(conn);
         if state != Some(OrderState::Reserved) {
             return Ok(false);
         }
         pause(hold).await;
     }
+    let mut tx = life.pool.begin().await?;
     order_life::give_back_quota(&mut tx, target.key(), target.quantity).await?;
     match target.home {
         Home::Buckets => {
