@@ -255,6 +255,7 @@ impl Crowd {
             next_click: AtomicU64::new(0),
             placed: AtomicUsize::new(0),
             sold_out: AtomicBool::new(false),
+            stopped: AtomicBool::new(false),
         });
         let buyers = (0..shared.crowd.buyers)
             .map(|buyer| tokio::spawn(shared.clone().buyer(buyer)))
@@ -285,6 +286,13 @@ impl Sale {
         self.shared.began.elapsed()
     }
 
+    /// Tells every buyer to click no more (a click under way is still answered), then waits
+    /// for their last answers: a crowd that runs beside something else for as long as it does.
+    pub async fn stop(self) -> Answers {
+        self.shared.stopped.store(true, Ordering::Relaxed);
+        self.finish().await
+    }
+
     /// Waits for every buyer's last answer.
     pub async fn finish(self) -> Answers {
         let mut clicks = Vec::new();
@@ -306,6 +314,8 @@ struct Shared {
     next_click: AtomicU64,
     placed: AtomicUsize,
     sold_out: AtomicBool,
+    /// [`Sale::stop`] was called.
+    stopped: AtomicBool,
 }
 
 impl Shared {
@@ -336,6 +346,9 @@ impl Shared {
 
     /// The number (in the crowd) of this buyer's click `mine`, if the crowd makes it.
     fn next(&self, mine: u64) -> Option<u64> {
+        if self.stopped.load(Ordering::Relaxed) {
+            return None;
+        }
         let going = match self.crowd.clicks {
             Clicks::Total(total) => {
                 let n = self.next_click.fetch_add(1, Ordering::Relaxed);

@@ -18,6 +18,7 @@
 
 pub mod batched_db_kill;
 pub mod cluster_sale;
+pub mod connection_cost;
 pub mod etcd_leader_loss;
 pub mod herd;
 pub mod holder_crash;
@@ -158,6 +159,11 @@ scenarios! {
     /// after: the fenced strategies never oversell; the unfenced ones' outcome as it was; `503`s
     /// and the time from the kill to the next sale.
     ClusterSale => cluster_sale::ClusterSale;
+    /// More `db-row-lock` waiters than the pool has connections, beside lock-free purchases: with
+    /// one pool the lock-free purchases time out waiting for a connection; with the lock's own
+    /// pool they do not; with a bounded wait the waiters are told `busy` and nobody waits out
+    /// the pool.
+    ConnectionCost => connection_cost::ConnectionCost;
 }
 
 impl Name {

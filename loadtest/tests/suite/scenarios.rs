@@ -133,6 +133,21 @@ async fn a_local_mutex_holds_with_one_instance_and_oversells_with_three() {
     assert!(f(3).oversell > 0);
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn lock_waiters_on_the_purchases_pool_starve_lock_free_buyers_and_a_pool_of_their_own_does_not()
+ {
+    use scenario::connection_cost::Deployment;
+    sandbox::require_faults!();
+    let report = quick(Name::ConnectionCost).await;
+    assert_all_pass(&report);
+    let f = |d: Deployment| row!(report, d, connection_cost);
+    assert!(f(Deployment::OnePool).lock_free.no_connection > 0);
+    assert_eq!(f(Deployment::OwnPool).lock_free.no_connection, 0);
+    let bounded = f(Deployment::BoundedWait);
+    assert_eq!(bounded.locked.waited_out_pool, 0);
+    assert_eq!(bounded.lock_free.no_connection, 0);
+}
+
 #[test]
 fn every_scenario_and_all_are_accepted_by_name_and_an_unknown_one_is_refused_with_the_known_names()
 {
