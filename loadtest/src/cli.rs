@@ -35,9 +35,23 @@ pub enum Command {
     /// What changed from one run to another: throughput, p99 and accounting per strategy and
     /// baseline, marked where beyond the runs' noise or where a safe strategy began to oversell.
     Compare(CompareArgs),
+    /// Writes a run's renderings again from its report.json (left as it is): report.md, the
+    /// charts and report.html (compared with another run, when named).
+    Report(ReportArgs),
     /// Writes the README's results section from a run's report (the committed run's, by
     /// default), or checks that it holds what would be written.
     Readme(ReadmeArgs),
+}
+
+/// Settings of `seckill-bench report`.
+#[derive(Debug, Clone, Args)]
+pub struct ReportArgs {
+    /// The run: a results directory (or its report.json).
+    #[arg(default_value = "results/latest")]
+    pub run: PathBuf,
+    /// An earlier run to compare with in report.html.
+    #[arg(long)]
+    pub compare_with: Option<PathBuf>,
 }
 
 /// Settings of `seckill-bench readme`.
@@ -61,7 +75,8 @@ pub struct CompareArgs {
     pub run_a: PathBuf,
     /// The later run.
     pub run_b: PathBuf,
-    /// Also write the comparison (Markdown) to this file.
+    /// Also write the comparison (Markdown) to this file, and as a page beside it (the same
+    /// name ending in `.html`).
     #[arg(long)]
     pub out: Option<PathBuf>,
 }

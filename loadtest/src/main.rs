@@ -8,7 +8,7 @@ use anyhow::{Context, Result};
 use clap::Parser;
 use loadtest::cli::{
     Cli, Command, CompareArgs, HoldArgs, LockArgs, LockCommand, MatrixArgs, PeersArgs, ReadmeArgs,
-    RunArgs, ScenarioArgs,
+    ReportArgs, RunArgs, ScenarioArgs,
 };
 use loadtest::rig::{Target, server_processes, servers};
 use loadtest::run::run_in;
@@ -32,6 +32,7 @@ fn main() -> Result<()> {
         },
         Command::Scenario(args) => scenario(&args),
         Command::Compare(args) => compare(&args),
+        Command::Report(args) => rerender(&args),
         Command::Readme(args) => readme(&args),
     }
 }
@@ -76,11 +77,34 @@ fn compare(args: &CompareArgs) -> Result<()> {
         report::json::read(&args.run_a)?,
         report::json::read(&args.run_b)?,
     );
-    let md = report::comparison::render(&loadtest::analyse::compare::compare(&a, &b));
+    let comparison = loadtest::analyse::compare::compare(&a, &b);
+    let md = report::comparison::render(&comparison);
     if let Some(out) = &args.out {
         std::fs::write(out, &md).with_context(|| format!("writing {}", out.display()))?;
+        let page = out.with_extension("html");
+        std::fs::write(&page, report::html::render_comparison(&comparison))
+            .with_context(|| format!("writing {}", page.display()))?;
     }
     print!("{md}");
+    Ok(())
+}
+
+fn rerender(args: &ReportArgs) -> Result<()> {
+    let run = report::json::read(&args.run)?;
+    let compared = match &args.compare_with {
+        Some(earlier) => Some(loadtest::analyse::compare::compare(
+            &report::json::read(earlier)?,
+            &run,
+        )),
+        None => None,
+    };
+    let dir = if args.run.is_dir() {
+        args.run.clone()
+    } else {
+        args.run.parent().map(PathBuf::from).unwrap_or_default()
+    };
+    report::write_renderings(&dir, &run, compared.as_ref())?;
+    println!("report: {}", dir.join("report.html").display());
     Ok(())
 }
 

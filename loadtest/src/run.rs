@@ -233,9 +233,23 @@ pub async fn run_in(settings: &Settings, target: &Target, out: &Path) -> Result<
         findings: Findings::default(),
     };
     report.findings = findings::of(&report);
-    report::write_all(&dir, &report)?;
+    let previous = previous_run(out);
+    let compared = previous
+        .as_ref()
+        .map(|previous| crate::analyse::compare::compare(previous, &report));
+    report::write_all(&dir, &report, compared.as_ref())?;
     report::link_latest(out, &dir)?;
     Ok(RunOutput { report, dir })
+}
+
+/// The report `<out>/latest` points at, if there is one this program can read: the run a new
+/// run's `report.html` is compared with.
+fn previous_run(out: &Path) -> Option<RunReport> {
+    let latest = out.join("latest");
+    latest.join("report.json").exists().then_some(())?;
+    report::json::read(&latest)
+        .inspect_err(|e| tracing::warn!("not comparing with {}: {e:#}", latest.display()))
+        .ok()
 }
 
 /// Fails when an app instance exited (during `strategy`'s phase).

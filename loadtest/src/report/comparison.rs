@@ -89,21 +89,7 @@ pub struct Regression {
 /// The comparison as Markdown.
 pub fn render(c: &Comparison) -> String {
     let mut md = format!("# Comparison: {} → {}\n\n", c.a, c.b);
-    let source = match &c.noise.source {
-        NoiseSource::Ranges {
-            figures,
-            widest,
-            widest_fraction,
-        } => format!(
-            "the median relative min–max of {figures} baseline figure(s) in these runs; the \
-             widest, `{widest}`, spans {:.0}%",
-            100.0 * widest_fraction
-        ),
-        NoiseSource::Changes { baselines } => format!(
-            "no run has min–max; the median change of {baselines} baseline(s) between the runs"
-        ),
-        NoiseSource::Assumed => "no baseline to estimate it from; assumed".into(),
-    };
+    let source = noise_source(&c.noise.source);
     let _ = writeln!(
         md,
         "Noise: ±{:.0}% ({source}). A change is marked ▲/▼ when it exceeds the noise and, where \
@@ -138,6 +124,25 @@ pub fn render(c: &Comparison) -> String {
     md.push_str("\n## Strategies (deductions/s)\n\n");
     md.push_str(&changes_table("strategy", &c.strategies, true));
     md
+}
+
+/// Where the noise estimate comes from, in words.
+pub fn noise_source(source: &NoiseSource) -> String {
+    match source {
+        NoiseSource::Ranges {
+            figures,
+            widest,
+            widest_fraction,
+        } => format!(
+            "the median relative min–max of {figures} baseline figure(s) in these runs; the \
+             widest, `{widest}`, spans {:.0}%",
+            100.0 * widest_fraction
+        ),
+        NoiseSource::Changes { baselines } => format!(
+            "no run has min–max; the median change of {baselines} baseline(s) between the runs"
+        ),
+        NoiseSource::Assumed => "no baseline to estimate it from; assumed".into(),
+    }
 }
 
 /// One row per baseline or strategy: its rate and p99 in both runs; for the strategies

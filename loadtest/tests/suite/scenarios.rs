@@ -192,7 +192,10 @@ async fn a_crash_between_the_lua_deduction_and_the_insert_undersells_until_recon
     let f = row!(report, "redis-lua, after the crash", lua_crash_before_order);
     assert_eq!(f.undersell_after_crash, 1);
     assert_eq!((f.counter_found, f.counter_after), (9, 10));
-    assert!(f.retry_after_reconcile_voided && f.new_click_created, "{f:?}");
+    assert!(
+        f.retry_after_reconcile_voided && f.new_click_created,
+        "{f:?}"
+    );
     assert_eq!((f.units_sold, f.orders, f.oversell), (10, 10, 0));
 }
 
