@@ -103,8 +103,19 @@ pub fn document(title: &str, body: Markup, scripts: &[&str], connect: Option<&st
 /// Markdown prose (the findings' words, a scenario's "why") as HTML; raw HTML in it is shown
 /// as text, never passed through.
 pub fn prose(markdown: &str) -> Markup {
+    rendered(markdown, pulldown_cmark::Options::empty())
+}
+
+/// A whole Markdown document (the lock matrix's) as a page of its own, every table sortable.
+pub fn markdown_page(title: &str, markdown: &str) -> String {
+    let body = rendered(markdown, pulldown_cmark::Options::ENABLE_TABLES);
+    let body = PreEscaped(body.0.replace("<table>", "<table class=\"sortable\">"));
+    document(title, body, &[SORT_SCRIPT], None).into_string()
+}
+
+fn rendered(markdown: &str, options: pulldown_cmark::Options) -> Markup {
     use pulldown_cmark::{Event, Parser};
-    let events = Parser::new(markdown).map(|event| match event {
+    let events = Parser::new_ext(markdown, options).map(|event| match event {
         Event::Html(text) | Event::InlineHtml(text) => Event::Text(text),
         other => other,
     });
@@ -134,6 +145,13 @@ mod tests {
         assert!(html.contains("<strong>bold</strong>"), "{html}");
         assert!(!html.contains("<script>"), "{html}");
         assert!(html.contains("&lt;script&gt;"), "{html}");
+    }
+
+    #[test]
+    fn a_markdown_page_makes_its_tables_sortable() {
+        let page = markdown_page("m", "# M\n\n| a | b |\n|---|---|\n| 1 | 2 |\n");
+        assert!(page.contains("<table class=\"sortable\"><thead>"), "{page}");
+        assert!(page.contains("<td>2</td>"), "{page}");
     }
 
     #[test]
