@@ -81,11 +81,34 @@ pub struct CompareArgs {
     pub out: Option<PathBuf>,
 }
 
+/// Where the live page is served (`--live`, `--live ADDR`).
+#[derive(Debug, Clone, Args)]
+pub struct LiveArgs {
+    /// Serve a live page of the run at this address (default when the flag is given alone:
+    /// 127.0.0.1 on a free port; the address is printed): the sale's figures, answers per
+    /// second by code, latency percentiles over time, the scenarios' timelines as they unfold.
+    #[arg(
+        long,
+        env = "SECKILL_LIVE",
+        num_args = 0..=1,
+        default_missing_value = "127.0.0.1:0",
+        value_name = "ADDR"
+    )]
+    pub live: Option<std::net::SocketAddr>,
+}
+
 /// Settings of `seckill-bench scenario`.
 #[derive(Debug, Clone, Args)]
 pub struct ScenarioArgs {
     /// The scenario, or `all`.
     pub name: Selection,
+    #[command(flatten)]
+    pub live: LiveArgs,
+    /// Teaching mode: hold the scenario after every timeline event until "Next" on the live
+    /// page (or Enter here). Its timings then include the pauses: figures for a class, not for
+    /// a comparison.
+    #[arg(long, env = "SECKILL_STEP")]
+    pub step: bool,
     /// Short leases and few rounds: seconds per scenario.
     #[arg(long)]
     pub quick: bool,
@@ -100,6 +123,8 @@ pub struct ScenarioArgs {
 /// Settings of `seckill-bench run`.
 #[derive(Debug, Clone, Args)]
 pub struct RunArgs {
+    #[command(flatten)]
+    pub live: LiveArgs,
     /// Strategies to run, comma-separated (default: every strategy the app lists).
     #[arg(long, value_delimiter = ',', env = "SECKILL_BENCH_STRATEGIES")]
     pub strategies: Vec<Strategy>,

@@ -7,11 +7,12 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::Parser;
 use loadtest::cli::{
-    Cli, Command, CompareArgs, HoldArgs, LockArgs, LockCommand, MatrixArgs, PeersArgs, ReadmeArgs,
-    ReportArgs, RunArgs, ScenarioArgs,
+    Cli, Command, CompareArgs, HoldArgs, LiveArgs, LockArgs, LockCommand, MatrixArgs, PeersArgs,
+    ReadmeArgs, ReportArgs, RunArgs, ScenarioArgs,
 };
+use loadtest::live::{Feed, Update, server::Live};
 use loadtest::rig::{Target, server_processes, servers};
-use loadtest::run::run_in;
+use loadtest::run::run_watched;
 use loadtest::{lock, report};
 use sandbox::Endpoints;
 
@@ -37,6 +38,24 @@ fn main() -> Result<()> {
     }
 }
 
+/// The feed and its page, when `--live` is given (and the teaching mode's gate, with `step`).
+fn live(args: &LiveArgs, step: bool) -> Result<(Feed, Option<Live>)> {
+    let Some(addr) = args.live else {
+        anyhow::ensure!(
+            !step,
+            "--step shows the scenario on the live page: add --live"
+        );
+        return Ok((Feed::off(), None));
+    };
+    let feed = Feed::new(step);
+    let page = Live::start(addr, &feed)?;
+    eprintln!("live page: {}", page.url());
+    if let Some(step) = feed.step() {
+        step.from_stdin();
+    }
+    Ok((feed, Some(page)))
+}
+
 fn runtime() -> Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -60,7 +79,9 @@ fn run(args: &RunArgs) -> Result<()> {
         database: "seckill_bench".into(),
         processes: servers.as_ref().map(server_processes).unwrap_or_default(),
     };
-    let output = runtime()?.block_on(run_in(&settings, &target, &args.out))?;
+    let (feed, page) = live(&args.live, false)?;
+    let output = runtime()?.block_on(run_watched(&settings, &target, &args.out, &feed))?;
+    drop(page);
     drop(servers);
     if args.json {
         let mut out = std::io::stdout().lock();
@@ -128,11 +149,15 @@ fn readme(args: &ReadmeArgs) -> Result<()> {
 }
 
 fn scenario(args: &ScenarioArgs) -> Result<()> {
+    let (feed, page) = live(&args.live, args.step)?;
     let opts = loadtest::scenario::Options {
         quick: args.quick,
         app_binary: Some(testkit::locate_app(args.app_bin.as_deref())?),
+        live: feed.clone(),
     };
     let reports = runtime()?.block_on(loadtest::scenario::run(args.name, &opts))?;
+    feed.send(Update::Finished { report: None });
+    drop(page);
     if args.json {
         println!("{}", serde_json::to_string_pretty(&reports)?);
     } else {

@@ -26,6 +26,12 @@ code { background: #f3f3f3; padding: 0 .2em; border-radius: 3px; white-space: no
 figure { margin: 1em 0; } figure svg { max-width: 100%; height: auto; }
 svg.timeline text { font: 11px system-ui, sans-serif; }
 details summary { cursor: pointer; }
+.counters { display: flex; flex-wrap: wrap; gap: .6em; margin: .6em 0; }
+.counters > div { border: 1px solid #ddd; border-radius: 6px; padding: .3em .8em; min-width: 9em; }
+.counters .label { display: block; font-size: .8em; color: #57606a; }
+.big { font-size: 1.8em; font-variant-numeric: tabular-nums; }
+.charts { display: flex; flex-wrap: wrap; gap: 1em; } .charts svg { border: 1px solid #eee; }
+.charts svg text { font: 11px system-ui, sans-serif; }
 "#;
 
 /// Sorts a `table.sortable` by the clicked column: numerically by each cell's `data-sort`
