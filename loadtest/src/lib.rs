@@ -13,7 +13,8 @@
 //!   charts, the README's results), progress.
 //!
 //! While it runs: [`live`], the page that shows the sale as it happens (`--live`), fed by the
-//! code that measures.
+//! code that measures. [`browser`] drives a real Chromium over WebDriver, for the tests of
+//! both pages and their screenshots.
 //!
 //! Beside the run: [`scenario`] (the fault scenarios, `seckill-bench scenario <name>|all`, also
 //! part of every `run`) and [`lock`] (`seckill-bench lock`: the lock benchmark, the
@@ -25,6 +26,7 @@
 //! top.
 
 pub mod analyse;
+pub mod browser;
 pub mod cli;
 pub mod drive;
 pub mod live;

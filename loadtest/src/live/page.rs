@@ -162,10 +162,10 @@ fn body() -> Markup {
         section {
             h2 { "Answers" }
             div.counters {
-                div { span.label { "answers in the run" } span.big #answers { "0" } }
+                div { span.label { "answers in the run" } span.big #answers data-value="0" { "0" } }
                 div { span.label { "answers/s, last second" } span.big #per-second { "–" } }
                 div { span.label { "p99 ms, last second" } span.big #p99 { "–" } }
-                div { span.label { "updates missed" } span.big #missed { "0" } }
+                div { span.label { "updates missed" } span.big #missed data-value="0" { "0" } }
             }
             table { thead { tr { th { "this phase, by code" } th { "answers" } } } tbody #codes {} }
             div.charts {

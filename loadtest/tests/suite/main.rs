@@ -7,6 +7,7 @@ mod accounting;
 mod baselines;
 mod committed;
 mod coordinated_omission;
+mod live_page;
 mod lock_bench;
 mod lock_matrix;
 mod lock_peers;
