@@ -1,6 +1,6 @@
 //! A real browser, driven as a person would use it: headless Chromium through chromedriver,
 //! over WebDriver with the `fantoccini` client. The tests open the live page and
-//! `report.html` in it; `seckill-bench … --screenshots` saves what it shows.
+//! `report.html` in it; `seckill-bench run --screenshots` saves what it shows ([`screenshots`]).
 //!
 //! Debian's `chromium` and `chromium-driver` packages provide the two programs (`cargo xtask
 //! setup` installs them). [`Browser::require`] tells a test whether it may skip: only when
@@ -9,10 +9,11 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use fantoccini::wd::WebDriverCompatibleCommand;
-use fantoccini::{Client, ClientBuilder};
+use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
@@ -157,8 +158,11 @@ impl Browser {
         Ok(serde_json::from_value(urls)?)
     }
 
-    /// Saves what the window shows as a PNG.
+    /// Saves the top of the page as a PNG.
     pub async fn screenshot(&self, path: &Path) -> Result<()> {
+        self.client
+            .execute("window.scrollTo(0, 0);", Vec::new())
+            .await?;
         let png = self.client.screenshot().await?;
         std::fs::write(path, png).with_context(|| format!("writing {}", path.display()))
     }
@@ -169,6 +173,36 @@ impl Browser {
         let _ = self.driver.kill().await;
         Ok(())
     }
+}
+
+/// Longest wait for a page's state before giving up: a bound for a broken page, far above
+/// what a page takes to load or replay a run.
+pub const PATIENCE: Duration = Duration::from_secs(120);
+
+/// Saves what a person would see into the run's directory `dir`: `live.png`, the live page at
+/// `live_url` once it shows the run finished (a page that opens late is sent the whole run
+/// again), and `report.png`, the top of the run's `report.html`.
+pub async fn screenshots(live_url: &str, dir: &Path) -> Result<Vec<PathBuf>> {
+    let browser = Browser::start(1280, 1600).await?;
+    let client = browser.client();
+    client.goto(live_url).await?;
+    client
+        .wait()
+        .at_most(PATIENCE)
+        .for_element(Locator::Css("#status[data-state='finished']"))
+        .await
+        .context("the live page never showed the run finished")?;
+    let (live, report) = (dir.join("live.png"), dir.join("report.png"));
+    browser.screenshot(&live).await?;
+    client.goto(&file_url(&dir.join("report.html"))?).await?;
+    client
+        .wait()
+        .at_most(PATIENCE)
+        .for_element(Locator::Id("summary"))
+        .await?;
+    browser.screenshot(&report).await?;
+    browser.close().await?;
+    Ok(vec![live, report])
 }
 
 /// The `file://` URL of a local file.

@@ -176,6 +176,12 @@ pub struct RunArgs {
     /// Print the machine-readable result to stdout (progress goes to stderr).
     #[arg(long)]
     pub json: bool,
+    /// Save screenshots of the live page (`live.png`) and of `report.html` (`report.png`) into
+    /// the run's directory, taken in headless Chromium (Debian's `chromium` and
+    /// `chromium-driver`); serves the live page on a free loopback port unless `--live` names
+    /// one.
+    #[arg(long, env = "SECKILL_SCREENSHOTS")]
+    pub screenshots: bool,
     /// Directory under which `<UTC timestamp>/` and the `latest` link are written.
     #[arg(long, default_value = "results")]
     pub out: PathBuf,

@@ -79,8 +79,18 @@ fn run(args: &RunArgs) -> Result<()> {
         database: "seckill_bench".into(),
         processes: servers.as_ref().map(server_processes).unwrap_or_default(),
     };
-    let (feed, page) = live(&args.live, false)?;
-    let output = runtime()?.block_on(run_watched(&settings, &target, &args.out, &feed))?;
+    let mut live_args = args.live.clone();
+    if args.screenshots && live_args.live.is_none() {
+        live_args.live = Some(std::net::SocketAddr::from(([127, 0, 0, 1], 0)));
+    }
+    let (feed, page) = live(&live_args, false)?;
+    let runtime = runtime()?;
+    let output = runtime.block_on(run_watched(&settings, &target, &args.out, &feed))?;
+    if let (true, Some(page)) = (args.screenshots, &page) {
+        for shot in runtime.block_on(loadtest::browser::screenshots(&page.url(), &output.dir))? {
+            eprintln!("screenshot: {}", shot.display());
+        }
+    }
     drop(page);
     drop(servers);
     if args.json {
@@ -134,7 +144,11 @@ fn readme(args: &ReadmeArgs) -> Result<()> {
     let text = std::fs::read_to_string(&args.readme)
         .with_context(|| format!("reading {}", args.readme.display()))?;
     let link = report::readme::link(&args.readme, &args.report)?;
-    let written = report::readme::replace(&text, &report::readme::section(&run, &link))?;
+    let picture = report::readme::picture(&args.readme, &link);
+    let written = report::readme::replace(
+        &text,
+        &report::readme::section(&run, &link, picture.as_deref()),
+    )?;
     if args.check {
         anyhow::ensure!(
             written == text,

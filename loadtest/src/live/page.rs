@@ -112,7 +112,7 @@ pub const SCRIPT: &str = r#"
     row.insertCell().textContent = d.actor;
     row.insertCell().textContent = d.what;
     set('event-count', $('events').rows.length);
-    row.scrollIntoView({ block: 'nearest' });
+    var box = $('timeline-box'); box.scrollTop = box.scrollHeight;
   });
   events.addEventListener('paused', function (e) {
     var waiting = JSON.parse(e.data).waiting;
@@ -185,7 +185,9 @@ fn body() -> Markup {
         }
         section {
             h2 { "Scenario timeline (" span #event-count { "0" } " events)" }
-            table { thead { tr { th { "scenario" } th { "t (ms)" } th { "who" } th { "what" } } } tbody #events {} }
+            div #timeline-box style="max-height: 420px; overflow-y: auto;" {
+                table { thead { tr { th { "scenario" } th { "t (ms)" } th { "who" } th { "what" } } } tbody #events {} }
+            }
         }
     }
 }

@@ -1,6 +1,6 @@
 //! The live page in a real browser (headless Chromium over WebDriver) while a quick run goes:
 //! it connects, its counters move as the run answers, and the figures it ends with are the
-//! run's report's. Every wait is for the page's state (a WebDriver wait on an element), never a
+//! run's report's; then the screenshots `run --screenshots` saves. Every wait is for the page's state (a WebDriver wait on an element), never a
 //! fixed time.
 
 use std::time::Duration;
@@ -119,6 +119,23 @@ async fn the_live_page_follows_a_quick_run_and_ends_with_the_figures_of_its_repo
         "console errors: {console:?}"
     );
     browser.close().await.unwrap();
+
+    // `run --screenshots`: both pages, saved into the run's folder as PNG.
+    let shots = loadtest::browser::screenshots(&live.url(), &output.dir)
+        .await
+        .unwrap();
+    assert_eq!(
+        shots,
+        [output.dir.join("live.png"), output.dir.join("report.png")]
+    );
+    for shot in shots {
+        let png = std::fs::read(&shot).unwrap();
+        assert!(
+            png.starts_with(b"\x89PNG\r\n\x1a\n"),
+            "{} is no PNG",
+            shot.display()
+        );
+    }
     drop(live);
     common::drop_database(&target).await;
 }
