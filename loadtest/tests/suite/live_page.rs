@@ -139,3 +139,42 @@ async fn the_live_page_follows_a_quick_run_and_ends_with_the_figures_of_its_repo
     drop(live);
     common::drop_database(&target).await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn in_teaching_mode_a_timeline_event_waits_until_next_is_pressed_on_the_page() {
+    if !Browser::require().unwrap() {
+        return;
+    }
+    let feed = Feed::new(true);
+    let live = Live::start("127.0.0.1:0".parse().unwrap(), &feed).unwrap();
+    let browser = Browser::start(1280, 900).await.unwrap();
+    let client = browser.client();
+    client.goto(&live.url()).await.unwrap();
+    wait_for(client, "//*[@id='status'][@data-state='connected']").await;
+    let logging = {
+        let feed = feed.clone();
+        tokio::task::spawn_blocking(move || {
+            for what in ["acquires the lock", "stalls past the lease"] {
+                let event = loadtest::report::schema::Event {
+                    t_ms: 1.0,
+                    actor: "A".into(),
+                    what: what.into(),
+                };
+                feed.timeline("lease-expiry", &event);
+            }
+        })
+    };
+    for shown in 1..=2 {
+        wait_for(
+            client,
+            &format!("//*[@id='event-count'][text()='{shown}']"),
+        )
+        .await;
+        let next = wait_for(client, "//button[@id='next'][not(@disabled)]").await;
+        assert!(!logging.is_finished(), "event {shown} went on before Next");
+        next.click().await.unwrap();
+    }
+    logging.await.unwrap();
+    wait_for(client, "//*[@id='step'][@hidden]").await;
+    browser.close().await.unwrap();
+}
