@@ -165,9 +165,13 @@ fn change(name: &str, a: Option<Figures>, b: Option<Figures>, noise: f64) -> Cha
         .as_ref()
         .zip(b.as_ref())
         .and_then(|(a, b)| moved(a.rate, b.rate, noise));
+    let percent = a.as_ref().zip(b.as_ref()).and_then(|(a, b)| {
+        (a.rate.median > 0.0).then(|| 100.0 * (b.rate.median - a.rate.median) / a.rate.median)
+    });
     Change {
         name: name.to_string(),
         figures: (a, b),
+        percent,
         moved,
         accounting: Vec::new(),
         rank: None,
@@ -318,7 +322,7 @@ pub fn moved(a: Range, b: Range, noise: f64) -> Option<bool> {
 }
 
 /// The flash-sale accounting's fields, by name.
-fn fields(a: &Accounting) -> [(&'static str, i64); 8] {
+pub fn fields(a: &Accounting) -> [(&'static str, i64); 8] {
     [
         ("initial_stock", a.initial_stock),
         ("final_stock", a.final_stock),

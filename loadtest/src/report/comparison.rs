@@ -150,6 +150,8 @@ pub struct Change {
     pub name: String,
     /// In run A, and in run B.
     pub figures: (Option<Figures>, Option<Figures>),
+    /// B's rate as a change from A's, in per cent (`None` when A's was 0 or one run lacks it).
+    pub percent: Option<f64>,
     /// Up (`Some(true)`) or down beyond the noise, or not (always not when the runs come
     /// from different machines).
     pub moved: Option<bool>,
@@ -415,17 +417,12 @@ fn rate(f: Option<&Figures>) -> String {
 }
 
 fn change(ch: &Change) -> String {
-    let (Some(a), Some(b)) = &ch.figures else {
+    let (Some(_), Some(_)) = &ch.figures else {
         return "–".into();
     };
-    let pct = if a.rate.median > 0.0 {
-        format!(
-            "{:+.0}%",
-            100.0 * (b.rate.median - a.rate.median) / a.rate.median
-        )
-    } else {
-        "new".into()
-    };
+    let pct = ch
+        .percent
+        .map_or_else(|| "new".into(), |p| format!("{p:+.0}%"));
     match ch.moved {
         Some(true) => format!("**▲ {pct}**"),
         Some(false) => format!("**▼ {pct}**"),

@@ -115,13 +115,12 @@ fn rate(f: Option<&Figures>) -> Markup {
 }
 
 fn change(ch: &Change) -> Markup {
-    let (Some(a), Some(b)) = &ch.figures else {
+    let (Some(_), Some(_)) = &ch.figures else {
         return html! { td.num { "–" } };
     };
-    if a.rate.median <= 0.0 {
+    let Some(pct) = ch.percent else {
         return html! { td.num { "new" } };
-    }
-    let pct = 100.0 * (b.rate.median - a.rate.median) / a.rate.median;
+    };
     let text = format!("{pct:+.0}%");
     match ch.moved {
         Some(true) => html! { td.num.better data-sort=(pct) data-judged="better" { "▲ " (text) } },

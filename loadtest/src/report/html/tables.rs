@@ -5,7 +5,7 @@ use maud::{Markup, html};
 
 use super::page::{int, num};
 use crate::report::markdown::{attempts_per_sec, spread, successes_per_sec};
-use crate::report::schema::{GROUPS, LoadResult, Loop, RunReport, StandardTool, ToolStatus};
+use crate::report::schema::{LoadResult, Loop, RunReport, StandardTool, ToolStatus};
 
 /// One row per strategy: its safety, the flash sale's accounting, closed-loop deductions/s,
 /// its share of its backend's baseline and p99s. Sortable; a row whose sale broke an invariant
@@ -153,15 +153,7 @@ fn theirs(tool: &StandardTool) -> String {
 
 /// CPU-seconds per 1,000 deductions / busy cores, per process group.
 pub fn cpu(r: &RunReport) -> Markup {
-    let groups: Vec<&str> = GROUPS
-        .iter()
-        .map(|(g, _)| *g)
-        .filter(|g| {
-            r.strategies
-                .iter()
-                .any(|x| x.cpu.as_ref().and_then(|c| c.group(g)).is_some())
-        })
-        .collect();
+    let groups = r.cpu_groups();
     html! {
         table.sortable #cpu {
             thead { tr {
