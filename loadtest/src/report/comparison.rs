@@ -292,9 +292,14 @@ pub fn rank_text(r: &Moved<Rank>) -> String {
 
 /// `0.42 (0.38–0.47) → 0.55 (0.50–0.60)`: a ratio in both runs, with its rounds' range.
 pub fn ratio_text(r: &Moved<Ratio>) -> String {
+    // Two decimals, three below 0.1: a ratio of 0.015 is not 0.01.
+    let f = |v: f64| match v < 0.1 {
+        true => format!("{v:.3}"),
+        false => format!("{v:.2}"),
+    };
     let one = |x: &Ratio| match x.range {
-        Some((lo, hi)) => format!("{:.2} ({lo:.2}–{hi:.2})", x.median),
-        None => format!("{:.2}", x.median),
+        Some((lo, hi)) => format!("{} ({}–{})", f(x.median), f(lo), f(hi)),
+        None => f(x.median),
     };
     format!("{} → {}", one(&r.a), one(&r.b))
 }
