@@ -57,6 +57,32 @@ pub struct OrderRequest {
     /// The server's default strategy when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub strategy: Option<Strategy>,
+    /// The buyer's purchase token (`POST /api/products/{id}/tokens`), for a product that
+    /// requires one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(max_length = 64)]
+    pub purchase_token: Option<String>,
+}
+
+/// Body of `POST /api/products/{id}/tokens`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TokenRequest {
+    /// The buyer the token is for (the rules of `OrderRequest.user_id`).
+    #[schema(
+        min_length = 1,
+        max_length = 64,
+        pattern = r"^[^\t\n\x0B\f\r \u0085\u00A0\u1680\u2000-\u200A\u2028\u2029\u202F\u205F\u3000]([\s\S]*[^\t\n\x0B\f\r \u0085\u00A0\u1680\u2000-\u200A\u2028\u2029\u202F\u205F\u3000])?$"
+    )]
+    pub user_id: String,
+}
+
+/// A purchase token: good for one buyer, for one sale of one product.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct PurchaseToken {
+    pub product_id: u64,
+    pub user_id: String,
+    pub token: String,
 }
 
 /// An order as answered by `201` (created) and `200` (replayed).
@@ -77,6 +103,39 @@ pub struct OrderResponse {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ResetProduct {
+    /// Units one buyer may hold of this product, over all their purchases (default 1: one per
+    /// customer). Every safe strategy enforces it atomically with its deduction.
+    #[schema(minimum = 1, maximum = 1_000_000_000)]
+    #[serde(
+        default,
+        deserialize_with = "optional_integer",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub per_user_limit: Option<i64>,
+    /// When the sale opens (RFC 3339); before it, purchases are refused (`sale_not_started`)
+    /// and take nothing. Absent: open now.
+    #[serde(
+        default,
+        with = "time::serde::rfc3339::option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub sale_starts_at: Option<time::OffsetDateTime>,
+    /// When the sale closes (RFC 3339); from then on purchases are refused (`sale_ended`).
+    /// Absent: never. A window that closes no later than it opens never opens: every
+    /// purchase is refused, and the product's rules show why.
+    #[serde(
+        default,
+        with = "time::serde::rfc3339::option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub sale_ends_at: Option<time::OffsetDateTime>,
+    /// Whether a purchase must carry a purchase token (`POST /api/products/{id}/tokens`,
+    /// issued only once the sale is open): a bot that skips it, or fires before the start, is
+    /// refused without touching stock.
+    #[serde(default)]
+    pub token_required: bool,
     #[schema(minimum = 0, maximum = 1_000_000_000)]
     #[serde(deserialize_with = "integer")]
     pub stock: i64,
@@ -125,6 +184,9 @@ pub struct ProductView {
     pub id: u64,
     /// Where the stock is kept.
     pub home: Home,
+    /// The sale's rules.
+    #[serde(default)]
+    pub rules: SaleRules,
     /// Units left, read from the home.
     pub stock: i64,
     pub initial_stock: i64,
@@ -151,6 +213,51 @@ impl ProductView {
         self
     }
 }
+
+/// The rules of a product's sale, as set by its last reset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct SaleRules {
+    /// Units one buyer may hold of the product.
+    pub per_user_limit: i64,
+    #[serde(
+        default,
+        with = "time::serde::rfc3339::option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub sale_starts_at: Option<time::OffsetDateTime>,
+    #[serde(
+        default,
+        with = "time::serde::rfc3339::option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub sale_ends_at: Option<time::OffsetDateTime>,
+    #[serde(default)]
+    pub token_required: bool,
+}
+
+impl SaleRules {
+    /// When the sale starts, in milliseconds since the Unix epoch.
+    pub fn starts_ms(&self) -> Option<i64> {
+        self.sale_starts_at
+            .map(|at| i64::try_from(at.unix_timestamp_nanos() / 1_000_000).unwrap_or(i64::MAX))
+    }
+}
+
+impl Default for SaleRules {
+    fn default() -> SaleRules {
+        SaleRules {
+            per_user_limit: DEFAULT_PER_USER_LIMIT,
+            sale_starts_at: None,
+            sale_ends_at: None,
+            token_required: false,
+        }
+    }
+}
+
+/// A buyer's units of one product, when the reset names no limit: one per customer.
+pub const DEFAULT_PER_USER_LIMIT: i64 = 1;
 
 /// State of a purchase in `GET /api/products/{id}/orders/{request_id}`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -259,6 +366,20 @@ pub enum ErrorCode {
     PurchaseVoided,
     /// 403: this deployment does not offer the strategy named (`--strategies`).
     StrategyNotOffered,
+    /// 409: the buyer would hold more of this product than its per-user limit.
+    LimitReached,
+    /// 409: the sale has not opened yet.
+    SaleNotStarted,
+    /// 409: the sale has closed.
+    SaleEnded,
+    /// 403: the product requires a purchase token and the purchase carries none, or one that
+    /// is not this buyer's for this product's sale.
+    PurchaseTokenRequired,
+    /// 429: this buyer or address sent more than its rate allows; retry after `Retry-After`.
+    RateLimited,
+    /// 503: the service is at capacity and refused the request at once; retry after
+    /// `Retry-After`.
+    Overloaded,
     /// 401: missing or wrong admin token.
     Unauthorized,
     /// 404: no such product.
@@ -284,6 +405,12 @@ impl ErrorCode {
         ErrorCode::IdempotencyConflict,
         ErrorCode::PurchaseVoided,
         ErrorCode::StrategyNotOffered,
+        ErrorCode::LimitReached,
+        ErrorCode::SaleNotStarted,
+        ErrorCode::SaleEnded,
+        ErrorCode::PurchaseTokenRequired,
+        ErrorCode::RateLimited,
+        ErrorCode::Overloaded,
         ErrorCode::Unauthorized,
         ErrorCode::NotFound,
         ErrorCode::SoldOut,
@@ -301,13 +428,21 @@ impl ErrorCode {
                 StatusCode::UNPROCESSABLE_ENTITY
             }
             ErrorCode::Unauthorized => StatusCode::UNAUTHORIZED,
-            ErrorCode::StrategyNotOffered => StatusCode::FORBIDDEN,
+            ErrorCode::StrategyNotOffered | ErrorCode::PurchaseTokenRequired => {
+                StatusCode::FORBIDDEN
+            }
+            ErrorCode::RateLimited => StatusCode::TOO_MANY_REQUESTS,
             ErrorCode::NotFound => StatusCode::NOT_FOUND,
             ErrorCode::SoldOut
             | ErrorCode::LockLost
             | ErrorCode::IdempotencyConflict
-            | ErrorCode::PurchaseVoided => StatusCode::CONFLICT,
-            ErrorCode::Busy | ErrorCode::BackendUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            | ErrorCode::PurchaseVoided
+            | ErrorCode::LimitReached
+            | ErrorCode::SaleNotStarted
+            | ErrorCode::SaleEnded => StatusCode::CONFLICT,
+            ErrorCode::Busy | ErrorCode::BackendUnavailable | ErrorCode::Overloaded => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -321,6 +456,12 @@ impl ErrorCode {
             ErrorCode::IdempotencyConflict => "idempotency_conflict",
             ErrorCode::PurchaseVoided => "purchase_voided",
             ErrorCode::StrategyNotOffered => "strategy_not_offered",
+            ErrorCode::LimitReached => "limit_reached",
+            ErrorCode::SaleNotStarted => "sale_not_started",
+            ErrorCode::SaleEnded => "sale_ended",
+            ErrorCode::PurchaseTokenRequired => "purchase_token_required",
+            ErrorCode::RateLimited => "rate_limited",
+            ErrorCode::Overloaded => "overloaded",
             ErrorCode::Unauthorized => "unauthorized",
             ErrorCode::NotFound => "not_found",
             ErrorCode::SoldOut => "sold_out",

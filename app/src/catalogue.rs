@@ -21,7 +21,8 @@ use std::str::FromStr;
 use locks::Backend;
 use serde::{Deserialize, Serialize};
 
-/// How far a strategy keeps `sold ≤ initial stock` under concurrency, across instances.
+/// How far a strategy keeps the sale's invariants under concurrency, across instances:
+/// `sold ≤ initial stock`, and no buyer holding more than the per-user limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Safety {
@@ -31,7 +32,8 @@ pub enum Safety {
     /// (a pause, a slow critical section, a partition) lets a second holder in, and nothing in
     /// the database stops the second write. Timing-dependent by design.
     WhileLeasesHold,
-    /// Oversells under ordinary concurrency; exists to show how.
+    /// Breaks an invariant under ordinary concurrency — oversells the stock, or sells one
+    /// buyer more than the limit; exists to show how.
     Unsafe,
 }
 
@@ -81,7 +83,11 @@ impl Service {
             Backend::Redlock => Service::Redlock,
             Backend::ZooKeeper => Service::Zookeeper,
             Backend::Etcd => Service::Etcd,
-            Backend::DbLock | Backend::DbLockRenewed => Service::Mariadb,
+            Backend::DbLock
+            | Backend::DbLockRenewed
+            | Backend::DbLockReentrant
+            | Backend::DbRowLock
+            | Backend::DbBlockingInsert => Service::Mariadb,
             Backend::Memcached => Service::Memcached,
         }
     }
@@ -241,14 +247,21 @@ macro_rules! for_each_strategy {
             Unchecked = "unchecked", Unsafe, Own(Mariadb, Row, unchecked::build), "checks stock, then `SET stock = stock - q` with no guard in the UPDATE";
             LocalMutex = "local-mutex", Unsafe, Own(Process, Row, local_mutex::build), "`naive` inside a per-product in-process mutex: correct with one instance only";
             Conditional = "conditional", Safe, Own(Mariadb, Row, conditional::build), "`UPDATE … SET stock = stock - q WHERE stock >= q` in one statement";
+            RacyLimit = "racy-limit", Unsafe, Own(Mariadb, Row, racy_limit::build), "`conditional` for the stock, the per-user limit checked by a plain read first: one buyer's concurrent clicks all pass it";
             Optimistic = "optimistic", Safe, Own(Mariadb, Row, optimistic::build), "reads stock and version, `UPDATE … WHERE version = v`, bounded jittered retries";
             Pessimistic = "pessimistic", Safe, Own(Mariadb, Row, pessimistic::build_waiting), "`SELECT … FOR UPDATE` in a transaction: buyers queue on the row lock";
             PessimisticNowait = "pessimistic-nowait", Safe, Own(Mariadb, Row, pessimistic::build_nowait), "`SELECT … FOR UPDATE NOWAIT`: answers busy instead of queueing";
             Batched = "batched", Safe, Own(Mariadb, Row, batched::build), "purchases of a product queued for a few ms, committed as one conditional `UPDATE` and one multi-row order `INSERT`";
             Sharded = "sharded", Safe, Own(Mariadb, Buckets, sharded::build), "stock split over N bucket rows; a conditional decrement on a random non-empty bucket, sold out only when all are";
             DbLock = "db-lock", WhileLeasesHold, Locked(DbLock, Off), "lock row in a lock table (unique name, expiry, release by row id); stock read-modify-write inside";
-            DbLockFenced = "db-lock-fenced", Safe, Locked(DbLock, On), "`db-lock`, and the stock write is fenced by the lock row's id";
+            DbLockFenced = "db-lock-fenced", Safe, Locked(DbLock, On), "`db-lock`, and the stock write is fenced by the lock name's counter, bumped by every grant";
             DbLockRenewed = "db-lock-renewed", WhileLeasesHold, Locked(DbLockRenewed, Off), "`db-lock` with a renewal task that extends the lease while the holder lives";
+            DbLockReentrant = "db-lock-reentrant", WhileLeasesHold, Locked(DbLockReentrant, Off), "`db-lock` whose row names its owner and counts its entries: the holder may enter again";
+            DbLockReentrantFenced = "db-lock-reentrant-fenced", Safe, Locked(DbLockReentrant, On), "`db-lock-reentrant`, and the stock write is fenced by the lock name's counter";
+            DbRowLock = "db-row-lock", WhileLeasesHold, Locked(DbRowLock, Off), "`SELECT … FOR UPDATE` of the product's row in a lock table, held by a transaction left open on the lock pool; stock read-modify-write inside";
+            DbRowLockFenced = "db-row-lock-fenced", Safe, Locked(DbRowLock, On), "`db-row-lock`, and the stock write is fenced by a token drawn from a sequence once the row is locked";
+            DbBlockingInsert = "db-blocking-insert", WhileLeasesHold, Locked(DbBlockingInsert, Off), "`INSERT … ON DUPLICATE KEY UPDATE` of the product's lock row in a transaction left open: the next buyer's upsert waits on the row";
+            DbBlockingInsertFenced = "db-blocking-insert-fenced", Safe, Locked(DbBlockingInsert, On), "`db-blocking-insert`, and the stock write is fenced by a token drawn from a sequence once the row is locked";
             RedisLock = "redis-lock", WhileLeasesHold, Locked(Redis, Off), "`SET NX PX` lock per product, stock read-modify-write inside; unsafe past its lease";
             RedisLockFenced = "redis-lock-fenced", Safe, Locked(Redis, On), "`redis-lock` with the stock write fenced by the lock's `INCR` token";
             RedisWatchdog = "redis-watchdog", WhileLeasesHold, Locked(RedisWatchdog, Off), "Redisson-like lock renewed by a watchdog, waiters woken by pub/sub";

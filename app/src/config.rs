@@ -119,6 +119,19 @@ pub struct Config {
     #[arg(long, env = "SECKILL_STRATEGIES", value_delimiter = ',')]
     pub strategies: Vec<crate::api::Strategy>,
 
+    /// How long an instance trusts what it remembers of a product (its rules; that it is sold
+    /// out) before reading it again, in milliseconds. A reset, a reconciliation or units given
+    /// back make every instance forget at once when Redis is configured (one fixed address),
+    /// and within this time in any case. 0: remember nothing.
+    #[arg(long, env = "SECKILL_PRODUCT_MEMORY_MS", default_value_t = 1000)]
+    pub product_memory_ms: u64,
+
+    /// The secret purchase tokens are signed with (products that require one). Every instance
+    /// of a deployment needs the same secret; without one each instance makes a random one,
+    /// and a token is good only on the instance that issued it.
+    #[arg(long, env = "SECKILL_PURCHASE_TOKEN_SECRET", hide_env_values = true)]
+    pub purchase_token_secret: Option<String>,
+
     /// Strategy used when an order names none.
     #[arg(long, env = "SECKILL_DEFAULT_STRATEGY", default_value = "conditional")]
     pub default_strategy: crate::api::Strategy,
@@ -177,6 +190,43 @@ pub struct Config {
     #[arg(long, env = "SECKILL_ALLOW_FAULT_INJECTION")]
     pub allow_fault_injection: bool,
 
+    /// Purchases this instance works on at once; one more is refused at once with `503
+    /// overloaded` and a spread `Retry-After`, instead of waiting behind the others. Bounds the
+    /// latency of what is accepted, and the memory. Refusals from memory do not count.
+    #[arg(long, env = "SECKILL_MAX_IN_FLIGHT", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_in_flight: u32,
+
+    /// How long a buyer waits for a purchase's answer before being told `503 busy`, in
+    /// milliseconds. The purchase itself goes on (it finishes, or gives its stock back); a retry
+    /// with the same request id gets its outcome.
+    #[arg(long, env = "SECKILL_REQUEST_TIMEOUT_MS", default_value_t = 10_000)]
+    pub request_timeout_ms: u64,
+
+    /// How long a client may take to send a request's headers, in milliseconds: a connection
+    /// that sends nothing is closed, not kept.
+    #[arg(long, env = "SECKILL_HEADER_READ_TIMEOUT_MS", default_value_t = 5_000)]
+    pub header_read_timeout_ms: u64,
+
+    /// Purchases per second one buyer (user id) may make, bursts of as many allowed; beyond,
+    /// `429 rate_limited`. Unset: no limit.
+    #[arg(long, env = "SECKILL_RATE_PER_USER")]
+    pub rate_per_user: Option<u32>,
+
+    /// Purchases per second one client address may make, bursts of as many allowed; beyond,
+    /// `429 rate_limited`. Unset: no limit.
+    #[arg(long, env = "SECKILL_RATE_PER_ADDRESS")]
+    pub rate_per_address: Option<u32>,
+
+    /// Longest a database statement of a purchase may run (`max_statement_time`), in
+    /// milliseconds; beyond, it is aborted and the purchase answers `busy`.
+    #[arg(long, env = "SECKILL_STATEMENT_TIMEOUT_MS", default_value_t = 5_000)]
+    pub statement_timeout_ms: u64,
+
+    /// Purchases one product's `batched` line holds waiting for their batch; one more is
+    /// refused at once (`busy`). 0: four batches' worth (`--batch-max` × 4).
+    #[arg(long, env = "SECKILL_BATCH_QUEUE", default_value_t = 0)]
+    pub batch_queue: u32,
+
     /// How long in-flight requests may take to finish after SIGTERM/Ctrl-C, in milliseconds.
     #[arg(long, env = "SECKILL_SHUTDOWN_GRACE_MS", default_value_t = 10_000)]
     pub shutdown_grace_ms: u64,
@@ -194,6 +244,7 @@ impl Config {
         config.etcd.clear();
         config.memcached = None;
         config.admin_token = None;
+        config.purchase_token_secret = None;
         config
     }
 

@@ -13,8 +13,10 @@ use axum::response::{IntoResponse, Response};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// Seconds a client is told to wait before retrying a `503`.
-const RETRY_AFTER_SECS: &str = "1";
+/// The longest wait, in seconds, a client is told before retrying a `503` or a `429`. Each
+/// refusal names a wait drawn evenly from 1 to this, so that refused clients come back spread
+/// over seconds rather than in one wave a second later.
+const RETRY_AFTER_MAX_SECS: u32 = 4;
 
 /// Every way a request can fail.
 #[derive(Debug, thiserror::Error)]
@@ -38,6 +40,20 @@ pub enum ApiError {
     /// The deployment does not offer this strategy.
     #[error("{0}")]
     StrategyNotOffered(String),
+    #[error(
+        "this buyer has bought as many units of this product as it allows (its per-user limit)"
+    )]
+    LimitReached,
+    #[error("the sale has not started yet")]
+    SaleNotStarted,
+    #[error("the sale has ended")]
+    SaleEnded,
+    #[error("{0}")]
+    PurchaseTokenRequired(String),
+    #[error("too many requests from this buyer or address")]
+    RateLimited,
+    #[error("the service is at capacity")]
+    Overloaded,
     #[error("missing or wrong admin token")]
     Unauthorized,
     #[error("{0}")]
@@ -71,6 +87,12 @@ impl ApiError {
             ApiError::IdempotencyConflict(_) => ErrorCode::IdempotencyConflict,
             ApiError::PurchaseVoided => ErrorCode::PurchaseVoided,
             ApiError::StrategyNotOffered(_) => ErrorCode::StrategyNotOffered,
+            ApiError::LimitReached => ErrorCode::LimitReached,
+            ApiError::SaleNotStarted => ErrorCode::SaleNotStarted,
+            ApiError::SaleEnded => ErrorCode::SaleEnded,
+            ApiError::PurchaseTokenRequired(_) => ErrorCode::PurchaseTokenRequired,
+            ApiError::RateLimited => ErrorCode::RateLimited,
+            ApiError::Overloaded => ErrorCode::Overloaded,
             ApiError::Unauthorized => ErrorCode::Unauthorized,
             ApiError::NotFound(_) => ErrorCode::NotFound,
             ApiError::SoldOut => ErrorCode::SoldOut,
@@ -96,11 +118,12 @@ impl IntoResponse for ApiError {
         let mut response = (self.status(), Json(body)).into_response();
         let headers = response.headers_mut();
         match self.code() {
-            ErrorCode::Busy | ErrorCode::BackendUnavailable => {
-                headers.insert(
-                    header::RETRY_AFTER,
-                    HeaderValue::from_static(RETRY_AFTER_SECS),
-                );
+            ErrorCode::Busy
+            | ErrorCode::BackendUnavailable
+            | ErrorCode::Overloaded
+            | ErrorCode::RateLimited => {
+                let secs = rand::random_range(1..=RETRY_AFTER_MAX_SECS);
+                headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
             }
             ErrorCode::Unauthorized => {
                 headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
@@ -115,6 +138,7 @@ impl From<PurchaseError> for ApiError {
     fn from(e: PurchaseError) -> ApiError {
         match e {
             PurchaseError::SoldOut => ApiError::SoldOut,
+            PurchaseError::LimitReached => ApiError::LimitReached,
             PurchaseError::UnknownProduct => ApiError::NotFound("no such product".into()),
             PurchaseError::Busy(why) => ApiError::Busy(why),
             PurchaseError::LockLost(why) => ApiError::LockLost(why),

@@ -57,3 +57,28 @@ pub async fn ledger(
 ) -> Result<Option<Ledger>, ReadError> {
     Ok(view(pool, redis, id).await?.map(Ledger::of))
 }
+
+/// The units left of the product, read from its home alone (no orders): the row, the sum of
+/// the buckets, or the Redis counter. `None` if it does not exist.
+pub async fn left(
+    pool: &MySqlPool,
+    redis: Option<&RedisStock>,
+    id: u64,
+    home: Home,
+) -> Result<Option<i64>, ReadError> {
+    match home {
+        Home::Row => {
+            let mut conn = pool.acquire().await?;
+            Ok(products::stock(&mut conn, id).await?)
+        }
+        Home::Buckets => {
+            let mut conn = pool.acquire().await?;
+            let buckets = crate::db::buckets::all(&mut conn, id).await?;
+            Ok(Some(buckets.iter().map(|(_, stock)| stock).sum()))
+        }
+        Home::Redis => {
+            let redis = redis.ok_or(RedisStockError::NotConfigured)?;
+            Ok(redis.counter(id).await?)
+        }
+    }
+}

@@ -8,13 +8,16 @@
 //!      -d '{"user_id": "u-1", "quantity": 1, "request_id": "r-1", "strategy": "conditional"}'
 //! ```
 //!
-//! Layout, from the bottom up — a module uses only those above it in this list:
+//! Layout, from the bottom up — a module uses only those before it in this list:
 //! [`api`] (the wire types every client shares) with [`catalogue`] (every strategy's name and
-//! facts), [`accounting`] (what a sale really did) and [`metrics`]; [`config`] (flags and
+//! facts), [`accounting`] (what a sale really did), [`metrics`] and [`overload`] (refusing
+//! what the service cannot take); [`config`] (flags and
 //! environment); the storage: [`db`] (pool, migrations, queries) and [`redis_stock`] (stock kept
 //! in Redis: counter, stream, consumer, reconciliation); [`inventory`] (a product read from
-//! wherever its stock lives); [`strategy`] (the `StockStrategy` trait, one file per strategy,
-//! the registry that builds them); [`backends`] (the lock services); [`state`]; [`error`] (the
+//! wherever its stock lives); [`shelf`] (what an instance remembers of each product, to refuse
+//! from memory); [`strategy`] (the `StockStrategy` trait, one file per strategy,
+//! the registry that builds them); [`backends`] (the lock services); [`purchase_token`];
+//! [`state`]; [`error`] (the
 //! one mapping from failures to status codes); [`http`] (routes, handlers, the OpenAPI
 //! document).
 //!
@@ -30,7 +33,11 @@ pub mod error;
 pub mod http;
 pub mod inventory;
 pub mod metrics;
+pub mod overload;
+pub mod purchase_token;
 pub mod redis_stock;
+pub mod serve;
+pub mod shelf;
 pub mod state;
 pub mod strategy;
 
@@ -39,13 +46,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use futures::FutureExt;
 use tokio::net::TcpListener;
 
 pub use config::Config;
 use metrics::Metrics;
 use redis_stock::RedisStock;
 use redis_stock::consumer::Consumer;
+use shelf::Shelf;
 pub use state::{AppState, Background, Settings};
 use strategy::Deps;
 pub use strategy::Registry;
@@ -102,11 +109,26 @@ pub async fn build_with(
         redis: redis.clone(),
         batch_window: config.batch_window(),
         batch_max: config.batch_max,
+        batch_queue: config.batch_queue,
     };
     let locks = backends::connect_all(config, &deps).await;
     let mut registry = Registry::new(deps, locks);
     customize(&mut registry);
     let metrics = Arc::new(Metrics::default());
+    let shelf = Arc::new(Shelf::new(
+        pool.clone(),
+        redis.clone(),
+        Duration::from_millis(config.product_memory_ms),
+    ));
+    let listener = redis
+        .as_ref()
+        .and_then(|r| Some((r.fixed_url()?.to_string(), r.keys().stock_back())))
+        .map(|(url, channel)| {
+            let shelf = Arc::clone(&shelf);
+            tokio::spawn(redis_stock::announce::listen(url, channel, move |id| {
+                shelf.forget(id)
+            }))
+        });
     // Every instance with Redis places orders of the stream, whichever strategies it serves.
     let consumer = redis.clone().map(|redis| {
         let claim_idle = Duration::from_millis(config.stream_claim_idle_ms);
@@ -115,8 +137,16 @@ pub async fn build_with(
             .with_metrics(metrics.clone());
         tokio::spawn(consumer.run())
     });
+    let gate = Arc::new(overload::Gate::new(
+        config.max_in_flight,
+        config.rate_per_user,
+        config.rate_per_address,
+        Duration::from_millis(config.request_timeout_ms),
+    ));
+    let forgetting = tokio::spawn(Arc::clone(&gate).forget_idle_keys());
     let state = AppState {
         pool,
+        gate,
         registry: Arc::new(registry),
         metrics,
         settings: Arc::new(Settings {
@@ -126,9 +156,20 @@ pub async fn build_with(
             max_quantity: config.max_quantity,
             allow_fault_injection: config.allow_fault_injection,
             reconcile_grace: Duration::from_millis(config.reconcile_grace_ms),
+            token_key: match &config.purchase_token_secret {
+                Some(secret) => purchase_token::TokenKey::new(secret.as_bytes()),
+                None => purchase_token::TokenKey::random(),
+            },
         }),
         redis,
-        background: Arc::new(Background::new(consumer.into_iter().collect())),
+        shelf,
+        background: Arc::new(Background::new(
+            consumer
+                .into_iter()
+                .chain(listener)
+                .chain([forgetting])
+                .collect(),
+        )),
     };
     Ok((http::router(state.clone()), state))
 }
@@ -153,6 +194,9 @@ pub async fn serve_with_shutdown(
         tracing::warn!(%listen, "no admin token: anyone who can reach this address can reset \
             products and reconcile stock; set SECKILL_ADMIN_TOKEN before exposing it");
     }
+    if config.purchase_token_secret.is_none() {
+        tracing::info!("no purchase-token secret: tokens this instance issues are good here only");
+    }
     let (router, state) = build(&config).await?;
     tracing::info!(
         %listen,
@@ -161,15 +205,11 @@ pub async fn serve_with_shutdown(
         fault_injection = config.allow_fault_injection,
         "serving"
     );
-    let shutdown = shutdown.shared();
-    let grace = Duration::from_millis(config.shutdown_grace_ms);
-    let server = axum::serve(listener, router).with_graceful_shutdown(shutdown.clone());
-    tokio::select! {
-        served = server => served?,
-        () = async { shutdown.await; tokio::time::sleep(grace).await } => {
-            tracing::warn!(?grace, "grace period over; dropping the remaining connections");
-        }
-    }
+    let limits = serve::Limits {
+        header_read: Duration::from_millis(config.header_read_timeout_ms),
+        grace: Duration::from_millis(config.shutdown_grace_ms),
+    };
+    serve::serve(listener, router, limits, shutdown).await?;
     state.pool.close().await;
     tracing::info!("stopped");
     Ok(())

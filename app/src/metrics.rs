@@ -68,6 +68,8 @@ struct Inner {
 #[derive(Debug, Default)]
 pub struct Metrics {
     inner: Mutex<Inner>,
+    /// Purchase requests the service received, ever (refused at admission or not).
+    received: AtomicU64,
     /// Purchases that reached a strategy, ever.
     started: AtomicU64,
     /// Purchases a strategy is working on now.
@@ -96,6 +98,11 @@ pub struct Observation<'a> {
 }
 
 impl Metrics {
+    /// Counts a purchase request as it arrives, before anything is decided about it.
+    pub fn purchase_received(&self) {
+        self.received.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Counts a purchase that reaches its strategy, until the returned guard is dropped.
     pub fn purchase_started(self: &Arc<Self>) -> InFlight {
         self.started.fetch_add(1, Ordering::Relaxed);
@@ -163,6 +170,12 @@ impl Metrics {
         for (strategy, n) in &inner.retries {
             let _ = writeln!(out, "seckill_retries_total{{strategy=\"{strategy}\"}} {n}");
         }
+        out.push_str(
+            "# HELP seckill_purchase_requests_total Purchase requests received, refused at admission or not.\n",
+        );
+        out.push_str("# TYPE seckill_purchase_requests_total counter\n");
+        let received = self.received.load(Ordering::Relaxed);
+        let _ = writeln!(out, "seckill_purchase_requests_total {received}");
         out.push_str(
             "# HELP seckill_purchases_started_total Purchases that reached their strategy.\n",
         );

@@ -6,6 +6,7 @@ use sqlx::MySqlPool;
 
 use crate::metrics::Metrics;
 use crate::redis_stock::RedisStock;
+use crate::shelf::Shelf;
 use crate::strategy::Registry;
 
 /// Request-independent settings the handlers need.
@@ -19,6 +20,8 @@ pub struct Settings {
     pub allow_fault_injection: bool,
     /// How old a Redis charge without an order must be before `reconcile` presumes it lost.
     pub reconcile_grace: std::time::Duration,
+    /// What purchase tokens are signed with.
+    pub token_key: crate::purchase_token::TokenKey,
 }
 
 impl Settings {
@@ -32,13 +35,17 @@ impl Settings {
 #[derive(Clone)]
 pub struct AppState {
     pub pool: MySqlPool,
+    /// Admission limits: purchases in flight, rates.
+    pub gate: Arc<crate::overload::Gate>,
     pub registry: Arc<Registry>,
     pub metrics: Arc<Metrics>,
     pub settings: Arc<Settings>,
     /// Where Redis-held stock lives, if Redis is configured.
     pub redis: Option<RedisStock>,
-    /// Background work of this instance (the stream consumer), stopped when the last clone of
-    /// the state is dropped.
+    /// What this instance remembers of each product.
+    pub shelf: Arc<Shelf>,
+    /// Background work of this instance (the stream consumer, the stock-back listener),
+    /// stopped when the last clone of the state is dropped.
     pub background: Arc<Background>,
 }
 

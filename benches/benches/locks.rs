@@ -187,7 +187,7 @@ fn uncontended(c: &mut Criterion, rt: &Runtime) -> (Vec<LockRow>, Vec<(&'static 
     (rows, raw)
 }
 
-/// Benchmarks the hand-off of every safe backend but the database lock; returns the table of individual hand-offs.
+/// Benchmarks the hand-off of every safe backend but the database locks; returns the table of individual hand-offs.
 fn handoffs(c: &mut Criterion, rt: &Runtime) -> String {
     let endpoints = lock_endpoints(&benches::env().endpoints);
     let mut group = c.benchmark_group("handoff");
@@ -199,9 +199,8 @@ fn handoffs(c: &mut Criterion, rt: &Runtime) -> String {
     let mut table = String::from(
         "| lock | hand-off (median) | 90th percentile | hand-offs |\n|---|---:|---:|---:|\n",
     );
-    // The database lock table is not among the lock services this bench connects to.
-    let measured =
-        |b: &Backend| !b.is_broken() && !matches!(b, Backend::DbLock | Backend::DbLockRenewed);
+    // The database locks are not among the lock services this bench connects to.
+    let measured = |b: &Backend| !b.is_broken() && !b.uses_database();
     for backend in Backend::ALL.into_iter().filter(measured) {
         let name = backend.name();
         let connect = || -> Arc<dyn DistributedLock> {

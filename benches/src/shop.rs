@@ -48,11 +48,25 @@ impl Shop {
         Arc::clone(self.state.registry.get(strategy))
     }
 
-    /// Gives product `id` [`STOCK`] units and no orders.
+    /// Gives product `id` [`STOCK`] units, no orders, and a per-user limit no run reaches (the
+    /// bench buys as one buyer: it measures the deduction, not the limit).
     pub async fn stock_up(&self, id: u64) {
-        app::db::products::reset(&self.state.pool, id, STOCK, app::api::Home::Row)
-            .await
-            .expect("reset the product");
+        let rules = app::api::SaleRules {
+            per_user_limit: STOCK,
+            ..app::api::SaleRules::default()
+        };
+        let buckets = app::api::DEFAULT_BUCKETS;
+        app::db::products::reset_with(
+            &self.state.pool,
+            id,
+            STOCK,
+            app::api::Home::Row,
+            buckets,
+            &rules,
+        )
+        .await
+        .expect("reset the product");
+        self.state.shelf.forget(id);
     }
 
     /// A request id no other purchase of this run has.
@@ -74,6 +88,7 @@ impl Shop {
             quantity: 1,
             request_id: self.request_id(),
             strategy: name,
+            per_user_limit: STOCK,
             hold: None,
             stats: PurchaseStats::default(),
         };
@@ -87,6 +102,7 @@ impl Shop {
             quantity: 1,
             request_id: self.request_id(),
             strategy: Some(name),
+            purchase_token: None,
         };
         let response = self
             .http

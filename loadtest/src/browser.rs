@@ -270,7 +270,7 @@ mod tests {
         let mut r = crate::sample::report();
         r.strategies[0].throughput.closed.successes_per_sec = 900.0;
         let dir = tempfile::tempdir().unwrap();
-        report_html::write(dir.path(), &r, &charts::all(&r).unwrap(), None).unwrap();
+        report_html::write(dir.path(), &r, &charts::all(&r).unwrap(), &[], None).unwrap();
         let browser = Browser::start(1280, 900).await.unwrap();
         let client = browser.client();
         client

@@ -6,7 +6,7 @@ use app::api::Strategy;
 use clap::{Args, Parser, Subcommand};
 use locks::Backend;
 
-use crate::report::schema::{OPEN_RATE_SHARE, Settings};
+use crate::report::schema::{FloodShape, OPEN_RATE_SHARE, Settings};
 use crate::scenario::Selection;
 
 #[derive(Debug, Parser)]
@@ -30,6 +30,9 @@ pub enum Command {
     /// W workers contend for one lock and count mutual-exclusion violations; `lock matrix`
     /// measures every backend against every requirement.
     Lock(LockArgs),
+    /// Only the flood: thousands of buyers within a second for far fewer units, one per
+    /// customer, through every strategy (takes `run`'s flags); writes a report.
+    Flood(RunArgs),
     /// Reproduces a classic failure (or `all`) and reports expected against observed.
     Scenario(ScenarioArgs),
     /// What changed from one run to another: throughput, p99 and accounting per strategy and
@@ -173,6 +176,8 @@ pub struct RunArgs {
     /// scenario (a check of the load generator against the tools).
     #[arg(long, conflicts_with = "no_baselines")]
     pub only_baselines: bool,
+    #[command(flatten)]
+    pub flood: FloodArgs,
     /// Print the machine-readable result to stdout (progress goes to stderr).
     #[arg(long)]
     pub json: bool,
@@ -188,6 +193,73 @@ pub struct RunArgs {
     /// The `seckill-app` binary (default: next to this executable).
     #[arg(long, env = "SECKILL_APP_BIN")]
     pub app_bin: Option<PathBuf>,
+}
+
+/// How the flood arrives.
+#[derive(Debug, Clone, Args)]
+pub struct FloodArgs {
+    /// People who click in the flood (default 20,000; 2,000 with --quick).
+    #[arg(long = "flood-users")]
+    pub users: Option<usize>,
+    /// Units on sale in the flood, one per customer (default 1,000; 100 with --quick).
+    #[arg(long = "flood-units")]
+    pub units: Option<i64>,
+    /// The regular clicks arrive uniformly within this many ms of the opening.
+    #[arg(long = "flood-burst-ms", default_value_t = 1_000)]
+    pub burst_ms: u64,
+    /// Share of people who double-click.
+    #[arg(long = "flood-double-click", default_value_t = 0.1)]
+    pub double_click: f64,
+    /// Share of people who are bots behind one shared account, firing at the opening.
+    #[arg(long = "flood-shared-account-bots", default_value_t = 0.02)]
+    pub shared_account_bots: f64,
+    /// Share of people who are bots firing before the opening.
+    #[arg(long = "flood-early-bots", default_value_t = 0.02)]
+    pub early_bots: f64,
+    /// How early the early bots fire, in ms.
+    #[arg(long = "flood-early-ms", default_value_t = 300)]
+    pub early_ms: u64,
+    /// Retries of a `503` per click, 1–4 s apart (0: nobody retries).
+    #[arg(long = "flood-retries", default_value_t = 0)]
+    pub retries: u32,
+    /// Skip the flood.
+    #[arg(long)]
+    pub no_flood: bool,
+}
+
+impl FloodArgs {
+    /// The flood's shape, the `--quick` sizes where `quick`.
+    pub fn shape(&self, quick: bool, instances: usize) -> anyhow::Result<FloodShape> {
+        let (users, units) = if quick { (2_000, 100) } else { (20_000, 1_000) };
+        let shape = FloodShape {
+            users: self.users.unwrap_or(users),
+            units: self.units.unwrap_or(units),
+            burst_ms: self.burst_ms,
+            double_click_share: self.double_click,
+            shared_account_bot_share: self.shared_account_bots,
+            early_bot_share: self.early_bots,
+            early_by_ms: self.early_ms,
+            retries: self.retries,
+            instances,
+        };
+        anyhow::ensure!(shape.users >= 1, "--flood-users must be at least 1");
+        anyhow::ensure!(shape.units >= 1, "--flood-units must be at least 1");
+        for (name, share) in [
+            ("--flood-double-click", shape.double_click_share),
+            (
+                "--flood-shared-account-bots",
+                shape.shared_account_bot_share,
+            ),
+            ("--flood-early-bots", shape.early_bot_share),
+        ] {
+            anyhow::ensure!((0.0..=1.0).contains(&share), "{name} is a share: 0 to 1");
+        }
+        anyhow::ensure!(
+            shape.shared_account_bot_share + shape.early_bot_share <= 1.0,
+            "the bots' shares add up to more than everyone"
+        );
+        Ok(shape)
+    }
 }
 
 impl RunArgs {
@@ -215,6 +287,12 @@ impl RunArgs {
             baselines: !self.no_baselines,
             scenarios: !self.no_scenarios && !self.only_baselines,
             only_baselines: self.only_baselines,
+            flood: if self.flood.no_flood || self.only_baselines {
+                None
+            } else {
+                Some(self.flood.shape(self.quick, self.instances)?)
+            },
+            only_flood: false,
         };
         anyhow::ensure!(settings.instances >= 1, "--instances must be at least 1");
         anyhow::ensure!(settings.buyers >= 1, "--buyers must be at least 1");

@@ -24,7 +24,8 @@ fn main() -> Result<()> {
         .with_writer(std::io::stderr)
         .init();
     match Cli::parse().command {
-        Command::Run(args) => run(&args),
+        Command::Run(args) => run(&args, false),
+        Command::Flood(args) => run(&args, true),
         Command::Lock(args) => match &args.action {
             None => lock(&args),
             Some(LockCommand::Matrix(matrix)) => lock_matrix(matrix),
@@ -62,8 +63,18 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
         .build()?)
 }
 
-fn run(args: &RunArgs) -> Result<()> {
-    let settings = args.settings()?;
+/// `run`, or with `only_flood` the flood alone.
+fn run(args: &RunArgs, only_flood: bool) -> Result<()> {
+    let mut settings = args.settings()?;
+    if only_flood {
+        anyhow::ensure!(
+            settings.flood.is_some(),
+            "`flood` with --no-flood runs nothing"
+        );
+        settings.only_flood = true;
+        settings.baselines = false;
+        settings.scenarios = false;
+    }
     let app_binary = testkit::locate_app(args.app_bin.as_deref())?;
     let (servers, endpoints) = servers()?;
     let versions = servers.as_ref().and_then(|s| s.versions().ok());
@@ -97,7 +108,9 @@ fn run(args: &RunArgs) -> Result<()> {
         let mut out = std::io::stdout().lock();
         writeln!(out, "{}", report::json::to_string(&output.report)?)?;
     } else {
-        println!("{}", report::markdown::summary_table(&output.report));
+        if !only_flood {
+            println!("{}", report::markdown::summary_table(&output.report));
+        }
         println!("report: {}", output.dir.join("report.md").display());
     }
     Ok(())

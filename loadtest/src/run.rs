@@ -1,4 +1,5 @@
-//! `seckill-bench run`: baselines, then every strategy's flash sale, then the closed-loop runs
+//! `seckill-bench run`: baselines, then every strategy's flood (`seckill-bench flood`: only
+//! that), then every strategy's flash sale, then the closed-loop runs
 //! in rounds (every strategy once per round, so the machine's slow moments spread over all of
 //! them), then each strategy's open loop, against app instances started here; then the report.
 
@@ -17,6 +18,7 @@ use crate::analyse::{findings, ratios};
 use crate::drive::load::Window;
 use crate::live::{Feed, Update};
 use crate::measure::cpu::{self, Sampler, Span};
+use crate::measure::flood::{FloodPlan, run_flood};
 use crate::measure::sale::{SalePlan, run_sale};
 use crate::measure::throughput::{self, ThroughputPlan};
 use crate::report::progress::Progress;
@@ -108,7 +110,12 @@ pub async fn run_watched(
         window,
         rounds,
     };
-    let steps = (2 + rounds as u64) * strategies.len() as u64
+    let per_strategy = if settings.only_flood {
+        0
+    } else {
+        2 + rounds as u64
+    } + u64::from(settings.flood.is_some());
+    let steps = per_strategy * strategies.len() as u64
         + if settings.baselines {
             baselines::steps(&plan)
         } else {
@@ -143,6 +150,37 @@ pub async fn run_watched(
     };
 
     let run_id = &uuid::Uuid::new_v4().simple().to_string()[..8];
+    let mut floods = Vec::new();
+    if let Some(shape) = &settings.flood {
+        let refusals = if settings.quick {
+            Window::from_secs(0.1, 0.3)
+        } else {
+            Window::from_secs(0.5, 1.0)
+        };
+        for (k, info) in strategies.iter().enumerate() {
+            progress.phase(info.name.name(), "flood");
+            let plan = FloodPlan {
+                product: 5_000 + k as u64,
+                strategy: info,
+                shape,
+                seed: k as u64,
+                id_prefix: format!("{run_id}-{k}-f"),
+                refusal_window: Some(refusals),
+                refusal_connections: settings.buyers,
+                feed: feed.clone(),
+            };
+            let flood = run_flood(&api, &db, &sampler, &plan)
+                .await
+                .with_context(|| format!("flood of `{}`", info.name))?;
+            floods.push(flood);
+            ensure_running(&mut apps, info.name, &dir)?;
+        }
+    }
+    let strategies = if settings.only_flood {
+        Vec::new()
+    } else {
+        strategies
+    };
     let mut sales = Vec::new();
     for (k, info) in strategies.iter().enumerate() {
         let name = info.name;
@@ -249,6 +287,7 @@ pub async fn run_watched(
         hot_row_sweep: measured.hot_row_sweep,
         strategies: reports,
         scenarios,
+        floods,
         findings: Findings::default(),
     };
     report.findings = findings::of(&report);

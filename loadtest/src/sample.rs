@@ -99,6 +99,8 @@ pub fn report() -> RunReport {
             baselines: true,
             scenarios: false,
             only_baselines: false,
+            flood: None,
+            only_flood: false,
         },
         environment: Environment {
             cpus: 2,
@@ -115,6 +117,7 @@ pub fn report() -> RunReport {
         },
         baselines: vec![baseline()],
         hot_row_sweep: Vec::new(),
+        floods: Vec::new(),
         strategies: vec![
             strategy(Strategy::Naive, ledger(20, 137)),
             strategy(Strategy::Conditional, ledger(0, 100)),

@@ -26,6 +26,15 @@ pub enum Backend {
     DbLock,
     /// The lock-table row with a renewal task (`database::DbLock::renewed`, feature `mysql`).
     DbLockRenewed,
+    /// The lock-table row with its owner and a hold count: reentrant
+    /// (`database::DbReentrantLock`, feature `mysql`).
+    DbLockReentrant,
+    /// A row lock taken by `SELECT … FOR UPDATE` and held by the open transaction
+    /// (`database::DbRowLock`, feature `mysql`).
+    DbRowLock,
+    /// A row lock taken by `INSERT … ON DUPLICATE KEY UPDATE` and held by the open transaction
+    /// (`database::DbInsertLock`, feature `mysql`).
+    DbBlockingInsert,
     /// `add` with an expiry, compare-and-swap release, `incr` fence ([`crate::memcached::MemcachedLock`]).
     Memcached,
     /// The watchdog's hash lock with a wait queue in Redis: first come, first served
@@ -41,7 +50,7 @@ pub enum Backend {
 
 impl Backend {
     /// Every backend, in the order reports list them: the safe ones, then the broken ones.
-    pub const ALL: [Backend; 12] = [
+    pub const ALL: [Backend; 15] = [
         Backend::Redis,
         Backend::RedisWatchdog,
         Backend::Redlock,
@@ -49,6 +58,9 @@ impl Backend {
         Backend::Etcd,
         Backend::DbLock,
         Backend::DbLockRenewed,
+        Backend::DbLockReentrant,
+        Backend::DbRowLock,
+        Backend::DbBlockingInsert,
         Backend::Memcached,
         Backend::RedisFair,
         Backend::RedisSetnxNoTtl,
@@ -66,6 +78,9 @@ impl Backend {
             Backend::Etcd => "etcd",
             Backend::DbLock => "db-lock",
             Backend::DbLockRenewed => "db-lock-renewed",
+            Backend::DbLockReentrant => "db-lock-reentrant",
+            Backend::DbRowLock => "db-row-lock",
+            Backend::DbBlockingInsert => "db-blocking-insert",
             Backend::Memcached => "memcached",
             Backend::RedisFair => "redis-fair",
             Backend::RedisSetnxNoTtl => "redis-setnx-no-ttl",
@@ -96,6 +111,15 @@ impl Backend {
             Backend::DbLockRenewed => {
                 "the lock-table row, its lease extended every third of it while the holder lives"
             }
+            Backend::DbLockReentrant => {
+                "the lock-table row with its owner and a hold count: the holder may enter again"
+            }
+            Backend::DbRowLock => {
+                "SELECT … FOR UPDATE of the name's row in an open transaction; COMMIT releases, a closed connection frees it"
+            }
+            Backend::DbBlockingInsert => {
+                "INSERT … ON DUPLICATE KEY UPDATE of the name's row in an open transaction: the next inserter waits on the row"
+            }
             Backend::Memcached => {
                 "memcached `add` with an expiry, CAS release; a restart or an eviction frees it"
             }
@@ -112,6 +136,18 @@ impl Backend {
         }
     }
 
+    /// `true` for the locks kept in the database (feature `mysql`, [`crate::Endpoints::database`]).
+    pub const fn uses_database(self) -> bool {
+        matches!(
+            self,
+            Backend::DbLock
+                | Backend::DbLockRenewed
+                | Backend::DbLockReentrant
+                | Backend::DbRowLock
+                | Backend::DbBlockingInsert
+        )
+    }
+
     /// `true` for the variants that exist to show a failure: they do not give mutual exclusion
     /// even while every lease holds.
     pub const fn is_broken(self) -> bool {
@@ -126,6 +162,9 @@ impl Backend {
             | Backend::Etcd
             | Backend::DbLock
             | Backend::DbLockRenewed
+            | Backend::DbLockReentrant
+            | Backend::DbRowLock
+            | Backend::DbBlockingInsert
             | Backend::Memcached => false,
             Backend::RedisFair => false,
         }

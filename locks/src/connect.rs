@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 #[cfg(feature = "mysql")]
-use crate::database::DbLock;
+use crate::database::{DbInsertLock, DbLock, DbReentrantLock, DbRowLock};
 use crate::etcd::EtcdLock;
 use crate::memcached::MemcachedLock;
 use crate::redis::{
@@ -27,7 +27,9 @@ pub struct Endpoints {
     /// ZooKeeper's session timeout plays the role of a lease: a holder whose session expires
     /// loses its lock.
     pub zookeeper_session_timeout: Duration,
-    /// The database of the lock table (`db-lock`, `db-lock-renewed`).
+    /// The database of the lock tables (`db-lock`, `db-lock-renewed`, `db-lock-reentrant`,
+    /// `db-row-lock`, `db-blocking-insert`). The locks held by a transaction keep one of its
+    /// connections per holder and per waiter.
     pub database: Option<Database>,
 }
 
@@ -65,8 +67,8 @@ pub enum ConnectError {
     Lock(#[from] LockError),
 }
 
-/// Connects `backend` at `endpoints`. For the database lock this also creates the lock table
-/// if it is missing.
+/// Connects `backend` at `endpoints`. For the database locks this also creates their tables if
+/// missing.
 pub async fn connect(
     backend: Backend,
     endpoints: &Endpoints,
@@ -100,8 +102,22 @@ pub async fn connect(
         Backend::DbLock => Arc::new(DbLock::leased(lock_table(backend, endpoints).await?)),
         #[cfg(feature = "mysql")]
         Backend::DbLockRenewed => Arc::new(DbLock::renewed(lock_table(backend, endpoints).await?)),
+        #[cfg(feature = "mysql")]
+        Backend::DbLockReentrant => {
+            Arc::new(DbReentrantLock::new(lock_table(backend, endpoints).await?))
+        }
+        #[cfg(feature = "mysql")]
+        Backend::DbRowLock => Arc::new(DbRowLock::new(lock_table(backend, endpoints).await?)),
+        #[cfg(feature = "mysql")]
+        Backend::DbBlockingInsert => {
+            Arc::new(DbInsertLock::new(lock_table(backend, endpoints).await?))
+        }
         #[cfg(not(feature = "mysql"))]
-        Backend::DbLock | Backend::DbLockRenewed => {
+        Backend::DbLock
+        | Backend::DbLockRenewed
+        | Backend::DbLockReentrant
+        | Backend::DbRowLock
+        | Backend::DbBlockingInsert => {
             return Err(ConnectError::FeatureDisabled {
                 backend,
                 feature: "mysql",
@@ -111,7 +127,7 @@ pub async fn connect(
     Ok(lock)
 }
 
-/// The pool of the database lock, its table created if missing.
+/// The pool of the database locks, their tables created if missing.
 #[cfg(feature = "mysql")]
 async fn lock_table(
     backend: Backend,

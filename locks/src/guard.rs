@@ -54,6 +54,12 @@ impl Guard {
         self.fencing_token
     }
 
+    /// The flag behind [`Guard::lost`], for a backend that hands out another guard of the same
+    /// hold (a re-entry) and must report its loss with this one's.
+    pub(crate) fn lost_flag(&self) -> watch::Receiver<bool> {
+        self.lost.clone()
+    }
+
     /// Whether the library already knows the lock is gone.
     pub fn is_lost(&self) -> bool {
         *self.lost.borrow()

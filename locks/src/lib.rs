@@ -1,11 +1,11 @@
 //! Distributed locks with fencing tokens, hand-written over Redis, ZooKeeper, etcd, memcached
-//! and a MySQL/MariaDB lock table.
+//! and MariaDB (a lock table, and row locks held by open transactions).
 //!
 //! Every backend implements one trait, [`DistributedLock`], whose contract is below, and is
 //! named by one [`Backend`]; [`connect()`] opens any of them from [`Endpoints`]. The library
 //! stands alone: it knows nothing of the flash-sale app that uses it.
 //!
-//! Cargo features: `mysql` (the database lock table, [`Backend::DbLock`]), `conformance` (the
+//! Cargo features: `mysql` (the database locks, [`Backend::DbLock`] and its kin), `conformance` (the
 //! contract as a test suite any backend can run), `clap` (`Backend` as a CLI value). Its tests
 //! start their own servers: `cargo nextest run -p locks`.
 //!

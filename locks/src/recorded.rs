@@ -81,8 +81,21 @@ pub async fn contend(
     until: Instant,
     how: Contention,
 ) {
+    contend_while(name, lock, key, store, move || Instant::now() < until, how).await
+}
+
+/// [`contend`] for as long as `going()` says, checked before each attempt: for a run that ends
+/// on a state it waits for (a grant after a fault) rather than at a time.
+pub async fn contend_while(
+    name: String,
+    lock: Arc<dyn DistributedLock>,
+    key: String,
+    store: Arc<FencedStore>,
+    going: impl Fn() -> bool,
+    how: Contention,
+) {
     let history = store.history();
-    while Instant::now() < until {
+    while going() {
         history.attempt(&name);
         let options = AcquireOptions::new(how.lease).wait(how.wait);
         let guard = match tokio::time::timeout(how.patience, lock.acquire(&key, options)).await {

@@ -230,7 +230,13 @@ pub fn is_purchase_refusal(code: ErrorCode) -> bool {
         ErrorCode::SoldOut
         | ErrorCode::LockLost
         | ErrorCode::Busy
-        | ErrorCode::BackendUnavailable => true,
+        | ErrorCode::BackendUnavailable
+        | ErrorCode::LimitReached
+        | ErrorCode::SaleNotStarted
+        | ErrorCode::SaleEnded
+        | ErrorCode::PurchaseTokenRequired
+        | ErrorCode::RateLimited
+        | ErrorCode::Overloaded => true,
         ErrorCode::BadRequest
         | ErrorCode::InvalidRequest
         | ErrorCode::UnknownStrategy
@@ -282,6 +288,7 @@ pub fn order_request(
         quantity,
         request_id,
         strategy: Some(strategy),
+        purchase_token: None,
     }
 }
 

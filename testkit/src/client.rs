@@ -73,12 +73,26 @@ impl Api {
     /// `PUT /api/products/{id}`: creates the product or resets it to `stock` units kept in
     /// `home`, and deletes its orders.
     pub async fn reset_product(&self, id: u64, stock: i64, home: Home) -> Result<()> {
+        // No per-user limit to speak of: the benchmark's buyers buy again and again.
+        self.put_product(
+            id,
+            &ResetProduct {
+                stock,
+                home,
+                buckets: None,
+                per_user_limit: Some(app::api::MAX_STOCK),
+                sale_starts_at: None,
+                sale_ends_at: None,
+                token_required: false,
+            },
+        )
+        .await
+    }
+
+    /// `PUT /api/products/{id}` with every rule of `product` (limit, window, token).
+    pub async fn put_product(&self, id: u64, product: &ResetProduct) -> Result<()> {
         let url = format!("{}/api/products/{id}", self.admin());
-        let mut request = self.http.put(&url).json(&ResetProduct {
-            stock,
-            home,
-            buckets: None,
-        });
+        let mut request = self.http.put(&url).json(product);
         if let Some(token) = &self.admin_token {
             request = request.bearer_auth(token);
         }

@@ -77,6 +77,15 @@ impl Retry {
     }
 }
 
+/// One buyer of a crowd that arrives on a schedule ([`Crowd::arriving`]): who clicks, and
+/// when (from the crowd's start). Several arrivals may share a user: a double click, or bots
+/// behind one account.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Arrival {
+    pub user: String,
+    pub at: Duration,
+}
+
 /// One click as the crowd saw it: when it was first sent and finally answered (from the
 /// crowd's start), how many tries it took, and the last answer.
 #[derive(Debug, Clone, PartialEq)]
@@ -163,6 +172,8 @@ pub struct Crowd {
     retry: Retry,
     /// Buyer `b` starts `b × stagger` after the first.
     stagger: Duration,
+    /// When set, buyer `b` is `arrivals[b]`: its user, and when it clicks (once).
+    arrivals: Option<Arc<[Arrival]>>,
     id_prefix: String,
     watch: Option<Watch>,
 }
@@ -182,9 +193,19 @@ impl Crowd {
             through: Vec::new(),
             retry: Retry::NEVER,
             stagger: Duration::ZERO,
+            arrivals: None,
             id_prefix: id_prefix.to_owned(),
             watch: None,
         }
+    }
+
+    /// A crowd that arrives on a schedule, as a flood does: one click per arrival, sent at its
+    /// time whatever happened before (an open loop: a slow server does not slow the clicks),
+    /// from its user. Buyer `b` is `arrivals[b]`.
+    pub fn arriving(arrivals: Vec<Arrival>, strategy: Strategy, id_prefix: &str) -> Crowd {
+        let mut crowd = Crowd::new(arrivals.len(), Clicks::Each(1), strategy, id_prefix);
+        crowd.arrivals = Some(arrivals.into());
+        crowd
     }
 
     /// Every try picks one of `strategies` at random.
@@ -309,7 +330,12 @@ struct Shared {
 impl Shared {
     async fn buyer(self: Arc<Self>, buyer: usize) -> Vec<Click> {
         let crowd = &self.crowd;
-        tokio::time::sleep(crowd.stagger * u32::try_from(buyer).unwrap_or(u32::MAX)).await;
+        match &crowd.arrivals {
+            Some(arrivals) => tokio::time::sleep_until(self.began + arrivals[buyer].at).await,
+            None => {
+                tokio::time::sleep(crowd.stagger * u32::try_from(buyer).unwrap_or(u32::MAX)).await
+            }
+        }
         let mut clicks = Vec::new();
         for mine in 0.. {
             let Some(number) = self.next(mine) else { break };
@@ -357,15 +383,20 @@ impl Shared {
             through => through[key % through.len()],
         };
         let request_id = format!("{}-{buyer}-{mine}", crowd.id_prefix);
+        let user_id = match &crowd.arrivals {
+            Some(arrivals) => arrivals[buyer].user.clone(),
+            None => format!("u-{buyer}"),
+        };
         let sent = self.began.elapsed();
         let mut tries = 0;
         loop {
             tries += 1;
             let body = OrderRequest {
-                user_id: format!("u-{buyer}"),
+                user_id: user_id.clone(),
                 quantity: crowd.quantity,
                 request_id: request_id.clone(),
                 strategy: Some(crowd.strategies[rand::random_range(0..crowd.strategies.len())]),
+                purchase_token: None,
             };
             let answer = self
                 .api

@@ -10,6 +10,8 @@ const ER_LOCK_WAIT_TIMEOUT: u16 = 1205;
 const ER_LOCK_DEADLOCK: u16 = 1213;
 /// MySQL's answer to a failed `NOWAIT`.
 const ER_LOCK_NOWAIT: u16 = 3572;
+/// MariaDB aborted a statement that ran past `max_statement_time`.
+const ER_STATEMENT_TIMEOUT: u16 = 1969;
 /// Too many connections / server shutting down / connection killed.
 const ER_UNAVAILABLE: [u16; 3] = [1040, 1053, 1927];
 
@@ -21,7 +23,8 @@ pub const PURCHASE_KEY: &str = "orders_purchase";
 pub enum DbFailure {
     /// The server cannot be reached, or no connection was free within the acquire timeout.
     Unavailable,
-    /// A row lock was not obtained within the wait budget (or `NOWAIT` found it taken).
+    /// A row lock was not obtained within the wait budget (or `NOWAIT` found it taken), or a
+    /// statement ran past its deadline.
     Busy,
     /// An order of this purchase (product, buyer, request id) exists already.
     Duplicate,
@@ -49,7 +52,9 @@ pub fn classify(e: &sqlx::Error) -> DbFailure {
                 .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
                 .map(|e| e.number());
             match number {
-                Some(ER_LOCK_WAIT_TIMEOUT | ER_LOCK_DEADLOCK | ER_LOCK_NOWAIT) => DbFailure::Busy,
+                Some(
+                    ER_LOCK_WAIT_TIMEOUT | ER_LOCK_DEADLOCK | ER_LOCK_NOWAIT | ER_STATEMENT_TIMEOUT,
+                ) => DbFailure::Busy,
                 Some(n) if ER_UNAVAILABLE.contains(&n) => DbFailure::Unavailable,
                 _ => DbFailure::Other,
             }

@@ -4,6 +4,7 @@ pub mod buckets;
 pub mod errors;
 pub mod orders;
 pub mod products;
+pub mod quota;
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -46,6 +47,7 @@ pub async fn connect(config: &Config) -> Result<MySqlPool, SetupError> {
     create_database(&server, &name).await?;
 
     let lock_wait = config.row_lock_wait_secs.max(1);
+    let statement = Duration::from_millis(config.statement_timeout_ms);
     let pool = MySqlPoolOptions::new()
         .max_connections(config.db_pool_size.max(1))
         .acquire_timeout(Duration::from_millis(config.db_acquire_timeout_ms))
@@ -53,7 +55,12 @@ pub async fn connect(config: &Config) -> Result<MySqlPool, SetupError> {
         // `backend_unavailable`) and is then dropped; not pinging before every use saves a
         // round trip on the hot path.
         .test_before_acquire(false)
-        .after_connect(move |conn, _meta| Box::pin(set_lock_wait(conn, lock_wait)))
+        .after_connect(move |conn, _meta| {
+            Box::pin(async move {
+                set_lock_wait(conn, lock_wait).await?;
+                set_statement_time(conn, statement).await
+            })
+        })
         .connect_with(server.database(&name))
         .await
         .map_err(|source| SetupError::Create {
@@ -88,6 +95,20 @@ pub fn lock_pool(main: &MySqlPool, config: &Config) -> MySqlPool {
         .test_before_acquire(false)
         .after_connect(move |conn, _meta| Box::pin(set_lock_wait(conn, lock_wait)))
         .connect_lazy_with((*main.connect_options()).clone())
+}
+
+/// `max_statement_time` of one session: MariaDB aborts a statement of it that runs longer
+/// (`ER_STATEMENT_TIMEOUT`, answered `busy`), so no statement outlives its buyer's patience.
+async fn set_statement_time(
+    conn: &mut sqlx::MySqlConnection,
+    limit: Duration,
+) -> Result<(), sqlx::Error> {
+    let sql = format!(
+        "SET SESSION max_statement_time = {:.3}",
+        limit.as_secs_f64()
+    );
+    conn.execute(sqlx::AssertSqlSafe(sql)).await?;
+    Ok(())
 }
 
 /// `innodb_lock_wait_timeout` of one session, in seconds.

@@ -2,26 +2,38 @@
 
 use sqlx::{MySqlConnection, MySqlPool, Row};
 
-use super::buckets;
-use crate::api::{DEFAULT_BUCKETS, Home, ProductView};
+use time::OffsetDateTime;
 
-/// Creates the product or resets it to `stock` units kept in `home`, and deletes its orders,
-/// atomically. The row's `stock` holds the units only when the home is the row; otherwise it
-/// holds none, so the row strategies find the product sold out. The fence goes back to 0 so
-/// that any lock backend's tokens are accepted again. Buckets-home products get
-/// [`DEFAULT_BUCKETS`] buckets (see [`reset_split`]).
+use super::buckets;
+use crate::api::{DEFAULT_BUCKETS, Home, ProductView, SaleRules};
+
+/// Creates the product or resets it to `stock` units kept in `home`, under the default rules
+/// ([`SaleRules::default`]), and deletes its orders, atomically. The row's `stock` holds the
+/// units only when the home is the row; otherwise it holds none, so the row strategies find the
+/// product sold out. The fence goes back to 0 so that any lock backend's tokens are accepted
+/// again. Buckets-home products get [`DEFAULT_BUCKETS`] buckets (see [`reset_with`]).
 pub async fn reset(pool: &MySqlPool, id: u64, stock: i64, home: Home) -> Result<(), sqlx::Error> {
-    reset_split(pool, id, stock, home, DEFAULT_BUCKETS).await
+    reset_with(
+        pool,
+        id,
+        stock,
+        home,
+        DEFAULT_BUCKETS,
+        &SaleRules::default(),
+    )
+    .await
 }
 
-/// [`reset`], splitting the stock of a buckets-home product evenly over `buckets` buckets; any
-/// other home deletes the product's buckets.
-pub async fn reset_split(
+/// [`reset`], splitting the stock of a buckets-home product evenly over `buckets` buckets (any
+/// other home deletes the product's buckets), under `rules`. The buyers' claimed units are
+/// forgotten with the orders.
+pub async fn reset_with(
     pool: &MySqlPool,
     id: u64,
     stock: i64,
     home: Home,
     buckets: u32,
+    rules: &SaleRules,
 ) -> Result<(), sqlx::Error> {
     let row_stock = if home == Home::Row { stock } else { 0 };
     let bucket_stocks = match home {
@@ -30,22 +42,44 @@ pub async fn reset_split(
     };
     let mut tx = pool.begin().await?;
     sqlx::query(
-        "INSERT INTO products (id, stock, initial_stock, home) VALUES (?, ?, ?, ?) \
+        "INSERT INTO products (id, stock, initial_stock, home, per_user_limit, sale_starts_ms, \
+                               sale_ends_ms, token_required) \
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?) \
          ON DUPLICATE KEY UPDATE stock = VALUES(stock), initial_stock = VALUES(initial_stock), \
-         home = VALUES(home), version = version + 1, fence = 0",
+         home = VALUES(home), per_user_limit = VALUES(per_user_limit), \
+         sale_starts_ms = VALUES(sale_starts_ms), sale_ends_ms = VALUES(sale_ends_ms), \
+         token_required = VALUES(token_required), version = version + 1, fence = 0",
     )
     .bind(id)
     .bind(row_stock)
     .bind(stock)
     .bind(home.name())
+    .bind(rules.per_user_limit)
+    .bind(rules.sale_starts_at.map(millis))
+    .bind(rules.sale_ends_at.map(millis))
+    .bind(rules.token_required)
     .execute(&mut *tx)
     .await?;
     buckets::replace(&mut tx, id, &bucket_stocks).await?;
-    sqlx::query("DELETE FROM orders WHERE product_id = ?")
-        .bind(id)
-        .execute(&mut *tx)
-        .await?;
+    for table in ["orders", "purchase_quota"] {
+        let sql = format!("DELETE FROM {table} WHERE product_id = ?");
+        sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+    }
     tx.commit().await
+}
+
+/// Milliseconds since the Unix epoch.
+fn millis(at: OffsetDateTime) -> i64 {
+    i64::try_from(at.unix_timestamp_nanos() / 1_000_000).unwrap_or(i64::MAX)
+}
+
+/// The instant `ms` milliseconds after the Unix epoch.
+fn from_millis(ms: i64) -> Result<OffsetDateTime, sqlx::Error> {
+    OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
+        .map_err(|e| sqlx::Error::Decode(e.into()))
 }
 
 /// The product's stock and order totals (orders that hold units: voided ones do not), or
@@ -53,7 +87,8 @@ pub async fn reset_split(
 /// of its buckets — in one statement, so the stock and the orders are one consistent snapshot.
 pub async fn view(pool: &MySqlPool, id: u64) -> Result<Option<ProductView>, sqlx::Error> {
     let row = sqlx::query(
-        "SELECT p.id, p.home, p.initial_stock, \
+        "SELECT p.id, p.home, p.initial_stock, p.per_user_limit, p.sale_starts_ms, \
+                p.sale_ends_ms, p.token_required, \
                 CASE WHEN p.home = 'buckets' THEN \
                     (SELECT CAST(COALESCE(SUM(b.stock), 0) AS SIGNED) FROM stock_buckets b \
                      WHERE b.product_id = p.id) \
@@ -69,11 +104,19 @@ pub async fn view(pool: &MySqlPool, id: u64) -> Result<Option<ProductView>, sqlx
     .await?;
     row.map(|r| {
         let home: String = r.try_get("home")?;
+        let starts: Option<i64> = r.try_get("sale_starts_ms")?;
+        let ends: Option<i64> = r.try_get("sale_ends_ms")?;
         Ok(ProductView {
             id: r.try_get("id")?,
             home: home
                 .parse()
                 .map_err(|e: String| sqlx::Error::Decode(e.into()))?,
+            rules: SaleRules {
+                per_user_limit: r.try_get("per_user_limit")?,
+                sale_starts_at: starts.map(from_millis).transpose()?,
+                sale_ends_at: ends.map(from_millis).transpose()?,
+                token_required: r.try_get("token_required")?,
+            },
             stock: r.try_get("stock")?,
             initial_stock: r.try_get("initial_stock")?,
             sold: r.try_get("sold")?,
@@ -86,6 +129,34 @@ pub async fn view(pool: &MySqlPool, id: u64) -> Result<Option<ProductView>, sqlx
     .transpose()
 }
 
+/// `home, per_user_limit, sale_starts_ms, sale_ends_ms, token_required` of a product row.
+type RulesRow = (String, i64, Option<i64>, Option<i64>, bool);
+
+/// The product's home and sale rules (one indexed row, none of its orders), or `None` if it
+/// does not exist: what a purchase needs to know before it starts.
+pub async fn rules(pool: &MySqlPool, id: u64) -> Result<Option<(Home, SaleRules)>, sqlx::Error> {
+    let row: Option<RulesRow> = sqlx::query_as(
+        "SELECT home, per_user_limit, sale_starts_ms, sale_ends_ms, token_required \
+         FROM products WHERE id = ?",
+    )
+    .bind(id)
+    .fetch_optional(pool)
+    .await?;
+    row.map(|(home, per_user_limit, starts, ends, token_required)| {
+        let home: Home = home
+            .parse()
+            .map_err(|e: String| sqlx::Error::Decode(e.into()))?;
+        let rules = SaleRules {
+            per_user_limit,
+            sale_starts_at: starts.map(from_millis).transpose()?,
+            sale_ends_at: ends.map(from_millis).transpose()?,
+            token_required,
+        };
+        Ok((home, rules))
+    })
+    .transpose()
+}
+
 /// Whether the product exists.
 pub async fn exists(conn: &mut MySqlConnection, id: u64) -> Result<bool, sqlx::Error> {
     let found: Option<u64> = sqlx::query_scalar("SELECT id FROM products WHERE id = ?")
@@ -93,6 +164,25 @@ pub async fn exists(conn: &mut MySqlConnection, id: u64) -> Result<bool, sqlx::E
         .fetch_optional(conn)
         .await?;
     Ok(found.is_some())
+}
+
+/// Takes `units` of the product if that many are left, in one conditional `UPDATE` (which
+/// locks the row either way); whether it took them.
+pub async fn take_if_left(
+    conn: &mut MySqlConnection,
+    id: u64,
+    units: i64,
+) -> Result<bool, sqlx::Error> {
+    let done = sqlx::query(
+        "UPDATE products SET stock = stock - ?, version = version + 1 \
+         WHERE id = ? AND stock >= ?",
+    )
+    .bind(units)
+    .bind(id)
+    .bind(units)
+    .execute(conn)
+    .await?;
+    Ok(done.rows_affected() == 1)
 }
 
 /// The product's stock and version (plain, non-locking read), or `None` if it does not exist.

@@ -5,6 +5,7 @@ pub(crate) mod meta;
 pub mod openapi;
 pub(crate) mod orders;
 pub(crate) mod products;
+pub(crate) mod tokens;
 
 use axum::Router;
 use axum::extract::Path;
@@ -24,6 +25,7 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/api/products/{id}/orders", post(orders::create))
         .route("/api/products/{id}/reconcile", post(products::reconcile))
+        .route("/api/products/{id}/tokens", post(tokens::issue))
         .route(
             "/api/products/{id}/orders/{request_id}",
             get(orders::status),

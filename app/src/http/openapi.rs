@@ -11,7 +11,7 @@ use utoipa::openapi::{OpenApi as Document, RefOr, Schema};
 use utoipa::{Modify, OpenApi};
 
 use super::orders::HOLD_HEADER;
-use super::{meta, orders, products};
+use super::{meta, orders, products, tokens};
 use crate::state::{AppState, Settings};
 
 #[derive(OpenApi)]
@@ -27,6 +27,7 @@ use crate::state::{AppState, Settings};
         orders::create,
         orders::status,
         products::reconcile,
+        tokens::issue,
         meta::strategies,
         meta::noop,
         meta::healthz,
@@ -131,6 +132,7 @@ mod tests {
             max_quantity: 7,
             allow_fault_injection: true,
             reconcile_grace: std::time::Duration::from_secs(10),
+            token_key: crate::purchase_token::TokenKey::random(),
         }
     }
 

@@ -1,8 +1,8 @@
 //! `PUT /api/products/{id}` (admin: create or reset) and `GET /api/products/{id}`.
 
 use crate::api::{
-    DEFAULT_BUCKETS, ErrorBody, Home, MAX_BUCKETS, MAX_STOCK, ProductView, Reconciliation,
-    ResetProduct,
+    DEFAULT_BUCKETS, DEFAULT_PER_USER_LIMIT, ErrorBody, Home, MAX_BUCKETS, MAX_STOCK, ProductView,
+    Reconciliation, ResetProduct, SaleRules,
 };
 use crate::db::products;
 use crate::error::ApiError;
@@ -27,7 +27,7 @@ use axum::http::{HeaderMap, StatusCode};
         (status = 400, description = "`bad_request`: malformed JSON or id", body = ErrorBody),
         (status = 401, description = "`unauthorized`: missing or wrong admin token", body = ErrorBody),
         (status = 415, description = "`bad_request`: the body is not `application/json`", body = ErrorBody),
-        (status = 422, description = "`invalid_request`: stock outside 0 to 1,000,000,000, buckets outside 1 to 1,024, or unknown fields", body = ErrorBody),
+        (status = 422, description = "`invalid_request`: stock outside 0 to 1,000,000,000, buckets outside 1 to 1,024, a per-user limit outside 1 to 1,000,000,000, a sale that ends before it starts, or unknown fields", body = ErrorBody),
         (status = 503, description = "`busy` (a row lock not obtained in time) or `backend_unavailable`", body = ErrorBody,
             headers(("Retry-After" = u32, description = "Seconds to wait")))))]
 pub async fn reset(
@@ -51,14 +51,16 @@ pub async fn reset(
         )));
     }
     let buckets = u32::try_from(buckets).unwrap_or(DEFAULT_BUCKETS);
-    products::reset_split(&state.pool, id, body.stock, body.home, buckets).await?;
+    let rules = rules_of(&body)?;
+    products::reset_with(&state.pool, id, body.stock, body.home, buckets, &rules).await?;
     // The stock's one home: the counter holds it for `redis`, and no counter is left otherwise.
     match (&state.redis, body.home) {
-        (Some(redis), Home::Redis) => redis.seed(id, body.stock).await?,
+        (Some(redis), Home::Redis) => redis.seed(id, body.stock, &rules).await?,
         (None, Home::Redis) => return Err(RedisStockError::NotConfigured.into()),
         (Some(redis), _) => redis.remove(id).await?,
         (None, _) => {}
     }
+    stock_back(&state, id).await;
     let view = inventory::view(&state.pool, state.redis.as_ref(), id)
         .await?
         .ok_or_else(|| ApiError::Internal("product vanished right after its reset".into()))?;
@@ -111,6 +113,35 @@ pub async fn reconcile(
         reconcile::reconcile(&state.pool, redis, id, state.settings.reconcile_grace).await?;
     if found.repaired || found.released_requests > 0 {
         tracing::warn!(?found, "reconciled a Redis stock counter");
+        stock_back(&state, id).await;
     }
     Ok(Json(found))
+}
+
+/// The sale rules a reset asks for, checked.
+fn rules_of(body: &ResetProduct) -> Result<SaleRules, ApiError> {
+    let per_user_limit = body.per_user_limit.unwrap_or(DEFAULT_PER_USER_LIMIT);
+    if !(1..=MAX_STOCK).contains(&per_user_limit) {
+        return Err(ApiError::Invalid(format!(
+            "per_user_limit must be between 1 and {MAX_STOCK}"
+        )));
+    }
+    Ok(SaleRules {
+        per_user_limit,
+        sale_starts_at: body.sale_starts_at,
+        sale_ends_at: body.sale_ends_at,
+        token_required: body.token_required,
+    })
+}
+
+/// The product's stock may have come back, or its rules changed: this instance forgets what it
+/// remembered of it, and tells the others (see [`crate::shelf`]).
+async fn stock_back(state: &AppState, id: u64) {
+    state.shelf.forget(id);
+    if let Some(redis) = &state.redis
+        && let Err(e) = redis.announce(id).await
+    {
+        tracing::warn!(product = id, error = %e,
+            "could not announce it; other instances forget it within their memory's lifetime");
+    }
 }

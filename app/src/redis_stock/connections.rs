@@ -51,6 +51,7 @@ enum Pool {
 enum Shared {
     /// A manager on the fixed address, opened on first use; it reconnects by itself.
     Direct {
+        url: String,
         client: redis::Client,
         manager: Arc<OnceCell<ConnectionManager>>,
     },
@@ -73,6 +74,7 @@ impl Connections {
                 Ok(Connections {
                     pool: Pool::Direct(pool),
                     shared: Shared::Direct {
+                        url: url.to_string(),
                         client,
                         manager: Arc::default(),
                     },
@@ -100,7 +102,9 @@ impl Connections {
     /// The shared multiplexed connection (to the current primary).
     pub(crate) async fn shared(&self) -> Result<SharedConnection, RedisStockError> {
         match &self.shared {
-            Shared::Direct { client, manager } => {
+            Shared::Direct {
+                client, manager, ..
+            } => {
                 let manager = manager
                     .get_or_try_init(|| ConnectionManager::new(client.clone()))
                     .await?;
@@ -113,6 +117,14 @@ impl Connections {
                     .map_err(RedisStockError::NoPrimary)?;
                 Ok(SharedConnection::Following(conn, following.clone()))
             }
+        }
+    }
+
+    /// The fixed address, when there is one (not behind Sentinels).
+    pub(crate) fn fixed_url(&self) -> Option<&str> {
+        match &self.shared {
+            Shared::Direct { url, .. } => Some(url),
+            Shared::Following(_) => None,
         }
     }
 

@@ -20,7 +20,7 @@ use deadpool_redis::redis::{self, streams};
 use sqlx::{MySqlPool, QueryBuilder};
 
 use super::charge;
-use super::scripts::{GIVE_BACK, PLACED};
+use super::scripts::PLACED;
 use super::{GROUP, RedisStock, RedisStockError, StreamOrder};
 use crate::db::orders::OrderState;
 use crate::metrics::Metrics;
@@ -219,14 +219,9 @@ impl Consumer {
             }
             tracing::warn!(product = order.product_id, request_id = %order.request_id,
                 "a queued purchase has an order that is not its own; giving its units back");
-            let keys = self.redis.keys();
+            let field = charge::field(&order.user_id, &order.request_id);
             self.redis
-                .invoke::<i64>(
-                    GIVE_BACK
-                        .key(keys.stock(order.product_id))
-                        .key(keys.requests(order.product_id))
-                        .arg(charge::field(&order.user_id, &order.request_id)),
-                )
+                .invoke::<i64>(&self.redis.give_back(order.product_id, &field))
                 .await?;
         }
         Ok(())

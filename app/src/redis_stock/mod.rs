@@ -11,9 +11,11 @@
 //! does not answer is `backend_unavailable`, never a guess. The Redis is one address or the
 //! primary a group of Sentinels names, followed across a failover (`connections.rs`).
 
+pub mod announce;
 pub mod charge;
 mod connections;
 pub mod consumer;
+mod keys;
 pub mod reconcile;
 pub(crate) mod scripts;
 
@@ -25,6 +27,7 @@ use deadpool_redis::{PoolConfig, Timeouts};
 
 use crate::config::Config;
 use connections::Connections;
+pub use keys::Keys;
 
 /// How long one Redis operation may take before it counts as a failure.
 const TIMEOUT: Duration = Duration::from_secs(2);
@@ -64,51 +67,6 @@ impl RedisStockError {
             | RedisStockError::NotConfigured => true,
             RedisStockError::Malformed(_) => false,
         }
-    }
-}
-
-/// The names of the keys, all under one prefix.
-#[derive(Debug, Clone)]
-pub struct Keys {
-    prefix: String,
-}
-
-impl Keys {
-    pub fn new(prefix: &str) -> Keys {
-        Keys {
-            prefix: prefix.to_string(),
-        }
-    }
-
-    /// The product's live stock counter.
-    pub fn stock(&self, product: u64) -> String {
-        format!("{}stock:{product}", self.prefix)
-    }
-
-    /// The purchases the product's counter has charged (hash: purchase field → charge record,
-    /// see [`charge`]).
-    pub fn requests(&self, product: u64) -> String {
-        format!("{}stock:{product}:requests", self.prefix)
-    }
-
-    /// Units of the product's orders waiting in the stream (kept by the scripts).
-    pub fn waiting(&self, product: u64) -> String {
-        format!("{}stock:{product}:waiting", self.prefix)
-    }
-
-    /// A waiting count no product has: where an entry of unknown product is counted off.
-    pub fn no_product_waiting(&self) -> String {
-        format!("{}stock:none:waiting", self.prefix)
-    }
-
-    /// Orders accepted and not yet placed in the database, all products.
-    pub fn stream(&self) -> String {
-        format!("{}orders:stream", self.prefix)
-    }
-
-    /// Pending field ([`charge::pending_field`]) → product id of every entry in the stream.
-    pub fn pending(&self) -> String {
-        format!("{}orders:pending", self.prefix)
     }
 }
 
@@ -321,12 +279,69 @@ impl RedisStock {
         .await
     }
 
-    /// Makes Redis the home of `stock` units of `product`: the counter is set, the purchases it
-    /// charged before and its waiting stream entries are forgotten.
-    pub async fn seed(&self, product: u64, stock: i64) -> Result<(), RedisStockError> {
+    /// Makes Redis the home of `stock` units of `product` sold by `rules`: the counter, the
+    /// limit and the rules are set, the purchases it charged before, their buyers and its
+    /// waiting stream entries are forgotten. The rules are kept beside the counter so that a
+    /// purchase of Redis-held stock is admitted without the database (the point of
+    /// `redis-lua-stream`: it sells while the database is away).
+    pub async fn seed(
+        &self,
+        product: u64,
+        stock: i64,
+        rules: &crate::api::SaleRules,
+    ) -> Result<(), RedisStockError> {
         self.remove(product).await?;
-        self.query::<()>(redis::cmd("SET").arg(self.keys.stock(product)).arg(stock))
-            .await
+        let text = serde_json::to_string(rules).expect("sale rules serialise");
+        self.query::<()>(
+            redis::cmd("MSET")
+                .arg(self.keys.limit(product))
+                .arg(rules.per_user_limit)
+                .arg(self.keys.rules(product))
+                .arg(&text)
+                .arg(self.keys.stock(product))
+                .arg(stock),
+        )
+        .await
+    }
+
+    /// The sale rules [`RedisStock::seed`] kept for `product` (`None`: its stock is not here).
+    pub async fn sale_rules(
+        &self,
+        product: u64,
+    ) -> Result<Option<crate::api::SaleRules>, RedisStockError> {
+        let text: Option<String> = self
+            .query(redis::cmd("GET").arg(self.keys.rules(product)))
+            .await?;
+        Ok(text.and_then(|t| serde_json::from_str(&t).ok()))
+    }
+
+    /// Arguments of [`scripts::GIVE_BACK`] for the purchase `field` of `product`, ready to run.
+    pub fn give_back(&self, product: u64, field: &str) -> ScriptInvocation<'static> {
+        let mut script = scripts::GIVE_BACK.prepare_invoke();
+        script
+            .key(self.keys.stock(product))
+            .key(self.keys.requests(product))
+            .key(self.keys.buyers(product))
+            .arg(field)
+            .arg(self.keys.stock_back())
+            .arg(product);
+        script
+    }
+
+    /// Announces that the product's stock came back (see [`announce`]).
+    pub async fn announce(&self, product: u64) -> Result<(), RedisStockError> {
+        self.query::<()>(
+            redis::cmd("PUBLISH")
+                .arg(self.keys.stock_back())
+                .arg(product),
+        )
+        .await
+    }
+
+    /// The address the stock's Redis was opened with, when it is one fixed server (pub/sub
+    /// listens there); `None` behind Sentinels.
+    pub fn fixed_url(&self) -> Option<&str> {
+        self.connections.fixed_url()
     }
 
     /// Makes Redis hold none of `product`: no counter, no charge records, no waiting entries.
@@ -334,7 +349,10 @@ impl RedisStock {
         self.query::<()>(
             redis::cmd("DEL")
                 .arg(self.keys.stock(product))
-                .arg(self.keys.requests(product)),
+                .arg(self.keys.requests(product))
+                .arg(self.keys.buyers(product))
+                .arg(self.keys.limit(product))
+                .arg(self.keys.rules(product)),
         )
         .await?;
         // The stream is scanned only when the product has entries in it, and its waiting

@@ -37,7 +37,7 @@ use std::time::Duration;
 use sqlx::MySqlPool;
 
 use super::charge::{self, Charge};
-use super::scripts::{GIVE_BACK, REPAIR};
+use super::scripts::REPAIR;
 use super::{RedisStock, RedisStockError};
 use crate::api::{Home, Reconciliation};
 use crate::db::orders::{self, NewOrder, OrderState};
@@ -225,16 +225,10 @@ async fn read(
     Ok(found)
 }
 
-/// Gives the units of a fenced-out purchase back (once: see [`GIVE_BACK`]).
+/// Gives the units of a fenced-out purchase back (once: see [`super::scripts::GIVE_BACK`]).
 async fn give_back(redis: &RedisStock, product: u64, field: &str) -> Result<(), RedisStockError> {
-    let keys = redis.keys();
     redis
-        .invoke::<i64>(
-            GIVE_BACK
-                .key(keys.stock(product))
-                .key(keys.requests(product))
-                .arg(field),
-        )
+        .invoke::<i64>(&redis.give_back(product, field))
         .await?;
     Ok(())
 }

@@ -4,7 +4,8 @@
 //!
 //! Keys of one product (see [`super::Keys`]): `stock` (the counter, absent when the product's
 //! stock is not kept in Redis), `requests` (hash: purchase field → charge record, see
-//! [`super::charge`]: the purchases this counter has charged), `waiting` (the units of its
+//! [`super::charge`]: the purchases this counter has charged), `buyers` (hash: user id →
+//! units charged to that buyer) and `limit` (the per-user limit), `waiting` (the units of its
 //! entries in the stream: what a product read reports as pending, kept here so that reading it
 //! never scans the stream). Keys shared by all products: `stream` (orders accepted but not yet
 //! placed) and `pending` (hash: product and purchase field → product id of every entry in the
@@ -22,10 +23,19 @@ pub const DUPLICATE: i64 = -2;
 pub const SOLD_OUT: i64 = -3;
 /// The purchase was charged already with other terms (quantity or strategy).
 pub const CONFLICT: i64 = -4;
+/// The buyer would hold more units of the product than its per-user limit.
+pub const LIMIT_REACHED: i64 = -5;
 
-/// The start both take scripts share: refuse, or charge the purchase (record it with its terms
-/// and the Redis clock) and leave `q` and `now` set. KEYS[1] stock, KEYS[2] requests; ARGV[1]
-/// purchase field, ARGV[2] quantity, ARGV[3] terms (`quantity:strategy:`).
+/// Reads the buyer out of a purchase field (`<length>:<user><request>`) into `user`.
+const BUYER: &str = r"
+local length, rest = string.match(ARGV[1], '^(%d+):(.*)$')
+local user = string.sub(rest, 1, tonumber(length))
+";
+
+/// The start both take scripts share: refuse, or charge the purchase — record it with its
+/// terms and the Redis clock, and add its units to the buyer's — and leave `q` set. KEYS[1]
+/// stock, KEYS[2] requests, KEYS[3] buyers, KEYS[4] limit; ARGV[1] purchase field, ARGV[2]
+/// quantity, ARGV[3] terms (`quantity:strategy:`).
 const CHARGE: &str = r"
 local left = redis.call('get', KEYS[1])
 if not left then return -1 end
@@ -36,34 +46,44 @@ if charged and charged ~= 'cancelled' then
 end
 local q = tonumber(ARGV[2])
 if tonumber(left) < q then return -3 end
+local limit = tonumber(redis.call('get', KEYS[4]) or '1')
+local held = tonumber(redis.call('hget', KEYS[3], user) or '0')
+if held + q > limit then return -5 end
 local clock = redis.call('time')
 local now = clock[1] * 1000 + math.floor(clock[2] / 1000)
 redis.call('hset', KEYS[2], ARGV[1], ARGV[3] .. now)
+redis.call('hincrby', KEYS[3], user, q)
 ";
 
-/// Checks and decrements the counter and records the purchase, atomically.
-/// KEYS: stock, requests. ARGV: purchase field, quantity, terms.
-/// Returns the units left, or [`NO_COUNTER`], [`DUPLICATE`], [`SOLD_OUT`], [`CONFLICT`].
+/// Checks and decrements the counter, records the purchase and counts its units against the
+/// buyer's limit, atomically.
+/// KEYS: stock, requests, buyers, limit. ARGV: purchase field, quantity, terms.
+/// Returns the units left, or [`NO_COUNTER`], [`DUPLICATE`], [`SOLD_OUT`], [`CONFLICT`],
+/// [`LIMIT_REACHED`].
 pub static TAKE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
-        "{CHARGE}
+        "{BUYER}{CHARGE}
 return redis.call('decrby', KEYS[1], q)"
     ))
 });
 
-/// Gives the units of a charged purchase back, once: only if its record is still there, which
-/// the same step deletes. KEYS: stock, requests. ARGV: purchase field.
-/// Returns the units given back (0 if the purchase had not been charged or was given back).
+/// Gives the units of a charged purchase back, to the counter and to the buyer's limit, once:
+/// only if its record is still there, which the same step deletes; and announces that the
+/// product's stock came back. KEYS: stock, requests, buyers. ARGV: purchase field, the
+/// announcement channel, product id. Returns the units given back (0 if the purchase had not
+/// been charged or was given back).
 pub static GIVE_BACK: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
+    Script::new(&format!(
+        "{BUYER}
 local charged = redis.call('hget', KEYS[2], ARGV[1])
 if not charged or charged == 'cancelled' then return 0 end
 redis.call('hdel', KEYS[2], ARGV[1])
 local q = tonumber(string.match(charged, '^(%d+):'))
 if redis.call('exists', KEYS[1]) == 1 then redis.call('incrby', KEYS[1], q) end
-return q",
-    )
+if redis.call('hincrby', KEYS[3], user, -q) <= 0 then redis.call('hdel', KEYS[3], user) end
+redis.call('publish', ARGV[2], ARGV[3])
+return q"
+    ))
 });
 
 /// Settles a take whose answer was lost (a timeout, a broken connection): returns 1 if the
@@ -83,15 +103,16 @@ return 0",
 });
 
 /// [`TAKE`], and the order appended to the stream (and its units counted as waiting) in the
-/// same step. KEYS: stock, requests, stream, pending, waiting. ARGV: purchase field, quantity,
-/// terms, request id, product id, user id, strategy, pending field. Returns as [`TAKE`].
+/// same step. KEYS: stock, requests, buyers, limit, stream, pending, waiting. ARGV: purchase
+/// field, quantity, terms, request id, product id, user id, strategy, pending field. Returns as
+/// [`TAKE`].
 pub static TAKE_AND_APPEND: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
-        "{CHARGE}
-redis.call('xadd', KEYS[3], '*', 'request_id', ARGV[4], 'quantity', ARGV[2],
+        "{BUYER}{CHARGE}
+redis.call('xadd', KEYS[5], '*', 'request_id', ARGV[4], 'quantity', ARGV[2],
   'product_id', ARGV[5], 'user_id', ARGV[6], 'strategy', ARGV[7])
-redis.call('hset', KEYS[4], ARGV[8], ARGV[5])
-redis.call('incrby', KEYS[5], q)
+redis.call('hset', KEYS[6], ARGV[8], ARGV[5])
+redis.call('incrby', KEYS[7], q)
 return redis.call('decrby', KEYS[1], q)"
     ))
 });

@@ -12,9 +12,9 @@
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
-use sqlx::MySqlPool;
+use sqlx::{MySqlConnection, MySqlPool};
 
-use super::outcome::place;
+use super::outcome::{claim_quota, place};
 use super::{Deps, Purchase, PurchaseError, Purchased, StockStrategy};
 use crate::db::products;
 
@@ -28,6 +28,22 @@ pub fn build(deps: &Deps) -> Arc<dyn StockStrategy> {
     })
 }
 
+/// The purchase's units off the stock in one conditional `UPDATE`, or why not: sold out, or
+/// no such product.
+pub(super) async fn deduct(
+    conn: &mut MySqlConnection,
+    purchase: &Purchase,
+) -> Result<(), PurchaseError> {
+    let units = i64::from(purchase.quantity);
+    if products::take_if_left(conn, purchase.product_id, units).await? {
+        return Ok(());
+    }
+    Err(match products::exists(conn, purchase.product_id).await? {
+        true => PurchaseError::SoldOut,
+        false => PurchaseError::UnknownProduct,
+    })
+}
+
 impl StockStrategy for Conditional {
     fn purchase<'a>(
         &'a self,
@@ -35,23 +51,8 @@ impl StockStrategy for Conditional {
     ) -> BoxFuture<'a, Result<Purchased, PurchaseError>> {
         Box::pin(async move {
             let mut tx = self.pool.begin().await?;
-            let done = sqlx::query(
-                "UPDATE products SET stock = stock - ?, version = version + 1 \
-                 WHERE id = ? AND stock >= ?",
-            )
-            .bind(i64::from(purchase.quantity))
-            .bind(purchase.product_id)
-            .bind(i64::from(purchase.quantity))
-            .execute(&mut *tx)
-            .await?;
-            if done.rows_affected() == 0 {
-                return Err(
-                    match products::exists(&mut tx, purchase.product_id).await? {
-                        true => PurchaseError::SoldOut,
-                        false => PurchaseError::UnknownProduct,
-                    },
-                );
-            }
+            claim_quota(&mut tx, purchase).await?;
+            deduct(&mut tx, purchase).await?;
             // The row lock is held from here to the commit: this is the critical section.
             purchase.hold().await;
             place(tx, purchase, None).await.map(Purchased::from)

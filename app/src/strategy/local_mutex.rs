@@ -17,6 +17,8 @@ use super::{Deps, Purchase, PurchaseError, Purchased, StockStrategy, naive};
 
 pub struct LocalMutex {
     pool: MySqlPool,
+    /// How long a purchase waits for its product's mutex before answering `busy`.
+    wait: std::time::Duration,
     /// One async mutex per product id *with a purchase in flight*: client input chooses the
     /// ids, so an entry leaves with its last purchase and the map is bounded by concurrency.
     mutexes: Mutex<HashMap<u64, Arc<tokio::sync::Mutex<()>>>>,
@@ -25,6 +27,7 @@ pub struct LocalMutex {
 pub fn build(deps: &Deps) -> Arc<dyn StockStrategy> {
     Arc::new(LocalMutex {
         pool: deps.pool.clone(),
+        wait: deps.lock_wait,
         mutexes: Mutex::new(HashMap::new()),
     })
 }
@@ -78,7 +81,16 @@ impl StockStrategy for LocalMutex {
             let in_flight = self.mutex_for(purchase.product_id);
             let mutex = Arc::clone(in_flight.mutex.as_ref().expect("set until dropped"));
             let started = std::time::Instant::now();
-            let _held = mutex.lock().await;
+            // Waiting is bounded like every other lock's: a queue without a deadline holds a
+            // flood's buyers (and their connections) for as long as the queue is.
+            let _held = tokio::time::timeout(self.wait, mutex.lock())
+                .await
+                .map_err(|_| {
+                    PurchaseError::Busy(format!(
+                        "the product's mutex not obtained in {:?}",
+                        self.wait
+                    ))
+                })?;
             purchase.stats.set_lock_wait(started.elapsed());
             naive::read_compute_write(&self.pool, purchase)
                 .await
@@ -106,6 +118,7 @@ mod tests {
             .expect("a lazy pool");
         let strategy = LocalMutex {
             pool,
+            wait: Duration::from_secs(1),
             mutexes: Mutex::new(HashMap::new()),
         };
         for product_id in 0..50 {
@@ -115,6 +128,7 @@ mod tests {
                 quantity: 1,
                 request_id: format!("r-{product_id}"),
                 strategy: Strategy::LocalMutex,
+                per_user_limit: crate::api::MAX_STOCK,
                 hold: None,
                 stats: PurchaseStats::default(),
             };

@@ -48,7 +48,7 @@ use locks::{AcquireOptions, DistributedLock, LockError};
 use sqlx::MySqlPool;
 
 use super::held_lock::HeldLock;
-use super::outcome::{decide, place_in_doubt};
+use super::outcome::{claim_quota, decide, place_in_doubt};
 use super::{Deps, Fencing, Placed, Purchase, PurchaseError, Purchased, StockStrategy};
 use crate::db::products;
 
@@ -97,6 +97,7 @@ impl Locked {
         }
         if self.fencing == Fencing::Off {
             let mut tx = self.pool.begin().await?;
+            claim_quota(&mut tx, purchase).await?;
             let left = decide(products::stock(&mut tx, id).await?, purchase)?;
             purchase.hold().await;
             products::set_stock(&mut tx, id, left).await?;
@@ -107,6 +108,7 @@ impl Locked {
                 purchase.stats.add_retry();
             }
             let mut tx = self.pool.begin().await?;
+            claim_quota(&mut tx, purchase).await?;
             let read = products::stock_and_version(&mut tx, id).await?;
             let left = decide(read.map(|(stock, _)| stock), purchase)?;
             let version = read.map_or(0, |(_, version)| version);

@@ -19,6 +19,7 @@ pub mod naive;
 pub mod optimistic;
 mod outcome;
 pub mod pessimistic;
+pub mod racy_limit;
 pub mod redis_lua;
 pub mod redis_lua_stream;
 pub mod registry;
@@ -115,6 +116,8 @@ pub struct Purchase {
     pub request_id: String,
     /// Recorded in the order row.
     pub strategy: Strategy,
+    /// Units the buyer may hold of the product in all (its rules as the instance knows them).
+    pub per_user_limit: i64,
     /// Injected pause inside the critical section (`X-Seckill-Hold-Ms`, when allowed).
     pub hold: Option<Duration>,
     /// What the strategy had to do, for the metrics.
@@ -194,6 +197,9 @@ pub struct Placed {
 pub enum PurchaseError {
     #[error("not enough stock left")]
     SoldOut,
+    /// The buyer would hold more units than the product's per-user limit.
+    #[error("this buyer has bought as many units of this product as it allows")]
+    LimitReached,
     #[error("no such product")]
     UnknownProduct,
     #[error("an order of this purchase (product, buyer, request id) already exists")]
@@ -242,4 +248,6 @@ pub struct Deps {
     pub batch_window: Duration,
     /// Most purchases in one `batched` transaction.
     pub batch_max: u32,
+    /// Purchases one `batched` line holds waiting (0: four batches' worth).
+    pub batch_queue: u32,
 }

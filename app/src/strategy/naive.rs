@@ -13,7 +13,7 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use sqlx::MySqlPool;
 
-use super::outcome::{decide, place};
+use super::outcome::{claim_quota, decide, place};
 use super::{Deps, Placed, Purchase, PurchaseError, Purchased, StockStrategy};
 use crate::db::products;
 
@@ -46,6 +46,7 @@ pub(crate) async fn read_compute_write(
     purchase: &Purchase,
 ) -> Result<Placed, PurchaseError> {
     let mut tx = pool.begin().await?;
+    claim_quota(&mut tx, purchase).await?;
     let left = decide(
         products::stock(&mut tx, purchase.product_id).await?,
         purchase,

@@ -21,7 +21,7 @@ use futures::future::BoxFuture;
 use rand::Rng;
 use sqlx::MySqlPool;
 
-use super::outcome::{decide, place};
+use super::outcome::{claim_quota, decide, place};
 use super::{Deps, Placed, Purchase, PurchaseError, Purchased, StockStrategy};
 use crate::db::products;
 
@@ -47,6 +47,7 @@ impl Optimistic {
         let version = read.map_or(0, |(_, version)| version);
         purchase.hold().await;
         let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+        claim_quota(&mut tx, purchase).await?;
         let done = sqlx::query(
             "UPDATE products SET stock = ?, version = version + 1 WHERE id = ? AND version = ?",
         )

@@ -4,10 +4,31 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use sqlx::{MySql, Transaction};
+use sqlx::{MySql, MySqlConnection, Transaction};
 
 use super::{Placed, Purchase, PurchaseError};
 use crate::db::orders;
+use crate::db::quota::{self, Claim};
+
+/// Claims the purchase's units against the buyer's per-user limit, in the purchase's own
+/// transaction and before its stock is touched (see [`crate::db::quota`]): beyond the limit,
+/// [`PurchaseError::LimitReached`], and the transaction must roll back.
+pub(crate) async fn claim_quota(
+    tx: &mut MySqlConnection,
+    purchase: &Purchase,
+) -> Result<(), PurchaseError> {
+    match quota::claim(
+        tx,
+        purchase.key(),
+        purchase.quantity,
+        purchase.per_user_limit,
+    )
+    .await?
+    {
+        Claim::Within => Ok(()),
+        Claim::Beyond { .. } => Err(PurchaseError::LimitReached),
+    }
+}
 
 /// The stock after this purchase, or why there is none to take: the product does not exist
 /// (`stock` is `None`) or has fewer units than asked.

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use sqlx::MySqlPool;
 
-use super::outcome::{decide, place};
+use super::outcome::{claim_quota, decide, place};
 use super::{Deps, Purchase, PurchaseError, Purchased, StockStrategy};
 use crate::db::products;
 
@@ -59,6 +59,7 @@ impl StockStrategy for Pessimistic {
                 OnLocked::Refuse => "SELECT stock FROM products WHERE id = ? FOR UPDATE NOWAIT",
             };
             let mut tx = self.pool.begin().await?;
+            claim_quota(&mut tx, purchase).await?;
             let stock: Option<i64> = sqlx::query_scalar(sql)
                 .bind(purchase.product_id)
                 .fetch_optional(&mut *tx)

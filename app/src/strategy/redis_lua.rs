@@ -45,7 +45,7 @@ use super::outcome::place;
 use super::{Deps, Purchase, PurchaseError, Purchased, StockStrategy};
 use crate::db::{orders, products};
 use crate::redis_stock::charge;
-use crate::redis_stock::scripts::{CONFLICT, DUPLICATE, GIVE_BACK, NO_COUNTER, SOLD_OUT, TAKE};
+use crate::redis_stock::scripts::{CONFLICT, DUPLICATE, LIMIT_REACHED, NO_COUNTER, SOLD_OUT, TAKE};
 use crate::redis_stock::{RedisStock, RedisStockError, Replicated};
 
 /// Attempts to give units back, and the pause between them.
@@ -85,6 +85,8 @@ impl StockStrategy for RedisLua {
                 .take(
                     TAKE.key(keys.stock(purchase.product_id))
                         .key(keys.requests(purchase.product_id))
+                        .key(keys.buyers(purchase.product_id))
+                        .key(keys.limit(purchase.product_id))
                         .arg(&field)
                         .arg(purchase.quantity)
                         .arg(charge::terms(purchase.quantity, purchase.strategy.name())),
@@ -184,6 +186,7 @@ pub(crate) async fn refused(
 ) -> Result<(), PurchaseError> {
     match taken {
         SOLD_OUT => Err(PurchaseError::SoldOut),
+        LIMIT_REACHED => Err(PurchaseError::LimitReached),
         CONFLICT => Err(PurchaseError::Conflict(format!(
             "request id `{}` was already used by this buyer for a purchase of this product \
              with another quantity or strategy; use a new request id",
@@ -205,12 +208,8 @@ pub(crate) async fn refused(
 /// Gives the purchase's units back after its order could not be written, and returns `why`
 /// (a duplicate request id stays a duplicate, so the caller replays the original order).
 async fn give_back(redis: &RedisStock, purchase: &Purchase, why: PurchaseError) -> PurchaseError {
-    let keys = redis.keys();
-    let mut script = GIVE_BACK.prepare_invoke();
-    script
-        .key(keys.stock(purchase.product_id))
-        .key(keys.requests(purchase.product_id))
-        .arg(charge::field(&purchase.user_id, &purchase.request_id));
+    let field = charge::field(&purchase.user_id, &purchase.request_id);
+    let script = redis.give_back(purchase.product_id, &field);
     // The script gives back once (it deletes the record it gives back by), so it may be sent
     // again: a connection that just broke (a failover) reconnects meanwhile.
     let mut given = redis.invoke::<i64>(&script).await;

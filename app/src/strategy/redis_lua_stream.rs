@@ -72,6 +72,8 @@ impl StockStrategy for RedisLuaStream {
                     TAKE_AND_APPEND
                         .key(keys.stock(purchase.product_id))
                         .key(keys.requests(purchase.product_id))
+                        .key(keys.buyers(purchase.product_id))
+                        .key(keys.limit(purchase.product_id))
                         .key(keys.stream())
                         .key(keys.pending())
                         .key(keys.waiting(purchase.product_id))

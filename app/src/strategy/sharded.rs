@@ -29,7 +29,7 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use sqlx::{Acquire, MySqlConnection, MySqlPool};
 
-use super::outcome::place;
+use super::outcome::{claim_quota, place};
 use super::{Deps, Purchase, PurchaseError, Purchased, StockStrategy};
 use crate::db::{buckets, products};
 
@@ -65,6 +65,7 @@ impl StockStrategy for Sharded {
                     }
                 };
                 let mut tx = conn.begin().await?;
+                claim_quota(&mut tx, purchase).await?;
                 if buckets::take(&mut tx, id, bucket, quantity).await? {
                     // The bucket's row lock is held from here to the commit.
                     purchase.hold().await;
@@ -74,6 +75,7 @@ impl StockStrategy for Sharded {
                 purchase.stats.add_retry();
             }
             let mut tx = conn.begin().await?;
+            claim_quota(&mut tx, purchase).await?;
             let locked = buckets::lock_non_empty(&mut tx, id).await?;
             let Some(takes) = spread(&locked, quantity) else {
                 return Err(PurchaseError::SoldOut);

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use sqlx::MySqlPool;
 
-use super::outcome::{decide, place};
+use super::outcome::{claim_quota, decide, place};
 use super::{Deps, Purchase, PurchaseError, Purchased, StockStrategy};
 use crate::db::products;
 
@@ -39,6 +39,7 @@ impl StockStrategy for Unchecked {
             )?;
             purchase.hold().await;
             let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+            claim_quota(&mut tx, purchase).await?;
             // Bound as signed: in MySQL, signed minus unsigned is unsigned, and could not go
             // below zero to show the bug.
             sqlx::query(

@@ -28,9 +28,15 @@ struct Sent {
     error: Option<String>,
 }
 
-/// Waits until at least `n` requests sent in `phase` were answered `status`.
+/// Waits until at least `n` requests sent in `phase` were answered `status` (a generous cap
+/// turns a service that never gets there into a failure, not a hang).
 async fn await_answers(sent: &Mutex<Vec<Sent>>, phase: u8, status: StatusCode, n: usize) {
+    let started = std::time::Instant::now();
     loop {
+        assert!(
+            started.elapsed() < Duration::from_secs(300),
+            "phase {phase}: fewer than {n} answers {status} in 5 minutes"
+        );
         let seen = sent
             .lock()
             .unwrap()
@@ -56,7 +62,11 @@ async fn killed_database_answers_backend_unavailable_loses_no_order_and_recovers
     let mut config = test_config(&database_url);
     config.db_acquire_timeout_ms = 500;
     let app = spawn_app(config).await;
-    app.reset(1, 1_000_000).await;
+    app.reset_with(
+        1,
+        &json!({ "stock": 1_000_000, "per_user_limit": 1_000_000 }),
+    )
+    .await;
 
     let phase = Arc::new(AtomicU8::new(BEFORE));
     let stop = Arc::new(AtomicBool::new(false));

@@ -202,6 +202,7 @@ async fn a_caller_that_goes_away_before_its_batch_commits_breaks_nothing_and_buy
         optimistic_retries: 1,
         batch_window: Duration::from_millis(500),
         batch_max: 64,
+        batch_queue: 0,
         redis: None,
     };
     let batched = app::strategy::batched::build(&deps);
@@ -211,6 +212,7 @@ async fn a_caller_that_goes_away_before_its_batch_commits_breaks_nothing_and_buy
         quantity: 1,
         request_id: request_id.into(),
         strategy: Strategy::Batched,
+        per_user_limit: app::api::MAX_STOCK,
         hold: None,
         stats: PurchaseStats::default(),
     };

@@ -1,12 +1,10 @@
-//! A buyer who hangs up strands nothing. Hundreds of buyers send a purchase and close the
+//! A buyer who hangs up strands nothing. A hundred buyers send a purchase and close the
 //! connection while it is being worked on (each pauses inside its critical section, so every
 //! hang-up lands there): afterwards every unit is on sale, in an order, or on its way to one
 //! (`initial = stock + sold + pending`), and a retry of each click gets its order or a plain
 //! answer — never `503`.
 
 use crate::common;
-
-use std::time::Duration;
 
 use app::api::{Safety, Strategy};
 use common::{TestApp, drop_database, fresh_database_url, spawn_app, test_config};
@@ -21,34 +19,21 @@ const STOCK: i64 = 30;
 /// there (the test closes the connections only once every purchase has started).
 const HOLD_MS: u64 = 1_000;
 
-/// One value of the service's Prometheus text.
+/// One value of the service's Prometheus text (0 when not there yet).
 async fn metric(app: &TestApp, name: &str) -> u64 {
-    let text = app
-        .client
-        .get(format!("{}/metrics", app.url))
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
-    text.lines()
-        .find_map(|line| line.strip_prefix(name)?.trim().parse().ok())
-        .unwrap_or(0)
+    app.metric(name).await.unwrap_or(0)
 }
 
 /// Polls the metric until `done` holds for it.
 async fn await_metric(app: &TestApp, name: &str, done: impl Fn(u64) -> bool) {
-    while !done(metric(app, name).await) {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    common::wait_until(name, || async { done(metric(app, name).await) }).await;
 }
 
-/// Sends each click over a connection of its own and closes every connection once all the
-/// purchases have reached their strategy.
+/// Sends each click over a connection of its own and closes every connection once the service
+/// has received all of them (each then sits in its critical section, or was refused already).
 async fn send_and_hang_up(app: &TestApp, product: u64, strategy: Strategy, run: &str) {
     let address = app.url.trim_start_matches("http://").to_string();
-    let before = metric(app, "seckill_purchases_started_total").await;
+    let before = metric(app, "seckill_purchase_requests_total").await;
     let mut connections = Vec::with_capacity(BUYERS);
     for buyer in 0..BUYERS {
         let body = json!({
@@ -72,7 +57,11 @@ async fn send_and_hang_up(app: &TestApp, product: u64, strategy: Strategy, run: 
         connections.push(stream);
     }
     let all = before + BUYERS as u64;
-    await_metric(app, "seckill_purchases_started_total", |n| n >= all).await;
+    eprintln!(
+        "{strategy}: before {before}, now {}",
+        metric(app, "seckill_purchase_requests_total").await
+    );
+    await_metric(app, "seckill_purchase_requests_total", |n| n >= all).await;
     drop(connections);
     // Every purchase that started has ended, finished or abandoned.
     await_metric(app, "seckill_purchases_in_flight", |n| n == 0).await;

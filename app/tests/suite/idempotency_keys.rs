@@ -19,6 +19,7 @@ fn order(product: u64, user: &str, quantity: i64, strategy: Strategy) -> (u64, O
         quantity,
         request_id: "click-1".into(),
         strategy: Some(strategy),
+        purchase_token: None,
     };
     (product, request)
 }

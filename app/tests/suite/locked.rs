@@ -118,11 +118,15 @@ async fn lock_failures_answer_busy_or_backend_unavailable() {
             .await
             .expect("post");
         assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE, "{strategy}");
-        assert_eq!(
-            r.headers()
-                .get("retry-after")
-                .map(|v| v.to_str().unwrap_or("")),
-            Some("1")
+        // A wait of whole seconds, spread over 1 to 4 so that refused clients do not return
+        // in one wave.
+        let wait: Option<u32> = r
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok()?.parse().ok());
+        assert!(
+            wait.is_some_and(|s| (1..=4).contains(&s)),
+            "{strategy}: Retry-After {wait:?}"
         );
         let answer: ErrorBody = r.json().await.expect("an error body");
         assert_eq!(answer.error, code, "{strategy}: {answer:?}");

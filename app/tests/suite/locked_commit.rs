@@ -43,6 +43,7 @@ async fn a_locked_strategy_keeps_its_lock_while_its_commit_is_in_flight_and_the_
         quantity: 1,
         request_id: "in-doubt".into(),
         strategy: Some(Strategy::RedisLock),
+        purchase_token: None,
     };
     let request = app
         .client

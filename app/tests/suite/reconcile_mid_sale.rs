@@ -6,8 +6,6 @@
 
 use crate::common;
 
-use std::time::Duration;
-
 use app::Config;
 use app::api::{Home, Reconciliation, Strategy};
 use app::redis_stock::RedisStock;
@@ -61,9 +59,10 @@ async fn purchases_held_in_the_window(
             })
         })
         .collect();
-    while redis.counter(1).await.expect("counter") != Some(0) {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    common::wait_until("every unit taken", || async {
+        redis.counter(1).await.expect("counter") == Some(0)
+    })
+    .await;
     // The operator reconciles, twice, while all of them sit in the window.
     for _ in 0..2 {
         reconcile(&app, 1).await;

@@ -42,8 +42,9 @@ fn redis_of(config: &Config) -> RedisStock {
     RedisStock::open(url, &config.lock_prefix, 4).expect("redis pool")
 }
 
+/// One unit bought by a buyer of its own (`u-<request id>`): one per customer.
 fn order_body(request_id: &str, strategy: &str) -> Value {
-    json!({ "user_id": "u-1", "quantity": 1, "request_id": request_id, "strategy": strategy })
+    json!({ "user_id": format!("u-{request_id}"), "quantity": 1, "request_id": request_id, "strategy": strategy })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -217,9 +218,10 @@ async fn redis_lua_gives_the_units_back_when_the_order_cannot_be_written() {
         (r.status(), r.json::<Value>().await.unwrap_or(Value::Null))
     });
     // Wait until the purchase took its unit: it now sits in its pause.
-    while redis.counter(1).await.expect("counter") != Some(8) {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    common::wait_until("the held purchase's deduction", || async {
+        redis.counter(1).await.expect("counter") == Some(8)
+    })
+    .await;
     let server = std::sync::Arc::new(db);
     let killer = server.clone();
     tokio::task::spawn_blocking(move || killer.server().kill())
@@ -369,6 +371,7 @@ async fn reconcile_puts_units_taken_without_an_order_back_on_sale() {
             quantity: 1,
             request_id: format!("crashed-{i}"),
             strategy: Strategy::RedisLua,
+            per_user_limit: app::api::MAX_STOCK,
             hold: Some(Duration::from_secs(30)),
             stats: PurchaseStats::default(),
         };
@@ -458,10 +461,18 @@ async fn an_accepted_order_is_pending_until_a_consumer_places_it() {
         .and_then(|v| v.to_str().ok())
         .map(String::from)
         .expect("Location");
-    assert_eq!(location, "/api/products/1/orders/click%2F1?user_id=u-1");
+    assert_eq!(
+        location,
+        "/api/products/1/orders/click%2F1?user_id=u-click%2F1"
+    );
     // Pending until a consumer places it, then placed: nothing else, and no going back.
     let mut seen = Vec::new();
+    let started = std::time::Instant::now();
     loop {
+        assert!(
+            started.elapsed() < Duration::from_secs(300),
+            "never placed: {seen:?}"
+        );
         let status: Value = app
             .client
             .get(format!("{}{location}", app.url))
@@ -508,21 +519,18 @@ async fn an_accepted_order_is_pending_until_a_consumer_places_it() {
         .expect("get");
     assert_eq!(stranger.status(), StatusCode::NOT_FOUND);
     // The consumer reports its lag after each round; wait for its first report.
-    loop {
-        let metrics = app
-            .client
+    common::wait_until("the consumer's first lag report", || async {
+        app.client
             .get(format!("{}/metrics", app.url))
             .send()
             .await
             .expect("metrics")
             .text()
             .await
-            .expect("text");
-        if metrics.contains("seckill_stream_lag_entries") {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+            .expect("text")
+            .contains("seckill_stream_lag_entries")
+    })
+    .await;
     app.stop().await;
     drop_database(&database_url).await;
 }

@@ -159,7 +159,10 @@ async fn admin_token_guards_product_resets_only() {
     let app = spawn_app(config).await;
     let url = format!("{}/api/products/7", app.url);
     let put = |auth: Option<&'static str>| {
-        let mut r = app.client.put(&url).json(&json!({ "stock": 3 }));
+        let mut r = app
+            .client
+            .put(&url)
+            .json(&json!({ "stock": 3, "per_user_limit": 2 }));
         if let Some(a) = auth {
             r = r.header("authorization", a);
         }
@@ -199,7 +202,8 @@ async fn admin_token_guards_product_resets_only() {
         .expect("json");
     assert_eq!(
         view,
-        json!({ "id": 7, "home": "row", "stock": 1, "initial_stock": 3, "sold": 2, "orders": 1, "pending": 0, "stranded": 0 })
+        json!({ "id": 7, "home": "row", "rules": { "per_user_limit": 2, "token_required": false },
+                "stock": 1, "initial_stock": 3, "sold": 2, "orders": 1, "pending": 0, "stranded": 0 })
     );
 
     // Reconciling is an admin's act too.

@@ -26,7 +26,11 @@ async fn buckets(database_url: &str, product: u64) -> Vec<i64> {
         .expect("buckets")
 }
 
-async fn put(app: &TestApp, product: u64, body: Value) -> (StatusCode, Value) {
+/// `PUT` with `body`, and no per-user limit to speak of unless it names one.
+async fn put(app: &TestApp, product: u64, mut body: Value) -> (StatusCode, Value) {
+    if body.get("per_user_limit").is_none() {
+        body["per_user_limit"] = json!(app::api::MAX_STOCK);
+    }
     let r = app
         .client
         .put(format!("{}/api/products/{product}", app.url))

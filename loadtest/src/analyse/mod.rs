@@ -5,6 +5,7 @@
 
 pub mod compare;
 pub mod findings;
+pub mod flood;
 pub mod history;
 pub mod ratios;
 pub mod reproduce;

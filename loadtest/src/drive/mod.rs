@@ -4,6 +4,7 @@
 //! The crowd of buyers a sale sends is [`testkit::Crowd`], shared with the app's tests.
 
 pub mod dedicated;
+pub mod flood;
 pub mod goose;
 pub mod latency;
 pub mod load;

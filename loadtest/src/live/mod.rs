@@ -42,7 +42,8 @@ pub enum Update {
     SaleDone {
         strategy: Strategy,
         accounting: Accounting,
-        outcomes: Outcomes,
+        /// Boxed: the answers by code are large beside the other updates.
+        outcomes: Box<Outcomes>,
     },
     /// A scenario's timeline recorded an event.
     Timeline { scenario: String, event: Event },

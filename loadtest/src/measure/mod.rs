@@ -3,6 +3,7 @@
 
 pub mod baselines;
 pub mod cpu;
+pub mod flood;
 pub mod sale;
 pub mod throughput;
 pub mod tools;

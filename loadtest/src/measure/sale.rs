@@ -76,7 +76,7 @@ pub async fn run_sale(api: &Api, db: &MySqlPool, plan: &SalePlan) -> Result<Sale
     plan.feed.send(Update::SaleDone {
         strategy: plan.strategy,
         accounting,
-        outcomes: outcomes.clone(),
+        outcomes: Box::new(outcomes.clone()),
     });
     Ok(SaleResult {
         requests: plan.requests,

@@ -21,7 +21,7 @@ const PALETTE: [RGBColor; 8] = [
 /// One chart: the file it is written to and its SVG text.
 #[derive(Debug, Clone)]
 pub struct Chart {
-    pub file: &'static str,
+    pub file: String,
     pub title: String,
     pub svg: String,
 }
@@ -149,7 +149,7 @@ fn grouped_bars(
     let mut svg = String::new();
     draw_bars(&mut svg, title, x_label, series, groups, scale)?;
     Ok(Chart {
-        file,
+        file: file.to_string(),
         title: title.to_string(),
         svg,
     })
@@ -234,6 +234,7 @@ fn draw_bars(
     Ok(())
 }
 
-fn err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
+/// A plotters error as the run's error.
+pub(super) fn err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
     anyhow!("drawing a chart: {e:?}")
 }

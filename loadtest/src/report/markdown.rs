@@ -43,6 +43,11 @@ pub fn render(r: &RunReport) -> String {
         "\n![throughput](throughput.svg)\n![latency](latency.svg)\n![oversell](oversell.svg)\n",
     );
 
+    md.push_str(&super::flood::markdown(
+        r.settings.flood.as_ref(),
+        &r.floods,
+    ));
+
     md.push_str("\n## What went wrong and why\n\n");
     if r.findings.sales.is_empty() {
         md.push_str("Every strategy kept every invariant in this run.\n");

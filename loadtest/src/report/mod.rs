@@ -7,6 +7,8 @@
 
 pub mod charts;
 pub mod comparison;
+pub mod flood;
+pub mod flood_chart;
 pub mod html;
 pub mod json;
 pub mod markdown;
@@ -40,13 +42,14 @@ pub fn write_renderings(
     compared: Option<&Comparison>,
 ) -> Result<()> {
     let charts = charts::all(report)?;
-    for chart in &charts {
-        let path = dir.join(chart.file);
+    let floods = flood_chart::all(&report.floods)?;
+    for chart in charts.iter().chain(&floods) {
+        let path = dir.join(&chart.file);
         std::fs::write(&path, &chart.svg).with_context(|| format!("writing {}", path.display()))?;
     }
     std::fs::write(dir.join("report.md"), markdown::render(report))
         .with_context(|| format!("writing {}", dir.join("report.md").display()))?;
-    html::write(dir, report, &charts, compared)?;
+    html::write(dir, report, &charts, &floods, compared)?;
     Ok(())
 }
 

@@ -1,19 +1,43 @@
-//! The database as a lock service: one row per held lock in a MySQL/MariaDB table (feature
-//! `mysql`).
+//! The database as a lock service (feature `mysql`, MariaDB): two families of locks over tables
+//! of the pool's database.
+//!
+//! **A row per held lock** — the unique-key lock, [`DbLock`] here (`db-lock`, `db-lock-renewed`)
+//! and its reentrant form ([`DbReentrantLock`], `db-lock-reentrant`): the lock *is* the row,
+//! inserted to acquire and deleted to release, with a lease in the row so a dead holder's row can
+//! be reaped. Waiters poll. Between two statements no connection is held.
+//!
+//! **A row lock held by an open transaction** — [`DbRowLock`] (`db-row-lock`, `SELECT … FOR
+//! UPDATE`) and [`DbInsertLock`] (`db-blocking-insert`, `INSERT … ON DUPLICATE KEY UPDATE`): one
+//! row per lock name that is never deleted, and the lock is InnoDB's row lock on it, held until
+//! the transaction ends. Waiters block in a statement and InnoDB wakes them; every holder and
+//! every waiter keeps a connection for as long as it holds or waits (see `held_transaction.rs`).
+//!
+//! # The unique-key lock
 //!
 //! * **Acquire** = `INSERT` a row with the lock's name. The unique index on `name` lets
 //!   exactly one concurrent insert win; the others get a duplicate-key error and poll, with
 //!   jittered, growing sleeps, until their wait budget runs out. Polling is the cost: every
 //!   waiter queries the database on every interval, and those queries compete with the
 //!   holder's own work for the same connections (give the lock its own pool).
-//! * **Fencing token** = the row's `AUTO_INCREMENT` id. InnoDB hands out ids in increasing
-//!   order (persisted across restarts since MariaDB 10.2), so every grant of a name carries a
-//!   larger id than the previous one — for free.
+//! * **Fencing token** = a counter per lock name in `db_lock_fences`, bumped by the statement
+//!   that confirms the grant. The row's `AUTO_INCREMENT` id is *not* a fencing token: InnoDB
+//!   numbers an insert before it checks the unique index, and a checked insert may wait there
+//!   (behind another session's row or gap lock) or simply be scheduled late, so an insert
+//!   numbered early can win the name after a later-numbered one won and released it — a token
+//!   going backwards, seen as "granted 1606 after 1609" under 24 contenders. The counter is
+//!   bumped only by the row that holds the name, after its insert, in one statement that reads
+//!   the row with a shared lock and requires it unexpired: a waiter cannot reap the row (and
+//!   then win the name and bump the counter itself) before that statement is done, so every
+//!   grant of a name bumps after the grant before it. The counter never falls below the row's
+//!   id, so tokens stay above those handed out when the id was the token; it is committed at
+//!   once, so it survives restarts, and nothing ever deletes it (one row per name ever locked).
 //! * **Expiry.** A holder that dies must not block the name forever, so each row carries
 //!   `expires_at`, computed by the *database's* clock (no client clock drift enters). A waiter
 //!   that finds an expired row deletes exactly that row — `DELETE … WHERE id = ? AND
 //!   expires_at < NOW(6)`, a compare-and-set on the row it saw — and tries to insert again.
 //!   Deleting by name instead could remove a fresh lock that a faster waiter had just inserted.
+//!   The lease runs from the insert's start: an insert that waited in the index is granted
+//!   with what is left of it (or, if none is, not at all).
 //! * **Release** deletes by the row's own id *and* owner, never by name: a holder whose lease
 //!   expired and whose row was reaped and re-granted must not delete the new holder's row.
 //! * **Renewal** ([`DbLock::renewed`]): a background task extends `expires_at` every third of
@@ -27,17 +51,30 @@
 //!
 //! # Schema
 //!
-//! The lock lives in table `db_locks` of the pool's database; [`DbLock::create_table`] creates
-//! it if missing (an application with migrations may create it there instead, identically):
+//! The locks live in tables of the pool's database; [`DbLock::create_table`] creates them (and
+//! the token sequence) if missing, and adds the hold count to a `db_locks` made before it. An
+//! application with migrations may create them there instead, identically:
 //!
 //! ```sql
 #![doc = include_str!("schema.sql")]
 //! ```
 //!
 //! `name` is the lock key (at most 191 characters: the longest a unique `utf8mb4` index takes
-//! everywhere), `owner` the acquisition's random id, `id` the fencing token.
+//! everywhere), `owner` the acquisition's random id, `holds` how often its owner entered it.
+//! The statements use MariaDB's syntax where MySQL has none (`CREATE SEQUENCE`, `FOR UPDATE
+//! WAIT n`, `SET STATEMENT … FOR`, `ADD COLUMN IF NOT EXISTS`): MariaDB is what this project
+//! runs and tests.
 
+mod blocking_insert;
+mod held_transaction;
+mod reentrant;
 mod row;
+mod row_lock;
+
+pub use blocking_insert::{DbInsertLock, Upsert};
+pub use held_transaction::{TransactionLock, Waits, session_of};
+pub use reentrant::DbReentrantLock;
+pub use row_lock::{DbRowLock, SelectForUpdate};
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -53,7 +90,7 @@ use crate::options::within_budget;
 use crate::{AcquireOptions, Backend, DistributedLock, Guard, LockError, new_owner_id};
 use row::RowHeld;
 
-/// The `CREATE TABLE IF NOT EXISTS` statement of the lock table.
+/// The statements that create every table of the database locks if missing ([`DbLock::create_table`]).
 pub const SCHEMA: &str = include_str!("schema.sql");
 
 /// First and largest pause between two polls of a held lock.
@@ -63,44 +100,47 @@ const POLL_MAX: Duration = Duration::from_millis(64);
 /// A lock service backed by the `db_locks` table; see the module docs.
 pub struct DbLock {
     pool: MySqlPool,
-    renewal: Renewal,
+    variant: Variant,
     requests: Arc<AtomicU64>,
     /// Dropped with the client; the renewal tasks of its guards stop when it closes.
     alive: watch::Sender<()>,
 }
 
-/// Whether a held lock's lease is extended while its guard lives.
+/// How the unique-key lock keeps and gives back a row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Renewal {
+enum Variant {
     /// The lease runs out `lease` after the grant, whatever the holder does.
-    Off,
+    Leased,
     /// A task extends the lease every third of it.
-    EveryThirdOfLease,
+    Renewed,
+    /// Leased, and its owner may enter again ([`DbReentrantLock`]): a release takes one hold
+    /// back and deletes the row with the last.
+    Reentrant,
 }
 
 impl DbLock {
     /// A lock over `pool`'s database whose leases are never extended: a holder that outlives
     /// its lease loses the lock ([`Backend::DbLock`]).
     pub fn leased(pool: MySqlPool) -> DbLock {
-        DbLock::new(pool, Renewal::Off)
+        DbLock::new(pool, Variant::Leased)
     }
 
     /// A lock over `pool`'s database whose held leases are extended every third of the lease
     /// while the guard lives ([`Backend::DbLockRenewed`]).
     pub fn renewed(pool: MySqlPool) -> DbLock {
-        DbLock::new(pool, Renewal::EveryThirdOfLease)
+        DbLock::new(pool, Variant::Renewed)
     }
 
-    fn new(pool: MySqlPool, renewal: Renewal) -> DbLock {
+    fn new(pool: MySqlPool, variant: Variant) -> DbLock {
         DbLock {
             pool,
-            renewal,
+            variant,
             requests: Arc::new(AtomicU64::new(0)),
             alive: watch::Sender::new(()),
         }
     }
 
-    /// Creates the lock table ([`SCHEMA`]) in `pool`'s database if it is missing.
+    /// Creates every table of the database locks ([`SCHEMA`]) in `pool`'s database if missing.
     pub async fn create_table(pool: &MySqlPool) -> Result<(), LockError> {
         sqlx::raw_sql(SCHEMA)
             .execute(pool)
@@ -139,6 +179,39 @@ impl DbLock {
         }
     }
 
+    /// The fencing token of the grant of row `id`, just inserted: the name's counter, bumped
+    /// (created at the row's id the first time) if the row is still ours and unexpired. The row
+    /// is read with a shared lock, so no waiter can reap it while the counter moves. `None`: the
+    /// lease passed before (the insert waited too long), and the row was deleted again.
+    async fn fence(&self, id: u64, owner: &str) -> Result<Option<u64>, LockError> {
+        self.count();
+        let bumped = sqlx::query(
+            "INSERT INTO db_lock_fences (name, fence) \
+             SELECT name, LAST_INSERT_ID(id) FROM db_locks \
+             WHERE id = ? AND owner = ? AND expires_at > NOW(6) LOCK IN SHARE MODE \
+             ON DUPLICATE KEY UPDATE \
+             fence = LAST_INSERT_ID(GREATEST(db_lock_fences.fence + 1, VALUES(fence)))",
+        )
+        .bind(id)
+        .bind(owner)
+        .execute(&self.pool)
+        .await;
+        match bumped {
+            Ok(done) if done.rows_affected() > 0 => Ok(Some(done.last_insert_id())),
+            Ok(_) => {
+                self.count();
+                sqlx::query("DELETE FROM db_locks WHERE id = ? AND owner = ?")
+                    .bind(id)
+                    .bind(owner)
+                    .execute(&self.pool)
+                    .await
+                    .map_err(LockError::unavailable)?;
+                Ok(None)
+            }
+            Err(e) => Err(LockError::unavailable(e)),
+        }
+    }
+
     /// Looks at the row holding `key`; if its lease has passed, deletes exactly that row.
     /// Returns whether the name may be free now (row gone or reaped).
     async fn reap_if_expired(&self, key: &str) -> Result<bool, LockError> {
@@ -171,26 +244,27 @@ impl DbLock {
         }
     }
 
-    fn guard(&self, key: &str, owner: String, id: u64, lease: Duration) -> Guard {
+    fn guard(&self, key: &str, owner: String, row: u64, token: u64, lease: Duration) -> Guard {
         let held = RowHeld::start(
             self.pool.clone(),
             Arc::clone(&self.requests),
-            id,
+            row,
             owner.clone(),
             lease,
-            self.renewal,
+            self.variant,
             self.alive.subscribe(),
         );
         let lost = held.lost();
-        Guard::new(key, owner, id, lost, Box::new(held))
+        Guard::new(key, owner, token, lost, Box::new(held))
     }
 }
 
 impl DistributedLock for DbLock {
     fn backend(&self) -> &'static str {
-        match self.renewal {
-            Renewal::Off => Backend::DbLock.name(),
-            Renewal::EveryThirdOfLease => Backend::DbLockRenewed.name(),
+        match self.variant {
+            Variant::Leased => Backend::DbLock.name(),
+            Variant::Renewed => Backend::DbLockRenewed.name(),
+            Variant::Reentrant => Backend::DbLockReentrant.name(),
         }
     }
 
@@ -206,8 +280,10 @@ impl DistributedLock for DbLock {
             let started = Instant::now();
             let mut pause = POLL_MIN;
             loop {
-                if let Some(id) = self.try_insert(key, &owner, options.lease).await? {
-                    return Ok(self.guard(key, owner, id, options.lease));
+                if let Some(row) = self.try_insert(key, &owner, options.lease).await?
+                    && let Some(token) = self.fence(row, &owner).await?
+                {
+                    return Ok(self.guard(key, owner, row, token, options.lease));
                 }
                 // "May be free" includes a row another session inserted and has not committed
                 // (invisible to our read): try again at once, but never past the budget.
@@ -248,9 +324,19 @@ fn is_duplicate(e: &sqlx::Error) -> bool {
 /// deadlock victim (1213), or a `NOWAIT` found the row locked (3572). Nothing was changed.
 fn is_busy(e: &sqlx::Error) -> bool {
     const BUSY: [u16; 3] = [1205, 1213, 3572];
+    error_number(e).is_some_and(|n| BUSY.contains(&n))
+}
+
+/// InnoDB chose this statement's transaction as a deadlock's victim and rolled it back (1213).
+fn is_deadlock(e: &sqlx::Error) -> bool {
+    error_number(e) == Some(1213)
+}
+
+/// The server's error number, for an error the server sent.
+fn error_number(e: &sqlx::Error) -> Option<u16> {
     e.as_database_error()
         .and_then(|db| db.try_downcast_ref::<MySqlDatabaseError>())
-        .is_some_and(|db| BUSY.contains(&db.number()))
+        .map(MySqlDatabaseError::number)
 }
 
 /// A lease as the database wants it: whole microseconds.

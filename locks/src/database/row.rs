@@ -1,4 +1,5 @@
-//! A held lock row: its lease clock (or renewal task), and its release by id and owner.
+//! A held lock row: its lease clock (or renewal task), and its release by id and owner (one hold
+//! at a time for the reentrant lock).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -9,7 +10,7 @@ use sqlx::MySqlPool;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use super::{Renewal, is_busy, micros};
+use super::{Variant, is_busy, micros};
 use crate::{Held, LockError};
 
 /// Release attempts when InnoDB picks the delete as a deadlock victim.
@@ -21,8 +22,11 @@ pub(super) struct RowHeld {
     requests: Arc<AtomicU64>,
     id: u64,
     owner: String,
+    /// Whether a release gives back one hold (the row goes with the last) or the row.
+    counted: bool,
     lost: watch::Receiver<bool>,
-    watcher: JoinHandle<()>,
+    /// The lease clock or the renewal task; `None` for a re-entry, which shares its owner's.
+    watcher: Option<JoinHandle<()>>,
 }
 
 impl RowHeld {
@@ -33,12 +37,12 @@ impl RowHeld {
         id: u64,
         owner: String,
         lease: Duration,
-        renewal: Renewal,
+        variant: Variant,
         client: watch::Receiver<()>,
     ) -> RowHeld {
         let (lost_tx, lost) = watch::channel(false);
-        let watcher = match renewal {
-            Renewal::EveryThirdOfLease => tokio::spawn(renew(
+        let watcher = match variant {
+            Variant::Renewed => tokio::spawn(renew(
                 pool.clone(),
                 Arc::clone(&requests),
                 id,
@@ -47,7 +51,7 @@ impl RowHeld {
                 lost_tx,
                 client,
             )),
-            Renewal::Off => tokio::spawn(async move {
+            Variant::Leased | Variant::Reentrant => tokio::spawn(async move {
                 tokio::time::sleep(lease).await;
                 let _ = lost_tx.send(true);
                 // Keep the sender alive so `lost()` stays resolved rather than pending.
@@ -59,8 +63,29 @@ impl RowHeld {
             requests,
             id,
             owner,
+            counted: variant == Variant::Reentrant,
             lost,
-            watcher,
+            watcher: Some(watcher),
+        }
+    }
+
+    /// One more hold of row `id` by `owner`, whose loss `lost` already reports: released by
+    /// giving the hold back.
+    pub(super) fn reentered(
+        pool: MySqlPool,
+        requests: Arc<AtomicU64>,
+        id: u64,
+        owner: String,
+        lost: watch::Receiver<bool>,
+    ) -> RowHeld {
+        RowHeld {
+            pool,
+            requests,
+            id,
+            owner,
+            counted: true,
+            lost,
+            watcher: None,
         }
     }
 
@@ -73,23 +98,55 @@ impl RowHeld {
 impl Held for RowHeld {
     fn release(self: Box<Self>) -> BoxFuture<'static, Result<bool, LockError>> {
         Box::pin(async move {
-            self.watcher.abort();
-            let mut attempt = 0;
-            loop {
-                self.requests.fetch_add(1, Ordering::Relaxed);
-                let deleted = sqlx::query("DELETE FROM db_locks WHERE id = ? AND owner = ?")
-                    .bind(self.id)
-                    .bind(&self.owner)
-                    .execute(&self.pool)
+            if !self.counted {
+                if let Some(watcher) = &self.watcher {
+                    watcher.abort();
+                }
+                return self
+                    .run("DELETE FROM db_locks WHERE id = ? AND owner = ?")
                     .await;
-                match deleted {
-                    Ok(done) => return Ok(done.rows_affected() == 1),
-                    // A deadlock victim: the row is still there; try again.
-                    Err(e) if is_busy(&e) && attempt < RELEASE_ATTEMPTS => attempt += 1,
-                    Err(e) => return Err(LockError::unavailable(e)),
+            }
+            // Reentrant: the last hold deletes the row; an earlier one gives its hold back, and
+            // the lease clock keeps running for the holds that remain. A second round covers
+            // another hold of the same owner released at the same moment.
+            for _ in 0..2 {
+                let last = "DELETE FROM db_locks WHERE id = ? AND owner = ? AND holds = 1";
+                if self.run(last).await? {
+                    if let Some(watcher) = &self.watcher {
+                        watcher.abort();
+                    }
+                    return Ok(true);
+                }
+                let one = "UPDATE db_locks SET holds = holds - 1 \
+                           WHERE id = ? AND owner = ? AND holds > 1";
+                if self.run(one).await? {
+                    return Ok(true);
                 }
             }
+            Ok(false)
         })
+    }
+}
+
+impl RowHeld {
+    /// Runs a release statement on this row (`DELETE` or `UPDATE … WHERE id = ? AND owner = ?`,
+    /// with the count condition of the caller's making); whether it changed the row. A deadlock
+    /// victim is tried again: the row is still there.
+    async fn run(&self, sql: &'static str) -> Result<bool, LockError> {
+        let mut attempt = 0;
+        loop {
+            self.requests.fetch_add(1, Ordering::Relaxed);
+            let done = sqlx::query(sql)
+                .bind(self.id)
+                .bind(&self.owner)
+                .execute(&self.pool)
+                .await;
+            match done {
+                Ok(done) => return Ok(done.rows_affected() == 1),
+                Err(e) if is_busy(&e) && attempt < RELEASE_ATTEMPTS => attempt += 1,
+                Err(e) => return Err(LockError::unavailable(e)),
+            }
+        }
     }
 }
 

@@ -9,11 +9,12 @@
 //! with a gap in grants while the ensemble elects: the unavailability window, printed.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use locks::DistributedLock;
-use locks::history::{self, History};
-use locks::recorded::{Contention, FencedStore, Outage, contend};
+use locks::history::{self, History, Op};
+use locks::recorded::{Contention, FencedStore, Outage, contend_while};
 use locks::zookeeper::ZooKeeperLock;
 use sandbox::ZooKeeperEnsemble;
 
@@ -22,6 +23,30 @@ const CLIENTS: usize = 4;
 const SESSION: Duration = Duration::from_secs(10);
 /// A bound on any one request while the ensemble has no leader.
 const PATIENCE: Duration = Duration::from_secs(20);
+
+/// How long the run may wait for one state before it gives up and says which.
+const STATE_WAIT: Duration = Duration::from_secs(180);
+
+/// Grants recorded so far.
+fn grants(history: &History) -> usize {
+    let events = history.events();
+    events
+        .iter()
+        .filter(|e| matches!(e.op, Op::Grant { .. }))
+        .count()
+}
+
+/// Waits until the history shows `enough`; panics naming `what` after [`STATE_WAIT`].
+async fn await_history(history: &History, what: &str, enough: impl Fn(&History) -> bool) {
+    let deadline = Instant::now() + STATE_WAIT;
+    while !enough(history) {
+        assert!(
+            Instant::now() < deadline,
+            "waited {STATE_WAIT:?} for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
 
 /// Runs blocking harness control off the runtime's workers.
 async fn control<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
@@ -36,7 +61,7 @@ async fn contenders_keep_a_clean_lock_history_while_the_ensemble_loses_its_leade
     let history = Arc::new(History::new());
     let store = Arc::new(FencedStore::new(history.clone()));
     let key = format!("cluster-history:{}", locks::new_owner_id());
-    let until = Instant::now() + Duration::from_secs(16);
+    let going = Arc::new(AtomicBool::new(true));
     let mut clients = Vec::new();
     for i in 0..CLIENTS {
         // Rotate the members so the clients' sessions start on different servers.
@@ -45,23 +70,26 @@ async fn contenders_keep_a_clean_lock_history_while_the_ensemble_loses_its_leade
         let lock = ZooKeeperLock::connect(&members.join(","), SESSION)
             .await
             .expect("connect");
-        let (key, store) = (key.clone(), store.clone());
+        let (key, store, going) = (key.clone(), store.clone(), going.clone());
         let how = Contention {
             lease: SESSION,
             patience: PATIENCE,
             ..Contention::default()
         };
-        clients.push(tokio::spawn(contend(
+        clients.push(tokio::spawn(contend_while(
             format!("client-{i}"),
             Arc::new(lock) as Arc<dyn DistributedLock>,
             key,
             store,
-            until,
+            move || going.load(Ordering::SeqCst),
             how,
         )));
     }
 
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    await_history(&history, "grants before the kill", |h| {
+        grants(h) >= 2 * CLIENTS
+    })
+    .await;
     let z = zk.clone();
     let leader = control(move || z.await_leader(PATIENCE))
         .await
@@ -71,12 +99,24 @@ async fn contenders_keep_a_clean_lock_history_while_the_ensemble_loses_its_leade
     control(move || z.member(leader).server().kill())
         .await
         .expect("kill");
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // Two of three members are a quorum: the lock must come back before the member does. One
+    // grant the dying leader committed may still reach its client after the kill; several
+    // grants, each after a release, need the new leader.
+    await_history(&history, "grants after the kill", |h| {
+        Outage::of(&h.events()).grants_after >= CLIENTS
+    })
+    .await;
     history.fault("nemesis", format!("restart zookeeper-{}", leader + 1));
     let z = zk.clone();
     control(move || z.member(leader).server().start_again())
         .await
         .expect("restart");
+    let restarted = grants(&history);
+    await_history(&history, "grants after the restart", |h| {
+        grants(h) >= restarted + CLIENTS
+    })
+    .await;
+    going.store(false, Ordering::SeqCst);
 
     for c in clients {
         c.await.expect("client task");

@@ -18,10 +18,9 @@ fn echo(tag: &'static str) -> SocketAddr {
             std::thread::spawn(move || {
                 let mut buf = [0u8; 1024];
                 while let Ok(n) = stream.read(&mut buf) {
-                    if n == 0 || stream.write_all(tag.as_bytes()).is_err() {
-                        break;
-                    }
-                    if stream.write_all(&buf[..n]).is_err() {
+                    // One write, so that one read of the client sees the whole answer.
+                    let answer = [tag.as_bytes(), &buf[..n]].concat();
+                    if n == 0 || stream.write_all(&answer).is_err() {
                         break;
                     }
                 }

@@ -20,27 +20,33 @@ use maud::{Markup, PreEscaped, html};
 
 use super::charts::Chart;
 use super::comparison::Comparison;
-use super::prose;
 use super::schema::RunReport;
+use super::{flood, prose};
 
 /// Writes `report.html` into `dir`.
 pub fn write(
     dir: &Path,
     r: &RunReport,
     charts: &[Chart],
+    flood_charts: &[Chart],
     compared: Option<&Comparison>,
 ) -> Result<()> {
     let path = dir.join("report.html");
-    std::fs::write(&path, render(r, charts, compared))
+    std::fs::write(&path, render(r, charts, flood_charts, compared))
         .with_context(|| format!("writing {}", path.display()))
 }
 
-/// The whole page.
-pub fn render(r: &RunReport, charts: &[Chart], compared: Option<&Comparison>) -> String {
+/// The whole page: `charts` after the summary, `flood_charts` in the flood's section.
+pub fn render(
+    r: &RunReport,
+    charts: &[Chart],
+    flood_charts: &[Chart],
+    compared: Option<&Comparison>,
+) -> String {
     let title = format!("seckill-bench run, {}", r.started_at);
     page::document(
         &title,
-        body(r, charts, compared),
+        body(r, charts, flood_charts, compared),
         &[page::SORT_SCRIPT],
         None,
     )
@@ -62,7 +68,12 @@ pub fn render_comparison(c: &Comparison) -> String {
     .into_string()
 }
 
-fn body(r: &RunReport, charts: &[Chart], compared: Option<&Comparison>) -> Markup {
+fn body(
+    r: &RunReport,
+    charts: &[Chart],
+    flood_charts: &[Chart],
+    compared: Option<&Comparison>,
+) -> Markup {
     let s = &r.settings;
     html! {
         h1 { "seckill-bench run, " (r.started_at) }
@@ -80,6 +91,7 @@ fn body(r: &RunReport, charts: &[Chart], compared: Option<&Comparison>) -> Marku
             @if compared.is_some() { a href="#comparison-section" { "comparison" } " · " }
             a href="#findings" { "what went wrong" } " · "
             @if !r.scenarios.is_empty() { a href="#scenarios" { "scenarios" } " · " }
+            @if !r.floods.is_empty() { a href="#flood" { "flood" } " · " }
             a href="#sale" { "flash sale" } " · "
             a href="#throughput" { "throughput" } " · "
             a href="#baselines" { "baselines" } " · "
@@ -110,6 +122,14 @@ fn body(r: &RunReport, charts: &[Chart], compared: Option<&Comparison>) -> Marku
                  compares what each strategy or lock was expected to do with what it did. For a \
                  deliberately broken variant, " em { "pass" } " means its failure showed." }
             @for sc in &r.scenarios { (timeline::scenario(sc)) }
+        }
+        @if !r.floods.is_empty() {
+            section #flood {
+                (page::prose_with_tables(&flood::markdown_without_charts(r.settings.flood.as_ref(), &r.floods)))
+                @for chart in flood_charts {
+                    figure data-chart=(chart.file) { (PreEscaped(&chart.svg)) }
+                }
+            }
         }
         h2 #sale { "Flash sale: the database's accounting" }
         p.note { "sold = Σ order quantities; oversell = max(0, sold − S); lost updates = sold − \
@@ -160,7 +180,7 @@ mod tests {
     #[test]
     fn the_page_holds_every_strategy_the_charts_and_no_reference_to_anything_outside() {
         let r = report();
-        let html = render(&r, &charts::all(&r).unwrap(), None);
+        let html = render(&r, &charts::all(&r).unwrap(), &[], None);
         for x in &r.strategies {
             assert!(
                 html.contains(&format!("data-strategy=\"{}\"", x.strategy.name)),
@@ -183,7 +203,7 @@ mod tests {
         let mut r = report();
         r.strategies[0].sale.accounting.oversell = 7;
         r.strategies[0].sale.accounting.orders = 107;
-        let html = render(&r, &[], None);
+        let html = render(&r, &[], &[], None);
         let name = r.strategies[0].strategy.name;
         let row_at = html
             .find(&format!(

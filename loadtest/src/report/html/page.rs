@@ -112,11 +112,15 @@ pub fn prose(markdown: &str) -> Markup {
     rendered(markdown, pulldown_cmark::Options::empty())
 }
 
+/// Markdown with tables (a report's section), every table sortable; raw HTML shown as text.
+pub fn prose_with_tables(markdown: &str) -> Markup {
+    let body = rendered(markdown, pulldown_cmark::Options::ENABLE_TABLES);
+    PreEscaped(body.0.replace("<table>", "<table class=\"sortable\">"))
+}
+
 /// A whole Markdown document (the lock matrix's) as a page of its own, every table sortable.
 pub fn markdown_page(title: &str, markdown: &str) -> String {
-    let body = rendered(markdown, pulldown_cmark::Options::ENABLE_TABLES);
-    let body = PreEscaped(body.0.replace("<table>", "<table class=\"sortable\">"));
-    document(title, body, &[SORT_SCRIPT], None).into_string()
+    document(title, prose_with_tables(markdown), &[SORT_SCRIPT], None).into_string()
 }
 
 fn rendered(markdown: &str, options: pulldown_cmark::Options) -> Markup {

@@ -9,6 +9,7 @@ mod baselines;
 mod cpu;
 mod environment;
 mod findings;
+mod flood;
 mod load;
 mod sale;
 mod scenario;
@@ -19,6 +20,10 @@ pub use environment::Environment;
 pub use findings::{
     BelowBaseline, ClientCheck, Findings, GroupCpu, MachineLoad, Pace, Peer, SaleFinding,
     SaleReading, ServerCpu, TimeFinding, ToolComparison, ToolFinding, ToolReading, ToolVerdict,
+};
+pub use flood::{
+    Fairness, FloodResult, FloodShape, FloodSlice, PROJECTED_CLICKS_PER_SECOND, Projection,
+    RefusalRate,
 };
 pub use load::{Bucket, HistogramData, LatencySummary, LoadResult, Loop, Repetitions, Spread};
 pub use sale::{SaleResult, StrategyReport, ThroughputResult};
@@ -46,6 +51,9 @@ pub struct RunReport {
     pub strategies: Vec<StrategyReport>,
     /// The fault scenarios, each expected against observed.
     pub scenarios: Vec<ScenarioReport>,
+    /// Each strategy's flood (its shape is in the settings).
+    #[serde(default)]
+    pub floods: Vec<FloodResult>,
     /// What the figures say (absent from a version 1 report).
     #[serde(default)]
     pub findings: Findings,
@@ -99,6 +107,12 @@ pub struct Settings {
     pub scenarios: bool,
     /// Baselines and standard tools only (`--only-baselines`).
     pub only_baselines: bool,
+    /// How the flood arrives (`None`: no flood).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flood: Option<FloodShape>,
+    /// The flood only (`seckill-bench flood`).
+    #[serde(default)]
+    pub only_flood: bool,
 }
 
 /// Enough load to matter, below saturation so the open loop's latencies describe the service,

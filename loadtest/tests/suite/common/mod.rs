@@ -76,6 +76,8 @@ pub fn quick(strategy: Strategy) -> Settings {
         baselines: false,
         scenarios: false,
         only_baselines: false,
+        flood: None,
+        only_flood: false,
     }
 }
 

@@ -22,6 +22,10 @@
 //! * *Less stock than the batch asks*: the purchases are served in arrival order as long as
 //!   they fit, and each that does not fit answers `sold_out` — a later, smaller one may still
 //!   fit, so the tail is never undersold.
+//! * *A buyer at the product's per-user limit* is refused (`limit_reached`) without stopping
+//!   the others: the batch locks the rows of its buyers' counts (`purchase_quota`) first, in
+//!   one statement and in a fixed order, and counts a buyer's earlier purchases in the same
+//!   batch, so a buyer's clicks spread over batches and instances never add up to more.
 //! * *A duplicate purchase* does not fail the others: purchases (buyer and request id, byte
 //!   for byte, as the database's unique key compares them) that already have an order are
 //!   looked up first and answered [`PurchaseError::Duplicate`] (the handler replays the
@@ -53,9 +57,13 @@ use futures::future::BoxFuture;
 use sqlx::MySqlPool;
 use tokio::sync::{mpsc, oneshot};
 
+mod allocate;
+
 use super::{Deps, Placed, Purchase, PurchaseError, Purchased, StockStrategy};
 use crate::db::errors::{DbFailure, classify};
 use crate::db::orders::{self, NewOrder};
+use crate::db::{products, quota};
+use allocate::{Decision, Holding, Wanted, allocate};
 
 /// Runs of a batch that lost a race on a request id to a concurrent transaction, before its
 /// purchases answer `busy`.
@@ -69,11 +77,16 @@ pub struct Batched {
 }
 
 pub fn build(deps: &Deps) -> Arc<dyn StockStrategy> {
+    let max = usize::try_from(deps.batch_max).unwrap_or(1).max(1);
     Arc::new(Batched {
         queue: Arc::new(Queue {
             pool: deps.pool.clone(),
             window: deps.batch_window,
-            max: usize::try_from(deps.batch_max).unwrap_or(1).max(1),
+            max,
+            capacity: match deps.batch_queue {
+                0 => max * 4,
+                n => usize::try_from(n).unwrap_or(usize::MAX),
+            },
             lines: Mutex::new(HashMap::new()),
         }),
     })
@@ -89,13 +102,14 @@ impl StockStrategy for Batched {
             let entry = Entry {
                 user_id: purchase.user_id.clone(),
                 quantity: purchase.quantity,
+                per_user_limit: purchase.per_user_limit,
                 request_id: purchase.request_id.clone(),
                 strategy: purchase.strategy.name(),
                 hold: purchase.hold,
                 arrived: Instant::now(),
                 reply,
             };
-            Queue::enqueue(&self.queue, purchase.product_id, entry);
+            Queue::enqueue(&self.queue, purchase.product_id, entry)?;
             answer
                 .await
                 .unwrap_or_else(|_| {
@@ -114,13 +128,16 @@ struct Queue {
     pool: MySqlPool,
     window: Duration,
     max: usize,
-    lines: Mutex<HashMap<u64, mpsc::UnboundedSender<Entry>>>,
+    /// Purchases a line holds waiting; one more is refused at once.
+    capacity: usize,
+    lines: Mutex<HashMap<u64, mpsc::Sender<Entry>>>,
 }
 
 /// One queued purchase.
 struct Entry {
     user_id: String,
     quantity: u32,
+    per_user_limit: i64,
     request_id: String,
     strategy: &'static str,
     hold: Option<Duration>,
@@ -137,28 +154,37 @@ impl Entry {
 }
 
 impl Queue {
-    /// Puts `entry` in its product's line, or opens the line (and starts its task).
-    fn enqueue(queue: &Arc<Queue>, product_id: u64, entry: Entry) {
+    /// Puts `entry` in its product's line, or opens the line (and starts its task); a full
+    /// line refuses it at once (`busy`): waiting behind more than a few batches would only
+    /// make the buyer's wait longer than a retry's.
+    fn enqueue(queue: &Arc<Queue>, product_id: u64, entry: Entry) -> Result<(), PurchaseError> {
         let mut lines = queue.lines.lock().unwrap_or_else(PoisonError::into_inner);
         // A line's task closes it only under this lock, so a line found here takes the entry.
         let entry = match lines.get(&product_id) {
-            Some(line) => match line.send(entry) {
-                Ok(()) => return,
-                Err(mpsc::error::SendError(entry)) => entry,
+            Some(line) => match line.try_send(entry) {
+                Ok(()) => return Ok(()),
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    return Err(PurchaseError::Busy(format!(
+                        "{} purchases of this product are waiting for their batch already",
+                        queue.capacity
+                    )));
+                }
+                Err(mpsc::error::TrySendError::Closed(entry)) => entry,
             },
             None => entry,
         };
-        let (line, waiting) = mpsc::unbounded_channel();
-        let _ = line.send(entry);
+        let (line, waiting) = mpsc::channel(queue.capacity.max(1));
+        let _ = line.try_send(entry);
         lines.insert(product_id, line);
         drop(lines);
         tokio::spawn(Arc::clone(queue).drain(product_id, waiting));
+        Ok(())
     }
 
     /// Commits the product's line batch by batch until it stays empty for [`LINE_IDLE`]. While
     /// one batch commits, the next one gathers: under load every batch is as large as the
     /// purchases that arrived during the previous commit (up to the maximum).
-    async fn drain(self: Arc<Self>, product_id: u64, mut waiting: mpsc::UnboundedReceiver<Entry>) {
+    async fn drain(self: Arc<Self>, product_id: u64, mut waiting: mpsc::Receiver<Entry>) {
         loop {
             let first = match tokio::time::timeout(LINE_IDLE, waiting.recv()).await {
                 Ok(Some(entry)) => entry,
@@ -180,11 +206,7 @@ impl Queue {
 
     /// The batch `first` opens: what is waiting already, then what comes until the window
     /// since `first` arrived ends or the batch is full.
-    async fn gather(
-        &self,
-        first: Entry,
-        waiting: &mut mpsc::UnboundedReceiver<Entry>,
-    ) -> Vec<Entry> {
+    async fn gather(&self, first: Entry, waiting: &mut mpsc::Receiver<Entry>) -> Vec<Entry> {
         let closes = first.arrived + self.window;
         let mut batch = vec![first];
         while batch.len() < self.max {
@@ -241,6 +263,7 @@ impl Queue {
                 }),
                 (Decision::Placed(_) | Decision::Duplicate, _) => Err(PurchaseError::Duplicate),
                 (Decision::SoldOut, _) => Err(PurchaseError::SoldOut),
+                (Decision::LimitReached, _) => Err(PurchaseError::LimitReached),
                 (Decision::UnknownProduct, _) => Err(PurchaseError::UnknownProduct),
             };
             let _ = entry.reply.send(answer);
@@ -255,23 +278,50 @@ impl Queue {
             .await?
             .into_iter()
             .collect();
+        // The buyers' rows first (as every purchase claims its quota before the stock), so the
+        // batch and a buyer's purchase through another strategy lock in the same order.
+        let users: Vec<&str> = batch.iter().map(|e| e.user_id.as_str()).collect();
+        let held = quota::lock_buyers(&mut tx, product_id, &users).await?;
+        // The product's rules as the first purchase's instance knew them.
+        let limit = batch.first().map_or(0, |e| e.per_user_limit);
+        let wanted: Vec<Wanted<'_>> = batch
+            .iter()
+            .map(|e| Wanted {
+                user_id: &e.user_id,
+                request_id: &e.request_id,
+                quantity: e.quantity,
+            })
+            .collect();
+        let mut holding = Holding {
+            stock: Some(i64::MAX),
+            existing: &existing,
+            held: &held,
+            limit,
+        };
         // The common case first: everything fits, and one conditional UPDATE takes it all.
-        let mut decisions = allocate(Some(i64::MAX), batch, &existing);
+        let mut decisions = allocate(&wanted, &holding);
         if !take(&mut tx, product_id, total_of(batch, &decisions)).await? {
             // Not all of it fits (or no such product): decide under the row lock the failed
             // UPDATE took, in arrival order.
-            let stock: Option<i64> =
+            holding.stock =
                 sqlx::query_scalar("SELECT stock FROM products WHERE id = ? FOR UPDATE")
                     .bind(product_id)
                     .fetch_optional(&mut *tx)
                     .await?;
-            decisions = allocate(stock, batch, &existing);
+            decisions = allocate(&wanted, &holding);
             if !take(&mut tx, product_id, total_of(batch, &decisions)).await? {
                 return Err(Failure::Internal(
                     format!("product {product_id} changed under its row lock").into(),
                 ));
             }
         }
+        let mut claimed: HashMap<&str, i64> = HashMap::new();
+        for (entry, decision) in batch.iter().zip(&decisions) {
+            if let Decision::Placed(_) = decision {
+                *claimed.entry(&entry.user_id).or_default() += i64::from(entry.quantity);
+            }
+        }
+        quota::add(&mut tx, product_id, &claimed).await?;
         let taking: Vec<NewOrder<'_>> = batch
             .iter()
             .zip(&decisions)
@@ -332,55 +382,7 @@ async fn take(
     if total == 0 {
         return Ok(true);
     }
-    let done = sqlx::query(
-        "UPDATE products SET stock = stock - ?, version = version + 1 \
-         WHERE id = ? AND stock >= ?",
-    )
-    .bind(total)
-    .bind(product_id)
-    .bind(total)
-    .execute(&mut **tx)
-    .await?;
-    Ok(done.rows_affected() == 1)
-}
-
-/// What happened to one purchase of a committed batch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Decision {
-    /// Bought; the order id (0 until the order is written).
-    Placed(u64),
-    SoldOut,
-    /// Its request id already had an order.
-    Duplicate,
-    UnknownProduct,
-}
-
-/// Decides each purchase of `batch` in arrival order against `stock` (`None`: no such
-/// product): those whose request id is in `existing` are duplicates; the others are bought as
-/// long as they fit, and one that does not fit is sold out without stopping a later, smaller
-/// one.
-fn allocate(
-    stock: Option<i64>,
-    batch: &[&Entry],
-    existing: &HashSet<(String, String)>,
-) -> Vec<Decision> {
-    let mut left = stock.unwrap_or(0);
-    batch
-        .iter()
-        .map(|e| {
-            let quantity = i64::from(e.quantity);
-            if existing.contains(&(e.user_id.clone(), e.request_id.clone())) {
-                Decision::Duplicate
-            } else if stock.is_none() {
-                Decision::UnknownProduct
-            } else if quantity <= left {
-                left -= quantity;
-                Decision::Placed(0)
-            } else {
-                Decision::SoldOut
-            }
-        })
-        .collect()
+    Ok(products::take_if_left(tx, product_id, total).await?)
 }
 
 /// Why a batch made no decision; answered to each of its purchases.
@@ -413,44 +415,5 @@ impl Failure {
             Failure::Commit(e) => PurchaseError::OutcomeUnknown(Box::new(Arc::clone(e))),
             Failure::Internal(why) => PurchaseError::Internal(why.to_string().into()),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn entry(request_id: &str, quantity: u32) -> Entry {
-        Entry {
-            user_id: "u".into(),
-            quantity,
-            request_id: request_id.into(),
-            strategy: "batched",
-            hold: None,
-            arrived: Instant::now(),
-            reply: oneshot::channel().0,
-        }
-    }
-
-    #[test]
-    fn a_batch_larger_than_the_stock_serves_in_arrival_order_what_fits() {
-        let entries = [entry("a", 2), entry("b", 3), entry("c", 1), entry("d", 2)];
-        let batch: Vec<&Entry> = entries.iter().collect();
-        let decisions = allocate(Some(4), &batch, &HashSet::new());
-        use Decision::*;
-        assert_eq!(decisions, [Placed(0), SoldOut, Placed(0), SoldOut]);
-    }
-
-    #[test]
-    fn an_existing_request_id_is_a_duplicate_and_takes_no_stock() {
-        let entries = [entry("a", 1), entry("b", 1)];
-        let batch: Vec<&Entry> = entries.iter().collect();
-        let existing = HashSet::from([("u".to_string(), "a".to_string())]);
-        use Decision::*;
-        assert_eq!(allocate(Some(1), &batch, &existing), [Duplicate, Placed(0)]);
-        assert_eq!(
-            allocate(None, &batch, &HashSet::new()),
-            [UnknownProduct, UnknownProduct]
-        );
     }
 }

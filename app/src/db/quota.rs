@@ -1,0 +1,98 @@
+//! Per-user limits of products whose stock is in the database (the row or the buckets): the
+//! units each buyer holds, in `purchase_quota`, claimed by a purchase in its own transaction
+//! before it touches the stock.
+//!
+//! **Why this is atomic with the deduction.** The claim is one statement on the buyer's own row
+//! (`INSERT … ON DUPLICATE KEY UPDATE units = units + q RETURNING units`): it locks that row
+//! until the purchase's transaction ends, so a buyer's concurrent clicks queue on it one after
+//! the other, and each sees the units of those committed before. A claim past the limit, or a
+//! purchase that fails later (sold out, a duplicate), rolls back with the transaction and leaves
+//! the buyer's count as it was. Buyers never wait on each other: each has a row of their own.
+//! Claiming first and taking stock second keeps the hot row's lock out of the claim's round
+//! trip.
+
+use std::collections::HashMap;
+
+use sqlx::{MySql, MySqlConnection, QueryBuilder};
+
+use super::orders::PurchaseKey;
+
+/// Whether the buyer may hold the claimed units.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Claim {
+    /// Within the limit.
+    Within,
+    /// The buyer would hold `units`, more than `limit`.
+    Beyond { units: i64, limit: i64 },
+}
+
+/// Adds `quantity` units to the buyer's count of the product, in `conn`'s transaction, and
+/// says whether the buyer now holds more than `limit`. The limit comes from the caller (the
+/// product's rules): read in this statement, it would take a shared lock on the product row,
+/// and two buyers' stock writes would then wait on each other's — a deadlock.
+pub async fn claim(
+    conn: &mut MySqlConnection,
+    key: PurchaseKey<'_>,
+    quantity: u32,
+    limit: i64,
+) -> Result<Claim, sqlx::Error> {
+    let units: i64 = sqlx::query_scalar(
+        "INSERT INTO purchase_quota (product_id, user_id, units) VALUES (?, ?, ?) \
+         ON DUPLICATE KEY UPDATE units = units + VALUES(units) RETURNING units",
+    )
+    .bind(key.product_id)
+    .bind(key.user_id)
+    .bind(quantity)
+    .fetch_one(conn)
+    .await?;
+    Ok(match units > limit {
+        true => Claim::Beyond { units, limit },
+        false => Claim::Within,
+    })
+}
+
+/// The units each of `users` holds of the product, their rows locked (created at 0 where
+/// missing) until `conn`'s transaction ends. The rows are locked in one statement, in byte
+/// order of the user ids, so that two batches sharing buyers cannot lock them in opposite
+/// orders.
+pub async fn lock_buyers(
+    conn: &mut MySqlConnection,
+    product_id: u64,
+    users: &[&str],
+) -> Result<HashMap<String, i64>, sqlx::Error> {
+    let mut users = users.to_vec();
+    users.sort_unstable();
+    users.dedup();
+    if users.is_empty() {
+        return Ok(HashMap::new());
+    }
+    // `ON DUPLICATE KEY UPDATE` locks an existing row exclusively at once; `INSERT IGNORE`
+    // would take a shared lock first, and two batches upgrading theirs would deadlock.
+    let mut upsert =
+        QueryBuilder::<MySql>::new("INSERT INTO purchase_quota (product_id, user_id, units) ");
+    upsert.push_values(&users, |mut row, user| {
+        row.push_bind(product_id).push_bind(*user).push_bind(0_i64);
+    });
+    upsert.push(" ON DUPLICATE KEY UPDATE units = units RETURNING user_id, units");
+    let held: Vec<(String, i64)> = upsert.build_query_as().fetch_all(&mut *conn).await?;
+    Ok(held.into_iter().collect())
+}
+
+/// Adds units to buyers' counts of the product (rows locked by [`lock_buyers`]).
+pub async fn add(
+    conn: &mut MySqlConnection,
+    product_id: u64,
+    units: &HashMap<&str, i64>,
+) -> Result<(), sqlx::Error> {
+    if units.is_empty() {
+        return Ok(());
+    }
+    let mut upsert =
+        QueryBuilder::<MySql>::new("INSERT INTO purchase_quota (product_id, user_id, units) ");
+    upsert.push_values(units, |mut row, (user, units)| {
+        row.push_bind(product_id).push_bind(*user).push_bind(*units);
+    });
+    upsert.push(" ON DUPLICATE KEY UPDATE units = units + VALUES(units)");
+    upsert.build().execute(conn).await?;
+    Ok(())
+}

@@ -1,0 +1,142 @@
+//! Admission of a purchase: what can be decided before any strategy runs, from the request and
+//! from what this instance remembers of the product ([`crate::shelf`]), at the cost of a no-op.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::http::HeaderMap;
+use time::OffsetDateTime;
+
+use crate::api::{MAX_REQUEST_ID, MAX_USER_ID, OrderRequest, SaleRules, Strategy};
+use crate::error::ApiError;
+use crate::shelf::Epoch;
+use crate::state::AppState;
+use crate::strategy::{Purchase, PurchaseStats, StockStrategy};
+
+/// Request header that makes the strategy pause inside its critical section (only when the
+/// service runs with `--allow-fault-injection`).
+pub const HOLD_HEADER: &str = "x-seckill-hold-ms";
+/// Longest accepted injected pause.
+const MAX_HOLD_MS: u64 = 120_000;
+
+/// The purchase `request` asks for, if this instance admits it: the strategy offered, the input
+/// well-formed, the product known, its sale open, its token shown if required, the quantity
+/// within the per-user limit; and the moment of memory it was admitted at.
+pub(super) async fn admit(
+    state: &AppState,
+    headers: &HeaderMap,
+    product_id: u64,
+    request: OrderRequest,
+) -> Result<(Arc<Purchase>, Arc<dyn StockStrategy>, Epoch), ApiError> {
+    let settings = &state.settings;
+    let name = request.strategy.unwrap_or(settings.default_strategy);
+    if !settings.offers(name) {
+        return Err(ApiError::StrategyNotOffered(format!(
+            "this deployment does not offer strategy `{name}` (see GET /api/strategies)"
+        )));
+    }
+    let strategy = state.registry.get(name).clone();
+    if request.quantity < 1 || request.quantity > i64::from(settings.max_quantity) {
+        return Err(ApiError::Invalid(format!(
+            "quantity must be between 1 and {}",
+            settings.max_quantity
+        )));
+    }
+    check_id("user_id", &request.user_id, MAX_USER_ID)?;
+    check_id("request_id", &request.request_id, MAX_REQUEST_ID)?;
+    let hold = match settings.allow_fault_injection {
+        true => hold(headers)?,
+        false => None,
+    };
+    // A pause holds a lock or a row for up to two minutes: once there is an admin token, it
+    // takes the token to ask for one.
+    if hold.is_some() {
+        super::super::admin::authorize(settings, headers)?;
+    }
+    let (known, epoch) = state.shelf.product(product_id).await?;
+    let known = known.ok_or_else(|| ApiError::NotFound(format!("no product {product_id}")))?;
+    within_sale(&known.rules, OffsetDateTime::now_utc())?;
+    if known.rules.token_required {
+        let shown = request.purchase_token.as_deref().is_some_and(|token| {
+            settings
+                .token_key
+                .verify(token, product_id, &request.user_id, known.rules.starts_ms())
+        });
+        if !shown {
+            return Err(ApiError::PurchaseTokenRequired(format!(
+                "product {product_id} sells only to buyers with their purchase token \
+                 (POST /api/products/{product_id}/tokens once the sale is open)"
+            )));
+        }
+    }
+    if request.quantity > known.rules.per_user_limit {
+        return Err(ApiError::LimitReached);
+    }
+    let purchase = Arc::new(Purchase {
+        product_id,
+        user_id: request.user_id,
+        quantity: u32::try_from(request.quantity).unwrap_or(u32::MAX),
+        request_id: request.request_id,
+        strategy: name,
+        per_user_limit: known.rules.per_user_limit,
+        hold,
+        stats: PurchaseStats::default(),
+    });
+    Ok((purchase, strategy, epoch))
+}
+
+/// Refuses a purchase made outside the sale's window.
+pub(in crate::http) fn within_sale(rules: &SaleRules, now: OffsetDateTime) -> Result<(), ApiError> {
+    if rules.sale_starts_at.is_some_and(|starts| now < starts) {
+        return Err(ApiError::SaleNotStarted);
+    }
+    if rules.sale_ends_at.is_some_and(|ends| now >= ends) {
+        return Err(ApiError::SaleEnded);
+    }
+    Ok(())
+}
+
+/// Parses the body; a strategy name outside the catalogue is `unknown_strategy`, anything
+/// else that does not fit the schema is `bad_request` (not JSON) or `invalid_request`.
+pub(super) fn parse(body: &[u8]) -> Result<OrderRequest, ApiError> {
+    // One typed pass on the hot path; the untyped one only to say what was wrong.
+    let invalid = match serde_json::from_slice::<OrderRequest>(body) {
+        Ok(request) => return Ok(request),
+        Err(e) => e,
+    };
+    let value: serde_json::Value = serde_json::from_slice(body)
+        .map_err(|e| ApiError::BadRequest(format!("the body is not valid JSON: {e}")))?;
+    if let Some(name) = value.get("strategy").and_then(|s| s.as_str())
+        && let Err(unknown) = name.parse::<Strategy>()
+    {
+        return Err(ApiError::UnknownStrategy(unknown.to_string()));
+    }
+    Err(ApiError::Invalid(format!("invalid order: {invalid}")))
+}
+
+pub(in crate::http) fn check_id(field: &str, value: &str, max: usize) -> Result<(), ApiError> {
+    let len = value.chars().count();
+    if len == 0 || len > max || value.trim() != value {
+        return Err(ApiError::Invalid(format!(
+            "{field} must be 1 to {max} characters without surrounding spaces"
+        )));
+    }
+    Ok(())
+}
+
+fn hold(headers: &HeaderMap) -> Result<Option<Duration>, ApiError> {
+    let Some(value) = headers.get(HOLD_HEADER) else {
+        return Ok(None);
+    };
+    let ms: u64 = value
+        .to_str()
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .filter(|&ms| ms <= MAX_HOLD_MS)
+        .ok_or_else(|| {
+            ApiError::BadRequest(format!(
+                "{HOLD_HEADER} must be whole milliseconds up to {MAX_HOLD_MS}"
+            ))
+        })?;
+    Ok((ms > 0).then(|| Duration::from_millis(ms)))
+}

@@ -1,0 +1,257 @@
+//! `POST /api/products/{id}/orders` and `GET /api/products/{id}/orders/{request_id}`.
+//!
+//! A purchase is admitted first ([`admit`]): its body, the strategy, and the product's rules as
+//! this instance remembers them ([`crate::shelf`]) — the sale window, the purchase token, the
+//! per-user limit of one click, and whether the product is known to be sold out. Whatever is
+//! refused there is refused from memory, at the cost of a no-op. What is admitted runs its
+//! strategy in a task of its own, so that a buyer who hangs up never cancels a purchase
+//! half-way; a duplicate is answered with its original order.
+
+mod admit;
+mod status;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::Json;
+use axum::body::Bytes;
+use std::net::SocketAddr;
+
+use axum::extract::rejection::PathRejection;
+use axum::extract::{ConnectInfo, Path, State};
+use axum::http::{Extensions, HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+
+use crate::api::{ErrorBody, OrderRequest, OrderResponse, OrderState, OrderStatus, Strategy};
+use crate::db::orders::{self, Order, OrderState as Stored};
+use crate::error::ApiError;
+use crate::metrics::Observation;
+use crate::state::AppState;
+use crate::strategy::{Purchase, PurchaseError, Purchased, StockStrategy};
+
+pub use admit::HOLD_HEADER;
+pub(super) use admit::{check_id, within_sale};
+pub use status::{__path_status, status};
+
+impl TryFrom<Order> for OrderResponse {
+    type Error = ApiError;
+
+    fn try_from(o: Order) -> Result<OrderResponse, ApiError> {
+        let strategy = o
+            .strategy
+            .parse::<Strategy>()
+            .map_err(|e| ApiError::Internal(format!("order {} names {e}", o.order_id).into()))?;
+        Ok(OrderResponse {
+            order_id: o.order_id,
+            product_id: o.product_id,
+            user_id: o.user_id,
+            quantity: o.quantity,
+            strategy,
+            request_id: o.request_id,
+            fencing_token: o.fencing_token,
+        })
+    }
+}
+
+/// A successful answer to a purchase.
+#[derive(Debug)]
+pub enum Success {
+    /// `201`: the order is recorded.
+    Created(OrderResponse),
+    /// `200`: the original order of this request id.
+    Replayed(OrderResponse),
+    /// `202`: the units are taken and the order is queued; `Location` tells where to ask.
+    Accepted(OrderStatus),
+}
+
+impl IntoResponse for Success {
+    fn into_response(self) -> Response {
+        match self {
+            Success::Created(order) => (StatusCode::CREATED, Json(order)).into_response(),
+            Success::Replayed(order) => (StatusCode::OK, Json(order)).into_response(),
+            Success::Accepted(status) => {
+                let location = format!(
+                    "/api/products/{}/orders/{}?user_id={}",
+                    status.product_id,
+                    encode_segment(&status.request_id),
+                    encode_segment(&status.user_id)
+                );
+                let mut response = (StatusCode::ACCEPTED, Json(status)).into_response();
+                if let Ok(value) = HeaderValue::from_str(&location) {
+                    response.headers_mut().insert(header::LOCATION, value);
+                }
+                response
+            }
+        }
+    }
+}
+
+type Answer = Result<Success, ApiError>;
+
+/// Buys `quantity` units through a strategy; idempotent per `request_id`.
+#[utoipa::path(post, path = "/api/products/{id}/orders", tag = "orders",
+    params(
+        ("id" = i64, Path, description = "Product id (0 to 2^63 − 1)", minimum = 0),
+        ("X-Seckill-Hold-Ms" = Option<u64>, Header, minimum = 0, maximum = 120_000,
+            description = "Milliseconds to pause inside the critical section (listed only when \
+                           the server runs with --allow-fault-injection; ignored otherwise)")),
+    request_body = OrderRequest,
+    responses(
+        (status = 201, description = "Order created", body = OrderResponse),
+        (status = 200, description = "Replay: the original order of this request_id", body = OrderResponse),
+        (status = 202, description = "Accepted, not yet placed (`redis-lua-stream`): the units are taken and the order is queued; `GET` the `Location` for its state", body = OrderStatus,
+            headers(("Location" = String, description = "`/api/products/{id}/orders/{request_id}?user_id={user_id}`"))),
+        (status = 400, description = "`bad_request`: malformed JSON, id or header", body = ErrorBody),
+        (status = 401, description = "`unauthorized`: the fault-injection header without the admin token (when one is set)", body = ErrorBody),
+        (status = 403, description = "`strategy_not_offered`: this deployment does not offer the strategy", body = ErrorBody),
+        (status = 404, description = "`not_found`: unknown product", body = ErrorBody),
+        (status = 409, description = "`sold_out`, `limit_reached` (the buyer would hold more than the product's per-user limit), `sale_not_started`, `sale_ended`, `lock_lost` (a fenced write was refused), `idempotency_conflict` (this buyer used the request id for this product with another quantity or strategy), or `purchase_voided` (a reconciliation fenced this purchase out; nothing was bought)", body = ErrorBody),
+        (status = 422, description = "`invalid_request` (the body breaks the schema: a missing field, an unknown one, a value out of range), or `unknown_strategy`", body = ErrorBody),
+        (status = 429, description = "`rate_limited`: this buyer or address is past its rate; retry after Retry-After", body = ErrorBody,
+            headers(("Retry-After" = u32, description = "Seconds to wait"))),
+        (status = 503, description = "`busy` (retry after Retry-After), `overloaded` (refused at once: the service works on as many purchases as it may), or `backend_unavailable`", body = ErrorBody,
+            headers(("Retry-After" = u32, description = "Seconds to wait")))))]
+pub async fn create(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    extensions: Extensions,
+    path: Result<Path<u64>, PathRejection>,
+    body: Bytes,
+) -> Answer {
+    let started = Instant::now();
+    state.metrics.purchase_received();
+    let product_id = super::product_id(path)?;
+    let request = admit::parse(&body)?;
+    let address = extensions
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|ConnectInfo(peer)| peer.ip());
+    if !state.gate.within_rates(&request.user_id, address) {
+        return Err(ApiError::RateLimited);
+    }
+    let (purchase, strategy, epoch) = admit::admit(&state, &headers, product_id, request).await?;
+    if state.shelf.refuses(purchase.key()) {
+        observe(&state, &purchase, "sold_out", started);
+        return Err(ApiError::SoldOut);
+    }
+    let Some(place) = state.gate.enter() else {
+        observe(&state, &purchase, "overloaded", started);
+        return Err(ApiError::Overloaded);
+    };
+    let timeout = state.gate.request_timeout;
+    // The purchase runs to its end whatever happens to this request: hyper drops the handler
+    // when the buyer hangs up, and units taken outside a transaction (Redis) would stay taken
+    // without an order. A task of its own is not dropped with the handler, and keeps its place
+    // among the purchases in flight until it ends.
+    let work = tokio::spawn(async move {
+        let _place = place;
+        let _in_flight = state.metrics.purchase_started();
+        let answer = run(&state, &strategy, &purchase).await;
+        let outcome = match &answer {
+            Ok(Success::Created(_)) => "created",
+            Ok(Success::Replayed(_)) => "replayed",
+            Ok(Success::Accepted(_)) => "accepted",
+            Err(e) => e.code().name(),
+        };
+        observe(&state, &purchase, outcome, started);
+        if let Err(ApiError::SoldOut) = answer
+            && let Err(e) = state.shelf.learn_sold_out(purchase.product_id, epoch).await
+        {
+            tracing::warn!(error = %e, "could not remember a sold-out product");
+        }
+        answer
+    });
+    match tokio::time::timeout(timeout, work).await {
+        Ok(answer) => answer.unwrap_or_else(|e| {
+            Err(ApiError::Internal(
+                format!("the purchase task failed: {e}").into(),
+            ))
+        }),
+        Err(_) => Err(ApiError::Busy(format!(
+            "no answer within {timeout:?}; the purchase goes on and may still be made: retry \
+             with the same request id, or ask for its status"
+        ))),
+    }
+}
+
+fn observe(state: &AppState, purchase: &Purchase, outcome: &'static str, started: Instant) {
+    state.metrics.observe(Observation {
+        strategy: purchase.strategy.name(),
+        outcome,
+        latency: started.elapsed(),
+        lock_wait: purchase.stats.lock_wait(),
+        retries: purchase.stats.retries(),
+    });
+}
+
+async fn run(state: &AppState, strategy: &Arc<dyn StockStrategy>, purchase: &Purchase) -> Answer {
+    match strategy.purchase(purchase).await {
+        Ok(Purchased::Placed(placed)) => Ok(Success::Created(OrderResponse {
+            order_id: placed.order_id,
+            product_id: purchase.product_id,
+            user_id: purchase.user_id.clone(),
+            quantity: purchase.quantity,
+            strategy: purchase.strategy,
+            request_id: purchase.request_id.clone(),
+            fencing_token: placed.fencing_token,
+        })),
+        Ok(Purchased::Accepted) => Ok(Success::Accepted(OrderStatus {
+            request_id: purchase.request_id.clone(),
+            product_id: purchase.product_id,
+            user_id: purchase.user_id.clone(),
+            state: OrderState::Pending,
+            order: None,
+        })),
+        Err(PurchaseError::Duplicate) => replay(state, purchase).await?.ok_or_else(|| {
+            ApiError::Internal(
+                "duplicate purchase, but its order is gone (product reset meanwhile?)".into(),
+            )
+        }),
+        // Any refusal may answer the retry of a click that did buy — its first answer lost, or
+        // a 503 after a commit whose outcome the server could not know — and the strategy gave
+        // up before reaching the order insert. Look the order up before refusing.
+        Err(e) => match replay(state, purchase).await {
+            Ok(Some(original)) => Ok(original),
+            Err(definite @ (ApiError::IdempotencyConflict(_) | ApiError::PurchaseVoided)) => {
+                Err(definite)
+            }
+            Ok(None) | Err(_) => Err(e.into()),
+        },
+    }
+}
+
+/// The original order of this purchase (`200`), if there is one. The same buyer's request id
+/// used for this product with another quantity or strategy is a conflict; a purchase a
+/// reconciliation voided is refused as such.
+async fn replay(state: &AppState, purchase: &Purchase) -> Result<Option<Success>, ApiError> {
+    let Some(original) = orders::find(&state.pool, purchase.key()).await? else {
+        return Ok(None);
+    };
+    if original.state() == Stored::Voided {
+        return Err(ApiError::PurchaseVoided);
+    }
+    let same =
+        original.quantity == purchase.quantity && original.strategy == purchase.strategy.name();
+    if !same {
+        return Err(ApiError::IdempotencyConflict(format!(
+            "request id `{}` was already used by this buyer for product {} with quantity {} \
+             through strategy `{}`; use a new request id",
+            purchase.request_id, original.product_id, original.quantity, original.strategy
+        )));
+    }
+    Ok(Some(Success::Replayed(original.try_into()?)))
+}
+
+/// `value` as one URL path segment: unreserved characters as they are, every other byte
+/// percent-encoded.
+fn encode_segment(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for byte in value.bytes() {
+        match byte {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                out.push(byte as char)
+            }
+            _ => out.push_str(&format!("%{byte:02X}")),
+        }
+    }
+    out
+}

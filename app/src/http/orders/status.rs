@@ -1,0 +1,76 @@
+//! `GET /api/products/{id}/orders/{request_id}?user_id=…`: where a buyer's purchase stands.
+
+use axum::Json;
+use axum::extract::rejection::{PathRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+
+use crate::api::{ErrorBody, OrderState, OrderStatus};
+use crate::db::orders::{self, OrderState as Stored, PurchaseKey};
+use crate::error::ApiError;
+use crate::redis_stock::RedisStock;
+use crate::state::AppState;
+
+/// Who asks for a purchase's status: its buyer.
+#[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct Buyer {
+    /// The buyer whose purchase this is; a purchase is shown to its buyer only.
+    pub user_id: String,
+}
+
+/// Where a buyer's purchase of a product stands: waiting in the stream, placed, or voided.
+#[utoipa::path(get, path = "/api/products/{id}/orders/{request_id}", tag = "orders",
+    params(
+        ("id" = i64, Path, description = "Product id (0 to 2^63 − 1)", minimum = 0),
+        ("request_id" = String, Path, description = "The request id of the purchase"),
+        Buyer),
+    responses(
+        (status = 200, description = "`pending` (accepted, not yet in the database), `placed` (with the order) or `voided`", body = OrderStatus),
+        (status = 400, description = "`bad_request`: a malformed id, path or query", body = ErrorBody),
+        (status = 404, description = "`not_found`: this buyer has no order and nothing waiting under this request id for this product", body = ErrorBody),
+        (status = 503, description = "`backend_unavailable`", body = ErrorBody,
+            headers(("Retry-After" = u32, description = "Seconds to wait")))))]
+pub async fn status(
+    State(state): State<AppState>,
+    path: Result<Path<(u64, String)>, PathRejection>,
+    buyer: Result<Query<Buyer>, QueryRejection>,
+) -> Result<Json<OrderStatus>, ApiError> {
+    let Path((product_id, request_id)) = path?;
+    super::super::check_product_id(product_id)?;
+    let Query(Buyer { user_id }) = buyer.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    let key = PurchaseKey {
+        product_id,
+        user_id: &user_id,
+        request_id: &request_id,
+    };
+    let state_of = |state, order| OrderStatus {
+        request_id: request_id.clone(),
+        product_id,
+        user_id: user_id.clone(),
+        state,
+        order,
+    };
+    // The stream first, the database second: an order placed in between is then found in the
+    // database, where the other order would miss it in both.
+    let waiting = match &state.redis {
+        Some(redis) => waiting(redis, key).await?,
+        None => false,
+    };
+    if let Some(order) = orders::find(&state.pool, key).await? {
+        return Ok(Json(match order.state() {
+            Stored::Voided => state_of(OrderState::Voided, None),
+            Stored::Placed => state_of(OrderState::Placed, Some(order.try_into()?)),
+        }));
+    }
+    match waiting {
+        true => Ok(Json(state_of(OrderState::Pending, None))),
+        false => Err(ApiError::NotFound(format!(
+            "no order and nothing waiting under request id `{request_id}` of this buyer for \
+             product {product_id}"
+        ))),
+    }
+}
+
+async fn waiting(redis: &RedisStock, key: PurchaseKey<'_>) -> Result<bool, ApiError> {
+    Ok(redis.is_waiting(key).await?)
+}

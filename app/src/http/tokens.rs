@@ -1,0 +1,46 @@
+//! `POST /api/products/{id}/tokens`: a buyer's purchase token, issued only while the sale is
+//! open (see [`crate::purchase_token`]).
+
+use axum::Json;
+use axum::extract::rejection::{JsonRejection, PathRejection};
+use axum::extract::{Path, State};
+use time::OffsetDateTime;
+
+use crate::api::{ErrorBody, MAX_USER_ID, PurchaseToken, TokenRequest};
+use crate::error::ApiError;
+use crate::state::AppState;
+
+/// Issues the buyer's purchase token for the product's sale, once the sale is open.
+#[utoipa::path(post, path = "/api/products/{id}/tokens", tag = "orders",
+    params(("id" = i64, Path, description = "Product id (0 to 2^63 − 1)", minimum = 0)),
+    request_body = TokenRequest,
+    responses(
+        (status = 200, description = "The buyer's token for this sale", body = PurchaseToken),
+        (status = 400, description = "`bad_request`: malformed JSON or id", body = ErrorBody),
+        (status = 404, description = "`not_found`: unknown product", body = ErrorBody),
+        (status = 409, description = "`sale_not_started` or `sale_ended`", body = ErrorBody),
+        (status = 415, description = "`bad_request`: the body is not `application/json`", body = ErrorBody),
+        (status = 422, description = "`invalid_request`: a user id out of its length, or unknown fields", body = ErrorBody),
+        (status = 503, description = "`backend_unavailable`", body = ErrorBody,
+            headers(("Retry-After" = u32, description = "Seconds to wait")))))]
+pub async fn issue(
+    State(state): State<AppState>,
+    path: Result<Path<u64>, PathRejection>,
+    body: Result<Json<TokenRequest>, JsonRejection>,
+) -> Result<Json<PurchaseToken>, ApiError> {
+    let id = super::product_id(path)?;
+    let Json(TokenRequest { user_id }) = body?;
+    super::orders::check_id("user_id", &user_id, MAX_USER_ID)?;
+    let (known, _) = state.shelf.product(id).await?;
+    let known = known.ok_or_else(|| ApiError::NotFound(format!("no product {id}")))?;
+    super::orders::within_sale(&known.rules, OffsetDateTime::now_utc())?;
+    let token = state
+        .settings
+        .token_key
+        .issue(id, &user_id, known.rules.starts_ms());
+    Ok(Json(PurchaseToken {
+        product_id: id,
+        user_id,
+        token,
+    }))
+}

@@ -1,0 +1,91 @@
+//! Refusing, at once, what the service cannot take: past the purchases it may work on at a
+//! time, or past a buyer's or an address's rate. A refusal here costs what a no-op costs and
+//! answers `503 overloaded` or `429 rate_limited` with a spread `Retry-After`, so the load the
+//! service accepts keeps its latency, its memory stays flat, and the refused come back spread
+//! out instead of in one wave. (A queue without a bound does the opposite: everyone waits, the
+//! wait grows with the crowd, and the answers come too late to be of use.)
+
+use std::hash::Hash;
+use std::net::IpAddr;
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::time::Duration;
+
+use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// How often the rate limiters forget the buyers and addresses they have not seen lately.
+const FORGET_EVERY: Duration = Duration::from_secs(60);
+
+/// The service's admission limits.
+pub struct Gate {
+    in_flight: Arc<Semaphore>,
+    per_user: Option<DefaultKeyedRateLimiter<String>>,
+    per_address: Option<DefaultKeyedRateLimiter<IpAddr>>,
+    /// How long a buyer waits for a purchase's answer.
+    pub request_timeout: Duration,
+}
+
+impl Gate {
+    /// At most `max_in_flight` purchases at once; `per_user` and `per_address` purchases per
+    /// second (bursts of as many) when set.
+    pub fn new(
+        max_in_flight: u32,
+        per_user: Option<u32>,
+        per_address: Option<u32>,
+        request_timeout: Duration,
+    ) -> Gate {
+        Gate {
+            in_flight: Arc::new(Semaphore::new(
+                usize::try_from(max_in_flight).unwrap_or(usize::MAX).max(1),
+            )),
+            per_user: keyed(per_user),
+            per_address: keyed(per_address),
+            request_timeout,
+        }
+    }
+
+    /// A place among the purchases in flight, held until the purchase ends; `None` when every
+    /// place is taken.
+    pub fn enter(&self) -> Option<OwnedSemaphorePermit> {
+        Arc::clone(&self.in_flight).try_acquire_owned().ok()
+    }
+
+    /// Whether the buyer, and the address when known, are within their rates (each counted).
+    pub fn within_rates(&self, user_id: &str, address: Option<IpAddr>) -> bool {
+        let user = self
+            .per_user
+            .as_ref()
+            .is_none_or(|limiter| limiter.check_key(&user_id.to_string()).is_ok());
+        let address = match (&self.per_address, address) {
+            (Some(limiter), Some(ip)) => limiter.check_key(&ip).is_ok(),
+            _ => true,
+        };
+        user && address
+    }
+
+    /// Forgets, now and then, the keys the rate limiters have not seen lately, so their memory
+    /// follows the buyers of the last minute rather than every buyer ever.
+    pub async fn forget_idle_keys(self: Arc<Gate>) {
+        loop {
+            tokio::time::sleep(FORGET_EVERY).await;
+            if let Some(limiter) = &self.per_user {
+                forget_idle(limiter);
+            }
+            if let Some(limiter) = &self.per_address {
+                forget_idle(limiter);
+            }
+        }
+    }
+}
+
+/// A limiter of `rate` per second per key (bursts of as many), if a rate is set.
+fn keyed<K: Hash + Eq + Clone>(rate: Option<u32>) -> Option<DefaultKeyedRateLimiter<K>> {
+    rate.and_then(NonZeroU32::new)
+        .map(|rate| RateLimiter::keyed(Quota::per_second(rate)))
+}
+
+fn forget_idle<K: Hash + Eq + Clone>(limiter: &DefaultKeyedRateLimiter<K>) {
+    limiter.retain_recent();
+    limiter.shrink_to_fit();
+}

@@ -1,0 +1,247 @@
+//! What an instance remembers of each product between requests: its sale rules, and whether
+//! its shelf is empty. This is what lets a refusal cost what a no-op costs: a purchase outside
+//! the sale window, without its token, past the per-user limit in one click, or for a product
+//! this instance knows is sold out, is answered from memory, before any database or Redis.
+//!
+//! **Sold out, remembered.** When a strategy answers `sold_out`, the instance remembers it, and
+//! loads the purchases that hold the product's units (its winners: the orders, or for Redis-held
+//! stock the charge records, which include those still on their way to an order). Once the
+//! shelf is empty no new purchase can win, so the set is final; from then on a click refused
+//! from memory is one whose purchase is not among them, and a retry of a click that did buy
+//! still goes to its strategy and gets its order back.
+//!
+//! **Forgetting.** Stock comes back by a reset, a reconciliation that gives units back, or a
+//! purchase that returns them; each makes its own instance forget the product at once, and
+//! every instance forgets within the memory's lifetime (`--product-memory-ms`) in any case.
+//! With Redis configured, forgetting is also announced on a channel every instance listens to,
+//! so they all forget at once ([`crate::redis_stock::announce`]). A memory that does not forget
+//! refuses buyers while units are on sale: the scenario `stale-sold-out` shows it.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use sqlx::MySqlPool;
+
+use crate::api::{Home, SaleRules};
+use crate::db::orders::PurchaseKey;
+use crate::db::products;
+use crate::inventory::{self, ReadError};
+use crate::redis_stock::{RedisStock, charge};
+
+/// Most winners remembered for one sold-out product; a product with more is refused by its
+/// strategy instead.
+const MAX_WINNERS: usize = 200_000;
+
+/// A product as the instance remembers it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Known {
+    pub home: Home,
+    pub rules: SaleRules,
+}
+
+/// What one instance remembers.
+pub struct Shelf {
+    pool: MySqlPool,
+    redis: Option<RedisStock>,
+    lifetime: Duration,
+    entries: Mutex<HashMap<u64, Entry>>,
+    /// One load of a product's rules at a time: a flood's first clicks all find the memory
+    /// empty at once, and one of them asks the backend while the others wait for its answer.
+    loading: Mutex<HashMap<u64, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+#[derive(Debug, Clone)]
+struct Entry {
+    /// `None`: no such product.
+    known: Option<Known>,
+    loaded: Instant,
+    /// Bumped each time the product is forgotten while its entry is being filled.
+    epoch: u64,
+    winners: Option<Arc<HashSet<(String, String)>>>,
+    /// A request is loading the winners.
+    learning: bool,
+}
+
+/// A moment of a product's memory, to learn from only if nothing was forgotten since.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Epoch(u64);
+
+impl Shelf {
+    pub fn new(pool: MySqlPool, redis: Option<RedisStock>, lifetime: Duration) -> Shelf {
+        Shelf {
+            pool,
+            redis,
+            lifetime,
+            entries: Mutex::new(HashMap::new()),
+            loading: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Entry>> {
+        self.entries.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The product's home and rules (`None`: no such product), from memory when it is fresh,
+    /// else from the database; and the moment of memory they belong to.
+    pub async fn product(&self, id: u64) -> Result<(Option<Known>, Epoch), sqlx::Error> {
+        if let Some(fresh) = self.remembered(id) {
+            return Ok(fresh);
+        }
+        let gate = {
+            let mut loading = self.loading.lock().unwrap_or_else(PoisonError::into_inner);
+            Arc::clone(loading.entry(id).or_default())
+        };
+        let loaded = {
+            let _turn = gate.lock().await;
+            self.load(id).await
+        };
+        // The last one through takes the gate away: the map holds only loads under way.
+        let mut loading = self.loading.lock().unwrap_or_else(PoisonError::into_inner);
+        if Arc::strong_count(&gate) == 2 {
+            loading.remove(&id);
+        }
+        loaded
+    }
+
+    /// The product as remembered, if the memory is fresh.
+    fn remembered(&self, id: u64) -> Option<(Option<Known>, Epoch)> {
+        let entries = self.entries();
+        let e = entries.get(&id)?;
+        (e.loaded.elapsed() < self.lifetime).then_some((e.known, Epoch(e.epoch)))
+    }
+
+    /// Reads the product from its backend into memory, unless a load that finished while
+    /// this one waited for its turn already did.
+    async fn load(&self, id: u64) -> Result<(Option<Known>, Epoch), sqlx::Error> {
+        if let Some(fresh) = self.remembered(id) {
+            return Ok(fresh);
+        }
+        let epoch = self.entries().get(&id).map_or(0, |e| e.epoch);
+        let known = match self.rules_in_redis(id).await {
+            Some(rules) => Some(Known {
+                home: Home::Redis,
+                rules,
+            }),
+            None => products::rules(&self.pool, id)
+                .await?
+                .map(|(home, rules)| Known { home, rules }),
+        };
+        let mut entries = self.entries();
+        let current = entries.get(&id).map_or(0, |e| e.epoch);
+        if current == epoch {
+            entries.insert(
+                id,
+                Entry {
+                    known,
+                    loaded: Instant::now(),
+                    epoch,
+                    winners: None,
+                    learning: false,
+                },
+            );
+        }
+        Ok((known, Epoch(epoch)))
+    }
+
+    /// The rules of a product whose stock Redis holds, kept there at its reset; `None` for
+    /// any other product, or when Redis cannot say (the database is asked then).
+    async fn rules_in_redis(&self, id: u64) -> Option<SaleRules> {
+        self.redis.as_ref()?.sale_rules(id).await.ok().flatten()
+    }
+
+    /// Whether the purchase is refused from memory: the product is known to be sold out and the
+    /// purchase is not one of its winners.
+    pub fn refuses(&self, key: PurchaseKey<'_>) -> bool {
+        let entries = self.entries();
+        let Some(entry) = entries.get(&key.product_id) else {
+            return false;
+        };
+        let Some(winners) = &entry.winners else {
+            return false;
+        };
+        entry.loaded.elapsed() < self.lifetime
+            && !winners.contains(&(key.user_id.to_string(), key.request_id.to_string()))
+    }
+
+    /// Remembers that the product was sold out at `epoch`: loads its winners and, if nothing
+    /// was forgotten meanwhile, refuses from memory from now on.
+    pub async fn learn_sold_out(&self, id: u64, epoch: Epoch) -> Result<(), ReadError> {
+        {
+            let mut entries = self.entries();
+            match entries.get_mut(&id) {
+                Some(e)
+                    if e.epoch == epoch.0
+                        && e.winners.is_none()
+                        && !e.learning
+                        && e.known.is_some() =>
+                {
+                    e.learning = true;
+                }
+                _ => return Ok(()),
+            }
+        }
+        let winners = self.winners(id).await;
+        let mut entries = self.entries();
+        let Some(entry) = entries.get_mut(&id).filter(|e| e.epoch == epoch.0) else {
+            return winners.map(|_| ());
+        };
+        entry.learning = false;
+        if let Some(winners) = winners? {
+            entry.winners = Some(Arc::new(winners));
+            entry.loaded = Instant::now();
+        }
+        Ok(())
+    }
+
+    /// Forgets what the instance knows of the product: its stock may have come back, or its
+    /// rules changed.
+    pub fn forget(&self, id: u64) {
+        let mut entries = self.entries();
+        let epoch = entries.get(&id).map_or(0, |e| e.epoch) + 1;
+        entries.insert(
+            id,
+            Entry {
+                known: None,
+                // Stale at once: the next read loads the product again.
+                loaded: Instant::now() - self.lifetime,
+                epoch,
+                winners: None,
+                learning: false,
+            },
+        );
+    }
+
+    /// The purchases that hold the product's units, if its shelf is empty (a `sold_out` answer
+    /// may only mean that fewer units are left than one buyer asked for); `None` if it is not,
+    /// or if there are too many to remember. Once the shelf is empty no purchase can take a
+    /// unit until one comes back, so the set read after it is final.
+    async fn winners(&self, id: u64) -> Result<Option<HashSet<(String, String)>>, ReadError> {
+        let Some(home) = products::rules(&self.pool, id).await?.map(|(home, _)| home) else {
+            return Ok(None);
+        };
+        let left = inventory::left(&self.pool, self.redis.as_ref(), id, home).await?;
+        if left != Some(0) {
+            return Ok(None);
+        }
+        let home = Some(home);
+        let winners: HashSet<(String, String)> = match (home, &self.redis) {
+            (Some(Home::Redis), Some(redis)) => redis
+                .charged(id)
+                .await?
+                .into_iter()
+                .filter(|(_, record)| record != charge::CANCELLED)
+                .filter_map(|(field, _)| {
+                    charge::parse_field(&field).map(|(u, r)| (u.to_string(), r.to_string()))
+                })
+                .collect(),
+            (Some(_), _) => crate::db::orders::purchases_of(&self.pool, id)
+                .await?
+                .into_iter()
+                .map(|(user, request, _)| (user, request))
+                .collect(),
+            (None, _) => return Ok(None),
+        };
+        Ok((winners.len() <= MAX_WINNERS).then_some(winners))
+    }
+}

@@ -1,0 +1,60 @@
+//! `racy-limit`: `conditional` for the stock, but the per-user limit checked the way many
+//! seckill projects check it — a plain read of what the buyer has bought, then the purchase.
+//!
+//! **Unsafe (for the limit; the stock stays safe).** The check and the purchase are two steps
+//! with nothing between them: one buyer's concurrent clicks (a double click, a script, the
+//! same account on several devices) all read "nothing bought yet" before any of them commits,
+//! and all buy. The stock never goes below zero — the conditional `UPDATE` still guards it —
+//! but one buyer walks away with several units of a one-per-customer sale, taken from the
+//! buyers behind them. The safe strategies claim the buyer's units on the buyer's own row, in
+//! the purchase's transaction, before the stock ([`crate::db::quota`]): the clicks then queue
+//! on that row and see each other.
+
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use sqlx::MySqlPool;
+
+use super::conditional;
+use super::outcome::place;
+use super::{Deps, Purchase, PurchaseError, Purchased, StockStrategy};
+
+pub struct RacyLimit {
+    pool: MySqlPool,
+}
+
+pub fn build(deps: &Deps) -> Arc<dyn StockStrategy> {
+    Arc::new(RacyLimit {
+        pool: deps.pool.clone(),
+    })
+}
+
+impl StockStrategy for RacyLimit {
+    fn purchase<'a>(
+        &'a self,
+        purchase: &'a Purchase,
+    ) -> BoxFuture<'a, Result<Purchased, PurchaseError>> {
+        Box::pin(async move {
+            // Check: what has this buyer bought, and what may they hold?
+            let (bought, limit): (i64, Option<i64>) = sqlx::query_as(
+                "SELECT CAST(COALESCE(SUM(quantity), 0) AS SIGNED), \
+                        (SELECT per_user_limit FROM products WHERE id = ?) \
+                 FROM orders WHERE product_id = ? AND user_id = ? AND state = 'placed'",
+            )
+            .bind(purchase.product_id)
+            .bind(purchase.product_id)
+            .bind(&purchase.user_id)
+            .fetch_one(&self.pool)
+            .await?;
+            if limit.is_some_and(|limit| bought + i64::from(purchase.quantity) > limit) {
+                return Err(PurchaseError::LimitReached);
+            }
+            // The window: every concurrent click of this buyer has passed the check by now.
+            purchase.hold().await;
+            // Act: `conditional`.
+            let mut tx = self.pool.begin().await?;
+            conditional::deduct(&mut tx, purchase).await?;
+            place(tx, purchase, None).await.map(Purchased::from)
+        })
+    }
+}

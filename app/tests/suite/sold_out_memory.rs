@@ -1,0 +1,106 @@
+//! Once a product is sold out, an instance refuses from memory: the refusal reaches no
+//! strategy, no database and no Redis. A click that did buy still gets its order back, a
+//! refusal for more units than are left teaches nothing, and stock that comes back makes every
+//! instance forget — at once, by the announcement every instance listens for.
+
+use crate::common;
+
+use app::api::Strategy;
+use common::{TestApp, drop_database, fresh_database_url, spawn_app, test_config};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+fn click(user: &str, strategy: Strategy) -> Value {
+    json!({ "user_id": user, "quantity": 1, "request_id": format!("r-{user}"), "strategy": strategy })
+}
+
+/// Purchases that reached a strategy so far.
+async fn started(app: &TestApp) -> u64 {
+    app.metric("seckill_purchases_started_total")
+        .await
+        .expect("the started counter")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn after_a_sell_out_refusals_come_from_memory_and_a_winners_retry_still_gets_its_order() {
+    let database_url = fresh_database_url().await;
+    let mut config = test_config(&database_url);
+    common::with_every_service(&mut config).await;
+    config.product_memory_ms = 3_600_000;
+    let app = spawn_app(config).await;
+    for (product, strategy) in (1..).zip([
+        Strategy::Conditional,
+        Strategy::RedisLua,
+        Strategy::RedisLuaStream,
+        Strategy::Batched,
+        Strategy::Sharded,
+    ]) {
+        app.reset_in(product, 3, strategy.home()).await;
+        for buyer in ["a", "b", "c"] {
+            let (status, answer) = app.order(product, &click(buyer, strategy), None).await;
+            assert!(status.is_success(), "{strategy}: {status} {answer}");
+        }
+        let (status, _) = app.order(product, &click("late", strategy), None).await;
+        assert_eq!(status, StatusCode::CONFLICT, "{strategy}");
+        // Learning is done beside the answer; wait until the memory refuses.
+        let before = started(&app).await;
+        common::wait_until("a refusal from memory", || async {
+            let mark = started(&app).await;
+            let (status, _) = app.order(product, &click("probe", strategy), None).await;
+            status == StatusCode::CONFLICT && started(&app).await == mark
+        })
+        .await;
+        let mark = started(&app).await;
+        for n in 0..20 {
+            let (status, answer) = app
+                .order(product, &click(&format!("late-{n}"), strategy), None)
+                .await;
+            assert_eq!(status, StatusCode::CONFLICT, "{strategy}: {answer}");
+            assert_eq!(answer["error"], "sold_out");
+        }
+        assert_eq!(
+            started(&app).await,
+            mark,
+            "{strategy}: a refusal reached a strategy"
+        );
+        assert!(mark >= before);
+        // A winner's retry reaches its strategy and gets its order (or, queued, its 202).
+        app.drained(product).await;
+        let (status, answer) = app.order(product, &click("a", strategy), None).await;
+        assert!(status.is_success(), "{strategy}: {status} {answer}");
+        assert_eq!(answer["request_id"], "r-a", "{strategy}: {answer}");
+    }
+    app.stop().await;
+    drop_database(&database_url).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn stock_that_comes_back_makes_every_instance_forget_the_sell_out() {
+    let database_url = fresh_database_url().await;
+    let mut config = test_config(&database_url);
+    common::with_every_service(&mut config).await;
+    // Nothing is forgotten by age: only the announcement can make B sell again.
+    config.product_memory_ms = 3_600_000;
+    let (a, b) = (spawn_app(config.clone()).await, spawn_app(config).await);
+    for (product, strategy) in (1..).zip([Strategy::Conditional, Strategy::RedisLua]) {
+        a.reset_in(product, 1, strategy.home()).await;
+        let (status, _) = b.order(product, &click("first", strategy), None).await;
+        assert!(status.is_success());
+        common::wait_until("B refuses from memory", || async {
+            let mark = started(&b).await;
+            let (status, _) = b.order(product, &click("probe", strategy), None).await;
+            status == StatusCode::CONFLICT && started(&b).await == mark
+        })
+        .await;
+        a.reset_in(product, 1, strategy.home()).await;
+        common::wait_until("B sells the unit that came back", || async {
+            b.order(product, &click("second", strategy), None).await.0 != StatusCode::CONFLICT
+        })
+        .await;
+        let view = b.drained(product).await;
+        assert_eq!((view.stock, view.sold), (0, 1), "{strategy}: {view:?}");
+    }
+    a.stop().await;
+    b.stop().await;
+    drop_database(&database_url).await;
+}

@@ -1,0 +1,214 @@
+//! What a flood's answers say: its timeline by kind of answer, when it sold out, whether the
+//! first to click were the first served, and the cores a bigger flood would take.
+
+use std::time::Duration;
+
+use app::api::ErrorCode;
+use testkit::{Answer, Click};
+
+use crate::drive::flood::Kind;
+use crate::report::schema::{
+    CpuUse, Fairness, FloodSlice, GROUPS, PROJECTED_CLICKS_PER_SECOND, Projection,
+};
+
+/// A timeline slice's width.
+pub const SLICE: Duration = Duration::from_millis(100);
+
+/// The column of the timeline an answer counts in.
+fn column(answer: &Answer) -> fn(&mut FloodSlice) -> &mut u64 {
+    match answer {
+        Answer::Created { .. } | Answer::Replayed { .. } => |s| &mut s.bought,
+        Answer::Refused { code, .. } => match code {
+            ErrorCode::SoldOut => |s| &mut s.sold_out,
+            ErrorCode::LimitReached
+            | ErrorCode::SaleNotStarted
+            | ErrorCode::SaleEnded
+            | ErrorCode::PurchaseTokenRequired => |s| &mut s.rules,
+            ErrorCode::Overloaded
+            | ErrorCode::RateLimited
+            | ErrorCode::Busy
+            | ErrorCode::BackendUnavailable => |s| &mut s.shed,
+            _ => |s| &mut s.failed,
+        },
+        _ => |s| &mut s.failed,
+    }
+}
+
+/// Answers per [`SLICE`] by answer time, from the crowd's start; `opens_after` is where the
+/// sale opened, and slices are labelled from it.
+pub fn timeline(clicks: &[Click], opens_after: Duration, units: i64) -> Vec<FloodSlice> {
+    let Some(last) = clicks.iter().map(|c| c.answered).max() else {
+        return Vec::new();
+    };
+    let slices = (last.as_nanos() / SLICE.as_nanos()) as usize + 1;
+    let opens_ms = opens_after.as_millis() as i64;
+    let mut timeline: Vec<FloodSlice> = (0..slices)
+        .map(|i| FloodSlice {
+            from_ms: (i as i64) * SLICE.as_millis() as i64 - opens_ms,
+            bought: 0,
+            sold_out: 0,
+            rules: 0,
+            shed: 0,
+            failed: 0,
+            units_left: units,
+        })
+        .collect();
+    for click in clicks {
+        let i = (click.answered.as_nanos() / SLICE.as_nanos()) as usize;
+        *column(&click.answer)(&mut timeline[i]) += 1;
+    }
+    let mut left = units;
+    for slice in &mut timeline {
+        left -= slice.bought as i64;
+        slice.units_left = left;
+    }
+    timeline
+}
+
+/// When the answer that sold the last unit came, from the opening: the last purchase, if the
+/// purchases reached the stock.
+pub fn sold_out_after(clicks: &[Click], opens_after: Duration, units: i64) -> Option<f64> {
+    let bought: Vec<Duration> = (clicks.iter())
+        .filter(|c| c.answer.created())
+        .map(|c| c.answered)
+        .collect();
+    (bought.len() as i64 >= units).then(|| {
+        let last = bought.iter().max().copied().unwrap_or_default();
+        ms_from(opens_after, last)
+    })
+}
+
+/// `t` (from the crowd's start) in ms from the opening.
+pub fn ms_from(opens_after: Duration, t: Duration) -> f64 {
+    (t.as_micros() as f64 - opens_after.as_micros() as f64) / 1000.0
+}
+
+/// Fairness over the regular clicks (the first click of each regular user), in send order.
+pub fn fairness(clicks: &[Click], kinds: &[Kind], units: i64) -> Fairness {
+    let mut regular: Vec<&Click> = (clicks.iter())
+        .filter(|c| kinds[c.buyer] == Kind::Regular)
+        .collect();
+    regular.sort_by_key(|c| c.buyer);
+    let first = regular.iter().take(units.max(0) as usize);
+    let taken = first.clone().count().max(1);
+    let won = first.filter(|c| c.answer.created()).count();
+    // Earliness: the first sent ranks highest.
+    let earliness: Vec<f64> = (0..regular.len()).map(|i| -(i as f64)).collect();
+    let bought: Vec<f64> = (regular.iter())
+        .map(|c| f64::from(u8::from(c.answer.created())))
+        .collect();
+    Fairness {
+        first_clicks_won: won as f64 / taken as f64,
+        earliness_rank_correlation: spearman(&earliness, &bought),
+    }
+}
+
+/// Spearman's rank correlation (ties get their average rank); `None` when either side is
+/// constant.
+pub fn spearman(x: &[f64], y: &[f64]) -> Option<f64> {
+    let (rx, ry) = (ranks(x), ranks(y));
+    pearson(&rx, &ry)
+}
+
+fn ranks(v: &[f64]) -> Vec<f64> {
+    let mut order: Vec<usize> = (0..v.len()).collect();
+    order.sort_by(|&a, &b| v[a].total_cmp(&v[b]));
+    let mut ranks = vec![0.0; v.len()];
+    let mut i = 0;
+    while i < order.len() {
+        let mut j = i;
+        while j + 1 < order.len() && v[order[j + 1]] == v[order[i]] {
+            j += 1;
+        }
+        let average = (i + j) as f64 / 2.0 + 1.0;
+        for &k in &order[i..=j] {
+            ranks[k] = average;
+        }
+        i = j + 1;
+    }
+    ranks
+}
+
+fn pearson(x: &[f64], y: &[f64]) -> Option<f64> {
+    let n = x.len() as f64;
+    if x.len() < 2 || x.len() != y.len() {
+        return None;
+    }
+    let (mx, my) = (x.iter().sum::<f64>() / n, y.iter().sum::<f64>() / n);
+    let cov: f64 = x.iter().zip(y).map(|(a, b)| (a - mx) * (b - my)).sum();
+    let vx: f64 = x.iter().map(|a| (a - mx).powi(2)).sum();
+    let vy: f64 = y.iter().map(|b| (b - my).powi(2)).sum();
+    (vx > 0.0 && vy > 0.0).then(|| cov / (vx * vy).sqrt())
+}
+
+/// Cores per process group at [`PROJECTED_CLICKS_PER_SECOND`], from the CPU the flood took
+/// per click (its successes are its clicks).
+pub fn projection(cpu: &CpuUse) -> Vec<Projection> {
+    GROUPS
+        .iter()
+        .filter_map(|(group, _)| {
+            let (per_1000, _) = cpu.group(group)?;
+            let per_1000 = per_1000?;
+            Some(Projection {
+                group: (*group).to_owned(),
+                cpu_ms_per_1000_clicks: per_1000 * 1000.0,
+                cores: per_1000 / 1000.0 * PROJECTED_CLICKS_PER_SECOND,
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn click(buyer: usize, answered_ms: u64, answer: Answer) -> Click {
+        Click {
+            buyer,
+            request_id: format!("r-{buyer}"),
+            sent: Duration::ZERO,
+            answered: Duration::from_millis(answered_ms),
+            tries: 1,
+            answer,
+        }
+    }
+
+    const BOUGHT: Answer = Answer::Created {
+        fencing_token: None,
+    };
+
+    #[test]
+    fn first_come_first_served_correlates_fully_and_a_reversed_order_negatively() {
+        let kinds = vec![Kind::Regular; 4];
+        let fcfs: Vec<Click> = (0..4)
+            .map(|b| click(b, 10, if b < 2 { BOUGHT } else { Answer::SOLD_OUT }))
+            .collect();
+        let f = fairness(&fcfs, &kinds, 2);
+        assert_eq!(f.first_clicks_won, 1.0);
+        assert!((f.earliness_rank_correlation.unwrap() - 0.8944).abs() < 1e-3);
+        let reversed: Vec<Click> = (0..4)
+            .map(|b| click(b, 10, if b >= 2 { BOUGHT } else { Answer::SOLD_OUT }))
+            .collect();
+        let r = fairness(&reversed, &kinds, 2);
+        assert_eq!(r.first_clicks_won, 0.0);
+        assert!(r.earliness_rank_correlation.unwrap() < 0.0);
+    }
+
+    #[test]
+    fn the_timeline_counts_answers_per_slice_and_the_units_they_sold() {
+        let clicks = [
+            click(0, 310, BOUGHT),
+            click(1, 350, BOUGHT),
+            click(2, 420, Answer::SOLD_OUT),
+        ];
+        let t = timeline(&clicks, Duration::from_millis(300), 2);
+        assert_eq!(t.len(), 5);
+        assert_eq!((t[3].from_ms, t[3].bought, t[3].units_left), (0, 2, 0));
+        assert_eq!((t[4].sold_out, t[4].units_left), (1, 0));
+        assert_eq!(
+            sold_out_after(&clicks, Duration::from_millis(300), 2),
+            Some(50.0)
+        );
+        assert_eq!(sold_out_after(&clicks, Duration::from_millis(300), 3), None);
+    }
+}

@@ -1,0 +1,190 @@
+//! The flood: one product, a per-user limit of one, a sale that opens at a set moment, and a
+//! crowd that arrives as [`crate::drive::flood`] draws it. Then the stock's home and the
+//! orders say what happened ([`app::accounting`]), the answers say what the buyers saw and
+//! when, and — the product sold out — refusals are timed beside `GET /api/noop`.
+
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use app::accounting::{Accounting, Ledger};
+use app::api::{Home, ResetProduct, StrategyInfo};
+use sqlx::MySqlPool;
+use testkit::{Answer, Api, Crowd, Retry, order_request};
+
+use crate::analyse::flood::{self as analyse, ms_from};
+use crate::analyse::spread::combine;
+use crate::drive::flood::{self as drive, Kind};
+use crate::drive::latency::Latencies;
+use crate::drive::load::{Window, closed_loop};
+use crate::live::{Feed, Update};
+use crate::measure::cpu::Sampler;
+use crate::measure::sale::drain;
+use crate::report::schema::{FloodResult, FloodShape, RefusalRate};
+
+/// How long the sale's opening is set ahead of the moment the product is written: time to
+/// spawn the crowd's tasks before the early bots fire.
+const LEAD: Duration = Duration::from_millis(500);
+
+/// One strategy's flood of `product`.
+pub struct FloodPlan<'a> {
+    pub product: u64,
+    pub strategy: &'a StrategyInfo,
+    pub shape: &'a FloodShape,
+    pub seed: u64,
+    pub id_prefix: String,
+    /// The closed loops that time refusals once sold out; `None`: not timed.
+    pub refusal_window: Option<Window>,
+    pub refusal_connections: usize,
+    /// The live page: the flood is a sale on it, every click an answer.
+    pub feed: Feed,
+}
+
+/// Runs one flood and reads what it did.
+pub async fn run_flood(
+    api: &Api,
+    db: &MySqlPool,
+    sampler: &Sampler,
+    plan: &FloodPlan<'_>,
+) -> Result<FloodResult> {
+    let shape = plan.shape;
+    let drawn = drive::plan(shape, plan.seed);
+    let home = plan.strategy.name.home();
+    let opens = time::OffsetDateTime::now_utc() + LEAD + drawn.opens_after;
+    api.put_product(
+        plan.product,
+        &ResetProduct {
+            stock: shape.units,
+            home,
+            buckets: None,
+            per_user_limit: Some(1),
+            sale_starts_at: Some(opens),
+            sale_ends_at: None,
+            token_required: false,
+        },
+    )
+    .await?;
+    // The crowd starts `opens_after` before the opening, by the same clock the service reads.
+    let start_at = opens - drawn.opens_after;
+    let wait = (start_at - time::OffsetDateTime::now_utc()).max(time::Duration::ZERO);
+    tokio::time::sleep(wait.try_into().unwrap_or_default()).await;
+
+    let before = sampler.sample();
+    plan.feed.send(Update::Sale {
+        strategy: plan.strategy.name,
+        stock: shape.units,
+        requests: drawn.arrivals.len() as u64,
+    });
+    let mut crowd = Crowd::arriving(drawn.arrivals.clone(), plan.strategy.name, &plan.id_prefix);
+    if plan.feed.is_on() {
+        let feed = plan.feed.clone();
+        crowd = crowd.watched(move |click| feed.answer(&click.answer, click.answered - click.sent));
+    }
+    if shape.retries > 0 {
+        crowd = crowd.retrying(Retry {
+            when: |a| matches!(a, Answer::Refused { status: 503, .. }),
+            times: shape.retries,
+            pause: Duration::from_secs(1),
+            jitter: Duration::from_secs(3),
+        });
+    }
+    let answers = crowd.run(api, plan.product).await;
+    let mut span = sampler.between(&before, &sampler.sample());
+    span.successes = answers.clicks.len() as f64;
+    let cpu = span.usage(&sampler.processes);
+
+    let ledger = if home == Home::Redis {
+        Ledger::of(drain(api, plan.product).await?.0)
+    } else {
+        app::inventory::ledger(db, None, plan.product)
+            .await?
+            .with_context(|| format!("product {} vanished during the flood", plan.product))?
+    };
+    let clicks = answers.clicks.len() as u64;
+    let (mut winners, mut refused) = (Latencies::default(), Latencies::default());
+    for click in &answers.clicks {
+        let latency = click.answered - click.sent;
+        if click.answer.created() {
+            winners.record(latency);
+        } else if matches!(click.answer, Answer::Refused { .. }) {
+            refused.record(latency);
+        }
+    }
+    // Each person wants one unit: the shared account is one person, however many bots.
+    let accounting = Accounting::of(ledger, drawn.people() as i64);
+    plan.feed.send(Update::SaleDone {
+        strategy: plan.strategy.name,
+        accounting,
+        outcomes: Box::new(answers.outcomes()),
+    });
+    let after_sold_out = match plan.refusal_window {
+        Some(window) => Some(refusal_rate(api, plan, window).await),
+        None => None,
+    };
+    Ok(FloodResult {
+        strategy: plan.strategy.clone(),
+        clicks,
+        early_clicks: drawn.count(Kind::Early),
+        shared_account_clicks: drawn.count(Kind::SharedAccount),
+        outcomes: answers.outcomes(),
+        accounting,
+        beyond_limit: beyond_limit(db, plan.product, 1).await?,
+        sold_out_after_ms: analyse::sold_out_after(&answers.clicks, drawn.opens_after, shape.units),
+        all_answered_after_ms: ms_from(drawn.opens_after, answers.elapsed),
+        winners: winners.summary(),
+        refused: refused.summary(),
+        fairness: analyse::fairness(&answers.clicks, &drawn.kinds, shape.units),
+        timeline: analyse::timeline(&answers.clicks, drawn.opens_after, shape.units),
+        projection: analyse::projection(&cpu),
+        cpu: Some(cpu),
+        after_sold_out,
+    })
+}
+
+/// Units buyers of `product` hold beyond `limit`, summed over buyers, from the orders.
+pub async fn beyond_limit(db: &MySqlPool, product: u64, limit: i64) -> Result<i64> {
+    let beyond: Option<i64> = sqlx::query_scalar(
+        "SELECT CAST(SUM(held - ?) AS SIGNED) FROM (SELECT SUM(quantity) AS held FROM orders \
+         WHERE product_id = ? AND state = 'placed' GROUP BY user_id) AS buyers \
+         WHERE held > ?",
+    )
+    .bind(limit)
+    .bind(product)
+    .bind(limit)
+    .fetch_one(db)
+    .await
+    .context("counting units beyond the per-user limit")?;
+    Ok(beyond.unwrap_or(0))
+}
+
+/// Refusals of the sold-out product per second beside `GET /api/noop`, each in a closed loop
+/// of the same connections, alternated three times; the medians.
+async fn refusal_rate(api: &Api, plan: &FloodPlan<'_>, window: Window) -> RefusalRate {
+    let (mut refusals, mut noops) = (Vec::new(), Vec::new());
+    let connections = plan.refusal_connections;
+    for round in 0..3 {
+        let (a, p, strategy) = (api.clone(), plan.product, plan.strategy.name);
+        let prefix = format!("{}-after-{round}", plan.id_prefix);
+        let refused = closed_loop(connections, window, move |i| {
+            let (a, prefix) = (a.clone(), prefix.clone());
+            async move {
+                let body = order_request(format!("late-{i}"), strategy, format!("{prefix}-{i}"), 1);
+                a.order(i as usize, p, &body).await
+            }
+        })
+        .await;
+        refusals.push(refused);
+        let a = api.clone();
+        let noop = closed_loop(connections, window, move |i| {
+            let a = a.clone();
+            async move { a.noop(i as usize).await }
+        })
+        .await;
+        noops.push(noop);
+    }
+    let median = |runs| combine(runs).map_or(0.0, |run| run.attempts_per_sec);
+    RefusalRate {
+        refusals_per_second: median(refusals),
+        noop_per_second: median(noops),
+        connections,
+    }
+}

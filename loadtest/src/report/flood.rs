@@ -1,0 +1,244 @@
+//! The flood's section of `report.md`: how it arrived, each strategy's flood in one row, and
+//! the cores a record flood would need (a projection, labelled as one).
+
+use std::fmt::Write;
+
+use app::api::ErrorCode;
+
+use super::schema::{FloodResult, FloodShape, GROUPS, LatencySummary, PROJECTED_CLICKS_PER_SECOND};
+use super::table::{Align, Table};
+
+/// The section, or nothing when the run had no flood.
+pub fn markdown(shape: Option<&FloodShape>, floods: &[FloodResult]) -> String {
+    section(shape, floods, true)
+}
+
+/// The section without its chart links, for a page that draws the charts inline.
+pub fn markdown_without_charts(shape: Option<&FloodShape>, floods: &[FloodResult]) -> String {
+    section(shape, floods, false)
+}
+
+fn section(shape: Option<&FloodShape>, floods: &[FloodResult], chart_links: bool) -> String {
+    let Some(shape) = shape else {
+        return String::new();
+    };
+    if floods.is_empty() {
+        return String::new();
+    }
+    let mut md = String::from("\n## The flood\n\n");
+    let _ = writeln!(md, "{}\n", describe(shape));
+    md.push_str(&outcome_table(floods));
+    md.push_str(
+        "\nSold out: from the opening to the answer that sold the last unit; answered: to the \
+         last answer of any click. Shed: `503 overloaded`, `429 rate_limited`, `busy`, \
+         `backend_unavailable`. Beyond limit: units buyers hold past one each, from the orders. \
+         First clicks: of the first S regular clicks sent, the share that bought; rank: \
+         Spearman's correlation between how early a click was sent and whether it bought (1: \
+         first come, first served). Refusals once sold out: a closed loop of purchases of the \
+         sold-out product beside `GET /api/noop` on the same connections, medians of three \
+         alternations.\n\n",
+    );
+    md.push_str(&went_wrong(floods));
+    md.push('\n');
+    for f in floods.iter().filter(|_| chart_links) {
+        let file = super::flood_chart::file_name(f);
+        let _ = writeln!(md, "![the flood through `{}`]({file})", f.strategy.name);
+    }
+    md.push_str(&latency_table(floods));
+    md.push_str(&projection_table(floods));
+    md
+}
+
+/// The flood's arrival, in one sentence.
+pub fn describe(shape: &FloodShape) -> String {
+    format!(
+        "{} people click within {} ms of the opening for {} units (one per customer) across {} \
+         instance(s): {:.0}% double-click, {:.0}% are bots behind one shared account firing at \
+         the opening, {:.0}% are bots firing {} ms early; {}.",
+        shape.users,
+        shape.burst_ms,
+        shape.units,
+        shape.instances,
+        100.0 * shape.double_click_share,
+        100.0 * shape.shared_account_bot_share,
+        100.0 * shape.early_bot_share,
+        shape.early_by_ms,
+        if shape.retries == 0 {
+            "nobody retries".to_owned()
+        } else {
+            format!(
+                "a `503` is retried up to {} times, 1–4 s later",
+                shape.retries
+            )
+        }
+    )
+}
+
+fn outcome_table(floods: &[FloodResult]) -> String {
+    let mut t = Table::left(["strategy", "safety"]).and_right([
+        "clicks",
+        "bought",
+        "sold out ms",
+        "answered ms",
+        "early refused",
+        "limit refused",
+        "shed",
+        "no answer",
+        "oversell",
+        "beyond limit",
+        "stranded",
+        "undersell",
+        "first clicks won",
+        "rank",
+        "refusals once sold out",
+    ]);
+    for f in floods {
+        let o = &f.outcomes;
+        let shed = [
+            ErrorCode::Overloaded,
+            ErrorCode::RateLimited,
+            ErrorCode::Busy,
+            ErrorCode::BackendUnavailable,
+        ]
+        .iter()
+        .map(|c| o.refused(*c))
+        .sum::<u64>();
+        let a = &f.accounting;
+        t.row([
+            format!("`{}`", f.strategy.name),
+            f.strategy.safety.to_string(),
+            f.clicks.to_string(),
+            o.created.to_string(),
+            f.sold_out_after_ms
+                .map_or_else(|| "not sold out".into(), |ms| format!("{ms:.0}")),
+            format!("{:.0}", f.all_answered_after_ms),
+            format!(
+                "{} / {}",
+                o.refused(ErrorCode::SaleNotStarted),
+                f.early_clicks
+            ),
+            o.refused(ErrorCode::LimitReached).to_string(),
+            shed.to_string(),
+            (o.transport_error + o.unexpected.values().sum::<u64>()).to_string(),
+            a.oversell.to_string(),
+            f.beyond_limit.to_string(),
+            a.stranded.to_string(),
+            a.undersell.to_string(),
+            format!("{:.0}%", 100.0 * f.fairness.first_clicks_won),
+            f.fairness
+                .earliness_rank_correlation
+                .map_or_else(|| "–".into(), |r| format!("{r:.2}")),
+            f.after_sold_out.map_or_else(
+                || "–".into(),
+                |r| {
+                    format!(
+                        "{:.0}/s ({:.0}% of no-op)",
+                        r.refusals_per_second,
+                        r.percent_of_noop()
+                    )
+                },
+            ),
+        ]);
+    }
+    t.render()
+}
+
+fn latency_table(floods: &[FloodResult]) -> String {
+    let ms = |us: u64| format!("{:.1}", us as f64 / 1000.0);
+    let cells = |l: &LatencySummary| [ms(l.p50_us), ms(l.p99_us), ms(l.max_us)];
+    let mut t = Table::left(["strategy"]).and_right([
+        "winners p50 ms",
+        "winners p99 ms",
+        "winners max ms",
+        "refused p50 ms",
+        "refused p99 ms",
+        "refused max ms",
+    ]);
+    for f in floods {
+        let mut row = vec![format!("`{}`", f.strategy.name)];
+        row.extend(cells(&f.winners));
+        row.extend(cells(&f.refused));
+        t.row(row);
+    }
+    format!(
+        "\nLatency from each click's send, winners and refused buyers apart:\n\n{}",
+        t.render()
+    )
+}
+
+fn projection_table(floods: &[FloodResult]) -> String {
+    // The groups that spent CPU in some flood, in the report's order of groups.
+    let groups: Vec<&str> = (GROUPS.iter())
+        .map(|(group, _)| *group)
+        .filter(|g| {
+            floods
+                .iter()
+                .any(|f| f.projection.iter().any(|p| p.group == *g))
+        })
+        .collect();
+    if groups.is_empty() {
+        return String::new();
+    }
+    let mut t = Table::new([("strategy", Align::Left)]).and_right(
+        groups
+            .iter()
+            .map(|g| format!("{g}: CPU ms / 1,000 clicks → cores")),
+    );
+    for f in floods {
+        let mut row = vec![format!("`{}`", f.strategy.name)];
+        for g in &groups {
+            row.push(f.projection.iter().find(|p| &p.group == g).map_or_else(
+                || "–".into(),
+                |p| format!("{:.0} → {:.1}", p.cpu_ms_per_1000_clicks, p.cores),
+            ));
+        }
+        t.row(row);
+    }
+    format!(
+        "\n**A projection, not a measurement:** the cores each kind of process would need for \
+         {:.0} clicks/s, scaled linearly from the CPU it spent per click in this flood (which \
+         includes the refusals, most of a flood). Real scaling is rarely linear: the hot row \
+         and single-threaded Redis stop scaling long before.\n\n{}",
+        PROJECTED_CLICKS_PER_SECOND,
+        t.render()
+    )
+}
+
+/// Every flood that broke a rule, in words from its figures.
+fn went_wrong(floods: &[FloodResult]) -> String {
+    let mut md = String::new();
+    for f in floods {
+        let (a, name) = (&f.accounting, f.strategy.name);
+        if f.beyond_limit > 0 {
+            let _ = writeln!(
+                md,
+                "- `{name}` let buyers take {} unit(s) beyond one per customer: its limit is \
+                 a read followed by a purchase, and a buyer's simultaneous clicks (the {} bots \
+                 behind one account, the double clicks) all read \"nothing bought yet\" before \
+                 any of them committed. The stock itself stayed safe (oversell {}).",
+                f.beyond_limit, f.shared_account_clicks, a.oversell
+            );
+        }
+        if a.oversell > 0 {
+            let _ = writeln!(
+                md,
+                "- `{name}` sold {} unit(s) more than the {} there were.",
+                a.oversell, a.initial_stock
+            );
+        }
+        if a.stranded > 0 {
+            let _ = writeln!(
+                md,
+                "- `{name}` left {} unit(s) taken from the stock's home with no order.",
+                a.stranded
+            );
+        }
+    }
+    if md.is_empty() {
+        md.push_str(
+            "No strategy broke a rule in the flood: no oversell, no buyer past the limit, \
+                     no unit taken without an order.\n",
+        );
+    }
+    format!("\nWhat went wrong in the flood:\n\n{md}")
+}

@@ -1,0 +1,117 @@
+//! One strategy's flood: a flash sale as it arrives — thousands of buyers within a second for
+//! far fewer units, double clicks, bots — and what it did to the service.
+
+use app::accounting::Accounting;
+use app::api::StrategyInfo;
+use serde::{Deserialize, Serialize};
+use testkit::Outcomes;
+
+use super::{CpuUse, LatencySummary};
+
+/// How a flood arrives (the same for every strategy of a run).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FloodShape {
+    /// People who click (each once, a double-clicker twice).
+    pub users: usize,
+    /// Units on sale, one per customer.
+    pub units: i64,
+    /// All the regular clicks arrive within this many ms of the opening, uniformly.
+    pub burst_ms: u64,
+    /// Share of users who double-click (a second click 0–50 ms after the first).
+    pub double_click_share: f64,
+    /// Share of users that are bots behind one shared account, all firing at the opening.
+    pub shared_account_bot_share: f64,
+    /// Share of users that are bots firing this many ms before the opening.
+    pub early_bot_share: f64,
+    pub early_by_ms: u64,
+    /// Each `503` is retried up to this many times, 1–4 s later (the spread the service's
+    /// `Retry-After` asks for); 0: never.
+    pub retries: u32,
+    pub instances: usize,
+}
+
+/// What one flood did.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FloodResult {
+    pub strategy: StrategyInfo,
+    /// Clicks sent: regular, second clicks of double-clickers, and bots'.
+    pub clicks: u64,
+    pub early_clicks: u64,
+    pub shared_account_clicks: u64,
+    /// What the buyers were told.
+    pub outcomes: Outcomes,
+    /// What the stock's home and the orders hold.
+    pub accounting: Accounting,
+    /// Units that buyers hold beyond the per-user limit, summed over buyers (from the orders).
+    pub beyond_limit: i64,
+    /// From the opening to the answer that sold the last unit (`None`: not sold out).
+    pub sold_out_after_ms: Option<f64>,
+    /// From the opening to the last answer of any click.
+    pub all_answered_after_ms: f64,
+    /// Latency of the clicks that bought, and of those refused (any refusal), from the send.
+    pub winners: LatencySummary,
+    pub refused: LatencySummary,
+    pub fairness: Fairness,
+    /// Answers per 100 ms by kind, with the units the answers sold so far.
+    pub timeline: Vec<FloodSlice>,
+    /// Once sold out: purchases refused per second beside `GET /api/noop` on the same
+    /// instances, both in a closed loop of the same connections, interleaved.
+    pub after_sold_out: Option<RefusalRate>,
+    /// CPU of every process over the flood; its successes are the clicks.
+    pub cpu: Option<CpuUse>,
+    /// Cores each process group would need at [`PROJECTED_CLICKS_PER_SECOND`], projected
+    /// linearly from its CPU per click in this flood: a projection, not a measurement.
+    pub projection: Vec<Projection>,
+}
+
+/// The click rate the projection is made for: the order of a record sale's peak.
+pub const PROJECTED_CLICKS_PER_SECOND: f64 = 500_000.0;
+
+/// Whether the first to click were the first served.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Fairness {
+    /// Of the first `units` regular clicks sent after the opening, the share that bought.
+    pub first_clicks_won: f64,
+    /// Spearman's rank correlation between how early a regular click was sent and whether it
+    /// bought: 1 is first come, first served; 0 is a lottery.
+    pub earliness_rank_correlation: Option<f64>,
+}
+
+/// 100 ms of a flood.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FloodSlice {
+    /// Start of the slice, ms from the opening (negative: before it).
+    pub from_ms: i64,
+    pub bought: u64,
+    pub sold_out: u64,
+    /// `limit_reached`, `sale_not_started`, `purchase_token_required`, `sale_ended`.
+    pub rules: u64,
+    /// `overloaded`, `rate_limited`, `busy`, `backend_unavailable`.
+    pub shed: u64,
+    /// No answer, an answer outside the contract, any other refusal.
+    pub failed: u64,
+    /// Units on sale by the answers so far (the stock minus what the answers sold).
+    pub units_left: i64,
+}
+
+/// Cores a process group would need at the projected rate.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Projection {
+    pub group: String,
+    pub cpu_ms_per_1000_clicks: f64,
+    pub cores: f64,
+}
+
+/// How cheap a refusal is once the product is sold out.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct RefusalRate {
+    pub refusals_per_second: f64,
+    pub noop_per_second: f64,
+    pub connections: usize,
+}
+
+impl RefusalRate {
+    pub fn percent_of_noop(&self) -> f64 {
+        100.0 * self.refusals_per_second / self.noop_per_second.max(f64::EPSILON)
+    }
+}

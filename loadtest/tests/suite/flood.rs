@@ -1,0 +1,127 @@
+//! The flood through the whole `seckill-bench flood` path (app processes, the arriving crowd,
+//! the report): safe strategies keep the stock and the per-user limit, early bots buy nothing,
+//! every click is answered or counted, and `racy-limit` lets one account through more than
+//! once.
+
+use crate::common;
+
+use app::api::{ErrorCode, Safety, Strategy};
+use loadtest::report::schema::{FloodResult, FloodShape, RunReport};
+use loadtest::run::run_in;
+
+fn shape() -> FloodShape {
+    FloodShape {
+        users: 800,
+        units: 40,
+        burst_ms: 500,
+        double_click_share: 0.1,
+        shared_account_bot_share: 0.03,
+        early_bot_share: 0.02,
+        early_by_ms: 300,
+        retries: 0,
+        instances: 2,
+    }
+}
+
+async fn flood(strategies: &[Strategy]) -> (RunReport, tempfile::TempDir) {
+    let mut settings = common::quick(strategies[0]);
+    settings.strategies = strategies.to_vec();
+    settings.flood = Some(shape());
+    settings.only_flood = true;
+    let target = common::target();
+    let out = tempfile::tempdir().unwrap();
+    let output = run_in(&settings, &target, out.path()).await.unwrap();
+    common::drop_database(&target).await;
+    (output.report, out)
+}
+
+fn assert_every_click_counted(f: &FloodResult) {
+    assert_eq!(f.outcomes.total(), f.clicks, "{}: {:?}", f.strategy.name, f);
+    let answered: u64 = (f.timeline.iter())
+        .map(|s| s.bought + s.sold_out + s.rules + s.shed + s.failed)
+        .sum();
+    assert_eq!(
+        answered, f.clicks,
+        "{}: the timeline lost clicks",
+        f.strategy.name
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn safe_strategies_keep_the_stock_and_one_per_customer_through_a_flood_and_refuse_early_bots()
+{
+    let strategies = [Strategy::Conditional, Strategy::RedisLua, Strategy::Batched];
+    let (report, out) = flood(&strategies).await;
+    assert_eq!(report.floods.len(), strategies.len());
+    for f in &report.floods {
+        let name = f.strategy.name;
+        assert_eq!(f.strategy.safety, Safety::Safe);
+        assert_every_click_counted(f);
+        let a = &f.accounting;
+        assert_eq!(
+            (a.oversell, f.beyond_limit, a.stranded),
+            (0, 0, 0),
+            "{name}: {a:?}"
+        );
+        assert_eq!(
+            f.outcomes.refused(ErrorCode::SaleNotStarted),
+            f.early_clicks,
+            "{name}: every early bot is refused, and nobody else"
+        );
+        assert!(
+            f.outcomes.refused(ErrorCode::LimitReached) > 0,
+            "{name}: the shared account's bots were not refused: {:?}",
+            f.outcomes
+        );
+        assert_eq!(a.units_sold, f.outcomes.created as i64, "{name}: {a:?}");
+        let refusals = f.after_sold_out.expect("refusals timed once sold out");
+        assert!(refusals.refusals_per_second > 0.0 && refusals.noop_per_second > 0.0);
+    }
+    let md = std::fs::read_to_string(out.path().join("latest/report.md")).unwrap();
+    assert!(md.contains("## The flood"), "{md}");
+    assert!(md.contains("No strategy broke a rule in the flood"), "{md}");
+    let html = std::fs::read_to_string(out.path().join("latest/report.html")).unwrap();
+    let flood_section = &html[html
+        .find("<section id=\"flood\">")
+        .expect("a flood section")..];
+    for f in &report.floods {
+        assert!(
+            flood_section.contains(&format!("data-chart=\"flood-{}.svg\"", f.strategy.name)),
+            "{}'s flood chart is drawn in the page",
+            f.strategy.name
+        );
+    }
+    assert!(
+        !html.contains("flood-conditional.svg)"),
+        "the page links no chart file"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn racy_limit_lets_one_account_buy_more_than_once_in_a_flood() {
+    // The shared account's bots all fire within 5 ms of the opening: their reads of "bought
+    // nothing yet" overlap, so several pass. Rounds in case one flood's timing lines them up.
+    for round in 1..=3 {
+        let (report, out) = flood(&[Strategy::RacyLimit]).await;
+        let f = &report.floods[0];
+        assert_every_click_counted(f);
+        assert_eq!(f.accounting.oversell, 0, "the stock itself stays safe");
+        if f.beyond_limit == 0 {
+            eprintln!(
+                "round {round}: no buyer past the limit this time: {:?}",
+                f.outcomes
+            );
+            continue;
+        }
+        let md = std::fs::read_to_string(out.path().join("latest/report.md")).unwrap();
+        assert!(
+            md.contains(&format!(
+                "let buyers take {} unit(s) beyond one per customer",
+                f.beyond_limit
+            )),
+            "{md}"
+        );
+        return;
+    }
+    panic!("racy-limit never let a buyer past the limit in 3 floods");
+}
