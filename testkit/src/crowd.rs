@@ -146,6 +146,17 @@ impl Answers {
     }
 }
 
+/// Told of every click as soon as it is answered (a live view of the sale): the same click
+/// the crowd records, nothing measured apart.
+#[derive(Clone)]
+pub struct Watch(Arc<dyn Fn(&Click) + Send + Sync>);
+
+impl std::fmt::Debug for Watch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Watch")
+    }
+}
+
 /// B buyers clicking through a strategy; see the module docs.
 #[derive(Debug, Clone)]
 pub struct Crowd {
@@ -164,6 +175,7 @@ pub struct Crowd {
     /// When set, buyer `b` is `arrivals[b]`: its user, and when it clicks (once).
     arrivals: Option<Arc<[Arrival]>>,
     id_prefix: String,
+    watch: Option<Watch>,
 }
 
 impl Crowd {
@@ -183,6 +195,7 @@ impl Crowd {
             stagger: Duration::ZERO,
             arrivals: None,
             id_prefix: id_prefix.to_owned(),
+            watch: None,
         }
     }
 
@@ -237,6 +250,12 @@ impl Crowd {
     /// Buyer `b` starts `b × stagger` after the first.
     pub fn staggered(mut self, stagger: Duration) -> Crowd {
         self.stagger = stagger;
+        self
+    }
+
+    /// Calls `watch` with every click as soon as it is answered.
+    pub fn watched(mut self, watch: impl Fn(&Click) + Send + Sync + 'static) -> Crowd {
+        self.watch = Some(Watch(Arc::new(watch)));
         self
     }
 
@@ -331,6 +350,9 @@ impl Shared {
         for mine in 0.. {
             let Some(number) = self.next(mine) else { break };
             let click = self.click(buyer, mine, number).await;
+            if let Some(Watch(watch)) = &crowd.watch {
+                watch(&click);
+            }
             let answer = click.answer;
             clicks.push(click);
             if answer.created() {

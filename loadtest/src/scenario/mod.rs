@@ -221,6 +221,9 @@ pub struct Options {
     pub quick: bool,
     /// The `seckill-app` binary, needed by the scenarios that run the app.
     pub app_binary: Option<PathBuf>,
+    /// Told of every timeline event as it is logged (the live page); in teaching mode it holds
+    /// each event until "Next".
+    pub live: crate::live::Feed,
 }
 
 /// Runs the selected scenario(s) and returns their reports.
@@ -242,7 +245,7 @@ pub async fn run(selection: Selection, opts: &Options) -> Result<Vec<ScenarioRep
 /// The driver: plays scenario `S` in the form `opts` asks for and builds its report.
 async fn drive<S: Scenario>(name: Name, opts: &Options) -> Result<ScenarioReport> {
     let sizes = if opts.quick { S::QUICK } else { S::FULL };
-    let stage = Stage::new(name.to_string(), opts.app_binary.clone());
+    let stage = Stage::new(name.to_string(), opts.app_binary.clone(), opts.live.clone());
     let measured = S::play(sizes, &stage).await?;
     let rows = measured
         .iter()

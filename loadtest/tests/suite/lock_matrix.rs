@@ -125,6 +125,14 @@ async fn the_quick_matrix_measures_every_requirement_and_finds_no_violation() {
         std::fs::read_to_string(dir.path().join("matrix.md")).unwrap(),
         md
     );
+    let page = std::fs::read_to_string(dir.path().join("matrix.html")).unwrap();
+    assert!(page.contains("<table class=\"sortable\">"), "{page}");
+    for row in &m.rows {
+        assert!(
+            page.contains(&format!("<code>{}</code>", row.backend)),
+            "{page}"
+        );
+    }
 }
 
 /// The seed articles' database locks in the matrix: each claim the articles make for them is

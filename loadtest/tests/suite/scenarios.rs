@@ -14,6 +14,7 @@ async fn quick(name: Name) -> ScenarioReport {
     let opts = Options {
         quick: true,
         app_binary: Some(common::app_binary()),
+        ..Options::default()
     };
     let mut reports = scenario::run(Selection::One(name), &opts)
         .await
@@ -363,6 +364,7 @@ async fn every_scenario_in_its_full_form_meets_its_expectations() {
     let opts = Options {
         quick: false,
         app_binary: Some(common::app_binary()),
+        ..Options::default()
     };
     let selection = match std::env::var("SECKILL_SCENARIO") {
         Ok(name) => clap::ValueEnum::from_str(&name, false).expect("a scenario name or `all`"),

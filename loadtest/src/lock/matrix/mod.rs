@@ -318,11 +318,18 @@ async fn row(backend: Backend, rig: &Rig, opts: &Options) -> Result<Row> {
     })
 }
 
-/// Writes `matrix.md` and `matrix.json` into `dir` (created if missing).
+/// Writes `matrix.md`, `matrix.json` and `matrix.html` (the Markdown as a page, its table
+/// sortable) into `dir` (created if missing).
 pub fn write(dir: &Path, matrix: &Matrix) -> Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let json = serde_json::to_string_pretty(matrix)? + "\n";
-    for (name, text) in [("matrix.json", json), ("matrix.md", markdown(matrix))] {
+    let md = markdown(matrix);
+    let html = crate::report::html::page::markdown_page("Lock requirements matrix", &md);
+    for (name, text) in [
+        ("matrix.json", json),
+        ("matrix.md", md),
+        ("matrix.html", html),
+    ] {
         let path = dir.join(name);
         std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
     }
