@@ -168,7 +168,10 @@ pub struct Config {
     #[arg(long, env = "SECKILL_DB_POOL_SIZE", default_value_t = 32)]
     pub db_pool_size: u32,
 
-    /// Connections of the separate pool the `db-lock*` strategies use for the lock table.
+    /// Connections of the separate pool the database-lock strategies (`db-lock*`,
+    /// `db-row-lock*`, `db-blocking-insert*`) use for their lock tables; 0 puts the locks on
+    /// the purchases' own pool, as a deployment with one pool for everything does (the
+    /// `connection-cost` scenario shows what that costs).
     #[arg(long, env = "SECKILL_DB_LOCK_POOL_SIZE", default_value_t = 8)]
     pub db_lock_pool_size: u32,
 

@@ -103,7 +103,10 @@ pub async fn build_with(
     let redis = RedisStock::from_config(config);
     let deps = Deps {
         pool: pool.clone(),
-        lock_pool: db::lock_pool(&pool, config),
+        lock_pool: match config.db_lock_pool_size {
+            0 => pool.clone(),
+            _ => db::lock_pool(&pool, config),
+        },
         lock_lease: config.lock_lease(),
         lock_wait: config.lock_wait(),
         lock_prefix: config.lock_prefix.clone(),

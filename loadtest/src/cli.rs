@@ -38,9 +38,23 @@ pub enum Command {
     /// What changed from one run to another: throughput, p99 and accounting per strategy and
     /// baseline, marked where beyond the runs' noise or where a safe strategy began to oversell.
     Compare(CompareArgs),
+    /// Writes a run's renderings again from its report.json (left as it is): report.md, the
+    /// charts and report.html (compared with another run, when named).
+    Report(ReportArgs),
     /// Writes the README's results section from a run's report (the committed run's, by
     /// default), or checks that it holds what would be written.
     Readme(ReadmeArgs),
+}
+
+/// Settings of `seckill-bench report`.
+#[derive(Debug, Clone, Args)]
+pub struct ReportArgs {
+    /// The run: a results directory (or its report.json).
+    #[arg(default_value = "results/latest")]
+    pub run: PathBuf,
+    /// An earlier run to compare with in report.html.
+    #[arg(long)]
+    pub compare_with: Option<PathBuf>,
 }
 
 /// Settings of `seckill-bench readme`.
@@ -64,9 +78,26 @@ pub struct CompareArgs {
     pub run_a: PathBuf,
     /// The later run.
     pub run_b: PathBuf,
-    /// Also write the comparison (Markdown) to this file.
+    /// Also write the comparison (Markdown) to this file, and as a page beside it (the same
+    /// name ending in `.html`).
     #[arg(long)]
     pub out: Option<PathBuf>,
+}
+
+/// Where the live page is served (`--live`, `--live ADDR`).
+#[derive(Debug, Clone, Args)]
+pub struct LiveArgs {
+    /// Serve a live page of the run at this address (default when the flag is given alone:
+    /// 127.0.0.1 on a free port; the address is printed): the sale's figures, answers per
+    /// second by code, latency percentiles over time, the scenarios' timelines as they unfold.
+    #[arg(
+        long,
+        env = "SECKILL_LIVE",
+        num_args = 0..=1,
+        default_missing_value = "127.0.0.1:0",
+        value_name = "ADDR"
+    )]
+    pub live: Option<std::net::SocketAddr>,
 }
 
 /// Settings of `seckill-bench scenario`.
@@ -74,6 +105,13 @@ pub struct CompareArgs {
 pub struct ScenarioArgs {
     /// The scenario, or `all`.
     pub name: Selection,
+    #[command(flatten)]
+    pub live: LiveArgs,
+    /// Teaching mode: hold the scenario after every timeline event until "Next" on the live
+    /// page (or Enter here). Its timings then include the pauses: figures for a class, not for
+    /// a comparison.
+    #[arg(long, env = "SECKILL_STEP")]
+    pub step: bool,
     /// Short leases and few rounds: seconds per scenario.
     #[arg(long)]
     pub quick: bool,
@@ -88,6 +126,8 @@ pub struct ScenarioArgs {
 /// Settings of `seckill-bench run`.
 #[derive(Debug, Clone, Args)]
 pub struct RunArgs {
+    #[command(flatten)]
+    pub live: LiveArgs,
     /// Strategies to run, comma-separated (default: every strategy the app lists).
     #[arg(long, value_delimiter = ',', env = "SECKILL_BENCH_STRATEGIES")]
     pub strategies: Vec<Strategy>,
@@ -141,6 +181,12 @@ pub struct RunArgs {
     /// Print the machine-readable result to stdout (progress goes to stderr).
     #[arg(long)]
     pub json: bool,
+    /// Save screenshots of the live page (`live.png`) and of `report.html` (`report.png`) into
+    /// the run's directory, taken in headless Chromium (Debian's `chromium` and
+    /// `chromium-driver`); serves the live page on a free loopback port unless `--live` names
+    /// one.
+    #[arg(long, env = "SECKILL_SCREENSHOTS")]
+    pub screenshots: bool,
     /// Directory under which `<UTC timestamp>/` and the `latest` link are written.
     #[arg(long, default_value = "results")]
     pub out: PathBuf,

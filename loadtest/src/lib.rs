@@ -9,20 +9,27 @@
 //! * [`measure`]: the flash sale, throughput, baselines, standard tools, CPU;
 //! * [`analyse`]: medians and spreads, ratios to the baselines, the findings, the comparison
 //!   of two runs;
-//! * [`report`]: the schema of `report.json`, its renderings (`report.md`, charts, the
-//!   README's results), progress.
+//! * [`report`]: the schema of `report.json`, its renderings (`report.md`, `report.html`,
+//!   charts, the README's results), progress.
+//!
+//! While it runs: [`live`], the page that shows the sale as it happens (`--live`), fed by the
+//! code that measures. [`browser`] drives a real Chromium over WebDriver, for the tests of
+//! both pages and their screenshots.
 //!
 //! Beside the run: [`scenario`] (the fault scenarios, `seckill-bench scenario <name>|all`, also
 //! part of every `run`) and [`lock`] (`seckill-bench lock`: the lock benchmark, the
 //! requirements matrix, the Python peers).
 //!
 //! No folder uses one that uses it back: [`report`] is at the bottom (every other folder fills
-//! its schema), then [`analyse`] and [`rig`], [`drive`], [`measure`], and [`scenario`], [`lock`]
-//! and [`run`] on top.
+//! its schema), then [`live`] (it renders with `report`'s page and is fed by all above it),
+//! [`analyse`] and [`rig`], [`drive`], [`measure`], and [`scenario`], [`lock`] and [`run`] on
+//! top.
 
 pub mod analyse;
+pub mod browser;
 pub mod cli;
 pub mod drive;
+pub mod live;
 pub mod lock;
 pub mod measure;
 pub mod report;

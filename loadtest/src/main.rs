@@ -7,11 +7,12 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::Parser;
 use loadtest::cli::{
-    Cli, Command, CompareArgs, HoldArgs, LockArgs, LockCommand, MatrixArgs, PeersArgs, ReadmeArgs,
-    RunArgs, ScenarioArgs,
+    Cli, Command, CompareArgs, HoldArgs, LiveArgs, LockArgs, LockCommand, MatrixArgs, PeersArgs,
+    ReadmeArgs, ReportArgs, RunArgs, ScenarioArgs,
 };
+use loadtest::live::{Feed, Update, server::Live};
 use loadtest::rig::{Target, server_processes, servers};
-use loadtest::run::run_in;
+use loadtest::run::run_watched;
 use loadtest::{lock, report};
 use sandbox::Endpoints;
 
@@ -33,8 +34,27 @@ fn main() -> Result<()> {
         },
         Command::Scenario(args) => scenario(&args),
         Command::Compare(args) => compare(&args),
+        Command::Report(args) => rerender(&args),
         Command::Readme(args) => readme(&args),
     }
+}
+
+/// The feed and its page, when `--live` is given (and the teaching mode's gate, with `step`).
+fn live(args: &LiveArgs, step: bool) -> Result<(Feed, Option<Live>)> {
+    let Some(addr) = args.live else {
+        anyhow::ensure!(
+            !step,
+            "--step shows the scenario on the live page: add --live"
+        );
+        return Ok((Feed::off(), None));
+    };
+    let feed = Feed::new(step);
+    let page = Live::start(addr, &feed)?;
+    eprintln!("live page: {}", page.url());
+    if let Some(step) = feed.step() {
+        step.from_stdin();
+    }
+    Ok((feed, Some(page)))
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime> {
@@ -70,7 +90,19 @@ fn run(args: &RunArgs, only_flood: bool) -> Result<()> {
         database: "seckill_bench".into(),
         processes: servers.as_ref().map(server_processes).unwrap_or_default(),
     };
-    let output = runtime()?.block_on(run_in(&settings, &target, &args.out))?;
+    let mut live_args = args.live.clone();
+    if args.screenshots && live_args.live.is_none() {
+        live_args.live = Some(std::net::SocketAddr::from(([127, 0, 0, 1], 0)));
+    }
+    let (feed, page) = live(&live_args, false)?;
+    let runtime = runtime()?;
+    let output = runtime.block_on(run_watched(&settings, &target, &args.out, &feed))?;
+    if let (true, Some(page)) = (args.screenshots, &page) {
+        for shot in runtime.block_on(loadtest::browser::screenshots(&page.url(), &output.dir))? {
+            eprintln!("screenshot: {}", shot.display());
+        }
+    }
+    drop(page);
     drop(servers);
     if args.json {
         let mut out = std::io::stdout().lock();
@@ -89,11 +121,34 @@ fn compare(args: &CompareArgs) -> Result<()> {
         report::json::read(&args.run_a)?,
         report::json::read(&args.run_b)?,
     );
-    let md = report::comparison::render(&loadtest::analyse::compare::compare(&a, &b));
+    let comparison = loadtest::analyse::compare::compare(&a, &b);
+    let md = report::comparison::render(&comparison);
     if let Some(out) = &args.out {
         std::fs::write(out, &md).with_context(|| format!("writing {}", out.display()))?;
+        let page = out.with_extension("html");
+        std::fs::write(&page, report::html::render_comparison(&comparison))
+            .with_context(|| format!("writing {}", page.display()))?;
     }
     print!("{md}");
+    Ok(())
+}
+
+fn rerender(args: &ReportArgs) -> Result<()> {
+    let run = report::json::read(&args.run)?;
+    let compared = match &args.compare_with {
+        Some(earlier) => Some(loadtest::analyse::compare::compare(
+            &report::json::read(earlier)?,
+            &run,
+        )),
+        None => None,
+    };
+    let dir = if args.run.is_dir() {
+        args.run.clone()
+    } else {
+        args.run.parent().map(PathBuf::from).unwrap_or_default()
+    };
+    report::write_renderings(&dir, &run, compared.as_ref())?;
+    println!("report: {}", dir.join("report.html").display());
     Ok(())
 }
 
@@ -102,7 +157,11 @@ fn readme(args: &ReadmeArgs) -> Result<()> {
     let text = std::fs::read_to_string(&args.readme)
         .with_context(|| format!("reading {}", args.readme.display()))?;
     let link = report::readme::link(&args.readme, &args.report)?;
-    let written = report::readme::replace(&text, &report::readme::section(&run, &link))?;
+    let picture = report::readme::picture(&args.readme, &link);
+    let written = report::readme::replace(
+        &text,
+        &report::readme::section(&run, &link, picture.as_deref()),
+    )?;
     if args.check {
         anyhow::ensure!(
             written == text,
@@ -117,11 +176,15 @@ fn readme(args: &ReadmeArgs) -> Result<()> {
 }
 
 fn scenario(args: &ScenarioArgs) -> Result<()> {
+    let (feed, page) = live(&args.live, args.step)?;
     let opts = loadtest::scenario::Options {
         quick: args.quick,
         app_binary: Some(testkit::locate_app(args.app_bin.as_deref())?),
+        live: feed.clone(),
     };
     let reports = runtime()?.block_on(loadtest::scenario::run(args.name, &opts))?;
+    feed.send(Update::Finished { report: None });
+    drop(page);
     if args.json {
         println!("{}", serde_json::to_string_pretty(&reports)?);
     } else {

@@ -16,6 +16,7 @@ use testkit::{Apps, Launch};
 
 use crate::analyse::{findings, ratios};
 use crate::drive::load::Window;
+use crate::live::{Feed, Update};
 use crate::measure::cpu::{self, Sampler, Span};
 use crate::measure::flood::{FloodPlan, run_flood};
 use crate::measure::sale::{SalePlan, run_sale};
@@ -37,6 +38,17 @@ pub struct RunOutput {
 
 /// Runs everything and writes `<out>/<UTC timestamp>/` plus `<out>/latest`.
 pub async fn run_in(settings: &Settings, target: &Target, out: &Path) -> Result<RunOutput> {
+    run_watched(settings, target, out, &Feed::off()).await
+}
+
+/// [`run_in`], telling `feed` (the live page) of every phase, every answer the sales and the
+/// loads count, each sale's ledger and the scenarios' timelines as they happen.
+pub async fn run_watched(
+    settings: &Settings,
+    target: &Target,
+    out: &Path,
+    feed: &Feed,
+) -> Result<RunOutput> {
     let started = Instant::now();
     let (started_at, dir_name) = utc_now();
     let dir = out.join(&dir_name);
@@ -115,6 +127,10 @@ pub async fn run_in(settings: &Settings, target: &Target, out: &Path) -> Result<
             0
         };
     let progress = Progress::new(steps);
+    let phase = |subject: &str, what: &str| {
+        progress.phase(subject, what);
+        feed.phase(subject, what);
+    };
 
     let measured = if settings.baselines {
         let targets = Targets {
@@ -123,7 +139,7 @@ pub async fn run_in(settings: &Settings, target: &Target, out: &Path) -> Result<
             redis_url: &target.endpoints.redis_url,
         };
         baselines::run_all(&targets, &plan, &sampler, &|name, round, rounds| {
-            progress.phase("baseline", &format!("{name}, run {round}/{rounds}"))
+            phase("baseline", &format!("{name}, run {round}/{rounds}"))
         })
         .await?
     } else {
@@ -151,6 +167,7 @@ pub async fn run_in(settings: &Settings, target: &Target, out: &Path) -> Result<
                 id_prefix: format!("{run_id}-{k}-f"),
                 refusal_window: Some(refusals),
                 refusal_connections: settings.buyers,
+                feed: feed.clone(),
             };
             let flood = run_flood(&api, &db, &sampler, &plan)
                 .await
@@ -167,7 +184,7 @@ pub async fn run_in(settings: &Settings, target: &Target, out: &Path) -> Result<
     let mut sales = Vec::new();
     for (k, info) in strategies.iter().enumerate() {
         let name = info.name;
-        progress.phase(name.name(), "flash sale");
+        phase(name.name(), "flash sale");
         let sale = run_sale(
             &api,
             &db,
@@ -179,6 +196,7 @@ pub async fn run_in(settings: &Settings, target: &Target, out: &Path) -> Result<
                 requests: settings.demand,
                 quantity: settings.quantity,
                 id_prefix: format!("{run_id}-{k}-s"),
+                feed: feed.clone(),
             },
         )
         .await
@@ -197,6 +215,7 @@ pub async fn run_in(settings: &Settings, target: &Target, out: &Path) -> Result<
             window,
             rate: settings.rate,
             id_prefix: format!("{run_id}-{k}"),
+            feed: feed.clone(),
         })
         .collect();
     // The closed loops, interleaved: every strategy once per round.
@@ -204,7 +223,7 @@ pub async fn run_in(settings: &Settings, target: &Target, out: &Path) -> Result<
     let mut cpu_spans: Vec<Span> = vec![Span::default(); plans.len()];
     for (round, k) in crate::analyse::spread::interleaved(plans.len(), rounds) {
         let name = plans[k].strategy;
-        progress.phase(
+        phase(
             name.name(),
             &format!("closed loop, run {}/{rounds}", round + 1),
         );
@@ -225,7 +244,7 @@ pub async fn run_in(settings: &Settings, target: &Target, out: &Path) -> Result<
         let name = info.name;
         let closed = crate::analyse::spread::combine(runs).context("no closed-loop run")?;
         let rate = throughput::open_rate(plan, &closed);
-        progress.phase(name.name(), &format!("open loop {rate:.0}/s"));
+        phase(name.name(), &format!("open loop {rate:.0}/s"));
         let open = throughput::open(&api, plan, rate)
             .await
             .with_context(|| format!("open loop of `{name}`"))?;
@@ -248,9 +267,10 @@ pub async fn run_in(settings: &Settings, target: &Target, out: &Path) -> Result<
         let opts = scenario::Options {
             quick: settings.quick,
             app_binary: Some(target.app_binary.clone()),
+            live: feed.clone(),
         };
         for &s in scenario::Name::all() {
-            progress.phase("scenario", &s.to_string());
+            phase("scenario", &s.to_string());
             scenarios.extend(scenario::run(Selection::One(s), &opts).await?);
         }
     }
@@ -271,9 +291,26 @@ pub async fn run_in(settings: &Settings, target: &Target, out: &Path) -> Result<
         findings: Findings::default(),
     };
     report.findings = findings::of(&report);
-    report::write_all(&dir, &report)?;
+    let previous = previous_run(out);
+    let compared = previous
+        .as_ref()
+        .map(|previous| crate::analyse::compare::compare(previous, &report));
+    report::write_all(&dir, &report, compared.as_ref())?;
     report::link_latest(out, &dir)?;
+    feed.send(Update::Finished {
+        report: Some(dir.join("report.html").display().to_string()),
+    });
     Ok(RunOutput { report, dir })
+}
+
+/// The report `<out>/latest` points at, if there is one this program can read: the run a new
+/// run's `report.html` is compared with.
+fn previous_run(out: &Path) -> Option<RunReport> {
+    let latest = out.join("latest");
+    latest.join("report.json").exists().then_some(())?;
+    report::json::read(&latest)
+        .inspect_err(|e| tracing::warn!("not comparing with {}: {e:#}", latest.display()))
+        .ok()
 }
 
 /// Fails when an app instance exited (during `strategy`'s phase).

@@ -108,7 +108,7 @@ pub fn report() -> RunReport {
         },
         environment: Environment {
             cpus: 2,
-            cpu_model: None,
+            cpu_model: Some("Test CPU".into()),
             memory_total: None,
             os: "linux".into(),
             git_commit: None,

@@ -146,6 +146,17 @@ impl Answers {
     }
 }
 
+/// Told of every click as soon as it is answered (a live view of the sale): the same click
+/// the crowd records, nothing measured apart.
+#[derive(Clone)]
+pub struct Watch(Arc<dyn Fn(&Click) + Send + Sync>);
+
+impl std::fmt::Debug for Watch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Watch")
+    }
+}
+
 /// B buyers clicking through a strategy; see the module docs.
 #[derive(Debug, Clone)]
 pub struct Crowd {
@@ -164,6 +175,7 @@ pub struct Crowd {
     /// When set, buyer `b` is `arrivals[b]`: its user, and when it clicks (once).
     arrivals: Option<Arc<[Arrival]>>,
     id_prefix: String,
+    watch: Option<Watch>,
 }
 
 impl Crowd {
@@ -183,6 +195,7 @@ impl Crowd {
             stagger: Duration::ZERO,
             arrivals: None,
             id_prefix: id_prefix.to_owned(),
+            watch: None,
         }
     }
 
@@ -240,6 +253,12 @@ impl Crowd {
         self
     }
 
+    /// Calls `watch` with every click as soon as it is answered.
+    pub fn watched(mut self, watch: impl Fn(&Click) + Send + Sync + 'static) -> Crowd {
+        self.watch = Some(Watch(Arc::new(watch)));
+        self
+    }
+
     /// Runs the crowd against `product` through `api` and returns every answer.
     pub async fn run(self, api: &Api, product: u64) -> Answers {
         self.start(api, product).finish().await
@@ -255,6 +274,7 @@ impl Crowd {
             next_click: AtomicU64::new(0),
             placed: AtomicUsize::new(0),
             sold_out: AtomicBool::new(false),
+            stopped: AtomicBool::new(false),
         });
         let buyers = (0..shared.crowd.buyers)
             .map(|buyer| tokio::spawn(shared.clone().buyer(buyer)))
@@ -285,6 +305,13 @@ impl Sale {
         self.shared.began.elapsed()
     }
 
+    /// Tells every buyer to click no more (a click under way is still answered), then waits
+    /// for their last answers: a crowd that runs beside something else for as long as it does.
+    pub async fn stop(self) -> Answers {
+        self.shared.stopped.store(true, Ordering::Relaxed);
+        self.finish().await
+    }
+
     /// Waits for every buyer's last answer.
     pub async fn finish(self) -> Answers {
         let mut clicks = Vec::new();
@@ -306,6 +333,8 @@ struct Shared {
     next_click: AtomicU64,
     placed: AtomicUsize,
     sold_out: AtomicBool,
+    /// [`Sale::stop`] was called.
+    stopped: AtomicBool,
 }
 
 impl Shared {
@@ -321,6 +350,9 @@ impl Shared {
         for mine in 0.. {
             let Some(number) = self.next(mine) else { break };
             let click = self.click(buyer, mine, number).await;
+            if let Some(Watch(watch)) = &crowd.watch {
+                watch(&click);
+            }
             let answer = click.answer;
             clicks.push(click);
             if answer.created() {
@@ -336,6 +368,9 @@ impl Shared {
 
     /// The number (in the crowd) of this buyer's click `mine`, if the crowd makes it.
     fn next(&self, mine: u64) -> Option<u64> {
+        if self.stopped.load(Ordering::Relaxed) {
+            return None;
+        }
         let going = match self.crowd.clicks {
             Clicks::Total(total) => {
                 let n = self.next_click.fetch_add(1, Ordering::Relaxed);

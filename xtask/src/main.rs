@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! cargo xtask setup        # install or check the servers (MariaDB, Redis, ZooKeeper, etcd, protoc)
+//!                          # and the browser the page tests drive (chromium, chromedriver)
 //! cargo xtask test         # setup, fmt --check, clippy -D warnings, the whole test suite,
 //!                          # the OpenAPI contract test (schemathesis)
 //! cargo xtask contract     # setup, then only the OpenAPI contract test
@@ -105,6 +106,8 @@ fn test(args: &[String]) -> Result<()> {
     let mut nextest = linted(test_runner());
     nextest.args(args);
     shared.apply(&mut nextest);
+    // Setup installed the browser: its tests run, and fail if it is missing, never skip.
+    nextest.env("SECKILL_REQUIRE_BROWSER", "1");
     // The app binary the build above made, for the tests that start it as a process (see
     // `loadtest/tests/suite/common`): building it there would resolve features differently.
     let target = target_dir()?;

@@ -1,4 +1,5 @@
-//! `cargo xtask setup`: make sure every server program is installed, and in a Python venv of
+//! `cargo xtask setup`: make sure every server program (and the browser the page tests drive)
+//! is installed, and in a Python venv of
 //! the project's own: schemathesis (the OpenAPI contract tester `cargo xtask test` runs) and
 //! the Python lock libraries `seckill-bench lock peers` measures ours against.
 
@@ -88,6 +89,18 @@ const REQUIREMENTS: &[Requirement] = &[
         present: || on_path("protoc"),
         debian: "protobuf-compiler",
         brew: "protobuf",
+    },
+    Requirement {
+        what: "Chromium (the browser tests of the live page and report.html)",
+        present: || on_path("chromium"),
+        debian: "chromium",
+        brew: "chromium",
+    },
+    Requirement {
+        what: "chromedriver (WebDriver for Chromium)",
+        present: || on_path("chromedriver"),
+        debian: "chromium-driver",
+        brew: "chromedriver",
     },
     Requirement {
         what: "protobuf's well-known .proto files",

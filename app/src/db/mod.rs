@@ -91,7 +91,7 @@ pub async fn migrate(pool: &MySqlPool) -> Result<(), SetupError> {
 pub fn lock_pool(main: &MySqlPool, config: &Config) -> MySqlPool {
     let lock_wait = config.lock_wait_ms.div_ceil(1000).max(1);
     MySqlPoolOptions::new()
-        .max_connections(config.db_lock_pool_size.max(1))
+        .max_connections(config.db_lock_pool_size)
         .acquire_timeout(Duration::from_millis(config.db_acquire_timeout_ms))
         .test_before_acquire(false)
         .after_connect(move |conn, _meta| Box::pin(set_lock_wait(conn, lock_wait)))

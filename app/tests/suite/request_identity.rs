@@ -214,8 +214,13 @@ async fn a_flood_whose_request_ids_repeat_from_one_product_to_the_next_loses_no_
         for product in [first, first + 1] {
             app.reset_in(product, BUYERS as i64, strategy.home()).await;
             let answers = flood(&app, product, &clicks, strategy).await;
-            let won = answers.iter().filter(|(s, _)| s.is_success()).count();
-            assert_eq!(won, BUYERS, "{strategy} on {product}: {:?}", &answers[..3]);
+            let lost: Vec<_> = answers.iter().filter(|(s, _)| !s.is_success()).collect();
+            assert!(
+                lost.is_empty(),
+                "{strategy} on {product}: {} of {BUYERS} clicks not served, e.g. {:?}",
+                lost.len(),
+                &lost[..lost.len().min(5)]
+            );
         }
         for product in [first, first + 1] {
             assert_eq!(stranded(&app, product).await, 0, "{strategy} on {product}");

@@ -1,20 +1,30 @@
 //! `seckill-bench compare <run-a> <run-b>`: what changed between two runs, computed from the
 //! two reports as the schema reads them (`report::json`), rendered by `report::comparison`.
 //!
-//! Per baseline and strategy: throughput, p99 (closed and open loop) and every accounting
-//! figure of the flash sale, from run A to run B. A change is marked as beyond noise when it is
-//! larger than the noise of these runs and, where both runs give min–max, the two ranges do
-//! not overlap. The noise is estimated from the baselines, whose work never changes: the
-//! median of their relative min–max in both runs; for runs without min–max, the median change
-//! of a baseline between the two runs. A strategy expected not to oversell (declared safe, or
-//! safe while leases hold: the flash sale injects no fault) whose oversell, lost updates or
-//! negative stock go from 0 to anything is always flagged, whatever the noise.
+//! Correctness first: every change of oversell, undersell, lost updates or negative stock; a
+//! strategy expected not to oversell (declared safe, or safe while leases hold: the flash sale
+//! injects no fault) whose oversell, lost updates or negative stock go from 0 to anything is a
+//! regression, whatever the noise.
+//!
+//! Then what a run can reproduce (see [`super::reproduce`]): the strategies' order (Spearman's
+//! ρ, and each strategy's place) and each strategy's rate over its own baseline, each judged
+//! against the spread of the runs' own rounds.
+//!
+//! Then the absolute figures per baseline and strategy: throughput and p99. They are judged
+//! only when both runs come from the same machine (CPU model and core count): a change is
+//! marked when it is larger than the noise of these runs and, where both runs give min–max,
+//! the two ranges do not overlap. The noise is estimated from the baselines, whose work never
+//! changes: the median of their relative min–max in both runs; for runs without min–max, the
+//! median change of a baseline between the two runs. From different machines the rates are
+//! shown side by side, unjudged: another machine moves them all.
 
 use app::accounting::Accounting;
 use app::api::Safety;
 
+use super::reproduce;
 use crate::report::comparison::{
-    Change, Comparison, FieldChange, Figures, Noise, NoiseSource, Range, Regression,
+    Change, Comparison, CorrectnessChange, FieldChange, Figures, Machine, Machines, Moved, Noise,
+    NoiseSource, Range, Regression,
 };
 use crate::report::schema::{LoadResult, RunReport, Settings, StrategyReport};
 
@@ -29,11 +39,25 @@ const SWEEP_PREFIX: &str = "hot-row sweep ×";
 
 /// The accounting figures a strategy expected not to oversell must keep at 0.
 const MUST_STAY_ZERO: [&str; 3] = ["oversell", "lost_updates", "negative_stock"];
+/// The accounting figures that say whether a sale was correct.
+const CORRECTNESS: [&str; 4] = ["oversell", "undersell", "lost_updates", "negative_stock"];
+
+/// The machine a run was measured on.
+pub fn machine(run: &RunReport) -> Machine {
+    Machine {
+        cpu_model: run.environment.cpu_model.clone(),
+        cpus: run.environment.cpus,
+    }
+}
 
 /// Run A against run B.
 pub fn compare(a: &RunReport, b: &RunReport) -> Comparison {
     let (base_a, base_b) = (baselines(a), baselines(b));
     let noise = noise(&base_a, &base_b);
+    let machines = Machines {
+        a: machine(a),
+        b: machine(b),
+    };
     let mut names: Vec<&String> = base_a.iter().map(|(n, _)| n).collect();
     names.extend(
         base_b
@@ -44,7 +68,7 @@ pub fn compare(a: &RunReport, b: &RunReport) -> Comparison {
     let of = |list: &[(String, Figures)], name: &str| {
         list.iter().find(|(n, _)| n == name).map(|(_, f)| f.clone())
     };
-    let baselines = names
+    let baselines: Vec<Change> = names
         .into_iter()
         .map(|name| change(name, of(&base_a, name), of(&base_b, name), noise.fraction))
         .collect();
@@ -60,6 +84,13 @@ pub fn compare(a: &RunReport, b: &RunReport) -> Comparison {
         );
         if let Some(sa) = sa {
             ch.accounting = accounting_changes(sa, sb);
+            ch.ratio = reproduce::ratio(a, sa)
+                .zip(reproduce::ratio(b, sb))
+                .map(|(ra, rb)| Moved {
+                    moved: reproduce::ratio_moved(&ra, &rb),
+                    a: ra,
+                    b: rb,
+                });
             regressions.extend(
                 ch.accounting
                     .iter()
@@ -83,12 +114,47 @@ pub fn compare(a: &RunReport, b: &RunReport) -> Comparison {
             ));
         }
     }
+    let (ranking, ranks) = reproduce::ranking(a, b);
+    for (name, ra, rb) in ranks {
+        if let Some(ch) = strategies.iter_mut().find(|c| c.name == name) {
+            ch.rank = Some(Moved {
+                moved: reproduce::rank_moved(&ra, &rb),
+                a: ra,
+                b: rb,
+            });
+        }
+    }
+    let mut correctness: Vec<CorrectnessChange> = strategies
+        .iter()
+        .flat_map(|ch| {
+            ch.accounting
+                .iter()
+                .filter(|f| CORRECTNESS.contains(&f.field))
+                .map(|f| CorrectnessChange {
+                    strategy: ch.name.clone(),
+                    field: f.field,
+                    a: f.a,
+                    b: f.b,
+                    regression: f.regression,
+                })
+        })
+        .collect();
+    correctness.sort_by_key(|c| !c.regression);
+    let mut baselines: Vec<Change> = baselines;
+    if !machines.same() {
+        for ch in baselines.iter_mut().chain(strategies.iter_mut()) {
+            ch.moved = None;
+        }
+    }
     Comparison {
         a: a.started_at.clone(),
         b: b.started_at.clone(),
         noise,
+        machines,
         settings_changed: settings_changes(&a.settings, &b.settings),
         regressions,
+        correctness,
+        ranking,
         baselines,
         strategies,
     }
@@ -99,11 +165,17 @@ fn change(name: &str, a: Option<Figures>, b: Option<Figures>, noise: f64) -> Cha
         .as_ref()
         .zip(b.as_ref())
         .and_then(|(a, b)| moved(a.rate, b.rate, noise));
+    let percent = a.as_ref().zip(b.as_ref()).and_then(|(a, b)| {
+        (a.rate.median > 0.0).then(|| 100.0 * (b.rate.median - a.rate.median) / a.rate.median)
+    });
     Change {
         name: name.to_string(),
         figures: (a, b),
+        percent,
         moved,
         accounting: Vec::new(),
+        rank: None,
+        ratio: None,
     }
 }
 
@@ -250,7 +322,7 @@ pub fn moved(a: Range, b: Range, noise: f64) -> Option<bool> {
 }
 
 /// The flash-sale accounting's fields, by name.
-fn fields(a: &Accounting) -> [(&'static str, i64); 8] {
+pub fn fields(a: &Accounting) -> [(&'static str, i64); 8] {
     [
         ("initial_stock", a.initial_stock),
         ("final_stock", a.final_stock),
@@ -308,6 +380,201 @@ mod tests {
         });
         c.sale.accounting.oversell = oversell;
         r
+    }
+
+    /// Figures of three rounds (their median is the middle one).
+    fn rounds(rates: [f64; 3]) -> crate::report::schema::Repetitions {
+        let spread = Spread::of(&rates).unwrap();
+        crate::report::schema::Repetitions {
+            runs: 3,
+            attempts_per_sec: spread.clone(),
+            successes_per_sec: spread.clone(),
+            p99_us: spread,
+        }
+    }
+
+    /// The sample run on `cpu`, with `naive`'s, `conditional`'s and the baseline's rounds.
+    fn on(cpu: &str, naive: [f64; 3], conditional: [f64; 3], baseline: [f64; 3]) -> RunReport {
+        let mut r = report();
+        r.environment.cpu_model = Some(cpu.into());
+        let set = |load: &mut LoadResult, rates: [f64; 3]| {
+            load.repetitions = Some(rounds(rates));
+            load.successes_per_sec = load.repetitions.as_ref().unwrap().successes_per_sec.median;
+        };
+        set(&mut r.strategies[0].throughput.closed, naive);
+        set(&mut r.strategies[1].throughput.closed, conditional);
+        set(&mut r.baselines[0].result, baseline);
+        r
+    }
+
+    #[test]
+    fn runs_from_different_machines_show_their_rates_unjudged_and_judge_order_and_ratios() {
+        let xeon = on(
+            "Intel(R) Xeon(R)",
+            [95.0, 100.0, 105.0],
+            [390.0, 400.0, 410.0],
+            [990.0, 1000.0, 1010.0],
+        );
+        // Everything twice as fast: the same order, the same ratios.
+        let epyc = on(
+            "AMD EPYC",
+            [190.0, 200.0, 210.0],
+            [780.0, 800.0, 820.0],
+            [1980.0, 2000.0, 2020.0],
+        );
+        let c = compare(&xeon, &epyc);
+        assert!(!c.machines.same());
+        assert!(
+            c.strategies
+                .iter()
+                .chain(&c.baselines)
+                .all(|ch| ch.moved.is_none())
+        );
+        let ranking = c.ranking.clone().unwrap();
+        assert_eq!((ranking.spearman, ranking.beyond_noise), (1.0, false));
+        let conditional = c
+            .strategies
+            .iter()
+            .find(|ch| ch.name == "conditional")
+            .unwrap();
+        let ratio = conditional.ratio.as_ref().unwrap();
+        assert_eq!(
+            (ratio.a.median, ratio.b.median, ratio.moved),
+            (0.4, 0.4, None)
+        );
+        let md = render(&c);
+        assert!(md.contains("**The runs come from different machines** (A: Intel(R) Xeon(R), 2 CPUs; B: AMD EPYC, 2 CPUs)"), "{md}");
+        let rows: Vec<&str> = md.lines().filter(|l| l.starts_with("| `")).collect();
+        assert!(rows.len() >= 5, "{md}");
+        assert!(
+            rows.iter().all(|l| !l.contains('▲') && !l.contains('▼')),
+            "{md}"
+        );
+        // The same doubling on one machine is judged.
+        let same = compare(
+            &on(
+                "AMD EPYC",
+                [95.0, 100.0, 105.0],
+                [390.0, 400.0, 410.0],
+                [990.0, 1000.0, 1010.0],
+            ),
+            &epyc,
+        );
+        assert!(same.machines.same());
+        assert!(
+            same.strategies.iter().all(|ch| ch.moved == Some(true)),
+            "{:?}",
+            same.strategies
+        );
+    }
+
+    #[test]
+    fn a_ratio_to_the_own_baseline_is_judged_against_the_rounds_of_both() {
+        let a = on(
+            "cpu",
+            [95.0, 100.0, 105.0],
+            [390.0, 400.0, 410.0],
+            [990.0, 1000.0, 1010.0],
+        );
+        // Conditional at 0.25 of its baseline instead of 0.4: apart from A's rounds.
+        let b = on(
+            "other cpu",
+            [190.0, 200.0, 210.0],
+            [490.0, 500.0, 510.0],
+            [1980.0, 2000.0, 2020.0],
+        );
+        let c = compare(&a, &b);
+        let conditional = c
+            .strategies
+            .iter()
+            .find(|ch| ch.name == "conditional")
+            .unwrap();
+        assert_eq!(conditional.ratio.as_ref().unwrap().moved, Some(false));
+        let row = render(&c)
+            .lines()
+            .find(|l| l.starts_with("| `conditional` | ") && l.contains("of `sql-conditional`"))
+            .unwrap()
+            .to_string();
+        assert!(
+            row.contains("**▼ 0.40 (0.39–0.41) → 0.25 (0.24–0.26) of `sql-conditional`**"),
+            "{row}"
+        );
+        // Rounds that overlap are not a move.
+        let near = on(
+            "other cpu",
+            [190.0, 200.0, 210.0],
+            [700.0, 780.0, 900.0],
+            [1980.0, 2000.0, 2020.0],
+        );
+        let c = compare(&a, &near);
+        let conditional = c
+            .strategies
+            .iter()
+            .find(|ch| ch.name == "conditional")
+            .unwrap();
+        assert_eq!(conditional.ratio.as_ref().unwrap().moved, None);
+    }
+
+    #[test]
+    fn an_order_that_changed_more_than_its_rounds_do_is_beyond_noise() {
+        let a = on(
+            "cpu",
+            [95.0, 100.0, 105.0],
+            [390.0, 400.0, 410.0],
+            [1000.0; 3],
+        );
+        let swapped = on(
+            "cpu",
+            [500.0, 510.0, 520.0],
+            [390.0, 400.0, 410.0],
+            [1000.0; 3],
+        );
+        let c = compare(&a, &swapped);
+        let ranking = c.ranking.clone().unwrap();
+        assert_eq!(
+            ranking.within_run,
+            Some(1.0),
+            "every round ranks them alike"
+        );
+        assert_eq!((ranking.spearman, ranking.beyond_noise), (-1.0, true));
+        let naive = c.strategies.iter().find(|ch| ch.name == "naive").unwrap();
+        assert_eq!(naive.rank.as_ref().unwrap().moved, Some(true));
+        assert!(render(&c).contains("**the order changed beyond noise**"));
+        // Rounds that disagree with each other make the same swap noise.
+        let unsure = on(
+            "cpu",
+            [95.0, 100.0, 450.0],
+            [390.0, 400.0, 410.0],
+            [1000.0; 3],
+        );
+        let ranking = compare(&unsure, &swapped).ranking.unwrap();
+        assert!(!ranking.beyond_noise, "{ranking:?}");
+    }
+
+    #[test]
+    fn correctness_changes_come_first_and_regressions_before_the_rest() {
+        let a = run(100.0, 0);
+        let mut b = run(100.0, 2);
+        b.strategies[1].sale.accounting.undersell = 5;
+        b.strategies[0].sale.accounting.lost_updates += 1;
+        let c = compare(&a, &b);
+        let listed: Vec<(&str, &str, bool)> = c
+            .correctness
+            .iter()
+            .map(|x| (x.strategy.as_str(), x.field, x.regression))
+            .collect();
+        assert_eq!(
+            listed,
+            vec![
+                ("conditional", "oversell", true),
+                ("naive", "lost_updates", false),
+                ("conditional", "undersell", false),
+            ]
+        );
+        let md = render(&c);
+        let at = |text: &str| md.find(text).unwrap_or_else(|| panic!("no {text}:\n{md}"));
+        assert!(at("## Correctness") < at("## What another run can reproduce"));
+        assert!(at("- `conditional`: undersell 0 → 5") < at("## Strategies"));
     }
 
     #[test]
@@ -417,7 +684,7 @@ mod tests {
         let md = render(&compare(&run(100.0, 0), &run(200.0, 0)));
         let row = md
             .lines()
-            .find(|l| l.starts_with("| `conditional`"))
+            .find(|l| l.starts_with("| `conditional`") && l.contains("(95–105)"))
             .unwrap();
         assert!(row.contains("**▲ +100%**"), "{row}");
         assert!(row.contains("| 100 (95–105) | 200 (190–210) |"), "{row}");
@@ -425,8 +692,8 @@ mod tests {
         let md = render(&compare(&run(100.0, 0), &run(102.0, 0)));
         let row = md
             .lines()
-            .find(|l| l.starts_with("| `conditional`"))
-            .unwrap();
+            .find(|l| l.starts_with("| `conditional`") && l.contains("(97–107)"))
+            .unwrap_or_else(|| panic!("{md}"));
         assert!(row.contains("| +2% |"), "{row}");
         assert!(md.contains("`sql-conditional`"), "{md}");
         assert!(md.contains("`naive`"), "{md}");

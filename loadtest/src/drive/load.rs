@@ -23,6 +23,7 @@ use testkit::{Answer, Outcomes};
 use tokio::time::Instant;
 
 use crate::drive::latency::Latencies;
+use crate::live::Feed;
 use crate::report::schema::{LoadResult, Loop};
 
 /// Timing of one measured run.
@@ -64,13 +65,28 @@ where
     F: Fn(u64) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Answer> + Send,
 {
-    closed_loop_by_worker(concurrency, window, move |_, i| op(i)).await
+    closed_loop_feeding(concurrency, window, &Feed::off(), move |_, i| op(i)).await
 }
 
 /// [`closed_loop`], telling `op` which worker (`0..concurrency`) sends: a worker can then use
 /// a connection of its own, one request in flight on it at a time, as the standard load tools
 /// do.
 pub async fn closed_loop_by_worker<F, Fut>(concurrency: usize, window: Window, op: F) -> LoadResult
+where
+    F: Fn(usize, u64) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Answer> + Send,
+{
+    closed_loop_feeding(concurrency, window, &Feed::off(), op).await
+}
+
+/// [`closed_loop_by_worker`], telling `feed` of every answer it counts, with the latency it
+/// records.
+pub async fn closed_loop_feeding<F, Fut>(
+    concurrency: usize,
+    window: Window,
+    feed: &Feed,
+    op: F,
+) -> LoadResult
 where
     F: Fn(usize, u64) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Answer> + Send,
@@ -82,7 +98,7 @@ where
     let end = measure_from + window.measure;
     let workers: Vec<_> = (0..concurrency)
         .map(|worker| {
-            let (op, seq) = (op.clone(), seq.clone());
+            let (op, seq, feed) = (op.clone(), seq.clone(), feed.clone());
             tokio::spawn(async move {
                 let mut tally = Tally::default();
                 loop {
@@ -93,8 +109,10 @@ where
                     let i = seq.fetch_add(1, Ordering::Relaxed);
                     let outcome = op(worker, i).await;
                     if sent >= measure_from {
+                        let latency = sent.elapsed();
                         tally.outcomes.count(&outcome);
-                        tally.latencies.record(sent.elapsed());
+                        tally.latencies.record(latency);
+                        feed.answer(&outcome, latency);
                     }
                 }
             })
@@ -118,6 +136,21 @@ where
     F: Fn(u64) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Answer> + Send,
 {
+    open_loop_feeding(concurrency, rate, window, &Feed::off(), op).await
+}
+
+/// [`open_loop`], telling `feed` of every answer it counts, with the latency it records.
+pub async fn open_loop_feeding<F, Fut>(
+    concurrency: usize,
+    rate: f64,
+    window: Window,
+    feed: &Feed,
+    op: F,
+) -> LoadResult
+where
+    F: Fn(u64) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Answer> + Send,
+{
     let op = Arc::new(op);
     let ticket = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
@@ -128,7 +161,7 @@ where
         start + window.warmup + window.measure + window.measure.max(Duration::from_secs(5));
     let workers: Vec<_> = (0..concurrency)
         .map(|_| {
-            let (op, ticket) = (op.clone(), ticket.clone());
+            let (op, ticket, feed) = (op.clone(), ticket.clone(), feed.clone());
             tokio::spawn(async move {
                 let mut tally = Tally::default();
                 let mut not_sent = 0u64;
@@ -145,8 +178,10 @@ where
                     tokio::time::sleep_until(due).await;
                     let outcome = op(i).await;
                     if i >= warmup_tickets {
+                        let latency = due.elapsed();
                         tally.outcomes.count(&outcome);
-                        tally.latencies.record(due.elapsed());
+                        tally.latencies.record(latency);
+                        feed.answer(&outcome, latency);
                     }
                 }
             })
@@ -187,6 +222,29 @@ mod tests {
         // 0.7 s × 200/s = 140 tickets, of which 40 fall in the warm-up.
         assert_eq!(r.outcomes.created, 100, "{:?}", r.outcomes);
         assert_eq!(r.not_sent, 0);
+    }
+
+    #[tokio::test]
+    async fn a_fed_loop_tells_the_feed_every_answer_it_counts_and_no_warm_up_answer() {
+        let feed = Feed::new(false);
+        let mut updates = feed.subscribe().unwrap();
+        let r = open_loop_feeding(4, 200.0, Window::from_secs(0.2, 0.5), &feed, |_| async {
+            Answer::SOLD_OUT
+        })
+        .await;
+        let mut told = 0;
+        while let Ok(update) = updates.try_recv() {
+            assert!(matches!(
+                update,
+                crate::live::Update::Answer {
+                    answer: Answer::SOLD_OUT,
+                    ..
+                }
+            ));
+            told += 1;
+        }
+        assert_eq!(told, r.outcomes.total());
+        assert_eq!(told, 100);
     }
 
     #[tokio::test]

@@ -140,7 +140,7 @@ pub async fn connect_leased(
 
 /// A pool of its own on [`LOCK_DATABASE`] at the server `server_url` (the database created if
 /// missing): each database-lock client has its own connections, as separate processes would.
-async fn lock_database(server_url: &str) -> Result<sqlx::MySqlPool, sqlx::Error> {
+pub(crate) async fn lock_database(server_url: &str) -> Result<sqlx::MySqlPool, sqlx::Error> {
     let server = server_url.trim_end_matches('/');
     let admin = MySqlPoolOptions::new()
         .max_connections(1)

@@ -16,6 +16,7 @@ use crate::analyse::spread::combine;
 use crate::drive::flood::{self as drive, Kind};
 use crate::drive::latency::Latencies;
 use crate::drive::load::{Window, closed_loop};
+use crate::live::{Feed, Update};
 use crate::measure::cpu::Sampler;
 use crate::measure::sale::drain;
 use crate::report::schema::{FloodResult, FloodShape, RefusalRate};
@@ -34,6 +35,8 @@ pub struct FloodPlan<'a> {
     /// The closed loops that time refusals once sold out; `None`: not timed.
     pub refusal_window: Option<Window>,
     pub refusal_connections: usize,
+    /// The live page: the flood is a sale on it, every click an answer.
+    pub feed: Feed,
 }
 
 /// Runs one flood and reads what it did.
@@ -67,7 +70,16 @@ pub async fn run_flood(
     tokio::time::sleep(wait.try_into().unwrap_or_default()).await;
 
     let before = sampler.sample();
+    plan.feed.send(Update::Sale {
+        strategy: plan.strategy.name,
+        stock: shape.units,
+        requests: drawn.arrivals.len() as u64,
+    });
     let mut crowd = Crowd::arriving(drawn.arrivals.clone(), plan.strategy.name, &plan.id_prefix);
+    if plan.feed.is_on() {
+        let feed = plan.feed.clone();
+        crowd = crowd.watched(move |click| feed.answer(&click.answer, click.answered - click.sent));
+    }
     if shape.retries > 0 {
         crowd = crowd.retrying(Retry {
             when: |a| matches!(a, Answer::Refused { status: 503, .. }),
@@ -98,6 +110,13 @@ pub async fn run_flood(
             refused.record(latency);
         }
     }
+    // Each person wants one unit: the shared account is one person, however many bots.
+    let accounting = Accounting::of(ledger, drawn.people() as i64);
+    plan.feed.send(Update::SaleDone {
+        strategy: plan.strategy.name,
+        accounting,
+        outcomes: Box::new(answers.outcomes()),
+    });
     let after_sold_out = match plan.refusal_window {
         Some(window) => Some(refusal_rate(api, plan, window).await),
         None => None,
@@ -108,8 +127,7 @@ pub async fn run_flood(
         early_clicks: drawn.count(Kind::Early),
         shared_account_clicks: drawn.count(Kind::SharedAccount),
         outcomes: answers.outcomes(),
-        // Each person wants one unit: the shared account is one person, however many bots.
-        accounting: Accounting::of(ledger, drawn.people() as i64),
+        accounting,
         beyond_limit: beyond_limit(db, plan.product, 1).await?,
         sold_out_after_ms: analyse::sold_out_after(&answers.clicks, drawn.opens_after, shape.units),
         all_answered_after_ms: ms_from(drawn.opens_after, answers.elapsed),

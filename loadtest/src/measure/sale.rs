@@ -11,6 +11,7 @@ use sqlx::MySqlPool;
 use testkit::{Api, Clicks, Crowd};
 
 use crate::drive::latency::Latencies;
+use crate::live::{Feed, Update};
 use crate::report::schema::SaleResult;
 
 /// What to sell and how hard.
@@ -24,6 +25,8 @@ pub struct SalePlan {
     pub quantity: i64,
     /// Prefix of the request ids, unique per run.
     pub id_prefix: String,
+    /// Told of the sale, each answer as it comes, and the ledger (the live page).
+    pub feed: Feed,
 }
 
 /// Longest wait for the stream to drain before the ledger is read anyway.
@@ -34,15 +37,23 @@ pub async fn run_sale(api: &Api, db: &MySqlPool, plan: &SalePlan) -> Result<Sale
     api.reset_product(plan.product, plan.stock, plan.strategy.home())
         .await?;
     let retries_before = retries_in_metrics(&api.metrics().await, plan.strategy);
-    let answers = Crowd::new(
+    plan.feed.send(Update::Sale {
+        strategy: plan.strategy,
+        stock: plan.stock,
+        requests: plan.requests,
+    });
+    let mut crowd = Crowd::new(
         plan.buyers,
         Clicks::Total(plan.requests),
         plan.strategy,
         &plan.id_prefix,
     )
-    .quantity(plan.quantity)
-    .run(api, plan.product)
-    .await;
+    .quantity(plan.quantity);
+    if plan.feed.is_on() {
+        let feed = plan.feed.clone();
+        crowd = crowd.watched(move |click| feed.answer(&click.answer, click.answered - click.sent));
+    }
+    let answers = crowd.run(api, plan.product).await;
     let retries_after = retries_in_metrics(&api.metrics().await, plan.strategy);
     let (ledger, drain_seconds) = if plan.strategy.home() == Home::Redis {
         // The counter lives in the app's Redis: read through the app, after the drain.
@@ -61,6 +72,12 @@ pub async fn run_sale(api: &Api, db: &MySqlPool, plan: &SalePlan) -> Result<Sale
     for latency in answers.latencies() {
         latencies.record(latency);
     }
+    let accounting = Accounting::of(ledger, demand_units);
+    plan.feed.send(Update::SaleDone {
+        strategy: plan.strategy,
+        accounting,
+        outcomes: Box::new(outcomes.clone()),
+    });
     Ok(SaleResult {
         requests: plan.requests,
         buyers: plan.buyers,
@@ -68,7 +85,7 @@ pub async fn run_sale(api: &Api, db: &MySqlPool, plan: &SalePlan) -> Result<Sale
         seconds: answers.elapsed.as_secs_f64(),
         acknowledged_minus_orders: outcomes.created as i64 - ledger.orders,
         outcomes,
-        accounting: Accounting::of(ledger, demand_units),
+        accounting,
         retries: retries_after.map(|after| after - retries_before.unwrap_or(0.0)),
         latency: latencies.summary(),
         drain_seconds,

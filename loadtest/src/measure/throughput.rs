@@ -8,7 +8,8 @@ use std::sync::Arc;
 use anyhow::Result;
 use app::api::Strategy;
 
-use crate::drive::load::{Window, closed_loop, open_loop};
+use crate::drive::load::{Window, closed_loop_feeding, open_loop_feeding};
+use crate::live::Feed;
 use crate::report::schema::{LoadResult, OPEN_RATE_SHARE};
 use testkit::{Answer, Api, order_request};
 
@@ -25,6 +26,8 @@ pub struct ThroughputPlan {
     /// Open-loop arrival rate; `None`: [`OPEN_RATE_SHARE`] of the closed loop's attempts/s.
     pub rate: Option<f64>,
     pub id_prefix: String,
+    /// Told of every answer counted (the live page).
+    pub feed: Feed,
 }
 
 /// One closed-loop run (`round` keeps its request ids apart from the other rounds'), on a
@@ -33,7 +36,10 @@ pub async fn closed(api: &Api, plan: &ThroughputPlan, round: usize) -> Result<Lo
     api.reset_product(plan.product, UNLIMITED, plan.strategy.home())
         .await?;
     let buyers = Buyers::new(api, plan, format!("c{round}"));
-    let closed = closed_loop(plan.users, plan.window, move |i| buyers.clone().send(i)).await;
+    let closed = closed_loop_feeding(plan.users, plan.window, &plan.feed, move |_, i| {
+        buyers.clone().send(i)
+    })
+    .await;
     settle(api, plan).await?;
     Ok(closed)
 }
@@ -62,7 +68,7 @@ pub async fn open(api: &Api, plan: &ThroughputPlan, rate: f64) -> Result<LoadRes
     api.reset_product(plan.product, UNLIMITED, plan.strategy.home())
         .await?;
     let buyers = Buyers::new(api, plan, "o".into());
-    let open = open_loop(plan.users, rate, plan.window, move |i| {
+    let open = open_loop_feeding(plan.users, rate, plan.window, &plan.feed, move |i| {
         buyers.clone().send(i)
     })
     .await;

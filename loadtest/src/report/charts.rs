@@ -1,6 +1,5 @@
-//! SVG charts (plotters): throughput, latency percentiles and oversell per strategy.
-
-use std::path::Path;
+//! SVG charts (plotters): throughput, latency percentiles and oversell per strategy, drawn
+//! once as text: written as files beside `report.md` and inlined in `report.html`.
 
 use anyhow::{Result, anyhow};
 use plotters::prelude::*;
@@ -19,7 +18,16 @@ const PALETTE: [RGBColor; 8] = [
     RGBColor(127, 127, 127),
 ];
 
-pub fn write_all(dir: &Path, r: &RunReport) -> Result<()> {
+/// One chart: the file it is written to and its SVG text.
+#[derive(Debug, Clone)]
+pub struct Chart {
+    pub file: String,
+    pub title: String,
+    pub svg: String,
+}
+
+/// The throughput, oversell and latency charts of a run.
+pub fn all(r: &RunReport) -> Result<Vec<Chart>> {
     let mut bars: Vec<(String, Vec<f64>)> = r
         .strategies
         .iter()
@@ -39,8 +47,8 @@ pub fn write_all(dir: &Path, r: &RunReport) -> Result<()> {
             vec![b.result.successes_per_sec, b.result.attempts_per_sec],
         )
     }));
-    grouped_bars(
-        &dir.join("throughput.svg"),
+    let throughput = grouped_bars(
+        "throughput.svg",
         "Closed-loop throughput per strategy ([baselines] in brackets), log scale",
         "per second",
         &["successful deductions/s", "attempts/s"],
@@ -64,8 +72,8 @@ pub fn write_all(dir: &Path, r: &RunReport) -> Result<()> {
             )
         })
         .collect();
-    grouped_bars(
-        &dir.join("oversell.svg"),
+    let anomalies = grouped_bars(
+        "oversell.svg",
         &format!(
             "Flash sale of {} units: anomalies per strategy",
             r.settings.stock
@@ -76,7 +84,7 @@ pub fn write_all(dir: &Path, r: &RunReport) -> Result<()> {
         Scale::Linear,
     )?;
 
-    let latency: Vec<(String, Vec<f64>)> = r
+    let percentiles: Vec<(String, Vec<f64>)> = r
         .strategies
         .iter()
         .map(|s| {
@@ -89,8 +97,8 @@ pub fn write_all(dir: &Path, r: &RunReport) -> Result<()> {
             )
         })
         .collect();
-    grouped_bars(
-        &dir.join("latency.svg"),
+    let latency = grouped_bars(
+        "latency.svg",
         "Latency percentiles per strategy (µs, log scale)",
         "µs",
         &[
@@ -100,9 +108,10 @@ pub fn write_all(dir: &Path, r: &RunReport) -> Result<()> {
             "open loop p50",
             "open loop p99",
         ],
-        &latency,
+        &percentiles,
         Scale::Log,
-    )
+    )?;
+    Ok(vec![throughput, latency, anomalies])
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -130,7 +139,24 @@ impl Scale {
 
 /// Horizontal bars grouped by category (first category on top), one colour per series.
 fn grouped_bars(
-    path: &Path,
+    file: &'static str,
+    title: &str,
+    x_label: &str,
+    series: &[&str],
+    groups: &[(String, Vec<f64>)],
+    scale: Scale,
+) -> Result<Chart> {
+    let mut svg = String::new();
+    draw_bars(&mut svg, title, x_label, series, groups, scale)?;
+    Ok(Chart {
+        file: file.to_string(),
+        title: title.to_string(),
+        svg,
+    })
+}
+
+fn draw_bars(
+    out: &mut String,
     title: &str,
     x_label: &str,
     series: &[&str],
@@ -142,7 +168,7 @@ fn grouped_bars(
     let n = groups.len().max(1) as u32;
     let slots = n * (m + 1);
     let height = (120 + slots * 14).max(300);
-    let root = SVGBackend::new(path, (WIDTH, height)).into_drawing_area();
+    let root = SVGBackend::with_string(out, (WIDTH, height)).into_drawing_area();
     root.fill(&WHITE).map_err(err)?;
     let top = scale.to_axis(
         groups

@@ -12,13 +12,99 @@ pub struct Comparison {
     pub a: String,
     pub b: String,
     pub noise: Noise,
+    /// The machines the runs were measured on: rates from different machines are shown, not
+    /// judged.
+    pub machines: Machines,
     /// The settings that differ (`buyers 200 → 50`): figures of runs with other settings
     /// measure other work.
     pub settings_changed: Vec<String>,
     /// Accounting figures that went from 0 to anything for a strategy expected not to oversell.
     pub regressions: Vec<Regression>,
+    /// Every change of a correctness figure (oversell, undersell, lost updates, negative
+    /// stock), for any strategy in both runs, regressions first.
+    pub correctness: Vec<CorrectnessChange>,
+    /// The order of the strategies in both runs, when at least two ran in both.
+    pub ranking: Option<Ranking>,
     pub baselines: Vec<Change>,
     pub strategies: Vec<Change>,
+}
+
+/// What a run was measured on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Machine {
+    pub cpu_model: Option<String>,
+    pub cpus: usize,
+}
+
+impl std::fmt::Display for Machine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let model = self.cpu_model.as_deref().unwrap_or("unknown CPU");
+        write!(f, "{model}, {} CPUs", self.cpus)
+    }
+}
+
+/// The machines of run A and run B.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Machines {
+    pub a: Machine,
+    pub b: Machine,
+}
+
+impl Machines {
+    /// The same CPU model (known in both) and core count: absolute rates can be compared.
+    pub fn same(&self) -> bool {
+        self.a.cpu_model.is_some() && self.a == self.b
+    }
+}
+
+/// The strategies' order in both runs: Spearman's ρ of their median rates, against the lowest
+/// ρ between two rounds of one run (what noise alone did to the order).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ranking {
+    pub strategies: usize,
+    pub spearman: f64,
+    /// `None` when neither run had two rounds.
+    pub within_run: Option<f64>,
+    /// ρ is below the within-run noise: the order changed more than noise moves it.
+    pub beyond_noise: bool,
+}
+
+/// A strategy's place by median rate (1 = fastest; ties averaged), and the lowest and highest
+/// place it had in the rounds of its run.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Rank {
+    pub rank: f64,
+    pub lowest: f64,
+    pub highest: f64,
+}
+
+/// A strategy's rate over its own baseline's (measured in the same run), with the range its
+/// rounds allow.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ratio {
+    pub baseline: String,
+    pub median: f64,
+    pub range: Option<(f64, f64)>,
+}
+
+/// A rank or a ratio in both runs, and whether it moved beyond the rounds' ranges: up
+/// (`Some(true)`: a better place, a larger ratio), down, or not.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Moved<T> {
+    pub a: T,
+    pub b: T,
+    pub moved: Option<bool>,
+}
+
+/// A correctness figure of one strategy that differs between the runs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CorrectnessChange {
+    pub strategy: String,
+    pub field: &'static str,
+    pub a: i64,
+    pub b: i64,
+    /// A strategy expected not to oversell went from 0 to anything.
+    pub regression: bool,
 }
 
 /// The run-to-run noise of two runs, as a fraction of a figure, and where it comes from.
@@ -64,10 +150,17 @@ pub struct Change {
     pub name: String,
     /// In run A, and in run B.
     pub figures: (Option<Figures>, Option<Figures>),
-    /// Up (`Some(true)`) or down beyond the noise, or not.
+    /// B's rate as a change from A's, in per cent (`None` when A's was 0 or one run lacks it).
+    pub percent: Option<f64>,
+    /// Up (`Some(true)`) or down beyond the noise, or not (always not when the runs come
+    /// from different machines).
     pub moved: Option<bool>,
     /// The flash sale's accounting fields that differ (strategies in both runs).
     pub accounting: Vec<FieldChange>,
+    /// Strategies in both runs: the place by rate.
+    pub rank: Option<Moved<Rank>>,
+    /// Strategies in both runs: the rate over the strategy's own baseline.
+    pub ratio: Option<Moved<Ratio>>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -89,27 +182,7 @@ pub struct Regression {
 /// The comparison as Markdown.
 pub fn render(c: &Comparison) -> String {
     let mut md = format!("# Comparison: {} → {}\n\n", c.a, c.b);
-    let source = match &c.noise.source {
-        NoiseSource::Ranges {
-            figures,
-            widest,
-            widest_fraction,
-        } => format!(
-            "the median relative min–max of {figures} baseline figure(s) in these runs; the \
-             widest, `{widest}`, spans {:.0}%",
-            100.0 * widest_fraction
-        ),
-        NoiseSource::Changes { baselines } => format!(
-            "no run has min–max; the median change of {baselines} baseline(s) between the runs"
-        ),
-        NoiseSource::Assumed => "no baseline to estimate it from; assumed".into(),
-    };
-    let _ = writeln!(
-        md,
-        "Noise: ±{:.0}% ({source}). A change is marked ▲/▼ when it exceeds the noise and, where \
-         both runs give min–max, the ranges do not overlap.\n",
-        100.0 * c.noise.fraction
-    );
+    let _ = writeln!(md, "{}\n", machines_sentence(c));
     if !c.settings_changed.is_empty() {
         let _ = writeln!(
             md,
@@ -132,12 +205,152 @@ pub fn render(c: &Comparison) -> String {
             r.strategy, r.field, r.b
         );
     }
+    let others: Vec<&CorrectnessChange> = c.correctness.iter().filter(|x| !x.regression).collect();
+    if !others.is_empty() {
+        md.push_str("\nOther changes of oversell, undersell, lost updates or negative stock:\n\n");
+    }
+    for x in others {
+        let _ = writeln!(md, "- `{}`: {} {} → {}", x.strategy, x.field, x.a, x.b);
+    }
 
+    md.push_str("\n## What another run can reproduce: order and ratios\n\n");
+    let _ = writeln!(md, "{}\n", ranking_sentence(c.ranking.as_ref()));
+    md.push_str(&reproduce_table(&c.strategies));
+    md.push_str("\n## Strategies (deductions/s)\n\n");
+    let _ = writeln!(md, "{}\n", noise_sentence(c));
+    md.push_str(&changes_table("strategy", &c.strategies, true));
     md.push_str("\n## Baselines\n\n");
     md.push_str(&changes_table("baseline", &c.baselines, false));
-    md.push_str("\n## Strategies (deductions/s)\n\n");
-    md.push_str(&changes_table("strategy", &c.strategies, true));
     md
+}
+
+/// Which machines the runs come from, and what that means for the rates.
+pub fn machines_sentence(c: &Comparison) -> String {
+    let m = &c.machines;
+    if m.same() {
+        format!(
+            "Both runs on the same machine ({}): absolute rates are compared.",
+            m.a
+        )
+    } else {
+        format!(
+            "**The runs come from different machines** (A: {}; B: {}): their absolute rates \
+             are shown side by side, not judged; what is judged is what another machine can \
+             reproduce — the strategies' order and each strategy's rate over its own baseline.",
+            m.a, m.b
+        )
+    }
+}
+
+/// How the absolute rates are judged.
+pub fn noise_sentence(c: &Comparison) -> String {
+    if !c.machines.same() {
+        return "Rates from different machines: not marked.".into();
+    }
+    format!(
+        "Noise: ±{:.0}% ({}). A change is marked ▲/▼ when it exceeds the noise and, where both \
+         runs give min–max, the ranges do not overlap.",
+        100.0 * c.noise.fraction,
+        noise_source(&c.noise.source)
+    )
+}
+
+/// The strategies' order: Spearman's ρ against its noise.
+pub fn ranking_sentence(r: Option<&Ranking>) -> String {
+    let Some(r) = r else {
+        return "Fewer than two strategies ran in both runs: no order to compare.".into();
+    };
+    let verdict = match (r.within_run, r.beyond_noise) {
+        (None, _) => "no run has two rounds to measure how much noise moves the order".to_string(),
+        (Some(n), true) => format!(
+            "**the order changed beyond noise**: two rounds of the same run agreed at ρ = {n:.2} \
+             or better"
+        ),
+        (Some(n), false) => {
+            format!("within noise: two rounds of the same run agreed only at ρ = {n:.2}")
+        }
+    };
+    format!(
+        "Order of the {} strategies in both runs by deductions/s: Spearman's ρ = {:.2}; {verdict}. \
+         A place or a ratio is marked ▲/▼ when its ranges over the two runs' rounds do not \
+         overlap.",
+        r.strategies, r.spearman
+    )
+}
+
+/// `3 (2–4) → 5 (5–6)`: a place in both runs, with the places of the rounds.
+pub fn rank_text(r: &Moved<Rank>) -> String {
+    let one = |x: &Rank| {
+        if x.lowest == x.highest {
+            format!("{}", x.rank)
+        } else {
+            format!("{} ({}–{})", x.rank, x.lowest, x.highest)
+        }
+    };
+    format!("{} → {}", one(&r.a), one(&r.b))
+}
+
+/// `0.42 (0.38–0.47) → 0.55 (0.50–0.60)`: a ratio in both runs, with its rounds' range.
+pub fn ratio_text(r: &Moved<Ratio>) -> String {
+    // Two decimals, three below 0.1: a ratio of 0.015 is not 0.01.
+    let f = |v: f64| match v < 0.1 {
+        true => format!("{v:.3}"),
+        false => format!("{v:.2}"),
+    };
+    let one = |x: &Ratio| match x.range {
+        Some((lo, hi)) => format!("{} ({}–{})", f(x.median), f(lo), f(hi)),
+        None => f(x.median),
+    };
+    format!("{} → {}", one(&r.a), one(&r.b))
+}
+
+/// ▲ / ▼ for a judged move, nothing otherwise.
+pub fn arrow(moved: Option<bool>) -> &'static str {
+    match moved {
+        Some(true) => "▲ ",
+        Some(false) => "▼ ",
+        None => "",
+    }
+}
+
+fn reproduce_table(changes: &[Change]) -> String {
+    let mut t = Table::left(["strategy", "place A → B", "rate / own baseline A → B"]);
+    for ch in changes {
+        let (Some(rank), ratio) = (&ch.rank, &ch.ratio) else {
+            continue;
+        };
+        let judged = |moved: Option<bool>, text: String| match moved {
+            Some(_) => format!("**{}{text}**", arrow(moved)),
+            None => text,
+        };
+        t.row([
+            format!("`{}`", ch.name),
+            judged(rank.moved, rank_text(rank)),
+            ratio.as_ref().map_or("–".into(), |r| {
+                judged(r.moved, format!("{} of `{}`", ratio_text(r), r.a.baseline))
+            }),
+        ]);
+    }
+    t.render()
+}
+
+/// Where the noise estimate comes from, in words.
+pub fn noise_source(source: &NoiseSource) -> String {
+    match source {
+        NoiseSource::Ranges {
+            figures,
+            widest,
+            widest_fraction,
+        } => format!(
+            "the median relative min–max of {figures} baseline figure(s) in these runs; the \
+             widest, `{widest}`, spans {:.0}%",
+            100.0 * widest_fraction
+        ),
+        NoiseSource::Changes { baselines } => format!(
+            "no run has min–max; the median change of {baselines} baseline(s) between the runs"
+        ),
+        NoiseSource::Assumed => "no baseline to estimate it from; assumed".into(),
+    }
 }
 
 /// One row per baseline or strategy: its rate and p99 in both runs; for the strategies
@@ -209,17 +422,12 @@ fn rate(f: Option<&Figures>) -> String {
 }
 
 fn change(ch: &Change) -> String {
-    let (Some(a), Some(b)) = &ch.figures else {
+    let (Some(_), Some(_)) = &ch.figures else {
         return "–".into();
     };
-    let pct = if a.rate.median > 0.0 {
-        format!(
-            "{:+.0}%",
-            100.0 * (b.rate.median - a.rate.median) / a.rate.median
-        )
-    } else {
-        "new".into()
-    };
+    let pct = ch
+        .percent
+        .map_or_else(|| "new".into(), |p| format!("{p:+.0}%"));
     match ch.moved {
         Some(true) => format!("**▲ {pct}**"),
         Some(false) => format!("**▼ {pct}**"),

@@ -10,6 +10,15 @@ use super::table::{Align, Table};
 
 /// The section, or nothing when the run had no flood.
 pub fn markdown(shape: Option<&FloodShape>, floods: &[FloodResult]) -> String {
+    section(shape, floods, true)
+}
+
+/// The section without its chart links, for a page that draws the charts inline.
+pub fn markdown_without_charts(shape: Option<&FloodShape>, floods: &[FloodResult]) -> String {
+    section(shape, floods, false)
+}
+
+fn section(shape: Option<&FloodShape>, floods: &[FloodResult], chart_links: bool) -> String {
     let Some(shape) = shape else {
         return String::new();
     };
@@ -31,7 +40,7 @@ pub fn markdown(shape: Option<&FloodShape>, floods: &[FloodResult]) -> String {
     );
     md.push_str(&went_wrong(floods));
     md.push('\n');
-    for f in floods {
+    for f in floods.iter().filter(|_| chart_links) {
         let file = super::flood_chart::file_name(f);
         let _ = writeln!(md, "![the flood through `{}`]({file})", f.strategy.name);
     }

@@ -1,12 +1,10 @@
 //! One SVG per strategy's flood: answers per second by kind over time, and the units the
 //! answers left on sale (right axis), from the flood's timeline.
 
-use std::path::Path;
-
 use anyhow::Result;
 use plotters::prelude::*;
 
-use super::charts::err;
+use super::charts::{Chart, err};
 use super::schema::{FloodResult, FloodSlice};
 
 /// The file a strategy's flood chart is written to, in the run's directory.
@@ -14,12 +12,20 @@ pub fn file_name(flood: &FloodResult) -> String {
     format!("flood-{}.svg", flood.strategy.name)
 }
 
-/// Writes every flood's chart into `dir`.
-pub fn write_all(dir: &Path, floods: &[FloodResult]) -> Result<()> {
+/// Every flood's chart (none for a flood without a timeline).
+pub fn all(floods: &[FloodResult]) -> Result<Vec<Chart>> {
+    let mut charts = Vec::new();
     for flood in floods {
-        chart(&dir.join(file_name(flood)), flood)?;
+        let mut svg = String::new();
+        if draw(&mut svg, flood)? {
+            charts.push(Chart {
+                file: file_name(flood),
+                title: format!("The flood through `{}`", flood.strategy.name),
+                svg,
+            });
+        }
     }
-    Ok(())
+    Ok(charts)
 }
 
 type Column = fn(&FloodSlice) -> u64;
@@ -36,10 +42,11 @@ const SERIES: [(&str, Column, RGBColor); 5] = [
     ("no answer / other", |s| s.failed, RGBColor(214, 39, 40)),
 ];
 
-fn chart(path: &Path, flood: &FloodResult) -> Result<()> {
+/// Draws the chart into `out`; false when the flood has no timeline to draw.
+fn draw(out: &mut String, flood: &FloodResult) -> Result<bool> {
     let t = &flood.timeline;
     let (Some(first), Some(last)) = (t.first(), t.last()) else {
-        return Ok(());
+        return Ok(false);
     };
     // Counts per 100 ms slice, drawn per second.
     let per_second = 10.0;
@@ -50,7 +57,7 @@ fn chart(path: &Path, flood: &FloodResult) -> Result<()> {
         * per_second;
     let units = flood.accounting.initial_stock.max(1) as f64;
     let x = (first.from_ms as f64 / 1000.0)..((last.from_ms + 100) as f64 / 1000.0);
-    let root = SVGBackend::new(path, (1000, 420)).into_drawing_area();
+    let root = SVGBackend::with_string(out, (1000, 420)).into_drawing_area();
     root.fill(&WHITE).map_err(err)?;
     let mut chart = ChartBuilder::on(&root)
         .caption(
@@ -101,5 +108,5 @@ fn chart(path: &Path, flood: &FloodResult) -> Result<()> {
         .draw()
         .map_err(err)?;
     root.present().map_err(err)?;
-    Ok(())
+    Ok(true)
 }

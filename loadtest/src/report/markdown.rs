@@ -2,9 +2,7 @@
 
 use std::fmt::Write;
 
-use super::schema::{
-    CpuUse, GROUPS, LoadResult, Loop, RunReport, Spread, StandardTool, ToolStatus,
-};
+use super::schema::{CpuUse, LoadResult, Loop, RunReport, Spread, StandardTool, ToolStatus};
 use super::table::{Align, Table};
 use super::{prose, scenarios};
 
@@ -330,15 +328,7 @@ fn theirs(tool: &StandardTool) -> String {
 }
 
 fn cpu_table(r: &RunReport) -> String {
-    let groups: Vec<&str> = GROUPS
-        .iter()
-        .map(|(g, _)| *g)
-        .filter(|g| {
-            r.strategies
-                .iter()
-                .any(|x| x.cpu.as_ref().and_then(|c| c.group(g)).is_some())
-        })
-        .collect();
+    let groups = r.cpu_groups();
     let mut t = Table::left(["strategy"])
         .and_right(groups.iter().chain(&["rest (cores)"]))
         .and_left(["saturated"]);

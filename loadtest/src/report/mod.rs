@@ -1,13 +1,15 @@
 //! A run's report: its schema ([`schema`], written and read by the same types), and its
 //! renderings — `report.json` ([`json`]), `report.md` ([`markdown`], with the findings worded by
-//! [`prose`] and each scenario by [`scenarios`]), SVG charts ([`charts`]), the comparison of
-//! two runs ([`comparison`]), the README's results section ([`readme`]) — all tables through
+//! [`prose`] and each scenario by [`scenarios`]), SVG charts ([`charts`]), `report.html`
+//! ([`html`]: all of it on one self-contained page), the comparison of two runs
+//! ([`comparison`]), the README's results section ([`readme`]) — the Markdown tables through
 //! one writer ([`table`]); and the run's progress on stderr ([`progress`]).
 
 pub mod charts;
 pub mod comparison;
 pub mod flood;
 pub mod flood_chart;
+pub mod html;
 pub mod json;
 pub mod markdown;
 pub mod progress;
@@ -21,16 +23,33 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
+use comparison::Comparison;
 use schema::RunReport;
 
-/// Writes `report.md`, `report.json` and the charts into `dir`.
-pub fn write_all(dir: &Path, report: &RunReport) -> Result<()> {
+/// Writes `report.md`, `report.json`, the charts and `report.html` (with the comparison with
+/// an earlier run, when given) into `dir`.
+pub fn write_all(dir: &Path, report: &RunReport, compared: Option<&Comparison>) -> Result<()> {
     std::fs::create_dir_all(dir)?;
     json::write(&dir.join("report.json"), report)?;
-    charts::write_all(dir, report)?;
-    flood_chart::write_all(dir, &report.floods)?;
+    write_renderings(dir, report, compared)
+}
+
+/// Writes what [`write_all`] renders from the report — `report.md`, the charts,
+/// `report.html` — leaving `report.json` as it is.
+pub fn write_renderings(
+    dir: &Path,
+    report: &RunReport,
+    compared: Option<&Comparison>,
+) -> Result<()> {
+    let charts = charts::all(report)?;
+    let floods = flood_chart::all(&report.floods)?;
+    for chart in charts.iter().chain(&floods) {
+        let path = dir.join(&chart.file);
+        std::fs::write(&path, &chart.svg).with_context(|| format!("writing {}", path.display()))?;
+    }
     std::fs::write(dir.join("report.md"), markdown::render(report))
         .with_context(|| format!("writing {}", dir.join("report.md").display()))?;
+    html::write(dir, report, &charts, &floods, compared)?;
     Ok(())
 }
 
@@ -59,10 +78,11 @@ mod tests {
     #[test]
     fn every_file_of_the_report_is_written_and_names_the_strategies() {
         let dir = tempfile::tempdir().unwrap();
-        write_all(dir.path(), &report()).unwrap();
+        write_all(dir.path(), &report(), None).unwrap();
         for file in [
             "report.md",
             "report.json",
+            "report.html",
             "throughput.svg",
             "latency.svg",
             "oversell.svg",
@@ -81,7 +101,7 @@ mod tests {
     fn the_report_reads_back_as_written() {
         let dir = tempfile::tempdir().unwrap();
         let written = report();
-        write_all(dir.path(), &written).unwrap();
+        write_all(dir.path(), &written, None).unwrap();
         assert_eq!(json::read(dir.path()).unwrap(), written);
     }
 

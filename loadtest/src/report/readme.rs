@@ -20,8 +20,8 @@ pub const BEGIN: &str =
 pub const END: &str = "<!-- end of results -->";
 
 /// The section's text (without the markers) for `report`, the run at `link` (relative to the
-/// README).
-pub fn section(report: &RunReport, link: &str) -> String {
+/// README), showing its `report.html` in the screenshot at `picture` when the run has one.
+pub fn section(report: &RunReport, link: &str, picture: Option<&str>) -> String {
     let s = &report.settings;
     let mut md = String::new();
     let _ = writeln!(
@@ -99,7 +99,22 @@ pub fn section(report: &RunReport, link: &str) -> String {
             rows - failed_rows,
         );
     }
+    if let Some(picture) = picture {
+        let page = link.replace("report.md", "report.html");
+        let _ = writeln!(
+            md,
+            "\n[![The run's report.html: the summary, sortable, and the charts]({picture})]({page})"
+        );
+    }
     md
+}
+
+/// The screenshot of the run's `report.html` (`report.png`, saved by `run --screenshots`),
+/// relative to the README, if the run has one; `link` is [`link`]'s.
+pub fn picture(readme: &Path, link: &str) -> Option<String> {
+    let picture = link.replace("report.md", "report.png");
+    let base = readme.parent().unwrap_or(Path::new(""));
+    base.join(&picture).is_file().then_some(picture)
 }
 
 /// The link from the README at `readme` to the run's report (`<run>/report.md`), relative to
@@ -142,7 +157,7 @@ mod tests {
     #[test]
     fn the_section_is_replaced_between_its_markers_and_nothing_else_moves() {
         let readme = format!("# Title\n\n{BEGIN}\nold figures\n{END}\n\nmore\n");
-        let section = section(&report(), "results/x/report.md");
+        let section = section(&report(), "results/x/report.md", None);
         let new = replace(&readme, &section).unwrap();
         assert!(new.starts_with("# Title\n\n"), "{new}");
         assert!(new.ends_with(&format!("{END}\n\nmore\n")), "{new}");
@@ -154,5 +169,21 @@ mod tests {
         assert!(new.contains("0 of 1 safe strategies"), "{new}");
         assert_eq!(replace(&new, &section).unwrap(), new, "idempotent");
         assert!(replace("no markers", &section).is_err());
+        assert!(!section.contains("report.png"), "{section}");
+    }
+
+    #[test]
+    fn a_run_with_a_screenshot_shows_it_linked_to_its_page() {
+        let dir = tempfile::tempdir().unwrap();
+        let readme = dir.path().join("README.md");
+        assert_eq!(picture(&readme, "results/x/report.md"), None);
+        std::fs::create_dir_all(dir.path().join("results/x")).unwrap();
+        std::fs::write(dir.path().join("results/x/report.png"), b"png").unwrap();
+        let shown = picture(&readme, "results/x/report.md").unwrap();
+        let section = section(&report(), "results/x/report.md", Some(&shown));
+        assert!(
+            section.contains("[![The run's report.html: the summary, sortable, and the charts](results/x/report.png)](results/x/report.html)"),
+            "{section}"
+        );
     }
 }

@@ -46,7 +46,7 @@ pub fn markdown(s: &ScenarioReport) -> String {
 
 /// `name = value, …` (absent values left out; yes/no for booleans; one decimal for fractions;
 /// an answer as its kind).
-fn figures(fields: &Map<String, Value>) -> String {
+pub(crate) fn figures(fields: &Map<String, Value>) -> String {
     fields
         .iter()
         .filter_map(|(name, value)| Some(format!("{name} = {}", shown(value)?)))

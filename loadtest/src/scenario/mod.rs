@@ -19,6 +19,7 @@
 pub mod batched_db_kill;
 pub mod cancel_expiry_race;
 pub mod cluster_sale;
+pub mod connection_cost;
 pub mod etcd_leader_loss;
 pub mod herd;
 pub mod holder_crash;
@@ -162,6 +163,11 @@ scenarios! {
     /// after: the fenced strategies never oversell; the unfenced ones' outcome as it was; `503`s
     /// and the time from the kill to the next sale.
     ClusterSale => cluster_sale::ClusterSale;
+    /// More `db-row-lock` waiters than the pool has connections, beside lock-free purchases: with
+    /// one pool the lock-free purchases time out waiting for a connection; with the lock's own
+    /// pool they do not; with a bounded wait the waiters are told `busy` and nobody waits out
+    /// the pool.
+    ConnectionCost => connection_cost::ConnectionCost;
     /// A buyer pays after the deadline, once the expired order's unit was sold again: a payment
     /// that does not check the order's state oversells; the conditional transition refuses it
     /// (`order_expired`).
@@ -234,6 +240,9 @@ pub struct Options {
     pub quick: bool,
     /// The `seckill-app` binary, needed by the scenarios that run the app.
     pub app_binary: Option<PathBuf>,
+    /// Told of every timeline event as it is logged (the live page); in teaching mode it holds
+    /// each event until "Next".
+    pub live: crate::live::Feed,
 }
 
 /// Runs the selected scenario(s) and returns their reports.
@@ -255,7 +264,7 @@ pub async fn run(selection: Selection, opts: &Options) -> Result<Vec<ScenarioRep
 /// The driver: plays scenario `S` in the form `opts` asks for and builds its report.
 async fn drive<S: Scenario>(name: Name, opts: &Options) -> Result<ScenarioReport> {
     let sizes = if opts.quick { S::QUICK } else { S::FULL };
-    let stage = Stage::new(name.to_string(), opts.app_binary.clone());
+    let stage = Stage::new(name.to_string(), opts.app_binary.clone(), opts.live.clone());
     let measured = S::play(sizes, &stage).await?;
     let rows = measured
         .iter()

@@ -80,6 +80,21 @@ async fn safe_strategies_keep_the_stock_and_one_per_customer_through_a_flood_and
     let md = std::fs::read_to_string(out.path().join("latest/report.md")).unwrap();
     assert!(md.contains("## The flood"), "{md}");
     assert!(md.contains("No strategy broke a rule in the flood"), "{md}");
+    let html = std::fs::read_to_string(out.path().join("latest/report.html")).unwrap();
+    let flood_section = &html[html
+        .find("<section id=\"flood\">")
+        .expect("a flood section")..];
+    for f in &report.floods {
+        assert!(
+            flood_section.contains(&format!("data-chart=\"flood-{}.svg\"", f.strategy.name)),
+            "{}'s flood chart is drawn in the page",
+            f.strategy.name
+        );
+    }
+    assert!(
+        !html.contains("flood-conditional.svg)"),
+        "the page links no chart file"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

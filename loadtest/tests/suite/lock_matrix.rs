@@ -125,6 +125,81 @@ async fn the_quick_matrix_measures_every_requirement_and_finds_no_violation() {
         std::fs::read_to_string(dir.path().join("matrix.md")).unwrap(),
         md
     );
+    let page = std::fs::read_to_string(dir.path().join("matrix.html")).unwrap();
+    assert!(page.contains("<table class=\"sortable\">"), "{page}");
+    for row in &m.rows {
+        assert!(
+            page.contains(&format!("<code>{}</code>", row.backend)),
+            "{page}"
+        );
+    }
+}
+
+/// The seed articles' database locks in the matrix: each claim the articles make for them is
+/// measured in its row and judged in the matrix's text — exclusion (history-checked), a dead
+/// holder's lock freed by the database, a try that does not wait, re-entry held until the
+/// last release.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_articles_database_locks_have_their_claims_measured_in_the_matrix() {
+    sandbox::require_faults!();
+    let opts = Options {
+        settings: Settings::new(true),
+        backends: vec![
+            Backend::DbRowLock,
+            Backend::DbBlockingInsert,
+            Backend::DbLockReentrant,
+        ],
+        hold_binary: env!("CARGO_BIN_EXE_seckill-bench").into(),
+    };
+    let m = matrix::run(&opts).await.unwrap();
+    let md = matrix::markdown(&m);
+    eprintln!("{md}");
+    assert!(md.contains("Every lock kept what it claims"), "{md}");
+    let claims = &md[md
+        .find("## The seed articles' claims")
+        .expect("a section on the articles' claims")..];
+    for row in &m.rows {
+        let b = row.backend;
+        let c = &row.contention;
+        assert!(c.acquisitions > 0, "{b}: {c}");
+        assert_eq!(c.history_violations, Some(0), "{b}: {c}");
+        assert!(
+            matches!(
+                row.reentry,
+                Reentry::Reentered {
+                    held_after_inner_release: true,
+                    free_after_outer_release: true
+                }
+            ),
+            "{b}: {:?}",
+            row.reentry
+        );
+        let t = &row.try_once;
+        assert_eq!((t.granted, t.busy), (0, t.tries), "{b}: {t:?}");
+        let e = &row.expiry;
+        assert!(
+            e.held_before_kill && e.freed_after_ms.is_some(),
+            "{b}: {e:?}"
+        );
+        assert!(e.next_token > Some(e.holder_token), "{b}: {e:?}");
+        assert!(claims.contains(&format!("`{b}`:")), "{b}: {claims}");
+        assert!(
+            claims.contains("- mutual exclusion: holds"),
+            "{b}: {claims}"
+        );
+    }
+    for b in [Backend::DbRowLock, Backend::DbBlockingInsert] {
+        let row = &claims[claims.find(&format!("`{b}`:")).unwrap()..];
+        for claim in [
+            "the database frees a dead holder's lock: holds",
+            "a non-blocking try: holds",
+            "reentrancy: holds",
+            "waiters served in arrival order:",
+            "no thundering herd (only the next waiter wakes):",
+        ] {
+            assert!(row.contains(claim), "{b}: {claim} in {row}");
+        }
+    }
 }
 
 /// The hidden `lock hold` quits (and gives the lock back) when its standard input closes: a

@@ -8,6 +8,7 @@ mod baselines;
 mod committed;
 mod coordinated_omission;
 mod flood;
+mod live_page;
 mod lock_bench;
 mod lock_matrix;
 mod lock_peers;

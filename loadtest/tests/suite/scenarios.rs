@@ -14,6 +14,7 @@ pub(crate) async fn quick(name: Name) -> ScenarioReport {
     let opts = Options {
         quick: true,
         app_binary: Some(common::app_binary()),
+        ..Options::default()
     };
     let mut reports = scenario::run(Selection::One(name), &opts)
         .await
@@ -132,6 +133,21 @@ async fn a_local_mutex_holds_with_one_instance_and_oversells_with_three() {
     };
     assert_eq!(f(1).oversell, 0);
     assert!(f(3).oversell > 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn lock_waiters_on_the_purchases_pool_starve_lock_free_buyers_and_a_pool_of_their_own_does_not()
+ {
+    use scenario::connection_cost::Deployment;
+    sandbox::require_faults!();
+    let report = quick(Name::ConnectionCost).await;
+    assert_all_pass(&report);
+    let f = |d: Deployment| row!(report, d, connection_cost);
+    assert!(f(Deployment::OnePool).lock_free.no_connection > 0);
+    assert_eq!(f(Deployment::OwnPool).lock_free.no_connection, 0);
+    let bounded = f(Deployment::BoundedWait);
+    assert_eq!(bounded.locked.waited_out_pool, 0);
+    assert_eq!(bounded.lock_free.no_connection, 0);
 }
 
 #[test]
@@ -349,6 +365,7 @@ async fn every_scenario_in_its_full_form_meets_its_expectations() {
     let opts = Options {
         quick: false,
         app_binary: Some(common::app_binary()),
+        ..Options::default()
     };
     let selection = match std::env::var("SECKILL_SCENARIO") {
         Ok(name) => clap::ValueEnum::from_str(&name, false).expect("a scenario name or `all`"),

@@ -105,6 +105,33 @@ async fn a_crowd_makes_exactly_its_clicks_and_counts_every_answer_by_code() {
 }
 
 #[tokio::test]
+async fn a_watched_crowd_reports_every_click_it_records_as_it_is_answered() {
+    let (api, _shop) = shop(3, 1, 1).await;
+    let seen: Arc<Mutex<Vec<testkit::Click>>> = Arc::default();
+    let watcher = seen.clone();
+    let answers = Crowd::new(2, Clicks::Total(6), Strategy::Conditional, "watched")
+        .retrying(Retry {
+            when: Retry::transient,
+            times: 2,
+            pause: Duration::ZERO,
+            jitter: Duration::ZERO,
+        })
+        .watched(move |click| watcher.lock().unwrap().push(click.clone()))
+        .run(&api, 7)
+        .await;
+    let mut seen = seen.lock().unwrap().clone();
+    let mut recorded = answers.clicks.clone();
+    let by_id = |c: &testkit::Click| c.request_id.clone();
+    seen.sort_by_key(by_id);
+    recorded.sort_by_key(by_id);
+    assert_eq!(seen, recorded, "the watch saw each click once, as recorded");
+    assert!(
+        seen.iter().all(|c| c.tries == 2),
+        "after its retry, not before"
+    );
+}
+
+#[tokio::test]
 async fn a_retried_answer_is_sent_again_with_the_same_request_id() {
     let (api, shop) = shop(10, 1, 1).await;
     let retry_busy = Retry {

@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use sandbox::REDLOCK_INSTANCES;
 
 use super::availability::CONTENDERS;
-use super::{Matrix, Requirement, Settings, contention, duration};
+use super::{Matrix, Requirement, Settings, claims, contention, duration};
 use crate::report::table::Table;
 
 /// The note marks of the columns, in [`Requirement::ALL`]'s order.
@@ -55,6 +55,7 @@ pub fn render(m: &Matrix) -> String {
     for text in broken {
         let _ = writeln!(out, "{text}\n");
     }
+    out.push_str(&claims::section(m));
     for (requirement, mark) in Requirement::ALL.iter().zip(MARKS) {
         let _ = writeln!(
             out,
@@ -100,7 +101,8 @@ fn note(requirement: Requirement, s: &Settings) -> String {
         ),
         Requirement::Reentrancy => format!(
             "The holder asks for the lock again: through `reenter` where the lock offers it \
-             (`redis-watchdog`, `redis-fair`), and then another client must be refused after the \
+             (`redis-watchdog`, `redis-fair`, `db-lock-reentrant`, `db-row-lock`, \
+             `db-blocking-insert`), and then another client must be refused after the \
              first release and granted after the second; elsewhere by a second `acquire` from \
              the holder's own client, waiting up to {}.",
             duration(s.reentry_wait_ms as f64)

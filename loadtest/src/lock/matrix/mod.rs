@@ -19,10 +19,15 @@
 //! * [`expiry`]: a child process holding the lock is SIGKILLed: when is it free again?
 //! * [`availability`]: servers are killed under the lock.
 //!
+//! The database rows include the seed articles' row-lock designs (`db-row-lock`,
+//! `db-blocking-insert`) and the unique-key lock made reentrant; [`claims`] sets what the
+//! articles claim for them beside what their rows measured.
+//!
 //! ZooKeeper and etcd rows run on a three-member cluster (the deployment whose availability
 //! there is something to say about), Redlock on its five instances, the others on one server.
 
 mod availability;
+mod claims;
 mod contention;
 mod expiry;
 mod markdown;
@@ -50,8 +55,11 @@ use crate::rig::environment::utc_now;
 use rig::Rig;
 
 /// The rows, in order: the database, the caches, the coordination services.
-pub const BACKENDS: [Backend; 8] = [
+pub const BACKENDS: [Backend; 11] = [
     Backend::DbLock,
+    Backend::DbLockReentrant,
+    Backend::DbRowLock,
+    Backend::DbBlockingInsert,
     Backend::Redis,
     Backend::RedisWatchdog,
     Backend::RedisFair,
@@ -310,11 +318,18 @@ async fn row(backend: Backend, rig: &Rig, opts: &Options) -> Result<Row> {
     })
 }
 
-/// Writes `matrix.md` and `matrix.json` into `dir` (created if missing).
+/// Writes `matrix.md`, `matrix.json` and `matrix.html` (the Markdown as a page, its table
+/// sortable) into `dir` (created if missing).
 pub fn write(dir: &Path, matrix: &Matrix) -> Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let json = serde_json::to_string_pretty(matrix)? + "\n";
-    for (name, text) in [("matrix.json", json), ("matrix.md", markdown(matrix))] {
+    let md = markdown(matrix);
+    let html = crate::report::html::page::markdown_page("Lock requirements matrix", &md);
+    for (name, text) in [
+        ("matrix.json", json),
+        ("matrix.md", md),
+        ("matrix.html", html),
+    ] {
         let path = dir.join(name);
         std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
     }

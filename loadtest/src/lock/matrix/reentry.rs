@@ -1,7 +1,9 @@
 //! Reentrancy: the holder asks for the lock it holds once more.
 //!
-//! The watchdog and fair Redis locks offer it, as Redisson's locks do: `reenter(&guard)` counts
-//! one more hold of the same owner, and the lock is free only when every guard was released.
+//! The watchdog and fair Redis locks offer it, as Redisson's locks do, and so do the database
+//! locks the seed articles make reentrant (the unique-key lock's owner column and count, the
+//! row-lock and blocking-insert locks' own transaction): `reenter(&guard)` counts one more hold
+//! of the same owner, and the lock is free only when every guard was released.
 //! That is checked, not assumed: after the inner release another client must still be refused,
 //! after the outer one granted. Every other backend follows the crate's contract (an owner per
 //! acquisition), so a second `acquire` by the holder's own client is just another contender:
@@ -11,6 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
+use locks::database::{DbInsertLock, DbLock, DbReentrantLock, DbRowLock};
 use locks::redis::{RedisFairLock, RedisWatchdogLock};
 use locks::{AcquireOptions, Backend, DistributedLock, Guard, LockError};
 use serde::Serialize;
@@ -80,6 +83,31 @@ impl Reentrant for RedisFairLock {
     }
 }
 
+impl Reentrant for DbReentrantLock {
+    async fn enter_again(&self, guard: &Guard) -> Result<Option<Guard>, LockError> {
+        self.reenter(guard).await
+    }
+}
+
+impl Reentrant for DbRowLock {
+    async fn enter_again(&self, guard: &Guard) -> Result<Option<Guard>, LockError> {
+        self.reenter(guard).await
+    }
+}
+
+impl Reentrant for DbInsertLock {
+    async fn enter_again(&self, guard: &Guard) -> Result<Option<Guard>, LockError> {
+        self.reenter(guard).await
+    }
+}
+
+/// A pool of the lock database, its tables created: what the database locks are made over.
+async fn lock_pool(endpoints: &sandbox::Endpoints) -> Result<sqlx::MySqlPool> {
+    let pool = crate::lock::lock_database(&endpoints.database_url).await?;
+    DbLock::create_table(&pool).await?;
+    Ok(pool)
+}
+
 pub async fn measure(
     backend: Backend,
     endpoints: &sandbox::Endpoints,
@@ -91,6 +119,18 @@ pub async fn measure(
             reentered(&RedisWatchdogLock::connect(url)?, backend, endpoints).await
         }
         Backend::RedisFair => reentered(&RedisFairLock::connect(url)?, backend, endpoints).await,
+        Backend::DbLockReentrant => {
+            let lock = DbReentrantLock::new(lock_pool(endpoints).await?);
+            reentered(&lock, backend, endpoints).await
+        }
+        Backend::DbRowLock => {
+            let lock = DbRowLock::new(lock_pool(endpoints).await?);
+            reentered(&lock, backend, endpoints).await
+        }
+        Backend::DbBlockingInsert => {
+            let lock = DbInsertLock::new(lock_pool(endpoints).await?);
+            reentered(&lock, backend, endpoints).await
+        }
         _ => second_acquire(connect_backend(backend, endpoints).await?, wait).await,
     }
 }

@@ -22,7 +22,7 @@ use crate::lock::connect_backend;
 /// Time for the waiters' first attempts (and subscriptions, watches) before counting.
 const SETTLE: Duration = Duration::from_millis(200);
 /// Below this many requests per waiter per second, waiting is not polling.
-const POLLING: f64 = 1.0;
+pub(super) const POLLING: f64 = 1.0;
 
 /// What waiting for a held lock cost, and how soon its release was noticed.
 #[derive(Debug, Clone, Serialize)]
@@ -44,6 +44,7 @@ impl Waiting {
             let how = match backend {
                 Backend::RedisWatchdog | Backend::RedisFair => "pub/sub",
                 Backend::ZooKeeper | Backend::Etcd => "watch",
+                Backend::DbRowLock | Backend::DbBlockingInsert => "blocked statement",
                 _ => "notified",
             };
             format!("{how}: {rate:.1} requests/s per waiter while held; woke in {woke}")

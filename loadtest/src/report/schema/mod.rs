@@ -69,6 +69,19 @@ impl RunReport {
     pub fn strategy(&self, strategy: Strategy) -> Option<&StrategyReport> {
         self.strategies.iter().find(|s| s.strategy.name == strategy)
     }
+
+    /// The CPU groups ([`GROUPS`]' order) measured for at least one strategy.
+    pub fn cpu_groups(&self) -> Vec<&'static str> {
+        GROUPS
+            .iter()
+            .map(|(g, _)| *g)
+            .filter(|g| {
+                self.strategies
+                    .iter()
+                    .any(|x| x.cpu.as_ref().and_then(|c| c.group(g)).is_some())
+            })
+            .collect()
+    }
 }
 
 /// The settings of a run, every default applied.

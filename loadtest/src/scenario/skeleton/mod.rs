@@ -13,6 +13,7 @@ pub use timeline::Timeline;
 
 pub use crate::analyse::history::Checked;
 
+use crate::live::Feed;
 use crate::report::schema::Event;
 
 /// What one row's subject was expected to do, what it did, and whether that matched (for a
@@ -39,14 +40,16 @@ pub struct Stage {
     name: String,
     app_binary: Option<PathBuf>,
     rounds: Mutex<Vec<Timeline>>,
+    live: Feed,
 }
 
 impl Stage {
-    pub(super) fn new(name: String, app_binary: Option<PathBuf>) -> Stage {
+    pub(super) fn new(name: String, app_binary: Option<PathBuf>, live: Feed) -> Stage {
         Stage {
             name,
             app_binary,
             rounds: Mutex::new(Vec::new()),
+            live,
         }
     }
 
@@ -59,13 +62,13 @@ impl Stage {
 
     /// A timeline for the whole scenario.
     pub fn timeline(&self) -> Timeline {
-        self.add(Timeline::new(None))
+        self.add(Timeline::new(None, &self.name, &self.live))
     }
 
     /// A timeline for one round (a strategy, a backend, a mode): its time starts now, and its
     /// actors are shown as `<round>: <actor>`.
     pub fn round(&self, round: impl Into<String>) -> Timeline {
-        self.add(Timeline::new(Some(round.into())))
+        self.add(Timeline::new(Some(round.into()), &self.name, &self.live))
     }
 
     fn add(&self, timeline: Timeline) -> Timeline {

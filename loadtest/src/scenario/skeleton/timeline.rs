@@ -3,6 +3,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use crate::live::Feed;
 use crate::report::schema::Event;
 
 /// A shared, clonable event log with one time origin.
@@ -12,14 +13,20 @@ pub struct Timeline {
     /// Shown before every actor.
     round: Option<String>,
     events: Arc<Mutex<Vec<Event>>>,
+    /// The scenario's name, for the live page.
+    scenario: Arc<str>,
+    /// Told of each event as it is logged (and, in teaching mode, holds it until "Next").
+    live: Feed,
 }
 
 impl Timeline {
-    pub(super) fn new(round: Option<String>) -> Timeline {
+    pub(super) fn new(round: Option<String>, scenario: &str, live: &Feed) -> Timeline {
         Timeline {
             start: Instant::now(),
             round,
             events: Arc::default(),
+            scenario: scenario.into(),
+            live: live.clone(),
         }
     }
 
@@ -40,7 +47,8 @@ impl Timeline {
             },
             what: what.into(),
         };
-        self.lock().push(event);
+        self.lock().push(event.clone());
+        self.live.timeline(&self.scenario, &event);
     }
 
     /// Notes every step of a recorded lock history, at the times it recorded.

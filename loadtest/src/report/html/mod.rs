@@ -1,0 +1,224 @@
+//! `report.html`: the run as one self-contained page — the summary table (sortable), the
+//! charts inline, the findings in words, every scenario with its timeline drawn, the
+//! accounting, the loads, the baselines, the environment, and the comparison with another run
+//! when one is given. Every figure is read from the schema ([`RunReport`]) or from the
+//! comparison `analyse::compare` computed; nothing is computed here.
+//!
+//! The page makes no request: its style and script are inline, the charts are inline SVG, and
+//! its Content-Security-Policy (`default-src 'none'`, the script allowed by its hash) forbids
+//! the browser to fetch anything (see [`page`]).
+
+pub mod comparison;
+pub mod page;
+pub mod tables;
+pub mod timeline;
+
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use maud::{Markup, PreEscaped, html};
+
+use super::charts::Chart;
+use super::comparison::Comparison;
+use super::schema::RunReport;
+use super::{flood, prose};
+
+/// Writes `report.html` into `dir`.
+pub fn write(
+    dir: &Path,
+    r: &RunReport,
+    charts: &[Chart],
+    flood_charts: &[Chart],
+    compared: Option<&Comparison>,
+) -> Result<()> {
+    let path = dir.join("report.html");
+    std::fs::write(&path, render(r, charts, flood_charts, compared))
+        .with_context(|| format!("writing {}", path.display()))
+}
+
+/// The whole page: `charts` after the summary, `flood_charts` in the flood's section.
+pub fn render(
+    r: &RunReport,
+    charts: &[Chart],
+    flood_charts: &[Chart],
+    compared: Option<&Comparison>,
+) -> String {
+    let title = format!("seckill-bench run, {}", r.started_at);
+    page::document(
+        &title,
+        body(r, charts, flood_charts, compared),
+        &[page::SORT_SCRIPT],
+        None,
+    )
+    .into_string()
+}
+
+/// A comparison of two runs alone, as a page (`seckill-bench compare --out`).
+pub fn render_comparison(c: &Comparison) -> String {
+    let body = html! {
+        h1 { "Comparison: " (c.a) " → " (c.b) }
+        (comparison::section(c))
+    };
+    page::document(
+        &format!("Comparison {} → {}", c.a, c.b),
+        body,
+        &[page::SORT_SCRIPT],
+        None,
+    )
+    .into_string()
+}
+
+fn body(
+    r: &RunReport,
+    charts: &[Chart],
+    flood_charts: &[Chart],
+    compared: Option<&Comparison>,
+) -> Markup {
+    let s = &r.settings;
+    html! {
+        h1 { "seckill-bench run, " (r.started_at) }
+        p.note {
+            (r.strategies.len()) " strategies on " (s.instances) " app instance(s); flash sale of "
+            (s.stock) " units to " (s.buyers) " concurrent buyers sending " (s.demand) " requests of "
+            (s.quantity) " unit(s); each closed-loop and baseline figure is the median of "
+            (s.repetitions) " run(s) of " (s.seconds) " s, with min–max in parentheses. Machine: "
+            span #machine { (r.environment.cpu_model.as_deref().unwrap_or("unknown CPU")) ", "
+                (r.environment.cpus) " CPUs" }
+            ". Total run time " (format!("{:.0}", r.duration_seconds)) " s."
+        }
+        nav { "Sections: "
+            a href="#summary-section" { "summary" } " · "
+            @if compared.is_some() { a href="#comparison-section" { "comparison" } " · " }
+            a href="#findings" { "what went wrong" } " · "
+            @if !r.scenarios.is_empty() { a href="#scenarios" { "scenarios" } " · " }
+            @if !r.floods.is_empty() { a href="#flood" { "flood" } " · " }
+            a href="#sale" { "flash sale" } " · "
+            a href="#throughput" { "throughput" } " · "
+            a href="#baselines" { "baselines" } " · "
+            a href="#environment-section" { "environment" }
+        }
+        h2 #summary-section { "Summary" }
+        p.note { "Click a column's title to sort by it." }
+        (tables::summary(r))
+        @for chart in charts {
+            figure data-chart=(chart.file) { (PreEscaped(&chart.svg)) }
+        }
+        @if let Some(c) = compared {
+            h2 #comparison-section { "Compared with the previous run" }
+            (comparison::section(c))
+        }
+        h2 #findings { "What went wrong and why" }
+        @if r.findings.sales.is_empty() {
+            p { "Every strategy kept every invariant in this run." }
+        }
+        @for f in &r.findings.sales {
+            @if let Some(x) = r.strategy(f.strategy) {
+                (page::prose(&prose::sale(x, f, s.instances)))
+            }
+        }
+        @if !r.scenarios.is_empty() {
+            h2 #scenarios { "Fault scenarios" }
+            p { "Each scenario starts its own servers and app instances, injects one fault, and \
+                 compares what each strategy or lock was expected to do with what it did. For a \
+                 deliberately broken variant, " em { "pass" } " means its failure showed." }
+            @for sc in &r.scenarios { (timeline::scenario(sc)) }
+        }
+        @if !r.floods.is_empty() {
+            section #flood {
+                (page::prose_with_tables(&flood::markdown_without_charts(r.settings.flood.as_ref(), &r.floods)))
+                @for chart in flood_charts {
+                    figure data-chart=(chart.file) { (PreEscaped(&chart.svg)) }
+                }
+            }
+        }
+        h2 #sale { "Flash sale: the database's accounting" }
+        p.note { "sold = Σ order quantities; oversell = max(0, sold − S); lost updates = sold − \
+                  (S − final stock) when positive; undersell = units left although demand \
+                  exceeded supply. The answers are what the clients were told." }
+        (tables::accounting(r))
+        h2 #throughput { "Throughput, closed loop" }
+        (tables::loads("closed", r.strategies.iter().map(|x| (x.strategy.name.to_string(), &x.throughput.closed))))
+        h3 { "Open loop (latency from the intended send time)" }
+        (tables::loads("open", r.strategies.iter().map(|x| (x.strategy.name.to_string(), &x.throughput.open))))
+        @if r.strategies.iter().any(|x| x.cpu.is_some()) {
+            h3 { "CPU per 1,000 deductions (closed loop): CPU-seconds / busy cores" }
+            (tables::cpu(r))
+        }
+        @if !r.findings.time.is_empty() {
+            h3 { "Where the time goes" }
+            @for f in &r.findings.time {
+                @if let Some(x) = r.strategy(f.strategy) { (page::prose(&prose::time(x, f))) }
+            }
+        }
+        h2 #baselines { "Baselines (nothing of ours in between)" }
+        @if r.baselines.is_empty() {
+            p { "Skipped." }
+        } @else {
+            (tables::loads("baseline-loads", r.baselines.iter().map(|b| (format!("{}: {}", b.name, b.what), &b.result))))
+            @if let Some(check) = &r.findings.client { (page::prose(&prose::client(check))) }
+            @if r.baselines.iter().any(|b| b.standard_tool.is_some()) {
+                h3 { "Ours beside the standard tools" }
+                (tables::tools(r))
+                @for f in &r.findings.tools { (page::prose(&prose::tool(f))) }
+            }
+        }
+        @if !r.hot_row_sweep.is_empty() {
+            h3 { "The hot row at several connection counts" }
+            (tables::loads("sweep", r.hot_row_sweep.iter().map(|l| (format!("{} connections", l.concurrency), l))))
+        }
+        h2 #environment-section { "Environment" }
+        (tables::environment(r))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::charts;
+    use crate::sample::report;
+
+    #[test]
+    fn the_page_holds_every_strategy_the_charts_and_no_reference_to_anything_outside() {
+        let r = report();
+        let html = render(&r, &charts::all(&r).unwrap(), &[], None);
+        for x in &r.strategies {
+            assert!(
+                html.contains(&format!("data-strategy=\"{}\"", x.strategy.name)),
+                "{} has no row",
+                x.strategy.name
+            );
+        }
+        assert_eq!(html.matches("<svg").count(), 3, "the three charts inline");
+        for outside in ["src=", "href=\"http", "@import", "url("] {
+            assert!(
+                !html.contains(outside),
+                "the page refers outside itself: {outside}"
+            );
+        }
+        assert!(html.contains("content=\"default-src 'none'"), "no CSP");
+    }
+
+    #[test]
+    fn the_accounting_cells_carry_the_reports_figures() {
+        let mut r = report();
+        r.strategies[0].sale.accounting.oversell = 7;
+        r.strategies[0].sale.accounting.orders = 107;
+        let html = render(&r, &[], &[], None);
+        let name = r.strategies[0].strategy.name;
+        let row_at = html
+            .find(&format!(
+                "<tr data-strategy=\"{name}\"><td><code>{name}</code></td><td>{}",
+                r.strategies[0].strategy.safety
+            ))
+            .expect("the accounting row");
+        let row = &html[row_at..row_at + html[row_at..].find("</tr>").unwrap()];
+        assert!(
+            row.contains("data-field=\"oversell\" data-sort=\"7\">7<"),
+            "{row}"
+        );
+        assert!(
+            row.contains("data-field=\"orders\" data-sort=\"107\">107<"),
+            "{row}"
+        );
+    }
+}
