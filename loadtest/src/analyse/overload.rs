@@ -81,7 +81,8 @@ fn most_frequent_other(o: &Outcomes) -> String {
         .filter(|(code, _)| *code != ErrorCode::Overloaded)
         .map(|(code, n)| (n, format!("`{} {}`", code.status().as_u16(), code.name())))
         .chain(
-            (o.unexpected.iter()).map(|(status, n)| (*n, format!("`{status}` outside the contract"))),
+            (o.unexpected.iter())
+                .map(|(status, n)| (*n, format!("`{status}` outside the contract"))),
         )
         .chain([(o.transport_error, "no answer".to_owned())])
         .chain([(o.replayed, "`200` replayed".to_owned())])
@@ -108,12 +109,14 @@ mod tests {
     #[test]
     fn slow_purchases_name_the_purchases_in_flight_beside_the_limit() {
         let f = finding(&overload(2_500_000, 2_000, 0)).expect("a miss");
-        let [OverloadMiss::SlowAccepted {
-            p99_us,
-            in_flight,
-            in_flight_limit,
-            ..
-        }] = f.misses.as_slice()
+        let [
+            OverloadMiss::SlowAccepted {
+                p99_us,
+                in_flight,
+                in_flight_limit,
+                ..
+            },
+        ] = f.misses.as_slice()
         else {
             panic!("{f:?}")
         };
@@ -124,8 +127,14 @@ mod tests {
     #[test]
     fn slow_refusals_and_growing_memory_are_each_a_miss() {
         let f = finding(&overload(200_000, 40_000, 64 << 20)).expect("a miss");
-        assert!(matches!(f.misses[0], OverloadMiss::SlowRefusals { p99_us: 40_000, .. }));
-        assert!(matches!(f.misses[1], OverloadMiss::MemoryGrew { .. }), "{f:?}");
+        assert!(matches!(
+            f.misses[0],
+            OverloadMiss::SlowRefusals { p99_us: 40_000, .. }
+        ));
+        assert!(
+            matches!(f.misses[1], OverloadMiss::MemoryGrew { .. }),
+            "{f:?}"
+        );
     }
 
     #[test]
@@ -133,11 +142,13 @@ mod tests {
         let mut o = overload(200_000, 2_000, 0);
         o.load.outcomes.count(&testkit::Answer::Transport);
         let f = finding(&o).expect("a miss");
-        let [OverloadMiss::OtherAnswers {
-            count,
-            transport_errors,
-            most,
-        }] = f.misses.as_slice()
+        let [
+            OverloadMiss::OtherAnswers {
+                count,
+                transport_errors,
+                most,
+            },
+        ] = f.misses.as_slice()
         else {
             panic!("{f:?}")
         };

@@ -70,10 +70,19 @@ mod tests {
 
     #[test]
     fn the_resident_set_is_read_in_bytes_from_the_status_text() {
-        let status = "Name:\tseckill-app\nVmPeak:\t  812344 kB\nVmRSS:\t   23512 kB\nRssAnon:\t 1 kB\n";
+        let status =
+            "Name:\tseckill-app\nVmPeak:\t  812344 kB\nVmRSS:\t   23512 kB\nRssAnon:\t 1 kB\n";
         assert_eq!(parse_rss(status), Some(23_512 * 1024));
-        assert_eq!(parse_rss("Name:\tkthreadd\n"), None, "a kernel thread has none");
-        assert_eq!(parse_rss("VmRSS:\t12 MB\n"), None, "another unit is not guessed");
+        assert_eq!(
+            parse_rss("Name:\tkthreadd\n"),
+            None,
+            "a kernel thread has none"
+        );
+        assert_eq!(
+            parse_rss("VmRSS:\t12 MB\n"),
+            None,
+            "another unit is not guessed"
+        );
     }
 
     #[tokio::test]

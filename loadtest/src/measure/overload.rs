@@ -87,7 +87,9 @@ pub async fn run_overload(api: &Api, plan: &OverloadPlan<'_>) -> Result<Overload
                 let at = Instant::now();
                 let answer = buyers.send(i).await;
                 if at >= measured_from {
-                    sent.lock().expect("not poisoned").record(&answer, at.elapsed());
+                    sent.lock()
+                        .expect("not poisoned")
+                        .record(&answer, at.elapsed());
                 }
                 answer
             }
@@ -96,7 +98,9 @@ pub async fn run_overload(api: &Api, plan: &OverloadPlan<'_>) -> Result<Overload
     .await;
     drop(split_feed);
     let from_due = splitter.await.context("the answers' splitter")?;
-    let loaded_bytes = loaded.await.context("the memory at the end of the warm-up")?;
+    let loaded_bytes = loaded
+        .await
+        .context("the memory at the end of the warm-up")?;
     settle(api, &buyers_plan).await?;
     let (after_bytes, after_instances) = memory::rss(&pids);
     let peak_bytes = watch.stop(after_bytes);

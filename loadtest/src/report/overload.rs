@@ -4,9 +4,7 @@
 
 use std::fmt::Write;
 
-use super::schema::{
-    LatencySummary, OverloadFinding, OverloadMiss, OverloadResult, OverloadShape,
-};
+use super::schema::{LatencySummary, OverloadFinding, OverloadMiss, OverloadResult, OverloadShape};
 use super::table::Table;
 use crate::analyse::overload::{
     ACCEPTED_P99_BAR_US, MEMORY_MARGIN_BYTES, MEMORY_MARGIN_SHARE, REFUSAL_P99_BAR_US,

@@ -72,7 +72,8 @@ async fn the_overload_phase_counts_every_request_refuses_the_excess_with_503_ove
             due_in_window(o),
             "{name}: every request due in the window is answered or counted unsent"
         );
-        let split = o.from_due.accepted.count + o.from_due.overloaded.count + o.from_due.other.count;
+        let split =
+            o.from_due.accepted.count + o.from_due.overloaded.count + o.from_due.other.count;
         assert_eq!(split + o.unsplit, outcomes.total(), "{name}");
         if outcomes.total() < 1 << 16 {
             // Fewer answers than the feed holds: none can have been passed over.
@@ -86,7 +87,11 @@ async fn the_overload_phase_counts_every_request_refuses_the_excess_with_503_ove
             "{name}: what was not bought was refused `503 overloaded`: {outcomes:?}"
         );
         assert_eq!(o.other(), 0, "{name}: {outcomes:?}");
-        assert_eq!(o.memory.instances, settings.instances, "{name}: {:?}", o.memory);
+        assert_eq!(
+            o.memory.instances, settings.instances,
+            "{name}: {:?}",
+            o.memory
+        );
         assert!(
             o.memory.before_bytes > 0 && o.memory.peak_bytes >= o.memory.loaded_bytes,
             "{name}: {:?}",
@@ -95,14 +100,22 @@ async fn the_overload_phase_counts_every_request_refuses_the_excess_with_503_ove
     }
 
     let read = loadtest::report::json::read(&out.path().join("latest")).unwrap();
-    assert_eq!(read.overloads, report.overloads, "the JSON holds the figures");
+    assert_eq!(
+        read.overloads, report.overloads,
+        "the JSON holds the figures"
+    );
     assert_eq!(read.settings.overload, Some(SHAPE));
     let md = std::fs::read_to_string(out.path().join("latest/report.md")).unwrap();
     assert!(md.contains("## Overload: 3 × capacity"), "{md}");
     for o in &report.overloads {
         let row = md
             .lines()
-            .find(|l| l.starts_with(&format!("| `{}` | {:.0} |", o.strategy.name, o.capacity_per_second)))
+            .find(|l| {
+                l.starts_with(&format!(
+                    "| `{}` | {:.0} |",
+                    o.strategy.name, o.capacity_per_second
+                ))
+            })
             .unwrap_or_else(|| panic!("no overload row for {}:\n{md}", o.strategy.name));
         assert!(
             row.contains(&format!("| {:.0} |", o.offered_per_second))
@@ -111,7 +124,9 @@ async fn the_overload_phase_counts_every_request_refuses_the_excess_with_503_ove
         );
     }
     let html = std::fs::read_to_string(out.path().join("latest/report.html")).unwrap();
-    let section = &html[html.find("<section id=\"overload\">").expect("an overload section")..];
+    let section = &html[html
+        .find("<section id=\"overload\">")
+        .expect("an overload section")..];
     for o in &report.overloads {
         assert!(
             section.contains(&format!("<code>{}</code>", o.strategy.name)),
@@ -122,7 +137,10 @@ async fn the_overload_phase_counts_every_request_refuses_the_excess_with_503_ove
 
     let db = sqlx::mysql::MySqlPoolOptions::new()
         .max_connections(1)
-        .connect(&format!("{}/{}", target.endpoints.database_url, target.database))
+        .connect(&format!(
+            "{}/{}",
+            target.endpoints.database_url, target.database
+        ))
         .await
         .unwrap();
     for k in 0..report.overloads.len() as u64 {

@@ -211,7 +211,10 @@ mod tests {
     fn the_overload_phase_has_its_section_with_its_table() {
         let r = report();
         let html = render(&r, &[], &[], None);
-        assert!(html.contains("href=\"#overload\""), "no link in the sections");
+        assert!(
+            html.contains("href=\"#overload\""),
+            "no link in the sections"
+        );
         let section = &html[html
             .find("<section id=\"overload\">")
             .expect("an overload section")..];
