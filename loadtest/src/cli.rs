@@ -302,7 +302,7 @@ impl RunArgs {
                 Some(self.flood.shape(self.quick, self.instances)?)
             },
             only_flood: false,
-            overload: (!self.no_overload && !self.only_baselines).then(|| OverloadShape {
+            overload: (!self.no_overload && !self.only_baselines).then_some(OverloadShape {
                 factor: self.overload_factor,
                 warmup: if self.quick { 0.3 } else { 1.0 },
                 seconds: if self.quick { 1.0 } else { 3.0 },

@@ -62,7 +62,7 @@ pub fn finding(o: &OverloadResult) -> Option<OverloadFinding> {
             margin_bytes: margin,
         });
     }
-    (!misses.is_empty()).then(|| OverloadFinding {
+    (!misses.is_empty()).then_some(OverloadFinding {
         strategy: o.strategy.name,
         misses,
     })
@@ -88,7 +88,7 @@ fn most_frequent_other(o: &Outcomes) -> String {
         .chain([(o.replayed, "`200` replayed".to_owned())])
         .filter(|(n, _)| *n > 0)
         .collect();
-    counts.sort_by(|a, b| b.0.cmp(&a.0));
+    counts.sort_by_key(|(n, _)| std::cmp::Reverse(*n));
     counts
         .into_iter()
         .next()
