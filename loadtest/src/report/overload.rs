@@ -172,16 +172,18 @@ pub fn miss(m: &OverloadMiss) -> String {
             } else if *overloaded == 0 {
                 format!(
                     "No request was refused `503 overloaded`: about {in_flight:.0} purchases \
-                     were in the service at once (accepted/s × their mean time), under the limit \
-                     of {in_flight_limit}, so the excess queued inside instead; at \
-                     {accepted_per_second:.0} purchases/s a full limit is {queue:.1} s of waiting."
+                     were outstanding at once (accepted/s × their mean time from the send), \
+                     under the limit of {in_flight_limit}, so the excess queued inside instead; \
+                     at {accepted_per_second:.0} purchases/s a full limit is {queue:.1} s of \
+                     waiting."
                 )
             } else {
                 format!(
-                    "About {in_flight:.0} purchases were in the service at once against a limit \
-                     of {in_flight_limit}: at {accepted_per_second:.0} purchases/s, one admitted \
-                     behind a full limit waits {queue:.1} s — the limit admits more than this \
-                     strategy answers within the bar."
+                    "About {in_flight:.0} purchases were outstanding at once (accepted/s × their \
+                     mean time from the send) against a limit of {in_flight_limit} in the \
+                     service: at {accepted_per_second:.0} purchases/s, one admitted behind a \
+                     full limit waits {queue:.1} s — the limit admits more than this strategy \
+                     answers within the bar."
                 )
             };
             format!("{head} {why}")
@@ -195,8 +197,9 @@ pub fn miss(m: &OverloadMiss) -> String {
                 "the refusal itself was quick once sent; the request waited in the generator, \
                  behind schedule on a busy machine"
             } else {
-                "the refusal itself was slow: the instance's threads were busy with the \
-                 accepted work before they read the request"
+                "the refusal itself waited, between the send and the answer, for an instance \
+                 busy with the accepted work to read it; the rest, behind schedule in the \
+                 generator"
             };
             format!(
                 "`503 overloaded` took {} at p99 from the due time (bar {}), {} from the send: \
