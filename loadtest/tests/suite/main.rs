@@ -12,4 +12,5 @@ mod live_page;
 mod lock_bench;
 mod lock_matrix;
 mod lock_peers;
+mod overload;
 mod scenarios;
