@@ -6,7 +6,7 @@ use app::api::Strategy;
 use clap::{Args, Parser, Subcommand};
 use locks::Backend;
 
-use crate::report::schema::{FloodShape, OPEN_RATE_SHARE, Settings};
+use crate::report::schema::{FloodShape, OPEN_RATE_SHARE, OverloadShape, Settings};
 use crate::scenario::Selection;
 
 #[derive(Debug, Parser)]
@@ -178,6 +178,15 @@ pub struct RunArgs {
     pub only_baselines: bool,
     #[command(flatten)]
     pub flood: FloodArgs,
+    /// After each deployable strategy's open loop, offer it this many times its closed-loop
+    /// purchases per second in an open loop (3 s after 1 s of warm-up; 1 s after 0.3 s with
+    /// --quick): what it accepts, how fast it refuses the rest, and the app instances' memory
+    /// meanwhile.
+    #[arg(long, default_value_t = 3.0)]
+    pub overload_factor: f64,
+    /// Skip the overload phase.
+    #[arg(long)]
+    pub no_overload: bool,
     /// Print the machine-readable result to stdout (progress goes to stderr).
     #[arg(long)]
     pub json: bool,
@@ -293,7 +302,16 @@ impl RunArgs {
                 Some(self.flood.shape(self.quick, self.instances)?)
             },
             only_flood: false,
+            overload: (!self.no_overload && !self.only_baselines).then_some(OverloadShape {
+                factor: self.overload_factor,
+                warmup: if self.quick { 0.3 } else { 1.0 },
+                seconds: if self.quick { 1.0 } else { 3.0 },
+            }),
         };
+        anyhow::ensure!(
+            self.overload_factor > 0.0,
+            "--overload-factor must be positive"
+        );
         anyhow::ensure!(settings.instances >= 1, "--instances must be at least 1");
         anyhow::ensure!(settings.buyers >= 1, "--buyers must be at least 1");
         anyhow::ensure!(settings.stock >= 1, "--stock must be at least 1");

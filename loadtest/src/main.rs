@@ -74,6 +74,7 @@ fn run(args: &RunArgs, only_flood: bool) -> Result<()> {
         settings.only_flood = true;
         settings.baselines = false;
         settings.scenarios = false;
+        settings.overload = None;
     }
     let app_binary = testkit::locate_app(args.app_bin.as_deref())?;
     let (servers, endpoints) = servers()?;

@@ -1,7 +1,8 @@
 //! `seckill-bench run`: baselines, then every strategy's flood (`seckill-bench flood`: only
 //! that), then every strategy's flash sale, then the closed-loop runs
 //! in rounds (every strategy once per round, so the machine's slow moments spread over all of
-//! them), then each strategy's open loop, against app instances started here; then the report.
+//! them), then each strategy's open loop and, for a strategy that can be deployed, its
+//! overload, against app instances started here; then the report.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -11,7 +12,7 @@ use sqlx::mysql::MySqlPoolOptions;
 
 use crate::measure::baselines::{self, Targets};
 use crate::rig::Target;
-use app::api::{Strategy, StrategyInfo};
+use app::api::{Safety, Strategy, StrategyInfo};
 use testkit::{Apps, Launch};
 
 use crate::analyse::{findings, ratios};
@@ -19,6 +20,7 @@ use crate::drive::load::Window;
 use crate::live::{Feed, Update};
 use crate::measure::cpu::{self, Sampler, Span};
 use crate::measure::flood::{FloodPlan, run_flood};
+use crate::measure::overload::{self, OverloadPlan, run_overload};
 use crate::measure::sale::{SalePlan, run_sale};
 use crate::measure::throughput::{self, ThroughputPlan};
 use crate::report::progress::Progress;
@@ -115,7 +117,13 @@ pub async fn run_watched(
     } else {
         2 + rounds as u64
     } + u64::from(settings.flood.is_some());
+    // The overload phase is for the strategies one would deploy: an unsafe one exists to show
+    // its race, and how it bears an overload says nothing about a design to choose.
+    let overloaded = |info: &StrategyInfo| {
+        settings.overload.is_some() && !settings.only_flood && info.safety != Safety::Unsafe
+    };
     let steps = per_strategy * strategies.len() as u64
+        + strategies.iter().filter(|s| overloaded(s)).count() as u64
         + if settings.baselines {
             baselines::steps(&plan)
         } else {
@@ -236,10 +244,14 @@ pub async fn run_watched(
         ensure_running(&mut apps, name, &dir)?;
     }
     let mut reports = Vec::new();
-    for ((info, sale), ((plan, runs), span)) in strategies
+    let mut overloads = Vec::new();
+    let in_flight_limit = settings.instances as u64 * u64::from(app_config()?.max_in_flight);
+    let app_pids = apps.pids();
+    for (k, ((info, sale), ((plan, runs), span))) in strategies
         .into_iter()
         .zip(sales)
         .zip(plans.iter().zip(closed_runs).zip(cpu_spans))
+        .enumerate()
     {
         let name = info.name;
         let closed = crate::analyse::spread::combine(runs).context("no closed-loop run")?;
@@ -249,6 +261,30 @@ pub async fn run_watched(
             .await
             .with_context(|| format!("open loop of `{name}`"))?;
         ensure_running(&mut apps, name, &dir)?;
+        if let Some(shape) = settings.overload.as_ref().filter(|_| overloaded(&info)) {
+            let capacity = closed.successes_per_sec;
+            phase(
+                name.name(),
+                &format!("overload {:.0}/s", shape.factor * capacity),
+            );
+            let plan = OverloadPlan {
+                strategy: &info,
+                shape,
+                capacity,
+                buyers: ThroughputPlan {
+                    product: 20_000 + k as u64,
+                    ..plan.clone()
+                },
+                connections: overload::connections(in_flight_limit, settings.buyers),
+                in_flight_limit,
+                app_pids: app_pids.clone(),
+            };
+            let result = run_overload(&api, &plan)
+                .await
+                .with_context(|| format!("overload of `{name}`"))?;
+            overloads.push(result);
+            ensure_running(&mut apps, name, &dir)?;
+        }
         let throughput = ThroughputResult { closed, open };
         let cpu = Some(span.usage(&sampler.processes));
         reports.push(ratios::strategy_report(
@@ -288,6 +324,7 @@ pub async fn run_watched(
         strategies: reports,
         scenarios,
         floods,
+        overloads,
         findings: Findings::default(),
     };
     report.findings = findings::of(&report);
@@ -327,10 +364,14 @@ fn ensure_running(apps: &mut Apps, strategy: Strategy, dir: &Path) -> Result<()>
 /// The database connections one app instance's pool holds: the app's own default (or
 /// `SECKILL_DB_POOL_SIZE`, which the instances inherit).
 fn app_pool_size() -> Result<usize> {
+    Ok(app_config()?.db_pool_size.max(1) as usize)
+}
+
+/// The configuration every app instance of the run starts with: the app's defaults, and the
+/// `SECKILL_*` variables the instances inherit from this process.
+fn app_config() -> Result<app::config::Config> {
     use clap::Parser;
-    let config = app::config::Config::try_parse_from(["seckill-app"])
-        .context("reading the app's pool size")?;
-    Ok(config.db_pool_size.max(1) as usize)
+    app::config::Config::try_parse_from(["seckill-app"]).context("reading the app's settings")
 }
 
 /// The strategies named in `wanted` (all when empty), in the order given.

@@ -5,13 +5,14 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use app::accounting::{Accounting, Ledger};
-use app::api::{Strategy, StrategyInfo};
-use testkit::Outcomes;
+use app::api::{ErrorCode, Strategy, StrategyInfo};
+use testkit::{Answer, Outcomes};
 
 use crate::drive::latency::Latencies;
 use crate::report::schema::{
-    Baseline, BaselineName, Environment, Findings, LoadResult, Loop, OPEN_RATE_SHARE, RunReport,
-    SCHEMA_VERSION, SaleResult, Settings, StrategyReport, ThroughputResult,
+    Baseline, BaselineName, ByAnswer, Environment, Findings, LatencySummary, LoadResult, Loop,
+    Memory, OPEN_RATE_SHARE, OverloadResult, OverloadShape, RunReport, SCHEMA_VERSION, SaleResult,
+    Settings, StrategyReport, ThroughputResult,
 };
 
 /// A run result of `per_sec` deductions in one second, latencies 1–50 ms.
@@ -69,6 +70,75 @@ pub fn strategy(strategy: Strategy, ledger: Ledger) -> StrategyReport {
     )
 }
 
+/// `conditional` offered 3 × 400 purchases/s for one second: 400 bought, 800 refused
+/// `503 overloaded`, the p99s given (from the due time; from the send a tenth of them), the
+/// memory rising by `growth` bytes over the window, 512 purchases at once the limit.
+pub fn overload(accepted_p99_us: u64, refused_p99_us: u64, growth: u64) -> OverloadResult {
+    let mut outcomes = Outcomes::default();
+    for k in 0..1200 {
+        outcomes.count(&if k % 3 == 0 {
+            Answer::Created {
+                fencing_token: None,
+            }
+        } else {
+            Answer::Refused {
+                status: 503,
+                code: ErrorCode::Overloaded,
+            }
+        });
+    }
+    let summary = |count, p99_us: u64| LatencySummary {
+        count,
+        p50_us: p99_us / 2,
+        p90_us: p99_us,
+        p99_us,
+        p999_us: p99_us,
+        max_us: p99_us,
+        mean_us: p99_us as f64 / 2.0,
+    };
+    let split = |divisor| ByAnswer {
+        accepted: summary(400, accepted_p99_us / divisor),
+        overloaded: summary(800, refused_p99_us / divisor),
+        other: LatencySummary::default(),
+    };
+    let mut load = Latencies::default().result(
+        Loop::Open {
+            target_rate: 1200.0,
+        },
+        522,
+        1.0,
+        outcomes,
+        0,
+    );
+    load.latency = summary(1200, accepted_p99_us);
+    OverloadResult {
+        strategy: StrategyInfo::of(Strategy::Conditional),
+        capacity_per_second: 400.0,
+        offered_per_second: 1200.0,
+        in_flight_limit: 512,
+        load,
+        from_due: split(1),
+        from_send: split(10),
+        unsplit: 0,
+        memory: Memory {
+            instances: 2,
+            before_bytes: 40 << 20,
+            loaded_bytes: 48 << 20,
+            peak_bytes: (48 << 20) + growth,
+            after_bytes: (48 << 20) + growth,
+        },
+    }
+}
+
+/// The shape of the sample's overload phase.
+pub fn overload_shape() -> OverloadShape {
+    OverloadShape {
+        factor: 3.0,
+        warmup: 0.5,
+        seconds: 1.0,
+    }
+}
+
 /// The sample run, its findings computed.
 pub fn report() -> RunReport {
     let ledger = |final_stock, units| Ledger {
@@ -105,6 +175,7 @@ pub fn report() -> RunReport {
             only_baselines: false,
             flood: None,
             only_flood: false,
+            overload: Some(overload_shape()),
         },
         environment: Environment {
             cpus: 2,
@@ -122,6 +193,7 @@ pub fn report() -> RunReport {
         baselines: vec![baseline()],
         hot_row_sweep: Vec::new(),
         floods: Vec::new(),
+        overloads: vec![overload(200_000, 2_000, 0)],
         strategies: vec![
             strategy(Strategy::Naive, ledger(20, 137)),
             strategy(Strategy::Conditional, ledger(0, 100)),

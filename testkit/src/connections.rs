@@ -12,14 +12,22 @@
 //! opens one), and the task that sends it drives the connection itself: no task hop, no pool
 //! keyed by URL.
 //!
+//! Idle connections are kept per thread that runs a runtime of its own
+//! ([`own_runtime_thread`]): a socket is registered with the reactor of the runtime that opened
+//! it, so a load thread with a current-thread runtime reuses only the connections it opened,
+//! and never waits on another runtime's reactor for their answers. Every other thread shares
+//! one list.
+//!
 //! A reused connection that the server closed while it sat idle fails before the request is
 //! written; hyper hands the request back, and it goes out again on another connection — it is
 //! sent, and counted, once. A request that was written and got no answer is never resent: it
 //! is a transport error, as a lost click is.
 
+use std::cell::Cell;
 use std::future::{Future, poll_fn};
 use std::pin::{Pin, pin};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -49,12 +57,31 @@ pub struct Connections {
     instances: Box<[Instance]>,
 }
 
-/// One instance's address and its connections not in use.
+/// One instance's address and its connections not in use, a list per runtime thread.
 struct Instance {
     /// `127.0.0.1:PORT`.
     authority: String,
     host: HeaderValue,
-    idle: Mutex<Vec<Conn>>,
+    idle: Box<[Mutex<Vec<Conn>>]>,
+}
+
+/// Lists of idle connections per instance: one shared, and one each for up to `LISTS - 1`
+/// threads with runtimes of their own (beyond that, such threads share lists: still correct,
+/// their answers only travel through another runtime's reactor).
+const LISTS: usize = 64;
+
+static NEXT_LIST: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    /// The list of idle connections this thread takes from and gives back to.
+    static LIST: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Marks the calling thread as one that runs a runtime of its own for its whole life (a load
+/// thread): the connections it opens are kept for it alone.
+pub fn own_runtime_thread() {
+    let list = 1 + NEXT_LIST.fetch_add(1, Ordering::Relaxed) % (LISTS - 1);
+    LIST.with(|l| l.set(list));
 }
 
 impl Connections {
@@ -66,7 +93,7 @@ impl Connections {
                 Ok(Instance {
                     authority: a.clone(),
                     host: HeaderValue::from_str(a)?,
-                    idle: Mutex::new(Vec::new()),
+                    idle: (0..LISTS).map(|_| Mutex::default()).collect(),
                 })
             })
             .collect::<Result<_, _>>()?;
@@ -102,18 +129,24 @@ impl Connections {
     /// Idle connections kept for instance `n % K` (for tests).
     pub fn idle(&self, n: usize) -> usize {
         let instance = &self.instances[n % self.instances.len()];
-        instance.idle.lock().expect("idle list").len()
+        (instance.idle.iter())
+            .map(|list| list.lock().expect("idle list").len())
+            .sum()
     }
 }
 
 impl Instance {
+    fn list(&self) -> &Mutex<Vec<Conn>> {
+        &self.idle[LIST.with(Cell::get)]
+    }
+
     fn take(&self) -> Option<Conn> {
-        self.idle.lock().expect("idle list").pop()
+        self.list().lock().expect("idle list").pop()
     }
 
     fn put(&self, conn: Conn) {
         if conn.io.is_some() && !conn.sender.is_closed() {
-            self.idle.lock().expect("idle list").push(conn);
+            self.list().lock().expect("idle list").push(conn);
         }
     }
 }

@@ -53,6 +53,9 @@ pub fn of(report: &RunReport) -> Findings {
             })
             .collect(),
         client: client(report),
+        overload: (report.overloads.iter())
+            .filter_map(super::overload::finding)
+            .collect(),
     }
 }
 

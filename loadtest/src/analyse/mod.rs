@@ -1,12 +1,13 @@
 //! What the figures say: medians and spreads of repeated runs, each strategy in proportion to
-//! the baselines, the findings of a run (computed once, stored with its figures), what changed
-//! from one run to another, and what of a run another machine can reproduce (its order and
-//! its ratios).
+//! the baselines, the findings of a run (computed once, stored with its figures; the overload
+//! phase's bars among them), what changed from one run to another, and what of a run another
+//! machine can reproduce (its order and its ratios).
 
 pub mod compare;
 pub mod findings;
 pub mod flood;
 pub mod history;
+pub mod overload;
 pub mod ratios;
 pub mod reproduce;
 pub mod spread;

@@ -58,29 +58,18 @@ fn merge(tallies: Vec<Tally>) -> Tally {
     all
 }
 
-/// Runs `op(sequence number)` from `concurrency` workers back to back for the window.
-/// Latency is measured from the actual send.
+/// Runs `op(sequence number)` from `concurrency` workers back to back for the window, on the
+/// load threads ([`crate::drive::cores`]): for loads through [`testkit::Api`], whose
+/// connections each load thread opens for itself. Latency is measured from the actual send.
 pub async fn closed_loop<F, Fut>(concurrency: usize, window: Window, op: F) -> LoadResult
 where
     F: Fn(u64) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Answer> + Send,
+    Fut: Future<Output = Answer> + Send + 'static,
 {
     closed_loop_feeding(concurrency, window, &Feed::off(), move |_, i| op(i)).await
 }
 
-/// [`closed_loop`], telling `op` which worker (`0..concurrency`) sends: a worker can then use
-/// a connection of its own, one request in flight on it at a time, as the standard load tools
-/// do.
-pub async fn closed_loop_by_worker<F, Fut>(concurrency: usize, window: Window, op: F) -> LoadResult
-where
-    F: Fn(usize, u64) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Answer> + Send,
-{
-    closed_loop_feeding(concurrency, window, &Feed::off(), op).await
-}
-
-/// [`closed_loop_by_worker`], telling `feed` of every answer it counts, with the latency it
-/// records.
+/// [`closed_loop`], telling `feed` of every answer it counts, with the latency it records.
 pub async fn closed_loop_feeding<F, Fut>(
     concurrency: usize,
     window: Window,
@@ -89,43 +78,99 @@ pub async fn closed_loop_feeding<F, Fut>(
 ) -> LoadResult
 where
     F: Fn(usize, u64) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Answer> + Send,
+    Fut: Future<Output = Answer> + Send + 'static,
 {
-    let op = Arc::new(op);
-    let seq = Arc::new(AtomicU64::new(0));
-    let start = Instant::now();
-    let measure_from = start + window.warmup;
-    let end = measure_from + window.measure;
-    let workers: Vec<_> = (0..concurrency)
-        .map(|worker| {
-            let (op, seq, feed) = (op.clone(), seq.clone(), feed.clone());
-            tokio::spawn(async move {
-                let mut tally = Tally::default();
-                loop {
-                    let sent = Instant::now();
-                    if sent >= end {
-                        return tally;
-                    }
-                    let i = seq.fetch_add(1, Ordering::Relaxed);
-                    let outcome = op(worker, i).await;
-                    if sent >= measure_from {
-                        let latency = sent.elapsed();
-                        tally.outcomes.count(&outcome);
-                        tally.latencies.record(latency);
-                        feed.answer(&outcome, latency);
-                    }
-                }
+    let shared = Arc::new(Closed::new(window, feed, op));
+    let cores = crate::drive::cores::cores();
+    let threads = cores.len().min(concurrency).max(1);
+    let jobs: Vec<_> = (0..threads)
+        .map(|core| {
+            let shared = shared.clone();
+            cores.run(core, move || {
+                let workers = (core..concurrency).step_by(threads);
+                let all = workers.map(move |worker| shared.clone().worker(worker));
+                Box::pin(async move { merge(futures::future::join_all(all).await) })
             })
         })
         .collect();
+    let mut tallies = Vec::with_capacity(jobs.len());
+    for job in jobs {
+        tallies.push(job.await.expect("a load thread dropped its job"));
+    }
+    shared.result(concurrency, merge(tallies))
+}
+
+/// Runs `op(worker, sequence number)` from `concurrency` workers on the calling runtime: for
+/// work on connections opened there (a database connection per worker, as the standard load
+/// tools hold one), which belong to its reactor.
+pub async fn closed_loop_by_worker<F, Fut>(concurrency: usize, window: Window, op: F) -> LoadResult
+where
+    F: Fn(usize, u64) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Answer> + Send + 'static,
+{
+    let shared = Arc::new(Closed::new(window, &Feed::off(), op));
+    let workers: Vec<_> = (0..concurrency)
+        .map(|worker| tokio::spawn(shared.clone().worker(worker)))
+        .collect();
     let tally = merge(join_all(workers).await);
-    tally.latencies.result(
-        Loop::Closed,
-        concurrency,
-        window.measure.as_secs_f64(),
-        tally.outcomes,
-        0,
-    )
+    shared.result(concurrency, tally)
+}
+
+/// What the workers of one closed loop share: the operation, the window, the sequence.
+struct Closed<F> {
+    op: F,
+    seq: AtomicU64,
+    measure_from: Instant,
+    end: Instant,
+    measure: Duration,
+    feed: Feed,
+}
+
+impl<F, Fut> Closed<F>
+where
+    F: Fn(usize, u64) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Answer> + Send + 'static,
+{
+    fn new(window: Window, feed: &Feed, op: F) -> Closed<F> {
+        let measure_from = Instant::now() + window.warmup;
+        Closed {
+            op,
+            seq: AtomicU64::new(0),
+            measure_from,
+            end: measure_from + window.measure,
+            measure: window.measure,
+            feed: feed.clone(),
+        }
+    }
+
+    /// One worker: its next request as soon as its last was answered, until the window ends.
+    async fn worker(self: Arc<Self>, worker: usize) -> Tally {
+        let mut tally = Tally::default();
+        loop {
+            let sent = Instant::now();
+            if sent >= self.end {
+                return tally;
+            }
+            let i = self.seq.fetch_add(1, Ordering::Relaxed);
+            let outcome = (self.op)(worker, i).await;
+            if sent >= self.measure_from {
+                let latency = sent.elapsed();
+                tally.outcomes.count(&outcome);
+                tally.latencies.record(latency);
+                self.feed.answer(&outcome, latency);
+            }
+        }
+    }
+
+    fn result(&self, concurrency: usize, tally: Tally) -> LoadResult {
+        tally.latencies.result(
+            Loop::Closed,
+            concurrency,
+            self.measure.as_secs_f64(),
+            tally.outcomes,
+            0,
+        )
+    }
 }
 
 /// Sends `op` at `rate` per second from `concurrency` workers, latency from the due time.

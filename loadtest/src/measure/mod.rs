@@ -1,9 +1,12 @@
 //! What a run measures: the flash sale (correctness, from the database), throughput (closed
-//! and open loop), the baselines and the standard tools beside them, CPU and latency.
+//! and open loop), the service offered more than it can take (and its memory meanwhile), the
+//! baselines and the standard tools beside them, CPU and latency.
 
 pub mod baselines;
 pub mod cpu;
 pub mod flood;
+pub mod memory;
+pub mod overload;
 pub mod sale;
 pub mod throughput;
 pub mod tools;

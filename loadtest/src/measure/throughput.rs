@@ -47,7 +47,7 @@ pub async fn closed(api: &Api, plan: &ThroughputPlan, round: usize) -> Result<Lo
 /// Waits until the orders a loop left queued (`redis-lua-stream`'s stream) are placed: the
 /// consumers would otherwise go on writing them to MariaDB during the next strategy's run and
 /// slow it down, and resetting a product scans what still waits.
-async fn settle(api: &Api, plan: &ThroughputPlan) -> Result<()> {
+pub(crate) async fn settle(api: &Api, plan: &ThroughputPlan) -> Result<()> {
     if plan.strategy.home() == app::api::Home::Redis {
         crate::measure::sale::drain(api, plan.product).await?;
     }
@@ -81,14 +81,14 @@ pub async fn open(api: &Api, plan: &ThroughputPlan, rate: f64) -> Result<LoadRes
 /// The requests of a loop: request `i` is one order of the plan's product, from one of its U
 /// users, to instance `i % K`, with a request id unique to the loop (`tag`).
 #[derive(Clone)]
-struct Buyers {
+pub(crate) struct Buyers {
     api: Api,
     plan: ThroughputPlan,
     tag: Arc<str>,
 }
 
 impl Buyers {
-    fn new(api: &Api, plan: &ThroughputPlan, tag: String) -> Buyers {
+    pub(crate) fn new(api: &Api, plan: &ThroughputPlan, tag: String) -> Buyers {
         Buyers {
             api: api.clone(),
             plan: plan.clone(),
@@ -96,7 +96,7 @@ impl Buyers {
         }
     }
 
-    async fn send(self, i: u64) -> Answer {
+    pub(crate) async fn send(self, i: u64) -> Answer {
         let plan = &self.plan;
         let body = order_request(
             format!("u-{}", i % plan.users as u64),

@@ -40,9 +40,11 @@ fn section(shape: Option<&FloodShape>, floods: &[FloodResult], chart_links: bool
     );
     md.push_str(&went_wrong(floods));
     md.push('\n');
-    for f in floods.iter().filter(|_| chart_links) {
-        let file = super::flood_chart::file_name(f);
-        let _ = writeln!(md, "![the flood through `{}`]({file})", f.strategy.name);
+    if chart_links {
+        for f in floods {
+            let file = super::flood_chart::file_name(f);
+            let _ = writeln!(md, "![the flood through `{}`]({file})", f.strategy.name);
+        }
     }
     md.push_str(&latency_table(floods));
     md.push_str(&projection_table(floods));

@@ -47,6 +47,11 @@ pub fn render(r: &RunReport) -> String {
         r.settings.flood.as_ref(),
         &r.floods,
     ));
+    md.push_str(&super::overload::markdown(
+        r.settings.overload.as_ref(),
+        &r.overloads,
+        &r.findings.overload,
+    ));
 
     md.push_str("\n## What went wrong and why\n\n");
     if r.findings.sales.is_empty() {
@@ -56,6 +61,9 @@ pub fn render(r: &RunReport) -> String {
         if let Some(s) = r.strategy(f.strategy) {
             let _ = writeln!(md, "{}\n", prose::sale(s, f, r.settings.instances));
         }
+    }
+    if !r.findings.overload.is_empty() {
+        let _ = writeln!(md, "{}", super::overload::went_wrong(&r.findings.overload));
     }
     if !r.scenarios.is_empty() {
         md.push_str(

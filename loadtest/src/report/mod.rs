@@ -12,6 +12,7 @@ pub mod flood_chart;
 pub mod html;
 pub mod json;
 pub mod markdown;
+pub mod overload;
 pub mod progress;
 pub mod prose;
 pub mod readme;

@@ -13,4 +13,5 @@ mod lock_bench;
 mod lock_matrix;
 mod lock_peers;
 mod order_scenarios;
+mod overload;
 mod scenarios;

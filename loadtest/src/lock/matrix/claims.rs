@@ -15,7 +15,7 @@ use locks::Backend;
 
 use super::reentry::Reentry;
 use super::waiting::POLLING;
-use super::{Matrix, Row, duration};
+use super::{Matrix, Row, duration, grouped};
 
 /// Share of the grants that must go to the longest waiter for "arrival order" to hold: a
 /// first-come-first-served queue gives it every grant; a lock that ignores arrival, about one in
@@ -90,7 +90,7 @@ fn exclusion(row: &Row) -> Claim {
         what: "mutual exclusion",
         measured: format!(
             "{overlaps} overlapping holdings in {} history-checked grants",
-            c.acquisitions
+            grouped(c.acquisitions)
         ),
         holds: overlaps == 0 && c.violations == 0 && c.history_violations.is_some(),
     }

@@ -71,35 +71,24 @@ trait Reentrant: DistributedLock {
     async fn enter_again(&self, guard: &Guard) -> Result<Option<Guard>, LockError>;
 }
 
-impl Reentrant for RedisWatchdogLock {
-    async fn enter_again(&self, guard: &Guard) -> Result<Option<Guard>, LockError> {
-        self.reenter(guard).await
-    }
+/// Each lock that offers `reenter(&guard)`, as a [`Reentrant`].
+macro_rules! reentrant {
+    ($($lock:ty),+) => {$(
+        impl Reentrant for $lock {
+            async fn enter_again(&self, guard: &Guard) -> Result<Option<Guard>, LockError> {
+                self.reenter(guard).await
+            }
+        }
+    )+};
 }
 
-impl Reentrant for RedisFairLock {
-    async fn enter_again(&self, guard: &Guard) -> Result<Option<Guard>, LockError> {
-        self.reenter(guard).await
-    }
-}
-
-impl Reentrant for DbReentrantLock {
-    async fn enter_again(&self, guard: &Guard) -> Result<Option<Guard>, LockError> {
-        self.reenter(guard).await
-    }
-}
-
-impl Reentrant for DbRowLock {
-    async fn enter_again(&self, guard: &Guard) -> Result<Option<Guard>, LockError> {
-        self.reenter(guard).await
-    }
-}
-
-impl Reentrant for DbInsertLock {
-    async fn enter_again(&self, guard: &Guard) -> Result<Option<Guard>, LockError> {
-        self.reenter(guard).await
-    }
-}
+reentrant!(
+    RedisWatchdogLock,
+    RedisFairLock,
+    DbReentrantLock,
+    DbRowLock,
+    DbInsertLock
+);
 
 /// A pool of the lock database, its tables created: what the database locks are made over.
 async fn lock_pool(endpoints: &sandbox::Endpoints) -> Result<sqlx::MySqlPool> {

@@ -21,7 +21,7 @@ use maud::{Markup, PreEscaped, html};
 use super::charts::Chart;
 use super::comparison::Comparison;
 use super::schema::RunReport;
-use super::{flood, prose};
+use super::{flood, overload, prose};
 
 /// Writes `report.html` into `dir`.
 pub fn write(
@@ -92,6 +92,7 @@ fn body(
             a href="#findings" { "what went wrong" } " · "
             @if !r.scenarios.is_empty() { a href="#scenarios" { "scenarios" } " · " }
             @if !r.floods.is_empty() { a href="#flood" { "flood" } " · " }
+            @if !r.overloads.is_empty() { a href="#overload" { "overload" } " · " }
             a href="#sale" { "flash sale" } " · "
             a href="#throughput" { "throughput" } " · "
             a href="#baselines" { "baselines" } " · "
@@ -116,6 +117,9 @@ fn body(
                 (page::prose(&prose::sale(x, f, s.instances)))
             }
         }
+        @if !r.findings.overload.is_empty() {
+            (page::prose(&overload::went_wrong(&r.findings.overload)))
+        }
         @if !r.scenarios.is_empty() {
             h2 #scenarios { "Fault scenarios" }
             p { "Each scenario starts its own servers and app instances, injects one fault, and \
@@ -129,6 +133,11 @@ fn body(
                 @for chart in flood_charts {
                     figure data-chart=(chart.file) { (PreEscaped(&chart.svg)) }
                 }
+            }
+        }
+        @if !r.overloads.is_empty() {
+            section #overload {
+                (page::prose_with_tables(&overload::markdown(s.overload.as_ref(), &r.overloads, &r.findings.overload)))
             }
         }
         h2 #sale { "Flash sale: the database's accounting" }
@@ -196,6 +205,22 @@ mod tests {
             );
         }
         assert!(html.contains("content=\"default-src 'none'"), "no CSP");
+    }
+
+    #[test]
+    fn the_overload_phase_has_its_section_with_its_table() {
+        let r = report();
+        let html = render(&r, &[], &[], None);
+        assert!(
+            html.contains("href=\"#overload\""),
+            "no link in the sections"
+        );
+        let section = &html[html
+            .find("<section id=\"overload\">")
+            .expect("an overload section")..];
+        let section = &section[..section.find("</section>").unwrap()];
+        assert!(section.contains("<table"), "{section}");
+        assert!(section.contains("<code>conditional</code>"), "{section}");
     }
 
     #[test]

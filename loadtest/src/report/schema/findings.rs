@@ -17,6 +17,56 @@ pub struct Findings {
     pub tools: Vec<ToolFinding>,
     /// Whether the benchmark's client could be the ceiling of its HTTP figures.
     pub client: Option<ClientCheck>,
+    /// One per strategy that missed a bar of the overload phase.
+    #[serde(default)]
+    pub overload: Vec<OverloadFinding>,
+}
+
+/// The bars of the overload phase a strategy missed, each with the figures that say why.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OverloadFinding {
+    pub strategy: Strategy,
+    pub misses: Vec<OverloadMiss>,
+}
+
+/// One bar of the overload phase missed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "bar", rename_all = "kebab-case")]
+pub enum OverloadMiss {
+    /// The p99 of accepted purchases, from their due time, reached the bar.
+    SlowAccepted {
+        p99_us: u64,
+        bar_us: u64,
+        /// The same requests timed from their actual send: the service's part.
+        from_send_p99_us: u64,
+        /// Purchases in the service at once on average (Little's law: accepted per second ×
+        /// their mean time from the send), beside the limit that refuses the next one.
+        in_flight: f64,
+        in_flight_limit: u64,
+        accepted_per_second: f64,
+        /// `503 overloaded` answers: none means the limit never turned anyone away.
+        overloaded: u64,
+    },
+    /// The p99 of `503 overloaded` answers, from their due time, reached the bar.
+    SlowRefusals {
+        p99_us: u64,
+        bar_us: u64,
+        from_send_p99_us: u64,
+    },
+    /// Answers neither a purchase nor `503 overloaded`: the excess was not refused at the door.
+    OtherAnswers {
+        count: u64,
+        /// Of which no answer at all (connection refused or reset, timeout).
+        transport_errors: u64,
+        /// The most frequent of them, in the report's words (`503 busy`, …).
+        most: String,
+    },
+    /// The app instances' resident memory rose while the overload went on.
+    MemoryGrew {
+        loaded_bytes: u64,
+        peak_bytes: u64,
+        margin_bytes: u64,
+    },
 }
 
 /// What went wrong in a strategy's flash sale, and what its safety class makes of it.

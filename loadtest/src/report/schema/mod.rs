@@ -11,6 +11,7 @@ mod environment;
 mod findings;
 mod flood;
 mod load;
+mod overload;
 mod sale;
 mod scenario;
 
@@ -18,14 +19,16 @@ pub use baselines::{Baseline, BaselineName, StandardTool, ToolStatus};
 pub use cpu::{CpuUse, GROUPS, ProcessCpu, SATURATED_CORES};
 pub use environment::Environment;
 pub use findings::{
-    BelowBaseline, ClientCheck, Findings, GroupCpu, MachineLoad, Pace, Peer, SaleFinding,
-    SaleReading, ServerCpu, TimeFinding, ToolComparison, ToolFinding, ToolReading, ToolVerdict,
+    BelowBaseline, ClientCheck, Findings, GroupCpu, MachineLoad, OverloadFinding, OverloadMiss,
+    Pace, Peer, SaleFinding, SaleReading, ServerCpu, TimeFinding, ToolComparison, ToolFinding,
+    ToolReading, ToolVerdict,
 };
 pub use flood::{
     Fairness, FloodResult, FloodShape, FloodSlice, PROJECTED_CLICKS_PER_SECOND, Projection,
     RefusalRate,
 };
 pub use load::{Bucket, HistogramData, LatencySummary, LoadResult, Loop, Repetitions, Spread};
+pub use overload::{ByAnswer, Memory, OverloadResult, OverloadShape};
 pub use sale::{SaleResult, StrategyReport, ThroughputResult};
 pub use scenario::{Event, Row, ScenarioReport, Verdict};
 
@@ -54,6 +57,9 @@ pub struct RunReport {
     /// Each strategy's flood (its shape is in the settings).
     #[serde(default)]
     pub floods: Vec<FloodResult>,
+    /// Each strategy offered a multiple of its capacity (its shape is in the settings).
+    #[serde(default)]
+    pub overloads: Vec<OverloadResult>,
     /// What the figures say (absent from a version 1 report).
     #[serde(default)]
     pub findings: Findings,
@@ -113,6 +119,9 @@ pub struct Settings {
     /// The flood only (`seckill-bench flood`).
     #[serde(default)]
     pub only_flood: bool,
+    /// How the overload phase offers its load (`None`: no overload phase).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overload: Option<OverloadShape>,
 }
 
 /// Enough load to matter, below saturation so the open loop's latencies describe the service,

@@ -78,6 +78,7 @@ pub fn quick(strategy: Strategy) -> Settings {
         only_baselines: false,
         flood: None,
         only_flood: false,
+        overload: None,
     }
 }
 

@@ -1,0 +1,169 @@
+//! The overload phase: a strategy offered a multiple of its capacity (its closed loop's
+//! purchases per second) in the open loop, on a product that cannot sell out, while the app
+//! instances' resident memory is watched. A service that refuses what it cannot take keeps
+//! the latency of what it accepts, answers the rest `503 overloaded` at once, and holds its
+//! memory; one that queues makes everyone wait longer the longer the overload lasts.
+//!
+//! The open loop ([`crate::drive::load`]) counts every answer and times it from its due time;
+//! it tells a feed of each answer with that latency, which this phase splits by answer. The
+//! requests are also timed here from their actual send, so that the wait of a request in the
+//! generator (behind schedule on a busy machine) shows apart from the service's time.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use app::api::{ErrorCode, StrategyInfo};
+use testkit::{Answer, Api};
+use tokio::sync::broadcast::{Receiver, error::RecvError};
+use tokio::time::Instant;
+
+use crate::drive::latency::Latencies;
+use crate::drive::load::{Window, open_loop_feeding};
+use crate::live::{Feed, Update};
+use crate::measure::memory::{self, Watch};
+use crate::measure::throughput::{Buyers, ThroughputPlan, UNLIMITED, settle};
+use crate::report::schema::{ByAnswer, Memory, OverloadResult, OverloadShape};
+
+/// One strategy's overload.
+pub struct OverloadPlan<'a> {
+    pub strategy: &'a StrategyInfo,
+    pub shape: &'a OverloadShape,
+    /// Purchases per second its closed loop bought.
+    pub capacity: f64,
+    /// The product, users, quantity and request ids of its loops; the window is the shape's.
+    pub buyers: ThroughputPlan,
+    /// Open-loop workers: each has one request in flight at a time.
+    pub connections: usize,
+    /// Purchases the app instances take at once before refusing, all together.
+    pub in_flight_limit: u64,
+    /// The app instances, whose memory is read.
+    pub app_pids: Vec<u32>,
+}
+
+/// The open-loop workers for instances that refuse past `in_flight_limit`: enough that the
+/// service's limit, not the number of workers, decides what waits, with `buyers` more to
+/// carry the refusals while the limit is full.
+pub fn connections(in_flight_limit: u64, buyers: usize) -> usize {
+    usize::try_from(in_flight_limit).unwrap_or(usize::MAX) + buyers
+}
+
+/// Offers the strategy `factor` × its capacity for the shape's window, then leaves its product
+/// with no stock and no orders.
+pub async fn run_overload(api: &Api, plan: &OverloadPlan<'_>) -> Result<OverloadResult> {
+    let shape = plan.shape;
+    let offered = (shape.factor * plan.capacity).max(1.0);
+    let window = Window::from_secs(shape.warmup, shape.seconds);
+    let buyers_plan = ThroughputPlan {
+        window,
+        ..plan.buyers.clone()
+    };
+    let home = plan.strategy.name.home();
+    api.reset_product(buyers_plan.product, UNLIMITED, home)
+        .await?;
+
+    let pids = plan.app_pids.clone();
+    let (before_bytes, instances) = memory::rss(&pids);
+    let watch = Watch::start(pids.clone());
+    let loaded = tokio::spawn({
+        let pids = pids.clone();
+        async move {
+            tokio::time::sleep(window.warmup).await;
+            memory::rss(&pids).0
+        }
+    });
+
+    let split_feed = Feed::new(false);
+    let updates = split_feed.subscribe().context("a feed that is on")?;
+    let splitter = tokio::spawn(split(updates, buyers_plan.feed.clone()));
+    let sent = Arc::new(Mutex::new(ByClass::default()));
+    let measured_from = Instant::now() + window.warmup;
+    let buyers = Buyers::new(api, &buyers_plan, "x".into());
+    let load = open_loop_feeding(plan.connections, offered, window, &split_feed, {
+        let sent = sent.clone();
+        move |i| {
+            let (buyers, sent) = (buyers.clone(), sent.clone());
+            async move {
+                let at = Instant::now();
+                let answer = buyers.send(i).await;
+                if at >= measured_from {
+                    sent.lock()
+                        .expect("not poisoned")
+                        .record(&answer, at.elapsed());
+                }
+                answer
+            }
+        }
+    })
+    .await;
+    drop(split_feed);
+    let from_due = splitter.await.context("the answers' splitter")?;
+    let loaded_bytes = loaded
+        .await
+        .context("the memory at the end of the warm-up")?;
+    settle(api, &buyers_plan).await?;
+    let (after_bytes, after_instances) = memory::rss(&pids);
+    let peak_bytes = watch.stop(after_bytes);
+    api.reset_product(buyers_plan.product, 0, home).await?;
+
+    let from_due = from_due.summary();
+    let split_count = from_due.accepted.count + from_due.overloaded.count + from_due.other.count;
+    let from_send = sent.lock().expect("not poisoned").summary();
+    Ok(OverloadResult {
+        strategy: plan.strategy.clone(),
+        capacity_per_second: plan.capacity,
+        offered_per_second: offered,
+        in_flight_limit: plan.in_flight_limit,
+        unsplit: load.outcomes.total().saturating_sub(split_count),
+        load,
+        from_due,
+        from_send,
+        memory: Memory {
+            instances: instances.min(after_instances),
+            before_bytes,
+            loaded_bytes,
+            peak_bytes,
+            after_bytes,
+        },
+    })
+}
+
+/// Latencies by answer: accepted, `503 overloaded`, anything else.
+#[derive(Default)]
+struct ByClass([Latencies; 3]);
+
+impl ByClass {
+    fn record(&mut self, answer: &Answer, latency: Duration) {
+        let class = match answer {
+            Answer::Created { .. } => 0,
+            a if a.refused_with(ErrorCode::Overloaded) => 1,
+            _ => 2,
+        };
+        self.0[class].record(latency);
+    }
+
+    fn summary(&self) -> ByAnswer {
+        ByAnswer {
+            accepted: self.0[0].summary(),
+            overloaded: self.0[1].summary(),
+            other: self.0[2].summary(),
+        }
+    }
+}
+
+/// Every answer the loop tells of, by answer, passed on to `forward` (the live page) as it
+/// comes; until the loop and the phase have dropped the feed.
+async fn split(mut updates: Receiver<Update>, forward: Feed) -> ByClass {
+    let mut by = ByClass::default();
+    loop {
+        match updates.recv().await {
+            Ok(Update::Answer { answer, latency_us }) => {
+                let latency = Duration::from_micros(latency_us);
+                by.record(&answer, latency);
+                forward.answer(&answer, latency);
+            }
+            Ok(_) | Err(RecvError::Lagged(_)) => {}
+            Err(RecvError::Closed) => return by,
+        }
+    }
+}

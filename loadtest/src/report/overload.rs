@@ -1,0 +1,277 @@
+//! The overload phase's section of `report.md` (and of `report.html`, which renders the same
+//! Markdown): how the load was offered, each strategy in one row, and a sentence for every
+//! bar a strategy missed, from the figures that say why.
+
+use std::fmt::Write;
+
+use super::schema::{LatencySummary, OverloadFinding, OverloadMiss, OverloadResult, OverloadShape};
+use super::table::Table;
+use crate::analyse::overload::{
+    ACCEPTED_P99_BAR_US, MEMORY_MARGIN_BYTES, MEMORY_MARGIN_SHARE, REFUSAL_P99_BAR_US,
+};
+
+/// The section, or nothing when the run had no overload phase.
+pub fn markdown(
+    shape: Option<&OverloadShape>,
+    overloads: &[OverloadResult],
+    findings: &[OverloadFinding],
+) -> String {
+    let Some(shape) = shape else {
+        return String::new();
+    };
+    if overloads.is_empty() {
+        return String::new();
+    }
+    let mut md = format!("\n## Overload: {} × capacity\n\n", shape.factor);
+    let _ = writeln!(md, "{}\n", describe(shape, overloads));
+    md.push_str(&table(overloads));
+    md.push_str(
+        "\nCapacity: the closed loop's purchases/s (its median). Sent: answers per second of \
+         the measured window (the open loop sends every due request, late when it falls \
+         behind). Other: answers neither a purchase nor `503 overloaded` — other refusals, no \
+         answer, answers outside the contract — with the most frequent. Latency from each \
+         request's due time, as a buyer who clicked then waited. Memory: resident memory of \
+         the app instances together, before the loop, at the end of its warm-up, its peak, \
+         and once every answer came back.\n\n",
+    );
+    md.push_str(&went_wrong(findings));
+    md
+}
+
+/// How the load was offered, and the bars, in a few sentences.
+fn describe(shape: &OverloadShape, overloads: &[OverloadResult]) -> String {
+    let first = &overloads[0];
+    format!(
+        "Each strategy that can be deployed (safe, or safe while leases hold: the unsafe ones \
+         exist to show a race, not to be run) is offered {} × its capacity in an open loop for \
+         {} s after {} s of warm-up, from {} connections, on a product that cannot sell out \
+         (emptied afterwards). The instances refuse past {} purchases in flight together. The \
+         bars: accepted purchases answered within {} s at p99, the excess refused \
+         `503 overloaded` within {} ms at p99, no answer of any other kind slower than that, \
+         and the memory flat — its peak within {:.0}% or {} MiB (whichever is more) of the \
+         memory at the end of the warm-up.",
+        shape.factor,
+        shape.seconds,
+        shape.warmup,
+        first.load.concurrency,
+        first.in_flight_limit,
+        ACCEPTED_P99_BAR_US / 1_000_000,
+        REFUSAL_P99_BAR_US / 1_000,
+        100.0 * MEMORY_MARGIN_SHARE,
+        MEMORY_MARGIN_BYTES >> 20,
+    )
+}
+
+fn table(overloads: &[OverloadResult]) -> String {
+    let ms = |us: u64| format!("{:.1}", us as f64 / 1000.0);
+    let cells = |l: &LatencySummary| {
+        if l.count == 0 {
+            ["–".to_owned(), "–".to_owned(), "–".to_owned()]
+        } else {
+            [ms(l.p50_us), ms(l.p99_us), ms(l.max_us)]
+        }
+    };
+    let mut t = Table::left(["strategy"]).and_right([
+        "capacity/s",
+        "offered/s",
+        "sent/s",
+        "accepted/s",
+        "503 overloaded",
+        "other",
+        "accepted p50 ms",
+        "accepted p99 ms",
+        "accepted max ms",
+        "503 p50 ms",
+        "503 p99 ms",
+        "503 max ms",
+        "other p99 ms",
+        "memory MiB: before → loaded → peak → after",
+    ]);
+    for o in overloads {
+        let mut row = vec![
+            format!("`{}`", o.strategy.name),
+            format!("{:.0}", o.capacity_per_second),
+            format!("{:.0}", o.offered_per_second),
+            format!("{:.0}", o.load.attempts_per_sec),
+            format!("{:.0}", o.load.successes_per_sec),
+            format!("{} ({:.0}%)", o.overloaded(), 100.0 * o.refused_share()),
+            other(o),
+        ];
+        row.extend(cells(&o.from_due.accepted));
+        row.extend(cells(&o.from_due.overloaded));
+        row.push(if o.from_due.other.count == 0 {
+            "–".into()
+        } else {
+            ms(o.from_due.other.p99_us)
+        });
+        let m = &o.memory;
+        row.push(format!(
+            "{} → {} → {} → {}",
+            mib(m.before_bytes),
+            mib(m.loaded_bytes),
+            mib(m.peak_bytes),
+            mib(m.after_bytes)
+        ));
+        t.row(row);
+    }
+    t.render()
+}
+
+/// The answers neither a purchase nor `503 overloaded`, and the tickets never sent.
+fn other(o: &OverloadResult) -> String {
+    let mut cell = o.other().to_string();
+    if o.load.not_sent > 0 {
+        let _ = write!(cell, " (+{} not sent)", o.load.not_sent);
+    }
+    cell
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.0}", bytes as f64 / f64::from(1 << 20))
+}
+
+/// A sentence for every bar missed, or one saying none was.
+pub fn went_wrong(findings: &[OverloadFinding]) -> String {
+    if findings.is_empty() {
+        return "Every strategy met every bar of the overload phase.\n".into();
+    }
+    let mut md = String::from("What went wrong under overload:\n\n");
+    for f in findings {
+        for m in &f.misses {
+            let _ = writeln!(md, "- `{}`: {}", f.strategy, miss(m));
+        }
+    }
+    md
+}
+
+/// One missed bar, in words, with its reason as measured.
+pub fn miss(m: &OverloadMiss) -> String {
+    let ms = |us: u64| format!("{:.0} ms", us as f64 / 1000.0);
+    match m {
+        OverloadMiss::SlowAccepted {
+            p99_us,
+            bar_us,
+            from_send_p99_us,
+            in_flight,
+            in_flight_limit,
+            accepted_per_second,
+            overloaded,
+        } => {
+            let head = format!(
+                "accepted purchases took {} at p99 from their due time (bar {}), {} from their \
+                 send.",
+                ms(*p99_us),
+                ms(*bar_us),
+                ms(*from_send_p99_us)
+            );
+            let queue = *in_flight_limit as f64 / accepted_per_second.max(1e-9);
+            let why = if from_send_p99_us < bar_us {
+                "The service answered them within the bar once sent: the rest of the wait was \
+                 in the generator, behind schedule on a busy machine."
+                    .to_owned()
+            } else if *overloaded == 0 {
+                format!(
+                    "No request was refused `503 overloaded`: about {in_flight:.0} purchases \
+                     were outstanding at once (accepted/s × their mean time from the send), \
+                     under the limit of {in_flight_limit}, so the excess queued inside instead; \
+                     at {accepted_per_second:.0} purchases/s a full limit is {queue:.1} s of \
+                     waiting."
+                )
+            } else {
+                format!(
+                    "About {in_flight:.0} purchases were outstanding at once (accepted/s × their \
+                     mean time from the send) against a limit of {in_flight_limit} in the \
+                     service: at {accepted_per_second:.0} purchases/s, one admitted behind a \
+                     full limit waits {queue:.1} s — the limit admits more than this strategy \
+                     answers within the bar."
+                )
+            };
+            format!("{head} {why}")
+        }
+        OverloadMiss::SlowRefusals {
+            p99_us,
+            bar_us,
+            from_send_p99_us,
+        } => {
+            let why = if from_send_p99_us < bar_us {
+                "the refusal itself was quick once sent; the request waited in the generator, \
+                 behind schedule on a busy machine"
+            } else {
+                "the refusal itself waited, between the send and the answer, for an instance \
+                 busy with the accepted work to read it; the rest, behind schedule in the \
+                 generator"
+            };
+            format!(
+                "`503 overloaded` took {} at p99 from the due time (bar {}), {} from the send: \
+                 {why}.",
+                ms(*p99_us),
+                ms(*bar_us),
+                ms(*from_send_p99_us)
+            )
+        }
+        OverloadMiss::OtherAnswers {
+            count,
+            transport_errors,
+            most,
+        } => format!(
+            "{count} answer(s) were neither a purchase nor a quick `503 overloaded` (most: \
+             {most}; {transport_errors} with no answer at all): the excess was not refused at \
+             the door."
+        ),
+        OverloadMiss::MemoryGrew {
+            loaded_bytes,
+            peak_bytes,
+            margin_bytes,
+        } => format!(
+            "the instances' resident memory rose from {} MiB at the end of the warm-up to {} \
+             MiB at its peak (margin {} MiB): it grew while the overload went on.",
+            mib(*loaded_bytes),
+            mib(*peak_bytes),
+            mib(*margin_bytes)
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analyse::overload::finding;
+    use crate::sample::{overload, overload_shape};
+
+    #[test]
+    fn the_section_has_a_row_per_strategy_and_says_when_every_bar_was_met() {
+        let o = overload(200_000, 2_000, 0);
+        let md = markdown(Some(&overload_shape()), std::slice::from_ref(&o), &[]);
+        assert!(md.contains("## Overload: 3 × capacity"), "{md}");
+        let row = md
+            .lines()
+            .find(|l| l.starts_with("| `conditional` |"))
+            .unwrap_or_else(|| panic!("no row:\n{md}"));
+        assert!(
+            row.contains("| 400 | 1200 | 1200 | 400 | 800 (67%) | 0 | 100.0 | 200.0 | 200.0 |"),
+            "{row}"
+        );
+        assert!(row.contains("| 40 → 48 → 48 → 48 |"), "{row}");
+        assert!(md.contains("Every strategy met every bar"), "{md}");
+    }
+
+    #[test]
+    fn a_strategy_that_queued_is_told_with_its_purchases_in_flight_and_its_limit() {
+        let mut o = overload(2_500_000, 2_000, 0);
+        o.from_send.accepted = o.from_due.accepted;
+        let f = finding(&o).expect("a miss");
+        let md = markdown(Some(&overload_shape()), &[o], &[f]);
+        assert!(
+            md.contains("- `conditional`: accepted purchases took 2500 ms at p99"),
+            "{md}"
+        );
+        assert!(md.contains("against a limit of 512"), "{md}");
+        assert!(!md.contains("Every strategy met"), "{md}");
+    }
+
+    #[test]
+    fn no_overload_phase_no_section() {
+        assert_eq!(markdown(None, &[overload(1, 1, 0)], &[]), "");
+        assert_eq!(markdown(Some(&overload_shape()), &[], &[]), "");
+    }
+}

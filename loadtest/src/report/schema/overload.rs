@@ -1,0 +1,96 @@
+//! One strategy under overload: an open loop offered a multiple of what its closed loop
+//! bought per second, the answers split into the accepted, the `503 overloaded` and the rest,
+//! and the app instances' resident memory before, during and after.
+
+use app::api::{ErrorCode, StrategyInfo};
+use serde::{Deserialize, Serialize};
+
+use super::{LatencySummary, LoadResult};
+
+/// How the overload phase offers its load (the same for every strategy of a run).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OverloadShape {
+    /// The offered rate as a multiple of the strategy's closed-loop purchases per second.
+    pub factor: f64,
+    /// Uncounted seconds at the offered rate before the measured ones.
+    pub warmup: f64,
+    pub seconds: f64,
+}
+
+/// What one strategy did when offered more than it can take.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OverloadResult {
+    pub strategy: StrategyInfo,
+    /// Its capacity: the closed loop's purchases per second (the median of its runs).
+    pub capacity_per_second: f64,
+    /// The open loop's rate: the shape's factor × the capacity.
+    pub offered_per_second: f64,
+    /// Purchases the app instances work on at once, all together, before they answer
+    /// `503 overloaded` (each instance's `--max-in-flight`, as the run started them).
+    pub in_flight_limit: u64,
+    /// The open loop: every answer counted by code, the tickets it could not send, the latency
+    /// of all answers from their due time. Its successes per second are the accepted purchases.
+    pub load: LoadResult,
+    /// Latency from each request's due time (what a buyer who clicked then waited).
+    pub from_due: ByAnswer,
+    /// Latency from each request's actual send, of the requests sent after the warm-up: what
+    /// the service took, without the time a request waited in the generator for its turn.
+    pub from_send: ByAnswer,
+    /// Answers the loop counted whose due-time latency did not reach this phase (the channel
+    /// that carries them fell behind); counted in `load`, in no latency of `from_due`.
+    pub unsplit: u64,
+    pub memory: Memory,
+}
+
+impl OverloadResult {
+    /// Answers `503 overloaded`.
+    pub fn overloaded(&self) -> u64 {
+        self.load.outcomes.refused(ErrorCode::Overloaded)
+    }
+
+    /// Every other answer that is not a purchase: other refusals, no answer, answers outside
+    /// the contract.
+    pub fn other(&self) -> u64 {
+        self.load.outcomes.total() - self.load.outcomes.created - self.overloaded()
+    }
+
+    /// The share of the answers that were `503 overloaded`.
+    pub fn refused_share(&self) -> f64 {
+        self.overloaded() as f64 / (self.load.outcomes.total().max(1)) as f64
+    }
+}
+
+/// Latencies of one loop, by answer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct ByAnswer {
+    /// New orders (`201`, or `202` where the order is placed later).
+    pub accepted: LatencySummary,
+    /// `503 overloaded`: refused at the door.
+    pub overloaded: LatencySummary,
+    /// Everything else: other refusals (`busy` after the request timeout, …), no answer,
+    /// answers outside the contract.
+    pub other: LatencySummary,
+}
+
+/// Resident memory (RSS) of the run's app instances, summed, in bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Memory {
+    /// Instances whose memory could be read at every sample.
+    pub instances: usize,
+    /// Before the loop.
+    pub before_bytes: u64,
+    /// At the end of the warm-up: the connections open, the load at its rate.
+    pub loaded_bytes: u64,
+    /// The highest sample from the start of the loop to its last answer.
+    pub peak_bytes: u64,
+    /// Once every answer came back.
+    pub after_bytes: u64,
+}
+
+impl Memory {
+    /// How far the peak rose above the memory at the end of the warm-up: what the overload
+    /// added while it went on.
+    pub fn growth_bytes(&self) -> u64 {
+        self.peak_bytes.saturating_sub(self.loaded_bytes)
+    }
+}

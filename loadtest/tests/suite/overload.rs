@@ -1,0 +1,162 @@
+//! The overload phase through the whole `seckill-bench run` path (app processes, the closed
+//! loop that measures a strategy's capacity, the open loop at a multiple of it, the report):
+//! every request offered is counted, what is not bought is refused `503 overloaded`, the
+//! figures reach the JSON, the Markdown and the page, an unsafe strategy is left out, and the
+//! product is left empty.
+
+use crate::common;
+
+use app::api::{Safety, Strategy};
+use loadtest::report::schema::{OverloadResult, OverloadShape, RunReport};
+use loadtest::run::run_in;
+
+const SHAPE: OverloadShape = OverloadShape {
+    factor: 3.0,
+    warmup: 0.3,
+    seconds: 1.0,
+};
+
+/// Requests the open loop makes due within its measured window: those after the warm-up.
+fn due_in_window(o: &OverloadResult) -> u64 {
+    let rate = o.offered_per_second;
+    let all = ((SHAPE.warmup + SHAPE.seconds) * rate).floor() as u64;
+    all - (SHAPE.warmup * rate).ceil() as u64
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_overload_phase_counts_every_request_refuses_the_excess_with_503_overloaded_and_reports_it()
+ {
+    let strategies = [Strategy::Conditional, Strategy::RedisLua, Strategy::Naive];
+    let mut settings = common::quick(strategies[0]);
+    settings.strategies = strategies.to_vec();
+    settings.overload = Some(SHAPE);
+    let target = common::target();
+    let out = tempfile::tempdir().unwrap();
+    let run = run_in(&settings, &target, out.path()).await.unwrap();
+    let report: &RunReport = &run.report;
+
+    let names: Vec<Strategy> = report.overloads.iter().map(|o| o.strategy.name).collect();
+    assert_eq!(
+        names,
+        [Strategy::Conditional, Strategy::RedisLua],
+        "the deployable strategies, and not the unsafe one"
+    );
+    for o in &report.overloads {
+        let name = o.strategy.name;
+        eprintln!(
+            "{name}: capacity {:.0}/s, offered {:.0}/s, accepted {:.0}/s, 503 {}, other {}, \
+             accepted p99 {} µs, 503 p99 {} µs, memory {:?}",
+            o.capacity_per_second,
+            o.offered_per_second,
+            o.load.successes_per_sec,
+            o.overloaded(),
+            o.other(),
+            o.from_due.accepted.p99_us,
+            o.from_due.overloaded.p99_us,
+            o.memory
+        );
+        assert_ne!(o.strategy.safety, Safety::Unsafe);
+        let closed = &report.strategy(name).unwrap().throughput.closed;
+        assert_eq!(o.capacity_per_second, closed.successes_per_sec, "{name}");
+        assert!(
+            (o.offered_per_second - 3.0 * o.capacity_per_second).abs() < 1e-6
+                || o.offered_per_second == 1.0,
+            "{name}: offered {} for a capacity of {}",
+            o.offered_per_second,
+            o.capacity_per_second
+        );
+
+        let outcomes = &o.load.outcomes;
+        assert_eq!(
+            outcomes.total() + o.load.not_sent,
+            due_in_window(o),
+            "{name}: every request due in the window is answered or counted unsent"
+        );
+        let split =
+            o.from_due.accepted.count + o.from_due.overloaded.count + o.from_due.other.count;
+        assert_eq!(split + o.unsplit, outcomes.total(), "{name}");
+        if outcomes.total() < 1 << 16 {
+            // Fewer answers than the feed holds: none can have been passed over.
+            assert_eq!(o.unsplit, 0, "{name}");
+            assert_eq!(o.from_due.accepted.count, outcomes.created, "{name}");
+            assert_eq!(o.from_due.overloaded.count, o.overloaded(), "{name}");
+        }
+        assert_eq!(
+            outcomes.total() - outcomes.created,
+            o.overloaded(),
+            "{name}: what was not bought was refused `503 overloaded`: {outcomes:?}"
+        );
+        assert_eq!(o.other(), 0, "{name}: {outcomes:?}");
+        assert_eq!(
+            o.memory.instances, settings.instances,
+            "{name}: {:?}",
+            o.memory
+        );
+        assert!(
+            o.memory.before_bytes > 0 && o.memory.peak_bytes >= o.memory.loaded_bytes,
+            "{name}: {:?}",
+            o.memory
+        );
+    }
+
+    let read = loadtest::report::json::read(&out.path().join("latest")).unwrap();
+    assert_eq!(
+        read.overloads, report.overloads,
+        "the JSON holds the figures"
+    );
+    assert_eq!(read.settings.overload, Some(SHAPE));
+    let md = std::fs::read_to_string(out.path().join("latest/report.md")).unwrap();
+    assert!(md.contains("## Overload: 3 × capacity"), "{md}");
+    for o in &report.overloads {
+        let row = md
+            .lines()
+            .find(|l| {
+                l.starts_with(&format!(
+                    "| `{}` | {:.0} |",
+                    o.strategy.name, o.capacity_per_second
+                ))
+            })
+            .unwrap_or_else(|| panic!("no overload row for {}:\n{md}", o.strategy.name));
+        assert!(
+            row.contains(&format!("| {:.0} |", o.offered_per_second))
+                && row.contains(&format!("| {} (", o.overloaded())),
+            "{row}"
+        );
+    }
+    let html = std::fs::read_to_string(out.path().join("latest/report.html")).unwrap();
+    let section = &html[html
+        .find("<section id=\"overload\">")
+        .expect("an overload section")..];
+    for o in &report.overloads {
+        assert!(
+            section.contains(&format!("<code>{}</code>", o.strategy.name)),
+            "{} has no row in the page's overload table",
+            o.strategy.name
+        );
+    }
+
+    let db = sqlx::mysql::MySqlPoolOptions::new()
+        .max_connections(1)
+        .connect(&format!(
+            "{}/{}",
+            target.endpoints.database_url, target.database
+        ))
+        .await
+        .unwrap();
+    for k in 0..report.overloads.len() as u64 {
+        let product = 20_000 + k;
+        let orders: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM orders WHERE product_id = ?")
+            .bind(product)
+            .fetch_one(&db)
+            .await
+            .unwrap();
+        let stock: i64 = sqlx::query_scalar("SELECT stock FROM products WHERE id = ?")
+            .bind(product)
+            .fetch_one(&db)
+            .await
+            .unwrap();
+        assert_eq!((stock, orders), (0, 0), "product {product} is left empty");
+    }
+    db.close().await;
+    common::drop_database(&target).await;
+}
