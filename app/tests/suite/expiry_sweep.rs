@@ -165,20 +165,32 @@ async fn a_killed_sweep_loses_nothing(home: &str, strategy: &str) {
     wait_until("A half-way through the expiry", || {
         let pool = pool.clone();
         async move {
-            let sql = match home {
-                "redis" => "SELECT COUNT(*) FROM orders WHERE state = 'expiring'",
-                // A's transaction, in this test's database, with the order changed.
-                _ => {
-                    "SELECT COUNT(*) FROM information_schema.INNODB_TRX t \
-                     JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id \
-                     WHERE p.DB = DATABASE() AND t.trx_rows_modified > 0"
-                }
-            };
-            let n: i64 = sqlx::query_scalar(sql)
+            if home == "redis" {
+                let n: i64 =
+                    sqlx::query_scalar("SELECT COUNT(*) FROM orders WHERE state = 'expiring'")
+                        .fetch_one(&pool)
+                        .await
+                        .expect("state");
+                return n > 0;
+            }
+            // For the row: A's transaction has changed the order (the state change is its
+            // last statement) and holds it, so the order's row is locked. A state read
+            // without the lock must still see the order reserved: committed would mean the
+            // hold was missed.
+            let locked =
+                sqlx::query_scalar::<_, String>("SELECT state FROM orders FOR UPDATE NOWAIT")
+                    .fetch_all(&pool)
+                    .await
+                    .is_err();
+            let state: String = sqlx::query_scalar("SELECT state FROM orders")
                 .fetch_one(&pool)
                 .await
                 .expect("state");
-            n > 0
+            assert_eq!(
+                state, "reserved",
+                "the expiry committed before it was seen held"
+            );
+            locked
         }
     })
     .await;

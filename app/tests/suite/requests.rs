@@ -202,8 +202,10 @@ async fn admin_token_guards_product_resets_only() {
         .expect("json");
     assert_eq!(
         view,
-        json!({ "id": 7, "home": "row", "rules": { "per_user_limit": 2, "token_required": false },
-                "stock": 1, "initial_stock": 3, "sold": 2, "orders": 1, "pending": 0, "stranded": 0 })
+        json!({ "id": 7, "home": "row",
+                "rules": { "per_user_limit": 2, "token_required": false, "payment_window_ms": 900000 },
+                "stock": 1, "initial_stock": 3, "sold": 2, "orders": 1, "pending": 0, "stranded": 0,
+                "reserved": 2, "paid": 0, "expired": 0, "cancelled": 0, "returning": 0 })
     );
 
     // Reconciling is an admin's act too.
