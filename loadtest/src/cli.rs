@@ -231,6 +231,18 @@ pub struct FloodArgs {
     /// Retries of a `503` per click, 1–4 s apart (0: nobody retries).
     #[arg(long = "flood-retries", default_value_t = 0)]
     pub retries: u32,
+    /// Share of the winners who never pay: their orders expire at the payment deadline and
+    /// the units go back on sale to buyers who come back.
+    #[arg(long = "flood-non-payers", default_value_t = 0.3)]
+    pub non_payers: f64,
+    /// The product's payment window in the flood, in ms (0: no second act, orders are left
+    /// reserved).
+    #[arg(long = "flood-payment-window-ms", default_value_t = 2_000)]
+    pub payment_window_ms: u64,
+    /// Keep every app instance alive through the flood's second act (by default one is
+    /// SIGKILLed once the first unpaid order is due, and started again afterwards).
+    #[arg(long = "flood-no-kill")]
+    pub no_kill: bool,
     /// Skip the flood.
     #[arg(long)]
     pub no_flood: bool,
@@ -250,6 +262,9 @@ impl FloodArgs {
             early_by_ms: self.early_ms,
             retries: self.retries,
             instances,
+            non_payer_share: self.non_payers,
+            payment_window_ms: self.payment_window_ms,
+            kill_mid_sale: !self.no_kill && instances > 1,
         };
         anyhow::ensure!(shape.users >= 1, "--flood-users must be at least 1");
         anyhow::ensure!(shape.units >= 1, "--flood-units must be at least 1");
@@ -260,6 +275,7 @@ impl FloodArgs {
                 shape.shared_account_bot_share,
             ),
             ("--flood-early-bots", shape.early_bot_share),
+            ("--flood-non-payers", shape.non_payer_share),
         ] {
             anyhow::ensure!((0.0..=1.0).contains(&share), "{name} is a share: 0 to 1");
         }

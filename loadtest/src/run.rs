@@ -177,7 +177,7 @@ pub async fn run_watched(
                 refusal_connections: settings.buyers,
                 feed: feed.clone(),
             };
-            let flood = run_flood(&api, &db, &sampler, &plan)
+            let flood = run_flood(&api, &db, &sampler, &plan, Some(&mut apps))
                 .await
                 .with_context(|| format!("flood of `{}`", info.name))?;
             floods.push(flood);

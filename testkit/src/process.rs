@@ -116,15 +116,23 @@ pub struct Instance {
 impl Instance {
     /// Starts one instance and waits until it answers `GET /healthz` with 200.
     pub async fn start(launch: &Launch, name: &str) -> Result<Instance> {
-        let mut instance = Instance::spawn(launch, name)?;
+        Instance::start_on(launch, name, None).await
+    }
+
+    /// Starts one instance on `port` (a free one when `None`) and waits until it is ready.
+    async fn start_on(launch: &Launch, name: &str, port: Option<u16>) -> Result<Instance> {
+        let mut instance = Instance::spawn(launch, name, port)?;
         instance.wait_ready().await?;
         Ok(instance)
     }
 
-    fn spawn(launch: &Launch, name: &str) -> Result<Instance> {
+    fn spawn(launch: &Launch, name: &str, port: Option<u16>) -> Result<Instance> {
         std::fs::create_dir_all(&launch.log_dir)
             .with_context(|| format!("creating {}", launch.log_dir.display()))?;
-        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let port = match port {
+            Some(port) => port,
+            None => TcpListener::bind("127.0.0.1:0")?.local_addr()?.port(),
+        };
         let log = launch.log_dir.join(format!("{name}.log"));
         let file = std::fs::File::create(&log)?;
         let mut cmd = Command::new(&launch.binary);
@@ -283,6 +291,17 @@ impl Apps {
     /// to `app-<n>-restarted.log`.
     pub async fn restart(&mut self, n: usize) -> Result<()> {
         self.instances[n] = Instance::start(&self.launch, &format!("app-{n}-restarted")).await?;
+        Ok(())
+    }
+
+    /// Starts instance `n` again (after a kill) on the port it had, so that the clients that
+    /// know its address find it again, logging to `app-<n>-restarted.log`.
+    pub async fn restart_in_place(&mut self, n: usize) -> Result<()> {
+        let port = (self.instances[n].base.rsplit(':').next())
+            .and_then(|port| port.parse().ok())
+            .with_context(|| format!("no port in {}", self.instances[n].base))?;
+        self.instances[n] =
+            Instance::start_on(&self.launch, &format!("app-{n}-restarted"), Some(port)).await?;
         Ok(())
     }
 

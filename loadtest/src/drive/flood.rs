@@ -107,6 +107,9 @@ mod tests {
             early_by_ms: 300,
             retries: 0,
             instances: 2,
+            non_payer_share: 0.0,
+            payment_window_ms: 0,
+            kill_mid_sale: false,
         }
     }
 

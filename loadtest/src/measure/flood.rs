@@ -3,13 +3,14 @@
 //! orders say what happened ([`app::accounting`]), the answers say what the buyers saw and
 //! when, and — the product sold out — refusals are timed beside `GET /api/noop`.
 
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use app::accounting::{Accounting, Ledger};
 use app::api::{Home, ResetProduct, StrategyInfo};
 use sqlx::MySqlPool;
-use testkit::{Answer, Api, Crowd, Retry, order_request};
+use testkit::{Answer, Api, Apps, Crowd, Retry, order_request};
 
 use crate::analyse::flood::{self as analyse, ms_from};
 use crate::analyse::spread::combine;
@@ -18,6 +19,7 @@ use crate::drive::latency::Latencies;
 use crate::drive::load::{Window, closed_loop};
 use crate::live::{Feed, Update};
 use crate::measure::cpu::Sampler;
+use crate::measure::resale::{self, Cashier};
 use crate::measure::sale::drain;
 use crate::report::schema::{FloodResult, FloodShape, RefusalRate};
 
@@ -45,6 +47,7 @@ pub async fn run_flood(
     db: &MySqlPool,
     sampler: &Sampler,
     plan: &FloodPlan<'_>,
+    apps: Option<&mut Apps>,
 ) -> Result<FloodResult> {
     let shape = plan.shape;
     let drawn = drive::plan(shape, plan.seed);
@@ -60,7 +63,7 @@ pub async fn run_flood(
             sale_starts_at: Some(opens),
             sale_ends_at: None,
             token_required: false,
-            payment_window_ms: None,
+            payment_window_ms: (shape.payment_window_ms > 0).then_some(shape.payment_window_ms as i64),
         },
     )
     .await?;
@@ -76,9 +79,17 @@ pub async fn run_flood(
         requests: drawn.arrivals.len() as u64,
     });
     let mut crowd = Crowd::arriving(drawn.arrivals.clone(), plan.strategy.name, &plan.id_prefix);
-    if plan.feed.is_on() {
-        let feed = plan.feed.clone();
-        crowd = crowd.watched(move |click| feed.answer(&click.answer, click.answered - click.sent));
+    let second_act = shape.payment_window_ms > 0;
+    let cashier = second_act.then(|| Arc::new(Cashier::open(api, plan.product, plan.seed, shape)));
+    if plan.feed.is_on() || second_act {
+        let (feed, cashier) = (plan.feed.clone(), cashier.clone());
+        let users: Arc<[String]> = drawn.arrivals.iter().map(|a| a.user.clone()).collect();
+        crowd = crowd.watched(move |click| {
+            feed.answer(&click.answer, click.answered - click.sent);
+            if let Some(cashier) = &cashier {
+                cashier.win(click, &users[click.buyer]);
+            }
+        });
     }
     if shape.retries > 0 {
         crowd = crowd.retrying(Retry {
@@ -88,6 +99,7 @@ pub async fn run_flood(
             jitter: Duration::from_secs(3),
         });
     }
+    let crowd_started = Instant::now();
     let answers = crowd.run(api, plan.product).await;
     let mut span = sampler.between(&before, &sampler.sample());
     span.successes = answers.clicks.len() as f64;
@@ -117,6 +129,24 @@ pub async fn run_flood(
         accounting,
         outcomes: Box::new(answers.outcomes()),
     });
+    let resale = match cashier {
+        Some(cashier) => Some(
+            resale::second_act(
+                api,
+                apps,
+                plan.product,
+                shape,
+                &drawn,
+                &answers,
+                Arc::into_inner(cashier).context("the crowd kept its cashier")?,
+                crowd_started + drawn.opens_after,
+                plan.strategy.name,
+                &plan.id_prefix,
+            )
+            .await?,
+        ),
+        None => None,
+    };
     let after_sold_out = match plan.refusal_window {
         Some(window) => Some(refusal_rate(api, plan, window).await),
         None => None,
@@ -135,6 +165,7 @@ pub async fn run_flood(
         refused: refused.summary(),
         fairness: analyse::fairness(&answers.clicks, &drawn.kinds, shape.units),
         timeline: analyse::timeline(&answers.clicks, drawn.opens_after, shape.units),
+        resale,
         projection: analyse::projection(&cpu),
         cpu: Some(cpu),
         after_sold_out,

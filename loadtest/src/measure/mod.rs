@@ -7,6 +7,7 @@ pub mod cpu;
 pub mod flood;
 pub mod memory;
 pub mod overload;
+pub mod resale;
 pub mod sale;
 pub mod throughput;
 pub mod tools;

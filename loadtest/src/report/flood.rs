@@ -46,6 +46,7 @@ fn section(shape: Option<&FloodShape>, floods: &[FloodResult], chart_links: bool
             let _ = writeln!(md, "![the flood through `{}`]({file})", f.strategy.name);
         }
     }
+    md.push_str(&super::resale::markdown(shape, floods));
     md.push_str(&latency_table(floods));
     md.push_str(&projection_table(floods));
     md

@@ -16,6 +16,7 @@ pub mod overload;
 pub mod progress;
 pub mod prose;
 pub mod readme;
+pub mod resale;
 pub mod scenarios;
 pub mod schema;
 pub mod table;

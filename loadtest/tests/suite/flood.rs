@@ -1,6 +1,7 @@
 //! The flood through the whole `seckill-bench flood` path (app processes, the arriving crowd,
 //! the report): safe strategies keep the stock and the per-user limit, early bots buy nothing,
-//! every click is answered or counted, and `racy-limit` lets one account through more than
+//! every click is answered or counted, the units of the winners who never pay sell again
+//! exactly once while an instance dies, and `racy-limit` lets one account through more than
 //! once.
 
 use crate::common;
@@ -20,6 +21,9 @@ fn shape() -> FloodShape {
         early_by_ms: 300,
         retries: 0,
         instances: 2,
+        non_payer_share: 0.3,
+        payment_window_ms: 2_000,
+        kill_mid_sale: true,
     }
 }
 
@@ -45,6 +49,33 @@ fn assert_every_click_counted(f: &FloodResult) {
         "{}: the timeline lost clicks",
         f.strategy.name
     );
+}
+
+/// The second act: the unpaid orders expired once each, an instance was killed meanwhile,
+/// the returned units sold again and were paid, and the invariant held throughout.
+fn assert_second_act_keeps_every_unit(f: &FloodResult) {
+    let name = f.strategy.name;
+    let r = f.resale.expect("a second act after the clicks");
+    assert_eq!(r.unaccounted(), 0, "{name}: initial = left + reserved + paid: {r:?}");
+    assert_eq!(
+        (r.accounting.oversell, r.accounting.stranded, r.payments_refused),
+        (0, 0, 0),
+        "{name}: {r:?}"
+    );
+    assert!(r.killed_after_ms.is_some(), "{name}: an instance was killed mid-sale");
+    assert!(r.never_paid > 0, "{name}: some winners never paid: {r:?}");
+    assert_eq!(
+        r.returned,
+        (r.never_paid + r.payments_too_late + r.payments_failed) as i64,
+        "{name}: every unpaid order expired, once: {r:?}"
+    );
+    assert!(r.bought_on_return > 0, "{name}: returned units sold again: {r:?}");
+    assert_eq!(
+        (r.paid, r.left, r.reserved),
+        (f.accounting.initial_stock, 0, 0),
+        "{name}: the sale ended with every unit paid: {r:?}"
+    );
+    assert!(r.ended_after_ms.is_some(), "{name}: {r:?}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -73,7 +104,13 @@ async fn safe_strategies_keep_the_stock_and_one_per_customer_through_a_flood_and
             "{name}: the shared account's bots were not refused: {:?}",
             f.outcomes
         );
-        assert_eq!(a.units_sold, f.outcomes.created as i64, "{name}: {a:?}");
+        // Orders whose deadline passed before the books were read count as returned.
+        assert_eq!(
+            a.units_sold + a.returned,
+            f.outcomes.created as i64,
+            "{name}: {a:?}"
+        );
+        assert_second_act_keeps_every_unit(f);
         let refusals = f.after_sold_out.expect("refusals timed once sold out");
         assert!(refusals.refusals_per_second > 0.0 && refusals.noop_per_second > 0.0);
     }

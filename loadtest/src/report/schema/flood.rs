@@ -28,6 +28,16 @@ pub struct FloodShape {
     /// `Retry-After` asks for); 0: never.
     pub retries: u32,
     pub instances: usize,
+    /// Share of the winners who never pay: their orders expire and the units go back on sale.
+    #[serde(default)]
+    pub non_payer_share: f64,
+    /// The product's payment window in the flood, in ms.
+    #[serde(default)]
+    pub payment_window_ms: u64,
+    /// Whether one app instance is SIGKILLed once the first unpaid order is due (the sale
+    /// goes on through the other; the killed one is started again afterwards).
+    #[serde(default)]
+    pub kill_mid_sale: bool,
 }
 
 /// What one flood did.
@@ -54,6 +64,9 @@ pub struct FloodResult {
     pub fairness: Fairness,
     /// Answers per 100 ms by kind, with the units the answers sold so far.
     pub timeline: Vec<FloodSlice>,
+    /// After the clicks: payments, expiries, and the units bought again by returning buyers.
+    #[serde(default)]
+    pub resale: Option<Resale>,
     /// Once sold out: purchases refused per second beside `GET /api/noop` on the same
     /// instances, both in a closed loop of the same connections, interleaved.
     pub after_sold_out: Option<RefusalRate>,
@@ -113,5 +126,55 @@ pub struct RefusalRate {
 impl RefusalRate {
     pub fn percent_of_noop(&self) -> f64 {
         100.0 * self.refusals_per_second / self.noop_per_second.max(f64::EPSILON)
+    }
+}
+
+/// The sale's second act: the winners pay or walk away, the unpaid orders expire, and buyers
+/// who were told "sold out" come back for the units that return.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Resale {
+    /// Orders the flood's clicks won.
+    pub won: u64,
+    /// Of them, the orders whose buyers never pay.
+    pub never_paid: u64,
+    /// Payments the service accepted from the winners; units the returning buyers bought, and
+    /// of them the ones they paid for.
+    pub paid_by_winners: u64,
+    pub bought_on_return: u64,
+    pub paid_on_return: u64,
+    /// Payments (of winners and returning buyers alike, each made as soon as the order was
+    /// won) answered `order_expired`: the answers came after the deadline. Their orders
+    /// expire like the never-paid ones.
+    pub payments_too_late: u64,
+    /// Payments refused with any other code (a payment the service should have taken), and
+    /// payments that got no answer.
+    pub payments_refused: u64,
+    pub payments_failed: u64,
+    /// Buyers who came back after a `sold_out`, and their clicks.
+    pub returners: u64,
+    pub return_clicks: u64,
+    /// From the opening until the last unit was paid: the sale truly ended (`None`: not
+    /// every unit was paid by the end of the watch).
+    pub ended_after_ms: Option<f64>,
+    /// When an app instance was SIGKILLed, ms from the opening.
+    pub killed_after_ms: Option<f64>,
+    /// The product at the end: units left, reserved, paid, expired or cancelled, and on their
+    /// way back. `initial = left + reserved + paid + returning + pending` must hold.
+    pub left: i64,
+    pub reserved: i64,
+    pub paid: i64,
+    pub returned: i64,
+    pub returning: i64,
+    pub pending: i64,
+    /// The accounting at the end of the second act.
+    pub accounting: Accounting,
+}
+
+impl Resale {
+    /// Units the invariant `initial = left + reserved + paid + returning + pending` misses (0
+    /// when kept; positive: units lost, negative: units made up).
+    pub fn unaccounted(&self) -> i64 {
+        self.accounting.initial_stock
+            - (self.left + self.reserved + self.paid + self.returning + self.pending)
     }
 }

@@ -25,7 +25,7 @@ pub use findings::{
 };
 pub use flood::{
     Fairness, FloodResult, FloodShape, FloodSlice, PROJECTED_CLICKS_PER_SECOND, Projection,
-    RefusalRate,
+    RefusalRate, Resale,
 };
 pub use load::{Bucket, HistogramData, LatencySummary, LoadResult, Loop, Repetitions, Spread};
 pub use overload::{ByAnswer, Memory, OverloadResult, OverloadShape};

@@ -1,0 +1,321 @@
+//! The sale's second act. A flood's winners hold reservations, not purchases: each pays at
+//! once — or, for a share of them, never — and the unpaid orders expire at the product's
+//! payment deadline, their units going back on sale. Buyers who were told `sold_out` come back
+//! now and then, as people do who keep a tab open, and buy what returns. With
+//! [`FloodShape::kill_mid_sale`] one app instance is SIGKILLed once the first unpaid order is
+//! due, so that the expiry, the return and the resale go on through the other.
+//!
+//! What a shop whose stock is money watches: every unit ends paid or on the shelf and none
+//! twice (`initial = left + reserved + paid + returning + pending`), how many units found a
+//! second buyer, and how long until the sale truly ended — every unit paid.
+
+use std::collections::HashSet;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use app::accounting::{Accounting, Ledger};
+use app::api::{ErrorCode, Strategy};
+use rand::{Rng, SeedableRng};
+use testkit::{Answer, Answers, Api, Apps, Click, order_request};
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+
+use crate::drive::flood::{Kind, Plan};
+use crate::report::schema::{FloodShape, Resale};
+
+/// How often a returning buyer looks again, on average (each look 50–150% of it).
+const LOOK_AGAIN: Duration = Duration::from_millis(500);
+/// Tries of one payment answered `order_pending` (the order not placed yet) or unanswered.
+const PAY_TRIES: u32 = 50;
+/// How long the watch for the returning units lasts beyond the payment window: the sweep's
+/// round, and the grace after which another instance finishes a return a dead one left
+/// half-way (the app's `--return-grace-ms`), with room to spare.
+const WATCH_BEYOND_DEADLINE: Duration = Duration::from_secs(14);
+
+/// Whether `user` is one who never pays: a draw fixed by `seed`, as the flood's is.
+pub fn never_pays(user: &str, seed: u64, share: f64) -> bool {
+    let mut h = DefaultHasher::new();
+    (seed, user).hash(&mut h);
+    (h.finish() % 10_000) as f64 / 10_000.0 < share
+}
+
+/// Payments made as the wins arrive: the crowd's watch hands each win to [`Cashier::win`].
+pub struct Cashier {
+    wins: mpsc::UnboundedSender<(String, String)>,
+    till: tokio::task::JoinHandle<Till>,
+}
+
+/// What the winners' payments came to.
+#[derive(Default)]
+struct Till {
+    won: u64,
+    never_paid: u64,
+    paid: u64,
+    too_late: u64,
+    refused: u64,
+    failed: u64,
+    /// The earliest moment an unpaid order falls due.
+    first_due: Option<Instant>,
+}
+
+impl Cashier {
+    /// Starts taking wins of `product`: payers pay at once, the others never.
+    pub fn open(api: &Api, product: u64, seed: u64, shape: &FloodShape) -> Cashier {
+        let (wins, mut rx) = mpsc::unbounded_channel::<(String, String)>();
+        let (api, share) = (api.clone(), shape.non_payer_share);
+        let window = Duration::from_millis(shape.payment_window_ms);
+        let till = tokio::spawn(async move {
+            let mut till = Till::default();
+            let mut payments = JoinSet::new();
+            while let Some((user, request)) = rx.recv().await {
+                till.won += 1;
+                if never_pays(&user, seed, share) {
+                    till.never_paid += 1;
+                    till.first_due.get_or_insert(Instant::now() + window);
+                    continue;
+                }
+                let api = api.clone();
+                let n = till.won as usize;
+                payments.spawn(async move { pay(&api, n, product, &user, &request).await });
+            }
+            for paid in payments.join_all().await {
+                till.count(paid);
+            }
+            till
+        });
+        Cashier { wins, till }
+    }
+
+    /// Hands a click to the cashier: a win is paid (or not) at once.
+    pub fn win(&self, click: &Click, user: &str) {
+        if click.answer.created() {
+            let _ = self.wins.send((user.to_owned(), click.request_id.clone()));
+        }
+    }
+
+    async fn close(self) -> Till {
+        drop(self.wins);
+        self.till.await.unwrap_or_default()
+    }
+}
+
+impl Till {
+    fn count(&mut self, paid: Paid) {
+        match paid {
+            Paid::Yes => self.paid += 1,
+            Paid::TooLate => self.too_late += 1,
+            Paid::Refused => self.refused += 1,
+            Paid::Failed => self.failed += 1,
+        }
+    }
+}
+
+/// How a payment ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Paid {
+    Yes,
+    /// `order_expired`: the deadline passed before the payment arrived (a slow answer under
+    /// the flood, not a fault of the books).
+    TooLate,
+    /// Any other refusal: a payment the service should have taken.
+    Refused,
+    /// No answer after every try.
+    Failed,
+}
+
+/// Pays the buyer's order, again while it is not placed yet or the answer is lost.
+async fn pay(api: &Api, n: usize, product: u64, user: &str, request: &str) -> Paid {
+    for attempt in 0..PAY_TRIES {
+        match api.pay(n + attempt as usize, product, user, request).await {
+            Ok(Ok(_)) | Ok(Err(ErrorCode::OrderPaid)) => return Paid::Yes,
+            Ok(Err(ErrorCode::OrderExpired)) => return Paid::TooLate,
+            Ok(Err(ErrorCode::OrderPending)) | Err(_) => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Ok(Err(code)) => {
+                tracing::warn!(%user, %request, ?code, "a payment within the deadline was refused");
+                return Paid::Refused;
+            }
+        }
+    }
+    Paid::Failed
+}
+
+/// The second act of `product`'s flood, after its clicks: the winners' payments finished, the
+/// returning buyers buy and pay what comes back, one instance killed when the first unpaid
+/// order is due (when the shape says so, and `apps` has more than one). `opened` is the
+/// sale's opening on this process's clock.
+#[allow(clippy::too_many_arguments)]
+pub async fn second_act(
+    api: &Api,
+    apps: Option<&mut Apps>,
+    product: u64,
+    shape: &FloodShape,
+    drawn: &Plan,
+    answers: &Answers,
+    cashier: Cashier,
+    opened: Instant,
+    strategy: Strategy,
+    id_prefix: &str,
+) -> Result<Resale> {
+    let mut till = cashier.close().await;
+    let by_winners = till.paid;
+    let units = shape.units.max(0) as u64;
+    let paid = Arc::new(AtomicU64::new(till.paid));
+    let ended = Arc::new(std::sync::Mutex::new(
+        (till.paid >= units).then(|| opened.elapsed()),
+    ));
+    let returners = returning_buyers(drawn, answers, units as usize);
+    let return_clicks = Arc::new(AtomicU64::new(0));
+    let watch_until =
+        Instant::now() + Duration::from_millis(shape.payment_window_ms) + WATCH_BEYOND_DEADLINE;
+    let mut buyers = JoinSet::new();
+    for (k, user) in returners.iter().enumerate() {
+        let look = Look {
+            api: api.clone(),
+            product,
+            user: user.clone(),
+            prefix: format!("{id_prefix}-back-{k}"),
+            paid: Arc::clone(&paid),
+            ended: Arc::clone(&ended),
+            clicks: Arc::clone(&return_clicks),
+            units,
+            opened,
+            watch_until,
+            first: k,
+            strategy,
+        };
+        buyers.spawn(look.run());
+    }
+    let mut victim = apps.filter(|a| shape.kill_mid_sale && a.instances.len() > 1);
+    let kill_at = till.first_due.filter(|_| victim.is_some());
+    let mut killed_after = None;
+    let mut bought_on_return = 0;
+    let mut returners_paid = Till::default();
+    loop {
+        let kill = async {
+            match kill_at {
+                Some(at) if killed_after.is_none() => tokio::time::sleep_until(at.into()).await,
+                _ => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = kill => {
+                if let Some(apps) = victim.as_deref_mut() {
+                    apps.instances[0].kill()?;
+                }
+                killed_after = Some(opened.elapsed());
+            }
+            done = buyers.join_next() => match done {
+                Some(Ok(Some(paid))) => {
+                    bought_on_return += 1;
+                    returners_paid.count(paid);
+                }
+                Some(_) => {}
+                None => break,
+            },
+        }
+    }
+    till.too_late += returners_paid.too_late;
+    till.refused += returners_paid.refused;
+    till.failed += returners_paid.failed;
+    if killed_after.is_some()
+        && let Some(apps) = victim
+    {
+        apps.restart_in_place(0).await?;
+    }
+    let view = api.product(product).await?;
+    let ledger = Ledger::of(view.clone());
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let ended_after = *ended.lock().unwrap_or_else(|e| e.into_inner());
+    Ok(Resale {
+        won: till.won,
+        never_paid: till.never_paid,
+        paid_by_winners: by_winners,
+        bought_on_return,
+        paid_on_return: returners_paid.paid,
+        payments_too_late: till.too_late,
+        payments_refused: till.refused,
+        payments_failed: till.failed,
+        returners: returners.len() as u64,
+        return_clicks: return_clicks.load(Ordering::Relaxed),
+        ended_after_ms: ended_after.map(ms),
+        killed_after_ms: killed_after.map(ms),
+        left: view.stock,
+        reserved: view.reserved,
+        paid: view.paid,
+        returned: view.expired + view.cancelled,
+        returning: view.returning,
+        pending: view.pending,
+        accounting: Accounting::of(ledger, drawn.people() as i64),
+    })
+}
+
+/// Up to `most` buyers who were told `sold_out` on a regular click, in the order they clicked.
+fn returning_buyers(drawn: &Plan, answers: &Answers, most: usize) -> Vec<String> {
+    let mut seen = HashSet::new();
+    let mut clicks: Vec<&Click> = answers
+        .clicks
+        .iter()
+        .filter(|c| drawn.kinds[c.buyer] == Kind::Regular && c.answer == Answer::SOLD_OUT)
+        .collect();
+    clicks.sort_by_key(|c| c.sent);
+    clicks
+        .into_iter()
+        .map(|c| drawn.arrivals[c.buyer].user.clone())
+        .filter(|user| seen.insert(user.clone()))
+        .take(most)
+        .collect()
+}
+
+/// One returning buyer: looks again now and then until they buy (and pay), every unit is
+/// paid, or the watch ends.
+struct Look {
+    api: Api,
+    product: u64,
+    user: String,
+    prefix: String,
+    paid: Arc<AtomicU64>,
+    ended: Arc<std::sync::Mutex<Option<Duration>>>,
+    clicks: Arc<AtomicU64>,
+    units: u64,
+    opened: Instant,
+    watch_until: Instant,
+    first: usize,
+    strategy: Strategy,
+}
+
+impl Look {
+    /// How this buyer's payment ended, if they bought a unit.
+    async fn run(self) -> Option<Paid> {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(self.first as u64);
+        let mut n = self.first;
+        let mut tries = 0;
+        while Instant::now() < self.watch_until && self.paid.load(Ordering::Relaxed) < self.units {
+            tokio::time::sleep(LOOK_AGAIN.mul_f64(rng.random_range(0.5..1.5))).await;
+            tries += 1;
+            n += 1;
+            let request = format!("{}-{tries}", self.prefix);
+            let body = order_request(self.user.clone(), self.strategy, request.clone(), 1);
+            self.clicks.fetch_add(1, Ordering::Relaxed);
+            match self.api.order(n, self.product, &body).await {
+                answer if answer.created() => {}
+                Answer::Refused {
+                    code: ErrorCode::LimitReached,
+                    ..
+                } => return None,
+                _ => continue,
+            }
+            let paid = pay(&self.api, n, self.product, &self.user, &request).await;
+            if paid == Paid::Yes && self.paid.fetch_add(1, Ordering::Relaxed) + 1 == self.units {
+                let mut ended = self.ended.lock().unwrap_or_else(|e| e.into_inner());
+                ended.get_or_insert(self.opened.elapsed());
+            }
+            return Some(paid);
+        }
+        None
+    }
+}
