@@ -63,7 +63,8 @@ pub async fn run_flood(
             sale_starts_at: Some(opens),
             sale_ends_at: None,
             token_required: false,
-            payment_window_ms: (shape.payment_window_ms > 0).then_some(shape.payment_window_ms as i64),
+            payment_window_ms: (shape.payment_window_ms > 0)
+                .then_some(shape.payment_window_ms as i64),
         },
     )
     .await?;

@@ -228,7 +228,7 @@ pub async fn second_act(
         apps.restart_in_place(0).await?;
     }
     let view = api.product(product).await?;
-    let ledger = Ledger::of(view.clone());
+    let ledger = Ledger::of(view);
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     let ended_after = *ended.lock().unwrap_or_else(|e| e.into_inner());
     Ok(Resale {

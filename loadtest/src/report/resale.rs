@@ -89,7 +89,11 @@ fn went_wrong(acts: &[(&FloodResult, &Resale)]) -> String {
                 "- `{name}`: after the second act {} unit(s) {} the books: initial {} against \
                  {} left, {} reserved, {} paid, {} on their way back, {} pending.",
                 lost.abs(),
-                if lost > 0 { "were missing from" } else { "more than" },
+                if lost > 0 {
+                    "were missing from"
+                } else {
+                    "more than"
+                },
                 r.accounting.initial_stock,
                 r.left,
                 r.reserved,

@@ -56,20 +56,34 @@ fn assert_every_click_counted(f: &FloodResult) {
 fn assert_second_act_keeps_every_unit(f: &FloodResult) {
     let name = f.strategy.name;
     let r = f.resale.expect("a second act after the clicks");
-    assert_eq!(r.unaccounted(), 0, "{name}: initial = left + reserved + paid: {r:?}");
     assert_eq!(
-        (r.accounting.oversell, r.accounting.stranded, r.payments_refused),
+        r.unaccounted(),
+        0,
+        "{name}: initial = left + reserved + paid: {r:?}"
+    );
+    assert_eq!(
+        (
+            r.accounting.oversell,
+            r.accounting.stranded,
+            r.payments_refused
+        ),
         (0, 0, 0),
         "{name}: {r:?}"
     );
-    assert!(r.killed_after_ms.is_some(), "{name}: an instance was killed mid-sale");
+    assert!(
+        r.killed_after_ms.is_some(),
+        "{name}: an instance was killed mid-sale"
+    );
     assert!(r.never_paid > 0, "{name}: some winners never paid: {r:?}");
     assert_eq!(
         r.returned,
         (r.never_paid + r.payments_too_late + r.payments_failed) as i64,
         "{name}: every unpaid order expired, once: {r:?}"
     );
-    assert!(r.bought_on_return > 0, "{name}: returned units sold again: {r:?}");
+    assert!(
+        r.bought_on_return > 0,
+        "{name}: returned units sold again: {r:?}"
+    );
     assert_eq!(
         (r.paid, r.left, r.reserved),
         (f.accounting.initial_stock, 0, 0),
