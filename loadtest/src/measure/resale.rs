@@ -132,11 +132,19 @@ async fn pay(api: &Api, n: usize, product: u64, user: &str, request: &str) -> Pa
         match api.pay(n + attempt as usize, product, user, request).await {
             Ok(Ok(_)) | Ok(Err(ErrorCode::OrderPaid)) => return Paid::Yes,
             Ok(Err(ErrorCode::OrderExpired)) => return Paid::TooLate,
-            Ok(Err(ErrorCode::OrderPending)) | Err(_) => {
+            // Not placed yet, or a `503` (busy, the backend away, overloaded): again.
+            Ok(Err(
+                ErrorCode::OrderPending
+                | ErrorCode::Busy
+                | ErrorCode::BackendUnavailable
+                | ErrorCode::Overloaded
+                | ErrorCode::RateLimited,
+            ))
+            | Err(_) => {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
             Ok(Err(code)) => {
-                tracing::warn!(%user, %request, ?code, "a payment within the deadline was refused");
+                tracing::warn!(%user, %request, ?code, "a payment was refused");
                 return Paid::Refused;
             }
         }
