@@ -130,6 +130,8 @@ pub async fn run_flood(
         accounting,
         outcomes: Box::new(answers.outcomes()),
     });
+    // Counted before the second act, whose buyers are others.
+    let beyond_limit = beyond_limit(db, plan.product, 1).await?;
     let resale = match cashier {
         Some(cashier) => Some(
             resale::second_act(
@@ -159,7 +161,7 @@ pub async fn run_flood(
         shared_account_clicks: drawn.count(Kind::SharedAccount),
         outcomes: answers.outcomes(),
         accounting,
-        beyond_limit: beyond_limit(db, plan.product, 1).await?,
+        beyond_limit,
         sold_out_after_ms: analyse::sold_out_after(&answers.clicks, drawn.opens_after, shape.units),
         all_answered_after_ms: ms_from(drawn.opens_after, answers.elapsed),
         winners: winners.summary(),
@@ -173,11 +175,13 @@ pub async fn run_flood(
     })
 }
 
-/// Units buyers of `product` hold beyond `limit`, summed over buyers, from the orders.
+/// Units buyers of `product` took beyond `limit`, summed over buyers, from the orders: every
+/// order the service placed counts, also one that expired or was cancelled since (the limit
+/// was broken when it was placed); a purchase `reconcile` voided never held a unit.
 pub async fn beyond_limit(db: &MySqlPool, product: u64, limit: i64) -> Result<i64> {
     let beyond: Option<i64> = sqlx::query_scalar(
         "SELECT CAST(SUM(held - ?) AS SIGNED) FROM (SELECT SUM(quantity) AS held FROM orders \
-         WHERE product_id = ? AND state IN ('reserved', 'paid') GROUP BY user_id) AS buyers \
+         WHERE product_id = ? AND state <> 'voided' GROUP BY user_id) AS buyers \
          WHERE held > ?",
     )
     .bind(limit)

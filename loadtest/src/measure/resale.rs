@@ -262,9 +262,13 @@ pub async fn second_act(
     })
 }
 
-/// Up to `most` buyers who were told `sold_out` on a regular click, in the order they clicked.
+/// Up to `most` buyers who were told `sold_out` on a regular click and won with none, in the
+/// order they clicked.
 fn returning_buyers(drawn: &Plan, answers: &Answers, most: usize) -> Vec<String> {
-    let mut seen = HashSet::new();
+    let mut seen: HashSet<String> = (answers.clicks.iter())
+        .filter(|c| c.answer.created())
+        .map(|c| drawn.arrivals[c.buyer].user.clone())
+        .collect();
     let mut clicks: Vec<&Click> = answers
         .clicks
         .iter()
