@@ -17,7 +17,7 @@ mod connections;
 pub mod consumer;
 mod keys;
 pub mod reconcile;
-pub(crate) mod scripts;
+pub mod scripts;
 
 use std::collections::HashMap;
 use std::time::Duration;
