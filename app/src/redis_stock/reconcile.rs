@@ -68,7 +68,7 @@ struct Found {
     presumed_lost: Vec<(String, Charge)>,
     /// Charges whose purchase is voided already (a reconcile fenced it out and could not give
     /// its units back): given back now.
-    fenced: Vec<String>,
+    fenced: Vec<(String, Option<String>)>,
     /// Units of the charges with neither, younger than the grace.
     in_flight_units: i64,
     in_flight: u64,
@@ -84,8 +84,8 @@ pub async fn reconcile(
 ) -> Result<Reconciliation, ReconcileError> {
     let before = read(pool, redis, product, grace).await?;
     let mut released = 0;
-    for field in &before.fenced {
-        give_back(redis, product, field).await?;
+    for (field, attempt) in &before.fenced {
+        give_back(redis, product, field, attempt.as_deref()).await?;
         released += 1;
     }
     for (field, charged) in &before.presumed_lost {
@@ -110,7 +110,7 @@ pub async fn reconcile(
         )
         .await?;
         if voided {
-            give_back(redis, product, field).await?;
+            give_back(redis, product, field, charged.attempt.as_deref()).await?;
             released += 1;
         }
     }
@@ -203,7 +203,8 @@ async fn read(
             continue;
         }
         if voided.contains(&field) {
-            found.fenced.push(field);
+            let attempt = Charge::parse(&record).and_then(|c| c.attempt);
+            found.fenced.push((field, attempt));
             continue;
         }
         let Some(charged) = Charge::parse(&record) else {
@@ -225,10 +226,16 @@ async fn read(
     Ok(found)
 }
 
-/// Gives the units of a fenced-out purchase back (once: see [`super::scripts::GIVE_BACK`]).
-async fn give_back(redis: &RedisStock, product: u64, field: &str) -> Result<(), RedisStockError> {
+/// Gives the units of a fenced-out purchase back (once, and only the charge read: see
+/// [`super::scripts::GIVE_BACK`]).
+async fn give_back(
+    redis: &RedisStock,
+    product: u64,
+    field: &str,
+    attempt: Option<&str>,
+) -> Result<(), RedisStockError> {
     redis
-        .invoke::<i64>(&redis.give_back(product, field))
+        .invoke::<i64>(&redis.give_back(product, field, attempt))
         .await?;
     Ok(())
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use app::api::{Home, Reconciliation, Strategy};
 use app::redis_stock::consumer::Consumer;
-use app::redis_stock::{RedisStock, charge};
+use app::redis_stock::{Attempt, RedisStock, Settled, charge};
 use app::strategy::{Purchase, PurchaseStats};
 use app::{Config, db};
 use common::{
@@ -705,7 +705,7 @@ async fn a_late_give_back_never_gives_back_a_later_charge_of_the_same_purchase()
     };
     redis.seed(1, 10, &rules).await.expect("seed");
     let field = charge::field("alice", "r-1");
-    let take = |redis: &RedisStock| {
+    let take = |redis: &RedisStock, attempt: Attempt| {
         let keys = redis.keys();
         let mut script = app::redis_stock::scripts::TAKE.prepare_invoke();
         script
@@ -715,20 +715,32 @@ async fn a_late_give_back_never_gives_back_a_later_charge_of_the_same_purchase()
             .key(keys.limit(1))
             .arg(&field)
             .arg(1)
-            .arg(charge::terms(1, "redis-lua"));
+            .arg(charge::terms(1, "redis-lua"))
+            .arg(attempt.name());
         script
     };
-    let (left, _) = redis.take(&take(&redis)).await.expect("first charge");
+    let (first, retry) = (Attempt::new(), Attempt::new());
+    let (left, _) = redis
+        .take(&take(&redis, first))
+        .await
+        .expect("first charge");
     assert_eq!(left, 9);
-    let give_back = redis.give_back(1, &field);
+    let name = first.name();
+    let give_back = redis.give_back(1, &field, Some(&name));
     let given: i64 = redis.invoke(&give_back).await.expect("give back");
     assert_eq!(given, 1);
     // The buyer's retry charges the purchase again.
-    let (left, _) = redis.take(&take(&redis)).await.expect("second charge");
+    let (left, _) = redis
+        .take(&take(&redis, retry))
+        .await
+        .expect("second charge");
     assert_eq!(left, 9);
     // The first give-back once more (re-sent, or late).
     let again: i64 = redis.invoke(&give_back).await.expect("give back again");
     assert_eq!(again, 0, "the late give-back gave back the retry's charge");
+    // The first attempt settling late finds the retry's charge, not its own.
+    let settled = redis.settle(1, &field, first).await.expect("settle");
+    assert_eq!(settled, Settled::Other);
     assert_eq!(redis.counter(1).await.expect("counter"), Some(9));
     drop_database(&database_url).await;
 }
