@@ -177,7 +177,9 @@ pub(super) async fn finish_return(
     let redis = life.redis.as_ref().ok_or(RedisStockError::NotConfigured)?;
     let field = charge::field(&target.user_id, &target.request_id);
     let given: i64 = redis
-        .invoke(&redis.give_back(target.product_id, &field))
+        // The order's own charge (whichever attempt made it): its purchase key is the
+        // order's, so no retry charges the purchase anew.
+        .invoke(&redis.give_back(target.product_id, &field, None))
         .await?;
     let done = match on_the_way {
         OrderState::Cancelling => OrderState::Cancelled,

@@ -6,9 +6,10 @@
 //! can make two purchases one field. The stream's `pending` hash, shared by all products, puts
 //! the product id in front (`7:5:alicer-1`).
 //!
-//! The value records what was charged: `quantity:strategy:charged-at` (milliseconds of the
-//! Redis clock), so that a replay with other terms is a conflict, and so that `reconcile` can
-//! tell a purchase still in flight from one presumed lost; or [`CANCELLED`], a tombstone.
+//! The value records what was charged: `quantity:strategy:charged-at:attempt` (milliseconds
+//! of the Redis clock; the [`Attempt`] that charged it), so that a replay with other terms is
+//! a conflict, so that `reconcile` can tell a purchase still in flight from one presumed lost,
+//! and so that a give-back names the charge it is for; or [`CANCELLED`], a tombstone.
 
 use crate::db::orders::PurchaseKey;
 
@@ -35,6 +36,29 @@ pub fn terms(quantity: u32, strategy: &str) -> String {
     format!("{quantity}:{strategy}:")
 }
 
+/// One try of a purchase at the counter, named so that what is done for it afterwards — its
+/// settling, its give-back — acts on its own charge and on no later one of the same purchase.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Attempt(u64);
+
+impl Attempt {
+    /// A new attempt, named at random (64 bits: two attempts of one purchase never share one).
+    pub fn new() -> Attempt {
+        Attempt(rand::random())
+    }
+
+    /// As written in the charge record.
+    pub fn name(&self) -> String {
+        format!("{:x}", self.0)
+    }
+}
+
+impl Default for Attempt {
+    fn default() -> Attempt {
+        Attempt::new()
+    }
+}
+
 /// The record of a purchase whose take was settled as not made (see
 /// [`super::scripts::SETTLE`]): a tombstone, holding no units.
 pub const CANCELLED: &str = "cancelled";
@@ -46,15 +70,18 @@ pub struct Charge {
     pub strategy: String,
     /// When the script charged it, by the Redis clock, in milliseconds.
     pub charged_at_ms: u64,
+    /// The attempt that charged it, as written (absent in a record written without one).
+    pub attempt: Option<String>,
 }
 
 impl Charge {
     pub fn parse(record: &str) -> Option<Charge> {
-        let mut parts = record.splitn(3, ':');
+        let mut parts = record.splitn(4, ':');
         Some(Charge {
             quantity: parts.next()?.parse().ok()?,
             strategy: parts.next()?.to_string(),
             charged_at_ms: parts.next()?.parse().ok()?,
+            attempt: parts.next().map(str::to_owned),
         })
     }
 }
@@ -78,15 +105,19 @@ mod tests {
     }
 
     #[test]
-    fn a_recorded_charge_reads_back() {
-        let record = format!("{}1700000000123", terms(2, "redis-lua"));
+    fn a_recorded_charge_reads_back_with_its_attempt_or_without_one() {
+        let attempt = Attempt::new();
+        let record = format!("{}1700000000123:{}", terms(2, "redis-lua"), attempt.name());
         assert_eq!(
             Charge::parse(&record),
             Some(Charge {
                 quantity: 2,
                 strategy: "redis-lua".into(),
                 charged_at_ms: 1_700_000_000_123,
+                attempt: Some(attempt.name()),
             })
         );
+        let old = format!("{}1700000000123", terms(2, "redis-lua"));
+        assert_eq!(Charge::parse(&old).and_then(|c| c.attempt), None);
     }
 }

@@ -239,7 +239,11 @@ impl Consumer {
                 "a queued purchase has an order that is not its own; giving its units back");
             let field = charge::field(&order.user_id, &order.request_id);
             self.redis
-                .invoke::<i64>(&self.redis.give_back(order.product_id, &field))
+                .invoke::<i64>(&self.redis.give_back(
+                    order.product_id,
+                    &field,
+                    order.attempt.as_deref(),
+                ))
                 .await?;
         }
         Ok(())

@@ -17,7 +17,7 @@ mod connections;
 pub mod consumer;
 mod keys;
 pub mod reconcile;
-pub(crate) mod scripts;
+pub mod scripts;
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -26,8 +26,20 @@ use deadpool_redis::redis::{self, Cmd, FromRedisValue, ScriptInvocation};
 use deadpool_redis::{PoolConfig, Timeouts};
 
 use crate::config::Config;
+pub use charge::Attempt;
 use connections::Connections;
 pub use keys::Keys;
+
+/// What settling a take whose answer was lost found ([`RedisStock::settle`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settled {
+    /// The take ran and charged the purchase: its units are taken, for this attempt.
+    Mine,
+    /// Another attempt of the same purchase charged it (a concurrent copy, or a retry).
+    Other,
+    /// The take did not run, and now never will.
+    NotMade,
+}
 
 /// How long one Redis operation may take before it counts as a failure.
 const TIMEOUT: Duration = Duration::from_secs(2);
@@ -79,6 +91,8 @@ pub struct StreamOrder {
     pub user_id: String,
     pub quantity: u32,
     pub strategy: String,
+    /// The attempt that charged it (absent in an entry written without one).
+    pub attempt: Option<String>,
 }
 
 impl StreamOrder {
@@ -109,6 +123,7 @@ impl StreamOrder {
             user_id: field("user_id")?,
             quantity: u32::try_from(number("quantity")?).unwrap_or(u32::MAX),
             strategy: field("strategy")?,
+            attempt: entry.get::<String>("attempt"),
         })
     }
 }
@@ -260,13 +275,27 @@ impl RedisStock {
         .await
     }
 
-    /// Whether the take of a purchase whose answer was lost was made; if not, it never will
-    /// be ([`scripts::SETTLE`]).
-    pub async fn settle(&self, product: u64, field: &str) -> Result<bool, RedisStockError> {
+    /// Whether the take `attempt` made of a purchase, its answer lost, charged it — or another
+    /// attempt did; if neither, it never will be ([`scripts::SETTLE`]).
+    pub async fn settle(
+        &self,
+        product: u64,
+        field: &str,
+        attempt: Attempt,
+    ) -> Result<Settled, RedisStockError> {
         let made: i64 = self
-            .invoke(scripts::SETTLE.key(self.keys.requests(product)).arg(field))
+            .invoke(
+                scripts::SETTLE
+                    .key(self.keys.requests(product))
+                    .arg(field)
+                    .arg(attempt.name()),
+            )
             .await?;
-        Ok(made == 1)
+        Ok(match made {
+            scripts::SETTLED_MINE => Settled::Mine,
+            scripts::SETTLED_OTHER => Settled::Other,
+            _ => Settled::NotMade,
+        })
     }
 
     /// Runs a command, bounded by the timeout.
@@ -315,8 +344,15 @@ impl RedisStock {
         Ok(text.and_then(|t| serde_json::from_str(&t).ok()))
     }
 
-    /// Arguments of [`scripts::GIVE_BACK`] for the purchase `field` of `product`, ready to run.
-    pub fn give_back(&self, product: u64, field: &str) -> ScriptInvocation<'static> {
+    /// Arguments of [`scripts::GIVE_BACK`] for the purchase `field` of `product`, ready to run:
+    /// the charge of `attempt`, or whichever charged it when `None` (for a caller that read
+    /// the record it gives back by, and no attempt in it).
+    pub fn give_back(
+        &self,
+        product: u64,
+        field: &str,
+        attempt: Option<&str>,
+    ) -> ScriptInvocation<'static> {
         let mut script = scripts::GIVE_BACK.prepare_invoke();
         script
             .key(self.keys.stock(product))
@@ -324,7 +360,8 @@ impl RedisStock {
             .key(self.keys.buyers(product))
             .arg(field)
             .arg(self.keys.stock_back())
-            .arg(product);
+            .arg(product)
+            .arg(attempt.unwrap_or(""));
         script
     }
 

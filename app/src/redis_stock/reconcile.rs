@@ -80,7 +80,7 @@ struct Found {
     presumed_lost: Vec<(String, Charge)>,
     /// Charges whose purchase is voided already (a reconcile fenced it out and could not give
     /// its units back): given back now.
-    fenced: Vec<String>,
+    fenced: Vec<(String, Option<String>)>,
     /// Orders whose units are on their way back (order id, charge field, state).
     returning: Vec<(u64, String, OrderState)>,
     /// Units of the charges with neither, younger than the grace.
@@ -99,7 +99,8 @@ pub async fn reconcile(
     let before = read(pool, redis, product, grace).await?;
     let mut released = 0;
     for (order_id, field, on_the_way) in &before.returning {
-        give_back(redis, product, field).await?;
+        // The order's own charge: its purchase key is taken, so no retry charges it anew.
+        give_back(redis, product, field, None).await?;
         let done = match on_the_way {
             OrderState::Cancelling => OrderState::Cancelled,
             _ => OrderState::Expired,
@@ -107,8 +108,8 @@ pub async fn reconcile(
         order_life::arrived(pool, *order_id, *on_the_way, done).await?;
         released += 1;
     }
-    for field in &before.fenced {
-        give_back(redis, product, field).await?;
+    for (field, attempt) in &before.fenced {
+        give_back(redis, product, field, attempt.as_deref()).await?;
         released += 1;
     }
     for (field, charged) in &before.presumed_lost {
@@ -134,7 +135,7 @@ pub async fn reconcile(
         )
         .await?;
         if voided {
-            give_back(redis, product, field).await?;
+            give_back(redis, product, field, charged.attempt.as_deref()).await?;
             released += 1;
         }
     }
@@ -243,7 +244,8 @@ async fn read(
             continue;
         }
         if voided.contains(&field) {
-            found.fenced.push(field);
+            let attempt = Charge::parse(&record).and_then(|c| c.attempt);
+            found.fenced.push((field, attempt));
             continue;
         }
         let Some(charged) = Charge::parse(&record) else {
@@ -265,10 +267,16 @@ async fn read(
     Ok(found)
 }
 
-/// Gives the units of a fenced-out purchase back (once: see [`super::scripts::GIVE_BACK`]).
-async fn give_back(redis: &RedisStock, product: u64, field: &str) -> Result<(), RedisStockError> {
+/// Gives the units of a fenced-out purchase back (once, and only the charge read: see
+/// [`super::scripts::GIVE_BACK`]).
+async fn give_back(
+    redis: &RedisStock,
+    product: u64,
+    field: &str,
+    attempt: Option<&str>,
+) -> Result<(), RedisStockError> {
     redis
-        .invoke::<i64>(&redis.give_back(product, field))
+        .invoke::<i64>(&redis.give_back(product, field, attempt))
         .await?;
     Ok(())
 }

@@ -33,9 +33,10 @@ local user = string.sub(rest, 1, tonumber(length))
 ";
 
 /// The start both take scripts share: refuse, or charge the purchase — record it with its
-/// terms and the Redis clock, and add its units to the buyer's — and leave `q` set. KEYS[1]
-/// stock, KEYS[2] requests, KEYS[3] buyers, KEYS[4] limit; ARGV[1] purchase field, ARGV[2]
-/// quantity, ARGV[3] terms (`quantity:strategy:`).
+/// terms, the Redis clock and the attempt that charged it (set in `attempt` by the script),
+/// and add its units to the buyer's — and leave `q` set. KEYS[1] stock, KEYS[2] requests,
+/// KEYS[3] buyers, KEYS[4] limit; ARGV[1] purchase field, ARGV[2] quantity, ARGV[3] terms
+/// (`quantity:strategy:`).
 const CHARGE: &str = r"
 local left = redis.call('get', KEYS[1])
 if not left then return -1 end
@@ -51,32 +52,38 @@ local held = tonumber(redis.call('hget', KEYS[3], user) or '0')
 if held + q > limit then return -5 end
 local clock = redis.call('time')
 local now = clock[1] * 1000 + math.floor(clock[2] / 1000)
-redis.call('hset', KEYS[2], ARGV[1], ARGV[3] .. now)
+redis.call('hset', KEYS[2], ARGV[1], ARGV[3] .. now .. ':' .. attempt)
 redis.call('hincrby', KEYS[3], user, q)
 ";
 
 /// Checks and decrements the counter, records the purchase and counts its units against the
 /// buyer's limit, atomically.
-/// KEYS: stock, requests, buyers, limit. ARGV: purchase field, quantity, terms.
+/// KEYS: stock, requests, buyers, limit. ARGV: purchase field, quantity, terms, attempt.
 /// Returns the units left, or [`NO_COUNTER`], [`DUPLICATE`], [`SOLD_OUT`], [`CONFLICT`],
 /// [`LIMIT_REACHED`].
 pub static TAKE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
-        "{BUYER}{CHARGE}
+        "{BUYER}local attempt = ARGV[4]
+{CHARGE}
 return redis.call('decrby', KEYS[1], q)"
     ))
 });
 
 /// Gives the units of a charged purchase back, to the counter and to the buyer's limit, once:
-/// only if its record is still there, which the same step deletes; and announces that the
+/// only if its record is still there, which the same step deletes — and, when an attempt is
+/// named, only if that attempt made the charge: a give-back sent again after its answer was
+/// lost, or arriving late, must not give back the charge a retry of the same purchase made
+/// since (its order would then name units that are on sale again). Announces that the
 /// product's stock came back. KEYS: stock, requests, buyers. ARGV: purchase field, the
-/// announcement channel, product id. Returns the units given back (0 if the purchase had not
-/// been charged or was given back).
+/// announcement channel, product id, attempt (empty: whichever charged it). Returns the units
+/// given back (0 if the purchase had not been charged, was given back, or was charged by
+/// another attempt).
 pub static GIVE_BACK: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{BUYER}
 local charged = redis.call('hget', KEYS[2], ARGV[1])
 if not charged or charged == 'cancelled' then return 0 end
+if ARGV[4] ~= '' and string.match(charged, '^%d+:[^:]*:%d+:(.*)$') ~= ARGV[4] then return 0 end
 redis.call('hdel', KEYS[2], ARGV[1])
 local q = tonumber(string.match(charged, '^(%d+):'))
 if redis.call('exists', KEYS[1]) == 1 then redis.call('incrby', KEYS[1], q) end
@@ -86,31 +93,43 @@ return q"
     ))
 });
 
-/// Settles a take whose answer was lost (a timeout, a broken connection): returns 1 if the
-/// purchase is charged (the script ran), else writes the tombstone `cancelled` as its record
-/// and returns 0 — so that the lost script, should it still arrive (it may sit in a socket
-/// buffer of a connection given up on), finds a record and charges nothing. A tombstone counts
-/// as no record for a new take of the purchase: its retry can buy. KEYS: requests. ARGV:
-/// purchase field.
+/// Settles a take whose answer was lost (a timeout, a broken connection): returns
+/// [`SETTLED_MINE`] if this attempt charged the purchase (the script ran), [`SETTLED_OTHER`]
+/// if another attempt of the same purchase did (a concurrent copy or a retry: the lost script,
+/// should it still arrive, finds that record and charges nothing), else writes the tombstone
+/// `cancelled` as its record and returns [`SETTLED_NOT_MADE`] — so that the lost script finds
+/// a record and charges nothing. A tombstone counts as no record for a new take of the
+/// purchase: its retry can buy. KEYS: requests. ARGV: purchase field, attempt.
 pub static SETTLE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
 local charged = redis.call('hget', KEYS[1], ARGV[1])
-if charged and charged ~= 'cancelled' then return 1 end
+if charged and charged ~= 'cancelled' then
+  if string.match(charged, '^%d+:[^:]*:%d+:(.*)$') == ARGV[2] then return 1 end
+  return 2
+end
 redis.call('hset', KEYS[1], ARGV[1], 'cancelled')
 return 0",
     )
 });
 
+/// [`SETTLE`]: the lost take was not made, and never will be.
+pub const SETTLED_NOT_MADE: i64 = 0;
+/// [`SETTLE`]: the lost take charged the purchase.
+pub const SETTLED_MINE: i64 = 1;
+/// [`SETTLE`]: another attempt of the purchase charged it.
+pub const SETTLED_OTHER: i64 = 2;
+
 /// [`TAKE`], and the order appended to the stream (and its units counted as waiting) in the
 /// same step. KEYS: stock, requests, buyers, limit, stream, pending, waiting. ARGV: purchase
-/// field, quantity, terms, request id, product id, user id, strategy, pending field. Returns as
-/// [`TAKE`].
+/// field, quantity, terms, request id, product id, user id, strategy, pending field, attempt.
+/// Returns as [`TAKE`].
 pub static TAKE_AND_APPEND: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
-        "{BUYER}{CHARGE}
+        "{BUYER}local attempt = ARGV[9]
+{CHARGE}
 redis.call('xadd', KEYS[5], '*', 'request_id', ARGV[4], 'quantity', ARGV[2],
-  'product_id', ARGV[5], 'user_id', ARGV[6], 'strategy', ARGV[7])
+  'product_id', ARGV[5], 'user_id', ARGV[6], 'strategy', ARGV[7], 'attempt', attempt)
 redis.call('hset', KEYS[6], ARGV[8], ARGV[5])
 redis.call('incrby', KEYS[7], q)
 return redis.call('decrby', KEYS[1], q)"

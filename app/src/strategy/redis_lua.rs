@@ -46,7 +46,7 @@ use super::{Deps, Purchase, PurchaseError, Purchased, StockStrategy};
 use crate::db::{orders, products};
 use crate::redis_stock::charge;
 use crate::redis_stock::scripts::{CONFLICT, DUPLICATE, LIMIT_REACHED, NO_COUNTER, SOLD_OUT, TAKE};
-use crate::redis_stock::{RedisStock, RedisStockError, Replicated};
+use crate::redis_stock::{Attempt, RedisStock, RedisStockError, Replicated, Settled};
 
 /// Attempts to give units back, and the pause between them.
 const GIVE_BACK_TRIES: usize = 5;
@@ -81,6 +81,7 @@ impl StockStrategy for RedisLua {
             let redis = configured(&self.redis)?;
             let keys = redis.keys();
             let field = charge::field(&purchase.user_id, &purchase.request_id);
+            let attempt = Attempt::new();
             let taken = redis
                 .take(
                     TAKE.key(keys.stock(purchase.product_id))
@@ -89,7 +90,8 @@ impl StockStrategy for RedisLua {
                         .key(keys.limit(purchase.product_id))
                         .arg(&field)
                         .arg(purchase.quantity)
-                        .arg(charge::terms(purchase.quantity, purchase.strategy.name())),
+                        .arg(charge::terms(purchase.quantity, purchase.strategy.name()))
+                        .arg(attempt.name()),
                 )
                 .await;
             let (taken, replicated) = match taken {
@@ -98,15 +100,18 @@ impl StockStrategy for RedisLua {
                 // connection): settle it, and give back what it took, if it ran.
                 Err(e) => {
                     let why = unavailable(e);
-                    return Err(match redis.settle(purchase.product_id, &field).await {
-                        Ok(true) => give_back(redis, purchase, why).await,
-                        Ok(false) => why,
-                        Err(unsettled) => {
-                            tracing::warn!(request_id = %purchase.request_id, error = %unsettled,
+                    return Err(
+                        match redis.settle(purchase.product_id, &field, attempt).await {
+                            Ok(Settled::Mine) => give_back(redis, purchase, attempt, why).await,
+                            // Another attempt's charge is that attempt's to keep or give back.
+                            Ok(Settled::Other | Settled::NotMade) => why,
+                            Err(unsettled) => {
+                                tracing::warn!(request_id = %purchase.request_id, error = %unsettled,
                                 "a lost deduction could not be settled: undersell until reconciled, if it was made");
-                            why
-                        }
-                    });
+                                why
+                            }
+                        },
+                    );
                 }
             };
             refused(&self.pool, purchase, taken).await?;
@@ -116,14 +121,14 @@ impl StockStrategy for RedisLua {
             if let Replicated::Short { acked, wanted } = replicated {
                 // A failover now would lose the deduction: no order may rest on it.
                 let why = unavailable(RedisStockError::NotReplicated { acked, wanted });
-                return Err(give_back(redis, purchase, why).await);
+                return Err(give_back(redis, purchase, attempt, why).await);
             }
             // The units are taken and no order names them yet: the window a crash turns into
             // undersell.
             purchase.hold().await;
             let tx = match self.pool.begin().await {
                 Ok(tx) => tx,
-                Err(e) => return Err(give_back(redis, purchase, e.into()).await),
+                Err(e) => return Err(give_back(redis, purchase, attempt, e.into()).await),
             };
             match place(tx, purchase, None).await {
                 Ok(placed) => Ok(placed.into()),
@@ -131,7 +136,7 @@ impl StockStrategy for RedisLua {
                 Err(unknown @ PurchaseError::OutcomeUnknown(_)) => Err(unknown),
                 // A duplicate here is a purchase a reconciliation fenced out (voided): its
                 // units go back once, by whichever of the two gets to its record first.
-                Err(e) => Err(give_back(redis, purchase, e).await),
+                Err(e) => Err(give_back(redis, purchase, attempt, e).await),
             }
         })
     }
@@ -205,13 +210,21 @@ pub(crate) async fn refused(
     }
 }
 
-/// Gives the purchase's units back after its order could not be written, and returns `why`
-/// (a duplicate request id stays a duplicate, so the caller replays the original order).
-async fn give_back(redis: &RedisStock, purchase: &Purchase, why: PurchaseError) -> PurchaseError {
+/// Gives back the units `attempt` charged after its order could not be written, and returns
+/// `why` (a duplicate request id stays a duplicate, so the caller replays the original order).
+async fn give_back(
+    redis: &RedisStock,
+    purchase: &Purchase,
+    attempt: Attempt,
+    why: PurchaseError,
+) -> PurchaseError {
     let field = charge::field(&purchase.user_id, &purchase.request_id);
-    let script = redis.give_back(purchase.product_id, &field);
-    // The script gives back once (it deletes the record it gives back by), so it may be sent
-    // again: a connection that just broke (a failover) reconnects meanwhile.
+    let name = attempt.name();
+    let script = redis.give_back(purchase.product_id, &field, Some(&name));
+    // The script gives back once (it deletes the record it gives back by) and only this
+    // attempt's charge, so it may be sent again — a connection that just broke (a failover)
+    // reconnects meanwhile — and a copy that arrives late, after the buyer's retry charged
+    // the purchase anew, gives nothing back.
     let mut given = redis.invoke::<i64>(&script).await;
     for _ in 1..GIVE_BACK_TRIES {
         match &given {

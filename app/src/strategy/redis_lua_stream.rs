@@ -41,7 +41,7 @@ use super::{Deps, Purchase, PurchaseError, Purchased, StockStrategy};
 use crate::db::orders;
 use crate::redis_stock::charge;
 use crate::redis_stock::scripts::{DUPLICATE, TAKE_AND_APPEND};
-use crate::redis_stock::{RedisStock, RedisStockError, Replicated};
+use crate::redis_stock::{Attempt, RedisStock, RedisStockError, Replicated, Settled};
 
 pub struct RedisLuaStream {
     pool: MySqlPool,
@@ -67,6 +67,7 @@ impl StockStrategy for RedisLuaStream {
             // placed, so there is no window to widen after it.
             purchase.hold().await;
             let field = charge::field(&purchase.user_id, &purchase.request_id);
+            let attempt = Attempt::new();
             let taken = redis
                 .take(
                     TAKE_AND_APPEND
@@ -84,7 +85,8 @@ impl StockStrategy for RedisLuaStream {
                         .arg(purchase.product_id)
                         .arg(&purchase.user_id)
                         .arg(purchase.strategy.name())
-                        .arg(charge::pending_field(purchase.key())),
+                        .arg(charge::pending_field(purchase.key()))
+                        .arg(attempt.name()),
                 )
                 .await;
             let (taken, replicated) = match taken {
@@ -92,9 +94,10 @@ impl StockStrategy for RedisLuaStream {
                 // The script may have run (and queued the order) with its answer lost: settle
                 // it. Queued is accepted; not queued will never be.
                 Err(e) => {
-                    return match redis.settle(purchase.product_id, &field).await {
-                        Ok(true) => Ok(Purchased::Accepted),
-                        Ok(false) => Err(unavailable(e)),
+                    return match redis.settle(purchase.product_id, &field, attempt).await {
+                        // Queued, by this attempt or another of the same purchase.
+                        Ok(Settled::Mine | Settled::Other) => Ok(Purchased::Accepted),
+                        Ok(Settled::NotMade) => Err(unavailable(e)),
                         Err(_) => Err(PurchaseError::OutcomeUnknown(Box::new(e))),
                     };
                 }

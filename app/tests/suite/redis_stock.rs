@@ -8,8 +8,8 @@ use crate::common;
 use std::time::Duration;
 
 use app::api::{Home, Reconciliation, Strategy};
-use app::redis_stock::RedisStock;
 use app::redis_stock::consumer::Consumer;
+use app::redis_stock::{Attempt, RedisStock, Settled, charge};
 use app::strategy::{Purchase, PurchaseStats};
 use app::{Config, db};
 use common::{
@@ -691,4 +691,59 @@ async fn product(app: &TestApp, id: u64) -> Value {
         .json()
         .await
         .expect("json")
+}
+
+/// A give-back is for one charge. Sent again after its answer was lost, or arriving late from
+/// a connection given up on, it must not give back a later charge of the same purchase (the
+/// buyer's retry of the same request id, charged after the first give-back): that would leave
+/// an order whose units are back on sale — phantom stock that sells twice.
+#[tokio::test]
+async fn a_late_give_back_never_gives_back_a_later_charge_of_the_same_purchase() {
+    let database_url = fresh_database_url().await;
+    let config = config_with(&database_url, shared_redis().await);
+    let redis = redis_of(&config);
+    let rules = app::api::SaleRules {
+        per_user_limit: 5,
+        ..Default::default()
+    };
+    redis.seed(1, 10, &rules).await.expect("seed");
+    let field = charge::field("alice", "r-1");
+    let take = |redis: &RedisStock, attempt: Attempt| {
+        let keys = redis.keys();
+        let mut script = app::redis_stock::scripts::TAKE.prepare_invoke();
+        script
+            .key(keys.stock(1))
+            .key(keys.requests(1))
+            .key(keys.buyers(1))
+            .key(keys.limit(1))
+            .arg(&field)
+            .arg(1)
+            .arg(charge::terms(1, "redis-lua"))
+            .arg(attempt.name());
+        script
+    };
+    let (first, retry) = (Attempt::new(), Attempt::new());
+    let (left, _) = redis
+        .take(&take(&redis, first))
+        .await
+        .expect("first charge");
+    assert_eq!(left, 9);
+    let name = first.name();
+    let give_back = redis.give_back(1, &field, Some(&name));
+    let given: i64 = redis.invoke(&give_back).await.expect("give back");
+    assert_eq!(given, 1);
+    // The buyer's retry charges the purchase again.
+    let (left, _) = redis
+        .take(&take(&redis, retry))
+        .await
+        .expect("second charge");
+    assert_eq!(left, 9);
+    // The first give-back once more (re-sent, or late).
+    let again: i64 = redis.invoke(&give_back).await.expect("give back again");
+    assert_eq!(again, 0, "the late give-back gave back the retry's charge");
+    // The first attempt settling late finds the retry's charge, not its own.
+    let settled = redis.settle(1, &field, first).await.expect("settle");
+    assert_eq!(settled, Settled::Other);
+    assert_eq!(redis.counter(1).await.expect("counter"), Some(9));
+    drop_database(&database_url).await;
 }
