@@ -55,10 +55,10 @@ impl Histogram {
 
 #[derive(Debug, Default)]
 struct Inner {
-    requests: BTreeMap<(String, &'static str), u64>,
-    latency: BTreeMap<String, Histogram>,
-    lock_wait: BTreeMap<String, Histogram>,
-    retries: BTreeMap<String, u64>,
+    requests: BTreeMap<(&'static str, &'static str), u64>,
+    latency: BTreeMap<&'static str, Histogram>,
+    lock_wait: BTreeMap<&'static str, Histogram>,
+    retries: BTreeMap<&'static str, u64>,
     /// Entries in the order stream of `redis-lua-stream`, as last seen by the consumer.
     stream_lag: Option<u64>,
 }
@@ -74,6 +74,8 @@ pub struct Metrics {
     started: AtomicU64,
     /// Purchases a strategy is working on now.
     in_flight: AtomicU64,
+    /// Reads of a product's rules from its backend into an instance's memory.
+    product_reads: AtomicU64,
 }
 
 /// A purchase being worked on: counted in `seckill_purchases_in_flight` until dropped.
@@ -88,8 +90,8 @@ impl Drop for InFlight {
 
 /// What one purchase request did.
 #[derive(Debug, Clone, Copy)]
-pub struct Observation<'a> {
-    pub strategy: &'a str,
+pub struct Observation {
+    pub strategy: &'static str,
     /// `created`, `replayed`, or the error code.
     pub outcome: &'static str,
     pub latency: Duration,
@@ -110,27 +112,29 @@ impl Metrics {
         InFlight(Arc::clone(self))
     }
 
-    pub fn observe(&self, o: Observation<'_>) {
+    pub fn observe(&self, o: Observation) {
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        *inner
-            .requests
-            .entry((o.strategy.to_string(), o.outcome))
-            .or_default() += 1;
+        *inner.requests.entry((o.strategy, o.outcome)).or_default() += 1;
         inner
             .latency
-            .entry(o.strategy.to_string())
+            .entry(o.strategy)
             .or_default()
             .observe(o.latency);
         if let Some(waited) = o.lock_wait {
             inner
                 .lock_wait
-                .entry(o.strategy.to_string())
+                .entry(o.strategy)
                 .or_default()
                 .observe(waited);
         }
         if o.retries > 0 {
-            *inner.retries.entry(o.strategy.to_string()).or_default() += u64::from(o.retries);
+            *inner.retries.entry(o.strategy).or_default() += u64::from(o.retries);
         }
+    }
+
+    /// Counts a read of a product's rules from its backend (the memory was empty or aged).
+    pub fn product_read(&self) {
+        self.product_reads.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Records the stream's lag: orders accepted and not yet placed in the database.
@@ -186,6 +190,10 @@ impl Metrics {
         out.push_str("# TYPE seckill_purchases_in_flight gauge\n");
         let in_flight = self.in_flight.load(Ordering::Relaxed);
         let _ = writeln!(out, "seckill_purchases_in_flight {in_flight}");
+        out.push_str("# HELP seckill_product_reads_total Reads of a product's rules into memory, from its backend.\n");
+        out.push_str("# TYPE seckill_product_reads_total counter\n");
+        let reads = self.product_reads.load(Ordering::Relaxed);
+        let _ = writeln!(out, "seckill_product_reads_total {reads}");
         if let Some(lag) = inner.stream_lag {
             out.push_str("# HELP seckill_stream_lag_entries Orders accepted (202) and not yet placed in the database.\n");
             out.push_str("# TYPE seckill_stream_lag_entries gauge\n");
