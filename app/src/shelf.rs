@@ -141,8 +141,12 @@ impl Shelf {
                 .await?
                 .map(|(home, rules)| Known { home, rules }),
         };
-        let winners = None;
-        let _ = was_sold_out;
+        // Sold out when last read: still sold out if the shelf is still empty, with the winners
+        // of now (units that came back and sold again changed them).
+        let winners = match (was_sold_out, known) {
+            (true, Some(_)) => self.winners(id).await.ok().flatten().map(Arc::new),
+            _ => None,
+        };
         let mut entries = self.entries();
         let current = entries.get(&id).map_or(0, |e| e.epoch);
         if current == epoch {
