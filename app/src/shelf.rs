@@ -98,6 +98,13 @@ impl Shelf {
         if let Some(fresh) = self.remembered(id) {
             return Ok(fresh);
         }
+        // Boxed: the read's state would otherwise make every purchase's future as large as
+        // its own, and a refusal from memory would move that much for nothing.
+        Box::pin(self.read(id)).await
+    }
+
+    /// Reads the product into memory, one read of a product at a time.
+    async fn read(&self, id: u64) -> Result<(Option<Known>, Epoch), sqlx::Error> {
         let gate = {
             let mut loading = self.loading.lock().unwrap_or_else(PoisonError::into_inner);
             Arc::clone(loading.entry(id).or_default())
