@@ -122,6 +122,7 @@ pub async fn build_with(
     let metrics = Arc::new(Metrics::default());
     let shelf = Arc::new(Shelf::new(
         pool.clone(),
+        metrics.clone(),
         redis.clone(),
         Duration::from_millis(config.product_memory_ms),
     ));

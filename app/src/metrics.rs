@@ -55,10 +55,10 @@ impl Histogram {
 
 #[derive(Debug, Default)]
 struct Inner {
-    requests: BTreeMap<(String, &'static str), u64>,
-    latency: BTreeMap<String, Histogram>,
-    lock_wait: BTreeMap<String, Histogram>,
-    retries: BTreeMap<String, u64>,
+    requests: BTreeMap<(&'static str, &'static str), u64>,
+    latency: BTreeMap<&'static str, Histogram>,
+    lock_wait: BTreeMap<&'static str, Histogram>,
+    retries: BTreeMap<&'static str, u64>,
     /// Entries in the order stream of `redis-lua-stream`, as last seen by the consumer.
     stream_lag: Option<u64>,
 }
@@ -83,6 +83,8 @@ pub struct Metrics {
     /// How late the oldest reserved order past its deadline was at the last sweep, in
     /// milliseconds plus one (0: no sweep yet).
     oldest_overdue_ms: AtomicU64,
+    /// Reads of a product's rules from its backend into an instance's memory.
+    product_reads: AtomicU64,
 }
 
 /// A purchase being worked on: counted in `seckill_purchases_in_flight` until dropped.
@@ -97,8 +99,8 @@ impl Drop for InFlight {
 
 /// What one purchase request did.
 #[derive(Debug, Clone, Copy)]
-pub struct Observation<'a> {
-    pub strategy: &'a str,
+pub struct Observation {
+    pub strategy: &'static str,
     /// `created`, `replayed`, or the error code.
     pub outcome: &'static str,
     pub latency: Duration,
@@ -119,26 +121,23 @@ impl Metrics {
         InFlight(Arc::clone(self))
     }
 
-    pub fn observe(&self, o: Observation<'_>) {
+    pub fn observe(&self, o: Observation) {
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        *inner
-            .requests
-            .entry((o.strategy.to_string(), o.outcome))
-            .or_default() += 1;
+        *inner.requests.entry((o.strategy, o.outcome)).or_default() += 1;
         inner
             .latency
-            .entry(o.strategy.to_string())
+            .entry(o.strategy)
             .or_default()
             .observe(o.latency);
         if let Some(waited) = o.lock_wait {
             inner
                 .lock_wait
-                .entry(o.strategy.to_string())
+                .entry(o.strategy)
                 .or_default()
                 .observe(waited);
         }
         if o.retries > 0 {
-            *inner.retries.entry(o.strategy.to_string()).or_default() += u64::from(o.retries);
+            *inner.retries.entry(o.strategy).or_default() += u64::from(o.retries);
         }
     }
 
@@ -163,6 +162,11 @@ impl Metrics {
         let ms = u64::try_from(late.as_millis()).unwrap_or(u64::MAX - 1);
         self.oldest_overdue_ms
             .store(ms.saturating_add(1), Ordering::Relaxed);
+    }
+
+    /// Counts a read of a product's rules from its backend (the memory was empty or aged).
+    pub fn product_read(&self) {
+        self.product_reads.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Records the stream's lag: orders accepted and not yet placed in the database.
@@ -246,6 +250,10 @@ impl Metrics {
             out.push_str("# TYPE seckill_oldest_overdue_seconds gauge\n");
             let _ = writeln!(out, "seckill_oldest_overdue_seconds {}", ms as f64 / 1000.0);
         }
+        out.push_str("# HELP seckill_product_reads_total Reads of a product's rules into memory, from its backend.\n");
+        out.push_str("# TYPE seckill_product_reads_total counter\n");
+        let reads = self.product_reads.load(Ordering::Relaxed);
+        let _ = writeln!(out, "seckill_product_reads_total {reads}");
         if let Some(lag) = inner.stream_lag {
             out.push_str("# HELP seckill_stream_lag_entries Orders accepted (202) and not yet placed in the database.\n");
             out.push_str("# TYPE seckill_stream_lag_entries gauge\n");

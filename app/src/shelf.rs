@@ -8,7 +8,9 @@
 //! stock the charge records, which include those still on their way to an order). Once the
 //! shelf is empty no new purchase can win, so the set is final; from then on a click refused
 //! from memory is one whose purchase is not among them, and a retry of a click that did buy
-//! still goes to its strategy and gets its order back.
+//! still goes to its strategy and gets its order back. When the memory ages out, the read that
+//! renews it reads the winners again if the shelf is still empty, so a crowd refused from memory
+//! stays refused from memory rather than reaching the strategies once per lifetime.
 //!
 //! **Forgetting.** Stock comes back by a reset, a reconciliation that gives units back, or a
 //! purchase that returns them; each makes its own instance forget the product at once, and
@@ -27,6 +29,7 @@ use crate::api::{Home, SaleRules};
 use crate::db::orders::PurchaseKey;
 use crate::db::products;
 use crate::inventory::{self, ReadError};
+use crate::metrics::Metrics;
 use crate::redis_stock::{RedisStock, charge};
 
 /// Most winners remembered for one sold-out product; a product with more is refused by its
@@ -43,6 +46,7 @@ pub struct Known {
 /// What one instance remembers.
 pub struct Shelf {
     pool: MySqlPool,
+    metrics: Arc<Metrics>,
     redis: Option<RedisStock>,
     lifetime: Duration,
     entries: Mutex<HashMap<u64, Entry>>,
@@ -58,7 +62,7 @@ struct Entry {
     loaded: Instant,
     /// Bumped each time the product is forgotten while its entry is being filled.
     epoch: u64,
-    winners: Option<Arc<HashSet<(String, String)>>>,
+    winners: Option<Arc<Winners>>,
     /// A request is loading the winners.
     learning: bool,
 }
@@ -68,9 +72,15 @@ struct Entry {
 pub struct Epoch(u64);
 
 impl Shelf {
-    pub fn new(pool: MySqlPool, redis: Option<RedisStock>, lifetime: Duration) -> Shelf {
+    pub fn new(
+        pool: MySqlPool,
+        metrics: Arc<Metrics>,
+        redis: Option<RedisStock>,
+        lifetime: Duration,
+    ) -> Shelf {
         Shelf {
             pool,
+            metrics,
             redis,
             lifetime,
             entries: Mutex::new(HashMap::new()),
@@ -88,6 +98,13 @@ impl Shelf {
         if let Some(fresh) = self.remembered(id) {
             return Ok(fresh);
         }
+        // Boxed: the read's state would otherwise make every purchase's future as large as
+        // its own, and a refusal from memory would move that much for nothing.
+        Box::pin(self.read(id)).await
+    }
+
+    /// Reads the product into memory, one read of a product at a time.
+    async fn read(&self, id: u64) -> Result<(Option<Known>, Epoch), sqlx::Error> {
         let gate = {
             let mut loading = self.loading.lock().unwrap_or_else(PoisonError::into_inner);
             Arc::clone(loading.entry(id).or_default())
@@ -117,7 +134,11 @@ impl Shelf {
         if let Some(fresh) = self.remembered(id) {
             return Ok(fresh);
         }
-        let epoch = self.entries().get(&id).map_or(0, |e| e.epoch);
+        let (epoch, was_sold_out) = match self.entries().get(&id) {
+            Some(e) => (e.epoch, e.winners.is_some()),
+            None => (0, false),
+        };
+        self.metrics.product_read();
         let known = match self.rules_in_redis(id).await {
             Some(rules) => Some(Known {
                 home: Home::Redis,
@@ -126,6 +147,12 @@ impl Shelf {
             None => products::rules(&self.pool, id)
                 .await?
                 .map(|(home, rules)| Known { home, rules }),
+        };
+        // Sold out when last read: still sold out if the shelf is still empty, with the winners
+        // of now (units that came back and sold again changed them).
+        let winners = match (was_sold_out, known) {
+            (true, Some(_)) => self.winners(id).await.ok().flatten().map(Arc::new),
+            _ => None,
         };
         let mut entries = self.entries();
         let current = entries.get(&id).map_or(0, |e| e.epoch);
@@ -136,7 +163,7 @@ impl Shelf {
                     known,
                     loaded: Instant::now(),
                     epoch,
-                    winners: None,
+                    winners,
                     learning: false,
                 },
             );
@@ -160,8 +187,7 @@ impl Shelf {
         let Some(winners) = &entry.winners else {
             return false;
         };
-        entry.loaded.elapsed() < self.lifetime
-            && !winners.contains(&(key.user_id.to_string(), key.request_id.to_string()))
+        entry.loaded.elapsed() < self.lifetime && !winners.holds(key.user_id, key.request_id)
     }
 
     /// Remembers that the product was sold out at `epoch`: loads its winners and, if nothing
@@ -216,7 +242,7 @@ impl Shelf {
     /// may only mean that fewer units are left than one buyer asked for); `None` if it is not,
     /// or if there are too many to remember. Once the shelf is empty no purchase can take a
     /// unit until one comes back, so the set read after it is final.
-    async fn winners(&self, id: u64) -> Result<Option<HashSet<(String, String)>>, ReadError> {
+    async fn winners(&self, id: u64) -> Result<Option<Winners>, ReadError> {
         let Some(home) = products::rules(&self.pool, id).await?.map(|(home, _)| home) else {
             return Ok(None);
         };
@@ -225,7 +251,7 @@ impl Shelf {
             return Ok(None);
         }
         let home = Some(home);
-        let winners: HashSet<(String, String)> = match (home, &self.redis) {
+        let winners: Vec<(String, String)> = match (home, &self.redis) {
             (Some(Home::Redis), Some(redis)) => redis
                 .charged(id)
                 .await?
@@ -243,6 +269,27 @@ impl Shelf {
                 .collect(),
             (None, _) => return Ok(None),
         };
-        Ok((winners.len() <= MAX_WINNERS).then_some(winners))
+        Ok((winners.len() <= MAX_WINNERS).then(|| Winners::of(winners)))
+    }
+}
+
+/// The purchases that hold a sold-out product's units: request ids by user, so that a
+/// refusal looks itself up without building a key.
+#[derive(Debug, Default)]
+struct Winners(HashMap<String, HashSet<String>>);
+
+impl Winners {
+    fn of(purchases: Vec<(String, String)>) -> Winners {
+        let mut by_user: HashMap<String, HashSet<String>> = HashMap::new();
+        for (user, request) in purchases {
+            by_user.entry(user).or_default().insert(request);
+        }
+        Winners(by_user)
+    }
+
+    fn holds(&self, user_id: &str, request_id: &str) -> bool {
+        self.0
+            .get(user_id)
+            .is_some_and(|requests| requests.contains(request_id))
     }
 }

@@ -10,9 +10,10 @@ use testkit::{Answer, Outcomes};
 
 use crate::drive::latency::Latencies;
 use crate::report::schema::{
-    Baseline, BaselineName, ByAnswer, Environment, Findings, LatencySummary, LoadResult, Loop,
-    Memory, OPEN_RATE_SHARE, OverloadResult, OverloadShape, RunReport, SCHEMA_VERSION, SaleResult,
-    Settings, StrategyReport, ThroughputResult,
+    Baseline, BaselineName, ByAnswer, Environment, Fairness, Findings, FloodResult, FloodShape,
+    LatencySummary, LoadResult, Loop, Memory, NoopFlood, OPEN_RATE_SHARE, OverloadResult,
+    OverloadShape, RefusalRate, RunReport, SCHEMA_VERSION, SaleResult, Settings, StrategyReport,
+    ThroughputResult,
 };
 
 /// A run result of `per_sec` deductions in one second, latencies 1–50 ms.
@@ -203,4 +204,88 @@ pub fn report() -> RunReport {
     };
     report.findings = crate::analyse::findings::of(&report);
     report
+}
+
+/// The shape of the sample's flood: 2,000 people for 100 units.
+pub fn flood_shape() -> FloodShape {
+    FloodShape {
+        users: 2_000,
+        units: 100,
+        burst_ms: 1_000,
+        double_click_share: 0.1,
+        shared_account_bot_share: 0.02,
+        early_bot_share: 0.02,
+        early_by_ms: 300,
+        retries: 0,
+        instances: 2,
+        non_payer_share: 0.0,
+        payment_window_ms: 0,
+        kill_mid_sale: false,
+    }
+}
+
+/// `strategy`'s flood of [`flood_shape`], sold out: every click answered `answered_ms` after
+/// the opening and the same crowd's no-op flood `noop_ms`; refusals once sold out at
+/// `refusal_percent` of 40,000 no-ops per second.
+pub fn flood(
+    strategy: Strategy,
+    answered_ms: f64,
+    noop_ms: f64,
+    refusal_percent: f64,
+) -> FloodResult {
+    let mut outcomes = Outcomes::default();
+    for k in 0..2_000 {
+        outcomes.count(&if k < 100 {
+            Answer::Created {
+                fencing_token: None,
+            }
+        } else {
+            Answer::Refused {
+                status: 409,
+                code: ErrorCode::SoldOut,
+            }
+        });
+    }
+    let ledger = Ledger {
+        initial_stock: 100,
+        final_stock: 0,
+        units_in_orders: 100,
+        orders: 100,
+        pending: 0,
+        reserved: 100,
+        paid: 0,
+        returned: 0,
+        returning: 0,
+    };
+    FloodResult {
+        strategy: StrategyInfo::of(strategy),
+        clicks: 2_000,
+        early_clicks: 0,
+        shared_account_clicks: 0,
+        outcomes,
+        accounting: Accounting::of(ledger, 2_000),
+        beyond_limit: 0,
+        sold_out_after_ms: Some(answered_ms / 2.0),
+        all_answered_after_ms: answered_ms,
+        winners: LatencySummary::default(),
+        refused: LatencySummary::default(),
+        fairness: Fairness {
+            first_clicks_won: 0.5,
+            earliness_rank_correlation: None,
+        },
+        timeline: Vec::new(),
+        resale: None,
+        after_sold_out: Some(RefusalRate {
+            refusals_per_second: 400.0 * refusal_percent,
+            noop_per_second: 40_000.0,
+            connections: 200,
+        }),
+        noop_flood: Some(NoopFlood {
+            clicks: 2_000,
+            served: 2_000,
+            all_answered_after_ms: noop_ms,
+        }),
+        cpu: None,
+        projection: Vec::new(),
+    }
 }

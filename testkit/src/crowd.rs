@@ -176,6 +176,8 @@ pub struct Crowd {
     arrivals: Option<Arc<[Arrival]>>,
     id_prefix: String,
     watch: Option<Watch>,
+    /// Each click is `GET /api/noop` instead of a purchase.
+    noop: bool,
 }
 
 impl Crowd {
@@ -196,6 +198,7 @@ impl Crowd {
             arrivals: None,
             id_prefix: id_prefix.to_owned(),
             watch: None,
+            noop: false,
         }
     }
 
@@ -206,6 +209,13 @@ impl Crowd {
         let mut crowd = Crowd::new(arrivals.len(), Clicks::Each(1), strategy, id_prefix);
         crowd.arrivals = Some(arrivals.into());
         crowd
+    }
+
+    /// Each click asks `GET /api/noop` instead of buying, on the same schedule and through the
+    /// same instances: the HTTP stack alone under the same crowd.
+    pub fn asking_noop(mut self) -> Crowd {
+        self.noop = true;
+        self
     }
 
     /// Every try picks one of `strategies` at random.
@@ -411,10 +421,14 @@ impl Shared {
                 strategy: Some(crowd.strategies[rand::random_range(0..crowd.strategies.len())]),
                 purchase_token: None,
             };
-            let answer = self
-                .api
-                .order_holding(instance, self.product, &body, crowd.hold)
-                .await;
+            let answer = match crowd.noop {
+                true => self.api.noop(instance).await,
+                false => {
+                    (self.api)
+                        .order_holding(instance, self.product, &body, crowd.hold)
+                        .await
+                }
+            };
             let retry = &crowd.retry;
             if tries > retry.times || !(retry.when)(&answer) {
                 return Click {

@@ -1,7 +1,8 @@
 //! Once a product is sold out, an instance refuses from memory: the refusal reaches no
 //! strategy, no database and no Redis. A click that did buy still gets its order back, a
 //! refusal for more units than are left teaches nothing, and stock that comes back makes every
-//! instance forget — at once, by the announcement every instance listens for.
+//! instance forget — at once, by the announcement every instance listens for. A memory that ages
+//! is renewed, winners and all, while the shelf stays empty.
 
 use crate::common;
 
@@ -19,6 +20,13 @@ async fn started(app: &TestApp) -> u64 {
     app.metric("seckill_purchases_started_total")
         .await
         .expect("the started counter")
+}
+
+/// Reads of a product's rules into memory so far.
+async fn reads(app: &TestApp) -> u64 {
+    app.metric("seckill_product_reads_total")
+        .await
+        .expect("the product reads counter")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -66,6 +74,54 @@ async fn after_a_sell_out_refusals_come_from_memory_and_a_winners_retry_still_ge
         assert!(mark >= before);
         // A winner's retry reaches its strategy and gets its order (or, queued, its 202).
         app.drained(product).await;
+        let (status, answer) = app.order(product, &click("a", strategy), None).await;
+        assert!(status.is_success(), "{strategy}: {status} {answer}");
+        assert_eq!(answer["request_id"], "r-a", "{strategy}: {answer}");
+    }
+    app.stop().await;
+    drop_database(&database_url).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_sold_out_memory_that_ages_is_renewed_with_its_winners_so_refusals_stay_in_memory() {
+    let database_url = fresh_database_url().await;
+    let mut config = test_config(&database_url);
+    common::with_every_service(&mut config).await;
+    // Short enough that the memory ages out several times while the refusals go on.
+    config.product_memory_ms = 100;
+    let app = spawn_app(config).await;
+    for (product, strategy) in (1..).zip([Strategy::Conditional, Strategy::RedisLua]) {
+        app.reset_in(product, 1, strategy.home()).await;
+        let (status, _) = app.order(product, &click("a", strategy), None).await;
+        assert!(status.is_success(), "{strategy}: {status}");
+        common::wait_until("a refusal from memory", || async {
+            let mark = started(&app).await;
+            let (status, _) = app.order(product, &click("probe", strategy), None).await;
+            status == StatusCode::CONFLICT && started(&app).await == mark
+        })
+        .await;
+        let mark = started(&app).await;
+        let reads = reads(&app).await;
+        let mut n = 0;
+        // Until the product was read again three times: the memory aged and was renewed.
+        common::wait_until("the memory renewed three times", || {
+            n += 1;
+            let app = &app;
+            async move {
+                let (status, answer) = app
+                    .order(product, &click(&format!("late-{n}"), strategy), None)
+                    .await;
+                assert_eq!(status, StatusCode::CONFLICT, "{strategy}: {answer}");
+                assert_eq!(answer["error"], "sold_out");
+                self::reads(app).await >= reads + 3
+            }
+        })
+        .await;
+        assert_eq!(
+            started(&app).await,
+            mark,
+            "{strategy}: once the memory aged, a refusal reached a strategy"
+        );
         let (status, answer) = app.order(product, &click("a", strategy), None).await;
         assert!(status.is_success(), "{strategy}: {status} {answer}");
         assert_eq!(answer["request_id"], "r-a", "{strategy}: {answer}");

@@ -56,6 +56,7 @@ pub fn of(report: &RunReport) -> Findings {
         overload: (report.overloads.iter())
             .filter_map(super::overload::finding)
             .collect(),
+        flood: super::flood_bars::misses(&report.floods),
     }
 }
 

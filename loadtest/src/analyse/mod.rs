@@ -6,6 +6,7 @@
 pub mod compare;
 pub mod findings;
 pub mod flood;
+pub mod flood_bars;
 pub mod history;
 pub mod overload;
 pub mod ratios;

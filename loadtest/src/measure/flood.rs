@@ -1,7 +1,9 @@
 //! The flood: one product, a per-user limit of one, a sale that opens at a set moment, and a
 //! crowd that arrives as [`crate::drive::flood`] draws it. Then the stock's home and the
 //! orders say what happened ([`app::accounting`]), the answers say what the buyers saw and
-//! when, and — the product sold out — refusals are timed beside `GET /api/noop`.
+//! when, and — the product sold out — refusals are timed beside `GET /api/noop`. Last, the
+//! same crowd asks `GET /api/noop` instead of buying: what the HTTP stack alone takes to
+//! answer that flood.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -21,7 +23,7 @@ use crate::live::{Feed, Update};
 use crate::measure::cpu::Sampler;
 use crate::measure::resale::{self, Cashier};
 use crate::measure::sale::drain;
-use crate::report::schema::{FloodResult, FloodShape, RefusalRate};
+use crate::report::schema::{FloodResult, FloodShape, NoopFlood, RefusalRate};
 
 /// How long the sale's opening is set ahead of the moment the product is written: time to
 /// spawn the crowd's tasks before the early bots fire.
@@ -150,10 +152,14 @@ pub async fn run_flood(
         ),
         None => None,
     };
+    // Not sold out (after the second act, when there was one), the loop would time purchases
+    // that buy, not refusals.
+    let left = resale.map_or(accounting.final_stock, |r| r.left);
     let after_sold_out = match plan.refusal_window {
-        Some(window) => Some(refusal_rate(api, plan, window).await),
-        None => None,
+        Some(window) if left <= 0 => Some(refusal_rate(api, plan, window).await),
+        _ => None,
     };
+    let noop_flood = noop_flood(api, plan, drawn.arrivals.clone(), drawn.opens_after).await;
     Ok(FloodResult {
         strategy: plan.strategy.clone(),
         clicks,
@@ -172,7 +178,30 @@ pub async fn run_flood(
         projection: analyse::projection(&cpu),
         cpu: Some(cpu),
         after_sold_out,
+        noop_flood: Some(noop_flood),
     })
+}
+
+/// The flood's crowd, arriving as it did, asking `GET /api/noop` through the same instances
+/// and client.
+async fn noop_flood(
+    api: &Api,
+    plan: &FloodPlan<'_>,
+    arrivals: Vec<testkit::Arrival>,
+    opens_after: Duration,
+) -> NoopFlood {
+    let prefix = format!("{}-noop", plan.id_prefix);
+    let answers = Crowd::arriving(arrivals, plan.strategy.name, &prefix)
+        .asking_noop()
+        .run(api, plan.product)
+        .await;
+    NoopFlood {
+        clicks: answers.clicks.len() as u64,
+        served: (answers.clicks.iter())
+            .filter(|c| matches!(c.answer, Answer::Served { .. }))
+            .count() as u64,
+        all_answered_after_ms: ms_from(opens_after, answers.elapsed),
+    }
 }
 
 /// Units buyers of `product` took beyond `limit`, summed over buyers, from the orders: every
@@ -194,29 +223,38 @@ pub async fn beyond_limit(db: &MySqlPool, product: u64, limit: i64) -> Result<i6
 }
 
 /// Refusals of the sold-out product per second beside `GET /api/noop`, each in a closed loop
-/// of the same connections, alternated three times; the medians.
+/// of the same connections and client, alternated three times (which goes first alternating
+/// too); the medians.
 async fn refusal_rate(api: &Api, plan: &FloodPlan<'_>, window: Window) -> RefusalRate {
     let (mut refusals, mut noops) = (Vec::new(), Vec::new());
     let connections = plan.refusal_connections;
     for round in 0..3 {
         let (a, p, strategy) = (api.clone(), plan.product, plan.strategy.name);
         let prefix = format!("{}-after-{round}", plan.id_prefix);
-        let refused = closed_loop(connections, window, move |i| {
-            let (a, prefix) = (a.clone(), prefix.clone());
-            async move {
-                let body = order_request(format!("late-{i}"), strategy, format!("{prefix}-{i}"), 1);
-                a.order(i as usize, p, &body).await
-            }
-        })
-        .await;
-        refusals.push(refused);
+        let refused = move || {
+            closed_loop(connections, window, move |i| {
+                let (a, prefix) = (a.clone(), prefix.clone());
+                async move {
+                    let body =
+                        order_request(format!("late-{i}"), strategy, format!("{prefix}-{i}"), 1);
+                    a.order(i as usize, p, &body).await
+                }
+            })
+        };
         let a = api.clone();
-        let noop = closed_loop(connections, window, move |i| {
-            let a = a.clone();
-            async move { a.noop(i as usize).await }
-        })
-        .await;
-        noops.push(noop);
+        let noop = move || {
+            closed_loop(connections, window, move |i| {
+                let a = a.clone();
+                async move { a.noop(i as usize).await }
+            })
+        };
+        if round % 2 == 0 {
+            refusals.push(refused().await);
+            noops.push(noop().await);
+        } else {
+            noops.push(noop().await);
+            refusals.push(refused().await);
+        }
     }
     let median = |runs| combine(runs).map_or(0.0, |run| run.attempts_per_sec);
     RefusalRate {

@@ -5,20 +5,36 @@ use std::fmt::Write;
 
 use app::api::ErrorCode;
 
-use super::schema::{FloodResult, FloodShape, GROUPS, LatencySummary, PROJECTED_CLICKS_PER_SECOND};
+use super::schema::{
+    FloodMiss, FloodResult, FloodShape, GROUPS, LatencySummary, PROJECTED_CLICKS_PER_SECOND,
+};
 use super::table::{Align, Table};
+use crate::analyse::flood_bars::{FLOOD_BAR, REFUSAL_BAR_PERCENT};
 
 /// The section, or nothing when the run had no flood.
-pub fn markdown(shape: Option<&FloodShape>, floods: &[FloodResult]) -> String {
-    section(shape, floods, true)
+pub fn markdown(
+    shape: Option<&FloodShape>,
+    floods: &[FloodResult],
+    misses: &[FloodMiss],
+) -> String {
+    section(shape, floods, misses, true)
 }
 
 /// The section without its chart links, for a page that draws the charts inline.
-pub fn markdown_without_charts(shape: Option<&FloodShape>, floods: &[FloodResult]) -> String {
-    section(shape, floods, false)
+pub fn markdown_without_charts(
+    shape: Option<&FloodShape>,
+    floods: &[FloodResult],
+    misses: &[FloodMiss],
+) -> String {
+    section(shape, floods, misses, false)
 }
 
-fn section(shape: Option<&FloodShape>, floods: &[FloodResult], chart_links: bool) -> String {
+fn section(
+    shape: Option<&FloodShape>,
+    floods: &[FloodResult],
+    misses: &[FloodMiss],
+    chart_links: bool,
+) -> String {
     let Some(shape) = shape else {
         return String::new();
     };
@@ -28,7 +44,8 @@ fn section(shape: Option<&FloodShape>, floods: &[FloodResult], chart_links: bool
     let mut md = String::from("\n## The flood\n\n");
     let _ = writeln!(md, "{}\n", describe(shape));
     md.push_str(&outcome_table(floods));
-    md.push_str(
+    let _ = write!(
+        md,
         "\nSold out: from the opening to the answer that sold the last unit; answered: to the \
          last answer of any click. Shed: `503 overloaded`, `429 rate_limited`, `busy`, \
          `backend_unavailable`. Beyond limit: units buyers hold past one each, from the orders. \
@@ -36,9 +53,13 @@ fn section(shape: Option<&FloodShape>, floods: &[FloodResult], chart_links: bool
          Spearman's correlation between how early a click was sent and whether it bought (1: \
          first come, first served). Refusals once sold out: a closed loop of purchases of the \
          sold-out product beside `GET /api/noop` on the same connections, medians of three \
-         alternations.\n\n",
+         alternations (not timed where the flood did not sell out: the loop would buy). ÷ no-op \
+         flood: the time until every click was answered over the time the same crowd (the same \
+         arrivals, instances and client), sent right after, took to be answered asking \
+         `GET /api/noop` instead. The bars: the fastest safe strategy within {FLOOD_BAR}× the \
+         no-op flood; refusals once sold out at {REFUSAL_BAR_PERCENT}% of no-op or more.\n\n"
     );
-    md.push_str(&went_wrong(floods));
+    md.push_str(&went_wrong(floods, misses));
     md.push('\n');
     if chart_links {
         for f in floods {
@@ -94,6 +115,7 @@ fn outcome_table(floods: &[FloodResult]) -> String {
         "first clicks won",
         "rank",
         "refusals once sold out",
+        "÷ no-op flood",
     ]);
     for f in floods {
         let o = &f.outcomes;
@@ -131,16 +153,21 @@ fn outcome_table(floods: &[FloodResult]) -> String {
             f.fairness
                 .earliness_rank_correlation
                 .map_or_else(|| "–".into(), |r| format!("{r:.2}")),
-            f.after_sold_out.map_or_else(
-                || "–".into(),
-                |r| {
-                    format!(
-                        "{:.0}/s ({:.0}% of no-op)",
-                        r.refusals_per_second,
-                        r.percent_of_noop()
-                    )
-                },
-            ),
+            match f.after_sold_out {
+                Some(r) => format!(
+                    "{:.0}/s ({:.0}% of no-op)",
+                    r.refusals_per_second,
+                    r.percent_of_noop()
+                ),
+                None if !f.sold_out() => "not sold out".into(),
+                None => "–".into(),
+            },
+            match (f.answered_over_noop(), f.noop_flood) {
+                (Some(ratio), Some(noop)) => {
+                    format!("{ratio:.2}× ({:.0} ms)", noop.all_answered_after_ms)
+                }
+                _ => "–".into(),
+            },
         ]);
     }
     t.render()
@@ -207,8 +234,8 @@ fn projection_table(floods: &[FloodResult]) -> String {
     )
 }
 
-/// Every flood that broke a rule, in words from its figures.
-fn went_wrong(floods: &[FloodResult]) -> String {
+/// Every flood that broke a rule, and every bar missed, in words from their figures.
+fn went_wrong(floods: &[FloodResult], misses: &[FloodMiss]) -> String {
     let mut md = String::new();
     for f in floods {
         let (a, name) = (&f.accounting, f.strategy.name);
@@ -243,5 +270,33 @@ fn went_wrong(floods: &[FloodResult]) -> String {
                      no unit taken without an order.\n",
         );
     }
+    for miss in misses {
+        let _ = writeln!(md, "- {}", missed(miss));
+    }
     format!("\nWhat went wrong in the flood:\n\n{md}")
+}
+
+/// A bar of the flood missed, in one sentence.
+fn missed(miss: &FloodMiss) -> String {
+    match miss {
+        FloodMiss::SlowFlood {
+            strategy,
+            answered_ms,
+            noop_answered_ms,
+            bar_ratio,
+        } => format!(
+            "The fastest safe strategy, `{strategy}`, answered every click {answered_ms:.0} ms \
+             after the opening, {:.2}× the {noop_answered_ms:.0} ms the same crowd asking \
+             `GET /api/noop` took: beyond the bar of {bar_ratio}×.",
+            answered_ms / noop_answered_ms.max(f64::EPSILON)
+        ),
+        FloodMiss::CostlyRefusals {
+            strategy,
+            percent_of_noop,
+            bar_percent,
+        } => format!(
+            "`{strategy}` refused the sold-out product at {percent_of_noop:.0}% of the rate of \
+             `GET /api/noop` on the same connections, below the bar of {bar_percent}%."
+        ),
+    }
 }

@@ -46,6 +46,7 @@ pub fn render(r: &RunReport) -> String {
     md.push_str(&super::flood::markdown(
         r.settings.flood.as_ref(),
         &r.floods,
+        &r.findings.flood,
     ));
     md.push_str(&super::overload::markdown(
         r.settings.overload.as_ref(),

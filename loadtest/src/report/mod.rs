@@ -108,6 +108,57 @@ mod tests {
     }
 
     #[test]
+    fn a_flood_with_its_noop_flood_reads_back_and_says_which_bars_it_missed() {
+        let mut r = report();
+        r.settings.flood = Some(crate::sample::flood_shape());
+        let mut not_sold_out = crate::sample::flood(Strategy::Sharded, 2_200.0, 1_000.0, 75.0);
+        not_sold_out.accounting.final_stock = 3;
+        not_sold_out.after_sold_out = None;
+        r.floods = vec![
+            crate::sample::flood(Strategy::Batched, 2_500.0, 1_000.0, 63.0),
+            not_sold_out,
+        ];
+        r.findings = crate::analyse::findings::of(&r);
+        assert_eq!(r.findings.flood.len(), 2, "{:?}", r.findings.flood);
+        let dir = tempfile::tempdir().unwrap();
+        write_all(dir.path(), &r, None).unwrap();
+        assert_eq!(json::read(dir.path()).unwrap(), r);
+        let md = std::fs::read_to_string(dir.path().join("report.md")).unwrap();
+        let row = |name: &str| {
+            md.lines()
+                .find(|l| l.starts_with(&format!("| `{name}` | safe |")))
+                .unwrap_or_else(|| panic!("no flood row of {name}:\n{md}"))
+                .to_owned()
+        };
+        assert!(
+            row("batched").contains("| 2.50× (1000 ms) |"),
+            "{}",
+            row("batched")
+        );
+        assert!(
+            row("sharded").contains("| not sold out | 2.20× (1000 ms) |"),
+            "{}",
+            row("sharded")
+        );
+        assert!(
+            md.contains("- `batched` refused the sold-out product at 63% of the rate"),
+            "{md}"
+        );
+        assert!(
+            md.contains(
+                "- The fastest safe strategy, `sharded`, answered every click 2200 ms after the \
+                 opening, 2.20× the 1000 ms"
+            ),
+            "{md}"
+        );
+        let html = std::fs::read_to_string(dir.path().join("report.html")).unwrap();
+        assert!(
+            html.contains("refused the sold-out product at 63% of the rate"),
+            "{html}"
+        );
+    }
+
+    #[test]
     fn a_median_is_shown_with_the_range_of_its_runs_in_the_markdown_and_the_json() {
         let mut r = report();
         let runs = vec![

@@ -1,8 +1,8 @@
 //! The flood through the whole `seckill-bench flood` path (app processes, the arriving crowd,
 //! the report): safe strategies keep the stock and the per-user limit, early bots buy nothing,
-//! every click is answered or counted, the units of the winners who never pay sell again
-//! exactly once while an instance dies, and `racy-limit` lets one account through more than
-//! once.
+//! every click is answered or counted, the same crowd asking `GET /api/noop` is timed beside
+//! each flood, the units of the winners who never pay sell again exactly once while an
+//! instance dies, and `racy-limit` lets one account through more than once.
 
 use crate::common;
 
@@ -125,12 +125,21 @@ async fn safe_strategies_keep_the_stock_and_one_per_customer_through_a_flood_and
             "{name}: {a:?}"
         );
         assert_second_act_keeps_every_unit(f);
+        assert!(f.sold_out(), "{name}: {a:?}");
         let refusals = f.after_sold_out.expect("refusals timed once sold out");
         assert!(refusals.refusals_per_second > 0.0 && refusals.noop_per_second > 0.0);
+        let noop = f.noop_flood.expect("the same crowd asked GET /api/noop");
+        assert_eq!(
+            (noop.clicks, noop.served),
+            (f.clicks, f.clicks),
+            "{name}: the no-op flood is the flood's crowd, every request answered"
+        );
+        assert!(f.answered_over_noop().is_some_and(|r| r > 0.0), "{name}");
     }
     let md = std::fs::read_to_string(out.path().join("latest/report.md")).unwrap();
     assert!(md.contains("## The flood"), "{md}");
     assert!(md.contains("No strategy broke a rule in the flood"), "{md}");
+    assert!(md.contains("÷ no-op flood"), "{md}");
     let html = std::fs::read_to_string(out.path().join("latest/report.html")).unwrap();
     let flood_section = &html[html
         .find("<section id=\"flood\">")

@@ -27,6 +27,7 @@ use crate::api::{ErrorBody, OrderRequest, OrderResponse, OrderState, OrderStatus
 use crate::db::orders::{self, Order, OrderState as Stored};
 use crate::error::ApiError;
 use crate::metrics::Observation;
+use crate::shelf::Epoch;
 use crate::state::AppState;
 use crate::strategy::{Purchase, PurchaseError, Purchased, StockStrategy};
 
@@ -137,6 +138,18 @@ pub async fn create(
         observe(&state, &purchase, "sold_out", started);
         return Err(ApiError::SoldOut);
     }
+    // Boxed, so that what a refusal from memory moves is no larger than its own path needs.
+    Box::pin(place(state, strategy, purchase, epoch, started)).await
+}
+
+/// Runs an admitted purchase through its strategy, if the service has room for it.
+async fn place(
+    state: AppState,
+    strategy: Arc<dyn StockStrategy>,
+    purchase: Arc<Purchase>,
+    epoch: Epoch,
+    started: Instant,
+) -> Answer {
     let Some(place) = state.gate.enter() else {
         observe(&state, &purchase, "overloaded", started);
         return Err(ApiError::Overloaded);

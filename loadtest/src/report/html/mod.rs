@@ -129,7 +129,7 @@ fn body(
         }
         @if !r.floods.is_empty() {
             section #flood {
-                (page::prose_with_tables(&flood::markdown_without_charts(r.settings.flood.as_ref(), &r.floods)))
+                (page::prose_with_tables(&flood::markdown_without_charts(r.settings.flood.as_ref(), &r.floods, &r.findings.flood)))
                 @for chart in flood_charts {
                     figure data-chart=(chart.file) { (PreEscaped(&chart.svg)) }
                 }

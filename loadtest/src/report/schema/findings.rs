@@ -20,6 +20,29 @@ pub struct Findings {
     /// One per strategy that missed a bar of the overload phase.
     #[serde(default)]
     pub overload: Vec<OverloadFinding>,
+    /// The flood's bars that were missed.
+    #[serde(default)]
+    pub flood: Vec<FloodMiss>,
+}
+
+/// A bar of the flood missed, with the figures that say by how much.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "bar", rename_all = "kebab-case")]
+pub enum FloodMiss {
+    /// The fastest safe strategy took longer than `bar_ratio` times the no-op flood to answer
+    /// every click.
+    SlowFlood {
+        strategy: Strategy,
+        answered_ms: f64,
+        noop_answered_ms: f64,
+        bar_ratio: f64,
+    },
+    /// A safe strategy that sold out refused at less than `bar_percent` of the no-op rate.
+    CostlyRefusals {
+        strategy: Strategy,
+        percent_of_noop: f64,
+        bar_percent: f64,
+    },
 }
 
 /// The bars of the overload phase a strategy missed, each with the figures that say why.

@@ -68,8 +68,13 @@ pub struct FloodResult {
     #[serde(default)]
     pub resale: Option<Resale>,
     /// Once sold out: purchases refused per second beside `GET /api/noop` on the same
-    /// instances, both in a closed loop of the same connections, interleaved.
+    /// instances, both in a closed loop of the same connections, interleaved. `None` when the
+    /// flood did not sell out (the loop would time purchases, not refusals) or was not timed.
     pub after_sold_out: Option<RefusalRate>,
+    /// The same crowd (arrivals, instances, client) asking `GET /api/noop` instead, right
+    /// after this flood: what the HTTP stack alone takes to answer it.
+    #[serde(default)]
+    pub noop_flood: Option<NoopFlood>,
     /// CPU of every process over the flood; its successes are the clicks.
     pub cpu: Option<CpuUse>,
     /// Cores each process group would need at [`PROJECTED_CLICKS_PER_SECOND`], projected
@@ -113,6 +118,30 @@ pub struct Projection {
     pub group: String,
     pub cpu_ms_per_1000_clicks: f64,
     pub cores: f64,
+}
+
+impl FloodResult {
+    /// The time until every click was answered over the no-op flood's, if one was timed.
+    pub fn answered_over_noop(&self) -> Option<f64> {
+        let noop = self.noop_flood?;
+        (noop.all_answered_after_ms > 0.0)
+            .then(|| self.all_answered_after_ms / noop.all_answered_after_ms)
+    }
+
+    /// Whether the stock's home had no unit left after the flood.
+    pub fn sold_out(&self) -> bool {
+        self.accounting.final_stock <= 0
+    }
+}
+
+/// The flood's crowd asking `GET /api/noop`: same arrivals, same instances, same client.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct NoopFlood {
+    pub clicks: u64,
+    /// Answered `2xx`; the rest had no answer or another one.
+    pub served: u64,
+    /// From the (nominal) opening to the last answer, as the flood's own figure.
+    pub all_answered_after_ms: f64,
 }
 
 /// How cheap a refusal is once the product is sold out.

@@ -19,13 +19,13 @@ pub use baselines::{Baseline, BaselineName, StandardTool, ToolStatus};
 pub use cpu::{CpuUse, GROUPS, ProcessCpu, SATURATED_CORES};
 pub use environment::Environment;
 pub use findings::{
-    BelowBaseline, ClientCheck, Findings, GroupCpu, MachineLoad, OverloadFinding, OverloadMiss,
-    Pace, Peer, SaleFinding, SaleReading, ServerCpu, TimeFinding, ToolComparison, ToolFinding,
-    ToolReading, ToolVerdict,
+    BelowBaseline, ClientCheck, Findings, FloodMiss, GroupCpu, MachineLoad, OverloadFinding,
+    OverloadMiss, Pace, Peer, SaleFinding, SaleReading, ServerCpu, TimeFinding, ToolComparison,
+    ToolFinding, ToolReading, ToolVerdict,
 };
 pub use flood::{
-    Fairness, FloodResult, FloodShape, FloodSlice, PROJECTED_CLICKS_PER_SECOND, Projection,
-    RefusalRate, Resale,
+    Fairness, FloodResult, FloodShape, FloodSlice, NoopFlood, PROJECTED_CLICKS_PER_SECOND,
+    Projection, RefusalRate, Resale,
 };
 pub use load::{Bucket, HistogramData, LatencySummary, LoadResult, Loop, Repetitions, Spread};
 pub use overload::{ByAnswer, Memory, OverloadResult, OverloadShape};

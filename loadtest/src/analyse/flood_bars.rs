@@ -1,0 +1,103 @@
+//! The flood's bars, judged once into the findings: the fastest safe strategy answers the
+//! whole flood within [`FLOOD_BAR`] times what the same crowd asking `GET /api/noop` takes,
+//! and every safe strategy that sold out refuses the rest at [`REFUSAL_BAR_PERCENT`] of the
+//! no-op rate or more.
+
+use app::api::Safety;
+
+use crate::report::schema::{FloodMiss, FloodResult};
+
+/// The fastest safe strategy's time until every click was answered, over the no-op flood's.
+pub const FLOOD_BAR: f64 = 2.0;
+/// Refusals per second once sold out, as a share of `GET /api/noop`'s in the same loop.
+pub const REFUSAL_BAR_PERCENT: f64 = 80.0;
+
+/// The bars `floods` missed. The fastest safe strategy is the one with the least time over
+/// its own no-op flood (each timed right after its flood, so the machine's moment is shared).
+pub fn misses(floods: &[FloodResult]) -> Vec<FloodMiss> {
+    let safe = || floods.iter().filter(|f| f.strategy.safety == Safety::Safe);
+    let mut misses = Vec::new();
+    let fastest = safe()
+        .filter_map(|f| Some((f, f.answered_over_noop()?)))
+        .min_by(|a, b| a.1.total_cmp(&b.1));
+    if let Some((f, ratio)) = fastest
+        && ratio > FLOOD_BAR
+        && let Some(noop) = f.noop_flood
+    {
+        misses.push(FloodMiss::SlowFlood {
+            strategy: f.strategy.name,
+            answered_ms: f.all_answered_after_ms,
+            noop_answered_ms: noop.all_answered_after_ms,
+            bar_ratio: FLOOD_BAR,
+        });
+    }
+    for f in safe() {
+        if let Some(rate) = f.after_sold_out
+            && rate.percent_of_noop() < REFUSAL_BAR_PERCENT
+        {
+            misses.push(FloodMiss::CostlyRefusals {
+                strategy: f.strategy.name,
+                percent_of_noop: rate.percent_of_noop(),
+                bar_percent: REFUSAL_BAR_PERCENT,
+            });
+        }
+    }
+    misses
+}
+
+#[cfg(test)]
+mod tests {
+    use app::api::Strategy;
+
+    use super::*;
+    use crate::sample::flood;
+
+    #[test]
+    fn the_fastest_safe_strategy_beyond_twice_the_noop_flood_misses_the_bar() {
+        let floods = [
+            flood(Strategy::Conditional, 3_000.0, 1_000.0, 90.0),
+            flood(Strategy::Batched, 2_500.0, 1_000.0, 90.0),
+        ];
+        assert_eq!(
+            misses(&floods),
+            [FloodMiss::SlowFlood {
+                strategy: Strategy::Batched,
+                answered_ms: 2_500.0,
+                noop_answered_ms: 1_000.0,
+                bar_ratio: FLOOD_BAR,
+            }]
+        );
+    }
+
+    #[test]
+    fn only_the_fastest_safe_strategy_is_held_to_the_flood_bar() {
+        let floods = [
+            flood(Strategy::Conditional, 5_000.0, 1_000.0, 90.0),
+            flood(Strategy::Batched, 1_900.0, 1_000.0, 90.0),
+            // Unsafe: not a candidate for the fastest, however fast.
+            flood(Strategy::Naive, 1_000.0, 1_000.0, 90.0),
+        ];
+        assert_eq!(misses(&floods), []);
+        let unsafe_only = [flood(Strategy::Naive, 9_000.0, 1_000.0, 10.0)];
+        assert_eq!(misses(&unsafe_only), []);
+    }
+
+    #[test]
+    fn a_safe_strategy_refusing_below_the_share_of_noop_misses_the_refusal_bar() {
+        let mut not_sold_out = flood(Strategy::Sharded, 1_500.0, 1_000.0, 10.0);
+        not_sold_out.after_sold_out = None;
+        let floods = [
+            flood(Strategy::Batched, 1_500.0, 1_000.0, 63.0),
+            flood(Strategy::RedisLua, 1_500.0, 1_000.0, 85.0),
+            not_sold_out,
+        ];
+        assert_eq!(
+            misses(&floods),
+            [FloodMiss::CostlyRefusals {
+                strategy: Strategy::Batched,
+                percent_of_noop: 63.0,
+                bar_percent: REFUSAL_BAR_PERCENT,
+            }]
+        );
+    }
+}
