@@ -3,12 +3,12 @@
 //! connection's read buffer, as `wrk` does in C.
 //!
 //! Why not hyper's client: per request it builds and validates a header map for the request
-//! and another for the answer, runs a dispatcher state machine and a body stream, and its
-//! connection future polls the socket once more after every answer; on two cores shared with
-//! the server that made our generator spend half as much CPU again per `GET /api/noop` as
-//! `wrk`. The load needs much less: one request in flight per keep-alive connection, bodies
-//! known before sending, answers framed by `Content-Length` (the app's every answer) or
-//! chunked.
+//! and another for the answer, and runs its dispatcher's state machine and a body stream, on
+//! two cores shared with the server, where every CPU-second the client spends is the
+//! server's loss. The load needs much less: one request in flight per keep-alive connection,
+//! bodies known before sending, answers framed by `Content-Length` (every answer of the app)
+//! or chunked. What it does not read (a malformed head, a close before the answer is whole) is
+//! an error the caller counts, never a guess.
 
 use bytes::{Buf, Bytes, BytesMut};
 use hyper::header::HeaderValue;
