@@ -1,5 +1,6 @@
-//! The load's HTTP/1.1 connections: plain keep-alive connections through hyper's
-//! connection-level client, one request in flight on each, as `wrk` keeps them. Every request
+//! The load's HTTP/1.1 connections: plain keep-alive connections, one request in flight on
+//! each, the request written as bytes and the answer read with `httparse`
+//! ([`crate::wire`]), as `wrk` keeps them. Every request
 //! the load sends — `GET /api/noop` and every strategy's order — goes through here, so the
 //! ratio of a strategy to `http-noop` compares the server's work, not two clients.
 //!
@@ -9,8 +10,8 @@
 //! a redirect policy and a timeout layer, and hands the request to a connection task and the
 //! answer back; the committed run of 2026-11-23 measured it at 5× `wrk`'s CPU per
 //! `GET /api/noop`. Here a request takes an idle connection of its instance from a stack (or
-//! opens one), and the task that sends it drives the connection itself: no task hop, no pool
-//! keyed by URL.
+//! opens one), and the task that sends it writes and reads the socket itself: no task hop, no
+//! pool keyed by URL, no header map built for the answer.
 //!
 //! Idle connections are kept per thread that runs a runtime of its own
 //! ([`own_runtime_thread`]): a socket is registered with the reactor of the runtime that opened
@@ -18,27 +19,30 @@
 //! and never waits on another runtime's reactor for their answers. Every other thread shares
 //! one list.
 //!
-//! A reused connection that the server closed while it sat idle fails before the request is
-//! written; hyper hands the request back, and it goes out again on another connection — it is
-//! sent, and counted, once. A request that was written and got no answer is never resent: it
-//! is a transport error, as a lost click is.
+//! A reused connection is first checked for a close the server sent while it sat idle (a
+//! non-blocking peek: the reactor may not have seen the close yet); a closed one is dropped
+//! and the request goes out on another connection — it is sent, and counted, once. A request
+//! that was written and got no complete answer is never resent: it is a transport error, as a
+//! lost click is. A connection whose answer said `Connection: close`, or whose read failed, is
+//! not kept.
 
 use std::cell::Cell;
-use std::future::{Future, poll_fn};
-use std::pin::{Pin, pin};
+use std::os::fd::AsRawFd;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper::client::conn::http1::{Connection, SendRequest, handshake};
-use hyper::header::{HOST, HeaderValue};
+use bytes::{Bytes, BytesMut};
+use hyper::header::HeaderValue;
 use hyper::{Request, StatusCode};
-use hyper_util::rt::TokioIo;
+use nix::errno::Errno;
+use nix::sys::socket::{MsgFlags, recv};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use crate::wire::{self, Framing, Malformed};
+
 /// A request's body: the whole of it, known before sending.
-pub type Body = Full<Bytes>;
+pub type Body = Bytes;
 
 /// Why a request got no answer.
 #[derive(Debug, thiserror::Error)]
@@ -48,8 +52,12 @@ pub enum Error {
         authority: String,
         source: std::io::Error,
     },
+    #[error("on the connection: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("the server closed the connection before the answer was complete")]
+    Closed,
     #[error(transparent)]
-    Http(#[from] hyper::Error),
+    Malformed(#[from] Malformed),
 }
 
 /// Keep-alive connections to each of a set of instances.
@@ -105,25 +113,23 @@ impl Connections {
     pub async fn send(
         &self,
         n: usize,
-        mut request: Request<Body>,
+        request: Request<Body>,
     ) -> Result<(StatusCode, Bytes), Error> {
         let instance = &self.instances[n % self.instances.len()];
-        request.headers_mut().insert(HOST, instance.host.clone());
-        loop {
-            let (mut conn, reused) = match instance.take() {
-                Some(conn) => (conn, true),
-                None => (Conn::open(&instance.authority).await?, false),
-            };
-            match conn.round_trip(request).await {
-                Ok(answer) => {
-                    instance.put(conn);
-                    return Ok(answer);
-                }
-                // Never written: a reused connection the server had closed; send it again.
-                Err(Failed::NotSent(unsent, _)) if reused => request = *unsent,
-                Err(Failed::NotSent(_, e) | Failed::Sent(e)) => return Err(e.into()),
+        let mut conn = loop {
+            match instance.take() {
+                Some(conn) if conn.closed_while_idle() => continue,
+                Some(conn) => break conn,
+                None => break Conn::open(&instance.authority).await?,
             }
+        };
+        conn.out.clear();
+        wire::encode(&request, &instance.host, &mut conn.out);
+        let (status, body, keep) = conn.round_trip().await?;
+        if keep {
+            instance.put(conn);
         }
+        Ok((status, body))
     }
 
     /// Idle connections kept for instance `n % K` (for tests).
@@ -145,28 +151,21 @@ impl Instance {
     }
 
     fn put(&self, conn: Conn) {
-        if conn.io.is_some() && !conn.sender.is_closed() {
-            self.list().lock().expect("idle list").push(conn);
-        }
+        self.list().lock().expect("idle list").push(conn);
     }
 }
 
-/// How a round trip failed: before the request was written (it is handed back), or after.
-enum Failed {
-    NotSent(Box<Request<Body>>, hyper::Error),
-    Sent(hyper::Error),
-}
-
-/// One HTTP/1.1 connection: hyper's sender, and the connection future that does its I/O,
-/// polled by whichever task is sending on it.
+/// One HTTP/1.1 connection, with its buffers kept from one request to the next.
 struct Conn {
-    sender: SendRequest<Body>,
-    /// `None` once the connection future has finished: dropping it fails whatever still
-    /// waits on the connection (a request not yet written comes back).
-    io: Option<Io>,
+    stream: TcpStream,
+    /// The request being written.
+    out: Vec<u8>,
+    /// What was read and not yet taken as an answer.
+    read: BytesMut,
 }
 
-type Io = Pin<Box<Connection<TokioIo<TcpStream>, Body>>>;
+/// Read buffer room made before each read.
+const READ_ROOM: usize = 4096;
 
 impl Conn {
     async fn open(authority: &str) -> Result<Conn, Error> {
@@ -176,47 +175,75 @@ impl Conn {
         };
         let stream = TcpStream::connect(authority).await.map_err(connect)?;
         stream.set_nodelay(true).map_err(connect)?;
-        let (sender, io) = handshake(TokioIo::new(stream)).await?;
         Ok(Conn {
-            sender,
-            io: Some(Box::pin(io)),
+            stream,
+            out: Vec::with_capacity(256),
+            read: BytesMut::with_capacity(READ_ROOM),
         })
     }
 
-    /// One request and its whole answer, the connection driven in this task throughout.
-    async fn round_trip(&mut self, request: Request<Body>) -> Result<(StatusCode, Bytes), Failed> {
-        let Conn { sender, io } = self;
-        if let Err(e) = drive(io, poll_fn(|cx| sender.poll_ready(cx))).await {
-            return Err(Failed::NotSent(Box::new(request), e));
-        }
-        let response = match drive(io, sender.try_send_request(request)).await {
-            Ok(response) => response,
-            Err(mut e) => {
-                return Err(match e.take_message() {
-                    Some(request) => Failed::NotSent(Box::new(request), e.into_error()),
-                    None => Failed::Sent(e.into_error()),
-                });
+    /// Whether the server closed (or wrote to) this connection while it was idle: a peek that
+    /// does not wait. Anything but "nothing to read yet" makes it unusable.
+    fn closed_while_idle(&self) -> bool {
+        let mut byte = [0u8; 1];
+        let flags = MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT;
+        !matches!(
+            recv(self.stream.as_raw_fd(), &mut byte, flags),
+            Err(Errno::EAGAIN)
+        )
+    }
+
+    /// Writes the request in `out`, reads its whole answer: status, body, and whether the
+    /// connection can carry another request.
+    async fn round_trip(&mut self) -> Result<(StatusCode, Bytes, bool), Error> {
+        self.stream.write_all(&self.out).await?;
+        let head = loop {
+            match wire::head(&self.read)? {
+                Some(head) if head.status.is_informational() => {
+                    let _ = wire::take(&mut self.read, head.len, 0);
+                }
+                Some(head) => break head,
+                None => self.fill().await?,
             }
         };
-        let status = response.status();
-        let body = drive(io, response.into_body().collect())
-            .await
-            .map_err(Failed::Sent)?;
-        Ok((status, body.to_bytes()))
+        let body = match head.framing {
+            Framing::Length(n) => {
+                while self.read.len() < head.len + n {
+                    self.fill().await?;
+                }
+                wire::take(&mut self.read, head.len, n)
+            }
+            Framing::Chunked => loop {
+                let after_head = self.read.split_off(head.len);
+                let found = wire::chunked(&after_head);
+                self.read.unsplit(after_head);
+                match found? {
+                    Some((body, used)) => {
+                        let _ = wire::take(&mut self.read, head.len + used, 0);
+                        break body;
+                    }
+                    None => self.fill().await?,
+                }
+            },
+            Framing::UntilClose => {
+                while self.read_more().await? > 0 {}
+                let n = self.read.len() - head.len;
+                return Ok((head.status, wire::take(&mut self.read, head.len, n), false));
+            }
+        };
+        Ok((head.status, body, !head.close))
     }
-}
 
-/// Runs `work` to completion, polling the connection future `io` alongside so that its
-/// reads and writes happen in this task; `io` is dropped once it has finished.
-async fn drive<T>(io: &mut Option<Io>, work: impl Future<Output = T>) -> T {
-    let mut work = pin!(work);
-    poll_fn(|cx| {
-        if let Some(conn) = io
-            && conn.as_mut().poll(cx).is_ready()
-        {
-            *io = None;
+    /// Reads more of the answer; the server closing first is an error.
+    async fn fill(&mut self) -> Result<(), Error> {
+        match self.read_more().await? {
+            0 => Err(Error::Closed),
+            _ => Ok(()),
         }
-        work.as_mut().poll(cx)
-    })
-    .await
+    }
+
+    async fn read_more(&mut self) -> std::io::Result<usize> {
+        self.read.reserve(READ_ROOM);
+        self.stream.read_buf(&mut self.read).await
+    }
 }

@@ -9,6 +9,7 @@ pub mod connections;
 pub mod crowd;
 pub mod launch;
 pub mod process;
+pub mod wire;
 
 pub use answer::{Answer, Outcomes, order_request};
 pub use client::{Api, Fault, Transition};

@@ -8,7 +8,7 @@
 //! with all live on one thread: an answer is read, counted and the next request written
 //! without leaving it. Each thread keeps its connections apart from the other threads'
 //! ([`testkit::own_runtime_thread`]), and its workers keep their tallies to themselves until
-//! the end (no channel send, no shared counter per request but the sequence number).
+//! the end (no channel send, no counter shared between threads per request).
 //!
 //! The threads start on first use and live as long as the process, so the connections they
 //! open stay valid from one load to the next.

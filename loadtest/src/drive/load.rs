@@ -86,9 +86,10 @@ where
     let jobs: Vec<_> = (0..threads)
         .map(|core| {
             let shared = shared.clone();
+            let seq = Sequence::new(core, threads);
             cores.run(core, move || {
                 let workers = (core..concurrency).step_by(threads);
-                let all = workers.map(move |worker| shared.clone().worker(worker));
+                let all = workers.map(move |worker| shared.clone().worker(worker, seq.clone()));
                 Box::pin(async move { merge(futures::future::join_all(all).await) })
             })
         })
@@ -109,17 +110,48 @@ where
     Fut: Future<Output = Answer> + Send + 'static,
 {
     let shared = Arc::new(Closed::new(window, &Feed::off(), op));
+    let seq = Sequence::new(0, 1);
     let workers: Vec<_> = (0..concurrency)
-        .map(|worker| tokio::spawn(shared.clone().worker(worker)))
+        .map(|worker| tokio::spawn(shared.clone().worker(worker, seq.clone())))
         .collect();
     let tally = merge(join_all(workers).await);
     shared.result(concurrency, tally)
 }
 
-/// What the workers of one closed loop share: the operation, the window, the sequence.
+/// Where a closed loop's workers take their requests' numbers: one count per load thread,
+/// thread `t` of `n` numbering its requests `t`, `t + n`, `t + 2n`, … — every number used
+/// once, and no count shared between two cores per request.
+///
+/// A request goes to instance `number % K` ([`testkit::Api`]), so with as many load threads
+/// as instances (or a multiple) each thread talks to one instance only, over connections of
+/// its own — one `wrk` thread per instance, as the `wrk` baseline runs, and as many
+/// connections at each instance as `wrk` holds. Spread over every instance, each thread
+/// would keep connections open to all of them and the app would see twice as many, each half
+/// as busy, and more wake-ups per request.
+#[derive(Clone)]
+struct Sequence {
+    count: Arc<AtomicU64>,
+    thread: u64,
+    threads: u64,
+}
+
+impl Sequence {
+    fn new(thread: usize, threads: usize) -> Sequence {
+        Sequence {
+            count: Arc::default(),
+            thread: thread as u64,
+            threads: threads as u64,
+        }
+    }
+
+    fn next(&self) -> u64 {
+        self.count.fetch_add(1, Ordering::Relaxed) * self.threads + self.thread
+    }
+}
+
+/// What the workers of one closed loop share: the operation and the window.
 struct Closed<F> {
     op: F,
-    seq: AtomicU64,
     measure_from: Instant,
     end: Instant,
     measure: Duration,
@@ -135,7 +167,6 @@ where
         let measure_from = Instant::now() + window.warmup;
         Closed {
             op,
-            seq: AtomicU64::new(0),
             measure_from,
             end: measure_from + window.measure,
             measure: window.measure,
@@ -144,14 +175,14 @@ where
     }
 
     /// One worker: its next request as soon as its last was answered, until the window ends.
-    async fn worker(self: Arc<Self>, worker: usize) -> Tally {
+    async fn worker(self: Arc<Self>, worker: usize, seq: Sequence) -> Tally {
         let mut tally = Tally::default();
         loop {
             let sent = Instant::now();
             if sent >= self.end {
                 return tally;
             }
-            let i = self.seq.fetch_add(1, Ordering::Relaxed);
+            let i = seq.next();
             let outcome = (self.op)(worker, i).await;
             if sent >= self.measure_from {
                 let latency = sent.elapsed();
@@ -308,6 +339,36 @@ mod tests {
         assert!(r.outcomes.total() > 0);
         assert_eq!(r.outcomes.total(), r.latency.count);
         assert_eq!(r.outcomes.errors(), 0);
+    }
+
+    #[tokio::test]
+    async fn every_request_of_the_closed_loop_gets_a_number_of_its_own() {
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let s = seen.clone();
+        let r = closed_loop(5, Window::from_secs(0.0, 0.1), move |i| {
+            s.lock().unwrap().push(i);
+            async {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                Answer::Served { status: 204 }
+            }
+        })
+        .await;
+        let mut numbers = seen.lock().unwrap().clone();
+        let sent = numbers.len();
+        numbers.sort_unstable();
+        numbers.dedup();
+        assert_eq!(numbers.len(), sent, "no number used twice");
+        assert!(r.outcomes.total() > 0);
+        assert!(r.outcomes.total() <= sent as u64);
+    }
+
+    #[test]
+    fn a_load_threads_numbers_are_its_index_modulo_the_threads() {
+        let seq = Sequence::new(1, 3);
+        let numbers: Vec<u64> = (0..4).map(|_| seq.next()).collect();
+        assert_eq!(numbers, [1, 4, 7, 10]);
+        let other = Sequence::new(0, 3);
+        assert_eq!(other.next(), 0);
     }
 
     #[tokio::test]

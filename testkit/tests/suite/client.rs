@@ -199,3 +199,31 @@ async fn a_busy_refusal_is_counted_by_its_code_and_the_connection_kept() {
     }
     assert_eq!(seen.connections.load(Ordering::SeqCst), 1);
 }
+
+#[tokio::test]
+async fn an_answer_that_says_the_server_closes_is_counted_and_its_connection_not_reused() {
+    const CLOSING: &str = "HTTP/1.1 204 No Content\r\nconnection: close\r\n\r\n";
+    let (base, seen, _) = serve(CLOSING, |_| Then::Answer).await;
+    let api = Api::new(vec![base], None).unwrap();
+    for n in 0..3 {
+        assert_eq!(api.noop(n).await, Answer::Served { status: 204 });
+    }
+    assert_eq!(seen.requests.load(Ordering::SeqCst), 3);
+    assert_eq!(seen.connections.load(Ordering::SeqCst), 3);
+    assert_eq!(api.idle_connections(0), 0);
+}
+
+#[tokio::test]
+async fn a_chunked_refusal_is_read_whole_and_the_connection_kept_for_the_next_request() {
+    const CHUNKED: &str = "HTTP/1.1 409 Conflict\r\ncontent-type: application/json\r\n\
+        transfer-encoding: chunked\r\n\r\n10\r\n{\"error\":\"sold_o\r\n\
+        15\r\nut\",\"message\":\"gone\"}\r\n0\r\n\r\n";
+    let (base, seen, _) = serve(CHUNKED, |_| Then::Answer).await;
+    let api = Api::new(vec![base], None).unwrap();
+    for i in 0..2 {
+        let answer = api.order(0, 1, &order(&format!("r-{i}"))).await;
+        assert_eq!(answer, Answer::SOLD_OUT);
+    }
+    assert_eq!(seen.requests.load(Ordering::SeqCst), 2);
+    assert_eq!(seen.connections.load(Ordering::SeqCst), 1);
+}

@@ -73,7 +73,8 @@ impl<'a> Bench<'a> {
         let (c, db) = (self.plan.concurrency, self.plan.db_connections);
         Ok(match item {
             Item::Ours(BaselineName::HttpNoop) => {
-                let api = self.targets.api.clone();
+                // One shared count per request, not one per field of the client.
+                let api = Arc::new(self.targets.api.clone());
                 closed_loop(c, budget, move |i| {
                     let api = api.clone();
                     async move { api.noop(i as usize).await }
