@@ -219,21 +219,27 @@ impl Lifecycle {
 
     /// The order of the purchase, or why there is none to act on.
     async fn order(&self, key: PurchaseKey<'_>) -> Result<Order, LifeError> {
-        match orders::find(&self.pool, key).await? {
-            Some(order) if order.state() == OrderState::Voided => {
-                Err(LifeError::Refused(Refused::Voided))
-            }
-            Some(order) => Ok(order),
+        let found = match orders::find(&self.pool, key).await? {
+            Some(order) => Some(order),
             None => {
                 let waiting = match &self.redis {
                     Some(redis) => redis.is_waiting(key).await?,
                     None => false,
                 };
-                Err(LifeError::Refused(match waiting {
-                    true => Refused::Pending,
-                    false => Refused::NoOrder,
-                }))
+                if waiting {
+                    return Err(LifeError::Refused(Refused::Pending));
+                }
+                // A consumer commits the order before it forgets the entry as waiting: one
+                // that placed it between the two reads above left it in the database.
+                orders::find(&self.pool, key).await?
             }
+        };
+        match found {
+            Some(order) if order.state() == OrderState::Voided => {
+                Err(LifeError::Refused(Refused::Voided))
+            }
+            Some(order) => Ok(order),
+            None => Err(LifeError::Refused(Refused::NoOrder)),
         }
     }
 

@@ -204,18 +204,24 @@ async fn noop_flood(
     }
 }
 
-/// Units buyers of `product` took beyond `limit`, summed over buyers, from the orders: every
-/// order the service placed counts, also one that expired or was cancelled since (the limit
-/// was broken when it was placed); a purchase `reconcile` voided never held a unit.
+/// Units buyers of `product` held beyond `limit` at once, summed over orders, from the
+/// orders: each order counts the units its buyer already held when it was placed — every
+/// earlier order not voided and not yet back home (an expired or cancelled order stops holding
+/// when its units returned, and its buyer's quota with them: buying again after that is
+/// within the limit).
 pub async fn beyond_limit(db: &MySqlPool, product: u64, limit: i64) -> Result<i64> {
     let beyond: Option<i64> = sqlx::query_scalar(
-        "SELECT CAST(SUM(held - ?) AS SIGNED) FROM (SELECT SUM(quantity) AS held FROM orders \
-         WHERE product_id = ? AND state <> 'voided' GROUP BY user_id) AS buyers \
-         WHERE held > ?",
+        "SELECT CAST(SUM(LEAST(quantity, GREATEST(0, quantity + held - ?))) AS SIGNED) FROM ( \
+           SELECT o.quantity, (SELECT COALESCE(SUM(a.quantity), 0) FROM orders a \
+             WHERE a.product_id = o.product_id AND a.user_id = o.user_id \
+               AND a.state <> 'voided' \
+               AND (a.created_at < o.created_at OR (a.created_at = o.created_at AND a.id < o.id)) \
+               AND NOT (a.state IN ('expired', 'cancelled') \
+                        AND COALESCE(a.returned_at, a.ended_at) <= o.created_at)) AS held \
+           FROM orders o WHERE o.product_id = ? AND o.state <> 'voided') AS placed",
     )
     .bind(limit)
     .bind(product)
-    .bind(limit)
     .fetch_one(db)
     .await
     .context("counting units beyond the per-user limit")?;

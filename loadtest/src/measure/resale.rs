@@ -30,6 +30,8 @@ use crate::report::schema::{FloodShape, Resale};
 const LOOK_AGAIN: Duration = Duration::from_millis(500);
 /// Tries of one payment answered `order_pending` (the order not placed yet) or unanswered.
 const PAY_TRIES: u32 = 50;
+/// How often the act looks whether every order has ended, once no buyer looks any more.
+const SETTLE_POLL: Duration = Duration::from_millis(100);
 /// How long the watch for the returning units lasts beyond the payment window: the sweep's
 /// round, and the grace after which another instance finishes a return a dead one left
 /// half-way (the app's `--return-grace-ms`), with room to spare.
@@ -203,6 +205,9 @@ pub async fn second_act(
     let mut killed_after = None;
     let mut bought_on_return = 0;
     let mut returners_paid = Till::default();
+    // The act lasts while buyers look, and then until no order waits on its deadline and no
+    // unit is on its way back (or the watch ends): a sale nobody came back to still expires.
+    let mut buyers_done = false;
     loop {
         let kill = async {
             match kill_at {
@@ -217,14 +222,23 @@ pub async fn second_act(
                 }
                 killed_after = Some(opened.elapsed());
             }
-            done = buyers.join_next() => match done {
+            done = buyers.join_next(), if !buyers_done => match done {
                 Some(Ok(Some(paid))) => {
                     bought_on_return += 1;
                     returners_paid.count(paid);
                 }
                 Some(_) => {}
-                None => break,
+                None => buyers_done = true,
             },
+            () = tokio::time::sleep(SETTLE_POLL), if buyers_done => {
+                let view = api.product(product).await?;
+                let killed_or_never = killed_after.is_some() || kill_at.is_none();
+                if (view.reserved == 0 && view.returning == 0 && killed_or_never)
+                    || Instant::now() >= watch_until
+                {
+                    break;
+                }
+            }
         }
     }
     till.too_late += returners_paid.too_late;

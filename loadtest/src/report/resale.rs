@@ -121,9 +121,9 @@ fn went_wrong(acts: &[(&FloodResult, &Resale)]) -> String {
         if r.ended_after_ms.is_none() && r.left > 0 && r.returners > 0 {
             let _ = writeln!(
                 md,
-                "- `{name}`: {} unit(s) were still unsold when the watch ended, with buyers \
-                 still looking: units that came back and did not sell (or never came back).",
-                r.left
+                "- `{name}`: {} unit(s) were unsold when the watch ended: {} buyers came back \
+                 for the {} that returned and {} of them bought one.",
+                r.left, r.returners, r.returned, r.bought_on_return
             );
         }
     }
