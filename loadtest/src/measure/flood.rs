@@ -108,13 +108,16 @@ pub async fn run_flood(
     span.successes = answers.clicks.len() as f64;
     let cpu = span.usage(&sampler.processes);
 
-    let ledger = if home == Home::Redis {
-        Ledger::of(drain(api, plan.product).await?.0)
-    } else {
-        app::inventory::ledger(db, None, plan.product)
-            .await?
-            .with_context(|| format!("product {} vanished during the flood", plan.product))?
-    };
+    // The books of the clicks, read when no unit is on its way back: an unpaid order may be
+    // expiring already, its unit between the order and the counter for a moment.
+    let mut ledger = read_ledger(api, db, plan.product, home).await?;
+    for _ in 0..RETURNING_READS {
+        if ledger.returning == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        ledger = read_ledger(api, db, plan.product, home).await?;
+    }
     let clicks = answers.clicks.len() as u64;
     let (mut winners, mut refused) = (Latencies::default(), Latencies::default());
     for click in &answers.clicks {
@@ -202,6 +205,22 @@ async fn noop_flood(
             .count() as u64,
         all_answered_after_ms: ms_from(opens_after, answers.elapsed),
     }
+}
+
+/// Reads of the books, at most, while units are on their way back (a return takes
+/// milliseconds; one a crash left half-way stays, and is counted as stranded).
+const RETURNING_READS: u32 = 100;
+
+/// The product's books: from the counter once the stream drained for stock held in Redis,
+/// else from the database.
+async fn read_ledger(api: &Api, db: &MySqlPool, product: u64, home: Home) -> Result<Ledger> {
+    Ok(if home == Home::Redis {
+        Ledger::of(drain(api, product).await?.0)
+    } else {
+        app::inventory::ledger(db, None, product)
+            .await?
+            .with_context(|| format!("product {product} vanished during the flood"))?
+    })
 }
 
 /// Units buyers of `product` held beyond `limit` at once, summed over orders, from the
