@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use app::accounting::{Accounting, Ledger};
-use app::api::{Home, ResetProduct, StrategyInfo};
+use app::accounting::Accounting;
+use app::api::{ResetProduct, StrategyInfo};
 use sqlx::MySqlPool;
 use testkit::{Answer, Api, Apps, Crowd, Retry, order_request};
 
@@ -22,7 +22,7 @@ use crate::drive::load::{Window, closed_loop};
 use crate::live::{Feed, Update};
 use crate::measure::cpu::Sampler;
 use crate::measure::resale::{self, Cashier};
-use crate::measure::sale::drain;
+use crate::measure::sale::read_ledger;
 use crate::report::schema::{FloodResult, FloodShape, NoopFlood, RefusalRate};
 
 /// How long the sale's opening is set ahead of the moment the product is written: time to
@@ -110,13 +110,13 @@ pub async fn run_flood(
 
     // The books of the clicks, read when no unit is on its way back: an unpaid order may be
     // expiring already, its unit between the order and the counter for a moment.
-    let mut ledger = read_ledger(api, db, plan.product, home).await?;
+    let mut ledger = read_ledger(api, db, plan.product, home).await?.0;
     for _ in 0..RETURNING_READS {
         if ledger.returning == 0 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
-        ledger = read_ledger(api, db, plan.product, home).await?;
+        ledger = read_ledger(api, db, plan.product, home).await?.0;
     }
     let clicks = answers.clicks.len() as u64;
     let (mut winners, mut refused) = (Latencies::default(), Latencies::default());
@@ -210,18 +210,6 @@ async fn noop_flood(
 /// Reads of the books, at most, while units are on their way back (a return takes
 /// milliseconds; one a crash left half-way stays, and is counted as stranded).
 const RETURNING_READS: u32 = 100;
-
-/// The product's books: from the counter once the stream drained for stock held in Redis,
-/// else from the database.
-async fn read_ledger(api: &Api, db: &MySqlPool, product: u64, home: Home) -> Result<Ledger> {
-    Ok(if home == Home::Redis {
-        Ledger::of(drain(api, product).await?.0)
-    } else {
-        app::inventory::ledger(db, None, product)
-            .await?
-            .with_context(|| format!("product {product} vanished during the flood"))?
-    })
-}
 
 /// Units buyers of `product` held beyond `limit` at once, summed over orders, from the
 /// orders: each order counts the units its buyer already held when it was placed — every

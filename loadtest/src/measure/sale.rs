@@ -55,17 +55,8 @@ pub async fn run_sale(api: &Api, db: &MySqlPool, plan: &SalePlan) -> Result<Sale
     }
     let answers = crowd.run(api, plan.product).await;
     let retries_after = retries_in_metrics(&api.metrics().await, plan.strategy);
-    let (ledger, drain_seconds) = if plan.strategy.home() == Home::Redis {
-        // The counter lives in the app's Redis: read through the app, after the drain.
-        let (view, drained) = drain(api, plan.product).await?;
-        (Ledger::of(view), Some(drained.as_secs_f64()))
-    } else {
-        let ledger = app::inventory::ledger(db, None, plan.product)
-            .await
-            .with_context(|| format!("reading the ledger of product {}", plan.product))?
-            .with_context(|| format!("product {} vanished during the sale", plan.product))?;
-        (ledger, None)
-    };
+    let (ledger, drained) = read_ledger(api, db, plan.product, plan.strategy.home()).await?;
+    let drain_seconds = drained.map(|d| d.as_secs_f64());
     let demand_units = plan.requests as i64 * plan.quantity;
     let outcomes = answers.outcomes();
     let mut latencies = Latencies::default();
@@ -94,6 +85,26 @@ pub async fn run_sale(api: &Api, db: &MySqlPool, plan: &SalePlan) -> Result<Sale
 
 /// Waits (at most [`DRAIN_LIMIT`]) until no accepted order of `product` waits in the stream;
 /// returns the product then and the time it took.
+/// The product's books: for stock held in Redis, read through the app once the stream has
+/// drained (and how long the drain took); else from the database.
+pub async fn read_ledger(
+    api: &Api,
+    db: &MySqlPool,
+    product: u64,
+    home: Home,
+) -> Result<(Ledger, Option<Duration>)> {
+    if home == Home::Redis {
+        // The counter lives in the app's Redis: read through the app, after the drain.
+        let (view, drained) = drain(api, product).await?;
+        return Ok((Ledger::of(view), Some(drained)));
+    }
+    let ledger = app::inventory::ledger(db, None, product)
+        .await
+        .with_context(|| format!("reading the ledger of product {product}"))?
+        .with_context(|| format!("product {product} vanished during the sale"))?;
+    Ok((ledger, None))
+}
+
 pub async fn drain(api: &Api, product: u64) -> Result<(ProductView, Duration)> {
     let started = Instant::now();
     loop {
