@@ -17,6 +17,8 @@
 
 use std::time::Duration;
 
+use tokio::sync::{Mutex, MutexGuard, watch};
+
 pub use crate::api::ExpiryRound as Round;
 
 use super::home::{self, Target};
@@ -35,9 +37,46 @@ pub struct Pace {
     pub return_grace: Duration,
 }
 
-/// Sweeps for ever at `pace`.
+/// Pauses and resumes the sweep (`PUT /api/expiry`: an operator holding expiry while the
+/// payment provider is down, the benchmark measuring what the sweep costs the purchases beside
+/// it). A paused sweep runs no round and no query; the orders wait, still due, and the first
+/// round after the resume takes them.
+#[derive(Debug, Default)]
+pub struct Switch {
+    paused: watch::Sender<bool>,
+    /// Held through a round, so that a pause can wait for the round in progress.
+    running: Mutex<()>,
+}
+
+impl Switch {
+    pub(super) fn paused(&self) -> bool {
+        *self.paused.borrow()
+    }
+
+    /// Sets the switch; returns when no round is running.
+    pub(super) async fn set(&self, paused: bool) {
+        self.paused.send_replace(paused);
+        drop(self.running.lock().await);
+    }
+
+    /// Waits until the sweep may run, and holds the round's guard.
+    async fn next_round(&self) -> MutexGuard<'_, ()> {
+        loop {
+            let mut resumed = self.paused.subscribe();
+            // The sender lives as long as `self`: `wait_for` cannot fail while it is borrowed.
+            let _ = resumed.wait_for(|paused| !paused).await;
+            let guard = self.running.lock().await;
+            if !self.paused() {
+                return guard;
+            }
+        }
+    }
+}
+
+/// Sweeps for ever at `pace`, but for the time it is paused.
 pub async fn run(life: Lifecycle, pace: Pace) {
     loop {
+        let running = life.sweep.next_round().await;
         let full = match round(&life, None, pace, Check::Conditional, None).await {
             Ok(round) => round.expired + round.lost_races >= u64::from(pace.batch),
             Err(e) => {
@@ -49,6 +88,7 @@ pub async fn run(life: Lifecycle, pace: Pace) {
             Ok(late) => life.metrics.set_oldest_overdue(late),
             Err(e) => tracing::warn!(error = %e, "could not read the oldest overdue order"),
         }
+        drop(running);
         if !full {
             tokio::time::sleep(pace.interval).await;
         }
