@@ -11,10 +11,17 @@
 //! return grace (a live instance is normally done in milliseconds; running the give-back twice
 //! is harmless, the grace only spares the work). Nothing is forgotten and nothing is done twice.
 //!
+//! The due orders of a product whose stock is its row are expired together, in one
+//! transaction that writes the row once ([`order_life::expire_from_row`]): every return is a
+//! write of the very row the purchases queue on, and one per order would put a batch of them in
+//! that queue. The other homes are not one hot row (buckets) or not in the database (Redis, whose
+//! returns go through the give-back script), and end order by order.
+//!
 //! A full batch is followed at once by the next; otherwise the sweep sleeps its interval. Each
 //! round sets the metrics: orders expired (a counter, per instance) and how late the oldest
 //! overdue order is (a gauge: a sweep falling behind shows here first).
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use tokio::sync::{Mutex, MutexGuard, watch};
@@ -23,6 +30,7 @@ pub use crate::api::ExpiryRound as Round;
 
 use super::home::{self, Target};
 use super::{Check, End, LifeError, Lifecycle};
+use crate::api::Home;
 use crate::db::order_life;
 
 /// How the sweep runs.
@@ -113,15 +121,25 @@ pub async fn round(
         life.metrics.return_finished();
         done.returns_finished += 1;
     }
+    let mut from_rows: BTreeMap<u64, Vec<Target>> = BTreeMap::new();
     for due in order_life::due(&life.pool, product, pace.batch).await? {
         let Some(target) = Target::of_due(&due) else {
             tracing::error!(order = due.order_id, home = %due.home, "an order of an unknown home");
             continue;
         };
+        if target.home == Home::Row && check == Check::Conditional && hold.is_none() {
+            from_rows.entry(target.product_id).or_default().push(target);
+            continue;
+        }
         match life.end(&target, End::Expire, check, hold).await? {
             true => done.expired += 1,
             false => done.lost_races += 1,
         }
+    }
+    for (product, targets) in from_rows {
+        let expired = home::expire_from_row(life, product, &targets).await?;
+        done.expired += expired;
+        done.lost_races += targets.len() as u64 - expired;
     }
     Ok(done)
 }
