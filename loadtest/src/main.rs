@@ -75,6 +75,7 @@ fn run(args: &RunArgs, only_flood: bool) -> Result<()> {
         settings.baselines = false;
         settings.scenarios = false;
         settings.overload = None;
+        settings.expiry = None;
     }
     let app_binary = testkit::locate_app(args.app_bin.as_deref())?;
     let (servers, endpoints) = servers()?;

@@ -2,7 +2,8 @@
 //! that), then every strategy's flash sale, then the closed-loop runs
 //! in rounds (every strategy once per round, so the machine's slow moments spread over all of
 //! them), then each strategy's open loop and, for a strategy that can be deployed, its
-//! overload, against app instances started here; then the report.
+//! overload and what the expiry sweep costs its purchases, against app instances started here;
+//! then the report.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -19,6 +20,7 @@ use crate::analyse::{findings, ratios};
 use crate::drive::load::Window;
 use crate::live::{Feed, Update};
 use crate::measure::cpu::{self, Sampler, Span};
+use crate::measure::expiry::{ExpiryPlan, run_expiry};
 use crate::measure::flood::{FloodPlan, run_flood};
 use crate::measure::overload::{self, OverloadPlan, run_overload};
 use crate::measure::sale::{SalePlan, run_sale};
@@ -122,8 +124,12 @@ pub async fn run_watched(
     let overloaded = |info: &StrategyInfo| {
         settings.overload.is_some() && !settings.only_flood && info.safety != Safety::Unsafe
     };
+    let expired = |info: &StrategyInfo| {
+        settings.expiry.is_some() && !settings.only_flood && info.safety != Safety::Unsafe
+    };
     let steps = per_strategy * strategies.len() as u64
         + strategies.iter().filter(|s| overloaded(s)).count() as u64
+        + strategies.iter().filter(|s| expired(s)).count() as u64
         + if settings.baselines {
             baselines::steps(&plan)
         } else {
@@ -245,6 +251,7 @@ pub async fn run_watched(
     }
     let mut reports = Vec::new();
     let mut overloads = Vec::new();
+    let mut expiry_costs = Vec::new();
     let in_flight_limit = settings.instances as u64 * u64::from(app_config()?.max_in_flight);
     let app_pids = apps.pids();
     for (k, ((info, sale), ((plan, runs), span))) in strategies
@@ -283,6 +290,23 @@ pub async fn run_watched(
                 .await
                 .with_context(|| format!("overload of `{name}`"))?;
             overloads.push(result);
+            ensure_running(&mut apps, name, &dir)?;
+        }
+        if let Some(shape) = settings.expiry.as_ref().filter(|_| expired(&info)) {
+            phase(name.name(), "expiry sweep, with and without");
+            let plan = ExpiryPlan {
+                strategy: &info,
+                shape,
+                buyers: ThroughputPlan {
+                    product: 25_000 + k as u64,
+                    id_prefix: format!("{run_id}-{k}-x"),
+                    ..plan.clone()
+                },
+            };
+            let cost = run_expiry(&api, &db, &plan)
+                .await
+                .with_context(|| format!("expiry phase of `{name}`"))?;
+            expiry_costs.push(cost);
             ensure_running(&mut apps, name, &dir)?;
         }
         let throughput = ThroughputResult { closed, open };
@@ -325,6 +349,7 @@ pub async fn run_watched(
         scenarios,
         floods,
         overloads,
+        expiry_costs,
         findings: Findings::default(),
     };
     report.findings = findings::of(&report);

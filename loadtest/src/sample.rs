@@ -10,10 +10,10 @@ use testkit::{Answer, Outcomes};
 
 use crate::drive::latency::Latencies;
 use crate::report::schema::{
-    Baseline, BaselineName, ByAnswer, Environment, Fairness, Findings, FloodResult, FloodShape,
-    LatencySummary, LoadResult, Loop, Memory, NoopFlood, OPEN_RATE_SHARE, OverloadResult,
-    OverloadShape, RefusalRate, RunReport, SCHEMA_VERSION, SaleResult, Settings, StrategyReport,
-    ThroughputResult,
+    Baseline, BaselineName, ByAnswer, Environment, ExpiryCost, ExpiryShape, Fairness, Findings,
+    FloodResult, FloodShape, LatencySummary, LoadResult, Loop, Memory, NoopFlood, OPEN_RATE_SHARE,
+    OverloadResult, OverloadShape, RefusalRate, RunReport, SCHEMA_VERSION, SaleResult, Settings,
+    StrategyReport, ThroughputResult,
 };
 
 /// A run result of `per_sec` deductions in one second, latencies 1–50 ms.
@@ -140,6 +140,37 @@ pub fn overload_shape() -> OverloadShape {
     }
 }
 
+/// `strategy`'s expiry phase: one round per ratio, the loop without the sweep at p99 10 ms and
+/// the one with it at `ratio` × that, `expired` orders expired in 2 s of sweeping.
+pub fn expiry_cost(strategy: Strategy, ratios: &[f64], expired: u64) -> ExpiryCost {
+    let with_p99 = |ratio: f64| {
+        let mut run = load(Loop::Closed, 400);
+        run.latency.p99_us = (10_000.0 * ratio).round() as u64;
+        run
+    };
+    let mut sorted = ratios.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    ExpiryCost {
+        strategy: StrategyInfo::of(strategy),
+        with_sweep: with_p99(sorted[(sorted.len() - 1) / 2]),
+        without_sweep: with_p99(1.0),
+        p99_ratios: ratios.to_vec(),
+        expired,
+        swept_seconds: 2.0,
+        expired_unswept: 0,
+    }
+}
+
+/// The shape of the sample's expiry phase.
+pub fn expiry_shape() -> ExpiryShape {
+    ExpiryShape {
+        payment_window_ms: 200,
+        warmup: 0.3,
+        seconds: 1.0,
+        rounds: 3,
+    }
+}
+
 /// The sample run, its findings computed.
 pub fn report() -> RunReport {
     let ledger = |final_stock, units| Ledger {
@@ -177,6 +208,7 @@ pub fn report() -> RunReport {
             flood: None,
             only_flood: false,
             overload: Some(overload_shape()),
+            expiry: Some(expiry_shape()),
         },
         environment: Environment {
             cpus: 2,
@@ -195,6 +227,7 @@ pub fn report() -> RunReport {
         hot_row_sweep: Vec::new(),
         floods: Vec::new(),
         overloads: vec![overload(200_000, 2_000, 0)],
+        expiry_costs: vec![expiry_cost(Strategy::Conditional, &[1.04, 1.08, 0.97], 900)],
         strategies: vec![
             strategy(Strategy::Naive, ledger(20, 137)),
             strategy(Strategy::Conditional, ledger(0, 100)),

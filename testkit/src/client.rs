@@ -112,7 +112,17 @@ impl Api {
     /// `PUT /api/products/{id}` with every rule of `product` (limit, window, token).
     pub async fn put_product(&self, id: u64, product: &ResetProduct) -> Result<()> {
         let url = format!("{}/api/products/{id}", self.admin());
-        let mut request = self.http.put(&url).json(product);
+        self.admin_put(&url, product).await?;
+        Ok(())
+    }
+
+    /// `PUT url` of `body` as JSON with the admin token: the answer, if it was a success.
+    async fn admin_put(
+        &self,
+        url: &str,
+        body: &impl serde::Serialize,
+    ) -> Result<reqwest::Response> {
+        let mut request = self.http.put(url).json(body);
         if let Some(token) = &self.admin_token {
             request = request.bearer_auth(token);
         }
@@ -124,7 +134,7 @@ impl Api {
                 r.text().await.unwrap_or_default()
             );
         }
-        Ok(())
+        Ok(r)
     }
 
     /// `POST /api/products/{id}/reconcile`: repairs a Redis-held counter, says what it found.
@@ -283,6 +293,21 @@ impl Api {
             );
         }
         r.json().await.with_context(|| format!("POST {url}"))
+    }
+
+    /// `PUT /api/expiry` on every instance: pauses (`true`) or resumes each one's expiry
+    /// sweep; returns once no instance is running a round of it.
+    pub async fn pause_sweeps(&self, paused: bool) -> Result<()> {
+        for base in self.bases.iter() {
+            let url = format!("{base}/api/expiry");
+            let r = self
+                .admin_put(&url, &app::api::SweepSwitch { paused })
+                .await?;
+            let state: app::api::SweepState =
+                r.json().await.with_context(|| format!("PUT {url}"))?;
+            anyhow::ensure!(state.paused == paused, "PUT {url}: the sweep is {state:?}");
+        }
+        Ok(())
     }
 
     /// `request` with the admin token and the headers of `fault`.

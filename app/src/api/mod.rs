@@ -396,6 +396,22 @@ pub struct ExpiryRound {
     pub returns_finished: u64,
 }
 
+/// Body of `PUT /api/expiry`: pause or resume this instance's expiry sweep.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SweepSwitch {
+    pub paused: bool,
+}
+
+/// Answer of `PUT /api/expiry`: this instance's expiry sweep, once no round of it is running.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct SweepState {
+    pub paused: bool,
+    /// Whether it expires due orders now: not paused, and the instance sweeps at all
+    /// (`--expiry-interval-ms` above 0).
+    pub sweeping: bool,
+}
+
 /// What `GET /api/strategies` shows about a strategy.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct StrategyInfo {

@@ -11,7 +11,9 @@
 //! The checked-then-written variants ([`read_state`] then [`force_state`]) exist for the fault
 //! scenarios only: a read and a write with time between them, which two racers both pass.
 
-use sqlx::{MySqlConnection, MySqlPool};
+use std::collections::BTreeMap;
+
+use sqlx::{MySql, MySqlConnection, MySqlPool, QueryBuilder};
 
 use super::orders::{OrderState, PurchaseKey};
 
@@ -174,6 +176,90 @@ pub async fn give_back_to_bucket(
         .execute(conn)
         .await?;
     Ok(())
+}
+
+/// Expires, in `conn`'s transaction, those of `orders` (all of product `product_id`, whose
+/// stock is its row) that are still reserved and due, and gives their units back to the row in
+/// one write and to their buyers' counts: how many orders it expired. Locks in the
+/// order a purchase takes its own — the buyers' count rows, the stock row, then the orders —
+/// so that the batch and a purchase or a cancellation never wait on each other in a cycle; the
+/// orders' locks decide which are still due, so a payment or cancellation that got to one
+/// first leaves it out, and one that comes later finds it expired.
+pub async fn expire_from_row(
+    conn: &mut MySqlConnection,
+    product_id: u64,
+    orders: &[(u64, &str)],
+) -> Result<u64, sqlx::Error> {
+    if orders.is_empty() {
+        return Ok(0);
+    }
+    let mut users =
+        QueryBuilder::<MySql>::new("SELECT units FROM purchase_quota WHERE product_id = ");
+    users.push_bind(product_id).push(" AND user_id IN (");
+    let mut list = users.separated(", ");
+    for (_, user) in orders {
+        list.push_bind(*user);
+    }
+    users.push(") FOR UPDATE");
+    users.build().execute(&mut *conn).await?;
+    sqlx::query("SELECT stock FROM products WHERE id = ? FOR UPDATE")
+        .bind(product_id)
+        .execute(&mut *conn)
+        .await?;
+    // By the primary key only: a range of another index would lock its gaps too, where other
+    // purchases insert their orders.
+    let mut still_due = QueryBuilder::<MySql>::new(
+        "SELECT id, user_id, quantity FROM orders FORCE INDEX (PRIMARY) \
+         WHERE state = 'reserved' AND pay_by <= NOW(6) AND id IN (",
+    );
+    let mut list = still_due.separated(", ");
+    for (id, _) in orders {
+        list.push_bind(*id);
+    }
+    still_due.push(") FOR UPDATE");
+    let due: Vec<(u64, String, u32)> = still_due.build_query_as().fetch_all(&mut *conn).await?;
+    if due.is_empty() {
+        return Ok(0);
+    }
+    let mut expire = QueryBuilder::<MySql>::new(
+        "UPDATE orders SET state = 'expired', ended_at = NOW(6), returned_at = NOW(6) WHERE id IN (",
+    );
+    let mut list = expire.separated(", ");
+    for (id, _, _) in &due {
+        list.push_bind(*id);
+    }
+    expire.push(")").build().execute(&mut *conn).await?;
+    // Each buyer's count, by its key (rows this transaction locked first), one statement per
+    // number of units to give back: most batches have one.
+    let mut per_user: BTreeMap<&str, i64> = BTreeMap::new();
+    for (_, user, quantity) in &due {
+        *per_user.entry(user).or_default() += i64::from(*quantity);
+    }
+    let mut by_units: BTreeMap<i64, Vec<&str>> = BTreeMap::new();
+    for (user, units) in per_user {
+        by_units.entry(units).or_default().push(user);
+    }
+    for (units, users) in by_units {
+        let mut quota =
+            QueryBuilder::<MySql>::new("UPDATE purchase_quota SET units = GREATEST(units - ");
+        quota
+            .push_bind(units)
+            .push(", 0) WHERE product_id = ")
+            .push_bind(product_id);
+        quota.push(" AND user_id IN (");
+        let mut list = quota.separated(", ");
+        for user in users {
+            list.push_bind(user);
+        }
+        quota.push(")").build().execute(&mut *conn).await?;
+    }
+    let units: i64 = due.iter().map(|(_, _, q)| i64::from(*q)).sum();
+    sqlx::query("UPDATE products SET stock = stock + ?, version = version + 1 WHERE id = ?")
+        .bind(units)
+        .bind(product_id)
+        .execute(&mut *conn)
+        .await?;
+    Ok(due.len() as u64)
 }
 
 const DUE_COLUMNS: &str = "o.id AS order_id, o.product_id, o.user_id, o.request_id, o.quantity, \

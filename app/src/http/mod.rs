@@ -1,6 +1,7 @@
 //! Routes and handlers.
 
 pub(crate) mod admin;
+pub(crate) mod expiry;
 pub(crate) mod meta;
 pub mod openapi;
 pub(crate) mod orders;
@@ -39,6 +40,7 @@ pub fn router(state: AppState) -> Router {
             post(orders::cancel),
         )
         .route("/api/products/{id}/expire", post(orders::expire))
+        .route("/api/expiry", put(expiry::switch))
         .route("/api/strategies", get(meta::strategies))
         .route("/api/noop", get(meta::noop))
         .route("/api/openapi.json", get(openapi::serve))

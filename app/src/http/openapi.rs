@@ -11,7 +11,7 @@ use utoipa::openapi::{OpenApi as Document, RefOr, Schema};
 use utoipa::{Modify, OpenApi};
 
 use super::orders::{HOLD_HEADER, UNCHECKED_HEADER};
-use super::{meta, orders, products, tokens};
+use super::{expiry, meta, orders, products, tokens};
 use crate::state::{AppState, Settings};
 
 #[derive(OpenApi)]
@@ -29,6 +29,7 @@ use crate::state::{AppState, Settings};
         orders::pay,
         orders::cancel,
         orders::expire,
+        expiry::switch,
         products::reconcile,
         tokens::issue,
         meta::strategies,

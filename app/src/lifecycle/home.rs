@@ -127,6 +127,30 @@ async fn end_in_database(
     Ok(true)
 }
 
+/// Expires those of `targets` (due orders of `product`, whose stock is its row) still reserved
+/// and due, in one transaction: one write of the hot row for the whole batch instead of one
+/// per order, so the purchases queued on that row wait behind one return, not a batch of them.
+/// How many it expired.
+pub(super) async fn expire_from_row(
+    life: &Lifecycle,
+    product: u64,
+    targets: &[Target],
+) -> Result<u64, LifeError> {
+    let orders: Vec<(u64, &str)> = (targets.iter())
+        .map(|t| (t.order_id, t.user_id.as_str()))
+        .collect();
+    let mut tx = life.pool.begin().await?;
+    let expired = order_life::expire_from_row(&mut tx, product, &orders).await?;
+    tx.commit().await?;
+    for _ in 0..expired {
+        life.metrics.order_expired();
+    }
+    if expired > 0 {
+        life.stock_back(product).await;
+    }
+    Ok(expired)
+}
+
 /// The state change to `expiring` / `cancelling`, committed; then the give-back script; then
 /// the final state.
 async fn end_in_redis(

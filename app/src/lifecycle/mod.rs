@@ -135,6 +135,8 @@ pub struct Lifecycle {
     /// Whether units that come back make the instance forget the product was sold out (off
     /// only as a fault switch: `--keep-sold-out-on-return`).
     forget_on_return: bool,
+    /// Whether this instance's expiry sweep is paused, and the round it is running.
+    sweep: Arc<sweep::Switch>,
 }
 
 impl Lifecycle {
@@ -151,7 +153,19 @@ impl Lifecycle {
             shelf,
             metrics,
             forget_on_return,
+            sweep: Arc::default(),
         }
+    }
+
+    /// Pauses (`true`) or resumes this instance's expiry sweep; returns once no round of it is
+    /// running, so nothing it does is seen after a pause is answered.
+    pub async fn pause_sweep(&self, paused: bool) {
+        self.sweep.set(paused).await;
+    }
+
+    /// Whether this instance's expiry sweep is paused.
+    pub fn sweep_paused(&self) -> bool {
+        self.sweep.paused()
     }
 
     /// Pays the buyer's reserved order before its deadline; the order as it now stands.

@@ -11,16 +11,26 @@
 //! return grace (a live instance is normally done in milliseconds; running the give-back twice
 //! is harmless, the grace only spares the work). Nothing is forgotten and nothing is done twice.
 //!
+//! The due orders of a product whose stock is its row are expired together, in one
+//! transaction that writes the row once ([`order_life::expire_from_row`]): every return is a
+//! write of the very row the purchases queue on, and one per order would put a batch of them in
+//! that queue. The other homes are not one hot row (buckets) or not in the database (Redis, whose
+//! returns go through the give-back script), and end order by order.
+//!
 //! A full batch is followed at once by the next; otherwise the sweep sleeps its interval. Each
 //! round sets the metrics: orders expired (a counter, per instance) and how late the oldest
 //! overdue order is (a gauge: a sweep falling behind shows here first).
 
+use std::collections::BTreeMap;
 use std::time::Duration;
+
+use tokio::sync::{Mutex, MutexGuard, watch};
 
 pub use crate::api::ExpiryRound as Round;
 
 use super::home::{self, Target};
 use super::{Check, End, LifeError, Lifecycle};
+use crate::api::Home;
 use crate::db::order_life;
 
 /// How the sweep runs.
@@ -35,9 +45,46 @@ pub struct Pace {
     pub return_grace: Duration,
 }
 
-/// Sweeps for ever at `pace`.
+/// Pauses and resumes the sweep (`PUT /api/expiry`: an operator holding expiry while the
+/// payment provider is down, the benchmark measuring what the sweep costs the purchases beside
+/// it). A paused sweep runs no round and no query; the orders wait, still due, and the first
+/// round after the resume takes them.
+#[derive(Debug, Default)]
+pub struct Switch {
+    paused: watch::Sender<bool>,
+    /// Held through a round, so that a pause can wait for the round in progress.
+    running: Mutex<()>,
+}
+
+impl Switch {
+    pub(super) fn paused(&self) -> bool {
+        *self.paused.borrow()
+    }
+
+    /// Sets the switch; returns when no round is running.
+    pub(super) async fn set(&self, paused: bool) {
+        self.paused.send_replace(paused);
+        drop(self.running.lock().await);
+    }
+
+    /// Waits until the sweep may run, and holds the round's guard.
+    async fn next_round(&self) -> MutexGuard<'_, ()> {
+        loop {
+            let mut resumed = self.paused.subscribe();
+            // The sender lives as long as `self`: `wait_for` cannot fail while it is borrowed.
+            let _ = resumed.wait_for(|paused| !paused).await;
+            let guard = self.running.lock().await;
+            if !self.paused() {
+                return guard;
+            }
+        }
+    }
+}
+
+/// Sweeps for ever at `pace`, but for the time it is paused.
 pub async fn run(life: Lifecycle, pace: Pace) {
     loop {
+        let running = life.sweep.next_round().await;
         let full = match round(&life, None, pace, Check::Conditional, None).await {
             Ok(round) => round.expired + round.lost_races >= u64::from(pace.batch),
             Err(e) => {
@@ -49,6 +96,7 @@ pub async fn run(life: Lifecycle, pace: Pace) {
             Ok(late) => life.metrics.set_oldest_overdue(late),
             Err(e) => tracing::warn!(error = %e, "could not read the oldest overdue order"),
         }
+        drop(running);
         if !full {
             tokio::time::sleep(pace.interval).await;
         }
@@ -73,15 +121,25 @@ pub async fn round(
         life.metrics.return_finished();
         done.returns_finished += 1;
     }
+    let mut from_rows: BTreeMap<u64, Vec<Target>> = BTreeMap::new();
     for due in order_life::due(&life.pool, product, pace.batch).await? {
         let Some(target) = Target::of_due(&due) else {
             tracing::error!(order = due.order_id, home = %due.home, "an order of an unknown home");
             continue;
         };
+        if target.home == Home::Row && check == Check::Conditional && hold.is_none() {
+            from_rows.entry(target.product_id).or_default().push(target);
+            continue;
+        }
         match life.end(&target, End::Expire, check, hold).await? {
             true => done.expired += 1,
             false => done.lost_races += 1,
         }
+    }
+    for (product, targets) in from_rows {
+        let expired = home::expire_from_row(life, product, &targets).await?;
+        done.expired += expired;
+        done.lost_races += targets.len() as u64 - expired;
     }
     Ok(done)
 }

@@ -71,6 +71,72 @@ async fn two_instances_sweeping_the_same_overdue_redis_orders_expire_each_once()
     two_sweeps_expire_each_order_once("redis", "redis-lua").await;
 }
 
+/// `PUT /api/expiry` on `app`; the status and body.
+async fn switch(app: &common::TestApp, paused: bool) -> (reqwest::StatusCode, Value) {
+    let r = app
+        .client
+        .put(format!("{}/api/expiry", app.url))
+        .json(&json!({ "paused": paused }))
+        .send()
+        .await
+        .expect("sweep switch");
+    let status = r.status();
+    (status, r.json().await.unwrap_or(Value::Null))
+}
+
+/// While its sweep is paused, an instance expires none of the orders past their deadline, and
+/// their payment is still refused; resumed, its sweep expires every one and gives the units back.
+#[tokio::test]
+async fn a_paused_sweep_expires_nothing_and_a_resumed_one_expires_every_due_order() {
+    const ORDERS: i64 = 5;
+    let database_url = fresh_database_url().await;
+    let mut config = test_config(&database_url);
+    config.expiry_interval_ms = 5;
+    let app = spawn_app(config).await;
+    assert_eq!(
+        switch(&app, true).await,
+        (
+            reqwest::StatusCode::OK,
+            json!({ "paused": true, "sweeping": false })
+        )
+    );
+    let body = json!({ "stock": ORDERS, "per_user_limit": 1, "payment_window_ms": 1 });
+    app.reset_with(12, &body).await;
+    for b in 0..ORDERS {
+        let (status, order) = buy(&app, 12, &format!("u{b}"), "r", "conditional").await;
+        assert_eq!(status, 201, "{order}");
+    }
+    wait_until_all_due(&database_url).await;
+    // Many intervals of a sweep that would run: a loaded machine only makes this check weaker.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let view = product(&app, 12).await;
+    assert_eq!(
+        (view["reserved"].as_i64(), view["expired"].as_i64()),
+        (Some(ORDERS), Some(0)),
+        "a paused sweep expired orders: {view}"
+    );
+    let (status, paid) = common::life::act(&app, 12, "u0", "r", "pay", &[]).await;
+    assert_eq!(
+        (status.as_u16(), &paid["error"]),
+        (409, &json!("order_expired")),
+        "{paid}"
+    );
+    assert_eq!(
+        switch(&app, false).await,
+        (
+            reqwest::StatusCode::OK,
+            json!({ "paused": false, "sweeping": true })
+        )
+    );
+    wait_until("every due order expired and its unit home", || async {
+        let view = product(&app, 12).await;
+        view["expired"] == ORDERS && view["stock"] == ORDERS
+    })
+    .await;
+    app.stop().await;
+    drop_database(&database_url).await;
+}
+
 /// A `seckill-app` process on `database_url` (and Redis, if given) that does not sweep by
 /// itself and honours fault injection; its base URL.
 async fn spawn_process(database_url: &str, redis: Option<(&str, &str)>) -> (Child, String) {

@@ -216,6 +216,15 @@ async fn admin_token_guards_product_resets_only() {
         .await
         .expect("reconcile");
     assert_eq!(reconcile.status(), StatusCode::UNAUTHORIZED);
+    // So is pausing the expiry sweep.
+    let pause = app
+        .client
+        .put(format!("{}/api/expiry", app.url))
+        .json(&json!({ "paused": true }))
+        .send()
+        .await
+        .expect("pause");
+    assert_eq!(pause.status(), StatusCode::UNAUTHORIZED);
     app.stop().await;
     common::drop_database(&database_url).await;
 }

@@ -57,6 +57,7 @@ pub fn of(report: &RunReport) -> Findings {
             .filter_map(super::overload::finding)
             .collect(),
         flood: super::flood_bars::misses(&report.floods),
+        expiry: super::expiry::misses(&report.expiry_costs),
     }
 }
 

@@ -83,8 +83,6 @@ pub async fn run_sale(api: &Api, db: &MySqlPool, plan: &SalePlan) -> Result<Sale
     })
 }
 
-/// Waits (at most [`DRAIN_LIMIT`]) until no accepted order of `product` waits in the stream;
-/// returns the product then and the time it took.
 /// The product's books: for stock held in Redis, read through the app once the stream has
 /// drained (and how long the drain took); else from the database.
 pub async fn read_ledger(
@@ -105,6 +103,8 @@ pub async fn read_ledger(
     Ok((ledger, None))
 }
 
+/// Waits (at most [`DRAIN_LIMIT`]) until no accepted order of `product` waits in the stream;
+/// returns the product then and the time it took.
 pub async fn drain(api: &Api, product: u64) -> Result<(ProductView, Duration)> {
     let started = Instant::now();
     loop {

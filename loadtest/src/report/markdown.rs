@@ -53,6 +53,11 @@ pub fn render(r: &RunReport) -> String {
         &r.overloads,
         &r.findings.overload,
     ));
+    md.push_str(&super::expiry::markdown(
+        r.settings.expiry.as_ref(),
+        &r.expiry_costs,
+        &r.findings.expiry,
+    ));
 
     md.push_str("\n## What went wrong and why\n\n");
     if r.findings.sales.is_empty() {
@@ -65,6 +70,9 @@ pub fn render(r: &RunReport) -> String {
     }
     if !r.findings.overload.is_empty() {
         let _ = writeln!(md, "{}", super::overload::went_wrong(&r.findings.overload));
+    }
+    if !r.findings.expiry.is_empty() {
+        let _ = writeln!(md, "{}", super::expiry::went_wrong(&r.findings.expiry));
     }
     if !r.scenarios.is_empty() {
         md.push_str(

@@ -7,6 +7,7 @@
 
 pub mod charts;
 pub mod comparison;
+pub mod expiry;
 pub mod flood;
 pub mod flood_chart;
 pub mod html;

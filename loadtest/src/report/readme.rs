@@ -99,6 +99,25 @@ pub fn section(report: &RunReport, link: &str, picture: Option<&str>) -> String 
             rows - failed_rows,
         );
     }
+    let added: Vec<f64> = (report.expiry_costs.iter())
+        .filter_map(|c| c.p99_added())
+        .collect();
+    if !added.is_empty() {
+        let within = (added.iter())
+            .filter(|a| 100.0 * **a <= crate::analyse::expiry::P99_BAR_PERCENT)
+            .count();
+        let (least, most) = added
+            .iter()
+            .fold((f64::MAX, f64::MIN), |(l, m), a| (l.min(*a), m.max(*a)));
+        let _ = writeln!(
+            md,
+            "The expiry sweep, expiring an order for every one bought beside it, added              {:+.0}% to {:+.0}% to the purchases' p99 (each strategy's median round); {within}              of {} strategies within {:.0}%.",
+            100.0 * least,
+            100.0 * most,
+            added.len(),
+            crate::analyse::expiry::P99_BAR_PERCENT,
+        );
+    }
     if let Some(picture) = picture {
         let page = link.replace("report.md", "report.html");
         let _ = writeln!(

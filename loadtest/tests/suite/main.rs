@@ -7,6 +7,7 @@ mod accounting;
 mod baselines;
 mod committed;
 mod coordinated_omission;
+mod expiry;
 mod flood;
 mod live_page;
 mod lock_bench;

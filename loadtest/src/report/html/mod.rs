@@ -21,7 +21,7 @@ use maud::{Markup, PreEscaped, html};
 use super::charts::Chart;
 use super::comparison::Comparison;
 use super::schema::RunReport;
-use super::{flood, overload, prose};
+use super::{expiry, flood, overload, prose};
 
 /// Writes `report.html` into `dir`.
 pub fn write(
@@ -93,6 +93,7 @@ fn body(
             @if !r.scenarios.is_empty() { a href="#scenarios" { "scenarios" } " · " }
             @if !r.floods.is_empty() { a href="#flood" { "flood" } " · " }
             @if !r.overloads.is_empty() { a href="#overload" { "overload" } " · " }
+            @if !r.expiry_costs.is_empty() { a href="#expiry" { "expiry sweep" } " · " }
             a href="#sale" { "flash sale" } " · "
             a href="#throughput" { "throughput" } " · "
             a href="#baselines" { "baselines" } " · "
@@ -120,6 +121,9 @@ fn body(
         @if !r.findings.overload.is_empty() {
             (page::prose(&overload::went_wrong(&r.findings.overload)))
         }
+        @if !r.findings.expiry.is_empty() {
+            (page::prose(&expiry::went_wrong(&r.findings.expiry)))
+        }
         @if !r.scenarios.is_empty() {
             h2 #scenarios { "Fault scenarios" }
             p { "Each scenario starts its own servers and app instances, injects one fault, and \
@@ -138,6 +142,11 @@ fn body(
         @if !r.overloads.is_empty() {
             section #overload {
                 (page::prose_with_tables(&overload::markdown(s.overload.as_ref(), &r.overloads, &r.findings.overload)))
+            }
+        }
+        @if !r.expiry_costs.is_empty() {
+            section #expiry {
+                (page::prose_with_tables(&expiry::markdown(s.expiry.as_ref(), &r.expiry_costs, &r.findings.expiry)))
             }
         }
         h2 #sale { "Flash sale: the database's accounting" }

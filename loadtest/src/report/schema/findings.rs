@@ -23,6 +23,28 @@ pub struct Findings {
     /// The flood's bars that were missed.
     #[serde(default)]
     pub flood: Vec<FloodMiss>,
+    /// The expiry phase's bar missed, or its measurement spoilt, per strategy.
+    #[serde(default)]
+    pub expiry: Vec<ExpiryMiss>,
+}
+
+/// What the expiry phase found wrong with one strategy.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "bar", rename_all = "kebab-case")]
+pub enum ExpiryMiss {
+    /// The sweep added more than `bar_percent` to the purchases' p99 (the median round).
+    CostlySweep {
+        strategy: Strategy,
+        added_percent: f64,
+        bar_percent: f64,
+        with_p99_us: u64,
+        without_p99_us: u64,
+        expired_per_second: f64,
+    },
+    /// The sweeps expired nothing while they ran: the rounds compared nothing.
+    NothingExpired { strategy: Strategy },
+    /// Orders expired while every sweep was paused: the rounds without it were not.
+    PausedSweepExpired { strategy: Strategy, expired: u64 },
 }
 
 /// A bar of the flood missed, with the figures that say by how much.

@@ -8,6 +8,7 @@
 mod baselines;
 mod cpu;
 mod environment;
+mod expiry;
 mod findings;
 mod flood;
 mod load;
@@ -18,10 +19,11 @@ mod scenario;
 pub use baselines::{Baseline, BaselineName, StandardTool, ToolStatus};
 pub use cpu::{CpuUse, GROUPS, ProcessCpu, SATURATED_CORES};
 pub use environment::Environment;
+pub use expiry::{ExpiryCost, ExpiryShape};
 pub use findings::{
-    BelowBaseline, ClientCheck, Findings, FloodMiss, GroupCpu, MachineLoad, OverloadFinding,
-    OverloadMiss, Pace, Peer, SaleFinding, SaleReading, ServerCpu, TimeFinding, ToolComparison,
-    ToolFinding, ToolReading, ToolVerdict,
+    BelowBaseline, ClientCheck, ExpiryMiss, Findings, FloodMiss, GroupCpu, MachineLoad,
+    OverloadFinding, OverloadMiss, Pace, Peer, SaleFinding, SaleReading, ServerCpu, TimeFinding,
+    ToolComparison, ToolFinding, ToolReading, ToolVerdict,
 };
 pub use flood::{
     Fairness, FloodResult, FloodShape, FloodSlice, NoopFlood, PROJECTED_CLICKS_PER_SECOND,
@@ -60,6 +62,10 @@ pub struct RunReport {
     /// Each strategy offered a multiple of its capacity (its shape is in the settings).
     #[serde(default)]
     pub overloads: Vec<OverloadResult>,
+    /// Each strategy's purchases with the expiry sweep beside them and without (its shape is
+    /// in the settings).
+    #[serde(default)]
+    pub expiry_costs: Vec<ExpiryCost>,
     /// What the figures say (absent from a version 1 report).
     #[serde(default)]
     pub findings: Findings,
@@ -122,6 +128,9 @@ pub struct Settings {
     /// How the overload phase offers its load (`None`: no overload phase).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub overload: Option<OverloadShape>,
+    /// The expiry phase's shape; `None`: skipped.
+    #[serde(default)]
+    pub expiry: Option<ExpiryShape>,
 }
 
 /// Enough load to matter, below saturation so the open loop's latencies describe the service,

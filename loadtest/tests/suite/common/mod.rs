@@ -79,6 +79,7 @@ pub fn quick(strategy: Strategy) -> Settings {
         flood: None,
         only_flood: false,
         overload: None,
+        expiry: None,
     }
 }
 

@@ -1,0 +1,151 @@
+//! The expiry phase: what the expiry sweep costs the purchases running beside it.
+//!
+//! A strategy's closed loop buys a product with stock no loop exhausts and a short payment
+//! window, every purchase by a buyer of its own (as in a sale of one per customer), and nobody
+//! pays: every order falls due moments after it was placed, and the sweep
+//! of every instance expires it and gives its unit back to the product's home — the row the
+//! purchases deduct from, a bucket, or the Redis counter, inside the same locks and scripts.
+//! That is the sweep's worst case: as many expiries as purchases. The same loop then runs with
+//! every instance's sweep paused (`PUT /api/expiry`), the due orders left waiting. Rounds
+//! alternate which goes first, each on a product reset to no orders, and each round's p99 with
+//! the sweep is divided by the same round's p99 without it: the median of those ratios is what
+//! the sweep added.
+
+use std::sync::Arc;
+
+use anyhow::{Context, Result, ensure};
+use sqlx::MySqlPool;
+
+use crate::analyse::spread;
+use crate::drive::load::{Window, closed_loop_feeding};
+use crate::measure::throughput::{ThroughputPlan, UNLIMITED, settle};
+use crate::report::schema::{ExpiryCost, ExpiryShape, LoadResult};
+use app::api::{ResetProduct, StrategyInfo};
+use testkit::{Api, order_request};
+
+/// The expiry phase's payment window: short enough that nearly every order of a loop expires
+/// during it.
+pub const PAYMENT_WINDOW_MS: u64 = 200;
+
+/// One strategy's expiry phase.
+pub struct ExpiryPlan<'a> {
+    pub strategy: &'a StrategyInfo,
+    pub shape: &'a ExpiryShape,
+    /// The product, buyers, quantity and request ids of its loops; the window is the shape's.
+    pub buyers: ThroughputPlan,
+}
+
+/// Runs the rounds; leaves every sweep running and the product with no stock and no orders.
+pub async fn run_expiry(api: &Api, db: &MySqlPool, plan: &ExpiryPlan<'_>) -> Result<ExpiryCost> {
+    let shape = plan.shape;
+    let buyers = ThroughputPlan {
+        window: Window::from_secs(shape.warmup, shape.seconds),
+        ..plan.buyers.clone()
+    };
+    let mut with = Vec::new();
+    let mut without = Vec::new();
+    let mut p99_ratios = Vec::new();
+    let (mut expired, mut expired_unswept, mut swept_seconds) = (0, 0, 0.0);
+    for round in 0..shape.rounds {
+        let mut pair = [None, None];
+        for sweeping in [round % 2 == 0, round % 2 != 0] {
+            let (run, ended, seconds) = one_loop(api, db, &buyers, shape, round, sweeping).await?;
+            if sweeping {
+                expired += ended;
+                swept_seconds += seconds;
+            } else {
+                expired_unswept += ended;
+            }
+            pair[usize::from(sweeping)] = Some(run);
+        }
+        let [Some(unswept), Some(swept)] = pair else {
+            unreachable!("each round runs both loops");
+        };
+        p99_ratios.push(swept.latency.p99_us as f64 / unswept.latency.p99_us.max(1) as f64);
+        with.push(swept);
+        without.push(unswept);
+    }
+    api.pause_sweeps(false).await?;
+    api.reset_product(buyers.product, 0, buyers.strategy.home())
+        .await?;
+    Ok(ExpiryCost {
+        strategy: plan.strategy.clone(),
+        with_sweep: spread::combine(with).context("no round")?,
+        without_sweep: spread::combine(without).context("no round")?,
+        p99_ratios,
+        expired,
+        swept_seconds,
+        expired_unswept,
+    })
+}
+
+/// One closed loop with every sweep running or every sweep paused; its result, the orders
+/// expired by its end, and how long it lasted.
+async fn one_loop(
+    api: &Api,
+    db: &MySqlPool,
+    buyers: &ThroughputPlan,
+    shape: &ExpiryShape,
+    round: usize,
+    sweeping: bool,
+) -> Result<(LoadResult, u64, f64)> {
+    // Paused while the product is reset, so that no sweep works on the orders being deleted.
+    api.pause_sweeps(true).await?;
+    let product = ResetProduct {
+        stock: UNLIMITED,
+        home: buyers.strategy.home(),
+        buckets: None,
+        per_user_limit: Some(app::api::MAX_STOCK),
+        sale_starts_at: None,
+        sale_ends_at: None,
+        token_required: false,
+        payment_window_ms: Some(i64::try_from(shape.payment_window_ms)?),
+    };
+    api.put_product(buyers.product, &product).await?;
+    if sweeping {
+        api.pause_sweeps(false).await?;
+    }
+    let tag: Arc<str> = format!(
+        "{}-x{round}{}",
+        buyers.id_prefix,
+        if sweeping { "s" } else { "p" }
+    )
+    .into();
+    let started = std::time::Instant::now();
+    let (client, plan) = (api.clone(), buyers.clone());
+    let run = closed_loop_feeding(buyers.users, buyers.window, &buyers.feed, move |_, i| {
+        // Every purchase a buyer of its own, as in a sale with a limit per customer: a buyer's
+        // count is claimed once, and the sweep gives back counts no purchase waits on.
+        let body = order_request(
+            format!("{tag}-{i}"),
+            plan.strategy,
+            format!("{tag}-{i}"),
+            plan.quantity,
+        );
+        let (client, product) = (client.clone(), plan.product);
+        async move { client.order(i as usize, product, &body).await }
+    })
+    .await;
+    let seconds = started.elapsed().as_secs_f64();
+    let expired = expired_orders(db, buyers.product).await?;
+    ensure!(
+        run.outcomes.created > 0,
+        "the expiry loop of `{}` bought nothing: {:?}",
+        buyers.strategy,
+        run.outcomes
+    );
+    settle(api, buyers).await?;
+    Ok((run, expired, seconds))
+}
+
+/// Orders of `product` that expired (their units back, or on their way).
+async fn expired_orders(db: &MySqlPool, product: u64) -> Result<u64> {
+    let (n,): (i64,) = sqlx::query_as(
+        "SELECT COUNT(*) FROM orders WHERE product_id = ? AND state IN ('expired', 'expiring')",
+    )
+    .bind(product)
+    .fetch_one(db)
+    .await
+    .with_context(|| format!("counting the expired orders of product {product}"))?;
+    Ok(u64::try_from(n)?)
+}

@@ -1,0 +1,169 @@
+//! The expiry phase's section of `report.md` (and of `report.html`, which renders the same
+//! Markdown): how the sweep was set against the purchases, each strategy in one row, and a
+//! sentence for every strategy whose sweep cost more than the bar or whose rounds compared
+//! nothing.
+
+use std::fmt::Write;
+
+use super::schema::{ExpiryCost, ExpiryMiss, ExpiryShape};
+use super::table::Table;
+use crate::analyse::expiry::P99_BAR_PERCENT;
+
+/// The section, or nothing when the run had no expiry phase.
+pub fn markdown(
+    shape: Option<&ExpiryShape>,
+    costs: &[ExpiryCost],
+    misses: &[ExpiryMiss],
+) -> String {
+    let Some(shape) = shape else {
+        return String::new();
+    };
+    if costs.is_empty() {
+        return String::new();
+    }
+    let mut md = String::from("\n## The expiry sweep beside purchases\n\n");
+    let _ = writeln!(
+        md,
+        "Each strategy that can be deployed buys, in a closed loop of {} buyers, a product \
+         that cannot sell out and whose payment window is {} ms; nobody pays, so every order \
+         falls due moments after it was placed and the sweep of every instance expires it and \
+         gives its unit back to the home the purchases deduct from — the sweep's worst case, \
+         as many expiries as purchases. The same loop runs with every instance's sweep paused \
+         (`PUT /api/expiry`). {} round(s), each measuring both ({} s after {} s of warm-up, on \
+         a product reset to no orders, which goes first alternating); *added* is the median \
+         round's p99 with the sweep over the same round's p99 without it, with the other \
+         rounds' in parentheses. The bar: at most {P99_BAR_PERCENT:.0}% added.\n",
+        costs[0].with_sweep.concurrency,
+        shape.payment_window_ms,
+        shape.rounds,
+        shape.seconds,
+        shape.warmup,
+    );
+    md.push_str(&table(costs));
+    md.push('\n');
+    md.push_str(&went_wrong(misses));
+    md
+}
+
+fn table(costs: &[ExpiryCost]) -> String {
+    let ms = |us: u64| format!("{:.1}", us as f64 / 1000.0);
+    let mut t = Table::left(["strategy"]).and_right([
+        "purchases/s with sweep",
+        "without",
+        "p99 ms with sweep",
+        "without",
+        "added",
+        "expired/s",
+    ]);
+    for c in costs {
+        t.row([
+            format!("`{}`", c.strategy.name),
+            format!("{:.0}", c.with_sweep.successes_per_sec),
+            format!("{:.0}", c.without_sweep.successes_per_sec),
+            ms(c.with_sweep.latency.p99_us),
+            ms(c.without_sweep.latency.p99_us),
+            added(c),
+            format!("{:.0}", c.expired_per_second()),
+        ]);
+    }
+    t.render()
+}
+
+/// The median round's share added, and every round's.
+fn added(c: &ExpiryCost) -> String {
+    let Some(median) = c.p99_added() else {
+        return "–".into();
+    };
+    let rounds: Vec<String> = (c.p99_ratios.iter())
+        .map(|r| format!("{:+.0}%", 100.0 * (r - 1.0)))
+        .collect();
+    format!("{:+.0}% ({})", 100.0 * median, rounds.join(", "))
+}
+
+/// A sentence for every strategy that missed, or one saying none did.
+pub fn went_wrong(misses: &[ExpiryMiss]) -> String {
+    if misses.is_empty() {
+        return format!(
+            "The sweep added at most {P99_BAR_PERCENT:.0}% to every strategy's p99 of \
+             purchases.\n"
+        );
+    }
+    let mut md = String::from("What the expiry sweep cost:\n\n");
+    for m in misses {
+        let _ = writeln!(md, "- {}", miss(m));
+    }
+    md
+}
+
+/// One miss, in words, with its figures.
+pub fn miss(m: &ExpiryMiss) -> String {
+    let ms = |us: u64| format!("{:.1} ms", us as f64 / 1000.0);
+    match m {
+        ExpiryMiss::CostlySweep {
+            strategy,
+            added_percent,
+            bar_percent,
+            with_p99_us,
+            without_p99_us,
+            expired_per_second,
+        } => format!(
+            "`{strategy}`: the sweep added {added_percent:.0}% to the purchases' p99 (bar \
+             {bar_percent:.0}%): {} with it, {} without, while it expired \
+             {expired_per_second:.0} orders a second and gave each unit back to the same home \
+             the purchases take theirs from.",
+            ms(*with_p99_us),
+            ms(*without_p99_us),
+        ),
+        ExpiryMiss::NothingExpired { strategy } => format!(
+            "`{strategy}`: no order expired while the sweeps ran, so its rounds compared two \
+             loops without expiries."
+        ),
+        ExpiryMiss::PausedSweepExpired { strategy, expired } => format!(
+            "`{strategy}`: {expired} order(s) expired while every sweep was paused, so its \
+             rounds without the sweep were not."
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use app::api::Strategy;
+
+    use super::*;
+    use crate::analyse::expiry::misses;
+    use crate::sample::{expiry_cost, expiry_shape};
+
+    #[test]
+    fn the_section_has_a_row_per_strategy_with_the_median_round_and_every_round() {
+        let c = expiry_cost(Strategy::Conditional, &[1.04, 1.08, 0.97], 900);
+        let md = markdown(Some(&expiry_shape()), std::slice::from_ref(&c), &[]);
+        assert!(md.contains("## The expiry sweep beside purchases"), "{md}");
+        let row = md
+            .lines()
+            .find(|l| l.starts_with("| `conditional` |"))
+            .unwrap_or_else(|| panic!("no row:\n{md}"));
+        assert!(
+            row.contains("| 10.4 | 10.0 | +4% (+4%, +8%, -3%) | 450 |"),
+            "{row}"
+        );
+        assert!(md.contains("added at most 10%"), "{md}");
+    }
+
+    #[test]
+    fn a_sweep_beyond_the_bar_is_told_with_both_p99s_and_its_pace() {
+        let c = expiry_cost(Strategy::Batched, &[1.3, 1.25, 1.1], 900);
+        let found = misses(std::slice::from_ref(&c));
+        let md = markdown(Some(&expiry_shape()), &[c], &found);
+        assert!(
+            md.contains("- `batched`: the sweep added 25% to the purchases' p99 (bar 10%): 12.5 ms with it, 10.0 ms without, while it expired 450 orders a second"),
+            "{md}"
+        );
+    }
+
+    #[test]
+    fn no_expiry_phase_no_section() {
+        let c = expiry_cost(Strategy::Conditional, &[1.0], 1);
+        assert_eq!(markdown(None, std::slice::from_ref(&c), &[]), "");
+        assert_eq!(markdown(Some(&expiry_shape()), &[], &[]), "");
+    }
+}

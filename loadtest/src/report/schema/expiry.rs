@@ -1,0 +1,55 @@
+//! What the expiry sweep costs the purchases running beside it: one strategy's closed loop on
+//! a product whose every order expires soon after it is placed, run with every instance's sweep
+//! running and with every sweep paused, in interleaved rounds.
+
+use app::api::StrategyInfo;
+use serde::{Deserialize, Serialize};
+
+use super::LoadResult;
+
+/// How the expiry phase runs (the same for every strategy of a run).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExpiryShape {
+    /// The product's payment window: nobody pays, so every order falls due this long after
+    /// it was placed.
+    pub payment_window_ms: u64,
+    /// Uncounted seconds of each loop before the measured ones.
+    pub warmup: f64,
+    pub seconds: f64,
+    /// Rounds, each measuring with and without the sweep (which goes first alternates).
+    pub rounds: usize,
+}
+
+/// One strategy's purchases with the expiry sweep beside them and without.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExpiryCost {
+    pub strategy: StrategyInfo,
+    /// The closed loops while every instance swept: the median run, every run's figures in
+    /// its repetitions.
+    pub with_sweep: LoadResult,
+    /// The same loops while every instance's sweep was paused.
+    pub without_sweep: LoadResult,
+    /// Each round's p99 of purchases with the sweep ÷ the same round's without it.
+    pub p99_ratios: Vec<f64>,
+    /// Orders the sweeps expired during the loops with them (warm-up included), all rounds.
+    pub expired: u64,
+    /// Seconds those loops lasted, warm-ups included.
+    pub swept_seconds: f64,
+    /// Orders expired during the loops without the sweep: none, unless a pause failed.
+    pub expired_unswept: u64,
+}
+
+impl ExpiryCost {
+    /// What the sweep added to the p99 of purchases, as a share: the median round's ratio − 1.
+    pub fn p99_added(&self) -> Option<f64> {
+        let mut ratios = self.p99_ratios.clone();
+        ratios.sort_by(f64::total_cmp);
+        let middle = *ratios.get(ratios.len().checked_sub(1)? / 2)?;
+        Some(middle - 1.0)
+    }
+
+    /// Orders the sweeps expired per second while they ran.
+    pub fn expired_per_second(&self) -> f64 {
+        self.expired as f64 / self.swept_seconds.max(f64::MIN_POSITIVE)
+    }
+}

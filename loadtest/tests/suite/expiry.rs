@@ -1,0 +1,76 @@
+//! The expiry phase through the whole `seckill-bench run` path: for each deployable strategy,
+//! loops whose orders fall due at once, with every instance's sweep running and with every
+//! sweep paused; the sweeps expire orders only when they run, each round is compared, an
+//! unsafe strategy is left out, and the figures reach the JSON and the Markdown.
+
+use crate::common;
+
+use app::api::Strategy;
+use loadtest::report::schema::ExpiryShape;
+use loadtest::run::run_in;
+
+const SHAPE: ExpiryShape = ExpiryShape {
+    payment_window_ms: 200,
+    // Longer than the app's sweep interval (1 s) after the first orders fall due: a sweep
+    // resumed before the loop runs at least one round over them.
+    warmup: 0.5,
+    seconds: 1.5,
+    rounds: 2,
+};
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_expiry_phase_expires_orders_only_while_the_sweeps_run_and_compares_each_round() {
+    let strategies = [Strategy::Conditional, Strategy::RedisLua, Strategy::Naive];
+    let mut settings = common::quick(strategies[0]);
+    settings.strategies = strategies.to_vec();
+    settings.expiry = Some(SHAPE);
+    let target = common::target();
+    let out = tempfile::tempdir().unwrap();
+    let run = run_in(&settings, &target, out.path()).await.unwrap();
+    let report = &run.report;
+
+    let names: Vec<Strategy> = (report.expiry_costs.iter())
+        .map(|c| c.strategy.name)
+        .collect();
+    assert_eq!(
+        names,
+        [Strategy::Conditional, Strategy::RedisLua],
+        "the deployable strategies, and not the unsafe one"
+    );
+    for c in &report.expiry_costs {
+        let name = c.strategy.name;
+        eprintln!(
+            "{name}: p99 with {} µs, without {} µs, ratios {:?}, expired {} in {:.1} s",
+            c.with_sweep.latency.p99_us,
+            c.without_sweep.latency.p99_us,
+            c.p99_ratios,
+            c.expired,
+            c.swept_seconds
+        );
+        assert!(c.expired > 0, "{name}: the running sweeps expired orders");
+        assert_eq!(c.expired_unswept, 0, "{name}: paused sweeps expired none");
+        assert_eq!(c.p99_ratios.len(), SHAPE.rounds, "{name}");
+        assert!(c.with_sweep.outcomes.created > 0, "{name}");
+        assert!(c.without_sweep.outcomes.created > 0, "{name}");
+        assert!(c.p99_added().is_some(), "{name}");
+    }
+
+    let read = loadtest::report::json::read(&out.path().join("latest")).unwrap();
+    assert_eq!(
+        read.expiry_costs, report.expiry_costs,
+        "the JSON holds the figures"
+    );
+    assert_eq!(read.settings.expiry, Some(SHAPE));
+    let md = std::fs::read_to_string(out.path().join("latest/report.md")).unwrap();
+    assert!(md.contains("## The expiry sweep beside purchases"), "{md}");
+    for c in &report.expiry_costs {
+        assert!(
+            md.lines()
+                .any(|l| l.starts_with(&format!("| `{}` |", c.strategy.name))
+                    && l.contains(&format!("{:.0}", c.expired_per_second()))),
+            "no expiry row for {}:\n{md}",
+            c.strategy.name
+        );
+    }
+    common::drop_database(&target).await;
+}
