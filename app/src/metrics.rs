@@ -146,7 +146,12 @@ impl Metrics {
     }
 
     pub fn order_expired(&self) {
-        self.expired.fetch_add(1, Ordering::Relaxed);
+        self.orders_expired(1);
+    }
+
+    /// `n` orders expired together (a batch of a product whose stock is its row).
+    pub fn orders_expired(&self, n: u64) {
+        self.expired.fetch_add(n, Ordering::Relaxed);
     }
 
     pub fn order_cancelled(&self) {

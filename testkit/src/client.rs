@@ -96,14 +96,8 @@ impl Api {
         self.put_product(
             id,
             &ResetProduct {
-                stock,
-                home,
-                buckets: None,
                 per_user_limit: Some(app::api::MAX_STOCK),
-                sale_starts_at: None,
-                sale_ends_at: None,
-                token_required: false,
-                payment_window_ms: None,
+                ..ResetProduct::new(stock, home)
             },
         )
         .await

@@ -196,6 +196,23 @@ pub struct ResetProduct {
     pub buckets: Option<i64>,
 }
 
+impl ResetProduct {
+    /// `stock` units kept in `home`, every rule at its default: what a body naming only these
+    /// two fields means.
+    pub fn new(stock: i64, home: Home) -> ResetProduct {
+        ResetProduct {
+            per_user_limit: None,
+            sale_starts_at: None,
+            sale_ends_at: None,
+            token_required: false,
+            payment_window_ms: None,
+            stock,
+            home,
+            buckets: None,
+        }
+    }
+}
+
 /// An integer field of a request body. JSON has one number type and JSON Schema counts `12.0`
 /// as an integer, so this accepts it too; `12.5`, and numbers beyond `i64`, are refused.
 fn integer<'de, D: Deserializer<'de>>(deserializer: D) -> Result<i64, D::Error> {

@@ -195,13 +195,13 @@ pub async fn expire_from_row(
     }
     let mut users =
         QueryBuilder::<MySql>::new("SELECT units FROM purchase_quota WHERE product_id = ");
-    users.push_bind(product_id).push(" AND user_id IN (");
-    let mut list = users.separated(", ");
-    for (_, user) in orders {
-        list.push_bind(*user);
-    }
-    users.push(") FOR UPDATE");
-    users.build().execute(&mut *conn).await?;
+    users.push_bind(product_id).push(" AND user_id ");
+    push_in(&mut users, orders.iter().map(|(_, user)| *user));
+    users
+        .push(" FOR UPDATE")
+        .build()
+        .execute(&mut *conn)
+        .await?;
     sqlx::query("SELECT stock FROM products WHERE id = ? FOR UPDATE")
         .bind(product_id)
         .execute(&mut *conn)
@@ -210,25 +210,19 @@ pub async fn expire_from_row(
     // purchases insert their orders.
     let mut still_due = QueryBuilder::<MySql>::new(
         "SELECT id, user_id, quantity FROM orders FORCE INDEX (PRIMARY) \
-         WHERE state = 'reserved' AND pay_by <= NOW(6) AND id IN (",
+         WHERE state = 'reserved' AND pay_by <= NOW(6) AND id ",
     );
-    let mut list = still_due.separated(", ");
-    for (id, _) in orders {
-        list.push_bind(*id);
-    }
-    still_due.push(") FOR UPDATE");
+    push_in(&mut still_due, orders.iter().map(|(id, _)| *id));
+    still_due.push(" FOR UPDATE");
     let due: Vec<(u64, String, u32)> = still_due.build_query_as().fetch_all(&mut *conn).await?;
     if due.is_empty() {
         return Ok(0);
     }
     let mut expire = QueryBuilder::<MySql>::new(
-        "UPDATE orders SET state = 'expired', ended_at = NOW(6), returned_at = NOW(6) WHERE id IN (",
+        "UPDATE orders SET state = 'expired', ended_at = NOW(6), returned_at = NOW(6) WHERE id ",
     );
-    let mut list = expire.separated(", ");
-    for (id, _, _) in &due {
-        list.push_bind(*id);
-    }
-    expire.push(")").build().execute(&mut *conn).await?;
+    push_in(&mut expire, due.iter().map(|(id, _, _)| *id));
+    expire.build().execute(&mut *conn).await?;
     // Each buyer's count, by its key (rows this transaction locked first), one statement per
     // number of units to give back: most batches have one.
     let mut per_user: BTreeMap<&str, i64> = BTreeMap::new();
@@ -245,13 +239,10 @@ pub async fn expire_from_row(
         quota
             .push_bind(units)
             .push(", 0) WHERE product_id = ")
-            .push_bind(product_id);
-        quota.push(" AND user_id IN (");
-        let mut list = quota.separated(", ");
-        for user in users {
-            list.push_bind(user);
-        }
-        quota.push(")").build().execute(&mut *conn).await?;
+            .push_bind(product_id)
+            .push(" AND user_id ");
+        push_in(&mut quota, users);
+        quota.build().execute(&mut *conn).await?;
     }
     let units: i64 = due.iter().map(|(_, _, q)| i64::from(*q)).sum();
     sqlx::query("UPDATE products SET stock = stock + ?, version = version + 1 WHERE id = ?")
@@ -260,6 +251,19 @@ pub async fn expire_from_row(
         .execute(&mut *conn)
         .await?;
     Ok(due.len() as u64)
+}
+
+/// Appends `IN (?, ?, …)` binding each of `values`.
+fn push_in<'t, T>(query: &mut QueryBuilder<MySql>, values: impl IntoIterator<Item = T>)
+where
+    T: sqlx::Encode<'t, MySql> + sqlx::Type<MySql>,
+{
+    query.push("IN (");
+    let mut list = query.separated(", ");
+    for value in values {
+        list.push_bind(value);
+    }
+    query.push(")");
 }
 
 const DUE_COLUMNS: &str = "o.id AS order_id, o.product_id, o.user_id, o.request_id, o.quantity, \

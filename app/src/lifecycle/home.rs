@@ -142,9 +142,7 @@ pub(super) async fn expire_from_row(
     let mut tx = life.pool.begin().await?;
     let expired = order_life::expire_from_row(&mut tx, product, &orders).await?;
     tx.commit().await?;
-    for _ in 0..expired {
-        life.metrics.order_expired();
-    }
+    life.metrics.orders_expired(expired);
     if expired > 0 {
         life.stock_back(product).await;
     }

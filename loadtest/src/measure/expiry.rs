@@ -92,14 +92,9 @@ async fn one_loop(
     // Paused while the product is reset, so that no sweep works on the orders being deleted.
     api.pause_sweeps(true).await?;
     let product = ResetProduct {
-        stock: UNLIMITED,
-        home: buyers.strategy.home(),
-        buckets: None,
         per_user_limit: Some(app::api::MAX_STOCK),
-        sale_starts_at: None,
-        sale_ends_at: None,
-        token_required: false,
         payment_window_ms: Some(i64::try_from(shape.payment_window_ms)?),
+        ..ResetProduct::new(UNLIMITED, buyers.strategy.home())
     };
     api.put_product(buyers.product, &product).await?;
     if sweeping {

@@ -58,15 +58,11 @@ pub async fn run_flood(
     api.put_product(
         plan.product,
         &ResetProduct {
-            stock: shape.units,
-            home,
-            buckets: None,
             per_user_limit: Some(1),
             sale_starts_at: Some(opens),
-            sale_ends_at: None,
-            token_required: false,
             payment_window_ms: (shape.payment_window_ms > 0)
                 .then_some(shape.payment_window_ms as i64),
+            ..ResetProduct::new(shape.units, home)
         },
     )
     .await?;

@@ -15,14 +15,9 @@ use super::fleet::{Fleet, poll};
 /// be paid within `window`.
 pub async fn sell(fleet: &Fleet, id: u64, stock: i64, home: Home, window: Duration) -> Result<()> {
     let product = ResetProduct {
-        stock,
-        home,
-        buckets: None,
         per_user_limit: Some(1),
-        sale_starts_at: None,
-        sale_ends_at: None,
-        token_required: false,
         payment_window_ms: Some(i64::try_from(window.as_millis()).unwrap_or(i64::MAX).max(1)),
+        ..ResetProduct::new(stock, home)
     };
     fleet.api.put_product(id, &product).await
 }
