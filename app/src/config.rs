@@ -224,9 +224,16 @@ pub struct Config {
 
     /// Purchases this instance works on at once; one more is refused at once with `503
     /// overloaded` and a spread `Retry-After`, instead of waiting behind the others. Bounds the
-    /// latency of what is accepted, and the memory. Refusals from memory do not count.
+    /// memory. Refusals from memory do not count.
     #[arg(long, env = "SECKILL_MAX_IN_FLIGHT", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_in_flight: u32,
+
+    /// The time a purchase should spend inside the service, in milliseconds: each strategy
+    /// admits as many purchases at once as it answers in this time at its current rate (at
+    /// least 4, at most `--max-in-flight`), and refuses the next at once with `503 overloaded`.
+    /// 0: no such limit, only `--max-in-flight`.
+    #[arg(long, env = "SECKILL_LATENCY_BUDGET_MS", default_value_t = 250)]
+    pub latency_budget_ms: u64,
 
     /// How long a buyer waits for a purchase's answer before being told `503 busy`, in
     /// milliseconds. The purchase itself goes on (it finishes, or gives its stock back); a retry

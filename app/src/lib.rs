@@ -147,6 +147,7 @@ pub async fn build_with(
     });
     let gate = Arc::new(overload::Gate::new(
         config.max_in_flight,
+        Duration::from_millis(config.latency_budget_ms),
         config.rate_per_user,
         config.rate_per_address,
         Duration::from_millis(config.request_timeout_ms),

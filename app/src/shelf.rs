@@ -12,6 +12,13 @@
 //! renews it reads the winners again if the shelf is still empty, so a crowd refused from memory
 //! stays refused from memory rather than reaching the strategies once per lifetime.
 //!
+//! **Renewed before it ages.** A request that finds the memory past half its lifetime reads the
+//! product again in the background and is answered from memory meanwhile; only a memory past its
+//! whole lifetime (no request came in the second half) makes requests wait for the read. So the
+//! read — which goes through the pool the purchases use, and waits behind them when the service
+//! is busy — never stands between a buyer and a refusal, and the memory is never older than its
+//! lifetime.
+//!
 //! **Forgetting.** Stock comes back by a reset, a reconciliation that gives units back, or a
 //! purchase that returns them; each makes its own instance forget the product at once, and
 //! every instance forgets within the memory's lifetime (`--product-memory-ms`) in any case.
@@ -65,6 +72,8 @@ struct Entry {
     winners: Option<Arc<Winners>>,
     /// A request is loading the winners.
     learning: bool,
+    /// A read in the background is renewing the entry.
+    renewing: bool,
 }
 
 /// A moment of a product's memory, to learn from only if nothing was forgotten since.
@@ -94,24 +103,53 @@ impl Shelf {
 
     /// The product's home and rules (`None`: no such product), from memory when it is fresh,
     /// else from the database; and the moment of memory they belong to.
-    pub async fn product(&self, id: u64) -> Result<(Option<Known>, Epoch), sqlx::Error> {
-        if let Some(fresh) = self.remembered(id) {
+    pub async fn product(self: &Arc<Self>, id: u64) -> Result<(Option<Known>, Epoch), sqlx::Error> {
+        if let Some((fresh, renew)) = self.recall(id) {
+            if renew {
+                let shelf = Arc::clone(self);
+                tokio::spawn(async move { shelf.renew(id).await });
+            }
             return Ok(fresh);
         }
         // Boxed: the read's state would otherwise make every purchase's future as large as
         // its own, and a refusal from memory would move that much for nothing.
-        Box::pin(self.read(id)).await
+        Box::pin(self.read(id, false)).await
     }
 
-    /// Reads the product into memory, one read of a product at a time.
-    async fn read(&self, id: u64) -> Result<(Option<Known>, Epoch), sqlx::Error> {
+    /// The product as remembered, if the memory is fresh; and whether this caller is to renew
+    /// it (it is past half its lifetime and nobody is renewing it yet).
+    fn recall(&self, id: u64) -> Option<((Option<Known>, Epoch), bool)> {
+        let mut entries = self.entries();
+        let e = entries.get_mut(&id)?;
+        let age = e.loaded.elapsed();
+        if age >= self.lifetime {
+            return None;
+        }
+        let renew = age >= self.lifetime / 2 && !e.renewing;
+        e.renewing |= renew;
+        Some(((e.known, Epoch(e.epoch)), renew))
+    }
+
+    /// Reads the product again while its memory still serves.
+    async fn renew(&self, id: u64) {
+        if let Err(e) = self.read(id, true).await {
+            tracing::warn!(error = %e, product = id, "could not renew a product's memory");
+            if let Some(entry) = self.entries().get_mut(&id) {
+                entry.renewing = false;
+            }
+        }
+    }
+
+    /// Reads the product into memory, one read of a product at a time; unless `again`, not
+    /// when a read that finished while this one waited for its turn already did.
+    async fn read(&self, id: u64, again: bool) -> Result<(Option<Known>, Epoch), sqlx::Error> {
         let gate = {
             let mut loading = self.loading.lock().unwrap_or_else(PoisonError::into_inner);
             Arc::clone(loading.entry(id).or_default())
         };
         let loaded = {
             let _turn = gate.lock().await;
-            self.load(id).await
+            self.load(id, again).await
         };
         // The last one through takes the gate away: the map holds only loads under way.
         let mut loading = self.loading.lock().unwrap_or_else(PoisonError::into_inner);
@@ -128,10 +166,10 @@ impl Shelf {
         (e.loaded.elapsed() < self.lifetime).then_some((e.known, Epoch(e.epoch)))
     }
 
-    /// Reads the product from its backend into memory, unless a load that finished while
-    /// this one waited for its turn already did.
-    async fn load(&self, id: u64) -> Result<(Option<Known>, Epoch), sqlx::Error> {
-        if let Some(fresh) = self.remembered(id) {
+    /// Reads the product from its backend into memory, unless (when not `again`) a load that
+    /// finished while this one waited for its turn already did.
+    async fn load(&self, id: u64, again: bool) -> Result<(Option<Known>, Epoch), sqlx::Error> {
+        if !again && let Some(fresh) = self.remembered(id) {
             return Ok(fresh);
         }
         let (epoch, was_sold_out) = match self.entries().get(&id) {
@@ -165,6 +203,7 @@ impl Shelf {
                     epoch,
                     winners,
                     learning: false,
+                    renewing: false,
                 },
             );
         }
@@ -234,6 +273,7 @@ impl Shelf {
                 epoch,
                 winners: None,
                 learning: false,
+                renewing: false,
             },
         );
     }

@@ -252,7 +252,8 @@ pub async fn run_watched(
     let mut reports = Vec::new();
     let mut overloads = Vec::new();
     let mut expiry_costs = Vec::new();
-    let in_flight_limit = settings.instances as u64 * u64::from(app_config()?.max_in_flight);
+    let app_settings = app_config()?;
+    let in_flight_limit = settings.instances as u64 * u64::from(app_settings.max_in_flight);
     let app_pids = apps.pids();
     for (k, ((info, sale), ((plan, runs), span))) in strategies
         .into_iter()
@@ -284,6 +285,7 @@ pub async fn run_watched(
                 },
                 connections: overload::connections(in_flight_limit, settings.buyers),
                 in_flight_limit,
+                latency_budget_ms: app_settings.latency_budget_ms,
                 app_pids: app_pids.clone(),
             };
             let result = run_overload(&api, &plan)

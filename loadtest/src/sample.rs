@@ -117,6 +117,8 @@ pub fn overload(accepted_p99_us: u64, refused_p99_us: u64, growth: u64) -> Overl
         capacity_per_second: 400.0,
         offered_per_second: 1200.0,
         in_flight_limit: 512,
+        latency_budget_ms: 250,
+        admission_limit: Some(100),
         load,
         from_due: split(1),
         from_send: split(10),
@@ -312,6 +314,7 @@ pub fn flood(
             refusals_per_second: 400.0 * refusal_percent,
             noop_per_second: 40_000.0,
             connections: 200,
+            sold_after_flood: 0,
         }),
         noop_flood: Some(NoopFlood {
             clicks: 2_000,

@@ -175,6 +175,8 @@ pub struct Crowd {
     /// When set, buyer `b` is `arrivals[b]`: its user, and when it clicks (once).
     arrivals: Option<Arc<[Arrival]>>,
     id_prefix: String,
+    /// Users are `<users>-<buyer>`.
+    users: String,
     watch: Option<Watch>,
     /// Each click is `GET /api/noop` instead of a purchase.
     noop: bool,
@@ -197,6 +199,7 @@ impl Crowd {
             stagger: Duration::ZERO,
             arrivals: None,
             id_prefix: id_prefix.to_owned(),
+            users: "u".to_owned(),
             watch: None,
             noop: false,
         }
@@ -209,6 +212,12 @@ impl Crowd {
         let mut crowd = Crowd::new(arrivals.len(), Clicks::Each(1), strategy, id_prefix);
         crowd.arrivals = Some(arrivals.into());
         crowd
+    }
+
+    /// Users `<prefix>-<buyer>` instead of `u-<buyer>`: buyers apart from any other crowd's.
+    pub fn users(mut self, prefix: &str) -> Crowd {
+        self.users = prefix.to_owned();
+        self
     }
 
     /// Each click asks `GET /api/noop` instead of buying, on the same schedule and through the
@@ -408,7 +417,7 @@ impl Shared {
         let request_id = format!("{}-{buyer}-{mine}", crowd.id_prefix);
         let user_id = match &crowd.arrivals {
             Some(arrivals) => arrivals[buyer].user.clone(),
-            None => format!("u-{buyer}"),
+            None => format!("{}-{buyer}", crowd.users),
         };
         let sent = self.began.elapsed();
         let mut tries = 0;

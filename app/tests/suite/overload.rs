@@ -96,6 +96,109 @@ async fn past_its_purchases_in_flight_the_service_refuses_at_once_and_serves_wha
     drop_database(&database_url).await;
 }
 
+/// The purchases of `strategy` the instance admits at once now.
+async fn admission_limit(app: &TestApp, strategy: Strategy) -> Option<u64> {
+    app.metric(&format!(
+        "seckill_admission_limit{{strategy=\"{}\"}}",
+        strategy.name()
+    ))
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_strategy_slower_than_the_budget_admits_only_what_it_answers_within_it() {
+    let database_url = fresh_database_url().await;
+    let mut config = test_config(&database_url);
+    config.latency_budget_ms = 250;
+    let app = spawn_app(config).await;
+    app.reset(1, 100).await;
+    assert_eq!(
+        admission_limit(&app, Strategy::Pessimistic).await,
+        Some(256)
+    );
+    // Thirty buyers queue on one row lock, each holding it 100 ms: ten answers a second, and
+    // the later ones wait seconds, far past the budget.
+    let queue: Vec<_> = (0..30)
+        .map(|i| {
+            held(
+                &app,
+                1,
+                click(&format!("queued-{i}"), Strategy::Pessimistic),
+                100,
+            )
+        })
+        .collect();
+    common::wait_until("the limit down to what is answered in 250 ms", || async {
+        admission_limit(&app, Strategy::Pessimistic).await == Some(u64::from(app::overload::FLOOR))
+    })
+    .await;
+    let in_flight = metric(&app, "seckill_purchases_in_flight").await;
+    if in_flight >= u64::from(app::overload::FLOOR) {
+        let r = app
+            .client
+            .post(format!("{}/api/products/1/orders", app.url))
+            .json(&click("one-more", Strategy::Pessimistic))
+            .send()
+            .await
+            .expect("order");
+        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(r.headers().contains_key("retry-after"));
+        let answer: Value = r.json().await.expect("json");
+        assert_eq!(answer["error"], "overloaded");
+    }
+    for task in queue {
+        assert!(task.await.expect("queued").0.is_success());
+    }
+    // Idle, it keeps the limit it earned, and admits within it.
+    assert_eq!(
+        admission_limit(&app, Strategy::Pessimistic).await,
+        Some(u64::from(app::overload::FLOOR))
+    );
+    let (status, _) = app
+        .order(1, &click("after", Strategy::Pessimistic), None)
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    // Another strategy's limit is its own.
+    assert_eq!(
+        admission_limit(&app, Strategy::Conditional).await,
+        Some(256)
+    );
+    app.stop().await;
+    drop_database(&database_url).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_burst_answered_within_the_budget_is_admitted_whole_and_keeps_the_limit() {
+    let database_url = fresh_database_url().await;
+    let mut config = test_config(&database_url);
+    // A budget no purchase here comes near, on any machine.
+    config.latency_budget_ms = 60_000;
+    let app = spawn_app(config).await;
+    app.reset(1, 1_000).await;
+    for burst in 0..3 {
+        let clicks: Vec<_> = (0..100)
+            .map(|i| {
+                held(
+                    &app,
+                    1,
+                    click(&format!("burst-{burst}-{i}"), Strategy::Conditional),
+                    0,
+                )
+            })
+            .collect();
+        for task in clicks {
+            let (status, answer) = task.await.expect("click");
+            assert_eq!(status, StatusCode::CREATED, "{answer}");
+        }
+    }
+    assert_eq!(
+        admission_limit(&app, Strategy::Conditional).await,
+        Some(256)
+    );
+    app.stop().await;
+    drop_database(&database_url).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_buyer_past_their_rate_is_refused_and_buys_nothing_with_it() {
     let database_url = fresh_database_url().await;

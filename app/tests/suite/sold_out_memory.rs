@@ -222,3 +222,85 @@ async fn without_invalidation_an_instance_refuses_a_returned_unit_from_memory() 
         assert!(!a_unit_returned_on_another_instance(strategy, true).await);
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_memory_past_half_its_life_is_renewed_behind_the_refusals_it_keeps_answering() {
+    let database_url = fresh_database_url().await;
+    let mut config = test_config(&database_url);
+    config.db_pool_size = 2;
+    // Long enough that the probes below come before the memory's end on a slow machine: the
+    // renewal starts at half of it.
+    config.product_memory_ms = 8_000;
+    let app = spawn_app(config).await;
+    app.reset(1, 1).await;
+    app.reset(2, 10).await;
+    let (status, _) = app.order(1, &click("a", Strategy::Pessimistic), None).await;
+    assert!(status.is_success());
+    common::wait_until("a refusal from memory", || async {
+        let mark = started(&app).await;
+        let (status, _) = app
+            .order(1, &click("probe", Strategy::Pessimistic), None)
+            .await;
+        status == StatusCode::CONFLICT && started(&app).await == mark
+    })
+    .await;
+    // Both connections held by purchases of another product for longer than the memory lives:
+    // a read of product 1 now waits for one of them.
+    let held: Vec<_> = (0..2)
+        .map(|i| {
+            let (client, url) = (
+                app.client.clone(),
+                format!("{}/api/products/2/orders", app.url),
+            );
+            let body = click(&format!("holder-{i}"), Strategy::Pessimistic);
+            tokio::spawn(async move {
+                let _ = client
+                    .post(&url)
+                    .header("x-seckill-hold-ms", "30000")
+                    .json(&body)
+                    .send()
+                    .await;
+            })
+        })
+        .collect();
+    common::wait_until("both connections held", || async {
+        app.metric("seckill_purchases_in_flight").await == Some(2)
+    })
+    .await;
+    let reads_before = reads(&app).await;
+    let mut n = 0;
+    common::wait_until("the memory's renewal under way", || {
+        n += 1;
+        let app = &app;
+        async move {
+            let (status, answer) = app
+                .order(1, &click(&format!("late-{n}"), Strategy::Pessimistic), None)
+                .await;
+            assert_eq!(status, StatusCode::CONFLICT, "{answer}");
+            assert_eq!(answer["error"], "sold_out");
+            reads(app).await > reads_before
+        }
+    })
+    .await;
+    // The renewal waits for a connection; the refusals do not wait for it.
+    for n in 0..20 {
+        let (status, answer) = app
+            .order(
+                1,
+                &click(&format!("later-{n}"), Strategy::Pessimistic),
+                None,
+            )
+            .await;
+        assert_eq!(status, StatusCode::CONFLICT, "{answer}");
+    }
+    assert_eq!(
+        app.metric("seckill_purchases_in_flight").await,
+        Some(2),
+        "the refusals were answered only once the held purchases ended"
+    );
+    for task in held {
+        task.abort();
+    }
+    app.stop().await;
+    drop_database(&database_url).await;
+}

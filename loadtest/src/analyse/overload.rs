@@ -30,7 +30,7 @@ pub fn finding(o: &OverloadResult) -> Option<OverloadFinding> {
             bar_us: ACCEPTED_P99_BAR_US,
             from_send_p99_us: o.from_send.accepted.p99_us,
             in_flight: o.load.successes_per_sec * mean_s,
-            in_flight_limit: o.in_flight_limit,
+            in_flight_limit: o.admission_limit.unwrap_or(o.in_flight_limit),
             accepted_per_second: o.load.successes_per_sec,
             overloaded: o.overloaded(),
         });
@@ -107,7 +107,7 @@ mod tests {
     }
 
     #[test]
-    fn slow_purchases_name_the_purchases_in_flight_beside_the_limit() {
+    fn slow_purchases_name_the_purchases_in_flight_beside_the_limit_the_instances_admitted() {
         let f = finding(&overload(2_500_000, 2_000, 0)).expect("a miss");
         let [
             OverloadMiss::SlowAccepted {
@@ -120,7 +120,7 @@ mod tests {
         else {
             panic!("{f:?}")
         };
-        assert_eq!((*p99_us, *in_flight_limit), (2_500_000, 512));
+        assert_eq!((*p99_us, *in_flight_limit), (2_500_000, 100));
         assert!(*in_flight > 0.0);
     }
 

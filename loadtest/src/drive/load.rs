@@ -19,6 +19,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use app::api::ErrorCode;
 use testkit::{Answer, Outcomes};
 use tokio::time::Instant;
 
@@ -149,6 +150,18 @@ impl Sequence {
     }
 }
 
+/// How long a closed loop's worker waits after the service turned it away at the door (`503
+/// overloaded`, `429 rate_limited`) before its next request. A buyer told to come back later
+/// does not click again the same instant: a loop that did would measure how fast the service
+/// refuses, spending the machine's cores on it, instead of what it sells. Shorter than any
+/// `Retry-After` the service gives, so the loop still offers more than the service takes.
+pub const TURNED_AWAY_PAUSE: Duration = Duration::from_millis(100);
+
+/// Whether the service turned the request away before any strategy saw it.
+fn turned_away(answer: &Answer) -> bool {
+    answer.refused_with(ErrorCode::Overloaded) || answer.refused_with(ErrorCode::RateLimited)
+}
+
 /// What the workers of one closed loop share: the operation and the window.
 struct Closed<F> {
     op: F,
@@ -189,6 +202,9 @@ where
                 tally.outcomes.count(&outcome);
                 tally.latencies.record(latency);
                 self.feed.answer(&outcome, latency);
+            }
+            if turned_away(&outcome) {
+                tokio::time::sleep(TURNED_AWAY_PAUSE).await;
             }
         }
     }

@@ -1,7 +1,8 @@
 //! The flood: one product, a per-user limit of one, a sale that opens at a set moment, and a
 //! crowd that arrives as [`crate::drive::flood`] draws it. Then the stock's home and the
 //! orders say what happened ([`app::accounting`]), the answers say what the buyers saw and
-//! when, and — the product sold out — refusals are timed beside `GET /api/noop`. Last, the
+//! when, and — the product sold out — refusals are timed beside `GET /api/noop`
+//! ([`crate::measure::refusals`]). Last, the
 //! same crowd asks `GET /api/noop` instead of buying: what the HTTP stack alone takes to
 //! answer that flood.
 
@@ -12,18 +13,18 @@ use anyhow::{Context, Result};
 use app::accounting::Accounting;
 use app::api::{ResetProduct, StrategyInfo};
 use sqlx::MySqlPool;
-use testkit::{Answer, Api, Apps, Crowd, Retry, order_request};
+use testkit::{Answer, Api, Apps, Crowd, Retry};
 
 use crate::analyse::flood::{self as analyse, ms_from};
-use crate::analyse::spread::combine;
 use crate::drive::flood::{self as drive, Kind};
 use crate::drive::latency::Latencies;
-use crate::drive::load::{Window, closed_loop};
+use crate::drive::load::Window;
 use crate::live::{Feed, Update};
 use crate::measure::cpu::Sampler;
+use crate::measure::refusals;
 use crate::measure::resale::{self, Cashier};
 use crate::measure::sale::read_ledger;
-use crate::report::schema::{FloodResult, FloodShape, NoopFlood, RefusalRate};
+use crate::report::schema::{FloodResult, FloodShape, NoopFlood};
 
 /// How long the sale's opening is set ahead of the moment the product is written: time to
 /// spawn the crowd's tasks before the early bots fire.
@@ -152,11 +153,11 @@ pub async fn run_flood(
         None => None,
     };
     // Not sold out (after the second act, when there was one), the loop would time purchases
-    // that buy, not refusals.
+    // that buy, not refusals: what is left is sold first.
     let left = resale.map_or(accounting.final_stock, |r| r.left);
     let after_sold_out = match plan.refusal_window {
-        Some(window) if left <= 0 => Some(refusal_rate(api, plan, window).await),
-        _ => None,
+        Some(window) => refusals::after_sold_out(api, plan, window, left).await?,
+        None => None,
     };
     let noop_flood = noop_flood(api, plan, drawn.arrivals.clone(), drawn.opens_after).await;
     Ok(FloodResult {
@@ -229,46 +230,4 @@ pub async fn beyond_limit(db: &MySqlPool, product: u64, limit: i64) -> Result<i6
     .await
     .context("counting units beyond the per-user limit")?;
     Ok(beyond.unwrap_or(0))
-}
-
-/// Refusals of the sold-out product per second beside `GET /api/noop`, each in a closed loop
-/// of the same connections and client, alternated three times (which goes first alternating
-/// too); the medians.
-async fn refusal_rate(api: &Api, plan: &FloodPlan<'_>, window: Window) -> RefusalRate {
-    let (mut refusals, mut noops) = (Vec::new(), Vec::new());
-    let connections = plan.refusal_connections;
-    for round in 0..3 {
-        let (a, p, strategy) = (api.clone(), plan.product, plan.strategy.name);
-        let prefix = format!("{}-after-{round}", plan.id_prefix);
-        let refused = move || {
-            closed_loop(connections, window, move |i| {
-                let (a, prefix) = (a.clone(), prefix.clone());
-                async move {
-                    let body =
-                        order_request(format!("late-{i}"), strategy, format!("{prefix}-{i}"), 1);
-                    a.order(i as usize, p, &body).await
-                }
-            })
-        };
-        let a = api.clone();
-        let noop = move || {
-            closed_loop(connections, window, move |i| {
-                let a = a.clone();
-                async move { a.noop(i as usize).await }
-            })
-        };
-        if round % 2 == 0 {
-            refusals.push(refused().await);
-            noops.push(noop().await);
-        } else {
-            noops.push(noop().await);
-            refusals.push(refused().await);
-        }
-    }
-    let median = |runs| combine(runs).map_or(0.0, |run| run.attempts_per_sec);
-    RefusalRate {
-        refusals_per_second: median(refusals),
-        noop_per_second: median(noops),
-        connections,
-    }
 }

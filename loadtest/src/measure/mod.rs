@@ -9,6 +9,7 @@ pub mod expiry;
 pub mod flood;
 pub mod memory;
 pub mod overload;
+pub mod refusals;
 pub mod resale;
 pub mod sale;
 pub mod throughput;

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use app::api::{ErrorCode, StrategyInfo};
+use app::api::{ErrorCode, Strategy, StrategyInfo};
 use testkit::{Answer, Api};
 use tokio::sync::broadcast::{Receiver, error::RecvError};
 use tokio::time::Instant;
@@ -37,6 +37,8 @@ pub struct OverloadPlan<'a> {
     pub connections: usize,
     /// Purchases the app instances take at once before refusing, all together.
     pub in_flight_limit: u64,
+    /// The instances' latency budget (`--latency-budget-ms`; 0: none).
+    pub latency_budget_ms: u64,
     /// The app instances, whose memory is read.
     pub app_pids: Vec<u32>,
 }
@@ -96,6 +98,7 @@ pub async fn run_overload(api: &Api, plan: &OverloadPlan<'_>) -> Result<Overload
         }
     })
     .await;
+    let admission_limit = admission_limit(&api.metrics().await, plan.strategy.name);
     drop(split_feed);
     let from_due = splitter.await.context("the answers' splitter")?;
     let loaded_bytes = loaded
@@ -114,6 +117,8 @@ pub async fn run_overload(api: &Api, plan: &OverloadPlan<'_>) -> Result<Overload
         capacity_per_second: plan.capacity,
         offered_per_second: offered,
         in_flight_limit: plan.in_flight_limit,
+        latency_budget_ms: plan.latency_budget_ms,
+        admission_limit,
         unsplit: load.outcomes.total().saturating_sub(split_count),
         load,
         from_due,
@@ -126,6 +131,15 @@ pub async fn run_overload(api: &Api, plan: &OverloadPlan<'_>) -> Result<Overload
             after_bytes,
         },
     })
+}
+
+/// The purchases of `strategy` the instances admit at once, all together, as their `/metrics`
+/// (`text`, every instance's) say now; `None` when none says.
+pub fn admission_limit(text: &str, strategy: Strategy) -> Option<u64> {
+    let series = format!("seckill_admission_limit{{strategy=\"{strategy}\"}} ");
+    text.lines()
+        .filter_map(|line| line.strip_prefix(&series)?.trim().parse::<u64>().ok())
+        .reduce(|a, b| a + b)
 }
 
 /// Latencies by answer: accepted, `503 overloaded`, anything else.
@@ -165,5 +179,20 @@ async fn split(mut updates: Receiver<Update>, forward: Feed) -> ByClass {
             Ok(_) | Err(RecvError::Lagged(_)) => {}
             Err(RecvError::Closed) => return by,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_admission_limit_is_summed_over_the_instances_of_the_strategy_asked() {
+        let text = "# TYPE seckill_admission_limit gauge\n\
+                    seckill_admission_limit{strategy=\"conditional\"} 40\n\
+                    seckill_admission_limit{strategy=\"redis-lua\"} 256\n\n\
+                    seckill_admission_limit{strategy=\"conditional\"} 38\n";
+        assert_eq!(admission_limit(text, Strategy::Conditional), Some(78));
+        assert_eq!(admission_limit(text, Strategy::Zookeeper), None);
     }
 }

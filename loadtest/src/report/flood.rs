@@ -53,7 +53,9 @@ fn section(
          Spearman's correlation between how early a click was sent and whether it bought (1: \
          first come, first served). Refusals once sold out: a closed loop of purchases of the \
          sold-out product beside `GET /api/noop` on the same connections, medians of three \
-         alternations (not timed where the flood did not sell out: the loop would buy). ÷ no-op \
+         alternations; where the flood left units, buyers who click until told `sold_out` buy \
+         them first (\"after N more sold\"; not timed if they could not: the loop would buy). \
+         ÷ no-op \
          flood: the time until every click was answered over the time the same crowd (the same \
          arrivals, instances and client), sent right after, took to be answered asking \
          `GET /api/noop` instead. The bars: the fastest safe strategy within {FLOOD_BAR}× the \
@@ -154,6 +156,12 @@ fn outcome_table(floods: &[FloodResult]) -> String {
                 .earliness_rank_correlation
                 .map_or_else(|| "–".into(), |r| format!("{r:.2}")),
             match f.after_sold_out {
+                Some(r) if r.sold_after_flood > 0 => format!(
+                    "{:.0}/s ({:.0}% of no-op), after {} more sold",
+                    r.refusals_per_second,
+                    r.percent_of_noop(),
+                    r.sold_after_flood
+                ),
                 Some(r) => format!(
                     "{:.0}/s ({:.0}% of no-op)",
                     r.refusals_per_second,

@@ -45,7 +45,7 @@ fn describe(shape: &OverloadShape, overloads: &[OverloadResult]) -> String {
         "Each strategy that can be deployed (safe, or safe while leases hold: the unsafe ones \
          exist to show a race, not to be run) is offered {} × its capacity in an open loop for \
          {} s after {} s of warm-up, from {} connections, on a product that cannot sell out \
-         (emptied afterwards). The instances refuse past {} purchases in flight together. The \
+         (emptied afterwards). The instances refuse past {} purchases in flight together{}. The \
          bars: accepted purchases answered within {} s at p99, the excess refused \
          `503 overloaded` within {} ms at p99, no answer of any other kind slower than that, \
          and the memory flat — its peak within {:.0}% or {} MiB (whichever is more) of the \
@@ -55,10 +55,23 @@ fn describe(shape: &OverloadShape, overloads: &[OverloadResult]) -> String {
         shape.warmup,
         first.load.concurrency,
         first.in_flight_limit,
+        budget(first.latency_budget_ms),
         ACCEPTED_P99_BAR_US / 1_000_000,
         REFUSAL_P99_BAR_US / 1_000,
         100.0 * MEMORY_MARGIN_SHARE,
         MEMORY_MARGIN_BYTES >> 20,
+    )
+}
+
+/// The admission by latency budget, in words (nothing when the instances had none).
+fn budget(ms: u64) -> String {
+    if ms == 0 {
+        return String::new();
+    }
+    format!(
+        ", and past as many purchases of a strategy as it answers in {ms} ms at the rate it \
+         answers them (Little's law; the limit column: what the instances admitted at once when \
+         the overload ended)"
     )
 }
 
@@ -74,6 +87,7 @@ fn table(overloads: &[OverloadResult]) -> String {
     let mut t = Table::left(["strategy"]).and_right([
         "capacity/s",
         "offered/s",
+        "limit",
         "sent/s",
         "accepted/s",
         "503 overloaded",
@@ -92,6 +106,8 @@ fn table(overloads: &[OverloadResult]) -> String {
             format!("`{}`", o.strategy.name),
             format!("{:.0}", o.capacity_per_second),
             format!("{:.0}", o.offered_per_second),
+            o.admission_limit
+                .map_or_else(|| o.in_flight_limit.to_string(), |l| l.to_string()),
             format!("{:.0}", o.load.attempts_per_sec),
             format!("{:.0}", o.load.successes_per_sec),
             format!("{} ({:.0}%)", o.overloaded(), 100.0 * o.refused_share()),
@@ -248,7 +264,9 @@ mod tests {
             .find(|l| l.starts_with("| `conditional` |"))
             .unwrap_or_else(|| panic!("no row:\n{md}"));
         assert!(
-            row.contains("| 400 | 1200 | 1200 | 400 | 800 (67%) | 0 | 100.0 | 200.0 | 200.0 |"),
+            row.contains(
+                "| 400 | 1200 | 100 | 1200 | 400 | 800 (67%) | 0 | 100.0 | 200.0 | 200.0 |"
+            ),
             "{row}"
         );
         assert!(row.contains("| 40 → 48 → 48 → 48 |"), "{row}");
@@ -256,7 +274,7 @@ mod tests {
     }
 
     #[test]
-    fn a_strategy_that_queued_is_told_with_its_purchases_in_flight_and_its_limit() {
+    fn a_strategy_that_queued_is_told_with_its_purchases_in_flight_and_the_limit_it_had() {
         let mut o = overload(2_500_000, 2_000, 0);
         o.from_send.accepted = o.from_due.accepted;
         let f = finding(&o).expect("a miss");
@@ -265,7 +283,7 @@ mod tests {
             md.contains("- `conditional`: accepted purchases took 2500 ms at p99"),
             "{md}"
         );
-        assert!(md.contains("against a limit of 512"), "{md}");
+        assert!(md.contains("against a limit of 100"), "{md}");
         assert!(!md.contains("Every strategy met"), "{md}");
     }
 

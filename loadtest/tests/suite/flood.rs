@@ -19,7 +19,10 @@ fn shape() -> FloodShape {
         shared_account_bot_share: 0.03,
         early_bot_share: 0.02,
         early_by_ms: 300,
-        retries: 0,
+        // As a real crowd does: a buyer turned away (`503`, on a test machine slow enough to
+        // refuse most of the crowd past its latency budget) comes back after `Retry-After`,
+        // so the sale sells out and has a second act.
+        retries: 3,
         instances: 2,
         non_payer_share: 0.3,
         payment_window_ms: 2_000,
@@ -80,8 +83,9 @@ fn assert_second_act_keeps_every_unit(f: &FloodResult) {
         (r.never_paid + r.payments_too_late + r.payments_failed) as i64,
         "{name}: every unpaid order expired, once: {r:?}"
     );
+    // Bought again by the buyers who came back, or by the crowd's own retries.
     assert!(
-        r.bought_on_return > 0,
+        r.won + r.bought_on_return > f.accounting.initial_stock as u64,
         "{name}: returned units sold again: {r:?}"
     );
     assert_eq!(

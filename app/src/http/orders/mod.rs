@@ -150,7 +150,7 @@ async fn place(
     epoch: Epoch,
     started: Instant,
 ) -> Answer {
-    let Some(place) = state.gate.enter() else {
+    let Some(place) = state.gate.enter(purchase.strategy) else {
         observe(&state, &purchase, "overloaded", started);
         return Err(ApiError::Overloaded);
     };

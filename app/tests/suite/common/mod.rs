@@ -168,6 +168,11 @@ pub fn test_config(database_url: &str) -> Config {
     config.listen = "127.0.0.1:0".parse().expect("address");
     config.allow_fault_injection = true;
     config.shutdown_grace_ms = 2_000;
+    // Admission by latency budget turns buyers away when purchases take longer than 250 ms, as
+    // they often do on a test machine running many suites at once: the tests of other
+    // properties would see `503 overloaded` they do not count on. It is tested on its own
+    // (`overload.rs`), with the budget set there.
+    config.latency_budget_ms = 0;
     config
 }
 

@@ -150,6 +150,10 @@ pub struct RefusalRate {
     pub refusals_per_second: f64,
     pub noop_per_second: f64,
     pub connections: usize,
+    /// Units bought after the flood (and its second act) to sell the product out before the
+    /// refusals were timed: what the flood left.
+    #[serde(default)]
+    pub sold_after_flood: u64,
 }
 
 impl RefusalRate {

@@ -28,6 +28,15 @@ pub struct OverloadResult {
     /// Purchases the app instances work on at once, all together, before they answer
     /// `503 overloaded` (each instance's `--max-in-flight`, as the run started them).
     pub in_flight_limit: u64,
+    /// Each instance's latency budget (`--latency-budget-ms`): it admits as many purchases of a
+    /// strategy at once as the strategy answers in that time at its current rate (0: no such
+    /// limit).
+    #[serde(default)]
+    pub latency_budget_ms: u64,
+    /// The purchases of this strategy the instances admitted at once, all together, when the
+    /// overload ended (their `seckill_admission_limit`).
+    #[serde(default)]
+    pub admission_limit: Option<u64>,
     /// The open loop: every answer counted by code, the tickets it could not send, the latency
     /// of all answers from their due time. Its successes per second are the accepted purchases.
     pub load: LoadResult,

@@ -1,10 +1,14 @@
-//! Refusing, at once, what the service cannot take: past the purchases it may work on at a
-//! time, or past a buyer's or an address's rate. A refusal here costs what a no-op costs and
+//! Refusing, at once, what the service cannot take: past the purchases a strategy answers
+//! within the latency budget ([`limit`]), past the purchases the instance may hold at all, or
+//! past a buyer's or an address's rate. A refusal here costs what a no-op costs and
 //! answers `503 overloaded` or `429 rate_limited` with a spread `Retry-After`, so the load the
 //! service accepts keeps its latency, its memory stays flat, and the refused come back spread
 //! out instead of in one wave. (A queue without a bound does the opposite: everyone waits, the
 //! wait grows with the crowd, and the answers come too late to be of use.)
 
+mod limit;
+
+use std::fmt::Write;
 use std::hash::Hash;
 use std::net::IpAddr;
 use std::num::NonZeroU32;
@@ -14,12 +18,20 @@ use std::time::Duration;
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use crate::api::Strategy;
+pub use limit::{Admitted, Limit, WINDOW};
+
+/// The fewest purchases of a strategy an instance admits at once, however slowly it answers.
+pub const FLOOR: u32 = 4;
+
 /// How often the rate limiters forget the buyers and addresses they have not seen lately.
 const FORGET_EVERY: Duration = Duration::from_secs(60);
 
 /// The service's admission limits.
 pub struct Gate {
     in_flight: Arc<Semaphore>,
+    /// Each strategy's limit, by its place in the catalogue.
+    limits: Vec<Arc<Limit>>,
     per_user: Option<DefaultKeyedRateLimiter<String>>,
     per_address: Option<DefaultKeyedRateLimiter<IpAddr>>,
     /// How long a buyer waits for a purchase's answer.
@@ -27,10 +39,12 @@ pub struct Gate {
 }
 
 impl Gate {
-    /// At most `max_in_flight` purchases at once; `per_user` and `per_address` purchases per
-    /// second (bursts of as many) when set.
+    /// At most `max_in_flight` purchases at once, and of each strategy as many as it answers
+    /// within `budget` (a zero budget: `max_in_flight` of each); `per_user` and `per_address`
+    /// purchases per second (bursts of as many) when set.
     pub fn new(
         max_in_flight: u32,
+        budget: Duration,
         per_user: Option<u32>,
         per_address: Option<u32>,
         request_timeout: Duration,
@@ -39,16 +53,52 @@ impl Gate {
             in_flight: Arc::new(Semaphore::new(
                 usize::try_from(max_in_flight).unwrap_or(usize::MAX).max(1),
             )),
+            limits: Strategy::ALL
+                .iter()
+                .map(|_| Arc::new(Limit::new(budget, FLOOR, max_in_flight)))
+                .collect(),
             per_user: keyed(per_user),
             per_address: keyed(per_address),
             request_timeout,
         }
     }
 
-    /// A place among the purchases in flight, held until the purchase ends; `None` when every
-    /// place is taken.
-    pub fn enter(&self) -> Option<OwnedSemaphorePermit> {
-        Arc::clone(&self.in_flight).try_acquire_owned().ok()
+    /// A place among the purchases in flight of `strategy`, held until the purchase ends;
+    /// `None` when the strategy has as many in flight as it answers within the budget, or the
+    /// instance as many as it may hold.
+    pub fn enter(&self, strategy: Strategy) -> Option<Place> {
+        let admitted = self.limit(strategy).enter()?;
+        let permit = Arc::clone(&self.in_flight).try_acquire_owned().ok()?;
+        Some(Place {
+            _permit: permit,
+            _admitted: admitted,
+        })
+    }
+
+    /// The purchases of `strategy` this instance admits at once now.
+    pub fn limit_of(&self, strategy: Strategy) -> u32 {
+        self.limit(strategy).current()
+    }
+
+    /// The limits of `strategies`, in the Prometheus text format.
+    pub fn render(&self, strategies: &[Strategy]) -> String {
+        let mut out = String::from(
+            "# HELP seckill_admission_limit Purchases of a strategy this instance admits at once now.\n\
+             # TYPE seckill_admission_limit gauge\n",
+        );
+        for &strategy in strategies {
+            let _ = writeln!(
+                out,
+                "seckill_admission_limit{{strategy=\"{}\"}} {}",
+                strategy.name(),
+                self.limit_of(strategy)
+            );
+        }
+        out
+    }
+
+    fn limit(&self, strategy: Strategy) -> &Arc<Limit> {
+        &self.limits[strategy as usize]
     }
 
     /// Whether the buyer, and the address when known, are within their rates (each counted).
@@ -77,6 +127,13 @@ impl Gate {
             }
         }
     }
+}
+
+/// A purchase's place among those in flight: given back when dropped.
+#[derive(Debug)]
+pub struct Place {
+    _permit: OwnedSemaphorePermit,
+    _admitted: Admitted,
 }
 
 /// A limiter of `rate` per second per key (bursts of as many), if a rate is set.
