@@ -232,7 +232,7 @@ pub struct Config {
     /// admits as many purchases at once as it answers in this time at its current rate (at
     /// least 4, at most `--max-in-flight`), and refuses the next at once with `503 overloaded`.
     /// 0: no such limit, only `--max-in-flight`.
-    #[arg(long, env = "SECKILL_LATENCY_BUDGET_MS", default_value_t = 250)]
+    #[arg(long, env = "SECKILL_LATENCY_BUDGET_MS", default_value_t = 200)]
     pub latency_budget_ms: u64,
 
     /// How long a buyer waits for a purchase's answer before being told `503 busy`, in

@@ -7,7 +7,10 @@ use crate::lifecycle::{LifeError, Refused};
 use crate::redis_stock::RedisStockError;
 use crate::redis_stock::reconcile::ReconcileError;
 use crate::strategy::PurchaseError;
+use std::sync::LazyLock;
+
 use axum::Json;
+use axum::body::Bytes;
 use axum::extract::rejection::{JsonRejection, PathRejection};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -124,11 +127,24 @@ impl IntoResponse for ApiError {
             ApiError::Unavailable(cause) => tracing::warn!(error = %cause, "backend unavailable"),
             _ => {}
         }
-        let body = ErrorBody {
-            error: self.code(),
-            message: self.to_string(),
+        let mut response = match fixed_body(&self) {
+            Some(body) => (
+                self.status(),
+                [(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/json"),
+                )],
+                body.clone(),
+            )
+                .into_response(),
+            None => {
+                let body = ErrorBody {
+                    error: self.code(),
+                    message: self.to_string(),
+                };
+                (self.status(), Json(body)).into_response()
+            }
         };
-        let mut response = (self.status(), Json(body)).into_response();
         let headers = response.headers_mut();
         match self.code() {
             ErrorCode::Busy
@@ -145,6 +161,38 @@ impl IntoResponse for ApiError {
         }
         response
     }
+}
+
+/// The body of an error whose message never changes, written once: the refusals a crowd gets
+/// by the thousand (sold out, limit reached, sale not open, overloaded, rate limited) then cost
+/// a reference count, not a formatting and a serialization each.
+fn fixed_body(e: &ApiError) -> Option<&'static Bytes> {
+    const FIXED: [ApiError; 7] = [
+        ApiError::SoldOut,
+        ApiError::LimitReached,
+        ApiError::SaleNotStarted,
+        ApiError::SaleEnded,
+        ApiError::Overloaded,
+        ApiError::RateLimited,
+        ApiError::PurchaseVoided,
+    ];
+    static BODIES: LazyLock<Vec<Bytes>> = LazyLock::new(|| {
+        FIXED
+            .iter()
+            .map(|e| {
+                let body = ErrorBody {
+                    error: e.code(),
+                    message: e.to_string(),
+                };
+                Bytes::from(serde_json::to_vec(&body).expect("an error body serializes"))
+            })
+            .collect()
+    });
+    let kind = std::mem::discriminant(e);
+    let i = FIXED
+        .iter()
+        .position(|f| std::mem::discriminant(f) == kind)?;
+    Some(&BODIES[i])
 }
 
 impl From<PurchaseError> for ApiError {

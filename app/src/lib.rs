@@ -168,7 +168,7 @@ pub async fn build_with(
     // Every instance sweeps (see `lifecycle::sweep`), unless told to leave it to the others.
     let sweep = (config.expiry_interval_ms > 0)
         .then(|| tokio::spawn(lifecycle::sweep::run(life.clone(), pace)));
-    let state = AppState {
+    let state = AppState::new(state::Shared {
         pool,
         gate,
         registry: Arc::new(registry),
@@ -198,7 +198,7 @@ pub async fn build_with(
                 .chain([forgetting])
                 .collect(),
         )),
-    };
+    });
     Ok((http::router(state.clone()), state))
 }
 

@@ -4,7 +4,7 @@
 //! **Little's law**: purchases in flight = answers per second × seconds each one spends inside.
 //! So a limit of `rate × budget` keeps an admitted purchase's time inside near the budget,
 //! whatever the strategy's speed. A hot row answering 650 purchases a second in this instance
-//! may have 162 in flight for a budget of 250 ms; a ZooKeeper lock answering 85 may have 21. One
+//! may have 130 in flight for a budget of 200 ms; a ZooKeeper lock answering 85 may have 17. One
 //! fixed limit suits one strategy at most: above what a slow strategy answers in the budget,
 //! every purchase it admits waits behind the others (256 in flight at 85 a second is three
 //! seconds each, past any buyer's patience); below what a fast one needs, it refuses buyers it

@@ -67,8 +67,10 @@ impl Gate {
     /// `None` when the strategy has as many in flight as it answers within the budget, or the
     /// instance as many as it may hold.
     pub fn enter(&self, strategy: Strategy) -> Option<Place> {
-        let admitted = self.limit(strategy).enter()?;
+        // The permit first: one given back has no effect, while a place of the strategy given
+        // back unused would count as a purchase answered.
         let permit = Arc::clone(&self.in_flight).try_acquire_owned().ok()?;
+        let admitted = self.limit(strategy).enter()?;
         Some(Place {
             _permit: permit,
             _admitted: admitted,
