@@ -16,6 +16,7 @@ use app::api::{
 
 use crate::answer::Answer;
 use crate::connections::{Body, Connections};
+use bytes::Bytes;
 
 /// Request header that makes the strategy pause inside its critical section (the app must
 /// run with `--allow-fault-injection`).
@@ -38,6 +39,13 @@ pub struct Fault {
 
 /// How a transition of an order was answered: the order as it now stands, or the refusal.
 pub type Transition = std::result::Result<OrderResponse, ErrorCode>;
+
+/// An order's path and JSON body, built once ([`Api::prepare_order`]).
+#[derive(Debug, Clone)]
+pub struct PreparedOrder {
+    uri: Uri,
+    json: Bytes,
+}
 
 /// A client for a set of app instances: the load's requests (orders, `GET /api/noop`) on
 /// keep-alive connections of their own ([`crate::connections`]), spread by the caller's
@@ -157,6 +165,15 @@ impl Api {
         Ok(list.strategies)
     }
 
+    /// An order of `body` for `product`, built once to be sent many times
+    /// ([`Api::send_prepared`]).
+    pub fn prepare_order(product: u64, body: &OrderRequest) -> Result<PreparedOrder> {
+        Ok(PreparedOrder {
+            uri: Uri::try_from(format!("/api/products/{product}/orders"))?,
+            json: Bytes::from(serde_json::to_vec(body)?),
+        })
+    }
+
     /// Sends one order to instance `n % K`.
     pub async fn order(&self, n: usize, product: u64, body: &OrderRequest) -> Answer {
         self.order_holding(n, product, body, Duration::ZERO).await
@@ -184,6 +201,18 @@ impl Api {
         if !hold.is_zero() {
             headers.insert(HOLD_HEADER, HeaderValue::from(hold.as_millis() as u64));
         }
+        self.answer(n, request, Answer::of_order).await
+    }
+
+    /// Sends `order`, prepared once, to instance `n % K`: for a load that repeats one request,
+    /// as `wrk` repeats its script's, and spends nothing per request building it.
+    pub async fn send_prepared(&self, n: usize, order: &PreparedOrder) -> Answer {
+        let mut request: Request<Body> = Request::new(order.json.clone());
+        *request.method_mut() = Method::POST;
+        *request.uri_mut() = order.uri.clone();
+        request
+            .headers_mut()
+            .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         self.answer(n, request, Answer::of_order).await
     }
 

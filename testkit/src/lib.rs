@@ -12,7 +12,7 @@ pub mod process;
 pub mod wire;
 
 pub use answer::{Answer, Outcomes, order_request};
-pub use client::{Api, Fault, Transition};
+pub use client::{Api, Fault, PreparedOrder, Transition};
 pub use connections::own_runtime_thread;
 pub use crowd::{Answers, Arrival, Click, Clicks, Crowd, Retry, Sale, Spread};
 pub use launch::{TestApp, config_on};

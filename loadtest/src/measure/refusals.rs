@@ -7,14 +7,16 @@
 //! instance learns it so), so that every strategy's refusals are timed after a sell-out, as
 //! a sale's would be once its last unit went.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Result;
 use app::api::{ErrorCode, OrderRequest, Strategy};
-use testkit::{Api, Clicks, Crowd, order_request};
+use testkit::{Api, Clicks, Crowd, PreparedOrder, order_request};
 
 use crate::analyse::spread::combine;
-use crate::drive::load::{Window, closed_loop};
+use crate::drive::load::{Window, closed_loop, closed_loop_feeding};
+use crate::live::Feed;
 use crate::measure::flood::FloodPlan;
 use crate::report::schema::RefusalRate;
 
@@ -54,7 +56,7 @@ pub async fn after_sold_out(
         }
         sold_after_flood = answers.created() as u64;
     }
-    let mut rate = refusal_rate(api, plan, window).await;
+    let mut rate = refusal_rate(api, plan, window).await?;
     rate.sold_after_flood = sold_after_flood;
     Ok(Some(rate))
 }
@@ -62,20 +64,23 @@ pub async fn after_sold_out(
 /// Refusals of the sold-out product per second beside `GET /api/noop`, each in a closed loop
 /// of the same connections and client, alternated three times (which goes first alternating
 /// too); the medians.
-async fn refusal_rate(api: &Api, plan: &FloodPlan<'_>, window: Window) -> RefusalRate {
+async fn refusal_rate(api: &Api, plan: &FloodPlan<'_>, window: Window) -> Result<RefusalRate> {
     let (mut refusals, mut noops) = (Vec::new(), Vec::new());
     let connections = plan.refusal_connections;
     for round in 0..3 {
-        let (a, p, strategy) = (api.clone(), plan.product, plan.strategy.name);
+        let a = api.clone();
         let prefix = format!("{}-after-{round}", plan.id_prefix);
-        let refused = move || {
-            closed_loop(connections, window, move |i| {
-                let (a, prefix) = (a.clone(), prefix.clone());
-                async move {
-                    a.order(i as usize, p, &late_buyer(&prefix, strategy, i))
-                        .await
-                }
-            })
+        // One late buyer per connection, each request built once: the loop repeats it as `wrk`
+        // repeats its script's, so the generator spends on a refusal no more than it must.
+        let orders: Arc<[PreparedOrder]> = (0..connections)
+            .map(|c| Api::prepare_order(plan.product, &late_buyer(&prefix, plan.strategy.name, c)))
+            .collect::<Result<_>>()?;
+        let refused = move || async move {
+            let op = move |worker: usize, i: u64| {
+                let (a, orders) = (a.clone(), orders.clone());
+                async move { a.send_prepared(i as usize, &orders[worker]).await }
+            };
+            closed_loop_feeding(connections, window, &Feed::off(), op).await
         };
         let a = api.clone();
         let noop = move || {
@@ -93,15 +98,15 @@ async fn refusal_rate(api: &Api, plan: &FloodPlan<'_>, window: Window) -> Refusa
         }
     }
     let median = |runs| combine(runs).map_or(0.0, |run| run.attempts_per_sec);
-    RefusalRate {
+    Ok(RefusalRate {
         refusals_per_second: median(refusals),
         noop_per_second: median(noops),
         connections,
         sold_after_flood: 0,
-    }
+    })
 }
 
-/// The `i`-th purchase of the sold-out product: a buyer of its own, whom the sale refuses.
-fn late_buyer(prefix: &str, strategy: Strategy, i: u64) -> OrderRequest {
-    order_request(format!("late-{i}"), strategy, format!("{prefix}-{i}"), 1)
+/// A purchase of the sold-out product by a late buyer, whom the sale refuses.
+fn late_buyer(prefix: &str, strategy: Strategy, c: usize) -> OrderRequest {
+    order_request(format!("late-{c}"), strategy, format!("{prefix}-{c}"), 1)
 }
