@@ -66,6 +66,11 @@ impl Answer {
     }
 
     fn of_error(status: u16, body: &[u8]) -> Answer {
+        if status >= 400
+            && let Some(code) = written_shape(body)
+        {
+            return Answer::Refused { status, code };
+        }
         match serde_json::from_slice::<ErrorBody>(body) {
             Ok(b) if status >= 400 => Answer::Refused {
                 status,
@@ -296,9 +301,78 @@ pub fn order_request(
     }
 }
 
+/// The code of an error body in the shape the service writes it, `{"error":"<code>",
+/// "message":"<text>"}`, read without parsing the JSON whole: a load's thousands of refusals
+/// cost the client what the service's no-op costs it. `None` for any other shape, which the
+/// full parse then judges.
+fn written_shape(body: &[u8]) -> Option<ErrorCode> {
+    let rest = body.strip_prefix(br#"{"error":""#)?;
+    let end = rest.iter().position(|&b| b == b'"')?;
+    let (code, rest) = rest.split_at(end);
+    let message = rest
+        .strip_prefix(br#"","message":""#)?
+        .strip_suffix(br#""}"#)?;
+    // The message a JSON string's content: every quote escaped, no control byte.
+    let mut escaped = false;
+    for &b in message {
+        match (escaped, b) {
+            (true, _) => escaped = false,
+            (false, b'\\') => escaped = true,
+            (false, b'"') => return None,
+            (false, b) if b < 0x20 => return None,
+            _ => {}
+        }
+    }
+    if escaped {
+        return None;
+    }
+    ErrorCode::ALL
+        .iter()
+        .copied()
+        .find(|c| c.name().as_bytes() == code)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_error_body_read_by_its_shape_gives_what_the_full_parse_gives() {
+        let bodies: [&[u8]; 8] = [
+            br#"{"error":"sold_out","message":"not enough stock left"}"#,
+            br#"{"error":"busy","message":"say \"again\", later"}"#,
+            br#"{"error":"sold_out","message":"a \\"}"#,
+            // Not in the written shape: the full parse decides.
+            br#"{"message":"m","error":"sold_out"}"#,
+            br#"{"error":"sold_out","message":"unescaped " quote"}"#,
+            br#"{"error":"no_such_code","message":"m"}"#,
+            br#"{"error":"sold_out","message":"ends escaped\"}"#,
+            b"{\"error\":\"sold_out\",\"message\":\"a\nb\"}",
+        ];
+        for body in bodies {
+            let full = match serde_json::from_slice::<ErrorBody>(body) {
+                Ok(b) => Answer::Refused {
+                    status: 409,
+                    code: b.error,
+                },
+                Err(_) => Answer::Unexpected { status: 409 },
+            };
+            assert_eq!(
+                Answer::of_order(409, body),
+                full,
+                "{}",
+                String::from_utf8_lossy(body)
+            );
+        }
+        assert_eq!(
+            written_shape(br#"{"error":"sold_out","message":"x"}"#),
+            Some(ErrorCode::SoldOut)
+        );
+        assert_eq!(
+            written_shape(br#"{"error":"sold_out","message":"unescaped " quote"}"#),
+            None
+        );
+    }
 
     #[test]
     fn an_answer_is_classified_by_status_and_documented_body() {
