@@ -1,7 +1,6 @@
 //! Admission of a purchase: what can be decided before any strategy runs, from the request and
 //! from what this instance remembers of the product ([`crate::shelf`]), at the cost of a no-op.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use axum::http::HeaderMap;
@@ -11,7 +10,7 @@ use crate::api::{MAX_REQUEST_ID, MAX_USER_ID, OrderRequest, SaleRules, Strategy}
 use crate::error::ApiError;
 use crate::shelf::Epoch;
 use crate::state::AppState;
-use crate::strategy::{Purchase, PurchaseStats, StockStrategy};
+use crate::strategy::{Purchase, PurchaseStats};
 
 /// Request header that makes the strategy pause inside its critical section (only when the
 /// service runs with `--allow-fault-injection`).
@@ -21,13 +20,14 @@ const MAX_HOLD_MS: u64 = 120_000;
 
 /// The purchase `request` asks for, if this instance admits it: the strategy offered, the input
 /// well-formed, the product known, its sale open, its token shown if required, the quantity
-/// within the per-user limit; and the moment of memory it was admitted at.
+/// within the per-user limit; and the moment of memory it was admitted at. (Its strategy is
+/// taken only once it is not refused from memory: a refusal touches no shared count.)
 pub(super) async fn admit(
     state: &AppState,
     headers: &HeaderMap,
     product_id: u64,
     request: OrderRequest,
-) -> Result<(Arc<Purchase>, Arc<dyn StockStrategy>, Epoch), ApiError> {
+) -> Result<(Purchase, Epoch), ApiError> {
     let settings = &state.settings;
     let name = request.strategy.unwrap_or(settings.default_strategy);
     if !settings.offers(name) {
@@ -35,7 +35,6 @@ pub(super) async fn admit(
             "this deployment does not offer strategy `{name}` (see GET /api/strategies)"
         )));
     }
-    let strategy = state.registry.get(name).clone();
     if request.quantity < 1 || request.quantity > i64::from(settings.max_quantity) {
         return Err(ApiError::Invalid(format!(
             "quantity must be between 1 and {}",
@@ -72,7 +71,7 @@ pub(super) async fn admit(
     if request.quantity > known.rules.per_user_limit {
         return Err(ApiError::LimitReached);
     }
-    let purchase = Arc::new(Purchase {
+    let purchase = Purchase {
         product_id,
         user_id: request.user_id,
         quantity: u32::try_from(request.quantity).unwrap_or(u32::MAX),
@@ -84,8 +83,8 @@ pub(super) async fn admit(
         ),
         hold,
         stats: PurchaseStats::default(),
-    });
-    Ok((purchase, strategy, epoch))
+    };
+    Ok((purchase, epoch))
 }
 
 /// Refuses a purchase made outside the sale's window.

@@ -17,10 +17,12 @@ use std::time::Instant;
 use axum::Json;
 use std::net::SocketAddr;
 
+use axum::body::{Body, Bytes};
 use axum::extract::rejection::PathRejection;
 use axum::extract::{ConnectInfo, Path, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
 
 use crate::api::{ErrorBody, OrderRequest, OrderResponse, OrderState, OrderStatus, Strategy};
 use crate::db::orders::{self, Order, OrderState as Stored};
@@ -129,9 +131,7 @@ pub async fn create(
     state.metrics.purchase_received();
     let product_id = super::product_id(path)?;
     let (parts, body) = request.into_parts();
-    let body = axum::body::to_bytes(body, MAX_BODY)
-        .await
-        .map_err(|e| ApiError::BadRequest(format!("the body could not be read: {e}")))?;
+    let body = read_body(body).await?;
     let order = admit::parse(&body)?;
     let address = parts
         .extensions
@@ -140,14 +140,36 @@ pub async fn create(
     if !state.gate.within_rates(&order.user_id, address) {
         return Err(ApiError::RateLimited);
     }
-    let (purchase, strategy, epoch) =
-        admit::admit(&state, &parts.headers, product_id, order).await?;
+    let (purchase, epoch) = admit::admit(&state, &parts.headers, product_id, order).await?;
     if state.shelf.refuses(purchase.key()) {
         observe(&state, &purchase, "sold_out", started);
         return Err(ApiError::SoldOut);
     }
+    let strategy = state.registry.get(purchase.strategy).clone();
     // Boxed, so that what a refusal from memory moves is no larger than its own path needs.
-    Box::pin(place(state, strategy, purchase, epoch, started)).await
+    Box::pin(place(state, strategy, Arc::new(purchase), epoch, started)).await
+}
+
+/// The body of a purchase, at most [`MAX_BODY`] bytes. A few dozen bytes come as one frame,
+/// kept as they came: no buffer to gather them in.
+async fn read_body(body: Body) -> Result<Bytes, ApiError> {
+    let unreadable = |e: &dyn std::fmt::Display| {
+        ApiError::BadRequest(format!("the body could not be read: {e}"))
+    };
+    let mut frames = body.into_data_stream();
+    let mut whole = Bytes::new();
+    while let Some(frame) = frames.next().await {
+        let frame = frame.map_err(|e| unreadable(&e))?;
+        if whole.len() + frame.len() > MAX_BODY {
+            return Err(unreadable(&format!("longer than {MAX_BODY} bytes")));
+        }
+        whole = if whole.is_empty() {
+            frame
+        } else {
+            [whole, frame].concat().into()
+        };
+    }
+    Ok(whole)
 }
 
 /// Runs an admitted purchase through its strategy, if the service has room for it.
