@@ -1,7 +1,8 @@
 //! The expiry phase through the whole `seckill-bench run` path: for each deployable strategy,
 //! loops whose orders fall due at once, with every instance's sweep running and with every
 //! sweep paused; the sweeps expire orders only when they run, each round is compared, an
-//! unsafe strategy is left out, and the figures reach the JSON and the Markdown.
+//! unsafe strategy is left out, and the figures reach the JSON and the Markdown; and no other
+//! phase leaves orders behind that would fall due beside it.
 
 use crate::common;
 
@@ -72,5 +73,35 @@ async fn the_expiry_phase_expires_orders_only_while_the_sweeps_run_and_compares_
             c.strategy.name
         );
     }
+    common::drop_database(&target).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn no_order_a_phase_leaves_behind_falls_due_while_the_run_goes_on() {
+    // The sale's orders stay in the database (the accounting is read from them); were they
+    // reservations with the app's deadline, 15 minutes, they would fall due in the middle of
+    // a full run, and every sweep would spend a later phase expiring them.
+    let settings = common::quick(Strategy::Conditional);
+    let target = common::target();
+    let out = tempfile::tempdir().unwrap();
+    run_in(&settings, &target, out.path()).await.unwrap();
+    let db = sqlx::mysql::MySqlPoolOptions::new()
+        .max_connections(1)
+        .connect(&format!(
+            "{}/{}",
+            target.endpoints.database_url, target.database
+        ))
+        .await
+        .unwrap();
+    let (reserved, due_within_a_day): (i64, i64) = sqlx::query_as(
+        "SELECT COUNT(*), COUNT(CASE WHEN pay_by < NOW(6) + INTERVAL 1 DAY THEN 1 END) \
+         FROM orders WHERE state = 'reserved'",
+    )
+    .fetch_one(&db)
+    .await
+    .unwrap();
+    assert!(reserved > 0, "the sale's orders are left, as reservations");
+    assert_eq!(due_within_a_day, 0, "of {reserved} reserved orders left");
+    db.close().await;
     common::drop_database(&target).await;
 }
