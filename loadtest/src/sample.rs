@@ -158,6 +158,7 @@ pub fn expiry_cost(strategy: Strategy, ratios: &[f64], expired: u64) -> ExpiryCo
         expired,
         swept_seconds: 2.0,
         expired_unswept: 0,
+        others_due: 0,
     }
 }
 

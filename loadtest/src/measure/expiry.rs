@@ -10,8 +10,15 @@
 //! alternate which goes first, each on a product reset to no orders, and each round's p99 with
 //! the sweep is divided by the same round's p99 without it: the median of those ratios is what
 //! the sweep added.
+//!
+//! The sweeps expire every product's due orders, oldest first: orders of another product due
+//! during a loop would be expired ahead of the loop's own, and the round would measure their
+//! expiry instead. No phase leaves any (the benchmark's products give their orders the longest
+//! payment window); each loop with the sweep counts them first, and a count above zero is a
+//! finding.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
 use sqlx::MySqlPool;
@@ -45,10 +52,14 @@ pub async fn run_expiry(api: &Api, db: &MySqlPool, plan: &ExpiryPlan<'_>) -> Res
     let mut with = Vec::new();
     let mut without = Vec::new();
     let mut p99_ratios = Vec::new();
-    let (mut expired, mut expired_unswept, mut swept_seconds) = (0, 0, 0.0);
+    let (mut expired, mut expired_unswept, mut swept_seconds, mut others_due) = (0, 0, 0.0, 0);
     for round in 0..shape.rounds {
         let mut pair = [None, None];
         for sweeping in [round % 2 == 0, round % 2 != 0] {
+            if sweeping {
+                let lasts = buyers.window.warmup + buyers.window.measure;
+                others_due += due_elsewhere(db, buyers.product, lasts).await?;
+            }
             let (run, ended, seconds) = one_loop(api, db, &buyers, shape, round, sweeping).await?;
             if sweeping {
                 expired += ended;
@@ -76,6 +87,7 @@ pub async fn run_expiry(api: &Api, db: &MySqlPool, plan: &ExpiryPlan<'_>) -> Res
         expired,
         swept_seconds,
         expired_unswept,
+        others_due,
     })
 }
 
@@ -131,6 +143,21 @@ async fn one_loop(
     );
     settle(api, buyers).await?;
     Ok((run, expired, seconds))
+}
+
+/// Reserved orders of products other than `product` that are due, or fall due within
+/// `within`: what the sweeps would expire ahead of `product`'s during a loop that long.
+async fn due_elsewhere(db: &MySqlPool, product: u64, within: Duration) -> Result<u64> {
+    let (n,): (i64,) = sqlx::query_as(
+        "SELECT COUNT(*) FROM orders WHERE state = 'reserved' AND product_id <> ? \
+         AND pay_by <= NOW(6) + INTERVAL ? MICROSECOND",
+    )
+    .bind(product)
+    .bind(i64::try_from(within.as_micros())?)
+    .fetch_one(db)
+    .await
+    .context("counting the other products' due orders")?;
+    Ok(u64::try_from(n)?)
 }
 
 /// Orders of `product` that expired (their units back, or on their way).

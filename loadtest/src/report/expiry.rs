@@ -122,6 +122,11 @@ pub fn miss(m: &ExpiryMiss) -> String {
             "`{strategy}`: {expired} order(s) expired while every sweep was paused, so its \
              rounds without the sweep were not."
         ),
+        ExpiryMiss::OthersDue { strategy, orders } => format!(
+            "`{strategy}`: {orders} order(s) of other products fell due while the sweeps ran; \
+             the sweeps expire the oldest first, so its rounds with the sweep measured their \
+             expiry too, ahead of its own orders'."
+        ),
     }
 }
 
@@ -156,6 +161,20 @@ mod tests {
         let md = markdown(Some(&expiry_shape()), &[c], &found);
         assert!(
             md.contains("- `batched`: the sweep added 25% to the purchases' p99 (bar 10%): 12.5 ms with it, 10.0 ms without, while it expired 450 orders a second"),
+            "{md}"
+        );
+    }
+
+    #[test]
+    fn other_products_orders_due_beside_the_sweeps_are_told_with_their_count() {
+        let mut c = expiry_cost(Strategy::RedisLua, &[0.9, 1.0, 1.4], 0);
+        c.others_due = 10_833;
+        let found = misses(std::slice::from_ref(&c));
+        let md = markdown(Some(&expiry_shape()), &[c], &found);
+        assert!(
+            md.contains(
+                "- `redis-lua`: 10833 order(s) of other products fell due while the sweeps ran"
+            ),
             "{md}"
         );
     }

@@ -50,6 +50,10 @@ async fn the_expiry_phase_expires_orders_only_while_the_sweeps_run_and_compares_
         );
         assert!(c.expired > 0, "{name}: the running sweeps expired orders");
         assert_eq!(c.expired_unswept, 0, "{name}: paused sweeps expired none");
+        assert_eq!(
+            c.others_due, 0,
+            "{name}: no other product's orders fell due"
+        );
         assert_eq!(c.p99_ratios.len(), SHAPE.rounds, "{name}");
         assert!(c.with_sweep.outcomes.created > 0, "{name}");
         assert!(c.without_sweep.outcomes.created > 0, "{name}");

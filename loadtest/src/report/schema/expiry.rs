@@ -37,6 +37,11 @@ pub struct ExpiryCost {
     pub swept_seconds: f64,
     /// Orders expired during the loops without the sweep: none, unless a pause failed.
     pub expired_unswept: u64,
+    /// Reserved orders of other products that fell due during the loops with the sweep: none,
+    /// unless an earlier phase left some behind. The sweeps expire the oldest first, so they
+    /// would have spent those loops on them.
+    #[serde(default)]
+    pub others_due: u64,
 }
 
 impl ExpiryCost {
