@@ -132,9 +132,7 @@ pub async fn round(
     for ((product, _), (state, targets)) in stuck {
         let targets: Vec<&Target> = targets.iter().collect();
         home::finish_returns(life, product, &targets, state).await?;
-        for _ in &targets {
-            life.metrics.return_finished();
-        }
+        life.metrics.returns_finished(targets.len() as u64);
         done.returns_finished += targets.len() as u64;
     }
     // The due orders of each product whose home is its row or the Redis counter, to end
