@@ -16,6 +16,7 @@ use std::collections::BTreeMap;
 use sqlx::{MySql, MySqlConnection, MySqlPool, QueryBuilder};
 
 use super::orders::{OrderState, PurchaseKey};
+use super::quota;
 
 /// An order due for expiry, or one whose units are on their way back: what the sweep works on.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
@@ -182,7 +183,8 @@ pub async fn give_back_to_bucket(
 /// Expires, in `conn`'s transaction, those of `orders` (all of product `product_id`, whose
 /// stock is its row) that are still reserved and due, and gives their units back to the row in
 /// one write and to their buyers' counts: how many orders it expired. Locks in the
-/// order a purchase takes its own — the buyers' count rows, the stock row, then the orders —
+/// order a purchase takes its own — the buyers' count rows (by their keys, see
+/// [`quota::lock_buyers`]), the stock row, then the orders —
 /// so that the batch and a purchase or a cancellation never wait on each other in a cycle; the
 /// orders' locks decide which are still due, so a payment or cancellation that got to one
 /// first leaves it out, and one that comes later finds it expired.
@@ -194,15 +196,8 @@ pub async fn expire_from_row(
     if orders.is_empty() {
         return Ok(0);
     }
-    let mut users =
-        QueryBuilder::<MySql>::new("SELECT units FROM purchase_quota WHERE product_id = ");
-    users.push_bind(product_id).push(" AND user_id ");
-    push_in(&mut users, orders.iter().map(|(_, user)| *user));
-    users
-        .push(" FOR UPDATE")
-        .build()
-        .execute(&mut *conn)
-        .await?;
+    let users: Vec<&str> = orders.iter().map(|(_, user)| *user).collect();
+    quota::lock_buyers(&mut *conn, product_id, &users).await?;
     sqlx::query("SELECT stock FROM products WHERE id = ? FOR UPDATE")
         .bind(product_id)
         .execute(&mut *conn)
@@ -217,27 +212,11 @@ pub async fn expire_from_row(
         OrderState::Expired,
     )
     .await?;
-    // Each buyer's count, by its key (rows this transaction locked first), one statement per
-    // number of units to give back: most batches have one.
     let mut per_user: BTreeMap<&str, i64> = BTreeMap::new();
     for (_, user, quantity) in &due {
         *per_user.entry(user).or_default() += i64::from(*quantity);
     }
-    let mut by_units: BTreeMap<i64, Vec<&str>> = BTreeMap::new();
-    for (user, units) in per_user {
-        by_units.entry(units).or_default().push(user);
-    }
-    for (units, users) in by_units {
-        let mut quota =
-            QueryBuilder::<MySql>::new("UPDATE purchase_quota SET units = GREATEST(units - ");
-        quota
-            .push_bind(units)
-            .push(", 0) WHERE product_id = ")
-            .push_bind(product_id)
-            .push(" AND user_id ");
-        push_in(&mut quota, users);
-        quota.build().execute(&mut *conn).await?;
-    }
+    quota::give_back(&mut *conn, product_id, &per_user).await?;
     let units: i64 = due.iter().map(|(_, _, q)| i64::from(*q)).sum();
     sqlx::query("UPDATE products SET stock = stock + ?, version = version + 1 WHERE id = ?")
         .bind(units)

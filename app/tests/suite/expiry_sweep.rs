@@ -11,6 +11,7 @@ use common::{drop_database, fresh_database_url, spawn_app, test_config, wait_unt
 use deadpool_redis::redis;
 use futures::StreamExt;
 use serde_json::{Value, json};
+use sqlx::{Connection, MySqlConnection};
 
 /// Two instances sweeping every 10 ms; 30 orders of one product expire under them: each once.
 async fn two_sweeps_expire_each_order_once(home: &str, strategy: &str) {
@@ -218,6 +219,73 @@ async fn a_sweep_round_returns_a_batch_of_redis_held_units_once_each_and_announc
             Some(0)
         ),
         "every due order's unit back once, the paid ones kept: {view}"
+    );
+    app.stop().await;
+    drop_database(&database_url).await;
+}
+
+/// While a batch of a row-held product's expiries is in its transaction, the counts of the
+/// product's other buyers stay free: a buyer outside the batch claims more units, and a new
+/// buyer a count of their own, without waiting for it. Only the hot row and the batch's own
+/// buyers and orders are the batch's to lock.
+#[tokio::test]
+async fn a_batch_of_row_held_expiries_locks_no_count_but_its_own_buyers() {
+    let database_url = fresh_database_url().await;
+    let mut config = test_config(&database_url);
+    config.expiry_interval_ms = 0;
+    let app = spawn_app(config).await;
+    let body = json!({ "stock": 10, "per_user_limit": 5, "payment_window_ms": 1 });
+    app.reset_with(9, &body).await;
+    for b in 0..6 {
+        let (status, order) = buy(&app, 9, &format!("u{b}"), "r", "conditional").await;
+        assert_eq!(status, 201, "{order}");
+    }
+    wait_until_all_due(&database_url).await;
+    let mut sweep = MySqlConnection::connect(&database_url)
+        .await
+        .expect("connect");
+    let batch: Vec<(u64, String)> = sqlx::query_as(
+        "SELECT id, user_id FROM orders WHERE product_id = 9 AND user_id IN ('u1', 'u4')",
+    )
+    .fetch_all(&mut sweep)
+    .await
+    .expect("orders");
+    let batch: Vec<(u64, &str)> = batch.iter().map(|(id, u)| (*id, u.as_str())).collect();
+    let mut tx = sweep.begin().await.expect("begin");
+    let expired = app::db::order_life::expire_from_row(&mut tx, 9, &batch)
+        .await
+        .expect("expire");
+    assert_eq!(expired, 2);
+
+    let mut buyer = MySqlConnection::connect(&database_url)
+        .await
+        .expect("connect");
+    // Not a moment's wait: a count the batch locked fails at once instead.
+    sqlx::query("SET SESSION innodb_lock_wait_timeout = 0")
+        .execute(&mut buyer)
+        .await
+        .expect("no lock wait");
+    for (what, claim) in [
+        (
+            "a buyer outside the batch claims more",
+            "INSERT INTO purchase_quota (product_id, user_id, units) VALUES (9, 'u2', 1) \
+             ON DUPLICATE KEY UPDATE units = units + VALUES(units)",
+        ),
+        (
+            "a new buyer claims a count",
+            "INSERT INTO purchase_quota (product_id, user_id, units) VALUES (9, 'u10', 1) \
+             ON DUPLICATE KEY UPDATE units = units + VALUES(units)",
+        ),
+    ] {
+        let claimed = sqlx::query(claim).execute(&mut buyer).await;
+        assert!(claimed.is_ok(), "{what}: {claimed:?}");
+    }
+    tx.commit().await.expect("commit");
+    let view = product(&app, 9).await;
+    assert_eq!(
+        (view["stock"].as_i64(), view["expired"].as_i64()),
+        (Some(6), Some(2)),
+        "{view}"
     );
     app.stop().await;
     drop_database(&database_url).await;
