@@ -1,7 +1,7 @@
 //! The expiry phase through the whole `seckill-bench run` path: for each deployable strategy,
-//! loops whose orders fall due at once, with every instance's sweep running and with every
-//! sweep paused; the sweeps expire orders only when they run, each round is compared, an
-//! unsafe strategy is left out, and the figures reach the JSON and the Markdown; and no other
+//! loops whose buyers pay at once or never, with every instance's sweep running and with every
+//! sweep paused; the sweeps expire orders only when they run, each round is compared, the
+//! payers' payments are taken, an unsafe strategy is left out, and the figures reach the JSON and the Markdown; and no other
 //! phase leaves orders behind that would fall due beside it.
 
 use crate::common;
@@ -11,16 +11,18 @@ use loadtest::report::schema::ExpiryShape;
 use loadtest::run::run_in;
 
 const SHAPE: ExpiryShape = ExpiryShape {
-    payment_window_ms: 200,
-    // Longer than the app's sweep interval (1 s) after the first orders fall due: a sweep
-    // resumed before the loop runs at least one round over them.
-    warmup: 0.5,
+    payment_window_ms: 500,
+    non_payer_share: 0.3,
+    // Longer than the window and the app's sweep interval (1 s): a sweep resumed before the
+    // loop runs at least one round over due orders.
+    warmup: 1.5,
     seconds: 1.5,
     rounds: 2,
 };
 
 #[tokio::test(flavor = "multi_thread")]
-async fn the_expiry_phase_expires_orders_only_while_the_sweeps_run_and_compares_each_round() {
+async fn the_expiry_phase_expires_unpaid_orders_only_while_the_sweeps_run_and_compares_each_round()
+{
     let strategies = [Strategy::Conditional, Strategy::RedisLua, Strategy::Naive];
     let mut settings = common::quick(strategies[0]);
     settings.strategies = strategies.to_vec();
@@ -41,14 +43,24 @@ async fn the_expiry_phase_expires_orders_only_while_the_sweeps_run_and_compares_
     for c in &report.expiry_costs {
         let name = c.strategy.name;
         eprintln!(
-            "{name}: p99 with {} µs, without {} µs, ratios {:?}, expired {} in {:.1} s",
+            "{name}: p99 with {} µs, without {} µs, ratios {:?}, expired {} in {:.1} s, {:?}",
             c.with_sweep.latency.p99_us,
             c.without_sweep.latency.p99_us,
             c.p99_ratios,
             c.expired,
-            c.swept_seconds
+            c.swept_seconds,
+            c.payments
         );
         assert!(c.expired > 0, "{name}: the running sweeps expired orders");
+        let paid = &c.payments;
+        assert!(
+            paid.paid > 0 && paid.never_paid > 0,
+            "{name}: some buyers paid and some never did: {paid:?}"
+        );
+        assert_eq!(
+            paid.refused, 0,
+            "{name}: every payment was taken or came too late: {paid:?}"
+        );
         assert_eq!(c.expired_unswept, 0, "{name}: paused sweeps expired none");
         assert_eq!(
             c.others_due, 0,
