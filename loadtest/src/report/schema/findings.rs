@@ -50,6 +50,18 @@ pub enum ExpiryMiss {
     OthersDue { strategy: Strategy, orders: u64 },
 }
 
+impl ExpiryMiss {
+    /// The strategy whose rounds this miss leaves comparing nothing (all but a costly sweep).
+    pub fn spoilt(&self) -> Option<Strategy> {
+        match self {
+            ExpiryMiss::CostlySweep { .. } => None,
+            ExpiryMiss::NothingExpired { strategy }
+            | ExpiryMiss::PausedSweepExpired { strategy, .. }
+            | ExpiryMiss::OthersDue { strategy, .. } => Some(*strategy),
+        }
+    }
+}
+
 /// A bar of the flood missed, with the figures that say by how much.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "bar", rename_all = "kebab-case")]
