@@ -149,7 +149,7 @@ impl Metrics {
         self.orders_expired(1);
     }
 
-    /// `n` orders expired together (a batch of a product whose stock is its row).
+    /// `n` orders expired together (a batch of one product's).
     pub fn orders_expired(&self, n: u64) {
         self.expired.fetch_add(n, Ordering::Relaxed);
     }
@@ -158,8 +158,9 @@ impl Metrics {
         self.cancelled.fetch_add(1, Ordering::Relaxed);
     }
 
-    pub fn return_finished(&self) {
-        self.returns_finished.fetch_add(1, Ordering::Relaxed);
+    /// `n` returns a dead instance left half-way finished.
+    pub fn returns_finished(&self, n: u64) {
+        self.returns_finished.fetch_add(n, Ordering::Relaxed);
     }
 
     /// Records how late the oldest overdue reserved order is (the sweep, each round).

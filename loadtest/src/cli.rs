@@ -6,9 +6,15 @@ use app::api::Strategy;
 use clap::{Args, Parser, Subcommand};
 use locks::Backend;
 
-use crate::measure::expiry::PAYMENT_WINDOW_MS as EXPIRY_PAYMENT_WINDOW_MS;
+use crate::measure::expiry::{
+    PAYMENT_WINDOW_MS as EXPIRY_PAYMENT_WINDOW_MS, WARMUP_SECONDS as EXPIRY_WARMUP,
+};
 use crate::report::schema::{ExpiryShape, FloodShape, OPEN_RATE_SHARE, OverloadShape, Settings};
 use crate::scenario::Selection;
+
+/// Share of buyers who never pay what they bought, by default: the flood's winners and the
+/// expiry phase's buyers.
+const NON_PAYERS: f64 = 0.3;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -189,12 +195,16 @@ pub struct RunArgs {
     #[arg(long)]
     pub no_overload: bool,
     /// Skip the expiry phase: after each deployable strategy's overload, closed loops on a
-    /// product whose every order expires 200 ms after it was placed, with every instance's
-    /// expiry sweep running and with every sweep paused, `--repetitions` rounds of each
-    /// (2 s after 0.5 s of warm-up; 1.5 s with --quick): what the sweep adds to the
-    /// purchases' p99.
+    /// product whose unpaid orders expire 500 ms after they were placed (`--expiry-non-payers`
+    /// never pay, the others pay right after buying), with every instance's expiry sweep
+    /// running and with every sweep paused, `--repetitions` rounds of each (2 s after 1.5 s of
+    /// warm-up; 1.5 s with --quick): what the sweep adds to the purchases' p99.
     #[arg(long)]
     pub no_expiry: bool,
+    /// Share of the expiry phase's buyers who never pay, as in the flood; the others pay right
+    /// after buying. 1 is the sweep's worst case: every order expires.
+    #[arg(long, default_value_t = NON_PAYERS, env = "SECKILL_BENCH_EXPIRY_NON_PAYERS")]
+    pub expiry_non_payers: f64,
     /// Print the machine-readable result to stdout (progress goes to stderr).
     #[arg(long)]
     pub json: bool,
@@ -241,7 +251,7 @@ pub struct FloodArgs {
     pub retries: u32,
     /// Share of the winners who never pay: their orders expire at the payment deadline and
     /// the units go back on sale to buyers who come back.
-    #[arg(long = "flood-non-payers", default_value_t = 0.3)]
+    #[arg(long = "flood-non-payers", default_value_t = NON_PAYERS)]
     pub non_payers: f64,
     /// The product's payment window in the flood, in ms (0: no second act, orders are left
     /// reserved).
@@ -333,7 +343,8 @@ impl RunArgs {
             }),
             expiry: (!self.no_expiry && !self.only_baselines).then_some(ExpiryShape {
                 payment_window_ms: EXPIRY_PAYMENT_WINDOW_MS,
-                warmup: 0.5,
+                non_payer_share: self.expiry_non_payers,
+                warmup: EXPIRY_WARMUP,
                 seconds: if self.quick { 1.5 } else { 2.0 },
                 rounds: self.repetitions,
             }),
@@ -341,6 +352,10 @@ impl RunArgs {
         anyhow::ensure!(
             self.overload_factor > 0.0,
             "--overload-factor must be positive"
+        );
+        anyhow::ensure!(
+            (0.0..=1.0).contains(&self.expiry_non_payers),
+            "--expiry-non-payers is a share: 0 to 1"
         );
         anyhow::ensure!(settings.instances >= 1, "--instances must be at least 1");
         anyhow::ensure!(settings.buyers >= 1, "--buyers must be at least 1");
@@ -467,4 +482,29 @@ pub struct PeersArgs {
     /// Also write the Markdown table to this file.
     #[arg(long)]
     pub out: Option<PathBuf>,
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    fn settings(args: &[&str]) -> anyhow::Result<Settings> {
+        let cli = Cli::try_parse_from([&["seckill-bench", "run"], args].concat())?;
+        let Command::Run(run) = cli.command else {
+            unreachable!("parsed as `run`");
+        };
+        run.settings()
+    }
+
+    #[test]
+    fn the_expiry_phases_non_payers_are_the_floods_share_unless_told_otherwise() {
+        let defaults = settings(&[]).unwrap();
+        let (expiry, flood) = (defaults.expiry.unwrap(), defaults.flood.unwrap());
+        assert_eq!(expiry.non_payer_share, flood.non_payer_share);
+        let worst = settings(&["--expiry-non-payers", "1"]).unwrap();
+        assert_eq!(worst.expiry.unwrap().non_payer_share, 1.0);
+        assert!(settings(&["--expiry-non-payers", "1.5"]).is_err());
+    }
 }

@@ -10,10 +10,10 @@ use testkit::{Answer, Outcomes};
 
 use crate::drive::latency::Latencies;
 use crate::report::schema::{
-    Baseline, BaselineName, ByAnswer, Environment, ExpiryCost, ExpiryShape, Fairness, Findings,
-    FloodResult, FloodShape, LatencySummary, LoadResult, Loop, Memory, NoopFlood, OPEN_RATE_SHARE,
-    OverloadResult, OverloadShape, RefusalRate, RunReport, SCHEMA_VERSION, SaleResult, Settings,
-    StrategyReport, ThroughputResult,
+    Baseline, BaselineName, ByAnswer, Environment, ExpiryCost, ExpiryPayments, ExpiryShape,
+    Fairness, Findings, FloodResult, FloodShape, LatencySummary, LoadResult, Loop, Memory,
+    NoopFlood, OPEN_RATE_SHARE, OverloadResult, OverloadShape, RefusalRate, RunReport,
+    SCHEMA_VERSION, SaleResult, Settings, StrategyReport, ThroughputResult,
 };
 
 /// A run result of `per_sec` deductions in one second, latencies 1–50 ms.
@@ -160,13 +160,22 @@ pub fn expiry_cost(strategy: Strategy, ratios: &[f64], expired: u64) -> ExpiryCo
         expired,
         swept_seconds: 2.0,
         expired_unswept: 0,
+        others_due: 0,
+        payments: ExpiryPayments {
+            bought: 10 * expired / 3,
+            never_paid: expired,
+            paid: 10 * expired / 3 - expired,
+            too_late: 0,
+            refused: 0,
+        },
     }
 }
 
 /// The shape of the sample's expiry phase.
 pub fn expiry_shape() -> ExpiryShape {
     ExpiryShape {
-        payment_window_ms: 200,
+        payment_window_ms: 500,
+        non_payer_share: 0.3,
         warmup: 0.3,
         seconds: 1.0,
         rounds: 3,

@@ -98,13 +98,18 @@ impl Api {
     }
 
     /// `PUT /api/products/{id}`: creates the product or resets it to `stock` units kept in
-    /// `home`, and deletes its orders.
+    /// `home`, and deletes its orders. Its orders fall due only after the longest payment
+    /// window.
     pub async fn reset_product(&self, id: u64, stock: i64, home: Home) -> Result<()> {
-        // No per-user limit to speak of: the benchmark's buyers buy again and again.
+        // No per-user limit to speak of: the benchmark's buyers buy again and again. No
+        // deadline either: the orders a phase leaves would otherwise fall due during a later
+        // one (the app's window is 15 minutes, a full run an hour), and the expiry sweep would
+        // work beside that phase's purchases, or ahead of the orders the expiry phase watches.
         self.put_product(
             id,
             &ResetProduct {
                 per_user_limit: Some(app::api::MAX_STOCK),
+                payment_window_ms: Some(app::api::MAX_PAYMENT_WINDOW_MS),
                 ..ResetProduct::new(stock, home)
             },
         )

@@ -16,6 +16,7 @@ use std::collections::BTreeMap;
 use sqlx::{MySql, MySqlConnection, MySqlPool, QueryBuilder};
 
 use super::orders::{OrderState, PurchaseKey};
+use super::quota;
 
 /// An order due for expiry, or one whose units are on their way back: what the sweep works on.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
@@ -57,10 +58,7 @@ pub async fn end(
     to: OrderState,
     due_only: bool,
 ) -> Result<bool, sqlx::Error> {
-    let returned = match to {
-        OrderState::Expired | OrderState::Cancelled => "NOW(6)",
-        _ => "NULL",
-    };
+    let returned = returned_at(to);
     let due = match due_only {
         true => " AND pay_by <= NOW(6)",
         false => "",
@@ -77,22 +75,26 @@ pub async fn end(
     Ok(done.rows_affected() == 1)
 }
 
-/// `from` (`expiring` or `cancelling`) → `to` (`expired` or `cancelled`): the units arrived.
-/// Whether it changed (false: someone else recorded the arrival first).
+/// `from` (`expiring` or `cancelling`) → `to` (`expired` or `cancelled`) for each of
+/// `orders`: their units arrived. How many changed (fewer: someone else recorded an arrival
+/// first).
 pub async fn arrived(
     pool: &MySqlPool,
-    order_id: u64,
+    orders: &[u64],
     from: OrderState,
     to: OrderState,
-) -> Result<bool, sqlx::Error> {
-    let done =
-        sqlx::query("UPDATE orders SET state = ?, returned_at = NOW(6) WHERE id = ? AND state = ?")
-            .bind(to.name())
-            .bind(order_id)
-            .bind(from.name())
-            .execute(pool)
-            .await?;
-    Ok(done.rows_affected() == 1)
+) -> Result<u64, sqlx::Error> {
+    if orders.is_empty() {
+        return Ok(0);
+    }
+    let mut arrived = QueryBuilder::<MySql>::new("UPDATE orders SET state = ");
+    arrived
+        .push_bind(to.name())
+        .push(", returned_at = NOW(6) WHERE state = ")
+        .push_bind(from.name())
+        .push(" AND id ");
+    push_in(&mut arrived, orders.iter().copied());
+    Ok(arrived.build().execute(pool).await?.rows_affected())
 }
 
 /// The order's state, read without a lock (the unchecked variants' "check").
@@ -181,7 +183,8 @@ pub async fn give_back_to_bucket(
 /// Expires, in `conn`'s transaction, those of `orders` (all of product `product_id`, whose
 /// stock is its row) that are still reserved and due, and gives their units back to the row in
 /// one write and to their buyers' counts: how many orders it expired. Locks in the
-/// order a purchase takes its own — the buyers' count rows, the stock row, then the orders —
+/// order a purchase takes its own — the buyers' count rows (by their keys, see
+/// [`quota::lock_buyers`]), the stock row, then the orders —
 /// so that the batch and a purchase or a cancellation never wait on each other in a cycle; the
 /// orders' locks decide which are still due, so a payment or cancellation that got to one
 /// first leaves it out, and one that comes later finds it expired.
@@ -193,57 +196,27 @@ pub async fn expire_from_row(
     if orders.is_empty() {
         return Ok(0);
     }
-    let mut users =
-        QueryBuilder::<MySql>::new("SELECT units FROM purchase_quota WHERE product_id = ");
-    users.push_bind(product_id).push(" AND user_id ");
-    push_in(&mut users, orders.iter().map(|(_, user)| *user));
-    users
-        .push(" FOR UPDATE")
-        .build()
-        .execute(&mut *conn)
-        .await?;
+    let users: Vec<&str> = orders.iter().map(|(_, user)| *user).collect();
+    quota::lock_buyers(&mut *conn, product_id, &users).await?;
     sqlx::query("SELECT stock FROM products WHERE id = ? FOR UPDATE")
         .bind(product_id)
         .execute(&mut *conn)
         .await?;
-    // By the primary key only: a range of another index would lock its gaps too, where other
-    // purchases insert their orders.
-    let mut still_due = QueryBuilder::<MySql>::new(
-        "SELECT id, user_id, quantity FROM orders FORCE INDEX (PRIMARY) \
-         WHERE state = 'reserved' AND pay_by <= NOW(6) AND id ",
-    );
-    push_in(&mut still_due, orders.iter().map(|(id, _)| *id));
-    still_due.push(" FOR UPDATE");
-    let due: Vec<(u64, String, u32)> = still_due.build_query_as().fetch_all(&mut *conn).await?;
+    let due = lock_still_due(&mut *conn, orders.iter().map(|(id, _)| *id)).await?;
     if due.is_empty() {
         return Ok(0);
     }
-    let mut expire = QueryBuilder::<MySql>::new(
-        "UPDATE orders SET state = 'expired', ended_at = NOW(6), returned_at = NOW(6) WHERE id ",
-    );
-    push_in(&mut expire, due.iter().map(|(id, _, _)| *id));
-    expire.build().execute(&mut *conn).await?;
-    // Each buyer's count, by its key (rows this transaction locked first), one statement per
-    // number of units to give back: most batches have one.
+    end_all(
+        &mut *conn,
+        due.iter().map(|(id, _, _)| *id),
+        OrderState::Expired,
+    )
+    .await?;
     let mut per_user: BTreeMap<&str, i64> = BTreeMap::new();
     for (_, user, quantity) in &due {
         *per_user.entry(user).or_default() += i64::from(*quantity);
     }
-    let mut by_units: BTreeMap<i64, Vec<&str>> = BTreeMap::new();
-    for (user, units) in per_user {
-        by_units.entry(units).or_default().push(user);
-    }
-    for (units, users) in by_units {
-        let mut quota =
-            QueryBuilder::<MySql>::new("UPDATE purchase_quota SET units = GREATEST(units - ");
-        quota
-            .push_bind(units)
-            .push(", 0) WHERE product_id = ")
-            .push_bind(product_id)
-            .push(" AND user_id ");
-        push_in(&mut quota, users);
-        quota.build().execute(&mut *conn).await?;
-    }
+    quota::give_back(&mut *conn, product_id, &per_user).await?;
     let units: i64 = due.iter().map(|(_, _, q)| i64::from(*q)).sum();
     sqlx::query("UPDATE products SET stock = stock + ?, version = version + 1 WHERE id = ?")
         .bind(units)
@@ -251,6 +224,71 @@ pub async fn expire_from_row(
         .execute(&mut *conn)
         .await?;
     Ok(due.len() as u64)
+}
+
+/// Moves those of `orders` that are still reserved and due to `expiring`, in `conn`'s
+/// transaction, and says which: the first step of a batch of expiries whose units go back to
+/// a home outside this database (the Redis counter). The orders' locks decide, as for
+/// [`expire_from_row`]: a payment or cancellation that got to one first leaves it out, one
+/// that comes later finds it `expiring`.
+pub async fn start_expiring(
+    conn: &mut MySqlConnection,
+    orders: &[u64],
+) -> Result<Vec<u64>, sqlx::Error> {
+    if orders.is_empty() {
+        return Ok(Vec::new());
+    }
+    let due: Vec<u64> = (lock_still_due(&mut *conn, orders.iter().copied())
+        .await?
+        .into_iter())
+    .map(|(id, _, _)| id)
+    .collect();
+    if !due.is_empty() {
+        end_all(conn, due.iter().copied(), OrderState::Expiring).await?;
+    }
+    Ok(due)
+}
+
+/// Locks those of `orders` that are still reserved and due, in `conn`'s transaction: their
+/// ids, buyers and quantities.
+async fn lock_still_due(
+    conn: &mut MySqlConnection,
+    orders: impl IntoIterator<Item = u64>,
+) -> Result<Vec<(u64, String, u32)>, sqlx::Error> {
+    // By the primary key only: a range of another index would lock its gaps too, where other
+    // purchases insert their orders.
+    let mut still_due = QueryBuilder::<MySql>::new(
+        "SELECT id, user_id, quantity FROM orders FORCE INDEX (PRIMARY) \
+         WHERE state = 'reserved' AND pay_by <= NOW(6) AND id ",
+    );
+    push_in(&mut still_due, orders);
+    still_due.push(" FOR UPDATE");
+    still_due.build_query_as().fetch_all(conn).await
+}
+
+/// `orders` (locked by this transaction, reserved) → `to`, as [`end`] moves one.
+async fn end_all(
+    conn: &mut MySqlConnection,
+    orders: impl IntoIterator<Item = u64>,
+    to: OrderState,
+) -> Result<(), sqlx::Error> {
+    let mut end = QueryBuilder::<MySql>::new("UPDATE orders SET state = ");
+    end.push_bind(to.name())
+        .push(", ended_at = NOW(6), returned_at = ")
+        .push(returned_at(to))
+        .push(" WHERE id ");
+    push_in(&mut end, orders);
+    end.build().execute(conn).await?;
+    Ok(())
+}
+
+/// What an order's `returned_at` becomes when it ends in `to`: now if its units are home with
+/// the change, else not yet.
+fn returned_at(to: OrderState) -> &'static str {
+    match to {
+        OrderState::Expired | OrderState::Cancelled => "NOW(6)",
+        _ => "NULL",
+    }
 }
 
 /// Appends `IN (?, ?, …)` binding each of `values`.

@@ -11,7 +11,7 @@
 //! Claiming first and taking stock second keeps the hot row's lock out of the claim's round
 //! trip.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use sqlx::{MySql, MySqlConnection, QueryBuilder};
 
@@ -52,7 +52,8 @@ pub async fn claim(
 }
 
 /// The units each of `users` holds of the product, their rows locked (created at 0 where
-/// missing) until `conn`'s transaction ends. The rows are locked in one statement, in byte
+/// missing) until `conn`'s transaction ends. The rows are locked in one statement, each by
+/// its key (an insert's duplicate check: no scan, so no other buyer's row and no gap), in byte
 /// order of the user ids, so that two batches sharing buyers cannot lock them in opposite
 /// orders.
 pub async fn lock_buyers(
@@ -94,5 +95,28 @@ pub async fn add(
     });
     upsert.push(" ON DUPLICATE KEY UPDATE units = units + VALUES(units)");
     upsert.build().execute(conn).await?;
+    Ok(())
+}
+
+/// Gives each buyer of `units` that many units of the product back (never below 0), in `conn`'s
+/// transaction, whose [`lock_buyers`] locked (or created) their rows: one statement, and each
+/// row reached by its key. A `WHERE user_id IN (…)` would leave the way to the optimizer, which
+/// may scan every count of the product instead — under `REPEATABLE READ` locking each, and the
+/// gaps between them, where every new buyer of the product inserts theirs.
+pub async fn give_back(
+    conn: &mut MySqlConnection,
+    product_id: u64,
+    units: &BTreeMap<&str, i64>,
+) -> Result<(), sqlx::Error> {
+    if units.is_empty() {
+        return Ok(());
+    }
+    let mut back =
+        QueryBuilder::<MySql>::new("INSERT INTO purchase_quota (product_id, user_id, units) ");
+    back.push_values(units, |mut row, (user, units)| {
+        row.push_bind(product_id).push_bind(*user).push_bind(*units);
+    });
+    back.push(" ON DUPLICATE KEY UPDATE units = GREATEST(units - VALUES(units), 0)");
+    back.build().execute(conn).await?;
     Ok(())
 }

@@ -189,6 +189,30 @@ async fn end_in_redis(
     Ok(true)
 }
 
+/// Expires those of `targets` (due orders of `product`, whose stock is in Redis) still
+/// reserved and due, as [`end_in_redis`] ends one but a batch at each step: one transaction
+/// moves them all to `expiring`, one script gives back each one's charge (once, by its own
+/// record), one update records their arrival. How many it expired.
+pub(super) async fn expire_from_redis(
+    life: &Lifecycle,
+    product: u64,
+    targets: &[Target],
+) -> Result<u64, LifeError> {
+    let ids: Vec<u64> = targets.iter().map(|t| t.order_id).collect();
+    let mut tx = life.pool.begin().await?;
+    let leaving = order_life::start_expiring(&mut tx, &ids).await?;
+    tx.commit().await?;
+    let leaving: Vec<&Target> = (targets.iter())
+        .filter(|t| leaving.contains(&t.order_id))
+        .collect();
+    // Left `reserved` with their units not home yet: a crash from here on leaves them
+    // `expiring`, for a sweep to finish after the return grace.
+    finish_returns(life, product, &leaving, OrderState::Expiring).await?;
+    let expired = leaving.len() as u64;
+    life.metrics.orders_expired(expired);
+    Ok(expired)
+}
+
 /// Gives the units of an order in `expiring` / `cancelling` back to the Redis counter (once,
 /// by its charge record) and records their arrival. Safe to run again, by anyone, at any time.
 pub(super) async fn finish_return(
@@ -196,21 +220,38 @@ pub(super) async fn finish_return(
     target: &Target,
     on_the_way: OrderState,
 ) -> Result<(), LifeError> {
+    finish_returns(life, target.product_id, &[target], on_the_way).await
+}
+
+/// [`finish_return`] for several orders of `product`, all in `on_the_way`: one script, one
+/// update.
+pub(super) async fn finish_returns(
+    life: &Lifecycle,
+    product: u64,
+    targets: &[&Target],
+    on_the_way: OrderState,
+) -> Result<(), LifeError> {
+    if targets.is_empty() {
+        return Ok(());
+    }
     let redis = life.redis.as_ref().ok_or(RedisStockError::NotConfigured)?;
-    let field = charge::field(&target.user_id, &target.request_id);
+    let fields: Vec<String> = (targets.iter())
+        .map(|t| charge::field(&t.user_id, &t.request_id))
+        .collect();
     let given: i64 = redis
-        // The order's own charge (whichever attempt made it): its purchase key is the
+        // Each order's own charge (whichever attempt made it): its purchase key is the
         // order's, so no retry charges the purchase anew.
-        .invoke(&redis.give_back(target.product_id, &field, None))
+        .invoke(&redis.give_back_all(product, fields.iter().map(String::as_str)))
         .await?;
     let done = match on_the_way {
         OrderState::Cancelling => OrderState::Cancelled,
         _ => OrderState::Expired,
     };
-    order_life::arrived(&life.pool, target.order_id, on_the_way, done).await?;
+    let ids: Vec<u64> = targets.iter().map(|t| t.order_id).collect();
+    order_life::arrived(&life.pool, &ids, on_the_way, done).await?;
     if given > 0 && life.forget_on_return {
         // The script announced it to every instance; this one forgets without waiting for it.
-        life.shelf.forget(target.product_id);
+        life.shelf.forget(product);
     }
     Ok(())
 }

@@ -32,6 +32,16 @@
 //!   stranded (undersell, never oversell: the units are in no order and not on sale), which the
 //!   sweep of every instance finishes after `--return-grace-ms`, and `reconcile` at once.
 //!
+//!   The sweep takes the same three steps for a batch of a product's due orders at once, and
+//!   the argument holds order by order: the batch's state change is one transaction that locks
+//!   the orders still `reserved` and due and moves exactly those to `expiring` (an order a
+//!   payment or a cancellation got to first is left out; one they reach later is no longer
+//!   `reserved`); the batch's give-back
+//!   ([`GIVE_BACK_ALL`](crate::redis_stock::scripts::GIVE_BACK_ALL)) is one atomic script that
+//!   gives each order's charge back only if that order's record is still there, deleting it;
+//!   the final update moves only orders still `expiring`. A crash between two steps leaves
+//!   each order of the batch where a crash leaves a single one.
+//!
 //! Units that come back make this instance forget what it remembered of the product (its
 //! sold-out flag, see [`crate::shelf`]) and announce it to the others; the Redis give-back
 //! announces from inside its script.

@@ -365,6 +365,26 @@ impl RedisStock {
         script
     }
 
+    /// Arguments of [`scripts::GIVE_BACK_ALL`] for the purchases `fields` of `product`, each
+    /// by whichever attempt charged it, ready to run.
+    pub fn give_back_all<'f>(
+        &self,
+        product: u64,
+        fields: impl IntoIterator<Item = &'f str>,
+    ) -> ScriptInvocation<'static> {
+        let mut script = scripts::GIVE_BACK_ALL.prepare_invoke();
+        script
+            .key(self.keys.stock(product))
+            .key(self.keys.requests(product))
+            .key(self.keys.buyers(product))
+            .arg(self.keys.stock_back())
+            .arg(product);
+        for field in fields {
+            script.arg(field);
+        }
+        script
+    }
+
     /// Announces that the product's stock came back (see [`announce`]).
     pub async fn announce(&self, product: u64) -> Result<(), RedisStockError> {
         self.query::<()>(

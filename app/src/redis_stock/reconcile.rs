@@ -105,7 +105,7 @@ pub async fn reconcile(
             OrderState::Cancelling => OrderState::Cancelled,
             _ => OrderState::Expired,
         };
-        order_life::arrived(pool, *order_id, *on_the_way, done).await?;
+        order_life::arrived(pool, &[*order_id], *on_the_way, done).await?;
         released += 1;
     }
     for (field, attempt) in &before.fenced {

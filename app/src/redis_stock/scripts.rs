@@ -26,10 +26,12 @@ pub const CONFLICT: i64 = -4;
 /// The buyer would hold more units of the product than its per-user limit.
 pub const LIMIT_REACHED: i64 = -5;
 
-/// Reads the buyer out of a purchase field (`<length>:<user><request>`) into `user`.
+/// `buyer(field)`: the buyer of a purchase field (`<length>:<user><request>`).
 const BUYER: &str = r"
-local length, rest = string.match(ARGV[1], '^(%d+):(.*)$')
-local user = string.sub(rest, 1, tonumber(length))
+local function buyer(field)
+  local length, rest = string.match(field, '^(%d+):(.*)$')
+  return string.sub(rest, 1, tonumber(length))
+end
 ";
 
 /// The start both take scripts share: refuse, or charge the purchase — record it with its
@@ -63,11 +65,30 @@ redis.call('hincrby', KEYS[3], user, q)
 /// [`LIMIT_REACHED`].
 pub static TAKE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
-        "{BUYER}local attempt = ARGV[4]
+        "{BUYER}local user, attempt = buyer(ARGV[1]), ARGV[4]
 {CHARGE}
 return redis.call('decrby', KEYS[1], q)"
     ))
 });
+
+/// `give_back(field, attempt)`: gives the units of the charged purchase `field` back, to the
+/// counter and to the buyer's limit, once: only if its record is still there, which the same
+/// step deletes — and, when an attempt is named (not `''`), only if that attempt made the
+/// charge. The units given back (0 if the purchase had not been charged, was given back, or
+/// was charged by another attempt). KEYS[1] stock, KEYS[2] requests, KEYS[3] buyers.
+const RETURN: &str = r"
+local function give_back(field, attempt)
+  local charged = redis.call('hget', KEYS[2], field)
+  if not charged or charged == 'cancelled' then return 0 end
+  if attempt ~= '' and string.match(charged, '^%d+:[^:]*:%d+:(.*)$') ~= attempt then return 0 end
+  redis.call('hdel', KEYS[2], field)
+  local q = tonumber(string.match(charged, '^(%d+):'))
+  if redis.call('exists', KEYS[1]) == 1 then redis.call('incrby', KEYS[1], q) end
+  local user = buyer(field)
+  if redis.call('hincrby', KEYS[3], user, -q) <= 0 then redis.call('hdel', KEYS[3], user) end
+  return q
+end
+";
 
 /// Gives the units of a charged purchase back, to the counter and to the buyer's limit, once:
 /// only if its record is still there, which the same step deletes — and, when an attempt is
@@ -80,16 +101,25 @@ return redis.call('decrby', KEYS[1], q)"
 /// another attempt).
 pub static GIVE_BACK: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
-        "{BUYER}
-local charged = redis.call('hget', KEYS[2], ARGV[1])
-if not charged or charged == 'cancelled' then return 0 end
-if ARGV[4] ~= '' and string.match(charged, '^%d+:[^:]*:%d+:(.*)$') ~= ARGV[4] then return 0 end
-redis.call('hdel', KEYS[2], ARGV[1])
-local q = tonumber(string.match(charged, '^(%d+):'))
-if redis.call('exists', KEYS[1]) == 1 then redis.call('incrby', KEYS[1], q) end
-if redis.call('hincrby', KEYS[3], user, -q) <= 0 then redis.call('hdel', KEYS[3], user) end
-redis.call('publish', ARGV[2], ARGV[3])
+        "{BUYER}{RETURN}
+local q = give_back(ARGV[1], ARGV[4])
+if q > 0 then redis.call('publish', ARGV[2], ARGV[3]) end
 return q"
+    ))
+});
+
+/// [`GIVE_BACK`] for several purchases of one product in one step, each by its own charge
+/// (whichever attempt made it) and each once, by its own record: the sweep's batch of expired
+/// orders, one round trip instead of one per order. Announces once that the product's stock
+/// came back, if any did. KEYS: stock, requests, buyers. ARGV: the announcement channel,
+/// product id, then the purchase fields. Returns the units given back in all.
+pub static GIVE_BACK_ALL: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        "{BUYER}{RETURN}
+local given = 0
+for i = 3, #ARGV do given = given + give_back(ARGV[i], '') end
+if given > 0 then redis.call('publish', ARGV[1], ARGV[2]) end
+return given"
     ))
 });
 
@@ -126,7 +156,7 @@ pub const SETTLED_OTHER: i64 = 2;
 /// Returns as [`TAKE`].
 pub static TAKE_AND_APPEND: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
-        "{BUYER}local attempt = ARGV[9]
+        "{BUYER}local user, attempt = buyer(ARGV[1]), ARGV[9]
 {CHARGE}
 redis.call('xadd', KEYS[5], '*', 'request_id', ARGV[4], 'quantity', ARGV[2],
   'product_id', ARGV[5], 'user_id', ARGV[6], 'strategy', ARGV[7], 'attempt', attempt)

@@ -6,9 +6,12 @@ use crate::common;
 
 use std::process::{Child, Command, Stdio};
 
-use common::life::{buy, product, wait_until_all_due};
+use common::life::{buy, expire, product, wait_until_all_due};
 use common::{drop_database, fresh_database_url, spawn_app, test_config, wait_until};
+use deadpool_redis::redis;
+use futures::StreamExt;
 use serde_json::{Value, json};
+use sqlx::{Connection, MySqlConnection};
 
 /// Two instances sweeping every 10 ms; 30 orders of one product expire under them: each once.
 async fn two_sweeps_expire_each_order_once(home: &str, strategy: &str) {
@@ -133,6 +136,157 @@ async fn a_paused_sweep_expires_nothing_and_a_resumed_one_expires_every_due_orde
         view["expired"] == ORDERS && view["stock"] == ORDERS
     })
     .await;
+    app.stop().await;
+    drop_database(&database_url).await;
+}
+
+/// One round of the sweep over a Redis-held product whose orders fell due, some paid and some
+/// cancelled before: the due ones expire, each of their units comes back once and no other
+/// order's does, and the return is announced to the other instances once for the whole batch
+/// (one give-back script for the batch, not one per order).
+#[tokio::test]
+async fn a_sweep_round_returns_a_batch_of_redis_held_units_once_each_and_announces_them_once() {
+    const ORDERS: usize = 20;
+    const PAID: usize = 5;
+    const CANCELLED: usize = 3;
+    let database_url = fresh_database_url().await;
+    let mut config = test_config(&database_url);
+    config.expiry_interval_ms = 0;
+    common::with_every_service(&mut config).await;
+    let channel = format!("{}products:forget", config.lock_prefix);
+    let redis = redis::Client::open(config.redis_url.clone().expect("redis")).expect("client");
+    let app = spawn_app(config).await;
+    // Long enough to pay and cancel before the deadline on a loaded machine.
+    let body = json!({ "stock": ORDERS, "home": "redis", "per_user_limit": 1, "payment_window_ms": 3_000 });
+    app.reset_with(3, &body).await;
+    for b in 0..ORDERS {
+        let (status, order) = buy(&app, 3, &format!("u{b}"), "r", "redis-lua").await;
+        assert_eq!(status, 201, "{order}");
+    }
+    for b in 0..PAID + CANCELLED {
+        let action = if b < PAID { "pay" } else { "cancel" };
+        let (status, order) = common::life::act(&app, 3, &format!("u{b}"), "r", action, &[]).await;
+        assert_eq!(status, 200, "{action}: {order}");
+    }
+    wait_until_all_due(&database_url).await;
+    let mut announced = redis.get_async_pubsub().await.expect("pubsub");
+    announced.subscribe(&channel).await.expect("subscribe");
+
+    let (status, round) = expire(&app, 3, &[]).await;
+    assert_eq!(status, 200, "{round}");
+    let due = (ORDERS - PAID - CANCELLED) as u64;
+    assert_eq!(
+        (round["expired"].as_u64(), round["lost_races"].as_u64()),
+        (Some(due), Some(0)),
+        "{round}"
+    );
+    // Published after the round's answer, so delivered after every announcement it made.
+    let mut conn = redis
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connection");
+    redis::cmd("PUBLISH")
+        .arg(&channel)
+        .arg("end")
+        .query_async::<()>(&mut conn)
+        .await
+        .expect("publish");
+    let mut messages = announced.on_message();
+    let mut announcements = 0;
+    while let Some(message) = messages.next().await {
+        if message.get_payload::<String>().expect("payload") == "end" {
+            break;
+        }
+        announcements += 1;
+    }
+    assert_eq!(announcements, 1, "one announcement for the batch");
+    let view = product(&app, 3).await;
+    assert_eq!(
+        (
+            view["stock"].as_u64(),
+            view["paid"].as_u64(),
+            view["expired"].as_u64(),
+            view["cancelled"].as_u64(),
+            view["returning"].as_u64(),
+            view["stranded"].as_u64()
+        ),
+        (
+            Some((ORDERS - PAID) as u64),
+            Some(PAID as u64),
+            Some(due),
+            Some(CANCELLED as u64),
+            Some(0),
+            Some(0)
+        ),
+        "every due order's unit back once, the paid ones kept: {view}"
+    );
+    app.stop().await;
+    drop_database(&database_url).await;
+}
+
+/// While a batch of a row-held product's expiries is in its transaction, the counts of the
+/// product's other buyers stay free: a buyer outside the batch claims more units, and a new
+/// buyer a count of their own, without waiting for it. Only the hot row and the batch's own
+/// buyers and orders are the batch's to lock.
+#[tokio::test]
+async fn a_batch_of_row_held_expiries_locks_no_count_but_its_own_buyers() {
+    let database_url = fresh_database_url().await;
+    let mut config = test_config(&database_url);
+    config.expiry_interval_ms = 0;
+    let app = spawn_app(config).await;
+    let body = json!({ "stock": 10, "per_user_limit": 5, "payment_window_ms": 1 });
+    app.reset_with(9, &body).await;
+    for b in 0..6 {
+        let (status, order) = buy(&app, 9, &format!("u{b}"), "r", "conditional").await;
+        assert_eq!(status, 201, "{order}");
+    }
+    wait_until_all_due(&database_url).await;
+    let mut sweep = MySqlConnection::connect(&database_url)
+        .await
+        .expect("connect");
+    let batch: Vec<(u64, String)> = sqlx::query_as(
+        "SELECT id, user_id FROM orders WHERE product_id = 9 AND user_id IN ('u1', 'u4')",
+    )
+    .fetch_all(&mut sweep)
+    .await
+    .expect("orders");
+    let batch: Vec<(u64, &str)> = batch.iter().map(|(id, u)| (*id, u.as_str())).collect();
+    let mut tx = sweep.begin().await.expect("begin");
+    let expired = app::db::order_life::expire_from_row(&mut tx, 9, &batch)
+        .await
+        .expect("expire");
+    assert_eq!(expired, 2);
+
+    let mut buyer = MySqlConnection::connect(&database_url)
+        .await
+        .expect("connect");
+    // Not a moment's wait: a count the batch locked fails at once instead.
+    sqlx::query("SET SESSION innodb_lock_wait_timeout = 0")
+        .execute(&mut buyer)
+        .await
+        .expect("no lock wait");
+    for (what, claim) in [
+        (
+            "a buyer outside the batch claims more",
+            "INSERT INTO purchase_quota (product_id, user_id, units) VALUES (9, 'u2', 1) \
+             ON DUPLICATE KEY UPDATE units = units + VALUES(units)",
+        ),
+        (
+            "a new buyer claims a count",
+            "INSERT INTO purchase_quota (product_id, user_id, units) VALUES (9, 'u10', 1) \
+             ON DUPLICATE KEY UPDATE units = units + VALUES(units)",
+        ),
+    ] {
+        let claimed = sqlx::query(claim).execute(&mut buyer).await;
+        assert!(claimed.is_ok(), "{what}: {claimed:?}");
+    }
+    tx.commit().await.expect("commit");
+    let view = product(&app, 9).await;
+    assert_eq!(
+        (view["stock"].as_i64(), view["expired"].as_i64()),
+        (Some(6), Some(2)),
+        "{view}"
+    );
     app.stop().await;
     drop_database(&database_url).await;
 }

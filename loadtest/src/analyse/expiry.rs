@@ -1,7 +1,8 @@
 //! The expiry phase's bar, judged once into the findings: the sweep adds at most
 //! [`P99_BAR_PERCENT`] to the p99 of the purchases running beside it; and the two things that
-//! would make the comparison say nothing — sweeps that expired nothing while they ran, or
-//! orders that expired while every sweep was paused.
+//! would make the comparison say nothing — sweeps that expired nothing while they ran, orders
+//! that expired while every sweep was paused, or other products' orders that fell due while
+//! the sweeps ran.
 
 use crate::report::schema::{ExpiryCost, ExpiryMiss};
 
@@ -17,6 +18,12 @@ pub fn misses(costs: &[ExpiryCost]) -> Vec<ExpiryMiss> {
             misses.push(ExpiryMiss::PausedSweepExpired {
                 strategy,
                 expired: c.expired_unswept,
+            });
+        }
+        if c.others_due > 0 {
+            misses.push(ExpiryMiss::OthersDue {
+                strategy,
+                orders: c.others_due,
             });
         }
         if c.expired == 0 {
@@ -84,6 +91,19 @@ mod tests {
             [ExpiryMiss::PausedSweepExpired {
                 strategy: Strategy::RedisLua,
                 expired: 3
+            }]
+        );
+    }
+
+    #[test]
+    fn other_products_orders_falling_due_beside_the_sweeps_spoil_the_rounds_with_it() {
+        let mut crowded = expiry_cost(Strategy::Memcached, &[1.0, 1.0, 1.0], 500);
+        crowded.others_due = 11_435;
+        assert_eq!(
+            misses(&[crowded]),
+            [ExpiryMiss::OthersDue {
+                strategy: Strategy::Memcached,
+                orders: 11_435
             }]
         );
     }

@@ -1,31 +1,47 @@
 //! The expiry phase: what the expiry sweep costs the purchases running beside it.
 //!
 //! A strategy's closed loop buys a product with stock no loop exhausts and a short payment
-//! window, every purchase by a buyer of its own (as in a sale of one per customer), and nobody
-//! pays: every order falls due moments after it was placed, and the sweep
-//! of every instance expires it and gives its unit back to the product's home — the row the
+//! window, every purchase by a buyer of its own (as in a sale of one per customer). A share of
+//! the buyers never pays, as in a flash sale's flood; the others pay right after buying, beside
+//! the purchases still going on (a payment is not part of the purchase it follows, and not
+//! timed with it). An unpaid order falls due moments after it was placed, and the sweep of
+//! every instance expires it and gives its unit back to the product's home — the row the
 //! purchases deduct from, a bucket, or the Redis counter, inside the same locks and scripts.
-//! That is the sweep's worst case: as many expiries as purchases. The same loop then runs with
-//! every instance's sweep paused (`PUT /api/expiry`), the due orders left waiting. Rounds
+//! With every buyer a non-payer it is the sweep's worst case: as many expiries as purchases.
+//! The same loop then runs with every instance's sweep paused (`PUT /api/expiry`), the due
+//! orders left waiting, the payments made as before. Rounds
 //! alternate which goes first, each on a product reset to no orders, and each round's p99 with
 //! the sweep is divided by the same round's p99 without it: the median of those ratios is what
 //! the sweep added.
+//!
+//! The sweeps expire every product's due orders, oldest first: orders of another product due
+//! during a loop would be expired ahead of the loop's own, and the round would measure their
+//! expiry instead. No phase leaves any (the benchmark's products give their orders the longest
+//! payment window); each loop with the sweep counts them first, and a count above zero is a
+//! finding.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
 use sqlx::MySqlPool;
 
 use crate::analyse::spread;
 use crate::drive::load::{Window, closed_loop_feeding};
+use crate::measure::cashier::{Cashier, Till};
 use crate::measure::throughput::{ThroughputPlan, UNLIMITED, settle};
-use crate::report::schema::{ExpiryCost, ExpiryShape, LoadResult};
+use crate::report::schema::{ExpiryCost, ExpiryPayments, ExpiryShape, LoadResult};
 use app::api::{ResetProduct, StrategyInfo};
 use testkit::{Api, order_request};
 
-/// The expiry phase's payment window: short enough that nearly every order of a loop expires
-/// during it.
-pub const PAYMENT_WINDOW_MS: u64 = 200;
+/// The expiry phase's payment window: long enough for a buyer who pays at once to pay in time
+/// on a loaded machine, short enough that the unpaid orders of a loop fall due early in it.
+pub const PAYMENT_WINDOW_MS: u64 = 500;
+
+/// The uncounted start of each loop: longer than the payment window and a round of the app's
+/// sweep (1 s), so that the measured seconds see orders falling due, and being expired, at the
+/// pace they are placed.
+pub const WARMUP_SECONDS: f64 = 1.5;
 
 /// One strategy's expiry phase.
 pub struct ExpiryPlan<'a> {
@@ -45,11 +61,22 @@ pub async fn run_expiry(api: &Api, db: &MySqlPool, plan: &ExpiryPlan<'_>) -> Res
     let mut with = Vec::new();
     let mut without = Vec::new();
     let mut p99_ratios = Vec::new();
-    let (mut expired, mut expired_unswept, mut swept_seconds) = (0, 0, 0.0);
+    let (mut expired, mut expired_unswept, mut swept_seconds, mut others_due) = (0, 0, 0.0, 0);
+    let mut payments = ExpiryPayments::default();
     for round in 0..shape.rounds {
         let mut pair = [None, None];
         for sweeping in [round % 2 == 0, round % 2 != 0] {
-            let (run, ended, seconds) = one_loop(api, db, &buyers, shape, round, sweeping).await?;
+            if sweeping {
+                let lasts = buyers.window.warmup + buyers.window.measure;
+                others_due += due_elsewhere(db, buyers.product, lasts).await?;
+            }
+            let (run, till, ended, seconds) =
+                one_loop(api, db, &buyers, shape, round, sweeping).await?;
+            payments.bought += till.won;
+            payments.never_paid += till.never_paid;
+            payments.paid += till.paid;
+            payments.too_late += till.too_late;
+            payments.refused += till.refused + till.failed;
             if sweeping {
                 expired += ended;
                 swept_seconds += seconds;
@@ -76,11 +103,13 @@ pub async fn run_expiry(api: &Api, db: &MySqlPool, plan: &ExpiryPlan<'_>) -> Res
         expired,
         swept_seconds,
         expired_unswept,
+        others_due,
+        payments,
     })
 }
 
-/// One closed loop with every sweep running or every sweep paused; its result, the orders
-/// expired by its end, and how long it lasted.
+/// One closed loop with every sweep running or every sweep paused; its result, its buyers'
+/// payments, the orders expired by its end, and how long it lasted.
 async fn one_loop(
     api: &Api,
     db: &MySqlPool,
@@ -88,7 +117,7 @@ async fn one_loop(
     shape: &ExpiryShape,
     round: usize,
     sweeping: bool,
-) -> Result<(LoadResult, u64, f64)> {
+) -> Result<(LoadResult, Till, u64, f64)> {
     // Paused while the product is reset, so that no sweep works on the orders being deleted.
     api.pause_sweeps(true).await?;
     let product = ResetProduct {
@@ -107,21 +136,35 @@ async fn one_loop(
     )
     .into();
     let started = std::time::Instant::now();
-    let (client, plan) = (api.clone(), buyers.clone());
+    let window = Duration::from_millis(shape.payment_window_ms);
+    let cashier = Arc::new(Cashier::open(
+        api,
+        buyers.product,
+        round as u64,
+        shape.non_payer_share,
+        window,
+    ));
+    let (client, plan, till) = (api.clone(), buyers.clone(), cashier.clone());
     let run = closed_loop_feeding(buyers.users, buyers.window, &buyers.feed, move |_, i| {
         // Every purchase a buyer of its own, as in a sale with a limit per customer: a buyer's
         // count is claimed once, and the sweep gives back counts no purchase waits on.
-        let body = order_request(
-            format!("{tag}-{i}"),
-            plan.strategy,
-            format!("{tag}-{i}"),
-            plan.quantity,
-        );
-        let (client, product) = (client.clone(), plan.product);
-        async move { client.order(i as usize, product, &body).await }
+        let id = format!("{tag}-{i}");
+        let body = order_request(id.clone(), plan.strategy, id.clone(), plan.quantity);
+        let (client, product, till) = (client.clone(), plan.product, till.clone());
+        async move {
+            let answer = client.order(i as usize, product, &body).await;
+            if answer.created() {
+                till.bought(&id, &id);
+            }
+            answer
+        }
     })
     .await;
     let seconds = started.elapsed().as_secs_f64();
+    let till = Arc::into_inner(cashier)
+        .context("the loop kept its cashier")?
+        .close()
+        .await;
     let expired = expired_orders(db, buyers.product).await?;
     ensure!(
         run.outcomes.created > 0,
@@ -130,7 +173,22 @@ async fn one_loop(
         run.outcomes
     );
     settle(api, buyers).await?;
-    Ok((run, expired, seconds))
+    Ok((run, till, expired, seconds))
+}
+
+/// Reserved orders of products other than `product` that are due, or fall due within
+/// `within`: what the sweeps would expire ahead of `product`'s during a loop that long.
+async fn due_elsewhere(db: &MySqlPool, product: u64, within: Duration) -> Result<u64> {
+    let (n,): (i64,) = sqlx::query_as(
+        "SELECT COUNT(*) FROM orders WHERE state = 'reserved' AND product_id <> ? \
+         AND pay_by <= NOW(6) + INTERVAL ? MICROSECOND",
+    )
+    .bind(product)
+    .bind(i64::try_from(within.as_micros())?)
+    .fetch_one(db)
+    .await
+    .context("counting the other products' due orders")?;
+    Ok(u64::try_from(n)?)
 }
 
 /// Orders of `product` that expired (their units back, or on their way).

@@ -20,9 +20,10 @@ use crate::drive::flood::{self as drive, Kind};
 use crate::drive::latency::Latencies;
 use crate::drive::load::Window;
 use crate::live::{Feed, Update};
+use crate::measure::cashier::Cashier;
 use crate::measure::cpu::Sampler;
 use crate::measure::refusals;
-use crate::measure::resale::{self, Cashier};
+use crate::measure::resale;
 use crate::measure::sale::read_ledger;
 use crate::report::schema::{FloodResult, FloodShape, NoopFlood};
 
@@ -80,7 +81,16 @@ pub async fn run_flood(
     });
     let mut crowd = Crowd::arriving(drawn.arrivals.clone(), plan.strategy.name, &plan.id_prefix);
     let second_act = shape.payment_window_ms > 0;
-    let cashier = second_act.then(|| Arc::new(Cashier::open(api, plan.product, plan.seed, shape)));
+    let cashier = second_act.then(|| {
+        let window = Duration::from_millis(shape.payment_window_ms);
+        Arc::new(Cashier::open(
+            api,
+            plan.product,
+            plan.seed,
+            shape.non_payer_share,
+            window,
+        ))
+    });
     if plan.feed.is_on() || second_act {
         let (feed, cashier) = (plan.feed.clone(), cashier.clone());
         let users: Arc<[String]> = drawn.arrivals.iter().map(|a| a.user.clone()).collect();

@@ -4,6 +4,7 @@
 //! costs the purchases beside it.
 
 pub mod baselines;
+pub mod cashier;
 pub mod cpu;
 pub mod expiry;
 pub mod flood;

@@ -10,7 +10,6 @@
 //! second buyer, and how long until the sale truly ended — every unit paid.
 
 use std::collections::HashSet;
-use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -20,139 +19,20 @@ use app::accounting::{Accounting, Ledger};
 use app::api::{ErrorCode, Strategy};
 use rand::{Rng, SeedableRng};
 use testkit::{Answer, Answers, Api, Apps, Click, order_request};
-use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 use crate::drive::flood::{Kind, Plan};
+use crate::measure::cashier::{Cashier, Paid, Till, pay};
 use crate::report::schema::{FloodShape, Resale};
 
 /// How often a returning buyer looks again, on average (each look 50–150% of it).
 const LOOK_AGAIN: Duration = Duration::from_millis(500);
-/// Tries of one payment answered `order_pending` (the order not placed yet) or unanswered.
-const PAY_TRIES: u32 = 50;
 /// How often the act looks whether every order has ended, once no buyer looks any more.
 const SETTLE_POLL: Duration = Duration::from_millis(100);
 /// How long the watch for the returning units lasts beyond the payment window: the sweep's
 /// round, and the grace after which another instance finishes a return a dead one left
 /// half-way (the app's `--return-grace-ms`), with room to spare.
 const WATCH_BEYOND_DEADLINE: Duration = Duration::from_secs(14);
-
-/// Whether `user` is one who never pays: a draw fixed by `seed`, as the flood's is.
-pub fn never_pays(user: &str, seed: u64, share: f64) -> bool {
-    let mut h = DefaultHasher::new();
-    (seed, user).hash(&mut h);
-    (h.finish() % 10_000) as f64 / 10_000.0 < share
-}
-
-/// Payments made as the wins arrive: the crowd's watch hands each win to [`Cashier::win`].
-pub struct Cashier {
-    wins: mpsc::UnboundedSender<(String, String)>,
-    till: tokio::task::JoinHandle<Till>,
-}
-
-/// What the winners' payments came to.
-#[derive(Default)]
-struct Till {
-    won: u64,
-    never_paid: u64,
-    paid: u64,
-    too_late: u64,
-    refused: u64,
-    failed: u64,
-    /// The earliest moment an unpaid order falls due.
-    first_due: Option<Instant>,
-}
-
-impl Cashier {
-    /// Starts taking wins of `product`: payers pay at once, the others never.
-    pub fn open(api: &Api, product: u64, seed: u64, shape: &FloodShape) -> Cashier {
-        let (wins, mut rx) = mpsc::unbounded_channel::<(String, String)>();
-        let (api, share) = (api.clone(), shape.non_payer_share);
-        let window = Duration::from_millis(shape.payment_window_ms);
-        let till = tokio::spawn(async move {
-            let mut till = Till::default();
-            let mut payments = JoinSet::new();
-            while let Some((user, request)) = rx.recv().await {
-                till.won += 1;
-                if never_pays(&user, seed, share) {
-                    till.never_paid += 1;
-                    till.first_due.get_or_insert(Instant::now() + window);
-                    continue;
-                }
-                let api = api.clone();
-                let n = till.won as usize;
-                payments.spawn(async move { pay(&api, n, product, &user, &request).await });
-            }
-            for paid in payments.join_all().await {
-                till.count(paid);
-            }
-            till
-        });
-        Cashier { wins, till }
-    }
-
-    /// Hands a click to the cashier: a win is paid (or not) at once.
-    pub fn win(&self, click: &Click, user: &str) {
-        if click.answer.created() {
-            let _ = self.wins.send((user.to_owned(), click.request_id.clone()));
-        }
-    }
-
-    async fn close(self) -> Till {
-        drop(self.wins);
-        self.till.await.unwrap_or_default()
-    }
-}
-
-impl Till {
-    fn count(&mut self, paid: Paid) {
-        match paid {
-            Paid::Yes => self.paid += 1,
-            Paid::TooLate => self.too_late += 1,
-            Paid::Refused => self.refused += 1,
-            Paid::Failed => self.failed += 1,
-        }
-    }
-}
-
-/// How a payment ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Paid {
-    Yes,
-    /// `order_expired`: the deadline passed before the payment arrived (a slow answer under
-    /// the flood, not a fault of the books).
-    TooLate,
-    /// Any other refusal: a payment the service should have taken.
-    Refused,
-    /// No answer after every try.
-    Failed,
-}
-
-/// Pays the buyer's order, again while it is not placed yet or the answer is lost.
-async fn pay(api: &Api, n: usize, product: u64, user: &str, request: &str) -> Paid {
-    for attempt in 0..PAY_TRIES {
-        match api.pay(n + attempt as usize, product, user, request).await {
-            Ok(Ok(_)) | Ok(Err(ErrorCode::OrderPaid)) => return Paid::Yes,
-            Ok(Err(ErrorCode::OrderExpired)) => return Paid::TooLate,
-            // Not placed yet, or a `503` (busy, the backend away, overloaded): again.
-            Ok(Err(
-                ErrorCode::OrderPending
-                | ErrorCode::Busy
-                | ErrorCode::BackendUnavailable
-                | ErrorCode::Overloaded
-                | ErrorCode::RateLimited,
-            ))
-            | Err(_) => {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            Ok(Err(code)) => {
-                tracing::warn!(%user, %request, ?code, "a payment was refused");
-                return Paid::Refused;
-            }
-        }
-    }
-    Paid::Failed
-}
 
 /// The second act of `product`'s flood, after its clicks: the winners' payments finished, the
 /// returning buyers buy and pay what comes back, one instance killed when the first unpaid

@@ -1,7 +1,7 @@
 //! The expiry phase's section of `report.md` (and of `report.html`, which renders the same
-//! Markdown): how the sweep was set against the purchases, each strategy in one row, and a
-//! sentence for every strategy whose sweep cost more than the bar or whose rounds compared
-//! nothing.
+//! Markdown): how the sweep was set against the purchases, each strategy in one row, the
+//! payments that came too late or were refused, and a sentence for every strategy whose sweep
+//! cost more than the bar or whose rounds compared nothing.
 
 use std::fmt::Write;
 
@@ -25,23 +25,82 @@ pub fn markdown(
     let _ = writeln!(
         md,
         "Each strategy that can be deployed buys, in a closed loop of {} buyers, a product \
-         that cannot sell out and whose payment window is {} ms; nobody pays, so every order \
-         falls due moments after it was placed and the sweep of every instance expires it and \
-         gives its unit back to the home the purchases deduct from — the sweep's worst case, \
-         as many expiries as purchases. The same loop runs with every instance's sweep paused \
-         (`PUT /api/expiry`). {} round(s), each measuring both ({} s after {} s of warm-up, on \
-         a product reset to no orders, which goes first alternating); *added* is the median \
-         round's p99 with the sweep over the same round's p99 without it, with the other \
-         rounds' in parentheses. The bar: at most {P99_BAR_PERCENT:.0}% added.\n",
+         that cannot sell out and whose payment window is {} ms; {}, and the sweep of every \
+         instance expires each unpaid order once it is due and gives its unit back to the \
+         home the purchases deduct from. The same loop runs with every instance's sweep \
+         paused (`PUT /api/expiry`). {} round(s), each measuring both ({} s after {} s of \
+         warm-up, on a product reset to no orders, which goes first alternating); *added* is \
+         the median round's p99 of purchases with the sweep over the same round's p99 without \
+         it, with the other rounds' in parentheses; *unpaid* is the share of the orders left \
+         to fall due. The bar: at most {P99_BAR_PERCENT:.0}% added.\n",
         costs[0].with_sweep.concurrency,
         shape.payment_window_ms,
+        who_pays(shape),
         shape.rounds,
         shape.seconds,
         shape.warmup,
     );
     md.push_str(&table(costs));
     md.push('\n');
+    md.push_str(&payments(costs));
     md.push_str(&went_wrong(misses));
+    md
+}
+
+/// Who of the phase's buyers pays, and so how many orders fall due.
+fn who_pays(shape: &ExpiryShape) -> String {
+    let share = 100.0 * shape.non_payer_share;
+    if shape.non_payer_share >= 1.0 {
+        return "nobody pays, so every order falls due moments after it was placed — the \
+                sweep's worst case, as many expiries as purchases"
+            .into();
+    }
+    format!(
+        "{share:.0}% of the buyers never pay, as in the flood, and the others pay right after \
+         buying (each payment beside the purchases, not timed with them), so about {share:.0}% \
+         of the orders fall due moments after they were placed"
+    )
+}
+
+/// The expiry sweep's workload in a few words, for the README's results section.
+pub fn workload(shape: &ExpiryShape) -> String {
+    match shape.non_payer_share >= 1.0 {
+        true => "expiring an order for every one bought beside it".into(),
+        false => format!(
+            "expiring the orders of the {:.0}% of buyers who never pay, beside the purchases",
+            100.0 * shape.non_payer_share
+        ),
+    }
+}
+
+/// A sentence for the payments that came after their order's deadline, and one for those
+/// refused otherwise or unanswered; nothing when there were none.
+fn payments(costs: &[ExpiryCost]) -> String {
+    let list = |count: fn(&ExpiryCost) -> u64| -> Vec<String> {
+        (costs.iter())
+            .filter(|c| count(c) > 0)
+            .map(|c| format!("`{}` {}", c.strategy.name, count(c)))
+            .collect()
+    };
+    let mut md = String::new();
+    let late = list(|c| c.payments.too_late);
+    if !late.is_empty() {
+        let _ = writeln!(
+            md,
+            "Payments that arrived after their order's deadline (the order fell due as an \
+             unpaid one does, and counts as unpaid): {}.\n",
+            late.join(", ")
+        );
+    }
+    let refused = list(|c| c.payments.refused);
+    if !refused.is_empty() {
+        let _ = writeln!(
+            md,
+            "Payments refused for another reason, or unanswered — payments the service should \
+             have taken: {}.\n",
+            refused.join(", ")
+        );
+    }
     md
 }
 
@@ -53,6 +112,7 @@ fn table(costs: &[ExpiryCost]) -> String {
         "p99 ms with sweep",
         "without",
         "added",
+        "unpaid",
         "expired/s",
     ]);
     for c in costs {
@@ -63,6 +123,7 @@ fn table(costs: &[ExpiryCost]) -> String {
             ms(c.with_sweep.latency.p99_us),
             ms(c.without_sweep.latency.p99_us),
             added(c),
+            format!("{:.0}%", 100.0 * c.payments.unpaid_share()),
             format!("{:.0}", c.expired_per_second()),
         ]);
     }
@@ -122,6 +183,11 @@ pub fn miss(m: &ExpiryMiss) -> String {
             "`{strategy}`: {expired} order(s) expired while every sweep was paused, so its \
              rounds without the sweep were not."
         ),
+        ExpiryMiss::OthersDue { strategy, orders } => format!(
+            "`{strategy}`: {orders} order(s) of other products fell due while the sweeps ran; \
+             the sweeps expire the oldest first, so its rounds with the sweep measured their \
+             expiry too, ahead of its own orders'."
+        ),
     }
 }
 
@@ -143,8 +209,12 @@ mod tests {
             .find(|l| l.starts_with("| `conditional` |"))
             .unwrap_or_else(|| panic!("no row:\n{md}"));
         assert!(
-            row.contains("| 10.4 | 10.0 | +4% (+4%, +8%, -3%) | 450 |"),
+            row.contains("| 10.4 | 10.0 | +4% (+4%, +8%, -3%) | 30% | 450 |"),
             "{row}"
+        );
+        assert!(
+            md.contains("30% of the buyers never pay, as in the flood, and the others pay"),
+            "{md}"
         );
         assert!(md.contains("added at most 10%"), "{md}");
     }
@@ -156,6 +226,50 @@ mod tests {
         let md = markdown(Some(&expiry_shape()), &[c], &found);
         assert!(
             md.contains("- `batched`: the sweep added 25% to the purchases' p99 (bar 10%): 12.5 ms with it, 10.0 ms without, while it expired 450 orders a second"),
+            "{md}"
+        );
+    }
+
+    #[test]
+    fn other_products_orders_due_beside_the_sweeps_are_told_with_their_count() {
+        let mut c = expiry_cost(Strategy::RedisLua, &[0.9, 1.0, 1.4], 0);
+        c.others_due = 10_833;
+        let found = misses(std::slice::from_ref(&c));
+        let md = markdown(Some(&expiry_shape()), &[c], &found);
+        assert!(
+            md.contains(
+                "- `redis-lua`: 10833 order(s) of other products fell due while the sweeps ran"
+            ),
+            "{md}"
+        );
+    }
+
+    #[test]
+    fn every_buyer_a_non_payer_is_told_as_the_worst_case() {
+        let c = expiry_cost(Strategy::Conditional, &[1.1], 900);
+        let shape = ExpiryShape {
+            non_payer_share: 1.0,
+            ..expiry_shape()
+        };
+        let md = markdown(Some(&shape), std::slice::from_ref(&c), &[]);
+        assert!(
+            md.contains("nobody pays, so every order falls due moments after it was placed — the sweep's worst case"),
+            "{md}"
+        );
+    }
+
+    #[test]
+    fn late_and_refused_payments_are_told_per_strategy() {
+        let mut c = expiry_cost(Strategy::RedisLuaStream, &[1.1], 900);
+        c.payments.too_late = 12;
+        c.payments.refused = 1;
+        let md = markdown(Some(&expiry_shape()), std::slice::from_ref(&c), &[]);
+        assert!(
+            md.contains("after their order's deadline (the order fell due as an unpaid one does, and counts as unpaid): `redis-lua-stream` 12."),
+            "{md}"
+        );
+        assert!(
+            md.contains("payments the service should have taken: `redis-lua-stream` 1."),
             "{md}"
         );
     }

@@ -7,10 +7,10 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use anyhow::{Context, Result, bail};
-use app::api::Safety;
+use app::api::{Safety, Strategy};
 
 use super::markdown::successes_per_sec;
-use super::schema::{RunReport, Verdict};
+use super::schema::{ExpiryMiss, RunReport, Verdict};
 use super::table::{Align, Table};
 
 /// The line that opens the section.
@@ -99,19 +99,29 @@ pub fn section(report: &RunReport, link: &str, picture: Option<&str>) -> String 
             rows - failed_rows,
         );
     }
+    let spoilt: Vec<Strategy> = (report.findings.expiry.iter())
+        .filter_map(ExpiryMiss::spoilt)
+        .collect();
     let added: Vec<f64> = (report.expiry_costs.iter())
+        .filter(|c| !spoilt.contains(&c.strategy.name))
         .filter_map(|c| c.p99_added())
         .collect();
-    if !added.is_empty() {
+    if let (false, Some(shape)) = (added.is_empty(), &report.settings.expiry) {
         let within = (added.iter())
             .filter(|a| 100.0 * **a <= crate::analyse::expiry::P99_BAR_PERCENT)
             .count();
         let (least, most) = added
             .iter()
             .fold((f64::MAX, f64::MIN), |(l, m), a| (l.min(*a), m.max(*a)));
+        let left_out = match report.expiry_costs.len() - added.len() {
+            0 => String::new(),
+            n => format!(" ({n} more whose rounds compared nothing, as the report says)"),
+        };
         let _ = writeln!(
             md,
-            "The expiry sweep, expiring an order for every one bought beside it, added              {:+.0}% to {:+.0}% to the purchases' p99 (each strategy's median round); {within}              of {} strategies within {:.0}%.",
+            "The expiry sweep, {}, added {:+.0}% to {:+.0}% to the purchases' p99 (each \
+             strategy's median round); {within} of {} strategies within {:.0}%{left_out}.",
+            crate::report::expiry::workload(shape),
             100.0 * least,
             100.0 * most,
             added.len(),
@@ -189,6 +199,22 @@ mod tests {
         assert_eq!(replace(&new, &section).unwrap(), new, "idempotent");
         assert!(replace("no markers", &section).is_err());
         assert!(!section.contains("report.png"), "{section}");
+    }
+
+    #[test]
+    fn the_expiry_line_leaves_out_the_strategies_whose_rounds_compared_nothing() {
+        let mut run = report();
+        run.expiry_costs.push(crate::sample::expiry_cost(
+            app::api::Strategy::RedisLua,
+            &[0.9, 0.66, 1.57],
+            0,
+        ));
+        run.findings = crate::analyse::findings::of(&run);
+        let section = section(&run, "results/x/report.md", None);
+        assert!(
+            section.contains("The expiry sweep, expiring the orders of the 30% of buyers who never pay, beside the purchases, added +4% to +4% to the purchases' p99 (each strategy's median round); 1 of 1 strategies within 10% (1 more whose rounds compared nothing, as the report says)."),
+            "{section}"
+        );
     }
 
     #[test]

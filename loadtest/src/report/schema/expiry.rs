@@ -1,6 +1,7 @@
 //! What the expiry sweep costs the purchases running beside it: one strategy's closed loop on
-//! a product whose every order expires soon after it is placed, run with every instance's sweep
-//! running and with every sweep paused, in interleaved rounds.
+//! a product whose orders fall due soon after they are placed — a share of the buyers never
+//! pays, the others pay at once — run with every instance's sweep running and with every sweep
+//! paused, in interleaved rounds.
 
 use app::api::StrategyInfo;
 use serde::{Deserialize, Serialize};
@@ -10,14 +11,43 @@ use super::LoadResult;
 /// How the expiry phase runs (the same for every strategy of a run).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ExpiryShape {
-    /// The product's payment window: nobody pays, so every order falls due this long after
-    /// it was placed.
+    /// The product's payment window: an unpaid order falls due this long after it was placed.
     pub payment_window_ms: u64,
+    /// Share of the buyers who never pay (the others pay right after buying). Reports written
+    /// before it was a setting had nobody pay.
+    #[serde(default = "nobody_pays")]
+    pub non_payer_share: f64,
     /// Uncounted seconds of each loop before the measured ones.
     pub warmup: f64,
     pub seconds: f64,
     /// Rounds, each measuring with and without the sweep (which goes first alternates).
     pub rounds: usize,
+}
+
+fn nobody_pays() -> f64 {
+    1.0
+}
+
+/// How the loops' buyers paid, every loop (with the sweep and without), warm-ups included.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ExpiryPayments {
+    /// Orders placed.
+    pub bought: u64,
+    /// Of them, those whose buyer never pays.
+    pub never_paid: u64,
+    pub paid: u64,
+    /// Payments answered `order_expired`: the deadline passed before they arrived, and their
+    /// orders fell due as the unpaid ones do.
+    pub too_late: u64,
+    /// Payments refused otherwise (a payment the service should have taken), or unanswered.
+    pub refused: u64,
+}
+
+impl ExpiryPayments {
+    /// Share of the orders placed that were left to fall due: never paid, or paid too late.
+    pub fn unpaid_share(&self) -> f64 {
+        (self.never_paid + self.too_late) as f64 / self.bought.max(1) as f64
+    }
 }
 
 /// One strategy's purchases with the expiry sweep beside them and without.
@@ -37,6 +67,14 @@ pub struct ExpiryCost {
     pub swept_seconds: f64,
     /// Orders expired during the loops without the sweep: none, unless a pause failed.
     pub expired_unswept: u64,
+    /// Reserved orders of other products that fell due during the loops with the sweep: none,
+    /// unless an earlier phase left some behind. The sweeps expire the oldest first, so they
+    /// would have spent those loops on them.
+    #[serde(default)]
+    pub others_due: u64,
+    /// How its buyers paid.
+    #[serde(default)]
+    pub payments: ExpiryPayments,
 }
 
 impl ExpiryCost {

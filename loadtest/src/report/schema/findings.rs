@@ -45,6 +45,21 @@ pub enum ExpiryMiss {
     NothingExpired { strategy: Strategy },
     /// Orders expired while every sweep was paused: the rounds without it were not.
     PausedSweepExpired { strategy: Strategy, expired: u64 },
+    /// Orders of other products fell due while the sweeps ran: the rounds with the sweep
+    /// measured the expiry of those too, ahead of the loop's own.
+    OthersDue { strategy: Strategy, orders: u64 },
+}
+
+impl ExpiryMiss {
+    /// The strategy whose rounds this miss leaves comparing nothing (all but a costly sweep).
+    pub fn spoilt(&self) -> Option<Strategy> {
+        match self {
+            ExpiryMiss::CostlySweep { .. } => None,
+            ExpiryMiss::NothingExpired { strategy }
+            | ExpiryMiss::PausedSweepExpired { strategy, .. }
+            | ExpiryMiss::OthersDue { strategy, .. } => Some(*strategy),
+        }
+    }
 }
 
 /// A bar of the flood missed, with the figures that say by how much.
