@@ -259,7 +259,9 @@ async fn a_batch_of_row_held_expiries_locks_nothing_but_its_own_buyers_and_order
         .find(|(_, u)| u == "u205")
         .expect("u5's order")
         .0;
-    let mut tx = sweep.begin().await.expect("begin");
+    let mut tx = app::db::order_life::begin_batch(&mut sweep)
+        .await
+        .expect("begin");
     let expired = app::db::order_life::expire_from_row(&mut tx, 9, &batch)
         .await
         .expect("expire");
