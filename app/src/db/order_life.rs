@@ -13,7 +13,7 @@
 
 use std::collections::BTreeMap;
 
-use sqlx::{MySql, MySqlConnection, MySqlPool, QueryBuilder};
+use sqlx::{Connection, MySql, MySqlConnection, MySqlPool, QueryBuilder};
 
 use super::orders::{OrderState, PurchaseKey};
 use super::quota;
@@ -180,14 +180,30 @@ pub async fn give_back_to_bucket(
     Ok(())
 }
 
-/// Expires, in `conn`'s transaction, those of `orders` (all of product `product_id`, whose
-/// stock is its row) that are still reserved and due, and gives their units back to the row in
-/// one write and to their buyers' counts: how many orders it expired. Locks in the
-/// order a purchase takes its own — the buyers' count rows (by their keys, see
-/// [`quota::lock_buyers`]), the stock row, then the orders —
-/// so that the batch and a purchase or a cancellation never wait on each other in a cycle; the
-/// orders' locks decide which are still due, so a payment or cancellation that got to one
-/// first leaves it out, and one that comes later finds it expired.
+/// Begins on `conn` the transaction of a batch of expiries ([`expire_from_row`],
+/// [`start_expiring`]), at `READ COMMITTED`: its locking reads lock the rows they find and no
+/// gap. At InnoDB's default, `REPEATABLE READ`, the read that locks a batch of a few hundred
+/// orders by their ids scans the primary key with next-key locks, up to the end of the table
+/// where every purchase inserts its order: every purchase of every product would wait for the
+/// batch to commit. The batch decides nothing on rows it has not locked, so the weaker level
+/// changes no outcome.
+pub async fn begin_batch(
+    conn: &mut MySqlConnection,
+) -> Result<sqlx::Transaction<'_, MySql>, sqlx::Error> {
+    sqlx::query("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+        .execute(&mut *conn)
+        .await?;
+    conn.begin().await
+}
+
+/// Expires, in `conn`'s transaction (see [`begin_batch`]), those of `orders` (all of product
+/// `product_id`, whose stock is its row) that are still reserved and due, and gives their
+/// units back to the row in one write and to their buyers' counts: how many orders it expired.
+/// Locks in the order a purchase takes its own — the buyers' count rows (by their keys, see
+/// [`quota::lock_buyers`]), the stock row, then the orders — so that the batch and a purchase
+/// or a cancellation never wait on each other in a cycle; the orders' locks decide which are
+/// still due, so a payment or cancellation that got to one first leaves it out, and one that
+/// comes later finds it expired.
 pub async fn expire_from_row(
     conn: &mut MySqlConnection,
     product_id: u64,
@@ -227,10 +243,10 @@ pub async fn expire_from_row(
 }
 
 /// Moves those of `orders` that are still reserved and due to `expiring`, in `conn`'s
-/// transaction, and says which: the first step of a batch of expiries whose units go back to
-/// a home outside this database (the Redis counter). The orders' locks decide, as for
-/// [`expire_from_row`]: a payment or cancellation that got to one first leaves it out, one
-/// that comes later finds it `expiring`.
+/// transaction (see [`begin_batch`]), and says which: the first step of a batch of expiries
+/// whose units go back to a home outside this database (the Redis counter). The orders' locks
+/// decide, as for [`expire_from_row`]: a payment or cancellation that got to one first leaves
+/// it out, one that comes later finds it `expiring`.
 pub async fn start_expiring(
     conn: &mut MySqlConnection,
     orders: &[u64],
@@ -250,13 +266,12 @@ pub async fn start_expiring(
 }
 
 /// Locks those of `orders` that are still reserved and due, in `conn`'s transaction: their
-/// ids, buyers and quantities.
+/// ids, buyers and quantities. By the primary key: the orders' other indexes are where
+/// purchases insert theirs.
 async fn lock_still_due(
     conn: &mut MySqlConnection,
     orders: impl IntoIterator<Item = u64>,
 ) -> Result<Vec<(u64, String, u32)>, sqlx::Error> {
-    // By the primary key only: a range of another index would lock its gaps too, where other
-    // purchases insert their orders.
     let mut still_due = QueryBuilder::<MySql>::new(
         "SELECT id, user_id, quantity FROM orders FORCE INDEX (PRIMARY) \
          WHERE state = 'reserved' AND pay_by <= NOW(6) AND id ",

@@ -139,9 +139,11 @@ pub(super) async fn expire_from_row(
     let orders: Vec<(u64, &str)> = (targets.iter())
         .map(|t| (t.order_id, t.user_id.as_str()))
         .collect();
-    let mut tx = life.pool.begin().await?;
+    let mut conn = life.pool.acquire().await?;
+    let mut tx = order_life::begin_batch(&mut conn).await?;
     let expired = order_life::expire_from_row(&mut tx, product, &orders).await?;
     tx.commit().await?;
+    drop(conn);
     life.metrics.orders_expired(expired);
     if expired > 0 {
         life.stock_back(product).await;
@@ -199,9 +201,11 @@ pub(super) async fn expire_from_redis(
     targets: &[Target],
 ) -> Result<u64, LifeError> {
     let ids: Vec<u64> = targets.iter().map(|t| t.order_id).collect();
-    let mut tx = life.pool.begin().await?;
+    let mut conn = life.pool.acquire().await?;
+    let mut tx = order_life::begin_batch(&mut conn).await?;
     let leaving = order_life::start_expiring(&mut tx, &ids).await?;
     tx.commit().await?;
+    drop(conn);
     let leaving: Vec<&Target> = (targets.iter())
         .filter(|t| leaving.contains(&t.order_id))
         .collect();

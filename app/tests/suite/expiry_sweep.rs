@@ -224,19 +224,20 @@ async fn a_sweep_round_returns_a_batch_of_redis_held_units_once_each_and_announc
     drop_database(&database_url).await;
 }
 
-/// While a batch of a row-held product's expiries is in its transaction, the counts of the
-/// product's other buyers stay free: a buyer outside the batch claims more units, and a new
-/// buyer a count of their own, without waiting for it. Only the hot row and the batch's own
-/// buyers and orders are the batch's to lock.
+/// While a batch of a row-held product's expiries is in its transaction, the product's other
+/// buyers and orders stay free: a buyer outside the batch claims more units, a new buyer a
+/// count of their own, a new order is placed and another order's payment goes through, without
+/// waiting for it. Only the hot row and the batch's own buyers and orders are the batch's to
+/// lock.
 #[tokio::test]
-async fn a_batch_of_row_held_expiries_locks_no_count_but_its_own_buyers() {
+async fn a_batch_of_row_held_expiries_locks_nothing_but_its_own_buyers_and_orders() {
     let database_url = fresh_database_url().await;
     let mut config = test_config(&database_url);
     config.expiry_interval_ms = 0;
     let app = spawn_app(config).await;
-    let body = json!({ "stock": 10, "per_user_limit": 5, "payment_window_ms": 1 });
+    let body = json!({ "stock": 300, "per_user_limit": 5, "payment_window_ms": 1 });
     app.reset_with(9, &body).await;
-    for b in 0..6 {
+    for b in 0..210 {
         let (status, order) = buy(&app, 9, &format!("u{b}"), "r", "conditional").await;
         assert_eq!(status, 201, "{order}");
     }
@@ -244,18 +245,27 @@ async fn a_batch_of_row_held_expiries_locks_no_count_but_its_own_buyers() {
     let mut sweep = MySqlConnection::connect(&database_url)
         .await
         .expect("connect");
-    let batch: Vec<(u64, String)> = sqlx::query_as(
-        "SELECT id, user_id FROM orders WHERE product_id = 9 AND user_id IN ('u1', 'u4')",
-    )
-    .fetch_all(&mut sweep)
-    .await
-    .expect("orders");
-    let batch: Vec<(u64, &str)> = batch.iter().map(|(id, u)| (*id, u.as_str())).collect();
-    let mut tx = sweep.begin().await.expect("begin");
+    let orders: Vec<(u64, String)> =
+        sqlx::query_as("SELECT id, user_id FROM orders WHERE product_id = 9")
+            .fetch_all(&mut sweep)
+            .await
+            .expect("orders");
+    let batch: Vec<(u64, &str)> = (orders.iter())
+        .filter(|(_, u)| u != "u205" && u != "u209")
+        .map(|(id, u)| (*id, u.as_str()))
+        .collect();
+    let other = orders
+        .iter()
+        .find(|(_, u)| u == "u205")
+        .expect("u5's order")
+        .0;
+    let mut tx = app::db::order_life::begin_batch(&mut sweep)
+        .await
+        .expect("begin");
     let expired = app::db::order_life::expire_from_row(&mut tx, 9, &batch)
         .await
         .expect("expire");
-    assert_eq!(expired, 2);
+    assert_eq!(expired, 208);
 
     let mut buyer = MySqlConnection::connect(&database_url)
         .await
@@ -265,26 +275,40 @@ async fn a_batch_of_row_held_expiries_locks_no_count_but_its_own_buyers() {
         .execute(&mut buyer)
         .await
         .expect("no lock wait");
-    for (what, claim) in [
+    for (what, statement) in [
         (
             "a buyer outside the batch claims more",
-            "INSERT INTO purchase_quota (product_id, user_id, units) VALUES (9, 'u2', 1) \
+            "INSERT INTO purchase_quota (product_id, user_id, units) VALUES (9, 'u209', 1) \
              ON DUPLICATE KEY UPDATE units = units + VALUES(units)",
         ),
         (
             "a new buyer claims a count",
-            "INSERT INTO purchase_quota (product_id, user_id, units) VALUES (9, 'u10', 1) \
+            "INSERT INTO purchase_quota (product_id, user_id, units) VALUES (9, 'u999', 1) \
              ON DUPLICATE KEY UPDATE units = units + VALUES(units)",
         ),
+        (
+            "a new order is placed",
+            "INSERT INTO orders (product_id, user_id, quantity, strategy, request_id, pay_by) \
+             VALUES (9, 'u999', 1, 'conditional', 'r', NOW(6) + INTERVAL 1 HOUR)",
+        ),
+        (
+            "another order's payment is decided",
+            "UPDATE orders SET state = 'paid' \
+             WHERE id = ? AND state = 'reserved' AND pay_by > NOW(6)",
+        ),
     ] {
-        let claimed = sqlx::query(claim).execute(&mut buyer).await;
-        assert!(claimed.is_ok(), "{what}: {claimed:?}");
+        let mut query = sqlx::query(statement);
+        if statement.contains('?') {
+            query = query.bind(other);
+        }
+        let done = query.execute(&mut buyer).await;
+        assert!(done.is_ok(), "{what}: {done:?}");
     }
     tx.commit().await.expect("commit");
     let view = product(&app, 9).await;
     assert_eq!(
         (view["stock"].as_i64(), view["expired"].as_i64()),
-        (Some(6), Some(2)),
+        (Some(298), Some(208)),
         "{view}"
     );
     app.stop().await;
