@@ -5,10 +5,12 @@
 //! A flood that left units — a strategy that answered most of its crowd `busy` or `overloaded`
 //! — has them bought first, by buyers who click until one of them is told `sold_out` (each
 //! instance learns it so), so that every strategy's refusals are timed after a sell-out, as
-//! a sale's would be once its last unit went.
+//! a sale's would be once its last unit went. The buyers come in rounds, one buyer per unit
+//! the product shows and a few more: a strategy that loses updates (`naive`) still shows units
+//! once every buyer of a round holds one, and only new buyers, who hold none, can buy them.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use app::api::{ErrorCode, OrderRequest, Strategy};
@@ -34,31 +36,50 @@ pub async fn after_sold_out(
     window: Window,
     left: i64,
 ) -> Result<Option<RefusalRate>> {
-    let mut sold_after_flood = 0;
-    if left > 0 {
-        // One buyer per unit left and a few more: the product sells one per customer.
-        let buyers = usize::try_from(left)? + 16;
-        let prefix = format!("{}-rest", plan.id_prefix);
-        let answers = Crowd::new(
-            buyers,
-            Clicks::UntilSoldOut {
-                pause: PAUSE,
-                patience: PATIENCE,
-            },
-            plan.strategy.name,
-            &prefix,
-        )
-        .users(&prefix)
-        .run(api, plan.product)
-        .await;
-        if answers.refused(ErrorCode::SoldOut) == 0 {
-            return Ok(None);
-        }
-        sold_after_flood = answers.created() as u64;
-    }
+    let sold_after_flood = match left > 0 {
+        true => match sell_the_rest(api, plan, left).await? {
+            Some(sold) => sold,
+            None => return Ok(None),
+        },
+        false => 0,
+    };
     let mut rate = refusal_rate(api, plan, window).await?;
     rate.sold_after_flood = sold_after_flood;
     Ok(Some(rate))
+}
+
+/// Sells what the flood left, in rounds of new buyers, until one of them is told `sold_out`:
+/// how many orders they placed, or `None` if [`PATIENCE`] ran out first. A round ends when
+/// every one of its buyers bought (they would hear only `limit_reached` from then on); the
+/// next has one buyer per unit the product then shows, and a few more.
+async fn sell_the_rest(api: &Api, plan: &FloodPlan<'_>, mut left: i64) -> Result<Option<u64>> {
+    let began = Instant::now();
+    let (mut sold, mut round) = (0, 0);
+    loop {
+        let Some(patience) = PATIENCE.checked_sub(began.elapsed()) else {
+            return Ok(None);
+        };
+        // One buyer per unit left and a few more: the product sells one per customer.
+        let buyers = usize::try_from(left.max(0))? + 16;
+        let prefix = format!("{}-rest-{round}", plan.id_prefix);
+        let clicks = Clicks::UntilSoldOut {
+            pause: PAUSE,
+            patience,
+        };
+        let sale = Crowd::new(buyers, clicks, plan.strategy.name, &prefix)
+            .users(&prefix)
+            .start(api, plan.product);
+        while !sale.sold_out() && sale.placed() < buyers && sale.elapsed() < patience {
+            tokio::time::sleep(PAUSE).await;
+        }
+        let answers = sale.stop().await;
+        sold += answers.created() as u64;
+        if answers.refused(ErrorCode::SoldOut) > 0 {
+            return Ok(Some(sold));
+        }
+        left = api.product(plan.product).await?.stock;
+        round += 1;
+    }
 }
 
 /// Refusals of the sold-out product per second beside `GET /api/noop`, each in a closed loop

@@ -110,7 +110,10 @@ impl Scenario for CancelExpiryRace {
             for round in 0..s.rounds {
                 sell(&fleet, product, STOCK, Home::Row, Duration::from_millis(1)).await?;
                 let request = format!("r{round}");
-                let a = buy(&fleet, 0, product, Strategy::Conditional, "buyer", &request).await;
+                // Through the instance the reset went through (the fleet's last), which forgot
+                // at once that the last round sold the unit out; the other forgets when the
+                // reset's announcement reaches it, a moment later.
+                let a = buy(&fleet, 1, product, Strategy::Conditional, "buyer", &request).await;
                 anyhow::ensure!(a.created(), "the round's purchase failed: {}", a.describe());
                 await_all_due(&fleet).await?;
                 let (cancelled, swept) = tokio::join!(
