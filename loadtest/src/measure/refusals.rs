@@ -12,13 +12,14 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use app::api::{ErrorCode, OrderRequest, Strategy};
 use testkit::{Api, Clicks, Crowd, PreparedOrder, order_request};
 
 use crate::analyse::spread::combine;
 use crate::drive::load::{Window, closed_loop, closed_loop_feeding};
 use crate::live::Feed;
+use crate::measure::cashier::Cashier;
 use crate::measure::flood::FloodPlan;
 use crate::report::schema::RefusalRate;
 
@@ -48,7 +49,8 @@ pub async fn after_sold_out(
     Ok(Some(rate))
 }
 
-/// Sells what the flood left, in rounds of new buyers, until one of them is told `sold_out`:
+/// Sells what the flood left, in rounds of new buyers who pay at once, until one of them is
+/// told `sold_out`:
 /// how many orders they placed, or `None` if [`PATIENCE`] ran out first. A round ends when
 /// every one of its buyers bought (they would hear only `limit_reached` from then on); the
 /// next has one buyer per unit the product then shows, and a few more.
@@ -66,13 +68,22 @@ async fn sell_the_rest(api: &Api, plan: &FloodPlan<'_>, mut left: i64) -> Result
             pause: PAUSE,
             patience,
         };
+        // They pay at once: an unpaid order would give its unit back at its deadline, and
+        // the product, on sale again, would be forgotten as sold out by every instance.
+        let cashier = Arc::new(Cashier::open(api, plan.product, plan.seed, 0.0, PATIENCE));
+        let till = cashier.clone();
+        let users = prefix.clone();
         let sale = Crowd::new(buyers, clicks, plan.strategy.name, &prefix)
             .users(&prefix)
+            .watched(move |click| till.win(click, &format!("{users}-{}", click.buyer)))
             .start(api, plan.product);
         while !sale.sold_out() && sale.placed() < buyers && sale.elapsed() < patience {
             tokio::time::sleep(PAUSE).await;
         }
         let answers = sale.stop().await;
+        (Arc::into_inner(cashier).context("the crowd kept its cashier")?)
+            .close()
+            .await;
         sold += answers.created() as u64;
         if answers.refused(ErrorCode::SoldOut) > 0 {
             return Ok(Some(sold));
