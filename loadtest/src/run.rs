@@ -27,7 +27,7 @@ use crate::measure::sale::{SalePlan, run_sale};
 use crate::measure::throughput::{self, ThroughputPlan};
 use crate::report::progress::Progress;
 use crate::report::schema::{
-    Findings, LoadResult, RunReport, SCHEMA_VERSION, Settings, ThroughputResult,
+    Findings, LoadResult, RunReport, SCHEMA_VERSION, ScenarioReport, Settings, ThroughputResult,
 };
 use crate::report::{self};
 use crate::rig::environment::{self, utc_now};
@@ -333,7 +333,14 @@ pub async fn run_watched(
         };
         for &s in scenario::Name::all() {
             phase("scenario", &s.to_string());
-            scenarios.extend(scenario::run(Selection::One(s), &opts).await?);
+            // A scenario that cannot be played is a failed row of the report, not the end of
+            // the run: the hour of measurements before it is kept.
+            match scenario::run(Selection::One(s), &opts).await {
+                Ok(played) => scenarios.extend(played),
+                Err(e) => {
+                    scenarios.push(ScenarioReport::unplayed(&s.to_string(), format!("{e:#}")))
+                }
+            }
         }
     }
     progress.finish();

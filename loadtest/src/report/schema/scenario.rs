@@ -19,6 +19,24 @@ pub struct ScenarioReport {
 }
 
 impl ScenarioReport {
+    /// A scenario that could not be played to its end: one failed row that says why, so that
+    /// a run keeps its other measurements and the failure is read in its report.
+    pub fn unplayed(scenario: &str, why: String) -> ScenarioReport {
+        ScenarioReport {
+            scenario: scenario.to_owned(),
+            fault: String::new(),
+            rows: vec![Row {
+                subject: "the scenario".to_owned(),
+                expected: "played to its end".to_owned(),
+                observed: format!("could not be played: {why}"),
+                verdict: Verdict::Fail,
+                figures: Map::new(),
+            }],
+            timeline: Vec::new(),
+            why: String::new(),
+        }
+    }
+
     /// The row about `subject`.
     pub fn row(&self, subject: &str) -> Option<&Row> {
         self.rows.iter().find(|r| r.subject == subject)
@@ -70,4 +88,21 @@ pub struct Event {
     pub t_ms: f64,
     pub actor: String,
     pub what: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_scenario_that_could_not_be_played_is_a_failed_row_that_says_why() {
+        let r = ScenarioReport::unplayed("cancel-expiry-race", "409 sold_out".to_owned());
+        assert!(!r.passed());
+        assert_eq!(r.rows.len(), 1);
+        assert!(
+            r.rows[0].observed.contains("409 sold_out"),
+            "{:?}",
+            r.rows[0]
+        );
+    }
 }
