@@ -50,10 +50,9 @@ pub async fn after_sold_out(
 }
 
 /// Sells what the flood left, in rounds of new buyers who pay at once, until one of them is
-/// told `sold_out`:
-/// how many orders they placed, or `None` if [`PATIENCE`] ran out first. A round ends when
-/// every one of its buyers bought (they would hear only `limit_reached` from then on); the
-/// next has one buyer per unit the product then shows, and a few more.
+/// told `sold_out`: how many orders they placed, or `None` if [`PATIENCE`] ran out first. A
+/// round ends when every one of its buyers bought (they would hear only `limit_reached` from
+/// then on); the next has one buyer per unit the product then shows, and a few more.
 async fn sell_the_rest(api: &Api, plan: &FloodPlan<'_>, mut left: i64) -> Result<Option<u64>> {
     let began = Instant::now();
     let (mut sold, mut round) = (0, 0);
