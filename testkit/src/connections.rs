@@ -22,8 +22,10 @@
 //! A reused connection is first checked for a close the server sent while it sat idle (a
 //! non-blocking peek: the reactor may not have seen the close yet); a closed one is dropped
 //! and the request goes out on another connection — it is sent, and counted, once. A request
-//! that was written and got no complete answer is never resent: it is a transport error, as a
-//! lost click is. A connection whose answer said `Connection: close`, or whose read failed, is
+//! that was written and got no complete answer is never resent — it is a transport error, as a
+//! lost click is — but for one case browsers resend too: a reused connection the server
+//! closed before a byte of the answer (its idle timeout ran out as the request crossed it;
+//! the server never read the request) carries the request again once, on a new connection. A connection whose answer said `Connection: close`, or whose read failed, is
 //! not kept.
 
 use std::cell::Cell;
@@ -116,16 +118,26 @@ impl Connections {
         request: Request<Body>,
     ) -> Result<(StatusCode, Bytes), Error> {
         let instance = &self.instances[n % self.instances.len()];
-        let mut conn = loop {
+        let (mut conn, reused) = loop {
             match instance.take() {
                 Some(conn) if conn.closed_while_idle() => continue,
-                Some(conn) => break conn,
-                None => break Conn::open(&instance.authority).await?,
+                Some(conn) => break (conn, true),
+                None => break (Conn::open(&instance.authority).await?, false),
             }
         };
         conn.out.clear();
         wire::encode(&request, &instance.host, &mut conn.out);
-        let (status, body, keep) = conn.round_trip().await?;
+        let answer = match conn.round_trip().await {
+            Err(e) if reused && conn.read.is_empty() && closed_on_arrival(&e) => {
+                // The server closed the idle connection as the request crossed it.
+                let out = std::mem::take(&mut conn.out);
+                conn = Conn::open(&instance.authority).await?;
+                conn.out = out;
+                conn.round_trip().await
+            }
+            answer => answer,
+        };
+        let (status, body, keep) = answer?;
         if keep {
             instance.put(conn);
         }
@@ -138,6 +150,17 @@ impl Connections {
         (instance.idle.iter())
             .map(|list| list.lock().expect("idle list").len())
             .sum()
+    }
+}
+
+/// Whether `e` is the server closing the connection (an end of stream, a reset, a broken
+/// pipe), as opposed to an answer that could not be read.
+fn closed_on_arrival(e: &Error) -> bool {
+    use std::io::ErrorKind::{BrokenPipe, ConnectionAborted, ConnectionReset};
+    match e {
+        Error::Closed => true,
+        Error::Io(io) => matches!(io.kind(), ConnectionReset | BrokenPipe | ConnectionAborted),
+        _ => false,
     }
 }
 
