@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use app::api::{ErrorCode, OrderRequest, Strategy};
+use app::api::{ErrorCode, OrderRequest, Safety, Strategy};
 use testkit::{Api, Clicks, Crowd, PreparedOrder, order_request};
 
 use crate::analyse::spread::combine;
@@ -26,11 +26,15 @@ use crate::report::schema::RefusalRate;
 /// How long the buyers of what a flood left keep trying before the product counts as never
 /// sold out (its refusals are then not timed).
 const PATIENCE: Duration = Duration::from_secs(120);
+/// The same for a strategy meant to be unsafe, on which no bar is judged: one that loses
+/// updates needs many more orders than units to empty its stock row, and would hold the run
+/// for all of [`PATIENCE`].
+const UNSAFE_PATIENCE: Duration = Duration::from_secs(30);
 /// A buyer's pause after an answer that bought nothing and did not say `sold_out`.
 const PAUSE: Duration = Duration::from_millis(50);
 
 /// The refusal rate of `plan`'s product, after selling the `left` units the flood left; `None`
-/// when they could not be sold within [`PATIENCE`].
+/// when they could not be sold within [`PATIENCE`] ([`UNSAFE_PATIENCE`]).
 pub async fn after_sold_out(
     api: &Api,
     plan: &FloodPlan<'_>,
@@ -50,14 +54,18 @@ pub async fn after_sold_out(
 }
 
 /// Sells what the flood left, in rounds of new buyers who pay at once, until one of them is
-/// told `sold_out`: how many orders they placed, or `None` if [`PATIENCE`] ran out first. A
+/// told `sold_out`: how many orders they placed, or `None` if the patience ran out first. A
 /// round ends when every one of its buyers bought (they would hear only `limit_reached` from
 /// then on); the next has one buyer per unit the product then shows, and a few more.
 async fn sell_the_rest(api: &Api, plan: &FloodPlan<'_>, mut left: i64) -> Result<Option<u64>> {
     let began = Instant::now();
     let (mut sold, mut round) = (0, 0);
+    let whole = match plan.strategy.safety {
+        Safety::Unsafe => UNSAFE_PATIENCE,
+        _ => PATIENCE,
+    };
     loop {
-        let Some(patience) = PATIENCE.checked_sub(began.elapsed()) else {
+        let Some(patience) = whole.checked_sub(began.elapsed()) else {
             return Ok(None);
         };
         // One buyer per unit left and a few more: the product sells one per customer.

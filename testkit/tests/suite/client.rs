@@ -233,13 +233,12 @@ async fn a_reused_connection_closed_before_a_byte_of_answer_carries_the_request_
 {
     // The server's idle timeout closing a kept connection as a request crosses it: browsers
     // send the request again on a new connection, and so does the load.
-    let (base, seen, _) = serve(NO_CONTENT, |k| {
-        if k == 1 {
-            Then::Hang
-        } else {
-            Then::Answer
-        }
-    })
+    let (base, seen, _) = serve(
+        NO_CONTENT,
+        |k| {
+            if k == 1 { Then::Hang } else { Then::Answer }
+        },
+    )
     .await;
     let api = Api::new(vec![base], None).unwrap();
     assert_eq!(api.noop(0).await, Answer::Served { status: 204 });
@@ -252,17 +251,20 @@ async fn a_reused_connection_closed_before_a_byte_of_answer_carries_the_request_
 #[tokio::test]
 async fn a_request_dropped_again_on_its_new_connection_is_a_transport_error_and_sent_no_third_time()
 {
-    let (base, seen, _) = serve(NO_CONTENT, |k| {
-        if k == 0 {
-            Then::Answer
-        } else {
-            Then::Hang
-        }
-    })
+    let (base, seen, _) = serve(
+        NO_CONTENT,
+        |k| {
+            if k == 0 { Then::Answer } else { Then::Hang }
+        },
+    )
     .await;
     let api = Api::new(vec![base], None).unwrap();
     assert_eq!(api.noop(0).await, Answer::Served { status: 204 });
     assert_eq!(api.order(0, 1, &order("r-1")).await, Answer::Transport);
-    assert_eq!(seen.requests.load(Ordering::SeqCst), 3, "sent twice, no more");
+    assert_eq!(
+        seen.requests.load(Ordering::SeqCst),
+        3,
+        "sent twice, no more"
+    );
     assert_eq!(api.idle_connections(0), 0);
 }
