@@ -6,6 +6,8 @@
 
 use std::fmt::Write;
 
+use app::api::ErrorCode;
+
 use super::schema::{
     ClientCheck, GROUPS, Pace, SaleFinding, SaleReading, StrategyReport, TimeFinding,
     ToolComparison, ToolFinding, ToolReading, ToolVerdict,
@@ -66,6 +68,17 @@ pub fn sale(s: &StrategyReport, f: &SaleFinding, instances: usize) -> String {
             p.push_str(
                 ": stock that was in fact sold, left on the counter by the lost decrements (the \
                  shop would go on selling it).",
+            );
+        } else if 2 * s.sale.outcomes.refused(ErrorCode::Overloaded) > f.turned_away {
+            let _ = write!(
+                p,
+                ": {} request(s) ended neither in an order nor in `sold_out` ({}). Most were \
+                 turned away at the service's door with `503 overloaded`: each instance admits \
+                 as many purchases of a strategy at once as it answers within its latency \
+                 budget, and refuses the rest at once; this sale's buyers do not retry a \
+                 refusal, so units stayed unsold (undersell) — what a strategy this slow costs \
+                 a sale behind that door, not a broken deduction.",
+                f.turned_away, s.sale.outcomes
             );
         } else {
             let _ = write!(
@@ -335,4 +348,65 @@ pub fn client(c: &ClientCheck) -> String {
         c.ours_per_sec,
         compared.join(", ")
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use app::accounting::{Accounting, Ledger};
+    use app::api::Strategy;
+    use testkit::Answer;
+
+    use super::*;
+
+    /// `db-lock`'s sale of 100 units to 500 requests: 40 bought, the other 460 answered
+    /// `refusal`, 60 units left.
+    fn turned_away(refusal: ErrorCode, status: u16) -> (StrategyReport, SaleFinding) {
+        let ledger = Ledger {
+            initial_stock: 100,
+            final_stock: 60,
+            units_in_orders: 40,
+            orders: 40,
+            pending: 0,
+            reserved: 0,
+            paid: 40,
+            returned: 0,
+            returning: 0,
+        };
+        let mut s = crate::sample::strategy(Strategy::DbLock, ledger);
+        for _ in 0..460 {
+            s.sale.outcomes.count(&Answer::Refused {
+                status,
+                code: refusal,
+            });
+        }
+        s.sale.accounting = Accounting::of(ledger, 500);
+        let f = SaleFinding {
+            strategy: Strategy::DbLock,
+            safety: s.strategy.safety,
+            oversell_percent: None,
+            counter_went_down_by: 40,
+            demand_units: 500,
+            turned_away: 460,
+            errors: 0,
+            acknowledged_mismatch: false,
+            reading: SaleReading::AsMeasured,
+        };
+        (s, f)
+    }
+
+    #[test]
+    fn units_left_by_buyers_refused_at_the_door_are_told_as_the_doors_cost_not_a_broken_deduction()
+    {
+        let (s, f) = turned_away(ErrorCode::Overloaded, 503);
+        let p = sale(&s, &f, 2);
+        assert!(p.contains("turned away at the service's door"), "{p}");
+        assert!(!p.contains("so the strategy turned buyers away"), "{p}");
+    }
+
+    #[test]
+    fn units_left_by_a_strategy_that_gave_up_are_told_as_the_strategys_undersell() {
+        let (s, f) = turned_away(ErrorCode::Busy, 503);
+        let p = sale(&s, &f, 2);
+        assert!(p.contains("so the strategy turned buyers away"), "{p}");
+    }
 }

@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use anyhow::{Context, Result, bail};
-use app::api::{Safety, Strategy};
+use app::api::{ErrorCode, Safety, Strategy};
 
 use super::markdown::successes_per_sec;
 use super::schema::{ExpiryMiss, RunReport, Verdict};
@@ -82,6 +82,24 @@ pub fn section(report: &RunReport, link: &str, picture: Option<&str>) -> String 
         count(Safety::Unsafe, true),
         unsafe_total,
     );
+    let shed = (report.strategies.iter())
+        .filter(|x| x.sale.accounting.undersell > 0 && x.sale.accounting.lost_updates == 0)
+        .filter(|x| {
+            let o = &x.sale.outcomes;
+            let turned_away = o.total() - o.created - o.replayed - o.refused(ErrorCode::SoldOut);
+            2 * o.refused(ErrorCode::Overloaded) > turned_away
+        })
+        .count();
+    if shed > 0 {
+        let _ = writeln!(
+            md,
+            "The undersell of {} strategies in the table is the door's, not the deduction's: each \
+             instance admits as many purchases of a strategy at once as it answers within its \
+             latency budget and refuses the rest at once with `503 overloaded`; this sale's buyers \
+             do not retry a refusal, so a slow strategy leaves units unsold.",
+            shed
+        );
+    }
     if !report.scenarios.is_empty() {
         let passed = report.scenarios.iter().filter(|s| s.passed()).count();
         let rows: usize = report.scenarios.iter().map(|s| s.rows.len()).sum();
@@ -213,6 +231,29 @@ mod tests {
         let section = section(&run, "results/x/report.md", None);
         assert!(
             section.contains("The expiry sweep, expiring the orders of the 30% of buyers who never pay, beside the purchases, added +4% to +4% to the purchases' p99 (each strategy's median round); 1 of 1 strategies within 10% (1 more whose rounds compared nothing, as the report says)."),
+            "{section}"
+        );
+    }
+
+    #[test]
+    fn units_left_by_buyers_refused_at_the_door_are_said_to_be_the_doors() {
+        let mut run = report();
+        let before = section(&run, "results/x/report.md", None);
+        assert!(!before.contains("is the door's"), "{before}");
+        let s = &mut run.strategies[0];
+        s.sale.accounting.undersell = 60;
+        s.sale.accounting.lost_updates = 0;
+        for _ in 0..400 {
+            s.sale.outcomes.count(&testkit::Answer::Refused {
+                status: 503,
+                code: ErrorCode::Overloaded,
+            });
+        }
+        let section = section(&run, "results/x/report.md", None);
+        assert!(
+            section.contains(
+                "The undersell of 1 strategies in the table is the door's, not the deduction's"
+            ),
             "{section}"
         );
     }
