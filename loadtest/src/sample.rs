@@ -57,6 +57,7 @@ pub fn strategy(strategy: Strategy, ledger: Ledger) -> StrategyReport {
         retries: None,
         latency: Latencies::default().summary(),
         drain_seconds: None,
+        door_retries: 0,
     };
     let throughput = ThroughputResult {
         closed: load(Loop::Closed, 400),

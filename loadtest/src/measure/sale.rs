@@ -6,9 +6,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use app::accounting::{Accounting, Ledger};
-use app::api::{Home, ProductView, Strategy};
+use app::api::{ErrorCode, Home, ProductView, Strategy};
 use sqlx::MySqlPool;
-use testkit::{Api, Clicks, Crowd};
+use testkit::{Api, Clicks, Crowd, Retry};
 
 use crate::drive::latency::Latencies;
 use crate::live::{Feed, Update};
@@ -29,6 +29,18 @@ pub struct SalePlan {
     pub feed: Feed,
 }
 
+/// A buyer turned away at the door (`503 overloaded`: the instance already works on as many
+/// purchases of the strategy as it answers within its latency budget) clicks again, with the
+/// same request id, 50–100 ms later, up to [`DOOR_RETRIES`] times: what a buyer facing a busy
+/// shop does. The sale then counts what each strategy sells, not what the door sheds.
+pub const DOOR_RETRIES: u32 = 100;
+const AT_THE_DOOR: Retry = Retry {
+    when: |answer| answer.refused_with(ErrorCode::Overloaded),
+    times: DOOR_RETRIES,
+    pause: Duration::from_millis(50),
+    jitter: Duration::from_millis(50),
+};
+
 /// Longest wait for the stream to drain before the ledger is read anyway.
 const DRAIN_LIMIT: Duration = Duration::from_secs(60);
 
@@ -48,7 +60,8 @@ pub async fn run_sale(api: &Api, db: &MySqlPool, plan: &SalePlan) -> Result<Sale
         plan.strategy,
         &plan.id_prefix,
     )
-    .quantity(plan.quantity);
+    .quantity(plan.quantity)
+    .retrying(AT_THE_DOOR);
     if plan.feed.is_on() {
         let feed = plan.feed.clone();
         crowd = crowd.watched(move |click| feed.answer(&click.answer, click.answered - click.sent));
@@ -80,6 +93,7 @@ pub async fn run_sale(api: &Api, db: &MySqlPool, plan: &SalePlan) -> Result<Sale
         retries: retries_after.map(|after| after - retries_before.unwrap_or(0.0)),
         latency: latencies.summary(),
         drain_seconds,
+        door_retries: DOOR_RETRIES,
     })
 }
 

@@ -14,7 +14,7 @@ pub fn render(r: &RunReport) -> String {
     let _ = writeln!(
         md,
         "{} strategies on {} app instance(s); flash sale of {} units to {} concurrent buyers \
-         sending {} requests of {} unit(s); each closed-loop and baseline figure is the median \
+         sending {} requests of {} unit(s){}; each closed-loop and baseline figure is the median \
          of {} run(s) of {} s (each after {} s warm-up), interleaved across strategies and \
          across baselines, with min–max in parentheses; one open loop of {} s at {}. Total \
          run time {:.0} s.\n",
@@ -24,6 +24,7 @@ pub fn render(r: &RunReport) -> String {
         s.buyers,
         s.demand,
         s.quantity,
+        super::prose::sale_door(r),
         s.repetitions,
         s.seconds,
         s.warmup,

@@ -13,6 +13,29 @@ use super::schema::{
     ToolComparison, ToolFinding, ToolReading, ToolVerdict,
 };
 
+/// How the flash sale's buyers met the door, for the sentences that describe the sale: empty
+/// when they did not retry.
+pub fn sale_door(r: &super::schema::RunReport) -> String {
+    match r.strategies.iter().map(|x| x.sale.door_retries).max() {
+        Some(n) if n > 0 => format!(
+            " (a buyer turned away at the door with `503 overloaded` clicks again, up to {n} \
+             times)"
+        ),
+        _ => String::new(),
+    }
+}
+
+/// What the sale's buyers do when turned away at the door, as a clause.
+pub fn door_retries(times: u32) -> String {
+    match times {
+        0 => "this sale's buyers do not retry a refusal".to_owned(),
+        n => format!(
+            "this sale's buyers click again after such a refusal, 50–100 ms later, up to {n} \
+             times, and these ran out of tries"
+        ),
+    }
+}
+
 /// What went wrong in `s`'s sale, and what its safety class makes of it.
 pub fn sale(s: &StrategyReport, f: &SaleFinding, instances: usize) -> String {
     let a = &s.sale.accounting;
@@ -75,10 +98,12 @@ pub fn sale(s: &StrategyReport, f: &SaleFinding, instances: usize) -> String {
                 ": {} request(s) ended neither in an order nor in `sold_out` ({}). Most were \
                  turned away at the service's door with `503 overloaded`: each instance admits \
                  as many purchases of a strategy at once as it answers within its latency \
-                 budget, and refuses the rest at once; this sale's buyers do not retry a \
-                 refusal, so units stayed unsold (undersell) — what a strategy this slow costs \
-                 a sale behind that door, not a broken deduction.",
-                f.turned_away, s.sale.outcomes
+                 budget, and refuses the rest at once; {}, so units stayed unsold (undersell) \
+                 — what a strategy this slow costs a sale behind that door, not a broken \
+                 deduction.",
+                f.turned_away,
+                s.sale.outcomes,
+                door_retries(s.sale.door_retries),
             );
         } else {
             let _ = write!(
@@ -400,7 +425,19 @@ mod tests {
         let (s, f) = turned_away(ErrorCode::Overloaded, 503);
         let p = sale(&s, &f, 2);
         assert!(p.contains("turned away at the service's door"), "{p}");
+        assert!(p.contains("do not retry a refusal"), "{p}");
         assert!(!p.contains("so the strategy turned buyers away"), "{p}");
+    }
+
+    #[test]
+    fn buyers_who_retried_at_the_door_are_told_to_have_run_out_of_tries() {
+        let (mut s, f) = turned_away(ErrorCode::Overloaded, 503);
+        s.sale.door_retries = 100;
+        let p = sale(&s, &f, 2);
+        assert!(
+            p.contains("up to 100 times, and these ran out of tries"),
+            "{p}"
+        );
     }
 
     #[test]

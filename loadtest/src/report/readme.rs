@@ -27,7 +27,7 @@ pub fn section(report: &RunReport, link: &str, picture: Option<&str>) -> String 
     let _ = writeln!(
         md,
         "From [the committed run]({link}) of {} ({} CPUs, {:.0} minutes): a flash sale of {} \
-         units to {} concurrent buyers sending {} requests, through {} app instances, counted \
+         units to {} concurrent buyers sending {} requests{}, through {} app instances, counted \
          from the database; then each strategy's closed-loop rate and p99 latency, the median \
          of {} runs of {} s (min–max in parentheses).\n",
         report.started_at,
@@ -36,6 +36,7 @@ pub fn section(report: &RunReport, link: &str, picture: Option<&str>) -> String 
         s.stock,
         s.buyers,
         s.demand,
+        super::prose::sale_door(report),
         s.instances,
         s.repetitions,
         s.seconds,
@@ -82,22 +83,24 @@ pub fn section(report: &RunReport, link: &str, picture: Option<&str>) -> String 
         count(Safety::Unsafe, true),
         unsafe_total,
     );
-    let shed = (report.strategies.iter())
+    let shed: Vec<u32> = (report.strategies.iter())
         .filter(|x| x.sale.accounting.undersell > 0 && x.sale.accounting.lost_updates == 0)
         .filter(|x| {
             let o = &x.sale.outcomes;
             let turned_away = o.total() - o.created - o.replayed - o.refused(ErrorCode::SoldOut);
             2 * o.refused(ErrorCode::Overloaded) > turned_away
         })
-        .count();
-    if shed > 0 {
+        .map(|x| x.sale.door_retries)
+        .collect();
+    if let Some(retries) = shed.iter().max() {
         let _ = writeln!(
             md,
             "The undersell of {} strategies in the table is the door's, not the deduction's: each \
              instance admits as many purchases of a strategy at once as it answers within its \
-             latency budget and refuses the rest at once with `503 overloaded`; this sale's buyers \
-             do not retry a refusal, so a slow strategy leaves units unsold.",
-            shed
+             latency budget and refuses the rest at once with `503 overloaded`; {}, so a slow \
+             strategy leaves units unsold.",
+            shed.len(),
+            super::prose::door_retries(*retries),
         );
     }
     if !report.scenarios.is_empty() {
@@ -254,6 +257,19 @@ mod tests {
             section.contains(
                 "The undersell of 1 strategies in the table is the door's, not the deduction's"
             ),
+            "{section}"
+        );
+    }
+
+    #[test]
+    fn a_sale_whose_buyers_retried_at_the_door_says_so_and_one_from_before_does_not() {
+        let mut run = report();
+        let before = section(&run, "results/x/report.md", None);
+        assert!(!before.contains("clicks again"), "{before}");
+        run.strategies[0].sale.door_retries = 100;
+        let section = section(&run, "results/x/report.md", None);
+        assert!(
+            section.contains("(a buyer turned away at the door with `503 overloaded` clicks again, up to 100 times)"),
             "{section}"
         );
     }

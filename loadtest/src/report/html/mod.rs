@@ -80,7 +80,7 @@ fn body(
         p.note {
             (r.strategies.len()) " strategies on " (s.instances) " app instance(s); flash sale of "
             (s.stock) " units to " (s.buyers) " concurrent buyers sending " (s.demand) " requests of "
-            (s.quantity) " unit(s); each closed-loop and baseline figure is the median of "
+            (s.quantity) " unit(s)" (crate::report::prose::sale_door(r)) "; each closed-loop and baseline figure is the median of "
             (s.repetitions) " run(s) of " (s.seconds) " s, with min–max in parentheses. Machine: "
             span #machine { (r.environment.cpu_model.as_deref().unwrap_or("unknown CPU")) ", "
                 (r.environment.cpus) " CPUs" }

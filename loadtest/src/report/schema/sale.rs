@@ -44,6 +44,10 @@ pub struct SaleResult {
     /// (stream strategies only); `None` elsewhere.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drain_seconds: Option<f64>,
+    /// Times a buyer turned away at the door (`503 overloaded`) clicked again, at most (0 in
+    /// runs recorded before buyers did: nobody retried).
+    #[serde(default)]
+    pub door_retries: u32,
 }
 
 /// A strategy's throughput: the median closed loop and one open loop.
