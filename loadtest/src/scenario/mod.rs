@@ -164,9 +164,9 @@ scenarios! {
     /// and the time from the kill to the next sale.
     ClusterSale => cluster_sale::ClusterSale;
     /// More `db-row-lock` waiters than the pool has connections, beside lock-free purchases: with
-    /// one pool the lock-free purchases time out waiting for a connection; with the lock's own
-    /// pool they do not; with a bounded wait the waiters are told `busy` and nobody waits out
-    /// the pool.
+    /// one pool the lock-free purchases wait out the pool's timeout for a connection; with the
+    /// lock's own pool they do not; with a bounded wait the waiters are told `busy` and nobody
+    /// waits out the pool.
     ConnectionCost => connection_cost::ConnectionCost;
     /// A buyer pays after the deadline, once the expired order's unit was sold again: a payment
     /// that does not check the order's state oversells; the conditional transition refuses it
