@@ -14,7 +14,7 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use sqlx::{MySqlConnection, MySqlPool};
 
-use super::outcome::{claim_quota, place};
+use super::outcome::{claim_quota, place, roll_back};
 use super::{Deps, Purchase, PurchaseError, Purchased, StockStrategy};
 use crate::db::products;
 
@@ -51,8 +51,14 @@ impl StockStrategy for Conditional {
     ) -> BoxFuture<'a, Result<Purchased, PurchaseError>> {
         Box::pin(async move {
             let mut tx = self.pool.begin().await?;
-            claim_quota(&mut tx, purchase).await?;
-            deduct(&mut tx, purchase).await?;
+            let deducted = async {
+                claim_quota(&mut tx, purchase).await?;
+                deduct(&mut tx, purchase).await
+            }
+            .await;
+            if let Err(refusal) = deducted {
+                return Err(roll_back(tx, refusal).await);
+            }
             // The row lock is held from here to the commit: this is the critical section.
             purchase.hold().await;
             place(tx, purchase, None).await.map(Purchased::from)

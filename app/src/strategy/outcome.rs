@@ -30,6 +30,18 @@ pub(crate) async fn claim_quota(
     }
 }
 
+/// Rolls `tx` back before a refusal goes out, and gives the refusal back. A transaction that
+/// is only dropped rolls back when its connection is next used or handed back to the pool
+/// (sqlx queues the `ROLLBACK`); until then the row locks it took stay taken, and the buyer's
+/// next click, sent as soon as this answer arrives, would wait on them — or, under `NOWAIT`,
+/// be refused `busy` by a refusal already answered.
+pub(crate) async fn roll_back(tx: Transaction<'_, MySql>, refusal: PurchaseError) -> PurchaseError {
+    if let Err(e) = tx.rollback().await {
+        tracing::debug!(error = %e, "the rollback of a refused purchase failed; its connection is closed");
+    }
+    refusal
+}
+
 /// The stock after this purchase, or why there is none to take: the product does not exist
 /// (`stock` is `None`) or has fewer units than asked.
 pub(crate) fn decide(stock: Option<i64>, purchase: &Purchase) -> Result<i64, PurchaseError> {

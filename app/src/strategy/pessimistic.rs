@@ -14,7 +14,7 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use sqlx::MySqlPool;
 
-use super::outcome::{claim_quota, decide, place};
+use super::outcome::{claim_quota, decide, place, roll_back};
 use super::{Deps, Purchase, PurchaseError, Purchased, StockStrategy};
 use crate::db::products;
 
@@ -59,12 +59,19 @@ impl StockStrategy for Pessimistic {
                 OnLocked::Refuse => "SELECT stock FROM products WHERE id = ? FOR UPDATE NOWAIT",
             };
             let mut tx = self.pool.begin().await?;
-            claim_quota(&mut tx, purchase).await?;
-            let stock: Option<i64> = sqlx::query_scalar(sql)
-                .bind(purchase.product_id)
-                .fetch_optional(&mut *tx)
-                .await?;
-            let left = decide(stock, purchase)?;
+            let decided = async {
+                claim_quota(&mut tx, purchase).await?;
+                let stock: Option<i64> = sqlx::query_scalar(sql)
+                    .bind(purchase.product_id)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                decide(stock, purchase)
+            }
+            .await;
+            let left = match decided {
+                Ok(left) => left,
+                Err(refusal) => return Err(roll_back(tx, refusal).await),
+            };
             purchase.hold().await;
             products::set_stock(&mut tx, purchase.product_id, left).await?;
             place(tx, purchase, None).await.map(Purchased::from)
