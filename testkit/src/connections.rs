@@ -25,8 +25,8 @@
 //! that was written and got no complete answer is never resent — it is a transport error, as a
 //! lost click is — but for one case browsers resend too: a reused connection the server
 //! closed before a byte of the answer (its idle timeout ran out as the request crossed it;
-//! the server never read the request) carries the request again once, on a new connection. A connection whose answer said `Connection: close`, or whose read failed, is
-//! not kept.
+//! the server never read the request) carries the request again once, on a new connection.
+//! A connection whose answer said `Connection: close`, or whose read failed, is not kept.
 
 use std::cell::Cell;
 use std::os::fd::AsRawFd;

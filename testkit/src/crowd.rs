@@ -77,6 +77,12 @@ impl Retry {
     }
 }
 
+/// The user id of buyer `buyer` of a crowd whose users are named `prefix`
+/// ([`Crowd::users`]; `u` by default).
+pub fn user_id(prefix: &str, buyer: usize) -> String {
+    format!("{prefix}-{buyer}")
+}
+
 /// One buyer of a crowd that arrives on a schedule ([`Crowd::arriving`]): who clicks, and
 /// when (from the crowd's start). Several arrivals may share a user: a double click, or bots
 /// behind one account.
@@ -417,7 +423,7 @@ impl Shared {
         let request_id = format!("{}-{buyer}-{mine}", crowd.id_prefix);
         let user_id = match &crowd.arrivals {
             Some(arrivals) => arrivals[buyer].user.clone(),
-            None => format!("{}-{buyer}", crowd.users),
+            None => user_id(&crowd.users, buyer),
         };
         let sent = self.began.elapsed();
         let mut tries = 0;

@@ -14,6 +14,6 @@ pub mod wire;
 pub use answer::{Answer, Outcomes, order_request};
 pub use client::{Api, Fault, PreparedOrder, Transition};
 pub use connections::own_runtime_thread;
-pub use crowd::{Answers, Arrival, Click, Clicks, Crowd, Retry, Sale, Spread};
+pub use crowd::{Answers, Arrival, Click, Clicks, Crowd, Retry, Sale, Spread, user_id};
 pub use launch::{TestApp, config_on};
 pub use process::{Apps, Instance, Launch, locate_app};

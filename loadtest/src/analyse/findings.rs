@@ -5,7 +5,7 @@
 //! the ceiling of the HTTP figures. Decisions (saturated, CPU-bound, at par) are made here,
 //! from thresholds named here; the prose only words them.
 
-use app::api::{ErrorCode, Safety};
+use app::api::Safety;
 
 use crate::report::schema::{
     Baseline, BaselineName, BelowBaseline, ClientCheck, CpuUse, Findings, GROUPS, GroupCpu,
@@ -80,7 +80,7 @@ fn sale(s: &StrategyReport) -> SaleFinding {
             .then(|| 100.0 * a.oversell as f64 / a.initial_stock.max(1) as f64),
         counter_went_down_by: a.initial_stock - a.final_stock,
         demand_units: s.sale.requests as i64 * s.sale.quantity,
-        turned_away: o.total() - o.created - o.replayed - o.refused(ErrorCode::SoldOut),
+        turned_away: s.sale.turned_away(),
         errors: o.errors(),
         acknowledged_mismatch: s.sale.acknowledged_minus_orders != 0,
         reading,

@@ -4,8 +4,10 @@
 //! beside the purchases still going on, and each payment is counted by how it ended.
 
 use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use anyhow::Context;
 use app::api::ErrorCode;
 use testkit::{Api, Click};
 use tokio::sync::mpsc;
@@ -92,6 +94,13 @@ impl Cashier {
     pub async fn close(self) -> Till {
         drop(self.wins);
         self.till.await.unwrap_or_default()
+    }
+
+    /// [`Cashier::close`] for a cashier shared with the load that handed it purchases, once
+    /// that load has stopped and dropped its share.
+    pub async fn close_shared(shared: Arc<Cashier>) -> anyhow::Result<Till> {
+        let cashier = Arc::into_inner(shared).context("the load kept its cashier")?;
+        Ok(cashier.close().await)
     }
 }
 

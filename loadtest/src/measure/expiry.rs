@@ -161,10 +161,7 @@ async fn one_loop(
     })
     .await;
     let seconds = started.elapsed().as_secs_f64();
-    let till = Arc::into_inner(cashier)
-        .context("the loop kept its cashier")?
-        .close()
-        .await;
+    let till = Cashier::close_shared(cashier).await?;
     let expired = expired_orders(db, buyers.product).await?;
     ensure!(
         run.outcomes.created > 0,

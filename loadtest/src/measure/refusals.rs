@@ -12,9 +12,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use app::api::{ErrorCode, OrderRequest, Safety, Strategy};
-use testkit::{Api, Clicks, Crowd, PreparedOrder, order_request};
+use testkit::{Api, Clicks, Crowd, PreparedOrder, order_request, user_id};
 
 use crate::analyse::spread::combine;
 use crate::drive::load::{Window, closed_loop, closed_loop_feeding};
@@ -82,15 +82,13 @@ async fn sell_the_rest(api: &Api, plan: &FloodPlan<'_>, mut left: i64) -> Result
         let users = prefix.clone();
         let sale = Crowd::new(buyers, clicks, plan.strategy.name, &prefix)
             .users(&prefix)
-            .watched(move |click| till.win(click, &format!("{users}-{}", click.buyer)))
+            .watched(move |click| till.win(click, &user_id(&users, click.buyer)))
             .start(api, plan.product);
         while !sale.sold_out() && sale.placed() < buyers && sale.elapsed() < patience {
             tokio::time::sleep(PAUSE).await;
         }
         let answers = sale.stop().await;
-        (Arc::into_inner(cashier).context("the crowd kept its cashier")?)
-            .close()
-            .await;
+        Cashier::close_shared(cashier).await?;
         sold += answers.created() as u64;
         if answers.refused(ErrorCode::SoldOut) > 0 {
             return Ok(Some(sold));

@@ -6,8 +6,6 @@
 
 use std::fmt::Write;
 
-use app::api::ErrorCode;
-
 use super::schema::{
     ClientCheck, GROUPS, Pace, SaleFinding, SaleReading, StrategyReport, TimeFinding,
     ToolComparison, ToolFinding, ToolReading, ToolVerdict,
@@ -92,7 +90,7 @@ pub fn sale(s: &StrategyReport, f: &SaleFinding, instances: usize) -> String {
                 ": stock that was in fact sold, left on the counter by the lost decrements (the \
                  shop would go on selling it).",
             );
-        } else if 2 * s.sale.outcomes.refused(ErrorCode::Overloaded) > f.turned_away {
+        } else if s.sale.turned_away_at_the_door() {
             let _ = write!(
                 p,
                 ": {} request(s) ended neither in an order nor in `sold_out` ({}). Most were \
@@ -378,7 +376,7 @@ pub fn client(c: &ClientCheck) -> String {
 #[cfg(test)]
 mod tests {
     use app::accounting::{Accounting, Ledger};
-    use app::api::Strategy;
+    use app::api::{ErrorCode, Strategy};
     use testkit::Answer;
 
     use super::*;

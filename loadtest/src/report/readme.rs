@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use anyhow::{Context, Result, bail};
-use app::api::{ErrorCode, Safety, Strategy};
+use app::api::{Safety, Strategy};
 
 use super::markdown::successes_per_sec;
 use super::schema::{ExpiryMiss, RunReport, Verdict};
@@ -85,11 +85,7 @@ pub fn section(report: &RunReport, link: &str, picture: Option<&str>) -> String 
     );
     let shed: Vec<u32> = (report.strategies.iter())
         .filter(|x| x.sale.accounting.undersell > 0 && x.sale.accounting.lost_updates == 0)
-        .filter(|x| {
-            let o = &x.sale.outcomes;
-            let turned_away = o.total() - o.created - o.replayed - o.refused(ErrorCode::SoldOut);
-            2 * o.refused(ErrorCode::Overloaded) > turned_away
-        })
+        .filter(|x| x.sale.turned_away_at_the_door())
         .map(|x| x.sale.door_retries)
         .collect();
     if let Some(retries) = shed.iter().max() {
@@ -201,6 +197,8 @@ pub fn replace(readme: &str, section: &str) -> Result<String> {
 
 #[cfg(test)]
 mod tests {
+    use app::api::ErrorCode;
+
     use super::*;
     use crate::sample::report;
 

@@ -1,7 +1,7 @@
 //! One strategy's flash sale and its throughput.
 
 use app::accounting::Accounting;
-use app::api::StrategyInfo;
+use app::api::{ErrorCode, StrategyInfo};
 use serde::{Deserialize, Serialize};
 use testkit::Outcomes;
 
@@ -48,6 +48,19 @@ pub struct SaleResult {
     /// runs recorded before buyers did: nobody retried).
     #[serde(default)]
     pub door_retries: u32,
+}
+
+impl SaleResult {
+    /// Requests answered neither with an order nor with `sold_out`.
+    pub fn turned_away(&self) -> u64 {
+        let o = &self.outcomes;
+        o.total() - o.created - o.replayed - o.refused(ErrorCode::SoldOut)
+    }
+
+    /// Whether most of the requests turned away were refused at the door (`503 overloaded`).
+    pub fn turned_away_at_the_door(&self) -> bool {
+        2 * self.outcomes.refused(ErrorCode::Overloaded) > self.turned_away()
+    }
 }
 
 /// A strategy's throughput: the median closed loop and one open loop.
