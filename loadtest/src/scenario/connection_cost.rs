@@ -90,6 +90,15 @@ pub struct Figures {
     pub lock_free: Fared,
 }
 
+impl Figures {
+    /// Whether the lock-free purchases were starved of a connection: some gave up at the pool's
+    /// timeout, or waited most of it.
+    pub fn lock_free_starved(&self) -> bool {
+        self.lock_free.no_connection > 0
+            || self.lock_free.p99_ms >= STARVED * ACQUIRE_TIMEOUT_MS as f64
+    }
+}
+
 const LOCKED: Strategy = Strategy::DbRowLock;
 const LOCK_FREE: Strategy = Strategy::Conditional;
 /// Each locked buyer pauses this long inside the lock.
@@ -183,8 +192,7 @@ impl Scenario for ConnectionCost {
             Deployment::OnePool => (
                 "the waiters hold the purchases' connections: lock-free purchases wait out the \
                  pool's timeout for one (and give up, or get one as it ends)",
-                f.lock_free.no_connection > 0
-                    || f.lock_free.p99_ms >= STARVED * ACQUIRE_TIMEOUT_MS as f64,
+                f.lock_free_starved(),
             ),
             Deployment::OwnPool => (
                 "the waiters exhaust only the lock's pool: no lock-free purchase waits out the \
