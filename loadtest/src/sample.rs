@@ -325,6 +325,7 @@ pub fn flood(
             noop_per_second: 40_000.0,
             connections: 200,
             sold_after_flood: 0,
+            rounds: 5,
         }),
         noop_flood: Some(NoopFlood {
             clicks: 2_000,

@@ -215,7 +215,7 @@ impl ResetProduct {
 
 /// An integer field of a request body. JSON has one number type and JSON Schema counts `12.0`
 /// as an integer, so this accepts it too; `12.5`, and numbers beyond `i64`, are refused.
-fn integer<'de, D: Deserializer<'de>>(deserializer: D) -> Result<i64, D::Error> {
+pub(crate) fn integer<'de, D: Deserializer<'de>>(deserializer: D) -> Result<i64, D::Error> {
     let n = serde_json::Number::deserialize(deserializer)?;
     if let Some(i) = n.as_i64() {
         return Ok(i);

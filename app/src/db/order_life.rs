@@ -199,11 +199,18 @@ pub async fn begin_batch(
 /// Expires, in `conn`'s transaction (see [`begin_batch`]), those of `orders` (all of product
 /// `product_id`, whose stock is its row) that are still reserved and due, and gives their
 /// units back to the row in one write and to their buyers' counts: how many orders it expired.
-/// Locks in the order a purchase takes its own — the buyers' count rows (by their keys, see
-/// [`quota::lock_buyers`]), the stock row, then the orders — so that the batch and a purchase
-/// or a cancellation never wait on each other in a cycle; the orders' locks decide which are
-/// still due, so a payment or cancellation that got to one first leaves it out, and one that
-/// comes later finds it expired.
+///
+/// The stock row is the one every purchase of the product queues on, so it is written last,
+/// just before the commit: the batch holds it for one statement, not for the five it takes to
+/// lock, end and count its orders (held from the first, as a purchase holds it, the batch
+/// stalled the product's whole queue for as long as it worked). No wait can close a cycle:
+/// the buyers' count rows come first, by their keys ([`quota::lock_buyers`]), as a purchase's
+/// and a cancellation's do, so a purchase, cancellation or other batch that ends one of these
+/// orders, or buys for one of these buyers, queues there before either holds anything the
+/// other wants; the orders' locks are by primary key at `READ COMMITTED`, record locks only,
+/// which a purchase's insert of its own order does not wait on. The orders' locks decide which
+/// are still due, so a payment that got to one first leaves it out, and one that comes later
+/// finds it expired.
 pub async fn expire_from_row(
     conn: &mut MySqlConnection,
     product_id: u64,
@@ -214,10 +221,6 @@ pub async fn expire_from_row(
     }
     let users: Vec<&str> = orders.iter().map(|(_, user)| *user).collect();
     quota::lock_buyers(&mut *conn, product_id, &users).await?;
-    sqlx::query("SELECT stock FROM products WHERE id = ? FOR UPDATE")
-        .bind(product_id)
-        .execute(&mut *conn)
-        .await?;
     let due = lock_still_due(&mut *conn, orders.iter().map(|(id, _)| *id)).await?;
     if due.is_empty() {
         return Ok(0);

@@ -1,6 +1,6 @@
 //! How cheap a refusal is once a product is sold out: purchases of the sold-out product in a
 //! closed loop beside `GET /api/noop` in the same loop, on the same connections and client,
-//! alternated three times (which goes first alternating too); the medians.
+//! alternated [`ROUNDS`] times (which goes first alternating too); the medians.
 //!
 //! A flood that left units — a strategy that answered most of its crowd `busy` or `overloaded`
 //! — has them bought first, by buyers who click until one of them is told `sold_out` (each
@@ -30,6 +30,9 @@ const PATIENCE: Duration = Duration::from_secs(120);
 /// updates needs many more orders than units to empty its stock row, and would hold the run
 /// for all of [`PATIENCE`].
 const UNSAFE_PATIENCE: Duration = Duration::from_secs(30);
+/// Rounds of refusals beside no-ops: a round of a second swings by a tenth or more on a
+/// machine this size, and the median of five is steadier than that of three.
+const ROUNDS: usize = 5;
 /// A buyer's pause after an answer that bought nothing and did not say `sold_out`.
 const PAUSE: Duration = Duration::from_millis(50);
 
@@ -99,12 +102,12 @@ async fn sell_the_rest(api: &Api, plan: &FloodPlan<'_>, mut left: i64) -> Result
 }
 
 /// Refusals of the sold-out product per second beside `GET /api/noop`, each in a closed loop
-/// of the same connections and client, alternated three times (which goes first alternating
-/// too); the medians.
+/// of the same connections and client, alternated [`ROUNDS`] times (which goes first
+/// alternating too); the medians.
 async fn refusal_rate(api: &Api, plan: &FloodPlan<'_>, window: Window) -> Result<RefusalRate> {
     let (mut refusals, mut noops) = (Vec::new(), Vec::new());
     let connections = plan.refusal_connections;
-    for round in 0..3 {
+    for round in 0..ROUNDS {
         let a = api.clone();
         let prefix = format!("{}-after-{round}", plan.id_prefix);
         // One late buyer per connection, each request built once: the loop repeats it as `wrk`
@@ -140,6 +143,7 @@ async fn refusal_rate(api: &Api, plan: &FloodPlan<'_>, window: Window) -> Result
         noop_per_second: median(noops),
         connections,
         sold_after_flood: 0,
+        rounds: ROUNDS,
     })
 }
 

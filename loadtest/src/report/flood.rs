@@ -52,14 +52,18 @@ fn section(
          First clicks: of the first S regular clicks sent, the share that bought; rank: \
          Spearman's correlation between how early a click was sent and whether it bought (1: \
          first come, first served). Refusals once sold out: a closed loop of purchases of the \
-         sold-out product beside `GET /api/noop` on the same connections, medians of three \
+         sold-out product beside `GET /api/noop` on the same connections, medians of {} \
          alternations; where the flood left units, buyers who click until told `sold_out` buy \
          them first (\"after N more sold\"; not timed if they could not: the loop would buy). \
          ÷ no-op \
          flood: the time until every click was answered over the time the same crowd (the same \
          arrivals, instances and client), sent right after, took to be answered asking \
          `GET /api/noop` instead. The bars: the fastest safe strategy within {FLOOD_BAR}× the \
-         no-op flood; refusals once sold out at {REFUSAL_BAR_PERCENT}% of no-op or more.\n\n"
+         no-op flood; refusals once sold out at {REFUSAL_BAR_PERCENT}% of no-op or more.\n\n",
+        floods
+            .iter()
+            .find_map(|f| f.after_sold_out.map(|r| r.rounds))
+            .unwrap_or(0)
     );
     md.push_str(&went_wrong(floods, misses));
     md.push('\n');

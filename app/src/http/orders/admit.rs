@@ -1,12 +1,15 @@
 //! Admission of a purchase: what can be decided before any strategy runs, from the request and
 //! from what this instance remembers of the product ([`crate::shelf`]), at the cost of a no-op.
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use axum::http::HeaderMap;
+use serde::Deserialize;
 use time::OffsetDateTime;
 
-use crate::api::{MAX_REQUEST_ID, MAX_USER_ID, OrderRequest, SaleRules, Strategy};
+use crate::api::{MAX_REQUEST_ID, MAX_USER_ID, SaleRules, Strategy, integer};
+use crate::db::orders::PurchaseKey;
 use crate::error::ApiError;
 use crate::shelf::Epoch;
 use crate::state::AppState;
@@ -18,16 +21,71 @@ pub const HOLD_HEADER: &str = "x-seckill-hold-ms";
 /// Longest accepted injected pause.
 const MAX_HOLD_MS: u64 = 120_000;
 
+/// The body of a purchase as [`crate::api::OrderRequest`] documents it, its strings borrowed
+/// from the body where they need no unescaping: a click refused from memory allocates none of
+/// them. (Named as the documented schema, so that its errors read the same.)
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename = "OrderRequest")]
+pub(super) struct Order<'a> {
+    #[serde(borrow)]
+    pub user_id: Cow<'a, str>,
+    #[serde(deserialize_with = "integer")]
+    pub quantity: i64,
+    #[serde(borrow)]
+    pub request_id: Cow<'a, str>,
+    #[serde(default)]
+    pub strategy: Option<Strategy>,
+    #[serde(default)]
+    pub purchase_token: Option<String>,
+}
+
+/// A purchase this instance admitted, still borrowing its body: whether memory refuses it is
+/// asked of it before anything of it is copied.
+#[derive(Debug)]
+pub(super) struct Admitted<'a> {
+    product_id: u64,
+    order: Order<'a>,
+    pub strategy: Strategy,
+    per_user_limit: i64,
+    pay_within: Duration,
+    hold: Option<Duration>,
+}
+
+impl Admitted<'_> {
+    pub fn key(&self) -> PurchaseKey<'_> {
+        PurchaseKey {
+            product_id: self.product_id,
+            user_id: &self.order.user_id,
+            request_id: &self.order.request_id,
+        }
+    }
+
+    /// The purchase its strategy runs.
+    pub fn into_purchase(self) -> Purchase {
+        Purchase {
+            product_id: self.product_id,
+            user_id: self.order.user_id.into_owned(),
+            quantity: u32::try_from(self.order.quantity).unwrap_or(u32::MAX),
+            request_id: self.order.request_id.into_owned(),
+            strategy: self.strategy,
+            per_user_limit: self.per_user_limit,
+            pay_within: self.pay_within,
+            hold: self.hold,
+            stats: PurchaseStats::default(),
+        }
+    }
+}
+
 /// The purchase `request` asks for, if this instance admits it: the strategy offered, the input
 /// well-formed, the product known, its sale open, its token shown if required, the quantity
 /// within the per-user limit; and the moment of memory it was admitted at. (Its strategy is
 /// taken only once it is not refused from memory: a refusal touches no shared count.)
-pub(super) async fn admit(
+pub(super) async fn admit<'a>(
     state: &AppState,
     headers: &HeaderMap,
     product_id: u64,
-    request: OrderRequest,
-) -> Result<(Purchase, Epoch), ApiError> {
+    request: Order<'a>,
+) -> Result<(Admitted<'a>, Epoch), ApiError> {
     let settings = &state.settings;
     let name = request.strategy.unwrap_or(settings.default_strategy);
     if !settings.offers(name) {
@@ -54,7 +112,9 @@ pub(super) async fn admit(
     }
     let (known, epoch) = state.shelf.product(product_id).await?;
     let known = known.ok_or_else(|| ApiError::NotFound(format!("no product {product_id}")))?;
-    within_sale(&known.rules, OffsetDateTime::now_utc())?;
+    if known.rules.sale_starts_at.is_some() || known.rules.sale_ends_at.is_some() {
+        within_sale(&known.rules, OffsetDateTime::now_utc())?;
+    }
     if known.rules.token_required {
         let shown = request.purchase_token.as_deref().is_some_and(|token| {
             settings
@@ -71,20 +131,17 @@ pub(super) async fn admit(
     if request.quantity > known.rules.per_user_limit {
         return Err(ApiError::LimitReached);
     }
-    let purchase = Purchase {
+    let admitted = Admitted {
         product_id,
-        user_id: request.user_id,
-        quantity: u32::try_from(request.quantity).unwrap_or(u32::MAX),
-        request_id: request.request_id,
+        order: request,
         strategy: name,
         per_user_limit: known.rules.per_user_limit,
         pay_within: Duration::from_millis(
             u64::try_from(known.rules.payment_window_ms).unwrap_or(u64::MAX),
         ),
         hold,
-        stats: PurchaseStats::default(),
     };
-    Ok((purchase, epoch))
+    Ok((admitted, epoch))
 }
 
 /// Refuses a purchase made outside the sale's window.
@@ -100,9 +157,9 @@ pub(in crate::http) fn within_sale(rules: &SaleRules, now: OffsetDateTime) -> Re
 
 /// Parses the body; a strategy name outside the catalogue is `unknown_strategy`, anything
 /// else that does not fit the schema is `bad_request` (not JSON) or `invalid_request`.
-pub(super) fn parse(body: &[u8]) -> Result<OrderRequest, ApiError> {
+pub(super) fn parse(body: &[u8]) -> Result<Order<'_>, ApiError> {
     // One typed pass on the hot path; the untyped one only to say what was wrong.
-    let invalid = match serde_json::from_slice::<OrderRequest>(body) {
+    let invalid = match serde_json::from_slice::<Order>(body) {
         Ok(request) => return Ok(request),
         Err(e) => e,
     };
@@ -117,8 +174,9 @@ pub(super) fn parse(body: &[u8]) -> Result<OrderRequest, ApiError> {
 }
 
 pub(in crate::http) fn check_id(field: &str, value: &str, max: usize) -> Result<(), ApiError> {
-    let len = value.chars().count();
-    if len == 0 || len > max || value.trim() != value {
+    // No more bytes than `max` is no more characters: most ids are counted without a walk.
+    let too_long = value.len() > max && value.chars().count() > max;
+    if value.is_empty() || too_long || value.trim() != value {
         return Err(ApiError::Invalid(format!(
             "{field} must be 1 to {max} characters without surrounding spaces"
         )));

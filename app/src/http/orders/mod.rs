@@ -140,11 +140,14 @@ pub async fn create(
     if !state.gate.within_rates(&order.user_id, address) {
         return Err(ApiError::RateLimited);
     }
-    let (purchase, epoch) = admit::admit(&state, &parts.headers, product_id, order).await?;
-    if state.shelf.refuses(purchase.key()) {
-        observe(&state, &purchase, "sold_out", started);
+    let (admitted, epoch) = admit::admit(&state, &parts.headers, product_id, order).await?;
+    if state.shelf.refuses(admitted.key()) {
+        observe_refusal(&state, admitted.strategy, started);
         return Err(ApiError::SoldOut);
     }
+    let purchase = admitted.into_purchase();
+    // Not carried across the purchase's wait: its headers and extensions are read.
+    drop(parts);
     let strategy = state.registry.get(purchase.strategy).clone();
     // Boxed, so that what a refusal from memory moves is no larger than its own path needs.
     Box::pin(place(state, strategy, Arc::new(purchase), epoch, started)).await
@@ -218,6 +221,17 @@ async fn place(
              with the same request id, or ask for its status"
         ))),
     }
+}
+
+/// A purchase refused `sold_out` from memory: no strategy ran, so nothing waited or retried.
+fn observe_refusal(state: &AppState, strategy: Strategy, started: Instant) {
+    state.metrics.observe(Observation {
+        strategy: strategy.name(),
+        outcome: "sold_out",
+        latency: started.elapsed(),
+        lock_wait: None,
+        retries: 0,
+    });
 }
 
 fn observe(state: &AppState, purchase: &Purchase, outcome: &'static str, started: Instant) {

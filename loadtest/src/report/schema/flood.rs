@@ -154,6 +154,14 @@ pub struct RefusalRate {
     /// refusals were timed: what the flood left.
     #[serde(default)]
     pub sold_after_flood: u64,
+    /// Alternations of refusals and no-ops the medians are of (three in runs that did not
+    /// record it).
+    #[serde(default = "three")]
+    pub rounds: usize,
+}
+
+fn three() -> usize {
+    3
 }
 
 impl RefusalRate {
