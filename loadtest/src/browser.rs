@@ -15,8 +15,8 @@ use anyhow::{Context, Result, bail};
 use fantoccini::wd::WebDriverCompatibleCommand;
 use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+use tokio::process::{Child, ChildStdout, Command};
 
 /// Set (to anything but `0`) to make a missing browser a failure instead of a skip.
 pub const REQUIRE: &str = "SECKILL_REQUIRE_BROWSER";
@@ -82,22 +82,13 @@ impl Browser {
     /// Chromium session of `width` × `height`, its console logged.
     pub async fn start(width: u32, height: u32) -> Result<Browser> {
         let (chromium, driver) = Browser::programs().map_err(anyhow::Error::msg)?;
-        let mut driver = Command::new(driver)
-            .args(["--port=0", "--log-level=WARNING"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .context("starting chromedriver")?;
-        let stdout = driver.stdout.take().context("chromedriver's output")?;
-        let mut lines = BufReader::new(stdout).lines();
-        let port = loop {
-            let line = lines
-                .next_line()
-                .await?
-                .context("chromedriver exited before it listened")?;
-            if let Some(rest) = line.split("started successfully on port ").nth(1) {
-                break rest.trim_end_matches('.').trim().parse::<u16>()?;
+        let (driver, mut lines, port) = match Browser::driver(&driver).await {
+            Ok(started) => started,
+            // One that exits before it listens is started once more, as a person would; what
+            // the first one wrote is printed.
+            Err(first) => {
+                eprintln!("chromedriver did not start, starting it again: {first:#}");
+                Browser::driver(&driver).await?
             }
         };
         // Keep reading, so that chromedriver never blocks on a full pipe.
@@ -123,6 +114,49 @@ impl Browser {
             .await
             .context("opening a Chromium session")?;
         Ok(Browser { client, driver })
+    }
+
+    /// Starts chromedriver and waits for the port it listens on; when it exits first, the
+    /// error says what it wrote and how it exited.
+    async fn driver(
+        program: &Path,
+    ) -> Result<(Child, tokio::io::Lines<BufReader<ChildStdout>>, u16)> {
+        let mut driver = Command::new(program)
+            .args(["--port=0", "--log-level=WARNING"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .context("starting chromedriver")?;
+        let stdout = driver.stdout.take().context("chromedriver's output")?;
+        let mut lines = BufReader::new(stdout).lines();
+        let mut said = Vec::new();
+        loop {
+            let Some(line) = lines.next_line().await? else {
+                let mut errors = String::new();
+                if let Some(mut stderr) = driver.stderr.take() {
+                    let _ = stderr.read_to_string(&mut errors).await;
+                }
+                let status = driver.wait().await?;
+                bail!(
+                    "chromedriver exited before it listened ({status}); it wrote {:?} and on \
+                     its error output {:?}",
+                    said.join("\n"),
+                    errors.trim()
+                );
+            };
+            if let Some(rest) = line.split("started successfully on port ").nth(1) {
+                let port = rest.trim_end_matches('.').trim().parse::<u16>()?;
+                // Its error output drained too, so that it never blocks on a full pipe.
+                if let Some(mut stderr) = driver.stderr.take() {
+                    tokio::spawn(async move {
+                        let _ = tokio::io::copy(&mut stderr, &mut tokio::io::sink()).await;
+                    });
+                }
+                return Ok((driver, lines, port));
+            }
+            said.push(line);
+        }
     }
 
     pub fn client(&self) -> &Client {
