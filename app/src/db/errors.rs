@@ -67,6 +67,18 @@ pub fn classify(e: &sqlx::Error) -> DbFailure {
     }
 }
 
+/// Whether InnoDB rolled the transaction back to break a deadlock (or a snapshot conflict): the
+/// transaction did nothing, and running it again is what the server asks for.
+pub fn deadlocked(e: &sqlx::Error) -> bool {
+    let sqlx::Error::Database(db) = e else {
+        return false;
+    };
+    let number = db
+        .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
+        .map(|e| e.number());
+    matches!(number, Some(ER_LOCK_DEADLOCK | ER_CHECKREAD))
+}
+
 /// The key a duplicate-entry error (`ER_DUP_ENTRY`, 1062) names. The MySQL protocol carries no
 /// constraint field and sqlx reports none, so the name is read from the one place the server
 /// puts it: the error's fixed format `Duplicate entry '…' for key '<name>'` (MySQL 8 writes

@@ -40,6 +40,29 @@ pub async fn reset_with(
         Home::Buckets => buckets::split(stock, buckets),
         Home::Row | Home::Redis => Vec::new(),
     };
+    // The reset locks the product row, then deletes its orders: an expiry batch of the same
+    // product, which locks its orders and then writes the row, can close a cycle with it, and
+    // InnoDB breaks it by rolling one back. A reset rolled back did nothing; it runs again.
+    const ATTEMPTS: u32 = 3;
+    let mut attempt = 1;
+    loop {
+        match reset_once(pool, id, row_stock, stock, home, &bucket_stocks, rules).await {
+            Err(e) if attempt < ATTEMPTS && super::errors::deadlocked(&e) => attempt += 1,
+            done => return done,
+        }
+    }
+}
+
+/// One attempt of [`reset_with`], in one transaction.
+async fn reset_once(
+    pool: &MySqlPool,
+    id: u64,
+    row_stock: i64,
+    stock: i64,
+    home: Home,
+    bucket_stocks: &[i64],
+    rules: &SaleRules,
+) -> Result<(), sqlx::Error> {
     let mut tx = pool.begin().await?;
     sqlx::query(
         "INSERT INTO products (id, stock, initial_stock, home, per_user_limit, sale_starts_ms, \
@@ -62,7 +85,7 @@ pub async fn reset_with(
     .bind(rules.payment_window_ms)
     .execute(&mut *tx)
     .await?;
-    buckets::replace(&mut tx, id, &bucket_stocks).await?;
+    buckets::replace(&mut tx, id, bucket_stocks).await?;
     for table in ["orders", "purchase_quota"] {
         let sql = format!("DELETE FROM {table} WHERE product_id = ?");
         sqlx::query(sqlx::AssertSqlSafe(sql))

@@ -92,9 +92,12 @@ pub async fn run_expiry(api: &Api, db: &MySqlPool, plan: &ExpiryPlan<'_>) -> Res
         with.push(swept);
         without.push(unswept);
     }
-    api.pause_sweeps(false).await?;
+    // Reset with the sweeps paused, as before each loop: a running sweep would be expiring
+    // the last loop's due orders while the reset deletes them.
+    api.pause_sweeps(true).await?;
     api.reset_product(buyers.product, 0, buyers.strategy.home())
         .await?;
+    api.pause_sweeps(false).await?;
     Ok(ExpiryCost {
         strategy: plan.strategy.clone(),
         with_sweep: spread::combine(with).context("no round")?,
