@@ -51,10 +51,7 @@ pub fn classify(e: &sqlx::Error) -> DbFailure {
                     false => DbFailure::Other,
                 };
             }
-            let number = db
-                .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
-                .map(|e| e.number());
-            match number {
+            match number(db.as_ref()) {
                 Some(
                     ER_LOCK_WAIT_TIMEOUT | ER_LOCK_DEADLOCK | ER_LOCK_NOWAIT | ER_STATEMENT_TIMEOUT
                     | ER_CHECKREAD,
@@ -73,10 +70,13 @@ pub fn deadlocked(e: &sqlx::Error) -> bool {
     let sqlx::Error::Database(db) = e else {
         return false;
     };
-    let number = db
-        .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
-        .map(|e| e.number());
-    matches!(number, Some(ER_LOCK_DEADLOCK | ER_CHECKREAD))
+    matches!(number(db.as_ref()), Some(ER_LOCK_DEADLOCK | ER_CHECKREAD))
+}
+
+/// The server's error number, for an error MariaDB answered.
+fn number(db: &dyn sqlx::error::DatabaseError) -> Option<u16> {
+    db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
+        .map(|e| e.number())
 }
 
 /// The key a duplicate-entry error (`ER_DUP_ENTRY`, 1062) names. The MySQL protocol carries no

@@ -30,7 +30,7 @@ use crate::error::ApiError;
 use crate::metrics::Observation;
 use crate::shelf::Epoch;
 use crate::state::AppState;
-use crate::strategy::{Purchase, PurchaseError, Purchased, StockStrategy};
+use crate::strategy::{Purchase, PurchaseError, PurchaseStats, Purchased, StockStrategy};
 
 pub use admit::HOLD_HEADER;
 pub(super) use admit::{check_id, within_sale};
@@ -142,7 +142,7 @@ pub async fn create(
     }
     let (admitted, epoch) = admit::admit(&state, &parts.headers, product_id, order).await?;
     if state.shelf.refuses(admitted.key()) {
-        observe_refusal(&state, admitted.strategy, started);
+        observe(&state, admitted.strategy, None, "sold_out", started);
         return Err(ApiError::SoldOut);
     }
     let purchase = admitted.into_purchase();
@@ -184,7 +184,13 @@ async fn place(
     started: Instant,
 ) -> Answer {
     let Some(place) = state.gate.enter(purchase.strategy) else {
-        observe(&state, &purchase, "overloaded", started);
+        observe(
+            &state,
+            purchase.strategy,
+            Some(&purchase.stats),
+            "overloaded",
+            started,
+        );
         return Err(ApiError::Overloaded);
     };
     let timeout = state.gate.request_timeout;
@@ -202,7 +208,13 @@ async fn place(
             Ok(Success::Accepted(_)) => "accepted",
             Err(e) => e.code().name(),
         };
-        observe(&state, &purchase, outcome, started);
+        observe(
+            &state,
+            purchase.strategy,
+            Some(&purchase.stats),
+            outcome,
+            started,
+        );
         if let Err(ApiError::SoldOut) = answer
             && let Err(e) = state.shelf.learn_sold_out(purchase.product_id, epoch).await
         {
@@ -223,24 +235,20 @@ async fn place(
     }
 }
 
-/// A purchase refused `sold_out` from memory: no strategy ran, so nothing waited or retried.
-fn observe_refusal(state: &AppState, strategy: Strategy, started: Instant) {
+/// Counts a purchase's answer; `stats` is `None` for one refused before any strategy ran.
+fn observe(
+    state: &AppState,
+    strategy: Strategy,
+    stats: Option<&PurchaseStats>,
+    outcome: &'static str,
+    started: Instant,
+) {
     state.metrics.observe(Observation {
         strategy: strategy.name(),
-        outcome: "sold_out",
-        latency: started.elapsed(),
-        lock_wait: None,
-        retries: 0,
-    });
-}
-
-fn observe(state: &AppState, purchase: &Purchase, outcome: &'static str, started: Instant) {
-    state.metrics.observe(Observation {
-        strategy: purchase.strategy.name(),
         outcome,
         latency: started.elapsed(),
-        lock_wait: purchase.stats.lock_wait(),
-        retries: purchase.stats.retries(),
+        lock_wait: stats.and_then(PurchaseStats::lock_wait),
+        retries: stats.map_or(0, PurchaseStats::retries),
     });
 }
 
