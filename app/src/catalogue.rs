@@ -313,6 +313,19 @@ impl Strategy {
         }
     }
 
+    /// Whether only its lock guards its stock write: a locked strategy without fencing, which
+    /// writes back an absolute figure computed from a plain read. A writer that does not take
+    /// the lock (the expiry sweep giving units back) is overwritten by it.
+    pub fn lock_alone_guards_stock(self) -> bool {
+        matches!(
+            self.spec().kind,
+            Kind::Locked {
+                fencing: Fencing::Off,
+                ..
+            }
+        )
+    }
+
     /// The lock backend of a locked strategy.
     pub fn lock_backend(self) -> Option<Backend> {
         match self.spec().kind {

@@ -1,73 +1,129 @@
 //! Prometheus text exposition of what the service did: purchases by strategy and outcome,
 //! their latency, lock wait time and retries. Hand-rolled: a handful of counters and
-//! fixed-bucket histograms behind one mutex, rendered on `GET /metrics`.
+//! fixed-bucket histograms, rendered on `GET /metrics`. Every count is an atomic in a slot
+//! fixed by the strategy's and the outcome's place, so that counting a refusal from memory
+//! costs a few additions and no lock the crowd's other clicks would queue on.
 
-use std::collections::BTreeMap;
 use std::fmt::Write;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use crate::api::{ErrorCode, Strategy};
 
 /// Upper bounds of the histogram buckets, in seconds.
 const BUCKETS: [f64; 14] = [
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
 
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Default)]
 struct Histogram {
-    counts: [u64; BUCKETS.len()],
-    count: u64,
-    sum: f64,
+    counts: [AtomicU64; BUCKETS.len()],
+    count: AtomicU64,
+    sum_ns: AtomicU64,
 }
 
 impl Histogram {
-    fn observe(&mut self, d: Duration) {
+    fn observe(&self, d: Duration) {
         let secs = d.as_secs_f64();
         if let Some(i) = BUCKETS.iter().position(|&b| secs <= b) {
-            self.counts[i] += 1;
+            self.counts[i].fetch_add(1, Ordering::Relaxed);
         }
-        self.count += 1;
-        self.sum += secs;
+        self.count.fetch_add(1, Ordering::Relaxed);
+        let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        self.sum_ns.fetch_add(ns, Ordering::Relaxed);
+    }
+
+    fn count(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
     }
 
     fn render(&self, out: &mut String, name: &str, strategy: &str) {
         let mut cumulative = 0;
-        for (bound, n) in BUCKETS.iter().zip(self.counts) {
-            cumulative += n;
+        for (bound, n) in BUCKETS.iter().zip(&self.counts) {
+            cumulative += n.load(Ordering::Relaxed);
             let _ = writeln!(
                 out,
                 "{name}_bucket{{strategy=\"{strategy}\",le=\"{bound}\"}} {cumulative}"
             );
         }
+        // Read after the buckets: a purchase counted meanwhile shows in `+Inf` and the count
+        // before its bucket, never the other way round.
+        let count = self.count().max(cumulative);
         let _ = writeln!(
             out,
-            "{name}_bucket{{strategy=\"{strategy}\",le=\"+Inf\"}} {}",
-            self.count
+            "{name}_bucket{{strategy=\"{strategy}\",le=\"+Inf\"}} {count}"
         );
-        let _ = writeln!(out, "{name}_sum{{strategy=\"{strategy}\"}} {}", self.sum);
-        let _ = writeln!(
-            out,
-            "{name}_count{{strategy=\"{strategy}\"}} {}",
-            self.count
-        );
+        let sum = self.sum_ns.load(Ordering::Relaxed) as f64 / 1e9;
+        let _ = writeln!(out, "{name}_sum{{strategy=\"{strategy}\"}} {sum}");
+        let _ = writeln!(out, "{name}_count{{strategy=\"{strategy}\"}} {count}");
     }
 }
 
-#[derive(Debug, Default)]
-struct Inner {
-    requests: BTreeMap<(&'static str, &'static str), u64>,
-    latency: BTreeMap<&'static str, Histogram>,
-    lock_wait: BTreeMap<&'static str, Histogram>,
-    retries: BTreeMap<&'static str, u64>,
-    /// Entries in the order stream of `redis-lua-stream`, as last seen by the consumer.
-    stream_lag: Option<u64>,
+/// How a purchase request ended: the `outcome` label of `seckill_purchases_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Created,
+    Replayed,
+    /// `202`: taken, its order queued (`redis-lua-stream`).
+    Accepted,
+    Refused(ErrorCode),
 }
 
-/// The service's counters. Strategy names come from the registry, so label values are few and
-/// need no escaping.
+impl Outcome {
+    const SUCCESSES: usize = 3;
+    const COUNT: usize = Outcome::SUCCESSES + ErrorCode::ALL.len();
+
+    /// The label's value: `created`, `replayed`, `accepted`, or the error code.
+    pub fn name(self) -> &'static str {
+        match self {
+            Outcome::Created => "created",
+            Outcome::Replayed => "replayed",
+            Outcome::Accepted => "accepted",
+            Outcome::Refused(code) => code.name(),
+        }
+    }
+
+    /// Its slot among a strategy's counts ([`ErrorCode::ALL`] lists the codes in their order).
+    fn index(self) -> usize {
+        match self {
+            Outcome::Created => 0,
+            Outcome::Replayed => 1,
+            Outcome::Accepted => 2,
+            Outcome::Refused(code) => Outcome::SUCCESSES + code as usize,
+        }
+    }
+
+    fn all() -> impl Iterator<Item = Outcome> {
+        [Outcome::Created, Outcome::Replayed, Outcome::Accepted]
+            .into_iter()
+            .chain(ErrorCode::ALL.iter().map(|&code| Outcome::Refused(code)))
+    }
+}
+
+impl From<ErrorCode> for Outcome {
+    fn from(code: ErrorCode) -> Outcome {
+        Outcome::Refused(code)
+    }
+}
+
+/// What one strategy's purchases did in this instance.
 #[derive(Debug, Default)]
+struct Counts {
+    outcomes: [AtomicU64; Outcome::COUNT],
+    latency: Histogram,
+    lock_wait: Histogram,
+    retries: AtomicU64,
+}
+
+/// The service's counters.
+#[derive(Debug)]
 pub struct Metrics {
-    inner: Mutex<Inner>,
+    /// By the strategy's place in the catalogue.
+    strategies: Vec<Counts>,
+    /// Entries in the order stream of `redis-lua-stream`, as last seen by the consumer, plus
+    /// one (0: never seen).
+    stream_lag: AtomicU64,
     /// Purchase requests the service received, ever (refused at admission or not).
     received: AtomicU64,
     /// Purchases that reached a strategy, ever.
@@ -87,6 +143,24 @@ pub struct Metrics {
     product_reads: AtomicU64,
 }
 
+impl Default for Metrics {
+    fn default() -> Metrics {
+        Metrics {
+            strategies: Strategy::ALL.iter().map(|_| Counts::default()).collect(),
+            stream_lag: AtomicU64::new(0),
+            received: AtomicU64::new(0),
+            started: AtomicU64::new(0),
+            in_flight: AtomicU64::new(0),
+            paid: AtomicU64::new(0),
+            expired: AtomicU64::new(0),
+            cancelled: AtomicU64::new(0),
+            returns_finished: AtomicU64::new(0),
+            oldest_overdue_ms: AtomicU64::new(0),
+            product_reads: AtomicU64::new(0),
+        }
+    }
+}
+
 /// A purchase being worked on: counted in `seckill_purchases_in_flight` until dropped.
 #[derive(Debug)]
 pub struct InFlight(Arc<Metrics>);
@@ -100,9 +174,8 @@ impl Drop for InFlight {
 /// What one purchase request did.
 #[derive(Debug, Clone, Copy)]
 pub struct Observation {
-    pub strategy: &'static str,
-    /// `created`, `replayed`, or the error code.
-    pub outcome: &'static str,
+    pub strategy: Strategy,
+    pub outcome: Outcome,
     pub latency: Duration,
     pub lock_wait: Option<Duration>,
     pub retries: u32,
@@ -122,22 +195,16 @@ impl Metrics {
     }
 
     pub fn observe(&self, o: Observation) {
-        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        *inner.requests.entry((o.strategy, o.outcome)).or_default() += 1;
-        inner
-            .latency
-            .entry(o.strategy)
-            .or_default()
-            .observe(o.latency);
+        let counts = &self.strategies[o.strategy as usize];
+        counts.outcomes[o.outcome.index()].fetch_add(1, Ordering::Relaxed);
+        counts.latency.observe(o.latency);
         if let Some(waited) = o.lock_wait {
-            inner
-                .lock_wait
-                .entry(o.strategy)
-                .or_default()
-                .observe(waited);
+            counts.lock_wait.observe(waited);
         }
         if o.retries > 0 {
-            *inner.retries.entry(o.strategy).or_default() += u64::from(o.retries);
+            counts
+                .retries
+                .fetch_add(u64::from(o.retries), Ordering::Relaxed);
         }
     }
 
@@ -177,40 +244,62 @@ impl Metrics {
 
     /// Records the stream's lag: orders accepted and not yet placed in the database.
     pub fn set_stream_lag(&self, entries: u64) {
-        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        inner.stream_lag = Some(entries);
+        self.stream_lag
+            .store(entries.saturating_add(1), Ordering::Relaxed);
+    }
+
+    /// The strategies that counted anything, by name (the order the text lists them in).
+    fn by_name(&self) -> Vec<(&'static str, &Counts)> {
+        let mut seen: Vec<_> = (Strategy::ALL.iter().zip(&self.strategies))
+            .filter(|(_, c)| c.latency.count() > 0)
+            .map(|(s, c)| (s.name(), c))
+            .collect();
+        seen.sort_by_key(|(name, _)| *name);
+        seen
     }
 
     /// The Prometheus text format (version 0.0.4).
     pub fn render(&self) -> String {
-        let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let strategies = self.by_name();
         let mut out = String::new();
         out.push_str("# HELP seckill_purchases_total Purchase requests by strategy and outcome.\n");
         out.push_str("# TYPE seckill_purchases_total counter\n");
-        for ((strategy, outcome), n) in &inner.requests {
-            let _ = writeln!(
-                out,
-                "seckill_purchases_total{{strategy=\"{strategy}\",outcome=\"{outcome}\"}} {n}"
-            );
+        for (strategy, counts) in &strategies {
+            let mut outcomes: Vec<_> = Outcome::all()
+                .map(|o| (o.name(), counts.outcomes[o.index()].load(Ordering::Relaxed)))
+                .filter(|(_, n)| *n > 0)
+                .collect();
+            outcomes.sort_by_key(|(outcome, _)| *outcome);
+            for (outcome, n) in outcomes {
+                let _ = writeln!(
+                    out,
+                    "seckill_purchases_total{{strategy=\"{strategy}\",outcome=\"{outcome}\"}} {n}"
+                );
+            }
         }
         out.push_str(
             "# HELP seckill_purchase_duration_seconds Time to answer a purchase request.\n",
         );
         out.push_str("# TYPE seckill_purchase_duration_seconds histogram\n");
-        for (strategy, h) in &inner.latency {
-            h.render(&mut out, "seckill_purchase_duration_seconds", strategy);
+        for (strategy, counts) in &strategies {
+            (counts.latency).render(&mut out, "seckill_purchase_duration_seconds", strategy);
         }
         out.push_str("# HELP seckill_lock_wait_seconds Time spent acquiring a lock before the critical section.\n");
         out.push_str("# TYPE seckill_lock_wait_seconds histogram\n");
-        for (strategy, h) in &inner.lock_wait {
-            h.render(&mut out, "seckill_lock_wait_seconds", strategy);
+        for (strategy, counts) in &strategies {
+            if counts.lock_wait.count() > 0 {
+                (counts.lock_wait).render(&mut out, "seckill_lock_wait_seconds", strategy);
+            }
         }
         out.push_str(
             "# HELP seckill_retries_total Retries made by strategies that retry (optimistic).\n",
         );
         out.push_str("# TYPE seckill_retries_total counter\n");
-        for (strategy, n) in &inner.retries {
-            let _ = writeln!(out, "seckill_retries_total{{strategy=\"{strategy}\"}} {n}");
+        for (strategy, counts) in &strategies {
+            let n = counts.retries.load(Ordering::Relaxed);
+            if n > 0 {
+                let _ = writeln!(out, "seckill_retries_total{{strategy=\"{strategy}\"}} {n}");
+            }
         }
         out.push_str(
             "# HELP seckill_purchase_requests_total Purchase requests received, refused at admission or not.\n",
@@ -260,11 +349,67 @@ impl Metrics {
         out.push_str("# TYPE seckill_product_reads_total counter\n");
         let reads = self.product_reads.load(Ordering::Relaxed);
         let _ = writeln!(out, "seckill_product_reads_total {reads}");
-        if let Some(lag) = inner.stream_lag {
+        if let Some(lag) = self.stream_lag.load(Ordering::Relaxed).checked_sub(1) {
             out.push_str("# HELP seckill_stream_lag_entries Orders accepted (202) and not yet placed in the database.\n");
             out.push_str("# TYPE seckill_stream_lag_entries gauge\n");
             let _ = writeln!(out, "seckill_stream_lag_entries {lag}");
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_outcome_has_a_slot_of_its_own() {
+        let slots: Vec<usize> = Outcome::all().map(Outcome::index).collect();
+        assert_eq!(slots, (0..Outcome::COUNT).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn the_text_counts_each_strategy_and_outcome_apart_and_lists_them_by_name() {
+        let metrics = Metrics::default();
+        let seen = |strategy, outcome| Observation {
+            strategy,
+            outcome,
+            latency: Duration::from_millis(3),
+            lock_wait: None,
+            retries: 0,
+        };
+        metrics.observe(seen(Strategy::Pessimistic, Outcome::Created));
+        metrics.observe(seen(
+            Strategy::Conditional,
+            Outcome::Refused(ErrorCode::SoldOut),
+        ));
+        metrics.observe(seen(
+            Strategy::Conditional,
+            Outcome::Refused(ErrorCode::SoldOut),
+        ));
+        metrics.observe(seen(Strategy::Conditional, Outcome::Created));
+        let text = metrics.render();
+        let lines: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("seckill_purchases_total{"))
+            .collect();
+        assert_eq!(
+            lines,
+            [
+                r#"seckill_purchases_total{strategy="conditional",outcome="created"} 1"#,
+                r#"seckill_purchases_total{strategy="conditional",outcome="sold_out"} 2"#,
+                r#"seckill_purchases_total{strategy="pessimistic",outcome="created"} 1"#,
+            ]
+        );
+        assert!(text.contains(
+            r#"seckill_purchase_duration_seconds_bucket{strategy="conditional",le="0.005"} 3"#
+        ));
+        assert!(
+            text.contains(r#"seckill_purchase_duration_seconds_count{strategy="conditional"} 3"#)
+        );
+        assert!(
+            !text.contains("seckill_lock_wait_seconds_count"),
+            "no lock was waited for"
+        );
     }
 }

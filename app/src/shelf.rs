@@ -80,6 +80,25 @@ struct Entry {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Epoch(u64);
 
+/// A product as one moment of the instance's memory holds it: read once per request, so a
+/// refusal from memory looks the product up once.
+#[derive(Debug, Clone)]
+pub struct Recalled {
+    /// `None`: no such product.
+    pub known: Option<Known>,
+    pub epoch: Epoch,
+    /// Its winners, when it is remembered sold out.
+    sold_out: Option<Arc<Winners>>,
+}
+
+impl Recalled {
+    /// Whether the purchase is refused from memory: the product is known to be sold out and
+    /// the purchase is not one of its winners.
+    pub fn refuses(&self, key: PurchaseKey<'_>) -> bool {
+        (self.sold_out.as_ref()).is_some_and(|w| !w.holds(key.user_id, key.request_id))
+    }
+}
+
 impl Shelf {
     pub fn new(
         pool: MySqlPool,
@@ -103,7 +122,7 @@ impl Shelf {
 
     /// The product's home and rules (`None`: no such product), from memory when it is fresh,
     /// else from the database; and the moment of memory they belong to.
-    pub async fn product(self: &Arc<Self>, id: u64) -> Result<(Option<Known>, Epoch), sqlx::Error> {
+    pub async fn product(self: &Arc<Self>, id: u64) -> Result<Recalled, sqlx::Error> {
         if let Some((fresh, renew)) = self.recall(id) {
             if renew {
                 let shelf = Arc::clone(self);
@@ -118,7 +137,7 @@ impl Shelf {
 
     /// The product as remembered, if the memory is fresh; and whether this caller is to renew
     /// it (it is past half its lifetime and nobody is renewing it yet).
-    fn recall(&self, id: u64) -> Option<((Option<Known>, Epoch), bool)> {
+    fn recall(&self, id: u64) -> Option<(Recalled, bool)> {
         let mut entries = self.entries();
         let e = entries.get_mut(&id)?;
         let age = e.loaded.elapsed();
@@ -127,7 +146,7 @@ impl Shelf {
         }
         let renew = age >= self.lifetime / 2 && !e.renewing;
         e.renewing |= renew;
-        Some(((e.known, Epoch(e.epoch)), renew))
+        Some((e.recalled(), renew))
     }
 
     /// Reads the product again while its memory still serves.
@@ -142,7 +161,7 @@ impl Shelf {
 
     /// Reads the product into memory, one read of a product at a time; unless `again`, not
     /// when a read that finished while this one waited for its turn already did.
-    async fn read(&self, id: u64, again: bool) -> Result<(Option<Known>, Epoch), sqlx::Error> {
+    async fn read(&self, id: u64, again: bool) -> Result<Recalled, sqlx::Error> {
         let gate = {
             let mut loading = self.loading.lock().unwrap_or_else(PoisonError::into_inner);
             Arc::clone(loading.entry(id).or_default())
@@ -160,15 +179,15 @@ impl Shelf {
     }
 
     /// The product as remembered, if the memory is fresh.
-    fn remembered(&self, id: u64) -> Option<(Option<Known>, Epoch)> {
+    fn remembered(&self, id: u64) -> Option<Recalled> {
         let entries = self.entries();
         let e = entries.get(&id)?;
-        (e.loaded.elapsed() < self.lifetime).then_some((e.known, Epoch(e.epoch)))
+        (e.loaded.elapsed() < self.lifetime).then(|| e.recalled())
     }
 
     /// Reads the product from its backend into memory, unless (when not `again`) a load that
     /// finished while this one waited for its turn already did.
-    async fn load(&self, id: u64, again: bool) -> Result<(Option<Known>, Epoch), sqlx::Error> {
+    async fn load(&self, id: u64, again: bool) -> Result<Recalled, sqlx::Error> {
         if !again && let Some(fresh) = self.remembered(id) {
             return Ok(fresh);
         }
@@ -192,41 +211,27 @@ impl Shelf {
             (true, Some(_)) => self.winners(id).await.ok().flatten().map(Arc::new),
             _ => None,
         };
+        let entry = Entry {
+            known,
+            loaded: Instant::now(),
+            epoch,
+            winners,
+            learning: false,
+            renewing: false,
+        };
+        let recalled = entry.recalled();
         let mut entries = self.entries();
         let current = entries.get(&id).map_or(0, |e| e.epoch);
         if current == epoch {
-            entries.insert(
-                id,
-                Entry {
-                    known,
-                    loaded: Instant::now(),
-                    epoch,
-                    winners,
-                    learning: false,
-                    renewing: false,
-                },
-            );
+            entries.insert(id, entry);
         }
-        Ok((known, Epoch(epoch)))
+        Ok(recalled)
     }
 
     /// The rules of a product whose stock Redis holds, kept there at its reset; `None` for
     /// any other product, or when Redis cannot say (the database is asked then).
     async fn rules_in_redis(&self, id: u64) -> Option<SaleRules> {
         self.redis.as_ref()?.sale_rules(id).await.ok().flatten()
-    }
-
-    /// Whether the purchase is refused from memory: the product is known to be sold out and the
-    /// purchase is not one of its winners.
-    pub fn refuses(&self, key: PurchaseKey<'_>) -> bool {
-        let entries = self.entries();
-        let Some(entry) = entries.get(&key.product_id) else {
-            return false;
-        };
-        let Some(winners) = &entry.winners else {
-            return false;
-        };
-        entry.loaded.elapsed() < self.lifetime && !winners.holds(key.user_id, key.request_id)
     }
 
     /// Remembers that the product was sold out at `epoch`: loads its winners and, if nothing
@@ -310,6 +315,16 @@ impl Shelf {
             (None, _) => return Ok(None),
         };
         Ok((winners.len() <= MAX_WINNERS).then(|| Winners::of(winners)))
+    }
+}
+
+impl Entry {
+    fn recalled(&self) -> Recalled {
+        Recalled {
+            known: self.known,
+            epoch: Epoch(self.epoch),
+            sold_out: self.winners.clone(),
+        }
     }
 }
 

@@ -19,6 +19,15 @@
 //! that arrives all at once meets that limit, not one measured on a trickle, and a burst that
 //! is answered within the budget is no reason to lower it, however many came at once.
 //!
+//! **The slowest, not only the mean.** A lock that does not serve its waiters in order (a
+//! MariaDB `GET_LOCK`, a Redis `SET NX` retried on a timer, a memcached `add`) lets some
+//! purchases win at once and others wait many turns: at a mean of 200 ms the slowest of a
+//! window waited 1–2 s. So the window also keeps its slowest purchase, and when that one spent
+//! more than [`TAIL_FACTOR`] budgets inside, the limit aims at a mean shorter by the ratio of
+//! the slowest to the mean: fewer waiters, fewer turns for the unlucky one. A strategy that
+//! serves in order (a row lock's queue, a batch) has its slowest within a few means and is
+//! not touched by it.
+//!
 //! The limit stays within `[floor, ceiling]`: the floor keeps a strategy that answers slower
 //! than the budget (a lock holder paused) reachable by a few purchases, so it can show that it
 //! is answering again; the ceiling, the instance's `--max-in-flight`, bounds the memory. A
@@ -36,6 +45,10 @@ use std::time::{Duration, Instant};
 /// How long the rate is counted before the limit is set again.
 pub const WINDOW: Duration = Duration::from_millis(100);
 
+/// The slowest purchase of a window may spend this many budgets inside before the limit is
+/// lowered for it.
+pub const TAIL_FACTOR: f64 = 4.0;
+
 /// The limit of one strategy in one instance.
 #[derive(Debug)]
 pub struct Limit {
@@ -47,6 +60,8 @@ pub struct Limit {
     /// Purchases answered since the window opened, and their time inside together.
     answered: AtomicU32,
     inside_us: AtomicU64,
+    /// The longest time inside of a purchase answered in the window.
+    slowest_us: AtomicU64,
     /// When the window opened, in microseconds since `epoch`.
     opened_us: AtomicU64,
     epoch: Instant,
@@ -65,6 +80,7 @@ impl Drop for Admitted {
         let limit = &self.limit;
         limit.in_flight.fetch_sub(1, Ordering::AcqRel);
         limit.inside_us.fetch_add(inside, Ordering::AcqRel);
+        limit.slowest_us.fetch_max(inside, Ordering::AcqRel);
         limit.answered.fetch_add(1, Ordering::AcqRel);
         limit.tick();
     }
@@ -83,6 +99,7 @@ impl Limit {
             in_flight: AtomicU32::new(0),
             answered: AtomicU32::new(0),
             inside_us: AtomicU64::new(0),
+            slowest_us: AtomicU64::new(0),
             opened_us: AtomicU64::new(0),
             epoch: Instant::now(),
         }
@@ -141,9 +158,11 @@ impl Limit {
         // other: one answer's weight in the mean of a window.
         let answered = self.answered.swap(0, Ordering::AcqRel);
         let inside_us = self.inside_us.swap(0, Ordering::AcqRel);
+        let slowest_us = self.slowest_us.swap(0, Ordering::AcqRel);
         let window = Window {
             answered,
             mean_inside: inside_us as f64 / 1e6 / f64::from(answered.max(1)),
+            slowest_inside: slowest_us as f64 / 1e6,
             seconds: lasted as f64 / 1e6,
         };
         let next = window.next_limit(self.current(), self.budget, self.floor, self.ceiling);
@@ -157,6 +176,8 @@ struct Window {
     answered: u32,
     /// The mean time its answered purchases spent inside, in seconds.
     mean_inside: f64,
+    /// The longest time one of them spent inside, in seconds.
+    slowest_inside: f64,
     seconds: f64,
 }
 
@@ -164,10 +185,17 @@ impl Window {
     /// The limit after this window, from the limit before it.
     fn next_limit(self, limit: u32, budget: f64, floor: u32, ceiling: u32) -> u32 {
         let rate = f64::from(self.answered) / self.seconds.max(f64::EPSILON);
-        let target = (rate * budget)
+        let tail = TAIL_FACTOR * budget;
+        let long_tail = self.slowest_inside > tail;
+        let aim = if long_tail {
+            budget.min(tail * self.mean_inside / self.slowest_inside)
+        } else {
+            budget
+        };
+        let target = (rate * aim)
             .round()
             .clamp(f64::from(floor), f64::from(ceiling)) as u32;
-        let saturated = self.answered > 0 && self.mean_inside > budget;
+        let saturated = self.answered > 0 && (self.mean_inside > budget || long_tail);
         if saturated { target } else { limit.max(target) }
     }
 }
@@ -182,6 +210,7 @@ mod tests {
         Window {
             answered,
             mean_inside,
+            slowest_inside: mean_inside,
             seconds: 0.1,
         }
     }
@@ -204,6 +233,23 @@ mod tests {
     fn a_strategy_that_answers_faster_than_its_limit_needs_gets_a_higher_limit() {
         // At its limit of 40, it answered 400/s in 100 ms each: 100 within the budget.
         assert_eq!(window(40, 0.1).next_limit(40, BUDGET, 4, 256), 100);
+    }
+
+    #[test]
+    fn a_strategy_whose_slowest_purchase_waited_many_budgets_aims_at_a_shorter_mean() {
+        // 16 answers in 100 ms at a mean of 200 ms, within the budget; the slowest waited 2 s,
+        // ten means: aim at a mean of 1 s / 10 = 100 ms, 16 in flight at 160/s.
+        let unfair = Window {
+            slowest_inside: 2.0,
+            ..window(16, 0.2)
+        };
+        assert_eq!(unfair.next_limit(40, BUDGET, 4, 256), 16);
+        // A queue served in order: its slowest at three means is no reason to lower it.
+        let in_order = Window {
+            slowest_inside: 0.6,
+            ..window(16, 0.2)
+        };
+        assert_eq!(in_order.next_limit(40, BUDGET, 4, 256), 40);
     }
 
     #[test]

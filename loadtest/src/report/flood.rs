@@ -271,8 +271,10 @@ fn went_wrong(floods: &[FloodResult], misses: &[FloodMiss]) -> String {
         if a.stranded > 0 {
             let _ = writeln!(
                 md,
-                "- `{name}` left {} unit(s) taken from the stock's home with no order.",
-                a.stranded
+                "- `{name}` left {} unit(s) missing from the stock's home with no order \
+                 holding them.{}",
+                a.stranded,
+                super::prose::lost_return(name)
             );
         }
     }

@@ -11,6 +11,22 @@ use super::schema::{
     ToolComparison, ToolFinding, ToolReading, ToolVerdict,
 };
 
+/// Why a strategy whose stock write only its lock guards lost units that came back, as a
+/// sentence to follow the count; empty for any other strategy.
+pub fn lost_return(strategy: app::api::Strategy) -> &'static str {
+    match strategy.lock_alone_guards_stock() {
+        true => {
+            " The expiry sweep gives an unpaid order's units back with `stock = stock + n` and \
+             takes no product lock; a lock holder that had read the stock before they came back \
+             wrote its own figure after, over them (a lost update of the return). A lock keeps \
+             out only the writers that take it: \"safe while leases hold\" also means \"while every \
+             writer takes the same lock\". The fenced variant writes only over the version it \
+             read, and reads again."
+        }
+        false => "",
+    }
+}
+
 /// How the flash sale's buyers met the door, for the sentences that describe the sale: empty
 /// when they did not retry.
 pub fn sale_door(r: &super::schema::RunReport) -> String {

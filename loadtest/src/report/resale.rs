@@ -87,7 +87,7 @@ fn went_wrong(acts: &[(&FloodResult, &Resale)]) -> String {
             let _ = writeln!(
                 md,
                 "- `{name}`: after the second act {} unit(s) {} the books: initial {} against \
-                 {} left, {} reserved, {} paid, {} on their way back, {} pending.",
+                 {} left, {} reserved, {} paid, {} on their way back, {} pending.{}",
                 lost.abs(),
                 if lost > 0 {
                     "were missing from"
@@ -99,7 +99,11 @@ fn went_wrong(acts: &[(&FloodResult, &Resale)]) -> String {
                 r.reserved,
                 r.paid,
                 r.returning,
-                r.pending
+                r.pending,
+                match lost > 0 {
+                    true => super::prose::lost_return(name),
+                    false => "",
+                }
             );
         }
         if r.accounting.oversell > 0 {

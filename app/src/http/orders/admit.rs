@@ -11,7 +11,7 @@ use time::OffsetDateTime;
 use crate::api::{MAX_REQUEST_ID, MAX_USER_ID, SaleRules, Strategy, integer};
 use crate::db::orders::PurchaseKey;
 use crate::error::ApiError;
-use crate::shelf::Epoch;
+use crate::shelf::Recalled;
 use crate::state::AppState;
 use crate::strategy::{Purchase, PurchaseStats};
 
@@ -78,14 +78,15 @@ impl Admitted<'_> {
 
 /// The purchase `request` asks for, if this instance admits it: the strategy offered, the input
 /// well-formed, the product known, its sale open, its token shown if required, the quantity
-/// within the per-user limit; and the moment of memory it was admitted at. (Its strategy is
-/// taken only once it is not refused from memory: a refusal touches no shared count.)
+/// within the per-user limit; and the product as the memory it was admitted from holds it.
+/// (Its strategy is taken only once it is not refused from memory: a refusal touches no shared
+/// count.)
 pub(super) async fn admit<'a>(
     state: &AppState,
     headers: &HeaderMap,
     product_id: u64,
     request: Order<'a>,
-) -> Result<(Admitted<'a>, Epoch), ApiError> {
+) -> Result<(Admitted<'a>, Recalled), ApiError> {
     let settings = &state.settings;
     let name = request.strategy.unwrap_or(settings.default_strategy);
     if !settings.offers(name) {
@@ -110,8 +111,10 @@ pub(super) async fn admit<'a>(
     if hold.is_some() {
         super::super::admin::authorize(settings, headers)?;
     }
-    let (known, epoch) = state.shelf.product(product_id).await?;
-    let known = known.ok_or_else(|| ApiError::NotFound(format!("no product {product_id}")))?;
+    let recalled = state.shelf.product(product_id).await?;
+    let known = recalled
+        .known
+        .ok_or_else(|| ApiError::NotFound(format!("no product {product_id}")))?;
     within_sale(&known.rules)?;
     if known.rules.token_required {
         let shown = request.purchase_token.as_deref().is_some_and(|token| {
@@ -139,7 +142,7 @@ pub(super) async fn admit<'a>(
         ),
         hold,
     };
-    Ok((admitted, epoch))
+    Ok((admitted, recalled))
 }
 
 /// Refuses a purchase made outside the sale's window. The clock is read only for a product

@@ -24,10 +24,12 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 
-use crate::api::{ErrorBody, OrderRequest, OrderResponse, OrderState, OrderStatus, Strategy};
+use crate::api::{
+    ErrorBody, ErrorCode, OrderRequest, OrderResponse, OrderState, OrderStatus, Strategy,
+};
 use crate::db::orders::{self, Order, OrderState as Stored};
 use crate::error::ApiError;
-use crate::metrics::Observation;
+use crate::metrics::{Observation, Outcome};
 use crate::shelf::Epoch;
 use crate::state::AppState;
 use crate::strategy::{Purchase, PurchaseError, PurchaseStats, Purchased, StockStrategy};
@@ -140,9 +142,9 @@ pub async fn create(
     if !state.gate.within_rates(&order.user_id, address) {
         return Err(ApiError::RateLimited);
     }
-    let (admitted, epoch) = admit::admit(&state, &parts.headers, product_id, order).await?;
-    if state.shelf.refuses(admitted.key()) {
-        observe(&state, admitted.strategy, None, "sold_out", started);
+    let (admitted, recalled) = admit::admit(&state, &parts.headers, product_id, order).await?;
+    if recalled.refuses(admitted.key()) {
+        observe(&state, admitted.strategy, None, ErrorCode::SoldOut, started);
         return Err(ApiError::SoldOut);
     }
     let purchase = admitted.into_purchase();
@@ -150,6 +152,7 @@ pub async fn create(
     drop(parts);
     let strategy = state.registry.get(purchase.strategy).clone();
     // Boxed, so that what a refusal from memory moves is no larger than its own path needs.
+    let epoch = recalled.epoch;
     Box::pin(place(state, strategy, Arc::new(purchase), epoch, started)).await
 }
 
@@ -188,7 +191,7 @@ async fn place(
             &state,
             purchase.strategy,
             Some(&purchase.stats),
-            "overloaded",
+            ErrorCode::Overloaded,
             started,
         );
         return Err(ApiError::Overloaded);
@@ -203,10 +206,10 @@ async fn place(
         let _in_flight = state.metrics.purchase_started();
         let answer = run(&state, &strategy, &purchase).await;
         let outcome = match &answer {
-            Ok(Success::Created(_)) => "created",
-            Ok(Success::Replayed(_)) => "replayed",
-            Ok(Success::Accepted(_)) => "accepted",
-            Err(e) => e.code().name(),
+            Ok(Success::Created(_)) => Outcome::Created,
+            Ok(Success::Replayed(_)) => Outcome::Replayed,
+            Ok(Success::Accepted(_)) => Outcome::Accepted,
+            Err(e) => Outcome::Refused(e.code()),
         };
         observe(
             &state,
@@ -240,12 +243,12 @@ fn observe(
     state: &AppState,
     strategy: Strategy,
     stats: Option<&PurchaseStats>,
-    outcome: &'static str,
+    outcome: impl Into<Outcome>,
     started: Instant,
 ) {
     state.metrics.observe(Observation {
-        strategy: strategy.name(),
-        outcome,
+        strategy,
+        outcome: outcome.into(),
         latency: started.elapsed(),
         lock_wait: stats.and_then(PurchaseStats::lock_wait),
         retries: stats.map_or(0, PurchaseStats::retries),
