@@ -20,13 +20,14 @@
 //! is answered within the budget is no reason to lower it, however many came at once.
 //!
 //! **The slowest, not only the mean.** A lock that does not serve its waiters in order (a
-//! MariaDB `GET_LOCK`, a Redis `SET NX` retried on a timer, a memcached `add`) lets some
-//! purchases win at once and others wait many turns: at a mean of 200 ms the slowest of a
-//! window waited 1–2 s. So the window also keeps its slowest purchase, and when that one spent
-//! more than [`TAIL_FACTOR`] budgets inside, the limit aims at a mean shorter by the ratio of
-//! the slowest to the mean: fewer waiters, fewer turns for the unlucky one. A strategy that
-//! serves in order (a row lock's queue, a batch) has its slowest within a few means and is
-//! not touched by it.
+//! lock row retried on a timer, a Redis `SET NX` polled, a memcached `add`) lets some
+//! purchases win at once and others wait many turns: at a mean of 200 ms the slowest waited
+//! 1–3 s. So each window also keeps its slowest purchase, and the limit follows how many means
+//! the slowest takes, smoothed over windows (one window's slowest is a handful of answers'
+//! worst): past [`TAIL_FACTOR`], it aims at a mean shorter by as much, so that the slowest
+//! stays within [`TAIL_FACTOR`] budgets — fewer waiters, fewer turns for the unlucky one. A
+//! strategy that serves in order (a row lock's queue, a batch) has its slowest within a few
+//! means and keeps the budget as its aim.
 //!
 //! The limit stays within `[floor, ceiling]`: the floor keeps a strategy that answers slower
 //! than the budget (a lock holder paused) reachable by a few purchases, so it can show that it
@@ -45,9 +46,15 @@ use std::time::{Duration, Instant};
 /// How long the rate is counted before the limit is set again.
 pub const WINDOW: Duration = Duration::from_millis(100);
 
-/// The slowest purchase of a window may spend this many budgets inside before the limit is
-/// lowered for it.
-pub const TAIL_FACTOR: f64 = 4.0;
+/// The slowest purchase may take this many means, and spend this many budgets inside, before
+/// the limit aims at a shorter mean for it.
+pub const TAIL_FACTOR: f64 = 3.0;
+
+/// The weight of one window in the smoothed ratio of the slowest purchase to the mean.
+const SMOOTHING: f64 = 0.2;
+
+/// The fewest answers of a window whose slowest says anything of the ratio.
+const FEWEST_FOR_RATIO: u32 = 4;
 
 /// The limit of one strategy in one instance.
 #[derive(Debug)]
@@ -62,6 +69,9 @@ pub struct Limit {
     inside_us: AtomicU64,
     /// The longest time inside of a purchase answered in the window.
     slowest_us: AtomicU64,
+    /// How many means the slowest purchase took, smoothed over windows (an `f64`'s bits;
+    /// written only by the caller that closes a window).
+    tail_ratio: AtomicU64,
     /// When the window opened, in microseconds since `epoch`.
     opened_us: AtomicU64,
     epoch: Instant,
@@ -100,6 +110,7 @@ impl Limit {
             answered: AtomicU32::new(0),
             inside_us: AtomicU64::new(0),
             slowest_us: AtomicU64::new(0),
+            tail_ratio: AtomicU64::new(1.0f64.to_bits()),
             opened_us: AtomicU64::new(0),
             epoch: Instant::now(),
         }
@@ -165,7 +176,9 @@ impl Limit {
             slowest_inside: slowest_us as f64 / 1e6,
             seconds: lasted as f64 / 1e6,
         };
-        let next = window.next_limit(self.current(), self.budget, self.floor, self.ceiling);
+        let ratio = window.tail_ratio(f64::from_bits(self.tail_ratio.load(Ordering::Acquire)));
+        self.tail_ratio.store(ratio.to_bits(), Ordering::Release);
+        let next = window.next_limit(self.current(), ratio, self);
         self.limit.store(next, Ordering::Release);
     }
 }
@@ -182,20 +195,25 @@ struct Window {
 }
 
 impl Window {
-    /// The limit after this window, from the limit before it.
-    fn next_limit(self, limit: u32, budget: f64, floor: u32, ceiling: u32) -> u32 {
+    /// The ratio of the slowest purchase to the mean after this window, from the one before.
+    fn tail_ratio(self, before: f64) -> f64 {
+        if self.answered < FEWEST_FOR_RATIO || self.mean_inside <= 0.0 {
+            return before;
+        }
+        let seen = (self.slowest_inside / self.mean_inside).max(1.0);
+        before + SMOOTHING * (seen - before)
+    }
+
+    /// The limit after this window, from the limit before it and the smoothed `ratio` of the
+    /// slowest purchase to the mean.
+    fn next_limit(self, limit: u32, ratio: f64, bounds: &Limit) -> u32 {
         let rate = f64::from(self.answered) / self.seconds.max(f64::EPSILON);
-        let tail = TAIL_FACTOR * budget;
-        let long_tail = self.slowest_inside > tail;
-        let aim = if long_tail {
-            budget.min(tail * self.mean_inside / self.slowest_inside)
-        } else {
-            budget
-        };
+        let budget = bounds.budget;
+        let aim = budget.min(TAIL_FACTOR * budget / ratio.max(1.0));
         let target = (rate * aim)
             .round()
-            .clamp(f64::from(floor), f64::from(ceiling)) as u32;
-        let saturated = self.answered > 0 && (self.mean_inside > budget || long_tail);
+            .clamp(f64::from(bounds.floor), f64::from(bounds.ceiling)) as u32;
+        let saturated = self.answered > 0 && self.mean_inside > aim;
         if saturated { target } else { limit.max(target) }
     }
 }
@@ -204,7 +222,11 @@ impl Window {
 mod tests {
     use super::*;
 
-    const BUDGET: f64 = 0.25;
+    const BUDGET: Duration = Duration::from_millis(250);
+
+    fn bounds() -> Limit {
+        Limit::new(BUDGET, 4, 256)
+    }
 
     fn window(answered: u32, mean_inside: f64) -> Window {
         Window {
@@ -218,53 +240,60 @@ mod tests {
     #[test]
     fn a_strategy_whose_purchases_waited_past_the_budget_is_limited_to_what_it_answers_in_it() {
         // 16 answers in 100 ms: 160/s, 40 within 250 ms; they spent 1.6 s inside.
-        assert_eq!(window(16, 1.6).next_limit(256, BUDGET, 4, 256), 40);
+        assert_eq!(window(16, 1.6).next_limit(256, 1.0, &bounds()), 40);
     }
 
     #[test]
     fn a_strategy_answering_within_the_budget_keeps_the_limit_its_busy_windows_earned() {
         // A trickle: its 10 answers a second say nothing of the capacity.
-        assert_eq!(window(1, 0.01).next_limit(43, BUDGET, 4, 256), 43);
+        assert_eq!(window(1, 0.01).next_limit(43, 1.0, &bounds()), 43);
         // A burst answered within the budget is no reason to lower it either.
-        assert_eq!(window(3, 0.05).next_limit(256, BUDGET, 4, 256), 256);
+        assert_eq!(window(3, 0.05).next_limit(256, 1.0, &bounds()), 256);
     }
 
     #[test]
     fn a_strategy_that_answers_faster_than_its_limit_needs_gets_a_higher_limit() {
         // At its limit of 40, it answered 400/s in 100 ms each: 100 within the budget.
-        assert_eq!(window(40, 0.1).next_limit(40, BUDGET, 4, 256), 100);
+        assert_eq!(window(40, 0.1).next_limit(40, 1.0, &bounds()), 100);
     }
 
     #[test]
-    fn a_strategy_whose_slowest_purchase_waited_many_budgets_aims_at_a_shorter_mean() {
-        // 16 answers in 100 ms at a mean of 200 ms, within the budget; the slowest waited 2 s,
-        // ten means: aim at a mean of 1 s / 10 = 100 ms, 16 in flight at 160/s.
+    fn a_strategy_whose_slowest_purchase_takes_many_means_aims_at_a_shorter_mean() {
+        // The slowest takes six means: aim at half the budget, 125 ms; 160/s, 20 in flight.
+        assert_eq!(window(16, 0.2).next_limit(40, 6.0, &bounds()), 20);
+        // A queue served in order, its slowest at two means: the budget is the aim.
+        assert_eq!(window(16, 0.2).next_limit(40, 2.0, &bounds()), 40);
+    }
+
+    #[test]
+    fn the_ratio_of_the_slowest_to_the_mean_follows_the_windows_smoothly() {
         let unfair = Window {
             slowest_inside: 2.0,
             ..window(16, 0.2)
         };
-        assert_eq!(unfair.next_limit(40, BUDGET, 4, 256), 16);
-        // A queue served in order: its slowest at three means is no reason to lower it.
-        let in_order = Window {
-            slowest_inside: 0.6,
-            ..window(16, 0.2)
-        };
-        assert_eq!(in_order.next_limit(40, BUDGET, 4, 256), 40);
+        // One window of a slowest at ten means moves a ratio of 1 a fifth of the way.
+        let once = unfair.tail_ratio(1.0);
+        assert!((once - 2.8).abs() < 1e-9, "{once}");
+        // Windows on end bring it to what they see.
+        let settled = (0..40).fold(1.0, |r, _| unfair.tail_ratio(r));
+        assert!((settled - 10.0).abs() < 0.01, "{settled}");
+        // A window of too few answers says nothing of it.
+        assert_eq!(window(2, 0.2).tail_ratio(5.0), 5.0);
     }
 
     #[test]
     fn a_strategy_that_answers_slowly_keeps_the_floor_open() {
-        assert_eq!(window(1, 3.0).next_limit(43, BUDGET, 4, 256), 4);
+        assert_eq!(window(1, 3.0).next_limit(43, 1.0, &bounds()), 4);
     }
 
     #[test]
     fn a_window_without_answers_changes_nothing() {
-        assert_eq!(window(0, 0.0).next_limit(43, BUDGET, 4, 256), 43);
+        assert_eq!(window(0, 0.0).next_limit(43, 1.0, &bounds()), 43);
     }
 
     #[test]
     fn the_limit_never_passes_the_ceiling() {
-        assert_eq!(window(10_000, 0.3).next_limit(256, BUDGET, 4, 256), 256);
+        assert_eq!(window(10_000, 0.3).next_limit(256, 1.0, &bounds()), 256);
     }
 
     #[test]
