@@ -121,7 +121,8 @@ impl Shelf {
     }
 
     /// The product's home and rules (`None`: no such product), from memory when it is fresh,
-    /// else from the database; and the moment of memory they belong to.
+    /// else from the database; the moment of memory they belong to; and its winners, when it
+    /// is remembered sold out.
     pub async fn product(self: &Arc<Self>, id: u64) -> Result<Recalled, sqlx::Error> {
         if let Some((fresh, renew)) = self.recall(id) {
             if renew {

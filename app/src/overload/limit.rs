@@ -48,7 +48,7 @@ pub const WINDOW: Duration = Duration::from_millis(100);
 
 /// The slowest purchase may take this many means, and spend this many budgets inside, before
 /// the limit aims at a shorter mean for it.
-pub const TAIL_FACTOR: f64 = 3.0;
+const TAIL_FACTOR: f64 = 3.0;
 
 /// The weight of one window in the smoothed ratio of the slowest purchase to the mean.
 const SMOOTHING: f64 = 0.2;

@@ -151,8 +151,8 @@ pub async fn create(
     // Not carried across the purchase's wait: its headers and extensions are read.
     drop(parts);
     let strategy = state.registry.get(purchase.strategy).clone();
-    // Boxed, so that what a refusal from memory moves is no larger than its own path needs.
     let epoch = recalled.epoch;
+    // Boxed, so that what a refusal from memory moves is no larger than its own path needs.
     Box::pin(place(state, strategy, Arc::new(purchase), epoch, started)).await
 }
 
