@@ -58,6 +58,7 @@ pub mod guard;
 pub mod history;
 pub mod memcached;
 pub mod options;
+mod polling;
 pub mod recorded;
 pub mod redis;
 pub mod zookeeper;

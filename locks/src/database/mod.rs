@@ -16,7 +16,9 @@
 //!
 //! * **Acquire** = `INSERT` a row with the lock's name. The unique index on `name` lets
 //!   exactly one concurrent insert win; the others get a duplicate-key error and poll, with
-//!   jittered, growing sleeps, until their wait budget runs out. Polling is the cost: every
+//!   jittered sleeps that grow while a waiter is young and shrink once it has waited long
+//!   (so the oldest waiters are the likeliest to win a release), until their wait budget
+//!   runs out. Polling is the cost: every
 //!   waiter queries the database on every interval, and those queries compete with the
 //!   holder's own work for the same connections (give the lock its own pool).
 //! * **Fencing token** = a counter per lock name in `db_lock_fences`, bumped by the statement
@@ -81,21 +83,26 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
-use rand::Rng;
 use sqlx::MySqlPool;
 use sqlx::mysql::MySqlDatabaseError;
 use tokio::sync::watch;
 
 use crate::options::within_budget;
+use crate::polling::Schedule;
 use crate::{AcquireOptions, Backend, DistributedLock, Guard, LockError, new_owner_id};
 use row::RowHeld;
 
 /// The statements that create every table of the database locks if missing ([`DbLock::create_table`]).
 pub const SCHEMA: &str = include_str!("schema.sql");
 
-/// First and largest pause between two polls of a held lock.
-const POLL_MIN: Duration = Duration::from_millis(4);
-const POLL_MAX: Duration = Duration::from_millis(64);
+/// The pauses between two polls of a held lock: 4 ms doubling to 64 ms, shrinking again for
+/// waiters that have waited long (`polling.rs`) down to the first pause, not below: every poll
+/// is two statements, and a busy lock has more than a few old waiters.
+const POLLING: Schedule = Schedule {
+    first: Duration::from_millis(4),
+    longest: Duration::from_millis(64),
+    oldest: Duration::from_millis(4),
+};
 
 /// A lock service backed by the `db_locks` table; see the module docs.
 pub struct DbLock {
@@ -278,7 +285,7 @@ impl DistributedLock for DbLock {
         Box::pin(within_budget(key, options, async move {
             let owner = new_owner_id();
             let started = Instant::now();
-            let mut pause = POLL_MIN;
+            let mut tries = 0;
             loop {
                 if let Some(row) = self.try_insert(key, &owner, options.lease).await?
                     && let Some(token) = self.fence(row, &owner).await?
@@ -302,9 +309,8 @@ impl DistributedLock for DbLock {
                 if free {
                     continue;
                 }
-                let jittered = rand::rng().random_range(pause / 2..=pause);
-                tokio::time::sleep(jittered.min(remaining)).await;
-                pause = (pause * 2).min(POLL_MAX);
+                tokio::time::sleep(POLLING.pause(tries, waited).min(remaining)).await;
+                tries += 1;
             }
         }))
     }

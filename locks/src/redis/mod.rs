@@ -77,10 +77,10 @@ use std::time::{Duration, Instant};
 use deadpool_redis::Pool;
 use deadpool_redis::redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use deadpool_redis::redis::{Client, Cmd, FromRedisValue, Pipeline, Script, ScriptInvocation};
-use rand::Rng;
 use tokio::sync::watch;
 
 use crate::LockError;
+use crate::polling::Schedule;
 
 /// The companion key holding the fencing counter of lock `key`.
 pub fn fence_key(key: &str) -> String {
@@ -228,15 +228,16 @@ impl Requests {
     }
 }
 
-/// The pause before poll number `attempt` (0-based): doubling from 1 ms up to 32 ms, each drawn
-/// uniformly from half to all of that, so pollers that started together drift apart instead of
-/// arriving at Redis in lockstep.
-pub(crate) fn backoff(attempt: u32) -> Duration {
-    let cap_us = 1_000u64 << attempt.min(5);
-    Duration::from_micros(rand::rng().random_range(cap_us / 2..=cap_us))
-}
+/// The pauses between two polls: 1 ms doubling to 32 ms, shrinking again for waiters that
+/// have waited long (`polling.rs`) down to half a millisecond, so the oldest waiters are the
+/// likeliest to win a release.
+const POLLING: Schedule = Schedule {
+    first: Duration::from_millis(1),
+    longest: Duration::from_millis(32),
+    oldest: Duration::from_micros(500),
+};
 
-/// Calls `attempt` until it grants (`Some`), with [`backoff`] pauses, for up to `wait`
+/// Calls `attempt` until it grants (`Some`), pausing by [`POLLING`], for up to `wait`
 /// (`None`: once). Dropping the returned future between attempts leaves nothing behind.
 pub(crate) async fn poll<T, F, Fut>(
     key: &str,
@@ -249,7 +250,7 @@ where
 {
     let start = Instant::now();
     let budget = wait.unwrap_or(Duration::ZERO);
-    for n in 0.. {
+    for tries in 0.. {
         if let Some(granted) = attempt().await? {
             return Ok(granted);
         }
@@ -260,7 +261,7 @@ where
                 waited,
             });
         }
-        tokio::time::sleep(backoff(n).min(budget - waited)).await;
+        tokio::time::sleep(POLLING.pause(tries, waited).min(budget - waited)).await;
     }
     unreachable!("the loop returns")
 }
