@@ -4,6 +4,7 @@ use futures::future::BoxFuture;
 use tokio::sync::watch;
 
 use crate::LockError;
+use crate::line::{InLine, Place};
 
 /// What a backend keeps for one held lock: how to give it back.
 pub trait Held: Send + Sync {
@@ -72,6 +73,21 @@ impl Guard {
         if rx.wait_for(|lost| *lost).await.is_err() {
             // The backend dropped its sender: it can no longer tell, so never fire.
             std::future::pending::<()>().await;
+        }
+    }
+
+    /// This guard, heading `place`'s line until it is released or known lost.
+    pub(crate) fn in_line(mut self, place: Place) -> Guard {
+        let held = self
+            .held
+            .take()
+            .map(|held| Box::new(InLine::new(held, place, self.lost.clone())) as Box<dyn Held>);
+        Guard {
+            key: std::mem::take(&mut self.key),
+            owner: std::mem::take(&mut self.owner),
+            fencing_token: self.fencing_token,
+            lost: self.lost.clone(),
+            held,
         }
     }
 

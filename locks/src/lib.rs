@@ -56,6 +56,7 @@ pub mod database;
 pub mod etcd;
 pub mod guard;
 pub mod history;
+mod line;
 pub mod memcached;
 pub mod options;
 mod polling;

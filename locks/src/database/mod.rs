@@ -18,9 +18,11 @@
 //!   exactly one concurrent insert win; the others get a duplicate-key error and poll, with
 //!   jittered sleeps that grow while a waiter is young and shrink once it has waited long
 //!   (so the oldest waiters are the likeliest to win a release), until their wait budget
-//!   runs out. Polling is the cost: every
-//!   waiter queries the database on every interval, and those queries compete with the
-//!   holder's own work for the same connections (give the lock its own pool).
+//!   runs out. Polling is the cost: every poller queries the database on every interval, and those queries compete with the
+//!   holder's own work for the same connections (give the lock its own pool). So the waiters
+//!   of one client stand in a local line per name and only its first polls (`line.rs`): the
+//!   database sees one poller per process, not one per waiter, and a process's waiters are
+//!   served in the order they came.
 //! * **Fencing token** = a counter per lock name in `db_lock_fences`, bumped by the statement
 //!   that confirms the grant. The row's `AUTO_INCREMENT` id is *not* a fencing token: InnoDB
 //!   numbers an insert before it checks the unique index, and a checked insert may wait there
@@ -87,6 +89,7 @@ use sqlx::MySqlPool;
 use sqlx::mysql::MySqlDatabaseError;
 use tokio::sync::watch;
 
+use crate::line::{Lines, Place};
 use crate::options::within_budget;
 use crate::polling::Schedule;
 use crate::{AcquireOptions, Backend, DistributedLock, Guard, LockError, new_owner_id};
@@ -111,6 +114,8 @@ pub struct DbLock {
     requests: Arc<AtomicU64>,
     /// Dropped with the client; the renewal tasks of its guards stop when it closes.
     alive: watch::Sender<()>,
+    /// This client's waiters, in line per name: only the first polls (`line.rs`).
+    lines: Lines,
 }
 
 /// How the unique-key lock keeps and gives back a row.
@@ -144,6 +149,7 @@ impl DbLock {
             variant,
             requests: Arc::new(AtomicU64::new(0)),
             alive: watch::Sender::new(()),
+            lines: Lines::default(),
         }
     }
 
@@ -251,7 +257,15 @@ impl DbLock {
         }
     }
 
-    fn guard(&self, key: &str, owner: String, row: u64, token: u64, lease: Duration) -> Guard {
+    fn guard(
+        &self,
+        key: &str,
+        owner: String,
+        row: u64,
+        token: u64,
+        lease: Duration,
+        place: Place,
+    ) -> Guard {
         let held = RowHeld::start(
             self.pool.clone(),
             Arc::clone(&self.requests),
@@ -262,7 +276,7 @@ impl DbLock {
             self.alive.subscribe(),
         );
         let lost = held.lost();
-        Guard::new(key, owner, token, lost, Box::new(held))
+        Guard::new(key, owner, token, lost, Box::new(held)).in_line(place)
     }
 }
 
@@ -285,12 +299,13 @@ impl DistributedLock for DbLock {
         Box::pin(within_budget(key, options, async move {
             let owner = new_owner_id();
             let started = Instant::now();
+            let place = self.lines.join(key, options.wait).await?;
             let mut tries = 0;
             loop {
                 if let Some(row) = self.try_insert(key, &owner, options.lease).await?
                     && let Some(token) = self.fence(row, &owner).await?
                 {
-                    return Ok(self.guard(key, owner, row, token, options.lease));
+                    return Ok(self.guard(key, owner, row, token, options.lease, place));
                 }
                 // "May be free" includes a row another session inserted and has not committed
                 // (invisible to our read): try again at once, but never past the budget.

@@ -8,9 +8,9 @@
 //! (`ms <key> … C<cas> T<ttl>`) only if the owner is this one and the CAS value is unchanged
 //! (`ownership.rs`): a holder whose lease ran out never removes or prolongs its successor's
 //! lock. The fencing token is `<key>:fence`, incremented after the `add` and checked to have been
-//! drawn while the grant still stood (`grant.rs`). Waiting is polling as for the plain Redis lock (jittered pauses
-//! from 1 ms doubling to 32 ms, shorter again for long waiters, `polling.rs`): memcached has
-//! no notifications.
+//! drawn while the grant still stood (`grant.rs`). Waiting is polling as for the plain Redis lock (one client's
+//! waiters in a local line, `line.rs`, its first polling with jittered pauses from 1 ms doubling
+//! to 32 ms, shorter again for long waiters, `polling.rs`): memcached has no notifications.
 //!
 //! **Why it is safe — while leases hold, and with fencing beyond.** At any moment at most one
 //! `add` item exists per key, so while every holder finishes within its lease, exclusion holds.
@@ -49,6 +49,7 @@ use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 
+use crate::line::Lines;
 use crate::options::within_budget;
 use crate::redis::{LeaseClocks, poll};
 use crate::{AcquireOptions, DistributedLock, Guard, Held, LockError, new_owner_id};
@@ -73,6 +74,8 @@ pub struct MemcachedLock {
 struct Shared {
     pool: Pool,
     clocks: LeaseClocks,
+    /// This client's waiters, in line per key: only the first polls (`line.rs`).
+    lines: Lines,
 }
 
 impl MemcachedLock {
@@ -84,6 +87,7 @@ impl MemcachedLock {
             shared: Arc::new(Shared {
                 pool: Pool::new(addr),
                 clocks: LeaseClocks::default(),
+                lines: Lines::default(),
             }),
         }
     }
@@ -134,8 +138,10 @@ impl DistributedLock for MemcachedLock {
         Box::pin(within_budget(
             key,
             options,
-            poll(key, options.wait, move || {
-                self.try_acquire(key, options.lease)
+            self.shared.lines.in_line(key, options.wait, move |since| {
+                poll(key, since, options.wait, move || {
+                    self.try_acquire(key, options.lease)
+                })
             }),
         ))
     }

@@ -30,6 +30,7 @@ pub struct GetThenSet;
 
 impl Variant for GetThenSet {
     const BACKEND: Backend = Backend::RedisGetThenSet;
+    const IN_LINE: bool = false;
 
     async fn try_acquire(
         &self,

@@ -2,7 +2,7 @@
 //!
 //! | type | file | acquire | how it waits | what it teaches |
 //! |---|---|---|---|---|
-//! | [`RedisLock`] | `plain.rs` | `SET key owner NX PX lease` + `INCR` fence, one script | jittered polling | the correct minimal lock; unsafe once the holder outlives its lease |
+//! | [`RedisLock`] | `plain.rs` | `SET key owner NX PX lease` + `INCR` fence, one script | a local line per client, its first polling (jittered, the oldest first) | the correct minimal lock; unsafe once the holder outlives its lease |
 //! | [`RedisWatchdogLock`] | `watchdog.rs` | hash `owner → count`, Lua | pub/sub wake-up of one waiter per client; a release hands over to its own client's next waiter | a lease renewed while the holder lives; reentrant |
 //! | [`RedisFairLock`] | `fair.rs` | the watchdog's hash, plus a wait queue and waiter timeouts, Lua | pub/sub to the one waiter whose turn it is | first come, first served across clients; dead waiters pruned by timeout |
 //! | [`Redlock`] | `redlock.rs` | the plain script on N independent instances, then a fence raise | random retry delay | survives a minority of dead instances; still needs fencing |
@@ -237,10 +237,12 @@ const POLLING: Schedule = Schedule {
     oldest: Duration::from_micros(500),
 };
 
-/// Calls `attempt` until it grants (`Some`), pausing by [`POLLING`], for up to `wait`
-/// (`None`: once). Dropping the returned future between attempts leaves nothing behind.
+/// Calls `attempt` until it grants (`Some`), pausing by [`POLLING`], until `wait` has passed
+/// since the waiter came (`since`: before a local line, if it stood in one; `wait` `None`:
+/// once). Dropping the returned future between attempts leaves nothing behind.
 pub(crate) async fn poll<T, F, Fut>(
     key: &str,
+    since: Instant,
     wait: Option<Duration>,
     mut attempt: F,
 ) -> Result<T, LockError>
@@ -248,7 +250,7 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<Option<T>, LockError>>,
 {
-    let start = Instant::now();
+    let start = since;
     let budget = wait.unwrap_or(Duration::ZERO);
     for tries in 0.. {
         if let Some(granted) = attempt().await? {

@@ -16,9 +16,10 @@
 //! own clock; [`RedisLock::extend`] pushes it back. A failover to a replica that had not yet
 //! received the key also breaks exclusion.
 //!
-//! **How it waits.** Jittered polling (1 ms doubling to 32 ms, shorter again for long waiters
-//! so the oldest are the likeliest to win a release, `polling.rs`): simple, costs one request
-//! per waiter per interval, hands off no faster than the interval, and keeps no queue. The watchdog lock wakes
+//! **How it waits.** One client's waiters stand in a local line (`line.rs`) and its first polls,
+//! with jittered pauses (1 ms doubling to 32 ms, shorter again for long waiters so the oldest
+//! are the likeliest to win a release, `polling.rs`): simple, costs one request per process per
+//! interval, hands off no faster than the interval, and keeps no queue across processes. The watchdog lock wakes
 //! waiters instead.
 
 use std::time::{Duration, Instant};

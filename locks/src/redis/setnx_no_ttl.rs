@@ -46,6 +46,7 @@ impl SetnxNoTtlLock {
 
 impl Variant for SetnxNoTtl {
     const BACKEND: Backend = Backend::RedisSetnxNoTtl;
+    const IN_LINE: bool = false;
 
     async fn try_acquire(
         &self,

@@ -3,7 +3,8 @@
 //! and release are the defaults of [`Variant`], and each broken variant overrides the one it
 //! breaks (how one attempt takes the lock, or how it is given back), with the explanation.
 //!
-//! Written once here: the connection, the request count, polling with backoff, the local lease
+//! Written once here: the connection, the request count, the local line and polling with
+//! backoff, the local lease
 //! clock behind [`crate::Guard::lost`], and the compare-and-delete release. A variant is a
 //! [`Variant`]; the public lock types are aliases of [`SingleInstanceLock`] over one.
 
@@ -17,6 +18,7 @@ use deadpool_redis::redis::{Cmd, FromRedisValue};
 use futures::future::BoxFuture;
 
 use super::{ACQUIRE, Conn, EXTEND, LeaseClocks, RELEASE, Requests, fence_key, millis, poll};
+use crate::line::Lines;
 use crate::{AcquireOptions, Backend, DistributedLock, Guard, Held, LockError, new_owner_id};
 
 /// What one single-instance lock does differently from the others. Not nameable outside this
@@ -24,6 +26,11 @@ use crate::{AcquireOptions, Backend, DistributedLock, Guard, Held, LockError, ne
 pub trait Variant: Send + Sync + 'static {
     /// The backend this variant is connected as.
     const BACKEND: Backend;
+
+    /// Whether one client's waiters stand in a local line and only the first polls
+    /// (`line.rs`). The broken variants wait without one: their races and stray releases
+    /// show among the waiters of one process as among those of several.
+    const IN_LINE: bool = true;
 
     /// One attempt to take `key` for `owner` with a lease of `lease`: the fencing token, or
     /// `None` if someone else holds it. Counts every request it sends. By default `SET NX PX`
@@ -75,6 +82,7 @@ impl<V: Variant + Default> SingleInstanceLock<V> {
                 conn,
                 requests: Requests::default(),
                 clocks: LeaseClocks::default(),
+                lines: Lines::default(),
             }),
             variant: V::default(),
         }
@@ -113,9 +121,15 @@ impl<V: Variant> DistributedLock for SingleInstanceLock<V> {
         key: &'a str,
         options: AcquireOptions,
     ) -> BoxFuture<'a, Result<Guard, LockError>> {
-        Box::pin(poll(key, options.wait, move || {
-            self.try_acquire(key, options.lease)
-        }))
+        let polled = move |since| {
+            poll(key, since, options.wait, move || {
+                self.try_acquire(key, options.lease)
+            })
+        };
+        match V::IN_LINE {
+            true => Box::pin(self.client.lines.in_line(key, options.wait, polled)),
+            false => Box::pin(polled(Instant::now())),
+        }
     }
 
     fn backend_requests(&self) -> u64 {
@@ -129,6 +143,7 @@ pub struct LockClient {
     conn: Conn,
     requests: Requests,
     pub(super) clocks: LeaseClocks,
+    lines: Lines,
 }
 
 impl LockClient {

@@ -22,6 +22,7 @@ pub struct UnsafeRelease;
 
 impl Variant for UnsafeRelease {
     const BACKEND: Backend = Backend::RedisUnsafeRelease;
+    const IN_LINE: bool = false;
 
     /// `DEL key`, whoever holds it; "owned" means "a key was deleted", which is the lie.
     async fn release(client: &LockClient, key: &str, _owner: &str) -> Result<bool, LockError> {

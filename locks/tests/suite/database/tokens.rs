@@ -3,7 +3,8 @@
 //! the inserts were numbered and decided in.
 //!
 //! Each round holds the name's gap in the unique index with a locking read, lets 24 contenders'
-//! inserts pile up behind it, and opens it at once, while two sessions keep the server's CPU busy
+//! inserts pile up behind it (24 clients, as 24 processes: one client's waiters stand in a local
+//! line, and only its first inserts), and opens it at once, while two sessions keep the server's CPU busy
 //! (as a benchmark's load does). The burst is decided in an order of InnoDB's making, so a race
 //! that depends on it may take a few rounds to show: the test stops at the first token that goes
 //! backwards.
@@ -38,7 +39,9 @@ async fn db_lock_tokens_rise_with_every_grant_when_24_inserts_reach_a_busy_serve
         .connect(&url)
         .await
         .expect("pool");
-    let lock: Arc<dyn DistributedLock> = Arc::new(DbLock::leased(pool));
+    let clients: Vec<Arc<dyn DistributedLock>> = (0..CONTENDERS)
+        .map(|_| Arc::new(DbLock::leased(pool.clone())) as Arc<dyn DistributedLock>)
+        .collect();
     let mut busy = tokio::task::JoinSet::new();
     for _ in 0..BUSY_SESSIONS {
         let mut session = MySqlConnection::connect(&url).await.expect("session");
@@ -68,8 +71,9 @@ async fn db_lock_tokens_rise_with_every_grant_when_24_inserts_reach_a_busy_serve
             .await
             .expect("hold the name's gap");
         let mut contenders = tokio::task::JoinSet::new();
-        for c in 0..CONTENDERS {
-            let (lock, key, history) = (Arc::clone(&lock), key.clone(), Arc::clone(&history));
+        for (c, client) in clients.iter().enumerate() {
+            let (lock, key) = (Arc::clone(client), key.clone());
+            let history = Arc::clone(&history);
             let name = format!("r{round}c{c}");
             contenders.spawn(async move {
                 let options =

@@ -1,0 +1,254 @@
+//! A line per lock name among the waiters of one client, so that only the first of them polls.
+//!
+//! A lock that is only polled keeps no queue: every waiter asks the backend on every interval,
+//! and a release goes to whoever asks next. Under a crowd that costs twice: the backend answers
+//! a poll per waiter per interval (for the database lock, two statements each, on the
+//! connections the holder needs for its own work, so the holder slows as the crowd grows and
+//! fewer are served the more wait), and the release goes to a lucky newcomer as often as to
+//! someone who has waited seconds.
+//!
+//! The waiters of one client (one process, usually) need not ask the backend to know that they
+//! are waiting for each other. So they stand in a local line per name — a fair (first come,
+//! first served) mutex — and only the first polls. The backend then sees one poller per
+//! process, and a process's buyers are served in the order they came. The line decides
+//! nothing: the backend still grants the lock, so exclusion and fencing are as before, and a
+//! waiter of another process competes with this process's first as it did.
+//!
+//! The first of the line leaves it when its lock is released — or when the library knows the
+//! lock is lost (the lease passed): from then on the backend would let another holder in, and
+//! the line must not keep this process's waiters from asking, or a stalled holder would block
+//! its own process longer than the lease that everyone else obeys.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::future::BoxFuture;
+use tokio::sync::{OwnedMutexGuard, oneshot, watch};
+
+use crate::{Guard, Held, LockError};
+
+/// The lines of one client, by lock name; a name's line is forgotten when nobody is in it.
+#[derive(Default)]
+pub(crate) struct Lines(Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>);
+
+impl Lines {
+    /// Runs `acquire` — given when the waiter came, from which its wait budget and its age
+    /// count — once this client's earlier waiters for `key` were served (for up to `wait`);
+    /// the guard it returns heads the line until released or lost.
+    pub(crate) async fn in_line<F, Fut>(
+        &self,
+        key: &str,
+        wait: Option<Duration>,
+        acquire: F,
+    ) -> Result<Guard, LockError>
+    where
+        F: FnOnce(Instant) -> Fut,
+        Fut: Future<Output = Result<Guard, LockError>>,
+    {
+        let started = Instant::now();
+        let place = self.join(key, wait).await?;
+        Ok(acquire(started).await?.in_line(place))
+    }
+
+    /// Waits for the head of `key`'s line, for up to `wait` (`None`: only if nobody is in it).
+    pub(crate) async fn join(&self, key: &str, wait: Option<Duration>) -> Result<Place, LockError> {
+        let started = Instant::now();
+        let line = Arc::clone(
+            self.0
+                .lock()
+                .expect("the lines' map is never poisoned: no code panics holding it")
+                .entry(key.to_owned())
+                .or_default(),
+        );
+        let turn = match wait {
+            None => Arc::clone(&line).try_lock_owned().ok(),
+            Some(wait) => tokio::time::timeout(wait, Arc::clone(&line).lock_owned())
+                .await
+                .ok(),
+        };
+        let mut place = Place {
+            lines: Arc::clone(&self.0),
+            key: key.to_owned(),
+            line,
+            turn,
+        };
+        match place.turn.is_some() {
+            true => Ok(place),
+            false => {
+                place.leave();
+                Err(LockError::Timeout {
+                    key: key.to_owned(),
+                    waited: started.elapsed(),
+                })
+            }
+        }
+    }
+}
+
+/// The head of a line: the others of this client wait until it is dropped.
+pub(crate) struct Place {
+    lines: Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>,
+    key: String,
+    line: Arc<tokio::sync::Mutex<()>>,
+    turn: Option<OwnedMutexGuard<()>>,
+}
+
+impl Place {
+    /// Lets the next in line go, and forgets the line if nobody else is in it or coming (each
+    /// of them holds the line too).
+    fn leave(&mut self) {
+        self.turn = None;
+        let mut lines = self
+            .lines
+            .lock()
+            .expect("the lines' map is never poisoned: no code panics holding it");
+        // The map's and this place's: nobody waits.
+        if Arc::strong_count(&self.line) == 2 {
+            lines.remove(&self.key);
+        }
+    }
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        self.leave();
+    }
+}
+
+/// A held lock whose holder heads its line: the line moves on when the lock is released, or
+/// as soon as the library knows it is lost.
+pub(crate) struct InLine {
+    held: Box<dyn Held>,
+    /// Dropped when the lock is released: the task keeping the place ends.
+    released: oneshot::Sender<()>,
+}
+
+impl InLine {
+    pub(crate) fn new(
+        held: Box<dyn Held>,
+        place: Place,
+        mut lost: watch::Receiver<bool>,
+    ) -> InLine {
+        let (released, gone) = oneshot::channel::<()>();
+        tokio::spawn(async move {
+            let _place = place;
+            // A closed `lost` channel: the backend can no longer tell, and its lease clock
+            // is gone; the line moves on rather than wait on what will never come.
+            tokio::select! {
+                _ = gone => {}
+                _ = lost.wait_for(|lost| *lost) => {}
+            }
+        });
+        InLine { held, released }
+    }
+}
+
+impl Held for InLine {
+    fn release(self: Box<Self>) -> BoxFuture<'static, Result<bool, LockError>> {
+        let InLine { held, released } = *self;
+        Box::pin(async move {
+            let released_ours = held.release().await;
+            // After the row is gone: the next in line finds the name free.
+            drop(released);
+            released_ours
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KEY: &str = "product:1";
+    const WAIT: Duration = Duration::from_secs(30);
+
+    struct Nothing;
+
+    impl Held for Nothing {
+        fn release(self: Box<Self>) -> BoxFuture<'static, Result<bool, LockError>> {
+            Box::pin(async { Ok(true) })
+        }
+    }
+
+    fn known(lines: &Lines) -> usize {
+        lines.0.lock().unwrap().len()
+    }
+
+    #[tokio::test]
+    async fn a_line_serves_its_waiters_in_the_order_they_came() {
+        let lines = Arc::new(Lines::default());
+        let first = lines.join(KEY, Some(WAIT)).await.unwrap();
+        let (served, mut order) = tokio::sync::mpsc::unbounded_channel();
+        let mut waiters = Vec::new();
+        for n in 0..5 {
+            let (line, served) = (Arc::clone(&lines), served.clone());
+            waiters.push(tokio::spawn(async move {
+                let _place = line.join(KEY, Some(WAIT)).await.unwrap();
+                served.send(n).unwrap();
+            }));
+            // Each stands in line before the next comes: the map, the head and its turn hold
+            // the line, and each waiter twice (its place to be, and its wait).
+            while Arc::strong_count(&lines.0.lock().unwrap()[KEY]) < 3 + 2 * (n + 1) {
+                tokio::task::yield_now().await;
+            }
+        }
+        drop(first);
+        for waiter in waiters {
+            waiter.await.unwrap();
+        }
+        drop(served);
+        let mut seen = Vec::new();
+        while let Some(n) = order.recv().await {
+            seen.push(n);
+        }
+        assert_eq!(seen, [0, 1, 2, 3, 4]);
+        assert_eq!(known(&lines), 0, "an empty line is forgotten");
+    }
+
+    #[tokio::test]
+    async fn trying_once_behind_a_head_is_a_timeout_and_leaves_no_line_behind() {
+        let lines = Lines::default();
+        let head = lines.join(KEY, None).await.unwrap();
+        let refused = lines.join(KEY, None).await;
+        assert!(matches!(refused, Err(LockError::Timeout { .. })));
+        drop(head);
+        assert_eq!(known(&lines), 0);
+        lines.join(KEY, None).await.expect("free again");
+    }
+
+    #[tokio::test]
+    async fn a_lost_lock_lets_the_line_move_before_its_release() {
+        let lines = Lines::default();
+        let (lose, lost) = watch::channel(false);
+        let held = InLine::new(
+            Box::new(Nothing),
+            lines.join(KEY, None).await.unwrap(),
+            lost,
+        );
+        assert!(
+            lines.join(KEY, None).await.is_err(),
+            "the holder heads the line"
+        );
+        lose.send(true).unwrap();
+        let next = lines.join(KEY, Some(WAIT)).await;
+        assert!(next.is_ok(), "the line moved once the lock was known lost");
+        drop(next);
+        assert!(Box::new(held).release().await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn a_release_lets_the_next_in_line_go() {
+        let lines = Lines::default();
+        let (_lose, lost) = watch::channel(false);
+        let held = InLine::new(
+            Box::new(Nothing),
+            lines.join(KEY, None).await.unwrap(),
+            lost,
+        );
+        assert!(lines.join(KEY, None).await.is_err());
+        Box::new(held).release().await.unwrap();
+        lines.join(KEY, Some(WAIT)).await.expect("the next goes");
+    }
+}
