@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use app::accounting::{Accounting, Ledger};
-use app::api::{ErrorCode, Strategy};
+use app::api::{ErrorCode, Home, Strategy};
 use rand::{Rng, SeedableRng};
 use testkit::{Answer, Answers, Api, Apps, Click, order_request};
 use tokio::task::JoinSet;
@@ -33,6 +33,10 @@ const SETTLE_POLL: Duration = Duration::from_millis(100);
 /// round, and the grace after which another instance finishes a return a dead one left
 /// half-way (the app's `--return-grace-ms`), with room to spare.
 const WATCH_BEYOND_DEADLINE: Duration = Duration::from_secs(14);
+
+/// How long `reconcile` is asked again while a charge is in flight: the app's default
+/// reconcile grace (10 s), with room to spare.
+const RECONCILE_PATIENCE: Duration = Duration::from_secs(15);
 
 /// The second act of `product`'s flood, after its clicks: the winners' payments finished, the
 /// returning buyers buy and pay what comes back, one instance killed when the first unpaid
@@ -129,6 +133,10 @@ pub async fn second_act(
     {
         apps.restart_in_place(0).await?;
     }
+    let released_after_kill = match killed_after.is_some() && strategy.home() == Home::Redis {
+        true => release_what_the_kill_left(api, product).await?,
+        false => 0,
+    };
     let view = api.product(product).await?;
     let ledger = Ledger::of(view);
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
@@ -146,6 +154,7 @@ pub async fn second_act(
         return_clicks: return_clicks.load(Ordering::Relaxed),
         ended_after_ms: ended_after.map(ms),
         killed_after_ms: killed_after.map(ms),
+        released_after_kill,
         left: view.stock,
         reserved: view.reserved,
         paid: view.paid,
@@ -154,6 +163,24 @@ pub async fn second_act(
         pending: view.pending,
         accounting: Accounting::of(ledger, drawn.people() as i64),
     })
+}
+
+/// What an operator does once a dead instance is back: `reconcile`, again until no charge is
+/// left in flight. A purchase the kill caught between its Redis script and its order insert
+/// holds a unit with no order (undersell); reconcile presumes it lost once it is older than
+/// the app's grace (`--reconcile-grace-ms`), voids it and puts its unit back. How many such
+/// purchases it released.
+async fn release_what_the_kill_left(api: &Api, product: u64) -> Result<u64> {
+    let mut released = 0;
+    let patience = Instant::now() + RECONCILE_PATIENCE;
+    loop {
+        let found = api.reconcile(product).await?;
+        released += found.released_requests;
+        if found.in_flight == 0 || Instant::now() >= patience {
+            return Ok(released);
+        }
+        tokio::time::sleep(SETTLE_POLL).await;
+    }
 }
 
 /// Up to `most` buyers who were told `sold_out` on a regular click and won with none, in the

@@ -64,7 +64,9 @@ pub fn markdown(shape: &FloodShape, floods: &[FloodResult]) -> String {
     md.push_str(&t.render());
     md.push_str(
         "\nExpired: orders ended by the payment deadline (or cancelled), from the product's \
-         view. Paid late: payments made as soon as the order was won whose answer came after          the deadline (`order_expired`: the order expires like an unpaid one). Bought again:          units the returning buyers bought. Unaccounted: the \
+         view. Paid late: payments made as soon as the order was won whose answer came after \
+         the deadline (`order_expired`: the order expires like an unpaid one). Bought again: \
+         units the returning buyers bought. Unaccounted: the \
          initial stock minus left, reserved, paid, on their way back and pending (0 when every \
          unit is where the books say). Sale ended: from the opening until the last unit was \
          paid (–: not every unit was paid before the watch ended).\n\n",
@@ -104,6 +106,16 @@ fn went_wrong(acts: &[(&FloodResult, &Resale)]) -> String {
                     true => super::prose::lost_return(name),
                     false => "",
                 }
+            );
+        }
+        if r.released_after_kill > 0 {
+            let _ = writeln!(
+                md,
+                "- `{name}`: the kill caught {} purchase(s) between the Redis deduction and the \
+                 order insert: their units were taken with no order (undersell) until \
+                 `reconcile`, run once the instance was back, found the charges older than its \
+                 grace, voided the purchases and put the units back (counted above after it).",
+                r.released_after_kill
             );
         }
         if r.accounting.oversell > 0 {

@@ -199,6 +199,11 @@ pub struct Resale {
     pub ended_after_ms: Option<f64>,
     /// When an app instance was SIGKILLed, ms from the opening.
     pub killed_after_ms: Option<f64>,
+    /// Purchases the kill caught between a Redis deduction and the order insert, whose units
+    /// `reconcile` gave back once the instance was restarted (0: none, or a home in the
+    /// database, where a crash rolls the purchase back).
+    #[serde(default)]
+    pub released_after_kill: u64,
     /// The product at the end: units left, reserved, paid, expired or cancelled, and on their
     /// way back. `initial = left + reserved + paid + returning + pending` must hold.
     pub left: i64,
