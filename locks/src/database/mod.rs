@@ -18,11 +18,11 @@
 //!   exactly one concurrent insert win; the others get a duplicate-key error and poll, with
 //!   jittered sleeps that grow while a waiter is young and shrink once it has waited long
 //!   (so the oldest waiters are the likeliest to win a release), until their wait budget
-//!   runs out. Polling is the cost: every poller queries the database on every interval, and those queries compete with the
-//!   holder's own work for the same connections (give the lock its own pool). So the waiters
-//!   of one client stand in a local line per name and only its first polls (`line.rs`): the
-//!   database sees one poller per process, not one per waiter, and a process's waiters are
-//!   served in the order they came.
+//!   runs out. Polling is the cost: every poller queries the database on every interval, and
+//!   those queries compete with the holder's own work for the same connections (give the
+//!   lock its own pool). So the waiters of one client stand in a local line per name and only
+//!   its first polls (`line.rs`): the database sees one poller per process, not one per
+//!   waiter, and a process's waiters are served in the order they came.
 //! * **Fencing token** = a counter per lock name in `db_lock_fences`, bumped by the statement
 //!   that confirms the grant. The row's `AUTO_INCREMENT` id is *not* a fencing token: InnoDB
 //!   numbers an insert before it checks the unique index, and a checked insert may wait there
@@ -100,7 +100,7 @@ pub const SCHEMA: &str = include_str!("schema.sql");
 
 /// The pauses between two polls of a held lock: 4 ms doubling to 64 ms, shrinking again for
 /// waiters that have waited long (`polling.rs`) down to the first pause, not below: every poll
-/// is two statements, and a busy lock has more than a few old waiters.
+/// is two statements.
 const POLLING: Schedule = Schedule {
     first: Duration::from_millis(4),
     longest: Duration::from_millis(64),

@@ -8,9 +8,10 @@
 //! (`ms <key> … C<cas> T<ttl>`) only if the owner is this one and the CAS value is unchanged
 //! (`ownership.rs`): a holder whose lease ran out never removes or prolongs its successor's
 //! lock. The fencing token is `<key>:fence`, incremented after the `add` and checked to have been
-//! drawn while the grant still stood (`grant.rs`). Waiting is polling as for the plain Redis lock (one client's
-//! waiters in a local line, `line.rs`, its first polling with jittered pauses from 1 ms doubling
-//! to 32 ms, shorter again for long waiters, `polling.rs`): memcached has no notifications.
+//! drawn while the grant still stood (`grant.rs`). Waiting is polling as for the plain Redis
+//! lock — one client's waiters in a local line (`line.rs`), its first polling with jittered
+//! pauses from 1 ms doubling to 32 ms, shorter again for long waiters (`polling.rs`): memcached
+//! has no notifications.
 //!
 //! **Why it is safe — while leases hold, and with fencing beyond.** At any moment at most one
 //! `add` item exists per key, so while every holder finishes within its lease, exclusion holds.

@@ -4,9 +4,9 @@
 //! breaks (how one attempt takes the lock, or how it is given back), with the explanation.
 //!
 //! Written once here: the connection, the request count, the local line and polling with
-//! backoff, the local lease
-//! clock behind [`crate::Guard::lost`], and the compare-and-delete release. A variant is a
-//! [`Variant`]; the public lock types are aliases of [`SingleInstanceLock`] over one.
+//! backoff, the local lease clock behind [`crate::Guard::lost`], and the compare-and-delete
+//! release. A variant is a [`Variant`]; the public lock types are aliases of
+//! [`SingleInstanceLock`] over one.
 
 use std::future::Future;
 use std::marker::PhantomData;
