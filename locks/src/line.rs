@@ -29,9 +29,15 @@ use tokio::sync::{OwnedMutexGuard, oneshot, watch};
 
 use crate::{Guard, Held, LockError};
 
+/// One line: a fair mutex, whose holder is the head.
+type Line = Arc<tokio::sync::Mutex<()>>;
+
+/// The lines of one client, by lock name.
+type Map = Arc<Mutex<HashMap<String, Line>>>;
+
 /// The lines of one client, by lock name; a name's line is forgotten when nobody is in it.
 #[derive(Default)]
-pub(crate) struct Lines(Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>);
+pub(crate) struct Lines(Map);
 
 impl Lines {
     /// Runs `acquire` — given when the waiter came, from which its wait budget and its age
@@ -53,7 +59,7 @@ impl Lines {
     }
 
     /// Waits for the head of `key`'s line, for up to `wait` (`None`: only if nobody is in it).
-    pub(crate) async fn join(&self, key: &str, wait: Option<Duration>) -> Result<Place, LockError> {
+    async fn join(&self, key: &str, wait: Option<Duration>) -> Result<Place, LockError> {
         let started = Instant::now();
         let line = Arc::clone(
             self.0
@@ -68,37 +74,36 @@ impl Lines {
                 .await
                 .ok(),
         };
-        let mut place = Place {
+        let place = Place {
             lines: Arc::clone(&self.0),
             key: key.to_owned(),
             line,
             turn,
         };
-        match place.turn.is_some() {
-            true => Ok(place),
-            false => {
-                place.leave();
-                Err(LockError::Timeout {
-                    key: key.to_owned(),
-                    waited: started.elapsed(),
-                })
-            }
+        if place.turn.is_none() {
+            // Dropped on the way out: the line is forgotten if nobody else is in it.
+            return Err(LockError::Timeout {
+                key: key.to_owned(),
+                waited: started.elapsed(),
+            });
         }
+        Ok(place)
     }
 }
 
 /// The head of a line: the others of this client wait until it is dropped.
 pub(crate) struct Place {
-    lines: Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>,
+    lines: Map,
     key: String,
-    line: Arc<tokio::sync::Mutex<()>>,
+    line: Line,
+    /// `None` for a waiter that did not get to the head in time.
     turn: Option<OwnedMutexGuard<()>>,
 }
 
-impl Place {
+impl Drop for Place {
     /// Lets the next in line go, and forgets the line if nobody else is in it or coming (each
     /// of them holds the line too).
-    fn leave(&mut self) {
+    fn drop(&mut self) {
         self.turn = None;
         let mut lines = self
             .lines
@@ -108,12 +113,6 @@ impl Place {
         if Arc::strong_count(&self.line) == 2 {
             lines.remove(&self.key);
         }
-    }
-}
-
-impl Drop for Place {
-    fn drop(&mut self) {
-        self.leave();
     }
 }
 

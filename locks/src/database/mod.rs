@@ -89,7 +89,7 @@ use sqlx::MySqlPool;
 use sqlx::mysql::MySqlDatabaseError;
 use tokio::sync::watch;
 
-use crate::line::{Lines, Place};
+use crate::line::Lines;
 use crate::options::within_budget;
 use crate::polling::Schedule;
 use crate::{AcquireOptions, Backend, DistributedLock, Guard, LockError, new_owner_id};
@@ -257,15 +257,45 @@ impl DbLock {
         }
     }
 
-    fn guard(
+    /// Inserts the lock's row until it is granted, pausing by [`POLLING`], until the wait
+    /// budget has passed since the waiter came (`since`: before this client's line).
+    async fn poll(
         &self,
         key: &str,
-        owner: String,
-        row: u64,
-        token: u64,
-        lease: Duration,
-        place: Place,
-    ) -> Guard {
+        since: Instant,
+        options: AcquireOptions,
+    ) -> Result<Guard, LockError> {
+        let owner = new_owner_id();
+        let mut tries = 0;
+        loop {
+            if let Some(row) = self.try_insert(key, &owner, options.lease).await?
+                && let Some(token) = self.fence(row, &owner).await?
+            {
+                return Ok(self.guard(key, owner, row, token, options.lease));
+            }
+            // "May be free" includes a row another session inserted and has not committed
+            // (invisible to our read): try again at once, but never past the budget.
+            let free = self.reap_if_expired(key).await?;
+            let waited = since.elapsed();
+            let remaining = options
+                .wait
+                .and_then(|w| w.checked_sub(waited))
+                .unwrap_or_default();
+            if remaining.is_zero() {
+                return Err(LockError::Timeout {
+                    key: key.to_string(),
+                    waited,
+                });
+            }
+            if free {
+                continue;
+            }
+            tokio::time::sleep(POLLING.pause(tries, waited).min(remaining)).await;
+            tries += 1;
+        }
+    }
+
+    fn guard(&self, key: &str, owner: String, row: u64, token: u64, lease: Duration) -> Guard {
         let held = RowHeld::start(
             self.pool.clone(),
             Arc::clone(&self.requests),
@@ -276,7 +306,7 @@ impl DbLock {
             self.alive.subscribe(),
         );
         let lost = held.lost();
-        Guard::new(key, owner, token, lost, Box::new(held)).in_line(place)
+        Guard::new(key, owner, token, lost, Box::new(held))
     }
 }
 
@@ -296,38 +326,13 @@ impl DistributedLock for DbLock {
     ) -> BoxFuture<'a, Result<Guard, LockError>> {
         // Bounded as a whole: with the database gone, a pool checkout alone waits for its own
         // acquire timeout (30 s by sqlx's default) on every statement.
-        Box::pin(within_budget(key, options, async move {
-            let owner = new_owner_id();
-            let started = Instant::now();
-            let place = self.lines.join(key, options.wait).await?;
-            let mut tries = 0;
-            loop {
-                if let Some(row) = self.try_insert(key, &owner, options.lease).await?
-                    && let Some(token) = self.fence(row, &owner).await?
-                {
-                    return Ok(self.guard(key, owner, row, token, options.lease, place));
-                }
-                // "May be free" includes a row another session inserted and has not committed
-                // (invisible to our read): try again at once, but never past the budget.
-                let free = self.reap_if_expired(key).await?;
-                let waited = started.elapsed();
-                let remaining = options
-                    .wait
-                    .and_then(|w| w.checked_sub(waited))
-                    .unwrap_or_default();
-                if remaining.is_zero() {
-                    return Err(LockError::Timeout {
-                        key: key.to_string(),
-                        waited,
-                    });
-                }
-                if free {
-                    continue;
-                }
-                tokio::time::sleep(POLLING.pause(tries, waited).min(remaining)).await;
-                tries += 1;
-            }
-        }))
+        Box::pin(within_budget(
+            key,
+            options,
+            self.lines.in_line(key, options.wait, move |since| {
+                self.poll(key, since, options)
+            }),
+        ))
     }
 
     fn backend_requests(&self) -> u64 {

@@ -250,13 +250,12 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<Option<T>, LockError>>,
 {
-    let start = since;
     let budget = wait.unwrap_or(Duration::ZERO);
     for tries in 0.. {
         if let Some(granted) = attempt().await? {
             return Ok(granted);
         }
-        let waited = start.elapsed();
+        let waited = since.elapsed();
         if waited >= budget {
             return Err(LockError::Timeout {
                 key: key.to_owned(),
