@@ -69,6 +69,13 @@ pub struct Config {
     #[arg(long, env = "SECKILL_STREAM_BATCH", default_value_t = 200)]
     pub stream_batch: usize,
 
+    /// Most orders `redis-lua-stream` lets wait in the stream (accepted, not yet placed in the
+    /// database); past it a purchase is refused `503 busy` and takes nothing. Without a bound
+    /// the `202`s of a crowd faster than the consumers promise orders that arrive later and
+    /// later — after their payment deadline, if buyers wait for them to pay.
+    #[arg(long, env = "SECKILL_STREAM_MAX_LAG", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub stream_max_lag: u64,
+
     /// How long a stream entry may stay read and unacknowledged by its consumer before another
     /// consumer claims it (the first one is presumed dead), in milliseconds.
     #[arg(long, env = "SECKILL_STREAM_CLAIM_IDLE_MS", default_value_t = 5000)]

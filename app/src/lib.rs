@@ -115,6 +115,7 @@ pub async fn build_with(
         batch_window: config.batch_window(),
         batch_max: config.batch_max,
         batch_queue: config.batch_queue,
+        stream_max_lag: config.stream_max_lag,
     };
     let locks = backends::connect_all(config, &deps).await;
     let mut registry = Registry::new(deps, locks);

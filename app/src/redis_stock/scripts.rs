@@ -25,6 +25,8 @@ pub const SOLD_OUT: i64 = -3;
 pub const CONFLICT: i64 = -4;
 /// The buyer would hold more units of the product than its per-user limit.
 pub const LIMIT_REACHED: i64 = -5;
+/// [`TAKE_AND_APPEND`]: the stream holds as many unplaced orders as it may; nothing taken.
+pub const STREAM_FULL: i64 = -6;
 
 /// `buyer(field)`: the buyer of a purchase field (`<length>:<user><request>`).
 const BUYER: &str = r"
@@ -34,12 +36,11 @@ local function buyer(field)
 end
 ";
 
-/// The start both take scripts share: refuse, or charge the purchase — record it with its
-/// terms, the Redis clock and the attempt that charged it (set in `attempt` by the script),
-/// and add its units to the buyer's — and leave `q` set. KEYS[1] stock, KEYS[2] requests,
-/// KEYS[3] buyers, KEYS[4] limit; ARGV[1] purchase field, ARGV[2] quantity, ARGV[3] terms
+/// The start both take scripts share: refuse (a duplicate, a conflict, sold out, the limit),
+/// or go on with `q` set to the quantity. KEYS[1] stock, KEYS[2] requests, KEYS[3] buyers,
+/// KEYS[4] limit; ARGV[1] purchase field, ARGV[2] quantity, ARGV[3] terms
 /// (`quantity:strategy:`).
-const CHARGE: &str = r"
+const CHECK: &str = r"
 local left = redis.call('get', KEYS[1])
 if not left then return -1 end
 local charged = redis.call('hget', KEYS[2], ARGV[1])
@@ -52,6 +53,12 @@ if tonumber(left) < q then return -3 end
 local limit = tonumber(redis.call('get', KEYS[4]) or '1')
 local held = tonumber(redis.call('hget', KEYS[3], user) or '0')
 if held + q > limit then return -5 end
+";
+
+/// After [`CHECK`]: charges the purchase — records it with its terms, the Redis clock and the
+/// attempt that charged it (set in `attempt` by the script) — and adds its units to the
+/// buyer's.
+const CHARGE: &str = r"
 local clock = redis.call('time')
 local now = clock[1] * 1000 + math.floor(clock[2] / 1000)
 redis.call('hset', KEYS[2], ARGV[1], ARGV[3] .. now .. ':' .. attempt)
@@ -66,7 +73,7 @@ redis.call('hincrby', KEYS[3], user, q)
 pub static TAKE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{BUYER}local user, attempt = buyer(ARGV[1]), ARGV[4]
-{CHARGE}
+{CHECK}{CHARGE}
 return redis.call('decrby', KEYS[1], q)"
     ))
 });
@@ -151,12 +158,18 @@ pub const SETTLED_MINE: i64 = 1;
 pub const SETTLED_OTHER: i64 = 2;
 
 /// [`TAKE`], and the order appended to the stream (and its units counted as waiting) in the
-/// same step. KEYS: stock, requests, buyers, limit, stream, pending, waiting. ARGV: purchase
-/// field, quantity, terms, request id, product id, user id, strategy, pending field, attempt.
-/// Returns as [`TAKE`].
+/// same step — unless the stream already holds `ARGV[10]` entries (orders accepted and not yet
+/// placed): then the purchase is refused with [`STREAM_FULL`] and takes nothing, so an
+/// accepted order is one the consumers will place soon, not one behind a backlog that grows as
+/// long as buyers arrive faster than the database takes their orders. A duplicate or a sold-out
+/// product is still answered as such. KEYS: stock, requests, buyers, limit, stream, pending,
+/// waiting. ARGV: purchase field, quantity, terms, request id, product id, user id, strategy,
+/// pending field, attempt, most entries. Returns as [`TAKE`], or [`STREAM_FULL`].
 pub static TAKE_AND_APPEND: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{BUYER}local user, attempt = buyer(ARGV[1]), ARGV[9]
+{CHECK}
+if redis.call('xlen', KEYS[5]) >= tonumber(ARGV[10]) then return -6 end
 {CHARGE}
 redis.call('xadd', KEYS[5], '*', 'request_id', ARGV[4], 'quantity', ARGV[2],
   'product_id', ARGV[5], 'user_id', ARGV[6], 'strategy', ARGV[7], 'attempt', attempt)

@@ -253,4 +253,6 @@ pub struct Deps {
     pub batch_max: u32,
     /// Purchases one `batched` line holds waiting (0: four batches' worth).
     pub batch_queue: u32,
+    /// Most orders `redis-lua-stream` lets wait in the stream before it refuses purchases.
+    pub stream_max_lag: u64,
 }

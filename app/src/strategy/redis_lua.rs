@@ -45,7 +45,9 @@ use super::outcome::place;
 use super::{Deps, Purchase, PurchaseError, Purchased, StockStrategy};
 use crate::db::{orders, products};
 use crate::redis_stock::charge;
-use crate::redis_stock::scripts::{CONFLICT, DUPLICATE, LIMIT_REACHED, NO_COUNTER, SOLD_OUT, TAKE};
+use crate::redis_stock::scripts::{
+    CONFLICT, DUPLICATE, LIMIT_REACHED, NO_COUNTER, SOLD_OUT, STREAM_FULL, TAKE,
+};
 use crate::redis_stock::{Attempt, RedisStock, RedisStockError, Replicated, Settled};
 
 /// Attempts to give units back, and the pause between them.
@@ -183,7 +185,8 @@ pub(crate) fn unavailable(e: RedisStockError) -> PurchaseError {
 }
 
 /// The refusals of the take scripts: no counter (the product is unknown, or its stock lives
-/// in another home: sold out here), too few units, or the purchase charged with other terms.
+/// in another home: sold out here), too few units, the purchase charged with other terms, or
+/// (the stream's script) too many orders waiting to be placed.
 pub(crate) async fn refused(
     pool: &MySqlPool,
     purchase: &Purchase,
@@ -192,6 +195,11 @@ pub(crate) async fn refused(
     match taken {
         SOLD_OUT => Err(PurchaseError::SoldOut),
         LIMIT_REACHED => Err(PurchaseError::LimitReached),
+        STREAM_FULL => Err(PurchaseError::Busy(
+            "as many accepted orders as the service allows are waiting to be placed; \
+             retry after Retry-After"
+                .into(),
+        )),
         CONFLICT => Err(PurchaseError::Conflict(format!(
             "request id `{}` was already used by this buyer for a purchase of this product \
              with another quantity or strategy; use a new request id",

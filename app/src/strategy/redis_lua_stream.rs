@@ -11,6 +11,13 @@
 //! consumer claims it (`XAUTOCLAIM`) after it has been idle long enough — inserting it again
 //! changes nothing if the first consumer had committed.
 //!
+//! The stream is bounded (`--stream-max-lag` entries): the script that would append past it
+//! refuses the purchase (`503 busy`) and takes nothing. Unbounded, a crowd that arrives faster
+//! than the consumers place orders is answered `202` at the script's speed while the orders
+//! arrive in the database ever later; buyers told to pay within minutes find their order
+//! missing when they try, and a kill loses more accepted work. The bound turns that lag
+//! into refusals a buyer can retry.
+//!
 //! What it gives up: `202` is a promise, not a receipt. The order exists in the database only
 //! after the lag (reported as `seckill_stream_lag_entries`); until then `GET
 //! /api/products/{id}/orders/{request_id}` says `pending`; units taken while entries are pending are not
@@ -46,12 +53,15 @@ use crate::redis_stock::{Attempt, RedisStock, RedisStockError, Replicated, Settl
 pub struct RedisLuaStream {
     pool: MySqlPool,
     redis: Option<RedisStock>,
+    /// Most entries the stream may hold before a purchase is refused.
+    max_lag: u64,
 }
 
 pub fn build(deps: &Deps) -> Arc<dyn StockStrategy> {
     Arc::new(RedisLuaStream {
         pool: deps.pool.clone(),
         redis: deps.redis.clone(),
+        max_lag: deps.stream_max_lag,
     })
 }
 
@@ -86,7 +96,8 @@ impl StockStrategy for RedisLuaStream {
                         .arg(&purchase.user_id)
                         .arg(purchase.strategy.name())
                         .arg(charge::pending_field(purchase.key()))
-                        .arg(attempt.name()),
+                        .arg(attempt.name())
+                        .arg(self.max_lag),
                 )
                 .await;
             let (taken, replicated) = match taken {

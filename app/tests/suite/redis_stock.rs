@@ -621,6 +621,61 @@ async fn a_product_read_counts_accepted_orders_as_pending_until_they_are_placed(
     drop_database(&database_url).await;
 }
 
+/// The stream is bounded: once it holds `--stream-max-lag` orders not yet placed, a purchase
+/// is refused `503 busy` and takes no unit, a retry of an accepted purchase is still answered
+/// as the accepted one, and once the consumers have placed the backlog the refused buyer can
+/// buy. (Unbounded, the consumers fall behind a crowd and its `202`s promise orders that reach
+/// the database after their payment deadline.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_full_stream_refuses_purchases_busy_and_takes_nothing_until_it_drains() {
+    let database_url = fresh_database_url().await;
+    let mut config = config_with(&database_url, shared_redis().await);
+    config.stream_max_lag = 3;
+    let app = spawn_app(config).await;
+    app.reset_in(1, 10, Home::Redis).await;
+    let buy = |request: &str| order_body(request, "redis-lua-stream");
+    let blocker = hold_orders_of(&database_url, 1).await;
+    for i in 0..3 {
+        let (status, answer) = app.order(1, &buy(&format!("full-{i}")), None).await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{answer}");
+    }
+    let (status, answer) = app.order(1, &buy("full-3"), None).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{answer}");
+    assert_eq!(answer["error"], "busy", "{answer}");
+    let (status, answer) = app.order(1, &buy("full-0"), None).await;
+    assert_eq!(
+        status,
+        StatusCode::ACCEPTED,
+        "a retry of an accepted purchase: {answer}"
+    );
+    let view = product(&app, 1).await;
+    assert_eq!(
+        (view["stock"].as_i64(), view["pending"].as_i64()),
+        (Some(7), Some(3)),
+        "the refused purchase took nothing: {view}"
+    );
+    release(blocker).await;
+    common::wait_until("the backlog placed", || async {
+        product(&app, 1).await["pending"].as_i64() == Some(0)
+    })
+    .await;
+    let (status, answer) = app.order(1, &buy("full-3"), None).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "once drained: {answer}");
+    common::wait_until("the last order placed", || async {
+        product(&app, 1).await["pending"].as_i64() == Some(0)
+    })
+    .await;
+    let ledger = ledger(&database_url, 1).await;
+    assert_eq!(ledger.sold, 4);
+    let rows = rows_per_request_id(&database_url).await;
+    assert!(
+        rows.len() == 4 && rows.values().all(|&n| n == 1),
+        "{rows:?}"
+    );
+    app.stop().await;
+    drop_database(&database_url).await;
+}
+
 /// While the consumers drain a backlog, every product read accounts for every unit: the
 /// counter, the units waiting in the stream and the units in orders add up to at least the
 /// stock (an order placed between the read's two halves may be counted twice, never zero
