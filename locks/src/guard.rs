@@ -57,6 +57,7 @@ impl Guard {
 
     /// The flag behind [`Guard::lost`], for a backend that hands out another guard of the same
     /// hold (a re-entry) and must report its loss with this one's.
+    #[cfg(feature = "mysql")]
     pub(crate) fn lost_flag(&self) -> watch::Receiver<bool> {
         self.lost.clone()
     }

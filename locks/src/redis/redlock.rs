@@ -9,7 +9,10 @@
 //! 1% of the lease + 2 ms allows for the instances' clocks running faster than ours. Otherwise
 //! release on all instances (a partial grant must not block others for a lease) and retry after
 //! a random delay, so contenders that collided (each holding a minority) drift apart instead of
-//! colliding again. Release is the compare-and-delete script on all instances.
+//! colliding again. Release is the compare-and-delete script on all instances. The waiters
+//! of one client stand in a local line per key and only its first runs rounds
+//! ([`crate::line`]): the instances see one contender per process, and a process's waiters
+//! are served in the order they came.
 //!
 //! **What it survives.** Any minority of instances crashing or partitioned away: a majority
 //! still grants, and two majorities always share an instance, which refuses the second
@@ -43,6 +46,7 @@ use futures::future::{BoxFuture, join_all};
 use rand::Rng;
 
 use super::{ACQUIRE, Conn, LeaseClocks, RELEASE, Requests, fence_key, millis};
+use crate::line::Lines;
 use crate::{AcquireOptions, DistributedLock, Guard, Held, LockError, new_owner_id};
 
 /// Raises the fencing counter to at least ARGV[1]. KEYS: fence. Returns the counter.
@@ -71,6 +75,8 @@ struct Shared {
     retry_delay: Duration,
     requests: Requests,
     clocks: LeaseClocks,
+    /// This client's waiters, a line per key.
+    lines: Lines,
 }
 
 /// How one round over all instances went.
@@ -101,6 +107,7 @@ impl Redlock {
                 retry_delay: Duration::from_millis(20),
                 requests: Requests::default(),
                 clocks: LeaseClocks::default(),
+                lines: Lines::default(),
             }),
         })
     }
@@ -209,12 +216,14 @@ impl Shared {
         outcome
     }
 
+    /// Rounds until one grants, for the wait budget counted from `start` (when the waiter
+    /// joined its line).
     async fn acquire(
         self: &Arc<Self>,
         key: &str,
         options: AcquireOptions,
+        start: Instant,
     ) -> Result<Guard, LockError> {
-        let start = Instant::now();
         let budget = options.wait.unwrap_or(Duration::ZERO);
         // Once a round has heard a majority refuse, the wait met contention: a later round that
         // stalls past the instance timeout (a loaded machine) does not make it an outage.
@@ -276,7 +285,10 @@ impl DistributedLock for Redlock {
         key: &'a str,
         options: AcquireOptions,
     ) -> BoxFuture<'a, Result<Guard, LockError>> {
-        Box::pin(self.shared.acquire(key, options))
+        let shared = &self.shared;
+        Box::pin(shared.lines.in_line(key, options.wait, move |since| {
+            shared.acquire(key, options, since)
+        }))
     }
 
     fn backend_requests(&self) -> u64 {
