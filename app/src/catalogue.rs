@@ -315,7 +315,7 @@ impl Strategy {
 
     /// Whether only its lock guards its stock write: a locked strategy without fencing, which
     /// writes back an absolute figure computed from a plain read. A writer that does not take
-    /// the lock (the expiry sweep giving units back) is overwritten by it.
+    /// the lock is overwritten by it (so returns of its units take the lock too).
     pub fn lock_alone_guards_stock(self) -> bool {
         matches!(
             self.spec().kind,

@@ -268,6 +268,7 @@ impl From<LifeError> for ApiError {
             },
             LifeError::Database(e) => e.into(),
             LifeError::Redis(e) => e.into(),
+            LifeError::Lock(e) => e.into(),
         }
     }
 }

@@ -154,11 +154,13 @@ pub async fn build_with(
         Duration::from_millis(config.request_timeout_ms),
     ));
     let forgetting = tokio::spawn(Arc::clone(&gate).forget_idle_keys());
+    let registry = Arc::new(registry);
     let life = lifecycle::Lifecycle::new(
         pool.clone(),
         redis.clone(),
         Arc::clone(&shelf),
         Arc::clone(&metrics),
+        Arc::clone(&registry),
         forget_on_return,
     );
     let pace = lifecycle::sweep::Pace {
@@ -172,7 +174,7 @@ pub async fn build_with(
     let state = AppState::new(state::Shared {
         pool,
         gate,
-        registry: Arc::new(registry),
+        registry,
         metrics,
         settings: Arc::new(Settings {
             admin_token: config.admin_token.clone(),

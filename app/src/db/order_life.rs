@@ -28,6 +28,8 @@ pub struct Due {
     pub quantity: u32,
     /// The product's home (`row`, `buckets`, `redis`).
     pub home: String,
+    /// The strategy that sold it.
+    pub strategy: String,
     state: String,
 }
 
@@ -323,7 +325,7 @@ where
 }
 
 const DUE_COLUMNS: &str = "o.id AS order_id, o.product_id, o.user_id, o.request_id, o.quantity, \
-    p.home, o.state";
+    p.home, o.strategy, o.state";
 
 /// At most `limit` reserved orders past their deadline (of `product`, or of all), oldest
 /// deadline first: one range of the index `orders_due`.

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::{Check, End, LifeError, Lifecycle};
-use crate::api::Home;
+use crate::api::{Home, Strategy};
 use crate::db::order_life::{self, Due};
 use crate::db::orders::{Order, OrderState, PurchaseKey};
 use crate::redis_stock::{RedisStockError, charge};
@@ -18,6 +18,9 @@ pub struct Target {
     pub request_id: String,
     pub quantity: u32,
     pub home: Home,
+    /// The strategy that sold it (`None`: one this build does not know, which holds no lock
+    /// a return could need).
+    pub strategy: Option<Strategy>,
 }
 
 impl Target {
@@ -29,6 +32,7 @@ impl Target {
             request_id: order.request_id.clone(),
             quantity: order.quantity,
             home,
+            strategy: order.strategy.parse().ok(),
         }
     }
 
@@ -41,6 +45,7 @@ impl Target {
             request_id: due.request_id.clone(),
             quantity: due.quantity,
             home: due.home.parse().ok()?,
+            strategy: due.strategy.parse().ok(),
         })
     }
 
@@ -89,6 +94,14 @@ async fn end_in_database(
         }
         pause(hold).await;
     }
+    // Taken before the transaction, as a purchase takes it: no holder waits on a row of ours.
+    let lock = match target.home {
+        Home::Row => {
+            life.lock_for_return(target.product_id, target.strategy)
+                .await?
+        }
+        _ => None,
+    };
     let mut tx = life.pool.begin().await?;
     order_life::give_back_quota(&mut tx, target.key(), target.quantity).await?;
     match target.home {
@@ -120,29 +133,41 @@ async fn end_in_database(
     };
     if !changed {
         tx.rollback().await?;
+        if let Some(lock) = lock {
+            lock.release().await;
+        }
         return Ok(false);
     }
-    tx.commit().await?;
+    match lock {
+        Some(lock) => lock.commit(tx).await?,
+        None => tx.commit().await?,
+    }
     life.stock_back(target.product_id).await;
     Ok(true)
 }
 
-/// Expires those of `targets` (due orders of `product`, whose stock is its row) still reserved
-/// and due, in one transaction: one write of the hot row for the whole batch instead of one
-/// per order, so the purchases queued on that row wait behind one return, not a batch of them.
-/// How many it expired.
+/// Expires those of `targets` (due orders of `product`, whose stock is its row, all sold
+/// through `strategy`) still reserved and due, in one transaction: one write of the hot row
+/// for the whole batch instead of one per order, so the purchases queued on that row wait
+/// behind one return, not a batch of them. Under the strategy's lock, if its purchases need
+/// a return to hold it (see [`Lifecycle::lock_for_return`]). How many it expired.
 pub(super) async fn expire_from_row(
     life: &Lifecycle,
     product: u64,
+    strategy: Option<Strategy>,
     targets: &[Target],
 ) -> Result<u64, LifeError> {
     let orders: Vec<(u64, &str)> = (targets.iter())
         .map(|t| (t.order_id, t.user_id.as_str()))
         .collect();
+    let lock = life.lock_for_return(product, strategy).await?;
     let mut conn = life.pool.acquire().await?;
     let mut tx = order_life::begin_batch(&mut conn).await?;
     let expired = order_life::expire_from_row(&mut tx, product, &orders).await?;
-    tx.commit().await?;
+    match lock {
+        Some(lock) => lock.commit(tx).await?,
+        None => tx.commit().await?,
+    }
     drop(conn);
     life.metrics.orders_expired(expired);
     if expired > 0 {

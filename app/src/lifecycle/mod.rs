@@ -53,10 +53,14 @@
 //! back (phantom units). The Redis home's give-back still returns once even then: its charge
 //! record is checked inside the script.
 //!
-//! Strategies that read the stock and write back an absolute value under a lock, without a
-//! version check (the unfenced locked strategies, `naive`), can overwrite a return made between
-//! their read and their write: the returned unit vanishes (undersell, never oversell). The
-//! fenced and `optimistic` strategies see the version bump and read again.
+//! **Returns under the seller's lock.** A strategy that reads the stock and writes back an
+//! absolute value under a lock, with no version check (the unfenced locked strategies), would
+//! write over a return made between its read and its write: the returned units would vanish
+//! (undersell). So the units of an order such a strategy sold go back holding its lock
+//! (the order records the strategy; [`crate::strategy::StockStrategy::lock_for_return`]), one
+//! acquisition per batch, taken before the transaction as a purchase takes it. The fenced and
+//! `optimistic` strategies see the version bump and read again, and need no lock; `naive`
+//! writes over returns as it writes over other buyers (it is the unsafe baseline).
 
 mod home;
 pub mod sweep;
@@ -72,6 +76,7 @@ use crate::db::orders::{self, Order, OrderState, PurchaseKey};
 use crate::metrics::Metrics;
 use crate::redis_stock::{RedisStock, RedisStockError};
 use crate::shelf::Shelf;
+use crate::strategy::{PurchaseError, Registry, ReturnLock, Strategy};
 
 /// How an order ends without being paid.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -133,6 +138,9 @@ pub enum LifeError {
     Database(#[from] sqlx::Error),
     #[error(transparent)]
     Redis(#[from] RedisStockError),
+    /// The lock a return must hold could not be taken (busy, or its service down).
+    #[error("the product's lock: {0}")]
+    Lock(#[source] PurchaseError),
 }
 
 /// What an order's life needs: the stores, what the instance remembers, its counters.
@@ -142,6 +150,8 @@ pub struct Lifecycle {
     redis: Option<RedisStock>,
     shelf: Arc<Shelf>,
     metrics: Arc<Metrics>,
+    /// The strategies, for the locks returns of their units hold.
+    strategies: Arc<Registry>,
     /// Whether units that come back make the instance forget the product was sold out (off
     /// only as a fault switch: `--keep-sold-out-on-return`).
     forget_on_return: bool,
@@ -155,6 +165,7 @@ impl Lifecycle {
         redis: Option<RedisStock>,
         shelf: Arc<Shelf>,
         metrics: Arc<Metrics>,
+        strategies: Arc<Registry>,
         forget_on_return: bool,
     ) -> Lifecycle {
         Lifecycle {
@@ -162,6 +173,7 @@ impl Lifecycle {
             redis,
             shelf,
             metrics,
+            strategies,
             forget_on_return,
             sweep: Arc::default(),
         }
@@ -270,6 +282,19 @@ impl Lifecycle {
     /// Why a conditional transition of a reserved order changed nothing: where it is now.
     async fn why_not(&self, key: PurchaseKey<'_>) -> Result<Refused, LifeError> {
         Ok(refusal(&self.order(key).await?))
+    }
+
+    /// The lock a return of `product`'s units sold through `strategy` must hold, taken; `None`
+    /// if it needs none (see the module docs).
+    async fn lock_for_return(
+        &self,
+        product: u64,
+        strategy: Option<Strategy>,
+    ) -> Result<Option<ReturnLock>, LifeError> {
+        let Some(strategy) = strategy else {
+            return Ok(None);
+        };
+        (self.strategies.get(strategy).lock_for_return(product).await).map_err(LifeError::Lock)
     }
 
     async fn home_of(&self, product: u64) -> Result<Home, LifeError> {

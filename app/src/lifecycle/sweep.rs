@@ -14,7 +14,8 @@
 //! The due orders of a product whose stock is its row are expired together, in one
 //! transaction that writes the row once ([`order_life::expire_from_row`]): every return is a
 //! write of the very row the purchases queue on, and one per order would put a batch of them in
-//! that queue. Those of a product whose stock is in Redis are expired together too, each step
+//! that queue. (One batch per strategy that sold them: the return of units an unfenced locked
+//! strategy sold holds its lock, see [`super`].) Those of a product whose stock is in Redis are expired together too, each step
 //! once for the batch ([`home::expire_from_redis`]): one transaction moves them to `expiring`,
 //! one script gives every charge back, one update records the arrivals — three round trips
 //! instead of three per order, on the Redis connection every purchase of the product shares.
@@ -34,7 +35,7 @@ pub use crate::api::ExpiryRound as Round;
 
 use super::home::{self, Target};
 use super::{Check, End, LifeError, Lifecycle};
-use crate::api::Home;
+use crate::api::{Home, Strategy};
 use crate::db::order_life;
 use crate::db::orders::OrderState;
 
@@ -136,15 +137,19 @@ pub async fn round(
         done.returns_finished += targets.len() as u64;
     }
     // The due orders of each product whose home is its row or the Redis counter, to end
-    // together (a product has one home).
-    let mut batches: BTreeMap<u64, Vec<Target>> = BTreeMap::new();
+    // together (a product has one home); a row's by the strategy that sold them, whose lock
+    // their return may have to hold.
+    let mut batches: BTreeMap<(u64, Option<Strategy>), Vec<Target>> = BTreeMap::new();
     for due in order_life::due(&life.pool, product, pace.batch).await? {
         let Some(target) = Target::of_due(&due) else {
             tracing::error!(order = due.order_id, home = %due.home, "an order of an unknown home");
             continue;
         };
         if target.home != Home::Buckets && check == Check::Conditional && hold.is_none() {
-            batches.entry(target.product_id).or_default().push(target);
+            let seller = (target.home == Home::Row)
+                .then_some(target.strategy)
+                .flatten();
+            (batches.entry((target.product_id, seller)).or_default()).push(target);
             continue;
         }
         match life.end(&target, End::Expire, check, hold).await? {
@@ -152,10 +157,18 @@ pub async fn round(
             false => done.lost_races += 1,
         }
     }
-    for (product, targets) in batches {
+    for ((product, seller), targets) in batches {
         let expired = match targets[0].home {
             Home::Redis => home::expire_from_redis(life, product, &targets).await?,
-            _ => home::expire_from_row(life, product, &targets).await?,
+            _ => match home::expire_from_row(life, product, seller, &targets).await {
+                Err(LifeError::Lock(e)) => {
+                    // They stay due, for a later round; the other batches go on.
+                    tracing::warn!(product, error = %e,
+                        "could not take the lock these returns hold; the orders stay due");
+                    continue;
+                }
+                expired => expired?,
+            },
         };
         done.expired += expired;
         done.lost_races += targets.len() as u64 - expired;

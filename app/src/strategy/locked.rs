@@ -37,7 +37,9 @@
 //! (a ZooKeeper czxid dwarfs a Redis counter), so mixing fenced strategies of two services can
 //! refuse buyers (`lock_lost`) but never oversells. The unfenced locked strategies have no such
 //! check — "safe while leases hold" also means "while every writer of the product takes the
-//! same lock".
+//! same lock". So the units of an order they sold go back (expiry, cancellation) under the
+//! same lock ([`StockStrategy::lock_for_return`]): a return between a holder's read and its
+//! absolute write would be written over, and the units would vanish.
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -49,7 +51,7 @@ use sqlx::MySqlPool;
 
 use super::held_lock::HeldLock;
 use super::outcome::{claim_quota, decide, place_in_doubt};
-use super::{Deps, Fencing, Placed, Purchase, PurchaseError, Purchased, StockStrategy};
+use super::{Deps, Fencing, Placed, Purchase, PurchaseError, Purchased, ReturnLock, StockStrategy};
 use crate::db::products;
 
 pub struct Locked {
@@ -154,35 +156,58 @@ fn stale(token: u64) -> PurchaseError {
     ))
 }
 
+impl Locked {
+    /// Takes the product's lock.
+    async fn take(&self, product_id: u64) -> Result<locks::Guard, PurchaseError> {
+        let Some(lock) = &self.lock else {
+            return Err(PurchaseError::Unavailable(
+                "this strategy's lock backend is not configured or was unreachable at start-up"
+                    .into(),
+            ));
+        };
+        let key = format!("{}product:{product_id}", self.prefix);
+        lock.acquire(&key, self.options).await.map_err(|e| match e {
+            LockError::Timeout { .. } => PurchaseError::Busy(e.to_string()),
+            LockError::NoQuorum { .. }
+            | LockError::Unreplicated { .. }
+            | LockError::Unavailable(_) => PurchaseError::Unavailable(Box::new(e)),
+        })
+    }
+}
+
 impl StockStrategy for Locked {
     fn purchase<'a>(
         &'a self,
         purchase: &'a Purchase,
     ) -> BoxFuture<'a, Result<Purchased, PurchaseError>> {
         Box::pin(async move {
-            let Some(lock) = &self.lock else {
-                return Err(PurchaseError::Unavailable(
-                    "this strategy's lock backend is not configured or was unreachable at start-up"
-                        .into(),
-                ));
-            };
-            let key = format!("{}product:{}", self.prefix, purchase.product_id);
             let started = Instant::now();
-            let guard = lock
-                .acquire(&key, self.options)
-                .await
-                .map_err(|e| match e {
-                    LockError::Timeout { .. } => PurchaseError::Busy(e.to_string()),
-                    LockError::NoQuorum { .. }
-                    | LockError::Unreplicated { .. }
-                    | LockError::Unavailable(_) => PurchaseError::Unavailable(Box::new(e)),
-                })?;
+            let guard = self.take(purchase.product_id).await?;
             purchase.stats.set_lock_wait(started.elapsed());
             let token = guard.fencing_token();
             let held = HeldLock::new(guard, self.options.lease);
             let outcome = self.critical_section(purchase, token, &held.in_doubt).await;
             held.finish().await;
             outcome.map(Purchased::from)
+        })
+    }
+
+    /// Unfenced, the lock is all that keeps a return from falling between a holder's read and
+    /// its absolute write; fenced, the write requires the version it read, which a return
+    /// bumps, and the holder reads again.
+    fn lock_for_return(
+        &self,
+        product_id: u64,
+    ) -> BoxFuture<'_, Result<Option<ReturnLock>, PurchaseError>> {
+        Box::pin(async move {
+            if self.fencing == Fencing::On {
+                return Ok(None);
+            }
+            let guard = self.take(product_id).await?;
+            Ok(Some(ReturnLock::new(HeldLock::new(
+                guard,
+                self.options.lease,
+            ))))
         })
     }
 }

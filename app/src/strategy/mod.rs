@@ -90,6 +90,52 @@ pub trait StockStrategy: Send + Sync {
         &'a self,
         purchase: &'a Purchase,
     ) -> BoxFuture<'a, Result<Purchased, PurchaseError>>;
+
+    /// The lock a return of units to the product's home must hold when the units were sold
+    /// through this strategy, or `None` if a return needs none (the default).
+    ///
+    /// A strategy whose purchases read the stock and write back an absolute value under a
+    /// lock, with nothing in the database checking what changed since the read (the unfenced
+    /// locked strategies), keeps out only the writers that take its lock: a return made
+    /// between a holder's read and its write is written over, and its units vanish. Taken by
+    /// the return, the lock puts the return between two holders instead. Strategies whose
+    /// writes are relative, conditional or checked against a version need no lock: a return
+    /// lands in the row, and the next write builds on it or reads again.
+    fn lock_for_return(
+        &self,
+        product_id: u64,
+    ) -> BoxFuture<'_, Result<Option<ReturnLock>, PurchaseError>> {
+        let _ = product_id;
+        Box::pin(async { Ok(None) })
+    }
+}
+
+/// A product's lock, held by a return of units sold through a strategy that needs it (see
+/// [`StockStrategy::lock_for_return`]).
+pub struct ReturnLock(held_lock::HeldLock);
+
+impl ReturnLock {
+    pub(crate) fn new(held: held_lock::HeldLock) -> ReturnLock {
+        ReturnLock(held)
+    }
+
+    /// Commits the return's transaction under the lock, then gives the lock back: one lease
+    /// later if the commit's outcome is unknown, as a purchase's (a return that commits after
+    /// the next holder's read would be written over).
+    pub async fn commit(self, tx: sqlx::Transaction<'_, sqlx::MySql>) -> Result<(), sqlx::Error> {
+        self.0.in_doubt.store(true, Ordering::SeqCst);
+        let committed = tx.commit().await;
+        if committed.is_ok() {
+            self.0.in_doubt.store(false, Ordering::SeqCst);
+        }
+        self.0.finish().await;
+        committed
+    }
+
+    /// Gives the lock back after a return that changed nothing.
+    pub async fn release(self) {
+        self.0.finish().await;
+    }
 }
 
 /// What a successful purchase did.

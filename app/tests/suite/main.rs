@@ -26,6 +26,7 @@ mod redis_stock;
 mod redis_stock_sentinel;
 mod request_identity;
 mod requests;
+mod returns_under_lock;
 mod safe_strategies;
 mod sale_rules;
 mod sharded;

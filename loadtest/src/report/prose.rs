@@ -16,11 +16,12 @@ use super::schema::{
 pub fn lost_return(strategy: app::api::Strategy) -> &'static str {
     match strategy.lock_alone_guards_stock() {
         true => {
-            " The expiry sweep gives an unpaid order's units back with `stock = stock + n` and \
-             takes no product lock; a lock holder that had read the stock before they came back \
-             wrote its own figure after, over them (a lost update of the return). A lock keeps \
-             out only the writers that take it: \"safe while leases hold\" also means \"while every \
-             writer takes the same lock\". The fenced variant writes only over the version it \
+            " The units of an order it sold go back (expiry, cancellation) holding its product \
+             lock, as each of its purchases holds it, because its purchases write back an \
+             absolute figure computed from a plain read: a return between a holder's read and \
+             its write would be written over. A unit still missing means the lock let a second \
+             writer in: a holder past its lease wrote the figure it had read over the return (a \
+             lost update of the return). The fenced variant writes only over the version it \
              read, and reads again."
         }
         false => "",
