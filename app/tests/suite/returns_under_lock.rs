@@ -15,12 +15,13 @@ use common::life::{act, buy, expire, wait_until_all_due};
 use common::{
     TestApp, drop_database, fresh_database_url, ledger, spawn_app_with, test_config, wait_until,
 };
-use locks::Backend;
+use locks::{Backend, DistributedLock};
 use serde_json::json;
 
 /// How long the second buyer stays between its read and its write: long past the return,
-/// which without the lock lands in it within milliseconds.
-const HOLD_MS: u64 = 2_000;
+/// which without the lock lands in it within milliseconds. (A machine slow enough to send the
+/// return after the pause lets the test pass without the lock; it cannot make it fail with.)
+const HOLD_MS: u64 = 3_000;
 
 /// Alice buys one of two units through `redis-lock` (over an in-process lock); Bob buys the
 /// other and pauses between his read and his write; while he is paused, `give_back` ends
@@ -35,10 +36,9 @@ where
     config.expiry_interval_ms = 0;
     // The return waits in the lock's line for the whole pause.
     config.lock_wait_ms = 30_000;
-    let app = spawn_app_with(config, |r| {
-        r.set_lock(Backend::Redis, Some(Arc::new(MutexLock::default())));
-    })
-    .await;
+    let lock = Arc::new(MutexLock::default());
+    let behind = Arc::clone(&lock);
+    let app = spawn_app_with(config, move |r| r.set_lock(Backend::Redis, Some(behind))).await;
     let body = json!({ "stock": 2, "per_user_limit": 1, "payment_window_ms": payment_window_ms });
     app.reset_with(1, &body).await;
     let (status, order) = buy(&app, 1, "alice", "a-1", "redis-lock").await;
@@ -57,7 +57,12 @@ where
         .json(&bob)
         .send();
     let paused = tokio::spawn(paused);
-    wait_until_paused(&database_url).await;
+    // Granted to Bob (Alice's was the first grant): he reads the stock next, then pauses.
+    wait_until("bob holds the product's lock", || {
+        let granted = lock.backend_requests();
+        async move { granted >= 2 }
+    })
+    .await;
     let app = give_back(app).await;
     let answer = paused.await.expect("bob's purchase").expect("bob's answer");
     assert_eq!(answer.status(), 201, "{:?}", answer.text().await);
@@ -70,29 +75,6 @@ where
     );
     app.stop().await;
     drop_database(&database_url).await;
-}
-
-/// Waits until a purchase's transaction has written (its buyer's quota) and sits idle: the
-/// paused buyer, past its read of the stock.
-async fn wait_until_paused(database_url: &str) {
-    let pool = sqlx::MySqlPool::connect(database_url)
-        .await
-        .expect("connect");
-    wait_until("a purchase paused inside its transaction", || {
-        let pool = pool.clone();
-        async move {
-            let idle: i64 = sqlx::query_scalar(
-                "SELECT COUNT(*) FROM information_schema.innodb_trx \
-                 WHERE trx_rows_modified > 0 AND trx_query IS NULL",
-            )
-            .fetch_one(&pool)
-            .await
-            .expect("transactions");
-            idle > 0
-        }
-    })
-    .await;
-    pool.close().await;
 }
 
 #[tokio::test]
