@@ -3,11 +3,14 @@
 
 use std::time::Duration;
 
+use sqlx::{MySql, Transaction};
+
 use super::{Check, End, LifeError, Lifecycle};
 use crate::api::{Home, Strategy};
 use crate::db::order_life::{self, Due};
 use crate::db::orders::{Order, OrderState, PurchaseKey};
 use crate::redis_stock::{RedisStockError, charge};
+use crate::strategy::ReturnLock;
 
 /// An order to end, with what giving its units back needs.
 #[derive(Debug, Clone)]
@@ -138,10 +141,7 @@ async fn end_in_database(
         }
         return Ok(false);
     }
-    match lock {
-        Some(lock) => lock.commit(tx).await?,
-        None => tx.commit().await?,
-    }
+    commit(tx, lock).await?;
     life.stock_back(target.product_id).await;
     Ok(true)
 }
@@ -164,10 +164,7 @@ pub(super) async fn expire_from_row(
     let mut conn = life.pool.acquire().await?;
     let mut tx = order_life::begin_batch(&mut conn).await?;
     let expired = order_life::expire_from_row(&mut tx, product, &orders).await?;
-    match lock {
-        Some(lock) => lock.commit(tx).await?,
-        None => tx.commit().await?,
-    }
+    commit(tx, lock).await?;
     drop(conn);
     life.metrics.orders_expired(expired);
     if expired > 0 {
@@ -283,6 +280,14 @@ pub(super) async fn finish_returns(
         life.shelf.forget(product);
     }
     Ok(())
+}
+
+/// Commits a return's transaction, under `lock` if it holds one.
+async fn commit(tx: Transaction<'_, MySql>, lock: Option<ReturnLock>) -> Result<(), sqlx::Error> {
+    match lock {
+        Some(lock) => lock.commit(tx).await,
+        None => tx.commit().await,
+    }
 }
 
 async fn pause(hold: Option<Duration>) {

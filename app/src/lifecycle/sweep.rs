@@ -15,10 +15,11 @@
 //! transaction that writes the row once ([`order_life::expire_from_row`]): every return is a
 //! write of the very row the purchases queue on, and one per order would put a batch of them in
 //! that queue. (One batch per strategy that sold them: the return of units an unfenced locked
-//! strategy sold holds its lock, see [`super`].) Those of a product whose stock is in Redis are expired together too, each step
-//! once for the batch ([`home::expire_from_redis`]): one transaction moves them to `expiring`,
-//! one script gives every charge back, one update records the arrivals — three round trips
-//! instead of three per order, on the Redis connection every purchase of the product shares.
+//! strategy sold holds its lock, see [`super`].) Those of a product whose stock is in Redis are
+//! expired together too, each step once for the batch ([`home::expire_from_redis`]): one
+//! transaction moves them to `expiring`, one script gives every charge back, one update records
+//! the arrivals — three round trips instead of three per order, on the Redis connection every
+//! purchase of the product shares.
 //! Returns a dead instance left half-way are finished the same way, a batch per product. The
 //! buckets are not one hot row, and their orders end one by one.
 //!

@@ -18,6 +18,20 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use locks::Guard;
+use sqlx::{MySql, Transaction};
+
+/// Commits `tx` with `in_doubt` set from the moment the `COMMIT` is sent until it is known to
+/// have succeeded (it stays set when the commit fails, and when the future is dropped in
+/// between): what a lock holder needs to know before it may give its lock back.
+pub(crate) async fn commit_in_doubt(
+    tx: Transaction<'_, MySql>,
+    in_doubt: &AtomicBool,
+) -> Result<(), sqlx::Error> {
+    in_doubt.store(true, Ordering::SeqCst);
+    tx.commit().await?;
+    in_doubt.store(false, Ordering::SeqCst);
+    Ok(())
+}
 
 pub(crate) struct HeldLock {
     guard: Option<Guard>,

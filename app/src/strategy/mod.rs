@@ -123,11 +123,7 @@ impl ReturnLock {
     /// later if the commit's outcome is unknown, as a purchase's (a return that commits after
     /// the next holder's read would be written over).
     pub async fn commit(self, tx: sqlx::Transaction<'_, sqlx::MySql>) -> Result<(), sqlx::Error> {
-        self.0.in_doubt.store(true, Ordering::SeqCst);
-        let committed = tx.commit().await;
-        if committed.is_ok() {
-            self.0.in_doubt.store(false, Ordering::SeqCst);
-        }
+        let committed = held_lock::commit_in_doubt(tx, &self.0.in_doubt).await;
         self.0.finish().await;
         committed
     }

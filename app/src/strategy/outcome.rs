@@ -2,10 +2,11 @@
 //! and record the order in the strategy's own transaction. Each strategy file keeps only the
 //! lines that differ — how it reads and how it writes.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 
 use sqlx::{MySql, MySqlConnection, Transaction};
 
+use super::held_lock::commit_in_doubt;
 use super::{Placed, Purchase, PurchaseError};
 use crate::db::orders;
 use crate::db::quota::{self, Claim};
@@ -65,9 +66,8 @@ pub(crate) async fn place(
     place_in_doubt(tx, purchase, fencing_token, &AtomicBool::new(false)).await
 }
 
-/// [`place`], with `in_doubt` set from the moment the `COMMIT` is sent until it is known to
-/// have succeeded (it stays set when the commit fails, and when the future is dropped in
-/// between): what a lock holder needs to know before it may give its lock back.
+/// [`place`], committing with `in_doubt` set while its outcome is unknown
+/// ([`commit_in_doubt`]).
 pub(crate) async fn place_in_doubt(
     mut tx: Transaction<'_, MySql>,
     purchase: &Purchase,
@@ -75,11 +75,9 @@ pub(crate) async fn place_in_doubt(
     in_doubt: &AtomicBool,
 ) -> Result<Placed, PurchaseError> {
     let order_id = orders::insert(&mut tx, &purchase.new_order(fencing_token)).await?;
-    in_doubt.store(true, Ordering::SeqCst);
-    tx.commit()
+    commit_in_doubt(tx, in_doubt)
         .await
         .map_err(|e| PurchaseError::OutcomeUnknown(Box::new(e)))?;
-    in_doubt.store(false, Ordering::SeqCst);
     Ok(Placed {
         order_id,
         fencing_token,
