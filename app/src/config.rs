@@ -70,7 +70,7 @@ pub struct Config {
     pub stream_batch: usize,
 
     /// Most orders `redis-lua-stream` lets wait in the stream (accepted, not yet placed in the
-    /// database); past it a purchase is refused `503 busy` and takes nothing. Without a bound
+    /// database); past it a purchase is refused `503 overloaded` and takes nothing. Without a bound
     /// the `202`s of a crowd faster than the consumers promise orders that arrive later and
     /// later — after their payment deadline, if buyers wait for them to pay.
     #[arg(long, env = "SECKILL_STREAM_MAX_LAG", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
@@ -269,7 +269,7 @@ pub struct Config {
     pub statement_timeout_ms: u64,
 
     /// Purchases one product's `batched` line holds waiting for their batch; one more is
-    /// refused at once (`busy`). 0: four batches' worth (`--batch-max` × 4).
+    /// refused at once (`503 overloaded`). 0: four batches' worth (`--batch-max` × 4).
     #[arg(long, env = "SECKILL_BATCH_QUEUE", default_value_t = 0)]
     pub batch_queue: u32,
 

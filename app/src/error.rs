@@ -202,6 +202,7 @@ impl From<PurchaseError> for ApiError {
             PurchaseError::LimitReached => ApiError::LimitReached,
             PurchaseError::UnknownProduct => ApiError::NotFound("no such product".into()),
             PurchaseError::Busy(why) => ApiError::Busy(why),
+            PurchaseError::Overloaded => ApiError::Overloaded,
             PurchaseError::LockLost(why) => ApiError::LockLost(why),
             PurchaseError::Unavailable(cause) | PurchaseError::OutcomeUnknown(cause) => {
                 ApiError::Unavailable(cause)

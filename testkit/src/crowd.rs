@@ -69,10 +69,11 @@ impl Retry {
         jitter: Duration::ZERO,
     };
 
-    /// Answers that say "try again": no answer, `busy`, `backend_unavailable`.
+    /// Answers that say "try again": no answer, `busy`, `overloaded`, `backend_unavailable`.
     pub fn transient(answer: &Answer) -> bool {
         matches!(answer, Answer::Transport)
             || answer.refused_with(ErrorCode::Busy)
+            || answer.refused_with(ErrorCode::Overloaded)
             || answer.refused_with(ErrorCode::BackendUnavailable)
     }
 }

@@ -62,7 +62,8 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 ///   undersell; orders beyond the initial stock are oversell (see [`crate::accounting`]).
 /// * **Failure** leaves the stock and the orders as they were: [`PurchaseError::SoldOut`] and
 ///   [`PurchaseError::UnknownProduct`] are answers, [`PurchaseError::Busy`] means "not within
-///   the wait budget, try again", [`PurchaseError::Unavailable`] means a backend could not be
+///   the wait budget, try again", [`PurchaseError::Overloaded`] "a bounded line is full, try
+///   again later", [`PurchaseError::Unavailable`] means a backend could not be
 ///   reached, and [`PurchaseError::LockLost`] means a fenced write was refused because a newer
 ///   lock holder had claimed the product (the purchase did not happen). The one exception is
 ///   [`PurchaseError::OutcomeUnknown`]: the `COMMIT` was sent and its answer lost, so the
@@ -254,6 +255,10 @@ pub enum PurchaseError {
     Conflict(String),
     #[error("{0}")]
     Busy(String),
+    /// A bounded line this purchase would wait in (the batch's, the stream's) is full:
+    /// refused at once, as the door refuses past capacity, and nothing was taken.
+    #[error("the service is at capacity")]
+    Overloaded,
     #[error("{0}")]
     LockLost(String),
     #[error("backend unavailable: {0}")]

@@ -195,11 +195,9 @@ pub(crate) async fn refused(
     match taken {
         SOLD_OUT => Err(PurchaseError::SoldOut),
         LIMIT_REACHED => Err(PurchaseError::LimitReached),
-        STREAM_FULL => Err(PurchaseError::Busy(
-            "as many accepted orders as the service allows are waiting to be placed; \
-             retry after Retry-After"
-                .into(),
-        )),
+        // As many accepted orders as the service allows wait to be placed: the stream's bound
+        // refuses the rest at once.
+        STREAM_FULL => Err(PurchaseError::Overloaded),
         CONFLICT => Err(PurchaseError::Conflict(format!(
             "request id `{}` was already used by this buyer for a purchase of this product \
              with another quantity or strategy; use a new request id",

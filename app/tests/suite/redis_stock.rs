@@ -622,12 +622,12 @@ async fn a_product_read_counts_accepted_orders_as_pending_until_they_are_placed(
 }
 
 /// The stream is bounded: once it holds `--stream-max-lag` orders not yet placed, a purchase
-/// is refused `503 busy` and takes no unit, a retry of an accepted purchase is still answered
+/// is refused `503 overloaded` and takes no unit, a retry of an accepted purchase is still answered
 /// as the accepted one, and once the consumers have placed the backlog the refused buyer can
 /// buy. (Unbounded, the consumers fall behind a crowd and its `202`s promise orders that reach
 /// the database after their payment deadline.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_full_stream_refuses_purchases_busy_and_takes_nothing_until_it_drains() {
+async fn a_full_stream_refuses_purchases_overloaded_and_takes_nothing_until_it_drains() {
     let database_url = fresh_database_url().await;
     let mut config = config_with(&database_url, shared_redis().await);
     config.stream_max_lag = 3;
@@ -641,7 +641,7 @@ async fn a_full_stream_refuses_purchases_busy_and_takes_nothing_until_it_drains(
     }
     let (status, answer) = app.order(1, &buy("full-3"), None).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{answer}");
-    assert_eq!(answer["error"], "busy", "{answer}");
+    assert_eq!(answer["error"], "overloaded", "{answer}");
     let (status, answer) = app.order(1, &buy("full-0"), None).await;
     assert_eq!(
         status,

@@ -232,9 +232,8 @@ pub fn miss(m: &OverloadMiss) -> String {
         } => format!(
             "{count} answer(s) were neither a purchase nor a quick `503 overloaded` (most: \
              {most}; {transport_errors} with no answer at all): the excess was not refused at \
-             the door but let in and turned away by the strategy (`busy`: its queue or stream \
-             full, its retries spent, a lock or row not taken in time), after work the door \
-             would have spared."
+             the door but let in and turned away by the strategy (`busy`: its retries spent, a \
+             lock or row not taken in time), after work the door would have spared."
         ),
         OverloadMiss::MemoryGrew {
             loaded_bytes,

@@ -158,7 +158,7 @@ impl Entry {
 
 impl Queue {
     /// Puts `entry` in its product's line, or opens the line (and starts its task); a full
-    /// line refuses it at once (`busy`): waiting behind more than a few batches would only
+    /// line refuses it at once (`overloaded`): waiting behind more than a few batches would only
     /// make the buyer's wait longer than a retry's.
     fn enqueue(queue: &Arc<Queue>, product_id: u64, entry: Entry) -> Result<(), PurchaseError> {
         let mut lines = queue.lines.lock().unwrap_or_else(PoisonError::into_inner);
@@ -166,12 +166,7 @@ impl Queue {
         let entry = match lines.get(&product_id) {
             Some(line) => match line.try_send(entry) {
                 Ok(()) => return Ok(()),
-                Err(mpsc::error::TrySendError::Full(_)) => {
-                    return Err(PurchaseError::Busy(format!(
-                        "{} purchases of this product are waiting for their batch already",
-                        queue.capacity
-                    )));
-                }
+                Err(mpsc::error::TrySendError::Full(_)) => return Err(PurchaseError::Overloaded),
                 Err(mpsc::error::TrySendError::Closed(entry)) => entry,
             },
             None => entry,

@@ -16,7 +16,7 @@ use sqlx::{Connection, MySqlConnection};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-/// POSTs `body` to `url` and returns the answer, retrying a `busy` one (up to 100 times, 20 ms
+/// POSTs `body` to `url` and returns the answer, retrying a `busy` or `overloaded` one (up to 100 times, 20 ms
 /// apart) as a client honouring Retry-After would.
 pub async fn post_retrying_busy(
     client: reqwest::Client,
@@ -27,7 +27,8 @@ pub async fn post_retrying_busy(
         let r = client.post(&url).json(&body).send().await.expect("post");
         let status = r.status();
         let value: Value = r.json().await.expect("json");
-        if status != StatusCode::SERVICE_UNAVAILABLE || value["error"] != "busy" {
+        let again = matches!(value["error"].as_str(), Some("busy" | "overloaded"));
+        if status != StatusCode::SERVICE_UNAVAILABLE || !again {
             return (status, value);
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -391,7 +392,7 @@ pub async fn flash_sale_mixed(
             (202, _) => tally.accepted += 1,
             (409, Some("sold_out")) => tally.sold_out += 1,
             (409, Some("lock_lost")) => tally.lock_lost += 1,
-            (503, Some("busy" | "backend_unavailable")) => tally.busy += 1,
+            (503, Some("busy" | "overloaded" | "backend_unavailable")) => tally.busy += 1,
             (code, _) => tally.unexpected.push((code, value)),
         }
     }
