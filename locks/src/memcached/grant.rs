@@ -13,7 +13,12 @@
 //! An attempt dropped after its `add` succeeded (the acquire was cancelled or gave up) would
 //! leave an item that blocks others until it expires, and memcached's whole-second expiry makes
 //! that longer than the lease; so a dropped attempt deletes its item in the background (only if
-//! it is still its own).
+//! it is still its own). That includes an attempt dropped with its `add` sent and its answer
+//! not read: the server may still store it, even after a release sent later on another
+//! connection (each connection is served on its own), so from the moment the `add` leaves
+//! until it is answered `NOT_STORED` the attempt counts as one that may hold an item. (The
+//! clean-up travels on another connection too: an `add` held up longer than the clean-up's two
+//! round trips would still be stored after it, and block others until it expires.)
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -57,9 +62,14 @@ async fn add_and_draw(
     added: &AtomicBool,
 ) -> Result<Option<u64>, Error> {
     pool.count();
+    // Until the answer says otherwise, the item may exist.
+    added.store(true, Ordering::Relaxed);
     match conn.add(key, owner, Some(expiry_secs(lease)), None).await {
-        Ok(()) => added.store(true, Ordering::Relaxed),
-        Err(Error::Protocol(Status::NotStored)) => return Ok(None),
+        Ok(()) => {}
+        Err(Error::Protocol(Status::NotStored)) => {
+            added.store(false, Ordering::Relaxed);
+            return Ok(None);
+        }
         Err(e) => return Err(e),
     }
     pool.count();
@@ -72,7 +82,8 @@ async fn add_and_draw(
     Ok(Some(token))
 }
 
-/// An attempt under way; if dropped while its item may exist but is not yet a grant, deletes it.
+/// An attempt under way; if dropped while its item may exist (its `add` sent and not refused)
+/// but is not yet a grant, deletes it.
 struct Pending {
     shared: Arc<Shared>,
     key: String,
