@@ -63,9 +63,9 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// * **Failure** leaves the stock and the orders as they were: [`PurchaseError::SoldOut`] and
 ///   [`PurchaseError::UnknownProduct`] are answers, [`PurchaseError::Busy`] means "not within
 ///   the wait budget, try again", [`PurchaseError::Overloaded`] "a bounded line is full, try
-///   again later", [`PurchaseError::Unavailable`] means a backend could not be
-///   reached, and [`PurchaseError::LockLost`] means a fenced write was refused because a newer
-///   lock holder had claimed the product (the purchase did not happen). The one exception is
+///   again later", [`PurchaseError::Unavailable`] means a backend could not be reached, and
+///   [`PurchaseError::LockLost`] means a fenced write was refused because a newer lock holder
+///   had claimed the product (the purchase did not happen). The one exception is
 ///   [`PurchaseError::OutcomeUnknown`]: the `COMMIT` was sent and its answer lost, so the
 ///   purchase may or may not have happened; the caller looks the request id up.
 /// * **Idempotency.** A purchase is named by its product, buyer and request id, compared byte

@@ -12,9 +12,9 @@
 //! changes nothing if the first consumer had committed.
 //!
 //! The stream is bounded (`--stream-max-lag` entries): the script that would append past it
-//! refuses the purchase (`503 overloaded`, as the door refuses past capacity) and takes nothing. Unbounded, a crowd that arrives faster
-//! than the consumers place orders is answered `202` at the script's speed while the orders
-//! arrive in the database ever later; buyers told to pay within minutes find their order
+//! refuses the purchase (`503 overloaded`, as the door refuses past capacity) and takes
+//! nothing. Unbounded, a crowd that arrives faster than the consumers place orders is answered
+//! `202` at the script's speed while the orders arrive in the database ever later; buyers told to pay within minutes find their order
 //! missing when they try, and a kill loses more accepted work. The bound turns that lag
 //! into refusals a buyer can retry.
 //!

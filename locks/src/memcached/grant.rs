@@ -41,14 +41,14 @@ pub(super) async fn attempt(
         shared: Arc::clone(shared),
         key: key.to_owned(),
         owner: owner.to_owned(),
-        added: AtomicBool::new(false),
+        maybe_added: AtomicBool::new(false),
     };
     let pool = &shared.pool;
     let token = pool
-        .run(|conn| add_and_draw(conn, pool, key, owner, lease, &pending.added))
+        .run(|conn| add_and_draw(conn, pool, key, owner, lease, &pending.maybe_added))
         .await?;
     if token.is_some() {
-        pending.added.store(false, Ordering::Relaxed);
+        pending.maybe_added.store(false, Ordering::Relaxed);
     }
     Ok(token)
 }
@@ -59,15 +59,15 @@ async fn add_and_draw(
     key: &str,
     owner: &str,
     lease: Duration,
-    added: &AtomicBool,
+    maybe_added: &AtomicBool,
 ) -> Result<Option<u64>, Error> {
     pool.count();
     // Until the answer says otherwise, the item may exist.
-    added.store(true, Ordering::Relaxed);
+    maybe_added.store(true, Ordering::Relaxed);
     match conn.add(key, owner, Some(expiry_secs(lease)), None).await {
         Ok(()) => {}
         Err(Error::Protocol(Status::NotStored)) => {
-            added.store(false, Ordering::Relaxed);
+            maybe_added.store(false, Ordering::Relaxed);
             return Ok(None);
         }
         Err(e) => return Err(e),
@@ -76,7 +76,7 @@ async fn add_and_draw(
     let token = fence::next_token(&mut conn, key).await?;
     if !holds(&mut conn, pool, key, owner).await? {
         // Expired before the token was drawn: not a grant, and nothing left to clean up.
-        added.store(false, Ordering::Relaxed);
+        maybe_added.store(false, Ordering::Relaxed);
         return Ok(None);
     }
     Ok(Some(token))
@@ -88,12 +88,12 @@ struct Pending {
     shared: Arc<Shared>,
     key: String,
     owner: String,
-    added: AtomicBool,
+    maybe_added: AtomicBool,
 }
 
 impl Drop for Pending {
     fn drop(&mut self) {
-        if !self.added.load(Ordering::Relaxed) {
+        if !self.maybe_added.load(Ordering::Relaxed) {
             return;
         }
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {

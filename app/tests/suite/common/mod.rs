@@ -16,8 +16,8 @@ use sqlx::{Connection, MySqlConnection};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-/// POSTs `body` to `url` and returns the answer, retrying a `busy` or `overloaded` one (up to 100 times, 20 ms
-/// apart) as a client honouring Retry-After would.
+/// POSTs `body` to `url` and returns the answer, retrying a `busy` or `overloaded` one (up to
+/// 100 times, 20 ms apart) as a client honouring Retry-After would.
 pub async fn post_retrying_busy(
     client: reqwest::Client,
     url: String,
