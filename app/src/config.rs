@@ -148,8 +148,9 @@ pub struct Config {
     #[arg(long, env = "SECKILL_EXPIRY_BATCH", default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub expiry_batch: u32,
 
-    /// How long an order's units may be on their way back to a Redis counter before any
-    /// instance's sweep finishes the return (the instance that started it presumed dead), in
+    /// How long an order's units may be on their way back (to a Redis counter, or to a row
+    /// under the lock of the unfenced locked strategy that sold them) before any instance's
+    /// sweep finishes the return (the instance that started it presumed dead), in
     /// milliseconds.
     #[arg(long, env = "SECKILL_RETURN_GRACE_MS", default_value_t = 10_000)]
     pub return_grace_ms: u64,

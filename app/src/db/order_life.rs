@@ -149,10 +149,10 @@ pub async fn give_back_quota(
 pub async fn give_back_to_row(
     conn: &mut MySqlConnection,
     product_id: u64,
-    units: u32,
+    units: i64,
 ) -> Result<(), sqlx::Error> {
     sqlx::query("UPDATE products SET stock = stock + ?, version = version + 1 WHERE id = ?")
-        .bind(i64::from(units))
+        .bind(units)
         .bind(product_id)
         .execute(conn)
         .await?;
@@ -218,33 +218,95 @@ pub async fn expire_from_row(
     product_id: u64,
     orders: &[(u64, &str)],
 ) -> Result<u64, sqlx::Error> {
+    let expired = end_due_with_quota(&mut *conn, product_id, orders, OrderState::Expired).await?;
+    let units: i64 = expired.iter().map(|(_, q)| i64::from(*q)).sum();
+    if units > 0 {
+        give_back_to_row(conn, product_id, units).await?;
+    }
+    Ok(expired.len() as u64)
+}
+
+/// The first step of a return in two (see [`arrived_in_row`]): moves those of `orders` (all
+/// of product `product_id`, whose stock is its row) that are still reserved and due to
+/// `expiring` and gives their buyers' counts back, in `conn`'s transaction (see
+/// [`begin_batch`]), locked as [`expire_from_row`] locks them; the row is not touched. Their
+/// ids and quantities.
+pub async fn start_expiring_in_row(
+    conn: &mut MySqlConnection,
+    product_id: u64,
+    orders: &[(u64, &str)],
+) -> Result<Vec<(u64, u32)>, sqlx::Error> {
+    end_due_with_quota(conn, product_id, orders, OrderState::Expiring).await
+}
+
+/// Ends those of `orders` still reserved and due in `to`, and gives their buyers' counts back:
+/// their ids and quantities.
+async fn end_due_with_quota(
+    conn: &mut MySqlConnection,
+    product_id: u64,
+    orders: &[(u64, &str)],
+    to: OrderState,
+) -> Result<Vec<(u64, u32)>, sqlx::Error> {
     if orders.is_empty() {
-        return Ok(0);
+        return Ok(Vec::new());
     }
     let users: Vec<&str> = orders.iter().map(|(_, user)| *user).collect();
     quota::lock_buyers(&mut *conn, product_id, &users).await?;
     let due = lock_still_due(&mut *conn, orders.iter().map(|(id, _)| *id)).await?;
     if due.is_empty() {
-        return Ok(0);
+        return Ok(Vec::new());
     }
-    end_all(
-        &mut *conn,
-        due.iter().map(|(id, _, _)| *id),
-        OrderState::Expired,
-    )
-    .await?;
+    end_all(&mut *conn, due.iter().map(|(id, _, _)| *id), to).await?;
     let mut per_user: BTreeMap<&str, i64> = BTreeMap::new();
     for (_, user, quantity) in &due {
         *per_user.entry(user).or_default() += i64::from(*quantity);
     }
     quota::give_back(&mut *conn, product_id, &per_user).await?;
-    let units: i64 = due.iter().map(|(_, _, q)| i64::from(*q)).sum();
-    sqlx::query("UPDATE products SET stock = stock + ?, version = version + 1 WHERE id = ?")
-        .bind(units)
-        .bind(product_id)
-        .execute(&mut *conn)
-        .await?;
-    Ok(due.len() as u64)
+    Ok(due.into_iter().map(|(id, _, q)| (id, q)).collect())
+}
+
+/// The second step of a return in two: those of `orders` (ids and quantities, all of product
+/// `product_id`, whose stock is its row) still in `from` (`expiring`, `cancelling`) move to
+/// `to` (`expired`, `cancelled`) and their units go back to the row, in `conn`'s transaction
+/// (see [`begin_batch`]). How many orders arrived (fewer: another sweep finished some first).
+///
+/// The units of an order sold through an unfenced locked strategy go back under its lock (see
+/// [`crate::lifecycle`]); this is all the lock has to cover. The first step ended the orders
+/// and gave the counts back without it, so that purchases queued for the lock wait behind a
+/// statement per quantity and the row's write, not behind the batch's bookkeeping. The
+/// `state = from` in each `UPDATE` is the once-only token: of two finishers, InnoDB's row
+/// locks let one move an order and the other find it moved, and each gives back only the units
+/// of the orders it moved, counted per quantity from the rows each statement changed.
+pub async fn arrived_in_row(
+    conn: &mut MySqlConnection,
+    product_id: u64,
+    orders: &[(u64, u32)],
+    from: OrderState,
+    to: OrderState,
+) -> Result<u64, sqlx::Error> {
+    let mut by_quantity: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
+    for (id, quantity) in orders {
+        by_quantity.entry(*quantity).or_default().push(*id);
+    }
+    let (mut arrived, mut units) = (0, 0);
+    for (quantity, ids) in by_quantity {
+        let mut moved = QueryBuilder::<MySql>::new("UPDATE orders SET state = ");
+        moved
+            .push_bind(to.name())
+            .push(", returned_at = NOW(6) WHERE state = ")
+            .push_bind(from.name())
+            .push(" AND quantity = ")
+            .push_bind(quantity)
+            .push(" AND id ");
+        push_in(&mut moved, ids);
+        let changed = moved.build().execute(&mut *conn).await?.rows_affected();
+        arrived += changed;
+        units += i64::try_from(changed).unwrap_or(i64::MAX) * i64::from(quantity);
+    }
+    if units > 0 {
+        give_back_to_row(conn, product_id, units).await?;
+    }
+    Ok(arrived)
 }
 
 /// Moves those of `orders` that are still reserved and due to `expiring`, in `conn`'s

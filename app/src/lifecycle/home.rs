@@ -52,6 +52,18 @@ impl Target {
         })
     }
 
+    /// The strategy that sold it if its stock is the product's row: the one whose lock a
+    /// return to the row may have to hold.
+    pub fn row_seller(&self) -> Option<Strategy> {
+        (self.home == Home::Row).then_some(self.strategy).flatten()
+    }
+
+    /// Whether its units go back to the row in two steps, the second under the lock of the
+    /// strategy that sold it (see [`super`]).
+    fn returns_in_two_steps(&self) -> bool {
+        self.home == Home::Row && self.strategy.is_some_and(Strategy::lock_alone_guards_stock)
+    }
+
     fn key(&self) -> PurchaseKey<'_> {
         PurchaseKey {
             product_id: self.product_id,
@@ -71,6 +83,9 @@ pub(super) async fn end(
     hold: Option<Duration>,
 ) -> Result<bool, LifeError> {
     match target.home {
+        Home::Row if check == Check::Conditional && target.returns_in_two_steps() => {
+            end_in_two_steps(life, target, end, hold).await
+        }
         Home::Row | Home::Buckets => end_in_database(life, target, end, check, hold).await,
         Home::Redis => end_in_redis(life, target, end, check, hold).await,
     }
@@ -117,7 +132,10 @@ async fn end_in_database(
             )
             .await?
         }
-        _ => order_life::give_back_to_row(&mut tx, target.product_id, target.quantity).await?,
+        _ => {
+            let units = i64::from(target.quantity);
+            order_life::give_back_to_row(&mut tx, target.product_id, units).await?
+        }
     }
     let changed = match check {
         Check::Conditional => {
@@ -146,11 +164,40 @@ async fn end_in_database(
     Ok(true)
 }
 
+/// The order to `expiring` / `cancelling` and the buyer's count given back, committed, without
+/// the seller's lock; then the units back to the row under it ([`finish_in_row`]).
+async fn end_in_two_steps(
+    life: &Lifecycle,
+    target: &Target,
+    end: End,
+    hold: Option<Duration>,
+) -> Result<bool, LifeError> {
+    let mut tx = life.pool.begin().await?;
+    order_life::give_back_quota(&mut tx, target.key(), target.quantity).await?;
+    let on_the_way = end.on_the_way();
+    if !order_life::end(&mut tx, target.order_id, on_the_way, end == End::Expire).await? {
+        tx.rollback().await?;
+        return Ok(false);
+    }
+    tx.commit().await?;
+    // The window a crash leaves the order on its way, for a sweep to finish after the grace.
+    pause(hold).await;
+    let order = [(target.order_id, target.quantity)];
+    finish_in_row(life, target.product_id, target.strategy, &order, on_the_way).await?;
+    Ok(true)
+}
+
 /// Expires those of `targets` (due orders of `product`, whose stock is its row, all sold
 /// through `strategy`) still reserved and due, in one transaction: one write of the hot row
 /// for the whole batch instead of one per order, so the purchases queued on that row wait
-/// behind one return, not a batch of them. Under the strategy's lock, if its purchases need
-/// a return to hold it (see [`Lifecycle::lock_for_return`]). How many it expired.
+/// behind one return, not a batch of them. How many it expired.
+///
+/// Units an unfenced locked strategy sold go back under its lock (see [`super`]), in two
+/// steps so that the lock covers only the write that needs it: the orders to `expiring` and
+/// the buyers' counts back first, without the lock; then, under it, the orders' arrival and
+/// the row's write. Purchases waiting for the lock wait behind two writes and a commit, not
+/// the batch's eight round trips. A crash between the steps leaves the orders `expiring`, for any
+/// sweep to finish after the return grace, as the Redis counter's are.
 pub(super) async fn expire_from_row(
     life: &Lifecycle,
     product: u64,
@@ -160,17 +207,59 @@ pub(super) async fn expire_from_row(
     let orders: Vec<(u64, &str)> = (targets.iter())
         .map(|t| (t.order_id, t.user_id.as_str()))
         .collect();
+    let two_steps = targets.first().is_some_and(Target::returns_in_two_steps);
+    let mut conn = life.pool.acquire().await?;
+    let mut tx = order_life::begin_batch(&mut conn).await?;
+    if !two_steps {
+        let expired = order_life::expire_from_row(&mut tx, product, &orders).await?;
+        tx.commit().await?;
+        drop(conn);
+        life.metrics.orders_expired(expired);
+        if expired > 0 {
+            life.stock_back(product).await;
+        }
+        return Ok(expired);
+    }
+    let leaving = order_life::start_expiring_in_row(&mut tx, product, &orders).await?;
+    tx.commit().await?;
+    drop(conn);
+    let expired = leaving.len() as u64;
+    life.metrics.orders_expired(expired);
+    match finish_in_row(life, product, strategy, &leaving, OrderState::Expiring).await {
+        Err(LifeError::Lock(e)) => {
+            tracing::warn!(product, error = %e,
+                "could not take the lock these returns hold; a sweep finishes them after the grace");
+        }
+        finished => finished?,
+    }
+    Ok(expired)
+}
+
+/// Brings home the units of those of `orders` (ids and quantities; of `product`, whose stock
+/// is its row, sold through `strategy`) still `on_the_way`, under the strategy's lock: the
+/// second step of a return in two. Safe to run again, by anyone, at any time.
+pub(super) async fn finish_in_row(
+    life: &Lifecycle,
+    product: u64,
+    strategy: Option<Strategy>,
+    orders: &[(u64, u32)],
+    on_the_way: OrderState,
+) -> Result<(), LifeError> {
+    if orders.is_empty() {
+        return Ok(());
+    }
+    let done = arrival(on_the_way);
+    // Taken before the transaction, as a purchase takes it: no holder waits on a row of ours.
     let lock = life.lock_for_return(product, strategy).await?;
     let mut conn = life.pool.acquire().await?;
     let mut tx = order_life::begin_batch(&mut conn).await?;
-    let expired = order_life::expire_from_row(&mut tx, product, &orders).await?;
+    let arrived = order_life::arrived_in_row(&mut tx, product, orders, on_the_way, done).await?;
     commit(tx, lock).await?;
     drop(conn);
-    life.metrics.orders_expired(expired);
-    if expired > 0 {
+    if arrived > 0 {
         life.stock_back(product).await;
     }
-    Ok(expired)
+    Ok(())
 }
 
 /// The state change to `expiring` / `cancelling`, committed; then the give-back script; then
@@ -269,10 +358,7 @@ pub(super) async fn finish_returns(
         // order's, so no retry charges the purchase anew.
         .invoke(&redis.give_back_all(product, fields.iter().map(String::as_str)))
         .await?;
-    let done = match on_the_way {
-        OrderState::Cancelling => OrderState::Cancelled,
-        _ => OrderState::Expired,
-    };
+    let done = arrival(on_the_way);
     let ids: Vec<u64> = targets.iter().map(|t| t.order_id).collect();
     order_life::arrived(&life.pool, &ids, on_the_way, done).await?;
     if given > 0 && life.forget_on_return {
@@ -287,6 +373,14 @@ async fn commit(tx: Transaction<'_, MySql>, lock: Option<ReturnLock>) -> Result<
     match lock {
         Some(lock) => lock.commit(tx).await,
         None => tx.commit().await,
+    }
+}
+
+/// The state an order on its way (`expiring`, `cancelling`) ends in once its units are home.
+fn arrival(on_the_way: OrderState) -> OrderState {
+    match on_the_way {
+        OrderState::Cancelling => OrderState::Cancelled,
+        _ => OrderState::Expired,
     }
 }
 

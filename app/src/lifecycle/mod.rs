@@ -19,7 +19,8 @@
 //!   (quota row, stock, order) so that the two never deadlock. The conditional state change
 //!   comes last and decides: a transaction whose `UPDATE` changed nothing rolls its increment
 //!   back. A crash anywhere rolls all of it back and leaves the order `reserved` and due, for
-//!   any instance's sweep to expire again.
+//!   any instance's sweep to expire again. (Units an unfenced locked strategy sold take two
+//!   transactions, see the last paragraph.)
 //! * *The Redis counter*: the state change and the `INCRBY` are two writes in two systems and
 //!   cannot be one transaction. So the change goes to an intermediate state first (`expiring`,
 //!   `cancelling`: "left `reserved`, units on their way"), committed; then the give-back script
@@ -61,6 +62,14 @@
 //! acquisition per batch, taken before the transaction as a purchase takes it. The fenced and
 //! `optimistic` strategies see the version bump and read again, and need no lock; `naive`
 //! writes over returns as it writes over other buyers (it is the unsafe baseline).
+//!
+//! Every purchase of such a strategy waits for whatever runs under its lock, so these returns
+//! take two transactions, as the Redis counter's do: the conditional state change to `expiring`
+//! / `cancelling` with the buyer's quota, committed without the lock; then, under it, the
+//! order's arrival (`expiring` → `expired`, conditional: the once-only token) with the row's
+//! increment. The lock covers the write that needs it, not the batch's bookkeeping, which every
+//! purchase queued for the lock would otherwise wait behind. A crash
+//! between the two leaves the order on its way, finished by a sweep after the return grace.
 
 mod home;
 pub mod sweep;

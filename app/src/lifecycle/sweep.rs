@@ -6,7 +6,8 @@
 //! ends each with the conditional transition, so an order two sweeps find at once is expired by
 //! exactly one of them (the other's `UPDATE` changes 0 rows). An instance that dies mid-sweep
 //! leaves each order either untouched (its transaction rolled back: still due, the next sweep
-//! of any instance takes it) or, for Redis-held stock, `expiring` with its units on the way:
+//! of any instance takes it) or, for Redis-held stock and for the units of a row that an
+//! unfenced locked strategy sold, `expiring` with its units on the way:
 //! any instance's sweep gives them back once they have been on their way longer than the
 //! return grace (a live instance is normally done in milliseconds; running the give-back twice
 //! is harmless, the grace only spares the work). Nothing is forgotten and nothing is done twice.
@@ -14,8 +15,9 @@
 //! The due orders of a product whose stock is its row are expired together, in one
 //! transaction that writes the row once ([`order_life::expire_from_row`]): every return is a
 //! write of the very row the purchases queue on, and one per order would put a batch of them in
-//! that queue. (One batch per strategy that sold them: the return of units an unfenced locked
-//! strategy sold holds its lock, see [`super`].) Those of a product whose stock is in Redis are
+//! that queue. (One batch per strategy that sold them: the units an unfenced locked strategy
+//! sold go back holding its lock, in a second step that covers only the orders' arrival and
+//! the row's write, see [`home::expire_from_row`].) Those of a product whose stock is in Redis are
 //! expired together too, each step once for the batch ([`home::expire_from_redis`]): one
 //! transaction moves them to `expiring`, one script gives every charge back, one update records
 //! the arrivals — three round trips instead of three per order, on the Redis connection every
@@ -120,20 +122,49 @@ pub async fn round(
 ) -> Result<Round, LifeError> {
     let mut done = Round::default();
     let grace_ms = u64::try_from(pace.return_grace.as_millis()).unwrap_or(u64::MAX);
-    let mut stuck: BTreeMap<(u64, &'static str), (OrderState, Vec<Target>)> = BTreeMap::new();
+    // The returns left half-way, a batch per product, state and (for a row) the seller,
+    // whose lock the row's give-back may have to hold.
+    type Stuck = BTreeMap<(u64, &'static str, Option<Strategy>), (OrderState, Vec<Target>)>;
+    let mut stuck = Stuck::new();
     for due in order_life::returning(&life.pool, product, grace_ms, pace.batch).await? {
         let Some(target) = Target::of_due(&due) else {
             continue;
         };
         let state = due.state();
-        (stuck.entry((target.product_id, state.name())))
+        (stuck.entry((target.product_id, state.name(), target.row_seller())))
             .or_insert_with(|| (state, Vec::new()))
             .1
             .push(target);
     }
-    for ((product, _), (state, targets)) in stuck {
-        let targets: Vec<&Target> = targets.iter().collect();
-        home::finish_returns(life, product, &targets, state).await?;
+    for ((product, _, seller), (state, targets)) in stuck {
+        let finished = match targets[0].home {
+            Home::Redis => {
+                let targets: Vec<&Target> = targets.iter().collect();
+                home::finish_returns(life, product, &targets, state).await
+            }
+            Home::Row => {
+                let orders: Vec<(u64, u32)> =
+                    targets.iter().map(|t| (t.order_id, t.quantity)).collect();
+                home::finish_in_row(life, product, seller, &orders, state).await
+            }
+            Home::Buckets => {
+                // Never on their way: a bucket's return is one transaction.
+                tracing::error!(
+                    product,
+                    "bucketed stock's orders on their way: left as they are"
+                );
+                continue;
+            }
+        };
+        match finished {
+            Err(LifeError::Lock(e)) => {
+                // They stay on their way, for a later round; the other batches go on.
+                tracing::warn!(product, error = %e,
+                    "could not take the lock these returns hold; they stay on their way");
+                continue;
+            }
+            finished => finished?,
+        }
         life.metrics.returns_finished(targets.len() as u64);
         done.returns_finished += targets.len() as u64;
     }
@@ -147,10 +178,10 @@ pub async fn round(
             continue;
         };
         if target.home != Home::Buckets && check == Check::Conditional && hold.is_none() {
-            let seller = (target.home == Home::Row)
-                .then_some(target.strategy)
-                .flatten();
-            (batches.entry((target.product_id, seller)).or_default()).push(target);
+            (batches
+                .entry((target.product_id, target.row_seller()))
+                .or_default())
+            .push(target);
             continue;
         }
         match life.end(&target, End::Expire, check, hold).await? {
@@ -161,15 +192,7 @@ pub async fn round(
     for ((product, seller), targets) in batches {
         let expired = match targets[0].home {
             Home::Redis => home::expire_from_redis(life, product, &targets).await?,
-            _ => match home::expire_from_row(life, product, seller, &targets).await {
-                Err(LifeError::Lock(e)) => {
-                    // They stay due, for a later round; the other batches go on.
-                    tracing::warn!(product, error = %e,
-                        "could not take the lock these returns hold; the orders stay due");
-                    continue;
-                }
-                expired => expired?,
-            },
+            _ => home::expire_from_row(life, product, seller, &targets).await?,
         };
         done.expired += expired;
         done.lost_races += targets.len() as u64 - expired;

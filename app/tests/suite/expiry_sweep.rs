@@ -354,9 +354,18 @@ async fn spawn_process(database_url: &str, redis: Option<(&str, &str)>) -> (Chil
     (child, base)
 }
 
+/// Where an expiry stops half-way: after the order left `reserved` (the Redis counter's, and
+/// the row's under an unfenced seller's lock: two steps), or inside the one transaction that
+/// changes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum HalfWay {
+    OnTheWay,
+    InTheTransaction,
+}
+
 /// Instance A expires an order and is SIGKILLed before the units are home; instance B, started
 /// after, finishes (or redoes) the expiry: the unit comes back once.
-async fn a_killed_sweep_loses_nothing(home: &str, strategy: &str) {
+async fn a_killed_sweep_loses_nothing(home: &str, strategy: &str, half_way: HalfWay) {
     let database_url = fresh_database_url().await;
     let mut config = test_config(&database_url);
     config.expiry_interval_ms = 20;
@@ -390,8 +399,8 @@ async fn a_killed_sweep_loses_nothing(home: &str, strategy: &str) {
     assert_eq!(bought.status(), 201);
     wait_until_all_due(&database_url).await;
 
-    // A's expiry stops half-way: for the Redis counter after the order left `reserved`, for the
-    // row inside the transaction that changed it.
+    // A's expiry stops half-way: after the order left `reserved`, or inside the transaction
+    // that changes it.
     let stalled = tokio::spawn({
         let url = format!("{a_url}/api/products/12/expire");
         let client = client.clone();
@@ -409,7 +418,7 @@ async fn a_killed_sweep_loses_nothing(home: &str, strategy: &str) {
     wait_until("A half-way through the expiry", || {
         let pool = pool.clone();
         async move {
-            if home == "redis" {
+            if half_way == HalfWay::OnTheWay {
                 let n: i64 =
                     sqlx::query_scalar("SELECT COUNT(*) FROM orders WHERE state = 'expiring'")
                         .fetch_one(&pool)
@@ -417,7 +426,7 @@ async fn a_killed_sweep_loses_nothing(home: &str, strategy: &str) {
                         .expect("state");
                 return n > 0;
             }
-            // For the row: A's transaction has changed the order (the state change is its
+            // In the transaction: A's transaction has changed the order (the state change is its
             // last statement) and holds it, so the order's row is locked. A state read
             // without the lock must still see the order reserved: committed would mean the
             // hold was missed.
@@ -469,10 +478,15 @@ async fn a_killed_sweep_loses_nothing(home: &str, strategy: &str) {
 #[tokio::test]
 async fn an_instance_killed_between_expiring_an_order_and_returning_its_unit_to_redis_loses_nothing()
  {
-    a_killed_sweep_loses_nothing("redis", "redis-lua").await;
+    a_killed_sweep_loses_nothing("redis", "redis-lua", HalfWay::OnTheWay).await;
 }
 
 #[tokio::test]
 async fn an_instance_killed_inside_an_expiry_transaction_loses_nothing() {
-    a_killed_sweep_loses_nothing("row", "conditional").await;
+    a_killed_sweep_loses_nothing("row", "conditional", HalfWay::InTheTransaction).await;
+}
+
+#[tokio::test]
+async fn an_instance_killed_between_an_unfenced_sellers_two_return_steps_loses_nothing() {
+    a_killed_sweep_loses_nothing("row", "db-lock", HalfWay::OnTheWay).await;
 }
