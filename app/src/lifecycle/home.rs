@@ -249,10 +249,12 @@ pub(super) async fn finish_in_row(
         return Ok(());
     }
     let done = arrival(on_the_way);
-    // Taken before the transaction, as a purchase takes it: no holder waits on a row of ours.
-    let lock = life.lock_for_return(product, strategy).await?;
+    // The transaction is opened first, so that the lock covers its two writes and its commit,
+    // not the round trips that open it; it holds no row until its first write, so no holder
+    // of the lock waits on one of ours while we wait for the lock.
     let mut conn = life.pool.acquire().await?;
     let mut tx = order_life::begin_batch(&mut conn).await?;
+    let lock = life.lock_for_return(product, strategy).await?;
     let arrived = order_life::arrived_in_row(&mut tx, product, orders, on_the_way, done).await?;
     commit(tx, lock).await?;
     drop(conn);
