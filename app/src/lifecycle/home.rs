@@ -61,7 +61,8 @@ impl Target {
     /// Whether its units go back to the row in two steps, the second under the lock of the
     /// strategy that sold it (see [`super`]).
     fn returns_in_two_steps(&self) -> bool {
-        self.home == Home::Row && self.strategy.is_some_and(Strategy::lock_alone_guards_stock)
+        self.row_seller()
+            .is_some_and(Strategy::lock_alone_guards_stock)
     }
 
     fn key(&self) -> PurchaseKey<'_> {
@@ -196,8 +197,8 @@ async fn end_in_two_steps(
 /// steps so that the lock covers only the write that needs it: the orders to `expiring` and
 /// the buyers' counts back first, without the lock; then, under it, the orders' arrival and
 /// the row's write. Purchases waiting for the lock wait behind two writes and a commit, not
-/// the batch's eight round trips. A crash between the steps leaves the orders `expiring`, for any
-/// sweep to finish after the return grace, as the Redis counter's are.
+/// the batch's eight round trips. A crash between the steps leaves the orders `expiring`, for
+/// any sweep to finish after the return grace, as the Redis counter's are.
 pub(super) async fn expire_from_row(
     life: &Lifecycle,
     product: u64,

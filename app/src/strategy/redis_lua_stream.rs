@@ -14,9 +14,9 @@
 //! The stream is bounded (`--stream-max-lag` entries): the script that would append past it
 //! refuses the purchase (`503 overloaded`, as the door refuses past capacity) and takes
 //! nothing. Unbounded, a crowd that arrives faster than the consumers place orders is answered
-//! `202` at the script's speed while the orders arrive in the database ever later; buyers told to pay within minutes find their order
-//! missing when they try, and a kill loses more accepted work. The bound turns that lag
-//! into refusals a buyer can retry.
+//! `202` at the script's speed while the orders arrive in the database ever later; buyers told
+//! to pay within minutes find their order missing when they try, and a kill loses more
+//! accepted work. The bound turns that lag into refusals a buyer can retry.
 //!
 //! What it gives up: `202` is a promise, not a receipt. The order exists in the database only
 //! after the lag (reported as `seckill_stream_lag_entries`); until then `GET
