@@ -13,11 +13,22 @@
 //! **The rate is the capacity only under saturation.** It is read over windows of
 //! [`WINDOW`], with the mean time the purchases answered in the window spent inside. When that
 //! time passed the budget, the purchases were waiting on each other and the rate is what the
-//! strategy can answer: the limit becomes rate × budget. When it did not, the rate may be only
-//! the demand's and says nothing of the capacity, so the limit may only rise (to rate × budget,
-//! when that is more). So an idle strategy keeps the limit its last busy window earned, a crowd
-//! that arrives all at once meets that limit, not one measured on a trickle, and a burst that
-//! is answered within the budget is no reason to lower it, however many came at once.
+//! strategy can answer: the limit becomes capacity × budget. When it did not, the rate may be
+//! only the demand's and says nothing of the capacity, so it may only raise the capacity read
+//! before, never lower it, and the limit may only rise. So an idle strategy keeps the limit its
+//! last busy window earned, a crowd that arrives all at once meets that limit, not one measured
+//! on a trickle, and a burst that is answered within the budget is no reason to lower it,
+//! however many came at once.
+//!
+//! **The capacity is read over several windows.** One window of one instance holds a few dozen
+//! answers, and a lock shared by several instances serves them in turns, not evenly: an
+//! instance answers twice its share in one window and next to nothing in the next, while its
+//! purchases wait for the other instance's turn. A limit set from each window on its own
+//! follows those turns — up to twice the share after a lucky window, so that the purchases it
+//! admits then wait through the next unlucky ones — and the slowest of them waited three times
+//! the budget and more. So each window moves the capacity by a share ([`SMOOTHING`]) of what
+//! it saw, and a window in which nothing was answered while purchases waited counts as one
+//! that answered none.
 //!
 //! **The slowest, not only the mean.** A lock that does not serve its waiters in order (a
 //! lock row retried on a timer, a Redis `SET NX` polled, a memcached `add`) lets some
@@ -32,7 +43,8 @@
 //! The limit stays within `[floor, ceiling]`: the floor keeps a strategy that answers slower
 //! than the budget (a lock holder paused) reachable by a few purchases, so it can show that it
 //! is answering again; the ceiling, the instance's `--max-in-flight`, bounds the memory. A
-//! window in which nothing was answered changes nothing: there is nothing to read a rate from.
+//! window in which nothing was answered leaves the limit as it was (there is no time inside to
+//! read), and the capacity too unless purchases waited through it.
 //!
 //! An adaptive limiter that reacts to latency alone (AIMD, Vegas, gradient) finds the
 //! concurrency at which latency starts to grow — for a hot row, about one — and refuses buyers
@@ -50,7 +62,8 @@ pub const WINDOW: Duration = Duration::from_millis(100);
 /// the limit aims at a shorter mean for it.
 const TAIL_FACTOR: f64 = 3.0;
 
-/// The weight of one window in the smoothed ratio of the slowest purchase to the mean.
+/// The weight of one window in the smoothed capacity and ratio of the slowest purchase to the
+/// mean.
 const SMOOTHING: f64 = 0.2;
 
 /// The fewest answers of a window whose slowest says anything of the ratio.
@@ -72,6 +85,9 @@ pub struct Limit {
     /// How many means the slowest purchase took, smoothed over windows (an `f64`'s bits;
     /// written only by the caller that closes a window).
     tail_ratio: AtomicU64,
+    /// The purchases answered per second under saturation, smoothed over windows (an `f64`'s
+    /// bits, NaN until the first window with an answer; written as `tail_ratio` is).
+    capacity: AtomicU64,
     /// When the window opened, in microseconds since `epoch`.
     opened_us: AtomicU64,
     epoch: Instant,
@@ -111,6 +127,7 @@ impl Limit {
             inside_us: AtomicU64::new(0),
             slowest_us: AtomicU64::new(0),
             tail_ratio: AtomicU64::new(1.0f64.to_bits()),
+            capacity: AtomicU64::new(f64::NAN.to_bits()),
             opened_us: AtomicU64::new(0),
             epoch: Instant::now(),
         }
@@ -170,6 +187,10 @@ impl Limit {
         let answered = self.answered.swap(0, Ordering::AcqRel);
         let inside_us = self.inside_us.swap(0, Ordering::AcqRel);
         let slowest_us = self.slowest_us.swap(0, Ordering::AcqRel);
+        if answered == 0 && self.in_flight.load(Ordering::Acquire) == 0 {
+            // Idle: nothing answered, nothing waiting; nothing to read.
+            return;
+        }
         let window = Window {
             answered,
             mean_inside: inside_us as f64 / 1e6 / f64::from(answered.max(1)),
@@ -178,8 +199,21 @@ impl Limit {
         };
         let ratio = window.tail_ratio(f64::from_bits(self.tail_ratio.load(Ordering::Acquire)));
         self.tail_ratio.store(ratio.to_bits(), Ordering::Release);
-        let next = window.next_limit(self.current(), ratio, self);
-        self.limit.store(next, Ordering::Release);
+        let aim = self.aim(ratio);
+        let before = f64::from_bits(self.capacity.load(Ordering::Acquire));
+        let capacity = window.capacity((!before.is_nan()).then_some(before), aim);
+        let Some(capacity) = capacity else { return };
+        self.capacity.store(capacity.to_bits(), Ordering::Release);
+        if answered > 0 {
+            let next = window.next_limit(self.current(), capacity, aim, self);
+            self.limit.store(next, Ordering::Release);
+        }
+    }
+
+    /// The mean time inside the limit aims at, for a smoothed `ratio` of the slowest purchase
+    /// to the mean: the budget, or less for a strategy whose slowest takes many means.
+    fn aim(&self, ratio: f64) -> f64 {
+        self.budget.min(TAIL_FACTOR * self.budget / ratio.max(1.0))
     }
 }
 
@@ -204,17 +238,38 @@ impl Window {
         before + SMOOTHING * (seen - before)
     }
 
-    /// The limit after this window, from the limit before it and the smoothed `ratio` of the
-    /// slowest purchase to the mean.
-    fn next_limit(self, limit: u32, ratio: f64, bounds: &Limit) -> u32 {
+    /// Whether its purchases waited on each other: they spent longer inside than `aim`.
+    fn saturated(self, aim: f64) -> bool {
+        self.answered > 0 && self.mean_inside > aim
+    }
+
+    /// The capacity after this window, from the capacity read `before` (`None`: none yet).
+    /// A saturated window, or one that answered nothing while purchases waited, moves it
+    /// towards its rate; any other only towards a higher rate.
+    fn capacity(self, before: Option<f64>, aim: f64) -> Option<f64> {
         let rate = f64::from(self.answered) / self.seconds.max(f64::EPSILON);
-        let budget = bounds.budget;
-        let aim = budget.min(TAIL_FACTOR * budget / ratio.max(1.0));
-        let target = (rate * aim)
+        let Some(before) = before else {
+            return (self.answered > 0).then_some(rate);
+        };
+        let seen = if self.answered == 0 || self.saturated(aim) {
+            rate
+        } else {
+            rate.max(before)
+        };
+        Some(before + SMOOTHING * (seen - before))
+    }
+
+    /// The limit after this window, from the limit before it, the smoothed `capacity` and the
+    /// mean time inside it `aim`s at.
+    fn next_limit(self, limit: u32, capacity: f64, aim: f64, bounds: &Limit) -> u32 {
+        let target = (capacity * aim)
             .round()
             .clamp(f64::from(bounds.floor), f64::from(bounds.ceiling)) as u32;
-        let saturated = self.answered > 0 && self.mean_inside > aim;
-        if saturated { target } else { limit.max(target) }
+        if self.saturated(aim) {
+            target
+        } else {
+            limit.max(target)
+        }
     }
 }
 
@@ -237,32 +292,65 @@ mod tests {
         }
     }
 
+    /// The limit after `window`, from `limit`, a smoothed slowest-to-mean `ratio` and the
+    /// capacity read before (`None`: the first window).
+    fn next(window: Window, limit: u32, ratio: f64, before: Option<f64>) -> u32 {
+        let bounds = bounds();
+        let aim = bounds.aim(ratio);
+        let capacity = window.capacity(before, aim).expect("a window with answers");
+        window.next_limit(limit, capacity, aim, &bounds)
+    }
+
     #[test]
     fn a_strategy_whose_purchases_waited_past_the_budget_is_limited_to_what_it_answers_in_it() {
         // 16 answers in 100 ms: 160/s, 40 within 250 ms; they spent 1.6 s inside.
-        assert_eq!(window(16, 1.6).next_limit(256, 1.0, &bounds()), 40);
+        assert_eq!(next(window(16, 1.6), 256, 1.0, None), 40);
     }
 
     #[test]
     fn a_strategy_answering_within_the_budget_keeps_the_limit_its_busy_windows_earned() {
         // A trickle: its 10 answers a second say nothing of the capacity.
-        assert_eq!(window(1, 0.01).next_limit(43, 1.0, &bounds()), 43);
+        assert_eq!(next(window(1, 0.01), 43, 1.0, None), 43);
+        assert_eq!(next(window(1, 0.01), 43, 1.0, Some(172.0)), 43);
         // A burst answered within the budget is no reason to lower it either.
-        assert_eq!(window(3, 0.05).next_limit(256, 1.0, &bounds()), 256);
+        assert_eq!(next(window(3, 0.05), 256, 1.0, None), 256);
     }
 
     #[test]
     fn a_strategy_that_answers_faster_than_its_limit_needs_gets_a_higher_limit() {
         // At its limit of 40, it answered 400/s in 100 ms each: 100 within the budget.
-        assert_eq!(window(40, 0.1).next_limit(40, 1.0, &bounds()), 100);
+        assert_eq!(next(window(40, 0.1), 40, 1.0, None), 100);
     }
 
     #[test]
     fn a_strategy_whose_slowest_purchase_takes_many_means_aims_at_a_shorter_mean() {
         // The slowest takes six means: aim at half the budget, 125 ms; 160/s, 20 in flight.
-        assert_eq!(window(16, 0.2).next_limit(40, 6.0, &bounds()), 20);
+        assert_eq!(next(window(16, 0.2), 40, 6.0, None), 20);
         // A queue served in order, its slowest at two means: the budget is the aim.
-        assert_eq!(window(16, 0.2).next_limit(40, 2.0, &bounds()), 40);
+        assert_eq!(next(window(16, 0.2), 40, 2.0, None), 40);
+    }
+
+    #[test]
+    fn one_lucky_or_unlucky_window_moves_the_capacity_by_a_share_of_what_it_saw() {
+        // An instance whose share of a lock is 500/s (125 within the budget) answered twice
+        // that in one window, within the budget: the limit rises by a fifth of the difference.
+        assert_eq!(next(window(100, 0.2), 125, 1.0, Some(500.0)), 150);
+        // It answered next to nothing in the next one while its purchases waited.
+        assert_eq!(next(window(2, 0.8), 150, 1.0, Some(600.0)), 121);
+        // A window in which nothing was answered while purchases waited counts as rate 0.
+        let waited = window(0, 0.0).capacity(Some(600.0), BUDGET.as_secs_f64());
+        assert_eq!(waited, Some(480.0));
+        // Before any answer, there is no capacity to read.
+        assert_eq!(window(0, 0.0).capacity(None, 0.25), None);
+    }
+
+    #[test]
+    fn under_saturation_the_capacity_follows_the_windows_to_what_they_see() {
+        let saturated = window(16, 1.6);
+        let settled = (0..40).fold(1_000.0, |c, _| {
+            saturated.capacity(Some(c), 0.25).expect("answers")
+        });
+        assert!((settled - 160.0).abs() < 0.5, "{settled}");
     }
 
     #[test]
@@ -283,17 +371,12 @@ mod tests {
 
     #[test]
     fn a_strategy_that_answers_slowly_keeps_the_floor_open() {
-        assert_eq!(window(1, 3.0).next_limit(43, 1.0, &bounds()), 4);
-    }
-
-    #[test]
-    fn a_window_without_answers_changes_nothing() {
-        assert_eq!(window(0, 0.0).next_limit(43, 1.0, &bounds()), 43);
+        assert_eq!(next(window(1, 3.0), 43, 1.0, None), 4);
     }
 
     #[test]
     fn the_limit_never_passes_the_ceiling() {
-        assert_eq!(window(10_000, 0.3).next_limit(256, 1.0, &bounds()), 256);
+        assert_eq!(next(window(10_000, 0.3), 256, 1.0, None), 256);
     }
 
     #[test]
