@@ -149,7 +149,7 @@ impl DbLock {
             variant,
             requests: Arc::new(AtomicU64::new(0)),
             alive: watch::Sender::new(()),
-            lines: Lines::default(),
+            lines: Lines::new(POLLING.oldest),
         }
     }
 

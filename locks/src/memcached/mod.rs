@@ -88,7 +88,7 @@ impl MemcachedLock {
             shared: Arc::new(Shared {
                 pool: Pool::new(addr),
                 clocks: LeaseClocks::default(),
-                lines: Lines::default(),
+                lines: Lines::new(crate::redis::POLLING.oldest),
             }),
         }
     }

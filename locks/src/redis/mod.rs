@@ -231,7 +231,7 @@ impl Requests {
 /// The pauses between two polls: 1 ms doubling to 32 ms, shrinking again for waiters that
 /// have waited long (`polling.rs`) down to half a millisecond, so the oldest waiters are the
 /// likeliest to win a release.
-const POLLING: Schedule = Schedule {
+pub(crate) const POLLING: Schedule = Schedule {
     first: Duration::from_millis(1),
     longest: Duration::from_millis(32),
     oldest: Duration::from_micros(500),

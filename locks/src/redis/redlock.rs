@@ -107,7 +107,7 @@ impl Redlock {
                 retry_delay: Duration::from_millis(20),
                 requests: Requests::default(),
                 clocks: LeaseClocks::default(),
-                lines: Lines::default(),
+                lines: Lines::new(super::POLLING.oldest),
             }),
         })
     }

@@ -82,7 +82,7 @@ impl<V: Variant + Default> SingleInstanceLock<V> {
                 conn,
                 requests: Requests::default(),
                 clocks: LeaseClocks::default(),
-                lines: Lines::default(),
+                lines: Lines::new(super::POLLING.oldest),
             }),
             variant: V::default(),
         }
