@@ -36,9 +36,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
-use rand::Rng;
 use tokio::sync::{OwnedMutexGuard, oneshot, watch};
 
+use crate::polling::jittered;
 use crate::{Guard, Held, LockError};
 
 /// How many courtesy pauses long a line keeps the lock before its next waiter pauses once.
@@ -102,8 +102,7 @@ impl Lines {
             .expect("a place that was joined has its turn");
         if wait.is_some() && turn.kept_longer_than(self.courtesy * SHARE) {
             turn.kept_since = None;
-            let pause = rand::rng().random_range(self.courtesy / 2..=self.courtesy);
-            tokio::time::sleep(pause).await;
+            tokio::time::sleep(jittered(self.courtesy)).await;
         }
         match acquire(started).await {
             Ok(guard) => {

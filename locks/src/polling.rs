@@ -33,11 +33,9 @@ pub(crate) struct Schedule {
 
 impl Schedule {
     /// The pause before the next try of a waiter that has made `tries` tries (0-based count of
-    /// failed ones) over `waited`, drawn uniformly from half to all of the nominal pause, so
-    /// waiters that started together drift apart instead of arriving in lockstep.
+    /// failed ones) over `waited`, [`jittered`].
     pub(crate) fn pause(&self, tries: u32, waited: Duration) -> Duration {
-        let nominal = self.nominal(tries, waited);
-        rand::rng().random_range(nominal / 2..=nominal)
+        jittered(self.nominal(tries, waited))
     }
 
     fn nominal(&self, tries: u32, waited: Duration) -> Duration {
@@ -53,6 +51,12 @@ impl Schedule {
             .mul_f64(young_share * young_share)
             .max(self.oldest)
     }
+}
+
+/// A pause drawn uniformly from half to all of `nominal`, so that waiters that started
+/// together drift apart instead of arriving in lockstep.
+pub(crate) fn jittered(nominal: Duration) -> Duration {
+    rand::rng().random_range(nominal / 2..=nominal)
 }
 
 #[cfg(test)]

@@ -217,6 +217,11 @@ impl Limit {
     }
 }
 
+/// `before` moved by one window's weight ([`SMOOTHING`]) towards what the window `seen`.
+fn smoothed(before: f64, seen: f64) -> f64 {
+    before + SMOOTHING * (seen - before)
+}
+
 /// What one window saw.
 #[derive(Debug, Clone, Copy)]
 struct Window {
@@ -235,7 +240,7 @@ impl Window {
             return before;
         }
         let seen = (self.slowest_inside / self.mean_inside).max(1.0);
-        before + SMOOTHING * (seen - before)
+        smoothed(before, seen)
     }
 
     /// Whether its purchases waited on each other: they spent longer inside than `aim`.
@@ -256,7 +261,7 @@ impl Window {
         } else {
             rate.max(before)
         };
-        Some(before + SMOOTHING * (seen - before))
+        Some(smoothed(before, seen))
     }
 
     /// The limit after this window, from the limit before it, the smoothed `capacity` and the
