@@ -131,12 +131,20 @@ pub async fn build_with(
     let listener = redis
         .as_ref()
         .filter(|_| forget_on_return)
-        .and_then(|r| Some((r.fixed_url()?.to_string(), r.keys().stock_back())))
-        .map(|(url, channel)| {
+        .and_then(|r| {
+            let channels = redis_stock::announce::Channels::of(r.keys());
+            Some((r.fixed_url()?.to_string(), channels))
+        })
+        .map(|(url, channels)| {
             let shelf = Arc::clone(&shelf);
-            tokio::spawn(redis_stock::announce::listen(url, channel, move |id| {
-                shelf.forget(id)
-            }))
+            tokio::spawn(redis_stock::announce::listen(
+                url,
+                channels,
+                move |id, news| match news {
+                    redis_stock::News::Restocked => shelf.restocked(id),
+                    redis_stock::News::Changed => shelf.forget(id),
+                },
+            ))
         });
     // Every instance with Redis places orders of the stream, whichever strategies it serves.
     let consumer = redis.clone().map(|redis| {

@@ -19,12 +19,16 @@
 //! is busy — never stands between a buyer and a refusal, and the memory is never older than its
 //! lifetime.
 //!
-//! **Forgetting.** Stock comes back by a reset, a reconciliation that gives units back, or a
-//! purchase that returns them; each makes its own instance forget the product at once, and
-//! every instance forgets within the memory's lifetime (`--product-memory-ms`) in any case.
-//! With Redis configured, forgetting is also announced on a channel every instance listens to,
-//! so they all forget at once ([`crate::redis_stock::announce`]). A memory that does not forget
-//! refuses buyers while units are on sale: the scenario `stale-sold-out` shows it.
+//! **Forgetting.** Stock comes back by a reset, a reconciliation that gives units back, or an
+//! order that returns them (it expired or was cancelled); each makes its own instance forget at
+//! once, and every instance forgets within the memory's lifetime (`--product-memory-ms`) in
+//! any case. A return forgets only that the product was sold out: its rules are the same, and
+//! reading them again would make every request for the product wait for one read through the
+//! pool the purchases queue on — with the expiry sweep returning units every second, a stall of
+//! every buyer's request every second. A reset or a reconciliation forgets the rules too. With
+//! Redis configured, both are also announced on channels every instance listens to, so they all
+//! forget at once ([`crate::redis_stock::announce`]). A memory that does not forget refuses
+//! buyers while units are on sale: the scenario `stale-sold-out` shows it.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -265,8 +269,22 @@ impl Shelf {
         Ok(())
     }
 
-    /// Forgets what the instance knows of the product: its stock may have come back, or its
-    /// rules changed.
+    /// Forgets that the product was sold out: units came back (an order expired or was
+    /// cancelled). Its rules did not change, so they stay remembered: a return costs the
+    /// purchases beside it nothing, where forgetting everything would make every request wait
+    /// for the product to be read again, through the pool the purchases queue on. A load of
+    /// winners under way when the units came back is not kept (its epoch is past).
+    pub fn restocked(&self, id: u64) {
+        let mut entries = self.entries();
+        if let Some(e) = entries.get_mut(&id) {
+            e.epoch += 1;
+            e.winners = None;
+            e.learning = false;
+        }
+    }
+
+    /// Forgets what the instance knows of the product: its rules may have changed (a reset),
+    /// or its stock was repaired.
     pub fn forget(&self, id: u64) {
         let mut entries = self.entries();
         let epoch = entries.get(&id).map_or(0, |e| e.epoch) + 1;

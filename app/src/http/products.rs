@@ -7,7 +7,7 @@ use crate::api::{
 use crate::db::products;
 use crate::error::ApiError;
 use crate::inventory;
-use crate::redis_stock::{RedisStockError, reconcile};
+use crate::redis_stock::{News, RedisStockError, reconcile};
 use crate::state::AppState;
 use axum::Json;
 use axum::extract::rejection::{JsonRejection, PathRejection};
@@ -146,7 +146,7 @@ fn rules_of(body: &ResetProduct, window: i64) -> Result<SaleRules, ApiError> {
 async fn stock_back(state: &AppState, id: u64) {
     state.shelf.forget(id);
     if let Some(redis) = &state.redis
-        && let Err(e) = redis.announce(id).await
+        && let Err(e) = redis.announce(id, News::Changed).await
     {
         tracing::warn!(product = id, error = %e,
             "could not announce it; other instances forget it within their memory's lifetime");

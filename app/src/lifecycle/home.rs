@@ -366,7 +366,7 @@ pub(super) async fn finish_returns(
     order_life::arrived(&life.pool, &ids, on_the_way, done).await?;
     if given > 0 && life.forget_on_return {
         // The script announced it to every instance; this one forgets without waiting for it.
-        life.shelf.forget(product);
+        life.shelf.restocked(product);
     }
     Ok(())
 }

@@ -83,7 +83,7 @@ use crate::api::{Home, OrderStage};
 use crate::db::order_life;
 use crate::db::orders::{self, Order, OrderState, PurchaseKey};
 use crate::metrics::Metrics;
-use crate::redis_stock::{RedisStock, RedisStockError};
+use crate::redis_stock::{News, RedisStock, RedisStockError};
 use crate::shelf::Shelf;
 use crate::strategy::{PurchaseError, Registry, ReturnLock, Strategy};
 
@@ -317,9 +317,9 @@ impl Lifecycle {
         if !self.forget_on_return {
             return;
         }
-        self.shelf.forget(product);
+        self.shelf.restocked(product);
         if let Some(redis) = &self.redis
-            && let Err(e) = redis.announce(product).await
+            && let Err(e) = redis.announce(product, News::Restocked).await
         {
             tracing::warn!(product, error = %e,
                 "could not announce returned units; other instances forget within their memory's lifetime");

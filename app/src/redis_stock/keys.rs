@@ -50,9 +50,16 @@ impl Keys {
         format!("{}stock:none:waiting", self.prefix)
     }
 
-    /// The channel on which a product whose stock came back is announced (see [`announce`]).
-    pub fn stock_back(&self) -> String {
+    /// The channel on which a product reset or repaired is announced: every instance forgets
+    /// all it remembered of it (see [`announce`]).
+    pub fn forget(&self) -> String {
         format!("{}products:forget", self.prefix)
+    }
+
+    /// The channel on which a product whose units came back is announced: every instance
+    /// forgets that it was sold out and keeps its rules (see [`announce`]).
+    pub fn restocked(&self) -> String {
+        format!("{}products:restocked", self.prefix)
     }
 
     /// Orders accepted and not yet placed in the database, all products.

@@ -26,6 +26,7 @@ use deadpool_redis::redis::{self, Cmd, FromRedisValue, ScriptInvocation};
 use deadpool_redis::{PoolConfig, Timeouts};
 
 use crate::config::Config;
+pub use announce::News;
 pub use charge::Attempt;
 use connections::Connections;
 pub use keys::Keys;
@@ -359,7 +360,7 @@ impl RedisStock {
             .key(self.keys.requests(product))
             .key(self.keys.buyers(product))
             .arg(field)
-            .arg(self.keys.stock_back())
+            .arg(self.keys.restocked())
             .arg(product)
             .arg(attempt.unwrap_or(""));
         script
@@ -377,7 +378,7 @@ impl RedisStock {
             .key(self.keys.stock(product))
             .key(self.keys.requests(product))
             .key(self.keys.buyers(product))
-            .arg(self.keys.stock_back())
+            .arg(self.keys.restocked())
             .arg(product);
         for field in fields {
             script.arg(field);
@@ -385,11 +386,11 @@ impl RedisStock {
         script
     }
 
-    /// Announces that the product's stock came back (see [`announce`]).
-    pub async fn announce(&self, product: u64) -> Result<(), RedisStockError> {
+    /// Announces `news` of the product to every instance (see [`announce`]).
+    pub async fn announce(&self, product: u64, news: News) -> Result<(), RedisStockError> {
         self.query::<()>(
             redis::cmd("PUBLISH")
-                .arg(self.keys.stock_back())
+                .arg(announce::Channels::of(&self.keys).of_news(news))
                 .arg(product),
         )
         .await

@@ -153,7 +153,7 @@ async fn a_sweep_round_returns_a_batch_of_redis_held_units_once_each_and_announc
     let mut config = test_config(&database_url);
     config.expiry_interval_ms = 0;
     common::with_every_service(&mut config).await;
-    let channel = format!("{}products:forget", config.lock_prefix);
+    let channel = format!("{}products:restocked", config.lock_prefix);
     let redis = redis::Client::open(config.redis_url.clone().expect("redis")).expect("client");
     let app = spawn_app(config).await;
     // Long enough to pay and cancel before the deadline on a loaded machine.
