@@ -167,19 +167,54 @@ pub async fn give_back_to_bucket(
     order_id: u64,
     units: u32,
 ) -> Result<(), sqlx::Error> {
+    give_back_to_buckets(conn, product_id, &[(order_id, units)]).await
+}
+
+/// Gives each of `orders` (ids and quantities, of product `product_id`, whose stock is in
+/// buckets) back to its bucket (its id modulo the product's buckets), in `conn`'s transaction:
+/// one write per bucket, in the buckets' order, so that two such writers never wait on each
+/// other in a cycle.
+async fn give_back_to_buckets(
+    conn: &mut MySqlConnection,
+    product_id: u64,
+    orders: &[(u64, u32)],
+) -> Result<(), sqlx::Error> {
     let buckets: i64 =
         sqlx::query_scalar("SELECT COUNT(*) FROM stock_buckets WHERE product_id = ?")
             .bind(product_id)
             .fetch_one(&mut *conn)
             .await?;
-    let bucket = order_id % u64::try_from(buckets.max(1)).unwrap_or(1);
-    sqlx::query("UPDATE stock_buckets SET stock = stock + ? WHERE product_id = ? AND bucket = ?")
-        .bind(i64::from(units))
+    let buckets = u64::try_from(buckets.max(1)).unwrap_or(1);
+    let mut units: BTreeMap<u64, i64> = BTreeMap::new();
+    for (order_id, quantity) in orders {
+        *units.entry(order_id % buckets).or_default() += i64::from(*quantity);
+    }
+    for (bucket, units) in units {
+        sqlx::query(
+            "UPDATE stock_buckets SET stock = stock + ? WHERE product_id = ? AND bucket = ?",
+        )
+        .bind(units)
         .bind(product_id)
         .bind(bucket)
-        .execute(conn)
+        .execute(&mut *conn)
         .await?;
+    }
     Ok(())
+}
+
+/// [`expire_from_row`] for a product whose stock is in buckets: those of `orders` still
+/// reserved and due expire, their buyers' counts come back, and each one's units go back to
+/// its bucket, one write per bucket touched, last. How many orders it expired.
+pub async fn expire_from_buckets(
+    conn: &mut MySqlConnection,
+    product_id: u64,
+    orders: &[(u64, &str)],
+) -> Result<u64, sqlx::Error> {
+    let expired = end_due_with_quota(&mut *conn, product_id, orders, OrderState::Expired).await?;
+    if !expired.is_empty() {
+        give_back_to_buckets(conn, product_id, &expired).await?;
+    }
+    Ok(expired.len() as u64)
 }
 
 /// Begins on `conn` the transaction of a batch of expiries ([`expire_from_row`],

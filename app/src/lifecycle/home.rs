@@ -236,6 +236,29 @@ pub(super) async fn expire_from_row(
     Ok(expired)
 }
 
+/// Expires those of `targets` (due orders of `product`, whose stock is in buckets) still
+/// reserved and due, in one transaction that writes each bucket it gives units back to once,
+/// last ([`order_life::expire_from_buckets`]). How many it expired.
+pub(super) async fn expire_from_buckets(
+    life: &Lifecycle,
+    product: u64,
+    targets: &[Target],
+) -> Result<u64, LifeError> {
+    let orders: Vec<(u64, &str)> = (targets.iter())
+        .map(|t| (t.order_id, t.user_id.as_str()))
+        .collect();
+    let mut conn = life.pool.acquire().await?;
+    let mut tx = order_life::begin_batch(&mut conn).await?;
+    let expired = order_life::expire_from_buckets(&mut tx, product, &orders).await?;
+    tx.commit().await?;
+    drop(conn);
+    life.metrics.orders_expired(expired);
+    if expired > 0 {
+        life.stock_back(product).await;
+    }
+    Ok(expired)
+}
+
 /// Brings home the units of those of `orders` (ids and quantities; of `product`, whose stock
 /// is its row, sold through `strategy`) still `on_the_way`, under the strategy's lock: the
 /// second step of a return in two. Safe to run again, by anyone, at any time.

@@ -22,8 +22,11 @@
 //! transaction moves them to `expiring`, one script gives every charge back, one update records
 //! the arrivals — three round trips instead of three per order, on the Redis connection every
 //! purchase of the product shares.
-//! Returns a dead instance left half-way are finished the same way, a batch per product. The
-//! buckets are not one hot row, and their orders end one by one.
+//! Returns a dead instance left half-way are finished the same way, a batch per product. Those
+//! of a product whose stock is in buckets are expired together as well, in one transaction that
+//! writes each bucket it gives units to once, last ([`home::expire_from_buckets`]): one by one,
+//! each return a transaction queued on a bucket behind its purchases, the sweep of a busy
+//! product fell ever further behind the orders falling due.
 //!
 //! A full batch is followed at once by the next; otherwise the sweep sleeps its interval. Each
 //! round sets the metrics: orders expired (a counter, per instance) and how late the oldest
@@ -168,16 +171,15 @@ pub async fn round(
         life.metrics.returns_finished(targets.len() as u64);
         done.returns_finished += targets.len() as u64;
     }
-    // The due orders of each product whose home is its row or the Redis counter, to end
-    // together (a product has one home); a row's by the strategy that sold them, whose lock
-    // their return may have to hold.
+    // The due orders of each product, to end together (a product has one home); a row's by
+    // the strategy that sold them, whose lock their return may have to hold.
     let mut batches: BTreeMap<(u64, Option<Strategy>), Vec<Target>> = BTreeMap::new();
     for due in order_life::due(&life.pool, product, pace.batch).await? {
         let Some(target) = Target::of_due(&due) else {
             tracing::error!(order = due.order_id, home = %due.home, "an order of an unknown home");
             continue;
         };
-        if target.home != Home::Buckets && check == Check::Conditional && hold.is_none() {
+        if check == Check::Conditional && hold.is_none() {
             (batches
                 .entry((target.product_id, target.row_seller()))
                 .or_default())
@@ -192,7 +194,8 @@ pub async fn round(
     for ((product, seller), targets) in batches {
         let expired = match targets[0].home {
             Home::Redis => home::expire_from_redis(life, product, &targets).await?,
-            _ => home::expire_from_row(life, product, seller, &targets).await?,
+            Home::Buckets => home::expire_from_buckets(life, product, &targets).await?,
+            Home::Row => home::expire_from_row(life, product, seller, &targets).await?,
         };
         done.expired += expired;
         done.lost_races += targets.len() as u64 - expired;

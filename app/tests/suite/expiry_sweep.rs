@@ -74,6 +74,11 @@ async fn two_instances_sweeping_the_same_overdue_redis_orders_expire_each_once()
     two_sweeps_expire_each_order_once("redis", "redis-lua").await;
 }
 
+#[tokio::test]
+async fn two_instances_sweeping_the_same_overdue_bucketed_orders_expire_each_once() {
+    two_sweeps_expire_each_order_once("buckets", "sharded").await;
+}
+
 /// `PUT /api/expiry` on `app`; the status and body.
 async fn switch(app: &common::TestApp, paused: bool) -> (reqwest::StatusCode, Value) {
     let r = app
