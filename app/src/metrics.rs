@@ -136,6 +136,11 @@ pub struct Metrics {
     cancelled: AtomicU64,
     /// Returns a dead instance left half-way that this one finished.
     returns_finished: AtomicU64,
+    /// Returns that took the selling strategy's lock, and their microseconds waiting for it
+    /// and holding it.
+    return_locks: AtomicU64,
+    return_lock_wait_us: AtomicU64,
+    return_lock_held_us: AtomicU64,
     /// How late the oldest reserved order past its deadline was at the last sweep, in
     /// milliseconds plus one (0: no sweep yet).
     oldest_overdue_ms: AtomicU64,
@@ -155,6 +160,9 @@ impl Default for Metrics {
             expired: AtomicU64::new(0),
             cancelled: AtomicU64::new(0),
             returns_finished: AtomicU64::new(0),
+            return_locks: AtomicU64::new(0),
+            return_lock_wait_us: AtomicU64::new(0),
+            return_lock_held_us: AtomicU64::new(0),
             oldest_overdue_ms: AtomicU64::new(0),
             product_reads: AtomicU64::new(0),
         }
@@ -228,6 +236,18 @@ impl Metrics {
     /// `n` returns a dead instance left half-way finished.
     pub fn returns_finished(&self, n: u64) {
         self.returns_finished.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// A return waited this long for the selling strategy's lock, and got it.
+    pub fn return_lock_waited(&self, wait: Duration) {
+        self.return_locks.fetch_add(1, Ordering::Relaxed);
+        (self.return_lock_wait_us).fetch_add(micros(wait), Ordering::Relaxed);
+    }
+
+    /// A return held the selling strategy's lock this long (the purchases queued for it waited
+    /// behind this).
+    pub fn return_lock_held(&self, held: Duration) {
+        (self.return_lock_held_us).fetch_add(micros(held), Ordering::Relaxed);
     }
 
     /// Records how late the oldest overdue reserved order is (the sweep, each round).
@@ -335,6 +355,23 @@ impl Metrics {
         out.push_str("# TYPE seckill_returns_finished_total counter\n");
         let finished = self.returns_finished.load(Ordering::Relaxed);
         let _ = writeln!(out, "seckill_returns_finished_total {finished}");
+        out.push_str(
+            "# HELP seckill_return_locks_total Returns that took the selling strategy's lock.\n",
+        );
+        out.push_str("# TYPE seckill_return_locks_total counter\n");
+        let locks = self.return_locks.load(Ordering::Relaxed);
+        let _ = writeln!(out, "seckill_return_locks_total {locks}");
+        for (name, what, us) in [
+            ("wait", "waiting for", &self.return_lock_wait_us),
+            ("held", "holding", &self.return_lock_held_us),
+        ] {
+            let _ = writeln!(
+                out,
+                "# HELP seckill_return_lock_{name}_seconds_total Time returns spent {what} the selling strategy's lock.\n# TYPE seckill_return_lock_{name}_seconds_total counter"
+            );
+            let seconds = us.load(Ordering::Relaxed) as f64 / 1e6;
+            let _ = writeln!(out, "seckill_return_lock_{name}_seconds_total {seconds}");
+        }
         // Stored plus one, so that 0 means "no sweep yet".
         if let Some(ms) = self
             .oldest_overdue_ms
@@ -356,6 +393,11 @@ impl Metrics {
         }
         out
     }
+}
+
+/// Whole microseconds of `d`, saturating.
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]

@@ -5,12 +5,11 @@ use std::time::Duration;
 
 use sqlx::{MySql, Transaction};
 
-use super::{Check, End, LifeError, Lifecycle};
+use super::{Check, End, HeldForReturn, LifeError, Lifecycle};
 use crate::api::{Home, Strategy};
 use crate::db::order_life::{self, Due};
 use crate::db::orders::{Order, OrderState, PurchaseKey};
 use crate::redis_stock::{RedisStockError, charge};
-use crate::strategy::ReturnLock;
 
 /// An order to end, with what giving its units back needs.
 #[derive(Debug, Clone)]
@@ -156,11 +155,11 @@ async fn end_in_database(
     if !changed {
         tx.rollback().await?;
         if let Some(lock) = lock {
-            lock.release().await;
+            lock.release(&life.metrics).await;
         }
         return Ok(false);
     }
-    commit(tx, lock).await?;
+    commit(life, tx, lock).await?;
     life.stock_back(target.product_id).await;
     Ok(true)
 }
@@ -280,7 +279,7 @@ pub(super) async fn finish_in_row(
     let mut tx = order_life::begin_batch(&mut conn).await?;
     let lock = life.lock_for_return(product, strategy).await?;
     let arrived = order_life::arrived_in_row(&mut tx, product, orders, on_the_way, done).await?;
-    commit(tx, lock).await?;
+    commit(life, tx, lock).await?;
     drop(conn);
     if arrived > 0 {
         life.stock_back(product).await;
@@ -395,9 +394,13 @@ pub(super) async fn finish_returns(
 }
 
 /// Commits a return's transaction, under `lock` if it holds one.
-async fn commit(tx: Transaction<'_, MySql>, lock: Option<ReturnLock>) -> Result<(), sqlx::Error> {
+async fn commit(
+    life: &Lifecycle,
+    tx: Transaction<'_, MySql>,
+    lock: Option<HeldForReturn>,
+) -> Result<(), sqlx::Error> {
     match lock {
-        Some(lock) => lock.commit(tx).await,
+        Some(lock) => lock.commit(tx, &life.metrics).await,
         None => tx.commit().await,
     }
 }

@@ -75,7 +75,7 @@ mod home;
 pub mod sweep;
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use sqlx::MySqlPool;
 
@@ -294,16 +294,23 @@ impl Lifecycle {
     }
 
     /// The lock a return of `product`'s units sold through `strategy` must hold, taken; `None`
-    /// if it needs none (see the module docs).
+    /// if it needs none (see the module docs). Its wait is counted in the metrics.
     async fn lock_for_return(
         &self,
         product: u64,
         strategy: Option<Strategy>,
-    ) -> Result<Option<ReturnLock>, LifeError> {
+    ) -> Result<Option<HeldForReturn>, LifeError> {
         let Some(strategy) = strategy else {
             return Ok(None);
         };
-        (self.strategies.get(strategy).lock_for_return(product).await).map_err(LifeError::Lock)
+        let asked = Instant::now();
+        let lock = (self.strategies.get(strategy).lock_for_return(product).await)
+            .map_err(LifeError::Lock)?;
+        let granted = Instant::now();
+        Ok(lock.map(|lock| {
+            self.metrics.return_lock_waited(granted - asked);
+            HeldForReturn { lock, granted }
+        }))
     }
 
     async fn home_of(&self, product: u64) -> Result<Home, LifeError> {
@@ -324,6 +331,32 @@ impl Lifecycle {
             tracing::warn!(product, error = %e,
                 "could not announce returned units; other instances forget within their memory's lifetime");
         }
+    }
+}
+
+/// A seller's lock a return holds, and when it was granted: what the purchases queued for the
+/// same lock wait behind is this hold (`seckill_return_lock_held_seconds_total`).
+pub(super) struct HeldForReturn {
+    lock: ReturnLock,
+    granted: Instant,
+}
+
+impl HeldForReturn {
+    /// Commits the return's transaction under the lock, then gives it back.
+    pub(super) async fn commit(
+        self,
+        tx: sqlx::Transaction<'_, sqlx::MySql>,
+        metrics: &Metrics,
+    ) -> Result<(), sqlx::Error> {
+        let committed = self.lock.commit(tx).await;
+        metrics.return_lock_held(self.granted.elapsed());
+        committed
+    }
+
+    /// Gives the lock back after a return that changed nothing.
+    pub(super) async fn release(self, metrics: &Metrics) {
+        self.lock.release().await;
+        metrics.return_lock_held(self.granted.elapsed());
     }
 }
 

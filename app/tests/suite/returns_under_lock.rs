@@ -66,6 +66,11 @@ where
     let app = give_back(app).await;
     let answer = paused.await.expect("bob's purchase").expect("bob's answer");
     assert_eq!(answer.status(), 201, "{:?}", answer.text().await);
+    assert_eq!(
+        app.metric("seckill_return_locks_total").await,
+        Some(1),
+        "the return took the seller's lock once, and the metrics count it"
+    );
 
     let truth = ledger(&database_url, 1).await;
     assert_eq!(
