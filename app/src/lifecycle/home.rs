@@ -187,10 +187,12 @@ async fn end_in_two_steps(
     Ok(true)
 }
 
-/// Expires those of `targets` (due orders of `product`, whose stock is its row, all sold
-/// through `strategy`) still reserved and due, in one transaction: one write of the hot row
-/// for the whole batch instead of one per order, so the purchases queued on that row wait
-/// behind one return, not a batch of them. How many it expired.
+/// Expires those of `targets` (due orders of `product`, whose stock is in this database — its
+/// row, all sold through `strategy`, or its buckets) still reserved and due, in one
+/// transaction: one write of the hot row for the whole batch instead of one per order, so the
+/// purchases queued on that row wait behind one return, not a batch of them; for buckets, one
+/// write of each bucket it gives units to ([`order_life::expire_from_buckets`]). How many it
+/// expired.
 ///
 /// Units an unfenced locked strategy sold go back under its lock (see [`super`]), in two
 /// steps so that the lock covers only the write that needs it: the orders to `expiring` and
@@ -198,7 +200,7 @@ async fn end_in_two_steps(
 /// the row's write. Purchases waiting for the lock wait behind two writes and a commit, not
 /// the batch's eight round trips. A crash between the steps leaves the orders `expiring`, for
 /// any sweep to finish after the return grace, as the Redis counter's are.
-pub(super) async fn expire_from_row(
+pub(super) async fn expire_in_database(
     life: &Lifecycle,
     product: u64,
     strategy: Option<Strategy>,
@@ -211,7 +213,12 @@ pub(super) async fn expire_from_row(
     let mut conn = life.pool.acquire().await?;
     let mut tx = order_life::begin_batch(&mut conn).await?;
     if !two_steps {
-        let expired = order_life::expire_from_row(&mut tx, product, &orders).await?;
+        let expired = match targets.first().map(|t| t.home) {
+            Some(Home::Buckets) => {
+                order_life::expire_from_buckets(&mut tx, product, &orders).await?
+            }
+            _ => order_life::expire_from_row(&mut tx, product, &orders).await?,
+        };
         tx.commit().await?;
         drop(conn);
         life.metrics.orders_expired(expired);
@@ -231,29 +238,6 @@ pub(super) async fn expire_from_row(
                 "could not take the lock these returns hold; a sweep finishes them after the grace");
         }
         finished => finished?,
-    }
-    Ok(expired)
-}
-
-/// Expires those of `targets` (due orders of `product`, whose stock is in buckets) still
-/// reserved and due, in one transaction that writes each bucket it gives units back to once,
-/// last ([`order_life::expire_from_buckets`]). How many it expired.
-pub(super) async fn expire_from_buckets(
-    life: &Lifecycle,
-    product: u64,
-    targets: &[Target],
-) -> Result<u64, LifeError> {
-    let orders: Vec<(u64, &str)> = (targets.iter())
-        .map(|t| (t.order_id, t.user_id.as_str()))
-        .collect();
-    let mut conn = life.pool.acquire().await?;
-    let mut tx = order_life::begin_batch(&mut conn).await?;
-    let expired = order_life::expire_from_buckets(&mut tx, product, &orders).await?;
-    tx.commit().await?;
-    drop(conn);
-    life.metrics.orders_expired(expired);
-    if expired > 0 {
-        life.stock_back(product).await;
     }
     Ok(expired)
 }

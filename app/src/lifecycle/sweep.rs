@@ -17,14 +17,14 @@
 //! write of the very row the purchases queue on, and one per order would put a batch of them in
 //! that queue. (One batch per strategy that sold them: the units an unfenced locked strategy
 //! sold go back holding its lock, in a second step that covers only the orders' arrival and
-//! the row's write, see [`home::expire_from_row`].) Those of a product whose stock is in Redis
+//! the row's write, see [`home::expire_in_database`].) Those of a product whose stock is in Redis
 //! are expired together too, each step once for the batch ([`home::expire_from_redis`]): one
 //! transaction moves them to `expiring`, one script gives every charge back, one update records
 //! the arrivals — three round trips instead of three per order, on the Redis connection every
 //! purchase of the product shares.
 //! Returns a dead instance left half-way are finished the same way, a batch per product. Those
 //! of a product whose stock is in buckets are expired together as well, in one transaction that
-//! writes each bucket it gives units to once, last ([`home::expire_from_buckets`]): one by one,
+//! writes each bucket it gives units to once, last ([`order_life::expire_from_buckets`]): one by one,
 //! each return a transaction queued on a bucket behind its purchases, the sweep of a busy
 //! product fell ever further behind the orders falling due.
 //!
@@ -194,8 +194,7 @@ pub async fn round(
     for ((product, seller), targets) in batches {
         let expired = match targets[0].home {
             Home::Redis => home::expire_from_redis(life, product, &targets).await?,
-            Home::Buckets => home::expire_from_buckets(life, product, &targets).await?,
-            Home::Row => home::expire_from_row(life, product, seller, &targets).await?,
+            _ => home::expire_in_database(life, product, seller, &targets).await?,
         };
         done.expired += expired;
         done.lost_races += targets.len() as u64 - expired;

@@ -40,14 +40,6 @@ impl Channels {
             changed: keys.forget(),
         }
     }
-
-    /// The channel that carries `news`.
-    pub fn of_news(&self, news: News) -> &str {
-        match news {
-            News::Restocked => &self.restocked,
-            News::Changed => &self.changed,
-        }
-    }
 }
 
 /// Listens on both `channels` of the Redis at `url` for ever, calling `heard` with each

@@ -390,7 +390,10 @@ impl RedisStock {
     pub async fn announce(&self, product: u64, news: News) -> Result<(), RedisStockError> {
         self.query::<()>(
             redis::cmd("PUBLISH")
-                .arg(announce::Channels::of(&self.keys).of_news(news))
+                .arg(match news {
+                    News::Restocked => self.keys.restocked(),
+                    News::Changed => self.keys.forget(),
+                })
                 .arg(product),
         )
         .await
