@@ -12,8 +12,8 @@ use crate::drive::latency::Latencies;
 use crate::report::schema::{
     Baseline, BaselineName, ByAnswer, Environment, ExpiryCost, ExpiryPayments, ExpiryShape,
     Fairness, Findings, FloodResult, FloodShape, LatencySummary, LoadResult, Loop, Memory,
-    NoopFlood, OPEN_RATE_SHARE, OverloadResult, OverloadShape, RefusalRate, RunReport,
-    SCHEMA_VERSION, SaleResult, Settings, StrategyReport, ThroughputResult,
+    NoopFlood, OPEN_RATE_SHARE, OverloadResult, OverloadShape, RefusalRate, ReturnLockUse,
+    RunReport, SCHEMA_VERSION, SaleResult, Settings, StrategyReport, ThroughputResult,
 };
 
 /// A run result of `per_sec` deductions in one second, latencies 1–50 ms.
@@ -169,6 +169,7 @@ pub fn expiry_cost(strategy: Strategy, ratios: &[f64], expired: u64) -> ExpiryCo
             too_late: 0,
             refused: 0,
         },
+        return_lock: ReturnLockUse::default(),
     }
 }
 

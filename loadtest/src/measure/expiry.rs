@@ -30,7 +30,7 @@ use crate::analyse::spread;
 use crate::drive::load::{Window, closed_loop_feeding};
 use crate::measure::cashier::{Cashier, Till};
 use crate::measure::throughput::{ThroughputPlan, UNLIMITED, settle};
-use crate::report::schema::{ExpiryCost, ExpiryPayments, ExpiryShape, LoadResult};
+use crate::report::schema::{ExpiryCost, ExpiryPayments, ExpiryShape, LoadResult, ReturnLockUse};
 use app::api::{ResetProduct, StrategyInfo};
 use testkit::{Api, order_request};
 
@@ -63,6 +63,7 @@ pub async fn run_expiry(api: &Api, db: &MySqlPool, plan: &ExpiryPlan<'_>) -> Res
     let mut p99_ratios = Vec::new();
     let (mut expired, mut expired_unswept, mut swept_seconds, mut others_due) = (0, 0, 0.0, 0);
     let mut payments = ExpiryPayments::default();
+    let mut return_lock = ReturnLockUse::default();
     for round in 0..shape.rounds {
         let mut pair = [None, None];
         for sweeping in [round % 2 == 0, round % 2 != 0] {
@@ -70,8 +71,17 @@ pub async fn run_expiry(api: &Api, db: &MySqlPool, plan: &ExpiryPlan<'_>) -> Res
                 let lasts = buyers.window.warmup + buyers.window.measure;
                 others_due += due_elsewhere(db, buyers.product, lasts).await?;
             }
+            let before = match sweeping {
+                true => Some(ReturnLockCounters::read(api).await),
+                false => None,
+            };
             let (run, till, ended, seconds) =
                 one_loop(api, db, &buyers, shape, round, sweeping).await?;
+            if let Some(before) = before {
+                ReturnLockCounters::read(api)
+                    .await
+                    .add_since(&before, &mut return_lock);
+            }
             payments.bought += till.won;
             payments.never_paid += till.never_paid;
             payments.paid += till.paid;
@@ -108,6 +118,7 @@ pub async fn run_expiry(api: &Api, db: &MySqlPool, plan: &ExpiryPlan<'_>) -> Res
         expired_unswept,
         others_due,
         payments,
+        return_lock,
     })
 }
 
@@ -201,4 +212,73 @@ async fn expired_orders(db: &MySqlPool, product: u64) -> Result<u64> {
     .await
     .with_context(|| format!("counting the expired orders of product {product}"))?;
     Ok(u64::try_from(n)?)
+}
+
+/// Every instance's counters of the seller's lock that returns take, added together.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+struct ReturnLockCounters {
+    taken: f64,
+    waited: f64,
+    held: f64,
+}
+
+impl ReturnLockCounters {
+    async fn read(api: &Api) -> ReturnLockCounters {
+        ReturnLockCounters::of(&api.metrics().await)
+    }
+
+    /// The counters in `text`, every instance's `/metrics` one after the other.
+    fn of(text: &str) -> ReturnLockCounters {
+        ReturnLockCounters {
+            taken: total(text, "seckill_return_locks_total"),
+            waited: total(text, "seckill_return_lock_wait_seconds_total"),
+            held: total(text, "seckill_return_lock_held_seconds_total"),
+        }
+    }
+
+    /// Adds to `into` what the counters grew by since `before` (nothing where one shrank: an
+    /// instance restarted in between and its counters began again).
+    fn add_since(&self, before: &ReturnLockCounters, into: &mut ReturnLockUse) {
+        into.taken += (self.taken - before.taken).max(0.0).round() as u64;
+        into.waited_seconds += (self.waited - before.waited).max(0.0);
+        into.held_seconds += (self.held - before.held).max(0.0);
+    }
+}
+
+/// The sum of the unlabelled series `name` over every instance in `text`.
+fn total(text: &str, name: &str) -> f64 {
+    (text.lines())
+        .filter_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
+        .filter_map(|value| value.trim().parse::<f64>().ok())
+        .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_return_lock_counters_are_summed_over_every_instance_and_only_their_growth_counts() {
+        let instance = |taken: u32, waited: f64, held: f64| {
+            format!(
+                "# TYPE seckill_return_locks_total counter\n\
+                 seckill_return_locks_total {taken}\n\
+                 seckill_return_lock_wait_seconds_total {waited}\n\
+                 seckill_return_lock_held_seconds_total {held}\n\
+                 seckill_return_locks_totally_unrelated 99\n"
+            )
+        };
+        let before = ReturnLockCounters::of(&(instance(2, 0.5, 0.01) + &instance(1, 0.25, 0.02)));
+        let after = ReturnLockCounters::of(&(instance(5, 1.5, 0.04) + &instance(4, 0.75, 0.11)));
+        let mut used = ReturnLockUse::default();
+        after.add_since(&before, &mut used);
+        assert_eq!(used.taken, 6);
+        assert!((used.waited_seconds - 1.5).abs() < 1e-9, "{used:?}");
+        assert!((used.held_seconds - 0.12).abs() < 1e-9, "{used:?}");
+        assert_eq!(used.held_ms_each().map(|ms| ms.round()), Some(20.0));
+        // A restarted instance's counters start again from zero: no negative growth.
+        let restarted = ReturnLockCounters::of(&instance(1, 0.1, 0.001));
+        restarted.add_since(&after, &mut used);
+        assert_eq!(used.taken, 6);
+    }
 }

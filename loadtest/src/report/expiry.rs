@@ -42,6 +42,7 @@ pub fn markdown(
     );
     md.push_str(&table(costs));
     md.push('\n');
+    md.push_str(&return_locks(costs));
     md.push_str(&payments(costs));
     md.push_str(&went_wrong(misses));
     md
@@ -71,6 +72,33 @@ pub fn workload(shape: &ExpiryShape) -> String {
             100.0 * shape.non_payer_share
         ),
     }
+}
+
+/// A sentence for the strategies whose returns took the seller's lock during the loops with
+/// the sweep: how long each return held it (every purchase queued for the lock waited as long)
+/// and waited for it; nothing when no return took one.
+fn return_locks(costs: &[ExpiryCost]) -> String {
+    let held: Vec<String> = (costs.iter())
+        .filter_map(|c| {
+            let lock = &c.return_lock;
+            Some(format!(
+                "`{}` {:.1} ms held, {:.0} ms waited ({} returns)",
+                c.strategy.name,
+                lock.held_ms_each()?,
+                lock.waited_ms_each()?,
+                lock.taken
+            ))
+        })
+        .collect();
+    if held.is_empty() {
+        return String::new();
+    }
+    format!(
+        "The units an unfenced locked strategy sold go back under its lock, one acquisition per \
+         batch of returns, and every purchase queued for the lock waits for as long as a return \
+         holds it. Each return's hold and wait, on average, in the loops with the sweep: {}.\n\n",
+        held.join(", ")
+    )
 }
 
 /// A sentence for the payments that came after their order's deadline, and one for those
@@ -204,6 +232,7 @@ mod tests {
 
     use super::*;
     use crate::analyse::expiry::misses;
+    use crate::report::schema::ReturnLockUse;
     use crate::sample::{expiry_cost, expiry_shape};
 
     #[test]
@@ -293,6 +322,25 @@ mod tests {
             md.contains("payments the service should have taken: `redis-lua-stream` 1."),
             "{md}"
         );
+    }
+
+    #[test]
+    fn each_returns_hold_of_the_sellers_lock_is_told_only_for_strategies_whose_returns_took_it() {
+        let mut locked = expiry_cost(Strategy::DbRowLock, &[1.3], 900);
+        locked.return_lock = ReturnLockUse {
+            taken: 19,
+            waited_seconds: 3.8,
+            held_seconds: 0.912,
+        };
+        let unlocked = expiry_cost(Strategy::Conditional, &[1.0], 900);
+        let md = markdown(Some(&expiry_shape()), &[locked, unlocked.clone()], &[]);
+        assert!(
+            md.contains("in the loops with the sweep: `db-row-lock` 48.0 ms held, 200 ms waited (19 returns)."),
+            "{md}"
+        );
+        assert!(!md.contains("`conditional` 0"), "{md}");
+        let md = markdown(Some(&expiry_shape()), &[unlocked], &[]);
+        assert!(!md.contains("go back under its lock"), "{md}");
     }
 
     #[test]

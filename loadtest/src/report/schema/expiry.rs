@@ -75,6 +75,35 @@ pub struct ExpiryCost {
     /// How its buyers paid.
     #[serde(default)]
     pub payments: ExpiryPayments,
+    /// The seller's lock the sweeps' returns took during the loops with them (units sold
+    /// through an unfenced locked strategy go back under its lock).
+    #[serde(default)]
+    pub return_lock: ReturnLockUse,
+}
+
+/// How the returns of the loops with the sweep used the seller's lock, every instance's
+/// counters (`seckill_return_lock*`) read before and after each of those loops.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ReturnLockUse {
+    /// Times a return took the lock.
+    pub taken: u64,
+    /// Seconds returns spent waiting for it, all together.
+    pub waited_seconds: f64,
+    /// Seconds returns held it, all together: what the purchases queued for the lock waited
+    /// behind.
+    pub held_seconds: f64,
+}
+
+impl ReturnLockUse {
+    /// The mean hold of one return, in milliseconds; `None` when no return took the lock.
+    pub fn held_ms_each(&self) -> Option<f64> {
+        (self.taken > 0).then(|| 1000.0 * self.held_seconds / self.taken as f64)
+    }
+
+    /// The mean wait of one return for the lock, in milliseconds.
+    pub fn waited_ms_each(&self) -> Option<f64> {
+        (self.taken > 0).then(|| 1000.0 * self.waited_seconds / self.taken as f64)
+    }
 }
 
 impl ExpiryCost {

@@ -19,7 +19,7 @@ mod scenario;
 pub use baselines::{Baseline, BaselineName, StandardTool, ToolStatus};
 pub use cpu::{CpuUse, GROUPS, ProcessCpu, SATURATED_CORES};
 pub use environment::Environment;
-pub use expiry::{ExpiryCost, ExpiryPayments, ExpiryShape};
+pub use expiry::{ExpiryCost, ExpiryPayments, ExpiryShape, ReturnLockUse};
 pub use findings::{
     BelowBaseline, ClientCheck, ExpiryMiss, Findings, FloodMiss, GroupCpu, MachineLoad,
     OverloadFinding, OverloadMiss, Pace, Peer, SaleFinding, SaleReading, ServerCpu, TimeFinding,
