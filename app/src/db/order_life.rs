@@ -261,7 +261,7 @@ pub async fn expire_from_row(
     Ok(expired.len() as u64)
 }
 
-/// The first step of a return in two (see [`arrived_in_row`]): moves those of `orders` (all
+/// The first step of a return in two (see [`arrive`]): moves those of `orders` (all
 /// of product `product_id`, whose stock is its row) that are still reserved and due to
 /// `expiring` and gives their buyers' counts back, in `conn`'s transaction (see
 /// [`begin_batch`]), locked as [`expire_from_row`] locks them; the row is not touched. Their
@@ -300,25 +300,21 @@ async fn end_due_with_quota(
     Ok(due.into_iter().map(|(id, _, q)| (id, q)).collect())
 }
 
-/// The second step of a return in two: those of `orders` (ids and quantities, all of product
-/// `product_id`, whose stock is its row) still in `from` (`expiring`, `cancelling`) move to
-/// `to` (`expired`, `cancelled`) and their units go back to the row, in `conn`'s transaction
-/// (see [`begin_batch`]). How many orders arrived (fewer: another sweep finished some first).
+/// The orders' half of a return's second step: those of `orders` (ids and quantities) still in
+/// `from` (`expiring`, `cancelling`) move to `to` (`expired`, `cancelled`), in `conn`'s
+/// transaction (see [`begin_batch`]). How many orders arrived, and their units, which the
+/// same transaction must give back ([`give_back_to_row`]) before it commits: fewer than
+/// `orders` when another sweep finished some first.
 ///
-/// The units of an order sold through an unfenced locked strategy go back under its lock (see
-/// [`crate::lifecycle`]); this is all the lock has to cover. The first step ended the orders
-/// and gave the counts back without it, so that purchases queued for the lock wait behind a
-/// statement per quantity and the row's write, not behind the batch's bookkeeping. The
-/// `state = from` in each `UPDATE` is the once-only token: of two finishers, InnoDB's row
+/// The `state = from` in each `UPDATE` is the once-only token: of two finishers, InnoDB's row
 /// locks let one move an order and the other find it moved, and each gives back only the units
 /// of the orders it moved, counted per quantity from the rows each statement changed.
-pub async fn arrived_in_row(
+pub async fn arrive(
     conn: &mut MySqlConnection,
-    product_id: u64,
     orders: &[(u64, u32)],
     from: OrderState,
     to: OrderState,
-) -> Result<u64, sqlx::Error> {
+) -> Result<(u64, i64), sqlx::Error> {
     let mut by_quantity: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
     for (id, quantity) in orders {
         by_quantity.entry(*quantity).or_default().push(*id);
@@ -338,10 +334,7 @@ pub async fn arrived_in_row(
         arrived += changed;
         units += i64::try_from(changed).unwrap_or(i64::MAX) * i64::from(quantity);
     }
-    if units > 0 {
-        give_back_to_row(conn, product_id, units).await?;
-    }
-    Ok(arrived)
+    Ok((arrived, units))
 }
 
 /// Moves those of `orders` that are still reserved and due to `expiring`, in `conn`'s

@@ -196,9 +196,9 @@ async fn end_in_two_steps(
 ///
 /// Units an unfenced locked strategy sold go back under its lock (see [`super`]), in two
 /// steps so that the lock covers only the write that needs it: the orders to `expiring` and
-/// the buyers' counts back first, without the lock; then, under it, the orders' arrival and
-/// the row's write. Purchases waiting for the lock wait behind two writes and a commit, not
-/// the batch's eight round trips. A crash between the steps leaves the orders `expiring`, for
+/// the buyers' counts back first, without the lock; then the orders' arrival, and under the
+/// lock the row's write ([`finish_in_row`]). Purchases waiting for the lock wait behind one
+/// write and a commit, not the batch's ten round trips and hundreds of rows. A crash between the steps leaves the orders `expiring`, for
 /// any sweep to finish after the return grace, as the Redis counter's are.
 pub(super) async fn expire_in_database(
     life: &Lifecycle,
@@ -243,8 +243,19 @@ pub(super) async fn expire_in_database(
 }
 
 /// Brings home the units of those of `orders` (ids and quantities; of `product`, whose stock
-/// is its row, sold through `strategy`) still `on_the_way`, under the strategy's lock: the
-/// second step of a return in two. Safe to run again, by anyone, at any time.
+/// is its row, sold through `strategy`) still `on_the_way`: the second step of a return in
+/// two. Safe to run again, by anyone, at any time.
+///
+/// The orders arrive first, in the transaction, and only then is the strategy's lock taken, for
+/// the row's write and the commit alone: every purchase queued for the lock waits for as long
+/// as a return holds it, and moving a batch's orders (a hundred rows and their index entries)
+/// under it was most of that hold. The lock still covers all that needs it, since a holder's
+/// read and absolute write concern the row, not the orders, and the orders' move and the row's
+/// write commit together. While it waits for the lock, the transaction holds the batch's order
+/// rows, which no holder of the lock writes: a purchase inserts its own order, and a retry of
+/// one of these orders' request ids finds its key unchanged (a change of state does not lock
+/// the purchase key's entry). A batch that finds every order already arrived (another sweep
+/// finished them) takes no lock at all.
 pub(super) async fn finish_in_row(
     life: &Lifecycle,
     product: u64,
@@ -255,19 +266,27 @@ pub(super) async fn finish_in_row(
     if orders.is_empty() {
         return Ok(());
     }
-    let done = arrival(on_the_way);
-    // The transaction is opened first, so that the lock covers its two writes and its commit,
-    // not the round trips that open it; it holds no row until its first write, so no holder
-    // of the lock waits on one of ours while we wait for the lock.
     let mut conn = life.pool.acquire().await?;
     let mut tx = order_life::begin_batch(&mut conn).await?;
-    let lock = life.lock_for_return(product, strategy).await?;
-    let arrived = order_life::arrived_in_row(&mut tx, product, orders, on_the_way, done).await?;
+    let (arrived, units) =
+        order_life::arrive(&mut tx, orders, on_the_way, arrival(on_the_way)).await?;
+    if arrived == 0 {
+        tx.commit().await?;
+        return Ok(());
+    }
+    let lock = match life.lock_for_return(product, strategy).await {
+        Ok(lock) => lock,
+        Err(e) => {
+            // Not granted: the orders stay on their way, for a later round; their rows are
+            // let go now, not when the connection is next used.
+            tx.rollback().await?;
+            return Err(e);
+        }
+    };
+    order_life::give_back_to_row(&mut tx, product, units).await?;
     commit(life, tx, lock).await?;
     drop(conn);
-    if arrived > 0 {
-        life.stock_back(product).await;
-    }
+    life.stock_back(product).await;
     Ok(())
 }
 

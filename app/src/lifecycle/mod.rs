@@ -59,17 +59,18 @@
 //! write over a return made between its read and its write: the returned units would vanish
 //! (undersell). So the units of an order such a strategy sold go back holding its lock
 //! (the order records the strategy; [`crate::strategy::StockStrategy::lock_for_return`]), one
-//! acquisition per batch, taken before the return locks any row, as a purchase takes it. The
+//! acquisition per batch. The
 //! fenced and `optimistic` strategies see the version bump and read again, and need no lock;
 //! `naive` writes over returns as it writes over other buyers (it is the unsafe baseline).
 //!
 //! Every purchase of such a strategy waits for whatever runs under its lock, so these returns
 //! take two transactions, as the Redis counter's do: the conditional state change to `expiring`
-//! / `cancelling` with the buyer's quota, committed without the lock; then, under it, the
-//! order's arrival (`expiring` → `expired`, conditional: the once-only token) with the row's
-//! increment. The lock covers the write that needs it, not the batch's bookkeeping, which every
-//! purchase queued for the lock would otherwise wait behind. A crash between the two leaves
-//! the order on its way, finished by a sweep after the return grace.
+//! / `cancelling` with the buyer's quota, committed without the lock; then the order's arrival
+//! (`expiring` → `expired`, conditional: the once-only token) and, under the lock, the row's
+//! increment, committed together. The lock covers the write that needs it and the commit, not
+//! the batch's bookkeeping nor its orders, which every purchase queued for the lock would
+//! otherwise wait behind. A crash between the two leaves the order on its way, finished by a
+//! sweep after the return grace.
 
 mod home;
 pub mod sweep;

@@ -16,8 +16,8 @@
 //! transaction that writes the row once ([`order_life::expire_from_row`]): every return is a
 //! write of the very row the purchases queue on, and one per order would put a batch of them in
 //! that queue. (One batch per strategy that sold them: the units an unfenced locked strategy
-//! sold go back holding its lock, in a second step that covers only the orders' arrival and
-//! the row's write, see [`home::expire_in_database`].) Those of a product whose stock is in Redis
+//! sold go back holding its lock, in a second step in which the lock covers only the row's
+//! write and the commit, see [`home::expire_in_database`].) Those of a product whose stock is in Redis
 //! are expired together too, each step once for the batch ([`home::expire_from_redis`]): one
 //! transaction moves them to `expiring`, one script gives every charge back, one update records
 //! the arrivals — three round trips instead of three per order, on the Redis connection every
