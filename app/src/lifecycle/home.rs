@@ -198,8 +198,9 @@ async fn end_in_two_steps(
 /// steps so that the lock covers only the write that needs it: the orders to `expiring` and
 /// the buyers' counts back first, without the lock; then the orders' arrival, and under the
 /// lock the row's write ([`finish_in_row`]). Purchases waiting for the lock wait behind one
-/// write and a commit, not the batch's ten round trips and hundreds of rows. A crash between the steps leaves the orders `expiring`, for
-/// any sweep to finish after the return grace, as the Redis counter's are.
+/// write and a commit, not the batch's ten round trips and hundreds of rows. A crash between
+/// the steps leaves the orders `expiring`, for any sweep to finish after the return grace, as
+/// the Redis counter's are.
 pub(super) async fn expire_in_database(
     life: &Lifecycle,
     product: u64,
@@ -254,7 +255,12 @@ pub(super) async fn expire_in_database(
 /// write commit together. While it waits for the lock, the transaction holds the batch's order
 /// rows, which no holder of the lock writes: a purchase inserts its own order, and a retry of
 /// one of these orders' request ids finds its key unchanged (a change of state does not lock
-/// the purchase key's entry). A batch that finds every order already arrived (another sweep
+/// the purchase key's entry). One chain of waits remains, rare and bounded: another
+/// instance's sweep that read the same orders as still due before this one moved them waits
+/// for them holding their buyers' counts, and a new purchase by one of those buyers, holding
+/// the lock, waits for that count; the lock's wait budget ends it (InnoDB's deadlock check,
+/// at once, for the locks that are rows of this database), the return rolling back to be
+/// finished by a later round. A batch that finds every order already arrived (another sweep
 /// finished them) takes no lock at all.
 pub(super) async fn finish_in_row(
     life: &Lifecycle,
