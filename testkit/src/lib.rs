@@ -8,6 +8,7 @@ pub mod client;
 pub mod connections;
 pub mod crowd;
 pub mod launch;
+pub mod metrics;
 pub mod process;
 pub mod wire;
 

@@ -77,28 +77,6 @@ pub async fn end(
     Ok(done.rows_affected() == 1)
 }
 
-/// `from` (`expiring` or `cancelling`) → `to` (`expired` or `cancelled`) for each of
-/// `orders`: their units arrived. How many changed (fewer: someone else recorded an arrival
-/// first).
-pub async fn arrived(
-    pool: &MySqlPool,
-    orders: &[u64],
-    from: OrderState,
-    to: OrderState,
-) -> Result<u64, sqlx::Error> {
-    if orders.is_empty() {
-        return Ok(0);
-    }
-    let mut arrived = QueryBuilder::<MySql>::new("UPDATE orders SET state = ");
-    arrived
-        .push_bind(to.name())
-        .push(", returned_at = NOW(6) WHERE state = ")
-        .push_bind(from.name())
-        .push(" AND id ");
-    push_in(&mut arrived, orders.iter().copied());
-    Ok(arrived.build().execute(pool).await?.rows_affected())
-}
-
 /// The order's state, read without a lock (the unchecked variants' "check").
 pub async fn read_state(
     conn: &mut MySqlConnection,
@@ -300,11 +278,13 @@ async fn end_due_with_quota(
     Ok(due.into_iter().map(|(id, _, q)| (id, q)).collect())
 }
 
-/// The orders' half of a return's second step: those of `orders` (ids and quantities) still in
-/// `from` (`expiring`, `cancelling`) move to `to` (`expired`, `cancelled`), in `conn`'s
-/// transaction (see [`begin_batch`]). How many orders arrived, and their units, which the
-/// same transaction must give back ([`give_back_to_row`]) before it commits: fewer than
-/// `orders` when another sweep finished some first.
+/// The orders' half of a return's last step: those of `orders` (ids and quantities) still in
+/// `from` (`expiring`, `cancelling`) move to `to` (`expired`, `cancelled`), on `conn` (in its
+/// transaction, if it is in one: see [`begin_batch`]). How many orders arrived, and their
+/// units: fewer than `orders` when another sweep finished some first. A home in this database
+/// (the row) is given those units in the same transaction before it commits
+/// ([`give_back_to_row`]); a home outside it (the Redis counter) has them back already, and
+/// this records that they arrived.
 ///
 /// The `state = from` in each `UPDATE` is the once-only token: of two finishers, InnoDB's row
 /// locks let one move an order and the other find it moved, and each gives back only the units
@@ -476,18 +456,37 @@ pub async fn oldest_overdue_ms(pool: &MySqlPool) -> Result<u64, sqlx::Error> {
     Ok(late.map_or(0, |ms| u64::try_from(ms).unwrap_or(0)))
 }
 
-/// The id, buyer, request id and state of each of the product's order rows.
+/// One of a product's orders as [`states_of`] reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProductOrder {
+    pub order_id: u64,
+    pub user_id: String,
+    pub request_id: String,
+    pub quantity: u32,
+    pub state: OrderState,
+}
+
+/// The id, buyer, request id, quantity and state of each of the product's order rows.
 pub async fn states_of(
     pool: &MySqlPool,
     product_id: u64,
-) -> Result<Vec<(u64, String, String, OrderState)>, sqlx::Error> {
-    let rows: Vec<(u64, String, String, String)> =
-        sqlx::query_as("SELECT id, user_id, request_id, state FROM orders WHERE product_id = ?")
-            .bind(product_id)
-            .fetch_all(pool)
-            .await?;
+) -> Result<Vec<ProductOrder>, sqlx::Error> {
+    let rows: Vec<(u64, String, String, u32, String)> = sqlx::query_as(
+        "SELECT id, user_id, request_id, quantity, state FROM orders WHERE product_id = ?",
+    )
+    .bind(product_id)
+    .fetch_all(pool)
+    .await?;
     Ok(rows
         .into_iter()
-        .map(|(id, user, request, state)| (id, user, request, OrderState::of(&state)))
+        .map(
+            |(order_id, user_id, request_id, quantity, state)| ProductOrder {
+                order_id,
+                user_id,
+                request_id,
+                quantity,
+                state: OrderState::of(&state),
+            },
+        )
         .collect())
 }

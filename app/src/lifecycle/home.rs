@@ -393,8 +393,9 @@ pub(super) async fn finish_returns(
         .invoke(&redis.give_back_all(product, fields.iter().map(String::as_str)))
         .await?;
     let done = arrival(on_the_way);
-    let ids: Vec<u64> = targets.iter().map(|t| t.order_id).collect();
-    order_life::arrived(&life.pool, &ids, on_the_way, done).await?;
+    let orders: Vec<(u64, u32)> = (targets.iter()).map(|t| (t.order_id, t.quantity)).collect();
+    let mut conn = life.pool.acquire().await?;
+    order_life::arrive(&mut conn, &orders, on_the_way, done).await?;
     if given > 0 && life.forget_on_return {
         // The script announced it to every instance; this one forgets without waiting for it.
         life.shelf.restocked(product);

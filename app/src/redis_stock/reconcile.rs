@@ -81,8 +81,8 @@ struct Found {
     /// Charges whose purchase is voided already (a reconcile fenced it out and could not give
     /// its units back): given back now.
     fenced: Vec<(String, Option<String>)>,
-    /// Orders whose units are on their way back (order id, charge field, state).
-    returning: Vec<(u64, String, OrderState)>,
+    /// Orders whose units are on their way back (order id, quantity, charge field, state).
+    returning: Vec<(u64, u32, String, OrderState)>,
     /// Units of the charges with neither, younger than the grace.
     in_flight_units: i64,
     in_flight: u64,
@@ -98,14 +98,15 @@ pub async fn reconcile(
 ) -> Result<Reconciliation, ReconcileError> {
     let before = read(pool, redis, product, grace).await?;
     let mut released = 0;
-    for (order_id, field, on_the_way) in &before.returning {
+    for (order_id, quantity, field, on_the_way) in &before.returning {
         // The order's own charge: its purchase key is taken, so no retry charges it anew.
         give_back(redis, product, field, None).await?;
         let done = match on_the_way {
             OrderState::Cancelling => OrderState::Cancelled,
             _ => OrderState::Expired,
         };
-        order_life::arrived(pool, &[*order_id], *on_the_way, done).await?;
+        let mut conn = pool.acquire().await?;
+        order_life::arrive(&mut conn, &[(*order_id, *quantity)], *on_the_way, done).await?;
         released += 1;
     }
     for (field, attempt) in &before.fenced {
@@ -198,9 +199,9 @@ async fn read(
         .ok_or(ReconcileError::UnknownProduct(product))?;
     let (mut placed, mut voided) = (HashSet::new(), HashSet::new());
     let mut returning = Vec::new();
-    for (order_id, user, request, state) in order_life::states_of(pool, product).await? {
-        let field = charge::field(&user, &request);
-        match state {
+    for order in order_life::states_of(pool, product).await? {
+        let field = charge::field(&order.user_id, &order.request_id);
+        match order.state {
             OrderState::Reserved | OrderState::Paid => {
                 placed.insert(field);
             }
@@ -208,7 +209,7 @@ async fn read(
                 voided.insert(field);
             }
             OrderState::Expiring | OrderState::Cancelling => {
-                returning.push((order_id, field.clone(), state));
+                returning.push((order.order_id, order.quantity, field.clone(), order.state));
                 placed.insert(field);
             }
             // Back home: a charge record of it is a retry's, in flight or lost as any other.

@@ -32,6 +32,7 @@ use crate::measure::cashier::{Cashier, Till};
 use crate::measure::throughput::{ThroughputPlan, UNLIMITED, settle};
 use crate::report::schema::{ExpiryCost, ExpiryPayments, ExpiryShape, LoadResult, ReturnLockUse};
 use app::api::{ResetProduct, StrategyInfo};
+use testkit::metrics::series_values;
 use testkit::{Api, order_request};
 
 /// The expiry phase's payment window: long enough for a buyer who pays at once to pay in time
@@ -230,9 +231,9 @@ impl ReturnLockCounters {
     /// The counters in `text`, every instance's `/metrics` one after the other.
     fn of(text: &str) -> ReturnLockCounters {
         ReturnLockCounters {
-            taken: total(text, "seckill_return_locks_total"),
-            waited: total(text, "seckill_return_lock_wait_seconds_total"),
-            held: total(text, "seckill_return_lock_held_seconds_total"),
+            taken: series_values(text, "seckill_return_locks_total").sum(),
+            waited: series_values(text, "seckill_return_lock_wait_seconds_total").sum(),
+            held: series_values(text, "seckill_return_lock_held_seconds_total").sum(),
         }
     }
 
@@ -243,14 +244,6 @@ impl ReturnLockCounters {
         into.waited_seconds += (self.waited - before.waited).max(0.0);
         into.held_seconds += (self.held - before.held).max(0.0);
     }
-}
-
-/// The sum of the unlabelled series `name` over every instance in `text`.
-fn total(text: &str, name: &str) -> f64 {
-    (text.lines())
-        .filter_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
-        .filter_map(|value| value.trim().parse::<f64>().ok())
-        .sum()
 }
 
 #[cfg(test)]

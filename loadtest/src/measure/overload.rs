@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use app::api::{ErrorCode, Strategy, StrategyInfo};
+use testkit::metrics::series_values;
 use testkit::{Answer, Api};
 use tokio::sync::broadcast::{Receiver, error::RecvError};
 use tokio::time::Instant;
@@ -136,9 +137,9 @@ pub async fn run_overload(api: &Api, plan: &OverloadPlan<'_>) -> Result<Overload
 /// The purchases of `strategy` the instances admit at once, all together, as their `/metrics`
 /// (`text`, every instance's) say now; `None` when none says.
 pub fn admission_limit(text: &str, strategy: Strategy) -> Option<u64> {
-    let series = format!("seckill_admission_limit{{strategy=\"{strategy}\"}} ");
-    text.lines()
-        .filter_map(|line| line.strip_prefix(&series)?.trim().parse::<u64>().ok())
+    let series = format!("seckill_admission_limit{{strategy=\"{strategy}\"}}");
+    series_values(text, &series)
+        .map(|limit| limit as u64)
         .reduce(|a, b| a + b)
 }
 

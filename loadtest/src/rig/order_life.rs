@@ -7,6 +7,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 
 use app::api::{Home, ResetProduct, Strategy};
+use testkit::metrics::series_values;
 use testkit::{Answer, order_request};
 
 use super::fleet::{Fleet, poll};
@@ -64,7 +65,5 @@ pub async fn metric(fleet: &Fleet, n: usize, name: &str) -> Result<Option<u64>> 
         .await?
         .text()
         .await?;
-    Ok(text
-        .lines()
-        .find_map(|line| line.strip_prefix(name)?.trim().parse().ok()))
+    Ok(series_values(&text, name).next().map(|value| value as u64))
 }
