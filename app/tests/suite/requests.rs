@@ -7,12 +7,12 @@ use common::{TestApp, fresh_database_url, spawn_app, test_config};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-async fn post_raw(app: &TestApp, path: &str, body: &str) -> (StatusCode, Value) {
+async fn post_raw(app: &TestApp, path: &str, body: impl AsRef<[u8]>) -> (StatusCode, Value) {
     let r = app
         .client
         .post(format!("{}{path}", app.url))
         .header("content-type", "application/json")
-        .body(body.to_string())
+        .body(body.as_ref().to_vec())
         .send()
         .await
         .expect("request");
@@ -55,6 +55,16 @@ async fn every_malformed_order_is_refused_with_a_4xx_and_a_message() {
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
     assert_client_error(status, &body, "invalid JSON");
 
+    // A user id whose bytes are not UTF-8 (0xFF) is no JSON either.
+    let (status, body) = post_raw(
+        &app,
+        "/api/products/1/orders",
+        b"{\"user_id\": \"u\xff\", \"quantity\": 1, \"request_id\": \"r\"}",
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_client_error(status, &body, "a body that is not UTF-8");
+
     let (status, body) = post_raw(&app, "/api/products/1/orders", r#"{"user_id": "u"}"#).await;
     assert_client_error(status, &body, "missing fields");
 
@@ -71,6 +81,14 @@ async fn every_malformed_order_is_refused_with_a_4xx_and_a_message() {
         ("over-long user id", order(json!(1), &long, "r-6", None)),
         ("empty request id", order(json!(1), "u", "", None)),
         ("over-long request id", order(json!(1), "u", &long, None)),
+        (
+            "user id with a leading space",
+            order(json!(1), " u", "r-10", None),
+        ),
+        (
+            "request id with a trailing tab",
+            order(json!(1), "u", "r-11\t", None),
+        ),
         (
             "unknown strategy",
             order(json!(1), "u", "r-7", Some("no-such-strategy")),
