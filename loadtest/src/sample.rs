@@ -327,6 +327,7 @@ pub fn flood(
             connections: 200,
             sold_after_flood: 0,
             rounds: 5,
+            paired_percent: None,
         }),
         noop_flood: Some(NoopFlood {
             clicks: 2_000,

@@ -21,7 +21,7 @@ use crate::drive::load::{Window, closed_loop, closed_loop_feeding};
 use crate::live::Feed;
 use crate::measure::cashier::Cashier;
 use crate::measure::flood::FloodPlan;
-use crate::report::schema::RefusalRate;
+use crate::report::schema::{LoadResult, RefusalRate, Spread};
 
 /// How long the buyers of what a flood left keep trying before the product counts as never
 /// sold out (its refusals are then not timed).
@@ -137,6 +137,8 @@ async fn refusal_rate(api: &Api, plan: &FloodPlan<'_>, window: Window) -> Result
             refusals.push(refused().await);
         }
     }
+    let rate = |runs: &[LoadResult]| runs.iter().map(|r| r.attempts_per_sec).collect::<Vec<_>>();
+    let paired_percent = paired_percent(&rate(&refusals), &rate(&noops));
     let median = |runs| combine(runs).map_or(0.0, |run| run.attempts_per_sec);
     Ok(RefusalRate {
         refusals_per_second: median(refusals),
@@ -144,10 +146,51 @@ async fn refusal_rate(api: &Api, plan: &FloodPlan<'_>, window: Window) -> Result
         connections,
         sold_after_flood: 0,
         rounds: ROUNDS,
+        paired_percent,
     })
+}
+
+/// The median, in percent, of each round's refusals per second over the no-ops per second of
+/// the same round; `None` without a round whose no-ops were counted.
+fn paired_percent(refusals: &[f64], noops: &[f64]) -> Option<f64> {
+    let ratios: Vec<f64> = (refusals.iter().zip(noops))
+        .filter(|(_, noop)| **noop > 0.0)
+        .map(|(refused, noop)| 100.0 * refused / noop)
+        .collect();
+    Spread::of(&ratios).map(|spread| spread.median)
 }
 
 /// A purchase of the sold-out product by a late buyer, whom the sale refuses.
 fn late_buyer(prefix: &str, strategy: Strategy, c: usize) -> OrderRequest {
     order_request(format!("late-{c}"), strategy, format!("{prefix}-{c}"), 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_refusals_share_is_the_median_of_each_rounds_own_ratio_not_of_medians_far_apart() {
+        // The machine ran twice as fast in the second round: both kinds doubled alike.
+        let refusals = [70.0, 140.0, 75.0];
+        let noops = [100.0, 200.0, 95.0];
+        let paired = paired_percent(&refusals, &noops).unwrap();
+        assert!((paired - 70.0).abs() < 1e-9, "{paired}");
+        // The medians' quotient mixes rounds: 75 of the third over 100 of the first.
+        let rate = RefusalRate {
+            refusals_per_second: 75.0,
+            noop_per_second: 100.0,
+            connections: 2,
+            sold_after_flood: 0,
+            rounds: 3,
+            paired_percent: Some(paired),
+        };
+        assert!((rate.percent_of_noop() - 70.0).abs() < 1e-9);
+        let unpaired = RefusalRate {
+            paired_percent: None,
+            ..rate
+        };
+        assert!((unpaired.percent_of_noop() - 75.0).abs() < 1e-9);
+        assert_eq!(paired_percent(&[10.0], &[0.0]), None);
+    }
 }

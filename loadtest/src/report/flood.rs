@@ -52,8 +52,9 @@ fn section(
          First clicks: of the first S regular clicks sent, the share that bought; rank: \
          Spearman's correlation between how early a click was sent and whether it bought (1: \
          first come, first served). Refusals once sold out: a closed loop of purchases of the \
-         sold-out product beside `GET /api/noop` on the same connections, medians of {} \
-         alternations; where the flood left units, buyers who click until told `sold_out` buy \
+         sold-out product beside `GET /api/noop` on the same connections, alternated {} times: \
+         the median rate of the refusals, and as a share of the no-op the median of each \
+         round's own ratio (its pair ran back to back); where the flood left units, buyers who click until told `sold_out` buy \
          them first (\"after N more sold\"; not timed if they could not: the loop would buy). \
          ÷ no-op \
          flood: the time until every click was answered over the time the same crowd (the same \

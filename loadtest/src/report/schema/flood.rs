@@ -158,6 +158,13 @@ pub struct RefusalRate {
     /// record it).
     #[serde(default = "three")]
     pub rounds: usize,
+    /// The median of the rounds' own ratios, each round's refusals over the no-ops beside
+    /// them, in percent: a round's pair ran back to back, so a machine that sped up or slowed
+    /// down between rounds moves both alike, where the medians of each kind may come from
+    /// rounds far apart. `None` in runs that did not record it (their share is the medians'
+    /// quotient).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paired_percent: Option<f64>,
 }
 
 fn three() -> usize {
@@ -165,8 +172,12 @@ fn three() -> usize {
 }
 
 impl RefusalRate {
+    /// Refusals per second as a share of the no-ops' rate: the median of the rounds' own
+    /// ratios where the run recorded them.
     pub fn percent_of_noop(&self) -> f64 {
-        100.0 * self.refusals_per_second / self.noop_per_second.max(f64::EPSILON)
+        self.paired_percent.unwrap_or_else(|| {
+            100.0 * self.refusals_per_second / self.noop_per_second.max(f64::EPSILON)
+        })
     }
 }
 
