@@ -278,22 +278,22 @@ async fn end_due_with_quota(
     Ok(due.into_iter().map(|(id, _, q)| (id, q)).collect())
 }
 
-/// The orders' half of a return's last step: those of `orders` (ids and quantities) still in
-/// `from` (`expiring`, `cancelling`) move to `to` (`expired`, `cancelled`), on `conn` (in its
+/// The orders' half of a return's last step: those of `orders` (ids and quantities) still
+/// `on_the_way` move to where it ends (`expiring` to `expired`, `cancelling` to `cancelled`),
+/// on `conn` (in its
 /// transaction, if it is in one: see [`begin_batch`]). How many orders arrived, and their
 /// units: fewer than `orders` when another sweep finished some first. A home in this database
 /// (the row) is given those units in the same transaction before it commits
 /// ([`give_back_to_row`]); a home outside it (the Redis counter) has them back already, and
 /// this records that they arrived.
 ///
-/// The `state = from` in each `UPDATE` is the once-only token: of two finishers, InnoDB's row
+/// The `state = on_the_way` in each `UPDATE` is the once-only token: of two finishers, InnoDB's row
 /// locks let one move an order and the other find it moved, and each gives back only the units
 /// of the orders it moved, counted per quantity from the rows each statement changed.
 pub async fn arrive(
     conn: &mut MySqlConnection,
     orders: &[(u64, u32)],
-    from: OrderState,
-    to: OrderState,
+    on_the_way: OrderState,
 ) -> Result<(u64, i64), sqlx::Error> {
     let mut by_quantity: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
     for (id, quantity) in orders {
@@ -303,9 +303,9 @@ pub async fn arrive(
     for (quantity, ids) in by_quantity {
         let mut moved = QueryBuilder::<MySql>::new("UPDATE orders SET state = ");
         moved
-            .push_bind(to.name())
+            .push_bind(arrival(on_the_way).name())
             .push(", returned_at = NOW(6) WHERE state = ")
-            .push_bind(from.name())
+            .push_bind(on_the_way.name())
             .push(" AND quantity = ")
             .push_bind(quantity)
             .push(" AND id ");
@@ -315,6 +315,14 @@ pub async fn arrive(
         units += i64::try_from(changed).unwrap_or(i64::MAX) * i64::from(quantity);
     }
     Ok((arrived, units))
+}
+
+/// The state an order on its way (`expiring`, `cancelling`) ends in once its units are home.
+fn arrival(on_the_way: OrderState) -> OrderState {
+    match on_the_way {
+        OrderState::Cancelling => OrderState::Cancelled,
+        _ => OrderState::Expired,
+    }
 }
 
 /// Moves those of `orders` that are still reserved and due to `expiring`, in `conn`'s

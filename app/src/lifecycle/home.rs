@@ -274,8 +274,7 @@ pub(super) async fn finish_in_row(
     }
     let mut conn = life.pool.acquire().await?;
     let mut tx = order_life::begin_batch(&mut conn).await?;
-    let (arrived, units) =
-        order_life::arrive(&mut tx, orders, on_the_way, arrival(on_the_way)).await?;
+    let (arrived, units) = order_life::arrive(&mut tx, orders, on_the_way).await?;
     if arrived == 0 {
         tx.commit().await?;
         return Ok(());
@@ -392,10 +391,9 @@ pub(super) async fn finish_returns(
         // order's, so no retry charges the purchase anew.
         .invoke(&redis.give_back_all(product, fields.iter().map(String::as_str)))
         .await?;
-    let done = arrival(on_the_way);
     let orders: Vec<(u64, u32)> = (targets.iter()).map(|t| (t.order_id, t.quantity)).collect();
     let mut conn = life.pool.acquire().await?;
-    order_life::arrive(&mut conn, &orders, on_the_way, done).await?;
+    order_life::arrive(&mut conn, &orders, on_the_way).await?;
     if given > 0 && life.forget_on_return {
         // The script announced it to every instance; this one forgets without waiting for it.
         life.shelf.restocked(product);
@@ -412,14 +410,6 @@ async fn commit(
     match lock {
         Some(lock) => lock.commit(tx, &life.metrics).await,
         None => tx.commit().await,
-    }
-}
-
-/// The state an order on its way (`expiring`, `cancelling`) ends in once its units are home.
-fn arrival(on_the_way: OrderState) -> OrderState {
-    match on_the_way {
-        OrderState::Cancelling => OrderState::Cancelled,
-        _ => OrderState::Expired,
     }
 }
 

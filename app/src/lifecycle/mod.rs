@@ -59,9 +59,9 @@
 //! write over a return made between its read and its write: the returned units would vanish
 //! (undersell). So the units of an order such a strategy sold go back holding its lock
 //! (the order records the strategy; [`crate::strategy::StockStrategy::lock_for_return`]), one
-//! acquisition per batch. The
-//! fenced and `optimistic` strategies see the version bump and read again, and need no lock;
-//! `naive` writes over returns as it writes over other buyers (it is the unsafe baseline).
+//! acquisition per batch. The fenced and `optimistic` strategies see the version bump and read
+//! again, and need no lock; `naive` writes over returns as it writes over other buyers (it is
+//! the unsafe baseline).
 //!
 //! Every purchase of such a strategy waits for whatever runs under its lock, so these returns
 //! take two transactions, as the Redis counter's do: the conditional state change to `expiring`

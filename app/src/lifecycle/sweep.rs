@@ -17,11 +17,11 @@
 //! write of the very row the purchases queue on, and one per order would put a batch of them in
 //! that queue. (One batch per strategy that sold them: the units an unfenced locked strategy
 //! sold go back holding its lock, in a second step in which the lock covers only the row's
-//! write and the commit, see [`home::expire_in_database`].) Those of a product whose stock is in Redis
-//! are expired together too, each step once for the batch ([`home::expire_from_redis`]): one
-//! transaction moves them to `expiring`, one script gives every charge back, one update records
-//! the arrivals — three round trips instead of three per order, on the Redis connection every
-//! purchase of the product shares.
+//! write and the commit, see [`home::expire_in_database`].) Those of a product whose stock is
+//! in Redis are expired together too, each step once for the batch
+//! ([`home::expire_from_redis`]): one transaction moves them to `expiring`, one script gives
+//! every charge back, one update records the arrivals — three round trips instead of three per
+//! order, on the Redis connection every purchase of the product shares.
 //! Returns a dead instance left half-way are finished the same way, a batch per product. Those
 //! of a product whose stock is in buckets are expired together as well, in one transaction that
 //! writes each bucket it gives units to once, last ([`order_life::expire_from_buckets`]): one by one,

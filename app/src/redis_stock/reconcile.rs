@@ -101,12 +101,8 @@ pub async fn reconcile(
     for (order_id, quantity, field, on_the_way) in &before.returning {
         // The order's own charge: its purchase key is taken, so no retry charges it anew.
         give_back(redis, product, field, None).await?;
-        let done = match on_the_way {
-            OrderState::Cancelling => OrderState::Cancelled,
-            _ => OrderState::Expired,
-        };
         let mut conn = pool.acquire().await?;
-        order_life::arrive(&mut conn, &[(*order_id, *quantity)], *on_the_way, done).await?;
+        order_life::arrive(&mut conn, &[(*order_id, *quantity)], *on_the_way).await?;
         released += 1;
     }
     for (field, attempt) in &before.fenced {

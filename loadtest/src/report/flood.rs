@@ -54,8 +54,9 @@ fn section(
          first come, first served). Refusals once sold out: a closed loop of purchases of the \
          sold-out product beside `GET /api/noop` on the same connections, alternated {} times: \
          the median rate of the refusals, and as a share of the no-op the median of each \
-         round's own ratio (its pair ran back to back); where the flood left units, buyers who click until told `sold_out` buy \
-         them first (\"after N more sold\"; not timed if they could not: the loop would buy). \
+         round's own ratio (its pair ran back to back); where the flood left units, buyers who \
+         click until told `sold_out` buy them first (\"after N more sold\"; not timed if they \
+         could not: the loop would buy). \
          ÷ no-op \
          flood: the time until every click was answered over the time the same crowd (the same \
          arrivals, instances and client), sent right after, took to be answered asking \
