@@ -51,6 +51,17 @@ pub enum Command {
     /// Writes the README's results section from a run's report (the committed run's, by
     /// default), or checks that it holds what would be written.
     Readme(ReadmeArgs),
+    /// Serves HTTP's floor: `GET /api/noop` and a purchase refused `sold_out`, with nothing of
+    /// the service behind them (the baselines start it themselves; see `rig::http_floor`).
+    HttpFloor(FloorArgs),
+}
+
+/// Settings of `seckill-bench http-floor`.
+#[derive(Debug, Clone, Args)]
+pub struct FloorArgs {
+    /// Where to listen (port 0: any free port, printed once listening).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub listen: std::net::SocketAddr,
 }
 
 /// Settings of `seckill-bench report`.

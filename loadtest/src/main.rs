@@ -7,8 +7,8 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::Parser;
 use loadtest::cli::{
-    Cli, Command, CompareArgs, HoldArgs, LiveArgs, LockArgs, LockCommand, MatrixArgs, PeersArgs,
-    ReadmeArgs, ReportArgs, RunArgs, ScenarioArgs,
+    Cli, Command, CompareArgs, FloorArgs, HoldArgs, LiveArgs, LockArgs, LockCommand, MatrixArgs,
+    PeersArgs, ReadmeArgs, ReportArgs, RunArgs, ScenarioArgs,
 };
 use loadtest::live::{Feed, Update, server::Live};
 use loadtest::rig::{Target, server_processes, servers};
@@ -36,6 +36,7 @@ fn main() -> Result<()> {
         Command::Compare(args) => compare(&args),
         Command::Report(args) => rerender(&args),
         Command::Readme(args) => readme(&args),
+        Command::HttpFloor(args) => http_floor(&args),
     }
 }
 
@@ -89,6 +90,7 @@ fn run(args: &RunArgs, only_flood: bool) -> Result<()> {
         },
         versions,
         app_binary,
+        bench_binary: std::env::current_exe().context("locating seckill-bench itself")?,
         database: "seckill_bench".into(),
         processes: servers.as_ref().map(server_processes).unwrap_or_default(),
     };
@@ -254,6 +256,10 @@ fn lock_matrix(args: &MatrixArgs) -> Result<()> {
     }
     eprintln!("matrix: {}", dir.join("matrix.md").display());
     Ok(())
+}
+
+fn http_floor(args: &FloorArgs) -> Result<()> {
+    runtime()?.block_on(loadtest::rig::http_floor::serve(args.listen))
 }
 
 fn lock_hold(args: &HoldArgs) -> Result<()> {

@@ -13,6 +13,7 @@ use sqlx::mysql::MySqlPoolOptions;
 
 use crate::measure::baselines::{self, Targets};
 use crate::rig::Target;
+use crate::rig::http_floor::Floor;
 use app::api::{Safety, Strategy, StrategyInfo};
 use testkit::{Apps, Launch};
 
@@ -147,8 +148,11 @@ pub async fn run_watched(
     };
 
     let measured = if settings.baselines {
+        let floor_servers = Floor::start(&target.bench_binary, settings.instances).await?;
+        let floor = Api::new(floor_servers.bases(), None)?;
         let targets = Targets {
             api: &api,
+            floor: &floor,
             database_url: &target.endpoints.database_url,
             redis_url: &target.endpoints.redis_url,
         };

@@ -56,7 +56,10 @@ pub fn of(report: &RunReport) -> Findings {
         overload: (report.overloads.iter())
             .filter_map(super::overload::finding)
             .collect(),
-        flood: super::flood_bars::misses(&report.floods),
+        flood: super::flood_bars::misses(
+            &report.floods,
+            super::flood_bars::http_floor_percent(&report.baselines),
+        ),
         expiry: super::expiry::misses(&report.expiry_costs),
     }
 }

@@ -1,20 +1,33 @@
 //! The flood's bars, judged once into the findings: the fastest safe strategy answers the
 //! whole flood within [`FLOOD_BAR`] times what the same crowd asking `GET /api/noop` takes,
 //! and every safe strategy that sold out refuses the rest at [`REFUSAL_BAR_PERCENT`] of the
-//! no-op rate or more.
+//! no-op rate or more. A refusal's miss carries HTTP's floor of the same run: the share of
+//! the no-op that a refusal with nothing of the service behind it reached.
 
 use app::api::Safety;
 
-use crate::report::schema::{FloodMiss, FloodResult};
+use crate::report::schema::{Baseline, BaselineName, FloodMiss, FloodResult};
 
 /// The fastest safe strategy's time until every click was answered, over the no-op flood's.
 pub const FLOOD_BAR: f64 = 2.0;
 /// Refusals per second once sold out, as a share of `GET /api/noop`'s in the same loop.
 pub const REFUSAL_BAR_PERCENT: f64 = 80.0;
 
-/// The bars `floods` missed. The fastest safe strategy is the one with the least time over
-/// its own no-op flood (each timed right after its flood, so the machine's moment is shared).
-pub fn misses(floods: &[FloodResult]) -> Vec<FloodMiss> {
+/// HTTP's own refusal as a share of its own no-op, in percent: `http-floor-refusal` over
+/// `http-floor-noop` (their medians), when both were measured.
+pub fn http_floor_percent(baselines: &[Baseline]) -> Option<f64> {
+    let rate = |name| {
+        let b = baselines.iter().find(|b| b.name == name)?;
+        Some(b.result.attempts_per_sec).filter(|r| *r > 0.0)
+    };
+    let noop = rate(BaselineName::HttpFloorNoop)?;
+    Some(100.0 * rate(BaselineName::HttpFloorRefusal)? / noop)
+}
+
+/// The bars `floods` missed; `http_floor_percent` (see [`http_floor_percent`]) goes with each
+/// refusal's miss. The fastest safe strategy is the one with the least time over its own
+/// no-op flood (each timed right after its flood, so the machine's moment is shared).
+pub fn misses(floods: &[FloodResult], http_floor_percent: Option<f64>) -> Vec<FloodMiss> {
     let safe = || floods.iter().filter(|f| f.strategy.safety == Safety::Safe);
     let mut misses = Vec::new();
     let fastest = safe()
@@ -39,6 +52,7 @@ pub fn misses(floods: &[FloodResult]) -> Vec<FloodMiss> {
                 strategy: f.strategy.name,
                 percent_of_noop: rate.percent_of_noop(),
                 bar_percent: REFUSAL_BAR_PERCENT,
+                http_floor_percent,
             });
         }
     }
@@ -59,7 +73,7 @@ mod tests {
             flood(Strategy::Batched, 2_500.0, 1_000.0, 90.0),
         ];
         assert_eq!(
-            misses(&floods),
+            misses(&floods, None),
             [FloodMiss::SlowFlood {
                 strategy: Strategy::Batched,
                 answered_ms: 2_500.0,
@@ -77,9 +91,9 @@ mod tests {
             // Unsafe: not a candidate for the fastest, however fast.
             flood(Strategy::Naive, 1_000.0, 1_000.0, 90.0),
         ];
-        assert_eq!(misses(&floods), []);
+        assert_eq!(misses(&floods, None), []);
         let unsafe_only = [flood(Strategy::Naive, 9_000.0, 1_000.0, 10.0)];
-        assert_eq!(misses(&unsafe_only), []);
+        assert_eq!(misses(&unsafe_only, None), []);
     }
 
     #[test]
@@ -92,12 +106,43 @@ mod tests {
             not_sold_out,
         ];
         assert_eq!(
-            misses(&floods),
+            misses(&floods, None),
             [FloodMiss::CostlyRefusals {
                 strategy: Strategy::Batched,
                 percent_of_noop: 63.0,
                 bar_percent: REFUSAL_BAR_PERCENT,
+                http_floor_percent: None,
             }]
         );
+    }
+
+    #[test]
+    fn a_refusals_miss_carries_the_share_a_refusal_with_nothing_behind_it_reached() {
+        let baseline = |name, rate| {
+            let mut b = crate::sample::baseline();
+            b.name = name;
+            b.result.attempts_per_sec = rate;
+            b
+        };
+        let baselines = [
+            baseline(BaselineName::HttpNoop, 900.0),
+            baseline(BaselineName::HttpFloorNoop, 1_000.0),
+            baseline(BaselineName::HttpFloorRefusal, 720.0),
+        ];
+        let floor = http_floor_percent(&baselines).unwrap();
+        assert!((floor - 72.0).abs() < 1e-9, "{floor}");
+        let floods = [flood(Strategy::Batched, 1_500.0, 1_000.0, 70.0)];
+        let found = misses(&floods, Some(floor));
+        let [
+            FloodMiss::CostlyRefusals {
+                http_floor_percent: carried,
+                ..
+            },
+        ] = found.as_slice()
+        else {
+            panic!("one refusal miss expected");
+        };
+        assert_eq!(*carried, Some(floor));
+        assert_eq!(http_floor_percent(&baselines[..2]), None);
     }
 }

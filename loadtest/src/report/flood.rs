@@ -289,7 +289,49 @@ fn went_wrong(floods: &[FloodResult], misses: &[FloodMiss]) -> String {
     for miss in misses {
         let _ = writeln!(md, "- {}", missed(miss));
     }
+    md.push_str(&http_floor(misses));
     format!("\nWhat went wrong in the flood:\n\n{md}")
+}
+
+/// Where HTTP alone puts a refusal beside the no-op, when refusals missed their bar and the
+/// run measured it.
+fn http_floor(misses: &[FloodMiss]) -> String {
+    let shares: Vec<(f64, f64, f64)> = misses
+        .iter()
+        .filter_map(|m| match m {
+            FloodMiss::CostlyRefusals {
+                percent_of_noop,
+                bar_percent,
+                http_floor_percent: Some(floor),
+                ..
+            } => Some((*percent_of_noop, *bar_percent, *floor)),
+            _ => None,
+        })
+        .collect();
+    let Some(&(_, bar, floor)) = shares.first() else {
+        return String::new();
+    };
+    let mut reached: Vec<f64> = shares.iter().map(|s| s.0).collect();
+    reached.sort_by(f64::total_cmp);
+    let median = reached[reached.len() / 2];
+    let mut md = format!(
+        "- HTTP alone: the same purchase, refused with the same `409 sold_out` by servers with \
+         nothing of the service behind their routes (the body read, nothing else), came back at \
+         {floor:.0}% of their own `GET /api/noop` (`http-floor-refusal` over \
+         `http-floor-noop`, this run's baselines). The refusals above reached {median:.0}% \
+         (median)."
+    );
+    if floor < bar {
+        let _ = write!(
+            md,
+            " The bar of {bar}% asks for more than HTTP's own difference between the two \
+             requests leaves (a body to read, a path parameter to route and an answer with a \
+             body, against a bodiless `GET` answered `204`): in this run no refusal of the \
+             service could meet it, however little it did."
+        );
+    }
+    md.push('\n');
+    md
 }
 
 /// A bar of the flood missed, in one sentence.
@@ -310,9 +352,46 @@ fn missed(miss: &FloodMiss) -> String {
             strategy,
             percent_of_noop,
             bar_percent,
+            ..
         } => format!(
             "`{strategy}` refused the sold-out product at {percent_of_noop:.0}% of the rate of \
              `GET /api/noop` on the same connections, below the bar of {bar_percent}%."
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use app::api::Strategy;
+
+    use super::*;
+
+    fn refusal_miss(percent_of_noop: f64, http_floor_percent: Option<f64>) -> FloodMiss {
+        FloodMiss::CostlyRefusals {
+            strategy: Strategy::Batched,
+            percent_of_noop,
+            bar_percent: REFUSAL_BAR_PERCENT,
+            http_floor_percent,
+        }
+    }
+
+    #[test]
+    fn refusals_below_the_bar_are_set_beside_what_http_alone_reached() {
+        let below = http_floor(&[
+            refusal_miss(66.0, Some(72.4)),
+            refusal_miss(70.0, Some(72.4)),
+        ]);
+        assert!(below.contains("came back at 72% of their own"), "{below}");
+        assert!(below.contains("reached 70% (median)"), "{below}");
+        assert!(
+            below.contains("no refusal of the service could meet it"),
+            "{below}"
+        );
+        // HTTP alone above the bar: the refusals' own cost is what missed it.
+        let above = http_floor(&[refusal_miss(66.0, Some(91.0))]);
+        assert!(above.contains("came back at 91%"), "{above}");
+        assert!(!above.contains("could meet it"), "{above}");
+        // A report without the floor's baselines says nothing of it.
+        assert_eq!(http_floor(&[refusal_miss(66.0, None)]), "");
     }
 }

@@ -1,10 +1,12 @@
 //! What a run stands on: the servers (throwaway ones, or the external ones named in the
 //! environment), the fleets of `seckill-app` processes the fault scenarios start, the
-//! clusters they kill members of, and the record of the machine and the servers' settings.
+//! clusters they kill members of, HTTP's floor for the baselines, and the record of the machine
+//! and the servers' settings.
 
 pub mod clusters;
 pub mod environment;
 pub mod fleet;
+pub mod http_floor;
 pub mod order_life;
 pub mod replication;
 
@@ -44,6 +46,8 @@ pub struct Target {
     pub servers: &'static str,
     pub versions: Option<sandbox::Versions>,
     pub app_binary: PathBuf,
+    /// `seckill-bench` itself, which serves HTTP's floor for the baselines (`http-floor`).
+    pub bench_binary: PathBuf,
     /// Database name the app instances create and use.
     pub database: String,
     /// The servers' processes, for CPU accounting (none for external servers).

@@ -9,7 +9,7 @@ use app::api::Strategy;
 use deadpool_redis::redis;
 use sqlx::mysql::MySqlPoolOptions;
 use sqlx::{Connection, MySqlConnection, MySqlPool};
-use testkit::Answer;
+use testkit::{Answer, Api, order_request};
 
 use super::{Item, Plan, Targets};
 use crate::drive::dedicated::Dedicated;
@@ -104,6 +104,27 @@ impl<'a> Bench<'a> {
             Item::Ours(BaselineName::SqlHotRow) => hot_row(self.connections(db), budget).await,
             Item::Sweep(n) => hot_row(self.connections(n), budget).await,
             Item::Ours(BaselineName::RedisLua) => self.redis.run(c, self.plan.window).await,
+            Item::Ours(BaselineName::HttpFloorNoop) => {
+                let api = Arc::new(self.targets.floor.clone());
+                closed_loop(c, budget, move |i| {
+                    let api = api.clone();
+                    async move { api.noop(i as usize).await }
+                })
+                .await
+            }
+            Item::Ours(BaselineName::HttpFloorRefusal) => {
+                // The same request the flood's refusals repeat, built once.
+                let order = Arc::new(Api::prepare_order(
+                    1,
+                    &order_request("late".into(), Strategy::Conditional, "floor".into(), 1),
+                )?);
+                let api = Arc::new(self.targets.floor.clone());
+                closed_loop(c, budget, move |i| {
+                    let (api, order) = (api.clone(), order.clone());
+                    async move { api.send_prepared(i as usize, &order).await }
+                })
+                .await
+            }
             Item::Tool(name) => bail!("{name}'s tool is run by `Bench::tool`"),
         })
     }
@@ -139,7 +160,11 @@ impl<'a> Bench<'a> {
                 let (sha, key) = (self.redis.script.get_hash(), &*self.redis.key);
                 tools::redis_benchmark::measure(url, sha, key, c, operations, limit).await
             }
-            BaselineName::GooseNoop => bail!("goose-noop has no standard tool beside it"),
+            BaselineName::GooseNoop
+            | BaselineName::HttpFloorNoop
+            | BaselineName::HttpFloorRefusal => {
+                bail!("{name} has no standard tool beside it")
+            }
         })
     }
 

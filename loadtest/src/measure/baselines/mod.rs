@@ -13,6 +13,10 @@
 //!   database's own ceiling for a single hot row (row lock + redo log flush per commit).
 //! * `redis-lua`: a check-and-decrement Lua script on one key — the ceiling of every
 //!   Redis-based deduction.
+//! * `http-floor-noop` and `http-floor-refusal`: `GET /api/noop` and a purchase refused
+//!   `sold_out` on servers with nothing of the service behind their routes
+//!   ([`crate::rig::http_floor`]), as many as the app instances: what HTTP alone makes a
+//!   refusal cost beside a no-op, the floor under the flood's refusals once sold out.
 //!
 //! They run in their own database (`seckill_baseline`), created by the app's own migrations,
 //! so they never touch the app's rows.
@@ -39,6 +43,8 @@ use bench::Bench;
 pub struct Targets<'a> {
     /// The app instances (only `GET /api/noop` is used).
     pub api: &'a Api,
+    /// HTTP's floor, as many servers as app instances.
+    pub floor: &'a Api,
     /// Server URL without a database.
     pub database_url: &'a str,
     pub redis_url: &'a str,
@@ -95,7 +101,9 @@ pub fn tool_of(name: BaselineName) -> Option<&'static str> {
         BaselineName::HttpNoop => Some(tools::wrk::TOOL),
         BaselineName::SqlConditional | BaselineName::SqlHotRow => Some(tools::mysqlslap::TOOL),
         BaselineName::RedisLua => Some(tools::redis_benchmark::TOOL),
-        BaselineName::GooseNoop => None,
+        BaselineName::GooseNoop | BaselineName::HttpFloorNoop | BaselineName::HttpFloorRefusal => {
+            None
+        }
     }
 }
 
@@ -208,6 +216,14 @@ fn describe(name: BaselineName, plan: &Plan) -> String {
         ),
         BaselineName::RedisLua => format!(
             "check-and-decrement Lua script on one key ({c} connections): the Redis ceiling"
+        ),
+        BaselineName::HttpFloorNoop => format!(
+            "GET /api/noop on servers with nothing of the service behind their routes, through \
+             the benchmark's client ({c} workers)"
+        ),
+        BaselineName::HttpFloorRefusal => format!(
+            "a purchase's POST answered the service's 409 sold_out by the same servers, its \
+             body read and nothing else ({c} workers): HTTP's own cost of a refusal"
         ),
     }
 }

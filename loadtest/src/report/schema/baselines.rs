@@ -14,15 +14,21 @@ pub enum BaselineName {
     SqlConditional,
     SqlHotRow,
     RedisLua,
+    /// `GET /api/noop` on HTTP's floor (see [`crate::rig::http_floor`]).
+    HttpFloorNoop,
+    /// A purchase refused `sold_out` on HTTP's floor: HTTP's own cost of a refusal.
+    HttpFloorRefusal,
 }
 
 impl BaselineName {
-    pub const ALL: [BaselineName; 5] = [
+    pub const ALL: [BaselineName; 7] = [
         BaselineName::HttpNoop,
         BaselineName::GooseNoop,
         BaselineName::SqlConditional,
         BaselineName::SqlHotRow,
         BaselineName::RedisLua,
+        BaselineName::HttpFloorNoop,
+        BaselineName::HttpFloorRefusal,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -32,6 +38,8 @@ impl BaselineName {
             BaselineName::SqlConditional => "sql-conditional",
             BaselineName::SqlHotRow => "sql-hot-row",
             BaselineName::RedisLua => "redis-lua",
+            BaselineName::HttpFloorNoop => "http-floor-noop",
+            BaselineName::HttpFloorRefusal => "http-floor-refusal",
         }
     }
 
@@ -41,6 +49,7 @@ impl BaselineName {
             BaselineName::HttpNoop | BaselineName::GooseNoop => "app",
             BaselineName::SqlConditional | BaselineName::SqlHotRow => "mariadbd",
             BaselineName::RedisLua => "redis-server",
+            BaselineName::HttpFloorNoop | BaselineName::HttpFloorRefusal => "http-floor",
         }
     }
 }

@@ -79,6 +79,10 @@ pub enum FloodMiss {
         strategy: Strategy,
         percent_of_noop: f64,
         bar_percent: f64,
+        /// HTTP's floor in the same run: `http-floor-refusal` as a share of `http-floor-noop`
+        /// (absent without those baselines).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        http_floor_percent: Option<f64>,
     },
 }
 

@@ -50,6 +50,7 @@ pub fn target() -> Target {
         servers: "shared",
         versions: None,
         app_binary: app_binary(),
+        bench_binary: env!("CARGO_BIN_EXE_seckill-bench").into(),
         database: format!(
             "bench_test_{}",
             &uuid::Uuid::new_v4().simple().to_string()[..12]
