@@ -72,15 +72,7 @@ impl<'a> Bench<'a> {
         let budget = self.plan.window;
         let (c, db) = (self.plan.concurrency, self.plan.db_connections);
         Ok(match item {
-            Item::Ours(BaselineName::HttpNoop) => {
-                // One shared count per request, not one per field of the client.
-                let api = Arc::new(self.targets.api.clone());
-                closed_loop(c, budget, move |i| {
-                    let api = api.clone();
-                    async move { api.noop(i as usize).await }
-                })
-                .await
-            }
+            Item::Ours(BaselineName::HttpNoop) => noops(self.targets.api, c, budget).await,
             Item::Ours(BaselineName::GooseNoop) => {
                 goose::closed_loop(&self.targets.api.bases, c, self.plan.window).await?
             }
@@ -104,14 +96,7 @@ impl<'a> Bench<'a> {
             Item::Ours(BaselineName::SqlHotRow) => hot_row(self.connections(db), budget).await,
             Item::Sweep(n) => hot_row(self.connections(n), budget).await,
             Item::Ours(BaselineName::RedisLua) => self.redis.run(c, self.plan.window).await,
-            Item::Ours(BaselineName::HttpFloorNoop) => {
-                let api = Arc::new(self.targets.floor.clone());
-                closed_loop(c, budget, move |i| {
-                    let api = api.clone();
-                    async move { api.noop(i as usize).await }
-                })
-                .await
-            }
+            Item::Ours(BaselineName::HttpFloorNoop) => noops(self.targets.floor, c, budget).await,
             Item::Ours(BaselineName::HttpFloorRefusal) => {
                 // The same request the flood's refusals repeat, built once.
                 let order = Arc::new(Api::prepare_order(
@@ -178,6 +163,17 @@ impl<'a> Bench<'a> {
 }
 
 /// The bare hot-row UPDATE from one task per connection of `set`.
+/// `GET /api/noop` on `api`'s servers from `workers` workers in a closed loop.
+async fn noops(api: &Api, workers: usize, budget: Window) -> LoadResult {
+    // One shared count per request, not one per field of the client.
+    let api = Arc::new(api.clone());
+    closed_loop(workers, budget, move |i| {
+        let api = api.clone();
+        async move { api.noop(i as usize).await }
+    })
+    .await
+}
+
 async fn hot_row(set: Dedicated, budget: Window) -> LoadResult {
     closed_loop_by_worker(set.len(), budget, move |w, _| {
         let set = set.clone();
