@@ -237,6 +237,13 @@ pub struct RunArgs {
     /// The `seckill-app` binary (default: next to this executable).
     #[arg(long, env = "SECKILL_APP_BIN")]
     pub app_bin: Option<PathBuf>,
+    /// The niceness (`nice(1)`, 0–19) of the servers the run starts: the database, Redis, the
+    /// lock services, the app instances. The load generator stays at its own, so the kernel
+    /// gives it a core first: it stands in for buyers on their own machines, and an open loop
+    /// would otherwise charge its wait for a core to the service. 0: the run's own niceness.
+    #[arg(long, default_value_t = 10, env = "SECKILL_SERVER_NICENESS",
+          value_parser = clap::value_parser!(i32).range(0..=19))]
+    pub server_niceness: i32,
 }
 
 /// How the flood arrives.
@@ -353,6 +360,7 @@ impl RunArgs {
                 Some(self.flood.shape(self.quick, self.instances)?)
             },
             only_flood: false,
+            server_niceness: self.server_niceness,
             overload: (!self.no_overload && !self.only_baselines).then_some(OverloadShape {
                 factor: self.overload_factor,
                 warmup: if self.quick { 0.3 } else { 1.0 },

@@ -78,6 +78,7 @@ fn run(args: &RunArgs, only_flood: bool) -> Result<()> {
         settings.overload = None;
         settings.expiry = None;
     }
+    sandbox::set_server_niceness(settings.server_niceness);
     let app_binary = testkit::locate_app(args.app_bin.as_deref())?;
     let (servers, endpoints) = servers()?;
     let versions = servers.as_ref().and_then(|s| s.versions().ok());

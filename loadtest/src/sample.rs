@@ -220,6 +220,7 @@ pub fn report() -> RunReport {
             only_baselines: false,
             flood: None,
             only_flood: false,
+            server_niceness: 10,
             overload: Some(overload_shape()),
             expiry: Some(expiry_shape()),
         },

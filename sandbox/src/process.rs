@@ -171,8 +171,9 @@ impl Server {
     }
 
     fn spawn_and_wait(&self) -> Result<()> {
-        let mut command = self.launch.command(self.dir());
+        let command = self.launch.command(self.dir());
         let program = command.get_program().to_string_lossy().into_owned();
+        let mut command = crate::at_server_priority(command);
         let log = OpenOptions::new()
             .create(true)
             .append(true)

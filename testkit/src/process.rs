@@ -135,7 +135,7 @@ impl Instance {
         };
         let log = launch.log_dir.join(format!("{name}.log"));
         let file = std::fs::File::create(&log)?;
-        let mut cmd = Command::new(&launch.binary);
+        let mut cmd = sandbox::at_server_priority(Command::new(&launch.binary));
         for var in FOREIGN_ENV {
             cmd.env_remove(var);
         }

@@ -17,7 +17,7 @@ pub fn render(r: &RunReport) -> String {
          sending {} requests of {} unit(s){}; each closed-loop and baseline figure is the median \
          of {} run(s) of {} s (each after {} s warm-up), interleaved across strategies and \
          across baselines, with min–max in parentheses; one open loop of {} s at {}. Total \
-         run time {:.0} s.\n",
+         run time {:.0} s.{}\n",
         r.strategies.len(),
         s.instances,
         s.stock,
@@ -36,7 +36,8 @@ pub fn render(r: &RunReport) -> String {
             ),
             |r| format!("{r} requests/s")
         ),
-        r.duration_seconds
+        r.duration_seconds,
+        prose::priority(s.server_niceness),
     );
     md.push_str("## Summary\n\n");
     md.push_str(&summary_table(r));

@@ -40,6 +40,20 @@ pub fn sale_door(r: &super::schema::RunReport) -> String {
     }
 }
 
+/// Who got a core first, as a sentence to follow the run's description: empty when the servers
+/// ran at the load generator's own niceness.
+pub fn priority(niceness: i32) -> String {
+    match niceness {
+        0 => String::new(),
+        n => format!(
+            " The servers the run started (the database, Redis, the lock services, the app \
+             instances) ran at niceness {n}, the load generator at its own: on shared cores the \
+             kernel gave the generator a core first, as buyers clicking from their own machines \
+             would have one, so that its wait for a core is not counted as the service's."
+        ),
+    }
+}
+
 /// What the sale's buyers do when turned away at the door, as a clause.
 pub fn door_retries(times: u32) -> String {
     match times {

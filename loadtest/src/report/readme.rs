@@ -29,7 +29,7 @@ pub fn section(report: &RunReport, link: &str, picture: Option<&str>) -> String 
         "From [the committed run]({link}) of {} ({} CPUs, {:.0} minutes): a flash sale of {} \
          units to {} concurrent buyers sending {} requests{}, through {} app instances, counted \
          from the database; then each strategy's closed-loop rate and p99 latency, the median \
-         of {} runs of {} s (min–max in parentheses).\n",
+         of {} runs of {} s (min–max in parentheses).{}\n",
         report.started_at,
         report.environment.cpus,
         report.duration_seconds / 60.0,
@@ -40,6 +40,7 @@ pub fn section(report: &RunReport, link: &str, picture: Option<&str>) -> String 
         s.instances,
         s.repetitions,
         s.seconds,
+        super::prose::priority(s.server_niceness),
     );
     let mut t = Table::new([
         ("strategy", Align::Left),
@@ -269,6 +270,31 @@ mod tests {
         assert!(
             section.contains("(a buyer turned away at the door with `503 overloaded` clicks again, up to 100 times)"),
             "{section}"
+        );
+    }
+
+    #[test]
+    fn a_run_whose_servers_ran_nicer_than_the_generator_says_so_and_one_at_the_same_niceness_does_not()
+     {
+        let mut run = report();
+        run.settings.server_niceness = 0;
+        let same = section(&run, "results/x/report.md", None);
+        assert!(!same.contains("niceness"), "{same}");
+        run.settings.server_niceness = 10;
+        let nicer = section(&run, "results/x/report.md", None);
+        assert!(
+            nicer.contains("ran at niceness 10, the load generator at its own"),
+            "{nicer}"
+        );
+        let from_before: crate::report::schema::Settings = serde_json::from_value({
+            let mut v = serde_json::to_value(&run.settings).unwrap();
+            v.as_object_mut().unwrap().remove("server_niceness");
+            v
+        })
+        .unwrap();
+        assert_eq!(
+            from_before.server_niceness, 0,
+            "a run from before the setting"
         );
     }
 

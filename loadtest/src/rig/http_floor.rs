@@ -73,7 +73,8 @@ impl Floor {
         let mut children = Vec::new();
         let mut bases = Vec::new();
         for _ in 0..instances {
-            let mut child = Command::new(binary)
+            let command = sandbox::at_server_priority(std::process::Command::new(binary));
+            let mut child = Command::from(command)
                 .args(["http-floor", "--listen", "127.0.0.1:0"])
                 .stdout(Stdio::piped())
                 .stderr(Stdio::inherit())

@@ -125,6 +125,10 @@ pub struct Settings {
     /// The flood only (`seckill-bench flood`).
     #[serde(default)]
     pub only_flood: bool,
+    /// The niceness the servers the run started ran at; the load generator ran at its own
+    /// (0: the same as the generator's).
+    #[serde(default)]
+    pub server_niceness: i32,
     /// How the overload phase offers its load (`None`: no overload phase).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub overload: Option<OverloadShape>,

@@ -79,6 +79,7 @@ pub fn quick(strategy: Strategy) -> Settings {
         only_baselines: false,
         flood: None,
         only_flood: false,
+        server_niceness: 0,
         overload: None,
         expiry: None,
     }
