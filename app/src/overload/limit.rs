@@ -93,11 +93,27 @@ pub struct Limit {
     epoch: Instant,
 }
 
-/// A purchase admitted by a [`Limit`]: counted in flight until dropped, then as answered.
+/// A purchase admitted by a [`Limit`]: counted in flight until dropped, then as answered
+/// unless it was [turned away](Admitted::turned_away).
 #[derive(Debug)]
 pub struct Admitted {
     limit: Arc<Limit>,
     since: Instant,
+    answered: bool,
+}
+
+impl Admitted {
+    /// The strategy refused this purchase for want of room (a bounded line full): the door's
+    /// refusal, made late. It is not one of the answers the strategy can give: counted as one,
+    /// the quick refusals of a full line would make the strategy look fast and keep the limit
+    /// high, admitting ever more purchases only for them to be refused inside, each after a
+    /// turn at the backend. So its time inside counts and its answer does not: by Little's law
+    /// the purchases in flight, turned away or not, are the purchases the strategy can take per
+    /// second times the time inside per purchase it takes, and that time is what the limit
+    /// holds to the budget.
+    pub fn turned_away(&mut self) {
+        self.answered = false;
+    }
 }
 
 impl Drop for Admitted {
@@ -106,8 +122,10 @@ impl Drop for Admitted {
         let limit = &self.limit;
         limit.in_flight.fetch_sub(1, Ordering::AcqRel);
         limit.inside_us.fetch_add(inside, Ordering::AcqRel);
-        limit.slowest_us.fetch_max(inside, Ordering::AcqRel);
-        limit.answered.fetch_add(1, Ordering::AcqRel);
+        if self.answered {
+            limit.slowest_us.fetch_max(inside, Ordering::AcqRel);
+            limit.answered.fetch_add(1, Ordering::AcqRel);
+        }
         limit.tick();
     }
 }
@@ -155,6 +173,7 @@ impl Limit {
         Some(Admitted {
             limit: Arc::clone(self),
             since: Instant::now(),
+            answered: true,
         })
     }
 
@@ -226,7 +245,8 @@ fn smoothed(before: f64, seen: f64) -> f64 {
 #[derive(Debug, Clone, Copy)]
 struct Window {
     answered: u32,
-    /// The mean time its answered purchases spent inside, in seconds.
+    /// The time inside of the purchases that ended in it, turned away or answered, per
+    /// answered purchase, in seconds: with none turned away, their mean.
     mean_inside: f64,
     /// The longest time one of them spent inside, in seconds.
     slowest_inside: f64,
@@ -382,6 +402,23 @@ mod tests {
     #[test]
     fn the_limit_never_passes_the_ceiling() {
         assert_eq!(next(window(10_000, 0.3), 256, 1.0, None), 256);
+    }
+
+    #[test]
+    fn a_purchase_turned_away_for_want_of_room_counts_its_time_inside_but_not_as_an_answer() {
+        // A fixed limit: no window closes and empties the counts while the test reads them.
+        let limit = Arc::new(Limit::new(Duration::ZERO, 4, 2));
+        let mut refused = limit.enter().expect("a place");
+        let answered = limit.enter().expect("a place");
+        refused.turned_away();
+        std::thread::sleep(Duration::from_millis(2));
+        drop(answered);
+        let inside_one = limit.inside_us.load(Ordering::Acquire);
+        drop(refused);
+        assert_eq!(limit.in_flight.load(Ordering::Acquire), 0);
+        assert_eq!(limit.answered.load(Ordering::Acquire), 1);
+        assert!(limit.inside_us.load(Ordering::Acquire) >= inside_one + 2_000);
+        assert_eq!(limit.enter().map(drop), Some(()), "both places are back");
     }
 
     #[test]

@@ -73,7 +73,7 @@ impl Gate {
         let admitted = self.limit(strategy).enter()?;
         Some(Place {
             _permit: permit,
-            _admitted: admitted,
+            admitted,
         })
     }
 
@@ -135,7 +135,14 @@ impl Gate {
 #[derive(Debug)]
 pub struct Place {
     _permit: OwnedSemaphorePermit,
-    _admitted: Admitted,
+    admitted: Admitted,
+}
+
+impl Place {
+    /// The strategy refused the purchase for want of room: see [`Admitted::turned_away`].
+    pub fn turned_away(&mut self) {
+        self.admitted.turned_away();
+    }
 }
 
 /// A limiter of `rate` per second per key (bursts of as many), if a rate is set.

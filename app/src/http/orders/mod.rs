@@ -202,9 +202,12 @@ async fn place(
     // without an order. A task of its own is not dropped with the handler, and keeps its place
     // among the purchases in flight until it ends.
     let work = tokio::spawn(async move {
-        let _place = place;
+        let mut place = place;
         let _in_flight = state.metrics.purchase_started();
         let answer = run(&state, &strategy, &purchase).await;
+        if let Err(ApiError::Overloaded) = answer {
+            place.turned_away();
+        }
         let outcome = match &answer {
             Ok(Success::Created(_)) => Outcome::Created,
             Ok(Success::Replayed(_)) => Outcome::Replayed,
