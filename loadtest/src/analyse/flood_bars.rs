@@ -24,6 +24,16 @@ pub fn http_floor_percent(baselines: &[Baseline]) -> Option<f64> {
     Some(100.0 * rate(BaselineName::HttpFloorRefusal)? / noop)
 }
 
+/// How many safe strategies of `floods` refused the sold-out product at the bar's share of the
+/// no-op or more.
+pub fn refusals_at_bar(floods: &[FloodResult]) -> usize {
+    (floods.iter())
+        .filter(|f| f.strategy.safety == Safety::Safe)
+        .filter_map(|f| f.after_sold_out)
+        .filter(|rate| rate.percent_of_noop() >= REFUSAL_BAR_PERCENT)
+        .count()
+}
+
 /// The bars `floods` missed; `http_floor_percent` (see [`http_floor_percent`]) goes with each
 /// refusal's miss. The fastest safe strategy is the one with the least time over its own
 /// no-op flood (each timed right after its flood, so the machine's moment is shared).
@@ -114,6 +124,7 @@ mod tests {
                 http_floor_percent: None,
             }]
         );
+        assert_eq!(refusals_at_bar(&floods), 1, "`redis-lua`'s 85%");
     }
 
     #[test]

@@ -289,13 +289,16 @@ fn went_wrong(floods: &[FloodResult], misses: &[FloodMiss]) -> String {
     for miss in misses {
         let _ = writeln!(md, "- {}", missed(miss));
     }
-    md.push_str(&http_floor(misses));
+    md.push_str(&http_floor(
+        misses,
+        crate::analyse::flood_bars::refusals_at_bar(floods),
+    ));
     format!("\nWhat went wrong in the flood:\n\n{md}")
 }
 
 /// Where HTTP alone puts a refusal beside the no-op, when refusals missed their bar and the
-/// run measured it.
-fn http_floor(misses: &[FloodMiss]) -> String {
+/// run measured it; `met` safe strategies' refusals met the bar.
+fn http_floor(misses: &[FloodMiss], met: usize) -> String {
     let shares: Vec<(f64, f64, f64)> = misses
         .iter()
         .filter_map(|m| match m {
@@ -326,9 +329,20 @@ fn http_floor(misses: &[FloodMiss]) -> String {
             md,
             " The bar of {bar}% asks for more than HTTP's own difference between the two \
              requests leaves (a body to read, a path parameter to route and an answer with a \
-             body, against a bodiless `GET` answered `204`): in this run no refusal of the \
-             service could meet it, however little it did."
+             body, against a bodiless `GET` answered `204`)"
         );
+        md.push_str(&match met {
+            0 => ": in this run no refusal of the service could meet it, however little it did."
+                .to_owned(),
+            n => format!(
+                ". {n} safe strateg{} measured above it all the same: each strategy's ratio \
+                 comes from its own rounds right after its flood, HTTP's from the baselines' \
+                 rounds, and a refusal of the service above HTTP's floor, which does less, \
+                 shows how far such rounds differ on this machine, not a refusal that costs \
+                 less than HTTP's.",
+                if n == 1 { "y" } else { "ies" }
+            ),
+        });
     }
     md.push('\n');
     md
@@ -377,21 +391,30 @@ mod tests {
 
     #[test]
     fn refusals_below_the_bar_are_set_beside_what_http_alone_reached() {
-        let below = http_floor(&[
+        let misses = [
             refusal_miss(66.0, Some(72.4)),
             refusal_miss(70.0, Some(72.4)),
-        ]);
+        ];
+        let below = http_floor(&misses, 0);
         assert!(below.contains("came back at 72% of their own"), "{below}");
         assert!(below.contains("reached 70% (median)"), "{below}");
         assert!(
             below.contains("no refusal of the service could meet it"),
             "{below}"
         );
+        // Some strategies measured above the bar and the floor: no claim that none could.
+        let some_met = http_floor(&misses, 2);
+        assert!(!some_met.contains("could meet it"), "{some_met}");
+        assert!(
+            some_met.contains("2 safe strategies measured above it all the same"),
+            "{some_met}"
+        );
         // HTTP alone above the bar: the refusals' own cost is what missed it.
-        let above = http_floor(&[refusal_miss(66.0, Some(91.0))]);
+        let above = http_floor(&[refusal_miss(66.0, Some(91.0))], 0);
         assert!(above.contains("came back at 91%"), "{above}");
         assert!(!above.contains("could meet it"), "{above}");
+        assert!(!above.contains("all the same"), "{above}");
         // A report without the floor's baselines says nothing of it.
-        assert_eq!(http_floor(&[refusal_miss(66.0, None)]), "");
+        assert_eq!(http_floor(&[refusal_miss(66.0, None)], 0), "");
     }
 }
