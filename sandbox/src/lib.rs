@@ -69,7 +69,7 @@ pub use etcd::Etcd;
 pub use etcd_cluster::{EtcdCluster, EtcdMember, EtcdStatus};
 pub use mariadb::MariaDb;
 pub use memcached::Memcached;
-pub use priority::{at_server_priority, server_niceness, set_server_niceness};
+pub use priority::{at_server_priority, set_server_niceness};
 pub use process::{Guardian, Server};
 pub use redis::{Redis, RedisPair};
 pub use redis_sentinel::{MASTER_NAME, RedisSentinelCluster, Sentinel};

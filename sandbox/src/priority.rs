@@ -18,6 +18,8 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::sync::atomic::{AtomicI32, Ordering};
 
+use crate::process::find_program;
+
 static NICENESS: AtomicI32 = AtomicI32::new(0);
 
 /// Servers started from now on run at `niceness` (0: at this process's own; at most 19).
@@ -25,20 +27,18 @@ pub fn set_server_niceness(niceness: i32) {
     NICENESS.store(niceness.clamp(0, 19), Ordering::Release);
 }
 
-/// The niceness servers are started at (0: this process's own).
-pub fn server_niceness() -> i32 {
-    NICENESS.load(Ordering::Acquire)
-}
-
 /// `command`, run at the servers' niceness: through `nice -n N` when one is set, with its
 /// arguments, environment and directory. Unchanged when none is set, or when its program
 /// cannot be found (so that spawning it fails with that program's name).
 pub fn at_server_priority(command: Command) -> Command {
-    niced(command, server_niceness())
+    niced(command, NICENESS.load(Ordering::Acquire))
 }
 
 fn niced(command: Command, niceness: i32) -> Command {
-    let Some(program) = resolve(&command).filter(|_| niceness > 0) else {
+    if niceness <= 0 {
+        return command;
+    }
+    let Some(program) = resolve(&command) else {
         return command;
     };
     let mut niced = Command::new("nice");
@@ -59,16 +59,11 @@ fn niced(command: Command, niceness: i32) -> Command {
     niced
 }
 
-/// The program's path: as given when it names a file, else the first match on `PATH`.
+/// The program's path, where [`find_program`] finds it; `None` when it finds no file (it
+/// falls back to the bare name, which names none here).
 fn resolve(command: &Command) -> Option<PathBuf> {
-    let program = PathBuf::from(command.get_program());
-    if program.components().count() > 1 {
-        return program.is_file().then_some(program);
-    }
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|dir| dir.join(&program))
-        .find(|p| p.is_file())
+    let found = find_program(&command.get_program().to_string_lossy());
+    (found.components().count() > 1 && found.is_file()).then_some(found)
 }
 
 #[cfg(test)]

@@ -162,7 +162,6 @@ impl<'a> Bench<'a> {
     }
 }
 
-/// The bare hot-row UPDATE from one task per connection of `set`.
 /// `GET /api/noop` on `api`'s servers from `workers` workers in a closed loop.
 async fn noops(api: &Api, workers: usize, budget: Window) -> LoadResult {
     // One shared count per request, not one per field of the client.
@@ -174,6 +173,7 @@ async fn noops(api: &Api, workers: usize, budget: Window) -> LoadResult {
     .await
 }
 
+/// The bare hot-row UPDATE from one task per connection of `set`.
 async fn hot_row(set: Dedicated, budget: Window) -> LoadResult {
     closed_loop_by_worker(set.len(), budget, move |w, _| {
         let set = set.clone();
