@@ -157,6 +157,7 @@ pub async fn build_with(
     let gate = Arc::new(overload::Gate::new(
         config.max_in_flight,
         Duration::from_millis(config.latency_budget_ms),
+        |strategy| overload::floor_of(strategy, config.batch_max),
         config.rate_per_user,
         config.rate_per_address,
         Duration::from_millis(config.request_timeout_ms),

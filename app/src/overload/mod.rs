@@ -24,6 +24,17 @@ pub use limit::{Admitted, Limit, WINDOW};
 /// The fewest purchases of a strategy an instance admits at once, however slowly it answers.
 pub const FLOOR: u32 = 4;
 
+/// The fewest purchases of `strategy` an instance admits at once: [`FLOOR`], or a whole batch
+/// of `batch_max` for a strategy that serves its purchases together. A batch takes one round
+/// trip whatever its size, so admitting fewer than one shortens no purchase's wait; it only
+/// makes the batches, and what the strategy sells, smaller.
+pub fn floor_of(strategy: Strategy, batch_max: u32) -> u32 {
+    match strategy {
+        Strategy::Batched => batch_max.max(FLOOR),
+        _ => FLOOR,
+    }
+}
+
 /// How often the rate limiters forget the buyers and addresses they have not seen lately.
 const FORGET_EVERY: Duration = Duration::from_secs(60);
 
@@ -40,11 +51,12 @@ pub struct Gate {
 
 impl Gate {
     /// At most `max_in_flight` purchases at once, and of each strategy as many as it answers
-    /// within `budget` (a zero budget: `max_in_flight` of each); `per_user` and `per_address`
-    /// purchases per second (bursts of as many) when set.
+    /// within `budget` (a zero budget: `max_in_flight` of each), never fewer than `floor` of it;
+    /// `per_user` and `per_address` purchases per second (bursts of as many) when set.
     pub fn new(
         max_in_flight: u32,
         budget: Duration,
+        floor: impl Fn(Strategy) -> u32,
         per_user: Option<u32>,
         per_address: Option<u32>,
         request_timeout: Duration,
@@ -55,7 +67,7 @@ impl Gate {
             )),
             limits: Strategy::ALL
                 .iter()
-                .map(|_| Arc::new(Limit::new(budget, FLOOR, max_in_flight)))
+                .map(|&strategy| Arc::new(Limit::new(budget, floor(strategy), max_in_flight)))
                 .collect(),
             per_user: keyed(per_user),
             per_address: keyed(per_address),
@@ -154,4 +166,26 @@ fn keyed<K: Hash + Eq + Clone>(rate: Option<u32>) -> Option<DefaultKeyedRateLimi
 fn forget_idle<K: Hash + Eq + Clone>(limiter: &DefaultKeyedRateLimiter<K>) {
     limiter.retain_recent();
     limiter.shrink_to_fit();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_strategy_that_serves_purchases_together_is_never_limited_below_one_batch() {
+        assert_eq!(floor_of(Strategy::Batched, 64), 64);
+        assert_eq!(floor_of(Strategy::Batched, 1), FLOOR);
+        assert_eq!(floor_of(Strategy::Conditional, 64), FLOOR);
+        let gate = Gate::new(
+            256,
+            Duration::from_millis(200),
+            |s| floor_of(s, 64),
+            None,
+            None,
+            Duration::from_secs(1),
+        );
+        assert_eq!(gate.limit(Strategy::Batched).floor(), 64);
+        assert_eq!(gate.limit(Strategy::Pessimistic).floor(), FLOOR);
+    }
 }

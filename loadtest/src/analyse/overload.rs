@@ -1,6 +1,7 @@
 //! The bars of the overload phase, and which of them each strategy missed, with the figures
-//! that say why: accepted purchases answered within a second (p99, from the due time), the
-//! excess refused `503 overloaded` within milliseconds, nothing answered any other slow way,
+//! that say why: accepted purchases answered within a second (p99, from the due time), at
+//! least half of the capacity still accepted, the excess refused `503 overloaded` within
+//! milliseconds, nothing answered any other slow way,
 //! and the app instances' memory flat while the overload goes on.
 
 use app::api::ErrorCode;
@@ -10,6 +11,9 @@ use crate::report::schema::{OverloadFinding, OverloadMiss, OverloadResult};
 
 /// The p99 of accepted purchases, from their due time, must stay under this.
 pub const ACCEPTED_P99_BAR_US: u64 = 1_000_000;
+/// The purchases accepted per second must stay at least this share of the capacity: a service
+/// that refuses the excess by refusing most of what it could serve has not held the crowd.
+pub const ACCEPTED_SHARE_BAR: f64 = 0.5;
 /// The p99 of refusals, from their due time, must stay under this: "within milliseconds".
 pub const REFUSAL_P99_BAR_US: u64 = 10_000;
 /// The memory counts as flat while its peak stays within this share of the memory at the end
@@ -33,6 +37,16 @@ pub fn finding(o: &OverloadResult) -> Option<OverloadFinding> {
             in_flight_limit: o.admission_limit.unwrap_or(o.in_flight_limit),
             accepted_per_second: o.load.successes_per_sec,
             overloaded: o.overloaded(),
+        });
+    }
+    if o.capacity_per_second > 0.0
+        && o.load.successes_per_sec < ACCEPTED_SHARE_BAR * o.capacity_per_second
+    {
+        misses.push(OverloadMiss::FewAccepted {
+            accepted_per_second: o.load.successes_per_sec,
+            capacity_per_second: o.capacity_per_second,
+            bar_share: ACCEPTED_SHARE_BAR,
+            in_flight_limit: o.admission_limit.unwrap_or(o.in_flight_limit),
         });
     }
     let refused = &o.from_due.overloaded;
@@ -104,6 +118,29 @@ mod tests {
     #[test]
     fn a_strategy_within_every_bar_has_no_finding() {
         assert_eq!(finding(&overload(200_000, 2_000, 0)), None);
+    }
+
+    #[test]
+    fn a_strategy_that_accepted_less_than_half_its_capacity_misses_the_accepted_share() {
+        let mut o = overload(200_000, 2_000, 0);
+        o.capacity_per_second = 1_000.0;
+        let f = finding(&o).expect("a miss");
+        let [
+            OverloadMiss::FewAccepted {
+                accepted_per_second,
+                capacity_per_second,
+                ..
+            },
+        ] = f.misses.as_slice()
+        else {
+            panic!("{f:?}");
+        };
+        assert_eq!(
+            (*accepted_per_second, *capacity_per_second),
+            (400.0, 1_000.0)
+        );
+        o.capacity_per_second = 800.0;
+        assert_eq!(finding(&o), None, "half of the capacity meets the bar");
     }
 
     #[test]

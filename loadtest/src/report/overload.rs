@@ -7,7 +7,8 @@ use std::fmt::Write;
 use super::schema::{LatencySummary, OverloadFinding, OverloadMiss, OverloadResult, OverloadShape};
 use super::table::Table;
 use crate::analyse::overload::{
-    ACCEPTED_P99_BAR_US, MEMORY_MARGIN_BYTES, MEMORY_MARGIN_SHARE, REFUSAL_P99_BAR_US,
+    ACCEPTED_P99_BAR_US, ACCEPTED_SHARE_BAR, MEMORY_MARGIN_BYTES, MEMORY_MARGIN_SHARE,
+    REFUSAL_P99_BAR_US,
 };
 
 /// The section, or nothing when the run had no overload phase.
@@ -46,8 +47,8 @@ fn describe(shape: &OverloadShape, overloads: &[OverloadResult]) -> String {
          exist to show a race, not to be run) is offered {} × its capacity in an open loop for \
          {} s after {} s of warm-up, from {} connections, on a product that cannot sell out \
          (emptied afterwards). The instances refuse past {} purchases in flight together{}. The \
-         bars: accepted purchases answered within {} s at p99, the excess refused \
-         `503 overloaded` within {} ms at p99, no answer of any other kind slower than that, \
+         bars: accepted purchases answered within {} s at p99, at least {:.0}% of the capacity \
+         accepted, the excess refused `503 overloaded` within {} ms at p99, no answer of any other kind slower than that, \
          and the memory flat — its peak within {:.0}% or {} MiB (whichever is more) of the \
          memory at the end of the warm-up.",
         shape.factor,
@@ -57,6 +58,7 @@ fn describe(shape: &OverloadShape, overloads: &[OverloadResult]) -> String {
         first.in_flight_limit,
         budget(first.latency_budget_ms),
         ACCEPTED_P99_BAR_US / 1_000_000,
+        100.0 * ACCEPTED_SHARE_BAR,
         REFUSAL_P99_BAR_US / 1_000,
         100.0 * MEMORY_MARGIN_SHARE,
         MEMORY_MARGIN_BYTES >> 20,
@@ -109,7 +111,7 @@ fn table(overloads: &[OverloadResult]) -> String {
             o.admission_limit
                 .map_or_else(|| o.in_flight_limit.to_string(), |l| l.to_string()),
             format!("{:.0}", o.load.attempts_per_sec),
-            format!("{:.0}", o.load.successes_per_sec),
+            accepted(o),
             format!("{} ({:.0}%)", o.overloaded(), 100.0 * o.refused_share()),
             other(o),
         ];
@@ -131,6 +133,19 @@ fn table(overloads: &[OverloadResult]) -> String {
         t.row(row);
     }
     t.render()
+}
+
+/// The purchases accepted per second, and their share of the capacity.
+fn accepted(o: &OverloadResult) -> String {
+    let per_second = o.load.successes_per_sec;
+    if o.capacity_per_second > 0.0 {
+        format!(
+            "{per_second:.0} ({:.0}%)",
+            100.0 * per_second / o.capacity_per_second
+        )
+    } else {
+        format!("{per_second:.0}")
+    }
 }
 
 /// The answers neither a purchase nor `503 overloaded`, and the tickets never sent.
@@ -204,6 +219,20 @@ pub fn miss(m: &OverloadMiss) -> String {
             };
             format!("{head} {why}")
         }
+        OverloadMiss::FewAccepted {
+            accepted_per_second,
+            capacity_per_second,
+            bar_share,
+            in_flight_limit,
+        } => format!(
+            "it accepted {accepted_per_second:.0} purchases/s, {:.0}% of its capacity of \
+             {capacity_per_second:.0}/s (bar {:.0}%), with {in_flight_limit} admitted at once when \
+             the overload ended: refusing the excess costs cores the purchases need (the app \
+             instances, the backends and the generator share this machine's), and what is left \
+             serves fewer of them.",
+            100.0 * accepted_per_second / capacity_per_second.max(1e-9),
+            100.0 * bar_share,
+        ),
         OverloadMiss::SlowRefusals {
             p99_us,
             bar_us,
@@ -266,7 +295,7 @@ mod tests {
             .unwrap_or_else(|| panic!("no row:\n{md}"));
         assert!(
             row.contains(
-                "| 400 | 1200 | 100 | 1200 | 400 | 800 (67%) | 0 | 100.0 | 200.0 | 200.0 |"
+                "| 400 | 1200 | 100 | 1200 | 400 (100%) | 800 (67%) | 0 | 100.0 | 200.0 | 200.0 |"
             ),
             "{row}"
         );
@@ -286,6 +315,18 @@ mod tests {
         );
         assert!(md.contains("against a limit of 100"), "{md}");
         assert!(!md.contains("Every strategy met"), "{md}");
+    }
+
+    #[test]
+    fn a_strategy_that_accepted_too_little_is_told_with_its_share_of_capacity() {
+        let mut o = overload(200_000, 2_000, 0);
+        o.capacity_per_second = 1_000.0;
+        let f = finding(&o).expect("a miss");
+        let md = went_wrong(&[f]);
+        assert!(
+            md.contains("- `conditional`: it accepted 400 purchases/s, 40% of its capacity of 1000/s (bar 50%)"),
+            "{md}"
+        );
     }
 
     #[test]

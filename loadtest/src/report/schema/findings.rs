@@ -111,6 +111,15 @@ pub enum OverloadMiss {
         /// `503 overloaded` answers: none means the limit never turned anyone away.
         overloaded: u64,
     },
+    /// It accepted less than the bar's share of its capacity: refusing the excess cost it
+    /// the purchases it could have served.
+    FewAccepted {
+        accepted_per_second: f64,
+        capacity_per_second: f64,
+        bar_share: f64,
+        /// The admission limit of the instances together when the overload ended.
+        in_flight_limit: u64,
+    },
     /// The p99 of `503 overloaded` answers, from their due time, reached the bar.
     SlowRefusals {
         p99_us: u64,

@@ -42,18 +42,31 @@
 //!
 //! The limit stays within `[floor, ceiling]`: the floor keeps a strategy that answers slower
 //! than the budget (a lock holder paused) reachable by a few purchases, so it can show that it
-//! is answering again; the ceiling, the instance's `--max-in-flight`, bounds the memory. A
-//! window in which nothing was answered leaves the limit as it was (there is no time inside to
-//! read), and the capacity too unless purchases waited through it.
+//! is answering again, and keeps a batching strategy fed a whole batch; the ceiling, the
+//! instance's `--max-in-flight`, bounds the memory. A window in which nothing was answered
+//! leaves the limit as it was (there is no time inside to read), and the capacity too unless
+//! purchases waited through it.
+//!
+//! **A fall must shorten the time inside.** Admitting fewer shortens the wait of a line served
+//! one at a time; it does nothing for a time inside that is the service's own (a batch's round
+//! trip on busy cores), where it only lowers the rate, and with it the limit, down to the
+//! floor. So a fall of the limit is put on trial and undone when the time inside did not
+//! follow it ([`descent`]).
 //!
 //! An adaptive limiter that reacts to latency alone (AIMD, Vegas, gradient) finds the
 //! concurrency at which latency starts to grow — for a hot row, about one — and refuses buyers
 //! a batch or a queue would have served within the budget; this one aims at the budget itself,
 //! which is what a buyer waits for.
 
-use std::sync::Arc;
+mod descent;
+mod window;
+
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
+
+use descent::{Descent, Seen};
+use window::{Window, smoothed};
 
 /// How long the rate is counted before the limit is set again.
 pub const WINDOW: Duration = Duration::from_millis(100);
@@ -82,12 +95,8 @@ pub struct Limit {
     inside_us: AtomicU64,
     /// The longest time inside of a purchase answered in the window.
     slowest_us: AtomicU64,
-    /// How many means the slowest purchase took, smoothed over windows (an `f64`'s bits;
-    /// written only by the caller that closes a window).
-    tail_ratio: AtomicU64,
-    /// The purchases answered per second under saturation, smoothed over windows (an `f64`'s
-    /// bits, NaN until the first window with an answer; written as `tail_ratio` is).
-    capacity: AtomicU64,
+    /// What the windows closed so far have read: taken only by the caller closing one.
+    readings: Mutex<Readings>,
     /// When the window opened, in microseconds since `epoch`.
     opened_us: AtomicU64,
     epoch: Instant,
@@ -144,8 +153,7 @@ impl Limit {
             answered: AtomicU32::new(0),
             inside_us: AtomicU64::new(0),
             slowest_us: AtomicU64::new(0),
-            tail_ratio: AtomicU64::new(1.0f64.to_bits()),
-            capacity: AtomicU64::new(f64::NAN.to_bits()),
+            readings: Mutex::new(Readings::default()),
             opened_us: AtomicU64::new(0),
             epoch: Instant::now(),
         }
@@ -175,6 +183,11 @@ impl Limit {
             since: Instant::now(),
             answered: true,
         })
+    }
+
+    /// The fewest purchases it admits at once, however slowly they are answered.
+    pub fn floor(&self) -> u32 {
+        self.floor
     }
 
     /// The purchases it admits at once now.
@@ -216,15 +229,8 @@ impl Limit {
             slowest_inside: slowest_us as f64 / 1e6,
             seconds: lasted as f64 / 1e6,
         };
-        let ratio = window.tail_ratio(f64::from_bits(self.tail_ratio.load(Ordering::Acquire)));
-        self.tail_ratio.store(ratio.to_bits(), Ordering::Release);
-        let aim = self.aim(ratio);
-        let before = f64::from_bits(self.capacity.load(Ordering::Acquire));
-        let capacity = window.capacity((!before.is_nan()).then_some(before), aim);
-        let Some(capacity) = capacity else { return };
-        self.capacity.store(capacity.to_bits(), Ordering::Release);
-        if answered > 0 {
-            let next = window.next_limit(self.current(), capacity, aim, self);
+        let mut readings = self.readings.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(next) = readings.close(window, now as f64 / 1e6, self.current(), self) {
             self.limit.store(next, Ordering::Release);
         }
     }
@@ -236,65 +242,62 @@ impl Limit {
     }
 }
 
-/// `before` moved by one window's weight ([`SMOOTHING`]) towards what the window `seen`.
-fn smoothed(before: f64, seen: f64) -> f64 {
-    before + SMOOTHING * (seen - before)
+/// What the windows closed so far have read.
+#[derive(Debug)]
+struct Readings {
+    /// How many means the slowest purchase took, smoothed over windows.
+    tail_ratio: f64,
+    /// The purchases answered per second under saturation, smoothed over windows (`None`
+    /// until the first window with an answer).
+    capacity: Option<f64>,
+    /// The mean time inside, smoothed over the windows with answers.
+    inside: Option<f64>,
+    descent: Descent,
 }
 
-/// What one window saw.
-#[derive(Debug, Clone, Copy)]
-struct Window {
-    answered: u32,
-    /// The time inside of the purchases that ended in it, turned away or answered, per
-    /// answered purchase, in seconds: with none turned away, their mean.
-    mean_inside: f64,
-    /// The longest time one of them spent inside, in seconds.
-    slowest_inside: f64,
-    seconds: f64,
+impl Default for Readings {
+    fn default() -> Self {
+        Readings {
+            tail_ratio: 1.0,
+            capacity: None,
+            inside: None,
+            descent: Descent::Level,
+        }
+    }
 }
 
-impl Window {
-    /// The ratio of the slowest purchase to the mean after this window, from the one before.
-    fn tail_ratio(self, before: f64) -> f64 {
-        if self.answered < FEWEST_FOR_RATIO || self.mean_inside <= 0.0 {
-            return before;
+impl Readings {
+    /// Reads `window`, closed `now` (seconds), and gives the limit to set after it, from the
+    /// `limit` before it; `None` leaves the limit as it is.
+    fn close(&mut self, window: Window, now: f64, limit: u32, bounds: &Limit) -> Option<u32> {
+        self.tail_ratio = window.tail_ratio(self.tail_ratio);
+        let aim = bounds.aim(self.tail_ratio);
+        self.capacity = Some(window.capacity(self.capacity, aim)?);
+        if window.answered == 0 {
+            return None;
         }
-        let seen = (self.slowest_inside / self.mean_inside).max(1.0);
-        smoothed(before, seen)
-    }
-
-    /// Whether its purchases waited on each other: they spent longer inside than `aim`.
-    fn saturated(self, aim: f64) -> bool {
-        self.answered > 0 && self.mean_inside > aim
-    }
-
-    /// The capacity after this window, from the capacity read `before` (`None`: none yet).
-    /// A saturated window, or one that answered nothing while purchases waited, moves it
-    /// towards its rate; any other only towards a higher rate.
-    fn capacity(self, before: Option<f64>, aim: f64) -> Option<f64> {
-        let rate = f64::from(self.answered) / self.seconds.max(f64::EPSILON);
-        let Some(before) = before else {
-            return (self.answered > 0).then_some(rate);
+        let inside = self.inside.map_or(window.mean_inside, |before| {
+            smoothed(before, window.mean_inside)
+        });
+        self.inside = Some(inside);
+        let proposed = window.next_limit(limit, self.capacity?, aim, bounds);
+        let seen = Seen {
+            now,
+            seconds: window.seconds,
+            answered: window.answered,
+            inside: window.mean_inside,
+            smoothed: inside,
         };
-        let seen = if self.answered == 0 || self.saturated(aim) {
-            rate
-        } else {
-            rate.max(before)
-        };
-        Some(smoothed(before, seen))
-    }
-
-    /// The limit after this window, from the limit before it, the smoothed `capacity` and the
-    /// mean time inside it `aim`s at.
-    fn next_limit(self, limit: u32, capacity: f64, aim: f64, bounds: &Limit) -> u32 {
-        let target = (capacity * aim)
-            .round()
-            .clamp(f64::from(bounds.floor), f64::from(bounds.ceiling)) as u32;
-        if self.saturated(aim) {
-            target
-        } else {
-            limit.max(target)
-        }
+        let next = self.descent.steer(seen, limit, proposed);
+        tracing::trace!(
+            answered = window.answered,
+            inside_ms = window.mean_inside * 1e3,
+            capacity = self.capacity,
+            limit = next,
+            descent = ?self.descent,
+            "limit window"
+        );
+        Some(next)
     }
 }
 
@@ -302,106 +305,52 @@ impl Window {
 mod tests {
     use super::*;
 
-    const BUDGET: Duration = Duration::from_millis(250);
-
-    fn bounds() -> Limit {
-        Limit::new(BUDGET, 4, 256)
-    }
-
-    fn window(answered: u32, mean_inside: f64) -> Window {
-        Window {
-            answered,
-            mean_inside,
-            slowest_inside: mean_inside,
-            seconds: 0.1,
+    /// The limits one instance sets over `windows` windows of 100 ms, from a ceiling of 256
+    /// and a budget of 250 ms, for a strategy whose purchases spend `inside(limit)` seconds
+    /// inside when `limit` are in flight, always as many as the limit allows; the time inside
+    /// of a window is that of the limit in force when its purchases were admitted.
+    fn limits_over(windows: u32, inside: impl Fn(u32) -> f64) -> Vec<u32> {
+        let bounds = Limit::new(Duration::from_millis(250), 4, 256);
+        let mut readings = Readings::default();
+        let mut limits = vec![256];
+        for at in 1..=windows {
+            let now = f64::from(at) / 10.0;
+            let current = *limits.last().expect("a limit");
+            let lag = (inside(current) * 10.0).ceil() as usize;
+            let admitted = limits[limits.len().saturating_sub(lag + 1)];
+            let mean_inside = inside(admitted);
+            let window = Window {
+                answered: (f64::from(admitted) * 0.1 / mean_inside).round() as u32,
+                mean_inside,
+                slowest_inside: mean_inside * 1.2,
+                seconds: 0.1,
+            };
+            let next = readings.close(window, now, current, &bounds);
+            limits.push(next.unwrap_or(current));
         }
-    }
-
-    /// The limit after `window`, from `limit`, a smoothed slowest-to-mean `ratio` and the
-    /// capacity read before (`None`: the first window).
-    fn next(window: Window, limit: u32, ratio: f64, before: Option<f64>) -> u32 {
-        let bounds = bounds();
-        let aim = bounds.aim(ratio);
-        let capacity = window.capacity(before, aim).expect("a window with answers");
-        window.next_limit(limit, capacity, aim, &bounds)
+        limits
     }
 
     #[test]
-    fn a_strategy_whose_purchases_waited_past_the_budget_is_limited_to_what_it_answers_in_it() {
-        // 16 answers in 100 ms: 160/s, 40 within 250 ms; they spent 1.6 s inside.
-        assert_eq!(next(window(16, 1.6), 256, 1.0, None), 40);
+    fn a_line_served_one_at_a_time_is_limited_to_what_it_answers_within_the_budget() {
+        // 500 answers a second whatever the crowd: 125 in flight spend the budget inside.
+        let limits = limits_over(100, |limit| f64::from(limit) / 500.0);
+        let settled = &limits[50..];
+        assert!(
+            settled.iter().all(|&l| (115..=135).contains(&l)),
+            "{settled:?}"
+        );
     }
 
     #[test]
-    fn a_strategy_answering_within_the_budget_keeps_the_limit_its_busy_windows_earned() {
-        // A trickle: its 10 answers a second say nothing of the capacity.
-        assert_eq!(next(window(1, 0.01), 43, 1.0, None), 43);
-        assert_eq!(next(window(1, 0.01), 43, 1.0, Some(172.0)), 43);
-        // A burst answered within the budget is no reason to lower it either.
-        assert_eq!(next(window(3, 0.05), 256, 1.0, None), 256);
-    }
-
-    #[test]
-    fn a_strategy_that_answers_faster_than_its_limit_needs_gets_a_higher_limit() {
-        // At its limit of 40, it answered 400/s in 100 ms each: 100 within the budget.
-        assert_eq!(next(window(40, 0.1), 40, 1.0, None), 100);
-    }
-
-    #[test]
-    fn a_strategy_whose_slowest_purchase_takes_many_means_aims_at_a_shorter_mean() {
-        // The slowest takes six means: aim at half the budget, 125 ms; 160/s, 20 in flight.
-        assert_eq!(next(window(16, 0.2), 40, 6.0, None), 20);
-        // A queue served in order, its slowest at two means: the budget is the aim.
-        assert_eq!(next(window(16, 0.2), 40, 2.0, None), 40);
-    }
-
-    #[test]
-    fn one_lucky_or_unlucky_window_moves_the_capacity_by_a_share_of_what_it_saw() {
-        // An instance whose share of a lock is 500/s (125 within the budget) answered twice
-        // that in one window, within the budget: the limit rises by a fifth of the difference.
-        assert_eq!(next(window(100, 0.2), 125, 1.0, Some(500.0)), 150);
-        // It answered next to nothing in the next one while its purchases waited.
-        assert_eq!(next(window(2, 0.8), 150, 1.0, Some(600.0)), 121);
-        // A window in which nothing was answered while purchases waited counts as rate 0.
-        let waited = window(0, 0.0).capacity(Some(600.0), BUDGET.as_secs_f64());
-        assert_eq!(waited, Some(480.0));
-        // Before any answer, there is no capacity to read.
-        assert_eq!(window(0, 0.0).capacity(None, 0.25), None);
-    }
-
-    #[test]
-    fn under_saturation_the_capacity_follows_the_windows_to_what_they_see() {
-        let saturated = window(16, 1.6);
-        let settled = (0..40).fold(1_000.0, |c, _| {
-            saturated.capacity(Some(c), 0.25).expect("answers")
-        });
-        assert!((settled - 160.0).abs() < 0.5, "{settled}");
-    }
-
-    #[test]
-    fn the_ratio_of_the_slowest_to_the_mean_follows_the_windows_smoothly() {
-        let unfair = Window {
-            slowest_inside: 2.0,
-            ..window(16, 0.2)
-        };
-        // One window of a slowest at ten means moves a ratio of 1 a fifth of the way.
-        let once = unfair.tail_ratio(1.0);
-        assert!((once - 2.8).abs() < 1e-9, "{once}");
-        // Windows on end bring it to what they see.
-        let settled = (0..40).fold(1.0, |r, _| unfair.tail_ratio(r));
-        assert!((settled - 10.0).abs() < 0.01, "{settled}");
-        // A window of too few answers says nothing of it.
-        assert_eq!(window(2, 0.2).tail_ratio(5.0), 5.0);
-    }
-
-    #[test]
-    fn a_strategy_that_answers_slowly_keeps_the_floor_open() {
-        assert_eq!(next(window(1, 3.0), 43, 1.0, None), 4);
-    }
-
-    #[test]
-    fn the_limit_never_passes_the_ceiling() {
-        assert_eq!(next(window(10_000, 0.3), 256, 1.0, None), 256);
+    fn a_batch_whose_round_trip_passes_the_budget_keeps_its_limit_instead_of_falling_to_the_floor()
+    {
+        // Every purchase takes one round trip of 300 ms however many are in flight: admitting
+        // fewer only answers fewer.
+        let limits = limits_over(200, |_| 0.3);
+        let lowest = limits.iter().min().expect("limits");
+        assert!(*lowest >= 192, "fell to {lowest}: {limits:?}");
+        assert_eq!(limits.last(), Some(&256), "{limits:?}");
     }
 
     #[test]
