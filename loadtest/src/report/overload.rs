@@ -208,6 +208,15 @@ pub fn miss(m: &OverloadMiss) -> String {
                      at {accepted_per_second:.0} purchases/s a full limit is {queue:.1} s of \
                      waiting."
                 )
+            } else if queue * 1e6 < *bar_us as f64 && *in_flight > *in_flight_limit as f64 {
+                format!(
+                    "About {in_flight:.0} purchases were outstanding at once (accepted/s × their \
+                     mean time from the send), more than the {in_flight_limit} the service \
+                     admitted at once when the overload ended: its limit was higher while they \
+                     waited and fell since, so those admitted under it waited behind each other \
+                     (at {accepted_per_second:.0} purchases/s, a full limit of {in_flight_limit} \
+                     is {queue:.1} s of waiting)."
+                )
             } else {
                 format!(
                     "About {in_flight:.0} purchases were outstanding at once (accepted/s × their \
@@ -313,8 +322,24 @@ mod tests {
             md.contains("- `conditional`: accepted purchases took 2500 ms at p99"),
             "{md}"
         );
-        assert!(md.contains("against a limit of 100"), "{md}");
+        assert!(
+            md.contains("more than the 100 the service admitted at once when the overload ended: its limit was higher while they waited"),
+            "{md}"
+        );
         assert!(!md.contains("Every strategy met"), "{md}");
+    }
+
+    #[test]
+    fn a_strategy_whose_limit_admits_more_than_it_answers_within_the_bar_is_told_so() {
+        let mut o = overload(2_500_000, 2_000, 0);
+        o.from_send.accepted = o.from_due.accepted;
+        o.admission_limit = Some(2_000);
+        let f = finding(&o).expect("a miss");
+        let md = went_wrong(&[f]);
+        assert!(
+            md.contains("against a limit of 2000 in the service: at 400 purchases/s, one admitted behind a full limit waits 5.0 s"),
+            "{md}"
+        );
     }
 
     #[test]
