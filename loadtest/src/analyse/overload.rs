@@ -1,8 +1,8 @@
 //! The bars of the overload phase, and which of them each strategy missed, with the figures
 //! that say why: accepted purchases answered within a second (p99, from the due time), at
 //! least half of the capacity still accepted, the excess refused `503 overloaded` within
-//! milliseconds, nothing answered any other slow way,
-//! and the app instances' memory flat while the overload goes on.
+//! milliseconds, nothing answered any other slow way, and the app instances' memory flat while
+//! the overload goes on.
 
 use app::api::ErrorCode;
 use testkit::Outcomes;
@@ -34,19 +34,19 @@ pub fn finding(o: &OverloadResult) -> Option<OverloadFinding> {
             bar_us: ACCEPTED_P99_BAR_US,
             from_send_p99_us: o.from_send.accepted.p99_us,
             in_flight: o.load.successes_per_sec * mean_s,
-            in_flight_limit: o.admission_limit.unwrap_or(o.in_flight_limit),
+            in_flight_limit: o.limit_at_end(),
             accepted_per_second: o.load.successes_per_sec,
             overloaded: o.overloaded(),
         });
     }
-    if o.capacity_per_second > 0.0
-        && o.load.successes_per_sec < ACCEPTED_SHARE_BAR * o.capacity_per_second
+    if o.accepted_share()
+        .is_some_and(|share| share < ACCEPTED_SHARE_BAR)
     {
         misses.push(OverloadMiss::FewAccepted {
             accepted_per_second: o.load.successes_per_sec,
             capacity_per_second: o.capacity_per_second,
             bar_share: ACCEPTED_SHARE_BAR,
-            in_flight_limit: o.admission_limit.unwrap_or(o.in_flight_limit),
+            in_flight_limit: o.limit_at_end(),
         });
     }
     let refused = &o.from_due.overloaded;

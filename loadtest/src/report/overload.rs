@@ -108,8 +108,7 @@ fn table(overloads: &[OverloadResult]) -> String {
             format!("`{}`", o.strategy.name),
             format!("{:.0}", o.capacity_per_second),
             format!("{:.0}", o.offered_per_second),
-            o.admission_limit
-                .map_or_else(|| o.in_flight_limit.to_string(), |l| l.to_string()),
+            o.limit_at_end().to_string(),
             format!("{:.0}", o.load.attempts_per_sec),
             accepted(o),
             format!("{} ({:.0}%)", o.overloaded(), 100.0 * o.refused_share()),
@@ -138,13 +137,9 @@ fn table(overloads: &[OverloadResult]) -> String {
 /// The purchases accepted per second, and their share of the capacity.
 fn accepted(o: &OverloadResult) -> String {
     let per_second = o.load.successes_per_sec;
-    if o.capacity_per_second > 0.0 {
-        format!(
-            "{per_second:.0} ({:.0}%)",
-            100.0 * per_second / o.capacity_per_second
-        )
-    } else {
-        format!("{per_second:.0}")
+    match o.accepted_share() {
+        Some(share) => format!("{per_second:.0} ({:.0}%)", 100.0 * share),
+        None => format!("{per_second:.0}"),
     }
 }
 

@@ -10,18 +10,18 @@
 //! floor, where the strategy sells a few dozen units a second while it could sell thousands.
 //!
 //! So a fall is put on trial. Once the limit has fallen by [`TRIAL_FALL`] from where the fall
-//! began, it holds there until the purchases admitted before have left and those admitted
-//! under it have been answered (twice the time inside). Then the purchases in flight and their
-//! time inside under it (each the mean over the windows, the first by Little's law: time spent
-//! inside per second) are set beside those of the fall's windows. In a line served one at a
-//! time the time inside falls as the purchases in flight did. If the purchases in flight fell
-//! and their time inside by less than half as much, the fall bought nothing: the limit goes
-//! back to where the fall began, and does not fall again for [`FUTILE_FOR`] unless the time
-//! inside grows past [`FUTILE_SPREAD`] times what it was (something else is slow now, and a
-//! fall may help). Each side of a trial spans [`TRIAL_SPAN`] at least, for a batch's answers
-//! come in bursts; the limit waits at the trial's line until the fall has lasted as long. A trial in which
-//! the purchases in flight hardly fell (the limit was above them: a line still filling up)
-//! says nothing, and the fall goes on.
+//! began, it holds there until the purchases admitted before have left (a time inside) and
+//! those admitted under it have been answered for another time inside, [`TRIAL_SPAN`] at
+//! least. Then the purchases in flight and their time inside under it (each the mean over the
+//! windows, the first by Little's law: time spent inside per second) are set beside those of
+//! the fall's windows, which span [`TRIAL_SPAN`] too: a batch's answers come in bursts, and
+//! the limit waits at the trial's line until the fall has lasted as long. In a line served one
+//! at a time the time inside falls as the purchases in flight did. If the purchases in flight
+//! fell and their time inside by less than half as much, the fall bought nothing: the limit
+//! goes back to where the fall began, and does not fall again for [`FUTILE_FOR`] unless the
+//! time inside grows past [`FUTILE_SPREAD`] times what it was (something else is slow now, and
+//! a fall may help). A trial in which the purchases in flight hardly fell (the limit was above
+//! them: a line still filling up) says nothing, and the fall goes on.
 
 /// How far the limit falls, as a share of where it began, before the fall is put on trial.
 const TRIAL_FALL: f64 = 0.25;
@@ -85,12 +85,11 @@ pub(super) enum Descent {
     Level,
     /// Falling from `from`; the windows of the fall add up to `before`.
     Falling { from: u32, before: Sums },
-    /// Held at `held` after falling from `from` until `judged_at`; the windows from
-    /// `settled_at` on add up to `after`.
+    /// Held where it fell to from `from` until `judged_at`; the windows from `settled_at` on
+    /// add up to `after`.
     OnTrial {
         from: u32,
         before: Sums,
-        held: u32,
         settled_at: f64,
         judged_at: f64,
         after: Sums,
@@ -148,7 +147,6 @@ impl Descent {
             *self = Descent::OnTrial {
                 from,
                 before,
-                held: proposed,
                 settled_at: seen.now + leave,
                 judged_at: seen.now + leave + leave.max(TRIAL_SPAN),
                 after: Sums::default(),
@@ -246,7 +244,7 @@ mod tests {
         // Settled 0.4 s after the fall, judged half a second later: it holds at 70 meanwhile.
         let descent = tried(70.0, 0.4);
         assert!(
-            matches!(descent, Descent::OnTrial { held: 70, after, .. } if after.answered == 90),
+            matches!(descent, Descent::OnTrial { after, .. } if after.answered == 90),
             "{descent:?}"
         );
     }

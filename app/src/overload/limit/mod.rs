@@ -186,7 +186,8 @@ impl Limit {
     }
 
     /// The fewest purchases it admits at once, however slowly they are answered.
-    pub fn floor(&self) -> u32 {
+    #[cfg(test)]
+    pub(super) fn floor(&self) -> u32 {
         self.floor
     }
 
@@ -272,7 +273,8 @@ impl Readings {
     fn close(&mut self, window: Window, now: f64, limit: u32, bounds: &Limit) -> Option<u32> {
         self.tail_ratio = window.tail_ratio(self.tail_ratio);
         let aim = bounds.aim(self.tail_ratio);
-        self.capacity = Some(window.capacity(self.capacity, aim)?);
+        let capacity = window.capacity(self.capacity, aim)?;
+        self.capacity = Some(capacity);
         if window.answered == 0 {
             return None;
         }
@@ -280,7 +282,7 @@ impl Readings {
             smoothed(before, window.mean_inside)
         });
         self.inside = Some(inside);
-        let proposed = window.next_limit(limit, self.capacity?, aim, bounds);
+        let proposed = window.next_limit(limit, capacity, aim, bounds);
         let seen = Seen {
             now,
             seconds: window.seconds,
@@ -292,7 +294,7 @@ impl Readings {
         tracing::trace!(
             answered = window.answered,
             inside_ms = window.mean_inside * 1e3,
-            capacity = self.capacity,
+            capacity,
             limit = next,
             descent = ?self.descent,
             "limit window"

@@ -67,6 +67,18 @@ impl OverloadResult {
     pub fn refused_share(&self) -> f64 {
         self.overloaded() as f64 / (self.load.outcomes.total().max(1)) as f64
     }
+
+    /// The purchases accepted per second as a share of the capacity (`None` without one).
+    pub fn accepted_share(&self) -> Option<f64> {
+        (self.capacity_per_second > 0.0)
+            .then(|| self.load.successes_per_sec / self.capacity_per_second)
+    }
+
+    /// The purchases the instances admitted at once when the overload ended: their admission
+    /// limit, or their `--max-in-flight` where they had none.
+    pub fn limit_at_end(&self) -> u64 {
+        self.admission_limit.unwrap_or(self.in_flight_limit)
+    }
 }
 
 /// Latencies of one loop, by answer.
