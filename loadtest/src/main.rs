@@ -16,6 +16,12 @@ use loadtest::run::run_watched;
 use loadtest::{lock, report};
 use sandbox::Endpoints;
 
+/// The allocator the service runs with ([`app`]'s `seckill-app`), so that HTTP's floor
+/// (`http-floor`, served from this binary) allocates as the service does; the load's client
+/// runs on it too.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(

@@ -37,6 +37,7 @@ pub fn baseline() -> Baseline {
         result: load(Loop::Closed, 1000),
         cpu: None,
         standard_tool: None,
+        paired_percent: None,
     }
 }
 

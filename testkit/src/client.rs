@@ -2,12 +2,12 @@
 //! requests (orders, `GET /api/noop`) on keep-alive connections of their own
 //! ([`crate::connections`]), the admin calls through reqwest.
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use hyper::header::{CONTENT_TYPE, HeaderValue};
-use hyper::{Method, Request, Uri};
+use hyper::{Method, Request, StatusCode, Uri};
 
 use app::api::{
     ErrorBody, ErrorCode, ExpiryRound, Home, OrderRequest, OrderResponse, ProductView,
@@ -15,7 +15,8 @@ use app::api::{
 };
 
 use crate::answer::Answer;
-use crate::connections::{Body, Connections};
+use crate::connections::{self, Body, Connections};
+use crate::wire;
 use bytes::Bytes;
 
 /// Request header that makes the strategy pause inside its critical section (the app must
@@ -40,12 +41,16 @@ pub struct Fault {
 /// How a transition of an order was answered: the order as it now stands, or the refusal.
 pub type Transition = std::result::Result<OrderResponse, ErrorCode>;
 
-/// An order's path and JSON body, built once ([`Api::prepare_order`]).
+/// An order written once, path, headers and JSON body ([`Api::prepare_order`]).
 #[derive(Debug, Clone)]
-pub struct PreparedOrder {
-    uri: Uri,
-    json: Bytes,
-}
+pub struct PreparedOrder(wire::Prepared);
+
+/// `GET /api/noop`, written once.
+static NOOP: LazyLock<wire::Prepared> = LazyLock::new(|| {
+    let mut request = Request::new(Body::default());
+    *request.uri_mut() = Uri::from_static("/api/noop");
+    wire::Prepared::of(&request)
+});
 
 /// A client for a set of app instances: the load's requests (orders, `GET /api/noop`) on
 /// keep-alive connections of their own ([`crate::connections`]), spread by the caller's
@@ -173,10 +178,13 @@ impl Api {
     /// An order of `body` for `product`, built once to be sent many times
     /// ([`Api::send_prepared`]).
     pub fn prepare_order(product: u64, body: &OrderRequest) -> Result<PreparedOrder> {
-        Ok(PreparedOrder {
-            uri: Uri::try_from(format!("/api/products/{product}/orders"))?,
-            json: Bytes::from(serde_json::to_vec(body)?),
-        })
+        let mut request = Request::new(Bytes::from(serde_json::to_vec(body)?));
+        *request.method_mut() = Method::POST;
+        *request.uri_mut() = Uri::try_from(format!("/api/products/{product}/orders"))?;
+        request
+            .headers_mut()
+            .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        Ok(PreparedOrder(wire::Prepared::of(&request)))
     }
 
     /// Sends one order to instance `n % K`.
@@ -206,39 +214,19 @@ impl Api {
         if !hold.is_zero() {
             headers.insert(HOLD_HEADER, HeaderValue::from(hold.as_millis() as u64));
         }
-        self.answer(n, request, Answer::of_order).await
+        classified(self.load.send(n, &request), Answer::of_order).await
     }
 
     /// Sends `order`, prepared once, to instance `n % K`: for a load that repeats one request,
     /// as `wrk` repeats its script's, and spends nothing per request building it.
     pub async fn send_prepared(&self, n: usize, order: &PreparedOrder) -> Answer {
-        let mut request: Request<Body> = Request::new(order.json.clone());
-        *request.method_mut() = Method::POST;
-        *request.uri_mut() = order.uri.clone();
-        request
-            .headers_mut()
-            .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        self.answer(n, request, Answer::of_order).await
+        classified(self.load.send_prepared(n, &order.0), Answer::of_order).await
     }
 
-    /// `GET /api/noop` on instance `n % K`: the HTTP round trip alone.
+    /// `GET /api/noop` on instance `n % K`: the HTTP round trip alone, written once as the
+    /// prepared orders are, so that a refusal beside it is set against a request built alike.
     pub async fn noop(&self, n: usize) -> Answer {
-        let mut request = Request::new(Body::default());
-        *request.uri_mut() = Uri::from_static("/api/noop");
-        self.answer(n, request, Answer::of_request).await
-    }
-
-    /// Sends `request` to instance `n % K` and classifies the status and body it gets back.
-    async fn answer(
-        &self,
-        n: usize,
-        request: Request<Body>,
-        classify: fn(u16, &[u8]) -> Answer,
-    ) -> Answer {
-        match tokio::time::timeout(REQUEST_TIMEOUT, self.load.send(n, request)).await {
-            Ok(Ok((status, body))) => classify(status.as_u16(), &body),
-            Ok(Err(_)) | Err(_) => Answer::Transport,
-        }
+        classified(self.load.send_prepared(n, &NOOP), Answer::of_request).await
     }
 
     /// Idle keep-alive connections kept for instance `n % K`.
@@ -368,5 +356,17 @@ impl Api {
             }
         }
         all
+    }
+}
+
+/// Waits for the answer `sent` reads (at most [`REQUEST_TIMEOUT`]) and classifies its status
+/// and body.
+async fn classified(
+    sent: impl Future<Output = Result<(StatusCode, Bytes), connections::Error>>,
+    classify: fn(u16, &[u8]) -> Answer,
+) -> Answer {
+    match tokio::time::timeout(REQUEST_TIMEOUT, sent).await {
+        Ok(Ok((status, body))) => classify(status.as_u16(), &body),
+        Ok(Err(_)) | Err(_) => Answer::Transport,
     }
 }

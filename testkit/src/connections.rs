@@ -115,7 +115,28 @@ impl Connections {
     pub async fn send(
         &self,
         n: usize,
-        request: Request<Body>,
+        request: &Request<Body>,
+    ) -> Result<(StatusCode, Bytes), Error> {
+        self.exchange(n, |host, out| wire::encode(request, host, out))
+            .await
+    }
+
+    /// Sends a request written once ([`wire::Prepared`]) to instance `n % K` and reads the
+    /// whole answer.
+    pub async fn send_prepared(
+        &self,
+        n: usize,
+        request: &wire::Prepared,
+    ) -> Result<(StatusCode, Bytes), Error> {
+        self.exchange(n, |host, out| request.write(host, out)).await
+    }
+
+    /// Writes a request with `write` (given the instance's `Host`) on a connection to
+    /// instance `n % K` and reads its answer.
+    async fn exchange(
+        &self,
+        n: usize,
+        write: impl FnOnce(&HeaderValue, &mut Vec<u8>),
     ) -> Result<(StatusCode, Bytes), Error> {
         let instance = &self.instances[n % self.instances.len()];
         let (mut conn, reused) = loop {
@@ -126,7 +147,7 @@ impl Connections {
             }
         };
         conn.out.clear();
-        wire::encode(&request, &instance.host, &mut conn.out);
+        write(&instance.host, &mut conn.out);
         let answer = match conn.round_trip().await {
             Err(e) if reused && conn.read.is_empty() && closed_on_arrival(&e) => {
                 // The server closed the idle connection as the request crossed it.

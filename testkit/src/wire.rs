@@ -1,6 +1,7 @@
-//! HTTP/1.1 on the wire for the load's connections: a request written as bytes, an answer's
-//! head parsed by `httparse` (the parser hyper itself uses) and its body cut out of the
-//! connection's read buffer, as `wrk` does in C.
+//! HTTP/1.1 on the wire for the load's connections: a request written as bytes — a request
+//! the load repeats (`GET /api/noop`, a late buyer's refused click) written once
+//! ([`Prepared`]) —, an answer's head parsed by `httparse` (the parser hyper itself uses) and
+//! its body cut out of the connection's read buffer, as `wrk` does in C.
 //!
 //! Why not hyper's client: per request it builds and validates a header map for the request
 //! and another for the answer, and runs its dispatcher's state machine and a body stream, on
@@ -9,6 +10,8 @@
 //! bodies known before sending, answers framed by `Content-Length` (every answer of the app)
 //! or chunked. What it does not read (a malformed head, a close before the answer is whole) is
 //! an error the caller counts, never a guess.
+
+use std::io::Write as _;
 
 use bytes::{Buf, Bytes, BytesMut};
 use hyper::header::HeaderValue;
@@ -46,13 +49,51 @@ pub enum Malformed {
 /// Writes `request` (origin-form URI) with `host` to `out`, with a `Content-Length` whenever
 /// it has a body or a method that carries one.
 pub fn encode(request: &Request<Bytes>, host: &HeaderValue, out: &mut Vec<u8>) {
-    let body = request.body();
+    up_to_host(request, out);
+    out.extend_from_slice(host.as_bytes());
+    after_host(request, out);
+}
+
+/// A request written once and sent many times, as `wrk` sends its script's: its bytes up to
+/// the `Host` value and after it, so that a send to any instance copies three slices and builds
+/// nothing — no header map, no length formatted.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    up_to_host: Bytes,
+    after_host: Bytes,
+}
+
+impl Prepared {
+    pub fn of(request: &Request<Bytes>) -> Prepared {
+        let (mut before, mut after) = (Vec::new(), Vec::new());
+        up_to_host(request, &mut before);
+        after_host(request, &mut after);
+        Prepared {
+            up_to_host: before.into(),
+            after_host: after.into(),
+        }
+    }
+
+    /// Writes the request with `host` to `out`, as [`encode`] would.
+    pub fn write(&self, host: &HeaderValue, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.up_to_host);
+        out.extend_from_slice(host.as_bytes());
+        out.extend_from_slice(&self.after_host);
+    }
+}
+
+/// The request line and the `Host` header's name.
+fn up_to_host(request: &Request<Bytes>, out: &mut Vec<u8>) {
     out.extend_from_slice(request.method().as_str().as_bytes());
     out.push(b' ');
     let target = request.uri().path_and_query().map_or("/", |p| p.as_str());
     out.extend_from_slice(target.as_bytes());
     out.extend_from_slice(b" HTTP/1.1\r\nhost: ");
-    out.extend_from_slice(host.as_bytes());
+}
+
+/// The rest of the head after the `Host` value, and the body.
+fn after_host(request: &Request<Bytes>, out: &mut Vec<u8>) {
+    let body = request.body();
     out.extend_from_slice(b"\r\n");
     for (name, value) in request.headers() {
         out.extend_from_slice(name.as_str().as_bytes());
@@ -62,7 +103,7 @@ pub fn encode(request: &Request<Bytes>, host: &HeaderValue, out: &mut Vec<u8>) {
     }
     let bodiless = matches!(request.method().as_str(), "GET" | "HEAD" | "DELETE");
     if !body.is_empty() || !bodiless {
-        out.extend_from_slice(format!("content-length: {}\r\n", body.len()).as_bytes());
+        let _ = write!(out, "content-length: {}\r\n", body.len());
     }
     out.extend_from_slice(b"\r\n");
     out.extend_from_slice(body);
@@ -160,14 +201,20 @@ mod tests {
     use super::*;
     use hyper::Method;
 
-    #[test]
-    fn a_post_is_written_with_its_host_headers_length_and_body() {
+    /// A purchase's `POST` with a JSON body and its `Content-Type`.
+    fn post() -> Request<Bytes> {
         let mut request = Request::new(Bytes::from_static(b"{\"a\":1}"));
         *request.method_mut() = Method::POST;
         *request.uri_mut() = "/api/products/7/orders".parse().unwrap();
         request
             .headers_mut()
             .insert("content-type", HeaderValue::from_static("application/json"));
+        request
+    }
+
+    #[test]
+    fn a_post_is_written_with_its_host_headers_length_and_body() {
+        let request = post();
         let mut out = Vec::new();
         encode(
             &request,
@@ -179,6 +226,20 @@ mod tests {
             "POST /api/products/7/orders HTTP/1.1\r\nhost: 127.0.0.1:80\r\n\
              content-type: application/json\r\ncontent-length: 7\r\n\r\n{\"a\":1}"
         );
+    }
+
+    #[test]
+    fn a_prepared_request_is_written_to_any_host_as_encode_writes_it() {
+        let request = post();
+        let prepared = Prepared::of(&request);
+        for host in ["127.0.0.1:80", "10.0.0.2:8081"] {
+            let host = HeaderValue::from_static(host);
+            let (mut encoded, mut written) = (Vec::new(), b"left over".to_vec());
+            encode(&request, &host, &mut encoded);
+            written.clear();
+            prepared.write(&host, &mut written);
+            assert_eq!(written, encoded);
+        }
     }
 
     #[test]

@@ -13,9 +13,17 @@ pub const FLOOD_BAR: f64 = 2.0;
 /// Refusals per second once sold out, as a share of `GET /api/noop`'s in the same loop.
 pub const REFUSAL_BAR_PERCENT: f64 = 80.0;
 
-/// HTTP's own refusal as a share of its own no-op, in percent: `http-floor-refusal` over
-/// `http-floor-noop` (their medians), when both were measured.
+/// HTTP's own refusal as a share of its own no-op, in percent, when both were measured: the
+/// median of each round's ratio where the run recorded it (as the flood's refusals are
+/// judged), else the quotient of their medians.
 pub fn http_floor_percent(baselines: &[Baseline]) -> Option<f64> {
+    let paired = baselines
+        .iter()
+        .find(|b| b.name == BaselineName::HttpFloorRefusal)
+        .and_then(|b| b.paired_percent);
+    if paired.is_some() {
+        return paired;
+    }
     let rate = |name| {
         let b = baselines.iter().find(|b| b.name == name)?;
         Some(b.result.attempts_per_sec).filter(|r| *r > 0.0)
@@ -155,5 +163,19 @@ mod tests {
         };
         assert_eq!(*carried, Some(floor));
         assert_eq!(http_floor_percent(&baselines[..2]), None);
+    }
+
+    #[test]
+    fn the_floor_is_the_median_of_its_rounds_own_ratios_where_the_run_recorded_them() {
+        let mut refusal = crate::sample::baseline();
+        refusal.name = BaselineName::HttpFloorRefusal;
+        refusal.result.attempts_per_sec = 720.0;
+        refusal.paired_percent = Some(81.5);
+        let mut noop = crate::sample::baseline();
+        noop.name = BaselineName::HttpFloorNoop;
+        noop.result.attempts_per_sec = 1_000.0;
+        // The medians' quotient (72%) mixes rounds; the paired share is what the run judged by.
+        let floor = http_floor_percent(&[noop, refusal]).unwrap();
+        assert!((floor - 81.5).abs() < 1e-9, "{floor}");
     }
 }

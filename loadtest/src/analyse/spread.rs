@@ -28,6 +28,18 @@ pub fn combine(runs: Vec<LoadResult>) -> Option<LoadResult> {
     Some(median)
 }
 
+/// The median, in percent, of each round's figure over its pair's in the same round (`of[r]`
+/// over `to[r]`): a round's pair ran back to back, so a machine that sped up or slowed down
+/// between rounds moves both alike, where the medians of each kind may come from rounds far
+/// apart. `None` without a round whose `to` was counted.
+pub fn paired_percent(of: &[f64], to: &[f64]) -> Option<f64> {
+    let ratios: Vec<f64> = (of.iter().zip(to))
+        .filter(|(_, to)| **to > 0.0)
+        .map(|(of, to)| 100.0 * of / to)
+        .collect();
+    Spread::of(&ratios).map(|spread| spread.median)
+}
+
 /// The order of measurement: `rounds` rounds, each measuring every one of `items` once, in the
 /// same order: `(round, item)` pairs.
 pub fn interleaved(items: usize, rounds: usize) -> Vec<(usize, usize)> {

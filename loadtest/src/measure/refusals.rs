@@ -16,12 +16,12 @@ use anyhow::Result;
 use app::api::{ErrorCode, OrderRequest, Safety, Strategy};
 use testkit::{Api, Clicks, Crowd, PreparedOrder, order_request, user_id};
 
-use crate::analyse::spread::combine;
+use crate::analyse::spread::{combine, paired_percent};
 use crate::drive::load::{Window, closed_loop, closed_loop_feeding};
 use crate::live::Feed;
 use crate::measure::cashier::Cashier;
 use crate::measure::flood::FloodPlan;
-use crate::report::schema::{LoadResult, RefusalRate, Spread};
+use crate::report::schema::{LoadResult, RefusalRate};
 
 /// How long the buyers of what a flood left keep trying before the product counts as never
 /// sold out (its refusals are then not timed).
@@ -148,16 +148,6 @@ async fn refusal_rate(api: &Api, plan: &FloodPlan<'_>, window: Window) -> Result
         rounds: ROUNDS,
         paired_percent,
     })
-}
-
-/// The median, in percent, of each round's refusals per second over the no-ops per second of
-/// the same round; `None` without a round whose no-ops were counted.
-fn paired_percent(refusals: &[f64], noops: &[f64]) -> Option<f64> {
-    let ratios: Vec<f64> = (refusals.iter().zip(noops))
-        .filter(|(_, noop)| **noop > 0.0)
-        .map(|(refused, noop)| 100.0 * refused / noop)
-        .collect();
-    Spread::of(&ratios).map(|spread| spread.median)
 }
 
 /// A purchase of the sold-out product by a late buyer, whom the sale refuses.

@@ -320,9 +320,9 @@ fn http_floor(misses: &[FloodMiss], met: usize) -> String {
     let mut md = format!(
         "- HTTP alone: the same purchase, refused with the same `409 sold_out` by servers with \
          nothing of the service behind their routes (the body read, nothing else), came back at \
-         {floor:.0}% of their own `GET /api/noop` (`http-floor-refusal` over \
-         `http-floor-noop`, this run's baselines). The refusals above reached {median:.0}% \
-         (median)."
+         {floor:.0}% of their own `GET /api/noop` (`http-floor-refusal` over the \
+         `http-floor-noop` measured right before it, the median of this run's baseline \
+         rounds). The refusals above reached {median:.0}% (median)."
     );
     if floor < bar {
         let _ = write!(

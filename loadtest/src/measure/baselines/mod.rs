@@ -164,6 +164,7 @@ pub async fn run_all(
         runs[i].push(result);
     }
     bench.close().await?;
+    let floor_paired = floor_paired_percent(&items, &runs);
     let mut measured = Measured {
         baselines: Vec::new(),
         hot_row_sweep: Vec::new(),
@@ -187,6 +188,7 @@ pub async fn run_all(
                     result,
                     cpu: Some(spans[k].usage(&sampler.processes)),
                     standard_tool,
+                    paired_percent: floor_paired.filter(|_| name == BaselineName::HttpFloorRefusal),
                 });
             }
             Item::Sweep(_) => measured.hot_row_sweep.push(result),
@@ -194,6 +196,23 @@ pub async fn run_all(
         }
     }
     Ok(measured)
+}
+
+/// HTTP's floor as the flood's refusals are judged: each round's `http-floor-refusal` over the
+/// `http-floor-noop` measured right before it ([`BaselineName::ALL`] lists them together),
+/// the median of those ratios.
+fn floor_paired_percent(items: &[Item], runs: &[Vec<LoadResult>]) -> Option<f64> {
+    let rates = |name| {
+        let at = items.iter().position(|x| *x == Item::Ours(name))?;
+        Some(
+            runs[at]
+                .iter()
+                .map(|r| r.attempts_per_sec)
+                .collect::<Vec<_>>(),
+        )
+    };
+    let refusals = rates(BaselineName::HttpFloorRefusal)?;
+    crate::analyse::spread::paired_percent(&refusals, &rates(BaselineName::HttpFloorNoop)?)
 }
 
 fn describe(name: BaselineName, plan: &Plan) -> String {
@@ -225,5 +244,34 @@ fn describe(name: BaselineName, plan: &Plan) -> String {
             "a purchase's POST answered the service's 409 sold_out by the same servers, its \
              body read and nothing else ({c} workers): HTTP's own cost of a refusal"
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_floors_share_pairs_each_rounds_refusals_with_the_no_ops_of_the_same_round() {
+        let items = [
+            Item::Ours(BaselineName::HttpNoop),
+            Item::Ours(BaselineName::HttpFloorNoop),
+            Item::Ours(BaselineName::HttpFloorRefusal),
+        ];
+        let run = |rate| {
+            let mut r = crate::sample::baseline().result;
+            r.attempts_per_sec = rate;
+            r
+        };
+        // The machine ran twice as fast in the second round; each round's ratio is 80%, 75%,
+        // 90%, while the medians (90 over 100) would say 90%.
+        let runs = vec![
+            vec![run(1.0)],
+            vec![run(100.0), run(200.0), run(100.0)],
+            vec![run(80.0), run(150.0), run(90.0)],
+        ];
+        let paired = floor_paired_percent(&items, &runs).unwrap();
+        assert!((paired - 80.0).abs() < 1e-9, "{paired}");
+        assert_eq!(floor_paired_percent(&items[..2], &runs[..2]), None);
     }
 }

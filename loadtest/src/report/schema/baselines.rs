@@ -72,6 +72,12 @@ pub struct Baseline {
     /// The same work through the standard tool, in the same rounds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub standard_tool: Option<StandardTool>,
+    /// `http-floor-refusal`'s rate as a share of `http-floor-noop`'s, in percent: the median of
+    /// each round's own ratio, its no-op measured right before it (see
+    /// [`crate::analyse::spread::paired_percent`]). `None` for the other baselines, and in runs
+    /// that did not record it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paired_percent: Option<f64>,
 }
 
 /// What became of a standard tool's runs.
