@@ -178,13 +178,9 @@ impl Api {
     /// An order of `body` for `product`, built once to be sent many times
     /// ([`Api::send_prepared`]).
     pub fn prepare_order(product: u64, body: &OrderRequest) -> Result<PreparedOrder> {
-        let mut request = Request::new(Bytes::from(serde_json::to_vec(body)?));
-        *request.method_mut() = Method::POST;
-        *request.uri_mut() = Uri::try_from(format!("/api/products/{product}/orders"))?;
-        request
-            .headers_mut()
-            .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        Ok(PreparedOrder(wire::Prepared::of(&request)))
+        Ok(PreparedOrder(wire::Prepared::of(&order_post(
+            product, body,
+        )?)))
     }
 
     /// Sends one order to instance `n % K`.
@@ -200,19 +196,11 @@ impl Api {
         body: &OrderRequest,
         hold: Duration,
     ) -> Answer {
-        let Ok(uri) = Uri::try_from(format!("/api/products/{product}/orders")) else {
+        let Ok(mut request) = order_post(product, body) else {
             return Answer::Transport;
         };
-        let Ok(json) = serde_json::to_vec(body) else {
-            return Answer::Transport;
-        };
-        let mut request = Request::new(Body::from(json));
-        *request.method_mut() = Method::POST;
-        *request.uri_mut() = uri;
-        let headers = request.headers_mut();
-        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         if !hold.is_zero() {
-            headers.insert(HOLD_HEADER, HeaderValue::from(hold.as_millis() as u64));
+            (request.headers_mut()).insert(HOLD_HEADER, HeaderValue::from(hold.as_millis() as u64));
         }
         classified(self.load.send(n, &request), Answer::of_order).await
     }
@@ -357,6 +345,15 @@ impl Api {
         }
         all
     }
+}
+
+/// `POST /api/products/{product}/orders` with `body` as JSON.
+fn order_post(product: u64, body: &OrderRequest) -> Result<Request<Body>> {
+    let mut request = Request::new(Body::from(serde_json::to_vec(body)?));
+    *request.method_mut() = Method::POST;
+    *request.uri_mut() = Uri::try_from(format!("/api/products/{product}/orders"))?;
+    (request.headers_mut()).insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    Ok(request)
 }
 
 /// Waits for the answer `sent` reads (at most [`REQUEST_TIMEOUT`]) and classifies its status

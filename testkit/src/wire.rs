@@ -234,9 +234,8 @@ mod tests {
         let prepared = Prepared::of(&request);
         for host in ["127.0.0.1:80", "10.0.0.2:8081"] {
             let host = HeaderValue::from_static(host);
-            let (mut encoded, mut written) = (Vec::new(), b"left over".to_vec());
+            let (mut encoded, mut written) = (Vec::new(), Vec::new());
             encode(&request, &host, &mut encoded);
-            written.clear();
             prepared.write(&host, &mut written);
             assert_eq!(written, encoded);
         }
