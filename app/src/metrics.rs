@@ -2,14 +2,23 @@
 //! their latency, lock wait time and retries. Hand-rolled: a handful of counters and
 //! fixed-bucket histograms, rendered on `GET /metrics`. Every count is an atomic in a slot
 //! fixed by the strategy's and the outcome's place, so that counting a refusal from memory
-//! costs a few additions and no lock the crowd's other clicks would queue on.
+//! costs a few additions and no lock the crowd's other clicks would queue on. The counts every
+//! request adds to are kept in shards, one per thread as far as there are shards, and summed
+//! when rendered: a count all cores add to is a cache line passed between them on every click,
+//! a cost a refusal from memory would pay several times over.
 
 use std::fmt::Write;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
+use crossbeam_utils::CachePadded;
+
 use crate::api::{ErrorCode, Strategy};
+
+/// Shards of the per-request counts: more than the threads that serve requests on most
+/// machines, so that two of them rarely share one.
+const SHARDS: usize = 16;
 
 /// Upper bounds of the histogram buckets, in seconds.
 const BUCKETS: [f64; 14] = [
@@ -24,6 +33,22 @@ struct Histogram {
 }
 
 impl Histogram {
+    /// Adds what `other` counted.
+    fn add(&self, other: &Histogram) {
+        for (mine, theirs) in self.counts.iter().zip(&other.counts) {
+            mine.fetch_add(theirs.load(Ordering::Relaxed), Ordering::Relaxed);
+        }
+        let total = |h: &Histogram| {
+            (
+                h.count.load(Ordering::Relaxed),
+                h.sum_ns.load(Ordering::Relaxed),
+            )
+        };
+        let (count, sum_ns) = total(other);
+        self.count.fetch_add(count, Ordering::Relaxed);
+        self.sum_ns.fetch_add(sum_ns, Ordering::Relaxed);
+    }
+
     fn observe(&self, d: Duration) {
         let secs = d.as_secs_f64();
         if let Some(i) = BUCKETS.iter().position(|&b| secs <= b) {
@@ -116,16 +141,53 @@ struct Counts {
     retries: AtomicU64,
 }
 
+impl Counts {
+    /// Adds what `other` counted.
+    fn add(&self, other: &Counts) {
+        for (mine, theirs) in self.outcomes.iter().zip(&other.outcomes) {
+            mine.fetch_add(theirs.load(Ordering::Relaxed), Ordering::Relaxed);
+        }
+        self.latency.add(&other.latency);
+        self.lock_wait.add(&other.lock_wait);
+        (self.retries).fetch_add(other.retries.load(Ordering::Relaxed), Ordering::Relaxed);
+    }
+}
+
+/// The counts every purchase request adds to, as the threads of one shard counted them.
+#[derive(Debug)]
+struct Shard {
+    /// By the strategy's place in the catalogue.
+    strategies: Vec<Counts>,
+    /// Purchase requests received (refused at admission or not).
+    received: AtomicU64,
+}
+
+impl Default for Shard {
+    fn default() -> Shard {
+        Shard {
+            strategies: Strategy::ALL.iter().map(|_| Counts::default()).collect(),
+            received: AtomicU64::new(0),
+        }
+    }
+}
+
+/// The shard the calling thread counts in: threads take the shards in turn as they first count.
+fn shard_of_this_thread() -> usize {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static SHARD: usize = NEXT.fetch_add(1, Ordering::Relaxed) % SHARDS;
+    }
+    SHARD.with(|shard| *shard)
+}
+
 /// The service's counters.
 #[derive(Debug)]
 pub struct Metrics {
-    /// By the strategy's place in the catalogue.
-    strategies: Vec<Counts>,
+    /// What every purchase request counts, in shards by thread.
+    shards: Box<[CachePadded<Shard>]>,
     /// Entries in the order stream of `redis-lua-stream`, as last seen by the consumer, plus
     /// one (0: never seen).
     stream_lag: AtomicU64,
-    /// Purchase requests the service received, ever (refused at admission or not).
-    received: AtomicU64,
     /// Purchases that reached a strategy, ever.
     started: AtomicU64,
     /// Purchases a strategy is working on now.
@@ -151,9 +213,8 @@ pub struct Metrics {
 impl Default for Metrics {
     fn default() -> Metrics {
         Metrics {
-            strategies: Strategy::ALL.iter().map(|_| Counts::default()).collect(),
+            shards: (0..SHARDS).map(|_| CachePadded::default()).collect(),
             stream_lag: AtomicU64::new(0),
-            received: AtomicU64::new(0),
             started: AtomicU64::new(0),
             in_flight: AtomicU64::new(0),
             paid: AtomicU64::new(0),
@@ -192,7 +253,12 @@ pub struct Observation {
 impl Metrics {
     /// Counts a purchase request as it arrives, before anything is decided about it.
     pub fn purchase_received(&self) {
-        self.received.fetch_add(1, Ordering::Relaxed);
+        (self.shard().received).fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The calling thread's shard.
+    fn shard(&self) -> &Shard {
+        &self.shards[shard_of_this_thread()]
     }
 
     /// Counts a purchase that reaches its strategy, until the returned guard is dropped.
@@ -203,7 +269,7 @@ impl Metrics {
     }
 
     pub fn observe(&self, o: Observation) {
-        let counts = &self.strategies[o.strategy as usize];
+        let counts = &self.shard().strategies[o.strategy as usize];
         counts.outcomes[o.outcome.index()].fetch_add(1, Ordering::Relaxed);
         counts.latency.observe(o.latency);
         if let Some(waited) = o.lock_wait {
@@ -268,9 +334,21 @@ impl Metrics {
             .store(entries.saturating_add(1), Ordering::Relaxed);
     }
 
+    /// What every shard counted, summed.
+    fn summed(&self) -> Shard {
+        let sum = Shard::default();
+        for shard in &self.shards {
+            for (mine, theirs) in sum.strategies.iter().zip(&shard.strategies) {
+                mine.add(theirs);
+            }
+            (sum.received).fetch_add(shard.received.load(Ordering::Relaxed), Ordering::Relaxed);
+        }
+        sum
+    }
+
     /// The strategies that counted anything, by name (the order the text lists them in).
-    fn by_name(&self) -> Vec<(&'static str, &Counts)> {
-        let mut seen: Vec<_> = (Strategy::ALL.iter().zip(&self.strategies))
+    fn by_name(sum: &Shard) -> Vec<(&'static str, &Counts)> {
+        let mut seen: Vec<_> = (Strategy::ALL.iter().zip(&sum.strategies))
             .filter(|(_, c)| c.latency.count() > 0)
             .map(|(s, c)| (s.name(), c))
             .collect();
@@ -280,7 +358,8 @@ impl Metrics {
 
     /// The Prometheus text format (version 0.0.4).
     pub fn render(&self) -> String {
-        let strategies = self.by_name();
+        let sum = self.summed();
+        let strategies = Metrics::by_name(&sum);
         let mut out = String::new();
         out.push_str("# HELP seckill_purchases_total Purchase requests by strategy and outcome.\n");
         out.push_str("# TYPE seckill_purchases_total counter\n");
@@ -325,7 +404,7 @@ impl Metrics {
             "# HELP seckill_purchase_requests_total Purchase requests received, refused at admission or not.\n",
         );
         out.push_str("# TYPE seckill_purchase_requests_total counter\n");
-        let received = self.received.load(Ordering::Relaxed);
+        let received = sum.received.load(Ordering::Relaxed);
         let _ = writeln!(out, "seckill_purchase_requests_total {received}");
         out.push_str(
             "# HELP seckill_purchases_started_total Purchases that reached their strategy.\n",
@@ -403,6 +482,44 @@ fn micros(d: Duration) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn counts_made_on_many_threads_are_summed_in_the_text() {
+        let metrics = Arc::new(Metrics::default());
+        let threads: Vec<_> = (0..SHARDS + 3)
+            .map(|_| {
+                let metrics = Arc::clone(&metrics);
+                std::thread::spawn(move || {
+                    for _ in 0..100 {
+                        metrics.purchase_received();
+                        metrics.observe(Observation {
+                            strategy: Strategy::Conditional,
+                            outcome: Outcome::Refused(ErrorCode::SoldOut),
+                            latency: Duration::from_micros(50),
+                            lock_wait: None,
+                            retries: 1,
+                        });
+                    }
+                })
+            })
+            .collect();
+        for thread in threads {
+            thread.join().unwrap();
+        }
+        let n = (SHARDS + 3) * 100;
+        let text = metrics.render();
+        for line in [
+            format!("seckill_purchase_requests_total {n}"),
+            format!(r#"seckill_purchases_total{{strategy="conditional",outcome="sold_out"}} {n}"#),
+            format!(
+                r#"seckill_purchase_duration_seconds_bucket{{strategy="conditional",le="0.0005"}} {n}"#
+            ),
+            format!(r#"seckill_purchase_duration_seconds_count{{strategy="conditional"}} {n}"#),
+            format!(r#"seckill_retries_total{{strategy="conditional"}} {n}"#),
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} not in\n{text}");
+        }
+    }
 
     #[test]
     fn every_outcome_has_a_slot_of_its_own() {

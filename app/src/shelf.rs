@@ -29,11 +29,19 @@
 //! Redis configured, both are also announced on channels every instance listens to, so they all
 //! forget at once ([`crate::redis_stock::announce`]). A memory that does not forget refuses
 //! buyers while units are on sale: the scenario `stale-sold-out` shows it.
+//!
+//! **Read without a lock.** Every click reads the memory, on every core at once; it changes
+//! only when a product is read, learnt sold out, or forgotten. So the memory is a map the
+//! readers load as it stands ([`arc_swap`]) and a writer replaces with a changed copy: a
+//! refusal from memory writes nothing the other cores read, where a lock taken by every click
+//! (and a reference to the winners counted up and down by each) passes one cache line between
+//! the cores on every refusal.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use arc_swap::ArcSwap;
 use sqlx::MySqlPool;
 
 use crate::api::{Home, SaleRules};
@@ -60,7 +68,11 @@ pub struct Shelf {
     metrics: Arc<Metrics>,
     redis: Option<RedisStock>,
     lifetime: Duration,
-    entries: Mutex<HashMap<u64, Entry>>,
+    /// The products remembered, read as they stand by every request.
+    entries: ArcSwap<HashMap<u64, Arc<Entry>>>,
+    /// One change of the memory at a time: a change copies the map, so two at once would
+    /// lose one of them.
+    changing: Mutex<()>,
     /// One load of a product's rules at a time: a flood's first clicks all find the memory
     /// empty at once, and one of them asks the backend while the others wait for its answer.
     loading: Mutex<HashMap<u64, Arc<tokio::sync::Mutex<()>>>>,
@@ -86,21 +98,14 @@ pub struct Epoch(u64);
 
 /// A product as one moment of the instance's memory holds it: read once per request, so a
 /// refusal from memory looks the product up once.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Copy)]
 pub struct Recalled {
     /// `None`: no such product.
     pub known: Option<Known>,
     pub epoch: Epoch,
-    /// Its winners, when it is remembered sold out.
-    sold_out: Option<Arc<Winners>>,
-}
-
-impl Recalled {
-    /// Whether the purchase is refused from memory: the product is known to be sold out and
-    /// the purchase is not one of its winners.
-    pub fn refuses(&self, key: PurchaseKey<'_>) -> bool {
-        (self.sold_out.as_ref()).is_some_and(|w| !w.holds(key.user_id, key.request_id))
-    }
+    /// The purchase asked about is refused from memory: the product is remembered sold out
+    /// and the purchase is not one of its winners.
+    pub refused: bool,
 }
 
 impl Shelf {
@@ -115,20 +120,54 @@ impl Shelf {
             metrics,
             redis,
             lifetime,
-            entries: Mutex::new(HashMap::new()),
+            entries: ArcSwap::from_pointee(HashMap::new()),
+            changing: Mutex::new(()),
             loading: Mutex::new(HashMap::new()),
         }
     }
 
-    fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Entry>> {
-        self.entries.lock().unwrap_or_else(PoisonError::into_inner)
+    /// Changes the memory: a copy of the map, changed by `change`, takes its place if `change`
+    /// says it changed something. Readers go on reading the map as it stood meanwhile.
+    fn change(&self, change: impl FnOnce(&mut HashMap<u64, Arc<Entry>>) -> bool) -> bool {
+        let _one = self.changing.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut entries = HashMap::clone(&self.entries.load());
+        let changed = change(&mut entries);
+        if changed {
+            self.entries.store(Arc::new(entries));
+        }
+        changed
+    }
+
+    /// Changes the product's entry if `when` holds of it: asked first of the memory as it
+    /// stands (most callers find nothing to change, and copy nothing), and again as the change
+    /// is made. Whether it changed.
+    fn change_entry(
+        &self,
+        id: u64,
+        when: impl Fn(&Entry) -> bool,
+        change: impl FnOnce(&mut Entry),
+    ) -> bool {
+        if !self.entries.load().get(&id).is_some_and(|e| when(e)) {
+            return false;
+        }
+        self.change(|entries| match entries.get_mut(&id) {
+            Some(e) if when(e) => {
+                change(Arc::make_mut(e));
+                true
+            }
+            _ => false,
+        })
     }
 
     /// The product's home and rules (`None`: no such product), from memory when it is fresh,
-    /// else from the database; the moment of memory they belong to; and its winners, when it
-    /// is remembered sold out.
-    pub async fn product(self: &Arc<Self>, id: u64) -> Result<Recalled, sqlx::Error> {
-        if let Some((fresh, renew)) = self.recall(id) {
+    /// else from the database; the moment of memory they belong to; and whether memory refuses
+    /// `purchase`, if one is asked about.
+    pub async fn product(
+        self: &Arc<Self>,
+        id: u64,
+        purchase: Option<PurchaseKey<'_>>,
+    ) -> Result<Recalled, sqlx::Error> {
+        if let Some((fresh, renew)) = self.recall(id, purchase) {
             if renew {
                 let shelf = Arc::clone(self);
                 tokio::spawn(async move { shelf.renew(id).await });
@@ -137,43 +176,52 @@ impl Shelf {
         }
         // Boxed: the read's state would otherwise make every purchase's future as large as
         // its own, and a refusal from memory would move that much for nothing.
-        Box::pin(self.read(id, false)).await
+        Box::pin(self.read(id, false, purchase)).await
     }
 
     /// The product as remembered, if the memory is fresh; and whether this caller is to renew
     /// it (it is past half its lifetime and nobody is renewing it yet).
-    fn recall(&self, id: u64) -> Option<(Recalled, bool)> {
-        let mut entries = self.entries();
-        let e = entries.get_mut(&id)?;
+    fn recall(&self, id: u64, purchase: Option<PurchaseKey<'_>>) -> Option<(Recalled, bool)> {
+        let entries = self.entries.load();
+        let e = entries.get(&id)?;
         let age = e.loaded.elapsed();
         if age >= self.lifetime {
             return None;
         }
-        let renew = age >= self.lifetime / 2 && !e.renewing;
-        e.renewing |= renew;
-        Some((e.recalled(), renew))
+        let loaded = e.loaded;
+        let renew = age >= self.lifetime / 2
+            && !e.renewing
+            && self.change_entry(
+                id,
+                |e| e.loaded == loaded && !e.renewing,
+                |e| e.renewing = true,
+            );
+        Some((e.recalled(purchase), renew))
     }
 
     /// Reads the product again while its memory still serves.
     async fn renew(&self, id: u64) {
-        if let Err(e) = self.read(id, true).await {
+        if let Err(e) = self.read(id, true, None).await {
             tracing::warn!(error = %e, product = id, "could not renew a product's memory");
-            if let Some(entry) = self.entries().get_mut(&id) {
-                entry.renewing = false;
-            }
+            self.change_entry(id, |e| e.renewing, |e| e.renewing = false);
         }
     }
 
     /// Reads the product into memory, one read of a product at a time; unless `again`, not
     /// when a read that finished while this one waited for its turn already did.
-    async fn read(&self, id: u64, again: bool) -> Result<Recalled, sqlx::Error> {
+    async fn read(
+        &self,
+        id: u64,
+        again: bool,
+        purchase: Option<PurchaseKey<'_>>,
+    ) -> Result<Recalled, sqlx::Error> {
         let gate = {
             let mut loading = self.loading.lock().unwrap_or_else(PoisonError::into_inner);
             Arc::clone(loading.entry(id).or_default())
         };
         let loaded = {
             let _turn = gate.lock().await;
-            self.load(id, again).await
+            self.load(id, again, purchase).await
         };
         // The last one through takes the gate away: the map holds only loads under way.
         let mut loading = self.loading.lock().unwrap_or_else(PoisonError::into_inner);
@@ -184,19 +232,24 @@ impl Shelf {
     }
 
     /// The product as remembered, if the memory is fresh.
-    fn remembered(&self, id: u64) -> Option<Recalled> {
-        let entries = self.entries();
+    fn remembered(&self, id: u64, purchase: Option<PurchaseKey<'_>>) -> Option<Recalled> {
+        let entries = self.entries.load();
         let e = entries.get(&id)?;
-        (e.loaded.elapsed() < self.lifetime).then(|| e.recalled())
+        (e.loaded.elapsed() < self.lifetime).then(|| e.recalled(purchase))
     }
 
     /// Reads the product from its backend into memory, unless (when not `again`) a load that
     /// finished while this one waited for its turn already did.
-    async fn load(&self, id: u64, again: bool) -> Result<Recalled, sqlx::Error> {
-        if !again && let Some(fresh) = self.remembered(id) {
+    async fn load(
+        &self,
+        id: u64,
+        again: bool,
+        purchase: Option<PurchaseKey<'_>>,
+    ) -> Result<Recalled, sqlx::Error> {
+        if !again && let Some(fresh) = self.remembered(id, purchase) {
             return Ok(fresh);
         }
-        let (epoch, was_sold_out) = match self.entries().get(&id) {
+        let (epoch, was_sold_out) = match self.entries.load().get(&id) {
             Some(e) => (e.epoch, e.winners.is_some()),
             None => (0, false),
         };
@@ -224,12 +277,15 @@ impl Shelf {
             learning: false,
             renewing: false,
         };
-        let recalled = entry.recalled();
-        let mut entries = self.entries();
-        let current = entries.get(&id).map_or(0, |e| e.epoch);
-        if current == epoch {
-            entries.insert(id, entry);
-        }
+        let recalled = entry.recalled(purchase);
+        self.change(|entries| {
+            let current = entries.get(&id).map_or(0, |e| e.epoch);
+            if current != epoch {
+                return false;
+            }
+            entries.insert(id, Arc::new(entry));
+            true
+        });
         Ok(recalled)
     }
 
@@ -242,31 +298,28 @@ impl Shelf {
     /// Remembers that the product was sold out at `epoch`: loads its winners and, if nothing
     /// was forgotten meanwhile, refuses from memory from now on.
     pub async fn learn_sold_out(&self, id: u64, epoch: Epoch) -> Result<(), ReadError> {
-        {
-            let mut entries = self.entries();
-            match entries.get_mut(&id) {
-                Some(e)
-                    if e.epoch == epoch.0
-                        && e.winners.is_none()
-                        && !e.learning
-                        && e.known.is_some() =>
-                {
-                    e.learning = true;
-                }
-                _ => return Ok(()),
-            }
-        }
-        let winners = self.winners(id).await;
-        let mut entries = self.entries();
-        let Some(entry) = entries.get_mut(&id).filter(|e| e.epoch == epoch.0) else {
-            return winners.map(|_| ());
+        let to_learn = |e: &Entry| {
+            e.epoch == epoch.0 && e.winners.is_none() && !e.learning && e.known.is_some()
         };
-        entry.learning = false;
-        if let Some(winners) = winners? {
-            entry.winners = Some(Arc::new(winners));
-            entry.loaded = Instant::now();
+        if !self.change_entry(id, to_learn, |e| e.learning = true) {
+            return Ok(());
         }
-        Ok(())
+        let (winners, failed) = match self.winners(id).await {
+            Ok(winners) => (winners.map(Arc::new), None),
+            Err(e) => (None, Some(e)),
+        };
+        self.change_entry(
+            id,
+            |e| e.epoch == epoch.0,
+            |e| {
+                e.learning = false;
+                if let Some(winners) = winners {
+                    e.winners = Some(winners);
+                    e.loaded = Instant::now();
+                }
+            },
+        );
+        failed.map_or(Ok(()), Err)
     }
 
     /// Forgets that the product was sold out: units came back (an order expired or was
@@ -275,22 +328,23 @@ impl Shelf {
     /// for the product to be read again, through the pool the purchases queue on. A load of
     /// winners under way when the units came back is not kept (its epoch is past).
     pub fn restocked(&self, id: u64) {
-        let mut entries = self.entries();
-        if let Some(e) = entries.get_mut(&id) {
-            e.epoch += 1;
-            e.winners = None;
-            e.learning = false;
-        }
+        self.change_entry(
+            id,
+            |_| true,
+            |e| {
+                e.epoch += 1;
+                e.winners = None;
+                e.learning = false;
+            },
+        );
     }
 
     /// Forgets what the instance knows of the product: its rules may have changed (a reset),
     /// or its stock was repaired.
     pub fn forget(&self, id: u64) {
-        let mut entries = self.entries();
-        let epoch = entries.get(&id).map_or(0, |e| e.epoch) + 1;
-        entries.insert(
-            id,
-            Entry {
+        self.change(|entries| {
+            let epoch = entries.get(&id).map_or(0, |e| e.epoch) + 1;
+            let forgotten = Entry {
                 known: None,
                 // Stale at once: the next read loads the product again.
                 loaded: Instant::now() - self.lifetime,
@@ -298,8 +352,10 @@ impl Shelf {
                 winners: None,
                 learning: false,
                 renewing: false,
-            },
-        );
+            };
+            entries.insert(id, Arc::new(forgotten));
+            true
+        });
     }
 
     /// The purchases that hold the product's units, if its shelf is empty (a `sold_out` answer
@@ -338,11 +394,14 @@ impl Shelf {
 }
 
 impl Entry {
-    fn recalled(&self) -> Recalled {
+    fn recalled(&self, purchase: Option<PurchaseKey<'_>>) -> Recalled {
+        let refused = purchase
+            .zip(self.winners.as_deref())
+            .is_some_and(|(p, winners)| !winners.holds(p.user_id, p.request_id));
         Recalled {
             known: self.known,
             epoch: Epoch(self.epoch),
-            sold_out: self.winners.clone(),
+            refused,
         }
     }
 }

@@ -25,6 +25,9 @@
 //!   strategy object, and the same through the HTTP API of the app served in-process, so the
 //!   HTTP layer's share is the difference ([`shop`]); beside them `select-1/direct` (MariaDB)
 //!   and `noop/http` (the HTTP stack alone).
+//! * `refusal/<strategy>/<n>-thread` (`benches/refusals.rs`): a late click on a sold-out
+//!   product refused from memory, the router called in-process by one thread and by two at
+//!   once, beside `GET /api/noop` and HTTP's floor ([`testkit::floor`]) called alike.
 
 pub mod handoff;
 pub mod interleave;

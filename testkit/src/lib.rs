@@ -7,6 +7,7 @@ pub mod answer;
 pub mod client;
 pub mod connections;
 pub mod crowd;
+pub mod floor;
 pub mod launch;
 pub mod metrics;
 pub mod process;

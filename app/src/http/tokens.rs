@@ -30,7 +30,7 @@ pub async fn issue(
     let id = super::product_id(path)?;
     let Json(TokenRequest { user_id }) = body?;
     super::orders::check_id("user_id", &user_id, MAX_USER_ID)?;
-    let known = (state.shelf.product(id).await?.known)
+    let known = (state.shelf.product(id, None).await?.known)
         .ok_or_else(|| ApiError::NotFound(format!("no product {id}")))?;
     super::orders::within_sale(&known.rules)?;
     let token = state

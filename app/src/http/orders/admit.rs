@@ -39,8 +39,8 @@ pub(super) struct Order<'a> {
     pub purchase_token: Option<String>,
 }
 
-/// A purchase this instance admitted, still borrowing its body: whether memory refuses it is
-/// asked of it before anything of it is copied.
+/// A purchase this instance admitted, still borrowing its body: nothing of it is copied until
+/// memory has not refused it.
 #[derive(Debug)]
 pub(super) struct Admitted<'a> {
     product_id: u64,
@@ -52,14 +52,6 @@ pub(super) struct Admitted<'a> {
 }
 
 impl Admitted<'_> {
-    pub fn key(&self) -> PurchaseKey<'_> {
-        PurchaseKey {
-            product_id: self.product_id,
-            user_id: &self.order.user_id,
-            request_id: &self.order.request_id,
-        }
-    }
-
     /// The purchase its strategy runs.
     pub fn into_purchase(self) -> Purchase {
         Purchase {
@@ -111,7 +103,12 @@ pub(super) async fn admit<'a>(
     if hold.is_some() {
         super::super::admin::authorize(settings, headers)?;
     }
-    let recalled = state.shelf.product(product_id).await?;
+    let purchase = PurchaseKey {
+        product_id,
+        user_id: &request.user_id,
+        request_id: &request.request_id,
+    };
+    let recalled = state.shelf.product(product_id, Some(purchase)).await?;
     let known = recalled
         .known
         .ok_or_else(|| ApiError::NotFound(format!("no product {product_id}")))?;

@@ -143,7 +143,7 @@ pub async fn create(
         return Err(ApiError::RateLimited);
     }
     let (admitted, recalled) = admit::admit(&state, &parts.headers, product_id, order).await?;
-    if recalled.refuses(admitted.key()) {
+    if recalled.refused {
         observe(&state, admitted.strategy, None, ErrorCode::SoldOut, started);
         return Err(ApiError::SoldOut);
     }
