@@ -36,17 +36,10 @@ impl Histogram {
     /// Adds what `other` counted.
     fn add(&self, other: &Histogram) {
         for (mine, theirs) in self.counts.iter().zip(&other.counts) {
-            mine.fetch_add(theirs.load(Ordering::Relaxed), Ordering::Relaxed);
+            add(mine, theirs);
         }
-        let total = |h: &Histogram| {
-            (
-                h.count.load(Ordering::Relaxed),
-                h.sum_ns.load(Ordering::Relaxed),
-            )
-        };
-        let (count, sum_ns) = total(other);
-        self.count.fetch_add(count, Ordering::Relaxed);
-        self.sum_ns.fetch_add(sum_ns, Ordering::Relaxed);
+        add(&self.count, &other.count);
+        add(&self.sum_ns, &other.sum_ns);
     }
 
     fn observe(&self, d: Duration) {
@@ -145,12 +138,17 @@ impl Counts {
     /// Adds what `other` counted.
     fn add(&self, other: &Counts) {
         for (mine, theirs) in self.outcomes.iter().zip(&other.outcomes) {
-            mine.fetch_add(theirs.load(Ordering::Relaxed), Ordering::Relaxed);
+            add(mine, theirs);
         }
         self.latency.add(&other.latency);
         self.lock_wait.add(&other.lock_wait);
-        (self.retries).fetch_add(other.retries.load(Ordering::Relaxed), Ordering::Relaxed);
+        add(&self.retries, &other.retries);
     }
+}
+
+/// Adds `theirs` to `mine`: one shard's count to the sum.
+fn add(mine: &AtomicU64, theirs: &AtomicU64) {
+    mine.fetch_add(theirs.load(Ordering::Relaxed), Ordering::Relaxed);
 }
 
 /// The counts every purchase request adds to, as the threads of one shard counted them.
@@ -341,7 +339,7 @@ impl Metrics {
             for (mine, theirs) in sum.strategies.iter().zip(&shard.strategies) {
                 mine.add(theirs);
             }
-            (sum.received).fetch_add(shard.received.load(Ordering::Relaxed), Ordering::Relaxed);
+            add(&sum.received, &shard.received);
         }
         sum
     }
