@@ -76,6 +76,13 @@ pub struct Config {
     #[arg(long, env = "SECKILL_STREAM_MAX_LAG", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
     pub stream_max_lag: u64,
 
+    /// How long an instance believes the stream full once a purchase found it at its bound, in
+    /// milliseconds: meanwhile it refuses `redis-lua-stream`'s purchases `503 overloaded` at
+    /// the door, without a round trip each. Far shorter than the consumers take to place what
+    /// the stream holds, so it is topped up long before it runs dry. 0: every purchase asks.
+    #[arg(long, env = "SECKILL_FULL_LINE_MEMORY_MS", default_value_t = 1)]
+    pub full_line_memory_ms: u64,
+
     /// How long a stream entry may stay read and unacknowledged by its consumer before another
     /// consumer claims it (the first one is presumed dead), in milliseconds.
     #[arg(long, env = "SECKILL_STREAM_CLAIM_IDLE_MS", default_value_t = 5000)]

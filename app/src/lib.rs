@@ -116,6 +116,7 @@ pub async fn build_with(
         batch_max: config.batch_max,
         batch_queue: config.batch_queue,
         stream_max_lag: config.stream_max_lag,
+        full_line_memory: Duration::from_millis(config.full_line_memory_ms),
     };
     let locks = backends::connect_all(config, &deps).await;
     let mut registry = Registry::new(deps, locks);

@@ -6,6 +6,7 @@
 //! out instead of in one wave. (A queue without a bound does the opposite: everyone waits, the
 //! wait grows with the crowd, and the answers come too late to be of use.)
 
+mod full_line;
 mod limit;
 
 use std::fmt::Write;
@@ -19,6 +20,7 @@ use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::api::Strategy;
+pub use full_line::FullLine;
 pub use limit::{Admitted, Limit, WINDOW};
 
 /// The fewest purchases of a strategy an instance admits at once, however slowly it answers.

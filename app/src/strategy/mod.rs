@@ -109,6 +109,14 @@ pub trait StockStrategy: Send + Sync {
         let _ = product_id;
         Box::pin(async { Ok(None) })
     }
+
+    /// Whether the bounded line this strategy's purchases wait in is believed full now, so
+    /// that the door refuses the next purchase `503 overloaded` without running it, as it
+    /// refuses past the admission limit. Never, by default: a line the strategy sees without a
+    /// round trip (`batched`'s) refuses as cheaply itself. See [`crate::overload::FullLine`].
+    fn line_full(&self) -> bool {
+        false
+    }
 }
 
 /// A product's lock, held by a return of units sold through a strategy that needs it (see
@@ -302,4 +310,6 @@ pub struct Deps {
     pub batch_queue: u32,
     /// Most orders `redis-lua-stream` lets wait in the stream before it refuses purchases.
     pub stream_max_lag: u64,
+    /// How long `redis-lua-stream` believes the stream full once found so.
+    pub full_line_memory: Duration,
 }

@@ -13,7 +13,8 @@
 //!
 //! The stream is bounded (`--stream-max-lag` entries): the script that would append past it
 //! refuses the purchase (`503 overloaded`, as the door refuses past capacity) and takes
-//! nothing. Unbounded, a crowd that arrives faster than the consumers place orders is answered
+//! nothing; the instance then believes the stream full for a moment and refuses the next
+//! purchases at the door, without a round trip each ([`FullLine`]). Unbounded, a crowd that arrives faster than the consumers place orders is answered
 //! `202` at the script's speed while the orders arrive in the database ever later; buyers told
 //! to pay within minutes find their order missing when they try, and a kill loses more
 //! accepted work. The bound turns that lag into refusals a buyer can retry.
@@ -46,8 +47,9 @@ use sqlx::MySqlPool;
 use super::redis_lua::{configured, refused, unavailable};
 use super::{Deps, Purchase, PurchaseError, Purchased, StockStrategy};
 use crate::db::orders;
+use crate::overload::FullLine;
 use crate::redis_stock::charge;
-use crate::redis_stock::scripts::{DUPLICATE, TAKE_AND_APPEND};
+use crate::redis_stock::scripts::{DUPLICATE, STREAM_FULL, TAKE_AND_APPEND};
 use crate::redis_stock::{Attempt, RedisStock, RedisStockError, Replicated, Settled};
 
 pub struct RedisLuaStream {
@@ -55,6 +57,8 @@ pub struct RedisLuaStream {
     redis: Option<RedisStock>,
     /// Most entries the stream may hold before a purchase is refused.
     max_lag: u64,
+    /// Whether the stream was just found at its bound.
+    full: FullLine,
 }
 
 pub fn build(deps: &Deps) -> Arc<dyn StockStrategy> {
@@ -62,6 +66,7 @@ pub fn build(deps: &Deps) -> Arc<dyn StockStrategy> {
         pool: deps.pool.clone(),
         redis: deps.redis.clone(),
         max_lag: deps.stream_max_lag,
+        full: FullLine::new(deps.full_line_memory),
     })
 }
 
@@ -113,6 +118,9 @@ impl StockStrategy for RedisLuaStream {
                     };
                 }
             };
+            if taken == STREAM_FULL {
+                self.full.found_full();
+            }
             refused(&self.pool, purchase, taken).await?;
             if taken == DUPLICATE {
                 // Charged before: the original order is placed (replay it) or still queued.
@@ -131,5 +139,9 @@ impl StockStrategy for RedisLuaStream {
             }
             Ok(Purchased::Accepted)
         })
+    }
+
+    fn line_full(&self) -> bool {
+        self.full.is_full()
     }
 }

@@ -631,6 +631,8 @@ async fn a_full_stream_refuses_purchases_overloaded_and_takes_nothing_until_it_d
     let database_url = fresh_database_url().await;
     let mut config = config_with(&database_url, shared_redis().await);
     config.stream_max_lag = 3;
+    // Every purchase runs the script: what the stream answers, not the door's memory of it.
+    config.full_line_memory_ms = 0;
     let app = spawn_app(config).await;
     app.reset_in(1, 10, Home::Redis).await;
     let buy = |request: &str| order_body(request, "redis-lua-stream");
@@ -672,6 +674,53 @@ async fn a_full_stream_refuses_purchases_overloaded_and_takes_nothing_until_it_d
         rows.len() == 4 && rows.values().all(|&n| n == 1),
         "{rows:?}"
     );
+    app.stop().await;
+    drop_database(&database_url).await;
+}
+
+/// Once a purchase found the stream full, the instance believes it full for a moment and
+/// refuses the next purchases at the door: `503 overloaded` before any of them reaches the
+/// strategy, a retry of an accepted click included (it is told to come back, and gets its
+/// order then), and nothing taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stream_found_full_refuses_the_next_purchases_at_the_door_without_running_them() {
+    let database_url = fresh_database_url().await;
+    let mut config = config_with(&database_url, shared_redis().await);
+    config.stream_max_lag = 1;
+    config.full_line_memory_ms = 3_600_000;
+    let app = spawn_app(config).await;
+    app.reset_in(1, 10, Home::Redis).await;
+    let buy = |request: &str| order_body(request, "redis-lua-stream");
+    let blocker = hold_orders_of(&database_url, 1).await;
+    let (status, answer) = app.order(1, &buy("door-0"), None).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{answer}");
+    let (status, answer) = app.order(1, &buy("door-1"), None).await;
+    assert_eq!(
+        (status, answer["error"].as_str()),
+        (StatusCode::SERVICE_UNAVAILABLE, Some("overloaded")),
+        "the script found the stream full: {answer}"
+    );
+    let started = app.purchases_started().await;
+    for request in ["door-2", "door-1", "door-0"] {
+        let (status, answer) = app.order(1, &buy(request), None).await;
+        assert_eq!(
+            (status, answer["error"].as_str()),
+            (StatusCode::SERVICE_UNAVAILABLE, Some("overloaded")),
+            "{request}: {answer}"
+        );
+    }
+    assert_eq!(
+        app.purchases_started().await,
+        started,
+        "no refusal reached the strategy"
+    );
+    let view = product(&app, 1).await;
+    assert_eq!(
+        (view["stock"].as_i64(), view["pending"].as_i64()),
+        (Some(9), Some(1)),
+        "the refused took nothing: {view}"
+    );
+    release(blocker).await;
     app.stop().await;
     drop_database(&database_url).await;
 }

@@ -15,13 +15,6 @@ fn click(user: &str, strategy: Strategy) -> Value {
     json!({ "user_id": user, "quantity": 1, "request_id": format!("r-{user}"), "strategy": strategy })
 }
 
-/// Purchases that reached a strategy so far.
-async fn started(app: &TestApp) -> u64 {
-    app.metric("seckill_purchases_started_total")
-        .await
-        .expect("the started counter")
-}
-
 /// Reads of a product's rules into memory so far.
 async fn reads(app: &TestApp) -> u64 {
     app.metric("seckill_product_reads_total")
@@ -51,14 +44,14 @@ async fn after_a_sell_out_refusals_come_from_memory_and_a_winners_retry_still_ge
         let (status, _) = app.order(product, &click("late", strategy), None).await;
         assert_eq!(status, StatusCode::CONFLICT, "{strategy}");
         // Learning is done beside the answer; wait until the memory refuses.
-        let before = started(&app).await;
+        let before = app.purchases_started().await;
         common::wait_until("a refusal from memory", || async {
-            let mark = started(&app).await;
+            let mark = app.purchases_started().await;
             let (status, _) = app.order(product, &click("probe", strategy), None).await;
-            status == StatusCode::CONFLICT && started(&app).await == mark
+            status == StatusCode::CONFLICT && app.purchases_started().await == mark
         })
         .await;
-        let mark = started(&app).await;
+        let mark = app.purchases_started().await;
         for n in 0..20 {
             let (status, answer) = app
                 .order(product, &click(&format!("late-{n}"), strategy), None)
@@ -67,7 +60,7 @@ async fn after_a_sell_out_refusals_come_from_memory_and_a_winners_retry_still_ge
             assert_eq!(answer["error"], "sold_out");
         }
         assert_eq!(
-            started(&app).await,
+            app.purchases_started().await,
             mark,
             "{strategy}: a refusal reached a strategy"
         );
@@ -95,12 +88,12 @@ async fn a_sold_out_memory_that_ages_is_renewed_with_its_winners_so_refusals_sta
         let (status, _) = app.order(product, &click("a", strategy), None).await;
         assert!(status.is_success(), "{strategy}: {status}");
         common::wait_until("a refusal from memory", || async {
-            let mark = started(&app).await;
+            let mark = app.purchases_started().await;
             let (status, _) = app.order(product, &click("probe", strategy), None).await;
-            status == StatusCode::CONFLICT && started(&app).await == mark
+            status == StatusCode::CONFLICT && app.purchases_started().await == mark
         })
         .await;
-        let mark = started(&app).await;
+        let mark = app.purchases_started().await;
         let reads = reads(&app).await;
         let mut n = 0;
         // Until the product was read again three times: the memory aged and was renewed.
@@ -118,7 +111,7 @@ async fn a_sold_out_memory_that_ages_is_renewed_with_its_winners_so_refusals_sta
         })
         .await;
         assert_eq!(
-            started(&app).await,
+            app.purchases_started().await,
             mark,
             "{strategy}: once the memory aged, a refusal reached a strategy"
         );
@@ -143,9 +136,9 @@ async fn stock_that_comes_back_makes_every_instance_forget_the_sell_out() {
         let (status, _) = b.order(product, &click("first", strategy), None).await;
         assert!(status.is_success());
         common::wait_until("B refuses from memory", || async {
-            let mark = started(&b).await;
+            let mark = b.purchases_started().await;
             let (status, _) = b.order(product, &click("probe", strategy), None).await;
-            status == StatusCode::CONFLICT && started(&b).await == mark
+            status == StatusCode::CONFLICT && b.purchases_started().await == mark
         })
         .await;
         a.reset_in(product, 1, strategy.home()).await;
@@ -175,9 +168,9 @@ async fn a_unit_returned_on_another_instance(strategy: Strategy, keep_sold_out: 
     assert!(status.is_success());
     for app in [&a, &b] {
         common::wait_until("the instance refuses from memory", || async {
-            let mark = started(app).await;
+            let mark = app.purchases_started().await;
             let (status, _) = app.order(1, &click("probe", strategy), None).await;
-            status == StatusCode::CONFLICT && started(app).await == mark
+            status == StatusCode::CONFLICT && app.purchases_started().await == mark
         })
         .await;
     }
@@ -202,10 +195,14 @@ async fn a_unit_returned_on_another_instance(strategy: Strategy, keep_sold_out: 
         }
         true => {
             // Nothing tells B: it refuses from memory while the unit is on the shelf.
-            let mark = started(&b).await;
+            let mark = b.purchases_started().await;
             let (status, answer) = b.order(1, &click("second", strategy), None).await;
             assert_eq!(answer["error"], "sold_out", "{strategy}: {answer}");
-            assert_eq!(started(&b).await, mark, "{strategy}: B asked its strategy");
+            assert_eq!(
+                b.purchases_started().await,
+                mark,
+                "{strategy}: B asked its strategy"
+            );
             assert_eq!(common::life::product(&a, 1).await["stock"], 1, "{strategy}");
             status != StatusCode::CONFLICT
         }
@@ -244,11 +241,11 @@ async fn a_memory_past_half_its_life_is_renewed_behind_the_refusals_it_keeps_ans
     let (status, _) = app.order(1, &click("a", Strategy::Pessimistic), None).await;
     assert!(status.is_success());
     common::wait_until("a refusal from memory", || async {
-        let mark = started(&app).await;
+        let mark = app.purchases_started().await;
         let (status, _) = app
             .order(1, &click("probe", Strategy::Pessimistic), None)
             .await;
-        status == StatusCode::CONFLICT && started(&app).await == mark
+        status == StatusCode::CONFLICT && app.purchases_started().await == mark
     })
     .await;
     // Both connections held by purchases of another product for longer than the memory lives:

@@ -178,7 +178,8 @@ async fn read_body(body: Body) -> Result<Bytes, ApiError> {
     Ok(whole)
 }
 
-/// Runs an admitted purchase through its strategy, if the service has room for it.
+/// Runs an admitted purchase through its strategy, if the service has room for it and the
+/// strategy's line is not believed full.
 async fn place(
     state: AppState,
     strategy: Arc<dyn StockStrategy>,
@@ -186,7 +187,8 @@ async fn place(
     epoch: Epoch,
     started: Instant,
 ) -> Answer {
-    let Some(place) = state.gate.enter(purchase.strategy) else {
+    let room = !strategy.line_full();
+    let Some(place) = room.then(|| state.gate.enter(purchase.strategy)).flatten() else {
         observe(
             &state,
             purchase.strategy,
@@ -283,9 +285,12 @@ async fn run(state: &AppState, strategy: &Arc<dyn StockStrategy>, purchase: &Pur
                 "duplicate purchase, but its order is gone (product reset meanwhile?)".into(),
             )
         }),
-        // Any refusal may answer the retry of a click that did buy — its first answer lost, or
-        // a 503 after a commit whose outcome the server could not know — and the strategy gave
-        // up before reaching the order insert. Look the order up before refusing.
+        // A full line took nothing and looks nothing up, as the door's refusal does not: a
+        // retry of a click that did buy is told to come back, and is answered its order then.
+        Err(PurchaseError::Overloaded) => Err(ApiError::Overloaded),
+        // Any other refusal may answer the retry of a click that did buy — its first answer
+        // lost, or a 503 after a commit whose outcome the server could not know — and the
+        // strategy gave up before reaching the order insert. Look the order up before refusing.
         Err(e) => match replay(state, purchase).await {
             Ok(Some(original)) => Ok(original),
             Err(definite @ (ApiError::IdempotencyConflict(_) | ApiError::PurchaseVoided)) => {

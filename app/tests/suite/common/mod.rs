@@ -94,6 +94,13 @@ impl TestApp {
         );
     }
 
+    /// Purchases that reached a strategy so far.
+    pub async fn purchases_started(&self) -> u64 {
+        self.metric("seckill_purchases_started_total")
+            .await
+            .expect("the started counter")
+    }
+
     /// One unlabelled value of the service's Prometheus text (`None`: not there).
     pub async fn metric(&self, name: &str) -> Option<u64> {
         let text = self
