@@ -221,6 +221,12 @@ pub struct Config {
     #[arg(long, env = "SECKILL_OPTIMISTIC_RETRIES", default_value_t = 16)]
     pub optimistic_retries: u32,
 
+    /// Most `optimistic` purchases this instance works on at once (and at most
+    /// `--max-in-flight`). A compare-and-set on one hot row lets one contender win per round;
+    /// each contender past a few adds only rounds that fail.
+    #[arg(long, env = "SECKILL_OPTIMISTIC_IN_FLIGHT", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
+    pub optimistic_in_flight: u32,
+
     /// How long the `batched` strategy collects purchases of one product before committing
     /// them as one transaction, in milliseconds.
     #[arg(long, env = "SECKILL_BATCH_WINDOW_MS", default_value_t = 2)]

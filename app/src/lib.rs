@@ -159,6 +159,9 @@ pub async fn build_with(
         config.max_in_flight,
         Duration::from_millis(config.latency_budget_ms),
         |strategy| overload::floor_of(strategy, config.batch_max),
+        |strategy| {
+            overload::ceiling_of(strategy, config.max_in_flight, config.optimistic_in_flight)
+        },
         config.rate_per_user,
         config.rate_per_address,
         Duration::from_millis(config.request_timeout_ms),

@@ -37,6 +37,24 @@ pub fn floor_of(strategy: Strategy, batch_max: u32) -> u32 {
     }
 }
 
+/// The most purchases of `strategy` an instance admits at once: all it may hold
+/// (`max_in_flight`), or, for `optimistic`, its own bound (`optimistic`, within the same).
+///
+/// The limit's reading of Little's law assumes that purchases in flight wait on each other in a
+/// line, so that as many may be admitted as are answered within the budget. A compare-and-set
+/// on one hot row is no line: every contender reads the same version, one wins the round and
+/// the others try again, so each contender admitted past a few adds failed rounds, not answers,
+/// and the ones that lose every round answer `busy` after the longest waits of all. Measured on
+/// one product, two instances and 200 buyers: about 100 in flight sold 361-420 purchases a
+/// second and answered hundreds `busy` when offered three times that; 4 in flight per instance
+/// sold 1,466-1,740 a second, and next to none `busy`.
+pub fn ceiling_of(strategy: Strategy, max_in_flight: u32, optimistic: u32) -> u32 {
+    match strategy {
+        Strategy::Optimistic => optimistic.min(max_in_flight),
+        _ => max_in_flight,
+    }
+}
+
 /// How often the rate limiters forget the buyers and addresses they have not seen lately.
 const FORGET_EVERY: Duration = Duration::from_secs(60);
 
@@ -53,12 +71,14 @@ pub struct Gate {
 
 impl Gate {
     /// At most `max_in_flight` purchases at once, and of each strategy as many as it answers
-    /// within `budget` (a zero budget: `max_in_flight` of each), never fewer than `floor` of it;
-    /// `per_user` and `per_address` purchases per second (bursts of as many) when set.
+    /// within `budget` (a zero budget: its `ceiling`), never fewer than its `floor` nor more
+    /// than its `ceiling`; `per_user` and `per_address` purchases per second (bursts of as
+    /// many) when set.
     pub fn new(
         max_in_flight: u32,
         budget: Duration,
         floor: impl Fn(Strategy) -> u32,
+        ceiling: impl Fn(Strategy) -> u32,
         per_user: Option<u32>,
         per_address: Option<u32>,
         request_timeout: Duration,
@@ -69,7 +89,7 @@ impl Gate {
             )),
             limits: Strategy::ALL
                 .iter()
-                .map(|&strategy| Arc::new(Limit::new(budget, floor(strategy), max_in_flight)))
+                .map(|&strategy| Arc::new(Limit::new(budget, floor(strategy), ceiling(strategy))))
                 .collect(),
             per_user: keyed(per_user),
             per_address: keyed(per_address),
@@ -183,11 +203,41 @@ mod tests {
             256,
             Duration::from_millis(200),
             |s| floor_of(s, 64),
+            |s| ceiling_of(s, 256, 4),
             None,
             None,
             Duration::from_secs(1),
         );
         assert_eq!(gate.limit(Strategy::Batched).floor(), 64);
         assert_eq!(gate.limit(Strategy::Pessimistic).floor(), FLOOR);
+    }
+
+    #[test]
+    fn optimistic_is_admitted_only_a_few_at_once_and_the_others_all_the_instance_holds() {
+        assert_eq!(ceiling_of(Strategy::Optimistic, 256, 4), 4);
+        assert_eq!(ceiling_of(Strategy::Optimistic, 2, 4), 2);
+        assert_eq!(ceiling_of(Strategy::Pessimistic, 256, 4), 256);
+        let gate = Gate::new(
+            256,
+            Duration::from_millis(200),
+            |s| floor_of(s, 64),
+            |s| ceiling_of(s, 256, 3),
+            None,
+            None,
+            Duration::from_secs(1),
+        );
+        let held: Vec<_> = (0..3)
+            .map(|_| gate.enter(Strategy::Optimistic).expect("a place"))
+            .collect();
+        assert!(gate.enter(Strategy::Optimistic).is_none(), "a fourth");
+        assert!(
+            gate.enter(Strategy::Conditional).is_some(),
+            "another strategy"
+        );
+        drop(held);
+        assert!(
+            gate.enter(Strategy::Optimistic).is_some(),
+            "places come back"
+        );
     }
 }

@@ -8,7 +8,9 @@
 //! version only one wins each round, the rest retry, so the database does O(N²) work for N
 //! sales on a hot row, and a buyer that loses every round answers `busy` although stock was
 //! left — *undersell* when the budget is small. The jitter spreads the retries so the losers
-//! do not collide again in lock-step.
+//! do not collide again in lock-step, and the service admits only a few of its purchases at
+//! once (`--optimistic-in-flight`, 4 per instance; see [`crate::overload::ceiling_of`]): the
+//! contenders a crowd would bring add failed rounds, not sales.
 //!
 //! The version is only a token if *every* stock write moves it: the strategy is chosen per
 //! request, so `conditional`, `pessimistic` and the locked strategies may sell the same product
