@@ -1,6 +1,7 @@
 //! Free loopback ports, and connecting to a server's.
 
 use std::collections::HashSet;
+use std::fs::{File, OpenOptions, TryLockError};
 use std::net::{TcpListener, TcpStream};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -41,7 +42,10 @@ const QUIET_PORTS: std::ops::Range<u16> = 20_000..32_000;
 /// A free loopback port outside the ephemeral range, for a port a cluster member binds late or
 /// re-binds after a restart (a ZooKeeper member opens its quorum port only when it becomes
 /// leader). An ephemeral port may meanwhile be taken by any outgoing connection on the machine;
-/// this one only by another process picking it the same way.
+/// this one by no process that picks its ports here: each holds, for as long as it lives, a
+/// lock on a file named for every quiet port it picked ([`claimed_across_processes`]), so
+/// another test process does not pick the port of a member that is down between a kill and
+/// its restart — as one did, and the member could not start again.
 pub(crate) fn quiet_port() -> std::io::Result<u16> {
     let mut seen = HANDED_OUT.lock().unwrap_or_else(|e| e.into_inner());
     let seen = seen.get_or_insert_with(HashSet::new);
@@ -56,7 +60,10 @@ pub(crate) fn quiet_port() -> std::io::Result<u16> {
         state ^= state >> 7;
         state ^= state << 17;
         let port = QUIET_PORTS.start + (state % span) as u16;
-        if !seen.contains(&port) && TcpListener::bind(("127.0.0.1", port)).is_ok() {
+        if !seen.contains(&port)
+            && TcpListener::bind(("127.0.0.1", port)).is_ok()
+            && claimed_across_processes(port)?
+        {
             seen.insert(port);
             return Ok(port);
         }
@@ -65,4 +72,47 @@ pub(crate) fn quiet_port() -> std::io::Result<u16> {
         std::io::ErrorKind::AddrNotAvailable,
         "no free port in 20000..32000",
     ))
+}
+
+/// The locks on the quiet ports this process picked, held until it exits (the kernel lets go
+/// of a dead process's locks, so a crashed test leaves no port claimed).
+static CLAIMS: Mutex<Vec<File>> = Mutex::new(Vec::new());
+
+/// Claims `port` for this process's lifetime among the processes that pick quiet ports:
+/// `false` if another living one holds it.
+fn claimed_across_processes(port: u16) -> std::io::Result<bool> {
+    let dir = std::env::temp_dir().join("seckill-quiet-ports");
+    std::fs::create_dir_all(&dir)?;
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join(port.to_string()))?;
+    match file.try_lock() {
+        Ok(()) => {
+            CLAIMS.lock().unwrap_or_else(|e| e.into_inner()).push(file);
+            Ok(true)
+        }
+        Err(TryLockError::WouldBlock) => Ok(false),
+        Err(TryLockError::Error(e)) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_quiet_port_is_claimed_until_its_process_exits() {
+        let port = quiet_port().expect("a quiet port");
+        let path = std::env::temp_dir()
+            .join("seckill-quiet-ports")
+            .join(port.to_string());
+        // Another open file description is what another process would hold.
+        let other = File::open(&path).expect("the claim's file");
+        assert!(
+            matches!(other.try_lock(), Err(TryLockError::WouldBlock)),
+            "port {port} is claimed"
+        );
+    }
 }
