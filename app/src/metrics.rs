@@ -473,7 +473,7 @@ impl Metrics {
 }
 
 /// Whole microseconds of `d`, saturating.
-fn micros(d: Duration) -> u64 {
+pub(crate) fn micros(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 

@@ -3,6 +3,7 @@
 use std::collections::HashSet;
 use std::fs::{File, OpenOptions, TryLockError};
 use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -78,16 +79,25 @@ pub(crate) fn quiet_port() -> std::io::Result<u16> {
 /// of a dead process's locks, so a crashed test leaves no port claimed).
 static CLAIMS: Mutex<Vec<File>> = Mutex::new(Vec::new());
 
+/// The file whose lock claims quiet `port`.
+fn claim_path(port: u16) -> PathBuf {
+    std::env::temp_dir()
+        .join("seckill-quiet-ports")
+        .join(port.to_string())
+}
+
 /// Claims `port` for this process's lifetime among the processes that pick quiet ports:
 /// `false` if another living one holds it.
 fn claimed_across_processes(port: u16) -> std::io::Result<bool> {
-    let dir = std::env::temp_dir().join("seckill-quiet-ports");
-    std::fs::create_dir_all(&dir)?;
+    let path = claim_path(port);
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
     let file = OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
-        .open(dir.join(port.to_string()))?;
+        .open(path)?;
     match file.try_lock() {
         Ok(()) => {
             CLAIMS.lock().unwrap_or_else(|e| e.into_inner()).push(file);
@@ -105,11 +115,8 @@ mod tests {
     #[test]
     fn a_quiet_port_is_claimed_until_its_process_exits() {
         let port = quiet_port().expect("a quiet port");
-        let path = std::env::temp_dir()
-            .join("seckill-quiet-ports")
-            .join(port.to_string());
         // Another open file description is what another process would hold.
-        let other = File::open(&path).expect("the claim's file");
+        let other = File::open(claim_path(port)).expect("the claim's file");
         assert!(
             matches!(other.try_lock(), Err(TryLockError::WouldBlock)),
             "port {port} is claimed"

@@ -16,6 +16,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::metrics::micros;
+
 /// Until when a line is believed full.
 #[derive(Debug)]
 pub struct FullLine {
@@ -52,10 +54,6 @@ impl FullLine {
     fn now_us(&self) -> u64 {
         micros(self.epoch.elapsed())
     }
-}
-
-fn micros(d: Duration) -> u64 {
-    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]

@@ -225,8 +225,8 @@ impl PurchaseStats {
     }
 
     pub fn set_lock_wait(&self, waited: Duration) {
-        let us = u64::try_from(waited.as_micros()).unwrap_or(u64::MAX);
-        self.lock_wait_us.store(us, Ordering::Relaxed);
+        self.lock_wait_us
+            .store(crate::metrics::micros(waited), Ordering::Relaxed);
     }
 
     /// How long the strategy waited for its lock, if it took one.

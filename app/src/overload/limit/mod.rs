@@ -65,6 +65,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use crate::metrics::micros;
 use descent::{Descent, Seen};
 use window::{Window, smoothed};
 
@@ -127,7 +128,7 @@ impl Admitted {
 
 impl Drop for Admitted {
     fn drop(&mut self) {
-        let inside = u64::try_from(self.since.elapsed().as_micros()).unwrap_or(u64::MAX);
+        let inside = micros(self.since.elapsed());
         let limit = &self.limit;
         limit.in_flight.fetch_sub(1, Ordering::AcqRel);
         limit.inside_us.fetch_add(inside, Ordering::AcqRel);
@@ -202,7 +203,7 @@ impl Limit {
         if self.budget <= 0.0 {
             return;
         }
-        let now = u64::try_from(self.epoch.elapsed().as_micros()).unwrap_or(u64::MAX);
+        let now = micros(self.epoch.elapsed());
         let opened = self.opened_us.load(Ordering::Acquire);
         let lasted = now.saturating_sub(opened);
         if u128::from(lasted) < WINDOW.as_micros() {
