@@ -249,6 +249,13 @@ pub struct Config {
     #[arg(long, env = "SECKILL_MAX_IN_FLIGHT", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_in_flight: u32,
 
+    /// While the door turns away at least one purchase for every four it admits (a crowd past
+    /// the capacity), the busy share of the machine's cores, in percent, above which the instance
+    /// admits fewer purchases at once, so that the refusals of the rest find a core free and
+    /// are answered at once. 0: never.
+    #[arg(long, env = "SECKILL_CPU_TARGET_PERCENT", default_value_t = 85, value_parser = clap::value_parser!(u32).range(0..=100))]
+    pub cpu_target_percent: u32,
+
     /// The time a purchase should spend inside the service, in milliseconds: each strategy
     /// admits as many purchases at once as it answers in this time at its current rate (at
     /// least 4, at most `--max-in-flight`), and refuses the next at once with `503 overloaded`.

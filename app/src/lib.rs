@@ -155,18 +155,22 @@ pub async fn build_with(
             .with_metrics(metrics.clone());
         tokio::spawn(consumer.run())
     });
-    let gate = Arc::new(overload::Gate::new(
-        config.max_in_flight,
-        Duration::from_millis(config.latency_budget_ms),
-        |strategy| overload::floor_of(strategy, config.batch_max),
-        |strategy| {
-            overload::ceiling_of(strategy, config.max_in_flight, config.optimistic_in_flight)
-        },
-        config.rate_per_user,
-        config.rate_per_address,
-        Duration::from_millis(config.request_timeout_ms),
-    ));
+    let gate = Arc::new(
+        overload::Gate::new(
+            config.max_in_flight,
+            Duration::from_millis(config.latency_budget_ms),
+            |strategy| overload::floor_of(strategy, config.batch_max),
+            |strategy| {
+                overload::ceiling_of(strategy, config.max_in_flight, config.optimistic_in_flight)
+            },
+            config.rate_per_user,
+            config.rate_per_address,
+            Duration::from_millis(config.request_timeout_ms),
+        )
+        .with_cpu_target(config.cpu_target_percent),
+    );
     let forgetting = tokio::spawn(Arc::clone(&gate).forget_idle_keys());
+    let headroom = tokio::spawn(Arc::clone(&gate).keep_headroom(Arc::clone(&metrics)));
     let registry = Arc::new(registry);
     let life = lifecycle::Lifecycle::new(
         pool.clone(),
@@ -211,7 +215,7 @@ pub async fn build_with(
                 .into_iter()
                 .chain(listener)
                 .chain(sweep)
-                .chain([forgetting])
+                .chain([forgetting, headroom])
                 .collect(),
         )),
     });

@@ -332,6 +332,20 @@ impl Metrics {
             .store(entries.saturating_add(1), Ordering::Relaxed);
     }
 
+    /// Purchases that reached their strategy, ever.
+    pub fn purchases_started(&self) -> u64 {
+        self.started.load(Ordering::Relaxed)
+    }
+
+    /// Purchases turned away for want of room (`503 overloaded`), of every strategy, ever.
+    pub fn turned_away(&self) -> u64 {
+        let slot = Outcome::Refused(ErrorCode::Overloaded).index();
+        (self.shards.iter())
+            .flat_map(|shard| &shard.strategies)
+            .map(|counts| counts.outcomes[slot].load(Ordering::Relaxed))
+            .sum()
+    }
+
     /// What every shard counted, summed.
     fn summed(&self) -> Shard {
         let sum = Shard::default();

@@ -6,7 +6,9 @@
 //! out instead of in one wave. (A queue without a bound does the opposite: everyone waits, the
 //! wait grows with the crowd, and the answers come too late to be of use.)
 
+mod cores;
 mod full_line;
+mod headroom;
 mod limit;
 
 use std::fmt::Write;
@@ -20,7 +22,9 @@ use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::api::Strategy;
+use crate::metrics::Metrics;
 pub use full_line::FullLine;
+pub use headroom::Headroom;
 pub use limit::{Admitted, Limit, WINDOW};
 
 /// The fewest purchases of a strategy an instance admits at once, however slowly it answers.
@@ -61,6 +65,9 @@ const FORGET_EVERY: Duration = Duration::from_secs(60);
 /// The service's admission limits.
 pub struct Gate {
     in_flight: Arc<Semaphore>,
+    max_in_flight: u32,
+    /// Purchases admitted at once as the cores allow under a crowd.
+    headroom: Headroom,
     /// Each strategy's limit, by its place in the catalogue.
     limits: Vec<Arc<Limit>>,
     per_user: Option<DefaultKeyedRateLimiter<String>>,
@@ -83,10 +90,13 @@ impl Gate {
         per_address: Option<u32>,
         request_timeout: Duration,
     ) -> Gate {
+        let max_in_flight = max_in_flight.max(1);
         Gate {
             in_flight: Arc::new(Semaphore::new(
-                usize::try_from(max_in_flight).unwrap_or(usize::MAX).max(1),
+                usize::try_from(max_in_flight).unwrap_or(usize::MAX),
             )),
+            max_in_flight,
+            headroom: Headroom::new(0, max_in_flight),
             limits: Strategy::ALL
                 .iter()
                 .map(|&strategy| Arc::new(Limit::new(budget, floor(strategy), ceiling(strategy))))
@@ -97,12 +107,33 @@ impl Gate {
         }
     }
 
+    /// Under a crowd that stays, keeps the machine's cores below `cpu_target_percent` busy
+    /// (0: never), see [`Headroom`].
+    pub fn with_cpu_target(mut self, cpu_target_percent: u32) -> Gate {
+        self.headroom = Headroom::new(cpu_target_percent, self.max_in_flight);
+        self
+    }
+
+    /// Keeps the cores as `headroom` does.
+    #[cfg(test)]
+    fn with_headroom(mut self, headroom: Headroom) -> Gate {
+        self.headroom = headroom;
+        self
+    }
+
     /// A place among the purchases in flight of `strategy`, held until the purchase ends;
     /// `None` when the strategy has as many in flight as it answers within the budget, or the
     /// instance as many as it may hold.
     pub fn enter(&self, strategy: Strategy) -> Option<Place> {
         // The permit first: one given back has no effect, while a place of the strategy given
         // back unused would count as a purchase answered.
+        // The room on the cores, but never below the strategy's floor: fewer than a batch at
+        // once only makes the batches smaller, not the cores less busy.
+        let free = u32::try_from(self.in_flight.available_permits()).unwrap_or(u32::MAX);
+        let in_flight = self.max_in_flight.saturating_sub(free);
+        if in_flight >= self.limit(strategy).floor() && !self.headroom.admits(in_flight) {
+            return None;
+        }
         let permit = Arc::clone(&self.in_flight).try_acquire_owned().ok()?;
         let admitted = self.limit(strategy).enter()?;
         Some(Place {
@@ -118,7 +149,13 @@ impl Gate {
 
     /// The limits of `strategies`, in the Prometheus text format.
     pub fn render(&self, strategies: &[Strategy]) -> String {
-        let mut out = String::from(
+        let mut out = format!(
+            "# HELP seckill_admission_room Purchases this instance admits at once now, as the cores allow.\n\
+             # TYPE seckill_admission_room gauge\n\
+             seckill_admission_room {}\n",
+            self.headroom.room()
+        );
+        out.push_str(
             "# HELP seckill_admission_limit Purchases of a strategy this instance admits at once now.\n\
              # TYPE seckill_admission_limit gauge\n",
         );
@@ -148,6 +185,26 @@ impl Gate {
             _ => true,
         };
         user && address
+    }
+
+    /// Sets the room on the cores every [`headroom::TICK`] from the cores' busy time and what
+    /// the door did; ends at once where the cores' time cannot be read.
+    pub async fn keep_headroom(self: Arc<Gate>, metrics: Arc<Metrics>) {
+        let Some(cores) = cores::Cores::find() else {
+            return;
+        };
+        loop {
+            tokio::time::sleep(headroom::TICK).await;
+            let Some((busy, total)) = cores.read() else {
+                return;
+            };
+            self.headroom.step(headroom::Reading {
+                busy,
+                total,
+                admitted: metrics.purchases_started(),
+                turned_away: metrics.turned_away(),
+            });
+        }
     }
 
     /// Forgets, now and then, the keys the rate limiters have not seen lately, so their memory
@@ -194,22 +251,51 @@ fn forget_idle<K: Hash + Eq + Clone>(limiter: &DefaultKeyedRateLimiter<K>) {
 mod tests {
     use super::*;
 
+    /// 256 in flight, batches of 64, `optimistic` admitted `optimistic` at once.
+    fn gate(optimistic: u32) -> Gate {
+        Gate::new(
+            256,
+            Duration::from_millis(200),
+            |s| floor_of(s, 64),
+            |s| ceiling_of(s, 256, optimistic),
+            None,
+            None,
+            Duration::from_secs(1),
+        )
+    }
+
     #[test]
     fn a_strategy_that_serves_purchases_together_is_never_limited_below_one_batch() {
         assert_eq!(floor_of(Strategy::Batched, 64), 64);
         assert_eq!(floor_of(Strategy::Batched, 1), FLOOR);
         assert_eq!(floor_of(Strategy::Conditional, 64), FLOOR);
-        let gate = Gate::new(
-            256,
-            Duration::from_millis(200),
-            |s| floor_of(s, 64),
-            |s| ceiling_of(s, 256, 4),
-            None,
-            None,
-            Duration::from_secs(1),
-        );
+        let gate = gate(4);
         assert_eq!(gate.limit(Strategy::Batched).floor(), 64);
         assert_eq!(gate.limit(Strategy::Pessimistic).floor(), FLOOR);
+    }
+
+    #[test]
+    fn under_a_crowd_on_busy_cores_the_door_admits_no_more_than_the_room() {
+        let headroom = Headroom::new(85, 256);
+        for tick in 0..12 {
+            headroom.step(headroom::Reading {
+                busy: 20 * tick,
+                total: 20 * tick,
+                admitted: tick,
+                turned_away: 10 * tick,
+            });
+        }
+        assert_eq!(headroom.room(), 4);
+        let gate = gate(4).with_headroom(headroom);
+        let held: Vec<_> = (0..4)
+            .map(|_| gate.enter(Strategy::Conditional).expect("a place"))
+            .collect();
+        assert!(gate.enter(Strategy::Pessimistic).is_none(), "a fifth");
+        drop(held);
+        assert!(
+            gate.enter(Strategy::Pessimistic).is_some(),
+            "one given back"
+        );
     }
 
     #[test]
@@ -217,15 +303,7 @@ mod tests {
         assert_eq!(ceiling_of(Strategy::Optimistic, 256, 4), 4);
         assert_eq!(ceiling_of(Strategy::Optimistic, 2, 4), 2);
         assert_eq!(ceiling_of(Strategy::Pessimistic, 256, 4), 256);
-        let gate = Gate::new(
-            256,
-            Duration::from_millis(200),
-            |s| floor_of(s, 64),
-            |s| ceiling_of(s, 256, 3),
-            None,
-            None,
-            Duration::from_secs(1),
-        );
+        let gate = gate(3);
         let held: Vec<_> = (0..3)
             .map(|_| gate.enter(Strategy::Optimistic).expect("a place"))
             .collect();

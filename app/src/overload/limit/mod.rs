@@ -187,7 +187,6 @@ impl Limit {
     }
 
     /// The fewest purchases it admits at once, however slowly they are answered.
-    #[cfg(test)]
     pub(super) fn floor(&self) -> u32 {
         self.floor
     }
