@@ -233,7 +233,9 @@ pub fn miss(m: &OverloadMiss) -> String {
              {capacity_per_second:.0}/s (bar {:.0}%), with {in_flight_limit} admitted at once when \
              the overload ended: refusing the excess costs cores the purchases need (the app \
              instances, the backends and the generator share this machine's), and what is left \
-             serves fewer of them.",
+             serves fewer of them — the fewer as an instance under a crowd that stays admits \
+             less while the cores are busier than its target (`--cpu-target-percent`), so \
+             that its refusals find a core free.",
             100.0 * accepted_per_second / capacity_per_second.max(1e-9),
             100.0 * bar_share,
         ),
