@@ -46,7 +46,7 @@ const QUIET_PORTS: std::ops::Range<u16> = 20_000..32_000;
 /// this one by no process that picks its ports here: each holds, for as long as it lives, a
 /// lock on a file named for every quiet port it picked ([`claimed_across_processes`]), so
 /// another test process does not pick the port of a member that is down between a kill and
-/// its restart — as one did, and the member could not start again.
+/// its restart, which would then find its port taken and could not start again.
 pub(crate) fn quiet_port() -> std::io::Result<u16> {
     let mut seen = HANDED_OUT.lock().unwrap_or_else(|e| e.into_inner());
     let seen = seen.get_or_insert_with(HashSet::new);

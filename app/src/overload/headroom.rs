@@ -95,6 +95,11 @@ impl Headroom {
         }
     }
 
+    /// Whether the room is set by the cores at all (a target other than 0).
+    pub fn is_kept(&self) -> bool {
+        self.target > 0
+    }
+
     /// Whether one more purchase fits beside the `in_flight` ones.
     pub fn admits(&self, in_flight: u32) -> bool {
         in_flight < self.room()
@@ -107,7 +112,7 @@ impl Headroom {
 
     /// Sets the room from the counters read now and those read at the last tick.
     pub fn step(&self, now: Reading) {
-        if self.target == 0 {
+        if !self.is_kept() {
             return;
         }
         let mut last = self.last.lock().unwrap_or_else(PoisonError::into_inner);

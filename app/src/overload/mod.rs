@@ -125,8 +125,6 @@ impl Gate {
     /// `None` when the strategy has as many in flight as it answers within the budget, or the
     /// instance as many as it may hold.
     pub fn enter(&self, strategy: Strategy) -> Option<Place> {
-        // The permit first: one given back has no effect, while a place of the strategy given
-        // back unused would count as a purchase answered.
         // The room on the cores, but never below the strategy's floor: fewer than a batch at
         // once only makes the batches smaller, not the cores less busy.
         let free = u32::try_from(self.in_flight.available_permits()).unwrap_or(u32::MAX);
@@ -134,6 +132,8 @@ impl Gate {
         if in_flight >= self.limit(strategy).floor() && !self.headroom.admits(in_flight) {
             return None;
         }
+        // The permit first: one given back has no effect, while a place of the strategy given
+        // back unused would count as a purchase answered.
         let permit = Arc::clone(&self.in_flight).try_acquire_owned().ok()?;
         let admitted = self.limit(strategy).enter()?;
         Some(Place {
@@ -188,8 +188,11 @@ impl Gate {
     }
 
     /// Sets the room on the cores every [`headroom::TICK`] from the cores' busy time and what
-    /// the door did; ends at once where the cores' time cannot be read.
+    /// the door did; ends at once where no room is kept or the cores' time cannot be read.
     pub async fn keep_headroom(self: Arc<Gate>, metrics: Arc<Metrics>) {
+        if !self.headroom.is_kept() {
+            return;
+        }
         let Some(cores) = cores::Cores::find() else {
             return;
         };
