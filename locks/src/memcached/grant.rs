@@ -10,21 +10,21 @@
 //! token was then drawn while this grant held the lock, so every later grant draws a larger one,
 //! and token order is grant order. A grant costs three round trips.
 //!
-//! An attempt dropped after its `add` succeeded (the acquire was cancelled or gave up) would
-//! leave an item that blocks others until it expires, and memcached's whole-second expiry makes
-//! that longer than the lease; so a dropped attempt deletes its item in the background (only if
-//! it is still its own). That includes an attempt dropped with its `add` sent and its answer
-//! not read: the server may still store it, even after a release sent later on another
-//! connection (each connection is served on its own), so from the moment the `add` leaves
-//! until it is answered `NOT_STORED` the attempt counts as one that may hold an item. (The
-//! clean-up travels on another connection too: an `add` held up longer than the clean-up's two
-//! round trips would still be stored after it, and block others until it expires.)
+//! An attempt must never leave an item behind that nobody holds: memcached's whole-second expiry
+//! would block every other client for longer than the lease. So an attempt, once begun, runs to
+//! its answer in a task of its own, whether or not anyone still waits for it (the acquire may
+//! be cancelled or give up meanwhile). If its `add` was stored and the grant is not taken — the
+//! acquire is gone, or a later request failed — the task deletes the item (only if it is still
+//! its own). It does so *after* the `add` was answered, so the item's fate is settled: a delete
+//! sent on another connection while the `add` was still on its way could arrive first (memcached
+//! serves each connection on its own) and leave the late `add` stored.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use async_memcached::{AsciiProtocol, Error, Status};
+use tokio::sync::oneshot;
 
 use super::ownership::{Act, holds, if_owner};
 use super::pool::{Pool, Pooled};
@@ -37,20 +37,26 @@ pub(super) async fn attempt(
     owner: &str,
     lease: Duration,
 ) -> Result<Option<u64>, crate::LockError> {
-    let pending = Pending {
-        shared: Arc::clone(shared),
-        key: key.to_owned(),
-        owner: owner.to_owned(),
-        maybe_added: AtomicBool::new(false),
-    };
-    let pool = &shared.pool;
-    let token = pool
-        .run(|conn| add_and_draw(conn, pool, key, owner, lease, &pending.maybe_added))
-        .await?;
-    if token.is_some() {
-        pending.maybe_added.store(false, Ordering::Relaxed);
-    }
-    Ok(token)
+    let (answer, answered) = oneshot::channel();
+    let (shared, key, owner) = (Arc::clone(shared), key.to_owned(), owner.to_owned());
+    tokio::spawn(async move {
+        let maybe_added = AtomicBool::new(false);
+        let pool = &shared.pool;
+        let outcome = pool
+            .run(|conn| add_and_draw(conn, pool, &key, &owner, lease, &maybe_added))
+            .await;
+        let granted = matches!(outcome, Ok(Some(_)));
+        let taken = answer.send(outcome).is_ok();
+        if maybe_added.load(Ordering::Relaxed) && !(granted && taken) {
+            if let Err(e) = if_owner(pool, &key, &owner, Act::Delete).await {
+                tracing::warn!(error = %e, "deleting the item of an abandoned memcached lock attempt failed");
+            }
+        }
+    });
+    // Only a runtime shutting down drops the task before it answers.
+    answered
+        .await
+        .unwrap_or_else(|e| Err(crate::LockError::unavailable(e)))
 }
 
 async fn add_and_draw(
@@ -80,33 +86,4 @@ async fn add_and_draw(
         return Ok(None);
     }
     Ok(Some(token))
-}
-
-/// An attempt under way; if dropped while its item may exist (its `add` sent and not refused)
-/// but is not yet a grant, deletes it.
-struct Pending {
-    shared: Arc<Shared>,
-    key: String,
-    owner: String,
-    maybe_added: AtomicBool,
-}
-
-impl Drop for Pending {
-    fn drop(&mut self) {
-        if !self.maybe_added.load(Ordering::Relaxed) {
-            return;
-        }
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let (shared, key, owner) = (
-                Arc::clone(&self.shared),
-                std::mem::take(&mut self.key),
-                std::mem::take(&mut self.owner),
-            );
-            runtime.spawn(async move {
-                if let Err(e) = if_owner(&shared.pool, &key, &owner, Act::Delete).await {
-                    tracing::warn!(error = %e, "deleting the item of an abandoned memcached lock attempt failed");
-                }
-            });
-        }
-    }
 }
