@@ -40,7 +40,9 @@ impl FullLine {
     /// The line was just found full.
     pub fn found_full(&self) {
         if self.memory_us > 0 {
-            let until = self.now_us().saturating_add(self.memory_us);
+            // One microsecond more: `now_us` rounds down, and the belief must last its whole
+            // memory from the moment it was found.
+            let until = self.now_us().saturating_add(self.memory_us + 1);
             self.until_us.fetch_max(until, Ordering::Relaxed);
         }
     }
