@@ -249,12 +249,12 @@ pub struct Config {
     #[arg(long, env = "SECKILL_MAX_IN_FLIGHT", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_in_flight: u32,
 
-    /// While the door turns away at least one purchase for every four it admits (a crowd past
-    /// the capacity), the busy share of the machine's cores, in percent, above which the instance
-    /// admits fewer purchases at once, so that the refusals of the rest find a core free and
-    /// are answered at once. 0: never.
-    #[arg(long, env = "SECKILL_CPU_TARGET_PERCENT", default_value_t = 85, value_parser = clap::value_parser!(u32).range(0..=100))]
-    pub cpu_target_percent: u32,
+    /// Once a crowd has stayed for a second and a half (the door turning away at least one
+    /// purchase for every four it admits), how late the instance may get to a ready request, in
+    /// milliseconds — read as the lateness of a 1 ms timer — before it admits fewer purchases
+    /// at once, so that the refusals of the rest are answered at once. 0: never.
+    #[arg(long, env = "SECKILL_LAG_TARGET_MS", default_value_t = 4)]
+    pub lag_target_ms: u64,
 
     /// The time a purchase should spend inside the service, in milliseconds: each strategy
     /// admits as many purchases at once as it answers in this time at its current rate (at

@@ -167,7 +167,7 @@ pub async fn build_with(
             config.rate_per_address,
             Duration::from_millis(config.request_timeout_ms),
         )
-        .with_cpu_target(config.cpu_target_percent),
+        .with_lag_target(Duration::from_millis(config.lag_target_ms)),
     );
     let forgetting = tokio::spawn(Arc::clone(&gate).forget_idle_keys());
     let headroom = tokio::spawn(Arc::clone(&gate).keep_headroom(Arc::clone(&metrics)));

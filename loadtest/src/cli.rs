@@ -197,7 +197,8 @@ pub struct RunArgs {
     #[command(flatten)]
     pub flood: FloodArgs,
     /// After each deployable strategy's open loop, offer it this many times its closed-loop
-    /// purchases per second in an open loop (3 s after 1 s of warm-up; 1 s after 0.3 s with
+    /// purchases per second in an open loop (3 s after 2.5 s of warm-up, long enough for an
+    /// instance to see the crowd stay and set its room on the cores; 1 s after 0.3 s with
     /// --quick): what it accepts, how fast it refuses the rest, and the app instances' memory
     /// meanwhile.
     #[arg(long, default_value_t = 3.0)]
@@ -363,7 +364,7 @@ impl RunArgs {
             server_niceness: self.server_niceness,
             overload: (!self.no_overload && !self.only_baselines).then_some(OverloadShape {
                 factor: self.overload_factor,
-                warmup: if self.quick { 0.3 } else { 1.0 },
+                warmup: if self.quick { 0.3 } else { 2.5 },
                 seconds: if self.quick { 1.0 } else { 3.0 },
             }),
             expiry: (!self.no_expiry && !self.only_baselines).then_some(ExpiryShape {

@@ -6,9 +6,9 @@
 //! out instead of in one wave. (A queue without a bound does the opposite: everyone waits, the
 //! wait grows with the crowd, and the answers come too late to be of use.)
 
-mod cores;
 mod full_line;
 mod headroom;
+mod lag;
 mod limit;
 
 use std::fmt::Write;
@@ -66,7 +66,7 @@ const FORGET_EVERY: Duration = Duration::from_secs(60);
 pub struct Gate {
     in_flight: Arc<Semaphore>,
     max_in_flight: u32,
-    /// Purchases admitted at once as the cores allow under a crowd.
+    /// Purchases admitted at once as the refusals' wait allows under a crowd.
     headroom: Headroom,
     /// Each strategy's limit, by its place in the catalogue.
     limits: Vec<Arc<Limit>>,
@@ -96,7 +96,7 @@ impl Gate {
                 usize::try_from(max_in_flight).unwrap_or(usize::MAX),
             )),
             max_in_flight,
-            headroom: Headroom::new(0, max_in_flight),
+            headroom: Headroom::new(Duration::ZERO, max_in_flight),
             limits: Strategy::ALL
                 .iter()
                 .map(|&strategy| Arc::new(Limit::new(budget, floor(strategy), ceiling(strategy))))
@@ -107,14 +107,14 @@ impl Gate {
         }
     }
 
-    /// Under a crowd that stays, keeps the machine's cores below `cpu_target_percent` busy
-    /// (0: never), see [`Headroom`].
-    pub fn with_cpu_target(mut self, cpu_target_percent: u32) -> Gate {
-        self.headroom = Headroom::new(cpu_target_percent, self.max_in_flight);
+    /// Under a crowd that stays, keeps the runtime's lateness — the refusals' wait — below
+    /// `lag_target` (zero: never), see [`Headroom`].
+    pub fn with_lag_target(mut self, lag_target: Duration) -> Gate {
+        self.headroom = Headroom::new(lag_target, self.max_in_flight);
         self
     }
 
-    /// Keeps the cores as `headroom` does.
+    /// Keeps the room as `headroom` does.
     #[cfg(test)]
     fn with_headroom(mut self, headroom: Headroom) -> Gate {
         self.headroom = headroom;
@@ -125,8 +125,8 @@ impl Gate {
     /// `None` when the strategy has as many in flight as it answers within the budget, or the
     /// instance as many as it may hold.
     pub fn enter(&self, strategy: Strategy) -> Option<Place> {
-        // The room on the cores, but never below the strategy's floor: fewer than a batch at
-        // once only makes the batches smaller, not the cores less busy.
+        // The room for the refusals, but never below the strategy's floor: fewer than a batch
+        // at once only makes the batches smaller, not the cores less busy.
         let free = u32::try_from(self.in_flight.available_permits()).unwrap_or(u32::MAX);
         let in_flight = self.max_in_flight.saturating_sub(free);
         if in_flight >= self.limit(strategy).floor() && !self.headroom.admits(in_flight) {
@@ -150,7 +150,7 @@ impl Gate {
     /// The limits of `strategies`, in the Prometheus text format.
     pub fn render(&self, strategies: &[Strategy]) -> String {
         let mut out = format!(
-            "# HELP seckill_admission_room Purchases this instance admits at once now, as the cores allow.\n\
+            "# HELP seckill_admission_room Purchases this instance admits at once now, as its refusals' wait allows.\n\
              # TYPE seckill_admission_room gauge\n\
              seckill_admission_room {}\n",
             self.headroom.room()
@@ -187,27 +187,26 @@ impl Gate {
         user && address
     }
 
-    /// Sets the room on the cores every [`headroom::TICK`] from the cores' busy time and what
-    /// the door did; ends at once where no room is kept or the cores' time cannot be read.
+    /// Sets the room every [`headroom::TICK`] from the runtime's lateness and what the door
+    /// did; ends at once where no room is kept.
     pub async fn keep_headroom(self: Arc<Gate>, metrics: Arc<Metrics>) {
         if !self.headroom.is_kept() {
             return;
         }
-        let Some(cores) = cores::Cores::find() else {
-            return;
+        let lag = lag::Lag::default();
+        let keep = async {
+            loop {
+                tokio::time::sleep(headroom::TICK).await;
+                self.headroom.step(headroom::Reading {
+                    lag_us: lag.take_worst_us(),
+                    admitted: metrics.purchases_started(),
+                    turned_away: metrics.turned_away(),
+                });
+                lag.probe_while(self.headroom.is_crowded());
+            }
         };
-        loop {
-            tokio::time::sleep(headroom::TICK).await;
-            let Some((busy, total)) = cores.read() else {
-                return;
-            };
-            self.headroom.step(headroom::Reading {
-                busy,
-                total,
-                admitted: metrics.purchases_started(),
-                turned_away: metrics.turned_away(),
-            });
-        }
+        // One task: the probe is woken, late or not, as every other task of the runtime is.
+        tokio::join!(lag.probe(headroom::TICK), keep);
     }
 
     /// Forgets, now and then, the keys the rate limiters have not seen lately, so their memory
@@ -278,12 +277,11 @@ mod tests {
     }
 
     #[test]
-    fn under_a_crowd_on_busy_cores_the_door_admits_no_more_than_the_room() {
-        let headroom = Headroom::new(85, 256);
-        for tick in 0..12 {
+    fn under_a_crowd_with_late_refusals_the_door_admits_no_more_than_the_room() {
+        let headroom = Headroom::new(Duration::from_millis(4), 256);
+        for tick in 0..40 {
             headroom.step(headroom::Reading {
-                busy: 20 * tick,
-                total: 20 * tick,
+                lag_us: 10_000,
                 admitted: tick,
                 turned_away: 10 * tick,
             });

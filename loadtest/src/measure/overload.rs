@@ -67,12 +67,12 @@ pub async fn run_overload(api: &Api, plan: &OverloadPlan<'_>) -> Result<Overload
 
     let pids = plan.app_pids.clone();
     let (before_bytes, instances) = memory::rss(&pids);
-    let watch = Watch::start(pids.clone());
+    // The peak is watched from the end of the warm-up, the memory it is held against.
     let loaded = tokio::spawn({
         let pids = pids.clone();
         async move {
             tokio::time::sleep(window.warmup).await;
-            memory::rss(&pids).0
+            (memory::rss(&pids).0, Watch::start(pids))
         }
     });
 
@@ -102,7 +102,7 @@ pub async fn run_overload(api: &Api, plan: &OverloadPlan<'_>) -> Result<Overload
     let admission_limit = admission_limit(&api.metrics().await, plan.strategy.name);
     drop(split_feed);
     let from_due = splitter.await.context("the answers' splitter")?;
-    let loaded_bytes = loaded
+    let (loaded_bytes, watch) = loaded
         .await
         .context("the memory at the end of the warm-up")?;
     settle(api, &buyers_plan).await?;

@@ -32,8 +32,8 @@ pub fn markdown(
          behind). Other: answers neither a purchase nor `503 overloaded` — other refusals, no \
          answer, answers outside the contract — with the most frequent. Latency from each \
          request's due time, as a buyer who clicked then waited. Memory: resident memory of \
-         the app instances together, before the loop, at the end of its warm-up, its peak, \
-         and once every answer came back.\n\n",
+         the app instances together, before the loop, at the end of its warm-up, its peak \
+         after the warm-up, and once every answer came back.\n\n",
     );
     md.push_str(&went_wrong(findings));
     md
@@ -49,8 +49,8 @@ fn describe(shape: &OverloadShape, overloads: &[OverloadResult]) -> String {
          (emptied afterwards). The instances refuse past {} purchases in flight together{}. The \
          bars: accepted purchases answered within {} s at p99, at least {:.0}% of the capacity \
          accepted, the excess refused `503 overloaded` within {} ms at p99, no answer of any other kind slower than that, \
-         and the memory flat — its peak within {:.0}% or {} MiB (whichever is more) of the \
-         memory at the end of the warm-up.",
+         and the memory flat — its peak after the warm-up within {:.0}% or {} MiB (whichever \
+         is more) of the memory at the end of the warm-up.",
         shape.factor,
         shape.seconds,
         shape.warmup,
@@ -234,8 +234,8 @@ pub fn miss(m: &OverloadMiss) -> String {
              the overload ended: refusing the excess costs cores the purchases need (the app \
              instances, the backends and the generator share this machine's), and what is left \
              serves fewer of them — the fewer as an instance under a crowd that stays admits \
-             less while the cores are busier than its target (`--cpu-target-percent`), so \
-             that its refusals find a core free.",
+             less while its runtime wakes later than its target (`--lag-target-ms`), so \
+             that its refusals are answered at once.",
             100.0 * accepted_per_second / capacity_per_second.max(1e-9),
             100.0 * bar_share,
         ),

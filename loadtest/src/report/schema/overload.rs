@@ -102,7 +102,10 @@ pub struct Memory {
     pub before_bytes: u64,
     /// At the end of the warm-up: the connections open, the load at its rate.
     pub loaded_bytes: u64,
-    /// The highest sample from the start of the loop to its last answer.
+    /// The highest sample from the end of the warm-up to the loop's last answer: what the
+    /// overload's own seconds held. (The warm-up's first moments, before an instance under a
+    /// crowd narrows its room on the cores, may hold more; that is the load arriving, not
+    /// the overload growing.)
     pub peak_bytes: u64,
     /// Once every answer came back.
     pub after_bytes: u64,
