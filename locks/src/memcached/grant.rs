@@ -47,10 +47,11 @@ pub(super) async fn attempt(
             .await;
         let granted = matches!(outcome, Ok(Some(_)));
         let taken = answer.send(outcome).is_ok();
-        if maybe_added.load(Ordering::Relaxed) && !(granted && taken) {
-            if let Err(e) = if_owner(pool, &key, &owner, Act::Delete).await {
-                tracing::warn!(error = %e, "deleting the item of an abandoned memcached lock attempt failed");
-            }
+        if maybe_added.load(Ordering::Relaxed)
+            && !(granted && taken)
+            && let Err(e) = if_owner(pool, &key, &owner, Act::Delete).await
+        {
+            tracing::warn!(error = %e, "deleting the item of an abandoned memcached lock attempt failed");
         }
     });
     // Only a runtime shutting down drops the task before it answers.
