@@ -1,7 +1,8 @@
 //! The bars of the overload phase, and which of them each strategy missed, with the figures
 //! that say why: accepted purchases answered within a second (p99, from the due time), at
 //! least half of the capacity still accepted, the excess refused `503 overloaded` within
-//! milliseconds, nothing answered any other slow way, and the app instances' memory flat while
+//! milliseconds, nothing answered any other slow way (beyond a trace), and the app instances'
+//! memory flat while
 //! the overload goes on.
 
 use app::api::ErrorCode;
@@ -16,6 +17,11 @@ pub const ACCEPTED_P99_BAR_US: u64 = 1_000_000;
 pub const ACCEPTED_SHARE_BAR: f64 = 0.5;
 /// The p99 of refusals, from their due time, must stay under this: "within milliseconds".
 pub const REFUSAL_P99_BAR_US: u64 = 10_000;
+/// Slow answers of another kind (a strategy's own `busy`, say) are a miss only when more than
+/// this share of the answers: a p99 over one or two answers in thousands is not a tail but an
+/// anecdote — `optimistic` answers a purchase `busy` now and then after losing every round, by
+/// design. An answer that never came, or one outside the contract, is a miss however rare.
+pub const OTHER_TRACE_SHARE: f64 = 0.001;
 /// The memory counts as flat while its peak stays within this share of the memory at the end
 /// of the warm-up…
 pub const MEMORY_MARGIN_SHARE: f64 = 0.10;
@@ -60,7 +66,9 @@ pub fn finding(o: &OverloadResult) -> Option<OverloadFinding> {
     let outcomes = &o.load.outcomes;
     let other = &o.from_due.other;
     let broken = outcomes.transport_error + outcomes.unexpected.values().sum::<u64>();
-    if o.other() > 0 && (broken > 0 || other.p99_us >= REFUSAL_P99_BAR_US) {
+    let answers = o.load.outcomes.total().max(1);
+    let more_than_a_trace = o.other() as f64 > OTHER_TRACE_SHARE * answers as f64;
+    if o.other() > 0 && (broken > 0 || (more_than_a_trace && other.p99_us >= REFUSAL_P99_BAR_US)) {
         misses.push(OverloadMiss::OtherAnswers {
             count: o.other(),
             transport_errors: outcomes.transport_error,
@@ -172,6 +180,44 @@ mod tests {
             matches!(f.misses[1], OverloadMiss::MemoryGrew { .. }),
             "{f:?}"
         );
+    }
+
+    /// `o` with `n` answers `503 busy`, each `p99_us` late at p99.
+    fn with_busy(mut o: OverloadResult, n: u64, p99_us: u64) -> OverloadResult {
+        for _ in 0..n {
+            o.load.outcomes.count(&testkit::Answer::Refused {
+                status: 503,
+                code: ErrorCode::Busy,
+            });
+        }
+        o.from_due.other.count = n;
+        o.from_due.other.p99_us = p99_us;
+        o
+    }
+
+    #[test]
+    fn slow_answers_of_another_kind_are_a_miss_past_a_trace() {
+        let o = with_busy(overload(200_000, 2_000, 0), 30, 400_000);
+        let f = finding(&o).expect("30 slow busy answers in 1,230");
+        assert!(
+            matches!(
+                f.misses.as_slice(),
+                [OverloadMiss::OtherAnswers { count: 30, .. }]
+            ),
+            "{f:?}"
+        );
+    }
+
+    #[test]
+    fn one_slow_answer_of_another_kind_in_thousands_is_a_trace_not_a_miss() {
+        let mut o = overload(200_000, 2_000, 0);
+        for _ in 0..3_000 {
+            o.load.outcomes.count(&testkit::Answer::Refused {
+                status: 503,
+                code: ErrorCode::Overloaded,
+            });
+        }
+        assert_eq!(finding(&with_busy(o, 1, 400_000)), None);
     }
 
     #[test]
