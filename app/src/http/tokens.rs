@@ -27,12 +27,13 @@ pub async fn issue(
     path: Result<Path<u64>, PathRejection>,
     body: Result<Json<TokenRequest>, JsonRejection>,
 ) -> Result<Json<PurchaseToken>, ApiError> {
+    let asked = std::time::Instant::now();
     let id = super::product_id(path)?;
     let Json(TokenRequest { user_id }) = body?;
     super::orders::check_id("user_id", &user_id, MAX_USER_ID)?;
     let known = (state.shelf.product(id, None).await?.known)
         .ok_or_else(|| ApiError::NotFound(format!("no product {id}")))?;
-    super::orders::within_sale(&known.rules)?;
+    super::orders::within_sale(&known.rules, asked)?;
     let token = state
         .settings
         .token_key

@@ -2,7 +2,7 @@
 //! from what this instance remembers of the product ([`crate::shelf`]), at the cost of a no-op.
 
 use std::borrow::Cow;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::http::HeaderMap;
 use serde::Deserialize;
@@ -72,12 +72,14 @@ impl Admitted<'_> {
 /// well-formed, the product known, its sale open, its token shown if required, the quantity
 /// within the per-user limit; and the product as the memory it was admitted from holds it.
 /// (Its strategy is taken only once it is not refused from memory: a refusal touches no shared
-/// count.)
+/// count.) The sale's window is judged at `arrived`, when the request came in, not when the
+/// product's memory was ready.
 pub(super) async fn admit<'a>(
     state: &AppState,
     headers: &HeaderMap,
     product_id: u64,
     request: Order<'a>,
+    arrived: Instant,
 ) -> Result<(Admitted<'a>, Recalled), ApiError> {
     let settings = &state.settings;
     let name = request.strategy.unwrap_or(settings.default_strategy);
@@ -112,7 +114,7 @@ pub(super) async fn admit<'a>(
     let known = recalled
         .known
         .ok_or_else(|| ApiError::NotFound(format!("no product {product_id}")))?;
-    within_sale(&known.rules)?;
+    within_sale(&known.rules, arrived)?;
     if known.rules.token_required {
         let shown = request.purchase_token.as_deref().is_some_and(|token| {
             settings
@@ -142,17 +144,21 @@ pub(super) async fn admit<'a>(
     Ok((admitted, recalled))
 }
 
-/// Refuses a purchase made outside the sale's window. The clock is read only for a product
-/// that has one: most have none, and their refusals from memory need no time of day.
-pub(in crate::http) fn within_sale(rules: &SaleRules) -> Result<(), ApiError> {
+/// Refuses a request that `arrived` outside the sale's window. Judged at its arrival, not now:
+/// a click sent before the opening that waited — for the product's memory to be read, say, on
+/// an instance that has just started — would otherwise be let in once the sale opened, and a
+/// bot that fires early would be first in line for riding a slow moment. The clock is read
+/// only for a product that has a window: most have none, and their refusals from memory need
+/// no time of day.
+pub(in crate::http) fn within_sale(rules: &SaleRules, arrived: Instant) -> Result<(), ApiError> {
     if rules.sale_starts_at.is_none() && rules.sale_ends_at.is_none() {
         return Ok(());
     }
-    let now = OffsetDateTime::now_utc();
-    if rules.sale_starts_at.is_some_and(|starts| now < starts) {
+    let at = OffsetDateTime::now_utc() - arrived.elapsed();
+    if rules.sale_starts_at.is_some_and(|starts| at < starts) {
         return Err(ApiError::SaleNotStarted);
     }
-    if rules.sale_ends_at.is_some_and(|ends| now >= ends) {
+    if rules.sale_ends_at.is_some_and(|ends| at >= ends) {
         return Err(ApiError::SaleEnded);
     }
     Ok(())
@@ -208,4 +214,45 @@ pub(super) fn hold(headers: &HeaderMap) -> Result<Option<Duration>, ApiError> {
             ))
         })?;
     Ok((ms > 0).then(|| Duration::from_millis(ms)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn window(opened_secs_ago: i64, ends_in_secs: i64) -> SaleRules {
+        let now = OffsetDateTime::now_utc();
+        SaleRules {
+            sale_starts_at: Some(now - time::Duration::seconds(opened_secs_ago)),
+            sale_ends_at: Some(now + time::Duration::seconds(ends_in_secs)),
+            ..SaleRules::default()
+        }
+    }
+
+    /// When a request came in `secs` ago.
+    fn arrived_ago(secs: u64) -> Instant {
+        Instant::now()
+            .checked_sub(Duration::from_secs(secs))
+            .expect("the monotonic clock has run that long")
+    }
+
+    #[test]
+    fn a_click_that_came_before_the_opening_is_refused_although_judged_after_it() {
+        let rules = window(5, 3600);
+        assert!(within_sale(&rules, Instant::now()).is_ok(), "open now");
+        assert!(matches!(
+            within_sale(&rules, arrived_ago(10)),
+            Err(ApiError::SaleNotStarted)
+        ));
+    }
+
+    #[test]
+    fn a_click_that_came_before_the_close_is_judged_open_although_judged_after_it() {
+        let rules = window(3600, -5);
+        assert!(matches!(
+            within_sale(&rules, Instant::now()),
+            Err(ApiError::SaleEnded)
+        ));
+        assert!(within_sale(&rules, arrived_ago(10)).is_ok());
+    }
 }

@@ -142,7 +142,8 @@ pub async fn create(
     if !state.gate.within_rates(&order.user_id, address) {
         return Err(ApiError::RateLimited);
     }
-    let (admitted, recalled) = admit::admit(&state, &parts.headers, product_id, order).await?;
+    let (admitted, recalled) =
+        admit::admit(&state, &parts.headers, product_id, order, started).await?;
     if recalled.refused {
         observe(&state, admitted.strategy, None, ErrorCode::SoldOut, started);
         return Err(ApiError::SoldOut);
