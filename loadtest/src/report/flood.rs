@@ -289,11 +289,44 @@ fn went_wrong(floods: &[FloodResult], misses: &[FloodMiss]) -> String {
     for miss in misses {
         let _ = writeln!(md, "- {}", missed(miss));
     }
+    md.push_str(&early_clicks(floods));
     md.push_str(&http_floor(
         misses,
         crate::analyse::flood_bars::refusals_at_bar(floods),
     ));
     format!("\nWhat went wrong in the flood:\n\n{md}")
+}
+
+/// What became of the bots that fired before the opening, from each row's answers: the early
+/// click is the failure a sale window exists for (a bot first in line before the sale opens).
+fn early_clicks(floods: &[FloodResult]) -> String {
+    let rows: Vec<_> = floods.iter().filter(|f| f.early_clicks > 0).collect();
+    let Some(first) = rows.first() else {
+        return String::new();
+    };
+    let refused = |f: &FloodResult| f.outcomes.refused(ErrorCode::SaleNotStarted);
+    let all = rows.iter().filter(|f| refused(f) >= f.early_clicks).count();
+    let mut md = format!(
+        "- The early click: of the {} bots that fired before the opening, every one was refused \
+         `409 sale_not_started` in {all} of {} rows. The sale's window is checked against the \
+         instance's memory of the product, at the click's arrival and before any strategy runs: \
+         a bot that fires early is told to wait and takes nothing, and is no nearer the front \
+         for having fired first.",
+        first.early_clicks,
+        rows.len()
+    );
+    for f in rows.iter().filter(|f| refused(f) < f.early_clicks) {
+        let _ = write!(
+            md,
+            " In `{}`'s row {} were: the other {} were answered only after the opening, among \
+             the sale's own clicks.",
+            f.strategy.name,
+            refused(f),
+            f.early_clicks - refused(f)
+        );
+    }
+    md.push('\n');
+    md
 }
 
 /// Where HTTP alone puts a refusal beside the no-op, when refusals missed their bar and the
@@ -379,6 +412,7 @@ mod tests {
     use app::api::Strategy;
 
     use super::*;
+    use crate::sample;
 
     fn refusal_miss(percent_of_noop: f64, http_floor_percent: Option<f64>) -> FloodMiss {
         FloodMiss::CostlyRefusals {
@@ -387,6 +421,32 @@ mod tests {
             bar_percent: REFUSAL_BAR_PERCENT,
             http_floor_percent,
         }
+    }
+
+    #[test]
+    fn the_early_clicks_are_told_from_each_rows_answers() {
+        let mut rows = [
+            sample::flood(Strategy::Naive, 1_000.0, 1_000.0, 90.0),
+            sample::flood(Strategy::Conditional, 1_000.0, 1_000.0, 90.0),
+        ];
+        assert_eq!(early_clicks(&rows), "", "no early bots, nothing to say");
+        for (row, refused) in rows.iter_mut().zip([289, 400]) {
+            row.early_clicks = 400;
+            for _ in 0..refused {
+                row.outcomes.count(&testkit::Answer::Refused {
+                    status: 409,
+                    code: ErrorCode::SaleNotStarted,
+                });
+            }
+        }
+        let text = early_clicks(&rows);
+        assert!(text.contains("of the 400 bots"), "{text}");
+        assert!(text.contains("in 1 of 2 rows"), "{text}");
+        assert!(
+            text.contains("In `naive`'s row 289 were: the other 111"),
+            "{text}"
+        );
+        assert!(!text.contains("`conditional`'s row"), "{text}");
     }
 
     #[test]
