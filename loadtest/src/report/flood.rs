@@ -309,16 +309,15 @@ fn early_clicks(floods: &[FloodResult]) -> String {
     let mut md = format!(
         "- The early click: of the {} bots that fired before the opening, every one was refused \
          `409 sale_not_started` in {all} of {} rows. The sale's window is checked against the \
-         instance's memory of the product, at the click's arrival and before any strategy runs: \
-         a bot that fires early is told to wait and takes nothing, and is no nearer the front \
-         for having fired first.",
+         instance's memory of the product before any strategy runs: a bot that fires early is \
+         told to wait and takes nothing, and is no nearer the front for having fired first.",
         first.early_clicks,
         rows.len()
     );
     for f in rows.iter().filter(|f| refused(f) < f.early_clicks) {
         let _ = write!(
             md,
-            " In `{}`'s row {} were: the other {} were answered only after the opening, among \
+            " In `{}`'s row {} were; the other {} were answered only after the opening, among \
              the sale's own clicks.",
             f.strategy.name,
             refused(f),
@@ -443,7 +442,7 @@ mod tests {
         assert!(text.contains("of the 400 bots"), "{text}");
         assert!(text.contains("in 1 of 2 rows"), "{text}");
         assert!(
-            text.contains("In `naive`'s row 289 were: the other 111"),
+            text.contains("In `naive`'s row 289 were; the other 111"),
             "{text}"
         );
         assert!(!text.contains("`conditional`'s row"), "{text}");
