@@ -198,7 +198,7 @@ pub struct RunArgs {
     pub flood: FloodArgs,
     /// After each deployable strategy's open loop, offer it this many times its closed-loop
     /// purchases per second in an open loop (3 s after 2.5 s of warm-up, long enough for an
-    /// instance to see the crowd stay and set its room on the cores; 1 s after 0.3 s with
+    /// instance to see the crowd stay and narrow the purchases it admits; 1 s after 0.3 s with
     /// --quick): what it accepts, how fast it refuses the rest, and the app instances' memory
     /// meanwhile.
     #[arg(long, default_value_t = 3.0)]

@@ -43,7 +43,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-/// How often the busy share is read and the room set again.
+/// How often the lateness is read and the room set again.
 pub const TICK: Duration = Duration::from_millis(100);
 
 /// The door turns away at least one purchase for every this many it admits under a crowd.

@@ -2,8 +2,7 @@
 //! that say why: accepted purchases answered within a second (p99, from the due time), at
 //! least half of the capacity still accepted, the excess refused `503 overloaded` within
 //! milliseconds, nothing answered any other slow way (beyond a trace), and the app instances'
-//! memory flat while
-//! the overload goes on.
+//! memory flat while the overload goes on.
 
 use app::api::ErrorCode;
 use testkit::Outcomes;
@@ -66,8 +65,7 @@ pub fn finding(o: &OverloadResult) -> Option<OverloadFinding> {
     let outcomes = &o.load.outcomes;
     let other = &o.from_due.other;
     let broken = outcomes.transport_error + outcomes.unexpected.values().sum::<u64>();
-    let answers = o.load.outcomes.total().max(1);
-    let more_than_a_trace = o.other() as f64 > OTHER_TRACE_SHARE * answers as f64;
+    let more_than_a_trace = o.other_share() > OTHER_TRACE_SHARE;
     if o.other() > 0 && (broken > 0 || (more_than_a_trace && other.p99_us >= REFUSAL_P99_BAR_US)) {
         misses.push(OverloadMiss::OtherAnswers {
             count: o.other(),

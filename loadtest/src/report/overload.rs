@@ -48,9 +48,9 @@ fn describe(shape: &OverloadShape, overloads: &[OverloadResult]) -> String {
          {} s after {} s of warm-up, from {} connections, on a product that cannot sell out \
          (emptied afterwards). The instances refuse past {} purchases in flight together{}. The \
          bars: accepted purchases answered within {} s at p99, at least {:.0}% of the capacity \
-         accepted, the excess refused `503 overloaded` within {} ms at p99, no answer of any other kind slower than that \
-         (more than one in a thousand answers) nor lost, \
-         and the memory flat — its peak after the warm-up within {:.0}% or {} MiB (whichever \
+         accepted, the excess refused `503 overloaded` within {} ms at p99, no answer of any \
+         other kind slower than that (more than one in a thousand answers) nor lost, and the \
+         memory flat — its peak after the warm-up within {:.0}% or {} MiB (whichever \
          is more) of the memory at the end of the warm-up.",
         shape.factor,
         shape.seconds,

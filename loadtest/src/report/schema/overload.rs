@@ -68,6 +68,11 @@ impl OverloadResult {
         self.overloaded() as f64 / (self.load.outcomes.total().max(1)) as f64
     }
 
+    /// The share of the answers that were neither a purchase nor `503 overloaded`.
+    pub fn other_share(&self) -> f64 {
+        self.other() as f64 / (self.load.outcomes.total().max(1)) as f64
+    }
+
     /// The purchases accepted per second as a share of the capacity (`None` without one).
     pub fn accepted_share(&self) -> Option<f64> {
         (self.capacity_per_second > 0.0)
@@ -104,7 +109,7 @@ pub struct Memory {
     pub loaded_bytes: u64,
     /// The highest sample from the end of the warm-up to the loop's last answer: what the
     /// overload's own seconds held. (The warm-up's first moments, before an instance under a
-    /// crowd narrows its room on the cores, may hold more; that is the load arriving, not
+    /// crowd narrows the purchases it admits at once, may hold more; that is the load arriving, not
     /// the overload growing.)
     pub peak_bytes: u64,
     /// Once every answer came back.
