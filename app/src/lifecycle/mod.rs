@@ -25,10 +25,13 @@
 //!   cannot be one transaction. So the change goes to an intermediate state first (`expiring`,
 //!   `cancelling`: "left `reserved`, units on their way"), committed; then the give-back script
 //!   ([`crate::redis_stock::scripts::GIVE_BACK`]) increments the counter *only if the
-//!   purchase's charge record is still there, and deletes it in the same atomic step*; then the
-//!   order becomes `expired` / `cancelled`. The charge record is the once-only token on the
-//!   Redis side: the script may run any number of times — by the instance that made the change,
-//!   by another instance's sweep after it died, by `reconcile` — and adds the units once. A
+//!   purchase's charge record still holds its charge, and marks it ended in the same atomic
+//!   step*; then the order becomes `expired` / `cancelled`. The charge record is the once-only
+//!   token on the Redis side: the script may run any number of times — by the instance that
+//!   made the change, by another instance's sweep after it died, by `reconcile` — and adds the
+//!   units once. The record is marked, not deleted, because the purchase's key stays taken by
+//!   its ended order: sent again, the purchase must be a duplicate answered with that order, not
+//!   a new charge that no order could ever hold ([`crate::redis_stock::charge`]). A
 //!   crash between the state change and the script leaves the order `expiring` with its units
 //!   stranded (undersell, never oversell: the units are in no order and not on sale), which the
 //!   sweep of every instance finishes after `--return-grace-ms`, and `reconcile` at once.
@@ -39,7 +42,7 @@
 //!   payment or a cancellation got to first is left out; one they reach later is no longer
 //!   `reserved`); the batch's give-back
 //!   ([`GIVE_BACK_ALL`](crate::redis_stock::scripts::GIVE_BACK_ALL)) is one atomic script that
-//!   gives each order's charge back only if that order's record is still there, deleting it;
+//!   gives each order's charge back only if that order's record still holds it, marking it;
 //!   the final update moves only orders still `expiring`. A crash between two steps leaves
 //!   each order of the batch where a crash leaves a single one.
 //!

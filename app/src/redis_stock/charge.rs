@@ -9,7 +9,20 @@
 //! The value records what was charged: `quantity:strategy:charged-at:attempt` (milliseconds
 //! of the Redis clock; the [`Attempt`] that charged it), so that a replay with other terms is
 //! a conflict, so that `reconcile` can tell a purchase still in flight from one presumed lost,
-//! and so that a give-back names the charge it is for; or [`CANCELLED`], a tombstone.
+//! and so that a give-back names the charge it is for; or [`CANCELLED`], a tombstone; or
+//! `quantity:strategy:ended`, the mark of a purchase whose order ended ([`Afterwards`]).
+//!
+//! **Why an ended purchase keeps a record.** The record is what makes a replay a duplicate
+//! instead of a new charge. Once an order has ended (expired, cancelled, or voided by
+//! `reconcile`) and its units are back, its purchase key is taken in the database for good: no
+//! order of it can ever be placed again. Were the record deleted with the give-back, a client
+//! sending the same purchase again would be charged anew, and nothing could ever hold those
+//! units — `redis-lua-stream`'s entry would meet the ended order and place nothing, its buyer
+//! told `202`: units gone from sale for good, three requests per unit for anyone to empty a
+//! product. With the mark, the take answers it as a duplicate, from the terms the mark keeps,
+//! and the buyer is answered with the ended order. A purchase whose give-back leaves no order
+//! behind (its insert failed, its deduction was not replicated) loses its record instead, so
+//! that its retry can buy.
 
 use crate::db::orders::PurchaseKey;
 
@@ -62,6 +75,34 @@ impl Default for Attempt {
 /// The record of a purchase whose take was settled as not made (see
 /// [`super::scripts::SETTLE`]): a tombstone, holding no units.
 pub const CANCELLED: &str = "cancelled";
+
+/// Whether `record` is the mark of a purchase whose order ended (`quantity:strategy:ended`):
+/// it holds no units, and no take charges its purchase again.
+pub fn is_ended(record: &str) -> bool {
+    record.ends_with(":ended")
+}
+
+/// What a give-back leaves of the purchase's record once its units are back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Afterwards {
+    /// No order of this charge was written (its insert failed, its deduction was not
+    /// replicated): the record is deleted, and the purchase may be bought by its retry.
+    Open,
+    /// The purchase has an order row that will never hold units again — ended, or voided —
+    /// so it can never be placed anew: the record becomes the ended mark, and the purchase
+    /// sent again is a duplicate answered with that order, charged nothing.
+    Ended,
+}
+
+impl Afterwards {
+    /// As [`super::scripts::GIVE_BACK`] takes it.
+    pub fn as_arg(self) -> &'static str {
+        match self {
+            Afterwards::Open => "",
+            Afterwards::Ended => "ended",
+        }
+    }
+}
 
 /// A charge as recorded.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -119,5 +160,17 @@ mod tests {
         );
         let old = format!("{}1700000000123", terms(2, "redis-lua"));
         assert_eq!(Charge::parse(&old).and_then(|c| c.attempt), None);
+    }
+
+    #[test]
+    fn an_ended_mark_is_told_from_a_charge_and_a_tombstone() {
+        assert!(is_ended(&format!("{}ended", terms(1, "redis-lua-stream"))));
+        let charge = format!(
+            "{}1700000000123:{}",
+            terms(1, "redis-lua"),
+            Attempt::new().name()
+        );
+        assert!(!is_ended(&charge));
+        assert!(!is_ended(CANCELLED));
     }
 }

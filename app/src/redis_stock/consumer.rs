@@ -243,6 +243,7 @@ impl Consumer {
                     order.product_id,
                     &field,
                     order.attempt.as_deref(),
+                    charge::Afterwards::Ended,
                 ))
                 .await?;
         }

@@ -347,12 +347,13 @@ impl RedisStock {
 
     /// Arguments of [`scripts::GIVE_BACK`] for the purchase `field` of `product`, ready to run:
     /// the charge of `attempt`, or whichever charged it when `None` (for a caller that read
-    /// the record it gives back by, and no attempt in it).
+    /// the record it gives back by, and no attempt in it); the record left `afterwards`.
     pub fn give_back(
         &self,
         product: u64,
         field: &str,
         attempt: Option<&str>,
+        afterwards: charge::Afterwards,
     ) -> ScriptInvocation<'static> {
         let mut script = scripts::GIVE_BACK.prepare_invoke();
         script
@@ -362,12 +363,13 @@ impl RedisStock {
             .arg(field)
             .arg(self.keys.restocked())
             .arg(product)
-            .arg(attempt.unwrap_or(""));
+            .arg(attempt.unwrap_or(""))
+            .arg(afterwards.as_arg());
         script
     }
 
-    /// Arguments of [`scripts::GIVE_BACK_ALL`] for the purchases `fields` of `product`, each
-    /// by whichever attempt charged it, ready to run.
+    /// Arguments of [`scripts::GIVE_BACK_ALL`] for the purchases `fields` of `product` (of
+    /// ended orders), each by whichever attempt charged it and marked ended, ready to run.
     pub fn give_back_all<'f>(
         &self,
         product: u64,

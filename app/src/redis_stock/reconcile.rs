@@ -16,8 +16,9 @@
 //!    *voided* order (`orders_purchase` is unique, so exactly one of the void and the late
 //!    purchase's own insert wins). If the void wins, the purchase can never place its order —
 //!    its insert fails and it answers `purchase_voided` — and only then are its units given
-//!    back (once: the give-back deletes the charge record it gives back by). If the purchase's
-//!    insert won, it was not lost, and nothing changes;
+//!    back (once: the give-back marks ended the charge record it gives back by, see
+//!    [`charge::Afterwards`]). If the purchase's insert won, it was not lost, and nothing
+//!    changes;
 //! 3. never raises the counter otherwise, except to recreate one that is gone (Redis lost its
 //!    data): it only lowers one found above what the orders and the stream account for (a
 //!    failover that lost decrements), with a compare-and-set, so a purchase that moves the
@@ -237,7 +238,7 @@ async fn read(
         if placed.contains(&field) || waiting.contains(&field) {
             continue;
         }
-        if record == charge::CANCELLED {
+        if record == charge::CANCELLED || charge::is_ended(&record) {
             continue;
         }
         if voided.contains(&field) {
@@ -265,15 +266,17 @@ async fn read(
 }
 
 /// Gives the units of a fenced-out purchase back (once, and only the charge read: see
-/// [`super::scripts::GIVE_BACK`]).
+/// [`super::scripts::GIVE_BACK`]), its record marked ended: the purchase's order row stays, so
+/// it is never charged again.
 async fn give_back(
     redis: &RedisStock,
     product: u64,
     field: &str,
     attempt: Option<&str>,
 ) -> Result<(), RedisStockError> {
+    let afterwards = charge::Afterwards::Ended;
     redis
-        .invoke::<i64>(&redis.give_back(product, field, attempt))
+        .invoke::<i64>(&redis.give_back(product, field, attempt, afterwards))
         .await?;
     Ok(())
 }

@@ -4,12 +4,12 @@
 //!
 //! Keys of one product (see [`super::Keys`]): `stock` (the counter, absent when the product's
 //! stock is not kept in Redis), `requests` (hash: purchase field → charge record, see
-//! [`super::charge`]: the purchases this counter has charged), `buyers` (hash: user id →
-//! units charged to that buyer) and `limit` (the per-user limit), `waiting` (the units of its
-//! entries in the stream: what a product read reports as pending, kept here so that reading it
-//! never scans the stream). Keys shared by all products: `stream` (orders accepted but not yet
-//! placed) and `pending` (hash: product and purchase field → product id of every entry in the
-//! stream).
+//! [`super::charge`]: the purchases this counter has charged, and those whose order ended),
+//! `buyers` (hash: user id → units charged to that buyer) and `limit` (the per-user limit),
+//! `waiting` (the units of its entries in the stream: what a product read reports as pending,
+//! kept here so that reading it never scans the stream). Keys shared by all products: `stream`
+//! (orders accepted but not yet placed) and `pending` (hash: product and purchase field →
+//! product id of every entry in the stream).
 
 use std::sync::LazyLock;
 
@@ -17,7 +17,8 @@ use deadpool_redis::redis::Script;
 
 /// [`TAKE`] and [`TAKE_AND_APPEND`]: the product has no counter in Redis.
 pub const NO_COUNTER: i64 = -1;
-/// The purchase was charged already, with the same terms: nothing taken again.
+/// The purchase was charged already, with the same terms (its order may have ended since):
+/// nothing taken again.
 pub const DUPLICATE: i64 = -2;
 /// Fewer units left than asked.
 pub const SOLD_OUT: i64 = -3;
@@ -37,9 +38,11 @@ end
 ";
 
 /// The start both take scripts share: refuse (a duplicate, a conflict, sold out, the limit),
-/// or go on with `q` set to the quantity. KEYS[1] stock, KEYS[2] requests, KEYS[3] buyers,
-/// KEYS[4] limit; ARGV[1] purchase field, ARGV[2] quantity, ARGV[3] terms
-/// (`quantity:strategy:`).
+/// or go on with `q` set to the quantity. A purchase with a record — a charge, or the ended
+/// mark of a purchase whose order gave its units back — is a duplicate or a conflict by the
+/// terms the record begins with; only no record, or the tombstone of a take settled as not
+/// made, lets it be charged. KEYS[1] stock, KEYS[2] requests, KEYS[3] buyers, KEYS[4] limit;
+/// ARGV[1] purchase field, ARGV[2] quantity, ARGV[3] terms (`quantity:strategy:`).
 const CHECK: &str = r"
 local left = redis.call('get', KEYS[1])
 if not left then return -1 end
@@ -78,17 +81,23 @@ return redis.call('decrby', KEYS[1], q)"
     ))
 });
 
-/// `give_back(field, attempt)`: gives the units of the charged purchase `field` back, to the
-/// counter and to the buyer's limit, once: only if its record is still there, which the same
-/// step deletes — and, when an attempt is named (not `''`), only if that attempt made the
-/// charge. The units given back (0 if the purchase had not been charged, was given back, or
-/// was charged by another attempt). KEYS[1] stock, KEYS[2] requests, KEYS[3] buyers.
+/// `give_back(field, attempt, ended)`: gives the units of the charged purchase `field` back,
+/// to the counter and to the buyer's limit, once: only if its record is a charge, which the
+/// same step replaces — by the ended mark of its terms when `ended` (the purchase has an order
+/// row that will never hold units again: see [`super::charge::Afterwards`]), else by nothing —
+/// and, when an attempt is named (not `''`), only if that attempt made the charge. The units
+/// given back (0 if the purchase had not been charged, was given back, or was charged by
+/// another attempt). KEYS[1] stock, KEYS[2] requests, KEYS[3] buyers.
 const RETURN: &str = r"
-local function give_back(field, attempt)
+local function give_back(field, attempt, ended)
   local charged = redis.call('hget', KEYS[2], field)
-  if not charged or charged == 'cancelled' then return 0 end
+  if not charged or charged == 'cancelled' or string.match(charged, ':ended$') then return 0 end
   if attempt ~= '' and string.match(charged, '^%d+:[^:]*:%d+:(.*)$') ~= attempt then return 0 end
-  redis.call('hdel', KEYS[2], field)
+  if ended then
+    redis.call('hset', KEYS[2], field, string.match(charged, '^%d+:[^:]*:') .. 'ended')
+  else
+    redis.call('hdel', KEYS[2], field)
+  end
   local q = tonumber(string.match(charged, '^(%d+):'))
   if redis.call('exists', KEYS[1]) == 1 then redis.call('incrby', KEYS[1], q) end
   local user = buyer(field)
@@ -98,33 +107,34 @@ end
 ";
 
 /// Gives the units of a charged purchase back, to the counter and to the buyer's limit, once:
-/// only if its record is still there, which the same step deletes — and, when an attempt is
-/// named, only if that attempt made the charge: a give-back sent again after its answer was
-/// lost, or arriving late, must not give back the charge a retry of the same purchase made
-/// since (its order would then name units that are on sale again). Announces that the
-/// product's stock came back. KEYS: stock, requests, buyers. ARGV: purchase field, the
-/// announcement channel, product id, attempt (empty: whichever charged it). Returns the units
-/// given back (0 if the purchase had not been charged, was given back, or was charged by
-/// another attempt).
+/// only if its record is a charge, which the same step marks ended or deletes — and, when an
+/// attempt is named, only if that attempt made the charge: a give-back sent again after its
+/// answer was lost, or arriving late, must not give back the charge a retry of the same
+/// purchase made since (its order would then name units that are on sale again). Announces
+/// that the product's stock came back. KEYS: stock, requests, buyers. ARGV: purchase field, the
+/// announcement channel, product id, attempt (empty: whichever charged it), `ended` (the
+/// record becomes the ended mark) or empty (it is deleted). Returns the units given back (0 if
+/// the purchase had not been charged, was given back, or was charged by another attempt).
 pub static GIVE_BACK: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{BUYER}{RETURN}
-local q = give_back(ARGV[1], ARGV[4])
+local q = give_back(ARGV[1], ARGV[4], ARGV[5] == 'ended')
 if q > 0 then redis.call('publish', ARGV[2], ARGV[3]) end
 return q"
     ))
 });
 
 /// [`GIVE_BACK`] for several purchases of one product in one step, each by its own charge
-/// (whichever attempt made it) and each once, by its own record: the sweep's batch of expired
-/// orders, one round trip instead of one per order. Announces once that the product's stock
-/// came back, if any did. KEYS: stock, requests, buyers. ARGV: the announcement channel,
-/// product id, then the purchase fields. Returns the units given back in all.
+/// (whichever attempt made it) and each once, by its own record, which it marks ended: the
+/// returns of ended orders (the sweep's batch of expired ones), one round trip instead of one
+/// per order. Announces once that the product's stock came back, if any did. KEYS: stock,
+/// requests, buyers. ARGV: the announcement channel, product id, then the purchase fields.
+/// Returns the units given back in all.
 pub static GIVE_BACK_ALL: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{BUYER}{RETURN}
 local given = 0
-for i = 3, #ARGV do given = given + give_back(ARGV[i], '') end
+for i = 3, #ARGV do given = given + give_back(ARGV[i], '', true) end
 if given > 0 then redis.call('publish', ARGV[1], ARGV[2]) end
 return given"
     ))
@@ -132,8 +142,9 @@ return given"
 
 /// Settles a take whose answer was lost (a timeout, a broken connection): returns
 /// [`SETTLED_MINE`] if this attempt charged the purchase (the script ran), [`SETTLED_OTHER`]
-/// if another attempt of the same purchase did (a concurrent copy or a retry: the lost script,
-/// should it still arrive, finds that record and charges nothing), else writes the tombstone
+/// if another attempt of the same purchase did (a concurrent copy or a retry), or its order
+/// ended (its record is the ended mark) — either way the lost script, should it still arrive,
+/// finds that record and charges nothing — else writes the tombstone
 /// `cancelled` as its record and returns [`SETTLED_NOT_MADE`] — so that the lost script finds
 /// a record and charges nothing. A tombstone counts as no record for a new take of the
 /// purchase: its retry can buy. KEYS: requests. ARGV: purchase field, attempt.

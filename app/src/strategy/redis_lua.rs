@@ -18,7 +18,10 @@
 //! * A replayed click finds its purchase recorded and is not charged again; it is answered
 //!   with the original order once that order is in the database. The record names the
 //!   purchase as the database does (product, buyer, request id, byte for byte) and keeps its
-//!   terms, so a reuse with another quantity or strategy is a conflict.
+//!   terms, so a reuse with another quantity or strategy is a conflict. An order that expired
+//!   or was cancelled leaves its record marked ended when its units go back, so the click sent
+//!   again after that is answered with the ended order too, and takes nothing (see
+//!   [`charge::Afterwards`]).
 //! * The script's answer is lost (a timeout, a broken connection): it may have run, or may
 //!   still run (sent, stuck in a socket buffer). A second script settles it: if the purchase
 //!   is charged its units are given back, else a tombstone record makes the lost script charge
@@ -226,8 +229,15 @@ async fn give_back(
 ) -> PurchaseError {
     let field = charge::field(&purchase.user_id, &purchase.request_id);
     let name = attempt.name();
-    let script = redis.give_back(purchase.product_id, &field, Some(&name));
-    // The script gives back once (it deletes the record it gives back by) and only this
+    // An insert refused as a duplicate met the purchase's order row (voided, or ended), which
+    // no later attempt can replace: the record is marked ended. Otherwise no order of the
+    // purchase was written, and its retry may buy.
+    let afterwards = match why {
+        PurchaseError::Duplicate => charge::Afterwards::Ended,
+        _ => charge::Afterwards::Open,
+    };
+    let script = redis.give_back(purchase.product_id, &field, Some(&name), afterwards);
+    // The script gives back once (it replaces the charge it gives back by) and only this
     // attempt's charge, so it may be sent again — a connection that just broke (a failover)
     // reconnects meanwhile — and a copy that arrives late, after the buyer's retry charged
     // the purchase anew, gives nothing back.

@@ -33,11 +33,15 @@
 //! Idempotency is the script's: a purchase (product, buyer, request id, byte for byte, as the
 //! database names it) the counter already charged takes nothing again and is answered with its
 //! order once placed (`200`), or `202` while it is still queued; a reuse with another quantity
-//! or strategy is refused as a conflict at once, from the charge record's terms. A script
-//! whose answer was lost (a timeout, a broken connection) is settled, not guessed: the purchase
-//! is accepted if the script ran, and made impossible (a tombstone record) if it did not, so a
-//! `503` never hides a queued order. A product reset while its entries are being placed can
-//! receive them after the reset: reset a product between sales, not during one.
+//! or strategy is refused as a conflict at once, from the charge record's terms. That holds
+//! after the order ended too: its units go back with its record marked ended, not deleted, so
+//! the purchase sent again is answered with its expired or cancelled order and charged
+//! nothing: charged anew, its entry would meet the ended order, which no insert can replace,
+//! and its units would be held by no order. A script whose answer was lost (a timeout, a broken
+//! connection) is settled, not guessed: the purchase is accepted if the script ran, and made
+//! impossible (a tombstone record) if it did not, so a `503` never hides a queued order. A
+//! product reset while its entries are being placed can receive them after the reset: reset a
+//! product between sales, not during one.
 
 use std::sync::Arc;
 
@@ -111,8 +115,17 @@ impl StockStrategy for RedisLuaStream {
                 // it. Queued is accepted; not queued will never be.
                 Err(e) => {
                     return match redis.settle(purchase.product_id, &field, attempt).await {
-                        // Queued, by this attempt or another of the same purchase.
-                        Ok(Settled::Mine | Settled::Other) => Ok(Purchased::Accepted),
+                        // Queued by this attempt.
+                        Ok(Settled::Mine) => Ok(Purchased::Accepted),
+                        // Charged by another attempt of the same purchase: queued, or placed
+                        // (and perhaps ended since). Its order, if the database has it; a
+                        // database out of reach must not turn a queued order into a refusal.
+                        Ok(Settled::Other) => {
+                            match orders::find(&self.pool, purchase.key()).await {
+                                Ok(Some(_)) => Err(PurchaseError::Duplicate),
+                                Ok(None) | Err(_) => Ok(Purchased::Accepted),
+                            }
+                        }
                         Ok(Settled::NotMade) => Err(unavailable(e)),
                         Err(_) => Err(PurchaseError::OutcomeUnknown(Box::new(e))),
                     };

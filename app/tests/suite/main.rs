@@ -9,6 +9,7 @@ mod batched;
 mod binary;
 mod db_lock_lease;
 mod doors;
+mod ended_replays;
 mod expiry_sweep;
 mod hang_ups;
 mod idempotency;

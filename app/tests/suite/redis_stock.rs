@@ -833,7 +833,7 @@ async fn a_late_give_back_never_gives_back_a_later_charge_of_the_same_purchase()
         .expect("first charge");
     assert_eq!(left, 9);
     let name = first.name();
-    let give_back = redis.give_back(1, &field, Some(&name));
+    let give_back = redis.give_back(1, &field, Some(&name), charge::Afterwards::Open);
     let given: i64 = redis.invoke(&give_back).await.expect("give back");
     assert_eq!(given, 1);
     // The buyer's retry charges the purchase again.

@@ -7,7 +7,7 @@
 //! undersell, never oversell). It stays so until someone finishes the return: `reconcile` at
 //! once, or any instance's sweep once the return has been on its way longer than the return
 //! grace. Either runs the give-back script, which adds the unit only if the purchase's charge
-//! record is still there and deletes the record in the same atomic step — so finishing twice,
+//! record still holds its charge and marks it ended in the same atomic step — so finishing twice,
 //! or finishing a return the dead instance did complete after all, gives the unit back once.
 //!
 //! The instances' own sweeps are off and the return grace is long, so that the stranded unit
@@ -217,8 +217,8 @@ impl Scenario for ReturnCrash {
              order and not in the counter (stranded {}, counter {} of {}): undersell, the \
              failure a two-system step risks, never oversell. Reconcile read the order's state \
              (`expiring`), ran the give-back script — which adds the unit only while the \
-             purchase's charge record exists and deletes it in the same step, so a second run \
-             adds nothing — and recorded the order expired: counter {}, stranded {}, and {} of \
+             purchase's charge record holds its charge and marks it ended in the same step, so \
+             a second run adds nothing — and recorded the order expired: counter {}, stranded {}, and {} of \
              {} units sold (oversell {}).",
             f.stranded_ms,
             f.stranded_after_crash,
