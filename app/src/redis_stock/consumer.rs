@@ -10,6 +10,18 @@
 //! the second insert finds the request ids and adds nothing: at-least-once delivery plus an
 //! idempotent write is exactly-once in the database.
 //!
+//! An entry whose insert finds its purchase's order already there is counted as placed only
+//! if that order holds its units (reserved or paid, of the entry's terms): it is this entry's
+//! own, placed by a consumer before. An order that ended — expired, cancelled, voided — holds
+//! nothing and never will again, and no insert can replace it; so the entry's charge is given
+//! back, by the entry's attempt and once (the give-back script acts only while the record is
+//! that attempt's charge, and marks it ended). If the entry is the ended order's own, placed
+//! before and claimed again, its units went back with the order, the record is marked already,
+//! and nothing more is given; if the order is on its way back (`expiring`, `cancelling`), this
+//! give-back is that return, done first, and the order's own finds nothing left to give. If the
+//! entry is a later charge of the purchase (sent again after the order ended, with the record
+//! gone), its units come back instead of being counted as placed and held by no order.
+//!
 //! Because entries are deleted once placed, the stream's length is the lag: orders accepted and
 //! not yet in the database (`seckill_stream_lag_entries`).
 
@@ -23,7 +35,6 @@ use sqlx::{MySqlPool, QueryBuilder};
 use super::charge;
 use super::scripts::PLACED;
 use super::{GROUP, RedisStock, RedisStockError, StreamOrder};
-use crate::db::orders::OrderState;
 use crate::metrics::Metrics;
 
 /// How long one read waits for new entries (well under the Redis operation timeout).
@@ -168,7 +179,7 @@ impl Consumer {
     }
 
     /// Inserts the orders (purchases already present are left as they are), commits, gives
-    /// back the units of entries whose purchase has an order that is not theirs, then
+    /// back the units of entries whose purchase has an order that does not hold them, then
     /// acknowledges and deletes the entries. Returns the number of orders given.
     pub async fn place(&self, orders: &[StreamOrder]) -> Result<usize, ConsumerError> {
         if orders.is_empty() {
@@ -220,32 +231,35 @@ impl Consumer {
         Ok(orders.len())
     }
 
-    /// Gives back the units of each entry whose purchase's order is not the entry's own (other
-    /// terms, or voided): the script charged them, and no order of this entry will hold them.
+    /// Gives back the units of each entry whose purchase's order does not hold them (other
+    /// terms, or ended: see the module docs): the script charged them, and no order will ever
+    /// hold them. The give-back acts on the entry's own charge only, once.
     async fn give_back_strangers(&self, orders: &[StreamOrder]) -> Result<(), ConsumerError> {
         for order in orders {
             let Some(stored) = crate::db::orders::find(&self.pool, order.key()).await? else {
                 continue;
             };
-            // An order of the entry's own terms is its own whatever became of it since: an
-            // expired or cancelled one gave its units back through its own life.
-            let own = stored.state() != OrderState::Voided
+            let holds_them = stored.state().holds_units()
                 && stored.quantity == order.quantity
                 && stored.strategy == order.strategy;
-            if own {
+            if holds_them {
                 continue;
             }
-            tracing::warn!(product = order.product_id, request_id = %order.request_id,
-                "a queued purchase has an order that is not its own; giving its units back");
             let field = charge::field(&order.user_id, &order.request_id);
-            self.redis
-                .invoke::<i64>(&self.redis.give_back(
+            let given: i64 = self
+                .redis
+                .invoke(&self.redis.give_back(
                     order.product_id,
                     &field,
                     order.attempt.as_deref(),
                     charge::Afterwards::Ended,
                 ))
                 .await?;
+            if given > 0 {
+                tracing::info!(product = order.product_id, request_id = %order.request_id,
+                    state = stored.state().name(),
+                    "a queued purchase met an order that does not hold its units; gave them back");
+            }
         }
         Ok(())
     }

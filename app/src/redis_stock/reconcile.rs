@@ -27,7 +27,14 @@
 //! Before all of this, it finishes the returns left half-way: orders that left `reserved`
 //! (`expiring`, `cancelling`) whose units never reached the counter because the instance
 //! returning them died in between. The give-back script returns them once, by the purchase's
-//! charge record, however often it runs (see [`crate::lifecycle`]).
+//! charge record, however often it runs (see [`crate::lifecycle`]). And it gives back, whatever
+//! their age, the charges of purchases whose order already holds no units for good — voided,
+//! or expired or cancelled with its units home — and whose entry no longer waits in the
+//! stream: the purchase's key is taken in the database, so nothing can ever place such a charge
+//! (a purchase sent again after its order ended, charged while an ended purchase's record was
+//! deleted rather than marked). Giving it back cannot oversell; a `redis-lua` retry still
+//! between such a charge and its insert fails its insert, and its own give-back finds the
+//! record marked and gives nothing.
 //!
 //! The reads that decide step 3 are ordered so that every race between them either makes the
 //! expected value come out high, never low, or moves the counter, which the compare-and-set
@@ -79,9 +86,10 @@ struct Found {
     counter: Option<i64>,
     /// Charges with neither an order nor a waiting entry, older than the grace.
     presumed_lost: Vec<(String, Charge)>,
-    /// Charges whose purchase is voided already (a reconcile fenced it out and could not give
-    /// its units back): given back now.
-    fenced: Vec<(String, Option<String>)>,
+    /// Charges whose purchase has an order that holds no units and never will (voided by a
+    /// reconcile that could not give their units back, or ended and home), and no waiting
+    /// entry: no order can ever hold them; given back now.
+    unplaceable: Vec<(String, Option<String>)>,
     /// Orders whose units are on their way back (order id, quantity, charge field, state).
     returning: Vec<(u64, u32, String, OrderState)>,
     /// Units of the charges with neither, younger than the grace.
@@ -106,7 +114,7 @@ pub async fn reconcile(
         order_life::arrive(&mut conn, &[(*order_id, *quantity)], *on_the_way).await?;
         released += 1;
     }
-    for (field, attempt) in &before.fenced {
+    for (field, attempt) in &before.unplaceable {
         give_back(redis, product, field, attempt.as_deref()).await?;
         released += 1;
     }
@@ -194,7 +202,7 @@ async fn read(
     let view = products::view(pool, product)
         .await?
         .ok_or(ReconcileError::UnknownProduct(product))?;
-    let (mut placed, mut voided) = (HashSet::new(), HashSet::new());
+    let (mut placed, mut unplaceable) = (HashSet::new(), HashSet::new());
     let mut returning = Vec::new();
     for order in order_life::states_of(pool, product).await? {
         let field = charge::field(&order.user_id, &order.request_id);
@@ -202,15 +210,15 @@ async fn read(
             OrderState::Reserved | OrderState::Paid => {
                 placed.insert(field);
             }
-            OrderState::Voided => {
-                voided.insert(field);
-            }
             OrderState::Expiring | OrderState::Cancelling => {
                 returning.push((order.order_id, order.quantity, field.clone(), order.state));
                 placed.insert(field);
             }
-            // Back home: a charge record of it is a retry's, in flight or lost as any other.
-            OrderState::Expired | OrderState::Cancelled => {}
+            // Holds nothing, for good: its own charge was given back (its record is marked
+            // ended), so a charge of it is a later one, which no order can ever hold.
+            OrderState::Voided | OrderState::Expired | OrderState::Cancelled => {
+                unplaceable.insert(field);
+            }
         }
     }
     let waiting = redis.waiting(Some(product)).await?;
@@ -229,7 +237,7 @@ async fn read(
         pending,
         counter,
         presumed_lost: Vec::new(),
-        fenced: Vec::new(),
+        unplaceable: Vec::new(),
         returning,
         in_flight_units: 0,
         in_flight: 0,
@@ -241,9 +249,9 @@ async fn read(
         if record == charge::CANCELLED || charge::is_ended(&record) {
             continue;
         }
-        if voided.contains(&field) {
+        if unplaceable.contains(&field) {
             let attempt = Charge::parse(&record).and_then(|c| c.attempt);
-            found.fenced.push((field, attempt));
+            found.unplaceable.push((field, attempt));
             continue;
         }
         let Some(charged) = Charge::parse(&record) else {
@@ -265,9 +273,9 @@ async fn read(
     Ok(found)
 }
 
-/// Gives the units of a fenced-out purchase back (once, and only the charge read: see
-/// [`super::scripts::GIVE_BACK`]), its record marked ended: the purchase's order row stays, so
-/// it is never charged again.
+/// Gives the units of a purchase whose order holds none (fenced out, or ended) back, once and
+/// only the charge read (see [`super::scripts::GIVE_BACK`]), its record marked ended: the
+/// purchase's order row stays, so it is never charged again.
 async fn give_back(
     redis: &RedisStock,
     product: u64,

@@ -36,8 +36,9 @@
 //! or strategy is refused as a conflict at once, from the charge record's terms. That holds
 //! after the order ended too: its units go back with its record marked ended, not deleted, so
 //! the purchase sent again is answered with its expired or cancelled order and charged
-//! nothing: charged anew, its entry would meet the ended order, which no insert can replace,
-//! and its units would be held by no order. A script whose answer was lost (a timeout, a broken
+//! nothing. (Charged anew, its entry would meet the ended order, which no insert can replace:
+//! units no order could ever hold. The consumer gives such an entry's units back all the same,
+//! see [`crate::redis_stock::consumer`].) A script whose answer was lost (a timeout, a broken
 //! connection) is settled, not guessed: the purchase is accepted if the script ran, and made
 //! impossible (a tombstone record) if it did not, so a `503` never hides a queued order. A
 //! product reset while its entries are being placed can receive them after the reset: reset a

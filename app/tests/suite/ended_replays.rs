@@ -8,12 +8,13 @@ use crate::common;
 
 use app::Config;
 use app::api::{Home, ProductView, Reconciliation, Strategy};
-use app::redis_stock::RedisStock;
+use app::redis_stock::{RedisStock, charge, scripts};
 use common::life::{act, expire, wait_until_all_due};
 use common::{
     TestApp, drop_database, fresh_database_url, post_retrying_busy, spawn_app, test_config,
     wait_until, with_every_service,
 };
+use deadpool_redis::redis;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -295,6 +296,92 @@ async fn a_stream_purchase_sent_again_before_it_is_placed_takes_nothing() {
     assert_eq!(status, StatusCode::OK, "{order}");
     assert_replayed(&app, 1, &body, "cancelled", "redis-lua-stream").await;
     assert_accounts(&app.drained(1).await, 2, 0, "cancelled");
+    app.stop().await;
+    drop_database(&database_url).await;
+}
+
+/// Charges `product`'s purchase `r-1` of `u-1` through `strategy` behind the service's back,
+/// with the script that strategy takes by (an entry in the stream for `redis-lua-stream`, none
+/// for `redis-lua`: a purchase stopped between its charge and its insert). The units left.
+async fn charge_directly(redis: &RedisStock, product: u64, strategy: &str) -> i64 {
+    let keys = redis.keys();
+    let field = charge::field("u-1", "r-1");
+    let attempt = app::redis_stock::Attempt::new().name();
+    let mut take = match strategy {
+        "redis-lua-stream" => scripts::TAKE_AND_APPEND.prepare_invoke(),
+        _ => scripts::TAKE.prepare_invoke(),
+    };
+    take.key(keys.stock(product))
+        .key(keys.requests(product))
+        .key(keys.buyers(product))
+        .key(keys.limit(product))
+        .arg(&field)
+        .arg(1)
+        .arg(charge::terms(1, strategy));
+    if strategy == "redis-lua-stream" {
+        let key = app::db::orders::PurchaseKey {
+            product_id: product,
+            user_id: "u-1",
+            request_id: "r-1",
+        };
+        take.key(keys.stream())
+            .key(keys.pending())
+            .key(keys.waiting(product))
+            .arg("r-1")
+            .arg(product)
+            .arg("u-1")
+            .arg(strategy)
+            .arg(charge::pending_field(key))
+            .arg(attempt)
+            .arg(1000);
+    } else {
+        take.arg(attempt);
+    }
+    redis.take(&take).await.expect("charged").0
+}
+
+/// Should a charge exist for a purchase whose order has already ended (its ended mark lost,
+/// and the purchase charged again), its units come back: the consumer that meets the ended
+/// order gives its entry's units back instead of counting it placed, and `reconcile` gives
+/// back such a charge with no entry (a `redis-lua` purchase stopped between its charge and its
+/// insert, whose insert can never succeed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn units_charged_again_for_an_ended_order_come_back() {
+    let database_url = fresh_database_url().await;
+    let mut config = config_with_redis(&database_url).await;
+    config.reconcile_grace_ms = 1;
+    let redis = RedisStock::open(
+        config.redis_url.as_deref().expect("redis"),
+        &config.lock_prefix,
+        2,
+    )
+    .expect("redis pool");
+    let app = spawn_app(config).await;
+    for (product, strategy) in [(1, "redis-lua-stream"), (2, "redis-lua")] {
+        app.reset_in(product, 1, Home::Redis).await;
+        let body = click("u-1", "r-1", strategy);
+        buy_placed(&app, product, &body).await;
+        let (status, order) = act(&app, product, "u-1", "r-1", "cancel", &[]).await;
+        assert_eq!(status, StatusCode::OK, "{order}");
+        let mut lose_the_mark = redis::cmd("HDEL");
+        lose_the_mark
+            .arg(redis.keys().requests(product))
+            .arg(charge::field("u-1", "r-1"));
+        redis.query::<()>(&lose_the_mark).await.expect("mark lost");
+        assert_eq!(charge_directly(&redis, product, strategy).await, 0);
+        if strategy == "redis-lua-stream" {
+            wait_until("the entry's unit given back", || async {
+                redis.counter(product).await.expect("counter") == Some(1)
+            })
+            .await;
+        } else {
+            let repair = reconcile(&app, product).await;
+            assert_eq!(repair.released_requests, 1, "{repair:?}");
+        }
+        assert_accounts(&app.drained(product).await, 1, 0, strategy);
+        assert_replayed(&app, product, &body, "cancelled", strategy).await;
+        assert_accounts(&app.drained(product).await, 1, 0, strategy);
+    }
     app.stop().await;
     drop_database(&database_url).await;
 }
