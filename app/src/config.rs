@@ -146,6 +146,13 @@ pub struct Config {
     #[arg(long, env = "SECKILL_PAGE_TTL_MS", default_value_t = 500)]
     pub page_ttl_ms: u64,
 
+    /// Fault switch: keep products' pages as a plain cache does — every copy expiring at the
+    /// same moments on every instance, every request that finds it expired reading it, summing
+    /// the orders on the purchases' pool: the cache stampede the `cache-stampede` scenario
+    /// shows.
+    #[arg(long, env = "SECKILL_PAGE_REFRESH_TOGETHER")]
+    pub page_refresh_together: bool,
+
     /// How long a buyer has to pay an order when its product's reset names no payment window,
     /// in milliseconds; past it the order expires and its units go back on sale.
     #[arg(long, env = "SECKILL_PAYMENT_WINDOW_MS", default_value_t = 900_000, value_parser = clap::value_parser!(i64).range(1..=604_800_000))]

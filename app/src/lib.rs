@@ -191,10 +191,15 @@ pub async fn build_with(
     let sweep = (config.expiry_interval_ms > 0)
         .then(|| tokio::spawn(lifecycle::sweep::run(life.clone(), pace)));
     let readers = db::reader_pool(&pool, config);
+    let (page_pool, refresh) = match config.page_refresh_together {
+        true => (pool.clone(), pages::Refresh::Together),
+        false => (readers.clone(), pages::Refresh::OneAtATime),
+    };
     let pages = Arc::new(pages::Pages::new(
-        readers.clone(),
+        page_pool,
         redis.clone(),
         Duration::from_millis(config.page_ttl_ms),
+        refresh,
     ));
     let state = AppState::new(state::Shared {
         pool,

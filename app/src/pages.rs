@@ -22,6 +22,13 @@
 //! (`--db-reader-pool-size`), never the purchases' pool, so even a page nobody has cached,
 //! read by a crowd of unknown ids, waits for its own connections and not a buyer's.
 //!
+//! **The stampede, on purpose.** With `--page-refresh-together` (a fault switch, for the
+//! `cache-stampede` scenario) the instance keeps a page the way a plain cache in front of a
+//! page that also shows the units sold does: every copy expires at the same moments on every
+//! instance (the multiples of the lifetime on the wall clock), every request that finds its
+//! copy expired reads the page itself, and the read sums the product's orders through the
+//! purchases' own pool.
+//!
 //! **Bounded.** An id that names no product is answered `404` and remembered nowhere; at most
 //! [`MAX_PAGES`] products are kept, and a full memory first drops the copies past their time.
 
@@ -40,14 +47,46 @@ use crate::redis_stock::{RedisStock, RedisStockError};
 /// Most products whose page an instance keeps.
 pub const MAX_PAGES: usize = 10_000;
 
+/// How an instance renews its copies of the pages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refresh {
+    /// One request reads, the others are answered the copy; lifetimes drawn apart.
+    OneAtATime,
+    /// Every copy expires at the same wall-clock moments, every request that finds its copy
+    /// expired reads, summing the orders (the `cache-stampede` scenario's fault).
+    Together,
+}
+
 /// The public pages one instance keeps.
 pub struct Pages {
     pool: MySqlPool,
     redis: Option<RedisStock>,
     ttl: Duration,
+    refresh: Refresh,
     slots: Mutex<HashMap<u64, Arc<Slot>>>,
     /// Reads of a page from the database or Redis, ever.
     reads: AtomicU64,
+    /// Reads under way now, and the most there ever were at once.
+    reading: AtomicU64,
+    most_at_once: AtomicU64,
+}
+
+/// One read under way, counted while it lives.
+struct Reading<'a>(&'a Pages);
+
+impl<'a> Reading<'a> {
+    fn begin(pages: &'a Pages) -> Reading<'a> {
+        pages.reads.fetch_add(1, Ordering::Relaxed);
+        let now = pages.reading.fetch_add(1, Ordering::Relaxed) + 1;
+        pages.most_at_once.fetch_max(now, Ordering::Relaxed);
+        Reading(pages)
+    }
+}
+
+impl Drop for Reading<'_> {
+    fn drop(&mut self) {
+        self.0.reading.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// One product's page: the copy, and the one read that renews it.
@@ -82,26 +121,40 @@ impl Copy {
 }
 
 impl Pages {
-    /// Pages read through `pool` (the readers' pool) and `redis`, each kept about `ttl`.
-    pub fn new(pool: MySqlPool, redis: Option<RedisStock>, ttl: Duration) -> Pages {
+    /// Pages read through `pool` (the readers' pool) and `redis`, each kept about `ttl`,
+    /// renewed as `refresh` says.
+    pub fn new(
+        pool: MySqlPool,
+        redis: Option<RedisStock>,
+        ttl: Duration,
+        refresh: Refresh,
+    ) -> Pages {
         Pages {
             pool,
             redis,
             ttl,
+            refresh,
             slots: Mutex::new(HashMap::new()),
             reads: AtomicU64::new(0),
+            reading: AtomicU64::new(0),
+            most_at_once: AtomicU64::new(0),
         }
     }
 
     /// Prometheus text: the reads of a page from its backends so far (the other requests were
-    /// answered from a copy), and how many products' pages are kept.
+    /// answered from a copy), the most that were under way at once, and how many products'
+    /// pages are kept.
     pub fn render(&self) -> String {
         let reads = self.reads.load(Ordering::Relaxed);
+        let most = self.most_at_once.load(Ordering::Relaxed);
         let kept = self.lock_slots().len();
         format!(
             "# HELP seckill_page_reads_total Reads of a product's public page from its backends.\n\
              # TYPE seckill_page_reads_total counter\n\
              seckill_page_reads_total {reads}\n\
+             # HELP seckill_page_reads_at_once_max The most page reads under way at once, ever.\n\
+             # TYPE seckill_page_reads_at_once_max gauge\n\
+             seckill_page_reads_at_once_max {most}\n\
              # HELP seckill_pages_kept Products whose public page this instance keeps.\n\
              # TYPE seckill_pages_kept gauge\n\
              seckill_pages_kept {kept}\n"
@@ -116,17 +169,22 @@ impl Pages {
             if now < copy.fresh_until {
                 return Ok(Some(copy.served_at(now)));
             }
-            if !copy.spent(now) {
+            if !copy.spent(now) && self.refresh == Refresh::OneAtATime {
                 self.renew_in_background(id, &slot);
                 return Ok(Some(copy.served_at(now)));
             }
         }
-        let _reading = slot.reading.lock().await;
-        let now = Instant::now();
-        if let Some(copy) = slot.current().filter(|c| now < c.fresh_until) {
-            return Ok(Some(copy.served_at(now)));
-        }
-        let read = self.read(id, &slot).await;
+        let read = match self.refresh {
+            Refresh::OneAtATime => {
+                let _reading = slot.reading.lock().await;
+                let now = Instant::now();
+                if let Some(copy) = slot.current().filter(|c| now < c.fresh_until) {
+                    return Ok(Some(copy.served_at(now)));
+                }
+                self.read(id, &slot).await
+            }
+            Refresh::Together => self.read_summing(id, &slot).await,
+        };
         if !matches!(read, Ok(Some(_))) {
             self.drop_unread(id, &slot);
         }
@@ -150,7 +208,7 @@ impl Pages {
 
     /// Reads the page from the backends into `slot`.
     async fn read(&self, id: u64, slot: &Slot) -> Result<Option<ProductPage>, ReadError> {
-        self.reads.fetch_add(1, Ordering::Relaxed);
+        let _reading = Reading::begin(self);
         let Some((home, rules, mut stock, initial_stock)) = products::page(&self.pool, id).await?
         else {
             return Ok(None);
@@ -168,6 +226,38 @@ impl Pages {
             age_ms: 0,
         };
         let lifetime = self.ttl.mul_f64(rand::random_range(0.75..1.25));
+        self.keep(slot, page, lifetime);
+        Ok(Some(page))
+    }
+
+    /// [`Pages::read`] as the stampede reads it: the whole accounting, orders summed, kept
+    /// until the next multiple of the lifetime on the wall clock.
+    async fn read_summing(&self, id: u64, slot: &Slot) -> Result<Option<ProductPage>, ReadError> {
+        let _reading = Reading::begin(self);
+        let Some(view) = crate::inventory::view(&self.pool, self.redis.as_ref(), id).await? else {
+            return Ok(None);
+        };
+        let page = ProductPage {
+            id,
+            home: view.home,
+            rules: view.rules,
+            stock: view.stock,
+            initial_stock: view.initial_stock,
+            age_ms: 0,
+        };
+        let ttl_ms = u64::try_from(self.ttl.as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        let until_next = Duration::from_millis(ttl_ms - now_ms % ttl_ms);
+        self.keep(slot, page, until_next);
+        Ok(Some(page))
+    }
+
+    /// Keeps `page` in `slot` for `lifetime` from now.
+    fn keep(&self, slot: &Slot, page: ProductPage, lifetime: Duration) {
         let read = Instant::now();
         *slot.lock_copy() = Some(Copy {
             page,
@@ -176,7 +266,6 @@ impl Pages {
             lifetime,
         });
         self.keep_within_bound();
-        Ok(Some(page))
     }
 
     /// Forgets a slot that holds no page (no such product, or its read failed), unless another

@@ -118,6 +118,7 @@ async fn a_crowd_refreshing_a_page_reads_it_once() {
     let pages = futures::future::join_all(crowd).await;
 
     assert_eq!(app.metric("seckill_page_reads_total").await, Some(1));
+    assert_eq!(app.metric("seckill_page_reads_at_once_max").await, Some(1));
     for page in &pages {
         assert_eq!(page["stock"], 49, "{page}");
         assert!(
