@@ -60,7 +60,7 @@ pub struct Ledger {
 }
 
 impl Ledger {
-    /// The ledger of a product as `GET /api/products/{id}` shows it (stock read from its home).
+    /// The ledger of a product as `GET /api/products/{id}/accounting` shows it (stock read from its home).
     pub fn of(view: crate::api::ProductView) -> Ledger {
         Ledger {
             initial_stock: view.initial_stock,

@@ -140,6 +140,19 @@ pub struct Config {
     #[arg(long, env = "SECKILL_PRODUCT_MEMORY_MS", default_value_t = 1000)]
     pub product_memory_ms: u64,
 
+    /// How long an instance keeps a product's public page before reading it again, in
+    /// milliseconds (each copy between three and five quarters of it, so that instances do not
+    /// all read at once). 0: read for every request, one read at a time.
+    #[arg(long, env = "SECKILL_PAGE_TTL_MS", default_value_t = 500)]
+    pub page_ttl_ms: u64,
+
+    /// Fault switch: keep products' pages as a plain cache does — every copy expiring at the
+    /// same moments on every instance, every request that finds it expired reading it, summing
+    /// the orders on the purchases' pool: the cache stampede the `cache-stampede` scenario
+    /// shows.
+    #[arg(long, env = "SECKILL_PAGE_REFRESH_TOGETHER")]
+    pub page_refresh_together: bool,
+
     /// How long a buyer has to pay an order when its product's reset names no payment window,
     /// in milliseconds; past it the order expires and its units go back on sale.
     #[arg(long, env = "SECKILL_PAYMENT_WINDOW_MS", default_value_t = 900_000, value_parser = clap::value_parser!(i64).range(1..=604_800_000))]
@@ -189,6 +202,12 @@ pub struct Config {
     /// `connection-cost` scenario shows what that costs).
     #[arg(long, env = "SECKILL_DB_LOCK_POOL_SIZE", default_value_t = 8)]
     pub db_lock_pool_size: u32,
+
+    /// Connections of the readers' pool: products' public pages and their accounting are read
+    /// through it, apart from the purchases' pool, so a crowd reading never takes a buyer's
+    /// connection.
+    #[arg(long, env = "SECKILL_DB_READER_POOL_SIZE", default_value_t = 4)]
+    pub db_reader_pool_size: u32,
 
     /// How long a request waits for a database connection before answering
     /// `backend_unavailable`, in milliseconds.

@@ -15,7 +15,8 @@
 //! environment); the storage: [`db`] (pool, migrations, queries) and [`redis_stock`] (stock kept
 //! in Redis: counter, stream, consumer, reconciliation); [`inventory`] (a product read from
 //! wherever its stock lives); [`shelf`] (what an instance remembers of each product, to refuse
-//! from memory); [`lifecycle`] (an order's life after its purchase: pay, cancel, expire,
+//! from memory); [`pages`] (a product's public page, read once per lifetime);
+//! [`lifecycle`] (an order's life after its purchase: pay, cancel, expire,
 //! units given back); [`strategy`] (the `StockStrategy` trait, one file per strategy,
 //! the registry that builds them); [`backends`] (the lock services); [`purchase_token`];
 //! [`state`]; [`error`] (the
@@ -36,6 +37,7 @@ pub mod inventory;
 pub mod lifecycle;
 pub mod metrics;
 pub mod overload;
+pub mod pages;
 pub mod purchase_token;
 pub mod redis_stock;
 pub mod serve;
@@ -188,6 +190,17 @@ pub async fn build_with(
     // Every instance sweeps (see `lifecycle::sweep`), unless told to leave it to the others.
     let sweep = (config.expiry_interval_ms > 0)
         .then(|| tokio::spawn(lifecycle::sweep::run(life.clone(), pace)));
+    let readers = db::reader_pool(&pool, config);
+    let (page_pool, refresh) = match config.page_refresh_together {
+        true => (pool.clone(), pages::Refresh::Together),
+        false => (readers.clone(), pages::Refresh::OneAtATime),
+    };
+    let pages = Arc::new(pages::Pages::new(
+        page_pool,
+        redis.clone(),
+        Duration::from_millis(config.page_ttl_ms),
+        refresh,
+    ));
     let state = AppState::new(state::Shared {
         pool,
         gate,
@@ -209,6 +222,8 @@ pub async fn build_with(
         }),
         redis,
         shelf,
+        pages,
+        readers,
         life,
         background: Arc::new(Background::new(
             consumer

@@ -67,6 +67,9 @@ pub struct Shared {
     pub redis: Option<RedisStock>,
     /// What this instance remembers of each product.
     pub shelf: Arc<Shelf>,
+    /// The products' public pages, and the pool they and the accounting are read through.
+    pub pages: Arc<crate::pages::Pages>,
+    pub readers: MySqlPool,
     /// Paying, cancelling and expiring orders.
     pub life: crate::lifecycle::Lifecycle,
     /// Background work of this instance (the stream consumer, the stock-back listener, the

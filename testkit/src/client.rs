@@ -160,10 +160,14 @@ impl Api {
         r.json().await.with_context(|| format!("POST {url}"))
     }
 
-    /// `GET /api/products/{id}`: the product as the database has it.
+    /// `GET /api/products/{id}/accounting`: the product as the database has it.
     pub async fn product(&self, id: u64) -> Result<ProductView> {
-        let url = format!("{}/api/products/{id}", self.admin());
-        let r = self.http.get(&url).send().await?.error_for_status()?;
+        let url = format!("{}/api/products/{id}/accounting", self.admin());
+        let mut request = self.http.get(&url);
+        if let Some(token) = &self.admin_token {
+            request = request.bearer_auth(token);
+        }
+        let r = request.send().await?.error_for_status()?;
         r.json().await.with_context(|| format!("GET {url}"))
     }
 

@@ -237,7 +237,26 @@ fn optional_integer<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option
     Ok(Option::<Integer>::deserialize(deserializer)?.map(|Integer(i)| i))
 }
 
-/// A product as `GET /api/products/{id}` shows it.
+/// A product's public page, `GET /api/products/{id}`: what a buyer refreshing it during a sale
+/// sees. It is read from the product row (or its home) alone — never from its orders — and an
+/// instance reads it at most once per `--page-ttl-ms` per product however many buyers refresh,
+/// so a crowd at the page costs what a crowd refused from memory costs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ProductPage {
+    pub id: u64,
+    /// Where the stock is kept.
+    pub home: Home,
+    /// The sale's rules.
+    pub rules: SaleRules,
+    /// Units left, read from the home; up to `age_ms` old.
+    pub stock: i64,
+    pub initial_stock: i64,
+    /// How long ago the figures were read, in milliseconds.
+    pub age_ms: u64,
+}
+
+/// A product as its accountant sees it, `GET /api/products/{id}/accounting` (admin): the stock
+/// beside every order's units, by state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct ProductView {
     pub id: u64,

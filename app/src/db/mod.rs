@@ -98,6 +98,20 @@ pub fn lock_pool(main: &MySqlPool, config: &Config) -> MySqlPool {
         .connect_lazy_with((*main.connect_options()).clone())
 }
 
+/// A third pool on the same database, for what is read rather than sold: products' public
+/// pages and their accounting. A crowd refreshing a page, or an accountant summing a large
+/// product's orders, waits for these connections and never for a buyer's. Its statements are
+/// bounded by the same statement time as the purchases'.
+pub fn reader_pool(main: &MySqlPool, config: &Config) -> MySqlPool {
+    let statement = Duration::from_millis(config.statement_timeout_ms);
+    MySqlPoolOptions::new()
+        .max_connections(config.db_reader_pool_size.max(1))
+        .acquire_timeout(Duration::from_millis(config.db_acquire_timeout_ms))
+        .test_before_acquire(false)
+        .after_connect(move |conn, _meta| Box::pin(set_statement_time(conn, statement)))
+        .connect_lazy_with((*main.connect_options()).clone())
+}
+
 /// `max_statement_time` of one session: MariaDB aborts a statement of it that runs longer
 /// (`ER_STATEMENT_TIMEOUT`, answered `busy`), so no statement outlives its buyer's patience.
 async fn set_statement_time(

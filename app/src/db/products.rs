@@ -189,22 +189,62 @@ pub async fn rules(pool: &MySqlPool, id: u64) -> Result<Option<(Home, SaleRules)
     .bind(id)
     .fetch_optional(pool)
     .await?;
-    row.map(
-        |(home, per_user_limit, starts, ends, token_required, payment_window_ms)| {
-            let home: Home = home
-                .parse()
-                .map_err(|e: String| sqlx::Error::Decode(e.into()))?;
-            let rules = SaleRules {
-                per_user_limit,
-                sale_starts_at: starts.map(from_millis).transpose()?,
-                sale_ends_at: ends.map(from_millis).transpose()?,
-                token_required,
-                payment_window_ms,
-            };
-            Ok((home, rules))
-        },
+    row.map(home_and_rules).transpose()
+}
+
+/// The product's home, rules, units left and initial stock, or `None` if it does not exist:
+/// its public page. One indexed row (with its buckets for the buckets home), none of its
+/// orders; for the Redis home the row holds no units and the caller reads the counter.
+pub async fn page(
+    pool: &MySqlPool,
+    id: u64,
+) -> Result<Option<(Home, SaleRules, i64, i64)>, sqlx::Error> {
+    let row = sqlx::query(
+        "SELECT home, per_user_limit, sale_starts_ms, sale_ends_ms, token_required, \
+                payment_window_ms, initial_stock, \
+                CASE WHEN home = 'buckets' THEN \
+                    (SELECT CAST(COALESCE(SUM(b.stock), 0) AS SIGNED) FROM stock_buckets b \
+                     WHERE b.product_id = products.id) \
+                ELSE stock END AS stock \
+         FROM products WHERE id = ?",
     )
+    .bind(id)
+    .fetch_optional(pool)
+    .await?;
+    row.map(|r| {
+        let rules: RulesRow = (
+            r.try_get("home")?,
+            r.try_get("per_user_limit")?,
+            r.try_get("sale_starts_ms")?,
+            r.try_get("sale_ends_ms")?,
+            r.try_get("token_required")?,
+            r.try_get("payment_window_ms")?,
+        );
+        let (home, rules) = home_and_rules(rules)?;
+        Ok((
+            home,
+            rules,
+            r.try_get("stock")?,
+            r.try_get("initial_stock")?,
+        ))
+    })
     .transpose()
+}
+
+/// A [`RulesRow`] decoded.
+fn home_and_rules(row: RulesRow) -> Result<(Home, SaleRules), sqlx::Error> {
+    let (home, per_user_limit, starts, ends, token_required, payment_window_ms) = row;
+    let home: Home = home
+        .parse()
+        .map_err(|e: String| sqlx::Error::Decode(e.into()))?;
+    let rules = SaleRules {
+        per_user_limit,
+        sale_starts_at: starts.map(from_millis).transpose()?,
+        sale_ends_at: ends.map(from_millis).transpose()?,
+        token_required,
+        payment_window_ms,
+    };
+    Ok((home, rules))
 }
 
 /// Whether the product exists.

@@ -24,6 +24,7 @@ pub fn router(state: AppState) -> Router {
             "/api/products/{id}",
             put(products::reset).get(products::show),
         )
+        .route("/api/products/{id}/accounting", get(products::accounting))
         .route("/api/products/{id}/orders", post(orders::create))
         .route("/api/products/{id}/reconcile", post(products::reconcile))
         .route("/api/products/{id}/tokens", post(tokens::issue))

@@ -24,6 +24,7 @@ use crate::state::{AppState, Settings};
     paths(
         products::reset,
         products::show,
+        products::accounting,
         orders::create,
         orders::status,
         orders::pay,

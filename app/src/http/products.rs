@@ -1,8 +1,9 @@
-//! `PUT /api/products/{id}` (admin: create or reset) and `GET /api/products/{id}`.
+//! `PUT /api/products/{id}` (admin: create or reset), `GET /api/products/{id}` (the public
+//! page), `GET /api/products/{id}/accounting` (admin) and `reconcile` (admin).
 
 use crate::api::{
     DEFAULT_BUCKETS, DEFAULT_PER_USER_LIMIT, ErrorBody, Home, MAX_BUCKETS, MAX_PAYMENT_WINDOW_MS,
-    MAX_STOCK, ProductView, Reconciliation, ResetProduct, SaleRules,
+    MAX_STOCK, ProductPage, ProductView, Reconciliation, ResetProduct, SaleRules,
 };
 use crate::db::products;
 use crate::error::ApiError;
@@ -67,11 +68,12 @@ pub async fn reset(
     Ok((StatusCode::OK, Json(view)))
 }
 
-/// The product's stock and order totals.
+/// The product's public page: its rules and the units left, read from its home alone, at most
+/// once per `--page-ttl-ms` by this instance (see [`crate::pages`]).
 #[utoipa::path(get, path = "/api/products/{id}", tag = "products",
     params(("id" = i64, Path, description = "Product id (0 to 2^63 − 1)", minimum = 0)),
     responses(
-        (status = 200, body = ProductView),
+        (status = 200, body = ProductPage),
         (status = 400, description = "`bad_request`: the id is not a number in range", body = ErrorBody),
         (status = 404, description = "`not_found`: unknown product", body = ErrorBody),
         (status = 503, description = "`backend_unavailable`", body = ErrorBody,
@@ -79,9 +81,36 @@ pub async fn reset(
 pub async fn show(
     State(state): State<AppState>,
     path: Result<Path<u64>, PathRejection>,
-) -> Result<Json<ProductView>, ApiError> {
+) -> Result<Json<ProductPage>, ApiError> {
     let id = super::product_id(path)?;
-    inventory::view(&state.pool, state.redis.as_ref(), id)
+    state
+        .pages
+        .page(id)
+        .await?
+        .map(Json)
+        .ok_or_else(|| ApiError::NotFound(format!("no product {id}")))
+}
+
+/// The product's stock beside its orders' units by state (admin): what a sale really did, read
+/// now through the readers' pool.
+#[utoipa::path(get, path = "/api/products/{id}/accounting", tag = "products",
+    params(("id" = i64, Path, description = "Product id (0 to 2^63 − 1)", minimum = 0)),
+    security(("admin_token" = [])),
+    responses(
+        (status = 200, body = ProductView),
+        (status = 400, description = "`bad_request`: the id is not a number in range", body = ErrorBody),
+        (status = 401, description = "`unauthorized`: missing or wrong admin token", body = ErrorBody),
+        (status = 404, description = "`not_found`: unknown product", body = ErrorBody),
+        (status = 503, description = "`backend_unavailable`", body = ErrorBody,
+            headers(("Retry-After" = u32, description = "Seconds to wait")))))]
+pub async fn accounting(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    path: Result<Path<u64>, PathRejection>,
+) -> Result<Json<ProductView>, ApiError> {
+    super::admin::authorize(&state.settings, &headers)?;
+    let id = super::product_id(path)?;
+    inventory::view(&state.readers, state.redis.as_ref(), id)
         .await?
         .map(Json)
         .ok_or_else(|| ApiError::NotFound(format!("no product {id}")))

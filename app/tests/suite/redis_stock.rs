@@ -541,7 +541,7 @@ async fn an_accepted_order_is_pending_until_a_consumer_places_it() {
 /// Reading a product costs Redis the same however many orders wait in the stream: the waiting
 /// units are a counter the scripts keep, not a scan. (Summed from `XRANGE - +`, a backlog of
 /// 100,000 accepted orders took longer than the reply timeout to read, and
-/// `GET /api/products/{id}` answered 503 while the consumers caught up.)
+/// `GET /api/products/{id}/accounting` answered 503 while the consumers caught up.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_product_read_does_not_scan_the_stream() {
     let private = tokio::task::spawn_blocking(sandbox::Redis::start)
@@ -788,7 +788,7 @@ async fn release(mut blocker: sqlx::MySqlConnection) {
 
 async fn product(app: &TestApp, id: u64) -> Value {
     app.client
-        .get(format!("{}/api/products/{id}", app.url))
+        .get(format!("{}/api/products/{id}/accounting", app.url))
         .send()
         .await
         .expect("get")

@@ -306,6 +306,7 @@ async fn metadata_endpoints_describe_the_service() {
     for (path, method) in [
         ("/api/products/{id}", "put"),
         ("/api/products/{id}", "get"),
+        ("/api/products/{id}/accounting", "get"),
         ("/api/products/{id}/orders", "post"),
         ("/api/strategies", "get"),
         ("/api/noop", "get"),

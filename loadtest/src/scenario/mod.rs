@@ -17,6 +17,7 @@
 //! transaction open in the database, a counter taken, a consumer's batch pending).
 
 pub mod batched_db_kill;
+pub mod cache_stampede;
 pub mod cancel_expiry_race;
 pub mod cluster_sale;
 pub mod connection_cost;
@@ -183,6 +184,10 @@ scenarios! {
     /// Units come back after a sell-out while the instances remember "sold out": without
     /// invalidation buyers are refused while stock is left; with it, the returned units sell.
     StaleSoldOut => stale_sold_out::StaleSoldOut;
+    /// Readers refresh a product's page while its cached copies expire: with one expiry for all
+    /// and every miss reading, each expiry sends the readers to the database at once; with one
+    /// read per expiry and lifetimes drawn apart, about one read per instance and lifetime.
+    CacheStampede => cache_stampede::CacheStampede;
 }
 
 impl Name {

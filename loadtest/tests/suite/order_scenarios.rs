@@ -2,6 +2,7 @@
 //! unchecked (or uninvalidated) variant and the fix holding, in the same run.
 
 use loadtest::scenario::Name;
+use loadtest::scenario::cache_stampede::Cache;
 use loadtest::scenario::cancel_expiry_race::Transitions;
 use loadtest::scenario::late_payment::Payment;
 use loadtest::scenario::stale_sold_out::Memory;
@@ -60,4 +61,16 @@ async fn a_stale_sold_out_memory_refuses_buyers_while_units_are_back_and_invalid
     let fresh = row!(report, Memory::Invalidation, stale_sold_out);
     assert!(stale.refused_with_stock_left > 0 && stale.left_at_end > 0);
     assert_eq!(fresh.left_at_end, 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_page_whose_copies_expire_together_sends_every_reader_to_the_database_and_single_flight_one()
+ {
+    sandbox::require_faults!();
+    let report = quick(Name::CacheStampede).await;
+    assert_all_pass(&report);
+    let together = row!(report, Cache::ExpiringTogether, cache_stampede);
+    let single = row!(report, Cache::SingleFlight, cache_stampede);
+    assert!(together.most_reads_at_once > 1);
+    assert_eq!(single.most_reads_at_once, 1);
 }

@@ -56,10 +56,10 @@ pub async fn expire(app: &TestApp, product: u64, headers: &[(&str, &str)]) -> (S
     (status, r.json().await.unwrap_or(Value::Null))
 }
 
-/// `GET /api/products/{id}` as JSON.
+/// `GET /api/products/{id}/accounting` as JSON.
 pub async fn product(app: &TestApp, id: u64) -> Value {
     app.client
-        .get(format!("{}/api/products/{id}", app.url))
+        .get(format!("{}/api/products/{id}/accounting", app.url))
         .send()
         .await
         .expect("product request")

@@ -116,14 +116,14 @@ impl TestApp {
             .find_map(|line| line.strip_prefix(name)?.trim().parse().ok())
     }
 
-    /// `GET /api/products/{id}` once no accepted order of the product waits in the stream
+    /// `GET /api/products/{id}/accounting` once no accepted order of the product waits in the stream
     /// (at once for strategies that place orders before answering); panics after 5 minutes.
     pub async fn drained(&self, id: u64) -> app::api::ProductView {
         let deadline = std::time::Instant::now() + Duration::from_secs(300);
         loop {
             let view: app::api::ProductView = self
                 .client
-                .get(format!("{}/api/products/{id}", self.url))
+                .get(format!("{}/api/products/{id}/accounting", self.url))
                 .send()
                 .await
                 .expect("product request")
