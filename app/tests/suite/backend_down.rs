@@ -262,3 +262,42 @@ async fn the_status_of_a_row_held_order_is_answered_while_redis_is_paused() {
     app.stop().await;
     common::drop_database(&database_url).await;
 }
+
+/// A row-held product's rules are read where its stock lives: its purchase asks Redis nothing,
+/// and a product read for the first time while Redis is paused sells.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_row_held_purchase_asks_redis_nothing_and_sells_while_redis_is_paused() {
+    sandbox::require_faults!();
+    let (app, private, database_url) = app_with_private_redis().await;
+    app.reset(1, 10).await;
+    app.reset(2, 10).await;
+    let mut redis = deadpool_redis::redis::Client::open(private.url())
+        .expect("client")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connection");
+    deadpool_redis::redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async::<()>(&mut redis)
+        .await
+        .expect("resetstat");
+    // The first purchase since its reset: the product's rules are read.
+    let (status, order) = app.order(1, &click("r"), None).await;
+    assert_eq!(status, StatusCode::CREATED, "{order}");
+    let stats: String = deadpool_redis::redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut redis)
+        .await
+        .expect("info");
+    assert!(
+        !stats.contains("cmdstat_get:"),
+        "a row-held purchase read from Redis: {stats}"
+    );
+
+    private.server().pause().expect("pause Redis");
+    let (status, order) = app.order(2, &click("r"), None).await;
+    assert_eq!(status, StatusCode::CREATED, "{order}");
+    private.server().resume().expect("resume Redis");
+    app.stop().await;
+    common::drop_database(&database_url).await;
+}
