@@ -7,7 +7,8 @@ use sqlx::{MySql, Transaction};
 
 use super::{Check, End, HeldForReturn, LifeError, Lifecycle};
 use crate::api::{Home, Strategy};
-use crate::db::order_life::{self, Due};
+use crate::db::due::Due;
+use crate::db::order_life;
 use crate::db::orders::{Order, OrderState, PurchaseKey};
 use crate::redis_stock::{RedisStockError, charge};
 

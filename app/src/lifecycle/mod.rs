@@ -256,7 +256,7 @@ impl Lifecycle {
         let ended = home::end(self, target, end, check, hold).await?;
         if ended {
             match end {
-                End::Expire => self.metrics.order_expired(),
+                End::Expire => self.metrics.orders_expired(1),
                 End::Cancel => self.metrics.order_cancelled(),
             }
         }
