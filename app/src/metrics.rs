@@ -194,8 +194,10 @@ pub struct Metrics {
     paid: AtomicU64,
     expired: AtomicU64,
     cancelled: AtomicU64,
-    /// Returns a dead instance left half-way that this one finished.
+    /// Returns a dead instance left half-way that this one finished, and batches of its sweep
+    /// that failed (left for a later round).
     returns_finished: AtomicU64,
+    sweep_failures: AtomicU64,
     /// Returns that took the selling strategy's lock, and their microseconds waiting for it
     /// and holding it.
     return_locks: AtomicU64,
@@ -219,6 +221,7 @@ impl Default for Metrics {
             expired: AtomicU64::new(0),
             cancelled: AtomicU64::new(0),
             returns_finished: AtomicU64::new(0),
+            sweep_failures: AtomicU64::new(0),
             return_locks: AtomicU64::new(0),
             return_lock_wait_us: AtomicU64::new(0),
             return_lock_held_us: AtomicU64::new(0),
@@ -284,11 +287,7 @@ impl Metrics {
         self.paid.fetch_add(1, Ordering::Relaxed);
     }
 
-    pub fn order_expired(&self) {
-        self.orders_expired(1);
-    }
-
-    /// `n` orders expired together (a batch of one product's).
+    /// `n` orders expired (one, or a batch of one product's).
     pub fn orders_expired(&self, n: u64) {
         self.expired.fetch_add(n, Ordering::Relaxed);
     }
@@ -300,6 +299,10 @@ impl Metrics {
     /// `n` returns a dead instance left half-way finished.
     pub fn returns_finished(&self, n: u64) {
         self.returns_finished.fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub fn sweep_failed(&self) {
+        self.sweep_failures.fetch_add(1, Ordering::Relaxed);
     }
 
     /// A return waited this long for the selling strategy's lock, and got it.
@@ -446,6 +449,10 @@ impl Metrics {
         out.push_str("# TYPE seckill_returns_finished_total counter\n");
         let finished = self.returns_finished.load(Ordering::Relaxed);
         let _ = writeln!(out, "seckill_returns_finished_total {finished}");
+        out.push_str("# HELP seckill_expiry_failures_total Batches of this instance's expiry sweep (a product's due orders, or its returns left half-way) that failed and wait for a later round; the other products' went on.\n");
+        out.push_str("# TYPE seckill_expiry_failures_total counter\n");
+        let failures = self.sweep_failures.load(Ordering::Relaxed);
+        let _ = writeln!(out, "seckill_expiry_failures_total {failures}");
         out.push_str(
             "# HELP seckill_return_locks_total Returns that took the selling strategy's lock.\n",
         );

@@ -19,6 +19,13 @@
 //! is busy — never stands between a buyer and a refusal, and the memory is never older than its
 //! lifetime.
 //!
+//! **Read from the product's home.** A read asks first where the product's stock lived when it
+//! was last read: Redis for the stock it holds (it keeps that stock's rules beside the
+//! counter, so that it sells while the database is away), the database for any other and for
+//! a product not read yet (its row says where the stock lives). So a Redis that does not
+//! answer holds up no purchase of stock kept in the database. The other store is asked when
+//! the first cannot say.
+//!
 //! **Forgetting.** Stock comes back by a reset, a reconciliation that gives units back, or an
 //! order that returns them (it expired or was cancelled); each makes its own instance forget at
 //! once, and every instance forgets within the memory's lifetime (`--product-memory-ms`) in
@@ -90,6 +97,9 @@ struct Entry {
     learning: bool,
     /// A read in the background is renewing the entry.
     renewing: bool,
+    /// Where the product's stock lived when it was last read, kept when the rest is forgotten:
+    /// the store the next read asks first.
+    last_home: Option<Home>,
 }
 
 /// A moment of a product's memory, to learn from only if nothing was forgotten since.
@@ -249,20 +259,12 @@ impl Shelf {
         if !again && let Some(fresh) = self.remembered(id, purchase) {
             return Ok(fresh);
         }
-        let (epoch, was_sold_out) = match self.entries.load().get(&id) {
-            Some(e) => (e.epoch, e.winners.is_some()),
-            None => (0, false),
+        let (epoch, was_sold_out, last_home) = match self.entries.load().get(&id) {
+            Some(e) => (e.epoch, e.winners.is_some(), e.last_home),
+            None => (0, false, None),
         };
         self.metrics.product_read();
-        let known = match self.rules_in_redis(id).await {
-            Some(rules) => Some(Known {
-                home: Home::Redis,
-                rules,
-            }),
-            None => products::rules(&self.pool, id)
-                .await?
-                .map(|(home, rules)| Known { home, rules }),
-        };
+        let known = self.ask(id, last_home).await?;
         // Sold out when last read: still sold out if the shelf is still empty, with the winners
         // of now (units that came back and sold again changed them).
         let winners = match (was_sold_out, known) {
@@ -276,6 +278,7 @@ impl Shelf {
             winners,
             learning: false,
             renewing: false,
+            last_home: known.map(|k| k.home).or(last_home),
         };
         let recalled = entry.recalled(purchase);
         self.change(|entries| {
@@ -289,8 +292,35 @@ impl Shelf {
         Ok(recalled)
     }
 
+    /// The product's home and rules, asked first of where its stock lived when last read, so
+    /// that each product's admission depends on its own home only. Redis, for stock it held:
+    /// it keeps the rules beside the counter, and a purchase of that stock is admitted while
+    /// the database is away. Otherwise the database, whose row says where the stock lives: a
+    /// product of the database is not held up by a Redis that does not answer. The other
+    /// store is asked when the first cannot say.
+    async fn ask(&self, id: u64, last_home: Option<Home>) -> Result<Option<Known>, sqlx::Error> {
+        let in_redis = |rules| Known {
+            home: Home::Redis,
+            rules,
+        };
+        let redis_first = last_home == Some(Home::Redis);
+        if redis_first && let Some(rules) = self.rules_in_redis(id).await {
+            return Ok(Some(in_redis(rules)));
+        }
+        match products::rules(&self.pool, id).await {
+            Ok(found) => Ok(found.map(|(home, rules)| Known { home, rules })),
+            Err(e) if redis_first => Err(e),
+            Err(e) => self
+                .rules_in_redis(id)
+                .await
+                .map(in_redis)
+                .map(Some)
+                .ok_or(e),
+        }
+    }
+
     /// The rules of a product whose stock Redis holds, kept there at its reset; `None` for
-    /// any other product, or when Redis cannot say (the database is asked then).
+    /// any other product, or when Redis cannot say.
     async fn rules_in_redis(&self, id: u64) -> Option<SaleRules> {
         self.redis.as_ref()?.sale_rules(id).await.ok().flatten()
     }
@@ -344,6 +374,7 @@ impl Shelf {
     pub fn forget(&self, id: u64) {
         self.change(|entries| {
             let epoch = entries.get(&id).map_or(0, |e| e.epoch) + 1;
+            let last_home = entries.get(&id).and_then(|e| e.last_home);
             let forgotten = Entry {
                 known: None,
                 // Stale at once: the next read loads the product again.
@@ -352,6 +383,7 @@ impl Shelf {
                 winners: None,
                 learning: false,
                 renewing: false,
+                last_home,
             };
             entries.insert(id, Arc::new(forgotten));
             true

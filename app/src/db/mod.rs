@@ -1,6 +1,7 @@
 //! The database: connection pool, database creation, migrations, and the shared queries.
 
 pub mod buckets;
+pub mod due;
 pub mod errors;
 pub mod order_life;
 pub mod orders;

@@ -7,7 +7,8 @@ use sqlx::{MySql, Transaction};
 
 use super::{Check, End, HeldForReturn, LifeError, Lifecycle};
 use crate::api::{Home, Strategy};
-use crate::db::order_life::{self, Due};
+use crate::db::due::Due;
+use crate::db::order_life;
 use crate::db::orders::{Order, OrderState, PurchaseKey};
 use crate::redis_stock::{RedisStockError, charge};
 
@@ -160,7 +161,7 @@ async fn end_in_database(
         return Ok(false);
     }
     commit(life, tx, lock).await?;
-    life.stock_back(target.product_id).await;
+    life.stock_back(target.product_id);
     Ok(true)
 }
 
@@ -224,7 +225,7 @@ pub(super) async fn expire_in_database(
         drop(conn);
         life.metrics.orders_expired(expired);
         if expired > 0 {
-            life.stock_back(product).await;
+            life.stock_back(product);
         }
         return Ok(expired);
     }
@@ -291,7 +292,7 @@ pub(super) async fn finish_in_row(
     order_life::give_back_to_row(&mut tx, product, units).await?;
     commit(life, tx, lock).await?;
     drop(conn);
-    life.stock_back(product).await;
+    life.stock_back(product);
     Ok(())
 }
 

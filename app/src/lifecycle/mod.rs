@@ -259,7 +259,7 @@ impl Lifecycle {
         let ended = home::end(self, target, end, check, hold).await?;
         if ended {
             match end {
-                End::Expire => self.metrics.order_expired(),
+                End::Expire => self.metrics.orders_expired(1),
                 End::Cancel => self.metrics.order_cancelled(),
             }
         }
@@ -323,18 +323,22 @@ impl Lifecycle {
     }
 
     /// Units of `product` came back: this instance forgets it was sold out, and tells the
-    /// others (see [`crate::shelf`]).
-    async fn stock_back(&self, product: u64) {
+    /// others (see [`crate::shelf`]). The telling goes on apart: a return to the database waits
+    /// for no Redis, which may not answer.
+    fn stock_back(&self, product: u64) {
         if !self.forget_on_return {
             return;
         }
         self.shelf.restocked(product);
-        if let Some(redis) = &self.redis
-            && let Err(e) = redis.announce(product, News::Restocked).await
-        {
-            tracing::warn!(product, error = %e,
-                "could not announce returned units; other instances forget within their memory's lifetime");
-        }
+        let Some(redis) = self.redis.clone() else {
+            return;
+        };
+        tokio::spawn(async move {
+            if let Err(e) = redis.announce(product, News::Restocked).await {
+                tracing::warn!(product, error = %e,
+                    "could not announce returned units; other instances forget within their memory's lifetime");
+            }
+        });
     }
 }
 

@@ -1,6 +1,7 @@
 //! Killing the database mid-run: the service answers `503 backend_unavailable` (never a
 //! success it cannot vouch for, never a 500), loses and duplicates no order, and recovers by
-//! itself when the server is back.
+//! itself when the server is back. Pausing Redis stops nothing of a product whose stock lives
+//! in the database: it is sold and its orders are answered without Redis.
 
 use crate::common;
 
@@ -214,4 +215,89 @@ async fn healthz_reports_a_dead_database_as_backend_unavailable() {
     let body: Value = r.json().await.expect("json");
     assert_eq!(body["error"], "backend_unavailable");
     app.stop().await;
+}
+
+/// The app on a fresh database and a private Redis (a key prefix of its own), with that Redis.
+async fn app_with_private_redis() -> (common::TestApp, sandbox::Redis, String) {
+    let private = tokio::task::spawn_blocking(sandbox::Redis::start)
+        .await
+        .expect("join")
+        .expect("private Redis");
+    let database_url = common::fresh_database_url().await;
+    let mut config = test_config(&database_url);
+    config.redis_url = Some(private.url());
+    config.lock_prefix = format!("t{}:", uuid::Uuid::new_v4().simple());
+    (spawn_app(config).await, private, database_url)
+}
+
+fn click(request_id: &str) -> Value {
+    json!({ "user_id": "alice", "quantity": 1, "request_id": request_id, "strategy": "conditional" })
+}
+
+/// Redis paused: where a row-held purchase stands is read from the database and answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_status_of_a_row_held_order_is_answered_while_redis_is_paused() {
+    sandbox::require_faults!();
+    let (app, private, database_url) = app_with_private_redis().await;
+    app.reset(1, 10).await;
+    let (status, order) = app.order(1, &click("r"), None).await;
+    assert_eq!(status, StatusCode::CREATED, "{order}");
+
+    private.server().pause().expect("pause Redis");
+    let r = app
+        .client
+        .get(format!("{}/api/products/1/orders/r?user_id=alice", app.url))
+        .send()
+        .await
+        .expect("status");
+    let status = r.status();
+    let body: Value = r.json().await.unwrap_or(Value::Null);
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(
+        (&body["state"], &body["order"]["order_id"]),
+        (&json!("placed"), &order["order_id"]),
+        "{body}"
+    );
+    private.server().resume().expect("resume Redis");
+    app.stop().await;
+    common::drop_database(&database_url).await;
+}
+
+/// A row-held product's rules are read where its stock lives: its purchase asks Redis nothing,
+/// and a product read for the first time while Redis is paused sells.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_row_held_purchase_asks_redis_nothing_and_sells_while_redis_is_paused() {
+    sandbox::require_faults!();
+    let (app, private, database_url) = app_with_private_redis().await;
+    app.reset(1, 10).await;
+    app.reset(2, 10).await;
+    let mut redis = deadpool_redis::redis::Client::open(private.url())
+        .expect("client")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connection");
+    deadpool_redis::redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async::<()>(&mut redis)
+        .await
+        .expect("resetstat");
+    // The first purchase since its reset: the product's rules are read.
+    let (status, order) = app.order(1, &click("r"), None).await;
+    assert_eq!(status, StatusCode::CREATED, "{order}");
+    let stats: String = deadpool_redis::redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut redis)
+        .await
+        .expect("info");
+    assert!(
+        !stats.contains("cmdstat_get:"),
+        "a row-held purchase read from Redis: {stats}"
+    );
+
+    private.server().pause().expect("pause Redis");
+    let (status, order) = app.order(2, &click("r"), None).await;
+    assert_eq!(status, StatusCode::CREATED, "{order}");
+    private.server().resume().expect("resume Redis");
+    app.stop().await;
+    common::drop_database(&database_url).await;
 }

@@ -145,6 +145,93 @@ async fn a_paused_sweep_expires_nothing_and_a_resumed_one_expires_every_due_orde
     drop_database(&database_url).await;
 }
 
+/// The state of the one order of `product`, read from the database.
+async fn state_of(pool: &sqlx::MySqlPool, product: u64) -> String {
+    sqlx::query_scalar("SELECT state FROM orders WHERE product_id = ?")
+        .bind(product)
+        .fetch_one(pool)
+        .await
+        .expect("the order's state")
+}
+
+/// Redis paused: the sweep expires a row-held order past its deadline and puts its unit back
+/// in the row, while the return of a Redis-held one (the product swept first) waits for Redis;
+/// once Redis answers again, that one is finished too, its unit back in the counter once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_paused_redis_holds_up_the_expiry_of_redis_held_orders_only() {
+    sandbox::require_faults!();
+    let private = tokio::task::spawn_blocking(sandbox::Redis::start)
+        .await
+        .expect("join")
+        .expect("private Redis");
+    let database_url = fresh_database_url().await;
+    let mut config = test_config(&database_url);
+    config.redis_url = Some(private.url());
+    config.lock_prefix = format!("t{}:", uuid::Uuid::new_v4().simple());
+    config.expiry_interval_ms = 10;
+    // Every round takes up the Redis-held return left half-way, as soon as it is left.
+    config.return_grace_ms = 1;
+    let redis = app::redis_stock::RedisStock::open(&private.url(), &config.lock_prefix, 2)
+        .expect("redis pool");
+    let app = spawn_app(config).await;
+    switch(&app, true).await;
+    for (product, home, strategy) in [(1, "redis", "redis-lua"), (2, "row", "conditional")] {
+        let body = json!({ "stock": 2, "home": home, "per_user_limit": 1, "payment_window_ms": 1 });
+        app.reset_with(product, &body).await;
+        let (status, order) = buy(&app, product, "alice", "r", strategy).await;
+        assert_eq!(status, 201, "{home}: {order}");
+    }
+    wait_until_all_due(&database_url).await;
+    let pool = sqlx::MySqlPool::connect(&database_url)
+        .await
+        .expect("connect");
+
+    private.server().pause().expect("pause Redis");
+    switch(&app, false).await;
+    wait_until(
+        "the row-held order expired and its unit back in the row",
+        || {
+            let pool = pool.clone();
+            async move {
+                let stock: i64 = sqlx::query_scalar("SELECT stock FROM products WHERE id = 2")
+                    .fetch_one(&pool)
+                    .await
+                    .expect("stock");
+                state_of(&pool, 2).await == "expired" && stock == 2
+            }
+        },
+    )
+    .await;
+    wait_until("the Redis-held batch's failure counted", || async {
+        app.metric("seckill_expiry_failures_total")
+            .await
+            .is_some_and(|n| n > 0)
+    })
+    .await;
+    let waiting = state_of(&pool, 1).await;
+    assert!(
+        waiting == "reserved" || waiting == "expiring",
+        "a Redis-held order expired without Redis: {waiting}"
+    );
+
+    private.server().resume().expect("resume Redis");
+    wait_until("the Redis-held order expired", || {
+        let pool = pool.clone();
+        async move { state_of(&pool, 1).await == "expired" }
+    })
+    .await;
+    assert_eq!(redis.counter(1).await.expect("counter"), Some(2));
+    assert!(redis.charged(1).await.expect("records").is_empty());
+    let stock: i64 = sqlx::query_scalar("SELECT stock FROM products WHERE id = 2")
+        .fetch_one(&pool)
+        .await
+        .expect("stock");
+    assert_eq!(stock, 2, "the row's unit came back once");
+    pool.close().await;
+    app.stop().await;
+    drop_database(&database_url).await;
+}
+
 /// One round of the sweep over a Redis-held product whose orders fell due, some paid and some
 /// cancelled before: the due ones expire, each of their units comes back once and no other
 /// order's does, and the return is announced to the other instances once for the whole batch

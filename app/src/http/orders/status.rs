@@ -4,10 +4,9 @@ use axum::Json;
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 
-use crate::api::{ErrorBody, OrderState, OrderStatus};
+use crate::api::{ErrorBody, Home, OrderState, OrderStatus};
 use crate::db::orders::{self, OrderState as Stored, PurchaseKey};
 use crate::error::ApiError;
-use crate::redis_stock::RedisStock;
 use crate::state::AppState;
 
 /// Who asks for a purchase's status: its buyer.
@@ -53,30 +52,35 @@ pub async fn status(
             time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000).ok()
         }),
     };
-    // The stream first, the database second: an order placed in between is then found in the
-    // database, where the other order would miss it in both.
-    let waiting = match &state.redis {
-        Some(redis) => waiting(redis, key).await?,
-        None => false,
-    };
-    if let Some(order) = orders::find(&state.pool, key).await? {
-        return Ok(Json(match order.state() {
+    let placed = |order: orders::Order| -> Result<OrderStatus, ApiError> {
+        Ok(match order.state() {
             Stored::Voided => state_of(OrderState::Voided, None, None),
             _ => {
                 let pay_by = order.pay_by_ms;
                 state_of(OrderState::Placed, Some(order.try_into()?), pay_by)
             }
-        }));
+        })
+    };
+    if let Some(order) = orders::find(&state.pool, key).await? {
+        return Ok(Json(placed(order)?));
     }
-    match waiting {
-        true => Ok(Json(state_of(OrderState::Pending, None, None))),
-        false => Err(ApiError::NotFound(format!(
+    // Only stock kept in Redis has orders waiting in the stream: a purchase of any other is
+    // answered from the database alone, whether Redis answers or not.
+    let recalled = state.shelf.product(product_id, None).await?;
+    let waiting = match (&state.redis, recalled.known) {
+        (Some(redis), Some(known)) if known.home == Home::Redis => redis.is_waiting(key).await?,
+        _ => false,
+    };
+    if waiting {
+        return Ok(Json(state_of(OrderState::Pending, None, None)));
+    }
+    // A consumer commits the order before it forgets the entry as waiting: one placed between
+    // the two reads above is in the database now.
+    match orders::find(&state.pool, key).await? {
+        Some(order) => Ok(Json(placed(order)?)),
+        None => Err(ApiError::NotFound(format!(
             "no order and nothing waiting under request id `{request_id}` of this buyer for \
              product {product_id}"
         ))),
     }
-}
-
-async fn waiting(redis: &RedisStock, key: PurchaseKey<'_>) -> Result<bool, ApiError> {
-    Ok(redis.is_waiting(key).await?)
 }

@@ -1,0 +1,108 @@
+//! What the expiry sweep reads: the orders past their deadline, the returns left half-way,
+//! how late the oldest overdue order is. The first two read the products of some homes only:
+//! the stock kept in the database and the stock kept in Redis are swept apart, so that a store
+//! that does not answer holds up no return to the other
+//! ([`crate::lifecycle::sweep`]).
+
+use sqlx::MySqlPool;
+
+use super::orders::OrderState;
+use crate::api::Home;
+
+/// An order due for expiry, or one whose units are on their way back: what the sweep works on.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct Due {
+    pub order_id: u64,
+    pub product_id: u64,
+    pub user_id: String,
+    pub request_id: String,
+    pub quantity: u32,
+    /// The product's home (`row`, `buckets`, `redis`).
+    pub home: String,
+    /// The strategy that sold it.
+    pub strategy: String,
+    state: String,
+}
+
+impl Due {
+    pub fn state(&self) -> OrderState {
+        OrderState::of(&self.state)
+    }
+}
+
+const DUE_COLUMNS: &str = "o.id AS order_id, o.product_id, o.user_id, o.request_id, o.quantity, \
+    p.home, o.strategy, o.state";
+
+/// At most `limit` reserved orders past their deadline of products kept in one of `homes` (of
+/// `product`, or of all), oldest deadline first: one range of the index `orders_due`.
+pub async fn due(
+    pool: &MySqlPool,
+    homes: &[Home],
+    product: Option<u64>,
+    limit: u32,
+) -> Result<Vec<Due>, sqlx::Error> {
+    let only = match product {
+        Some(_) => " AND o.product_id = ?",
+        None => "",
+    };
+    let sql = format!(
+        "SELECT {DUE_COLUMNS} FROM orders o JOIN products p ON p.id = o.product_id \
+         WHERE o.state = 'reserved' AND o.pay_by <= NOW(6) AND {}{only} \
+         ORDER BY o.pay_by LIMIT ?",
+        kept_in(homes)
+    );
+    let mut query = sqlx::query_as(sqlx::AssertSqlSafe(sql));
+    if let Some(product) = product {
+        query = query.bind(product);
+    }
+    query.bind(limit).fetch_all(pool).await
+}
+
+/// At most `limit` orders whose units are on their way back (`expiring`, `cancelling`) to one
+/// of `homes` and left `reserved` at least `older_than_ms` ago (of `product`, or of all).
+pub async fn returning(
+    pool: &MySqlPool,
+    homes: &[Home],
+    product: Option<u64>,
+    older_than_ms: u64,
+    limit: u32,
+) -> Result<Vec<Due>, sqlx::Error> {
+    let only = match product {
+        Some(_) => " AND o.product_id = ?",
+        None => "",
+    };
+    let sql = format!(
+        "SELECT {DUE_COLUMNS} FROM orders o JOIN products p ON p.id = o.product_id \
+         WHERE o.state IN ('expiring', 'cancelling') \
+           AND o.ended_at <= NOW(6) - INTERVAL ? MICROSECOND AND {}{only} \
+         ORDER BY o.ended_at LIMIT ?",
+        kept_in(homes)
+    );
+    let mut query = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+        .bind(i64::try_from(older_than_ms.saturating_mul(1000)).unwrap_or(i64::MAX));
+    if let Some(product) = product {
+        query = query.bind(product);
+    }
+    query.bind(limit).fetch_all(pool).await
+}
+
+/// `p.home IN ('…', …)`: the product is kept in one of `homes` (names of this build's own
+/// enum, never a client's text).
+fn kept_in(homes: &[Home]) -> String {
+    let names: Vec<String> = homes.iter().map(|h| format!("'{}'", h.name())).collect();
+    match names.is_empty() {
+        true => "FALSE".to_string(),
+        false => format!("p.home IN ({})", names.join(", ")),
+    }
+}
+
+/// How late the oldest reserved order past its deadline is, in milliseconds (0: none is).
+pub async fn oldest_overdue_ms(pool: &MySqlPool) -> Result<u64, sqlx::Error> {
+    let late: Option<i64> = sqlx::query_scalar(
+        "SELECT CAST(TIMESTAMPDIFF(MICROSECOND, MIN(pay_by), NOW(6)) / 1000 AS SIGNED) \
+         FROM orders WHERE state = 'reserved' AND pay_by <= NOW(6)",
+    )
+    .fetch_one(pool)
+    .await?;
+    Ok(late.map_or(0, |ms| u64::try_from(ms).unwrap_or(0)))
+}
