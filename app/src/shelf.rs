@@ -60,6 +60,9 @@ const MAX_WINNERS: usize = 200_000;
 pub struct Known {
     pub home: Home,
     pub rules: SaleRules,
+    /// The epoch of its Redis-held stock, which its purchases expect of Redis's marker (0 for
+    /// a product of another home; see [`crate::redis_stock::epoch`]).
+    pub redis_epoch: u64,
 }
 
 /// What one instance remembers.
@@ -255,13 +258,20 @@ impl Shelf {
         };
         self.metrics.product_read();
         let known = match self.rules_in_redis(id).await {
-            Some(rules) => Some(Known {
+            Some((rules, redis_epoch)) => Some(Known {
                 home: Home::Redis,
                 rules,
+                redis_epoch,
             }),
-            None => products::rules(&self.pool, id)
-                .await?
-                .map(|(home, rules)| Known { home, rules }),
+            None => products::rules(&self.pool, id).await?.map(|r| Known {
+                home: r.home,
+                rules: r.sale,
+                redis_epoch: if r.home == Home::Redis {
+                    r.redis_epoch
+                } else {
+                    0
+                },
+            }),
         };
         // Sold out when last read: still sold out if the shelf is still empty, with the winners
         // of now (units that came back and sold again changed them).
@@ -289,9 +299,10 @@ impl Shelf {
         Ok(recalled)
     }
 
-    /// The rules of a product whose stock Redis holds, kept there at its reset; `None` for
-    /// any other product, or when Redis cannot say (the database is asked then).
-    async fn rules_in_redis(&self, id: u64) -> Option<SaleRules> {
+    /// The rules of a product whose stock Redis holds, kept there at its reset, and the epoch
+    /// they were written at; `None` for any other product, or when Redis cannot say or lost
+    /// them (the database is asked then).
+    async fn rules_in_redis(&self, id: u64) -> Option<(SaleRules, u64)> {
         self.redis.as_ref()?.sale_rules(id).await.ok().flatten()
     }
 
@@ -363,7 +374,7 @@ impl Shelf {
     /// or if there are too many to remember. Once the shelf is empty no purchase can take a
     /// unit until one comes back, so the set read after it is final.
     async fn winners(&self, id: u64) -> Result<Option<Winners>, ReadError> {
-        let Some(home) = products::rules(&self.pool, id).await?.map(|(home, _)| home) else {
+        let Some(home) = products::rules(&self.pool, id).await?.map(|r| r.home) else {
             return Ok(None);
         };
         let left = inventory::left(&self.pool, self.redis.as_ref(), id, home).await?;

@@ -23,6 +23,7 @@ mod order_payment;
 mod overload;
 mod per_user_limit;
 mod reconcile_mid_sale;
+mod redis_restart;
 mod redis_stock;
 mod redis_stock_sentinel;
 mod request_identity;
