@@ -77,6 +77,11 @@ pub enum ApiError {
     /// A lock or row lock was not obtained within the wait budget; retry later.
     #[error("{0}")]
     Busy(String),
+    /// Redis lost the product's stock (see [`crate::redis_stock::epoch`]).
+    #[error(
+        "Redis lost this product's stock and the purchases it held (it restarted without its data): purchases are refused until an admin's reconcile rebuilds the stock from the orders; a purchase accepted and not yet placed was lost, and may be sent again then"
+    )]
+    StockLost,
     /// A backend could not be reached; the cause is logged, not sent.
     #[error("a backend this request needs is unavailable")]
     Unavailable(#[source] BoxError),
@@ -114,7 +119,7 @@ impl ApiError {
             ApiError::SoldOut => ErrorCode::SoldOut,
             ApiError::LockLost(_) => ErrorCode::LockLost,
             ApiError::Busy(_) => ErrorCode::Busy,
-            ApiError::Unavailable(_) => ErrorCode::BackendUnavailable,
+            ApiError::Unavailable(_) | ApiError::StockLost => ErrorCode::BackendUnavailable,
             ApiError::Internal(_) => ErrorCode::Internal,
         }
     }
@@ -167,8 +172,9 @@ impl IntoResponse for ApiError {
 /// by the thousand (sold out, limit reached, sale not open, overloaded, rate limited) then cost
 /// a reference count, not a formatting and a serialization each.
 fn fixed_body(e: &ApiError) -> Option<&'static Bytes> {
-    const FIXED: [ApiError; 7] = [
+    const FIXED: [ApiError; 8] = [
         ApiError::SoldOut,
+        ApiError::StockLost,
         ApiError::LimitReached,
         ApiError::SaleNotStarted,
         ApiError::SaleEnded,
@@ -207,6 +213,7 @@ impl From<PurchaseError> for ApiError {
             PurchaseError::Unavailable(cause) | PurchaseError::OutcomeUnknown(cause) => {
                 ApiError::Unavailable(cause)
             }
+            PurchaseError::StockLost => ApiError::StockLost,
             PurchaseError::Conflict(why) => ApiError::IdempotencyConflict(why),
             PurchaseError::Duplicate => ApiError::Internal(e.to_string().into()),
             PurchaseError::Internal(cause) => ApiError::Internal(cause),

@@ -67,6 +67,9 @@ const MAX_WINNERS: usize = 200_000;
 pub struct Known {
     pub home: Home,
     pub rules: SaleRules,
+    /// The epoch of its Redis-held stock, which its purchases expect of Redis's marker (0 for
+    /// a product of another home; see [`crate::redis_stock::epoch`]).
+    pub redis_epoch: u64,
 }
 
 /// What one instance remembers.
@@ -299,16 +302,25 @@ impl Shelf {
     /// product of the database is not held up by a Redis that does not answer. The other
     /// store is asked when the first cannot say.
     async fn ask(&self, id: u64, last_home: Option<Home>) -> Result<Option<Known>, sqlx::Error> {
-        let in_redis = |rules| Known {
+        let in_redis = |(rules, redis_epoch)| Known {
             home: Home::Redis,
             rules,
+            redis_epoch,
         };
         let redis_first = last_home == Some(Home::Redis);
-        if redis_first && let Some(rules) = self.rules_in_redis(id).await {
-            return Ok(Some(in_redis(rules)));
+        if redis_first && let Some(found) = self.rules_in_redis(id).await {
+            return Ok(Some(in_redis(found)));
         }
         match products::rules(&self.pool, id).await {
-            Ok(found) => Ok(found.map(|(home, rules)| Known { home, rules })),
+            Ok(found) => Ok(found.map(|r| Known {
+                home: r.home,
+                rules: r.sale,
+                redis_epoch: if r.home == Home::Redis {
+                    r.redis_epoch
+                } else {
+                    0
+                },
+            })),
             Err(e) if redis_first => Err(e),
             Err(e) => self
                 .rules_in_redis(id)
@@ -319,9 +331,10 @@ impl Shelf {
         }
     }
 
-    /// The rules of a product whose stock Redis holds, kept there at its reset; `None` for
-    /// any other product, or when Redis cannot say.
-    async fn rules_in_redis(&self, id: u64) -> Option<SaleRules> {
+    /// The rules of a product whose stock Redis holds, kept there at its reset, and the epoch
+    /// they were written at; `None` for any other product, or when Redis cannot say or lost
+    /// them (the database is asked then).
+    async fn rules_in_redis(&self, id: u64) -> Option<(SaleRules, u64)> {
         self.redis.as_ref()?.sale_rules(id).await.ok().flatten()
     }
 
@@ -395,7 +408,7 @@ impl Shelf {
     /// or if there are too many to remember. Once the shelf is empty no purchase can take a
     /// unit until one comes back, so the set read after it is final.
     async fn winners(&self, id: u64) -> Result<Option<Winners>, ReadError> {
-        let Some(home) = products::rules(&self.pool, id).await?.map(|(home, _)| home) else {
+        let Some(home) = products::rules(&self.pool, id).await?.map(|r| r.home) else {
             return Ok(None);
         };
         let left = inventory::left(&self.pool, self.redis.as_ref(), id, home).await?;

@@ -92,6 +92,7 @@ impl Shop {
             pay_within: std::time::Duration::from_millis(
                 app::api::DEFAULT_PAYMENT_WINDOW_MS as u64,
             ),
+            redis_epoch: 0,
             hold: None,
             stats: PurchaseStats::default(),
         };

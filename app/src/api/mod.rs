@@ -408,6 +408,11 @@ pub struct Reconciliation {
     pub counter_found: Option<i64>,
     /// The counter now.
     pub counter_after: i64,
+    /// Whether Redis had lost the product's stock (its marker gone or behind the database's
+    /// epoch) and it was rebuilt from the orders: the counter, the charge records, the buyers'
+    /// counts and the rules.
+    #[serde(default)]
+    pub rebuilt: bool,
     /// Whether the counter was changed.
     pub repaired: bool,
     /// Purchases charged by the counter with neither an order nor a waiting entry, older than

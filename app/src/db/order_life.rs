@@ -381,38 +381,3 @@ where
     }
     query.push(")");
 }
-
-/// One of a product's orders as [`states_of`] reads it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProductOrder {
-    pub order_id: u64,
-    pub user_id: String,
-    pub request_id: String,
-    pub quantity: u32,
-    pub state: OrderState,
-}
-
-/// The id, buyer, request id, quantity and state of each of the product's order rows.
-pub async fn states_of(
-    pool: &MySqlPool,
-    product_id: u64,
-) -> Result<Vec<ProductOrder>, sqlx::Error> {
-    let rows: Vec<(u64, String, String, u32, String)> = sqlx::query_as(
-        "SELECT id, user_id, request_id, quantity, state FROM orders WHERE product_id = ?",
-    )
-    .bind(product_id)
-    .fetch_all(pool)
-    .await?;
-    Ok(rows
-        .into_iter()
-        .map(
-            |(order_id, user_id, request_id, quantity, state)| ProductOrder {
-                order_id,
-                user_id,
-                request_id,
-                quantity,
-                state: OrderState::of(&state),
-            },
-        )
-        .collect())
-}

@@ -22,11 +22,13 @@ pub async fn reset(pool: &MySqlPool, id: u64, stock: i64, home: Home) -> Result<
         &SaleRules::default(),
     )
     .await
+    .map(|_| ())
 }
 
 /// [`reset`], splitting the stock of a buckets-home product evenly over `buckets` buckets (any
 /// other home deletes the product's buckets), under `rules`. The buyers' claimed units are
-/// forgotten with the orders.
+/// forgotten with the orders. Returns the product's new Redis epoch (see [`Rules::redis_epoch`]),
+/// which a reset to Redis writes there beside the counter.
 pub async fn reset_with(
     pool: &MySqlPool,
     id: u64,
@@ -34,7 +36,7 @@ pub async fn reset_with(
     home: Home,
     buckets: u32,
     rules: &SaleRules,
-) -> Result<(), sqlx::Error> {
+) -> Result<u64, sqlx::Error> {
     let row_stock = if home == Home::Row { stock } else { 0 };
     let bucket_stocks = match home {
         Home::Buckets => buckets::split(stock, buckets),
@@ -62,17 +64,17 @@ async fn reset_once(
     home: Home,
     bucket_stocks: &[i64],
     rules: &SaleRules,
-) -> Result<(), sqlx::Error> {
+) -> Result<u64, sqlx::Error> {
     let mut tx = pool.begin().await?;
     sqlx::query(
         "INSERT INTO products (id, stock, initial_stock, home, per_user_limit, sale_starts_ms, \
-                               sale_ends_ms, token_required, payment_window_ms) \
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) \
+                               sale_ends_ms, token_required, payment_window_ms, redis_epoch) \
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 1) \
          ON DUPLICATE KEY UPDATE stock = VALUES(stock), initial_stock = VALUES(initial_stock), \
          home = VALUES(home), per_user_limit = VALUES(per_user_limit), \
          sale_starts_ms = VALUES(sale_starts_ms), sale_ends_ms = VALUES(sale_ends_ms), \
          token_required = VALUES(token_required), payment_window_ms = VALUES(payment_window_ms), \
-         version = version + 1, fence = 0",
+         version = version + 1, fence = 0, redis_epoch = redis_epoch + 1",
     )
     .bind(id)
     .bind(row_stock)
@@ -93,7 +95,12 @@ async fn reset_once(
             .execute(&mut *tx)
             .await?;
     }
-    tx.commit().await
+    let epoch: u64 = sqlx::query_scalar("SELECT redis_epoch FROM products WHERE id = ?")
+        .bind(id)
+        .fetch_one(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(epoch)
 }
 
 /// Milliseconds since the Unix epoch.
@@ -174,22 +181,41 @@ pub async fn view(pool: &MySqlPool, id: u64) -> Result<Option<ProductView>, sqlx
     .transpose()
 }
 
+/// What a purchase needs to know of a product before it starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rules {
+    pub home: Home,
+    pub sale: SaleRules,
+    /// The generation of its Redis-held stock: raised by every reset, and written into Redis
+    /// beside the counter as its marker. A Redis whose marker is gone or older lost the stock
+    /// (see [`crate::redis_stock::epoch`]). 0 for a product never reset since it was kept.
+    pub redis_epoch: u64,
+}
+
 /// `home, per_user_limit, sale_starts_ms, sale_ends_ms, token_required, payment_window_ms` of a
 /// product row.
 type RulesRow = (String, i64, Option<i64>, Option<i64>, bool, i64);
 
-/// The product's home and sale rules (one indexed row, none of its orders), or `None` if it
-/// does not exist: what a purchase needs to know before it starts.
-pub async fn rules(pool: &MySqlPool, id: u64) -> Result<Option<(Home, SaleRules)>, sqlx::Error> {
-    let row: Option<RulesRow> = sqlx::query_as(
+/// The product's home, sale rules and Redis epoch (one indexed row, none of its orders), or
+/// `None` if it does not exist.
+pub async fn rules(pool: &MySqlPool, id: u64) -> Result<Option<Rules>, sqlx::Error> {
+    let row: Option<(String, i64, Option<i64>, Option<i64>, bool, i64, u64)> = sqlx::query_as(
         "SELECT home, per_user_limit, sale_starts_ms, sale_ends_ms, token_required, \
-                payment_window_ms \
+                payment_window_ms, redis_epoch \
          FROM products WHERE id = ?",
     )
     .bind(id)
     .fetch_optional(pool)
     .await?;
-    row.map(home_and_rules).transpose()
+    row.map(|(home, limit, starts, ends, token, window, redis_epoch)| {
+        let (home, sale) = home_and_rules((home, limit, starts, ends, token, window))?;
+        Ok(Rules {
+            home,
+            sale,
+            redis_epoch,
+        })
+    })
+    .transpose()
 }
 
 /// The product's home, rules, units left and initial stock, or `None` if it does not exist:

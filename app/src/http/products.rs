@@ -53,10 +53,11 @@ pub async fn reset(
     }
     let buckets = u32::try_from(buckets).unwrap_or(DEFAULT_BUCKETS);
     let rules = rules_of(&body, state.settings.payment_window_ms)?;
-    products::reset_with(&state.pool, id, body.stock, body.home, buckets, &rules).await?;
+    let epoch =
+        products::reset_with(&state.pool, id, body.stock, body.home, buckets, &rules).await?;
     // The stock's one home: the counter holds it for `redis`, and no counter is left otherwise.
     match (&state.redis, body.home) {
-        (Some(redis), Home::Redis) => redis.seed(id, body.stock, &rules).await?,
+        (Some(redis), Home::Redis) => redis.seed(id, epoch, body.stock, &rules).await?,
         (None, Home::Redis) => return Err(RedisStockError::NotConfigured.into()),
         (Some(redis), _) => redis.remove(id).await?,
         (None, _) => {}
@@ -116,10 +117,10 @@ pub async fn accounting(
         .ok_or_else(|| ApiError::NotFound(format!("no product {id}")))
 }
 
-/// Compares the product's Redis counter with its orders and waiting entries: fences out and
-/// gives back purchases charged without an order for longer than the reconcile grace, and
-/// repairs a counter that is gone or above what the database accounts for (admin). Safe
-/// during a sale.
+/// Compares the product's Redis counter with its orders and waiting entries: rebuilds the
+/// product's keys from its orders if Redis lost them, fences out and gives back purchases
+/// charged without an order for longer than the reconcile grace, and repairs a counter that is
+/// gone or above what the database accounts for (admin). Safe during a sale.
 #[utoipa::path(post, path = "/api/products/{id}/reconcile", tag = "products",
     params(("id" = i64, Path, description = "Product id (0 to 2^63 − 1)", minimum = 0)),
     security(("admin_token" = [])),

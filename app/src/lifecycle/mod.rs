@@ -319,7 +319,7 @@ impl Lifecycle {
 
     async fn home_of(&self, product: u64) -> Result<Home, LifeError> {
         let rules = crate::db::products::rules(&self.pool, product).await?;
-        Ok(rules.map_or(Home::Row, |(home, _)| home))
+        Ok(rules.map_or(Home::Row, |r| r.home))
     }
 
     /// Units of `product` came back: this instance forgets it was sold out, and tells the

@@ -190,8 +190,8 @@ impl Consumer {
         for o in orders {
             if let std::collections::hash_map::Entry::Vacant(slot) = windows.entry(o.product_id) {
                 let rules = crate::db::products::rules(&self.pool, o.product_id).await?;
-                let window = rules.map_or(crate::api::DEFAULT_PAYMENT_WINDOW_MS, |(_, r)| {
-                    r.payment_window_ms
+                let window = rules.map_or(crate::api::DEFAULT_PAYMENT_WINDOW_MS, |r| {
+                    r.sale.payment_window_ms
                 });
                 slot.insert(window.saturating_mul(1000));
             }

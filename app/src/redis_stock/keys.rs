@@ -40,6 +40,12 @@ impl Keys {
         format!("{}stock:{product}:rules", self.prefix)
     }
 
+    /// The product's marker: the Redis epoch its stock was written with, beside the counter
+    /// and in the database (see [`super::epoch`]).
+    pub fn epoch(&self, product: u64) -> String {
+        format!("{}stock:{product}:epoch", self.prefix)
+    }
+
     /// Units of the product's orders waiting in the stream (kept by the scripts).
     pub fn waiting(&self, product: u64) -> String {
         format!("{}stock:{product}:waiting", self.prefix)

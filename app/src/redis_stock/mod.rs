@@ -1,6 +1,7 @@
 //! Stock kept in Redis ([`Home::Redis`](crate::api::Home::Redis)): the counter, the record of
-//! charged request ids, the stream of accepted orders, and what the service does with them
-//! besides selling (seeding on reset, reading for `GET`, draining, reconciling).
+//! charged request ids, the stream of accepted orders, the marker that tells a Redis that lost
+//! them ([`epoch`]), and what the service does with them besides selling (seeding on reset,
+//! reading for `GET`, draining, reconciling).
 //!
 //! A product whose home is Redis has a counter key; its database row keeps `stock = 0`, so the
 //! row strategies find it sold out. A product of any other home has no counter, so the Redis
@@ -15,6 +16,7 @@ pub mod announce;
 pub mod charge;
 mod connections;
 pub mod consumer;
+pub mod epoch;
 mod keys;
 pub mod reconcile;
 pub mod scripts;
@@ -309,42 +311,6 @@ impl RedisStock {
         .await
     }
 
-    /// Makes Redis the home of `stock` units of `product` sold by `rules`: the counter, the
-    /// limit and the rules are set, the purchases it charged before, their buyers and its
-    /// waiting stream entries are forgotten. The rules are kept beside the counter so that a
-    /// purchase of Redis-held stock is admitted without the database (the point of
-    /// `redis-lua-stream`: it sells while the database is away).
-    pub async fn seed(
-        &self,
-        product: u64,
-        stock: i64,
-        rules: &crate::api::SaleRules,
-    ) -> Result<(), RedisStockError> {
-        self.remove(product).await?;
-        let text = serde_json::to_string(rules).expect("sale rules serialise");
-        self.query::<()>(
-            redis::cmd("MSET")
-                .arg(self.keys.limit(product))
-                .arg(rules.per_user_limit)
-                .arg(self.keys.rules(product))
-                .arg(&text)
-                .arg(self.keys.stock(product))
-                .arg(stock),
-        )
-        .await
-    }
-
-    /// The sale rules [`RedisStock::seed`] kept for `product` (`None`: its stock is not here).
-    pub async fn sale_rules(
-        &self,
-        product: u64,
-    ) -> Result<Option<crate::api::SaleRules>, RedisStockError> {
-        let text: Option<String> = self
-            .query(redis::cmd("GET").arg(self.keys.rules(product)))
-            .await?;
-        Ok(text.and_then(|t| serde_json::from_str(&t).ok()))
-    }
-
     /// Arguments of [`scripts::GIVE_BACK`] for the purchase `field` of `product`, ready to run:
     /// the charge of `attempt`, or whichever charged it when `None` (for a caller that read
     /// the record it gives back by, and no attempt in it); the record left `afterwards`.
@@ -405,45 +371,6 @@ impl RedisStock {
     /// listens there); `None` behind Sentinels.
     pub fn fixed_url(&self) -> Option<&str> {
         self.connections.fixed_url()
-    }
-
-    /// Makes Redis hold none of `product`: no counter, no charge records, no waiting entries.
-    pub async fn remove(&self, product: u64) -> Result<(), RedisStockError> {
-        self.query::<()>(
-            redis::cmd("DEL")
-                .arg(self.keys.stock(product))
-                .arg(self.keys.requests(product))
-                .arg(self.keys.buyers(product))
-                .arg(self.keys.limit(product))
-                .arg(self.keys.rules(product)),
-        )
-        .await?;
-        // The stream is scanned only when the product has entries in it, and its waiting
-        // count goes after them (an entry placed meanwhile is counted off while it exists).
-        if self.waiting_units(product).await? == 0 {
-            return self
-                .query(redis::cmd("DEL").arg(self.keys.waiting(product)))
-                .await;
-        }
-        let waiting = self.waiting(Some(product)).await?;
-        let mut pipe = redis::pipe();
-        for order in &waiting {
-            pipe.cmd("XDEL")
-                .arg(self.keys.stream())
-                .arg(&order.entry_id)
-                .ignore();
-            pipe.cmd("HDEL")
-                .arg(self.keys.pending())
-                .arg(charge::pending_field(order.key()))
-                .ignore();
-        }
-        pipe.cmd("DEL").arg(self.keys.waiting(product)).ignore();
-        bounded(async {
-            let mut conn = self.connections.pooled().await?;
-            let answer = pipe.query_async::<()>(&mut conn).await;
-            conn.settle(answer)
-        })
-        .await
     }
 
     /// The product's counter, or `None` if Redis holds none of its stock.

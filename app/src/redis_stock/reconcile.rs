@@ -10,6 +10,9 @@
 //! exactly like a lost one: its units are taken and no order names them yet. Putting them back
 //! while it is alive lets its order commit *and* the units sell again: oversell. So reconcile
 //!
+//! 0. first rebuilds the product's keys from its orders if Redis lost them — its marker gone
+//!    or behind the database's epoch — while every purchase of the product is refused (see
+//!    [`super::epoch`]), then goes on as with any counter;
 //! 1. leaves alone every charge younger than the grace (`--reconcile-grace-ms`): it is in
 //!    flight;
 //! 2. fences out every older charge before touching the counter: it writes the purchase as a
@@ -19,10 +22,10 @@
 //!    back (once: the give-back marks ended the charge record it gives back by, see
 //!    [`charge::Afterwards`]). If the purchase's insert won, it was not lost, and nothing
 //!    changes;
-//! 3. never raises the counter otherwise, except to recreate one that is gone (Redis lost its
-//!    data): it only lowers one found above what the orders and the stream account for (a
-//!    failover that lost decrements), with a compare-and-set, so a purchase that moves the
-//!    counter meanwhile makes it answer `busy` instead of writing a stale value.
+//! 3. never raises the counter otherwise, except to recreate one that is gone: it only lowers
+//!    one found above what the orders and the stream account for (a failover that lost
+//!    decrements), with a compare-and-set, so a purchase that moves the counter meanwhile makes
+//!    it answer `busy` instead of writing a stale value.
 //!
 //! Before all of this, it finishes the returns left half-way: orders that left `reserved`
 //! (`expiring`, `cancelling`) whose units never reached the counter because the instance
@@ -45,10 +48,11 @@
 //! an order after the orders were read is counted as in flight. A high expectation can only
 //! leave a counter alone, never lower it below the truth. (Reading the counter last instead
 //! would let a return made between the reads count twice: its order still `reserved` in the
-//! orders read, its units already in the counter.) What reconcile cannot tell apart: with the counter *and* its charge
-//! records lost (a Redis restart without persistence), the purchases that were in flight at
-//! that moment; a counter recreated then can oversell by their units. Run Redis with an
-//! append-only file (see `docker-compose.yml`).
+//! orders read, its units already in the counter.) What reconcile cannot tell apart: with the
+//! counter *and* its charge records lost (a Redis restart without persistence), the purchases
+//! that were in flight at that moment; rebuilt before they land, the counter can oversell by
+//! their units. Reconcile once they have ended, and run Redis with an append-only file (see
+//! `docker-compose.yml`).
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -56,6 +60,7 @@ use std::time::Duration;
 use sqlx::MySqlPool;
 
 use super::charge::{self, Charge};
+use super::epoch::{REBUILT, Rebuild};
 use super::scripts::REPAIR;
 use super::{RedisStock, RedisStockError};
 use crate::api::{Home, Reconciliation};
@@ -97,14 +102,16 @@ struct Found {
     in_flight: u64,
 }
 
-/// Fences out and gives back the product's lost charges, then repairs a counter that is gone
-/// or above what the database accounts for.
+/// Rebuilds the product's keys if Redis lost them, fences out and gives back the product's
+/// lost charges, then repairs a counter that is gone or above what the database accounts for.
 pub async fn reconcile(
     pool: &MySqlPool,
     redis: &RedisStock,
     product: u64,
     grace: Duration,
 ) -> Result<Reconciliation, ReconcileError> {
+    let found = redis.counter(product).await?;
+    let rebuilt = rebuild_if_lost(pool, redis, product).await?;
     let before = read(pool, redis, product, grace).await?;
     let mut released = 0;
     for (order_id, quantity, field, on_the_way) in &before.returning {
@@ -175,12 +182,103 @@ pub async fn reconcile(
         initial_stock: after.initial,
         ordered: after.ordered,
         pending: after.pending,
-        counter_found: before.counter,
+        counter_found: if rebuilt { found } else { before.counter },
         counter_after,
-        repaired: repair || released > 0,
+        rebuilt,
+        repaired: rebuilt || repair || released > 0,
         released_requests: released,
         in_flight: after.in_flight,
     })
+}
+
+/// Rebuilds the product's keys from its orders and the stream if Redis lost them: its marker
+/// gone or behind the database's epoch ([`super::epoch`]). Whether it did.
+///
+/// While the marker is missing every purchase of the product is refused, so the counter and
+/// the records can only be raced by returns (an order ended meanwhile: its record is rebuilt
+/// as a charge, which the pass after the rebuild finds on an ended order and gives back) and by
+/// purchases in flight at the loss (see the module docs).
+async fn rebuild_if_lost(
+    pool: &MySqlPool,
+    redis: &RedisStock,
+    product: u64,
+) -> Result<bool, ReconcileError> {
+    let rules = products::rules(pool, product)
+        .await?
+        .ok_or(ReconcileError::UnknownProduct(product))?;
+    if rules.home != Home::Redis {
+        return Err(ReconcileError::NotInRedis(product, rules.home));
+    }
+    if redis.marker(product).await?.unwrap_or(0) >= rules.redis_epoch {
+        return Ok(false);
+    }
+    let view = products::view(pool, product)
+        .await?
+        .ok_or(ReconcileError::UnknownProduct(product))?;
+    let now = redis.now_ms().await?;
+    let mut rebuild = Rebuild {
+        epoch: rules.redis_epoch,
+        counter: view.initial_stock,
+        rules: rules.sale,
+        ..Rebuild::default()
+    };
+    let mut recorded = HashSet::new();
+    let count_held = |rebuild: &mut Rebuild, user: &str, quantity: u32| {
+        rebuild.counter -= i64::from(quantity);
+        *rebuild.buyers.entry(user.to_string()).or_default() += i64::from(quantity);
+    };
+    for order in orders::states_of(pool, product).await? {
+        let field = charge::field(&order.user_id, &order.request_id);
+        let terms = charge::terms(order.quantity, &order.strategy);
+        let record = match order.state {
+            OrderState::Voided | OrderState::Expired | OrderState::Cancelled => {
+                format!("{terms}ended")
+            }
+            // Holds its units, or they are on their way back: a charge, given back by the
+            // return that is under way.
+            OrderState::Reserved
+            | OrderState::Paid
+            | OrderState::Expiring
+            | OrderState::Cancelling => {
+                count_held(&mut rebuild, &order.user_id, order.quantity);
+                format!("{terms}{now}:{REBUILT}")
+            }
+        };
+        recorded.insert(field.clone());
+        rebuild.records.push((field, record));
+    }
+    // Entries the stream still holds (none after a restart; a stale replica's, say): their
+    // units are waiting, and taken unless their order is placed already.
+    for entry in redis.waiting(Some(product)).await? {
+        rebuild.waiting += i64::from(entry.quantity);
+        let field = charge::field(&entry.user_id, &entry.request_id);
+        if recorded.insert(field.clone()) {
+            count_held(&mut rebuild, &entry.user_id, entry.quantity);
+            let attempt = entry.attempt.as_deref().unwrap_or(REBUILT);
+            let terms = charge::terms(entry.quantity, &entry.strategy);
+            rebuild
+                .records
+                .push((field, format!("{terms}{now}:{attempt}")));
+        }
+    }
+    if rebuild.counter < 0 {
+        tracing::error!(
+            product,
+            counter = rebuild.counter,
+            "orders beyond the stock: oversold"
+        );
+        rebuild.counter = 0;
+    }
+    let wrote = redis.rebuild(product, &rebuild).await?;
+    if wrote {
+        tracing::warn!(
+            product,
+            epoch = rules.redis_epoch,
+            counter = rebuild.counter,
+            "Redis had lost the product's stock: rebuilt from its orders"
+        );
+    }
+    Ok(wrote)
 }
 
 /// One pass of reads, in the order that makes every race between them safe (see the module
@@ -194,7 +292,7 @@ async fn read(
     let home = products::rules(pool, product)
         .await?
         .ok_or(ReconcileError::UnknownProduct(product))?
-        .0;
+        .home;
     if home != Home::Redis {
         return Err(ReconcileError::NotInRedis(product, home));
     }
@@ -204,7 +302,7 @@ async fn read(
         .ok_or(ReconcileError::UnknownProduct(product))?;
     let (mut placed, mut unplaceable) = (HashSet::new(), HashSet::new());
     let mut returning = Vec::new();
-    for order in order_life::states_of(pool, product).await? {
+    for order in orders::states_of(pool, product).await? {
         let field = charge::field(&order.user_id, &order.request_id);
         match order.state {
             OrderState::Reserved | OrderState::Paid => {

@@ -7,7 +7,8 @@
 //! [`super::charge`]: the purchases this counter has charged, and those whose order ended),
 //! `buyers` (hash: user id → units charged to that buyer) and `limit` (the per-user limit),
 //! `waiting` (the units of its entries in the stream: what a product read reports as pending,
-//! kept here so that reading it never scans the stream). Keys shared by all products: `stream`
+//! kept here so that reading it never scans the stream), `epoch` (the marker: the epoch its
+//! keys were written at, see [`super::epoch`]). Keys shared by all products: `stream`
 //! (orders accepted but not yet placed) and `pending` (hash: product and purchase field →
 //! product id of every entry in the stream).
 
@@ -28,6 +29,9 @@ pub const CONFLICT: i64 = -4;
 pub const LIMIT_REACHED: i64 = -5;
 /// [`TAKE_AND_APPEND`]: the stream holds as many unplaced orders as it may; nothing taken.
 pub const STREAM_FULL: i64 = -6;
+/// Redis lost the product's stock: its marker is gone or behind the epoch the purchase knows
+/// it by, or its counter has no marker (see [`super::epoch`]); nothing taken.
+pub const LOST: i64 = -7;
 
 /// `buyer(field)`: the buyer of a purchase field (`<length>:<user><request>`).
 const BUYER: &str = r"
@@ -37,14 +41,19 @@ local function buyer(field)
 end
 ";
 
-/// The start both take scripts share: refuse (a duplicate, a conflict, sold out, the limit),
-/// or go on with `q` set to the quantity. A purchase with a record — a charge, or the ended
-/// mark of a purchase whose order gave its units back — is a duplicate or a conflict by the
-/// terms the record begins with; only no record, or the tombstone of a take settled as not
-/// made, lets it be charged. KEYS[1] stock, KEYS[2] requests, KEYS[3] buyers, KEYS[4] limit;
-/// ARGV[1] purchase field, ARGV[2] quantity, ARGV[3] terms (`quantity:strategy:`).
+/// The start both take scripts share: refuse (the stock lost, a duplicate, a conflict, sold
+/// out, the limit), or go on with `q` set to the quantity. The product's marker (key `marker`,
+/// set by the script) must be at the epoch the purchase knows the product by (`expected`: 0
+/// for a product the instance does not know as Redis-held), and a counter must have one. A
+/// purchase with a record — a charge, or the ended mark of a purchase whose order gave its
+/// units back — is a duplicate or a conflict by the terms the record begins with; only no
+/// record, or the tombstone of a take settled as not made, lets it be charged. KEYS[1] stock,
+/// KEYS[2] requests, KEYS[3] buyers, KEYS[4] limit; ARGV[1] purchase field, ARGV[2] quantity,
+/// ARGV[3] terms (`quantity:strategy:`).
 const CHECK: &str = r"
 local left = redis.call('get', KEYS[1])
+local mark = tonumber(redis.call('get', marker) or '0')
+if mark < tonumber(expected) or (left and mark == 0) then return -7 end
 if not left then return -1 end
 local charged = redis.call('hget', KEYS[2], ARGV[1])
 if charged and charged ~= 'cancelled' then
@@ -70,12 +79,13 @@ redis.call('hincrby', KEYS[3], user, q)
 
 /// Checks and decrements the counter, records the purchase and counts its units against the
 /// buyer's limit, atomically.
-/// KEYS: stock, requests, buyers, limit. ARGV: purchase field, quantity, terms, attempt.
-/// Returns the units left, or [`NO_COUNTER`], [`DUPLICATE`], [`SOLD_OUT`], [`CONFLICT`],
-/// [`LIMIT_REACHED`].
+/// KEYS: stock, requests, buyers, limit, epoch. ARGV: purchase field, quantity, terms, attempt,
+/// expected epoch. Returns the units left, or [`LOST`], [`NO_COUNTER`], [`DUPLICATE`],
+/// [`SOLD_OUT`], [`CONFLICT`], [`LIMIT_REACHED`].
 pub static TAKE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{BUYER}local user, attempt = buyer(ARGV[1]), ARGV[4]
+local marker, expected = KEYS[5], ARGV[5]
 {CHECK}{CHARGE}
 return redis.call('decrby', KEYS[1], q)"
     ))
@@ -174,11 +184,13 @@ pub const SETTLED_OTHER: i64 = 2;
 /// accepted order is one the consumers will place soon, not one behind a backlog that grows as
 /// long as buyers arrive faster than the database takes their orders. A duplicate or a sold-out
 /// product is still answered as such. KEYS: stock, requests, buyers, limit, stream, pending,
-/// waiting. ARGV: purchase field, quantity, terms, request id, product id, user id, strategy,
-/// pending field, attempt, most entries. Returns as [`TAKE`], or [`STREAM_FULL`].
+/// waiting, epoch. ARGV: purchase field, quantity, terms, request id, product id, user id,
+/// strategy, pending field, attempt, most entries, expected epoch. Returns as [`TAKE`], or
+/// [`STREAM_FULL`].
 pub static TAKE_AND_APPEND: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{BUYER}local user, attempt = buyer(ARGV[1]), ARGV[9]
+local marker, expected = KEYS[8], ARGV[11]
 {CHECK}
 if redis.call('xlen', KEYS[5]) >= tonumber(ARGV[10]) then return -6 end
 {CHARGE}

@@ -132,6 +132,7 @@ mod tests {
                 pay_within: std::time::Duration::from_millis(
                     crate::api::DEFAULT_PAYMENT_WINDOW_MS as u64,
                 ),
+                redis_epoch: 0,
                 hold: None,
                 stats: PurchaseStats::default(),
             };

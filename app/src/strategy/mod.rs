@@ -63,7 +63,8 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// * **Failure** leaves the stock and the orders as they were: [`PurchaseError::SoldOut`] and
 ///   [`PurchaseError::UnknownProduct`] are answers, [`PurchaseError::Busy`] means "not within
 ///   the wait budget, try again", [`PurchaseError::Overloaded`] "a bounded line is full, try
-///   again later", [`PurchaseError::Unavailable`] means a backend could not be reached, and
+///   again later", [`PurchaseError::Unavailable`] means a backend could not be reached,
+///   [`PurchaseError::StockLost`] that the backend holding the stock lost it, and
 ///   [`PurchaseError::LockLost`] means a fenced write was refused because a newer lock holder
 ///   had claimed the product (the purchase did not happen). The one exception is
 ///   [`PurchaseError::OutcomeUnknown`]: the `COMMIT` was sent and its answer lost, so the
@@ -171,6 +172,10 @@ pub struct Purchase {
     pub per_user_limit: i64,
     /// How long the buyer has to pay the order (the product's payment window).
     pub pay_within: Duration,
+    /// The Redis epoch the instance knows the product's stock by (0: not kept in Redis, as far
+    /// as it knows): the take scripts refuse a purchase whose product's marker is gone or
+    /// behind it (see [`crate::redis_stock::epoch`]).
+    pub redis_epoch: u64,
     /// Injected pause inside the critical section (`X-Seckill-Hold-Ms`, when allowed).
     pub hold: Option<Duration>,
     /// What the strategy had to do, for the metrics.
@@ -271,6 +276,10 @@ pub enum PurchaseError {
     LockLost(String),
     #[error("backend unavailable: {0}")]
     Unavailable(#[source] BoxError),
+    /// Redis lost the product's stock (see [`crate::redis_stock::epoch`]): refused, nothing
+    /// taken, until `reconcile` rebuilds it.
+    #[error("Redis lost the product's stock; refused until it is reconciled")]
+    StockLost,
     /// The `COMMIT` failed in transit: the server may have committed.
     #[error("the commit's outcome is unknown: {0}")]
     OutcomeUnknown(#[source] BoxError),

@@ -37,6 +37,10 @@
 //!   a failover can lose. The price: a round trip to the replica per purchase, and no sales at
 //!   all while every replica is unreachable. `WAIT` is not consensus: a replica that
 //!   acknowledged and then restarts without persistence still loses it.
+//! * Redis restarts without its data: the counter, the charge records and the buyers' counts
+//!   are gone, and read as they stand would make a buyer at her limit buy again. The take finds
+//!   the product's marker gone and refuses the purchase `503`, taking nothing, until
+//!   `reconcile` rebuilds them from the orders ([`crate::redis_stock::epoch`]).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -49,7 +53,7 @@ use super::{Deps, Purchase, PurchaseError, Purchased, StockStrategy};
 use crate::db::{orders, products};
 use crate::redis_stock::charge;
 use crate::redis_stock::scripts::{
-    CONFLICT, DUPLICATE, LIMIT_REACHED, NO_COUNTER, SOLD_OUT, STREAM_FULL, TAKE,
+    CONFLICT, DUPLICATE, LIMIT_REACHED, LOST, NO_COUNTER, SOLD_OUT, STREAM_FULL, TAKE,
 };
 use crate::redis_stock::{Attempt, RedisStock, RedisStockError, Replicated, Settled};
 
@@ -93,10 +97,12 @@ impl StockStrategy for RedisLua {
                         .key(keys.requests(purchase.product_id))
                         .key(keys.buyers(purchase.product_id))
                         .key(keys.limit(purchase.product_id))
+                        .key(keys.epoch(purchase.product_id))
                         .arg(&field)
                         .arg(purchase.quantity)
                         .arg(charge::terms(purchase.quantity, purchase.strategy.name()))
-                        .arg(attempt.name()),
+                        .arg(attempt.name())
+                        .arg(purchase.redis_epoch),
                 )
                 .await;
             let (taken, replicated) = match taken {
@@ -187,15 +193,17 @@ pub(crate) fn unavailable(e: RedisStockError) -> PurchaseError {
     }
 }
 
-/// The refusals of the take scripts: no counter (the product is unknown, or its stock lives
-/// in another home: sold out here), too few units, the purchase charged with other terms, or
-/// (the stream's script) too many orders waiting to be placed.
+/// The refusals of the take scripts: the stock lost with Redis's data (refused until
+/// `reconcile` rebuilds it), no counter (the product is unknown, or its stock lives in another
+/// home: sold out here), too few units, the purchase charged with other terms, or (the
+/// stream's script) too many orders waiting to be placed.
 pub(crate) async fn refused(
     pool: &MySqlPool,
     purchase: &Purchase,
     taken: i64,
 ) -> Result<(), PurchaseError> {
     match taken {
+        LOST => Err(PurchaseError::StockLost),
         SOLD_OUT => Err(PurchaseError::SoldOut),
         LIMIT_REACHED => Err(PurchaseError::LimitReached),
         // As many accepted orders as the service allows wait to be placed: the stream's bound

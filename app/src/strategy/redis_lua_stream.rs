@@ -41,6 +41,10 @@
 //! see [`crate::redis_stock::consumer`].) A script whose answer was lost (a timeout, a broken
 //! connection) is settled, not guessed: the purchase is accepted if the script ran, and made
 //! impossible (a tombstone record) if it did not, so a `503` never hides a queued order. A
+//! Redis that restarts without its data loses the entries no consumer had read, with the
+//! charges and the buyers' counts: the product is refused `503` until `reconcile` rebuilds
+//! them from the orders, and the status of a purchase it lost says so meanwhile (see
+//! [`crate::redis_stock::epoch`]); afterwards the purchase sent again buys. A
 //! product reset while its entries are being placed can receive them after the reset: reset a
 //! product between sales, not during one.
 
@@ -98,6 +102,7 @@ impl StockStrategy for RedisLuaStream {
                         .key(keys.stream())
                         .key(keys.pending())
                         .key(keys.waiting(purchase.product_id))
+                        .key(keys.epoch(purchase.product_id))
                         .arg(&field)
                         .arg(purchase.quantity)
                         .arg(charge::terms(purchase.quantity, purchase.strategy.name()))
@@ -107,7 +112,8 @@ impl StockStrategy for RedisLuaStream {
                         .arg(purchase.strategy.name())
                         .arg(charge::pending_field(purchase.key()))
                         .arg(attempt.name())
-                        .arg(self.max_lag),
+                        .arg(self.max_lag)
+                        .arg(purchase.redis_epoch),
                 )
                 .await;
             let (taken, replicated) = match taken {

@@ -216,6 +216,7 @@ async fn a_caller_that_goes_away_before_its_batch_commits_breaks_nothing_and_buy
         strategy: Strategy::Batched,
         per_user_limit: app::api::MAX_STOCK,
         pay_within: std::time::Duration::from_millis(app::api::DEFAULT_PAYMENT_WINDOW_MS as u64),
+        redis_epoch: 0,
         hold: None,
         stats: PurchaseStats::default(),
     };

@@ -7,7 +7,7 @@
 use crate::common;
 
 use app::Config;
-use app::api::{Home, ProductView, Reconciliation, Strategy};
+use app::api::{Home, ProductView, Strategy};
 use app::redis_stock::{RedisStock, charge, scripts};
 use common::life::{act, expire, wait_until_all_due};
 use common::{
@@ -93,17 +93,6 @@ async fn config_with_redis(database_url: &str) -> Config {
     config
 }
 
-async fn reconcile(app: &TestApp, product: u64) -> Reconciliation {
-    let r = app
-        .client
-        .post(format!("{}/api/products/{product}/reconcile", app.url))
-        .send()
-        .await
-        .expect("reconcile");
-    assert_eq!(r.status(), StatusCode::OK);
-    r.json().await.expect("reconciliation")
-}
-
 /// Sends the ended purchases again, then checks that nothing was taken (before and after
 /// `reconcile`, which finds nothing to repair) and that every returned unit sells to a new
 /// buyer.
@@ -113,7 +102,7 @@ async fn replays_take_nothing(app: &TestApp, bodies: &[Value], stage: &str) {
         assert_replayed(app, 1, body, stage, "redis-lua-stream").await;
     }
     assert_accounts(&app.drained(1).await, units, 0, "after the replays");
-    let repair = reconcile(app, 1).await;
+    let repair = app.reconcile(1).await;
     assert_eq!(
         (
             repair.repaired,
@@ -333,9 +322,11 @@ async fn charge_directly(redis: &RedisStock, product: u64, strategy: &str) -> i6
             .arg(strategy)
             .arg(charge::pending_field(key))
             .arg(attempt)
-            .arg(1000);
+            .arg(1000)
+            .key(keys.epoch(product))
+            .arg(0);
     } else {
-        take.arg(attempt);
+        take.key(keys.epoch(product)).arg(attempt).arg(0);
     }
     redis.take(&take).await.expect("charged").0
 }
@@ -375,7 +366,7 @@ async fn units_charged_again_for_an_ended_order_come_back() {
             })
             .await;
         } else {
-            let repair = reconcile(&app, product).await;
+            let repair = app.reconcile(product).await;
             assert_eq!(repair.released_requests, 1, "{repair:?}");
         }
         assert_accounts(&app.drained(product).await, 1, 0, strategy);

@@ -24,6 +24,7 @@ mod overload;
 mod per_user_limit;
 mod product_page;
 mod reconcile_mid_sale;
+mod redis_restart;
 mod redis_stock;
 mod redis_stock_sentinel;
 mod request_identity;

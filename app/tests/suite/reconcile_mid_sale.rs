@@ -7,24 +7,13 @@
 use crate::common;
 
 use app::Config;
-use app::api::{Home, Reconciliation, Strategy};
+use app::api::{Home, Strategy};
 use app::redis_stock::RedisStock;
 use common::{TestApp, drop_database, fresh_database_url, spawn_app, test_config};
 use reqwest::StatusCode;
 use serde_json::json;
 
 const STOCK: i64 = 10;
-
-async fn reconcile(app: &TestApp, product: u64) -> Reconciliation {
-    let r = app
-        .client
-        .post(format!("{}/api/products/{product}/reconcile", app.url))
-        .send()
-        .await
-        .expect("reconcile");
-    assert_eq!(r.status(), StatusCode::OK);
-    r.json().await.expect("reconciliation")
-}
 
 /// `STOCK` `redis-lua` purchases that each take a unit and then pause 3 s before writing their
 /// order, on an instance configured by `configure`; the product is reconciled (twice) once
@@ -65,7 +54,7 @@ async fn purchases_held_in_the_window(
     .await;
     // The operator reconciles, twice, while all of them sit in the window.
     for _ in 0..2 {
-        reconcile(&app, 1).await;
+        app.reconcile(1).await;
     }
     let mut answers = Vec::new();
     for purchase in held {

@@ -375,6 +375,7 @@ async fn reconcile_puts_units_taken_without_an_order_back_on_sale() {
             pay_within: std::time::Duration::from_millis(
                 app::api::DEFAULT_PAYMENT_WINDOW_MS as u64,
             ),
+            redis_epoch: 0,
             hold: Some(Duration::from_secs(30)),
             stats: PurchaseStats::default(),
         };
@@ -388,7 +389,7 @@ async fn reconcile_puts_units_taken_without_an_order_back_on_sale() {
     let accounting = app::accounting::Accounting::of(ledger, 100);
     assert_eq!((accounting.undersell, accounting.oversell), (6 + 3, 0));
 
-    let reconciled = reconcile(&app, 1).await;
+    let reconciled = app.reconcile(1).await;
     assert_eq!(
         reconciled,
         Reconciliation {
@@ -398,13 +399,14 @@ async fn reconcile_puts_units_taken_without_an_order_back_on_sale() {
             pending: 0,
             counter_found: Some(6),
             counter_after: 9,
+            rebuilt: false,
             repaired: true,
             released_requests: 3,
             in_flight: 0,
         }
     );
     // Nothing left to repair.
-    let again = reconcile(&app, 1).await;
+    let again = app.reconcile(1).await;
     assert!(!again.repaired && again.released_requests == 0, "{again:?}");
 
     // A crashed click was fenced out: its retry is told so and buys nothing (it could be the
@@ -431,17 +433,6 @@ async fn reconcile_puts_units_taken_without_an_order_back_on_sale() {
     assert!(rows.values().all(|&n| n == 1));
     app.stop().await;
     drop_database(&database_url).await;
-}
-
-async fn reconcile(app: &TestApp, product: u64) -> Reconciliation {
-    let r = app
-        .client
-        .post(format!("{}/api/products/{product}/reconcile", app.url))
-        .send()
-        .await
-        .expect("reconcile");
-    assert_eq!(r.status(), StatusCode::OK);
-    r.json().await.expect("reconciliation")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -810,7 +801,7 @@ async fn a_late_give_back_never_gives_back_a_later_charge_of_the_same_purchase()
         per_user_limit: 5,
         ..Default::default()
     };
-    redis.seed(1, 10, &rules).await.expect("seed");
+    redis.seed(1, 1, 10, &rules).await.expect("seed");
     let field = charge::field("alice", "r-1");
     let take = |redis: &RedisStock, attempt: Attempt| {
         let keys = redis.keys();
@@ -820,10 +811,12 @@ async fn a_late_give_back_never_gives_back_a_later_charge_of_the_same_purchase()
             .key(keys.requests(1))
             .key(keys.buyers(1))
             .key(keys.limit(1))
+            .key(keys.epoch(1))
             .arg(&field)
             .arg(1)
             .arg(charge::terms(1, "redis-lua"))
-            .arg(attempt.name());
+            .arg(attempt.name())
+            .arg(1);
         script
     };
     let (first, retry) = (Attempt::new(), Attempt::new());

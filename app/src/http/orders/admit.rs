@@ -48,6 +48,7 @@ pub(super) struct Admitted<'a> {
     pub strategy: Strategy,
     per_user_limit: i64,
     pay_within: Duration,
+    redis_epoch: u64,
     hold: Option<Duration>,
 }
 
@@ -62,6 +63,7 @@ impl Admitted<'_> {
             strategy: self.strategy,
             per_user_limit: self.per_user_limit,
             pay_within: self.pay_within,
+            redis_epoch: self.redis_epoch,
             hold: self.hold,
             stats: PurchaseStats::default(),
         }
@@ -139,6 +141,7 @@ pub(super) async fn admit<'a>(
         pay_within: Duration::from_millis(
             u64::try_from(known.rules.payment_window_ms).unwrap_or(u64::MAX),
         ),
+        redis_epoch: known.redis_epoch,
         hold,
     };
     Ok((admitted, recalled))

@@ -120,7 +120,7 @@ const MAX_BODY: usize = 2 << 20;
         (status = 422, description = "`invalid_request` (the body breaks the schema: a missing field, an unknown one, a value out of range), or `unknown_strategy`", body = ErrorBody),
         (status = 429, description = "`rate_limited`: this buyer or address is past its rate; retry after Retry-After", body = ErrorBody,
             headers(("Retry-After" = u32, description = "Seconds to wait"))),
-        (status = 503, description = "`busy` (retry after Retry-After), `overloaded` (refused at once: the service works on as many purchases as it may, or the line the purchase would wait in — `batched`'s, `redis-lua-stream`'s stream — is full), or `backend_unavailable`", body = ErrorBody,
+        (status = 503, description = "`busy` (retry after Retry-After), `overloaded` (refused at once: the service works on as many purchases as it may, or the line the purchase would wait in — `batched`'s, `redis-lua-stream`'s stream — is full), or `backend_unavailable` (a backend out of reach, or Redis lost the product's stock: refused until a reconcile)", body = ErrorBody,
             headers(("Retry-After" = u32, description = "Seconds to wait")))))]
 pub async fn create(
     State(state): State<AppState>,

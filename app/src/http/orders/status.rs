@@ -3,10 +3,13 @@
 use axum::Json;
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
+use sqlx::MySqlPool;
 
 use crate::api::{ErrorBody, Home, OrderState, OrderStatus};
 use crate::db::orders::{self, OrderState as Stored, PurchaseKey};
+use crate::db::products;
 use crate::error::ApiError;
+use crate::redis_stock::RedisStock;
 use crate::state::AppState;
 
 /// Who asks for a purchase's status: its buyer.
@@ -27,7 +30,7 @@ pub struct Buyer {
         (status = 200, description = "`pending` (accepted, not yet in the database), `placed` (with the order) or `voided`", body = OrderStatus),
         (status = 400, description = "`bad_request`: a malformed id, path or query", body = ErrorBody),
         (status = 404, description = "`not_found`: this buyer has no order and nothing waiting under this request id for this product", body = ErrorBody),
-        (status = 503, description = "`backend_unavailable`", body = ErrorBody,
+        (status = 503, description = "`backend_unavailable`; also when neither is found and Redis lost the product's stock and the orders it was placing (until a reconcile)", body = ErrorBody,
             headers(("Retry-After" = u32, description = "Seconds to wait")))))]
 pub async fn status(
     State(state): State<AppState>,
@@ -67,8 +70,9 @@ pub async fn status(
     // Only stock kept in Redis has orders waiting in the stream: a purchase of any other is
     // answered from the database alone, whether Redis answers or not.
     let recalled = state.shelf.product(product_id, None).await?;
-    let waiting = match (&state.redis, recalled.known) {
-        (Some(redis), Some(known)) if known.home == Home::Redis => redis.is_waiting(key).await?,
+    let redis_held = recalled.known.is_some_and(|known| known.home == Home::Redis);
+    let waiting = match (&state.redis, redis_held) {
+        (Some(redis), true) => redis.is_waiting(key).await?,
         _ => false,
     };
     if waiting {
@@ -76,11 +80,30 @@ pub async fn status(
     }
     // A consumer commits the order before it forgets the entry as waiting: one placed between
     // the two reads above is in the database now.
-    match orders::find(&state.pool, key).await? {
-        Some(order) => Ok(Json(placed(order)?)),
-        None => Err(ApiError::NotFound(format!(
-            "no order and nothing waiting under request id `{request_id}` of this buyer for \
-             product {product_id}"
-        ))),
+    if let Some(order) = orders::find(&state.pool, key).await? {
+        return Ok(Json(placed(order)?));
     }
+    if redis_held
+        && let Some(redis) = &state.redis
+        && lost(&state.pool, redis, product_id).await?
+    {
+        // An accepted order the stream lost is in neither: absent it may not be called.
+        return Err(ApiError::StockLost);
+    }
+    Err(ApiError::NotFound(format!(
+        "no order and nothing waiting under request id `{request_id}` of this buyer for \
+         product {product_id}"
+    )))
+}
+
+/// Whether Redis lost the stock of the product, which the database says it holds (see
+/// [`crate::redis_stock::epoch`]).
+async fn lost(pool: &MySqlPool, redis: &RedisStock, product: u64) -> Result<bool, ApiError> {
+    let Some(rules) = products::rules(pool, product).await? else {
+        return Ok(false);
+    };
+    if rules.home != Home::Redis {
+        return Ok(false);
+    }
+    Ok(redis.marker(product).await?.unwrap_or(0) < rules.redis_epoch)
 }

@@ -141,6 +141,18 @@ impl TestApp {
         }
     }
 
+    /// `POST /api/products/{id}/reconcile` (no admin token), which must answer `200`.
+    pub async fn reconcile(&self, id: u64) -> app::api::Reconciliation {
+        let r = self
+            .client
+            .post(format!("{}/api/products/{id}/reconcile", self.url))
+            .send()
+            .await
+            .expect("reconcile");
+        assert_eq!(r.status(), StatusCode::OK);
+        r.json().await.expect("reconciliation")
+    }
+
     /// `POST /api/products/{id}/orders` with `body`; returns the status and the JSON body.
     pub async fn order(&self, id: u64, body: &Value, hold_ms: Option<u64>) -> (StatusCode, Value) {
         let mut request = self
