@@ -196,10 +196,13 @@ pub struct Rules {
 /// product row.
 type RulesRow = (String, i64, Option<i64>, Option<i64>, bool, i64);
 
+/// A [`RulesRow`] and the product's `redis_epoch`.
+type EpochRulesRow = (String, i64, Option<i64>, Option<i64>, bool, i64, u64);
+
 /// The product's home, sale rules and Redis epoch (one indexed row, none of its orders), or
 /// `None` if it does not exist.
 pub async fn rules(pool: &MySqlPool, id: u64) -> Result<Option<Rules>, sqlx::Error> {
-    let row: Option<(String, i64, Option<i64>, Option<i64>, bool, i64, u64)> = sqlx::query_as(
+    let row: Option<EpochRulesRow> = sqlx::query_as(
         "SELECT home, per_user_limit, sale_starts_ms, sale_ends_ms, token_required, \
                 payment_window_ms, redis_epoch \
          FROM products WHERE id = ?",
