@@ -5,7 +5,7 @@ use sqlx::{MySqlConnection, MySqlPool, Row};
 use time::OffsetDateTime;
 
 use super::buckets;
-use crate::api::{DEFAULT_BUCKETS, Home, ProductView, SaleRules};
+use crate::api::{DEFAULT_BUCKETS, Home, ProductView, SaleRules, Strategies};
 
 /// Creates the product or resets it to `stock` units kept in `home`, under the default rules
 /// ([`SaleRules::default`]), and deletes its orders, atomically. The row's `stock` holds the
@@ -66,13 +66,13 @@ async fn reset_once(
     let mut tx = pool.begin().await?;
     sqlx::query(
         "INSERT INTO products (id, stock, initial_stock, home, per_user_limit, sale_starts_ms, \
-                               sale_ends_ms, token_required, payment_window_ms) \
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) \
+                               sale_ends_ms, token_required, payment_window_ms, strategies) \
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
          ON DUPLICATE KEY UPDATE stock = VALUES(stock), initial_stock = VALUES(initial_stock), \
          home = VALUES(home), per_user_limit = VALUES(per_user_limit), \
          sale_starts_ms = VALUES(sale_starts_ms), sale_ends_ms = VALUES(sale_ends_ms), \
          token_required = VALUES(token_required), payment_window_ms = VALUES(payment_window_ms), \
-         version = version + 1, fence = 0",
+         strategies = VALUES(strategies), version = version + 1, fence = 0",
     )
     .bind(id)
     .bind(row_stock)
@@ -83,6 +83,7 @@ async fn reset_once(
     .bind(rules.sale_ends_at.map(millis))
     .bind(rules.token_required)
     .bind(rules.payment_window_ms)
+    .bind(rules.strategies.names())
     .execute(&mut *tx)
     .await?;
     buckets::replace(&mut tx, id, bucket_stocks).await?;
@@ -114,7 +115,7 @@ fn from_millis(ms: i64) -> Result<OffsetDateTime, sqlx::Error> {
 pub async fn view(pool: &MySqlPool, id: u64) -> Result<Option<ProductView>, sqlx::Error> {
     let row = sqlx::query(
         "SELECT p.id, p.home, p.initial_stock, p.per_user_limit, p.sale_starts_ms, \
-                p.sale_ends_ms, p.token_required, p.payment_window_ms, \
+                p.sale_ends_ms, p.token_required, p.payment_window_ms, p.strategies, \
                 CASE WHEN p.home = 'buckets' THEN \
                     (SELECT CAST(COALESCE(SUM(b.stock), 0) AS SIGNED) FROM stock_buckets b \
                      WHERE b.product_id = p.id) \
@@ -156,6 +157,7 @@ pub async fn view(pool: &MySqlPool, id: u64) -> Result<Option<ProductView>, sqlx
                 sale_ends_at: ends.map(from_millis).transpose()?,
                 token_required: r.try_get("token_required")?,
                 payment_window_ms: r.try_get("payment_window_ms")?,
+                strategies: parse_strategies(r.try_get("strategies")?)?,
             },
             stock: r.try_get("stock")?,
             initial_stock: r.try_get("initial_stock")?,
@@ -174,16 +176,16 @@ pub async fn view(pool: &MySqlPool, id: u64) -> Result<Option<ProductView>, sqlx
     .transpose()
 }
 
-/// `home, per_user_limit, sale_starts_ms, sale_ends_ms, token_required, payment_window_ms` of a
-/// product row.
-type RulesRow = (String, i64, Option<i64>, Option<i64>, bool, i64);
+/// `home, per_user_limit, sale_starts_ms, sale_ends_ms, token_required, payment_window_ms,
+/// strategies` of a product row.
+type RulesRow = (String, i64, Option<i64>, Option<i64>, bool, i64, String);
 
 /// The product's home and sale rules (one indexed row, none of its orders), or `None` if it
 /// does not exist: what a purchase needs to know before it starts.
 pub async fn rules(pool: &MySqlPool, id: u64) -> Result<Option<(Home, SaleRules)>, sqlx::Error> {
     let row: Option<RulesRow> = sqlx::query_as(
         "SELECT home, per_user_limit, sale_starts_ms, sale_ends_ms, token_required, \
-                payment_window_ms \
+                payment_window_ms, strategies \
          FROM products WHERE id = ?",
     )
     .bind(id)
@@ -201,7 +203,7 @@ pub async fn page(
 ) -> Result<Option<(Home, SaleRules, i64, i64)>, sqlx::Error> {
     let row = sqlx::query(
         "SELECT home, per_user_limit, sale_starts_ms, sale_ends_ms, token_required, \
-                payment_window_ms, initial_stock, \
+                payment_window_ms, strategies, initial_stock, \
                 CASE WHEN home = 'buckets' THEN \
                     (SELECT CAST(COALESCE(SUM(b.stock), 0) AS SIGNED) FROM stock_buckets b \
                      WHERE b.product_id = products.id) \
@@ -219,6 +221,7 @@ pub async fn page(
             r.try_get("sale_ends_ms")?,
             r.try_get("token_required")?,
             r.try_get("payment_window_ms")?,
+            r.try_get("strategies")?,
         );
         let (home, rules) = home_and_rules(rules)?;
         Ok((
@@ -233,7 +236,7 @@ pub async fn page(
 
 /// A [`RulesRow`] decoded.
 fn home_and_rules(row: RulesRow) -> Result<(Home, SaleRules), sqlx::Error> {
-    let (home, per_user_limit, starts, ends, token_required, payment_window_ms) = row;
+    let (home, per_user_limit, starts, ends, token_required, payment_window_ms, strategies) = row;
     let home: Home = home
         .parse()
         .map_err(|e: String| sqlx::Error::Decode(e.into()))?;
@@ -243,8 +246,14 @@ fn home_and_rules(row: RulesRow) -> Result<(Home, SaleRules), sqlx::Error> {
         sale_ends_at: ends.map(from_millis).transpose()?,
         token_required,
         payment_window_ms,
+        strategies: parse_strategies(strategies)?,
     };
     Ok((home, rules))
+}
+
+/// The strategies of a product row.
+fn parse_strategies(names: String) -> Result<Strategies, sqlx::Error> {
+    Strategies::parse(&names).map_err(|e| sqlx::Error::Decode(e.into()))
 }
 
 /// Whether the product exists.

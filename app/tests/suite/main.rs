@@ -22,6 +22,7 @@ mod order_payment;
 mod overload;
 mod per_user_limit;
 mod product_page;
+mod product_strategies;
 mod reconcile_mid_sale;
 mod redis_stock;
 mod redis_stock_sentinel;
