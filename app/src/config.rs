@@ -127,11 +127,16 @@ pub struct Config {
     #[arg(long, env = "SECKILL_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
 
-    /// The strategies clients may name, comma-separated (default: every strategy of the
-    /// catalogue). Any client picks the strategy of its purchase, so a deployment that sells
-    /// through `conditional` should not offer `naive` or `unchecked`, which undo other sales.
+    /// The strategies products may be sold by, comma-separated (default: every strategy of the
+    /// catalogue that is not unsafe; see `--offer-unsafe`). Each product names its own among
+    /// them when it is reset.
     #[arg(long, env = "SECKILL_STRATEGIES", value_delimiter = ',')]
     pub strategies: Vec<crate::api::Strategy>,
+
+    /// Offer the unsafe strategies too (`naive`, `unchecked`, …), which oversell by design: for
+    /// showing how, never for a sale. Naming one in `--strategies` offers it as well.
+    #[arg(long, env = "SECKILL_OFFER_UNSAFE")]
+    pub offer_unsafe: bool,
 
     /// How long an instance trusts what it remembers of a product (its rules; that it is sold
     /// out) before reading it again, in milliseconds. A reset, a reconciliation or units given

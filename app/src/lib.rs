@@ -91,7 +91,11 @@ pub async fn build_with(
     customize: impl FnOnce(&mut Registry),
 ) -> Result<(Router, AppState), StartupError> {
     let offered: Vec<api::Strategy> = match config.strategies.is_empty() {
-        true => api::Strategy::ALL.to_vec(),
+        true => api::Strategy::ALL
+            .iter()
+            .copied()
+            .filter(|s| config.offer_unsafe || s.safety() != api::Safety::Unsafe)
+            .collect(),
         false => api::Strategy::ALL
             .iter()
             .copied()

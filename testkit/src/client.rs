@@ -11,7 +11,7 @@ use hyper::{Method, Request, StatusCode, Uri};
 
 use app::api::{
     ErrorBody, ErrorCode, ExpiryRound, Home, OrderRequest, OrderResponse, ProductView,
-    Reconciliation, ResetProduct, StrategyInfo, StrategyList,
+    Reconciliation, ResetProduct, Strategies, Strategy, StrategyInfo, StrategyList,
 };
 
 use crate::answer::Answer;
@@ -63,6 +63,8 @@ pub struct Api {
     pub bases: Arc<[String]>,
     load: Arc<Connections>,
     admin_token: Option<Arc<str>>,
+    /// The strategies the instances offer, once asked.
+    offered: Arc<tokio::sync::OnceCell<Vec<Strategy>>>,
 }
 
 /// The longest a load request waits for its answer before it counts as unanswered.
@@ -90,6 +92,7 @@ impl Api {
             load: Arc::new(Connections::new(&authorities)?),
             bases: bases.into(),
             admin_token: admin_token.map(Into::into),
+            offered: Arc::default(),
         })
     }
 
@@ -121,10 +124,26 @@ impl Api {
         .await
     }
 
-    /// `PUT /api/products/{id}` with every rule of `product` (limit, window, token).
+    /// `PUT /api/products/{id}` with every rule of `product` (limit, window, token). A product
+    /// that names no strategies may be sold by every strategy the instances offer for its home:
+    /// the benchmark compares them.
     pub async fn put_product(&self, id: u64, product: &ResetProduct) -> Result<()> {
         let url = format!("{}/api/products/{id}", self.admin());
-        self.admin_put(&url, product).await?;
+        let mut product = *product;
+        if product.strategies.is_none() {
+            let offered = self
+                .offered
+                .get_or_try_init(|| async {
+                    let list = self.strategies().await?;
+                    anyhow::Ok(list.into_iter().map(|info| info.name).collect())
+                })
+                .await?;
+            let home = product.home;
+            product.strategies = Some(Strategies::of(
+                offered.iter().copied().filter(|s| s.home() == home),
+            ));
+        }
+        self.admin_put(&url, &product).await?;
         Ok(())
     }
 

@@ -80,7 +80,8 @@ impl Drop for TestApp {
 
 /// A configuration that reaches every server of `endpoints`, over a fresh database of its own
 /// on their MariaDB (`t_<random>`, created by the app at start-up) and a lock prefix of its
-/// own, so that instances of different tests never meet.
+/// own, so that instances of different tests never meet; every strategy offered, the unsafe
+/// ones too.
 pub fn config_on(endpoints: &sandbox::Endpoints) -> Config {
     let run = uuid::Uuid::new_v4().simple().to_string();
     let database = format!("{}/t_{run}", endpoints.database_url.trim_end_matches('/'));
@@ -91,5 +92,8 @@ pub fn config_on(endpoints: &sandbox::Endpoints) -> Config {
     config.etcd = endpoints.etcd.clone();
     config.memcached = Some(endpoints.memcached.clone());
     config.lock_prefix = format!("t{run}:");
+    // Every strategy offered, the unsafe ones too: what drives the app from outside compares
+    // them all.
+    config.offer_unsafe = true;
     config
 }

@@ -69,10 +69,12 @@ pub struct Launch {
 }
 
 impl Launch {
+    /// An instance of `binary` offering every strategy, the unsafe ones too: the benchmark
+    /// and the scenarios show them failing.
     pub fn new(binary: &Path, log_dir: &Path) -> Launch {
         Launch {
             binary: binary.to_path_buf(),
-            args: Vec::new(),
+            args: vec!["--offer-unsafe".to_owned()],
             env: Vec::new(),
             log_dir: log_dir.to_path_buf(),
         }

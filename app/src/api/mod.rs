@@ -7,9 +7,11 @@ use serde::{Deserialize, Deserializer, Serialize};
 use utoipa::ToSchema;
 
 mod errors;
+mod strategies;
 
 pub use crate::catalogue::{Home, Safety, Service, Strategy, UnknownStrategy};
 pub use errors::{ErrorBody, ErrorCode};
+pub use strategies::Strategies;
 
 /// Longest `user_id`, in characters.
 pub const MAX_USER_ID: usize = 64;
@@ -194,6 +196,13 @@ pub struct ResetProduct {
         skip_serializing_if = "Option::is_none"
     )]
     pub buckets: Option<i64>,
+    /// The strategies that may sell it, each offered by the deployment and of the product's
+    /// home (default: the deployment's default strategy, or the first it offers of this home).
+    /// A purchase naming none is sold by the default strategy if it is among them, else by the
+    /// first of them in catalogue order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Vec<Strategy>>)]
+    pub strategies: Option<Strategies>,
 }
 
 impl ResetProduct {
@@ -209,6 +218,7 @@ impl ResetProduct {
             stock,
             home,
             buckets: None,
+            strategies: None,
         }
     }
 }
@@ -333,6 +343,12 @@ pub struct SaleRules {
     /// Milliseconds a buyer has to pay an order.
     #[serde(default = "default_payment_window_ms")]
     pub payment_window_ms: i64,
+    /// The strategies that may sell the product; a purchase naming another is refused
+    /// (`strategy_not_offered`). Empty: any the deployment offers (a product made without the
+    /// admin API).
+    #[serde(default, skip_serializing_if = "Strategies::is_empty")]
+    #[schema(value_type = Vec<Strategy>)]
+    pub strategies: Strategies,
 }
 
 fn default_payment_window_ms() -> i64 {
@@ -355,6 +371,7 @@ impl Default for SaleRules {
             sale_ends_at: None,
             token_required: false,
             payment_window_ms: DEFAULT_PAYMENT_WINDOW_MS,
+            strategies: Strategies::NONE,
         }
     }
 }

@@ -5,7 +5,7 @@ use sqlx::{MySqlConnection, MySqlPool, Row};
 use time::OffsetDateTime;
 
 use super::buckets;
-use crate::api::{DEFAULT_BUCKETS, Home, ProductView, SaleRules};
+use crate::api::{DEFAULT_BUCKETS, Home, ProductView, SaleRules, Strategies};
 
 /// Creates the product or resets it to `stock` units kept in `home`, under the default rules
 /// ([`SaleRules::default`]), and deletes its orders, atomically. The row's `stock` holds the
@@ -68,13 +68,15 @@ async fn reset_once(
     let mut tx = pool.begin().await?;
     sqlx::query(
         "INSERT INTO products (id, stock, initial_stock, home, per_user_limit, sale_starts_ms, \
-                               sale_ends_ms, token_required, payment_window_ms, redis_epoch) \
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 1) \
+                               sale_ends_ms, token_required, payment_window_ms, strategies, \
+                               redis_epoch) \
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1) \
          ON DUPLICATE KEY UPDATE stock = VALUES(stock), initial_stock = VALUES(initial_stock), \
          home = VALUES(home), per_user_limit = VALUES(per_user_limit), \
          sale_starts_ms = VALUES(sale_starts_ms), sale_ends_ms = VALUES(sale_ends_ms), \
          token_required = VALUES(token_required), payment_window_ms = VALUES(payment_window_ms), \
-         version = version + 1, fence = 0, redis_epoch = redis_epoch + 1",
+         strategies = VALUES(strategies), version = version + 1, fence = 0, \
+         redis_epoch = redis_epoch + 1",
     )
     .bind(id)
     .bind(row_stock)
@@ -85,6 +87,7 @@ async fn reset_once(
     .bind(rules.sale_ends_at.map(millis))
     .bind(rules.token_required)
     .bind(rules.payment_window_ms)
+    .bind(rules.strategies.names())
     .execute(&mut *tx)
     .await?;
     buckets::replace(&mut tx, id, bucket_stocks).await?;
@@ -121,7 +124,7 @@ fn from_millis(ms: i64) -> Result<OffsetDateTime, sqlx::Error> {
 pub async fn view(pool: &MySqlPool, id: u64) -> Result<Option<ProductView>, sqlx::Error> {
     let row = sqlx::query(
         "SELECT p.id, p.home, p.initial_stock, p.per_user_limit, p.sale_starts_ms, \
-                p.sale_ends_ms, p.token_required, p.payment_window_ms, \
+                p.sale_ends_ms, p.token_required, p.payment_window_ms, p.strategies, \
                 CASE WHEN p.home = 'buckets' THEN \
                     (SELECT CAST(COALESCE(SUM(b.stock), 0) AS SIGNED) FROM stock_buckets b \
                      WHERE b.product_id = p.id) \
@@ -163,6 +166,7 @@ pub async fn view(pool: &MySqlPool, id: u64) -> Result<Option<ProductView>, sqlx
                 sale_ends_at: ends.map(from_millis).transpose()?,
                 token_required: r.try_get("token_required")?,
                 payment_window_ms: r.try_get("payment_window_ms")?,
+                strategies: parse_strategies(r.try_get("strategies")?)?,
             },
             stock: r.try_get("stock")?,
             initial_stock: r.try_get("initial_stock")?,
@@ -192,26 +196,26 @@ pub struct Rules {
     pub redis_epoch: u64,
 }
 
-/// `home, per_user_limit, sale_starts_ms, sale_ends_ms, token_required, payment_window_ms` of a
-/// product row.
-type RulesRow = (String, i64, Option<i64>, Option<i64>, bool, i64);
+/// `home, per_user_limit, sale_starts_ms, sale_ends_ms, token_required, payment_window_ms,
+/// strategies` of a product row.
+type RulesRow = (String, i64, Option<i64>, Option<i64>, bool, i64, String);
 
 /// A [`RulesRow`] and the product's `redis_epoch`.
-type EpochRulesRow = (String, i64, Option<i64>, Option<i64>, bool, i64, u64);
+type EpochRulesRow = (String, i64, Option<i64>, Option<i64>, bool, i64, String, u64);
 
 /// The product's home, sale rules and Redis epoch (one indexed row, none of its orders), or
 /// `None` if it does not exist.
 pub async fn rules(pool: &MySqlPool, id: u64) -> Result<Option<Rules>, sqlx::Error> {
     let row: Option<EpochRulesRow> = sqlx::query_as(
         "SELECT home, per_user_limit, sale_starts_ms, sale_ends_ms, token_required, \
-                payment_window_ms, redis_epoch \
+                payment_window_ms, strategies, redis_epoch \
          FROM products WHERE id = ?",
     )
     .bind(id)
     .fetch_optional(pool)
     .await?;
-    row.map(|(home, limit, starts, ends, token, window, redis_epoch)| {
-        let (home, sale) = home_and_rules((home, limit, starts, ends, token, window))?;
+    row.map(|(home, limit, starts, ends, token, window, strategies, redis_epoch)| {
+        let (home, sale) = home_and_rules((home, limit, starts, ends, token, window, strategies))?;
         Ok(Rules {
             home,
             sale,
@@ -230,7 +234,7 @@ pub async fn page(
 ) -> Result<Option<(Home, SaleRules, i64, i64)>, sqlx::Error> {
     let row = sqlx::query(
         "SELECT home, per_user_limit, sale_starts_ms, sale_ends_ms, token_required, \
-                payment_window_ms, initial_stock, \
+                payment_window_ms, strategies, initial_stock, \
                 CASE WHEN home = 'buckets' THEN \
                     (SELECT CAST(COALESCE(SUM(b.stock), 0) AS SIGNED) FROM stock_buckets b \
                      WHERE b.product_id = products.id) \
@@ -248,6 +252,7 @@ pub async fn page(
             r.try_get("sale_ends_ms")?,
             r.try_get("token_required")?,
             r.try_get("payment_window_ms")?,
+            r.try_get("strategies")?,
         );
         let (home, rules) = home_and_rules(rules)?;
         Ok((
@@ -262,7 +267,7 @@ pub async fn page(
 
 /// A [`RulesRow`] decoded.
 fn home_and_rules(row: RulesRow) -> Result<(Home, SaleRules), sqlx::Error> {
-    let (home, per_user_limit, starts, ends, token_required, payment_window_ms) = row;
+    let (home, per_user_limit, starts, ends, token_required, payment_window_ms, strategies) = row;
     let home: Home = home
         .parse()
         .map_err(|e: String| sqlx::Error::Decode(e.into()))?;
@@ -272,8 +277,14 @@ fn home_and_rules(row: RulesRow) -> Result<(Home, SaleRules), sqlx::Error> {
         sale_ends_at: ends.map(from_millis).transpose()?,
         token_required,
         payment_window_ms,
+        strategies: parse_strategies(strategies)?,
     };
     Ok((home, rules))
+}
+
+/// The strategies of a product row.
+fn parse_strategies(names: String) -> Result<Strategies, sqlx::Error> {
+    Strategies::parse(&names).map_err(|e| sqlx::Error::Decode(e.into()))
 }
 
 /// Whether the product exists.

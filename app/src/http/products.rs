@@ -3,13 +3,13 @@
 
 use crate::api::{
     DEFAULT_BUCKETS, DEFAULT_PER_USER_LIMIT, ErrorBody, Home, MAX_BUCKETS, MAX_PAYMENT_WINDOW_MS,
-    MAX_STOCK, ProductPage, ProductView, Reconciliation, ResetProduct, SaleRules,
+    MAX_STOCK, ProductPage, ProductView, Reconciliation, ResetProduct, SaleRules, Strategies,
 };
 use crate::db::products;
 use crate::error::ApiError;
 use crate::inventory;
 use crate::redis_stock::{News, RedisStockError, reconcile};
-use crate::state::AppState;
+use crate::state::{AppState, Settings};
 use axum::Json;
 use axum::extract::rejection::{JsonRejection, PathRejection};
 use axum::extract::{Path, State};
@@ -27,8 +27,9 @@ use axum::http::{HeaderMap, StatusCode};
         (status = 200, description = "The product after the reset", body = ProductView),
         (status = 400, description = "`bad_request`: malformed JSON or id", body = ErrorBody),
         (status = 401, description = "`unauthorized`: missing or wrong admin token", body = ErrorBody),
+        (status = 403, description = "`strategy_not_offered`: a strategy named that this deployment does not offer", body = ErrorBody),
         (status = 415, description = "`bad_request`: the body is not `application/json`", body = ErrorBody),
-        (status = 422, description = "`invalid_request`: stock outside 0 to 1,000,000,000, buckets outside 1 to 1,024, a per-user limit outside 1 to 1,000,000,000, a payment window outside 1 ms to a week, a sale that ends before it starts, or unknown fields", body = ErrorBody),
+        (status = 422, description = "`invalid_request`: stock outside 0 to 1,000,000,000, buckets outside 1 to 1,024, a per-user limit outside 1 to 1,000,000,000, a payment window outside 1 ms to a week, a sale that ends before it starts, strategies that sell from another home or none, or unknown fields", body = ErrorBody),
         (status = 503, description = "`busy` (a row lock not obtained in time) or `backend_unavailable`", body = ErrorBody,
             headers(("Retry-After" = u32, description = "Seconds to wait")))))]
 pub async fn reset(
@@ -52,7 +53,7 @@ pub async fn reset(
         )));
     }
     let buckets = u32::try_from(buckets).unwrap_or(DEFAULT_BUCKETS);
-    let rules = rules_of(&body, state.settings.payment_window_ms)?;
+    let rules = rules_of(&body, &state.settings)?;
     let epoch =
         products::reset_with(&state.pool, id, body.stock, body.home, buckets, &rules).await?;
     // The stock's one home: the counter holds it for `redis`, and no counter is left otherwise.
@@ -148,9 +149,9 @@ pub async fn reconcile(
     Ok(Json(found))
 }
 
-/// The sale rules a reset asks for, checked (`window`: the payment window when it names none).
-fn rules_of(body: &ResetProduct, window: i64) -> Result<SaleRules, ApiError> {
-    let payment_window_ms = body.payment_window_ms.unwrap_or(window);
+/// The sale rules a reset asks for, checked against what the deployment offers.
+fn rules_of(body: &ResetProduct, settings: &Settings) -> Result<SaleRules, ApiError> {
+    let payment_window_ms = body.payment_window_ms.unwrap_or(settings.payment_window_ms);
     if !(1..=MAX_PAYMENT_WINDOW_MS).contains(&payment_window_ms) {
         return Err(ApiError::Invalid(format!(
             "payment_window_ms must be between 1 and {MAX_PAYMENT_WINDOW_MS}"
@@ -168,7 +169,43 @@ fn rules_of(body: &ResetProduct, window: i64) -> Result<SaleRules, ApiError> {
         sale_ends_at: body.sale_ends_at,
         token_required: body.token_required,
         payment_window_ms,
+        strategies: strategies_of(body, settings)?,
     })
+}
+
+/// The strategies that may sell the product: those the reset names, each offered and of its
+/// home; by default one, the deployment's default strategy if it sells from this home, else
+/// the first it offers that does.
+fn strategies_of(body: &ResetProduct, settings: &Settings) -> Result<Strategies, ApiError> {
+    let Some(named) = body.strategies else {
+        let fitting = std::iter::once(settings.default_strategy)
+            .chain(settings.offered.iter().copied())
+            .find(|s| s.home() == body.home && settings.offers(*s));
+        return fitting.map(|s| Strategies::of([s])).ok_or_else(|| {
+            ApiError::StrategyNotOffered(format!(
+                "this deployment offers no strategy that sells stock kept in `{}`",
+                body.home.name()
+            ))
+        });
+    };
+    if named.is_empty() {
+        return Err(ApiError::Invalid(
+            "strategies must name at least one strategy".into(),
+        ));
+    }
+    if let Some(unoffered) = named.iter().find(|s| !settings.offers(*s)) {
+        return Err(ApiError::StrategyNotOffered(format!(
+            "this deployment does not offer strategy `{unoffered}` (see GET /api/strategies)"
+        )));
+    }
+    if let Some(elsewhere) = named.iter().find(|s| s.home() != body.home) {
+        return Err(ApiError::Invalid(format!(
+            "strategy `{elsewhere}` sells stock kept in `{}`, not `{}`",
+            elsewhere.home().name(),
+            body.home.name()
+        )));
+    }
+    Ok(named)
 }
 
 /// The product's stock may have come back, or its rules changed: this instance forgets what it

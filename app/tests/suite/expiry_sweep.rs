@@ -475,7 +475,9 @@ async fn a_killed_sweep_loses_nothing(home: &str, strategy: &str, half_way: Half
     let client = reqwest::Client::new();
     let reset = client
         .put(format!("{a_url}/api/products/12"))
-        .json(&json!({ "stock": 1, "home": home, "payment_window_ms": 1 }))
+        .json(
+            &json!({ "stock": 1, "home": home, "payment_window_ms": 1, "strategies": [strategy] }),
+        )
         .send()
         .await
         .expect("reset");

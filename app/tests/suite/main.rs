@@ -23,6 +23,7 @@ mod order_payment;
 mod overload;
 mod per_user_limit;
 mod product_page;
+mod product_strategies;
 mod reconcile_mid_sale;
 mod redis_restart;
 mod redis_stock;

@@ -139,7 +139,7 @@ async fn bad_input_answers_4xx_and_takes_nothing_from_the_counter() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_product_kept_in_the_row_is_sold_out_for_the_redis_strategies_and_vice_versa() {
+async fn a_product_kept_in_the_row_is_not_sold_by_the_redis_strategies_and_vice_versa() {
     let database_url = fresh_database_url().await;
     let config = config_with(&database_url, shared_redis().await);
     let redis = redis_of(&config);
@@ -149,12 +149,12 @@ async fn a_product_kept_in_the_row_is_sold_out_for_the_redis_strategies_and_vice
     assert_eq!(redis.counter(1).await.expect("counter"), None);
     for strategy in STRATEGIES {
         let (status, answer) = app.order(1, &order_body(strategy, strategy), None).await;
-        assert_eq!(status, StatusCode::CONFLICT, "{strategy}: {answer}");
-        assert_eq!(answer["error"], "sold_out");
+        assert_eq!(status, StatusCode::FORBIDDEN, "{strategy}: {answer}");
+        assert_eq!(answer["error"], "strategy_not_offered");
     }
     app.reset_in(1, 10, Home::Redis).await;
     let (status, answer) = app.order(1, &order_body("row", "conditional"), None).await;
-    assert_eq!(status, StatusCode::CONFLICT, "{answer}");
+    assert_eq!(status, StatusCode::FORBIDDEN, "{answer}");
     let view = app.drained(1).await;
     assert_eq!((view.home, view.stock, view.orders), (Home::Redis, 10, 0));
     app.stop().await;

@@ -206,22 +206,40 @@ async fn admin_token_guards_product_resets_only() {
         (Some(3), Some(3))
     );
 
-    // Reading and buying need no token.
+    // Reading the page and buying need no token; the accounting does.
     let (status, _) = app.order(7, &order(json!(2), "u", "r-1", None), None).await;
     assert_eq!(status, StatusCode::CREATED);
-    let view: Value = app
-        .client
-        .get(&url)
-        .send()
-        .await
-        .expect("get")
-        .json()
-        .await
-        .expect("json");
+    let read = |url: String, token: Option<&'static str>| {
+        let mut r = app.client.get(url);
+        if let Some(token) = token {
+            r = r.bearer_auth(token);
+        }
+        async move {
+            r.send()
+                .await
+                .expect("get")
+                .json::<Value>()
+                .await
+                .expect("json")
+        }
+    };
+    let rules = json!({ "per_user_limit": 2, "token_required": false, "payment_window_ms": 900000,
+                        "strategies": ["conditional"] });
+    let mut page = read(url.clone(), None).await;
+    assert!(page["age_ms"].is_u64(), "{page}");
+    page.as_object_mut().expect("an object").remove("age_ms");
     assert_eq!(
-        view,
-        json!({ "id": 7, "home": "row",
-                "rules": { "per_user_limit": 2, "token_required": false, "payment_window_ms": 900000 },
+        page,
+        json!({ "id": 7, "home": "row", "rules": rules, "stock": 1, "initial_stock": 3 })
+    );
+    let accounting = format!("{url}/accounting");
+    assert_eq!(
+        read(accounting.clone(), None).await["error"],
+        "unauthorized"
+    );
+    assert_eq!(
+        read(accounting, Some("s3cret")).await,
+        json!({ "id": 7, "home": "row", "rules": rules,
                 "stock": 1, "initial_stock": 3, "sold": 2, "orders": 1, "pending": 0, "stranded": 0,
                 "reserved": 2, "paid": 0, "expired": 0, "cancelled": 0, "returning": 0 })
     );

@@ -100,8 +100,8 @@ async fn a_reset_splits_the_stock_evenly_over_the_buckets_and_another_home_delet
         (json!("row"), json!(7))
     );
     assert!(buckets(&database_url, 1).await.is_empty());
-    // The row's stock is not this strategy's: sold out to it, and untouched.
-    assert_eq!(buy(&app, 1, 1, "r-row").await.0, StatusCode::CONFLICT);
+    // The row's stock is not this strategy's: the product is not sold by it, and untouched.
+    assert_eq!(buy(&app, 1, 1, "r-row").await.0, StatusCode::FORBIDDEN);
     assert_eq!(ledger(&database_url, 1).await.stock, 7);
     app.stop().await;
     drop_database(&database_url).await;

@@ -12,7 +12,7 @@ use crate::api::{MAX_REQUEST_ID, MAX_USER_ID, SaleRules, Strategy, integer};
 use crate::db::orders::PurchaseKey;
 use crate::error::ApiError;
 use crate::shelf::Recalled;
-use crate::state::AppState;
+use crate::state::{AppState, Settings};
 use crate::strategy::{Purchase, PurchaseStats};
 
 /// Request header that makes the strategy pause inside its critical section (only when the
@@ -84,8 +84,9 @@ pub(super) async fn admit<'a>(
     arrived: Instant,
 ) -> Result<(Admitted<'a>, Recalled), ApiError> {
     let settings = &state.settings;
-    let name = request.strategy.unwrap_or(settings.default_strategy);
-    if !settings.offers(name) {
+    if let Some(name) = request.strategy
+        && !settings.offers(name)
+    {
         return Err(ApiError::StrategyNotOffered(format!(
             "this deployment does not offer strategy `{name}` (see GET /api/strategies)"
         )));
@@ -116,6 +117,7 @@ pub(super) async fn admit<'a>(
     let known = recalled
         .known
         .ok_or_else(|| ApiError::NotFound(format!("no product {product_id}")))?;
+    let name = sold_by(settings, product_id, &known.rules, request.strategy)?;
     within_sale(&known.rules, arrived)?;
     if known.rules.token_required {
         let shown = request.purchase_token.as_deref().is_some_and(|token| {
@@ -145,6 +147,39 @@ pub(super) async fn admit<'a>(
         hold,
     };
     Ok((admitted, recalled))
+}
+
+/// The strategy that sells this purchase: the one it names, if the product may be sold by it;
+/// if it names none, the deployment's default strategy if the product may be sold by it, else
+/// the product's first in catalogue order. A product made without the admin API names none and
+/// may be sold by any strategy offered.
+fn sold_by(
+    settings: &Settings,
+    product_id: u64,
+    rules: &SaleRules,
+    named: Option<Strategy>,
+) -> Result<Strategy, ApiError> {
+    let allowed = |s: Strategy| rules.strategies.is_empty() || rules.strategies.contains(s);
+    let name = named.unwrap_or_else(|| match allowed(settings.default_strategy) {
+        true => settings.default_strategy,
+        false => rules
+            .strategies
+            .iter()
+            .next()
+            .unwrap_or(settings.default_strategy),
+    });
+    if !settings.offers(name) {
+        return Err(ApiError::StrategyNotOffered(format!(
+            "this deployment does not offer strategy `{name}` (see GET /api/strategies)"
+        )));
+    }
+    if !allowed(name) {
+        return Err(ApiError::StrategyNotOffered(format!(
+            "product {product_id} is sold by {} only, not `{name}`",
+            rules.strategies.names().replace(',', ", ")
+        )));
+    }
+    Ok(name)
 }
 
 /// Refuses a request that `arrived` outside the sale's window. Judged at its arrival, not now:

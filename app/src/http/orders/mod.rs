@@ -114,7 +114,7 @@ const MAX_BODY: usize = 2 << 20;
             headers(("Location" = String, description = "`/api/products/{id}/orders/{request_id}?user_id={user_id}`"))),
         (status = 400, description = "`bad_request`: malformed JSON, id or header", body = ErrorBody),
         (status = 401, description = "`unauthorized`: the fault-injection header without the admin token (when one is set)", body = ErrorBody),
-        (status = 403, description = "`strategy_not_offered`: this deployment does not offer the strategy", body = ErrorBody),
+        (status = 403, description = "`strategy_not_offered`: this deployment does not offer the strategy, or the product is not sold by it", body = ErrorBody),
         (status = 404, description = "`not_found`: unknown product", body = ErrorBody),
         (status = 409, description = "`sold_out`, `limit_reached` (the buyer would hold more than the product's per-user limit), `sale_not_started`, `sale_ended`, `lock_lost` (a fenced write was refused), `idempotency_conflict` (this buyer used the request id for this product with another quantity or strategy), or `purchase_voided` (a reconciliation fenced this purchase out; nothing was bought)", body = ErrorBody),
         (status = 422, description = "`invalid_request` (the body breaks the schema: a missing field, an unknown one, a value out of range), or `unknown_strategy`", body = ErrorBody),

@@ -77,12 +77,21 @@ impl TestApp {
         self.reset_with(id, &body).await;
     }
 
-    /// `PUT /api/products/{id}` with `body` (no admin token).
+    /// `PUT /api/products/{id}` with `body` (no admin token). A body that names no strategies
+    /// lets every strategy the instance offers for the product's home sell it: the tests of
+    /// other subjects buy one product through several.
     pub async fn reset_with(&self, id: u64, body: &Value) {
+        let mut body = body.clone();
+        if body.get("strategies").is_none() {
+            let home: app::api::Home =
+                serde_json::from_value(body.get("home").cloned().unwrap_or(json!("row")))
+                    .expect("a home");
+            body["strategies"] = json!(self.offered_for(home).await);
+        }
         let r = self
             .client
             .put(format!("{}/api/products/{id}", self.url))
-            .json(body)
+            .json(&body)
             .send()
             .await
             .expect("reset request");
@@ -92,6 +101,23 @@ impl TestApp {
             "reset: {}",
             r.text().await.unwrap_or_default()
         );
+    }
+
+    /// The strategies this instance offers that sell stock kept in `home`.
+    pub async fn offered_for(&self, home: app::api::Home) -> Vec<Strategy> {
+        let list: app::api::StrategyList = self
+            .client
+            .get(format!("{}/api/strategies", self.url))
+            .send()
+            .await
+            .expect("strategies")
+            .json()
+            .await
+            .expect("strategy list");
+        (list.strategies.iter())
+            .map(|info| info.name)
+            .filter(|s| s.home() == home)
+            .collect()
     }
 
     /// Purchases that reached a strategy so far.
@@ -187,6 +213,8 @@ pub fn test_config(database_url: &str) -> Config {
     let mut config = Config::for_database(database_url);
     config.listen = "127.0.0.1:0".parse().expect("address");
     config.allow_fault_injection = true;
+    // The tests show the unsafe strategies failing.
+    config.offer_unsafe = true;
     config.shutdown_grace_ms = 2_000;
     // Admission by latency budget turns buyers away when purchases take longer than 250 ms, as
     // they often do on a test machine running many suites at once: the tests of other
