@@ -167,6 +167,21 @@ impl Gate {
                 self.limit_of(strategy)
             );
         }
+        out.push_str(
+            "# HELP seckill_rate_limiter_keys Buyers or addresses a rate limiter remembers.\n\
+             # TYPE seckill_rate_limiter_keys gauge\n",
+        );
+        for (limiter, keys) in [
+            ("user", self.per_user.as_ref().map(|l| l.len())),
+            ("address", self.per_address.as_ref().map(|l| l.len())),
+        ] {
+            if let Some(keys) = keys {
+                let _ = writeln!(
+                    out,
+                    "seckill_rate_limiter_keys{{limiter=\"{limiter}\"}} {keys}"
+                );
+            }
+        }
         out
     }
 

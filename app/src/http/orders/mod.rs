@@ -135,6 +135,7 @@ pub async fn create(
     let (parts, body) = request.into_parts();
     let body = read_body(body).await?;
     let order = admit::parse(&body)?;
+    order.check(state.settings.max_quantity)?;
     let address = parts
         .extensions
         .get::<ConnectInfo<SocketAddr>>()
