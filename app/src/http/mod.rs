@@ -9,13 +9,18 @@ pub(crate) mod products;
 pub(crate) mod tokens;
 
 use axum::Router;
-use axum::extract::Path;
 use axum::extract::rejection::PathRejection;
+use axum::extract::{DefaultBodyLimit, Path};
 use axum::routing::{get, post, put};
 
 use crate::api::MAX_PRODUCT_ID;
 use crate::error::ApiError;
 use crate::state::AppState;
+
+/// The largest request body read, of any route: an order is a few dozen bytes, and the
+/// largest body a route accepts — a product's reset with every rule — well under a kilobyte.
+/// Ids at their longest with every character escaped stay under 4 KiB.
+pub const MAX_BODY: usize = 16 << 10;
 
 /// The service's routes over `state`.
 pub fn router(state: AppState) -> Router {
@@ -46,6 +51,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/openapi.json", get(openapi::serve))
         .route("/healthz", get(meta::healthz))
         .route("/metrics", get(meta::metrics))
+        .layer(DefaultBodyLimit::max(MAX_BODY))
         .with_state(state)
 }
 
