@@ -264,7 +264,8 @@ pub struct Config {
     pub latency_budget_ms: u64,
 
     /// How long a buyer waits for a purchase's answer before being told `503 busy`, in
-    /// milliseconds. The purchase itself goes on (it finishes, or gives its stock back); a retry
+    /// milliseconds, counted from the request's headers: the time its body took to come is
+    /// part of it. The purchase itself goes on (it finishes, or gives its stock back); a retry
     /// with the same request id gets its outcome.
     #[arg(long, env = "SECKILL_REQUEST_TIMEOUT_MS", default_value_t = 10_000)]
     pub request_timeout_ms: u64,
@@ -273,6 +274,12 @@ pub struct Config {
     /// that sends nothing is closed, not kept.
     #[arg(long, env = "SECKILL_HEADER_READ_TIMEOUT_MS", default_value_t = 5_000)]
     pub header_read_timeout_ms: u64,
+
+    /// How long a client may take to send a request's body once its headers came, in
+    /// milliseconds: a body not all come by then is answered `408 request_timeout` and its
+    /// connection closed, however steadily it trickles.
+    #[arg(long, env = "SECKILL_BODY_READ_TIMEOUT_MS", default_value_t = 5_000)]
+    pub body_read_timeout_ms: u64,
 
     /// Purchases per second one buyer (user id) may make, bursts of as many allowed; beyond,
     /// `429 rate_limited`. Unset: no limit.

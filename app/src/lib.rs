@@ -255,6 +255,7 @@ pub async fn serve_with_shutdown(
     );
     let limits = serve::Limits {
         header_read: Duration::from_millis(config.header_read_timeout_ms),
+        body_read: Duration::from_millis(config.body_read_timeout_ms),
         grace: Duration::from_millis(config.shutdown_grace_ms),
     };
     serve::serve(listener, router, limits, shutdown).await?;

@@ -114,6 +114,7 @@ type Answer = Result<Success, ApiError>;
         (status = 401, description = "`unauthorized`: the fault-injection header without the admin token (when one is set)", body = ErrorBody),
         (status = 403, description = "`strategy_not_offered`: this deployment does not offer the strategy", body = ErrorBody),
         (status = 404, description = "`not_found`: unknown product", body = ErrorBody),
+        (status = 408, description = "`request_timeout`: the body had not all come by its deadline (`--body-read-timeout-ms`); the connection is closed", body = ErrorBody),
         (status = 409, description = "`sold_out`, `limit_reached` (the buyer would hold more than the product's per-user limit), `sale_not_started`, `sale_ended`, `lock_lost` (a fenced write was refused), `idempotency_conflict` (this buyer used the request id for this product with another quantity or strategy), or `purchase_voided` (a reconciliation fenced this purchase out; nothing was bought)", body = ErrorBody),
         (status = 422, description = "`invalid_request` (the body breaks the schema: a missing field, an unknown one, a value out of range), or `unknown_strategy`", body = ErrorBody),
         (status = 429, description = "`rate_limited`: this buyer or address is past its rate; retry after Retry-After", body = ErrorBody,
@@ -161,9 +162,8 @@ pub async fn create(
 /// weighs, not its square. A few dozen bytes come as one frame, kept as it came: no copy.
 async fn read_body(body: Body) -> Result<Bytes, ApiError> {
     axum::body::to_bytes(body, MAX_BODY).await.map_err(|e| {
-        ApiError::BadRequest(format!(
-            "the body could not be read (at most {MAX_BODY} bytes): {e}"
-        ))
+        let what = format!("the body could not be read (at most {MAX_BODY} bytes): {e}");
+        ApiError::unreadable_body(&e, what)
     })
 }
 
@@ -219,7 +219,9 @@ async fn place(
         }
         answer
     });
-    match tokio::time::timeout(timeout, work).await {
+    // Counted from the headers: the time the body took to come is part of the buyer's wait.
+    let deadline = tokio::time::Instant::from_std(started + timeout);
+    match tokio::time::timeout_at(deadline, work).await {
         Ok(answer) => answer.unwrap_or_else(|e| {
             Err(ApiError::Internal(
                 format!("the purchase task failed: {e}").into(),

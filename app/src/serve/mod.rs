@@ -1,9 +1,12 @@
 //! The accept loop: hyper's HTTP/1 server under the router, configured as a service facing a
-//! flash-sale crowd needs — a deadline for a request's headers, so a client that connects and
-//! sends nothing (or a byte a minute) cannot hold a connection and its memory for as long as it
-//! likes; `TCP_NODELAY`; each request told its peer's address (for per-address rate limits);
-//! and a graceful shutdown that lets requests in flight finish within the grace period.
-//! (`axum::serve` gives hyper no timer, so a header deadline cannot be set through it.)
+//! flash-sale crowd needs — a deadline for a request's headers and one for its body
+//! ([`deadline`]), so a client that connects and sends nothing, or a byte a minute, cannot hold
+//! a connection and its memory for as long as it likes; `TCP_NODELAY`; each request told its
+//! peer's address (for per-address rate limits); and a graceful shutdown that lets requests in
+//! flight finish within the grace period. (`axum::serve` gives hyper no timer, so a header
+//! deadline cannot be set through it.)
+
+pub mod deadline;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -18,12 +21,16 @@ use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tower::ServiceExt;
 
+pub use deadline::{BodyTimedOut, Deadline};
+
 /// How the server treats its connections.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
     /// How long a client may take to send a request's headers, on a new connection or between
     /// two requests of a kept-alive one.
     pub header_read: Duration,
+    /// How long a client may take to send a request's body once its headers came.
+    pub body_read: Duration,
     /// How long requests in flight may take to finish once shutdown begins.
     pub grace: Duration,
 }
@@ -53,7 +60,9 @@ pub async fn serve(
         };
         let _ = stream.set_nodelay(true);
         let router = router.clone();
-        let service = hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
+        let body_read = limits.body_read;
+        let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
+            let mut request = request.map(|body| Deadline::new(body, body_read));
             request
                 .extensions_mut()
                 .insert(ConnectInfo::<SocketAddr>(peer));
