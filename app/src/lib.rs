@@ -188,9 +188,14 @@ pub async fn build_with(
     // Every instance sweeps (see `lifecycle::sweep`), unless told to leave it to the others.
     let sweep = (config.expiry_interval_ms > 0)
         .then(|| tokio::spawn(lifecycle::sweep::run(life.clone(), pace)));
+    let connections = Arc::new(overload::Connections::new(
+        overload::connections::within_open_files(config.max_connections),
+        config.operator_connections,
+    ));
     let state = AppState::new(state::Shared {
         pool,
         gate,
+        connections,
         registry,
         metrics,
         settings: Arc::new(Settings {
@@ -258,7 +263,12 @@ pub async fn serve_with_shutdown(
         body_read: Duration::from_millis(config.body_read_timeout_ms),
         grace: Duration::from_millis(config.shutdown_grace_ms),
     };
-    serve::serve(listener, router, limits, shutdown).await?;
+    let doors = serve::Doors {
+        all: router,
+        operators: http::operator_router(state.clone()),
+        connections: Arc::clone(&state.connections),
+    };
+    serve::serve(listener, doors, limits, shutdown).await?;
     state.pool.close().await;
     tracing::info!("stopped");
     Ok(())

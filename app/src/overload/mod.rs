@@ -6,6 +6,7 @@
 //! out instead of in one wave. (A queue without a bound does the opposite: everyone waits, the
 //! wait grows with the crowd, and the answers come too late to be of use.)
 
+pub mod connections;
 mod full_line;
 mod headroom;
 mod lag;
@@ -23,6 +24,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::api::Strategy;
 use crate::metrics::Metrics;
+pub use connections::Connections;
 pub use full_line::FullLine;
 pub use headroom::Headroom;
 pub use limit::{Admitted, Limit, WINDOW};

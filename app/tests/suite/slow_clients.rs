@@ -1,5 +1,7 @@
 //! A slow client holds nothing for long. A body that stops coming is answered `408` and its
-//! connection closed at the body deadline.
+//! connection closed at the body deadline; past its connections the service closes new ones
+//! at once, and keeps a few for its operators, so that a health check, a scrape and the admin
+//! routes get in while buyers' connections are full.
 
 use crate::common;
 
@@ -45,9 +47,11 @@ impl Served {
             stop,
             server,
         };
-        common::wait_until("the service to listen", || async {
-            served.get("/healthz").await == Some(StatusCode::OK)
-        })
+        // Listening, and holding no connection but the one that asks.
+        common::wait_until(
+            "the service to listen and hold no other connection",
+            || async { served.metric("seckill_connections{door=\"buyers\"}").await == Some(1) },
+        )
         .await;
         served
     }
@@ -56,6 +60,13 @@ impl Served {
     async fn get(&self, path: &str) -> Option<StatusCode> {
         let url = format!("http://{}{path}", self.address);
         self.client.get(url).send().await.ok().map(|r| r.status())
+    }
+
+    async fn metric(&self, name: &str) -> Option<u64> {
+        let url = format!("http://{}/metrics", self.address);
+        let text = self.client.get(url).send().await.ok()?.text().await.ok()?;
+        text.lines()
+            .find_map(|line| line.strip_prefix(name)?.trim().parse().ok())
     }
 
     async fn stop(self) {
@@ -103,6 +114,63 @@ async fn a_body_that_stops_coming_is_answered_408_and_its_connection_closed() {
         assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
         assert!(answer.contains("\"request_timeout\""), "{answer}");
     }
+    served.stop().await;
+    drop_database(&database_url).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn past_its_connections_the_service_closes_new_ones_and_still_answers_its_operators() {
+    let database_url = fresh_database_url().await;
+    let mut config = test_config(&database_url);
+    config.max_connections = 16;
+    config.operator_connections = 4;
+    config.body_read_timeout_ms = 600_000;
+    let served = Served::start(config).await;
+    let buyers = 12;
+    let crowd = 40;
+    let mut open = Vec::new();
+    for i in 0..crowd {
+        open.push(tokio::spawn(until_closed(
+            slow_body(served.address, "POST", &format!("/api/products/{i}/orders")).await,
+        )));
+    }
+    // Every connection past the buyers' share is closed at once: those past all of them
+    // unanswered, those on an operator's connection answered `503 overloaded`.
+    let mut closed = 0;
+    while closed < crowd - buyers {
+        let (ended, _, rest) = futures::future::select_all(open).await;
+        open = rest;
+        let answer = ended
+            .expect("join")
+            .expect("a connection past the bound was held");
+        assert!(
+            answer.is_empty() || answer.starts_with("HTTP/1.1 503"),
+            "{answer}"
+        );
+        closed += 1;
+    }
+    assert_eq!(
+        served.metric("seckill_connections{door=\"buyers\"}").await,
+        Some(buyers as u64),
+        "the buyers' connections held"
+    );
+    assert_eq!(served.get("/healthz").await, Some(StatusCode::OK));
+    assert_eq!(
+        served.get("/api/noop").await,
+        Some(StatusCode::SERVICE_UNAVAILABLE),
+        "a buyer's request on an operator's connection"
+    );
+    assert!(
+        open.iter().all(|held| !held.is_finished()),
+        "a buyer's connection was closed before its body deadline"
+    );
+    for held in open {
+        held.abort();
+    }
+    common::wait_until("the buyers' connections to be given back", || async {
+        served.get("/api/noop").await == Some(StatusCode::NO_CONTENT)
+    })
+    .await;
     served.stop().await;
     drop_database(&database_url).await;
 }

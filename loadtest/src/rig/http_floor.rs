@@ -30,13 +30,13 @@ pub async fn serve(listen: SocketAddr) -> Result<()> {
         body_read: Duration::from_secs(10),
         grace: Duration::from_secs(1),
     };
-    app::serve::serve(
-        listener,
-        testkit::floor::router(),
-        limits,
-        std::future::pending(),
-    )
-    .await?;
+    let doors = app::serve::Doors {
+        all: testkit::floor::router(),
+        operators: testkit::floor::router(),
+        // No bound: a baseline of HTTP alone.
+        connections: std::sync::Arc::new(app::overload::Connections::new(u32::MAX, 0)),
+    };
+    app::serve::serve(listener, doors, limits, std::future::pending()).await?;
     Ok(())
 }
 
