@@ -288,7 +288,8 @@ pub struct Config {
     pub latency_budget_ms: u64,
 
     /// How long a buyer waits for a purchase's answer before being told `503 busy`, in
-    /// milliseconds. The purchase itself goes on (it finishes, or gives its stock back); a retry
+    /// milliseconds, counted from the request's headers: the time its body took to come is
+    /// part of it. The purchase itself goes on (it finishes, or gives its stock back); a retry
     /// with the same request id gets its outcome.
     #[arg(long, env = "SECKILL_REQUEST_TIMEOUT_MS", default_value_t = 10_000)]
     pub request_timeout_ms: u64,
@@ -297,6 +298,25 @@ pub struct Config {
     /// that sends nothing is closed, not kept.
     #[arg(long, env = "SECKILL_HEADER_READ_TIMEOUT_MS", default_value_t = 5_000)]
     pub header_read_timeout_ms: u64,
+
+    /// How long a client may take to send a request's body once its headers came, in
+    /// milliseconds: a body not all come by then is answered `408 request_timeout` and its
+    /// connection closed, however steadily it trickles.
+    #[arg(long, env = "SECKILL_BODY_READ_TIMEOUT_MS", default_value_t = 5_000)]
+    pub body_read_timeout_ms: u64,
+
+    /// Connections this instance holds at once; one more is closed as soon as it is accepted.
+    /// Each is a file the process has open: keep it below `ulimit -n` (it is lowered, with a
+    /// warning, to leave 256 files for the pools and the rest).
+    #[arg(long, env = "SECKILL_MAX_CONNECTIONS", default_value_t = 768, value_parser = clap::value_parser!(u32).range(2..))]
+    pub max_connections: u32,
+
+    /// Of `--max-connections`, how many are kept for the operators: once buyers hold the rest,
+    /// a new connection is served `/healthz`, `/metrics` and the admin routes (one request,
+    /// then closed) and any other route `503 overloaded`, so that a health check and an
+    /// operator get in while buyers' connections are full.
+    #[arg(long, env = "SECKILL_OPERATOR_CONNECTIONS", default_value_t = 32)]
+    pub operator_connections: u32,
 
     /// Purchases per second one buyer (user id) may make, bursts of as many allowed; beyond,
     /// `429 rate_limited`. Unset: no limit.

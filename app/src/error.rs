@@ -6,6 +6,7 @@ use crate::inventory::ReadError;
 use crate::lifecycle::{LifeError, Refused};
 use crate::redis_stock::RedisStockError;
 use crate::redis_stock::reconcile::ReconcileError;
+use crate::serve::BodyTimedOut;
 use crate::strategy::PurchaseError;
 use std::sync::LazyLock;
 
@@ -85,6 +86,9 @@ pub enum ApiError {
     /// A backend could not be reached; the cause is logged, not sent.
     #[error("a backend this request needs is unavailable")]
     Unavailable(#[source] BoxError),
+    /// The body had not all come by its deadline.
+    #[error("{0}")]
+    RequestTimeout(String),
     /// A bug or a schema problem; the cause is logged, not sent.
     #[error("internal error")]
     Internal(#[source] BoxError),
@@ -120,7 +124,18 @@ impl ApiError {
             ApiError::LockLost(_) => ErrorCode::LockLost,
             ApiError::Busy(_) => ErrorCode::Busy,
             ApiError::Unavailable(_) | ApiError::StockLost => ErrorCode::BackendUnavailable,
+            ApiError::RequestTimeout(_) => ErrorCode::RequestTimeout,
             ApiError::Internal(_) => ErrorCode::Internal,
+        }
+    }
+
+    /// A body that could not be read because of `e`: `request_timeout` if it had not all come
+    /// by its deadline, else `bad_request` saying `what` went wrong.
+    pub fn unreadable_body(e: &(dyn std::error::Error + 'static), what: String) -> ApiError {
+        let mut chain = std::iter::successors(Some(e), |e| e.source());
+        match chain.find_map(|e| e.downcast_ref::<BodyTimedOut>()) {
+            Some(timed_out) => ApiError::RequestTimeout(timed_out.to_string()),
+            None => ApiError::BadRequest(what),
         }
     }
 }
@@ -286,7 +301,7 @@ impl From<JsonRejection> for ApiError {
         let message = rejection.body_text();
         match rejection.status() {
             StatusCode::UNPROCESSABLE_ENTITY => ApiError::Invalid(message),
-            _ => ApiError::BadRequest(message),
+            _ => ApiError::unreadable_body(&rejection, message),
         }
     }
 }

@@ -205,9 +205,14 @@ pub async fn build_with(
         Duration::from_millis(config.page_ttl_ms),
         refresh,
     ));
+    let connections = Arc::new(overload::Connections::new(
+        overload::connections::within_open_files(config.max_connections),
+        config.operator_connections,
+    ));
     let state = AppState::new(state::Shared {
         pool,
         gate,
+        connections,
         registry,
         metrics,
         settings: Arc::new(Settings {
@@ -274,9 +279,15 @@ pub async fn serve_with_shutdown(
     );
     let limits = serve::Limits {
         header_read: Duration::from_millis(config.header_read_timeout_ms),
+        body_read: Duration::from_millis(config.body_read_timeout_ms),
         grace: Duration::from_millis(config.shutdown_grace_ms),
     };
-    serve::serve(listener, router, limits, shutdown).await?;
+    let doors = serve::Doors {
+        all: router,
+        operators: http::operator_router(state.clone()),
+        connections: Arc::clone(&state.connections),
+    };
+    serve::serve(listener, doors, limits, shutdown).await?;
     state.pool.close().await;
     tracing::info!("stopped");
     Ok(())

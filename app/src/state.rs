@@ -60,6 +60,8 @@ pub struct Shared {
     pub pool: MySqlPool,
     /// Admission limits: purchases in flight, rates.
     pub gate: Arc<crate::overload::Gate>,
+    /// The connections the instance holds, by door.
+    pub connections: Arc<crate::overload::Connections>,
     pub registry: Arc<Registry>,
     pub metrics: Arc<Metrics>,
     pub settings: Arc<Settings>,

@@ -254,6 +254,7 @@ pub fn is_purchase_refusal(code: ErrorCode) -> bool {
         | ErrorCode::StrategyNotOffered
         | ErrorCode::Unauthorized
         | ErrorCode::NotFound
+        | ErrorCode::RequestTimeout
         | ErrorCode::Internal => false,
     }
 }

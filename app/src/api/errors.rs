@@ -62,6 +62,9 @@ pub enum ErrorCode {
     Busy,
     /// 503: a backend the request needs is unreachable or not configured.
     BackendUnavailable,
+    /// 408: the request's body had not all come by its deadline (`--body-read-timeout-ms`);
+    /// the connection is closed.
+    RequestTimeout,
     /// 500: a bug; the cause is logged, never sent.
     Internal,
 }
@@ -91,6 +94,7 @@ impl ErrorCode {
         ErrorCode::LockLost,
         ErrorCode::Busy,
         ErrorCode::BackendUnavailable,
+        ErrorCode::RequestTimeout,
         ErrorCode::Internal,
     ];
 
@@ -121,6 +125,7 @@ impl ErrorCode {
             ErrorCode::Busy | ErrorCode::BackendUnavailable | ErrorCode::Overloaded => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
+            ErrorCode::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
             ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -150,6 +155,7 @@ impl ErrorCode {
             ErrorCode::LockLost => "lock_lost",
             ErrorCode::Busy => "busy",
             ErrorCode::BackendUnavailable => "backend_unavailable",
+            ErrorCode::RequestTimeout => "request_timeout",
             ErrorCode::Internal => "internal",
         }
     }

@@ -201,7 +201,16 @@ pub struct Rules {
 type RulesRow = (String, i64, Option<i64>, Option<i64>, bool, i64, String);
 
 /// A [`RulesRow`] and the product's `redis_epoch`.
-type EpochRulesRow = (String, i64, Option<i64>, Option<i64>, bool, i64, String, u64);
+type EpochRulesRow = (
+    String,
+    i64,
+    Option<i64>,
+    Option<i64>,
+    bool,
+    i64,
+    String,
+    u64,
+);
 
 /// The product's home, sale rules and Redis epoch (one indexed row, none of its orders), or
 /// `None` if it does not exist.
@@ -214,14 +223,17 @@ pub async fn rules(pool: &MySqlPool, id: u64) -> Result<Option<Rules>, sqlx::Err
     .bind(id)
     .fetch_optional(pool)
     .await?;
-    row.map(|(home, limit, starts, ends, token, window, strategies, redis_epoch)| {
-        let (home, sale) = home_and_rules((home, limit, starts, ends, token, window, strategies))?;
-        Ok(Rules {
-            home,
-            sale,
-            redis_epoch,
-        })
-    })
+    row.map(
+        |(home, limit, starts, ends, token, window, strategies, redis_epoch)| {
+            let (home, sale) =
+                home_and_rules((home, limit, starts, ends, token, window, strategies))?;
+            Ok(Rules {
+                home,
+                sale,
+                redis_epoch,
+            })
+        },
+    )
     .transpose()
 }
 

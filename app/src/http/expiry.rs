@@ -21,6 +21,7 @@ use crate::state::AppState;
         (status = 200, description = "The sweep now", body = SweepState),
         (status = 400, description = "`bad_request`: malformed JSON", body = ErrorBody),
         (status = 401, description = "`unauthorized`: missing or wrong admin token", body = ErrorBody),
+        (status = 408, description = "`request_timeout`: the body had not all come by its deadline (`--body-read-timeout-ms`); the connection is closed", body = ErrorBody),
         (status = 415, description = "`bad_request`: the body is not `application/json`", body = ErrorBody),
         (status = 422, description = "`invalid_request`: `paused` missing or not a boolean, or unknown fields", body = ErrorBody)))]
 pub async fn switch(

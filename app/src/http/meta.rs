@@ -52,6 +52,7 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
         )],
         state.metrics.render()
             + &state.gate.render(&state.settings.offered)
-            + &state.pages.render(),
+            + &state.pages.render()
+            + &state.connections.render(),
     )
 }

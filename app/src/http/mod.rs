@@ -9,24 +9,41 @@ pub(crate) mod products;
 pub(crate) mod tokens;
 
 use axum::Router;
-use axum::extract::Path;
 use axum::extract::rejection::PathRejection;
+use axum::extract::{DefaultBodyLimit, Path};
 use axum::routing::{get, post, put};
 
 use crate::api::MAX_PRODUCT_ID;
 use crate::error::ApiError;
 use crate::state::AppState;
 
+/// The largest request body read, of any route: an order is a few dozen bytes, and the
+/// largest body a route accepts — a product's reset with every rule — well under a kilobyte.
+/// Ids at their longest with every character escaped stay under 4 KiB.
+pub const MAX_BODY: usize = 16 << 10;
+
 /// The service's routes over `state`.
 pub fn router(state: AppState) -> Router {
+    buyers()
+        .merge(operators())
+        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .with_state(state)
+}
+
+/// The operators' routes only — health, metrics, the admin routes and a product's state —
+/// over `state`, any other answered `503 overloaded`: what a connection past the buyers' share
+/// is served ([`crate::overload::connections`]).
+pub fn operator_router(state: AppState) -> Router {
+    operators()
+        .fallback(|| async { ApiError::Overloaded })
+        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .with_state(state)
+}
+
+/// What buyers ask for: purchases, their orders, tokens, and what the service offers.
+fn buyers() -> Router<AppState> {
     Router::new()
-        .route(
-            "/api/products/{id}",
-            put(products::reset).get(products::show),
-        )
-        .route("/api/products/{id}/accounting", get(products::accounting))
         .route("/api/products/{id}/orders", post(orders::create))
-        .route("/api/products/{id}/reconcile", post(products::reconcile))
         .route("/api/products/{id}/tokens", post(tokens::issue))
         .route(
             "/api/products/{id}/orders/{request_id}",
@@ -40,14 +57,24 @@ pub fn router(state: AppState) -> Router {
             "/api/products/{id}/orders/{request_id}/cancel",
             post(orders::cancel),
         )
-        .route("/api/products/{id}/expire", post(orders::expire))
-        .route("/api/expiry", put(expiry::switch))
         .route("/api/strategies", get(meta::strategies))
         .route("/api/noop", get(meta::noop))
         .route("/api/openapi.json", get(openapi::serve))
+}
+
+/// What operators ask for: health, metrics, a product's state, and the admin routes.
+fn operators() -> Router<AppState> {
+    Router::new()
+        .route(
+            "/api/products/{id}",
+            put(products::reset).get(products::show),
+        )
+        .route("/api/products/{id}/accounting", get(products::accounting))
+        .route("/api/products/{id}/reconcile", post(products::reconcile))
+        .route("/api/products/{id}/expire", post(orders::expire))
+        .route("/api/expiry", put(expiry::switch))
         .route("/healthz", get(meta::healthz))
         .route("/metrics", get(meta::metrics))
-        .with_state(state)
 }
 
 /// The product id of the path: a number from 0 to [`MAX_PRODUCT_ID`], else `bad_request`.

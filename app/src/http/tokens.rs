@@ -17,6 +17,7 @@ use crate::state::AppState;
         (status = 200, description = "The buyer's token for this sale", body = PurchaseToken),
         (status = 400, description = "`bad_request`: malformed JSON or id", body = ErrorBody),
         (status = 404, description = "`not_found`: unknown product", body = ErrorBody),
+        (status = 408, description = "`request_timeout`: the body had not all come by its deadline (`--body-read-timeout-ms`); the connection is closed", body = ErrorBody),
         (status = 409, description = "`sale_not_started` or `sale_ended`", body = ErrorBody),
         (status = 415, description = "`bad_request`: the body is not `application/json`", body = ErrorBody),
         (status = 422, description = "`invalid_request`: a user id out of its length, or unknown fields", body = ErrorBody),

@@ -6,6 +6,7 @@
 //! out instead of in one wave. (A queue without a bound does the opposite: everyone waits, the
 //! wait grows with the crowd, and the answers come too late to be of use.)
 
+pub mod connections;
 mod full_line;
 mod headroom;
 mod lag;
@@ -23,6 +24,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::api::Strategy;
 use crate::metrics::Metrics;
+pub use connections::Connections;
 pub use full_line::FullLine;
 pub use headroom::Headroom;
 pub use limit::{Admitted, Limit, WINDOW};
@@ -166,6 +168,21 @@ impl Gate {
                 strategy.name(),
                 self.limit_of(strategy)
             );
+        }
+        out.push_str(
+            "# HELP seckill_rate_limiter_keys Buyers or addresses a rate limiter remembers.\n\
+             # TYPE seckill_rate_limiter_keys gauge\n",
+        );
+        for (limiter, keys) in [
+            ("user", self.per_user.as_ref().map(|l| l.len())),
+            ("address", self.per_address.as_ref().map(|l| l.len())),
+        ] {
+            if let Some(keys) = keys {
+                let _ = writeln!(
+                    out,
+                    "seckill_rate_limiter_keys{{limiter=\"{limiter}\"}} {keys}"
+                );
+            }
         }
         out
     }

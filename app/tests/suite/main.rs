@@ -34,5 +34,6 @@ mod returns_under_lock;
 mod safe_strategies;
 mod sale_rules;
 mod sharded;
+mod slow_clients;
 mod sold_out_memory;
 mod unsafe_strategies;

@@ -235,6 +235,44 @@ async fn a_buyer_past_their_rate_is_refused_and_buys_nothing_with_it() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_over_long_user_id_is_refused_before_the_rate_limiter_remembers_it() {
+    let database_url = fresh_database_url().await;
+    let mut config = test_config(&database_url);
+    config.rate_per_user = Some(1);
+    let app = spawn_app(config).await;
+    app.reset(1, 100).await;
+    let keys = "seckill_rate_limiter_keys{limiter=\"user\"}";
+    let long = "u".repeat(app::api::MAX_USER_ID + 1);
+    for i in 0..3 {
+        let (status, answer) = app
+            .order(
+                1,
+                &json!({ "user_id": long, "quantity": 1, "request_id": format!("r-{i}") }),
+                None,
+            )
+            .await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{answer}");
+        assert_eq!(answer["error"], "invalid_request", "{answer}");
+    }
+    assert_eq!(
+        app.metric(keys).await,
+        Some(0),
+        "the refused ids are remembered"
+    );
+    let (status, answer) = app
+        .order(1, &click("buyer", Strategy::Conditional), None)
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{answer}");
+    assert_eq!(
+        app.metric(keys).await,
+        Some(1),
+        "a buyer within the rules is"
+    );
+    app.stop().await;
+    drop_database(&database_url).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_buyer_waits_no_longer_than_the_request_timeout_and_the_retry_gets_the_purchase() {
     let database_url = fresh_database_url().await;
     let mut config = test_config(&database_url);

@@ -6,6 +6,7 @@ use app::api::{Safety, Strategy, StrategyList};
 use common::{TestApp, fresh_database_url, spawn_app, test_config};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 async fn post_raw(app: &TestApp, path: &str, body: impl AsRef<[u8]>) -> (StatusCode, Value) {
     let r = app
@@ -124,6 +125,73 @@ async fn every_malformed_order_is_refused_with_a_4xx_and_a_message() {
     // Nothing above bought anything but the last order.
     let truth = common::ledger(&database_url, 1).await;
     assert_eq!((truth.stock, truth.orders), (9, 1), "{truth:?}");
+    app.stop().await;
+    common::drop_database(&database_url).await;
+}
+
+#[tokio::test]
+async fn a_body_longer_than_16_kib_is_refused_even_when_it_holds_a_valid_request() {
+    let database_url = fresh_database_url().await;
+    let app = spawn_app(test_config(&database_url)).await;
+    app.reset(1, 10).await;
+    // A valid order, padded with whitespace JSON allows: one byte past the bound, then one
+    // within it.
+    let order = order(json!(1), "u", "r-1", Some("conditional")).to_string();
+    let padded = |len: usize| format!("{order}{}", " ".repeat(len - order.len()));
+    let (status, body) = post_raw(&app, "/api/products/1/orders", padded(16 * 1024 + 1)).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_client_error(status, &body, "an order past 16 KiB");
+    let (status, body) = post_raw(&app, "/api/products/1/orders", padded(16 * 1024)).await;
+    assert_eq!(status, StatusCode::CREATED, "an order of 16 KiB: {body}");
+    // The same bound for every other body.
+    let reset = json!({ "stock": 10 }).to_string();
+    let r = app
+        .client
+        .put(format!("{}/api/products/2", app.url))
+        .header("content-type", "application/json")
+        .body(format!("{reset}{}", " ".repeat(16 * 1024)))
+        .send()
+        .await
+        .expect("reset");
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST, "a reset past 16 KiB");
+    app.stop().await;
+    common::drop_database(&database_url).await;
+}
+
+#[tokio::test]
+async fn an_order_sent_one_byte_a_chunk_is_read_whole() {
+    let database_url = fresh_database_url().await;
+    let app = spawn_app(test_config(&database_url)).await;
+    app.reset(1, 10).await;
+    let user = "a-buyer-whose-id-spans-many-chunks";
+    let body = order(json!(2), user, "r-1", Some("conditional")).to_string();
+    // Chunked, one byte a chunk: hyper hands the handler one frame per chunk.
+    let chunks: String = body
+        .bytes()
+        .map(|b| format!("1\r\n{}\r\n", b as char))
+        .collect();
+    let address = app.url.trim_start_matches("http://");
+    let request = format!(
+        "POST /api/products/1/orders HTTP/1.1\r\nhost: {address}\r\n\
+         content-type: application/json\r\ntransfer-encoding: chunked\r\n\
+         connection: close\r\n\r\n{chunks}0\r\n\r\n"
+    );
+    let mut stream = tokio::net::TcpStream::connect(address)
+        .await
+        .expect("connect");
+    stream.write_all(request.as_bytes()).await.expect("send");
+    let mut answer = String::new();
+    stream
+        .read_to_string(&mut answer)
+        .await
+        .expect("the answer");
+    assert!(answer.starts_with("HTTP/1.1 201"), "{answer}");
+    let (_, json) = answer.split_once("\r\n\r\n").expect("a body");
+    let created: Value = serde_json::from_str(json).expect("json");
+    assert_eq!(
+        (created["user_id"].as_str(), created["quantity"].as_u64()),
+        (Some(user), Some(2))
+    );
     app.stop().await;
     common::drop_database(&database_url).await;
 }

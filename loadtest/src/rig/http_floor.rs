@@ -2,8 +2,8 @@
 //! `http-floor-noop` and `http-floor-refusal`.
 //!
 //! It runs the service's own accept loop ([`app::serve::serve`]: hyper's HTTP/1 server, its
-//! header deadline, `TCP_NODELAY`) in a process of its own, as an app instance runs, and
-//! answers the floor's two requests ([`testkit::floor`]).
+//! header and body deadlines, `TCP_NODELAY`) in a process of its own, as an app instance runs,
+//! and answers the floor's two requests ([`testkit::floor`]).
 
 use std::net::SocketAddr;
 use std::process::Stdio;
@@ -27,15 +27,16 @@ pub async fn serve(listen: SocketAddr) -> Result<()> {
     println!("{LISTENING}{}", listener.local_addr()?);
     let limits = app::serve::Limits {
         header_read: Duration::from_secs(10),
+        body_read: Duration::from_secs(10),
         grace: Duration::from_secs(1),
     };
-    app::serve::serve(
-        listener,
-        testkit::floor::router(),
-        limits,
-        std::future::pending(),
-    )
-    .await?;
+    let doors = app::serve::Doors {
+        all: testkit::floor::router(),
+        operators: testkit::floor::router(),
+        // No bound: a baseline of HTTP alone.
+        connections: std::sync::Arc::new(app::overload::Connections::new(u32::MAX, 0)),
+    };
+    app::serve::serve(listener, doors, limits, std::future::pending()).await?;
     Ok(())
 }
 

@@ -39,6 +39,21 @@ pub(super) struct Order<'a> {
     pub purchase_token: Option<String>,
 }
 
+impl Order<'_> {
+    /// Refuses an order whose quantity or ids break the rules: before the rate limiters or
+    /// anything else keep a string of it, so that what a client may make the service hold is
+    /// bounded by the rules, not by the body.
+    pub fn check(&self, max_quantity: u32) -> Result<(), ApiError> {
+        if self.quantity < 1 || self.quantity > i64::from(max_quantity) {
+            return Err(ApiError::Invalid(format!(
+                "quantity must be between 1 and {max_quantity}"
+            )));
+        }
+        check_id("user_id", &self.user_id, MAX_USER_ID)?;
+        check_id("request_id", &self.request_id, MAX_REQUEST_ID)
+    }
+}
+
 /// A purchase this instance admitted, still borrowing its body: nothing of it is copied until
 /// memory has not refused it.
 #[derive(Debug)]
@@ -70,12 +85,12 @@ impl Admitted<'_> {
     }
 }
 
-/// The purchase `request` asks for, if this instance admits it: the strategy offered, the input
-/// well-formed, the product known, its sale open, its token shown if required, the quantity
-/// within the per-user limit; and the product as the memory it was admitted from holds it.
-/// (Its strategy is taken only once it is not refused from memory: a refusal touches no shared
-/// count.) The sale's window is judged at `arrived`, when the request came in, not when the
-/// product's memory was ready.
+/// The purchase `request` (a [checked](Order::check) order) asks for, if this instance admits
+/// it: the strategy offered, the product known, its sale open, its token shown if required, the
+/// quantity within the per-user limit; and the product as the memory it was admitted from holds
+/// it. (Its strategy is taken only once it is not refused from memory: a refusal touches no
+/// shared count.) The sale's window is judged at `arrived`, when the request came in, not when
+/// the product's memory was ready.
 pub(super) async fn admit<'a>(
     state: &AppState,
     headers: &HeaderMap,
@@ -91,14 +106,6 @@ pub(super) async fn admit<'a>(
             "this deployment does not offer strategy `{name}` (see GET /api/strategies)"
         )));
     }
-    if request.quantity < 1 || request.quantity > i64::from(settings.max_quantity) {
-        return Err(ApiError::Invalid(format!(
-            "quantity must be between 1 and {}",
-            settings.max_quantity
-        )));
-    }
-    check_id("user_id", &request.user_id, MAX_USER_ID)?;
-    check_id("request_id", &request.request_id, MAX_REQUEST_ID)?;
     let hold = match settings.allow_fault_injection {
         true => hold(headers)?,
         false => None,

@@ -22,7 +22,8 @@ use axum::extract::rejection::PathRejection;
 use axum::extract::{ConnectInfo, Path, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use futures::StreamExt;
+
+use super::MAX_BODY;
 
 use crate::api::{
     ErrorBody, ErrorCode, OrderRequest, OrderResponse, OrderState, OrderStatus, Strategy,
@@ -96,9 +97,6 @@ impl IntoResponse for Success {
 
 type Answer = Result<Success, ApiError>;
 
-/// The largest purchase body read (axum's default body limit): an order is a few dozen bytes.
-const MAX_BODY: usize = 2 << 20;
-
 /// Buys `quantity` units through a strategy; idempotent per `request_id`.
 #[utoipa::path(post, path = "/api/products/{id}/orders", tag = "orders",
     params(
@@ -116,6 +114,7 @@ const MAX_BODY: usize = 2 << 20;
         (status = 401, description = "`unauthorized`: the fault-injection header without the admin token (when one is set)", body = ErrorBody),
         (status = 403, description = "`strategy_not_offered`: this deployment does not offer the strategy, or the product is not sold by it", body = ErrorBody),
         (status = 404, description = "`not_found`: unknown product", body = ErrorBody),
+        (status = 408, description = "`request_timeout`: the body had not all come by its deadline (`--body-read-timeout-ms`); the connection is closed", body = ErrorBody),
         (status = 409, description = "`sold_out`, `limit_reached` (the buyer would hold more than the product's per-user limit), `sale_not_started`, `sale_ended`, `lock_lost` (a fenced write was refused), `idempotency_conflict` (this buyer used the request id for this product with another quantity or strategy), or `purchase_voided` (a reconciliation fenced this purchase out; nothing was bought)", body = ErrorBody),
         (status = 422, description = "`invalid_request` (the body breaks the schema: a missing field, an unknown one, a value out of range), or `unknown_strategy`", body = ErrorBody),
         (status = 429, description = "`rate_limited`: this buyer or address is past its rate; retry after Retry-After", body = ErrorBody,
@@ -135,6 +134,7 @@ pub async fn create(
     let (parts, body) = request.into_parts();
     let body = read_body(body).await?;
     let order = admit::parse(&body)?;
+    order.check(state.settings.max_quantity)?;
     let address = parts
         .extensions
         .get::<ConnectInfo<SocketAddr>>()
@@ -157,26 +157,14 @@ pub async fn create(
     Box::pin(place(state, strategy, Arc::new(purchase), epoch, started)).await
 }
 
-/// The body of a purchase, at most [`MAX_BODY`] bytes. A few dozen bytes come as one frame,
-/// kept as they came: no buffer to gather them in.
+/// The body of a purchase, at most [`MAX_BODY`] bytes. Its frames are kept as they come and
+/// copied once, into one buffer, when the last has come: a body a byte a frame costs what it
+/// weighs, not its square. A few dozen bytes come as one frame, kept as it came: no copy.
 async fn read_body(body: Body) -> Result<Bytes, ApiError> {
-    let unreadable = |e: &dyn std::fmt::Display| {
-        ApiError::BadRequest(format!("the body could not be read: {e}"))
-    };
-    let mut frames = body.into_data_stream();
-    let mut whole = Bytes::new();
-    while let Some(frame) = frames.next().await {
-        let frame = frame.map_err(|e| unreadable(&e))?;
-        if whole.len() + frame.len() > MAX_BODY {
-            return Err(unreadable(&format!("longer than {MAX_BODY} bytes")));
-        }
-        whole = if whole.is_empty() {
-            frame
-        } else {
-            [whole, frame].concat().into()
-        };
-    }
-    Ok(whole)
+    axum::body::to_bytes(body, MAX_BODY).await.map_err(|e| {
+        let what = format!("the body could not be read (at most {MAX_BODY} bytes): {e}");
+        ApiError::unreadable_body(&e, what)
+    })
 }
 
 /// Runs an admitted purchase through its strategy, if the service has room for it and the
@@ -231,7 +219,9 @@ async fn place(
         }
         answer
     });
-    match tokio::time::timeout(timeout, work).await {
+    // Counted from the headers: the time the body took to come is part of the buyer's wait.
+    let deadline = tokio::time::Instant::from_std(started + timeout);
+    match tokio::time::timeout_at(deadline, work).await {
         Ok(answer) => answer.unwrap_or_else(|e| {
             Err(ApiError::Internal(
                 format!("the purchase task failed: {e}").into(),
@@ -337,4 +327,41 @@ fn encode_segment(value: &str) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frames(frames: Vec<Bytes>) -> Body {
+        Body::from_stream(futures::stream::iter(
+            frames.into_iter().map(Ok::<_, std::convert::Infallible>),
+        ))
+    }
+
+    #[tokio::test]
+    async fn a_body_a_byte_a_frame_is_gathered_whole() {
+        let order = br#"{"user_id": "u", "quantity": 1, "request_id": "r"}"#.repeat(300);
+        let body = frames(order.iter().map(|&b| Bytes::from(vec![b])).collect());
+        assert_eq!(read_body(body).await.expect("read"), order);
+    }
+
+    #[tokio::test]
+    async fn a_body_of_one_frame_is_kept_as_it_came() {
+        let frame = Bytes::from(br#"{"user_id": "u", "quantity": 1, "request_id": "r"}"#.to_vec());
+        let read = read_body(frames(vec![frame.clone()])).await.expect("read");
+        assert_eq!(read.as_ptr(), frame.as_ptr(), "copied");
+    }
+
+    #[tokio::test]
+    async fn a_body_past_the_bound_is_refused() {
+        let body = frames(vec![
+            Bytes::from(vec![b' '; MAX_BODY]),
+            Bytes::from_static(b" "),
+        ]);
+        assert!(matches!(
+            read_body(body).await,
+            Err(ApiError::BadRequest(_))
+        ));
+    }
 }

@@ -70,7 +70,9 @@ pub async fn status(
     // Only stock kept in Redis has orders waiting in the stream: a purchase of any other is
     // answered from the database alone, whether Redis answers or not.
     let recalled = state.shelf.product(product_id, None).await?;
-    let redis_held = recalled.known.is_some_and(|known| known.home == Home::Redis);
+    let redis_held = recalled
+        .known
+        .is_some_and(|known| known.home == Home::Redis);
     let waiting = match (&state.redis, redis_held) {
         (Some(redis), true) => redis.is_waiting(key).await?,
         _ => false,
