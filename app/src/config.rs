@@ -127,6 +127,12 @@ pub struct Config {
     #[arg(long, env = "SECKILL_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
 
+    /// When set, the buyer routes (purchase, status, pay, cancel, purchase token) require
+    /// `Authorization: Bearer <buyer token>` signed with this key, and take the buyer from it:
+    /// a request's `user_id` must be the token's (see `app::buyer`).
+    #[arg(long, env = "SECKILL_BUYER_KEY", hide_env_values = true)]
+    pub buyer_key: Option<String>,
+
     /// The strategies clients may name, comma-separated (default: every strategy of the
     /// catalogue). Any client picks the strategy of its purchase, so a deployment that sells
     /// through `conditional` should not offer `naive` or `unchecked`, which undo other sales.
@@ -330,6 +336,7 @@ impl Config {
         config.etcd.clear();
         config.memcached = None;
         config.admin_token = None;
+        config.buyer_key = None;
         config.purchase_token_secret = None;
         config
     }

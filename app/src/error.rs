@@ -68,6 +68,10 @@ pub enum ApiError {
     Overloaded,
     #[error("missing or wrong admin token")]
     Unauthorized,
+    #[error("missing, malformed, expired or forged buyer token")]
+    Unauthenticated,
+    #[error("the buyer token names another buyer than this request's user_id")]
+    NotYourOrder,
     #[error("{0}")]
     NotFound(String),
     #[error("not enough stock left")]
@@ -110,6 +114,8 @@ impl ApiError {
             ApiError::RateLimited => ErrorCode::RateLimited,
             ApiError::Overloaded => ErrorCode::Overloaded,
             ApiError::Unauthorized => ErrorCode::Unauthorized,
+            ApiError::Unauthenticated => ErrorCode::Unauthenticated,
+            ApiError::NotYourOrder => ErrorCode::NotYourOrder,
             ApiError::NotFound(_) => ErrorCode::NotFound,
             ApiError::SoldOut => ErrorCode::SoldOut,
             ApiError::LockLost(_) => ErrorCode::LockLost,
@@ -154,7 +160,7 @@ impl IntoResponse for ApiError {
                 let secs = rand::random_range(1..=RETRY_AFTER_MAX_SECS);
                 headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
             }
-            ErrorCode::Unauthorized => {
+            ErrorCode::Unauthorized | ErrorCode::Unauthenticated => {
                 headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
             }
             _ => {}
@@ -167,7 +173,7 @@ impl IntoResponse for ApiError {
 /// by the thousand (sold out, limit reached, sale not open, overloaded, rate limited) then cost
 /// a reference count, not a formatting and a serialization each.
 fn fixed_body(e: &ApiError) -> Option<&'static Bytes> {
-    const FIXED: [ApiError; 7] = [
+    const FIXED: [ApiError; 9] = [
         ApiError::SoldOut,
         ApiError::LimitReached,
         ApiError::SaleNotStarted,
@@ -175,6 +181,8 @@ fn fixed_body(e: &ApiError) -> Option<&'static Bytes> {
         ApiError::Overloaded,
         ApiError::RateLimited,
         ApiError::PurchaseVoided,
+        ApiError::Unauthenticated,
+        ApiError::NotYourOrder,
     ];
     static BODIES: LazyLock<Vec<Bytes>> = LazyLock::new(|| {
         FIXED
