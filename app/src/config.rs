@@ -127,6 +127,12 @@ pub struct Config {
     #[arg(long, env = "SECKILL_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
 
+    /// When set, the buyer routes (purchase, status, pay, cancel, purchase token) require
+    /// `Authorization: Bearer <buyer token>` signed with this key, and take the buyer from it:
+    /// a request's `user_id` must be the token's (see `app::buyer`).
+    #[arg(long, env = "SECKILL_BUYER_KEY", hide_env_values = true)]
+    pub buyer_key: Option<String>,
+
     /// The strategies products may be sold by, comma-separated (default: every strategy of the
     /// catalogue that is not unsafe; see `--offer-unsafe`). Each product names its own among
     /// them when it is reset.
@@ -355,6 +361,7 @@ impl Config {
         config.etcd.clear();
         config.memcached = None;
         config.admin_token = None;
+        config.buyer_key = None;
         config.purchase_token_secret = None;
         config
     }

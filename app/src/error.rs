@@ -69,6 +69,10 @@ pub enum ApiError {
     Overloaded,
     #[error("missing or wrong admin token")]
     Unauthorized,
+    #[error("missing, malformed, expired or forged buyer token")]
+    Unauthenticated,
+    #[error("the buyer token names another buyer than this request's user_id")]
+    NotYourOrder,
     #[error("{0}")]
     NotFound(String),
     #[error("not enough stock left")]
@@ -119,6 +123,8 @@ impl ApiError {
             ApiError::RateLimited => ErrorCode::RateLimited,
             ApiError::Overloaded => ErrorCode::Overloaded,
             ApiError::Unauthorized => ErrorCode::Unauthorized,
+            ApiError::Unauthenticated => ErrorCode::Unauthenticated,
+            ApiError::NotYourOrder => ErrorCode::NotYourOrder,
             ApiError::NotFound(_) => ErrorCode::NotFound,
             ApiError::SoldOut => ErrorCode::SoldOut,
             ApiError::LockLost(_) => ErrorCode::LockLost,
@@ -174,7 +180,7 @@ impl IntoResponse for ApiError {
                 let secs = rand::random_range(1..=RETRY_AFTER_MAX_SECS);
                 headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
             }
-            ErrorCode::Unauthorized => {
+            ErrorCode::Unauthorized | ErrorCode::Unauthenticated => {
                 headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
             }
             _ => {}
@@ -187,7 +193,7 @@ impl IntoResponse for ApiError {
 /// by the thousand (sold out, limit reached, sale not open, overloaded, rate limited) then cost
 /// a reference count, not a formatting and a serialization each.
 fn fixed_body(e: &ApiError) -> Option<&'static Bytes> {
-    const FIXED: [ApiError; 8] = [
+    const FIXED: [ApiError; 10] = [
         ApiError::SoldOut,
         ApiError::StockLost,
         ApiError::LimitReached,
@@ -196,6 +202,8 @@ fn fixed_body(e: &ApiError) -> Option<&'static Bytes> {
         ApiError::Overloaded,
         ApiError::RateLimited,
         ApiError::PurchaseVoided,
+        ApiError::Unauthenticated,
+        ApiError::NotYourOrder,
     ];
     static BODIES: LazyLock<Vec<Bytes>> = LazyLock::new(|| {
         FIXED

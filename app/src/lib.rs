@@ -18,7 +18,8 @@
 //! from memory); [`pages`] (a product's public page, read once per lifetime);
 //! [`lifecycle`] (an order's life after its purchase: pay, cancel, expire,
 //! units given back); [`strategy`] (the `StockStrategy` trait, one file per strategy,
-//! the registry that builds them); [`backends`] (the lock services); [`purchase_token`];
+//! the registry that builds them); [`backends`] (the lock services); [`purchase_token`] and
+//! [`buyer`] (who a buyer is, when the deployment sets a key);
 //! [`state`]; [`error`] (the
 //! one mapping from failures to status codes); [`http`] (routes, handlers, the OpenAPI
 //! document).
@@ -28,6 +29,7 @@
 pub mod accounting;
 pub mod api;
 pub mod backends;
+pub mod buyer;
 pub mod catalogue;
 pub mod config;
 pub mod db;
@@ -228,6 +230,7 @@ pub async fn build_with(
             },
             payment_window_ms: config.payment_window_ms,
             sweep: pace,
+            buyer_key: (config.buyer_key.as_deref()).map(|k| buyer::BuyerKey::new(k.as_bytes())),
         }),
         redis,
         shelf,

@@ -26,6 +26,8 @@ pub struct Settings {
     pub payment_window_ms: i64,
     /// How the expiry sweep runs (also `POST /api/products/{id}/expire`).
     pub sweep: crate::lifecycle::sweep::Pace,
+    /// What buyer tokens are verified with; `None`: a buyer is whoever a request names.
+    pub buyer_key: Option<crate::buyer::BuyerKey>,
 }
 
 impl Settings {

@@ -60,6 +60,8 @@ pub async fn run_watched(
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
 
     let admin_token = uuid::Uuid::new_v4().simple().to_string();
+    // The benchmark's buyers authenticate as a real sale's would, with tokens it signs itself.
+    let buyer_key = uuid::Uuid::new_v4().simple().to_string();
     let db_url = format!(
         "{}/{}",
         target.endpoints.database_url.trim_end_matches('/'),
@@ -68,9 +70,11 @@ pub async fn run_watched(
     let launch = Launch::new(&target.app_binary, &dir.join("logs"))
         .endpoints(&target.endpoints)
         .arg("--database-url", &db_url)
-        .arg("--admin-token", &admin_token);
+        .arg("--admin-token", &admin_token)
+        .arg("--buyer-key", &buyer_key);
     let mut apps = Apps::start(launch, settings.instances).await?;
-    let api = Api::new(apps.bases(), Some(admin_token))?;
+    let api = Api::new(apps.bases(), Some(admin_token))?
+        .with_buyer_key(app::buyer::BuyerKey::new(buyer_key.as_bytes()));
     let strategies = if settings.only_baselines {
         Vec::new()
     } else {

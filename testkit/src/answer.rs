@@ -253,6 +253,8 @@ pub fn is_purchase_refusal(code: ErrorCode) -> bool {
         | ErrorCode::OrderPending
         | ErrorCode::StrategyNotOffered
         | ErrorCode::Unauthorized
+        | ErrorCode::Unauthenticated
+        | ErrorCode::NotYourOrder
         | ErrorCode::NotFound
         | ErrorCode::RequestTimeout
         | ErrorCode::Internal => false,

@@ -3,16 +3,17 @@
 //! ([`crate::connections`]), the admin calls through reqwest.
 
 use std::sync::{Arc, LazyLock};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, Result, bail};
-use hyper::header::{CONTENT_TYPE, HeaderValue};
+use hyper::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue};
 use hyper::{Method, Request, StatusCode, Uri};
 
 use app::api::{
     ErrorBody, ErrorCode, ExpiryRound, Home, OrderRequest, OrderResponse, ProductView,
     Reconciliation, ResetProduct, Strategies, Strategy, StrategyInfo, StrategyList,
 };
+use app::buyer::BuyerKey;
 
 use crate::answer::Answer;
 use crate::connections::{self, Body, Connections};
@@ -25,6 +26,9 @@ const HOLD_HEADER: &str = "x-seckill-hold-ms";
 /// Request header that makes a transition of an order read its state and write it apart (the
 /// app must run with `--allow-fault-injection`).
 const UNCHECKED_HEADER: &str = "x-seckill-unchecked-transition";
+/// How long the buyer tokens [`Api`] mints are good for: longer than any run, so that a
+/// prepared order stays good while a run sends it.
+const BUYER_TOKEN_LIFETIME: Duration = Duration::from_secs(24 * 3600);
 
 /// Faults a transition of an order is asked to play (the app must run with
 /// `--allow-fault-injection`): the default plays none.
@@ -55,7 +59,8 @@ static NOOP: LazyLock<wire::Prepared> = LazyLock::new(|| {
 /// A client for a set of app instances: the load's requests (orders, `GET /api/noop`) on
 /// keep-alive connections of their own ([`crate::connections`]), spread by the caller's
 /// sequence number; admin calls through reqwest to the last instance (which no scenario kills
-/// or freezes).
+/// or freezes). Given the instances' buyer key ([`Api::with_buyer_key`]), it signs each
+/// buyer's token itself, as a sign-in service would, and sends it with the buyer's requests.
 #[derive(Clone)]
 pub struct Api {
     http: reqwest::Client,
@@ -65,6 +70,7 @@ pub struct Api {
     admin_token: Option<Arc<str>>,
     /// The strategies the instances offer, once asked.
     offered: Arc<tokio::sync::OnceCell<Vec<Strategy>>>,
+    buyer_key: Option<Arc<BuyerKey>>,
 }
 
 /// The longest a load request waits for its answer before it counts as unanswered.
@@ -93,7 +99,27 @@ impl Api {
             bases: bases.into(),
             admin_token: admin_token.map(Into::into),
             offered: Arc::default(),
+            buyer_key: None,
         })
+    }
+
+    /// This client, authenticating its buyers with tokens signed by `key` (the instances'
+    /// `--buyer-key`).
+    pub fn with_buyer_key(mut self, key: BuyerKey) -> Api {
+        self.buyer_key = Some(Arc::new(key));
+        self
+    }
+
+    /// The key this client signs its buyers' tokens with, if any.
+    pub fn buyer_key(&self) -> Option<&BuyerKey> {
+        self.buyer_key.as_deref()
+    }
+
+    /// `Bearer <token>` of `user`, when this client has a buyer key.
+    fn buyer_token(&self, user: &str) -> Option<String> {
+        let key = self.buyer_key.as_ref()?;
+        let token = key.sign(user, SystemTime::now() + BUYER_TOKEN_LIFETIME);
+        Some(format!("Bearer {token}"))
     }
 
     /// The instance request `n` goes to (round robin).
@@ -199,11 +225,11 @@ impl Api {
     }
 
     /// An order of `body` for `product`, built once to be sent many times
-    /// ([`Api::send_prepared`]).
-    pub fn prepare_order(product: u64, body: &OrderRequest) -> Result<PreparedOrder> {
-        Ok(PreparedOrder(wire::Prepared::of(&order_post(
-            product, body,
-        )?)))
+    /// ([`Api::send_prepared`]): its buyer's token, if any, is part of its bytes.
+    pub fn prepare_order(&self, product: u64, body: &OrderRequest) -> Result<PreparedOrder> {
+        Ok(PreparedOrder(wire::Prepared::of(
+            &self.order_post(product, body)?,
+        )))
     }
 
     /// Sends one order to instance `n % K`.
@@ -219,7 +245,7 @@ impl Api {
         body: &OrderRequest,
         hold: Duration,
     ) -> Answer {
-        let Ok(mut request) = order_post(product, body) else {
+        let Ok(mut request) = self.order_post(product, body) else {
             return Answer::Transport;
         };
         if !hold.is_zero() {
@@ -291,10 +317,14 @@ impl Api {
                 action,
             ]);
         url.query_pairs_mut().append_pair("user_id", user);
-        let r = self
-            .faulty(self.http.post(url.clone()), fault)
-            .send()
-            .await?;
+        let mut request = self.faulty(self.http.post(url.clone()), fault);
+        // The admin token, which `faulty` sends when there is one, stands for any buyer.
+        if self.admin_token.is_none()
+            && let Some(token) = self.buyer_token(user)
+        {
+            request = request.header(reqwest::header::AUTHORIZATION, token);
+        }
+        let r = request.send().await?;
         let status = r.status();
         let body = r.bytes().await?;
         if status.is_success() {
@@ -370,13 +400,20 @@ impl Api {
     }
 }
 
-/// `POST /api/products/{product}/orders` with `body` as JSON.
-fn order_post(product: u64, body: &OrderRequest) -> Result<Request<Body>> {
-    let mut request = Request::new(Body::from(serde_json::to_vec(body)?));
-    *request.method_mut() = Method::POST;
-    *request.uri_mut() = Uri::try_from(format!("/api/products/{product}/orders"))?;
-    (request.headers_mut()).insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    Ok(request)
+impl Api {
+    /// `POST /api/products/{product}/orders` with `body` as JSON, and its buyer's token when
+    /// this client has a buyer key.
+    fn order_post(&self, product: u64, body: &OrderRequest) -> Result<Request<Body>> {
+        let mut request = Request::new(Body::from(serde_json::to_vec(body)?));
+        *request.method_mut() = Method::POST;
+        *request.uri_mut() = Uri::try_from(format!("/api/products/{product}/orders"))?;
+        let headers = request.headers_mut();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        if let Some(token) = self.buyer_token(&body.user_id) {
+            headers.insert(AUTHORIZATION, HeaderValue::try_from(token)?);
+        }
+        Ok(request)
+    }
 }
 
 /// Waits for the answer `sent` reads (at most [`REQUEST_TIMEOUT`]) and classifies its status

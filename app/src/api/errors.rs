@@ -52,6 +52,11 @@ pub enum ErrorCode {
     Overloaded,
     /// 401: missing or wrong admin token.
     Unauthorized,
+    /// 401: the buyer route needs a buyer token (`--buyer-key` is set) and the request carries
+    /// none, or one that is malformed, expired or not signed with the deployment's key.
+    Unauthenticated,
+    /// 403: the buyer token names another buyer than the request's `user_id`.
+    NotYourOrder,
     /// 404: no such product.
     NotFound,
     /// 409: not enough stock left.
@@ -89,6 +94,8 @@ impl ErrorCode {
         ErrorCode::RateLimited,
         ErrorCode::Overloaded,
         ErrorCode::Unauthorized,
+        ErrorCode::Unauthenticated,
+        ErrorCode::NotYourOrder,
         ErrorCode::NotFound,
         ErrorCode::SoldOut,
         ErrorCode::LockLost,
@@ -105,10 +112,10 @@ impl ErrorCode {
             ErrorCode::InvalidRequest | ErrorCode::UnknownStrategy => {
                 StatusCode::UNPROCESSABLE_ENTITY
             }
-            ErrorCode::Unauthorized => StatusCode::UNAUTHORIZED,
-            ErrorCode::StrategyNotOffered | ErrorCode::PurchaseTokenRequired => {
-                StatusCode::FORBIDDEN
-            }
+            ErrorCode::Unauthorized | ErrorCode::Unauthenticated => StatusCode::UNAUTHORIZED,
+            ErrorCode::StrategyNotOffered
+            | ErrorCode::PurchaseTokenRequired
+            | ErrorCode::NotYourOrder => StatusCode::FORBIDDEN,
             ErrorCode::RateLimited => StatusCode::TOO_MANY_REQUESTS,
             ErrorCode::NotFound => StatusCode::NOT_FOUND,
             ErrorCode::SoldOut
@@ -150,6 +157,8 @@ impl ErrorCode {
             ErrorCode::RateLimited => "rate_limited",
             ErrorCode::Overloaded => "overloaded",
             ErrorCode::Unauthorized => "unauthorized",
+            ErrorCode::Unauthenticated => "unauthenticated",
+            ErrorCode::NotYourOrder => "not_your_order",
             ErrorCode::NotFound => "not_found",
             ErrorCode::SoldOut => "sold_out",
             ErrorCode::LockLost => "lock_lost",

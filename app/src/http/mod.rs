@@ -2,6 +2,7 @@
 
 pub(crate) mod admin;
 pub(crate) mod expiry;
+pub(crate) mod identity;
 pub(crate) mod meta;
 pub mod openapi;
 pub(crate) mod orders;

@@ -6,7 +6,7 @@ use axum::Json;
 use axum::extract::State;
 use axum::response::IntoResponse;
 use utoipa::openapi::path::{Operation, PathItem};
-use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
+use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityRequirement, SecurityScheme};
 use utoipa::openapi::{OpenApi as Document, RefOr, Schema};
 use utoipa::{Modify, OpenApi};
 
@@ -56,9 +56,19 @@ impl Modify for AdminToken {
     }
 }
 
+/// The routes of a buyer (method, path): with a buyer key, each requires a buyer token.
+const BUYER_ROUTES: [(&str, &str); 5] = [
+    ("post", "/api/products/{id}/orders"),
+    ("get", "/api/products/{id}/orders/{request_id}"),
+    ("post", "/api/products/{id}/orders/{request_id}/pay"),
+    ("post", "/api/products/{id}/orders/{request_id}/cancel"),
+    ("post", "/api/products/{id}/tokens"),
+];
+
 /// The document of a server running with `settings`: the largest `quantity` is its
 /// `--max-quantity`, the strategies are those it offers, the admin token is required only when
-/// one is configured, and the fault-injection header exists only when it is honoured.
+/// one is configured, the buyer token only when there is a buyer key, and the fault-injection
+/// header exists only when it is honoured.
 pub fn document(settings: &Settings) -> Document {
     let mut doc = ApiDoc::openapi();
     let quantity = doc
@@ -90,6 +100,9 @@ pub fn document(settings: &Settings) -> Document {
     {
         components.security_schemes.clear();
     }
+    if settings.buyer_key.is_some() {
+        require_buyer_tokens(&mut doc);
+    }
     let strategy = doc
         .components
         .as_mut()
@@ -104,6 +117,31 @@ pub fn document(settings: &Settings) -> Document {
         );
     }
     doc
+}
+
+/// Declares the buyer token and requires it on every buyer route.
+fn require_buyer_tokens(doc: &mut Document) {
+    doc.components
+        .get_or_insert_with(Default::default)
+        .add_security_scheme(
+            "buyer_token",
+            SecurityScheme::Http(Http::new(HttpAuthScheme::Bearer)),
+        );
+    for (method, path) in BUYER_ROUTES {
+        let Some(item) = doc.paths.paths.get_mut(path) else {
+            continue;
+        };
+        let operation = match method {
+            "get" => &mut item.get,
+            _ => &mut item.post,
+        };
+        if let Some(operation) = operation {
+            operation.security = Some(vec![SecurityRequirement::new::<_, [&str; 0], &str>(
+                "buyer_token",
+                [],
+            )]);
+        }
+    }
 }
 
 fn operations(item: &mut PathItem) -> impl Iterator<Item = &mut Operation> {
@@ -147,6 +185,7 @@ mod tests {
                 batch: 10,
                 return_grace: std::time::Duration::from_secs(10),
             },
+            buyer_key: None,
         }
     }
 
@@ -199,5 +238,24 @@ mod tests {
         assert!(off["paths"][put]["put"]["security"].is_null());
         assert!(off["components"]["securitySchemes"].is_null());
         assert!(!hold(&off));
+    }
+
+    #[test]
+    fn the_buyer_routes_require_a_buyer_token_only_when_the_server_has_a_buyer_key() {
+        let buyer = |doc: &serde_json::Value| {
+            BUYER_ROUTES
+                .iter()
+                .map(|(method, path)| {
+                    doc["paths"][path][method]["security"][0]["buyer_token"].is_array()
+                })
+                .collect::<Vec<_>>()
+        };
+        let keyed = json(&Settings {
+            buyer_key: Some(crate::buyer::BuyerKey::new(b"key")),
+            ..settings()
+        });
+        assert_eq!(buyer(&keyed), [true; 5]);
+        assert!(keyed["components"]["securitySchemes"]["buyer_token"].is_object());
+        assert_eq!(buyer(&json(&settings())), [false; 5]);
     }
 }

@@ -4,6 +4,7 @@
 use axum::Json;
 use axum::extract::rejection::{JsonRejection, PathRejection};
 use axum::extract::{Path, State};
+use axum::http::HeaderMap;
 
 use crate::api::{ErrorBody, MAX_USER_ID, PurchaseToken, TokenRequest};
 use crate::error::ApiError;
@@ -16,6 +17,8 @@ use crate::state::AppState;
     responses(
         (status = 200, description = "The buyer's token for this sale", body = PurchaseToken),
         (status = 400, description = "`bad_request`: malformed JSON or id", body = ErrorBody),
+        (status = 401, description = "`unauthenticated`: no valid buyer token (when the server has a buyer key)", body = ErrorBody),
+        (status = 403, description = "`not_your_order`: the buyer token names another buyer than `user_id`", body = ErrorBody),
         (status = 404, description = "`not_found`: unknown product", body = ErrorBody),
         (status = 408, description = "`request_timeout`: the body had not all come by its deadline (`--body-read-timeout-ms`); the connection is closed", body = ErrorBody),
         (status = 409, description = "`sale_not_started` or `sale_ended`", body = ErrorBody),
@@ -25,12 +28,14 @@ use crate::state::AppState;
             headers(("Retry-After" = u32, description = "Seconds to wait")))))]
 pub async fn issue(
     State(state): State<AppState>,
+    headers: HeaderMap,
     path: Result<Path<u64>, PathRejection>,
     body: Result<Json<TokenRequest>, JsonRejection>,
 ) -> Result<Json<PurchaseToken>, ApiError> {
     let asked = std::time::Instant::now();
     let id = super::product_id(path)?;
     let Json(TokenRequest { user_id }) = body?;
+    super::identity::authenticate(&state.settings, &headers, &user_id)?;
     super::orders::check_id("user_id", &user_id, MAX_USER_ID)?;
     let known = (state.shelf.product(id, None).await?.known)
         .ok_or_else(|| ApiError::NotFound(format!("no product {id}")))?;

@@ -7,6 +7,7 @@ mod common;
 mod backend_down;
 mod batched;
 mod binary;
+mod buyer_identity;
 mod db_lock_lease;
 mod doors;
 mod ended_replays;

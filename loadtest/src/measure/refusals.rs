@@ -113,7 +113,7 @@ async fn refusal_rate(api: &Api, plan: &FloodPlan<'_>, window: Window) -> Result
         // One late buyer per connection, each request built once: the loop repeats it as `wrk`
         // repeats its script's, so the generator spends on a refusal no more than it must.
         let orders: Arc<[PreparedOrder]> = (0..connections)
-            .map(|c| Api::prepare_order(plan.product, &late_buyer(&prefix, plan.strategy.name, c)))
+            .map(|c| api.prepare_order(plan.product, &late_buyer(&prefix, plan.strategy.name, c)))
             .collect::<Result<_>>()?;
         let refused = move || async move {
             let op = move |worker: usize, i: u64| {

@@ -13,6 +13,7 @@ use sqlx::{Connection, MySqlConnection};
 
 use app::accounting::{Accounting, Ledger};
 use app::api::{Home, ProductView, Strategy};
+use app::buyer::BuyerKey;
 
 use testkit::{Answer, Api, order_request};
 use testkit::{Apps, Launch};
@@ -56,7 +57,8 @@ pub fn lock_flags(lease_ms: u64, wait_ms: u64) -> Vec<String> {
 
 impl Fleet {
     /// Starts a private MariaDB and Redis, then `count` instances with `flags` (plus
-    /// `--allow-fault-injection`).
+    /// `--allow-fault-injection` and a `--buyer-key` of the fleet's own, which its client signs
+    /// its buyers' tokens with).
     pub async fn start(binary: &Path, count: usize, flags: &[String]) -> Result<Fleet> {
         Fleet::start_with(binary, count, flags, false).await
     }
@@ -102,8 +104,10 @@ impl Fleet {
         };
         let logs = LogDir::create()?;
         let database_url = format!("{}/scenario", mariadb.url().trim_end_matches('/'));
+        let buyer_key = uuid::Uuid::new_v4().simple().to_string();
         let mut launch = Launch::new(binary, &logs.0)
             .arg("--database-url", database_url.clone())
+            .arg("--buyer-key", buyer_key.clone())
             .args(["--allow-fault-injection"]);
         if let Some(url) = redis.url() {
             launch = launch.arg("--redis-url", url);
@@ -113,7 +117,7 @@ impl Fleet {
         }
         let apps = Apps::start(launch.args(flags), count).await?;
         Ok(Fleet {
-            api: Api::new(apps.bases(), None)?,
+            api: Api::new(apps.bases(), None)?.with_buyer_key(BuyerKey::new(buyer_key.as_bytes())),
             apps,
             _logs: logs,
             database_url,
@@ -126,7 +130,11 @@ impl Fleet {
     /// Starts instance `n` again (after a kill), with the same settings.
     pub async fn restart(&mut self, n: usize) -> Result<()> {
         self.apps.restart(n).await?;
-        self.api = Api::new(self.apps.bases(), None)?;
+        let api = Api::new(self.apps.bases(), None)?;
+        self.api = match self.api.buyer_key() {
+            Some(key) => api.with_buyer_key(key.clone()),
+            None => api,
+        };
         Ok(())
     }
 

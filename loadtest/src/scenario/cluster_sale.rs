@@ -228,7 +228,11 @@ impl Scenario for ClusterSale {
                         .apps
                         .start_variant("app-wait", &flags, INSTANCES)
                         .await?;
-                    let api = Api::new(apps.bases(), None)?;
+                    // Started as the fleet's are: their buyers need the fleet's tokens.
+                    let mut api = Api::new(apps.bases(), None)?;
+                    if let Some(key) = fleet.api.buyer_key() {
+                        api = api.with_buyer_key(key.clone());
+                    }
                     Some((apps, api))
                 }
             };

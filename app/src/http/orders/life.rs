@@ -28,7 +28,8 @@ pub const UNCHECKED_HEADER: &str = "x-seckill-unchecked-transition";
     responses(
         (status = 200, description = "The order, now `paid`", body = OrderResponse),
         (status = 400, description = "`bad_request`: a malformed id, path, query or header", body = ErrorBody),
-        (status = 401, description = "`unauthorized`: the unchecked-transition header without the admin token (when one is set)", body = ErrorBody),
+        (status = 401, description = "`unauthenticated`: no valid buyer token (when the server has a buyer key), or `unauthorized`: the unchecked-transition header without the admin token (when one is set)", body = ErrorBody),
+        (status = 403, description = "`not_your_order`: the buyer token names another buyer than `user_id`", body = ErrorBody),
         (status = 404, description = "`not_found`: this buyer has no order under this request id for this product", body = ErrorBody),
         (status = 409, description = "`order_expired` (the deadline passed: nothing is paid, the units go back on sale), `order_cancelled`, `order_paid` (paid already), `order_pending` (accepted, not placed yet) or `purchase_voided`", body = ErrorBody),
         (status = 503, description = "`busy` or `backend_unavailable`", body = ErrorBody,
@@ -40,6 +41,7 @@ pub async fn pay(
     buyer: Result<Query<Buyer>, QueryRejection>,
 ) -> Result<Json<OrderResponse>, ApiError> {
     let (product_id, request_id, user_id) = purchase(path, buyer)?;
+    super::super::identity::authenticate(&state.settings, &headers, &user_id)?;
     let check = check(&state, &headers)?;
     let key = PurchaseKey {
         product_id,
@@ -59,7 +61,8 @@ pub async fn pay(
     responses(
         (status = 200, description = "The order, now `cancelled`", body = OrderResponse),
         (status = 400, description = "`bad_request`: a malformed id, path, query or header", body = ErrorBody),
-        (status = 401, description = "`unauthorized`: a fault-injection header without the admin token (when one is set)", body = ErrorBody),
+        (status = 401, description = "`unauthenticated`: no valid buyer token (when the server has a buyer key), or `unauthorized`: a fault-injection header without the admin token (when one is set)", body = ErrorBody),
+        (status = 403, description = "`not_your_order`: the buyer token names another buyer than `user_id`", body = ErrorBody),
         (status = 404, description = "`not_found`: this buyer has no order under this request id for this product", body = ErrorBody),
         (status = 409, description = "`order_cancelled` (cancelled already: nothing changes), `order_expired`, `order_paid`, `order_pending` or `purchase_voided`", body = ErrorBody),
         (status = 503, description = "`busy` or `backend_unavailable`", body = ErrorBody,
@@ -71,6 +74,7 @@ pub async fn cancel(
     buyer: Result<Query<Buyer>, QueryRejection>,
 ) -> Result<Json<OrderResponse>, ApiError> {
     let (product_id, request_id, user_id) = purchase(path, buyer)?;
+    super::super::identity::authenticate(&state.settings, &headers, &user_id)?;
     let check = check(&state, &headers)?;
     let hold = hold(&state, &headers)?;
     let key = PurchaseKey {

@@ -111,8 +111,8 @@ type Answer = Result<Success, ApiError>;
         (status = 202, description = "Accepted, not yet placed (`redis-lua-stream`): the units are taken and the order is queued; `GET` the `Location` for its state", body = OrderStatus,
             headers(("Location" = String, description = "`/api/products/{id}/orders/{request_id}?user_id={user_id}`"))),
         (status = 400, description = "`bad_request`: malformed JSON, id or header", body = ErrorBody),
-        (status = 401, description = "`unauthorized`: the fault-injection header without the admin token (when one is set)", body = ErrorBody),
-        (status = 403, description = "`strategy_not_offered`: this deployment does not offer the strategy, or the product is not sold by it", body = ErrorBody),
+        (status = 401, description = "`unauthenticated`: no valid buyer token (when the server has a buyer key), or `unauthorized`: the fault-injection header without the admin token (when one is set)", body = ErrorBody),
+        (status = 403, description = "`strategy_not_offered`: this deployment does not offer the strategy, or the product is not sold by it; or `not_your_order`: the buyer token names another buyer than `user_id`", body = ErrorBody),
         (status = 404, description = "`not_found`: unknown product", body = ErrorBody),
         (status = 408, description = "`request_timeout`: the body had not all come by its deadline (`--body-read-timeout-ms`); the connection is closed", body = ErrorBody),
         (status = 409, description = "`sold_out`, `limit_reached` (the buyer would hold more than the product's per-user limit), `sale_not_started`, `sale_ended`, `lock_lost` (a fenced write was refused), `idempotency_conflict` (this buyer used the request id for this product with another quantity or strategy), or `purchase_voided` (a reconciliation fenced this purchase out; nothing was bought)", body = ErrorBody),
@@ -135,6 +135,7 @@ pub async fn create(
     let body = read_body(body).await?;
     let order = admit::parse(&body)?;
     order.check(state.settings.max_quantity)?;
+    super::identity::authenticate(&state.settings, &parts.headers, &order.user_id)?;
     let address = parts
         .extensions
         .get::<ConnectInfo<SocketAddr>>()

@@ -3,6 +3,7 @@
 use axum::Json;
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
+use axum::http::HeaderMap;
 use sqlx::MySqlPool;
 
 use crate::api::{ErrorBody, Home, OrderState, OrderStatus};
@@ -29,17 +30,21 @@ pub struct Buyer {
     responses(
         (status = 200, description = "`pending` (accepted, not yet in the database), `placed` (with the order) or `voided`", body = OrderStatus),
         (status = 400, description = "`bad_request`: a malformed id, path or query", body = ErrorBody),
+        (status = 401, description = "`unauthenticated`: no valid buyer token (when the server has a buyer key)", body = ErrorBody),
+        (status = 403, description = "`not_your_order`: the buyer token names another buyer than `user_id`", body = ErrorBody),
         (status = 404, description = "`not_found`: this buyer has no order and nothing waiting under this request id for this product", body = ErrorBody),
         (status = 503, description = "`backend_unavailable`; also when neither is found and Redis lost the product's stock and the orders it was placing (until a reconcile)", body = ErrorBody,
             headers(("Retry-After" = u32, description = "Seconds to wait")))))]
 pub async fn status(
     State(state): State<AppState>,
+    headers: HeaderMap,
     path: Result<Path<(u64, String)>, PathRejection>,
     buyer: Result<Query<Buyer>, QueryRejection>,
 ) -> Result<Json<OrderStatus>, ApiError> {
     let Path((product_id, request_id)) = path?;
     super::super::check_product_id(product_id)?;
     let Query(Buyer { user_id }) = buyer.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    super::super::identity::authenticate(&state.settings, &headers, &user_id)?;
     let key = PurchaseKey {
         product_id,
         user_id: &user_id,

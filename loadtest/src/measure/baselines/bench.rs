@@ -99,7 +99,7 @@ impl<'a> Bench<'a> {
             Item::Ours(BaselineName::HttpFloorNoop) => noops(self.targets.floor, c, budget).await,
             Item::Ours(BaselineName::HttpFloorRefusal) => {
                 // The same request the flood's refusals repeat, built once.
-                let order = Arc::new(Api::prepare_order(
+                let order = Arc::new(self.targets.floor.prepare_order(
                     1,
                     &order_request("late".into(), Strategy::Conditional, "floor".into(), 1),
                 )?);
