@@ -221,7 +221,11 @@ async fn a_paused_redis_holds_up_the_expiry_of_redis_held_orders_only() {
     })
     .await;
     assert_eq!(redis.counter(1).await.expect("counter"), Some(2));
-    assert!(redis.charged(1).await.expect("records").is_empty());
+    let records = redis.charged(1).await.expect("records");
+    assert!(
+        records.values().all(|r| r.ends_with(":ended")),
+        "the expired purchase's charge is its ended mark: {records:?}"
+    );
     let stock: i64 = sqlx::query_scalar("SELECT stock FROM products WHERE id = 2")
         .fetch_one(&pool)
         .await
