@@ -136,7 +136,9 @@ pub struct Config {
     /// How long an instance trusts what it remembers of a product (its rules; that it is sold
     /// out) before reading it again, in milliseconds. A reset, a reconciliation or units given
     /// back make every instance forget at once when Redis is configured (one fixed address),
-    /// and within this time in any case. 0: remember nothing.
+    /// and within this time in any case. A product nobody asks about for twice this time, and
+    /// an id found to have no product once this time has passed, are dropped from memory.
+    /// 0: remember nothing.
     #[arg(long, env = "SECKILL_PRODUCT_MEMORY_MS", default_value_t = 1000)]
     pub product_memory_ms: u64,
 

@@ -50,6 +50,8 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        state.metrics.render() + &state.gate.render(&state.settings.offered),
+        state.metrics.render()
+            + &state.gate.render(&state.settings.offered)
+            + &state.shelf.render(),
     )
 }

@@ -21,6 +21,7 @@ mod order_cancellation;
 mod order_payment;
 mod overload;
 mod per_user_limit;
+mod product_memory;
 mod reconcile_mid_sale;
 mod redis_stock;
 mod redis_stock_sentinel;

@@ -30,30 +30,48 @@
 //! forget at once ([`crate::redis_stock::announce`]). A memory that does not forget refuses
 //! buyers while units are on sale: the scenario `stale-sold-out` shows it.
 //!
+//! **Bounded.** An id that has no product leaves no product behind, and a product nobody asks
+//! about any more is dropped: the memory holds the products that exist and are asked for
+//! ([`bounds`]).
+//!
 //! **Read without a lock.** Every click reads the memory, on every core at once; it changes
 //! only when a product is read, learnt sold out, or forgotten. So the memory is a map the
 //! readers load as it stands ([`arc_swap`]) and a writer replaces with a changed copy: a
 //! refusal from memory writes nothing the other cores read, where a lock taken by every click
 //! (and a reference to the winners counted up and down by each) passes one cache line between
-//! the cores on every refusal.
+//! the cores on every refusal. A copy of every product for each change would make a change cost
+//! what the memory holds, so the map is split in [`SHARDS`] by product id, each swapped on its
+//! own: a change copies its product's shard, a 64th of the memory. A read still loads one
+//! pointer and looks the product up in one hash map. (A concurrent map was the other choice:
+//! `dashmap` takes a shard's read lock on every lookup — a write to a cache line every reader
+//! shares, which is what this memory exists to avoid — and the lock-free ones, `papaya` or
+//! `scc`, would be a new dependency on the refusals' path for a map that changes a few times a
+//! second per product.)
 
-use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, PoisonError};
+mod absent;
+mod bounds;
+mod winners;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
+use crossbeam_utils::CachePadded;
 use sqlx::MySqlPool;
 
 use crate::api::{Home, SaleRules};
 use crate::db::orders::PurchaseKey;
 use crate::db::products;
-use crate::inventory::{self, ReadError};
+use crate::inventory::ReadError;
 use crate::metrics::Metrics;
-use crate::redis_stock::{RedisStock, charge};
+use crate::redis_stock::RedisStock;
+use absent::Absent;
+use winners::Winners;
 
-/// Most winners remembered for one sold-out product; a product with more is refused by its
-/// strategy instead.
-const MAX_WINNERS: usize = 200_000;
+/// The parts the memory is split in, each copied on its own when it changes.
+const SHARDS: usize = 64;
 
 /// A product as the instance remembers it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,28 +80,41 @@ pub struct Known {
     pub rules: SaleRules,
 }
 
+type Entries = HashMap<u64, Arc<Entry>>;
+
 /// What one instance remembers.
 pub struct Shelf {
     pool: MySqlPool,
     metrics: Arc<Metrics>,
     redis: Option<RedisStock>,
     lifetime: Duration,
-    /// The products remembered, read as they stand by every request.
-    entries: ArcSwap<HashMap<u64, Arc<Entry>>>,
-    /// One change of the memory at a time: a change copies the map, so two at once would
-    /// lose one of them.
-    changing: Mutex<()>,
+    /// The products remembered, by product id modulo [`SHARDS`].
+    shards: Box<[CachePadded<Shard>]>,
+    /// Product ids that have no product, lately read.
+    absent: Mutex<Absent>,
     /// One load of a product's rules at a time: a flood's first clicks all find the memory
     /// empty at once, and one of them asks the backend while the others wait for its answer.
     loading: Mutex<HashMap<u64, Arc<tokio::sync::Mutex<()>>>>,
+    /// The next entry's epoch. Drawn from one counter, so that an entry dropped and made again
+    /// never has an epoch a reader of the old one still holds.
+    epochs: AtomicU64,
+}
+
+/// A part of the memory, read as it stands by every request.
+#[derive(Default)]
+struct Shard {
+    entries: ArcSwap<Entries>,
+    /// One change of the shard at a time: a change copies it, so two at once would lose one
+    /// of them.
+    changing: Mutex<()>,
 }
 
 #[derive(Debug, Clone)]
 struct Entry {
-    /// `None`: no such product.
+    /// `None`: forgotten (read again at the next request).
     known: Option<Known>,
     loaded: Instant,
-    /// Bumped each time the product is forgotten while its entry is being filled.
+    /// Changed each time the product is forgotten while its entry is being filled.
     epoch: u64,
     winners: Option<Arc<Winners>>,
     /// A request is loading the winners.
@@ -108,6 +139,15 @@ pub struct Recalled {
     pub refused: bool,
 }
 
+impl Recalled {
+    /// A product id that has no product (no entry ever has epoch 0).
+    const UNKNOWN: Recalled = Recalled {
+        known: None,
+        epoch: Epoch(0),
+        refused: false,
+    };
+}
+
 impl Shelf {
     pub fn new(
         pool: MySqlPool,
@@ -120,22 +160,31 @@ impl Shelf {
             metrics,
             redis,
             lifetime,
-            entries: ArcSwap::from_pointee(HashMap::new()),
-            changing: Mutex::new(()),
+            shards: (0..SHARDS).map(|_| CachePadded::default()).collect(),
+            absent: Mutex::default(),
             loading: Mutex::new(HashMap::new()),
+            epochs: AtomicU64::new(1),
         }
     }
 
-    /// Changes the memory: a copy of the map, changed by `change`, takes its place if `change`
-    /// says it changed something. Readers go on reading the map as it stood meanwhile.
-    fn change(&self, change: impl FnOnce(&mut HashMap<u64, Arc<Entry>>) -> bool) -> bool {
-        let _one = self.changing.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut entries = HashMap::clone(&self.entries.load());
-        let changed = change(&mut entries);
-        if changed {
-            self.entries.store(Arc::new(entries));
-        }
-        changed
+    fn shard(&self, id: u64) -> &Shard {
+        // Product ids are the operator's, mostly consecutive: they spread as they are.
+        &self.shards[(id % SHARDS as u64) as usize]
+    }
+
+    fn absent(&self) -> MutexGuard<'_, Absent> {
+        self.absent.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn new_epoch(&self) -> u64 {
+        self.epochs.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Changes the shard of product `id`: `change` sees the shard as it stands, under the
+    /// shard's lock, and gives its changed copy, or `None` if there is nothing to change.
+    /// Readers go on reading the shard as it stood meanwhile. Whether it changed.
+    fn change(&self, id: u64, change: impl FnOnce(&Entries) -> Option<Entries>) -> bool {
+        change_shard(self.shard(id), change)
     }
 
     /// Changes the product's entry if `when` holds of it: asked first of the memory as it
@@ -147,15 +196,19 @@ impl Shelf {
         when: impl Fn(&Entry) -> bool,
         change: impl FnOnce(&mut Entry),
     ) -> bool {
-        if !self.entries.load().get(&id).is_some_and(|e| when(e)) {
+        if !self
+            .shard(id)
+            .entries
+            .load()
+            .get(&id)
+            .is_some_and(|e| when(e))
+        {
             return false;
         }
-        self.change(|entries| match entries.get_mut(&id) {
-            Some(e) if when(e) => {
-                change(Arc::make_mut(e));
-                true
-            }
-            _ => false,
+        self.change(id, |entries| {
+            let mut entry = Entry::clone(entries.get(&id).filter(|e| when(e))?);
+            change(&mut entry);
+            Some(with(entries, id, entry))
         })
     }
 
@@ -182,14 +235,16 @@ impl Shelf {
     /// The product as remembered, if the memory is fresh; and whether this caller is to renew
     /// it (it is past half its lifetime and nobody is renewing it yet).
     fn recall(&self, id: u64, purchase: Option<PurchaseKey<'_>>) -> Option<(Recalled, bool)> {
-        let entries = self.entries.load();
-        let e = entries.get(&id)?;
-        let age = e.loaded.elapsed();
-        if age >= self.lifetime {
+        let entries = self.shard(id).entries.load();
+        let Some(e) = entries.get(&id) else {
+            let absent = self.absent().holds(id, self.lifetime);
+            return absent.then_some((Recalled::UNKNOWN, false));
+        };
+        if !e.fresh(self.lifetime) {
             return None;
         }
         let loaded = e.loaded;
-        let renew = age >= self.lifetime / 2
+        let renew = loaded.elapsed() >= self.lifetime / 2
             && !e.renewing
             && self.change_entry(
                 id,
@@ -233,9 +288,11 @@ impl Shelf {
 
     /// The product as remembered, if the memory is fresh.
     fn remembered(&self, id: u64, purchase: Option<PurchaseKey<'_>>) -> Option<Recalled> {
-        let entries = self.entries.load();
-        let e = entries.get(&id)?;
-        (e.loaded.elapsed() < self.lifetime).then(|| e.recalled(purchase))
+        let entries = self.shard(id).entries.load();
+        match entries.get(&id) {
+            Some(e) => e.fresh(self.lifetime).then(|| e.recalled(purchase)),
+            None => (self.absent().holds(id, self.lifetime)).then_some(Recalled::UNKNOWN),
+        }
     }
 
     /// Reads the product from its backend into memory, unless (when not `again`) a load that
@@ -249,9 +306,9 @@ impl Shelf {
         if !again && let Some(fresh) = self.remembered(id, purchase) {
             return Ok(fresh);
         }
-        let (epoch, was_sold_out) = match self.entries.load().get(&id) {
-            Some(e) => (e.epoch, e.winners.is_some()),
-            None => (0, false),
+        let (epoch, sold_out) = match self.shard(id).entries.load().get(&id) {
+            Some(e) => (Some(e.epoch), e.winners.clone()),
+            None => (None, None),
         };
         self.metrics.product_read();
         let known = match self.rules_in_redis(id).await {
@@ -263,28 +320,32 @@ impl Shelf {
                 .await?
                 .map(|(home, rules)| Known { home, rules }),
         };
+        let Some(known) = known else {
+            self.remember_absent(id, epoch);
+            return Ok(Recalled::UNKNOWN);
+        };
         // Sold out when last read: still sold out if the shelf is still empty, with the winners
         // of now (units that came back and sold again changed them).
-        let winners = match (was_sold_out, known) {
-            (true, Some(_)) => self.winners(id).await.ok().flatten().map(Arc::new),
-            _ => None,
+        let winners = match sold_out {
+            Some(_) => self
+                .winners(id, known.home)
+                .await
+                .ok()
+                .flatten()
+                .map(Arc::new),
+            None => None,
         };
         let entry = Entry {
-            known,
+            known: Some(known),
             loaded: Instant::now(),
-            epoch,
+            epoch: epoch.unwrap_or_else(|| self.new_epoch()),
             winners,
             learning: false,
             renewing: false,
         };
         let recalled = entry.recalled(purchase);
-        self.change(|entries| {
-            let current = entries.get(&id).map_or(0, |e| e.epoch);
-            if current != epoch {
-                return false;
-            }
-            entries.insert(id, Arc::new(entry));
-            true
+        self.change(id, |entries| {
+            (entries.get(&id).map(|e| e.epoch) == epoch).then(|| with(entries, id, entry))
         });
         Ok(recalled)
     }
@@ -301,10 +362,17 @@ impl Shelf {
         let to_learn = |e: &Entry| {
             e.epoch == epoch.0 && e.winners.is_none() && !e.learning && e.known.is_some()
         };
+        let entries = self.shard(id).entries.load();
+        let Some(home) = (entries.get(&id).filter(|e| to_learn(e)))
+            .and_then(|e| e.known)
+            .map(|known| known.home)
+        else {
+            return Ok(());
+        };
         if !self.change_entry(id, to_learn, |e| e.learning = true) {
             return Ok(());
         }
-        let (winners, failed) = match self.winners(id).await {
+        let (winners, failed) = match self.winners(id, home).await {
             Ok(winners) => (winners.map(Arc::new), None),
             Err(e) => (None, Some(e)),
         };
@@ -332,7 +400,7 @@ impl Shelf {
             id,
             |_| true,
             |e| {
-                e.epoch += 1;
+                e.epoch = self.new_epoch();
                 e.winners = None;
                 e.learning = false;
             },
@@ -342,58 +410,49 @@ impl Shelf {
     /// Forgets what the instance knows of the product: its rules may have changed (a reset),
     /// or its stock was repaired.
     pub fn forget(&self, id: u64) {
-        self.change(|entries| {
-            let epoch = entries.get(&id).map_or(0, |e| e.epoch) + 1;
+        self.change(id, |entries| {
+            self.absent().remove(id);
             let forgotten = Entry {
                 known: None,
-                // Stale at once: the next read loads the product again.
-                loaded: Instant::now() - self.lifetime,
-                epoch,
+                loaded: Instant::now(),
+                epoch: self.new_epoch(),
                 winners: None,
                 learning: false,
                 renewing: false,
             };
-            entries.insert(id, Arc::new(forgotten));
-            true
+            Some(with(entries, id, forgotten))
         });
-    }
-
-    /// The purchases that hold the product's units, if its shelf is empty (a `sold_out` answer
-    /// may only mean that fewer units are left than one buyer asked for); `None` if it is not,
-    /// or if there are too many to remember. Once the shelf is empty no purchase can take a
-    /// unit until one comes back, so the set read after it is final.
-    async fn winners(&self, id: u64) -> Result<Option<Winners>, ReadError> {
-        let Some(home) = products::rules(&self.pool, id).await?.map(|(home, _)| home) else {
-            return Ok(None);
-        };
-        let left = inventory::left(&self.pool, self.redis.as_ref(), id, home).await?;
-        if left != Some(0) {
-            return Ok(None);
-        }
-        let home = Some(home);
-        let winners: Vec<(String, String)> = match (home, &self.redis) {
-            (Some(Home::Redis), Some(redis)) => redis
-                .charged(id)
-                .await?
-                .into_iter()
-                .filter(|(_, record)| record != charge::CANCELLED)
-                .filter_map(|(field, _)| {
-                    charge::parse_field(&field).map(|(u, r)| (u.to_string(), r.to_string()))
-                })
-                .collect(),
-            (Some(_), _) => crate::db::orders::purchases_of(&self.pool, id)
-                .await?
-                .into_iter()
-                .filter(|(_, _, state)| state.holds_units())
-                .map(|(user, request, _)| (user, request))
-                .collect(),
-            (None, _) => return Ok(None),
-        };
-        Ok((winners.len() <= MAX_WINNERS).then(|| Winners::of(winners)))
     }
 }
 
+/// [`Shelf::change`] of one shard.
+fn change_shard(shard: &Shard, change: impl FnOnce(&Entries) -> Option<Entries>) -> bool {
+    let _one = shard
+        .changing
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    match change(&shard.entries.load()) {
+        Some(changed) => {
+            shard.entries.store(Arc::new(changed));
+            true
+        }
+        None => false,
+    }
+}
+
+/// A copy of `entries` with `entry` as product `id`'s.
+fn with(entries: &Entries, id: u64, entry: Entry) -> Entries {
+    let mut changed = entries.clone();
+    changed.insert(id, Arc::new(entry));
+    changed
+}
+
 impl Entry {
+    /// Whether the entry answers for the product: read, and no older than `lifetime`.
+    fn fresh(&self, lifetime: Duration) -> bool {
+        self.known.is_some() && self.loaded.elapsed() < lifetime
+    }
+
     fn recalled(&self, purchase: Option<PurchaseKey<'_>>) -> Recalled {
         let refused = purchase
             .zip(self.winners.as_deref())
@@ -403,26 +462,5 @@ impl Entry {
             epoch: Epoch(self.epoch),
             refused,
         }
-    }
-}
-
-/// The purchases that hold a sold-out product's units: request ids by user, so that a
-/// refusal looks itself up without building a key.
-#[derive(Debug, Default)]
-struct Winners(HashMap<String, HashSet<String>>);
-
-impl Winners {
-    fn of(purchases: Vec<(String, String)>) -> Winners {
-        let mut by_user: HashMap<String, HashSet<String>> = HashMap::new();
-        for (user, request) in purchases {
-            by_user.entry(user).or_default().insert(request);
-        }
-        Winners(by_user)
-    }
-
-    fn holds(&self, user_id: &str, request_id: &str) -> bool {
-        self.0
-            .get(user_id)
-            .is_some_and(|requests| requests.contains(request_id))
     }
 }
