@@ -276,13 +276,13 @@ pub struct Config {
     #[arg(long, env = "SECKILL_HEADER_READ_TIMEOUT_MS", default_value_t = 5_000)]
     pub header_read_timeout_ms: u64,
 
-    /// Purchases per second one buyer (user id) may make, bursts of as many allowed; beyond,
-    /// `429 rate_limited`. Unset: no limit.
+    /// Purchases and purchase-token requests per second one buyer (user id) may make, counted
+    /// together, bursts of as many allowed; beyond, `429 rate_limited`. Unset: no limit.
     #[arg(long, env = "SECKILL_RATE_PER_USER")]
     pub rate_per_user: Option<u32>,
 
-    /// Purchases per second one client address may make, bursts of as many allowed; beyond,
-    /// `429 rate_limited`. Unset: no limit.
+    /// Purchases and purchase-token requests per second one client address may make, counted
+    /// together, bursts of as many allowed; beyond, `429 rate_limited`. Unset: no limit.
     #[arg(long, env = "SECKILL_RATE_PER_ADDRESS")]
     pub rate_per_address: Option<u32>,
 

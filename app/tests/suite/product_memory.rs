@@ -1,7 +1,7 @@
 //! What an instance remembers of its products stays bounded, whatever ids its clients ask for:
 //! an unknown id is answered `404` without leaving a product behind in memory, a product
-//! nobody asks about any more is forgotten, and a crowd asking for unknown ids does not make
-//! the refusals from memory of a sold-out product reach its strategy.
+//! nobody asks about any more is forgotten, and a crowd asking for unknown ids neither slows
+//! the refusals from memory of a sold-out product nor escapes the buyers' rates.
 
 use crate::common;
 
@@ -98,6 +98,48 @@ async fn products_nobody_asks_about_are_forgotten_once_their_memory_has_aged() {
     // What is forgotten is read again when asked for.
     let (status, answer) = app.order(1, &click("later"), None).await;
     assert!(status.is_success(), "{status} {answer}");
+    app.stop().await;
+    drop_database(&database_url).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn token_requests_count_against_the_buyers_rate_as_purchases_do() {
+    let database_url = fresh_database_url().await;
+    let mut config = test_config(&database_url);
+    config.rate_per_user = Some(1);
+    let app = spawn_app(config).await;
+    let requests: Vec<_> = (0..20)
+        .map(|n| {
+            let (client, url) = (
+                app.client.clone(),
+                format!("{}/api/products/{}/tokens", app.url, 1_000 + n),
+            );
+            tokio::spawn(async move {
+                let r = client
+                    .post(&url)
+                    .json(&json!({ "user_id": "bot" }))
+                    .send()
+                    .await
+                    .expect("token request");
+                (r.status(), r.json::<Value>().await.unwrap_or(Value::Null))
+            })
+        })
+        .collect();
+    let mut limited = 0;
+    for request in requests {
+        let (status, answer) = request.await.expect("token request");
+        match status {
+            StatusCode::TOO_MANY_REQUESTS => {
+                assert_eq!(answer["error"], "rate_limited");
+                limited += 1;
+            }
+            _ => assert_eq!(status, StatusCode::NOT_FOUND, "{answer}"),
+        }
+    }
+    assert!(
+        limited > 0,
+        "20 token requests at once for unknown products, none past a rate of 1/s"
+    );
     app.stop().await;
     drop_database(&database_url).await;
 }
