@@ -13,6 +13,7 @@
 //! to its strategy, as after a restart.
 
 use std::fmt::Write;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
@@ -79,12 +80,16 @@ impl Shelf {
         products + self.absent().len()
     }
 
-    /// What the memory holds, in the Prometheus text format.
+    /// What the memory holds and what it read, in the Prometheus text format.
     pub fn render(&self) -> String {
         let mut out = String::new();
         out.push_str("# HELP seckill_products_remembered Products, and ids found to have none, this instance remembers.\n");
         out.push_str("# TYPE seckill_products_remembered gauge\n");
         let _ = writeln!(out, "seckill_products_remembered {}", self.remembered_now());
+        out.push_str("# HELP seckill_winners_read_total Purchases read to learn or renew sold-out products' winners.\n");
+        out.push_str("# TYPE seckill_winners_read_total counter\n");
+        let read = self.winners_read.load(Ordering::Relaxed);
+        let _ = writeln!(out, "seckill_winners_read_total {read}");
         out
     }
 }

@@ -90,6 +90,7 @@ impl StockStrategy for RedisLua {
                         .key(keys.requests(purchase.product_id))
                         .key(keys.buyers(purchase.product_id))
                         .key(keys.limit(purchase.product_id))
+                        .key(keys.charges(purchase.product_id))
                         .arg(&field)
                         .arg(purchase.quantity)
                         .arg(charge::terms(purchase.quantity, purchase.strategy.name()))

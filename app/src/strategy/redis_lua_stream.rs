@@ -93,6 +93,7 @@ impl StockStrategy for RedisLuaStream {
                         .key(keys.stream())
                         .key(keys.pending())
                         .key(keys.waiting(purchase.product_id))
+                        .key(keys.charges(purchase.product_id))
                         .arg(&field)
                         .arg(purchase.quantity)
                         .arg(charge::terms(purchase.quantity, purchase.strategy.name()))
