@@ -147,7 +147,9 @@ pub struct Config {
     /// How long an instance trusts what it remembers of a product (its rules; that it is sold
     /// out) before reading it again, in milliseconds. A reset, a reconciliation or units given
     /// back make every instance forget at once when Redis is configured (one fixed address),
-    /// and within this time in any case. 0: remember nothing.
+    /// and within this time in any case. A product nobody asks about for twice this time, and
+    /// an id found to have no product once this time has passed, are dropped from memory.
+    /// 0: remember nothing.
     #[arg(long, env = "SECKILL_PRODUCT_MEMORY_MS", default_value_t = 1000)]
     pub product_memory_ms: u64,
 
@@ -324,13 +326,13 @@ pub struct Config {
     #[arg(long, env = "SECKILL_OPERATOR_CONNECTIONS", default_value_t = 32)]
     pub operator_connections: u32,
 
-    /// Purchases per second one buyer (user id) may make, bursts of as many allowed; beyond,
-    /// `429 rate_limited`. Unset: no limit.
+    /// Purchases and purchase-token requests per second one buyer (user id) may make, counted
+    /// together, bursts of as many allowed; beyond, `429 rate_limited`. Unset: no limit.
     #[arg(long, env = "SECKILL_RATE_PER_USER")]
     pub rate_per_user: Option<u32>,
 
-    /// Purchases per second one client address may make, bursts of as many allowed; beyond,
-    /// `429 rate_limited`. Unset: no limit.
+    /// Purchases and purchase-token requests per second one client address may make, counted
+    /// together, bursts of as many allowed; beyond, `429 rate_limited`. Unset: no limit.
     #[arg(long, env = "SECKILL_RATE_PER_ADDRESS")]
     pub rate_per_address: Option<u32>,
 

@@ -58,27 +58,32 @@ pub async fn ledger(
     Ok(view(pool, redis, id).await?.map(Ledger::of))
 }
 
-/// The units left of the product, read from its home alone (no orders): the row, the sum of
-/// the buckets, or the Redis counter. `None` if it does not exist.
-pub async fn left(
+/// The units left of the product, read from its home alone (no orders) — the row, the sum of
+/// the buckets, or the Redis counter — with its *mark*: a number read in the same step that
+/// moves whenever a purchase may have taken a unit since. For the row it is the row's version,
+/// which every stock write bumps; for buckets, the product row's version, which a reset and
+/// every return to a bucket bump (empty buckets give a purchase nothing but what came back);
+/// for Redis, the count of charges the take scripts keep, which no reset sets back. So while
+/// the units left stay 0 and the mark stays where it was, nobody has bought: the winners of a
+/// sold-out product are the same (see [`crate::shelf`]). `None` if the product does not exist.
+pub async fn left_and_mark(
     pool: &MySqlPool,
     redis: Option<&RedisStock>,
     id: u64,
     home: Home,
-) -> Result<Option<i64>, ReadError> {
+) -> Result<Option<(i64, u64)>, ReadError> {
     match home {
         Home::Row => {
             let mut conn = pool.acquire().await?;
-            Ok(products::stock(&mut conn, id).await?)
+            Ok(products::stock_and_version(&mut conn, id).await?)
         }
         Home::Buckets => {
             let mut conn = pool.acquire().await?;
-            let buckets = crate::db::buckets::all(&mut conn, id).await?;
-            Ok(Some(buckets.iter().map(|(_, stock)| stock).sum()))
+            Ok(crate::db::buckets::left_and_version(&mut conn, id).await?)
         }
         Home::Redis => {
             let redis = redis.ok_or(RedisStockError::NotConfigured)?;
-            Ok(redis.counter(id).await?)
+            Ok(redis.counter_and_charges(id).await?)
         }
     }
 }

@@ -136,6 +136,7 @@ pub async fn build_with(
         redis.clone(),
         Duration::from_millis(config.product_memory_ms),
     ));
+    let forgetting_products = tokio::spawn(Arc::clone(&shelf).forget_idle_products());
     let forget_on_return = !config.keep_sold_out_on_return;
     let listener = redis
         .as_ref()
@@ -242,7 +243,7 @@ pub async fn build_with(
                 .into_iter()
                 .chain(listener)
                 .chain(sweep)
-                .chain([forgetting, headroom])
+                .chain([forgetting, headroom, forgetting_products])
                 .collect(),
         )),
     });

@@ -49,6 +49,23 @@ pub async fn all(
         .await
 }
 
+/// The units left in the product's buckets and the product row's version, in one statement
+/// (one snapshot), or `None` if the product does not exist. The version moves at a reset and
+/// at every return to a bucket (see [`crate::inventory::left_and_mark`]).
+pub async fn left_and_version(
+    conn: &mut MySqlConnection,
+    product_id: u64,
+) -> Result<Option<(i64, u64)>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT CAST(COALESCE((SELECT SUM(b.stock) FROM stock_buckets b \
+                               WHERE b.product_id = p.id), 0) AS SIGNED), p.version \
+         FROM products p WHERE p.id = ?",
+    )
+    .bind(product_id)
+    .fetch_optional(conn)
+    .await
+}
+
 /// The non-empty buckets of the product, locked for update in bucket order (the one lock order
 /// every multi-bucket purchase uses, so two of them cannot deadlock).
 pub async fn lock_non_empty(

@@ -131,7 +131,9 @@ pub async fn give_back_to_bucket(
 /// Gives each of `orders` (ids and quantities, of product `product_id`, whose stock is in
 /// buckets) back to its bucket (its id modulo the product's buckets), in `conn`'s transaction:
 /// one write per bucket, in the buckets' order, so that two such writers never wait on each
-/// other in a cycle.
+/// other in a cycle. Then bumps the product row's version, last, so that its lock is held only
+/// to the commit: the version tells a sold-out product's memory that units came back and may
+/// have sold again (see [`crate::inventory::left_and_mark`]).
 async fn give_back_to_buckets(
     conn: &mut MySqlConnection,
     product_id: u64,
@@ -157,6 +159,10 @@ async fn give_back_to_buckets(
         .execute(&mut *conn)
         .await?;
     }
+    sqlx::query("UPDATE products SET version = version + 1 WHERE id = ?")
+        .bind(product_id)
+        .execute(conn)
+        .await?;
     Ok(())
 }
 

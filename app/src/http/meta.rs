@@ -53,6 +53,7 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
         state.metrics.render()
             + &state.gate.render(&state.settings.offered)
             + &state.pages.render()
-            + &state.connections.render(),
+            + &state.connections.render()
+            + &state.shelf.render(),
     )
 }

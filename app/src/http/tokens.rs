@@ -1,16 +1,21 @@
 //! `POST /api/products/{id}/tokens`: a buyer's purchase token, issued only while the sale is
 //! open (see [`crate::purchase_token`]).
 
-use axum::Json;
+use std::net::SocketAddr;
+
 use axum::extract::rejection::{JsonRejection, PathRejection};
-use axum::extract::{Path, State};
+use axum::extract::{ConnectInfo, Path, State};
 use axum::http::HeaderMap;
+use axum::{Extension, Json};
 
 use crate::api::{ErrorBody, MAX_USER_ID, PurchaseToken, TokenRequest};
 use crate::error::ApiError;
 use crate::state::AppState;
 
-/// Issues the buyer's purchase token for the product's sale, once the sale is open.
+/// Issues the buyer's purchase token for the product's sale, once the sale is open. A token
+/// request counts against the buyer's and the address's rates as a purchase does: it reads the
+/// product as a purchase does, from the database when this instance does not remember it (an
+/// unknown id, always).
 #[utoipa::path(post, path = "/api/products/{id}/tokens", tag = "orders",
     params(("id" = i64, Path, description = "Product id (0 to 2^63 − 1)", minimum = 0)),
     request_body = TokenRequest,
@@ -24,12 +29,15 @@ use crate::state::AppState;
         (status = 409, description = "`sale_not_started` or `sale_ended`", body = ErrorBody),
         (status = 415, description = "`bad_request`: the body is not `application/json`", body = ErrorBody),
         (status = 422, description = "`invalid_request`: a user id out of its length, or unknown fields", body = ErrorBody),
+        (status = 429, description = "`rate_limited`: this buyer or address is past its rate (the purchases' rate: a token request counts as one); retry after Retry-After", body = ErrorBody,
+            headers(("Retry-After" = u32, description = "Seconds to wait"))),
         (status = 503, description = "`backend_unavailable`", body = ErrorBody,
             headers(("Retry-After" = u32, description = "Seconds to wait")))))]
 pub async fn issue(
     State(state): State<AppState>,
     headers: HeaderMap,
     path: Result<Path<u64>, PathRejection>,
+    peer: Option<Extension<ConnectInfo<SocketAddr>>>,
     body: Result<Json<TokenRequest>, JsonRejection>,
 ) -> Result<Json<PurchaseToken>, ApiError> {
     let asked = std::time::Instant::now();
@@ -37,6 +45,10 @@ pub async fn issue(
     let Json(TokenRequest { user_id }) = body?;
     super::identity::authenticate(&state.settings, &headers, &user_id)?;
     super::orders::check_id("user_id", &user_id, MAX_USER_ID)?;
+    let address = peer.map(|Extension(ConnectInfo(peer))| peer.ip());
+    if !state.gate.within_rates(&user_id, address) {
+        return Err(ApiError::RateLimited);
+    }
     let known = (state.shelf.product(id, None).await?.known)
         .ok_or_else(|| ApiError::NotFound(format!("no product {id}")))?;
     super::orders::within_sale(&known.rules, asked)?;

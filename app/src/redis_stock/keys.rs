@@ -24,6 +24,13 @@ impl Keys {
         format!("{}stock:{product}:requests", self.prefix)
     }
 
+    /// How many charges the product's counter has made, ever (kept by the take scripts, and
+    /// by no reset set back): a sold-out product's memory reads its winners again only once it
+    /// moved (see [`crate::inventory::left_and_mark`]).
+    pub fn charges(&self, product: u64) -> String {
+        format!("{}stock:{product}:charges", self.prefix)
+    }
+
     /// Units charged to each buyer of the product (hash: user id → units), against its limit.
     pub fn buyers(&self, product: u64) -> String {
         format!("{}stock:{product}:buyers", self.prefix)

@@ -379,6 +379,22 @@ impl RedisStock {
             .await
     }
 
+    /// The product's counter and the charges it has made ever, read in one step (see
+    /// [`crate::inventory::left_and_mark`]), or `None` if Redis holds none of its stock.
+    pub async fn counter_and_charges(
+        &self,
+        product: u64,
+    ) -> Result<Option<(i64, u64)>, RedisStockError> {
+        let (counter, charges): (Option<i64>, Option<u64>) = self
+            .query(
+                redis::cmd("MGET")
+                    .arg(self.keys.stock(product))
+                    .arg(self.keys.charges(product)),
+            )
+            .await?;
+        Ok(counter.map(|counter| (counter, charges.unwrap_or(0))))
+    }
+
     /// The orders in the stream (of `product`, or of all products), oldest first: accepted,
     /// their units taken from the counter, not yet placed in the database.
     pub async fn waiting(&self, product: Option<u64>) -> Result<Vec<StreamOrder>, RedisStockError> {

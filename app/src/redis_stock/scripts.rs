@@ -5,12 +5,13 @@
 //! Keys of one product (see [`super::Keys`]): `stock` (the counter, absent when the product's
 //! stock is not kept in Redis), `requests` (hash: purchase field → charge record, see
 //! [`super::charge`]: the purchases this counter has charged, and those whose order ended),
-//! `buyers` (hash: user id → units charged to that buyer) and `limit` (the per-user limit),
-//! `waiting` (the units of its entries in the stream: what a product read reports as pending,
-//! kept here so that reading it never scans the stream), `epoch` (the marker: the epoch its
-//! keys were written at, see [`super::epoch`]). Keys shared by all products: `stream`
-//! (orders accepted but not yet placed) and `pending` (hash: product and purchase field →
-//! product id of every entry in the stream).
+//! `charges` (how many charges it has made, ever), `buyers` (hash: user id → units charged to
+//! that buyer) and `limit` (the per-user limit), `waiting` (the units of its entries in the
+//! stream: what a product read reports as pending, kept here so that reading it never scans
+//! the stream), `epoch` (the marker: the epoch its keys were written at, see
+//! [`super::epoch`]). Keys shared by all products: `stream` (orders accepted but not yet
+//! placed) and `pending` (hash: product and purchase field → product id of every entry in the
+//! stream).
 
 use std::sync::LazyLock;
 
@@ -68,23 +69,26 @@ if held + q > limit then return -5 end
 ";
 
 /// After [`CHECK`]: charges the purchase — records it with its terms, the Redis clock and the
-/// attempt that charged it (set in `attempt` by the script) — and adds its units to the
-/// buyer's.
+/// attempt that charged it (set in `attempt` by the script) — adds its units to the buyer's,
+/// and counts the charge in the key named `charges` by the script (so that a sold-out
+/// product's winners are known unchanged while it stays, see
+/// [`crate::inventory::left_and_mark`]).
 const CHARGE: &str = r"
 local clock = redis.call('time')
 local now = clock[1] * 1000 + math.floor(clock[2] / 1000)
 redis.call('hset', KEYS[2], ARGV[1], ARGV[3] .. now .. ':' .. attempt)
 redis.call('hincrby', KEYS[3], user, q)
+redis.call('incr', charges)
 ";
 
 /// Checks and decrements the counter, records the purchase and counts its units against the
 /// buyer's limit, atomically.
-/// KEYS: stock, requests, buyers, limit, epoch. ARGV: purchase field, quantity, terms, attempt,
-/// expected epoch. Returns the units left, or [`LOST`], [`NO_COUNTER`], [`DUPLICATE`],
-/// [`SOLD_OUT`], [`CONFLICT`], [`LIMIT_REACHED`].
+/// KEYS: stock, requests, buyers, limit, epoch, charges. ARGV: purchase field, quantity,
+/// terms, attempt, expected epoch. Returns the units left, or [`LOST`], [`NO_COUNTER`],
+/// [`DUPLICATE`], [`SOLD_OUT`], [`CONFLICT`], [`LIMIT_REACHED`].
 pub static TAKE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
-        "{BUYER}local user, attempt = buyer(ARGV[1]), ARGV[4]
+        "{BUYER}local user, attempt, charges = buyer(ARGV[1]), ARGV[4], KEYS[6]
 local marker, expected = KEYS[5], ARGV[5]
 {CHECK}{CHARGE}
 return redis.call('decrby', KEYS[1], q)"
@@ -184,12 +188,12 @@ pub const SETTLED_OTHER: i64 = 2;
 /// accepted order is one the consumers will place soon, not one behind a backlog that grows as
 /// long as buyers arrive faster than the database takes their orders. A duplicate or a sold-out
 /// product is still answered as such. KEYS: stock, requests, buyers, limit, stream, pending,
-/// waiting, epoch. ARGV: purchase field, quantity, terms, request id, product id, user id,
-/// strategy, pending field, attempt, most entries, expected epoch. Returns as [`TAKE`], or
-/// [`STREAM_FULL`].
+/// waiting, epoch, charges. ARGV: purchase field, quantity, terms, request id, product id,
+/// user id, strategy, pending field, attempt, most entries, expected epoch. Returns as
+/// [`TAKE`], or [`STREAM_FULL`].
 pub static TAKE_AND_APPEND: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
-        "{BUYER}local user, attempt = buyer(ARGV[1]), ARGV[9]
+        "{BUYER}local user, attempt, charges = buyer(ARGV[1]), ARGV[9], KEYS[9]
 local marker, expected = KEYS[8], ARGV[11]
 {CHECK}
 if redis.call('xlen', KEYS[5]) >= tonumber(ARGV[10]) then return -6 end

@@ -98,6 +98,7 @@ impl StockStrategy for RedisLua {
                         .key(keys.buyers(purchase.product_id))
                         .key(keys.limit(purchase.product_id))
                         .key(keys.epoch(purchase.product_id))
+                        .key(keys.charges(purchase.product_id))
                         .arg(&field)
                         .arg(purchase.quantity)
                         .arg(charge::terms(purchase.quantity, purchase.strategy.name()))

@@ -103,6 +103,7 @@ impl StockStrategy for RedisLuaStream {
                         .key(keys.pending())
                         .key(keys.waiting(purchase.product_id))
                         .key(keys.epoch(purchase.product_id))
+                        .key(keys.charges(purchase.product_id))
                         .arg(&field)
                         .arg(purchase.quantity)
                         .arg(charge::terms(purchase.quantity, purchase.strategy.name()))

@@ -324,9 +324,13 @@ async fn charge_directly(redis: &RedisStock, product: u64, strategy: &str) -> i6
             .arg(attempt)
             .arg(1000)
             .key(keys.epoch(product))
+            .key(keys.charges(product))
             .arg(0);
     } else {
-        take.key(keys.epoch(product)).arg(attempt).arg(0);
+        take.key(keys.epoch(product))
+            .key(keys.charges(product))
+            .arg(attempt)
+            .arg(0);
     }
     redis.take(&take).await.expect("charged").0
 }

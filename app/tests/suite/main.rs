@@ -23,6 +23,7 @@ mod order_cancellation;
 mod order_payment;
 mod overload;
 mod per_user_limit;
+mod product_memory;
 mod product_page;
 mod product_strategies;
 mod reconcile_mid_sale;

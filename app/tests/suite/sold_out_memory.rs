@@ -2,7 +2,8 @@
 //! strategy, no database and no Redis. A click that did buy still gets its order back, a
 //! refusal for more units than are left teaches nothing, and stock that comes back makes every
 //! instance forget — at once, by the announcement every instance listens for. A memory that ages
-//! is renewed, winners and all, while the shelf stays empty.
+//! is renewed, winners and all, while the shelf stays empty: the winners are read again only
+//! once someone may have bought since, and then a new winner is among them.
 
 use crate::common;
 
@@ -306,5 +307,118 @@ async fn a_memory_past_half_its_life_is_renewed_behind_the_refusals_it_keeps_ans
         task.abort();
     }
     app.stop().await;
+    drop_database(&database_url).await;
+}
+
+/// Purchases read so far to learn or renew sold-out products' winners.
+async fn winners_read(app: &TestApp) -> u64 {
+    app.metric("seckill_winners_read_total")
+        .await
+        .expect("the winners read counter")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_sold_out_memory_renewed_while_nothing_changed_reads_no_winner_again() {
+    const WINNERS: u64 = 40;
+    let database_url = fresh_database_url().await;
+    let mut config = test_config(&database_url);
+    common::with_every_service(&mut config).await;
+    // Short enough that the memory ages out several times while the refusals go on.
+    config.product_memory_ms = 100;
+    let app = spawn_app(config).await;
+    for (product, strategy) in
+        (1..).zip([Strategy::Conditional, Strategy::Sharded, Strategy::RedisLua])
+    {
+        app.reset_in(product, WINNERS as i64, strategy.home()).await;
+        for n in 0..WINNERS {
+            let (status, answer) = app
+                .order(product, &click(&format!("w-{n}"), strategy), None)
+                .await;
+            assert!(status.is_success(), "{strategy}: {status} {answer}");
+        }
+        let before = winners_read(&app).await;
+        common::wait_until("a refusal from memory", || async {
+            let mark = app.purchases_started().await;
+            let (status, _) = app.order(product, &click("probe", strategy), None).await;
+            status == StatusCode::CONFLICT && app.purchases_started().await == mark
+        })
+        .await;
+        let learnt = winners_read(&app).await;
+        assert_eq!(learnt - before, WINNERS, "{strategy}: the winners learnt");
+        let reads = reads(&app).await;
+        let mut n = 0;
+        common::wait_until("the memory renewed three times", || {
+            n += 1;
+            let app = &app;
+            async move {
+                let (status, answer) = app
+                    .order(product, &click(&format!("late-{n}"), strategy), None)
+                    .await;
+                assert_eq!(status, StatusCode::CONFLICT, "{strategy}: {answer}");
+                self::reads(app).await >= reads + 3
+            }
+        })
+        .await;
+        assert_eq!(
+            winners_read(&app).await,
+            learnt,
+            "{strategy}: renewals of a sold-out product nobody returned read its winners again"
+        );
+    }
+    app.stop().await;
+    drop_database(&database_url).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_unit_that_came_back_and_sold_again_is_in_the_renewed_memory_of_an_instance_not_told() {
+    let database_url = fresh_database_url().await;
+    let mut config = test_config(&database_url);
+    common::with_every_service(&mut config).await;
+    config.product_memory_ms = 200;
+    let a = spawn_app(config.clone()).await;
+    // B hears of no return: only its renewals can tell it that the shelf changed.
+    config.keep_sold_out_on_return = true;
+    let b = spawn_app(config).await;
+    for (product, strategy) in
+        (1..).zip([Strategy::Conditional, Strategy::Sharded, Strategy::RedisLua])
+    {
+        a.reset_in(product, 1, strategy.home()).await;
+        let (status, answer) = a.order(product, &click("first", strategy), None).await;
+        assert!(status.is_success(), "{strategy}: {status} {answer}");
+        common::wait_until("B refuses from memory", || async {
+            let mark = b.purchases_started().await;
+            let (status, _) = b.order(product, &click("probe", strategy), None).await;
+            status == StatusCode::CONFLICT && b.purchases_started().await == mark
+        })
+        .await;
+        // While B is asked nothing, the unit comes back and sells again on A.
+        let (status, answer) =
+            common::life::act(&a, product, "first", "r-first", "cancel", &[]).await;
+        assert_eq!(status, StatusCode::OK, "{strategy}: {answer}");
+        let (status, answer) = a.order(product, &click("second", strategy), None).await;
+        assert!(status.is_success(), "{strategy}: {status} {answer}");
+        // Reads of one product follow one another: the second to start began after the first
+        // was in memory.
+        let reads_before = reads(&b).await;
+        let mut n = 0;
+        common::wait_until("B renewed its memory", || {
+            n += 1;
+            let b = &b;
+            async move {
+                let (status, answer) = b
+                    .order(product, &click(&format!("late-{n}"), strategy), None)
+                    .await;
+                assert_eq!(status, StatusCode::CONFLICT, "{strategy}: {answer}");
+                reads(b).await >= reads_before + 2
+            }
+        })
+        .await;
+        // The new winner's retry on B is not refused from memory: it gets its order.
+        let (status, answer) = b.order(product, &click("second", strategy), None).await;
+        assert!(status.is_success(), "{strategy}: {status} {answer}");
+        assert_eq!(answer["request_id"], "r-second", "{strategy}: {answer}");
+    }
+    a.stop().await;
+    b.stop().await;
     drop_database(&database_url).await;
 }

@@ -9,8 +9,10 @@
 //! shelf is empty no new purchase can win, so the set is final; from then on a click refused
 //! from memory is one whose purchase is not among them, and a retry of a click that did buy
 //! still goes to its strategy and gets its order back. When the memory ages out, the read that
-//! renews it reads the winners again if the shelf is still empty, so a crowd refused from memory
-//! stays refused from memory rather than reaching the strategies once per lifetime.
+//! renews it asks whether the shelf is still empty and whether anyone can have bought since the
+//! winners were read ([`winners`]): only then are they read again, so a crowd refused from
+//! memory stays refused from memory, and a product with 200,000 winners costs its renewal two
+//! small reads, not 200,000 rows.
 //!
 //! **Renewed before it ages.** A request that finds the memory past half its lifetime reads the
 //! product again in the background and is answered from memory meanwhile; only a memory past its
@@ -20,11 +22,8 @@
 //! lifetime.
 //!
 //! **Read from the product's home.** A read asks first where the product's stock lived when it
-//! was last read: Redis for the stock it holds (it keeps that stock's rules beside the
-//! counter, so that it sells while the database is away), the database for any other and for
-//! a product not read yet (its row says where the stock lives). So a Redis that does not
-//! answer holds up no purchase of stock kept in the database. The other store is asked when
-//! the first cannot say.
+//! was last read, so that a Redis that does not answer holds up no purchase of stock kept in
+//! the database ([`home`]).
 //!
 //! **Forgetting.** Stock comes back by a reset, a reconciliation that gives units back, or an
 //! order that returns them (it expired or was cancelled); each makes its own instance forget at
@@ -37,30 +36,48 @@
 //! forget at once ([`crate::redis_stock::announce`]). A memory that does not forget refuses
 //! buyers while units are on sale: the scenario `stale-sold-out` shows it.
 //!
+//! **Bounded.** An id that has no product leaves no product behind, and a product nobody asks
+//! about any more is dropped: the memory holds the products that exist and are asked for
+//! ([`bounds`]).
+//!
 //! **Read without a lock.** Every click reads the memory, on every core at once; it changes
 //! only when a product is read, learnt sold out, or forgotten. So the memory is a map the
 //! readers load as it stands ([`arc_swap`]) and a writer replaces with a changed copy: a
 //! refusal from memory writes nothing the other cores read, where a lock taken by every click
 //! (and a reference to the winners counted up and down by each) passes one cache line between
-//! the cores on every refusal.
+//! the cores on every refusal. A copy of every product for each change would make a change cost
+//! what the memory holds, so the map is split in [`SHARDS`] by product id, each swapped on its
+//! own: a change copies its product's shard, a 64th of the memory. A read still loads one
+//! pointer and looks the product up in one hash map. (A concurrent map was the other choice:
+//! `dashmap` takes a shard's read lock on every lookup — a write to a cache line every reader
+//! shares, which is what this memory exists to avoid — and the lock-free ones, `papaya` or
+//! `scc`, would be a new dependency on the refusals' path for a map that changes a few times a
+//! second per product.)
 
-use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, PoisonError};
+mod absent;
+mod bounds;
+mod home;
+mod winners;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
+use crossbeam_utils::CachePadded;
 use sqlx::MySqlPool;
 
 use crate::api::{Home, SaleRules};
 use crate::db::orders::PurchaseKey;
-use crate::db::products;
-use crate::inventory::{self, ReadError};
+use crate::inventory::ReadError;
 use crate::metrics::Metrics;
-use crate::redis_stock::{RedisStock, charge};
+use crate::redis_stock::RedisStock;
+use absent::Absent;
+use winners::Winners;
 
-/// Most winners remembered for one sold-out product; a product with more is refused by its
-/// strategy instead.
-const MAX_WINNERS: usize = 200_000;
+/// The parts the memory is split in, each copied on its own when it changes.
+const SHARDS: usize = 64;
 
 /// A product as the instance remembers it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,28 +89,43 @@ pub struct Known {
     pub redis_epoch: u64,
 }
 
+type Entries = HashMap<u64, Arc<Entry>>;
+
 /// What one instance remembers.
 pub struct Shelf {
     pool: MySqlPool,
     metrics: Arc<Metrics>,
     redis: Option<RedisStock>,
     lifetime: Duration,
-    /// The products remembered, read as they stand by every request.
-    entries: ArcSwap<HashMap<u64, Arc<Entry>>>,
-    /// One change of the memory at a time: a change copies the map, so two at once would
-    /// lose one of them.
-    changing: Mutex<()>,
+    /// The products remembered, by product id modulo [`SHARDS`].
+    shards: Box<[CachePadded<Shard>]>,
+    /// Product ids that have no product, lately read.
+    absent: Mutex<Absent>,
     /// One load of a product's rules at a time: a flood's first clicks all find the memory
     /// empty at once, and one of them asks the backend while the others wait for its answer.
     loading: Mutex<HashMap<u64, Arc<tokio::sync::Mutex<()>>>>,
+    /// The next entry's epoch. Drawn from one counter, so that an entry dropped and made again
+    /// never has an epoch a reader of the old one still holds.
+    epochs: AtomicU64,
+    /// Purchases read from the backends to learn or renew sold-out products' winners.
+    winners_read: AtomicU64,
+}
+
+/// A part of the memory, read as it stands by every request.
+#[derive(Default)]
+struct Shard {
+    entries: ArcSwap<Entries>,
+    /// One change of the shard at a time: a change copies it, so two at once would lose one
+    /// of them.
+    changing: Mutex<()>,
 }
 
 #[derive(Debug, Clone)]
 struct Entry {
-    /// `None`: no such product.
+    /// `None`: forgotten (read again at the next request).
     known: Option<Known>,
     loaded: Instant,
-    /// Bumped each time the product is forgotten while its entry is being filled.
+    /// Changed each time the product is forgotten while its entry is being filled.
     epoch: u64,
     winners: Option<Arc<Winners>>,
     /// A request is loading the winners.
@@ -101,7 +133,8 @@ struct Entry {
     /// A read in the background is renewing the entry.
     renewing: bool,
     /// Where the product's stock lived when it was last read, kept when the rest is forgotten:
-    /// the store the next read asks first.
+    /// the store the next read asks first. A product dropped as idle ([`bounds`]) is read as
+    /// one not read yet.
     last_home: Option<Home>,
 }
 
@@ -121,6 +154,15 @@ pub struct Recalled {
     pub refused: bool,
 }
 
+impl Recalled {
+    /// A product id that has no product (no entry ever has epoch 0).
+    const UNKNOWN: Recalled = Recalled {
+        known: None,
+        epoch: Epoch(0),
+        refused: false,
+    };
+}
+
 impl Shelf {
     pub fn new(
         pool: MySqlPool,
@@ -133,22 +175,32 @@ impl Shelf {
             metrics,
             redis,
             lifetime,
-            entries: ArcSwap::from_pointee(HashMap::new()),
-            changing: Mutex::new(()),
+            shards: (0..SHARDS).map(|_| CachePadded::default()).collect(),
+            absent: Mutex::default(),
             loading: Mutex::new(HashMap::new()),
+            epochs: AtomicU64::new(1),
+            winners_read: AtomicU64::new(0),
         }
     }
 
-    /// Changes the memory: a copy of the map, changed by `change`, takes its place if `change`
-    /// says it changed something. Readers go on reading the map as it stood meanwhile.
-    fn change(&self, change: impl FnOnce(&mut HashMap<u64, Arc<Entry>>) -> bool) -> bool {
-        let _one = self.changing.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut entries = HashMap::clone(&self.entries.load());
-        let changed = change(&mut entries);
-        if changed {
-            self.entries.store(Arc::new(entries));
-        }
-        changed
+    fn shard(&self, id: u64) -> &Shard {
+        // Product ids are the operator's, mostly consecutive: they spread as they are.
+        &self.shards[(id % SHARDS as u64) as usize]
+    }
+
+    fn absent(&self) -> MutexGuard<'_, Absent> {
+        self.absent.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn new_epoch(&self) -> u64 {
+        self.epochs.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Changes the shard of product `id`: `change` sees the shard as it stands, under the
+    /// shard's lock, and gives its changed copy, or `None` if there is nothing to change.
+    /// Readers go on reading the shard as it stood meanwhile. Whether it changed.
+    fn change(&self, id: u64, change: impl FnOnce(&Entries) -> Option<Entries>) -> bool {
+        change_shard(self.shard(id), change)
     }
 
     /// Changes the product's entry if `when` holds of it: asked first of the memory as it
@@ -160,15 +212,19 @@ impl Shelf {
         when: impl Fn(&Entry) -> bool,
         change: impl FnOnce(&mut Entry),
     ) -> bool {
-        if !self.entries.load().get(&id).is_some_and(|e| when(e)) {
+        if !self
+            .shard(id)
+            .entries
+            .load()
+            .get(&id)
+            .is_some_and(|e| when(e))
+        {
             return false;
         }
-        self.change(|entries| match entries.get_mut(&id) {
-            Some(e) if when(e) => {
-                change(Arc::make_mut(e));
-                true
-            }
-            _ => false,
+        self.change(id, |entries| {
+            let mut entry = Entry::clone(entries.get(&id).filter(|e| when(e))?);
+            change(&mut entry);
+            Some(with(entries, id, entry))
         })
     }
 
@@ -195,14 +251,16 @@ impl Shelf {
     /// The product as remembered, if the memory is fresh; and whether this caller is to renew
     /// it (it is past half its lifetime and nobody is renewing it yet).
     fn recall(&self, id: u64, purchase: Option<PurchaseKey<'_>>) -> Option<(Recalled, bool)> {
-        let entries = self.entries.load();
-        let e = entries.get(&id)?;
-        let age = e.loaded.elapsed();
-        if age >= self.lifetime {
+        let entries = self.shard(id).entries.load();
+        let Some(e) = entries.get(&id) else {
+            let absent = self.absent().holds(id, self.lifetime);
+            return absent.then_some((Recalled::UNKNOWN, false));
+        };
+        if !e.fresh(self.lifetime) {
             return None;
         }
         let loaded = e.loaded;
-        let renew = age >= self.lifetime / 2
+        let renew = loaded.elapsed() >= self.lifetime / 2
             && !e.renewing
             && self.change_entry(
                 id,
@@ -246,9 +304,11 @@ impl Shelf {
 
     /// The product as remembered, if the memory is fresh.
     fn remembered(&self, id: u64, purchase: Option<PurchaseKey<'_>>) -> Option<Recalled> {
-        let entries = self.entries.load();
-        let e = entries.get(&id)?;
-        (e.loaded.elapsed() < self.lifetime).then(|| e.recalled(purchase))
+        let entries = self.shard(id).entries.load();
+        match entries.get(&id) {
+            Some(e) => e.fresh(self.lifetime).then(|| e.recalled(purchase)),
+            None => (self.absent().holds(id, self.lifetime)).then_some(Recalled::UNKNOWN),
+        }
     }
 
     /// Reads the product from its backend into memory, unless (when not `again`) a load that
@@ -262,80 +322,35 @@ impl Shelf {
         if !again && let Some(fresh) = self.remembered(id, purchase) {
             return Ok(fresh);
         }
-        let (epoch, was_sold_out, last_home) = match self.entries.load().get(&id) {
-            Some(e) => (e.epoch, e.winners.is_some(), e.last_home),
-            None => (0, false, None),
+        let (epoch, sold_out, last_home) = match self.shard(id).entries.load().get(&id) {
+            Some(e) => (Some(e.epoch), e.winners.clone(), e.last_home),
+            None => (None, None, None),
         };
         self.metrics.product_read();
-        let known = self.ask(id, last_home).await?;
+        let Some(known) = self.ask(id, last_home).await? else {
+            self.remember_absent(id, epoch);
+            return Ok(Recalled::UNKNOWN);
+        };
         // Sold out when last read: still sold out if the shelf is still empty, with the winners
         // of now (units that came back and sold again changed them).
-        let winners = match (was_sold_out, known) {
-            (true, Some(_)) => self.winners(id).await.ok().flatten().map(Arc::new),
-            _ => None,
+        let winners = match sold_out {
+            Some(winners) => self.winners_again(id, known.home, winners).await,
+            None => None,
         };
         let entry = Entry {
-            known,
+            known: Some(known),
             loaded: Instant::now(),
-            epoch,
+            epoch: epoch.unwrap_or_else(|| self.new_epoch()),
             winners,
             learning: false,
             renewing: false,
-            last_home: known.map(|k| k.home).or(last_home),
+            last_home: Some(known.home),
         };
         let recalled = entry.recalled(purchase);
-        self.change(|entries| {
-            let current = entries.get(&id).map_or(0, |e| e.epoch);
-            if current != epoch {
-                return false;
-            }
-            entries.insert(id, Arc::new(entry));
-            true
+        self.change(id, |entries| {
+            (entries.get(&id).map(|e| e.epoch) == epoch).then(|| with(entries, id, entry))
         });
         Ok(recalled)
-    }
-
-    /// The product's home and rules, asked first of where its stock lived when last read, so
-    /// that each product's admission depends on its own home only. Redis, for stock it held:
-    /// it keeps the rules beside the counter, and a purchase of that stock is admitted while
-    /// the database is away. Otherwise the database, whose row says where the stock lives: a
-    /// product of the database is not held up by a Redis that does not answer. The other
-    /// store is asked when the first cannot say.
-    async fn ask(&self, id: u64, last_home: Option<Home>) -> Result<Option<Known>, sqlx::Error> {
-        let in_redis = |(rules, redis_epoch)| Known {
-            home: Home::Redis,
-            rules,
-            redis_epoch,
-        };
-        let redis_first = last_home == Some(Home::Redis);
-        if redis_first && let Some(found) = self.rules_in_redis(id).await {
-            return Ok(Some(in_redis(found)));
-        }
-        match products::rules(&self.pool, id).await {
-            Ok(found) => Ok(found.map(|r| Known {
-                home: r.home,
-                rules: r.sale,
-                redis_epoch: if r.home == Home::Redis {
-                    r.redis_epoch
-                } else {
-                    0
-                },
-            })),
-            Err(e) if redis_first => Err(e),
-            Err(e) => self
-                .rules_in_redis(id)
-                .await
-                .map(in_redis)
-                .map(Some)
-                .ok_or(e),
-        }
-    }
-
-    /// The rules of a product whose stock Redis holds, kept there at its reset, and the epoch
-    /// they were written at; `None` for any other product, or when Redis cannot say or lost
-    /// them (the database is asked then).
-    async fn rules_in_redis(&self, id: u64) -> Option<(SaleRules, u64)> {
-        self.redis.as_ref()?.sale_rules(id).await.ok().flatten()
     }
 
     /// Remembers that the product was sold out at `epoch`: loads its winners and, if nothing
@@ -344,10 +359,17 @@ impl Shelf {
         let to_learn = |e: &Entry| {
             e.epoch == epoch.0 && e.winners.is_none() && !e.learning && e.known.is_some()
         };
+        let entries = self.shard(id).entries.load();
+        let Some(home) = (entries.get(&id).filter(|e| to_learn(e)))
+            .and_then(|e| e.known)
+            .map(|known| known.home)
+        else {
+            return Ok(());
+        };
         if !self.change_entry(id, to_learn, |e| e.learning = true) {
             return Ok(());
         }
-        let (winners, failed) = match self.winners(id).await {
+        let (winners, failed) = match self.winners(id, home).await {
             Ok(winners) => (winners.map(Arc::new), None),
             Err(e) => (None, Some(e)),
         };
@@ -375,7 +397,7 @@ impl Shelf {
             id,
             |_| true,
             |e| {
-                e.epoch += 1;
+                e.epoch = self.new_epoch();
                 e.winners = None;
                 e.learning = false;
             },
@@ -385,60 +407,51 @@ impl Shelf {
     /// Forgets what the instance knows of the product: its rules may have changed (a reset),
     /// or its stock was repaired.
     pub fn forget(&self, id: u64) {
-        self.change(|entries| {
-            let epoch = entries.get(&id).map_or(0, |e| e.epoch) + 1;
+        self.change(id, |entries| {
+            self.absent().remove(id);
             let last_home = entries.get(&id).and_then(|e| e.last_home);
             let forgotten = Entry {
                 known: None,
-                // Stale at once: the next read loads the product again.
-                loaded: Instant::now() - self.lifetime,
-                epoch,
+                loaded: Instant::now(),
+                epoch: self.new_epoch(),
                 winners: None,
                 learning: false,
                 renewing: false,
                 last_home,
             };
-            entries.insert(id, Arc::new(forgotten));
-            true
+            Some(with(entries, id, forgotten))
         });
-    }
-
-    /// The purchases that hold the product's units, if its shelf is empty (a `sold_out` answer
-    /// may only mean that fewer units are left than one buyer asked for); `None` if it is not,
-    /// or if there are too many to remember. Once the shelf is empty no purchase can take a
-    /// unit until one comes back, so the set read after it is final.
-    async fn winners(&self, id: u64) -> Result<Option<Winners>, ReadError> {
-        let Some(home) = products::rules(&self.pool, id).await?.map(|r| r.home) else {
-            return Ok(None);
-        };
-        let left = inventory::left(&self.pool, self.redis.as_ref(), id, home).await?;
-        if left != Some(0) {
-            return Ok(None);
-        }
-        let home = Some(home);
-        let winners: Vec<(String, String)> = match (home, &self.redis) {
-            (Some(Home::Redis), Some(redis)) => redis
-                .charged(id)
-                .await?
-                .into_iter()
-                .filter(|(_, record)| record != charge::CANCELLED)
-                .filter_map(|(field, _)| {
-                    charge::parse_field(&field).map(|(u, r)| (u.to_string(), r.to_string()))
-                })
-                .collect(),
-            (Some(_), _) => crate::db::orders::purchases_of(&self.pool, id)
-                .await?
-                .into_iter()
-                .filter(|(_, _, state)| state.holds_units())
-                .map(|(user, request, _)| (user, request))
-                .collect(),
-            (None, _) => return Ok(None),
-        };
-        Ok((winners.len() <= MAX_WINNERS).then(|| Winners::of(winners)))
     }
 }
 
+/// [`Shelf::change`] of one shard.
+fn change_shard(shard: &Shard, change: impl FnOnce(&Entries) -> Option<Entries>) -> bool {
+    let _one = shard
+        .changing
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    match change(&shard.entries.load()) {
+        Some(changed) => {
+            shard.entries.store(Arc::new(changed));
+            true
+        }
+        None => false,
+    }
+}
+
+/// A copy of `entries` with `entry` as product `id`'s.
+fn with(entries: &Entries, id: u64, entry: Entry) -> Entries {
+    let mut changed = entries.clone();
+    changed.insert(id, Arc::new(entry));
+    changed
+}
+
 impl Entry {
+    /// Whether the entry answers for the product: read, and no older than `lifetime`.
+    fn fresh(&self, lifetime: Duration) -> bool {
+        self.known.is_some() && self.loaded.elapsed() < lifetime
+    }
+
     fn recalled(&self, purchase: Option<PurchaseKey<'_>>) -> Recalled {
         let refused = purchase
             .zip(self.winners.as_deref())
@@ -448,26 +461,5 @@ impl Entry {
             epoch: Epoch(self.epoch),
             refused,
         }
-    }
-}
-
-/// The purchases that hold a sold-out product's units: request ids by user, so that a
-/// refusal looks itself up without building a key.
-#[derive(Debug, Default)]
-struct Winners(HashMap<String, HashSet<String>>);
-
-impl Winners {
-    fn of(purchases: Vec<(String, String)>) -> Winners {
-        let mut by_user: HashMap<String, HashSet<String>> = HashMap::new();
-        for (user, request) in purchases {
-            by_user.entry(user).or_default().insert(request);
-        }
-        Winners(by_user)
-    }
-
-    fn holds(&self, user_id: &str, request_id: &str) -> bool {
-        self.0
-            .get(user_id)
-            .is_some_and(|requests| requests.contains(request_id))
     }
 }

@@ -1,0 +1,59 @@
+//! Where a read of a product asks for its home and rules: first where the product's stock lived
+//! when it was last read — Redis for the stock it holds (it keeps that stock's rules beside the
+//! counter, so that it sells while the database is away), the database for any other and for a
+//! product not read yet (its row says where the stock lives). So a Redis that does not answer
+//! holds up no purchase of stock kept in the database. The other store is asked when the first
+//! cannot say.
+
+use super::{Known, Shelf};
+use crate::api::{Home, SaleRules};
+use crate::db::products;
+
+impl Shelf {
+    /// The product's home and rules, asked first of where its stock lived when last read, so
+    /// that each product's admission depends on its own home only. Redis, for stock it held:
+    /// it keeps the rules beside the counter, and a purchase of that stock is admitted while
+    /// the database is away. Otherwise the database, whose row says where the stock lives: a
+    /// product of the database is not held up by a Redis that does not answer. The other
+    /// store is asked when the first cannot say.
+    pub(super) async fn ask(
+        &self,
+        id: u64,
+        last_home: Option<Home>,
+    ) -> Result<Option<Known>, sqlx::Error> {
+        let in_redis = |(rules, redis_epoch)| Known {
+            home: Home::Redis,
+            rules,
+            redis_epoch,
+        };
+        let redis_first = last_home == Some(Home::Redis);
+        if redis_first && let Some(found) = self.rules_in_redis(id).await {
+            return Ok(Some(in_redis(found)));
+        }
+        match products::rules(&self.pool, id).await {
+            Ok(found) => Ok(found.map(|r| Known {
+                home: r.home,
+                rules: r.sale,
+                redis_epoch: if r.home == Home::Redis {
+                    r.redis_epoch
+                } else {
+                    0
+                },
+            })),
+            Err(e) if redis_first => Err(e),
+            Err(e) => self
+                .rules_in_redis(id)
+                .await
+                .map(in_redis)
+                .map(Some)
+                .ok_or(e),
+        }
+    }
+
+    /// The rules of a product whose stock Redis holds, kept there at its reset, and the epoch
+    /// they were written at; `None` for any other product, or when Redis cannot say or lost
+    /// them (the database is asked then).
+    async fn rules_in_redis(&self, id: u64) -> Option<(SaleRules, u64)> {
+        self.redis.as_ref()?.sale_rules(id).await.ok().flatten()
+    }
+}
