@@ -3,11 +3,21 @@
 //! counter, so that it sells while the database is away), the database for any other and for a
 //! product not read yet (its row says where the stock lives). So a Redis that does not answer
 //! holds up no purchase of stock kept in the database. The other store is asked when the first
-//! cannot say.
+//! cannot say — and, for a product not read yet, when the database has not answered within
+//! [`DATABASE_FIRST`]: a database that does not answer (paused, partitioned: its reads wait with
+//! no deadline of their own) then holds up no purchase of stock kept in Redis either.
+
+use std::pin::pin;
+use std::time::Duration;
 
 use super::{Known, Shelf};
 use crate::api::{Home, SaleRules};
 use crate::db::products;
+
+/// How long a read of a product not read yet waits for the database alone before it asks Redis
+/// too. Far longer than a healthy database takes to read one row, so Redis is asked nothing
+/// about a product of the database while the database answers.
+pub(super) const DATABASE_FIRST: Duration = Duration::from_secs(1);
 
 impl Shelf {
     /// The product's home and rules, asked first of where its stock lived when last read, so
@@ -30,8 +40,9 @@ impl Shelf {
         if redis_first && let Some(found) = self.rules_in_redis(id).await {
             return Ok(Some(in_redis(found)));
         }
-        match products::rules(&self.pool, id).await {
-            Ok(found) => Ok(found.map(|r| Known {
+        let from_database = async {
+            let found = products::rules(&self.pool, id).await?;
+            Ok(found.map(|r| Known {
                 home: r.home,
                 rules: r.sale,
                 redis_epoch: if r.home == Home::Redis {
@@ -39,7 +50,23 @@ impl Shelf {
                 } else {
                     0
                 },
-            })),
+            }))
+        };
+        let mut from_database = pin!(from_database);
+        let answered = match last_home {
+            Some(_) => from_database.await,
+            None => match tokio::time::timeout(DATABASE_FIRST, &mut from_database).await {
+                Ok(answered) => answered,
+                // Not read yet, and the database is slow to say where its stock lives: Redis
+                // says so too, for the stock it holds.
+                Err(_) => tokio::select! {
+                    answered = &mut from_database => answered,
+                    Some(found) = self.rules_in_redis(id) => return Ok(Some(in_redis(found))),
+                },
+            },
+        };
+        match answered {
+            Ok(found) => Ok(found),
             Err(e) if redis_first => Err(e),
             Err(e) => self
                 .rules_in_redis(id)
