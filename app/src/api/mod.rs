@@ -201,7 +201,7 @@ pub struct ResetProduct {
     /// A purchase naming none is sold by the default strategy if it is among them, else by the
     /// first of them in catalogue order.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Vec<Strategy>>)]
+    #[schema(value_type = Option<Vec<Strategy>>, min_items = 1)]
     pub strategies: Option<Strategies>,
 }
 

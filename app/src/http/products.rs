@@ -27,10 +27,10 @@ use axum::http::{HeaderMap, StatusCode};
         (status = 200, description = "The product after the reset", body = ProductView),
         (status = 400, description = "`bad_request`: malformed JSON or id", body = ErrorBody),
         (status = 401, description = "`unauthorized`: missing or wrong admin token", body = ErrorBody),
-        (status = 403, description = "`strategy_not_offered`: a strategy named that this deployment does not offer", body = ErrorBody),
+        (status = 403, description = "`strategy_not_offered`: a strategy named that this deployment does not offer, or that sells stock kept in another home", body = ErrorBody),
         (status = 408, description = "`request_timeout`: the body had not all come by its deadline (`--body-read-timeout-ms`); the connection is closed", body = ErrorBody),
         (status = 415, description = "`bad_request`: the body is not `application/json`", body = ErrorBody),
-        (status = 422, description = "`invalid_request`: stock outside 0 to 1,000,000,000, buckets outside 1 to 1,024, a per-user limit outside 1 to 1,000,000,000, a payment window outside 1 ms to a week, a sale that ends before it starts, strategies that sell from another home or none, or unknown fields", body = ErrorBody),
+        (status = 422, description = "`invalid_request`: stock outside 0 to 1,000,000,000, buckets outside 1 to 1,024, a per-user limit outside 1 to 1,000,000,000, a payment window outside 1 ms to a week, a sale that ends before it starts, an empty list of strategies, or unknown fields", body = ErrorBody),
         (status = 503, description = "`busy` (a row lock not obtained in time) or `backend_unavailable`", body = ErrorBody,
             headers(("Retry-After" = u32, description = "Seconds to wait")))))]
 pub async fn reset(
@@ -200,7 +200,7 @@ fn strategies_of(body: &ResetProduct, settings: &Settings) -> Result<Strategies,
         )));
     }
     if let Some(elsewhere) = named.iter().find(|s| s.home() != body.home) {
-        return Err(ApiError::Invalid(format!(
+        return Err(ApiError::StrategyNotOffered(format!(
             "strategy `{elsewhere}` sells stock kept in `{}`, not `{}`",
             elsewhere.home().name(),
             body.home.name()
