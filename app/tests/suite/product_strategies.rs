@@ -1,6 +1,7 @@
 //! A product is sold by the strategies its reset names, and a deployment offers the unsafe
 //! strategies only when it asks for them: a buyer cannot pick `unchecked` to undo a sale.
 
+use app::api::Strategy;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -88,23 +89,17 @@ async fn the_unsafe_strategies_are_offered_only_when_the_deployment_asks() {
     let mut config = test_config(&database_url);
     config.offer_unsafe = false;
     let app = spawn_app(config).await;
-    let list: Value = app
-        .client
-        .get(format!("{}/api/strategies", app.url))
-        .send()
-        .await
-        .expect("get")
-        .json()
-        .await
-        .expect("json");
-    let names: Vec<&str> = (list["strategies"].as_array().expect("a list").iter())
-        .filter_map(|s| s["name"].as_str())
-        .collect();
-    assert!(names.contains(&"conditional") && names.contains(&"redis-lock"));
-    for unsafe_one in ["naive", "unchecked", "racy-limit", "local-mutex"] {
+    let offered = app.offered().await;
+    assert!(offered.contains(&Strategy::Conditional) && offered.contains(&Strategy::RedisLock));
+    for unsafe_one in [
+        Strategy::Naive,
+        Strategy::Unchecked,
+        Strategy::RacyLimit,
+        Strategy::LocalMutex,
+    ] {
         assert!(
-            !names.contains(&unsafe_one),
-            "{unsafe_one} offered: {names:?}"
+            !offered.contains(&unsafe_one),
+            "{unsafe_one} offered: {offered:?}"
         );
     }
     let (status, body) = put(&app, 5, json!({ "stock": 5, "strategies": ["naive"] })).await;

@@ -103,8 +103,8 @@ impl TestApp {
         );
     }
 
-    /// The strategies this instance offers that sell stock kept in `home`.
-    pub async fn offered_for(&self, home: app::api::Home) -> Vec<Strategy> {
+    /// The strategies this instance offers (`GET /api/strategies`).
+    pub async fn offered(&self) -> Vec<Strategy> {
         let list: app::api::StrategyList = self
             .client
             .get(format!("{}/api/strategies", self.url))
@@ -114,10 +114,14 @@ impl TestApp {
             .json()
             .await
             .expect("strategy list");
-        (list.strategies.iter())
-            .map(|info| info.name)
-            .filter(|s| s.home() == home)
-            .collect()
+        list.strategies.iter().map(|info| info.name).collect()
+    }
+
+    /// The strategies this instance offers that sell stock kept in `home`.
+    pub async fn offered_for(&self, home: app::api::Home) -> Vec<Strategy> {
+        let mut offered = self.offered().await;
+        offered.retain(|s| s.home() == home);
+        offered
     }
 
     /// Purchases that reached a strategy so far.
