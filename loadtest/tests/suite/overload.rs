@@ -23,9 +23,42 @@ fn due_in_window(o: &OverloadResult) -> u64 {
     all - (SHAPE.warmup * rate).ceil() as u64
 }
 
+/// Runs of the phase made before one in which the open loop offered more than the service
+/// answers: the capacity it offers a multiple of is measured by a closed loop of a second, and
+/// on a machine running other tests beside it a stall can make that second read a fraction of
+/// what the service answers the next second. Then three times the reading is no crowd, the door
+/// has nothing to refuse, and the run says nothing of it. A door that never refuses fails every
+/// run: its excess waits inside, and is answered, late, as bought.
+const RUNS: u32 = 3;
+
 #[tokio::test(flavor = "multi_thread")]
 async fn the_overload_phase_counts_every_request_refuses_the_excess_with_503_overloaded_and_reports_it()
  {
+    for run in 1..=RUNS {
+        match run_the_phase().await {
+            Crowd::Refused => return,
+            Crowd::AllAnswered(name) => eprintln!(
+                "run {run} of {RUNS}: `{name}` answered every request offered at 3 × the \
+                 capacity its closed loop read: no crowd to refuse"
+            ),
+        }
+    }
+    panic!(
+        "in {RUNS} runs, a strategy answered everything offered at 3 × its capacity: what was \
+         not bought was never refused `503 overloaded` at the door"
+    );
+}
+
+/// What the open loop met in one run of the phase.
+enum Crowd {
+    /// Every strategy's door refused some of what it was offered.
+    Refused,
+    /// This strategy's door refused nothing and every request was bought.
+    AllAnswered(Strategy),
+}
+
+/// One run of the phase, every property checked but that the door refused: that is returned.
+async fn run_the_phase() -> Crowd {
     let strategies = [Strategy::Conditional, Strategy::RedisLua, Strategy::Naive];
     let mut settings = common::quick(strategies[0]);
     settings.strategies = strategies.to_vec();
@@ -41,6 +74,7 @@ async fn the_overload_phase_counts_every_request_refuses_the_excess_with_503_ove
         [Strategy::Conditional, Strategy::RedisLua],
         "the deployable strategies, and not the unsafe one"
     );
+    let mut crowd = None;
     for o in &report.overloads {
         let name = o.strategy.name;
         eprintln!(
@@ -102,8 +136,11 @@ async fn the_overload_phase_counts_every_request_refuses_the_excess_with_503_ove
             "{name}: {outcomes:?}"
         );
         assert_eq!(o.other(), refused - o.overloaded(), "{name}");
+        if refused == 0 && crowd.is_none() {
+            crowd = Some(name);
+        }
         assert!(
-            o.overloaded() > 0 && o.other() * 100 <= refused,
+            refused == 0 || (o.overloaded() > 0 && o.other() * 100 <= refused),
             "{name}: what was not bought was refused `503 overloaded` at the door (at most 1% \
              past it): {outcomes:?}"
         );
@@ -179,4 +216,8 @@ async fn the_overload_phase_counts_every_request_refuses_the_excess_with_503_ove
     }
     db.close().await;
     common::drop_database(&target).await;
+    match crowd {
+        None => Crowd::Refused,
+        Some(name) => Crowd::AllAnswered(name),
+    }
 }
