@@ -159,6 +159,11 @@ impl From<Placed> for Purchased {
     }
 }
 
+/// Whether a per-user limit of `limit` can refuse anyone (see [`Purchase::counts_buyers`]).
+pub fn limits_buyers(limit: i64) -> bool {
+    limit < crate::api::MAX_STOCK
+}
+
 /// One purchase as a strategy sees it (already validated).
 #[derive(Debug)]
 pub struct Purchase {
@@ -183,6 +188,16 @@ pub struct Purchase {
 }
 
 impl Purchase {
+    /// Whether the product's per-user limit can refuse anyone, and its buyers' units are
+    /// counted: a limit of [`MAX_STOCK`](crate::api::MAX_STOCK) or more never can, since no
+    /// product holds more units, and a product's limit changes only with a reset, which forgets
+    /// its orders and counts. A count is a row the purchase locks until it commits, one
+    /// statement more in every purchase's transaction, and for a batch the rows of all its
+    /// buyers: a product nobody is limited on pays for none of it.
+    pub fn counts_buyers(&self) -> bool {
+        limits_buyers(self.per_user_limit)
+    }
+
     /// The name of this purchase: product, buyer, request id.
     pub fn key(&self) -> crate::db::orders::PurchaseKey<'_> {
         crate::db::orders::PurchaseKey {

@@ -13,11 +13,15 @@ use crate::db::quota::{self, Claim};
 
 /// Claims the purchase's units against the buyer's per-user limit, in the purchase's own
 /// transaction and before its stock is touched (see [`crate::db::quota`]): beyond the limit,
-/// [`PurchaseError::LimitReached`], and the transaction must roll back.
+/// [`PurchaseError::LimitReached`], and the transaction must roll back. A product whose limit
+/// no buyer can reach claims nothing ([`Purchase::counts_buyers`]).
 pub(crate) async fn claim_quota(
     tx: &mut MySqlConnection,
     purchase: &Purchase,
 ) -> Result<(), PurchaseError> {
+    if !purchase.counts_buyers() {
+        return Ok(());
+    }
     match quota::claim(
         tx,
         purchase.key(),

@@ -181,3 +181,63 @@ async fn the_limit_is_one_per_customer_unless_set_and_a_reset_forgets_what_buyer
     app.stop().await;
     drop_database(&database_url).await;
 }
+
+/// Rows of buyers' counts the product has in `purchase_quota`, with their units.
+async fn counts(database_url: &str, product: u64) -> HashMap<String, i64> {
+    let db = sqlx::mysql::MySqlPoolOptions::new()
+        .max_connections(1)
+        .connect(database_url)
+        .await
+        .expect("connect");
+    let rows: Vec<(String, i64)> =
+        sqlx::query_as("SELECT user_id, units FROM purchase_quota WHERE product_id = ?")
+            .bind(product)
+            .fetch_all(&db)
+            .await
+            .expect("counts");
+    db.close().await;
+    rows.into_iter().collect()
+}
+
+/// A count is a row every purchase of its buyer locks until it commits; a batch locked the
+/// rows of all its buyers, and two instances' batches sharing buyers waited on each other. A
+/// limit of `MAX_STOCK` can refuse no one (no product holds more), and a product's limit
+/// changes only with a reset, which forgets its orders: such a product needs no count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_product_whose_limit_no_buyer_can_reach_keeps_no_counts_and_a_limited_one_does() {
+    let database_url = fresh_database_url().await;
+    let mut config = test_config(&database_url);
+    common::with_every_service(&mut config).await;
+    let app = spawn_app(config).await;
+    let in_database: Vec<Strategy> = Strategy::ALL
+        .iter()
+        .copied()
+        .filter(|s| s.safety() == Safety::Safe && s.home() != app::catalogue::Home::Redis)
+        .collect();
+    let mut product = 0;
+    for strategy in in_database {
+        for limit in [app::api::MAX_STOCK, 5] {
+            product += 1;
+            app.reset_with(
+                product,
+                &json!({ "stock": 100, "home": strategy.home(), "per_user_limit": limit }),
+            )
+            .await;
+            for (buyer, quantity) in [("a", 1), ("b", 2), ("a", 3)] {
+                let request = format!("{buyer}-{quantity}");
+                let buy = json!({ "user_id": buyer, "quantity": quantity,
+                    "request_id": request, "strategy": strategy });
+                let (status, answer) = app.order(product, &buy, None).await;
+                assert!(status.is_success(), "{strategy}: {status} {answer}");
+            }
+            let counts = counts(&database_url, product).await;
+            let expected = match limit {
+                app::api::MAX_STOCK => HashMap::new(),
+                _ => HashMap::from([("a".to_owned(), 4), ("b".to_owned(), 2)]),
+            };
+            assert_eq!(counts, expected, "{strategy}, a limit of {limit}");
+        }
+    }
+    app.stop().await;
+    drop_database(&database_url).await;
+}

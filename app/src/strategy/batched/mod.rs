@@ -59,7 +59,7 @@ use tokio::sync::{mpsc, oneshot};
 
 mod allocate;
 
-use super::{Deps, Placed, Purchase, PurchaseError, Purchased, StockStrategy};
+use super::{Deps, Placed, Purchase, PurchaseError, Purchased, StockStrategy, limits_buyers};
 use crate::db::errors::{DbFailure, classify};
 use crate::db::orders::{self, NewOrder};
 use crate::db::{products, quota};
@@ -276,12 +276,22 @@ impl Queue {
             .await?
             .into_iter()
             .collect();
-        // The buyers' rows first (as every purchase claims its quota before the stock), so the
-        // batch and a buyer's purchase through another strategy lock in the same order.
-        let users: Vec<&str> = batch.iter().map(|e| e.user_id.as_str()).collect();
-        let held = quota::lock_buyers(&mut tx, product_id, &users).await?;
         // The product's rules as the first purchase's instance knew them.
         let limit = batch.first().map_or(0, |e| e.per_user_limit);
+        // The buyers' rows first (as every purchase claims its quota before the stock), so the
+        // batch and a buyer's purchase through another strategy lock in the same order; none
+        // where no buyer can reach the limit. A batch holds its buyers' rows until it commits,
+        // so another instance's batch sharing one of them waits there for that whole commit
+        // before it even reaches the stock, and with many buyers per batch nearly every pair
+        // of batches shares one.
+        let counted = limits_buyers(limit);
+        let held = match counted {
+            true => {
+                let users: Vec<&str> = batch.iter().map(|e| e.user_id.as_str()).collect();
+                quota::lock_buyers(&mut tx, product_id, &users).await?
+            }
+            false => HashMap::new(),
+        };
         let wanted: Vec<Wanted<'_>> = batch
             .iter()
             .map(|e| Wanted {
@@ -319,7 +329,9 @@ impl Queue {
                 *claimed.entry(&entry.user_id).or_default() += i64::from(entry.quantity);
             }
         }
-        quota::add(&mut tx, product_id, &claimed).await?;
+        if counted {
+            quota::add(&mut tx, product_id, &claimed).await?;
+        }
         let taking: Vec<NewOrder<'_>> = batch
             .iter()
             .zip(&decisions)
