@@ -139,7 +139,9 @@ pub const MAX_PAYMENT_WINDOW_MS: i64 = 7 * 24 * 3600 * 1000;
 #[serde(deny_unknown_fields)]
 pub struct ResetProduct {
     /// Units one buyer may hold of this product, over all their purchases (default 1: one per
-    /// customer). Every safe strategy enforces it atomically with its deduction.
+    /// customer). Every safe strategy enforces it atomically with its deduction. The largest,
+    /// 1,000,000,000 (no product holds more), limits no one: the database strategies then keep
+    /// no count of what each buyer holds, and lock no buyer's row.
     #[schema(minimum = 1, maximum = 1_000_000_000)]
     #[serde(
         default,
