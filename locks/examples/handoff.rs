@@ -9,9 +9,9 @@
 //! cargo run --release -p locks --example handoff [BACKEND] [SECONDS] [TASKS] [CLIENTS]
 //! ```
 //! `BACKEND` is any Redis backend's name, `redis-watchdog` by default; defaults: 5 seconds, 16
-//! tasks spread over 1 client (several clients stand for several processes). The
-//! issue's target for `redis-watchdog`: hand-offs ≥ 20% of the PING rate, p99 wait within a
-//! few times the mean (no waiter starves).
+//! tasks spread over 1 client (several clients stand for several processes). What
+//! `redis-watchdog` aims at: hand-offs ≥ 20% of the PING rate, p99 wait within a few times the
+//! mean (no waiter starves).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
