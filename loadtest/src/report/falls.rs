@@ -1,5 +1,5 @@
-//! The falls (`analyse::falls`) in words, for the top of a run's report: nothing when nothing
-//! fell.
+//! The falls (`analyse::falls`) in words, for the top of a run's report and of a comparison:
+//! nothing when nothing fell.
 
 use std::fmt::Write;
 
@@ -7,6 +7,8 @@ use super::schema::{Fall, Fallen};
 
 /// The lead of a run's falls.
 pub const AGAINST_BEST: &str = "Fell by more than half against the best run on this machine";
+/// The lead of a comparison's falls.
+pub const AGAINST_A: &str = "Fell by more than half from run A";
 
 /// `lead`, then one line per fall: `` `batched` 1826/s against 12701/s in <run> (0.14×) ``.
 pub fn markdown(lead: &str, falls: &[Fall]) -> String {
