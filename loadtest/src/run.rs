@@ -3,7 +3,8 @@
 //! in rounds (every strategy once per round, so the machine's slow moments spread over all of
 //! them), then each strategy's open loop and, for a strategy that can be deployed, its
 //! overload and what the expiry sweep costs its purchases, against app instances started here;
-//! then the report.
+//! then the report, which names first what fell by more than half against the best of the runs
+//! already in the output folder from the same machine.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -17,7 +18,7 @@ use crate::rig::http_floor::Floor;
 use app::api::{Safety, Strategy, StrategyInfo};
 use testkit::{Apps, Launch};
 
-use crate::analyse::{findings, ratios};
+use crate::analyse::{falls, findings, ratios};
 use crate::drive::load::Window;
 use crate::live::{Feed, Update};
 use crate::measure::cpu::{self, Sampler, Span};
@@ -368,8 +369,10 @@ pub async fn run_watched(
         overloads,
         expiry_costs,
         findings: Findings::default(),
+        falls: Vec::new(),
     };
     report.findings = findings::of(&report);
+    report.falls = falls::against(&report, falls::committed(out));
     let previous = previous_run(out);
     let compared = previous
         .as_ref()

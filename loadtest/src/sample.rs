@@ -249,6 +249,7 @@ pub fn report() -> RunReport {
         ],
         scenarios: Vec::new(),
         findings: Findings::default(),
+        falls: Vec::new(),
     };
     report.findings = crate::analyse::findings::of(&report);
     report

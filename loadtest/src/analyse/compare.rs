@@ -1,7 +1,11 @@
 //! `seckill-bench compare <run-a> <run-b>`: what changed between two runs, computed from the
 //! two reports as the schema reads them (`report::json`), rendered by `report::comparison`.
 //!
-//! Correctness first: every change of oversell, undersell, lost updates or negative stock; a
+//! First what fell by more than half from A to B on the same machine, judged on the medians
+//! alone (see [`super::falls`]): rounds wide enough to pass for noise below must not hide a
+//! fall to a tenth.
+//!
+//! Then correctness: every change of oversell, undersell, lost updates or negative stock; a
 //! strategy expected not to oversell (declared safe, or safe while leases hold: the flash sale
 //! injects no fault) whose oversell, lost updates or negative stock go from 0 to anything is a
 //! regression, whatever the noise.
@@ -152,6 +156,7 @@ pub fn compare(a: &RunReport, b: &RunReport) -> Comparison {
         noise,
         machines,
         settings_changed: settings_changes(&a.settings, &b.settings),
+        falls: super::falls::against(b, [(None, a)]),
         regressions,
         correctness,
         ranking,
@@ -405,6 +410,52 @@ mod tests {
         set(&mut r.strategies[1].throughput.closed, conditional);
         set(&mut r.baselines[0].result, baseline);
         r
+    }
+
+    #[test]
+    fn a_strategy_of_b_below_half_of_a_is_named_at_the_top_however_wide_its_rounds() {
+        let a = on(
+            "cpu",
+            [950.0, 1000.0, 1050.0],
+            [950.0, 1000.0, 1050.0],
+            [1000.0; 3],
+        );
+        // `naive` at 0.4 of A, its rounds reaching past A's; `conditional` at 0.6.
+        let mut b = on(
+            "cpu",
+            [300.0, 400.0, 1100.0],
+            [550.0, 600.0, 650.0],
+            [1000.0; 3],
+        );
+        b.started_at = "2026-11-22T00:00:00Z".into();
+        let c = compare(&a, &b);
+        let md = render(&c);
+        let lines: Vec<&str> = md.lines().take(5).collect();
+        assert_eq!(
+            lines,
+            [
+                "# Comparison: 2026-11-21T00:00:00Z → 2026-11-22T00:00:00Z",
+                "",
+                "**Fell by more than half from run A:**",
+                "",
+                "- `naive` 400/s against 1000/s in 2026-11-21T00:00:00Z (0.40×)",
+            ],
+            "{md}"
+        );
+        let top = &md[..md.find("Both runs on the same machine").unwrap()];
+        assert!(!top.contains("conditional"), "{top}");
+        let page = crate::report::html::render_comparison(&c);
+        let at = page
+            .find("<div id=\"compare-falls\"")
+            .expect("a falls section");
+        assert!(at < page.find("id=\"machines\"").unwrap(), "{page}");
+        assert!(
+            page[at..].contains("<code>naive</code> 400/s against 1000/s"),
+            "{page}"
+        );
+        // From another machine, nothing is judged to have fallen.
+        b.environment.cpu_model = Some("other cpu".into());
+        assert!(compare(&a, &b).falls.is_empty());
     }
 
     #[test]

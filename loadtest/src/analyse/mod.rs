@@ -1,10 +1,12 @@
 //! What the figures say: medians and spreads of repeated runs, each strategy in proportion to
 //! the baselines, the findings of a run (computed once, stored with its figures; the overload
-//! phase's and the expiry sweep's bars among them), what changed from one run to another, and what of a run another
+//! phase's and the expiry sweep's bars among them), what changed from one run to another, what
+//! fell by more than half against the best run on the machine, and what of a run another
 //! machine can reproduce (its order and its ratios).
 
 pub mod compare;
 pub mod expiry;
+pub mod falls;
 pub mod findings;
 pub mod flood;
 pub mod flood_bars;

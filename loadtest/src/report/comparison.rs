@@ -3,6 +3,7 @@
 
 use std::fmt::Write;
 
+use super::schema::Fall;
 use super::table::{Align, Table};
 
 /// Two runs set side by side.
@@ -18,6 +19,9 @@ pub struct Comparison {
     /// The settings that differ (`buyers 200 → 50`): figures of runs with other settings
     /// measure other work.
     pub settings_changed: Vec<String>,
+    /// B's strategies and baselines whose median is less than half of A's, however wide the
+    /// rounds (runs of the same machine only; see `analyse::falls`).
+    pub falls: Vec<Fall>,
     /// Accounting figures that went from 0 to anything for a strategy expected not to oversell.
     pub regressions: Vec<Regression>,
     /// Every change of a correctness figure (oversell, undersell, lost updates, negative
@@ -182,6 +186,7 @@ pub struct Regression {
 /// The comparison as Markdown.
 pub fn render(c: &Comparison) -> String {
     let mut md = format!("# Comparison: {} → {}\n\n", c.a, c.b);
+    md.push_str(&super::falls::markdown(super::falls::AGAINST_A, &c.falls));
     let _ = writeln!(md, "{}\n", machines_sentence(c));
     if !c.settings_changed.is_empty() {
         let _ = writeln!(

@@ -1,16 +1,18 @@
-//! `report.md`: the tables, the findings in words, links to the charts.
+//! `report.md`: what fell by more than half first, then the tables, the findings in words,
+//! links to the charts.
 
 use std::fmt::Write;
 
 use super::schema::{CpuUse, LoadResult, Loop, RunReport, Spread, StandardTool, ToolStatus};
 use super::table::{Align, Table};
-use super::{prose, scenarios};
+use super::{falls, prose, scenarios};
 
 /// The whole report.
 pub fn render(r: &RunReport) -> String {
     let mut md = String::new();
     let s = &r.settings;
     let _ = writeln!(md, "# seckill-bench run, {}\n", r.started_at);
+    md.push_str(&falls::markdown(falls::AGAINST_BEST, &r.falls));
     let _ = writeln!(
         md,
         "{} strategies on {} app instance(s); flash sale of {} units to {} concurrent buyers \

@@ -1,13 +1,14 @@
 //! A run's report: its schema ([`schema`], written and read by the same types), and its
 //! renderings — `report.json` ([`json`]), `report.md` ([`markdown`], with the findings worded by
-//! [`prose`] and each scenario by [`scenarios`]), SVG charts ([`charts`]), `report.html`
-//! ([`html`]: all of it on one self-contained page), the comparison of two runs
-//! ([`comparison`]), the README's results section ([`readme`]) — the Markdown tables through
-//! one writer ([`table`]); and the run's progress on stderr ([`progress`]).
+//! [`prose`], each scenario by [`scenarios`] and what fell by [`falls`]), SVG charts
+//! ([`charts`]), `report.html` ([`html`]: all of it on one self-contained page), the comparison
+//! of two runs ([`comparison`]), the README's results section ([`readme`]) — the Markdown tables
+//! through one writer ([`table`]); and the run's progress on stderr ([`progress`]).
 
 pub mod charts;
 pub mod comparison;
 pub mod expiry;
+pub mod falls;
 pub mod flood;
 pub mod flood_chart;
 pub mod html;

@@ -1,7 +1,7 @@
-//! The comparison of two runs as HTML (computed by `analyse::compare`): the machines,
-//! correctness first, then what another run can reproduce (order and ratios), then the
-//! absolute figures; each change coloured better or worse only where the comparison judged it
-//! beyond the runs' noise (absolute rates never, when the machines differ).
+//! The comparison of two runs as HTML (computed by `analyse::compare`): what fell by more than
+//! half first, then the machines, correctness, what another run can reproduce (order and
+//! ratios), then the absolute figures; each change coloured better or worse only where the
+//! comparison judged it beyond the runs' noise (absolute rates never, when the machines differ).
 
 use maud::{Markup, html};
 
@@ -10,11 +10,15 @@ use crate::report::comparison::{
     Change, Comparison, Figures, Range, arrow, machines_sentence, noise_sentence, rank_text,
     ranking_sentence, ratio_text,
 };
+use crate::report::falls;
 
 /// The comparison's section.
 pub fn section(c: &Comparison) -> Markup {
     html! {
         section #comparison data-same-machine=(c.machines.same()) {
+            @if !c.falls.is_empty() {
+                div #compare-falls class="warning" { (prose(&falls::markdown(falls::AGAINST_A, &c.falls))) }
+            }
             p { "Run " strong { (c.a) } " (A) → run " strong { (c.b) } " (B)." }
             div #machines class=[(!c.machines.same()).then_some("warning")] { (prose(&machines_sentence(c))) }
             @if !c.settings_changed.is_empty() {

@@ -1,7 +1,7 @@
-//! `report.html`: the run as one self-contained page — the summary table (sortable), the
-//! charts inline, the findings in words, every scenario with its timeline drawn, the
-//! accounting, the loads, the baselines, the environment, and the comparison with another run
-//! when one is given. Every figure is read from the schema ([`RunReport`]) or from the
+//! `report.html`: the run as one self-contained page — what fell by more than half against the
+//! best run on the machine, the summary table (sortable), the charts inline, the findings in
+//! words, every scenario with its timeline drawn, the accounting, the loads, the baselines, the
+//! environment, and the comparison with another run when one is given. Every figure is read from the schema ([`RunReport`]) or from the
 //! comparison `analyse::compare` computed; nothing is computed here.
 //!
 //! The page makes no request: its style and script are inline, the charts are inline SVG, and
@@ -21,7 +21,7 @@ use maud::{Markup, PreEscaped, html};
 use super::charts::Chart;
 use super::comparison::Comparison;
 use super::schema::RunReport;
-use super::{expiry, flood, overload, prose};
+use super::{expiry, falls, flood, overload, prose};
 
 /// Writes `report.html` into `dir`.
 pub fn write(
@@ -77,6 +77,9 @@ fn body(
     let s = &r.settings;
     html! {
         h1 { "seckill-bench run, " (r.started_at) }
+        @if !r.falls.is_empty() {
+            div #falls class="warning" { (page::prose(&falls::markdown(falls::AGAINST_BEST, &r.falls))) }
+        }
         p.note {
             (r.strategies.len()) " strategies on " (s.instances) " app instance(s); flash sale of "
             (s.stock) " units to " (s.buyers) " concurrent buyers sending " (s.demand) " requests of "

@@ -3,12 +3,14 @@
 //! knows a report written by another `seckill-bench` when it sees one (see `report::json`).
 //!
 //! The measuring code fills these types and judges nothing; `analyse` computes the
-//! [`Findings`] from them; `report` renders them.
+//! [`Findings`] from them, and the [`Fall`]s from them and the runs beside them; `report`
+//! renders them.
 
 mod baselines;
 mod cpu;
 mod environment;
 mod expiry;
+mod falls;
 mod findings;
 mod flood;
 mod load;
@@ -20,6 +22,7 @@ pub use baselines::{Baseline, BaselineName, StandardTool, ToolStatus};
 pub use cpu::{CpuUse, GROUPS, ProcessCpu, SATURATED_CORES};
 pub use environment::Environment;
 pub use expiry::{ExpiryCost, ExpiryPayments, ExpiryShape, ReturnLockUse};
+pub use falls::{Fall, Fallen};
 pub use findings::{
     BelowBaseline, ClientCheck, ExpiryMiss, Findings, FloodMiss, GroupCpu, MachineLoad,
     OverloadFinding, OverloadMiss, Pace, Peer, SaleFinding, SaleReading, ServerCpu, TimeFinding,
@@ -69,6 +72,11 @@ pub struct RunReport {
     /// What the figures say (absent from a version 1 report).
     #[serde(default)]
     pub findings: Findings,
+    /// What fell by more than half against the best run on the same machine among the runs
+    /// found beside this one when it was written (`analyse::falls`; absent from the reports
+    /// written before it was judged).
+    #[serde(default)]
+    pub falls: Vec<Fall>,
 }
 
 impl RunReport {

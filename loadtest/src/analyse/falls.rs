@@ -1,0 +1,281 @@
+//! What fell by more than half: a strategy's closed-loop median (or a baseline's rate) less
+//! than [`Fall::BELOW`] of the best median another run on the same machine measured for it.
+//!
+//! A run is compared with the run before it (`super::compare`), a change judged against the
+//! noise of the rounds' min–max. A strategy whose rounds spread wide, or that sinks a little
+//! in each of several runs, never crosses that noise: a tenfold fall can pass unsaid that way.
+//! Against the best run on the machine the whole slide shows. Only the medians are judged: a
+//! median below half of the best is no spread's doing. A run of another machine (CPU model and
+//! core count, [`super::compare::machine`]) is never the best: another machine moves every rate.
+
+use std::borrow::Borrow;
+use std::path::Path;
+
+use super::compare::machine;
+use crate::report::comparison::Machines;
+use crate::report::json;
+use crate::report::schema::{Fall, Fallen, RunReport};
+
+/// Every run in `out` (each `<dir>/report.json`) this program can read, with its folder's name,
+/// in folder order, read one at a time. A report it cannot read is left out with a warning;
+/// `latest`, a link to one of them, is left out.
+pub fn committed(out: &Path) -> impl Iterator<Item = (Option<String>, RunReport)> {
+    let mut dirs: Vec<_> = std::fs::read_dir(out)
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+        // The entry's own type: a link to a folder is not a folder.
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|e| e.path())
+        .filter(|p| p.join("report.json").is_file())
+        .collect();
+    dirs.sort();
+    dirs.into_iter().filter_map(|path| {
+        let dir = path.file_name()?.to_string_lossy().into_owned();
+        json::read(&path)
+            .inspect_err(|e| tracing::warn!("not judging falls against {}: {e:#}", path.display()))
+            .ok()
+            .map(|report| (Some(dir), report))
+    })
+}
+
+/// The falls of `run` against `others` (each with its folder, when it has one): for every
+/// strategy and baseline of `run`, the best median the others from its machine measured, and
+/// a fall where `run`'s is below [`Fall::BELOW`] of it. Of equal bests, the first counts.
+pub fn against<R: Borrow<RunReport>>(
+    run: &RunReport,
+    others: impl IntoIterator<Item = (Option<String>, R)>,
+) -> Vec<Fall> {
+    let subjects: Vec<(Fallen, f64)> = run
+        .strategies
+        .iter()
+        .map(|s| Fallen::Strategy(s.strategy.name))
+        .chain(run.baselines.iter().map(|b| Fallen::Baseline(b.name)))
+        .filter_map(|fallen| Some((fallen, median(run, fallen)?)))
+        .collect();
+    let mut best: Vec<Option<Best>> = vec![None; subjects.len()];
+    for (dir, other) in others {
+        let other = other.borrow();
+        let machines = Machines {
+            a: machine(other),
+            b: machine(run),
+        };
+        if !machines.same() {
+            continue;
+        }
+        for ((fallen, _), best) in subjects.iter().zip(&mut best) {
+            let Some(median) = median(other, *fallen) else {
+                continue;
+            };
+            if best.as_ref().is_none_or(|b| median > b.median) {
+                *best = Some(Best {
+                    median,
+                    dir: dir.clone(),
+                    started_at: other.started_at.clone(),
+                });
+            }
+        }
+    }
+    subjects
+        .into_iter()
+        .zip(best)
+        .filter_map(|((fallen, now), best)| {
+            let best = best?;
+            (now < Fall::BELOW * best.median).then(|| Fall {
+                fallen,
+                median: now,
+                best_median: best.median,
+                best_dir: best.dir,
+                best_started_at: best.started_at,
+                ratio: now / best.median,
+            })
+        })
+        .collect()
+}
+
+/// The best median found so far, and its run.
+#[derive(Clone)]
+struct Best {
+    median: f64,
+    dir: Option<String>,
+    started_at: String,
+}
+
+/// The median a fall is judged on: a strategy's closed-loop deductions/s (the summary table's
+/// figure), a baseline's rate (successes/s where its work has successes, attempts/s where not).
+fn median(run: &RunReport, of: Fallen) -> Option<f64> {
+    match of {
+        Fallen::Strategy(s) => run
+            .strategy(s)
+            .map(|x| x.throughput.closed.successes_per_sec),
+        Fallen::Baseline(b) => run.baseline(b).map(|x| x.result.headline()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::schema::{LoadResult, Repetitions, Spread};
+    use crate::report::{html, markdown};
+    use crate::sample::report;
+
+    /// Three rounds whose median is `rounds[1]`, as the closed loop of a run records them.
+    fn set(load: &mut LoadResult, rounds: [f64; 3]) {
+        let spread = Spread::of(&rounds).unwrap();
+        load.successes_per_sec = spread.median;
+        load.repetitions = Some(Repetitions {
+            runs: 3,
+            attempts_per_sec: spread.clone(),
+            successes_per_sec: spread.clone(),
+            p99_us: spread,
+        });
+    }
+
+    /// The sample run, started at `started_at` on `cpu`, with `naive`'s and `conditional`'s
+    /// closed-loop rounds.
+    fn run(
+        started_at: &str,
+        cpu: Option<&str>,
+        naive: [f64; 3],
+        conditional: [f64; 3],
+    ) -> RunReport {
+        let mut r = report();
+        r.started_at = started_at.into();
+        r.environment.cpu_model = cpu.map(Into::into);
+        set(&mut r.strategies[0].throughput.closed, naive);
+        set(&mut r.strategies[1].throughput.closed, conditional);
+        r
+    }
+
+    fn best() -> RunReport {
+        run(
+            "2026-11-01T00:00:00Z",
+            Some("Test CPU"),
+            [950.0, 1000.0, 1050.0],
+            [950.0, 1000.0, 1050.0],
+        )
+    }
+
+    /// `naive` at 0.4 of its best, its rounds spread wide enough to reach it; `conditional` at
+    /// 0.6.
+    fn fallen(cpu: Option<&str>) -> RunReport {
+        run(
+            "2026-11-02T00:00:00Z",
+            cpu,
+            [300.0, 400.0, 1100.0],
+            [550.0, 600.0, 650.0],
+        )
+    }
+
+    #[test]
+    fn a_strategy_below_half_its_best_is_named_at_the_top_of_the_report_and_one_at_0_6_is_not() {
+        let mut now = fallen(Some("Test CPU"));
+        now.falls = against(&now, [(Some("best-run".to_string()), &best())]);
+        assert_eq!(
+            now.falls,
+            vec![Fall {
+                fallen: Fallen::Strategy(app::api::Strategy::Naive),
+                median: 400.0,
+                best_median: 1000.0,
+                best_dir: Some("best-run".into()),
+                best_started_at: "2026-11-01T00:00:00Z".into(),
+                ratio: 0.4,
+            }]
+        );
+        let md = markdown::render(&now);
+        let lines: Vec<&str> = md.lines().take(5).collect();
+        assert_eq!(
+            lines,
+            [
+                "# seckill-bench run, 2026-11-02T00:00:00Z",
+                "",
+                "**Fell by more than half against the best run on this machine:**",
+                "",
+                "- `naive` 400/s against 1000/s in best-run (0.40×)",
+            ],
+            "{md}"
+        );
+        let top = &md[..md.find("## Summary").unwrap()];
+        assert!(!top.contains("conditional"), "{top}");
+
+        let page = html::render(&now, &[], &[], None);
+        let at = page.find("<div id=\"falls\"").expect("a falls section");
+        assert!(at < page.find("class=\"note\"").unwrap(), "{page}");
+        let section = &page[at..];
+        let section = &section[..section.find("</div>").unwrap()];
+        assert!(
+            section.contains("<code>naive</code> 400/s against 1000/s in best-run (0.40×)"),
+            "{section}"
+        );
+        assert!(!section.contains("conditional"), "{section}");
+
+        now.falls.clear();
+        assert!(!markdown::render(&now).contains("Fell by"));
+        assert!(!html::render(&now, &[], &[], None).contains("id=\"falls\""));
+    }
+
+    #[test]
+    fn a_run_of_another_machine_is_never_the_best() {
+        let faster = |cpu: Option<&str>| {
+            run(
+                "2026-10-01T00:00:00Z",
+                cpu,
+                [9_000.0, 10_000.0, 11_000.0],
+                [9_000.0, 10_000.0, 11_000.0],
+            )
+        };
+        let now = fallen(Some("Test CPU"));
+        let falls = against(
+            &now,
+            [
+                (Some("other".to_string()), faster(Some("Other CPU"))),
+                (Some("unknown".to_string()), faster(None)),
+                (Some("same".to_string()), best()),
+            ],
+        );
+        let best_runs: Vec<(Fallen, &str)> =
+            falls.iter().map(|f| (f.fallen, f.best_run())).collect();
+        assert_eq!(
+            best_runs,
+            [(Fallen::Strategy(app::api::Strategy::Naive), "same")]
+        );
+        let mut two_cores_more = faster(Some("Test CPU"));
+        two_cores_more.environment.cpus += 2;
+        assert_eq!(against(&now, [(None, two_cores_more)]), []);
+        // A run that does not know its CPU has no machine to compare with.
+        assert_eq!(against(&fallen(None), [(None, faster(None))]), []);
+    }
+
+    #[test]
+    fn a_baseline_below_half_its_best_is_a_fall_too() {
+        let mut faster = best();
+        faster.baselines[0].result.successes_per_sec *= 3.0;
+        let falls = against(&best(), [(None, faster)]);
+        assert_eq!(falls.len(), 1, "{falls:?}");
+        let md = crate::report::falls::markdown("Fell", &falls);
+        assert!(
+            md.contains(
+                "- baseline `sql-conditional` 1000/s against 3000/s in 2026-11-01T00:00:00Z (0.33×)"
+            ),
+            "{md}"
+        );
+    }
+
+    #[test]
+    fn the_committed_runs_are_every_readable_report_in_the_folder_but_latest() {
+        let out = tempfile::tempdir().unwrap();
+        let write = |dir: &str, text: &str| {
+            std::fs::create_dir_all(out.path().join(dir)).unwrap();
+            std::fs::write(out.path().join(dir).join("report.json"), text).unwrap();
+        };
+        write("2026-11-01T00-00-00Z", &json::to_string(&best()).unwrap());
+        write("2026-11-01T01-00-00Z", "{\"schema_version\": 99}");
+        std::fs::create_dir_all(out.path().join("2026-11-01T02-00-00Z-lock-matrix")).unwrap();
+        crate::report::link_latest(out.path(), &out.path().join("2026-11-01T00-00-00Z")).unwrap();
+        let found: Vec<Option<String>> = committed(out.path()).map(|(dir, _)| dir).collect();
+        assert_eq!(found, [Some("2026-11-01T00-00-00Z".to_string())]);
+        let now = fallen(Some("Test CPU"));
+        let falls = against(&now, committed(out.path()));
+        assert_eq!(falls[0].best_run(), "2026-11-01T00-00-00Z");
+    }
+}
