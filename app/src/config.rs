@@ -201,6 +201,12 @@ pub struct Config {
     #[arg(long, env = "SECKILL_PURCHASE_TOKEN_SECRET", hide_env_values = true)]
     pub purchase_token_secret: Option<String>,
 
+    /// How long a purchase token is good for, in milliseconds from its issue. A token admits
+    /// one purchase, under the request id it names; past its life it admits none, though a
+    /// retry of the purchase it made is still answered with its order.
+    #[arg(long, env = "SECKILL_PURCHASE_TOKEN_TTL_MS", default_value_t = 60_000, value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
+    pub purchase_token_ttl_ms: u64,
+
     /// Strategy used when an order names none.
     #[arg(long, env = "SECKILL_DEFAULT_STRATEGY", default_value = "conditional")]
     pub default_strategy: crate::api::Strategy,

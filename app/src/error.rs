@@ -63,6 +63,12 @@ pub enum ApiError {
     SaleEnded,
     #[error("{0}")]
     PurchaseTokenRequired(String),
+    /// A genuine purchase token shown with another purchase than the one it admits.
+    #[error("{0}")]
+    PurchaseTokenMismatch(String),
+    /// A genuine purchase token past its expiry, its purchase never made.
+    #[error("{0}")]
+    PurchaseTokenExpired(String),
     #[error("too many requests from this buyer or address")]
     RateLimited,
     #[error("the service is at capacity")]
@@ -120,6 +126,8 @@ impl ApiError {
             ApiError::SaleNotStarted => ErrorCode::SaleNotStarted,
             ApiError::SaleEnded => ErrorCode::SaleEnded,
             ApiError::PurchaseTokenRequired(_) => ErrorCode::PurchaseTokenRequired,
+            ApiError::PurchaseTokenMismatch(_) => ErrorCode::PurchaseTokenMismatch,
+            ApiError::PurchaseTokenExpired(_) => ErrorCode::PurchaseTokenExpired,
             ApiError::RateLimited => ErrorCode::RateLimited,
             ApiError::Overloaded => ErrorCode::Overloaded,
             ApiError::Unauthorized => ErrorCode::Unauthorized,

@@ -229,6 +229,7 @@ pub async fn build_with(
                 Some(secret) => purchase_token::TokenKey::new(secret.as_bytes()),
                 None => purchase_token::TokenKey::random(),
             },
+            purchase_token_ttl: Duration::from_millis(config.purchase_token_ttl_ms),
             payment_window_ms: config.payment_window_ms,
             sweep: pace,
             buyer_key: (config.buyer_key.as_deref()).map(|k| buyer::BuyerKey::new(k.as_bytes())),

@@ -22,6 +22,8 @@ pub struct Settings {
     pub reconcile_grace: std::time::Duration,
     /// What purchase tokens are signed with.
     pub token_key: crate::purchase_token::TokenKey,
+    /// How long a purchase token is good for, from its issue.
+    pub purchase_token_ttl: std::time::Duration,
     /// A product's payment window when its reset names none.
     pub payment_window_ms: i64,
     /// How the expiry sweep runs (also `POST /api/products/{id}/expire`).

@@ -240,6 +240,8 @@ pub fn is_purchase_refusal(code: ErrorCode) -> bool {
         | ErrorCode::SaleNotStarted
         | ErrorCode::SaleEnded
         | ErrorCode::PurchaseTokenRequired
+        | ErrorCode::PurchaseTokenMismatch
+        | ErrorCode::PurchaseTokenExpired
         | ErrorCode::RateLimited
         | ErrorCode::Overloaded => true,
         ErrorCode::BadRequest

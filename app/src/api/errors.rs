@@ -45,6 +45,13 @@ pub enum ErrorCode {
     /// 403: the product requires a purchase token and the purchase carries none, or one that
     /// is not this buyer's for this product's sale.
     PurchaseTokenRequired,
+    /// 403: the purchase token admits one purchase, and it is another: the purchase must carry
+    /// the request id the token names (a token buys once).
+    PurchaseTokenMismatch,
+    /// 403: the purchase token has expired (`--purchase-token-ttl-ms`) and its purchase was
+    /// never made: ask for a new token. (The purchase it made, sent again, is still answered
+    /// with its order.)
+    PurchaseTokenExpired,
     /// 429: this buyer or address sent more than its rate allows; retry after `Retry-After`.
     RateLimited,
     /// 503: the service is at capacity and refused the request at once; retry after
@@ -91,6 +98,8 @@ impl ErrorCode {
         ErrorCode::SaleNotStarted,
         ErrorCode::SaleEnded,
         ErrorCode::PurchaseTokenRequired,
+        ErrorCode::PurchaseTokenMismatch,
+        ErrorCode::PurchaseTokenExpired,
         ErrorCode::RateLimited,
         ErrorCode::Overloaded,
         ErrorCode::Unauthorized,
@@ -115,6 +124,8 @@ impl ErrorCode {
             ErrorCode::Unauthorized | ErrorCode::Unauthenticated => StatusCode::UNAUTHORIZED,
             ErrorCode::StrategyNotOffered
             | ErrorCode::PurchaseTokenRequired
+            | ErrorCode::PurchaseTokenMismatch
+            | ErrorCode::PurchaseTokenExpired
             | ErrorCode::NotYourOrder => StatusCode::FORBIDDEN,
             ErrorCode::RateLimited => StatusCode::TOO_MANY_REQUESTS,
             ErrorCode::NotFound => StatusCode::NOT_FOUND,
@@ -154,6 +165,8 @@ impl ErrorCode {
             ErrorCode::SaleNotStarted => "sale_not_started",
             ErrorCode::SaleEnded => "sale_ended",
             ErrorCode::PurchaseTokenRequired => "purchase_token_required",
+            ErrorCode::PurchaseTokenMismatch => "purchase_token_mismatch",
+            ErrorCode::PurchaseTokenExpired => "purchase_token_expired",
             ErrorCode::RateLimited => "rate_limited",
             ErrorCode::Overloaded => "overloaded",
             ErrorCode::Unauthorized => "unauthorized",

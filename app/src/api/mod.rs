@@ -60,9 +60,10 @@ pub struct OrderRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub strategy: Option<Strategy>,
     /// The buyer's purchase token (`POST /api/products/{id}/tokens`), for a product that
-    /// requires one.
+    /// requires one. It admits one purchase: the one under the `request_id` it was issued
+    /// with, until its `expires_at`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(max_length = 64)]
+    #[schema(max_length = 128)]
     pub purchase_token: Option<String>,
 }
 
@@ -79,12 +80,23 @@ pub struct TokenRequest {
     pub user_id: String,
 }
 
-/// A purchase token: good for one buyer, for one sale of one product.
+/// A purchase token: good for one purchase of one buyer, in one sale of one product, until it
+/// expires.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct PurchaseToken {
     pub product_id: u64,
     pub user_id: String,
+    /// The `purchase_token` of the purchase.
     pub token: String,
+    /// The `request_id` the purchase must carry: the token admits this purchase only
+    /// (`403 purchase_token_mismatch` for any other). Minted by the service.
+    pub request_id: String,
+    /// When the token stops admitting its purchase, if it was not made by then (RFC 3339, to
+    /// the millisecond; `403 purchase_token_expired`). The purchase it made, sent again, is
+    /// still answered with its order.
+    #[serde(with = "time::serde::rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
+    pub expires_at: time::OffsetDateTime,
 }
 
 /// An order as answered by `201` (created) and `200` (replayed).

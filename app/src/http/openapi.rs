@@ -179,6 +179,7 @@ mod tests {
             allow_fault_injection: true,
             reconcile_grace: std::time::Duration::from_secs(10),
             token_key: crate::purchase_token::TokenKey::random(),
+            purchase_token_ttl: std::time::Duration::from_secs(60),
             payment_window_ms: crate::api::DEFAULT_PAYMENT_WINDOW_MS,
             sweep: crate::lifecycle::sweep::Pace {
                 interval: std::time::Duration::from_secs(1),

@@ -1,5 +1,6 @@
 //! `POST /api/products/{id}/tokens`: a buyer's purchase token, issued only while the sale is
-//! open (see [`crate::purchase_token`]).
+//! open, for one purchase under a request id it names, until it expires (see
+//! [`crate::purchase_token`]).
 
 use std::net::SocketAddr;
 
@@ -7,12 +8,15 @@ use axum::extract::rejection::{JsonRejection, PathRejection};
 use axum::extract::{ConnectInfo, Path, State};
 use axum::http::HeaderMap;
 use axum::{Extension, Json};
+use time::OffsetDateTime;
 
 use crate::api::{ErrorBody, MAX_USER_ID, PurchaseToken, TokenRequest};
 use crate::error::ApiError;
+use crate::purchase_token;
 use crate::state::AppState;
 
-/// Issues the buyer's purchase token for the product's sale, once the sale is open. A token
+/// Issues a purchase token of the buyer for the product's sale, once the sale is open: good
+/// for one purchase, under the request id it names, for `--purchase-token-ttl-ms`. A token
 /// request counts against the buyer's and the address's rates as a purchase does: it reads the
 /// product as a purchase does, from the database when this instance does not remember it (an
 /// unknown id, always).
@@ -20,7 +24,7 @@ use crate::state::AppState;
     params(("id" = i64, Path, description = "Product id (0 to 2^63 − 1)", minimum = 0)),
     request_body = TokenRequest,
     responses(
-        (status = 200, description = "The buyer's token for this sale", body = PurchaseToken),
+        (status = 200, description = "A token for one purchase of this buyer in this sale: the request id that purchase must carry, and when the token expires", body = PurchaseToken),
         (status = 400, description = "`bad_request`: malformed JSON or id", body = ErrorBody),
         (status = 401, description = "`unauthenticated`: no valid buyer token (when the server has a buyer key)", body = ErrorBody),
         (status = 403, description = "`not_your_order`: the buyer token names another buyer than `user_id`", body = ErrorBody),
@@ -52,13 +56,22 @@ pub async fn issue(
     let known = (state.shelf.product(id, None).await?.known)
         .ok_or_else(|| ApiError::NotFound(format!("no product {id}")))?;
     super::orders::within_sale(&known.rules, asked)?;
-    let token = state
-        .settings
-        .token_key
-        .issue(id, &user_id, known.rules.starts_ms());
+    let settings = &state.settings;
+    let expires_at = OffsetDateTime::now_utc() + settings.purchase_token_ttl;
+    // To the millisecond: what the token carries is what the buyer is told.
+    let expires_at =
+        (expires_at.replace_millisecond(expires_at.millisecond())).unwrap_or(expires_at);
+    let issued = (settings.token_key).issue(
+        id,
+        &user_id,
+        known.rules.starts_ms(),
+        purchase_token::epoch_ms(expires_at),
+    );
     Ok(Json(PurchaseToken {
         product_id: id,
         user_id,
-        token,
+        token: issued.token,
+        request_id: issued.request_id,
+        expires_at,
     }))
 }

@@ -1,7 +1,8 @@
 //! A sale has a window and, if the product asks for one, a purchase token. A click before the
 //! start or after the end, or one without its buyer's token, is refused with a clear code and
 //! takes nothing; tokens are issued only while the sale is open, good for one buyer of one sale,
-//! and on every instance that shares the secret.
+//! for the one purchase they name and until they expire, and on every instance that shares the
+//! secret.
 
 use crate::common;
 
@@ -25,6 +26,57 @@ fn click(user: &str, request: &str, strategy: Strategy, token: Option<&str>) -> 
         body["purchase_token"] = json!(token);
     }
     body
+}
+
+/// A purchase token as issued: the string to show, the request id of the one purchase it
+/// admits, and when it expires.
+struct Issued {
+    token: String,
+    request_id: String,
+    expires_at: OffsetDateTime,
+}
+
+impl Issued {
+    /// The purchase this token admits: `user`'s, under the token's request id.
+    fn click(&self, user: &str, strategy: Strategy) -> Value {
+        click(user, &self.request_id, strategy, Some(&self.token))
+    }
+}
+
+/// `user`'s token for `product`, which the instance must issue.
+async fn issued(app: &TestApp, product: u64, user: &str) -> Issued {
+    let (status, answer) = token(app, product, user).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    let text = |field: &str| {
+        answer[field]
+            .as_str()
+            .unwrap_or_else(|| panic!("no {field}: {answer}"))
+            .to_string()
+    };
+    Issued {
+        token: text("token"),
+        request_id: text("request_id"),
+        expires_at: OffsetDateTime::parse(&text("expires_at"), &Rfc3339).expect("RFC 3339"),
+    }
+}
+
+/// Sends `body` to `product`, which must refuse it `403` with `code`; the refusal.
+async fn forbidden(app: &TestApp, product: u64, body: &Value, code: &str) -> Value {
+    let (status, answer) = app.order(product, body, None).await;
+    assert_eq!(
+        (status, answer["error"].as_str()),
+        (StatusCode::FORBIDDEN, Some(code)),
+        "{body}: {answer}"
+    );
+    answer
+}
+
+/// Waits until the clock is past `at`.
+async fn past(at: OffsetDateTime) {
+    common::wait_until("the token expired", || async {
+        OffsetDateTime::now_utc() > at
+    })
+    .await;
 }
 
 async fn token(app: &TestApp, product: u64, user: &str) -> (StatusCode, Value) {
@@ -130,37 +182,140 @@ async fn a_product_that_requires_a_token_sells_only_to_buyers_who_show_their_own
         &json!({ "stock": 5, "sale_starts_at": at(-1), "token_required": true }),
     )
     .await;
-    let (status, issued) = token(&a, 1, "alice").await;
-    assert_eq!(status, StatusCode::OK, "{issued}");
-    let alices = issued["token"].as_str().expect("a token").to_string();
+    let alices = issued(&a, 1, "alice").await;
+    let forged = format!("{}.{}.forged", alices.request_id, i64::MAX);
     let refusals = [
-        click("alice", "r-1", strategy, None),
-        click("mallory", "r-2", strategy, Some(&alices)),
-        click("alice", "r-3", strategy, Some("forged")),
+        click("alice", &alices.request_id, strategy, None),
+        alices.click("mallory", strategy),
+        click("alice", &alices.request_id, strategy, Some(&forged)),
     ];
     for refused in refusals {
-        let (status, answer) = b.order(1, &refused, None).await;
-        assert_eq!(status, StatusCode::FORBIDDEN, "{refused}: {answer}");
-        assert_eq!(answer["error"], "purchase_token_required");
+        forbidden(&b, 1, &refused, "purchase_token_required").await;
     }
     assert_eq!(b.drained(1).await.orders, 0);
     // Issued by one instance, shown to another: the secret is shared.
-    let (status, answer) = b
-        .order(1, &click("alice", "r-4", strategy, Some(&alices)), None)
-        .await;
+    let (status, answer) = b.order(1, &alices.click("alice", strategy), None).await;
     assert_eq!(status, StatusCode::CREATED, "{answer}");
 
-    // A new sale (another start) makes the old token worthless.
+    // A new sale (another start) makes the old token worthless: its purchase is a new one.
     a.reset_with(
         1,
         &json!({ "stock": 5, "sale_starts_at": at(-2), "token_required": true }),
     )
     .await;
-    let (status, answer) = a
-        .order(1, &click("alice", "r-5", strategy, Some(&alices)), None)
-        .await;
-    assert_eq!(status, StatusCode::FORBIDDEN, "{answer}");
+    forbidden(
+        &a,
+        1,
+        &alices.click("alice", strategy),
+        "purchase_token_required",
+    )
+    .await;
     a.stop().await;
     b.stop().await;
+    drop_database(&database_url).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_purchase_token_buys_once_under_the_request_id_it_names() {
+    let database_url = fresh_database_url().await;
+    let mut config = test_config(&database_url);
+    config.purchase_token_secret = Some("shared between instances".into());
+    let app = spawn_app(config).await;
+    let strategy = Strategy::Conditional;
+    for product in [1, 2] {
+        app.reset_with(
+            product,
+            &json!({ "stock": 5, "sale_starts_at": at(-1), "token_required": true }),
+        )
+        .await;
+    }
+    let alices = issued(&app, 1, "alice").await;
+
+    // Under a request id of the buyer's choosing, the token admits nothing.
+    let mine = click("alice", "mine", strategy, Some(&alices.token));
+    let answer = forbidden(&app, 1, &mine, "purchase_token_mismatch").await;
+    let message = answer["message"].as_str().unwrap_or_default();
+    assert!(message.contains(&alices.request_id), "{answer}");
+
+    // Under its own, it buys; the same purchase sent again is answered with its order.
+    let (status, bought) = app.order(1, &alices.click("alice", strategy), None).await;
+    assert_eq!(status, StatusCode::CREATED, "{bought}");
+    let (status, again) = app.order(1, &alices.click("alice", strategy), None).await;
+    assert_eq!(status, StatusCode::OK, "{again}");
+    assert_eq!(again["order_id"], bought["order_id"], "{again}");
+
+    // A second purchase with it, under another request id, is refused.
+    let second = click("alice", "second", strategy, Some(&alices.token));
+    forbidden(&app, 1, &second, "purchase_token_mismatch").await;
+
+    // It is still its buyer's, for its product only.
+    let mallorys = alices.click("mallory", strategy);
+    forbidden(&app, 1, &mallorys, "purchase_token_required").await;
+    forbidden(
+        &app,
+        2,
+        &alices.click("alice", strategy),
+        "purchase_token_required",
+    )
+    .await;
+
+    assert_eq!(app.drained(1).await.orders, 1);
+    assert_eq!(app.drained(2).await.orders, 0);
+    app.stop().await;
+    drop_database(&database_url).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_expired_purchase_token_buys_nothing_but_its_purchase_still_replays() {
+    let database_url = fresh_database_url().await;
+    let mut config = test_config(&database_url);
+    common::with_every_service(&mut config).await;
+    // A life short enough to wait out; a purchase that misses it takes a new token.
+    config.purchase_token_ttl_ms = 1_000;
+    let app = spawn_app(config).await;
+    for (product, strategy) in [(1, Strategy::Conditional), (2, Strategy::RedisLuaStream)] {
+        let home = strategy.home();
+        app.reset_with(
+            product,
+            &json!({ "stock": 5, "home": home, "sale_starts_at": at(-1), "token_required": true }),
+        )
+        .await;
+        // A purchase made within its token's life.
+        let bought = loop {
+            let token = issued(&app, product, "alice").await;
+            let (status, answer) = app
+                .order(product, &token.click("alice", strategy), None)
+                .await;
+            match answer["error"].as_str() {
+                Some("purchase_token_expired") => continue,
+                _ => assert!(status.is_success(), "{strategy}: {status} {answer}"),
+            }
+            break token;
+        };
+        let unused = issued(&app, product, "alice").await;
+        past(bought.expires_at.max(unused.expires_at)).await;
+
+        let expired = unused.click("alice", strategy);
+        forbidden(&app, product, &expired, "purchase_token_expired").await;
+
+        // The purchase it made, sent again, is answered with its order (or, its order still
+        // on its way from the stream, accepted again): an expired token refuses new purchases
+        // only.
+        let (status, answer) = app
+            .order(product, &bought.click("alice", strategy), None)
+            .await;
+        assert!(
+            status == StatusCode::OK || status == StatusCode::ACCEPTED,
+            "{strategy}: {status} {answer}"
+        );
+        assert_eq!(
+            answer["request_id"],
+            bought.request_id.as_str(),
+            "{strategy}"
+        );
+        let view = app.drained(product).await;
+        assert_eq!((view.stock, view.orders), (4, 1), "{strategy}: {view:?}");
+    }
+    app.stop().await;
     drop_database(&database_url).await;
 }

@@ -23,7 +23,9 @@ fn column(answer: &Answer) -> fn(&mut FloodSlice) -> &mut u64 {
             ErrorCode::LimitReached
             | ErrorCode::SaleNotStarted
             | ErrorCode::SaleEnded
-            | ErrorCode::PurchaseTokenRequired => |s| &mut s.rules,
+            | ErrorCode::PurchaseTokenRequired
+            | ErrorCode::PurchaseTokenMismatch
+            | ErrorCode::PurchaseTokenExpired => |s| &mut s.rules,
             ErrorCode::Overloaded
             | ErrorCode::RateLimited
             | ErrorCode::Busy

@@ -7,11 +7,13 @@ use std::time::{Duration, Instant};
 use axum::http::HeaderMap;
 use serde::Deserialize;
 use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
 
-use crate::api::{MAX_REQUEST_ID, MAX_USER_ID, SaleRules, Strategy, integer};
-use crate::db::orders::PurchaseKey;
+use crate::api::{Home, MAX_REQUEST_ID, MAX_USER_ID, SaleRules, Strategy, integer};
+use crate::db::orders::{self, PurchaseKey};
 use crate::error::ApiError;
-use crate::shelf::Recalled;
+use crate::purchase_token::{self, Claim, Refused};
+use crate::shelf::{Known, Recalled};
 use crate::state::{AppState, Settings};
 use crate::strategy::{Purchase, PurchaseStats};
 
@@ -86,10 +88,10 @@ impl Admitted<'_> {
 }
 
 /// The purchase `request` (a [checked](Order::check) order) asks for, if this instance admits
-/// it: the strategy offered, the product known, its sale open, its token shown if required, the
-/// quantity within the per-user limit; and the product as the memory it was admitted from holds
-/// it. (Its strategy is taken only once it is not refused from memory: a refusal touches no
-/// shared count.) The sale's window is judged at `arrived`, when the request came in, not when
+/// it: the strategy offered, the product known, its sale open, its token admitting it if one is
+/// required, the quantity within the per-user limit; and the product as the memory it was
+/// admitted from holds it. (Its strategy is taken only once it is not refused from memory: a
+/// refusal touches no shared count.) The sale's window is judged at `arrived`, when the request came in, not when
 /// the product's memory was ready.
 pub(super) async fn admit<'a>(
     state: &AppState,
@@ -127,17 +129,7 @@ pub(super) async fn admit<'a>(
     let name = sold_by(settings, product_id, &known.rules, request.strategy)?;
     within_sale(&known.rules, arrived)?;
     if known.rules.token_required {
-        let shown = request.purchase_token.as_deref().is_some_and(|token| {
-            settings
-                .token_key
-                .verify(token, product_id, &request.user_id, known.rules.starts_ms())
-        });
-        if !shown {
-            return Err(ApiError::PurchaseTokenRequired(format!(
-                "product {product_id} sells only to buyers with their purchase token \
-                 (POST /api/products/{product_id}/tokens once the sale is open)"
-            )));
-        }
+        token_admits(state, product_id, &known, &request, arrived).await?;
     }
     if request.quantity > known.rules.per_user_limit {
         return Err(ApiError::LimitReached);
@@ -154,6 +146,71 @@ pub(super) async fn admit<'a>(
         hold,
     };
     Ok((admitted, recalled))
+}
+
+/// Refuses a purchase of a product that requires a purchase token unless its token admits it:
+/// issued for this buyer in this sale, under this purchase's request id, and not expired when
+/// the purchase `arrived`. An expired token is refused only once its purchase is found not to
+/// have been made: sent again after the expiry — its first answer lost — the purchase is let
+/// through, and its strategy answers it with its order as it answers any replay (see
+/// [`crate::purchase_token`]).
+async fn token_admits(
+    state: &AppState,
+    product_id: u64,
+    known: &Known,
+    request: &Order<'_>,
+    arrived: Instant,
+) -> Result<(), ApiError> {
+    let claim = Claim {
+        product: product_id,
+        user_id: &request.user_id,
+        sale_starts_ms: known.rules.starts_ms(),
+        request_id: &request.request_id,
+    };
+    let at_ms = purchase_token::epoch_ms(OffsetDateTime::now_utc() - arrived.elapsed());
+    let refused = match request.purchase_token.as_deref() {
+        Some(token) => match state.settings.token_key.check(token, claim, at_ms) {
+            Ok(()) => return Ok(()),
+            Err(refused) => refused,
+        },
+        None => Refused::Forged,
+    };
+    match refused {
+        Refused::Forged => Err(ApiError::PurchaseTokenRequired(format!(
+            "product {product_id} sells only to buyers with their purchase token \
+             (POST /api/products/{product_id}/tokens once the sale is open)"
+        ))),
+        Refused::OtherPurchase { admits } => Err(ApiError::PurchaseTokenMismatch(format!(
+            "this token admits one purchase, request id `{admits}`: send it with that request \
+             id, or ask for a new token (POST /api/products/{product_id}/tokens)"
+        ))),
+        Refused::Expired { .. } if made(state, known.home, claim).await? => Ok(()),
+        Refused::Expired { expires_ms } => Err(ApiError::PurchaseTokenExpired(format!(
+            "this token expired at {} and its purchase was not made: ask for a new one \
+             (POST /api/products/{product_id}/tokens)",
+            OffsetDateTime::from_unix_timestamp_nanos(i128::from(expires_ms) * 1_000_000)
+                .ok()
+                .and_then(|at| at.format(&Rfc3339).ok())
+                .unwrap_or_else(|| format!("{expires_ms} ms since the epoch"))
+        ))),
+    }
+}
+
+/// Whether the purchase `claim` names was made: its order placed, or — for stock kept in
+/// Redis — accepted and waiting in the stream.
+async fn made(state: &AppState, home: Home, claim: Claim<'_>) -> Result<bool, ApiError> {
+    let key = PurchaseKey {
+        product_id: claim.product,
+        user_id: claim.user_id,
+        request_id: claim.request_id,
+    };
+    if orders::find(&state.pool, key).await?.is_some() {
+        return Ok(true);
+    }
+    match &state.redis {
+        Some(redis) if home == Home::Redis => Ok(redis.is_waiting(key).await?),
+        _ => Ok(false),
+    }
 }
 
 /// The strategy that sells this purchase: the one it names, if the product may be sold by it;

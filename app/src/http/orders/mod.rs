@@ -3,7 +3,8 @@
 //! A purchase is admitted first ([`admit`]): its body, the strategy, and the product's rules as
 //! this instance remembers them ([`crate::shelf`]) — the sale window, the purchase token, the
 //! per-user limit of one click, and whether the product is known to be sold out. Whatever is
-//! refused there is refused from memory, at the cost of a no-op. What is admitted runs its
+//! refused there is refused from memory, at the cost of a no-op — but for an expired purchase
+//! token, refused once its purchase is read not to exist. What is admitted runs its
 //! strategy in a task of its own, so that a buyer who hangs up never cancels a purchase
 //! half-way; a duplicate is answered with its original order.
 
@@ -112,7 +113,7 @@ type Answer = Result<Success, ApiError>;
             headers(("Location" = String, description = "`/api/products/{id}/orders/{request_id}?user_id={user_id}`"))),
         (status = 400, description = "`bad_request`: malformed JSON, id or header", body = ErrorBody),
         (status = 401, description = "`unauthenticated`: no valid buyer token (when the server has a buyer key), or `unauthorized`: the fault-injection header without the admin token (when one is set)", body = ErrorBody),
-        (status = 403, description = "`strategy_not_offered`: this deployment does not offer the strategy, or the product is not sold by it; or `not_your_order`: the buyer token names another buyer than `user_id`", body = ErrorBody),
+        (status = 403, description = "`strategy_not_offered`: this deployment does not offer the strategy, or the product is not sold by it; `not_your_order`: the buyer token names another buyer than `user_id`; `purchase_token_required`: the product requires a purchase token and the purchase carries none, or not this buyer's for this sale; `purchase_token_mismatch`: the token admits one purchase, under another `request_id`; or `purchase_token_expired`: the token expired and its purchase was not made", body = ErrorBody),
         (status = 404, description = "`not_found`: unknown product", body = ErrorBody),
         (status = 408, description = "`request_timeout`: the body had not all come by its deadline (`--body-read-timeout-ms`); the connection is closed", body = ErrorBody),
         (status = 409, description = "`sold_out`, `limit_reached` (the buyer would hold more than the product's per-user limit), `sale_not_started`, `sale_ended`, `lock_lost` (a fenced write was refused), `idempotency_conflict` (this buyer used the request id for this product with another quantity or strategy), or `purchase_voided` (a reconciliation fenced this purchase out; nothing was bought)", body = ErrorBody),

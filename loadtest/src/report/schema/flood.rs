@@ -102,7 +102,8 @@ pub struct FloodSlice {
     pub from_ms: i64,
     pub bought: u64,
     pub sold_out: u64,
-    /// `limit_reached`, `sale_not_started`, `purchase_token_required`, `sale_ended`.
+    /// `limit_reached`, `sale_not_started`, `purchase_token_required`,
+    /// `purchase_token_mismatch`, `purchase_token_expired`, `sale_ended`.
     pub rules: u64,
     /// `overloaded`, `rate_limited`, `busy`, `backend_unavailable`.
     pub shed: u64,
