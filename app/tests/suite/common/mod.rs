@@ -1,6 +1,7 @@
 //! Test helpers: start the service in-process on port 0 against its own database, buy over
 //! HTTP, and read the truth straight from the database.
 
+pub mod buyers;
 pub mod conformance;
 pub mod fake_locks;
 pub mod life;
