@@ -234,7 +234,8 @@ pub fn test_config(database_url: &str) -> Config {
     config
 }
 
-/// Starts an instance with `config` on a free port.
+/// Starts an instance with `config` on a free port. Each request carries its peer's address, as
+/// the service's own accept loop gives it (the per-address rate reads it).
 pub async fn spawn_app(config: Config) -> TestApp {
     spawn_app_with(config, |_| {}).await
 }
@@ -255,6 +256,7 @@ pub async fn spawn_app_with(config: Config, customize: impl FnOnce(&mut app::Reg
         let shutdown = async {
             let _ = rx.await;
         };
+        let router = router.into_make_service_with_connect_info::<std::net::SocketAddr>();
         let _ = axum::serve(listener, router)
             .with_graceful_shutdown(shutdown)
             .await;
