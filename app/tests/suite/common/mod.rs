@@ -5,6 +5,7 @@ pub mod buyers;
 pub mod conformance;
 pub mod fake_locks;
 pub mod life;
+pub mod served;
 
 use std::collections::HashMap;
 use std::time::Duration;
