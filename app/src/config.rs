@@ -332,13 +332,15 @@ pub struct Config {
     #[arg(long, env = "SECKILL_OPERATOR_CONNECTIONS", default_value_t = 32)]
     pub operator_connections: u32,
 
-    /// Purchases and purchase-token requests per second one buyer (user id) may make, counted
-    /// together, bursts of as many allowed; beyond, `429 rate_limited`. Unset: no limit.
+    /// Requests of the buyer routes (purchases, purchase tokens, an order's status, payment and
+    /// cancellation) per second one buyer (user id) may make, counted together, bursts of as
+    /// many allowed; beyond, `429 rate_limited`. Unset: no limit.
     #[arg(long, env = "SECKILL_RATE_PER_USER")]
     pub rate_per_user: Option<u32>,
 
-    /// Purchases and purchase-token requests per second one client address may make, counted
-    /// together, bursts of as many allowed; beyond, `429 rate_limited`. Unset: no limit.
+    /// Requests of the buyer routes (purchases, purchase tokens, an order's status, payment and
+    /// cancellation) per second one client address may make, counted together, bursts of as
+    /// many allowed; beyond, `429 rate_limited`. Unset: no limit.
     #[arg(long, env = "SECKILL_RATE_PER_ADDRESS")]
     pub rate_per_address: Option<u32>,
 

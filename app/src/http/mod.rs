@@ -7,6 +7,7 @@ pub(crate) mod meta;
 pub mod openapi;
 pub(crate) mod orders;
 pub(crate) mod products;
+pub(crate) mod rates;
 pub(crate) mod tokens;
 
 use axum::Router;

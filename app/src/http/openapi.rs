@@ -39,7 +39,7 @@ use crate::state::{AppState, Settings};
         meta::metrics,
         serve,
     ),
-    modifiers(&AdminToken)
+    modifiers(&AdminToken, &IdRules)
 )]
 struct ApiDoc;
 
@@ -53,6 +53,42 @@ impl Modify for AdminToken {
             "admin_token",
             SecurityScheme::Http(Http::new(HttpAuthScheme::Bearer)),
         );
+    }
+}
+
+/// Gives the ids a path or a query names (`user_id`, `request_id`) the rules of the same fields
+/// of a purchase's body, which the server checks them by (`orders::check_id`): written once,
+/// on the body's fields.
+struct IdRules;
+
+impl Modify for IdRules {
+    fn modify(&self, api: &mut utoipa::openapi::OpenApi) {
+        let order = api
+            .components
+            .as_ref()
+            .and_then(|c| c.schemas.get("OrderRequest"));
+        let Some(RefOr::T(Schema::Object(order))) = order else {
+            return;
+        };
+        let rules: Vec<(&str, RefOr<Schema>)> = ["user_id", "request_id"]
+            .into_iter()
+            .filter_map(|name| match order.properties.get(name)? {
+                RefOr::T(Schema::Object(field)) => {
+                    // The rules, not the body's description of the field.
+                    let mut rule = field.clone();
+                    rule.description = None;
+                    Some((name, RefOr::T(Schema::Object(rule))))
+                }
+                _ => None,
+            })
+            .collect();
+        for operation in api.paths.paths.values_mut().flat_map(operations) {
+            for parameter in operation.parameters.iter_mut().flatten() {
+                if let Some((_, rule)) = rules.iter().find(|(name, _)| *name == parameter.name) {
+                    parameter.schema = Some(rule.clone());
+                }
+            }
+        }
     }
 }
 
@@ -239,6 +275,30 @@ mod tests {
         assert!(off["paths"][put]["put"]["security"].is_null());
         assert!(off["components"]["securitySchemes"].is_null());
         assert!(!hold(&off));
+    }
+
+    #[test]
+    fn the_ids_of_a_path_or_a_query_follow_the_rules_of_a_purchases_body() {
+        let doc = json(&settings());
+        let body = &doc["components"]["schemas"]["OrderRequest"]["properties"];
+        let purchases = BUYER_ROUTES
+            .iter()
+            .filter(|(_, p)| p.contains("{request_id}"));
+        for (method, path) in purchases {
+            let parameters = doc["paths"][path][method]["parameters"]
+                .as_array()
+                .expect("parameters");
+            for (name, longest) in [("user_id", 64), ("request_id", 128)] {
+                let schema = &parameters
+                    .iter()
+                    .find(|p| p["name"] == name)
+                    .expect("the id")["schema"];
+                assert_eq!(schema["minLength"], 1, "{path} {name}");
+                assert_eq!(schema["maxLength"], longest, "{path} {name}");
+                assert_eq!(schema["pattern"], body[name]["pattern"], "{path} {name}");
+                assert!(schema["pattern"].is_string(), "{path} {name}");
+            }
+        }
     }
 
     #[test]

@@ -49,10 +49,7 @@ pub async fn issue(
     let Json(TokenRequest { user_id }) = body?;
     super::identity::authenticate(&state.settings, &headers, &user_id)?;
     super::orders::check_id("user_id", &user_id, MAX_USER_ID)?;
-    let address = peer.map(|Extension(ConnectInfo(peer))| peer.ip());
-    if !state.gate.within_rates(&user_id, address) {
-        return Err(ApiError::RateLimited);
-    }
+    super::rates::count(&state, &user_id, peer.as_deref())?;
     let known = (state.shelf.product(id, None).await?.known)
         .ok_or_else(|| ApiError::NotFound(format!("no product {id}")))?;
     super::orders::within_sale(&known.rules, asked)?;

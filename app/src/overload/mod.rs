@@ -81,8 +81,8 @@ pub struct Gate {
 impl Gate {
     /// At most `max_in_flight` purchases at once, and of each strategy as many as it answers
     /// within `budget` (a zero budget: its `ceiling`), never fewer than its `floor` nor more
-    /// than its `ceiling`; `per_user` and `per_address` purchases per second (bursts of as
-    /// many) when set.
+    /// than its `ceiling`; `per_user` and `per_address` requests of the buyer routes per second
+    /// (bursts of as many) when set.
     pub fn new(
         max_in_flight: u32,
         budget: Duration,

@@ -5,8 +5,8 @@
 //! such an id is remembered apart, in a set of at most [`MOST`](super::absent::MOST) ids that
 //! forgets each after the memory's lifetime ([`absent`](super::absent)), and past that bound is
 //! asked of the database each time, as any read of a product is — at the buyers' and
-//! addresses' rates, where they are set (`--rate-per-user`, `--rate-per-address`, which token
-//! requests count against as purchases do). A product nobody asked about for a whole lifetime
+//! addresses' rates, where they are set (`--rate-per-user`, `--rate-per-address`, which every
+//! buyer route counts against). A product nobody asked about for a whole lifetime
 //! after its memory aged is dropped by a sweep every lifetime (at least every second, at most
 //! every minute), so the memory holds the products of the last moments, not every product ever
 //! read. Dropping one costs its next request a read, and a sold-out one its first click's trip

@@ -8,66 +8,13 @@ use crate::common;
 use std::time::{Duration, SystemTime};
 
 use app::buyer::BuyerKey;
+use common::buyers::{ROUTES, Route, call};
 use common::life::product;
 use common::{TestApp, drop_database, fresh_database_url, spawn_app, test_config};
 use reqwest::StatusCode;
-use serde_json::{Value, json};
+use serde_json::json;
 
 const KEY: &[u8] = b"the deployment's buyer key";
-
-/// A buyer route, for `user` and the purchase `request`.
-#[derive(Debug, Clone, Copy)]
-enum Route {
-    Buy,
-    Status,
-    Pay,
-    Cancel,
-    Token,
-}
-
-const ROUTES: [Route; 5] = [
-    Route::Buy,
-    Route::Status,
-    Route::Pay,
-    Route::Cancel,
-    Route::Token,
-];
-
-/// Calls `route` of `product` as `user` for `request`, with `Authorization: Bearer <token>`
-/// when one is given; the status and body.
-async fn call(
-    app: &TestApp,
-    route: Route,
-    product: u64,
-    user: &str,
-    request: &str,
-    token: Option<&str>,
-) -> (StatusCode, Value) {
-    let orders = format!("{}/api/products/{product}/orders", app.url);
-    // The tests' ids need no escaping.
-    let mut r = match route {
-        Route::Buy => app.client.post(&orders).json(&json!({
-            "user_id": user, "quantity": 1, "request_id": request, "strategy": "conditional"
-        })),
-        Route::Status => app.client.get(format!("{orders}/{request}?user_id={user}")),
-        Route::Pay => app
-            .client
-            .post(format!("{orders}/{request}/pay?user_id={user}")),
-        Route::Cancel => app
-            .client
-            .post(format!("{orders}/{request}/cancel?user_id={user}")),
-        Route::Token => app
-            .client
-            .post(format!("{}/api/products/{product}/tokens", app.url))
-            .json(&json!({ "user_id": user })),
-    };
-    if let Some(token) = token {
-        r = r.bearer_auth(token);
-    }
-    let r = r.send().await.expect("buyer request");
-    let status = r.status();
-    (status, r.json().await.unwrap_or(Value::Null))
-}
 
 /// An app whose buyers need tokens signed with [`KEY`], and `product` with two units, one per
 /// customer.

@@ -8,6 +8,7 @@ mod backend_down;
 mod batched;
 mod binary;
 mod buyer_identity;
+mod buyer_rates;
 mod db_lock_lease;
 mod doors;
 mod ended_replays;

@@ -1,14 +1,15 @@
 //! `POST /api/products/{id}/orders/{request_id}/pay` and `…/cancel` (the buyer's), and `POST
 //! /api/products/{id}/expire` (admin: one round of the expiry sweep on the product, now).
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
-use axum::Json;
 use axum::extract::rejection::{PathRejection, QueryRejection};
-use axum::extract::{Path, Query, State};
+use axum::extract::{ConnectInfo, Path, Query, State};
 use axum::http::HeaderMap;
+use axum::{Extension, Json};
 
-use super::status::Buyer;
+use super::status::{Buyer, asked};
 use crate::api::{ErrorBody, ExpiryRound, OrderResponse};
 use crate::db::orders::PurchaseKey;
 use crate::error::ApiError;
@@ -32,16 +33,21 @@ pub const UNCHECKED_HEADER: &str = "x-seckill-unchecked-transition";
         (status = 403, description = "`not_your_order`: the buyer token names another buyer than `user_id`", body = ErrorBody),
         (status = 404, description = "`not_found`: this buyer has no order under this request id for this product", body = ErrorBody),
         (status = 409, description = "`order_expired` (the deadline passed: nothing is paid, the units go back on sale), `order_cancelled`, `order_paid` (paid already), `order_pending` (accepted, not placed yet) or `purchase_voided`", body = ErrorBody),
+        (status = 422, description = "`invalid_request`: a user id or request id out of its rules (its length, white space at an end)", body = ErrorBody),
+        (status = 429, description = "`rate_limited`: this buyer or address is past its rate (the purchases' rate: a payment counts as one); retry after Retry-After", body = ErrorBody,
+            headers(("Retry-After" = u32, description = "Seconds to wait"))),
         (status = 503, description = "`busy` or `backend_unavailable`", body = ErrorBody,
             headers(("Retry-After" = u32, description = "Seconds to wait")))))]
 pub async fn pay(
     State(state): State<AppState>,
     headers: HeaderMap,
+    peer: Option<Extension<ConnectInfo<SocketAddr>>>,
     path: Result<Path<(u64, String)>, PathRejection>,
     buyer: Result<Query<Buyer>, QueryRejection>,
 ) -> Result<Json<OrderResponse>, ApiError> {
-    let (product_id, request_id, user_id) = purchase(path, buyer)?;
+    let (product_id, request_id, user_id) = asked(path, buyer)?;
     super::super::identity::authenticate(&state.settings, &headers, &user_id)?;
+    super::super::rates::count(&state, &user_id, peer.as_deref())?;
     let check = check(&state, &headers)?;
     let key = PurchaseKey {
         product_id,
@@ -65,16 +71,21 @@ pub async fn pay(
         (status = 403, description = "`not_your_order`: the buyer token names another buyer than `user_id`", body = ErrorBody),
         (status = 404, description = "`not_found`: this buyer has no order under this request id for this product", body = ErrorBody),
         (status = 409, description = "`order_cancelled` (cancelled already: nothing changes), `order_expired`, `order_paid`, `order_pending` or `purchase_voided`", body = ErrorBody),
+        (status = 422, description = "`invalid_request`: a user id or request id out of its rules (its length, white space at an end)", body = ErrorBody),
+        (status = 429, description = "`rate_limited`: this buyer or address is past its rate (the purchases' rate: a cancellation counts as one); retry after Retry-After", body = ErrorBody,
+            headers(("Retry-After" = u32, description = "Seconds to wait"))),
         (status = 503, description = "`busy` or `backend_unavailable`", body = ErrorBody,
             headers(("Retry-After" = u32, description = "Seconds to wait")))))]
 pub async fn cancel(
     State(state): State<AppState>,
     headers: HeaderMap,
+    peer: Option<Extension<ConnectInfo<SocketAddr>>>,
     path: Result<Path<(u64, String)>, PathRejection>,
     buyer: Result<Query<Buyer>, QueryRejection>,
 ) -> Result<Json<OrderResponse>, ApiError> {
-    let (product_id, request_id, user_id) = purchase(path, buyer)?;
+    let (product_id, request_id, user_id) = asked(path, buyer)?;
     super::super::identity::authenticate(&state.settings, &headers, &user_id)?;
+    super::super::rates::count(&state, &user_id, peer.as_deref())?;
     let check = check(&state, &headers)?;
     let hold = hold(&state, &headers)?;
     let key = PurchaseKey {
@@ -108,17 +119,6 @@ pub async fn expire(
     let hold = hold(&state, &headers)?;
     let round = sweep::round(&state.life, Some(id), state.settings.sweep, check, hold).await?;
     Ok(Json(round))
-}
-
-/// The product, request id and buyer of the path and query.
-fn purchase(
-    path: Result<Path<(u64, String)>, PathRejection>,
-    buyer: Result<Query<Buyer>, QueryRejection>,
-) -> Result<(u64, String, String), ApiError> {
-    let Path((product_id, request_id)) = path?;
-    super::super::check_product_id(product_id)?;
-    let Query(Buyer { user_id }) = buyer.map_err(|e| ApiError::BadRequest(e.body_text()))?;
-    Ok((product_id, request_id, user_id))
 }
 
 /// The unchecked variant when asked for and allowed; the conditional one otherwise.

@@ -137,13 +137,8 @@ pub async fn create(
     let order = admit::parse(&body)?;
     order.check(state.settings.max_quantity)?;
     super::identity::authenticate(&state.settings, &parts.headers, &order.user_id)?;
-    let address = parts
-        .extensions
-        .get::<ConnectInfo<SocketAddr>>()
-        .map(|ConnectInfo(peer)| peer.ip());
-    if !state.gate.within_rates(&order.user_id, address) {
-        return Err(ApiError::RateLimited);
-    }
+    let peer = parts.extensions.get::<ConnectInfo<SocketAddr>>();
+    super::rates::count(&state, &order.user_id, peer)?;
     let (admitted, recalled) =
         admit::admit(&state, &parts.headers, product_id, order, started).await?;
     if recalled.refused {

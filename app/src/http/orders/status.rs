@@ -1,12 +1,14 @@
 //! `GET /api/products/{id}/orders/{request_id}?user_id=…`: where a buyer's purchase stands.
 
-use axum::Json;
+use std::net::SocketAddr;
+
 use axum::extract::rejection::{PathRejection, QueryRejection};
-use axum::extract::{Path, Query, State};
+use axum::extract::{ConnectInfo, Path, Query, State};
 use axum::http::HeaderMap;
+use axum::{Extension, Json};
 use sqlx::MySqlPool;
 
-use crate::api::{ErrorBody, Home, OrderState, OrderStatus};
+use crate::api::{ErrorBody, Home, MAX_REQUEST_ID, MAX_USER_ID, OrderState, OrderStatus};
 use crate::db::orders::{self, OrderState as Stored, PurchaseKey};
 use crate::db::products;
 use crate::error::ApiError;
@@ -33,18 +35,21 @@ pub struct Buyer {
         (status = 401, description = "`unauthenticated`: no valid buyer token (when the server has a buyer key)", body = ErrorBody),
         (status = 403, description = "`not_your_order`: the buyer token names another buyer than `user_id`", body = ErrorBody),
         (status = 404, description = "`not_found`: this buyer has no order and nothing waiting under this request id for this product", body = ErrorBody),
+        (status = 422, description = "`invalid_request`: a user id or request id out of its rules (its length, white space at an end)", body = ErrorBody),
+        (status = 429, description = "`rate_limited`: this buyer or address is past its rate (the purchases' rate: a status request counts as one); retry after Retry-After", body = ErrorBody,
+            headers(("Retry-After" = u32, description = "Seconds to wait"))),
         (status = 503, description = "`backend_unavailable`; also when neither is found and Redis lost the product's stock and the orders it was placing (until a reconcile)", body = ErrorBody,
             headers(("Retry-After" = u32, description = "Seconds to wait")))))]
 pub async fn status(
     State(state): State<AppState>,
     headers: HeaderMap,
+    peer: Option<Extension<ConnectInfo<SocketAddr>>>,
     path: Result<Path<(u64, String)>, PathRejection>,
     buyer: Result<Query<Buyer>, QueryRejection>,
 ) -> Result<Json<OrderStatus>, ApiError> {
-    let Path((product_id, request_id)) = path?;
-    super::super::check_product_id(product_id)?;
-    let Query(Buyer { user_id }) = buyer.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    let (product_id, request_id, user_id) = asked(path, buyer)?;
     super::super::identity::authenticate(&state.settings, &headers, &user_id)?;
+    super::super::rates::count(&state, &user_id, peer.as_deref())?;
     let key = PurchaseKey {
         product_id,
         user_id: &user_id,
@@ -101,6 +106,21 @@ pub async fn status(
         "no order and nothing waiting under request id `{request_id}` of this buyer for \
          product {product_id}"
     )))
+}
+
+/// The product, request id and buyer of the path and query of a buyer's purchase (its status,
+/// payment or cancellation), its ids within the rules: checked before the rate limiters or
+/// anything else keep a string of it, as a purchase's are.
+pub(super) fn asked(
+    path: Result<Path<(u64, String)>, PathRejection>,
+    buyer: Result<Query<Buyer>, QueryRejection>,
+) -> Result<(u64, String, String), ApiError> {
+    let Path((product_id, request_id)) = path?;
+    super::super::check_product_id(product_id)?;
+    let Query(Buyer { user_id }) = buyer.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    super::check_id("user_id", &user_id, MAX_USER_ID)?;
+    super::check_id("request_id", &request_id, MAX_REQUEST_ID)?;
+    Ok((product_id, request_id, user_id))
 }
 
 /// Whether Redis lost the stock of the product, which the database says it holds (see

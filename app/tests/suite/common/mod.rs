@@ -1,9 +1,11 @@
 //! Test helpers: start the service in-process on port 0 against its own database, buy over
 //! HTTP, and read the truth straight from the database.
 
+pub mod buyers;
 pub mod conformance;
 pub mod fake_locks;
 pub mod life;
+pub mod served;
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -233,7 +235,8 @@ pub fn test_config(database_url: &str) -> Config {
     config
 }
 
-/// Starts an instance with `config` on a free port.
+/// Starts an instance with `config` on a free port. Each request carries its peer's address, as
+/// the service's own accept loop gives it (the per-address rate reads it).
 pub async fn spawn_app(config: Config) -> TestApp {
     spawn_app_with(config, |_| {}).await
 }
@@ -254,6 +257,7 @@ pub async fn spawn_app_with(config: Config, customize: impl FnOnce(&mut app::Reg
         let shutdown = async {
             let _ = rx.await;
         };
+        let router = router.into_make_service_with_connect_info::<std::net::SocketAddr>();
         let _ = axum::serve(listener, router)
             .with_graceful_shutdown(shutdown)
             .await;
