@@ -13,6 +13,15 @@ pub struct Config {
     #[arg(long, env = "SECKILL_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
 
+    /// Address of a listener for the operators alone, serving `/metrics` and `/healthz` and
+    /// nothing else. When set, the public listener (`--listen`) answers `/metrics` with `404`:
+    /// its sales volumes are not for buyers. Its connections are its own (at most 16), apart
+    /// from `--max-connections`, so a scrape gets in while buyers hold every public one. It
+    /// changes nothing, so it takes no admin token on any address: keep it where only the
+    /// operators reach. Unset: `/metrics` on the public listener.
+    #[arg(long, env = "SECKILL_METRICS_LISTEN")]
+    pub metrics_listen: Option<SocketAddr>,
+
     /// MariaDB/MySQL server URL; the database name is optional (default `seckill`) and the
     /// database is created and migrated at start-up.
     #[arg(
@@ -358,6 +367,7 @@ impl Config {
     pub fn for_database(database_url: impl Into<String>) -> Config {
         let mut config = Config::parse_from(["seckill-app"]);
         config.database_url = database_url.into();
+        config.metrics_listen = None;
         config.redis_url = None;
         config.redis_sentinels.clear();
         config.redlock_urls.clear();
