@@ -343,7 +343,9 @@ pub struct Config {
 
     /// Requests of the buyer routes (purchases, purchase tokens, an order's status, payment and
     /// cancellation) per second one client address may make, counted together, bursts of as
-    /// many allowed; beyond, `429 rate_limited`. Unset: no limit.
+    /// many allowed; beyond, `429 rate_limited`. The address is the connection's peer
+    /// (`X-Forwarded-For` is not read): behind a reverse proxy, one limit all buyers share.
+    /// Unset: no limit.
     #[arg(long, env = "SECKILL_RATE_PER_ADDRESS")]
     pub rate_per_address: Option<u32>,
 
