@@ -13,6 +13,15 @@ pub struct Config {
     #[arg(long, env = "SECKILL_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
 
+    /// Address of a listener for the operators alone, serving `/metrics` and `/healthz` and
+    /// nothing else. When set, the public listener (`--listen`) answers `/metrics` with `404`:
+    /// its sales volumes are not for buyers. Its connections are its own (at most 16), apart
+    /// from `--max-connections`, so a scrape gets in while buyers hold every public one. It
+    /// changes nothing, so it takes no admin token on any address: keep it where only the
+    /// operators reach. Unset: `/metrics` on the public listener.
+    #[arg(long, env = "SECKILL_METRICS_LISTEN")]
+    pub metrics_listen: Option<SocketAddr>,
+
     /// MariaDB/MySQL server URL; the database name is optional (default `seckill`) and the
     /// database is created and migrated at start-up.
     #[arg(
@@ -340,7 +349,9 @@ pub struct Config {
 
     /// Requests of the buyer routes (purchases, purchase tokens, an order's status, payment and
     /// cancellation) per second one client address may make, counted together, bursts of as
-    /// many allowed; beyond, `429 rate_limited`. Unset: no limit.
+    /// many allowed; beyond, `429 rate_limited`. The address is the connection's peer
+    /// (`X-Forwarded-For` is not read): behind a reverse proxy, one limit all buyers share.
+    /// Unset: no limit.
     #[arg(long, env = "SECKILL_RATE_PER_ADDRESS")]
     pub rate_per_address: Option<u32>,
 
@@ -364,6 +375,7 @@ impl Config {
     pub fn for_database(database_url: impl Into<String>) -> Config {
         let mut config = Config::parse_from(["seckill-app"]);
         config.database_url = database_url.into();
+        config.metrics_listen = None;
         config.redis_url = None;
         config.redis_sentinels.clear();
         config.redlock_urls.clear();

@@ -233,6 +233,7 @@ pub async fn build_with(
             payment_window_ms: config.payment_window_ms,
             sweep: pace,
             buyer_key: (config.buyer_key.as_deref()).map(|k| buyer::BuyerKey::new(k.as_bytes())),
+            metrics_apart: config.metrics_listen.is_some(),
         }),
         redis,
         shelf,
@@ -251,18 +252,44 @@ pub async fn build_with(
     Ok((http::router(state.clone()), state))
 }
 
-/// Serves until SIGTERM or Ctrl-C, then lets in-flight requests finish (within the grace
-/// period of the configuration).
-pub async fn serve(config: Config, listener: TcpListener) -> Result<(), StartupError> {
-    serve_with_shutdown(config, listener, shutdown_signal()).await
+/// Where the service listens: the public listener, and the operators' own for `/metrics` when
+/// there is one (`--metrics-listen`).
+pub struct Listeners {
+    pub public: TcpListener,
+    /// Serves `/metrics` and `/healthz` alone; while there is one, the public listener does not
+    /// serve `/metrics`.
+    pub metrics: Option<TcpListener>,
 }
 
-/// Serves until `shutdown` resolves, then drains like [`serve`].
+impl From<TcpListener> for Listeners {
+    /// The public listener alone, serving `/metrics` too.
+    fn from(public: TcpListener) -> Listeners {
+        Listeners {
+            public,
+            metrics: None,
+        }
+    }
+}
+
+/// Serves until SIGTERM or Ctrl-C, then lets in-flight requests finish (within the grace
+/// period of the configuration).
+pub async fn serve(config: Config, listeners: impl Into<Listeners>) -> Result<(), StartupError> {
+    serve_with_shutdown(config, listeners, shutdown_signal()).await
+}
+
+/// Serves until `shutdown` resolves, then drains like [`serve()`]. What is served where follows
+/// `listeners`, whatever `config.metrics_listen` says: `/metrics` leaves the public listener
+/// only for a listener of its own.
 pub async fn serve_with_shutdown(
-    config: Config,
-    listener: TcpListener,
+    mut config: Config,
+    listeners: impl Into<Listeners>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), StartupError> {
+    let Listeners {
+        public: listener,
+        metrics,
+    } = listeners.into();
+    config.metrics_listen = (metrics.as_ref().map(TcpListener::local_addr)).transpose()?;
     let listen = listener.local_addr()?;
     if config.admin_token.is_none() {
         if !listen.ip().is_loopback() {
@@ -277,6 +304,7 @@ pub async fn serve_with_shutdown(
     let (router, state) = build(&config).await?;
     tracing::info!(
         %listen,
+        metrics_listen = ?config.metrics_listen,
         strategies = state.settings.offered.len(),
         default_strategy = %config.default_strategy,
         fault_injection = config.allow_fault_injection,
@@ -292,7 +320,18 @@ pub async fn serve_with_shutdown(
         operators: http::operator_router(state.clone()),
         connections: Arc::clone(&state.connections),
     };
-    serve::serve(listener, doors, limits, shutdown).await?;
+    let shutdown = futures::FutureExt::shared(shutdown);
+    let public = serve::serve(listener, doors, limits, shutdown.clone());
+    let metrics = async {
+        match metrics {
+            Some(listener) => {
+                let doors = serve::Doors::alone(http::metrics_router(state.clone()));
+                serve::serve(listener, doors, limits, shutdown).await
+            }
+            None => Ok(()),
+        }
+    };
+    tokio::try_join!(public, metrics)?;
     state.pool.close().await;
     tracing::info!("stopped");
     Ok(())

@@ -19,9 +19,16 @@ async fn main() -> anyhow::Result<()> {
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
         )
         .init();
-    let listener = tokio::net::TcpListener::bind(config.listen)
-        .await
-        .with_context(|| format!("cannot listen on {}", config.listen))?;
-    app::serve(config, listener).await?;
+    let bind = |address| async move {
+        tokio::net::TcpListener::bind(address)
+            .await
+            .with_context(|| format!("cannot listen on {address}"))
+    };
+    let public = bind(config.listen).await?;
+    let metrics = match config.metrics_listen {
+        Some(address) => Some(bind(address).await?),
+        None => None,
+    };
+    app::serve(config, app::Listeners { public, metrics }).await?;
     Ok(())
 }

@@ -30,6 +30,9 @@ pub struct Settings {
     pub sweep: crate::lifecycle::sweep::Pace,
     /// What buyer tokens are verified with; `None`: a buyer is whoever a request names.
     pub buyer_key: Option<crate::buyer::BuyerKey>,
+    /// Whether `/metrics` is served on a listener of its own (`--metrics-listen`), and not on
+    /// the public one.
+    pub metrics_apart: bool,
 }
 
 impl Settings {

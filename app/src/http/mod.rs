@@ -17,7 +17,7 @@ use axum::routing::{get, post, put};
 
 use crate::api::MAX_PRODUCT_ID;
 use crate::error::ApiError;
-use crate::state::AppState;
+use crate::state::{AppState, Settings};
 
 /// The largest request body read, of any route: an order is a few dozen bytes, and the
 /// largest body a route accepts — a product's reset with every rule — well under a kilobyte.
@@ -27,7 +27,7 @@ pub const MAX_BODY: usize = 16 << 10;
 /// The service's routes over `state`.
 pub fn router(state: AppState) -> Router {
     buyers()
-        .merge(operators())
+        .merge(operators(&state.settings))
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .with_state(state)
 }
@@ -36,9 +36,17 @@ pub fn router(state: AppState) -> Router {
 /// over `state`, any other answered `503 overloaded`: what a connection past the buyers' share
 /// is served ([`crate::overload::connections`]).
 pub fn operator_router(state: AppState) -> Router {
-    operators()
+    operators(&state.settings)
         .fallback(|| async { ApiError::Overloaded })
         .layer(DefaultBodyLimit::max(MAX_BODY))
+        .with_state(state)
+}
+
+/// What the metrics listener serves (`--metrics-listen`): health and metrics, nothing else.
+pub fn metrics_router(state: AppState) -> Router {
+    Router::new()
+        .route("/healthz", get(meta::healthz))
+        .route("/metrics", get(meta::metrics))
         .with_state(state)
 }
 
@@ -64,9 +72,10 @@ fn buyers() -> Router<AppState> {
         .route("/api/openapi.json", get(openapi::serve))
 }
 
-/// What operators ask for: health, metrics, a product's state, and the admin routes.
-fn operators() -> Router<AppState> {
-    Router::new()
+/// What operators ask for: health, metrics (unless a listener of their own serves them), a
+/// product's state, and the admin routes.
+fn operators(settings: &Settings) -> Router<AppState> {
+    let routes = Router::new()
         .route(
             "/api/products/{id}",
             put(products::reset).get(products::show),
@@ -75,8 +84,11 @@ fn operators() -> Router<AppState> {
         .route("/api/products/{id}/reconcile", post(products::reconcile))
         .route("/api/products/{id}/expire", post(orders::expire))
         .route("/api/expiry", put(expiry::switch))
-        .route("/healthz", get(meta::healthz))
-        .route("/metrics", get(meta::metrics))
+        .route("/healthz", get(meta::healthz));
+    match settings.metrics_apart {
+        true => routes,
+        false => routes.route("/metrics", get(meta::metrics)),
+    }
 }
 
 /// The product id of the path: a number from 0 to [`MAX_PRODUCT_ID`], else `bad_request`.

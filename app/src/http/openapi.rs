@@ -103,10 +103,14 @@ const BUYER_ROUTES: [(&str, &str); 5] = [
 
 /// The document of a server running with `settings`: the largest `quantity` is its
 /// `--max-quantity`, the strategies are those it offers, the admin token is required only when
-/// one is configured, the buyer token only when there is a buyer key, and the fault-injection
-/// header exists only when it is honoured.
+/// one is configured, the buyer token only when there is a buyer key, the fault-injection
+/// header exists only when it is honoured, and `/metrics` only when the public listener serves
+/// it.
 pub fn document(settings: &Settings) -> Document {
     let mut doc = ApiDoc::openapi();
+    if settings.metrics_apart {
+        doc.paths.paths.remove("/metrics");
+    }
     let quantity = doc
         .components
         .as_mut()
@@ -223,6 +227,7 @@ mod tests {
                 return_grace: std::time::Duration::from_secs(10),
             },
             buyer_key: None,
+            metrics_apart: false,
         }
     }
 
@@ -275,6 +280,17 @@ mod tests {
         assert!(off["paths"][put]["put"]["security"].is_null());
         assert!(off["components"]["securitySchemes"].is_null());
         assert!(!hold(&off));
+    }
+
+    #[test]
+    fn metrics_are_listed_only_where_the_public_listener_serves_them() {
+        assert!(json(&settings())["paths"]["/metrics"].is_object());
+        let apart = json(&Settings {
+            metrics_apart: true,
+            ..settings()
+        });
+        assert!(apart["paths"]["/metrics"].is_null());
+        assert!(apart["paths"]["/healthz"].is_object());
     }
 
     #[test]

@@ -5,7 +5,8 @@
 //! once, the last few kept for the operators ([`crate::overload::connections`]); `TCP_NODELAY`;
 //! each request told its peer's address (for per-address rate limits); and a graceful shutdown
 //! that lets requests in flight finish within the grace period. (`axum::serve` gives hyper no
-//! timer, so a header deadline cannot be set through it.)
+//! timer, so a header deadline cannot be set through it.) The metrics listener
+//! (`--metrics-listen`) is served by the same loop, with a bound of its own ([`Doors::alone`]).
 
 pub mod deadline;
 
@@ -39,6 +40,13 @@ pub struct Limits {
     pub grace: Duration,
 }
 
+/// Connections the metrics listener (`--metrics-listen`) holds at once: a scraper or two and
+/// an operator. A bound of its own, apart from the public listener's, so that buyers holding
+/// every public connection never shut a scrape out, and the listener never holds files the
+/// public one counted on: its few fit in the files kept besides (`OTHER_FILES` of
+/// [`crate::overload::connections`]).
+pub const METRICS_CONNECTIONS: u32 = 16;
+
 /// What the server serves, and to how many connections at once.
 pub struct Doors {
     /// Every route: what a connection within the buyers' share is served.
@@ -46,6 +54,18 @@ pub struct Doors {
     /// The operators' routes: what a connection past the buyers' share is served.
     pub operators: Router,
     pub connections: Arc<Connections>,
+}
+
+impl Doors {
+    /// `router` to every connection, at most [`METRICS_CONNECTIONS`] at once: a listener the
+    /// operators have to themselves.
+    pub fn alone(router: Router) -> Doors {
+        Doors {
+            all: router.clone(),
+            operators: router,
+            connections: Arc::new(Connections::new(METRICS_CONNECTIONS, 0)),
+        }
+    }
 }
 
 /// Serves `doors` on `listener` until `shutdown` resolves, then drains.

@@ -19,6 +19,7 @@ mod idempotency_keys;
 mod lock_backends;
 mod locked;
 mod locked_commit;
+mod metrics_listener;
 mod mixed_strategies;
 mod order_cancellation;
 mod order_payment;

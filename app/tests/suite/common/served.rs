@@ -15,6 +15,8 @@ pub const PATIENCE: Duration = Duration::from_secs(60);
 pub struct Served {
     /// Where it listens.
     pub address: SocketAddr,
+    /// Where its listener for `/metrics` alone listens, if it has one.
+    pub metrics_address: Option<SocketAddr>,
     client: reqwest::Client,
     stop: oneshot::Sender<()>,
     server: JoinHandle<Result<(), app::StartupError>>,
@@ -23,12 +25,33 @@ pub struct Served {
 impl Served {
     /// Starts the service with `config` on a free port; ready once it listens.
     pub async fn start(config: app::Config) -> Served {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let address = listener.local_addr().expect("address");
+        Served::start_on(config, false).await
+    }
+
+    /// [`Served::start`], with a listener for `/metrics` alone on another free port, as
+    /// `--metrics-listen` makes.
+    pub async fn start_with_metrics_listener(config: app::Config) -> Served {
+        Served::start_on(config, true).await
+    }
+
+    async fn start_on(config: app::Config, metrics_listener: bool) -> Served {
+        let bind = || async {
+            tokio::net::TcpListener::bind("127.0.0.1:0")
+                .await
+                .expect("bind")
+        };
+        let listeners = app::Listeners {
+            public: bind().await,
+            metrics: match metrics_listener {
+                true => Some(bind().await),
+                false => None,
+            },
+        };
+        let address = listeners.public.local_addr().expect("address");
+        let metrics_address =
+            (listeners.metrics.as_ref()).map(|l| l.local_addr().expect("address"));
         let (stop, stopped) = oneshot::channel::<()>();
-        let server = tokio::spawn(app::serve_with_shutdown(config, listener, async {
+        let server = tokio::spawn(app::serve_with_shutdown(config, listeners, async {
             let _ = stopped.await;
         }));
         let client = reqwest::Client::builder()
@@ -38,14 +61,19 @@ impl Served {
             .expect("client");
         let served = Served {
             address,
+            metrics_address,
             client,
             stop,
             server,
         };
-        // Listening, and holding no connection but the one that asks.
+        // Listening, and holding no connection but the one that asks — which asks the metrics
+        // listener, when there is one, and holds none of the public ones.
+        let asking = u64::from(metrics_address.is_none());
         super::wait_until(
             "the service to listen and hold no other connection",
-            || async { served.metric("seckill_connections{door=\"buyers\"}").await == Some(1) },
+            || async {
+                served.metric("seckill_connections{door=\"buyers\"}").await == Some(asking)
+            },
         )
         .await;
         served
@@ -53,13 +81,21 @@ impl Served {
 
     /// The status of `GET path` from a new connection; `None` if the connection was closed.
     pub async fn get(&self, path: &str) -> Option<StatusCode> {
-        let url = format!("http://{}{path}", self.address);
+        self.get_from(self.address, path).await
+    }
+
+    /// The status of `GET path` of `address` from a new connection; `None` if the connection
+    /// was closed.
+    pub async fn get_from(&self, address: SocketAddr, path: &str) -> Option<StatusCode> {
+        let url = format!("http://{address}{path}");
         self.client.get(url).send().await.ok().map(|r| r.status())
     }
 
-    /// One unlabelled value of the service's `/metrics` (`None`: not there, or no answer).
+    /// One unlabelled value of the service's `/metrics`, from the metrics listener if it has
+    /// one (`None`: not there, or no answer).
     pub async fn metric(&self, name: &str) -> Option<u64> {
-        let url = format!("http://{}/metrics", self.address);
+        let address = self.metrics_address.unwrap_or(self.address);
+        let url = format!("http://{address}/metrics");
         let text = self.client.get(url).send().await.ok()?.text().await.ok()?;
         text.lines()
             .find_map(|line| line.strip_prefix(name)?.trim().parse().ok())
