@@ -23,6 +23,34 @@ async fn reads(app: &TestApp) -> u64 {
         .expect("the product reads counter")
 }
 
+/// Waits until a click on the sold-out `product` is refused without reaching a strategy.
+async fn until_refused_from_memory(app: &TestApp, product: u64, strategy: Strategy) {
+    common::wait_until("a refusal from memory", || async {
+        let mark = app.purchases_started().await;
+        let (status, _) = app.order(product, &click("probe", strategy), None).await;
+        status == StatusCode::CONFLICT && app.purchases_started().await == mark
+    })
+    .await;
+}
+
+/// Clicks on the sold-out `product`, each refused `sold_out`, until the instance has read
+/// products `reads` times in all: its memory aged and was renewed.
+async fn refused_until_renewed(app: &TestApp, product: u64, strategy: Strategy, reads: u64) {
+    let mut n = 0;
+    common::wait_until("the memory renewed", || {
+        n += 1;
+        async move {
+            let (status, answer) = app
+                .order(product, &click(&format!("late-{n}"), strategy), None)
+                .await;
+            assert_eq!(status, StatusCode::CONFLICT, "{strategy}: {answer}");
+            assert_eq!(answer["error"], "sold_out", "{strategy}: {answer}");
+            self::reads(app).await >= reads
+        }
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn after_a_sell_out_refusals_come_from_memory_and_a_winners_retry_still_gets_its_order() {
     let database_url = fresh_database_url().await;
@@ -46,12 +74,7 @@ async fn after_a_sell_out_refusals_come_from_memory_and_a_winners_retry_still_ge
         assert_eq!(status, StatusCode::CONFLICT, "{strategy}");
         // Learning is done beside the answer; wait until the memory refuses.
         let before = app.purchases_started().await;
-        common::wait_until("a refusal from memory", || async {
-            let mark = app.purchases_started().await;
-            let (status, _) = app.order(product, &click("probe", strategy), None).await;
-            status == StatusCode::CONFLICT && app.purchases_started().await == mark
-        })
-        .await;
+        until_refused_from_memory(&app, product, strategy).await;
         let mark = app.purchases_started().await;
         for n in 0..20 {
             let (status, answer) = app
@@ -88,29 +111,11 @@ async fn a_sold_out_memory_that_ages_is_renewed_with_its_winners_so_refusals_sta
         app.reset_in(product, 1, strategy.home()).await;
         let (status, _) = app.order(product, &click("a", strategy), None).await;
         assert!(status.is_success(), "{strategy}: {status}");
-        common::wait_until("a refusal from memory", || async {
-            let mark = app.purchases_started().await;
-            let (status, _) = app.order(product, &click("probe", strategy), None).await;
-            status == StatusCode::CONFLICT && app.purchases_started().await == mark
-        })
-        .await;
+        until_refused_from_memory(&app, product, strategy).await;
         let mark = app.purchases_started().await;
         let reads = reads(&app).await;
-        let mut n = 0;
         // Until the product was read again three times: the memory aged and was renewed.
-        common::wait_until("the memory renewed three times", || {
-            n += 1;
-            let app = &app;
-            async move {
-                let (status, answer) = app
-                    .order(product, &click(&format!("late-{n}"), strategy), None)
-                    .await;
-                assert_eq!(status, StatusCode::CONFLICT, "{strategy}: {answer}");
-                assert_eq!(answer["error"], "sold_out");
-                self::reads(app).await >= reads + 3
-            }
-        })
-        .await;
+        refused_until_renewed(&app, product, strategy, reads + 3).await;
         assert_eq!(
             app.purchases_started().await,
             mark,
@@ -241,14 +246,7 @@ async fn a_memory_past_half_its_life_is_renewed_behind_the_refusals_it_keeps_ans
     app.reset(2, 10).await;
     let (status, _) = app.order(1, &click("a", Strategy::Pessimistic), None).await;
     assert!(status.is_success());
-    common::wait_until("a refusal from memory", || async {
-        let mark = app.purchases_started().await;
-        let (status, _) = app
-            .order(1, &click("probe", Strategy::Pessimistic), None)
-            .await;
-        status == StatusCode::CONFLICT && app.purchases_started().await == mark
-    })
-    .await;
+    until_refused_from_memory(&app, 1, Strategy::Pessimistic).await;
     // Both connections held by purchases of another product for longer than the memory lives:
     // a read of product 1 now waits for one of them.
     let held: Vec<_> = (0..2)
@@ -337,28 +335,11 @@ async fn a_sold_out_memory_renewed_while_nothing_changed_reads_no_winner_again()
             assert!(status.is_success(), "{strategy}: {status} {answer}");
         }
         let before = winners_read(&app).await;
-        common::wait_until("a refusal from memory", || async {
-            let mark = app.purchases_started().await;
-            let (status, _) = app.order(product, &click("probe", strategy), None).await;
-            status == StatusCode::CONFLICT && app.purchases_started().await == mark
-        })
-        .await;
+        until_refused_from_memory(&app, product, strategy).await;
         let learnt = winners_read(&app).await;
         assert_eq!(learnt - before, WINNERS, "{strategy}: the winners learnt");
         let reads = reads(&app).await;
-        let mut n = 0;
-        common::wait_until("the memory renewed three times", || {
-            n += 1;
-            let app = &app;
-            async move {
-                let (status, answer) = app
-                    .order(product, &click(&format!("late-{n}"), strategy), None)
-                    .await;
-                assert_eq!(status, StatusCode::CONFLICT, "{strategy}: {answer}");
-                self::reads(app).await >= reads + 3
-            }
-        })
-        .await;
+        refused_until_renewed(&app, product, strategy, reads + 3).await;
         assert_eq!(
             winners_read(&app).await,
             learnt,
