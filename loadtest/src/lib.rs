@@ -7,6 +7,7 @@
 //! * [`rig`]: the servers, the `seckill-app` instances, the scenarios' fleets, the environment;
 //! * [`drive`]: the closed and open loops that send the load and the latencies they record;
 //! * [`measure`]: the flash sale, throughput, baselines, standard tools, CPU;
+//! * [`phase`]: the products and request ids each part of a run is handed;
 //! * [`analyse`]: medians and spreads, ratios to the baselines, the findings, the comparison
 //!   of two runs;
 //! * [`report`]: the schema of `report.json`, its renderings (`report.md`, `report.html`,
@@ -32,6 +33,7 @@ pub mod drive;
 pub mod live;
 pub mod lock;
 pub mod measure;
+pub mod phase;
 pub mod report;
 pub mod rig;
 pub mod run;

@@ -4,7 +4,8 @@
 //! them), then each strategy's open loop and, for a strategy that can be deployed, its
 //! overload and what the expiry sweep costs its purchases, against app instances started here;
 //! then the report, which names first what fell by more than half against the best of the runs
-//! already in the output folder from the same machine.
+//! already in the output folder from the same machine. Every part gets its products and
+//! request ids from one [`Allocator`].
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -27,6 +28,7 @@ use crate::measure::flood::{FloodPlan, run_flood};
 use crate::measure::overload::{self, OverloadPlan, run_overload};
 use crate::measure::sale::{SalePlan, run_sale};
 use crate::measure::throughput::{self, ThroughputPlan};
+use crate::phase::{Allocator, Allotment};
 use crate::report::progress::Progress;
 use crate::report::schema::{
     Findings, LoadResult, RunReport, SCHEMA_VERSION, ScenarioReport, Settings, ThroughputResult,
@@ -40,6 +42,8 @@ use testkit::Api;
 pub struct RunOutput {
     pub report: RunReport,
     pub dir: PathBuf,
+    /// The products and request-id prefix each part of the run was handed, in order.
+    pub allotments: Vec<Allotment>,
 }
 
 /// Runs everything and writes `<out>/<UTC timestamp>/` plus `<out>/latest`.
@@ -173,6 +177,7 @@ pub async fn run_watched(
     };
 
     let run_id = &uuid::Uuid::new_v4().simple().to_string()[..8];
+    let mut ids = Allocator::drawn(run_id);
     let mut floods = Vec::new();
     if let Some(shape) = &settings.flood {
         let refusals = if settings.quick {
@@ -182,12 +187,13 @@ pub async fn run_watched(
         };
         for (k, info) in strategies.iter().enumerate() {
             progress.phase(info.name.name(), "flood");
+            let allotment = ids.allot("flood", info.name, 1)?;
             let plan = FloodPlan {
-                product: 5_000 + k as u64,
+                product: allotment.product(),
                 strategy: info,
                 shape,
                 seed: k as u64,
-                id_prefix: format!("{run_id}-{k}-f"),
+                id_prefix: allotment.prefix,
                 refusal_window: Some(refusals),
                 refusal_connections: settings.buyers,
                 feed: feed.clone(),
@@ -205,20 +211,21 @@ pub async fn run_watched(
         strategies
     };
     let mut sales = Vec::new();
-    for (k, info) in strategies.iter().enumerate() {
+    for info in &strategies {
         let name = info.name;
         phase(name.name(), "flash sale");
+        let allotment = ids.allot("sale", name, 1)?;
         let sale = run_sale(
             &api,
             &db,
             &SalePlan {
-                product: 10 + 2 * k as u64,
+                product: allotment.product(),
                 strategy: name,
                 stock: settings.stock,
                 buyers: settings.buyers,
                 requests: settings.demand,
                 quantity: settings.quantity,
-                id_prefix: format!("{run_id}-{k}-s"),
+                id_prefix: allotment.prefix,
                 feed: feed.clone(),
             },
         )
@@ -227,20 +234,20 @@ pub async fn run_watched(
         sales.push(sale);
         ensure_running(&mut apps, name, &dir)?;
     }
-    let plans: Vec<ThroughputPlan> = strategies
-        .iter()
-        .enumerate()
-        .map(|(k, info)| ThroughputPlan {
-            product: 11 + 2 * k as u64,
+    let mut plans: Vec<ThroughputPlan> = Vec::new();
+    for info in &strategies {
+        let allotment = ids.allot("loops", info.name, 1)?;
+        plans.push(ThroughputPlan {
+            product: allotment.product(),
             strategy: info.name,
             users: settings.buyers,
             quantity: settings.quantity,
             window,
             rate: settings.rate,
-            id_prefix: format!("{run_id}-{k}"),
+            id_prefix: allotment.prefix,
             feed: feed.clone(),
-        })
-        .collect();
+        });
+    }
     // The closed loops, interleaved: every strategy once per round.
     let mut closed_runs: Vec<Vec<LoadResult>> = vec![Vec::new(); plans.len()];
     let mut cpu_spans: Vec<Span> = vec![Span::default(); plans.len()];
@@ -264,11 +271,10 @@ pub async fn run_watched(
     let app_settings = app_config()?;
     let in_flight_limit = settings.instances as u64 * u64::from(app_settings.max_in_flight);
     let app_pids = apps.pids();
-    for (k, ((info, sale), ((plan, runs), span))) in strategies
+    for ((info, sale), ((plan, runs), span)) in strategies
         .into_iter()
         .zip(sales)
         .zip(plans.iter().zip(closed_runs).zip(cpu_spans))
-        .enumerate()
     {
         let name = info.name;
         let closed = crate::analyse::spread::combine(runs).context("no closed-loop run")?;
@@ -284,12 +290,14 @@ pub async fn run_watched(
                 name.name(),
                 &format!("overload {:.0}/s", shape.factor * capacity),
             );
+            let allotment = ids.allot("overload", name, 1)?;
             let plan = OverloadPlan {
                 strategy: &info,
                 shape,
                 capacity,
                 buyers: ThroughputPlan {
-                    product: 20_000 + k as u64,
+                    product: allotment.product(),
+                    id_prefix: allotment.prefix,
                     ..plan.clone()
                 },
                 connections: overload::connections(in_flight_limit, settings.buyers),
@@ -305,12 +313,13 @@ pub async fn run_watched(
         }
         if let Some(shape) = settings.expiry.as_ref().filter(|_| expired(&info)) {
             phase(name.name(), "expiry sweep, with and without");
+            let allotment = ids.allot("expiry", name, 1)?;
             let plan = ExpiryPlan {
                 strategy: &info,
                 shape,
                 buyers: ThroughputPlan {
-                    product: 25_000 + k as u64,
-                    id_prefix: format!("{run_id}-{k}-x"),
+                    product: allotment.product(),
+                    id_prefix: allotment.prefix,
                     ..plan.clone()
                 },
             };
@@ -382,7 +391,11 @@ pub async fn run_watched(
     feed.send(Update::Finished {
         report: Some(dir.join("report.html").display().to_string()),
     });
-    Ok(RunOutput { report, dir })
+    Ok(RunOutput {
+        report,
+        dir,
+        allotments: ids.into_handed(),
+    })
 }
 
 /// The report `<out>/latest` points at, if there is one this program can read: the run a new
