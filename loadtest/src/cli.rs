@@ -6,7 +6,7 @@ use app::api::Strategy;
 use clap::{Args, Parser, Subcommand};
 use locks::Backend;
 
-use crate::measure::expiry::{
+use crate::phase::expiry::{
     PAYMENT_WINDOW_MS as EXPIRY_PAYMENT_WINDOW_MS, WARMUP_SECONDS as EXPIRY_WARMUP,
 };
 use crate::report::schema::{ExpiryShape, FloodShape, OPEN_RATE_SHARE, OverloadShape, Settings};

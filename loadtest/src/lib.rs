@@ -7,6 +7,9 @@
 //! * [`rig`]: the servers, the `seckill-app` instances, the scenarios' fleets, the environment;
 //! * [`drive`]: the closed and open loops that send the load and the latencies they record;
 //! * [`measure`]: the flash sale, throughput, baselines, standard tools, CPU;
+//! * [`phase`]: what each strategy goes through after its loops (the overload, the expiry
+//!   sweep): one trait, one driver, one registry, and the products and request ids each is
+//!   handed;
 //! * [`analyse`]: medians and spreads, ratios to the baselines, the findings, the comparison
 //!   of two runs;
 //! * [`report`]: the schema of `report.json`, its renderings (`report.md`, `report.html`,
@@ -22,8 +25,10 @@
 //!
 //! No folder uses one that uses it back: [`report`] is at the bottom (every other folder fills
 //! its schema), then [`live`] (it renders with `report`'s page and is fed by all above it),
-//! [`analyse`] and [`rig`], [`drive`], [`measure`], and [`scenario`], [`lock`] and [`run`] on
-//! top.
+//! [`analyse`] and [`rig`], [`drive`], [`measure`], [`phase`], and [`scenario`], [`lock`] and
+//! [`run`] on top. One way leads back: the findings and the renderers reach each phase's
+//! verdict and section through [`phase::REGISTRY`], until a phase's section is data of the
+//! report.
 
 pub mod analyse;
 pub mod browser;
@@ -32,6 +37,7 @@ pub mod drive;
 pub mod live;
 pub mod lock;
 pub mod measure;
+pub mod phase;
 pub mod report;
 pub mod rig;
 pub mod run;

@@ -1,10 +1,11 @@
 //! `seckill-bench run`: baselines, then every strategy's flood (`seckill-bench flood`: only
 //! that), then every strategy's flash sale, then the closed-loop runs
 //! in rounds (every strategy once per round, so the machine's slow moments spread over all of
-//! them), then each strategy's open loop and, for a strategy that can be deployed, its
-//! overload and what the expiry sweep costs its purchases, against app instances started here;
-//! then the report, which names first what fell by more than half against the best of the runs
-//! already in the output folder from the same machine.
+//! them), then each strategy's open loop and the phases of [`crate::phase`] (for a strategy
+//! that can be deployed, its overload and what the expiry sweep costs its purchases), against
+//! app instances started here; then the report, which names first what fell by more than half
+//! against the best of the runs already in the output folder from the same machine. Every
+//! part gets its products and request ids from one [`Allocator`].
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -15,24 +16,24 @@ use sqlx::mysql::MySqlPoolOptions;
 use crate::measure::baselines::{self, Targets};
 use crate::rig::Target;
 use crate::rig::http_floor::Floor;
-use app::api::{Safety, Strategy, StrategyInfo};
+use app::api::{Strategy, StrategyInfo};
 use testkit::{Apps, Launch};
 
 use crate::analyse::{falls, findings, ratios};
 use crate::drive::load::Window;
 use crate::live::{Feed, Update};
 use crate::measure::cpu::{self, Sampler, Span};
-use crate::measure::expiry::{ExpiryPlan, run_expiry};
 use crate::measure::flood::{FloodPlan, run_flood};
-use crate::measure::overload::{self, OverloadPlan, run_overload};
 use crate::measure::sale::{SalePlan, run_sale};
 use crate::measure::throughput::{self, ThroughputPlan};
+use crate::phase::{self, Allocator, Allotment, Measuring};
 use crate::report::progress::Progress;
 use crate::report::schema::{
     Findings, LoadResult, RunReport, SCHEMA_VERSION, ScenarioReport, Settings, ThroughputResult,
 };
 use crate::report::{self};
 use crate::rig::environment::{self, utc_now};
+use crate::rig::world::World;
 use crate::scenario::{self, Selection};
 use testkit::Api;
 
@@ -40,6 +41,8 @@ use testkit::Api;
 pub struct RunOutput {
     pub report: RunReport,
     pub dir: PathBuf,
+    /// The products and request-id prefix each part of the run was handed, in order.
+    pub allotments: Vec<Allotment>,
 }
 
 /// Runs everything and writes `<out>/<UTC timestamp>/` plus `<out>/latest`.
@@ -74,6 +77,7 @@ pub async fn run_watched(
         .arg("--admin-token", &admin_token)
         .arg("--buyer-key", &buyer_key);
     let mut apps = Apps::start(launch, settings.instances).await?;
+    let world = World::local(settings.instances);
     let api = Api::new(apps.bases(), Some(admin_token))?
         .with_buyer_key(app::buyer::BuyerKey::new(buyer_key.as_bytes()));
     let strategies = if settings.only_baselines {
@@ -125,17 +129,8 @@ pub async fn run_watched(
     } else {
         2 + rounds as u64
     } + u64::from(settings.flood.is_some());
-    // The overload phase is for the strategies one would deploy: an unsafe one exists to show
-    // its race, and how it bears an overload says nothing about a design to choose.
-    let overloaded = |info: &StrategyInfo| {
-        settings.overload.is_some() && !settings.only_flood && info.safety != Safety::Unsafe
-    };
-    let expired = |info: &StrategyInfo| {
-        settings.expiry.is_some() && !settings.only_flood && info.safety != Safety::Unsafe
-    };
     let steps = per_strategy * strategies.len() as u64
-        + strategies.iter().filter(|s| overloaded(s)).count() as u64
-        + strategies.iter().filter(|s| expired(s)).count() as u64
+        + phase::steps(settings, &strategies)
         + if settings.baselines {
             baselines::steps(&plan)
         } else {
@@ -147,7 +142,7 @@ pub async fn run_watched(
             0
         };
     let progress = Progress::new(steps);
-    let phase = |subject: &str, what: &str| {
+    let announce = |subject: &str, what: &str| {
         progress.phase(subject, what);
         feed.phase(subject, what);
     };
@@ -162,7 +157,7 @@ pub async fn run_watched(
             redis_url: &target.endpoints.redis_url,
         };
         baselines::run_all(&targets, &plan, &sampler, &|name, round, rounds| {
-            phase("baseline", &format!("{name}, run {round}/{rounds}"))
+            announce("baseline", &format!("{name}, run {round}/{rounds}"))
         })
         .await?
     } else {
@@ -173,6 +168,7 @@ pub async fn run_watched(
     };
 
     let run_id = &uuid::Uuid::new_v4().simple().to_string()[..8];
+    let mut ids = Allocator::drawn(run_id);
     let mut floods = Vec::new();
     if let Some(shape) = &settings.flood {
         let refusals = if settings.quick {
@@ -182,12 +178,13 @@ pub async fn run_watched(
         };
         for (k, info) in strategies.iter().enumerate() {
             progress.phase(info.name.name(), "flood");
+            let allotment = ids.allot("flood", info.name, 1)?;
             let plan = FloodPlan {
-                product: 5_000 + k as u64,
+                product: allotment.product(),
                 strategy: info,
                 shape,
                 seed: k as u64,
-                id_prefix: format!("{run_id}-{k}-f"),
+                id_prefix: allotment.prefix,
                 refusal_window: Some(refusals),
                 refusal_connections: settings.buyers,
                 feed: feed.clone(),
@@ -205,20 +202,21 @@ pub async fn run_watched(
         strategies
     };
     let mut sales = Vec::new();
-    for (k, info) in strategies.iter().enumerate() {
+    for info in &strategies {
         let name = info.name;
-        phase(name.name(), "flash sale");
+        announce(name.name(), "flash sale");
+        let allotment = ids.allot("sale", name, 1)?;
         let sale = run_sale(
             &api,
             &db,
             &SalePlan {
-                product: 10 + 2 * k as u64,
+                product: allotment.product(),
                 strategy: name,
                 stock: settings.stock,
                 buyers: settings.buyers,
                 requests: settings.demand,
                 quantity: settings.quantity,
-                id_prefix: format!("{run_id}-{k}-s"),
+                id_prefix: allotment.prefix,
                 feed: feed.clone(),
             },
         )
@@ -227,26 +225,26 @@ pub async fn run_watched(
         sales.push(sale);
         ensure_running(&mut apps, name, &dir)?;
     }
-    let plans: Vec<ThroughputPlan> = strategies
-        .iter()
-        .enumerate()
-        .map(|(k, info)| ThroughputPlan {
-            product: 11 + 2 * k as u64,
+    let mut plans: Vec<ThroughputPlan> = Vec::new();
+    for info in &strategies {
+        let allotment = ids.allot("loops", info.name, 1)?;
+        plans.push(ThroughputPlan {
+            product: allotment.product(),
             strategy: info.name,
             users: settings.buyers,
             quantity: settings.quantity,
             window,
             rate: settings.rate,
-            id_prefix: format!("{run_id}-{k}"),
+            id_prefix: allotment.prefix,
             feed: feed.clone(),
-        })
-        .collect();
+        });
+    }
     // The closed loops, interleaved: every strategy once per round.
     let mut closed_runs: Vec<Vec<LoadResult>> = vec![Vec::new(); plans.len()];
     let mut cpu_spans: Vec<Span> = vec![Span::default(); plans.len()];
     for (round, k) in crate::analyse::spread::interleaved(plans.len(), rounds) {
         let name = plans[k].strategy;
-        phase(
+        announce(
             name.name(),
             &format!("closed loop, run {}/{rounds}", round + 1),
         );
@@ -259,67 +257,40 @@ pub async fn run_watched(
         ensure_running(&mut apps, name, &dir)?;
     }
     let mut reports = Vec::new();
-    let mut overloads = Vec::new();
-    let mut expiry_costs = Vec::new();
+    let mut recorded = Vec::new();
     let app_settings = app_config()?;
-    let in_flight_limit = settings.instances as u64 * u64::from(app_settings.max_in_flight);
     let app_pids = apps.pids();
-    for (k, ((info, sale), ((plan, runs), span))) in strategies
+    let run = phase::Run {
+        world: &world,
+        settings,
+        api: &api,
+        db: &db,
+        app: &app_settings,
+        app_pids: &app_pids,
+    };
+    for ((info, sale), ((plan, runs), span)) in strategies
         .into_iter()
         .zip(sales)
         .zip(plans.iter().zip(closed_runs).zip(cpu_spans))
-        .enumerate()
     {
         let name = info.name;
         let closed = crate::analyse::spread::combine(runs).context("no closed-loop run")?;
         let rate = throughput::open_rate(plan, &closed);
-        phase(name.name(), &format!("open loop {rate:.0}/s"));
+        announce(name.name(), &format!("open loop {rate:.0}/s"));
         let open = throughput::open(&api, plan, rate)
             .await
             .with_context(|| format!("open loop of `{name}`"))?;
         ensure_running(&mut apps, name, &dir)?;
-        if let Some(shape) = settings.overload.as_ref().filter(|_| overloaded(&info)) {
-            let capacity = closed.successes_per_sec;
-            phase(
-                name.name(),
-                &format!("overload {:.0}/s", shape.factor * capacity),
-            );
-            let plan = OverloadPlan {
-                strategy: &info,
-                shape,
-                capacity,
-                buyers: ThroughputPlan {
-                    product: 20_000 + k as u64,
-                    ..plan.clone()
-                },
-                connections: overload::connections(in_flight_limit, settings.buyers),
-                in_flight_limit,
-                latency_budget_ms: app_settings.latency_budget_ms,
-                app_pids: app_pids.clone(),
-            };
-            let result = run_overload(&api, &plan)
-                .await
-                .with_context(|| format!("overload of `{name}`"))?;
-            overloads.push(result);
-            ensure_running(&mut apps, name, &dir)?;
-        }
-        if let Some(shape) = settings.expiry.as_ref().filter(|_| expired(&info)) {
-            phase(name.name(), "expiry sweep, with and without");
-            let plan = ExpiryPlan {
-                strategy: &info,
-                shape,
-                buyers: ThroughputPlan {
-                    product: 25_000 + k as u64,
-                    id_prefix: format!("{run_id}-{k}-x"),
-                    ..plan.clone()
-                },
-            };
-            let cost = run_expiry(&api, &db, &plan)
-                .await
-                .with_context(|| format!("expiry phase of `{name}`"))?;
-            expiry_costs.push(cost);
-            ensure_running(&mut apps, name, &dir)?;
-        }
+        let measuring = Measuring {
+            info: &info,
+            closed: &closed,
+            loops: plan,
+        };
+        let phases = phase::measure(&run, &measuring, &mut ids, &announce, || {
+            ensure_running(&mut apps, name, &dir)
+        })
+        .await?;
+        recorded.extend(phases);
         let throughput = ThroughputResult { closed, open };
         let cpu = Some(span.usage(&sampler.processes));
         reports.push(ratios::strategy_report(
@@ -341,7 +312,7 @@ pub async fn run_watched(
             live: feed.clone(),
         };
         for &s in scenario::Name::all() {
-            phase("scenario", &s.to_string());
+            announce("scenario", &s.to_string());
             // A scenario that cannot be played is a failed row of the report, not the end of
             // the run: the hour of measurements before it is kept.
             match scenario::run(Selection::One(s), &opts).await {
@@ -366,11 +337,14 @@ pub async fn run_watched(
         strategies: reports,
         scenarios,
         floods,
-        overloads,
-        expiry_costs,
+        overloads: Vec::new(),
+        expiry_costs: Vec::new(),
         findings: Findings::default(),
         falls: Vec::new(),
     };
+    for phase_result in recorded {
+        phase_result.put(&mut report);
+    }
     report.findings = findings::of(&report);
     report.falls = falls::against(&report, falls::committed(out));
     let previous = previous_run(out);
@@ -382,7 +356,11 @@ pub async fn run_watched(
     feed.send(Update::Finished {
         report: Some(dir.join("report.html").display().to_string()),
     });
-    Ok(RunOutput { report, dir })
+    Ok(RunOutput {
+        report,
+        dir,
+        allotments: ids.into_handed(),
+    })
 }
 
 /// The report `<out>/latest` points at, if there is one this program can read: the run a new

@@ -2,8 +2,9 @@
 //! and rendered by `report::prose`): what went wrong in each strategy's sale and what its
 //! safety class makes of it, where each strategy's time went, whether a baseline's figure is
 //! the server's or our generator's beside its standard tool, and whether our client could be
-//! the ceiling of the HTTP figures. Decisions (saturated, CPU-bound, at par) are made here,
-//! from thresholds named here; the prose only words them.
+//! the ceiling of the HTTP figures, and each phase's own (judged by the phase, see
+//! [`crate::phase`]). Decisions (saturated, CPU-bound, at par) are made here, from thresholds
+//! named here; the prose only words them.
 
 use app::api::Safety;
 
@@ -28,7 +29,7 @@ const CLIENT_PAR: f64 = 0.8;
 /// Every finding of `report` (whose own findings are ignored).
 pub fn of(report: &RunReport) -> Findings {
     let cpus = report.environment.cpus.max(1);
-    Findings {
+    let mut findings = Findings {
         sales: report
             .strategies
             .iter()
@@ -53,15 +54,14 @@ pub fn of(report: &RunReport) -> Findings {
             })
             .collect(),
         client: client(report),
-        overload: (report.overloads.iter())
-            .filter_map(super::overload::finding)
-            .collect(),
         flood: super::flood_bars::misses(
             &report.floods,
             super::flood_bars::http_floor_percent(&report.baselines),
         ),
-        expiry: super::expiry::misses(&report.expiry_costs),
-    }
+        ..Findings::default()
+    };
+    crate::phase::judge(report, &mut findings);
+    findings
 }
 
 fn sale(s: &StrategyReport) -> SaleFinding {

@@ -52,16 +52,9 @@ pub fn render(r: &RunReport) -> String {
         &r.floods,
         &r.findings.flood,
     ));
-    md.push_str(&super::overload::markdown(
-        r.settings.overload.as_ref(),
-        &r.overloads,
-        &r.findings.overload,
-    ));
-    md.push_str(&super::expiry::markdown(
-        r.settings.expiry.as_ref(),
-        &r.expiry_costs,
-        &r.findings.expiry,
-    ));
+    for phase in crate::phase::REGISTRY {
+        md.push_str(&phase.section(r));
+    }
 
     md.push_str("\n## What went wrong and why\n\n");
     if r.findings.sales.is_empty() {
@@ -72,11 +65,10 @@ pub fn render(r: &RunReport) -> String {
             let _ = writeln!(md, "{}\n", prose::sale(s, f, r.settings.instances));
         }
     }
-    if !r.findings.overload.is_empty() {
-        let _ = writeln!(md, "{}", super::overload::went_wrong(&r.findings.overload));
-    }
-    if !r.findings.expiry.is_empty() {
-        let _ = writeln!(md, "{}", super::expiry::went_wrong(&r.findings.expiry));
+    for phase in crate::phase::REGISTRY {
+        if let Some(words) = phase.went_wrong(r) {
+            let _ = writeln!(md, "{words}");
+        }
     }
     if !r.scenarios.is_empty() {
         md.push_str(

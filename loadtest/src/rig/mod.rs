@@ -1,7 +1,7 @@
 //! What a run stands on: the servers (throwaway ones, or the external ones named in the
 //! environment), the fleets of `seckill-app` processes the fault scenarios start, the
-//! clusters they kill members of, HTTP's floor for the baselines, and the record of the machine
-//! and the servers' settings.
+//! clusters they kill members of, HTTP's floor for the baselines, the record of the machine
+//! and the servers' settings, and the world a run's phases measure in ([`world::World`]).
 
 pub mod clusters;
 pub mod environment;
@@ -9,6 +9,7 @@ pub mod fleet;
 pub mod http_floor;
 pub mod order_life;
 pub mod replication;
+pub mod world;
 
 use std::path::PathBuf;
 

@@ -8,9 +8,6 @@ use app::api::Strategy;
 use loadtest::run::{RunOutput, run_in};
 use sqlx::mysql::MySqlPoolOptions;
 
-/// The sale product of the first (only) strategy of a run; see `run::run_in`.
-const SALE_PRODUCT: u64 = 10;
-
 /// Runs `strategy` with quick settings; returns the report, the database's own accounting,
 /// and the directory holding the report (deleted when dropped).
 async fn run_and_read(strategy: Strategy) -> (RunOutput, Accounting, tempfile::TempDir) {
@@ -18,6 +15,9 @@ async fn run_and_read(strategy: Strategy) -> (RunOutput, Accounting, tempfile::T
     let target = common::target();
     let out = tempfile::tempdir().unwrap();
     let output = run_in(&settings, &target, out.path()).await.unwrap();
+    let sale = (output.allotments.iter())
+        .find(|allotment| allotment.phase == "sale")
+        .expect("the sale's product");
     let db = MySqlPoolOptions::new()
         .max_connections(1)
         .connect(&format!(
@@ -26,7 +26,7 @@ async fn run_and_read(strategy: Strategy) -> (RunOutput, Accounting, tempfile::T
         ))
         .await
         .unwrap();
-    let ledger = app::inventory::ledger(&db, None, SALE_PRODUCT)
+    let ledger = app::inventory::ledger(&db, None, sale.product())
         .await
         .unwrap()
         .expect("the sale product");

@@ -200,8 +200,12 @@ async fn run_the_phase() -> Crowd {
         ))
         .await
         .unwrap();
-    for k in 0..report.overloads.len() as u64 {
-        let product = 20_000 + k;
+    let products: Vec<u64> = (run.allotments.iter())
+        .filter(|allotment| allotment.phase == "overload")
+        .map(|allotment| allotment.product())
+        .collect();
+    assert_eq!(products.len(), report.overloads.len());
+    for product in products {
         let orders: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM orders WHERE product_id = ?")
             .bind(product)
             .fetch_one(&db)

@@ -21,7 +21,8 @@ use maud::{Markup, PreEscaped, html};
 use super::charts::Chart;
 use super::comparison::Comparison;
 use super::schema::RunReport;
-use super::{expiry, falls, flood, overload, prose};
+use super::{falls, flood, prose};
+use crate::phase::REGISTRY;
 
 /// Writes `report.html` into `dir`.
 pub fn write(
@@ -95,8 +96,9 @@ fn body(
             a href="#findings" { "what went wrong" } " · "
             @if !r.scenarios.is_empty() { a href="#scenarios" { "scenarios" } " · " }
             @if !r.floods.is_empty() { a href="#flood" { "flood" } " · " }
-            @if !r.overloads.is_empty() { a href="#overload" { "overload" } " · " }
-            @if !r.expiry_costs.is_empty() { a href="#expiry" { "expiry sweep" } " · " }
+            @for phase in REGISTRY {
+                @if phase.measured(r) { a href=(format!("#{}", phase.name())) { (phase.label()) } " · " }
+            }
             a href="#sale" { "flash sale" } " · "
             a href="#throughput" { "throughput" } " · "
             a href="#baselines" { "baselines" } " · "
@@ -121,11 +123,10 @@ fn body(
                 (page::prose(&prose::sale(x, f, s.instances)))
             }
         }
-        @if !r.findings.overload.is_empty() {
-            (page::prose(&overload::went_wrong(&r.findings.overload)))
-        }
-        @if !r.findings.expiry.is_empty() {
-            (page::prose(&expiry::went_wrong(&r.findings.expiry)))
+        @for phase in REGISTRY {
+            @if let Some(words) = phase.went_wrong(r) {
+                (page::prose(&words))
+            }
         }
         @if !r.scenarios.is_empty() {
             h2 #scenarios { "Fault scenarios" }
@@ -142,14 +143,11 @@ fn body(
                 }
             }
         }
-        @if !r.overloads.is_empty() {
-            section #overload {
-                (page::prose_with_tables(&overload::markdown(s.overload.as_ref(), &r.overloads, &r.findings.overload)))
-            }
-        }
-        @if !r.expiry_costs.is_empty() {
-            section #expiry {
-                (page::prose_with_tables(&expiry::markdown(s.expiry.as_ref(), &r.expiry_costs, &r.findings.expiry)))
+        @for phase in REGISTRY {
+            @if phase.measured(r) {
+                section id=(phase.name()) {
+                    (page::prose_with_tables(&phase.section(r)))
+                }
             }
         }
         h2 #sale { "Flash sale: the database's accounting" }

@@ -14,17 +14,21 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use app::api::{ErrorCode, Strategy, StrategyInfo};
+use futures::future::LocalBoxFuture;
 use testkit::metrics::series_values;
 use testkit::{Answer, Api};
 use tokio::sync::broadcast::{Receiver, error::RecvError};
 use tokio::time::Instant;
 
+use super::{Allotment, Measuring, Needs, Phase, Recorded, Run};
 use crate::drive::latency::Latencies;
 use crate::drive::load::{Window, open_loop_feeding};
 use crate::live::{Feed, Update};
 use crate::measure::memory::{self, Watch};
 use crate::measure::throughput::{Buyers, ThroughputPlan, UNLIMITED, settle};
-use crate::report::schema::{ByAnswer, Memory, OverloadResult, OverloadShape};
+use crate::report::schema::{
+    ByAnswer, Findings, Memory, OverloadResult, OverloadShape, RunReport, Settings,
+};
 
 /// One strategy's overload.
 pub struct OverloadPlan<'a> {
@@ -181,6 +185,93 @@ async fn split(mut updates: Receiver<Update>, forward: Feed) -> ByClass {
             Err(RecvError::Closed) => return by,
         }
     }
+}
+
+/// The overload phase, as the registry holds it.
+pub struct Overload;
+
+impl Phase for Overload {
+    fn name(&self) -> &'static str {
+        "overload"
+    }
+
+    fn label(&self) -> &'static str {
+        "overload"
+    }
+
+    fn needs(&self) -> Needs {
+        Needs {
+            deployable: true,
+            products: 1,
+        }
+    }
+
+    fn asked(&self, settings: &Settings) -> bool {
+        settings.overload.is_some()
+    }
+
+    fn doing(&self, settings: &Settings, strategy: &Measuring<'_>) -> String {
+        let factor = settings.overload.as_ref().map_or(0.0, |shape| shape.factor);
+        format!(
+            "overload {:.0}/s",
+            factor * strategy.closed.successes_per_sec
+        )
+    }
+
+    fn measure<'a>(
+        &'a self,
+        run: &'a Run<'a>,
+        strategy: &'a Measuring<'a>,
+        allotment: &'a Allotment,
+    ) -> LocalBoxFuture<'a, Result<Recorded>> {
+        Box::pin(measure_one(run, strategy, allotment))
+    }
+
+    fn judge(&self, report: &RunReport, findings: &mut Findings) {
+        findings.overload = (report.overloads.iter())
+            .filter_map(crate::analyse::overload::finding)
+            .collect();
+    }
+
+    fn measured(&self, report: &RunReport) -> bool {
+        !report.overloads.is_empty()
+    }
+
+    fn section(&self, r: &RunReport) -> String {
+        crate::report::overload::markdown(
+            r.settings.overload.as_ref(),
+            &r.overloads,
+            &r.findings.overload,
+        )
+    }
+
+    fn went_wrong(&self, r: &RunReport) -> Option<String> {
+        let findings = &r.findings.overload;
+        (!findings.is_empty()).then(|| crate::report::overload::went_wrong(findings))
+    }
+}
+
+/// The phase on one strategy: its capacity is its closed loops' purchases per second, and
+/// the instances' limits add up over the world's instances.
+async fn measure_one(
+    run: &Run<'_>,
+    strategy: &Measuring<'_>,
+    allotment: &Allotment,
+) -> Result<Recorded> {
+    let shape = (run.settings.overload.as_ref()).context("the run has no overload shape")?;
+    let in_flight_limit = run.world.instances as u64 * u64::from(run.app.max_in_flight);
+    let plan = OverloadPlan {
+        strategy: strategy.info,
+        shape,
+        capacity: strategy.closed.successes_per_sec,
+        buyers: strategy.buyers(allotment),
+        connections: connections(in_flight_limit, run.settings.buyers),
+        in_flight_limit,
+        latency_budget_ms: run.app.latency_budget_ms,
+        app_pids: run.app_pids.to_vec(),
+    };
+    let result = run_overload(run.api, &plan).await?;
+    Ok(Recorded::new(move |report| report.overloads.push(result)))
 }
 
 #[cfg(test)]

@@ -24,13 +24,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
+use futures::future::LocalBoxFuture;
 use sqlx::MySqlPool;
 
+use super::{Allotment, Measuring, Needs, Phase, Recorded, Run};
 use crate::analyse::spread;
 use crate::drive::load::{Window, closed_loop_feeding};
 use crate::measure::cashier::{Cashier, Till};
 use crate::measure::throughput::{ThroughputPlan, UNLIMITED, settle};
-use crate::report::schema::{ExpiryCost, ExpiryPayments, ExpiryShape, LoadResult, ReturnLockUse};
+use crate::report::schema::{
+    ExpiryCost, ExpiryPayments, ExpiryShape, Findings, LoadResult, ReturnLockUse, RunReport,
+    Settings,
+};
 use app::api::{ResetProduct, StrategyInfo};
 use testkit::metrics::series_values;
 use testkit::{Api, order_request};
@@ -244,6 +249,80 @@ impl ReturnLockCounters {
         into.waited_seconds += (self.waited - before.waited).max(0.0);
         into.held_seconds += (self.held - before.held).max(0.0);
     }
+}
+
+/// The expiry phase, as the registry holds it.
+pub struct Expiry;
+
+impl Phase for Expiry {
+    fn name(&self) -> &'static str {
+        "expiry"
+    }
+
+    fn label(&self) -> &'static str {
+        "expiry sweep"
+    }
+
+    fn needs(&self) -> Needs {
+        Needs {
+            deployable: true,
+            products: 1,
+        }
+    }
+
+    fn asked(&self, settings: &Settings) -> bool {
+        settings.expiry.is_some()
+    }
+
+    fn doing(&self, _: &Settings, _: &Measuring<'_>) -> String {
+        "expiry sweep, with and without".to_string()
+    }
+
+    fn measure<'a>(
+        &'a self,
+        run: &'a Run<'a>,
+        strategy: &'a Measuring<'a>,
+        allotment: &'a Allotment,
+    ) -> LocalBoxFuture<'a, Result<Recorded>> {
+        Box::pin(measure_one(run, strategy, allotment))
+    }
+
+    fn judge(&self, report: &RunReport, findings: &mut Findings) {
+        findings.expiry = crate::analyse::expiry::misses(&report.expiry_costs);
+    }
+
+    fn measured(&self, report: &RunReport) -> bool {
+        !report.expiry_costs.is_empty()
+    }
+
+    fn section(&self, r: &RunReport) -> String {
+        crate::report::expiry::markdown(
+            r.settings.expiry.as_ref(),
+            &r.expiry_costs,
+            &r.findings.expiry,
+        )
+    }
+
+    fn went_wrong(&self, r: &RunReport) -> Option<String> {
+        let misses = &r.findings.expiry;
+        (!misses.is_empty()).then(|| crate::report::expiry::went_wrong(misses))
+    }
+}
+
+/// The phase on one strategy, its loops' buyers on the allotment's product.
+async fn measure_one(
+    run: &Run<'_>,
+    strategy: &Measuring<'_>,
+    allotment: &Allotment,
+) -> Result<Recorded> {
+    let shape = (run.settings.expiry.as_ref()).context("the run has no expiry shape")?;
+    let plan = ExpiryPlan {
+        strategy: strategy.info,
+        shape,
+        buyers: strategy.buyers(allotment),
+    };
+    let cost = run_expiry(run.api, run.db, &plan).await?;
+    Ok(Recorded::new(move |report| report.expiry_costs.push(cost)))
 }
 
 #[cfg(test)]

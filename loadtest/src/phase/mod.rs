@@ -1,0 +1,198 @@
+//! The phases that measure each strategy after its loops: the service offered a multiple of
+//! what it bears ([`overload`]), and what the expiry sweep costs the purchases beside it
+//! ([`expiry`]).
+//!
+//! A phase has the shape of a fault scenario (see [`crate::scenario`]): one file of this
+//! folder holding only what differs from the others behind the [`Phase`] trait — what it
+//! needs from the run, how it measures one strategy, how it is judged and its section of the
+//! report. One driver ([`measure`]) takes each strategy through the phases the run asks for,
+//! in the order of the registry ([`REGISTRY`]), and hands each the run's [`World`], products
+//! of its own and a request-id prefix of its own ([`allocate`]): no phase picks a product or
+//! an id by hand, and no phase meets another's orders. The findings and the renderers reach a
+//! phase's verdict and section through the registry; its figures are still a list of their
+//! own in `report.json` (schema 2), which the phase puts its result in ([`Recorded`]).
+//!
+//! Not phases yet, and why:
+//!
+//! * the flood runs for every strategy before any sale, and its second act kills an app
+//!   instance and starts it again on its port: it needs the instances themselves, which a
+//!   phase is not handed; its measuring, judging and rendering span eleven files, a move of
+//!   its own;
+//! * the sale, the closed loops and the open loop: their figures are fields of the strategy's
+//!   own record (`StrategyReport`), not a list a phase puts its result in; the closed loops
+//!   run in rounds that interleave the strategies, which a driver taking one strategy at a
+//!   time does not express; the open loop runs on the closed loops' product and leaves it
+//!   empty for the strategies after it. They take this shape when the report holds one record
+//!   per strategy with its phases in it.
+//!
+//! The run's products and request ids of those parts come from the same [`Allocator`].
+
+pub mod allocate;
+pub mod expiry;
+pub mod overload;
+
+use anyhow::{Context, Result};
+use app::api::{Safety, StrategyInfo};
+use futures::future::LocalBoxFuture;
+use sqlx::MySqlPool;
+use testkit::Api;
+
+pub use allocate::{Allocator, Allotment};
+
+use crate::measure::throughput::ThroughputPlan;
+use crate::report::schema::{Findings, LoadResult, RunReport, Settings};
+use crate::rig::world::World;
+
+/// The registry: every phase, in the order each strategy goes through them (after its open
+/// loop) and the order of their sections in the report.
+pub static REGISTRY: &[&(dyn Phase + Sync)] = &[&overload::Overload, &expiry::Expiry];
+
+/// What one phase of a run is made of; the driver does the rest.
+pub trait Phase {
+    /// Its name: in the errors, and the anchor of its section on the page (`#overload`).
+    fn name(&self) -> &'static str;
+
+    /// Its entry in the page's list of sections.
+    fn label(&self) -> &'static str;
+
+    /// What it needs from the run.
+    fn needs(&self) -> Needs;
+
+    /// Whether the run's settings ask for it.
+    fn asked(&self, settings: &Settings) -> bool;
+
+    /// What the progress line and the live page say while it measures `strategy`.
+    fn doing(&self, settings: &Settings, strategy: &Measuring<'_>) -> String;
+
+    /// Measures `strategy` on `allotment`'s products, with request ids beginning with its
+    /// prefix; what it measured, to be put in the report.
+    fn measure<'a>(
+        &'a self,
+        run: &'a Run<'a>,
+        strategy: &'a Measuring<'a>,
+        allotment: &'a Allotment,
+    ) -> LocalBoxFuture<'a, Result<Recorded>>;
+
+    /// Its findings, from `report`'s figures, into `findings`.
+    fn judge(&self, report: &RunReport, findings: &mut Findings);
+
+    /// Whether `report` holds figures of it: its section is on the page.
+    fn measured(&self, report: &RunReport) -> bool;
+
+    /// Its section of the report, in Markdown; empty when `report` holds none of it.
+    fn section(&self, report: &RunReport) -> String;
+
+    /// What went wrong in it, in words, from `report`'s findings; `None` when nothing did.
+    fn went_wrong(&self, report: &RunReport) -> Option<String>;
+}
+
+/// What a phase needs from the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Needs {
+    /// Only the strategies one would deploy: an unsafe one exists to show its race, and how it
+    /// bears the phase says nothing about a design to choose.
+    pub deployable: bool,
+    /// Products of its own, per strategy.
+    pub products: u64,
+}
+
+/// What the run hands every phase.
+pub struct Run<'a> {
+    /// What the rig started and how the app reaches it.
+    pub world: &'a World,
+    pub settings: &'a Settings,
+    /// The app instances, every purchase to instance `i % K`.
+    pub api: &'a Api,
+    /// The run's database, to read what the app wrote.
+    pub db: &'a MySqlPool,
+    /// The settings every app instance started with.
+    pub app: &'a app::config::Config,
+    /// The app instances' processes, whose memory a phase may watch.
+    pub app_pids: &'a [u32],
+}
+
+/// The strategy a phase measures, and what its loops found.
+pub struct Measuring<'a> {
+    pub info: &'a StrategyInfo,
+    /// Its closed loops, combined: what it bears.
+    pub closed: &'a LoadResult,
+    /// Its loops' buyers: users, quantity, window, rate and the live page's feed.
+    pub loops: &'a ThroughputPlan,
+}
+
+impl Measuring<'_> {
+    /// The loops' buyers on `allotment`'s product, with `allotment`'s request ids.
+    pub fn buyers(&self, allotment: &Allotment) -> ThroughputPlan {
+        ThroughputPlan {
+            product: allotment.product(),
+            id_prefix: allotment.prefix.clone(),
+            ..self.loops.clone()
+        }
+    }
+}
+
+/// What a phase measured of one strategy, kept until the report is made and then put in its
+/// place there.
+pub struct Recorded(Box<dyn FnOnce(&mut RunReport)>);
+
+impl Recorded {
+    pub fn new(put: impl FnOnce(&mut RunReport) + 'static) -> Recorded {
+        Recorded(Box::new(put))
+    }
+
+    /// Puts the figures in `report`.
+    pub fn put(self, report: &mut RunReport) {
+        (self.0)(report)
+    }
+}
+
+/// Whether the run measures `phase` on `strategy`.
+pub fn wanted(phase: &dyn Phase, settings: &Settings, strategy: &StrategyInfo) -> bool {
+    let needs = phase.needs();
+    phase.asked(settings)
+        && !settings.only_flood
+        && !(needs.deployable && strategy.safety == Safety::Unsafe)
+}
+
+/// The steps of the progress line the phases take for `strategies`: one per phase measured.
+pub fn steps(settings: &Settings, strategies: &[StrategyInfo]) -> u64 {
+    let measured: usize = (strategies.iter())
+        .map(|s| REGISTRY.iter().filter(|p| wanted(**p, settings, s)).count())
+        .sum();
+    measured as u64
+}
+
+/// The driver: takes `strategy` through every phase the run asks for, in the registry's
+/// order, each on what `ids` hands it; tells `announce` (the progress line, the live page)
+/// of each, and calls `after` when each is done (to check that the app instances still run).
+pub async fn measure(
+    run: &Run<'_>,
+    strategy: &Measuring<'_>,
+    ids: &mut Allocator,
+    announce: &dyn Fn(&str, &str),
+    mut after: impl FnMut() -> Result<()>,
+) -> Result<Vec<Recorded>> {
+    let name = strategy.info.name;
+    let mut recorded = Vec::new();
+    for phase in REGISTRY {
+        if !wanted(*phase, run.settings, strategy.info) {
+            continue;
+        }
+        let allotment = ids.allot(phase.name(), name, phase.needs().products)?;
+        announce(name.name(), &phase.doing(run.settings, strategy));
+        let measured = phase
+            .measure(run, strategy, &allotment)
+            .await
+            .with_context(|| format!("the {} phase of `{name}`", phase.name()))?;
+        recorded.push(measured);
+        after()?;
+    }
+    Ok(recorded)
+}
+
+/// Every phase's findings, from `report`'s figures, into `findings`.
+pub fn judge(report: &RunReport, findings: &mut Findings) {
+    for phase in REGISTRY {
+        phase.judge(report, findings);
+    }
+}
