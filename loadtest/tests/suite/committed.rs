@@ -1,12 +1,14 @@
 //! What is committed reads as the program writes it: the latest committed run through the
-//! report's schema, an older one refused with its version, and the README's results section
-//! and strategy table as the program and the catalogue have them.
+//! report's schema, an older one refused with its version, the history index with every
+//! committed run and `results/README.md`'s list of the deleted ones as `seckill-bench history`
+//! writes it, and the README's results section and strategy table as the program and the
+//! catalogue have them.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use app::api::{Strategy, StrategyInfo};
-use loadtest::report::{json, readme};
+use loadtest::report::{json, readme, run_history};
 
 fn workspace() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -31,6 +33,52 @@ fn a_run_written_before_the_schema_it_follows_is_refused_with_a_clear_message() 
     let e = json::read(&workspace().join("results/2026-11-21T22-35-25Z")).unwrap_err();
     let message = format!("{e:#}");
     assert!(message.contains("schema version"), "{message}");
+}
+
+#[test]
+fn every_committed_run_folder_is_in_the_history_index() {
+    let results = workspace().join("results");
+    let history = run_history::read(&results)
+        .unwrap()
+        .expect("results/history.json");
+    let mut missing = Vec::new();
+    for entry in std::fs::read_dir(&results).unwrap() {
+        let entry = entry.unwrap();
+        let holds_a_run = ["report.json", "matrix.json", "peers.json"]
+            .iter()
+            .any(|file| entry.path().join(file).is_file());
+        let folder = entry.file_name().to_string_lossy().into_owned();
+        if entry.file_type().unwrap().is_dir() && holds_a_run && history.run(&folder).is_none() {
+            missing.push(folder);
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "not in results/history.json: {missing:?}; run `cargo xtask bench history`"
+    );
+}
+
+#[test]
+fn the_results_readme_lists_each_deleted_run_with_its_commit_as_the_program_writes_it() {
+    let results = workspace().join("results");
+    let history = run_history::read(&results)
+        .unwrap()
+        .expect("results/history.json");
+    let uncommitted: Vec<&str> = (history.runs.iter())
+        .filter(|r| !results.join(&r.folder).is_dir() && r.commit.is_none())
+        .map(|r| r.folder.as_str())
+        .collect();
+    assert!(
+        uncommitted.is_empty(),
+        "deleted runs whose commit the index does not know: {uncommitted:?}"
+    );
+    let text = std::fs::read_to_string(results.join("README.md")).unwrap();
+    let written =
+        run_history::replace(&text, &run_history::older_runs(&history, &results)).unwrap();
+    assert!(
+        written == text,
+        "results/README.md's older runs are not what `seckill-bench history` writes; run it"
+    );
 }
 
 #[test]
