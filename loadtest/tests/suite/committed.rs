@@ -117,3 +117,77 @@ fn the_readme_names_every_strategy_of_the_catalogue_with_its_safety_class() {
     }
     assert_eq!(classed.len(), Strategy::ALL.len(), "{classed:?}");
 }
+
+#[test]
+fn every_file_and_test_a_readme_links_exists() {
+    let root = workspace();
+    let mut readmes = vec![root.join("README.md")];
+    for entry in std::fs::read_dir(&root).unwrap() {
+        let readme = entry.unwrap().path().join("README.md");
+        if readme.is_file() {
+            readmes.push(readme);
+        }
+    }
+    let mut broken = Vec::new();
+    for readme in &readmes {
+        let text = std::fs::read_to_string(readme).unwrap();
+        for (label, target) in links(&text) {
+            if target.contains("://") || target.starts_with('#') {
+                continue;
+            }
+            let path = readme
+                .parent()
+                .unwrap()
+                .join(target.split('#').next().unwrap());
+            if !path.exists() {
+                broken.push(format!("{}: {target}", readme.display()));
+                continue;
+            }
+            // A link whose text is a test's name (a code span in snake case) names a function
+            // of the file it links to.
+            let Some(name) = label.filter(|l| {
+                l.contains('_')
+                    && l.bytes()
+                        .all(|b| matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'_'))
+            }) else {
+                continue;
+            };
+            let code = std::fs::read_to_string(&path).unwrap_or_default();
+            if !code.contains(&format!("fn {name}(")) {
+                broken.push(format!("{}: no `fn {name}` in {target}", readme.display()));
+            }
+        }
+    }
+    assert!(broken.is_empty(), "links to nothing: {broken:#?}");
+}
+
+/// Every link and picture of the Markdown `text`: its target, and a link's text where that is
+/// one code span.
+fn links(text: &str) -> Vec<(Option<String>, String)> {
+    use pulldown_cmark::{Event, Options, Parser, Tag, TagEnd};
+    let mut found = Vec::new();
+    let mut open: Option<(String, Vec<Event>)> = None;
+    for event in Parser::new_ext(text, Options::ENABLE_TABLES) {
+        match event {
+            Event::Start(Tag::Link { dest_url, .. }) => {
+                open = Some((dest_url.to_string(), Vec::new()))
+            }
+            Event::Start(Tag::Image { dest_url, .. }) => found.push((None, dest_url.to_string())),
+            Event::End(TagEnd::Link) => {
+                if let Some((target, inside)) = open.take() {
+                    let label = match inside.as_slice() {
+                        [Event::Code(code)] => Some(code.to_string()),
+                        _ => None,
+                    };
+                    found.push((label, target));
+                }
+            }
+            other => {
+                if let Some((_, inside)) = &mut open {
+                    inside.push(other);
+                }
+            }
+        }
+    }
+    found
+}
