@@ -51,6 +51,10 @@ pub enum Command {
     /// Writes the README's results section from a run's report (the committed run's, by
     /// default), or checks that it holds what would be written.
     Readme(ReadmeArgs),
+    /// Rebuilds the results folder's history index (`history.json`: every run ever committed,
+    /// the deleted ones kept) from the run folders present, and its `README.md`'s list of the
+    /// runs no longer there, each with the commit that holds it.
+    History(HistoryArgs),
     /// Serves HTTP's floor: `GET /api/noop` and a purchase refused `sold_out`, with nothing of
     /// the service behind them (the baselines start it themselves; see `rig::http_floor`).
     HttpFloor(FloorArgs),
@@ -87,6 +91,14 @@ pub struct ReadmeArgs {
     /// Write nothing: fail if the README's section differs from what would be written.
     #[arg(long)]
     pub check: bool,
+}
+
+/// Settings of `seckill-bench history`.
+#[derive(Debug, Clone, Args)]
+pub struct HistoryArgs {
+    /// The results folder.
+    #[arg(default_value = "results")]
+    pub results: PathBuf,
 }
 
 /// Settings of `seckill-bench compare`.

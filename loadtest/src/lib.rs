@@ -20,20 +20,22 @@
 //! both pages and their screenshots.
 //!
 //! Beside the run: [`scenario`] (the fault scenarios, `seckill-bench scenario <name>|all`, also
-//! part of every `run`) and [`lock`] (`seckill-bench lock`: the lock benchmark, the
-//! requirements matrix, the Python peers).
+//! part of every `run`), [`lock`] (`seckill-bench lock`: the lock benchmark, the
+//! requirements matrix, the Python peers) and [`history`] (`seckill-bench history`: the index
+//! of every committed run, which `run` extends and the fall check reads).
 //!
 //! No folder uses one that uses it back: [`report`] is at the bottom (every other folder fills
 //! its schema), then [`live`] (it renders with `report`'s page and is fed by all above it),
-//! [`analyse`] and [`rig`], [`drive`], [`measure`], [`phase`], and [`scenario`], [`lock`] and
-//! [`run`] on top. One way leads back: the findings and the renderers reach each phase's
-//! verdict and section through [`phase::REGISTRY`], until a phase's section is data of the
-//! report.
+//! [`analyse`] and [`rig`], [`drive`], [`measure`], [`phase`], and [`scenario`], [`lock`],
+//! [`history`] and [`run`] on top. One way leads back: the findings and the renderers reach
+//! each phase's verdict and section through [`phase::REGISTRY`], until a phase's section is
+//! data of the report.
 
 pub mod analyse;
 pub mod browser;
 pub mod cli;
 pub mod drive;
+pub mod history;
 pub mod live;
 pub mod lock;
 pub mod measure;

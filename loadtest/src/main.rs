@@ -7,8 +7,8 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::Parser;
 use loadtest::cli::{
-    Cli, Command, CompareArgs, FloorArgs, HoldArgs, LiveArgs, LockArgs, LockCommand, MatrixArgs,
-    PeersArgs, ReadmeArgs, ReportArgs, RunArgs, ScenarioArgs,
+    Cli, Command, CompareArgs, FloorArgs, HistoryArgs, HoldArgs, LiveArgs, LockArgs, LockCommand,
+    MatrixArgs, PeersArgs, ReadmeArgs, ReportArgs, RunArgs, ScenarioArgs,
 };
 use loadtest::live::{Feed, Update, server::Live};
 use loadtest::rig::{Target, server_processes, servers};
@@ -42,6 +42,7 @@ fn main() -> Result<()> {
         Command::Compare(args) => compare(&args),
         Command::Report(args) => rerender(&args),
         Command::Readme(args) => readme(&args),
+        Command::History(args) => history(&args),
         Command::HttpFloor(args) => http_floor(&args),
     }
 }
@@ -184,6 +185,19 @@ fn readme(args: &ReadmeArgs) -> Result<()> {
     }
     std::fs::write(&args.readme, written)
         .with_context(|| format!("writing {}", args.readme.display()))
+}
+
+fn history(args: &HistoryArgs) -> Result<()> {
+    let history = loadtest::history::update(&args.results)?;
+    let here = (history.runs.iter())
+        .filter(|r| args.results.join(&r.folder).is_dir())
+        .count();
+    println!(
+        "{}: {} runs, {here} of them in the folder",
+        args.results.join(report::run_history::FILE).display(),
+        history.runs.len()
+    );
+    Ok(())
 }
 
 fn scenario(args: &ScenarioArgs) -> Result<()> {

@@ -4,8 +4,9 @@
 //! them), then each strategy's open loop and the phases of [`crate::phase`] (for a strategy
 //! that can be deployed, its overload and what the expiry sweep costs its purchases), against
 //! app instances started here; then the report, which names first what fell by more than half
-//! against the best of the runs already in the output folder from the same machine. Every
-//! part gets its products and request ids from one [`Allocator`].
+//! against the best of the runs already committed from the same machine (the output folder's
+//! history index and run folders), and the run's own entry in that index. Every part gets its
+//! products and request ids from one [`Allocator`].
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -353,6 +354,13 @@ pub async fn run_watched(
         .map(|previous| crate::analyse::compare::compare(previous, &report));
     report::write_all(&dir, &report, compared.as_ref())?;
     report::link_latest(out, &dir)?;
+    // The run is written whatever befalls the index: `seckill-bench history` rebuilds it.
+    if let Err(e) = crate::history::record(out, &dir, &report) {
+        tracing::warn!(
+            "not in {}: {e:#}",
+            out.join(report::run_history::FILE).display()
+        );
+    }
     feed.send(Update::Finished {
         report: Some(dir.join("report.html").display().to_string()),
     });

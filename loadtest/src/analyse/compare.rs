@@ -156,7 +156,7 @@ pub fn compare(a: &RunReport, b: &RunReport) -> Comparison {
         noise,
         machines,
         settings_changed: settings_changes(&a.settings, &b.settings),
-        falls: super::falls::against(b, [(None, a)]),
+        falls: super::falls::against(b, [(None, super::falls::medians(a))]),
         regressions,
         correctness,
         ranking,

@@ -7,44 +7,112 @@
 //! Against the best run on the machine the whole slide shows. Only the medians are judged: a
 //! median below half of the best is no spread's doing. A run of another machine (CPU model and
 //! core count, [`super::compare::machine`]) is never the best: another machine moves every rate.
+//!
+//! The committed runs are judged by their [`Medians`] as the history index
+//! (`results/history.json`, [`crate::report::run_history`]) keeps them, so that a run whose
+//! folder was deleted from the checkout still counts; a folder the index does not have yet is
+//! read from its `report.json`.
 
 use std::borrow::Borrow;
-use std::path::Path;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
 
 use super::compare::machine;
 use crate::report::comparison::Machines;
 use crate::report::json;
+use crate::report::run_history::{self, Medians};
 use crate::report::schema::{Fall, Fallen, RunReport};
 
-/// Every run in `out` (each `<dir>/report.json`) this program can read, with its folder's name,
+/// Every committed run of the results folder `out`, with its folder's name, in folder order:
+/// the entries of its history index, and every folder with a `report.json` this program can
+/// read that the index does not have yet (a report it cannot read is left out with a warning;
+/// `latest`, a link to one of them, is left out).
+pub fn committed(out: &Path) -> Vec<(Option<String>, Medians)> {
+    let entries = run_history::read(out)
+        .inspect_err(|e| tracing::warn!("judging falls against the run folders alone: {e:#}"))
+        .ok()
+        .flatten()
+        .map(|h| h.runs)
+        .unwrap_or_default();
+    let mut runs: Vec<(String, Medians)> = (entries.into_iter())
+        .map(|r| (r.folder, r.medians))
+        .collect();
+    let indexed: BTreeSet<String> = runs.iter().map(|(folder, _)| folder.clone()).collect();
+    let unindexed = run_folders(out)
+        .into_iter()
+        .filter(|(folder, _)| !indexed.contains(folder));
+    runs.extend(
+        unindexed
+            .filter_map(|(folder, path)| read(folder, &path))
+            .map(|(folder, report)| (folder, medians(&report))),
+    );
+    runs.sort_by(|(a, _), (b, _)| a.cmp(b));
+    (runs.into_iter())
+        .map(|(folder, medians)| (Some(folder), medians))
+        .collect()
+}
+
+/// Every run folder in `out` (each `<dir>/report.json`) this program can read, with its name,
 /// in folder order, read one at a time. A report it cannot read is left out with a warning;
 /// `latest`, a link to one of them, is left out.
-pub fn committed(out: &Path) -> impl Iterator<Item = (Option<String>, RunReport)> {
-    let mut dirs: Vec<_> = std::fs::read_dir(out)
+pub fn reports(out: &Path) -> impl Iterator<Item = (String, RunReport)> {
+    (run_folders(out).into_iter()).filter_map(|(folder, path)| read(folder, &path))
+}
+
+/// The folders of `out` with a `report.json`, by name.
+fn run_folders(out: &Path) -> Vec<(String, PathBuf)> {
+    let mut dirs: Vec<(String, PathBuf)> = std::fs::read_dir(out)
         .into_iter()
         .flatten()
         .filter_map(Result::ok)
         // The entry's own type: a link to a folder is not a folder.
         .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-        .map(|e| e.path())
-        .filter(|p| p.join("report.json").is_file())
+        .map(|e| (e.file_name().to_string_lossy().into_owned(), e.path()))
+        .filter(|(_, p)| p.join("report.json").is_file())
         .collect();
     dirs.sort();
-    dirs.into_iter().filter_map(|path| {
-        let dir = path.file_name()?.to_string_lossy().into_owned();
-        json::read(&path)
-            .inspect_err(|e| tracing::warn!("not judging falls against {}: {e:#}", path.display()))
-            .ok()
-            .map(|report| (Some(dir), report))
-    })
+    dirs
+}
+
+/// The report of the run folder at `path`, if this program can read it.
+fn read(folder: String, path: &Path) -> Option<(String, RunReport)> {
+    json::read(path)
+        .inspect_err(|e| tracing::warn!("not judging falls against {}: {e:#}", path.display()))
+        .ok()
+        .map(|report| (folder, report))
+}
+
+/// What a fall is judged on in `run`: its start, its machine, and each strategy's closed-loop
+/// median and each baseline's rate, by name (the first of a name, as [`RunReport::strategy`]
+/// finds it). A median that is not a number is left out: it can be no run's best.
+pub fn medians(run: &RunReport) -> Medians {
+    let mut strategies = std::collections::BTreeMap::new();
+    for s in &run.strategies {
+        let name = s.strategy.name;
+        if let Some(m) = median(run, Fallen::Strategy(name)).filter(|m| m.is_finite()) {
+            strategies.entry(name.name().to_owned()).or_insert(m);
+        }
+    }
+    let mut baselines = std::collections::BTreeMap::new();
+    for b in &run.baselines {
+        if let Some(m) = median(run, Fallen::Baseline(b.name)).filter(|m| m.is_finite()) {
+            baselines.entry(b.name.as_str().to_owned()).or_insert(m);
+        }
+    }
+    Medians {
+        started_at: run.started_at.clone(),
+        machine: Some(machine(run)),
+        strategies,
+        baselines,
+    }
 }
 
 /// The falls of `run` against `others` (each with its folder, when it has one): for every
 /// strategy and baseline of `run`, the best median the others from its machine measured, and
 /// a fall where `run`'s is below [`Fall::BELOW`] of it. Of equal bests, the first counts.
-pub fn against<R: Borrow<RunReport>>(
+pub fn against<M: Borrow<Medians>>(
     run: &RunReport,
-    others: impl IntoIterator<Item = (Option<String>, R)>,
+    others: impl IntoIterator<Item = (Option<String>, M)>,
 ) -> Vec<Fall> {
     let subjects: Vec<(Fallen, f64)> = run
         .strategies
@@ -56,15 +124,22 @@ pub fn against<R: Borrow<RunReport>>(
     let mut best: Vec<Option<Best>> = vec![None; subjects.len()];
     for (dir, other) in others {
         let other = other.borrow();
+        let Some(theirs) = &other.machine else {
+            continue;
+        };
         let machines = Machines {
-            a: machine(other),
+            a: theirs.clone(),
             b: machine(run),
         };
         if !machines.same() {
             continue;
         }
         for ((fallen, _), best) in subjects.iter().zip(&mut best) {
-            let Some(median) = median(other, *fallen) else {
+            let median = match fallen {
+                Fallen::Strategy(s) => other.strategies.get(s.name()),
+                Fallen::Baseline(b) => other.baselines.get(b.as_str()),
+            };
+            let Some(&median) = median else {
                 continue;
             };
             if best.as_ref().is_none_or(|b| median > b.median) {
@@ -170,7 +245,7 @@ mod tests {
     #[test]
     fn a_strategy_below_half_its_best_is_named_at_the_top_of_the_report_and_one_at_0_6_is_not() {
         let mut now = fallen(Some("Test CPU"));
-        now.falls = against(&now, [(Some("best-run".to_string()), &best())]);
+        now.falls = against(&now, [(Some("best-run".to_string()), medians(&best()))]);
         assert_eq!(
             now.falls,
             vec![Fall {
@@ -228,9 +303,12 @@ mod tests {
         let falls = against(
             &now,
             [
-                (Some("other".to_string()), faster(Some("Other CPU"))),
-                (Some("unknown".to_string()), faster(None)),
-                (Some("same".to_string()), best()),
+                (
+                    Some("other".to_string()),
+                    medians(&faster(Some("Other CPU"))),
+                ),
+                (Some("unknown".to_string()), medians(&faster(None))),
+                (Some("same".to_string()), medians(&best())),
             ],
         );
         let best_runs: Vec<(Fallen, &str)> =
@@ -241,16 +319,16 @@ mod tests {
         );
         let mut two_cores_more = faster(Some("Test CPU"));
         two_cores_more.environment.cpus += 2;
-        assert_eq!(against(&now, [(None, two_cores_more)]), []);
+        assert_eq!(against(&now, [(None, medians(&two_cores_more))]), []);
         // A run that does not know its CPU has no machine to compare with.
-        assert_eq!(against(&fallen(None), [(None, faster(None))]), []);
+        assert_eq!(against(&fallen(None), [(None, medians(&faster(None)))]), []);
     }
 
     #[test]
     fn a_baseline_below_half_its_best_is_a_fall_too() {
         let mut faster = best();
         faster.baselines[0].result.successes_per_sec *= 3.0;
-        let falls = against(&best(), [(None, faster)]);
+        let falls = against(&best(), [(None, medians(&faster))]);
         assert_eq!(falls.len(), 1, "{falls:?}");
         let md = crate::report::falls::markdown("Fell", &falls);
         assert!(
@@ -272,7 +350,9 @@ mod tests {
         write("2026-11-01T01-00-00Z", "{\"schema_version\": 99}");
         std::fs::create_dir_all(out.path().join("2026-11-01T02-00-00Z-lock-matrix")).unwrap();
         crate::report::link_latest(out.path(), &out.path().join("2026-11-01T00-00-00Z")).unwrap();
-        let found: Vec<Option<String>> = committed(out.path()).map(|(dir, _)| dir).collect();
+        let found: Vec<Option<String>> = (committed(out.path()).into_iter())
+            .map(|(dir, _)| dir)
+            .collect();
         assert_eq!(found, [Some("2026-11-01T00-00-00Z".to_string())]);
         let now = fallen(Some("Test CPU"));
         let falls = against(&now, committed(out.path()));

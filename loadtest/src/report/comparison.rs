@@ -3,6 +3,8 @@
 
 use std::fmt::Write;
 
+use serde::{Deserialize, Serialize};
+
 use super::schema::Fall;
 use super::table::{Align, Table};
 
@@ -33,8 +35,8 @@ pub struct Comparison {
     pub strategies: Vec<Change>,
 }
 
-/// What a run was measured on.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What a run was measured on (also as `results/history.json` keeps it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Machine {
     pub cpu_model: Option<String>,
     pub cpus: usize,

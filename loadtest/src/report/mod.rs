@@ -3,7 +3,9 @@
 //! [`prose`], each scenario by [`scenarios`] and what fell by [`falls`]), SVG charts
 //! ([`charts`]), `report.html` ([`html`]: all of it on one self-contained page), the comparison
 //! of two runs ([`comparison`]), the README's results section ([`readme`]) — the Markdown tables
-//! through one writer ([`table`]); and the run's progress on stderr ([`progress`]).
+//! through one writer ([`table`]); the index of every committed run, `results/history.json`,
+//! and its list in `results/README.md` ([`run_history`]); and the run's progress on stderr
+//! ([`progress`]).
 
 pub mod charts;
 pub mod comparison;
@@ -19,6 +21,7 @@ pub mod progress;
 pub mod prose;
 pub mod readme;
 pub mod resale;
+pub mod run_history;
 pub mod scenarios;
 pub mod schema;
 pub mod table;

@@ -185,14 +185,20 @@ pub fn link(readme: &Path, run: &Path) -> Result<String> {
 
 /// `readme` with its section replaced by `section`.
 pub fn replace(readme: &str, section: &str) -> Result<String> {
-    let (Some(begin), Some(end)) = (readme.find(BEGIN), readme.find(END)) else {
-        bail!("the README has no results section (the lines `{BEGIN}` and `{END}`)");
+    between(readme, BEGIN, END, section).context("the README's results section")
+}
+
+/// `text` with what stands between the lines `begin` and `end` replaced by `section`: the one
+/// way a program writes a part of a hand-written file.
+pub fn between(text: &str, begin: &str, end: &str, section: &str) -> Result<String> {
+    let (Some(at), Some(until)) = (text.find(begin), text.find(end)) else {
+        bail!("no section between the lines `{begin}` and `{end}`");
     };
-    if end < begin {
-        bail!("the README's results section ends before it begins");
+    if until < at {
+        bail!("the section ends (`{end}`) before it begins (`{begin}`)");
     }
-    let before = &readme[..begin + BEGIN.len()];
-    let after = &readme[end..];
+    let before = &text[..at + begin.len()];
+    let after = &text[until..];
     Ok(format!("{before}\n{section}{after}"))
 }
 
