@@ -1,15 +1,19 @@
 //! Buyer identity: who a buyer is, as the service can check it. Without it a buyer is whatever
 //! `user_id` a request names, and anyone who knows a buyer's id and request id can read, pay or
 //! cancel that buyer's order, or buy as a hundred invented buyers past a one-per-customer limit.
+//! So a deployment sets a buyer key (`--buyer-key`), or says it takes buyers on their word
+//! (`--anonymous-buyers`, for a benchmark on a closed network): it does not start otherwise.
 //!
-//! With a buyer key configured (`--buyer-key`), every buyer route (purchase, status, pay,
-//! cancel, purchase token) requires `Authorization: Bearer <buyer token>`, and the request's
-//! `user_id` must be the token's. A token is the statement "this is `user_id` until
-//! `expires_at`", signed: `<expiry, unix seconds>.<user id, base64url>.<HMAC-SHA-256, base64url>`.
-//! Whoever holds the key — the sign-in service of a real deployment, the benchmark's crowd, the
-//! tests — mints tokens; any instance verifies one with a single HMAC, no state and no round
-//! trip, and allocates nothing to do so. Signing and checking never decode the user id: the MAC
-//! covers the token's own bytes, and a request's `user_id` is compared with it encoded.
+//! With a buyer key, every buyer route (purchase, status, pay, cancel, purchase token) requires
+//! `Authorization: Bearer <buyer token>` and takes the buyer from it: a request's `user_id` may
+//! be left out, and when given must be the token's. A token is the statement "this is `user_id`
+//! until `expires_at`", signed: `<expiry, unix seconds>.<user id, base64url>.<HMAC-SHA-256,
+//! base64url>`. Whoever holds the key — the sign-in service of a real deployment, the
+//! benchmark's crowd, the tests, `seckill-app buyer-token` for a person with curl — mints
+//! tokens; any instance verifies one with a single HMAC, no state and no round trip, and
+//! allocates nothing to do so. Signing and checking never decode the user id: the MAC covers
+//! the token's own bytes, and a request's `user_id` is compared with it encoded. Only a request
+//! that names no buyer has the token's decoded, once.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -58,6 +62,16 @@ impl Verified<'_> {
             Ok(n) => &buffer[..n] == self.encoded_user.as_bytes(),
             Err(_) => false,
         }
+    }
+
+    /// The user id the token names, decoded (`None` if it is no user id: longer than
+    /// [`MAX_USER_ID`] can be, or not UTF-8 — which only a careless signer writes).
+    pub fn user_id(&self) -> Option<String> {
+        if self.encoded_user.len() > MAX_ENCODED {
+            return None;
+        }
+        let bytes = URL_SAFE_NO_PAD.decode(self.encoded_user).ok()?;
+        String::from_utf8(bytes).ok()
     }
 }
 
@@ -127,6 +141,7 @@ mod tests {
         let token = key.sign("alice", later(60));
         let verified = key.verify(&token, SystemTime::now()).expect("valid");
         assert!(verified.names("alice"));
+        assert_eq!(verified.user_id().as_deref(), Some("alice"));
         assert!(!verified.names("Alice"));
         assert!(!verified.names("alice "));
         assert_eq!(key.verify(&token, later(61)).err(), Some(Unauthenticated));
@@ -157,6 +172,7 @@ mod tests {
         let token = key.sign(&longest, later(60));
         let verified = key.verify(&token, SystemTime::now()).expect("valid");
         assert!(verified.names(&longest));
+        assert_eq!(verified.user_id(), Some(longest.clone()));
         assert!(!verified.names(&"\u{1F600}".repeat(MAX_USER_ID + 1)));
     }
 }

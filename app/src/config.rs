@@ -136,11 +136,19 @@ pub struct Config {
     #[arg(long, env = "SECKILL_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
 
-    /// When set, the buyer routes (purchase, status, pay, cancel, purchase token) require
-    /// `Authorization: Bearer <buyer token>` signed with this key, and take the buyer from it:
-    /// a request's `user_id` must be the token's (see `app::buyer`).
+    /// The key buyer tokens are signed with. The buyer routes (purchase, status, pay, cancel,
+    /// purchase token) require `Authorization: Bearer <buyer token>` signed with it, and take
+    /// the buyer from it: a request's `user_id` may be left out, and when given must be the
+    /// token's (see `app::buyer`). `seckill-app buyer-token --user <id>` mints one by hand.
+    /// Required, unless `--anonymous-buyers`.
     #[arg(long, env = "SECKILL_BUYER_KEY", hide_env_values = true)]
     pub buyer_key: Option<String>,
+
+    /// Take buyers on their word, without a buyer key: every buyer route names its buyer
+    /// (`user_id`), and anyone may buy, read, pay or cancel as anyone. For a benchmark on a
+    /// closed network, never for a sale; a warning says so at start.
+    #[arg(long, env = "SECKILL_ANONYMOUS_BUYERS")]
+    pub anonymous_buyers: bool,
 
     /// The strategies products may be sold by, comma-separated (default: every strategy of the
     /// catalogue that is not unsafe; see `--offer-unsafe`). Each product names its own among
@@ -384,6 +392,7 @@ impl Config {
         config.memcached = None;
         config.admin_token = None;
         config.buyer_key = None;
+        config.anonymous_buyers = false;
         config.purchase_token_secret = None;
         config
     }

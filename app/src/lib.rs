@@ -2,10 +2,12 @@
 //! chosen per request, so the strategies can be compared under the same load.
 //!
 //! ```text
+//! export SECKILL_BUYER_KEY=$(openssl rand -hex 32)   # what buyer tokens are signed with
 //! seckill-app --database-url mysql://root@127.0.0.1:3306/seckill --listen 127.0.0.1:8080
 //! curl -X PUT localhost:8080/api/products/1 -d '{"stock": 100}' -H 'content-type: application/json'
+//! TOKEN=$(seckill-app buyer-token --user u-1)
 //! curl -X POST localhost:8080/api/products/1/orders -H 'content-type: application/json' \
-//!      -d '{"user_id": "u-1", "quantity": 1, "request_id": "r-1", "strategy": "conditional"}'
+//!      -H "authorization: Bearer $TOKEN" -d '{"quantity": 1, "request_id": "r-1"}'
 //! ```
 //!
 //! Layout, from the bottom up — a module uses only those before it in this list:
@@ -19,7 +21,7 @@
 //! [`lifecycle`] (an order's life after its purchase: pay, cancel, expire,
 //! units given back); [`strategy`] (the `StockStrategy` trait, one file per strategy,
 //! the registry that builds them); [`backends`] (the lock services); [`purchase_token`] and
-//! [`buyer`] (who a buyer is, when the deployment sets a key);
+//! [`buyer`] (who a buyer is: the buyer token's);
 //! [`state`]; [`error`] (the
 //! one mapping from failures to status codes); [`http`] (routes, handlers, the OpenAPI
 //! document).
@@ -78,6 +80,13 @@ pub enum StartupError {
     OpenAdminDoors(std::net::SocketAddr),
     #[error("the default strategy `{0}` is not among the offered ones (--strategies)")]
     DefaultNotOffered(api::Strategy),
+    #[error(
+        "refusing to start without a buyer key: anyone could buy, read, pay or cancel as any \
+         user_id. Set SECKILL_BUYER_KEY (or --buyer-key) to the secret buyer tokens are signed \
+         with, or say --anonymous-buyers (SECKILL_ANONYMOUS_BUYERS) to take user ids from the \
+         requests, as a benchmark on a closed network may"
+    )]
+    NoBuyerKey,
 }
 
 /// Connects to the database (creating and migrating it), connects the lock services, and
@@ -92,6 +101,9 @@ pub async fn build_with(
     config: &Config,
     customize: impl FnOnce(&mut Registry),
 ) -> Result<(Router, AppState), StartupError> {
+    if config.buyer_key.is_none() && !config.anonymous_buyers {
+        return Err(StartupError::NoBuyerKey);
+    }
     let offered: Vec<api::Strategy> = match config.strategies.is_empty() {
         true => api::Strategy::ALL
             .iter()
@@ -297,6 +309,12 @@ pub async fn serve_with_shutdown(
         }
         tracing::warn!(%listen, "no admin token: anyone who can reach this address can reset \
             products and reconcile stock; set SECKILL_ADMIN_TOKEN before exposing it");
+    }
+    if config.buyer_key.is_none() && config.anonymous_buyers {
+        tracing::warn!(
+            "anonymous buyers: every request names its buyer, and anyone can buy, \
+            read, pay or cancel as anyone; set SECKILL_BUYER_KEY for a sale"
+        );
     }
     if config.purchase_token_secret.is_none() {
         tracing::info!("no purchase-token secret: tokens this instance issues are good here only");

@@ -17,7 +17,8 @@ use std::time::{Duration, Instant};
 use app::api::{Home, OrderRequest, Strategy};
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::http::{Method, Request, StatusCode, Uri};
+use axum::http::header::AUTHORIZATION;
+use axum::http::{HeaderValue, Method, Request, StatusCode, Uri};
 use benches::shop::Shop;
 use criterion::Criterion;
 use tokio::runtime::Runtime;
@@ -40,12 +41,14 @@ const STRATEGIES: [(Strategy, Home); 2] = [
 const FIRST_PRODUCT: u64 = 7_100_000;
 
 /// One request, built anew for each call from parts that cost nothing to copy (a clone of a
-/// static `Uri` or `Bytes` counts no reference), and the answer it must get.
+/// static `Uri`, `Bytes` or header value counts no reference), and the answer it must get.
 #[derive(Clone)]
 struct Call {
     method: Method,
     uri: Uri,
     body: Bytes,
+    /// The buyer's token, for a purchase.
+    authorization: Option<HeaderValue>,
     expect: StatusCode,
 }
 
@@ -58,7 +61,17 @@ impl Call {
             method,
             uri: Uri::from_static(path),
             body: Bytes::from_static(body),
+            authorization: None,
             expect,
+        }
+    }
+
+    /// This call, as a buyer's: with `authorization` (`Bearer <buyer token>`).
+    fn of_buyer(self, authorization: String) -> Call {
+        let value: &'static str = Box::leak(authorization.into_boxed_str());
+        Call {
+            authorization: Some(HeaderValue::from_static(value)),
+            ..self
         }
     }
 
@@ -66,6 +79,9 @@ impl Call {
         let mut request = Request::new(Body::from(self.body.clone()));
         *request.method_mut() = self.method.clone();
         *request.uri_mut() = self.uri.clone();
+        if let Some(value) = &self.authorization {
+            request.headers_mut().insert(AUTHORIZATION, value.clone());
+        }
         let answer = router.call(request).await.expect("the router answers");
         assert_eq!(answer.status(), self.expect, "{} {}", self.method, self.uri);
     }
@@ -92,9 +108,12 @@ fn across(runtime: &Runtime, router: &Router, threads: usize, iters: u64, call: 
     started.elapsed()
 }
 
+/// The late buyer.
+const LATE: &str = "late";
+
 /// A late buyer's click through `strategy`: refused once its product is sold out.
 fn late_click(strategy: Strategy) -> OrderRequest {
-    testkit::order_request("late".into(), strategy, "late-click".into(), 1)
+    testkit::order_request(LATE.into(), strategy, "late-click".into(), 1)
 }
 
 fn body_of(order: &OrderRequest) -> Vec<u8> {
@@ -140,7 +159,10 @@ fn main() {
         .expect("a Tokio runtime");
     let env = benches::env();
     let shop = runtime.block_on(Shop::start(&env.endpoints));
-    let api = testkit::Api::new(vec![shop.url.clone()], None).expect("a client");
+    let key = (shop.state.settings.buyer_key.clone()).expect("testkit's apps have a buyer key");
+    let api = testkit::Api::new(vec![shop.url.clone()], None)
+        .expect("a client")
+        .with_buyer_key(key);
     let service = app::http::router(shop.state.clone());
     let floor = testkit::floor::router();
 
@@ -160,7 +182,8 @@ fn main() {
                 format!("/api/products/{FIRST_PRODUCT}/orders"),
                 body_of(&late_click(Strategy::Conditional)),
                 StatusCode::CONFLICT,
-            ),
+            )
+            .of_buyer(shop.authorization(LATE)),
         ),
     ];
     for (n, (strategy, home)) in STRATEGIES.into_iter().enumerate() {
@@ -174,7 +197,8 @@ fn main() {
                 format!("/api/products/{product}/orders"),
                 body_of(&late_click(strategy)),
                 StatusCode::CONFLICT,
-            ),
+            )
+            .of_buyer(shop.authorization(LATE)),
         ));
     }
 

@@ -11,12 +11,16 @@ use testkit::TestApp;
 
 /// Stock of every benchmarked product: no run ever sells it out.
 pub const STOCK: i64 = 1_000_000_000_000;
+/// The one buyer the bench buys as.
+const BUYER: &str = "bench";
 
 /// A running app: its state (for direct calls) and its address (for HTTP calls).
 pub struct Shop {
     pub state: AppState,
     pub url: String,
     pub http: reqwest::Client,
+    /// `Bearer <token>` of the bench's one buyer, signed with the app's buyer key.
+    buyer: String,
     requests: AtomicU64,
     run: String,
     _app: TestApp,
@@ -32,10 +36,17 @@ impl Shop {
             state: app.state.clone(),
             url: app.url.clone(),
             http: reqwest::Client::new(),
+            buyer: authorization(&app.state, BUYER),
             requests: AtomicU64::new(0),
             run: uuid::Uuid::new_v4().simple().to_string(),
             _app: app,
         }
+    }
+
+    /// `Bearer <token>` of `user`, signed with the app's buyer key: what the `Authorization`
+    /// header of that buyer's requests carries.
+    pub fn authorization(&self, user: &str) -> String {
+        authorization(&self.state, user)
     }
 
     /// Every strategy of the catalogue, in catalogue order.
@@ -84,7 +95,7 @@ impl Shop {
     ) -> Result<Purchased, PurchaseError> {
         let purchase = Purchase {
             product_id: product,
-            user_id: "bench".into(),
+            user_id: BUYER.into(),
             quantity: 1,
             request_id: self.request_id(),
             strategy: name,
@@ -102,7 +113,7 @@ impl Shop {
     /// One unit of `product` through `strategy`, over HTTP; the response's status.
     pub async fn buy_http(&self, name: Strategy, product: u64) -> reqwest::StatusCode {
         let body = OrderRequest {
-            user_id: "bench".into(),
+            user_id: Some(BUYER.into()),
             quantity: 1,
             request_id: self.request_id(),
             strategy: Some(name),
@@ -111,6 +122,7 @@ impl Shop {
         let response = self
             .http
             .post(format!("{}/api/products/{product}/orders", self.url))
+            .header(reqwest::header::AUTHORIZATION, &self.buyer)
             .json(&body)
             .send()
             .await
@@ -136,4 +148,14 @@ impl Shop {
         );
         let _ = response.bytes().await;
     }
+}
+
+/// `Bearer <token>` of `user`, signed with the buyer key of the app of `state`, good for a day.
+fn authorization(state: &AppState, user: &str) -> String {
+    let key = (state.settings.buyer_key.as_ref()).expect("testkit's apps have a buyer key");
+    let a_day = std::time::Duration::from_secs(24 * 3600);
+    format!(
+        "Bearer {}",
+        key.sign(user, std::time::SystemTime::now() + a_day)
+    )
 }

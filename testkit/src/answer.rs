@@ -298,7 +298,7 @@ pub fn order_request(
     quantity: i64,
 ) -> OrderRequest {
     OrderRequest {
-        user_id: user,
+        user_id: Some(user),
         quantity,
         request_id,
         strategy: Some(strategy),

@@ -409,7 +409,7 @@ impl Api {
         *request.uri_mut() = Uri::try_from(format!("/api/products/{product}/orders"))?;
         let headers = request.headers_mut();
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        if let Some(token) = self.buyer_token(&body.user_id) {
+        if let Some(token) = (body.user_id.as_deref()).and_then(|user| self.buyer_token(user)) {
             headers.insert(AUTHORIZATION, HeaderValue::try_from(token)?);
         }
         Ok(request)

@@ -431,7 +431,7 @@ impl Shared {
         loop {
             tries += 1;
             let body = OrderRequest {
-                user_id: user_id.clone(),
+                user_id: Some(user_id.clone()),
                 quantity: crowd.quantity,
                 request_id: request_id.clone(),
                 strategy: Some(crowd.strategies[rand::random_range(0..crowd.strategies.len())]),

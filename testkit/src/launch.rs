@@ -54,9 +54,14 @@ impl TestApp {
         })
     }
 
-    /// A client of this instance alone (no admin token).
+    /// A client of this instance alone (no admin token), signing its buyers' tokens with the
+    /// instance's buyer key if it has one.
     pub fn api(&self) -> Api {
-        Api::new(vec![self.url.clone()], None).expect("the instance's own URL")
+        let api = Api::new(vec![self.url.clone()], None).expect("the instance's own URL");
+        match &self.state.settings.buyer_key {
+            Some(key) => api.with_buyer_key(key.clone()),
+            None => api,
+        }
     }
 
     /// Stops the instance gracefully and waits (up to 10 s) for it.
@@ -81,7 +86,7 @@ impl Drop for TestApp {
 /// A configuration that reaches every server of `endpoints`, over a fresh database of its own
 /// on their MariaDB (`t_<random>`, created by the app at start-up) and a lock prefix of its
 /// own, so that instances of different tests never meet; every strategy offered, the unsafe
-/// ones too.
+/// ones too; and a buyer key of its own, which [`TestApp::api`] signs with.
 pub fn config_on(endpoints: &sandbox::Endpoints) -> Config {
     let run = uuid::Uuid::new_v4().simple().to_string();
     let database = format!("{}/t_{run}", endpoints.database_url.trim_end_matches('/'));
@@ -95,5 +100,6 @@ pub fn config_on(endpoints: &sandbox::Endpoints) -> Config {
     // Every strategy offered, the unsafe ones too: what drives the app from outside compares
     // them all.
     config.offer_unsafe = true;
+    config.buyer_key = Some(uuid::Uuid::new_v4().simple().to_string());
     config
 }

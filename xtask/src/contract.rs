@@ -5,7 +5,7 @@
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -16,9 +16,15 @@ use anyhow::{Context, Result, bail};
 const MAX_EXAMPLES: &str = "250";
 /// Fixed, so a failure found once is found again on the next run.
 const SEED: &str = "7";
-/// The admin token the app is started with; schemathesis presents it, and its `ignored_auth`
-/// check makes sure requests without it are refused.
+/// The admin token the app is started with; schemathesis presents it on the admin routes, and
+/// its `ignored_auth` check makes sure requests without it are refused.
 const ADMIN_TOKEN: &str = "contract-test-token";
+/// The buyer key the app is started with. Schemathesis presents a token of [`BUYER`] signed
+/// with it on the buyer routes, as a signed-in buyer's client would (`ignored_auth` again makes
+/// sure requests without one are refused).
+const BUYER_KEY: &str = "contract-test-buyer-key";
+/// The buyer schemathesis buys, reads, pays and cancels as.
+const BUYER: &str = "contract-buyer";
 
 /// Where schemathesis writes its progress.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,7 +50,9 @@ pub fn run(st: &Path, target: &Path, endpoints: &sandbox::Endpoints, output: Out
     let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, free_port()?));
     let log_path = work.join("app.log");
     let log = std::fs::File::create(&log_path)?;
-    let mut app = Command::new(target.join("debug").join("seckill-app"));
+    let binary = target.join("debug").join("seckill-app");
+    let config = auth_config(&binary, &work)?;
+    let mut app = Command::new(&binary);
     endpoints.apply(&mut app);
     app.env(
         "DATABASE_URL",
@@ -52,6 +60,7 @@ pub fn run(st: &Path, target: &Path, endpoints: &sandbox::Endpoints, output: Out
     )
     .env("SECKILL_LISTEN", addr.to_string())
     .env("SECKILL_ADMIN_TOKEN", ADMIN_TOKEN)
+    .env("SECKILL_BUYER_KEY", BUYER_KEY)
     .env("SECKILL_LOCK_PREFIX", format!("{run_id}:"))
     .env("RUST_LOG", "warn")
     .stdin(Stdio::null())
@@ -64,27 +73,65 @@ pub fn run(st: &Path, target: &Path, endpoints: &sandbox::Endpoints, output: Out
     let mut app = App(app.spawn().context("starting target/debug/seckill-app")?);
     let outcome = app
         .wait_healthy(addr, Duration::from_secs(60))
-        .and_then(|()| schemathesis(st, &work, addr, output));
+        .and_then(|()| schemathesis(st, &work, &config, addr, output));
     drop(app);
     outcome.with_context(|| format!("the app's log is {}", log_path.display()))
 }
 
-fn schemathesis(st: &Path, work: &Path, addr: SocketAddr, output: Output) -> Result<()> {
+/// Writes schemathesis's configuration of credentials into `work`, one per security scheme of
+/// the document: the admin token, and a buyer token of [`BUYER`] minted by the app's own
+/// `buyer-token` command. Its path.
+fn auth_config(binary: &Path, work: &Path) -> Result<PathBuf> {
+    let minted = Command::new(binary)
+        .args(["buyer-token", "--user", BUYER, "--ttl-secs", "86400"])
+        .env("SECKILL_BUYER_KEY", BUYER_KEY)
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("running {} buyer-token", binary.display()))?;
+    if !minted.status.success() {
+        bail!(
+            "seckill-app buyer-token failed ({}): {}",
+            minted.status,
+            String::from_utf8_lossy(&minted.stderr)
+        );
+    }
+    let token = String::from_utf8(minted.stdout).context("a buyer token is text")?;
+    let path = work.join("schemathesis.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[auth.openapi.admin_token]\nbearer = \"{ADMIN_TOKEN}\"\n\n\
+             [auth.openapi.buyer_token]\nbearer = \"{}\"\n",
+            token.trim()
+        ),
+    )?;
+    Ok(path)
+}
+
+fn schemathesis(
+    st: &Path,
+    work: &Path,
+    config: &Path,
+    addr: SocketAddr,
+    output: Output,
+) -> Result<()> {
     let mut c = Command::new(st);
-    // Every operation the server has is tested, the admin one included (with the token), in
-    // every phase (the examples phase finds no examples in the document and skips itself).
+    // Every operation the server has is tested, the admin ones and the buyer ones included
+    // (each with the token of its security scheme, from `config`), in every phase (the
+    // examples phase finds no examples in the document and skips itself).
     // Untested: the `X-Seckill-Hold-Ms` header. The app runs without `--allow-fault-injection`,
     // so its document does not list the header; with it, generated pauses of up to two minutes
     // per request would make the run last hours. One worker: schemathesis 4.32.5 on Python 3.11
     // occasionally fails with an internal error ("AST constructor recursion depth mismatch")
     // when several workers generate at once.
-    c.arg("run")
+    c.arg("--config-file")
+        .arg(config)
+        .arg("run")
         .arg(format!("http://{addr}/api/openapi.json"))
         .args(["--checks", "all"])
         .args(["--max-examples", MAX_EXAMPLES])
         .args(["--seed", SEED])
         .args(["--generation-database", "none"])
-        .args(["--header", &format!("Authorization: Bearer {ADMIN_TOKEN}")])
         .args(["--request-timeout", "10"])
         .args(["--workers", "1"])
         .arg("--no-color")

@@ -31,14 +31,18 @@ pub const MAX_PRODUCT_ID: u64 = i64::MAX as u64;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct OrderRequest {
+    /// The buyer. With a buyer key the server takes the buyer from the buyer token, and this
+    /// may be left out (given, it must be the token's); without one it is required.
     /// 1 to 64 characters, no white space at either end. The pattern spells out what Rust's
     /// `char::is_whitespace` (the server's check) counts, because ECMA's `\s` differs from it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(
+        nullable = false,
         min_length = 1,
         max_length = 64,
         pattern = r"^[^\t\n\x0B\f\r \u0085\u00A0\u1680\u2000-\u200A\u2028\u2029\u202F\u205F\u3000]([\s\S]*[^\t\n\x0B\f\r \u0085\u00A0\u1680\u2000-\u200A\u2028\u2029\u202F\u205F\u3000])?$"
     )]
-    pub user_id: String,
+    pub user_id: Option<String>,
     /// Units to buy: 1 up to the server's `--max-quantity` (default 5), answered 422 otherwise.
     /// The document's maximum is that setting (see `openapi::document`).
     #[schema(minimum = 1)]
@@ -71,13 +75,16 @@ pub struct OrderRequest {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TokenRequest {
-    /// The buyer the token is for (the rules of `OrderRequest.user_id`).
+    /// The buyer the token is for (the rules of `OrderRequest.user_id`): with a buyer key, the
+    /// buyer token's, and this may be left out; without one it is required.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(
+        nullable = false,
         min_length = 1,
         max_length = 64,
         pattern = r"^[^\t\n\x0B\f\r \u0085\u00A0\u1680\u2000-\u200A\u2028\u2029\u202F\u205F\u3000]([\s\S]*[^\t\n\x0B\f\r \u0085\u00A0\u1680\u2000-\u200A\u2028\u2029\u202F\u205F\u3000])?$"
     )]
-    pub user_id: String,
+    pub user_id: Option<String>,
 }
 
 /// A purchase token: good for one purchase of one buyer, in one sale of one product, until it

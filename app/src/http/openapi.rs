@@ -7,7 +7,7 @@ use axum::extract::State;
 use axum::response::IntoResponse;
 use utoipa::openapi::path::{Operation, PathItem};
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityRequirement, SecurityScheme};
-use utoipa::openapi::{OpenApi as Document, RefOr, Schema};
+use utoipa::openapi::{OpenApi as Document, RefOr, Required, Schema};
 use utoipa::{Modify, OpenApi};
 
 use super::orders::{HOLD_HEADER, UNCHECKED_HEADER};
@@ -103,9 +103,9 @@ const BUYER_ROUTES: [(&str, &str); 5] = [
 
 /// The document of a server running with `settings`: the largest `quantity` is its
 /// `--max-quantity`, the strategies are those it offers, the admin token is required only when
-/// one is configured, the buyer token only when there is a buyer key, the fault-injection
-/// header exists only when it is honoured, and `/metrics` only when the public listener serves
-/// it.
+/// one is configured, the buyer token when there is a buyer key (and `user_id` when there is
+/// none), the fault-injection header exists only when it is honoured, and `/metrics` only when
+/// the public listener serves it.
 pub fn document(settings: &Settings) -> Document {
     let mut doc = ApiDoc::openapi();
     if settings.metrics_apart {
@@ -140,8 +140,9 @@ pub fn document(settings: &Settings) -> Document {
     {
         components.security_schemes.clear();
     }
-    if settings.buyer_key.is_some() {
-        require_buyer_tokens(&mut doc);
+    match settings.buyer_key {
+        Some(_) => require_buyer_tokens(&mut doc),
+        None => require_user_ids(&mut doc),
     }
     let strategy = doc
         .components
@@ -180,6 +181,36 @@ fn require_buyer_tokens(doc: &mut Document) {
                 "buyer_token",
                 [],
             )]);
+        }
+    }
+}
+
+/// Requires the `user_id` of every buyer route — in the bodies of a purchase and of a token
+/// request, in the query of the others — on a server without a buyer key, where it is the only
+/// word of who the buyer is.
+fn require_user_ids(doc: &mut Document) {
+    if let Some(components) = &mut doc.components {
+        for name in ["OrderRequest", "TokenRequest"] {
+            if let Some(RefOr::T(Schema::Object(body))) = components.schemas.get_mut(name)
+                && !body.required.iter().any(|field| field == "user_id")
+            {
+                body.required.push("user_id".into());
+            }
+        }
+    }
+    for (method, path) in BUYER_ROUTES {
+        let Some(item) = doc.paths.paths.get_mut(path) else {
+            continue;
+        };
+        let operation = match method {
+            "get" => &mut item.get,
+            _ => &mut item.post,
+        };
+        let parameters = operation.as_mut().and_then(|o| o.parameters.as_mut());
+        for parameter in parameters.into_iter().flatten() {
+            if parameter.name == "user_id" {
+                parameter.required = Required::True;
+            }
         }
     }
 }
@@ -334,5 +365,33 @@ mod tests {
         assert_eq!(buyer(&keyed), [true; 5]);
         assert!(keyed["components"]["securitySchemes"]["buyer_token"].is_object());
         assert_eq!(buyer(&json(&settings())), [false; 5]);
+    }
+
+    #[test]
+    fn user_id_is_required_only_by_a_server_without_a_buyer_key() {
+        let required = |doc: &serde_json::Value| {
+            let schemas = &doc["components"]["schemas"];
+            let bodies = ["OrderRequest", "TokenRequest"].map(|body| {
+                (schemas[body]["required"].as_array())
+                    .is_some_and(|fields| fields.iter().any(|f| f == "user_id"))
+            });
+            let queries = BUYER_ROUTES
+                .iter()
+                .filter(|(_, path)| path.contains("{request_id}"))
+                .map(|(method, path)| {
+                    let parameters = doc["paths"][path][method]["parameters"].as_array();
+                    let user = parameters.and_then(|ps| ps.iter().find(|p| p["name"] == "user_id"));
+                    user.expect("a user_id parameter")["required"] == true
+                });
+            bodies.into_iter().chain(queries).collect::<Vec<_>>()
+        };
+        let keyed = json(&Settings {
+            buyer_key: Some(crate::buyer::BuyerKey::new(b"key")),
+            ..settings()
+        });
+        assert_eq!(required(&keyed), [false; 5]);
+        assert_eq!(required(&json(&settings())), [true; 5]);
+        let user = &keyed["components"]["schemas"]["OrderRequest"]["properties"]["user_id"];
+        assert_eq!(user["type"], "string", "not nullable: {user}");
     }
 }

@@ -2,6 +2,7 @@
 //! open, for one purchase under a request id it names, until it expires (see
 //! [`crate::purchase_token`]).
 
+use std::borrow::Cow;
 use std::net::SocketAddr;
 
 use axum::extract::rejection::{JsonRejection, PathRejection};
@@ -15,7 +16,8 @@ use crate::error::ApiError;
 use crate::purchase_token;
 use crate::state::AppState;
 
-/// Issues a purchase token of the buyer for the product's sale, once the sale is open: good
+/// Issues a purchase token of the buyer (the buyer token's, or on a server without a buyer key
+/// the body's `user_id`) for the product's sale, once the sale is open: good
 /// for one purchase, under the request id it names, for `--purchase-token-ttl-ms`. A token
 /// request counts against the buyer's and the address's rates as a purchase does: it reads the
 /// product as a purchase does, from the database when this instance does not remember it (an
@@ -27,12 +29,12 @@ use crate::state::AppState;
         (status = 200, description = "A token for one purchase of this buyer in this sale: the request id that purchase must carry, and when the token expires", body = PurchaseToken),
         (status = 400, description = "`bad_request`: malformed JSON or id", body = ErrorBody),
         (status = 401, description = "`unauthenticated`: no valid buyer token (when the server has a buyer key)", body = ErrorBody),
-        (status = 403, description = "`not_your_order`: the buyer token names another buyer than `user_id`", body = ErrorBody),
+        (status = 403, description = "`not_your_order`: the buyer token names another buyer than the body's `user_id`", body = ErrorBody),
         (status = 404, description = "`not_found`: unknown product", body = ErrorBody),
         (status = 408, description = "`request_timeout`: the body had not all come by its deadline (`--body-read-timeout-ms`); the connection is closed", body = ErrorBody),
         (status = 409, description = "`sale_not_started` or `sale_ended`", body = ErrorBody),
         (status = 415, description = "`bad_request`: the body is not `application/json`", body = ErrorBody),
-        (status = 422, description = "`invalid_request`: a user id out of its length, or unknown fields", body = ErrorBody),
+        (status = 422, description = "`invalid_request`: a user id out of its rules, no `user_id` on a server without a buyer key, or unknown fields", body = ErrorBody),
         (status = 429, description = "`rate_limited`: this buyer or address is past its rate (the purchases' rate: a token request counts as one); retry after Retry-After", body = ErrorBody,
             headers(("Retry-After" = u32, description = "Seconds to wait"))),
         (status = 503, description = "`backend_unavailable`", body = ErrorBody,
@@ -47,8 +49,12 @@ pub async fn issue(
     let asked = std::time::Instant::now();
     let id = super::product_id(path)?;
     let Json(TokenRequest { user_id }) = body?;
-    super::identity::authenticate(&state.settings, &headers, &user_id)?;
-    super::orders::check_id("user_id", &user_id, MAX_USER_ID)?;
+    if let Some(user_id) = &user_id {
+        super::orders::check_id("user_id", user_id, MAX_USER_ID)?;
+    }
+    let user_id =
+        super::identity::authenticate(&state.settings, &headers, user_id.map(Cow::Owned))?;
+    let user_id = user_id.into_owned();
     super::rates::count(&state, &user_id, peer.as_deref())?;
     let known = (state.shelf.product(id, None).await?.known)
         .ok_or_else(|| ApiError::NotFound(format!("no product {id}")))?;

@@ -74,9 +74,10 @@ async fn killed_database_answers_backend_unavailable_loses_no_order_and_recovers
     let sent = Arc::new(Mutex::new(Vec::<Sent>::new()));
     let mut buyers = Vec::new();
     for buyer in 0..BUYERS {
-        let (client, url) = (
+        let (client, url, signer) = (
             app.client.clone(),
             format!("{}/api/products/1/orders", app.url),
+            app.buyers.clone(),
         );
         let (phase, stop, sent) = (phase.clone(), stop.clone(), sent.clone());
         buyers.push(tokio::spawn(async move {
@@ -87,7 +88,7 @@ async fn killed_database_answers_backend_unavailable_loses_no_order_and_recovers
                 let user_id = format!("u{buyer}");
                 let body = json!({ "user_id": user_id, "quantity": 1, "request_id": request_id, "strategy": "conditional" });
                 let sent_in = phase.load(Ordering::SeqCst);
-                let r = client.post(&url).json(&body).send().await.expect("the app itself stays up");
+                let r = signer.sign(client.post(&url).json(&body), &user_id).send().await.expect("the app itself stays up");
                 let status = r.status();
                 let value: Value = r.json().await.unwrap_or(Value::Null);
                 let error = value["error"].as_str().map(String::from);
@@ -244,9 +245,9 @@ async fn the_status_of_a_row_held_order_is_answered_while_redis_is_paused() {
     assert_eq!(status, StatusCode::CREATED, "{order}");
 
     private.server().pause().expect("pause Redis");
+    let status_url = format!("{}/api/products/1/orders/r?user_id=alice", app.url);
     let r = app
-        .client
-        .get(format!("{}/api/products/1/orders/r?user_id=alice", app.url))
+        .as_buyer(app.client.get(status_url), "alice")
         .send()
         .await
         .expect("status");

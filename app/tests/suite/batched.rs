@@ -48,13 +48,8 @@ async fn send_staggered(
 ) -> Vec<(StatusCode, Value)> {
     let mut tasks = Vec::new();
     for body in bodies {
-        let (client, url, body) = (
-            app.client.clone(),
-            format!("{}/api/products/1/orders", app.url),
-            body.clone(),
-        );
+        let mut request = app.purchase(1, body);
         tasks.push(tokio::spawn(async move {
-            let mut request = client.post(url).json(&body);
             if let Some(ms) = hold_ms {
                 request = request.header("x-seckill-hold-ms", ms.to_string());
             }
@@ -261,14 +256,12 @@ async fn a_batch_whose_commit_fails_answers_every_purchase_503_and_records_none(
     // Five purchases in one batch, which pauses with its orders written and not committed.
     let bodies: Vec<Value> = (0..5).map(|i| order(&format!("k-{i}"), 1)).collect();
     let buyers = {
-        let (app_url, client, bodies) = (app.url.clone(), app.client.clone(), bodies.clone());
+        let requests: Vec<_> = (bodies.iter())
+            .map(|body| app.purchase(1, body).header("x-seckill-hold-ms", "5000"))
+            .collect();
         tokio::spawn(async move {
             let mut tasks = Vec::new();
-            for body in bodies {
-                let request = client
-                    .post(format!("{app_url}/api/products/1/orders"))
-                    .header("x-seckill-hold-ms", "5000")
-                    .json(&body);
+            for request in requests {
                 tasks.push(tokio::spawn(async move {
                     let r = request.send().await.expect("the app itself stays up");
                     (r.status(), r.json::<Value>().await.unwrap_or(Value::Null))

@@ -25,6 +25,7 @@ async fn the_binary_refuses_to_listen_beyond_loopback_without_an_admin_token() {
         .env_clear()
         .env("DATABASE_URL", &database_url)
         .env("SECKILL_LISTEN", format!("0.0.0.0:{port}"))
+        .env("SECKILL_BUYER_KEY", common::BUYER_KEY)
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -118,6 +119,7 @@ async fn with_an_admin_token_the_hold_header_is_an_admins_tool() {
     let (status, answer) = app.order(1, &click, Some(10)).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED, "{answer}");
     assert_eq!(common::ledger(&database_url, 1).await.orders, 0);
+    // Not as a buyer: the admin token, its only credential, stands for the buyer it names.
     let held = app
         .client
         .post(format!("{}/api/products/1/orders", app.url))

@@ -26,8 +26,7 @@ fn click(user: &str, request: &str, strategy: &str) -> Value {
 /// Sends `body` for `product` (retrying `busy`), and waits until its order is placed: the
 /// status of the first answer (`201`, or `202` for an order placed from the stream).
 async fn buy_placed(app: &TestApp, product: u64, body: &Value) -> StatusCode {
-    let url = format!("{}/api/products/{product}/orders", app.url);
-    let (status, answer) = post_retrying_busy(app.client.clone(), url, body.clone()).await;
+    let (status, answer) = post_retrying_busy(app.purchase(product, body)).await;
     assert!(
         status == StatusCode::CREATED || status == StatusCode::ACCEPTED,
         "{body}: {status} {answer}"
@@ -39,14 +38,15 @@ async fn buy_placed(app: &TestApp, product: u64, body: &Value) -> StatusCode {
 /// Waits until the order of the purchase `body` is placed.
 async fn placed(app: &TestApp, product: u64, body: &Value) {
     let (user, request) = (body["user_id"].as_str(), body["request_id"].as_str());
+    let user = user.expect("user id");
     let status_url = format!(
-        "{}/api/products/{product}/orders/{}?user_id={}",
+        "{}/api/products/{product}/orders/{}?user_id={user}",
         app.url,
         request.expect("request id"),
-        user.expect("user id")
     );
     wait_until("the order placed", || async {
-        let r = app.client.get(&status_url).send().await.expect("status");
+        let r = app.as_buyer(app.client.get(&status_url), user);
+        let r = r.send().await.expect("status");
         let found: Value = r.json().await.unwrap_or(Value::Null);
         found["state"] == "placed"
     })
@@ -55,8 +55,7 @@ async fn placed(app: &TestApp, product: u64, body: &Value) {
 
 /// The purchase sent again: it must be answered `200` with its order, in `stage`.
 async fn assert_replayed(app: &TestApp, product: u64, body: &Value, stage: &str, what: &str) {
-    let url = format!("{}/api/products/{product}/orders", app.url);
-    let (status, answer) = post_retrying_busy(app.client.clone(), url, body.clone()).await;
+    let (status, answer) = post_retrying_busy(app.purchase(product, body)).await;
     assert_eq!(
         (status, answer["stage"].as_str()),
         (StatusCode::OK, Some(stage)),
@@ -214,10 +213,13 @@ async fn a_purchase_sent_again_while_its_cancellation_is_on_the_way_takes_nothin
         buy_placed(&app, product, &body).await;
         let hold = [("x-seckill-hold-ms", "120000")];
         let cancel = tokio::spawn({
-            let (client, url) = (app.client.clone(), app.url.clone());
+            let url = format!(
+                "{}/api/products/{product}/orders/r-1/cancel?user_id=u-1",
+                app.url
+            );
+            let request = app.as_buyer(app.client.post(url), "u-1");
             async move {
-                let url = format!("{url}/api/products/{product}/orders/r-1/cancel?user_id=u-1");
-                let r = client.post(url).header(hold[0].0, hold[0].1).send().await;
+                let r = request.header(hold[0].0, hold[0].1).send().await;
                 r.expect("cancel").status()
             }
         });

@@ -425,6 +425,7 @@ async fn spawn_process(database_url: &str, redis: Option<(&str, &str)>) -> (Chil
         .env("SECKILL_LISTEN", format!("127.0.0.1:{port}"))
         .env("SECKILL_EXPIRY_INTERVAL_MS", "0")
         .env("SECKILL_ALLOW_FAULT_INJECTION", "true")
+        .env("SECKILL_BUYER_KEY", common::BUYER_KEY)
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
         .stderr(Stdio::inherit());
@@ -488,9 +489,11 @@ async fn a_killed_sweep_loses_nothing(home: &str, strategy: &str, half_way: Half
     assert_eq!(reset.status(), 200);
     let order =
         json!({ "user_id": "alice", "quantity": 1, "request_id": "r", "strategy": strategy });
-    let bought = client
+    let purchase = client
         .post(format!("{a_url}/api/products/12/orders"))
-        .json(&order)
+        .json(&order);
+    let bought = common::Buyers::with_key(common::BUYER_KEY)
+        .sign(purchase, "alice")
         .send()
         .await
         .expect("buy");

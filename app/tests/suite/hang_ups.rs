@@ -36,17 +36,19 @@ async fn send_and_hang_up(app: &TestApp, product: u64, strategy: Strategy, run: 
     let before = metric(app, "seckill_purchase_requests_total").await;
     let mut connections = Vec::with_capacity(BUYERS);
     for buyer in 0..BUYERS {
+        let user = format!("u-{buyer}");
         let body = json!({
-            "user_id": format!("u-{buyer}"),
+            "user_id": user,
             "quantity": 1,
             "request_id": format!("{run}-{buyer}"),
             "strategy": strategy,
         })
         .to_string();
+        let token = app.buyers.token(&user).expect("a buyer token");
         let request = format!(
             "POST /api/products/{product}/orders HTTP/1.1\r\nhost: {address}\r\n\
              content-type: application/json\r\ncontent-length: {}\r\n\
-             x-seckill-hold-ms: {HOLD_MS}\r\n\r\n{body}",
+             authorization: Bearer {token}\r\nx-seckill-hold-ms: {HOLD_MS}\r\n\r\n{body}",
             body.len()
         );
         let mut stream = TcpStream::connect(&address).await.expect("connect");

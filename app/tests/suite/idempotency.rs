@@ -63,10 +63,8 @@ async fn twenty_concurrent_copies_of_one_request_make_one_order_under_every_stra
         });
         let mut tasks = Vec::new();
         for _ in 0..COPIES {
-            let client = app.client.clone();
-            let url = format!("{}/api/products/{product}/orders", app.url);
-            let body = body.clone();
-            tasks.push(tokio::spawn(common::post_retrying_busy(client, url, body)));
+            let request = app.purchase(product, &body);
+            tasks.push(tokio::spawn(common::post_retrying_busy(request)));
         }
         let mut answers = Vec::new();
         for t in tasks {

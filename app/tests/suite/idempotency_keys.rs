@@ -15,7 +15,7 @@ use reqwest::StatusCode;
 
 fn order(product: u64, user: &str, quantity: i64, strategy: Strategy) -> (u64, OrderRequest) {
     let request = OrderRequest {
-        user_id: user.into(),
+        user_id: Some(user.into()),
         quantity,
         request_id: "click-1".into(),
         strategy: Some(strategy),
@@ -25,10 +25,11 @@ fn order(product: u64, user: &str, quantity: i64, strategy: Strategy) -> (u64, O
 }
 
 async fn post(app: &TestApp, (product, body): &(u64, OrderRequest)) -> (StatusCode, String) {
-    let r = app
-        .client
+    let request = (app.client)
         .post(format!("{}/api/products/{product}/orders", app.url))
-        .json(body)
+        .json(body);
+    let r = app
+        .as_buyer(request, body.user_id.as_deref().unwrap_or_default())
         .send()
         .await
         .expect("order request");

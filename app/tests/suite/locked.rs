@@ -110,13 +110,7 @@ async fn lock_failures_answer_busy_or_backend_unavailable() {
     ];
     for (strategy, code) in cases {
         let body = json!({ "user_id": "u", "quantity": 1, "request_id": format!("r-{strategy}"), "strategy": strategy });
-        let r = app
-            .client
-            .post(format!("{}/api/products/1/orders", app.url))
-            .json(&body)
-            .send()
-            .await
-            .expect("post");
+        let r = app.purchase(1, &body).send().await.expect("post");
         assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE, "{strategy}");
         // A wait of whole seconds, spread over 1 to 4 so that refused clients do not return
         // in one wave.

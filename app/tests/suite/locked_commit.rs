@@ -39,17 +39,16 @@ async fn a_locked_strategy_keeps_its_lock_while_its_commit_is_in_flight_and_the_
     sql(&mut backup, "BACKUP STAGE BLOCK_COMMIT").await;
 
     let body = OrderRequest {
-        user_id: "u".into(),
+        user_id: Some("u".into()),
         quantity: 1,
         request_id: "in-doubt".into(),
         strategy: Some(Strategy::RedisLock),
         purchase_token: None,
     };
-    let request = app
-        .client
+    let request = (app.client)
         .post(format!("{}/api/products/1/orders", app.url))
-        .json(&body)
-        .send();
+        .json(&body);
+    let request = app.as_buyer(request, "u").send();
     let client = tokio::spawn(request);
 
     // Wait until the purchase's COMMIT is the statement held by the backup lock.

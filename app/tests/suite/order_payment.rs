@@ -16,12 +16,9 @@ async fn an_order_paid_within_its_deadline_is_paid_and_keeps_its_unit() {
     let (status, order) = buy(&app, 7, "alice", "r-1", "conditional").await;
     assert_eq!(status, 201, "{order}");
     assert_eq!(order["stage"], "reserved");
+    let status_url = format!("{}/api/products/7/orders/r-1?user_id=alice", app.url);
     let status: serde_json::Value = app
-        .client
-        .get(format!(
-            "{}/api/products/7/orders/r-1?user_id=alice",
-            app.url
-        ))
+        .as_buyer(app.client.get(status_url), "alice")
         .send()
         .await
         .expect("status")

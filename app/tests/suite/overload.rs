@@ -30,15 +30,10 @@ fn held(
     click: Value,
     hold_ms: u64,
 ) -> tokio::task::JoinHandle<(StatusCode, Value)> {
-    let (client, url) = (
-        app.client.clone(),
-        format!("{}/api/products/{product}/orders", app.url),
-    );
+    let request = app.purchase(product, &click);
     tokio::spawn(async move {
-        let r = client
-            .post(&url)
+        let r = request
             .header("x-seckill-hold-ms", hold_ms.to_string())
-            .json(&click)
             .send()
             .await
             .expect("order");
@@ -69,9 +64,7 @@ async fn past_its_purchases_in_flight_the_service_refuses_at_once_and_serves_wha
     })
     .await;
     let r = app
-        .client
-        .post(format!("{}/api/products/1/orders", app.url))
-        .json(&click("fifth", Strategy::RedisLua))
+        .purchase(1, &click("fifth", Strategy::RedisLua))
         .send()
         .await
         .expect("order");
@@ -135,9 +128,7 @@ async fn a_strategy_slower_than_the_budget_admits_only_what_it_answers_within_it
     let in_flight = metric(&app, "seckill_purchases_in_flight").await;
     if in_flight >= u64::from(app::overload::FLOOR) {
         let r = app
-            .client
-            .post(format!("{}/api/products/1/orders", app.url))
-            .json(&click("one-more", Strategy::Pessimistic))
+            .purchase(1, &click("one-more", Strategy::Pessimistic))
             .send()
             .await
             .expect("order");
@@ -208,13 +199,10 @@ async fn a_buyer_past_their_rate_is_refused_and_buys_nothing_with_it() {
     app.reset(1, 100).await;
     let clicks: Vec<_> = (0..20)
         .map(|i| {
-            let (client, url) = (
-                app.client.clone(),
-                format!("{}/api/products/1/orders", app.url),
-            );
             let body = json!({ "user_id": "bot", "quantity": 1, "request_id": format!("r-{i}"), "strategy": "conditional" });
+            let request = app.purchase(1, &body);
             tokio::spawn(async move {
-                let r = client.post(&url).json(&body).send().await.expect("order");
+                let r = request.send().await.expect("order");
                 (r.status(), r.json::<Value>().await.unwrap_or(Value::Null))
             })
         })

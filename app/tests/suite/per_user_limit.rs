@@ -25,17 +25,12 @@ async fn clicks_at_once(
 ) -> Vec<(StatusCode, Value)> {
     let tasks: Vec<_> = (0..CLICKS)
         .map(|i| {
-            let (client, url) = (
-                app.client.clone(),
-                format!("{}/api/products/{product}/orders", app.url),
-            );
             let body = json!({ "user_id": "greedy", "quantity": 1,
                 "request_id": format!("click-{i}"), "strategy": strategy });
+            let request = app.purchase(product, &body);
             tokio::spawn(async move {
-                let r = client
-                    .post(&url)
+                let r = request
                     .header("x-seckill-hold-ms", hold_ms.to_string())
-                    .json(&body)
                     .send()
                     .await
                     .expect("click");

@@ -110,17 +110,11 @@ async fn token_requests_count_against_the_buyers_rate_as_purchases_do() {
     let app = spawn_app(config).await;
     let requests: Vec<_> = (0..20)
         .map(|n| {
-            let (client, url) = (
-                app.client.clone(),
-                format!("{}/api/products/{}/tokens", app.url, 1_000 + n),
-            );
+            let url = format!("{}/api/products/{}/tokens", app.url, 1_000 + n);
+            let request = app.client.post(&url).json(&json!({ "user_id": "bot" }));
+            let request = app.as_buyer(request, "bot");
             tokio::spawn(async move {
-                let r = client
-                    .post(&url)
-                    .json(&json!({ "user_id": "bot" }))
-                    .send()
-                    .await
-                    .expect("token request");
+                let r = request.send().await.expect("token request");
                 (r.status(), r.json::<Value>().await.unwrap_or(Value::Null))
             })
         })

@@ -40,19 +40,10 @@ async fn a_page_is_read_while_every_buyer_connection_is_held() {
     app.reset(2, 10).await;
 
     let holder = {
-        let client = app.client.clone();
-        let url = format!("{}/api/products/1/orders", app.url);
-        tokio::spawn(async move {
-            client
-                .post(url)
-                .header("x-seckill-hold-ms", "120000")
-                .json(
-                    &json!({ "user_id": "u-hold", "quantity": 1, "request_id": "r-hold",
-                               "strategy": "pessimistic" }),
-                )
-                .send()
-                .await
-        })
+        let body = json!({ "user_id": "u-hold", "quantity": 1, "request_id": "r-hold",
+                           "strategy": "pessimistic" });
+        let request = app.purchase(1, &body);
+        tokio::spawn(async move { request.header("x-seckill-hold-ms", "120000").send().await })
     };
     let mut side = MySqlConnection::connect(&database_url)
         .await

@@ -32,15 +32,12 @@ async fn purchases_held_in_the_window(
 
     let held: Vec<_> = (0..STOCK)
         .map(|i| {
-            let client = app.client.clone();
-            let url = format!("{}/api/products/1/orders", app.url);
             let body = json!({ "user_id": format!("u-{i}"), "quantity": 1,
                 "request_id": format!("held-{i}"), "strategy": Strategy::RedisLua });
+            let request = app.purchase(1, &body);
             tokio::spawn(async move {
-                let r = client
-                    .post(&url)
+                let r = request
                     .header("x-seckill-hold-ms", "3000")
-                    .json(&body)
                     .send()
                     .await
                     .expect("purchase");

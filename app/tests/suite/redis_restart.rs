@@ -49,12 +49,12 @@ async fn buy(app: &TestApp, product: u64, user: &str, request: &str) -> (StatusC
 
 /// The status of `user`'s purchase `request` of `product`: HTTP status and body.
 async fn status_of(app: &TestApp, product: u64, user: &str, request: &str) -> (StatusCode, Value) {
+    let url = format!(
+        "{}/api/products/{product}/orders/{request}?user_id={user}",
+        app.url
+    );
     let r = app
-        .client
-        .get(format!(
-            "{}/api/products/{product}/orders/{request}?user_id={user}",
-            app.url
-        ))
+        .as_buyer(app.client.get(url), user)
         .send()
         .await
         .expect("status");

@@ -205,13 +205,10 @@ async fn redis_lua_gives_the_units_back_when_the_order_cannot_be_written() {
     assert_eq!(redis.counter(1).await.expect("counter"), Some(9));
 
     // The database dies while the purchase sits between its deduction and its insert.
-    let client = app.client.clone();
-    let url = format!("{}/api/products/1/orders", app.url);
+    let request = app.purchase(1, &order_body("during", "redis-lua"));
     let buying = tokio::spawn(async move {
-        let r = client
-            .post(url)
+        let r = request
             .header("x-seckill-hold-ms", "1500")
-            .json(&order_body("during", "redis-lua"))
             .send()
             .await
             .expect("post");
@@ -442,9 +439,7 @@ async fn an_accepted_order_is_pending_until_a_consumer_places_it() {
     let app = spawn_app(config).await;
     app.reset_in(1, 10, Home::Redis).await;
     let r = app
-        .client
-        .post(format!("{}/api/products/1/orders", app.url))
-        .json(&order_body("click/1", "redis-lua-stream"))
+        .purchase(1, &order_body("click/1", "redis-lua-stream"))
         .send()
         .await
         .expect("post");
@@ -468,8 +463,10 @@ async fn an_accepted_order_is_pending_until_a_consumer_places_it() {
             "never placed: {seen:?}"
         );
         let status: Value = app
-            .client
-            .get(format!("{}{location}", app.url))
+            .as_buyer(
+                app.client.get(format!("{}{location}", app.url)),
+                "u-click/1",
+            )
             .send()
             .await
             .expect("get")
@@ -491,26 +488,18 @@ async fn an_accepted_order_is_pending_until_a_consumer_places_it() {
         seen == ["placed"] || seen == ["pending", "placed"],
         "{seen:?}"
     );
-    let unknown = app
-        .client
-        .get(format!(
-            "{}/api/products/1/orders/never?user_id=u-1",
-            app.url
-        ))
-        .send()
-        .await
-        .expect("get");
+    let unknown = app.client.get(format!(
+        "{}/api/products/1/orders/never?user_id=u-1",
+        app.url
+    ));
+    let unknown = app.as_buyer(unknown, "u-1").send().await.expect("get");
     assert_eq!(unknown.status(), StatusCode::NOT_FOUND);
     // Another buyer is not shown the order.
-    let stranger = app
-        .client
-        .get(format!(
-            "{}/api/products/1/orders/click%2F1?user_id=u-2",
-            app.url
-        ))
-        .send()
-        .await
-        .expect("get");
+    let stranger = app.client.get(format!(
+        "{}/api/products/1/orders/click%2F1?user_id=u-2",
+        app.url
+    ));
+    let stranger = app.as_buyer(stranger, "u-2").send().await.expect("get");
     assert_eq!(stranger.status(), StatusCode::NOT_FOUND);
     // The consumer reports its lag after each round; wait for its first report.
     common::wait_until("the consumer's first lag report", || async {

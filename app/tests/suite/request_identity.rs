@@ -28,14 +28,14 @@ fn click(user: &str, request: &str, strategy: Strategy) -> Value {
 
 /// `GET /api/products/{product}/orders/{request}?user_id={user}`.
 async fn status_of(app: &TestApp, product: u64, request: &str, user: &str) -> (StatusCode, Value) {
+    let url = format!(
+        "{}/api/products/{product}/orders/{}?user_id={}",
+        app.url,
+        encode(request),
+        encode(user)
+    );
     let r = app
-        .client
-        .get(format!(
-            "{}/api/products/{product}/orders/{}?user_id={}",
-            app.url,
-            encode(request),
-            encode(user)
-        ))
+        .as_buyer(app.client.get(url), user)
         .send()
         .await
         .expect("status request");
@@ -181,13 +181,12 @@ async fn flood(
     let tasks: Vec<_> = clicks
         .iter()
         .map(|(user, request)| {
-            let client = app.client.clone();
-            let url = format!("{}/api/products/{product}/orders", app.url);
-            let body = click(user, request, strategy);
+            let request = app.purchase(product, &click(user, request, strategy));
             tokio::spawn(async move {
                 let mut tries = 0;
                 loop {
-                    let r = client.post(&url).json(&body).send().await.expect("order");
+                    let again = request.try_clone().expect("a body of bytes");
+                    let r = again.send().await.expect("order");
                     let status = r.status();
                     let answer: Value = r.json().await.unwrap_or(Value::Null);
                     tries += 1;

@@ -8,15 +8,13 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+/// POSTs `body` as it is to `path`, as buyer `u` (whom every order of these tests names).
 async fn post_raw(app: &TestApp, path: &str, body: impl AsRef<[u8]>) -> (StatusCode, Value) {
-    let r = app
-        .client
+    let request = (app.client)
         .post(format!("{}{path}", app.url))
         .header("content-type", "application/json")
-        .body(body.as_ref().to_vec())
-        .send()
-        .await
-        .expect("request");
+        .body(body.as_ref().to_vec());
+    let r = app.as_buyer(request, "u").send().await.expect("request");
     let status = r.status();
     (status, r.json().await.unwrap_or(Value::Null))
 }
@@ -171,10 +169,11 @@ async fn an_order_sent_one_byte_a_chunk_is_read_whole() {
         .map(|b| format!("1\r\n{}\r\n", b as char))
         .collect();
     let address = app.url.trim_start_matches("http://");
+    let token = app.buyers.token(user).expect("a buyer token");
     let request = format!(
         "POST /api/products/1/orders HTTP/1.1\r\nhost: {address}\r\n\
          content-type: application/json\r\ntransfer-encoding: chunked\r\n\
-         connection: close\r\n\r\n{chunks}0\r\n\r\n"
+         authorization: Bearer {token}\r\nconnection: close\r\n\r\n{chunks}0\r\n\r\n"
     );
     let mut stream = tokio::net::TcpStream::connect(address)
         .await
@@ -274,7 +273,7 @@ async fn admin_token_guards_product_resets_only() {
         (Some(3), Some(3))
     );
 
-    // Reading the page and buying need no token; the accounting does.
+    // Reading the page and buying need no admin token; the accounting does.
     let (status, _) = app.order(7, &order(json!(2), "u", "r-1", None), None).await;
     assert_eq!(status, StatusCode::CREATED);
     let read = |url: String, token: Option<&'static str>| {

@@ -51,10 +51,8 @@ where
     let bob =
         json!({ "user_id": "bob", "quantity": 1, "request_id": "b-1", "strategy": "redis-lock" });
     let paused = app
-        .client
-        .post(format!("{}/api/products/1/orders", app.url))
+        .purchase(1, &bob)
         .header("x-seckill-hold-ms", HOLD_MS.to_string())
-        .json(&bob)
         .send();
     let paused = tokio::spawn(paused);
     // Granted to Bob (Alice's was the first grant): he reads the stock next, then pauses.

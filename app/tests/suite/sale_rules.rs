@@ -80,10 +80,11 @@ async fn past(at: OffsetDateTime) {
 }
 
 async fn token(app: &TestApp, product: u64, user: &str) -> (StatusCode, Value) {
-    let r = app
-        .client
+    let request = (app.client)
         .post(format!("{}/api/products/{product}/tokens", app.url))
-        .json(&json!({ "user_id": user }))
+        .json(&json!({ "user_id": user }));
+    let r = app
+        .as_buyer(request, user)
         .send()
         .await
         .expect("token request");

@@ -251,18 +251,10 @@ async fn a_memory_past_half_its_life_is_renewed_behind_the_refusals_it_keeps_ans
     // a read of product 1 now waits for one of them.
     let held: Vec<_> = (0..2)
         .map(|i| {
-            let (client, url) = (
-                app.client.clone(),
-                format!("{}/api/products/2/orders", app.url),
-            );
             let body = click(&format!("holder-{i}"), Strategy::Pessimistic);
+            let request = app.purchase(2, &body);
             tokio::spawn(async move {
-                let _ = client
-                    .post(&url)
-                    .header("x-seckill-hold-ms", "30000")
-                    .json(&body)
-                    .send()
-                    .await;
+                let _ = request.header("x-seckill-hold-ms", "30000").send().await;
             })
         })
         .collect();

@@ -52,7 +52,7 @@ async fn order(
     let placed = OrderResponse {
         order_id: 1,
         product_id: product,
-        user_id: body.user_id,
+        user_id: body.user_id.unwrap_or_default(),
         quantity: body.quantity as u32,
         strategy: body.strategy.unwrap_or(Strategy::Conditional),
         request_id: body.request_id,

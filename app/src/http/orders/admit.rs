@@ -29,8 +29,9 @@ const MAX_HOLD_MS: u64 = 120_000;
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename = "OrderRequest")]
 pub(super) struct Order<'a> {
-    #[serde(borrow)]
-    pub user_id: Cow<'a, str>,
+    /// The buyer, if the body names one (see [`crate::http::identity::authenticate`]).
+    #[serde(default, borrow, deserialize_with = "borrowed")]
+    pub user_id: Option<Cow<'a, str>>,
     #[serde(deserialize_with = "integer")]
     pub quantity: i64,
     #[serde(borrow)]
@@ -51,9 +52,22 @@ impl Order<'_> {
                 "quantity must be between 1 and {max_quantity}"
             )));
         }
-        check_id("user_id", &self.user_id, MAX_USER_ID)?;
+        if let Some(user_id) = &self.user_id {
+            check_id("user_id", user_id, MAX_USER_ID)?;
+        }
         check_id("request_id", &self.request_id, MAX_REQUEST_ID)
     }
+}
+
+/// An optional string of the body, borrowed from it where it needs no unescaping: serde
+/// borrows a `Cow` only when it is a field's own type, not inside an `Option`.
+fn borrowed<'de: 'a, 'a, D>(deserializer: D) -> Result<Option<Cow<'a, str>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    #[derive(Deserialize)]
+    struct Borrowed<'a>(#[serde(borrow)] Cow<'a, str>);
+    Ok(Option::<Borrowed<'a>>::deserialize(deserializer)?.map(|b| b.0))
 }
 
 /// A purchase this instance admitted, still borrowing its body: nothing of it is copied until
@@ -61,6 +75,7 @@ impl Order<'_> {
 #[derive(Debug)]
 pub(super) struct Admitted<'a> {
     product_id: u64,
+    buyer: Cow<'a, str>,
     order: Order<'a>,
     pub strategy: Strategy,
     per_user_limit: i64,
@@ -74,7 +89,7 @@ impl Admitted<'_> {
     pub fn into_purchase(self) -> Purchase {
         Purchase {
             product_id: self.product_id,
-            user_id: self.order.user_id.into_owned(),
+            user_id: self.buyer.into_owned(),
             quantity: u32::try_from(self.order.quantity).unwrap_or(u32::MAX),
             request_id: self.order.request_id.into_owned(),
             strategy: self.strategy,
@@ -87,16 +102,17 @@ impl Admitted<'_> {
     }
 }
 
-/// The purchase `request` (a [checked](Order::check) order) asks for, if this instance admits
-/// it: the strategy offered, the product known, its sale open, its token admitting it if one is
-/// required, the quantity within the per-user limit; and the product as the memory it was
-/// admitted from holds it. (Its strategy is taken only once it is not refused from memory: a
+/// The purchase `request` (a [checked](Order::check) order of `buyer`, authenticated) asks
+/// for, if this instance admits it: the strategy offered, the product known, its sale open,
+/// its token admitting it if one is required, the quantity within the per-user limit; and the
+/// product as the memory it was admitted from holds it. (Its strategy is taken only once it is not refused from memory: a
 /// refusal touches no shared count.) The sale's window is judged at `arrived`, when the request came in, not when
 /// the product's memory was ready.
 pub(super) async fn admit<'a>(
     state: &AppState,
     headers: &HeaderMap,
     product_id: u64,
+    buyer: Cow<'a, str>,
     request: Order<'a>,
     arrived: Instant,
 ) -> Result<(Admitted<'a>, Recalled), ApiError> {
@@ -119,7 +135,7 @@ pub(super) async fn admit<'a>(
     }
     let purchase = PurchaseKey {
         product_id,
-        user_id: &request.user_id,
+        user_id: &buyer,
         request_id: &request.request_id,
     };
     let recalled = state.shelf.product(product_id, Some(purchase)).await?;
@@ -129,13 +145,14 @@ pub(super) async fn admit<'a>(
     let name = sold_by(settings, product_id, &known.rules, request.strategy)?;
     within_sale(&known.rules, arrived)?;
     if known.rules.token_required {
-        token_admits(state, product_id, &known, &request, arrived).await?;
+        token_admits(state, product_id, &known, &buyer, &request, arrived).await?;
     }
     if request.quantity > known.rules.per_user_limit {
         return Err(ApiError::LimitReached);
     }
     let admitted = Admitted {
         product_id,
+        buyer,
         order: request,
         strategy: name,
         per_user_limit: known.rules.per_user_limit,
@@ -149,7 +166,7 @@ pub(super) async fn admit<'a>(
 }
 
 /// Refuses a purchase of a product that requires a purchase token unless its token admits it:
-/// issued for this buyer in this sale, under this purchase's request id, and not expired when
+/// issued for `buyer` in this sale, under this purchase's request id, and not expired when
 /// the purchase `arrived`. An expired token is refused only once its purchase is found not to
 /// have been made: sent again after the expiry — its first answer lost — the purchase is let
 /// through, and its strategy answers it with its order as it answers any replay (see
@@ -158,12 +175,13 @@ async fn token_admits(
     state: &AppState,
     product_id: u64,
     known: &Known,
+    buyer: &str,
     request: &Order<'_>,
     arrived: Instant,
 ) -> Result<(), ApiError> {
     let claim = Claim {
         product: product_id,
-        user_id: &request.user_id,
+        user_id: buyer,
         sale_starts_ms: known.rules.starts_ms(),
         request_id: &request.request_id,
     };

@@ -30,10 +30,10 @@ pub const UNCHECKED_HEADER: &str = "x-seckill-unchecked-transition";
         (status = 200, description = "The order, now `paid`", body = OrderResponse),
         (status = 400, description = "`bad_request`: a malformed id, path, query or header", body = ErrorBody),
         (status = 401, description = "`unauthenticated`: no valid buyer token (when the server has a buyer key), or `unauthorized`: the unchecked-transition header without the admin token (when one is set)", body = ErrorBody),
-        (status = 403, description = "`not_your_order`: the buyer token names another buyer than `user_id`", body = ErrorBody),
+        (status = 403, description = "`not_your_order`: the buyer token names another buyer than the query's `user_id`", body = ErrorBody),
         (status = 404, description = "`not_found`: this buyer has no order under this request id for this product", body = ErrorBody),
         (status = 409, description = "`order_expired` (the deadline passed: nothing is paid, the units go back on sale), `order_cancelled`, `order_paid` (paid already), `order_pending` (accepted, not placed yet) or `purchase_voided`", body = ErrorBody),
-        (status = 422, description = "`invalid_request`: a user id or request id out of its rules (its length, white space at an end)", body = ErrorBody),
+        (status = 422, description = "`invalid_request`: a user id or request id out of its rules (its length, white space at an end), or no `user_id` on a server without a buyer key", body = ErrorBody),
         (status = 429, description = "`rate_limited`: this buyer or address is past its rate (the purchases' rate: a payment counts as one); retry after Retry-After", body = ErrorBody,
             headers(("Retry-After" = u32, description = "Seconds to wait"))),
         (status = 503, description = "`busy` or `backend_unavailable`", body = ErrorBody,
@@ -45,8 +45,8 @@ pub async fn pay(
     path: Result<Path<(u64, String)>, PathRejection>,
     buyer: Result<Query<Buyer>, QueryRejection>,
 ) -> Result<Json<OrderResponse>, ApiError> {
-    let (product_id, request_id, user_id) = asked(path, buyer)?;
-    super::super::identity::authenticate(&state.settings, &headers, &user_id)?;
+    let (product_id, request_id, named) = asked(path, buyer)?;
+    let user_id = super::super::identity::authenticate(&state.settings, &headers, named)?;
     super::super::rates::count(&state, &user_id, peer.as_deref())?;
     let check = check(&state, &headers)?;
     let key = PurchaseKey {
@@ -68,10 +68,10 @@ pub async fn pay(
         (status = 200, description = "The order, now `cancelled`", body = OrderResponse),
         (status = 400, description = "`bad_request`: a malformed id, path, query or header", body = ErrorBody),
         (status = 401, description = "`unauthenticated`: no valid buyer token (when the server has a buyer key), or `unauthorized`: a fault-injection header without the admin token (when one is set)", body = ErrorBody),
-        (status = 403, description = "`not_your_order`: the buyer token names another buyer than `user_id`", body = ErrorBody),
+        (status = 403, description = "`not_your_order`: the buyer token names another buyer than the query's `user_id`", body = ErrorBody),
         (status = 404, description = "`not_found`: this buyer has no order under this request id for this product", body = ErrorBody),
         (status = 409, description = "`order_cancelled` (cancelled already: nothing changes), `order_expired`, `order_paid`, `order_pending` or `purchase_voided`", body = ErrorBody),
-        (status = 422, description = "`invalid_request`: a user id or request id out of its rules (its length, white space at an end)", body = ErrorBody),
+        (status = 422, description = "`invalid_request`: a user id or request id out of its rules (its length, white space at an end), or no `user_id` on a server without a buyer key", body = ErrorBody),
         (status = 429, description = "`rate_limited`: this buyer or address is past its rate (the purchases' rate: a cancellation counts as one); retry after Retry-After", body = ErrorBody,
             headers(("Retry-After" = u32, description = "Seconds to wait"))),
         (status = 503, description = "`busy` or `backend_unavailable`", body = ErrorBody,
@@ -83,8 +83,8 @@ pub async fn cancel(
     path: Result<Path<(u64, String)>, PathRejection>,
     buyer: Result<Query<Buyer>, QueryRejection>,
 ) -> Result<Json<OrderResponse>, ApiError> {
-    let (product_id, request_id, user_id) = asked(path, buyer)?;
-    super::super::identity::authenticate(&state.settings, &headers, &user_id)?;
+    let (product_id, request_id, named) = asked(path, buyer)?;
+    let user_id = super::super::identity::authenticate(&state.settings, &headers, named)?;
     super::super::rates::count(&state, &user_id, peer.as_deref())?;
     let check = check(&state, &headers)?;
     let hold = hold(&state, &headers)?;

@@ -98,7 +98,8 @@ impl IntoResponse for Success {
 
 type Answer = Result<Success, ApiError>;
 
-/// Buys `quantity` units through a strategy; idempotent per `request_id`.
+/// Buys `quantity` units through a strategy for the buyer of the buyer token (or, on a server
+/// without a buyer key, of the body's `user_id`); idempotent per buyer and `request_id`.
 #[utoipa::path(post, path = "/api/products/{id}/orders", tag = "orders",
     params(
         ("id" = i64, Path, description = "Product id (0 to 2^63 − 1)", minimum = 0),
@@ -113,11 +114,11 @@ type Answer = Result<Success, ApiError>;
             headers(("Location" = String, description = "`/api/products/{id}/orders/{request_id}?user_id={user_id}`"))),
         (status = 400, description = "`bad_request`: malformed JSON, id or header", body = ErrorBody),
         (status = 401, description = "`unauthenticated`: no valid buyer token (when the server has a buyer key), or `unauthorized`: the fault-injection header without the admin token (when one is set)", body = ErrorBody),
-        (status = 403, description = "`strategy_not_offered`: this deployment does not offer the strategy, or the product is not sold by it; `not_your_order`: the buyer token names another buyer than `user_id`; `purchase_token_required`: the product requires a purchase token and the purchase carries none, or not this buyer's for this sale; `purchase_token_mismatch`: the token admits one purchase, under another `request_id`; or `purchase_token_expired`: the token expired and its purchase was not made", body = ErrorBody),
+        (status = 403, description = "`strategy_not_offered`: this deployment does not offer the strategy, or the product is not sold by it; `not_your_order`: the buyer token names another buyer than the body's `user_id`; `purchase_token_required`: the product requires a purchase token and the purchase carries none, or not this buyer's for this sale; `purchase_token_mismatch`: the token admits one purchase, under another `request_id`; or `purchase_token_expired`: the token expired and its purchase was not made", body = ErrorBody),
         (status = 404, description = "`not_found`: unknown product", body = ErrorBody),
         (status = 408, description = "`request_timeout`: the body had not all come by its deadline (`--body-read-timeout-ms`); the connection is closed", body = ErrorBody),
         (status = 409, description = "`sold_out`, `limit_reached` (the buyer would hold more than the product's per-user limit), `sale_not_started`, `sale_ended`, `lock_lost` (a fenced write was refused), `idempotency_conflict` (this buyer used the request id for this product with another quantity or strategy), or `purchase_voided` (a reconciliation fenced this purchase out; nothing was bought)", body = ErrorBody),
-        (status = 422, description = "`invalid_request` (the body breaks the schema: a missing field, an unknown one, a value out of range), or `unknown_strategy`", body = ErrorBody),
+        (status = 422, description = "`invalid_request` (the body breaks the schema: a missing field — `user_id` too, when the server has no buyer key —, an unknown one, a value out of range), or `unknown_strategy`", body = ErrorBody),
         (status = 429, description = "`rate_limited`: this buyer or address is past its rate; retry after Retry-After", body = ErrorBody,
             headers(("Retry-After" = u32, description = "Seconds to wait"))),
         (status = 503, description = "`busy` (retry after Retry-After), `overloaded` (refused at once: the service works on as many purchases as it may, or the line the purchase would wait in — `batched`'s, `redis-lua-stream`'s stream — is full), or `backend_unavailable` (a backend out of reach, or Redis lost the product's stock: refused until a reconcile)", body = ErrorBody,
@@ -134,13 +135,14 @@ pub async fn create(
     let product_id = super::product_id(path)?;
     let (parts, body) = request.into_parts();
     let body = read_body(body).await?;
-    let order = admit::parse(&body)?;
+    let mut order = admit::parse(&body)?;
     order.check(state.settings.max_quantity)?;
-    super::identity::authenticate(&state.settings, &parts.headers, &order.user_id)?;
+    let named = order.user_id.take();
+    let buyer = super::identity::authenticate(&state.settings, &parts.headers, named)?;
     let peer = parts.extensions.get::<ConnectInfo<SocketAddr>>();
-    super::rates::count(&state, &order.user_id, peer)?;
+    super::rates::count(&state, &buyer, peer)?;
     let (admitted, recalled) =
-        admit::admit(&state, &parts.headers, product_id, order, started).await?;
+        admit::admit(&state, &parts.headers, product_id, buyer, order, started).await?;
     if recalled.refused {
         observe(&state, admitted.strategy, None, ErrorCode::SoldOut, started);
         return Err(ApiError::SoldOut);

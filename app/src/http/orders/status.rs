@@ -1,5 +1,6 @@
-//! `GET /api/products/{id}/orders/{request_id}?user_id=…`: where a buyer's purchase stands.
+//! `GET /api/products/{id}/orders/{request_id}[?user_id=…]`: where a buyer's purchase stands.
 
+use std::borrow::Cow;
 use std::net::SocketAddr;
 
 use axum::extract::rejection::{PathRejection, QueryRejection};
@@ -15,12 +16,14 @@ use crate::error::ApiError;
 use crate::redis_stock::RedisStock;
 use crate::state::AppState;
 
-/// Who asks for a purchase's status: its buyer.
+/// Who asks for a purchase's status, pays or cancels it: its buyer.
 #[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct Buyer {
-    /// The buyer whose purchase this is; a purchase is shown to its buyer only.
-    pub user_id: String,
+    /// The buyer whose purchase this is: a purchase is shown to its buyer only. With a buyer
+    /// key the buyer is the buyer token's, and this may be left out (given, it must be the
+    /// token's); without one it is required.
+    pub user_id: Option<String>,
 }
 
 /// Where a buyer's purchase of a product stands: waiting in the stream, placed, or voided.
@@ -33,9 +36,9 @@ pub struct Buyer {
         (status = 200, description = "`pending` (accepted, not yet in the database), `placed` (with the order) or `voided`", body = OrderStatus),
         (status = 400, description = "`bad_request`: a malformed id, path or query", body = ErrorBody),
         (status = 401, description = "`unauthenticated`: no valid buyer token (when the server has a buyer key)", body = ErrorBody),
-        (status = 403, description = "`not_your_order`: the buyer token names another buyer than `user_id`", body = ErrorBody),
+        (status = 403, description = "`not_your_order`: the buyer token names another buyer than the query's `user_id`", body = ErrorBody),
         (status = 404, description = "`not_found`: this buyer has no order and nothing waiting under this request id for this product", body = ErrorBody),
-        (status = 422, description = "`invalid_request`: a user id or request id out of its rules (its length, white space at an end)", body = ErrorBody),
+        (status = 422, description = "`invalid_request`: a user id or request id out of its rules (its length, white space at an end), or no `user_id` on a server without a buyer key", body = ErrorBody),
         (status = 429, description = "`rate_limited`: this buyer or address is past its rate (the purchases' rate: a status request counts as one); retry after Retry-After", body = ErrorBody,
             headers(("Retry-After" = u32, description = "Seconds to wait"))),
         (status = 503, description = "`backend_unavailable`; also when neither is found and Redis lost the product's stock and the orders it was placing (until a reconcile)", body = ErrorBody,
@@ -47,8 +50,9 @@ pub async fn status(
     path: Result<Path<(u64, String)>, PathRejection>,
     buyer: Result<Query<Buyer>, QueryRejection>,
 ) -> Result<Json<OrderStatus>, ApiError> {
-    let (product_id, request_id, user_id) = asked(path, buyer)?;
-    super::super::identity::authenticate(&state.settings, &headers, &user_id)?;
+    let (product_id, request_id, named) = asked(path, buyer)?;
+    let user_id = super::super::identity::authenticate(&state.settings, &headers, named)?;
+    let user_id = user_id.into_owned();
     super::super::rates::count(&state, &user_id, peer.as_deref())?;
     let key = PurchaseKey {
         product_id,
@@ -108,19 +112,22 @@ pub async fn status(
     )))
 }
 
-/// The product, request id and buyer of the path and query of a buyer's purchase (its status,
-/// payment or cancellation), its ids within the rules: checked before the rate limiters or
-/// anything else keep a string of it, as a purchase's are.
+/// The product, request id and the buyer named, if any, of the path and query of a buyer's
+/// purchase (its status, payment or cancellation), its ids within the rules: checked before the
+/// rate limiters or anything else keep a string of it, as a purchase's are. Who the buyer is,
+/// [`authenticate`](super::super::identity::authenticate) says.
 pub(super) fn asked(
     path: Result<Path<(u64, String)>, PathRejection>,
     buyer: Result<Query<Buyer>, QueryRejection>,
-) -> Result<(u64, String, String), ApiError> {
+) -> Result<(u64, String, Option<Cow<'static, str>>), ApiError> {
     let Path((product_id, request_id)) = path?;
     super::super::check_product_id(product_id)?;
     let Query(Buyer { user_id }) = buyer.map_err(|e| ApiError::BadRequest(e.body_text()))?;
-    super::check_id("user_id", &user_id, MAX_USER_ID)?;
+    if let Some(user_id) = &user_id {
+        super::check_id("user_id", user_id, MAX_USER_ID)?;
+    }
     super::check_id("request_id", &request_id, MAX_REQUEST_ID)?;
-    Ok((product_id, request_id, user_id))
+    Ok((product_id, request_id, user_id.map(Cow::Owned)))
 }
 
 /// Whether Redis lost the stock of the product, which the database says it holds (see

@@ -24,9 +24,21 @@ pub const ROUTES: [Route; 5] = [
     Route::Token,
 ];
 
-/// The request of `route` of `product` as `user` for the purchase of request id `purchase` (a
-/// purchase: of one unit, through `conditional`).
+/// The request of `route` of `product` as `user`, with their buyer token
+/// ([`TestApp::as_buyer`]), for the purchase of request id `purchase` (a purchase: of one
+/// unit, through `conditional`).
 pub fn request(
+    app: &TestApp,
+    route: Route,
+    product: u64,
+    user: &str,
+    purchase: &str,
+) -> RequestBuilder {
+    app.as_buyer(unsigned(app, route, product, user, purchase), user)
+}
+
+/// [`request`] without a buyer token: naming `user`, and no more.
+pub fn unsigned(
     app: &TestApp,
     route: Route,
     product: u64,
@@ -55,8 +67,8 @@ pub fn request(
     }
 }
 
-/// Calls `route` of `product` as `user` for `purchase`, with `Authorization: Bearer <token>`
-/// when one is given; the status and body.
+/// Calls `route` of `product` naming `user` for `purchase`, with `Authorization: Bearer
+/// <token>` when one is given (and none otherwise); the status and body.
 pub async fn call(
     app: &TestApp,
     route: Route,
@@ -65,7 +77,7 @@ pub async fn call(
     purchase: &str,
     token: Option<&str>,
 ) -> (StatusCode, Value) {
-    let mut r = request(app, route, product, user, purchase);
+    let mut r = unsigned(app, route, product, user, purchase);
     if let Some(token) = token {
         r = r.bearer_auth(token);
     }

@@ -127,12 +127,8 @@ pub async fn twenty_copies_make_one_order(
     let mut tasks = Vec::new();
     for copy in 0..COPIES {
         let app = apps[copy % apps.len()];
-        let (client, url) = (
-            app.client.clone(),
-            format!("{}/api/products/1/orders", app.url),
-        );
-        let body = body.clone();
-        tasks.push(tokio::spawn(super::post_retrying_busy(client, url, body)));
+        let request = app.purchase(1, &body);
+        tasks.push(tokio::spawn(super::post_retrying_busy(request)));
     }
     let mut answers = Vec::new();
     for task in tasks {

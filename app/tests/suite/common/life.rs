@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 
 use super::{TestApp, wait_until};
 
-/// Buys one unit of `product` for `user` through `strategy`; the status and body.
+/// Buys one unit of `product` as `user` through `strategy`; the status and body.
 pub async fn buy(
     app: &TestApp,
     product: u64,
@@ -19,7 +19,8 @@ pub async fn buy(
     app.order(product, &body, None).await
 }
 
-/// `POST …/orders/{request}/{action}?user_id={user}` (`pay` or `cancel`), with extra headers.
+/// `POST …/orders/{request}/{action}?user_id={user}` (`pay` or `cancel`) as `user`, with extra
+/// headers.
 pub async fn act(
     app: &TestApp,
     product: u64,
@@ -28,13 +29,14 @@ pub async fn act(
     action: &str,
     headers: &[(&str, &str)],
 ) -> (StatusCode, Value) {
-    let mut r = app
-        .client
+    let mut r = app.as_buyer(
         // The tests' ids need no escaping.
-        .post(format!(
+        app.client.post(format!(
             "{}/api/products/{product}/orders/{request}/{action}?user_id={user}",
             app.url
-        ));
+        )),
+        user,
+    );
     for (name, value) in headers {
         r = r.header(*name, *value);
     }

@@ -1,5 +1,6 @@
 //! Test helpers: start the service in-process on port 0 against its own database, buy over
-//! HTTP, and read the truth straight from the database.
+//! HTTP as authenticated buyers ([`TestApp::as_buyer`]), and read the truth straight from the
+//! database.
 
 pub mod buyers;
 pub mod conformance;
@@ -8,25 +9,27 @@ pub mod life;
 pub mod served;
 
 use std::collections::HashMap;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use app::Config;
 use app::api::{OrderRequest, Strategy};
-use reqwest::StatusCode;
+use app::buyer::BuyerKey;
+use reqwest::{RequestBuilder, StatusCode};
 use serde_json::{Value, json};
 use sqlx::{Connection, MySqlConnection};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-/// POSTs `body` to `url` and returns the answer, retrying a `busy` or `overloaded` one (up to
-/// 100 times, 20 ms apart) as a client honouring Retry-After would.
-pub async fn post_retrying_busy(
-    client: reqwest::Client,
-    url: String,
-    body: Value,
-) -> (StatusCode, Value) {
+/// The buyer key of [`test_config`]: the tests' buyers are signed in.
+pub const BUYER_KEY: &str = "the tests' buyer key";
+
+/// Sends `request` (a buyer's: see [`TestApp::purchase`]) and returns the answer, sending it
+/// again on a `busy` or `overloaded` one (up to 100 times, 20 ms apart) as a client honouring
+/// Retry-After would.
+pub async fn post_retrying_busy(request: RequestBuilder) -> (StatusCode, Value) {
     for _ in 0..100 {
-        let r = client.post(&url).json(&body).send().await.expect("post");
+        let again = request.try_clone().expect("a body of bytes");
+        let r = again.send().await.expect("post");
         let status = r.status();
         let value: Value = r.json().await.expect("json");
         let again = matches!(value["error"].as_str(), Some("busy" | "overloaded"));
@@ -38,11 +41,40 @@ pub async fn post_retrying_busy(
     panic!("still busy after 100 attempts");
 }
 
+/// Signs buyers in, as a deployment's sign-in service would: a request of a buyer's carries
+/// their buyer token, signed with the instance's buyer key (none without one).
+#[derive(Debug, Clone, Default)]
+pub struct Buyers(Option<BuyerKey>);
+
+impl Buyers {
+    /// The buyers of instances with buyer key `key`.
+    pub fn with_key(key: &str) -> Buyers {
+        Buyers(Some(BuyerKey::new(key.as_bytes())))
+    }
+
+    /// `user`'s buyer token, good for an hour (none without a buyer key).
+    pub fn token(&self, user: &str) -> Option<String> {
+        let key = self.0.as_ref()?;
+        Some(key.sign(user, SystemTime::now() + Duration::from_secs(3600)))
+    }
+
+    /// `request` as `user`'s: with `Authorization: Bearer <their token>`.
+    pub fn sign(&self, request: RequestBuilder, user: &str) -> RequestBuilder {
+        match self.token(user) {
+            Some(token) => request.bearer_auth(token),
+            None => request,
+        }
+    }
+}
+
 /// A running in-process instance of the service.
 pub struct TestApp {
     pub url: String,
     pub client: reqwest::Client,
     pub database_url: String,
+    /// Signs this instance's buyers in; for requests sent from a task of their own (see
+    /// [`TestApp::as_buyer`]).
+    pub buyers: Buyers,
     shutdown: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<()>>,
 }
@@ -56,6 +88,23 @@ impl Drop for TestApp {
 }
 
 impl TestApp {
+    /// `request` (of a buyer route) as `user`'s: with their buyer token, as every buyer's
+    /// request of a deployment with a buyer key carries one.
+    pub fn as_buyer(&self, request: RequestBuilder, user: &str) -> RequestBuilder {
+        self.buyers.sign(request, user)
+    }
+
+    /// `POST /api/products/{id}/orders` with `body`, as the buyer its `user_id` names.
+    pub fn purchase(&self, id: u64, body: &Value) -> RequestBuilder {
+        let request = (self.client)
+            .post(format!("{}/api/products/{id}/orders", self.url))
+            .json(body);
+        match body["user_id"].as_str() {
+            Some(user) => self.as_buyer(request, user),
+            None => request,
+        }
+    }
+
     /// Stops the instance gracefully and waits for it.
     pub async fn stop(mut self) {
         if let Some(tx) = self.shutdown.take() {
@@ -185,12 +234,10 @@ impl TestApp {
         r.json().await.expect("reconciliation")
     }
 
-    /// `POST /api/products/{id}/orders` with `body`; returns the status and the JSON body.
+    /// `POST /api/products/{id}/orders` with `body`, as the buyer its `user_id` names; returns
+    /// the status and the JSON body.
     pub async fn order(&self, id: u64, body: &Value, hold_ms: Option<u64>) -> (StatusCode, Value) {
-        let mut request = self
-            .client
-            .post(format!("{}/api/products/{id}/orders", self.url))
-            .json(body);
+        let mut request = self.purchase(id, body);
         if let Some(ms) = hold_ms {
             request = request.header("x-seckill-hold-ms", ms.to_string());
         }
@@ -214,10 +261,12 @@ pub fn with_fresh_database(server: &str) -> String {
     format!("{}/{name}", server.trim_end_matches('/'))
 }
 
-/// Test defaults: fault injection allowed, and budgets that suit 200 buyers on 2 cores.
+/// Test defaults: buyers signed in with [`BUYER_KEY`], fault injection allowed, and budgets that
+/// suit 200 buyers on 2 cores.
 pub fn test_config(database_url: &str) -> Config {
     let mut config = Config::for_database(database_url);
     config.listen = "127.0.0.1:0".parse().expect("address");
+    config.buyer_key = Some(BUYER_KEY.into());
     config.allow_fault_injection = true;
     // The tests show the unsafe strategies failing.
     config.offer_unsafe = true;
@@ -249,6 +298,7 @@ pub async fn spawn_app_with(config: Config, customize: impl FnOnce(&mut app::Reg
         .expect("bind");
     let url = format!("http://{}", listener.local_addr().expect("addr"));
     let database_url = config.database_url.clone();
+    let buyers = (config.buyer_key.as_deref()).map_or_else(Buyers::default, Buyers::with_key);
     let (router, _state) = app::build_with(&config, customize)
         .await
         .expect("app starts");
@@ -269,6 +319,7 @@ pub async fn spawn_app_with(config: Config, customize: impl FnOnce(&mut app::Reg
             .build()
             .expect("client"),
         database_url,
+        buyers,
         shutdown: Some(tx),
         task: Some(task),
     }
@@ -409,7 +460,7 @@ pub async fn flash_sale_mixed(
     let mut tasks = Vec::with_capacity(crowd.buyers);
     for buyer in 0..crowd.buyers {
         let app = apps[buyer % apps.len()];
-        let client = app.client.clone();
+        let (client, buyers) = (app.client.clone(), app.buyers.clone());
         let url = format!("{}/api/products/{product}/orders", app.url);
         let strategies = strategies.to_vec();
         let (user_id, request_id) = (format!("u-{buyer}"), format!("{run}-{buyer}"));
@@ -417,13 +468,13 @@ pub async fn flash_sale_mixed(
             let mut attempt = 0;
             loop {
                 let body = OrderRequest {
-                    user_id: user_id.clone(),
+                    user_id: Some(user_id.clone()),
                     quantity: 1,
                     request_id: request_id.clone(),
                     strategy: Some(strategies[rand::random_range(0..strategies.len())]),
                     purchase_token: None,
                 };
-                let mut request = client.post(&url).json(&body);
+                let mut request = buyers.sign(client.post(&url).json(&body), &user_id);
                 if let Some(ms) = crowd.hold_ms {
                     request = request.header("x-seckill-hold-ms", ms.to_string());
                 }
