@@ -317,6 +317,7 @@ fn compose_config() -> Result<()> {
             "SECKILL_DB_ROOT_PASSWORD",
             "SECKILL_DB_PASSWORD",
             "SECKILL_REDIS_PASSWORD",
+            "SECKILL_BUYER_KEY",
         ] {
             check.env(secret, "placeholder-for-validation");
         }
