@@ -168,6 +168,16 @@ fn require_buyer_tokens(doc: &mut Document) {
             "buyer_token",
             SecurityScheme::Http(Http::new(HttpAuthScheme::Bearer)),
         );
+    each_buyer_operation(doc, |operation| {
+        operation.security = Some(vec![SecurityRequirement::new::<_, [&str; 0], &str>(
+            "buyer_token",
+            [],
+        )]);
+    });
+}
+
+/// Calls `act` on the operation of every buyer route the document has.
+fn each_buyer_operation(doc: &mut Document, mut act: impl FnMut(&mut Operation)) {
     for (method, path) in BUYER_ROUTES {
         let Some(item) = doc.paths.paths.get_mut(path) else {
             continue;
@@ -177,10 +187,7 @@ fn require_buyer_tokens(doc: &mut Document) {
             _ => &mut item.post,
         };
         if let Some(operation) = operation {
-            operation.security = Some(vec![SecurityRequirement::new::<_, [&str; 0], &str>(
-                "buyer_token",
-                [],
-            )]);
+            act(operation);
         }
     }
 }
@@ -198,21 +205,13 @@ fn require_user_ids(doc: &mut Document) {
             }
         }
     }
-    for (method, path) in BUYER_ROUTES {
-        let Some(item) = doc.paths.paths.get_mut(path) else {
-            continue;
-        };
-        let operation = match method {
-            "get" => &mut item.get,
-            _ => &mut item.post,
-        };
-        let parameters = operation.as_mut().and_then(|o| o.parameters.as_mut());
-        for parameter in parameters.into_iter().flatten() {
+    each_buyer_operation(doc, |operation| {
+        for parameter in operation.parameters.iter_mut().flatten() {
             if parameter.name == "user_id" {
                 parameter.required = Required::True;
             }
         }
-    }
+    });
 }
 
 fn operations(item: &mut PathItem) -> impl Iterator<Item = &mut Operation> {
