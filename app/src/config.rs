@@ -276,9 +276,9 @@ pub struct Config {
     #[arg(long, env = "SECKILL_OPTIMISTIC_RETRIES", default_value_t = 16)]
     pub optimistic_retries: u32,
 
-    /// Most `optimistic` purchases this instance works on at once (and at most
-    /// `--max-in-flight`). A compare-and-set on one hot row lets one contender win per round;
-    /// each contender past a few adds only rounds that fail.
+    /// Most `optimistic` purchases this instance admits at once, whatever its admission limit
+    /// (and at most `--max-in-flight`). A compare-and-set on one hot row lets one contender win
+    /// per round; each contender past a few adds only rounds that fail.
     #[arg(long, env = "SECKILL_OPTIMISTIC_IN_FLIGHT", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
     pub optimistic_in_flight: u32,
 
@@ -306,15 +306,17 @@ pub struct Config {
 
     /// Once a crowd has stayed for a second and a half (the door turning away at least one
     /// purchase for every four it admits), how late the instance may get to a ready request, in
-    /// milliseconds — read as the lateness of a 1 ms timer — before it admits fewer purchases
-    /// at once, so that the refusals of the rest are answered at once. 0: never.
+    /// milliseconds — read as the lateness of a 1 ms timer — before a purchase that arrives is
+    /// refused `503 overloaded` (unless fewer than the strategy's least are in flight), so that
+    /// the refusals are answered at once. 0: never.
     #[arg(long, env = "SECKILL_LAG_TARGET_MS", default_value_t = 4)]
     pub lag_target_ms: u64,
 
     /// The time a purchase should spend inside the service, in milliseconds: each strategy
-    /// admits as many purchases at once as it answers in this time at its current rate (at
-    /// least 4, at most `--max-in-flight`), and refuses the next at once with `503 overloaded`.
-    /// 0: no such limit, only `--max-in-flight`.
+    /// admits as many purchases at once as it answers in this time at its current rate, and
+    /// refuses the next at once with `503 overloaded` — never fewer than 4 (a whole batch for
+    /// `batched`), never more than `--max-in-flight` (`--optimistic-in-flight` for
+    /// `optimistic`). 0: a fixed limit, the most.
     #[arg(long, env = "SECKILL_LATENCY_BUDGET_MS", default_value_t = 200)]
     pub latency_budget_ms: u64,
 

@@ -12,16 +12,16 @@
 //!
 //! Layout, from the bottom up — a module uses only those before it in this list:
 //! [`api`] (the wire types every client shares) with [`catalogue`] (every strategy's name and
-//! facts), [`accounting`] (what a sale really did), [`metrics`] and [`overload`] (refusing
-//! what the service cannot take); [`config`] (flags and
+//! facts), [`accounting`] (what a sale really did), [`metrics`]; [`config`] (flags and
 //! environment); the storage: [`db`] (pool, migrations, queries) and [`redis_stock`] (stock kept
 //! in Redis: counter, stream, consumer, reconciliation); [`inventory`] (a product read from
 //! wherever its stock lives); [`shelf`] (what an instance remembers of each product, to refuse
 //! from memory); [`pages`] (a product's public page, read once per lifetime);
 //! [`lifecycle`] (an order's life after its purchase: pay, cancel, expire,
 //! units given back); [`strategy`] (the `StockStrategy` trait, one file per strategy,
-//! the registry that builds them); [`backends`] (the lock services); [`purchase_token`] and
-//! [`buyer`] (who a buyer is: the buyer token's);
+//! the registry that builds them); [`overload`] (refusing what the service cannot take: the
+//! admission limiter, the rates, the connections); [`backends`] (the lock services);
+//! [`purchase_token`] and [`buyer`] (who a buyer is: the buyer token's);
 //! [`state`]; [`error`] (the
 //! one mapping from failures to status codes); [`http`] (routes, handlers, the OpenAPI
 //! document).
@@ -136,7 +136,8 @@ pub async fn build_with(
         batch_max: config.batch_max,
         batch_queue: config.batch_queue,
         stream_max_lag: config.stream_max_lag,
-        full_line_memory: Duration::from_millis(config.full_line_memory_ms),
+        full_queue_memory: Duration::from_millis(config.full_line_memory_ms),
+        optimistic_in_flight: config.optimistic_in_flight,
     };
     let locks = backends::connect_all(config, &deps).await;
     let mut registry = Registry::new(deps, locks);
@@ -176,22 +177,21 @@ pub async fn build_with(
             .with_metrics(metrics.clone());
         tokio::spawn(consumer.run())
     });
-    let gate = Arc::new(
-        overload::Gate::new(
-            config.max_in_flight,
-            Duration::from_millis(config.latency_budget_ms),
-            |strategy| overload::floor_of(strategy, config.batch_max),
-            |strategy| {
-                overload::ceiling_of(strategy, config.max_in_flight, config.optimistic_in_flight)
-            },
-            config.rate_per_user,
-            config.rate_per_address,
-            Duration::from_millis(config.request_timeout_ms),
-        )
-        .with_lag_target(Duration::from_millis(config.lag_target_ms)),
-    );
-    let forgetting = tokio::spawn(Arc::clone(&gate).forget_idle_keys());
-    let headroom = tokio::spawn(Arc::clone(&gate).keep_headroom(Arc::clone(&metrics)));
+    let limiter = Arc::new(overload::Limiter::new(
+        config.max_in_flight,
+        Duration::from_millis(config.latency_budget_ms),
+        Duration::from_millis(config.lag_target_ms),
+        |strategy| registry.get(strategy).at_once(),
+    ));
+    let watching = tokio::spawn(Arc::clone(&limiter).watch(Arc::clone(&metrics)));
+    let rates = Arc::new(overload::Rates::new(
+        config.rate_per_user,
+        config.rate_per_address,
+    ));
+    let forgetting = tokio::spawn({
+        let rates = Arc::clone(&rates);
+        async move { rates.forget_idle_keys().await }
+    });
     let registry = Arc::new(registry);
     let life = lifecycle::Lifecycle::new(
         pool.clone(),
@@ -226,7 +226,8 @@ pub async fn build_with(
     ));
     let state = AppState::new(state::Shared {
         pool,
-        gate,
+        limiter,
+        rates,
         connections,
         registry,
         metrics,
@@ -246,6 +247,7 @@ pub async fn build_with(
             sweep: pace,
             buyer_key: (config.buyer_key.as_deref()).map(|k| buyer::BuyerKey::new(k.as_bytes())),
             metrics_apart: config.metrics_listen.is_some(),
+            request_timeout: Duration::from_millis(config.request_timeout_ms),
         }),
         redis,
         shelf,
@@ -257,7 +259,7 @@ pub async fn build_with(
                 .into_iter()
                 .chain(listener)
                 .chain(sweep)
-                .chain([forgetting, headroom, forgetting_products])
+                .chain([forgetting, watching, forgetting_products])
                 .collect(),
         )),
     });

@@ -33,6 +33,8 @@ pub struct Settings {
     /// Whether `/metrics` is served on a listener of its own (`--metrics-listen`), and not on
     /// the public one.
     pub metrics_apart: bool,
+    /// How long a buyer waits for a purchase's answer.
+    pub request_timeout: std::time::Duration,
 }
 
 impl Settings {
@@ -65,8 +67,10 @@ impl std::ops::Deref for AppState {
 /// What an [`AppState`] holds.
 pub struct Shared {
     pub pool: MySqlPool,
-    /// Admission limits: purchases in flight, rates.
-    pub gate: Arc<crate::overload::Gate>,
+    /// Every purchase is admitted through it, or refused `503 overloaded`.
+    pub limiter: Arc<crate::overload::Limiter>,
+    /// The buyers' and addresses' rates, on every buyer route.
+    pub rates: Arc<crate::overload::Rates>,
     /// The connections the instance holds, by door.
     pub connections: Arc<crate::overload::Connections>,
     pub registry: Arc<Registry>,

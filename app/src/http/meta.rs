@@ -51,7 +51,8 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
             "text/plain; version=0.0.4; charset=utf-8",
         )],
         state.metrics.render()
-            + &state.gate.render(&state.settings.offered)
+            + &state.limiter.render(&state.settings.offered)
+            + &state.rates.render()
             + &state.pages.render()
             + &state.connections.render()
             + &state.shelf.render(),

@@ -258,6 +258,7 @@ mod tests {
             },
             buyer_key: None,
             metrics_apart: false,
+            request_timeout: std::time::Duration::from_secs(10),
         }
     }
 

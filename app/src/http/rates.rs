@@ -20,7 +20,7 @@ pub(crate) fn count(
     peer: Option<&ConnectInfo<SocketAddr>>,
 ) -> Result<(), ApiError> {
     let address = peer.map(|ConnectInfo(peer)| peer.ip());
-    match state.gate.within_rates(user_id, address) {
+    match state.rates.within(user_id, address) {
         true => Ok(()),
         false => Err(ApiError::RateLimited),
     }

@@ -12,6 +12,7 @@
 
 pub mod batched;
 pub mod conditional;
+mod full_queue;
 mod held_lock;
 pub mod local_mutex;
 pub mod locked;
@@ -111,13 +112,41 @@ pub trait StockStrategy: Send + Sync {
         Box::pin(async { Ok(None) })
     }
 
-    /// Whether the bounded line this strategy's purchases wait in is believed full now, so
-    /// that the door refuses the next purchase `503 overloaded` without running it, as it
-    /// refuses past the admission limit. Never, by default: a line the strategy sees without a
-    /// round trip (`batched`'s) refuses as cheaply itself. See [`crate::overload::FullLine`].
-    fn line_full(&self) -> bool {
+    /// Whether the bounded queue this strategy's purchases wait in is believed full now, so
+    /// that the admission limiter refuses the next purchase `503 overloaded` without running
+    /// it, as it refuses past the limit. Never, by default: a queue the strategy sees without a
+    /// round trip (`batched`'s) refuses as cheaply itself. See [`full_queue::FullQueue`].
+    fn queue_full(&self) -> bool {
         false
     }
+
+    /// How many of its purchases an instance admits at once whatever its admission limit
+    /// says: never fewer than [`AtOnce::least`], never more than [`AtOnce::most`]. The limit
+    /// (the admission limiter's, in `overload::limit`) learns how a strategy answers; these
+    /// are what it cannot learn from the answers, the strategy's own shape. By default
+    /// [`AtOnce::DEFAULT`].
+    fn at_once(&self) -> AtOnce {
+        AtOnce::DEFAULT
+    }
+}
+
+/// How many of a strategy's purchases an instance admits at once, at the fewest and at the
+/// most, whatever its admission limit says (see [`StockStrategy::at_once`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AtOnce {
+    /// The limit never falls below it: a strategy that answers slower than the budget (a lock
+    /// holder paused) stays reachable by a few purchases, and can show that it answers again.
+    pub least: u32,
+    /// The limit never rises past it; `None`: all the instance may hold (`--max-in-flight`).
+    pub most: Option<u32>,
+}
+
+impl AtOnce {
+    /// At least four, at most all the instance may hold.
+    pub const DEFAULT: AtOnce = AtOnce {
+        least: 4,
+        most: None,
+    };
 }
 
 /// A product's lock, held by a return of units sold through a strategy that needs it (see
@@ -335,5 +364,7 @@ pub struct Deps {
     /// Most orders `redis-lua-stream` lets wait in the stream before it refuses purchases.
     pub stream_max_lag: u64,
     /// How long `redis-lua-stream` believes the stream full once found so.
-    pub full_line_memory: Duration,
+    pub full_queue_memory: Duration,
+    /// Most `optimistic` purchases an instance admits at once.
+    pub optimistic_in_flight: u32,
 }

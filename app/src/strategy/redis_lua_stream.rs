@@ -14,7 +14,7 @@
 //! The stream is bounded (`--stream-max-lag` entries): the script that would append past it
 //! refuses the purchase (`503 overloaded`, as the door refuses past capacity) and takes
 //! nothing; the instance then believes the stream full for a moment and refuses the next
-//! purchases at the door, without a round trip each ([`FullLine`]). Unbounded, a crowd that arrives faster than the consumers place orders is answered
+//! purchases at the door, without a round trip each ([`FullQueue`]). Unbounded, a crowd that arrives faster than the consumers place orders is answered
 //! `202` at the script's speed while the orders arrive in the database ever later; buyers told
 //! to pay within minutes find their order missing when they try, and a kill loses more
 //! accepted work. The bound turns that lag into refusals a buyer can retry.
@@ -53,10 +53,10 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use sqlx::MySqlPool;
 
+use super::full_queue::FullQueue;
 use super::redis_lua::{configured, refused, unavailable};
 use super::{Deps, Purchase, PurchaseError, Purchased, StockStrategy};
 use crate::db::orders;
-use crate::overload::FullLine;
 use crate::redis_stock::charge;
 use crate::redis_stock::scripts::{DUPLICATE, STREAM_FULL, TAKE_AND_APPEND};
 use crate::redis_stock::{Attempt, RedisStock, RedisStockError, Replicated, Settled};
@@ -67,7 +67,7 @@ pub struct RedisLuaStream {
     /// Most entries the stream may hold before a purchase is refused.
     max_lag: u64,
     /// Whether the stream was just found at its bound.
-    full: FullLine,
+    full: FullQueue,
 }
 
 pub fn build(deps: &Deps) -> Arc<dyn StockStrategy> {
@@ -75,7 +75,7 @@ pub fn build(deps: &Deps) -> Arc<dyn StockStrategy> {
         pool: deps.pool.clone(),
         redis: deps.redis.clone(),
         max_lag: deps.stream_max_lag,
-        full: FullLine::new(deps.full_line_memory),
+        full: FullQueue::new(deps.full_queue_memory),
     })
 }
 
@@ -162,7 +162,7 @@ impl StockStrategy for RedisLuaStream {
         })
     }
 
-    fn line_full(&self) -> bool {
+    fn queue_full(&self) -> bool {
         self.full.is_full()
     }
 }

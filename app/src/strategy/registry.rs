@@ -87,3 +87,62 @@ macro_rules! builder {
 }
 
 crate::catalogue::for_each_strategy!(define_builders);
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use sqlx::mysql::MySqlPoolOptions;
+
+    use super::*;
+    use crate::strategy::AtOnce;
+
+    /// Every strategy built over a pool that reaches nothing, `batch_max` to a batch.
+    fn registry(batch_max: u32) -> Registry {
+        let pool = MySqlPoolOptions::new()
+            .connect_lazy("mysql://root@127.0.0.1:1/none")
+            .expect("a lazy pool");
+        let deps = Deps {
+            pool: pool.clone(),
+            lock_pool: pool,
+            lock_lease: Duration::from_secs(5),
+            lock_wait: Duration::from_secs(3),
+            lock_prefix: String::new(),
+            optimistic_retries: 16,
+            redis: None,
+            batch_window: Duration::from_millis(2),
+            batch_max,
+            batch_queue: 0,
+            stream_max_lag: 1000,
+            full_queue_memory: Duration::from_millis(1),
+            optimistic_in_flight: 3,
+        };
+        Registry::new(deps, Locks::new())
+    }
+
+    #[tokio::test]
+    async fn a_strategy_that_serves_purchases_together_is_never_admitted_fewer_than_a_batch() {
+        assert_eq!(registry(64).get(Strategy::Batched).at_once().least, 64);
+        assert_eq!(
+            registry(1).get(Strategy::Batched).at_once().least,
+            AtOnce::DEFAULT.least
+        );
+    }
+
+    #[tokio::test]
+    async fn optimistic_is_admitted_only_a_few_at_once_and_the_others_all_the_instance_holds() {
+        let registry = registry(64);
+        assert_eq!(registry.get(Strategy::Optimistic).at_once().most, Some(3));
+        for strategy in [
+            Strategy::Conditional,
+            Strategy::Pessimistic,
+            Strategy::RedisLock,
+        ] {
+            assert_eq!(
+                registry.get(strategy).at_once(),
+                AtOnce::DEFAULT,
+                "{strategy}"
+            );
+        }
+    }
+}

@@ -199,7 +199,8 @@ async fn a_caller_that_goes_away_before_its_batch_commits_breaks_nothing_and_buy
         batch_max: 64,
         batch_queue: 0,
         stream_max_lag: 1000,
-        full_line_memory: Duration::from_millis(1),
+        full_queue_memory: Duration::from_millis(1),
+        optimistic_in_flight: 4,
         redis: None,
     };
     let batched = app::strategy::batched::build(&deps);

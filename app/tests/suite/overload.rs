@@ -89,6 +89,9 @@ async fn past_its_purchases_in_flight_the_service_refuses_at_once_and_serves_wha
     drop_database(&database_url).await;
 }
 
+/// The fewest purchases of a strategy the instance admits at once, however slowly it answers.
+const LEAST: u32 = app::strategy::AtOnce::DEFAULT.least;
+
 /// The purchases of `strategy` the instance admits at once now.
 async fn admission_limit(app: &TestApp, strategy: Strategy) -> Option<u64> {
     app.metric(&format!(
@@ -122,11 +125,11 @@ async fn a_strategy_slower_than_the_budget_admits_only_what_it_answers_within_it
         })
         .collect();
     common::wait_until("the limit down to what is answered in 250 ms", || async {
-        admission_limit(&app, Strategy::Pessimistic).await == Some(u64::from(app::overload::FLOOR))
+        admission_limit(&app, Strategy::Pessimistic).await == Some(u64::from(LEAST))
     })
     .await;
     let in_flight = metric(&app, "seckill_purchases_in_flight").await;
-    if in_flight >= u64::from(app::overload::FLOOR) {
+    if in_flight >= u64::from(LEAST) {
         let r = app
             .purchase(1, &click("one-more", Strategy::Pessimistic))
             .send()
@@ -143,7 +146,7 @@ async fn a_strategy_slower_than_the_budget_admits_only_what_it_answers_within_it
     // Idle, it keeps the limit it earned, and admits within it.
     assert_eq!(
         admission_limit(&app, Strategy::Pessimistic).await,
-        Some(u64::from(app::overload::FLOOR))
+        Some(u64::from(LEAST))
     );
     let (status, _) = app
         .order(1, &click("after", Strategy::Pessimistic), None)

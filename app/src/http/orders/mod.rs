@@ -166,8 +166,7 @@ async fn read_body(body: Body) -> Result<Bytes, ApiError> {
     })
 }
 
-/// Runs an admitted purchase through its strategy, if the service has room for it and the
-/// strategy's line is not believed full.
+/// Runs an admitted purchase through its strategy, if the admission limiter lets it in.
 async fn place(
     state: AppState,
     strategy: Arc<dyn StockStrategy>,
@@ -175,8 +174,7 @@ async fn place(
     epoch: Epoch,
     started: Instant,
 ) -> Answer {
-    let room = !strategy.line_full();
-    let Some(place) = room.then(|| state.gate.enter(purchase.strategy)).flatten() else {
+    let Some(place) = state.limiter.admit(purchase.strategy, &*strategy) else {
         observe(
             &state,
             purchase.strategy,
@@ -186,7 +184,7 @@ async fn place(
         );
         return Err(ApiError::Overloaded);
     };
-    let timeout = state.gate.request_timeout;
+    let timeout = state.settings.request_timeout;
     // The purchase runs to its end whatever happens to this request: hyper drops the handler
     // when the buyer hangs up, and units taken outside a transaction (Redis) would stay taken
     // without an order. A task of its own is not dropped with the handler, and keeps its place

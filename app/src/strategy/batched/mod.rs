@@ -59,7 +59,9 @@ use tokio::sync::{mpsc, oneshot};
 
 mod allocate;
 
-use super::{Deps, Placed, Purchase, PurchaseError, Purchased, StockStrategy, limits_buyers};
+use super::{
+    AtOnce, Deps, Placed, Purchase, PurchaseError, Purchased, StockStrategy, limits_buyers,
+};
 use crate::db::errors::{DbFailure, classify};
 use crate::db::orders::{self, NewOrder};
 use crate::db::{products, quota};
@@ -74,11 +76,17 @@ const LINE_IDLE: Duration = Duration::from_secs(1);
 
 pub struct Batched {
     queue: Arc<Queue>,
+    /// A whole batch (`--batch-max`), at least [`AtOnce::DEFAULT`]'s least.
+    at_once: AtOnce,
 }
 
 pub fn build(deps: &Deps) -> Arc<dyn StockStrategy> {
     let max = usize::try_from(deps.batch_max).unwrap_or(1).max(1);
     Arc::new(Batched {
+        at_once: AtOnce {
+            least: deps.batch_max.max(AtOnce::DEFAULT.least),
+            ..AtOnce::DEFAULT
+        },
         queue: Arc::new(Queue {
             pool: deps.pool.clone(),
             window: deps.batch_window,
@@ -120,6 +128,13 @@ impl StockStrategy for Batched {
                 })
                 .map(Purchased::from)
         })
+    }
+
+    /// Never fewer than a whole batch at once. A batch takes one round trip whatever its
+    /// size, so admitting fewer shortens no purchase's wait; it only makes the batches, and
+    /// what the strategy sells, smaller.
+    fn at_once(&self) -> AtOnce {
+        self.at_once
     }
 }
 

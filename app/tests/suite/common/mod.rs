@@ -276,10 +276,9 @@ pub fn test_config(database_url: &str) -> Config {
     // properties would see `503 overloaded` they do not count on. It is tested on its own
     // (`overload.rs`), with the budget set there.
     config.latency_budget_ms = 0;
-    // Likewise the room kept for the refusals under a crowd: it narrows while the runtime
-    // wakes late, which on a test machine is the other suites' doing as much as this
-    // instance's. Its controller is tested in the app's unit tests (`overload/headroom.rs`,
-    // `overload/lag.rs`).
+    // Likewise the shedding under a crowd: it refuses while the runtime wakes late, which on
+    // a test machine is the other suites' doing as much as this instance's. It is tested in
+    // the app's unit tests (`overload/shedding.rs`, `overload/limiter.rs`).
     config.lag_target_ms = 0;
     config
 }

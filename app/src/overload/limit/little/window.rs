@@ -1,7 +1,7 @@
 //! What one window of the limit saw, and what it makes of it: the capacity, the ratio of the
 //! slowest purchase to the mean, and the limit they call for.
 
-use super::{FEWEST_FOR_RATIO, Limit, SMOOTHING};
+use super::{FEWEST_FOR_RATIO, Little, SMOOTHING};
 
 /// `before` moved by one window's weight ([`SMOOTHING`]) towards what the window `seen`.
 pub(super) fn smoothed(before: f64, seen: f64) -> f64 {
@@ -53,10 +53,10 @@ impl Window {
 
     /// The limit after this window, from the limit before it, the smoothed `capacity` and the
     /// mean time inside it `aim`s at.
-    pub fn next_limit(self, limit: u32, capacity: f64, aim: f64, bounds: &Limit) -> u32 {
+    pub fn next_limit(self, limit: u32, capacity: f64, aim: f64, bounds: &Little) -> u32 {
         let target = (capacity * aim)
             .round()
-            .clamp(f64::from(bounds.floor), f64::from(bounds.ceiling)) as u32;
+            .clamp(f64::from(bounds.least), f64::from(bounds.most)) as u32;
         if self.saturated(aim) {
             target
         } else {
@@ -73,8 +73,8 @@ mod tests {
 
     const BUDGET: Duration = Duration::from_millis(250);
 
-    fn bounds() -> Limit {
-        Limit::new(BUDGET, 4, 256)
+    fn bounds() -> Little {
+        Little::new(BUDGET, 4, 256)
     }
 
     fn window(answered: u32, mean_inside: f64) -> Window {
@@ -164,12 +164,12 @@ mod tests {
     }
 
     #[test]
-    fn a_strategy_that_answers_slowly_keeps_the_floor_open() {
+    fn a_strategy_that_answers_slowly_keeps_its_least_open() {
         assert_eq!(next(window(1, 3.0), 43, 1.0, None), 4);
     }
 
     #[test]
-    fn the_limit_never_passes_the_ceiling() {
+    fn the_limit_never_passes_the_most() {
         assert_eq!(next(window(10_000, 0.3), 256, 1.0, None), 256);
     }
 }

@@ -1,43 +1,43 @@
-//! A line found full, remembered for a moment, so the crowd behind it is refused at the door.
+//! A queue found full, remembered for a moment, so the crowd behind it is refused at the door.
 //!
-//! A bounded line that only a round trip can see — `redis-lua-stream`'s stream, whose length
+//! A bounded queue that only a round trip can see — `redis-lua-stream`'s stream, whose length
 //! its script checks — refuses a purchase past its bound only after the purchase has been
 //! admitted, run in a task of its own and sent to Redis. Under a crowd three times what the
 //! consumers place, nine in ten purchases went that way to learn what the one before had just
 //! learnt, and those round trips were most of what the service did: the refusals queued behind
-//! each other, and the consumers that empty the line waited for a core behind them. Once the
-//! line is found full, the next purchases of the strategy are refused at the door for a moment
+//! each other, and the consumers that empty the queue waited for a core behind them. Once the
+//! queue is found full, the next purchases of the strategy are refused at the door for a moment
 //! (`--full-line-memory-ms`, 1 ms by default) instead, as the door refuses past the admission
-//! limit; after it, one purchase runs the script and either finds room (and the line is open
+//! limit; after it, one purchase runs the script and either finds room (and the queue is open
 //! again) or finds it full again. The moment is far shorter than the consumers take to place
-//! what the line holds (a thousand entries take them tens of milliseconds at their fastest), so
-//! the line is topped up long before it runs dry.
+//! what the queue holds (a thousand entries take them tens of milliseconds at their fastest), so
+//! the queue is topped up long before it runs dry.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::metrics::micros;
 
-/// Until when a line is believed full.
+/// Until when a queue is believed full.
 #[derive(Debug)]
-pub struct FullLine {
+pub struct FullQueue {
     memory_us: u64,
     epoch: Instant,
-    /// Microseconds after `epoch` until which the line is believed full (0: not believed so).
+    /// Microseconds after `epoch` until which the queue is believed full (0: not believed so).
     until_us: AtomicU64,
 }
 
-impl FullLine {
-    /// A line believed full for `memory` each time it is found full (zero: never believed so).
-    pub fn new(memory: Duration) -> FullLine {
-        FullLine {
+impl FullQueue {
+    /// A queue believed full for `memory` each time it is found full (zero: never believed so).
+    pub fn new(memory: Duration) -> FullQueue {
+        FullQueue {
             memory_us: micros(memory),
             epoch: Instant::now(),
             until_us: AtomicU64::new(0),
         }
     }
 
-    /// The line was just found full.
+    /// The queue was just found full.
     pub fn found_full(&self) {
         if self.memory_us > 0 {
             // One microsecond more: `now_us` rounds down, and the belief must last its whole
@@ -47,7 +47,7 @@ impl FullLine {
         }
     }
 
-    /// Whether the line is believed full now. Reads only: the crowd's refusals write nothing
+    /// Whether the queue is believed full now. Reads only: the crowd's refusals write nothing
     /// the other cores read.
     pub fn is_full(&self) -> bool {
         self.now_us() < self.until_us.load(Ordering::Relaxed)
@@ -63,30 +63,30 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_line_found_full_is_believed_full() {
-        let line = FullLine::new(Duration::from_secs(3600));
-        assert!(!line.is_full(), "never found full");
-        line.found_full();
-        assert!(line.is_full());
+    fn a_queue_found_full_is_believed_full() {
+        let queue = FullQueue::new(Duration::from_secs(3600));
+        assert!(!queue.is_full(), "never found full");
+        queue.found_full();
+        assert!(queue.is_full());
     }
 
     #[test]
-    fn a_line_is_believed_full_for_its_memory_and_no_longer() {
+    fn a_queue_is_believed_full_for_its_memory_and_no_longer() {
         let memory = Duration::from_millis(1);
-        let line = FullLine::new(memory);
+        let queue = FullQueue::new(memory);
         let found = Instant::now();
-        line.found_full();
+        queue.found_full();
         // Waits for the belief to pass, not for a deadline a loaded machine could miss.
-        while line.is_full() {
+        while queue.is_full() {
             std::thread::yield_now();
         }
         assert!(found.elapsed() >= memory, "believed full throughout");
     }
 
     #[test]
-    fn a_line_without_memory_is_never_believed_full() {
-        let line = FullLine::new(Duration::ZERO);
-        line.found_full();
-        assert!(!line.is_full());
+    fn a_queue_without_memory_is_never_believed_full() {
+        let queue = FullQueue::new(Duration::ZERO);
+        queue.found_full();
+        assert!(!queue.is_full());
     }
 }

@@ -7,7 +7,7 @@
 //! cores are busy refusing the crowd, that round trip is as slow for one purchase as for two
 //! hundred. Admitting fewer then shortens nobody's wait: the batches shrink, the answers per
 //! second fall with them, the limit (capacity × budget) falls again, and so on down to the
-//! floor, where the strategy sells a few dozen units a second while it could sell thousands.
+//! least, where the strategy sells a few dozen units a second while it could sell thousands.
 //!
 //! So a fall is put on trial. Once the limit has fallen by [`TRIAL_FALL`] from where the fall
 //! began, it holds there until the purchases admitted before have left (a time inside) and
