@@ -89,8 +89,8 @@ pub struct Config {
     /// milliseconds: meanwhile it refuses `redis-lua-stream`'s purchases `503 overloaded` at
     /// the door, without a round trip each. Far shorter than the consumers take to place what
     /// the stream holds, so it is topped up long before it runs dry. 0: every purchase asks.
-    #[arg(long, env = "SECKILL_FULL_LINE_MEMORY_MS", default_value_t = 1)]
-    pub full_line_memory_ms: u64,
+    #[arg(long, env = "SECKILL_FULL_QUEUE_MEMORY_MS", default_value_t = 1)]
+    pub full_queue_memory_ms: u64,
 
     /// How long a stream entry may stay read and unacknowledged by its consumer before another
     /// consumer claims it (the first one is presumed dead), in milliseconds.

@@ -136,7 +136,7 @@ pub async fn build_with(
         batch_max: config.batch_max,
         batch_queue: config.batch_queue,
         stream_max_lag: config.stream_max_lag,
-        full_queue_memory: Duration::from_millis(config.full_line_memory_ms),
+        full_queue_memory: Duration::from_millis(config.full_queue_memory_ms),
         optimistic_in_flight: config.optimistic_in_flight,
     };
     let locks = backends::connect_all(config, &deps).await;

@@ -7,7 +7,7 @@
 //! learnt, and those round trips were most of what the service did: the refusals queued behind
 //! each other, and the consumers that empty the queue waited for a core behind them. Once the
 //! queue is found full, the next purchases of the strategy are refused at the door for a moment
-//! (`--full-line-memory-ms`, 1 ms by default) instead, as the door refuses past the admission
+//! (`--full-queue-memory-ms`, 1 ms by default) instead, as the door refuses past the admission
 //! limit; after it, one purchase runs the script and either finds room (and the queue is open
 //! again) or finds it full again. The moment is far shorter than the consumers take to place
 //! what the queue holds (a thousand entries take them tens of milliseconds at their fastest), so

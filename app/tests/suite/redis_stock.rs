@@ -612,7 +612,7 @@ async fn a_full_stream_refuses_purchases_overloaded_and_takes_nothing_until_it_d
     let mut config = config_with(&database_url, shared_redis().await);
     config.stream_max_lag = 3;
     // Every purchase runs the script: what the stream answers, not the door's memory of it.
-    config.full_line_memory_ms = 0;
+    config.full_queue_memory_ms = 0;
     let app = spawn_app(config).await;
     app.reset_in(1, 10, Home::Redis).await;
     let buy = |request: &str| order_body(request, "redis-lua-stream");
@@ -667,7 +667,7 @@ async fn a_stream_found_full_refuses_the_next_purchases_at_the_door_without_runn
     let database_url = fresh_database_url().await;
     let mut config = config_with(&database_url, shared_redis().await);
     config.stream_max_lag = 1;
-    config.full_line_memory_ms = 3_600_000;
+    config.full_queue_memory_ms = 3_600_000;
     let app = spawn_app(config).await;
     app.reset_in(1, 10, Home::Redis).await;
     let buy = |request: &str| order_body(request, "redis-lua-stream");

@@ -121,7 +121,7 @@ type Answer = Result<Success, ApiError>;
         (status = 422, description = "`invalid_request` (the body breaks the schema: a missing field — `user_id` too, when the server has no buyer key —, an unknown one, a value out of range), or `unknown_strategy`", body = ErrorBody),
         (status = 429, description = "`rate_limited`: this buyer or address is past its rate; retry after Retry-After", body = ErrorBody,
             headers(("Retry-After" = u32, description = "Seconds to wait"))),
-        (status = 503, description = "`busy` (retry after Retry-After), `overloaded` (refused at once: the service works on as many purchases as it may, or the line the purchase would wait in — `batched`'s, `redis-lua-stream`'s stream — is full), or `backend_unavailable` (a backend out of reach, or Redis lost the product's stock: refused until a reconcile)", body = ErrorBody,
+        (status = 503, description = "`busy` (retry after Retry-After), `overloaded` (refused at once: the service works on as many purchases as it may, or the queue the purchase would wait in — `batched`'s, `redis-lua-stream`'s stream — is full), or `backend_unavailable` (a backend out of reach, or Redis lost the product's stock: refused until a reconcile)", body = ErrorBody,
             headers(("Retry-After" = u32, description = "Seconds to wait")))))]
 pub async fn create(
     State(state): State<AppState>,
@@ -273,7 +273,7 @@ async fn run(state: &AppState, strategy: &Arc<dyn StockStrategy>, purchase: &Pur
                 "duplicate purchase, but its order is gone (product reset meanwhile?)".into(),
             )
         }),
-        // A full line took nothing and looks nothing up, as the door's refusal does not: a
+        // A full queue took nothing and looks nothing up, as the door's refusal does not: a
         // retry of a click that did buy is told to come back, and is answered its order then.
         Err(PurchaseError::Overloaded) => Err(ApiError::Overloaded),
         // Any other refusal may answer the retry of a click that did buy — its first answer
