@@ -183,6 +183,17 @@ pub struct Config {
     #[arg(long, env = "SECKILL_PAGE_REFRESH_TOGETHER")]
     pub page_refresh_together: bool,
 
+    /// Views of products' public pages an instance serves per second, each in its turn (a
+    /// tenth of a second's worth at once after a quiet moment): a crowd refreshing a page waits
+    /// on a timer instead of taking the cores the purchases need. 0: unpaced.
+    #[arg(long, env = "SECKILL_PAGE_VIEWS_PER_SECOND", default_value_t = 2_000)]
+    pub page_views_per_second: u32,
+
+    /// The longest a page view waits for its turn, in milliseconds; one whose turn is further
+    /// off is refused `503 busy` with a `Retry-After`.
+    #[arg(long, env = "SECKILL_PAGE_MAX_WAIT_MS", default_value_t = 1_000)]
+    pub page_max_wait_ms: u64,
+
     /// How long a buyer has to pay an order when its product's reset names no payment window,
     /// in milliseconds; past it the order expires and its units go back on sale.
     #[arg(long, env = "SECKILL_PAYMENT_WINDOW_MS", default_value_t = 900_000, value_parser = clap::value_parser!(i64).range(1..=604_800_000))]

@@ -252,6 +252,10 @@ pub async fn build_with(
         redis,
         shelf,
         pages,
+        page_pacer: overload::Pacer::new(
+            config.page_views_per_second,
+            Duration::from_millis(config.page_max_wait_ms),
+        ),
         readers,
         life,
         background: Arc::new(Background::new(

@@ -82,6 +82,8 @@ pub struct Shared {
     pub shelf: Arc<Shelf>,
     /// The products' public pages, and the pool they and the accounting are read through.
     pub pages: Arc<crate::pages::Pages>,
+    /// Paces the views of the pages (`None`: unpaced).
+    pub page_pacer: Option<crate::overload::Pacer>,
     pub readers: MySqlPool,
     /// Paying, cancelling and expiring orders.
     pub life: crate::lifecycle::Lifecycle,

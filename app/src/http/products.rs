@@ -1,6 +1,8 @@
 //! `PUT /api/products/{id}` (admin: create or reset), `GET /api/products/{id}` (the public
 //! page), `GET /api/products/{id}/accounting` (admin) and `reconcile` (admin).
 
+use std::time::Instant;
+
 use crate::api::{
     DEFAULT_BUCKETS, DEFAULT_PER_USER_LIMIT, ErrorBody, Home, MAX_BUCKETS, MAX_PAYMENT_WINDOW_MS,
     MAX_STOCK, ProductPage, ProductView, Reconciliation, ResetProduct, SaleRules, Strategies,
@@ -72,20 +74,36 @@ pub async fn reset(
 }
 
 /// The product's public page: its rules and the units left, read from its home alone, at most
-/// once per `--page-ttl-ms` by this instance (see [`crate::pages`]).
+/// once per `--page-ttl-ms` by this instance (see [`crate::pages`]); served at most
+/// `--page-views-per-second`, each view waiting for its turn (see [`crate::overload::Pacer`]).
 #[utoipa::path(get, path = "/api/products/{id}", tag = "products",
     params(("id" = i64, Path, description = "Product id (0 to 2^63 − 1)", minimum = 0)),
     responses(
         (status = 200, body = ProductPage),
         (status = 400, description = "`bad_request`: the id is not a number in range", body = ErrorBody),
         (status = 404, description = "`not_found`: unknown product", body = ErrorBody),
-        (status = 503, description = "`backend_unavailable`", body = ErrorBody,
+        (status = 503, description = "`backend_unavailable`, or `busy`: the instance serves \
+            this many page views a second, and this one's turn was further off than \
+            `--page-max-wait-ms`", body = ErrorBody,
             headers(("Retry-After" = u32, description = "Seconds to wait")))))]
 pub async fn show(
     State(state): State<AppState>,
     path: Result<Path<u64>, PathRejection>,
 ) -> Result<Json<ProductPage>, ApiError> {
     let id = super::product_id(path)?;
+    if let Some(pacer) = &state.page_pacer {
+        match pacer.turn(Instant::now()) {
+            Ok(wait) if wait.is_zero() => {}
+            Ok(wait) => tokio::time::sleep(wait).await,
+            Err(_) => {
+                return Err(ApiError::Busy(
+                    "this instance serves products' pages at a set rate, and this view's turn \
+                     was further off than it may wait"
+                        .into(),
+                ));
+            }
+        }
+    }
     state
         .pages
         .page(id)

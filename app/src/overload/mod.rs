@@ -12,14 +12,17 @@
 //!   ([`crate::strategy::AtOnce`]).
 //! * [`Rates`] — a buyer's and an address's requests per second, on every buyer route.
 //! * [`Connections`] — the connections an instance holds, the last few kept for operators.
+//! * [`Pacer`] — products' public pages served at a rate, each view waiting for its turn.
 
 pub mod connections;
 pub mod limit;
 mod limiter;
+mod pacer;
 mod rates;
 pub mod shedding;
 
 pub use connections::Connections;
 pub use limit::{Fixed, Limit, Little};
 pub use limiter::{Limiter, Place};
+pub use pacer::Pacer;
 pub use rates::Rates;

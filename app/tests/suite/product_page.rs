@@ -182,3 +182,55 @@ async fn the_accounting_is_for_the_admin_and_the_page_for_anyone() {
     app.stop().await;
     common::drop_database(&database_url).await;
 }
+
+/// `GET` of product `id`'s page.
+async fn view(app: &common::TestApp, id: u64) -> reqwest::Response {
+    (app.client)
+        .get(format!("{}/api/products/{id}", app.url))
+        .send()
+        .await
+        .expect("page")
+}
+
+#[tokio::test]
+async fn a_page_view_past_the_instances_rate_that_may_not_wait_is_refused_busy_with_retry_after() {
+    let database_url = fresh_database_url().await;
+    let mut config = test_config(&database_url);
+    config.page_views_per_second = 1;
+    config.page_max_wait_ms = 0;
+    let app = spawn_app(config).await;
+    app.reset(1, 10).await;
+    // One view a second: the views asked one after another soon meet a turn taken.
+    let mut refused = None;
+    for _ in 0..100 {
+        let page = view(&app, 1).await;
+        if page.status() != StatusCode::OK {
+            refused = Some(page);
+            break;
+        }
+    }
+    let refused = refused.expect("a hundred views in a row, each served at once");
+    assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(refused.headers().contains_key("retry-after"));
+    let body: Value = refused.json().await.expect("json");
+    assert_eq!(body["error"], "busy", "{body}");
+}
+
+#[tokio::test]
+async fn page_views_past_the_rate_wait_their_turns_one_interval_apart_and_are_all_served() {
+    let database_url = fresh_database_url().await;
+    let mut config = test_config(&database_url);
+    config.page_views_per_second = 10;
+    config.page_max_wait_ms = 60_000;
+    let app = spawn_app(config).await;
+    app.reset(1, 10).await;
+    let began = std::time::Instant::now();
+    let views = futures::future::join_all((0..5).map(|_| view(&app, 1))).await;
+    assert!(views.iter().all(|v| v.status() == StatusCode::OK));
+    // Five turns a tenth of a second apart: the last came four intervals after the first.
+    assert!(
+        began.elapsed() >= Duration::from_millis(400),
+        "{:?}",
+        began.elapsed()
+    );
+}
