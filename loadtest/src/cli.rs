@@ -1,6 +1,7 @@
 //! The command line of `seckill-bench`.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use app::api::Strategy;
 use clap::{Args, Parser, Subcommand};
@@ -244,6 +245,8 @@ pub struct RunArgs {
     /// one.
     #[arg(long, env = "SECKILL_SCREENSHOTS")]
     pub screenshots: bool,
+    #[command(flatten)]
+    pub distance: DistanceArgs,
     /// Directory under which `<UTC timestamp>/` and the `latest` link are written.
     #[arg(long, default_value = "results")]
     pub out: PathBuf,
@@ -257,6 +260,42 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 10, env = "SECKILL_SERVER_NICENESS",
           value_parser = clap::value_parser!(i32).range(0..=19))]
     pub server_niceness: i32,
+}
+
+/// How far the servers stand from whoever reaches them (`--rtt`).
+#[derive(Debug, Clone, Args)]
+pub struct DistanceArgs {
+    /// Put every server (MariaDB, Redis, the Redlock set, ZooKeeper, etcd, memcached) behind a
+    /// relay that adds this round trip to every request made to it: `0.5ms` (two machines of
+    /// one zone), `2ms` (of two zones), `500us`; `0` keeps the relays and adds nothing (what
+    /// the relays cost). Without it the servers are reached directly, over loopback.
+    #[arg(long, env = "SECKILL_BENCH_RTT", value_parser = duration, value_name = "DURATION")]
+    pub rtt: Option<Duration>,
+}
+
+/// A duration as `0.5ms`, `2ms`, `500us` (or `500µs`), `1s`; `0` alone is zero.
+pub fn duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    if text == "0" {
+        return Ok(Duration::ZERO);
+    }
+    let unit_at = (text.find(|c: char| !c.is_ascii_digit() && c != '.'))
+        .ok_or_else(|| format!("`{text}` needs a unit: us, ms or s"))?;
+    let (number, unit) = text.split_at(unit_at);
+    let number: f64 = (number.parse().ok())
+        .filter(|n: &f64| n.is_finite())
+        .ok_or_else(|| format!("`{text}` is no duration"))?;
+    let nanos_per_unit = match unit.trim() {
+        "us" | "µs" => 1e3,
+        "ms" => 1e6,
+        "s" => 1e9,
+        other => return Err(format!("`{other}` in `{text}` is no unit: us, ms or s")),
+    };
+    let nanos = (number * nanos_per_unit).round();
+    if nanos >= u64::MAX as f64 {
+        return Err(format!("`{text}` is too long"));
+    }
+    Ok(Duration::from_nanos(nanos as u64))
 }
 
 /// How the flood arrives.
@@ -448,6 +487,8 @@ pub struct LockArgs {
     /// offending slices of history.
     #[arg(long)]
     pub check: bool,
+    #[command(flatten)]
+    pub distance: DistanceArgs,
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
@@ -551,5 +592,24 @@ mod tests {
         let worst = settings(&["--expiry-non-payers", "1"]).unwrap();
         assert_eq!(worst.expiry.unwrap().non_payer_share, 1.0);
         assert!(settings(&["--expiry-non-payers", "1.5"]).is_err());
+    }
+
+    #[test]
+    fn round_trips_are_read_in_microseconds_milliseconds_or_seconds() {
+        let us = Duration::from_micros;
+        assert_eq!(duration("0.5ms"), Ok(us(500)));
+        assert_eq!(duration("2ms"), Ok(us(2_000)));
+        assert_eq!(duration("500us"), Ok(us(500)));
+        assert_eq!(duration("200µs"), Ok(us(200)));
+        assert_eq!(duration("1s"), Ok(us(1_000_000)));
+        assert_eq!(duration("0"), Ok(Duration::ZERO));
+        for wrong in ["", "2", "ms", "1.2.3ms", "-1ms", "2 hours"] {
+            assert!(duration(wrong).is_err(), "`{wrong}` was read");
+        }
+        let cli = Cli::try_parse_from(["seckill-bench", "run", "--rtt", "0.5ms"]).unwrap();
+        let Command::Run(run) = cli.command else {
+            unreachable!("parsed as `run`");
+        };
+        assert_eq!(run.distance.rtt, Some(us(500)));
     }
 }

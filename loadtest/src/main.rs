@@ -87,20 +87,21 @@ fn run(args: &RunArgs, only_flood: bool) -> Result<()> {
     }
     sandbox::set_server_niceness(settings.server_niceness);
     let app_binary = testkit::locate_app(args.app_bin.as_deref())?;
-    let (servers, endpoints) = servers()?;
-    let versions = servers.as_ref().and_then(|s| s.versions().ok());
+    let stand = servers(args.distance.rtt)?;
+    let spawned = stand.servers.as_ref();
     let target = Target {
-        endpoints,
-        servers: if servers.is_some() {
+        endpoints: stand.endpoints.clone(),
+        distance: stand.distance,
+        servers: if spawned.is_some() {
             "spawned"
         } else {
             "external"
         },
-        versions,
+        versions: spawned.and_then(|s| s.versions().ok()),
         app_binary,
         bench_binary: std::env::current_exe().context("locating seckill-bench itself")?,
         database: "seckill_bench".into(),
-        processes: servers.as_ref().map(server_processes).unwrap_or_default(),
+        processes: spawned.map(server_processes).unwrap_or_default(),
     };
     let mut live_args = args.live.clone();
     if args.screenshots && live_args.live.is_none() {
@@ -115,7 +116,7 @@ fn run(args: &RunArgs, only_flood: bool) -> Result<()> {
         }
     }
     drop(page);
-    drop(servers);
+    drop(stand);
     if args.json {
         let mut out = std::io::stdout().lock();
         writeln!(out, "{}", report::json::to_string(&output.report)?)?;
@@ -232,13 +233,14 @@ fn scenario(args: &ScenarioArgs) -> Result<()> {
 
 fn lock(args: &LockArgs) -> Result<()> {
     let backend = args.backend.context("--backend is required")?;
-    let (servers, endpoints) = servers()?;
+    let stand = servers(args.distance.rtt)?;
+    let endpoints = &stand.endpoints;
     let result = runtime()?.block_on(async {
-        let clients = lock::connect_clients(backend, &endpoints, args.clients).await?;
+        let clients = lock::connect_clients(backend, endpoints, args.clients).await?;
         lock::bench(
             backend,
             clients,
-            &endpoints,
+            endpoints,
             args.workers,
             args.seconds,
             Duration::from_micros(args.hold_us),
@@ -246,7 +248,7 @@ fn lock(args: &LockArgs) -> Result<()> {
         )
         .await
     })?;
-    drop(servers);
+    drop(stand);
     if args.json {
         println!("{}", serde_json::to_string(&result)?);
     } else {
@@ -301,9 +303,9 @@ fn lock_peers(args: &PeersArgs) -> Result<()> {
         python: (args.python.clone()).unwrap_or_else(lock::peers::PeersOptions::default_python),
         script: (args.script.clone()).unwrap_or_else(lock::peers::PeersOptions::default_script),
     };
-    let (servers, endpoints) = servers()?;
-    let report = runtime()?.block_on(lock::peers::run(&endpoints, &options))?;
-    drop(servers);
+    let stand = servers(None)?;
+    let report = runtime()?.block_on(lock::peers::run(&stand.endpoints, &options))?;
+    drop(stand);
     let md = report.markdown();
     if let Some(out) = &args.out {
         std::fs::write(out, &md).with_context(|| format!("writing {}", out.display()))?;

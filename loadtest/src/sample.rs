@@ -15,6 +15,7 @@ use crate::report::schema::{
     NoopFlood, OPEN_RATE_SHARE, OverloadResult, OverloadShape, RefusalRate, ReturnLockUse,
     RunReport, SCHEMA_VERSION, SaleResult, Settings, StrategyReport, ThroughputResult,
 };
+use crate::rig::world::World;
 
 /// A run result of `per_sec` deductions in one second, latencies 1–50 ms.
 pub fn load(mode: Loop, per_sec: u64) -> LoadResult {
@@ -225,6 +226,7 @@ pub fn report() -> RunReport {
             overload: Some(overload_shape()),
             expiry: Some(expiry_shape()),
         },
+        world: Some(World::local(2)),
         environment: Environment {
             cpus: 2,
             cpu_model: Some("Test CPU".into()),

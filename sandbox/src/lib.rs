@@ -25,7 +25,8 @@
 //! relays whose connections can be made to go silent.
 //!
 //! [`Relay`] puts the same relay between a client and its server: a scenario cuts one client
-//! off, black-holes it, or moves it to another server, while every other client goes on.
+//! off, black-holes it, or moves it to another server, while every other client goes on. It
+//! can also delay each direction ([`Delays`]): a server at a distance, as across a zone.
 
 /// The accessors every server handle has: the loopback port its clients connect to (`$port`,
 /// a field of the handle), and its process (the `server` field).
@@ -46,6 +47,7 @@ macro_rules! listening {
 }
 
 mod cluster;
+mod delay;
 mod error;
 mod etcd;
 mod etcd_cluster;
@@ -64,6 +66,7 @@ mod zookeeper;
 mod zookeeper_ensemble;
 
 pub use cluster::{Cluster, MEMBERS, wait_for};
+pub use delay::{Delay, Delays};
 pub use error::Error;
 pub use etcd::Etcd;
 pub use etcd_cluster::{EtcdCluster, EtcdMember, EtcdStatus};

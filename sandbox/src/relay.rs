@@ -32,6 +32,11 @@
 //! real partition whose TCP state timed out) and relays new ones again; the peers reconnect by
 //! themselves.
 //!
+//! Either kind can also delay what it carries, each direction by its own one-way delay
+//! ([`Relay::set_delays`], see [`crate::Delays`]): a client and its server then stand as far
+//! apart as two machines of one zone, or of two. Cutting, silencing, healing and moving work
+//! as they do without delay.
+//!
 //! Where a connection comes from is either fixed (one relay per directed pair of members, for
 //! servers such as ZooKeeper whose members may each be given their own view of the peer
 //! addresses) or read from an HTTP request header (etcd stamps every peer request with
@@ -40,9 +45,11 @@
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use crate::delay::{Delays, Dial, Dials, Jitter, Line};
 
 /// Who opened a relayed connection.
 #[derive(Clone)]
@@ -73,6 +80,8 @@ pub(crate) struct Relays {
 struct State {
     inner: Mutex<Inner>,
     closing: AtomicBool,
+    /// What every connection's bytes are delayed by, each way.
+    delays: Dials,
 }
 
 #[derive(Default)]
@@ -101,13 +110,15 @@ impl Inner {
     }
 }
 
-struct Conn {
+pub(crate) struct Conn {
     /// The relay it came through.
     relay: SocketAddr,
     from: Option<String>,
     to: String,
     /// Set once the connection crosses a partition; it never carries bytes again.
     silent: AtomicBool,
+    /// Set once it is closed: the bytes still on their way are dropped.
+    closed: AtomicBool,
     /// Clones of both ends, to shut them down from outside the pumping threads.
     ends: Mutex<Vec<TcpStream>>,
 }
@@ -119,10 +130,21 @@ impl Conn {
             .any(|l| *l == self.to || self.from.as_ref() == Some(l))
     }
 
-    fn close(&self) {
+    pub(crate) fn close(&self) {
+        self.closed.store(true, Ordering::SeqCst);
         for end in lock(&self.ends).iter() {
             let _ = end.shutdown(Shutdown::Both);
         }
+    }
+
+    /// Whether it crossed a partition: its bytes are dropped.
+    fn is_silent(&self) -> bool {
+        self.silent.load(Ordering::SeqCst)
+    }
+
+    /// Whether it still carries bytes: neither silent nor closed.
+    pub(crate) fn carries(&self) -> bool {
+        !self.is_silent() && !self.closed.load(Ordering::SeqCst)
     }
 }
 
@@ -196,6 +218,22 @@ impl Relays {
         }
     }
 
+    /// Delays every connection's bytes by `delays`, open connections' from their next chunk.
+    pub(crate) fn set_delays(&self, delays: Delays) {
+        self.state.delays.set(delays);
+    }
+
+    /// What every connection's bytes are delayed by.
+    pub(crate) fn delays(&self) -> Delays {
+        self.state.delays.get()
+    }
+
+    /// Chunks read and not yet written, held by the delays: more than one means many are on
+    /// their way at once, as on a long wire.
+    pub(crate) fn in_flight(&self) -> usize {
+        self.state.delays.in_flight.load(Ordering::SeqCst)
+    }
+
     /// Points the relay at `relay` to `target`: its connections are closed, new ones lead
     /// there.
     fn retarget(&self, relay: SocketAddr, target: SocketAddr) {
@@ -239,9 +277,32 @@ const SERVER: &str = "server";
 impl Relay {
     /// Relays a free loopback port to `target`.
     pub fn start(target: SocketAddr) -> crate::Result<Relay> {
+        Relay::start_delayed(target, Delays::NONE)
+    }
+
+    /// Relays a free loopback port to `target`, each direction delayed by `delays`.
+    pub fn start_delayed(target: SocketAddr, delays: Delays) -> crate::Result<Relay> {
         let relays = Relays::new();
+        relays.set_delays(delays);
         let addr = relays.relay(target, Source::Anyone, SERVER)?;
         Ok(Relay { relays, addr })
+    }
+
+    /// Delays each direction by `delays` from now on: new connections, and open ones from
+    /// their next chunk (the chunks already on their way keep the time they are due at).
+    pub fn set_delays(&self, delays: Delays) {
+        self.relays.set_delays(delays);
+    }
+
+    /// What each direction is delayed by.
+    pub fn delays(&self) -> Delays {
+        self.relays.delays()
+    }
+
+    /// Chunks read and not yet written, held by the delays, over every connection: more than
+    /// one means many are on their way at once, as on a long wire.
+    pub fn in_flight(&self) -> usize {
+        self.relays.in_flight()
     }
 
     /// `127.0.0.1:<port>`, to connect to instead of the server.
@@ -273,7 +334,7 @@ impl Relay {
 }
 
 /// Relays one accepted connection until either side closes it or it is cut.
-fn serve(state: &State, client: TcpStream, relay: SocketAddr, from: Source, to: String) {
+fn serve(state: &Arc<State>, client: TcpStream, relay: SocketAddr, from: Source, to: String) {
     let mut first = Vec::new();
     let from = match from {
         Source::Anyone => None,
@@ -288,6 +349,7 @@ fn serve(state: &State, client: TcpStream, relay: SocketAddr, from: Source, to: 
         from,
         to,
         silent: AtomicBool::new(false),
+        closed: AtomicBool::new(false),
         ends: Mutex::new(vec![client_end]),
     });
     {
@@ -308,11 +370,21 @@ fn serve(state: &State, client: TcpStream, relay: SocketAddr, from: Source, to: 
         if let Ok(end) = upstream.try_clone() {
             lock(&conn.ends).push(end);
         }
-        let forward = (&upstream).write_all(&first).is_ok();
-        if let (true, Ok(up), Ok(down)) = (forward, upstream.try_clone(), client.try_clone()) {
-            let back = conn.clone();
-            let downstream = std::thread::spawn(move || pump(&back, Ok(up), down));
-            pump(&conn, Ok(client), upstream);
+        if let (Ok(up), Ok(down)) = (upstream.try_clone(), client.try_clone()) {
+            let (back, state_back) = (conn.clone(), state.clone());
+            let downstream = std::thread::spawn(move || {
+                let delays = &state_back.delays;
+                pump(&back, up, down, &[], &delays.to_client, &delays.in_flight)
+            });
+            let delays = &state.delays;
+            pump(
+                &conn,
+                client,
+                upstream,
+                &first,
+                &delays.to_server,
+                &delays.in_flight,
+            );
             let _ = downstream.join();
         }
     }
@@ -347,22 +419,68 @@ fn connect_upstream(state: &State, conn: &Conn) -> Option<TcpStream> {
     }
 }
 
-/// Copies `from` to `to` until either fails; drops the bytes once the connection is silent.
-fn pump(conn: &Conn, from: std::io::Result<TcpStream>, mut to: TcpStream) {
-    let Ok(mut from) = from else { return };
+/// Copies `from` to `to` (`first`, read before, ahead of the rest), each chunk `dial`'s delay
+/// later, until either side fails; drops the bytes once the connection is silent. The chunks
+/// on their way when `from` ends are written before the connection is closed.
+fn pump(
+    conn: &Arc<Conn>,
+    mut from: TcpStream,
+    to: TcpStream,
+    first: &[u8],
+    dial: &Dial,
+    in_flight: &Arc<AtomicUsize>,
+) {
+    let mut out = Out::Direct(to);
+    let mut jitter = Jitter::new();
+    let mut carry = |chunk: &[u8]| out.carry(chunk, dial.draw(&mut jitter), conn, in_flight);
     let mut buf = [0u8; 16 * 1024];
-    loop {
-        match from.read(&mut buf) {
-            Ok(0) | Err(_) => break,
-            Ok(_) if conn.silent.load(Ordering::SeqCst) => continue,
-            Ok(n) => {
-                if to.write_all(&buf[..n]).is_err() {
-                    break;
-                }
-            }
-        }
+    let mut open = first.is_empty() || carry(first);
+    while open {
+        open = match from.read(&mut buf) {
+            Ok(0) | Err(_) => false,
+            Ok(_) if conn.is_silent() => true,
+            Ok(n) => carry(&buf[..n]),
+        };
+    }
+    if let Out::Delayed(line) = out {
+        line.finish();
     }
     conn.close();
+}
+
+/// Where a pump writes: straight to its socket until a chunk is delayed, through a delay line
+/// from then on (so that no chunk overtakes the ones on their way).
+enum Out {
+    Direct(TcpStream),
+    Delayed(Line),
+}
+
+impl Out {
+    /// Writes `chunk`, just read, now, or queues it to be written `delay` from now; false
+    /// when the connection cannot carry it.
+    fn carry(
+        &mut self,
+        chunk: &[u8],
+        delay: Duration,
+        conn: &Arc<Conn>,
+        in_flight: &Arc<AtomicUsize>,
+    ) -> bool {
+        if let Out::Direct(to) = self
+            && !delay.is_zero()
+        {
+            let Ok(to) = to.try_clone() else {
+                return false;
+            };
+            match Line::start(to, conn.clone(), in_flight.clone()) {
+                Ok(line) => *self = Out::Delayed(line),
+                Err(_) => return false,
+            }
+        }
+        match self {
+            Out::Direct(to) => to.write_all(chunk).is_ok(),
+            Out::Delayed(line) => line.send(Instant::now() + delay, chunk),
+        }
+    }
 }
 
 /// Reads the first request's head into `buf` and returns the value of header `name`.

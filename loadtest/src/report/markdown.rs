@@ -400,6 +400,9 @@ fn environment(r: &RunReport) -> String {
         },
     ]);
     t.row(["servers".to_string(), e.servers.clone()]);
+    if let Some(added) = r.world.and_then(|w| w.distance.added()) {
+        t.row(["round trip added".to_string(), added]);
+    }
     t.row([
         "load generator build".to_string(),
         e.generator_build.clone(),

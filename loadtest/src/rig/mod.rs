@@ -1,9 +1,11 @@
 //! What a run stands on: the servers (throwaway ones, or the external ones named in the
-//! environment), the fleets of `seckill-app` processes the fault scenarios start, the
-//! clusters they kill members of, HTTP's floor for the baselines, the record of the machine
-//! and the servers' settings, and the world a run's phases measure in ([`world::World`]).
+//! environment; at a distance behind delaying relays when asked, [`distance`]), the fleets of
+//! `seckill-app` processes the fault scenarios start, the clusters they kill members of,
+//! HTTP's floor for the baselines, the record of the machine and the servers' settings, and
+//! the world a run's phases measure in ([`world::World`]).
 
 pub mod clusters;
+pub mod distance;
 pub mod environment;
 pub mod fleet;
 pub mod http_floor;
@@ -12,9 +14,12 @@ pub mod replication;
 pub mod world;
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use sandbox::{Endpoints, Mode, Servers};
+
+use world::Distance;
 
 /// A process to account for: its name in the report, the group it is summed in (`app` for
 /// every instance, `redis-server` for every Redis) and its pid.
@@ -42,7 +47,10 @@ impl Process {
 
 /// Where a run goes: servers, the app binary, the database the app instances use.
 pub struct Target {
+    /// Where the servers are reached: their own addresses, or their relays' (`distance`).
     pub endpoints: Endpoints,
+    /// What lies between the app instances and the servers.
+    pub distance: Distance,
     /// `spawned` or `external`, for the report.
     pub servers: &'static str,
     pub versions: Option<sandbox::Versions>,
@@ -55,15 +63,45 @@ pub struct Target {
     pub processes: Vec<Process>,
 }
 
-/// Throwaway servers, or the external ones named in the environment (`SECKILL_EXTERNAL=1`).
-pub fn servers() -> Result<(Option<Servers>, Endpoints)> {
-    if sandbox::mode() == Mode::External {
-        return Ok((None, Endpoints::from_env()?));
-    }
-    eprintln!("starting throwaway servers (MariaDB, Redis ×6, ZooKeeper, etcd, memcached)…");
-    let servers = Servers::start().context("starting the servers (try `cargo xtask setup`)")?;
-    let endpoints = servers.endpoints();
-    Ok((Some(servers), endpoints))
+/// The servers a command stands on, and where it reaches them. Dropping it closes the relays
+/// and stops the throwaway servers.
+pub struct Stand {
+    /// Where the servers are reached: their own addresses, or their relays'.
+    pub endpoints: Endpoints,
+    /// What lies between the servers and whoever reaches them through [`Stand::endpoints`].
+    pub distance: Distance,
+    // Fields drop in declaration order: the relays before the servers they lead to.
+    _relays: Option<distance::Relays>,
+    /// The throwaway servers; none for external ones.
+    pub servers: Option<Servers>,
+}
+
+/// Throwaway servers, or the external ones named in the environment (`SECKILL_EXTERNAL=1`);
+/// with `rtt`, each behind a relay that adds that round trip ([`distance`]), else reached
+/// directly.
+pub fn servers(rtt: Option<Duration>) -> Result<Stand> {
+    let (servers, direct) = if sandbox::mode() == Mode::External {
+        (None, Endpoints::from_env()?)
+    } else {
+        eprintln!("starting throwaway servers (MariaDB, Redis ×6, ZooKeeper, etcd, memcached)…");
+        let servers = Servers::start().context("starting the servers (try `cargo xtask setup`)")?;
+        let endpoints = servers.endpoints();
+        (Some(servers), endpoints)
+    };
+    let (relays, endpoints) = match rtt {
+        None => (None, direct),
+        Some(rtt) => {
+            eprintln!("every server behind a relay adding {rtt:?} to each round trip");
+            let (relays, endpoints) = distance::apart(&direct, rtt)?;
+            (Some(relays), endpoints)
+        }
+    };
+    Ok(Stand {
+        endpoints,
+        distance: Distance::of(rtt),
+        _relays: relays,
+        servers,
+    })
 }
 
 /// Every server process of `s`, for CPU accounting.

@@ -5,9 +5,10 @@
 //! same phases, not phases of their own: a phase reads from the world what it depends on (the
 //! instances whose limits add up, today) and nothing decides by hand which world it is in.
 //!
-//! `report.json` does not carry the world yet: its keys are part of the schema (version 2),
-//! and a run in any other world cannot be made yet. The type serializes as the report will
-//! write it once a second world exists.
+//! `report.json` carries the world a run measured in (`world`; absent from the reports written
+//! before a run could be made in another one, which were all local).
+
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -45,16 +46,47 @@ pub enum Topology {
 pub enum Distance {
     /// None: one machine, loopback, no delay added.
     Local,
+    /// Every server behind a relay on this machine that delays each direction by half of
+    /// `rtt_us` ([`super::distance`]); 0: the relays alone, what they cost.
+    Relayed { rtt_us: u64 },
+}
+
+impl Distance {
+    /// Servers behind relays adding `rtt` to every round trip, or none.
+    pub fn of(rtt: Option<Duration>) -> Distance {
+        match rtt {
+            None => Distance::Local,
+            Some(rtt) => Distance::Relayed {
+                rtt_us: u64::try_from(rtt.as_micros()).unwrap_or(u64::MAX),
+            },
+        }
+    }
+
+    /// What the report says of the round trip added, where relays stood between:
+    /// `0.5 ms, by a relay in front of each server`.
+    pub fn added(self) -> Option<String> {
+        match self {
+            Distance::Local => None,
+            Distance::Relayed { rtt_us } => Some(format!(
+                "{} ms, by a relay in front of each server",
+                rtt_us as f64 / 1_000.0
+            )),
+        }
+    }
 }
 
 impl World {
-    /// The world the rig starts today: `instances` app processes on this machine beside one
-    /// MariaDB and one Redis.
+    /// `instances` app processes on this machine beside one MariaDB and one Redis.
     pub fn local(instances: usize) -> World {
+        World::at(instances, Distance::Local)
+    }
+
+    /// [`World::local`]'s servers at `distance` from the app instances.
+    pub fn at(instances: usize, distance: Distance) -> World {
         World {
             engine: Engine::MariaDb,
             topology: Topology::OneNode,
-            distance: Distance::Local,
+            distance,
             instances,
         }
     }

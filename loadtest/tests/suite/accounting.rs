@@ -1,40 +1,9 @@
 //! The flash-sale accounting reports what the database holds, for an unsafe and a safe
 //! strategy, through the whole `run` (app processes, HTTP, report).
 
-use crate::common;
+use crate::common::{self, run_and_read};
 
-use app::accounting::Accounting;
 use app::api::Strategy;
-use loadtest::run::{RunOutput, run_in};
-use sqlx::mysql::MySqlPoolOptions;
-
-/// Runs `strategy` with quick settings; returns the report, the database's own accounting,
-/// and the directory holding the report (deleted when dropped).
-async fn run_and_read(strategy: Strategy) -> (RunOutput, Accounting, tempfile::TempDir) {
-    let settings = common::quick(strategy);
-    let target = common::target();
-    let out = tempfile::tempdir().unwrap();
-    let output = run_in(&settings, &target, out.path()).await.unwrap();
-    let sale = (output.allotments.iter())
-        .find(|allotment| allotment.phase == "sale")
-        .expect("the sale's product");
-    let db = MySqlPoolOptions::new()
-        .max_connections(1)
-        .connect(&format!(
-            "{}/{}",
-            target.endpoints.database_url, target.database
-        ))
-        .await
-        .unwrap();
-    let ledger = app::inventory::ledger(&db, None, sale.product())
-        .await
-        .unwrap()
-        .expect("the sale product");
-    db.close().await;
-    common::drop_database(&target).await;
-    let demand = settings.demand as i64 * settings.quantity;
-    (output, Accounting::of(ledger, demand), out)
-}
 
 /// Rounds an unsafe run may take before its race shows.
 const MAX_ROUNDS: usize = 3;
@@ -44,7 +13,7 @@ async fn an_unsafe_strategy_run_reports_the_oversell_the_database_shows() {
     // `naive` writes back an absolute stock computed from a stale read: with 30 concurrent
     // buyers and demand 4× stock, its lost updates oversell.
     for round in 1..=MAX_ROUNDS {
-        let (output, truth, _out) = run_and_read(Strategy::Naive).await;
+        let (output, truth, _out) = run_and_read(Strategy::Naive, &common::target()).await;
         let reported = &output.report.strategies[0].sale.accounting;
         assert_eq!(reported, &truth, "round {round}");
         if truth.oversell == 0 {
@@ -64,7 +33,7 @@ async fn an_unsafe_strategy_run_reports_the_oversell_the_database_shows() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_safe_strategy_run_reports_zero_oversell_and_sells_out_exactly() {
-    let (output, truth, _out) = run_and_read(Strategy::Conditional).await;
+    let (output, truth, _out) = run_and_read(Strategy::Conditional, &common::target()).await;
     let reported = &output.report.strategies[0].sale.accounting;
     assert_eq!(reported, &truth);
     assert_eq!(truth.oversell, 0);

@@ -101,14 +101,7 @@ async fn no_order_a_phase_leaves_behind_falls_due_while_the_run_goes_on() {
     let target = common::target();
     let out = tempfile::tempdir().unwrap();
     run_in(&settings, &target, out.path()).await.unwrap();
-    let db = sqlx::mysql::MySqlPoolOptions::new()
-        .max_connections(1)
-        .connect(&format!(
-            "{}/{}",
-            target.endpoints.database_url, target.database
-        ))
-        .await
-        .unwrap();
+    let db = common::database(&target).await;
     let (reserved, due_within_a_day): (i64, i64) = sqlx::query_as(
         "SELECT COUNT(*), COUNT(CASE WHEN pay_by < NOW(6) + INTERVAL 1 DAY THEN 1 END) \
          FROM orders WHERE state = 'reserved'",

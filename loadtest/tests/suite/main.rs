@@ -7,6 +7,7 @@ mod accounting;
 mod baselines;
 mod committed;
 mod coordinated_omission;
+mod distance;
 mod expiry;
 mod flood;
 mod live_page;

@@ -192,14 +192,7 @@ async fn run_the_phase() -> Crowd {
         );
     }
 
-    let db = sqlx::mysql::MySqlPoolOptions::new()
-        .max_connections(1)
-        .connect(&format!(
-            "{}/{}",
-            target.endpoints.database_url, target.database
-        ))
-        .await
-        .unwrap();
+    let db = common::database(&target).await;
     let products: Vec<u64> = (run.allotments.iter())
         .filter(|allotment| allotment.phase == "overload")
         .map(|allotment| allotment.product())

@@ -7,3 +7,4 @@ mod cluster_redis_sentinel;
 mod cluster_zookeeper;
 mod process_control;
 mod relay;
+mod relay_delay;

@@ -1,12 +1,17 @@
 //! The relay between a client and its server: it carries bytes both ways, cuts every
 //! connection (and refuses new ones) until healed, goes silent without closing, and moves to
-//! another server.
+//! another server; each the same with a delay set as without.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::Duration;
 
-use sandbox::Relay;
+use sandbox::{Delays, Relay};
+
+/// No delay, and one each way: every behaviour holds under both.
+fn delays() -> [Delays; 2] {
+    [Delays::NONE, Delays::round_trip(Duration::from_millis(20))]
+}
 
 /// A server that answers every read with `tag` followed by what it read.
 fn echo(tag: &'static str) -> SocketAddr {
@@ -52,44 +57,55 @@ fn ask(stream: &mut TcpStream) -> Result<String, ErrorKind> {
 
 #[test]
 fn a_cut_relay_closes_its_connections_and_each_new_one_until_it_is_healed() {
-    let relay = Relay::start(echo("a:")).unwrap();
-    let mut before = connect(&relay);
-    assert_eq!(ask(&mut before).as_deref(), Ok("a:ping"));
-    relay.cut();
-    assert!(ask(&mut before).is_err(), "the old connection was closed");
-    let mut during = connect(&relay);
-    assert!(ask(&mut during).is_err(), "a new one is closed at once");
-    relay.heal();
-    let mut after = connect(&relay);
-    assert_eq!(ask(&mut after).as_deref(), Ok("a:ping"));
+    for delays in delays() {
+        let relay = Relay::start_delayed(echo("a:"), delays).unwrap();
+        let mut before = connect(&relay);
+        assert_eq!(ask(&mut before).as_deref(), Ok("a:ping"));
+        relay.cut();
+        assert!(ask(&mut before).is_err(), "the old connection was closed");
+        let mut during = connect(&relay);
+        assert!(ask(&mut during).is_err(), "a new one is closed at once");
+        relay.heal();
+        let mut after = connect(&relay);
+        assert_eq!(ask(&mut after).as_deref(), Ok("a:ping"), "{delays:?}");
+    }
 }
 
 #[test]
 fn a_silenced_relay_keeps_its_connections_open_and_carries_nothing() {
-    let relay = Relay::start(echo("a:")).unwrap();
-    let mut stream = connect(&relay);
-    assert_eq!(ask(&mut stream).as_deref(), Ok("a:ping"));
-    relay.silence();
-    stream
-        .set_read_timeout(Some(Duration::from_millis(300)))
-        .unwrap();
-    let silent = ask(&mut stream);
-    assert!(
-        matches!(silent, Err(ErrorKind::WouldBlock | ErrorKind::TimedOut)),
-        "{silent:?}: neither an answer nor a close"
-    );
-    relay.heal();
-    let mut again = connect(&relay);
-    assert_eq!(ask(&mut again).as_deref(), Ok("a:ping"));
+    for delays in delays() {
+        let relay = Relay::start_delayed(echo("a:"), delays).unwrap();
+        let mut stream = connect(&relay);
+        assert_eq!(ask(&mut stream).as_deref(), Ok("a:ping"));
+        relay.silence();
+        stream
+            .set_read_timeout(Some(Duration::from_millis(300)))
+            .unwrap();
+        let silent = ask(&mut stream);
+        assert!(
+            matches!(silent, Err(ErrorKind::WouldBlock | ErrorKind::TimedOut)),
+            "{silent:?}: neither an answer nor a close ({delays:?})"
+        );
+        relay.heal();
+        let mut again = connect(&relay);
+        assert_eq!(ask(&mut again).as_deref(), Ok("a:ping"), "{delays:?}");
+    }
 }
 
 #[test]
 fn a_moved_relay_drops_its_connections_and_leads_new_ones_to_the_other_server() {
-    let relay = Relay::start(echo("a:")).unwrap();
-    let mut old = connect(&relay);
-    assert_eq!(ask(&mut old).as_deref(), Ok("a:ping"));
-    relay.move_to(echo("b:"));
-    assert!(ask(&mut old).is_err(), "the old connection was dropped");
-    let mut new = connect(&relay);
-    assert_eq!(ask(&mut new).as_deref(), Ok("b:ping"));
+    for delays in delays() {
+        let relay = Relay::start_delayed(echo("a:"), delays).unwrap();
+        let mut old = connect(&relay);
+        assert_eq!(ask(&mut old).as_deref(), Ok("a:ping"));
+        relay.move_to(echo("b:"));
+        assert!(ask(&mut old).is_err(), "the old connection was dropped");
+        let mut new = connect(&relay);
+        assert_eq!(ask(&mut new).as_deref(), Ok("b:ping"), "{delays:?}");
+        assert_eq!(
+            relay.delays(),
+            delays,
+            "the delay stays where the relay leads"
+        );
+    }
 }

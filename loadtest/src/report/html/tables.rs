@@ -201,6 +201,9 @@ pub fn environment(r: &RunReport) -> Markup {
                     @if e.git_dirty == Some(true) { " (with uncommitted changes)" }
                 } }
                 tr { th { "servers" } td { (e.servers) } }
+                @if let Some(added) = r.world.and_then(|w| w.distance.added()) {
+                    tr { th { "round trip added" } td { (added) } }
+                }
                 tr { th { "load generator build" } td { (e.generator_build) } }
                 @for (k, v) in &e.versions { tr { th { (k) " version" } td { (v) } } }
                 @for (k, v) in e.mariadb.iter().filter(|(k, _)| *k != "version") {

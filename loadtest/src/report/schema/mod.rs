@@ -40,6 +40,8 @@ pub use scenario::{Event, Row, ScenarioReport, Verdict};
 use app::api::Strategy;
 use serde::{Deserialize, Serialize};
 
+use crate::rig::world::World;
+
 /// The schema this program writes. Version 1 is the layout written before the version was
 /// (no `schema_version` key, no findings); see `report::json` for what is read.
 pub const SCHEMA_VERSION: u32 = 2;
@@ -52,6 +54,10 @@ pub struct RunReport {
     pub finished_at: String,
     pub duration_seconds: f64,
     pub settings: Settings,
+    /// What the rig started and how the app reached it: how far the servers stood (absent
+    /// from the reports written before a run could stand elsewhere than on loopback).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub world: Option<World>,
     pub environment: Environment,
     pub baselines: Vec<Baseline>,
     /// The bare hot-row UPDATE at several connection counts.

@@ -4,9 +4,12 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
 
+use app::accounting::Accounting;
 use app::api::Strategy;
 use loadtest::report::schema::{OPEN_RATE_SHARE, Settings};
 use loadtest::rig::Target;
+use loadtest::rig::world::Distance;
+use loadtest::run::{RunOutput, run_in};
 use sandbox::Endpoints;
 
 /// The variable `cargo xtask test` sets to the `seckill-app` its workspace build just made.
@@ -47,6 +50,7 @@ pub fn target() -> Target {
     };
     Target {
         endpoints,
+        distance: Distance::Local,
         servers: "shared",
         versions: None,
         app_binary: app_binary(),
@@ -85,6 +89,18 @@ pub fn quick(strategy: Strategy) -> Settings {
     }
 }
 
+/// One connection to the test's own database (see [`target`]).
+pub async fn database(target: &Target) -> sqlx::MySqlPool {
+    sqlx::mysql::MySqlPoolOptions::new()
+        .max_connections(1)
+        .connect(&format!(
+            "{}/{}",
+            target.endpoints.database_url, target.database
+        ))
+        .await
+        .unwrap()
+}
+
 /// Drops the test's own database (see [`target`]).
 pub async fn drop_database(target: &Target) {
     let db = sqlx::mysql::MySqlPoolOptions::new()
@@ -99,4 +115,28 @@ pub async fn drop_database(target: &Target) {
     .execute(&db)
     .await
     .unwrap();
+}
+
+/// Runs `strategy` with [`quick`] settings against `target`; returns the report, the
+/// database's own accounting of the sale, and the directory holding the report (deleted when
+/// dropped). The test's database is dropped.
+pub async fn run_and_read(
+    strategy: Strategy,
+    target: &Target,
+) -> (RunOutput, Accounting, tempfile::TempDir) {
+    let settings = quick(strategy);
+    let out = tempfile::tempdir().unwrap();
+    let output = run_in(&settings, target, out.path()).await.unwrap();
+    let sale = (output.allotments.iter())
+        .find(|allotment| allotment.phase == "sale")
+        .expect("the sale's product");
+    let db = database(target).await;
+    let ledger = app::inventory::ledger(&db, None, sale.product())
+        .await
+        .unwrap()
+        .expect("the sale product");
+    db.close().await;
+    drop_database(target).await;
+    let demand = settings.demand as i64 * settings.quantity;
+    (output, Accounting::of(ledger, demand), out)
 }

@@ -1,0 +1,155 @@
+//! Servers at a distance (`--rtt`): every server the app instances talk to — MariaDB, Redis,
+//! the Redlock set, ZooKeeper, etcd, memcached — behind a relay of its own that delays each
+//! direction by half the round trip, so that every request the app makes to any of them costs
+//! that round trip more than over loopback.
+//!
+//! On loopback a round trip costs tens of microseconds; inside one zone it costs about
+//! 0.2–0.5 ms, across zones 1–2 ms. A strategy that holds a lock across k round trips serves at
+//! most about 1 / (k × RTT) purchases of one product a second, a cost loopback hides. This
+//! machine's kernel has no `netem`, so the round trip is added by [`sandbox::Relay`]s in this
+//! process (their threads' CPU counts as the generator's).
+//!
+//! Everything the run reaches the servers through goes through the relays: the app instances,
+//! the baselines (a hot-row UPDATE at a distance pays it too), the run's own reads. Only the
+//! connections' set-up is not delayed (see [`sandbox::Delays`]). Without `--rtt` there is no
+//! relay at all: the servers are reached directly, as they always were.
+
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use sandbox::{Delays, Endpoints, Relay};
+
+/// The relays that put a run's servers at a distance; dropping them closes every connection
+/// through them.
+pub struct Relays {
+    relays: HashMap<SocketAddr, Relay>,
+}
+
+/// Puts every server `endpoints` name behind a relay that delays each direction by `rtt / 2`:
+/// returns the relays, and the endpoints that lead through them (the same user, password and
+/// path; the relay's address in place of the server's).
+pub fn apart(endpoints: &Endpoints, rtt: Duration) -> Result<(Relays, Endpoints)> {
+    let mut relays = Relays {
+        relays: HashMap::new(),
+    };
+    let delays = Delays::round_trip(rtt);
+    let mut through = |url: &str| relays.through(url, delays);
+    let relayed = Endpoints {
+        database_url: through(&endpoints.database_url)?,
+        redis_url: through(&endpoints.redis_url)?,
+        redlock_urls: (endpoints.redlock_urls.iter())
+            .map(|u| through(u))
+            .collect::<Result<_>>()?,
+        zookeeper: through(&endpoints.zookeeper)?,
+        etcd: (endpoints.etcd.iter())
+            .map(|u| through(u))
+            .collect::<Result<_>>()?,
+        memcached: through(&endpoints.memcached)?,
+    };
+    Ok((relays, relayed))
+}
+
+impl Relays {
+    /// `url` with each of its servers' `host:port` replaced by its relay's (one relay per
+    /// server, however many URLs name it).
+    fn through(&mut self, url: &str, delays: Delays) -> Result<String> {
+        replace_hosts(url, |host| {
+            let server = (host.to_socket_addrs())
+                .ok()
+                .and_then(|mut a| a.next())
+                .with_context(|| {
+                    format!("`{host}` in `{url}` is no host:port to put behind a relay")
+                })?;
+            let relay = match self.relays.entry(server) {
+                Entry::Occupied(relay) => relay.into_mut(),
+                Entry::Vacant(place) => place.insert(
+                    Relay::start_delayed(server, delays)
+                        .with_context(|| format!("starting a relay to {server}"))?,
+                ),
+            };
+            Ok(relay.addr().to_string())
+        })
+    }
+}
+
+/// `url` (`scheme://[user[:password]@]host:port[,host:port…][/path]`, or the same without the
+/// scheme: a ZooKeeper connect string, a memcached address) with every `host:port` replaced
+/// by what `replace` makes of it.
+fn replace_hosts(url: &str, mut replace: impl FnMut(&str) -> Result<String>) -> Result<String> {
+    let (scheme, rest) = match url.split_once("://") {
+        Some((scheme, rest)) => (format!("{scheme}://"), rest),
+        None => (String::new(), url),
+    };
+    let (authority, path) = rest.split_at(rest.find(['/', '?']).unwrap_or(rest.len()));
+    let (user, hosts) = match authority.rsplit_once('@') {
+        Some((user, hosts)) => (format!("{user}@"), hosts),
+        None => (String::new(), authority),
+    };
+    let hosts = (hosts.split(','))
+        .map(&mut replace)
+        .collect::<Result<Vec<_>>>()?
+        .join(",");
+    Ok(format!("{scheme}{user}{hosts}{path}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn relayed(url: &str) -> String {
+        replace_hosts(url, |host| Ok(format!("<{host}>"))).unwrap()
+    }
+
+    #[test]
+    fn every_servers_address_is_replaced_and_nothing_else_of_its_url() {
+        assert_eq!(
+            relayed("mysql://root:pw@127.0.0.1:3306"),
+            "mysql://root:pw@<127.0.0.1:3306>"
+        );
+        assert_eq!(
+            relayed("redis://:p@ss@127.0.0.1:6379/2"),
+            "redis://:p@ss@<127.0.0.1:6379>/2"
+        );
+        assert_eq!(relayed("http://127.0.0.1:2379"), "http://<127.0.0.1:2379>");
+        assert_eq!(
+            relayed("127.0.0.1:2181,127.0.0.1:2182/chroot"),
+            "<127.0.0.1:2181>,<127.0.0.1:2182>/chroot"
+        );
+        assert_eq!(relayed("127.0.0.1:11211"), "<127.0.0.1:11211>");
+    }
+
+    #[test]
+    fn each_server_gets_one_relay_however_many_urls_name_it() {
+        let (_keep, server) = listener();
+        let endpoints = Endpoints {
+            database_url: format!("mysql://root@{server}"),
+            redis_url: format!("redis://{server}"),
+            redlock_urls: vec![format!("redis://{server}")],
+            zookeeper: server.to_string(),
+            etcd: vec![format!("http://{server}")],
+            memcached: server.to_string(),
+        };
+        let (relays, through) = apart(&endpoints, Duration::from_micros(500)).unwrap();
+        assert_eq!(relays.relays.len(), 1);
+        let relay = relays.relays.values().next().unwrap();
+        assert_eq!(through.memcached, relay.addr().to_string());
+        assert_eq!(
+            through.database_url,
+            format!("mysql://root@{}", relay.addr())
+        );
+        assert_eq!(
+            relay.delays(),
+            Delays::round_trip(Duration::from_micros(500))
+        );
+    }
+
+    /// A listening socket (kept open while the test runs) and its address.
+    fn listener() -> (std::net::TcpListener, SocketAddr) {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        (l, addr)
+    }
+}
