@@ -7,6 +7,7 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
@@ -24,6 +25,14 @@ const PROBE_INTERVAL: Duration = Duration::from_millis(40);
 /// are delivered asynchronously, to every thread.
 const SIGNAL_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// An unprivileged account (user and group ids) a server runs as, for a server that refuses to
+/// run as root when the harness does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Account {
+    pub(crate) uid: u32,
+    pub(crate) gid: u32,
+}
+
 /// What a kind of server needs to be run by [`Server`].
 pub(crate) trait Launch: Send + Sync + 'static {
     /// The command line that runs the server in the foreground, inside `dir`.
@@ -32,6 +41,10 @@ pub(crate) trait Launch: Send + Sync + 'static {
     fn port(&self) -> u16;
     /// One readiness probe: `Ok(())` once the server answers requests.
     fn probe(&self) -> std::result::Result<(), String>;
+    /// The account the server runs as; `None`: the harness's own.
+    fn account(&self) -> Option<Account> {
+        None
+    }
 }
 
 /// A running (or deliberately stopped) server process with its own temporary directory.
@@ -188,6 +201,11 @@ impl Server {
         let command = self.launch.command(self.dir());
         let program = command.get_program().to_string_lossy().into_owned();
         let mut command = crate::at_server_priority(command);
+        if let Some(account) = self.launch.account() {
+            // Set in the child before it executes the server, so the server is the child itself
+            // (`su` or `runuser` would stay in between, and signals would stop at them).
+            command.uid(account.uid).gid(account.gid);
+        }
         let log = OpenOptions::new()
             .create(true)
             .append(true)

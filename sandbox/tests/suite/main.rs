@@ -5,5 +5,6 @@ mod cleanup;
 mod cluster_etcd;
 mod cluster_redis_sentinel;
 mod cluster_zookeeper;
+mod postgres;
 mod process_control;
 mod relay;
