@@ -11,6 +11,7 @@ mod cluster_etcd_leader_loss;
 mod cluster_redis_sentinel;
 mod cluster_zookeeper;
 mod cluster_zookeeper_leader_loss;
+mod contention;
 mod database;
 mod etcd;
 mod etcd_lease_at_grant;
