@@ -16,6 +16,7 @@ mod database;
 mod etcd;
 mod etcd_lease_at_grant;
 mod memcached;
+mod postgres;
 mod redis_broken_variants;
 mod redis_fair;
 mod redis_plain;
