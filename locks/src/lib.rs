@@ -57,6 +57,8 @@ pub mod connect;
 pub mod database;
 pub mod etcd;
 pub mod guard;
+#[cfg(any(feature = "mysql", feature = "postgres"))]
+mod held_session;
 pub mod history;
 mod line;
 pub mod memcached;

@@ -30,6 +30,7 @@ use tokio::sync::watch;
 
 use super::held::{Ending, Granted, Session, hold};
 use super::{is_lock_timeout, millis};
+use crate::held_session::checkout;
 use crate::options::{ATTEMPT_GRACE, within_budget};
 use crate::{AcquireOptions, DistributedLock, Guard, LockError};
 
@@ -66,22 +67,7 @@ impl PgAdvisoryXactLock {
             waited: started.elapsed(),
         };
         let checkout_by = deadline.unwrap_or(started + ATTEMPT_GRACE);
-        let conn = match tokio::time::timeout_at(checkout_by.into(), self.pool.acquire()).await {
-            Ok(Ok(conn)) => conn,
-            Ok(Err(e)) if !matches!(e, sqlx::Error::PoolTimedOut) => {
-                return Err(LockError::unavailable(e));
-            }
-            _ => {
-                return Err(LockError::Unavailable(
-                    format!(
-                        "lock `{key}`: no database connection free after {:?} (every \
-                         connection of the pool is held or waiting)",
-                        started.elapsed()
-                    )
-                    .into(),
-                ));
-            }
-        };
+        let conn = checkout(&self.pool, key, started, checkout_by).await?;
         let mut session = Session::new(conn, Arc::clone(&self.requests));
         session.taint();
         // Whole milliseconds, formatted from numbers: nothing of the caller's reaches the SQL.

@@ -19,7 +19,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::future::BoxFuture;
 use sqlx::pool::PoolConnection;
@@ -27,6 +27,7 @@ use sqlx::{PgConnection, Postgres};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::held_session;
 use crate::{Guard, Held, LockError, new_owner_id};
 
 /// The server process (`pg_backend_pid()`) of the session holding `guard`'s lock, for a guard
@@ -111,51 +112,18 @@ impl Held for Hold {
     }
 }
 
-/// Runs a statement on the holder's session every third of the lease while the client lives,
-/// so that the server's idle timeout (the lease) does not end it. A failed or unanswered one, or
-/// the client's drop, ends the session (closed, so the server frees its locks) and fires
-/// `lost()`; after the client's drop that happens one lease after the last ping, as the server
-/// would.
+/// Keeps the holder's session alive while the client lives (`held_session::keep_alive`); fires
+/// `lost()` when that ends it.
 async fn keep_alive(
     holding: Arc<Holding>,
     requests: Arc<AtomicU64>,
     lease: Duration,
-    mut client: watch::Receiver<()>,
+    client: watch::Receiver<()>,
 ) {
-    let mut answered = Instant::now();
-    loop {
-        tokio::select! {
-            () = tokio::time::sleep(lease / 3) => {}
-            // Only the client's drop closes the channel; nothing is ever sent on it.
-            _ = client.changed() => {
-                tokio::time::sleep_until((answered + lease).into()).await;
-                break;
-            }
-        }
-        let mut session = holding.session.lock().await;
-        let Some(open) = session.as_mut() else {
-            return;
-        };
-        requests.fetch_add(1, Ordering::Relaxed);
-        let by = answered + lease;
-        let ping = sqlx::raw_sql("SELECT 1").execute(open.conn());
-        match tokio::time::timeout_at(by.into(), ping).await {
-            Ok(Ok(_)) => answered = Instant::now(),
-            Ok(Err(e)) => {
-                tracing::warn!(key = holding.key, error = %e, "the lock's session failed a ping");
-                break;
-            }
-            Err(_) => {
-                tracing::warn!(
-                    key = holding.key,
-                    "the lock's session answered no ping for a lease"
-                );
-                break;
-            }
-        }
+    let (session, key) = (&holding.session, &holding.key);
+    if held_session::keep_alive(session, key, &requests, lease, client, Session::ping).await {
+        let _ = holding.lost.send(true);
     }
-    holding.session.lock().await.take();
-    let _ = holding.lost.send(true);
 }
 
 /// A pooled connection that may hold a lock. Returned to the pool only once it is known to hold
@@ -183,7 +151,16 @@ impl Session {
             .expect("a session's connection lives until it is dropped")
     }
 
-    /// Counts one request to the server.
+    /// A statement, which restarts the server's idle timeout (as any message would; a query
+    /// leaves no doubt).
+    fn ping(&mut self) -> BoxFuture<'_, Result<(), sqlx::Error>> {
+        Box::pin(async move {
+            sqlx::raw_sql("SELECT 1").execute(self.conn()).await?;
+            Ok(())
+        })
+    }
+
+    /// Counts requests to the server.
     pub(super) fn count(&self, statements: u64) {
         self.requests.fetch_add(statements, Ordering::Relaxed);
     }
