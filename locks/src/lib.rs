@@ -1,13 +1,15 @@
-//! Distributed locks with fencing tokens, hand-written over Redis, ZooKeeper, etcd, memcached
-//! and MariaDB (a lock table, and row locks held by open transactions).
+//! Distributed locks with fencing tokens, hand-written over Redis, ZooKeeper, etcd, memcached,
+//! MariaDB (a lock table, and row locks held by open transactions) and PostgreSQL (its advisory
+//! locks).
 //!
 //! Every backend implements one trait, [`DistributedLock`], whose contract is below, and is
 //! named by one [`Backend`]; [`connect()`] opens any of them from [`Endpoints`]. The library
 //! stands alone: it knows nothing of the flash-sale app that uses it.
 //!
-//! Cargo features: `mysql` (the database locks, [`Backend::DbLock`] and its kin), `conformance` (the
-//! contract as a test suite any backend can run), `clap` (`Backend` as a CLI value). Its tests
-//! start their own servers: `cargo nextest run -p locks`.
+//! Cargo features: `mysql` (the database locks, [`Backend::DbLock`] and its kin), `postgres`
+//! (PostgreSQL's advisory locks, `postgres::PgAdvisoryLock` and `postgres::PgAdvisoryXactLock`),
+//! `conformance` (the contract as a test suite any backend can run), `clap` (`Backend` as a CLI
+//! value). Its tests start their own servers: `cargo nextest run -p locks`.
 //!
 //! ```no_run
 //! # async fn demo(lock: &dyn locks::DistributedLock) -> Result<(), locks::LockError> {
@@ -55,11 +57,15 @@ pub mod connect;
 pub mod database;
 pub mod etcd;
 pub mod guard;
+#[cfg(any(feature = "mysql", feature = "postgres"))]
+mod held_session;
 pub mod history;
 mod line;
 pub mod memcached;
 pub mod options;
 mod polling;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 pub mod recorded;
 pub mod redis;
 pub mod zookeeper;

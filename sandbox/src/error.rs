@@ -14,6 +14,12 @@ pub enum Error {
         log: PathBuf,
         tail: String,
     },
+    /// The server refuses to run as root, and the account to run it as instead is missing.
+    #[error(
+        "{server} refuses to run as root, and there is no `{account}` account to run it as; \
+         run `cargo xtask setup` (its package creates the account)"
+    )]
+    NoAccount { server: String, account: String },
     /// A signal or command sent to a running server failed.
     #[error("{server}: {action} failed: {reason}")]
     Control {

@@ -1,11 +1,12 @@
 //! Throwaway real servers for tests, benchmarks and fault scenarios.
 //!
-//! Every server here is a *real* one (MariaDB, Redis, ZooKeeper, etcd, memcached from the system's
-//! packages), started as a child process on a free loopback port with its own temporary
-//! directory. A handle can [`Server::kill`], [`Server::pause`], [`Server::resume`] and
-//! [`Server::restart`] its process, which is what the fault scenarios are made of. Dropping a
-//! handle kills the process and deletes the directory; a small guardian process does the same if
-//! the owner dies without dropping (a panicking test, a static that is never dropped, SIGKILL).
+//! Every server here is a *real* one (MariaDB, PostgreSQL, Redis, ZooKeeper, etcd, memcached
+//! from the system's packages), started as a child process on a free loopback port with its own
+//! temporary directory. A handle can [`Server::kill`], [`Server::pause`], [`Server::resume`] and
+//! [`Server::restart`] its process (with every process it started: a PostgreSQL server is a
+//! tree of them), which is what the fault scenarios are made of. Dropping a handle kills the
+//! process and deletes the directory; a small guardian process does the same if the owner dies
+//! without dropping (a panicking test, a static that is never dropped, SIGKILL).
 //!
 //! ```no_run
 //! let redis = sandbox::Redis::start().unwrap();
@@ -54,6 +55,7 @@ mod etcd_cluster;
 mod mariadb;
 mod memcached;
 mod ports;
+mod postgres;
 mod priority;
 mod process;
 mod redis;
@@ -72,6 +74,7 @@ pub use etcd::Etcd;
 pub use etcd_cluster::{EtcdCluster, EtcdMember, EtcdStatus};
 pub use mariadb::MariaDb;
 pub use memcached::Memcached;
+pub use postgres::Postgres;
 pub use priority::{at_server_priority, set_server_niceness};
 pub use process::{Guardian, Server};
 pub use redis::{Redis, RedisPair};

@@ -1,7 +1,13 @@
 //! One server process: start, wait until it serves, kill, pause, resume, restart, clean up.
+//!
+//! A server may be a tree of processes — PostgreSQL's postmaster forks a backend for every
+//! connection, each in a session of its own — so kill, pause and resume act on the process and
+//! on every process under it: a paused postmaster whose backends went on would still answer
+//! every connection already open.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
@@ -15,6 +21,17 @@ use crate::{Error, Result};
 /// How long a server may take to become ready. Generous: CI machines are slow and cold JVMs too.
 const START_TIMEOUT: Duration = Duration::from_secs(90);
 const PROBE_INTERVAL: Duration = Duration::from_millis(40);
+/// How long the processes of a server may take to stop (SIGSTOP) or to die (SIGKILL): signals
+/// are delivered asynchronously, to every thread.
+const SIGNAL_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// An unprivileged account (user and group ids) a server runs as, for a server that refuses to
+/// run as root when the harness does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Account {
+    pub(crate) uid: u32,
+    pub(crate) gid: u32,
+}
 
 /// What a kind of server needs to be run by [`Server`].
 pub(crate) trait Launch: Send + Sync + 'static {
@@ -24,6 +41,10 @@ pub(crate) trait Launch: Send + Sync + 'static {
     fn port(&self) -> u16;
     /// One readiness probe: `Ok(())` once the server answers requests.
     fn probe(&self) -> std::result::Result<(), String>;
+    /// The account the server runs as; `None`: the harness's own.
+    fn account(&self) -> Option<Account> {
+        None
+    }
 }
 
 /// A running (or deliberately stopped) server process with its own temporary directory.
@@ -102,39 +123,47 @@ impl Server {
         }
     }
 
-    /// SIGKILL: the server dies at once, with no chance to flush or say goodbye.
+    /// SIGKILL: the server dies at once, every process of it, with no chance to flush or say
+    /// goodbye. Returns once they are gone (a server started again finds none of them still
+    /// holding its files or its shared memory).
     pub fn kill(&self) -> Result<()> {
         let mut child = self.child.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(mut c) = child.take() {
-            // A process that already exited cannot be killed; that is fine.
+            // Frozen first, so that no process of it starts another while they are listed. A
+            // process that already exited can be neither frozen nor killed; that is fine.
+            let tree = freeze(c.id()).unwrap_or_else(|(tree, _)| tree);
+            for &pid in &tree[1..] {
+                let _ = send(pid, Signal::SIGKILL);
+            }
             let _ = c.kill();
             c.wait().map_err(|e| self.control_error("kill", e))?;
+            await_gone(&tree[1..]);
         }
         // The guardian must never signal a pid that the kernel may have handed to someone else.
         let _ = fs::remove_file(self.dir().join("server.pid"));
         Ok(())
     }
 
-    /// SIGSTOP: the process freezes; its sockets stay open but nothing answers. Returns once
-    /// every thread of it has stopped (a signal is delivered to each thread asynchronously).
+    /// SIGSTOP: every process of the server freezes; its sockets stay open but nothing answers.
+    /// Returns once every thread of them has stopped (a signal is delivered to each thread
+    /// asynchronously).
     pub fn pause(&self) -> Result<()> {
-        self.signal("pause", Signal::SIGSTOP)?;
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while let Some(pid) = self.pid() {
-            if all_threads_stopped(pid) {
-                return Ok(());
-            }
-            if Instant::now() > deadline {
-                return Err(self.control_error("pause", "threads still running after 5 s"));
-            }
-            std::thread::sleep(Duration::from_millis(2));
-        }
-        Ok(())
+        let pid = self.running_pid("pause")?;
+        freeze(pid)
+            .map(drop)
+            .map_err(|(_, reason)| self.control_error("pause", reason))
     }
 
-    /// SIGCONT: a paused process carries on where it stopped.
+    /// SIGCONT: a paused server carries on where it stopped, every process of it.
     pub fn resume(&self) -> Result<()> {
-        self.signal("resume", Signal::SIGCONT)
+        let pid = self.running_pid("resume")?;
+        // A paused server's tree stands still, so this lists all of it; the processes under
+        // the first go on before it does, so that it finds them running.
+        let tree = tree(pid);
+        for &under in &tree[1..] {
+            let _ = send(under, Signal::SIGCONT);
+        }
+        send(pid, Signal::SIGCONT).map_err(|e| self.control_error("resume", e))
     }
 
     /// Kills the process if it runs, then starts it again on the same port and data directory
@@ -152,14 +181,12 @@ impl Server {
         self.spawn_and_wait()
     }
 
-    fn signal(&self, action: &'static str, signal: Signal) -> Result<()> {
-        let pid = self.pid().ok_or_else(|| Error::Control {
+    fn running_pid(&self, action: &'static str) -> Result<u32> {
+        self.pid().ok_or_else(|| Error::Control {
             server: self.name.clone(),
             action,
             reason: "the process is not running".into(),
-        })?;
-        let pid = i32::try_from(pid).map_err(|e| self.control_error(action, e))?;
-        kill(Pid::from_raw(pid), signal).map_err(|e| self.control_error(action, e))
+        })
     }
 
     fn control_error(&self, action: &'static str, e: impl std::fmt::Display) -> Error {
@@ -174,6 +201,11 @@ impl Server {
         let command = self.launch.command(self.dir());
         let program = command.get_program().to_string_lossy().into_owned();
         let mut command = crate::at_server_priority(command);
+        if let Some(account) = self.launch.account() {
+            // Set in the child before it executes the server, so the server is the child itself
+            // (`su` or `runuser` would stay in between, and signals would stop at them).
+            command.uid(account.uid).gid(account.gid);
+        }
         let log = OpenOptions::new()
             .create(true)
             .append(true)
@@ -317,6 +349,80 @@ pub(crate) fn find_program(program: &str) -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(program))
 }
 
+/// Sends `signal` to process `pid`.
+fn send(pid: u32, signal: Signal) -> std::result::Result<(), String> {
+    let pid = i32::try_from(pid).map_err(|e| e.to_string())?;
+    kill(Pid::from_raw(pid), signal).map_err(|e| e.to_string())
+}
+
+/// Stops (SIGSTOP) process `root` and every process under it, each before its children (a
+/// stopped process starts no more), and waits until every thread of them has stopped. Returns
+/// them, `root` first; on a process still running after [`SIGNAL_TIMEOUT`], those found so far
+/// and why.
+fn freeze(root: u32) -> std::result::Result<Vec<u32>, (Vec<u32>, String)> {
+    let deadline = Instant::now() + SIGNAL_TIMEOUT;
+    let mut tree = vec![root];
+    let mut next = 0;
+    while let Some(&pid) = tree.get(next) {
+        next += 1;
+        // A process that is gone has nothing to stop.
+        let _ = send(pid, Signal::SIGSTOP);
+        while !all_threads_stopped(pid) {
+            if Instant::now() > deadline {
+                let reason =
+                    format!("process {pid}'s threads still running after {SIGNAL_TIMEOUT:?}");
+                return Err((tree, reason));
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        tree.extend(children(pid));
+    }
+    Ok(tree)
+}
+
+/// Process `root` and every process under it, `root` first.
+fn tree(root: u32) -> Vec<u32> {
+    let mut tree = vec![root];
+    let mut next = 0;
+    while let Some(&pid) = tree.get(next) {
+        next += 1;
+        tree.extend(children(pid));
+    }
+    tree
+}
+
+/// The processes whose parent is `pid`.
+fn children(pid: u32) -> Vec<u32> {
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&p| stat(p).is_some_and(|(_, parent)| parent == pid))
+        .collect()
+}
+
+/// Waits (up to [`SIGNAL_TIMEOUT`]) until each of `pids` has exited: gone, or a zombie that
+/// no longer holds anything (whose parent, after the server's first process died, is init).
+fn await_gone(pids: &[u32]) {
+    let deadline = Instant::now() + SIGNAL_TIMEOUT;
+    let alive = |pid: &u32| stat(*pid).is_some_and(|(state, _)| !matches!(state, 'Z' | 'X'));
+    while pids.iter().any(alive) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// Process `pid`'s state letter and parent, from `/proc/<pid>/stat`; `None` if it is gone.
+fn stat(pid: u32) -> Option<(char, u32)> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The state follows the command name, which is in parentheses and may hold spaces.
+    let mut fields = stat.rsplit_once(')')?.1.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let parent = fields.next()?.parse().ok()?;
+    Some((state, parent))
+}
+
 /// Whether every thread of process `pid` is stopped (state `T`, or `t` under a tracer), or the
 /// process is gone.
 fn all_threads_stopped(pid: u32) -> bool {
@@ -390,5 +496,34 @@ mod tests {
         assert!(!listens_on(1, port), "pid 1 does not hold our socket");
         drop(listener);
         assert!(!listens_on(std::process::id(), port));
+    }
+
+    #[test]
+    fn freezing_a_process_stops_the_processes_it_started_and_killing_its_tree_ends_them() {
+        let mut shell = Command::new("sh")
+            .args(["-c", "sleep 300 & sleep 300 & wait"])
+            .spawn()
+            .unwrap();
+        let root = shell.id();
+        while tree(root).len() < 3 {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let frozen = freeze(root).expect("every process stops");
+        assert_eq!(frozen.len(), 3, "{frozen:?}");
+        for &pid in &frozen {
+            assert!(all_threads_stopped(pid), "process {pid} still runs");
+        }
+        for &pid in &frozen[1..] {
+            send(pid, Signal::SIGKILL).unwrap();
+        }
+        shell.kill().unwrap();
+        shell.wait().unwrap();
+        await_gone(&frozen[1..]);
+        for &pid in &frozen[1..] {
+            assert!(
+                stat(pid).is_none_or(|(state, _)| matches!(state, 'Z' | 'X')),
+                "process {pid} outlived the kill"
+            );
+        }
     }
 }

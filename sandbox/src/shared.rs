@@ -11,16 +11,18 @@
 //! Other variables are ignored unless one of the two flags is set, so a `DATABASE_URL` that
 //! happens to be in a developer's shell never points the tests at a real database.
 //!
-//! The clusters ([`zookeeper_ensemble`], [`etcd_cluster`], [`redis_sentinels`]) follow the same
-//! rule with their own variables ([`ZOOKEEPER_ENSEMBLE`], …), except that in shared mode a
-//! cluster the environment does not name is started by this process: only the cluster tests
-//! use them, so starting one per test process costs less than three extra JVMs in every run.
+//! The clusters ([`zookeeper_ensemble`], [`etcd_cluster`], [`redis_sentinels`]) and PostgreSQL
+//! ([`postgres_url`]) follow the same rule with their own variables ([`ZOOKEEPER_ENSEMBLE`],
+//! [`POSTGRES_URL`], …), except that in shared mode one the environment does not name is
+//! started by this process: only some tests use them, so starting one per test process costs
+//! less than three extra JVMs in every run. (`cargo xtask test` starts one PostgreSQL for the
+//! whole run and names it.)
 
 use std::sync::OnceLock;
 
 use crate::servers::var;
 use crate::{
-    Endpoints, Etcd, EtcdCluster, MariaDb, Memcached, REDLOCK_INSTANCES, Redis,
+    Endpoints, Etcd, EtcdCluster, MariaDb, Memcached, Postgres, REDLOCK_INSTANCES, Redis,
     RedisSentinelCluster, Result, ZooKeeper, ZooKeeperEnsemble,
 };
 
@@ -151,7 +153,19 @@ pub const REDIS_SENTINELS: &str = "REDIS_SENTINELS";
 /// The name the Sentinels monitor the primary under.
 pub const REDIS_SENTINEL_MASTER: &str = "REDIS_SENTINEL_MASTER";
 
-/// Where a cluster comes from.
+/// A PostgreSQL server's URL (`postgres://user@host:port`, without a database).
+pub const POSTGRES_URL: &str = "POSTGRES_URL";
+
+/// PostgreSQL server URL without a database; create your own database per test.
+pub fn postgres_url() -> String {
+    static CELL: OnceLock<Postgres> = OnceLock::new();
+    match cluster(&CELL, POSTGRES_URL, Postgres::start) {
+        Cluster::Started(postgres) => postgres.url(),
+        Cluster::Named(url) => url,
+    }
+}
+
+/// Where a cluster (or a server only some tests use) comes from.
 enum Cluster<T: 'static> {
     /// Started by this process on first use.
     Started(&'static T),

@@ -1,7 +1,8 @@
 //! `cargo xtask`: set-up and orchestration for seckill-bench.
 //!
 //! ```text
-//! cargo xtask setup        # install or check the servers (MariaDB, Redis, ZooKeeper, etcd, protoc)
+//! cargo xtask setup        # install or check the servers (MariaDB, PostgreSQL, PgBouncer, Redis,
+//!                          # ZooKeeper, etcd, protoc)
 //!                          # and the browser the page tests drive (chromium, chromedriver)
 //! cargo xtask test         # setup, fmt --check, clippy -D warnings, the whole test suite,
 //!                          # the OpenAPI contract test (schemathesis)

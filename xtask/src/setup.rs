@@ -25,6 +25,23 @@ const REQUIREMENTS: &[Requirement] = &[
         brew: "mariadb",
     },
     Requirement {
+        what: "PostgreSQL 15 (initdb, postgres, pgbench)",
+        present: || {
+            let packaged = Path::new("/usr/lib/postgresql/15/bin");
+            ["initdb", "postgres", "pgbench"]
+                .iter()
+                .all(|p| packaged.join(p).is_file() || on_path(p))
+        },
+        debian: "postgresql-15",
+        brew: "postgresql@15",
+    },
+    Requirement {
+        what: "PgBouncer",
+        present: || on_path("pgbouncer"),
+        debian: "pgbouncer",
+        brew: "pgbouncer",
+    },
+    Requirement {
         what: "Redis server",
         present: || on_path("redis-server"),
         debian: "redis-server",

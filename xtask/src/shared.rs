@@ -1,8 +1,9 @@
 //! The throwaway servers `cargo xtask test` starts once and shares among the tests: the
 //! single servers (tests isolate themselves by database, key prefix and znode path, and start
-//! private servers for fault injection) and the ZooKeeper ensemble and etcd cluster the lock
-//! suites run on (nextest runs every test in a process of its own, and each would otherwise
-//! start three JVMs of its own). Everything is stopped when [`Shared`] is dropped.
+//! private servers for fault injection), PostgreSQL, and the ZooKeeper ensemble and etcd
+//! cluster the lock suites run on (nextest runs every test in a process of its own, and each
+//! would otherwise start its own: an `initdb`, or three JVMs). Everything is stopped when
+//! [`Shared`] is dropped.
 
 use std::process::Command;
 
@@ -11,18 +12,23 @@ use anyhow::{Context, Result};
 /// The shared servers, or nothing in external mode (the user points at their own servers).
 pub struct Shared {
     servers: Option<sandbox::Servers>,
+    postgres: Option<sandbox::Postgres>,
     clusters: Option<(sandbox::ZooKeeperEnsemble, sandbox::EtcdCluster)>,
 }
 
 impl Shared {
-    /// Starts the single servers and the clusters, unless in external mode.
+    /// Starts the single servers, PostgreSQL and the clusters, unless in external mode.
     pub fn start() -> Result<Shared> {
         let servers = Shared::start_servers()?;
-        let clusters = match servers {
-            Some(_) => Some(start_clusters()?),
-            None => None,
+        let (postgres, clusters) = match servers {
+            Some(_) => (Some(start_postgres()?), Some(start_clusters()?)),
+            None => (None, None),
         };
-        Ok(Shared { servers, clusters })
+        Ok(Shared {
+            servers,
+            postgres,
+            clusters,
+        })
     }
 
     /// Starts the single servers, unless the user points at their own (external mode).
@@ -56,6 +62,9 @@ impl Shared {
             servers.endpoints().apply(c);
             c.env(sandbox::shared::SHARED_FLAG, "1");
         }
+        if let Some(postgres) = &self.postgres {
+            c.env(sandbox::shared::POSTGRES_URL, postgres.url());
+        }
         if let Some((zookeeper, etcd)) = &self.clusters {
             c.env(
                 sandbox::shared::ZOOKEEPER_ENSEMBLE,
@@ -64,6 +73,18 @@ impl Shared {
             c.env(sandbox::shared::ETCD_CLUSTER, etcd.endpoints().join(","));
         }
     }
+}
+
+/// Starts PostgreSQL.
+fn start_postgres() -> Result<sandbox::Postgres> {
+    let started = std::time::Instant::now();
+    let postgres = sandbox::Postgres::start().context("starting PostgreSQL")?;
+    println!(
+        "xtask: PostgreSQL up in {:.1} s: {}",
+        started.elapsed().as_secs_f64(),
+        postgres.url()
+    );
+    Ok(postgres)
 }
 
 /// Starts the ZooKeeper ensemble and the etcd cluster.

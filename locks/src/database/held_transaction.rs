@@ -48,6 +48,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::{is_busy, is_deadlock};
+use crate::held_session::{self, checkout};
 use crate::options::{ATTEMPT_GRACE, within_budget};
 use crate::{AcquireOptions, Backend, DistributedLock, Guard, Held, LockError, new_owner_id};
 
@@ -155,7 +156,8 @@ impl<S: LockStatement> TransactionLock<S> {
                 waited: started.elapsed(),
             };
             let checkout_by = deadline.unwrap_or(started + ATTEMPT_GRACE);
-            let mut session = self.checkout(key, started, checkout_by).await?;
+            let conn = checkout(&self.pool, key, started, checkout_by).await?;
+            let mut session = Session::new(conn, Arc::clone(&self.requests));
             loop {
                 let wait = deadline.map_or(0, whole_seconds_until);
                 session.begin(options.lease).await?;
@@ -195,31 +197,6 @@ impl<S: LockStatement> TransactionLock<S> {
                 }
             }
         }))
-    }
-
-    /// A connection of the pool by `by`, or [`LockError::Unavailable`]: every connection is
-    /// held or waiting (or the database is unreachable).
-    async fn checkout(
-        &self,
-        key: &str,
-        started: Instant,
-        by: Instant,
-    ) -> Result<Session, LockError> {
-        let no_connection = || {
-            LockError::Unavailable(
-                format!(
-                    "lock `{key}`: no database connection free after {:?} (every connection \
-                     of the pool is held or waiting)",
-                    started.elapsed()
-                )
-                .into(),
-            )
-        };
-        match tokio::time::timeout_at(by.into(), self.pool.acquire()).await {
-            Ok(Ok(conn)) => Ok(Session::new(conn, Arc::clone(&self.requests))),
-            Ok(Err(sqlx::Error::PoolTimedOut)) | Err(_) => Err(no_connection()),
-            Ok(Err(e)) => Err(LockError::unavailable(e)),
-        }
     }
 
     /// The guard of a lock just taken on `session`, whose keep-alive task starts now.
@@ -350,49 +327,18 @@ impl Held for Hold {
     }
 }
 
-/// Pings the holder's session every third of the lease while the client lives, so that the
-/// server's idle timeout (the lease) does not end it. A failed or unanswered ping, or the
-/// client's drop, ends the session (closed, so the server rolls back) and fires `lost()`; after
-/// the client's drop that happens one lease after the last ping, as the server would.
+/// Keeps the holder's session alive while the client lives (`held_session::keep_alive`); fires
+/// `lost()` when that ends it.
 async fn keep_alive(
     holding: Arc<Holding>,
     requests: Arc<AtomicU64>,
     lease: Duration,
-    mut client: watch::Receiver<()>,
+    client: watch::Receiver<()>,
 ) {
-    let mut answered = Instant::now();
-    loop {
-        tokio::select! {
-            () = tokio::time::sleep(lease / 3) => {}
-            // Only the client's drop closes the channel; nothing is ever sent on it.
-            _ = client.changed() => {
-                tokio::time::sleep_until((answered + lease).into()).await;
-                break;
-            }
-        }
-        let mut session = holding.session.lock().await;
-        let Some(open) = session.as_mut() else {
-            return;
-        };
-        requests.fetch_add(1, Ordering::Relaxed);
-        let by = answered + lease;
-        match tokio::time::timeout_at(by.into(), open.conn().ping()).await {
-            Ok(Ok(())) => answered = Instant::now(),
-            Ok(Err(e)) => {
-                tracing::warn!(key = holding.key, error = %e, "the lock's session failed a ping");
-                break;
-            }
-            Err(_) => {
-                tracing::warn!(
-                    key = holding.key,
-                    "the lock's session answered no ping for a lease"
-                );
-                break;
-            }
-        }
+    let (session, key) = (&holding.session, &holding.key);
+    if held_session::keep_alive(session, key, &requests, lease, client, Session::ping).await {
+        let _ = holding.lost.send(true);
     }
-    holding.session.lock().await.take();
-    let _ = holding.lost.send(true);
 }
 
 /// A pooled connection with a transaction possibly open on it. Returned to the pool only in a
@@ -435,6 +381,10 @@ impl Session {
         self.run(sqlx::AssertSqlSafe(sql)).await?;
         self.dirty = false;
         Ok(())
+    }
+
+    fn ping(&mut self) -> BoxFuture<'_, Result<(), sqlx::Error>> {
+        Box::pin(self.conn().ping())
     }
 
     async fn run(&mut self, sql: impl sqlx::SqlSafeStr) -> Result<(), LockError> {

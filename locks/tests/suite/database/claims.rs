@@ -11,8 +11,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use locks::database::{DbInsertLock, DbRowLock, Waits, session_of};
-use locks::history::{self, History};
-use locks::recorded::FencedStore;
 use locks::{AcquireOptions, Backend, DistributedLock, Guard, LockError, conformance};
 use sqlx::MySqlPool;
 use sqlx::mysql::MySqlPoolOptions;
@@ -20,6 +18,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::mpsc;
 
 use super::{OwnDatabase, kill};
+use crate::contention;
 use crate::relay::Relay;
 
 /// A lock held by a transaction, as these tests use it.
@@ -113,45 +112,18 @@ pub async fn contention_history_shows_no_violation(
     open: impl Fn(MySqlPool) -> Arc<dyn DistributedLock>,
 ) {
     const CLIENTS: usize = 6;
-    const GRANTS: usize = 20;
     let db = OwnDatabase::new().await;
-    let key = conformance::unique_key("history");
-    let history = Arc::new(History::new());
-    let store = Arc::new(FencedStore::new(Arc::clone(&history)));
-    let started = Instant::now();
-    let mut clients = tokio::task::JoinSet::new();
-    for c in 0..CLIENTS {
-        let pool = MySqlPoolOptions::new()
-            .max_connections(2)
-            .connect_lazy(&db.url)
-            .expect("database url");
-        let (lock, key, store) = (open(pool), key.clone(), Arc::clone(&store));
-        clients.spawn(async move {
-            let name = format!("client-{c}");
-            let history = store.history();
-            for _ in 0..GRANTS {
-                history.attempt(&name);
-                let guard = lock.acquire(&key, waiting()).await.expect("acquire");
-                let token = guard.fencing_token();
-                history.grant(&name, token);
-                for _ in 0..2 {
-                    store.write(&name, token);
-                    tokio::time::sleep(Duration::from_millis(1)).await;
-                }
-                history.release(&name, token);
-                assert!(guard.release().await.expect("release"));
-            }
-        });
-    }
-    clients.join_all().await;
-    eprintln!(
-        "{} grants to {CLIENTS} clients in {:?}",
-        CLIENTS * GRANTS,
-        started.elapsed()
-    );
-    if let Err(violations) = history::check(&history) {
-        panic!("{violations}");
-    }
+    let clients = (0..CLIENTS)
+        .map(|_| {
+            open(
+                MySqlPoolOptions::new()
+                    .max_connections(2)
+                    .connect_lazy(&db.url)
+                    .expect("database url"),
+            )
+        })
+        .collect();
+    contention::history_shows_no_violation(clients, waiting()).await;
     db.remove().await;
 }
 

@@ -1,0 +1,87 @@
+//! PostgreSQL's own lock service (feature `postgres`): advisory locks, which lock a number the
+//! application chooses rather than a row, kept in the server's lock table beside its row locks.
+//!
+//! Two forms, one lock each:
+//!
+//! * [`PgAdvisoryLock`] (`pg-advisory`): `pg_try_advisory_lock`, a **session** lock. It is held
+//!   until `pg_advisory_unlock` or until the session ends, whatever transactions begin and end
+//!   on it meanwhile, and it counts: a session that takes it twice holds it twice, and a second
+//!   take by the *same* session is granted at once.
+//! * [`PgAdvisoryXactLock`] (`pg-advisory-xact`): `pg_advisory_xact_lock`, a **transaction**
+//!   lock. It is held until the transaction that took it ends — commit or rollback — and
+//!   cannot be released any other way.
+//!
+//! **Session locks break behind a transaction pooler.** PgBouncer in transaction mode hands a
+//! server session to a client for one transaction, then to whichever client comes next. A
+//! session lock taken through it stays with the *server* session: the client's unlock may run
+//! on another session (it unlocks nothing; the lock stays held, by nobody who knows it), and
+//! the next client handed that session takes the "same" lock again at once — two holders. The
+//! transaction lock ends with the transaction, before the pooler hands the session on, so it is
+//! the form that stays safe there. This crate holds a connection of its own per holder for
+//! both, which keeps the session lock safe where the client talks to PostgreSQL itself.
+//!
+//! **The key.** A lock name becomes the lock's 64-bit number by `hashtextextended(name, 0)`,
+//! computed by the server (so every client, in any language, maps a name alike). Two names
+//! whose hashes collide share a lock: more waiting, never two holders. Advisory locks are per
+//! database: clients of another database never meet these.
+//!
+//! **Fencing token** = `nextval('pg_lock_tokens')`, drawn by the statement that takes the lock,
+//! after the lock is granted, so a grant draws after every grant before it released. A sequence
+//! is not transactional: a value drawn by a transaction that rolls back is never drawn again,
+//! and it survives restarts (after a crash it may jump ahead, never back). [`create_schema`]
+//! creates it.
+//!
+//! **A connection per holder, the lease as the server's idle timeout.** Both locks live exactly
+//! as long as the holder's session (or its transaction), so the holder keeps a connection of the
+//! pool while it holds (see `held.rs`): a holder whose connection closes — its process killed,
+//! its client dropped — loses the lock at once; one that goes silent with its connection open is
+//! cut off by the server one lease after its last ping (`idle_session_timeout`,
+//! `idle_in_transaction_session_timeout`). Both forms are **safe while the holder's session
+//! holds**: a holder paused past its lease loses the lock while it believes it still holds.
+//! Use the fencing token.
+
+mod advisory;
+mod advisory_xact;
+mod held;
+
+pub use advisory::PgAdvisoryLock;
+pub use advisory_xact::PgAdvisoryXactLock;
+pub use held::session_of;
+
+use std::time::Duration;
+
+use sqlx::PgPool;
+
+use crate::LockError;
+
+/// The statement that creates the fencing tokens' sequence if missing ([`create_schema`]).
+pub const SCHEMA: &str = "CREATE SEQUENCE IF NOT EXISTS pg_lock_tokens";
+
+/// Creates the fencing tokens' sequence ([`SCHEMA`]) in `pool`'s database if missing.
+pub async fn create_schema(pool: &PgPool) -> Result<(), LockError> {
+    match sqlx::raw_sql(SCHEMA).execute(pool).await {
+        Ok(_) => Ok(()),
+        // Two sessions creating it at once: one wins the catalog's unique index, and the
+        // other's `IF NOT EXISTS` came too early to see it. Either way it exists.
+        Err(e) if is_unique_violation(&e) => Ok(()),
+        Err(e) => Err(LockError::unavailable(e)),
+    }
+}
+
+fn is_unique_violation(e: &sqlx::Error) -> bool {
+    e.as_database_error()
+        .is_some_and(|db| db.is_unique_violation())
+}
+
+/// `lock_timeout` ran out before the lock was granted (SQLSTATE 55P03, `lock_not_available`).
+fn is_lock_timeout(e: &sqlx::Error) -> bool {
+    e.as_database_error()
+        .and_then(|db| db.code())
+        .is_some_and(|code| code == "55P03")
+}
+
+/// A duration as the server's timeouts take it: whole milliseconds, at least one (0 would
+/// turn the timeout off).
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}

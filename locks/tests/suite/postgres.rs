@@ -1,0 +1,247 @@
+//! PostgreSQL's advisory locks: the conformance suite and a history-checked contention run for
+//! the session lock and the transaction lock, in a database of this test binary's own on the
+//! sandbox's PostgreSQL; that a released lock leaves its connection holding nothing; and the
+//! server's behaviour that makes session locks unsafe behind a transaction pooler.
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use futures::FutureExt;
+use locks::postgres::{PgAdvisoryLock, PgAdvisoryXactLock, create_schema, session_of};
+use locks::{AcquireOptions, DistributedLock, conformance};
+use sqlx::migrate::MigrateDatabase;
+use sqlx::postgres::PgPoolOptions;
+use sqlx::{Connection, PgConnection, PgPool};
+
+use crate::contention;
+
+/// A fresh database with the fencing sequence, one per test binary, created on a runtime of its
+/// own (each test has its own runtime, and a pool must not outlive the one it was made on).
+fn database_url() -> String {
+    static URL: OnceLock<String> = OnceLock::new();
+    URL.get_or_init(|| {
+        std::thread::spawn(|| {
+            let runtime = tokio::runtime::Runtime::new().expect("runtime");
+            runtime.block_on(own_database())
+        })
+        .join()
+        .expect("database set-up")
+    })
+    .clone()
+}
+
+/// A database nobody else uses on the sandbox's PostgreSQL, with the fencing sequence.
+async fn own_database() -> String {
+    let server = tokio::task::spawn_blocking(sandbox::shared::postgres_url)
+        .await
+        .expect("server");
+    let url = format!(
+        "{}/locks_{}",
+        server.trim_end_matches('/'),
+        locks::new_owner_id()
+    );
+    sqlx::Postgres::create_database(&url)
+        .await
+        .expect("database");
+    let admin = pool(&url);
+    create_schema(&admin).await.expect("fencing sequence");
+    admin.close().await;
+    url
+}
+
+/// A pool of its own per client, as separate processes would have.
+fn pool(url: &str) -> PgPool {
+    PgPoolOptions::new()
+        .max_connections(4)
+        .connect_lazy(url)
+        .expect("database url")
+}
+
+/// Ends server process `pid`'s session, as an expired lease would: the server frees its locks
+/// and rolls its transaction back. Waits (up to 10 s) until the process is gone.
+async fn terminate(admin: &PgPool, pid: i32) {
+    let ended: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1, 10000)")
+        .bind(pid)
+        .fetch_one(admin)
+        .await
+        .expect("terminate the session");
+    assert!(ended, "session {pid} did not end");
+}
+
+/// The suite for the lock `make` builds; a grant is forgotten by ending its session.
+async fn subject<L: DistributedLock + 'static>(make: fn(PgPool) -> L) -> conformance::Subject {
+    let url = tokio::task::spawn_blocking(database_url)
+        .await
+        .expect("database");
+    let admin = pool(&url);
+    conformance::Subject::new(
+        move || {
+            let lock = make(pool(&url));
+            async move { Arc::new(lock) as Arc<dyn DistributedLock> }.boxed()
+        },
+        move |guard| {
+            let (admin, session) = (admin.clone(), session_of(guard));
+            async move {
+                terminate(&admin, session.expect("the guard names its session")).await;
+            }
+            .boxed()
+        },
+    )
+}
+
+/// A module running the conformance suite per lock: `module: make;`.
+macro_rules! suites {
+    ($($module:ident: $make:path;)*) => {
+        $(
+            mod $module {
+                use super::*;
+
+                async fn subject() -> conformance::Subject {
+                    super::subject($make).await
+                }
+
+                conformance::suite!(subject);
+            }
+        )*
+    };
+}
+
+suites! {
+    advisory_suite: PgAdvisoryLock::new;
+    advisory_xact_suite: PgAdvisoryXactLock::new;
+}
+
+/// Six clients, each with a pool of two connections, take a lock of `make`'s 20 times each,
+/// writing to a fenced store inside (`contention.rs`).
+async fn contention_history_shows_no_violation<L: DistributedLock + 'static>(
+    make: fn(PgPool) -> L,
+) {
+    const CLIENTS: usize = 6;
+    let url = tokio::task::spawn_blocking(database_url)
+        .await
+        .expect("database");
+    let clients = (0..CLIENTS)
+        .map(|_| {
+            let pool = PgPoolOptions::new()
+                .max_connections(2)
+                .connect_lazy(&url)
+                .expect("database url");
+            Arc::new(make(pool)) as Arc<dyn DistributedLock>
+        })
+        .collect();
+    let options = AcquireOptions::new(Duration::from_secs(600)).wait(Duration::from_secs(60));
+    contention::history_shows_no_violation(clients, options).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_history_checked_contention_run_of_the_session_lock_shows_no_violation() {
+    contention_history_shows_no_violation(PgAdvisoryLock::new).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_history_checked_contention_run_of_the_transaction_lock_shows_no_violation() {
+    contention_history_shows_no_violation(PgAdvisoryXactLock::new).await;
+}
+
+/// Advisory locks held in `admin`'s database now, by any session.
+async fn advisory_locks_held(admin: &PgPool) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted \
+         AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+    )
+    .fetch_one(admin)
+    .await
+    .expect("pg_locks")
+}
+
+/// Takes and releases a lock of `make`'s a few times through a pool of one connection, then
+/// finds no advisory lock held: the connection went back to the pool holding nothing.
+async fn a_released_lock_leaves_nothing_held<L: DistributedLock>(make: fn(PgPool) -> L) {
+    let url = own_database().await;
+    let admin = pool(&url);
+    let lock = make(
+        PgPoolOptions::new()
+            .max_connections(1)
+            .connect_lazy(&url)
+            .expect("database url"),
+    );
+    let key = conformance::unique_key("released");
+    for _ in 0..3 {
+        let guard = lock
+            .acquire(&key, AcquireOptions::new(Duration::from_secs(30)))
+            .await
+            .expect("grant");
+        assert_eq!(advisory_locks_held(&admin).await, 1, "held while held");
+        assert!(guard.release().await.expect("release"));
+        assert_eq!(
+            advisory_locks_held(&admin).await,
+            0,
+            "nothing after release"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_released_session_lock_leaves_its_pooled_connection_holding_nothing() {
+    a_released_lock_leaves_nothing_held(PgAdvisoryLock::new).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_released_transaction_lock_leaves_its_pooled_connection_holding_nothing() {
+    a_released_lock_leaves_nothing_held(PgAdvisoryXactLock::new).await;
+}
+
+/// What a transaction pooler turns into two holders: PostgreSQL grants a session lock again to
+/// the session that holds it, and one unlock of two grants leaves it held. A transaction lock
+/// taken on that session ends with its transaction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_lock_is_granted_again_to_its_session_and_a_transaction_lock_ends_with_it() {
+    let url = tokio::task::spawn_blocking(database_url)
+        .await
+        .expect("database");
+    let (mut shared, mut other) = (
+        PgConnection::connect(&url).await.expect("connect"),
+        PgConnection::connect(&url).await.expect("connect"),
+    );
+    let key = conformance::unique_key("same-session");
+    let try_lock = "SELECT pg_try_advisory_lock(hashtextextended($1, 0))";
+    let take = async |conn: &mut PgConnection, sql: &'static str| -> bool {
+        sqlx::query_scalar(sql)
+            .bind(&key)
+            .fetch_one(conn)
+            .await
+            .expect("lock statement")
+    };
+    assert!(
+        take(&mut shared, try_lock).await,
+        "the first client's grant"
+    );
+    assert!(
+        take(&mut shared, try_lock).await,
+        "a second client handed the same session is granted the held lock too"
+    );
+    assert!(
+        !take(&mut other, try_lock).await,
+        "another session is refused"
+    );
+    let unlock = "SELECT pg_advisory_unlock(hashtextextended($1, 0))";
+    assert!(take(&mut shared, unlock).await);
+    assert!(
+        !take(&mut other, try_lock).await,
+        "one unlock of the two grants leaves it held"
+    );
+    assert!(take(&mut shared, unlock).await);
+
+    let try_xact = "SELECT pg_try_advisory_xact_lock(hashtextextended($1, 0))";
+    let mut transaction = shared.begin().await.expect("begin");
+    assert!(
+        take(&mut *transaction, try_xact).await,
+        "granted in the transaction"
+    );
+    assert!(!take(&mut other, try_lock).await, "held while it lasts");
+    transaction.commit().await.expect("commit");
+    assert!(
+        take(&mut other, try_lock).await,
+        "the commit released it: the session carries nothing on"
+    );
+}
