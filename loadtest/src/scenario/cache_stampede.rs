@@ -8,7 +8,9 @@
 //! from the product's orders on the pool the purchases use, so each miss is a costly read that
 //! takes a buyer's connection. The fix is the service's default: one request reads while the
 //! others are answered the copy they have, each copy's lifetime is drawn apart from the
-//! others', and the read — one row, never the orders — goes through connections of its own.
+//! others', and the read — one row, never the orders — goes through connections of its own;
+//! and the views themselves are paced (`--page-views-per-second`): a crowd refreshing in a
+//! closed loop waits for its turns on a timer instead of taking the cores the buyers need.
 //!
 //! Both fleets carry the same load: readers refreshing the page of a product with many orders,
 //! and beside them buyers of *another* product. The page reads are counted per instance and
@@ -222,9 +224,9 @@ impl Scenario for CacheStampede {
              one instance), each summing the orders on a connection the buyers needed — the other product's purchases took \
              {:.1} ms at p99 beside them against {:.1} ms alone ({:.0} against {:.0} a \
              second). With one read per expiry, lifetimes drawn apart and the page read from \
-             the product row on connections of its own: {} reads for {} page views ({:.1} per \
-             instance and lifetime), and the purchases took {:.1} ms at p99 beside the readers \
-             against {:.1} ms alone.",
+             the product row on connections of its own, and the views paced: {} reads for {} \
+             page views ({:.1} per instance and lifetime, {:.0} views a second), and the \
+             purchases took {:.1} ms at p99 beside the readers against {:.1} ms alone.",
             s.readers,
             s.orders,
             together.page_reads,
@@ -238,6 +240,7 @@ impl Scenario for CacheStampede {
             single.page_reads,
             single.page_views,
             single.reads_per_lifetime(),
+            single.page_views as f64 / (s.lifetimes as f64 * s.ttl_ms as f64 / 1000.0),
             single.beside_readers.p99_ms,
             single.alone.p99_ms
         )
