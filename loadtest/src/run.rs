@@ -172,11 +172,7 @@ pub async fn run_watched(
     let mut ids = Allocator::drawn(run_id);
     let mut floods = Vec::new();
     if let Some(shape) = &settings.flood {
-        let refusals = if settings.quick {
-            Window::from_secs(0.1, 0.3)
-        } else {
-            Window::from_secs(0.5, 1.0)
-        };
+        let refusals = refusal_window(settings.quick);
         for (k, info) in strategies.iter().enumerate() {
             progress.phase(info.name.name(), "flood");
             let allotment = ids.allot("flood", info.name, 1)?;
@@ -261,6 +257,25 @@ pub async fn run_watched(
     let mut recorded = Vec::new();
     let app_settings = app_config()?;
     let app_pids = apps.pids();
+    let refusal_ceiling = match &settings.overload {
+        Some(_) if !strategies.is_empty() => {
+            announce("refusals", "the machine's ceiling");
+            let allotment = ids.allot("ceiling", Strategy::Conditional, 1)?;
+            let in_flight = world.instances as u64 * u64::from(app_settings.max_in_flight);
+            let ceiling = crate::measure::refusals::ceiling(
+                &api,
+                allotment.product(),
+                Strategy::Conditional,
+                &allotment.prefix,
+                crate::phase::overload::connections(in_flight, settings.buyers),
+                refusal_window(settings.quick),
+            )
+            .await
+            .context("the machine's refusal ceiling")?;
+            Some(ceiling)
+        }
+        _ => None,
+    };
     let run = phase::Run {
         world: &world,
         settings,
@@ -268,6 +283,7 @@ pub async fn run_watched(
         db: &db,
         app: &app_settings,
         app_pids: &app_pids,
+        refusal_ceiling,
     };
     for ((info, sale), ((plan, runs), span)) in strategies
         .into_iter()
@@ -431,4 +447,13 @@ pub fn select(available: Vec<StrategyInfo>, wanted: &[Strategy]) -> Result<Vec<S
                 })
         })
         .collect()
+}
+
+/// How long the refusals of a sold-out product are timed: after a sale, and for the machine's
+/// ceiling.
+fn refusal_window(quick: bool) -> Window {
+    match quick {
+        true => Window::from_secs(0.1, 0.3),
+        false => Window::from_secs(0.5, 1.0),
+    }
 }

@@ -119,6 +119,7 @@ pub fn overload(accepted_p99_us: u64, refused_p99_us: u64, growth: u64) -> Overl
         strategy: StrategyInfo::of(Strategy::Conditional),
         capacity_per_second: 400.0,
         offered_per_second: 1200.0,
+        refusal_ceiling_per_second: Some(60_000.0),
         in_flight_limit: 512,
         latency_budget_ms: 250,
         admission_limit: Some(100),

@@ -28,6 +28,10 @@ pub const MEMORY_MARGIN_SHARE: f64 = 0.10;
 /// steps of megabytes).
 pub const MEMORY_MARGIN_BYTES: u64 = 16 << 20;
 
+/// The share of the machine the excess over a strategy's capacity may take to refuse: of the
+/// sold-out refusals a second the machine answers at most (see `phase::overload::offered`).
+pub const EXCESS_SHARE_OF_CEILING: f64 = 0.25;
+
 /// The bars `o` missed (`None`: it met them all).
 pub fn finding(o: &OverloadResult) -> Option<OverloadFinding> {
     let mut misses = Vec::new();

@@ -150,6 +150,31 @@ async fn refusal_rate(api: &Api, plan: &FloodPlan<'_>, window: Window) -> Result
     })
 }
 
+/// What the machine answers at most: sold-out refusals of `product` (emptied here, in the
+/// strategy's home) per second, in a closed loop of `connections` late buyers, each request
+/// built once, for `window` — a refusal from memory is the least an answer to a purchase
+/// costs, so no door answers a crowd faster than this.
+pub async fn ceiling(
+    api: &Api,
+    product: u64,
+    strategy: Strategy,
+    id_prefix: &str,
+    connections: usize,
+    window: Window,
+) -> Result<f64> {
+    api.reset_product(product, 0, strategy.home()).await?;
+    let orders: Arc<[PreparedOrder]> = (0..connections)
+        .map(|c| api.prepare_order(product, &late_buyer(id_prefix, strategy, c)))
+        .collect::<Result<_>>()?;
+    let a = api.clone();
+    let op = move |worker: usize, _: u64| {
+        let (a, orders) = (a.clone(), orders.clone());
+        async move { a.send_prepared(worker, &orders[worker]).await }
+    };
+    let run = closed_loop_feeding(connections, window, &Feed::off(), op).await;
+    Ok(run.attempts_per_sec)
+}
+
 /// A purchase of the sold-out product by a late buyer, whom the sale refuses.
 fn late_buyer(prefix: &str, strategy: Strategy, c: usize) -> OrderRequest {
     order_request(format!("late-{c}"), strategy, format!("{prefix}-{c}"), 1)

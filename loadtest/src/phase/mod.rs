@@ -109,6 +109,9 @@ pub struct Run<'a> {
     pub app: &'a app::config::Config,
     /// The app instances' processes, whose memory a phase may watch.
     pub app_pids: &'a [u32],
+    /// Sold-out refusals per second the machine answers at most, measured once for the run
+    /// when a phase needs it (see [`crate::measure::refusals::ceiling`]).
+    pub refusal_ceiling: Option<f64>,
 }
 
 /// The strategy a phase measures, and what its loops found.

@@ -21,6 +21,7 @@ use tokio::sync::broadcast::{Receiver, error::RecvError};
 use tokio::time::Instant;
 
 use super::{Allotment, Measuring, Needs, Phase, Recorded, Run};
+use crate::analyse::overload::EXCESS_SHARE_OF_CEILING;
 use crate::drive::latency::Latencies;
 use crate::drive::load::{Window, open_loop_feeding};
 use crate::live::{Feed, Update};
@@ -46,6 +47,23 @@ pub struct OverloadPlan<'a> {
     pub latency_budget_ms: u64,
     /// The app instances, whose memory is read.
     pub app_pids: Vec<u32>,
+    /// Sold-out refusals per second the machine answers at most, when the run measured it.
+    pub refusal_ceiling: Option<f64>,
+}
+
+/// The open loop's rate: `factor` × `capacity`, unless refusing the excess over the capacity
+/// would take more than [`EXCESS_SHARE_OF_CEILING`] of the machine's `ceiling`; then the
+/// capacity and that much more. A strategy that sells near what the machine answers at all
+/// (`batched` sold 18,000/s where the machine refused 55,000/s from memory) cannot be offered
+/// three times its capacity: refusing twice it would take the whole machine, leaving nothing
+/// to the purchases whatever the door does. The bars judge the door, not the machine's size.
+pub fn offered(factor: f64, capacity: f64, ceiling: Option<f64>) -> f64 {
+    let excess = (factor - 1.0).max(0.0) * capacity;
+    let excess = match ceiling {
+        Some(ceiling) if ceiling > 0.0 => excess.min(EXCESS_SHARE_OF_CEILING * ceiling),
+        _ => excess,
+    };
+    (capacity + excess).max(1.0)
 }
 
 /// The open-loop workers for instances that refuse past `in_flight_limit`: enough that the
@@ -59,7 +77,7 @@ pub fn connections(in_flight_limit: u64, buyers: usize) -> usize {
 /// with no stock and no orders.
 pub async fn run_overload(api: &Api, plan: &OverloadPlan<'_>) -> Result<OverloadResult> {
     let shape = plan.shape;
-    let offered = (shape.factor * plan.capacity).max(1.0);
+    let offered = offered(shape.factor, plan.capacity, plan.refusal_ceiling);
     let window = Window::from_secs(shape.warmup, shape.seconds);
     let buyers_plan = ThroughputPlan {
         window,
@@ -121,6 +139,7 @@ pub async fn run_overload(api: &Api, plan: &OverloadPlan<'_>) -> Result<Overload
         strategy: plan.strategy.clone(),
         capacity_per_second: plan.capacity,
         offered_per_second: offered,
+        refusal_ceiling_per_second: plan.refusal_ceiling,
         in_flight_limit: plan.in_flight_limit,
         latency_budget_ms: plan.latency_budget_ms,
         admission_limit,
@@ -212,10 +231,8 @@ impl Phase for Overload {
 
     fn doing(&self, settings: &Settings, strategy: &Measuring<'_>) -> String {
         let factor = settings.overload.as_ref().map_or(0.0, |shape| shape.factor);
-        format!(
-            "overload {:.0}/s",
-            factor * strategy.closed.successes_per_sec
-        )
+        let capacity = strategy.closed.successes_per_sec;
+        format!("overload {:.0}/s", offered(factor, capacity, None))
     }
 
     fn measure<'a>(
@@ -269,6 +286,7 @@ async fn measure_one(
         in_flight_limit,
         latency_budget_ms: run.app.latency_budget_ms,
         app_pids: run.app_pids.to_vec(),
+        refusal_ceiling: run.refusal_ceiling,
     };
     let result = run_overload(run.api, &plan).await?;
     Ok(Recorded::new(move |report| report.overloads.push(result)))
@@ -277,6 +295,19 @@ async fn measure_one(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_offered_rate_is_the_factor_unless_refusing_the_excess_takes_past_a_quarter_of_the_ceiling()
+     {
+        // A slow strategy: three times its capacity, the ceiling far off.
+        assert_eq!(offered(3.0, 2_000.0, Some(55_000.0)), 6_000.0);
+        assert_eq!(offered(3.0, 2_000.0, None), 6_000.0);
+        // A fast one: the excess is what a quarter of the machine refuses.
+        assert_eq!(offered(3.0, 18_000.0, Some(56_000.0)), 32_000.0);
+        // Unmeasured: the factor alone.
+        assert_eq!(offered(3.0, 18_000.0, None), 54_000.0);
+        assert_eq!(offered(3.0, 0.0, Some(1.0)), 1.0);
+    }
 
     #[test]
     fn the_admission_limit_is_summed_over_the_instances_of_the_strategy_asked() {

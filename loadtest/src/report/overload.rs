@@ -7,8 +7,8 @@ use std::fmt::Write;
 use super::schema::{LatencySummary, OverloadFinding, OverloadMiss, OverloadResult, OverloadShape};
 use super::table::Table;
 use crate::analyse::overload::{
-    ACCEPTED_P99_BAR_US, ACCEPTED_SHARE_BAR, MEMORY_MARGIN_BYTES, MEMORY_MARGIN_SHARE,
-    REFUSAL_P99_BAR_US,
+    ACCEPTED_P99_BAR_US, ACCEPTED_SHARE_BAR, EXCESS_SHARE_OF_CEILING, MEMORY_MARGIN_BYTES,
+    MEMORY_MARGIN_SHARE, REFUSAL_P99_BAR_US,
 };
 
 /// The section, or nothing when the run had no overload phase.
@@ -24,7 +24,12 @@ pub fn markdown(
         return String::new();
     }
     let mut md = format!("\n## Overload: {} × capacity\n\n", shape.factor);
-    let _ = writeln!(md, "{}\n", describe(shape, overloads));
+    let _ = writeln!(
+        md,
+        "{}{}\n",
+        describe(shape, overloads),
+        capped(shape, overloads)
+    );
     md.push_str(&table(overloads));
     md.push_str(
         "\nCapacity: the closed loop's purchases/s (its median). Sent: answers per second of \
@@ -63,6 +68,30 @@ fn describe(shape: &OverloadShape, overloads: &[OverloadResult]) -> String {
         REFUSAL_P99_BAR_US / 1_000,
         100.0 * MEMORY_MARGIN_SHARE,
         MEMORY_MARGIN_BYTES >> 20,
+    )
+}
+
+/// The strategies offered less than the factor, because refusing the excess would have taken
+/// more than a quarter of the machine, in a sentence (nothing when none was).
+fn capped(shape: &OverloadShape, overloads: &[OverloadResult]) -> String {
+    let capped: Vec<String> = (overloads.iter())
+        .filter(|o| o.offered_per_second < 0.995 * shape.factor * o.capacity_per_second)
+        .map(|o| format!("`{}` {:.0}/s", o.strategy.name, o.offered_per_second))
+        .collect();
+    let Some(ceiling) = overloads.iter().find_map(|o| o.refusal_ceiling_per_second) else {
+        return String::new();
+    };
+    if capped.is_empty() {
+        return String::new();
+    }
+    format!(
+        " A strategy whose excess would take more than {:.0}% of the machine to refuse — it \
+         answered at most {ceiling:.0} sold-out refusals a second in this run, from memory, \
+         the least an answer to a purchase costs — is offered its capacity and that share of \
+         the ceiling instead, since refusing more would leave its purchases no core whatever \
+         the door did: {}.",
+        100.0 * EXCESS_SHARE_OF_CEILING,
+        capped.join(", ")
     )
 }
 
@@ -290,6 +319,27 @@ mod tests {
     use super::*;
     use crate::analyse::overload::finding;
     use crate::sample::{overload, overload_shape};
+
+    #[test]
+    fn a_strategy_offered_less_than_the_factor_is_named_with_the_machines_ceiling() {
+        let shape = overload_shape();
+        let slow = overload(200_000, 2_000, 0);
+        let md = markdown(Some(&shape), std::slice::from_ref(&slow), &[]);
+        assert!(!md.contains("share of the ceiling"), "{md}");
+        let mut fast = overload(200_000, 2_000, 0);
+        fast.capacity_per_second = 18_000.0;
+        fast.offered_per_second = 33_000.0;
+        let md = markdown(Some(&shape), &[slow, fast.clone()], &[]);
+        assert!(md.contains("more than 25% of the machine"), "{md}");
+        assert!(
+            md.contains("at most 60000 sold-out refusals a second"),
+            "{md}"
+        );
+        assert!(
+            md.contains(&format!("`{}` 33000/s.", fast.strategy.name)),
+            "{md}"
+        );
+    }
 
     #[test]
     fn the_section_has_a_row_per_strategy_and_says_when_every_bar_was_met() {

@@ -23,8 +23,13 @@ pub struct OverloadResult {
     pub strategy: StrategyInfo,
     /// Its capacity: the closed loop's purchases per second (the median of its runs).
     pub capacity_per_second: f64,
-    /// The open loop's rate: the shape's factor × the capacity.
+    /// The open loop's rate: the shape's factor × the capacity, or the capacity and what a
+    /// quarter of the machine refuses where that is less (see `phase::overload::offered`).
     pub offered_per_second: f64,
+    /// Sold-out refusals per second the machine answered at most in this run (`None` in
+    /// reports that did not measure it).
+    #[serde(default)]
+    pub refusal_ceiling_per_second: Option<f64>,
     /// Purchases the app instances work on at once, all together, before they answer
     /// `503 overloaded` (each instance's `--max-in-flight`, as the run started them).
     pub in_flight_limit: u64,
