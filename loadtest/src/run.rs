@@ -261,7 +261,7 @@ pub async fn run_watched(
         Some(_) if !strategies.is_empty() => {
             announce("refusals", "the machine's ceiling");
             let allotment = ids.allot("ceiling", Strategy::Conditional, 1)?;
-            let in_flight = world.instances as u64 * u64::from(app_settings.max_in_flight);
+            let in_flight = phase::overload::in_flight_limit(&world, &app_settings);
             let ceiling = crate::measure::refusals::ceiling(
                 &api,
                 allotment.product(),

@@ -108,20 +108,9 @@ async fn refusal_rate(api: &Api, plan: &FloodPlan<'_>, window: Window) -> Result
     let (mut refusals, mut noops) = (Vec::new(), Vec::new());
     let connections = plan.refusal_connections;
     for round in 0..ROUNDS {
-        let a = api.clone();
         let prefix = format!("{}-after-{round}", plan.id_prefix);
-        // One late buyer per connection, each request built once: the loop repeats it as `wrk`
-        // repeats its script's, so the generator spends on a refusal no more than it must.
-        let orders: Arc<[PreparedOrder]> = (0..connections)
-            .map(|c| api.prepare_order(plan.product, &late_buyer(&prefix, plan.strategy.name, c)))
-            .collect::<Result<_>>()?;
-        let refused = move || async move {
-            let op = move |worker: usize, i: u64| {
-                let (a, orders) = (a.clone(), orders.clone());
-                async move { a.send_prepared(i as usize, &orders[worker]).await }
-            };
-            closed_loop_feeding(connections, window, &Feed::off(), op).await
-        };
+        let (product, strategy) = (plan.product, plan.strategy.name);
+        let refused = || refused(api, product, strategy, &prefix, connections, window);
         let a = api.clone();
         let noop = move || {
             closed_loop(connections, window, move |i| {
@@ -130,11 +119,11 @@ async fn refusal_rate(api: &Api, plan: &FloodPlan<'_>, window: Window) -> Result
             })
         };
         if round % 2 == 0 {
-            refusals.push(refused().await);
+            refusals.push(refused().await?);
             noops.push(noop().await);
         } else {
             noops.push(noop().await);
-            refusals.push(refused().await);
+            refusals.push(refused().await?);
         }
     }
     let rate = |runs: &[LoadResult]| runs.iter().map(|r| r.attempts_per_sec).collect::<Vec<_>>();
@@ -163,16 +152,30 @@ pub async fn ceiling(
     window: Window,
 ) -> Result<f64> {
     api.reset_product(product, 0, strategy.home()).await?;
+    let run = refused(api, product, strategy, id_prefix, connections, window).await?;
+    Ok(run.attempts_per_sec)
+}
+
+/// Purchases of the sold-out `product` in a closed loop of `connections` for `window`: one
+/// late buyer per connection, each request built once — the loop repeats it as `wrk` repeats
+/// its script's, so the generator spends on a refusal no more than it must.
+async fn refused(
+    api: &Api,
+    product: u64,
+    strategy: Strategy,
+    prefix: &str,
+    connections: usize,
+    window: Window,
+) -> Result<LoadResult> {
     let orders: Arc<[PreparedOrder]> = (0..connections)
-        .map(|c| api.prepare_order(product, &late_buyer(id_prefix, strategy, c)))
+        .map(|c| api.prepare_order(product, &late_buyer(prefix, strategy, c)))
         .collect::<Result<_>>()?;
     let a = api.clone();
-    let op = move |worker: usize, _: u64| {
+    let op = move |worker: usize, i: u64| {
         let (a, orders) = (a.clone(), orders.clone());
-        async move { a.send_prepared(worker, &orders[worker]).await }
+        async move { a.send_prepared(i as usize, &orders[worker]).await }
     };
-    let run = closed_loop_feeding(connections, window, &Feed::off(), op).await;
-    Ok(run.attempts_per_sec)
+    Ok(closed_loop_feeding(connections, window, &Feed::off(), op).await)
 }
 
 /// A purchase of the sold-out product by a late buyer, whom the sale refuses.

@@ -30,6 +30,7 @@ use crate::measure::throughput::{Buyers, ThroughputPlan, UNLIMITED, settle};
 use crate::report::schema::{
     ByAnswer, Findings, Memory, OverloadResult, OverloadShape, RunReport, Settings,
 };
+use crate::rig::world::World;
 
 /// One strategy's overload.
 pub struct OverloadPlan<'a> {
@@ -64,6 +65,11 @@ pub fn offered(factor: f64, capacity: f64, ceiling: Option<f64>) -> f64 {
         _ => excess,
     };
     (capacity + excess).max(1.0)
+}
+
+/// Purchases the world's app instances take at once before refusing, all together.
+pub fn in_flight_limit(world: &World, app: &app::config::Config) -> u64 {
+    world.instances as u64 * u64::from(app.max_in_flight)
 }
 
 /// The open-loop workers for instances that refuse past `in_flight_limit`: enough that the
@@ -276,7 +282,7 @@ async fn measure_one(
     allotment: &Allotment,
 ) -> Result<Recorded> {
     let shape = (run.settings.overload.as_ref()).context("the run has no overload shape")?;
-    let in_flight_limit = run.world.instances as u64 * u64::from(run.app.max_in_flight);
+    let in_flight_limit = in_flight_limit(run.world, run.app);
     let plan = OverloadPlan {
         strategy: strategy.info,
         shape,
