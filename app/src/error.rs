@@ -271,6 +271,15 @@ impl From<RedisStockError> for ApiError {
     }
 }
 
+impl From<crate::first_come::QueueError> for ApiError {
+    fn from(e: crate::first_come::QueueError) -> ApiError {
+        match e {
+            crate::first_come::QueueError::Redis(e) => e.into(),
+            crate::first_come::QueueError::Database(e) => e.into(),
+        }
+    }
+}
+
 impl From<ReadError> for ApiError {
     fn from(e: ReadError) -> ApiError {
         match e {

@@ -20,7 +20,8 @@
 //! [`lifecycle`] (an order's life after its purchase: pay, cancel, expire,
 //! units given back); [`strategy`] (the `StockStrategy` trait, one file per strategy,
 //! the registry that builds them); [`overload`] (refusing what the service cannot take: the
-//! admission limiter, the rates, the connections); [`backends`] (the lock services);
+//! admission limiter, the rates, the connections); [`first_come`] (a product's clicks
+//! given places in one queue as they come); [`backends`] (the lock services);
 //! [`purchase_token`] and [`buyer`] (who a buyer is: the buyer token's);
 //! [`state`]; [`error`] (the
 //! one mapping from failures to status codes); [`http`] (routes, handlers, the OpenAPI
@@ -36,6 +37,7 @@ pub mod catalogue;
 pub mod config;
 pub mod db;
 pub mod error;
+pub mod first_come;
 pub mod http;
 pub mod inventory;
 pub mod lifecycle;
@@ -224,6 +226,11 @@ pub async fn build_with(
         overload::connections::within_open_files(config.max_connections),
         config.operator_connections,
     ));
+    // A place its instance never settles (the instance died serving it) is given up after
+    // twice the longest a purchase waits for room and its answer.
+    let keep_place = Duration::from_millis(config.request_timeout_ms.saturating_mul(2));
+    let first_come =
+        (redis.clone()).map(|r| Arc::new(first_come::FirstCome::new(r, pool.clone(), keep_place)));
     let state = AppState::new(state::Shared {
         pool,
         limiter,
@@ -250,6 +257,7 @@ pub async fn build_with(
             request_timeout: Duration::from_millis(config.request_timeout_ms),
         }),
         redis,
+        first_come,
         shelf,
         pages,
         page_pacer: overload::Pacer::new(

@@ -78,6 +78,8 @@ pub struct Shared {
     pub settings: Arc<Settings>,
     /// Where Redis-held stock lives, if Redis is configured.
     pub redis: Option<RedisStock>,
+    /// The queues of the products sold first come, first served (`None`: without Redis).
+    pub first_come: Option<Arc<crate::first_come::FirstCome>>,
     /// What this instance remembers of each product.
     pub shelf: Arc<Shelf>,
     /// The products' public pages, and the pool they and the accounting are read through.

@@ -192,6 +192,14 @@ pub struct ResetProduct {
     /// refused without touching stock.
     #[serde(default)]
     pub token_required: bool,
+    /// Whether the product is sold first come, first served (needs Redis): each click takes
+    /// its place in one queue across every instance when it comes in, and only as many clicks
+    /// as there are units are let through to buy — each to be served however loaded its
+    /// instance is —, the rest refused `sold_out` at once. Without it, a crowd past what an
+    /// instance works on at once is refused `overloaded` at random, early clicks as well as
+    /// late ones. See [`crate::first_come`].
+    #[serde(default)]
+    pub first_come: bool,
     /// Milliseconds a buyer has to pay an order of this product before it expires and its
     /// units go back on sale (default: the server's `--payment-window-ms`, 15 minutes).
     #[schema(minimum = 1, maximum = 604_800_000)]
@@ -235,6 +243,7 @@ impl ResetProduct {
             sale_starts_at: None,
             sale_ends_at: None,
             token_required: false,
+            first_come: false,
             payment_window_ms: None,
             stock,
             home,
@@ -361,6 +370,10 @@ pub struct SaleRules {
     pub sale_ends_at: Option<time::OffsetDateTime>,
     #[serde(default)]
     pub token_required: bool,
+    /// Clicks are served in the order they came, across every instance
+    /// ([`crate::first_come`]).
+    #[serde(default)]
+    pub first_come: bool,
     /// Milliseconds a buyer has to pay an order.
     #[serde(default = "default_payment_window_ms")]
     pub payment_window_ms: i64,
@@ -391,6 +404,7 @@ impl Default for SaleRules {
             sale_starts_at: None,
             sale_ends_at: None,
             token_required: false,
+            first_come: false,
             payment_window_ms: DEFAULT_PAYMENT_WINDOW_MS,
             strategies: Strategies::NONE,
         }

@@ -287,3 +287,16 @@ pub async fn void(pool: &MySqlPool, order: &NewOrder<'_>) -> Result<bool, sqlx::
         Err(e) => Err(e),
     }
 }
+
+/// The units of `product` that came back home since its reset: those of its orders that
+/// expired or were cancelled and have arrived (an order on its way, `expiring` or
+/// `cancelling`, is not counted until its units are home).
+pub async fn units_back_home(pool: &MySqlPool, product: u64) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT CAST(COALESCE(SUM(quantity), 0) AS SIGNED) FROM orders \
+         WHERE product_id = ? AND state IN ('expired', 'cancelled')",
+    )
+    .bind(product)
+    .fetch_one(pool)
+    .await
+}

@@ -68,13 +68,14 @@ async fn reset_once(
     let mut tx = pool.begin().await?;
     sqlx::query(
         "INSERT INTO products (id, stock, initial_stock, home, per_user_limit, sale_starts_ms, \
-                               sale_ends_ms, token_required, payment_window_ms, strategies, \
-                               redis_epoch) \
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1) \
+                               sale_ends_ms, token_required, first_come, payment_window_ms, \
+                               strategies, redis_epoch) \
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1) \
          ON DUPLICATE KEY UPDATE stock = VALUES(stock), initial_stock = VALUES(initial_stock), \
          home = VALUES(home), per_user_limit = VALUES(per_user_limit), \
          sale_starts_ms = VALUES(sale_starts_ms), sale_ends_ms = VALUES(sale_ends_ms), \
-         token_required = VALUES(token_required), payment_window_ms = VALUES(payment_window_ms), \
+         token_required = VALUES(token_required), first_come = VALUES(first_come), \
+         payment_window_ms = VALUES(payment_window_ms), \
          strategies = VALUES(strategies), version = version + 1, fence = 0, \
          redis_epoch = redis_epoch + 1",
     )
@@ -86,6 +87,7 @@ async fn reset_once(
     .bind(rules.sale_starts_at.map(millis))
     .bind(rules.sale_ends_at.map(millis))
     .bind(rules.token_required)
+    .bind(rules.first_come)
     .bind(rules.payment_window_ms)
     .bind(rules.strategies.names())
     .execute(&mut *tx)
@@ -124,7 +126,8 @@ fn from_millis(ms: i64) -> Result<OffsetDateTime, sqlx::Error> {
 pub async fn view(pool: &MySqlPool, id: u64) -> Result<Option<ProductView>, sqlx::Error> {
     let row = sqlx::query(
         "SELECT p.id, p.home, p.initial_stock, p.per_user_limit, p.sale_starts_ms, \
-                p.sale_ends_ms, p.token_required, p.payment_window_ms, p.strategies, \
+                p.sale_ends_ms, p.token_required, p.first_come, p.payment_window_ms, \
+                p.strategies, \
                 CASE WHEN p.home = 'buckets' THEN \
                     (SELECT CAST(COALESCE(SUM(b.stock), 0) AS SIGNED) FROM stock_buckets b \
                      WHERE b.product_id = p.id) \
@@ -165,6 +168,7 @@ pub async fn view(pool: &MySqlPool, id: u64) -> Result<Option<ProductView>, sqlx
                 sale_starts_at: starts.map(from_millis).transpose()?,
                 sale_ends_at: ends.map(from_millis).transpose()?,
                 token_required: r.try_get("token_required")?,
+                first_come: r.try_get("first_come")?,
                 payment_window_ms: r.try_get("payment_window_ms")?,
                 strategies: parse_strategies(r.try_get("strategies")?)?,
             },
@@ -196,9 +200,18 @@ pub struct Rules {
     pub redis_epoch: u64,
 }
 
-/// `home, per_user_limit, sale_starts_ms, sale_ends_ms, token_required, payment_window_ms,
-/// strategies` of a product row.
-type RulesRow = (String, i64, Option<i64>, Option<i64>, bool, i64, String);
+/// `home, per_user_limit, sale_starts_ms, sale_ends_ms, token_required, first_come,
+/// payment_window_ms, strategies` of a product row.
+type RulesRow = (
+    String,
+    i64,
+    Option<i64>,
+    Option<i64>,
+    bool,
+    bool,
+    i64,
+    String,
+);
 
 /// A [`RulesRow`] and the product's `redis_epoch`.
 type EpochRulesRow = (
@@ -206,6 +219,7 @@ type EpochRulesRow = (
     i64,
     Option<i64>,
     Option<i64>,
+    bool,
     bool,
     i64,
     String,
@@ -217,16 +231,16 @@ type EpochRulesRow = (
 pub async fn rules(pool: &MySqlPool, id: u64) -> Result<Option<Rules>, sqlx::Error> {
     let row: Option<EpochRulesRow> = sqlx::query_as(
         "SELECT home, per_user_limit, sale_starts_ms, sale_ends_ms, token_required, \
-                payment_window_ms, strategies, redis_epoch \
+                first_come, payment_window_ms, strategies, redis_epoch \
          FROM products WHERE id = ?",
     )
     .bind(id)
     .fetch_optional(pool)
     .await?;
     row.map(
-        |(home, limit, starts, ends, token, window, strategies, redis_epoch)| {
-            let (home, sale) =
-                home_and_rules((home, limit, starts, ends, token, window, strategies))?;
+        |(home, limit, starts, ends, token, first, window, strategies, redis_epoch)| {
+            let row = (home, limit, starts, ends, token, first, window, strategies);
+            let (home, sale) = home_and_rules(row)?;
             Ok(Rules {
                 home,
                 sale,
@@ -246,7 +260,7 @@ pub async fn page(
 ) -> Result<Option<(Home, SaleRules, i64, i64)>, sqlx::Error> {
     let row = sqlx::query(
         "SELECT home, per_user_limit, sale_starts_ms, sale_ends_ms, token_required, \
-                payment_window_ms, strategies, initial_stock, \
+                first_come, payment_window_ms, strategies, initial_stock, \
                 CASE WHEN home = 'buckets' THEN \
                     (SELECT CAST(COALESCE(SUM(b.stock), 0) AS SIGNED) FROM stock_buckets b \
                      WHERE b.product_id = products.id) \
@@ -263,6 +277,7 @@ pub async fn page(
             r.try_get("sale_starts_ms")?,
             r.try_get("sale_ends_ms")?,
             r.try_get("token_required")?,
+            r.try_get("first_come")?,
             r.try_get("payment_window_ms")?,
             r.try_get("strategies")?,
         );
@@ -279,7 +294,16 @@ pub async fn page(
 
 /// A [`RulesRow`] decoded.
 fn home_and_rules(row: RulesRow) -> Result<(Home, SaleRules), sqlx::Error> {
-    let (home, per_user_limit, starts, ends, token_required, payment_window_ms, strategies) = row;
+    let (
+        home,
+        per_user_limit,
+        starts,
+        ends,
+        token_required,
+        first_come,
+        payment_window_ms,
+        strategies,
+    ) = row;
     let home: Home = home
         .parse()
         .map_err(|e: String| sqlx::Error::Decode(e.into()))?;
@@ -288,6 +312,7 @@ fn home_and_rules(row: RulesRow) -> Result<(Home, SaleRules), sqlx::Error> {
         sale_starts_at: starts.map(from_millis).transpose()?,
         sale_ends_at: ends.map(from_millis).transpose()?,
         token_required,
+        first_come,
         payment_window_ms,
         strategies: parse_strategies(strategies)?,
     };

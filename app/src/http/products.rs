@@ -32,7 +32,7 @@ use axum::http::{HeaderMap, StatusCode};
         (status = 403, description = "`strategy_not_offered`: a strategy named that this deployment does not offer, or that sells stock kept in another home", body = ErrorBody),
         (status = 408, description = "`request_timeout`: the body had not all come by its deadline (`--body-read-timeout-ms`); the connection is closed", body = ErrorBody),
         (status = 415, description = "`bad_request`: the body is not `application/json`", body = ErrorBody),
-        (status = 422, description = "`invalid_request`: stock outside 0 to 1,000,000,000, buckets outside 1 to 1,024, a per-user limit outside 1 to 1,000,000,000, a payment window outside 1 ms to a week, a sale that ends before it starts, an empty list of strategies, or unknown fields", body = ErrorBody),
+        (status = 422, description = "`invalid_request`: stock outside 0 to 1,000,000,000, buckets outside 1 to 1,024, a per-user limit outside 1 to 1,000,000,000, a payment window outside 1 ms to a week, a sale that ends before it starts, an empty list of strategies, `first_come` on a server without Redis, or unknown fields", body = ErrorBody),
         (status = 503, description = "`busy` (a row lock not obtained in time) or `backend_unavailable`", body = ErrorBody,
             headers(("Retry-After" = u32, description = "Seconds to wait")))))]
 pub async fn reset(
@@ -57,6 +57,11 @@ pub async fn reset(
     }
     let buckets = u32::try_from(buckets).unwrap_or(DEFAULT_BUCKETS);
     let rules = rules_of(&body, &state.settings)?;
+    if rules.first_come && state.first_come.is_none() {
+        return Err(ApiError::Invalid(
+            "first_come needs Redis, where the product's queue is kept (--redis-url)".into(),
+        ));
+    }
     let epoch =
         products::reset_with(&state.pool, id, body.stock, body.home, buckets, &rules).await?;
     // The stock's one home: the counter holds it for `redis`, and no counter is left otherwise.
@@ -65,6 +70,13 @@ pub async fn reset(
         (None, Home::Redis) => return Err(RedisStockError::NotConfigured.into()),
         (Some(redis), _) => redis.remove(id).await?,
         (None, _) => {}
+    }
+    // A fresh queue, or none: a reset forgets every place.
+    if let Some(queue) = &state.first_come {
+        match rules.first_come {
+            true => queue.open(id, body.stock).await?,
+            false => queue.close(id).await?,
+        }
     }
     stock_back(&state, id).await;
     let view = inventory::view(&state.pool, state.redis.as_ref(), id)
@@ -187,6 +199,7 @@ fn rules_of(body: &ResetProduct, settings: &Settings) -> Result<SaleRules, ApiEr
         sale_starts_at: body.sale_starts_at,
         sale_ends_at: body.sale_ends_at,
         token_required: body.token_required,
+        first_come: body.first_come,
         payment_window_ms,
         strategies: strategies_of(body, settings)?,
     })

@@ -3,10 +3,10 @@
 
 use std::fmt::Write;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
 use super::limit::{Ended, Fixed, Limit, Little, Sample};
 use super::shedding::Shedding;
@@ -23,7 +23,37 @@ pub struct Limiter {
     /// Each strategy's limit and purchases in flight, by its place in the catalogue.
     lanes: Vec<Arc<Lane>>,
     shedding: Shedding,
+    /// Wakes the purchases waiting their turn when a place is given back.
+    freed: Arc<Freed>,
 }
+
+/// Places given back, told to those waiting for one.
+#[derive(Debug, Default)]
+struct Freed {
+    notify: Notify,
+    /// Purchases waiting: a place given back tells no one while there are none.
+    waiting: AtomicUsize,
+}
+
+/// One purchase waiting its turn, counted while it waits.
+struct Waiting<'a>(&'a Freed);
+
+impl<'a> Waiting<'a> {
+    fn on(freed: &'a Freed) -> Waiting<'a> {
+        freed.waiting.fetch_add(1, Ordering::AcqRel);
+        Waiting(freed)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.waiting.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// How often a purchase waiting its turn looks again without being told: a strategy's queue
+/// (a stream a consumer drains) empties without a place given back.
+const LOOK_AGAIN: Duration = Duration::from_millis(5);
 
 /// One strategy's limit and its purchases in flight.
 #[derive(Debug)]
@@ -66,12 +96,50 @@ impl Limiter {
             max_in_flight,
             lanes: Strategy::ALL.iter().map(|&s| lane(s)).collect(),
             shedding: Shedding::new(lag_target),
+            freed: Arc::default(),
         }
     }
 
     /// A place among the purchases in flight for one of `strategy`, built as `built`, held
     /// until the purchase ends; `None`: refuse it `503 overloaded`.
     pub fn admit(&self, strategy: Strategy, built: &dyn StockStrategy) -> Option<Place> {
+        self.try_admit(strategy, built, true)
+    }
+
+    /// A place for a purchase that has its place in a first-come queue
+    /// ([`crate::first_come`]): it is never refused for the runtime's lag — the queue bounds how
+    /// many come, a product's units — but waits for room (a place given back, its strategy's
+    /// queue no longer full) until `deadline`; `None` past it.
+    pub async fn admit_in_turn(
+        &self,
+        strategy: Strategy,
+        built: &dyn StockStrategy,
+        deadline: tokio::time::Instant,
+    ) -> Option<Place> {
+        let _waiting = Waiting::on(&self.freed);
+        loop {
+            let freed = self.freed.notify.notified();
+            tokio::pin!(freed);
+            // Told of a place given back from now on, before looking: none is missed.
+            freed.as_mut().enable();
+            if let Some(place) = self.try_admit(strategy, built, false) {
+                return Some(place);
+            }
+            let now = tokio::time::Instant::now();
+            if now >= deadline {
+                return None;
+            }
+            let _ = tokio::time::timeout_at(deadline.min(now + LOOK_AGAIN), freed).await;
+        }
+    }
+
+    /// A place, unless refused; `shed`: refused while [`Shedding`] sheds.
+    fn try_admit(
+        &self,
+        strategy: Strategy,
+        built: &dyn StockStrategy,
+        shed: bool,
+    ) -> Option<Place> {
         if built.queue_full() {
             return None;
         }
@@ -80,7 +148,7 @@ impl Limiter {
         let held = self.max_in_flight.saturating_sub(free);
         // Never below the strategy's least: fewer than a batch at once only makes the batches
         // smaller, not the cores less busy.
-        if held >= lane.least && self.shedding.sheds() {
+        if shed && held >= lane.least && self.shedding.sheds() {
             return None;
         }
         // The permit first: one given back has no effect, while a place of the strategy is
@@ -109,8 +177,9 @@ impl Limiter {
             }
         }
         Some(Place {
-            _permit: permit,
+            permit: Some(permit),
             lane: Arc::clone(lane),
+            freed: Arc::clone(&self.freed),
             since,
             answered: true,
         })
@@ -142,6 +211,13 @@ impl Limiter {
              seckill_admission_shedding {}\n",
             u8::from(self.shedding.sheds())
         );
+        let _ = writeln!(
+            out,
+            "# HELP seckill_admission_waiting Purchases with a first-come place waiting for room.\n\
+             # TYPE seckill_admission_waiting gauge\n\
+             seckill_admission_waiting {}",
+            self.freed.waiting.load(Ordering::Acquire)
+        );
         out.push_str(
             "# HELP seckill_admission_limit Purchases of a strategy this instance admits at once now.\n\
              # TYPE seckill_admission_limit gauge\n",
@@ -162,8 +238,10 @@ impl Limiter {
 /// handed to its strategy's limit.
 #[derive(Debug)]
 pub struct Place {
-    _permit: OwnedSemaphorePermit,
+    /// Given back when dropped, before those waiting are told.
+    permit: Option<OwnedSemaphorePermit>,
     lane: Arc<Lane>,
+    freed: Arc<Freed>,
     since: Instant,
     answered: bool,
 }
@@ -188,6 +266,10 @@ impl Drop for Place {
                 answered: self.answered,
             }),
         });
+        drop(self.permit.take());
+        if self.freed.waiting.load(Ordering::Acquire) > 0 {
+            self.freed.notify.notify_waiters();
+        }
     }
 }
 
@@ -327,5 +409,56 @@ mod tests {
         assert!(limiter.admit(Strategy::Batched, &ANY).is_none());
         drop((held, batch));
         assert!(limiter.admit(Strategy::Pessimistic, &ANY).is_some());
+    }
+    #[tokio::test]
+    async fn a_purchase_in_turn_is_not_shed_and_waits_for_a_place_given_back() {
+        let limiter = Arc::new(limiter(4).with_shedding(Shedding::late_under_a_crowd()));
+        let held: Vec<_> = (0..4)
+            .map(|_| limiter.admit(Strategy::Optimistic, &ANY).expect("a place"))
+            .collect();
+        assert!(limiter.admit(Strategy::Pessimistic, &ANY).is_none(), "shed");
+        let far = tokio::time::Instant::now() + Duration::from_secs(600);
+        let in_turn = limiter
+            .admit_in_turn(Strategy::Pessimistic, &ANY, far)
+            .await;
+        assert!(
+            in_turn.is_some(),
+            "shedding refuses the crowd, not a click in turn"
+        );
+        let waiting = {
+            let limiter = Arc::clone(&limiter);
+            tokio::spawn(async move {
+                let far = tokio::time::Instant::now() + Duration::from_secs(600);
+                limiter
+                    .admit_in_turn(Strategy::Optimistic, &ANY, far)
+                    .await
+                    .is_some()
+            })
+        };
+        while limiter.freed.waiting.load(Ordering::Acquire) == 0 {
+            tokio::task::yield_now().await;
+        }
+        assert!(
+            !waiting.is_finished(),
+            "no room for the fifth of optimistic's four"
+        );
+        drop(held);
+        assert!(
+            waiting.await.expect("waited"),
+            "a place given back is taken"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_purchase_in_turn_with_no_room_by_its_deadline_is_refused() {
+        let limiter = Limiter::new(1, Duration::ZERO, Duration::ZERO, |_| AtOnce::DEFAULT);
+        let _held = limiter.admit(Strategy::Conditional, &ANY).expect("a place");
+        let now = tokio::time::Instant::now();
+        assert!(
+            limiter
+                .admit_in_turn(Strategy::Conditional, &ANY, now)
+                .await
+                .is_none()
+        );
     }
 }

@@ -58,6 +58,19 @@ impl Keys {
         format!("{}stock:{product}:waiting", self.prefix)
     }
 
+    /// The queue of a product sold first come, first served (hash: its units, the units
+    /// promised to clicks, the units back home, each buyer's and each click's units being
+    /// served; see [`crate::first_come`]).
+    pub fn arrivals(&self, product: u64) -> String {
+        format!("{}arrivals:{product}", self.prefix)
+    }
+
+    /// The clicks of that queue being served (sorted set: a click's field by the Redis time
+    /// its place is given up by, should its instance never settle it).
+    pub fn serving(&self, product: u64) -> String {
+        format!("{}arrivals:{product}:serving", self.prefix)
+    }
+
     /// A waiting count no product has: where an entry of unknown product is counted off.
     pub fn no_product_waiting(&self) -> String {
         format!("{}stock:none:waiting", self.prefix)

@@ -13,6 +13,7 @@ mod db_lock_lease;
 mod doors;
 mod ended_replays;
 mod expiry_sweep;
+mod first_come;
 mod hang_ups;
 mod idempotency;
 mod idempotency_keys;

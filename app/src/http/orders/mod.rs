@@ -4,13 +4,16 @@
 //! this instance remembers them ([`crate::shelf`]) — the sale window, the purchase token, the
 //! per-user limit of one click, and whether the product is known to be sold out. Whatever is
 //! refused there is refused from memory, at the cost of a no-op — but for an expired purchase
-//! token, refused once its purchase is read not to exist. What is admitted runs its
+//! token, refused once its purchase is read not to exist. A product sold first come gives the
+//! click its place in its queue next ([`turn`]): a click behind the units is refused there, one
+//! with a place waits for room instead of being refused it. What is admitted runs its
 //! strategy in a task of its own, so that a buyer who hangs up never cancels a purchase
 //! half-way; a duplicate is answered with its original order.
 
 mod admit;
 mod life;
 mod status;
+mod turn;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -31,6 +34,7 @@ use crate::api::{
 };
 use crate::db::orders::{self, Order, OrderState as Stored};
 use crate::error::ApiError;
+use crate::first_come::Ticket;
 use crate::metrics::{Observation, Outcome};
 use crate::shelf::Epoch;
 use crate::state::AppState;
@@ -117,11 +121,11 @@ type Answer = Result<Success, ApiError>;
         (status = 403, description = "`strategy_not_offered`: this deployment does not offer the strategy, or the product is not sold by it; `not_your_order`: the buyer token names another buyer than the body's `user_id`; `purchase_token_required`: the product requires a purchase token and the purchase carries none, or not this buyer's for this sale; `purchase_token_mismatch`: the token admits one purchase, under another `request_id`; or `purchase_token_expired`: the token expired and its purchase was not made", body = ErrorBody),
         (status = 404, description = "`not_found`: unknown product", body = ErrorBody),
         (status = 408, description = "`request_timeout`: the body had not all come by its deadline (`--body-read-timeout-ms`); the connection is closed", body = ErrorBody),
-        (status = 409, description = "`sold_out`, `limit_reached` (the buyer would hold more than the product's per-user limit), `sale_not_started`, `sale_ended`, `lock_lost` (a fenced write was refused), `idempotency_conflict` (this buyer used the request id for this product with another quantity or strategy), or `purchase_voided` (a reconciliation fenced this purchase out; nothing was bought)", body = ErrorBody),
+        (status = 409, description = "`sold_out` (for a product sold first come, also: every unit is promised to an earlier click), `limit_reached` (the buyer would hold more than the product's per-user limit, or, for a product sold first come, the buyer's clicks being served already hold it), `sale_not_started`, `sale_ended`, `lock_lost` (a fenced write was refused), `idempotency_conflict` (this buyer used the request id for this product with another quantity or strategy), or `purchase_voided` (a reconciliation fenced this purchase out; nothing was bought)", body = ErrorBody),
         (status = 422, description = "`invalid_request` (the body breaks the schema: a missing field — `user_id` too, when the server has no buyer key —, an unknown one, a value out of range), or `unknown_strategy`", body = ErrorBody),
         (status = 429, description = "`rate_limited`: this buyer or address is past its rate; retry after Retry-After", body = ErrorBody,
             headers(("Retry-After" = u32, description = "Seconds to wait"))),
-        (status = 503, description = "`busy` (retry after Retry-After), `overloaded` (refused at once: the service works on as many purchases as it may, or the queue the purchase would wait in — `batched`'s, `redis-lua-stream`'s stream — is full), or `backend_unavailable` (a backend out of reach, or Redis lost the product's stock: refused until a reconcile)", body = ErrorBody,
+        (status = 503, description = "`busy` (retry after Retry-After; for a product sold first come, also: its click found no room before its deadline and gave its place up, or it was sent again while its first is being served), `overloaded` (refused at once: the service works on as many purchases as it may, or the queue the purchase would wait in — `batched`'s, `redis-lua-stream`'s stream — is full), or `backend_unavailable` (a backend out of reach, or Redis lost the product's stock: refused until a reconcile)", body = ErrorBody,
             headers(("Retry-After" = u32, description = "Seconds to wait")))))]
 pub async fn create(
     State(state): State<AppState>,
@@ -147,13 +151,21 @@ pub async fn create(
         observe(&state, admitted.strategy, None, ErrorCode::SoldOut, started);
         return Err(ApiError::SoldOut);
     }
+    let first_come = recalled.known.is_some_and(|k| k.rules.first_come);
     let purchase = admitted.into_purchase();
     // Not carried across the purchase's wait: its headers and extensions are read.
     drop(parts);
     let strategy = state.registry.get(purchase.strategy).clone();
     let epoch = recalled.epoch;
     // Boxed, so that what a refusal from memory moves is no larger than its own path needs.
-    Box::pin(place(state, strategy, Arc::new(purchase), epoch, started)).await
+    Box::pin(async move {
+        let ticket = match first_come {
+            true => turn::take(&state, &purchase, started).await?,
+            false => None,
+        };
+        place(state, strategy, Arc::new(purchase), epoch, started, ticket).await
+    })
+    .await
 }
 
 /// The body of a purchase, at most [`MAX_BODY`] bytes. Its frames are kept as they come and
@@ -166,25 +178,49 @@ async fn read_body(body: Body) -> Result<Bytes, ApiError> {
     })
 }
 
-/// Runs an admitted purchase through its strategy, if the admission limiter lets it in.
+/// Runs an admitted purchase through its strategy, if the admission limiter lets it in; one
+/// with a first-come `ticket` waits for room until its deadline, and settles its ticket when
+/// answered.
 async fn place(
     state: AppState,
     strategy: Arc<dyn StockStrategy>,
     purchase: Arc<Purchase>,
     epoch: Epoch,
     started: Instant,
+    ticket: Option<Ticket>,
 ) -> Answer {
-    let Some(place) = state.limiter.admit(purchase.strategy, &*strategy) else {
+    let timeout = state.settings.request_timeout;
+    // Counted from the headers: the time the body took to come is part of the buyer's wait.
+    let deadline = tokio::time::Instant::from_std(started + timeout);
+    let admitted = match ticket {
+        None => state.limiter.admit(purchase.strategy, &*strategy),
+        Some(_) => {
+            (state.limiter)
+                .admit_in_turn(purchase.strategy, &*strategy, deadline)
+                .await
+        }
+    };
+    let Some(place) = admitted else {
+        let refused = match ticket {
+            None => ApiError::Overloaded,
+            Some(ticket) => {
+                turn::settle(ticket, false).await;
+                ApiError::Busy(format!(
+                    "no room for this purchase within {timeout:?}; its place in the queue is \
+                     given to the next: send it again"
+                ))
+            }
+        };
+        let code = refused.code();
         observe(
             &state,
             purchase.strategy,
             Some(&purchase.stats),
-            ErrorCode::Overloaded,
+            code,
             started,
         );
-        return Err(ApiError::Overloaded);
+        return Err(refused);
     };
-    let timeout = state.settings.request_timeout;
     // The purchase runs to its end whatever happens to this request: hyper drops the handler
     // when the buyer hangs up, and units taken outside a transaction (Redis) would stay taken
     // without an order. A task of its own is not dropped with the handler, and keeps its place
@@ -209,6 +245,9 @@ async fn place(
             outcome,
             started,
         );
+        if let Some(ticket) = ticket {
+            turn::settle(ticket, turn::kept(&answer)).await;
+        }
         if let Err(ApiError::SoldOut) = answer
             && let Err(e) = state.shelf.learn_sold_out(purchase.product_id, epoch).await
         {
@@ -216,8 +255,6 @@ async fn place(
         }
         answer
     });
-    // Counted from the headers: the time the body took to come is part of the buyer's wait.
-    let deadline = tokio::time::Instant::from_std(started + timeout);
     match tokio::time::timeout_at(deadline, work).await {
         Ok(answer) => answer.unwrap_or_else(|e| {
             Err(ApiError::Internal(
