@@ -337,6 +337,10 @@ pub struct FloodArgs {
     /// SIGKILLed once the first unpaid order is due, and started again afterwards).
     #[arg(long = "flood-no-kill")]
     pub no_kill: bool,
+    /// Send each strategy's flood a second time, its product sold first come, first served
+    /// (each click given its place in one queue as it comes), beside the random door's.
+    #[arg(long = "flood-first-come")]
+    pub first_come: bool,
     /// Skip the flood.
     #[arg(long)]
     pub no_flood: bool,
@@ -359,6 +363,7 @@ impl FloodArgs {
             non_payer_share: self.non_payers,
             payment_window_ms: self.payment_window_ms,
             kill_mid_sale: !self.no_kill && instances > 1,
+            first_come: self.first_come,
         };
         anyhow::ensure!(shape.users >= 1, "--flood-users must be at least 1");
         anyhow::ensure!(shape.units >= 1, "--flood-units must be at least 1");

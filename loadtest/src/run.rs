@@ -175,9 +175,12 @@ pub async fn run_watched(
         let refusals = refusal_window(settings.quick);
         for (k, info) in strategies.iter().enumerate() {
             progress.phase(info.name.name(), "flood");
-            let allotment = ids.allot("flood", info.name, 1)?;
+            // A second product for the same crowd sold first come, when asked for.
+            let products = 1 + u64::from(shape.first_come);
+            let allotment = ids.allot("flood", info.name, products)?;
             let plan = FloodPlan {
                 product: allotment.product(),
+                first_come_product: shape.first_come.then(|| allotment.product() + 1),
                 strategy: info,
                 shape,
                 seed: k as u64,

@@ -11,8 +11,8 @@ use testkit::{Answer, Outcomes};
 use crate::drive::latency::Latencies;
 use crate::report::schema::{
     Baseline, BaselineName, ByAnswer, Environment, ExpiryCost, ExpiryPayments, ExpiryShape,
-    Fairness, Findings, FloodResult, FloodShape, LatencySummary, LoadResult, Loop, Memory,
-    NoopFlood, OPEN_RATE_SHARE, OverloadResult, OverloadShape, RefusalRate, ReturnLockUse,
+    Fairness, Findings, FirstComeFlood, FloodResult, FloodShape, LatencySummary, LoadResult, Loop,
+    Memory, NoopFlood, OPEN_RATE_SHARE, OverloadResult, OverloadShape, RefusalRate, ReturnLockUse,
     RunReport, SCHEMA_VERSION, SaleResult, Settings, StrategyReport, ThroughputResult,
 };
 use crate::rig::world::World;
@@ -273,6 +273,7 @@ pub fn flood_shape() -> FloodShape {
         non_payer_share: 0.0,
         payment_window_ms: 0,
         kill_mid_sale: false,
+        first_come: true,
     }
 }
 
@@ -285,6 +286,47 @@ pub fn flood(
     noop_ms: f64,
     refusal_percent: f64,
 ) -> FloodResult {
+    let (outcomes, accounting) = sold_out_crowd();
+    FloodResult {
+        strategy: StrategyInfo::of(strategy),
+        clicks: 2_000,
+        early_clicks: 0,
+        shared_account_clicks: 0,
+        outcomes,
+        accounting,
+        beyond_limit: 0,
+        sold_out_after_ms: Some(answered_ms / 2.0),
+        all_answered_after_ms: answered_ms,
+        winners: LatencySummary::default(),
+        refused: LatencySummary::default(),
+        fairness: Fairness {
+            first_clicks_won: 0.5,
+            earliness_rank_correlation: None,
+            attainable_correlation: None,
+        },
+        timeline: Vec::new(),
+        resale: None,
+        after_sold_out: Some(RefusalRate {
+            refusals_per_second: 400.0 * refusal_percent,
+            noop_per_second: 40_000.0,
+            connections: 200,
+            sold_after_flood: 0,
+            rounds: 5,
+            paired_percent: None,
+        }),
+        noop_flood: Some(NoopFlood {
+            clicks: 2_000,
+            served: 2_000,
+            all_answered_after_ms: noop_ms,
+        }),
+        first_come: Some(first_come_flood()),
+        cpu: None,
+        projection: Vec::new(),
+    }
+}
+
+/// 2,000 clicks for 100 units: the first 100 bought, the rest told `sold_out`.
+fn sold_out_crowd() -> (Outcomes, Accounting) {
     let mut outcomes = Outcomes::default();
     for k in 0..2_000 {
         outcomes.count(&if k < 100 {
@@ -309,38 +351,25 @@ pub fn flood(
         returned: 0,
         returning: 0,
     };
-    FloodResult {
-        strategy: StrategyInfo::of(strategy),
+    (outcomes, Accounting::of(ledger, 2_000))
+}
+
+/// The sample flood's crowd sent again, sold first come: the first 100 of 2,000 clicks bought.
+pub fn first_come_flood() -> FirstComeFlood {
+    let (outcomes, accounting) = sold_out_crowd();
+    FirstComeFlood {
         clicks: 2_000,
-        early_clicks: 0,
-        shared_account_clicks: 0,
         outcomes,
-        accounting: Accounting::of(ledger, 2_000),
+        accounting,
         beyond_limit: 0,
-        sold_out_after_ms: Some(answered_ms / 2.0),
-        all_answered_after_ms: answered_ms,
+        sold_out_after_ms: Some(180.0),
+        all_answered_after_ms: 1_150.0,
         winners: LatencySummary::default(),
         refused: LatencySummary::default(),
         fairness: Fairness {
-            first_clicks_won: 0.5,
-            earliness_rank_correlation: None,
+            first_clicks_won: 0.97,
+            earliness_rank_correlation: Some(0.21),
+            attainable_correlation: Some(0.22),
         },
-        timeline: Vec::new(),
-        resale: None,
-        after_sold_out: Some(RefusalRate {
-            refusals_per_second: 400.0 * refusal_percent,
-            noop_per_second: 40_000.0,
-            connections: 200,
-            sold_after_flood: 0,
-            rounds: 5,
-            paired_percent: None,
-        }),
-        noop_flood: Some(NoopFlood {
-            clicks: 2_000,
-            served: 2_000,
-            all_answered_after_ms: noop_ms,
-        }),
-        cpu: None,
-        projection: Vec::new(),
     }
 }

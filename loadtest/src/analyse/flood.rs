@@ -99,9 +99,15 @@ pub fn fairness(clicks: &[Click], kinds: &[Kind], units: i64) -> Fairness {
     let bought: Vec<f64> = (regular.iter())
         .map(|c| f64::from(u8::from(c.answer.created())))
         .collect();
+    // As many bought, the first ones sent: first come, first served.
+    let winners = bought.iter().filter(|b| **b > 0.0).count();
+    let first_served: Vec<f64> = (0..regular.len())
+        .map(|i| f64::from(u8::from(i < winners)))
+        .collect();
     Fairness {
         first_clicks_won: won as f64 / taken as f64,
         earliness_rank_correlation: spearman(&earliness, &bought),
+        attainable_correlation: spearman(&earliness, &first_served),
     }
 }
 
@@ -188,12 +194,45 @@ mod tests {
         let f = fairness(&fcfs, &kinds, 2);
         assert_eq!(f.first_clicks_won, 1.0);
         assert!((f.earliness_rank_correlation.unwrap() - 0.8944).abs() < 1e-3);
+        assert_eq!(
+            f.correlation_share(),
+            Some(1.0),
+            "all that a yes or no allows"
+        );
         let reversed: Vec<Click> = (0..4)
             .map(|b| click(b, 10, if b >= 2 { BOUGHT } else { Answer::SOLD_OUT }))
             .collect();
         let r = fairness(&reversed, &kinds, 2);
         assert_eq!(r.first_clicks_won, 0.0);
         assert!(r.earliness_rank_correlation.unwrap() < 0.0);
+        assert!(r.correlation_share().unwrap() < 0.0);
+    }
+
+    #[test]
+    fn the_attainable_correlation_of_one_winner_in_twenty_is_near_root_three_p_one_minus_p() {
+        let kinds = vec![Kind::Regular; 2_000];
+        let clicks: Vec<Click> = (0..2_000)
+            .map(|b| {
+                click(
+                    b,
+                    10,
+                    if b % 20 == 0 {
+                        BOUGHT
+                    } else {
+                        Answer::SOLD_OUT
+                    },
+                )
+            })
+            .collect();
+        let f = fairness(&clicks, &kinds, 100);
+        let best = f.attainable_correlation.unwrap();
+        let p: f64 = 0.05;
+        assert!((best - (3.0 * p * (1.0 - p)).sqrt()).abs() < 0.01, "{best}");
+        let share = f.correlation_share().unwrap();
+        assert!(
+            share.abs() < 0.1,
+            "evenly spread winners are no better than a lottery: {share}"
+        );
     }
 
     #[test]

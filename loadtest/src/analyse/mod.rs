@@ -8,6 +8,7 @@ pub mod compare;
 pub mod expiry;
 pub mod falls;
 pub mod findings;
+pub mod first_come;
 pub mod flood;
 pub mod flood_bars;
 pub mod history;

@@ -110,6 +110,7 @@ mod tests {
             non_payer_share: 0.0,
             payment_window_ms: 0,
             kill_mid_sale: false,
+            first_come: false,
         }
     }
 

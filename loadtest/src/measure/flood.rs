@@ -22,14 +22,15 @@ use crate::drive::load::Window;
 use crate::live::{Feed, Update};
 use crate::measure::cashier::Cashier;
 use crate::measure::cpu::Sampler;
+use crate::measure::first_come;
 use crate::measure::refusals;
 use crate::measure::resale;
 use crate::measure::sale::read_ledger;
-use crate::report::schema::{FloodResult, FloodShape, NoopFlood};
+use crate::report::schema::{FloodResult, FloodShape, LatencySummary, NoopFlood};
 
 /// How long the sale's opening is set ahead of the moment the product is written: time to
 /// spawn the crowd's tasks before the early bots fire.
-const LEAD: Duration = Duration::from_millis(500);
+pub const LEAD: Duration = Duration::from_millis(500);
 
 /// One strategy's flood of `product`.
 pub struct FloodPlan<'a> {
@@ -43,6 +44,9 @@ pub struct FloodPlan<'a> {
     pub refusal_connections: usize,
     /// The live page: the flood is a sale on it, every click an answer.
     pub feed: Feed,
+    /// Where the crowd is sent again, the product sold first come, first served (`None`: not
+    /// sent again).
+    pub first_come_product: Option<u64>,
 }
 
 /// Runs one flood and reads what it did.
@@ -126,15 +130,7 @@ pub async fn run_flood(
         ledger = read_ledger(api, db, plan.product, home).await?.0;
     }
     let clicks = answers.clicks.len() as u64;
-    let (mut winners, mut refused) = (Latencies::default(), Latencies::default());
-    for click in &answers.clicks {
-        let latency = click.answered - click.sent;
-        if click.answer.created() {
-            winners.record(latency);
-        } else if matches!(click.answer, Answer::Refused { .. }) {
-            refused.record(latency);
-        }
-    }
+    let (winners, refused) = latencies(&answers.clicks);
     // Each person wants one unit: the shared account is one person, however many bots.
     let accounting = Accounting::of(ledger, drawn.people() as i64);
     plan.feed.send(Update::SaleDone {
@@ -170,6 +166,10 @@ pub async fn run_flood(
         None => None,
     };
     let noop_flood = noop_flood(api, plan, drawn.arrivals.clone(), drawn.opens_after).await;
+    let first_come = match plan.first_come_product {
+        Some(product) => Some(first_come::flood(api, db, plan, product, &drawn).await?),
+        None => None,
+    };
     Ok(FloodResult {
         strategy: plan.strategy.clone(),
         clicks,
@@ -180,8 +180,8 @@ pub async fn run_flood(
         beyond_limit,
         sold_out_after_ms: analyse::sold_out_after(&answers.clicks, drawn.opens_after, shape.units),
         all_answered_after_ms: ms_from(drawn.opens_after, answers.elapsed),
-        winners: winners.summary(),
-        refused: refused.summary(),
+        winners,
+        refused,
         fairness: analyse::fairness(&answers.clicks, &drawn.kinds, shape.units),
         timeline: analyse::timeline(&answers.clicks, drawn.opens_after, shape.units),
         resale,
@@ -189,7 +189,22 @@ pub async fn run_flood(
         cpu: Some(cpu),
         after_sold_out,
         noop_flood: Some(noop_flood),
+        first_come,
     })
+}
+
+/// The latency of the clicks that bought, and of those refused, from the send.
+pub fn latencies(clicks: &[testkit::Click]) -> (LatencySummary, LatencySummary) {
+    let (mut winners, mut refused) = (Latencies::default(), Latencies::default());
+    for click in clicks {
+        let latency = click.answered - click.sent;
+        if click.answer.created() {
+            winners.record(latency);
+        } else if matches!(click.answer, Answer::Refused { .. }) {
+            refused.record(latency);
+        }
+    }
+    (winners.summary(), refused.summary())
 }
 
 /// The flood's crowd, arriving as it did, asking `GET /api/noop` through the same instances

@@ -76,6 +76,7 @@ fn section(
         }
     }
     md.push_str(&super::resale::markdown(shape, floods));
+    md.push_str(&super::first_come::markdown(floods));
     md.push_str(&latency_table(floods));
     md.push_str(&projection_table(floods));
     md

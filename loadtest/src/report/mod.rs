@@ -11,6 +11,7 @@ pub mod charts;
 pub mod comparison;
 pub mod expiry;
 pub mod falls;
+pub mod first_come;
 pub mod flood;
 pub mod flood_chart;
 pub mod html;

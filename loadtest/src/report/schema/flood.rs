@@ -38,6 +38,10 @@ pub struct FloodShape {
     /// goes on through the other; the killed one is started again afterwards).
     #[serde(default)]
     pub kill_mid_sale: bool,
+    /// Whether each strategy's flood is sent a second time, its product sold first come,
+    /// first served ([`FirstComeFlood`]).
+    #[serde(default)]
+    pub first_come: bool,
 }
 
 /// What one flood did.
@@ -75,6 +79,9 @@ pub struct FloodResult {
     /// after this flood: what the HTTP stack alone takes to answer it.
     #[serde(default)]
     pub noop_flood: Option<NoopFlood>,
+    /// The same crowd again, right after, the product sold first come, first served.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_come: Option<FirstComeFlood>,
     /// CPU of every process over the flood; its successes are the clicks.
     pub cpu: Option<CpuUse>,
     /// Cores each process group would need at [`PROJECTED_CLICKS_PER_SECOND`], projected
@@ -91,8 +98,42 @@ pub struct Fairness {
     /// Of the first `units` regular clicks sent after the opening, the share that bought.
     pub first_clicks_won: f64,
     /// Spearman's rank correlation between how early a regular click was sent and whether it
-    /// bought: 1 is first come, first served; 0 is a lottery.
+    /// bought: 0 is a lottery; positive, the earlier the likelier.
     pub earliness_rank_correlation: Option<f64>,
+    /// The correlation had the same number of regular clicks bought been the first ones sent:
+    /// the most a yes-or-no outcome allows (`√(3p(1−p))` for a share p of winners, 0.38 when
+    /// one click in twenty buys, never above 0.87), so that the correlation is read against
+    /// it. `None` in runs that did not record it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attainable_correlation: Option<f64>,
+}
+
+impl Fairness {
+    /// The rank correlation as a share of the attainable: 1 is first come, first served.
+    pub fn correlation_share(&self) -> Option<f64> {
+        let (r, best) = (
+            self.earliness_rank_correlation?,
+            self.attainable_correlation?,
+        );
+        (best > 0.0).then(|| r / best)
+    }
+}
+
+/// The flood's crowd sent again against the same strategy and instances, right after the
+/// flood, the product sold first come, first served (each click given its place in one queue
+/// as it comes, across every instance; see `app::first_come`): what arrival order buys, and
+/// what it costs beside the random door's flood. No second act, no kill.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FirstComeFlood {
+    pub clicks: u64,
+    pub outcomes: Outcomes,
+    pub accounting: Accounting,
+    pub beyond_limit: i64,
+    pub sold_out_after_ms: Option<f64>,
+    pub all_answered_after_ms: f64,
+    pub winners: LatencySummary,
+    pub refused: LatencySummary,
+    pub fairness: Fairness,
 }
 
 /// 100 ms of a flood.

@@ -29,8 +29,8 @@ pub use findings::{
     ToolComparison, ToolFinding, ToolReading, ToolVerdict,
 };
 pub use flood::{
-    Fairness, FloodResult, FloodShape, FloodSlice, NoopFlood, PROJECTED_CLICKS_PER_SECOND,
-    Projection, RefusalRate, Resale,
+    Fairness, FirstComeFlood, FloodResult, FloodShape, FloodSlice, NoopFlood,
+    PROJECTED_CLICKS_PER_SECOND, Projection, RefusalRate, Resale,
 };
 pub use load::{Bucket, HistogramData, LatencySummary, LoadResult, Loop, Repetitions, Spread};
 pub use overload::{ByAnswer, Memory, OverloadResult, OverloadShape};

@@ -1,0 +1,57 @@
+//! The flood's crowd sent again, right after the flood, against the same strategy and
+//! instances, the product sold first come, first served: each click given its place in one
+//! queue as it comes, across every instance (`app::first_come`). The same arrivals, so the
+//! first clicks' share and the rank correlation are read beside the random door's; no second
+//! act and no kill, so what differs is the door alone.
+
+use anyhow::Result;
+use app::accounting::Accounting;
+use app::api::ResetProduct;
+use sqlx::MySqlPool;
+use testkit::{Api, Crowd};
+
+use crate::analyse::flood::{self as analyse, ms_from};
+use crate::drive::flood::Plan;
+use crate::measure::flood::{FloodPlan, LEAD, beyond_limit, latencies};
+use crate::measure::sale::read_ledger;
+use crate::report::schema::FirstComeFlood;
+
+/// The crowd `drawn` of `plan`'s flood, sent to `product`, sold first come.
+pub async fn flood(
+    api: &Api,
+    db: &MySqlPool,
+    plan: &FloodPlan<'_>,
+    product: u64,
+    drawn: &Plan,
+) -> Result<FirstComeFlood> {
+    let shape = plan.shape;
+    let home = plan.strategy.name.home();
+    let opens = time::OffsetDateTime::now_utc() + LEAD + drawn.opens_after;
+    let rules = ResetProduct {
+        per_user_limit: Some(1),
+        sale_starts_at: Some(opens),
+        first_come: true,
+        ..ResetProduct::new(shape.units, home)
+    };
+    api.put_product(product, &rules).await?;
+    let start_at = opens - drawn.opens_after;
+    let wait = (start_at - time::OffsetDateTime::now_utc()).max(time::Duration::ZERO);
+    tokio::time::sleep(wait.try_into().unwrap_or_default()).await;
+    let prefix = format!("{}-first-come", plan.id_prefix);
+    let answers = Crowd::arriving(drawn.arrivals.clone(), plan.strategy.name, &prefix)
+        .run(api, product)
+        .await;
+    let (ledger, _) = read_ledger(api, db, product, home).await?;
+    let (winners, refused) = latencies(&answers.clicks);
+    Ok(FirstComeFlood {
+        clicks: answers.clicks.len() as u64,
+        outcomes: answers.outcomes(),
+        accounting: Accounting::of(ledger, drawn.people() as i64),
+        beyond_limit: beyond_limit(db, product, 1).await?,
+        sold_out_after_ms: analyse::sold_out_after(&answers.clicks, drawn.opens_after, shape.units),
+        all_answered_after_ms: ms_from(drawn.opens_after, answers.elapsed),
+        winners,
+        refused,
+        fairness: analyse::fairness(&answers.clicks, &drawn.kinds, shape.units),
+    })
+}

@@ -1,0 +1,120 @@
+//! The flood's crowd sent again, sold first come, first served, beside the random door's
+//! flood in `report.md`: what arrival order bought (the first clicks, the rank correlation) and
+//! what it cost (the time to answer the crowd, the winners' and refused buyers' latency).
+
+use std::fmt::Write;
+
+use super::schema::{FirstComeFlood, FloodResult, LatencySummary};
+use super::table::Table;
+use crate::analyse::first_come::{FIRST_CLICKS_BAR, RANK_SHARE_BAR, misses};
+
+/// The section; nothing when no flood was sent again.
+pub fn markdown(floods: &[FloodResult]) -> String {
+    let pairs: Vec<(&FloodResult, &FirstComeFlood)> = (floods.iter())
+        .filter_map(|f| f.first_come.as_ref().map(|fc| (f, fc)))
+        .collect();
+    if pairs.is_empty() {
+        return String::new();
+    }
+    let mut md = String::from(
+        "\n### First come, first served\n\nThe same crowd sent again right after each flood, to \
+         the same strategy and instances, the product sold first come (`\"first_come\": true`): \
+         each click takes its place in one queue in Redis as it comes in, across every \
+         instance; the clicks with a place wait for room where others are refused \
+         `overloaded`, and the clicks behind the units are refused `sold_out` at once. Each \
+         cell reads random door → first come. Rank: the correlation between sending early and \
+         buying as a share of the most a yes-or-no outcome allows (1: the first sent bought). \
+         No second act and no kill in the second crowd.\n\n",
+    );
+    let arrow = |a: String, b: String| format!("{a} → {b}");
+    let percent = |x: f64| format!("{:.0}%", 100.0 * x);
+    let share = |x: Option<f64>| x.map_or_else(|| "–".into(), |s| format!("{s:.2}"));
+    let p99 = |l: &LatencySummary| format!("{:.1}", l.p99_us as f64 / 1000.0);
+    let mut t = Table::left(["strategy"]).and_right([
+        "first clicks won",
+        "rank",
+        "answered ms",
+        "winners p99 ms",
+        "refused p99 ms",
+        "bought",
+        "oversell",
+        "beyond limit",
+        "stranded",
+        "undersell",
+    ]);
+    for (f, fc) in &pairs {
+        t.row([
+            format!("`{}`", f.strategy.name),
+            arrow(
+                percent(f.fairness.first_clicks_won),
+                percent(fc.fairness.first_clicks_won),
+            ),
+            arrow(
+                share(f.fairness.correlation_share()),
+                share(fc.fairness.correlation_share()),
+            ),
+            arrow(
+                format!("{:.0}", f.all_answered_after_ms),
+                format!("{:.0}", fc.all_answered_after_ms),
+            ),
+            arrow(p99(&f.winners), p99(&fc.winners)),
+            arrow(p99(&f.refused), p99(&fc.refused)),
+            arrow(
+                f.outcomes.created.to_string(),
+                fc.outcomes.created.to_string(),
+            ),
+            fc.accounting.oversell.to_string(),
+            fc.beyond_limit.to_string(),
+            fc.accounting.stranded.to_string(),
+            fc.accounting.undersell.to_string(),
+        ]);
+    }
+    md.push_str(&t.render());
+    let _ = writeln!(
+        md,
+        "\nThe bars: of the first clicks, {:.0}% or more bought; rank {RANK_SHARE_BAR:.2} of \
+         the attainable or more; nothing oversold, sold past the limit or stranded.\n",
+        100.0 * FIRST_CLICKS_BAR
+    );
+    let missed: Vec<String> = (pairs.iter())
+        .filter_map(|(f, fc)| {
+            let m = misses(fc);
+            (!m.is_empty()).then(|| format!("- `{}`: {}.", f.strategy.name, m.join("; ")))
+        })
+        .collect();
+    match missed.is_empty() {
+        true => md.push_str("Every strategy met them.\n"),
+        false => {
+            md.push_str("Missed:\n\n");
+            md.push_str(&missed.join("\n"));
+            md.push('\n');
+        }
+    }
+    md
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use app::api::Strategy;
+
+    #[test]
+    fn each_strategy_sent_again_first_come_is_set_beside_its_random_flood_with_its_misses() {
+        let mut missing = crate::sample::flood(Strategy::Batched, 1_000.0, 1_000.0, 90.0);
+        if let Some(fc) = &mut missing.first_come {
+            fc.fairness.first_clicks_won = 0.5;
+        }
+        let floods = [
+            crate::sample::flood(Strategy::Conditional, 1_000.0, 1_000.0, 90.0),
+            missing,
+        ];
+        let md = markdown(&floods);
+        assert!(md.contains("| `conditional` | 50% → 97% |"), "{md}");
+        assert!(
+            md.contains("- `batched`: 50% of the first clicks bought (bar 90%)."),
+            "{md}"
+        );
+        assert!(!md.contains("- `conditional`"), "{md}");
+        assert!(markdown(&floods[..0]).is_empty());
+    }
+}
