@@ -78,6 +78,74 @@ impl Histogram {
     }
 }
 
+/// A part of a purchase's time the service times: the `stage` label of
+/// `seckill_purchase_stage_seconds`. Each purchase that went through a stage adds its time
+/// there; a stage's mean is over those purchases.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    /// From the request's headers to a place among the purchases in flight: the body, the
+    /// buyer's token, the product's memory, a first-come place and its wait for room, the
+    /// admission limiter.
+    Admission,
+    /// Inside the strategy, all of it (the stages below are parts of it).
+    Strategy,
+    /// Waiting for the strategy's lock.
+    LockWait,
+    /// Waiting in `batched`'s line for its batch to start committing.
+    Queued,
+    /// `batched`: the batch's transaction, from its start to its answer.
+    Batch,
+    /// The Redis script's round trip (`redis-lua`, `redis-lua-stream`).
+    Script,
+    /// `redis-lua`: writing the order to the database after the Redis deduction.
+    OrderWrite,
+}
+
+impl Stage {
+    pub const ALL: [Stage; 7] = [
+        Stage::Admission,
+        Stage::Strategy,
+        Stage::LockWait,
+        Stage::Queued,
+        Stage::Batch,
+        Stage::Script,
+        Stage::OrderWrite,
+    ];
+    pub const COUNT: usize = Stage::ALL.len();
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Stage::Admission => "admission",
+            Stage::Strategy => "strategy",
+            Stage::LockWait => "lock_wait",
+            Stage::Queued => "queued",
+            Stage::Batch => "batch",
+            Stage::Script => "script",
+            Stage::OrderWrite => "order_write",
+        }
+    }
+}
+
+/// A stage's purchases and their time there.
+#[derive(Debug, Default)]
+struct StageTotal {
+    count: AtomicU64,
+    sum_ns: AtomicU64,
+}
+
+impl StageTotal {
+    fn observe(&self, d: Duration) {
+        self.count.fetch_add(1, Ordering::Relaxed);
+        let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        self.sum_ns.fetch_add(ns, Ordering::Relaxed);
+    }
+
+    fn add(&self, other: &StageTotal) {
+        add(&self.count, &other.count);
+        add(&self.sum_ns, &other.sum_ns);
+    }
+}
+
 /// How a purchase request ended: the `outcome` label of `seckill_purchases_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
@@ -132,6 +200,7 @@ struct Counts {
     latency: Histogram,
     lock_wait: Histogram,
     retries: AtomicU64,
+    stages: [StageTotal; Stage::COUNT],
 }
 
 impl Counts {
@@ -143,6 +212,9 @@ impl Counts {
         self.latency.add(&other.latency);
         self.lock_wait.add(&other.lock_wait);
         add(&self.retries, &other.retries);
+        for (mine, theirs) in self.stages.iter().zip(&other.stages) {
+            mine.add(theirs);
+        }
     }
 }
 
@@ -249,6 +321,8 @@ pub struct Observation {
     pub latency: Duration,
     pub lock_wait: Option<Duration>,
     pub retries: u32,
+    /// Its time in each [`Stage`] it went through, by the stage's place in [`Stage::ALL`].
+    pub stages: [Option<Duration>; Stage::COUNT],
 }
 
 impl Metrics {
@@ -280,6 +354,11 @@ impl Metrics {
             counts
                 .retries
                 .fetch_add(u64::from(o.retries), Ordering::Relaxed);
+        }
+        for (total, spent) in counts.stages.iter().zip(o.stages) {
+            if let Some(spent) = spent {
+                total.observe(spent);
+            }
         }
     }
 
@@ -406,6 +485,22 @@ impl Metrics {
             }
         }
         out.push_str(
+            "# HELP seckill_purchase_stage_seconds Time purchases spent in each stage the service times, by strategy: admission, strategy, and the strategy's parts (lock_wait, queued, batch, script, order_write).\n",
+        );
+        out.push_str("# TYPE seckill_purchase_stage_seconds summary\n");
+        for (strategy, counts) in &strategies {
+            for (stage, total) in Stage::ALL.iter().zip(&counts.stages) {
+                let n = total.count.load(Ordering::Relaxed);
+                if n == 0 {
+                    continue;
+                }
+                let sum = total.sum_ns.load(Ordering::Relaxed) as f64 / 1e9;
+                let labels = format!("strategy=\"{strategy}\",stage=\"{}\"", stage.name());
+                let _ = writeln!(out, "seckill_purchase_stage_seconds_sum{{{labels}}} {sum}");
+                let _ = writeln!(out, "seckill_purchase_stage_seconds_count{{{labels}}} {n}");
+            }
+        }
+        out.push_str(
             "# HELP seckill_retries_total Retries made by strategies that retry (optimistic).\n",
         );
         out.push_str("# TYPE seckill_retries_total counter\n");
@@ -503,7 +598,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn counts_made_on_many_threads_are_summed_in_the_text() {
+    fn counts_made_on_many_threads_are_summed_in_the_text_stages_too() {
         let metrics = Arc::new(Metrics::default());
         let threads: Vec<_> = (0..SHARDS + 3)
             .map(|_| {
@@ -517,6 +612,15 @@ mod tests {
                             latency: Duration::from_micros(50),
                             lock_wait: None,
                             retries: 1,
+                            stages: [
+                                None,
+                                Some(Duration::from_micros(20)),
+                                None,
+                                None,
+                                None,
+                                None,
+                                None,
+                            ],
                         });
                     }
                 })
@@ -535,6 +639,9 @@ mod tests {
             ),
             format!(r#"seckill_purchase_duration_seconds_count{{strategy="conditional"}} {n}"#),
             format!(r#"seckill_retries_total{{strategy="conditional"}} {n}"#),
+            format!(
+                r#"seckill_purchase_stage_seconds_count{{strategy="conditional",stage="strategy"}} {n}"#
+            ),
         ] {
             assert!(text.lines().any(|l| l == line), "{line} not in\n{text}");
         }
@@ -555,6 +662,7 @@ mod tests {
             latency: Duration::from_millis(3),
             lock_wait: None,
             retries: 0,
+            stages: [None; Stage::COUNT],
         };
         metrics.observe(seen(Strategy::Pessimistic, Outcome::Created));
         metrics.observe(seen(

@@ -38,6 +38,7 @@ pub use registry::{Locks, Registry};
 
 use crate::db::errors::{DbFailure, classify};
 use crate::db::orders::NewOrder;
+use crate::metrics::Stage;
 use crate::redis_stock::RedisStock;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -262,6 +263,9 @@ impl Purchase {
 pub struct PurchaseStats {
     retries: AtomicU32,
     lock_wait_us: AtomicU64,
+    /// Nanoseconds spent in each [`Stage`] (0: not gone through), by its place in
+    /// [`Stage::ALL`]; the lock's wait is `lock_wait_us`.
+    stage_ns: [AtomicU64; Stage::COUNT],
 }
 
 impl PurchaseStats {
@@ -284,6 +288,26 @@ impl PurchaseStats {
             0 => None,
             us => Some(Duration::from_micros(us)),
         }
+    }
+
+    /// Adds `spent` to the purchase's time in `stage`.
+    pub fn time(&self, stage: Stage, spent: Duration) {
+        let ns = u64::try_from(spent.as_nanos()).unwrap_or(u64::MAX).max(1);
+        self.stage_ns[stage as usize].fetch_add(ns, Ordering::Relaxed);
+    }
+
+    /// The purchase's time in each stage it went through, as [`crate::metrics::Observation`]
+    /// takes it.
+    pub fn stages(&self) -> [Option<Duration>; Stage::COUNT] {
+        let mut stages = [None; Stage::COUNT];
+        for (spent, ns) in stages.iter_mut().zip(&self.stage_ns) {
+            *spent = match ns.load(Ordering::Relaxed) {
+                0 => None,
+                ns => Some(Duration::from_nanos(ns)),
+            };
+        }
+        stages[Stage::LockWait as usize] = self.lock_wait();
+        stages
     }
 }
 

@@ -51,6 +51,7 @@ use sqlx::MySqlPool;
 use super::outcome::place;
 use super::{Deps, Purchase, PurchaseError, Purchased, StockStrategy};
 use crate::db::{orders, products};
+use crate::metrics::Stage;
 use crate::redis_stock::charge;
 use crate::redis_stock::scripts::{
     CONFLICT, DUPLICATE, LIMIT_REACHED, LOST, NO_COUNTER, SOLD_OUT, STREAM_FULL, TAKE,
@@ -91,6 +92,7 @@ impl StockStrategy for RedisLua {
             let keys = redis.keys();
             let field = charge::field(&purchase.user_id, &purchase.request_id);
             let attempt = Attempt::new();
+            let script = Instant::now();
             let taken = redis
                 .take(
                     TAKE.key(keys.stock(purchase.product_id))
@@ -106,6 +108,7 @@ impl StockStrategy for RedisLua {
                         .arg(purchase.redis_epoch),
                 )
                 .await;
+            purchase.stats.time(Stage::Script, script.elapsed());
             let (taken, replicated) = match taken {
                 Ok(taken) => taken,
                 // The script may have run and its answer been lost (a timeout, a broken
@@ -138,11 +141,14 @@ impl StockStrategy for RedisLua {
             // The units are taken and no order names them yet: the window a crash turns into
             // undersell.
             purchase.hold().await;
+            let write = Instant::now();
             let tx = match self.pool.begin().await {
                 Ok(tx) => tx,
                 Err(e) => return Err(give_back(redis, purchase, attempt, e.into()).await),
             };
-            match place(tx, purchase, None).await {
+            let placed = place(tx, purchase, None).await;
+            purchase.stats.time(Stage::OrderWrite, write.elapsed());
+            match placed {
                 Ok(placed) => Ok(placed.into()),
                 // The commit may have happened: keeping the units is undersell at worst.
                 Err(unknown @ PurchaseError::OutcomeUnknown(_)) => Err(unknown),

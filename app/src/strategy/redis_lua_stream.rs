@@ -49,6 +49,7 @@
 //! product between sales, not during one.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use futures::future::BoxFuture;
 use sqlx::MySqlPool;
@@ -57,6 +58,7 @@ use super::full_queue::FullQueue;
 use super::redis_lua::{configured, refused, unavailable};
 use super::{Deps, Purchase, PurchaseError, Purchased, StockStrategy};
 use crate::db::orders;
+use crate::metrics::Stage;
 use crate::redis_stock::charge;
 use crate::redis_stock::scripts::{DUPLICATE, STREAM_FULL, TAKE_AND_APPEND};
 use crate::redis_stock::{Attempt, RedisStock, RedisStockError, Replicated, Settled};
@@ -92,6 +94,7 @@ impl StockStrategy for RedisLuaStream {
             purchase.hold().await;
             let field = charge::field(&purchase.user_id, &purchase.request_id);
             let attempt = Attempt::new();
+            let script = Instant::now();
             let taken = redis
                 .take(
                     TAKE_AND_APPEND
@@ -117,6 +120,7 @@ impl StockStrategy for RedisLuaStream {
                         .arg(purchase.redis_epoch),
                 )
                 .await;
+            purchase.stats.time(Stage::Script, script.elapsed());
             let (taken, replicated) = match taken {
                 Ok(taken) => taken,
                 // The script may have run (and queued the order) with its answer lost: settle

@@ -29,6 +29,7 @@ mod per_user_limit;
 mod product_memory;
 mod product_page;
 mod product_strategies;
+mod purchase_stages;
 mod reconcile_mid_sale;
 mod redis_restart;
 mod redis_stock;

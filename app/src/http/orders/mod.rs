@@ -35,7 +35,7 @@ use crate::api::{
 use crate::db::orders::{self, Order, OrderState as Stored};
 use crate::error::ApiError;
 use crate::first_come::Ticket;
-use crate::metrics::{Observation, Outcome};
+use crate::metrics::{Observation, Outcome, Stage};
 use crate::shelf::Epoch;
 use crate::state::AppState;
 use crate::strategy::{Purchase, PurchaseError, PurchaseStats, Purchased, StockStrategy};
@@ -228,7 +228,10 @@ async fn place(
     let work = tokio::spawn(async move {
         let mut place = place;
         let _in_flight = state.metrics.purchase_started();
+        let inside = Instant::now();
+        purchase.stats.time(Stage::Admission, inside - started);
         let answer = run(&state, &strategy, &purchase).await;
+        purchase.stats.time(Stage::Strategy, inside.elapsed());
         if let Err(ApiError::Overloaded) = answer {
             place.turned_away();
         }
@@ -282,6 +285,7 @@ fn observe(
         latency: started.elapsed(),
         lock_wait: stats.and_then(PurchaseStats::lock_wait),
         retries: stats.map_or(0, PurchaseStats::retries),
+        stages: stats.map_or([None; Stage::COUNT], PurchaseStats::stages),
     });
 }
 

@@ -65,6 +65,7 @@ use super::{
 use crate::db::errors::{DbFailure, classify};
 use crate::db::orders::{self, NewOrder};
 use crate::db::{products, quota};
+use crate::metrics::Stage;
 use allocate::{Decision, Holding, Wanted, allocate};
 
 /// Runs of a batch that lost a race on a request id to a concurrent transaction, before its
@@ -107,6 +108,7 @@ impl StockStrategy for Batched {
     ) -> BoxFuture<'a, Result<Purchased, PurchaseError>> {
         Box::pin(async move {
             let (reply, answer) = oneshot::channel();
+            let arrived = Instant::now();
             let entry = Entry {
                 user_id: purchase.user_id.clone(),
                 quantity: purchase.quantity,
@@ -115,18 +117,20 @@ impl StockStrategy for Batched {
                 request_id: purchase.request_id.clone(),
                 strategy: purchase.strategy.name(),
                 hold: purchase.hold,
-                arrived: Instant::now(),
+                arrived,
                 reply,
             };
             Queue::enqueue(&self.queue, purchase.product_id, entry)?;
-            answer
-                .await
-                .unwrap_or_else(|_| {
-                    Err(PurchaseError::Internal(
-                        "the batch ended without answering".into(),
-                    ))
-                })
-                .map(Purchased::from)
+            let Ok((committing, answer)) = answer.await else {
+                return Err(PurchaseError::Internal(
+                    "the batch ended without answering".into(),
+                ));
+            };
+            purchase
+                .stats
+                .time(Stage::Queued, committing.saturating_duration_since(arrived));
+            purchase.stats.time(Stage::Batch, committing.elapsed());
+            answer.map(Purchased::from)
         })
     }
 
@@ -160,7 +164,8 @@ struct Entry {
     strategy: &'static str,
     hold: Option<Duration>,
     arrived: Instant,
-    reply: oneshot::Sender<Result<Placed, PurchaseError>>,
+    /// When its batch began to commit, and what it answers.
+    reply: oneshot::Sender<(Instant, Result<Placed, PurchaseError>)>,
 }
 
 impl Entry {
@@ -236,6 +241,7 @@ impl Queue {
 
     /// Runs the batch and answers each of its purchases.
     async fn commit(&self, product_id: u64, mut entries: Vec<Entry>) {
+        let committing = Instant::now();
         entries.retain(|entry| !entry.reply.is_closed());
         if entries.is_empty() {
             return;
@@ -262,7 +268,7 @@ impl Queue {
             Ok(decisions) => buyers.iter().copied().zip(decisions).collect(),
             Err(failure) => {
                 for entry in entries {
-                    let _ = entry.reply.send(Err(failure.answer()));
+                    let _ = entry.reply.send((committing, Err(failure.answer())));
                 }
                 return;
             }
@@ -279,7 +285,7 @@ impl Queue {
                 (Decision::LimitReached, _) => Err(PurchaseError::LimitReached),
                 (Decision::UnknownProduct, _) => Err(PurchaseError::UnknownProduct),
             };
-            let _ = entry.reply.send(answer);
+            let _ = entry.reply.send((committing, answer));
         }
     }
 
