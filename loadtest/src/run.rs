@@ -26,6 +26,7 @@ use crate::live::{Feed, Update};
 use crate::measure::cpu::{self, Sampler, Span};
 use crate::measure::flood::{FloodPlan, run_flood};
 use crate::measure::sale::{SalePlan, run_sale};
+use crate::measure::stages::StageCounters;
 use crate::measure::throughput::{self, ThroughputPlan};
 use crate::phase::{self, Allocator, Allotment, Measuring};
 use crate::report::progress::Progress;
@@ -242,17 +243,22 @@ pub async fn run_watched(
     // The closed loops, interleaved: every strategy once per round.
     let mut closed_runs: Vec<Vec<LoadResult>> = vec![Vec::new(); plans.len()];
     let mut cpu_spans: Vec<Span> = vec![Span::default(); plans.len()];
+    let mut stage_spans = vec![StageCounters::default(); plans.len()];
     for (round, k) in crate::analyse::spread::interleaved(plans.len(), rounds) {
         let name = plans[k].strategy;
         announce(
             name.name(),
             &format!("closed loop, run {}/{rounds}", round + 1),
         );
+        // Read outside the CPU's span: the reads are the benchmark's, not the strategy's.
+        let stages_before = StageCounters::of(&api.metrics().await, name);
         let before = sampler.sample();
         let run = throughput::closed(&api, &plans[k], round)
             .await
             .with_context(|| format!("throughput of `{name}`"))?;
         cpu_spans[k].add(&sampler.spent(&before, &run));
+        let stages_after = StageCounters::of(&api.metrics().await, name);
+        stage_spans[k].add_since(&stages_after, &stages_before);
         closed_runs[k].push(run);
         ensure_running(&mut apps, name, &dir)?;
     }
@@ -288,11 +294,13 @@ pub async fn run_watched(
         app_pids: &app_pids,
         refusal_ceiling,
     };
-    for ((info, sale), ((plan, runs), span)) in strategies
-        .into_iter()
-        .zip(sales)
-        .zip(plans.iter().zip(closed_runs).zip(cpu_spans))
-    {
+    for ((info, sale), (((plan, runs), span), stages)) in strategies.into_iter().zip(sales).zip(
+        plans
+            .iter()
+            .zip(closed_runs)
+            .zip(cpu_spans)
+            .zip(stage_spans),
+    ) {
         let name = info.name;
         let closed = crate::analyse::spread::combine(runs).context("no closed-loop run")?;
         let rate = throughput::open_rate(plan, &closed);
@@ -313,13 +321,10 @@ pub async fn run_watched(
         recorded.extend(phases);
         let throughput = ThroughputResult { closed, open };
         let cpu = Some(span.usage(&sampler.processes));
-        reports.push(ratios::strategy_report(
-            info,
-            sale,
-            throughput,
-            &measured.baselines,
-            cpu,
-        ));
+        let mut measured_strategy =
+            ratios::strategy_report(info, sale, throughput, &measured.baselines, cpu);
+        measured_strategy.stages = stages.times();
+        reports.push(measured_strategy);
     }
     db.close().await;
     apps.shutdown().await;

@@ -13,7 +13,8 @@ use crate::report::schema::{
     Baseline, BaselineName, ByAnswer, Environment, ExpiryCost, ExpiryPayments, ExpiryShape,
     Fairness, Findings, FirstComeFlood, FloodResult, FloodShape, LatencySummary, LoadResult, Loop,
     Memory, NoopFlood, OPEN_RATE_SHARE, OverloadResult, OverloadShape, RefusalRate, ReturnLockUse,
-    RunReport, SCHEMA_VERSION, SaleResult, Settings, StrategyReport, ThroughputResult,
+    RunReport, SCHEMA_VERSION, SaleResult, Settings, StageTime, StageTimes, StrategyReport,
+    ThroughputResult,
 };
 use crate::rig::world::World;
 
@@ -65,13 +66,34 @@ pub fn strategy(strategy: Strategy, ledger: Ledger) -> StrategyReport {
         closed: load(Loop::Closed, 400),
         open: load(Loop::Open { target_rate: 280.0 }, 280),
     };
-    crate::analyse::ratios::strategy_report(
+    let mut report = crate::analyse::ratios::strategy_report(
         StrategyInfo::of(strategy),
         sale,
         throughput,
         &[baseline()],
         None,
-    )
+    );
+    report.stages = Some(stages());
+    report
+}
+
+/// 400 purchases at 2,500 µs in the service: 300 µs admitted, 2,000 µs in the strategy, of
+/// which 1,500 µs waiting for a lock.
+pub fn stages() -> StageTimes {
+    let stage = |stage: &str, mean_us: f64| StageTime {
+        stage: stage.to_owned(),
+        purchases: 400,
+        mean_us,
+    };
+    StageTimes {
+        purchases: 400,
+        mean_us: 2_500.0,
+        stages: vec![
+            stage("admission", 300.0),
+            stage("strategy", 2_000.0),
+            stage("lock_wait", 1_500.0),
+        ],
+    }
 }
 
 /// `conditional` offered 3 × 400 purchases/s for one second: 400 bought, 800 refused

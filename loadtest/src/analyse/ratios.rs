@@ -47,5 +47,6 @@ pub fn strategy_report(
         percent_of_backend_baseline,
         percent_of_http_noop,
         cpu,
+        stages: None,
     }
 }

@@ -12,5 +12,6 @@ pub mod memory;
 pub mod refusals;
 pub mod resale;
 pub mod sale;
+pub mod stages;
 pub mod throughput;
 pub mod tools;

@@ -112,6 +112,7 @@ pub fn render(r: &RunReport) -> String {
         );
         md.push_str(&cpu_table(r));
     }
+    md.push_str(&super::stages::markdown(r));
 
     md.push_str("\n## Baselines (nothing of ours in between)\n\n");
     if r.baselines.is_empty() {

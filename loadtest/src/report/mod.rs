@@ -25,6 +25,7 @@ pub mod resale;
 pub mod run_history;
 pub mod scenarios;
 pub mod schema;
+pub mod stages;
 pub mod table;
 
 use std::path::{Path, PathBuf};

@@ -21,7 +21,7 @@ use maud::{Markup, PreEscaped, html};
 use super::charts::Chart;
 use super::comparison::Comparison;
 use super::schema::RunReport;
-use super::{falls, flood, prose};
+use super::{falls, flood, prose, stages};
 use crate::phase::REGISTRY;
 
 /// Writes `report.html` into `dir`.
@@ -162,6 +162,9 @@ fn body(
         @if r.strategies.iter().any(|x| x.cpu.is_some()) {
             h3 { "CPU per 1,000 deductions (closed loop): CPU-seconds / busy cores" }
             (tables::cpu(r))
+        }
+        @if r.strategies.iter().any(|x| x.stages.is_some()) {
+            section #stages { (page::prose_with_tables(&stages::markdown(r))) }
         }
         @if !r.findings.time.is_empty() {
             h3 { "Where the time goes" }

@@ -17,6 +17,7 @@ mod load;
 mod overload;
 mod sale;
 mod scenario;
+mod stages;
 
 pub use baselines::{Baseline, BaselineName, StandardTool, ToolStatus};
 pub use cpu::{CpuUse, GROUPS, ProcessCpu, SATURATED_CORES};
@@ -36,6 +37,7 @@ pub use load::{Bucket, HistogramData, LatencySummary, LoadResult, Loop, Repetiti
 pub use overload::{ByAnswer, Memory, OverloadResult, OverloadShape};
 pub use sale::{SaleResult, StrategyReport, ThroughputResult};
 pub use scenario::{Event, Row, ScenarioReport, Verdict};
+pub use stages::{StageTime, StageTimes};
 
 use app::api::Strategy;
 use serde::{Deserialize, Serialize};

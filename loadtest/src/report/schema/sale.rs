@@ -22,6 +22,9 @@ pub struct StrategyReport {
     /// CPU of every process over the closed-loop runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu: Option<CpuUse>,
+    /// Where its purchases' time went in the closed-loop runs, as the service timed it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stages: Option<super::StageTimes>,
 }
 
 /// The flash sale's result: what the buyers were told next to the database's truth.
