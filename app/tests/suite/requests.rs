@@ -290,7 +290,8 @@ async fn admin_token_guards_product_resets_only() {
                 .expect("json")
         }
     };
-    let rules = json!({ "per_user_limit": 2, "token_required": false, "payment_window_ms": 900000,
+    let rules = json!({ "per_user_limit": 2, "token_required": false, "first_come": false,
+                        "payment_window_ms": 900000,
                         "strategies": ["conditional"] });
     let mut page = read(url.clone(), None).await;
     assert!(page["age_ms"].is_u64(), "{page}");
