@@ -6,13 +6,12 @@
 
 use crate::common;
 
-use app::Config;
 use app::api::{Home, ProductView, Strategy};
 use app::redis_stock::{RedisStock, charge, scripts};
 use common::life::{act, expire, wait_until_all_due};
 use common::{
-    TestApp, drop_database, fresh_database_url, post_retrying_busy, spawn_app, test_config,
-    wait_until, with_every_service,
+    TestApp, config_with_redis, drop_database, fresh_database_url, post_retrying_busy, spawn_app,
+    test_config, wait_until, with_every_service,
 };
 use deadpool_redis::redis;
 use reqwest::StatusCode;
@@ -78,18 +77,6 @@ fn assert_accounts(view: &ProductView, stock: i64, sold: i64, what: &str) {
         (stock, sold, 0, 0, 0),
         "{what}: {view:?}"
     );
-}
-
-/// Test defaults on `database_url` with the shared Redis, under a key prefix of its own.
-async fn config_with_redis(database_url: &str) -> Config {
-    let mut config = test_config(database_url);
-    config.redis_url = Some(
-        tokio::task::spawn_blocking(sandbox::shared::redis_url)
-            .await
-            .expect("sandbox Redis"),
-    );
-    config.lock_prefix = format!("t{}:", uuid::Uuid::new_v4().simple());
-    config
 }
 
 /// Sends the ended purchases again, then checks that nothing was taken (before and after

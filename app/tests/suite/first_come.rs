@@ -13,41 +13,12 @@ use app::api::Strategy;
 use app::first_come::{FirstCome, Turn};
 use app::redis_stock::RedisStock;
 use app::strategy::{Purchase, PurchaseStats};
-use common::{TestApp, drop_database, fresh_database_url, spawn_app, test_config};
+use common::{TestApp, config_with_redis, drop_database, fresh_database_url, sent, spawn_app};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 fn click(user: &str, strategy: Strategy) -> Value {
     json!({ "user_id": user, "quantity": 1, "request_id": format!("r-{user}"), "strategy": strategy })
-}
-
-/// Test defaults on `database_url` with the sandbox's Redis under a key prefix of its own.
-async fn config_with_redis(database_url: &str) -> app::Config {
-    let mut config = test_config(database_url);
-    config.redis_url = Some(
-        tokio::task::spawn_blocking(sandbox::shared::redis_url)
-            .await
-            .expect("sandbox Redis"),
-    );
-    config.lock_prefix = format!("t{}:", uuid::Uuid::new_v4().simple());
-    config
-}
-
-/// Sends `click` to `product` in the background, pausing `hold_ms` in its critical section.
-fn sent(
-    app: &TestApp,
-    product: u64,
-    click: Value,
-    hold_ms: Option<u64>,
-) -> tokio::task::JoinHandle<(StatusCode, Value)> {
-    let mut request = app.purchase(product, &click);
-    if let Some(ms) = hold_ms {
-        request = request.header("x-seckill-hold-ms", ms.to_string());
-    }
-    tokio::spawn(async move {
-        let r = request.send().await.expect("order");
-        (r.status(), r.json().await.unwrap_or(Value::Null))
-    })
 }
 
 async fn metric(app: &TestApp, name: &str) -> u64 {

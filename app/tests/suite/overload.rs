@@ -30,15 +30,7 @@ fn held(
     click: Value,
     hold_ms: u64,
 ) -> tokio::task::JoinHandle<(StatusCode, Value)> {
-    let request = app.purchase(product, &click);
-    tokio::spawn(async move {
-        let r = request
-            .header("x-seckill-hold-ms", hold_ms.to_string())
-            .send()
-            .await
-            .expect("order");
-        (r.status(), r.json().await.unwrap_or(Value::Null))
-    })
+    common::sent(app, product, click, Some(hold_ms))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -5,7 +5,7 @@
 use crate::common;
 
 use app::api::Strategy;
-use common::{TestApp, drop_database, fresh_database_url, spawn_app, test_config};
+use common::{TestApp, drop_database, fresh_database_url, spawn_app};
 use reqwest::StatusCode;
 use serde_json::json;
 
@@ -21,14 +21,7 @@ async fn timed(app: &TestApp, strategy: Strategy, stage: &str) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn each_purchase_is_timed_in_admission_its_strategy_and_the_strategys_own_stages() {
     let database_url = fresh_database_url().await;
-    let mut config = test_config(&database_url);
-    config.redis_url = Some(
-        tokio::task::spawn_blocking(sandbox::shared::redis_url)
-            .await
-            .expect("sandbox Redis"),
-    );
-    config.lock_prefix = format!("t{}:", uuid::Uuid::new_v4().simple());
-    let app = spawn_app(config).await;
+    let app = spawn_app(common::config_with_redis(&database_url).await).await;
     app.reset(1, 100).await;
     app.reset_in(2, 100, Strategy::RedisLua.home()).await;
     let buys = [

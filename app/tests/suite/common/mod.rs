@@ -283,6 +283,37 @@ pub fn test_config(database_url: &str) -> Config {
     config
 }
 
+/// Test defaults on `database_url` with the sandbox's shared Redis, under a key prefix of its
+/// own.
+pub async fn config_with_redis(database_url: &str) -> Config {
+    let mut config = test_config(database_url);
+    config.redis_url = Some(
+        tokio::task::spawn_blocking(sandbox::shared::redis_url)
+            .await
+            .expect("sandbox Redis"),
+    );
+    config.lock_prefix = format!("t{}:", uuid::Uuid::new_v4().simple());
+    config
+}
+
+/// Sends `click` to `product` in the background, pausing `hold_ms` in its critical section
+/// when given; its status and body.
+pub fn sent(
+    app: &TestApp,
+    product: u64,
+    click: Value,
+    hold_ms: Option<u64>,
+) -> JoinHandle<(StatusCode, Value)> {
+    let mut request = app.purchase(product, &click);
+    if let Some(ms) = hold_ms {
+        request = request.header("x-seckill-hold-ms", ms.to_string());
+    }
+    tokio::spawn(async move {
+        let r = request.send().await.expect("order");
+        (r.status(), r.json().await.unwrap_or(Value::Null))
+    })
+}
+
 /// Starts an instance with `config` on a free port. Each request carries its peer's address, as
 /// the service's own accept loop gives it (the per-address rate reads it).
 pub async fn spawn_app(config: Config) -> TestApp {
