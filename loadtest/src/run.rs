@@ -73,8 +73,13 @@ pub async fn run_watched(
         target.endpoints.database_url.trim_end_matches('/'),
         target.database
     );
+    let run_id = &uuid::Uuid::new_v4().simple().to_string()[..8];
+    // Keys and lock names of the run's own: Redis holds no databases apart, so two runs on the
+    // same servers would otherwise share the order stream and its consumers (one run's
+    // consumers placing the other's orders in their own database) and each other's locks.
     let launch = Launch::new(&target.app_binary, &dir.join("logs"))
         .endpoints(&target.endpoints)
+        .arg("--lock-prefix", format!("run{run_id}:"))
         .arg("--database-url", &db_url)
         .arg("--admin-token", &admin_token)
         .arg("--buyer-key", &buyer_key);
@@ -169,7 +174,6 @@ pub async fn run_watched(
         }
     };
 
-    let run_id = &uuid::Uuid::new_v4().simple().to_string()[..8];
     let mut ids = Allocator::drawn(run_id);
     let mut floods = Vec::new();
     if let Some(shape) = &settings.flood {

@@ -54,3 +54,33 @@ async fn a_safe_strategy_run_reports_zero_oversell_and_sells_out_exactly() {
         assert!(output.dir.join(file).is_file(), "{file} missing");
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_runs_on_the_same_servers_place_each_others_stream_orders_nowhere() {
+    // Two runs of `redis-lua-stream` at once on one Redis and one MariaDB, each in a database
+    // of its own (as the tests run, and as two users' benchmarks may): every order a run's
+    // buyers were promised is placed in that run's database, none by the other run's consumers.
+    let settings = common::quick(Strategy::RedisLuaStream);
+    let (a, b) = (common::target(), common::target());
+    let (out_a, out_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (ran_a, ran_b) = tokio::join!(
+        loadtest::run::run_in(&settings, &a, out_a.path()),
+        loadtest::run::run_in(&settings, &b, out_b.path()),
+    );
+    for (target, ran) in [(&a, ran_a), (&b, ran_b)] {
+        let output = ran.unwrap();
+        let sale = &output.report.strategies[0].sale;
+        let truth = &sale.accounting;
+        assert_eq!(
+            (truth.oversell, truth.stranded, truth.units_sold),
+            (0, 0, truth.initial_stock),
+            "{truth:?}"
+        );
+        assert_eq!(
+            sale.outcomes.created, truth.orders as u64,
+            "{:?}",
+            sale.outcomes
+        );
+        common::drop_database(target).await;
+    }
+}
