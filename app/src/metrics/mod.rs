@@ -16,182 +16,15 @@ use crossbeam_utils::CachePadded;
 
 use crate::api::{ErrorCode, Strategy};
 
+mod labels;
+mod tally;
+
+pub use labels::{Outcome, Stage};
+use tally::{Histogram, StageTotal, add};
+
 /// Shards of the per-request counts: more than the threads that serve requests on most
 /// machines, so that two of them rarely share one.
 const SHARDS: usize = 16;
-
-/// Upper bounds of the histogram buckets, in seconds.
-const BUCKETS: [f64; 14] = [
-    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
-];
-
-#[derive(Debug, Default)]
-struct Histogram {
-    counts: [AtomicU64; BUCKETS.len()],
-    count: AtomicU64,
-    sum_ns: AtomicU64,
-}
-
-impl Histogram {
-    /// Adds what `other` counted.
-    fn add(&self, other: &Histogram) {
-        for (mine, theirs) in self.counts.iter().zip(&other.counts) {
-            add(mine, theirs);
-        }
-        add(&self.count, &other.count);
-        add(&self.sum_ns, &other.sum_ns);
-    }
-
-    fn observe(&self, d: Duration) {
-        let secs = d.as_secs_f64();
-        if let Some(i) = BUCKETS.iter().position(|&b| secs <= b) {
-            self.counts[i].fetch_add(1, Ordering::Relaxed);
-        }
-        self.count.fetch_add(1, Ordering::Relaxed);
-        let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
-        self.sum_ns.fetch_add(ns, Ordering::Relaxed);
-    }
-
-    fn count(&self) -> u64 {
-        self.count.load(Ordering::Relaxed)
-    }
-
-    fn render(&self, out: &mut String, name: &str, strategy: &str) {
-        let mut cumulative = 0;
-        for (bound, n) in BUCKETS.iter().zip(&self.counts) {
-            cumulative += n.load(Ordering::Relaxed);
-            let _ = writeln!(
-                out,
-                "{name}_bucket{{strategy=\"{strategy}\",le=\"{bound}\"}} {cumulative}"
-            );
-        }
-        // Read after the buckets: a purchase counted meanwhile shows in `+Inf` and the count
-        // before its bucket, never the other way round.
-        let count = self.count().max(cumulative);
-        let _ = writeln!(
-            out,
-            "{name}_bucket{{strategy=\"{strategy}\",le=\"+Inf\"}} {count}"
-        );
-        let sum = self.sum_ns.load(Ordering::Relaxed) as f64 / 1e9;
-        let _ = writeln!(out, "{name}_sum{{strategy=\"{strategy}\"}} {sum}");
-        let _ = writeln!(out, "{name}_count{{strategy=\"{strategy}\"}} {count}");
-    }
-}
-
-/// A part of a purchase's time the service times: the `stage` label of
-/// `seckill_purchase_stage_seconds`. Each purchase that went through a stage adds its time
-/// there; a stage's mean is over those purchases.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stage {
-    /// From the request's headers to a place among the purchases in flight: the body, the
-    /// buyer's token, the product's memory, a first-come place and its wait for room, the
-    /// admission limiter.
-    Admission,
-    /// Inside the strategy, all of it (the stages below are parts of it).
-    Strategy,
-    /// Waiting for the strategy's lock.
-    LockWait,
-    /// Waiting in `batched`'s line for its batch to start committing.
-    Queued,
-    /// `batched`: the batch's transaction, from its start to its answer.
-    Batch,
-    /// The Redis script's round trip (`redis-lua`, `redis-lua-stream`).
-    Script,
-    /// `redis-lua`: writing the order to the database after the Redis deduction.
-    OrderWrite,
-}
-
-impl Stage {
-    pub const ALL: [Stage; 7] = [
-        Stage::Admission,
-        Stage::Strategy,
-        Stage::LockWait,
-        Stage::Queued,
-        Stage::Batch,
-        Stage::Script,
-        Stage::OrderWrite,
-    ];
-    pub const COUNT: usize = Stage::ALL.len();
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Stage::Admission => "admission",
-            Stage::Strategy => "strategy",
-            Stage::LockWait => "lock_wait",
-            Stage::Queued => "queued",
-            Stage::Batch => "batch",
-            Stage::Script => "script",
-            Stage::OrderWrite => "order_write",
-        }
-    }
-}
-
-/// A stage's purchases and their time there.
-#[derive(Debug, Default)]
-struct StageTotal {
-    count: AtomicU64,
-    sum_ns: AtomicU64,
-}
-
-impl StageTotal {
-    fn observe(&self, d: Duration) {
-        self.count.fetch_add(1, Ordering::Relaxed);
-        let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
-        self.sum_ns.fetch_add(ns, Ordering::Relaxed);
-    }
-
-    fn add(&self, other: &StageTotal) {
-        add(&self.count, &other.count);
-        add(&self.sum_ns, &other.sum_ns);
-    }
-}
-
-/// How a purchase request ended: the `outcome` label of `seckill_purchases_total`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    Created,
-    Replayed,
-    /// `202`: taken, its order queued (`redis-lua-stream`).
-    Accepted,
-    Refused(ErrorCode),
-}
-
-impl Outcome {
-    const SUCCESSES: usize = 3;
-    const COUNT: usize = Outcome::SUCCESSES + ErrorCode::ALL.len();
-
-    /// The label's value: `created`, `replayed`, `accepted`, or the error code.
-    pub fn name(self) -> &'static str {
-        match self {
-            Outcome::Created => "created",
-            Outcome::Replayed => "replayed",
-            Outcome::Accepted => "accepted",
-            Outcome::Refused(code) => code.name(),
-        }
-    }
-
-    /// Its slot among a strategy's counts ([`ErrorCode::ALL`] lists the codes in their order).
-    fn index(self) -> usize {
-        match self {
-            Outcome::Created => 0,
-            Outcome::Replayed => 1,
-            Outcome::Accepted => 2,
-            Outcome::Refused(code) => Outcome::SUCCESSES + code as usize,
-        }
-    }
-
-    fn all() -> impl Iterator<Item = Outcome> {
-        [Outcome::Created, Outcome::Replayed, Outcome::Accepted]
-            .into_iter()
-            .chain(ErrorCode::ALL.iter().map(|&code| Outcome::Refused(code)))
-    }
-}
-
-impl From<ErrorCode> for Outcome {
-    fn from(code: ErrorCode) -> Outcome {
-        Outcome::Refused(code)
-    }
-}
 
 /// What one strategy's purchases did in this instance.
 #[derive(Debug, Default)]
@@ -216,11 +49,6 @@ impl Counts {
             mine.add(theirs);
         }
     }
-}
-
-/// Adds `theirs` to `mine`: one shard's count to the sum.
-fn add(mine: &AtomicU64, theirs: &AtomicU64) {
-    mine.fetch_add(theirs.load(Ordering::Relaxed), Ordering::Relaxed);
 }
 
 /// The counts every purchase request adds to, as the threads of one shard counted them.

@@ -1,0 +1,99 @@
+//! The labels the counters are kept by: how a purchase ended (`outcome`) and the parts of its
+//! time (`stage`).
+
+use crate::api::ErrorCode;
+
+/// A part of a purchase's time the service times: the `stage` label of
+/// `seckill_purchase_stage_seconds`. Each purchase that went through a stage adds its time
+/// there; a stage's mean is over those purchases.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    /// From the request's headers to a place among the purchases in flight: the body, the
+    /// buyer's token, the product's memory, a first-come place and its wait for room, the
+    /// admission limiter.
+    Admission,
+    /// Inside the strategy, all of it (the stages below are parts of it).
+    Strategy,
+    /// Waiting for the strategy's lock.
+    LockWait,
+    /// Waiting in `batched`'s line for its batch to start committing.
+    Queued,
+    /// `batched`: the batch's transaction, from its start to its answer.
+    Batch,
+    /// The Redis script's round trip (`redis-lua`, `redis-lua-stream`).
+    Script,
+    /// `redis-lua`: writing the order to the database after the Redis deduction.
+    OrderWrite,
+}
+
+impl Stage {
+    pub const ALL: [Stage; 7] = [
+        Stage::Admission,
+        Stage::Strategy,
+        Stage::LockWait,
+        Stage::Queued,
+        Stage::Batch,
+        Stage::Script,
+        Stage::OrderWrite,
+    ];
+    pub const COUNT: usize = Stage::ALL.len();
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Stage::Admission => "admission",
+            Stage::Strategy => "strategy",
+            Stage::LockWait => "lock_wait",
+            Stage::Queued => "queued",
+            Stage::Batch => "batch",
+            Stage::Script => "script",
+            Stage::OrderWrite => "order_write",
+        }
+    }
+}
+
+/// How a purchase request ended: the `outcome` label of `seckill_purchases_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Created,
+    Replayed,
+    /// `202`: taken, its order queued (`redis-lua-stream`).
+    Accepted,
+    Refused(ErrorCode),
+}
+
+impl Outcome {
+    pub(super) const SUCCESSES: usize = 3;
+    pub(super) const COUNT: usize = Outcome::SUCCESSES + ErrorCode::ALL.len();
+
+    /// The label's value: `created`, `replayed`, `accepted`, or the error code.
+    pub fn name(self) -> &'static str {
+        match self {
+            Outcome::Created => "created",
+            Outcome::Replayed => "replayed",
+            Outcome::Accepted => "accepted",
+            Outcome::Refused(code) => code.name(),
+        }
+    }
+
+    /// Its slot among a strategy's counts ([`ErrorCode::ALL`] lists the codes in their order).
+    pub(super) fn index(self) -> usize {
+        match self {
+            Outcome::Created => 0,
+            Outcome::Replayed => 1,
+            Outcome::Accepted => 2,
+            Outcome::Refused(code) => Outcome::SUCCESSES + code as usize,
+        }
+    }
+
+    pub(super) fn all() -> impl Iterator<Item = Outcome> {
+        [Outcome::Created, Outcome::Replayed, Outcome::Accepted]
+            .into_iter()
+            .chain(ErrorCode::ALL.iter().map(|&code| Outcome::Refused(code)))
+    }
+}
+
+impl From<ErrorCode> for Outcome {
+    fn from(code: ErrorCode) -> Outcome {
+        Outcome::Refused(code)
+    }
+}
