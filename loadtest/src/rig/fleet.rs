@@ -130,12 +130,17 @@ impl Fleet {
     /// Starts instance `n` again (after a kill), with the same settings.
     pub async fn restart(&mut self, n: usize) -> Result<()> {
         self.apps.restart(n).await?;
-        let api = Api::new(self.apps.bases(), None)?;
-        self.api = match self.api.buyer_key() {
+        self.api = self.api_for(&self.apps)?;
+        Ok(())
+    }
+
+    /// A client for `apps`, whose buyers it signs as the fleet's client does.
+    pub fn api_for(&self, apps: &Apps) -> Result<Api> {
+        let api = Api::new(apps.bases(), None)?;
+        Ok(match self.api.buyer_key() {
             Some(key) => api.with_buyer_key(key.clone()),
             None => api,
-        };
-        Ok(())
+        })
     }
 
     /// The fleet's private MariaDB, to kill and start again.

@@ -93,13 +93,6 @@ pub struct Figures {
     pub undersell: i64,
 }
 
-/// The instances' flags: the three clusters, the lock lease and wait.
-fn app_flags(clusters: &Clusters) -> Vec<String> {
-    let mut flags = lock_flags(LOCK_LEASE_MS, LOCK_WAIT_MS);
-    flags.extend(clusters.app_flags());
-    flags
-}
-
 /// One sale: a strategy and, for stock held in Redis, the replicas each deduction waits for.
 #[derive(Debug, Clone, Copy)]
 pub struct Sale {
@@ -201,8 +194,13 @@ impl Scenario for ClusterSale {
 
     async fn play(s: Sizes, stage: &Stage) -> Result<Vec<(Sale, Figures)>> {
         let clusters = Clusters::start().await?;
-        let fleet =
-            Fleet::start_on_clusters(stage.app_binary()?, INSTANCES, &app_flags(&clusters)).await?;
+        // The instances' flags: the three clusters, the lock lease and wait.
+        let flags = [
+            lock_flags(LOCK_LEASE_MS, LOCK_WAIT_MS),
+            clusters.app_flags(),
+        ]
+        .concat();
+        let fleet = Fleet::start_on_clusters(stage.app_binary()?, INSTANCES, &flags).await?;
         let mut sales = SALES.to_vec();
         if s.redis_stock {
             sales.extend(FULL_ONLY);
@@ -228,11 +226,7 @@ impl Scenario for ClusterSale {
                         .apps
                         .start_variant("app-wait", &flags, INSTANCES)
                         .await?;
-                    // Started as the fleet's are: their buyers need the fleet's tokens.
-                    let mut api = Api::new(apps.bases(), None)?;
-                    if let Some(key) = fleet.api.buyer_key() {
-                        api = api.with_buyer_key(key.clone());
-                    }
+                    let api = fleet.api_for(&apps)?;
                     Some((apps, api))
                 }
             };
