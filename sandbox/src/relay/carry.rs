@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::{Conn, Source, State, lock};
-use crate::delay::{Dial, Jitter, Line};
+use crate::delay::{Jitter, Line};
 
 /// Relays one accepted connection until either side closes it or it is cut.
 pub(super) fn serve(
@@ -35,6 +35,7 @@ pub(super) fn serve(
         silent: AtomicBool::new(false),
         closed: AtomicBool::new(false),
         ends: Mutex::new(vec![client_end]),
+        answered: AtomicBool::new(true),
     });
     {
         let mut inner = lock(&state.inner);
@@ -56,19 +57,9 @@ pub(super) fn serve(
         }
         if let (Ok(up), Ok(down)) = (upstream.try_clone(), client.try_clone()) {
             let (back, state_back) = (conn.clone(), state.clone());
-            let downstream = std::thread::spawn(move || {
-                let delays = &state_back.delays;
-                pump(&back, up, down, &[], &delays.to_client, &delays.in_flight)
-            });
-            let delays = &state.delays;
-            pump(
-                &conn,
-                client,
-                upstream,
-                &first,
-                &delays.to_server,
-                &delays.in_flight,
-            );
+            let downstream =
+                std::thread::spawn(move || pump(&back, up, down, &[], Side::ToClient, &state_back));
+            pump(&conn, client, upstream, &first, Side::ToServer, state);
             let _ = downstream.join();
         }
     }
@@ -103,20 +94,42 @@ fn connect_upstream(state: &State, conn: &Conn) -> Option<TcpStream> {
     }
 }
 
-/// Copies `from` to `to` (`first`, read before, ahead of the rest), each chunk `dial`'s delay
-/// later, until either side fails; drops the bytes once the connection is silent. The chunks
-/// on their way when `from` ends are written before the connection is closed.
+/// Which way a pump carries bytes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Side {
+    ToServer,
+    ToClient,
+}
+
+/// Copies `from` to `to` (`first`, read before, ahead of the rest), each chunk delayed by the
+/// relay's delay for `side`, until either side fails; drops the bytes once the connection is
+/// silent. The chunks on their way when `from` ends are written before the connection is
+/// closed. Counts an exchange when the client sends after its server answered.
 fn pump(
     conn: &Arc<Conn>,
     mut from: TcpStream,
     to: TcpStream,
     first: &[u8],
-    dial: &Dial,
-    in_flight: &Arc<AtomicUsize>,
+    side: Side,
+    state: &State,
 ) {
+    let dial = match side {
+        Side::ToServer => &state.delays.to_server,
+        Side::ToClient => &state.delays.to_client,
+    };
+    let in_flight = &state.delays.in_flight;
     let mut out = Out::Direct(to);
     let mut jitter = Jitter::new();
-    let mut carry = |chunk: &[u8]| out.carry(chunk, dial.draw(&mut jitter), conn, in_flight);
+    let mut carry = |chunk: &[u8]| {
+        match side {
+            Side::ToServer if conn.answered.swap(false, Ordering::Relaxed) => {
+                state.exchanges.fetch_add(1, Ordering::Relaxed);
+            }
+            Side::ToServer => {}
+            Side::ToClient => conn.answered.store(true, Ordering::Relaxed),
+        }
+        out.carry(chunk, dial.draw(&mut jitter), conn, in_flight)
+    };
     let mut buf = [0u8; 16 * 1024];
     let mut open = first.is_empty() || carry(first);
     while open {

@@ -44,7 +44,7 @@
 
 use std::collections::HashMap;
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -85,6 +85,8 @@ struct State {
     closing: AtomicBool,
     /// What every connection's bytes are delayed by, each way.
     delays: Dials,
+    /// Exchanges carried, over every connection (see [`Relay::exchanges`]).
+    exchanges: AtomicU64,
 }
 
 #[derive(Default)]
@@ -124,6 +126,9 @@ pub(crate) struct Conn {
     closed: AtomicBool,
     /// Clones of both ends, to shut them down from outside the pumping threads.
     ends: Mutex<Vec<TcpStream>>,
+    /// Whether the server has sent something since the client last did: the client's next
+    /// chunk begins a new exchange.
+    answered: AtomicBool,
 }
 
 impl Conn {
@@ -306,6 +311,16 @@ impl Relay {
     /// one means many are on their way at once, as on a long wire.
     pub fn in_flight(&self) -> usize {
         self.relays.in_flight()
+    }
+
+    /// Exchanges carried so far, over every connection: each time a client sends after its
+    /// server has answered (or first), one more — the round trips a client waited for, which a
+    /// distance multiplies. Requests a client pipelines before the answer count once, as they
+    /// pay one round trip; so do the requests of several callers sharing one connection at
+    /// once (a multiplexed Redis connection under load): count one caller at a time to learn
+    /// what one operation costs. A connection's set-up counts its own exchanges.
+    pub fn exchanges(&self) -> u64 {
+        self.relays.state.exchanges.load(Ordering::Relaxed)
     }
 
     /// `127.0.0.1:<port>`, to connect to instead of the server.

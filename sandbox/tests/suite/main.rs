@@ -9,3 +9,4 @@ mod postgres;
 mod process_control;
 mod relay;
 mod relay_delay;
+mod relay_exchanges;
