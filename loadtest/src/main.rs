@@ -102,6 +102,7 @@ fn run(args: &RunArgs, only_flood: bool) -> Result<()> {
         bench_binary: std::env::current_exe().context("locating seckill-bench itself")?,
         database: "seckill_bench".into(),
         processes: spawned.map(server_processes).unwrap_or_default(),
+        relays: stand.relays.clone(),
     };
     let mut live_args = args.live.clone();
     if args.screenshots && live_args.live.is_none() {

@@ -297,6 +297,7 @@ pub async fn run_watched(
         app: &app_settings,
         app_pids: &app_pids,
         refusal_ceiling,
+        relays: target.relays.as_deref(),
     };
     for ((info, sale), (((plan, runs), span), stages)) in strategies.into_iter().zip(sales).zip(
         plans
@@ -369,6 +370,7 @@ pub async fn run_watched(
         floods,
         overloads: Vec::new(),
         expiry_costs: Vec::new(),
+        round_trips: Vec::new(),
         findings: Findings::default(),
         falls: Vec::new(),
     };

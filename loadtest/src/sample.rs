@@ -13,8 +13,8 @@ use crate::report::schema::{
     Baseline, BaselineName, ByAnswer, Environment, ExpiryCost, ExpiryPayments, ExpiryShape,
     Fairness, Findings, FirstComeFlood, FloodResult, FloodShape, LatencySummary, LoadResult, Loop,
     Memory, NoopFlood, OPEN_RATE_SHARE, OverloadResult, OverloadShape, RefusalRate, ReturnLockUse,
-    RunReport, SCHEMA_VERSION, SaleResult, Settings, StageTime, StageTimes, StrategyReport,
-    ThroughputResult,
+    RoundTripShape, RoundTrips, RunReport, SCHEMA_VERSION, SaleResult, Settings, StageTime,
+    StageTimes, StrategyReport, ThroughputResult,
 };
 use crate::rig::world::World;
 
@@ -198,6 +198,21 @@ pub fn expiry_cost(strategy: Strategy, ratios: &[f64], expired: u64) -> ExpiryCo
     }
 }
 
+/// `strategy`'s purchases counted: `per_purchase` round trips to each kind of server, 40
+/// purchases of 1.2 ms, nothing asked while nobody bought.
+pub fn round_trips(strategy: Strategy, per_purchase: &[(&str, f64)]) -> RoundTrips {
+    RoundTrips {
+        strategy: StrategyInfo::of(strategy),
+        purchases: 40,
+        placed: 40,
+        per_purchase: (per_purchase.iter())
+            .map(|(kind, n)| (kind.to_string(), *n))
+            .collect(),
+        idle_per_second: BTreeMap::new(),
+        median_ms: 1.2,
+    }
+}
+
 /// The shape of the sample's expiry phase.
 pub fn expiry_shape() -> ExpiryShape {
     ExpiryShape {
@@ -248,6 +263,7 @@ pub fn report() -> RunReport {
             server_niceness: 10,
             overload: Some(overload_shape()),
             expiry: Some(expiry_shape()),
+            round_trips: Some(RoundTripShape { purchases: 40 }),
         },
         world: Some(World::local(2)),
         environment: Environment {
@@ -268,6 +284,7 @@ pub fn report() -> RunReport {
         floods: Vec::new(),
         overloads: vec![overload(200_000, 2_000, 0)],
         expiry_costs: vec![expiry_cost(Strategy::Conditional, &[1.04, 1.08, 0.97], 900)],
+        round_trips: vec![round_trips(Strategy::Conditional, &[("mariadb", 4.0)])],
         strategies: vec![
             strategy(Strategy::Naive, ledger(20, 137)),
             strategy(Strategy::Conditional, ledger(0, 100)),

@@ -9,7 +9,9 @@ use clap::{Args, Parser, Subcommand};
 use crate::phase::expiry::{
     PAYMENT_WINDOW_MS as EXPIRY_PAYMENT_WINDOW_MS, WARMUP_SECONDS as EXPIRY_WARMUP,
 };
-use crate::report::schema::{ExpiryShape, FloodShape, OPEN_RATE_SHARE, OverloadShape, Settings};
+use crate::report::schema::{
+    ExpiryShape, FloodShape, OPEN_RATE_SHARE, OverloadShape, RoundTripShape, Settings,
+};
 use crate::scenario::Selection;
 
 mod lock;
@@ -436,6 +438,12 @@ impl RunArgs {
                     false => self.expiry_rounds,
                 },
             }),
+            // Counted where relays stand to count them.
+            round_trips: (self.distance.rtt.is_some() && !self.only_baselines).then_some(
+                RoundTripShape {
+                    purchases: if self.quick { 20 } else { 100 },
+                },
+            ),
         };
         anyhow::ensure!(
             self.overload_factor > 0.0,

@@ -1,6 +1,7 @@
-//! The phases that measure each strategy after its loops: the service offered a multiple of
-//! what it bears ([`overload`]), and what the expiry sweep costs the purchases beside it
-//! ([`expiry`]).
+//! The phases that measure each strategy after its loops: what one purchase costs in round
+//! trips to each server ([`round_trips`], when the servers stand behind relays), the service
+//! offered a multiple of what it bears ([`overload`]), and what the expiry sweep costs the
+//! purchases beside it ([`expiry`]).
 //!
 //! A phase has the shape of a fault scenario (see [`crate::scenario`]): one file of this
 //! folder holding only what differs from the others behind the [`Phase`] trait — what it
@@ -30,6 +31,7 @@
 pub mod allocate;
 pub mod expiry;
 pub mod overload;
+pub mod round_trips;
 
 use anyhow::{Context, Result};
 use app::api::{Safety, StrategyInfo};
@@ -41,11 +43,16 @@ pub use allocate::{Allocator, Allotment};
 
 use crate::measure::throughput::ThroughputPlan;
 use crate::report::schema::{Findings, LoadResult, RunReport, Settings};
+use crate::rig::distance::Relays;
 use crate::rig::world::World;
 
 /// The registry: every phase, in the order each strategy goes through them (after its open
 /// loop) and the order of their sections in the report.
-pub static REGISTRY: &[&(dyn Phase + Sync)] = &[&overload::Overload, &expiry::Expiry];
+pub static REGISTRY: &[&(dyn Phase + Sync)] = &[
+    &round_trips::RoundTripCount,
+    &overload::Overload,
+    &expiry::Expiry,
+];
 
 /// What one phase of a run is made of; the driver does the rest.
 pub trait Phase {
@@ -112,6 +119,9 @@ pub struct Run<'a> {
     /// Sold-out refusals per second the machine answers at most, measured once for the run
     /// when a phase needs it (see [`crate::measure::refusals::ceiling`]).
     pub refusal_ceiling: Option<f64>,
+    /// The relays in front of the servers, when they stand at a distance: they count the round
+    /// trips made to each.
+    pub relays: Option<&'a Relays>,
 }
 
 /// The strategy a phase measures, and what its loops found.

@@ -14,8 +14,8 @@
 //! connections' set-up is not delayed (see [`sandbox::Delays`]). Without `--rtt` there is no
 //! relay at all: the servers are reached directly, as they always were.
 
-use std::collections::HashMap;
 use std::collections::hash_map::Entry;
+use std::collections::{BTreeMap, HashMap};
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 
@@ -23,10 +23,20 @@ use anyhow::{Context, Result};
 use sandbox::{Delays, Endpoints, Relay};
 
 /// The relays that put a run's servers at a distance; dropping them closes every connection
-/// through them.
+/// through them. Each relay counts the exchanges it carries ([`Relays::exchanges`]).
 pub struct Relays {
-    relays: HashMap<SocketAddr, Relay>,
+    /// Each server's relay, with the kind of server it leads to.
+    relays: HashMap<SocketAddr, (&'static str, Relay)>,
 }
+
+/// The kinds of server, as [`Relays::exchanges`] names them.
+pub const MARIADB: &str = "mariadb";
+pub const REDIS: &str = "redis";
+/// The Redlock set: five Redis servers, asked at once.
+pub const REDLOCK: &str = "redlock";
+pub const ZOOKEEPER: &str = "zookeeper";
+pub const ETCD: &str = "etcd";
+pub const MEMCACHED: &str = "memcached";
 
 /// Puts every server `endpoints` name behind a relay that delays each direction by `rtt / 2`:
 /// returns the relays, and the endpoints that lead through them (the same user, password and
@@ -36,26 +46,42 @@ pub fn apart(endpoints: &Endpoints, rtt: Duration) -> Result<(Relays, Endpoints)
         relays: HashMap::new(),
     };
     let delays = Delays::round_trip(rtt);
-    let mut through = |url: &str| relays.through(url, delays);
+    let mut through = |url: &str, kind| relays.through(url, kind, delays);
     let relayed = Endpoints {
-        database_url: through(&endpoints.database_url)?,
-        redis_url: through(&endpoints.redis_url)?,
+        database_url: through(&endpoints.database_url, MARIADB)?,
+        redis_url: through(&endpoints.redis_url, REDIS)?,
         redlock_urls: (endpoints.redlock_urls.iter())
-            .map(|u| through(u))
+            .map(|u| through(u, REDLOCK))
             .collect::<Result<_>>()?,
-        zookeeper: through(&endpoints.zookeeper)?,
+        zookeeper: through(&endpoints.zookeeper, ZOOKEEPER)?,
         etcd: (endpoints.etcd.iter())
-            .map(|u| through(u))
+            .map(|u| through(u, ETCD))
             .collect::<Result<_>>()?,
-        memcached: through(&endpoints.memcached)?,
+        memcached: through(&endpoints.memcached, MEMCACHED)?,
     };
     Ok((relays, relayed))
 }
 
 impl Relays {
+    /// The exchanges carried so far to each kind of server, summed over its relays (see
+    /// [`Relay::exchanges`]): a client's request after its server's answer, one round trip
+    /// waited for.
+    pub fn exchanges(&self) -> BTreeMap<&'static str, u64> {
+        let mut counts = BTreeMap::new();
+        for (kind, relay) in self.relays.values() {
+            *counts.entry(*kind).or_default() += relay.exchanges();
+        }
+        counts
+    }
+
+    /// How many servers of `kind` stand behind relays.
+    pub fn servers(&self, kind: &str) -> usize {
+        self.relays.values().filter(|(k, _)| *k == kind).count()
+    }
+
     /// `url` with each of its servers' `host:port` replaced by its relay's (one relay per
-    /// server, however many URLs name it).
-    fn through(&mut self, url: &str, delays: Delays) -> Result<String> {
+    /// server, however many URLs name it: the kind it was first named as).
+    fn through(&mut self, url: &str, kind: &'static str, delays: Delays) -> Result<String> {
         replace_hosts(url, |host| {
             let server = (host.to_socket_addrs())
                 .ok()
@@ -65,12 +91,13 @@ impl Relays {
                 })?;
             let relay = match self.relays.entry(server) {
                 Entry::Occupied(relay) => relay.into_mut(),
-                Entry::Vacant(place) => place.insert(
+                Entry::Vacant(place) => place.insert((
+                    kind,
                     Relay::start_delayed(server, delays)
                         .with_context(|| format!("starting a relay to {server}"))?,
-                ),
+                )),
             };
-            Ok(relay.addr().to_string())
+            Ok(relay.1.addr().to_string())
         })
     }
 }
@@ -134,7 +161,8 @@ mod tests {
         };
         let (relays, through) = apart(&endpoints, Duration::from_micros(500)).unwrap();
         assert_eq!(relays.relays.len(), 1);
-        let relay = relays.relays.values().next().unwrap();
+        let (kind, relay) = relays.relays.values().next().unwrap();
+        assert_eq!(*kind, MARIADB, "the kind it was first named as");
         assert_eq!(through.memcached, relay.addr().to_string());
         assert_eq!(
             through.database_url,

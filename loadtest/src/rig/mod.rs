@@ -14,6 +14,7 @@ pub mod replication;
 pub mod world;
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -61,6 +62,9 @@ pub struct Target {
     pub database: String,
     /// The servers' processes, for CPU accounting (none for external servers).
     pub processes: Vec<Process>,
+    /// The relays that stand between, when the servers are at a distance: they count the
+    /// round trips made to each server.
+    pub relays: Option<Arc<distance::Relays>>,
 }
 
 /// The servers a command stands on, and where it reaches them. Dropping it closes the relays
@@ -70,8 +74,9 @@ pub struct Stand {
     pub endpoints: Endpoints,
     /// What lies between the servers and whoever reaches them through [`Stand::endpoints`].
     pub distance: Distance,
-    // Fields drop in declaration order: the relays before the servers they lead to.
-    _relays: Option<distance::Relays>,
+    // Fields drop in declaration order: the relays before the servers they lead to (a
+    // target's clone of them is dropped before the stand).
+    pub relays: Option<Arc<distance::Relays>>,
     /// The throwaway servers; none for external ones.
     pub servers: Option<Servers>,
 }
@@ -93,13 +98,13 @@ pub fn servers(rtt: Option<Duration>) -> Result<Stand> {
         Some(rtt) => {
             eprintln!("every server behind a relay adding {rtt:?} to each round trip");
             let (relays, endpoints) = distance::apart(&direct, rtt)?;
-            (Some(relays), endpoints)
+            (Some(Arc::new(relays)), endpoints)
         }
     };
     Ok(Stand {
         endpoints,
         distance: Distance::of(rtt),
-        _relays: relays,
+        relays,
         servers,
     })
 }

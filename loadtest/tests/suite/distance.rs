@@ -2,9 +2,11 @@
 //! sells as safely as over loopback, judged from what the database holds, and its report says
 //! at which round trip it was taken.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use app::api::Strategy;
+use loadtest::report::schema::{RoundTripShape, Settings};
 use loadtest::rig::distance;
 use loadtest::rig::world::Distance;
 
@@ -17,8 +19,8 @@ async fn a_safe_strategy_sells_out_without_oversell_with_its_servers_a_milliseco
     let (relays, endpoints) = distance::apart(&target.endpoints, rtt).unwrap();
     target.endpoints = endpoints;
     target.distance = Distance::of(Some(rtt));
+    target.relays = Some(Arc::new(relays));
     let (output, truth, _out) = common::run_and_read(Strategy::Conditional, &target).await;
-    drop(relays);
 
     assert_eq!(truth.oversell, 0, "{truth:?}");
     assert_eq!(truth.lost_updates, 0, "{truth:?}");
@@ -30,4 +32,62 @@ async fn a_safe_strategy_sells_out_without_oversell_with_its_servers_a_milliseco
     );
     let md = std::fs::read_to_string(output.dir.join("report.md")).unwrap();
     assert!(md.contains("| round trip added | 1 ms"), "{md}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_relays_count_a_row_lock_s_extra_round_trip_and_redis_stock_s_script() {
+    // Relays adding nothing: the count alone.
+    let mut target = common::target();
+    let (relays, endpoints) = distance::apart(&target.endpoints, Duration::ZERO).unwrap();
+    target.endpoints = endpoints;
+    target.distance = Distance::of(Some(Duration::ZERO));
+    target.relays = Some(Arc::new(relays));
+    let strategies = [
+        Strategy::Conditional,
+        Strategy::Pessimistic,
+        Strategy::RedisLua,
+    ];
+    let settings = Settings {
+        strategies: strategies.to_vec(),
+        round_trips: Some(RoundTripShape { purchases: 20 }),
+        ..common::quick(Strategy::Conditional)
+    };
+    let out = tempfile::tempdir().unwrap();
+    let output = loadtest::run::run_in(&settings, &target, out.path())
+        .await
+        .unwrap();
+    common::drop_database(&target).await;
+    let counted = |s: Strategy| {
+        let c = (output.report.round_trips.iter())
+            .find(|c| c.strategy.name == s)
+            .unwrap_or_else(|| panic!("{s} counted"));
+        assert_eq!(c.placed, c.purchases, "{s}: every purchase placed: {c:?}");
+        c.clone()
+    };
+    let sql = |s: Strategy| {
+        counted(s)
+            .per_purchase
+            .get("mariadb")
+            .copied()
+            .unwrap_or(0.0)
+    };
+    let (conditional, pessimistic) = (sql(Strategy::Conditional), sql(Strategy::Pessimistic));
+    // The same transaction, with the row read under its lock before it is written.
+    assert!(conditional >= 1.5, "conditional: {conditional}");
+    assert!(
+        pessimistic >= conditional + 0.5,
+        "SELECT … FOR UPDATE is one round trip more: {pessimistic} against {conditional}"
+    );
+    let lua = counted(Strategy::RedisLua);
+    let redis = lua.per_purchase.get("redis").copied().unwrap_or(0.0);
+    assert!(redis >= 0.5, "redis-lua asks Redis: {lua:?}");
+    assert!(
+        counted(Strategy::Conditional)
+            .per_purchase
+            .get("redis")
+            .is_none_or(|n| *n < redis),
+        "conditional asks Redis less than redis-lua"
+    );
+    let md = std::fs::read_to_string(output.dir.join("report.md")).unwrap();
+    assert!(md.contains("## Round trips per purchase"), "{md}");
 }

@@ -15,6 +15,7 @@ mod findings;
 mod flood;
 mod load;
 mod overload;
+mod round_trips;
 mod sale;
 mod scenario;
 mod stages;
@@ -35,6 +36,7 @@ pub use flood::{
 };
 pub use load::{Bucket, HistogramData, LatencySummary, LoadResult, Loop, Repetitions, Spread};
 pub use overload::{ByAnswer, Memory, OverloadResult, OverloadShape};
+pub use round_trips::{RoundTripShape, RoundTrips};
 pub use sale::{SaleResult, StrategyReport, ThroughputResult};
 pub use scenario::{Event, Row, ScenarioReport, Verdict};
 pub use stages::{StageTime, StageTimes};
@@ -77,6 +79,10 @@ pub struct RunReport {
     /// in the settings).
     #[serde(default)]
     pub expiry_costs: Vec<ExpiryCost>,
+    /// Each strategy's purchases counted in round trips to each server, when the servers stood
+    /// behind relays (its shape is in the settings).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub round_trips: Vec<RoundTrips>,
     /// What the figures say (absent from a version 1 report).
     #[serde(default)]
     pub findings: Findings,
@@ -151,6 +157,9 @@ pub struct Settings {
     /// The expiry phase's shape; `None`: skipped.
     #[serde(default)]
     pub expiry: Option<ExpiryShape>,
+    /// The round-trip phase's shape; `None`: skipped (the servers stood behind no relay).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub round_trips: Option<RoundTripShape>,
 }
 
 /// Enough load to matter, below saturation so the open loop's latencies describe the service,

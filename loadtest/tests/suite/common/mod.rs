@@ -60,6 +60,7 @@ pub fn target() -> Target {
             &uuid::Uuid::new_v4().simple().to_string()[..12]
         ),
         processes: Vec::new(),
+        relays: None,
     }
 }
 
@@ -86,6 +87,7 @@ pub fn quick(strategy: Strategy) -> Settings {
         server_niceness: 0,
         overload: None,
         expiry: None,
+        round_trips: None,
     }
 }
 

@@ -1,0 +1,249 @@
+//! The round-trip phase: what one purchase costs in round trips to each server, counted.
+//!
+//! On loopback a round trip costs tens of microseconds, so a strategy's rate says little of
+//! what it will do with its servers half a millisecond away. What carries over is the count:
+//! a purchase that waits for k round trips takes k × RTT longer at a distance, and a lock held
+//! across some of them caps one product's rate. With the servers behind relays (`--rtt`,
+//! `--rtt 0` for the count alone), each relay counts the exchanges it carries — a request
+//! after its answer ([`sandbox::Relay::exchanges`]).
+//!
+//! The count is made one purchase at a time, each by a buyer of its own on a product of its
+//! own with a unit for each: requests from concurrent purchases sharing a connection (a
+//! multiplexed Redis connection) would count as one exchange, which one purchase at a time
+//! cannot. What the servers are asked while nobody buys — the expiry sweeps, the lock
+//! services' heartbeats, the stream consumers waiting for entries — is counted over a quiet
+//! second first and taken off in proportion to the purchases' time. The asynchronous work of a
+//! purchase (a stream consumer placing its order) is part of its count: round trips the
+//! service spends for it, if not ones its buyer waits for. Placed orders are drained before
+//! the count ends, so their work falls inside it.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use futures::future::LocalBoxFuture;
+use testkit::order_request;
+
+use super::{Allotment, Measuring, Needs, Phase, Recorded, Run};
+use crate::report::schema::{Findings, RoundTrips, RunReport, Settings};
+use crate::report::table::Table;
+use crate::rig::distance::{self, Relays};
+
+/// How long the servers are watched with nobody buying, before the purchases.
+const QUIET: Duration = Duration::from_secs(1);
+
+/// A kind of server asked less than this per purchase, the quiet taken off, was not asked
+/// for the purchases: the rest is the quiet's own noise.
+const NOISE: f64 = 0.05;
+
+pub struct RoundTripCount;
+
+impl Phase for RoundTripCount {
+    fn name(&self) -> &'static str {
+        "round-trips"
+    }
+
+    fn label(&self) -> &'static str {
+        "round trips"
+    }
+
+    fn needs(&self) -> Needs {
+        Needs {
+            deployable: false,
+            products: 1,
+        }
+    }
+
+    fn asked(&self, settings: &Settings) -> bool {
+        settings.round_trips.is_some()
+    }
+
+    fn doing(&self, settings: &Settings, _: &Measuring<'_>) -> String {
+        let purchases = settings.round_trips.map_or(0, |s| s.purchases);
+        format!("round trips of {purchases} purchases, one at a time")
+    }
+
+    fn measure<'a>(
+        &'a self,
+        run: &'a Run<'a>,
+        strategy: &'a Measuring<'a>,
+        allotment: &'a Allotment,
+    ) -> LocalBoxFuture<'a, Result<Recorded>> {
+        Box::pin(measure_one(run, strategy, allotment))
+    }
+
+    fn judge(&self, _: &RunReport, _: &mut Findings) {}
+
+    fn measured(&self, report: &RunReport) -> bool {
+        !report.round_trips.is_empty()
+    }
+
+    fn section(&self, r: &RunReport) -> String {
+        markdown(r)
+    }
+
+    fn went_wrong(&self, _: &RunReport) -> Option<String> {
+        None
+    }
+}
+
+/// The phase on one strategy: its purchases one at a time on the allotment's product.
+async fn measure_one(
+    run: &Run<'_>,
+    strategy: &Measuring<'_>,
+    allotment: &Allotment,
+) -> Result<Recorded> {
+    let shape = (run.settings.round_trips).context("the run has no round-trip shape")?;
+    let relays = (run.relays).context("the servers stand behind no relay to count round trips")?;
+    let info = strategy.info;
+    let (product, home) = (allotment.product(), info.name.home());
+    run.api
+        .reset_product(product, shape.purchases as i64, home)
+        .await?;
+
+    let quiet_from = relays.exchanges();
+    tokio::time::sleep(QUIET).await;
+    let busy_from = relays.exchanges();
+    let idle_per_second = rates(&quiet_from, &busy_from, QUIET);
+
+    let started = Instant::now();
+    let mut times = Vec::with_capacity(shape.purchases as usize);
+    let mut placed = 0;
+    for i in 0..shape.purchases {
+        let body = order_request(
+            format!("rt-{i}"),
+            info.name,
+            format!("{}-{i}", allotment.prefix),
+            1,
+        );
+        let sent = Instant::now();
+        let answer = run.api.order(i as usize, product, &body).await;
+        times.push(sent.elapsed());
+        placed += u64::from(answer.created());
+    }
+    if home == app::api::Home::Redis {
+        crate::measure::sale::drain(run.api, product).await?;
+    }
+    let busy = started.elapsed();
+    let per_purchase = per_purchase(
+        relays,
+        &busy_from,
+        &relays.exchanges(),
+        &idle_per_second,
+        busy,
+        shape.purchases,
+    );
+    run.api.reset_product(product, 0, home).await?;
+    times.sort();
+    let counted = RoundTrips {
+        strategy: info.clone(),
+        purchases: shape.purchases,
+        placed,
+        per_purchase,
+        idle_per_second,
+        median_ms: times
+            .get(times.len() / 2)
+            .map_or(0.0, |t| t.as_secs_f64() * 1e3),
+    };
+    Ok(Recorded::new(move |report| {
+        report.round_trips.push(counted)
+    }))
+}
+
+/// Exchanges per second of each kind of server between the counts `from` and `to`.
+fn rates(
+    from: &BTreeMap<&'static str, u64>,
+    to: &BTreeMap<&'static str, u64>,
+    over: Duration,
+) -> BTreeMap<String, f64> {
+    (to.iter())
+        .map(|(kind, n)| {
+            let before = from.get(kind).copied().unwrap_or(0);
+            (
+                kind.to_string(),
+                n.saturating_sub(before) as f64 / over.as_secs_f64(),
+            )
+        })
+        .collect()
+}
+
+/// Exchanges per purchase with one server of each kind: what `purchases` purchases, taking
+/// `busy`, added between `from` and `to`, less the quiet's rate over as long.
+fn per_purchase(
+    relays: &Relays,
+    from: &BTreeMap<&'static str, u64>,
+    to: &BTreeMap<&'static str, u64>,
+    idle_per_second: &BTreeMap<String, f64>,
+    busy: Duration,
+    purchases: u64,
+) -> BTreeMap<String, f64> {
+    let busy_rates = rates(from, to, busy);
+    (busy_rates.into_iter())
+        .filter_map(|(kind, rate)| {
+            let quiet = idle_per_second.get(&kind).copied().unwrap_or(0.0);
+            let servers = relays.servers(&kind).max(1) as f64;
+            let n = (rate - quiet) * busy.as_secs_f64() / purchases.max(1) as f64 / servers;
+            (n >= NOISE).then_some((kind, n))
+        })
+        .collect()
+}
+
+/// The kinds of server in the order the table shows them.
+const KINDS: [&str; 6] = [
+    distance::MARIADB,
+    distance::REDIS,
+    distance::REDLOCK,
+    distance::ZOOKEEPER,
+    distance::ETCD,
+    distance::MEMCACHED,
+];
+
+/// The phase's section: each strategy's round trips per purchase, by server.
+fn markdown(r: &RunReport) -> String {
+    let (Some(shape), false) = (r.settings.round_trips, r.round_trips.is_empty()) else {
+        return String::new();
+    };
+    let mut md = String::from("\n## Round trips per purchase\n\n");
+    let _ = writeln!(
+        md,
+        "Counted by the relays in front of the servers: an exchange is a request sent after \
+         its server's answer, one round trip waited for. {} purchases of each strategy, one \
+         at a time, each by a buyer of its own; what the servers were asked during a quiet \
+         second before them (sweeps, heartbeats, consumers waiting) is taken off. The Redlock \
+         column is one of its five servers, asked at once. A purchase waits for about \
+         *total* × RTT more at a distance, if its round trips are one after another; \
+         asynchronous work (a stream consumer placing the order) counts, though its buyer \
+         does not wait for it.\n",
+        shape.purchases
+    );
+    let used: Vec<&str> = (KINDS.iter().copied())
+        .filter(|k| {
+            r.round_trips
+                .iter()
+                .any(|c| c.per_purchase.contains_key(*k))
+        })
+        .collect();
+    let mut table = Table::left(["strategy"])
+        .and_right(used.iter().copied())
+        .and_right(["total", "placed", "median ms"]);
+    for c in &r.round_trips {
+        let per = |k: &str| {
+            c.per_purchase
+                .get(k)
+                .map_or("–".into(), |n| format!("{n:.1}"))
+        };
+        table.row(
+            [c.strategy.name.to_string()]
+                .into_iter()
+                .chain(used.iter().map(|k| per(k)))
+                .chain([
+                    format!("{:.1}", c.total()),
+                    format!("{}/{}", c.placed, c.purchases),
+                    format!("{:.2}", c.median_ms),
+                ]),
+        );
+    }
+    md.push_str(&table.render());
+    md
+}

@@ -1,0 +1,43 @@
+//! What one purchase costs in round trips to each server: counted by the relays in front of the
+//! servers (`--rtt`), one purchase at a time, with what the servers are asked meanwhile by
+//! nobody buying (sweeps, heartbeats, consumers waiting) measured beside it and taken off.
+
+use std::collections::BTreeMap;
+
+use app::api::StrategyInfo;
+use serde::{Deserialize, Serialize};
+
+/// How the round-trip phase counts (the same for every strategy of a run).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RoundTripShape {
+    /// Purchases made one after another, each by a buyer of its own.
+    pub purchases: u64,
+}
+
+/// One strategy's purchases, counted.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RoundTrips {
+    pub strategy: StrategyInfo,
+    /// Purchases sent; each waited for the one before it.
+    pub purchases: u64,
+    /// Of them, answered as placed or accepted (`201`, `202`).
+    pub placed: u64,
+    /// Each kind of server (`mariadb`, `redis`, `redlock`, `zookeeper`, `etcd`, `memcached`):
+    /// exchanges per purchase with one server of that kind — a request after its answer, one
+    /// round trip waited for; over the Redlock set's five, asked at once, the mean of one.
+    /// What nobody buying asks for in as long is taken off; a kind no purchase used is left
+    /// out.
+    pub per_purchase: BTreeMap<String, f64>,
+    /// Each kind of server: exchanges per second while nobody bought, over as long as the
+    /// purchases took, right after them.
+    pub idle_per_second: BTreeMap<String, f64>,
+    /// The purchases' median time, as their buyer waited for it, in ms.
+    pub median_ms: f64,
+}
+
+impl RoundTrips {
+    /// Round trips per purchase over every server.
+    pub fn total(&self) -> f64 {
+        self.per_purchase.values().sum()
+    }
+}
