@@ -39,6 +39,7 @@ pub mod history;
 pub mod live;
 pub mod lock;
 pub mod measure;
+pub mod network;
 pub mod phase;
 pub mod report;
 pub mod rig;

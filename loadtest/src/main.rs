@@ -8,10 +8,10 @@ use anyhow::{Context, Result};
 use clap::Parser;
 use loadtest::cli::{
     Cli, Command, CompareArgs, FloorArgs, HistoryArgs, HoldArgs, LiveArgs, LockArgs, LockCommand,
-    MatrixArgs, PeersArgs, ReadmeArgs, ReportArgs, RunArgs, ScenarioArgs,
+    MatrixArgs, NetworkArgs, PeersArgs, ReadmeArgs, ReportArgs, RunArgs, ScenarioArgs,
 };
 use loadtest::live::{Feed, Update, server::Live};
-use loadtest::rig::{Target, server_processes, servers};
+use loadtest::rig::{Stand, Target, server_processes, servers};
 use loadtest::run::run_watched;
 use loadtest::{lock, report};
 use sandbox::Endpoints;
@@ -38,6 +38,7 @@ fn main() -> Result<()> {
             Some(LockCommand::Hold(hold)) => lock_hold(hold),
             Some(LockCommand::Peers(peers)) => lock_peers(peers),
         },
+        Command::Network(args) => network(&args),
         Command::Scenario(args) => scenario(&args),
         Command::Compare(args) => compare(&args),
         Command::Report(args) => rerender(&args),
@@ -86,24 +87,8 @@ fn run(args: &RunArgs, only_flood: bool) -> Result<()> {
         settings.expiry = None;
     }
     sandbox::set_server_niceness(settings.server_niceness);
-    let app_binary = testkit::locate_app(args.app_bin.as_deref())?;
     let stand = servers(args.distance.rtt)?;
-    let spawned = stand.servers.as_ref();
-    let target = Target {
-        endpoints: stand.endpoints.clone(),
-        distance: stand.distance,
-        servers: if spawned.is_some() {
-            "spawned"
-        } else {
-            "external"
-        },
-        versions: spawned.and_then(|s| s.versions().ok()),
-        app_binary,
-        bench_binary: std::env::current_exe().context("locating seckill-bench itself")?,
-        database: "seckill_bench".into(),
-        processes: spawned.map(server_processes).unwrap_or_default(),
-        relays: stand.relays.clone(),
-    };
+    let target = target_on(&stand, args.app_bin.as_deref(), "seckill_bench")?;
     let mut live_args = args.live.clone();
     if args.screenshots && live_args.live.is_none() {
         live_args.live = Some(std::net::SocketAddr::from(([127, 0, 0, 1], 0)));
@@ -127,6 +112,42 @@ fn run(args: &RunArgs, only_flood: bool) -> Result<()> {
         }
         println!("report: {}", output.dir.join("report.md").display());
     }
+    Ok(())
+}
+
+/// What a command runs on `stand`: the app binary at `app_bin` (or beside this one), in the
+/// database `database`.
+fn target_on(stand: &Stand, app_bin: Option<&std::path::Path>, database: &str) -> Result<Target> {
+    let spawned = stand.servers.as_ref();
+    Ok(Target {
+        endpoints: stand.endpoints.clone(),
+        distance: stand.distance,
+        servers: if spawned.is_some() {
+            "spawned"
+        } else {
+            "external"
+        },
+        versions: spawned.and_then(|s| s.versions().ok()),
+        app_binary: testkit::locate_app(app_bin)?,
+        bench_binary: std::env::current_exe().context("locating seckill-bench itself")?,
+        database: database.into(),
+        processes: spawned.map(server_processes).unwrap_or_default(),
+        relays: stand.relays.clone(),
+    })
+}
+
+/// `network`: the sweep, on servers behind relays.
+fn network(args: &NetworkArgs) -> Result<()> {
+    let settings = args.settings()?;
+    sandbox::set_server_niceness(settings.server_niceness);
+    let stand = servers(Some(Duration::ZERO))?;
+    let target = target_on(&stand, args.app_bin.as_deref(), "seckill_network")?;
+    let output = runtime()?.block_on(loadtest::network::sweep(
+        &settings, &stand, &target, &args.out,
+    ))?;
+    drop(target);
+    drop(stand);
+    println!("report: {}", output.dir.join("report.md").display());
     Ok(())
 }
 

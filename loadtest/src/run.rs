@@ -429,7 +429,7 @@ fn ensure_running(apps: &mut Apps, strategy: Strategy, dir: &Path) -> Result<()>
 
 /// The database connections one app instance's pool holds: the app's own default (or
 /// `SECKILL_DB_POOL_SIZE`, which the instances inherit).
-fn app_pool_size() -> Result<usize> {
+pub(crate) fn app_pool_size() -> Result<usize> {
     Ok(app_config()?.db_pool_size.max(1) as usize)
 }
 

@@ -213,6 +213,23 @@ pub fn round_trips(strategy: Strategy, per_purchase: &[(&str, f64)]) -> RoundTri
     }
 }
 
+/// The sample's machine.
+pub fn environment() -> Environment {
+    Environment {
+        cpus: 2,
+        cpu_model: Some("Test CPU".into()),
+        memory_total: None,
+        os: "linux".into(),
+        git_commit: None,
+        git_dirty: None,
+        servers: "spawned".into(),
+        generator_build: "release".into(),
+        versions: BTreeMap::new(),
+        mariadb: BTreeMap::new(),
+        redis: BTreeMap::new(),
+    }
+}
+
 /// The shape of the sample's expiry phase.
 pub fn expiry_shape() -> ExpiryShape {
     ExpiryShape {
@@ -266,19 +283,7 @@ pub fn report() -> RunReport {
             round_trips: Some(RoundTripShape { purchases: 40 }),
         },
         world: Some(World::local(2)),
-        environment: Environment {
-            cpus: 2,
-            cpu_model: Some("Test CPU".into()),
-            memory_total: None,
-            os: "linux".into(),
-            git_commit: None,
-            git_dirty: None,
-            servers: "spawned".into(),
-            generator_build: "release".into(),
-            versions: BTreeMap::new(),
-            mariadb: BTreeMap::new(),
-            redis: BTreeMap::new(),
-        },
+        environment: environment(),
         baselines: vec![baseline()],
         hot_row_sweep: Vec::new(),
         floods: Vec::new(),

@@ -15,8 +15,10 @@ use crate::report::schema::{
 use crate::scenario::Selection;
 
 mod lock;
+mod network;
 
 pub use lock::{HoldArgs, LockArgs, LockCommand, MatrixArgs, PeersArgs};
+pub use network::NetworkArgs;
 
 /// Share of buyers who never pay what they bought, by default: the flood's winners and the
 /// expiry phase's buyers.
@@ -46,6 +48,9 @@ pub enum Command {
     /// Only the flood: thousands of buyers within a second for far fewer units, one per
     /// customer, through every strategy (takes `run`'s flags); writes a report.
     Flood(RunArgs),
+    /// Every strategy with its servers at several distances (relays adding 0.2 to 2 ms to
+    /// every round trip): rates, round trips counted, a model checked; writes its own report.
+    Network(NetworkArgs),
     /// Reproduces a classic failure (or `all`) and reports expected against observed.
     Scenario(ScenarioArgs),
     /// What changed from one run to another: throughput, p99 and accounting per strategy and

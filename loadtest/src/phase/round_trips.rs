@@ -10,20 +10,22 @@
 //! The count is made one purchase at a time, each by a buyer of its own on a product of its
 //! own with a unit for each: requests from concurrent purchases sharing a connection (a
 //! multiplexed Redis connection) would count as one exchange, which one purchase at a time
-//! cannot. What the servers are asked while nobody buys — the expiry sweeps, the lock
-//! services' heartbeats, the stream consumers waiting for entries — is counted over a quiet
-//! second first and taken off in proportion to the purchases' time. The asynchronous work of a
-//! purchase (a stream consumer placing its order) is part of its count: round trips the
-//! service spends for it, if not ones its buyer waits for. Placed orders are drained before
-//! the count ends, so their work falls inside it.
+//! cannot. Each purchase is counted on its own, from its request to its answer; what the
+//! servers are asked while nobody buys — the expiry sweeps, the lock services' heartbeats, a
+//! pool opening a connection — lands in a few purchases, and the mean leaves out the tenth
+//! that counted the most. The asynchronous work of a purchase (a stream consumer placing an
+//! order) falls in the purchases it overlaps, one each on average: round trips the service
+//! spends for it, if not ones its buyer waits for. The quiet second before the purchases is
+//! reported beside them (`idle_per_second`), to tell how much there was to leave out.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
+use app::api::StrategyInfo;
 use futures::future::LocalBoxFuture;
-use testkit::order_request;
+use testkit::{Api, order_request};
 
 use super::{Allotment, Measuring, Needs, Phase, Recorded, Run};
 use crate::report::schema::{Findings, RoundTrips, RunReport, Settings};
@@ -33,8 +35,10 @@ use crate::rig::distance::{self, Relays};
 /// How long the servers are watched with nobody buying, before the purchases.
 const QUIET: Duration = Duration::from_secs(1);
 
-/// A kind of server asked less than this per purchase, the quiet taken off, was not asked
-/// for the purchases: the rest is the quiet's own noise.
+/// The share of purchases, those that counted the most, left out of each server's mean.
+const TRIMMED: f64 = 0.1;
+
+/// A kind of server asked less than this per purchase was not asked for the purchases.
 const NOISE: f64 = 0.05;
 
 pub struct RoundTripCount;
@@ -96,59 +100,64 @@ async fn measure_one(
 ) -> Result<Recorded> {
     let shape = (run.settings.round_trips).context("the run has no round-trip shape")?;
     let relays = (run.relays).context("the servers stand behind no relay to count round trips")?;
-    let info = strategy.info;
+    let counted = count(run.api, relays, strategy.info, allotment, shape.purchases).await?;
+    Ok(Recorded::new(move |report| {
+        report.round_trips.push(counted)
+    }))
+}
+
+/// Counts `purchases` purchases of `info`'s strategy, one at a time, on `allotment`'s
+/// product, through instances whose servers stand behind `relays`; leaves the product with no
+/// stock and no orders.
+pub async fn count(
+    api: &Api,
+    relays: &Relays,
+    info: &StrategyInfo,
+    allotment: &Allotment,
+    purchases: u64,
+) -> Result<RoundTrips> {
     let (product, home) = (allotment.product(), info.name.home());
-    run.api
-        .reset_product(product, shape.purchases as i64, home)
-        .await?;
+    api.reset_product(product, purchases as i64, home).await?;
 
     let quiet_from = relays.exchanges();
     tokio::time::sleep(QUIET).await;
-    let busy_from = relays.exchanges();
-    let idle_per_second = rates(&quiet_from, &busy_from, QUIET);
+    let idle_per_second = rates(&quiet_from, &relays.exchanges(), QUIET);
 
-    let started = Instant::now();
-    let mut times = Vec::with_capacity(shape.purchases as usize);
+    let mut deltas: BTreeMap<&'static str, Vec<u64>> = BTreeMap::new();
+    let mut times = Vec::with_capacity(purchases as usize);
     let mut placed = 0;
-    for i in 0..shape.purchases {
+    for i in 0..purchases {
         let body = order_request(
             format!("rt-{i}"),
             info.name,
             format!("{}-{i}", allotment.prefix),
             1,
         );
+        let before = relays.exchanges();
         let sent = Instant::now();
-        let answer = run.api.order(i as usize, product, &body).await;
+        let answer = api.order(i as usize, product, &body).await;
         times.push(sent.elapsed());
         placed += u64::from(answer.created());
+        for (kind, n) in relays.exchanges() {
+            let was = before.get(kind).copied().unwrap_or(0);
+            deltas.entry(kind).or_default().push(n.saturating_sub(was));
+        }
     }
     if home == app::api::Home::Redis {
-        crate::measure::sale::drain(run.api, product).await?;
+        crate::measure::sale::drain(api, product).await?;
     }
-    let busy = started.elapsed();
-    let per_purchase = per_purchase(
-        relays,
-        &busy_from,
-        &relays.exchanges(),
-        &idle_per_second,
-        busy,
-        shape.purchases,
-    );
-    run.api.reset_product(product, 0, home).await?;
+    api.reset_product(product, 0, home).await?;
     times.sort();
-    let counted = RoundTrips {
+    Ok(RoundTrips {
         strategy: info.clone(),
-        purchases: shape.purchases,
+        purchases,
         placed,
-        per_purchase,
+        per_purchase: per_purchase(relays, deltas),
         idle_per_second,
         median_ms: times
             .get(times.len() / 2)
             .map_or(0.0, |t| t.as_secs_f64() * 1e3),
-    };
-    Ok(Recorded::new(move |report| {
-        report.round_trips.push(counted)
-    }))
+    })
 }
 
 /// Exchanges per second of each kind of server between the counts `from` and `to`.
@@ -168,29 +177,28 @@ fn rates(
         .collect()
 }
 
-/// Exchanges per purchase with one server of each kind: what `purchases` purchases, taking
-/// `busy`, added between `from` and `to`, less the quiet's rate over as long.
+/// Exchanges per purchase with one server of each kind, from each purchase's own count: the
+/// mean of all but the largest [`TRIMMED`] of them. What the servers are asked by nobody buying
+/// (a sweep, a heartbeat, a pool opening a connection) lands in few purchases and is trimmed;
+/// a purchase's own work, asynchronous work included, is in every one.
 fn per_purchase(
     relays: &Relays,
-    from: &BTreeMap<&'static str, u64>,
-    to: &BTreeMap<&'static str, u64>,
-    idle_per_second: &BTreeMap<String, f64>,
-    busy: Duration,
-    purchases: u64,
+    deltas: BTreeMap<&'static str, Vec<u64>>,
 ) -> BTreeMap<String, f64> {
-    let busy_rates = rates(from, to, busy);
-    (busy_rates.into_iter())
-        .filter_map(|(kind, rate)| {
-            let quiet = idle_per_second.get(&kind).copied().unwrap_or(0.0);
-            let servers = relays.servers(&kind).max(1) as f64;
-            let n = (rate - quiet) * busy.as_secs_f64() / purchases.max(1) as f64 / servers;
-            (n >= NOISE).then_some((kind, n))
+    (deltas.into_iter())
+        .filter_map(|(kind, mut counts)| {
+            counts.sort_unstable();
+            let kept = counts.len() - (counts.len() as f64 * TRIMMED).ceil() as usize;
+            let kept = &counts[..kept.max(1).min(counts.len())];
+            let servers = relays.servers(kind).max(1) as f64;
+            let n = kept.iter().sum::<u64>() as f64 / kept.len() as f64 / servers;
+            (n >= NOISE).then_some((kind.to_string(), n))
         })
         .collect()
 }
 
-/// The kinds of server in the order the table shows them.
-const KINDS: [&str; 6] = [
+/// The kinds of server in the order the tables show them.
+pub const KINDS: [&str; 6] = [
     distance::MARIADB,
     distance::REDIS,
     distance::REDLOCK,
@@ -209,8 +217,9 @@ fn markdown(r: &RunReport) -> String {
         md,
         "Counted by the relays in front of the servers: an exchange is a request sent after \
          its server's answer, one round trip waited for. {} purchases of each strategy, one \
-         at a time, each by a buyer of its own; what the servers were asked during a quiet \
-         second before them (sweeps, heartbeats, consumers waiting) is taken off. The Redlock \
+         at a time, each by a buyer of its own, each counted on its own; the mean leaves out the \
+         tenth that counted the most (a sweep, a heartbeat, a new connection landing in \
+         them). The Redlock \
          column is one of its five servers, asked at once. A purchase waits for about \
          *total* × RTT more at a distance, if its round trips are one after another; \
          asynchronous work (a stream consumer placing the order) counts, though its buyer \

@@ -7,7 +7,7 @@ use plotters::prelude::*;
 use super::RunReport;
 
 const WIDTH: u32 = 1000;
-const PALETTE: [RGBColor; 8] = [
+pub(crate) const PALETTE: [RGBColor; 8] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),
@@ -235,6 +235,6 @@ fn draw_bars(
 }
 
 /// A plotters error as the run's error.
-pub(super) fn err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
+pub(crate) fn err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
     anyhow!("drawing a chart: {e:?}")
 }

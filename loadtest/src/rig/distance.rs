@@ -74,6 +74,14 @@ impl Relays {
         counts
     }
 
+    /// Every relay adds `rtt` to each round trip from now on (the chunks on their way keep
+    /// theirs).
+    pub fn set_rtt(&self, rtt: Duration) {
+        for (_, relay) in self.relays.values() {
+            relay.set_delays(Delays::round_trip(rtt));
+        }
+    }
+
     /// How many servers of `kind` stand behind relays.
     pub fn servers(&self, kind: &str) -> usize {
         self.relays.values().filter(|(k, _)| *k == kind).count()

@@ -72,6 +72,8 @@ pub struct Target {
 pub struct Stand {
     /// Where the servers are reached: their own addresses, or their relays'.
     pub endpoints: Endpoints,
+    /// The servers' own addresses, relays or not.
+    pub direct: Endpoints,
     /// What lies between the servers and whoever reaches them through [`Stand::endpoints`].
     pub distance: Distance,
     // Fields drop in declaration order: the relays before the servers they lead to (a
@@ -94,7 +96,7 @@ pub fn servers(rtt: Option<Duration>) -> Result<Stand> {
         (Some(servers), endpoints)
     };
     let (relays, endpoints) = match rtt {
-        None => (None, direct),
+        None => (None, direct.clone()),
         Some(rtt) => {
             eprintln!("every server behind a relay adding {rtt:?} to each round trip");
             let (relays, endpoints) = distance::apart(&direct, rtt)?;
@@ -103,6 +105,7 @@ pub fn servers(rtt: Option<Duration>) -> Result<Stand> {
     };
     Ok(Stand {
         endpoints,
+        direct,
         distance: Distance::of(rtt),
         relays,
         servers,

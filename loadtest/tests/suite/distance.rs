@@ -6,9 +6,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use app::api::Strategy;
+use clap::Parser;
+use loadtest::cli::{Cli, Command};
 use loadtest::report::schema::{RoundTripShape, Settings};
-use loadtest::rig::distance;
 use loadtest::rig::world::Distance;
+use loadtest::rig::{Stand, distance};
 
 use crate::common;
 
@@ -90,4 +92,66 @@ async fn the_relays_count_a_row_lock_s_extra_round_trip_and_redis_stock_s_script
     );
     let md = std::fs::read_to_string(output.dir.join("report.md")).unwrap();
     assert!(md.contains("## Round trips per purchase"), "{md}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_network_sweep_keeps_the_stock_safe_at_every_distance_and_models_each_strategy() {
+    let target = common::target();
+    let direct = target.endpoints.clone();
+    let (relays, endpoints) = distance::apart(&direct, Duration::ZERO).unwrap();
+    let stand = Stand {
+        endpoints,
+        direct,
+        distance: Distance::of(Some(Duration::ZERO)),
+        relays: Some(Arc::new(relays)),
+        servers: None,
+    };
+    let cli = Cli::try_parse_from([
+        "seckill-bench",
+        "network",
+        "--quick",
+        "--strategies",
+        "conditional,redis-watchdog,naive",
+        "--rtts",
+        "1ms",
+    ])
+    .unwrap();
+    let Command::Network(args) = cli.command else {
+        unreachable!("parsed as `network`")
+    };
+    let out = tempfile::tempdir().unwrap();
+    let swept = loadtest::network::sweep(&args.settings().unwrap(), &stand, &target, out.path())
+        .await
+        .unwrap();
+    common::drop_database(&target).await;
+    let r = &swept.report;
+    assert_eq!(
+        r.points,
+        [
+            Distance::Local,
+            Distance::Relayed { rtt_us: 0 },
+            Distance::Relayed { rtt_us: 1_000 }
+        ]
+    );
+    for s in &r.strategies {
+        assert_eq!(s.sales.len(), 3, "a sale at every distance");
+        let oversold: i64 = s.sales.iter().map(|a| a.oversell).sum();
+        match s.strategy.name {
+            Strategy::Naive => assert!(oversold > 0, "naive's race shows: {:?}", s.sales),
+            _ => assert_eq!(oversold, 0, "{}: {:?}", s.strategy.name, s.sales),
+        }
+        assert!(s.round_trips.total() >= 1.0, "{:?}", s.round_trips);
+    }
+    // The model reads each strategy at the one distance past zero (no timing is judged here).
+    let models = loadtest::network::model::models(r);
+    assert_eq!(models.len(), 3);
+    for m in &models {
+        assert_eq!(m.readings.len(), 1, "{m:?}");
+        assert!(m.under_lock.is_some(), "{m:?}");
+    }
+    let md = std::fs::read_to_string(swept.dir.join("report.md")).unwrap();
+    assert!(md.contains("## The model"), "{md}");
+    for file in ["report.json", "report.md", "report.html", "rates.svg"] {
+        assert!(swept.dir.join(file).is_file(), "{file}");
+    }
 }

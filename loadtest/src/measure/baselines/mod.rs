@@ -95,6 +95,34 @@ impl Item {
     }
 }
 
+/// The baselines of the servers alone, with no HTTP: what the network sweep measures at each
+/// round trip beside the strategies.
+pub const BACKENDS: [BaselineName; 3] = [
+    BaselineName::SqlConditional,
+    BaselineName::SqlHotRow,
+    BaselineName::RedisLua,
+];
+
+/// The [`BACKENDS`] baselines' connections, opened once, each baseline measured when asked:
+/// for a sweep that measures them between other things.
+pub struct Backends<'a>(Bench<'a>);
+
+impl<'a> Backends<'a> {
+    pub async fn connect(targets: &'a Targets<'a>, plan: &'a Plan) -> Result<Backends<'a>> {
+        Ok(Backends(Bench::connect(targets, plan).await?))
+    }
+
+    /// One run of `name`, one of [`BACKENDS`].
+    pub async fn measure(&self, name: BaselineName) -> Result<LoadResult> {
+        anyhow::ensure!(BACKENDS.contains(&name), "{name} is no server's baseline");
+        self.0.measure(Item::Ours(name)).await
+    }
+
+    pub async fn close(self) -> Result<()> {
+        self.0.close().await
+    }
+}
+
 /// The standard tool that does a baseline's work, if one does.
 pub fn tool_of(name: BaselineName) -> Option<&'static str> {
     match name {

@@ -1,6 +1,5 @@
 //! What one purchase costs in round trips to each server: counted by the relays in front of the
-//! servers (`--rtt`), one purchase at a time, with what the servers are asked meanwhile by
-//! nobody buying (sweeps, heartbeats, consumers waiting) measured beside it and taken off.
+//! servers (`--rtt`), one purchase at a time, each on its own.
 
 use std::collections::BTreeMap;
 
@@ -25,11 +24,11 @@ pub struct RoundTrips {
     /// Each kind of server (`mariadb`, `redis`, `redlock`, `zookeeper`, `etcd`, `memcached`):
     /// exchanges per purchase with one server of that kind — a request after its answer, one
     /// round trip waited for; over the Redlock set's five, asked at once, the mean of one.
-    /// What nobody buying asks for in as long is taken off; a kind no purchase used is left
-    /// out.
+    /// Counted for each purchase, the mean of all but the tenth that counted the most (what
+    /// nobody buying asks for lands in few); a kind no purchase used is left out.
     pub per_purchase: BTreeMap<String, f64>,
-    /// Each kind of server: exchanges per second while nobody bought, over as long as the
-    /// purchases took, right after them.
+    /// Each kind of server: exchanges per second while nobody bought, over a second right
+    /// before the purchases.
     pub idle_per_second: BTreeMap<String, f64>,
     /// The purchases' median time, as their buyer waited for it, in ms.
     pub median_ms: f64,

@@ -1,0 +1,536 @@
+//! The network sweep's report: `report.json`, `report.md`, the same as `report.html`, and a
+//! chart of each strategy's rate against the round trip (`rates.svg`).
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use app::api::Safety;
+use plotters::prelude::*;
+
+use super::model::{self, MISS, StrategyModel};
+use super::schema::NetworkReport;
+use crate::report::charts::err;
+use crate::report::schema::BaselineName;
+use crate::report::table::Table;
+use crate::rig::world::Distance;
+
+/// The chart's file, beside `report.md`, and its words where it cannot be shown.
+pub const CHART: &str = "rates.svg";
+const CHART_ALT: &str = "purchases per second against the round trip added";
+
+/// The most a relay adding nothing may take off the Redis baseline's rate.
+pub const RELAY_COST_BAR: f64 = 0.10;
+
+/// Writes the report's files into `dir`.
+pub fn write_all(dir: &Path, r: &NetworkReport) -> Result<()> {
+    let json = serde_json::to_string_pretty(r)?;
+    std::fs::write(dir.join("report.json"), json + "\n")?;
+    let md = markdown(r);
+    std::fs::write(dir.join("report.md"), &md)?;
+    let mut svg = String::new();
+    chart(&mut svg, r)?;
+    // The page holds the chart itself, as the run's page does: it loads nothing.
+    let html = crate::report::html::page::markdown_page("Network sweep", &md).replace(
+        &format!("<img src=\"{CHART}\" alt=\"{CHART_ALT}\" />"),
+        &svg,
+    );
+    std::fs::write(dir.join("report.html"), html)?;
+    std::fs::write(dir.join(CHART), svg).with_context(|| format!("writing {CHART}"))?;
+    Ok(())
+}
+
+/// A point's name in a table's header.
+fn point_name(p: Distance) -> String {
+    match p {
+        Distance::Local => "direct".into(),
+        Distance::Relayed { rtt_us } => format!("{} ms", rtt_us as f64 / 1e3),
+    }
+}
+
+/// The whole report in Markdown.
+pub fn markdown(r: &NetworkReport) -> String {
+    let s = &r.settings;
+    let mut md = String::from("# Network sweep: every strategy with its servers at a distance\n\n");
+    let points: Vec<String> = r.points.iter().map(|p| point_name(*p)).collect();
+    let _ = writeln!(
+        md,
+        "Started {}, {:.0} s. Every server (MariaDB, Redis, the Redlock set, ZooKeeper, etcd, \
+         memcached) reached by {} app instance(s) directly, and by {} more through relays on \
+         this machine that add a round trip to every request: {}. Each strategy's closed loop of \
+         {} buyers ran {} time(s) at each distance ({} s after {} s of warm-up), the distances \
+         in turn and their order rotated each round; the figures are the medians. At each \
+         distance each strategy also sold {} units to {} clicks, judged from the database.\n",
+        r.started_at,
+        r.duration_seconds,
+        s.instances,
+        s.instances,
+        points.join(", "),
+        s.buyers,
+        s.rounds,
+        s.seconds,
+        s.warmup,
+        s.sale_stock,
+        s.sale_clicks,
+    );
+    md.push_str(&relay_cost(r));
+    md.push_str(&rates(r));
+    let models = model::models(r);
+    md.push_str(&model_section(r, &models));
+    md.push_str(&ranking(r));
+    md.push_str(&safety(r));
+    md.push_str(&went_wrong(r, &models));
+    let _ = writeln!(md, "\n![{CHART_ALT}]({CHART})");
+    md
+}
+
+/// The relays' own cost: each server baseline and strategy through relays adding nothing,
+/// against the same reached directly.
+fn relay_cost(r: &NetworkReport) -> String {
+    let (Some(direct), Some(zero)) = (
+        r.points.iter().position(|p| *p == Distance::Local),
+        r.relayed_zero(),
+    ) else {
+        return String::new();
+    };
+    let mut md = format!(
+        "\n## What the relays cost\n\nThe same work reached directly and through relays adding \
+         nothing, in the same rounds. The bar: the Redis baseline keeps at least {:.0}% of its \
+         rate.\n\n",
+        (1.0 - RELAY_COST_BAR) * 100.0
+    );
+    let mut table =
+        Table::left(["work"]).and_right(["direct /s", "relayed /s", "relayed ÷ direct"]);
+    let baselines = r.baselines.iter().map(|b| (format!("[{}]", b.name), &b.at));
+    let strategies = (r.strategies.iter()).map(|s| (s.strategy.name.to_string(), &s.closed));
+    for (name, at) in baselines.chain(strategies) {
+        let (Some(d), Some(z)) = (at.get(direct), at.get(zero)) else {
+            continue;
+        };
+        let (d, z) = (d.successes_per_sec, z.successes_per_sec);
+        table.row([name, format!("{d:.0}"), format!("{z:.0}"), ratio(z, d)]);
+    }
+    md.push_str(&table.render());
+    md
+}
+
+/// `a / b` as a percentage, or a dash.
+fn ratio(a: f64, b: f64) -> String {
+    if b > 0.0 {
+        format!("{:.0}%", 100.0 * a / b)
+    } else {
+        "–".into()
+    }
+}
+
+/// Each strategy's closed-loop rate at each distance, beside its round trips counted.
+fn rates(r: &NetworkReport) -> String {
+    let mut md = String::from(
+        "\n## Purchases per second at each distance\n\n*round trips* are counted per purchase \
+         by the relays, one purchase at a time (every server; the Redlock set as one of its \
+         five).\n\n",
+    );
+    let mut table = Table::left(["strategy"])
+        .and_right(["round trips"])
+        .and_right(r.points.iter().map(|p| point_name(*p)));
+    for s in &r.strategies {
+        table.row(
+            [
+                s.strategy.name.to_string(),
+                format!("{:.1}", s.round_trips.total()),
+            ]
+            .into_iter()
+            .chain(
+                s.closed
+                    .iter()
+                    .map(|c| format!("{:.0}", c.successes_per_sec)),
+            ),
+        );
+    }
+    md.push_str(&table.render());
+    md
+}
+
+/// The model against the measurements.
+fn model_section(r: &NetworkReport, models: &[StrategyModel]) -> String {
+    let Some(calibration) = model::calibration(r) else {
+        return String::new();
+    };
+    let mut md = format!(
+        "\n## The model\n\nWith k round trips per purchase and X₀ purchases/s through relays \
+         adding nothing, a round trip r gives 1/X = 1/X₀ + k_lock × r, where k_lock is the \
+         round trips made under a lock all buyers of the product share: between k × r / B \
+         (none shared, B buyers overlapping) and k × r (all of them shared). k_lock is read \
+         from the clock at {} and predicts the other distances; each cell is *measured (model)* \
+         purchases/s, ⚠ where they differ by more than {:.0}%.\n\n",
+        point_name(r.points[calibration]),
+        MISS * 100.0
+    );
+    let distances: Vec<String> = (models.first().into_iter())
+        .flat_map(|m| m.readings.iter().map(|x| point_name(r.points[x.point])))
+        .collect();
+    let mut table = Table::left(["strategy"])
+        .and_right(["k counted", "k under lock"])
+        .and_right(distances.iter());
+    for m in models {
+        let cells = m.readings.iter().map(|x| match x.predicted {
+            Some(p) => format!(
+                "{:.0} ({p:.0}){}",
+                x.measured,
+                if x.missed() { " ⚠" } else { "" }
+            ),
+            None => format!("{:.0} (calibration)", x.measured),
+        });
+        table.row(
+            [
+                m.strategy.to_string(),
+                format!("{:.1}", m.counted),
+                m.under_lock.map_or("–".into(), |k| format!("{k:.1}")),
+            ]
+            .into_iter()
+            .chain(cells),
+        );
+    }
+    md.push_str(&table.render());
+    md
+}
+
+/// The ranking at the servers reached directly against the ranking at the calibration point.
+fn ranking(r: &NetworkReport) -> String {
+    let (Some(direct), Some(far)) = (
+        r.points.iter().position(|p| *p == Distance::Local),
+        model::calibration(r),
+    ) else {
+        return String::new();
+    };
+    let mut md = format!(
+        "\n## The ranking\n\nSpearman's correlation between the strategies' rates reached \
+         directly and at {}: {}.\n",
+        point_name(r.points[far]),
+        model::rank_correlation(r, direct, far).map_or("–".into(), |c| format!("{c:.2}"))
+    );
+    let moved = model::movers(r, direct, far, 3);
+    if moved.is_empty() {
+        md.push_str("\nNo strategy moved three places or more.\n");
+    } else {
+        let list: Vec<String> = (moved.iter())
+            .map(|(s, a, b)| format!("`{s}` {a} → {b}"))
+            .collect();
+        let _ = writeln!(
+            md,
+            "\nMoved three places or more (place reached directly → at {}): {}.",
+            point_name(r.points[far]),
+            list.join(", ")
+        );
+    }
+    md
+}
+
+/// Each strategy's flash sale at each distance: oversell, and lost updates.
+fn safety(r: &NetworkReport) -> String {
+    let mut md = String::from(
+        "\n## Safety at each distance\n\nEach cell: units oversold / lost updates in the flash \
+         sale at that distance, from the database.\n\n",
+    );
+    let mut table =
+        Table::left(["strategy", "safety"]).and_right(r.points.iter().map(|p| point_name(*p)));
+    for s in &r.strategies {
+        table.row(
+            [s.strategy.name.to_string(), s.strategy.safety.to_string()]
+                .into_iter()
+                .chain(
+                    s.sales
+                        .iter()
+                        .map(|a| format!("{} / {}", a.oversell, a.lost_updates)),
+                ),
+        );
+    }
+    md.push_str(&table.render());
+    md
+}
+
+/// What went wrong, from the figures.
+fn went_wrong(r: &NetworkReport, models: &[StrategyModel]) -> String {
+    let mut lines = Vec::new();
+    for s in &r.strategies {
+        let oversold: Vec<String> = (r.points.iter().zip(&s.sales))
+            .filter(|(_, a)| a.oversell > 0 || a.lost_updates > 0)
+            .map(|(p, a)| format!("{} at {}", a.oversell.max(a.lost_updates), point_name(*p)))
+            .collect();
+        match (s.strategy.safety, oversold.is_empty()) {
+            (Safety::Safe, false) => lines.push(format!(
+                "`{}`, a safe strategy, oversold or lost updates: {}.",
+                s.strategy.name,
+                oversold.join(", ")
+            )),
+            (Safety::Unsafe, true) => lines.push(format!(
+                "`{}`, meant to be unsafe, kept the stock at every distance: its race did not \
+                 show in these sales.",
+                s.strategy.name
+            )),
+            _ => {}
+        }
+    }
+    for m in models {
+        let missed: Vec<String> = (m.readings.iter())
+            .filter(|x| x.missed())
+            .map(|x| {
+                let loop_at = &r.strategies.iter().find(|s| s.strategy.name == m.strategy);
+                let refused = loop_at
+                    .and_then(|s| s.closed.get(x.point))
+                    .map_or(0.0, |l| {
+                        let total = l.outcomes.total().max(1) as f64;
+                        100.0 * (total - l.outcomes.created as f64) / total
+                    });
+                format!(
+                    "{} measured {:.0}/s against {:.0}/s ({refused:.0}% of its attempts refused)",
+                    point_name(r.points[x.point]),
+                    x.measured,
+                    x.predicted.unwrap_or(0.0)
+                )
+            })
+            .collect();
+        if !missed.is_empty() {
+            lines.push(format!(
+                "`{}` left the model by more than {:.0}%: {}.",
+                m.strategy,
+                MISS * 100.0,
+                missed.join("; ")
+            ));
+        }
+    }
+    if let (Some(direct), Some(zero)) = (
+        r.points.iter().position(|p| *p == Distance::Local),
+        r.relayed_zero(),
+    ) && let Some(redis) = r
+        .baselines
+        .iter()
+        .find(|b| b.name == BaselineName::RedisLua)
+        && let (Some(d), Some(z)) = (redis.at.get(direct), redis.at.get(zero))
+        && z.successes_per_sec < (1.0 - RELAY_COST_BAR) * d.successes_per_sec
+    {
+        lines.push(format!(
+            "The relays cost the Redis baseline more than {:.0}%: {:.0}/s through them against \
+             {:.0}/s directly.",
+            RELAY_COST_BAR * 100.0,
+            z.successes_per_sec,
+            d.successes_per_sec
+        ));
+    }
+    let mut md = String::from("\n## What went wrong and why\n\n");
+    if lines.is_empty() {
+        md.push_str(
+            "Every safe strategy kept the stock at every distance, every unsafe one showed its \
+             race, every rate was within the model, and the relays cost what the bar allows.\n",
+        );
+    } else {
+        for line in lines {
+            let _ = writeln!(md, "- {line}");
+        }
+    }
+    md
+}
+
+/// Each strategy's rate against the round trip the relays added (log scale).
+fn chart(out: &mut String, r: &NetworkReport) -> Result<()> {
+    let relayed: Vec<(usize, f64)> = (r.points.iter().enumerate())
+        .filter_map(|(i, p)| match p {
+            Distance::Relayed { rtt_us } => Some((i, *rtt_us as f64 / 1e3)),
+            Distance::Local => None,
+        })
+        .collect();
+    let rates = (r.strategies.iter())
+        .flat_map(|s| relayed.iter().filter_map(|(i, _)| s.closed.get(*i)))
+        .map(|l| l.successes_per_sec)
+        .filter(|x| *x > 0.0);
+    let (low, high) = rates.fold((f64::MAX, 1.0f64), |(lo, hi), x| (lo.min(x), hi.max(x)));
+    let max_rtt = relayed.iter().map(|(_, ms)| *ms).fold(0.1, f64::max);
+    let root = SVGBackend::with_string(out, (1000, 560)).into_drawing_area();
+    root.fill(&WHITE).map_err(err)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            "Purchases per second against the round trip added",
+            ("sans-serif", 22),
+        )
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(80)
+        .build_cartesian_2d(
+            0.0..max_rtt * 1.05,
+            (low.min(high) * 0.8..high * 1.25).log_scale(),
+        )
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .x_desc("round trip added (ms)")
+        .y_desc("purchases per second (log)")
+        .draw()
+        .map_err(err)?;
+    for (n, s) in r.strategies.iter().enumerate() {
+        let color = crate::report::charts::PALETTE[n % crate::report::charts::PALETTE.len()];
+        let points = (relayed.iter())
+            .filter_map(|(i, ms)| Some((*ms, s.closed.get(*i)?.successes_per_sec)))
+            .filter(|(_, x)| *x > 0.0);
+        chart
+            .draw_series(LineSeries::new(points, color.stroke_width(2)))
+            .map_err(err)?
+            .label(s.strategy.name.to_string())
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 14, y)], color.stroke_width(2)));
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::UpperRight)
+        .label_font(("sans-serif", 10))
+        .draw()
+        .map_err(err)?;
+    root.present().map_err(err)?;
+    Ok(())
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::network::schema::{BaselineSweep, NetworkSettings, SCHEMA_VERSION, StrategySweep};
+    use crate::report::schema::{Loop, RoundTrips};
+    use crate::sample;
+    use app::accounting::{Accounting, Ledger};
+    use app::api::{Strategy, StrategyInfo};
+    use std::collections::BTreeMap;
+
+    /// A sweep over `points`: `pessimistic` at the shared bound of 5 round trips from
+    /// 1,000/s, `conditional` flat at 4,000/s, the Redis baseline flat.
+    pub(crate) fn report_at(points: &[Distance]) -> NetworkReport {
+        let at = |f: &dyn Fn(f64) -> f64| {
+            (points.iter())
+                .map(|p| {
+                    let rtt = match p {
+                        Distance::Local => 0.0,
+                        Distance::Relayed { rtt_us } => *rtt_us as f64 / 1e6,
+                    };
+                    let mut l = sample::load(Loop::Closed, 100);
+                    l.successes_per_sec = f(rtt);
+                    l
+                })
+                .collect::<Vec<_>>()
+        };
+        let sale = Accounting::of(
+            Ledger {
+                initial_stock: 10,
+                final_stock: 0,
+                units_in_orders: 10,
+                orders: 10,
+                pending: 0,
+                reserved: 0,
+                paid: 10,
+                returned: 0,
+                returning: 0,
+            },
+            20,
+        );
+        let strategy = |s: Strategy, k: f64, f: &dyn Fn(f64) -> f64| StrategySweep {
+            strategy: StrategyInfo::of(s),
+            round_trips: RoundTrips {
+                per_purchase: BTreeMap::from([("mariadb".to_string(), k)]),
+                ..sample::round_trips(s, &[])
+            },
+            closed: at(f),
+            sales: vec![sale; points.len()],
+        };
+        NetworkReport {
+            schema_version: SCHEMA_VERSION,
+            started_at: "2026-12-01T00:00:00Z".into(),
+            finished_at: "2026-12-01T00:10:00Z".into(),
+            duration_seconds: 600.0,
+            settings: NetworkSettings {
+                strategies: Vec::new(),
+                instances: 2,
+                buyers: 200,
+                rtts_us: Vec::new(),
+                warmup: 0.5,
+                seconds: 2.0,
+                rounds: 1,
+                purchases_counted: 40,
+                sale_stock: 10,
+                sale_clicks: 20,
+                quick: true,
+                server_niceness: 10,
+            },
+            environment: sample::environment(),
+            points: points.to_vec(),
+            baselines: vec![BaselineSweep {
+                name: BaselineName::RedisLua,
+                at: at(&|_| 50_000.0),
+            }],
+            strategies: vec![
+                strategy(Strategy::Pessimistic, 5.0, &|rtt| 1.0 / (1e-3 + 5.0 * rtt)),
+                strategy(Strategy::Conditional, 4.0, &|_| 4_000.0),
+            ],
+        }
+    }
+
+    const POINTS: [Distance; 4] = [
+        Distance::Local,
+        Distance::Relayed { rtt_us: 0 },
+        Distance::Relayed { rtt_us: 1_000 },
+        Distance::Relayed { rtt_us: 2_000 },
+    ];
+
+    #[test]
+    fn a_strategy_at_the_shared_bound_is_predicted_and_reads_its_round_trips_back() {
+        let report = report_at(&POINTS);
+        let models = model::models(&report);
+        let pessimistic = &models[0];
+        let k = pessimistic.under_lock.unwrap();
+        assert!((k - 5.0).abs() < 1e-6, "{k}");
+        let at_2ms = &pessimistic.readings[1];
+        assert!(!at_2ms.missed(), "{at_2ms:?}");
+        assert!((at_2ms.measured - at_2ms.shared).abs() < 1e-6);
+        let md = markdown(&report);
+        assert!(md.contains("| pessimistic | 5.0 | 5.0 |"), "{md}");
+        assert!(!md.contains("⚠ |"), "{md}");
+    }
+
+    #[test]
+    fn a_rate_that_leaves_the_model_is_named_with_its_distance() {
+        let mut report = report_at(&POINTS);
+        report.strategies[0].closed[3].successes_per_sec /= 2.0;
+        let md = markdown(&report);
+        assert!(md.contains("⚠ |"), "{md}");
+        assert!(
+            md.contains("`pessimistic` left the model by more than 25%: 2 ms"),
+            "{md}"
+        );
+    }
+
+    #[test]
+    fn the_relays_cost_is_judged_against_the_redis_baseline_reached_directly() {
+        let mut report = report_at(&POINTS);
+        report.baselines[0].at[1].successes_per_sec = 40_000.0;
+        let md = markdown(&report);
+        assert!(md.contains("| [redis-lua] | 50000 | 40000 | 80% |"), "{md}");
+        assert!(
+            md.contains("The relays cost the Redis baseline more than 10%"),
+            "{md}"
+        );
+    }
+
+    #[test]
+    fn the_report_is_written_as_json_markdown_html_and_a_chart() {
+        let dir = tempfile::tempdir().unwrap();
+        write_all(dir.path(), &report_at(&POINTS)).unwrap();
+        for file in ["report.json", "report.md", "report.html", CHART] {
+            assert!(dir.path().join(file).is_file(), "{file}");
+        }
+        let html = std::fs::read_to_string(dir.path().join("report.html")).unwrap();
+        assert!(
+            html.contains("<svg") && !html.contains("<img"),
+            "the chart is in the page"
+        );
+        let back: NetworkReport =
+            serde_json::from_str(&std::fs::read_to_string(dir.path().join("report.json")).unwrap())
+                .unwrap();
+        assert_eq!(back, report_at(&POINTS));
+    }
+}
