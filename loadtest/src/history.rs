@@ -17,6 +17,7 @@ use anyhow::{Context, Result};
 use serde_json::Value;
 
 use crate::analyse::falls;
+use crate::network;
 use crate::report::comparison::Machine;
 use crate::report::json;
 use crate::report::run_history::{self, Medians, PastRun, RunHistory, RunKind};
@@ -122,6 +123,9 @@ fn entry(results: &Path, folder: &str) -> Option<PastRun> {
     if dir.join("peers.json").is_file() {
         return Some(of_peers(folder, &value(&dir.join("peers.json"))));
     }
+    if dir.join(network::report::JSON).is_file() {
+        return Some(of_network(folder, &value(&dir.join(network::report::JSON))));
+    }
     None
 }
 
@@ -207,6 +211,40 @@ fn unread(folder: &str, v: &Value) -> PastRun {
             baselines: BTreeMap::new(),
         },
     }
+}
+
+/// The entry of a network sweep (`network.json`): its strategies, distances, and the range
+/// of their rates at the farthest.
+fn of_network(folder: &str, v: &Value) -> PastRun {
+    let strategies = v["strategies"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let points = v["points"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let far = points.len().saturating_sub(1);
+    let at_far: Vec<f64> = (strategies.iter())
+        .filter_map(|s| s["closed"][far]["successes_per_sec"].as_f64())
+        .collect();
+    let (low, high) = at_far
+        .iter()
+        .fold((f64::MAX, 0.0f64), |(lo, hi), x| (lo.min(*x), hi.max(*x)));
+    let farthest = points
+        .last()
+        .and_then(|p| p["relayed"]["rtt_us"].as_u64())
+        .map_or("–".to_string(), |us| format!("{} ms", us as f64 / 1e3));
+    lock_run(
+        folder,
+        v,
+        RunKind::Network,
+        format!(
+            "{} strategies at {} distances; at {farthest}: {low:.0}–{high:.0} purchases/s",
+            strategies.len(),
+            points.len()
+        ),
+    )
 }
 
 /// The entry of a lock matrix (`matrix.json`): its backends and requirements.
@@ -379,6 +417,28 @@ mod tests {
             falls::against(&now, falls::committed(results)),
             from_folders
         );
+    }
+
+    #[test]
+    fn a_network_sweep_is_indexed_as_one_with_its_farthest_rates_and_no_medians() {
+        let results = tempfile::tempdir().unwrap();
+        let results = results.path();
+        let folder = "2026-11-05T00-00-00Z-network";
+        std::fs::create_dir_all(results.join(folder)).unwrap();
+        let sweep = crate::network::report::tests::report_at(&[
+            crate::rig::world::Distance::Local,
+            crate::rig::world::Distance::Relayed { rtt_us: 0 },
+            crate::rig::world::Distance::Relayed { rtt_us: 2_000 },
+        ]);
+        crate::network::report::write_all(&results.join(folder), &sweep).unwrap();
+        let history = update(results).unwrap();
+        let entry = history.run(folder).unwrap();
+        assert_eq!(entry.kind, RunKind::Network);
+        assert_eq!(
+            entry.measured,
+            "2 strategies at 3 distances; at 2 ms: 91–4000 purchases/s"
+        );
+        assert!(entry.medians.strategies.is_empty(), "judged for no fall");
     }
 
     #[test]

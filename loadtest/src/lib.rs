@@ -21,13 +21,15 @@
 //!
 //! Beside the run: [`scenario`] (the fault scenarios, `seckill-bench scenario <name>|all`, also
 //! part of every `run`), [`lock`] (`seckill-bench lock`: the lock benchmark, the
-//! requirements matrix, the Python peers) and [`history`] (`seckill-bench history`: the index
-//! of every committed run, which `run` extends and the fall check reads).
+//! requirements matrix, the Python peers), [`network`] (`seckill-bench network`: every
+//! strategy with its servers at several distances, and a model of what a distance does) and
+//! [`history`] (`seckill-bench history`: the index of every committed run, which `run` and
+//! `network` extend and the fall check reads).
 //!
 //! No folder uses one that uses it back: [`report`] is at the bottom (every other folder fills
 //! its schema), then [`live`] (it renders with `report`'s page and is fed by all above it),
 //! [`analyse`] and [`rig`], [`drive`], [`measure`], [`phase`], and [`scenario`], [`lock`],
-//! [`history`] and [`run`] on top. One way leads back: the findings and the renderers reach
+//! [`run`], [`network`] and [`history`] on top. One way leads back: the findings and the renderers reach
 //! each phase's verdict and section through [`phase::REGISTRY`], until a phase's section is
 //! data of the report.
 

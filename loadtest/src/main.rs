@@ -147,6 +147,10 @@ fn network(args: &NetworkArgs) -> Result<()> {
     ))?;
     drop(target);
     drop(stand);
+    // The sweep is written whatever befalls the index: `seckill-bench history` rebuilds it.
+    if let Err(e) = loadtest::history::update(&args.out) {
+        tracing::warn!("the results' index is not updated: {e:#}");
+    }
     println!("report: {}", output.dir.join("report.md").display());
     Ok(())
 }

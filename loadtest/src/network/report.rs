@@ -15,6 +15,9 @@ use crate::report::schema::BaselineName;
 use crate::report::table::Table;
 use crate::rig::world::Distance;
 
+/// The sweep's figures, beside `report.md` (not `report.json`: the run's, another schema).
+pub const JSON: &str = "network.json";
+
 /// The chart's file, beside `report.md`, and its words where it cannot be shown.
 pub const CHART: &str = "rates.svg";
 const CHART_ALT: &str = "purchases per second against the round trip added";
@@ -25,7 +28,7 @@ pub const RELAY_COST_BAR: f64 = 0.10;
 /// Writes the report's files into `dir`.
 pub fn write_all(dir: &Path, r: &NetworkReport) -> Result<()> {
     let json = serde_json::to_string_pretty(r)?;
-    std::fs::write(dir.join("report.json"), json + "\n")?;
+    std::fs::write(dir.join(JSON), json + "\n")?;
     let md = markdown(r);
     std::fs::write(dir.join("report.md"), &md)?;
     let mut svg = String::new();
@@ -520,7 +523,7 @@ pub(crate) mod tests {
     fn the_report_is_written_as_json_markdown_html_and_a_chart() {
         let dir = tempfile::tempdir().unwrap();
         write_all(dir.path(), &report_at(&POINTS)).unwrap();
-        for file in ["report.json", "report.md", "report.html", CHART] {
+        for file in [JSON, "report.md", "report.html", CHART] {
             assert!(dir.path().join(file).is_file(), "{file}");
         }
         let html = std::fs::read_to_string(dir.path().join("report.html")).unwrap();
@@ -529,8 +532,7 @@ pub(crate) mod tests {
             "the chart is in the page"
         );
         let back: NetworkReport =
-            serde_json::from_str(&std::fs::read_to_string(dir.path().join("report.json")).unwrap())
-                .unwrap();
+            serde_json::from_str(&std::fs::read_to_string(dir.path().join(JSON)).unwrap()).unwrap();
         assert_eq!(back, report_at(&POINTS));
     }
 }

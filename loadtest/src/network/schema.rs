@@ -1,4 +1,4 @@
-//! The network sweep's `report.json`: every strategy's closed loop and flash sale at each
+//! The network sweep's `network.json`: every strategy's closed loop and flash sale at each
 //! distance of the servers, the server baselines at the same distances, and each strategy's
 //! round trips counted. The figures only; [`super::model`] reads them.
 

@@ -64,6 +64,8 @@ pub enum RunKind {
     LockMatrix,
     /// `seckill-bench lock peers`: `peers.json`.
     LockPeers,
+    /// `seckill-bench network`: `network.json`.
+    Network,
 }
 
 impl RunKind {
@@ -73,6 +75,7 @@ impl RunKind {
             RunKind::Flood => "flood",
             RunKind::LockMatrix => "lock matrix",
             RunKind::LockPeers => "lock peers",
+            RunKind::Network => "network sweep",
         }
     }
 }

@@ -151,7 +151,7 @@ async fn the_network_sweep_keeps_the_stock_safe_at_every_distance_and_models_eac
     }
     let md = std::fs::read_to_string(swept.dir.join("report.md")).unwrap();
     assert!(md.contains("## The model"), "{md}");
-    for file in ["report.json", "report.md", "report.html", "rates.svg"] {
+    for file in ["network.json", "report.md", "report.html", "rates.svg"] {
         assert!(swept.dir.join(file).is_file(), "{file}");
     }
 }
