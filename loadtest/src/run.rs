@@ -12,7 +12,6 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
-use sqlx::mysql::MySqlPoolOptions;
 
 use crate::measure::baselines::{self, Targets};
 use crate::rig::Target;
@@ -34,7 +33,7 @@ use crate::report::schema::{
     Findings, LoadResult, RunReport, SCHEMA_VERSION, ScenarioReport, Settings, ThroughputResult,
 };
 use crate::report::{self};
-use crate::rig::environment::{self, utc_now};
+use crate::rig::environment::utc_now;
 use crate::rig::world::{Distance, World};
 use crate::scenario::{self, Selection};
 use testkit::Api;
@@ -93,18 +92,7 @@ pub async fn run_watched(
         select(api.strategies().await?, &settings.strategies)?
     };
 
-    let db = MySqlPoolOptions::new()
-        .max_connections(4)
-        .connect(&db_url)
-        .await
-        .with_context(|| format!("connecting to {db_url}"))?;
-    let environment = environment::gather(
-        target.servers,
-        target.versions.clone(),
-        &db,
-        &target.endpoints.redis_url,
-    )
-    .await;
+    let (db, environment) = target.connect(&db_url, &target.endpoints.redis_url).await?;
 
     let sampler = Sampler::new(
         target

@@ -23,7 +23,6 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use sqlx::mysql::MySqlPoolOptions;
 use testkit::{Api, Apps, Launch};
 
 use crate::drive::load::Window;
@@ -33,7 +32,7 @@ use crate::measure::sale::{SalePlan, run_sale};
 use crate::measure::throughput::{self, ThroughputPlan};
 use crate::phase::Allocator;
 use crate::report::schema::LoadResult;
-use crate::rig::environment::{self, utc_now};
+use crate::rig::environment::utc_now;
 use crate::rig::world::Distance;
 use crate::rig::{Stand, Target};
 use schema::{BaselineSweep, NetworkReport, NetworkSettings, SCHEMA_VERSION, StrategySweep};
@@ -101,18 +100,7 @@ pub async fn sweep(
         stand.direct.database_url.trim_end_matches('/'),
         target.database
     );
-    let db = MySqlPoolOptions::new()
-        .max_connections(4)
-        .connect(&db_url)
-        .await
-        .with_context(|| format!("connecting to {db_url}"))?;
-    let environment = environment::gather(
-        target.servers,
-        target.versions.clone(),
-        &db,
-        &stand.direct.redis_url,
-    )
-    .await;
+    let (db, environment) = target.connect(&db_url, &stand.direct.redis_url).await?;
 
     let points: Vec<Distance> = std::iter::once(Distance::Local)
         .chain(

@@ -67,6 +67,25 @@ pub struct Target {
     pub relays: Option<Arc<distance::Relays>>,
 }
 
+impl Target {
+    /// A few connections to the database at `db_url` (the run's reads of what the app wrote),
+    /// and the environment the run measured in, its Redis at `redis_url`.
+    pub async fn connect(
+        &self,
+        db_url: &str,
+        redis_url: &str,
+    ) -> Result<(sqlx::MySqlPool, crate::report::schema::Environment)> {
+        let db = sqlx::mysql::MySqlPoolOptions::new()
+            .max_connections(4)
+            .connect(db_url)
+            .await
+            .with_context(|| format!("connecting to {db_url}"))?;
+        let environment =
+            environment::gather(self.servers, self.versions.clone(), &db, redis_url).await;
+        Ok((db, environment))
+    }
+}
+
 /// The servers a command stands on, and where it reaches them. Dropping it closes the relays
 /// and stops the throwaway servers.
 pub struct Stand {
