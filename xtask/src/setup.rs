@@ -42,6 +42,12 @@ const REQUIREMENTS: &[Requirement] = &[
         brew: "pgbouncer",
     },
     Requirement {
+        what: "ss (iproute2: the tests read a listening socket's backlog)",
+        present: || on_path("ss"),
+        debian: "iproute2",
+        brew: "iproute2mac",
+    },
+    Requirement {
         what: "Redis server",
         present: || on_path("redis-server"),
         debian: "redis-server",

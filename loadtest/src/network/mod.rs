@@ -154,8 +154,10 @@ pub async fn sweep(
         targets(&apis[0], &stand.direct),
         targets(&apis[1], &stand.endpoints),
     );
-    let direct_backends = Backends::connect(&direct_targets, &plan).await?;
-    let relayed_backends = Backends::connect(&relayed_targets, &plan).await?;
+    let direct_backends = (Backends::connect(&direct_targets, &plan).await)
+        .context("the server baselines, reached directly")?;
+    let relayed_backends = (Backends::connect(&relayed_targets, &plan).await)
+        .context("the server baselines, through the relays")?;
     let mut plans = Vec::new();
     for info in &strategies {
         let allotment = ids.allot("loops", info.name, 1)?;

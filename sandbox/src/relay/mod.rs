@@ -156,6 +156,29 @@ impl Conn {
     }
 }
 
+/// Connections a relay's port holds before it accepts them: the system's most. The accepting
+/// thread starts two threads per connection; a client that opens hundreds at once (a benchmark's
+/// pool) would find the standard library's 128 full, its connection attempts dropped and
+/// retried a second later, past its connect timeout.
+const BACKLOG: i32 = 4096;
+
+/// A listening socket on a free loopback port, with a [`BACKLOG`] of its own.
+fn listen_on_loopback() -> std::io::Result<TcpListener> {
+    use nix::sys::socket::{
+        AddressFamily, Backlog, SockFlag, SockType, SockaddrIn, bind, listen, socket,
+    };
+    use std::os::fd::AsRawFd;
+    let fd = socket(
+        AddressFamily::Inet,
+        SockType::Stream,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )?;
+    bind(fd.as_raw_fd(), &SockaddrIn::new(127, 0, 0, 1, 0))?;
+    listen(&fd, Backlog::new(BACKLOG)?)?;
+    Ok(TcpListener::from(fd))
+}
+
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -175,7 +198,7 @@ impl Relays {
         from: Source,
         to: &str,
     ) -> std::io::Result<SocketAddr> {
-        let listener = TcpListener::bind(("127.0.0.1", 0))?;
+        let listener = listen_on_loopback()?;
         let addr = listener.local_addr()?;
         lock(&self.state.inner).relays.push((addr, target));
         let state = self.state.clone();

@@ -69,3 +69,21 @@ fn requests_sent_together_before_an_answer_count_one_exchange() {
     ask(&mut stream, 10);
     assert_eq!(relay.exchanges(), 2);
 }
+
+#[test]
+fn a_relay_holds_thousands_of_connection_attempts_before_it_accepts_them() {
+    // A benchmark opening its pool of hundreds at once must not find the port's queue full:
+    // the attempts past it are dropped and retried a second later, past a client's connect
+    // timeout. `ss` shows a listening socket's queue as its Send-Q.
+    let relay = Relay::start(answers_every(1)).unwrap();
+    let port = relay.addr().port();
+    let out = std::process::Command::new("ss")
+        .args(["-ltnH", &format!("sport = :{port}")])
+        .output()
+        .expect("ss (iproute2), which `cargo xtask setup` installs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let queue: u32 = (text.split_whitespace().nth(2))
+        .and_then(|q| q.parse().ok())
+        .unwrap_or_else(|| panic!("the relay's port in `ss`: {text}"));
+    assert!(queue >= 1024, "the queue holds {queue}: {text}");
+}

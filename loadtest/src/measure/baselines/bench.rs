@@ -48,15 +48,19 @@ impl<'a> Bench<'a> {
         let url = format!("{}/{DATABASE}", targets.database_url.trim_end_matches('/'));
         let mut sets = Vec::new();
         for n in counts {
-            sets.push((n, Dedicated::open(&url, n).await?));
+            let set = (Dedicated::open(&url, n).await)
+                .with_context(|| format!("opening {n} connections to the baselines' database"))?;
+            sets.push((n, set));
         }
         reset_row(&admin, 2).await?;
+        let redis = (RedisLua::connect(targets.redis_url, plan.concurrency).await)
+            .with_context(|| format!("opening {} connections to Redis", plan.concurrency))?;
         Ok(Bench {
             targets,
             plan,
             admin,
             sets,
-            redis: RedisLua::connect(targets.redis_url, plan.concurrency).await?,
+            redis,
         })
     }
 
