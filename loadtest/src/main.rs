@@ -173,6 +173,17 @@ fn compare(args: &CompareArgs) -> Result<()> {
 }
 
 fn rerender(args: &ReportArgs) -> Result<()> {
+    let sweep = args.run.join(loadtest::network::report::JSON);
+    if sweep.is_file() {
+        // A network sweep: its renderings again from its own figures.
+        let text = std::fs::read_to_string(&sweep)
+            .with_context(|| format!("reading {}", sweep.display()))?;
+        let report: loadtest::network::schema::NetworkReport =
+            serde_json::from_str(&text).with_context(|| format!("reading {}", sweep.display()))?;
+        loadtest::network::report::write_all(&args.run, &report)?;
+        println!("report: {}", args.run.join("report.html").display());
+        return Ok(());
+    }
     let run = report::json::read(&args.run)?;
     let compared = match &args.compare_with {
         Some(earlier) => Some(loadtest::analyse::compare::compare(

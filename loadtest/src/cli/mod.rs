@@ -82,7 +82,8 @@ pub struct FloorArgs {
 /// Settings of `seckill-bench report`.
 #[derive(Debug, Clone, Args)]
 pub struct ReportArgs {
-    /// The run: a results directory (or its report.json).
+    /// The run: a results directory (or its report.json); a network sweep's directory is
+    /// rendered from its network.json.
     #[arg(default_value = "results/latest")]
     pub run: PathBuf,
     /// An earlier run to compare with in report.html.
@@ -93,7 +94,8 @@ pub struct ReportArgs {
 /// Settings of `seckill-bench readme`.
 #[derive(Debug, Clone, Args)]
 pub struct ReadmeArgs {
-    /// The run: a results directory (or its report.json).
+    /// The run: a results directory (or its report.json); a network sweep's directory is
+    /// rendered from its network.json.
     #[arg(long, default_value = "results/latest")]
     pub report: PathBuf,
     /// The README whose results section is written.

@@ -267,9 +267,9 @@ fn went_wrong(r: &NetworkReport, models: &[StrategyModel]) -> String {
                 oversold.join(", ")
             )),
             (Safety::Unsafe, true) => lines.push(format!(
-                "`{}`, meant to be unsafe, kept the stock at every distance: its race did not \
-                 show in these sales.",
-                s.strategy.name
+                "`{}`, meant to be unsafe, kept the stock at every distance: its failure is not a \
+                 race of a sale's stock ({}): the flood or its fault scenario shows it.",
+                s.strategy.name, s.strategy.description
             )),
             _ => {}
         }
@@ -278,15 +278,22 @@ fn went_wrong(r: &NetworkReport, models: &[StrategyModel]) -> String {
         let missed: Vec<String> = (m.readings.iter())
             .filter(|x| x.missed())
             .map(|x| {
-                let loop_at = &r.strategies.iter().find(|s| s.strategy.name == m.strategy);
-                let refused = loop_at
-                    .and_then(|s| s.closed.get(x.point))
-                    .map_or(0.0, |l| {
-                        let total = l.outcomes.total().max(1) as f64;
-                        100.0 * (total - l.outcomes.created as f64) / total
-                    });
+                let at = (r.strategies.iter())
+                    .find(|s| s.strategy.name == m.strategy)
+                    .and_then(|s| s.closed.get(x.point));
+                let refused = at.map_or(0.0, |l| {
+                    let total = l.outcomes.total().max(1) as f64;
+                    100.0 * (total - l.outcomes.created as f64) / total
+                });
+                let rounds = (at.and_then(|l| l.repetitions.as_ref()))
+                    .map(|r| {
+                        let s = &r.successes_per_sec;
+                        format!(", its rounds {:.0}–{:.0}/s", s.min, s.max)
+                    })
+                    .unwrap_or_default();
                 format!(
-                    "{} measured {:.0}/s against {:.0}/s ({refused:.0}% of its attempts refused)",
+                    "{} measured {:.0}/s against {:.0}/s ({refused:.0}% of its attempts \
+                     refused{rounds})",
                     point_name(r.points[x.point]),
                     x.measured,
                     x.predicted.unwrap_or(0.0)
@@ -503,6 +510,21 @@ pub(crate) mod tests {
         assert!(md.contains("⚠ |"), "{md}");
         assert!(
             md.contains("`pessimistic` left the model by more than 25%: 2 ms"),
+            "{md}"
+        );
+    }
+
+    #[test]
+    fn an_unsafe_strategy_that_kept_the_stock_is_named_with_the_failure_it_shows_instead() {
+        let mut report = report_at(&POINTS);
+        report.strategies[1].strategy = StrategyInfo::of(Strategy::RacyLimit);
+        let md = markdown(&report);
+        assert!(
+            md.contains("`racy-limit`, meant to be unsafe, kept the stock at every distance"),
+            "{md}"
+        );
+        assert!(
+            md.contains("per-user limit checked by a plain read"),
             "{md}"
         );
     }
