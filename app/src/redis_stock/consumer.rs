@@ -37,8 +37,10 @@ use super::scripts::PLACED;
 use super::{GROUP, RedisStock, RedisStockError, StreamOrder};
 use crate::metrics::Metrics;
 
-/// How long one read waits for new entries (well under the Redis operation timeout).
-const BLOCK_MS: u64 = 500;
+/// How long one read waits for new entries: well under the Redis client's own response
+/// timeout (redis-rs gives up on an answer after 500 ms by default), which a read blocking as
+/// long outlives whenever nothing comes — every idle round then failed and warned.
+const BLOCK_MS: u64 = 200;
 /// Pause after a failed round before the next.
 const BACKOFF: Duration = Duration::from_millis(200);
 

@@ -251,6 +251,25 @@ async fn redis_lua_gives_the_units_back_when_the_order_cannot_be_written() {
     app.stop().await;
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn an_idle_consumer_s_round_waits_for_entries_and_ends_with_none_rather_than_failing() {
+    // Its read blocks for entries; the Redis client gives up on an answer after its own
+    // response timeout, so a block as long makes every idle round a failure (and a warning).
+    let database_url = fresh_database_url().await;
+    let config = config_with(&database_url, shared_redis().await);
+    let pool = db::connect(&config).await.expect("database");
+    let redis = redis_of(&config);
+    redis.ensure_group().await.expect("group");
+    let mut consumer = Consumer::new(redis, pool, 100, Duration::from_secs(30));
+    for round in 0..3 {
+        assert_eq!(
+            consumer.round().await.expect("an idle round"),
+            0,
+            "round {round}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn entries_of_a_consumer_that_died_before_acknowledging_are_claimed_and_placed_exactly_once()
 {
