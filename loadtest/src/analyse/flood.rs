@@ -6,6 +6,7 @@ use std::time::Duration;
 use app::api::ErrorCode;
 use testkit::{Answer, Click};
 
+use super::reproduce::spearman;
 use crate::drive::flood::Kind;
 use crate::report::schema::{
     CpuUse, Fairness, FloodSlice, GROUPS, PROJECTED_CLICKS_PER_SECOND, Projection,
@@ -109,44 +110,6 @@ pub fn fairness(clicks: &[Click], kinds: &[Kind], units: i64) -> Fairness {
         earliness_rank_correlation: spearman(&earliness, &bought),
         attainable_correlation: spearman(&earliness, &first_served),
     }
-}
-
-/// Spearman's rank correlation (ties get their average rank); `None` when either side is
-/// constant.
-pub fn spearman(x: &[f64], y: &[f64]) -> Option<f64> {
-    let (rx, ry) = (ranks(x), ranks(y));
-    pearson(&rx, &ry)
-}
-
-fn ranks(v: &[f64]) -> Vec<f64> {
-    let mut order: Vec<usize> = (0..v.len()).collect();
-    order.sort_by(|&a, &b| v[a].total_cmp(&v[b]));
-    let mut ranks = vec![0.0; v.len()];
-    let mut i = 0;
-    while i < order.len() {
-        let mut j = i;
-        while j + 1 < order.len() && v[order[j + 1]] == v[order[i]] {
-            j += 1;
-        }
-        let average = (i + j) as f64 / 2.0 + 1.0;
-        for &k in &order[i..=j] {
-            ranks[k] = average;
-        }
-        i = j + 1;
-    }
-    ranks
-}
-
-fn pearson(x: &[f64], y: &[f64]) -> Option<f64> {
-    let n = x.len() as f64;
-    if x.len() < 2 || x.len() != y.len() {
-        return None;
-    }
-    let (mx, my) = (x.iter().sum::<f64>() / n, y.iter().sum::<f64>() / n);
-    let cov: f64 = x.iter().zip(y).map(|(a, b)| (a - mx) * (b - my)).sum();
-    let vx: f64 = x.iter().map(|a| (a - mx).powi(2)).sum();
-    let vy: f64 = y.iter().map(|b| (b - my).powi(2)).sum();
-    (vx > 0.0 && vy > 0.0).then(|| cov / (vx * vy).sqrt())
 }
 
 /// Cores per process group at [`PROJECTED_CLICKS_PER_SECOND`], from the CPU the flood took

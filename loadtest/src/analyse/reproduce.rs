@@ -31,7 +31,7 @@ fn rate(l: &LoadResult) -> (f64, Vec<f64>) {
     (median, runs)
 }
 
-/// Ranks (1 = fastest; ties share their average rank) of `values`.
+/// Ranks (1 = largest; ties share their average rank) of `values`.
 pub fn ranks(values: &[f64]) -> Vec<f64> {
     let mut order: Vec<usize> = (0..values.len()).collect();
     order.sort_by(|a, b| values[*b].total_cmp(&values[*a]));
@@ -51,7 +51,8 @@ pub fn ranks(values: &[f64]) -> Vec<f64> {
     ranks
 }
 
-/// Spearman's ρ of two lists of figures of the same items: the correlation of their ranks.
+/// Spearman's ρ of two lists of figures of the same items: the correlation of their ranks
+/// (a run's rates against another's, a flood's earliness against who bought).
 /// `None` for fewer than two items or when one list ranks them all alike.
 pub fn spearman(a: &[f64], b: &[f64]) -> Option<f64> {
     if a.len() != b.len() || a.len() < 2 {
