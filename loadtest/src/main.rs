@@ -173,13 +173,9 @@ fn compare(args: &CompareArgs) -> Result<()> {
 }
 
 fn rerender(args: &ReportArgs) -> Result<()> {
-    let sweep = args.run.join(loadtest::network::report::JSON);
-    if sweep.is_file() {
+    if args.run.join(loadtest::network::report::JSON).is_file() {
         // A network sweep: its renderings again from its own figures.
-        let text = std::fs::read_to_string(&sweep)
-            .with_context(|| format!("reading {}", sweep.display()))?;
-        let report: loadtest::network::schema::NetworkReport =
-            serde_json::from_str(&text).with_context(|| format!("reading {}", sweep.display()))?;
+        let report = loadtest::network::report::read(&args.run)?;
         loadtest::network::report::write_all(&args.run, &report)?;
         println!("report: {}", args.run.join("report.html").display());
         return Ok(());

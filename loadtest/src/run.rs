@@ -17,7 +17,7 @@ use crate::measure::baselines::{self, Targets};
 use crate::rig::Target;
 use crate::rig::http_floor::Floor;
 use app::api::{Strategy, StrategyInfo};
-use testkit::{Apps, Launch};
+use testkit::Apps;
 
 use crate::analyse::{falls, findings, ratios};
 use crate::drive::load::Window;
@@ -64,28 +64,17 @@ pub async fn run_watched(
     let dir = out.join(&dir_name);
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
 
-    let admin_token = uuid::Uuid::new_v4().simple().to_string();
-    // The benchmark's buyers authenticate as a real sale's would, with tokens it signs itself.
-    let buyer_key = uuid::Uuid::new_v4().simple().to_string();
-    let db_url = format!(
-        "{}/{}",
-        target.endpoints.database_url.trim_end_matches('/'),
-        target.database
-    );
+    let db_url = target.database_url(&target.endpoints);
     let run_id = &uuid::Uuid::new_v4().simple().to_string()[..8];
-    // Keys and lock names of the run's own: Redis holds no databases apart, so two runs on the
-    // same servers would otherwise share the order stream and its consumers (one run's
-    // consumers placing the other's orders in their own database) and each other's locks.
-    let launch = Launch::new(&target.app_binary, &dir.join("logs"))
-        .endpoints(&target.endpoints)
-        .arg("--lock-prefix", format!("run{run_id}:"))
-        .arg("--database-url", &db_url)
-        .arg("--admin-token", &admin_token)
-        .arg("--buyer-key", &buyer_key);
-    let mut apps = Apps::start(launch, settings.instances).await?;
+    let (mut apps, api) = target
+        .start_instances(
+            &target.endpoints,
+            &dir.join("logs"),
+            &format!("run{run_id}:"),
+            settings.instances,
+        )
+        .await?;
     let world = World::at(settings.instances, target.distance);
-    let api = Api::new(apps.bases(), Some(admin_token))?
-        .with_buyer_key(app::buyer::BuyerKey::new(buyer_key.as_bytes()));
     let strategies = if settings.only_baselines {
         Vec::new()
     } else {

@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use testkit::{Api, Apps, Launch};
+use testkit::{Api, Apps};
 
 use crate::drive::load::Window;
 use crate::live::Feed;
@@ -67,39 +67,19 @@ pub async fn sweep(
     let dir = out.join(format!("{stamp}-network"));
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let run = &uuid::Uuid::new_v4().simple().to_string()[..8];
-    let admin = uuid::Uuid::new_v4().simple().to_string();
-    let buyer_key = uuid::Uuid::new_v4().simple().to_string();
-    let start = |endpoints: &sandbox::Endpoints, name: &str| {
-        let db_url = format!(
-            "{}/{}",
-            endpoints.database_url.trim_end_matches('/'),
-            target.database
-        );
-        let launch = Launch::new(&target.app_binary, &dir.join("logs").join(name))
-            .endpoints(endpoints)
-            .arg("--lock-prefix", format!("net{run}{name}:"))
-            .arg("--database-url", db_url)
-            .arg("--admin-token", &admin)
-            .arg("--buyer-key", &buyer_key);
-        let (admin, buyer_key) = (admin.clone(), buyer_key.clone());
-        let count = settings.instances;
-        async move {
-            let apps = Apps::start(launch, count).await?;
-            let api = Api::new(apps.bases(), Some(admin))?
-                .with_buyer_key(app::buyer::BuyerKey::new(buyer_key.as_bytes()));
-            anyhow::Ok(Fleet { apps, api })
-        }
+    let start = async |endpoints: &sandbox::Endpoints, name: &str| -> Result<Fleet> {
+        let logs = dir.join("logs").join(name);
+        let prefix = format!("net{run}{name}:");
+        let (apps, api) =
+            (target.start_instances(endpoints, &logs, &prefix, settings.instances)).await?;
+        Ok(Fleet { apps, api })
     };
     relays.set_rtt(Duration::ZERO);
     // The relayed set first: the first instance creates and migrates the database alone.
     let relayed = start(&stand.endpoints, "relayed").await?;
     let direct = start(&stand.direct, "direct").await?;
     let strategies = crate::run::select(relayed.api.strategies().await?, &settings.strategies)?;
-    let db_url = format!(
-        "{}/{}",
-        stand.direct.database_url.trim_end_matches('/'),
-        target.database
-    );
+    let db_url = target.database_url(&stand.direct);
     let (db, environment) = target.connect(&db_url, &stand.direct.redis_url).await?;
 
     let points: Vec<Distance> = std::iter::once(Distance::Local)

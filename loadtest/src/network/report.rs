@@ -43,6 +43,14 @@ pub fn write_all(dir: &Path, r: &NetworkReport) -> Result<()> {
     Ok(())
 }
 
+/// The sweep written in `dir` ([`JSON`]), as [`write_all`] wrote it.
+pub fn read(dir: &Path) -> Result<NetworkReport> {
+    let path = dir.join(JSON);
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("reading {}", path.display()))
+}
+
 /// A point's name in a table's header.
 fn point_name(p: Distance) -> String {
     match p {
@@ -90,10 +98,7 @@ pub fn markdown(r: &NetworkReport) -> String {
 /// The relays' own cost: each server baseline and strategy through relays adding nothing,
 /// against the same reached directly.
 fn relay_cost(r: &NetworkReport) -> String {
-    let (Some(direct), Some(zero)) = (
-        r.points.iter().position(|p| *p == Distance::Local),
-        r.relayed_zero(),
-    ) else {
+    let (Some(direct), Some(zero)) = (r.direct(), r.relayed_zero()) else {
         return String::new();
     };
     let mut md = format!(
@@ -200,10 +205,7 @@ fn model_section(r: &NetworkReport, models: &[StrategyModel]) -> String {
 
 /// The ranking at the servers reached directly against the ranking at the calibration point.
 fn ranking(r: &NetworkReport) -> String {
-    let (Some(direct), Some(far)) = (
-        r.points.iter().position(|p| *p == Distance::Local),
-        model::calibration(r),
-    ) else {
+    let (Some(direct), Some(far)) = (r.direct(), model::calibration(r)) else {
         return String::new();
     };
     let mut md = format!(
@@ -309,13 +311,11 @@ fn went_wrong(r: &NetworkReport, models: &[StrategyModel]) -> String {
             ));
         }
     }
-    if let (Some(direct), Some(zero)) = (
-        r.points.iter().position(|p| *p == Distance::Local),
-        r.relayed_zero(),
-    ) && let Some(redis) = r
-        .baselines
-        .iter()
-        .find(|b| b.name == BaselineName::RedisLua)
+    if let (Some(direct), Some(zero)) = (r.direct(), r.relayed_zero())
+        && let Some(redis) = r
+            .baselines
+            .iter()
+            .find(|b| b.name == BaselineName::RedisLua)
         && let (Some(d), Some(z)) = (redis.at.get(direct), redis.at.get(zero))
         && z.successes_per_sec < (1.0 - RELAY_COST_BAR) * d.successes_per_sec
     {
@@ -553,8 +553,6 @@ pub(crate) mod tests {
             html.contains("<svg") && !html.contains("<img"),
             "the chart is in the page"
         );
-        let back: NetworkReport =
-            serde_json::from_str(&std::fs::read_to_string(dir.path().join(JSON)).unwrap()).unwrap();
-        assert_eq!(back, report_at(&POINTS));
+        assert_eq!(read(dir.path()).unwrap(), report_at(&POINTS));
     }
 }

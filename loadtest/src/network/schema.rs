@@ -74,6 +74,11 @@ pub struct StrategySweep {
 }
 
 impl NetworkReport {
+    /// The index of the point of the servers reached directly, if swept.
+    pub fn direct(&self) -> Option<usize> {
+        self.points.iter().position(|p| *p == Distance::Local)
+    }
+
     /// The index of the point of the relays adding nothing, if swept.
     pub fn relayed_zero(&self) -> Option<usize> {
         (self.points.iter()).position(|p| *p == Distance::Relayed { rtt_us: 0 })

@@ -68,6 +68,38 @@ pub struct Target {
 }
 
 impl Target {
+    /// The URL of the run's database (`database`) on the server `endpoints` name.
+    pub fn database_url(&self, endpoints: &Endpoints) -> String {
+        let server = endpoints.database_url.trim_end_matches('/');
+        format!("{server}/{}", self.database)
+    }
+
+    /// `count` app instances reaching the servers at `endpoints`, logging into `logs`, with
+    /// keys and lock names under `prefix` (Redis holds no databases apart: two runs on the same
+    /// servers would otherwise share the order stream and its consumers, one run's consumers
+    /// placing the other's orders in their own database, and each other's locks); and a client
+    /// for them, which signs its buyers' tokens as a real sale's buyers would carry them.
+    pub async fn start_instances(
+        &self,
+        endpoints: &Endpoints,
+        logs: &std::path::Path,
+        prefix: &str,
+        count: usize,
+    ) -> Result<(testkit::Apps, testkit::Api)> {
+        let admin_token = uuid::Uuid::new_v4().simple().to_string();
+        let buyer_key = uuid::Uuid::new_v4().simple().to_string();
+        let launch = testkit::Launch::new(&self.app_binary, logs)
+            .endpoints(endpoints)
+            .arg("--lock-prefix", prefix)
+            .arg("--database-url", self.database_url(endpoints))
+            .arg("--admin-token", &admin_token)
+            .arg("--buyer-key", &buyer_key);
+        let apps = testkit::Apps::start(launch, count).await?;
+        let api = testkit::Api::new(apps.bases(), Some(admin_token))?
+            .with_buyer_key(app::buyer::BuyerKey::new(buyer_key.as_bytes()));
+        Ok((apps, api))
+    }
+
     /// A few connections to the database at `db_url` (the run's reads of what the app wrote),
     /// and the environment the run measured in, its Redis at `redis_url`.
     pub async fn connect(
