@@ -17,11 +17,11 @@ use anyhow::{Context, Result};
 use serde_json::Value;
 
 use crate::analyse::falls;
-use crate::network;
 use crate::report::comparison::Machine;
 use crate::report::json;
 use crate::report::run_history::{self, Medians, PastRun, RunHistory, RunKind};
 use crate::report::schema::RunReport;
+use crate::{isolation, network};
 
 /// Rebuilds the index of `results` ([`rebuild`]) and writes it, and the list of older runs in
 /// `results/README.md` when that file is there.
@@ -125,6 +125,9 @@ fn entry(results: &Path, folder: &str) -> Option<PastRun> {
     }
     if dir.join(network::report::JSON).is_file() {
         return Some(of_network(folder, &value(&dir.join(network::report::JSON))));
+    }
+    if dir.join(isolation::report::JSON).is_file() {
+        return Some(of_isolation(folder, &dir));
     }
     None
 }
@@ -245,6 +248,31 @@ fn of_network(folder: &str, v: &Value) -> PastRun {
             points.len()
         ),
     )
+}
+
+/// The entry of an isolation matrix (`isolation.json`): its cells and how many failed.
+fn of_isolation(folder: &str, dir: &Path) -> PastRun {
+    let v = value(&dir.join(isolation::report::JSON));
+    let measured = match isolation::report::read(dir) {
+        Ok(r) => {
+            let failed = (r.cells.iter())
+                .filter(|c| {
+                    isolation::verdict::Verdict::of(c) == isolation::verdict::Verdict::Failed
+                })
+                .count();
+            let servers: Vec<String> = (r.servers.iter())
+                .map(|s| format!("{} {}", s.engine.name(), s.version))
+                .collect();
+            format!(
+                "{} cells (failure × engine × level) on {}: {failed} failed, {} stopped",
+                r.cells.len(),
+                servers.join(" and "),
+                r.cells.len() - failed
+            )
+        }
+        Err(e) => format!("unreadable: {e:#}"),
+    };
+    lock_run(folder, &v, RunKind::Isolation, measured)
 }
 
 /// The entry of a lock matrix (`matrix.json`): its backends and requirements.
@@ -437,6 +465,25 @@ mod tests {
         assert_eq!(
             entry.measured,
             "2 strategies at 3 distances; at 2 ms: 91–4000 purchases/s"
+        );
+        assert!(entry.medians.strategies.is_empty(), "judged for no fall");
+    }
+
+    #[test]
+    fn an_isolation_matrix_is_indexed_with_its_cells_and_how_many_failed() {
+        let results = tempfile::tempdir().unwrap();
+        let results = results.path();
+        let folder = "2026-11-05T00-00-00Z-isolation";
+        std::fs::create_dir_all(results.join(folder)).unwrap();
+        let matrix = crate::isolation::report::tests::two_cells();
+        crate::isolation::report::write_all(&results.join(folder), &matrix).unwrap();
+        let history = update(results).unwrap();
+        let entry = history.run(folder).unwrap();
+        assert_eq!(entry.kind, RunKind::Isolation);
+        assert_eq!(
+            entry.measured,
+            "2 cells (failure × engine × level) on MariaDB 10.11 and PostgreSQL 15: 1 failed, \
+             1 stopped"
         );
         assert!(entry.medians.strategies.is_empty(), "judged for no fall");
     }

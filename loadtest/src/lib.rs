@@ -22,8 +22,9 @@
 //! Beside the run: [`scenario`] (the fault scenarios, `seckill-bench scenario <name>|all`, also
 //! part of every `run`), [`lock`] (`seckill-bench lock`: the lock benchmark, the
 //! requirements matrix, the Python peers), [`network`] (`seckill-bench network`: every
-//! strategy with its servers at several distances, and a model of what a distance does) and
-//! [`history`] (`seckill-bench history`: the index of every committed run, which `run` and
+//! strategy with its servers at several distances, and a model of what a distance does),
+//! [`isolation`] (`seckill-bench isolation`: which isolation level stops which failure, on
+//! MariaDB and PostgreSQL) and [`history`] (`seckill-bench history`: the index of every committed run, which `run` and
 //! `network` extend and the fall check reads).
 //!
 //! No folder uses one that uses it back: [`report`] is at the bottom (every other folder fills
@@ -38,6 +39,7 @@ pub mod browser;
 pub mod cli;
 pub mod drive;
 pub mod history;
+pub mod isolation;
 pub mod live;
 pub mod lock;
 pub mod measure;

@@ -7,8 +7,8 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::Parser;
 use loadtest::cli::{
-    Cli, Command, CompareArgs, FloorArgs, HistoryArgs, HoldArgs, LiveArgs, LockArgs, LockCommand,
-    MatrixArgs, NetworkArgs, PeersArgs, ReadmeArgs, ReportArgs, RunArgs, ScenarioArgs,
+    Cli, Command, CompareArgs, FloorArgs, HistoryArgs, HoldArgs, IsolationArgs, LiveArgs, LockArgs,
+    LockCommand, MatrixArgs, NetworkArgs, PeersArgs, ReadmeArgs, ReportArgs, RunArgs, ScenarioArgs,
 };
 use loadtest::live::{Feed, Update, server::Live};
 use loadtest::rig::{Stand, Target, server_processes, servers};
@@ -39,6 +39,7 @@ fn main() -> Result<()> {
             Some(LockCommand::Peers(peers)) => lock_peers(peers),
         },
         Command::Network(args) => network(&args),
+        Command::Isolation(args) => isolation(&args),
         Command::Scenario(args) => scenario(&args),
         Command::Compare(args) => compare(&args),
         Command::Report(args) => rerender(&args),
@@ -155,6 +156,25 @@ fn network(args: &NetworkArgs) -> Result<()> {
     Ok(())
 }
 
+/// `isolation`: the matrix, on a MariaDB and a PostgreSQL of its own.
+fn isolation(args: &IsolationArgs) -> Result<()> {
+    let settings = args.settings()?;
+    sandbox::set_server_niceness(args.server_niceness);
+    let mariadb = sandbox::MariaDb::start().context("starting MariaDB")?;
+    let postgres = sandbox::Postgres::start().context("starting PostgreSQL")?;
+    let servers = loadtest::isolation::Servers {
+        mariadb: mariadb.url(),
+        postgres: postgres.url(),
+    };
+    let output = runtime()?.block_on(loadtest::isolation::run(&settings, &servers, &args.out))?;
+    drop((mariadb, postgres));
+    if let Err(e) = loadtest::history::update(&args.out) {
+        tracing::warn!("the results' index is not updated: {e:#}");
+    }
+    println!("report: {}", output.dir.join("report.md").display());
+    Ok(())
+}
+
 fn compare(args: &CompareArgs) -> Result<()> {
     let (a, b) = (
         report::json::read(&args.run_a)?,
@@ -177,6 +197,12 @@ fn rerender(args: &ReportArgs) -> Result<()> {
         // A network sweep: its renderings again from its own figures.
         let report = loadtest::network::report::read(&args.run)?;
         loadtest::network::report::write_all(&args.run, &report)?;
+        println!("report: {}", args.run.join("report.html").display());
+        return Ok(());
+    }
+    if args.run.join(loadtest::isolation::report::JSON).is_file() {
+        let report = loadtest::isolation::report::read(&args.run)?;
+        loadtest::isolation::report::write_all(&args.run, &report)?;
         println!("report: {}", args.run.join("report.html").display());
         return Ok(());
     }

@@ -14,9 +14,11 @@ use crate::report::schema::{
 };
 use crate::scenario::Selection;
 
+mod isolation;
 mod lock;
 mod network;
 
+pub use isolation::IsolationArgs;
 pub use lock::{HoldArgs, LockArgs, LockCommand, MatrixArgs, PeersArgs};
 pub use network::NetworkArgs;
 
@@ -51,6 +53,10 @@ pub enum Command {
     /// Every strategy with its servers at several distances (relays adding 0.2 to 2 ms to
     /// every round trip): rates, round trips counted, a model checked; writes its own report.
     Network(NetworkArgs),
+    /// Which transaction isolation level stops which failure (lost update, negative stock,
+    /// one-per-customer write skew, phantom inventory) on MariaDB and PostgreSQL, under load,
+    /// with what a correct client's retries cost; writes its own report.
+    Isolation(IsolationArgs),
     /// Reproduces a classic failure (or `all`) and reports expected against observed.
     Scenario(ScenarioArgs),
     /// What changed from one run to another: throughput, p99 and accounting per strategy and

@@ -66,6 +66,8 @@ pub enum RunKind {
     LockPeers,
     /// `seckill-bench network`: `network.json`.
     Network,
+    /// `seckill-bench isolation`: `isolation.json`.
+    Isolation,
 }
 
 impl RunKind {
@@ -76,6 +78,7 @@ impl RunKind {
             RunKind::LockMatrix => "lock matrix",
             RunKind::LockPeers => "lock peers",
             RunKind::Network => "network sweep",
+            RunKind::Isolation => "isolation matrix",
         }
     }
 }
