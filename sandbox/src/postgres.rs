@@ -39,7 +39,7 @@ const BIN_DIR: &str = "/usr/lib/postgresql/15/bin";
 const ACCOUNT: &str = "postgres";
 
 /// The superuser `initdb` creates, whoever runs it; clients connect as it without a password.
-const USER: &str = "postgres";
+pub(crate) const USER: &str = "postgres";
 
 struct PostgresLaunch {
     port: u16,
@@ -80,7 +80,7 @@ impl Launch for PostgresLaunch {
 /// Opens a session as [`USER`] and returns the server's version from the parameters it reports
 /// (`server_version`), then says goodbye. The server refuses sessions until it is ready for
 /// queries ("the database system is starting up"), so this doubles as the readiness probe.
-fn startup(port: u16) -> std::result::Result<String, String> {
+pub(crate) fn startup(port: u16) -> std::result::Result<String, String> {
     let mut s = ports::connect(port, Duration::from_secs(5))?;
     // StartupMessage: length, protocol 3.0, then name/value pairs, each NUL-terminated.
     let mut body = 196_608u32.to_be_bytes().to_vec();
@@ -186,7 +186,7 @@ impl Drop for Postgres {
 }
 
 /// The account to run as: [`ACCOUNT`]'s when this process is root, else this process's own.
-fn account() -> Result<Option<Account>> {
+pub(crate) fn account() -> Result<Option<Account>> {
     if !nix::unistd::Uid::effective().is_root() {
         return Ok(None);
     }
