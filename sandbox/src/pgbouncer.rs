@@ -18,7 +18,7 @@ use std::process::Command;
 
 use crate::postgres::{USER, account, startup};
 use crate::process::{Account, Launch, Server, find_program};
-use crate::{Postgres, Result, ports};
+use crate::{Result, ports};
 
 /// How PgBouncer hands server sessions to its clients.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,10 +72,11 @@ pub struct PgBouncer {
 listening!(PgBouncer, port);
 
 impl PgBouncer {
-    /// Starts PgBouncer in front of `postgres`, pooling by `pooling` with at most `pool_size`
-    /// server sessions per database.
-    pub fn start(postgres: &Postgres, pooling: Pooling, pool_size: u32) -> Result<PgBouncer> {
-        crate::cluster::retry_port_clash(|| Self::start_once(postgres.port(), pooling, pool_size))
+    /// Starts PgBouncer in front of the sandbox PostgreSQL listening on loopback port
+    /// `upstream` ([`crate::Postgres::port`]), pooling by `pooling` with at most `pool_size` server
+    /// sessions per database.
+    pub fn start(upstream: u16, pooling: Pooling, pool_size: u32) -> Result<PgBouncer> {
+        crate::cluster::retry_port_clash(|| Self::start_once(upstream, pooling, pool_size))
     }
 
     fn start_once(upstream: u16, pooling: Pooling, pool_size: u32) -> Result<PgBouncer> {

@@ -9,7 +9,7 @@ use sqlx::{ConnectOptions, Connection};
 async fn start(pooling: Pooling, pool_size: u32) -> (Postgres, PgBouncer) {
     tokio::task::spawn_blocking(move || {
         let pg = Postgres::start().expect("postgres starts");
-        let bouncer = PgBouncer::start(&pg, pooling, pool_size).expect("pgbouncer starts");
+        let bouncer = PgBouncer::start(pg.port(), pooling, pool_size).expect("pgbouncer starts");
         (pg, bouncer)
     })
     .await
