@@ -81,6 +81,7 @@ impl PgAdvisoryLock {
             "SELECT nextval('pg_lock_tokens'), pg_backend_pid() \
              FROM pg_try_advisory_lock(hashtextextended($1, 0)) AS granted WHERE granted",
         )
+        .persistent(false)
         .bind(key)
         .fetch_optional(session.conn())
         .await
@@ -92,6 +93,7 @@ impl PgAdvisoryLock {
         };
         session.count(1);
         sqlx::query("SELECT set_config('idle_session_timeout', $1, false)")
+            .persistent(false)
             .bind(millis(lease).to_string())
             .execute(session.conn())
             .await

@@ -94,6 +94,7 @@ impl PgAdvisoryXactLock {
                  FROM pg_advisory_xact_lock(hashtextextended($1, 0))",
             ),
         }
+        .persistent(false)
         .bind(key)
         .fetch_optional(session.conn());
         // The server's `lock_timeout` ends the statement at the budget's end, and the session

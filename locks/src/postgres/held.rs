@@ -185,6 +185,7 @@ impl Session {
                 let unlocked = sqlx::query_scalar::<_, bool>(
                     "SELECT pg_advisory_unlock(hashtextextended($1, 0))",
                 )
+                .persistent(false)
                 .bind(key)
                 .fetch_one(self.conn())
                 .await;

@@ -20,6 +20,12 @@
 //! the form that stays safe there. This crate holds a connection of its own per holder for
 //! both, which keeps the session lock safe where the client talks to PostgreSQL itself.
 //!
+//! **Unnamed statements.** Every statement with an argument is sent unnamed
+//! (`persistent(false)`): PgBouncer before 1.21 keeps no prepared statement across the server
+//! sessions it hands out, so a named one is missing on the next session ("does not exist") or
+//! already there under another client's same name ("already exists"). A parse per statement is
+//! the price, on a statement run once per acquire or release.
+//!
 //! **The key.** A lock name becomes the lock's 64-bit number by `hashtextextended(name, 0)`,
 //! computed by the server (so every client, in any language, maps a name alike). Two names
 //! whose hashes collide share a lock: more waiting, never two holders. Advisory locks are per
