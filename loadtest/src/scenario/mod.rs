@@ -16,6 +16,7 @@
 //! scenario waits a fixed time for something to have happened: it waits for the state (a
 //! transaction open in the database, a counter taken, a consumer's batch pending).
 
+pub mod advisory_behind_pgbouncer;
 pub mod batched_db_kill;
 pub mod cache_stampede;
 pub mod cancel_expiry_race;
@@ -117,6 +118,10 @@ scenarios! {
     /// A lease expires, then the old holder releases: a plain `DEL` frees the next holder's lock
     /// (two holders); compare-and-delete does not.
     UnsafeRelease => unsafe_release::UnsafeRelease;
+    /// PostgreSQL's session advisory lock through PgBouncer's transaction pooling: B is handed
+    /// A's server session and granted at once (two holders, one in the lock table); session
+    /// pooling and the transaction lock refuse B.
+    AdvisoryBehindPgbouncer => advisory_behind_pgbouncer::AdvisoryBehindPgbouncer;
     /// The primary dies before replicating a grant; the replica is promoted: a second grant of the
     /// same lock; `WAIT 1` after acquiring tells the holder not to trust it.
     RedisFailover => redis_failover::RedisFailover;

@@ -64,6 +64,36 @@ async fn a_plain_del_release_frees_the_next_holders_lock_and_compare_and_delete_
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_session_advisory_lock_behind_transaction_pooling_is_granted_to_two_clients_on_one_session()
+ {
+    use loadtest::scenario::advisory_behind_pgbouncer::Subject;
+    sandbox::require_faults!();
+    let report = quick(Name::AdvisoryBehindPgbouncer).await;
+    assert_all_pass(&report);
+    let broken = row!(
+        report,
+        Subject::SessionLockTransactionPooling,
+        advisory_behind_pgbouncer
+    );
+    assert_eq!(broken.clients_holding, 2);
+    assert_eq!(broken.server_sessions_holding, 1);
+    assert_eq!(broken.session_a, broken.session_b);
+    for fixed in [
+        Subject::SessionLockSessionPooling,
+        Subject::TransactionLockTransactionPooling,
+    ] {
+        let f = row!(report, fixed, advisory_behind_pgbouncer);
+        assert_eq!(f.clients_holding, 1, "{fixed}");
+        assert_eq!(f.left_held, 0, "{fixed}");
+    }
+    assert!(
+        report.why.contains("handed B the server session"),
+        "{}",
+        report.why
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_failover_before_replication_double_grants_and_wait_1_prevents_acting_on_it() {
     sandbox::require_faults!();
     let report = quick(Name::RedisFailover).await;
