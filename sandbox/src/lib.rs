@@ -25,6 +25,10 @@
 //! also `partition(i)` a member from its peers, because their peer traffic runs through
 //! relays whose connections can be made to go silent.
 //!
+//! Replicated databases: [`ReplicatedMariaDb`] (a primary and replicas, asynchronous or
+//! semi-synchronous, a replica made to lag, cut off, promoted) and [`PgBouncer`] in front of a
+//! [`Postgres`], pooling by transaction or by session.
+//!
 //! [`Relay`] puts the same relay between a client and its server: a scenario cuts one client
 //! off, black-holes it, or moves it to another server, while every other client goes on. It
 //! can also delay each direction ([`Delays`]): a server at a distance, as across a zone.
@@ -53,6 +57,7 @@ mod error;
 mod etcd;
 mod etcd_cluster;
 mod mariadb;
+mod mariadb_replication;
 mod memcached;
 mod pgbouncer;
 mod ports;
@@ -74,6 +79,7 @@ pub use error::Error;
 pub use etcd::Etcd;
 pub use etcd_cluster::{EtcdCluster, EtcdMember, EtcdStatus};
 pub use mariadb::MariaDb;
+pub use mariadb_replication::{ReplicatedMariaDb, Replication, WaitPoint};
 pub use memcached::Memcached;
 pub use pgbouncer::{PgBouncer, Pooling};
 pub use postgres::Postgres;

@@ -12,6 +12,9 @@ use crate::{Error, Result, ports};
 struct MariaDbLaunch {
     port: u16,
     as_root: bool,
+    /// A member of a replicated set: its `server_id`, and a binary log of row events that it
+    /// keeps, as a replica too, so that it can be promoted.
+    member: Option<u32>,
 }
 
 impl Launch for MariaDbLaunch {
@@ -23,12 +26,16 @@ impl Launch for MariaDbLaunch {
             .arg(format!("--pid-file={}", dir.join("mysqld.pid").display()))
             .arg(format!("--tmpdir={}", dir.join("tmp").display()))
             .arg(format!("--port={}", self.port))
-            .args([
-                "--bind-address=127.0.0.1",
-                "--skip-log-bin",
-                "--skip-name-resolve",
-            ])
-            .args(["--max-connections=2000", "--innodb-buffer-pool-size=256M"]);
+            .args(["--bind-address=127.0.0.1", "--skip-name-resolve"]);
+        match self.member {
+            None => c.arg("--skip-log-bin"),
+            Some(id) => c
+                .arg(format!("--server-id={id}"))
+                .arg(format!("--log-bin={}", dir.join("binlog").display()))
+                .arg(format!("--relay-log={}", dir.join("relay").display()))
+                .args(["--binlog-format=ROW", "--log-slave-updates"]),
+        };
+        c.args(["--max-connections=2000", "--innodb-buffer-pool-size=256M"]);
         if self.as_root {
             // mariadbd refuses to run as root unless told to; CI runs as root.
             c.arg("--user=root");
@@ -78,11 +85,23 @@ impl MariaDb {
     }
 
     fn start_once() -> Result<MariaDb> {
+        Self::start_as(None)
+    }
+
+    /// A member of a replicated set ([`crate::ReplicatedMariaDb`]), `server_id` its id.
+    pub(crate) fn start_member(server_id: u32) -> Result<MariaDb> {
+        crate::cluster::retry_port_clash(|| Self::start_as(Some(server_id)))
+    }
+
+    fn start_as(member: Option<u32>) -> Result<MariaDb> {
         let port = ports::free_port()?;
         let as_root = nix::unistd::Uid::effective().is_root();
-        let server = Server::start("mariadb", MariaDbLaunch { port, as_root }, |dir| {
-            install_db(dir, as_root)
-        })?;
+        let launch = MariaDbLaunch {
+            port,
+            as_root,
+            member,
+        };
+        let server = Server::start("mariadb", launch, |dir| install_db(dir, as_root))?;
         Ok(MariaDb { server, port })
     }
 

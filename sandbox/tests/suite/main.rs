@@ -5,6 +5,7 @@ mod cleanup;
 mod cluster_etcd;
 mod cluster_redis_sentinel;
 mod cluster_zookeeper;
+mod mariadb_replication;
 mod pgbouncer;
 mod postgres;
 mod process_control;

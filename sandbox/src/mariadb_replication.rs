@@ -1,0 +1,266 @@
+//! A MariaDB primary with replicas: asynchronous, or semi-synchronous with either wait point.
+//!
+//! Each member is a sandbox MariaDB ([`MariaDb`]) with a binary log of row events and a
+//! `server_id` of its own; the replicas follow the primary by GTID (`MASTER_USE_GTID =
+//! slave_pos`) and are read-only until promoted. What the flash-sale failures need of it:
+//!
+//! * **Lag**: [`ReplicatedMariaDb::lag`] stops a replica's SQL thread, so it keeps receiving
+//!   the primary's events and applies none of them until [`ReplicatedMariaDb::catch_up`]; a
+//!   read there sees the past. [`ReplicatedMariaDb::wait_caught_up`] waits until a replica has
+//!   applied everything the primary had logged when asked.
+//! * **Failover**: [`ReplicatedMariaDb::promote`] makes a replica the primary (its slave
+//!   threads stopped and forgotten, writes allowed), with whatever it had applied: under
+//!   asynchronous replication, transactions the old primary committed and never sent are gone.
+//! * **Semi-synchronous replication** ([`Replication::SemiSync`]): the primary's commit waits
+//!   for a replica to acknowledge the events, after writing them to its binary log
+//!   (`AFTER_SYNC`: no client sees a commit a failover could lose) or after committing
+//!   (`AFTER_COMMIT`, MariaDB's default: other clients may read a transaction that a failover
+//!   then loses). Past `rpl_semi_sync_master_timeout` without an acknowledgement the primary
+//!   falls back to asynchronous replication, silently.
+//!
+//! Commands go through the `mariadb` client the server package installs.
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use crate::process::find_program;
+use crate::{Error, MariaDb, Result};
+
+/// How the primary's commits wait for the replicas.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Replication {
+    /// A commit returns once the primary has it; the replicas follow when they can.
+    Async,
+    /// A commit waits for one replica's acknowledgement, up to `timeout`, at `wait_point`.
+    SemiSync {
+        wait_point: WaitPoint,
+        timeout: Duration,
+    },
+}
+
+/// Where a semi-synchronous commit waits for the replica.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitPoint {
+    /// After the binary log is written, before the storage engine commits.
+    AfterSync,
+    /// After the storage engine commits (MariaDB's default).
+    AfterCommit,
+}
+
+impl WaitPoint {
+    fn sql(self) -> &'static str {
+        match self {
+            WaitPoint::AfterSync => "AFTER_SYNC",
+            WaitPoint::AfterCommit => "AFTER_COMMIT",
+        }
+    }
+}
+
+/// A primary and its replicas, members numbered from 0 (the first primary).
+pub struct ReplicatedMariaDb {
+    members: Vec<MariaDb>,
+    replication: Replication,
+}
+
+/// How long a replica may take to connect to its primary.
+const CONNECT_WITHIN: Duration = Duration::from_secs(30);
+
+impl ReplicatedMariaDb {
+    /// Starts a primary and `replicas` replicas following it, replicating as `replication`
+    /// says; returns once every replica's threads run.
+    pub fn start(replicas: usize, replication: Replication) -> Result<ReplicatedMariaDb> {
+        let members = (0..=replicas)
+            .map(|i| MariaDb::start_member(u32::try_from(i + 1).unwrap_or(u32::MAX)))
+            .collect::<Result<Vec<_>>>()?;
+        let set = ReplicatedMariaDb {
+            members,
+            replication,
+        };
+        if let Replication::SemiSync {
+            wait_point,
+            timeout,
+        } = replication
+        {
+            set.sql(
+                0,
+                &format!(
+                    "SET GLOBAL rpl_semi_sync_master_enabled = ON; \
+                     SET GLOBAL rpl_semi_sync_master_wait_point = '{}'; \
+                     SET GLOBAL rpl_semi_sync_master_timeout = {}",
+                    wait_point.sql(),
+                    timeout.as_millis()
+                ),
+            )?;
+        }
+        for i in 1..=replicas {
+            set.follow(i, 0)?;
+        }
+        Ok(set)
+    }
+
+    /// Member `i`: its URL, version and process.
+    pub fn member(&self, i: usize) -> &MariaDb {
+        &self.members[i]
+    }
+
+    pub fn members(&self) -> usize {
+        self.members.len()
+    }
+
+    pub fn replication(&self) -> Replication {
+        self.replication
+    }
+
+    /// Makes member `i` a read-only replica of member `primary` and waits until its threads
+    /// run.
+    pub fn follow(&self, i: usize, primary: usize) -> Result<()> {
+        let semi = matches!(self.replication, Replication::SemiSync { .. });
+        self.sql(
+            i,
+            &format!(
+                "SET GLOBAL read_only = ON; \
+                 SET GLOBAL rpl_semi_sync_slave_enabled = {}; \
+                 CHANGE MASTER TO MASTER_HOST = '127.0.0.1', MASTER_PORT = {}, \
+                 MASTER_USER = 'root', MASTER_USE_GTID = slave_pos; \
+                 START SLAVE",
+                if semi { "ON" } else { "OFF" },
+                self.members[primary].port()
+            ),
+        )?;
+        crate::cluster::await_answer(
+            "MariaDB replica",
+            "connect to its primary",
+            CONNECT_WITHIN,
+            || {
+                let status = self.slave_status(i).ok()?;
+                (field(&status, "Slave_IO_Running") == Some("Yes")
+                    && field(&status, "Slave_SQL_Running") == Some("Yes"))
+                .then_some(())
+            },
+        )
+    }
+
+    /// Stops member `i`'s I/O thread: it receives nothing more from its primary, as if the
+    /// network between them were cut.
+    pub fn disconnect(&self, i: usize) -> Result<()> {
+        self.sql(i, "STOP SLAVE IO_THREAD").map(drop)
+    }
+
+    /// Starts member `i`'s I/O thread again.
+    pub fn reconnect(&self, i: usize) -> Result<()> {
+        self.sql(i, "START SLAVE IO_THREAD").map(drop)
+    }
+
+    /// Stops member `i`'s SQL thread: it keeps receiving the primary's events and applies none.
+    pub fn lag(&self, i: usize) -> Result<()> {
+        self.sql(i, "STOP SLAVE SQL_THREAD").map(drop)
+    }
+
+    /// Starts member `i`'s SQL thread again.
+    pub fn catch_up(&self, i: usize) -> Result<()> {
+        self.sql(i, "START SLAVE SQL_THREAD").map(drop)
+    }
+
+    /// Waits up to `within` until member `i` has applied every transaction member `primary`
+    /// had logged when this was called.
+    pub fn wait_caught_up(&self, i: usize, primary: usize, within: Duration) -> Result<()> {
+        let position = self.sql(primary, "SELECT @@gtid_binlog_pos")?;
+        let reached = self.sql(
+            i,
+            &format!(
+                "SELECT MASTER_GTID_WAIT('{}', {})",
+                position.trim(),
+                within.as_secs_f64()
+            ),
+        )?;
+        match reached.trim() {
+            "0" => Ok(()),
+            other => Err(Error::Control {
+                server: "MariaDB replica".into(),
+                action: "apply the primary's transactions",
+                reason: format!("MASTER_GTID_WAIT answered {other} after {within:?}"),
+            }),
+        }
+    }
+
+    /// Makes member `i` a primary: its replication stopped and forgotten, with what it had
+    /// applied (what it had received and not applied is dropped with its relay log), writes
+    /// allowed.
+    pub fn promote(&self, i: usize) -> Result<()> {
+        self.sql(
+            i,
+            "STOP SLAVE; RESET SLAVE ALL; SET GLOBAL read_only = OFF; \
+             SET GLOBAL rpl_semi_sync_slave_enabled = OFF",
+        )
+        .map(drop)
+    }
+
+    /// The primary's `Rpl_semi_sync_master_status` (`ON` while its commits wait for a replica,
+    /// `OFF` once it fell back to asynchronous replication) and how many semi-synchronous
+    /// replicas it has.
+    pub fn semi_sync_status(&self, primary: usize) -> Result<(bool, u32)> {
+        let status = self.sql(
+            primary,
+            "SHOW STATUS WHERE Variable_name IN \
+             ('Rpl_semi_sync_master_status', 'Rpl_semi_sync_master_clients')",
+        )?;
+        let value = |name: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .map(|v| v.trim().to_string())
+                .unwrap_or_default()
+        };
+        let on = value("Rpl_semi_sync_master_status") == "ON";
+        let clients = value("Rpl_semi_sync_master_clients").parse().unwrap_or(0);
+        Ok((on, clients))
+    }
+
+    fn slave_status(&self, i: usize) -> Result<String> {
+        self.vertical(i, "SHOW SLAVE STATUS")
+    }
+
+    /// Runs `statements` on member `i` with the `mariadb` client; its output, tab-separated
+    /// without headers.
+    fn sql(&self, i: usize, statements: &str) -> Result<String> {
+        self.client(i, statements, &["-N", "-B"])
+    }
+
+    /// The same, each row as `name: value` lines.
+    fn vertical(&self, i: usize, statements: &str) -> Result<String> {
+        self.client(i, statements, &["-E"])
+    }
+
+    fn client(&self, i: usize, statements: &str, format: &[&str]) -> Result<String> {
+        let out = Command::new(find_program("mariadb"))
+            .arg("--no-defaults")
+            .args(["-h", "127.0.0.1", "-u", "root"])
+            .arg(format!("-P{}", self.members[i].port()))
+            .args(format)
+            .args(["-e", statements])
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::NotFound => Error::NotInstalled {
+                    program: "mariadb".into(),
+                },
+                _ => Error::Io(e),
+            })?;
+        if !out.status.success() {
+            return Err(Error::Control {
+                server: format!("MariaDB member {i}"),
+                action: "run a statement",
+                reason: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+            });
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+}
+
+/// The value of `name` in vertical (`-E`) output.
+fn field<'a>(status: &'a str, name: &str) -> Option<&'a str> {
+    status.lines().find_map(|line| {
+        let (key, value) = line.trim().split_once(": ")?;
+        (key == name).then_some(value.trim())
+    })
+}
