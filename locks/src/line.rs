@@ -178,7 +178,9 @@ impl Drop for Place {
 /// as soon as the library knows it is lost.
 pub(crate) struct InLine {
     held: Box<dyn Held>,
-    /// Dropped when the lock is released: the task keeping the place ends.
+    /// The holder's place, left by the release itself, or by the task watching for the loss.
+    place: Arc<Mutex<Option<Place>>>,
+    /// Dropped with this hold (released or not): the task watching for the loss ends.
     released: oneshot::Sender<()>,
 }
 
@@ -189,29 +191,50 @@ impl InLine {
         mut lost: watch::Receiver<bool>,
     ) -> InLine {
         let (released, gone) = oneshot::channel::<()>();
+        let place = Arc::new(Mutex::new(Some(place)));
+        let watched = Arc::clone(&place);
         tokio::spawn(async move {
-            let _place = place;
             // A closed `lost` channel: the backend can no longer tell, and its lease clock
             // is gone; the line moves on rather than wait on what will never come.
             tokio::select! {
                 _ = gone => {}
                 _ = lost.wait_for(|lost| *lost) => {}
             }
+            leave(&watched);
         });
-        InLine { held, released }
+        InLine {
+            held,
+            place,
+            released,
+        }
     }
 }
 
 impl Held for InLine {
     fn release(self: Box<Self>) -> BoxFuture<'static, Result<bool, LockError>> {
-        let InLine { held, released } = *self;
+        let InLine {
+            held,
+            place,
+            released,
+        } = *self;
         Box::pin(async move {
             let released_ours = held.release().await;
-            // After the row is gone: the next in line finds the name free.
+            // After the row is gone, the next in line finds the name free — and before this
+            // returns, so that the holder's own next try finds the line free too.
+            leave(&place);
             drop(released);
             released_ours
         })
     }
+}
+
+/// Leaves the line, if the place is still held.
+fn leave(place: &Mutex<Option<Place>>) {
+    let left = place
+        .lock()
+        .expect("a place's lock is never poisoned: nothing panics holding it")
+        .take();
+    drop(left);
 }
 
 #[cfg(test)]
@@ -311,6 +334,25 @@ mod tests {
         drop(head);
         assert_eq!(known(&lines), 0);
         lines.join(KEY, None).await.expect("free again");
+    }
+
+    #[tokio::test]
+    async fn a_released_holder_has_left_the_line_when_its_release_returns() {
+        let lines = Lines::new(COURTESY);
+        let (_lose, lost) = watch::channel(false);
+        let held = InLine::new(
+            Box::new(Nothing),
+            lines.join(KEY, None).await.unwrap(),
+            lost,
+        );
+        assert!(Box::new(held).release().await.unwrap());
+        // No other task has run since (one thread, no pause): the line must be free already,
+        // not once the runtime gets round to it — the holder's own next try comes at once.
+        lines
+            .join(KEY, None)
+            .await
+            .expect("the next try finds the line free");
+        assert_eq!(known(&lines), 0);
     }
 
     #[tokio::test]
