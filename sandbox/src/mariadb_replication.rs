@@ -216,6 +216,18 @@ impl ReplicatedMariaDb {
         Ok((on, clients))
     }
 
+    /// Commits on member `primary` waiting for a replica's acknowledgement now
+    /// (`Rpl_semi_sync_master_wait_sessions`).
+    pub fn waiting_commits(&self, primary: usize) -> Result<u64> {
+        let status = self.sql(
+            primary,
+            "SHOW STATUS LIKE 'Rpl_semi_sync_master_wait_sessions'",
+        )?;
+        Ok((status.split_whitespace().nth(1))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0))
+    }
+
     fn slave_status(&self, i: usize) -> Result<String> {
         self.vertical(i, "SHOW SLAVE STATUS")
     }
