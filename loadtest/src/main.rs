@@ -11,6 +11,7 @@ use loadtest::cli::{
     LockCommand, MatrixArgs, NetworkArgs, PeersArgs, ReadmeArgs, ReportArgs, RunArgs, ScenarioArgs,
 };
 use loadtest::live::{Feed, Update, server::Live};
+use loadtest::lock::LockReport;
 use loadtest::rig::{Stand, Target, server_processes, servers};
 use loadtest::run::run_watched;
 use loadtest::{lock, report};
@@ -308,6 +309,11 @@ fn lock(args: &LockArgs) -> Result<()> {
         .await
     })?;
     drop(stand);
+    let result = LockReport {
+        round_trip_added_us: (args.distance.rtt)
+            .map(|rtt| u64::try_from(rtt.as_micros()).unwrap_or(u64::MAX)),
+        ..result
+    };
     if args.json {
         println!("{}", serde_json::to_string(&result)?);
     } else {

@@ -90,6 +90,10 @@ pub struct LockReport {
     pub history_by_rule: Option<Checked>,
     /// The offending slices of history of the first [`SHOWN_VIOLATIONS`] violations.
     pub history_slices: Vec<String>,
+    /// The round trip relays added to every server the locks reached (`--rtt`), in µs; `None`:
+    /// reached directly.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub round_trip_added_us: Option<u64>,
 }
 
 /// Violations whose slice of history the report keeps.
@@ -335,6 +339,7 @@ pub async fn bench(
             .take(SHOWN_VIOLATIONS)
             .map(ToString::to_string)
             .collect(),
+        round_trip_added_us: None,
     })
 }
 
@@ -355,9 +360,13 @@ async fn probe(conn: &mut deadpool_redis::Connection, counter: &str) -> Result<(
 
 impl std::fmt::Display for LockReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let distance = match self.round_trip_added_us {
+            None => "servers reached directly".to_string(),
+            Some(us) => format!("every server {} ms away (relays)", us as f64 / 1e3),
+        };
         writeln!(
             f,
-            "backend {}: {} workers over {} clients, {:.1} s",
+            "backend {}: {} workers over {} clients, {:.1} s, {distance}",
             self.backend, self.workers, self.clients, self.seconds
         )?;
         writeln!(

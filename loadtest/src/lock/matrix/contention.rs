@@ -149,7 +149,23 @@ mod tests {
             history_violations: Some(found.total()),
             history_by_rule: Some(found),
             history_slices: vec!["granted 2889 after 2890".into()],
+            round_trip_added_us: None,
         }
+    }
+
+    #[test]
+    fn a_lock_run_says_how_far_its_servers_were() {
+        let mut report = run(Checked::default());
+        assert!(report.to_string().starts_with(
+            "backend db-lock: 16 workers over 16 clients, 5.0 s, servers reached directly\n"
+        ));
+        report.round_trip_added_us = Some(500);
+        assert!(
+            report
+                .to_string()
+                .contains("5.0 s, every server 0.5 ms away (relays)\n"),
+            "{report}"
+        );
     }
 
     const UP: Availability = Availability::SingleServer {
