@@ -29,6 +29,7 @@ pub mod late_payment;
 pub mod lease_expiry;
 pub mod local_mutex;
 pub mod lua_crash_before_order;
+pub mod primary_failover;
 pub mod process_pause;
 pub mod redis_failover;
 pub mod redis_failover_stock;
@@ -193,6 +194,11 @@ scenarios! {
     /// and every miss reading, each expiry sends the readers to the database at once; with one
     /// read per expiry and lifetimes drawn apart, about one read per instance and lifetime.
     CacheStampede => cache_stampede::CacheStampede;
+    /// The database's primary is SIGKILLed mid-sale with its replica cut off, and the replica
+    /// promoted: asynchronous replication loses answered orders and sells their units again;
+    /// semi-synchronous with AFTER_SYNC answers none it could lose; with a short timeout it
+    /// falls back to asynchronous, silently, and loses them too.
+    PrimaryFailover => primary_failover::PrimaryFailover;
 }
 
 impl Name {

@@ -94,6 +94,22 @@ async fn a_session_advisory_lock_behind_transaction_pooling_is_granted_to_two_cl
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn an_asynchronous_failover_loses_answered_orders_and_after_sync_answers_none_it_could_lose()
+{
+    use loadtest::scenario::primary_failover::Subject;
+    sandbox::require_faults!();
+    let report = quick(Name::PrimaryFailover).await;
+    assert_all_pass(&report);
+    let lost = |s: Subject| row!(report, s, primary_failover).lost_orders;
+    assert!(lost(Subject::Async) > 0);
+    assert_eq!(lost(Subject::SemiSyncAfterSync), 0);
+    assert!(lost(Subject::SemiSyncFallback) > 0);
+    let fallback = row!(report, Subject::SemiSyncFallback, primary_failover);
+    assert!(!fallback.semi_sync_on_at_kill, "{fallback:?}");
+    assert_eq!(fallback.oversold, fallback.lost_orders);
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_failover_before_replication_double_grants_and_wait_1_prevents_acting_on_it() {
     sandbox::require_faults!();
     let report = quick(Name::RedisFailover).await;
