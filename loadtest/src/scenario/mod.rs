@@ -196,8 +196,9 @@ scenarios! {
     CacheStampede => cache_stampede::CacheStampede;
     /// The database's primary is SIGKILLed mid-sale with its replica cut off, and the replica
     /// promoted: asynchronous replication loses answered orders and sells their units again;
-    /// semi-synchronous with AFTER_SYNC answers none it could lose; with a short timeout it
-    /// falls back to asynchronous, silently, and loses them too.
+    /// semi-synchronous with AFTER_SYNC answers none it could lose; with AFTER_COMMIT another
+    /// client reads orders the failover loses; with a short timeout it falls back to
+    /// asynchronous, silently, and loses answered ones too.
     PrimaryFailover => primary_failover::PrimaryFailover;
 }
 

@@ -12,6 +12,9 @@
 //! * **semi-synchronous, `AFTER_SYNC`**: each commit waits for the replica's acknowledgement,
 //!   which cannot come, so no purchase after the cut is answered: the buyers get an error when
 //!   the primary dies, nothing they were told is lost, nothing sells twice;
+//! * **semi-synchronous, `AFTER_COMMIT`** (MariaDB's default wait point): the buyers are not
+//!   answered either, but the waiting commit is already visible — another client reads the
+//!   order and the stock it took — and the failover then loses what it read;
 //! * **semi-synchronous with a short timeout**: the first commit after the cut waits out
 //!   `rpl_semi_sync_master_timeout`, then the primary falls back to asynchronous replication,
 //!   saying so only in a status variable — and loses what the asynchronous primary loses.
@@ -23,8 +26,8 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use sandbox::{ReplicatedMariaDb, Replication, WaitPoint};
 use serde::{Deserialize, Serialize};
-use sqlx::MySqlPool;
 use sqlx::mysql::MySqlPoolOptions;
+use sqlx::{Acquire, Connection as _, MySql, MySqlConnection, MySqlPool};
 
 use super::{Judgement, Scenario, Stage, Timeline};
 use crate::rig::control;
@@ -44,15 +47,25 @@ pub struct Sizes {
 pub enum Subject {
     Async,
     SemiSyncAfterSync,
+    SemiSyncAfterCommit,
     SemiSyncFallback,
 }
 
 impl Subject {
-    const ALL: [Subject; 3] = [
+    const ALL: [Subject; 4] = [
         Subject::Async,
         Subject::SemiSyncAfterSync,
+        Subject::SemiSyncAfterCommit,
         Subject::SemiSyncFallback,
     ];
+
+    /// Whether its commits wait for the replica for as long as the scenario lasts.
+    fn waits(self) -> bool {
+        matches!(
+            self,
+            Subject::SemiSyncAfterSync | Subject::SemiSyncAfterCommit
+        )
+    }
 
     fn replication(self) -> Replication {
         match self {
@@ -60,6 +73,10 @@ impl Subject {
             // Longer than any scenario: the commits wait until the primary dies.
             Subject::SemiSyncAfterSync => Replication::SemiSync {
                 wait_point: WaitPoint::AfterSync,
+                timeout: Duration::from_secs(600),
+            },
+            Subject::SemiSyncAfterCommit => Replication::SemiSync {
+                wait_point: WaitPoint::AfterCommit,
                 timeout: Duration::from_secs(600),
             },
             Subject::SemiSyncFallback => Replication::SemiSync {
@@ -75,6 +92,7 @@ impl fmt::Display for Subject {
         f.write_str(match self {
             Subject::Async => "asynchronous",
             Subject::SemiSyncAfterSync => "semi-synchronous, AFTER_SYNC",
+            Subject::SemiSyncAfterCommit => "semi-synchronous, AFTER_COMMIT",
             Subject::SemiSyncFallback => "semi-synchronous, 200 ms timeout",
         })
     }
@@ -88,6 +106,12 @@ pub struct Figures {
     pub waiting_at_kill: u64,
     /// Whether the primary's commits still waited for a replica when it died.
     pub semi_sync_on_at_kill: bool,
+    /// Orders another client read on the primary before it died whose buyers had not been
+    /// answered (their commits waiting for the replica).
+    pub seen_unanswered: i64,
+    /// Orders another client read on the primary that the promoted replica does not have, past
+    /// the answered ones lost.
+    pub seen_then_lost: i64,
     /// Orders the promoted replica holds of those answered.
     pub orders_on_promoted: i64,
     /// Answered purchases whose orders are gone.
@@ -140,9 +164,20 @@ impl Scenario for PrimaryFailover {
     fn judge(_: &Sizes, subject: &Subject, f: &Figures) -> Judgement {
         let (expected, holds) = match subject {
             Subject::SemiSyncAfterSync => (
-                "the purchases after the cut wait for the replica and are never answered; no \
-                 answered order lost, no oversell",
-                f.waiting_at_kill > 0 && f.lost_orders == 0 && f.oversold == 0,
+                "the purchases after the cut wait for the replica, unanswered and unseen; \
+                 nothing lost, no oversell",
+                f.waiting_at_kill > 0
+                    && f.lost_orders == 0
+                    && f.oversold == 0
+                    && f.seen_unanswered == 0,
+            ),
+            Subject::SemiSyncAfterCommit => (
+                "the purchases after the cut wait unanswered, but another client reads them; \
+                 the failover loses what it read",
+                f.waiting_at_kill > 0
+                    && f.lost_orders == 0
+                    && f.oversold == 0
+                    && f.seen_then_lost > 0,
             ),
             Subject::Async => (
                 "the purchases after the cut are answered and lost with the primary; their \
@@ -156,13 +191,15 @@ impl Scenario for PrimaryFailover {
             ),
         };
         let observed = format!(
-            "{} answered before the kill ({} waiting, semi-synchronous {}); {} of them on the \
-             promoted replica: {} lost; {} oversold",
+            "{} answered before the kill ({} waiting, semi-synchronous {}, {} read unanswered); \
+             {} orders on the promoted replica: {} answered lost, {} read and lost; {} oversold",
             f.answered_before_failover,
             f.waiting_at_kill,
             if f.semi_sync_on_at_kill { "on" } else { "off" },
+            f.seen_unanswered,
             f.orders_on_promoted,
             f.lost_orders,
+            f.seen_then_lost,
             f.oversold
         );
         Judgement::new(expected, observed, holds)
@@ -189,6 +226,13 @@ impl Scenario for PrimaryFailover {
                      oversold. The price is the wait: without a replica the sale stops.",
                     f.waiting_at_kill, f.lost_orders, f.oversold
                 ),
+                Subject::SemiSyncAfterCommit => format!(
+                    " Semi-synchronous with AFTER_COMMIT, MariaDB's default: no buyer was \
+                     answered either ({} waiting), but each commit waited *after* the storage \
+                     engine had committed, so another client read {} order(s) — and the stock \
+                     they took — that the promoted replica then did not have ({} read and lost).",
+                    f.waiting_at_kill, f.seen_unanswered, f.seen_then_lost
+                ),
                 Subject::SemiSyncFallback => format!(
                     " Semi-synchronous with a 200 ms timeout: the first commit waited it out and \
                      the primary fell back to asynchronous replication (status {} when it \
@@ -212,7 +256,7 @@ async fn round(
     set: &Arc<ReplicatedMariaDb>,
     tl: &Timeline,
 ) -> Result<Figures> {
-    let primary = shop(&set.member(0).url(), s.after_cut).await?;
+    let primary = shop(&set.member(0).url(), 1).await?;
     sqlx::raw_sql(
         "CREATE TABLE stock (id INT PRIMARY KEY, units INT NOT NULL); \
          CREATE TABLE orders (id BIGINT AUTO_INCREMENT PRIMARY KEY, buyer BIGINT NOT NULL)",
@@ -227,6 +271,7 @@ async fn round(
     for buyer in 0..s.before_cut {
         answered += i64::from(buy(&primary, buyer).await?);
     }
+    let answered_at_cut = answered;
     let blocking = Arc::clone(set);
     control(move || blocking.wait_caught_up(1, 0, Duration::from_secs(60))).await?;
     let blocking = Arc::clone(set);
@@ -235,15 +280,21 @@ async fn round(
         "replica",
         format!("cut off from the primary after {answered} units"),
     );
+    // Each on a connection of its own, which dies with the primary (a pooled one would be
+    // tested, and complained about, on its way back to the pool).
+    let shop_url = format!("{}/shop", set.member(0).url());
     let buyers: Vec<_> = (0..s.after_cut)
         .map(|k| {
-            let (primary, buyer) = (primary.clone(), s.before_cut + k as i64);
-            tokio::spawn(async move { buy(&primary, buyer).await })
+            let (url, buyer) = (shop_url.clone(), s.before_cut + k as i64);
+            tokio::spawn(async move {
+                let mut conn = MySqlConnection::connect(&url).await?;
+                buy(&mut conn, buyer).await
+            })
         })
         .collect();
     // Until every purchase is answered — or, where commits wait for the replica for as long
     // as it takes, until the primary holds one waiting.
-    let waits = subject == Subject::SemiSyncAfterSync;
+    let waits = subject.waits();
     let waiting = loop {
         let blocking = Arc::clone(set);
         let waiting = tokio::task::spawn_blocking(move || blocking.waiting_commits(0)).await??;
@@ -255,6 +306,17 @@ async fn round(
     let blocking = Arc::clone(set);
     let (semi_sync_on, _) =
         tokio::task::spawn_blocking(move || blocking.semi_sync_status(0)).await??;
+    // Another client — a product page, an order list — reads the primary now (creating
+    // nothing: a statement that writes would wait for the replica too).
+    let reader = MySqlPoolOptions::new()
+        .max_connections(1)
+        .connect(&format!("{}/shop", set.member(0).url()))
+        .await?;
+    let seen: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM orders")
+        .fetch_one(&reader)
+        .await?;
+    reader.close().await;
+    tl.log("reader", format!("reads {seen} orders on the primary"));
     let blocking = Arc::clone(set);
     control(move || blocking.member(0).server().kill()).await?;
     tl.log(
@@ -265,6 +327,9 @@ async fn round(
         // A purchase the dead primary never answered is an error the buyer saw.
         answered += i64::from(b.await?.unwrap_or(false));
     }
+    // The waiting commits answered none (every purchase read above was answered, where the
+    // commits do not wait).
+    let seen_unanswered = if waits { seen - answered_at_cut } else { 0 };
     primary.close().await;
     tl.log(
         "buyers",
@@ -292,6 +357,8 @@ async fn round(
         answered_before_failover: answered,
         waiting_at_kill: waiting,
         semi_sync_on_at_kill: semi_sync_on,
+        seen_unanswered,
+        seen_then_lost: (seen - on_promoted - (answered - on_promoted).max(0)).max(0),
         orders_on_promoted: on_promoted,
         lost_orders: answered - on_promoted,
         sold_after_failover: sold_after,
@@ -318,8 +385,8 @@ async fn shop(url: &str, connections: usize) -> Result<MySqlPool> {
 
 /// One purchase of one unit: the conditional update and the order in one transaction; `true`
 /// once committed, `false` when sold out.
-async fn buy(pool: &MySqlPool, buyer: i64) -> Result<bool, sqlx::Error> {
-    let mut tx = pool.begin().await?;
+async fn buy<'c>(on: impl Acquire<'c, Database = MySql>, buyer: i64) -> Result<bool, sqlx::Error> {
+    let mut tx = on.begin().await?;
     let taken = sqlx::query("UPDATE stock SET units = units - 1 WHERE id = 1 AND units >= 1")
         .execute(&mut *tx)
         .await?

@@ -94,8 +94,8 @@ async fn a_session_advisory_lock_behind_transaction_pooling_is_granted_to_two_cl
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn an_asynchronous_failover_loses_answered_orders_and_after_sync_answers_none_it_could_lose()
-{
+async fn a_failover_loses_answered_orders_asynchronously_read_ones_after_commit_and_none_after_sync()
+ {
     use loadtest::scenario::primary_failover::Subject;
     sandbox::require_faults!();
     let report = quick(Name::PrimaryFailover).await;
@@ -104,6 +104,12 @@ async fn an_asynchronous_failover_loses_answered_orders_and_after_sync_answers_n
     assert!(lost(Subject::Async) > 0);
     assert_eq!(lost(Subject::SemiSyncAfterSync), 0);
     assert!(lost(Subject::SemiSyncFallback) > 0);
+    let after_commit = row!(report, Subject::SemiSyncAfterCommit, primary_failover);
+    assert!(after_commit.seen_then_lost > 0, "{after_commit:?}");
+    assert_eq!(
+        row!(report, Subject::SemiSyncAfterSync, primary_failover).seen_unanswered,
+        0
+    );
     let fallback = row!(report, Subject::SemiSyncFallback, primary_failover);
     assert!(!fallback.semi_sync_on_at_kill, "{fallback:?}");
     assert_eq!(fallback.oversold, fallback.lost_orders);
