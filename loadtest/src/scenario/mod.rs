@@ -33,6 +33,7 @@ pub mod primary_failover;
 pub mod process_pause;
 pub mod redis_failover;
 pub mod redis_failover_stock;
+pub mod replica_stock_read;
 pub mod return_crash;
 pub mod sentinel_failover;
 mod skeleton;
@@ -200,6 +201,9 @@ scenarios! {
     /// client reads orders the failover loses; with a short timeout it falls back to
     /// asynchronous, silently, and loses answered ones too.
     PrimaryFailover => primary_failover::PrimaryFailover;
+    /// Buyers check the stock on a replica that lags and buy on the primary: an unconditional
+    /// deduction trusts the stale check and oversells; a conditional one refuses them there.
+    ReplicaStockRead => replica_stock_read::ReplicaStockRead;
 }
 
 impl Name {

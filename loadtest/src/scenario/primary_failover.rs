@@ -367,7 +367,7 @@ async fn round(
 }
 
 /// A pool on the `shop` database of the server at `url`, created if missing.
-async fn shop(url: &str, connections: usize) -> Result<MySqlPool> {
+pub(super) async fn shop(url: &str, connections: usize) -> Result<MySqlPool> {
     let admin = MySqlPoolOptions::new()
         .max_connections(1)
         .connect(url)

@@ -116,6 +116,22 @@ async fn a_failover_loses_answered_orders_asynchronously_read_ones_after_commit_
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_stock_check_on_a_lagging_replica_oversells_an_unconditional_deduction_only() {
+    use loadtest::scenario::replica_stock_read::Subject;
+    sandbox::require_faults!();
+    let report = quick(Name::ReplicaStockRead).await;
+    assert_all_pass(&report);
+    let trusted = row!(report, Subject::Unconditional, replica_stock_read);
+    let checked = row!(report, Subject::Conditional, replica_stock_read);
+    assert!(trusted.oversold > 0, "{trusted:?}");
+    assert_eq!(checked.oversold, 0, "{checked:?}");
+    assert_eq!(
+        checked.passed_check, trusted.passed_check,
+        "the replica said yes alike"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_failover_before_replication_double_grants_and_wait_1_prevents_acting_on_it() {
     sandbox::require_faults!();
     let report = quick(Name::RedisFailover).await;
