@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 
 use super::cell::PHANTOM_UNITS;
 use super::engine::{Engine, Level};
@@ -17,8 +17,7 @@ pub const JSON: &str = "isolation.json";
 
 /// Writes the report's files into `dir`.
 pub fn write_all(dir: &Path, r: &IsolationReport) -> Result<()> {
-    let json = serde_json::to_string_pretty(r)?;
-    std::fs::write(dir.join(JSON), json + "\n")?;
+    crate::report::json::write_as(&dir.join(JSON), r)?;
     let md = markdown(r);
     std::fs::write(dir.join("report.md"), &md)?;
     let html = crate::report::html::page::markdown_page("Isolation matrix", &md);
@@ -28,10 +27,7 @@ pub fn write_all(dir: &Path, r: &IsolationReport) -> Result<()> {
 
 /// The matrix written in `dir` ([`JSON`]), as [`write_all`] wrote it.
 pub fn read(dir: &Path) -> Result<IsolationReport> {
-    let path = dir.join(JSON);
-    let text =
-        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    serde_json::from_str(&text).with_context(|| format!("reading {}", path.display()))
+    crate::report::json::read_as(&dir.join(JSON))
 }
 
 /// The whole report in Markdown.

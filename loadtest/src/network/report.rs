@@ -27,8 +27,7 @@ pub const RELAY_COST_BAR: f64 = 0.10;
 
 /// Writes the report's files into `dir`.
 pub fn write_all(dir: &Path, r: &NetworkReport) -> Result<()> {
-    let json = serde_json::to_string_pretty(r)?;
-    std::fs::write(dir.join(JSON), json + "\n")?;
+    crate::report::json::write_as(&dir.join(JSON), r)?;
     let md = markdown(r);
     std::fs::write(dir.join("report.md"), &md)?;
     let mut svg = String::new();
@@ -45,10 +44,7 @@ pub fn write_all(dir: &Path, r: &NetworkReport) -> Result<()> {
 
 /// The sweep written in `dir` ([`JSON`]), as [`write_all`] wrote it.
 pub fn read(dir: &Path) -> Result<NetworkReport> {
-    let path = dir.join(JSON);
-    let text =
-        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    serde_json::from_str(&text).with_context(|| format!("reading {}", path.display()))
+    crate::report::json::read_as(&dir.join(JSON))
 }
 
 /// A point's name in a table's header.

@@ -9,6 +9,8 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::schema::{RunReport, SCHEMA_VERSION};
@@ -20,8 +22,21 @@ pub fn to_string(report: &RunReport) -> Result<String> {
 
 /// Writes `report` to `path`.
 pub fn write(path: &Path, report: &RunReport) -> Result<()> {
-    std::fs::write(path, to_string(report)? + "\n")
-        .with_context(|| format!("writing {}", path.display()))
+    write_as(path, report)
+}
+
+/// Writes `value` to `path` as pretty JSON ending in a newline: every figures file this
+/// program writes beside its Markdown (a run's, a network sweep's, an isolation matrix's).
+pub fn write_as<T: Serialize>(path: &Path, value: &T) -> Result<()> {
+    let text = serde_json::to_string_pretty(value)?;
+    std::fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))
+}
+
+/// Reads the JSON file `path` as written by [`write_as`], with no versions to reconcile.
+pub fn read_as<T: DeserializeOwned>(path: &Path) -> Result<T> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("reading {}", path.display()))
 }
 
 /// Reads `path`: a run's directory (its `report.json`) or the file itself.

@@ -135,9 +135,7 @@ pub fn read(results: &Path) -> Result<Option<RunHistory>> {
 pub fn write(results: &Path, history: &RunHistory) -> Result<()> {
     let mut history = history.clone();
     history.runs.sort_by(|a, b| a.folder.cmp(&b.folder));
-    let path = results.join(FILE);
-    std::fs::write(&path, serde_json::to_string_pretty(&history)? + "\n")
-        .with_context(|| format!("writing {}", path.display()))
+    super::json::write_as(&results.join(FILE), &history)
 }
 
 /// The list of the runs of `history` whose folder is no longer in `results` (without the
