@@ -127,7 +127,10 @@ fn entry(results: &Path, folder: &str) -> Option<PastRun> {
         return Some(of_network(folder, &value(&dir.join(network::report::JSON))));
     }
     if dir.join(isolation::report::JSON).is_file() {
-        return Some(of_isolation(folder, &dir));
+        return Some(of_isolation(
+            folder,
+            &value(&dir.join(isolation::report::JSON)),
+        ));
     }
     None
 }
@@ -251,9 +254,8 @@ fn of_network(folder: &str, v: &Value) -> PastRun {
 }
 
 /// The entry of an isolation matrix (`isolation.json`): its cells and how many failed.
-fn of_isolation(folder: &str, dir: &Path) -> PastRun {
-    let v = value(&dir.join(isolation::report::JSON));
-    let measured = match isolation::report::read(dir) {
+fn of_isolation(folder: &str, v: &Value) -> PastRun {
+    let measured = match serde_json::from_value::<isolation::schema::IsolationReport>(v.clone()) {
         Ok(r) => {
             let failed = (r.cells.iter())
                 .filter(|c| {
@@ -272,7 +274,7 @@ fn of_isolation(folder: &str, dir: &Path) -> PastRun {
         }
         Err(e) => format!("unreadable: {e:#}"),
     };
-    lock_run(folder, &v, RunKind::Isolation, measured)
+    lock_run(folder, v, RunKind::Isolation, measured)
 }
 
 /// The entry of a lock matrix (`matrix.json`): its backends and requirements.
