@@ -59,22 +59,22 @@ pub async fn run(
     servers: &Servers,
     out: &Path,
 ) -> Result<IsolationOutput> {
-    let report = measure(settings, servers).await?;
-    let dir = out.join(format!("{}-isolation", stamp_of(&report.started_at)));
+    let (started_at, stamp) = utc_now();
+    let report = measure(settings, servers, started_at).await?;
+    let dir = out.join(format!("{stamp}-isolation"));
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     report::write_all(&dir, &report)?;
     Ok(IsolationOutput { report, dir })
 }
 
-/// `2026-12-02T15:01:06Z` → `2026-12-02T15-01-06Z`, as the other results' folders are named.
-fn stamp_of(started_at: &str) -> String {
-    started_at.replace(':', "-")
-}
-
-/// Every cell, every round, on databases of its own that it drops at the end.
-pub async fn measure(settings: &IsolationSettings, servers: &Servers) -> Result<IsolationReport> {
+/// Every cell, every round, on databases of its own that it drops at the end; `started_at`
+/// is when, in UTC.
+pub async fn measure(
+    settings: &IsolationSettings,
+    servers: &Servers,
+    started_at: String,
+) -> Result<IsolationReport> {
     let started = Instant::now();
-    let (started_at, _) = utc_now();
     let database = format!(
         "seckill_isolation_{}",
         &uuid::Uuid::new_v4().simple().to_string()[..8]
