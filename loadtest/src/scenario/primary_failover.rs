@@ -256,7 +256,7 @@ async fn round(
     set: &Arc<ReplicatedMariaDb>,
     tl: &Timeline,
 ) -> Result<Figures> {
-    let primary = shop(&set.member(0).url(), 1).await?;
+    let primary = shop(&set.member(0).url()).await?;
     sqlx::raw_sql(
         "CREATE TABLE stock (id INT PRIMARY KEY, units INT NOT NULL); \
          CREATE TABLE orders (id BIGINT AUTO_INCREMENT PRIMARY KEY, buyer BIGINT NOT NULL)",
@@ -306,12 +306,8 @@ async fn round(
     let blocking = Arc::clone(set);
     let (semi_sync_on, _) =
         tokio::task::spawn_blocking(move || blocking.semi_sync_status(0)).await??;
-    // Another client — a product page, an order list — reads the primary now (creating
-    // nothing: a statement that writes would wait for the replica too).
-    let reader = MySqlPoolOptions::new()
-        .max_connections(1)
-        .connect(&format!("{}/shop", set.member(0).url()))
-        .await?;
+    // Another client — a product page, an order list — reads the primary now.
+    let reader = shop_as_is(&set.member(0).url()).await?;
     let seen: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM orders")
         .fetch_one(&reader)
         .await?;
@@ -337,7 +333,7 @@ async fn round(
     );
     let blocking = Arc::clone(set);
     control(move || blocking.promote(1)).await?;
-    let promoted = shop(&set.member(1).url(), 1).await?;
+    let promoted = shop(&set.member(1).url()).await?;
     let on_promoted: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM orders")
         .fetch_one(&promoted)
         .await?;
@@ -366,8 +362,8 @@ async fn round(
     })
 }
 
-/// A pool on the `shop` database of the server at `url`, created if missing.
-pub(super) async fn shop(url: &str, connections: usize) -> Result<MySqlPool> {
+/// A connection's pool on the `shop` database of the server at `url`, created if missing.
+pub(super) async fn shop(url: &str) -> Result<MySqlPool> {
     let admin = MySqlPoolOptions::new()
         .max_connections(1)
         .connect(url)
@@ -376,8 +372,15 @@ pub(super) async fn shop(url: &str, connections: usize) -> Result<MySqlPool> {
         .execute(&admin)
         .await?;
     admin.close().await;
+    shop_as_is(url).await
+}
+
+/// A connection's pool on the `shop` database of the server at `url`, creating nothing: for a
+/// reader of a replica (a statement that wrote would give it a transaction of its own) or of a
+/// primary whose writes wait for a replica.
+pub(super) async fn shop_as_is(url: &str) -> Result<MySqlPool> {
     MySqlPoolOptions::new()
-        .max_connections(u32::try_from(connections.max(1)).unwrap_or(u32::MAX))
+        .max_connections(1)
         .connect(&format!("{url}/shop"))
         .await
         .with_context(|| format!("connecting to {url}/shop"))

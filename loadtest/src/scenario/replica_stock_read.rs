@@ -21,9 +21,8 @@ use anyhow::Result;
 use sandbox::{ReplicatedMariaDb, Replication};
 use serde::{Deserialize, Serialize};
 use sqlx::MySqlPool;
-use sqlx::mysql::MySqlPoolOptions;
 
-use super::primary_failover::shop;
+use super::primary_failover::{shop, shop_as_is};
 use super::{Judgement, Scenario, Stage};
 use crate::rig::control;
 
@@ -91,7 +90,7 @@ impl Scenario for ReplicaStockRead {
             tokio::task::spawn_blocking(|| ReplicatedMariaDb::start(1, Replication::Async))
                 .await??,
         );
-        let primary = shop(&set.member(0).url(), 1).await?;
+        let primary = shop(&set.member(0).url()).await?;
         sqlx::raw_sql("CREATE TABLE stock (id INT PRIMARY KEY, units INT NOT NULL)")
             .execute(&primary)
             .await?;
@@ -114,11 +113,7 @@ impl Scenario for ReplicaStockRead {
                 "replica",
                 format!("shows {} units, and lags from now on", s.stock),
             );
-            // Read only: a statement that wrote would give the replica a transaction of its own.
-            let replica = MySqlPoolOptions::new()
-                .max_connections(1)
-                .connect(&format!("{}/shop", set.member(1).url()))
-                .await?;
+            let replica = shop_as_is(&set.member(1).url()).await?;
             let figures = sale(&s, subject, id, &primary, &replica).await?;
             tl.log(
                 "buyers",
