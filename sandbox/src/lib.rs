@@ -25,6 +25,9 @@
 //! also `partition(i)` a member from its peers, because their peer traffic runs through
 //! relays whose connections can be made to go silent.
 //!
+//! [`RedisCluster`] is three masters with a replica each; each pair, a [`RedisShard`], is a
+//! [`Cluster`] of its own (which member is its master now, its promotion when the master dies).
+//!
 //! Replicated databases: [`ReplicatedMariaDb`] (a primary and replicas, asynchronous or
 //! semi-synchronous, a replica made to lag, cut off, promoted) and [`PgBouncer`] in front of a
 //! [`Postgres`], pooling by transaction or by session.
@@ -65,6 +68,7 @@ mod postgres;
 mod priority;
 mod process;
 mod redis;
+mod redis_cluster;
 mod redis_sentinel;
 mod relay;
 mod resp;
@@ -86,6 +90,7 @@ pub use postgres::Postgres;
 pub use priority::{at_server_priority, set_server_niceness};
 pub use process::{Guardian, Server};
 pub use redis::{Redis, RedisPair};
+pub use redis_cluster::{RedisCluster, RedisShard, SHARDS};
 pub use redis_sentinel::{MASTER_NAME, RedisSentinelCluster, Sentinel};
 pub use relay::Relay;
 pub use servers::{Endpoints, REDLOCK_INSTANCES, Servers, Versions};

@@ -11,6 +11,8 @@ use crate::{Error, Result, ports, resp};
 struct RedisLaunch {
     port: u16,
     replica_of: Option<u16>,
+    /// A member of a Redis Cluster, whose peers talk to it on this port (its cluster bus).
+    cluster_bus: Option<u16>,
 }
 
 impl Launch for RedisLaunch {
@@ -28,6 +30,17 @@ impl Launch for RedisLaunch {
             .arg(dir);
         if let Some(primary) = self.replica_of {
             c.args(["--replicaof", "127.0.0.1", &primary.to_string()]);
+        }
+        if let Some(bus) = self.cluster_bus {
+            // `nodes.conf` (the member's identity and its view of the cluster) lives in its
+            // directory, so a member started again rejoins as itself. A silent member is
+            // judged failed after 1 s, and a replica may always stand in for its master,
+            // however long since it last heard from it.
+            c.args(["--cluster-enabled", "yes"])
+                .args(["--cluster-config-file", "nodes.conf"])
+                .args(["--cluster-port", &bus.to_string()])
+                .args(["--cluster-node-timeout", "1000"])
+                .args(["--cluster-replica-validity-factor", "0"]);
         }
         c
     }
@@ -76,8 +89,29 @@ impl Redis {
 
     fn launch_once(replica_of: Option<u16>) -> Result<Redis> {
         let port = ports::free_port()?;
-        let server = Server::start("redis", RedisLaunch { port, replica_of }, |_| Ok(()))?;
+        let launch = RedisLaunch {
+            port,
+            replica_of,
+            cluster_bus: None,
+        };
+        let server = Server::start("redis", launch, |_| Ok(()))?;
         Ok(Redis { server, port })
+    }
+
+    /// Starts a member of a Redis Cluster, not yet in any cluster: its client port and its
+    /// bus port are quiet ports, which no other process takes while it is down between a kill
+    /// and its restart.
+    pub(crate) fn launch_cluster_member(name: &str) -> Result<Redis> {
+        crate::cluster::retry_port_clash(|| {
+            let port = ports::quiet_port()?;
+            let launch = RedisLaunch {
+                port,
+                replica_of: None,
+                cluster_bus: Some(ports::quiet_port()?),
+            };
+            let server = Server::start(name, launch, |_| Ok(()))?;
+            Ok(Redis { server, port })
+        })
     }
 
     /// `redis://127.0.0.1:<port>`

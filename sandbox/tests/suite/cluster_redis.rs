@@ -1,0 +1,59 @@
+//! Redis Cluster: three shards serve every slot, a dead master's replica takes its slots with
+//! what it had received, and the dead master comes back as its replica.
+
+use std::time::Duration;
+
+use sandbox::{Cluster, RedisCluster};
+
+/// Generous: a master is judged failed after 1 s, the vote and the promotion take a few more.
+const FAILOVER: Duration = Duration::from_secs(60);
+
+/// The slot of `key`, as the cluster computes it.
+fn slot_of(cluster: &RedisCluster, key: &str) -> u16 {
+    let member = cluster.shards()[0].member(0);
+    member
+        .command(&["CLUSTER", "KEYSLOT", key])
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn three_masters_each_with_a_replica_serve_all_16384_slots() {
+    sandbox::require_faults!();
+    let cluster = RedisCluster::start().unwrap();
+    let shards = cluster.shards();
+    assert_eq!(shards.len(), 3);
+    assert_eq!(shards[0].slots().0, 0);
+    assert_eq!(shards[2].slots().1, 16383);
+    for pair in shards.windows(2) {
+        assert_eq!(pair[0].slots().1 + 1, pair[1].slots().0);
+    }
+    for shard in shards {
+        assert_eq!(shard.master(), Some(0));
+        let role = shard.member(1).command(&["ROLE"]).unwrap();
+        assert!(role.starts_with("slave"), "{role}");
+    }
+    assert!(cluster.url().starts_with("redis+cluster://127.0.0.1:"));
+    assert_eq!(cluster.url().matches(',').count(), 5);
+}
+
+#[test]
+fn a_killed_master_s_replica_takes_its_slots_and_the_master_returns_as_its_replica() {
+    sandbox::require_faults!();
+    let cluster = RedisCluster::start().unwrap();
+    let key = "{probe}:stock";
+    let shard = cluster.shard_of_slot(slot_of(&cluster, key)).clone();
+    shard.member(0).command(&["SET", key, "10"]).unwrap();
+    shard.member(0).command(&["WAIT", "1", "5000"]).unwrap();
+    shard.process(0).kill().unwrap();
+    let promoted = sandbox::wait_for(FAILOVER, || shard.master().filter(|&m| m == 1));
+    assert_eq!(promoted, Some(1), "the replica was not promoted");
+    assert_eq!(shard.member(1).command(&["GET", key]).unwrap(), "10");
+    shard.rejoin(0, FAILOVER).unwrap();
+    let role = shard.member(0).command(&["ROLE"]).unwrap();
+    assert!(role.starts_with("slave"), "{role}");
+    assert_eq!(shard.master(), Some(1));
+    let info = shard.member(1).command(&["CLUSTER", "INFO"]).unwrap();
+    assert!(info.contains("cluster_state:ok"), "{info}");
+}
