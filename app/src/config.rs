@@ -34,7 +34,10 @@ pub struct Config {
 
     /// Redis URL for the single-instance Redis lock strategies and Redis-held stock, when no
     /// `--redis-sentinels` are given. With Sentinels it is ignored: a fixed address would keep
-    /// sending locks and deductions to a primary that died or was demoted.
+    /// sending locks and deductions to a primary that died or was demoted. A Redis Cluster is
+    /// `redis+cluster://host:port,…` (any of its members): Redis-held stock is then kept on the
+    /// cluster, its keys dealt into lanes of one slot each; the Redis locks take no cluster
+    /// address, and their strategies answer `503 backend_unavailable`.
     #[arg(long, env = "REDIS_URL", hide_env_values = true)]
     pub redis_url: Option<String>,
 

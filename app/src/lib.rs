@@ -171,14 +171,20 @@ pub async fn build_with(
                 },
             ))
         });
-    // Every instance with Redis places orders of the stream, whichever strategies it serves.
-    let consumer = redis.clone().map(|redis| {
-        let claim_idle = Duration::from_millis(config.stream_claim_idle_ms);
-        let consumer = Consumer::new(redis, pool.clone(), config.stream_batch, claim_idle)
-            .named(&config.listen.to_string())
-            .with_metrics(metrics.clone());
-        tokio::spawn(consumer.run())
-    });
+    // Every instance with Redis places orders of the streams, one consumer per lane, whichever
+    // strategies it serves.
+    let consumers: Vec<_> = redis
+        .iter()
+        .flat_map(|redis| (0..redis.keys().lanes()).map(move |lane| (redis.clone(), lane)))
+        .map(|(redis, lane)| {
+            let claim_idle = Duration::from_millis(config.stream_claim_idle_ms);
+            let consumer = Consumer::new(redis, pool.clone(), config.stream_batch, claim_idle)
+                .in_lane(lane)
+                .named(&config.listen.to_string())
+                .with_metrics(metrics.clone());
+            tokio::spawn(consumer.run())
+        })
+        .collect();
     let limiter = Arc::new(overload::Limiter::new(
         config.max_in_flight,
         Duration::from_millis(config.latency_budget_ms),
@@ -267,7 +273,7 @@ pub async fn build_with(
         readers,
         life,
         background: Arc::new(Background::new(
-            consumer
+            consumers
                 .into_iter()
                 .chain(listener)
                 .chain(sweep)

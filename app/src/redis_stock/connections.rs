@@ -1,6 +1,7 @@
-//! Where Redis-held stock finds its Redis: one fixed address (`--redis-url`), or whichever
+//! Where Redis-held stock finds its Redis: one fixed address (`--redis-url`), whichever
 //! server a group of Sentinels names as primary now (`--redis-sentinels`, written
-//! `redis+sentinel://host:port,…/<master name>` as for the locks, [`Target`]).
+//! `redis+sentinel://host:port,…/<master name>` as for the locks, [`Target`]), or a Redis
+//! Cluster (`--redis-url redis+cluster://host:port,…`, any of its members).
 //!
 //! Either way the stock gets the same two kinds of connection. A pool (deadpool-redis), for
 //! whatever needs a connection of its own: the consumer's blocking read, a deduction followed
@@ -18,6 +19,12 @@
 //! purchase answers `503 backend_unavailable`; afterwards the same instance sells from the
 //! promoted replica, without a restart.
 //!
+//! On a cluster both kinds are redis-rs's cluster client, which learns which master serves
+//! each slot, sends each command to the master of its keys' slot, follows `MOVED` when the
+//! slots move, and asks the cluster again when a master stops answering. A command whose keys
+//! span slots is refused (`CROSSSLOT`): the stock's keys are dealt into lanes for that
+//! ([`super::Keys`]).
+//!
 //! What it cannot do: bring back what the promoted replica never received. Replication is
 //! asynchronous, so deductions the old primary answered and had not shipped are gone, and
 //! their units sell again (**oversell**; scenario `cluster-sale`, row `redis-lua`), unless
@@ -26,9 +33,10 @@
 
 use std::sync::Arc;
 
+use deadpool_redis::cluster::{ClusterClient, ClusterConnection};
 use deadpool_redis::redis::aio::{ConnectionLike, ConnectionManager, MultiplexedConnection};
 use deadpool_redis::redis::{self, Cmd, Pipeline, RedisError, RedisFuture, RedisResult, Value};
-use deadpool_redis::{PoolConfig, Runtime, sentinel};
+use deadpool_redis::{PoolConfig, Runtime, cluster, sentinel};
 use locks::redis::{Following, Target, primary_gone};
 use tokio::sync::OnceCell;
 
@@ -45,6 +53,7 @@ pub(crate) struct Connections {
 enum Pool {
     Direct(deadpool_redis::Pool),
     Sentinel(sentinel::Pool),
+    Cluster(cluster::Pool),
 }
 
 #[derive(Clone)]
@@ -56,12 +65,25 @@ enum Shared {
         manager: Arc<OnceCell<ConnectionManager>>,
     },
     Following(Following),
+    /// The cluster client's one connection (a connection per master, multiplexed), opened on
+    /// first use; it follows the slots by itself.
+    Cluster {
+        members: Vec<String>,
+        client: Box<ClusterClient>,
+        connection: Arc<OnceCell<ClusterConnection>>,
+    },
 }
+
+/// The scheme of a Redis Cluster's address: `redis+cluster://host:port,host:port,…`.
+const CLUSTER_SCHEME: &str = "redis+cluster://";
 
 impl Connections {
     /// Connections to the Redis at `url` (`redis://…` or `redis+sentinel://…`), at most
     /// `pool` of them in the pool; nothing is connected before the first use.
     pub(crate) fn open(url: &str, pool: PoolConfig) -> Result<Connections, String> {
+        if let Some(members) = url.strip_prefix(CLUSTER_SCHEME) {
+            return Self::open_cluster(members, pool);
+        }
         let target = Target::parse(url).map_err(|e| e.to_string())?;
         match &target {
             Target::Direct(url) => {
@@ -99,6 +121,37 @@ impl Connections {
         }
     }
 
+    /// Connections to the cluster whose members (`host:port`, comma-separated) are given.
+    fn open_cluster(members: &str, pool: PoolConfig) -> Result<Connections, String> {
+        let members: Vec<String> = members
+            .split(',')
+            .filter(|m| !m.is_empty())
+            .map(|m| format!("redis://{m}"))
+            .collect();
+        if members.is_empty() {
+            return Err(format!("{CLUSTER_SCHEME} names no member"));
+        }
+        let mut config = cluster::Config::from_urls(members.clone());
+        config.pool = Some(pool);
+        let pool = config
+            .create_pool(Some(Runtime::Tokio1))
+            .map_err(|e| e.to_string())?;
+        let client = ClusterClient::new(members.clone()).map_err(|e| e.to_string())?;
+        Ok(Connections {
+            pool: Pool::Cluster(pool),
+            shared: Shared::Cluster {
+                members,
+                client: Box::new(client),
+                connection: Arc::default(),
+            },
+        })
+    }
+
+    /// Whether the Redis is a cluster.
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self.shared, Shared::Cluster { .. })
+    }
+
     /// The shared multiplexed connection (to the current primary).
     pub(crate) async fn shared(&self) -> Result<SharedConnection, RedisStockError> {
         match &self.shared {
@@ -117,14 +170,24 @@ impl Connections {
                     .map_err(RedisStockError::NoPrimary)?;
                 Ok(SharedConnection::Following(conn, following.clone()))
             }
+            Shared::Cluster {
+                client, connection, ..
+            } => {
+                let connection = connection
+                    .get_or_try_init(|| client.get_async_connection())
+                    .await?;
+                Ok(SharedConnection::Cluster(connection.clone()))
+            }
         }
     }
 
-    /// The fixed address, when there is one (not behind Sentinels).
+    /// The fixed address, when there is one: the server's, or a cluster's first member's
+    /// (a message published on a cluster reaches every member); none behind Sentinels.
     pub(crate) fn fixed_url(&self) -> Option<&str> {
         match &self.shared {
             Shared::Direct { url, .. } => Some(url),
             Shared::Following(_) => None,
+            Shared::Cluster { members, .. } => members.first().map(String::as_str),
         }
     }
 
@@ -133,6 +196,7 @@ impl Connections {
         Ok(match &self.pool {
             Pool::Direct(pool) => PooledConnection::Direct(pool.get().await?),
             Pool::Sentinel(pool) => PooledConnection::Sentinel(pool.get().await?),
+            Pool::Cluster(pool) => PooledConnection::Cluster(pool.get().await?),
         })
     }
 }
@@ -141,6 +205,7 @@ impl Connections {
 pub(crate) enum SharedConnection {
     Manager(ConnectionManager),
     Following(MultiplexedConnection, Following),
+    Cluster(ClusterConnection),
 }
 
 impl SharedConnection {
@@ -158,6 +223,7 @@ impl SharedConnection {
 pub(crate) enum PooledConnection {
     Direct(deadpool_redis::Connection),
     Sentinel(sentinel::Connection),
+    Cluster(cluster::Connection),
 }
 
 impl PooledConnection {
@@ -175,6 +241,7 @@ impl PooledConnection {
             match self {
                 PooledConnection::Direct(conn) => drop(deadpool_redis::Connection::take(conn)),
                 PooledConnection::Sentinel(conn) => drop(sentinel::Connection::take(conn)),
+                PooledConnection::Cluster(conn) => drop(cluster::Connection::take(conn)),
             }
         }
         error.into()
@@ -186,6 +253,7 @@ impl SharedConnection {
         match self {
             SharedConnection::Manager(c) => c,
             SharedConnection::Following(c, _) => c,
+            SharedConnection::Cluster(c) => c,
         }
     }
 
@@ -193,6 +261,7 @@ impl SharedConnection {
         match self {
             SharedConnection::Manager(c) => c,
             SharedConnection::Following(c, _) => c,
+            SharedConnection::Cluster(c) => c,
         }
     }
 }
@@ -202,6 +271,7 @@ impl PooledConnection {
         match self {
             PooledConnection::Direct(c) => c,
             PooledConnection::Sentinel(c) => c,
+            PooledConnection::Cluster(c) => c,
         }
     }
 
@@ -209,6 +279,7 @@ impl PooledConnection {
         match self {
             PooledConnection::Direct(c) => c,
             PooledConnection::Sentinel(c) => c,
+            PooledConnection::Cluster(c) => c,
         }
     }
 }

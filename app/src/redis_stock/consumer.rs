@@ -1,7 +1,8 @@
 //! The stream consumer of `redis-lua-stream`: moves accepted orders from the Redis Stream into
 //! the database, exactly once each.
 //!
-//! Every instance runs one consumer, all in one consumer group, so each entry is delivered to
+//! Every instance runs one consumer per lane of the stock's keys (one on one Redis; see
+//! [`super::Keys`]), each lane's consumers in one consumer group, so each entry is delivered to
 //! one of them. A consumer reads a batch (`XREADGROUP`), inserts its orders in one statement
 //! that ignores request ids already present, commits, and only then acknowledges and deletes
 //! the entries (one script). A consumer that dies between the read and the acknowledgement
@@ -58,6 +59,8 @@ pub struct Consumer {
     redis: RedisStock,
     pool: MySqlPool,
     name: String,
+    /// The lane whose stream it reads.
+    lane: u64,
     batch: usize,
     claim_idle: Duration,
     last_claim: Option<Instant>,
@@ -75,6 +78,7 @@ impl Consumer {
             redis,
             pool,
             name: format!("consumer-{}", uuid::Uuid::new_v4().simple()),
+            lane: 0,
             batch: batch.max(1),
             claim_idle,
             last_claim: None,
@@ -88,6 +92,12 @@ impl Consumer {
     pub fn named(mut self, instance: &str) -> Consumer {
         let unique = uuid::Uuid::new_v4().simple().to_string();
         self.name = format!("{instance}/{}", &unique[..8]);
+        self
+    }
+
+    /// Reads the stream of `lane` rather than the first lane's.
+    pub fn in_lane(mut self, lane: u64) -> Consumer {
+        self.lane = lane;
         self
     }
 
@@ -110,7 +120,7 @@ impl Consumer {
     /// One round: claims entries left by dead consumers (at most every half claim time), reads
     /// new ones, places them, and reports the lag. Returns the orders placed.
     pub async fn round(&mut self) -> Result<usize, ConsumerError> {
-        self.redis.ensure_group().await?;
+        self.redis.ensure_group(self.lane).await?;
         let mut placed = 0;
         if !self.unplaced.is_empty() {
             let retry = std::mem::take(&mut self.unplaced);
@@ -126,7 +136,8 @@ impl Consumer {
         }
         let read = self.read(Some(BLOCK_MS)).await?;
         placed += self.place_or_keep(read).await?;
-        if let Some(metrics) = &self.metrics {
+        // The first lane's consumer reports every lane's lag (one gauge, counted once).
+        if let Some(metrics) = self.metrics.as_ref().filter(|_| self.lane == 0) {
             metrics.set_stream_lag(self.redis.stream_len().await?);
         }
         Ok(placed)
@@ -145,7 +156,7 @@ impl Consumer {
         if let Some(ms) = block_ms {
             cmd.arg("BLOCK").arg(ms);
         }
-        cmd.arg("STREAMS").arg(keys.stream()).arg(">");
+        cmd.arg("STREAMS").arg(keys.stream(self.lane)).arg(">");
         let reply: Option<streams::StreamReadReply> = self.redis.query(&cmd).await?;
         let entries = reply
             .into_iter()
@@ -164,7 +175,7 @@ impl Consumer {
             .redis
             .query(
                 redis::cmd("XAUTOCLAIM")
-                    .arg(keys.stream())
+                    .arg(keys.stream(self.lane))
                     .arg(GROUP)
                     .arg(&self.name)
                     .arg(idle)
@@ -283,7 +294,10 @@ impl Consumer {
     ) -> Result<(), RedisStockError> {
         let keys = self.redis.keys();
         let mut placed = PLACED.prepare_invoke();
-        placed.key(keys.stream()).key(keys.pending()).arg(GROUP);
+        placed
+            .key(keys.stream(self.lane))
+            .key(keys.pending(self.lane))
+            .arg(GROUP);
         for done in entries {
             placed
                 .key(done.waiting)
@@ -312,7 +326,7 @@ impl Consumer {
                     self.acknowledge(std::iter::once(Done {
                         entry_id: &entry.id,
                         pending_field: "",
-                        waiting: self.redis.keys().no_product_waiting(),
+                        waiting: self.redis.keys().no_product_waiting(self.lane),
                         quantity: 0,
                     }))
                     .await?;

@@ -197,11 +197,11 @@ impl RedisStock {
         let mut pipe = redis::pipe();
         for order in &waiting {
             pipe.cmd("XDEL")
-                .arg(self.keys.stream())
+                .arg(self.keys.stream(self.keys.lane(product)))
                 .arg(&order.entry_id)
                 .ignore();
             pipe.cmd("HDEL")
-                .arg(self.keys.pending())
+                .arg(self.keys.pending(self.keys.lane(product)))
                 .arg(charge::pending_field(order.key()))
                 .ignore();
         }

@@ -9,8 +9,10 @@
 //!
 //! Every key starts with the instance's key prefix (`--lock-prefix`), so deployments and test
 //! runs sharing one Redis stay apart. Every operation is bounded by a timeout: a Redis that
-//! does not answer is `backend_unavailable`, never a guess. The Redis is one address or the
-//! primary a group of Sentinels names, followed across a failover (`connections.rs`).
+//! does not answer is `backend_unavailable`, never a guess. The Redis is one address, the
+//! primary a group of Sentinels names, followed across a failover, or a Redis Cluster
+//! (`connections.rs`), on which a product's keys and its lane's stream share one slot
+//! ([`Keys`]).
 
 pub mod announce;
 pub mod charge;
@@ -20,6 +22,7 @@ pub mod epoch;
 mod keys;
 pub mod reconcile;
 pub mod scripts;
+mod stream;
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -31,7 +34,8 @@ use crate::config::Config;
 pub use announce::News;
 pub use charge::Attempt;
 use connections::Connections;
-pub use keys::Keys;
+pub use keys::{CLUSTER_LANES, Keys};
+pub use stream::StreamOrder;
 
 /// What settling a take whose answer was lost found ([`RedisStock::settle`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,52 +86,6 @@ impl RedisStockError {
             | RedisStockError::NotConfigured => true,
             RedisStockError::Malformed(_) => false,
         }
-    }
-}
-
-/// An order waiting in the stream.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StreamOrder {
-    pub entry_id: String,
-    pub request_id: String,
-    pub product_id: u64,
-    pub user_id: String,
-    pub quantity: u32,
-    pub strategy: String,
-    /// The attempt that charged it (absent in an entry written without one).
-    pub attempt: Option<String>,
-}
-
-impl StreamOrder {
-    /// The purchase this entry places.
-    pub fn key(&self) -> crate::db::orders::PurchaseKey<'_> {
-        crate::db::orders::PurchaseKey {
-            product_id: self.product_id,
-            user_id: &self.user_id,
-            request_id: &self.request_id,
-        }
-    }
-
-    fn parse(entry: &redis::streams::StreamId) -> Result<StreamOrder, RedisStockError> {
-        let field = |name: &str| {
-            entry
-                .get::<String>(name)
-                .ok_or_else(|| RedisStockError::Malformed(format!("{}: no {name}", entry.id)))
-        };
-        let number = |name: &str| {
-            field(name)?
-                .parse::<u64>()
-                .map_err(|e| RedisStockError::Malformed(format!("{}: {name}: {e}", entry.id)))
-        };
-        Ok(StreamOrder {
-            entry_id: entry.id.clone(),
-            request_id: field("request_id")?,
-            product_id: number("product_id")?,
-            user_id: field("user_id")?,
-            quantity: u32::try_from(number("quantity")?).unwrap_or(u32::MAX),
-            strategy: field("strategy")?,
-            attempt: entry.get::<String>("attempt"),
-        })
     }
 }
 
@@ -199,7 +157,8 @@ impl RedisStock {
 
     /// A pool of at most `size` connections (and the shared one) to the Redis at `url`, with
     /// keys under `prefix`. `url` is `redis://…`, or `redis+sentinel://host:port,…/<master
-    /// name>` for the primary those Sentinels name, followed across failovers.
+    /// name>` for the primary those Sentinels name, followed across failovers, or
+    /// `redis+cluster://host:port,…` for a Redis Cluster (its keys dealt into lanes).
     pub fn open(url: &str, prefix: &str, size: usize) -> Result<RedisStock, String> {
         let mut pool = PoolConfig::new(size.max(1));
         pool.timeouts = Timeouts {
@@ -207,9 +166,14 @@ impl RedisStock {
             create: Some(TIMEOUT),
             recycle: Some(TIMEOUT),
         };
+        let connections = Connections::open(url, pool)?;
+        let lanes = match connections.is_cluster() {
+            true => keys::CLUSTER_LANES,
+            false => 1,
+        };
         Ok(RedisStock {
-            connections: Connections::open(url, pool)?,
-            keys: Keys::new(prefix),
+            connections,
+            keys: Keys::in_lanes(prefix, lanes),
             wait: None,
         })
     }
@@ -395,27 +359,6 @@ impl RedisStock {
         Ok(counter.map(|counter| (counter, charges.unwrap_or(0))))
     }
 
-    /// The orders in the stream (of `product`, or of all products), oldest first: accepted,
-    /// their units taken from the counter, not yet placed in the database.
-    pub async fn waiting(&self, product: Option<u64>) -> Result<Vec<StreamOrder>, RedisStockError> {
-        let reply: redis::streams::StreamRangeReply = self
-            .query(
-                redis::cmd("XRANGE")
-                    .arg(self.keys.stream())
-                    .arg("-")
-                    .arg("+"),
-            )
-            .await?;
-        let mut orders = Vec::new();
-        for entry in &reply.ids {
-            let order = StreamOrder::parse(entry)?;
-            if product.is_none_or(|p| p == order.product_id) {
-                orders.push(order);
-            }
-        }
-        Ok(orders)
-    }
-
     /// Units of `product` accepted and not yet placed: the count the scripts keep, one `GET`
     /// whatever the stream holds.
     pub async fn waiting_units(&self, product: u64) -> Result<i64, RedisStockError> {
@@ -425,28 +368,10 @@ impl RedisStock {
         Ok(units.unwrap_or(0))
     }
 
-    /// Entries in the stream (accepted orders not yet placed), all products.
-    pub async fn stream_len(&self) -> Result<u64, RedisStockError> {
-        self.query(redis::cmd("XLEN").arg(self.keys.stream())).await
-    }
-
     /// The Redis clock (`TIME`), in milliseconds: the clock the charge records are written by.
     pub async fn now_ms(&self) -> Result<u64, RedisStockError> {
         let (secs, micros): (u64, u64) = self.query(&redis::cmd("TIME")).await?;
         Ok(secs * 1000 + micros / 1000)
-    }
-
-    /// Whether the order of the purchase `key` waits in the stream.
-    pub async fn is_waiting(
-        &self,
-        key: crate::db::orders::PurchaseKey<'_>,
-    ) -> Result<bool, RedisStockError> {
-        self.query(
-            redis::cmd("HEXISTS")
-                .arg(self.keys.pending())
-                .arg(charge::pending_field(key)),
-        )
-        .await
     }
 
     /// The purchases the product's counter has charged: field → charge record (see
@@ -454,24 +379,6 @@ impl RedisStock {
     pub async fn charged(&self, product: u64) -> Result<HashMap<String, String>, RedisStockError> {
         self.query(redis::cmd("HGETALL").arg(self.keys.requests(product)))
             .await
-    }
-
-    /// Creates the consumer group (and the stream) if missing.
-    pub async fn ensure_group(&self) -> Result<(), RedisStockError> {
-        let created = self
-            .query::<()>(
-                redis::cmd("XGROUP")
-                    .arg("CREATE")
-                    .arg(self.keys.stream())
-                    .arg(GROUP)
-                    .arg("0")
-                    .arg("MKSTREAM"),
-            )
-            .await;
-        match created {
-            Err(RedisStockError::Redis(e)) if e.code() == Some("BUSYGROUP") => Ok(()),
-            other => other,
-        }
     }
 }
 

@@ -302,8 +302,8 @@ async fn charge_directly(redis: &RedisStock, product: u64, strategy: &str) -> i6
             user_id: "u-1",
             request_id: "r-1",
         };
-        take.key(keys.stream())
-            .key(keys.pending())
+        take.key(keys.stream(0))
+            .key(keys.pending(0))
             .key(keys.waiting(product))
             .arg("r-1")
             .arg(product)

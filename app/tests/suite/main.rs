@@ -33,6 +33,7 @@ mod purchase_stages;
 mod reconcile_mid_sale;
 mod redis_restart;
 mod redis_stock;
+mod redis_stock_cluster;
 mod redis_stock_sentinel;
 mod request_identity;
 mod requests;

@@ -72,7 +72,7 @@ async fn placed(app: &TestApp, product: u64, user: &str, request: &str) {
 /// Entries of the stream a consumer has read and not yet acknowledged.
 async fn read_unacknowledged(redis: &RedisStock) -> usize {
     let mut xpending = redis::cmd("XPENDING");
-    xpending.arg(redis.keys().stream()).arg(GROUP);
+    xpending.arg(redis.keys().stream(0)).arg(GROUP);
     redis
         .query::<StreamPendingReply>(&xpending)
         .await

@@ -259,7 +259,7 @@ async fn an_idle_consumer_s_round_waits_for_entries_and_ends_with_none_rather_th
     let config = config_with(&database_url, shared_redis().await);
     let pool = db::connect(&config).await.expect("database");
     let redis = redis_of(&config);
-    redis.ensure_group().await.expect("group");
+    redis.ensure_group(0).await.expect("group");
     let mut consumer = Consumer::new(redis, pool, 100, Duration::from_secs(30));
     for round in 0..3 {
         assert_eq!(
@@ -278,7 +278,7 @@ async fn entries_of_a_consumer_that_died_before_acknowledging_are_claimed_and_pl
     let config = config_with(&database_url, shared_redis().await);
     let pool = db::connect(&config).await.expect("database");
     let redis = redis_of(&config);
-    redis.ensure_group().await.expect("group");
+    redis.ensure_group(0).await.expect("group");
     let keys = redis.keys().clone();
     let mut accepted = Vec::new();
     for i in 0..ENTRIES {
@@ -286,7 +286,7 @@ async fn entries_of_a_consumer_that_died_before_acknowledging_are_claimed_and_pl
         redis
             .query::<String>(
                 redis::cmd("XADD")
-                    .arg(keys.stream())
+                    .arg(keys.stream(0))
                     .arg("*")
                     .arg("request_id")
                     .arg(&request_id)
@@ -307,7 +307,7 @@ async fn entries_of_a_consumer_that_died_before_acknowledging_are_claimed_and_pl
             request_id: &request_id,
         });
         redis
-            .query::<()>(redis::cmd("HSET").arg(keys.pending()).arg(field).arg(7))
+            .query::<()>(redis::cmd("HSET").arg(keys.pending(0)).arg(field).arg(7))
             .await
             .expect("hset");
         accepted.push(request_id);

@@ -233,7 +233,7 @@ type PendingSummary = (
 async fn pending_of(stock: &RedisStock, instance: &str) -> Result<i64> {
     let keys = Keys::new("");
     let (_, _, _, consumers): PendingSummary = stock
-        .query(redis::cmd("XPENDING").arg(keys.stream()).arg(GROUP))
+        .query(redis::cmd("XPENDING").arg(keys.stream(0)).arg(GROUP))
         .await
         .context("XPENDING")?;
     Ok(consumers

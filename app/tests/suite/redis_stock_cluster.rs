@@ -1,0 +1,98 @@
+//! Redis-held stock on a Redis Cluster: given the cluster's address, an instance reaches each
+//! product's keys on the master that serves their slot, `redis-lua` and `redis-lua-stream`
+//! sell exactly the stock across two instances, and products of different lanes live on
+//! different masters.
+
+use crate::common;
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, OnceLock};
+
+use app::api::Home;
+use app::redis_stock::{CLUSTER_LANES, Keys};
+use common::{drop_database, fresh_database_url, ledger, sells_exactly_the_stock_on, spawn_app};
+use reqwest::StatusCode;
+use sandbox::RedisCluster;
+use serde_json::json;
+
+/// One cluster for this file's tests (each keeps its keys under a prefix of its own).
+async fn cluster() -> Arc<RedisCluster> {
+    static CLUSTER: OnceLock<Arc<RedisCluster>> = OnceLock::new();
+    tokio::task::spawn_blocking(|| {
+        CLUSTER
+            .get_or_init(|| Arc::new(RedisCluster::start().expect("a Redis Cluster")))
+            .clone()
+    })
+    .await
+    .expect("join")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_lua_on_a_cluster_sells_exactly_the_stock_from_two_instances() {
+    sandbox::require_faults!();
+    let url = cluster().await.url();
+    sells_exactly_the_stock_on(2, "redis-lua", |config| config.redis_url = Some(url)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_lua_stream_on_a_cluster_sells_exactly_the_stock_and_places_every_order() {
+    sandbox::require_faults!();
+    let url = cluster().await.url();
+    sells_exactly_the_stock_on(2, "redis-lua-stream", |config| config.redis_url = Some(url)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn products_of_different_lanes_are_sold_from_different_masters() {
+    sandbox::require_faults!();
+    let cluster = cluster().await;
+    let database_url = fresh_database_url().await;
+    let mut config = common::test_config(&database_url);
+    config.redis_url = Some(cluster.url());
+    config.lock_prefix = format!("t{}:", uuid::Uuid::new_v4().simple());
+    let keys = Keys::in_lanes(&config.lock_prefix, CLUSTER_LANES);
+    let app = spawn_app(config).await;
+    // The master serving each lane's first product, by the slot the cluster computes.
+    let c = cluster.clone();
+    let stock_keys: Vec<String> = (0..CLUSTER_LANES).map(|p| keys.stock(p)).collect();
+    let masters: Vec<u16> = tokio::task::spawn_blocking(move || {
+        let asked = c.shards()[0].member(0);
+        stock_keys
+            .iter()
+            .map(|key| {
+                let slot = asked.command(&["CLUSTER", "KEYSLOT", key]).unwrap();
+                c.shard_of_slot(slot.parse().unwrap()).slots().0
+            })
+            .collect()
+    })
+    .await
+    .expect("join");
+    let distinct: BTreeSet<u16> = masters.iter().copied().collect();
+    assert_eq!(
+        distinct.len(),
+        sandbox::SHARDS,
+        "the lanes live on {distinct:?}"
+    );
+    // One unit of a product on each master, each counter read back where it lives.
+    for &shard in &distinct {
+        let product = masters.iter().position(|&s| s == shard).unwrap() as u64;
+        app.reset_in(product, 3, Home::Redis).await;
+        let body = json!({"user_id": "u-1", "quantity": 1, "request_id": format!("r-{product}"),
+                          "strategy": "redis-lua"});
+        let (status, answer) = app.order(product, &body, None).await;
+        assert_eq!(status, StatusCode::CREATED, "{answer}");
+        let (c, key) = (cluster.clone(), keys.stock(product));
+        let left = tokio::task::spawn_blocking(move || {
+            let shard = c.shards().iter().find(|s| s.slots().0 == shard).unwrap();
+            shard
+                .member(shard.master().unwrap())
+                .command(&["GET", &key])
+        })
+        .await
+        .expect("join")
+        .expect("GET on the shard's master");
+        assert_eq!(left, "2", "product {product}");
+        assert_eq!(ledger(&database_url, product).await.orders, 1);
+    }
+    app.stop().await;
+    drop_database(&database_url).await;
+}
