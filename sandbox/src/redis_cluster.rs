@@ -18,7 +18,9 @@
 //!
 //! There is no relay-based partition here, for the reason the Sentinel set has none: the
 //! members tell clients and each other their own addresses. Pausing a member (SIGSTOP) is the
-//! partition this cluster offers.
+//! partition this cluster offers. To make a replica miss writes for certain — a paused one
+//! reads them from its socket once it resumes — its link to its master is cut
+//! ([`RedisShard::cut_replication`]).
 
 use std::process::Command;
 use std::sync::Arc;
@@ -172,6 +174,30 @@ impl RedisShard {
             .map(|n| n.port)
     }
 
+    /// Cuts the replica off from its master: its link is dropped and it cannot make another
+    /// (its handshake is refused: it is given a password the master does not have), so it
+    /// receives nothing the master writes from now on, while both go on serving the cluster —
+    /// to the replica, a master it cannot reach. Returns the master's member index.
+    pub fn cut_replication(&self) -> Result<usize> {
+        let master = self.await_leader(START)?;
+        let replica = &self.members[1 - master];
+        replica.command(&["CONFIG", "SET", "masterauth", CUT_OFF])?;
+        self.members[master].command(&["CLIENT", "KILL", "TYPE", "replica"])?;
+        cluster::await_answer("redis-cluster", "cut a replica off", START, || {
+            let info = replica.command(&["INFO", "replication"]).ok()?;
+            (resp::info_field(&info, "master_link_status").as_deref() == Some("down")).then_some(())
+        })?;
+        Ok(master)
+    }
+
+    /// Undoes [`RedisShard::cut_replication`] on every member that answers: a replica among
+    /// them links to its master again.
+    pub fn heal_replication(&self) {
+        for member in self.members.iter() {
+            let _ = member.command(&["CONFIG", "SET", "masterauth", ""]);
+        }
+    }
+
     /// Waits until the member other than `master` replicates it with its link up.
     fn await_replica_in_sync(&self, master: usize, within: Duration) -> Result<()> {
         let replica = &self.members[1 - master];
@@ -223,6 +249,9 @@ impl Cluster for RedisShard {
         self.await_replica_in_sync(master, within)
     }
 }
+
+/// The password a cut-off replica offers its master, which has none.
+const CUT_OFF: &str = "cut-off-by-the-harness";
 
 /// How long building the cluster may take (six members, a gossip round, two full syncs).
 const START: Duration = Duration::from_secs(60);

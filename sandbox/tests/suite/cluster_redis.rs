@@ -57,3 +57,32 @@ fn a_killed_master_s_replica_takes_its_slots_and_the_master_returns_as_its_repli
     let info = shard.member(1).command(&["CLUSTER", "INFO"]).unwrap();
     assert!(info.contains("cluster_state:ok"), "{info}");
 }
+
+#[test]
+fn a_replica_cut_off_from_its_master_is_promoted_without_the_writes_made_since() {
+    sandbox::require_faults!();
+    let cluster = RedisCluster::start().unwrap();
+    let key = "{probe}:stock";
+    let shard = cluster.shard_of_slot(slot_of(&cluster, key)).clone();
+    shard.member(0).command(&["SET", key, "100"]).unwrap();
+    shard.member(0).command(&["WAIT", "1", "5000"]).unwrap();
+    assert_eq!(shard.cut_replication().unwrap(), 0);
+    for _ in 0..10 {
+        shard.member(0).command(&["DECR", key]).unwrap();
+    }
+    assert_eq!(shard.member(0).command(&["GET", key]).unwrap(), "90");
+    shard.process(0).kill().unwrap();
+    let promoted = sandbox::wait_for(FAILOVER, || shard.master().filter(|&m| m == 1));
+    assert_eq!(promoted, Some(1), "the replica was not promoted");
+    assert_eq!(
+        shard.member(1).command(&["GET", key]).unwrap(),
+        "100",
+        "the promoted replica: {}",
+        shard.member(1).command(&["INFO", "replication"]).unwrap()
+    );
+    shard.heal_replication();
+    shard.rejoin(0, FAILOVER).unwrap();
+    let role = shard.member(0).command(&["ROLE"]).unwrap();
+    assert!(role.starts_with("slave"), "{role}");
+    assert_eq!(shard.member(1).command(&["GET", key]).unwrap(), "100");
+}
