@@ -190,6 +190,23 @@ impl RedisShard {
         Ok(master)
     }
 
+    /// Waits until the replica has received everything its master had written when this was
+    /// called (the replication offsets), so that what the master writes next is all it can
+    /// miss.
+    pub fn await_replica_caught_up(&self, within: Duration) -> Result<()> {
+        let master = self.await_leader(within)?;
+        let info = self.members[master].command(&["INFO", "replication"])?;
+        let written: u64 = resp::info_field(&info, "master_repl_offset")
+            .and_then(|o| o.parse().ok())
+            .unwrap_or(0);
+        let replica = &self.members[1 - master];
+        cluster::await_answer("redis-cluster", "catch a replica up", within, || {
+            let info = replica.command(&["INFO", "replication"]).ok()?;
+            let received: u64 = resp::info_field(&info, "slave_repl_offset")?.parse().ok()?;
+            (received >= written).then_some(())
+        })
+    }
+
     /// Undoes [`RedisShard::cut_replication`] on every member that answers: a replica among
     /// them links to its master again.
     pub fn heal_replication(&self) {

@@ -202,9 +202,10 @@ pub async fn start<T: Send + 'static>(start: fn() -> sandbox::Result<T>) -> Resu
 }
 
 /// Runs a blocking server-control call off the async threads.
-pub async fn control<F>(f: F) -> Result<()>
+pub async fn control<F, T>(f: F) -> Result<T>
 where
-    F: FnOnce() -> sandbox::Result<()> + Send + 'static,
+    F: FnOnce() -> sandbox::Result<T> + Send + 'static,
+    T: Send + 'static,
 {
     Ok(tokio::task::spawn_blocking(f).await??)
 }

@@ -20,6 +20,7 @@ pub mod advisory_behind_pgbouncer;
 pub mod batched_db_kill;
 pub mod cache_stampede;
 pub mod cancel_expiry_race;
+pub mod cluster_failover_stock;
 pub mod cluster_sale;
 pub mod connection_cost;
 pub mod etcd_leader_loss;
@@ -204,6 +205,10 @@ scenarios! {
     /// Buyers check the stock on a replica that lags and buy on the primary: an unconditional
     /// deduction trusts the stale check and oversells; a conditional one refuses them there.
     ReplicaStockRead => replica_stock_read::ReplicaStockRead;
+    /// A Redis Cluster master SIGKILLed right after `redis-lua` decrements its replica, cut
+    /// off, never received: the promoted replica offers those units again and they sell twice;
+    /// `reconcile` after the failover lowers the counter from the orders and nothing oversells.
+    ClusterFailoverStock => cluster_failover_stock::ClusterFailoverStock;
 }
 
 impl Name {

@@ -333,6 +333,36 @@ async fn a_redis_failover_that_lost_deductions_oversells_and_wait_1_refuses_them
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_cluster_master_failover_that_lost_decrements_oversells_them_and_reconcile_repairs_the_counter()
+ {
+    sandbox::require_faults!();
+    let report = quick(Name::ClusterFailoverStock).await;
+    assert_all_pass(&report);
+    let f = row!(
+        report,
+        "redis-lua on a cluster, no reconcile",
+        cluster_failover_stock
+    );
+    assert_eq!(
+        (f.sold_during, f.offered_again, f.oversell),
+        (5, 5, 5),
+        "{f:?}"
+    );
+    let f = row!(
+        report,
+        "redis-lua on a cluster, reconcile after the failover",
+        cluster_failover_stock
+    );
+    assert_eq!(f.offered_again, 5, "{f:?}");
+    assert_eq!(
+        f.counter_after_reconcile,
+        Some(f.counter_before_kill),
+        "{f:?}"
+    );
+    assert_eq!((f.units_sold, f.orders, f.oversell), (20, 20, 0), "{f:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_zookeeper_leader_killed_under_contention_leaves_a_clean_lock_history_and_grants_resume_before_it_is_back()
  {
     sandbox::require_faults!();
