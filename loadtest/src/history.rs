@@ -209,6 +209,7 @@ fn unread(folder: &str, v: &Value) -> PastRun {
         ),
         medians: Medians {
             started_at: started_at(v, folder),
+            world: None,
             machine: env["cpus"].as_u64().map(|cpus| Machine {
                 cpu_model: env["cpu_model"].as_str().map(Into::into),
                 cpus: cpus as usize,
@@ -340,6 +341,7 @@ fn lock_run(folder: &str, v: &Value, kind: RunKind, measured: String) -> PastRun
         measured,
         medians: Medians {
             started_at: started_at(v, folder),
+            world: None,
             machine: None,
             strategies: BTreeMap::new(),
             baselines: BTreeMap::new(),

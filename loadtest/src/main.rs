@@ -12,7 +12,7 @@ use loadtest::cli::{
 };
 use loadtest::live::{Feed, Update, server::Live};
 use loadtest::lock::LockReport;
-use loadtest::rig::{Stand, Target, server_processes, servers};
+use loadtest::rig::{Stand, Target, cluster_processes, server_processes, servers};
 use loadtest::run::run_watched;
 use loadtest::{lock, report};
 use sandbox::Endpoints;
@@ -90,7 +90,17 @@ fn run(args: &RunArgs, only_flood: bool) -> Result<()> {
     }
     sandbox::set_server_niceness(settings.server_niceness);
     let stand = servers(args.distance.rtt)?;
-    let target = target_on(&stand, args.app_bin.as_deref(), "seckill_bench")?;
+    let mut target = target_on(&stand, args.app_bin.as_deref(), "seckill_bench")?;
+    let cluster = match args.redis_cluster {
+        true => {
+            eprintln!("starting a Redis Cluster (3 masters, a replica each)…");
+            let cluster = sandbox::RedisCluster::start().context("starting the Redis Cluster")?;
+            target.redis_cluster = Some(cluster.url());
+            target.processes.extend(cluster_processes(&cluster));
+            Some(cluster)
+        }
+        false => None,
+    };
     let mut live_args = args.live.clone();
     if args.screenshots && live_args.live.is_none() {
         live_args.live = Some(std::net::SocketAddr::from(([127, 0, 0, 1], 0)));
@@ -104,6 +114,7 @@ fn run(args: &RunArgs, only_flood: bool) -> Result<()> {
         }
     }
     drop(page);
+    drop(cluster);
     drop(stand);
     if args.json {
         let mut out = std::io::stdout().lock();
@@ -135,6 +146,7 @@ fn target_on(stand: &Stand, app_bin: Option<&std::path::Path>, database: &str) -
         database: database.into(),
         processes: spawned.map(server_processes).unwrap_or_default(),
         relays: stand.relays.clone(),
+        redis_cluster: None,
     })
 }
 

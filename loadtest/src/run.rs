@@ -34,7 +34,7 @@ use crate::report::schema::{
 };
 use crate::report::{self};
 use crate::rig::environment::utc_now;
-use crate::rig::world::{Distance, World};
+use crate::rig::world::{Topology, World};
 use crate::scenario::{self, Selection};
 use testkit::Api;
 
@@ -60,7 +60,11 @@ pub async fn run_watched(
     feed: &Feed,
 ) -> Result<RunOutput> {
     let started = Instant::now();
-    let (started_at, dir_name) = utc_now();
+    let (started_at, stamp) = utc_now();
+    let dir_name = match target.redis_cluster {
+        Some(_) => format!("{stamp}-redis-cluster"),
+        None => stamp,
+    };
     let dir = out.join(&dir_name);
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
 
@@ -68,13 +72,17 @@ pub async fn run_watched(
     let run_id = &uuid::Uuid::new_v4().simple().to_string()[..8];
     let (mut apps, api) = target
         .start_instances(
-            &target.endpoints,
+            &target.app_endpoints(),
             &dir.join("logs"),
             &format!("run{run_id}:"),
             settings.instances,
         )
         .await?;
-    let world = World::at(settings.instances, target.distance);
+    let world =
+        World::at(settings.instances, target.distance).arranged(match target.redis_cluster {
+            Some(_) => Topology::RedisCluster,
+            None => Topology::OneNode,
+        });
     let strategies = if settings.only_baselines {
         Vec::new()
     } else {
@@ -355,17 +363,19 @@ pub async fn run_watched(
         phase_result.put(&mut report);
     }
     report.findings = findings::of(&report);
-    // A fall is judged against runs over loopback: a round trip added to every request would
-    // read as a fall of every strategy that makes several.
-    if world.distance == Distance::Local {
-        report.falls = falls::against(&report, falls::committed(out));
-    }
-    let previous = previous_run(out);
+    // A fall is judged against runs on the same servers, reached the same way: a round trip
+    // added to every request would read as a fall of every strategy that makes several.
+    report.falls = falls::against(&report, falls::committed(out));
+    let previous = previous_run(out).filter(|p| World::same_servers(p.world, report.world));
     let compared = previous
         .as_ref()
         .map(|previous| crate::analyse::compare::compare(previous, &report));
     report::write_all(&dir, &report, compared.as_ref())?;
-    report::link_latest(out, &dir)?;
+    // `latest` is the last run on the local servers of one node each, which the README's
+    // results are written from; a run in another world is beside it, not after it.
+    if world.unless_local().is_none() {
+        report::link_latest(out, &dir)?;
+    }
     // The run is written whatever befalls the index: `seckill-bench history` rebuilds it.
     if let Err(e) = crate::history::record(out, &dir, &report) {
         tracing::warn!(

@@ -223,9 +223,15 @@ fn bench(args: &[String]) -> Result<()> {
     let bench = target_dir()?.join("release").join("seckill-bench");
     let mut c = Command::new(&bench);
     // `cargo xtask bench` and `cargo xtask bench --quick` mean `seckill-bench run [--quick]`.
-    let is_run = args
-        .first()
-        .is_none_or(|a| a.starts_with('-') || a == "run");
+    // A run in another world (servers at a distance, stock on a Redis Cluster) is its own
+    // committed run beside the local one: no comparison with it, no README rewritten from it.
+    let other_world = args
+        .iter()
+        .any(|a| a == "--redis-cluster" || a == "--rtt" || a.starts_with("--rtt="));
+    let is_run = !other_world
+        && args
+            .first()
+            .is_none_or(|a| a.starts_with('-') || a == "run");
     if args.first().is_none_or(|a| a.starts_with('-')) {
         c.arg("run");
     }

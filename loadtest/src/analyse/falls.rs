@@ -22,6 +22,7 @@ use crate::report::comparison::Machines;
 use crate::report::json;
 use crate::report::run_history::{self, Medians};
 use crate::report::schema::{Fall, Fallen, RunReport};
+use crate::rig::world::World;
 
 /// Every committed run of the results folder `out`, with its folder's name, in folder order:
 /// the entries of its history index, and every folder with a `report.json` this program can
@@ -102,6 +103,7 @@ pub fn medians(run: &RunReport) -> Medians {
     Medians {
         started_at: run.started_at.clone(),
         machine: Some(machine(run)),
+        world: run.world.and_then(World::unless_local),
         strategies,
         baselines,
     }
@@ -131,7 +133,7 @@ pub fn against<M: Borrow<Medians>>(
             a: theirs.clone(),
             b: machine(run),
         };
-        if !machines.same() {
+        if !machines.same() || !World::same_servers(other.world, run.world) {
             continue;
         }
         for ((fallen, _), best) in subjects.iter().zip(&mut best) {
@@ -240,6 +242,24 @@ mod tests {
             [300.0, 400.0, 1100.0],
             [550.0, 600.0, 650.0],
         )
+    }
+
+    #[test]
+    fn a_run_on_other_servers_is_judged_only_against_runs_on_the_same_servers() {
+        use crate::rig::world::Topology;
+        let on_cluster = |mut r: RunReport| {
+            r.world = Some(World::local(2).arranged(Topology::RedisCluster));
+            r
+        };
+        let now = on_cluster(fallen(Some("Test CPU")));
+        let local_best = medians(&best());
+        assert_eq!(local_best.world, None);
+        assert!(against(&now, [(None, local_best)]).is_empty());
+        let cluster_best = medians(&on_cluster(best()));
+        assert!(cluster_best.world.is_some());
+        assert_eq!(against(&now, [(None, cluster_best.clone())]).len(), 1);
+        // And a local run is not judged against the cluster's.
+        assert!(against(&fallen(Some("Test CPU")), [(None, cluster_best)]).is_empty());
     }
 
     #[test]

@@ -265,6 +265,13 @@ pub struct RunArgs {
     pub screenshots: bool,
     #[command(flatten)]
     pub distance: DistanceArgs,
+    /// Keep the app instances' Redis-held stock (`redis-lua*`) on a throwaway Redis Cluster of
+    /// three masters, each with an asynchronous replica, started for the run; the lock
+    /// services and the baselines stay on their lone servers (the Redis locks take no
+    /// cluster: their strategies answer `503`, so name the strategies, e.g.
+    /// `--strategies redis-lua,redis-lua-stream`). The CPU table gives each shard its column.
+    #[arg(long)]
+    pub redis_cluster: bool,
     /// Directory under which `<UTC timestamp>/` and the `latest` link are written.
     #[arg(long, default_value = "results")]
     pub out: PathBuf,

@@ -404,6 +404,9 @@ fn environment(r: &RunReport) -> String {
     if let Some(added) = r.world.and_then(|w| w.distance.added()) {
         t.row(["round trip added".to_string(), added]);
     }
+    if let Some(servers) = r.world.and_then(|w| w.topology.described()) {
+        t.row(["topology".to_string(), servers.to_string()]);
+    }
     t.row([
         "load generator build".to_string(),
         e.generator_build.clone(),

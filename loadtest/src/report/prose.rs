@@ -7,7 +7,7 @@
 use std::fmt::Write;
 
 use super::schema::{
-    ClientCheck, GROUPS, Pace, SaleFinding, SaleReading, StrategyReport, TimeFinding,
+    ClientCheck, GROUPS, GroupCpu, Pace, SaleFinding, SaleReading, StrategyReport, TimeFinding,
     ToolComparison, ToolFinding, ToolReading, ToolVerdict,
 };
 
@@ -199,6 +199,7 @@ pub fn time(s: &StrategyReport, f: &TimeFinding) -> String {
             " CPU-seconds per 1,000 deductions: {}.",
             parts.join(", ")
         );
+        shards(&mut p, f);
     }
     let _ = match &f.pace {
         Pace::Saturated { process, cores } => write!(
@@ -261,6 +262,37 @@ pub fn time(s: &StrategyReport, f: &TimeFinding) -> String {
         }
     }
     p
+}
+
+/// On a Redis Cluster (`run --redis-cluster`): how the strategy's Redis work fell on the
+/// shards, and what that lets one product sell, as a projection from the measured cost.
+fn shards(p: &mut String, f: &TimeFinding) {
+    let shards: Vec<&GroupCpu> = (f.cpu_per_1000.iter())
+        .filter(|g| g.group.starts_with("redis-shard-"))
+        .collect();
+    let total: f64 = shards.iter().map(|g| g.per_1000).sum();
+    let Some(busiest) = shards
+        .iter()
+        .max_by(|a, b| a.per_1000.total_cmp(&b.per_1000))
+    else {
+        return;
+    };
+    if total <= 0.0 || busiest.per_1000 <= 0.0 {
+        return;
+    }
+    let _ = write!(
+        p,
+        " Of the cluster's CPU, {} took {:.0}%: every purchase of the product goes to the \
+         master of its slot, so more shards do not raise one product's rate. *Projection, not \
+         measured:* at {:.2} CPU-seconds per 1,000 on that shard (its master and replica), a \
+         shard with a core of its own would sell at most {:.0} purchases/s of one product, and \
+         N products on N shards on N machines N times that (set it beside the `redis-lua` \
+         baseline above: the script alone on one Redis).",
+        group_words(&busiest.group),
+        100.0 * busiest.per_1000 / total,
+        busiest.per_1000,
+        1000.0 / busiest.per_1000
+    );
 }
 
 /// A CPU group in words: `the app instances`, `mariadbd`, …
@@ -474,5 +506,49 @@ mod tests {
         let (s, f) = turned_away(ErrorCode::Busy, 503);
         let p = sale(&s, &f, 2);
         assert!(p.contains("so the strategy turned buyers away"), "{p}");
+    }
+
+    fn spent(groups: &[(&str, f64)]) -> TimeFinding {
+        TimeFinding {
+            strategy: Strategy::RedisLua,
+            deductions_per_sec: 1000.0,
+            cpu_per_1000: (groups.iter())
+                .map(|(group, per_1000)| GroupCpu {
+                    group: group.to_string(),
+                    per_1000: *per_1000,
+                })
+                .collect(),
+            pace: Pace::Unknown,
+            below_baseline: None,
+        }
+    }
+
+    #[test]
+    fn a_run_on_a_cluster_names_the_busiest_shard_and_labels_its_one_product_ceiling_a_projection()
+    {
+        let ledger = Ledger {
+            initial_stock: 10,
+            final_stock: 0,
+            units_in_orders: 10,
+            orders: 10,
+            pending: 0,
+            reserved: 0,
+            paid: 10,
+            returned: 0,
+            returning: 0,
+        };
+        let s = crate::sample::strategy(Strategy::RedisLua, ledger);
+        let f = spent(&[
+            ("app", 0.5),
+            ("redis-shard-1", 0.02),
+            ("redis-shard-2", 0.03),
+            ("redis-shard-3", 0.15),
+        ]);
+        let text = time(&s, &f);
+        assert!(text.contains("Redis Cluster shard 3 took 75%"), "{text}");
+        assert!(text.contains("*Projection, not measured:*"), "{text}");
+        assert!(text.contains("at most 6667 purchases/s"), "{text}");
+        let one_redis = time(&s, &spent(&[("app", 0.5), ("redis-server", 0.1)]));
+        assert!(!one_redis.contains("Projection"), "{one_redis}");
     }
 }

@@ -91,6 +91,10 @@ pub struct Medians {
     pub started_at: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub machine: Option<Machine>,
+    /// The servers it measured on, where not the local ones of one node each: a run's rates
+    /// are judged only against runs of the same servers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub world: Option<crate::rig::world::World>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub strategies: BTreeMap<String, f64>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -184,6 +188,7 @@ mod tests {
             measured: "2 strategies".into(),
             medians: Medians {
                 started_at: "2026-11-01T00:00:00Z".into(),
+                world: None,
                 machine: Some(Machine {
                     cpu_model: Some("Test CPU".into()),
                     cpus: 2,

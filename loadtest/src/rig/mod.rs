@@ -65,9 +65,22 @@ pub struct Target {
     /// The relays that stand between, when the servers are at a distance: they count the
     /// round trips made to each server.
     pub relays: Option<Arc<distance::Relays>>,
+    /// The Redis Cluster the app instances keep Redis-held stock on (`redis+cluster://…`),
+    /// instead of the lone Redis of `endpoints`, which the baselines go on measuring.
+    pub redis_cluster: Option<String>,
 }
 
 impl Target {
+    /// Where the app instances reach the servers: `endpoints`, with the Redis Cluster in
+    /// place of the lone Redis when there is one.
+    pub fn app_endpoints(&self) -> Endpoints {
+        let mut endpoints = self.endpoints.clone();
+        if let Some(cluster) = &self.redis_cluster {
+            endpoints.redis_url = cluster.clone();
+        }
+        endpoints
+    }
+
     /// The URL of the run's database (`database`) on the server `endpoints` name.
     pub fn database_url(&self, endpoints: &Endpoints) -> String {
         let server = endpoints.database_url.trim_end_matches('/');
@@ -194,6 +207,21 @@ pub fn server_processes(s: &Servers) -> Vec<Process> {
     all.into_iter()
         .filter_map(|(name, group, pid)| Some(Process::new(name, group, pid?)))
         .collect()
+}
+
+/// Every process of the Redis Cluster `cluster`, each in its shard's group (`redis-shard-1`,
+/// …: a shard's master and replica together), for CPU accounting.
+pub fn cluster_processes(cluster: &sandbox::RedisCluster) -> Vec<Process> {
+    let mut all = Vec::new();
+    for (k, shard) in cluster.shards().iter().enumerate() {
+        for (i, role) in ["master", "replica"].into_iter().enumerate() {
+            if let Some(pid) = shard.member(i).server().pid() {
+                let name = format!("redis-server (shard {} {role})", k + 1);
+                all.push(Process::new(name, format!("redis-shard-{}", k + 1), pid));
+            }
+        }
+    }
+    all
 }
 
 /// Starts a sandbox server off the async threads (starting blocks for about a second).

@@ -38,6 +38,23 @@ pub enum Engine {
 pub enum Topology {
     /// One MariaDB, one Redis: no replica, no cluster.
     OneNode,
+    /// One MariaDB; the Redis-held stock on a Redis Cluster of three masters, each with an
+    /// asynchronous replica (`run --redis-cluster`). The lock services and the server
+    /// baselines stay on their lone servers.
+    RedisCluster,
+}
+
+impl Topology {
+    /// What the report says of it, where it is not one node of each.
+    pub fn described(self) -> Option<&'static str> {
+        match self {
+            Topology::OneNode => None,
+            Topology::RedisCluster => Some(
+                "a Redis Cluster of 3 masters, each with an asynchronous replica, holds the \
+                 Redis-held stock (the baselines' Redis is a lone one)",
+            ),
+        }
+    }
 }
 
 /// The network between the app instances and the servers.
@@ -89,5 +106,27 @@ impl World {
             distance,
             instances,
         }
+    }
+
+    /// The same world with the servers arranged as `topology`.
+    pub fn arranged(self, topology: Topology) -> World {
+        World { topology, ..self }
+    }
+
+    /// Whether two runs measured on the same servers, arranged and reached the same way
+    /// (however many app instances): only then are their rates comparable. A run that recorded
+    /// no world was local, on one node of each.
+    pub fn same_servers(a: Option<World>, b: Option<World>) -> bool {
+        let servers = |w: Option<World>| {
+            let w = w.unwrap_or(World::local(0));
+            (w.engine, w.topology, w.distance)
+        };
+        servers(a) == servers(b)
+    }
+
+    /// This world, unless it is the local one of one node each (what a run that recorded no
+    /// world measured in).
+    pub fn unless_local(self) -> Option<World> {
+        (!World::same_servers(Some(self), None)).then_some(self)
     }
 }

@@ -17,4 +17,5 @@ mod lock_matrix;
 mod lock_peers;
 mod order_scenarios;
 mod overload;
+mod redis_cluster;
 mod scenarios;

@@ -204,6 +204,9 @@ pub fn environment(r: &RunReport) -> Markup {
                 @if let Some(added) = r.world.and_then(|w| w.distance.added()) {
                     tr { th { "round trip added" } td { (added) } }
                 }
+                @if let Some(servers) = r.world.and_then(|w| w.topology.described()) {
+                    tr { th { "topology" } td { (servers) } }
+                }
                 tr { th { "load generator build" } td { (e.generator_build) } }
                 @for (k, v) in &e.versions { tr { th { (k) " version" } td { (v) } } }
                 @for (k, v) in e.mariadb.iter().filter(|(k, _)| *k != "version") {

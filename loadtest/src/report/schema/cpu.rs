@@ -57,10 +57,14 @@ impl CpuUse {
 }
 
 /// The CPU groups in the order the report lists them, with their words.
-pub const GROUPS: [(&str, &str); 7] = [
+pub const GROUPS: [(&str, &str); 10] = [
     ("app", "the app instances"),
     ("mariadbd", "mariadbd"),
     ("redis-server", "Redis"),
+    // A Redis Cluster's shards (`run --redis-cluster`), each its master and its replica.
+    ("redis-shard-1", "Redis Cluster shard 1"),
+    ("redis-shard-2", "Redis Cluster shard 2"),
+    ("redis-shard-3", "Redis Cluster shard 3"),
     ("zookeeper", "ZooKeeper"),
     ("etcd", "etcd"),
     ("memcached", "memcached"),

@@ -61,6 +61,7 @@ pub fn target() -> Target {
         ),
         processes: Vec::new(),
         relays: None,
+        redis_cluster: None,
     }
 }
 

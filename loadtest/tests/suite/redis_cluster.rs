@@ -1,0 +1,83 @@
+//! `seckill-bench run --redis-cluster` in its quick form: the Redis-held strategies' flood and
+//! flash sale with their stock on a sandbox Redis Cluster keep every unit (no oversell, no
+//! unit beyond the limit, none stranded, sold out), and the report names the cluster and
+//! gives each shard its CPU.
+
+use crate::common;
+
+use app::api::Strategy;
+use loadtest::report::schema::FloodShape;
+use loadtest::rig::world::Topology;
+use loadtest::run::run_in;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn redis_stock_on_a_cluster_keeps_every_unit_through_a_flood_and_a_sale_and_each_shard_has_its_cpu()
+ {
+    let cluster = tokio::task::spawn_blocking(sandbox::RedisCluster::start)
+        .await
+        .unwrap()
+        .expect("a Redis Cluster");
+    let mut target = common::target();
+    target.redis_cluster = Some(cluster.url());
+    target
+        .processes
+        .extend(loadtest::rig::cluster_processes(&cluster));
+    let strategies = [Strategy::RedisLua, Strategy::RedisLuaStream];
+    let mut settings = common::quick(strategies[0]);
+    settings.strategies = strategies.to_vec();
+    settings.flood = Some(FloodShape {
+        users: 600,
+        units: 40,
+        burst_ms: 500,
+        double_click_share: 0.1,
+        shared_account_bot_share: 0.03,
+        early_bot_share: 0.02,
+        early_by_ms: 300,
+        retries: 0,
+        instances: 2,
+        non_payer_share: 0.0,
+        payment_window_ms: 2_000,
+        kill_mid_sale: false,
+        first_come: false,
+    });
+    let out = tempfile::tempdir().unwrap();
+    let output = run_in(&settings, &target, out.path()).await.unwrap();
+    common::drop_database(&target).await;
+    let report = &output.report;
+
+    assert_eq!(
+        report.world.map(|w| w.topology),
+        Some(Topology::RedisCluster)
+    );
+    for f in &report.floods {
+        let a = &f.accounting;
+        assert_eq!(
+            (a.oversell, f.beyond_limit, a.stranded),
+            (0, 0, 0),
+            "{}: {f:?}",
+            f.strategy.name
+        );
+        assert_eq!(a.units_sold, a.initial_stock, "{}: {a:?}", f.strategy.name);
+    }
+    for s in &report.strategies {
+        let a = &s.sale.accounting;
+        assert_eq!(
+            (a.oversell, a.stranded),
+            (0, 0),
+            "{}: {a:?}",
+            s.strategy.name
+        );
+        assert_eq!(a.units_sold, a.initial_stock, "{}: {a:?}", s.strategy.name);
+    }
+    assert_eq!(report.floods.len(), 2);
+    assert_eq!(report.strategies.len(), 2);
+    let md = std::fs::read_to_string(output.dir.join("report.md")).unwrap();
+    assert!(
+        md.contains("| topology | a Redis Cluster of 3 masters"),
+        "{md}"
+    );
+    assert!(
+        md.contains("redis-shard-1"),
+        "each shard has its CPU column: {md}"
+    );
+}
