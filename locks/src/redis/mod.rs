@@ -87,6 +87,30 @@ pub fn fence_key(key: &str) -> String {
     format!("{key}:fence")
 }
 
+/// A script sent whole, as `EVAL`, on every call: one round trip, always.
+///
+/// redis-rs's [`Script`] sends `EVALSHA`; on a server that has not cached the script yet (a
+/// client's first call, a server restarted since) it takes the `NOSCRIPT` refusal, loads the
+/// script and calls again — three round trips where one was counted on. A lease cannot afford
+/// that at a distance: 60 ms away, a watchdog's first renewal answered 180 ms after it was
+/// sent, and a 200 ms lease granted a third of a lease earlier ran out in Redis first, letting
+/// a second holder in (test `redis_watchdog_distance`). The scripts a lease's arithmetic rests
+/// on — the grant, the renewal, the hand-over — are sent whole; Redis caches them by hash all
+/// the same.
+pub(crate) struct Whole(pub(crate) &'static str);
+
+impl Whole {
+    /// The call with `keys`; the caller adds the arguments.
+    pub(crate) fn call<K: redis::ToRedisArgs>(&self, keys: &[K]) -> Cmd {
+        let mut call = redis::cmd("EVAL");
+        call.arg(self.0).arg(keys.len());
+        for key in keys {
+            call.arg(key);
+        }
+        call
+    }
+}
+
 /// Grants the lock if free and draws the next fencing token, atomically.
 /// KEYS: lock, fence. ARGV: owner, lease in ms. Returns the token, or 0 if the lock is held.
 pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {

@@ -30,13 +30,12 @@ use deadpool_redis::redis::Script;
 use tokio::sync::{Notify, watch};
 
 use crate::LockError;
-use crate::redis::{Conn, Requests, millis};
+use crate::redis::{Conn, Requests, Whole, millis};
 
 /// Renews many locks at once. KEYS: locks. ARGV: owner and lease (ms) per key, in key order.
 /// Returns 1 per lock still held by that owner (now renewed), 0 per lock it no longer holds.
-static RENEW_ALL: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
+static RENEW_ALL: Whole = Whole(
+    r"
 local renewed = {}
 for i, key in ipairs(KEYS) do
   if redis.call('hexists', key, ARGV[2 * i - 1]) == 1 then
@@ -47,8 +46,7 @@ for i, key in ipairs(KEYS) do
   end
 end
 return renewed",
-    )
-});
+);
 
 /// Re-enters a lock the owner holds. KEYS: lock. ARGV: owner, lease (ms). Returns 1, or 0 if
 /// the owner no longer holds it.
@@ -228,14 +226,16 @@ impl Renewals {
         let Some(deadline) = deadline.filter(|_| !batch.is_empty()) else {
             return;
         };
-        let mut script = RENEW_ALL.prepare_invoke();
-        for ((key, owner), lease) in &batch {
-            script.key(key).arg(owner).arg(millis(*lease));
+        // Sent whole: a renewal is one round trip even on its client's first (see [`Whole`]).
+        let keys: Vec<&str> = batch.iter().map(|((key, _), _)| key.as_str()).collect();
+        let mut script = RENEW_ALL.call(&keys);
+        for ((_, owner), lease) in &batch {
+            script.arg(owner).arg(millis(*lease));
         }
         let sent = Instant::now();
         requests.add(1);
         let outcome: Result<Vec<i64>, String> =
-            match tokio::time::timeout_at(deadline.into(), conn.invoke(&script)).await {
+            match tokio::time::timeout_at(deadline.into(), conn.query(&script)).await {
                 Ok(answer) => answer.map_err(|e| e.to_string()),
                 Err(_) => Err("no answer before the first lease ran out".to_owned()),
             };

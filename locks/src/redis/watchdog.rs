@@ -50,16 +50,15 @@
 //! request waits for that, so an unbounded attempt would overrun any budget. An attempt given
 //! up on may still be granted by Redis; nobody renews that grant, so it lapses within a lease.
 
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use deadpool_redis::redis::Script;
 use futures::future::BoxFuture;
 
 use super::hash_client::{Background, HashClient};
 use super::replicated::Replication;
 use super::wakeups::{Handed, Next, Ticket, Wakeups};
-use super::{fence_key, millis};
+use super::{Whole, fence_key, millis};
 use crate::options::within_budget;
 use crate::{AcquireOptions, DistributedLock, Guard, Held, LockError, new_owner_id};
 
@@ -67,9 +66,8 @@ use crate::{AcquireOptions, DistributedLock, Guard, Held, LockError, new_owner_i
 /// Returns `{1, token}`, or `{0, pttl}` while someone holds it. With claim `1`, a lock that
 /// already names this owner (handed over by a release whose answer was lost) is its grant: its
 /// lease starts again and the token is the fence's current value (no grant since drew one).
-static LOCK: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
+static LOCK: Whole = Whole(
+    r"
 if redis.call('exists', KEYS[1]) == 0 then
   local token = redis.call('incr', KEYS[2])
   redis.call('hset', KEYS[1], ARGV[1], 1)
@@ -81,17 +79,15 @@ if ARGV[3] == '1' and redis.call('hexists', KEYS[1], ARGV[1]) == 1 then
   return {1, tonumber(redis.call('get', KEYS[2]))}
 end
 return {0, redis.call('pttl', KEYS[1])}",
-    )
-});
+);
 
 /// Leaves the lock once. KEYS: lock, fence. ARGV: owner, channel, lease (ms), next owner (or
 /// empty), next owner's lease (ms). Returns `{-1}` if the owner does not hold it, else `{holds
 /// left}`; at 0 the lock is freed: handed over to the next owner, `{0, token}`, if one is named
 /// and no other client listens on the channel (only this client waits, so nobody else is
 /// passed over); else deleted and the release published, `{0}`.
-static UNLOCK: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
+static UNLOCK: Whole = Whole(
+    r"
 if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
   return {-1}
 end
@@ -109,8 +105,7 @@ if ARGV[4] ~= '' and redis.call('pubsub', 'numsub', ARGV[2])[2] <= 1 then
 end
 redis.call('publish', ARGV[2], 'released')
 return {0}",
-    )
-});
+);
 
 /// Retry delay when the holder's remaining lease is unknown (no TTL, or gone meanwhile).
 const UNKNOWN_TTL_RETRY: Duration = Duration::from_millis(10);
@@ -214,9 +209,8 @@ impl Shared {
         self.requests.add(1);
         let (granted, value): (i64, i64) = self
             .conn
-            .invoke(
-                LOCK.key(key)
-                    .key(fence_key(key))
+            .query(
+                LOCK.call(&[key, &fence_key(key)])
                     .arg(owner)
                     .arg(millis(lease))
                     .arg(if claim { "1" } else { "0" }),
@@ -349,10 +343,9 @@ impl WatchdogHeld {
         shared.requests.add(1);
         let answer: Result<Vec<i64>, LockError> = shared
             .conn
-            .invoke(
+            .query(
                 UNLOCK
-                    .key(&self.key)
-                    .key(fence_key(&self.key))
+                    .call(&[&self.key, &fence_key(&self.key)])
                     .arg(&self.owner)
                     .arg(shared.wakeups.channel(&self.key))
                     .arg(millis(self.lease))

@@ -23,6 +23,7 @@ mod redis_plain;
 mod redis_redlock;
 mod redis_replicated;
 mod redis_watchdog;
+mod redis_watchdog_distance;
 mod redis_watchdog_handoff;
 mod redis_watchdog_loss_deadline;
 mod zookeeper;
