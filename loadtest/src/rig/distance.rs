@@ -63,6 +63,19 @@ pub fn apart(endpoints: &Endpoints, rtt: Duration) -> Result<(Relays, Endpoints)
 }
 
 impl Relays {
+    /// No relay yet: [`Relays::lead`] puts servers behind them one by one.
+    pub fn none() -> Relays {
+        Relays {
+            relays: HashMap::new(),
+        }
+    }
+
+    /// `url` with its servers behind relays adding nothing yet ([`Relays::set_rtt`] sets
+    /// their distance), counted as servers of `kind`.
+    pub fn lead(&mut self, url: &str, kind: &'static str) -> Result<String> {
+        self.through(url, kind, Delays::NONE)
+    }
+
     /// The exchanges carried so far to each kind of server, summed over its relays (see
     /// [`Relay::exchanges`]): a client's request after its server's answer, one round trip
     /// waited for.

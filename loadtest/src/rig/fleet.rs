@@ -15,6 +15,7 @@ use app::accounting::{Accounting, Ledger};
 use app::api::{Home, ProductView, Strategy};
 use app::buyer::BuyerKey;
 
+use crate::rig::distance::{MARIADB, REDIS, Relays};
 use testkit::{Answer, Api, order_request};
 use testkit::{Apps, Launch};
 
@@ -27,7 +28,9 @@ pub struct Fleet {
     _logs: LogDir,
     /// The database the instances use (`scenario` on the private MariaDB).
     pub database_url: String,
-    // Dropped after the instances (fields drop in declaration order).
+    // Dropped after the instances (fields drop in declaration order), the relays before the
+    // servers they lead to.
+    relays: Option<Relays>,
     mariadb: Arc<sandbox::MariaDb>,
     redis: Redis,
     _zookeeper: Option<sandbox::ZooKeeper>,
@@ -71,7 +74,7 @@ impl Fleet {
         zookeeper: bool,
     ) -> Result<Fleet> {
         let redis = Redis::Private(crate::rig::start(sandbox::Redis::start).await?);
-        Fleet::start_on(binary, count, flags, zookeeper, redis).await
+        Fleet::start_on(binary, count, flags, zookeeper, redis, false).await
     }
 
     /// [`Fleet::start`] with the instances' Redis at `redis_url`, which the scenario controls.
@@ -81,13 +84,29 @@ impl Fleet {
         flags: &[String],
         redis_url: String,
     ) -> Result<Fleet> {
-        Fleet::start_on(binary, count, flags, false, Redis::At(redis_url)).await
+        Fleet::start_on(binary, count, flags, false, Redis::At(redis_url), false).await
     }
 
     /// [`Fleet::start`] with no server but the private MariaDB: `flags` name the clusters the
     /// instances use, which the scenario starts and controls.
     pub async fn start_on_clusters(binary: &Path, count: usize, flags: &[String]) -> Result<Fleet> {
-        Fleet::start_on(binary, count, flags, false, Redis::None).await
+        Fleet::start_on(binary, count, flags, false, Redis::None, false).await
+    }
+
+    /// [`Fleet::start`] with the private MariaDB and Redis each behind a relay of its own, which
+    /// adds nothing until [`Fleet::set_rtt`] puts them at a distance from the instances (the
+    /// scenario's own reads go to them directly).
+    pub async fn start_apart(binary: &Path, count: usize, flags: &[String]) -> Result<Fleet> {
+        let redis = Redis::Private(crate::rig::start(sandbox::Redis::start).await?);
+        Fleet::start_on(binary, count, flags, false, redis, true).await
+    }
+
+    /// Every request the instances make to the database and to Redis costs `rtt` more from
+    /// now on (a fleet started with [`Fleet::start_apart`]; others have no relays to set).
+    pub fn set_rtt(&self, rtt: Duration) {
+        if let Some(relays) = &self.relays {
+            relays.set_rtt(rtt);
+        }
     }
 
     async fn start_on(
@@ -96,6 +115,7 @@ impl Fleet {
         flags: &[String],
         zookeeper: bool,
         redis: Redis,
+        apart: bool,
     ) -> Result<Fleet> {
         let mariadb = crate::rig::start(sandbox::MariaDb::start).await?;
         let zookeeper = match zookeeper {
@@ -105,11 +125,19 @@ impl Fleet {
         let logs = LogDir::create()?;
         let database_url = format!("{}/scenario", mariadb.url().trim_end_matches('/'));
         let buyer_key = uuid::Uuid::new_v4().simple().to_string();
+        let mut relays = apart.then(Relays::none);
+        let (app_database, app_redis) = match &mut relays {
+            Some(relays) => (
+                relays.lead(&database_url, MARIADB)?,
+                (redis.url().map(|url| relays.lead(&url, REDIS))).transpose()?,
+            ),
+            None => (database_url.clone(), redis.url()),
+        };
         let mut launch = Launch::new(binary, &logs.0)
-            .arg("--database-url", database_url.clone())
+            .arg("--database-url", app_database)
             .arg("--buyer-key", buyer_key.clone())
             .args(["--allow-fault-injection"]);
-        if let Some(url) = redis.url() {
+        if let Some(url) = app_redis {
             launch = launch.arg("--redis-url", url);
         }
         if let Some(zk) = &zookeeper {
@@ -121,6 +149,7 @@ impl Fleet {
             apps,
             _logs: logs,
             database_url,
+            relays,
             mariadb: Arc::new(mariadb),
             redis,
             _zookeeper: zookeeper,

@@ -27,6 +27,7 @@ pub mod etcd_leader_loss;
 pub mod herd;
 pub mod holder_crash;
 pub mod late_payment;
+pub mod lease_distance;
 pub mod lease_expiry;
 pub mod local_mutex;
 pub mod lua_crash_before_order;
@@ -209,6 +210,11 @@ scenarios! {
     /// off, never received: the promoted replica offers those units again and they sell twice;
     /// `reconcile` after the failover lowers the counter from the orders and nothing oversells.
     ClusterFailoverStock => cluster_failover_stock::ClusterFailoverStock;
+    /// A crowd buys through `redis-lock` with MariaDB and Redis over loopback, then a round trip
+    /// away, the lease the same: far away a holder is still inside when its lease runs out
+    /// (oversell); `redis-watchdog`'s renewals keep it; `redis-lock-fenced` refuses the stale
+    /// holder's write.
+    LeaseDistance => lease_distance::LeaseDistance;
 }
 
 impl Name {

@@ -363,6 +363,26 @@ async fn a_cluster_master_failover_that_lost_decrements_oversells_them_and_recon
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_lease_sized_on_loopback_runs_out_far_away_and_only_renewal_or_a_fence_keeps_the_stock() {
+    sandbox::require_faults!();
+    let report = quick(Name::LeaseDistance).await;
+    assert_all_pass(&report);
+    let far = row!(report, "redis-lock, 60 ms away", lease_distance);
+    assert!(far.oversell > 0, "{far:?}");
+    let near = row!(report, "redis-lock, 0 ms away", lease_distance);
+    assert_eq!(
+        (near.oversell, near.units_sold),
+        (0, near.stock),
+        "{near:?}"
+    );
+    let renewed = row!(report, "redis-watchdog, 60 ms away", lease_distance);
+    assert_eq!(renewed.oversell, 0, "{renewed:?}");
+    let fenced = row!(report, "redis-lock-fenced, 60 ms away", lease_distance);
+    assert_eq!(fenced.oversell, 0, "{fenced:?}");
+    assert!(fenced.lock_lost > 0, "{fenced:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_zookeeper_leader_killed_under_contention_leaves_a_clean_lock_history_and_grants_resume_before_it_is_back()
  {
     sandbox::require_faults!();
