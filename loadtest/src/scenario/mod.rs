@@ -38,6 +38,7 @@ pub mod redis_failover_stock;
 pub mod replica_stock_read;
 pub mod return_crash;
 pub mod sentinel_failover;
+pub mod silent_path;
 mod skeleton;
 pub mod stale_sold_out;
 pub mod stream_consumer_crash;
@@ -215,6 +216,10 @@ scenarios! {
     /// (oversell); `redis-watchdog`'s renewals keep it; `redis-lock-fenced` refuses the stale
     /// holder's write.
     LeaseDistance => lease_distance::LeaseDistance;
+    /// The path from the instance holding a `redis-watchdog` lock to Redis goes silent while
+    /// the holder works: its renewals are lost, the lease runs out, a buyer on another instance
+    /// is granted it (oversell); `redis-watchdog-fenced` refuses the stale holder's write.
+    SilentPath => silent_path::SilentPath;
 }
 
 impl Name {

@@ -383,6 +383,19 @@ async fn a_lease_sized_on_loopback_runs_out_far_away_and_only_renewal_or_a_fence
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_holder_whose_path_to_redis_goes_silent_loses_its_watchdog_lease_and_only_the_fence_stops_its_write()
+ {
+    sandbox::require_faults!();
+    let report = quick(Name::SilentPath).await;
+    assert_all_pass(&report);
+    let f = row!(report, Strategy::RedisWatchdog, silent_path);
+    assert_eq!((f.orders, f.oversell), (2, 1), "{f:?}");
+    let f = row!(report, Strategy::RedisWatchdogFenced, silent_path);
+    assert_eq!((f.orders, f.oversell), (1, 0), "{f:?}");
+    assert!(f.stale_write_rejected, "{f:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_zookeeper_leader_killed_under_contention_leaves_a_clean_lock_history_and_grants_resume_before_it_is_back()
  {
     sandbox::require_faults!();
