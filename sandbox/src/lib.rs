@@ -28,6 +28,8 @@
 //! [`RedisCluster`] is three masters with a replica each; each pair, a [`RedisShard`], is a
 //! [`Cluster`] of its own (which member is its master now, its promotion when the master dies).
 //!
+//! [`GaleraCluster`]: three MariaDB nodes that all take writes, each a [`Cluster`] member.
+//!
 //! Replicated databases: [`ReplicatedMariaDb`] (a primary and replicas, asynchronous or
 //! semi-synchronous, a replica made to lag, cut off, promoted) and [`PgBouncer`] in front of a
 //! [`Postgres`], pooling by transaction or by session.
@@ -59,6 +61,7 @@ mod delay;
 mod error;
 mod etcd;
 mod etcd_cluster;
+mod galera;
 mod mariadb;
 mod mariadb_replication;
 mod memcached;
@@ -82,6 +85,7 @@ pub use delay::{Delay, Delays};
 pub use error::Error;
 pub use etcd::Etcd;
 pub use etcd_cluster::{EtcdCluster, EtcdMember, EtcdStatus};
+pub use galera::GaleraCluster;
 pub use mariadb::MariaDb;
 pub use mariadb_replication::{ReplicatedMariaDb, Replication, WaitPoint};
 pub use memcached::Memcached;

@@ -15,6 +15,8 @@ struct MariaDbLaunch {
     /// A member of a replicated set: its `server_id`, and a binary log of row events that it
     /// keeps, as a replica too, so that it can be promoted.
     member: Option<u32>,
+    /// A node of a Galera cluster ([`crate::GaleraCluster`]).
+    galera: Option<crate::galera::Node>,
 }
 
 impl Launch for MariaDbLaunch {
@@ -35,6 +37,9 @@ impl Launch for MariaDbLaunch {
                 .arg(format!("--relay-log={}", dir.join("relay").display()))
                 .args(["--binlog-format=ROW", "--log-slave-updates"]),
         };
+        if let Some(node) = &self.galera {
+            c.args(node.args());
+        }
         c.args(["--max-connections=2000", "--innodb-buffer-pool-size=256M"]);
         if self.as_root {
             // mariadbd refuses to run as root unless told to; CI runs as root.
@@ -100,8 +105,29 @@ impl MariaDb {
             port,
             as_root,
             member,
+            galera: None,
         };
         let server = Server::start("mariadb", launch, |dir| install_db(dir, as_root))?;
+        Ok(MariaDb { server, port })
+    }
+
+    /// Node `node` of a Galera cluster, on `port`: the first initialises a data directory and
+    /// founds the cluster; the others start empty and receive the first one's data (a state
+    /// snapshot transfer by rsync) as they join.
+    pub(crate) fn start_galera_node(port: u16, node: crate::galera::Node) -> Result<MariaDb> {
+        let as_root = nix::unistd::Uid::effective().is_root();
+        let founds = node.founds();
+        let name = format!("galera-{}", node.index() + 1);
+        let launch = MariaDbLaunch {
+            port,
+            as_root,
+            member: None,
+            galera: Some(node),
+        };
+        let server = Server::start(&name, launch, |dir| match founds {
+            true => install_db(dir, as_root),
+            false => crate::galera::prepare_joiner(dir, as_root),
+        })?;
         Ok(MariaDb { server, port })
     }
 
@@ -150,4 +176,32 @@ fn install_db(dir: &Path, as_root: bool) -> Result<()> {
         log: dir.join("install.log"),
         tail: std::fs::read_to_string(dir.join("install.log")).unwrap_or_default(),
     })
+}
+
+/// Runs `statements` with the `mariadb` client on the server at `port` (called `server` in an
+/// error); its standard output, in `format` (`-N -B`: tab-separated without headers; `-E`:
+/// each row as `name: value` lines).
+pub(crate) fn client(port: u16, server: &str, statements: &str, format: &[&str]) -> Result<String> {
+    let out = Command::new(find_program("mariadb"))
+        .arg("--no-defaults")
+        .args(["-h", "127.0.0.1", "-u", "root"])
+        .arg(format!("-P{port}"))
+        .args(format)
+        .args(["-e", statements])
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => Error::NotInstalled {
+                program: "mariadb".into(),
+            },
+            _ => Error::Io(e),
+        })?;
+    if !out.status.success() {
+        return Err(Error::Control {
+            server: server.into(),
+            action: "run a statement",
+            reason: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        });
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }

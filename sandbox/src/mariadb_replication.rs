@@ -20,10 +20,8 @@
 //!
 //! Commands go through the `mariadb` client the server package installs.
 
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use crate::process::find_program;
 use crate::{Error, MariaDb, Result};
 
 /// How the primary's commits wait for the replicas.
@@ -244,28 +242,8 @@ impl ReplicatedMariaDb {
     }
 
     fn client(&self, i: usize, statements: &str, format: &[&str]) -> Result<String> {
-        let out = Command::new(find_program("mariadb"))
-            .arg("--no-defaults")
-            .args(["-h", "127.0.0.1", "-u", "root"])
-            .arg(format!("-P{}", self.members[i].port()))
-            .args(format)
-            .args(["-e", statements])
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|e| match e.kind() {
-                std::io::ErrorKind::NotFound => Error::NotInstalled {
-                    program: "mariadb".into(),
-                },
-                _ => Error::Io(e),
-            })?;
-        if !out.status.success() {
-            return Err(Error::Control {
-                server: format!("MariaDB member {i}"),
-                action: "run a statement",
-                reason: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-            });
-        }
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        let member = format!("MariaDB member {i}");
+        crate::mariadb::client(self.members[i].port(), &member, statements, format)
     }
 }
 

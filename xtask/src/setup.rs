@@ -36,6 +36,18 @@ const REQUIREMENTS: &[Requirement] = &[
         brew: "postgresql@15",
     },
     Requirement {
+        what: "Galera (the provider of a multi-primary MariaDB cluster)",
+        present: || Path::new("/usr/lib/galera/libgalera_smm.so").exists(),
+        debian: "galera-4",
+        brew: "galera",
+    },
+    Requirement {
+        what: "rsync (a Galera node joins by an rsync state transfer)",
+        present: || on_path("rsync"),
+        debian: "rsync",
+        brew: "rsync",
+    },
+    Requirement {
         what: "PgBouncer",
         present: || on_path("pgbouncer"),
         debian: "pgbouncer",

@@ -6,6 +6,7 @@ mod cluster_etcd;
 mod cluster_redis;
 mod cluster_redis_sentinel;
 mod cluster_zookeeper;
+mod galera;
 mod mariadb_replication;
 mod pgbouncer;
 mod postgres;
