@@ -82,7 +82,16 @@ impl RedisCluster {
                 })
                 .then_some(())
         })?;
-        let view = members[0].command(&["CLUSTER", "NODES"])?;
+        // The replicas' roles reach every member by gossip, after the slots: wait until the
+        // view names a replica for each of the three masters.
+        let view = cluster::await_answer("redis-cluster", "learn every replica", START, || {
+            let view = members[0].command(&["CLUSTER", "NODES"]).ok()?;
+            let nodes = parse_nodes(&view);
+            let paired = (nodes.iter().filter(|n| n.master && n.slots.is_some()))
+                .filter(|m| nodes.iter().any(|r| r.replica_of.as_deref() == Some(&m.id)))
+                .count();
+            (paired == SHARDS).then_some(view)
+        })?;
         let nodes = parse_nodes(&view);
         let by_port = |port: u16| members.iter().find(|m| m.port() == port).cloned();
         let mut shards = Vec::new();
