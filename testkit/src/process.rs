@@ -242,36 +242,61 @@ impl Drop for Instance {
     }
 }
 
-/// A set of instances started with one [`Launch`], named `app-<n>`.
+/// A set of instances named `app-<n>`, started with one [`Launch`], or with one of several
+/// in turn (instances of one deployment each reaching its own database node).
 pub struct Apps {
     pub instances: Vec<Instance>,
-    launch: Launch,
+    /// Instance `n` was started with `launches[n % launches.len()]`.
+    launches: Vec<Launch>,
 }
 
 impl Apps {
     /// Starts `count` instances. The first creates and migrates the database alone; the
     /// others then start together against a ready schema.
     pub async fn start(launch: Launch, count: usize) -> Result<Apps> {
+        Apps::start_each(vec![launch], count).await
+    }
+
+    /// Starts `count` instances, instance `n` with `launches[n % launches.len()]` — e.g. each
+    /// with the address of another node of a multi-primary database. The first creates and
+    /// migrates the database alone; the others then start together against a ready schema.
+    pub async fn start_each(launches: Vec<Launch>, count: usize) -> Result<Apps> {
         anyhow::ensure!(count >= 1, "at least one app instance is needed");
-        let first = Instance::start(&launch, "app-0").await?;
-        let names: Vec<String> = (1..count).map(|n| format!("app-{n}")).collect();
-        let rest =
-            futures::future::try_join_all(names.iter().map(|name| Instance::start(&launch, name)))
-                .await?;
+        anyhow::ensure!(!launches.is_empty(), "an instance needs a launch");
+        let first = Instance::start(&launches[0], "app-0").await?;
+        let names: Vec<(usize, String)> = (1..count).map(|n| (n, format!("app-{n}"))).collect();
+        let rest = futures::future::try_join_all(
+            (names.iter()).map(|(n, name)| Instance::start(&launches[n % launches.len()], name)),
+        )
+        .await?;
         let mut instances = vec![first];
         instances.extend(rest);
-        Ok(Apps { instances, launch })
+        Ok(Apps {
+            instances,
+            launches,
+        })
+    }
+
+    /// The launch instance `n` was started with.
+    fn launch(&self, n: usize) -> &Launch {
+        &self.launches[n % self.launches.len()]
     }
 
     /// `count` more instances started like these plus `extra` arguments, named `<name>-<n>`:
     /// the same database and servers under another setting (e.g. `--redis-wait-replicas`).
     pub async fn start_variant(&self, name: &str, extra: &[String], count: usize) -> Result<Apps> {
-        let launch = self.launch.clone().args(extra.iter().cloned());
-        let names: Vec<String> = (0..count).map(|n| format!("{name}-{n}")).collect();
-        let instances =
-            futures::future::try_join_all(names.iter().map(|name| Instance::start(&launch, name)))
-                .await?;
-        Ok(Apps { instances, launch })
+        let launches: Vec<Launch> = (self.launches.iter())
+            .map(|l| l.clone().args(extra.iter().cloned()))
+            .collect();
+        let names: Vec<(usize, String)> = (0..count).map(|n| (n, format!("{name}-{n}"))).collect();
+        let instances = futures::future::try_join_all(
+            (names.iter()).map(|(n, name)| Instance::start(&launches[n % launches.len()], name)),
+        )
+        .await?;
+        Ok(Apps {
+            instances,
+            launches,
+        })
     }
 
     /// `http://127.0.0.1:PORT` of each instance, in order.
@@ -292,7 +317,7 @@ impl Apps {
     /// Starts instance `n` again (after a kill) with the same launch, on a new port, logging
     /// to `app-<n>-restarted.log`.
     pub async fn restart(&mut self, n: usize) -> Result<()> {
-        self.instances[n] = Instance::start(&self.launch, &format!("app-{n}-restarted")).await?;
+        self.instances[n] = Instance::start(self.launch(n), &format!("app-{n}-restarted")).await?;
         Ok(())
     }
 
@@ -303,7 +328,7 @@ impl Apps {
             .and_then(|port| port.parse().ok())
             .with_context(|| format!("no port in {}", self.instances[n].base))?;
         self.instances[n] =
-            Instance::start_on(&self.launch, &format!("app-{n}-restarted"), Some(port)).await?;
+            Instance::start_on(self.launch(n), &format!("app-{n}-restarted"), Some(port)).await?;
         Ok(())
     }
 

@@ -31,9 +31,28 @@ pub struct Fleet {
     // Dropped after the instances (fields drop in declaration order), the relays before the
     // servers they lead to.
     relays: Option<Relays>,
-    mariadb: Arc<sandbox::MariaDb>,
+    database: Database,
     redis: Redis,
     _zookeeper: Option<sandbox::ZooKeeper>,
+}
+
+/// The database of a fleet: a private MariaDB, or a Galera cluster the scenario runs itself.
+enum Database {
+    Private(Arc<sandbox::MariaDb>),
+    /// Held only to keep the cluster up as long as the fleet.
+    Galera { _cluster: Arc<sandbox::GaleraCluster> },
+}
+
+/// Where a fleet's instances keep their rows.
+pub enum Rows {
+    /// A private MariaDB the fleet starts.
+    Private,
+    /// The Galera cluster the scenario started: instance `n` writes to node
+    /// `nodes[n % nodes.len()]`, the scenario's own reads go to the first of them.
+    Galera {
+        cluster: Arc<sandbox::GaleraCluster>,
+        nodes: Vec<usize>,
+    },
 }
 
 /// The Redis of a fleet: a private one, one the scenario runs itself (behind a relay), or none
@@ -74,7 +93,19 @@ impl Fleet {
         zookeeper: bool,
     ) -> Result<Fleet> {
         let redis = Redis::Private(crate::rig::start(sandbox::Redis::start).await?);
-        Fleet::start_on(binary, count, flags, zookeeper, redis, false).await
+        Fleet::start_on(binary, count, flags, zookeeper, redis, false, Rows::Private).await
+    }
+
+    /// [`Fleet::start`] with the instances' rows on `rows` (a Galera cluster's nodes) and a
+    /// private Redis.
+    pub async fn start_with_rows(
+        binary: &Path,
+        count: usize,
+        flags: &[String],
+        rows: Rows,
+    ) -> Result<Fleet> {
+        let redis = Redis::Private(crate::rig::start(sandbox::Redis::start).await?);
+        Fleet::start_on(binary, count, flags, false, redis, false, rows).await
     }
 
     /// [`Fleet::start`] with the instances' Redis at `redis_url`, which the scenario controls.
@@ -84,13 +115,14 @@ impl Fleet {
         flags: &[String],
         redis_url: String,
     ) -> Result<Fleet> {
-        Fleet::start_on(binary, count, flags, false, Redis::At(redis_url), false).await
+        let redis = Redis::At(redis_url);
+        Fleet::start_on(binary, count, flags, false, redis, false, Rows::Private).await
     }
 
     /// [`Fleet::start`] with no server but the private MariaDB: `flags` name the clusters the
     /// instances use, which the scenario starts and controls.
     pub async fn start_on_clusters(binary: &Path, count: usize, flags: &[String]) -> Result<Fleet> {
-        Fleet::start_on(binary, count, flags, false, Redis::None, false).await
+        Fleet::start_on(binary, count, flags, false, Redis::None, false, Rows::Private).await
     }
 
     /// [`Fleet::start`] with the private MariaDB and Redis each behind a relay of its own, which
@@ -98,7 +130,7 @@ impl Fleet {
     /// scenario's own reads go to them directly).
     pub async fn start_apart(binary: &Path, count: usize, flags: &[String]) -> Result<Fleet> {
         let redis = Redis::Private(crate::rig::start(sandbox::Redis::start).await?);
-        Fleet::start_on(binary, count, flags, false, redis, true).await
+        Fleet::start_on(binary, count, flags, false, redis, true, Rows::Private).await
     }
 
     /// Every request the instances make to the database and to Redis costs `rtt` more from
@@ -116,41 +148,58 @@ impl Fleet {
         zookeeper: bool,
         redis: Redis,
         apart: bool,
+        rows: Rows,
     ) -> Result<Fleet> {
-        let mariadb = crate::rig::start(sandbox::MariaDb::start).await?;
+        let (database, servers) = match rows {
+            Rows::Private => {
+                let mariadb = crate::rig::start(sandbox::MariaDb::start).await?;
+                let url = mariadb.url();
+                (Database::Private(Arc::new(mariadb)), vec![url])
+            }
+            Rows::Galera { cluster, nodes } => {
+                anyhow::ensure!(!nodes.is_empty(), "instances on no Galera node");
+                let urls = nodes.iter().map(|&n| cluster.url(n)).collect();
+                (Database::Galera { _cluster: cluster }, urls)
+            }
+        };
+        let in_database = |server: &String| format!("{}/scenario", server.trim_end_matches('/'));
+        let database_url = in_database(&servers[0]);
         let zookeeper = match zookeeper {
             true => Some(crate::rig::start(sandbox::ZooKeeper::start).await?),
             false => None,
         };
         let logs = LogDir::create()?;
-        let database_url = format!("{}/scenario", mariadb.url().trim_end_matches('/'));
         let buyer_key = uuid::Uuid::new_v4().simple().to_string();
         let mut relays = apart.then(Relays::none);
-        let (app_database, app_redis) = match &mut relays {
+        let (app_databases, app_redis) = match &mut relays {
             Some(relays) => (
-                relays.lead(&database_url, MARIADB)?,
+                vec![relays.lead(&database_url, MARIADB)?],
                 (redis.url().map(|url| relays.lead(&url, REDIS))).transpose()?,
             ),
-            None => (database_url.clone(), redis.url()),
+            None => (servers.iter().map(in_database).collect(), redis.url()),
         };
-        let mut launch = Launch::new(binary, &logs.0)
-            .arg("--database-url", app_database)
-            .arg("--buyer-key", buyer_key.clone())
-            .args(["--allow-fault-injection"]);
-        if let Some(url) = app_redis {
-            launch = launch.arg("--redis-url", url);
+        let mut launches = Vec::new();
+        for app_database in app_databases {
+            let mut launch = Launch::new(binary, &logs.0)
+                .arg("--database-url", app_database)
+                .arg("--buyer-key", buyer_key.clone())
+                .args(["--allow-fault-injection"]);
+            if let Some(url) = &app_redis {
+                launch = launch.arg("--redis-url", url.clone());
+            }
+            if let Some(zk) = &zookeeper {
+                launch = launch.arg("--zookeeper", zk.connect_string());
+            }
+            launches.push(launch.args(flags));
         }
-        if let Some(zk) = &zookeeper {
-            launch = launch.arg("--zookeeper", zk.connect_string());
-        }
-        let apps = Apps::start(launch.args(flags), count).await?;
+        let apps = Apps::start_each(launches, count).await?;
         Ok(Fleet {
             api: Api::new(apps.bases(), None)?.with_buyer_key(BuyerKey::new(buyer_key.as_bytes())),
             apps,
             _logs: logs,
             database_url,
             relays,
-            mariadb: Arc::new(mariadb),
+            database,
             redis,
             _zookeeper: zookeeper,
         })
@@ -173,8 +222,14 @@ impl Fleet {
     }
 
     /// The fleet's private MariaDB, to kill and start again.
+    ///
+    /// # Panics
+    /// On a fleet whose rows are on a Galera cluster: the scenario holds that one itself.
     pub fn mariadb(&self) -> Arc<sandbox::MariaDb> {
-        Arc::clone(&self.mariadb)
+        match &self.database {
+            Database::Private(mariadb) => Arc::clone(mariadb),
+            Database::Galera { .. } => panic!("a fleet on Galera has no private MariaDB"),
+        }
     }
 
     /// The fleet's Redis.

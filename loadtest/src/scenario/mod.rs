@@ -24,6 +24,7 @@ pub mod cluster_failover_stock;
 pub mod cluster_sale;
 pub mod connection_cost;
 pub mod etcd_leader_loss;
+pub mod galera_for_update;
 pub mod herd;
 pub mod holder_crash;
 pub mod late_payment;
@@ -220,6 +221,10 @@ scenarios! {
     /// the holder works: its renewals are lost, the lease runs out, a buyer on another instance
     /// is granted it (oversell); `redis-watchdog-fenced` refuses the stale holder's write.
     SilentPath => silent_path::SilentPath;
+    /// `pessimistic` on a Galera cluster: with every instance writing to one node the row lock
+    /// queues the buyers; with each writing to its own, two buyers hold the lock at once, one
+    /// is aborted by certification (`busy`), and nothing oversells; aborts per sale counted.
+    GaleraForUpdate => galera_for_update::GaleraForUpdate;
 }
 
 impl Name {

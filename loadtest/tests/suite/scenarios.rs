@@ -512,3 +512,27 @@ async fn every_scenario_in_its_full_form_meets_its_expectations() {
         assert_all_pass(report);
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_row_lock_on_galera_holds_on_one_node_only_and_a_certification_abort_is_answered_busy() {
+    sandbox::require_faults!();
+    let report = quick(Name::GaleraForUpdate).await;
+    assert_all_pass(&report);
+    let one = row!(
+        report,
+        "pessimistic, every instance writing to node 1",
+        galera_for_update
+    );
+    assert_eq!((one.cert_failures, one.bf_aborts), (0, 0), "{one:?}");
+    assert!(!one.second_answered_first, "{one:?}");
+    for strategy in ["pessimistic", "conditional"] {
+        let each = row!(
+            report,
+            format!("{strategy}, each instance writing to a node of its own"),
+            galera_for_update
+        );
+        assert!(each.cert_failures + each.bf_aborts >= 1, "{each:?}");
+        assert_eq!(each.unavailable, 0, "{each:?}");
+        assert_eq!((each.units_sold, each.oversell), (each.stock, 0), "{each:?}");
+    }
+}
