@@ -73,6 +73,14 @@ pub fn deadlocked(e: &sqlx::Error) -> bool {
     matches!(number(db.as_ref()), Some(ER_LOCK_DEADLOCK | ER_CHECKREAD))
 }
 
+/// Whether the server answered a `COMMIT` by rolling the transaction back — on Galera, a write
+/// set certification refused (`1213 Deadlock: wsrep aborted transaction`). An answer, not a lost
+/// one: the transaction did not happen, as certainly as a refused statement; only a `COMMIT`
+/// whose answer never came leaves its outcome unknown.
+pub fn rolled_back_at_commit(e: &sqlx::Error) -> bool {
+    deadlocked(e)
+}
+
 /// The server's error number, for an error MariaDB answered.
 fn number(db: &dyn sqlx::error::DatabaseError) -> Option<u16> {
     db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()

@@ -20,17 +20,24 @@ use std::time::Duration;
 use locks::Guard;
 use sqlx::{MySql, Transaction};
 
-/// Commits `tx` with `in_doubt` set from the moment the `COMMIT` is sent until it is known to
-/// have succeeded (it stays set when the commit fails, and when the future is dropped in
-/// between): what a lock holder needs to know before it may give its lock back.
+/// Commits `tx` with `in_doubt` set from the moment the `COMMIT` is sent until its outcome is
+/// known: cleared when it succeeded or the server answered it with a rollback (a Galera
+/// certification failure), kept when its answer was lost, and when the future is dropped in
+/// between. What a lock holder needs to know before it may give its lock back.
 pub(crate) async fn commit_in_doubt(
     tx: Transaction<'_, MySql>,
     in_doubt: &AtomicBool,
 ) -> Result<(), sqlx::Error> {
     in_doubt.store(true, Ordering::SeqCst);
-    tx.commit().await?;
-    in_doubt.store(false, Ordering::SeqCst);
-    Ok(())
+    let committed = tx.commit().await;
+    let known = match &committed {
+        Ok(()) => true,
+        Err(e) => crate::db::errors::rolled_back_at_commit(e),
+    };
+    if known {
+        in_doubt.store(false, Ordering::SeqCst);
+    }
+    committed
 }
 
 pub(crate) struct HeldLock {

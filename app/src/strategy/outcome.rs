@@ -59,9 +59,10 @@ pub(crate) fn decide(stock: Option<i64>, purchase: &Purchase) -> Result<i64, Pur
 }
 
 /// Inserts the order into `tx` and commits: the purchase happened exactly when this returns
-/// `Ok`. A duplicate request id rolls everything back ([`PurchaseError::Duplicate`]); a failed
-/// `COMMIT` is [`PurchaseError::OutcomeUnknown`], because the server may have committed before
-/// the connection broke.
+/// `Ok`. A duplicate request id rolls everything back ([`PurchaseError::Duplicate`]); a `COMMIT`
+/// whose answer was lost is [`PurchaseError::OutcomeUnknown`], because the server may have
+/// committed before the connection broke; one the server answered with a rollback (a Galera
+/// certification failure) is `busy`, its outcome known.
 pub(crate) async fn place(
     tx: Transaction<'_, MySql>,
     purchase: &Purchase,
@@ -79,9 +80,13 @@ pub(crate) async fn place_in_doubt(
     in_doubt: &AtomicBool,
 ) -> Result<Placed, PurchaseError> {
     let order_id = orders::insert(&mut tx, &purchase.new_order(fencing_token)).await?;
-    commit_in_doubt(tx, in_doubt)
-        .await
-        .map_err(|e| PurchaseError::OutcomeUnknown(Box::new(e)))?;
+    commit_in_doubt(tx, in_doubt).await.map_err(|e| {
+        match crate::db::errors::rolled_back_at_commit(&e) {
+            // The server answered with a rollback: refused, and known to be (`busy`).
+            true => PurchaseError::from(e),
+            false => PurchaseError::OutcomeUnknown(Box::new(e)),
+        }
+    })?;
     Ok(Placed {
         order_id,
         fencing_token,

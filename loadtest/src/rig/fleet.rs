@@ -40,7 +40,9 @@ pub struct Fleet {
 enum Database {
     Private(Arc<sandbox::MariaDb>),
     /// Held only to keep the cluster up as long as the fleet.
-    Galera { _cluster: Arc<sandbox::GaleraCluster> },
+    Galera {
+        _cluster: Arc<sandbox::GaleraCluster>,
+    },
 }
 
 /// Where a fleet's instances keep their rows.
@@ -122,7 +124,16 @@ impl Fleet {
     /// [`Fleet::start`] with no server but the private MariaDB: `flags` name the clusters the
     /// instances use, which the scenario starts and controls.
     pub async fn start_on_clusters(binary: &Path, count: usize, flags: &[String]) -> Result<Fleet> {
-        Fleet::start_on(binary, count, flags, false, Redis::None, false, Rows::Private).await
+        Fleet::start_on(
+            binary,
+            count,
+            flags,
+            false,
+            Redis::None,
+            false,
+            Rows::Private,
+        )
+        .await
     }
 
     /// [`Fleet::start`] with the private MariaDB and Redis each behind a relay of its own, which

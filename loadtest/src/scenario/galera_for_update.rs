@@ -156,7 +156,10 @@ impl Scenario for GaleraForUpdate {
             };
             let fleet = Fleet::start_with_rows(stage.app_binary()?, 3, &[], rows_on).await?;
             let product = PRODUCTS + 2 * n as u64;
-            rows.push((mode, one(stage, sizes, mode, &fleet, &cluster, product).await?));
+            rows.push((
+                mode,
+                one(stage, sizes, mode, &fleet, &cluster, product).await?,
+            ));
         }
         Ok(rows)
     }
@@ -268,7 +271,10 @@ async fn one(
     };
     let second = async {
         watch.inside().await?;
-        tl.log("instance 1", "inside: the last unit read under its row lock, held");
+        tl.log(
+            "instance 1",
+            "inside: the last unit read under its row lock, held",
+        );
         let answer = order(&fleet.api, 1, product, strategy, "second", 0).await;
         tl.log("instance 2", format!("answered {}", answer.describe()));
         anyhow::Ok((answer, Instant::now()))
@@ -280,7 +286,9 @@ async fn one(
 
     // The crowd.
     let crowd_product = product + 1;
-    fleet.reset_in(crowd_product, sizes.stock, Home::Row).await?;
+    fleet
+        .reset_in(crowd_product, sizes.stock, Home::Row)
+        .await?;
     let until = Clicks::UntilSoldOut {
         pause: Duration::ZERO,
         patience: PATIENCE,

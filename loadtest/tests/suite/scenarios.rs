@@ -533,6 +533,10 @@ async fn a_row_lock_on_galera_holds_on_one_node_only_and_a_certification_abort_i
         );
         assert!(each.cert_failures + each.bf_aborts >= 1, "{each:?}");
         assert_eq!(each.unavailable, 0, "{each:?}");
-        assert_eq!((each.units_sold, each.oversell), (each.stock, 0), "{each:?}");
+        assert_eq!(
+            (each.units_sold, each.oversell),
+            (each.stock, 0),
+            "{each:?}"
+        );
     }
 }

@@ -387,9 +387,13 @@ impl Queue {
         if let Some(pause) = batch.iter().filter_map(|e| e.hold).max() {
             tokio::time::sleep(pause).await;
         }
-        tx.commit()
-            .await
-            .map_err(|e| Failure::Commit(Arc::new(e)))?;
+        tx.commit().await.map_err(|e| {
+            match crate::db::errors::rolled_back_at_commit(&e) {
+                // Answered with a rollback (a Galera certification failure): nothing happened.
+                true => Failure::Db(Arc::new(e)),
+                false => Failure::Commit(Arc::new(e)),
+            }
+        })?;
         Ok(decisions)
     }
 }
@@ -420,9 +424,10 @@ async fn take(
 /// Why a batch made no decision; answered to each of its purchases.
 #[derive(Debug, Clone)]
 enum Failure {
-    /// A statement before the `COMMIT` failed: nothing was written.
+    /// A statement before the `COMMIT` failed, or the server answered the `COMMIT` with a
+    /// rollback: nothing was written.
     Db(Arc<sqlx::Error>),
-    /// The `COMMIT` failed: the server may have committed.
+    /// The `COMMIT`'s answer was lost: the server may have committed.
     Commit(Arc<sqlx::Error>),
     Internal(Arc<str>),
 }
