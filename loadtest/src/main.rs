@@ -12,7 +12,9 @@ use loadtest::cli::{
 };
 use loadtest::live::{Feed, Update, server::Live};
 use loadtest::lock::LockReport;
-use loadtest::rig::{Stand, Target, cluster_processes, server_processes, servers};
+use loadtest::rig::{
+    GaleraRows, Stand, Target, cluster_processes, galera_processes, server_processes, servers,
+};
 use loadtest::run::run_watched;
 use loadtest::{lock, report};
 use sandbox::Endpoints;
@@ -101,6 +103,15 @@ fn run(args: &RunArgs, only_flood: bool) -> Result<()> {
         }
         false => None,
     };
+    if let Some(writers) = args.galera {
+        eprintln!("starting a Galera cluster (3 MariaDB nodes)…");
+        let cluster = sandbox::GaleraCluster::start().context("starting the Galera cluster")?;
+        target.processes.extend(galera_processes(&cluster));
+        target.galera = Some(GaleraRows {
+            cluster: std::sync::Arc::new(cluster),
+            writers,
+        });
+    }
     let mut live_args = args.live.clone();
     if args.screenshots && live_args.live.is_none() {
         live_args.live = Some(std::net::SocketAddr::from(([127, 0, 0, 1], 0)));
@@ -115,6 +126,7 @@ fn run(args: &RunArgs, only_flood: bool) -> Result<()> {
     }
     drop(page);
     drop(cluster);
+    drop(target);
     drop(stand);
     if args.json {
         let mut out = std::io::stdout().lock();
@@ -147,6 +159,7 @@ fn target_on(stand: &Stand, app_bin: Option<&std::path::Path>, database: &str) -
         processes: spawned.map(server_processes).unwrap_or_default(),
         relays: stand.relays.clone(),
         redis_cluster: None,
+        galera: None,
     })
 }
 

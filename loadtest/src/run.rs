@@ -34,7 +34,7 @@ use crate::report::schema::{
 };
 use crate::report::{self};
 use crate::rig::environment::utc_now;
-use crate::rig::world::{Topology, World};
+use crate::rig::world::{Aborts, World};
 use crate::scenario::{self, Selection};
 use testkit::Api;
 
@@ -61,14 +61,14 @@ pub async fn run_watched(
 ) -> Result<RunOutput> {
     let started = Instant::now();
     let (started_at, stamp) = utc_now();
-    let dir_name = match target.redis_cluster {
-        Some(_) => format!("{stamp}-redis-cluster"),
+    let dir_name = match target.topology().folder_suffix() {
+        Some(suffix) => format!("{stamp}-{suffix}"),
         None => stamp,
     };
     let dir = out.join(&dir_name);
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
 
-    let db_url = target.database_url(&target.endpoints);
+    let db_url = target.run_database_url();
     let run_id = &uuid::Uuid::new_v4().simple().to_string()[..8];
     let (mut apps, api) = target
         .start_instances(
@@ -78,11 +78,7 @@ pub async fn run_watched(
             settings.instances,
         )
         .await?;
-    let world =
-        World::at(settings.instances, target.distance).arranged(match target.redis_cluster {
-            Some(_) => Topology::RedisCluster,
-            None => Topology::OneNode,
-        });
+    let world = World::at(settings.instances, target.distance).arranged(target.topology());
     let strategies = if settings.only_baselines {
         Vec::new()
     } else {
@@ -233,6 +229,7 @@ pub async fn run_watched(
     let mut closed_runs: Vec<Vec<LoadResult>> = vec![Vec::new(); plans.len()];
     let mut cpu_spans: Vec<Span> = vec![Span::default(); plans.len()];
     let mut stage_spans = vec![StageCounters::default(); plans.len()];
+    let mut aborts: Vec<Option<Aborts>> = vec![None; plans.len()];
     for (round, k) in crate::analyse::spread::interleaved(plans.len(), rounds) {
         let name = plans[k].strategy;
         announce(
@@ -241,11 +238,15 @@ pub async fn run_watched(
         );
         // Read outside the CPU's span: the reads are the benchmark's, not the strategy's.
         let stages_before = StageCounters::of(&api.metrics().await, name);
+        let aborts_before = target.galera_aborts().await?;
         let before = sampler.sample();
         let run = throughput::closed(&api, &plans[k], round)
             .await
             .with_context(|| format!("throughput of `{name}`"))?;
         cpu_spans[k].add(&sampler.spent(&before, &run));
+        if let (Some(before), Some(after)) = (aborts_before, target.galera_aborts().await?) {
+            aborts[k].get_or_insert_default().add(after.since(before));
+        }
         let stages_after = StageCounters::of(&api.metrics().await, name);
         stage_spans[k].add_since(&stages_after, &stages_before);
         closed_runs[k].push(run);
@@ -284,13 +285,16 @@ pub async fn run_watched(
         refusal_ceiling,
         relays: target.relays.as_deref(),
     };
-    for ((info, sale), (((plan, runs), span), stages)) in strategies.into_iter().zip(sales).zip(
-        plans
-            .iter()
-            .zip(closed_runs)
-            .zip(cpu_spans)
-            .zip(stage_spans),
-    ) {
+    for ((info, sale), ((((plan, runs), span), stages), aborts)) in
+        strategies.into_iter().zip(sales).zip(
+            plans
+                .iter()
+                .zip(closed_runs)
+                .zip(cpu_spans)
+                .zip(stage_spans)
+                .zip(aborts),
+        )
+    {
         let name = info.name;
         let closed = crate::analyse::spread::combine(runs).context("no closed-loop run")?;
         let rate = throughput::open_rate(plan, &closed);
@@ -314,6 +318,7 @@ pub async fn run_watched(
         let mut measured_strategy =
             ratios::strategy_report(info, sale, throughput, &measured.baselines, cpu);
         measured_strategy.stages = stages.times();
+        measured_strategy.aborts = aborts;
         reports.push(measured_strategy);
     }
     db.close().await;

@@ -223,11 +223,14 @@ fn bench(args: &[String]) -> Result<()> {
     let bench = target_dir()?.join("release").join("seckill-bench");
     let mut c = Command::new(&bench);
     // `cargo xtask bench` and `cargo xtask bench --quick` mean `seckill-bench run [--quick]`.
-    // A run in another world (servers at a distance, stock on a Redis Cluster) is its own
-    // committed run beside the local one: no comparison with it, no README rewritten from it.
-    let other_world = args
-        .iter()
-        .any(|a| a == "--redis-cluster" || a == "--rtt" || a.starts_with("--rtt="));
+    // A run in another world (servers at a distance, stock on a Redis Cluster, rows on Galera)
+    // is its own committed run beside the local one: no comparison with it, no README
+    // rewritten from it.
+    let other_world = args.iter().any(|a| {
+        ["--redis-cluster", "--rtt", "--galera"].contains(&a.as_str())
+            || a.starts_with("--rtt=")
+            || a.starts_with("--galera=")
+    });
     let is_run = !other_world
         && args
             .first()

@@ -48,5 +48,6 @@ pub fn strategy_report(
         percent_of_http_noop,
         cpu,
         stages: None,
+        aborts: None,
     }
 }

@@ -272,6 +272,13 @@ pub struct RunArgs {
     /// `--strategies redis-lua,redis-lua-stream`). The CPU table gives each shard its column.
     #[arg(long)]
     pub redis_cluster: bool,
+    /// Keep the rows on a throwaway Galera cluster of three MariaDB nodes started for the run:
+    /// every app instance writing to node 1 (`one-writer`), or each to a node of its own in
+    /// turn (`all-writers`, with `--instances 3`). The lock services and the baselines stay on
+    /// their lone servers; each strategy's certification aborts are counted. Name the SQL
+    /// strategies, e.g. `--strategies conditional,pessimistic,batched`.
+    #[arg(long, value_enum, conflicts_with = "redis_cluster")]
+    pub galera: Option<crate::rig::world::GaleraWriters>,
     /// Directory under which `<UTC timestamp>/` and the `latest` link are written.
     #[arg(long, default_value = "results")]
     pub out: PathBuf,

@@ -201,6 +201,7 @@ pub fn time(s: &StrategyReport, f: &TimeFinding) -> String {
         );
         shards(&mut p, f);
     }
+    galera_aborts(&mut p, s);
     let _ = match &f.pace {
         Pace::Saturated { process, cores } => write!(
             p,
@@ -293,6 +294,34 @@ fn shards(p: &mut String, f: &TimeFinding) {
         busiest.per_1000,
         1000.0 / busiest.per_1000
     );
+}
+
+/// On a Galera cluster (`run --galera`): the transactions the cluster aborted while the
+/// strategy's closed loops ran, per purchase the service answered over the same span.
+fn galera_aborts(p: &mut String, s: &StrategyReport) {
+    let Some(aborts) = s.aborts else {
+        return;
+    };
+    let _ = write!(
+        p,
+        " The Galera cluster aborted {} transaction(s) during its closed loops ({} refused \
+         by certification at commit, {} thrown out by another node's write set)",
+        aborts.total(),
+        aborts.cert_failures,
+        aborts.bf_aborts
+    );
+    match s.stages.as_ref().filter(|t| t.purchases > 0) {
+        Some(t) => {
+            let _ = write!(
+                p,
+                ": {:.1} per 1,000 purchases the service answered ({}). An aborted purchase is \
+                 answered `busy`; an aborted autocommit statement the node runs again.",
+                1000.0 * aborts.total() as f64 / t.purchases as f64,
+                t.purchases
+            );
+        }
+        None => p.push('.'),
+    }
 }
 
 /// A CPU group in words: `the app instances`, `mariadbd`, …
@@ -550,5 +579,33 @@ mod tests {
         assert!(text.contains("at most 6667 purchases/s"), "{text}");
         let one_redis = time(&s, &spent(&[("app", 0.5), ("redis-server", 0.1)]));
         assert!(!one_redis.contains("Projection"), "{one_redis}");
+    }
+
+    #[test]
+    fn a_run_on_galera_counts_the_clusters_aborts_per_purchase_answered() {
+        let ledger = Ledger {
+            initial_stock: 10,
+            final_stock: 0,
+            units_in_orders: 10,
+            orders: 10,
+            pending: 0,
+            reserved: 0,
+            paid: 10,
+            returned: 0,
+            returning: 0,
+        };
+        let mut s = crate::sample::strategy(Strategy::Pessimistic, ledger);
+        let plain = time(&s, &spent(&[("app", 0.5)]));
+        assert!(!plain.contains("Galera"), "{plain}");
+        let answered = s.stages.as_ref().expect("the sample has stages").purchases;
+        s.aborts = Some(crate::rig::world::Aborts {
+            cert_failures: 3,
+            bf_aborts: 7,
+        });
+        let text = time(&s, &spent(&[("app", 0.5)]));
+        assert!(text.contains("aborted 10 transaction(s)"), "{text}");
+        assert!(text.contains("3 refused by certification"), "{text}");
+        let per_1000 = format!("{:.1} per 1,000 purchases", 10_000.0 / answered as f64);
+        assert!(text.contains(&per_1000), "{text}");
     }
 }

@@ -68,6 +68,15 @@ pub struct Target {
     /// The Redis Cluster the app instances keep Redis-held stock on (`redis+cluster://…`),
     /// instead of the lone Redis of `endpoints`, which the baselines go on measuring.
     pub redis_cluster: Option<String>,
+    /// The Galera cluster the app instances keep their rows on instead of the lone MariaDB of
+    /// `endpoints` (which the baselines go on measuring), and where they write.
+    pub galera: Option<GaleraRows>,
+}
+
+/// A Galera cluster holding the app's rows, and which node each instance writes to.
+pub struct GaleraRows {
+    pub cluster: Arc<sandbox::GaleraCluster>,
+    pub writers: world::GaleraWriters,
 }
 
 impl Target {
@@ -83,8 +92,52 @@ impl Target {
 
     /// The URL of the run's database (`database`) on the server `endpoints` name.
     pub fn database_url(&self, endpoints: &Endpoints) -> String {
-        let server = endpoints.database_url.trim_end_matches('/');
-        format!("{server}/{}", self.database)
+        self.database_on(&endpoints.database_url)
+    }
+
+    fn database_on(&self, server: &str) -> String {
+        format!("{}/{}", server.trim_end_matches('/'), self.database)
+    }
+
+    /// Where the run reads what the app instances wrote: the database on `endpoints`, or on
+    /// the first Galera node.
+    pub fn run_database_url(&self) -> String {
+        match &self.galera {
+            Some(g) => self.database_on(&g.cluster.url(0)),
+            None => self.database_url(&self.endpoints),
+        }
+    }
+
+    /// The database each of `count` app instances uses, in turn: the one on `endpoints`, or
+    /// the Galera node its writers put it on.
+    fn app_database_urls(&self, endpoints: &Endpoints, count: usize) -> Vec<String> {
+        match &self.galera {
+            Some(g) => (0..count.clamp(1, sandbox::MEMBERS))
+                .map(|n| self.database_on(&g.cluster.url(g.writers.node_of(n))))
+                .collect(),
+            None => vec![self.database_url(endpoints)],
+        }
+    }
+
+    /// How the servers the app instances use are arranged.
+    pub fn topology(&self) -> world::Topology {
+        match (&self.redis_cluster, &self.galera) {
+            (Some(_), _) => world::Topology::RedisCluster,
+            (None, Some(g)) => g.writers.topology(),
+            (None, None) => world::Topology::OneNode,
+        }
+    }
+
+    /// Certification failures and brute-force aborts so far, summed over the Galera nodes
+    /// the rows are on; `None` without Galera.
+    pub async fn galera_aborts(&self) -> Result<Option<world::Aborts>> {
+        let Some(g) = &self.galera else {
+            return Ok(None);
+        };
+        let cluster = Arc::clone(&g.cluster);
+        Ok(Some(
+            control(move || Ok(world::Aborts::read(&cluster))).await?,
+        ))
     }
 
     /// `count` app instances reaching the servers at `endpoints`, logging into `logs`, with
@@ -104,10 +157,12 @@ impl Target {
         let launch = testkit::Launch::new(&self.app_binary, logs)
             .endpoints(endpoints)
             .arg("--lock-prefix", prefix)
-            .arg("--database-url", self.database_url(endpoints))
             .arg("--admin-token", &admin_token)
             .arg("--buyer-key", &buyer_key);
-        let apps = testkit::Apps::start(launch, count).await?;
+        let launches = (self.app_database_urls(endpoints, count).into_iter())
+            .map(|url| launch.clone().arg("--database-url", url))
+            .collect();
+        let apps = testkit::Apps::start_each(launches, count).await?;
         let api = testkit::Api::new(apps.bases(), Some(admin_token))?
             .with_buyer_key(app::buyer::BuyerKey::new(buyer_key.as_bytes()));
         Ok((apps, api))
@@ -206,6 +261,22 @@ pub fn server_processes(s: &Servers) -> Vec<Process> {
     }
     all.into_iter()
         .filter_map(|(name, group, pid)| Some(Process::new(name, group, pid?)))
+        .collect()
+}
+
+/// Every node of the Galera cluster `cluster`, each a group of its own (`galera-node-1`, …),
+/// for CPU accounting.
+pub fn galera_processes(cluster: &sandbox::GaleraCluster) -> Vec<Process> {
+    (0..sandbox::MEMBERS)
+        .filter_map(|i| {
+            let pid = cluster.node(i).server().pid()?;
+            let group = format!("galera-node-{}", i + 1);
+            Some(Process::new(
+                format!("mariadbd (Galera node {})", i + 1),
+                group,
+                pid,
+            ))
+        })
         .collect()
 }
 

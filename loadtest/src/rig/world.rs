@@ -42,6 +42,13 @@ pub enum Topology {
     /// asynchronous replica (`run --redis-cluster`). The lock services and the server
     /// baselines stay on their lone servers.
     RedisCluster,
+    /// The rows on a Galera cluster of three nodes, every app instance writing to node 1
+    /// (`run --galera one-writer`): the others follow, as a hot row's writes are advised to go.
+    GaleraOneWriter,
+    /// The rows on a Galera cluster of three nodes, app instance `n` writing to node
+    /// `n mod 3 + 1` (`run --galera all-writers`): three primaries, conflicts settled by
+    /// certification at commit. The baselines stay on a lone MariaDB.
+    GaleraAllWriters,
 }
 
 impl Topology {
@@ -53,6 +60,51 @@ impl Topology {
                 "a Redis Cluster of 3 masters, each with an asynchronous replica, holds the \
                  Redis-held stock (the baselines' Redis is a lone one)",
             ),
+            Topology::GaleraOneWriter => Some(
+                "a Galera cluster of 3 MariaDB nodes holds the rows, every app instance \
+                 writing to node 1 (the baselines' MariaDB is a lone one)",
+            ),
+            Topology::GaleraAllWriters => Some(
+                "a Galera cluster of 3 MariaDB nodes holds the rows, each app instance \
+                 writing to a node of its own in turn (the baselines' MariaDB is a lone one)",
+            ),
+        }
+    }
+
+    /// The name a run's folder carries after its time stamp, where not one node of each.
+    pub fn folder_suffix(self) -> Option<&'static str> {
+        match self {
+            Topology::OneNode => None,
+            Topology::RedisCluster => Some("redis-cluster"),
+            Topology::GaleraOneWriter => Some("galera-one-writer"),
+            Topology::GaleraAllWriters => Some("galera-all-writers"),
+        }
+    }
+}
+
+/// Where the app instances write on a Galera cluster (`run --galera`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum GaleraWriters {
+    /// Every instance to node 1.
+    OneWriter,
+    /// Instance `n` to node `n mod 3 + 1`.
+    AllWriters,
+}
+
+impl GaleraWriters {
+    /// The node (0, 1, 2) instance `n` writes to.
+    pub fn node_of(self, n: usize) -> usize {
+        match self {
+            GaleraWriters::OneWriter => 0,
+            GaleraWriters::AllWriters => n % sandbox::MEMBERS,
+        }
+    }
+
+    /// The world's arrangement of servers with these writers.
+    pub fn topology(self) -> Topology {
+        match self {
+            GaleraWriters::OneWriter => Topology::GaleraOneWriter,
+            GaleraWriters::AllWriters => Topology::GaleraAllWriters,
         }
     }
 }
@@ -128,5 +180,46 @@ impl World {
     /// world measured in).
     pub fn unless_local(self) -> Option<World> {
         (!World::same_servers(Some(self), None)).then_some(self)
+    }
+}
+
+/// What a Galera cluster threw away, summed over its nodes: write sets certification refused
+/// at `COMMIT` (`wsrep_local_cert_failures`), and local transactions aborted by a write set
+/// that arrived from another node (`wsrep_local_bf_aborts`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Aborts {
+    pub cert_failures: u64,
+    pub bf_aborts: u64,
+}
+
+impl Aborts {
+    /// The counts so far (a node that does not answer counts nothing).
+    pub fn read(cluster: &sandbox::GaleraCluster) -> Aborts {
+        let sum = |variable: &str| -> u64 {
+            (0..sandbox::MEMBERS)
+                .filter_map(|i| cluster.status(i, variable)?.parse::<u64>().ok())
+                .sum()
+        };
+        Aborts {
+            cert_failures: sum("wsrep_local_cert_failures"),
+            bf_aborts: sum("wsrep_local_bf_aborts"),
+        }
+    }
+
+    /// The aborts from `before` to these.
+    pub fn since(self, before: Aborts) -> Aborts {
+        Aborts {
+            cert_failures: self.cert_failures.saturating_sub(before.cert_failures),
+            bf_aborts: self.bf_aborts.saturating_sub(before.bf_aborts),
+        }
+    }
+
+    pub fn add(&mut self, other: Aborts) {
+        self.cert_failures += other.cert_failures;
+        self.bf_aborts += other.bf_aborts;
+    }
+
+    pub fn total(self) -> u64 {
+        self.cert_failures + self.bf_aborts
     }
 }

@@ -30,6 +30,7 @@ use testkit::{Clicks, Crowd, Retry};
 
 use super::{Judgement, Scenario, Stage};
 use crate::rig::fleet::{Fleet, PATIENCE, Rows, accounting, order};
+use crate::rig::world::Aborts;
 use crate::rig::{control, start};
 
 pub struct GaleraForUpdate;
@@ -309,8 +310,8 @@ async fn one(
         created: answers.created(),
         busy: answers.refused(ErrorCode::Busy),
         unavailable: answers.refused(ErrorCode::BackendUnavailable),
-        cert_failures: after.0 - before.0,
-        bf_aborts: after.1 - before.1,
+        cert_failures: after.since(before).cert_failures,
+        bf_aborts: after.since(before).bf_aborts,
         units_sold: end.sold,
         orders: end.orders,
         oversell: acc.oversell,
@@ -333,18 +334,7 @@ async fn one(
 }
 
 /// Every node's certification failures and brute-force aborts so far, summed.
-async fn aborts(cluster: &Arc<GaleraCluster>) -> Result<(u64, u64)> {
+async fn aborts(cluster: &Arc<GaleraCluster>) -> Result<Aborts> {
     let c = Arc::clone(cluster);
-    let read = move |variable: &str| -> u64 {
-        (0..sandbox::MEMBERS)
-            .filter_map(|i| c.status(i, variable)?.parse::<u64>().ok())
-            .sum()
-    };
-    control(move || {
-        Ok((
-            read("wsrep_local_cert_failures"),
-            read("wsrep_local_bf_aborts"),
-        ))
-    })
-    .await
+    control(move || Ok(Aborts::read(&c))).await
 }

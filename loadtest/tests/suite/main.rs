@@ -10,6 +10,7 @@ mod coordinated_omission;
 mod distance;
 mod expiry;
 mod flood;
+mod galera;
 mod isolation;
 mod live_page;
 mod lock_bench;

@@ -57,9 +57,13 @@ impl CpuUse {
 }
 
 /// The CPU groups in the order the report lists them, with their words.
-pub const GROUPS: [(&str, &str); 10] = [
+pub const GROUPS: [(&str, &str); 13] = [
     ("app", "the app instances"),
     ("mariadbd", "mariadbd"),
+    // A Galera cluster's nodes (`run --galera`).
+    ("galera-node-1", "Galera node 1"),
+    ("galera-node-2", "Galera node 2"),
+    ("galera-node-3", "Galera node 3"),
     ("redis-server", "Redis"),
     // A Redis Cluster's shards (`run --redis-cluster`), each its master and its replica.
     ("redis-shard-1", "Redis Cluster shard 1"),

@@ -25,6 +25,9 @@ pub struct StrategyReport {
     /// Where its purchases' time went in the closed-loop runs, as the service timed it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stages: Option<super::StageTimes>,
+    /// On a Galera cluster: the transactions it aborted over the closed-loop runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aborts: Option<crate::rig::world::Aborts>,
 }
 
 /// The flash sale's result: what the buyers were told next to the database's truth.

@@ -62,6 +62,7 @@ pub fn target() -> Target {
         processes: Vec::new(),
         relays: None,
         redis_cluster: None,
+        galera: None,
     }
 }
 
