@@ -286,6 +286,14 @@ pub struct Config {
     #[arg(long, env = "SECKILL_LOCK_WAIT_MS", default_value_t = 3000)]
     pub lock_wait_ms: u64,
 
+    /// Times a purchase whose transaction the database rolled back — a deadlock victim, a write
+    /// set a Galera cluster's certification refused (`1213`) — is run again before its buyer
+    /// is told `busy`. Nothing of a rolled-back purchase happened, so running it again is safe
+    /// for every strategy; on one MariaDB such rollbacks are rare, on Galera with every node
+    /// taking writes to a hot row they are most purchases' fate.
+    #[arg(long, env = "SECKILL_ROLLBACK_RETRIES", default_value_t = 0)]
+    pub rollback_retries: u32,
+
     /// Attempts of the `optimistic` strategy before it answers `busy`.
     #[arg(long, env = "SECKILL_OPTIMISTIC_RETRIES", default_value_t = 16)]
     pub optimistic_retries: u32,

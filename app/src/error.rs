@@ -239,6 +239,9 @@ impl From<PurchaseError> for ApiError {
             PurchaseError::LimitReached => ApiError::LimitReached,
             PurchaseError::UnknownProduct => ApiError::NotFound("no such product".into()),
             PurchaseError::Busy(why) => ApiError::Busy(why),
+            PurchaseError::RolledBack(why) => ApiError::Busy(format!(
+                "the database rolled the transaction back ({why}); nothing was bought: retry"
+            )),
             PurchaseError::Overloaded => ApiError::Overloaded,
             PurchaseError::LockLost(why) => ApiError::LockLost(why),
             PurchaseError::Unavailable(cause) | PurchaseError::OutcomeUnknown(cause) => {

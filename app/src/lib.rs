@@ -261,6 +261,7 @@ pub async fn build_with(
             buyer_key: (config.buyer_key.as_deref()).map(|k| buyer::BuyerKey::new(k.as_bytes())),
             metrics_apart: config.metrics_listen.is_some(),
             request_timeout: Duration::from_millis(config.request_timeout_ms),
+            rollback_retries: config.rollback_retries,
         }),
         redis,
         first_come,

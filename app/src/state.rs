@@ -35,6 +35,9 @@ pub struct Settings {
     pub metrics_apart: bool,
     /// How long a buyer waits for a purchase's answer.
     pub request_timeout: std::time::Duration,
+    /// How many times a purchase whose transaction the database rolled back is run again
+    /// before its buyer is told `busy` ([`crate::strategy::PurchaseError::RolledBack`]).
+    pub rollback_retries: u32,
 }
 
 impl Settings {

@@ -259,6 +259,7 @@ mod tests {
             buyer_key: None,
             metrics_apart: false,
             request_timeout: std::time::Duration::from_secs(10),
+            rollback_retries: 0,
         }
     }
 

@@ -336,6 +336,12 @@ pub enum PurchaseError {
     Conflict(String),
     #[error("{0}")]
     Busy(String),
+    /// The database rolled the purchase's transaction back and said so — a deadlock victim, a
+    /// write set a Galera cluster's certification refused (`1213`): nothing happened, and
+    /// running it again is what the server asks. Answered `busy`, after the service's own
+    /// retries (`--rollback-retries`).
+    #[error("the database rolled the transaction back: {0}")]
+    RolledBack(String),
     /// A bounded line this purchase would wait in (the batch's, the stream's) is full:
     /// refused at once, as the door refuses past capacity, and nothing was taken.
     #[error("the service is at capacity")]
@@ -357,6 +363,9 @@ pub enum PurchaseError {
 
 impl From<sqlx::Error> for PurchaseError {
     fn from(e: sqlx::Error) -> PurchaseError {
+        if crate::db::errors::deadlocked(&e) {
+            return PurchaseError::RolledBack(e.to_string());
+        }
         match classify(&e) {
             DbFailure::Unavailable => PurchaseError::Unavailable(Box::new(e)),
             DbFailure::Busy => PurchaseError::Busy(format!("row lock not obtained: {e}")),

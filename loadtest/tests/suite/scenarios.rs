@@ -539,4 +539,16 @@ async fn a_row_lock_on_galera_holds_on_one_node_only_and_a_certification_abort_i
             "{each:?}"
         );
     }
+    let retried = row!(
+        report,
+        "pessimistic, each instance writing to a node of its own, a rolled-back purchase run \
+         again (up to 5 times)",
+        galera_for_update
+    );
+    let answers = [&retried.first_holder, &retried.second_buyer];
+    assert!(
+        answers.iter().any(|a| a.ends_with("sold_out")),
+        "{retried:?}"
+    );
+    assert!(!answers.iter().any(|a| a.ends_with("busy")), "{retried:?}");
 }

@@ -271,6 +271,26 @@ async fn place(
     }
 }
 
+/// The strategy's purchase, run again while the database rolls its transaction back, up to
+/// `--rollback-retries` times: a rolled-back purchase did nothing (the strategy has given back
+/// whatever it took outside the transaction), so another attempt buys at most once.
+async fn purchase_retrying_rollbacks(
+    state: &AppState,
+    strategy: &Arc<dyn StockStrategy>,
+    purchase: &Purchase,
+) -> Result<Purchased, PurchaseError> {
+    let mut retries = 0;
+    loop {
+        match strategy.purchase(purchase).await {
+            Err(PurchaseError::RolledBack(_)) if retries < state.settings.rollback_retries => {
+                retries += 1;
+                purchase.stats.add_retry();
+            }
+            answer => return answer,
+        }
+    }
+}
+
 /// Counts a purchase's answer; `stats` is `None` for one refused before any strategy ran.
 fn observe(
     state: &AppState,
@@ -290,7 +310,7 @@ fn observe(
 }
 
 async fn run(state: &AppState, strategy: &Arc<dyn StockStrategy>, purchase: &Purchase) -> Answer {
-    match strategy.purchase(purchase).await {
+    match purchase_retrying_rollbacks(state, strategy, purchase).await {
         Ok(Purchased::Placed(placed)) => Ok(Success::Created(OrderResponse {
             order_id: placed.order_id,
             product_id: purchase.product_id,

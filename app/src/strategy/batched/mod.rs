@@ -441,6 +441,9 @@ impl From<sqlx::Error> for Failure {
 impl Failure {
     fn answer(&self) -> PurchaseError {
         match self {
+            Failure::Db(e) if crate::db::errors::deadlocked(e) => {
+                PurchaseError::RolledBack(e.to_string())
+            }
             Failure::Db(e) => match classify(e) {
                 DbFailure::Unavailable => PurchaseError::Unavailable(Box::new(Arc::clone(e))),
                 DbFailure::Busy => PurchaseError::Busy(format!("row lock not obtained: {e}")),
