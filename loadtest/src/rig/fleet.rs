@@ -16,7 +16,7 @@ use app::api::{Home, ProductView, Strategy};
 use app::buyer::BuyerKey;
 
 use crate::rig::distance::{MARIADB, REDIS, Relays};
-use testkit::{Answer, Api, order_request};
+use testkit::{Answer, Answers, Api, Clicks, Crowd, Retry, order_request};
 use testkit::{Apps, Launch};
 
 /// The scenario's private MariaDB and Redis, its app instances and a client for them.
@@ -280,6 +280,21 @@ impl Fleet {
         })
         .await
         .with_context(|| format!("product {id} never reached the state awaited"))
+    }
+
+    /// One buyer's clicks of `strategy` on `product`, one after the other, none retried: a
+    /// scenario's sale in the order it wants it, each answer as it came.
+    pub async fn one_buyer(
+        &self,
+        strategy: Strategy,
+        product: u64,
+        who: &str,
+        clicks: Clicks,
+    ) -> Answers {
+        Crowd::new(1, clicks, strategy, who)
+            .retrying(Retry::NEVER)
+            .run(&self.api, product)
+            .await
     }
 
     /// A connection to the fleet's database that watches for a buyer's transaction (see

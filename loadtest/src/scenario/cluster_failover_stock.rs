@@ -25,7 +25,7 @@ use app::api::{ErrorCode, Home, Strategy};
 use app::redis_stock::{CLUSTER_LANES, Keys};
 use sandbox::{Cluster, RedisCluster, RedisShard};
 use serde::{Deserialize, Serialize};
-use testkit::{Answers, Clicks, Crowd, Retry};
+use testkit::Clicks;
 
 use super::{Judgement, Scenario, Stage};
 use crate::rig::fleet::{Fleet, accounting};
@@ -230,7 +230,8 @@ async fn one(
 ) -> Result<Figures> {
     let tl = stage.round(mode.to_string());
     fleet.reset_in(product, STOCK, Home::Redis).await?;
-    let sold_before = buy(fleet, product, "before", Clicks::Total(BEFORE))
+    let sold_before = fleet
+        .one_buyer(Strategy::RedisLua, product, "before", Clicks::Total(BEFORE))
         .await
         .created();
     let s = Arc::clone(&shard);
@@ -245,7 +246,9 @@ async fn one(
         "replica",
         "cut off from its master: it receives nothing more",
     );
-    let during = buy(fleet, product, "during", Clicks::Total(DURING)).await;
+    let during = fleet
+        .one_buyer(Strategy::RedisLua, product, "during", Clicks::Total(DURING))
+        .await;
     let counter_before_kill = fleet.product(product).await?.stock;
     tl.log(
         "app",
@@ -299,7 +302,9 @@ async fn one(
         pause: Duration::from_millis(50),
         patience: PATIENCE,
     };
-    let after = buy(fleet, product, "after", until).await;
+    let after = fleet
+        .one_buyer(Strategy::RedisLua, product, "after", until)
+        .await;
     ensure!(
         after.refused(ErrorCode::SoldOut) > 0,
         "the sale did not end within {PATIENCE:?} of the failover: {}",
@@ -331,12 +336,4 @@ async fn one(
         orders: end.orders,
         oversell: acc.oversell,
     })
-}
-
-/// One buyer's `redis-lua` purchases of one unit each, one after the other.
-async fn buy(fleet: &Fleet, product: u64, who: &str, clicks: Clicks) -> Answers {
-    Crowd::new(1, clicks, Strategy::RedisLua, who)
-        .retrying(Retry::NEVER)
-        .run(&fleet.api, product)
-        .await
 }

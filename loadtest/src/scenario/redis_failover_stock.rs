@@ -24,7 +24,7 @@ use anyhow::{Result, ensure};
 use app::api::{ErrorCode, Home, Strategy};
 use sandbox::Relay;
 use serde::{Deserialize, Serialize};
-use testkit::{Answers, Clicks, Crowd, Retry};
+use testkit::Clicks;
 
 use super::{Judgement, Scenario, Stage};
 use crate::rig::fleet::{Fleet, accounting};
@@ -189,7 +189,10 @@ async fn one(stage: &Stage, mode: Mode, pair: Arc<sandbox::RedisPair>) -> Result
     let fleet = Fleet::start_with_redis(stage.app_binary()?, 1, &flags, redis_url).await?;
     fleet.reset_in(PRODUCT, STOCK, Home::Redis).await?;
 
-    let sold_before = buy(&fleet, "before", Clicks::Total(BEFORE)).await.created();
+    let sold_before = fleet
+        .one_buyer(Strategy::RedisLua, PRODUCT, "before", Clicks::Total(BEFORE))
+        .await
+        .created();
     // The replica has every sale so far: the lag is exactly what follows the cut.
     let mut primary = connection(&pair.primary.url(), PATIENCE).await?;
     let acked = replicas_with_everything(&mut primary, 1, PATIENCE).await?;
@@ -203,7 +206,9 @@ async fn one(stage: &Stage, mode: Mode, pair: Arc<sandbox::RedisPair>) -> Result
         "network",
         "replication link cut: the replica stops receiving",
     );
-    let during = buy(&fleet, "during", Clicks::Total(DURING)).await;
+    let during = fleet
+        .one_buyer(Strategy::RedisLua, PRODUCT, "during", Clicks::Total(DURING))
+        .await;
     let refused_during = during.refused(ErrorCode::BackendUnavailable);
     tl.log(
         "app",
@@ -244,7 +249,9 @@ async fn one(stage: &Stage, mode: Mode, pair: Arc<sandbox::RedisPair>) -> Result
         pause: Duration::from_millis(50),
         patience: PATIENCE,
     };
-    let after = buy(&fleet, "after", until).await;
+    let after = fleet
+        .one_buyer(Strategy::RedisLua, PRODUCT, "after", until)
+        .await;
     ensure!(
         after.refused(ErrorCode::SoldOut) > 0,
         "the sale did not resume within {PATIENCE:?} of the failover: {}",
@@ -275,12 +282,4 @@ async fn one(stage: &Stage, mode: Mode, pair: Arc<sandbox::RedisPair>) -> Result
         orders: end.orders,
         oversell: acc.oversell,
     })
-}
-
-/// One buyer's `redis-lua` purchases of one unit each, one after the other.
-async fn buy(fleet: &Fleet, who: &str, clicks: Clicks) -> Answers {
-    Crowd::new(1, clicks, Strategy::RedisLua, who)
-        .retrying(Retry::NEVER)
-        .run(&fleet.api, PRODUCT)
-        .await
 }
