@@ -269,6 +269,15 @@ pub struct Config {
     #[arg(long, env = "SECKILL_ROW_LOCK_WAIT_SECS", default_value_t = 5)]
     pub row_lock_wait_secs: u64,
 
+    /// On a Galera node, the causality checks of every session (`wsrep_sync_wait`, a bitmask:
+    /// 1 reads, 2 updates and deletes, 4 inserts). With 0 a statement on one node may miss a
+    /// write another node committed and answered a moment before: an order just placed through
+    /// one instance is "not found" when its buyer pays through another. The default, 3, waits
+    /// before each read, update and delete until the node has applied everything the cluster
+    /// had committed when it was sent. Ignored by a server that is not a Galera node.
+    #[arg(long, env = "SECKILL_GALERA_SYNC_WAIT", default_value_t = 3, value_parser = clap::value_parser!(u8).range(0..=15))]
+    pub galera_sync_wait: u8,
+
     /// Largest quantity one order may ask for.
     #[arg(long, env = "SECKILL_MAX_QUANTITY", default_value_t = 5)]
     pub max_quantity: u32,

@@ -50,6 +50,7 @@ pub async fn connect(config: &Config) -> Result<MySqlPool, SetupError> {
 
     let lock_wait = config.row_lock_wait_secs.max(1);
     let statement = Duration::from_millis(config.statement_timeout_ms);
+    let sync_wait = config.galera_sync_wait;
     let pool = MySqlPoolOptions::new()
         .max_connections(config.db_pool_size.max(1))
         .acquire_timeout(Duration::from_millis(config.db_acquire_timeout_ms))
@@ -60,7 +61,8 @@ pub async fn connect(config: &Config) -> Result<MySqlPool, SetupError> {
         .after_connect(move |conn, _meta| {
             Box::pin(async move {
                 set_lock_wait(conn, lock_wait).await?;
-                set_statement_time(conn, statement).await
+                set_statement_time(conn, statement).await?;
+                set_galera_sync_wait(conn, sync_wait).await
             })
         })
         .connect_with(server.database(&name))
@@ -91,11 +93,17 @@ pub async fn migrate(pool: &MySqlPool) -> Result<(), SetupError> {
 /// budget by MariaDB's 50 s default.
 pub fn lock_pool(main: &MySqlPool, config: &Config) -> MySqlPool {
     let lock_wait = config.lock_wait_ms.div_ceil(1000).max(1);
+    let sync_wait = config.galera_sync_wait;
     MySqlPoolOptions::new()
         .max_connections(config.db_lock_pool_size)
         .acquire_timeout(Duration::from_millis(config.db_acquire_timeout_ms))
         .test_before_acquire(false)
-        .after_connect(move |conn, _meta| Box::pin(set_lock_wait(conn, lock_wait)))
+        .after_connect(move |conn, _meta| {
+            Box::pin(async move {
+                set_lock_wait(conn, lock_wait).await?;
+                set_galera_sync_wait(conn, sync_wait).await
+            })
+        })
         .connect_lazy_with((*main.connect_options()).clone())
 }
 
@@ -105,11 +113,17 @@ pub fn lock_pool(main: &MySqlPool, config: &Config) -> MySqlPool {
 /// bounded by the same statement time as the purchases'.
 pub fn reader_pool(main: &MySqlPool, config: &Config) -> MySqlPool {
     let statement = Duration::from_millis(config.statement_timeout_ms);
+    let sync_wait = config.galera_sync_wait;
     MySqlPoolOptions::new()
         .max_connections(config.db_reader_pool_size.max(1))
         .acquire_timeout(Duration::from_millis(config.db_acquire_timeout_ms))
         .test_before_acquire(false)
-        .after_connect(move |conn, _meta| Box::pin(set_statement_time(conn, statement)))
+        .after_connect(move |conn, _meta| {
+            Box::pin(async move {
+                set_statement_time(conn, statement).await?;
+                set_galera_sync_wait(conn, sync_wait).await
+            })
+        })
         .connect_lazy_with((*main.connect_options()).clone())
 }
 
@@ -124,6 +138,24 @@ async fn set_statement_time(
         limit.as_secs_f64()
     );
     conn.execute(sqlx::AssertSqlSafe(sql)).await?;
+    Ok(())
+}
+
+/// `wsrep_sync_wait` of one session, when its server is a Galera node (`wsrep_on`): what the
+/// session waits for the node to have applied before it reads or writes (see
+/// [`Config::galera_sync_wait`]). Elsewhere nothing: the variable means nothing there, and a
+/// server built without Galera does not know it.
+async fn set_galera_sync_wait(
+    conn: &mut sqlx::MySqlConnection,
+    mask: u8,
+) -> Result<(), sqlx::Error> {
+    let on: Option<(String, String)> = sqlx::query_as("SHOW VARIABLES LIKE 'wsrep_on'")
+        .fetch_optional(&mut *conn)
+        .await?;
+    if on.is_some_and(|(_, value)| value.eq_ignore_ascii_case("ON")) {
+        let sql = format!("SET SESSION wsrep_sync_wait = {mask}");
+        conn.execute(sqlx::AssertSqlSafe(sql)).await?;
+    }
     Ok(())
 }
 
