@@ -242,6 +242,11 @@ impl Drop for Instance {
     }
 }
 
+/// The launch of instance `n` of a set started with `launches` in turn.
+fn nth(launches: &[Launch], n: usize) -> &Launch {
+    &launches[n % launches.len()]
+}
+
 /// A set of instances named `app-<n>`, started with one [`Launch`], or with one of several
 /// in turn (instances of one deployment each reaching its own database node).
 pub struct Apps {
@@ -266,7 +271,7 @@ impl Apps {
         let first = Instance::start(&launches[0], "app-0").await?;
         let names: Vec<(usize, String)> = (1..count).map(|n| (n, format!("app-{n}"))).collect();
         let rest = futures::future::try_join_all(
-            (names.iter()).map(|(n, name)| Instance::start(&launches[n % launches.len()], name)),
+            (names.iter()).map(|(n, name)| Instance::start(nth(&launches, *n), name)),
         )
         .await?;
         let mut instances = vec![first];
@@ -279,7 +284,7 @@ impl Apps {
 
     /// The launch instance `n` was started with.
     fn launch(&self, n: usize) -> &Launch {
-        &self.launches[n % self.launches.len()]
+        nth(&self.launches, n)
     }
 
     /// `count` more instances started like these plus `extra` arguments, named `<name>-<n>`:
@@ -290,7 +295,7 @@ impl Apps {
             .collect();
         let names: Vec<(usize, String)> = (0..count).map(|n| (n, format!("{name}-{n}"))).collect();
         let instances = futures::future::try_join_all(
-            (names.iter()).map(|(n, name)| Instance::start(&launches[n % launches.len()], name)),
+            (names.iter()).map(|(n, name)| Instance::start(nth(&launches, *n), name)),
         )
         .await?;
         Ok(Apps {

@@ -189,20 +189,19 @@ impl Fleet {
             ),
             None => (servers.iter().map(in_database).collect(), redis.url()),
         };
-        let mut launches = Vec::new();
-        for app_database in app_databases {
-            let mut launch = Launch::new(binary, &logs.0)
-                .arg("--database-url", app_database)
-                .arg("--buyer-key", buyer_key.clone())
-                .args(["--allow-fault-injection"]);
-            if let Some(url) = &app_redis {
-                launch = launch.arg("--redis-url", url.clone());
-            }
-            if let Some(zk) = &zookeeper {
-                launch = launch.arg("--zookeeper", zk.connect_string());
-            }
-            launches.push(launch.args(flags));
+        let mut launch = Launch::new(binary, &logs.0)
+            .arg("--buyer-key", buyer_key.clone())
+            .args(["--allow-fault-injection"]);
+        if let Some(url) = app_redis {
+            launch = launch.arg("--redis-url", url);
         }
+        if let Some(zk) = &zookeeper {
+            launch = launch.arg("--zookeeper", zk.connect_string());
+        }
+        let launch = launch.args(flags);
+        let launches = (app_databases.into_iter())
+            .map(|database| launch.clone().arg("--database-url", database))
+            .collect();
         let apps = Apps::start_each(launches, count).await?;
         Ok(Fleet {
             api: Api::new(apps.bases(), None)?.with_buyer_key(BuyerKey::new(buyer_key.as_bytes())),

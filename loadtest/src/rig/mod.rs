@@ -131,13 +131,10 @@ impl Target {
     /// Certification failures and brute-force aborts so far, summed over the Galera nodes
     /// the rows are on; `None` without Galera.
     pub async fn galera_aborts(&self) -> Result<Option<world::Aborts>> {
-        let Some(g) = &self.galera else {
-            return Ok(None);
-        };
-        let cluster = Arc::clone(&g.cluster);
-        Ok(Some(
-            control(move || Ok(world::Aborts::read(&cluster))).await?,
-        ))
+        match &self.galera {
+            Some(g) => Ok(Some(world::Aborts::of(&g.cluster).await?)),
+            None => Ok(None),
+        }
     }
 
     /// `count` app instances reaching the servers at `endpoints`, logging into `logs`, with

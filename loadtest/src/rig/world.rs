@@ -206,6 +206,13 @@ impl Aborts {
         }
     }
 
+    /// [`Aborts::read`] off the async threads (each node is asked through the `mariadb`
+    /// client).
+    pub async fn of(cluster: &std::sync::Arc<sandbox::GaleraCluster>) -> anyhow::Result<Aborts> {
+        let cluster = std::sync::Arc::clone(cluster);
+        super::control(move || Ok(Aborts::read(&cluster))).await
+    }
+
     /// The aborts from `before` to these.
     pub fn since(self, before: Aborts) -> Aborts {
         Aborts {

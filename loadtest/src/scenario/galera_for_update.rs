@@ -30,8 +30,8 @@ use testkit::{Clicks, Crowd, Retry};
 
 use super::{Judgement, Scenario, Stage};
 use crate::rig::fleet::{Fleet, PATIENCE, Rows, accounting, order};
+use crate::rig::start;
 use crate::rig::world::Aborts;
-use crate::rig::{control, start};
 
 pub struct GaleraForUpdate;
 
@@ -290,7 +290,7 @@ async fn one(
     product: u64,
 ) -> Result<Figures> {
     let tl = stage.round(mode.to_string());
-    let before = aborts(cluster).await?;
+    let before = Aborts::of(cluster).await?;
 
     // The probe: one unit, a buyer inside its critical section on instance 1, another on 2.
     fleet.reset_in(product, 1, Home::Row).await?;
@@ -328,7 +328,7 @@ async fn one(
         .retrying(Retry::NEVER)
         .run(&fleet.api, crowd_product)
         .await;
-    let after = aborts(cluster).await?;
+    let after = Aborts::of(cluster).await?;
     let end = fleet.product(crowd_product).await?;
     let acc = accounting(&end);
     let figures = Figures {
@@ -361,10 +361,4 @@ async fn one(
         ),
     );
     Ok(figures)
-}
-
-/// Every node's certification failures and brute-force aborts so far, summed.
-async fn aborts(cluster: &Arc<GaleraCluster>) -> Result<Aborts> {
-    let c = Arc::clone(cluster);
-    control(move || Ok(Aborts::read(&c))).await
 }
