@@ -124,6 +124,27 @@ impl Redis {
         resp::control("redis", self.port, args)
     }
 
+    /// Waits until `replicas` of this primary's replicas have acknowledged everything it had
+    /// written when this was called (the offsets of `INFO replication`). `WAIT` cannot say
+    /// it from the harness: it waits for the writes of its own connection, and each harness
+    /// command comes on a new one, which has written nothing.
+    pub fn await_replicas_acknowledged(&self, replicas: usize, within: Duration) -> Result<()> {
+        let info = self.command(&["INFO", "replication"])?;
+        let written: u64 = resp::info_field(&info, "master_repl_offset")
+            .and_then(|o| o.parse().ok())
+            .unwrap_or(0);
+        crate::cluster::await_answer("redis", "replicate to the replicas", within, || {
+            let info = self.command(&["INFO", "replication"]).ok()?;
+            let acknowledged = (info.lines())
+                .filter(|l| l.starts_with("slave") && l.contains("state=online"))
+                .filter_map(|l| l.split(',').find_map(|f| f.strip_prefix("offset=")))
+                .filter_map(|o| o.parse::<u64>().ok())
+                .filter(|&o| o >= written)
+                .count();
+            (acknowledged >= replicas).then_some(())
+        })
+    }
+
     /// The server's version, e.g. `7.0.15`.
     pub fn version(&self) -> Result<String> {
         let info = self.command(&["INFO", "server"])?;

@@ -77,9 +77,9 @@ async fn redis_lua_through_sentinel_answers_503_while_no_primary_answers_and_sel
     // Both replicas have every deduction before the primary dies: whichever is promoted,
     // nothing sold is lost, so the counter must account for every order afterwards.
     let c = cluster.clone();
-    control(move || c.server(old).command(&["WAIT", "2", "5000"]))
+    control(move || c.server(old).await_replicas_acknowledged(2, FAILOVER))
         .await
-        .expect("WAIT");
+        .expect("both replicas acknowledge every deduction");
     let c = cluster.clone();
     control(move || c.server(old).server().kill())
         .await

@@ -101,8 +101,8 @@ async fn a_lock_client_given_the_sentinels_follows_a_failover_to_the_promoted_pr
     // Both replicas have the grant and the fence before the primary dies.
     cluster
         .server(old)
-        .command(&["WAIT", "2", "5000"])
-        .expect("WAIT");
+        .await_replicas_acknowledged(2, Duration::from_secs(60))
+        .expect("both replicas acknowledge the grant and the fence");
     cluster
         .server(old)
         .server()

@@ -45,7 +45,10 @@ fn a_killed_master_s_replica_takes_its_slots_and_the_master_returns_as_its_repli
     let key = "{probe}:stock";
     let shard = cluster.shard_of_slot(slot_of(&cluster, key)).clone();
     shard.member(0).command(&["SET", key, "10"]).unwrap();
-    shard.member(0).command(&["WAIT", "1", "5000"]).unwrap();
+    shard
+        .member(0)
+        .await_replicas_acknowledged(1, FAILOVER)
+        .unwrap();
     shard.process(0).kill().unwrap();
     let promoted = sandbox::wait_for(FAILOVER, || shard.master().filter(|&m| m == 1));
     assert_eq!(promoted, Some(1), "the replica was not promoted");
@@ -65,7 +68,10 @@ fn a_replica_cut_off_from_its_master_is_promoted_without_the_writes_made_since()
     let key = "{probe}:stock";
     let shard = cluster.shard_of_slot(slot_of(&cluster, key)).clone();
     shard.member(0).command(&["SET", key, "100"]).unwrap();
-    shard.member(0).command(&["WAIT", "1", "5000"]).unwrap();
+    shard
+        .member(0)
+        .await_replicas_acknowledged(1, FAILOVER)
+        .unwrap();
     assert_eq!(shard.cut_replication().unwrap(), 0);
     for _ in 0..10 {
         shard.member(0).command(&["DECR", key]).unwrap();
