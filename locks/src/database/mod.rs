@@ -98,6 +98,21 @@ use row::RowHeld;
 /// The statements that create every table of the database locks if missing ([`DbLock::create_table`]).
 pub const SCHEMA: &str = include_str!("schema.sql");
 
+/// The statement that makes the token sequence, [`SCHEMA`]'s last.
+const SEQUENCE: &str = "CREATE SEQUENCE IF NOT EXISTS db_lock_tokens";
+
+/// [`SEQUENCE`] on a Galera node.
+const GALERA_SEQUENCE: &str = "CREATE SEQUENCE IF NOT EXISTS db_lock_tokens NOCACHE";
+
+/// [`SCHEMA`] as the statements before the token sequence's, and that one.
+fn schema_parts() -> (&'static str, &'static str) {
+    let tables = SCHEMA
+        .trim_end()
+        .strip_suffix(SEQUENCE)
+        .expect("the schema ends with the token sequence");
+    (tables, SEQUENCE)
+}
+
 /// The pauses between two polls of a held lock: 4 ms doubling to 64 ms, shrinking again for
 /// waiters that have waited long (`polling.rs`) down to the first pause, not below: every poll
 /// is two statements.
@@ -153,12 +168,23 @@ impl DbLock {
         }
     }
 
-    /// Creates every table of the database locks ([`SCHEMA`]) in `pool`'s database if missing.
+    /// Creates every table of the database locks ([`SCHEMA`]) in `pool`'s database if missing;
+    /// on a Galera node, the token sequence `NOCACHE` (see [`SCHEMA`]).
     pub async fn create_table(pool: &MySqlPool) -> Result<(), LockError> {
-        sqlx::raw_sql(SCHEMA)
-            .execute(pool)
-            .await
-            .map_err(LockError::unavailable)?;
+        let galera: Option<(String, String)> =
+            sqlx::query_as("SHOW GLOBAL VARIABLES LIKE 'wsrep_on'")
+                .fetch_optional(pool)
+                .await
+                .map_err(LockError::unavailable)?;
+        let galera = galera.is_some_and(|(_, on)| on.eq_ignore_ascii_case("ON"));
+        let (tables, sequence) = schema_parts();
+        let sequence = if galera { GALERA_SEQUENCE } else { sequence };
+        for statements in [tables, sequence] {
+            sqlx::raw_sql(statements)
+                .execute(pool)
+                .await
+                .map_err(LockError::unavailable)?;
+        }
         Ok(())
     }
 
@@ -368,4 +394,18 @@ fn error_number(e: &sqlx::Error) -> Option<u16> {
 /// A lease as the database wants it: whole microseconds.
 fn micros(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_schema_ends_with_the_token_sequence_which_a_galera_node_makes_nocache() {
+        let (tables, sequence) = schema_parts();
+        assert!(tables.contains("CREATE TABLE IF NOT EXISTS db_locks"));
+        assert!(!tables.contains("SEQUENCE IF NOT EXISTS"));
+        assert_eq!(sequence, SEQUENCE);
+        assert_eq!(GALERA_SEQUENCE.strip_suffix(" NOCACHE"), Some(SEQUENCE));
+    }
 }

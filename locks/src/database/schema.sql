@@ -24,5 +24,7 @@ CREATE TABLE IF NOT EXISTS db_insert_locks (
     acquired_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4;
 -- The fencing tokens of the locks held by a transaction: a sequence is not transactional, so a
--- token drawn by a transaction that is rolled back is never drawn again.
+-- token drawn by a transaction that is rolled back is never drawn again. On a Galera cluster it
+-- is made NOCACHE (a cached sequence is refused there): every draw is a write replicated to every
+-- node, so a token drawn on any node is above those drawn before it on the others.
 CREATE SEQUENCE IF NOT EXISTS db_lock_tokens

@@ -14,6 +14,7 @@ use sqlx::mysql::MySqlPoolOptions;
 
 mod blocking_insert;
 mod claims;
+mod galera;
 mod reentrant;
 mod row_lock;
 mod tokens;
