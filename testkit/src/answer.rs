@@ -179,9 +179,15 @@ impl Outcomes {
 }
 
 /// Refusal counts, one per [`ErrorCode`]; serialized as `{"sold_out": 3, …}` with the codes
-/// that occurred, in [`ErrorCode::ALL`] order.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// that occurred, in [`ErrorCode::ALL`] order (and so printed by `{:?}`).
+#[derive(Clone, PartialEq, Eq)]
 pub struct Refusals([u64; ErrorCode::ALL.len()]);
+
+impl std::fmt::Debug for Refusals {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_map().entries(self.iter()).finish()
+    }
+}
 
 impl Default for Refusals {
     fn default() -> Refusals {
