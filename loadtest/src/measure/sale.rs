@@ -4,11 +4,11 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, ensure};
 use app::accounting::{Accounting, Ledger};
 use app::api::{ErrorCode, Home, ProductView, Strategy};
 use sqlx::MySqlPool;
-use testkit::{Api, Clicks, Crowd, Retry};
+use testkit::{Api, Clicks, Crowd, Outcomes, Retry};
 
 use crate::drive::latency::Latencies;
 use crate::live::{Feed, Update};
@@ -72,6 +72,7 @@ pub async fn run_sale(api: &Api, db: &MySqlPool, plan: &SalePlan) -> Result<Sale
     let drain_seconds = drained.map(|d| d.as_secs_f64());
     let demand_units = plan.requests as i64 * plan.quantity;
     let outcomes = answers.outcomes();
+    backend_answered(plan.strategy, &outcomes)?;
     let mut latencies = Latencies::default();
     for latency in answers.latencies() {
         latencies.record(latency);
@@ -157,9 +158,43 @@ pub fn retries_in_metrics(text: &str, strategy: Strategy) -> Option<f64> {
     found
 }
 
+/// Fails when every purchase of a sale was answered `backend_unavailable`: the strategy's
+/// backend is not running in this deployment (the app instances' logs say why — a lock service
+/// that did not start, a statement the server refuses), and every figure the run would go on to
+/// take of the strategy would time a refusal.
+fn backend_answered(strategy: Strategy, outcomes: &Outcomes) -> Result<()> {
+    let unavailable = outcomes.refused(ErrorCode::BackendUnavailable);
+    ensure!(
+        unavailable == 0 || unavailable < outcomes.total(),
+        "every purchase of `{strategy}`'s flash sale ({unavailable}) was answered \
+         backend_unavailable: its backend is not running in this deployment (the app \
+         instances' logs in the run's `logs/` say why)"
+    );
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sale_answered_backend_unavailable_throughout_stops_the_run() {
+        let mut outcomes = Outcomes::default();
+        assert!(backend_answered(Strategy::DbLockFenced, &outcomes).is_ok());
+        for _ in 0..3 {
+            outcomes.count(&testkit::Answer::Refused {
+                code: ErrorCode::BackendUnavailable,
+                status: 503,
+            });
+        }
+        let error = backend_answered(Strategy::DbLockFenced, &outcomes).unwrap_err();
+        assert!(error.to_string().contains("`db-lock-fenced`"), "{error}");
+        outcomes.count(&testkit::Answer::Refused {
+            code: ErrorCode::SoldOut,
+            status: 409,
+        });
+        assert!(backend_answered(Strategy::DbLockFenced, &outcomes).is_ok());
+    }
 
     #[test]
     fn retries_are_summed_per_strategy_from_prometheus_text() {
