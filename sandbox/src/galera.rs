@@ -173,6 +173,24 @@ impl GaleraCluster {
             .find_map(|l| l.split_once('\t').map(|(_, v)| v.to_string()))
     }
 
+    /// Cuts node `i` off from the others' group communication (`gmcast.isolate`), as a network
+    /// partition would, and waits until it knows itself outside the primary component: from
+    /// then on it refuses every statement (`1047 WSREP has not yet prepared node for
+    /// application use`), while the other two, a majority, go on.
+    pub fn isolate(&self, i: usize, within: Duration) -> Result<()> {
+        self.sql(i, "SET GLOBAL wsrep_provider_options = 'gmcast.isolate=1'")?;
+        cluster::await_answer("galera", "isolate a node", within, || {
+            (self.status(i, "wsrep_cluster_status").as_deref() == Some("non-Primary")).then_some(())
+        })
+    }
+
+    /// Undoes [`GaleraCluster::isolate`]: node `i` reconnects, receives what it missed and is
+    /// synced with all three again.
+    pub fn heal(&self, i: usize, within: Duration) -> Result<()> {
+        self.sql(i, "SET GLOBAL wsrep_provider_options = 'gmcast.isolate=0'")?;
+        self.await_synced(i, MEMBERS, within)
+    }
+
     /// Whether node `i` is synced in a primary component of `size` nodes or more.
     fn synced(&self, i: usize, size: usize) -> bool {
         self.status(i, "wsrep_local_state_comment").as_deref() == Some("Synced")
