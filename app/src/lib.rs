@@ -217,6 +217,8 @@ pub async fn build_with(
     // Every instance sweeps (see `lifecycle::sweep`), unless told to leave it to the others.
     let sweep = (config.expiry_interval_ms > 0)
         .then(|| tokio::spawn(lifecycle::sweep::run(life.clone(), pace)));
+    let membership = Arc::new(db::galera::Membership::default());
+    let asking = tokio::spawn(Arc::clone(&membership).watch(pool.clone()));
     let readers = db::reader_pool(&pool, config);
     let (page_pool, refresh) = match config.page_refresh_together {
         true => (pool.clone(), pages::Refresh::Together),
@@ -272,13 +274,14 @@ pub async fn build_with(
             Duration::from_millis(config.page_max_wait_ms),
         ),
         readers,
+        membership,
         life,
         background: Arc::new(Background::new(
             consumers
                 .into_iter()
                 .chain(listener)
                 .chain(sweep)
-                .chain([forgetting, watching, forgetting_products])
+                .chain([forgetting, watching, forgetting_products, asking])
                 .collect(),
         )),
     });

@@ -90,6 +90,9 @@ pub struct Shared {
     /// Paces the views of the pages (`None`: unpaced).
     pub page_pacer: Option<crate::overload::Pacer>,
     pub readers: MySqlPool,
+    /// Whether the database node is in its Galera cluster's primary component (always, on a
+    /// server that is not a Galera node).
+    pub membership: Arc<crate::db::galera::Membership>,
     /// Paying, cancelling and expiring orders.
     pub life: crate::lifecycle::Lifecycle,
     /// Background work of this instance (the stream consumer, the stock-back listener, the

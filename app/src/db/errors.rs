@@ -15,8 +15,10 @@ const ER_STATEMENT_TIMEOUT: u16 = 1969;
 /// A transaction's write met a row another transaction changed after this one's snapshot
 /// (`innodb_snapshot_isolation`): a conflict, to retry like a deadlock.
 const ER_CHECKREAD: u16 = 1020;
-/// Too many connections / server shutting down / connection killed.
-const ER_UNAVAILABLE: [u16; 3] = [1040, 1053, 1927];
+/// Too many connections / server shutting down / connection killed / a Galera node outside
+/// the primary component (`ER_UNKNOWN_COM_ERROR`: "WSREP has not yet prepared node for
+/// application use", its answer to every statement that touches a table).
+const ER_UNAVAILABLE: [u16; 4] = [1040, 1053, 1927, 1047];
 
 /// The unique key that names a purchase (`orders`: product, buyer, request id).
 pub const PURCHASE_KEY: &str = "orders_purchase";

@@ -3,6 +3,7 @@
 pub mod buckets;
 pub mod due;
 pub mod errors;
+pub mod galera;
 pub mod order_life;
 pub mod orders;
 pub mod products;
@@ -149,10 +150,7 @@ async fn set_galera_sync_wait(
     conn: &mut sqlx::MySqlConnection,
     mask: u8,
 ) -> Result<(), sqlx::Error> {
-    let on: Option<(String, String)> = sqlx::query_as("SHOW VARIABLES LIKE 'wsrep_on'")
-        .fetch_optional(&mut *conn)
-        .await?;
-    if on.is_some_and(|(_, value)| value.eq_ignore_ascii_case("ON")) {
+    if galera::is_galera_node(conn).await? {
         let sql = format!("SET SESSION wsrep_sync_wait = {mask}");
         conn.execute(sqlx::AssertSqlSafe(sql)).await?;
     }

@@ -29,12 +29,16 @@ pub async fn noop() -> axum::http::StatusCode {
     axum::http::StatusCode::NO_CONTENT
 }
 
-/// 200 when the database answers, else 503 `backend_unavailable`.
+/// 200 when the database answers (and, on a Galera cluster, its node is in the primary
+/// component), else 503 `backend_unavailable`.
 #[utoipa::path(get, path = "/healthz", tag = "meta", responses(
     (status = 200, description = "The database answers", body = Health),
     (status = 503, description = "`backend_unavailable`", body = ErrorBody,
         headers(("Retry-After" = u32, description = "Seconds to wait")))))]
 pub async fn healthz(State(state): State<AppState>) -> Result<Json<Health>, ApiError> {
+    if !state.membership.ready() {
+        return Err(crate::db::galera::out_of_the_cluster());
+    }
     sqlx::query("SELECT 1").execute(&state.pool).await?;
     Ok(Json(Health {
         status: "ok".into(),

@@ -14,6 +14,7 @@ mod doors;
 mod ended_replays;
 mod expiry_sweep;
 mod first_come;
+mod galera_partition;
 mod galera_reads;
 mod hang_ups;
 mod idempotency;

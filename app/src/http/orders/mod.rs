@@ -145,6 +145,9 @@ pub async fn create(
     let buyer = super::identity::authenticate(&state.settings, &parts.headers, named)?;
     let peer = parts.extensions.get::<ConnectInfo<SocketAddr>>();
     super::rates::count(&state, &buyer, peer)?;
+    if !state.membership.ready() {
+        return Err(crate::db::galera::out_of_the_cluster());
+    }
     let (admitted, recalled) =
         admit::admit(&state, &parts.headers, product_id, buyer, order, started).await?;
     if recalled.refused {
