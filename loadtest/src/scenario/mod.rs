@@ -25,6 +25,7 @@ pub mod cluster_sale;
 pub mod connection_cost;
 pub mod etcd_leader_loss;
 pub mod galera_for_update;
+pub mod galera_partition;
 pub mod herd;
 pub mod holder_crash;
 pub mod late_payment;
@@ -225,6 +226,10 @@ scenarios! {
     /// queues the buyers; with each writing to its own, two buyers hold the lock at once, one
     /// is aborted by certification (`busy`), and nothing oversells; aborts per sale counted.
     GaleraForUpdate => galera_for_update::GaleraForUpdate;
+    /// A Galera node cut off from the other two mid-sale: it refuses every statement, its
+    /// buyers are told `503` and its health check fails; the majority sells on, and every
+    /// answered order is kept and reaches the node when it is back.
+    GaleraPartition => galera_partition::GaleraPartition;
 }
 
 impl Name {

@@ -1,0 +1,308 @@
+//! `galera-partition`: a node of a Galera cluster cut off from the other two in the middle of a
+//! sale, each of the app's three instances writing to a node of its own.
+//!
+//! A Galera node that loses the others counts itself out of the *primary component* — the
+//! majority that may go on — and from then on refuses every statement (`1047 WSREP has not yet
+//! prepared node for application use`): the cut-off side cannot sell a unit the majority sells
+//! too, so there is no split brain to oversell. The two nodes left are a majority and go on,
+//! once they have decided the third is gone; until then a commit waits for it. Nothing a buyer
+//! was told was bought is lost: a write set is certified by every node of the primary component
+//! before `COMMIT` answers, so the cut-off node has all of them and receives the rest when it
+//! comes back — unlike an asynchronous replica promoted after its primary died
+//! (`primary-failover`).
+//!
+//! What the service must do is answer the cut-off node's buyers as it answers them when the
+//! database is down — `503 backend_unavailable`, to retry or to be sent to another instance —
+//! and not as a bug (`500 internal`); and its health check must say the same to a balancer.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use app::api::{ErrorCode, Home, Strategy};
+use sandbox::GaleraCluster;
+use serde::{Deserialize, Serialize};
+use testkit::{Clicks, Crowd, Retry};
+
+use super::{Judgement, Scenario, Stage};
+use crate::rig::fleet::{Fleet, PATIENCE, Rows, accounting};
+use crate::rig::{control, start};
+
+pub struct GaleraPartition;
+
+#[derive(Debug, Clone, Copy)]
+pub struct Sizes {
+    /// Units on sale.
+    stock: i64,
+    /// Buyers clicking at once, spread over the three instances.
+    buyers: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Figures {
+    pub stock: i64,
+    /// Units sold when node 2 was cut off.
+    pub sold_at_cut: i64,
+    /// From the cut to node 2 refusing statements, in ms.
+    pub noticed_ms: u64,
+    pub clicks: usize,
+    pub created: usize,
+    /// Clicks answered `backend_unavailable` (node 2's buyers while it was cut off).
+    pub unavailable: usize,
+    /// Clicks answered `busy`: a commit that waited too long while the majority decided.
+    pub busy: usize,
+    /// Clicks answered `500 internal` or outside the contract.
+    pub broken: usize,
+    /// The slowest answer of the sale, in ms: how long a commit waited for the cluster to
+    /// decide node 2 was gone.
+    pub slowest_ms: u64,
+    /// Node 2's instance's health check once the node is out: its status and code.
+    pub health_while_cut: String,
+    pub units_sold: i64,
+    pub orders: i64,
+    pub oversell: i64,
+    /// Orders answered `201` minus orders in the database: an answered order lost if above 0.
+    pub acknowledged_minus_orders: i64,
+    /// The orders node 2 holds once it is back, against node 1's.
+    pub orders_on_node_2_after: i64,
+}
+
+/// The crowd's product.
+const PRODUCT: u64 = 990;
+/// The node cut off, and its instance: not the last instance, which takes the fleet's own
+/// admin calls.
+const CUT: usize = 1;
+/// What the cut-off instance's health check is to say.
+const UNHEALTHY: &str = "503 backend_unavailable";
+/// A buyer refused by the cut-off node clicks again after this pause.
+const PAUSE: Duration = Duration::from_millis(20);
+
+impl Scenario for GaleraPartition {
+    type Sizes = Sizes;
+    const QUICK: Sizes = Sizes {
+        stock: 60,
+        buyers: 9,
+    };
+    const FULL: Sizes = Sizes {
+        stock: 300,
+        buyers: 18,
+    };
+    type Subject = Strategy;
+    type Figures = Figures;
+
+    fn fault(s: &Sizes) -> String {
+        format!(
+            "a Galera cluster of 3 nodes, 3 app instances each writing to a node of its own; \
+             {} buyers clicking until {} units are sold; once a third is sold, node {} is cut \
+             off from the other two (`gmcast.isolate`) until the sale ends, then let back",
+            s.buyers,
+            s.stock,
+            CUT + 1
+        )
+    }
+
+    async fn play(sizes: Sizes, stage: &Stage) -> Result<Vec<(Strategy, Figures)>> {
+        let cluster = Arc::new(start(GaleraCluster::start).await?);
+        let rows = Rows::Galera {
+            cluster: Arc::clone(&cluster),
+            nodes: vec![0, 1, 2],
+        };
+        let fleet = Fleet::start_with_rows(stage.app_binary()?, 3, &[], rows).await?;
+        let strategy = Strategy::Conditional;
+        let figures = one(stage, sizes, strategy, &fleet, &cluster).await?;
+        Ok(vec![(strategy, figures)])
+    }
+
+    fn judge(_: &Sizes, _: &Strategy, f: &Figures) -> Judgement {
+        let observed = format!(
+            "node {} cut off after {} of {} unit(s) sold, refusing statements {} ms later; {} \
+             of {} click(s) placed, {} unavailable, {} busy, {} broken; its health check {}; \
+             slowest answer {} ms; {} unit(s) in {} order(s): oversell {}, answered orders \
+             minus orders {}; node {} holds {} order(s) once back",
+            CUT + 1,
+            f.sold_at_cut,
+            f.stock,
+            f.noticed_ms,
+            f.created,
+            f.clicks,
+            f.unavailable,
+            f.busy,
+            f.broken,
+            f.health_while_cut,
+            f.slowest_ms,
+            f.units_sold,
+            f.orders,
+            f.oversell,
+            f.acknowledged_minus_orders,
+            CUT + 1,
+            f.orders_on_node_2_after
+        );
+        Judgement::new(
+            "the cut-off node's buyers are told `503 backend_unavailable` and its health check \
+             says 503; no answer is a `500`; the majority sells every unit once; every answered \
+             order is in the database, and on the node once it is back",
+            observed,
+            f.unavailable > 0
+                && f.broken == 0
+                && f.health_while_cut == UNHEALTHY
+                && f.oversell == 0
+                && f.units_sold == f.stock
+                && f.acknowledged_minus_orders == 0
+                && f.orders_on_node_2_after == f.orders,
+        )
+    }
+
+    fn why(_: &Sizes, rows: &[(Strategy, Figures)]) -> String {
+        let mut text = String::from(
+            "A Galera node that loses the others stops serving: only a majority, the primary \
+             component, may go on, so the two sides of a partition never both sell the last \
+             unit. The node refuses every statement (`1047`), which the service answers as a \
+             database that is down — `503 backend_unavailable` — and its health check fails, \
+             so a balancer sends the buyers to an instance on the majority's side.",
+        );
+        for (strategy, f) in rows {
+            text.push_str(&format!(
+                " With `{strategy}`: {} of {} clicks placed, {} told `unavailable` by the \
+                 cut-off side, {} broken; until the cluster decided node {} was gone ({} ms), \
+                 commits waited — the slowest answer took {} ms — and {} buyers were told \
+                 `busy`; oversell {}; every answered order kept ({} answered minus stored), \
+                 and node {} back with all {} orders.",
+                f.created,
+                f.clicks,
+                f.unavailable,
+                f.broken,
+                CUT + 1,
+                f.noticed_ms,
+                f.slowest_ms,
+                f.busy,
+                f.oversell,
+                f.acknowledged_minus_orders,
+                CUT + 1,
+                f.orders_on_node_2_after
+            ));
+        }
+        text.push_str(
+            " Synchronous replication is what keeps the answered orders: each was certified by \
+             every node of the primary component before its buyer heard of it, where an \
+             asynchronous replica promoted after a crash has lost what it was never sent.",
+        );
+        text
+    }
+}
+
+async fn one(
+    stage: &Stage,
+    sizes: Sizes,
+    strategy: Strategy,
+    fleet: &Fleet,
+    cluster: &Arc<GaleraCluster>,
+) -> Result<Figures> {
+    let tl = stage.round(format!("{strategy}, node {} cut off mid-sale", CUT + 1));
+    fleet.reset_in(PRODUCT, sizes.stock, Home::Row).await?;
+    let until = Clicks::UntilSoldOut {
+        pause: PAUSE,
+        patience: PATIENCE,
+    };
+    let crowd = Crowd::new(sizes.buyers, until, strategy, "partition")
+        .retrying(Retry::NEVER)
+        .run(&fleet.api, PRODUCT);
+    let cut = async {
+        let sold_at_cut = crate::rig::fleet::poll(|| async {
+            let sold = fleet.product(PRODUCT).await?.sold;
+            Ok((sold * 3 >= sizes.stock).then_some(sold))
+        })
+        .await?;
+        let started = Instant::now();
+        let c = Arc::clone(cluster);
+        control(move || c.isolate(CUT, PATIENCE)).await?;
+        let noticed = started.elapsed();
+        tl.log(
+            format!("node {}", CUT + 1),
+            format!(
+                "cut off after {sold_at_cut} unit(s) sold; out of the primary component {} ms \
+                 later",
+                noticed.as_millis()
+            ),
+        );
+        let health = health(fleet).await;
+        tl.log(
+            format!("instance {}", CUT + 1),
+            format!("health check: {health}"),
+        );
+        anyhow::Ok((sold_at_cut, noticed, health))
+    };
+    let (answers, cut) = tokio::join!(crowd, cut);
+    let (sold_at_cut, noticed, health_while_cut) = cut?;
+    let c = Arc::clone(cluster);
+    control(move || c.heal(CUT, PATIENCE)).await?;
+    tl.log(
+        format!("node {}", CUT + 1),
+        "back, synced with the other two",
+    );
+    let end = fleet.product(PRODUCT).await?;
+    let acc = accounting(&end);
+    let c = Arc::clone(cluster);
+    let count = format!(
+        "SELECT COUNT(*) FROM scenario.orders WHERE product_id = {PRODUCT} \
+         AND state IN ('reserved', 'paid')"
+    );
+    let on_node_2 = control(move || c.sql(CUT, &count)).await?;
+    let broken = answers.clicks.len()
+        - answers.created()
+        - ErrorCode::ALL
+            .iter()
+            .filter(|c| **c != ErrorCode::Internal)
+            .map(|c| answers.refused(*c))
+            .sum::<usize>();
+    let figures = Figures {
+        stock: sizes.stock,
+        sold_at_cut,
+        noticed_ms: noticed.as_millis() as u64,
+        clicks: answers.clicks.len(),
+        created: answers.created(),
+        unavailable: answers.refused(ErrorCode::BackendUnavailable),
+        busy: answers.refused(ErrorCode::Busy),
+        broken,
+        slowest_ms: answers.latencies().max().unwrap_or_default().as_millis() as u64,
+        health_while_cut,
+        units_sold: end.sold,
+        orders: end.orders,
+        oversell: acc.oversell,
+        acknowledged_minus_orders: answers.created() as i64 - end.orders,
+        orders_on_node_2_after: on_node_2.trim().parse()?,
+    };
+    tl.log(
+        "crowd",
+        format!(
+            "{} of {} click(s) placed, {} unavailable, {} busy, {} broken; oversell {}",
+            figures.created,
+            figures.clicks,
+            figures.unavailable,
+            figures.busy,
+            figures.broken,
+            figures.oversell
+        ),
+    );
+    Ok(figures)
+}
+
+/// The cut-off instance's health check, once it says [`UNHEALTHY`] (the instance asks its node
+/// a few times a second), or what it said last when it never did within [`PATIENCE`].
+async fn health(fleet: &Fleet) -> String {
+    let url = format!("{}/healthz", fleet.apps.bases()[CUT]);
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let said = match reqwest::get(&url).await {
+            Ok(answer) => {
+                let status = answer.status().as_u16();
+                let body: serde_json::Value = answer.json().await.unwrap_or_default();
+                format!("{status} {}", body["error"].as_str().unwrap_or("ok"))
+            }
+            Err(e) => format!("no answer ({e})"),
+        };
+        if said == UNHEALTHY || Instant::now() > deadline {
+            return said;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
