@@ -227,15 +227,26 @@ impl Look {
         let mut rng = rand::rngs::StdRng::seed_from_u64(self.first as u64);
         let mut n = self.first;
         let mut tries = 0;
+        // A click that got no answer (its instance killed under it) is sent again with its
+        // request id, as a client that retries does: the service answers with the order it
+        // placed, if it did, rather than leave it unpaid to expire while the buyer buys again.
+        let mut unanswered: Option<String> = None;
         while Instant::now() < self.watch_until && self.paid.load(Ordering::Relaxed) < self.units {
             tokio::time::sleep(LOOK_AGAIN.mul_f64(rng.random_range(0.5..1.5))).await;
-            tries += 1;
             n += 1;
-            let request = format!("{}-{tries}", self.prefix);
+            let request = unanswered.take().unwrap_or_else(|| {
+                tries += 1;
+                format!("{}-{tries}", self.prefix)
+            });
             let body = order_request(self.user.clone(), self.strategy, request.clone(), 1);
             self.clicks.fetch_add(1, Ordering::Relaxed);
             match self.api.order(n, self.product, &body).await {
                 answer if answer.created() => {}
+                Answer::Replayed { .. } => {}
+                Answer::Transport => {
+                    unanswered = Some(request);
+                    continue;
+                }
                 Answer::Refused {
                     code: ErrorCode::LimitReached,
                     ..
