@@ -110,6 +110,26 @@ pub(crate) fn prepare_joiner(dir: &Path, as_root: bool) -> Result<()> {
     Ok(())
 }
 
+/// Gives `dir` and everything under it to `nobody`, as [`prepare_joiner`] gives a new joiner's
+/// empty data directory.
+fn give_to_nobody(dir: &Path) -> Result<()> {
+    let nobody = nix::unistd::User::from_name("nobody")
+        .ok()
+        .flatten()
+        .ok_or_else(|| std::io::Error::other("no user `nobody` for the rsync transfer"))?;
+    let (uid, gid) = (nobody.uid.as_raw(), nobody.gid.as_raw());
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(path) = pending.pop() {
+        std::os::unix::fs::lchown(&path, Some(uid), Some(gid))?;
+        if path.is_dir() && !path.is_symlink() {
+            for entry in std::fs::read_dir(&path)? {
+                pending.push(entry?.path());
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Three Galera nodes.
 pub struct GaleraCluster {
     nodes: Vec<MariaDb>,
@@ -235,9 +255,16 @@ impl Cluster for GaleraCluster {
     }
 
     /// The node starts again with its data directory as it was and joins the others: an
-    /// incremental transfer of what it missed, or a snapshot.
+    /// incremental transfer of what it missed, or — after a kill, which leaves it no
+    /// recorded position — a snapshot, written into its directory by the transfer's rsync
+    /// daemon, which as root runs as `nobody`: the files the node made since it joined are
+    /// given to that user first.
     fn rejoin(&self, i: usize, within: Duration) -> Result<()> {
-        self.nodes[i].server().start_again()?;
+        let server = self.nodes[i].server();
+        if !server.is_running() && nix::unistd::Uid::effective().is_root() {
+            give_to_nobody(&server.dir().join("data"))?;
+        }
+        server.start_again()?;
         self.await_synced(i, MEMBERS, within)
     }
 }
