@@ -270,14 +270,16 @@ pub struct RunArgs {
     /// services and the baselines stay on their lone servers (the Redis locks take no
     /// cluster: their strategies answer `503`, so name the strategies, e.g.
     /// `--strategies redis-lua,redis-lua-stream`). The CPU table gives each shard its column.
-    #[arg(long)]
+    /// Not with `--rtt`: the cluster is reached directly, not through the relays.
+    #[arg(long, conflicts_with = "rtt")]
     pub redis_cluster: bool,
     /// Keep the rows on a throwaway Galera cluster of three MariaDB nodes started for the run:
     /// every app instance writing to node 1 (`one-writer`), or each to a node of its own in
     /// turn (`all-writers`, with `--instances 3`). The lock services and the baselines stay on
     /// their lone servers; each strategy's certification aborts are counted. Name the SQL
-    /// strategies, e.g. `--strategies conditional,pessimistic,batched`.
-    #[arg(long, value_enum, conflicts_with = "redis_cluster")]
+    /// strategies, e.g. `--strategies conditional,pessimistic,batched`. Not with `--rtt`: the
+    /// nodes are reached directly, not through the relays.
+    #[arg(long, value_enum, conflicts_with_all = ["redis_cluster", "rtt"])]
     pub galera: Option<crate::rig::world::GaleraWriters>,
     /// Directory under which `<UTC timestamp>/` and the `latest` link are written.
     #[arg(long, default_value = "results")]
@@ -543,5 +545,14 @@ mod tests {
             unreachable!("parsed as `run`");
         };
         assert_eq!(run.distance.rtt, Some(us(500)));
+    }
+
+    #[test]
+    fn a_cluster_the_run_starts_is_not_put_at_a_distance_it_would_not_be_measured_at() {
+        let run = |args: &[&str]| Cli::try_parse_from([&["seckill-bench", "run"], args].concat());
+        assert!(run(&["--galera", "all-writers", "--rtt", "1ms"]).is_err());
+        assert!(run(&["--redis-cluster", "--rtt", "1ms"]).is_err());
+        assert!(run(&["--galera", "one-writer"]).is_ok());
+        assert!(run(&["--redis-cluster"]).is_ok());
     }
 }
