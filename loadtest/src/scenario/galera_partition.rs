@@ -14,13 +14,16 @@
 //! What the service must do is answer the cut-off node's buyers as it answers them when the
 //! database is down — `503 backend_unavailable`, to retry or to be sent to another instance —
 //! and not as a bug (`500 internal`); and its health check must say the same to a balancer.
+//! The same sale runs again with node 2 SIGKILLed instead: its instance loses its connections,
+//! the majority goes on, and the node started again rejoins by a transfer of what it missed.
 
+use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use app::api::{ErrorCode, Home, Strategy};
-use sandbox::GaleraCluster;
+use sandbox::{Cluster, GaleraCluster};
 use serde::{Deserialize, Serialize};
 use testkit::{Clicks, Crowd, Retry};
 
@@ -29,6 +32,24 @@ use crate::rig::fleet::{Fleet, PATIENCE, Rows, accounting};
 use crate::rig::{control, start};
 
 pub struct GaleraPartition;
+
+/// What happens to node 2.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Loss {
+    /// Cut off from the other two (`gmcast.isolate`), running on; let back after the sale.
+    CutOff,
+    /// SIGKILLed; started again after the sale, rejoining by a transfer of what it missed.
+    Killed,
+}
+
+impl fmt::Display for Loss {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Loss::CutOff => write!(f, "conditional, node {} cut off", CUT + 1),
+            Loss::Killed => write!(f, "conditional, node {} killed", CUT + 1),
+        }
+    }
+}
 
 #[derive(Debug, Clone, Copy)]
 pub struct Sizes {
@@ -41,9 +62,10 @@ pub struct Sizes {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Figures {
     pub stock: i64,
-    /// Units sold when node 2 was cut off.
+    /// Units sold when node 2 was cut off or killed.
     pub sold_at_cut: i64,
-    /// From the cut to node 2 refusing statements, in ms.
+    /// From the cut to node 2 refusing statements, or from the kill to node 1 counting two
+    /// nodes, in ms.
     pub noticed_ms: u64,
     pub clicks: usize,
     pub created: usize,
@@ -67,7 +89,7 @@ pub struct Figures {
     pub orders_on_node_2_after: i64,
 }
 
-/// The crowd's product.
+/// The crowd's product in the first mode; the next mode's is the next id.
 const PRODUCT: u64 = 990;
 /// The node cut off, and its instance: not the last instance, which takes the fleet's own
 /// admin calls.
@@ -87,39 +109,50 @@ impl Scenario for GaleraPartition {
         stock: 300,
         buyers: 18,
     };
-    type Subject = Strategy;
+    type Subject = Loss;
     type Figures = Figures;
 
     fn fault(s: &Sizes) -> String {
         format!(
             "a Galera cluster of 3 nodes, 3 app instances each writing to a node of its own; \
              {} buyers clicking until {} units are sold; once a third is sold, node {} is cut \
-             off from the other two (`gmcast.isolate`) until the sale ends, then let back",
+             off from the other two (`gmcast.isolate`) until the sale ends, then let back; \
+             again with the node SIGKILLed, then started again",
             s.buyers,
             s.stock,
             CUT + 1
         )
     }
 
-    async fn play(sizes: Sizes, stage: &Stage) -> Result<Vec<(Strategy, Figures)>> {
+    async fn play(sizes: Sizes, stage: &Stage) -> Result<Vec<(Loss, Figures)>> {
         let cluster = Arc::new(start(GaleraCluster::start).await?);
         let rows = Rows::Galera {
             cluster: Arc::clone(&cluster),
             nodes: vec![0, 1, 2],
         };
         let fleet = Fleet::start_with_rows(stage.app_binary()?, 3, &[], rows).await?;
-        let strategy = Strategy::Conditional;
-        let figures = one(stage, sizes, strategy, &fleet, &cluster).await?;
-        Ok(vec![(strategy, figures)])
+        let mut rows = Vec::new();
+        for (n, loss) in [Loss::CutOff, Loss::Killed].into_iter().enumerate() {
+            let product = PRODUCT + n as u64;
+            rows.push((
+                loss,
+                one(stage, sizes, loss, &fleet, &cluster, product).await?,
+            ));
+        }
+        Ok(rows)
     }
 
-    fn judge(_: &Sizes, _: &Strategy, f: &Figures) -> Judgement {
+    fn judge(_: &Sizes, loss: &Loss, f: &Figures) -> Judgement {
         let observed = format!(
-            "node {} cut off after {} of {} unit(s) sold, refusing statements {} ms later; {} \
+            "node {} {} after {} of {} unit(s) sold, noticed {} ms later; {} \
              of {} click(s) placed, {} unavailable, {} busy, {} broken; its health check {}; \
              slowest answer {} ms; {} unit(s) in {} order(s): oversell {}, answered orders \
              minus orders {}; node {} holds {} order(s) once back",
             CUT + 1,
+            match loss {
+                Loss::CutOff => "cut off",
+                Loss::Killed => "killed",
+            },
             f.sold_at_cut,
             f.stock,
             f.noticed_ms,
@@ -138,9 +171,9 @@ impl Scenario for GaleraPartition {
             f.orders_on_node_2_after
         );
         Judgement::new(
-            "the cut-off node's buyers are told `503 backend_unavailable` and its health check \
-             says 503; no answer is a `500`; the majority sells every unit once; every answered \
-             order is in the database, and on the node once it is back",
+            "the lost node's buyers are told `503 backend_unavailable` and its instance's \
+             health check says 503; no answer is a `500`; the majority sells every unit once; \
+             every answered order is in the database, and on the node once it is back",
             observed,
             f.unavailable > 0
                 && f.broken == 0
@@ -152,7 +185,7 @@ impl Scenario for GaleraPartition {
         )
     }
 
-    fn why(_: &Sizes, rows: &[(Strategy, Figures)]) -> String {
+    fn why(_: &Sizes, rows: &[(Loss, Figures)]) -> String {
         let mut text = String::from(
             "A Galera node that loses the others stops serving: only a majority, the primary \
              component, may go on, so the two sides of a partition never both sell the last \
@@ -160,21 +193,21 @@ impl Scenario for GaleraPartition {
              database that is down — `503 backend_unavailable` — and its health check fails, \
              so a balancer sends the buyers to an instance on the majority's side.",
         );
-        for (strategy, f) in rows {
+        for (loss, f) in rows {
             text.push_str(&format!(
-                " With `{strategy}`: {} of {} clicks placed, {} told `unavailable` by the \
-                 cut-off side, {} broken; until the cluster decided node {} was gone ({} ms), \
-                 commits waited — the slowest answer took {} ms — and {} buyers were told \
-                 `busy`; oversell {}; every answered order kept ({} answered minus stored), \
-                 and node {} back with all {} orders.",
+                " {loss}: {} of {} clicks placed, {} told `unavailable` by the lost node's \
+                 instance, {} broken; until the cluster decided node {} was gone ({} ms) \
+                 commits waited, and {} buyers were told `busy`; the slowest answer took {} \
+                 ms; oversell {}; every answered order kept ({} answered minus stored), and \
+                 node {} back with all {} orders.",
                 f.created,
                 f.clicks,
                 f.unavailable,
                 f.broken,
                 CUT + 1,
                 f.noticed_ms,
-                f.slowest_ms,
                 f.busy,
+                f.slowest_ms,
                 f.oversell,
                 f.acknowledged_minus_orders,
                 CUT + 1,
@@ -193,36 +226,48 @@ impl Scenario for GaleraPartition {
 async fn one(
     stage: &Stage,
     sizes: Sizes,
-    strategy: Strategy,
+    loss: Loss,
     fleet: &Fleet,
     cluster: &Arc<GaleraCluster>,
+    product: u64,
 ) -> Result<Figures> {
-    let tl = stage.round(format!("{strategy}, node {} cut off mid-sale", CUT + 1));
-    fleet.reset_in(PRODUCT, sizes.stock, Home::Row).await?;
+    let tl = stage.round(format!("{loss} mid-sale"));
+    let strategy = Strategy::Conditional;
+    fleet.reset_in(product, sizes.stock, Home::Row).await?;
     let until = Clicks::UntilSoldOut {
         pause: PAUSE,
         patience: PATIENCE,
     };
     let crowd = Crowd::new(sizes.buyers, until, strategy, "partition")
         .retrying(Retry::NEVER)
-        .run(&fleet.api, PRODUCT);
+        .run(&fleet.api, product);
     let cut = async {
         let sold_at_cut = crate::rig::fleet::poll(|| async {
-            let sold = fleet.product(PRODUCT).await?.sold;
+            let sold = fleet.product(product).await?.sold;
             Ok((sold * 3 >= sizes.stock).then_some(sold))
         })
         .await?;
         let started = Instant::now();
         let c = Arc::clone(cluster);
-        control(move || c.isolate(CUT, PATIENCE)).await?;
+        match loss {
+            Loss::CutOff => control(move || c.isolate(CUT, PATIENCE)).await?,
+            Loss::Killed => control(move || two_left(&c)).await?,
+        }
         let noticed = started.elapsed();
         tl.log(
             format!("node {}", CUT + 1),
-            format!(
-                "cut off after {sold_at_cut} unit(s) sold; out of the primary component {} ms \
-                 later",
-                noticed.as_millis()
-            ),
+            match loss {
+                Loss::CutOff => format!(
+                    "cut off after {sold_at_cut} unit(s) sold; out of the primary component {} \
+                     ms later",
+                    noticed.as_millis()
+                ),
+                Loss::Killed => format!(
+                    "killed after {sold_at_cut} unit(s) sold; node 1 counted two nodes {} ms \
+                     later",
+                    noticed.as_millis()
+                ),
+            },
         );
         let health = health(fleet).await;
         tl.log(
@@ -234,16 +279,19 @@ async fn one(
     let (answers, cut) = tokio::join!(crowd, cut);
     let (sold_at_cut, noticed, health_while_cut) = cut?;
     let c = Arc::clone(cluster);
-    control(move || c.heal(CUT, PATIENCE)).await?;
+    match loss {
+        Loss::CutOff => control(move || c.heal(CUT, PATIENCE)).await?,
+        Loss::Killed => control(move || c.rejoin(CUT, PATIENCE)).await?,
+    }
     tl.log(
         format!("node {}", CUT + 1),
         "back, synced with the other two",
     );
-    let end = fleet.product(PRODUCT).await?;
+    let end = fleet.product(product).await?;
     let acc = accounting(&end);
     let c = Arc::clone(cluster);
     let count = format!(
-        "SELECT COUNT(*) FROM scenario.orders WHERE product_id = {PRODUCT} \
+        "SELECT COUNT(*) FROM scenario.orders WHERE product_id = {product} \
          AND state IN ('reserved', 'paid')"
     );
     let on_node_2 = control(move || c.sql(CUT, &count)).await?;
@@ -304,5 +352,19 @@ async fn health(fleet: &Fleet) -> String {
             return said;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Kills node 2, and waits until node 1 counts the two nodes left as its primary component.
+fn two_left(cluster: &GaleraCluster) -> sandbox::Result<()> {
+    cluster.process(CUT).kill()?;
+    let size = || cluster.status(0, "wsrep_cluster_size");
+    match sandbox::wait_for(PATIENCE, || (size().as_deref() == Some("2")).then_some(())) {
+        Some(()) => Ok(()),
+        None => Err(sandbox::Error::Control {
+            server: "galera".into(),
+            action: "lose a node",
+            reason: format!("node 1 still counts {:?} nodes", size()),
+        }),
     }
 }

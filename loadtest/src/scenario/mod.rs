@@ -226,8 +226,8 @@ scenarios! {
     /// queues the buyers; with each writing to its own, two buyers hold the lock at once, one
     /// is aborted by certification (`busy`), and nothing oversells; aborts per sale counted.
     GaleraForUpdate => galera_for_update::GaleraForUpdate;
-    /// A Galera node cut off from the other two mid-sale: it refuses every statement, its
-    /// buyers are told `503` and its health check fails; the majority sells on, and every
+    /// A Galera node cut off from the other two mid-sale, then one killed: its buyers are
+    /// told `503` and its instance's health check fails; the majority sells on, and every
     /// answered order is kept and reaches the node when it is back.
     GaleraPartition => galera_partition::GaleraPartition;
 }

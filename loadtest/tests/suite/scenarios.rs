@@ -554,18 +554,24 @@ async fn a_row_lock_on_galera_holds_on_one_node_only_and_a_certification_abort_i
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_galera_node_cut_off_mid_sale_answers_503_and_the_majority_keeps_every_order() {
+async fn a_galera_node_cut_off_or_killed_mid_sale_answers_503_and_the_majority_keeps_every_order() {
     sandbox::require_faults!();
     let report = quick(Name::GaleraPartition).await;
     assert_all_pass(&report);
-    let cut = row!(report, "conditional", galera_partition);
-    assert!(cut.unavailable > 0, "{cut:?}");
-    assert_eq!(cut.broken, 0, "{cut:?}");
-    assert_eq!(cut.health_while_cut, "503 backend_unavailable", "{cut:?}");
-    assert_eq!(
-        (cut.oversell, cut.acknowledged_minus_orders),
-        (0, 0),
-        "{cut:?}"
-    );
-    assert_eq!(cut.orders_on_node_2_after, cut.orders, "{cut:?}");
+    for loss in ["cut off", "killed"] {
+        let lost = row!(
+            report,
+            format!("conditional, node 2 {loss}"),
+            galera_partition
+        );
+        assert!(lost.unavailable > 0, "{lost:?}");
+        assert_eq!(lost.broken, 0, "{lost:?}");
+        assert_eq!(lost.health_while_cut, "503 backend_unavailable", "{lost:?}");
+        assert_eq!(
+            (lost.oversell, lost.acknowledged_minus_orders),
+            (0, 0),
+            "{lost:?}"
+        );
+        assert_eq!(lost.orders_on_node_2_after, lost.orders, "{lost:?}");
+    }
 }
