@@ -25,6 +25,7 @@ CREATE TABLE IF NOT EXISTS db_insert_locks (
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4;
 -- The fencing tokens of the locks held by a transaction: a sequence is not transactional, so a
 -- token drawn by a transaction that is rolled back is never drawn again. On a Galera cluster it
--- is made NOCACHE (a cached sequence is refused there): every draw is a write replicated to every
--- node, so a token drawn on any node is above those drawn before it on the others.
+-- is made NOCACHE (a cached sequence is refused there): every draw is a write, replicated with
+-- the drawing transaction — so a node that has not yet applied another node's draw can repeat it
+-- or draw below it (see `row_lock.rs`).
 CREATE SEQUENCE IF NOT EXISTS db_lock_tokens
