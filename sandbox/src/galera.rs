@@ -101,22 +101,24 @@ pub(crate) fn prepare_joiner(dir: &Path, as_root: bool) -> Result<()> {
     std::fs::create_dir_all(&data)?;
     if as_root {
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))?;
-        let nobody = nix::unistd::User::from_name("nobody")
-            .ok()
-            .flatten()
-            .ok_or_else(|| std::io::Error::other("no user `nobody` for the rsync transfer"))?;
+        let nobody = nobody()?;
         std::os::unix::fs::chown(&data, Some(nobody.uid.as_raw()), Some(nobody.gid.as_raw()))?;
     }
     Ok(())
 }
 
+/// The user the snapshot transfer's rsync daemon drops to when started as root.
+fn nobody() -> std::io::Result<nix::unistd::User> {
+    nix::unistd::User::from_name("nobody")
+        .ok()
+        .flatten()
+        .ok_or_else(|| std::io::Error::other("no user `nobody` for the rsync transfer"))
+}
+
 /// Gives `dir` and everything under it to `nobody`, as [`prepare_joiner`] gives a new joiner's
 /// empty data directory.
 fn give_to_nobody(dir: &Path) -> Result<()> {
-    let nobody = nix::unistd::User::from_name("nobody")
-        .ok()
-        .flatten()
-        .ok_or_else(|| std::io::Error::other("no user `nobody` for the rsync transfer"))?;
+    let nobody = nobody()?;
     let (uid, gid) = (nobody.uid.as_raw(), nobody.gid.as_raw());
     let mut pending = vec![dir.to_path_buf()];
     while let Some(path) = pending.pop() {
