@@ -32,6 +32,15 @@ pub struct Config {
     )]
     pub database_url: String,
 
+    /// A replica of that database the products' public pages are read from, so a crowd
+    /// refreshing pages costs the primary nothing (the database name defaults to the
+    /// primary's). A page read there may show units the primary has sold since (a replica
+    /// lags): the page is advice, the purchase's conditional write on the primary decides. A
+    /// product the replica does not have yet, or a replica that does not answer, is read on
+    /// the primary. The accounting and every purchase stay on the primary.
+    #[arg(long, env = "SECKILL_DATABASE_REPLICA_URL", hide_env_values = true)]
+    pub database_replica_url: Option<String>,
+
     /// Redis URL for the single-instance Redis lock strategies and Redis-held stock, when no
     /// `--redis-sentinels` are given. With Sentinels it is ignored: a fixed address would keep
     /// sending locks and deductions to a primary that died or was demoted. A Redis Cluster is
@@ -416,6 +425,7 @@ impl Config {
     pub fn for_database(database_url: impl Into<String>) -> Config {
         let mut config = Config::parse_from(["seckill-app"]);
         config.database_url = database_url.into();
+        config.database_replica_url = None;
         config.metrics_listen = None;
         config.redis_url = None;
         config.redis_sentinels.clear();

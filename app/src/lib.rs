@@ -224,12 +224,15 @@ pub async fn build_with(
         true => (pool.clone(), pages::Refresh::Together),
         false => (readers.clone(), pages::Refresh::OneAtATime),
     };
-    let pages = Arc::new(pages::Pages::new(
-        page_pool,
-        redis.clone(),
-        Duration::from_millis(config.page_ttl_ms),
-        refresh,
-    ));
+    let pages = Arc::new(
+        pages::Pages::new(
+            page_pool,
+            redis.clone(),
+            Duration::from_millis(config.page_ttl_ms),
+            refresh,
+        )
+        .reading_on(db::replica_pool(config)?),
+    );
     let connections = Arc::new(overload::Connections::new(
         overload::connections::within_open_files(config.max_connections),
         config.operator_connections,

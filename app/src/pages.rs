@@ -60,12 +60,16 @@ pub enum Refresh {
 /// The public pages one instance keeps.
 pub struct Pages {
     pool: MySqlPool,
+    /// A replica the rows are read on first (`--database-replica-url`).
+    replica: Option<MySqlPool>,
     redis: Option<RedisStock>,
     ttl: Duration,
     refresh: Refresh,
     slots: Mutex<HashMap<u64, Arc<Slot>>>,
     /// Reads of a page from the database or Redis, ever.
     reads: AtomicU64,
+    /// Reads made on the primary because the replica lacked the product or did not answer.
+    on_primary: AtomicU64,
     /// Reads under way now, and the most there ever were at once.
     reading: AtomicU64,
     most_at_once: AtomicU64,
@@ -131,14 +135,21 @@ impl Pages {
     ) -> Pages {
         Pages {
             pool,
+            replica: None,
             redis,
             ttl,
             refresh,
             slots: Mutex::new(HashMap::new()),
             reads: AtomicU64::new(0),
+            on_primary: AtomicU64::new(0),
             reading: AtomicU64::new(0),
             most_at_once: AtomicU64::new(0),
         }
+    }
+
+    /// The same pages with their rows read on `replica` first, when there is one.
+    pub fn reading_on(self, replica: Option<MySqlPool>) -> Pages {
+        Pages { replica, ..self }
     }
 
     /// Prometheus text: the reads of a page from its backends so far (the other requests were
@@ -148,8 +159,19 @@ impl Pages {
         let reads = self.reads.load(Ordering::Relaxed);
         let most = self.most_at_once.load(Ordering::Relaxed);
         let kept = self.lock_slots().len();
-        format!(
-            "# HELP seckill_page_reads_total Reads of a product's public page from its backends.\n\
+        let replica = match self.replica {
+            Some(_) => format!(
+                "# HELP seckill_page_reads_on_primary_total Page reads made on the primary \
+                 because the replica lacked the product or did not answer.\n\
+                 # TYPE seckill_page_reads_on_primary_total counter\n\
+                 seckill_page_reads_on_primary_total {}\n",
+                self.on_primary.load(Ordering::Relaxed)
+            ),
+            None => String::new(),
+        };
+        replica
+            + &format!(
+                "# HELP seckill_page_reads_total Reads of a product's public page from its backends.\n\
              # TYPE seckill_page_reads_total counter\n\
              seckill_page_reads_total {reads}\n\
              # HELP seckill_page_reads_at_once_max The most page reads under way at once, ever.\n\
@@ -158,7 +180,7 @@ impl Pages {
              # HELP seckill_pages_kept Products whose public page this instance keeps.\n\
              # TYPE seckill_pages_kept gauge\n\
              seckill_pages_kept {kept}\n"
-        )
+            )
     }
 
     /// The product's page, or `None` if there is no such product.
@@ -209,8 +231,7 @@ impl Pages {
     /// Reads the page from the backends into `slot`.
     async fn read(&self, id: u64, slot: &Slot) -> Result<Option<ProductPage>, ReadError> {
         let _reading = Reading::begin(self);
-        let Some((home, rules, mut stock, initial_stock)) = products::page(&self.pool, id).await?
-        else {
+        let Some((home, rules, mut stock, initial_stock)) = self.row(id).await? else {
             return Ok(None);
         };
         if home == Home::Redis {
@@ -228,6 +249,22 @@ impl Pages {
         let lifetime = self.ttl.mul_f64(rand::random_range(0.75..1.25));
         self.keep(slot, page, lifetime);
         Ok(Some(page))
+    }
+
+    /// The product's page row: on the replica when there is one and it has the product, else
+    /// on the primary (a product created a moment ago that the replica has not applied yet, or
+    /// a replica that does not answer).
+    async fn row(&self, id: u64) -> Result<Option<products::PageRow>, sqlx::Error> {
+        if let Some(replica) = &self.replica {
+            match products::page(replica, id).await {
+                Ok(Some(row)) => return Ok(Some(row)),
+                Ok(None) => {}
+                Err(e) => tracing::warn!(product = id, error = %e,
+                    "the replica did not answer for the product's page; reading it on the primary"),
+            }
+            self.on_primary.fetch_add(1, Ordering::Relaxed);
+        }
+        products::page(&self.pool, id).await
     }
 
     /// [`Pages::read`] as the stampede reads it: the whole accounting, orders summed, kept

@@ -128,6 +128,36 @@ pub fn reader_pool(main: &MySqlPool, config: &Config) -> MySqlPool {
         .connect_lazy_with((*main.connect_options()).clone())
 }
 
+/// The pool the products' public pages are read through on a replica
+/// (`--database-replica-url`; the database name defaults to the primary's), or `None` without
+/// one. Its sessions are bounded by the purchases' statement time, as the readers' are;
+/// connections are opened when first needed, so a replica that is down at start-up only
+/// sends the pages to the primary.
+pub fn replica_pool(config: &Config) -> Result<Option<MySqlPool>, SetupError> {
+    let Some(url) = &config.database_replica_url else {
+        return Ok(None);
+    };
+    let (server_url, name) = split_database(url);
+    let name = name
+        .or(split_database(&config.database_url).1)
+        .unwrap_or(DEFAULT_DATABASE)
+        .to_string();
+    if !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        return Err(SetupError::Name(name));
+    }
+    let server = MySqlConnectOptions::from_str(&server_url).map_err(SetupError::Url)?;
+    let statement = Duration::from_millis(config.statement_timeout_ms);
+    let pool = MySqlPoolOptions::new()
+        .max_connections(config.db_reader_pool_size.max(1))
+        .acquire_timeout(Duration::from_millis(config.db_acquire_timeout_ms))
+        .test_before_acquire(false)
+        .after_connect(move |conn, _meta| {
+            Box::pin(async move { set_statement_time(conn, statement).await })
+        })
+        .connect_lazy_with(server.database(&name));
+    Ok(Some(pool))
+}
+
 /// `max_statement_time` of one session: MariaDB aborts a statement of it that runs longer
 /// (`ER_STATEMENT_TIMEOUT`, answered `busy`), so no statement outlives its buyer's patience.
 async fn set_statement_time(

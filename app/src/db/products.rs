@@ -251,13 +251,14 @@ pub async fn rules(pool: &MySqlPool, id: u64) -> Result<Option<Rules>, sqlx::Err
     .transpose()
 }
 
+/// What a product's public page shows of its row: where its stock lives, its rules, the
+/// units left and the units it started with.
+pub type PageRow = (Home, SaleRules, i64, i64);
+
 /// The product's home, rules, units left and initial stock, or `None` if it does not exist:
 /// its public page. One indexed row (with its buckets for the buckets home), none of its
 /// orders; for the Redis home the row holds no units and the caller reads the counter.
-pub async fn page(
-    pool: &MySqlPool,
-    id: u64,
-) -> Result<Option<(Home, SaleRules, i64, i64)>, sqlx::Error> {
+pub async fn page(pool: &MySqlPool, id: u64) -> Result<Option<PageRow>, sqlx::Error> {
     let row = sqlx::query(
         "SELECT home, per_user_limit, sale_starts_ms, sale_ends_ms, token_required, \
                 first_come, payment_window_ms, strategies, initial_stock, \

@@ -37,6 +37,7 @@ mod redis_restart;
 mod redis_stock;
 mod redis_stock_cluster;
 mod redis_stock_sentinel;
+mod replica_pages;
 mod request_identity;
 mod requests;
 mod returns_under_lock;
