@@ -5,8 +5,9 @@ use std::time::{Duration, Instant};
 
 use crate::{Error, Result, Server};
 
-/// A cluster of [`MEMBERS`] servers, one of which leads (the ZooKeeper ensemble's leader, the
-/// etcd cluster's leader, the Redis primary the Sentinels name): who leads now, each member's
+/// A cluster of servers (most of [`MEMBERS`]), one of which leads (the ZooKeeper ensemble's
+/// leader, the etcd cluster's leader, the Redis primary the Sentinels name, the MariaDB
+/// primary that takes writes): who leads now, each member's
 /// process, where its clients connect, and how a member killed by a scenario is brought back.
 pub trait Cluster: Send + Sync {
     /// `ZooKeeper ensemble`, `etcd cluster`, `Redis Sentinel set`.

@@ -31,7 +31,8 @@
 //! [`GaleraCluster`]: three MariaDB nodes that all take writes, each a [`Cluster`] member.
 //!
 //! Replicated databases: [`ReplicatedMariaDb`] (a primary and replicas, asynchronous or
-//! semi-synchronous, a replica made to lag, cut off, promoted) and [`PgBouncer`] in front of a
+//! semi-synchronous, a replica made to lag, cut off, promoted; a [`Cluster`] whose leader is
+//! the member that takes writes) and [`PgBouncer`] in front of a
 //! [`Postgres`], pooling by transaction or by session.
 //!
 //! [`Relay`] puts the same relay between a client and its server: a scenario cuts one client

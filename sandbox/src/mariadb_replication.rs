@@ -18,11 +18,16 @@
 //!   then loses). Past `rpl_semi_sync_master_timeout` without an acknowledgement the primary
 //!   falls back to asynchronous replication, silently.
 //!
+//! * **A [`Cluster`]**: the primary is the member that takes writes; a killed member rejoins
+//!   as a replica of it — refused, with the primary's own words (`1236`, "the slave has
+//!   diverged"), when it is a former primary holding commits its successor never received.
+//!
 //! Commands go through the `mariadb` client the server package installs.
 
 use std::time::Duration;
 
-use crate::{Error, MariaDb, Result};
+use crate::cluster::{self, Cluster};
+use crate::{Error, MariaDb, Result, Server};
 
 /// How the primary's commits wait for the replicas.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -226,6 +231,18 @@ impl ReplicatedMariaDb {
             .unwrap_or(0))
     }
 
+    /// Whether member `i` answers, within a second, and takes writes (`read_only` off).
+    fn writable(&self, i: usize) -> bool {
+        let member = format!("MariaDB member {i}");
+        crate::mariadb::client(
+            self.members[i].port(),
+            &member,
+            "SELECT @@read_only",
+            &["-N", "-B", "--connect-timeout=1"],
+        )
+        .is_ok_and(|out| out.trim() == "0")
+    }
+
     fn slave_status(&self, i: usize) -> Result<String> {
         self.vertical(i, "SHOW SLAVE STATUS")
     }
@@ -253,4 +270,79 @@ fn field<'a>(status: &'a str, name: &str) -> Option<&'a str> {
         let (key, value) = line.trim().split_once(": ")?;
         (key == name).then_some(value.trim())
     })
+}
+
+impl Cluster for ReplicatedMariaDb {
+    fn kind(&self) -> &'static str {
+        "MariaDB replication set"
+    }
+
+    fn leader_title(&self) -> &'static str {
+        "primary"
+    }
+
+    /// The lowest-numbered member that answers and takes writes: the first primary, until a
+    /// replica is promoted ([`ReplicatedMariaDb::promote`]).
+    fn leader(&self) -> Option<usize> {
+        let members: Vec<usize> = (0..self.members.len()).collect();
+        let writable = cluster::ask_all(&members, |&i| self.writable(i));
+        writable.iter().position(|w| *w)
+    }
+
+    fn process(&self, i: usize) -> &Server {
+        self.members[i].server()
+    }
+
+    fn client_addresses(&self) -> Vec<String> {
+        (self.members.iter())
+            .map(|m| format!("127.0.0.1:{}", m.port()))
+            .collect()
+    }
+
+    /// Member `i` starts again with its data as it was, read-only, and follows the primary
+    /// from the last transaction it has — received from a primary, or committed as one
+    /// (`MASTER_USE_GTID = current_pos`). A former primary that committed transactions its
+    /// successor never received cannot follow: the primary refuses the position (`1236`) and
+    /// this answers that refusal — the member holds writes nobody else has and is to be
+    /// rebuilt from the primary, not rejoined.
+    fn rejoin(&self, i: usize, within: Duration) -> Result<()> {
+        let server = self.members[i].server();
+        server.start_again()?;
+        // A server starts writable; until it is told otherwise it would pass for a primary.
+        self.sql(i, "STOP SLAVE; SET GLOBAL read_only = ON")?;
+        let primary = cluster::await_answer(self.kind(), "name a primary", within, || {
+            (0..self.members.len()).find(|&p| p != i && self.writable(p))
+        })?;
+        self.sql(
+            i,
+            &format!(
+                "SET GLOBAL rpl_semi_sync_slave_enabled = {}; \
+                 CHANGE MASTER TO MASTER_HOST = '127.0.0.1', MASTER_PORT = {}, \
+                 MASTER_USER = 'root', MASTER_USE_GTID = current_pos; \
+                 START SLAVE",
+                match self.replication {
+                    Replication::SemiSync { .. } => "ON",
+                    Replication::Async => "OFF",
+                },
+                self.members[primary].port()
+            ),
+        )?;
+        cluster::await_answer(self.kind(), "follow the primary again", within, || {
+            let status = self.slave_status(i).ok()?;
+            let failed = ["Last_IO", "Last_SQL"].into_iter().find_map(|thread| {
+                let errno = field(&status, &format!("{thread}_Errno"))?;
+                (errno != "0").then(|| field(&status, &format!("{thread}_Error")).unwrap_or(errno))
+            });
+            match failed {
+                Some(reason) => Some(Err(Error::Control {
+                    server: format!("MariaDB member {i}"),
+                    action: "follow the primary again",
+                    reason: reason.to_string(),
+                })),
+                None => (field(&status, "Slave_IO_Running") == Some("Yes")
+                    && field(&status, "Slave_SQL_Running") == Some("Yes"))
+                .then_some(Ok(())),
+            }
+        })?
+    }
 }

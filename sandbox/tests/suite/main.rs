@@ -3,6 +3,7 @@
 
 mod cleanup;
 mod cluster_etcd;
+mod cluster_mariadb_replication;
 mod cluster_redis;
 mod cluster_redis_sentinel;
 mod cluster_zookeeper;
