@@ -186,6 +186,16 @@ impl ReplicatedMariaDb {
         }
     }
 
+    /// The sequence number of the last transaction in member `i`'s binary log: committed
+    /// there, or — a replica logs what it applies — applied there (0 before any).
+    pub fn last_transaction(&self, i: usize) -> Result<u64> {
+        let position = self.sql(i, "SELECT @@gtid_binlog_pos")?;
+        Ok((position.trim().split(','))
+            .filter_map(|gtid| gtid.trim().rsplit('-').next()?.parse::<u64>().ok())
+            .max()
+            .unwrap_or(0))
+    }
+
     /// Makes member `i` a primary: its replication stopped and forgotten, with what it had
     /// applied (what it had received and not applied is dropped with its relay log), writes
     /// allowed.

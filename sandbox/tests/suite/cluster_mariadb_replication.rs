@@ -65,6 +65,11 @@ async fn a_killed_replica_rejoins_and_applies_what_it_missed() {
     .expect("rejoined and caught up");
     assert_eq!(units(&set, 1).await, 9);
     assert_eq!(set.leader(), Some(0), "a rejoined replica is not a primary");
+    assert_eq!(
+        set.last_transaction(1).unwrap(),
+        set.last_transaction(0).unwrap(),
+        "the replica logs what it applied, as far as the primary"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
