@@ -112,6 +112,13 @@ fn run(args: &RunArgs, only_flood: bool) -> Result<()> {
             writers,
         });
     }
+    if let Some(replicas) = args.replicas {
+        eprintln!("starting a MariaDB primary and its replica…");
+        let rows = loadtest::rig::replicas::ReplicaRows::start(replicas)
+            .context("starting the primary and its replica")?;
+        target.processes.extend(rows.processes());
+        target.replicas = Some(rows);
+    }
     let mut live_args = args.live.clone();
     if args.screenshots && live_args.live.is_none() {
         live_args.live = Some(std::net::SocketAddr::from(([127, 0, 0, 1], 0)));
@@ -160,6 +167,7 @@ fn target_on(stand: &Stand, app_bin: Option<&std::path::Path>, database: &str) -
         relays: stand.relays.clone(),
         redis_cluster: None,
         galera: None,
+        replicas: None,
     })
 }
 

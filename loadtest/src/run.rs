@@ -226,10 +226,7 @@ pub async fn run_watched(
         });
     }
     // The closed loops, interleaved: every strategy once per round.
-    let mut closed_runs: Vec<Vec<LoadResult>> = vec![Vec::new(); plans.len()];
-    let mut cpu_spans: Vec<Span> = vec![Span::default(); plans.len()];
-    let mut stage_spans = vec![StageCounters::default(); plans.len()];
-    let mut aborts: Vec<Option<Aborts>> = vec![None; plans.len()];
+    let mut loops: Vec<ClosedLoops> = vec![ClosedLoops::default(); plans.len()];
     for (round, k) in crate::analyse::spread::interleaved(plans.len(), rounds) {
         let name = plans[k].strategy;
         announce(
@@ -243,13 +240,20 @@ pub async fn run_watched(
         let run = throughput::closed(&api, &plans[k], round)
             .await
             .with_context(|| format!("throughput of `{name}`"))?;
-        cpu_spans[k].add(&sampler.spent(&before, &run));
+        let spent = &mut loops[k];
+        spent.cpu.add(&sampler.spent(&before, &run));
         if let (Some(before), Some(after)) = (aborts_before, target.galera_aborts().await?) {
-            aborts[k].get_or_insert_default().add(after.since(before));
+            spent
+                .aborts
+                .get_or_insert_default()
+                .add(after.since(before));
+        }
+        if let Some(lag) = target.replica_lag().await? {
+            spent.replica.get_or_insert_default().add(lag);
         }
         let stages_after = StageCounters::of(&api.metrics().await, name);
-        stage_spans[k].add_since(&stages_after, &stages_before);
-        closed_runs[k].push(run);
+        spent.stages.add_since(&stages_after, &stages_before);
+        spent.runs.push(run);
         ensure_running(&mut apps, name, &dir)?;
     }
     let mut reports = Vec::new();
@@ -285,18 +289,13 @@ pub async fn run_watched(
         refusal_ceiling,
         relays: target.relays.as_deref(),
     };
-    for ((info, sale), ((((plan, runs), span), stages), aborts)) in
-        strategies.into_iter().zip(sales).zip(
-            plans
-                .iter()
-                .zip(closed_runs)
-                .zip(cpu_spans)
-                .zip(stage_spans)
-                .zip(aborts),
-        )
+    for ((info, sale), (plan, spent)) in strategies
+        .into_iter()
+        .zip(sales)
+        .zip(plans.iter().zip(loops))
     {
         let name = info.name;
-        let closed = crate::analyse::spread::combine(runs).context("no closed-loop run")?;
+        let closed = crate::analyse::spread::combine(spent.runs).context("no closed-loop run")?;
         let rate = throughput::open_rate(plan, &closed);
         announce(name.name(), &format!("open loop {rate:.0}/s"));
         let open = throughput::open(&api, plan, rate)
@@ -314,11 +313,12 @@ pub async fn run_watched(
         .await?;
         recorded.extend(phases);
         let throughput = ThroughputResult { closed, open };
-        let cpu = Some(span.usage(&sampler.processes));
+        let cpu = Some(spent.cpu.usage(&sampler.processes));
         let mut measured_strategy =
             ratios::strategy_report(info, sale, throughput, &measured.baselines, cpu);
-        measured_strategy.stages = stages.times();
-        measured_strategy.aborts = aborts;
+        measured_strategy.stages = spent.stages.times();
+        measured_strategy.aborts = spent.aborts;
+        measured_strategy.replica = spent.replica;
         reports.push(measured_strategy);
     }
     db.close().await;
@@ -462,4 +462,16 @@ fn refusal_window(quick: bool) -> Window {
         true => Window::from_secs(0.1, 0.3),
         false => Window::from_secs(0.5, 1.0),
     }
+}
+
+/// What one strategy's closed-loop rounds add up to: their runs, the CPU they spent, where
+/// the service timed their purchases' time, and what the world's servers did meanwhile (a
+/// Galera cluster's aborts, a replica's distance).
+#[derive(Debug, Clone, Default)]
+struct ClosedLoops {
+    runs: Vec<LoadResult>,
+    cpu: Span,
+    stages: StageCounters,
+    aborts: Option<Aborts>,
+    replica: Option<crate::rig::replicas::ReplicaLag>,
 }

@@ -49,5 +49,6 @@ pub fn strategy_report(
         cpu,
         stages: None,
         aborts: None,
+        replica: None,
     }
 }

@@ -281,6 +281,14 @@ pub struct RunArgs {
     /// nodes are reached directly, not through the relays.
     #[arg(long, value_enum, conflicts_with_all = ["redis_cluster", "rtt"])]
     pub galera: Option<crate::rig::world::GaleraWriters>,
+    /// Keep the rows on a throwaway MariaDB primary with one replica started for the run:
+    /// every app instance writes to the primary and reads the products' pages on the replica
+    /// (`--database-replica-url`). `async`: commits return once the primary has them;
+    /// `semi-sync`: each waits for the replica's acknowledgement (AFTER_SYNC). After each
+    /// closed-loop round the replica's distance is read (transactions behind, time to catch
+    /// up). The lock services and the baselines stay on their lone servers. Not with `--rtt`.
+    #[arg(long, value_enum, conflicts_with_all = ["redis_cluster", "galera", "rtt"])]
+    pub replicas: Option<crate::rig::replicas::Replicas>,
     /// Directory under which `<UTC timestamp>/` and the `latest` link are written.
     #[arg(long, default_value = "results")]
     pub out: PathBuf,
@@ -553,6 +561,9 @@ mod tests {
         assert!(run(&["--galera", "all-writers", "--rtt", "1ms"]).is_err());
         assert!(run(&["--redis-cluster", "--rtt", "1ms"]).is_err());
         assert!(run(&["--galera", "one-writer"]).is_ok());
+        assert!(run(&["--replicas", "semi-sync", "--galera", "one-writer"]).is_err());
+        assert!(run(&["--replicas", "async", "--rtt", "1ms"]).is_err());
+        assert!(run(&["--replicas", "semi-sync"]).is_ok());
         assert!(run(&["--redis-cluster"]).is_ok());
     }
 }

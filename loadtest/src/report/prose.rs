@@ -202,6 +202,7 @@ pub fn time(s: &StrategyReport, f: &TimeFinding) -> String {
         shards(&mut p, f);
     }
     galera_aborts(&mut p, s);
+    replica_lag(&mut p, s);
     let _ = match &f.pace {
         Pace::Saturated { process, cores } => write!(
             p,
@@ -321,6 +322,29 @@ fn galera_aborts(p: &mut String, s: &StrategyReport) {
             );
         }
         None => p.push('.'),
+    }
+}
+
+/// With the rows on a primary and a replica (`run --replicas`): how far the replica fell
+/// behind under the strategy's closed loops, which is how stale a page read there could be.
+fn replica_lag(p: &mut String, s: &StrategyReport) {
+    let Some(lag) = s.replica else {
+        return;
+    };
+    let _ = write!(
+        p,
+        " When a closed-loop round ended, the replica was at most {} transaction(s) behind the \
+         primary and took at most {} ms to apply them: a page read there under this load \
+         could be that far behind.",
+        lag.most_behind, lag.longest_catch_up_ms
+    );
+    if lag.rounds_asynchronous > 0 {
+        let _ = write!(
+            p,
+            " **In {} round(s) the semi-synchronous primary had fallen back to asynchronous \
+             replication**: commits it answered then would not have survived a failover.",
+            lag.rounds_asynchronous
+        );
     }
 }
 
@@ -607,5 +631,36 @@ mod tests {
         assert!(text.contains("3 refused by certification"), "{text}");
         let per_1000 = format!("{:.1} per 1,000 purchases", 10_000.0 / answered as f64);
         assert!(text.contains(&per_1000), "{text}");
+    }
+
+    #[test]
+    fn a_run_on_a_replica_says_how_far_it_fell_behind_and_whether_it_stayed_semi_synchronous() {
+        let ledger = Ledger {
+            initial_stock: 10,
+            final_stock: 0,
+            units_in_orders: 10,
+            orders: 10,
+            pending: 0,
+            reserved: 0,
+            paid: 10,
+            returned: 0,
+            returning: 0,
+        };
+        let mut s = crate::sample::strategy(Strategy::Conditional, ledger);
+        assert!(!time(&s, &spent(&[("app", 0.5)])).contains("replica"));
+        let mut lag = crate::rig::replicas::ReplicaLag {
+            most_behind: 412,
+            longest_catch_up_ms: 37,
+            rounds_asynchronous: 0,
+        };
+        s.replica = Some(lag);
+        let text = time(&s, &spent(&[("app", 0.5)]));
+        assert!(text.contains("at most 412 transaction(s) behind"), "{text}");
+        assert!(text.contains("at most 37 ms"), "{text}");
+        assert!(!text.contains("fallen back"), "{text}");
+        lag.rounds_asynchronous = 2;
+        s.replica = Some(lag);
+        let text = time(&s, &spent(&[("app", 0.5)]));
+        assert!(text.contains("In 2 round(s) the semi-synchronous primary had fallen back"));
     }
 }

@@ -10,6 +10,7 @@ pub mod environment;
 pub mod fleet;
 pub mod http_floor;
 pub mod order_life;
+pub mod replicas;
 pub mod replication;
 pub mod world;
 
@@ -71,6 +72,9 @@ pub struct Target {
     /// The Galera cluster the app instances keep their rows on instead of the lone MariaDB of
     /// `endpoints` (which the baselines go on measuring), and where they write.
     pub galera: Option<GaleraRows>,
+    /// The MariaDB primary and replica the app instances keep their rows on instead of the
+    /// lone MariaDB of `endpoints` (which the baselines go on measuring).
+    pub replicas: Option<replicas::ReplicaRows>,
 }
 
 /// A Galera cluster holding the app's rows, and which node each instance writes to.
@@ -102,29 +106,32 @@ impl Target {
     /// Where the run reads what the app instances wrote: the database on `endpoints`, or on
     /// the first Galera node.
     pub fn run_database_url(&self) -> String {
-        match &self.galera {
-            Some(g) => self.database_on(&g.cluster.url(0)),
-            None => self.database_url(&self.endpoints),
+        match (&self.galera, &self.replicas) {
+            (Some(g), _) => self.database_on(&g.cluster.url(0)),
+            (None, Some(r)) => self.database_on(&r.primary_url()),
+            (None, None) => self.database_url(&self.endpoints),
         }
     }
 
     /// The database each of `count` app instances uses, in turn: the one on `endpoints`, or
     /// the Galera node its writers put it on.
     fn app_database_urls(&self, endpoints: &Endpoints, count: usize) -> Vec<String> {
-        match &self.galera {
-            Some(g) => (0..count.clamp(1, sandbox::MEMBERS))
+        match (&self.galera, &self.replicas) {
+            (Some(g), _) => (0..count.clamp(1, sandbox::MEMBERS))
                 .map(|n| self.database_on(&g.cluster.url(g.writers.node_of(n))))
                 .collect(),
-            None => vec![self.database_url(endpoints)],
+            (None, Some(r)) => vec![self.database_on(&r.primary_url())],
+            (None, None) => vec![self.database_url(endpoints)],
         }
     }
 
     /// How the servers the app instances use are arranged.
     pub fn topology(&self) -> world::Topology {
-        match (&self.redis_cluster, &self.galera) {
-            (Some(_), _) => world::Topology::RedisCluster,
-            (None, Some(g)) => g.writers.topology(),
-            (None, None) => world::Topology::OneNode,
+        match (&self.redis_cluster, &self.galera, &self.replicas) {
+            (Some(_), _, _) => world::Topology::RedisCluster,
+            (None, Some(g), _) => g.writers.topology(),
+            (None, None, Some(r)) => r.replicas.topology(),
+            (None, None, None) => world::Topology::OneNode,
         }
     }
 
@@ -133,6 +140,15 @@ impl Target {
     pub async fn galera_aborts(&self) -> Result<Option<world::Aborts>> {
         match &self.galera {
             Some(g) => Ok(Some(world::Aborts::of(&g.cluster).await?)),
+            None => Ok(None),
+        }
+    }
+
+    /// How far the replica is behind the primary now, once it has caught up (it is waited
+    /// for); `None` without a replica.
+    pub async fn replica_lag(&self) -> Result<Option<replicas::ReplicaLag>> {
+        match &self.replicas {
+            Some(r) => Ok(Some(r.lag().await?)),
             None => Ok(None),
         }
     }
@@ -151,11 +167,14 @@ impl Target {
     ) -> Result<(testkit::Apps, testkit::Api)> {
         let admin_token = uuid::Uuid::new_v4().simple().to_string();
         let buyer_key = uuid::Uuid::new_v4().simple().to_string();
-        let launch = testkit::Launch::new(&self.app_binary, logs)
+        let mut launch = testkit::Launch::new(&self.app_binary, logs)
             .endpoints(endpoints)
             .arg("--lock-prefix", prefix)
             .arg("--admin-token", &admin_token)
             .arg("--buyer-key", &buyer_key);
+        if let Some(r) = &self.replicas {
+            launch = launch.arg("--database-replica-url", self.database_on(&r.replica_url()));
+        }
         let launches = (self.app_database_urls(endpoints, count).into_iter())
             .map(|url| launch.clone().arg("--database-url", url))
             .collect();

@@ -49,6 +49,12 @@ pub enum Topology {
     /// `n mod 3 + 1` (`run --galera all-writers`): three primaries, conflicts settled by
     /// certification at commit. The baselines stay on a lone MariaDB.
     GaleraAllWriters,
+    /// The rows on a MariaDB primary with an asynchronous replica (`run --replicas async`):
+    /// every instance writes to the primary and reads the products' pages on the replica.
+    ReplicaAsync,
+    /// The same with the primary's commits waiting for the replica's acknowledgement
+    /// (`run --replicas semi-sync`, `AFTER_SYNC`).
+    ReplicaSemiSync,
 }
 
 impl Topology {
@@ -68,6 +74,17 @@ impl Topology {
                 "a Galera cluster of 3 MariaDB nodes holds the rows, each app instance \
                  writing to a node of its own in turn (the baselines' MariaDB is a lone one)",
             ),
+            Topology::ReplicaAsync => Some(
+                "a MariaDB primary with an asynchronous replica holds the rows: every app \
+                 instance writes to the primary and reads the products' pages on the replica \
+                 (the baselines' MariaDB is a lone one)",
+            ),
+            Topology::ReplicaSemiSync => Some(
+                "a MariaDB primary with a semi-synchronous replica (AFTER_SYNC: each commit \
+                 waits for the replica's acknowledgement) holds the rows: every app instance \
+                 writes to the primary and reads the products' pages on the replica (the \
+                 baselines' MariaDB is a lone one)",
+            ),
         }
     }
 
@@ -78,6 +95,8 @@ impl Topology {
             Topology::RedisCluster => Some("redis-cluster"),
             Topology::GaleraOneWriter => Some("galera-one-writer"),
             Topology::GaleraAllWriters => Some("galera-all-writers"),
+            Topology::ReplicaAsync => Some("replica-async"),
+            Topology::ReplicaSemiSync => Some("replica-semi-sync"),
         }
     }
 }

@@ -19,4 +19,5 @@ mod lock_peers;
 mod order_scenarios;
 mod overload;
 mod redis_cluster;
+mod replicas;
 mod scenarios;

@@ -57,9 +57,12 @@ impl CpuUse {
 }
 
 /// The CPU groups in the order the report lists them, with their words.
-pub const GROUPS: [(&str, &str); 13] = [
+pub const GROUPS: [(&str, &str); 15] = [
     ("app", "the app instances"),
     ("mariadbd", "mariadbd"),
+    // A primary and its replica (`run --replicas`).
+    ("mariadb-primary", "the MariaDB primary"),
+    ("mariadb-replica", "the MariaDB replica"),
     // A Galera cluster's nodes (`run --galera`).
     ("galera-node-1", "Galera node 1"),
     ("galera-node-2", "Galera node 2"),

@@ -28,6 +28,10 @@ pub struct StrategyReport {
     /// On a Galera cluster: the transactions it aborted over the closed-loop runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub aborts: Option<crate::rig::world::Aborts>,
+    /// With the rows on a primary and a replica: how far the replica fell behind under the
+    /// closed-loop runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replica: Option<crate::rig::replicas::ReplicaLag>,
 }
 
 /// The flash sale's result: what the buyers were told next to the database's truth.

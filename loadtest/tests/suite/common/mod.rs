@@ -63,6 +63,7 @@ pub fn target() -> Target {
         relays: None,
         redis_cluster: None,
         galera: None,
+        replicas: None,
     }
 }
 
