@@ -36,12 +36,12 @@ pub struct Fleet {
     _zookeeper: Option<sandbox::ZooKeeper>,
 }
 
-/// The database of a fleet: a private MariaDB, or a Galera cluster the scenario runs itself.
+/// The database of a fleet: a private MariaDB, or servers the scenario runs itself.
 enum Database {
     Private(Arc<sandbox::MariaDb>),
-    /// Held only to keep the cluster up as long as the fleet.
-    Galera {
-        _cluster: Arc<sandbox::GaleraCluster>,
+    /// Held only to keep the scenario's servers up as long as the fleet.
+    Held {
+        _servers: Arc<dyn std::any::Any + Send + Sync>,
     },
 }
 
@@ -54,6 +54,13 @@ pub enum Rows {
     Galera {
         cluster: Arc<sandbox::GaleraCluster>,
         nodes: Vec<usize>,
+    },
+    /// A server the scenario runs itself, reached at `url` (a relay in front of a primary,
+    /// which the scenario moves when it fails over): every instance writes there, and the
+    /// fleet's own reads go there. `servers` is kept up as long as the fleet.
+    At {
+        url: String,
+        servers: Arc<dyn std::any::Any + Send + Sync>,
     },
 }
 
@@ -170,8 +177,9 @@ impl Fleet {
             Rows::Galera { cluster, nodes } => {
                 anyhow::ensure!(!nodes.is_empty(), "instances on no Galera node");
                 let urls = nodes.iter().map(|&n| cluster.url(n)).collect();
-                (Database::Galera { _cluster: cluster }, urls)
+                (Database::Held { _servers: cluster }, urls)
             }
+            Rows::At { url, servers } => (Database::Held { _servers: servers }, vec![url]),
         };
         let in_database = |server: &String| format!("{}/scenario", server.trim_end_matches('/'));
         let database_url = in_database(&servers[0]);
@@ -234,11 +242,14 @@ impl Fleet {
     /// The fleet's private MariaDB, to kill and start again.
     ///
     /// # Panics
-    /// On a fleet whose rows are on a Galera cluster: the scenario holds that one itself.
+    /// On a fleet whose rows are on the scenario's own servers (a Galera cluster, a
+    /// replicated set): the scenario holds those itself.
     pub fn mariadb(&self) -> Arc<sandbox::MariaDb> {
         match &self.database {
             Database::Private(mariadb) => Arc::clone(mariadb),
-            Database::Galera { .. } => panic!("a fleet on Galera has no private MariaDB"),
+            Database::Held { .. } => {
+                panic!("a fleet on the scenario's servers has no private MariaDB")
+            }
         }
     }
 

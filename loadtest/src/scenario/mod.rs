@@ -17,6 +17,7 @@
 //! transaction open in the database, a counter taken, a consumer's batch pending).
 
 pub mod advisory_behind_pgbouncer;
+pub mod app_failover;
 pub mod batched_db_kill;
 pub mod cache_stampede;
 pub mod cancel_expiry_race;
@@ -209,6 +210,12 @@ scenarios! {
     /// Buyers check the stock on a replica that lags and buy on the primary: an unconditional
     /// deduction trusts the stale check and oversells; a conditional one refuses them there.
     ReplicaStockRead => replica_stock_read::ReplicaStockRead;
+    /// The primary under two app instances is SIGKILLed mid-sale and the address they reach
+    /// it at moved to the promoted replica: asynchronous replication loses orders answered
+    /// `201` (their units sold again) while the new primary's accounting balances;
+    /// semi-synchronous with AFTER_SYNC answers none it could lose, and the buyers' clicks
+    /// again with the same request id are placed once.
+    AppFailover => app_failover::AppFailover;
     /// A Redis Cluster master SIGKILLed right after `redis-lua` decrements its replica, cut
     /// off, never received: the promoted replica offers those units again and they sell twice;
     /// `reconcile` after the failover lowers the counter from the orders and nothing oversells.

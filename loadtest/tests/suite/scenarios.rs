@@ -116,6 +116,25 @@ async fn a_failover_loses_answered_orders_asynchronously_read_ones_after_commit_
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_failover_under_the_service_loses_answered_orders_asynchronously_and_none_after_sync() {
+    use loadtest::scenario::app_failover::Subject;
+    sandbox::require_faults!();
+    let report = quick(Name::AppFailover).await;
+    assert_all_pass(&report);
+    let lost = row!(report, Subject::Async, app_failover);
+    assert!(lost.lost_orders > 0, "{lost:?}");
+    assert_eq!(lost.oversold, lost.lost_orders as i64, "{lost:?}");
+    assert_eq!(
+        lost.oversell_in_database, 0,
+        "the new primary balances: {lost:?}"
+    );
+    let kept = row!(report, Subject::SemiSyncAfterSync, app_failover);
+    assert_eq!(kept.answered_after_cut, 0, "{kept:?}");
+    assert!(kept.placed_on_retry > 0, "{kept:?}");
+    assert_eq!((kept.lost_orders, kept.oversold), (0, 0), "{kept:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_stock_check_on_a_lagging_replica_oversells_an_unconditional_deduction_only() {
     use loadtest::scenario::replica_stock_read::Subject;
     sandbox::require_faults!();
