@@ -236,6 +236,7 @@ pub async fn run_watched(
         // Read outside the CPU's span: the reads are the benchmark's, not the strategy's.
         let stages_before = StageCounters::of(&api.metrics().await, name);
         let aborts_before = target.galera_aborts().await?;
+        let replica = target.watch_replica().await?;
         let before = sampler.sample();
         let run = throughput::closed(&api, &plans[k], round)
             .await
@@ -248,8 +249,11 @@ pub async fn run_watched(
                 .get_or_insert_default()
                 .add(after.since(before));
         }
-        if let Some(lag) = target.replica_lag().await? {
-            spent.replica.get_or_insert_default().add(lag);
+        if let Some(watch) = replica {
+            spent
+                .replica
+                .get_or_insert_default()
+                .add(watch.finish().await?);
         }
         let stages_after = StageCounters::of(&api.metrics().await, name);
         spent.stages.add_since(&stages_after, &stages_before);

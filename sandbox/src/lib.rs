@@ -88,7 +88,7 @@ pub use etcd::Etcd;
 pub use etcd_cluster::{EtcdCluster, EtcdMember, EtcdStatus};
 pub use galera::GaleraCluster;
 pub use mariadb::MariaDb;
-pub use mariadb_replication::{ReplicatedMariaDb, Replication, WaitPoint};
+pub use mariadb_replication::{ReplicatedMariaDb, Replication, WaitPoint, gtid_sequence};
 pub use memcached::Memcached;
 pub use pgbouncer::{PgBouncer, Pooling};
 pub use postgres::Postgres;

@@ -190,10 +190,7 @@ impl ReplicatedMariaDb {
     /// there, or — a replica logs what it applies — applied there (0 before any).
     pub fn last_transaction(&self, i: usize) -> Result<u64> {
         let position = self.sql(i, "SELECT @@gtid_binlog_pos")?;
-        Ok((position.trim().split(','))
-            .filter_map(|gtid| gtid.trim().rsplit('-').next()?.parse::<u64>().ok())
-            .max()
-            .unwrap_or(0))
+        Ok(gtid_sequence(&position))
     }
 
     /// Makes member `i` a primary: its replication stopped and forgotten, with what it had
@@ -272,6 +269,15 @@ impl ReplicatedMariaDb {
         let member = format!("MariaDB member {i}");
         crate::mariadb::client(self.members[i].port(), &member, statements, format)
     }
+}
+
+/// The highest sequence number in a GTID position (`0-1-1234`, or several, comma-separated):
+/// how many transactions the one domain of a replicated set has logged up to it.
+pub fn gtid_sequence(position: &str) -> u64 {
+    (position.trim().split(','))
+        .filter_map(|gtid| gtid.trim().rsplit('-').next()?.parse::<u64>().ok())
+        .max()
+        .unwrap_or(0)
 }
 
 /// The value of `name` in vertical (`-E`) output.

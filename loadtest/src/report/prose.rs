@@ -333,9 +333,10 @@ fn replica_lag(p: &mut String, s: &StrategyReport) {
     };
     let _ = write!(
         p,
-        " When a closed-loop round ended, the replica was at most {} transaction(s) behind the \
-         primary and took at most {} ms to apply them: a page read there under this load \
-         could be that far behind.",
+        " While its closed loops ran, the replica was at most {} transaction(s) behind the \
+         primary (read every 50 ms) — a page read there could show stock that many sales \
+         old — and once a round's load stopped it took at most {} ms to apply what it still \
+         had to.",
         lag.most_behind, lag.longest_catch_up_ms
     );
     if lag.rounds_asynchronous > 0 {

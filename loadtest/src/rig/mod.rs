@@ -144,11 +144,11 @@ impl Target {
         }
     }
 
-    /// How far the replica is behind the primary now, once it has caught up (it is waited
-    /// for); `None` without a replica.
-    pub async fn replica_lag(&self) -> Result<Option<replicas::ReplicaLag>> {
+    /// A watch of the replica's distance from the primary, to [`replicas::LagWatch::finish`]
+    /// when the load it measures under ends; `None` without a replica.
+    pub async fn watch_replica(&self) -> Result<Option<replicas::LagWatch>> {
         match &self.replicas {
-            Some(r) => Ok(Some(r.lag().await?)),
+            Some(r) => Ok(Some(r.watch().await?)),
             None => Ok(None),
         }
     }

@@ -2,16 +2,20 @@
 //! to the primary and reads the products' pages on the replica (`--database-replica-url`),
 //! as a deployment that scales its reads does. What the world costs is the primary's: a
 //! binary log written with every commit, and — semi-synchronous — a commit that waits for the
-//! replica to acknowledge it. What it risks is the replica's distance: after each closed-loop
-//! round the run reads how many transactions the replica still had to apply, and how long it
-//! took to apply them, so a page's staleness under that strategy's load is a measured figure.
+//! replica to acknowledge it. What it risks is the replica's distance: while each closed-loop
+//! round runs the run watches how many transactions the replica has still to apply, and when
+//! it ends, how long the replica takes to apply them, so a page's staleness under that
+//! strategy's load is a measured figure.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
-use sandbox::{ReplicatedMariaDb, Replication, WaitPoint};
+use sandbox::{ReplicatedMariaDb, Replication, WaitPoint, gtid_sequence};
 use serde::{Deserialize, Serialize};
+use sqlx::{Connection, MySqlConnection};
+use tokio::sync::oneshot;
 
 use super::{Process, world::Topology};
 
@@ -91,36 +95,107 @@ impl ReplicaRows {
             .collect()
     }
 
-    /// How far the replica is behind now: the transactions it still has to apply, how long
-    /// it takes to apply them (waited for here), and whether the primary still waits for it.
-    pub async fn lag(&self) -> Result<ReplicaLag> {
-        let set = Arc::clone(&self.set);
+    /// Starts watching the replica's distance from the primary, on two connections of the
+    /// watch's own: every [`SAMPLE`] it reads both positions, and keeps the most the replica
+    /// was behind. Two one-row reads every 50 ms: nothing beside a closed loop's thousands.
+    pub async fn watch(&self) -> Result<LagWatch> {
+        let mut primary = MySqlConnection::connect(&self.primary_url()).await?;
+        let mut replica = MySqlConnection::connect(&self.replica_url()).await?;
         let semi = self.replicas == Replicas::SemiSync;
-        super::control(move || {
-            let behind = set
-                .last_transaction(0)?
-                .saturating_sub(set.last_transaction(1)?);
+        let (stop, mut stopped) = oneshot::channel::<()>();
+        let seen = Arc::new(AtomicU64::new(0));
+        let most = Arc::clone(&seen);
+        let task = tokio::spawn(async move {
+            let mut most_behind = 0;
+            let mut tick = tokio::time::interval(SAMPLE);
+            loop {
+                tokio::select! {
+                    _ = &mut stopped => break,
+                    _ = tick.tick() => {}
+                }
+                let (on_replica, on_primary) =
+                    tokio::join!(position(&mut replica), position(&mut primary));
+                let behind =
+                    gtid_sequence(&on_primary?).saturating_sub(gtid_sequence(&on_replica?));
+                most_behind = most_behind.max(behind);
+                most.store(most_behind, Ordering::Relaxed);
+            }
+            // Once the load has stopped: how long the replica takes to apply what it has left.
+            let target = position(&mut primary).await?;
             let start = Instant::now();
-            set.wait_caught_up(1, 0, CATCH_UP_WITHIN)?;
+            let reached: Option<i64> = sqlx::query_scalar("SELECT MASTER_GTID_WAIT(?, ?)")
+                .bind(&target)
+                .bind(CATCH_UP_WITHIN.as_secs_f64())
+                .fetch_one(&mut replica)
+                .await?;
+            anyhow::ensure!(
+                reached == Some(0),
+                "the replica did not reach {target} within {CATCH_UP_WITHIN:?}"
+            );
             let catch_up = start.elapsed();
-            let asynchronous = semi && !set.semi_sync_status(0)?.0;
+            let asynchronous = semi && !semi_synchronous(&mut primary).await?;
             Ok(ReplicaLag {
-                most_behind: behind,
+                most_behind,
                 longest_catch_up_ms: u64::try_from(catch_up.as_millis()).unwrap_or(u64::MAX),
                 rounds_asynchronous: u32::from(asynchronous),
             })
-        })
-        .await
+        });
+        Ok(LagWatch { stop, seen, task })
     }
 }
 
-/// How far the replica fell behind the primary under one strategy's closed loops, read at the
-/// end of each round.
+/// How often the watch reads the two positions.
+const SAMPLE: Duration = Duration::from_millis(50);
+
+/// A watch of the replica's distance under way ([`ReplicaRows::watch`]).
+pub struct LagWatch {
+    stop: oneshot::Sender<()>,
+    /// The most transactions behind seen so far.
+    seen: Arc<AtomicU64>,
+    task: tokio::task::JoinHandle<Result<ReplicaLag>>,
+}
+
+impl LagWatch {
+    /// The most transactions the replica was behind at any sample so far.
+    pub fn most_behind_so_far(&self) -> u64 {
+        self.seen.load(Ordering::Relaxed)
+    }
+
+    /// Stops watching, waits for the replica to apply what it has, and says how far it was.
+    pub async fn finish(self) -> Result<ReplicaLag> {
+        let _ = self.stop.send(());
+        self.task.await?
+    }
+}
+
+/// The server's GTID position: what it has logged, and — a replica logs what it applies —
+/// applied.
+async fn position(conn: &mut MySqlConnection) -> Result<String> {
+    Ok(sqlx::query_scalar("SELECT @@gtid_binlog_pos")
+        .fetch_one(conn)
+        .await?)
+}
+
+/// Whether the primary's commits still wait for the replica (`Rpl_semi_sync_master_status`).
+async fn semi_synchronous(primary: &mut MySqlConnection) -> Result<bool> {
+    let status: Option<String> = sqlx::query_scalar(
+        "SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS \
+         WHERE VARIABLE_NAME = 'RPL_SEMI_SYNC_MASTER_STATUS'",
+    )
+    .fetch_optional(primary)
+    .await?;
+    Ok(status.as_deref() == Some("ON"))
+}
+
+/// How far the replica fell behind the primary under one strategy's closed loops: watched
+/// while each round ran, and its catch-up timed once the round's load stopped.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReplicaLag {
-    /// The most transactions the replica still had to apply when a round ended.
+    /// The most transactions the primary had logged and the replica had not yet applied, at
+    /// any sample of any round.
     pub most_behind: u64,
-    /// The longest it then took to apply them, in milliseconds.
+    /// The longest a round's replica then took, once the load stopped, to apply what it still
+    /// had to, in milliseconds.
     pub longest_catch_up_ms: u64,
     /// Rounds at whose end a semi-synchronous primary had fallen back to asynchronous
     /// replication (0 for an asynchronous one).

@@ -7,6 +7,7 @@ use app::api::Strategy;
 use loadtest::rig::replicas::{ReplicaRows, Replicas};
 use loadtest::rig::world::Topology;
 use loadtest::run::run_in;
+use sqlx::{Connection, MySqlConnection};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn rows_on_a_semi_synchronous_primary_oversell_nothing_and_the_replicas_distance_is_read() {
@@ -67,5 +68,50 @@ async fn rows_on_a_semi_synchronous_primary_oversell_nothing_and_the_replicas_di
     assert!(
         md.contains("a MariaDB primary with a semi-synchronous replica"),
         "{md}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_watch_sees_a_lagging_replica_behind_and_times_its_catch_up() {
+    let rows = tokio::task::spawn_blocking(|| ReplicaRows::start(Replicas::Async))
+        .await
+        .unwrap()
+        .expect("a primary and its replica");
+    let set = std::sync::Arc::clone(&rows.set);
+    let blocking = std::sync::Arc::clone(&set);
+    tokio::task::spawn_blocking(move || blocking.lag(1))
+        .await
+        .unwrap()
+        .unwrap();
+    let watch = rows.watch().await.unwrap();
+    let mut primary = MySqlConnection::connect(&rows.primary_url()).await.unwrap();
+    sqlx::raw_sql(
+        "CREATE DATABASE watched; CREATE TABLE watched.t (id INT PRIMARY KEY); \
+         INSERT INTO watched.t VALUES (1); INSERT INTO watched.t VALUES (2); \
+         INSERT INTO watched.t VALUES (3)",
+    )
+    .execute(&mut primary)
+    .await
+    .unwrap();
+    // A state, not a time: a sample taken after the writes.
+    while watch.most_behind_so_far() < 5 {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let blocking = std::sync::Arc::clone(&set);
+    tokio::task::spawn_blocking(move || blocking.catch_up(1))
+        .await
+        .unwrap()
+        .unwrap();
+    let lag = watch.finish().await.unwrap();
+    assert_eq!(
+        lag.most_behind, 5,
+        "two DDL and three inserts not applied: {lag:?}"
+    );
+    assert_eq!(lag.rounds_asynchronous, 0);
+    let caught_up = set.last_transaction(1).unwrap();
+    assert_eq!(
+        caught_up,
+        set.last_transaction(0).unwrap(),
+        "caught up by the finish"
     );
 }
