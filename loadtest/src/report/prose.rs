@@ -333,11 +333,25 @@ fn replica_lag(p: &mut String, s: &StrategyReport) {
     };
     let _ = write!(
         p,
-        " While its closed loops ran, the replica was at most {} transaction(s) behind the \
-         primary (read every 50 ms) — a page read there could show stock that many sales \
-         old — and once a round's load stopped it took at most {} ms to apply what it still \
+        " While its closed loops ran, the replica was at most {} of the primary's \
+         transactions behind (read every 50 ms): a page read there is that many commits old",
+        lag.most_behind
+    );
+    if let Some(t) = s.stages.as_ref().filter(|_| lag.transactions > 0) {
+        let _ = write!(
+            p,
+            ", and a commit of this strategy carried {:.1} purchases answered ({} over {} \
+             transactions)",
+            t.purchases as f64 / lag.transactions as f64,
+            t.purchases,
+            lag.transactions
+        );
+    }
+    let _ = write!(
+        p,
+        ". Once a round's load stopped the replica took at most {} ms to apply what it still \
          had to.",
-        lag.most_behind, lag.longest_catch_up_ms
+        lag.longest_catch_up_ms
     );
     if lag.rounds_asynchronous > 0 {
         let _ = write!(
@@ -649,14 +663,20 @@ mod tests {
         };
         let mut s = crate::sample::strategy(Strategy::Conditional, ledger);
         assert!(!time(&s, &spent(&[("app", 0.5)])).contains("replica"));
+        let answered = s.stages.as_ref().expect("the sample has stages").purchases;
         let mut lag = crate::rig::replicas::ReplicaLag {
+            transactions: answered / 4,
             most_behind: 412,
             longest_catch_up_ms: 37,
             rounds_asynchronous: 0,
         };
         s.replica = Some(lag);
         let text = time(&s, &spent(&[("app", 0.5)]));
-        assert!(text.contains("at most 412 transaction(s) behind"), "{text}");
+        assert!(
+            text.contains("at most 412 of the primary's transactions behind"),
+            "{text}"
+        );
+        assert!(text.contains("carried 4.0 purchases answered"), "{text}");
         assert!(text.contains("at most 37 ms"), "{text}");
         assert!(!text.contains("fallen back"), "{text}");
         lag.rounds_asynchronous = 2;

@@ -101,6 +101,7 @@ impl ReplicaRows {
     pub async fn watch(&self) -> Result<LagWatch> {
         let mut primary = MySqlConnection::connect(&self.primary_url()).await?;
         let mut replica = MySqlConnection::connect(&self.replica_url()).await?;
+        let first = gtid_sequence(&position(&mut primary).await?);
         let semi = self.replicas == Replicas::SemiSync;
         let (stop, mut stopped) = oneshot::channel::<()>();
         let seen = Arc::new(AtomicU64::new(0));
@@ -135,6 +136,7 @@ impl ReplicaRows {
             let catch_up = start.elapsed();
             let asynchronous = semi && !semi_synchronous(&mut primary).await?;
             Ok(ReplicaLag {
+                transactions: gtid_sequence(&target).saturating_sub(first),
                 most_behind,
                 longest_catch_up_ms: u64::try_from(catch_up.as_millis()).unwrap_or(u64::MAX),
                 rounds_asynchronous: u32::from(asynchronous),
@@ -191,6 +193,9 @@ async fn semi_synchronous(primary: &mut MySqlConnection) -> Result<bool> {
 /// while each round ran, and its catch-up timed once the round's load stopped.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReplicaLag {
+    /// Transactions the primary committed while the rounds ran (the replica applies as many).
+    #[serde(default)]
+    pub transactions: u64,
     /// The most transactions the primary had logged and the replica had not yet applied, at
     /// any sample of any round.
     pub most_behind: u64,
@@ -205,6 +210,7 @@ pub struct ReplicaLag {
 impl ReplicaLag {
     /// This and `other`, the worst of each.
     pub fn add(&mut self, other: ReplicaLag) {
+        self.transactions += other.transactions;
         self.most_behind = self.most_behind.max(other.most_behind);
         self.longest_catch_up_ms = self.longest_catch_up_ms.max(other.longest_catch_up_ms);
         self.rounds_asynchronous += other.rounds_asynchronous;

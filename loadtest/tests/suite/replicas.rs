@@ -64,7 +64,8 @@ async fn rows_on_a_semi_synchronous_primary_oversell_nothing_and_the_replicas_di
         "the primary's commits waited for its replica throughout"
     );
     let md = std::fs::read_to_string(output.dir.join("report.md")).unwrap();
-    assert!(md.contains("transaction(s) behind the primary"), "{md}");
+    assert!(md.contains("of the primary's transactions behind"), "{md}");
+    assert!(md.contains("a commit of this strategy carried"), "{md}");
     assert!(
         md.contains("a MariaDB primary with a semi-synchronous replica"),
         "{md}"
