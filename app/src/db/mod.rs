@@ -51,7 +51,7 @@ pub async fn connect(config: &Config) -> Result<MySqlPool, SetupError> {
 
     let lock_wait = config.row_lock_wait_secs.max(1);
     let statement = Duration::from_millis(config.statement_timeout_ms);
-    let sync_wait = config.galera_sync_wait;
+    let sync_wait = SyncWait::new(config.galera_sync_wait);
     let pool = MySqlPoolOptions::new()
         .max_connections(config.db_pool_size.max(1))
         .acquire_timeout(Duration::from_millis(config.db_acquire_timeout_ms))
@@ -60,10 +60,11 @@ pub async fn connect(config: &Config) -> Result<MySqlPool, SetupError> {
         // round trip on the hot path.
         .test_before_acquire(false)
         .after_connect(move |conn, _meta| {
+            let sync_wait = sync_wait.clone();
             Box::pin(async move {
                 set_lock_wait(conn, lock_wait).await?;
                 set_statement_time(conn, statement).await?;
-                set_galera_sync_wait(conn, sync_wait).await
+                sync_wait.set(conn).await
             })
         })
         .connect_with(server.database(&name))
@@ -94,15 +95,16 @@ pub async fn migrate(pool: &MySqlPool) -> Result<(), SetupError> {
 /// budget by MariaDB's 50 s default.
 pub fn lock_pool(main: &MySqlPool, config: &Config) -> MySqlPool {
     let lock_wait = config.lock_wait_ms.div_ceil(1000).max(1);
-    let sync_wait = config.galera_sync_wait;
+    let sync_wait = SyncWait::new(config.galera_sync_wait);
     MySqlPoolOptions::new()
         .max_connections(config.db_lock_pool_size)
         .acquire_timeout(Duration::from_millis(config.db_acquire_timeout_ms))
         .test_before_acquire(false)
         .after_connect(move |conn, _meta| {
+            let sync_wait = sync_wait.clone();
             Box::pin(async move {
                 set_lock_wait(conn, lock_wait).await?;
-                set_galera_sync_wait(conn, sync_wait).await
+                sync_wait.set(conn).await
             })
         })
         .connect_lazy_with((*main.connect_options()).clone())
@@ -114,15 +116,16 @@ pub fn lock_pool(main: &MySqlPool, config: &Config) -> MySqlPool {
 /// bounded by the same statement time as the purchases'.
 pub fn reader_pool(main: &MySqlPool, config: &Config) -> MySqlPool {
     let statement = Duration::from_millis(config.statement_timeout_ms);
-    let sync_wait = config.galera_sync_wait;
+    let sync_wait = SyncWait::new(config.galera_sync_wait);
     MySqlPoolOptions::new()
         .max_connections(config.db_reader_pool_size.max(1))
         .acquire_timeout(Duration::from_millis(config.db_acquire_timeout_ms))
         .test_before_acquire(false)
         .after_connect(move |conn, _meta| {
+            let sync_wait = sync_wait.clone();
             Box::pin(async move {
                 set_statement_time(conn, statement).await?;
-                set_galera_sync_wait(conn, sync_wait).await
+                sync_wait.set(conn).await
             })
         })
         .connect_lazy_with((*main.connect_options()).clone())
@@ -172,19 +175,35 @@ async fn set_statement_time(
     Ok(())
 }
 
-/// `wsrep_sync_wait` of one session, when its server is a Galera node (`wsrep_on`): what the
-/// session waits for the node to have applied before it reads or writes (see
+/// `wsrep_sync_wait` of a pool's sessions, when its server is a Galera node (`wsrep_on`): what
+/// a session waits for the node to have applied before it reads or writes (see
 /// [`Config::galera_sync_wait`]). Elsewhere nothing: the variable means nothing there, and a
-/// server built without Galera does not know it.
-async fn set_galera_sync_wait(
-    conn: &mut sqlx::MySqlConnection,
+/// server built without Galera does not know it. The pool's first connection asks the server;
+/// the others are told what it found.
+#[derive(Clone)]
+struct SyncWait {
     mask: u8,
-) -> Result<(), sqlx::Error> {
-    if galera::is_galera_node(conn).await? {
-        let sql = format!("SET SESSION wsrep_sync_wait = {mask}");
-        conn.execute(sqlx::AssertSqlSafe(sql)).await?;
+    galera: std::sync::Arc<tokio::sync::OnceCell<bool>>,
+}
+
+impl SyncWait {
+    fn new(mask: u8) -> SyncWait {
+        SyncWait {
+            mask,
+            galera: std::sync::Arc::default(),
+        }
     }
-    Ok(())
+
+    async fn set(&self, conn: &mut sqlx::MySqlConnection) -> Result<(), sqlx::Error> {
+        let galera = *(self.galera)
+            .get_or_try_init(|| galera::is_galera_node(conn))
+            .await?;
+        if galera {
+            let sql = format!("SET SESSION wsrep_sync_wait = {}", self.mask);
+            conn.execute(sqlx::AssertSqlSafe(sql)).await?;
+        }
+        Ok(())
+    }
 }
 
 /// `innodb_lock_wait_timeout` of one session, in seconds.
