@@ -259,7 +259,9 @@ impl From<sqlx::Error> for ApiError {
     fn from(e: sqlx::Error) -> ApiError {
         match classify(&e) {
             DbFailure::Unavailable => ApiError::Unavailable(Box::new(e)),
-            DbFailure::Busy => ApiError::Busy("row lock not obtained in time".into()),
+            DbFailure::Busy | DbFailure::RolledBack => {
+                ApiError::Busy("row lock not obtained in time".into())
+            }
             DbFailure::Duplicate | DbFailure::Other => ApiError::Internal(Box::new(e)),
         }
     }

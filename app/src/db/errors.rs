@@ -31,6 +31,9 @@ pub enum DbFailure {
     /// A row lock was not obtained within the wait budget (or `NOWAIT` found it taken), or a
     /// statement ran past its deadline.
     Busy,
+    /// The server rolled the transaction back: a deadlock's victim, or on Galera a transaction
+    /// certification refused ([`deadlocked`]). Nothing of it happened; it may be run again.
+    RolledBack,
     /// An order of this purchase (product, buyer, request id) exists already.
     Duplicate,
     /// Anything else, another unique key's violation included: a bug or a schema problem.
@@ -54,10 +57,10 @@ pub fn classify(e: &sqlx::Error) -> DbFailure {
                 };
             }
             match number(db.as_ref()) {
-                Some(
-                    ER_LOCK_WAIT_TIMEOUT | ER_LOCK_DEADLOCK | ER_LOCK_NOWAIT | ER_STATEMENT_TIMEOUT
-                    | ER_CHECKREAD,
-                ) => DbFailure::Busy,
+                Some(ER_LOCK_DEADLOCK | ER_CHECKREAD) => DbFailure::RolledBack,
+                Some(ER_LOCK_WAIT_TIMEOUT | ER_LOCK_NOWAIT | ER_STATEMENT_TIMEOUT) => {
+                    DbFailure::Busy
+                }
                 Some(n) if ER_UNAVAILABLE.contains(&n) => DbFailure::Unavailable,
                 _ => DbFailure::Other,
             }

@@ -363,10 +363,8 @@ pub enum PurchaseError {
 
 impl From<sqlx::Error> for PurchaseError {
     fn from(e: sqlx::Error) -> PurchaseError {
-        if crate::db::errors::deadlocked(&e) {
-            return PurchaseError::RolledBack(e.to_string());
-        }
         match classify(&e) {
+            DbFailure::RolledBack => PurchaseError::RolledBack(e.to_string()),
             DbFailure::Unavailable => PurchaseError::Unavailable(Box::new(e)),
             DbFailure::Busy => PurchaseError::Busy(format!("row lock not obtained: {e}")),
             DbFailure::Duplicate => PurchaseError::Duplicate,

@@ -441,10 +441,8 @@ impl From<sqlx::Error> for Failure {
 impl Failure {
     fn answer(&self) -> PurchaseError {
         match self {
-            Failure::Db(e) if crate::db::errors::deadlocked(e) => {
-                PurchaseError::RolledBack(e.to_string())
-            }
             Failure::Db(e) => match classify(e) {
+                DbFailure::RolledBack => PurchaseError::RolledBack(e.to_string()),
                 DbFailure::Unavailable => PurchaseError::Unavailable(Box::new(Arc::clone(e))),
                 DbFailure::Busy => PurchaseError::Busy(format!("row lock not obtained: {e}")),
                 DbFailure::Duplicate => PurchaseError::Busy(
