@@ -117,19 +117,7 @@ impl ReplicatedMariaDb {
     /// Makes member `i` a read-only replica of member `primary` and waits until its threads
     /// run.
     pub fn follow(&self, i: usize, primary: usize) -> Result<()> {
-        let semi = matches!(self.replication, Replication::SemiSync { .. });
-        self.sql(
-            i,
-            &format!(
-                "SET GLOBAL read_only = ON; \
-                 SET GLOBAL rpl_semi_sync_slave_enabled = {}; \
-                 CHANGE MASTER TO MASTER_HOST = '127.0.0.1', MASTER_PORT = {}, \
-                 MASTER_USER = 'root', MASTER_USE_GTID = slave_pos; \
-                 START SLAVE",
-                if semi { "ON" } else { "OFF" },
-                self.members[primary].port()
-            ),
-        )?;
+        self.point_at(i, primary, "slave_pos")?;
         crate::cluster::await_answer(
             "MariaDB replica",
             "connect to its primary",
@@ -141,6 +129,26 @@ impl ReplicatedMariaDb {
                 .then_some(())
             },
         )
+    }
+
+    /// Makes member `i` read-only and starts it replicating from member `primary`, from the
+    /// GTID position `gtid` names (`slave_pos`: what it applied as a replica; `current_pos`:
+    /// that, or what it committed as a primary, whichever is later).
+    fn point_at(&self, i: usize, primary: usize, gtid: &str) -> Result<()> {
+        let semi = matches!(self.replication, Replication::SemiSync { .. });
+        self.sql(
+            i,
+            &format!(
+                "SET GLOBAL read_only = ON; \
+                 SET GLOBAL rpl_semi_sync_slave_enabled = {}; \
+                 CHANGE MASTER TO MASTER_HOST = '127.0.0.1', MASTER_PORT = {}, \
+                 MASTER_USER = 'root', MASTER_USE_GTID = {gtid}; \
+                 START SLAVE",
+                if semi { "ON" } else { "OFF" },
+                self.members[primary].port()
+            ),
+        )
+        .map(drop)
     }
 
     /// Stops member `i`'s I/O thread: it receives nothing more from its primary, as if the
@@ -240,10 +248,8 @@ impl ReplicatedMariaDb {
 
     /// Whether member `i` answers, within a second, and takes writes (`read_only` off).
     fn writable(&self, i: usize) -> bool {
-        let member = format!("MariaDB member {i}");
-        crate::mariadb::client(
-            self.members[i].port(),
-            &member,
+        self.client(
+            i,
             "SELECT @@read_only",
             &["-N", "-B", "--connect-timeout=1"],
         )
@@ -329,20 +335,7 @@ impl Cluster for ReplicatedMariaDb {
         let primary = cluster::await_answer(self.kind(), "name a primary", within, || {
             (0..self.members.len()).find(|&p| p != i && self.writable(p))
         })?;
-        self.sql(
-            i,
-            &format!(
-                "SET GLOBAL rpl_semi_sync_slave_enabled = {}; \
-                 CHANGE MASTER TO MASTER_HOST = '127.0.0.1', MASTER_PORT = {}, \
-                 MASTER_USER = 'root', MASTER_USE_GTID = current_pos; \
-                 START SLAVE",
-                match self.replication {
-                    Replication::SemiSync { .. } => "ON",
-                    Replication::Async => "OFF",
-                },
-                self.members[primary].port()
-            ),
-        )?;
+        self.point_at(i, primary, "current_pos")?;
         cluster::await_answer(self.kind(), "follow the primary again", within, || {
             let status = self.slave_status(i).ok()?;
             let failed = ["Last_IO", "Last_SQL"].into_iter().find_map(|thread| {
