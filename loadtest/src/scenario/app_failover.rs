@@ -230,6 +230,16 @@ async fn click(api: &Api, n: usize, user: &str, request: &str) -> Answer {
     api.order(n, PRODUCT, &body).await
 }
 
+/// [`click`] again with the same request id until the buyer is told bought or sold out (a
+/// `503` or `busy` while the instances find the new primary is clicked again).
+async fn click_until_answered(api: &Api, n: usize, user: &str, request: &str) -> Result<Answer> {
+    poll(|| async {
+        let answer = click(api, n, user, request).await;
+        Ok((created(&answer) || answer == Answer::SOLD_OUT).then_some(answer))
+    })
+    .await
+}
+
 fn created(answer: &Answer) -> bool {
     matches!(answer, Answer::Created { .. } | Answer::Replayed { .. })
 }
@@ -339,12 +349,11 @@ async fn round(
     for request in &unanswered {
         let k: usize = request.trim_start_matches("after-").parse()?;
         let user = format!("a{k}");
-        let answer = poll(|| async {
-            let answer = click(api, k % 2, &user, request).await;
-            Ok((created(&answer) || answer == Answer::SOLD_OUT).then_some(answer))
-        })
-        .await
-        .with_context(|| format!("{request} was never answered once the replica was promoted"))?;
+        let answer = click_until_answered(api, k % 2, &user, request)
+            .await
+            .with_context(|| {
+                format!("{request} was never answered once the replica was promoted")
+            })?;
         if created(&answer) {
             placed_on_retry += 1;
             answered.insert(request.clone());
@@ -357,11 +366,7 @@ async fn round(
     let mut sold_after = 0;
     for k in 0.. {
         let request = format!("new-{k}");
-        let answer = poll(|| async {
-            let answer = click(api, k % 2, &format!("n{k}"), &request).await;
-            Ok((created(&answer) || answer == Answer::SOLD_OUT).then_some(answer))
-        })
-        .await?;
+        let answer = click_until_answered(api, k % 2, &format!("n{k}"), &request).await?;
         if !created(&answer) {
             break;
         }
