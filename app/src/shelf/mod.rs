@@ -56,6 +56,7 @@
 
 mod absent;
 mod bounds;
+mod gate;
 mod home;
 mod winners;
 
@@ -74,6 +75,7 @@ use crate::inventory::ReadError;
 use crate::metrics::Metrics;
 use crate::redis_stock::RedisStock;
 use absent::Absent;
+use gate::Gate;
 use winners::Winners;
 
 /// The parts the memory is split in, each copied on its own when it changes.
@@ -102,8 +104,9 @@ pub struct Shelf {
     /// Product ids that have no product, lately read.
     absent: Mutex<Absent>,
     /// One load of a product's rules at a time: a flood's first clicks all find the memory
-    /// empty at once, and one of them asks the backend while the others wait for its answer.
-    loading: Mutex<HashMap<u64, Arc<tokio::sync::Mutex<()>>>>,
+    /// empty at once, and one of them asks the backend while the others wait for its answer
+    /// (see [`gate`]).
+    loading: Mutex<HashMap<u64, Arc<Gate>>>,
     /// The next entry's epoch. Drawn from one counter, so that an entry dropped and made again
     /// never has an epoch a reader of the old one still holds.
     epochs: AtomicU64,
@@ -279,7 +282,8 @@ impl Shelf {
     }
 
     /// Reads the product into memory, one read of a product at a time; unless `again`, not
-    /// when a read that finished while this one waited for its turn already did.
+    /// when a read that finished while this one waited for its turn already did. Behind a
+    /// read that could not reach the database, answers as it did ([`Gate`]).
     async fn read(
         &self,
         id: u64,
@@ -290,10 +294,7 @@ impl Shelf {
             let mut loading = self.loading.lock().unwrap_or_else(PoisonError::into_inner);
             Arc::clone(loading.entry(id).or_default())
         };
-        let loaded = {
-            let _turn = gate.lock().await;
-            self.load(id, again, purchase).await
-        };
+        let loaded = gate.read(id, self.load(id, again, purchase)).await;
         // The last one through takes the gate away: the map holds only loads under way.
         let mut loading = self.loading.lock().unwrap_or_else(PoisonError::into_inner);
         if Arc::strong_count(&gate) == 2 {

@@ -30,6 +30,7 @@ mod overload;
 mod per_user_limit;
 mod product_memory;
 mod product_page;
+mod product_reads;
 mod product_strategies;
 mod purchase_stages;
 mod reconcile_mid_sale;
