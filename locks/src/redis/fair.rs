@@ -164,17 +164,9 @@ impl Drop for Place {
         );
         runtime.spawn(async move {
             shared.requests.add(1);
-            let left: Result<i64, _> = shared
-                .conn
-                .invoke(
-                    LEAVE
-                        .key(&key)
-                        .key(queue_key(&key))
-                        .key(timeouts_key(&key))
-                        .arg(TURN_PREFIX)
-                        .arg(&owner),
-                )
-                .await;
+            let mut leave = LEAVE.call(&[key.clone(), queue_key(&key), timeouts_key(&key)]);
+            leave.arg(TURN_PREFIX).arg(&owner);
+            let left: Result<i64, _> = shared.conn.query(&leave).await;
             if let Err(error) = left {
                 tracing::warn!(%key, %error, "fair lock: leaving the queue failed; the timeout will");
             }
@@ -191,21 +183,20 @@ impl Shared {
         join: bool,
     ) -> Result<Attempt, LockError> {
         self.requests.add(1);
-        let (granted, value): (i64, i64) = self
-            .conn
-            .invoke(
-                ACQUIRE
-                    .key(key)
-                    .key(queue_key(key))
-                    .key(timeouts_key(key))
-                    .key(fence_key(key))
-                    .arg(TURN_PREFIX)
-                    .arg(owner)
-                    .arg(millis(lease))
-                    .arg(u8::from(join))
-                    .arg(millis(grace(lease))),
-            )
-            .await?;
+        let keys = [
+            key.to_owned(),
+            queue_key(key),
+            timeouts_key(key),
+            fence_key(key),
+        ];
+        let mut grant = ACQUIRE.call(&keys);
+        grant
+            .arg(TURN_PREFIX)
+            .arg(owner)
+            .arg(millis(lease))
+            .arg(u8::from(join))
+            .arg(millis(grace(lease)));
+        let (granted, value): (i64, i64) = self.conn.query(&grant).await?;
         Ok(if granted == 1 {
             Attempt::Granted(value as u64)
         } else {
@@ -296,18 +287,17 @@ impl Held for FairHeld {
             let shared = &self.shared;
             shared.renewals.release(&self.key, &self.owner);
             shared.requests.add(1);
-            let left: i64 = shared
-                .conn
-                .invoke(
-                    UNLOCK
-                        .key(&self.key)
-                        .key(queue_key(&self.key))
-                        .key(timeouts_key(&self.key))
-                        .arg(TURN_PREFIX)
-                        .arg(&self.owner)
-                        .arg(millis(self.lease)),
-                )
-                .await?;
+            let keys = [
+                self.key.clone(),
+                queue_key(&self.key),
+                timeouts_key(&self.key),
+            ];
+            let mut unlock = UNLOCK.call(&keys);
+            unlock
+                .arg(TURN_PREFIX)
+                .arg(&self.owner)
+                .arg(millis(self.lease));
+            let left: i64 = shared.conn.query(&unlock).await?;
             Ok(left >= 0)
         })
     }

@@ -7,10 +7,18 @@
 //! after which the waiter is taken for dead) — and the turn-channel prefix as its first
 //! argument. A waiter's owner is `<client>.<id>`, so a script can name the channel of the
 //! client that waits: `<prefix><client>:<key>`.
+//!
+//! They are sent whole (`EVAL`, see [`Whole`]): a grant far from Redis is one round trip even
+//! on a client's first, so its lease is not half spent before the holder hears of it.
 
 use std::sync::LazyLock;
 
-use deadpool_redis::redis::Script;
+use crate::redis::Whole;
+
+/// A script of the fair lock: the prelude and `body`, made once and kept for the process.
+fn whole(body: &str) -> Whole {
+    Whole(String::leak(format!("{PRELUDE}{body}")))
+}
 
 /// Shared by every script: the Redis time, pruning, and telling the first waiter its turn.
 const PRELUDE: &str = r"
@@ -44,9 +52,8 @@ end
 /// KEYS: lock, queue, timeouts, fence. ARGV: prefix, owner, lease (ms), join (1 or 0), grace (ms).
 /// Returns `{1, token}`, or `{0, ms}`: when to try again at the latest. The waiter's timeout is
 /// set to that moment plus the grace.
-pub(super) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(&format!(
-        "{PRELUDE}{}",
+pub(super) static ACQUIRE: LazyLock<Whole> = LazyLock::new(|| {
+    whole(
         r"
 local now = now_ms()
 local pruned = prune(now)
@@ -80,16 +87,15 @@ if ARGV[4] == '1' then
     redis.call('rpush', KEYS[2], owner)
   end
 end
-return {0, retry}"
-    ))
+return {0, retry}",
+    )
 });
 
 /// Leaves the lock once. KEYS: lock, queue, timeouts. ARGV: prefix, owner, lease (ms).
 /// Returns -1 if the owner does not hold it, else the holds left; at 0 deletes the lock and
 /// tells the first waiter.
-pub(super) static UNLOCK: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(&format!(
-        "{PRELUDE}{}",
+pub(super) static UNLOCK: LazyLock<Whole> = LazyLock::new(|| {
+    whole(
         r"
 prune(now_ms())
 if redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
@@ -102,16 +108,15 @@ if left > 0 then
 end
 redis.call('del', KEYS[1])
 wake_head()
-return 0"
-    ))
+return 0",
+    )
 });
 
 /// A waiter gives up: leaves the queue, and gives back a grant it never heard of (its acquire
 /// was dropped while the granting script ran). KEYS: lock, queue, timeouts. ARGV: prefix,
 /// owner. If the lock is free afterwards, tells the first waiter.
-pub(super) static LEAVE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(&format!(
-        "{PRELUDE}{}",
+pub(super) static LEAVE: LazyLock<Whole> = LazyLock::new(|| {
+    whole(
         r"
 prune(now_ms())
 redis.call('lrem', KEYS[2], 1, ARGV[2])
@@ -122,6 +127,6 @@ end
 if redis.call('exists', KEYS[1]) == 0 then
   wake_head()
 end
-return 0"
-    ))
+return 0",
+    )
 });
