@@ -112,29 +112,14 @@ pub fn lock_pool(main: &MySqlPool, config: &Config) -> MySqlPool {
 
 /// A third pool on the same database, for what is read rather than sold: products' public
 /// pages and their accounting. A crowd refreshing a page, or an accountant summing a large
-/// product's orders, waits for these connections and never for a buyer's. Its statements are
-/// bounded by the same statement time as the purchases'.
+/// product's orders, waits for these connections and never for a buyer's.
 pub fn reader_pool(main: &MySqlPool, config: &Config) -> MySqlPool {
-    let statement = Duration::from_millis(config.statement_timeout_ms);
-    let sync_wait = SyncWait::new(config.galera_sync_wait);
-    MySqlPoolOptions::new()
-        .max_connections(config.db_reader_pool_size.max(1))
-        .acquire_timeout(Duration::from_millis(config.db_acquire_timeout_ms))
-        .test_before_acquire(false)
-        .after_connect(move |conn, _meta| {
-            let sync_wait = sync_wait.clone();
-            Box::pin(async move {
-                set_statement_time(conn, statement).await?;
-                sync_wait.set(conn).await
-            })
-        })
-        .connect_lazy_with((*main.connect_options()).clone())
+    readers((*main.connect_options()).clone(), config)
 }
 
 /// The pool the products' public pages are read through on a replica
 /// (`--database-replica-url`; the database name defaults to the primary's), or `None` without
-/// one. Its sessions are bounded by the purchases' statement time, as the readers' are;
-/// connections are opened when first needed, so a replica that is down at start-up only
+/// one. Connections are opened when first needed, so a replica that is down at start-up only
 /// sends the pages to the primary.
 pub fn replica_pool(config: &Config) -> Result<Option<MySqlPool>, SetupError> {
     let Some(url) = &config.database_replica_url else {
@@ -149,16 +134,27 @@ pub fn replica_pool(config: &Config) -> Result<Option<MySqlPool>, SetupError> {
         return Err(SetupError::Name(name));
     }
     let server = MySqlConnectOptions::from_str(&server_url).map_err(SetupError::Url)?;
+    Ok(Some(readers(server.database(&name), config)))
+}
+
+/// A pool of `options`' database for what is read rather than sold (the readers' or the
+/// replica's): the readers' size, its statements bounded by the purchases' statement time, and
+/// on a Galera node the same causality as theirs. Opens no connection until one is needed.
+fn readers(options: MySqlConnectOptions, config: &Config) -> MySqlPool {
     let statement = Duration::from_millis(config.statement_timeout_ms);
-    let pool = MySqlPoolOptions::new()
+    let sync_wait = SyncWait::new(config.galera_sync_wait);
+    MySqlPoolOptions::new()
         .max_connections(config.db_reader_pool_size.max(1))
         .acquire_timeout(Duration::from_millis(config.db_acquire_timeout_ms))
         .test_before_acquire(false)
         .after_connect(move |conn, _meta| {
-            Box::pin(async move { set_statement_time(conn, statement).await })
+            let sync_wait = sync_wait.clone();
+            Box::pin(async move {
+                set_statement_time(conn, statement).await?;
+                sync_wait.set(conn).await
+            })
         })
-        .connect_lazy_with(server.database(&name));
-    Ok(Some(pool))
+        .connect_lazy_with(options)
 }
 
 /// `max_statement_time` of one session: MariaDB aborts a statement of it that runs longer

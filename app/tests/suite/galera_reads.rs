@@ -1,7 +1,8 @@
 //! Two instances on two nodes of a Galera cluster: a buyer who bought through one pays through
 //! the other. A node applies the others' writes a moment after they commit; a session that
 //! does not wait for that (`wsrep_sync_wait` 0) does not find the order its buyer was just
-//! told of, and one that does (the service's default) waits and finds it.
+//! told of, and one that does (the service's default) waits and finds it. The same holds for
+//! the product's page read on another node (`--database-replica-url`): it waits for the sale.
 
 use std::sync::{Arc, OnceLock};
 
@@ -54,24 +55,35 @@ async fn pay_on_the_other_node(sync_wait: u8) -> (StatusCode, Value) {
         let b = Arc::clone(&b);
         tokio::spawn(async move { act(&b, id, "payer", "r1", "pay", &[]).await })
     };
-    // A state, not a time: the payment's statement seen waiting on node 2, or its answer.
-    while waiting_statements(&mut lock).await == 0 && !paying.is_finished() {
+    unlock_once_waiting(lock, "%FROM orders%request_id%", paying).await
+}
+
+/// Lets the node `lock` holds apply again once a statement like `pattern` is seen running on
+/// it (waiting for causality) or `answer` is done — a state, not a time — and returns what
+/// `answer` answered.
+async fn unlock_once_waiting<T>(
+    mut lock: MySqlConnection,
+    pattern: &str,
+    answer: tokio::task::JoinHandle<T>,
+) -> T {
+    while waiting_statements(&mut lock, pattern).await == 0 && !answer.is_finished() {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
     lock.execute("UNLOCK TABLES").await.unwrap();
-    paying.await.unwrap()
+    answer.await.unwrap()
 }
 
-/// The payment's reads of its order running on this node (a statement waiting for causality
+/// The statements like `pattern` running on this node (a statement waiting for causality
 /// waits while it is prepared: `Prepare`, not `Query`). Only those: the instance's own work
 /// (its expiry sweep, its pages) runs there too, and unlocking when one of them is caught
-/// running would let the node apply the order before the payment looks for it.
-async fn waiting_statements(conn: &mut MySqlConnection) -> i64 {
+/// running would let the node apply the order before the read that is tested looks for it.
+async fn waiting_statements(conn: &mut MySqlConnection, pattern: &str) -> i64 {
     sqlx::query_scalar(
         "SELECT COUNT(*) FROM information_schema.PROCESSLIST \
          WHERE ID <> CONNECTION_ID() AND COMMAND <> 'Sleep' AND DB IS NOT NULL \
-         AND INFO LIKE '%FROM orders%request_id%'",
+         AND INFO LIKE ?",
     )
+    .bind(pattern)
     .fetch_one(conn)
     .await
     .unwrap()
@@ -90,4 +102,55 @@ async fn without_causality_checks_the_other_galera_node_does_not_find_the_order_
     sandbox::require_faults!();
     let (status, paid) = pay_on_the_other_node(0).await;
     assert_eq!(status, 404, "{paid}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_page_read_on_another_galera_node_waits_for_the_sale_it_shows() {
+    sandbox::require_faults!();
+    let cluster = cluster().await;
+    let name = format!("t_{}", uuid::Uuid::new_v4().simple());
+    let mut config = test_config(&format!("{}/{name}", cluster.url(0)));
+    config.database_replica_url = Some(format!("{}/{name}", cluster.url(1)));
+    config.galera_sync_wait = 3;
+    config.page_ttl_ms = 1;
+    let app = Arc::new(spawn_app(config).await);
+    let id = 42;
+    app.reset(id, 5).await;
+    let node_2 = format!("{}/{name}", cluster.url(1));
+    wait_until("node 2 has the product", || async {
+        let mut conn = MySqlConnection::connect(&node_2).await.unwrap();
+        let found: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM products WHERE id = ?")
+            .bind(id)
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+        found == 1
+    })
+    .await;
+
+    let mut lock = MySqlConnection::connect(&cluster.url(1)).await.unwrap();
+    lock.execute("FLUSH TABLES WITH READ LOCK").await.unwrap();
+    let (status, order) = buy(&app, id, "reader", "r1", "conditional").await;
+    assert_eq!(status, 201, "{order}");
+    let reading = {
+        let app = Arc::clone(&app);
+        tokio::spawn(async move { product_page(&app, id).await })
+    };
+    let shown = unlock_once_waiting(lock, "%initial_stock%FROM products%", reading).await;
+    assert_eq!(
+        shown["stock"], 4,
+        "the page read on node 2 waited for the sale node 1 had made: {shown}"
+    );
+}
+
+/// The public page of product `id`.
+async fn product_page(app: &common::TestApp, id: u64) -> Value {
+    app.client
+        .get(format!("{}/api/products/{id}", app.url))
+        .send()
+        .await
+        .expect("page")
+        .json()
+        .await
+        .expect("json")
 }
