@@ -47,8 +47,7 @@ async fn pay_on_the_other_node(sync_wait: u8) -> (StatusCode, Value) {
     })
     .await;
 
-    let mut lock = MySqlConnection::connect(&cluster.url(1)).await.unwrap();
-    lock.execute("FLUSH TABLES WITH READ LOCK").await.unwrap();
+    let lock = pause_node_2(&cluster).await;
     let (status, order) = buy(&a, id, "payer", "r1", "conditional").await;
     assert_eq!(status, 201, "{order}");
     let paying = {
@@ -58,19 +57,39 @@ async fn pay_on_the_other_node(sync_wait: u8) -> (StatusCode, Value) {
     unlock_once_waiting(lock, "%FROM orders%request_id%", paying).await
 }
 
+/// Node 2 held still by a global read lock: it applies none of the others' writes until the
+/// lock is released.
+struct Paused {
+    conn: MySqlConnection,
+    /// This file's tests pause node 2 one at a time: the node's applier is paused once for all
+    /// the sessions that hold the lock, and the first of them to unlock can resume it for all.
+    _turn: tokio::sync::MutexGuard<'static, ()>,
+}
+
+/// Waits for this test's turn, then pauses node 2.
+async fn pause_node_2(cluster: &GaleraCluster) -> Paused {
+    static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    let turn = TURN.lock().await;
+    let mut conn = MySqlConnection::connect(&cluster.url(1)).await.unwrap();
+    conn.execute("FLUSH TABLES WITH READ LOCK").await.unwrap();
+    Paused { conn, _turn: turn }
+}
+
 /// Lets the node `lock` holds apply again once a statement like `pattern` is seen running on
 /// it (waiting for causality) or `answer` is done — a state, not a time — and returns what
 /// `answer` answered.
 async fn unlock_once_waiting<T>(
-    mut lock: MySqlConnection,
+    mut lock: Paused,
     pattern: &str,
     answer: tokio::task::JoinHandle<T>,
 ) -> T {
-    while waiting_statements(&mut lock, pattern).await == 0 && !answer.is_finished() {
+    while waiting_statements(&mut lock.conn, pattern).await == 0 && !answer.is_finished() {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
-    lock.execute("UNLOCK TABLES").await.unwrap();
-    answer.await.unwrap()
+    lock.conn.execute("UNLOCK TABLES").await.unwrap();
+    let answered = answer.await.unwrap();
+    drop(lock);
+    answered
 }
 
 /// The statements like `pattern` running on this node (a statement waiting for causality
@@ -128,8 +147,7 @@ async fn a_page_read_on_another_galera_node_waits_for_the_sale_it_shows() {
     })
     .await;
 
-    let mut lock = MySqlConnection::connect(&cluster.url(1)).await.unwrap();
-    lock.execute("FLUSH TABLES WITH READ LOCK").await.unwrap();
+    let lock = pause_node_2(&cluster).await;
     let (status, order) = buy(&app, id, "reader", "r1", "conditional").await;
     assert_eq!(status, 201, "{order}");
     let reading = {
