@@ -12,6 +12,7 @@ use loadtest::cli::{
 };
 use loadtest::live::{Feed, Update, server::Live};
 use loadtest::lock::LockReport;
+use loadtest::rig::world::Distance;
 use loadtest::rig::{
     GaleraRows, Stand, Target, cluster_processes, galera_processes, server_processes, servers,
 };
@@ -93,6 +94,7 @@ fn run(args: &RunArgs, only_flood: bool) -> Result<()> {
     sandbox::set_server_niceness(settings.server_niceness);
     let stand = servers(args.distance.rtt)?;
     let mut target = target_on(&stand, args.app_bin.as_deref(), "seckill_bench")?;
+    target.buyers = Distance::of(args.client_rtt);
     let cluster = match args.redis_cluster {
         true => {
             eprintln!("starting a Redis Cluster (3 masters, a replica each)…");
@@ -154,6 +156,7 @@ fn target_on(stand: &Stand, app_bin: Option<&std::path::Path>, database: &str) -
     Ok(Target {
         endpoints: stand.endpoints.clone(),
         distance: stand.distance,
+        buyers: Distance::Local,
         servers: if spawned.is_some() {
             "spawned"
         } else {

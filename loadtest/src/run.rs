@@ -33,6 +33,7 @@ use crate::report::schema::{
     Findings, LoadResult, RunReport, SCHEMA_VERSION, ScenarioReport, Settings, ThroughputResult,
 };
 use crate::report::{self};
+use crate::rig::distance;
 use crate::rig::environment::utc_now;
 use crate::rig::world::{Aborts, World};
 use crate::scenario::{self, Selection};
@@ -78,7 +79,10 @@ pub async fn run_watched(
             settings.instances,
         )
         .await?;
-    let world = World::at(settings.instances, target.distance).arranged(target.topology());
+    let (_buyers_relays, api) = distance::buyers_apart(target.buyers, api)?;
+    let world = World::at(settings.instances, target.distance)
+        .arranged(target.topology())
+        .with_buyers(target.buyers);
     let strategies = if settings.only_baselines {
         Vec::new()
     } else {
@@ -137,7 +141,8 @@ pub async fn run_watched(
 
     let measured = if settings.baselines {
         let floor_servers = Floor::start(&target.bench_binary, settings.instances).await?;
-        let floor = Api::new(floor_servers.bases(), None)?;
+        let (_floor_relays, floor) =
+            distance::buyers_apart(target.buyers, Api::new(floor_servers.bases(), None)?)?;
         let targets = Targets {
             api: &api,
             floor: &floor,

@@ -103,6 +103,21 @@ impl Api {
         })
     }
 
+    /// This client reaching the same instances at `bases` instead, in the same order (through
+    /// something that stands in front of them: a relay adding the buyers' round trip), with
+    /// the same admin token and buyer key.
+    pub fn reaching(&self, bases: Vec<String>) -> Result<Api> {
+        anyhow::ensure!(
+            bases.len() == self.bases.len(),
+            "{} addresses for {} instances",
+            bases.len(),
+            self.bases.len()
+        );
+        let mut api = Api::new(bases, self.admin_token.as_deref().map(String::from))?;
+        api.buyer_key = self.buyer_key.clone();
+        Ok(api)
+    }
+
     /// This client, authenticating its buyers with tokens signed by `key` (the instances'
     /// `--buyer-key`).
     pub fn with_buyer_key(mut self, key: BuyerKey) -> Api {

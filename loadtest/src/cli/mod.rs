@@ -267,6 +267,14 @@ pub struct RunArgs {
     pub screenshots: bool,
     #[command(flatten)]
     pub distance: DistanceArgs,
+    /// Put every app instance behind a relay that adds this round trip to every request the
+    /// buyers make (`1ms`, `20ms`, `500us`): the buyers' own network, apart from the servers'
+    /// (`--rtt`). It holds no lock, so it lengthens each purchase's answer without lowering
+    /// what one product can sell, as long as there are buyers enough to keep the instances
+    /// busy. The HTTP baselines (`http-noop`, `wrk`, `goose`, the HTTP floor) reach their
+    /// servers through such relays too. A run with it does not move `latest`.
+    #[arg(long, env = "SECKILL_BENCH_CLIENT_RTT", value_parser = duration, value_name = "DURATION")]
+    pub client_rtt: Option<Duration>,
     /// Keep the app instances' Redis-held stock (`redis-lua*`) on a throwaway Redis Cluster of
     /// three masters, each with an asynchronous replica, started for the run; the lock
     /// services and the baselines stay on their lone servers (the Redis locks take no
@@ -555,6 +563,25 @@ mod tests {
             unreachable!("parsed as `run`");
         };
         assert_eq!(run.distance.rtt, Some(us(500)));
+    }
+
+    #[test]
+    fn the_buyers_round_trip_is_a_setting_apart_from_the_servers_and_goes_with_any_world() {
+        let run = |args: &[&str]| {
+            let cli = Cli::try_parse_from([&["seckill-bench", "run"], args].concat()).unwrap();
+            let Command::Run(run) = cli.command else {
+                unreachable!("parsed as `run`");
+            };
+            run
+        };
+        let both = run(&["--client-rtt", "20ms", "--rtt", "1ms"]);
+        assert_eq!(both.client_rtt, Some(Duration::from_millis(20)));
+        assert_eq!(both.distance.rtt, Some(Duration::from_millis(1)));
+        assert_eq!(run(&[]).client_rtt, None);
+        assert_eq!(
+            run(&["--galera", "all-writers", "--client-rtt", "1ms"]).client_rtt,
+            Some(Duration::from_millis(1))
+        );
     }
 
     #[test]

@@ -404,6 +404,9 @@ fn environment(r: &RunReport) -> String {
     if let Some(added) = r.world.and_then(|w| w.distance.added()) {
         t.row(["round trip added".to_string(), added]);
     }
+    if let Some(added) = r.world.and_then(|w| w.buyers.added_for_buyers()) {
+        t.row(["buyers' round trip added".to_string(), added]);
+    }
     if let Some(servers) = r.world.and_then(|w| w.topology.described()) {
         t.row(["topology".to_string(), servers.to_string()]);
     }

@@ -13,6 +13,10 @@
 //! the baselines (a hot-row UPDATE at a distance pays it too), the run's own reads. Only the
 //! connections' set-up is not delayed (see [`sandbox::Delays`]). Without `--rtt` there is no
 //! relay at all: the servers are reached directly, as they always were.
+//!
+//! The buyers' own round trip to the service is another setting (`--client-rtt`): a relay of
+//! the same kind in front of each app instance ([`buyers_apart`]), which every request of the
+//! load generator goes through.
 
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap};
@@ -21,6 +25,9 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use sandbox::{Delays, Endpoints, Relay};
+use testkit::Api;
+
+use super::world::Distance;
 
 /// The relays that put a run's servers at a distance; dropping them closes every connection
 /// through them. Each relay counts the exchanges it carries ([`Relays::exchanges`]).
@@ -37,6 +44,8 @@ pub const REDLOCK: &str = "redlock";
 pub const ZOOKEEPER: &str = "zookeeper";
 pub const ETCD: &str = "etcd";
 pub const MEMCACHED: &str = "memcached";
+/// The app instances, as the buyers reach them (`--client-rtt`).
+pub const APP: &str = "app";
 
 /// Puts every server `endpoints` name behind a relay that delays each direction by `rtt / 2`:
 /// returns the relays, and the endpoints that lead through them (the same user, password and
@@ -60,6 +69,32 @@ pub fn apart(endpoints: &Endpoints, rtt: Duration) -> Result<(Relays, Endpoints)
         memcached: through(&endpoints.memcached, MEMCACHED)?,
     };
     Ok((relays, relayed))
+}
+
+/// Puts every app instance at `bases` (`http://host:port`) behind a relay that delays each
+/// direction by `rtt / 2`, as the buyers' own network would: returns the relays, and the
+/// instances' addresses through them, in the same order. The buyers' round trip holds no lock;
+/// it only makes each purchase take that much longer to answer.
+pub fn instances_apart(bases: &[String], rtt: Duration) -> Result<(Relays, Vec<String>)> {
+    let mut relays = Relays::none();
+    let delays = Delays::round_trip(rtt);
+    let through = (bases.iter())
+        .map(|base| relays.through(base, APP, delays))
+        .collect::<Result<_>>()?;
+    Ok((relays, through))
+}
+
+/// `api` as the buyers reach its instances: through a relay in front of each when the run
+/// puts them `buyers` away (while the relays are kept), or as it is.
+pub fn buyers_apart(buyers: Distance, api: Api) -> Result<(Option<Relays>, Api)> {
+    match buyers {
+        Distance::Local => Ok((None, api)),
+        Distance::Relayed { rtt_us } => {
+            let rtt = Duration::from_micros(rtt_us);
+            let (relays, bases) = instances_apart(&api.bases, rtt)?;
+            Ok((Some(relays), api.reaching(bases)?))
+        }
+    }
 }
 
 impl Relays {

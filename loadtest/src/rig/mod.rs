@@ -53,6 +53,9 @@ pub struct Target {
     pub endpoints: Endpoints,
     /// What lies between the app instances and the servers.
     pub distance: Distance,
+    /// What lies between the buyers and the app instances: a run with a round trip there puts
+    /// a relay in front of each instance ([`distance::instances_apart`]).
+    pub buyers: Distance,
     /// `spawned` or `external`, for the report.
     pub servers: &'static str,
     pub versions: Option<sandbox::Versions>,

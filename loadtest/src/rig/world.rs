@@ -21,6 +21,13 @@ pub struct World {
     pub topology: Topology,
     /// What lies between the app instances and the servers.
     pub distance: Distance,
+    /// What lies between the buyers (the load generator) and the app instances (`--client-rtt`;
+    /// absent from the reports written before a run could put them apart: local).
+    #[serde(
+        default = "Distance::local",
+        skip_serializing_if = "Distance::is_local"
+    )]
+    pub buyers: Distance,
     /// `seckill-app` processes, the purchases spread over them in turn.
     pub instances: usize,
 }
@@ -140,6 +147,15 @@ pub enum Distance {
 }
 
 impl Distance {
+    /// One machine, loopback, nothing added.
+    pub fn local() -> Distance {
+        Distance::Local
+    }
+
+    pub fn is_local(&self) -> bool {
+        *self == Distance::Local
+    }
+
     /// Servers behind relays adding `rtt` to every round trip, or none.
     pub fn of(rtt: Option<Duration>) -> Distance {
         match rtt {
@@ -161,6 +177,18 @@ impl Distance {
             )),
         }
     }
+
+    /// What the report says of the round trip added between the buyers and the app instances:
+    /// `1 ms, by a relay in front of each app instance`.
+    pub fn added_for_buyers(self) -> Option<String> {
+        match self {
+            Distance::Local => None,
+            Distance::Relayed { rtt_us } => Some(format!(
+                "{} ms, by a relay in front of each app instance",
+                rtt_us as f64 / 1_000.0
+            )),
+        }
+    }
 }
 
 impl World {
@@ -175,6 +203,7 @@ impl World {
             engine: Engine::MariaDb,
             topology: Topology::OneNode,
             distance,
+            buyers: Distance::Local,
             instances,
         }
     }
@@ -184,13 +213,18 @@ impl World {
         World { topology, ..self }
     }
 
-    /// Whether two runs measured on the same servers, arranged and reached the same way
-    /// (however many app instances): only then are their rates comparable. A run that recorded
-    /// no world was local, on one node of each.
+    /// The same world with the buyers at `buyers` from the app instances.
+    pub fn with_buyers(self, buyers: Distance) -> World {
+        World { buyers, ..self }
+    }
+
+    /// Whether two runs measured on the same servers, arranged and reached the same way, by
+    /// buyers as far from the app instances (however many instances): only then are their
+    /// rates comparable. A run that recorded no world was local, on one node of each.
     pub fn same_servers(a: Option<World>, b: Option<World>) -> bool {
         let servers = |w: Option<World>| {
             let w = w.unwrap_or(World::local(0));
-            (w.engine, w.topology, w.distance)
+            (w.engine, w.topology, w.distance, w.buyers)
         };
         servers(a) == servers(b)
     }
@@ -247,5 +281,26 @@ impl Aborts {
 
     pub fn total(self) -> u64 {
         self.cert_failures + self.bf_aborts
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buyers_far_from_the_instances_make_another_world_and_an_old_report_reads_as_local() {
+        let local = World::local(2);
+        let far = local.with_buyers(Distance::of(Some(Duration::from_millis(1))));
+        assert!(!World::same_servers(Some(far), Some(local)));
+        assert!(World::same_servers(Some(local), None));
+        assert_eq!(far.unless_local(), Some(far));
+
+        let written = serde_json::to_value(local).unwrap();
+        assert!(written.get("buyers").is_none(), "{written}");
+        let read: World = serde_json::from_value(written).unwrap();
+        assert_eq!(read.buyers, Distance::Local);
+        let read: World = serde_json::from_value(serde_json::to_value(far).unwrap()).unwrap();
+        assert_eq!(read, far);
     }
 }

@@ -1,6 +1,6 @@
 //! Servers at a distance: a run whose every server stands behind a relay adding a round trip
 //! sells as safely as over loopback, judged from what the database holds, and its report says
-//! at which round trip it was taken.
+//! at which round trip it was taken; so does a run whose buyers are far from the instances.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,6 +34,34 @@ async fn a_safe_strategy_sells_out_without_oversell_with_its_servers_a_milliseco
     );
     let md = std::fs::read_to_string(output.dir.join("report.md")).unwrap();
     assert!(md.contains("| round trip added | 1 ms"), "{md}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn buyers_far_from_the_instances_buy_through_their_relays_and_the_report_says_how_far() {
+    let rtt = Duration::from_millis(20);
+    let mut target = common::target();
+    target.buyers = Distance::of(Some(rtt));
+    let (output, truth, _out) = common::run_and_read(Strategy::Conditional, &target).await;
+
+    assert_eq!(truth.oversell, 0, "{truth:?}");
+    assert_eq!(truth.units_sold, truth.initial_stock, "{truth:?}");
+    let world = output
+        .report
+        .world
+        .expect("a world other than the local one");
+    assert_eq!(world.buyers, Distance::Relayed { rtt_us: 20_000 });
+    assert_eq!(world.distance, Distance::Local);
+    // Each answer crossed the relay both ways: no purchase was answered sooner than the
+    // round trip it adds, however fast the machine.
+    let closed = &output.report.strategies[0].throughput.closed;
+    assert!(closed.latency.count > 0, "{closed:?}");
+    assert!(
+        closed.latency.p50_us >= 20_000,
+        "answers came sooner than the buyers' round trip: {:?}",
+        closed.latency
+    );
+    let md = std::fs::read_to_string(output.dir.join("report.md")).unwrap();
+    assert!(md.contains("| buyers' round trip added | 20 ms"), "{md}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -204,6 +204,9 @@ pub fn environment(r: &RunReport) -> Markup {
                 @if let Some(added) = r.world.and_then(|w| w.distance.added()) {
                     tr { th { "round trip added" } td { (added) } }
                 }
+                @if let Some(added) = r.world.and_then(|w| w.buyers.added_for_buyers()) {
+                    tr { th { "buyers' round trip added" } td { (added) } }
+                }
                 @if let Some(servers) = r.world.and_then(|w| w.topology.described()) {
                     tr { th { "topology" } td { (servers) } }
                 }

@@ -51,6 +51,7 @@ pub fn target() -> Target {
     Target {
         endpoints,
         distance: Distance::Local,
+        buyers: Distance::Local,
         servers: "shared",
         versions: None,
         app_binary: app_binary(),
