@@ -70,18 +70,24 @@ pub struct Figures {
 
 impl Scenario for LeaseDistance {
     type Sizes = Sizes;
-    // The full run's proportions, doubled: the loopback row's lease must outlast its section
-    // on a test machine running many suites at once, where a section can take far longer
-    // than on an idle one; the far rows' sections grow with the distance in step.
+    // Far away, a holder's read of the stock and its commit are three round trips apart
+    // (the update, the order, the commit): the next holder, let in a lease (and a poll) after
+    // the first was granted, reads before that commit only if three round trips outlast the
+    // lease. The watchdog's renewal, sent a third of a lease after its grant arrived, reaches
+    // Redis in time only if a round trip is shorter than two thirds of the lease. A round trip
+    // of 0.45 leases leaves both a margin of about a fifth of the lease, whether or not the
+    // instances' connections have their statements prepared yet. The quick sizes are longer:
+    // the loopback row's lease must outlast its section on a test machine running many suites
+    // at once.
     const QUICK: Sizes = Sizes {
         lease_ms: 400,
-        far_rtt_ms: 120,
+        far_rtt_ms: 180,
         stock: 10,
         buyers: 30,
     };
     const FULL: Sizes = Sizes {
-        lease_ms: 200,
-        far_rtt_ms: 60,
+        lease_ms: 300,
+        far_rtt_ms: 135,
         stock: 20,
         buyers: 60,
     };
@@ -97,7 +103,10 @@ impl Scenario for LeaseDistance {
     }
 
     async fn play(s: Sizes, stage: &Stage) -> Result<Vec<(Row, Figures)>> {
-        let flags = lock_flags(s.lease_ms, 60_000);
+        // A far holder's section takes seconds to come round to the last buyers in the line:
+        // each waits for the lock, and for its answer, as long as the lock lets it.
+        let mut flags = lock_flags(s.lease_ms, 60_000);
+        flags.push("--request-timeout-ms=60000".to_string());
         let fleet = Fleet::start_apart(stage.app_binary()?, 2, &flags).await?;
         let far = s.far_rtt_ms;
         let rows = [
