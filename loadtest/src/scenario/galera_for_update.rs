@@ -296,10 +296,12 @@ async fn one(
     fleet.reset_in(product, 1, Home::Row).await?;
     let mut watch = fleet.watch_transactions().await?;
     let strategy = mode.strategy;
-    let first = async {
-        let answer = order(&fleet.api, 0, product, strategy, "holder", HOLD_MS).await;
-        (answer, Instant::now())
-    };
+    // The first holder pauses HOLD_MS inside its section, which it enters after its request
+    // is sent: until then it holds its lock whatever else happens. An answer to the second
+    // buyer before that moment came while the lock was held; after it, the two answers race
+    // (the first's commit frees the row and the second is answered at once).
+    let held_until = Instant::now() + Duration::from_millis(HOLD_MS);
+    let first = async { order(&fleet.api, 0, product, strategy, "holder", HOLD_MS).await };
     let second = async {
         watch.inside().await?;
         tl.log(
@@ -310,10 +312,10 @@ async fn one(
         tl.log("instance 2", format!("answered {}", answer.describe()));
         anyhow::Ok((answer, Instant::now()))
     };
-    let ((first, first_at), second) = tokio::join!(first, second);
+    let (first, second) = tokio::join!(first, second);
     let (second, second_at) = second?;
     tl.log("instance 1", format!("answered {}", first.describe()));
-    let second_answered_first = second_at < first_at;
+    let second_answered_first = second_at < held_until;
 
     // The crowd.
     let crowd_product = product + 1;
