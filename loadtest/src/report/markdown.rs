@@ -401,10 +401,10 @@ fn environment(r: &RunReport) -> String {
         },
     ]);
     t.row(["servers".to_string(), e.servers.clone()]);
-    if let Some(added) = r.world.and_then(|w| w.distance.added()) {
+    if let Some(added) = r.world.and_then(|w| w.distance.added("server")) {
         t.row(["round trip added".to_string(), added]);
     }
-    if let Some(added) = r.world.and_then(|w| w.buyers.added_for_buyers()) {
+    if let Some(added) = r.world.and_then(|w| w.buyers.added("app instance")) {
         t.row(["buyers' round trip added".to_string(), added]);
     }
     if let Some(servers) = r.world.and_then(|w| w.topology.described()) {

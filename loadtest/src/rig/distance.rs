@@ -71,30 +71,20 @@ pub fn apart(endpoints: &Endpoints, rtt: Duration) -> Result<(Relays, Endpoints)
     Ok((relays, relayed))
 }
 
-/// Puts every app instance at `bases` (`http://host:port`) behind a relay that delays each
-/// direction by `rtt / 2`, as the buyers' own network would: returns the relays, and the
-/// instances' addresses through them, in the same order. The buyers' round trip holds no lock;
-/// it only makes each purchase take that much longer to answer.
-pub fn instances_apart(bases: &[String], rtt: Duration) -> Result<(Relays, Vec<String>)> {
+/// `api` as the buyers reach its instances: when the run puts them `buyers` away, through a
+/// relay in front of each instance that delays each direction by half the round trip, as the
+/// buyers' own network would (while the relays are kept); else as it is. The buyers' round
+/// trip holds no lock; it only makes each purchase take that much longer to answer.
+pub fn buyers_apart(buyers: Distance, api: Api) -> Result<(Option<Relays>, Api)> {
+    let Distance::Relayed { rtt_us } = buyers else {
+        return Ok((None, api));
+    };
     let mut relays = Relays::none();
-    let delays = Delays::round_trip(rtt);
-    let through = (bases.iter())
+    let delays = Delays::round_trip(Duration::from_micros(rtt_us));
+    let bases = (api.bases.iter())
         .map(|base| relays.through(base, APP, delays))
         .collect::<Result<_>>()?;
-    Ok((relays, through))
-}
-
-/// `api` as the buyers reach its instances: through a relay in front of each when the run
-/// puts them `buyers` away (while the relays are kept), or as it is.
-pub fn buyers_apart(buyers: Distance, api: Api) -> Result<(Option<Relays>, Api)> {
-    match buyers {
-        Distance::Local => Ok((None, api)),
-        Distance::Relayed { rtt_us } => {
-            let rtt = Duration::from_micros(rtt_us);
-            let (relays, bases) = instances_apart(&api.bases, rtt)?;
-            Ok((Some(relays), api.reaching(bases)?))
-        }
-    }
+    Ok((Some(relays), api.reaching(bases)?))
 }
 
 impl Relays {

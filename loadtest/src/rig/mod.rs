@@ -54,7 +54,7 @@ pub struct Target {
     /// What lies between the app instances and the servers.
     pub distance: Distance,
     /// What lies between the buyers and the app instances: a run with a round trip there puts
-    /// a relay in front of each instance ([`distance::instances_apart`]).
+    /// a relay in front of each instance ([`distance::buyers_apart`]).
     pub buyers: Distance,
     /// `spawned` or `external`, for the report.
     pub servers: &'static str,

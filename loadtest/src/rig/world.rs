@@ -166,25 +166,13 @@ impl Distance {
         }
     }
 
-    /// What the report says of the round trip added, where relays stood between:
-    /// `0.5 ms, by a relay in front of each server`.
-    pub fn added(self) -> Option<String> {
+    /// What the report says of the round trip added, where relays stood between, each in
+    /// front of `what`: `0.5 ms, by a relay in front of each server`.
+    pub fn added(self, what: &str) -> Option<String> {
         match self {
             Distance::Local => None,
             Distance::Relayed { rtt_us } => Some(format!(
-                "{} ms, by a relay in front of each server",
-                rtt_us as f64 / 1_000.0
-            )),
-        }
-    }
-
-    /// What the report says of the round trip added between the buyers and the app instances:
-    /// `1 ms, by a relay in front of each app instance`.
-    pub fn added_for_buyers(self) -> Option<String> {
-        match self {
-            Distance::Local => None,
-            Distance::Relayed { rtt_us } => Some(format!(
-                "{} ms, by a relay in front of each app instance",
+                "{} ms, by a relay in front of each {what}",
                 rtt_us as f64 / 1_000.0
             )),
         }

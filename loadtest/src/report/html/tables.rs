@@ -201,10 +201,10 @@ pub fn environment(r: &RunReport) -> Markup {
                     @if e.git_dirty == Some(true) { " (with uncommitted changes)" }
                 } }
                 tr { th { "servers" } td { (e.servers) } }
-                @if let Some(added) = r.world.and_then(|w| w.distance.added()) {
+                @if let Some(added) = r.world.and_then(|w| w.distance.added("server")) {
                     tr { th { "round trip added" } td { (added) } }
                 }
-                @if let Some(added) = r.world.and_then(|w| w.buyers.added_for_buyers()) {
+                @if let Some(added) = r.world.and_then(|w| w.buyers.added("app instance")) {
                     tr { th { "buyers' round trip added" } td { (added) } }
                 }
                 @if let Some(servers) = r.world.and_then(|w| w.topology.described()) {
