@@ -8,8 +8,8 @@ use std::sync::{Arc, OnceLock};
 
 use crate::common;
 
-use common::life::{act, buy, product};
-use common::{spawn_app, test_config, wait_until};
+use common::life::{act, buy, page, product};
+use common::{TestApp, spawn_app, test_config, wait_until};
 use reqwest::StatusCode;
 use sandbox::GaleraCluster;
 use serde_json::Value;
@@ -36,10 +36,10 @@ async fn pay_on_the_other_node(sync_wait: u8) -> (StatusCode, Value) {
     let on = |node: usize| format!("{}/{name}", cluster.url(node));
     let mut first = test_config(&on(0));
     first.galera_sync_wait = sync_wait;
-    let a = Arc::new(spawn_app(first).await);
+    let a = spawn_app(first).await;
     let mut second = test_config(&on(1));
     second.galera_sync_wait = sync_wait;
-    let b = Arc::new(spawn_app(second).await);
+    let b = spawn_app(second).await;
     let id = 41;
     a.reset(id, 5).await;
     wait_until("node 2 has the product", || async {
@@ -47,14 +47,16 @@ async fn pay_on_the_other_node(sync_wait: u8) -> (StatusCode, Value) {
     })
     .await;
 
-    let lock = pause_node_2(&cluster).await;
-    let (status, order) = buy(&a, id, "payer", "r1", "conditional").await;
-    assert_eq!(status, 201, "{order}");
-    let paying = {
-        let b = Arc::clone(&b);
-        tokio::spawn(async move { act(&b, id, "payer", "r1", "pay", &[]).await })
-    };
-    unlock_once_waiting(lock, "%FROM orders%request_id%", paying).await
+    let paying = async move { act(&b, id, "payer", "r1", "pay", &[]).await };
+    read_after_a_sale(
+        &cluster,
+        &a,
+        id,
+        "payer",
+        "%FROM orders%request_id%",
+        paying,
+    )
+    .await
 }
 
 /// Node 2 held still by a global read lock: it applies none of the others' writes until the
@@ -75,14 +77,22 @@ async fn pause_node_2(cluster: &GaleraCluster) -> Paused {
     Paused { conn, _turn: turn }
 }
 
-/// Lets the node `lock` holds apply again once a statement like `pattern` is seen running on
-/// it (waiting for causality) or `answer` is done — a state, not a time — and returns what
-/// `answer` answered.
-async fn unlock_once_waiting<T>(
-    mut lock: Paused,
+/// Buys one unit of `id` through `seller` (on node 1) as `user` (request `r1`) while node 2
+/// applies nothing, then runs `read`; lets node 2 apply again once a statement like `pattern`
+/// is seen running there (waiting for causality) or `read` is done — a state, not a time —
+/// and returns what `read` answered.
+async fn read_after_a_sale<T: Send + 'static>(
+    cluster: &GaleraCluster,
+    seller: &TestApp,
+    id: u64,
+    user: &str,
     pattern: &str,
-    answer: tokio::task::JoinHandle<T>,
+    read: impl Future<Output = T> + Send + 'static,
 ) -> T {
+    let mut lock = pause_node_2(cluster).await;
+    let (status, order) = buy(seller, id, user, "r1", "conditional").await;
+    assert_eq!(status, 201, "{order}");
+    let answer = tokio::spawn(read);
     while waiting_statements(&mut lock.conn, pattern).await == 0 && !answer.is_finished() {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
@@ -147,28 +157,14 @@ async fn a_page_read_on_another_galera_node_waits_for_the_sale_it_shows() {
     })
     .await;
 
-    let lock = pause_node_2(&cluster).await;
-    let (status, order) = buy(&app, id, "reader", "r1", "conditional").await;
-    assert_eq!(status, 201, "{order}");
     let reading = {
         let app = Arc::clone(&app);
-        tokio::spawn(async move { product_page(&app, id).await })
+        async move { page(&app, id).await.1 }
     };
-    let shown = unlock_once_waiting(lock, "%initial_stock%FROM products%", reading).await;
+    let pattern = "%initial_stock%FROM products%";
+    let shown = read_after_a_sale(&cluster, &app, id, "reader", pattern, reading).await;
     assert_eq!(
         shown["stock"], 4,
         "the page read on node 2 waited for the sale node 1 had made: {shown}"
     );
-}
-
-/// The public page of product `id`.
-async fn product_page(app: &common::TestApp, id: u64) -> Value {
-    app.client
-        .get(format!("{}/api/products/{id}", app.url))
-        .send()
-        .await
-        .expect("page")
-        .json()
-        .await
-        .expect("json")
 }

@@ -9,9 +9,8 @@ use std::time::Duration;
 
 use reqwest::StatusCode;
 use sandbox::{ReplicatedMariaDb, Replication};
-use serde_json::Value;
 
-use crate::common::life::{buy, product};
+use crate::common::life::{buy, page, product};
 use crate::common::{TestApp, spawn_app, test_config, wait_until};
 
 /// One primary with one asynchronous replica for this file's tests (each uses a database of
@@ -36,17 +35,6 @@ async fn app_on(set: &ReplicatedMariaDb) -> TestApp {
     config.database_replica_url = Some(format!("{}/{name}", set.member(1).url()));
     config.page_ttl_ms = 1;
     spawn_app(config).await
-}
-
-/// The public page of product `id`.
-async fn page(app: &TestApp, id: u64) -> (StatusCode, Value) {
-    let answer = app
-        .client
-        .get(format!("{}/api/products/{id}", app.url))
-        .send()
-        .await
-        .expect("page");
-    (answer.status(), answer.json().await.expect("json"))
 }
 
 /// Runs the replica's `action` (which blocks on the `mariadb` client) off the runtime.

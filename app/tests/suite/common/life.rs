@@ -58,6 +58,17 @@ pub async fn expire(app: &TestApp, product: u64, headers: &[(&str, &str)]) -> (S
     (status, r.json().await.unwrap_or(Value::Null))
 }
 
+/// `GET /api/products/{id}`, the product's public page: the status and body.
+pub async fn page(app: &TestApp, id: u64) -> (StatusCode, Value) {
+    let answer = app
+        .client
+        .get(format!("{}/api/products/{id}", app.url))
+        .send()
+        .await
+        .expect("page");
+    (answer.status(), answer.json().await.expect("json"))
+}
+
 /// `GET /api/products/{id}/accounting` as JSON.
 pub async fn product(app: &TestApp, id: u64) -> Value {
     app.client
