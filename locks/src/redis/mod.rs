@@ -94,7 +94,7 @@ pub fn fence_key(key: &str) -> String {
 /// script and calls again — three round trips where one was counted on. A lease cannot afford
 /// that at a distance: 60 ms away, a watchdog's first renewal answered 180 ms after it was
 /// sent, and a 200 ms lease granted a third of a lease earlier ran out in Redis first, letting
-/// a second holder in (test `redis_watchdog_distance`). The scripts a lease's arithmetic rests
+/// a second holder in (test `redis_lease_distance`). The scripts a lease's arithmetic rests
 /// on — the grant, the renewal, the hand-over — are sent whole; Redis caches them by hash all
 /// the same.
 pub(crate) struct Whole(pub(crate) &'static str);
