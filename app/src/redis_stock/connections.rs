@@ -35,6 +35,7 @@ use std::sync::Arc;
 
 use deadpool_redis::cluster::{ClusterClient, ClusterConnection};
 use deadpool_redis::redis::aio::{ConnectionLike, ConnectionManager, MultiplexedConnection};
+use deadpool_redis::redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use deadpool_redis::redis::{self, Cmd, Pipeline, RedisError, RedisFuture, RedisResult, Value};
 use deadpool_redis::{PoolConfig, Runtime, cluster, sentinel};
 use locks::redis::{Following, Target, primary_gone};
@@ -231,6 +232,30 @@ impl PooledConnection {
     /// says, a working one goes back to the pool.
     pub(crate) fn settle<T>(self, answer: RedisResult<T>) -> Result<T, RedisStockError> {
         answer.map_err(|e| self.failed(e))
+    }
+
+    /// `WAIT replicas timeout_ms` after a write made on this connection to `key`'s slot: the
+    /// replicas that acknowledged every write the connection made before it. On a cluster it
+    /// is sent to the master of that slot, where the write went: redis-rs sends a `WAIT`,
+    /// which names no key, to every master and answers the least of their counts, so one
+    /// shard whose replica is down would refuse the deductions of every product.
+    pub(crate) async fn wait_replicas(
+        &mut self,
+        key: &str,
+        replicas: u32,
+        timeout_ms: u64,
+    ) -> RedisResult<u32> {
+        let mut wait = redis::cmd("WAIT");
+        wait.arg(replicas).arg(timeout_ms);
+        match self {
+            PooledConnection::Cluster(conn) => {
+                let master = Route::with_key(key, SlotAddr::Master);
+                let at = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(master));
+                let acked = conn.route_command(wait, at).await?;
+                Ok(redis::from_redis_value(acked)?)
+            }
+            other => wait.query_async(other).await,
+        }
     }
 
     /// The operation's error. A connection that failed because its server is gone or no longer

@@ -201,13 +201,15 @@ impl RedisStock {
         .await
     }
 
-    /// Runs a deduction script (it answers the units left, or a negative refusal). With a
-    /// [`Replication`] to wait for, a deduction that wrote is followed by `WAIT` on the same
-    /// connection — `WAIT` counts the replicas that acknowledged every write made before it on
-    /// its connection — so it goes over a pooled connection of its own: on the shared one,
+    /// Runs a deduction script on `product`'s keys (it answers the units left, or a negative
+    /// refusal). With a [`Replication`] to wait for, a deduction that wrote is followed by
+    /// `WAIT` on the same connection — `WAIT` counts the replicas that acknowledged every write
+    /// made before it on its connection, and on a cluster it goes to the master of the
+    /// product's slot — so it goes over a pooled connection of its own: on the shared one,
     /// every purchase queued behind a `WAIT` would wait for it too.
     pub async fn take(
         &self,
+        product: u64,
         script: &ScriptInvocation<'_>,
     ) -> Result<(i64, Replicated), RedisStockError> {
         let Some(wait) = self.wait else {
@@ -224,10 +226,8 @@ impl RedisStock {
             }
             // The deduction is made: a `WAIT` that fails (a lost answer, a dropped connection)
             // confirms nothing, which is a shortfall, not an error that would strand the units.
-            let acked: u32 = redis::cmd("WAIT")
-                .arg(wait.replicas)
-                .arg(u64::try_from(wait.timeout.as_millis()).unwrap_or(u64::MAX))
-                .query_async(&mut conn)
+            let timeout_ms = u64::try_from(wait.timeout.as_millis()).unwrap_or(u64::MAX);
+            let acked = (conn.wait_replicas(&self.keys.stock(product), wait.replicas, timeout_ms))
                 .await
                 .unwrap_or(0);
             let replicated = match acked >= wait.replicas {

@@ -95,6 +95,7 @@ impl StockStrategy for RedisLua {
             let script = Instant::now();
             let taken = redis
                 .take(
+                    purchase.product_id,
                     TAKE.key(keys.stock(purchase.product_id))
                         .key(keys.requests(purchase.product_id))
                         .key(keys.buyers(purchase.product_id))

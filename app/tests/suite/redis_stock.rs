@@ -830,7 +830,7 @@ async fn a_late_give_back_never_gives_back_a_later_charge_of_the_same_purchase()
     };
     let (first, retry) = (Attempt::new(), Attempt::new());
     let (left, _) = redis
-        .take(&take(&redis, first))
+        .take(1, &take(&redis, first))
         .await
         .expect("first charge");
     assert_eq!(left, 9);
@@ -840,7 +840,7 @@ async fn a_late_give_back_never_gives_back_a_later_charge_of_the_same_purchase()
     assert_eq!(given, 1);
     // The buyer's retry charges the purchase again.
     let (left, _) = redis
-        .take(&take(&redis, retry))
+        .take(1, &take(&redis, retry))
         .await
         .expect("second charge");
     assert_eq!(left, 9);
