@@ -28,7 +28,9 @@
 //! [`RedisCluster`] is three masters with a replica each; each pair, a [`RedisShard`], is a
 //! [`Cluster`] of its own (which member is its master now, its promotion when the master dies).
 //!
-//! [`GaleraCluster`]: three MariaDB nodes that all take writes, each a [`Cluster`] member.
+//! [`GaleraCluster`]: three MariaDB nodes that all take writes, each a [`Cluster`] member;
+//! [`Haproxy`] in front of them deals each new connection to the next node, as deployments
+//! reach one.
 //!
 //! Replicated databases: [`ReplicatedMariaDb`] (a primary and replicas, asynchronous or
 //! semi-synchronous, a replica made to lag, cut off, promoted; a [`Cluster`] whose leader is
@@ -63,6 +65,7 @@ mod error;
 mod etcd;
 mod etcd_cluster;
 mod galera;
+mod haproxy;
 mod mariadb;
 mod mariadb_replication;
 mod memcached;
@@ -87,6 +90,7 @@ pub use error::Error;
 pub use etcd::Etcd;
 pub use etcd_cluster::{EtcdCluster, EtcdMember, EtcdStatus};
 pub use galera::GaleraCluster;
+pub use haproxy::Haproxy;
 pub use mariadb::MariaDb;
 pub use mariadb_replication::{ReplicatedMariaDb, Replication, WaitPoint, gtid_sequence};
 pub use memcached::Memcached;

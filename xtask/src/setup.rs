@@ -48,6 +48,12 @@ const REQUIREMENTS: &[Requirement] = &[
         brew: "rsync",
     },
     Requirement {
+        what: "HAProxy (in front of a Galera cluster's nodes)",
+        present: || on_path("haproxy"),
+        debian: "haproxy",
+        brew: "haproxy",
+    },
+    Requirement {
         what: "PgBouncer",
         present: || on_path("pgbouncer"),
         debian: "pgbouncer",

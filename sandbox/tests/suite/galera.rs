@@ -108,3 +108,38 @@ fn a_row_locked_for_update_on_one_node_is_free_on_another_and_the_second_commit_
         .unwrap();
     assert_eq!(left.trim(), "0");
 }
+
+/// The node's client port, as a connection made to `port` finds it.
+fn node_port_through(port: u16) -> Option<u16> {
+    let out = Command::new("mariadb")
+        .args(["--no-defaults", "-h", "127.0.0.1", "-u", "root", "-N", "-B"])
+        .arg(format!("-P{port}"))
+        .args(["-e", "SELECT @@port"])
+        .output()
+        .ok()?;
+    String::from_utf8_lossy(&out.stdout).trim().parse().ok()
+}
+
+#[test]
+fn haproxy_deals_new_connections_to_every_node_in_turn_and_none_to_a_killed_one() {
+    sandbox::require_faults!();
+    let galera = GaleraCluster::start().unwrap();
+    let nodes: Vec<u16> = (0..3).map(|i| galera.node(i).port()).collect();
+    let proxy = sandbox::Haproxy::round_robin(&nodes).unwrap();
+    let mut seen: Vec<u16> = (0..6)
+        .map(|_| node_port_through(proxy.port()).expect("a node answered through the proxy"))
+        .collect();
+    seen.sort_unstable();
+    seen.dedup();
+    let mut all = nodes.clone();
+    all.sort_unstable();
+    assert_eq!(seen, all, "six connections in turn reach all three nodes");
+
+    galera.node(1).server().kill().unwrap();
+    // A connection dealt to the dead node is dealt again to the next: none fails, none lands
+    // on it, before its health check has failed and after.
+    for _ in 0..6 {
+        let port = node_port_through(proxy.port()).expect("a live node answered");
+        assert_ne!(port, nodes[1], "a connection reached the killed node");
+    }
+}
