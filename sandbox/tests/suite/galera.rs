@@ -143,3 +143,41 @@ fn haproxy_deals_new_connections_to_every_node_in_turn_and_none_to_a_killed_one(
         assert_ne!(port, nodes[1], "a connection reached the killed node");
     }
 }
+
+#[test]
+fn a_killed_node_rejoins_by_an_incremental_transfer_of_what_it_missed() {
+    sandbox::require_faults!();
+    let galera = GaleraCluster::start().unwrap();
+    galera
+        .sql(
+            0,
+            "CREATE DATABASE shop; CREATE TABLE shop.t (id INT PRIMARY KEY, stock INT); \
+             INSERT INTO shop.t VALUES (1, 5)",
+        )
+        .unwrap();
+    let node = galera.node(2).server();
+    node.kill().unwrap();
+    galera
+        .sql(
+            0,
+            "UPDATE shop.t SET stock = 4 WHERE id = 1; INSERT INTO shop.t VALUES (2, 9)",
+        )
+        .unwrap();
+    let before = std::fs::metadata(node.log_path()).unwrap().len() as usize;
+    galera.rejoin(2, PATIENCE).unwrap();
+    let out = galera
+        .sql(2, "SELECT id, stock FROM shop.t ORDER BY id")
+        .unwrap();
+    assert_eq!(out.trim(), "1\t4\n2\t9", "node 3 has what it missed");
+    let log = std::fs::read(node.log_path()).unwrap();
+    let since = String::from_utf8_lossy(&log[before..]);
+    // An incremental transfer goes through the rsync script too, in its IST mode.
+    assert!(
+        since.contains("Receiving IST") && since.contains("rsync IST completed"),
+        "no incremental transfer: {since}"
+    );
+    assert!(
+        !since.contains("rsync SST completed"),
+        "a snapshot was sent: {since}"
+    );
+}
