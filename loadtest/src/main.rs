@@ -13,9 +13,7 @@ use loadtest::cli::{
 use loadtest::live::{Feed, Update, server::Live};
 use loadtest::lock::LockReport;
 use loadtest::rig::world::Distance;
-use loadtest::rig::{
-    GaleraRows, Stand, Target, cluster_processes, galera_processes, server_processes, servers,
-};
+use loadtest::rig::{GaleraRows, Stand, Target, cluster_processes, server_processes, servers};
 use loadtest::run::run_watched;
 use loadtest::{lock, report};
 use sandbox::Endpoints;
@@ -108,11 +106,9 @@ fn run(args: &RunArgs, only_flood: bool) -> Result<()> {
     if let Some(writers) = args.galera {
         eprintln!("starting a Galera cluster (3 MariaDB nodes)…");
         let cluster = sandbox::GaleraCluster::start().context("starting the Galera cluster")?;
-        target.processes.extend(galera_processes(&cluster));
-        target.galera = Some(GaleraRows {
-            cluster: std::sync::Arc::new(cluster),
-            writers,
-        });
+        let rows = GaleraRows::on(cluster, writers)?;
+        target.processes.extend(rows.processes());
+        target.galera = Some(rows);
     }
     if let Some(replicas) = args.replicas {
         eprintln!("starting a MariaDB primary and its replica…");

@@ -284,8 +284,9 @@ pub struct RunArgs {
     #[arg(long, conflicts_with = "rtt")]
     pub redis_cluster: bool,
     /// Keep the rows on a throwaway Galera cluster of three MariaDB nodes started for the run:
-    /// every app instance writing to node 1 (`one-writer`), or each to a node of its own in
-    /// turn (`all-writers`, with `--instances 3`). The lock services and the baselines stay on
+    /// every app instance writing to node 1 (`one-writer`), each to a node of its own in
+    /// turn (`all-writers`, with `--instances 3`), or every instance through HAProxy, which
+    /// deals each new connection to the next node (`haproxy`). The lock services and the baselines stay on
     /// their lone servers; each strategy's certification aborts are counted. Name the SQL
     /// strategies, e.g. `--strategies conditional,pessimistic,batched`. Not with `--rtt`: the
     /// nodes are reached directly, not through the relays.

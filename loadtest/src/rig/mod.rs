@@ -84,6 +84,51 @@ pub struct Target {
 pub struct GaleraRows {
     pub cluster: Arc<sandbox::GaleraCluster>,
     pub writers: world::GaleraWriters,
+    /// HAProxy in front of the nodes, which the instances reach them through when the writers
+    /// are [`world::GaleraWriters::Haproxy`].
+    pub proxy: Option<Arc<sandbox::Haproxy>>,
+}
+
+impl GaleraRows {
+    /// The rows on `cluster`, written as `writers` says: with
+    /// [`world::GaleraWriters::Haproxy`], HAProxy is started in front of its nodes.
+    pub fn on(cluster: sandbox::GaleraCluster, writers: world::GaleraWriters) -> Result<Self> {
+        let proxy = match writers {
+            world::GaleraWriters::Haproxy => {
+                let nodes: Vec<u16> = (0..sandbox::MEMBERS)
+                    .map(|n| cluster.node(n).port())
+                    .collect();
+                Some(Arc::new(
+                    sandbox::Haproxy::round_robin(&nodes).context("starting HAProxy")?,
+                ))
+            }
+            _ => None,
+        };
+        Ok(GaleraRows {
+            cluster: Arc::new(cluster),
+            writers,
+            proxy,
+        })
+    }
+
+    /// The nodes' processes and the proxy's, for CPU accounting.
+    pub fn processes(&self) -> Vec<Process> {
+        let mut all = galera_processes(&self.cluster);
+        if let Some(pid) = self.proxy.as_ref().and_then(|p| p.server().pid()) {
+            all.push(Process::new("haproxy", "haproxy", pid));
+        }
+        all
+    }
+
+    /// The server app instance `n` writes to: its node, or the proxy in front of them all.
+    fn server_of(&self, n: usize) -> String {
+        match self.writers.node_of(n) {
+            Some(node) => self.cluster.url(node),
+            None => (self.proxy.as_ref())
+                .expect("HAProxy is started for the writers that go through it")
+                .mysql_url(),
+        }
+    }
 }
 
 impl Target {
@@ -121,7 +166,7 @@ impl Target {
     fn app_database_urls(&self, endpoints: &Endpoints, count: usize) -> Vec<String> {
         match (&self.galera, &self.replicas) {
             (Some(g), _) => (0..count.clamp(1, sandbox::MEMBERS))
-                .map(|n| self.database_on(&g.cluster.url(g.writers.node_of(n))))
+                .map(|n| self.database_on(&g.server_of(n)))
                 .collect(),
             (None, Some(r)) => vec![self.database_on(&r.primary_url())],
             (None, None) => vec![self.database_url(endpoints)],

@@ -56,6 +56,10 @@ pub enum Topology {
     /// `n mod 3 + 1` (`run --galera all-writers`): three primaries, conflicts settled by
     /// certification at commit. The baselines stay on a lone MariaDB.
     GaleraAllWriters,
+    /// The rows on a Galera cluster of three nodes behind HAProxy (`run --galera haproxy`):
+    /// every instance connects to the proxy, which deals each new connection to the next node,
+    /// so each instance's pool writes to all three.
+    GaleraHaproxy,
     /// The rows on a MariaDB primary with an asynchronous replica (`run --replicas async`):
     /// every instance writes to the primary and reads the products' pages on the replica.
     ReplicaAsync,
@@ -81,6 +85,11 @@ impl Topology {
                 "a Galera cluster of 3 MariaDB nodes holds the rows, each app instance \
                  writing to a node of its own in turn (the baselines' MariaDB is a lone one)",
             ),
+            Topology::GaleraHaproxy => Some(
+                "a Galera cluster of 3 MariaDB nodes holds the rows behind HAProxy, which deals \
+                 each new connection of every app instance to the next node (the baselines' \
+                 MariaDB is a lone one)",
+            ),
             Topology::ReplicaAsync => Some(
                 "a MariaDB primary with an asynchronous replica holds the rows: every app \
                  instance writes to the primary and reads the products' pages on the replica \
@@ -102,6 +111,7 @@ impl Topology {
             Topology::RedisCluster => Some("redis-cluster"),
             Topology::GaleraOneWriter => Some("galera-one-writer"),
             Topology::GaleraAllWriters => Some("galera-all-writers"),
+            Topology::GaleraHaproxy => Some("galera-haproxy"),
             Topology::ReplicaAsync => Some("replica-async"),
             Topology::ReplicaSemiSync => Some("replica-semi-sync"),
         }
@@ -115,14 +125,17 @@ pub enum GaleraWriters {
     OneWriter,
     /// Instance `n` to node `n mod 3 + 1`.
     AllWriters,
+    /// Every instance through HAProxy, which deals each new connection to the next node.
+    Haproxy,
 }
 
 impl GaleraWriters {
-    /// The node (0, 1, 2) instance `n` writes to.
-    pub fn node_of(self, n: usize) -> usize {
+    /// The node (0, 1, 2) instance `n` writes to; none when a proxy deals its connections.
+    pub fn node_of(self, n: usize) -> Option<usize> {
         match self {
-            GaleraWriters::OneWriter => 0,
-            GaleraWriters::AllWriters => n % sandbox::MEMBERS,
+            GaleraWriters::OneWriter => Some(0),
+            GaleraWriters::AllWriters => Some(n % sandbox::MEMBERS),
+            GaleraWriters::Haproxy => None,
         }
     }
 
@@ -131,6 +144,7 @@ impl GaleraWriters {
         match self {
             GaleraWriters::OneWriter => Topology::GaleraOneWriter,
             GaleraWriters::AllWriters => Topology::GaleraAllWriters,
+            GaleraWriters::Haproxy => Topology::GaleraHaproxy,
         }
     }
 }
