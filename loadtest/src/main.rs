@@ -298,9 +298,23 @@ fn scenario(args: &ScenarioArgs) -> Result<()> {
     let opts = loadtest::scenario::Options {
         quick: args.quick,
         app_binary: Some(testkit::locate_app(args.app_bin.as_deref())?),
+        rtt: args.rtt,
         live: feed.clone(),
     };
     let reports = runtime()?.block_on(loadtest::scenario::run(args.name, &opts))?;
+    if args.rtt.is_some() {
+        let loopback: Vec<&str> = (reports.iter())
+            .filter(|r| r.servers.is_local())
+            .map(|r| r.scenario.as_str())
+            .collect();
+        if !loopback.is_empty() {
+            eprintln!(
+                "played over loopback whatever --rtt says (their clients reach their servers \
+                 themselves, or they set their own distances): {}",
+                loopback.join(", ")
+            );
+        }
+    }
     feed.send(Update::Finished { report: None });
     drop(page);
     if args.json {

@@ -338,6 +338,8 @@ pub async fn run_watched(
         let opts = scenario::Options {
             quick: settings.quick,
             app_binary: Some(target.app_binary.clone()),
+            // The scenarios' instances stand as far from their servers as the run's.
+            rtt: target.distance.rtt(),
             live: feed.clone(),
         };
         for &s in scenario::Name::all() {

@@ -164,6 +164,14 @@ pub struct ScenarioArgs {
     /// Short leases and few rounds: seconds per scenario.
     #[arg(long)]
     pub quick: bool,
+    /// Put the servers the scenario's app instances reach (MariaDB or the Galera nodes,
+    /// Redis, ZooKeeper) behind relays that add this round trip to every request: `0.5ms`,
+    /// `2ms`. The scenarios whose clients reach their servers themselves (the lock
+    /// scenarios), those on clusters whose members announce their own addresses, and
+    /// `lease-distance` (which sets its own distances) play over loopback; each report says
+    /// which it was.
+    #[arg(long, value_parser = duration, value_name = "DURATION")]
+    pub rtt: Option<Duration>,
     /// Print the reports as JSON instead of markdown.
     #[arg(long)]
     pub json: bool,
@@ -564,6 +572,11 @@ mod tests {
             unreachable!("parsed as `run`");
         };
         assert_eq!(run.distance.rtt, Some(us(500)));
+        let cli = Cli::try_parse_from(["seckill-bench", "scenario", "all", "--rtt", "2ms"]);
+        let Command::Scenario(scenario) = cli.unwrap().command else {
+            unreachable!("parsed as `scenario`");
+        };
+        assert_eq!(scenario.rtt, Some(us(2_000)));
     }
 
     #[test]

@@ -12,6 +12,9 @@ use super::table::{Align, Table};
 pub fn markdown(s: &ScenarioReport) -> String {
     let mut md = String::new();
     let _ = writeln!(md, "### `{}`\n\n**Fault:** {}\n", s.scenario, s.fault);
+    if let Some(servers) = servers(s) {
+        let _ = writeln!(md, "**Round trip added:** {servers}\n");
+    }
     let mut rows = Table::left(["subject", "expected", "observed", "verdict", "figures"]);
     for r in &s.rows {
         let verdict = match r.verdict {
@@ -42,6 +45,12 @@ pub fn markdown(s: &ScenarioReport) -> String {
     }
     let _ = writeln!(md, "\n**Why.** {}\n", s.why);
     md
+}
+
+/// The round trip added between the scenario's app instances and their servers, when relays
+/// put them apart: `1 ms, by a relay in front of each server the app instances reach`.
+pub(crate) fn servers(s: &ScenarioReport) -> Option<String> {
+    s.servers.added("server the app instances reach")
 }
 
 /// `name = value, …` (absent values left out; yes/no for booleans; one decimal for fractions;
@@ -81,6 +90,7 @@ fn shown(value: &Value) -> Option<String> {
 mod tests {
     use super::*;
     use crate::report::schema::{Event, Row};
+    use crate::rig::world::Distance;
 
     #[test]
     fn a_scenario_section_shows_each_row_its_figures_and_the_timeline() {
@@ -94,6 +104,7 @@ mod tests {
         let s = ScenarioReport {
             scenario: "lease-expiry".into(),
             fault: "a stall | past the lease".into(),
+            servers: Distance::Local,
             rows: vec![Row {
                 subject: "redis-lock".into(),
                 expected: "oversell".into(),
@@ -112,5 +123,27 @@ mod tests {
         assert!(md.contains("| `redis-lock` | oversell | two orders | **FAIL** | a = refused (code lock_lost, status 409), oversell = 1, stale = yes, wake_ms = 2.3 |"), "{md}");
         assert!(md.contains("| 12 | A | orders \\| stalls |"), "{md}");
         assert!(md.contains("**Why.** because"), "{md}");
+        assert!(
+            !md.contains("**Round trip added:**"),
+            "loopback is not named: {md}"
+        );
+    }
+
+    #[test]
+    fn a_scenario_played_at_a_distance_names_the_round_trip_its_instances_paid() {
+        let s = ScenarioReport {
+            servers: Distance::Relayed { rtt_us: 1_500 },
+            ..ScenarioReport::unplayed("late-payment", "a reason".into())
+        };
+        let md = markdown(&s);
+        assert!(
+            md.contains("**Round trip added:** 1.5 ms, by a relay in front of each server the app instances reach"),
+            "{md}"
+        );
+        let html = crate::report::html::timeline::scenario(&s).into_string();
+        assert!(
+            html.contains("1.5 ms, by a relay in front of each server"),
+            "{html}"
+        );
     }
 }

@@ -15,7 +15,7 @@ use app::accounting::{Accounting, Ledger};
 use app::api::{Home, ProductView, Strategy};
 use app::buyer::BuyerKey;
 
-use crate::rig::distance::{MARIADB, REDIS, Relays};
+use crate::rig::distance::{MARIADB, REDIS, Relays, ZOOKEEPER};
 use testkit::{Answer, Answers, Api, Clicks, Crowd, Retry, order_request};
 use testkit::{Apps, Launch};
 
@@ -72,6 +72,21 @@ enum Redis {
     None,
 }
 
+/// The `seckill-app` binary a fleet starts, and the round trip added between its instances
+/// and their servers (`scenario --rtt`): none, over loopback.
+#[derive(Debug, Clone, Copy)]
+pub struct AppBinary<'a> {
+    pub path: &'a Path,
+    pub rtt: Option<Duration>,
+}
+
+impl AppBinary<'_> {
+    /// `path`, its instances reaching their servers over loopback.
+    pub fn local(path: &Path) -> AppBinary<'_> {
+        AppBinary { path, rtt: None }
+    }
+}
+
 /// The product judged by the one definition of oversell and lost updates
 /// ([`app::accounting`]); the scenarios do not judge undersell, so no demand is given.
 pub fn accounting(p: &ProductView) -> Accounting {
@@ -87,60 +102,53 @@ pub fn lock_flags(lease_ms: u64, wait_ms: u64) -> Vec<String> {
 }
 
 impl Fleet {
-    /// Starts a private MariaDB and Redis, then `count` instances with `flags` (plus
+    /// Starts a private MariaDB and Redis, then `count` instances of `app` with `flags` (plus
     /// `--allow-fault-injection` and a `--buyer-key` of the fleet's own, which its client signs
     /// its buyers' tokens with).
-    pub async fn start(binary: &Path, count: usize, flags: &[String]) -> Result<Fleet> {
-        Fleet::start_with(binary, count, flags, false).await
+    pub async fn start(app: AppBinary<'_>, count: usize, flags: &[String]) -> Result<Fleet> {
+        Fleet::start_with(app, count, flags, false).await
     }
 
     /// [`Fleet::start`], with a private ZooKeeper too when `zookeeper`.
     pub async fn start_with(
-        binary: &Path,
+        app: AppBinary<'_>,
         count: usize,
         flags: &[String],
         zookeeper: bool,
     ) -> Result<Fleet> {
         let redis = Redis::Private(crate::rig::start(sandbox::Redis::start).await?);
-        Fleet::start_on(binary, count, flags, zookeeper, redis, false, Rows::Private).await
+        Fleet::start_on(app, count, flags, zookeeper, redis, Rows::Private).await
     }
 
     /// [`Fleet::start`] with the instances' rows on `rows` (a Galera cluster's nodes) and a
     /// private Redis.
     pub async fn start_with_rows(
-        binary: &Path,
+        app: AppBinary<'_>,
         count: usize,
         flags: &[String],
         rows: Rows,
     ) -> Result<Fleet> {
         let redis = Redis::Private(crate::rig::start(sandbox::Redis::start).await?);
-        Fleet::start_on(binary, count, flags, false, redis, false, rows).await
+        Fleet::start_on(app, count, flags, false, redis, rows).await
     }
 
     /// [`Fleet::start`] with the instances' Redis at `redis_url`, which the scenario controls.
     pub async fn start_with_redis(
-        binary: &Path,
+        app: AppBinary<'_>,
         count: usize,
         flags: &[String],
         redis_url: String,
     ) -> Result<Fleet> {
         let redis = Redis::At(redis_url);
-        Fleet::start_on(binary, count, flags, false, redis, false, Rows::Private).await
+        Fleet::start_on(app, count, flags, false, redis, Rows::Private).await
     }
 
     /// [`Fleet::start`] with no server but the private MariaDB: `flags` name the clusters the
-    /// instances use, which the scenario starts and controls.
+    /// instances use, which the scenario starts and controls (over loopback: their members
+    /// announce their own addresses, which a relay cannot stand in for).
     pub async fn start_on_clusters(binary: &Path, count: usize, flags: &[String]) -> Result<Fleet> {
-        Fleet::start_on(
-            binary,
-            count,
-            flags,
-            false,
-            Redis::None,
-            false,
-            Rows::Private,
-        )
-        .await
+        let app = AppBinary::local(binary);
+        Fleet::start_on(app, count, flags, false, Redis::None, Rows::Private).await
     }
 
     /// [`Fleet::start`] with the private MariaDB and Redis each behind a relay of its own, which
@@ -148,24 +156,31 @@ impl Fleet {
     /// scenario's own reads go to them directly).
     pub async fn start_apart(binary: &Path, count: usize, flags: &[String]) -> Result<Fleet> {
         let redis = Redis::Private(crate::rig::start(sandbox::Redis::start).await?);
-        Fleet::start_on(binary, count, flags, false, redis, true, Rows::Private).await
+        let app = AppBinary {
+            path: binary,
+            rtt: Some(Duration::ZERO),
+        };
+        Fleet::start_on(app, count, flags, false, redis, Rows::Private).await
     }
 
-    /// Every request the instances make to the database and to Redis costs `rtt` more from
-    /// now on (a fleet started with [`Fleet::start_apart`]; others have no relays to set).
+    /// Every request the instances make to their servers costs `rtt` more from now on (a
+    /// fleet started at a distance, [`Fleet::start_apart`] or an [`AppBinary`] with a round
+    /// trip; others have no relays to set).
     pub fn set_rtt(&self, rtt: Duration) {
         if let Some(relays) = &self.relays {
             relays.set_rtt(rtt);
         }
     }
 
+    /// The fleet's servers, and its instances started on them: when `app` stands at a
+    /// distance, each server the instances reach (every database node, Redis, ZooKeeper)
+    /// behind a relay adding that round trip; the scenario's own reads go to them directly.
     async fn start_on(
-        binary: &Path,
+        app: AppBinary<'_>,
         count: usize,
         flags: &[String],
         zookeeper: bool,
         redis: Redis,
-        apart: bool,
         rows: Rows,
     ) -> Result<Fleet> {
         let (database, servers) = match rows {
@@ -189,22 +204,34 @@ impl Fleet {
         };
         let logs = LogDir::create()?;
         let buyer_key = uuid::Uuid::new_v4().simple().to_string();
-        let mut relays = apart.then(Relays::none);
-        let (app_databases, app_redis) = match &mut relays {
+        let app_databases: Vec<String> = servers.iter().map(in_database).collect();
+        let app_zookeeper = zookeeper.as_ref().map(|zk| zk.connect_string());
+        anyhow::ensure!(
+            app.rtt.is_none() || !redis.url().is_some_and(|url| url.contains("+cluster://")),
+            "a Redis Cluster's members announce their own addresses: no relay can put them at a distance"
+        );
+        let mut relays = app.rtt.map(|_| Relays::none());
+        let (app_databases, app_redis, app_zookeeper) = match &mut relays {
             Some(relays) => (
-                vec![relays.lead(&database_url, MARIADB)?],
+                (app_databases.iter())
+                    .map(|url| relays.lead(url, MARIADB))
+                    .collect::<Result<Vec<_>>>()?,
                 (redis.url().map(|url| relays.lead(&url, REDIS))).transpose()?,
+                (app_zookeeper.map(|zk| relays.lead(&zk, ZOOKEEPER))).transpose()?,
             ),
-            None => (servers.iter().map(in_database).collect(), redis.url()),
+            None => (app_databases, redis.url(), app_zookeeper),
         };
-        let mut launch = Launch::new(binary, &logs.0)
+        if let (Some(relays), Some(rtt)) = (&relays, app.rtt) {
+            relays.set_rtt(rtt);
+        }
+        let mut launch = Launch::new(app.path, &logs.0)
             .arg("--buyer-key", buyer_key.clone())
             .args(["--allow-fault-injection"]);
         if let Some(url) = app_redis {
             launch = launch.arg("--redis-url", url);
         }
-        if let Some(zk) = &zookeeper {
-            launch = launch.arg("--zookeeper", zk.connect_string());
+        if let Some(zk) = app_zookeeper {
+            launch = launch.arg("--zookeeper", zk);
         }
         let launch = launch.args(flags);
         let launches = (app_databases.into_iter())

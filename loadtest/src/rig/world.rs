@@ -180,6 +180,14 @@ impl Distance {
         }
     }
 
+    /// The round trip the relays add; none: loopback.
+    pub fn rtt(self) -> Option<Duration> {
+        match self {
+            Distance::Local => None,
+            Distance::Relayed { rtt_us } => Some(Duration::from_micros(rtt_us)),
+        }
+    }
+
     /// What the report says of the round trip added, where relays stood between, each in
     /// front of `what`: `0.5 ms, by a relay in front of each server`.
     pub fn added(self, what: &str) -> Option<String> {

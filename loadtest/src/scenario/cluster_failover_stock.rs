@@ -28,7 +28,7 @@ use serde::{Deserialize, Serialize};
 use testkit::Clicks;
 
 use super::{Judgement, Scenario, Stage};
-use crate::rig::fleet::{Fleet, accounting};
+use crate::rig::fleet::{AppBinary, Fleet, accounting};
 use crate::rig::{control, start};
 
 pub struct ClusterFailoverStock;
@@ -104,7 +104,10 @@ impl Scenario for ClusterFailoverStock {
     async fn play(_: (), stage: &Stage) -> Result<Vec<(Mode, Figures)>> {
         let cluster = Arc::new(start(RedisCluster::start).await?);
         let flags = vec![format!("--lock-prefix={PREFIX}")];
-        let fleet = Fleet::start_with_redis(stage.app_binary()?, 1, &flags, cluster.url()).await?;
+        // The cluster's members announce their own addresses, which a relay cannot stand in
+        // for: the instances reach them over loopback whatever `--rtt` says.
+        let app = AppBinary::local(stage.app_path()?);
+        let fleet = Fleet::start_with_redis(app, 1, &flags, cluster.url()).await?;
         let mut rows = Vec::new();
         // Each mode kills the master of a shard of its own: the first shard, then the second.
         for (n, reconcile) in [false, true].into_iter().enumerate() {

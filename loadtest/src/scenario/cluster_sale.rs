@@ -200,7 +200,7 @@ impl Scenario for ClusterSale {
             clusters.app_flags(),
         ]
         .concat();
-        let fleet = Fleet::start_on_clusters(stage.app_binary()?, INSTANCES, &flags).await?;
+        let fleet = Fleet::start_on_clusters(stage.app_path()?, INSTANCES, &flags).await?;
         let mut sales = SALES.to_vec();
         if s.redis_stock {
             sales.extend(FULL_ONLY);

@@ -116,7 +116,7 @@ impl Scenario for LeaseDistance {
             ]
             .map(String::from),
         );
-        let fleet = Fleet::start_apart(stage.app_binary()?, 2, &flags).await?;
+        let fleet = Fleet::start_apart(stage.app_path()?, 2, &flags).await?;
         let far = s.far_rtt_ms;
         let rows = [
             (Strategy::RedisLock, 0),

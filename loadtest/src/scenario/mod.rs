@@ -54,6 +54,7 @@ use std::fmt;
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::LazyLock;
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use clap::ValueEnum;
@@ -294,6 +295,10 @@ pub struct Options {
     pub quick: bool,
     /// The `seckill-app` binary, needed by the scenarios that run the app.
     pub app_binary: Option<PathBuf>,
+    /// The round trip added between the app instances and the servers they reach (`--rtt`),
+    /// by relays; none: loopback. The scenarios whose clients reach their servers themselves,
+    /// and those that set their own distances, play over loopback, and their reports say so.
+    pub rtt: Option<Duration>,
     /// Told of every timeline event as it is logged (the live page); in teaching mode it holds
     /// each event until "Next".
     pub live: crate::live::Feed,
@@ -318,7 +323,12 @@ pub async fn run(selection: Selection, opts: &Options) -> Result<Vec<ScenarioRep
 /// The driver: plays scenario `S` in the form `opts` asks for and builds its report.
 async fn drive<S: Scenario>(name: Name, opts: &Options) -> Result<ScenarioReport> {
     let sizes = if opts.quick { S::QUICK } else { S::FULL };
-    let stage = Stage::new(name.to_string(), opts.app_binary.clone(), opts.live.clone());
+    let stage = Stage::new(
+        name.to_string(),
+        opts.app_binary.clone(),
+        opts.rtt,
+        opts.live.clone(),
+    );
     let measured = S::play(sizes, &stage).await?;
     let rows = measured
         .iter()
@@ -339,6 +349,7 @@ async fn drive<S: Scenario>(name: Name, opts: &Options) -> Result<ScenarioReport
     Ok(ScenarioReport {
         scenario: name.to_string(),
         fault: S::fault(&sizes),
+        servers: stage.servers(),
         rows,
         timeline: stage.events(),
         why: S::why(&sizes, &measured),

@@ -73,7 +73,7 @@ impl Scenario for SilentPath {
         let (path_a, path_b) = (Relay::start(server)?, Relay::start(server)?);
         let flags = lock_flags(s.lease_ms, s.hold_ms() * 4);
         // The first instance has no Redis: it serves the scenario's own calls.
-        let fleet = Fleet::start_on_clusters(stage.app_binary()?, 1, &flags).await?;
+        let fleet = Fleet::start_on_clusters(stage.app_path()?, 1, &flags).await?;
         let through = |relay: &Relay| vec![format!("--redis-url=redis://{}", relay.addr())];
         let a = (fleet.apps)
             .start_variant("app-a", &through(&path_a), 1)

@@ -1,6 +1,7 @@
 //! Servers at a distance: a run whose every server stands behind a relay adding a round trip
 //! sells as safely as over loopback, judged from what the database holds, and its report says
-//! at which round trip it was taken; so does a run whose buyers are far from the instances.
+//! at which round trip it was taken; so does a run whose buyers are far from the instances,
+//! and a fault scenario whose instances stand a round trip from their servers.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,8 +10,11 @@ use app::api::Strategy;
 use clap::Parser;
 use loadtest::cli::{Cli, Command};
 use loadtest::report::schema::{RoundTripShape, Settings};
+use loadtest::rig::fleet::{AppBinary, Fleet};
 use loadtest::rig::world::Distance;
 use loadtest::rig::{Stand, distance};
+use loadtest::scenario::{self, Name, Options, Selection};
+use testkit::Clicks;
 
 use crate::common;
 
@@ -182,4 +186,58 @@ async fn the_network_sweep_keeps_the_stock_safe_at_every_distance_and_models_eac
     for file in ["network.json", "report.md", "report.html", "rates.svg"] {
         assert!(swept.dir.join(file).is_file(), "{file}");
     }
+}
+
+/// The product the far fleet sells (its servers are its own).
+const FAR_PRODUCT: u64 = 77;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fleet_a_round_trip_from_its_servers_pays_it_on_every_purchase() {
+    sandbox::require_faults!();
+    let rtt = Duration::from_millis(50);
+    let binary = common::app_binary();
+    let app = AppBinary {
+        path: &binary,
+        rtt: Some(rtt),
+    };
+    let fleet = Fleet::start(app, 1, &[]).await.unwrap();
+    fleet.reset(FAR_PRODUCT, 3).await.unwrap();
+    let answers =
+        (fleet.one_buyer(Strategy::Conditional, FAR_PRODUCT, "far", Clicks::Total(1))).await;
+    assert_eq!(answers.outcomes().created, 1, "{:?}", answers.outcomes());
+    // The deduction, the order and the commit each cross the relay to MariaDB and back: no
+    // purchase is answered sooner than two of its round trips, however fast the machine.
+    assert!(
+        answers.elapsed >= 2 * rtt,
+        "a purchase answered in {:?}, sooner than two round trips of {rtt:?}",
+        answers.elapsed
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_scenario_played_a_round_trip_from_its_servers_still_judges_and_says_how_far() {
+    sandbox::require_faults!();
+    let opts = Options {
+        quick: true,
+        app_binary: Some(common::app_binary()),
+        rtt: Some(Duration::from_millis(5)),
+        ..Options::default()
+    };
+    let played = |name| {
+        let opts = opts.clone();
+        async move {
+            let mut reports = (scenario::run(Selection::One(name), &opts).await)
+                .unwrap_or_else(|e| panic!("scenario {name}: {e:#}"));
+            let report = reports.pop().expect("one report");
+            eprintln!("{}", loadtest::report::scenarios::markdown(&report));
+            report
+        }
+    };
+    let far = played(Name::LatePayment).await;
+    assert!(far.passed(), "late-payment 5 ms from its servers");
+    assert_eq!(far.servers, Distance::Relayed { rtt_us: 5_000 });
+    // One whose lock clients reach their servers themselves plays over loopback, and says so.
+    let near = played(Name::UnsafeRelease).await;
+    assert!(near.passed(), "unsafe-release");
+    assert_eq!(near.servers, Distance::Local);
 }

@@ -5,7 +5,7 @@
 use maud::{Markup, html};
 
 use super::page::prose;
-use crate::report::scenarios::figures;
+use crate::report::scenarios::{figures, servers};
 use crate::report::schema::{Event, ScenarioReport, Verdict};
 
 const WIDTH: f64 = 1000.0;
@@ -21,6 +21,9 @@ pub fn scenario(s: &ScenarioReport) -> Markup {
         section.scenario id=(format!("scenario-{}", s.scenario)) data-passed=(s.passed()) {
             h3 { code { (s.scenario) } }
             p { strong { "Fault: " } (s.fault) }
+            @if let Some(servers) = servers(s) {
+                p { strong { "Round trip added: " } (servers) }
+            }
             table.sortable {
                 thead { tr { th { "subject" } th { "expected" } th { "observed" } th { "verdict" } th { "figures" } } }
                 tbody {

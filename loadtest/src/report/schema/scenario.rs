@@ -5,6 +5,8 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use crate::rig::world::Distance;
+
 /// One scenario's outcome.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ScenarioReport {
@@ -12,6 +14,15 @@ pub struct ScenarioReport {
     pub scenario: String,
     /// The fault that was injected, in one sentence.
     pub fault: String,
+    /// What lay between the scenario's app instances and their servers (`--rtt`): local when
+    /// they reached them over loopback, or when the scenario's clients reach its servers
+    /// themselves, or it sets its own distances (absent from reports written before a
+    /// scenario could be played at a distance: local).
+    #[serde(
+        default = "Distance::local",
+        skip_serializing_if = "Distance::is_local"
+    )]
+    pub servers: Distance,
     pub rows: Vec<Row>,
     pub timeline: Vec<Event>,
     /// Why the rows came out as they did, generated from the figures.
@@ -25,6 +36,7 @@ impl ScenarioReport {
         ScenarioReport {
             scenario: scenario.to_owned(),
             fault: String::new(),
+            servers: Distance::Local,
             rows: vec![Row {
                 subject: "the scenario".to_owned(),
                 expected: "played to its end".to_owned(),

@@ -6,6 +6,8 @@ mod timeline;
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 
@@ -15,6 +17,8 @@ pub use crate::analyse::history::Checked;
 
 use crate::live::Feed;
 use crate::report::schema::Event;
+use crate::rig::fleet::AppBinary;
+use crate::rig::world::Distance;
 
 /// What one row's subject was expected to do, what it did, and whether that matched (for a
 /// deliberately broken variant, "holds" means the failure it exists to show did happen).
@@ -35,29 +39,65 @@ impl Judgement {
     }
 }
 
-/// Where a scenario plays: the app binary it may start, and the timeline its rounds write.
+/// Where a scenario plays: the app binary it may start and how far its instances stand from
+/// their servers, and the timeline its rounds write.
 pub struct Stage {
     name: String,
     app_binary: Option<PathBuf>,
+    /// The round trip to add between the app instances and their servers (`--rtt`).
+    rtt: Option<Duration>,
+    /// Whether an instance was started at that distance.
+    apart: AtomicBool,
     rounds: Mutex<Vec<Timeline>>,
     live: Feed,
 }
 
 impl Stage {
-    pub(super) fn new(name: String, app_binary: Option<PathBuf>, live: Feed) -> Stage {
+    pub(super) fn new(
+        name: String,
+        app_binary: Option<PathBuf>,
+        rtt: Option<Duration>,
+        live: Feed,
+    ) -> Stage {
         Stage {
             name,
             app_binary,
+            rtt,
+            apart: AtomicBool::new(false),
             rounds: Mutex::new(Vec::new()),
             live,
         }
     }
 
-    /// The `seckill-app` binary, for the scenarios that start the app.
-    pub fn app_binary(&self) -> Result<&Path> {
+    /// The `seckill-app` binary, for the scenarios that start the app, with the round trip
+    /// its instances' servers are to stand at (the fleet puts relays in front of them).
+    pub fn app_binary(&self) -> Result<AppBinary<'_>> {
+        let path = self.app_path()?;
+        if self.rtt.is_some() {
+            self.apart.store(true, Ordering::Relaxed);
+        }
+        Ok(AppBinary {
+            path,
+            rtt: self.rtt,
+        })
+    }
+
+    /// The binary alone, for a scenario whose instances reach their servers over loopback
+    /// whatever `--rtt` says: it sets its own distances, or its servers' members announce
+    /// their own addresses, which a relay cannot stand in for.
+    pub fn app_path(&self) -> Result<&Path> {
         self.app_binary
             .as_deref()
             .with_context(|| format!("{} runs seckill-app: its binary is needed", self.name))
+    }
+
+    /// What stood between the app instances and their servers: the round trip asked for if
+    /// an instance was started at it, else loopback.
+    pub(super) fn servers(&self) -> Distance {
+        match self.apart.load(Ordering::Relaxed) {
+            true => Distance::of(self.rtt),
+            false => Distance::Local,
+        }
     }
 
     /// A timeline for the whole scenario.
