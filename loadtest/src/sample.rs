@@ -227,6 +227,7 @@ pub fn environment() -> Environment {
         versions: BTreeMap::new(),
         mariadb: BTreeMap::new(),
         redis: BTreeMap::new(),
+        app: BTreeMap::new(),
     }
 }
 

@@ -423,5 +423,27 @@ fn environment(r: &RunReport) -> String {
     for (k, v) in e.redis.iter().filter(|(k, _)| *k != "redis_version") {
         t.row([format!("Redis `{k}`"), v.clone()]);
     }
+    for (k, v) in &e.app {
+        t.row([format!("app `{k}`"), v.clone()]);
+    }
     t.render()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_environment_table_names_each_app_setting_the_run_changed() {
+        let mut r = crate::sample::report();
+        assert!(
+            !environment(&r).contains("| app `"),
+            "the defaults name nothing"
+        );
+        (r.environment.app).insert("--rollback-retries".into(), "3".into());
+        let md = environment(&r);
+        assert!(md.contains("| app `--rollback-retries` | 3 |"), "{md}");
+        let html = crate::report::html::tables::environment(&r).into_string();
+        assert!(html.contains("<code>--rollback-retries</code>"), "{html}");
+    }
 }

@@ -56,7 +56,24 @@ pub async fn gather(
         versions: v,
         mariadb,
         redis,
+        app: app_settings(|name| std::env::var(name).ok()),
     }
+}
+
+/// The app settings set in the environment the instances inherit (read by `var`), by flag;
+/// secrets and addresses left out (the run sets the addresses itself).
+fn app_settings(var: impl Fn(&str) -> Option<String>) -> BTreeMap<String, String> {
+    use clap::CommandFactory;
+    let command = app::config::Config::command();
+    (command.get_arguments())
+        .filter_map(|arg| {
+            let env = arg.get_env()?.to_str()?;
+            let kept = !["TOKEN", "KEY", "SECRET", "URL", "LISTEN", "PREFIX"]
+                .iter()
+                .any(|word| env.contains(word));
+            Some((format!("--{}", arg.get_long()?), var(env).filter(|_| kept)?))
+        })
+        .collect()
 }
 
 async fn mariadb_variables(db: &MySqlPool) -> BTreeMap<String, String> {
@@ -162,5 +179,21 @@ mod tests {
         assert_eq!(utc_stamp(0), "1970-01-01T00:00:00Z");
         assert_eq!(utc_stamp(951_782_400), "2000-02-29T00:00:00Z");
         assert_eq!(utc_stamp(1_795_555_805), "2026-11-24T21:30:05Z");
+    }
+
+    #[test]
+    fn the_app_settings_a_run_changed_are_named_by_flag_without_secrets_or_addresses() {
+        let set = |name: &str| match name {
+            "SECKILL_ROLLBACK_RETRIES" => Some("3".to_string()),
+            "SECKILL_ADMIN_TOKEN" | "SECKILL_BUYER_KEY" => Some("secret".to_string()),
+            "SECKILL_DATABASE_REPLICA_URL" => Some("mysql://root:pw@db/shop".to_string()),
+            _ => None,
+        };
+        let changed = app_settings(set);
+        assert_eq!(
+            changed,
+            BTreeMap::from([("--rollback-retries".to_string(), "3".to_string())])
+        );
+        assert!(app_settings(|_| None).is_empty());
     }
 }

@@ -218,6 +218,9 @@ pub fn environment(r: &RunReport) -> Markup {
                 @for (k, v) in e.redis.iter().filter(|(k, _)| *k != "redis_version") {
                     tr { th { "Redis " code { (k) } } td { (v) } }
                 }
+                @for (k, v) in &e.app {
+                    tr { th { "app " code { (k) } } td { (v) } }
+                }
             }
         }
     }

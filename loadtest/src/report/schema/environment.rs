@@ -24,4 +24,9 @@ pub struct Environment {
     pub mariadb: BTreeMap<String, String>,
     /// Redis persistence settings.
     pub redis: BTreeMap<String, String>,
+    /// The app's settings its instances read from the run's environment (`SECKILL_…`) instead
+    /// of their defaults, by flag (`--rollback-retries` → `3`): a run with any measured another
+    /// service than the default one. Secrets and addresses are left out.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub app: BTreeMap<String, String>,
 }
