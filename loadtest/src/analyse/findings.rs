@@ -7,11 +7,13 @@
 //! named here; the prose only words them.
 
 use app::api::Safety;
+use app::metrics::Stage;
 
 use crate::report::schema::{
     Baseline, BaselineName, BelowBaseline, ClientCheck, CpuUse, Findings, GROUPS, GroupCpu,
-    MachineLoad, Pace, Peer, RunReport, SaleFinding, SaleReading, ServerCpu, StandardTool,
-    StrategyReport, TimeFinding, ToolComparison, ToolFinding, ToolReading, ToolStatus, ToolVerdict,
+    MachineLoad, Pace, Peer, RunReport, SaleFinding, SaleReading, ServerCpu, StageTime, StageTimes,
+    StandardTool, StrategyReport, TimeFinding, ToolComparison, ToolFinding, ToolReading,
+    ToolStatus, ToolVerdict, WaitedIn,
 };
 
 /// Machine busier than this share of its cores counts as CPU-bound.
@@ -118,6 +120,7 @@ fn time(report: &RunReport, s: &StrategyReport, cpus: usize) -> Option<TimeFindi
             busiest: name.to_string(),
             cores,
             machine_busy_percent: machine,
+            waited_in: s.stages.as_ref().and_then(waited_in),
         },
         _ => Pace::Unknown,
     };
@@ -129,6 +132,45 @@ fn time(report: &RunReport, s: &StrategyReport, cpus: usize) -> Option<TimeFindi
         below_baseline: below_baseline(report, s),
     })
 }
+
+/// Where the purchases of `times` spent the most of their time in the service, per purchase
+/// answered: the longest of the door, the strategy's own stages (the strategy as a whole when it
+/// times none of its own) and what is left beyond the door and the strategy.
+fn waited_in(times: &StageTimes) -> Option<WaitedIn> {
+    if times.purchases == 0 || times.mean_us <= 0.0 {
+        return None;
+    }
+    let answered = times.purchases as f64;
+    let per_purchase = |t: &StageTime| t.mean_us * t.purchases as f64 / answered;
+    let (door, whole) = (Stage::Admission.name(), Stage::Strategy.name());
+    let own: Vec<(&str, f64)> = (times.stages.iter())
+        .filter(|t| t.stage != door && t.stage != whole)
+        .map(|t| (t.stage.as_str(), per_purchase(t)))
+        .collect();
+    let timed = |name: &str| {
+        (times.stages.iter())
+            .find(|t| t.stage == name)
+            .map(per_purchase)
+    };
+    let (admission, strategy) = (timed(door).unwrap_or(0.0), timed(whole).unwrap_or(0.0));
+    let mut candidates = vec![
+        (door, admission),
+        (OUTSIDE, (times.mean_us - admission - strategy).max(0.0)),
+    ];
+    match own.is_empty() {
+        true => candidates.push((whole, strategy)),
+        false => candidates.extend(own),
+    }
+    let (stage, mean_us) = candidates.into_iter().max_by(|a, b| a.1.total_cmp(&b.1))?;
+    Some(WaitedIn {
+        stage: stage.to_owned(),
+        mean_us,
+        share_percent: 100.0 * mean_us / times.mean_us,
+    })
+}
+
+/// [`WaitedIn::stage`] for the time beyond the door and the strategy.
+pub const OUTSIDE: &str = "outside";
 
 fn below_baseline(report: &RunReport, s: &StrategyReport) -> Option<BelowBaseline> {
     let percent = s.percent_of_backend_baseline?;
@@ -299,6 +341,56 @@ mod tests {
     }
 
     #[test]
+    fn a_waiting_strategy_waited_in_its_longest_stage_or_at_the_door_or_outside() {
+        let stage = |stage: &str, purchases: u64, mean_us: f64| StageTime {
+            stage: stage.into(),
+            purchases,
+            mean_us,
+        };
+        let times = |stages: Vec<StageTime>| StageTimes {
+            purchases: 100,
+            mean_us: 1_000.0,
+            stages,
+        };
+        // Half the purchases waited 1,200 µs at the door: 600 µs per purchase answered.
+        let door = times(vec![
+            stage("admission", 50, 1_200.0),
+            stage("strategy", 100, 300.0),
+        ]);
+        let at_door = waited_in(&door).unwrap();
+        assert_eq!(
+            (at_door.stage.as_str(), at_door.mean_us),
+            ("admission", 600.0)
+        );
+        // No stage of its own: the strategy as a whole.
+        let whole = times(vec![
+            stage("admission", 100, 100.0),
+            stage("strategy", 100, 800.0),
+        ]);
+        assert_eq!(waited_in(&whole).unwrap().stage, "strategy");
+        // Its own stages, not the strategy that holds them.
+        let queued = times(vec![
+            stage("strategy", 100, 900.0),
+            stage("queued", 100, 700.0),
+            stage("batch", 100, 200.0),
+        ]);
+        assert_eq!(waited_in(&queued).unwrap().stage, "queued");
+        // Most of the time beyond the door and the strategy.
+        let outside = times(vec![
+            stage("admission", 100, 100.0),
+            stage("strategy", 100, 200.0),
+        ]);
+        let rest = waited_in(&outside).unwrap();
+        assert_eq!((rest.stage.as_str(), rest.share_percent), (OUTSIDE, 70.0));
+        assert_eq!(waited_in(&times(vec![])).unwrap().stage, OUTSIDE);
+        let none = StageTimes {
+            purchases: 0,
+            ..times(vec![])
+        };
+        assert_eq!(waited_in(&none), None);
+    }
+
+    #[test]
     fn ratios_to_the_backend_baseline_come_from_the_same_run() {
         let r = report();
         let p = r.strategies[1].percent_of_backend_baseline.unwrap();
@@ -333,6 +425,23 @@ mod tests {
         let mariadb = time[1].cpu_per_1000.iter().find(|g| g.group == "mariadbd");
         assert_eq!(mariadb.map(|g| g.per_1000), Some(2.375));
         assert!(matches!(&time[0].pace, Pace::Waiting { busiest, .. } if busiest == "mariadbd"));
+        // The sample's purchases spend 1,500 of their 2,500 µs waiting for the lock.
+        let Pace::Waiting { waited_in, .. } = &time[0].pace else {
+            unreachable!("waiting, asserted above")
+        };
+        assert_eq!(
+            waited_in,
+            &Some(WaitedIn {
+                stage: "lock_wait".into(),
+                mean_us: 1_500.0,
+                share_percent: 60.0
+            })
+        );
+        let words = prose::time(&r.strategies[0], &time[0]);
+        assert!(
+            words.contains("60% of a purchase's time in the service (1500 µs) went to waiting for the strategy's lock"),
+            "{words}"
+        );
         let below = time[1]
             .below_baseline
             .as_ref()

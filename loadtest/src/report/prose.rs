@@ -224,12 +224,23 @@ pub fn time(s: &StrategyReport, f: &TimeFinding) -> String {
             busiest,
             cores,
             machine_busy_percent,
+            waited_in,
         } => write!(
             p,
             " No process was saturated (the busiest, `{busiest}`, used {cores:.2} cores{}): the \
-             time goes to waiting — row locks, lock hand-offs, round trips — not to computing.",
+             time goes to waiting, not to computing — {}.",
             machine_busy_percent
-                .map_or_else(String::new, |m| format!("; the machine was {m:.0}% busy"))
+                .map_or_else(String::new, |m| format!("; the machine was {m:.0}% busy")),
+            match waited_in {
+                Some(w) => format!(
+                    "by the service's own timings, {:.0}% of a purchase's time in the service \
+                     ({:.0} µs) went to {}",
+                    w.share_percent,
+                    w.mean_us,
+                    stage_words(&w.stage)
+                ),
+                None => "row locks, lock hand-offs, round trips".to_owned(),
+            }
         ),
         Pace::Unknown => Ok(()),
     };
@@ -502,6 +513,20 @@ pub fn client(c: &ClientCheck) -> String {
         c.ours_per_sec,
         compared.join(", ")
     )
+}
+
+/// A stage of [`crate::report::schema::WaitedIn`] in words.
+fn stage_words(stage: &str) -> &'static str {
+    match stage {
+        "admission" => "the door (waiting for a place among the purchases in flight)",
+        "strategy" => "the strategy's own work (its transaction: round trips and row locks)",
+        "lock_wait" => "waiting for the strategy's lock",
+        "queued" => "waiting in line for their batch to start committing",
+        "batch" => "their batch's transaction",
+        "script" => "the Redis script's round trip",
+        "order_write" => "writing the order after the Redis script",
+        _ => "neither the door nor the strategy (the answer's way out)",
+    }
 }
 
 #[cfg(test)]

@@ -217,8 +217,23 @@ pub enum Pace {
         busiest: String,
         cores: f64,
         machine_busy_percent: Option<f64>,
+        /// Where, by the service's own timings, a purchase spent the most of its time.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        waited_in: Option<WaitedIn>,
     },
     Unknown,
+}
+
+/// The stage a waiting strategy's purchases spent the most of their time in, per purchase the
+/// service answered: the door (`admission`), one of the strategy's own stages (`lock_wait`,
+/// `queued`, `batch`, `script`, `order_write`; `strategy` for one that times none of its own),
+/// or `outside` (beyond the door and the strategy: the answer's way out).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WaitedIn {
+    pub stage: String,
+    /// Its mean µs per purchase answered, and its share of the mean time in the service.
+    pub mean_us: f64,
+    pub share_percent: f64,
 }
 
 /// A strategy below [`BelowBaseline::THRESHOLD_PERCENT`] of its backend's baseline, beside the

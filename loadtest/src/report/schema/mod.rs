@@ -28,7 +28,7 @@ pub use falls::{Fall, Fallen};
 pub use findings::{
     BelowBaseline, ClientCheck, ExpiryMiss, Findings, FloodMiss, GroupCpu, MachineLoad,
     OverloadFinding, OverloadMiss, Pace, Peer, SaleFinding, SaleReading, ServerCpu, TimeFinding,
-    ToolComparison, ToolFinding, ToolReading, ToolVerdict,
+    ToolComparison, ToolFinding, ToolReading, ToolVerdict, WaitedIn,
 };
 pub use flood::{
     Fairness, FirstComeFlood, FloodResult, FloodShape, FloodSlice, NoopFlood,
