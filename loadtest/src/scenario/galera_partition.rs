@@ -83,7 +83,9 @@ pub struct Figures {
     pub units_sold: i64,
     pub orders: i64,
     pub oversell: i64,
-    /// Orders answered `201` minus orders in the database: an answered order lost if above 0.
+    /// Orders answered `201` minus orders in the database: above 0, an answered order lost;
+    /// below 0, orders whose buyers were told `503` because the answer to their `COMMIT` was
+    /// lost with the node (an outcome unknown: the same request id again finds the order).
     pub acknowledged_minus_orders: i64,
     /// The orders node 2 holds once it is back, against node 1's.
     pub orders_on_node_2_after: i64,
@@ -173,14 +175,17 @@ impl Scenario for GaleraPartition {
         Judgement::new(
             "the lost node's buyers are told `503 backend_unavailable` and its instance's \
              health check says 503; no answer is a `500`; the majority sells every unit once; \
-             every answered order is in the database, and on the node once it is back",
+             every answered order is in the database (an order beyond them only where a buyer \
+             was told `503`: a commit whose answer was lost with the node), and on the node \
+             once it is back",
             observed,
             f.unavailable > 0
                 && f.broken == 0
                 && f.health_while_cut == UNHEALTHY
                 && f.oversell == 0
                 && f.units_sold == f.stock
-                && f.acknowledged_minus_orders == 0
+                && f.acknowledged_minus_orders <= 0
+                && -f.acknowledged_minus_orders <= f.unavailable as i64
                 && f.orders_on_node_2_after == f.orders,
         )
     }
@@ -213,6 +218,16 @@ impl Scenario for GaleraPartition {
                 CUT + 1,
                 f.orders_on_node_2_after
             ));
+            if f.acknowledged_minus_orders < 0 {
+                text.push_str(&format!(
+                    " {} order(s) more than were answered `201`: a commit sent on node {} as it \
+                     was cut off reached the majority, and its answer was lost with the node — \
+                     an outcome the service cannot know, so its buyer was told `503`, and the \
+                     same request id sent again is answered with the order.",
+                    -f.acknowledged_minus_orders,
+                    CUT + 1
+                ));
+            }
         }
         text.push_str(
             " Synchronous replication is what keeps the answered orders: each was certified by \
@@ -366,5 +381,40 @@ fn two_left(cluster: &GaleraCluster) -> sandbox::Result<()> {
             action: "lose a node",
             reason: format!("node 1 still counts {:?} nodes", size()),
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn figures(acknowledged_minus_orders: i64, unavailable: usize) -> Figures {
+        Figures {
+            stock: 300,
+            sold_at_cut: 100,
+            noticed_ms: 6_000,
+            clicks: 700,
+            created: 300,
+            unavailable,
+            busy: 300,
+            broken: 0,
+            slowest_ms: 6_000,
+            health_while_cut: UNHEALTHY.to_owned(),
+            units_sold: 300,
+            orders: 300,
+            oversell: 0,
+            acknowledged_minus_orders,
+            orders_on_node_2_after: 300,
+        }
+    }
+
+    #[test]
+    fn an_order_beyond_the_answered_ones_holds_only_where_a_buyer_was_told_503() {
+        let sizes = GaleraPartition::QUICK;
+        let judged = |f: &Figures| GaleraPartition::judge(&sizes, &Loss::CutOff, f).holds;
+        assert!(judged(&figures(0, 100)));
+        assert!(judged(&figures(-1, 100)), "a commit's answer lost with the node");
+        assert!(!judged(&figures(1, 100)), "an answered order lost");
+        assert!(!judged(&figures(-3, 2)), "more unanswered orders than 503s");
     }
 }
