@@ -57,7 +57,7 @@ impl CpuUse {
 }
 
 /// The CPU groups in the order the report lists them, with their words.
-pub const GROUPS: [(&str, &str); 15] = [
+pub const GROUPS: [(&str, &str); 16] = [
     ("app", "the app instances"),
     ("mariadbd", "mariadbd"),
     // A primary and its replica (`run --replicas`).
@@ -67,6 +67,8 @@ pub const GROUPS: [(&str, &str); 15] = [
     ("galera-node-1", "Galera node 1"),
     ("galera-node-2", "Galera node 2"),
     ("galera-node-3", "Galera node 3"),
+    // HAProxy in front of them (`run --galera haproxy`).
+    ("haproxy", "HAProxy"),
     ("redis-server", "Redis"),
     // A Redis Cluster's shards (`run --redis-cluster`), each its master and its replica.
     ("redis-shard-1", "Redis Cluster shard 1"),
