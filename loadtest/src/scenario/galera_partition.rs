@@ -413,7 +413,10 @@ mod tests {
         let sizes = GaleraPartition::QUICK;
         let judged = |f: &Figures| GaleraPartition::judge(&sizes, &Loss::CutOff, f).holds;
         assert!(judged(&figures(0, 100)));
-        assert!(judged(&figures(-1, 100)), "a commit's answer lost with the node");
+        assert!(
+            judged(&figures(-1, 100)),
+            "a commit's answer lost with the node"
+        );
         assert!(!judged(&figures(1, 100)), "an answered order lost");
         assert!(!judged(&figures(-3, 2)), "more unanswered orders than 503s");
     }

@@ -92,5 +92,8 @@ async fn rows_on_galera_behind_haproxy_oversell_nothing_and_the_proxy_s_cpu_is_c
     assert_safe_with_aborts_and_cpu(&output, &["haproxy"]);
     let md = std::fs::read_to_string(output.dir.join("report.md")).unwrap();
     assert!(md.contains("behind HAProxy"), "{md}");
-    assert!(md.contains(" haproxy |"), "the proxy's column in the CPU table: {md}");
+    assert!(
+        md.contains(" haproxy |"),
+        "the proxy's column in the CPU table: {md}"
+    );
 }
