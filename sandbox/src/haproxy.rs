@@ -10,17 +10,11 @@
 //! rotation until it accepts again. The check is only a connect: a node cut off from the
 //! others' primary component still accepts connections, and refuses their statements.
 
-use std::io::Read;
-use std::net::TcpStream;
 use std::path::Path;
 use std::process::Command;
-use std::time::Duration;
 
 use crate::process::{Launch, Server, find_program};
 use crate::{Result, ports};
-
-/// How long the probe waits for a server's greeting through the proxy.
-const GREETING: Duration = Duration::from_secs(2);
 
 struct HaproxyLaunch {
     port: u16,
@@ -38,17 +32,9 @@ impl Launch for HaproxyLaunch {
         self.port
     }
 
-    /// Ready once a connection through it reaches a server: MariaDB greets first.
+    /// Ready once a connection through it reaches a server: its MariaDB greeting comes back.
     fn probe(&self) -> std::result::Result<(), String> {
-        let mut conn = TcpStream::connect(("127.0.0.1", self.port)).map_err(|e| e.to_string())?;
-        conn.set_read_timeout(Some(GREETING))
-            .map_err(|e| e.to_string())?;
-        let mut first = [0u8; 1];
-        match conn.read(&mut first) {
-            Ok(1) => Ok(()),
-            Ok(_) => Err("closed before a server greeted".into()),
-            Err(e) => Err(format!("no greeting through the proxy: {e}")),
-        }
+        crate::mariadb::greeting(self.port).map(drop)
     }
 }
 

@@ -59,7 +59,7 @@ impl Launch for MariaDbLaunch {
 
 /// Reads the server's handshake packet and returns the version string in it. The server sends
 /// it only once it is ready for connections, so it doubles as the readiness probe.
-fn greeting(port: u16) -> std::result::Result<String, String> {
+pub(crate) fn greeting(port: u16) -> std::result::Result<String, String> {
     let mut s = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
     s.set_read_timeout(Some(Duration::from_secs(5)))
         .map_err(|e| e.to_string())?;
