@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use crate::cluster::{self, Cluster, MEMBERS};
 use crate::process::Server;
-use crate::{MariaDb, Result, ports};
+use crate::{MariaDb, Result, lock, ports};
 
 /// The ports of one node.
 #[derive(Debug, Clone, Copy)]
@@ -312,10 +312,6 @@ fn recovered_in(log: &str) -> Option<String> {
         let known = uuid.len() == 36 && seqno.parse::<i64>().is_ok_and(|s| s >= 0);
         known.then(|| position.to_string())
     })
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// How long building the cluster may take (two snapshot transfers).

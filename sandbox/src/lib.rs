@@ -59,6 +59,12 @@ macro_rules! listening {
     };
 }
 
+/// Locks `mutex`, taking its value even if a thread panicked holding it: the harness's shared
+/// state (relays, restart positions) stays usable for the threads that go on.
+pub(crate) fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 mod cluster;
 mod delay;
 mod error;

@@ -7,6 +7,8 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use crate::lock;
+
 /// A connection to `127.0.0.1:<port>` whose connect and reads give up after `timeout` (a
 /// paused server never answers).
 pub(crate) fn connect(port: u16, timeout: Duration) -> Result<TcpStream, String> {
@@ -26,7 +28,7 @@ static HANDED_OUT: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
 /// process could take it before the server binds. Within one process that race is ruled out by
 /// never handing out the same port twice.
 pub(crate) fn free_port() -> std::io::Result<u16> {
-    let mut seen = HANDED_OUT.lock().unwrap_or_else(|e| e.into_inner());
+    let mut seen = lock(&HANDED_OUT);
     let seen = seen.get_or_insert_with(HashSet::new);
     loop {
         let port = TcpListener::bind(("127.0.0.1", 0))?.local_addr()?.port();
@@ -48,7 +50,7 @@ const QUIET_PORTS: std::ops::Range<u16> = 20_000..32_000;
 /// another test process does not pick the port of a member that is down between a kill and
 /// its restart, which would then find its port taken and could not start again.
 pub(crate) fn quiet_port() -> std::io::Result<u16> {
-    let mut seen = HANDED_OUT.lock().unwrap_or_else(|e| e.into_inner());
+    let mut seen = lock(&HANDED_OUT);
     let seen = seen.get_or_insert_with(HashSet::new);
     let span = u64::from(QUIET_PORTS.end - QUIET_PORTS.start);
     let mut state = u64::from(std::process::id())
@@ -100,7 +102,7 @@ fn claimed_across_processes(port: u16) -> std::io::Result<bool> {
         .open(path)?;
     match file.try_lock() {
         Ok(()) => {
-            CLAIMS.lock().unwrap_or_else(|e| e.into_inner()).push(file);
+            lock(&CLAIMS).push(file);
             Ok(true)
         }
         Err(TryLockError::WouldBlock) => Ok(false),

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use crate::{Error, Result};
+use crate::{Error, Result, lock};
 
 /// How long a server may take to become ready. Generous: CI machines are slow and cold JVMs too.
 const START_TIMEOUT: Duration = Duration::from_secs(90);
@@ -107,16 +107,12 @@ impl Server {
 
     /// The operating-system process id, while the process exists.
     pub fn pid(&self) -> Option<u32> {
-        self.child
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_ref()
-            .map(Child::id)
+        lock(&self.child).as_ref().map(Child::id)
     }
 
     /// Whether the process exists (a paused process does).
     pub fn is_running(&self) -> bool {
-        let mut child = self.child.lock().unwrap_or_else(|e| e.into_inner());
+        let mut child = lock(&self.child);
         match child.as_mut() {
             Some(c) => matches!(c.try_wait(), Ok(None)),
             None => false,
@@ -127,7 +123,7 @@ impl Server {
     /// goodbye. Returns once they are gone (a server started again finds none of them still
     /// holding its files or its shared memory).
     pub fn kill(&self) -> Result<()> {
-        let mut child = self.child.lock().unwrap_or_else(|e| e.into_inner());
+        let mut child = lock(&self.child);
         if let Some(mut c) = child.take() {
             // Frozen first, so that no process of it starts another while they are listed. A
             // process that already exited can be neither frozen nor killed; that is fine.
@@ -245,7 +241,7 @@ impl Server {
             })?;
         File::create(self.dir().join("server.pid"))?
             .write_all(child.id().to_string().as_bytes())?;
-        *self.child.lock().unwrap_or_else(|e| e.into_inner()) = Some(child);
+        *lock(&self.child) = Some(child);
         self.wait_ready()
     }
 
@@ -282,7 +278,7 @@ impl Server {
     }
 
     fn exit_status(&self) -> Option<std::process::ExitStatus> {
-        let mut child = self.child.lock().unwrap_or_else(|e| e.into_inner());
+        let mut child = lock(&self.child);
         child.as_mut().and_then(|c| c.try_wait().ok().flatten())
     }
 
@@ -299,7 +295,7 @@ impl Server {
 impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.kill();
-        let mut guardian = self.guardian.lock().unwrap_or_else(|e| e.into_inner());
+        let mut guardian = lock(&self.guardian);
         let _ = guardian.kill();
         let _ = guardian.wait();
         // The TempDir field removes the directory after this.

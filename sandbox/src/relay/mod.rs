@@ -45,10 +45,11 @@
 use std::collections::HashMap;
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::delay::{Delays, Dials};
+use crate::lock;
 
 mod carry;
 
@@ -177,10 +178,6 @@ fn listen_on_loopback() -> std::io::Result<TcpListener> {
     bind(fd.as_raw_fd(), &SockaddrIn::new(127, 0, 0, 1, 0))?;
     listen(&fd, Backlog::new(BACKLOG)?)?;
     Ok(TcpListener::from(fd))
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Relays {
