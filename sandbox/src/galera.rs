@@ -19,12 +19,11 @@
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::cluster::{self, Cluster, MEMBERS};
 use crate::process::Server;
-use crate::{MariaDb, Result, lock, ports};
+use crate::{MariaDb, Result, ports};
 
 /// The ports of one node.
 #[derive(Debug, Clone, Copy)]
@@ -45,9 +44,6 @@ pub(crate) struct Node {
     ports: Ports,
     group: Vec<u16>,
     found: AtomicBool,
-    /// The position its next start begins from (`uuid:seqno`), recovered from its data after
-    /// a kill: it then asks the others for what it missed since, not for a snapshot.
-    start_position: Arc<Mutex<Option<String>>>,
 }
 
 impl Node {
@@ -87,9 +83,6 @@ impl Node {
         ];
         if self.found.swap(false, Ordering::SeqCst) {
             args.push("--wsrep-new-cluster".to_string());
-        }
-        if let Some(position) = lock(&self.start_position).take() {
-            args.push(format!("--wsrep-start-position={position}"));
         }
         args
     }
@@ -142,8 +135,6 @@ fn give_to_nobody(dir: &Path) -> Result<()> {
 /// Three Galera nodes.
 pub struct GaleraCluster {
     nodes: Vec<MariaDb>,
-    /// Each node's [`Node::start_position`].
-    positions: Vec<Arc<Mutex<Option<String>>>>,
 }
 
 impl GaleraCluster {
@@ -163,19 +154,13 @@ impl GaleraCluster {
             })
             .collect::<std::io::Result<_>>()?;
         let group: Vec<u16> = ports.iter().map(|p| p.group).collect();
-        let mut cluster = GaleraCluster {
-            nodes: Vec::new(),
-            positions: Vec::new(),
-        };
+        let mut cluster = GaleraCluster { nodes: Vec::new() };
         for (index, p) in ports.iter().enumerate() {
-            let start_position = Arc::default();
-            cluster.positions.push(Arc::clone(&start_position));
             let node = Node {
                 index,
                 ports: *p,
                 group: group.clone(),
                 found: AtomicBool::new(index == 0),
-                start_position,
             };
             cluster
                 .nodes
@@ -228,17 +213,6 @@ impl GaleraCluster {
         self.await_synced(i, MEMBERS, within)
     }
 
-    /// The position (`uuid:seqno`) node `i`'s data holds, read by running its server in
-    /// recovery mode while it is down; none if it could not tell.
-    fn recovered_position(&self, i: usize) -> Result<Option<String>> {
-        let server = self.nodes[i].server();
-        let before = std::fs::metadata(server.log_path()).map_or(0, |m| m.len());
-        server.run_to_end(&["--wsrep-recover"])?;
-        let log = std::fs::read(server.log_path())?;
-        let added = String::from_utf8_lossy(log.get(before as usize..).unwrap_or_default());
-        Ok(recovered_in(&added))
-    }
-
     /// Whether node `i` is synced in a primary component of `size` nodes or more.
     fn synced(&self, i: usize, size: usize) -> bool {
         self.status(i, "wsrep_local_state_comment").as_deref() == Some("Synced")
@@ -282,56 +256,20 @@ impl Cluster for GaleraCluster {
             .collect()
     }
 
-    /// The node starts again with its data directory as it was and joins the others by an
-    /// incremental transfer of what it missed. A kill leaves no position in its state file, so
-    /// the position is first recovered from its data (`mariadbd --wsrep-recover`, as the
-    /// packaged start script does) and given to the start. Where the others no longer hold
-    /// what it missed, it receives a snapshot instead, written into its directory by the
-    /// transfer's rsync daemon, which as root runs as `nobody`: the files the node made since
-    /// it joined are given to that user first.
+    /// The node starts again with its data directory as it was and joins the others: an
+    /// incremental transfer of what it missed, or — after a kill, which leaves it no
+    /// recorded position — a snapshot, written into its directory by the transfer's rsync
+    /// daemon, which as root runs as `nobody`: the files the node made since it joined are
+    /// given to that user first.
     fn rejoin(&self, i: usize, within: Duration) -> Result<()> {
         let server = self.nodes[i].server();
-        if !server.is_running() {
-            *lock(&self.positions[i]) = self.recovered_position(i)?;
-            if nix::unistd::Uid::effective().is_root() {
-                give_to_nobody(&server.dir().join("data"))?;
-            }
+        if !server.is_running() && nix::unistd::Uid::effective().is_root() {
+            give_to_nobody(&server.dir().join("data"))?;
         }
         server.start_again()?;
         self.await_synced(i, MEMBERS, within)
     }
 }
 
-/// The position `mariadbd --wsrep-recover` printed last in `log` (`WSREP: Recovered position:
-/// <uuid>:<seqno>`, followed on MariaDB 10.11 by `,<gtid>`).
-fn recovered_in(log: &str) -> Option<String> {
-    log.lines().rev().find_map(|line| {
-        let (_, position) = line.split_once("WSREP: Recovered position: ")?;
-        let position = position.split([',', ' ']).next()?.trim();
-        let (uuid, seqno) = position.split_once(':')?;
-        let known = uuid.len() == 36 && seqno.parse::<i64>().is_ok_and(|s| s >= 0);
-        known.then(|| position.to_string())
-    })
-}
-
 /// How long building the cluster may take (two snapshot transfers).
 const START: Duration = Duration::from_secs(120);
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_last_recovered_position_is_read_without_its_gtid() {
-        let uuid = "3c4b5a6d-1111-2222-3333-444455556666";
-        let log = format!(
-            "2026-12-03 [Note] WSREP: Recovered position from storage: {uuid}:3\n\
-             2026-12-03 [Note] WSREP: Recovered position: {uuid}:7,0-1-7\n\
-             2026-12-03 [Note] WSREP: Recovered position: {uuid}:9,0-1-9\n"
-        );
-        assert_eq!(recovered_in(&log), Some(format!("{uuid}:9")));
-        let unknown = "[Note] WSREP: Recovered position: 00000000-0000-0000-0000-000000000000:-1";
-        assert_eq!(recovered_in(unknown), None);
-        assert_eq!(recovered_in("nothing recovered"), None);
-    }
-}

@@ -177,29 +177,6 @@ impl Server {
         self.spawn_and_wait()
     }
 
-    /// Runs the server's program once more, with its own arguments and `extra`, to its end,
-    /// while the server is down: a tool mode of the server itself (`mariadbd --wsrep-recover`
-    /// reads the position its data holds and exits). Its output is appended to the server's
-    /// log.
-    pub(crate) fn run_to_end(&self, extra: &[&str]) -> Result<std::process::ExitStatus> {
-        let mut command = self.launch.command(self.dir());
-        command.args(extra);
-        if let Some(account) = self.launch.account() {
-            command.uid(account.uid).gid(account.gid);
-        }
-        let log = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.log_path())?;
-        let status = command
-            .current_dir(self.dir())
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .status()?;
-        Ok(status)
-    }
-
     fn running_pid(&self, action: &'static str) -> Result<u32> {
         self.pid().ok_or_else(|| Error::Control {
             server: self.name.clone(),
