@@ -125,6 +125,10 @@ pub enum Home {
     /// Rows of `stock_buckets`: the stock split over several rows (buckets) of one product, so
     /// that concurrent buyers lock different rows; the stock is their sum.
     Buckets,
+    /// Counters in Redis: the stock split over several parts (the product's buckets), each in a
+    /// slot of its own, so that on a Redis Cluster one product spreads over several shards (see
+    /// [`crate::redis_stock::split`]); the row keeps `stock = 0`.
+    RedisSplit,
 }
 
 impl Home {
@@ -133,7 +137,15 @@ impl Home {
             Home::Row => "row",
             Home::Redis => "redis",
             Home::Buckets => "buckets",
+            Home::RedisSplit => "redis-split",
         }
+    }
+}
+
+impl Home {
+    /// Whether the stock is kept in Redis (one counter, or split in parts).
+    pub fn in_redis(self) -> bool {
+        matches!(self, Home::Redis | Home::RedisSplit)
     }
 }
 
@@ -151,6 +163,7 @@ impl FromStr for Home {
             "row" => Ok(Home::Row),
             "redis" => Ok(Home::Redis),
             "buckets" => Ok(Home::Buckets),
+            "redis-split" => Ok(Home::RedisSplit),
             other => Err(format!("unknown stock home `{other}`")),
         }
     }
@@ -280,6 +293,7 @@ macro_rules! for_each_strategy {
             MemcachedFenced = "memcached-fenced", Safe, Locked(Memcached, On), "`memcached` with the stock write fenced by the lock's `incr` token";
             RedisLua = "redis-lua", Safe, Own(Redis, Redis, redis_lua::build), "stock counter in Redis: one Lua script checks, decrements and records the request id; then the order insert, given back if it fails";
             RedisLuaStream = "redis-lua-stream", Safe, Own(Redis, Redis, redis_lua_stream::build), "`redis-lua` that appends the order to a Redis Stream in the same script and answers 202; consumers place the orders in batches";
+            RedisSplit = "redis-split", Safe, Own(Redis, RedisSplit, redis_split::build), "`redis-lua` on stock split over counters in different slots: each buyer charged in her home part, units moved home from the others when it is empty";
         }
     };
 }

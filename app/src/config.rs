@@ -97,6 +97,12 @@ pub struct Config {
     #[arg(long, env = "SECKILL_STREAM_MAX_LAG", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
     pub stream_max_lag: u64,
 
+    /// Whether a `redis-split` buyer whose home part is empty moves units home from the other
+    /// parts before she is told "sold out". `false` shows why the fallback is there: buyers
+    /// refused while other parts still hold units (undersell).
+    #[arg(long, env = "SECKILL_SPLIT_FALLBACK", default_value_t = true, action = clap::ArgAction::Set)]
+    pub split_fallback: bool,
+
     /// How long an instance believes the stream full once a purchase found it at its bound, in
     /// milliseconds: meanwhile it refuses `redis-lua-stream`'s purchases `503 overloaded` at
     /// the door, without a round trip each. Far shorter than the consumers take to place what

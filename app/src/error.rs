@@ -300,6 +300,8 @@ impl From<ReconcileError> for ApiError {
             ReconcileError::UnknownProduct(_) => ApiError::NotFound(e.to_string()),
             ReconcileError::NotInRedis(..) => ApiError::NotFound(e.to_string()),
             ReconcileError::Moved => ApiError::Busy(e.to_string()),
+            // Refused for good, not for a while: only a reset starts the product again.
+            ReconcileError::PartLost(..) => ApiError::Invalid(e.to_string()),
             ReconcileError::Redis(e) => e.into(),
             ReconcileError::Database(e) => e.into(),
         }

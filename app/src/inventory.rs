@@ -20,7 +20,8 @@ pub enum ReadError {
 }
 
 /// The product as [`products::view`] reads it, with the stock read from its home (the Redis
-/// counter, and the units waiting in the stream, for [`Home::Redis`]).
+/// counter, and the units waiting in the stream, for [`Home::Redis`]; the sum of the parts'
+/// counters for [`Home::RedisSplit`]).
 ///
 /// For a Redis home the orders are read again after the units waiting in the stream: a unit
 /// moves from waiting to ordered, never back, so an order placed between the two reads is
@@ -34,12 +35,19 @@ pub async fn view(
     let Some(first) = products::view(pool, id).await? else {
         return Ok(None);
     };
-    if first.home != Home::Redis {
+    if !first.home.in_redis() {
         return Ok(Some(first));
     }
     let redis = redis.ok_or(RedisStockError::NotConfigured)?;
     let pending = redis.waiting_units(id).await?;
-    let stock = redis.counter(id).await?.unwrap_or(0);
+    let stock = match first.home {
+        Home::RedisSplit => redis
+            .split_counter_and_charges(id)
+            .await?
+            .map(|(left, _)| left),
+        _ => redis.counter(id).await?,
+    };
+    let stock = stock.unwrap_or(0);
     let Some(mut view) = products::view(pool, id).await? else {
         return Ok(None);
     };
@@ -84,6 +92,10 @@ pub async fn left_and_mark(
         Home::Redis => {
             let redis = redis.ok_or(RedisStockError::NotConfigured)?;
             Ok(redis.counter_and_charges(id).await?)
+        }
+        Home::RedisSplit => {
+            let redis = redis.ok_or(RedisStockError::NotConfigured)?;
+            Ok(redis.split_counter_and_charges(id).await?)
         }
     }
 }

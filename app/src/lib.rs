@@ -140,6 +140,7 @@ pub async fn build_with(
         stream_max_lag: config.stream_max_lag,
         full_queue_memory: Duration::from_millis(config.full_queue_memory_ms),
         optimistic_in_flight: config.optimistic_in_flight,
+        split_fallback: config.split_fallback,
     };
     let locks = backends::connect_all(config, &deps).await;
     let mut registry = Registry::new(deps, locks);

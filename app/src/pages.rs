@@ -234,9 +234,13 @@ impl Pages {
         let Some((home, rules, mut stock, initial_stock)) = self.row(id).await? else {
             return Ok(None);
         };
-        if home == Home::Redis {
+        if home.in_redis() {
             let redis = self.redis.as_ref().ok_or(RedisStockError::NotConfigured)?;
-            stock = redis.counter(id).await?.unwrap_or(0);
+            stock = match home {
+                Home::RedisSplit => redis.split_counter_and_charges(id).await?.map(|(s, _)| s),
+                _ => redis.counter(id).await?,
+            }
+            .unwrap_or(0);
         }
         let page = ProductPage {
             id,

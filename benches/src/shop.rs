@@ -104,6 +104,7 @@ impl Shop {
                 app::api::DEFAULT_PAYMENT_WINDOW_MS as u64,
             ),
             redis_epoch: 0,
+            redis_parts: 0,
             hold: None,
             stats: PurchaseStats::default(),
         };

@@ -40,15 +40,17 @@ pub async fn reset_with(
     let row_stock = if home == Home::Row { stock } else { 0 };
     let bucket_stocks = match home {
         Home::Buckets => buckets::split(stock, buckets),
-        Home::Row | Home::Redis => Vec::new(),
+        Home::Row | Home::Redis | Home::RedisSplit => Vec::new(),
     };
+    let redis_parts = if home == Home::RedisSplit { buckets } else { 0 };
     // The reset locks the product row, then deletes its orders: an expiry batch of the same
     // product, which locks its orders and then writes the row, can close a cycle with it, and
     // InnoDB breaks it by rolling one back. A reset rolled back did nothing; it runs again.
     const ATTEMPTS: u32 = 3;
     let mut attempt = 1;
     loop {
-        match reset_once(pool, id, row_stock, stock, home, &bucket_stocks, rules).await {
+        let parts = (&bucket_stocks[..], redis_parts);
+        match reset_once(pool, id, row_stock, stock, home, parts, rules).await {
             Err(e) if attempt < ATTEMPTS && super::errors::deadlocked(&e) => attempt += 1,
             done => return done,
         }
@@ -62,22 +64,22 @@ async fn reset_once(
     row_stock: i64,
     stock: i64,
     home: Home,
-    bucket_stocks: &[i64],
+    (bucket_stocks, redis_parts): (&[i64], u32),
     rules: &SaleRules,
 ) -> Result<u64, sqlx::Error> {
     let mut tx = pool.begin().await?;
     sqlx::query(
         "INSERT INTO products (id, stock, initial_stock, home, per_user_limit, sale_starts_ms, \
                                sale_ends_ms, token_required, first_come, payment_window_ms, \
-                               strategies, redis_epoch) \
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1) \
+                               strategies, redis_epoch, redis_parts) \
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?) \
          ON DUPLICATE KEY UPDATE stock = VALUES(stock), initial_stock = VALUES(initial_stock), \
          home = VALUES(home), per_user_limit = VALUES(per_user_limit), \
          sale_starts_ms = VALUES(sale_starts_ms), sale_ends_ms = VALUES(sale_ends_ms), \
          token_required = VALUES(token_required), first_come = VALUES(first_come), \
          payment_window_ms = VALUES(payment_window_ms), \
          strategies = VALUES(strategies), version = version + 1, fence = 0, \
-         redis_epoch = redis_epoch + 1",
+         redis_epoch = redis_epoch + 1, redis_parts = VALUES(redis_parts)",
     )
     .bind(id)
     .bind(row_stock)
@@ -90,6 +92,7 @@ async fn reset_once(
     .bind(rules.first_come)
     .bind(rules.payment_window_ms)
     .bind(rules.strategies.names())
+    .bind(redis_parts)
     .execute(&mut *tx)
     .await?;
     buckets::replace(&mut tx, id, bucket_stocks).await?;
@@ -198,6 +201,8 @@ pub struct Rules {
     /// beside the counter as its marker. A Redis whose marker is gone or older lost the stock
     /// (see [`crate::redis_stock::epoch`]). 0 for a product never reset since it was kept.
     pub redis_epoch: u64,
+    /// The parts its Redis-held stock is split in (`redis-split`; 0 for any other home).
+    pub redis_parts: u32,
 }
 
 /// `home, per_user_limit, sale_starts_ms, sale_ends_ms, token_required, first_come,
@@ -224,6 +229,7 @@ type EpochRulesRow = (
     i64,
     String,
     u64,
+    u32,
 );
 
 /// The product's home, sale rules and Redis epoch (one indexed row, none of its orders), or
@@ -231,20 +237,32 @@ type EpochRulesRow = (
 pub async fn rules(pool: &MySqlPool, id: u64) -> Result<Option<Rules>, sqlx::Error> {
     let row: Option<EpochRulesRow> = sqlx::query_as(
         "SELECT home, per_user_limit, sale_starts_ms, sale_ends_ms, token_required, \
-                first_come, payment_window_ms, strategies, redis_epoch \
+                first_come, payment_window_ms, strategies, redis_epoch, redis_parts \
          FROM products WHERE id = ?",
     )
     .bind(id)
     .fetch_optional(pool)
     .await?;
     row.map(
-        |(home, limit, starts, ends, token, first, window, strategies, redis_epoch)| {
+        |(
+            home,
+            limit,
+            starts,
+            ends,
+            token,
+            first,
+            window,
+            strategies,
+            redis_epoch,
+            redis_parts,
+        )| {
             let row = (home, limit, starts, ends, token, first, window, strategies);
             let (home, sale) = home_and_rules(row)?;
             Ok(Rules {
                 home,
                 sale,
                 redis_epoch,
+                redis_parts,
             })
         },
     )

@@ -10,6 +10,7 @@ use crate::api::{
 use crate::db::products;
 use crate::error::ApiError;
 use crate::inventory;
+use crate::redis_stock::split::MAX_PARTS;
 use crate::redis_stock::{News, RedisStockError, reconcile};
 use crate::state::{AppState, Settings};
 use axum::Json;
@@ -56,6 +57,11 @@ pub async fn reset(
         )));
     }
     let buckets = u32::try_from(buckets).unwrap_or(DEFAULT_BUCKETS);
+    if body.home == Home::RedisSplit && buckets > MAX_PARTS {
+        return Err(ApiError::Invalid(format!(
+            "a redis-split product's stock is split in at most {MAX_PARTS} parts (buckets)"
+        )));
+    }
     let rules = rules_of(&body, &state.settings)?;
     if rules.first_come && state.first_come.is_none() {
         return Err(ApiError::Invalid(
@@ -67,7 +73,12 @@ pub async fn reset(
     // The stock's one home: the counter holds it for `redis`, and no counter is left otherwise.
     match (&state.redis, body.home) {
         (Some(redis), Home::Redis) => redis.seed(id, epoch, body.stock, &rules).await?,
-        (None, Home::Redis) => return Err(RedisStockError::NotConfigured.into()),
+        (Some(redis), Home::RedisSplit) => {
+            (redis.seed_split(id, epoch, body.stock, buckets, &rules)).await?
+        }
+        (None, Home::Redis | Home::RedisSplit) => {
+            return Err(RedisStockError::NotConfigured.into());
+        }
         (Some(redis), _) => redis.remove(id).await?,
         (None, _) => {}
     }

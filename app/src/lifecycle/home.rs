@@ -88,7 +88,7 @@ pub(super) async fn end(
             end_in_two_steps(life, target, end, hold).await
         }
         Home::Row | Home::Buckets => end_in_database(life, target, end, check, hold).await,
-        Home::Redis => end_in_redis(life, target, end, check, hold).await,
+        Home::Redis | Home::RedisSplit => end_in_redis(life, target, end, check, hold).await,
     }
 }
 
@@ -387,11 +387,14 @@ pub(super) async fn finish_returns(
     let fields: Vec<String> = (targets.iter())
         .map(|t| charge::field(&t.user_id, &t.request_id))
         .collect();
-    let given: i64 = redis
-        // Each order's own charge (whichever attempt made it): its purchase key is the
-        // order's, so no retry charges the purchase anew.
-        .invoke(&redis.give_back_all(product, fields.iter().map(String::as_str)))
-        .await?;
+    // Each order's own charge (whichever attempt made it): its purchase key is the order's, so
+    // no retry charges the purchase anew. A split product's in each buyer's home part.
+    let given: i64 = match targets[0].home {
+        Home::RedisSplit => redis.give_back_all_split(product, &fields).await?,
+        _ => {
+            (redis.invoke(&redis.give_back_all(product, fields.iter().map(String::as_str)))).await?
+        }
+    };
     let orders: Vec<(u64, u32)> = (targets.iter()).map(|t| (t.order_id, t.quantity)).collect();
     let mut conn = life.pool.acquire().await?;
     order_life::arrive(&mut conn, &orders, on_the_way).await?;

@@ -120,7 +120,7 @@ impl Store {
     fn homes(self) -> &'static [Home] {
         match self {
             Store::Database => &[Home::Row, Home::Buckets],
-            Store::Redis => &[Home::Redis],
+            Store::Redis => &[Home::Redis, Home::RedisSplit],
         }
     }
 }
@@ -229,7 +229,7 @@ async fn pass(
     }
     for ((product, _, seller), (state, targets)) in stuck {
         let finished = match targets[0].home {
-            Home::Redis => {
+            Home::Redis | Home::RedisSplit => {
                 let targets: Vec<&Target> = targets.iter().collect();
                 home::finish_returns(life, product, &targets, state).await
             }
@@ -278,7 +278,9 @@ async fn pass(
     }
     for ((product, seller), targets) in batches {
         let expired = match targets[0].home {
-            Home::Redis => home::expire_from_redis(life, product, &targets).await,
+            Home::Redis | Home::RedisSplit => {
+                home::expire_from_redis(life, product, &targets).await
+            }
             _ => home::expire_in_database(life, product, seller, &targets).await,
         };
         match expired {

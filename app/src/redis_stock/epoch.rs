@@ -121,21 +121,25 @@ impl RedisStock {
         .await
     }
 
-    /// The sale rules [`RedisStock::seed`] kept for `product` and the epoch they were written
-    /// at (`None`: its stock is not here, or Redis lost its marker).
+    /// The sale rules [`RedisStock::seed`] (or [`RedisStock::seed_split`]) kept for `product`,
+    /// the epoch they were written at and the parts its stock is split in (0: one counter);
+    /// `None`: its stock is not here, or Redis lost its marker.
     pub async fn sale_rules(
         &self,
         product: u64,
-    ) -> Result<Option<(SaleRules, u64)>, RedisStockError> {
-        let (text, epoch): (Option<String>, Option<u64>) = self
+    ) -> Result<Option<(SaleRules, u64, u32)>, RedisStockError> {
+        let (text, epoch, parts): (Option<String>, Option<u64>, Option<u32>) = self
             .query(
                 redis::cmd("MGET")
                     .arg(self.keys.rules(product))
-                    .arg(self.keys.epoch(product)),
+                    .arg(self.keys.epoch(product))
+                    .arg(self.keys.parts(product)),
             )
             .await?;
         let rules = text.and_then(|t| serde_json::from_str(&t).ok());
-        Ok(rules.zip(epoch))
+        Ok(rules
+            .zip(epoch)
+            .map(|(rules, epoch)| (rules, epoch, parts.unwrap_or(0))))
     }
 
     /// The epoch the product's keys were written at (`None`: no marker).
@@ -176,6 +180,7 @@ impl RedisStock {
     /// Makes Redis hold none of `product`: no counter, no marker, no charge records, no
     /// waiting entries.
     pub async fn remove(&self, product: u64) -> Result<(), RedisStockError> {
+        self.remove_parts(product).await?;
         self.query::<()>(
             redis::cmd("DEL")
                 .arg(self.keys.stock(product))

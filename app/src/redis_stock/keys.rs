@@ -132,6 +132,46 @@ impl Keys {
         format!("{}products:restocked", self.prefix)
     }
 
+    /// The keys of `product`'s own counter, for the scripts that act on any counter.
+    pub fn counter(&self, product: u64) -> CounterKeys {
+        CounterKeys {
+            stock: self.stock(product),
+            requests: self.requests(product),
+            charges: self.charges(product),
+            buyers: self.buyers(product),
+            limit: self.limit(product),
+            epoch: self.epoch(product),
+            allotted: format!("{}:allotted", self.product(product)),
+            sent: format!("{}:sent", self.product(product)),
+            received: format!("{}:received", self.product(product)),
+        }
+    }
+
+    /// The keys of one part of a split product's stock (see [`crate::redis_stock::split`]):
+    /// part `p` of product `id` lives in lane `(id + p) mod lanes`, so on a cluster the parts
+    /// of one product sit in as many different lanes as there are lanes, and on one Redis in
+    /// its one lane.
+    pub fn part(&self, product: u64, part: u32) -> CounterKeys {
+        let lane = (product + u64::from(part)) % self.lanes;
+        let base = format!("{}split:{product}:{part}", self.tagged(lane));
+        CounterKeys {
+            requests: format!("{base}:requests"),
+            charges: format!("{base}:charges"),
+            buyers: format!("{base}:buyers"),
+            limit: format!("{base}:limit"),
+            epoch: format!("{base}:epoch"),
+            allotted: format!("{base}:allotted"),
+            sent: format!("{base}:sent"),
+            received: format!("{base}:received"),
+            stock: base,
+        }
+    }
+
+    /// The number of parts a split product's stock is kept in, beside its rules.
+    pub fn parts(&self, product: u64) -> String {
+        format!("{}:parts", self.product(product))
+    }
+
     /// Orders accepted and not yet placed in the database, of the products of `lane`.
     pub fn stream(&self, lane: u64) -> String {
         format!("{}orders:stream", self.tagged(lane))
@@ -142,6 +182,31 @@ impl Keys {
     pub fn pending(&self, lane: u64) -> String {
         format!("{}orders:pending", self.tagged(lane))
     }
+}
+
+/// The keys of one counter — a product's own, or a part of a split product — with what the take scripts need beside
+/// it (the same roles as a product's own keys), and what the moves between parts keep.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CounterKeys {
+    /// The units on sale in this part.
+    pub stock: String,
+    /// Purchase field → charge record, of the buyers whose home this part is.
+    pub requests: String,
+    /// How many charges this part has made, ever.
+    pub charges: String,
+    /// Units charged to each buyer whose home this part is.
+    pub buyers: String,
+    /// The product's per-user limit, copied into every part.
+    pub limit: String,
+    /// The marker: the epoch the part was written at.
+    pub epoch: String,
+    /// Units ever put into this part: its share at the reset, plus the units moved in, less
+    /// the units moved out. The part's counter is this, less the units its charges hold.
+    pub allotted: String,
+    /// Moves out of this part (hash: move id → `units:destination part`).
+    pub sent: String,
+    /// Moves into this part that arrived (hash: move id → units).
+    pub received: String,
 }
 
 #[cfg(test)]

@@ -22,6 +22,8 @@ pub mod epoch;
 mod keys;
 pub mod reconcile;
 pub mod scripts;
+pub mod split;
+mod split_reconcile;
 mod stream;
 
 use std::collections::HashMap;
@@ -34,7 +36,7 @@ use crate::config::Config;
 pub use announce::News;
 pub use charge::Attempt;
 use connections::Connections;
-pub use keys::{CLUSTER_LANES, Keys};
+pub use keys::{CLUSTER_LANES, CounterKeys, Keys};
 pub use stream::StreamOrder;
 
 /// What settling a take whose answer was lost found ([`RedisStock::settle`]).
@@ -201,15 +203,15 @@ impl RedisStock {
         .await
     }
 
-    /// Runs a deduction script on `product`'s keys (it answers the units left, or a negative
-    /// refusal). With a [`Replication`] to wait for, a deduction that wrote is followed by
+    /// Runs a deduction script on the keys of the counter named `counter` (it answers the units
+    /// left, or a negative refusal). With a [`Replication`] to wait for, a deduction that wrote is followed by
     /// `WAIT` on the same connection — `WAIT` counts the replicas that acknowledged every write
     /// made before it on its connection, and on a cluster it goes to the master of the
-    /// product's slot — so it goes over a pooled connection of its own: on the shared one,
+    /// counter's slot — so it goes over a pooled connection of its own: on the shared one,
     /// every purchase queued behind a `WAIT` would wait for it too.
     pub async fn take(
         &self,
-        product: u64,
+        counter: &str,
         script: &ScriptInvocation<'_>,
     ) -> Result<(i64, Replicated), RedisStockError> {
         let Some(wait) = self.wait else {
@@ -227,7 +229,7 @@ impl RedisStock {
             // The deduction is made: a `WAIT` that fails (a lost answer, a dropped connection)
             // confirms nothing, which is a shortfall, not an error that would strand the units.
             let timeout_ms = u64::try_from(wait.timeout.as_millis()).unwrap_or(u64::MAX);
-            let acked = (conn.wait_replicas(&self.keys.stock(product), wait.replicas, timeout_ms))
+            let acked = (conn.wait_replicas(counter, wait.replicas, timeout_ms))
                 .await
                 .unwrap_or(0);
             let replicated = match acked >= wait.replicas {
@@ -250,13 +252,19 @@ impl RedisStock {
         field: &str,
         attempt: Attempt,
     ) -> Result<Settled, RedisStockError> {
+        self.settle_at(&self.keys.requests(product), field, attempt)
+            .await
+    }
+
+    /// [`RedisStock::settle`] by the charge records `requests` of a counter.
+    pub async fn settle_at(
+        &self,
+        requests: &str,
+        field: &str,
+        attempt: Attempt,
+    ) -> Result<Settled, RedisStockError> {
         let made: i64 = self
-            .invoke(
-                scripts::SETTLE
-                    .key(self.keys.requests(product))
-                    .arg(field)
-                    .arg(attempt.name()),
-            )
+            .invoke(scripts::SETTLE.key(requests).arg(field).arg(attempt.name()))
             .await?;
         Ok(match made {
             scripts::SETTLED_MINE => Settled::Mine,
@@ -285,11 +293,30 @@ impl RedisStock {
         attempt: Option<&str>,
         afterwards: charge::Afterwards,
     ) -> ScriptInvocation<'static> {
+        self.give_back_at(
+            &self.keys.counter(product),
+            product,
+            field,
+            attempt,
+            afterwards,
+        )
+    }
+
+    /// [`RedisStock::give_back`] on the counter `keys` (a product's own, or a part of a split
+    /// product's: see [`split`]).
+    pub fn give_back_at(
+        &self,
+        keys: &CounterKeys,
+        product: u64,
+        field: &str,
+        attempt: Option<&str>,
+        afterwards: charge::Afterwards,
+    ) -> ScriptInvocation<'static> {
         let mut script = scripts::GIVE_BACK.prepare_invoke();
         script
-            .key(self.keys.stock(product))
-            .key(self.keys.requests(product))
-            .key(self.keys.buyers(product))
+            .key(&keys.stock)
+            .key(&keys.requests)
+            .key(&keys.buyers)
             .arg(field)
             .arg(self.keys.restocked())
             .arg(product)

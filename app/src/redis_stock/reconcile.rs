@@ -54,7 +54,7 @@
 //! their units. Reconcile once they have ended, and run Redis with an append-only file (see
 //! `docker-compose.yml`).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use sqlx::MySqlPool;
@@ -62,11 +62,13 @@ use sqlx::MySqlPool;
 use super::charge::{self, Charge};
 use super::epoch::{REBUILT, Rebuild};
 use super::scripts::REPAIR;
-use super::{RedisStock, RedisStockError};
+use super::split::home_part;
+use super::{CounterKeys, RedisStock, RedisStockError};
 use crate::api::{Home, Reconciliation};
 use crate::db::order_life;
 use crate::db::orders::{self, NewOrder, OrderState};
 use crate::db::products;
+use deadpool_redis::redis;
 
 /// Why a product could not be reconciled.
 #[derive(Debug, thiserror::Error)]
@@ -77,6 +79,8 @@ pub enum ReconcileError {
     NotInRedis(u64, Home),
     #[error("the counter moved while it was being reconciled; retry")]
     Moved,
+    #[error("Redis lost part {1} of product {0}'s split stock; reset the product")]
+    PartLost(u64, u32),
     #[error(transparent)]
     Redis(#[from] RedisStockError),
     #[error(transparent)]
@@ -110,19 +114,74 @@ pub async fn reconcile(
     product: u64,
     grace: Duration,
 ) -> Result<Reconciliation, ReconcileError> {
+    let rules = products::rules(pool, product)
+        .await?
+        .ok_or(ReconcileError::UnknownProduct(product))?;
+    match rules.home {
+        Home::Redis => {}
+        Home::RedisSplit => {
+            return super::split_reconcile::reconcile(pool, redis, product, &rules, grace).await;
+        }
+        home => return Err(ReconcileError::NotInRedis(product, home)),
+    }
     let found = redis.counter(product).await?;
     let rebuilt = rebuild_if_lost(pool, redis, product).await?;
-    let before = read(pool, redis, product, grace).await?;
+    let scope = Scope::whole(redis, product);
+    let (reconciled, counter_found) = reconcile_in(pool, redis, &scope, grace).await?;
+    Ok(Reconciliation {
+        counter_found: if rebuilt { found } else { counter_found },
+        rebuilt,
+        repaired: rebuilt || reconciled.repaired,
+        ..reconciled
+    })
+}
+
+/// Which counter a pass reconciles: a product's one counter, or one part of a split product
+/// with the orders of the buyers whose home it is.
+pub(super) struct Scope {
+    pub product: u64,
+    pub keys: CounterKeys,
+    /// `(part, parts)` for a part of a split product.
+    pub part: Option<(u32, u32)>,
+}
+
+impl Scope {
+    /// The product's one counter.
+    pub fn whole(redis: &RedisStock, product: u64) -> Scope {
+        Scope {
+            product,
+            keys: redis.keys().counter(product),
+            part: None,
+        }
+    }
+
+    /// Whether the purchases of `user` are charged in this counter.
+    fn holds(&self, user: &str) -> bool {
+        self.part
+            .is_none_or(|(part, parts)| home_part(user, parts) == part)
+    }
+}
+
+/// Fences out and gives back the lost charges of one counter, then repairs it if it is gone
+/// or above what the orders account for; the reconciliation, and the counter as first found.
+pub(super) async fn reconcile_in(
+    pool: &MySqlPool,
+    redis: &RedisStock,
+    scope: &Scope,
+    grace: Duration,
+) -> Result<(Reconciliation, Option<i64>), ReconcileError> {
+    let product = scope.product;
+    let before = read(pool, redis, scope, grace).await?;
     let mut released = 0;
     for (order_id, quantity, field, on_the_way) in &before.returning {
         // The order's own charge: its purchase key is taken, so no retry charges it anew.
-        give_back(redis, product, field, None).await?;
+        give_back(redis, scope, field, None).await?;
         let mut conn = pool.acquire().await?;
         order_life::arrive(&mut conn, &[(*order_id, *quantity)], *on_the_way).await?;
         released += 1;
     }
     for (field, attempt) in &before.unplaceable {
-        give_back(redis, product, field, attempt.as_deref()).await?;
+        give_back(redis, scope, field, attempt.as_deref()).await?;
         released += 1;
     }
     for (field, charged) in &before.presumed_lost {
@@ -148,12 +207,12 @@ pub async fn reconcile(
         )
         .await?;
         if voided {
-            give_back(redis, product, field, charged.attempt.as_deref()).await?;
+            give_back(redis, scope, field, charged.attempt.as_deref()).await?;
             released += 1;
         }
     }
 
-    let after = read(pool, redis, product, grace).await?;
+    let after = read(pool, redis, scope, grace).await?;
     let expected = (after.initial - after.ordered - after.pending - after.in_flight_units).max(0);
     let repair = match after.counter {
         None => true,
@@ -162,12 +221,7 @@ pub async fn reconcile(
     if repair {
         let found = after.counter.map(|c| c.to_string()).unwrap_or_default();
         let set: i64 = redis
-            .invoke(
-                REPAIR
-                    .key(redis.keys().stock(product))
-                    .arg(found)
-                    .arg(expected),
-            )
+            .invoke(REPAIR.key(&scope.keys.stock).arg(found).arg(expected))
             .await?;
         if set == 0 {
             return Err(ReconcileError::Moved);
@@ -177,18 +231,19 @@ pub async fn reconcile(
         true => expected,
         false => after.counter.unwrap_or(0),
     };
-    Ok(Reconciliation {
+    let reconciled = Reconciliation {
         product_id: product,
         initial_stock: after.initial,
         ordered: after.ordered,
         pending: after.pending,
-        counter_found: if rebuilt { found } else { before.counter },
+        counter_found: before.counter,
         counter_after,
-        rebuilt,
-        repaired: rebuilt || repair || released > 0,
+        rebuilt: false,
+        repaired: repair || released > 0,
         released_requests: released,
         in_flight: after.in_flight,
-    })
+    };
+    Ok((reconciled, before.counter))
 }
 
 /// Rebuilds the product's keys from its orders and the stream if Redis lost them: its marker
@@ -286,26 +341,33 @@ async fn rebuild_if_lost(
 async fn read(
     pool: &MySqlPool,
     redis: &RedisStock,
-    product: u64,
+    scope: &Scope,
     grace: Duration,
 ) -> Result<Found, ReconcileError> {
-    let home = products::rules(pool, product)
-        .await?
-        .ok_or(ReconcileError::UnknownProduct(product))?
-        .home;
-    if home != Home::Redis {
-        return Err(ReconcileError::NotInRedis(product, home));
-    }
-    let counter = redis.counter(product).await?;
+    let product = scope.product;
+    // A part's counter and allotment change together (a move changes both in one step), so
+    // one read of the two is what the part's orders must account for.
+    let (counter, allotted): (Option<i64>, Option<i64>) = match scope.part {
+        None => (redis.counter(product).await?, None),
+        Some(_) => {
+            let keys = &scope.keys;
+            (redis.query(redis::cmd("MGET").arg(&keys.stock).arg(&keys.allotted))).await?
+        }
+    };
     let view = products::view(pool, product)
         .await?
         .ok_or(ReconcileError::UnknownProduct(product))?;
     let (mut placed, mut unplaceable) = (HashSet::new(), HashSet::new());
     let mut returning = Vec::new();
+    let mut held = 0;
     for order in orders::states_of(pool, product).await? {
+        if !scope.holds(&order.user_id) {
+            continue;
+        }
         let field = charge::field(&order.user_id, &order.request_id);
         match order.state {
             OrderState::Reserved | OrderState::Paid => {
+                held += i64::from(order.quantity);
                 placed.insert(field);
             }
             OrderState::Expiring | OrderState::Cancelling => {
@@ -319,19 +381,28 @@ async fn read(
             }
         }
     }
-    let waiting = redis.waiting(Some(product)).await?;
+    // A split product's purchases wait in no stream.
+    let waiting = match scope.part {
+        None => redis.waiting(Some(product)).await?,
+        Some(_) => Vec::new(),
+    };
     let pending: i64 = waiting.iter().map(|o| i64::from(o.quantity)).sum();
     let waiting: HashSet<String> = waiting
         .iter()
         .map(|o| charge::field(&o.user_id, &o.request_id))
         .collect();
-    let charged = redis.charged(product).await?;
+    let charged: HashMap<String, String> = redis
+        .query(redis::cmd("HGETALL").arg(&scope.keys.requests))
+        .await?;
     let now = redis.now_ms().await?;
 
     let grace_ms = u64::try_from(grace.as_millis()).unwrap_or(u64::MAX);
     let mut found = Found {
-        initial: view.initial_stock,
-        ordered: view.sold,
+        initial: allotted.unwrap_or(view.initial_stock),
+        ordered: match scope.part {
+            None => view.sold,
+            Some(_) => held,
+        },
         pending,
         counter,
         presumed_lost: Vec::new(),
@@ -376,13 +447,12 @@ async fn read(
 /// purchase's order row stays, so it is never charged again.
 async fn give_back(
     redis: &RedisStock,
-    product: u64,
+    scope: &Scope,
     field: &str,
     attempt: Option<&str>,
 ) -> Result<(), RedisStockError> {
     let afterwards = charge::Afterwards::Ended;
-    redis
-        .invoke::<i64>(&redis.give_back(product, field, attempt, afterwards))
-        .await?;
+    let script = redis.give_back_at(&scope.keys, scope.product, field, attempt, afterwards);
+    redis.invoke::<i64>(&script).await?;
     Ok(())
 }

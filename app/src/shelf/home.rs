@@ -31,12 +31,16 @@ impl Shelf {
         id: u64,
         last_home: Option<Home>,
     ) -> Result<Option<Known>, sqlx::Error> {
-        let in_redis = |(rules, redis_epoch)| Known {
-            home: Home::Redis,
+        let in_redis = |(rules, redis_epoch, redis_parts)| Known {
+            home: match redis_parts {
+                0 => Home::Redis,
+                _ => Home::RedisSplit,
+            },
             rules,
             redis_epoch,
+            redis_parts,
         };
-        let redis_first = last_home == Some(Home::Redis);
+        let redis_first = last_home.is_some_and(Home::in_redis);
         if redis_first && let Some(found) = self.rules_in_redis(id).await {
             return Ok(Some(in_redis(found)));
         }
@@ -45,11 +49,8 @@ impl Shelf {
             Ok(found.map(|r| Known {
                 home: r.home,
                 rules: r.sale,
-                redis_epoch: if r.home == Home::Redis {
-                    r.redis_epoch
-                } else {
-                    0
-                },
+                redis_epoch: if r.home.in_redis() { r.redis_epoch } else { 0 },
+                redis_parts: r.redis_parts,
             }))
         };
         let mut from_database = pin!(from_database);
@@ -80,7 +81,7 @@ impl Shelf {
     /// The rules of a product whose stock Redis holds, kept there at its reset, and the epoch
     /// they were written at; `None` for any other product, or when Redis cannot say or lost
     /// them (the database is asked then).
-    async fn rules_in_redis(&self, id: u64) -> Option<(SaleRules, u64)> {
+    async fn rules_in_redis(&self, id: u64) -> Option<(SaleRules, u64, u32)> {
         self.redis.as_ref()?.sale_rules(id).await.ok().flatten()
     }
 }

@@ -89,6 +89,8 @@ pub struct Known {
     /// The epoch of its Redis-held stock, which its purchases expect of Redis's marker (0 for
     /// a product of another home; see [`crate::redis_stock::epoch`]).
     pub redis_epoch: u64,
+    /// The parts its Redis-held stock is split in (0: one counter, or another home).
+    pub redis_parts: u32,
 }
 
 type Entries = HashMap<u64, Arc<Entry>>;

@@ -111,9 +111,12 @@ impl Shelf {
     /// Reads the purchases that hold the product's units, its mark having been read as `mark`.
     async fn read_winners(&self, id: u64, home: Home, mark: u64) -> Result<Winners, ReadError> {
         let (read, winners): (usize, Vec<(String, String)>) = match home {
-            Home::Redis => {
+            Home::Redis | Home::RedisSplit => {
                 let redis = (self.redis.as_ref()).ok_or(RedisStockError::NotConfigured)?;
-                let charged = redis.charged(id).await?;
+                let charged = match home {
+                    Home::RedisSplit => redis.split_charged(id).await?,
+                    _ => redis.charged(id).await?,
+                };
                 let read = charged.len();
                 let winners = charged
                     .into_iter()

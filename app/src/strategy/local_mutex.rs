@@ -133,6 +133,7 @@ mod tests {
                     crate::api::DEFAULT_PAYMENT_WINDOW_MS as u64,
                 ),
                 redis_epoch: 0,
+                redis_parts: 0,
                 hold: None,
                 stats: PurchaseStats::default(),
             };

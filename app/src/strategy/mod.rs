@@ -23,6 +23,7 @@ pub mod pessimistic;
 pub mod racy_limit;
 pub mod redis_lua;
 pub mod redis_lua_stream;
+pub mod redis_split;
 pub mod registry;
 pub mod sharded;
 pub mod unchecked;
@@ -211,6 +212,9 @@ pub struct Purchase {
     /// as it knows): the take scripts refuse a purchase whose product's marker is gone or
     /// behind it (see [`crate::redis_stock::epoch`]).
     pub redis_epoch: u64,
+    /// The parts the product's Redis-held stock is split in (0: one counter; see
+    /// [`crate::redis_stock::split`]).
+    pub redis_parts: u32,
     /// Injected pause inside the critical section (`X-Seckill-Hold-Ms`, when allowed).
     pub hold: Option<Duration>,
     /// What the strategy had to do, for the metrics.
@@ -398,4 +402,6 @@ pub struct Deps {
     pub full_queue_memory: Duration,
     /// Most `optimistic` purchases an instance admits at once.
     pub optimistic_in_flight: u32,
+    /// Whether `redis-split` moves units home from the other parts before it says sold out.
+    pub split_fallback: bool,
 }

@@ -56,7 +56,7 @@ use crate::redis_stock::charge;
 use crate::redis_stock::scripts::{
     CONFLICT, DUPLICATE, LIMIT_REACHED, LOST, NO_COUNTER, SOLD_OUT, STREAM_FULL, TAKE,
 };
-use crate::redis_stock::{Attempt, RedisStock, RedisStockError, Replicated, Settled};
+use crate::redis_stock::{Attempt, CounterKeys, RedisStock, RedisStockError, Replicated, Settled};
 
 /// Attempts to give units back, and the pause between them.
 const GIVE_BACK_TRIES: usize = 5;
@@ -68,18 +68,24 @@ const REPLAY_POLL: Duration = Duration::from_millis(10);
 const REPLAY_POLL_MAX: Duration = Duration::from_millis(200);
 
 pub struct RedisLua {
-    pool: MySqlPool,
-    redis: Option<RedisStock>,
+    pub(super) pool: MySqlPool,
+    pub(super) redis: Option<RedisStock>,
     /// How long a replayed click waits for its original order before answering `busy`.
     replay_wait: Duration,
 }
 
 pub fn build(deps: &Deps) -> Arc<dyn StockStrategy> {
-    Arc::new(RedisLua {
-        pool: deps.pool.clone(),
-        redis: deps.redis.clone(),
-        replay_wait: deps.lock_wait,
-    })
+    Arc::new(RedisLua::new(deps))
+}
+
+impl RedisLua {
+    pub(super) fn new(deps: &Deps) -> RedisLua {
+        RedisLua {
+            pool: deps.pool.clone(),
+            redis: deps.redis.clone(),
+            replay_wait: deps.lock_wait,
+        }
+    }
 }
 
 impl StockStrategy for RedisLua {
@@ -89,75 +95,117 @@ impl StockStrategy for RedisLua {
     ) -> BoxFuture<'a, Result<Purchased, PurchaseError>> {
         Box::pin(async move {
             let redis = configured(&self.redis)?;
-            let keys = redis.keys();
-            let field = charge::field(&purchase.user_id, &purchase.request_id);
-            let attempt = Attempt::new();
-            let script = Instant::now();
-            let taken = redis
-                .take(
-                    purchase.product_id,
-                    TAKE.key(keys.stock(purchase.product_id))
-                        .key(keys.requests(purchase.product_id))
-                        .key(keys.buyers(purchase.product_id))
-                        .key(keys.limit(purchase.product_id))
-                        .key(keys.epoch(purchase.product_id))
-                        .key(keys.charges(purchase.product_id))
-                        .arg(&field)
-                        .arg(purchase.quantity)
-                        .arg(charge::terms(purchase.quantity, purchase.strategy.name()))
-                        .arg(attempt.name())
-                        .arg(purchase.redis_epoch),
-                )
-                .await;
-            purchase.stats.time(Stage::Script, script.elapsed());
-            let (taken, replicated) = match taken {
-                Ok(taken) => taken,
-                // The script may have run and its answer been lost (a timeout, a broken
-                // connection): settle it, and give back what it took, if it ran.
-                Err(e) => {
-                    let why = unavailable(e);
-                    return Err(
-                        match redis.settle(purchase.product_id, &field, attempt).await {
-                            Ok(Settled::Mine) => give_back(redis, purchase, attempt, why).await,
-                            // Another attempt's charge is that attempt's to keep or give back.
-                            Ok(Settled::Other | Settled::NotMade) => why,
-                            Err(unsettled) => {
-                                tracing::warn!(request_id = %purchase.request_id, error = %unsettled,
-                                "a lost deduction could not be settled: undersell until reconciled, if it was made");
-                                why
-                            }
-                        },
-                    );
-                }
-            };
-            refused(&self.pool, purchase, taken).await?;
-            if taken == DUPLICATE {
-                return Err(self.original_order(purchase).await);
-            }
-            if let Replicated::Short { acked, wanted } = replicated {
-                // A failover now would lose the deduction: no order may rest on it.
-                let why = unavailable(RedisStockError::NotReplicated { acked, wanted });
-                return Err(give_back(redis, purchase, attempt, why).await);
-            }
-            // The units are taken and no order names them yet: the window a crash turns into
-            // undersell.
-            purchase.hold().await;
-            let write = Instant::now();
-            let tx = match self.pool.begin().await {
-                Ok(tx) => tx,
-                Err(e) => return Err(give_back(redis, purchase, attempt, e.into()).await),
-            };
-            let placed = place(tx, purchase, None).await;
-            purchase.stats.time(Stage::OrderWrite, write.elapsed());
-            match placed {
-                Ok(placed) => Ok(placed.into()),
-                // The commit may have happened: keeping the units is undersell at worst.
-                Err(unknown @ PurchaseError::OutcomeUnknown(_)) => Err(unknown),
-                // A duplicate here is a purchase a reconciliation fenced out (voided): its
-                // units go back once, by whichever of the two gets to its record first.
-                Err(e) => Err(give_back(redis, purchase, attempt, e).await),
-            }
+            let counter = redis.keys().counter(purchase.product_id);
+            let taken = take_at(redis, purchase, &counter).await?;
+            refused(&self.pool, purchase, taken.left).await?;
+            self.place_taken(redis, purchase, &counter, taken).await
         })
+    }
+}
+
+/// What a take script answered on a counter, its answer not lost.
+pub(crate) struct Taken {
+    /// The units left, or a refusal ([`refused`]).
+    pub left: i64,
+    attempt: Attempt,
+    replicated: Replicated,
+}
+
+/// Runs [`TAKE`] for `purchase` on the counter `keys`. A script whose answer was lost is
+/// settled, and what it took given back: that is an error, with nothing taken.
+pub(crate) async fn take_at(
+    redis: &RedisStock,
+    purchase: &Purchase,
+    keys: &CounterKeys,
+) -> Result<Taken, PurchaseError> {
+    let field = charge::field(&purchase.user_id, &purchase.request_id);
+    let attempt = Attempt::new();
+    let script = Instant::now();
+    let taken = redis
+        .take(
+            &keys.stock,
+            TAKE.key(&keys.stock)
+                .key(&keys.requests)
+                .key(&keys.buyers)
+                .key(&keys.limit)
+                .key(&keys.epoch)
+                .key(&keys.charges)
+                .arg(&field)
+                .arg(purchase.quantity)
+                .arg(charge::terms(purchase.quantity, purchase.strategy.name()))
+                .arg(attempt.name())
+                .arg(purchase.redis_epoch),
+        )
+        .await;
+    purchase.stats.time(Stage::Script, script.elapsed());
+    match taken {
+        Ok((left, replicated)) => Ok(Taken {
+            left,
+            attempt,
+            replicated,
+        }),
+        // The script may have run and its answer been lost (a timeout, a broken
+        // connection): settle it, and give back what it took, if it ran.
+        Err(e) => {
+            let why = unavailable(e);
+            Err(
+                match redis.settle_at(&keys.requests, &field, attempt).await {
+                    Ok(Settled::Mine) => give_back(redis, purchase, keys, attempt, why).await,
+                    // Another attempt's charge is that attempt's to keep or give back.
+                    Ok(Settled::Other | Settled::NotMade) => why,
+                    Err(unsettled) => {
+                        tracing::warn!(request_id = %purchase.request_id, error = %unsettled,
+                            "a lost deduction could not be settled: undersell until reconciled, if it was made");
+                        why
+                    }
+                },
+            )
+        }
+    }
+}
+
+impl RedisLua {
+    /// After a take that was not refused: answers a duplicate with its original order, or
+    /// places the order of the units taken from the counter `keys`, giving them back if it
+    /// cannot be written.
+    pub(crate) async fn place_taken(
+        &self,
+        redis: &RedisStock,
+        purchase: &Purchase,
+        keys: &CounterKeys,
+        taken: Taken,
+    ) -> Result<Purchased, PurchaseError> {
+        let Taken {
+            left,
+            attempt,
+            replicated,
+        } = taken;
+        if left == DUPLICATE {
+            return Err(self.original_order(purchase).await);
+        }
+        if let Replicated::Short { acked, wanted } = replicated {
+            // A failover now would lose the deduction: no order may rest on it.
+            let why = unavailable(RedisStockError::NotReplicated { acked, wanted });
+            return Err(give_back(redis, purchase, keys, attempt, why).await);
+        }
+        // The units are taken and no order names them yet: the window a crash turns into
+        // undersell.
+        purchase.hold().await;
+        let write = Instant::now();
+        let tx = match self.pool.begin().await {
+            Ok(tx) => tx,
+            Err(e) => return Err(give_back(redis, purchase, keys, attempt, e.into()).await),
+        };
+        let placed = place(tx, purchase, None).await;
+        purchase.stats.time(Stage::OrderWrite, write.elapsed());
+        match placed {
+            Ok(placed) => Ok(placed.into()),
+            // The commit may have happened: keeping the units is undersell at worst.
+            Err(unknown @ PurchaseError::OutcomeUnknown(_)) => Err(unknown),
+            // A duplicate here is a purchase a reconciliation fenced out (voided): its
+            // units go back once, by whichever of the two gets to its record first.
+            Err(e) => Err(give_back(redis, purchase, keys, attempt, e).await),
+        }
     }
 }
 
@@ -240,6 +288,7 @@ pub(crate) async fn refused(
 async fn give_back(
     redis: &RedisStock,
     purchase: &Purchase,
+    keys: &CounterKeys,
     attempt: Attempt,
     why: PurchaseError,
 ) -> PurchaseError {
@@ -252,7 +301,7 @@ async fn give_back(
         PurchaseError::Duplicate => charge::Afterwards::Ended,
         _ => charge::Afterwards::Open,
     };
-    let script = redis.give_back(purchase.product_id, &field, Some(&name), afterwards);
+    let script = redis.give_back_at(keys, purchase.product_id, &field, Some(&name), afterwards);
     // The script gives back once (it replaces the charge it gives back by) and only this
     // attempt's charge, so it may be sent again — a connection that just broke (a failover)
     // reconnects meanwhile — and a copy that arrives late, after the buyer's retry charged

@@ -97,7 +97,7 @@ impl StockStrategy for RedisLuaStream {
             let script = Instant::now();
             let taken = redis
                 .take(
-                    purchase.product_id,
+                    &keys.stock(purchase.product_id),
                     TAKE_AND_APPEND
                         .key(keys.stock(purchase.product_id))
                         .key(keys.requests(purchase.product_id))

@@ -116,6 +116,7 @@ mod tests {
             stream_max_lag: 1000,
             full_queue_memory: Duration::from_millis(1),
             optimistic_in_flight: 3,
+            split_fallback: true,
         };
         Registry::new(deps, Locks::new())
     }

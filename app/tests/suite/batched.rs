@@ -201,6 +201,7 @@ async fn a_caller_that_goes_away_before_its_batch_commits_breaks_nothing_and_buy
         stream_max_lag: 1000,
         full_queue_memory: Duration::from_millis(1),
         optimistic_in_flight: 4,
+        split_fallback: true,
         redis: None,
     };
     let batched = app::strategy::batched::build(&deps);
@@ -213,6 +214,7 @@ async fn a_caller_that_goes_away_before_its_batch_commits_breaks_nothing_and_buy
         per_user_limit: app::api::MAX_STOCK,
         pay_within: std::time::Duration::from_millis(app::api::DEFAULT_PAYMENT_WINDOW_MS as u64),
         redis_epoch: 0,
+        redis_parts: 0,
         hold: None,
         stats: PurchaseStats::default(),
     };

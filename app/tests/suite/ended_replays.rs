@@ -321,7 +321,11 @@ async fn charge_directly(redis: &RedisStock, product: u64, strategy: &str) -> i6
             .arg(attempt)
             .arg(0);
     }
-    redis.take(product, &take).await.expect("charged").0
+    redis
+        .take(&redis.keys().stock(product), &take)
+        .await
+        .expect("charged")
+        .0
 }
 
 /// Should a charge exist for a purchase whose order has already ended (its ended mark lost,

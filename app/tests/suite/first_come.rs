@@ -151,6 +151,7 @@ fn purchase(product: u64, user: &str, limit: i64) -> Purchase {
         per_user_limit: limit,
         pay_within: Duration::from_secs(60),
         redis_epoch: 0,
+        redis_parts: 0,
         hold: None,
         stats: PurchaseStats::default(),
     }

@@ -35,6 +35,7 @@ mod product_strategies;
 mod purchase_stages;
 mod reconcile_mid_sale;
 mod redis_restart;
+mod redis_split;
 mod redis_stock;
 mod redis_stock_cluster;
 mod redis_stock_sentinel;

@@ -392,6 +392,7 @@ async fn reconcile_puts_units_taken_without_an_order_back_on_sale() {
                 app::api::DEFAULT_PAYMENT_WINDOW_MS as u64,
             ),
             redis_epoch: 0,
+            redis_parts: 0,
             hold: Some(Duration::from_secs(30)),
             stats: PurchaseStats::default(),
         };
@@ -830,7 +831,7 @@ async fn a_late_give_back_never_gives_back_a_later_charge_of_the_same_purchase()
     };
     let (first, retry) = (Attempt::new(), Attempt::new());
     let (left, _) = redis
-        .take(1, &take(&redis, first))
+        .take(&redis.keys().stock(1), &take(&redis, first))
         .await
         .expect("first charge");
     assert_eq!(left, 9);
@@ -840,7 +841,7 @@ async fn a_late_give_back_never_gives_back_a_later_charge_of_the_same_purchase()
     assert_eq!(given, 1);
     // The buyer's retry charges the purchase again.
     let (left, _) = redis
-        .take(1, &take(&redis, retry))
+        .take(&redis.keys().stock(1), &take(&redis, retry))
         .await
         .expect("second charge");
     assert_eq!(left, 9);

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use app::accounting::{Accounting, Ledger};
-use app::api::{ErrorCode, Home, Strategy};
+use app::api::{ErrorCode, Strategy};
 use rand::{Rng, SeedableRng};
 use testkit::{Answer, Answers, Api, Apps, Click, order_request};
 use tokio::task::JoinSet;
@@ -133,7 +133,7 @@ pub async fn second_act(
     {
         apps.restart_in_place(0).await?;
     }
-    let released_after_kill = match killed_after.is_some() && strategy.home() == Home::Redis {
+    let released_after_kill = match killed_after.is_some() && strategy.home().in_redis() {
         true => release_what_the_kill_left(api, product).await?,
         false => 0,
     };

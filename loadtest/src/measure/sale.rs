@@ -106,7 +106,7 @@ pub async fn read_ledger(
     product: u64,
     home: Home,
 ) -> Result<(Ledger, Option<Duration>)> {
-    if home == Home::Redis {
+    if home.in_redis() {
         // The counter lives in the app's Redis: read through the app, after the drain.
         let (view, drained) = drain(api, product).await?;
         return Ok((Ledger::of(view), Some(drained)));

@@ -48,7 +48,7 @@ pub async fn closed(api: &Api, plan: &ThroughputPlan, round: usize) -> Result<Lo
 /// consumers would otherwise go on writing them to MariaDB during the next strategy's run and
 /// slow it down, and resetting a product scans what still waits.
 pub(crate) async fn settle(api: &Api, plan: &ThroughputPlan) -> Result<()> {
-    if plan.strategy.home() == app::api::Home::Redis {
+    if plan.strategy.home().in_redis() {
         crate::measure::sale::drain(api, plan.product).await?;
     }
     Ok(())

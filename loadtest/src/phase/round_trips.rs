@@ -143,7 +143,7 @@ pub async fn count(
             deltas.entry(kind).or_default().push(n.saturating_sub(was));
         }
     }
-    if home == app::api::Home::Redis {
+    if home.in_redis() {
         crate::measure::sale::drain(api, product).await?;
     }
     api.reset_product(product, 0, home).await?;

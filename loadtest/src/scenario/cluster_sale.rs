@@ -37,7 +37,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use app::accounting::{Accounting, Ledger};
-use app::api::{ErrorCode, Home, Safety, Service, Strategy};
+use app::api::{ErrorCode, Safety, Service, Strategy};
 use sandbox::Cluster;
 use serde::{Deserialize, Serialize};
 use testkit::{Answer, Api, Clicks, Crowd};
@@ -118,7 +118,7 @@ impl Sale {
 
     /// The stock is a Redis counter, not a database row under a lock.
     fn redis_stock(self) -> bool {
-        self.strategy.home() == Home::Redis
+        self.strategy.home().in_redis()
     }
 
     /// The lock's token fences the stock write.

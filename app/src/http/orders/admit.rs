@@ -81,6 +81,7 @@ pub(super) struct Admitted<'a> {
     per_user_limit: i64,
     pay_within: Duration,
     redis_epoch: u64,
+    redis_parts: u32,
     hold: Option<Duration>,
 }
 
@@ -96,6 +97,7 @@ impl Admitted<'_> {
             per_user_limit: self.per_user_limit,
             pay_within: self.pay_within,
             redis_epoch: self.redis_epoch,
+            redis_parts: self.redis_parts,
             hold: self.hold,
             stats: PurchaseStats::default(),
         }
@@ -160,6 +162,7 @@ pub(super) async fn admit<'a>(
             u64::try_from(known.rules.payment_window_ms).unwrap_or(u64::MAX),
         ),
         redis_epoch: known.redis_epoch,
+        redis_parts: known.redis_parts,
         hold,
     };
     Ok((admitted, recalled))

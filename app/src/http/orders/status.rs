@@ -136,7 +136,7 @@ async fn lost(pool: &MySqlPool, redis: &RedisStock, product: u64) -> Result<bool
     let Some(rules) = products::rules(pool, product).await? else {
         return Ok(false);
     };
-    if rules.home != Home::Redis {
+    if !rules.home.in_redis() {
         return Ok(false);
     }
     Ok(redis.marker(product).await?.unwrap_or(0) < rules.redis_epoch)
