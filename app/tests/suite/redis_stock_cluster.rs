@@ -155,3 +155,32 @@ async fn a_deduction_on_a_cluster_waits_for_its_own_shard_s_replica_and_no_other
     app.stop().await;
     drop_database(&database_url).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_split_on_a_cluster_sells_exactly_the_stock_from_two_instances() {
+    sandbox::require_faults!();
+    let url = cluster().await.url();
+    sells_exactly_the_stock_on(2, "redis-split", |config| config.redis_url = Some(url)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_split_product_s_parts_live_on_every_master() {
+    sandbox::require_faults!();
+    let cluster = cluster().await;
+    let keys = Keys::in_lanes("split:", CLUSTER_LANES);
+    let part_keys: Vec<String> = (0..8).map(|p| keys.part(1, p).stock).collect();
+    let c = cluster.clone();
+    let masters: BTreeSet<u16> = tokio::task::spawn_blocking(move || {
+        let asked = c.shards()[0].member(0);
+        part_keys
+            .iter()
+            .map(|key| {
+                let slot = asked.command(&["CLUSTER", "KEYSLOT", key]).unwrap();
+                c.shard_of_slot(slot.parse().unwrap()).slots().0
+            })
+            .collect()
+    })
+    .await
+    .expect("join");
+    assert_eq!(masters.len(), sandbox::SHARDS, "{masters:?}");
+}
