@@ -22,7 +22,9 @@
 //! counter can be checked against its own orders alone.
 //!
 //! **Sold out** is said only when the buyer's home and every other part were found empty in
-//! turn. Without that fallback (`--split-fallback false`) a buyer whose home is empty is told
+//! turn, in a pass over them that moved nothing: units move while a buyer looks, so a part she
+//! found empty may hold some by the time she has looked at the others, and a pass that moved
+//! units but lost them to other buyers of her part is followed by another. Without that fallback (`--split-fallback false`) a buyer whose home is empty is told
 //! "sold out" while other parts still hold units: **undersell**, the failure the scenario
 //! `split-undersell` counts.
 
@@ -43,11 +45,11 @@ pub const MAX_PARTS: u32 = 64;
 /// marker behind the epoch the move expects): nothing moved.
 pub const MOVE_LOST: i64 = -7;
 
-/// Takes units off a part for a move to another, once per move id: at least the `wanted`
-/// units if it has them, and half of what it holds if that is more (so that a part that runs
-/// dry is refilled for its next buyers too, not one unit at a time). Records the move in the
-/// part's `sent` hash with its units and destination; a move id already recorded answers its
-/// units again and takes nothing. KEYS: stock, epoch, allotted, sent. ARGV: move id, units
+/// Takes units off a part for a move to another, once per move id: the `wanted` units, or as
+/// many as it has. No more: a unit moved to a part whose buyers have all been served would sit
+/// there while a buyer of another part, which she had already found empty, is told "sold out".
+/// Records the move in the part's `sent` hash with its units and destination; a move id
+/// already recorded answers its units again and takes nothing. KEYS: stock, epoch, allotted, sent. ARGV: move id, units
 /// wanted, destination part, expected epoch. Returns the units taken (0: the part is empty),
 /// or [`MOVE_LOST`].
 pub static MOVE_OUT: LazyLock<Script> = LazyLock::new(|| {
@@ -58,7 +60,7 @@ if done then return tonumber(string.match(done, '^(%d+):')) end
 local left = redis.call('get', KEYS[1])
 if not left or tonumber(redis.call('get', KEYS[2]) or '0') < tonumber(ARGV[4]) then return -7 end
 left = tonumber(left)
-local n = math.min(left, math.max(tonumber(ARGV[2]), math.ceil(left / 2)))
+local n = math.min(left, tonumber(ARGV[2]))
 if n <= 0 then return 0 end
 redis.call('decrby', KEYS[1], n)
 redis.call('decrby', KEYS[3], n)
@@ -88,15 +90,21 @@ return 1",
 /// move's id, so an answer lost to a broken connection is asked again.
 const MOVE_TRIES: usize = 3;
 
-/// The home part of `user` among `parts`: a fixed hash (FNV-1a of the user id), the same in
-/// every instance and every release, so a buyer's charges are always found where they were
-/// made.
+/// The home part of `user` among `parts`: a fixed hash, the same in every instance and every
+/// release, so a buyer's charges are always found where they were made. FNV-1a of the user id,
+/// then MurmurHash3's finaliser: FNV's low bits depend only on the low bits of each byte, so
+/// `u-1 … u-999` taken modulo 8 alone would spread far more evenly than real buyers do.
 pub fn home_part(user: &str, parts: u32) -> u32 {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     for byte in user.as_bytes() {
         hash ^= u64::from(*byte);
         hash = hash.wrapping_mul(0x0100_0000_01b3);
     }
+    hash ^= hash >> 33;
+    hash = hash.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    hash ^= hash >> 33;
+    hash = hash.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    hash ^= hash >> 33;
     u32::try_from(hash % u64::from(parts.max(1))).unwrap_or(0)
 }
 
@@ -298,8 +306,8 @@ impl RedisStock {
         Ok(given)
     }
 
-    /// Moves units of `product` from part `from` into part `to` (at least `wanted`, if `from`
-    /// has them): the units that arrived. A move the scripts could not finish is left to
+    /// Moves units of `product` from part `from` into part `to` (`wanted`, or as many as
+    /// `from` has): the units that arrived. A move the scripts could not finish is left to
     /// `reconcile`, its units in the record of the move, and answered as an error.
     pub async fn move_units(
         &self,

@@ -12,7 +12,7 @@
 //! **What the split costs: undersell.** Buyers do not hash evenly, so a part runs dry while
 //! others still hold units. Told "sold out" there, a buyer is refused units that exist. So a
 //! buyer whose home is empty moves units home from the other parts in turn and takes them
-//! there, and hears "sold out" only once every part was found empty. A move is two scripts,
+//! there, and hears "sold out" only once a pass over every part found them all empty. A move is two scripts,
 //! each idempotent by the move's id: nothing is created or lost between them, and a move left
 //! half-way is finished by `reconcile` (see [`crate::redis_stock::split`]). With
 //! `--split-fallback false` the buyer is told "sold out" at her empty home: the scenario
@@ -32,6 +32,10 @@ use super::redis_lua::{RedisLua, configured, refused, take_at, unavailable};
 use super::{Deps, Purchase, PurchaseError, Purchased, StockStrategy};
 use crate::redis_stock::scripts::{NO_COUNTER, SOLD_OUT};
 use crate::redis_stock::split::home_part;
+
+/// Most passes over the other parts a buyer makes before she is told "sold out": each pass
+/// after the first follows one whose moved units other buyers of her part took.
+const MOST_PASSES: u32 = 4;
 
 pub struct RedisSplit {
     lua: RedisLua,
@@ -62,7 +66,10 @@ impl StockStrategy for RedisSplit {
             let home = home_part(&purchase.user_id, parts);
             let keys = redis.keys().part(purchase.product_id, home);
             let mut taken = take_at(redis, purchase, &keys).await?;
-            if taken.left == SOLD_OUT && self.fallback {
+            let mut passes = 0;
+            while taken.left == SOLD_OUT && self.fallback && passes < MOST_PASSES {
+                passes += 1;
+                let mut moved_any = false;
                 for offset in 1..parts {
                     let from = (home + offset) % parts;
                     let moved = redis
@@ -78,10 +85,17 @@ impl StockStrategy for RedisSplit {
                     if moved == 0 {
                         continue;
                     }
+                    moved_any = true;
                     taken = take_at(redis, purchase, &keys).await?;
                     if taken.left != SOLD_OUT {
                         break;
                     }
+                }
+                // A pass that found every other part empty: nothing is left anywhere she
+                // looked. One that moved units and lost them to other buyers of her part may
+                // have passed parts that were refilled meanwhile: she looks again.
+                if !moved_any {
+                    break;
                 }
             }
             refused(&self.lua.pool, purchase, taken.left).await?;
