@@ -43,6 +43,7 @@ pub mod return_crash;
 pub mod sentinel_failover;
 pub mod silent_path;
 mod skeleton;
+pub mod split_undersell;
 pub mod stale_sold_out;
 pub mod stream_consumer_crash;
 pub mod unsafe_release;
@@ -217,6 +218,10 @@ scenarios! {
     /// semi-synchronous with AFTER_SYNC answers none it could lose, and the buyers' clicks
     /// again with the same request id are placed once.
     AppFailover => app_failover::AppFailover;
+    /// A product's stock split over Redis counters (`redis-split`), as many buyers as units:
+    /// answered "sold out" at the buyer's empty part, buyers are refused while other parts hold
+    /// units (undersell); with units moved home from the other parts, every unit sells.
+    SplitUndersell => split_undersell::SplitUndersell;
     /// A Redis Cluster master SIGKILLed right after `redis-lua` decrements its replica, cut
     /// off, never received: the promoted replica offers those units again and they sell twice;
     /// `reconcile` after the failover lowers the counter from the orders and nothing oversells.

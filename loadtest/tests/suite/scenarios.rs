@@ -7,7 +7,7 @@ use app::api::Strategy;
 use clap::Parser;
 use loadtest::cli::{Cli, Command};
 use loadtest::report::schema::{ScenarioReport, Verdict};
-use loadtest::scenario::{self, Name, Options, Selection};
+use loadtest::scenario::{self, Name, Options, Selection, split_undersell};
 use locks::Backend;
 
 pub(crate) async fn quick(name: Name) -> ScenarioReport {
@@ -301,6 +301,25 @@ async fn a_crash_between_the_lua_deduction_and_the_insert_undersells_until_recon
         "{f:?}"
     );
     assert_eq!((f.units_sold, f.orders, f.oversell), (10, 10, 0));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn stock_split_over_counters_undersells_without_the_fallback_and_sells_every_unit_with_it() {
+    sandbox::require_faults!();
+    let report = quick(Name::SplitUndersell).await;
+    assert_all_pass(&report);
+    let without = row!(
+        report,
+        split_undersell::Form::WithoutFallback,
+        split_undersell
+    );
+    assert!(
+        without.undersell > 0 && without.refused_sold_out > 0,
+        "{without:?}"
+    );
+    assert_eq!(without.oversell, 0);
+    let with = row!(report, split_undersell::Form::WithFallback, split_undersell);
+    assert_eq!((with.sold, with.undersell, with.oversell), (40, 0, 0));
 }
 
 #[tokio::test(flavor = "multi_thread")]
