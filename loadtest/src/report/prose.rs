@@ -293,6 +293,27 @@ fn shards(p: &mut String, f: &TimeFinding) {
     if total <= 0.0 || busiest.per_1000 <= 0.0 {
         return;
     }
+    if f.strategy.home() == app::api::Home::RedisSplit {
+        // Shards that did a tenth of the busiest one's work or more: where its parts live.
+        let working = (shards.iter())
+            .filter(|g| g.per_1000 >= busiest.per_1000 / 10.0)
+            .count();
+        let _ = write!(
+            p,
+            " Its product's parts spread its Redis work over {working} of the cluster's shards \
+             ({} took {:.0}% of the cluster's CPU, the most): each buyer is charged on the \
+             shard of her home part. *Projection, not measured:* at these costs, with every \
+             shard (master and replica) on a core of its own, one product would sell at most \
+             {:.0} purchases/s — the busiest shard saturates first — where one shard doing all \
+             of it ({:.2} CPU-seconds per 1,000) would sell {:.0}.",
+            group_words(&busiest.group),
+            100.0 * busiest.per_1000 / total,
+            1000.0 / busiest.per_1000,
+            total,
+            1000.0 / total
+        );
+        return;
+    }
     let _ = write!(
         p,
         " Of the cluster's CPU, {} took {:.0}%: every purchase of the product goes to the \
@@ -643,6 +664,34 @@ mod tests {
         assert!(text.contains("at most 6667 purchases/s"), "{text}");
         let one_redis = time(&s, &spent(&[("app", 0.5), ("redis-server", 0.1)]));
         assert!(!one_redis.contains("Projection"), "{one_redis}");
+    }
+
+    #[test]
+    fn a_split_product_on_a_cluster_is_projected_from_its_busiest_shard_beside_one_shard() {
+        let ledger = Ledger {
+            initial_stock: 10,
+            final_stock: 0,
+            units_in_orders: 10,
+            orders: 10,
+            pending: 0,
+            reserved: 0,
+            paid: 10,
+            returned: 0,
+            returning: 0,
+        };
+        let s = crate::sample::strategy(Strategy::RedisSplit, ledger);
+        let mut f = spent(&[
+            ("app", 0.5),
+            ("redis-shard-1", 0.05),
+            ("redis-shard-2", 0.04),
+            ("redis-shard-3", 0.01),
+        ]);
+        f.strategy = Strategy::RedisSplit;
+        let text = time(&s, &f);
+        assert!(text.contains("over 3 of the cluster's shards"), "{text}");
+        assert!(text.contains("shard 1 took 50%"), "{text}");
+        assert!(text.contains("at most 20000 purchases/s"), "{text}");
+        assert!(text.contains("would sell 10000"), "{text}");
     }
 
     #[test]

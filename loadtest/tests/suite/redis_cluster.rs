@@ -1,6 +1,7 @@
 //! `seckill-bench run --redis-cluster` in its quick form: the Redis-held strategies' flood and
-//! flash sale with their stock on a sandbox Redis Cluster keep every unit (no oversell, no
-//! unit beyond the limit, none stranded, sold out), and the report names the cluster and
+//! flash sale with their stock on a sandbox Redis Cluster — one counter per product, or split
+//! over parts on several shards — keep every unit (no oversell, no unit beyond the limit, none
+//! stranded, sold out: the split undersells nothing), and the report names the cluster and
 //! gives each shard its CPU.
 
 use crate::common;
@@ -22,7 +23,11 @@ async fn redis_stock_on_a_cluster_keeps_every_unit_through_a_flood_and_a_sale_an
     target
         .processes
         .extend(loadtest::rig::cluster_processes(&cluster));
-    let strategies = [Strategy::RedisLua, Strategy::RedisLuaStream];
+    let strategies = [
+        Strategy::RedisLua,
+        Strategy::RedisLuaStream,
+        Strategy::RedisSplit,
+    ];
     let mut settings = common::quick(strategies[0]);
     settings.strategies = strategies.to_vec();
     settings.flood = Some(FloodShape {
@@ -69,8 +74,8 @@ async fn redis_stock_on_a_cluster_keeps_every_unit_through_a_flood_and_a_sale_an
         );
         assert_eq!(a.units_sold, a.initial_stock, "{}: {a:?}", s.strategy.name);
     }
-    assert_eq!(report.floods.len(), 2);
-    assert_eq!(report.strategies.len(), 2);
+    assert_eq!(report.floods.len(), 3);
+    assert_eq!(report.strategies.len(), 3);
     let md = std::fs::read_to_string(output.dir.join("report.md")).unwrap();
     assert!(
         md.contains("| topology | a Redis Cluster of 3 masters"),
