@@ -6,13 +6,16 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::process::{Launch, Server};
-use crate::{Error, Result, ports, resp};
+use crate::{Error, Relay, Result, ports, resp};
 
 struct RedisLaunch {
     port: u16,
     replica_of: Option<u16>,
     /// A member of a Redis Cluster, whose peers talk to it on this port (its cluster bus).
     cluster_bus: Option<u16>,
+    /// The client port the member tells clients and its peers to reach it at, when that is
+    /// not its own: a relay in front of it.
+    announced: Option<u16>,
 }
 
 impl Launch for RedisLaunch {
@@ -41,6 +44,14 @@ impl Launch for RedisLaunch {
                 .args(["--cluster-port", &bus.to_string()])
                 .args(["--cluster-node-timeout", "1000"])
                 .args(["--cluster-replica-validity-factor", "0"]);
+            if let Some(announced) = self.announced {
+                // Clients, and a replica linking to it, are sent to the relay; the members'
+                // own bus connections stay direct, so cutting the relay cuts the shard off
+                // from its clients and its replica, not from the cluster's failure detection.
+                c.args(["--cluster-announce-ip", "127.0.0.1"])
+                    .args(["--cluster-announce-port", &announced.to_string()])
+                    .args(["--cluster-announce-bus-port", &bus.to_string()]);
+            }
         }
         c
     }
@@ -93,6 +104,7 @@ impl Redis {
             port,
             replica_of,
             cluster_bus: None,
+            announced: None,
         };
         let server = Server::start("redis", launch, |_| Ok(()))?;
         Ok(Redis { server, port })
@@ -108,9 +120,28 @@ impl Redis {
                 port,
                 replica_of: None,
                 cluster_bus: Some(ports::quiet_port()?),
+                announced: None,
             };
             let server = Server::start(name, launch, |_| Ok(()))?;
             Ok(Redis { server, port })
+        })
+    }
+
+    /// [`Redis::launch_cluster_member`] behind a relay of its own, which the member announces
+    /// as its address: clients and its replica reach it through the relay, its peers' bus
+    /// connections directly.
+    pub(crate) fn launch_cluster_member_behind_relay(name: &str) -> Result<(Redis, Relay)> {
+        crate::cluster::retry_port_clash(|| {
+            let port = ports::quiet_port()?;
+            let relay = Relay::start(std::net::SocketAddr::from(([127, 0, 0, 1], port)))?;
+            let launch = RedisLaunch {
+                port,
+                replica_of: None,
+                cluster_bus: Some(ports::quiet_port()?),
+                announced: Some(relay.addr().port()),
+            };
+            let server = Server::start(name, launch, |_| Ok(()))?;
+            Ok((Redis { server, port }, relay))
         })
     }
 

@@ -16,10 +16,17 @@
 //! process, bringing a killed one back (as a replica of the promoted one: a member keeps its
 //! identity in its `nodes.conf` and learns on its return that its slots moved).
 //!
-//! There is no relay-based partition here, for the reason the Sentinel set has none: the
-//! members tell clients and each other their own addresses. Pausing a member (SIGSTOP) is the
-//! partition this cluster offers. To make a replica miss writes for certain — a paused one
-//! reads them from its socket once it resumes — its link to its master is cut
+//! The members tell clients and each other their own addresses, so a relay in front of one is
+//! bypassed as soon as a client learns the slots — unless the member *announces* the relay
+//! (`cluster-announce-port`, as a member behind NAT announces its public address).
+//! [`RedisCluster::start_behind_relays`] starts each member behind a relay it announces:
+//! clients, and a replica linking to its master, go through the relays, while the members'
+//! cluster bus stays direct. Cutting a shard's relays ([`RedisShard::cut_off`]) then cuts the
+//! shard off from every client and its replica from its master, as a partition between the
+//! clients' network and the shard's would, while the cluster still sees the shard alive and
+//! fails nothing over. Pausing a member (SIGSTOP) is the partition [`RedisCluster::start`]'s
+//! direct members offer. To make a replica miss writes for certain — a paused one reads them
+//! from its socket once it resumes — its link to its master is cut
 //! ([`RedisShard::cut_replication`]).
 
 use std::process::Command;
@@ -28,7 +35,7 @@ use std::time::Duration;
 
 use crate::cluster::{self, Cluster, STATUS_TIMEOUT};
 use crate::process::{Server, find_program};
-use crate::{Error, Redis, Result, resp};
+use crate::{Error, Redis, Relay, Result, resp};
 
 /// Masters in the cluster (each with one replica).
 pub const SHARDS: usize = 3;
@@ -42,22 +49,50 @@ pub struct RedisCluster {
 pub struct RedisShard {
     /// `members[0]` was the master at start.
     members: [Arc<Redis>; 2],
+    /// The port each member announces (its relay's, or its own).
+    announced: [u16; 2],
+    /// The relays in front of the members, when they announce relays.
+    relays: Vec<Arc<Relay>>,
     /// Every member of the cluster, to ask who serves this shard's slots.
     everyone: Vec<Arc<Redis>>,
     /// The first and last slot the shard serves.
     slots: (u16, u16),
 }
 
+/// A member as started: the server, and the relay it announces, if any.
+type Member = (Arc<Redis>, Option<Arc<Relay>>);
+
+/// The port a member announces.
+fn announced((redis, relay): &Member) -> u16 {
+    relay.as_ref().map_or(redis.port(), |r| r.addr().port())
+}
+
 impl RedisCluster {
     /// Starts six members, makes them one cluster and waits until every slot is served and
     /// every replica is in sync with its master.
     pub fn start() -> Result<RedisCluster> {
-        let members: Vec<Arc<Redis>> = cluster::start_all(SHARDS * 2, |i| {
-            Redis::launch_cluster_member(&format!("redis-cluster-{}", i + 1)).map(Arc::new)
+        RedisCluster::start_with(false)
+    }
+
+    /// [`RedisCluster::start`] with every member behind a relay it announces as its address,
+    /// so that a shard can be cut off from its clients ([`RedisShard::cut_off`]).
+    pub fn start_behind_relays() -> Result<RedisCluster> {
+        RedisCluster::start_with(true)
+    }
+
+    fn start_with(relayed: bool) -> Result<RedisCluster> {
+        let started: Vec<Member> = cluster::start_all(SHARDS * 2, |i| {
+            let name = format!("redis-cluster-{}", i + 1);
+            match relayed {
+                true => Redis::launch_cluster_member_behind_relay(&name)
+                    .map(|(redis, relay)| (Arc::new(redis), Some(Arc::new(relay)))),
+                false => Redis::launch_cluster_member(&name).map(|redis| (Arc::new(redis), None)),
+            }
         })?;
-        let addresses: Vec<String> = members
+        let members: Vec<Arc<Redis>> = started.iter().map(|(m, _)| m.clone()).collect();
+        let addresses: Vec<String> = started
             .iter()
-            .map(|m| format!("127.0.0.1:{}", m.port()))
+            .map(|m| format!("127.0.0.1:{}", announced(m)))
             .collect();
         let output = Command::new(find_program("redis-cli"))
             .args(["--cluster", "create"])
@@ -93,7 +128,7 @@ impl RedisCluster {
             (paired == SHARDS).then_some(view)
         })?;
         let nodes = parse_nodes(&view);
-        let by_port = |port: u16| members.iter().find(|m| m.port() == port).cloned();
+        let by_port = |port: u16| started.iter().find(|m| announced(m) == port).cloned();
         let mut shards = Vec::new();
         for master in nodes.iter().filter(|n| n.master) {
             let replica = nodes
@@ -109,7 +144,9 @@ impl RedisCluster {
                 });
             };
             shards.push(Arc::new(RedisShard {
-                members: [m, r],
+                announced: [announced(&m), announced(&r)],
+                relays: [&m.1, &r.1].into_iter().flatten().cloned().collect(),
+                members: [m.0, r.0],
                 everyone: members.clone(),
                 slots,
             }));
@@ -141,7 +178,7 @@ impl RedisCluster {
         let ports: Vec<String> = self
             .shards
             .iter()
-            .flat_map(|s| s.members.iter().map(|m| format!("127.0.0.1:{}", m.port())))
+            .flat_map(|s| s.announced.iter().map(|p| format!("127.0.0.1:{p}")))
             .collect();
         format!("redis+cluster://{}", ports.join(","))
     }
@@ -165,12 +202,29 @@ impl RedisShard {
         let named = cluster::ask_all(&self.everyone, |m| self.named_by(m));
         let answered = named.iter().filter(|n| n.is_some()).count();
         let index = (0..2).find(|&i| {
-            let port = self.members[i].port();
+            let port = self.announced[i];
             named.iter().filter(|n| **n == Some(port)).count() >= cluster::majority(answered)
         })?;
         let role =
             resp::command_timeout(self.members[index].port(), &["ROLE"], STATUS_TIMEOUT).ok()?;
         (answered > 0 && role.starts_with("master")).then_some(index)
+    }
+
+    /// Cuts the shard off from its clients: every connection through its members' relays is
+    /// closed and new ones are refused, so no client reaches it and its replica loses its
+    /// master, while the cluster's bus, direct, still sees both alive and fails nothing over.
+    /// A shard of a cluster not started behind relays has none to cut.
+    pub fn cut_off(&self) {
+        for relay in &self.relays {
+            relay.cut();
+        }
+    }
+
+    /// Undoes [`RedisShard::cut_off`]: clients and the replica reach the members again.
+    pub fn reconnect(&self) {
+        for relay in &self.relays {
+            relay.heal();
+        }
     }
 
     /// The port of the master `asked` says serves this shard's first slot, failed or not.
@@ -231,7 +285,7 @@ impl RedisShard {
             let info = replica.command(&["INFO", "replication"]).ok()?;
             (resp::info_field(&info, "role").as_deref() == Some("slave")
                 && resp::info_field(&info, "master_port")
-                    .is_some_and(|p| p == self.members[master].port().to_string())
+                    .is_some_and(|p| p == self.announced[master].to_string())
                 && resp::info_field(&info, "master_link_status").as_deref() == Some("up"))
             .then_some(())
         })
@@ -256,9 +310,8 @@ impl Cluster for RedisShard {
     }
 
     fn client_addresses(&self) -> Vec<String> {
-        self.members
-            .iter()
-            .map(|m| format!("127.0.0.1:{}", m.port()))
+        (self.announced.iter())
+            .map(|p| format!("127.0.0.1:{p}"))
             .collect()
     }
 
