@@ -112,7 +112,8 @@ impl Scenario for ClusterFailoverStock {
         // Each mode kills the master of a shard of its own: the first shard, then the second.
         for (n, reconcile) in [false, true].into_iter().enumerate() {
             let mode = Mode { reconcile };
-            let (product, shard) = product_on(&cluster, n, PRODUCTS + 100 * n as u64).await?;
+            let (product, shard) =
+                product_on(&cluster, PREFIX, n, PRODUCTS + 100 * n as u64).await?;
             rows.push((mode, one(stage, mode, &fleet, product, shard).await?));
         }
         Ok(rows)
@@ -193,17 +194,18 @@ impl Scenario for ClusterFailoverStock {
     }
 }
 
-/// The first product from `from` whose counter lives on the cluster's `shard`-th shard, and
-/// that shard.
-async fn product_on(
+/// The first product from `from` whose counter, under the key prefix `prefix`, lives on the
+/// cluster's `shard`-th shard, and that shard.
+pub(super) async fn product_on(
     cluster: &Arc<RedisCluster>,
+    prefix: &str,
     shard: usize,
     from: u64,
 ) -> Result<(u64, Arc<RedisShard>)> {
-    let keys = Keys::in_lanes(PREFIX, CLUSTER_LANES);
+    let keys = Keys::in_lanes(prefix, CLUSTER_LANES);
     let c = Arc::clone(cluster);
     control(move || {
-        // The last shard is never killed: ask one of its members.
+        // The last shard is never killed or cut off: ask one of its members.
         let asked = c.shards()[sandbox::SHARDS - 1].member(0);
         let target = Arc::clone(&c.shards()[shard]);
         for product in from..from + CLUSTER_LANES {

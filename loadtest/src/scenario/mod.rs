@@ -41,6 +41,7 @@ pub mod redis_failover_stock;
 pub mod replica_stock_read;
 pub mod return_crash;
 pub mod sentinel_failover;
+pub mod shard_cut_off;
 pub mod silent_path;
 mod skeleton;
 pub mod split_undersell;
@@ -226,6 +227,10 @@ scenarios! {
     /// off, never received: the promoted replica offers those units again and they sell twice;
     /// `reconcile` after the failover lowers the counter from the orders and nothing oversells.
     ClusterFailoverStock => cluster_failover_stock::ClusterFailoverStock;
+    /// The network between the app and one Redis Cluster shard (master and replica) cut
+    /// mid-sale, the cluster's bus not: its product's purchases answer `503` and none sells,
+    /// a product on another shard sells on; back, both sell exactly their stock.
+    ShardCutOff => shard_cut_off::ShardCutOff;
     /// A crowd buys through `redis-lock` with MariaDB and Redis over loopback, then a round trip
     /// away, the lease the same: far away a holder is still inside when its lease runs out
     /// (oversell); `redis-watchdog`'s renewals keep it; `redis-lock-fenced` refuses the stale

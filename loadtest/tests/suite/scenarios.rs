@@ -7,7 +7,7 @@ use app::api::Strategy;
 use clap::Parser;
 use loadtest::cli::{Cli, Command};
 use loadtest::report::schema::{ScenarioReport, Verdict};
-use loadtest::scenario::{self, Name, Options, Selection, split_undersell};
+use loadtest::scenario::{self, Name, Options, Selection, shard_cut_off, split_undersell};
 use locks::Backend;
 
 pub(crate) async fn quick(name: Name) -> ScenarioReport {
@@ -398,6 +398,18 @@ async fn a_cluster_master_failover_that_lost_decrements_oversells_them_and_recon
         "{f:?}"
     );
     assert_eq!((f.units_sold, f.orders, f.oversell), (20, 20, 0), "{f:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_shard_cut_off_from_the_app_refuses_its_product_503_while_another_shard_sells() {
+    sandbox::require_faults!();
+    let report = quick(Name::ShardCutOff).await;
+    assert_all_pass(&report);
+    let f = row!(report, shard_cut_off::Product::CutOff, shard_cut_off);
+    assert_eq!((f.created_during, f.unavailable_during), (0, 5), "{f:?}");
+    assert_eq!((f.units_sold, f.oversell, f.stranded), (20, 0, 0), "{f:?}");
+    let f = row!(report, shard_cut_off::Product::OtherShard, shard_cut_off);
+    assert_eq!((f.created_during, f.units_sold), (5, 20), "{f:?}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
