@@ -118,13 +118,12 @@ async fn hang_ups_strand_nothing(strategies: impl Fn(&Strategy) -> bool) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn buyers_who_hang_up_strand_no_stock_under_the_redis_strategies() {
-    hang_ups_strand_nothing(|s| s.home() == app::api::Home::Redis).await;
+    hang_ups_strand_nothing(|s| s.home().in_redis()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn buyers_who_hang_up_strand_no_stock_under_the_database_strategies() {
-    hang_ups_strand_nothing(|s| s.home() != app::api::Home::Redis && s.lock_backend().is_none())
-        .await;
+    hang_ups_strand_nothing(|s| !s.home().in_redis() && s.lock_backend().is_none()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

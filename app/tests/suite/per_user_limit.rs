@@ -207,7 +207,7 @@ async fn a_product_whose_limit_no_buyer_can_reach_keeps_no_counts_and_a_limited_
     let in_database: Vec<Strategy> = Strategy::ALL
         .iter()
         .copied()
-        .filter(|s| s.safety() == Safety::Safe && s.home() != app::catalogue::Home::Redis)
+        .filter(|s| s.safety() == Safety::Safe && !s.home().in_redis())
         .collect();
     let mut product = 0;
     for strategy in in_database {
