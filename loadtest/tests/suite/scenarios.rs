@@ -417,7 +417,7 @@ async fn a_lease_sized_on_loopback_runs_out_far_away_and_only_renewal_or_a_fence
     sandbox::require_faults!();
     let report = quick(Name::LeaseDistance).await;
     assert_all_pass(&report);
-    let far = row!(report, "redis-lock, 270 ms away", lease_distance);
+    let far = row!(report, "redis-lock, 380 ms away", lease_distance);
     assert!(far.oversell > 0, "{far:?}");
     let near = row!(report, "redis-lock, 0 ms away", lease_distance);
     assert_eq!(
@@ -425,9 +425,9 @@ async fn a_lease_sized_on_loopback_runs_out_far_away_and_only_renewal_or_a_fence
         (0, near.stock),
         "{near:?}"
     );
-    let renewed = row!(report, "redis-watchdog, 270 ms away", lease_distance);
+    let renewed = row!(report, "redis-watchdog, 380 ms away", lease_distance);
     assert_eq!(renewed.oversell, 0, "{renewed:?}");
-    let fenced = row!(report, "redis-lock-fenced, 270 ms away", lease_distance);
+    let fenced = row!(report, "redis-lock-fenced, 380 ms away", lease_distance);
     assert_eq!(fenced.oversell, 0, "{fenced:?}");
     assert!(fenced.lock_lost > 0, "{fenced:?}");
 }
