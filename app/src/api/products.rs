@@ -75,8 +75,8 @@ pub struct ResetProduct {
     #[serde(default)]
     pub home: Home,
     /// With `"home": "buckets"`: the number of buckets the stock is split over, evenly
-    /// (default 8); with `"home": "redis-split"`, the number of Redis counters (parts, at most
-    /// 64). Ignored for the other homes.
+    /// (default 8); with `"home": "redis-split"`, the number of Redis counters (parts). Ignored
+    /// for the other homes.
     #[schema(minimum = 1, maximum = 1024)]
     #[serde(
         default,

@@ -10,7 +10,6 @@ use crate::api::{
 use crate::db::products;
 use crate::error::ApiError;
 use crate::inventory;
-use crate::redis_stock::split::MAX_PARTS;
 use crate::redis_stock::{News, RedisStockError, reconcile};
 use crate::state::{AppState, Settings};
 use axum::Json;
@@ -57,11 +56,6 @@ pub async fn reset(
         )));
     }
     let buckets = u32::try_from(buckets).unwrap_or(DEFAULT_BUCKETS);
-    if body.home == Home::RedisSplit && buckets > MAX_PARTS {
-        return Err(ApiError::Invalid(format!(
-            "a redis-split product's stock is split in at most {MAX_PARTS} parts (buckets)"
-        )));
-    }
     let rules = rules_of(&body, &state.settings)?;
     if rules.first_come && state.first_come.is_none() {
         return Err(ApiError::Invalid(

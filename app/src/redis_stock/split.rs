@@ -38,9 +38,6 @@ use super::scripts::GIVE_BACK_ALL;
 use super::{RedisStock, RedisStockError, charge};
 use crate::api::SaleRules;
 
-/// The most parts a product's stock may be split in.
-pub const MAX_PARTS: u32 = 64;
-
 /// [`MOVE_OUT`] and [`MOVE_IN`]: the part lost its data (its counter or its marker gone, or the
 /// marker behind the epoch the move expects): nothing moved.
 pub const MOVE_LOST: i64 = -7;
