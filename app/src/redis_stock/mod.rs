@@ -23,6 +23,7 @@ mod keys;
 pub mod reconcile;
 pub mod scripts;
 pub mod split;
+mod split_rebuild;
 mod split_reconcile;
 mod stream;
 

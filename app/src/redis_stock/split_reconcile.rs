@@ -11,10 +11,9 @@
 //! and a part found above what its orders account for (a shard's failover that lost decrements)
 //! is lowered, each by a compare-and-set of its own.
 //!
-//! Not rebuilt: a part whose data Redis lost (its marker gone or behind the database's epoch).
-//! The units it held cannot be told from the other parts' allotments, which keep changing
-//! while they sell; reconcile refuses the product (`lost`) rather than guess, and its parts
-//! that lost nothing keep selling. Reset the product between sales to start it again.
+//! Before all of it, parts Redis lost (their markers gone or behind the database's epoch) are
+//! rebuilt from the orders if every part was lost; if only some were, the product is refused
+//! (see [`super::split_rebuild`]).
 
 use std::time::Duration;
 
@@ -22,9 +21,9 @@ use sqlx::MySqlPool;
 
 use super::RedisStock;
 use super::reconcile::{ReconcileError, Scope, reconcile_in};
+use super::split_rebuild::rebuild_if_lost;
 use crate::api::Reconciliation;
 use crate::db::products::Rules;
-use deadpool_redis::redis;
 
 /// Delivers the moves left half-way, then reconciles each part of `product` as one counter.
 pub async fn reconcile(
@@ -35,14 +34,8 @@ pub async fn reconcile(
     grace: Duration,
 ) -> Result<Reconciliation, ReconcileError> {
     let parts = rules.redis_parts;
-    for part in 0..parts {
-        let marker: Option<u64> = redis
-            .query(redis::cmd("GET").arg(&redis.keys().part(product, part).epoch))
-            .await?;
-        if marker.unwrap_or(0) < rules.redis_epoch {
-            return Err(ReconcileError::PartLost(product, part));
-        }
-    }
+    let found = redis.split_counter_and_charges(product).await?;
+    let rebuilt = rebuild_if_lost(pool, redis, product, rules).await?;
     for (to, id, units) in redis.undelivered(product, parts).await? {
         redis
             .deliver(product, to, &id, units, rules.redis_epoch)
@@ -55,8 +48,8 @@ pub async fn reconcile(
         pending: 0,
         counter_found: Some(0),
         counter_after: 0,
-        rebuilt: false,
-        repaired: false,
+        rebuilt,
+        repaired: rebuilt,
         released_requests: 0,
         in_flight: 0,
     };
@@ -74,6 +67,9 @@ pub async fn reconcile(
         total.repaired |= done.repaired;
         total.released_requests += done.released_requests;
         total.in_flight += done.in_flight;
+    }
+    if rebuilt {
+        total.counter_found = found.map(|(left, _)| left);
     }
     Ok(total)
 }

@@ -188,3 +188,84 @@ async fn reconcile_finishes_a_move_left_half_way_and_lowers_a_part_above_its_ord
     app.stop().await;
     drop_database(&database_url).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_split_product_redis_lost_is_refused_until_reconcile_rebuilds_its_parts_from_the_orders()
+{
+    sandbox::require_faults!();
+    let server = tokio::task::spawn_blocking(sandbox::Redis::start)
+        .await
+        .expect("join")
+        .expect("a private Redis");
+    let server = std::sync::Arc::new(server);
+    let database_url = fresh_database_url().await;
+    let config = config_with(&database_url, server.url());
+    let redis = redis_of(&config);
+    let app = spawn_app(config).await;
+    let body = json!({ "stock": 8, "home": "redis-split", "buckets": PARTS, "per_user_limit": 1 });
+    app.reset_with(9, &body).await;
+    // Three buyers of part 0 (its two units and one moved home) and one of part 1.
+    let mut buyers = buyers_homed_in(0, 3);
+    buyers.extend(buyers_homed_in(1, 1));
+    for user in &buyers {
+        let (status, answer) = buy(&app, 9, user, "first", "redis-split").await;
+        assert_eq!(status.as_u16(), 201, "{user}: {answer}");
+    }
+
+    let restarting = server.clone();
+    tokio::task::spawn_blocking(move || restarting.server().restart())
+        .await
+        .expect("join")
+        .expect("Redis restarted empty");
+    let (status, answer) = buy(&app, 9, "newcomer", "n-1", "redis-split").await;
+    assert_eq!(
+        status.as_u16(),
+        503,
+        "nothing sold while the parts are lost: {answer}"
+    );
+
+    let done = app.reconcile(9).await;
+    assert!(done.rebuilt, "{done:?}");
+    assert_eq!((done.ordered, done.counter_after), (4, 4), "{done:?}");
+    let found = parts(&redis, 9).await;
+    assert_eq!(
+        found.iter().map(|&(left, _)| left).sum::<i64>(),
+        4,
+        "{found:?}"
+    );
+    assert_eq!(found.iter().map(|&(_, a)| a).sum::<i64>(), 8, "{found:?}");
+    assert_eq!(
+        found[0].1 - found[0].0,
+        3,
+        "part 0's buyers hold 3: {found:?}"
+    );
+
+    // Each buyer is still at her limit, in her own part; her purchase sent again replays.
+    let (status, answer) = buy(&app, 9, &buyers[0], "second", "redis-split").await;
+    assert_eq!(
+        (status.as_u16(), answer["error"].as_str()),
+        (409, Some("limit_reached")),
+        "{answer}"
+    );
+    let (status, answer) = buy(&app, 9, &buyers[3], "first", "redis-split").await;
+    assert_eq!(
+        status.as_u16(),
+        200,
+        "the original order replayed: {answer}"
+    );
+    // The rest sells exactly once.
+    let mut created = 0;
+    for n in 0..6 {
+        let (status, answer) = buy(&app, 9, &format!("late-{n}"), "l", "redis-split").await;
+        match status.as_u16() {
+            201 => created += 1,
+            409 => assert_eq!(answer["error"], "sold_out", "{answer}"),
+            other => panic!("{other}: {answer}"),
+        }
+    }
+    assert_eq!(created, 4);
+    let truth = ledger(&database_url, 9).await;
+    assert_eq!((truth.sold, truth.orders), (8, 8), "{truth:?}");
+    app.stop().await;
+    drop_database(&database_url).await;
+}
