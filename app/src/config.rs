@@ -97,6 +97,13 @@ pub struct Config {
     #[arg(long, env = "SECKILL_STREAM_MAX_LAG", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
     pub stream_max_lag: u64,
 
+    /// Refuse purchases `503 backend_unavailable` while the database's primary says its commits
+    /// wait for no replica (`Rpl_semi_sync_master_status` `OFF`: semi-synchronous replication
+    /// fell back to asynchronous, or is not on), read every 100 ms: an order answered then could
+    /// be lost by a failover.
+    #[arg(long, env = "SECKILL_REQUIRE_SEMI_SYNC", default_value_t = false, action = clap::ArgAction::Set)]
+    pub require_semi_sync: bool,
+
     /// Whether a `redis-split` buyer whose home part is empty moves units home from the other
     /// parts before she is told "sold out". `false` shows why the fallback is there: buyers
     /// refused while other parts still hold units (undersell).

@@ -220,6 +220,9 @@ pub async fn build_with(
         .then(|| tokio::spawn(lifecycle::sweep::run(life.clone(), pace)));
     let membership = Arc::new(db::galera::Membership::default());
     let asking = tokio::spawn(Arc::clone(&membership).watch(pool.clone()));
+    let semi_sync = Arc::new(db::semi_sync::SemiSync::default());
+    let reading_replication = (config.require_semi_sync)
+        .then(|| tokio::spawn(Arc::clone(&semi_sync).watch(pool.clone())));
     let readers = db::reader_pool(&pool, config);
     let (page_pool, refresh) = match config.page_refresh_together {
         true => (pool.clone(), pages::Refresh::Together),
@@ -279,12 +282,14 @@ pub async fn build_with(
         ),
         readers,
         membership,
+        semi_sync,
         life,
         background: Arc::new(Background::new(
             consumers
                 .into_iter()
                 .chain(listener)
                 .chain(sweep)
+                .chain(reading_replication)
                 .chain([forgetting, watching, forgetting_products, asking])
                 .collect(),
         )),

@@ -93,6 +93,9 @@ pub struct Shared {
     /// Whether the database node is in its Galera cluster's primary component (always, on a
     /// server that is not a Galera node).
     pub membership: Arc<crate::db::galera::Membership>,
+    /// Whether the primary's commits wait for a replica (read only with
+    /// `--require-semi-sync`; see [`crate::db::semi_sync`]).
+    pub semi_sync: Arc<crate::db::semi_sync::SemiSync>,
     /// Paying, cancelling and expiring orders.
     pub life: crate::lifecycle::Lifecycle,
     /// Background work of this instance (the stream consumer, the stock-back listener, the

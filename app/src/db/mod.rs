@@ -8,6 +8,7 @@ pub mod order_life;
 pub mod orders;
 pub mod products;
 pub mod quota;
+pub mod semi_sync;
 
 use std::str::FromStr;
 use std::time::Duration;

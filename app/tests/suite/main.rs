@@ -45,6 +45,7 @@ mod requests;
 mod returns_under_lock;
 mod safe_strategies;
 mod sale_rules;
+mod semi_sync_required;
 mod sharded;
 mod slow_clients;
 mod sold_out_memory;

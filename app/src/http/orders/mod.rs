@@ -148,6 +148,9 @@ pub async fn create(
     if !state.membership.ready() {
         return Err(crate::db::galera::out_of_the_cluster());
     }
+    if !state.semi_sync.acknowledged() {
+        return Err(crate::db::semi_sync::not_replicated());
+    }
     let (admitted, recalled) =
         admit::admit(&state, &parts.headers, product_id, buyer, order, started).await?;
     if recalled.refused {

@@ -1,0 +1,86 @@
+//! Whether the primary's commits still wait for a replica (`--require-semi-sync`).
+//!
+//! With semi-synchronous replication a commit is answered only once a replica has it, so a
+//! failover to that replica loses no order a buyer was told of. But a primary whose replica
+//! does not acknowledge within `rpl_semi_sync_master_timeout` falls back to asynchronous
+//! replication without a word to its clients: it answers every later commit at once, and the
+//! only sign is a status variable, `Rpl_semi_sync_master_status`, gone `OFF` (scenario
+//! `primary-failover`, its short-timeout row). A deployment that promised its buyers no lost
+//! order can ask for it: the instance then reads that variable every [`EVERY`] on a connection
+//! of its own and, while it reads `OFF` — or the server has no semi-synchronous replication at
+//! all — refuses purchases `503 backend_unavailable` before they touch the database, rather
+//! than answer orders a failover could take back. It comes back `ON` by itself once the replica
+//! has caught up, and purchases are admitted again.
+//!
+//! What it cannot refuse: the commits made between the fallback and the next read, among them
+//! the one whose wait ran out the timeout (the primary answers it, asynchronously), at most one
+//! [`EVERY`] of them.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use sqlx::{ConnectOptions, MySqlConnection, MySqlPool};
+
+/// How often the primary is asked.
+pub const EVERY: Duration = Duration::from_millis(100);
+
+/// Whether the primary's commits waited for a replica, as last read.
+#[derive(Debug)]
+pub struct SemiSync {
+    acknowledged: AtomicBool,
+}
+
+impl Default for SemiSync {
+    fn default() -> SemiSync {
+        SemiSync {
+            acknowledged: AtomicBool::new(true),
+        }
+    }
+}
+
+impl SemiSync {
+    /// `false` while the primary last said its commits do not wait for a replica.
+    pub fn acknowledged(&self) -> bool {
+        self.acknowledged.load(Ordering::Relaxed)
+    }
+
+    /// Reads the primary's status every [`EVERY`] for as long as the task lives. A read that
+    /// fails (the server out of reach) changes nothing: the statements that need the server
+    /// will say so themselves.
+    pub async fn watch(self: Arc<Self>, pool: MySqlPool) {
+        let options = pool.connect_options();
+        let mut conn: Option<MySqlConnection> = None;
+        loop {
+            if conn.is_none() {
+                conn = options.connect().await.ok();
+            }
+            if let Some(c) = conn.as_mut() {
+                match waits_for_a_replica(c).await {
+                    Ok(on) => self.acknowledged.store(on, Ordering::Relaxed),
+                    Err(_) => conn = None,
+                }
+            }
+            tokio::time::sleep(EVERY).await;
+        }
+    }
+}
+
+/// `Rpl_semi_sync_master_status` is `ON`. A server without semi-synchronous replication
+/// enabled reads `OFF` (or has no such variable): its commits wait for no one.
+async fn waits_for_a_replica(conn: &mut MySqlConnection) -> Result<bool, sqlx::Error> {
+    let status: Option<(String, String)> =
+        sqlx::query_as("SHOW GLOBAL STATUS LIKE 'Rpl_semi_sync_master_status'")
+            .fetch_optional(&mut *conn)
+            .await?;
+    Ok(status.is_some_and(|(_, value)| value.eq_ignore_ascii_case("ON")))
+}
+
+/// The refusal while the primary's commits wait for no replica.
+pub fn not_replicated() -> crate::error::ApiError {
+    crate::error::ApiError::Unavailable(
+        "the database's primary replicates asynchronously (semi-synchronous replication fell \
+         back or is off): an order answered now could be lost by a failover"
+            .into(),
+    )
+}
