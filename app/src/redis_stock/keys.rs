@@ -141,9 +141,6 @@ impl Keys {
             buyers: self.buyers(product),
             limit: self.limit(product),
             epoch: self.epoch(product),
-            allotted: format!("{}:allotted", self.product(product)),
-            sent: format!("{}:sent", self.product(product)),
-            received: format!("{}:received", self.product(product)),
         }
     }
 
@@ -151,19 +148,21 @@ impl Keys {
     /// part `p` of product `id` lives in lane `(id + p) mod lanes`, so on a cluster the parts
     /// of one product sit in as many different lanes as there are lanes, and on one Redis in
     /// its one lane.
-    pub fn part(&self, product: u64, part: u32) -> CounterKeys {
+    pub fn part(&self, product: u64, part: u32) -> PartKeys {
         let lane = (product + u64::from(part)) % self.lanes;
         let base = format!("{}split:{product}:{part}", self.tagged(lane));
-        CounterKeys {
-            requests: format!("{base}:requests"),
-            charges: format!("{base}:charges"),
-            buyers: format!("{base}:buyers"),
-            limit: format!("{base}:limit"),
-            epoch: format!("{base}:epoch"),
+        PartKeys {
             allotted: format!("{base}:allotted"),
             sent: format!("{base}:sent"),
             received: format!("{base}:received"),
-            stock: base,
+            counter: CounterKeys {
+                requests: format!("{base}:requests"),
+                charges: format!("{base}:charges"),
+                buyers: format!("{base}:buyers"),
+                limit: format!("{base}:limit"),
+                epoch: format!("{base}:epoch"),
+                stock: base,
+            },
         }
     }
 
@@ -184,22 +183,29 @@ impl Keys {
     }
 }
 
-/// The keys of one counter — a product's own, or a part of a split product — with what the take scripts need beside
-/// it (the same roles as a product's own keys), and what the moves between parts keep.
+/// The keys of one counter — a product's own, or a part of a split product — with what the
+/// take scripts need beside it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CounterKeys {
-    /// The units on sale in this part.
+    /// The units on sale.
     pub stock: String,
-    /// Purchase field → charge record, of the buyers whose home this part is.
+    /// Purchase field → charge record (of the buyers whose home a part is).
     pub requests: String,
-    /// How many charges this part has made, ever.
+    /// How many charges the counter has made, ever.
     pub charges: String,
-    /// Units charged to each buyer whose home this part is.
+    /// Units charged to each buyer.
     pub buyers: String,
-    /// The product's per-user limit, copied into every part.
+    /// The product's per-user limit (copied into every part).
     pub limit: String,
-    /// The marker: the epoch the part was written at.
+    /// The marker: the epoch the counter was written at.
     pub epoch: String,
+}
+
+/// The keys of one part of a split product: its counter's, and what the moves between parts
+/// keep.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartKeys {
+    pub counter: CounterKeys,
     /// Units ever put into this part: its share at the reset, plus the units moved in, less
     /// the units moved out. The part's counter is this, less the units its charges hold.
     pub allotted: String,

@@ -37,7 +37,7 @@ use crate::config::Config;
 pub use announce::News;
 pub use charge::Attempt;
 use connections::Connections;
-pub use keys::{CLUSTER_LANES, CounterKeys, Keys};
+pub use keys::{CLUSTER_LANES, CounterKeys, Keys, PartKeys};
 pub use stream::StreamOrder;
 
 /// What settling a take whose answer was lost found ([`RedisStock::settle`]).
@@ -405,8 +405,15 @@ impl RedisStock {
     /// The purchases the product's counter has charged: field → charge record (see
     /// [`charge`]).
     pub async fn charged(&self, product: u64) -> Result<HashMap<String, String>, RedisStockError> {
-        self.query(redis::cmd("HGETALL").arg(self.keys.requests(product)))
-            .await
+        self.charged_at(&self.keys.requests(product)).await
+    }
+
+    /// [`RedisStock::charged`] by the charge records `requests` of a counter.
+    pub async fn charged_at(
+        &self,
+        requests: &str,
+    ) -> Result<HashMap<String, String>, RedisStockError> {
+        self.query(redis::cmd("HGETALL").arg(requests)).await
     }
 }
 

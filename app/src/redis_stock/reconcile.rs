@@ -54,7 +54,7 @@
 //! their units. Reconcile once they have ended, and run Redis with an append-only file (see
 //! `docker-compose.yml`).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::time::Duration;
 
 use sqlx::MySqlPool;
@@ -68,7 +68,6 @@ use crate::api::{Home, Reconciliation};
 use crate::db::order_life;
 use crate::db::orders::{self, NewOrder, OrderState};
 use crate::db::products;
-use deadpool_redis::redis;
 
 /// Why a product could not be reconciled.
 #[derive(Debug, thiserror::Error)]
@@ -125,7 +124,7 @@ pub async fn reconcile(
         home => return Err(ReconcileError::NotInRedis(product, home)),
     }
     let found = redis.counter(product).await?;
-    let rebuilt = rebuild_if_lost(pool, redis, product).await?;
+    let rebuilt = rebuild_if_lost(pool, redis, product, &rules).await?;
     let scope = Scope::whole(redis, product);
     let (reconciled, counter_found) = reconcile_in(pool, redis, &scope, grace).await?;
     Ok(Reconciliation {
@@ -257,13 +256,8 @@ async fn rebuild_if_lost(
     pool: &MySqlPool,
     redis: &RedisStock,
     product: u64,
+    rules: &products::Rules,
 ) -> Result<bool, ReconcileError> {
-    let rules = products::rules(pool, product)
-        .await?
-        .ok_or(ReconcileError::UnknownProduct(product))?;
-    if rules.home != Home::Redis {
-        return Err(ReconcileError::NotInRedis(product, rules.home));
-    }
     if redis.marker(product).await?.unwrap_or(0) >= rules.redis_epoch {
         return Ok(false);
     }
@@ -347,11 +341,11 @@ async fn read(
     let product = scope.product;
     // A part's counter and allotment change together (a move changes both in one step), so
     // one read of the two is what the part's orders must account for.
-    let (counter, allotted): (Option<i64>, Option<i64>) = match scope.part {
+    let (counter, allotted) = match scope.part {
         None => (redis.counter(product).await?, None),
-        Some(_) => {
-            let keys = &scope.keys;
-            (redis.query(redis::cmd("MGET").arg(&keys.stock).arg(&keys.allotted))).await?
+        Some((part, _)) => {
+            let state = redis.part_state(product, part).await?;
+            (state.counter, Some(state.allotted))
         }
     };
     let view = products::view(pool, product)
@@ -391,9 +385,7 @@ async fn read(
         .iter()
         .map(|o| charge::field(&o.user_id, &o.request_id))
         .collect();
-    let charged: HashMap<String, String> = redis
-        .query(redis::cmd("HGETALL").arg(&scope.keys.requests))
-        .await?;
+    let charged = redis.charged_at(&scope.keys.requests).await?;
     let now = redis.now_ms().await?;
 
     let grace_ms = u64::try_from(grace.as_millis()).unwrap_or(u64::MAX);

@@ -123,7 +123,7 @@ pub struct PartState {
 impl RedisStock {
     /// The keys of `user`'s home part of `product`, split in `parts`.
     pub fn home_of(&self, product: u64, parts: u32, user: &str) -> CounterKeys {
-        self.keys.part(product, home_part(user, parts))
+        self.keys.part(product, home_part(user, parts)).counter
     }
 
     /// Makes Redis the home of `stock` units of `product` split over `parts` parts, at its
@@ -143,13 +143,13 @@ impl RedisStock {
             let keys = self.keys.part(product, part);
             self.query::<()>(
                 redis::cmd("MSET")
-                    .arg(&keys.limit)
+                    .arg(&keys.counter.limit)
                     .arg(rules.per_user_limit)
-                    .arg(&keys.stock)
+                    .arg(&keys.counter.stock)
                     .arg(share)
                     .arg(&keys.allotted)
                     .arg(share)
-                    .arg(&keys.epoch)
+                    .arg(&keys.counter.epoch)
                     .arg(epoch),
             )
             .await?;
@@ -182,12 +182,12 @@ impl RedisStock {
             let keys = self.keys.part(product, part);
             self.query::<()>(
                 redis::cmd("DEL")
-                    .arg(&keys.stock)
-                    .arg(&keys.requests)
-                    .arg(&keys.charges)
-                    .arg(&keys.buyers)
-                    .arg(&keys.limit)
-                    .arg(&keys.epoch)
+                    .arg(&keys.counter.stock)
+                    .arg(&keys.counter.requests)
+                    .arg(&keys.counter.charges)
+                    .arg(&keys.counter.buyers)
+                    .arg(&keys.counter.limit)
+                    .arg(&keys.counter.epoch)
                     .arg(&keys.allotted)
                     .arg(&keys.sent)
                     .arg(&keys.received),
@@ -206,16 +206,25 @@ impl RedisStock {
     ) -> Result<Vec<PartState>, RedisStockError> {
         let mut states = Vec::with_capacity(parts as usize);
         for part in 0..parts {
-            let keys = self.keys.part(product, part);
-            let (counter, allotted): (Option<i64>, Option<i64>) = self
-                .query(redis::cmd("MGET").arg(&keys.stock).arg(&keys.allotted))
-                .await?;
-            states.push(PartState {
-                counter,
-                allotted: allotted.unwrap_or(0),
-            });
+            states.push(self.part_state(product, part).await?);
         }
         Ok(states)
+    }
+
+    /// Part `part`'s counter and allotment, read in one step: a move changes both at once.
+    pub async fn part_state(&self, product: u64, part: u32) -> Result<PartState, RedisStockError> {
+        let keys = self.keys.part(product, part);
+        let (counter, allotted): (Option<i64>, Option<i64>) = self
+            .query(
+                redis::cmd("MGET")
+                    .arg(&keys.counter.stock)
+                    .arg(&keys.allotted),
+            )
+            .await?;
+        Ok(PartState {
+            counter,
+            allotted: allotted.unwrap_or(0),
+        })
     }
 
     /// The units on sale in all of `product`'s parts and the charges they made ever (`None`:
@@ -231,7 +240,11 @@ impl RedisStock {
         for part in 0..parts {
             let keys = self.keys.part(product, part);
             let (counter, charged): (Option<i64>, Option<u64>) = self
-                .query(redis::cmd("MGET").arg(&keys.stock).arg(&keys.charges))
+                .query(
+                    redis::cmd("MGET")
+                        .arg(&keys.counter.stock)
+                        .arg(&keys.counter.charges),
+                )
                 .await?;
             let Some(counter) = counter else {
                 return Ok(None);
@@ -249,10 +262,8 @@ impl RedisStock {
     ) -> Result<HashMap<String, String>, RedisStockError> {
         let mut charged = HashMap::new();
         for part in 0..self.parts_of(product).await?.unwrap_or(0) {
-            let found: HashMap<String, String> = self
-                .query(redis::cmd("HGETALL").arg(&self.keys.part(product, part).requests))
-                .await?;
-            charged.extend(found);
+            let requests = self.keys.part(product, part).counter.requests;
+            charged.extend(self.charged_at(&requests).await?);
         }
         Ok(charged)
     }
@@ -290,9 +301,9 @@ impl RedisStock {
             let keys = self.keys.part(product, part);
             let mut script = GIVE_BACK_ALL.prepare_invoke();
             script
-                .key(&keys.stock)
-                .key(&keys.requests)
-                .key(&keys.buyers)
+                .key(&keys.counter.stock)
+                .key(&keys.counter.requests)
+                .key(&keys.counter.buyers)
                 .arg(self.keys.restocked())
                 .arg(product);
             for field in fields {
@@ -317,8 +328,8 @@ impl RedisStock {
         let id = charge::Attempt::new().name();
         let source = self.keys.part(product, from);
         let mut out = MOVE_OUT.prepare_invoke();
-        out.key(&source.stock)
-            .key(&source.epoch)
+        out.key(&source.counter.stock)
+            .key(&source.counter.epoch)
             .key(&source.allotted)
             .key(&source.sent)
             .arg(&id)
@@ -344,8 +355,8 @@ impl RedisStock {
     ) -> Result<(), RedisStockError> {
         let home = self.keys.part(product, to);
         let mut into = MOVE_IN.prepare_invoke();
-        into.key(&home.stock)
-            .key(&home.epoch)
+        into.key(&home.counter.stock)
+            .key(&home.counter.epoch)
             .key(&home.allotted)
             .key(&home.received)
             .arg(id)

@@ -80,7 +80,7 @@ pub(super) async fn rebuild_if_lost(
     let mut lost = Vec::new();
     for part in 0..parts {
         let marker: Option<u64> = redis
-            .query(redis::cmd("GET").arg(&redis.keys().part(product, part).epoch))
+            .query(redis::cmd("GET").arg(&redis.keys().part(product, part).counter.epoch))
             .await?;
         if marker.unwrap_or(0) < rules.redis_epoch {
             lost.push(part);
@@ -129,11 +129,11 @@ pub(super) async fn rebuild_if_lost(
         let keys = redis.keys().part(product, u32::try_from(n).unwrap_or(0));
         let mut script = REBUILD_PART.prepare_invoke();
         script
-            .key(&keys.stock)
-            .key(&keys.requests)
-            .key(&keys.buyers)
-            .key(&keys.limit)
-            .key(&keys.epoch)
+            .key(&keys.counter.stock)
+            .key(&keys.counter.requests)
+            .key(&keys.counter.buyers)
+            .key(&keys.counter.limit)
+            .key(&keys.counter.epoch)
             .key(&keys.allotted)
             .key(&keys.sent)
             .key(&keys.received)

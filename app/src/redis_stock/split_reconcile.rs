@@ -56,7 +56,7 @@ pub async fn reconcile(
     for part in 0..parts {
         let scope = Scope {
             product,
-            keys: redis.keys().part(product, part),
+            keys: redis.keys().part(product, part).counter,
             part: Some((part, parts)),
         };
         let (done, found) = reconcile_in(pool, redis, &scope, grace).await?;

@@ -64,7 +64,7 @@ impl StockStrategy for RedisSplit {
                 return Err(PurchaseError::SoldOut);
             }
             let home = home_part(&purchase.user_id, parts);
-            let keys = redis.keys().part(purchase.product_id, home);
+            let keys = redis.keys().part(purchase.product_id, home).counter;
             let mut taken = take_at(redis, purchase, &keys).await?;
             let mut passes = 0;
             while taken.left == SOLD_OUT && self.fallback && passes < MOST_PASSES {

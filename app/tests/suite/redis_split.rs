@@ -143,15 +143,15 @@ async fn reconcile_finishes_a_move_left_half_way_and_lowers_a_part_above_its_ord
     let body = json!({ "stock": 16, "home": "redis-split", "buckets": PARTS, "per_user_limit": 1 });
     app.reset_with(8, &body).await;
     let epoch: u64 = redis
-        .query(redis::cmd("GET").arg(&redis.keys().part(8, 1).epoch))
+        .query(redis::cmd("GET").arg(&redis.keys().part(8, 1).counter.epoch))
         .await
         .expect("a marker");
     // A move out of part 1 whose instance died before it arrived in part 0: two units in the
     // record of the move, in no counter.
     let source = redis.keys().part(8, 1);
     let mut out = MOVE_OUT.prepare_invoke();
-    out.key(&source.stock)
-        .key(&source.epoch)
+    out.key(&source.counter.stock)
+        .key(&source.counter.epoch)
         .key(&source.allotted)
         .key(&source.sent)
         .arg("lost-move")
@@ -164,7 +164,7 @@ async fn reconcile_finishes_a_move_left_half_way_and_lowers_a_part_above_its_ord
     let _: i64 = redis
         .query(
             redis::cmd("INCRBY")
-                .arg(&redis.keys().part(8, 2).stock)
+                .arg(&redis.keys().part(8, 2).counter.stock)
                 .arg(3),
         )
         .await

@@ -168,7 +168,7 @@ async fn a_split_product_s_parts_live_on_every_master() {
     sandbox::require_faults!();
     let cluster = cluster().await;
     let keys = Keys::in_lanes("split:", CLUSTER_LANES);
-    let part_keys: Vec<String> = (0..8).map(|p| keys.part(1, p).stock).collect();
+    let part_keys: Vec<String> = (0..8).map(|p| keys.part(1, p).counter.stock).collect();
     let c = cluster.clone();
     let masters: BTreeSet<u16> = tokio::task::spawn_blocking(move || {
         let asked = c.shards()[0].member(0);
