@@ -79,22 +79,7 @@ impl ReplicatedMariaDb {
             members,
             replication,
         };
-        if let Replication::SemiSync {
-            wait_point,
-            timeout,
-        } = replication
-        {
-            set.sql(
-                0,
-                &format!(
-                    "SET GLOBAL rpl_semi_sync_master_enabled = ON; \
-                     SET GLOBAL rpl_semi_sync_master_wait_point = '{}'; \
-                     SET GLOBAL rpl_semi_sync_master_timeout = {}",
-                    wait_point.sql(),
-                    timeout.as_millis()
-                ),
-            )?;
-        }
+        set.wait_for_replicas(0)?;
         for i in 1..=replicas {
             set.follow(i, 0)?;
         }
@@ -129,6 +114,38 @@ impl ReplicatedMariaDb {
                 .then_some(())
             },
         )
+    }
+
+    /// Makes replica `i` follow member `primary` instead of its own primary, from what it has
+    /// applied, and waits until its threads run: after a failover, the replicas left follow the
+    /// promoted member.
+    pub fn repoint(&self, i: usize, primary: usize) -> Result<()> {
+        self.sql(i, "STOP SLAVE")?;
+        self.follow(i, primary)
+    }
+
+    /// Member `i`'s commits wait for a replica as the set's replication says (nothing for
+    /// asynchronous replication): the first primary's from the start, a promoted member's once
+    /// [`ReplicatedMariaDb::promote`] made it primary and the replicas left follow it.
+    pub fn wait_for_replicas(&self, i: usize) -> Result<()> {
+        let Replication::SemiSync {
+            wait_point,
+            timeout,
+        } = self.replication
+        else {
+            return Ok(());
+        };
+        self.sql(
+            i,
+            &format!(
+                "SET GLOBAL rpl_semi_sync_master_enabled = ON; \
+                 SET GLOBAL rpl_semi_sync_master_wait_point = '{}'; \
+                 SET GLOBAL rpl_semi_sync_master_timeout = {}",
+                wait_point.sql(),
+                timeout.as_millis()
+            ),
+        )
+        .map(drop)
     }
 
     /// Makes member `i` read-only and starts it replicating from member `primary`, from the

@@ -140,3 +140,52 @@ async fn a_semi_synchronous_primary_without_an_acknowledgement_falls_back_to_asy
     let (on, _) = tokio::task::block_in_place(|| set.semi_sync_status(0)).unwrap();
     assert!(!on, "fell back to asynchronous replication");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn after_a_failover_the_replica_left_follows_the_promoted_one_and_acknowledges_its_commits() {
+    sandbox::require_faults!();
+    let replication = Replication::SemiSync {
+        wait_point: WaitPoint::AfterSync,
+        timeout: Duration::from_millis(500),
+    };
+    let set = tokio::task::spawn_blocking(move || ReplicatedMariaDb::start(2, replication))
+        .await
+        .expect("start thread")
+        .expect("a primary and two replicas start");
+    let primary = shop(&set).await;
+    tokio::task::block_in_place(|| set.wait_caught_up(2, 0, WITHIN)).expect("caught up");
+    drop(primary);
+    tokio::task::block_in_place(|| {
+        set.member(0).server().kill()?;
+        set.promote(1)?;
+        set.repoint(2, 1)?;
+        set.wait_for_replicas(1)
+    })
+    .unwrap();
+    let status = tokio::task::block_in_place(|| {
+        sandbox::wait_for(WITHIN, || {
+            set.semi_sync_status(1)
+                .ok()
+                .filter(|(_, clients)| *clients == 1)
+        })
+    });
+    assert_eq!(
+        status,
+        Some((true, 1)),
+        "the promoted primary waits for the replica left"
+    );
+    let mut promoted = connect(&set, 1).await;
+    run(
+        &mut promoted,
+        "UPDATE shop.stock SET units = units - 1 WHERE id = 1",
+    )
+    .await;
+    let (on, _) = tokio::task::block_in_place(|| set.semi_sync_status(1)).unwrap();
+    assert!(on, "acknowledged, not fallen back");
+    let mut left = connect(&set, 2).await;
+    assert_eq!(
+        units(&mut left).await,
+        9,
+        "acknowledged by the replica that follows it"
+    );
+}
