@@ -220,7 +220,7 @@ pub async fn build_with(
         .then(|| tokio::spawn(lifecycle::sweep::run(life.clone(), pace)));
     let membership = Arc::new(db::galera::Membership::default());
     let asking = tokio::spawn(Arc::clone(&membership).watch(pool.clone()));
-    let semi_sync = Arc::new(db::semi_sync::SemiSync::default());
+    let semi_sync = Arc::new(db::semi_sync::SemiSync::new(config.require_semi_sync));
     let reading_replication = (config.require_semi_sync)
         .then(|| tokio::spawn(Arc::clone(&semi_sync).watch(pool.clone())));
     let readers = db::reader_pool(&pool, config);

@@ -28,18 +28,20 @@ pub const EVERY: Duration = Duration::from_millis(100);
 /// Whether the primary's commits waited for a replica, as last read.
 #[derive(Debug)]
 pub struct SemiSync {
+    /// `--require-semi-sync`: the primary is read, and the reading shown in `/metrics`.
+    required: bool,
     acknowledged: AtomicBool,
 }
 
-impl Default for SemiSync {
-    fn default() -> SemiSync {
+impl SemiSync {
+    /// Acknowledged until [`SemiSync::watch`] reads otherwise; `required` as the setting says.
+    pub fn new(required: bool) -> SemiSync {
         SemiSync {
+            required,
             acknowledged: AtomicBool::new(true),
         }
     }
-}
 
-impl SemiSync {
     /// `false` while the primary last said its commits do not wait for a replica.
     pub fn acknowledged(&self) -> bool {
         self.acknowledged.load(Ordering::Relaxed)
@@ -66,6 +68,24 @@ impl SemiSync {
     }
 }
 
+impl SemiSync {
+    /// `seckill_semi_sync_acknowledged` for `/metrics` when the setting is on (empty when off):
+    /// an operator sees why purchases are refused, and a scenario when an instance noticed.
+    pub fn render(&self) -> String {
+        if !self.required {
+            return String::new();
+        }
+        format!(
+            "# HELP seckill_semi_sync_acknowledged 1 while the primary's commits wait for a \
+             replica as last read; 0 while it replicates asynchronously and purchases are \
+             refused (--require-semi-sync).\n\
+             # TYPE seckill_semi_sync_acknowledged gauge\n\
+             seckill_semi_sync_acknowledged {}\n",
+            u8::from(self.acknowledged())
+        )
+    }
+}
+
 /// `Rpl_semi_sync_master_status` is `ON`. A server without semi-synchronous replication
 /// enabled reads `OFF` (or has no such variable): its commits wait for no one.
 async fn waits_for_a_replica(conn: &mut MySqlConnection) -> Result<bool, sqlx::Error> {
@@ -83,4 +103,26 @@ pub fn not_replicated() -> crate::error::ApiError {
          back or is off): an order answered now could be lost by a failover"
             .into(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_gauge_shows_the_last_reading_only_when_semi_sync_is_required() {
+        assert_eq!(SemiSync::new(false).render(), "");
+        let required = SemiSync::new(true);
+        assert!(
+            (required.render()).ends_with("\nseckill_semi_sync_acknowledged 1\n"),
+            "{}",
+            required.render()
+        );
+        required.acknowledged.store(false, Ordering::Relaxed);
+        assert!(
+            (required.render()).ends_with("\nseckill_semi_sync_acknowledged 0\n"),
+            "{}",
+            required.render()
+        );
+    }
 }

@@ -59,6 +59,7 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
             + &state.rates.render()
             + &state.pages.render()
             + &state.connections.render()
-            + &state.shelf.render(),
+            + &state.shelf.render()
+            + &state.semi_sync.render(),
     )
 }

@@ -3,7 +3,7 @@
 //! failover could lose, and says so only in a status variable. The instance reads it and
 //! refuses purchases `503` rather than promise orders; once the replica is back and caught up
 //! the primary waits for it again, and purchases are admitted. Without the setting the same
-//! primary's purchases are answered `201`.
+//! primary's purchases are answered `201`. `/metrics` shows the reading it acts on.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -73,6 +73,17 @@ async fn a_primary_fallen_back_to_asynchronous_replication_is_refused_until_its_
     let (status, answer) = buy(&watching, 1, "c", "c-2", "conditional").await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{answer}");
     assert_eq!(answer["error"], "backend_unavailable", "{answer}");
+    let gauge = "seckill_semi_sync_acknowledged";
+    assert_eq!(
+        watching.metric(gauge).await,
+        Some(0),
+        "the refusal's reason"
+    );
+    assert_eq!(
+        trusting.metric(gauge).await,
+        None,
+        "not read without the setting"
+    );
     let (status, answer) = buy(&trusting, 1, "d", "d-1", "conditional").await;
     assert_eq!(
         status,
@@ -87,6 +98,7 @@ async fn a_primary_fallen_back_to_asynchronous_replication_is_refused_until_its_
     })
     .await;
     assert!(control(&set, |s| s.semi_sync_status(0)).await.0);
+    assert_eq!(watching.metric(gauge).await, Some(1));
     watching.stop().await;
     trusting.stop().await;
 }
