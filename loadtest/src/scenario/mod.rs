@@ -217,7 +217,9 @@ scenarios! {
     /// it at moved to the promoted replica: asynchronous replication loses orders answered
     /// `201` (their units sold again) while the new primary's accounting balances;
     /// semi-synchronous with AFTER_SYNC answers none it could lose, and the buyers' clicks
-    /// again with the same request id are placed once.
+    /// again with the same request id are placed once; fallen back to asynchronous after its
+    /// timeout it loses every order answered since, unless the instances read the primary's
+    /// status and refuse (`--require-semi-sync`): then only the commit that waited.
     AppFailover => app_failover::AppFailover;
     /// A product's stock split over Redis counters (`redis-split`), as many buyers as units:
     /// answered "sold out" at the buyer's empty part, buyers are refused while other parts hold

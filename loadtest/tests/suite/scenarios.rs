@@ -116,7 +116,7 @@ async fn a_failover_loses_answered_orders_asynchronously_read_ones_after_commit_
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_failover_under_the_service_loses_answered_orders_asynchronously_and_none_after_sync() {
+async fn a_failover_under_the_service_loses_answered_orders_unless_replicated_or_refused() {
     use loadtest::scenario::app_failover::Subject;
     sandbox::require_faults!();
     let report = quick(Name::AppFailover).await;
@@ -132,6 +132,18 @@ async fn a_failover_under_the_service_loses_answered_orders_asynchronously_and_n
     assert_eq!(kept.answered_after_cut, 0, "{kept:?}");
     assert!(kept.placed_on_retry > 0, "{kept:?}");
     assert_eq!((kept.lost_orders, kept.oversold), (0, 0), "{kept:?}");
+    let trusted = row!(report, Subject::FellBack, app_failover);
+    let refused = row!(report, Subject::FellBackRefused, app_failover);
+    assert!(
+        trusted.lost_orders > 1,
+        "a fallen-back primary answers what a failover loses: {trusted:?}"
+    );
+    assert_eq!(
+        (refused.lost_orders, refused.refused_while_async),
+        (1, trusted.answered_after_cut - 1),
+        "--require-semi-sync loses only the commit that waited out the timeout: {refused:?}"
+    );
+    assert_eq!(refused.placed_on_retry, refused.refused_while_async);
 }
 
 #[tokio::test(flavor = "multi_thread")]

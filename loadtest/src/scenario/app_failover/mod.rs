@@ -16,23 +16,33 @@
 //!   replica's acknowledgement, holding the row, and the others wait for the row; none is
 //!   answered `201`. When the primary dies the service answers them `503` — a commit whose
 //!   outcome it cannot know — or `busy`; each buyer clicks again with the same request id,
-//!   the new primary has no such order, and the purchase is made there, once.
+//!   the new primary has no such order, and the purchase is made there, once;
+//! * **semi-synchronous, fallen back**: both replicas cut off and a 300 ms timeout: the first
+//!   commit after the cut waits it out and the primary answers it, then replicates
+//!   asynchronously and says so only in `Rpl_semi_sync_master_status`. The buyers who click
+//!   next are answered `201` at once, and a failover loses every one of them, as
+//!   asynchronously;
+//! * **the same, with `--require-semi-sync`**: each instance reads that status and, once it
+//!   reads `OFF`, refuses purchases `503` instead. Only the commit that waited out the timeout
+//!   is lost — the primary answered it before anyone could know. The promoted replica waits
+//!   for the replica left, the refused buyers click again and are placed there, once.
 
-use std::collections::HashSet;
+mod clicks;
+mod cut;
+mod fallback;
+
 use std::fmt;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
-use app::api::Strategy;
+use anyhow::Result;
 use sandbox::{Relay, ReplicatedMariaDb, Replication, WaitPoint};
 use serde::{Deserialize, Serialize};
-use testkit::{Answer, Api, order_request};
 
-use super::{Judgement, Scenario, Stage, Timeline};
+use super::{Judgement, Scenario, Stage};
 use crate::rig::control;
-use crate::rig::fleet::{Fleet, Rows, accounting, poll};
+use crate::rig::fleet::{Fleet, Rows};
 
 pub struct AppFailover;
 
@@ -49,10 +59,19 @@ pub struct Sizes {
 pub enum Subject {
     Async,
     SemiSyncAfterSync,
+    /// Semi-synchronous, fallen back to asynchronous after its timeout.
+    FellBack,
+    /// [`Subject::FellBack`], the instances with `--require-semi-sync`.
+    FellBackRefused,
 }
 
 impl Subject {
-    const ALL: [Subject; 2] = [Subject::Async, Subject::SemiSyncAfterSync];
+    const ALL: [Subject; 4] = [
+        Subject::Async,
+        Subject::SemiSyncAfterSync,
+        Subject::FellBack,
+        Subject::FellBackRefused,
+    ];
 
     fn replication(self) -> Replication {
         match self {
@@ -62,7 +81,26 @@ impl Subject {
                 wait_point: WaitPoint::AfterSync,
                 timeout: Duration::from_secs(600),
             },
+            Subject::FellBack | Subject::FellBackRefused => Replication::SemiSync {
+                wait_point: WaitPoint::AfterSync,
+                timeout: Duration::from_millis(300),
+            },
         }
+    }
+
+    /// Replicas of the primary: a second one for the promoted replica to wait for, where
+    /// the instances refuse purchases while no replica acknowledges.
+    fn replicas(self) -> usize {
+        match self {
+            Subject::Async | Subject::SemiSyncAfterSync => 1,
+            Subject::FellBack | Subject::FellBackRefused => 2,
+        }
+    }
+
+    /// The instances' flags.
+    fn flags(self) -> Vec<String> {
+        let refusing = self == Subject::FellBackRefused;
+        vec![format!("--require-semi-sync={refusing}")]
     }
 }
 
@@ -71,6 +109,10 @@ impl fmt::Display for Subject {
         f.write_str(match self {
             Subject::Async => "conditional, asynchronous replica",
             Subject::SemiSyncAfterSync => "conditional, semi-synchronous replica (AFTER_SYNC)",
+            Subject::FellBack => "conditional, semi-synchronous replicas fallen back (300 ms)",
+            Subject::FellBackRefused => {
+                "conditional, fallen back, instances with --require-semi-sync"
+            }
         })
     }
 }
@@ -84,6 +126,10 @@ pub struct Figures {
     pub answered_after_cut: usize,
     /// Commits waiting for the replica's acknowledgement when the primary died.
     pub waiting_at_kill: u64,
+    /// Clicks after a fallback to asynchronous replication not answered `201` (refused by
+    /// instances that require semi-synchronous replication).
+    #[serde(default)]
+    pub refused_while_async: usize,
     /// Clicks after the cut the service answered `503` or `busy` (or not at all) when the
     /// primary died, clicked again with the same request id.
     pub clicked_again: usize,
@@ -123,8 +169,13 @@ impl Scenario for AppFailover {
              {} units with `conditional`: after {} the replica is cut off, {} buyers click at \
              once, the primary is SIGKILLed, the replica promoted and the address moved to \
              it; the unanswered click again with the same request id, new buyers buy until \
-             sold out",
-            s.stock, s.before_cut, s.after_cut
+             sold out. With two semi-synchronous replicas (300 ms timeout) both are cut off: \
+             one buyer clicks, waits out the timeout, and the other {} click once the primary \
+             fell back — the instances trusting it, or refusing with --require-semi-sync",
+            s.stock,
+            s.before_cut,
+            s.after_cut,
+            s.after_cut - 1
         )
     }
 
@@ -133,7 +184,9 @@ impl Scenario for AppFailover {
         for subject in Subject::ALL {
             let tl = stage.round(subject.to_string());
             let replication = subject.replication();
-            let set = Arc::new(control(move || ReplicatedMariaDb::start(1, replication)).await?);
+            let replicas = subject.replicas();
+            let set =
+                Arc::new(control(move || ReplicatedMariaDb::start(replicas, replication)).await?);
             let address = |i: usize| SocketAddr::from(([127, 0, 0, 1], set.member(i).port()));
             let primary = address(0);
             let relay = Arc::new(control(move || Relay::start(primary)).await?);
@@ -141,14 +194,23 @@ impl Scenario for AppFailover {
                 url: format!("mysql://root@{}", relay.addr()),
                 servers: Arc::new((Arc::clone(&set), Arc::clone(&relay))),
             };
-            let fleet = Fleet::start_with_rows(stage.app_binary()?, 2, &[], rows_at).await?;
-            let figures = round(&s, &fleet, &set, &relay, address(1), &tl).await?;
+            let fleet =
+                Fleet::start_with_rows(stage.app_binary()?, 2, &subject.flags(), rows_at).await?;
+            let figures = match subject {
+                Subject::Async | Subject::SemiSyncAfterSync => {
+                    cut::round(&s, &fleet, &set, &relay, address(1), &tl).await?
+                }
+                Subject::FellBack | Subject::FellBackRefused => {
+                    let refusing = subject == Subject::FellBackRefused;
+                    fallback::round(&s, &fleet, &set, &relay, address(1), refusing, &tl).await?
+                }
+            };
             rows.push((subject, figures));
         }
         Ok(rows)
     }
 
-    fn judge(_: &Sizes, subject: &Subject, f: &Figures) -> Judgement {
+    fn judge(s: &Sizes, subject: &Subject, f: &Figures) -> Judgement {
         let (expected, holds) = match subject {
             Subject::Async => (
                 "buyers answered `201` after the cut have no order on the new primary and their \
@@ -168,13 +230,35 @@ impl Scenario for AppFailover {
                     && f.oversold == 0
                     && f.oversell_in_database == 0,
             ),
+            Subject::FellBack => (
+                "every click after the cut is answered `201` — the first after the timeout, \
+                 the rest at once — and every one of those orders is lost by the failover, as \
+                 with asynchronous replication; the new primary's accounting balances",
+                f.answered_after_cut == s.after_cut
+                    && f.lost_orders == s.after_cut
+                    && f.oversold == f.lost_orders as i64
+                    && f.oversell_in_database == 0,
+            ),
+            Subject::FellBackRefused => (
+                "only the commit that waited out the timeout is answered `201` and lost; the \
+                 clicks after the instances read the fallback are refused, and clicked again \
+                 after the failover each is placed once",
+                f.answered_after_cut == 1
+                    && f.lost_orders == 1
+                    && f.refused_while_async == s.after_cut - 1
+                    && f.placed_on_retry == f.refused_while_async
+                    && f.oversold == 1
+                    && f.oversell_in_database == 0,
+            ),
         };
         let observed = format!(
-            "{} answered `201` before the kill ({} after the cut), {} commit(s) waiting; {} \
-             clicked again, {} placed then; {} sold after the failover; {} answered order(s) \
-             lost; {} oversold by the answers, {} by the database's accounting",
+            "{} answered `201` before the kill ({} after the cut, {} refused), {} commit(s) \
+             waiting; {} clicked again, {} placed then; {} sold after the failover; {} \
+             answered order(s) lost; {} oversold by the answers, {} by the database's \
+             accounting",
             f.answered_before_kill,
             f.answered_after_cut,
+            f.refused_while_async,
             f.waiting_at_kill,
             f.clicked_again,
             f.placed_on_retry,
@@ -218,193 +302,29 @@ impl Scenario for AppFailover {
                     f.lost_orders,
                     f.oversold
                 ),
+                Subject::FellBack => format!(
+                    " Semi-synchronous with a 300 ms timeout and both replicas cut off: the \
+                     first commit waited out the timeout and the primary answered it, then \
+                     fell back to asynchronous replication, saying so only in \
+                     `Rpl_semi_sync_master_status`. {} buyer(s) after the cut were answered \
+                     `201`, {} of those orders were gone after the failover and {} unit(s) \
+                     sold twice: the promise semi-synchronous replication made lasts only as \
+                     long as its timeout.",
+                    f.answered_after_cut, f.lost_orders, f.oversold
+                ),
+                Subject::FellBackRefused => format!(
+                    " With `--require-semi-sync` each instance reads that status every 100 ms \
+                     and, reading `OFF`, refused {} buyer(s) `503` rather than promise orders \
+                     a failover could take back; clicked again once the promoted replica \
+                     waited for the replica left, {} were placed, once each. What no reading \
+                     can refuse is the commit that waited out the timeout: the primary \
+                     answered it before the status changed — {} order(s) lost, {} oversold. \
+                     Only a timeout longer than any outage (the AFTER_SYNC row: purchases \
+                     wait instead) loses none.",
+                    f.refused_while_async, f.placed_on_retry, f.lost_orders, f.oversold
+                ),
             });
         }
         text
     }
-}
-
-/// One click: instance `n`, buyer `user`, request id `request`.
-async fn click(api: &Api, n: usize, user: &str, request: &str) -> Answer {
-    let body = order_request(user.into(), Strategy::Conditional, request.into(), 1);
-    api.order(n, PRODUCT, &body).await
-}
-
-/// [`click`] again with the same request id until the buyer is told bought or sold out (a
-/// `503` or `busy` while the instances find the new primary is clicked again).
-async fn click_until_answered(api: &Api, n: usize, user: &str, request: &str) -> Result<Answer> {
-    poll(|| async {
-        let answer = click(api, n, user, request).await;
-        Ok((created(&answer) || answer == Answer::SOLD_OUT).then_some(answer))
-    })
-    .await
-}
-
-fn created(answer: &Answer) -> bool {
-    matches!(answer, Answer::Created { .. } | Answer::Replayed { .. })
-}
-
-/// Files `request` under the answered, or the ones to click again.
-fn settle(
-    request: String,
-    answer: &Answer,
-    answered: &mut HashSet<String>,
-    unanswered: &mut Vec<String>,
-) {
-    if created(answer) {
-        answered.insert(request);
-    } else {
-        unanswered.push(request);
-    }
-}
-
-/// One sale through the failover on `set`, the instances reaching its primary through `relay`.
-async fn round(
-    s: &Sizes,
-    fleet: &Fleet,
-    set: &Arc<ReplicatedMariaDb>,
-    relay: &Arc<Relay>,
-    replica: SocketAddr,
-    tl: &Timeline,
-) -> Result<Figures> {
-    fleet.reset(PRODUCT, s.stock).await?;
-    let api = &fleet.api;
-    // Request ids answered `201`, over the whole sale.
-    let mut answered: HashSet<String> = HashSet::new();
-    for k in 0..s.before_cut {
-        let request = format!("before-{k}");
-        if created(&click(api, k % 2, &format!("b{k}"), &request).await) {
-            answered.insert(request);
-        }
-    }
-    let blocking = Arc::clone(set);
-    control(move || blocking.wait_caught_up(1, 0, Duration::from_secs(60))).await?;
-    let blocking = Arc::clone(set);
-    control(move || blocking.disconnect(1)).await?;
-    tl.log(
-        "replica",
-        format!("cut off from the primary after {} units", answered.len()),
-    );
-    let clicks: Vec<_> = (0..s.after_cut)
-        .map(|k| {
-            let api = api.clone();
-            tokio::spawn(async move {
-                let request = format!("after-{k}");
-                let answer = click(&api, k % 2, &format!("a{k}"), &request).await;
-                (request, answer)
-            })
-        })
-        .collect();
-    // Until every click is answered, or is a commit waiting for the replica, or waits for
-    // the row such a commit holds (answered `busy` when its lock wait runs out).
-    let waiting = poll(|| async {
-        let blocking = Arc::clone(set);
-        let waiting = control(move || blocking.waiting_commits(0)).await?;
-        let done = clicks.iter().filter(|c| c.is_finished()).count();
-        Ok((done + usize::try_from(waiting)? >= s.after_cut).then_some(waiting))
-    })
-    .await
-    .context("the clicks after the cut were neither answered nor waiting")?;
-    let answered_before_cut = answered.len();
-    let mut unanswered = Vec::new();
-    let finished: Vec<_> = clicks.iter().map(|c| c.is_finished()).collect();
-    let mut pending = Vec::new();
-    for (click, done) in clicks.into_iter().zip(finished) {
-        match done {
-            true => {
-                let (request, answer) = click.await?;
-                settle(request, &answer, &mut answered, &mut unanswered);
-            }
-            false => pending.push(click),
-        }
-    }
-    let answered_after_cut = answered.len() - answered_before_cut;
-    let answered_before_kill = answered.len();
-    let blocking = Arc::clone(set);
-    control(move || {
-        blocking.member(0).server().kill()?;
-        blocking.promote(1)
-    })
-    .await?;
-    relay.move_to(replica);
-    tl.log(
-        "primary",
-        format!(
-            "SIGKILLed with {waiting} commit(s) waiting for the replica; the replica promoted \
-             and the address moved to it"
-        ),
-    );
-    for click in pending {
-        let (request, answer) = click.await?;
-        settle(request, &answer, &mut answered, &mut unanswered);
-    }
-    tl.log(
-        "buyers",
-        format!(
-            "{answered_before_kill} answered `201` before the kill, {} not",
-            unanswered.len()
-        ),
-    );
-    let mut placed_on_retry = 0;
-    for request in &unanswered {
-        let k: usize = request.trim_start_matches("after-").parse()?;
-        let user = format!("a{k}");
-        let answer = click_until_answered(api, k % 2, &user, request)
-            .await
-            .with_context(|| {
-                format!("{request} was never answered once the replica was promoted")
-            })?;
-        if created(&answer) {
-            placed_on_retry += 1;
-            answered.insert(request.clone());
-        }
-    }
-    tl.log(
-        "buyers",
-        format!("{placed_on_retry} of the unanswered placed when clicked again"),
-    );
-    let mut sold_after = 0;
-    for k in 0.. {
-        let request = format!("new-{k}");
-        let answer = click_until_answered(api, k % 2, &format!("n{k}"), &request).await?;
-        if !created(&answer) {
-            break;
-        }
-        sold_after += 1;
-        answered.insert(request);
-    }
-    tl.log(
-        "buyers",
-        format!("{sold_after} more units sold on the promoted replica until sold out"),
-    );
-    let kept = kept_orders(set).await?;
-    let product = fleet.product(PRODUCT).await?;
-    Ok(Figures {
-        stock: s.stock,
-        answered_before_kill,
-        answered_after_cut,
-        waiting_at_kill: waiting,
-        clicked_again: unanswered.len(),
-        placed_on_retry,
-        sold_after_failover: sold_after,
-        lost_orders: answered.iter().filter(|r| !kept.contains(*r)).count(),
-        oversold: (answered.len() as i64 - s.stock).max(0),
-        oversell_in_database: accounting(&product).oversell,
-    })
-}
-
-/// The request ids of the product's orders on the promoted replica.
-async fn kept_orders(set: &ReplicatedMariaDb) -> Result<HashSet<String>> {
-    let url = format!("{}/scenario", set.member(1).url());
-    let pool = sqlx::mysql::MySqlPoolOptions::new()
-        .max_connections(1)
-        .connect(&url)
-        .await
-        .with_context(|| format!("connecting to {url}"))?;
-    let ids: Vec<String> = sqlx::query_scalar("SELECT request_id FROM orders WHERE product_id = ?")
-        .bind(PRODUCT)
-        .fetch_all(&pool)
-        .await?;
-    pool.close().await;
-    Ok(ids.into_iter().collect())
 }
