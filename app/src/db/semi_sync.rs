@@ -66,9 +66,7 @@ impl SemiSync {
             tokio::time::sleep(EVERY).await;
         }
     }
-}
 
-impl SemiSync {
     /// `seckill_semi_sync_acknowledged` for `/metrics` when the setting is on (empty when off):
     /// an operator sees why purchases are refused, and a scenario when an instance noticed.
     pub fn render(&self) -> String {

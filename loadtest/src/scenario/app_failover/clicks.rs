@@ -2,13 +2,18 @@
 //! promoted replica, judged against those answers.
 
 use std::collections::HashSet;
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use app::api::Strategy;
 use sandbox::ReplicatedMariaDb;
 use testkit::{Answer, Api, order_request};
+use tokio::task::JoinHandle;
 
-use super::PRODUCT;
+use super::{Figures, PRODUCT, Sizes};
+use crate::rig::control;
 use crate::rig::fleet::{Fleet, accounting, poll};
 use crate::scenario::Timeline;
 
@@ -16,6 +21,19 @@ use crate::scenario::Timeline;
 pub(super) async fn click(api: &Api, n: usize, user: &str, request: &str) -> Answer {
     let body = order_request(user.into(), Strategy::Conditional, request.into(), 1);
     api.order(n, PRODUCT, &body).await
+}
+
+/// Clicks `after-k` for every `k` of `ks`, all at once, each buyer `ak` on instance `k % 2`.
+pub(super) fn click_at_once(api: &Api, ks: Range<usize>) -> Vec<JoinHandle<(String, Answer)>> {
+    ks.map(|k| {
+        let api = api.clone();
+        tokio::spawn(async move {
+            let request = format!("after-{k}");
+            let answer = click(&api, k % 2, &format!("a{k}"), &request).await;
+            (request, answer)
+        })
+    })
+    .collect()
 }
 
 /// [`click`] again with the same request id until the buyer is told bought or sold out (a
@@ -52,26 +70,70 @@ impl Told {
     }
 }
 
-/// The sale after the failover, and the answers held against the promoted replica's rows.
-pub(super) struct Finished {
-    pub placed_on_retry: usize,
-    pub sold_after_failover: usize,
-    pub lost_orders: usize,
-    pub oversold: i64,
-    pub oversell_in_database: i64,
+/// What the buyers had been told when the primary died.
+pub(super) struct AtKill {
+    /// Answered `201` before the primary died (before the cut and after it).
+    pub answered_before_kill: usize,
+    /// Of those, answered after the replicas were cut off.
+    pub answered_after_cut: usize,
+    /// Commits waiting for a replica's acknowledgement when the primary died.
+    pub waiting_at_kill: u64,
+    /// Clicks after a fallback to asynchronous replication not answered `201`.
+    pub refused_while_async: usize,
+}
+
+/// Sells `s.before_cut` units of a product of `s.stock`, waits until `replicas` have applied
+/// them, and cuts them off from the primary.
+pub(super) async fn sell_then_cut_off(
+    s: &Sizes,
+    fleet: &Fleet,
+    set: &Arc<ReplicatedMariaDb>,
+    replicas: &'static [usize],
+    tl: &Timeline,
+) -> Result<Told> {
+    fleet.reset(PRODUCT, s.stock).await?;
+    let mut told = Told::default();
+    for k in 0..s.before_cut {
+        let request = format!("before-{k}");
+        if created(&click(&fleet.api, k % 2, &format!("b{k}"), &request).await) {
+            told.answered.insert(request);
+        }
+    }
+    let blocking = Arc::clone(set);
+    control(move || {
+        for &i in replicas {
+            blocking.wait_caught_up(i, 0, Duration::from_secs(60))?;
+        }
+        replicas.iter().try_for_each(|&i| blocking.disconnect(i))
+    })
+    .await?;
+    let (who, what) = match replicas {
+        [_] => ("replica", "cut off"),
+        _ => ("replicas", "all cut off"),
+    };
+    tl.log(
+        who,
+        format!(
+            "{what} from the primary after {} units",
+            told.answered.len()
+        ),
+    );
+    Ok(told)
 }
 
 /// Finishes the sale on member `promoted`: the unanswered click again with their request ids,
 /// new buyers buy until sold out; then every answered request id is looked for there.
 pub(super) async fn finish(
-    stock: i64,
+    s: &Sizes,
     fleet: &Fleet,
     set: &ReplicatedMariaDb,
     promoted: usize,
     mut told: Told,
+    at_kill: AtKill,
     tl: &Timeline,
-) -> Result<Finished> {
+) -> Result<Figures> {
     let api = &fleet.api;
+    let clicked_again = told.unanswered.len();
     let mut placed_on_retry = 0;
     for request in &told.unanswered {
         let k: usize = request.trim_start_matches("after-").parse()?;
@@ -106,13 +168,19 @@ pub(super) async fn finish(
     );
     let kept = kept_orders(set, promoted).await?;
     let product = fleet.product(PRODUCT).await?;
-    Ok(Finished {
+    Ok(Figures {
+        stock: s.stock,
+        answered_before_kill: at_kill.answered_before_kill,
+        answered_after_cut: at_kill.answered_after_cut,
+        waiting_at_kill: at_kill.waiting_at_kill,
+        refused_while_async: at_kill.refused_while_async,
+        clicked_again,
         placed_on_retry,
         sold_after_failover: sold_after,
         lost_orders: (told.answered.iter())
             .filter(|r| !kept.contains(*r))
             .count(),
-        oversold: (told.answered.len() as i64 - stock).max(0),
+        oversold: (told.answered.len() as i64 - s.stock).max(0),
         oversell_in_database: accounting(&product).oversell,
     })
 }

@@ -3,12 +3,11 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::{Context, Result};
 use sandbox::{Relay, ReplicatedMariaDb};
 
-use super::clicks::{Told, click, created, finish};
+use super::clicks::{AtKill, click_at_once, finish, sell_then_cut_off};
 use super::{Figures, Sizes};
 use crate::rig::control;
 use crate::rig::fleet::{Fleet, poll};
@@ -23,36 +22,9 @@ pub(super) async fn round(
     replica: SocketAddr,
     tl: &Timeline,
 ) -> Result<Figures> {
-    fleet.reset(super::PRODUCT, s.stock).await?;
     let api = &fleet.api;
-    let mut told = Told::default();
-    for k in 0..s.before_cut {
-        let request = format!("before-{k}");
-        if created(&click(api, k % 2, &format!("b{k}"), &request).await) {
-            told.answered.insert(request);
-        }
-    }
-    let blocking = Arc::clone(set);
-    control(move || blocking.wait_caught_up(1, 0, Duration::from_secs(60))).await?;
-    let blocking = Arc::clone(set);
-    control(move || blocking.disconnect(1)).await?;
-    tl.log(
-        "replica",
-        format!(
-            "cut off from the primary after {} units",
-            told.answered.len()
-        ),
-    );
-    let clicks: Vec<_> = (0..s.after_cut)
-        .map(|k| {
-            let api = api.clone();
-            tokio::spawn(async move {
-                let request = format!("after-{k}");
-                let answer = click(&api, k % 2, &format!("a{k}"), &request).await;
-                (request, answer)
-            })
-        })
-        .collect();
+    let mut told = sell_then_cut_off(s, fleet, set, &[1], tl).await?;
+    let clicks = click_at_once(api, 0..s.after_cut);
     // Until every click is answered, or is a commit waiting for the replica, or waits for
     // the row such a commit holds (answered `busy` when its lock wait runs out).
     let waiting = poll(|| async {
@@ -102,19 +74,11 @@ pub(super) async fn round(
             told.unanswered.len()
         ),
     );
-    let clicked_again = told.unanswered.len();
-    let end = finish(s.stock, fleet, set, 1, told, tl).await?;
-    Ok(Figures {
-        stock: s.stock,
+    let at_kill = AtKill {
         answered_before_kill,
         answered_after_cut,
         waiting_at_kill: waiting,
         refused_while_async: 0,
-        clicked_again,
-        placed_on_retry: end.placed_on_retry,
-        sold_after_failover: end.sold_after_failover,
-        lost_orders: end.lost_orders,
-        oversold: end.oversold,
-        oversell_in_database: end.oversell_in_database,
-    })
+    };
+    finish(s, fleet, set, 1, told, at_kill, tl).await
 }

@@ -5,12 +5,11 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::{Result, ensure};
 use sandbox::{Relay, ReplicatedMariaDb};
 
-use super::clicks::{Told, click, created, finish};
+use super::clicks::{AtKill, click, click_at_once, created, finish, sell_then_cut_off};
 use super::{Figures, Sizes};
 use crate::rig::control;
 use crate::rig::fleet::{Fleet, poll};
@@ -35,32 +34,8 @@ pub(super) async fn round(
     refusing: bool,
     tl: &Timeline,
 ) -> Result<Figures> {
-    fleet.reset(super::PRODUCT, s.stock).await?;
     let api = &fleet.api;
-    let mut told = Told::default();
-    for k in 0..s.before_cut {
-        let request = format!("before-{k}");
-        if created(&click(api, k % 2, &format!("b{k}"), &request).await) {
-            told.answered.insert(request);
-        }
-    }
-    let blocking = Arc::clone(set);
-    control(move || {
-        for i in REPLICAS {
-            blocking.wait_caught_up(i, 0, Duration::from_secs(60))?;
-        }
-        REPLICAS
-            .into_iter()
-            .try_for_each(|i| blocking.disconnect(i))
-    })
-    .await?;
-    tl.log(
-        "replicas",
-        format!(
-            "both cut off from the primary after {} units",
-            told.answered.len()
-        ),
-    );
+    let mut told = sell_then_cut_off(s, fleet, set, &REPLICAS, tl).await?;
     let answered_before_cut = told.answered.len();
     let first = click(api, 0, "a0", "after-0").await;
     let blocking = Arc::clone(set);
@@ -95,16 +70,7 @@ pub(super) async fn round(
             "both read the fallback in the primary's status",
         );
     }
-    let clicks: Vec<_> = (1..s.after_cut)
-        .map(|k| {
-            let api = api.clone();
-            tokio::spawn(async move {
-                let request = format!("after-{k}");
-                let answer = click(&api, k % 2, &format!("a{k}"), &request).await;
-                (request, answer)
-            })
-        })
-        .collect();
+    let clicks = click_at_once(api, 1..s.after_cut);
     for click in clicks {
         let (request, answer) = click.await?;
         told.settle(request, &answer);
@@ -136,19 +102,11 @@ pub(super) async fn round(
         "SIGKILLed; replica 1 promoted, waiting for replica 2, which follows it; the address \
          moved to it",
     );
-    let clicked_again = told.unanswered.len();
-    let end = finish(s.stock, fleet, set, 1, told, tl).await?;
-    Ok(Figures {
-        stock: s.stock,
+    let at_kill = AtKill {
         answered_before_kill,
         answered_after_cut,
         waiting_at_kill: waiting,
         refused_while_async,
-        clicked_again,
-        placed_on_retry: end.placed_on_retry,
-        sold_after_failover: end.sold_after_failover,
-        lost_orders: end.lost_orders,
-        oversold: end.oversold,
-        oversell_in_database: end.oversell_in_database,
-    })
+    };
+    finish(s, fleet, set, 1, told, at_kill, tl).await
 }
