@@ -138,7 +138,7 @@ fn run(args: &RunArgs, only_flood: bool) -> Result<()> {
         writeln!(out, "{}", report::json::to_string(&output.report)?)?;
     } else {
         if !only_flood {
-            println!("{}", report::markdown::summary_table(&output.report));
+            println!("{}", report::tables::summary(&output.report).render());
         }
         println!("report: {}", output.dir.join("report.md").display());
     }

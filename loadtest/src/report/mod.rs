@@ -2,10 +2,11 @@
 //! renderings — `report.json` ([`json`]), `report.md` ([`markdown`], with the findings worded by
 //! [`prose`], each scenario by [`scenarios`] and what fell by [`falls`]), SVG charts
 //! ([`charts`]), `report.html` ([`html`]: all of it on one self-contained page), the comparison
-//! of two runs ([`comparison`]), the README's results section ([`readme`]) — the Markdown tables
-//! through one writer ([`table`]); the index of every committed run, `results/history.json`,
-//! and its list in `results/README.md` ([`run_history`]); and the run's progress on stderr
-//! ([`progress`]).
+//! of two runs ([`comparison`]), the README's results section ([`readme`]) — every table in one
+//! model ([`table`]: typed cells, printed as Markdown there and as HTML by `html::table`), the
+//! run's own tables built once from the schema ([`tables`]); the index of every committed run,
+//! `results/history.json`, and its list in `results/README.md` ([`run_history`]); and the run's
+//! progress on stderr ([`progress`]).
 
 pub mod charts;
 pub mod comparison;
@@ -27,6 +28,7 @@ pub mod scenarios;
 pub mod schema;
 pub mod stages;
 pub mod table;
+pub mod tables;
 
 use std::path::{Path, PathBuf};
 

@@ -9,9 +9,9 @@ use std::path::Path;
 use anyhow::{Context, Result, bail};
 use app::api::{Safety, Strategy};
 
-use super::markdown::successes_per_sec;
 use super::schema::{ExpiryMiss, RunReport, Verdict};
 use super::table::{Align, Table};
+use super::tables::successes_per_sec;
 
 /// The line that opens the section.
 pub const BEGIN: &str =

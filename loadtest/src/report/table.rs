@@ -1,6 +1,8 @@
-//! The one Markdown table writer: every table of every report (the run's, the comparison's,
-//! the scenarios', the lock matrix's, the README's) is written here, and every cell is escaped
-//! by one rule ([`cell`]).
+//! The one table model of every report: a header, then rows of typed cells (text or code, a
+//! figure's value to sort by, the field it shows, a row's strategy and whether it broke an
+//! invariant), built once from the schema. Two printers read it and decide nothing: Markdown
+//! here ([`Table::render`], every cell escaped by one rule, [`cell`]) and HTML
+//! (`report::html::table`).
 
 use std::fmt::Write as _;
 
@@ -12,17 +14,117 @@ pub enum Align {
     Right,
 }
 
+/// One cell: what it says, and what an HTML page needs besides.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Cell {
+    /// What the cell says. Within a text cell, a `` `span` `` is code.
+    pub text: String,
+    /// The whole cell is a name of code (a strategy, a tool, a setting).
+    pub code: bool,
+    /// The figure the cell shows, which a sortable table sorts by.
+    pub sort: Option<f64>,
+    /// The report field the cell shows, for a reader that looks one up.
+    pub field: Option<&'static str>,
+}
+
+impl Cell {
+    /// Words.
+    pub fn text(text: impl Into<String>) -> Cell {
+        Cell {
+            text: text.into(),
+            ..Cell::default()
+        }
+    }
+
+    /// A name of code: `` `conditional` ``.
+    pub fn code(name: impl std::fmt::Display) -> Cell {
+        Cell {
+            text: name.to_string(),
+            code: true,
+            ..Cell::default()
+        }
+    }
+
+    /// A figure written as `text`, sorted by `value`.
+    pub fn num(value: f64, text: impl Into<String>) -> Cell {
+        Cell {
+            text: text.into(),
+            sort: Some(value),
+            ..Cell::default()
+        }
+    }
+
+    /// A whole number.
+    pub fn int(value: impl Into<i64>) -> Cell {
+        let value = value.into();
+        Cell::num(value as f64, value.to_string())
+    }
+
+    /// No figure: `–`, sorted as nothing.
+    pub fn none() -> Cell {
+        Cell::text("–")
+    }
+
+    /// The same cell, naming the report field it shows.
+    pub fn field(self, field: &'static str) -> Cell {
+        Cell {
+            field: Some(field),
+            ..self
+        }
+    }
+
+    /// The cell as Markdown: its text, in backticks when it is code, escaped.
+    fn markdown(&self) -> String {
+        match self.code {
+            true => cell(&format!("`{}`", self.text)),
+            false => cell(&self.text),
+        }
+    }
+}
+
+impl From<String> for Cell {
+    fn from(text: String) -> Cell {
+        Cell::text(text)
+    }
+}
+
+impl From<&String> for Cell {
+    fn from(text: &String) -> Cell {
+        Cell::text(text.as_str())
+    }
+}
+
+impl From<&str> for Cell {
+    fn from(text: &str) -> Cell {
+        Cell::text(text)
+    }
+}
+
+/// One row: its cells, the strategy it is about (if any), and whether it broke an invariant.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Row {
+    pub cells: Vec<Cell>,
+    pub strategy: Option<String>,
+    pub broken: bool,
+}
+
 /// A table: a header, then rows of as many cells.
 #[derive(Debug, Clone)]
 pub struct Table {
-    columns: Vec<(String, Align)>,
-    rows: Vec<Vec<String>>,
+    /// The table's name on a page (its HTML id); a named table of figures is sortable there.
+    pub id: Option<&'static str>,
+    /// Each row's first cell names it (a table of settings): a page prints it as a heading.
+    pub headed_rows: bool,
+    pub columns: Vec<(String, Align)>,
+    pub rows: Vec<Row>,
 }
 
 impl Table {
     /// A table with these columns.
     pub fn new<S: AsRef<str>>(columns: impl IntoIterator<Item = (S, Align)>) -> Table {
         Table {
+            id: None,
+            headed_rows: false,
             columns: columns
                 .into_iter()
                 .map(|(title, align)| (title.as_ref().to_owned(), align))
@@ -52,10 +154,46 @@ impl Table {
         self
     }
 
+    /// The same table, named `id` on a page and sortable there.
+    pub fn named(self, id: &'static str) -> Table {
+        Table {
+            id: Some(id),
+            ..self
+        }
+    }
+
+    /// The same table, each row's first cell its heading (a table of settings, not sorted).
+    pub fn with_headed_rows(self) -> Table {
+        Table {
+            headed_rows: true,
+            ..self
+        }
+    }
+
     /// Adds a row; missing cells are left empty, extra ones dropped.
-    pub fn row<S: AsRef<str>>(&mut self, cells: impl IntoIterator<Item = S>) -> &mut Table {
-        let mut row: Vec<String> = cells.into_iter().map(|c| cell(c.as_ref())).collect();
-        row.resize(self.columns.len(), String::new());
+    pub fn row<C: Into<Cell>>(&mut self, cells: impl IntoIterator<Item = C>) -> &mut Table {
+        self.push(Row {
+            cells: cells.into_iter().map(Into::into).collect(),
+            ..Row::default()
+        })
+    }
+
+    /// Adds a row about `strategy`, marked when it broke an invariant.
+    pub fn strategy_row<C: Into<Cell>>(
+        &mut self,
+        strategy: &str,
+        broken: bool,
+        cells: impl IntoIterator<Item = C>,
+    ) -> &mut Table {
+        self.push(Row {
+            cells: cells.into_iter().map(Into::into).collect(),
+            strategy: Some(strategy.to_owned()),
+            broken,
+        })
+    }
+
+    fn push(&mut self, mut row: Row) -> &mut Table {
+        row.cells.resize(self.columns.len(), Cell::default());
         self.rows.push(row);
         self
     }
@@ -80,11 +218,11 @@ impl Table {
         md.push('\n');
         for row in &self.rows {
             md.push('|');
-            for c in row {
-                if c.is_empty() {
+            for c in &row.cells {
+                if c.text.is_empty() {
                     md.push_str(" |");
                 } else {
-                    let _ = write!(md, " {c} |");
+                    let _ = write!(md, " {} |", c.markdown());
                 }
             }
             md.push('\n');
@@ -128,5 +266,25 @@ mod tests {
         let mut t = Table::left(["what"]);
         t.row(["a | b\nc"]);
         assert_eq!(t.render(), "| what |\n|---|\n| a \\| b c |\n");
+    }
+
+    #[test]
+    fn a_code_cell_is_written_in_backticks_and_its_figure_kept_apart() {
+        let mut t = Table::left(["strategy"]).and_right(["sold"]);
+        t.strategy_row(
+            "naive",
+            true,
+            [Cell::code("naive"), Cell::int(7).field("sold")],
+        );
+        assert_eq!(
+            t.render(),
+            "| strategy | sold |\n|---|--:|\n| `naive` | 7 |\n"
+        );
+        let row = &t.rows[0];
+        assert_eq!((row.strategy.as_deref(), row.broken), (Some("naive"), true));
+        assert_eq!(
+            (row.cells[1].sort, row.cells[1].field),
+            (Some(7.0), Some("sold"))
+        );
     }
 }

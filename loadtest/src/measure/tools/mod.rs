@@ -280,7 +280,7 @@ mod tests {
         assert_eq!(s.status, ToolStatus::Measured);
         assert_eq!(s.ours_percent, Some(80.0));
         assert_eq!(
-            crate::report::markdown::spread(&s.per_sec.unwrap()),
+            crate::report::tables::spread(&s.per_sec.unwrap()),
             "1000 (900–1100)"
         );
         assert!((s.tool_cpu_per_1000.unwrap() - 1000.0 * 2.0 / 6000.0).abs() < 1e-9);

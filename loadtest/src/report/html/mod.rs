@@ -10,7 +10,7 @@
 
 pub mod comparison;
 pub mod page;
-pub mod tables;
+pub mod table;
 pub mod timeline;
 
 use std::path::Path;
@@ -21,7 +21,7 @@ use maud::{Markup, PreEscaped, html};
 use super::charts::Chart;
 use super::comparison::Comparison;
 use super::schema::RunReport;
-use super::{falls, flood, prose, stages};
+use super::{falls, flood, prose, stages, tables};
 use crate::phase::REGISTRY;
 
 /// Writes `report.html` into `dir`.
@@ -106,7 +106,7 @@ fn body(
         }
         h2 #summary-section { "Summary" }
         p.note { "Click a column's title to sort by it." }
-        (tables::summary(r))
+        (table::print(&tables::summary(r)))
         @for chart in charts {
             figure data-chart=(chart.file) { (PreEscaped(&chart.svg)) }
         }
@@ -154,14 +154,14 @@ fn body(
         p.note { "sold = Σ order quantities; oversell = max(0, sold − S); lost updates = sold − \
                   (S − final stock) when positive; undersell = units left although demand \
                   exceeded supply. The answers are what the clients were told." }
-        (tables::accounting(r))
+        (table::print(&tables::accounting(r)))
         h2 #throughput { "Throughput, closed loop" }
-        (tables::loads("closed", r.strategies.iter().map(|x| (x.strategy.name.to_string(), &x.throughput.closed))))
+        (table::print(&tables::closed_loops(r)))
         h3 { "Open loop (latency from the intended send time)" }
-        (tables::loads("open", r.strategies.iter().map(|x| (x.strategy.name.to_string(), &x.throughput.open))))
+        (table::print(&tables::open_loops(r)))
         @if r.strategies.iter().any(|x| x.cpu.is_some()) {
             h3 { "CPU per 1,000 deductions (closed loop): CPU-seconds / busy cores" }
-            (tables::cpu(r))
+            (table::print(&tables::cpu(r)))
         }
         @if r.strategies.iter().any(|x| x.stages.is_some()) {
             section #stages { (page::prose_with_tables(&stages::markdown(r))) }
@@ -176,20 +176,20 @@ fn body(
         @if r.baselines.is_empty() {
             p { "Skipped." }
         } @else {
-            (tables::loads("baseline-loads", r.baselines.iter().map(|b| (format!("{}: {}", b.name, b.what), &b.result))))
+            (table::print(&tables::baselines(r)))
             @if let Some(check) = &r.findings.client { (page::prose(&prose::client(check))) }
             @if r.baselines.iter().any(|b| b.standard_tool.is_some()) {
                 h3 { "Ours beside the standard tools" }
-                (tables::tools(r))
+                (table::print(&tables::tools(r)))
                 @for f in &r.findings.tools { (page::prose(&prose::tool(f))) }
             }
         }
         @if !r.hot_row_sweep.is_empty() {
             h3 { "The hot row at several connection counts" }
-            (tables::loads("sweep", r.hot_row_sweep.iter().map(|l| (format!("{} connections", l.concurrency), l))))
+            (table::print(&tables::hot_row_sweep(&r.hot_row_sweep)))
         }
         h2 #environment-section { "Environment" }
-        (tables::environment(r))
+        (table::print(&tables::environment(r)))
     }
 }
 

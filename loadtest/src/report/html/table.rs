@@ -1,0 +1,106 @@
+//! The table model ([`crate::report::table::Table`]) printed as HTML: a named table of figures
+//! is sortable, each figure carries its value (`data-sort`) and the field it shows
+//! (`data-field`), a strategy's row its name (`data-strategy`), a row that broke an invariant
+//! is marked (`bad`). It prints what the model holds and decides nothing.
+
+use maud::{Markup, html};
+
+use crate::report::table::{Align, Cell, Row, Table};
+
+/// The table as HTML.
+pub fn print(t: &Table) -> Markup {
+    let headed = t.columns.iter().any(|(title, _)| !title.is_empty());
+    let sortable = (t.id.is_some() && !t.headed_rows).then_some("sortable");
+    html! {
+        table class=[sortable] id=[t.id] {
+            @if headed {
+                thead { tr { @for (title, _) in &t.columns { th { (title) } } } }
+            }
+            tbody { @for row in &t.rows { (print_row(t, row)) } }
+        }
+    }
+}
+
+fn print_row(t: &Table, row: &Row) -> Markup {
+    html! {
+        tr class=[row.broken.then_some("bad")] data-strategy=[row.strategy.as_deref()] {
+            @for (i, (c, (_, align))) in row.cells.iter().zip(&t.columns).enumerate() {
+                @if i == 0 && t.headed_rows {
+                    th { (content(c)) }
+                } @else if *align == Align::Right {
+                    td.num data-field=[c.field] data-sort=[sort_key(c)] { (content(c)) }
+                } @else {
+                    td data-field=[c.field] { (content(c)) }
+                }
+            }
+        }
+    }
+}
+
+/// A figure's value, or an empty key for a figure column's `–`.
+fn sort_key(c: &Cell) -> Option<String> {
+    Some(c.sort.map_or_else(String::new, |v| v.to_string()))
+}
+
+/// What a cell says: code when it is code, and each `` `span` `` of its text as code.
+fn content(c: &Cell) -> Markup {
+    if c.code {
+        return html! { code { (c.text) } };
+    }
+    html! {
+        @for (i, part) in c.text.split('`').enumerate() {
+            @if i % 2 == 1 { code { (part) } } @else { (part) }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_row_carries_its_strategy_its_mark_and_each_figure_with_its_value_and_field() {
+        let mut t = Table::left(["strategy", "note"])
+            .and_right(["oversell"])
+            .named("sales");
+        t.strategy_row(
+            "naive",
+            true,
+            [
+                Cell::code("naive"),
+                Cell::text("42% of `redis`"),
+                Cell::int(7).field("oversell"),
+            ],
+        );
+        let html = print(&t).into_string();
+        assert!(
+            html.starts_with("<table class=\"sortable\" id=\"sales\"><thead>"),
+            "{html}"
+        );
+        assert!(
+            html.contains(
+                "<tr class=\"bad\" data-strategy=\"naive\"><td><code>naive</code></td>\
+                 <td>42% of <code>redis</code></td>\
+                 <td class=\"num\" data-field=\"oversell\" data-sort=\"7\">7</td></tr>"
+            ),
+            "{html}"
+        );
+    }
+
+    #[test]
+    fn a_table_of_settings_heads_each_row_and_has_no_header() {
+        let mut t = Table::left(["", ""]).named("settings").with_headed_rows();
+        t.row([Cell::text("CPUs"), Cell::text("2").field("cpus")]);
+        assert_eq!(
+            print(&t).into_string(),
+            "<table id=\"settings\"><tbody><tr><th>CPUs</th><td data-field=\"cpus\">2</td></tr></tbody></table>"
+        );
+    }
+
+    #[test]
+    fn markup_in_a_cell_is_shown_as_text() {
+        let mut t = Table::left(["what"]);
+        t.row(["<script>x</script>"]);
+        assert!(print(&t).into_string().contains("&lt;script&gt;"));
+    }
+}
