@@ -6,7 +6,7 @@ use std::fmt::Write;
 use serde::{Deserialize, Serialize};
 
 use super::schema::Fall;
-use super::table::{Align, Table};
+use super::table::{Cell, Judged, Table};
 
 /// Two runs set side by side.
 #[derive(Debug, Clone, PartialEq)]
@@ -222,12 +222,12 @@ pub fn render(c: &Comparison) -> String {
 
     md.push_str("\n## What another run can reproduce: order and ratios\n\n");
     let _ = writeln!(md, "{}\n", ranking_sentence(c.ranking.as_ref()));
-    md.push_str(&reproduce_table(&c.strategies));
+    md.push_str(&reproduce_table(&c.strategies).render());
     md.push_str("\n## Strategies (deductions/s)\n\n");
     let _ = writeln!(md, "{}\n", noise_sentence(c));
-    md.push_str(&changes_table("strategy", &c.strategies, true));
+    md.push_str(&changes_table("strategy", &c.strategies, true).render());
     md.push_str("\n## Baselines\n\n");
-    md.push_str(&changes_table("baseline", &c.baselines, false));
+    md.push_str(&changes_table("baseline", &c.baselines, false).render());
     md
 }
 
@@ -320,25 +320,39 @@ pub fn arrow(moved: Option<bool>) -> &'static str {
     }
 }
 
-fn reproduce_table(changes: &[Change]) -> String {
-    let mut t = Table::left(["strategy", "place A → B", "rate / own baseline A → B"]);
+/// Each strategy's place and ratio to its own baseline, marked where judged.
+pub fn reproduce_table(changes: &[Change]) -> Table {
+    let mut t = Table::left(["strategy", "place A → B", "rate / own baseline A → B"])
+        .named("compare-reproduce")
+        .rows_named_by_name();
     for ch in changes {
         let (Some(rank), ratio) = (&ch.rank, &ch.ratio) else {
             continue;
         };
-        let judged = |moved: Option<bool>, text: String| match moved {
-            Some(_) => format!("**{}{text}**", arrow(moved)),
-            None => text,
-        };
-        t.row([
-            format!("`{}`", ch.name),
-            judged(rank.moved, rank_text(rank)),
-            ratio.as_ref().map_or("–".into(), |r| {
-                judged(r.moved, format!("{} of `{}`", ratio_text(r), r.a.baseline))
-            }),
-        ]);
+        let place = Cell::num(
+            rank.b.rank - rank.a.rank,
+            format!("{}{}", arrow(rank.moved), rank_text(rank)),
+        );
+        let ratio = ratio.as_ref().map_or_else(Cell::none, |r| {
+            let text = format!("{}{} of `{}`", arrow(r.moved), ratio_text(r), r.a.baseline);
+            Cell::num(r.b.median / r.a.median.max(f64::MIN_POSITIVE), text).judged(judged(r.moved))
+        });
+        t.strategy_row(
+            &ch.name,
+            false,
+            [
+                Cell::code(&ch.name),
+                place.judged(judged(rank.moved)),
+                ratio,
+            ],
+        );
     }
-    t.render()
+    t
+}
+
+/// How a change that moved beyond the noise is marked: better up, worse down.
+fn judged(moved: Option<bool>) -> Option<Judged> {
+    moved.map(|up| if up { Judged::Better } else { Judged::Worse })
 }
 
 /// Where the noise estimate comes from, in words.
@@ -362,84 +376,82 @@ pub fn noise_source(source: &NoiseSource) -> String {
 
 /// One row per baseline or strategy: its rate and p99 in both runs; for the strategies
 /// (`sales`) also the open loop's p99 and the flash sale's accounting.
-fn changes_table(first: &str, changes: &[Change], sales: bool) -> String {
-    let mut columns = vec![
-        (first, Align::Left),
-        ("A /s", Align::Right),
-        ("B /s", Align::Right),
-        ("change", Align::Right),
-        ("p99 ms A → B", Align::Left),
-    ];
+pub fn changes_table(first: &str, changes: &[Change], sales: bool) -> Table {
+    let id = if sales {
+        "compare-strategies"
+    } else {
+        "compare-baselines"
+    };
+    let mut t = Table::left([first])
+        .and_right(["A /s", "B /s", "change"])
+        .and_left(["p99 ms A → B"])
+        .named(id)
+        .rows_named_by_name();
     if sales {
-        columns.extend([
-            ("p99 open ms A → B", Align::Left),
-            ("accounting A → B", Align::Left),
-        ]);
+        t = t.and_left(["p99 open ms A → B", "accounting A → B"]);
     }
-    let mut t = Table::new(columns);
     for ch in changes {
         let (a, b) = (ch.figures.0.as_ref(), ch.figures.1.as_ref());
         let mut row = vec![
-            format!("`{}`", ch.name),
+            Cell::code(&ch.name),
             rate(a),
             rate(b),
             change(ch),
-            pair(a.map(|f| f.p99_ms), b.map(|f| f.p99_ms)),
+            Cell::text(pair(a.map(|f| f.p99_ms), b.map(|f| f.p99_ms))),
         ];
         if sales {
             let open = |f: Option<&Figures>| f.and_then(|f| f.p99_open_ms);
-            row.push(pair(open(a), open(b)));
+            row.push(Cell::text(pair(open(a), open(b))));
             row.push(accounting(ch));
         }
-        t.row(row);
+        t.strategy_row(&ch.name, false, row);
     }
-    t.render()
+    t
 }
 
 /// The accounting fields that differ, `oversell 0 → 3; final_stock 0 → -3`, or `same`.
-fn accounting(ch: &Change) -> String {
+fn accounting(ch: &Change) -> Cell {
     match &ch.figures {
-        (None, _) => "only in B".to_string(),
-        (_, None) => "only in A".to_string(),
-        _ if ch.accounting.is_empty() => "same".to_string(),
-        _ => ch
-            .accounting
-            .iter()
-            .map(|f| {
-                let text = format!("{} {} → {}", f.field, f.a, f.b);
-                match f.regression {
-                    true => format!("**{text} (correctness)**"),
-                    false => text,
-                }
-            })
-            .collect::<Vec<_>>()
-            .join("; "),
+        (None, _) => Cell::text("only in B"),
+        (_, None) => Cell::text("only in A"),
+        _ if ch.accounting.is_empty() => Cell::text("same").judged(Some(Judged::Same)),
+        _ => Cell::text(
+            ch.accounting
+                .iter()
+                .map(|f| {
+                    let text = format!("{} {} → {}", f.field, f.a, f.b);
+                    match f.regression {
+                        true => format!("**{text} (correctness)**"),
+                        false => text,
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join("; "),
+        ),
     }
 }
 
-fn rate(f: Option<&Figures>) -> String {
+fn rate(f: Option<&Figures>) -> Cell {
     match f.map(|f| f.rate) {
-        None => "–".into(),
+        None => Cell::none(),
         Some(Range {
             median,
             min_max: Some((min, max)),
-        }) => format!("{median:.0} ({min:.0}–{max:.0})"),
-        Some(r) => format!("{:.0}", r.median),
+        }) => Cell::num(median, format!("{median:.0} ({min:.0}–{max:.0})")),
+        Some(r) => Cell::num(r.median, format!("{:.0}", r.median)),
     }
 }
 
-fn change(ch: &Change) -> String {
+/// B's rate as a change from A's, marked where it moved beyond the noise.
+fn change(ch: &Change) -> Cell {
     let (Some(_), Some(_)) = &ch.figures else {
-        return "–".into();
+        return Cell::none();
     };
-    let pct = ch
-        .percent
-        .map_or_else(|| "new".into(), |p| format!("{p:+.0}%"));
-    match ch.moved {
-        Some(true) => format!("**▲ {pct}**"),
-        Some(false) => format!("**▼ {pct}**"),
-        None => pct,
-    }
+    let Some(pct) = ch.percent else {
+        return Cell::text("new");
+    };
+    let text = format!("{}{pct:+.0}%", arrow(ch.moved));
+    Cell::num(pct, text).judged(judged(ch.moved).or(Some(Judged::Same)))
 }
 
 fn pair(a: Option<f64>, b: Option<f64>) -> String {

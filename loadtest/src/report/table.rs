@@ -17,7 +17,7 @@ pub enum Align {
 /// One cell: what it says, and what an HTML page needs besides.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Cell {
-    /// What the cell says. Within a text cell, a `` `span` `` is code.
+    /// What the cell says: Markdown inline (a `` `span` `` is code, `**words**` strong).
     pub text: String,
     /// The whole cell is a name of code (a strategy, a tool, a setting).
     pub code: bool,
@@ -25,6 +25,17 @@ pub struct Cell {
     pub sort: Option<f64>,
     /// The report field the cell shows, for a reader that looks one up.
     pub field: Option<&'static str>,
+    /// How a comparison judged the change the cell shows, if it judged it.
+    pub judged: Option<Judged>,
+}
+
+/// A comparison's verdict on a change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Judged {
+    Better,
+    Worse,
+    /// Within the runs' noise.
+    Same,
 }
 
 impl Cell {
@@ -73,11 +84,21 @@ impl Cell {
         }
     }
 
-    /// The cell as Markdown: its text, in backticks when it is code, escaped.
+    /// The same cell, judged.
+    pub fn judged(self, judged: Option<Judged>) -> Cell {
+        Cell { judged, ..self }
+    }
+
+    /// The cell as Markdown: its text, in backticks when it is code, in bold when judged
+    /// better or worse, escaped.
     fn markdown(&self) -> String {
-        match self.code {
-            true => cell(&format!("`{}`", self.text)),
-            false => cell(&self.text),
+        let text = match self.code {
+            true => format!("`{}`", self.text),
+            false => self.text.clone(),
+        };
+        match self.judged {
+            Some(Judged::Better | Judged::Worse) => cell(&format!("**{text}**")),
+            _ => cell(&text),
         }
     }
 }
@@ -100,12 +121,23 @@ impl From<&str> for Cell {
     }
 }
 
-/// One row: its cells, the strategy it is about (if any), and whether it broke an invariant.
+/// One row: its cells, the strategy (or the baseline) it is about, if any, and whether it
+/// broke an invariant.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Row {
     pub cells: Vec<Cell>,
-    pub strategy: Option<String>,
+    pub name: Option<String>,
     pub broken: bool,
+}
+
+/// What a table's rows are named after, when they are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RowsName {
+    /// A strategy of the run.
+    #[default]
+    Strategy,
+    /// A strategy or a baseline, as two runs know it.
+    Name,
 }
 
 /// A table: a header, then rows of as many cells.
@@ -115,6 +147,8 @@ pub struct Table {
     pub id: Option<&'static str>,
     /// Each row's first cell names it (a table of settings): a page prints it as a heading.
     pub headed_rows: bool,
+    /// What the rows' names are.
+    pub rows_name: RowsName,
     pub columns: Vec<(String, Align)>,
     pub rows: Vec<Row>,
 }
@@ -125,6 +159,7 @@ impl Table {
         Table {
             id: None,
             headed_rows: false,
+            rows_name: RowsName::Strategy,
             columns: columns
                 .into_iter()
                 .map(|(title, align)| (title.as_ref().to_owned(), align))
@@ -178,6 +213,14 @@ impl Table {
         })
     }
 
+    /// The same table, its rows named after a strategy or a baseline of two runs.
+    pub fn rows_named_by_name(self) -> Table {
+        Table {
+            rows_name: RowsName::Name,
+            ..self
+        }
+    }
+
     /// Adds a row about `strategy`, marked when it broke an invariant.
     pub fn strategy_row<C: Into<Cell>>(
         &mut self,
@@ -187,7 +230,7 @@ impl Table {
     ) -> &mut Table {
         self.push(Row {
             cells: cells.into_iter().map(Into::into).collect(),
-            strategy: Some(strategy.to_owned()),
+            name: Some(strategy.to_owned()),
             broken,
         })
     }
@@ -281,7 +324,7 @@ mod tests {
             "| strategy | sold |\n|---|--:|\n| `naive` | 7 |\n"
         );
         let row = &t.rows[0];
-        assert_eq!((row.strategy.as_deref(), row.broken), (Some("naive"), true));
+        assert_eq!((row.name.as_deref(), row.broken), (Some("naive"), true));
         assert_eq!(
             (row.cells[1].sort, row.cells[1].field),
             (Some(7.0), Some("sold"))

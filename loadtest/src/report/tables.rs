@@ -397,10 +397,7 @@ mod tests {
             let a = &x.sale.accounting;
             let row = |t: &Table| {
                 let name = x.strategy.name.to_string();
-                let row = t
-                    .rows
-                    .iter()
-                    .find(|row| row.strategy.as_ref() == Some(&name));
+                let row = t.rows.iter().find(|row| row.name.as_ref() == Some(&name));
                 row.unwrap_or_else(|| panic!("{name} has no row"))
                     .cells
                     .clone()

@@ -5,10 +5,10 @@
 
 use maud::{Markup, html};
 
-use super::page::{num, prose};
+use super::page::prose;
+use super::table::print;
 use crate::report::comparison::{
-    Change, Comparison, Figures, Range, arrow, machines_sentence, noise_sentence, rank_text,
-    ranking_sentence, ratio_text,
+    Comparison, changes_table, machines_sentence, noise_sentence, ranking_sentence, reproduce_table,
 };
 use crate::report::falls;
 
@@ -42,120 +42,14 @@ pub fn section(c: &Comparison) -> Markup {
             }
             h3 { "What another run can reproduce: order and ratios" }
             div #ranking { (prose(&ranking_sentence(c.ranking.as_ref()))) }
-            (reproduce(&c.strategies))
+            (print(&reproduce_table(&c.strategies)))
             h3 { "Strategies (deductions/s)" }
             div { (prose(&noise_sentence(c))) }
-            (changes("compare-strategies", &c.strategies, true))
+            (print(&changes_table("name", &c.strategies, true)))
             h3 { "Baselines" }
-            (changes("compare-baselines", &c.baselines, false))
+            (print(&changes_table("name", &c.baselines, false)))
         }
     }
-}
-
-/// Each strategy's place and ratio to its own baseline, coloured where judged.
-fn reproduce(changes: &[Change]) -> Markup {
-    let judged = |moved: Option<bool>| match moved {
-        Some(true) => Some("better"),
-        Some(false) => Some("worse"),
-        None => None,
-    };
-    html! {
-        table.sortable #compare-reproduce {
-            thead { tr { th { "strategy" } th { "place A → B" } th { "rate / own baseline A → B" } } }
-            tbody {
-                @for ch in changes {
-                    @if let Some(rank) = &ch.rank {
-                        tr data-name=(ch.name) {
-                            td { code { (ch.name) } }
-                            td class=[judged(rank.moved)] data-sort=(rank.b.rank - rank.a.rank) {
-                                (arrow(rank.moved)) (rank_text(rank))
-                            }
-                            @match &ch.ratio {
-                                Some(r) => td class=[judged(r.moved)] data-sort=(r.b.median / r.a.median.max(f64::MIN_POSITIVE)) {
-                                    (arrow(r.moved)) (ratio_text(r)) " of " code { (r.a.baseline) }
-                                },
-                                None => td { "–" },
-                            }
-                        }
-                    }
-                }
-            }
-        }
-    }
-}
-
-fn changes(id: &str, changes: &[Change], sales: bool) -> Markup {
-    html! {
-        table.sortable id=(id) {
-            thead { tr {
-                th { "name" } th { "A /s" } th { "B /s" } th { "change" } th { "p99 ms A → B" }
-                @if sales { th { "accounting A → B" } }
-            } }
-            tbody {
-                @for ch in changes {
-                    @let (a, b) = (ch.figures.0.as_ref(), ch.figures.1.as_ref());
-                    tr data-name=(ch.name) {
-                        td { code { (ch.name) } }
-                        (rate(a)) (rate(b))
-                        (change(ch))
-                        td { (pair(a.map(|f| f.p99_ms), b.map(|f| f.p99_ms))) }
-                        @if sales { (accounting(ch)) }
-                    }
-                }
-            }
-        }
-    }
-}
-
-fn rate(f: Option<&Figures>) -> Markup {
-    match f.map(|f| f.rate) {
-        None => html! { td.num { "–" } },
-        Some(Range {
-            median,
-            min_max: Some((min, max)),
-        }) => num(median, format!("{median:.0} ({min:.0}–{max:.0})")),
-        Some(r) => num(r.median, format!("{:.0}", r.median)),
-    }
-}
-
-fn change(ch: &Change) -> Markup {
-    let (Some(_), Some(_)) = &ch.figures else {
-        return html! { td.num { "–" } };
-    };
-    let Some(pct) = ch.percent else {
-        return html! { td.num { "new" } };
-    };
-    let text = format!("{pct:+.0}%");
-    match ch.moved {
-        Some(true) => html! { td.num.better data-sort=(pct) data-judged="better" { "▲ " (text) } },
-        Some(false) => html! { td.num.worse data-sort=(pct) data-judged="worse" { "▼ " (text) } },
-        None => html! { td.num.same data-sort=(pct) { (text) } },
-    }
-}
-
-fn accounting(ch: &Change) -> Markup {
-    html! {
-        @match &ch.figures {
-            (None, _) => td { "only in B" },
-            (_, None) => td { "only in A" },
-            _ if ch.accounting.is_empty() => td.same { "same" },
-            _ => td {
-                @for (i, f) in ch.accounting.iter().enumerate() {
-                    @if i > 0 { "; " }
-                    @if f.regression {
-                        span.worse { strong { (f.field) " " (f.a) " → " (f.b) " (correctness)" } }
-                    } @else {
-                        (f.field) " " (f.a) " → " (f.b)
-                    }
-                }
-            },
-        }
-    }
-}
-
-fn pair(a: Option<f64>, b: Option<f64>) -> String {
-    let f = |x: Option<f64>| x.map_or("–".into(), |x| format!("{x:.1}"));
-    format!("{} → {}", f(a), f(b))
 }
 
 #[cfg(test)]
@@ -176,7 +70,13 @@ mod tests {
         );
         b.environment.cpu_model = Some("Another CPU".into());
         let other = section(&compare(&a, &b)).into_string();
-        assert!(!other.contains("data-judged"), "{other}");
+        let rates = &other[other.find("id=\"compare-strategies\"").unwrap()..];
+        let rates = &rates[..rates.find("</table>").unwrap()];
+        assert!(!rates.contains("data-judged"), "{rates}");
+        assert!(
+            other.contains("data-judged=\"better\">▲ 1.5 → 1<"),
+            "the order is judged"
+        );
         assert!(other.contains("data-same-machine=\"false\""), "{other}");
         assert!(
             other.contains("The runs come from different machines"),

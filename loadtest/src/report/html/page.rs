@@ -112,6 +112,17 @@ pub fn prose(markdown: &str) -> Markup {
     rendered(markdown, pulldown_cmark::Options::empty())
 }
 
+/// One line of Markdown (a table's cell) as HTML, without a paragraph around it; raw HTML is
+/// shown as text.
+pub fn inline(markdown: &str) -> Markup {
+    let html = prose(markdown).0;
+    let inner = html
+        .trim_end()
+        .strip_prefix("<p>")
+        .and_then(|h| h.strip_suffix("</p>"));
+    PreEscaped(inner.map_or(html.clone(), str::to_string))
+}
+
 /// Markdown with tables (a report's section), every table sortable; raw HTML shown as text.
 pub fn prose_with_tables(markdown: &str) -> Markup {
     let body = rendered(markdown, pulldown_cmark::Options::ENABLE_TABLES);

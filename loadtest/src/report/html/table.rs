@@ -5,7 +5,8 @@
 
 use maud::{Markup, html};
 
-use crate::report::table::{Align, Cell, Row, Table};
+use super::page::inline;
+use crate::report::table::{Align, Cell, Judged, Row, RowsName, Table};
 
 /// The table as HTML.
 pub fn print(t: &Table) -> Markup {
@@ -22,35 +23,55 @@ pub fn print(t: &Table) -> Markup {
 }
 
 fn print_row(t: &Table, row: &Row) -> Markup {
-    html! {
-        tr class=[row.broken.then_some("bad")] data-strategy=[row.strategy.as_deref()] {
-            @for (i, (c, (_, align))) in row.cells.iter().zip(&t.columns).enumerate() {
-                @if i == 0 && t.headed_rows {
-                    th { (content(c)) }
-                } @else if *align == Align::Right {
-                    td.num data-field=[c.field] data-sort=[sort_key(c)] { (content(c)) }
-                } @else {
-                    td data-field=[c.field] { (content(c)) }
-                }
+    let class = row.broken.then_some("bad");
+    let cells = html! {
+        @for (i, (c, (_, align))) in row.cells.iter().zip(&t.columns).enumerate() {
+            @if i == 0 && t.headed_rows {
+                th { (content(c)) }
+            } @else {
+                (print_cell(c, *align))
             }
         }
+    };
+    match t.rows_name {
+        RowsName::Strategy => {
+            html! { tr class=[class] data-strategy=[row.name.as_deref()] { (cells) } }
+        }
+        RowsName::Name => html! { tr class=[class] data-name=[row.name.as_deref()] { (cells) } },
+    }
+}
+
+/// A cell: a figure lined up right and sorted by its value, marked as the comparison judged it.
+fn print_cell(c: &Cell, align: Align) -> Markup {
+    let judged = c.judged.map(|j| match j {
+        Judged::Better => "better",
+        Judged::Worse => "worse",
+        Judged::Same => "same",
+    });
+    let class = match (align, judged) {
+        (Align::Right, Some(j)) => Some(format!("num {j}")),
+        (Align::Right, None) => Some("num".to_string()),
+        (Align::Left, j) => j.map(str::to_string),
+    };
+    let sort = (align == Align::Right || c.sort.is_some()).then(|| sort_key(c));
+    let verdict = judged.filter(|j| *j != "same");
+    html! {
+        td class=[class] data-field=[c.field] data-sort=[sort] data-judged=[verdict] { (content(c)) }
     }
 }
 
 /// A figure's value, or an empty key for a figure column's `–`.
-fn sort_key(c: &Cell) -> Option<String> {
-    Some(c.sort.map_or_else(String::new, |v| v.to_string()))
+fn sort_key(c: &Cell) -> String {
+    c.sort.map_or_else(String::new, |v| v.to_string())
 }
 
-/// What a cell says: code when it is code, and each `` `span` `` of its text as code.
+/// What a cell says: code when it is code; its text's Markdown (code spans, strong words)
+/// where it has any.
 fn content(c: &Cell) -> Markup {
-    if c.code {
-        return html! { code { (c.text) } };
-    }
-    html! {
-        @for (i, part) in c.text.split('`').enumerate() {
-            @if i % 2 == 1 { code { (part) } } @else { (part) }
-        }
+    match (c.code, c.text.contains(['`', '*'])) {
+        (true, _) => html! { code { (c.text) } },
+        (false, true) => inline(&c.text),
+        (false, false) => html! { (c.text) },
     }
 }
 
