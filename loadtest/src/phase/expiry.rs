@@ -36,6 +36,7 @@ use crate::report::schema::{
     ExpiryCost, ExpiryPayments, ExpiryShape, Findings, LoadResult, ReturnLockUse, RunReport,
     Settings,
 };
+use crate::report::section::Section;
 use app::api::{ResetProduct, StrategyInfo};
 use testkit::metrics::series_values;
 use testkit::{Api, order_request};
@@ -295,8 +296,8 @@ impl Phase for Expiry {
         !report.expiry_costs.is_empty()
     }
 
-    fn section(&self, r: &RunReport) -> String {
-        crate::report::expiry::markdown(
+    fn section(&self, r: &RunReport) -> Section {
+        crate::report::expiry::section(
             r.settings.expiry.as_ref(),
             &r.expiry_costs,
             &r.findings.expiry,

@@ -43,6 +43,7 @@ pub use allocate::{Allocator, Allotment};
 
 use crate::measure::throughput::ThroughputPlan;
 use crate::report::schema::{Findings, LoadResult, RunReport, Settings};
+use crate::report::section::Section;
 use crate::rig::distance::Relays;
 use crate::rig::world::World;
 
@@ -86,8 +87,8 @@ pub trait Phase {
     /// Whether `report` holds figures of it: its section is on the page.
     fn measured(&self, report: &RunReport) -> bool;
 
-    /// Its section of the report, in Markdown; empty when `report` holds none of it.
-    fn section(&self, report: &RunReport) -> String;
+    /// Its section of the report; empty when `report` holds none of it.
+    fn section(&self, report: &RunReport) -> Section;
 
     /// What went wrong in it, in words, from `report`'s findings; `None` when nothing did.
     fn went_wrong(&self, report: &RunReport) -> Option<String>;

@@ -30,6 +30,7 @@ use crate::measure::throughput::{Buyers, ThroughputPlan, UNLIMITED, settle};
 use crate::report::schema::{
     ByAnswer, Findings, Memory, OverloadResult, OverloadShape, RunReport, Settings,
 };
+use crate::report::section::Section;
 use crate::rig::world::World;
 
 /// One strategy's overload.
@@ -260,8 +261,8 @@ impl Phase for Overload {
         !report.overloads.is_empty()
     }
 
-    fn section(&self, r: &RunReport) -> String {
-        crate::report::overload::markdown(
+    fn section(&self, r: &RunReport) -> Section {
+        crate::report::overload::section(
             r.settings.overload.as_ref(),
             &r.overloads,
             &r.findings.overload,

@@ -19,7 +19,6 @@
 //! reported beside them (`idle_per_second`), to tell how much there was to leave out.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
@@ -29,6 +28,7 @@ use testkit::{Api, order_request};
 
 use super::{Allotment, Measuring, Needs, Phase, Recorded, Run};
 use crate::report::schema::{Findings, RoundTrips, RunReport, Settings};
+use crate::report::section::Section;
 use crate::report::table::Table;
 use crate::rig::distance::{self, Relays};
 
@@ -83,8 +83,8 @@ impl Phase for RoundTripCount {
         !report.round_trips.is_empty()
     }
 
-    fn section(&self, r: &RunReport) -> String {
-        markdown(r)
+    fn section(&self, r: &RunReport) -> Section {
+        section(r)
     }
 
     fn went_wrong(&self, _: &RunReport) -> Option<String> {
@@ -208,13 +208,12 @@ pub const KINDS: [&str; 6] = [
 ];
 
 /// The phase's section: each strategy's round trips per purchase, by server.
-fn markdown(r: &RunReport) -> String {
+fn section(r: &RunReport) -> Section {
     let (Some(shape), false) = (r.settings.round_trips, r.round_trips.is_empty()) else {
-        return String::new();
+        return Section::default();
     };
-    let mut md = String::from("\n## Round trips per purchase\n\n");
-    let _ = writeln!(
-        md,
+    let mut s = Section::titled("Round trips per purchase");
+    s.prose(format!(
         "Counted by the relays in front of the servers: an exchange is a request sent after \
          its server's answer, one round trip waited for. {} purchases of each strategy, one \
          at a time, each by a buyer of its own, each counted on its own; the mean leaves out the \
@@ -223,9 +222,9 @@ fn markdown(r: &RunReport) -> String {
          column is one of its five servers, asked at once. A purchase waits for about \
          *total* × RTT more at a distance, if its round trips are one after another; \
          asynchronous work (a stream consumer placing the order) counts, though its buyer \
-         does not wait for it.\n",
+         does not wait for it.",
         shape.purchases
-    );
+    ));
     let used: Vec<&str> = (KINDS.iter().copied())
         .filter(|k| {
             r.round_trips
@@ -253,6 +252,6 @@ fn markdown(r: &RunReport) -> String {
                 ]),
         );
     }
-    md.push_str(&table.render());
-    md
+    s.table(table);
+    s
 }

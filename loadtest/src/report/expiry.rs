@@ -1,29 +1,28 @@
-//! The expiry phase's section of `report.md` (and of `report.html`, which renders the same
-//! Markdown): how the sweep was set against the purchases, each strategy in one row, the
+//! The expiry phase's section of the report: how the sweep was set against the purchases, each strategy in one row, the
 //! payments that came too late or were refused, and a sentence for every strategy whose sweep
 //! cost more than the bar or whose rounds compared nothing.
 
 use std::fmt::Write;
 
 use super::schema::{ExpiryCost, ExpiryMiss, ExpiryShape};
+use super::section::Section;
 use super::table::Table;
 use crate::analyse::expiry::P99_BAR_PERCENT;
 
 /// The section, or nothing when the run had no expiry phase.
-pub fn markdown(
+pub fn section(
     shape: Option<&ExpiryShape>,
     costs: &[ExpiryCost],
     misses: &[ExpiryMiss],
-) -> String {
+) -> Section {
     let Some(shape) = shape else {
-        return String::new();
+        return Section::default();
     };
     if costs.is_empty() {
-        return String::new();
+        return Section::default();
     }
-    let mut md = String::from("\n## The expiry sweep beside purchases\n\n");
-    let _ = writeln!(
-        md,
+    let mut s = Section::titled("The expiry sweep beside purchases");
+    s.prose(format!(
         "Each strategy that can be deployed buys, in a closed loop of {} buyers, a product \
          that cannot sell out and whose payment window is {} ms; {}, and the sweep of every \
          instance expires each unpaid order once it is due and gives its unit back to the \
@@ -32,20 +31,19 @@ pub fn markdown(
          warm-up, on a product reset to no orders, which goes first alternating); *added* is \
          the median round's p99 of purchases with the sweep over the same round's p99 without \
          it, with the other rounds' in parentheses; *unpaid* is the share of the orders left \
-         to fall due. The bar: at most {P99_BAR_PERCENT:.0}% added.\n",
+         to fall due. The bar: at most {P99_BAR_PERCENT:.0}% added.",
         costs[0].with_sweep.concurrency,
         shape.payment_window_ms,
         who_pays(shape),
         shape.rounds,
         shape.seconds,
         shape.warmup,
-    );
-    md.push_str(&table(costs));
-    md.push('\n');
-    md.push_str(&return_locks(costs));
-    md.push_str(&payments(costs));
-    md.push_str(&went_wrong(misses));
-    md
+    ));
+    s.table(table(costs));
+    s.prose(return_locks(costs));
+    s.prose(payments(costs));
+    s.prose(went_wrong(misses));
+    s
 }
 
 /// Who of the phase's buyers pays, and so how many orders fall due.
@@ -132,7 +130,7 @@ fn payments(costs: &[ExpiryCost]) -> String {
     md
 }
 
-fn table(costs: &[ExpiryCost]) -> String {
+fn table(costs: &[ExpiryCost]) -> Table {
     let ms = |us: u64| format!("{:.1}", us as f64 / 1000.0);
     let mut t = Table::left(["strategy"]).and_right([
         "purchases/s with sweep",
@@ -155,7 +153,7 @@ fn table(costs: &[ExpiryCost]) -> String {
             format!("{:.0}", c.expired_per_second()),
         ]);
     }
-    t.render()
+    t
 }
 
 /// The median round's share added, and every round's.
@@ -238,7 +236,7 @@ mod tests {
     #[test]
     fn the_section_has_a_row_per_strategy_with_the_median_round_and_every_round() {
         let c = expiry_cost(Strategy::Conditional, &[1.04, 1.08, 0.97], 900);
-        let md = markdown(Some(&expiry_shape()), std::slice::from_ref(&c), &[]);
+        let md = section(Some(&expiry_shape()), std::slice::from_ref(&c), &[]).markdown();
         assert!(md.contains("## The expiry sweep beside purchases"), "{md}");
         let row = md
             .lines()
@@ -259,7 +257,7 @@ mod tests {
     fn a_sweep_beyond_the_bar_is_told_with_both_p99s_and_its_pace() {
         let c = expiry_cost(Strategy::Batched, &[1.3, 1.25, 1.1], 900);
         let found = misses(std::slice::from_ref(&c));
-        let md = markdown(Some(&expiry_shape()), &[c], &found);
+        let md = section(Some(&expiry_shape()), &[c], &found).markdown();
         assert!(
             md.contains("- `batched`: in its median round the sweep added 25% to the purchases' p99 (bar 10%), while it expired 450 orders a second and gave each unit back to the same home the purchases take theirs from; over all its rounds together, 12.5 ms with it and 10.0 ms without."),
             "{md}"
@@ -271,7 +269,7 @@ mod tests {
         let mut c = expiry_cost(Strategy::Batched, &[0.7, 1.25, 2.8], 900);
         c.with_sweep.latency.p99_us = 9_000;
         let found = misses(std::slice::from_ref(&c));
-        let md = markdown(Some(&expiry_shape()), &[c], &found);
+        let md = section(Some(&expiry_shape()), &[c], &found).markdown();
         assert!(
             md.contains(
                 "9.0 ms with it and 10.0 ms without — the rounds disagree on the direction"
@@ -285,7 +283,7 @@ mod tests {
         let mut c = expiry_cost(Strategy::RedisLua, &[0.9, 1.0, 1.4], 0);
         c.others_due = 10_833;
         let found = misses(std::slice::from_ref(&c));
-        let md = markdown(Some(&expiry_shape()), &[c], &found);
+        let md = section(Some(&expiry_shape()), &[c], &found).markdown();
         assert!(
             md.contains(
                 "- `redis-lua`: 10833 order(s) of other products fell due while the sweeps ran"
@@ -301,7 +299,7 @@ mod tests {
             non_payer_share: 1.0,
             ..expiry_shape()
         };
-        let md = markdown(Some(&shape), std::slice::from_ref(&c), &[]);
+        let md = section(Some(&shape), std::slice::from_ref(&c), &[]).markdown();
         assert!(
             md.contains("nobody pays, so every order falls due moments after it was placed — the sweep's worst case"),
             "{md}"
@@ -313,7 +311,7 @@ mod tests {
         let mut c = expiry_cost(Strategy::RedisLuaStream, &[1.1], 900);
         c.payments.too_late = 12;
         c.payments.refused = 1;
-        let md = markdown(Some(&expiry_shape()), std::slice::from_ref(&c), &[]);
+        let md = section(Some(&expiry_shape()), std::slice::from_ref(&c), &[]).markdown();
         assert!(
             md.contains("after their order's deadline (the order fell due as an unpaid one does, and counts as unpaid): `redis-lua-stream` 12."),
             "{md}"
@@ -333,20 +331,20 @@ mod tests {
             held_seconds: 0.912,
         };
         let unlocked = expiry_cost(Strategy::Conditional, &[1.0], 900);
-        let md = markdown(Some(&expiry_shape()), &[locked, unlocked.clone()], &[]);
+        let md = section(Some(&expiry_shape()), &[locked, unlocked.clone()], &[]).markdown();
         assert!(
             md.contains("in the loops with the sweep: `db-row-lock` 48.0 ms held, 200 ms waited (19 returns)."),
             "{md}"
         );
         assert!(!md.contains("`conditional` 0"), "{md}");
-        let md = markdown(Some(&expiry_shape()), &[unlocked], &[]);
+        let md = section(Some(&expiry_shape()), &[unlocked], &[]).markdown();
         assert!(!md.contains("go back under its lock"), "{md}");
     }
 
     #[test]
     fn no_expiry_phase_no_section() {
         let c = expiry_cost(Strategy::Conditional, &[1.0], 1);
-        assert_eq!(markdown(None, std::slice::from_ref(&c), &[]), "");
-        assert_eq!(markdown(Some(&expiry_shape()), &[], &[]), "");
+        assert!(section(None, std::slice::from_ref(&c), &[]).is_empty());
+        assert!(section(Some(&expiry_shape()), &[], &[]).is_empty());
     }
 }

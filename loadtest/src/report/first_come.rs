@@ -1,30 +1,31 @@
 //! The flood's crowd sent again, sold first come, first served, beside the random door's
-//! flood in `report.md`: what arrival order bought (the first clicks, the rank correlation) and
+//! flood in the report: what arrival order bought (the first clicks, the rank correlation) and
 //! what it cost (the time to answer the crowd, the winners' and refused buyers' latency).
 
-use std::fmt::Write;
-
 use super::schema::{FirstComeFlood, FloodResult, LatencySummary};
+use super::section::Section;
 use super::table::Table;
 use crate::analyse::first_come::{FIRST_CLICKS_BAR, RANK_SHARE_BAR, misses};
 
 /// The section; nothing when no flood was sent again.
-pub fn markdown(floods: &[FloodResult]) -> String {
+pub fn section(floods: &[FloodResult]) -> Section {
     let pairs: Vec<(&FloodResult, &FirstComeFlood)> = (floods.iter())
         .filter_map(|f| f.first_come.as_ref().map(|fc| (f, fc)))
         .collect();
     if pairs.is_empty() {
-        return String::new();
+        return Section::default();
     }
-    let mut md = String::from(
-        "\n### First come, first served\n\nThe same crowd sent again right after each flood, to \
+    let mut s = Section::default();
+    s.heading(3, "First come, first served");
+    s.prose(
+        "The same crowd sent again right after each flood, to \
          the same strategy and instances, the product sold first come (`\"first_come\": true`): \
          each click takes its place in one queue in Redis as it comes in, across every \
          instance; the clicks with a place wait for room where others are refused \
          `overloaded`, and the clicks behind the units are refused `sold_out` at once. Each \
          cell reads random door → first come. Rank: the correlation between sending early and \
          buying as a share of the most a yes-or-no outcome allows (1: the first sent bought). \
-         No second act and no kill in the second crowd.\n\n",
+         No second act and no kill in the second crowd.",
     );
     let arrow = |a: String, b: String| format!("{a} → {b}");
     let percent = |x: f64| format!("{:.0}%", 100.0 * x);
@@ -69,11 +70,10 @@ pub fn markdown(floods: &[FloodResult]) -> String {
             fc.accounting.undersell.to_string(),
         ]);
     }
-    md.push_str(&t.render());
-    let _ = writeln!(
-        md,
-        "\nThe bars: of the first clicks, {:.0}% or more bought; rank {RANK_SHARE_BAR:.2} of \
-         the attainable or more; nothing oversold, sold past the limit or stranded.\n",
+    s.table(t);
+    let mut md = format!(
+        "The bars: of the first clicks, {:.0}% or more bought; rank {RANK_SHARE_BAR:.2} of \
+         the attainable or more; nothing oversold, sold past the limit or stranded.\n\n",
         100.0 * FIRST_CLICKS_BAR
     );
     let missed: Vec<String> = (pairs.iter())
@@ -90,7 +90,8 @@ pub fn markdown(floods: &[FloodResult]) -> String {
             md.push('\n');
         }
     }
-    md
+    s.prose(md);
+    s
 }
 
 #[cfg(test)]
@@ -108,13 +109,13 @@ mod tests {
             crate::sample::flood(Strategy::Conditional, 1_000.0, 1_000.0, 90.0),
             missing,
         ];
-        let md = markdown(&floods);
+        let md = section(&floods).markdown();
         assert!(md.contains("| `conditional` | 50% → 97% |"), "{md}");
         assert!(
             md.contains("- `batched`: 50% of the first clicks bought (bar 90%)."),
             "{md}"
         );
         assert!(!md.contains("- `conditional`"), "{md}");
-        assert!(markdown(&floods[..0]).is_empty());
+        assert!(section(&floods[..0]).is_empty());
     }
 }

@@ -1,4 +1,4 @@
-//! The flood's section of `report.md`: how it arrived, each strategy's flood in one row, and
+//! The flood's section of the report: how it arrived, each strategy's flood in one row, and
 //! the cores a record flood would need (a projection, labelled as one).
 
 use std::fmt::Write;
@@ -8,45 +8,27 @@ use app::api::ErrorCode;
 use super::schema::{
     FloodMiss, FloodResult, FloodShape, GROUPS, LatencySummary, PROJECTED_CLICKS_PER_SECOND,
 };
+use super::section::Section;
 use super::table::{Align, Table};
 use crate::analyse::flood_bars::{FLOOD_BAR, REFUSAL_BAR_PERCENT};
 
 /// The section, or nothing when the run had no flood.
-pub fn markdown(
+pub fn section(
     shape: Option<&FloodShape>,
     floods: &[FloodResult],
     misses: &[FloodMiss],
-) -> String {
-    section(shape, floods, misses, true)
-}
-
-/// The section without its chart links, for a page that draws the charts inline.
-pub fn markdown_without_charts(
-    shape: Option<&FloodShape>,
-    floods: &[FloodResult],
-    misses: &[FloodMiss],
-) -> String {
-    section(shape, floods, misses, false)
-}
-
-fn section(
-    shape: Option<&FloodShape>,
-    floods: &[FloodResult],
-    misses: &[FloodMiss],
-    chart_links: bool,
-) -> String {
+) -> Section {
     let Some(shape) = shape else {
-        return String::new();
+        return Section::default();
     };
     if floods.is_empty() {
-        return String::new();
+        return Section::default();
     }
-    let mut md = String::from("\n## The flood\n\n");
-    let _ = writeln!(md, "{}\n", describe(shape));
-    md.push_str(&outcome_table(floods));
-    let _ = write!(
-        md,
-        "\nSold out: from the opening to the answer that sold the last unit; answered: to the \
+    let mut s = Section::titled("The flood");
+    s.prose(describe(shape));
+    s.table(outcome_table(floods));
+    s.prose(format!(
+        "Sold out: from the opening to the answer that sold the last unit; answered: to the \
          last answer of any click. Shed: `503 overloaded`, `429 rate_limited`, `busy`, \
          `backend_unavailable`. Beyond limit: units buyers hold past one each, from the orders. \
          First clicks: of the first S regular clicks sent, the share that bought; rank: \
@@ -61,25 +43,32 @@ fn section(
          flood: the time until every click was answered over the time the same crowd (the same \
          arrivals, instances and client), sent right after, took to be answered asking \
          `GET /api/noop` instead. The bars: the fastest safe strategy within {FLOOD_BAR}× the \
-         no-op flood; refusals once sold out at {REFUSAL_BAR_PERCENT}% of no-op or more.\n\n",
+         no-op flood; refusals once sold out at {REFUSAL_BAR_PERCENT}% of no-op or more.",
         floods
             .iter()
             .find_map(|f| f.after_sold_out.map(|r| r.rounds))
             .unwrap_or(0)
-    );
-    md.push_str(&went_wrong(floods, misses));
-    md.push('\n');
-    if chart_links {
-        for f in floods {
-            let file = super::flood_chart::file_name(f);
-            let _ = writeln!(md, "![the flood through `{}`]({file})", f.strategy.name);
-        }
+    ));
+    s.prose(went_wrong(floods, misses));
+    for f in floods {
+        let file = super::flood_chart::file_name(f);
+        s.chart(file, format!("the flood through `{}`", f.strategy.name));
     }
-    md.push_str(&super::resale::markdown(shape, floods));
-    md.push_str(&super::first_come::markdown(floods));
-    md.push_str(&latency_table(floods));
-    md.push_str(&projection_table(floods));
-    md
+    s.append(super::resale::section(shape, floods));
+    s.append(super::first_come::section(floods));
+    s.prose("Latency from each click's send, winners and refused buyers apart:");
+    s.table(latency_table(floods));
+    if let Some(t) = projection_table(floods) {
+        s.prose(format!(
+            "**A projection, not a measurement:** the cores each kind of process would need \
+             for {:.0} clicks/s, scaled linearly from the CPU it spent per click in this flood \
+             (which includes the refusals, most of a flood). Real scaling is rarely linear: the \
+             hot row and single-threaded Redis stop scaling long before.",
+            PROJECTED_CLICKS_PER_SECOND,
+        ));
+        s.table(t);
+    }
+    s
 }
 
 /// The flood's arrival, in one sentence.
@@ -107,7 +96,7 @@ pub fn describe(shape: &FloodShape) -> String {
     )
 }
 
-fn outcome_table(floods: &[FloodResult]) -> String {
+fn outcome_table(floods: &[FloodResult]) -> Table {
     let mut t = Table::left(["strategy", "safety"]).and_right([
         "clicks",
         "bought",
@@ -185,10 +174,10 @@ fn outcome_table(floods: &[FloodResult]) -> String {
             },
         ]);
     }
-    t.render()
+    t
 }
 
-fn latency_table(floods: &[FloodResult]) -> String {
+fn latency_table(floods: &[FloodResult]) -> Table {
     let ms = |us: u64| format!("{:.1}", us as f64 / 1000.0);
     let cells = |l: &LatencySummary| [ms(l.p50_us), ms(l.p99_us), ms(l.max_us)];
     let mut t = Table::left(["strategy"]).and_right([
@@ -205,13 +194,11 @@ fn latency_table(floods: &[FloodResult]) -> String {
         row.extend(cells(&f.refused));
         t.row(row);
     }
-    format!(
-        "\nLatency from each click's send, winners and refused buyers apart:\n\n{}",
-        t.render()
-    )
+    t
 }
 
-fn projection_table(floods: &[FloodResult]) -> String {
+/// The cores each group would need for a record flood; nothing when no group spent any.
+fn projection_table(floods: &[FloodResult]) -> Option<Table> {
     // The groups that spent CPU in some flood, in the report's order of groups.
     let groups: Vec<&str> = (GROUPS.iter())
         .map(|(group, _)| *group)
@@ -222,7 +209,7 @@ fn projection_table(floods: &[FloodResult]) -> String {
         })
         .collect();
     if groups.is_empty() {
-        return String::new();
+        return None;
     }
     let mut t = Table::new([("strategy", Align::Left)]).and_right(
         groups
@@ -239,14 +226,7 @@ fn projection_table(floods: &[FloodResult]) -> String {
         }
         t.row(row);
     }
-    format!(
-        "\n**A projection, not a measurement:** the cores each kind of process would need for \
-         {:.0} clicks/s, scaled linearly from the CPU it spent per click in this flood (which \
-         includes the refusals, most of a flood). Real scaling is rarely linear: the hot row \
-         and single-threaded Redis stop scaling long before.\n\n{}",
-        PROJECTED_CLICKS_PER_SECOND,
-        t.render()
-    )
+    Some(t)
 }
 
 /// Every flood that broke a rule, and every bar missed, in words from their figures.
@@ -295,7 +275,7 @@ fn went_wrong(floods: &[FloodResult], misses: &[FloodMiss]) -> String {
         misses,
         crate::analyse::flood_bars::refusals_at_bar(floods),
     ));
-    format!("\nWhat went wrong in the flood:\n\n{md}")
+    format!("What went wrong in the flood:\n\n{md}")
 }
 
 /// What became of the bots that fired before the opening, from each row's answers: the early

@@ -46,13 +46,11 @@ pub fn render(r: &RunReport) -> String {
         "\n![throughput](throughput.svg)\n![latency](latency.svg)\n![oversell](oversell.svg)\n",
     );
 
-    md.push_str(&super::flood::markdown(
-        r.settings.flood.as_ref(),
-        &r.floods,
-        &r.findings.flood,
-    ));
+    md.push_str(
+        &super::flood::section(r.settings.flood.as_ref(), &r.floods, &r.findings.flood).markdown(),
+    );
     for phase in crate::phase::REGISTRY {
-        md.push_str(&phase.section(r));
+        md.push_str(&phase.section(r).markdown());
     }
 
     md.push_str("\n## What went wrong and why\n\n");
@@ -103,7 +101,7 @@ pub fn render(r: &RunReport) -> String {
         );
         md.push_str(&tables::cpu(r).render());
     }
-    md.push_str(&super::stages::markdown(r));
+    md.push_str(&super::stages::section(r).markdown());
 
     md.push_str("\n## Baselines (nothing of ours in between)\n\n");
     if r.baselines.is_empty() {

@@ -26,6 +26,7 @@ pub mod resale;
 pub mod run_history;
 pub mod scenarios;
 pub mod schema;
+pub mod section;
 pub mod stages;
 pub mod table;
 pub mod tables;

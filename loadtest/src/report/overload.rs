@@ -1,10 +1,10 @@
-//! The overload phase's section of `report.md` (and of `report.html`, which renders the same
-//! Markdown): how the load was offered, each strategy in one row, and a sentence for every
+//! The overload phase's section of the report: how the load was offered, each strategy in one row, and a sentence for every
 //! bar a strategy missed, from the figures that say why.
 
 use std::fmt::Write;
 
 use super::schema::{LatencySummary, OverloadFinding, OverloadMiss, OverloadResult, OverloadShape};
+use super::section::Section;
 use super::table::Table;
 use crate::analyse::overload::{
     ACCEPTED_P99_BAR_US, ACCEPTED_SHARE_BAR, EXCESS_SHARE_OF_CEILING, MEMORY_MARGIN_BYTES,
@@ -12,36 +12,31 @@ use crate::analyse::overload::{
 };
 
 /// The section, or nothing when the run had no overload phase.
-pub fn markdown(
+pub fn section(
     shape: Option<&OverloadShape>,
     overloads: &[OverloadResult],
     findings: &[OverloadFinding],
-) -> String {
+) -> Section {
     let Some(shape) = shape else {
-        return String::new();
+        return Section::default();
     };
     if overloads.is_empty() {
-        return String::new();
+        return Section::default();
     }
-    let mut md = format!("\n## Overload: {} × capacity\n\n", shape.factor);
-    let _ = writeln!(
-        md,
-        "{}{}\n",
-        describe(shape, overloads),
-        capped(shape, overloads)
-    );
-    md.push_str(&table(overloads));
-    md.push_str(
-        "\nCapacity: the closed loop's purchases/s (its median). Sent: answers per second of \
+    let mut s = Section::titled(format!("Overload: {} × capacity", shape.factor));
+    s.prose(describe(shape, overloads) + &capped(shape, overloads));
+    s.table(table(overloads));
+    s.prose(
+        "Capacity: the closed loop's purchases/s (its median). Sent: answers per second of \
          the measured window (the open loop sends every due request, late when it falls \
          behind). Other: answers neither a purchase nor `503 overloaded` — other refusals, no \
          answer, answers outside the contract — with the most frequent. Latency from each \
          request's due time, as a buyer who clicked then waited. Memory: resident memory of \
          the app instances together, before the loop, at the end of its warm-up, its peak \
-         after the warm-up, and once every answer came back.\n\n",
+         after the warm-up, and once every answer came back.",
     );
-    md.push_str(&went_wrong(findings));
-    md
+    s.prose(went_wrong(findings));
+    s
 }
 
 /// How the load was offered, and the bars, in a few sentences.
@@ -107,7 +102,7 @@ fn budget(ms: u64) -> String {
     )
 }
 
-fn table(overloads: &[OverloadResult]) -> String {
+fn table(overloads: &[OverloadResult]) -> Table {
     let ms = |us: u64| format!("{:.1}", us as f64 / 1000.0);
     let cells = |l: &LatencySummary| {
         if l.count == 0 {
@@ -161,7 +156,7 @@ fn table(overloads: &[OverloadResult]) -> String {
         ));
         t.row(row);
     }
-    t.render()
+    t
 }
 
 /// The purchases accepted per second, and their share of the capacity.
@@ -324,12 +319,12 @@ mod tests {
     fn a_strategy_offered_less_than_the_factor_is_named_with_the_machines_ceiling() {
         let shape = overload_shape();
         let slow = overload(200_000, 2_000, 0);
-        let md = markdown(Some(&shape), std::slice::from_ref(&slow), &[]);
+        let md = section(Some(&shape), std::slice::from_ref(&slow), &[]).markdown();
         assert!(!md.contains("share of the ceiling"), "{md}");
         let mut fast = overload(200_000, 2_000, 0);
         fast.capacity_per_second = 18_000.0;
         fast.offered_per_second = 33_000.0;
-        let md = markdown(Some(&shape), &[slow, fast.clone()], &[]);
+        let md = section(Some(&shape), &[slow, fast.clone()], &[]).markdown();
         assert!(md.contains("more than 25% of the machine"), "{md}");
         assert!(
             md.contains("at most 60000 sold-out refusals a second"),
@@ -344,7 +339,7 @@ mod tests {
     #[test]
     fn the_section_has_a_row_per_strategy_and_says_when_every_bar_was_met() {
         let o = overload(200_000, 2_000, 0);
-        let md = markdown(Some(&overload_shape()), std::slice::from_ref(&o), &[]);
+        let md = section(Some(&overload_shape()), std::slice::from_ref(&o), &[]).markdown();
         assert!(md.contains("## Overload: 3 × capacity"), "{md}");
         let row = md
             .lines()
@@ -365,7 +360,7 @@ mod tests {
         let mut o = overload(2_500_000, 2_000, 0);
         o.from_send.accepted = o.from_due.accepted;
         let f = finding(&o).expect("a miss");
-        let md = markdown(Some(&overload_shape()), &[o], &[f]);
+        let md = section(Some(&overload_shape()), &[o], &[f]).markdown();
         assert!(
             md.contains("- `conditional`: accepted purchases took 2500 ms at p99"),
             "{md}"
@@ -404,7 +399,7 @@ mod tests {
 
     #[test]
     fn no_overload_phase_no_section() {
-        assert_eq!(markdown(None, &[overload(1, 1, 0)], &[]), "");
-        assert_eq!(markdown(Some(&overload_shape()), &[], &[]), "");
+        assert!(section(None, &[overload(1, 1, 0)], &[]).is_empty());
+        assert!(section(Some(&overload_shape()), &[], &[]).is_empty());
     }
 }

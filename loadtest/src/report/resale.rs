@@ -1,26 +1,29 @@
-//! The flood's second act in `report.md`: the winners who paid and those who never did, the
+//! The flood's second act in the report: the winners who paid and those who never did, the
 //! units that came back and sold again, the instance killed meanwhile, and whether every unit
 //! was still accounted for at the end.
 
 use std::fmt::Write;
 
 use super::schema::{FloodResult, FloodShape, Resale};
+use super::section::Section;
 use super::table::Table;
 
 /// The second act's table and what went wrong in it; nothing when the flood had none.
-pub fn markdown(shape: &FloodShape, floods: &[FloodResult]) -> String {
+pub fn section(shape: &FloodShape, floods: &[FloodResult]) -> Section {
     let acts: Vec<(&FloodResult, &Resale)> = floods
         .iter()
         .filter_map(|f| f.resale.as_ref().map(|r| (f, r)))
         .collect();
     if acts.is_empty() {
-        return String::new();
+        return Section::default();
     }
-    let mut md = format!(
-        "\n### The second act: payment, expiry, resale\n\n{:.0}% of the winners never pay; the \
+    let mut s = Section::default();
+    s.heading(3, "The second act: payment, expiry, resale");
+    s.prose(format!(
+        "{:.0}% of the winners never pay; the \
          payment window is {} ms. The payers pay as they win; the unpaid orders expire and \
          their units go back on sale; up to S buyers who were told `sold_out` look again every \
-         0.25–0.75 s and pay at once for what they get.{}\n\n",
+         0.25–0.75 s and pay at once for what they get.{}",
         100.0 * shape.non_payer_share,
         shape.payment_window_ms,
         if shape.kill_mid_sale {
@@ -29,7 +32,7 @@ pub fn markdown(shape: &FloodShape, floods: &[FloodResult]) -> String {
         } else {
             ""
         }
-    );
+    ));
     let mut t = Table::left(["strategy"]).and_right([
         "won",
         "never paid",
@@ -61,18 +64,18 @@ pub fn markdown(shape: &FloodShape, floods: &[FloodResult]) -> String {
             ms(r.ended_after_ms),
         ]);
     }
-    md.push_str(&t.render());
-    md.push_str(
-        "\nExpired: orders ended by the payment deadline (or cancelled), from the product's \
+    s.table(t);
+    s.prose(
+        "Expired: orders ended by the payment deadline (or cancelled), from the product's \
          view. Paid late: payments made as soon as the order was won whose answer came after \
          the deadline (`order_expired`: the order expires like an unpaid one). Bought again: \
          units the returning buyers bought. Unaccounted: the \
          initial stock minus left, reserved, paid, on their way back and pending (0 when every \
          unit is where the books say). Sale ended: from the opening until the last unit was \
-         paid (–: not every unit was paid before the watch ended).\n\n",
+         paid (–: not every unit was paid before the watch ended).",
     );
-    md.push_str(&went_wrong(&acts));
-    md
+    s.prose(went_wrong(&acts));
+    s
 }
 
 fn ms(value: Option<f64>) -> String {
@@ -149,5 +152,5 @@ fn went_wrong(acts: &[(&FloodResult, &Resale)]) -> String {
              once, its unit sold again, and the books balanced with an instance killed.\n",
         );
     }
-    format!("\nWhat went wrong in the second act:\n\n{md}")
+    format!("What went wrong in the second act:\n\n{md}")
 }

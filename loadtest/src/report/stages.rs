@@ -1,23 +1,22 @@
 //! Where each strategy's purchases spent their time in the closed loop, as the service timed
 //! them: one row per strategy, a column per stage, so the bottleneck shows without a profiler.
 
-use std::fmt::Write;
-
 use app::metrics::Stage;
 
 use super::schema::RunReport;
+use super::section::Section;
 use super::table::Table;
 
 /// The section; nothing when no strategy's stages were read.
-pub fn markdown(r: &RunReport) -> String {
+pub fn section(r: &RunReport) -> Section {
     let timed: Vec<_> = (r.strategies.iter())
         .filter_map(|x| x.stages.as_ref().map(|s| (x, s)))
         .collect();
     if timed.is_empty() {
-        return String::new();
+        return Section::default();
     }
-    let mut md = String::from("\n## Where a purchase's time goes (closed loop)\n\n");
-    md.push_str(
+    let mut s = Section::titled("Where a purchase's time goes (closed loop)");
+    s.prose(
         "As the service timed it, over the closed-loop runs of each strategy (every instance's \
          `seckill_purchase_stage_seconds`, read before and after each run): the mean µs per \
          purchase in each stage, over the purchases that went through it. *In the service*: from \
@@ -28,7 +27,7 @@ pub fn markdown(r: &RunReport) -> String {
          *script* (the Redis script's round trip) and *order write* (`redis-lua`: the order's \
          insert after the script). What is left of the time in the service beyond admission and \
          strategy is the answer's way back to the handler and out. A purchase refused from \
-         memory has no stages.\n\n",
+         memory has no stages.",
     );
     let mut t = Table::left(["strategy"]).and_right(
         std::iter::once("in the service µs".to_owned())
@@ -49,9 +48,8 @@ pub fn markdown(r: &RunReport) -> String {
         row.push(s.purchases.to_string());
         t.row(row);
     }
-    md.push_str(&t.render());
-    let _ = writeln!(md);
-    md
+    s.table(t);
+    s
 }
 
 #[cfg(test)]
@@ -62,12 +60,12 @@ mod tests {
     fn each_timed_strategy_has_a_row_with_its_stages_and_a_dash_for_those_it_skips() {
         let mut r = crate::sample::report();
         let name = r.strategies[0].strategy.name;
-        let md = markdown(&r);
+        let md = section(&r).markdown();
         let row = format!("| `{name}` | 2500 | 300 | 2000 | 1500 | – | – | – | – | 400 |");
         assert!(md.contains(&row), "{md}");
         for x in &mut r.strategies {
             x.stages = None;
         }
-        assert!(markdown(&r).is_empty());
+        assert!(section(&r).is_empty());
     }
 }

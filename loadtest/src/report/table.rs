@@ -143,7 +143,7 @@ pub enum RowsName {
 /// A table: a header, then rows of as many cells.
 #[derive(Debug, Clone)]
 pub struct Table {
-    /// The table's name on a page (its HTML id); a named table of figures is sortable there.
+    /// The table's name on a page (its HTML id).
     pub id: Option<&'static str>,
     /// Each row's first cell names it (a table of settings): a page prints it as a heading.
     pub headed_rows: bool,

@@ -10,6 +10,7 @@
 
 pub mod comparison;
 pub mod page;
+pub mod section;
 pub mod table;
 pub mod timeline;
 
@@ -137,16 +138,13 @@ fn body(
         }
         @if !r.floods.is_empty() {
             section #flood {
-                (page::prose_with_tables(&flood::markdown_without_charts(r.settings.flood.as_ref(), &r.floods, &r.findings.flood)))
-                @for chart in flood_charts {
-                    figure data-chart=(chart.file) { (PreEscaped(&chart.svg)) }
-                }
+                (section::print_section(&flood::section(r.settings.flood.as_ref(), &r.floods, &r.findings.flood), flood_charts))
             }
         }
         @for phase in REGISTRY {
             @if phase.measured(r) {
                 section id=(phase.name()) {
-                    (page::prose_with_tables(&phase.section(r)))
+                    (section::print_section(&phase.section(r), &[]))
                 }
             }
         }
@@ -164,7 +162,7 @@ fn body(
             (table::print(&tables::cpu(r)))
         }
         @if r.strategies.iter().any(|x| x.stages.is_some()) {
-            section #stages { (page::prose_with_tables(&stages::markdown(r))) }
+            section #stages { (section::print_section(&stages::section(r), &[])) }
         }
         @if !r.findings.time.is_empty() {
             h3 { "Where the time goes" }

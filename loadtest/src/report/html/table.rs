@@ -1,4 +1,4 @@
-//! The table model ([`crate::report::table::Table`]) printed as HTML: a named table of figures
+//! The table model ([`crate::report::table::Table`]) printed as HTML: a table with a header
 //! is sortable, each figure carries its value (`data-sort`) and the field it shows
 //! (`data-field`), a strategy's row its name (`data-strategy`), a row that broke an invariant
 //! is marked (`bad`). It prints what the model holds and decides nothing.
@@ -11,7 +11,7 @@ use crate::report::table::{Align, Cell, Judged, Row, RowsName, Table};
 /// The table as HTML.
 pub fn print(t: &Table) -> Markup {
     let headed = t.columns.iter().any(|(title, _)| !title.is_empty());
-    let sortable = (t.id.is_some() && !t.headed_rows).then_some("sortable");
+    let sortable = (headed && !t.headed_rows).then_some("sortable");
     html! {
         table class=[sortable] id=[t.id] {
             @if headed {
