@@ -294,10 +294,10 @@ mod tests {
         assert!(!top.contains("conditional"), "{top}");
 
         let page = html::render(&now, &[], &[], None);
-        let at = page.find("<div id=\"falls\"").expect("a falls section");
-        assert!(at < page.find("class=\"note\"").unwrap(), "{page}");
+        let at = page.find("<section id=\"falls\"").expect("a falls section");
+        assert!(at < page.find("id=\"summary-section\"").unwrap(), "{page}");
         let section = &page[at..];
-        let section = &section[..section.find("</div>").unwrap()];
+        let section = &section[..section.find("</section>").unwrap()];
         assert!(
             section.contains("<code>naive</code> 400/s against 1000/s in best-run (0.40×)"),
             "{section}"

@@ -10,6 +10,7 @@
 
 pub mod charts;
 pub mod comparison;
+pub mod document;
 pub mod expiry;
 pub mod falls;
 pub mod first_come;

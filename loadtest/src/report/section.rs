@@ -4,6 +4,7 @@
 
 use std::fmt::Write as _;
 
+use super::schema::ScenarioReport;
 use super::table::Table;
 
 /// One piece of a section.
@@ -22,6 +23,10 @@ pub enum Block {
         file: String,
         alt: String,
     },
+    /// Markdown the reader must not miss (what fell by more than half).
+    Warning(String),
+    /// A fault scenario's record: what was injected, and each row's expectation and outcome.
+    Scenario(Box<ScenarioReport>),
 }
 
 /// A section: its blocks, in the order they are read.
@@ -65,6 +70,21 @@ impl Section {
         self
     }
 
+    /// Markdown the reader must not miss; nothing when it is empty.
+    pub fn warning(&mut self, markdown: impl Into<String>) -> &mut Section {
+        let markdown = markdown.into();
+        if !markdown.trim().is_empty() {
+            self.blocks
+                .push(Block::Warning(markdown.trim_end().to_owned()));
+        }
+        self
+    }
+
+    pub fn scenario(&mut self, report: ScenarioReport) -> &mut Section {
+        self.blocks.push(Block::Scenario(Box::new(report)));
+        self
+    }
+
     /// Another section's blocks after this one's.
     pub fn append(&mut self, other: Section) -> &mut Section {
         self.blocks.extend(other.blocks);
@@ -84,8 +104,11 @@ impl Section {
                 Block::Heading { level, text } => {
                     let _ = write!(md, "\n{} {text}\n\n", "#".repeat(usize::from(*level)));
                 }
-                Block::Prose(text) => {
+                Block::Prose(text) | Block::Warning(text) => {
                     let _ = write!(md, "{text}\n\n");
+                }
+                Block::Scenario(s) => {
+                    let _ = writeln!(md, "{}", super::scenarios::markdown(s));
                 }
                 Block::Table(t) => {
                     md.push_str(&t.render());

@@ -1,8 +1,6 @@
-//! `report.html`: the run as one self-contained page — what fell by more than half against the
-//! best run on the machine, the summary table (sortable), the charts inline, the findings in
-//! words, every scenario with its timeline drawn, the accounting, the loads, the baselines, the
-//! environment, and the comparison with another run when one is given. Every figure is read from the schema ([`RunReport`]) or from the
-//! comparison `analyse::compare` computed; nothing is computed here.
+//! `report.html`: the report's parts ([`super::document`]) on one self-contained page, with a
+//! list of its sections and, after the summary, the comparison with another run when one is
+//! given. Every figure is read from those two models; nothing is computed or chosen here.
 //!
 //! The page makes no request: its style and script are inline, the charts are inline SVG, and
 //! its Content-Security-Policy (`default-src 'none'`, the script allowed by its hash) forbids
@@ -17,13 +15,12 @@ pub mod timeline;
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use maud::{Markup, PreEscaped, html};
+use maud::{Markup, html};
 
 use super::charts::Chart;
 use super::comparison::Comparison;
+use super::document;
 use super::schema::RunReport;
-use super::{falls, flood, prose, stages, tables};
-use crate::phase::REGISTRY;
 
 /// Writes `report.html` into `dir`.
 pub fn write(
@@ -76,118 +73,33 @@ fn body(
     flood_charts: &[Chart],
     compared: Option<&Comparison>,
 ) -> Markup {
-    let s = &r.settings;
+    let parts = document::parts(r);
+    let charts: Vec<Chart> = charts.iter().chain(flood_charts).cloned().collect();
+    // The comparison with another run is a model of its own: it follows the summary.
+    let summary = parts
+        .iter()
+        .position(|p| p.id == "summary-section")
+        .map_or(0, |i| i + 1);
+    let (before, after) = parts.split_at(summary);
+    let print = |part: &document::Part| {
+        html! { section id=(part.id) { (section::print_section(&part.section, &charts)) } }
+    };
     html! {
-        h1 { "seckill-bench run, " (r.started_at) }
-        @if !r.falls.is_empty() {
-            div #falls class="warning" { (page::prose(&falls::markdown(falls::AGAINST_BEST, &r.falls))) }
-        }
-        p.note {
-            (r.strategies.len()) " strategies on " (s.instances) " app instance(s); flash sale of "
-            (s.stock) " units to " (s.buyers) " concurrent buyers sending " (s.demand) " requests of "
-            (s.quantity) " unit(s)" (crate::report::prose::sale_door(r)) "; each closed-loop and baseline figure is the median of "
-            (s.repetitions) " run(s) of " (s.seconds) " s, with min–max in parentheses. Machine: "
-            span #machine { (r.environment.cpu_model.as_deref().unwrap_or("unknown CPU")) ", "
-                (r.environment.cpus) " CPUs" }
-            ". Total run time " (format!("{:.0}", r.duration_seconds)) " s."
-        }
+        h1 { (document::title(r)) }
         nav { "Sections: "
-            a href="#summary-section" { "summary" } " · "
-            @if compared.is_some() { a href="#comparison-section" { "comparison" } " · " }
-            a href="#findings" { "what went wrong" } " · "
-            @if !r.scenarios.is_empty() { a href="#scenarios" { "scenarios" } " · " }
-            @if !r.floods.is_empty() { a href="#flood" { "flood" } " · " }
-            @for phase in REGISTRY {
-                @if phase.measured(r) { a href=(format!("#{}", phase.name())) { (phase.label()) } " · " }
+            @for (i, part) in before.iter().enumerate() {
+                @if i > 0 { " · " } a href=(format!("#{}", part.id)) { (part.label) }
             }
-            a href="#sale" { "flash sale" } " · "
-            a href="#throughput" { "throughput" } " · "
-            a href="#baselines" { "baselines" } " · "
-            a href="#environment-section" { "environment" }
+            @if compared.is_some() { " · " a href="#comparison-section" { "comparison" } }
+            @for part in after { " · " a href=(format!("#{}", part.id)) { (part.label) } }
+            ". A table sorts by the column whose title is clicked."
         }
-        h2 #summary-section { "Summary" }
-        p.note { "Click a column's title to sort by it." }
-        (table::print(&tables::summary(r)))
-        @for chart in charts {
-            figure data-chart=(chart.file) { (PreEscaped(&chart.svg)) }
-        }
+        @for part in before { (print(part)) }
         @if let Some(c) = compared {
             h2 #comparison-section { "Compared with the previous run" }
             (comparison::section(c))
         }
-        h2 #findings { "What went wrong and why" }
-        @if r.findings.sales.is_empty() {
-            p { "Every strategy kept every invariant in this run." }
-        }
-        @for f in &r.findings.sales {
-            @if let Some(x) = r.strategy(f.strategy) {
-                (page::prose(&prose::sale(x, f, s.instances)))
-            }
-        }
-        @for phase in REGISTRY {
-            @if let Some(words) = phase.went_wrong(r) {
-                (page::prose(&words))
-            }
-        }
-        @if !r.scenarios.is_empty() {
-            h2 #scenarios { "Fault scenarios" }
-            p { "Each scenario starts its own servers and app instances, injects one fault, and \
-                 compares what each strategy or lock was expected to do with what it did. For a \
-                 deliberately broken variant, " em { "pass" } " means its failure showed." }
-            @for sc in &r.scenarios { (timeline::scenario(sc)) }
-        }
-        @if !r.floods.is_empty() {
-            section #flood {
-                (section::print_section(&flood::section(r.settings.flood.as_ref(), &r.floods, &r.findings.flood), flood_charts))
-            }
-        }
-        @for phase in REGISTRY {
-            @if phase.measured(r) {
-                section id=(phase.name()) {
-                    (section::print_section(&phase.section(r), &[]))
-                }
-            }
-        }
-        h2 #sale { "Flash sale: the database's accounting" }
-        p.note { "sold = Σ order quantities; oversell = max(0, sold − S); lost updates = sold − \
-                  (S − final stock) when positive; undersell = units left although demand \
-                  exceeded supply. The answers are what the clients were told." }
-        (table::print(&tables::accounting(r)))
-        h2 #throughput { "Throughput, closed loop" }
-        (table::print(&tables::closed_loops(r)))
-        h3 { "Open loop (latency from the intended send time)" }
-        (table::print(&tables::open_loops(r)))
-        @if r.strategies.iter().any(|x| x.cpu.is_some()) {
-            h3 { "CPU per 1,000 deductions (closed loop): CPU-seconds / busy cores" }
-            (table::print(&tables::cpu(r)))
-        }
-        @if r.strategies.iter().any(|x| x.stages.is_some()) {
-            section #stages { (section::print_section(&stages::section(r), &[])) }
-        }
-        @if !r.findings.time.is_empty() {
-            h3 { "Where the time goes" }
-            @for f in &r.findings.time {
-                @if let Some(x) = r.strategy(f.strategy) { (page::prose(&prose::time(x, f))) }
-            }
-        }
-        h2 #baselines { "Baselines (nothing of ours in between)" }
-        @if r.baselines.is_empty() {
-            p { "Skipped." }
-        } @else {
-            (table::print(&tables::baselines(r)))
-            @if let Some(check) = &r.findings.client { (page::prose(&prose::client(check))) }
-            @if r.baselines.iter().any(|b| b.standard_tool.is_some()) {
-                h3 { "Ours beside the standard tools" }
-                (table::print(&tables::tools(r)))
-                @for f in &r.findings.tools { (page::prose(&prose::tool(f))) }
-            }
-        }
-        @if !r.hot_row_sweep.is_empty() {
-            h3 { "The hot row at several connection counts" }
-            (table::print(&tables::hot_row_sweep(&r.hot_row_sweep)))
-        }
-        h2 #environment-section { "Environment" }
-        (table::print(&tables::environment(r)))
+        @for part in after { (print(part)) }
     }
 }
 

@@ -16,6 +16,8 @@ pub fn print_section(s: &Section, charts: &[Chart]) -> Markup {
                 Block::Heading { level: 2, text } => h2 { (text) },
                 Block::Heading { text, .. } => h3 { (text) },
                 Block::Prose(markdown) => (prose(markdown)),
+                Block::Warning(markdown) => div.warning { (prose(markdown)) },
+                Block::Scenario(s) => (super::timeline::scenario(s)),
                 Block::Table(t) => (print(t)),
                 Block::Chart { file, .. } => @if let Some(c) = charts.iter().find(|c| &c.file == file) {
                     figure data-chart=(c.file) { (PreEscaped(&c.svg)) }
