@@ -446,9 +446,12 @@ mod tests {
         assert!(!top.contains("conditional"), "{top}");
         let page = crate::report::html::render_comparison(&c);
         let at = page
-            .find("<div id=\"compare-falls\"")
+            .find("<div class=\"warning\"><p><strong>Fell by more than half")
             .expect("a falls section");
-        assert!(at < page.find("id=\"machines\"").unwrap(), "{page}");
+        assert!(
+            at < page.find("Both runs on the same machine").unwrap(),
+            "{page}"
+        );
         assert!(
             page[at..].contains("<code>naive</code> 400/s against 1000/s"),
             "{page}"

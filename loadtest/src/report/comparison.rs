@@ -1,11 +1,10 @@
 //! What changed from one run to another, as data (computed by `analyse::compare`) and as
 //! Markdown.
 
-use std::fmt::Write;
-
 use serde::{Deserialize, Serialize};
 
 use super::schema::Fall;
+use super::section::Section;
 use super::table::{Cell, Judged, Table};
 
 /// Two runs set side by side.
@@ -185,50 +184,65 @@ pub struct Regression {
     pub b: i64,
 }
 
-/// The comparison as Markdown.
-pub fn render(c: &Comparison) -> String {
-    let mut md = format!("# Comparison: {} → {}\n\n", c.a, c.b);
-    md.push_str(&super::falls::markdown(super::falls::AGAINST_A, &c.falls));
-    let _ = writeln!(md, "{}\n", machines_sentence(c));
-    if !c.settings_changed.is_empty() {
-        let _ = writeln!(
-            md,
-            "**The runs' settings differ** ({}): their figures measure different work and are \
-             not comparable one to one.\n",
-            c.settings_changed.join(", ")
-        );
-    }
-    md.push_str("## Correctness\n\n");
-    if c.regressions.is_empty() {
-        md.push_str(
-            "No strategy expected to be safe went from 0 to any oversell, lost update or \
-             negative stock.\n",
-        );
-    }
-    for r in &c.regressions {
-        let _ = writeln!(
-            md,
-            "- **`{}`** (expected not to oversell): {} 0 → {}",
-            r.strategy, r.field, r.b
-        );
-    }
-    let others: Vec<&CorrectnessChange> = c.correctness.iter().filter(|x| !x.regression).collect();
-    if !others.is_empty() {
-        md.push_str("\nOther changes of oversell, undersell, lost updates or negative stock:\n\n");
-    }
-    for x in others {
-        let _ = writeln!(md, "- `{}`: {} {} → {}", x.strategy, x.field, x.a, x.b);
-    }
+/// The comparison's title.
+pub fn title(c: &Comparison) -> String {
+    format!("Comparison: {} → {}", c.a, c.b)
+}
 
-    md.push_str("\n## What another run can reproduce: order and ratios\n\n");
-    let _ = writeln!(md, "{}\n", ranking_sentence(c.ranking.as_ref()));
-    md.push_str(&reproduce_table(&c.strategies).render());
-    md.push_str("\n## Strategies (deductions/s)\n\n");
-    let _ = writeln!(md, "{}\n", noise_sentence(c));
-    md.push_str(&changes_table("strategy", &c.strategies, true).render());
-    md.push_str("\n## Baselines\n\n");
-    md.push_str(&changes_table("baseline", &c.baselines, false).render());
-    md
+/// The comparison as Markdown, under its title.
+pub fn render(c: &Comparison) -> String {
+    format!("# {}\n\n{}", title(c), section(c).markdown())
+}
+
+/// The comparison: what fell by more than half first, then the machines, correctness, what
+/// another run can reproduce (order and ratios), then the absolute figures.
+pub fn section(c: &Comparison) -> Section {
+    let mut s = Section::default();
+    s.warning(super::falls::markdown(super::falls::AGAINST_A, &c.falls));
+    match c.machines.same() {
+        true => s.prose(machines_sentence(c)),
+        false => s.warning(machines_sentence(c)),
+    };
+    if !c.settings_changed.is_empty() {
+        s.warning(format!(
+            "**The runs' settings differ** ({}): their figures measure different work and are \
+             not comparable one to one.",
+            c.settings_changed.join(", ")
+        ));
+    }
+    s.heading(2, "Correctness");
+    if c.regressions.is_empty() {
+        s.prose(
+            "No strategy expected to be safe went from 0 to any oversell, lost update or \
+             negative stock.",
+        );
+    }
+    let regressions: Vec<String> = (c.regressions.iter())
+        .map(|r| {
+            let (name, field, b) = (&r.strategy, r.field, r.b);
+            format!("- **`{name}`** (expected not to oversell): {field} 0 → {b}")
+        })
+        .collect();
+    s.warning(regressions.join("\n"));
+    let others: Vec<String> = (c.correctness.iter())
+        .filter(|x| !x.regression)
+        .map(|x| format!("- `{}`: {} {} → {}", x.strategy, x.field, x.a, x.b))
+        .collect();
+    if !others.is_empty() {
+        s.prose(format!(
+            "Other changes of oversell, undersell, lost updates or negative stock:\n\n{}",
+            others.join("\n")
+        ));
+    }
+    s.heading(2, "What another run can reproduce: order and ratios");
+    s.prose(ranking_sentence(c.ranking.as_ref()));
+    s.table(reproduce_table(&c.strategies));
+    s.heading(2, "Strategies (deductions/s)");
+    s.prose(noise_sentence(c));
+    s.table(changes_table("strategy", &c.strategies, true));
+    s.heading(2, "Baselines");
+    s.table(changes_table("baseline", &c.baselines, false));
+    s
 }
 
 /// Which machines the runs come from, and what that means for the rates.

@@ -1,53 +1,16 @@
-//! The comparison of two runs as HTML (computed by `analyse::compare`): what fell by more than
-//! half first, then the machines, correctness, what another run can reproduce (order and
-//! ratios), then the absolute figures; each change coloured better or worse only where the
-//! comparison judged it beyond the runs' noise (absolute rates never, when the machines differ).
+//! The comparison of two runs as HTML: the comparison's one model
+//! ([`crate::report::comparison::section`]), marked with whether the runs share a machine.
 
 use maud::{Markup, html};
 
-use super::page::prose;
-use super::table::print;
-use crate::report::comparison::{
-    Comparison, changes_table, machines_sentence, noise_sentence, ranking_sentence, reproduce_table,
-};
-use crate::report::falls;
+use super::section::print_section;
+use crate::report::comparison::{Comparison, section as model};
 
 /// The comparison's section.
 pub fn section(c: &Comparison) -> Markup {
     html! {
         section #comparison data-same-machine=(c.machines.same()) {
-            @if !c.falls.is_empty() {
-                div #compare-falls class="warning" { (prose(&falls::markdown(falls::AGAINST_A, &c.falls))) }
-            }
-            p { "Run " strong { (c.a) } " (A) → run " strong { (c.b) } " (B)." }
-            div #machines class=[(!c.machines.same()).then_some("warning")] { (prose(&machines_sentence(c))) }
-            @if !c.settings_changed.is_empty() {
-                p.warning { strong { "The runs' settings differ" } " (" (c.settings_changed.join(", "))
-                    "): their figures measure different work." }
-            }
-            h3 { "Correctness" }
-            @if c.regressions.is_empty() {
-                p.same { "No strategy expected to be safe went from 0 to any oversell, lost update or negative stock." }
-            }
-            @if !c.correctness.is_empty() {
-                ul #correctness {
-                    @for x in &c.correctness {
-                        @if x.regression {
-                            li.worse { strong { code { (x.strategy) } " (expected not to oversell): " (x.field) " " (x.a) " → " (x.b) } }
-                        } @else {
-                            li { code { (x.strategy) } ": " (x.field) " " (x.a) " → " (x.b) }
-                        }
-                    }
-                }
-            }
-            h3 { "What another run can reproduce: order and ratios" }
-            div #ranking { (prose(&ranking_sentence(c.ranking.as_ref()))) }
-            (print(&reproduce_table(&c.strategies)))
-            h3 { "Strategies (deductions/s)" }
-            div { (prose(&noise_sentence(c))) }
-            (print(&changes_table("name", &c.strategies, true)))
-            h3 { "Baselines" }
-            (print(&changes_table("name", &c.baselines, false)))
+            (print_section(&model(c), &[]))
         }
     }
 }

@@ -54,17 +54,12 @@ pub fn render(
 
 /// A comparison of two runs alone, as a page (`seckill-bench compare --out`).
 pub fn render_comparison(c: &Comparison) -> String {
+    let title = crate::report::comparison::title(c);
     let body = html! {
-        h1 { "Comparison: " (c.a) " → " (c.b) }
+        h1 { (title) }
         (comparison::section(c))
     };
-    page::document(
-        &format!("Comparison {} → {}", c.a, c.b),
-        body,
-        &[page::SORT_SCRIPT],
-        None,
-    )
-    .into_string()
+    page::document(&title, body, &[page::SORT_SCRIPT], None).into_string()
 }
 
 fn body(
