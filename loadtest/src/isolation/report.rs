@@ -10,6 +10,7 @@ use super::engine::{Engine, Level};
 use super::failure::{Failure, MAX_ATTEMPTS};
 use super::schema::{Cell, IsolationReport};
 use super::verdict::{Expect, Verdict, expect};
+use crate::report::section::Section;
 use crate::report::table::Table;
 
 /// The matrix's figures, beside `report.md`.
@@ -18,10 +19,15 @@ pub const JSON: &str = "isolation.json";
 /// Writes the report's files into `dir`.
 pub fn write_all(dir: &Path, r: &IsolationReport) -> Result<()> {
     crate::report::json::write_as(&dir.join(JSON), r)?;
-    let md = markdown(r);
-    std::fs::write(dir.join("report.md"), &md)?;
-    let html = crate::report::html::page::markdown_page("Isolation matrix", &md);
-    std::fs::write(dir.join("report.html"), html)?;
+    let (title, body) = (TITLE, document(r));
+    std::fs::write(
+        dir.join("report.md"),
+        format!("# {title}\n\n{}", body.markdown()),
+    )?;
+    std::fs::write(
+        dir.join("report.html"),
+        crate::report::html::page::of(title, &body),
+    )?;
     Ok(())
 }
 
@@ -30,15 +36,22 @@ pub fn read(dir: &Path) -> Result<IsolationReport> {
     crate::report::json::read_as(&dir.join(JSON))
 }
 
+/// The report's title.
+const TITLE: &str = "Isolation matrix: which level stops which flash-sale failure";
+
 /// The whole report in Markdown.
 pub fn markdown(r: &IsolationReport) -> String {
+    format!("# {TITLE}\n\n{}", document(r).markdown())
+}
+
+/// The whole report, printed as Markdown and as HTML.
+fn document(r: &IsolationReport) -> Section {
     let s = &r.settings;
-    let mut md = String::from("# Isolation matrix: which level stops which flash-sale failure\n\n");
+    let mut doc = Section::default();
     let servers: Vec<String> = (r.servers.iter())
         .map(|s| format!("{} {}", s.engine.name(), s.version))
         .collect();
-    let _ = writeln!(
-        md,
+    doc.prose(format!(
         "Started {}, {:.0} s, on {}. Each cell is one failure's transaction run by {} \
          connections at once on one engine at one level (set on each connection and read \
          back), {} time(s), the cells' order rotated each round; counts are summed over the \
@@ -48,7 +61,7 @@ pub fn markdown(r: &IsolationReport) -> String {
          The stock failures sell {} units one per click until sold out; the write skew is {} \
          buyers clicking {} times at once for one per customer; the phantom inventory is {} \
          sales of {PHANTOM_UNITS} units to two buyers at once, one ordering 3 and one 2. \
-         Judged from the database afterwards.\n",
+         Judged from the database afterwards.",
         r.started_at,
         r.duration_seconds,
         servers.join(" and "),
@@ -59,14 +72,14 @@ pub fn markdown(r: &IsolationReport) -> String {
         s.buyers,
         s.clicks_per_buyer,
         s.sales,
-    );
-    md.push_str(&matrix(r));
+    ));
+    matrix(r, &mut doc);
     for failure in Failure::ALL {
-        md.push_str(&section(r, failure));
+        section(r, failure, &mut doc);
     }
-    md.push_str(&differences(r));
-    md.push_str(&disagreements(r));
-    md
+    differences(r, &mut doc);
+    disagreements(r, &mut doc);
+    doc
 }
 
 /// The columns of the matrix: every engine's levels.
@@ -85,11 +98,12 @@ fn mark(cell: &Cell) -> String {
     }
 }
 
-fn matrix(r: &IsolationReport) -> String {
-    let mut md = String::from(
-        "\n## The matrix\n\nA failure's count in brackets; *retries*: transactions the engine \
+fn matrix(r: &IsolationReport, doc: &mut Section) {
+    doc.heading(2, "The matrix");
+    doc.prose(
+        "A failure's count in brackets; *retries*: transactions the engine \
          refused and the client ran again. RC read committed, RR repeatable read, RR+SI \
-         MariaDB's repeatable read with `innodb_snapshot_isolation` on, SER serializable.\n\n",
+         MariaDB's repeatable read with `innodb_snapshot_isolation` on, SER serializable.",
     );
     let titles: Vec<String> = (columns().iter())
         .map(|(e, l)| format!("{} {}", e.name(), l.short()))
@@ -102,8 +116,7 @@ fn matrix(r: &IsolationReport) -> String {
         }
         table.row(row);
     }
-    md.push_str(&table.render());
-    md
+    doc.table(table);
 }
 
 /// The rate of `engine`'s conditional update at READ COMMITTED: the cheapest correct design,
@@ -114,15 +127,17 @@ fn yardstick(r: &IsolationReport, engine: Engine) -> Option<f64> {
         .filter(|x| *x > 0.0)
 }
 
-fn section(r: &IsolationReport, failure: Failure) -> String {
-    let mut md = format!(
-        "\n## {} (`{}`)\n\n{}\n\nCounted: {}. *÷ conditional*: the purchases per second \
-         against the conditional update's on the same engine at READ COMMITTED.\n\n",
-        capitalised(failure.name()),
-        failure.strategy(),
-        failure_doc(failure),
-        failure.counted()
+fn section(r: &IsolationReport, failure: Failure, doc: &mut Section) {
+    doc.heading(
+        2,
+        format!("{} (`{}`)", capitalised(failure.name()), failure.strategy()),
     );
+    doc.prose(failure_doc(failure));
+    doc.prose(format!(
+        "Counted: {}. *÷ conditional*: the purchases per second against the conditional \
+         update's on the same engine at READ COMMITTED.",
+        failure.counted()
+    ));
     let mut table = Table::left(["engine", "level", "verdict"]).and_right([
         "failed",
         "purchases",
@@ -154,10 +169,8 @@ fn section(r: &IsolationReport, failure: Failure) -> String {
         ]);
         lines.push_str(&sentence(cell));
     }
-    md.push_str(&table.render());
-    md.push('\n');
-    md.push_str(&lines);
-    md
+    doc.table(table);
+    doc.prose(lines);
 }
 
 /// A cell's verdict, the engine's rule behind it, and what the retries cost.
@@ -208,7 +221,7 @@ fn sentence(cell: &Cell) -> String {
 }
 
 /// For each level both engines have, where one stops what the other lets through.
-fn differences(r: &IsolationReport) -> String {
+fn differences(r: &IsolationReport, doc: &mut Section) {
     let mut lines = Vec::new();
     for failure in Failure::ALL {
         for level in [
@@ -241,24 +254,22 @@ fn differences(r: &IsolationReport) -> String {
             }
         }
     }
-    let mut md = String::from("\n## Where the engines differ\n\n");
+    doc.heading(2, "Where the engines differ");
     if lines.is_empty() {
-        md.push_str(
-            "At every level both engines have, they stopped and let through the same failures.\n",
+        doc.prose(
+            "At every level both engines have, they stopped and let through the same failures.",
         );
     } else {
-        md.push_str(
+        doc.prose(format!(
             "The same transaction at the same level, measured in this run, with one engine's \
-             verdict against the other's:\n\n",
-        );
-        md.push_str(&lines.join("\n"));
-        md.push('\n');
+             verdict against the other's:\n\n{}",
+            lines.join("\n")
+        ));
     }
-    md
 }
 
 /// The cells whose figures disagree with their engine's rule.
-fn disagreements(r: &IsolationReport) -> String {
+fn disagreements(r: &IsolationReport, doc: &mut Section) {
     let off: Vec<String> = (r.cells.iter())
         .filter(|c| !Verdict::of(c).agrees(expect(c.failure, c.engine, c.level).0))
         .map(|c| {
@@ -273,18 +284,18 @@ fn disagreements(r: &IsolationReport) -> String {
             )
         })
         .collect();
-    let mut md = String::from("\n## Against the engines' rules\n\n");
+    doc.heading(2, "Against the engines' rules");
     if off.is_empty() {
-        md.push_str(
+        doc.prose(
             "Every cell showed what its engine's rules predict: each failure happened wherever \
-             the level lets it, and none where the level stops it.\n",
+             the level lets it, and none where the level stops it.",
         );
     } else {
-        md.push_str("Cells whose figures disagree with the rule given beside them:\n\n");
-        md.push_str(&off.join("\n"));
-        md.push('\n');
+        doc.prose(format!(
+            "Cells whose figures disagree with the rule given beside them:\n\n{}",
+            off.join("\n")
+        ));
     }
-    md
 }
 
 /// What a failure's transaction does, for its section.

@@ -129,6 +129,16 @@ pub fn prose_with_tables(markdown: &str) -> Markup {
     PreEscaped(body.0.replace("<table>", "<table class=\"sortable\">"))
 }
 
+/// A report of its own (the isolation matrix's, the lock matrix's, the network sweep's) as a
+/// page under its title.
+pub fn of(title: &str, body: &crate::report::section::Section) -> String {
+    let body = maud::html! {
+        h1 { (title) }
+        (super::section::print_section(body, &[]))
+    };
+    document(title, body, &[SORT_SCRIPT], None).into_string()
+}
+
 /// A whole Markdown document (the lock matrix's) as a page of its own, every table sortable.
 pub fn markdown_page(title: &str, markdown: &str) -> String {
     document(title, prose_with_tables(markdown), &[SORT_SCRIPT], None).into_string()

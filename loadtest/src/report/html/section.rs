@@ -3,7 +3,7 @@
 
 use maud::{Markup, PreEscaped, html};
 
-use super::page::prose;
+use super::page::{inline, prose};
 use super::table::print;
 use crate::report::charts::Chart;
 use crate::report::section::{Block, Section};
@@ -13,8 +13,8 @@ pub fn print_section(s: &Section, charts: &[Chart]) -> Markup {
     html! {
         @for block in &s.blocks {
             @match block {
-                Block::Heading { level: 2, text } => h2 { (text) },
-                Block::Heading { text, .. } => h3 { (text) },
+                Block::Heading { level: 2, text } => h2 { (inline(text)) },
+                Block::Heading { text, .. } => h3 { (inline(text)) },
                 Block::Prose(markdown) => (prose(markdown)),
                 Block::Warning(markdown) => div.warning { (prose(markdown)) },
                 Block::Scenario(s) => (super::timeline::scenario(s)),
