@@ -1,7 +1,6 @@
 //! The network sweep's report: `report.json`, `report.md`, the same as `report.html`, and a
 //! chart of each strategy's rate against the round trip (`rates.svg`).
 
-use std::fmt::Write as _;
 use std::path::Path;
 
 use anyhow::{Context, Result};
@@ -10,8 +9,9 @@ use plotters::prelude::*;
 
 use super::model::{self, MISS, StrategyModel};
 use super::schema::NetworkReport;
-use crate::report::charts::err;
+use crate::report::charts::{Chart, err};
 use crate::report::schema::BaselineName;
+use crate::report::section::Section;
 use crate::report::table::Table;
 use crate::rig::world::Distance;
 
@@ -28,17 +28,19 @@ pub const RELAY_COST_BAR: f64 = 0.10;
 /// Writes the report's files into `dir`.
 pub fn write_all(dir: &Path, r: &NetworkReport) -> Result<()> {
     crate::report::json::write_as(&dir.join(JSON), r)?;
-    let md = markdown(r);
-    std::fs::write(dir.join("report.md"), &md)?;
+    std::fs::write(dir.join("report.md"), markdown(r))?;
     let mut svg = String::new();
     chart(&mut svg, r)?;
     // The page holds the chart itself, as the run's page does: it loads nothing.
-    let html = crate::report::html::page::markdown_page("Network sweep", &md).replace(
-        &format!("<img src=\"{CHART}\" alt=\"{CHART_ALT}\" />"),
-        &svg,
-    );
+    let drawn = Chart {
+        file: CHART.into(),
+        title: CHART_ALT.into(),
+        svg,
+    };
+    let html =
+        crate::report::html::page::with_charts(TITLE, &document(r), std::slice::from_ref(&drawn));
     std::fs::write(dir.join("report.html"), html)?;
-    std::fs::write(dir.join(CHART), svg).with_context(|| format!("writing {CHART}"))?;
+    std::fs::write(dir.join(CHART), drawn.svg).with_context(|| format!("writing {CHART}"))?;
     Ok(())
 }
 
@@ -55,19 +57,26 @@ fn point_name(p: Distance) -> String {
     }
 }
 
+/// The report's title.
+const TITLE: &str = "Network sweep: every strategy with its servers at a distance";
+
 /// The whole report in Markdown.
 pub fn markdown(r: &NetworkReport) -> String {
+    format!("# {TITLE}\n\n{}", document(r).markdown())
+}
+
+/// The whole report, printed as Markdown and as HTML.
+fn document(r: &NetworkReport) -> Section {
     let s = &r.settings;
-    let mut md = String::from("# Network sweep: every strategy with its servers at a distance\n\n");
+    let mut doc = Section::default();
     let points: Vec<String> = r.points.iter().map(|p| point_name(*p)).collect();
-    let _ = writeln!(
-        md,
+    doc.prose(format!(
         "Started {}, {:.0} s. Every server (MariaDB, Redis, the Redlock set, ZooKeeper, etcd, \
          memcached) reached by {} app instance(s) directly, and by {} more through relays on \
          this machine that add a round trip to every request: {}. Each strategy's closed loop of \
          {} buyers ran {} time(s) at each distance ({} s after {} s of warm-up), the distances \
          in turn and their order rotated each round; the figures are the medians. At each \
-         distance each strategy also sold {} units to {} clicks, judged from the database.\n",
+         distance each strategy also sold {} units to {} clicks, judged from the database.",
         r.started_at,
         r.duration_seconds,
         s.instances,
@@ -79,30 +88,31 @@ pub fn markdown(r: &NetworkReport) -> String {
         s.warmup,
         s.sale_stock,
         s.sale_clicks,
-    );
-    md.push_str(&relay_cost(r));
-    md.push_str(&rates(r));
+    ));
+    relay_cost(r, &mut doc);
+    rates(r, &mut doc);
     let models = model::models(r);
-    md.push_str(&model_section(r, &models));
-    md.push_str(&ranking(r));
-    md.push_str(&safety(r));
-    md.push_str(&went_wrong(r, &models));
-    let _ = writeln!(md, "\n![{CHART_ALT}]({CHART})");
-    md
+    model_section(r, &models, &mut doc);
+    ranking(r, &mut doc);
+    safety(r, &mut doc);
+    went_wrong(r, &models, &mut doc);
+    doc.chart(CHART, CHART_ALT);
+    doc
 }
 
 /// The relays' own cost: each server baseline and strategy through relays adding nothing,
 /// against the same reached directly.
-fn relay_cost(r: &NetworkReport) -> String {
+fn relay_cost(r: &NetworkReport, doc: &mut Section) {
     let (Some(direct), Some(zero)) = (r.direct(), r.relayed_zero()) else {
-        return String::new();
+        return;
     };
-    let mut md = format!(
-        "\n## What the relays cost\n\nThe same work reached directly and through relays adding \
+    doc.heading(2, "What the relays cost");
+    doc.prose(format!(
+        "The same work reached directly and through relays adding \
          nothing, in the same rounds. The bar: the Redis baseline keeps at least {:.0}% of its \
-         rate.\n\n",
+         rate.",
         (1.0 - RELAY_COST_BAR) * 100.0
-    );
+    ));
     let mut table =
         Table::left(["work"]).and_right(["direct /s", "relayed /s", "relayed ÷ direct"]);
     let baselines = r.baselines.iter().map(|b| (format!("[{}]", b.name), &b.at));
@@ -114,8 +124,7 @@ fn relay_cost(r: &NetworkReport) -> String {
         let (d, z) = (d.successes_per_sec, z.successes_per_sec);
         table.row([name, format!("{d:.0}"), format!("{z:.0}"), ratio(z, d)]);
     }
-    md.push_str(&table.render());
-    md
+    doc.table(table);
 }
 
 /// `a / b` as a percentage, or a dash.
@@ -128,11 +137,12 @@ fn ratio(a: f64, b: f64) -> String {
 }
 
 /// Each strategy's closed-loop rate at each distance, beside its round trips counted.
-fn rates(r: &NetworkReport) -> String {
-    let mut md = String::from(
-        "\n## Purchases per second at each distance\n\n*round trips* are counted per purchase \
+fn rates(r: &NetworkReport, doc: &mut Section) {
+    doc.heading(2, "Purchases per second at each distance");
+    doc.prose(
+        "*round trips* are counted per purchase \
          by the relays, one purchase at a time (every server; the Redlock set as one of its \
-         five).\n\n",
+         five).",
     );
     let mut table = Table::left(["strategy"])
         .and_right(["round trips"])
@@ -151,25 +161,25 @@ fn rates(r: &NetworkReport) -> String {
             ),
         );
     }
-    md.push_str(&table.render());
-    md
+    doc.table(table);
 }
 
 /// The model against the measurements.
-fn model_section(r: &NetworkReport, models: &[StrategyModel]) -> String {
+fn model_section(r: &NetworkReport, models: &[StrategyModel], doc: &mut Section) {
     let Some(calibration) = model::calibration(r) else {
-        return String::new();
+        return;
     };
-    let mut md = format!(
-        "\n## The model\n\nWith k round trips per purchase and X₀ purchases/s through relays \
+    doc.heading(2, "The model");
+    doc.prose(format!(
+        "With k round trips per purchase and X₀ purchases/s through relays \
          adding nothing, a round trip r gives 1/X = 1/X₀ + k_lock × r, where k_lock is the \
          round trips made under a lock all buyers of the product share: between k × r / B \
          (none shared, B buyers overlapping) and k × r (all of them shared). k_lock is read \
          from the clock at {} and predicts the other distances; each cell is *measured (model)* \
-         purchases/s, ⚠ where they differ by more than {:.0}%.\n\n",
+         purchases/s, ⚠ where they differ by more than {:.0}%.",
         point_name(r.points[calibration]),
         MISS * 100.0
-    );
+    ));
     let distances: Vec<String> = (models.first().into_iter())
         .flat_map(|m| m.readings.iter().map(|x| point_name(r.points[x.point])))
         .collect();
@@ -195,43 +205,41 @@ fn model_section(r: &NetworkReport, models: &[StrategyModel]) -> String {
             .chain(cells),
         );
     }
-    md.push_str(&table.render());
-    md
+    doc.table(table);
 }
 
 /// The ranking at the servers reached directly against the ranking at the calibration point.
-fn ranking(r: &NetworkReport) -> String {
+fn ranking(r: &NetworkReport, doc: &mut Section) {
     let (Some(direct), Some(far)) = (r.direct(), model::calibration(r)) else {
-        return String::new();
+        return;
     };
-    let mut md = format!(
-        "\n## The ranking\n\nSpearman's correlation between the strategies' rates reached \
-         directly and at {}: {}.\n",
+    doc.heading(2, "The ranking");
+    doc.prose(format!(
+        "Spearman's correlation between the strategies' rates reached directly and at {}: {}.",
         point_name(r.points[far]),
         model::rank_correlation(r, direct, far).map_or("–".into(), |c| format!("{c:.2}"))
-    );
+    ));
     let moved = model::movers(r, direct, far, 3);
     if moved.is_empty() {
-        md.push_str("\nNo strategy moved three places or more.\n");
+        doc.prose("No strategy moved three places or more.");
     } else {
         let list: Vec<String> = (moved.iter())
             .map(|(s, a, b)| format!("`{s}` {a} → {b}"))
             .collect();
-        let _ = writeln!(
-            md,
-            "\nMoved three places or more (place reached directly → at {}): {}.",
+        doc.prose(format!(
+            "Moved three places or more (place reached directly → at {}): {}.",
             point_name(r.points[far]),
             list.join(", ")
-        );
+        ));
     }
-    md
 }
 
 /// Each strategy's flash sale at each distance: oversell, and lost updates.
-fn safety(r: &NetworkReport) -> String {
-    let mut md = String::from(
-        "\n## Safety at each distance\n\nEach cell: units oversold / lost updates in the flash \
-         sale at that distance, from the database.\n\n",
+fn safety(r: &NetworkReport, doc: &mut Section) {
+    doc.heading(2, "Safety at each distance");
+    doc.prose(
+        "Each cell: units oversold / lost updates in the flash \
+         sale at that distance, from the database.",
     );
     let mut table =
         Table::left(["strategy", "safety"]).and_right(r.points.iter().map(|p| point_name(*p)));
@@ -246,12 +254,11 @@ fn safety(r: &NetworkReport) -> String {
                 ),
         );
     }
-    md.push_str(&table.render());
-    md
+    doc.table(table);
 }
 
 /// What went wrong, from the figures.
-fn went_wrong(r: &NetworkReport, models: &[StrategyModel]) -> String {
+fn went_wrong(r: &NetworkReport, models: &[StrategyModel], doc: &mut Section) {
     let mut lines = Vec::new();
     for s in &r.strategies {
         let oversold: Vec<String> = (r.points.iter().zip(&s.sales))
@@ -323,18 +330,16 @@ fn went_wrong(r: &NetworkReport, models: &[StrategyModel]) -> String {
             d.successes_per_sec
         ));
     }
-    let mut md = String::from("\n## What went wrong and why\n\n");
+    doc.heading(2, "What went wrong and why");
     if lines.is_empty() {
-        md.push_str(
+        doc.prose(
             "Every safe strategy kept the stock at every distance, every unsafe one showed its \
-             race, every rate was within the model, and the relays cost what the bar allows.\n",
+             race, every rate was within the model, and the relays cost what the bar allows.",
         );
     } else {
-        for line in lines {
-            let _ = writeln!(md, "- {line}");
-        }
+        let list: Vec<String> = lines.iter().map(|line| format!("- {line}")).collect();
+        doc.prose(list.join("\n"));
     }
-    md
 }
 
 /// Each strategy's rate against the round trip the relays added (log scale).

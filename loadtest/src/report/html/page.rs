@@ -132,9 +132,18 @@ pub fn prose_with_tables(markdown: &str) -> Markup {
 /// A report of its own (the isolation matrix's, the lock matrix's, the network sweep's) as a
 /// page under its title.
 pub fn of(title: &str, body: &crate::report::section::Section) -> String {
+    with_charts(title, body, &[])
+}
+
+/// [`of`], drawing `charts` where the report places them.
+pub fn with_charts(
+    title: &str,
+    body: &crate::report::section::Section,
+    charts: &[crate::report::charts::Chart],
+) -> String {
     let body = maud::html! {
         h1 { (title) }
-        (super::section::print_section(body, &[]))
+        (super::section::print_section(body, charts))
     };
     document(title, body, &[SORT_SCRIPT], None).into_string()
 }
