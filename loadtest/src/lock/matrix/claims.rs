@@ -16,6 +16,7 @@ use locks::Backend;
 use super::reentry::Reentry;
 use super::waiting::POLLING;
 use super::{Matrix, Row, duration, grouped};
+use crate::report::section::Section;
 
 /// Share of the grants that must go to the longest waiter for "arrival order" to hold: a
 /// first-come-first-served queue gives it every grant; a lock that ignores arrival, about one in
@@ -30,16 +31,17 @@ struct Claim {
 }
 
 /// The section of `matrix.md`, or nothing if the run had none of the articles' locks.
-pub fn section(m: &Matrix) -> String {
+pub fn section(m: &Matrix) -> Section {
     let rows: Vec<&Row> = (m.rows.iter())
         .filter(|r| claims(r).next().is_some())
         .collect();
+    let mut section = Section::default();
     if rows.is_empty() {
-        return String::new();
+        return section;
     }
-    let mut out = String::from("## The seed articles' claims for their database locks\n\n");
+    section.heading(2, "The seed articles' claims for their database locks");
     for row in rows {
-        let _ = writeln!(out, "`{}`:\n", row.backend);
+        let mut out = format!("`{}`:\n\n", row.backend);
         let mut refuted = Vec::new();
         for claim in claims(row) {
             let verdict = if claim.holds {
@@ -60,9 +62,9 @@ pub fn section(m: &Matrix) -> String {
                 refuted.join("; ")
             );
         }
-        out.push('\n');
+        section.prose(out);
     }
-    out
+    section
 }
 
 fn claims(row: &Row) -> Box<dyn Iterator<Item = Claim> + '_> {

@@ -30,16 +30,16 @@ mod availability;
 mod claims;
 mod contention;
 mod expiry;
-mod markdown;
 mod reentry;
+mod report;
 mod rig;
 mod try_once;
 mod waiting;
 
 pub use availability::Availability;
 pub use expiry::{Expiry, hold};
-pub use markdown::render as markdown;
 pub use reentry::Reentry;
+pub use report::render as markdown;
 pub use try_once::TryOnce;
 pub use waiting::Waiting;
 
@@ -318,13 +318,13 @@ async fn row(backend: Backend, rig: &Rig, opts: &Options) -> Result<Row> {
     })
 }
 
-/// Writes `matrix.md`, `matrix.json` and `matrix.html` (the Markdown as a page, its table
+/// Writes `matrix.md`, `matrix.json` and `matrix.html` (the same report as a page, its table
 /// sortable) into `dir` (created if missing).
 pub fn write(dir: &Path, matrix: &Matrix) -> Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let json = serde_json::to_string_pretty(matrix)? + "\n";
     let md = markdown(matrix);
-    let html = crate::report::html::page::markdown_page("Lock requirements matrix", &md);
+    let html = crate::report::html::page::of(report::TITLE, &report::document(matrix));
     for (name, text) in [
         ("matrix.json", json),
         ("matrix.md", md),

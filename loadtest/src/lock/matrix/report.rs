@@ -1,29 +1,36 @@
-//! `matrix.md`: the matrix as one table of short cells, what a lock broke of what it claims
+//! The matrix's report (`matrix.md`, `matrix.html`): the matrix as one table of short cells, what a lock broke of what it claims
 //! (in words, never only in a cell), and notes (¹–¹⁰) on how each column was measured, with
 //! this run's settings.
-
-use std::fmt::Write as _;
 
 use sandbox::REDLOCK_INSTANCES;
 
 use super::availability::CONTENDERS;
 use super::{Matrix, Requirement, Settings, claims, contention, duration};
+use crate::report::section::Section;
 use crate::report::table::Table;
 
 /// The note marks of the columns, in [`Requirement::ALL`]'s order.
 const MARKS: [&str; 10] = ["¹", "²", "³", "⁴", "⁵", "⁶", "⁷", "⁸", "⁹", "¹⁰"];
 
+/// The report's title.
+pub const TITLE: &str = "Lock requirements matrix";
+
+/// The whole report in Markdown.
 pub fn render(m: &Matrix) -> String {
+    format!("# {TITLE}\n\n{}", document(m).markdown())
+}
+
+/// The whole report, printed as Markdown and as HTML.
+pub fn document(m: &Matrix) -> Section {
     let s = &m.settings;
-    let mut out = String::from("# Lock requirements matrix\n\n");
-    let _ = writeln!(
-        out,
+    let mut out = Section::default();
+    out.prose(format!(
         "`seckill-bench lock matrix{}`, started {}, {:.0} s in all. Every cell was measured in \
-         this run against throwaway servers; the notes below the table say how.\n",
+         this run against throwaway servers; the notes below the table say how.",
         if s.quick { " --quick" } else { "" },
         m.started_at,
         m.duration_seconds
-    );
+    ));
     let mut titles = vec!["backend".to_string()];
     titles.extend(
         Requirement::ALL
@@ -37,8 +44,7 @@ pub fn render(m: &Matrix) -> String {
         cells.extend(row.cells.iter().map(|c| c.text.clone()));
         table.row(cells);
     }
-    out.push_str(&table.render());
-    out.push('\n');
+    out.table(table);
     let broken: Vec<String> = m
         .rows
         .iter()
@@ -47,29 +53,27 @@ pub fn render(m: &Matrix) -> String {
         })
         .collect();
     if broken.is_empty() {
-        out.push_str(
+        out.prose(
             "Every lock kept what it claims: one holder at a time, and fencing tokens in grant \
-             order.\n\n",
+             order.",
         );
     }
     for text in broken {
-        let _ = writeln!(out, "{text}\n");
+        out.prose(text);
     }
-    out.push_str(&claims::section(m));
+    out.append(claims::section(m));
     for (requirement, mark) in Requirement::ALL.iter().zip(MARKS) {
-        let _ = writeln!(
-            out,
-            "{mark} **{}**: {}\n",
+        out.prose(format!(
+            "{mark} **{}**: {}",
             requirement.title(),
             note(*requirement, s)
-        );
+        ));
     }
     if let Some(v) = &m.versions {
-        let _ = writeln!(
-            out,
+        out.prose(format!(
             "Servers: MariaDB {}, Redis {}, ZooKeeper {}, etcd {}, memcached {}.",
             v.mariadb, v.redis, v.zookeeper, v.etcd, v.memcached
-        );
+        ));
     }
     out
 }
