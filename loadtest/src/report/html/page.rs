@@ -109,7 +109,14 @@ pub fn document(title: &str, body: Markup, scripts: &[&str], connect: Option<&st
 /// Markdown prose (the findings' words, a scenario's "why") as HTML; raw HTML in it is shown
 /// as text, never passed through.
 pub fn prose(markdown: &str) -> Markup {
-    rendered(markdown, pulldown_cmark::Options::empty())
+    use pulldown_cmark::{Event, Parser};
+    let events = Parser::new(markdown).map(|event| match event {
+        Event::Html(text) | Event::InlineHtml(text) => Event::Text(text),
+        other => other,
+    });
+    let mut out = String::new();
+    pulldown_cmark::html::push_html(&mut out, events);
+    PreEscaped(out)
 }
 
 /// One line of Markdown (a table's cell) as HTML, without a paragraph around it; raw HTML is
@@ -121,12 +128,6 @@ pub fn inline(markdown: &str) -> Markup {
         .strip_prefix("<p>")
         .and_then(|h| h.strip_suffix("</p>"));
     PreEscaped(inner.map_or(html.clone(), str::to_string))
-}
-
-/// Markdown with tables (a report's section), every table sortable; raw HTML shown as text.
-pub fn prose_with_tables(markdown: &str) -> Markup {
-    let body = rendered(markdown, pulldown_cmark::Options::ENABLE_TABLES);
-    PreEscaped(body.0.replace("<table>", "<table class=\"sortable\">"))
 }
 
 /// A report of its own (the isolation matrix's, the lock matrix's, the network sweep's) as a
@@ -148,32 +149,6 @@ pub fn with_charts(
     document(title, body, &[SORT_SCRIPT], None).into_string()
 }
 
-/// A whole Markdown document (the lock matrix's) as a page of its own, every table sortable.
-pub fn markdown_page(title: &str, markdown: &str) -> String {
-    document(title, prose_with_tables(markdown), &[SORT_SCRIPT], None).into_string()
-}
-
-fn rendered(markdown: &str, options: pulldown_cmark::Options) -> Markup {
-    use pulldown_cmark::{Event, Parser};
-    let events = Parser::new_ext(markdown, options).map(|event| match event {
-        Event::Html(text) | Event::InlineHtml(text) => Event::Text(text),
-        other => other,
-    });
-    let mut out = String::new();
-    pulldown_cmark::html::push_html(&mut out, events);
-    PreEscaped(out)
-}
-
-/// A numeric cell: right-aligned, sorted by `value` rather than by its text.
-pub fn num(value: f64, text: impl AsRef<str>) -> Markup {
-    html! { td.num data-sort=(value) { (text.as_ref()) } }
-}
-
-/// A whole-number cell.
-pub fn int(value: i64) -> Markup {
-    num(value as f64, value.to_string())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -185,13 +160,6 @@ mod tests {
         assert!(html.contains("<strong>bold</strong>"), "{html}");
         assert!(!html.contains("<script>"), "{html}");
         assert!(html.contains("&lt;script&gt;"), "{html}");
-    }
-
-    #[test]
-    fn a_markdown_page_makes_its_tables_sortable() {
-        let page = markdown_page("m", "# M\n\n| a | b |\n|---|---|\n| 1 | 2 |\n");
-        assert!(page.contains("<table class=\"sortable\"><thead>"), "{page}");
-        assert!(page.contains("<td>2</td>"), "{page}");
     }
 
     #[test]
