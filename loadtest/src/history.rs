@@ -20,7 +20,7 @@ use crate::analyse::falls;
 use crate::report::comparison::Machine;
 use crate::report::json;
 use crate::report::run_history::{self, Medians, PastRun, RunHistory, RunKind};
-use crate::report::schema::RunReport;
+use crate::schema::RunReport;
 use crate::{isolation, network};
 
 /// Rebuilds the index of `results` ([`rebuild`]) and writes it, and the list of older runs in

@@ -12,8 +12,9 @@
 //!   handed;
 //! * [`analyse`]: medians and spreads, ratios to the baselines, the findings, the comparison
 //!   of two runs;
-//! * [`report`]: the schema of `report.json`, its renderings (`report.md`, `report.html`,
-//!   charts, the README's results), progress.
+//! * [`schema`]: what a run measured, as `report.json` holds it;
+//! * [`report`]: its renderings (`report.md`, `report.html`, charts, the README's results),
+//!   progress.
 //!
 //! While it runs: [`live`], the page that shows the sale as it happens (`--live`), fed by the
 //! code that measures. [`browser`] drives a real Chromium over WebDriver, for the tests of
@@ -52,3 +53,4 @@ pub mod run;
 #[cfg(test)]
 pub(crate) mod sample;
 pub mod scenario;
+pub mod schema;

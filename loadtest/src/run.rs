@@ -29,14 +29,14 @@ use crate::measure::stages::StageCounters;
 use crate::measure::throughput::{self, ThroughputPlan};
 use crate::phase::{self, Allocator, Allotment, Measuring};
 use crate::report::progress::Progress;
-use crate::report::schema::{
-    Findings, LoadResult, RunReport, SCHEMA_VERSION, ScenarioReport, Settings, ThroughputResult,
-};
 use crate::report::{self};
 use crate::rig::distance;
 use crate::rig::environment::utc_now;
 use crate::rig::world::{Aborts, World};
 use crate::scenario::{self, Selection};
+use crate::schema::{
+    Findings, LoadResult, RunReport, SCHEMA_VERSION, ScenarioReport, Settings, ThroughputResult,
+};
 use testkit::Api;
 
 /// A finished run: its report and the directory it was written to.

@@ -9,14 +9,14 @@ use app::api::{ErrorCode, Strategy, StrategyInfo};
 use testkit::{Answer, Outcomes};
 
 use crate::drive::latency::Latencies;
-use crate::report::schema::{
+use crate::rig::world::World;
+use crate::schema::{
     Baseline, BaselineName, ByAnswer, Environment, ExpiryCost, ExpiryPayments, ExpiryShape,
     Fairness, Findings, FirstComeFlood, FloodResult, FloodShape, LatencySummary, LoadResult, Loop,
     Memory, NoopFlood, OPEN_RATE_SHARE, OverloadResult, OverloadShape, RefusalRate, ReturnLockUse,
     RoundTripShape, RoundTrips, RunReport, SCHEMA_VERSION, SaleResult, Settings, StageTime,
     StageTimes, StrategyReport, ThroughputResult,
 };
-use crate::rig::world::World;
 
 /// A run result of `per_sec` deductions in one second, latencies 1–50 ms.
 pub fn load(mode: Loop, per_sec: u64) -> LoadResult {

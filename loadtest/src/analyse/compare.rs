@@ -30,7 +30,7 @@ use crate::report::comparison::{
     Change, Comparison, CorrectnessChange, FieldChange, Figures, Machine, Machines, Moved, Noise,
     NoiseSource, Range, Regression,
 };
-use crate::report::schema::{LoadResult, RunReport, Settings, StrategyReport};
+use crate::schema::{LoadResult, RunReport, Settings, StrategyReport};
 
 /// Noise assumed when neither run has min–max nor a baseline in common.
 pub const DEFAULT_NOISE: f64 = 0.2;
@@ -363,8 +363,8 @@ mod tests {
 
     use super::*;
     use crate::report::comparison::render;
-    use crate::report::schema::Spread;
     use crate::sample::report;
+    use crate::schema::Spread;
 
     fn range(median: f64, min_max: Option<(f64, f64)>) -> Range {
         Range { median, min_max }
@@ -377,7 +377,7 @@ mod tests {
         let c = &mut r.strategies[1];
         c.throughput.closed.successes_per_sec = rate;
         let spread = Spread::of(&[rate * 0.95, rate, rate * 1.05]).unwrap();
-        c.throughput.closed.repetitions = Some(crate::report::schema::Repetitions {
+        c.throughput.closed.repetitions = Some(crate::schema::Repetitions {
             runs: 3,
             attempts_per_sec: spread.clone(),
             successes_per_sec: spread.clone(),
@@ -388,9 +388,9 @@ mod tests {
     }
 
     /// Figures of three rounds (their median is the middle one).
-    fn rounds(rates: [f64; 3]) -> crate::report::schema::Repetitions {
+    fn rounds(rates: [f64; 3]) -> crate::schema::Repetitions {
         let spread = Spread::of(&rates).unwrap();
-        crate::report::schema::Repetitions {
+        crate::schema::Repetitions {
             runs: 3,
             attempts_per_sec: spread.clone(),
             successes_per_sec: spread.clone(),

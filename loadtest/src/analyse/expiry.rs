@@ -4,7 +4,7 @@
 //! that expired while every sweep was paused, or other products' orders that fell due while
 //! the sweeps ran.
 
-use crate::report::schema::{ExpiryCost, ExpiryMiss};
+use crate::schema::{ExpiryCost, ExpiryMiss};
 
 /// What the sweep may add to the purchases' p99, in percent (the median round's).
 pub const P99_BAR_PERCENT: f64 = 10.0;

@@ -21,8 +21,8 @@ use super::compare::machine;
 use crate::report::comparison::Machines;
 use crate::report::json;
 use crate::report::run_history::{self, Medians};
-use crate::report::schema::{Fall, Fallen, RunReport};
 use crate::rig::world::World;
+use crate::schema::{Fall, Fallen, RunReport};
 
 /// Every committed run of the results folder `out`, with its folder's name, in folder order:
 /// the entries of its history index, and every folder with a `report.json` this program can
@@ -192,9 +192,9 @@ fn median(run: &RunReport, of: Fallen) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::schema::{LoadResult, Repetitions, Spread};
     use crate::report::{html, markdown};
     use crate::sample::report;
+    use crate::schema::{LoadResult, Repetitions, Spread};
 
     /// Three rounds whose median is `rounds[1]`, as the closed loop of a run records them.
     fn set(load: &mut LoadResult, rounds: [f64; 3]) {

@@ -9,7 +9,7 @@
 use app::api::Safety;
 use app::metrics::Stage;
 
-use crate::report::schema::{
+use crate::schema::{
     Baseline, BaselineName, BelowBaseline, ClientCheck, CpuUse, Findings, GROUPS, GroupCpu,
     MachineLoad, Pace, Peer, RunReport, SaleFinding, SaleReading, ServerCpu, StageTime, StageTimes,
     StandardTool, StrategyReport, TimeFinding, ToolComparison, ToolFinding, ToolReading,

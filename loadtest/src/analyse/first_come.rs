@@ -1,7 +1,7 @@
 //! Whether a flood sold first come, first served kept its promise: the first clicks bought,
 //! in the order they were sent, and nothing was oversold, sold past the limit or stranded.
 
-use crate::report::schema::FirstComeFlood;
+use crate::schema::FirstComeFlood;
 
 /// Of the first clicks (as many as the units), the share that must buy.
 pub const FIRST_CLICKS_BAR: f64 = 0.9;
@@ -42,7 +42,7 @@ pub fn misses(f: &FirstComeFlood) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::schema::Fairness;
+    use crate::schema::Fairness;
 
     fn flood(first_clicks_won: f64, rank: f64, oversell: i64) -> FirstComeFlood {
         let mut f = crate::sample::first_come_flood();

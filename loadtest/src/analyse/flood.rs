@@ -8,7 +8,7 @@ use testkit::{Answer, Click};
 
 use super::reproduce::spearman;
 use crate::drive::flood::Kind;
-use crate::report::schema::{
+use crate::schema::{
     CpuUse, Fairness, FloodSlice, GROUPS, PROJECTED_CLICKS_PER_SECOND, Projection,
 };
 

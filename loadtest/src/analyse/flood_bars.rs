@@ -6,7 +6,7 @@
 
 use app::api::Safety;
 
-use crate::report::schema::{Baseline, BaselineName, FloodMiss, FloodResult};
+use crate::schema::{Baseline, BaselineName, FloodMiss, FloodResult};
 
 /// The fastest safe strategy's time until every click was answered, over the no-op flood's.
 pub const FLOOD_BAR: f64 = 2.0;

@@ -7,7 +7,7 @@
 use app::api::ErrorCode;
 use testkit::Outcomes;
 
-use crate::report::schema::{OverloadFinding, OverloadMiss, OverloadResult};
+use crate::schema::{OverloadFinding, OverloadMiss, OverloadResult};
 
 /// The p99 of accepted purchases, from their due time, must stay under this.
 pub const ACCEPTED_P99_BAR_US: u64 = 1_000_000;
@@ -122,8 +122,8 @@ fn most_frequent_other(o: &Outcomes) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::schema::OverloadMiss;
     use crate::sample::overload;
+    use crate::schema::OverloadMiss;
 
     #[test]
     fn a_strategy_within_every_bar_has_no_finding() {

@@ -4,7 +4,7 @@
 use app::api::{Strategy, StrategyInfo};
 use app::strategy::Kind;
 
-use crate::report::schema::{
+use crate::schema::{
     Baseline, BaselineName, CpuUse, LoadResult, SaleResult, StrategyReport, ThroughputResult,
 };
 

@@ -12,7 +12,7 @@
 //!   over highest, highest over lowest); it moved when the two ranges do not overlap.
 
 use crate::report::comparison::{Rank, Ranking, Ratio};
-use crate::report::schema::{LoadResult, RunReport, Spread, StrategyReport};
+use crate::schema::{LoadResult, RunReport, Spread, StrategyReport};
 
 /// The rate a strategy is ranked by, with its rounds: deductions/s where there were any.
 fn rate(l: &LoadResult) -> (f64, Vec<f64>) {

@@ -4,7 +4,7 @@
 //! (min–max) travels with the median into the JSON and the Markdown report, and is what
 //! `seckill-bench compare` calls noise.
 
-use crate::report::schema::{LoadResult, Repetitions, Spread};
+use crate::schema::{LoadResult, Repetitions, Spread};
 
 /// The median run (by [`LoadResult::headline`]), carrying the spread of every run. `None` for no runs.
 pub fn combine(runs: Vec<LoadResult>) -> Option<LoadResult> {
@@ -54,7 +54,7 @@ mod tests {
 
     use super::*;
     use crate::drive::latency::Latencies;
-    use crate::report::schema::Loop;
+    use crate::schema::Loop;
     use testkit::Outcomes;
 
     fn run(created: u64, p99_ms: u64) -> LoadResult {

@@ -9,10 +9,10 @@ use clap::{Args, Parser, Subcommand};
 use crate::phase::expiry::{
     PAYMENT_WINDOW_MS as EXPIRY_PAYMENT_WINDOW_MS, WARMUP_SECONDS as EXPIRY_WARMUP,
 };
-use crate::report::schema::{
+use crate::scenario::Selection;
+use crate::schema::{
     ExpiryShape, FloodShape, OPEN_RATE_SHARE, OverloadShape, RoundTripShape, Settings,
 };
-use crate::scenario::Selection;
 
 mod isolation;
 mod lock;

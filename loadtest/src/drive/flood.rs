@@ -13,7 +13,7 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use testkit::Arrival;
 
-use crate::report::schema::FloodShape;
+use crate::schema::FloodShape;
 
 /// Who a click is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -17,7 +17,7 @@ use tokio::time::Instant;
 
 use crate::drive::latency::Latencies;
 use crate::drive::load::Window;
-use crate::report::schema::{LoadResult, Loop};
+use crate::schema::{LoadResult, Loop};
 use testkit::{Answer, Outcomes};
 
 #[derive(Default)]

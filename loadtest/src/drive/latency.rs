@@ -7,7 +7,7 @@ use hdrhistogram::Histogram;
 use hdrhistogram::serialization::{Serializer, V2DeflateSerializer};
 use testkit::Outcomes;
 
-use crate::report::schema::{Bucket, HistogramData, LatencySummary, LoadResult, Loop};
+use crate::schema::{Bucket, HistogramData, LatencySummary, LoadResult, Loop};
 
 /// Highest recordable latency: one minute (longer ones are clamped, and counted as such).
 const MAX_US: u64 = 60_000_000;

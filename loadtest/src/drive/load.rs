@@ -25,7 +25,7 @@ use tokio::time::Instant;
 
 use crate::drive::latency::Latencies;
 use crate::live::Feed;
-use crate::report::schema::{LoadResult, Loop};
+use crate::schema::{LoadResult, Loop};
 
 /// Timing of one measured run.
 #[derive(Debug, Clone, Copy)]

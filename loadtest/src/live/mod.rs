@@ -23,7 +23,7 @@ use app::api::Strategy;
 use testkit::{Answer, Outcomes};
 use tokio::sync::broadcast;
 
-use crate::report::schema::Event;
+use crate::schema::Event;
 
 /// Something that happened during a run, as the code that measured it saw it.
 #[derive(Debug, Clone)]

@@ -33,9 +33,9 @@ use serde::{Deserialize, Serialize};
 use super::server_commands::Counter;
 use super::{LEASE, LockReport, WAIT, ZOOKEEPER_SESSION};
 use crate::analyse::spread::interleaved;
-use crate::report::schema::Spread;
 use crate::report::table::Table;
 use crate::report::tables::spread;
+use crate::schema::Spread;
 
 /// One lock under test.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

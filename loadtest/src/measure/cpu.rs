@@ -10,8 +10,8 @@
 
 use std::time::Instant;
 
-use crate::report::schema::{CpuUse, LoadResult, ProcessCpu, SATURATED_CORES};
 pub use crate::rig::Process;
+use crate::schema::{CpuUse, LoadResult, ProcessCpu, SATURATED_CORES};
 
 /// User + system clock ticks of a `/proc/<pid>/stat` line. The command name (field 2) is in
 /// parentheses and may hold spaces and parentheses itself, so fields are counted from the

@@ -14,7 +14,7 @@ use crate::analyse::flood::{self as analyse, ms_from};
 use crate::drive::flood::Plan;
 use crate::measure::flood::{FloodPlan, LEAD, beyond_limit, latencies};
 use crate::measure::sale::read_ledger;
-use crate::report::schema::FirstComeFlood;
+use crate::schema::FirstComeFlood;
 
 /// The crowd `drawn` of `plan`'s flood, sent to `product`, sold first come.
 pub async fn flood(

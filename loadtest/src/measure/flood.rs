@@ -26,7 +26,7 @@ use crate::measure::first_come;
 use crate::measure::refusals;
 use crate::measure::resale;
 use crate::measure::sale::read_ledger;
-use crate::report::schema::{FloodResult, FloodShape, LatencySummary, NoopFlood};
+use crate::schema::{FloodResult, FloodShape, LatencySummary, NoopFlood};
 
 /// How long the sale's opening is set ahead of the moment the product is written: time to
 /// spawn the crowd's tasks before the early bots fire.

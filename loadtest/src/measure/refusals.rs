@@ -21,7 +21,7 @@ use crate::drive::load::{Window, closed_loop, closed_loop_feeding};
 use crate::live::Feed;
 use crate::measure::cashier::Cashier;
 use crate::measure::flood::FloodPlan;
-use crate::report::schema::{LoadResult, RefusalRate};
+use crate::schema::{LoadResult, RefusalRate};
 
 /// How long the buyers of what a flood left keep trying before the product counts as never
 /// sold out (its refusals are then not timed).

@@ -23,7 +23,7 @@ use tokio::task::JoinSet;
 
 use crate::drive::flood::{Kind, Plan};
 use crate::measure::cashier::{Cashier, Paid, Till, pay};
-use crate::report::schema::{FloodShape, Resale};
+use crate::schema::{FloodShape, Resale};
 
 /// How often a returning buyer looks again, on average (each look 50–150% of it).
 const LOOK_AGAIN: Duration = Duration::from_millis(500);

@@ -12,7 +12,7 @@ use testkit::{Api, Clicks, Crowd, Outcomes, Retry};
 
 use crate::drive::latency::Latencies;
 use crate::live::{Feed, Update};
-use crate::report::schema::SaleResult;
+use crate::schema::SaleResult;
 
 /// What to sell and how hard.
 #[derive(Debug, Clone)]

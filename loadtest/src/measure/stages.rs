@@ -7,7 +7,7 @@ use app::api::Strategy;
 use app::metrics::Stage;
 use testkit::metrics::series_values;
 
-use crate::report::schema::{StageTime, StageTimes};
+use crate::schema::{StageTime, StageTimes};
 
 /// Seconds and purchases, summed over every instance.
 #[derive(Debug, Default, Clone, Copy, PartialEq)]

@@ -10,7 +10,7 @@ use app::api::Strategy;
 
 use crate::drive::load::{Window, closed_loop_feeding, open_loop_feeding};
 use crate::live::Feed;
-use crate::report::schema::{LoadResult, OPEN_RATE_SHARE};
+use crate::schema::{LoadResult, OPEN_RATE_SHARE};
 use testkit::{Answer, Api, order_request};
 
 /// Stock that no run can exhaust.

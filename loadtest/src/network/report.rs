@@ -10,10 +10,10 @@ use plotters::prelude::*;
 use super::model::{self, MISS, StrategyModel};
 use super::schema::NetworkReport;
 use crate::report::charts::{Chart, err};
-use crate::report::schema::BaselineName;
 use crate::report::section::Section;
 use crate::report::table::Table;
 use crate::rig::world::Distance;
+use crate::schema::BaselineName;
 
 /// The sweep's figures, beside `report.md` (not `report.json`: the run's, another schema).
 pub const JSON: &str = "network.json";
@@ -404,8 +404,8 @@ fn chart(out: &mut String, r: &NetworkReport) -> Result<()> {
 pub(crate) mod tests {
     use super::*;
     use crate::network::schema::{BaselineSweep, NetworkSettings, SCHEMA_VERSION, StrategySweep};
-    use crate::report::schema::{Loop, RoundTrips};
     use crate::sample;
+    use crate::schema::{Loop, RoundTrips};
     use app::accounting::{Accounting, Ledger};
     use app::api::{Strategy, StrategyInfo};
     use std::collections::BTreeMap;

@@ -6,8 +6,8 @@ use app::accounting::Accounting;
 use app::api::{Strategy, StrategyInfo};
 use serde::{Deserialize, Serialize};
 
-use crate::report::schema::{BaselineName, Environment, LoadResult, RoundTrips};
 use crate::rig::world::Distance;
+use crate::schema::{BaselineName, Environment, LoadResult, RoundTrips};
 
 /// The schema this program writes for a sweep.
 pub const SCHEMA_VERSION: u32 = 1;

@@ -32,11 +32,11 @@ use crate::analyse::spread;
 use crate::drive::load::{Window, closed_loop_feeding};
 use crate::measure::cashier::{Cashier, Till};
 use crate::measure::throughput::{ThroughputPlan, UNLIMITED, settle};
-use crate::report::schema::{
+use crate::report::section::Section;
+use crate::schema::{
     ExpiryCost, ExpiryPayments, ExpiryShape, Findings, LoadResult, ReturnLockUse, RunReport,
     Settings,
 };
-use crate::report::section::Section;
 use app::api::{ResetProduct, StrategyInfo};
 use testkit::metrics::series_values;
 use testkit::{Api, order_request};

@@ -42,10 +42,10 @@ use testkit::Api;
 pub use allocate::{Allocator, Allotment};
 
 use crate::measure::throughput::ThroughputPlan;
-use crate::report::schema::{Findings, LoadResult, RunReport, Settings};
 use crate::report::section::Section;
 use crate::rig::distance::Relays;
 use crate::rig::world::World;
+use crate::schema::{Findings, LoadResult, RunReport, Settings};
 
 /// The registry: every phase, in the order each strategy goes through them (after its open
 /// loop) and the order of their sections in the report.

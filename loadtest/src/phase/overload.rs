@@ -27,11 +27,11 @@ use crate::drive::load::{Window, open_loop_feeding};
 use crate::live::{Feed, Update};
 use crate::measure::memory::{self, Watch};
 use crate::measure::throughput::{Buyers, ThroughputPlan, UNLIMITED, settle};
-use crate::report::schema::{
-    ByAnswer, Findings, Memory, OverloadResult, OverloadShape, RunReport, Settings,
-};
 use crate::report::section::Section;
 use crate::rig::world::World;
+use crate::schema::{
+    ByAnswer, Findings, Memory, OverloadResult, OverloadShape, RunReport, Settings,
+};
 
 /// One strategy's overload.
 pub struct OverloadPlan<'a> {

@@ -27,10 +27,10 @@ use futures::future::LocalBoxFuture;
 use testkit::{Api, order_request};
 
 use super::{Allotment, Measuring, Needs, Phase, Recorded, Run};
-use crate::report::schema::{Findings, RoundTrips, RunReport, Settings};
 use crate::report::section::Section;
 use crate::report::table::Table;
 use crate::rig::distance::{self, Relays};
+use crate::schema::{Findings, RoundTrips, RunReport, Settings};
 
 /// How long the servers are watched with nobody buying, before the purchases.
 const QUIET: Duration = Duration::from_secs(1);

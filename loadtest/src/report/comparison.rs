@@ -3,9 +3,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::schema::Fall;
 use super::section::Section;
 use super::table::{Cell, Judged, Table};
+use crate::schema::Fall;
 
 /// Two runs set side by side.
 #[derive(Debug, Clone, PartialEq)]

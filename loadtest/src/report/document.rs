@@ -2,10 +2,10 @@
 //! with the name a page links it by. `report.md` ([`super::markdown`]) and `report.html`
 //! ([`super::html`]) print these parts and decide nothing about what they hold.
 
-use super::schema::RunReport;
 use super::section::Section;
 use super::{falls, flood, prose, stages, tables};
 use crate::phase::REGISTRY;
+use crate::schema::RunReport;
 
 /// One part of the report.
 #[derive(Debug, Clone)]

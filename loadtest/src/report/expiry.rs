@@ -4,10 +4,10 @@
 
 use std::fmt::Write;
 
-use super::schema::{ExpiryCost, ExpiryMiss, ExpiryShape};
 use super::section::Section;
 use super::table::Table;
 use crate::analyse::expiry::P99_BAR_PERCENT;
+use crate::schema::{ExpiryCost, ExpiryMiss, ExpiryShape};
 
 /// The section, or nothing when the run had no expiry phase.
 pub fn section(
@@ -230,8 +230,8 @@ mod tests {
 
     use super::*;
     use crate::analyse::expiry::misses;
-    use crate::report::schema::ReturnLockUse;
     use crate::sample::{expiry_cost, expiry_shape};
+    use crate::schema::ReturnLockUse;
 
     #[test]
     fn the_section_has_a_row_per_strategy_with_the_median_round_and_every_round() {

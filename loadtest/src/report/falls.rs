@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use super::schema::{Fall, Fallen};
+use crate::schema::{Fall, Fallen};
 
 /// The lead of a run's falls.
 pub const AGAINST_BEST: &str = "Fell by more than half against the best run on this machine";

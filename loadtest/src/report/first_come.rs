@@ -2,10 +2,10 @@
 //! flood in the report: what arrival order bought (the first clicks, the rank correlation) and
 //! what it cost (the time to answer the crowd, the winners' and refused buyers' latency).
 
-use super::schema::{FirstComeFlood, FloodResult, LatencySummary};
 use super::section::Section;
 use super::table::Table;
 use crate::analyse::first_come::{FIRST_CLICKS_BAR, RANK_SHARE_BAR, misses};
+use crate::schema::{FirstComeFlood, FloodResult, LatencySummary};
 
 /// The section; nothing when no flood was sent again.
 pub fn section(floods: &[FloodResult]) -> Section {

@@ -5,12 +5,12 @@ use std::fmt::Write;
 
 use app::api::ErrorCode;
 
-use super::schema::{
-    FloodMiss, FloodResult, FloodShape, GROUPS, LatencySummary, PROJECTED_CLICKS_PER_SECOND,
-};
 use super::section::Section;
 use super::table::{Align, Table};
 use crate::analyse::flood_bars::{FLOOD_BAR, REFUSAL_BAR_PERCENT};
+use crate::schema::{
+    FloodMiss, FloodResult, FloodShape, GROUPS, LatencySummary, PROJECTED_CLICKS_PER_SECOND,
+};
 
 /// The section, or nothing when the run had no flood.
 pub fn section(

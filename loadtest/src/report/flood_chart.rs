@@ -5,7 +5,7 @@ use anyhow::Result;
 use plotters::prelude::*;
 
 use super::charts::{Chart, err};
-use super::schema::{FloodResult, FloodSlice};
+use crate::schema::{FloodResult, FloodSlice};
 
 /// The file a strategy's flood chart is written to, in the run's directory.
 pub fn file_name(flood: &FloodResult) -> String {

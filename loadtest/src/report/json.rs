@@ -13,7 +13,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use super::schema::{RunReport, SCHEMA_VERSION};
+use crate::schema::{RunReport, SCHEMA_VERSION};
 
 /// The report as pretty JSON.
 pub fn to_string(report: &RunReport) -> Result<String> {

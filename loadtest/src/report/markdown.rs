@@ -1,7 +1,7 @@
 //! `report.md`: the report's parts ([`super::document`]) as Markdown, under its title.
 
 use super::document;
-use super::schema::RunReport;
+use crate::schema::RunReport;
 
 /// The whole report.
 pub fn render(r: &RunReport) -> String {

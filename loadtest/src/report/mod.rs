@@ -1,5 +1,5 @@
-//! A run's report: its schema ([`schema`], written and read by the same types), and its
-//! renderings — `report.json` ([`json`]), `report.md` ([`markdown`], with the findings worded by
+//! A run's report: the renderings of its schema ([`crate::schema`], written and read by the
+//! same types) — `report.json` ([`json`]), `report.md` ([`markdown`], with the findings worded by
 //! [`prose`], each scenario by [`scenarios`] and what fell by [`falls`]), SVG charts
 //! ([`charts`]), `report.html` ([`html`]: all of it on one self-contained page), the comparison
 //! of two runs ([`comparison`]), the README's results section ([`readme`]) — every table in one
@@ -26,7 +26,6 @@ pub mod readme;
 pub mod resale;
 pub mod run_history;
 pub mod scenarios;
-pub mod schema;
 pub mod section;
 pub mod stages;
 pub mod table;
@@ -36,8 +35,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
+use crate::schema::RunReport;
 use comparison::Comparison;
-use schema::RunReport;
 
 /// Writes `report.md`, `report.json`, the charts and `report.html` (with the comparison with
 /// an earlier run, when given) into `dir`.
@@ -85,8 +84,8 @@ mod tests {
     use app::api::{ErrorCode, Strategy};
 
     use super::*;
-    use crate::report::schema::Loop;
     use crate::sample::{load, report};
+    use crate::schema::Loop;
 
     #[test]
     fn every_file_of_the_report_is_written_and_names_the_strategies() {

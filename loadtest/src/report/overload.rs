@@ -3,13 +3,13 @@
 
 use std::fmt::Write;
 
-use super::schema::{LatencySummary, OverloadFinding, OverloadMiss, OverloadResult, OverloadShape};
 use super::section::Section;
 use super::table::Table;
 use crate::analyse::overload::{
     ACCEPTED_P99_BAR_US, ACCEPTED_SHARE_BAR, EXCESS_SHARE_OF_CEILING, MEMORY_MARGIN_BYTES,
     MEMORY_MARGIN_SHARE, REFUSAL_P99_BAR_US,
 };
+use crate::schema::{LatencySummary, OverloadFinding, OverloadMiss, OverloadResult, OverloadShape};
 
 /// The section, or nothing when the run had no overload phase.
 pub fn section(

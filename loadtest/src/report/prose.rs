@@ -6,7 +6,7 @@
 
 use std::fmt::Write;
 
-use super::schema::{
+use crate::schema::{
     ClientCheck, GROUPS, GroupCpu, Pace, SaleFinding, SaleReading, StrategyReport, TimeFinding,
     ToolComparison, ToolFinding, ToolReading, ToolVerdict,
 };
@@ -30,7 +30,7 @@ pub fn lost_return(strategy: app::api::Strategy) -> &'static str {
 
 /// How the flash sale's buyers met the door, for the sentences that describe the sale: empty
 /// when they did not retry.
-pub fn sale_door(r: &super::schema::RunReport) -> String {
+pub fn sale_door(r: &crate::schema::RunReport) -> String {
     match r.strategies.iter().map(|x| x.sale.door_retries).max() {
         Some(n) if n > 0 => format!(
             " (a buyer turned away at the door with `503 overloaded` clicks again, up to {n} \
@@ -536,7 +536,7 @@ pub fn client(c: &ClientCheck) -> String {
     )
 }
 
-/// A stage of [`crate::report::schema::WaitedIn`] in words.
+/// A stage of [`crate::schema::WaitedIn`] in words.
 fn stage_words(stage: &str) -> &'static str {
     match stage {
         "admission" => "the door (waiting for a place among the purchases in flight)",

@@ -9,9 +9,9 @@ use std::path::Path;
 use anyhow::{Context, Result, bail};
 use app::api::{Safety, Strategy};
 
-use super::schema::{ExpiryMiss, RunReport, Verdict};
 use super::table::{Align, Table};
 use super::tables::successes_per_sec;
+use crate::schema::{ExpiryMiss, RunReport, Verdict};
 
 /// The line that opens the section.
 pub const BEGIN: &str =
@@ -292,7 +292,7 @@ mod tests {
             nicer.contains("ran at niceness 10, the load generator at its own"),
             "{nicer}"
         );
-        let from_before: crate::report::schema::Settings = serde_json::from_value({
+        let from_before: crate::schema::Settings = serde_json::from_value({
             let mut v = serde_json::to_value(&run.settings).unwrap();
             v.as_object_mut().unwrap().remove("server_niceness");
             v

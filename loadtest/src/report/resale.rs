@@ -4,9 +4,9 @@
 
 use std::fmt::Write;
 
-use super::schema::{FloodResult, FloodShape, Resale};
 use super::section::Section;
 use super::table::Table;
+use crate::schema::{FloodResult, FloodShape, Resale};
 
 /// The second act's table and what went wrong in it; nothing when the flood had none.
 pub fn section(shape: &FloodShape, floods: &[FloodResult]) -> Section {

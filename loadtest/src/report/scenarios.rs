@@ -5,8 +5,8 @@ use std::fmt::Write as _;
 
 use serde_json::{Map, Value};
 
-use super::schema::{ScenarioReport, Verdict};
 use super::table::{Align, Table};
+use crate::schema::{ScenarioReport, Verdict};
 
 /// The scenario as a Markdown section.
 pub fn markdown(s: &ScenarioReport) -> String {
@@ -89,8 +89,8 @@ fn shown(value: &Value) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::schema::{Event, Row};
     use crate::rig::world::Distance;
+    use crate::schema::{Event, Row};
 
     #[test]
     fn a_scenario_section_shows_each_row_its_figures_and_the_timeline() {

@@ -4,8 +4,8 @@
 
 use std::fmt::Write as _;
 
-use super::schema::ScenarioReport;
 use super::table::Table;
+use crate::schema::ScenarioReport;
 
 /// One piece of a section.
 #[derive(Debug, Clone)]

@@ -3,9 +3,9 @@
 
 use app::metrics::Stage;
 
-use super::schema::RunReport;
 use super::section::Section;
 use super::table::Table;
+use crate::schema::RunReport;
 
 /// The section; nothing when no strategy's stages were read.
 pub fn section(r: &RunReport) -> Section {

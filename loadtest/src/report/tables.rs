@@ -2,8 +2,8 @@
 //! ([`super::table::Table`]): `report.md` and `report.html` print the same tables with the
 //! same figures, and neither decides what a table holds.
 
-use super::schema::{CpuUse, LoadResult, Loop, RunReport, Spread, StandardTool, ToolStatus};
 use super::table::{Align, Cell, Table};
+use crate::schema::{CpuUse, LoadResult, Loop, RunReport, Spread, StandardTool, ToolStatus};
 
 /// One row per strategy: its safety, the flash sale's accounting, closed-loop deductions/s,
 /// its share of its backend's baseline and p99s; a row whose sale broke an invariant is

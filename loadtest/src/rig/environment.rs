@@ -8,7 +8,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use deadpool_redis::redis;
 use sqlx::MySqlPool;
 
-use crate::report::schema::Environment;
+use crate::schema::Environment;
 
 const MARIADB_VARIABLES: &str = "SHOW GLOBAL VARIABLES WHERE Variable_name IN (\
     'version', 'innodb_flush_log_at_trx_commit', 'sync_binlog', 'log_bin', \

@@ -238,7 +238,7 @@ impl Target {
         &self,
         db_url: &str,
         redis_url: &str,
-    ) -> Result<(sqlx::MySqlPool, crate::report::schema::Environment)> {
+    ) -> Result<(sqlx::MySqlPool, crate::schema::Environment)> {
         let db = sqlx::mysql::MySqlPoolOptions::new()
             .max_connections(4)
             .connect(db_url)

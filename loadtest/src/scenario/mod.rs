@@ -65,7 +65,7 @@ use serde::Serialize;
 
 pub use skeleton::{Checked, Judgement, Stage, Timeline};
 
-use crate::report::schema::{Row, ScenarioReport, Verdict};
+use crate::schema::{Row, ScenarioReport, Verdict};
 
 /// What one fault scenario is made of; the driver does the rest.
 pub trait Scenario {

@@ -4,8 +4,8 @@
 use crate::common;
 
 use app::api::Strategy;
-use loadtest::report::schema::{BaselineName, ToolStatus};
 use loadtest::run::run_in;
+use loadtest::schema::{BaselineName, ToolStatus};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn every_baseline_is_measured_and_the_strategy_is_compared_with_its_own() {

@@ -9,11 +9,11 @@ use std::time::Duration;
 use app::api::Strategy;
 use clap::Parser;
 use loadtest::cli::{Cli, Command};
-use loadtest::report::schema::{RoundTripShape, Settings};
 use loadtest::rig::fleet::{AppBinary, Fleet};
 use loadtest::rig::world::Distance;
 use loadtest::rig::{Stand, distance};
 use loadtest::scenario::{self, Name, Options, Selection};
+use loadtest::schema::{RoundTripShape, Settings};
 use testkit::Clicks;
 
 use crate::common;

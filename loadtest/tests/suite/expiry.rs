@@ -7,8 +7,8 @@
 use crate::common;
 
 use app::api::Strategy;
-use loadtest::report::schema::ExpiryShape;
 use loadtest::run::run_in;
+use loadtest::schema::ExpiryShape;
 
 const SHAPE: ExpiryShape = ExpiryShape {
     payment_window_ms: 500,

@@ -8,8 +8,8 @@
 use crate::common;
 
 use app::api::{ErrorCode, Safety, Strategy};
-use loadtest::report::schema::{FloodResult, FloodShape, RunReport};
 use loadtest::run::run_in;
+use loadtest::schema::{FloodResult, FloodShape, RunReport};
 
 fn shape() -> FloodShape {
     FloodShape {

@@ -148,7 +148,7 @@ async fn in_teaching_mode_a_timeline_event_waits_until_next_is_pressed_on_the_pa
         let feed = feed.clone();
         tokio::task::spawn_blocking(move || {
             for what in ["acquires the lock", "stalls past the lease"] {
-                let event = loadtest::report::schema::Event {
+                let event = loadtest::schema::Event {
                     t_ms: 1.0,
                     actor: "A".into(),
                     what: what.into(),

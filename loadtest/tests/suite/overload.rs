@@ -7,8 +7,8 @@
 use crate::common;
 
 use app::api::{Safety, Strategy};
-use loadtest::report::schema::{OverloadResult, OverloadShape, RunReport};
 use loadtest::run::run_in;
+use loadtest::schema::{OverloadResult, OverloadShape, RunReport};
 
 const SHAPE: OverloadShape = OverloadShape {
     factor: 3.0,

@@ -6,8 +6,8 @@ use crate::common;
 use app::api::Strategy;
 use clap::Parser;
 use loadtest::cli::{Cli, Command};
-use loadtest::report::schema::{ScenarioReport, Verdict};
 use loadtest::scenario::{self, Name, Options, Selection, shard_cut_off, split_undersell};
+use loadtest::schema::{ScenarioReport, Verdict};
 use locks::Backend;
 
 pub(crate) async fn quick(name: Name) -> ScenarioReport {

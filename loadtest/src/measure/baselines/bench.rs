@@ -16,7 +16,7 @@ use crate::drive::dedicated::Dedicated;
 use crate::drive::goose;
 use crate::drive::load::{Window, closed_loop, closed_loop_by_worker};
 use crate::measure::tools;
-use crate::report::schema::{BaselineName, LoadResult};
+use crate::schema::{BaselineName, LoadResult};
 
 /// Must match the `CREATE DATABASE` statement below.
 const DATABASE: &str = "seckill_baseline";

@@ -36,7 +36,7 @@ use testkit::Api;
 use crate::drive::load::Window;
 use crate::measure::cpu::{Sampler, Span};
 use crate::measure::tools;
-use crate::report::schema::{Baseline, BaselineName, LoadResult};
+use crate::schema::{Baseline, BaselineName, LoadResult};
 use bench::Bench;
 
 /// Where the baselines run.

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use crate::report::schema::{Spread, StandardTool, ToolStatus};
+use crate::schema::{Spread, StandardTool, ToolStatus};
 
 /// One run of a tool.
 #[derive(Debug, Clone, PartialEq)]

@@ -20,7 +20,7 @@ use maud::{Markup, html};
 use super::charts::Chart;
 use super::comparison::Comparison;
 use super::document;
-use super::schema::RunReport;
+use crate::schema::RunReport;
 
 /// Writes `report.html` into `dir`.
 pub fn write(

@@ -6,7 +6,7 @@ use maud::{Markup, html};
 
 use super::page::prose;
 use crate::report::scenarios::{figures, servers};
-use crate::report::schema::{Event, ScenarioReport, Verdict};
+use crate::schema::{Event, ScenarioReport, Verdict};
 
 const WIDTH: f64 = 1000.0;
 const LANE: f64 = 22.0;

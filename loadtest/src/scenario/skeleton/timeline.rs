@@ -4,7 +4,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use crate::live::Feed;
-use crate::report::schema::Event;
+use crate::schema::Event;
 
 /// A shared, clonable event log with one time origin.
 #[derive(Clone)]

@@ -6,10 +6,10 @@ use std::sync::OnceLock;
 
 use app::accounting::Accounting;
 use app::api::Strategy;
-use loadtest::report::schema::{OPEN_RATE_SHARE, Settings};
 use loadtest::rig::Target;
 use loadtest::rig::world::Distance;
 use loadtest::run::{RunOutput, run_in};
+use loadtest::schema::{OPEN_RATE_SHARE, Settings};
 use sandbox::Endpoints;
 
 /// The variable `cargo xtask test` sets to the `seckill-app` its workspace build just made.
