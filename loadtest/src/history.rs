@@ -458,9 +458,9 @@ mod tests {
         let folder = "2026-11-05T00-00-00Z-network";
         std::fs::create_dir_all(results.join(folder)).unwrap();
         let sweep = crate::network::report::tests::report_at(&[
-            crate::rig::world::Distance::Local,
-            crate::rig::world::Distance::Relayed { rtt_us: 0 },
-            crate::rig::world::Distance::Relayed { rtt_us: 2_000 },
+            crate::schema::world::Distance::Local,
+            crate::schema::world::Distance::Relayed { rtt_us: 0 },
+            crate::schema::world::Distance::Relayed { rtt_us: 2_000 },
         ]);
         crate::network::report::write_all(&results.join(folder), &sweep).unwrap();
         let history = update(results).unwrap();

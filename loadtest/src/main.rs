@@ -12,9 +12,9 @@ use loadtest::cli::{
 };
 use loadtest::live::{Feed, Update, server::Live};
 use loadtest::lock::LockReport;
-use loadtest::rig::world::Distance;
 use loadtest::rig::{GaleraRows, Stand, Target, cluster_processes, server_processes, servers};
 use loadtest::run::run_watched;
+use loadtest::schema::world::Distance;
 use loadtest::{lock, report};
 use sandbox::Endpoints;
 

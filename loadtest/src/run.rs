@@ -32,8 +32,8 @@ use crate::report::progress::Progress;
 use crate::report::{self};
 use crate::rig::distance;
 use crate::rig::environment::utc_now;
-use crate::rig::world::{Aborts, World};
 use crate::scenario::{self, Selection};
+use crate::schema::world::{Aborts, World};
 use crate::schema::{
     Findings, LoadResult, RunReport, SCHEMA_VERSION, ScenarioReport, Settings, ThroughputResult,
 };
@@ -484,5 +484,5 @@ struct ClosedLoops {
     cpu: Span,
     stages: StageCounters,
     aborts: Option<Aborts>,
-    replica: Option<crate::rig::replicas::ReplicaLag>,
+    replica: Option<crate::schema::ReplicaLag>,
 }

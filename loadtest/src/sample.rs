@@ -9,7 +9,7 @@ use app::api::{ErrorCode, Strategy, StrategyInfo};
 use testkit::{Answer, Outcomes};
 
 use crate::drive::latency::Latencies;
-use crate::rig::world::World;
+use crate::schema::world::World;
 use crate::schema::{
     Baseline, BaselineName, ByAnswer, Environment, ExpiryCost, ExpiryPayments, ExpiryShape,
     Fairness, Findings, FirstComeFlood, FloodResult, FloodShape, LatencySummary, LoadResult, Loop,

@@ -21,7 +21,7 @@ use super::compare::machine;
 use crate::report::comparison::Machines;
 use crate::report::json;
 use crate::report::run_history::{self, Medians};
-use crate::rig::world::World;
+use crate::schema::world::World;
 use crate::schema::{Fall, Fallen, RunReport};
 
 /// Every committed run of the results folder `out`, with its folder's name, in folder order:
@@ -246,7 +246,7 @@ mod tests {
 
     #[test]
     fn a_run_on_other_servers_is_judged_only_against_runs_on_the_same_servers() {
-        use crate::rig::world::Topology;
+        use crate::schema::world::Topology;
         let on_cluster = |mut r: RunReport| {
             r.world = Some(World::local(2).arranged(Topology::RedisCluster));
             r

@@ -299,7 +299,7 @@ pub struct RunArgs {
     /// strategies, e.g. `--strategies conditional,pessimistic,batched`. Not with `--rtt`: the
     /// nodes are reached directly, not through the relays.
     #[arg(long, value_enum, conflicts_with_all = ["redis_cluster", "rtt"])]
-    pub galera: Option<crate::rig::world::GaleraWriters>,
+    pub galera: Option<crate::schema::world::GaleraWriters>,
     /// Keep the rows on a throwaway MariaDB primary with one replica started for the run:
     /// every app instance writes to the primary and reads the products' pages on the replica
     /// (`--database-replica-url`). `async`: commits return once the primary has them;

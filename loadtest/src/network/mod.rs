@@ -32,9 +32,9 @@ use crate::measure::sale::{SalePlan, run_sale};
 use crate::measure::throughput::{self, ThroughputPlan};
 use crate::phase::Allocator;
 use crate::rig::environment::utc_now;
-use crate::rig::world::Distance;
 use crate::rig::{Stand, Target};
 use crate::schema::LoadResult;
+use crate::schema::world::Distance;
 use schema::{BaselineSweep, NetworkReport, NetworkSettings, SCHEMA_VERSION, StrategySweep};
 
 /// The round trips swept past zero by default, in µs: inside one zone (0.2, 0.5 ms), across

@@ -18,7 +18,7 @@
 use app::api::Strategy;
 
 use super::schema::NetworkReport;
-use crate::rig::world::Distance;
+use crate::schema::world::Distance;
 
 /// How far a measured rate may be from the model's before the report says so.
 pub const MISS: f64 = 0.25;

@@ -12,8 +12,8 @@ use super::schema::NetworkReport;
 use crate::report::charts::{Chart, err};
 use crate::report::section::Section;
 use crate::report::table::Table;
-use crate::rig::world::Distance;
 use crate::schema::BaselineName;
+use crate::schema::world::Distance;
 
 /// The sweep's figures, beside `report.md` (not `report.json`: the run's, another schema).
 pub const JSON: &str = "network.json";

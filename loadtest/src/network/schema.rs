@@ -6,7 +6,7 @@ use app::accounting::Accounting;
 use app::api::{Strategy, StrategyInfo};
 use serde::{Deserialize, Serialize};
 
-use crate::rig::world::Distance;
+use crate::schema::world::Distance;
 use crate::schema::{BaselineName, Environment, LoadResult, RoundTrips};
 
 /// The schema this program writes for a sweep.

@@ -44,7 +44,7 @@ pub use allocate::{Allocator, Allotment};
 use crate::measure::throughput::ThroughputPlan;
 use crate::report::section::Section;
 use crate::rig::distance::Relays;
-use crate::rig::world::World;
+use crate::schema::world::World;
 use crate::schema::{Findings, LoadResult, RunReport, Settings};
 
 /// The registry: every phase, in the order each strategy goes through them (after its open

@@ -28,7 +28,7 @@ use crate::live::{Feed, Update};
 use crate::measure::memory::{self, Watch};
 use crate::measure::throughput::{Buyers, ThroughputPlan, UNLIMITED, settle};
 use crate::report::section::Section;
-use crate::rig::world::World;
+use crate::schema::world::World;
 use crate::schema::{
     ByAnswer, Findings, Memory, OverloadResult, OverloadShape, RunReport, Settings,
 };

@@ -711,7 +711,7 @@ mod tests {
         let plain = time(&s, &spent(&[("app", 0.5)]));
         assert!(!plain.contains("Galera"), "{plain}");
         let answered = s.stages.as_ref().expect("the sample has stages").purchases;
-        s.aborts = Some(crate::rig::world::Aborts {
+        s.aborts = Some(crate::schema::world::Aborts {
             cert_failures: 3,
             bf_aborts: 7,
         });
@@ -738,7 +738,7 @@ mod tests {
         let mut s = crate::sample::strategy(Strategy::Conditional, ledger);
         assert!(!time(&s, &spent(&[("app", 0.5)])).contains("replica"));
         let answered = s.stages.as_ref().expect("the sample has stages").purchases;
-        let mut lag = crate::rig::replicas::ReplicaLag {
+        let mut lag = crate::schema::ReplicaLag {
             transactions: answered / 4,
             most_behind: 412,
             longest_catch_up_ms: 37,

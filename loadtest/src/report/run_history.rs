@@ -94,7 +94,7 @@ pub struct Medians {
     /// The servers it measured on, where not the local ones of one node each: a run's rates
     /// are judged only against runs of the same servers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub world: Option<crate::rig::world::World>,
+    pub world: Option<crate::schema::world::World>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub strategies: BTreeMap<String, f64>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]

@@ -89,7 +89,7 @@ fn shown(value: &Value) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rig::world::Distance;
+    use crate::schema::world::Distance;
     use crate::schema::{Event, Row};
 
     #[test]

@@ -27,7 +27,7 @@ use anyhow::{Context, Result};
 use sandbox::{Delays, Endpoints, Relay};
 use testkit::Api;
 
-use super::world::Distance;
+use crate::schema::world::Distance;
 
 /// The relays that put a run's servers at a distance; dropping them closes every connection
 /// through them. Each relay counts the exchanges it carries ([`Relays::exchanges`]).

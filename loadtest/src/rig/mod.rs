@@ -12,7 +12,6 @@ pub mod http_floor;
 pub mod order_life;
 pub mod replicas;
 pub mod replication;
-pub mod world;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -21,7 +20,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use sandbox::{Endpoints, Mode, Servers};
 
-use world::Distance;
+use crate::schema::world::{self, Aborts, Distance};
 
 /// A process to account for: its name in the report, the group it is summed in (`app` for
 /// every instance, `redis-server` for every Redis) and its pid.
@@ -187,7 +186,7 @@ impl Target {
     /// the rows are on; `None` without Galera.
     pub async fn galera_aborts(&self) -> Result<Option<world::Aborts>> {
         match &self.galera {
-            Some(g) => Ok(Some(world::Aborts::of(&g.cluster).await?)),
+            Some(g) => Ok(Some(aborts_of(&g.cluster).await?)),
             None => Ok(None),
         }
     }
@@ -371,4 +370,24 @@ where
     T: Send + 'static,
 {
     Ok(tokio::task::spawn_blocking(f).await??)
+}
+
+/// What a Galera cluster threw away so far, summed over its nodes (a node that does not answer
+/// counts nothing).
+pub fn read_aborts(cluster: &sandbox::GaleraCluster) -> Aborts {
+    let sum = |variable: &str| -> u64 {
+        (0..sandbox::MEMBERS)
+            .filter_map(|i| cluster.status(i, variable)?.parse::<u64>().ok())
+            .sum()
+    };
+    Aborts {
+        cert_failures: sum("wsrep_local_cert_failures"),
+        bf_aborts: sum("wsrep_local_bf_aborts"),
+    }
+}
+
+/// [`read_aborts`] off the async threads (each node is asked through the `mariadb` client).
+pub async fn aborts_of(cluster: &std::sync::Arc<sandbox::GaleraCluster>) -> Result<Aborts> {
+    let cluster = std::sync::Arc::clone(cluster);
+    control(move || Ok(read_aborts(&cluster))).await
 }

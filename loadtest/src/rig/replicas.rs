@@ -13,11 +13,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use sandbox::{ReplicatedMariaDb, Replication, WaitPoint, gtid_sequence};
-use serde::{Deserialize, Serialize};
 use sqlx::{Connection, MySqlConnection};
 use tokio::sync::oneshot;
 
-use super::{Process, world::Topology};
+use super::Process;
+use crate::schema::ReplicaLag;
+use crate::schema::world::Topology;
 
 /// How the primary's commits wait for the replica (`run --replicas`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -187,32 +188,4 @@ async fn semi_synchronous(primary: &mut MySqlConnection) -> Result<bool> {
     .fetch_optional(primary)
     .await?;
     Ok(status.as_deref() == Some("ON"))
-}
-
-/// How far the replica fell behind the primary under one strategy's closed loops: watched
-/// while each round ran, and its catch-up timed once the round's load stopped.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ReplicaLag {
-    /// Transactions the primary committed while the rounds ran (the replica applies as many).
-    #[serde(default)]
-    pub transactions: u64,
-    /// The most transactions the primary had logged and the replica had not yet applied, at
-    /// any sample of any round.
-    pub most_behind: u64,
-    /// The longest a round's replica then took, once the load stopped, to apply what it still
-    /// had to, in milliseconds.
-    pub longest_catch_up_ms: u64,
-    /// Rounds at whose end a semi-synchronous primary had fallen back to asynchronous
-    /// replication (0 for an asynchronous one).
-    pub rounds_asynchronous: u32,
-}
-
-impl ReplicaLag {
-    /// This and `other`, the worst of each.
-    pub fn add(&mut self, other: ReplicaLag) {
-        self.transactions += other.transactions;
-        self.most_behind = self.most_behind.max(other.most_behind);
-        self.longest_catch_up_ms = self.longest_catch_up_ms.max(other.longest_catch_up_ms);
-        self.rounds_asynchronous += other.rounds_asynchronous;
-    }
 }

@@ -29,9 +29,9 @@ use serde::{Deserialize, Serialize};
 use testkit::{Clicks, Crowd, Retry};
 
 use super::{Judgement, Scenario, Stage};
+use crate::rig::aborts_of;
 use crate::rig::fleet::{Fleet, PATIENCE, Rows, accounting, order};
 use crate::rig::start;
-use crate::rig::world::Aborts;
 
 pub struct GaleraForUpdate;
 
@@ -290,7 +290,7 @@ async fn one(
     product: u64,
 ) -> Result<Figures> {
     let tl = stage.round(mode.to_string());
-    let before = Aborts::of(cluster).await?;
+    let before = aborts_of(cluster).await?;
 
     // The probe: one unit, a buyer inside its critical section on instance 1, another on 2.
     fleet.reset_in(product, 1, Home::Row).await?;
@@ -330,7 +330,7 @@ async fn one(
         .retrying(Retry::NEVER)
         .run(&fleet.api, crowd_product)
         .await;
-    let after = Aborts::of(cluster).await?;
+    let after = aborts_of(cluster).await?;
     let end = fleet.product(crowd_product).await?;
     let acc = accounting(&end);
     let figures = Figures {

@@ -19,6 +19,7 @@ mod round_trips;
 mod sale;
 mod scenario;
 mod stages;
+pub mod world;
 
 pub use baselines::{Baseline, BaselineName, StandardTool, ToolStatus};
 pub use cpu::{CpuUse, GROUPS, ProcessCpu, SATURATED_CORES};
@@ -37,14 +38,14 @@ pub use flood::{
 pub use load::{Bucket, HistogramData, LatencySummary, LoadResult, Loop, Repetitions, Spread};
 pub use overload::{ByAnswer, Memory, OverloadResult, OverloadShape};
 pub use round_trips::{RoundTripShape, RoundTrips};
-pub use sale::{SaleResult, StrategyReport, ThroughputResult};
+pub use sale::{ReplicaLag, SaleResult, StrategyReport, ThroughputResult};
 pub use scenario::{Event, Row, ScenarioReport, Verdict};
 pub use stages::{StageTime, StageTimes};
 
 use app::api::Strategy;
 use serde::{Deserialize, Serialize};
 
-use crate::rig::world::World;
+use world::World;
 
 /// The schema this program writes. Version 1 is the layout written before the version was
 /// (no `schema_version` key, no findings); see `report::json` for what is read.

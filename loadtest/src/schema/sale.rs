@@ -27,11 +27,11 @@ pub struct StrategyReport {
     pub stages: Option<super::StageTimes>,
     /// On a Galera cluster: the transactions it aborted over the closed-loop runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub aborts: Option<crate::rig::world::Aborts>,
+    pub aborts: Option<crate::schema::world::Aborts>,
     /// With the rows on a primary and a replica: how far the replica fell behind under the
     /// closed-loop runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub replica: Option<crate::rig::replicas::ReplicaLag>,
+    pub replica: Option<ReplicaLag>,
 }
 
 /// The flash sale's result: what the buyers were told next to the database's truth.
@@ -81,4 +81,32 @@ pub struct ThroughputResult {
     /// One open-loop run at a share of the median closed loop's rate: it measures latency at
     /// a set load, and its throughput is the rate asked.
     pub open: LoadResult,
+}
+
+/// How far the replica fell behind the primary under one strategy's closed loops: watched
+/// while each round ran, and its catch-up timed once the round's load stopped.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplicaLag {
+    /// Transactions the primary committed while the rounds ran (the replica applies as many).
+    #[serde(default)]
+    pub transactions: u64,
+    /// The most transactions the primary had logged and the replica had not yet applied, at
+    /// any sample of any round.
+    pub most_behind: u64,
+    /// The longest a round's replica then took, once the load stopped, to apply what it still
+    /// had to, in milliseconds.
+    pub longest_catch_up_ms: u64,
+    /// Rounds at whose end a semi-synchronous primary had fallen back to asynchronous
+    /// replication (0 for an asynchronous one).
+    pub rounds_asynchronous: u32,
+}
+
+impl ReplicaLag {
+    /// This and `other`, the worst of each.
+    pub fn add(&mut self, other: ReplicaLag) {
+        self.transactions += other.transactions;
+        self.most_behind = self.most_behind.max(other.most_behind);
+        self.longest_catch_up_ms = self.longest_catch_up_ms.max(other.longest_catch_up_ms);
+        self.rounds_asynchronous += other.rounds_asynchronous;
+    }
 }

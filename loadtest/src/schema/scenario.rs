@@ -5,7 +5,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::rig::world::Distance;
+use crate::schema::world::Distance;
 
 /// One scenario's outcome.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -10,9 +10,9 @@ use app::api::Strategy;
 use clap::Parser;
 use loadtest::cli::{Cli, Command};
 use loadtest::rig::fleet::{AppBinary, Fleet};
-use loadtest::rig::world::Distance;
 use loadtest::rig::{Stand, distance};
 use loadtest::scenario::{self, Name, Options, Selection};
+use loadtest::schema::world::Distance;
 use loadtest::schema::{RoundTripShape, Settings};
 use testkit::Clicks;
 

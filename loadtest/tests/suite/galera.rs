@@ -5,8 +5,8 @@ use crate::common;
 
 use app::api::Strategy;
 use loadtest::rig::GaleraRows;
-use loadtest::rig::world::{GaleraWriters, Topology};
 use loadtest::run::{RunOutput, run_in};
+use loadtest::schema::world::{GaleraWriters, Topology};
 use tempfile::TempDir;
 
 /// A quick run of `conditional` and `pessimistic` from three instances, its rows on a Galera

@@ -7,9 +7,9 @@
 use crate::common;
 
 use app::api::Strategy;
-use loadtest::rig::world::Topology;
 use loadtest::run::run_in;
 use loadtest::schema::FloodShape;
+use loadtest::schema::world::Topology;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn redis_stock_on_a_cluster_keeps_every_unit_through_a_flood_and_a_sale_and_each_shard_has_its_cpu()

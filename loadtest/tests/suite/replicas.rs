@@ -5,8 +5,8 @@ use crate::common;
 
 use app::api::Strategy;
 use loadtest::rig::replicas::{ReplicaRows, Replicas};
-use loadtest::rig::world::Topology;
 use loadtest::run::run_in;
+use loadtest::schema::world::Topology;
 use sqlx::{Connection, MySqlConnection};
 
 #[tokio::test(flavor = "multi_thread")]

@@ -17,8 +17,8 @@ pub use crate::analyse::history::Checked;
 
 use crate::live::Feed;
 use crate::rig::fleet::AppBinary;
-use crate::rig::world::Distance;
 use crate::schema::Event;
+use crate::schema::world::Distance;
 
 /// What one row's subject was expected to do, what it did, and whether that matched (for a
 /// deliberately broken variant, "holds" means the failure it exists to show did happen).

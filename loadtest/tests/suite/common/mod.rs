@@ -7,8 +7,8 @@ use std::sync::OnceLock;
 use app::accounting::Accounting;
 use app::api::Strategy;
 use loadtest::rig::Target;
-use loadtest::rig::world::Distance;
 use loadtest::run::{RunOutput, run_in};
+use loadtest::schema::world::Distance;
 use loadtest::schema::{OPEN_RATE_SHARE, Settings};
 use sandbox::Endpoints;
 

@@ -256,26 +256,6 @@ pub struct Aborts {
 }
 
 impl Aborts {
-    /// The counts so far (a node that does not answer counts nothing).
-    pub fn read(cluster: &sandbox::GaleraCluster) -> Aborts {
-        let sum = |variable: &str| -> u64 {
-            (0..sandbox::MEMBERS)
-                .filter_map(|i| cluster.status(i, variable)?.parse::<u64>().ok())
-                .sum()
-        };
-        Aborts {
-            cert_failures: sum("wsrep_local_cert_failures"),
-            bf_aborts: sum("wsrep_local_bf_aborts"),
-        }
-    }
-
-    /// [`Aborts::read`] off the async threads (each node is asked through the `mariadb`
-    /// client).
-    pub async fn of(cluster: &std::sync::Arc<sandbox::GaleraCluster>) -> anyhow::Result<Aborts> {
-        let cluster = std::sync::Arc::clone(cluster);
-        super::control(move || Ok(Aborts::read(&cluster))).await
-    }
-
     /// The aborts from `before` to these.
     pub fn since(self, before: Aborts) -> Aborts {
         Aborts {
