@@ -17,17 +17,18 @@ use anyhow::{Context, Result};
 use serde_json::Value;
 
 use crate::analyse::falls;
-use crate::report::comparison::Machine;
-use crate::report::json;
-use crate::report::run_history::{self, Medians, PastRun, RunHistory, RunKind};
+use crate::report::run_history;
 use crate::schema::RunReport;
+use crate::schema::comparison::Machine;
+use crate::schema::history::{self as index, Medians, PastRun, RunHistory, RunKind};
+use crate::schema::json;
 use crate::{isolation, network};
 
 /// Rebuilds the index of `results` ([`rebuild`]) and writes it, and the list of older runs in
 /// `results/README.md` when that file is there.
 pub fn update(results: &Path) -> Result<RunHistory> {
     let history = rebuild(results)?;
-    run_history::write(results, &history)?;
+    index::write(results, &history)?;
     let readme = results.join("README.md");
     if readme.is_file() {
         let text = std::fs::read_to_string(&readme)
@@ -45,7 +46,7 @@ pub fn update(results: &Path) -> Result<RunHistory> {
 /// present, and the index's entries of folders no longer there, kept; each with the commit
 /// that added its folder where git knows it.
 pub fn rebuild(results: &Path) -> Result<RunHistory> {
-    let old = run_history::read(results)?.unwrap_or_else(|| RunHistory::new(Vec::new()));
+    let old = index::read(results)?.unwrap_or_else(|| RunHistory::new(Vec::new()));
     let mut runs: BTreeMap<String, PastRun> = (old.runs.iter())
         .map(|r| (r.folder.clone(), r.clone()))
         .collect();
@@ -71,10 +72,10 @@ pub fn record(out: &Path, dir: &Path, report: &RunReport) -> Result<()> {
         .context("a run folder without a name")?
         .to_string_lossy()
         .into_owned();
-    let mut history = run_history::read(out)?.unwrap_or_else(|| RunHistory::new(Vec::new()));
+    let mut history = index::read(out)?.unwrap_or_else(|| RunHistory::new(Vec::new()));
     history.runs.retain(|r| r.folder != folder);
     history.runs.push(of_report(&folder, report));
-    run_history::write(out, &history)
+    index::write(out, &history)
 }
 
 /// The entry of a run folder written by `run` or `flood`.
@@ -441,7 +442,7 @@ mod tests {
         let best: Vec<&str> = from_folders.iter().map(|f| f.best_run()).collect();
         assert_eq!(best, ["2026-11-01T00-00-00Z", "2026-11-02T00-00-00Z"]);
 
-        run_history::write(results, &rebuild(results).unwrap()).unwrap();
+        index::write(results, &rebuild(results).unwrap()).unwrap();
         for folder in ["2026-11-01T00-00-00Z", "2026-11-02T00-00-00Z"] {
             std::fs::remove_dir_all(results.join(folder)).unwrap();
         }
@@ -499,7 +500,7 @@ mod tests {
         two_runs(results);
         let mut history = rebuild(results).unwrap();
         history.runs.retain(|r| r.folder == "2026-11-02T00-00-00Z");
-        run_history::write(results, &history).unwrap();
+        index::write(results, &history).unwrap();
         std::fs::remove_dir_all(results.join("2026-11-02T00-00-00Z")).unwrap();
         let judged: Vec<Option<String>> = (falls::committed(results).into_iter())
             .map(|(folder, _)| folder)
@@ -540,7 +541,7 @@ mod tests {
         std::fs::remove_dir_all(results.join("2026-11-01T00-00-00Z")).unwrap();
         let second = update(results).unwrap();
         assert_eq!(second, first);
-        assert_eq!(run_history::read(results).unwrap(), Some(first));
+        assert_eq!(index::read(results).unwrap(), Some(first));
         let readme = std::fs::read_to_string(results.join("README.md")).unwrap();
         let listed: Vec<&str> = (readme.lines()).filter(|l| l.starts_with("| `")).collect();
         assert_eq!(listed.len(), 1, "{readme}");
@@ -561,7 +562,7 @@ mod tests {
         let dir = results.join("2026-11-03T00-00-00Z");
         record(results, &dir, &run("2026-11-03T00:00:00Z", 1.0, 2.0)).unwrap();
         record(results, &dir, &run("2026-11-03T00:00:00Z", 3.0, 4.0)).unwrap();
-        let history = run_history::read(results).unwrap().unwrap();
+        let history = index::read(results).unwrap().unwrap();
         assert_eq!(history.runs.len(), 1);
         assert_eq!(history.runs[0].medians.strategies["naive"], 3.0);
         assert_eq!(history.runs[0].kind, RunKind::Run);

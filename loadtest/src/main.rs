@@ -135,7 +135,11 @@ fn run(args: &RunArgs, only_flood: bool) -> Result<()> {
     drop(stand);
     if args.json {
         let mut out = std::io::stdout().lock();
-        writeln!(out, "{}", report::json::to_string(&output.report)?)?;
+        writeln!(
+            out,
+            "{}",
+            loadtest::schema::json::to_string(&output.report)?
+        )?;
     } else {
         if !only_flood {
             println!("{}", report::tables::summary(&output.report).render());
@@ -210,8 +214,8 @@ fn isolation(args: &IsolationArgs) -> Result<()> {
 
 fn compare(args: &CompareArgs) -> Result<()> {
     let (a, b) = (
-        report::json::read(&args.run_a)?,
-        report::json::read(&args.run_b)?,
+        loadtest::schema::json::read(&args.run_a)?,
+        loadtest::schema::json::read(&args.run_b)?,
     );
     let comparison = loadtest::analyse::compare::compare(&a, &b);
     let md = report::comparison::render(&comparison);
@@ -239,10 +243,10 @@ fn rerender(args: &ReportArgs) -> Result<()> {
         println!("report: {}", args.run.join("report.html").display());
         return Ok(());
     }
-    let run = report::json::read(&args.run)?;
+    let run = loadtest::schema::json::read(&args.run)?;
     let compared = match &args.compare_with {
         Some(earlier) => Some(loadtest::analyse::compare::compare(
-            &report::json::read(earlier)?,
+            &loadtest::schema::json::read(earlier)?,
             &run,
         )),
         None => None,
@@ -258,7 +262,7 @@ fn rerender(args: &ReportArgs) -> Result<()> {
 }
 
 fn readme(args: &ReadmeArgs) -> Result<()> {
-    let run = report::json::read(&args.report)?;
+    let run = loadtest::schema::json::read(&args.report)?;
     let text = std::fs::read_to_string(&args.readme)
         .with_context(|| format!("reading {}", args.readme.display()))?;
     let link = report::readme::link(&args.readme, &args.report)?;
@@ -287,7 +291,7 @@ fn history(args: &HistoryArgs) -> Result<()> {
         .count();
     println!(
         "{}: {} runs, {here} of them in the folder",
-        args.results.join(report::run_history::FILE).display(),
+        args.results.join(loadtest::schema::history::FILE).display(),
         history.runs.len()
     );
     Ok(())

@@ -396,7 +396,7 @@ pub async fn run_watched(
     if let Err(e) = crate::history::record(out, &dir, &report) {
         tracing::warn!(
             "not in {}: {e:#}",
-            out.join(report::run_history::FILE).display()
+            out.join(crate::schema::history::FILE).display()
         );
     }
     feed.send(Update::Finished {
@@ -414,7 +414,7 @@ pub async fn run_watched(
 fn previous_run(out: &Path) -> Option<RunReport> {
     let latest = out.join("latest");
     latest.join("report.json").exists().then_some(())?;
-    report::json::read(&latest)
+    crate::schema::json::read(&latest)
         .inspect_err(|e| tracing::warn!("not comparing with {}: {e:#}", latest.display()))
         .ok()
 }

@@ -1,5 +1,5 @@
 //! `seckill-bench compare <run-a> <run-b>`: what changed between two runs, computed from the
-//! two reports as the schema reads them (`report::json`), rendered by `report::comparison`.
+//! two reports as the schema reads them (`schema::json`), rendered by `report::comparison`.
 //!
 //! First what fell by more than half from A to B on the same machine, judged on the medians
 //! alone (see [`super::falls`]): rounds wide enough to pass for noise below must not hide a
@@ -26,7 +26,7 @@ use app::accounting::Accounting;
 use app::api::Safety;
 
 use super::reproduce;
-use crate::report::comparison::{
+use crate::schema::comparison::{
     Change, Comparison, CorrectnessChange, FieldChange, Figures, Machine, Machines, Moved, Noise,
     NoiseSource, Range, Regression,
 };

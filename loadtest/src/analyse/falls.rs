@@ -18,9 +18,9 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use super::compare::machine;
-use crate::report::comparison::Machines;
-use crate::report::json;
-use crate::report::run_history::{self, Medians};
+use crate::schema::comparison::Machines;
+use crate::schema::history::{self as run_history, Medians};
+use crate::schema::json;
 use crate::schema::world::World;
 use crate::schema::{Fall, Fallen, RunReport};
 

@@ -11,7 +11,7 @@
 //! * Ratios: a strategy's rate over its baseline's, with the range its rounds allow (lowest
 //!   over highest, highest over lowest); it moved when the two ranges do not overlap.
 
-use crate::report::comparison::{Rank, Ranking, Ratio};
+use crate::schema::comparison::{Rank, Ranking, Ratio};
 use crate::schema::{LoadResult, RunReport, Spread, StrategyReport};
 
 /// The rate a strategy is ranked by, with its rounds: deductions/s where there were any.

@@ -18,7 +18,7 @@ pub const JSON: &str = "isolation.json";
 
 /// Writes the report's files into `dir`.
 pub fn write_all(dir: &Path, r: &IsolationReport) -> Result<()> {
-    crate::report::json::write_as(&dir.join(JSON), r)?;
+    crate::schema::json::write_as(&dir.join(JSON), r)?;
     let (title, body) = (TITLE, document(r));
     std::fs::write(
         dir.join("report.md"),
@@ -33,7 +33,7 @@ pub fn write_all(dir: &Path, r: &IsolationReport) -> Result<()> {
 
 /// The matrix written in `dir` ([`JSON`]), as [`write_all`] wrote it.
 pub fn read(dir: &Path) -> Result<IsolationReport> {
-    crate::report::json::read_as(&dir.join(JSON))
+    crate::schema::json::read_as(&dir.join(JSON))
 }
 
 /// The report's title.

@@ -27,7 +27,7 @@ pub const RELAY_COST_BAR: f64 = 0.10;
 
 /// Writes the report's files into `dir`.
 pub fn write_all(dir: &Path, r: &NetworkReport) -> Result<()> {
-    crate::report::json::write_as(&dir.join(JSON), r)?;
+    crate::schema::json::write_as(&dir.join(JSON), r)?;
     std::fs::write(dir.join("report.md"), markdown(r))?;
     let mut svg = String::new();
     chart(&mut svg, r)?;
@@ -46,7 +46,7 @@ pub fn write_all(dir: &Path, r: &NetworkReport) -> Result<()> {
 
 /// The sweep written in `dir` ([`JSON`]), as [`write_all`] wrote it.
 pub fn read(dir: &Path) -> Result<NetworkReport> {
-    crate::report::json::read_as(&dir.join(JSON))
+    crate::schema::json::read_as(&dir.join(JSON))
 }
 
 /// A point's name in a table's header.

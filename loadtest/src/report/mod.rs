@@ -17,7 +17,6 @@ pub mod first_come;
 pub mod flood;
 pub mod flood_chart;
 pub mod html;
-pub mod json;
 pub mod markdown;
 pub mod overload;
 pub mod progress;
@@ -36,7 +35,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 
 use crate::schema::RunReport;
-use comparison::Comparison;
+use crate::schema::comparison::Comparison;
+use crate::schema::json;
 
 /// Writes `report.md`, `report.json`, the charts and `report.html` (with the comparison with
 /// an earlier run, when given) into `dir`.

@@ -1,18 +1,21 @@
 //! The report's schema: every type `report.json` is made of, written and read by the same
 //! types ([`RunReport`] is the whole), with a version ([`SCHEMA_VERSION`]) so that a reader
-//! knows a report written by another `seckill-bench` when it sees one (see `report::json`).
+//! knows a report written by another `seckill-bench` when it sees one (see `schema::json`).
 //!
 //! The measuring code fills these types and judges nothing; `analyse` computes the
 //! [`Findings`] from them, and the [`Fall`]s from them and the runs beside them; `report`
 //! renders them.
 
 mod baselines;
+pub mod comparison;
 mod cpu;
 mod environment;
 mod expiry;
 mod falls;
 mod findings;
 mod flood;
+pub mod history;
+pub mod json;
 mod load;
 mod overload;
 mod round_trips;
@@ -48,7 +51,7 @@ use serde::{Deserialize, Serialize};
 use world::World;
 
 /// The schema this program writes. Version 1 is the layout written before the version was
-/// (no `schema_version` key, no findings); see `report::json` for what is read.
+/// (no `schema_version` key, no findings); see `schema::json` for what is read.
 pub const SCHEMA_VERSION: u32 = 2;
 
 /// Everything one `seckill-bench run` measured.

@@ -8,7 +8,8 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use app::api::{Strategy, StrategyInfo};
-use loadtest::report::{json, readme, run_history};
+use loadtest::report::{readme, run_history};
+use loadtest::schema::{history, json};
 
 fn workspace() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -31,7 +32,7 @@ fn the_committed_run_reads_through_the_report_schema() {
 #[test]
 fn every_committed_run_folder_is_in_the_history_index() {
     let results = workspace().join("results");
-    let history = run_history::read(&results)
+    let history = history::read(&results)
         .unwrap()
         .expect("results/history.json");
     let mut missing = Vec::new();
@@ -54,7 +55,7 @@ fn every_committed_run_folder_is_in_the_history_index() {
 #[test]
 fn the_results_readme_lists_each_deleted_run_with_its_commit_as_the_program_writes_it() {
     let results = workspace().join("results");
-    let history = run_history::read(&results)
+    let history = history::read(&results)
         .unwrap()
         .expect("results/history.json");
     let uncommitted: Vec<&str> = (history.runs.iter())

@@ -72,7 +72,7 @@ async fn the_expiry_phase_expires_unpaid_orders_only_while_the_sweeps_run_and_co
         assert!(c.p99_added().is_some(), "{name}");
     }
 
-    let read = loadtest::report::json::read(&out.path().join("latest")).unwrap();
+    let read = loadtest::schema::json::read(&out.path().join("latest")).unwrap();
     assert_eq!(
         read.expiry_costs, report.expiry_costs,
         "the JSON holds the figures"

@@ -74,7 +74,7 @@ async fn the_live_page_follows_a_quick_run_and_ends_with_the_figures_of_its_repo
     let output = output.unwrap();
     assert!(later > first, "the counter moved: {first} → {later}");
 
-    let written = loadtest::report::json::read(&output.dir).unwrap();
+    let written = loadtest::schema::json::read(&output.dir).unwrap();
     assert_eq!(written.strategies.len(), 2);
     for s in &written.strategies {
         // Every field of the accounting but the stock the sale began with.

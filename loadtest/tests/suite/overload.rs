@@ -160,7 +160,7 @@ async fn run_the_phase() -> Crowd {
         );
     }
 
-    let read = loadtest::report::json::read(&out.path().join("latest")).unwrap();
+    let read = loadtest::schema::json::read(&out.path().join("latest")).unwrap();
     assert_eq!(
         read.overloads, report.overloads,
         "the JSON holds the figures"

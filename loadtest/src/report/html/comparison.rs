@@ -4,7 +4,8 @@
 use maud::{Markup, html};
 
 use super::section::print_section;
-use crate::report::comparison::{Comparison, section as model};
+use crate::report::comparison::section as model;
+use crate::schema::comparison::Comparison;
 
 /// The comparison's section.
 pub fn section(c: &Comparison) -> Markup {

@@ -18,9 +18,9 @@ use anyhow::{Context, Result};
 use maud::{Markup, html};
 
 use super::charts::Chart;
-use super::comparison::Comparison;
 use super::document;
 use crate::schema::RunReport;
+use crate::schema::comparison::Comparison;
 
 /// Writes `report.html` into `dir`.
 pub fn write(
