@@ -276,7 +276,7 @@ mod tests {
     use maud::html;
 
     use super::*;
-    use crate::report::{charts, html as report_html};
+    use crate::report::charts;
 
     /// Console entries at error level.
     fn errors(console: &[ConsoleEntry]) -> Vec<&ConsoleEntry> {
@@ -304,7 +304,8 @@ mod tests {
         let mut r = crate::sample::report();
         r.strategies[0].throughput.closed.successes_per_sec = 900.0;
         let dir = tempfile::tempdir().unwrap();
-        report_html::write(dir.path(), &r, &charts::all(&r).unwrap(), &[], None).unwrap();
+        let page = crate::document::html(&r, &charts::all(&r).unwrap(), &[], None);
+        std::fs::write(dir.path().join("report.html"), page).unwrap();
         let browser = Browser::start(1280, 900).await.unwrap();
         let client = browser.client();
         client
@@ -340,7 +341,7 @@ mod tests {
         }
         let dir = tempfile::tempdir().unwrap();
         let body = html! { img src="http://127.0.0.1:9/outside.png" alt="outside"; };
-        let page = report_html::page::document("outside", body, &[], None).into_string();
+        let page = crate::report::html::page::document("outside", body, &[], None).into_string();
         std::fs::write(dir.path().join("outside.html"), page).unwrap();
         let browser = Browser::start(800, 600).await.unwrap();
         browser

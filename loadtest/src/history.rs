@@ -17,12 +17,12 @@ use anyhow::{Context, Result};
 use serde_json::Value;
 
 use crate::analyse::falls;
+use crate::isolation;
 use crate::report::run_history;
 use crate::schema::RunReport;
 use crate::schema::comparison::Machine;
 use crate::schema::history::{self as index, Medians, PastRun, RunHistory, RunKind};
 use crate::schema::json;
-use crate::{isolation, network};
 
 /// Rebuilds the index of `results` ([`rebuild`]) and writes it, and the list of older runs in
 /// `results/README.md` when that file is there.
@@ -118,20 +118,18 @@ fn entry(results: &Path, folder: &str) -> Option<PastRun> {
             }
         });
     }
-    if dir.join("matrix.json").is_file() {
-        return Some(of_matrix(folder, &value(&dir.join("matrix.json"))));
+    let figures = |kind: RunKind| Some(dir.join(kind.file())).filter(|f| f.is_file());
+    if let Some(file) = figures(RunKind::LockMatrix) {
+        return Some(of_matrix(folder, &value(&file)));
     }
-    if dir.join("peers.json").is_file() {
-        return Some(of_peers(folder, &value(&dir.join("peers.json"))));
+    if let Some(file) = figures(RunKind::LockPeers) {
+        return Some(of_peers(folder, &value(&file)));
     }
-    if dir.join(network::report::JSON).is_file() {
-        return Some(of_network(folder, &value(&dir.join(network::report::JSON))));
+    if let Some(file) = figures(RunKind::Network) {
+        return Some(of_network(folder, &value(&file)));
     }
-    if dir.join(isolation::report::JSON).is_file() {
-        return Some(of_isolation(
-            folder,
-            &value(&dir.join(isolation::report::JSON)),
-        ));
+    if let Some(file) = figures(RunKind::Isolation) {
+        return Some(of_isolation(folder, &value(&file)));
     }
     None
 }

@@ -13,8 +13,11 @@
 //! * [`analyse`]: medians and spreads, ratios to the baselines, the findings, the comparison
 //!   of two runs;
 //! * [`schema`]: what a run measured, as `report.json` holds it;
-//! * [`report`]: its renderings (`report.md`, `report.html`, charts, the README's results),
-//!   progress.
+//! * [`report`]: the one model of a report (sections of prose, tables of typed cells, charts)
+//!   printed as Markdown and as HTML, the run's tables and charts, the README's results,
+//!   progress;
+//! * [`document`]: the run's report as a list of parts — each phase's section among them — and
+//!   the files it is written to.
 //!
 //! While it runs: [`live`], the page that shows the sale as it happens (`--live`), fed by the
 //! code that measures. [`browser`] drives a real Chromium over WebDriver, for the tests of
@@ -25,19 +28,20 @@
 //! requirements matrix, the Python peers), [`network`] (`seckill-bench network`: every
 //! strategy with its servers at several distances, and a model of what a distance does),
 //! [`isolation`] (`seckill-bench isolation`: which isolation level stops which failure, on
-//! MariaDB and PostgreSQL) and [`history`] (`seckill-bench history`: the index of every committed run, which `run` and
-//! `network` extend and the fall check reads).
+//! MariaDB and PostgreSQL) and [`history`] (`seckill-bench history`: the index of every
+//! committed run, which `run` and `network` extend and the fall check reads).
 //!
-//! No folder uses one that uses it back: [`report`] is at the bottom (every other folder fills
-//! its schema), then [`live`] (it renders with `report`'s page and is fed by all above it),
-//! [`analyse`] and [`rig`], [`drive`], [`measure`], [`phase`], and [`scenario`], [`lock`],
-//! [`run`], [`network`] and [`history`] on top. One way leads back: the findings and the renderers reach
-//! each phase's verdict and section through [`phase::REGISTRY`], until a phase's section is
-//! data of the report.
+//! No folder uses one that uses, directly or through others, it back. From the bottom:
+//! [`schema`] (the data every other folder fills or reads); [`analyse`] and [`rig`];
+//! [`report`] (it prints what `analyse` judged); [`live`], [`history`] and [`isolation`];
+//! [`drive`]; [`measure`], [`scenario`] and [`lock`]; [`phase`] (a phase measures, judges and
+//! words its section, so it stands above all three); [`document`] (the report with every
+//! phase's part); [`run`]; [`network`]; [`cli`].
 
 pub mod analyse;
 pub mod browser;
 pub mod cli;
+pub mod document;
 pub mod drive;
 pub mod history;
 pub mod isolation;

@@ -256,7 +256,7 @@ fn rerender(args: &ReportArgs) -> Result<()> {
     } else {
         args.run.parent().map(PathBuf::from).unwrap_or_default()
     };
-    report::write_renderings(&dir, &run, compared.as_ref())?;
+    loadtest::document::write_renderings(&dir, &run, compared.as_ref())?;
     println!("report: {}", dir.join("report.html").display());
     Ok(())
 }

@@ -19,7 +19,7 @@ use crate::rig::http_floor::Floor;
 use app::api::{Strategy, StrategyInfo};
 use testkit::Apps;
 
-use crate::analyse::{falls, findings, ratios};
+use crate::analyse::{falls, ratios};
 use crate::drive::load::Window;
 use crate::live::{Feed, Update};
 use crate::measure::cpu::{self, Sampler, Span};
@@ -378,7 +378,7 @@ pub async fn run_watched(
     for phase_result in recorded {
         phase_result.put(&mut report);
     }
-    report.findings = findings::of(&report);
+    report.findings = crate::phase::findings(&report);
     // A fall is judged against runs on the same servers, reached the same way: a round trip
     // added to every request would read as a fall of every strategy that makes several.
     report.falls = falls::against(&report, falls::committed(out));
@@ -386,7 +386,7 @@ pub async fn run_watched(
     let compared = previous
         .as_ref()
         .map(|previous| crate::analyse::compare::compare(previous, &report));
-    report::write_all(&dir, &report, compared.as_ref())?;
+    crate::document::write_all(&dir, &report, compared.as_ref())?;
     // `latest` is the last run on the local servers of one node each, which the README's
     // results are written from; a run in another world is beside it, not after it.
     if world.unless_local().is_none() {

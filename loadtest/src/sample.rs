@@ -299,7 +299,7 @@ pub fn report() -> RunReport {
         findings: Findings::default(),
         falls: Vec::new(),
     };
-    report.findings = crate::analyse::findings::of(&report);
+    report.findings = crate::phase::findings(&report);
     report
 }
 

@@ -192,7 +192,7 @@ fn median(run: &RunReport, of: Fallen) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::{html, markdown};
+
     use crate::sample::report;
     use crate::schema::{LoadResult, Repetitions, Spread};
 
@@ -277,7 +277,7 @@ mod tests {
                 ratio: 0.4,
             }]
         );
-        let md = markdown::render(&now);
+        let md = crate::document::markdown(&now);
         let lines: Vec<&str> = md.lines().take(5).collect();
         assert_eq!(
             lines,
@@ -293,7 +293,7 @@ mod tests {
         let top = &md[..md.find("## Summary").unwrap()];
         assert!(!top.contains("conditional"), "{top}");
 
-        let page = html::render(&now, &[], &[], None);
+        let page = crate::document::html(&now, &[], &[], None);
         let at = page.find("<section id=\"falls\"").expect("a falls section");
         assert!(at < page.find("id=\"summary-section\"").unwrap(), "{page}");
         let section = &page[at..];
@@ -305,8 +305,8 @@ mod tests {
         assert!(!section.contains("conditional"), "{section}");
 
         now.falls.clear();
-        assert!(!markdown::render(&now).contains("Fell by"));
-        assert!(!html::render(&now, &[], &[], None).contains("id=\"falls\""));
+        assert!(!crate::document::markdown(&now).contains("Fell by"));
+        assert!(!crate::document::html(&now, &[], &[], None).contains("id=\"falls\""));
     }
 
     #[test]

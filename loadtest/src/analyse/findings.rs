@@ -31,7 +31,7 @@ const CLIENT_PAR: f64 = 0.8;
 /// Every finding of `report` (whose own findings are ignored).
 pub fn of(report: &RunReport) -> Findings {
     let cpus = report.environment.cpus.max(1);
-    let mut findings = Findings {
+    Findings {
         sales: report
             .strategies
             .iter()
@@ -61,9 +61,7 @@ pub fn of(report: &RunReport) -> Findings {
             super::flood_bars::http_floor_percent(&report.baselines),
         ),
         ..Findings::default()
-    };
-    crate::phase::judge(report, &mut findings);
-    findings
+    }
 }
 
 fn sale(s: &StrategyReport) -> SaleFinding {
@@ -505,7 +503,7 @@ mod tests {
             p.contains("predicts ours at 36% of `mysqlslap`'s (measured: 50%)"),
             "{p}"
         );
-        let md = crate::report::markdown::render(&r);
+        let md = crate::document::markdown(&r);
         assert!(md.contains("| `sql-conditional` | 1000 | `mysqlslap` | 2000 | 50% | 0.900 / 0.050 | 0.500 / 0.450 |"), "{md}");
 
         r.baselines[0].cpu = Some(usage(5.0, 9.0, 10_000.0, 12.0));
@@ -522,8 +520,6 @@ mod tests {
         missing.push("mysqlslap", "mysqlslap".into(), Outcome::NotInstalled);
         r.baselines[0].standard_tool = missing.summary(1000.0);
         assert_eq!(of(&r).tools[0].verdict, ToolVerdict::NotInstalled);
-        assert!(
-            crate::report::markdown::render(&r).contains("| `mysqlslap` | not installed | – |")
-        );
+        assert!(crate::document::markdown(&r).contains("| `mysqlslap` | not installed | – |"));
     }
 }

@@ -7,7 +7,7 @@ use app::api::ErrorCode;
 use testkit::{Answer, Click};
 
 use super::reproduce::spearman;
-use crate::drive::flood::Kind;
+use crate::schema::Kind;
 use crate::schema::{
     CpuUse, Fairness, FloodSlice, GROUPS, PROJECTED_CLICKS_PER_SECOND, Projection,
 };

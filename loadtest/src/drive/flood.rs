@@ -13,17 +13,7 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use testkit::Arrival;
 
-use crate::schema::FloodShape;
-
-/// Who a click is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    Regular,
-    /// A double-clicker's second click.
-    Second,
-    SharedAccount,
-    Early,
-}
+use crate::schema::{FloodShape, Kind};
 
 /// The flood's clicks in send order, each with its kind.
 pub struct Plan {

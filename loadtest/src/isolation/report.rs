@@ -12,9 +12,10 @@ use super::schema::{Cell, IsolationReport};
 use super::verdict::{Expect, Verdict, expect};
 use crate::report::section::Section;
 use crate::report::table::Table;
+use crate::schema::history::RunKind;
 
 /// The matrix's figures, beside `report.md`.
-pub const JSON: &str = "isolation.json";
+pub const JSON: &str = RunKind::Isolation.file();
 
 /// Writes the report's files into `dir`.
 pub fn write_all(dir: &Path, r: &IsolationReport) -> Result<()> {

@@ -16,7 +16,7 @@ use sqlx::MySqlPool;
 use testkit::{Answer, Api, Apps, Crowd, Retry};
 
 use crate::analyse::flood::{self as analyse, ms_from};
-use crate::drive::flood::{self as drive, Kind};
+use crate::drive::flood as drive;
 use crate::drive::latency::Latencies;
 use crate::drive::load::Window;
 use crate::live::{Feed, Update};
@@ -26,6 +26,7 @@ use crate::measure::first_come;
 use crate::measure::refusals;
 use crate::measure::resale;
 use crate::measure::sale::read_ledger;
+use crate::schema::Kind;
 use crate::schema::{FloodResult, FloodShape, LatencySummary, NoopFlood};
 
 /// How long the sale's opening is set ahead of the moment the product is written: time to

@@ -21,8 +21,9 @@ use rand::{Rng, SeedableRng};
 use testkit::{Answer, Answers, Api, Apps, Click, order_request};
 use tokio::task::JoinSet;
 
-use crate::drive::flood::{Kind, Plan};
+use crate::drive::flood::Plan;
 use crate::measure::cashier::{Cashier, Paid, Till, pay};
+use crate::schema::Kind;
 use crate::schema::{FloodShape, Resale};
 
 /// How often a returning buyer looks again, on average (each look 50–150% of it).

@@ -13,10 +13,11 @@ use crate::report::charts::{Chart, err};
 use crate::report::section::Section;
 use crate::report::table::Table;
 use crate::schema::BaselineName;
+use crate::schema::history::RunKind;
 use crate::schema::world::Distance;
 
 /// The sweep's figures, beside `report.md` (not `report.json`: the run's, another schema).
-pub const JSON: &str = "network.json";
+pub const JSON: &str = RunKind::Network.file();
 
 /// The chart's file, beside `report.md`, and its words where it cannot be shown.
 pub const CHART: &str = "rates.svg";

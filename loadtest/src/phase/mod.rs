@@ -160,6 +160,14 @@ impl Recorded {
     }
 }
 
+/// The run's findings: what `analyse` finds in its sale, loops, flood and baselines, then each
+/// registered phase's verdicts.
+pub fn findings(report: &RunReport) -> Findings {
+    let mut findings = crate::analyse::findings::of(report);
+    judge(report, &mut findings);
+    findings
+}
+
 /// Whether the run measures `phase` on `strategy`.
 pub fn wanted(phase: &dyn Phase, settings: &Settings, strategy: &StrategyInfo) -> bool {
     let needs = phase.needs();

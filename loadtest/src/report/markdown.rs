@@ -1,12 +1,11 @@
-//! `report.md`: the report's parts ([`super::document`]) as Markdown, under its title.
+//! `report.md`: a report's parts ([`crate::document`]) as Markdown, under its title.
 
-use super::document;
-use crate::schema::RunReport;
+use super::section::Part;
 
 /// The whole report.
-pub fn render(r: &RunReport) -> String {
-    let mut md = format!("# {}\n\n", document::title(r));
-    for part in document::parts(r) {
+pub fn render(title: &str, parts: &[Part]) -> String {
+    let mut md = format!("# {title}\n\n");
+    for part in parts {
         md.push_str(&part.section.markdown());
     }
     md

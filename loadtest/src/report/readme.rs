@@ -235,7 +235,7 @@ mod tests {
             &[0.9, 0.66, 1.57],
             0,
         ));
-        run.findings = crate::analyse::findings::of(&run);
+        run.findings = crate::phase::findings(&run);
         let section = section(&run, "results/x/report.md", None);
         assert!(
             section.contains("The expiry sweep, expiring the orders of the 30% of buyers who never pay, beside the purchases, added +4% to +4% to the purchases' p99 (each strategy's median round); 1 of 1 strategies within 10% (1 more whose rounds compared nothing, as the report says)."),

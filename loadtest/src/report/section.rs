@@ -7,6 +7,26 @@ use std::fmt::Write as _;
 use super::table::Table;
 use crate::schema::ScenarioReport;
 
+/// One part of the report.
+#[derive(Debug, Clone)]
+pub struct Part {
+    /// Its name on a page (the HTML id), linked from the page's list of sections.
+    pub id: String,
+    /// What the list of sections calls it.
+    pub label: String,
+    pub section: Section,
+}
+
+impl Part {
+    pub fn new(id: &str, label: &str, section: Section) -> Part {
+        Part {
+            id: id.to_owned(),
+            label: label.to_owned(),
+            section,
+        }
+    }
+}
+
 /// One piece of a section.
 #[derive(Debug, Clone)]
 pub enum Block {

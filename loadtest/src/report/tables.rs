@@ -381,8 +381,8 @@ mod tests {
     #[test]
     fn every_strategys_figures_are_on_both_pages() {
         let r = crate::sample::report();
-        let md = crate::report::markdown::render(&r);
-        let html = crate::report::html::render(&r, &[], &[], None);
+        let md = crate::document::markdown(&r);
+        let html = crate::document::html(&r, &[], &[], None);
         let tables = tables(&r);
         for t in tables.iter().filter(|t| !t.is_empty()) {
             let id = t.id.unwrap();

@@ -277,3 +277,13 @@ impl Resale {
             - (self.left + self.reserved + self.paid + self.returning + self.pending)
     }
 }
+
+/// Who a click of a flood is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Regular,
+    /// A double-clicker's second click.
+    Second,
+    SharedAccount,
+    Early,
+}

@@ -61,6 +61,17 @@ pub enum RunKind {
 }
 
 impl RunKind {
+    /// The file that holds a folder's figures, by which the folder's kind is known.
+    pub const fn file(self) -> &'static str {
+        match self {
+            RunKind::Run | RunKind::Flood => "report.json",
+            RunKind::LockMatrix => "matrix.json",
+            RunKind::LockPeers => "peers.json",
+            RunKind::Network => "network.json",
+            RunKind::Isolation => "isolation.json",
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             RunKind::Run => "run",

@@ -1,4 +1,4 @@
-//! `report.html`: the report's parts ([`super::document`]) on one self-contained page, with a
+//! `report.html`: a report's parts ([`crate::document`]) on one self-contained page, with a
 //! list of its sections and, after the summary, the comparison with another run when one is
 //! given. Every figure is read from those two models; nothing is computed or chosen here.
 //!
@@ -12,40 +12,22 @@ pub mod section;
 pub mod table;
 pub mod timeline;
 
-use std::path::Path;
-
-use anyhow::{Context, Result};
 use maud::{Markup, html};
 
 use super::charts::Chart;
-use super::document;
-use crate::schema::RunReport;
+use super::section::Part;
 use crate::schema::comparison::Comparison;
 
-/// Writes `report.html` into `dir`.
-pub fn write(
-    dir: &Path,
-    r: &RunReport,
-    charts: &[Chart],
-    flood_charts: &[Chart],
-    compared: Option<&Comparison>,
-) -> Result<()> {
-    let path = dir.join("report.html");
-    std::fs::write(&path, render(r, charts, flood_charts, compared))
-        .with_context(|| format!("writing {}", path.display()))
-}
-
-/// The whole page: `charts` after the summary, `flood_charts` in the flood's section.
+/// The whole page: the report's parts, drawing `charts` where they place them.
 pub fn render(
-    r: &RunReport,
+    title: &str,
+    parts: &[Part],
     charts: &[Chart],
-    flood_charts: &[Chart],
     compared: Option<&Comparison>,
 ) -> String {
-    let title = format!("seckill-bench run, {}", r.started_at);
     page::document(
-        &title,
-        body(r, charts, flood_charts, compared),
+        title,
+        body(title, parts, charts, compared),
         &[page::SORT_SCRIPT],
         None,
     )
@@ -62,25 +44,18 @@ pub fn render_comparison(c: &Comparison) -> String {
     page::document(&title, body, &[page::SORT_SCRIPT], None).into_string()
 }
 
-fn body(
-    r: &RunReport,
-    charts: &[Chart],
-    flood_charts: &[Chart],
-    compared: Option<&Comparison>,
-) -> Markup {
-    let parts = document::parts(r);
-    let charts: Vec<Chart> = charts.iter().chain(flood_charts).cloned().collect();
+fn body(title: &str, parts: &[Part], charts: &[Chart], compared: Option<&Comparison>) -> Markup {
     // The comparison with another run is a model of its own: it follows the summary.
     let summary = parts
         .iter()
         .position(|p| p.id == "summary-section")
         .map_or(0, |i| i + 1);
     let (before, after) = parts.split_at(summary);
-    let print = |part: &document::Part| {
-        html! { section id=(part.id) { (section::print_section(&part.section, &charts)) } }
+    let print = |part: &Part| {
+        html! { section id=(part.id) { (section::print_section(&part.section, charts)) } }
     };
     html! {
-        h1 { (document::title(r)) }
+        h1 { (title) }
         nav { "Sections: "
             @for (i, part) in before.iter().enumerate() {
                 @if i > 0 { " · " } a href=(format!("#{}", part.id)) { (part.label) }
@@ -100,14 +75,13 @@ fn body(
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use crate::report::charts;
     use crate::sample::report;
 
     #[test]
     fn the_page_holds_every_strategy_the_charts_and_no_reference_to_anything_outside() {
         let r = report();
-        let html = render(&r, &charts::all(&r).unwrap(), &[], None);
+        let html = crate::document::html(&r, &charts::all(&r).unwrap(), &[], None);
         for x in &r.strategies {
             assert!(
                 html.contains(&format!("data-strategy=\"{}\"", x.strategy.name)),
@@ -128,7 +102,7 @@ mod tests {
     #[test]
     fn the_overload_phase_has_its_section_with_its_table() {
         let r = report();
-        let html = render(&r, &[], &[], None);
+        let html = crate::document::html(&r, &[], &[], None);
         assert!(
             html.contains("href=\"#overload\""),
             "no link in the sections"
@@ -146,7 +120,7 @@ mod tests {
         let mut r = report();
         r.strategies[0].sale.accounting.oversell = 7;
         r.strategies[0].sale.accounting.orders = 107;
-        let html = render(&r, &[], &[], None);
+        let html = crate::document::html(&r, &[], &[], None);
         let name = r.strategies[0].strategy.name;
         let row_at = html
             .find(&format!(
