@@ -105,6 +105,23 @@ pub enum ApiError {
 }
 
 impl ApiError {
+    /// The refusal while the database node is outside its Galera cluster's primary component
+    /// (see `db::galera`).
+    pub fn out_of_the_cluster() -> ApiError {
+        ApiError::Unavailable(
+            "the database node is outside its Galera cluster's primary component".into(),
+        )
+    }
+
+    /// The refusal while the primary's commits wait for no replica (see `db::semi_sync`).
+    pub fn not_replicated() -> ApiError {
+        ApiError::Unavailable(
+            "the database's primary replicates asynchronously (semi-synchronous replication \
+             fell back or is off): an order answered now could be lost by a failover"
+                .into(),
+        )
+    }
+
     pub fn status(&self) -> StatusCode {
         self.code().status()
     }

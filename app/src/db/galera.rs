@@ -84,10 +84,3 @@ async fn node_ready(conn: &mut MySqlConnection) -> Result<bool, sqlx::Error> {
         .await?;
     Ok(ready.is_none_or(|(_, value)| value.eq_ignore_ascii_case("ON")))
 }
-
-/// The refusal while the node is outside the primary component.
-pub fn out_of_the_cluster() -> crate::error::ApiError {
-    crate::error::ApiError::Unavailable(
-        "the database node is outside its Galera cluster's primary component".into(),
-    )
-}

@@ -94,15 +94,6 @@ async fn waits_for_a_replica(conn: &mut MySqlConnection) -> Result<bool, sqlx::E
     Ok(status.is_some_and(|(_, value)| value.eq_ignore_ascii_case("ON")))
 }
 
-/// The refusal while the primary's commits wait for no replica.
-pub fn not_replicated() -> crate::error::ApiError {
-    crate::error::ApiError::Unavailable(
-        "the database's primary replicates asynchronously (semi-synchronous replication fell \
-         back or is off): an order answered now could be lost by a failover"
-            .into(),
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

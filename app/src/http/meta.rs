@@ -37,7 +37,7 @@ pub async fn noop() -> axum::http::StatusCode {
         headers(("Retry-After" = u32, description = "Seconds to wait")))))]
 pub async fn healthz(State(state): State<AppState>) -> Result<Json<Health>, ApiError> {
     if !state.membership.ready() {
-        return Err(crate::db::galera::out_of_the_cluster());
+        return Err(crate::error::ApiError::out_of_the_cluster());
     }
     sqlx::query("SELECT 1").execute(&state.pool).await?;
     Ok(Json(Health {

@@ -146,10 +146,10 @@ pub async fn create(
     let peer = parts.extensions.get::<ConnectInfo<SocketAddr>>();
     super::rates::count(&state, &buyer, peer)?;
     if !state.membership.ready() {
-        return Err(crate::db::galera::out_of_the_cluster());
+        return Err(crate::error::ApiError::out_of_the_cluster());
     }
     if !state.semi_sync.acknowledged() {
-        return Err(crate::db::semi_sync::not_replicated());
+        return Err(crate::error::ApiError::not_replicated());
     }
     let (admitted, recalled) =
         admit::admit(&state, &parts.headers, product_id, buyer, order, started).await?;
