@@ -91,6 +91,18 @@ impl Node {
 /// The Galera provider Debian's `galera-4` installs (`mariadb-server` depends on it).
 const PROVIDER: &str = "/usr/lib/galera/libgalera_smm.so";
 
+/// Node `node` of a Galera cluster, on `port`: the first initialises a data directory and
+/// founds the cluster; the others start empty and receive the first one's data (a state
+/// snapshot transfer by rsync) as they join.
+fn start_node(port: u16, node: Node) -> Result<MariaDb> {
+    let name = format!("galera-{}", node.index() + 1);
+    let founds = node.founds();
+    MariaDb::start_with(&name, port, node.args(), |dir, as_root| match founds {
+        true => crate::mariadb::install_db(dir, as_root),
+        false => prepare_joiner(dir, as_root),
+    })
+}
+
 /// A joining node's directory: an empty data directory, which the donor's snapshot fills. As
 /// root, the rsync daemon the transfer starts on the joiner drops to `nobody`, so the data
 /// directory is that user's and the node's directory can be entered by it.
@@ -162,9 +174,7 @@ impl GaleraCluster {
                 group: group.clone(),
                 found: AtomicBool::new(index == 0),
             };
-            cluster
-                .nodes
-                .push(MariaDb::start_galera_node(p.client, node)?);
+            cluster.nodes.push(start_node(p.client, node)?);
             cluster.await_synced(index, index + 1, START)?;
         }
         Ok(cluster)

@@ -66,7 +66,7 @@ pub(crate) fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, 
 }
 
 mod cluster;
-mod delay;
+
 mod error;
 mod etcd;
 mod etcd_cluster;
@@ -91,7 +91,6 @@ mod zookeeper;
 mod zookeeper_ensemble;
 
 pub use cluster::{Cluster, MEMBERS, wait_for};
-pub use delay::{Delay, Delays};
 pub use error::Error;
 pub use etcd::Etcd;
 pub use etcd_cluster::{EtcdCluster, EtcdMember, EtcdStatus};
@@ -108,6 +107,7 @@ pub use redis::{Redis, RedisPair};
 pub use redis_cluster::{RedisCluster, RedisShard, SHARDS};
 pub use redis_sentinel::{MASTER_NAME, RedisSentinelCluster, Sentinel};
 pub use relay::Relay;
+pub use relay::delay::{Delay, Delays};
 pub use servers::{Endpoints, REDLOCK_INSTANCES, Servers, Versions};
 pub use shared::{Mode, faults_allowed, mode};
 pub use zookeeper::ZooKeeper;

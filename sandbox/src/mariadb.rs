@@ -15,8 +15,8 @@ struct MariaDbLaunch {
     /// A member of a replicated set: its `server_id`, and a binary log of row events that it
     /// keeps, as a replica too, so that it can be promoted.
     member: Option<u32>,
-    /// A node of a Galera cluster ([`crate::GaleraCluster`]).
-    galera: Option<crate::galera::Node>,
+    /// More options (a Galera node's, [`crate::GaleraCluster`]).
+    args: Vec<String>,
 }
 
 impl Launch for MariaDbLaunch {
@@ -37,9 +37,7 @@ impl Launch for MariaDbLaunch {
                 .arg(format!("--relay-log={}", dir.join("relay").display()))
                 .args(["--binlog-format=ROW", "--log-slave-updates"]),
         };
-        if let Some(node) = &self.galera {
-            c.args(node.args());
-        }
+        c.args(&self.args);
         c.args(["--max-connections=2000", "--innodb-buffer-pool-size=256M"]);
         if self.as_root {
             // mariadbd refuses to run as root unless told to; CI runs as root.
@@ -105,29 +103,28 @@ impl MariaDb {
             port,
             as_root,
             member,
-            galera: None,
+            args: Vec::new(),
         };
         let server = Server::start("mariadb", launch, |dir| install_db(dir, as_root))?;
         Ok(MariaDb { server, port })
     }
 
-    /// Node `node` of a Galera cluster, on `port`: the first initialises a data directory and
-    /// founds the cluster; the others start empty and receive the first one's data (a state
-    /// snapshot transfer by rsync) as they join.
-    pub(crate) fn start_galera_node(port: u16, node: crate::galera::Node) -> Result<MariaDb> {
+    /// A server named `name` on `port` with `args` besides the usual options, its directory
+    /// made ready by `prepare` (told whether the server runs as root): a Galera node's.
+    pub(crate) fn start_with(
+        name: &str,
+        port: u16,
+        args: Vec<String>,
+        prepare: impl FnOnce(&Path, bool) -> Result<()>,
+    ) -> Result<MariaDb> {
         let as_root = nix::unistd::Uid::effective().is_root();
-        let founds = node.founds();
-        let name = format!("galera-{}", node.index() + 1);
         let launch = MariaDbLaunch {
             port,
             as_root,
             member: None,
-            galera: Some(node),
+            args,
         };
-        let server = Server::start(&name, launch, |dir| match founds {
-            true => install_db(dir, as_root),
-            false => crate::galera::prepare_joiner(dir, as_root),
-        })?;
+        let server = Server::start(name, launch, |dir| prepare(dir, as_root))?;
         Ok(MariaDb { server, port })
     }
 
@@ -146,7 +143,8 @@ impl MariaDb {
     }
 }
 
-fn install_db(dir: &Path, as_root: bool) -> Result<()> {
+/// A fresh data directory in `dir`.
+pub(crate) fn install_db(dir: &Path, as_root: bool) -> Result<()> {
     // A private tmpdir: concurrent installs sharing /tmp trip over each other's temp tables.
     std::fs::create_dir_all(dir.join("tmp"))?;
     let log = std::fs::File::create(dir.join("install.log"))?;

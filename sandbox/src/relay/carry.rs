@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use super::delay::{Jitter, Line};
 use super::{Conn, Source, State, lock};
-use crate::delay::{Jitter, Line};
 
 /// Relays one accepted connection until either side closes it or it is cut.
 pub(super) fn serve(

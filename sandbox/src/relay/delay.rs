@@ -27,7 +27,7 @@ use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::relay::Conn;
+use super::Conn;
 
 /// One direction's delay: `base`, plus up to `jitter` more, drawn afresh for every chunk.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

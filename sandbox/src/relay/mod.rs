@@ -48,10 +48,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::delay::{Delays, Dials};
 use crate::lock;
+use delay::{Delays, Dials};
 
 mod carry;
+pub(crate) mod delay;
 
 use carry::serve;
 
