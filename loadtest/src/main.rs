@@ -237,6 +237,16 @@ fn rerender(args: &ReportArgs) -> Result<()> {
         println!("report: {}", args.run.join("report.html").display());
         return Ok(());
     }
+    if args.run.join("peers.json").is_file() {
+        // The lock peers: their Markdown and their page again from their own figures.
+        let json = std::fs::read_to_string(args.run.join("peers.json"))?;
+        let report: lock::peers::PeersReport = serde_json::from_str(&json)?;
+        std::fs::write(args.run.join("peers.md"), report.markdown())?;
+        let html = loadtest::report::html::page::of(lock::peers::TITLE, &report.body());
+        std::fs::write(args.run.join("peers.html"), html)?;
+        println!("report: {}", args.run.join("peers.html").display());
+        return Ok(());
+    }
     if args.run.join(loadtest::isolation::report::JSON).is_file() {
         let report = loadtest::isolation::report::read(&args.run)?;
         loadtest::isolation::report::write_all(&args.run, &report)?;
@@ -424,6 +434,9 @@ fn lock_peers(args: &PeersArgs) -> Result<()> {
     let md = report.markdown();
     if let Some(out) = &args.out {
         std::fs::write(out, &md).with_context(|| format!("writing {}", out.display()))?;
+        let page = out.with_extension("html");
+        let html = loadtest::report::html::page::of(lock::peers::TITLE, &report.body());
+        std::fs::write(&page, html).with_context(|| format!("writing {}", page.display()))?;
     }
     if args.json {
         println!("{}", serde_json::to_string(&report)?);

@@ -114,7 +114,8 @@ pub struct PeersArgs {
     /// Print one JSON object instead of the Markdown table.
     #[arg(long)]
     pub json: bool,
-    /// Also write the Markdown table to this file.
+    /// Also write the comparison (Markdown) to this file, and as a page beside it (the same
+    /// name ending in `.html`).
     #[arg(long)]
     pub out: Option<PathBuf>,
 }

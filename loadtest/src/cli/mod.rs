@@ -89,7 +89,8 @@ pub struct FloorArgs {
 #[derive(Debug, Clone, Args)]
 pub struct ReportArgs {
     /// The run: a results directory (or its report.json); a network sweep's directory is
-    /// rendered from its network.json, an isolation matrix's from its isolation.json.
+    /// rendered from its network.json, an isolation matrix's from its isolation.json, the lock
+    /// peers' from their peers.json.
     #[arg(default_value = "results/latest")]
     pub run: PathBuf,
     /// An earlier run to compare with in report.html.

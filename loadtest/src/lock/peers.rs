@@ -20,7 +20,6 @@
 //! too ([`super::server_commands`]; the probe's GET and SET taken off); client requests per
 //! grant only where the client counts them (ours).
 
-use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
@@ -33,12 +32,13 @@ use serde::{Deserialize, Serialize};
 use super::server_commands::Counter;
 use super::{LEASE, LockReport, WAIT, ZOOKEEPER_SESSION};
 use crate::analyse::spread::interleaved;
+use crate::report::section::Section;
 use crate::report::table::Table;
 use crate::report::tables::spread;
 use crate::schema::Spread;
 
 /// One lock under test.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Subject {
     RedisWatchdog,
@@ -133,7 +133,7 @@ impl PeersOptions {
 }
 
 /// One subject's figures in one round.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Measured {
     pub subject: Subject,
     pub round: usize,
@@ -151,7 +151,7 @@ pub struct Measured {
 }
 
 /// A subject over all rounds: each figure's median and range.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SubjectSummary {
     pub subject: Subject,
     pub version: Option<String>,
@@ -167,7 +167,7 @@ pub struct SubjectSummary {
 }
 
 /// One target of ours against a peer, checked on the medians: `ratio` is ours over the peer's.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TargetCheck {
     pub what: String,
     pub ours: f64,
@@ -179,7 +179,7 @@ pub struct TargetCheck {
 }
 
 /// The comparison: every run, the summaries, the targets.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PeersReport {
     pub workers: usize,
     pub clients: usize,
@@ -427,15 +427,20 @@ fn targets(subjects: &[SubjectSummary]) -> Vec<TargetCheck> {
 impl PeersReport {
     /// The comparison as Markdown: the settings, one row per subject, the targets.
     pub fn markdown(&self) -> String {
-        let mut md = String::new();
-        let _ = writeln!(
-            md,
-            "## Lock hand-off beside the Python peers\n\n\
-             {} workers sharing one client per lock, one lock, a Redis GET then SET inside; \
+        let mut section = Section::titled(TITLE);
+        section.append(self.body());
+        section.markdown()
+    }
+
+    /// The comparison without its title, printed as Markdown and as HTML.
+    pub fn body(&self) -> Section {
+        let mut body = Section::default();
+        body.prose(format!(
+            "{} workers sharing one client per lock, one lock, a Redis GET then SET inside; \
              {:.1} s per run, median (min–max) of {} interleaved round(s); lease {:.0} s, \
-             each acquire waits at most {:.0} s.\n",
+             each acquire waits at most {:.0} s.",
             self.workers, self.seconds, self.rounds, self.lease_s, self.wait_s
-        );
+        ));
         let optional = |s: &Option<Spread>, digits: usize| {
             s.as_ref().map_or_else(
                 || "n/a".to_owned(),
@@ -473,8 +478,7 @@ impl PeersReport {
                 s.violations.to_string(),
             ]);
         }
-        md.push_str(&t.render());
-        md.push('\n');
+        body.table(t);
         let mut t = Table::left(["target", "ours", "peer", "ratio", "required", "holds"]);
         for target in &self.targets {
             t.row([
@@ -486,7 +490,10 @@ impl PeersReport {
                 if target.holds { "yes" } else { "no" }.to_string(),
             ]);
         }
-        md.push_str(&t.render());
-        md
+        body.table(t);
+        body
     }
 }
+
+/// The comparison's title.
+pub const TITLE: &str = "Lock hand-off beside the Python peers";

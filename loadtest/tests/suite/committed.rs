@@ -192,3 +192,24 @@ fn links(text: &str) -> Vec<(Option<String>, String)> {
     }
     found
 }
+
+#[test]
+fn the_committed_lock_peers_page_is_what_the_program_prints_from_its_figures() {
+    let results = workspace().join("results");
+    let folder = std::fs::read_dir(&results)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.join("peers.json").is_file())
+        .expect("a committed lock peers run");
+    let json = std::fs::read_to_string(folder.join("peers.json")).unwrap();
+    let report: loadtest::lock::peers::PeersReport = serde_json::from_str(&json).unwrap();
+    let committed = std::fs::read_to_string(folder.join("peers.md")).unwrap();
+    let lines = |md: &str| -> Vec<String> {
+        (md.lines().map(str::trim_end))
+            .filter(|l| !l.is_empty())
+            .map(str::to_owned)
+            .collect()
+    };
+    assert_eq!(lines(&report.markdown()), lines(&committed));
+}
