@@ -222,6 +222,7 @@ impl Shared {
         });
         let mut ticket: Option<Ticket> = None;
         loop {
+            self.connected().await?;
             let sent = Instant::now();
             let retry = match self.attempt(key, &owner, options.lease, join).await? {
                 Attempt::Granted(token) => {

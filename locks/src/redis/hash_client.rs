@@ -14,6 +14,8 @@ use crate::{Guard, Held, LockError};
 
 pub(super) struct HashClient {
     pub(super) conn: Conn,
+    /// Set once the command connection has answered: see [`HashClient::connected`].
+    connected: tokio::sync::OnceCell<()>,
     pub(super) requests: Arc<Requests>,
     pub(super) renewals: Renewals,
     pub(super) wakeups: Arc<Wakeups>,
@@ -42,6 +44,7 @@ impl HashClient {
         let (wakeups, subscriber) = wakeups(redis, Arc::clone(&requests));
         let client = Arc::new(HashClient {
             conn: Conn::open(url)?,
+            connected: tokio::sync::OnceCell::new(),
             requests,
             renewals: Renewals::default(),
             wakeups,
@@ -55,6 +58,19 @@ impl HashClient {
             client: Arc::clone(&client),
         };
         Ok((client, background))
+    }
+
+    /// Waits until the command connection has answered once (a `PING`, the first time). A
+    /// grant's lease is counted from when its request was sent; the connection opens lazily, and
+    /// its opening — the connect, and the client's own set-up commands — would be counted in
+    /// the first grant's lease: far from Redis, a round trip or two of it, which the first
+    /// renewal then came too late to save.
+    pub(super) async fn connected(&self) -> Result<(), LockError> {
+        let ping = || async {
+            let _: String = self.conn.query(&redis::cmd("PING")).await?;
+            Ok::<(), LockError>(())
+        };
+        self.connected.get_or_try_init(ping).await.map(|_| ())
     }
 
     /// Enters the lock `guard` holds once more through this client (same owner, same fencing

@@ -205,6 +205,7 @@ impl Shared {
         lease: Duration,
         claim: bool,
     ) -> Result<Attempt, LockError> {
+        self.connected().await?;
         let sent = Instant::now();
         self.requests.add(1);
         let (granted, value): (i64, i64) = self

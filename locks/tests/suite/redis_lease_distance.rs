@@ -55,3 +55,67 @@ async fn a_watchdog_lock_60_ms_away_keeps_its_200_ms_lease_from_a_fresh_client_s
 async fn a_fair_lock_60_ms_away_keeps_its_200_ms_lease_from_a_fresh_client_s_grant() {
     keeps_its_lease_far_away(|url| Arc::new(RedisFairLock::connect(url).unwrap())).await;
 }
+
+/// A round trip of 160 ms (80 each way) to Redis against a 400 ms lease: the renewals, due
+/// every third of it, follow one another with little room.
+const FAR_RTT: Duration = Duration::from_millis(160);
+const FAR_LEASE: Duration = Duration::from_millis(400);
+
+/// A fresh client far from Redis takes the lock, and four times a holder releases it to a
+/// waiter of the same client while another client keeps asking for it: each holder keeps it
+/// for a lease or more. The first grant is the client's first request: its connection opens
+/// then (the connect and the client's own set-up commands, a round trip or two), and that
+/// opening, counted in the grant's lease, once left the first renewal no time to arrive.
+async fn a_lock_handed_over_far_away_is_kept(connect: fn(&str) -> Arc<dyn DistributedLock>) {
+    let redis = tokio::task::spawn_blocking(sandbox::Redis::start)
+        .await
+        .unwrap()
+        .unwrap();
+    let server: SocketAddr = format!("127.0.0.1:{}", redis.port()).parse().unwrap();
+    let delays = sandbox::Delays::round_trip(FAR_RTT);
+    let relay = sandbox::Relay::start_delayed(server, delays).unwrap();
+    let url = format!("redis://{}", relay.addr());
+    let (client, other) = (connect(&url), connect(&url));
+    let options = AcquireOptions::new(FAR_LEASE).wait(Duration::from_secs(30));
+
+    for round in 0..4 {
+        let first = client.acquire("handed", options).await.expect("free");
+        let waiting = {
+            let client = Arc::clone(&client);
+            tokio::spawn(async move { client.acquire("handed", options).await })
+        };
+        // Held across a few renewal rounds, so that one is out when the lock is handed over.
+        tokio::time::sleep(FAR_LEASE).await;
+        assert!(
+            first.release().await.expect("release"),
+            "round {round}: lost before release"
+        );
+        let handed = waiting.await.unwrap().expect("handed over");
+        for _ in 0..6 {
+            tokio::time::sleep(FAR_LEASE / 2).await;
+            match other
+                .acquire("handed", AcquireOptions::new(FAR_LEASE))
+                .await
+            {
+                Err(LockError::Timeout { .. }) => {}
+                Ok(_) => panic!("round {round}: a second client was granted a lock handed over"),
+                Err(e) => panic!("{e}"),
+            }
+        }
+        assert!(
+            handed.release().await.expect("release"),
+            "round {round}: the lock handed over was lost: its renewal came after its lease"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_watchdog_lock_160_ms_away_keeps_its_400_ms_lease_from_a_fresh_client_and_handed_over() {
+    a_lock_handed_over_far_away_is_kept(|url| Arc::new(RedisWatchdogLock::connect(url).unwrap()))
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fair_lock_160_ms_away_keeps_its_400_ms_lease_from_a_fresh_client_and_handed_over() {
+    a_lock_handed_over_far_away_is_kept(|url| Arc::new(RedisFairLock::connect(url).unwrap())).await;
+}
