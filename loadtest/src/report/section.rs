@@ -71,12 +71,7 @@ impl Section {
 
     /// Paragraphs of Markdown; nothing when they are empty.
     pub fn prose(&mut self, markdown: impl Into<String>) -> &mut Section {
-        let markdown = markdown.into();
-        if !markdown.trim().is_empty() {
-            self.blocks
-                .push(Block::Prose(markdown.trim_end().to_owned()));
-        }
-        self
+        self.words(markdown.into(), Block::Prose)
     }
 
     pub fn table(&mut self, table: Table) -> &mut Section {
@@ -92,10 +87,13 @@ impl Section {
 
     /// Markdown the reader must not miss; nothing when it is empty.
     pub fn warning(&mut self, markdown: impl Into<String>) -> &mut Section {
-        let markdown = markdown.into();
+        self.words(markdown.into(), Block::Warning)
+    }
+
+    /// `markdown` as the block `kind` makes of it, unless it says nothing.
+    fn words(&mut self, markdown: String, kind: fn(String) -> Block) -> &mut Section {
         if !markdown.trim().is_empty() {
-            self.blocks
-                .push(Block::Warning(markdown.trim_end().to_owned()));
+            self.blocks.push(kind(markdown.trim_end().to_owned()));
         }
         self
     }
