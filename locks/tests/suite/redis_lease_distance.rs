@@ -114,8 +114,3 @@ async fn a_watchdog_lock_160_ms_away_keeps_its_400_ms_lease_from_a_fresh_client_
     a_lock_handed_over_far_away_is_kept(|url| Arc::new(RedisWatchdogLock::connect(url).unwrap()))
         .await;
 }
-
-#[tokio::test(flavor = "multi_thread")]
-async fn a_fair_lock_160_ms_away_keeps_its_400_ms_lease_from_a_fresh_client_and_handed_over() {
-    a_lock_handed_over_far_away_is_kept(|url| Arc::new(RedisFairLock::connect(url).unwrap())).await;
-}
