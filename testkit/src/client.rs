@@ -76,12 +76,20 @@ pub struct Api {
 /// The longest a load request waits for its answer before it counts as unanswered.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// How long an idle connection stays in the pool: below the service's header-read timeout.
+const POOL_IDLE: Duration = Duration::from_secs(3);
+
 impl Api {
     pub fn new(bases: Vec<String>, admin_token: Option<String>) -> Result<Api> {
         anyhow::ensure!(!bases.is_empty(), "no app instance to talk to");
         let http = reqwest::Client::builder()
             .timeout(REQUEST_TIMEOUT)
             .tcp_nodelay(true)
+            // The service closes a connection that sends no request for its header-read
+            // timeout (5 s by default); a pooled connection idle that long, taken for the next
+            // request just as the service closes it, failed the request ("connection closed
+            // before message completed"). Idle connections are let go sooner.
+            .pool_idle_timeout(POOL_IDLE)
             .build()?;
         let authorities = bases
             .iter()
