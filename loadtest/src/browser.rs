@@ -304,7 +304,7 @@ mod tests {
         let mut r = crate::sample::report();
         r.strategies[0].throughput.closed.successes_per_sec = 900.0;
         let dir = tempfile::tempdir().unwrap();
-        let page = crate::document::html(&r, &charts::all(&r).unwrap(), &[], None);
+        let page = crate::document::html(&r, &charts::all(&r).unwrap(), None);
         std::fs::write(dir.path().join("report.html"), page).unwrap();
         let browser = Browser::start(1280, 900).await.unwrap();
         let client = browser.client();

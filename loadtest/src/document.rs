@@ -29,15 +29,15 @@ pub fn write_renderings(
     report: &RunReport,
     compared: Option<&Comparison>,
 ) -> Result<()> {
-    let charts = charts::all(report)?;
-    let floods = flood_chart::all(&report.floods)?;
-    for chart in charts.iter().chain(&floods) {
+    let mut charts = charts::all(report)?;
+    charts.extend(flood_chart::all(&report.floods)?);
+    for chart in &charts {
         let path = dir.join(&chart.file);
         std::fs::write(&path, &chart.svg).with_context(|| format!("writing {}", path.display()))?;
     }
     for (file, text) in [
         ("report.md", markdown(report)),
-        ("report.html", html(report, &charts, &floods, compared)),
+        ("report.html", html(report, &charts, compared)),
     ] {
         let path = dir.join(file);
         std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
@@ -50,16 +50,17 @@ pub fn markdown(r: &RunReport) -> String {
     crate::report::markdown::render(&title(r), &parts(r))
 }
 
-/// `report.html`: `charts` after the summary, `flood_charts` in the flood's section.
-pub fn html(
-    r: &RunReport,
-    charts: &[charts::Chart],
-    flood_charts: &[charts::Chart],
-    compared: Option<&Comparison>,
-) -> String {
-    let drawn: Vec<charts::Chart> = charts.iter().chain(flood_charts).cloned().collect();
-    crate::report::html::render(&title(r), &parts(r), &drawn, compared)
+/// `report.html`, each of `charts` drawn where a part places it, and the comparison with
+/// another run, when given, after the summary.
+pub fn html(r: &RunReport, charts: &[charts::Chart], compared: Option<&Comparison>) -> String {
+    let parts = parts(r);
+    let summary = parts.iter().position(|p| p.id == SUMMARY);
+    let (before, after) = parts.split_at(summary.map_or(0, |i| i + 1));
+    crate::report::html::render(&title(r), (before, after), charts, compared)
 }
+
+/// The summary's part: the comparison with another run follows it on the page.
+const SUMMARY: &str = "summary-section";
 
 /// The report's title.
 pub fn title(r: &RunReport) -> String {
@@ -73,7 +74,7 @@ pub fn parts(r: &RunReport) -> Vec<Part> {
     let flood = flood::section(r.settings.flood.as_ref(), &r.floods, &r.findings.flood);
     let mut parts = vec![
         Part::new("falls", "fell by half", fell),
-        Part::new("summary-section", "summary", summary(r)),
+        Part::new(SUMMARY, "summary", summary(r)),
         Part::new("flood", "flood", flood),
     ];
     for phase in REGISTRY {

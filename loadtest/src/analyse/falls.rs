@@ -293,7 +293,7 @@ mod tests {
         let top = &md[..md.find("## Summary").unwrap()];
         assert!(!top.contains("conditional"), "{top}");
 
-        let page = crate::document::html(&now, &[], &[], None);
+        let page = crate::document::html(&now, &[], None);
         let at = page.find("<section id=\"falls\"").expect("a falls section");
         assert!(at < page.find("id=\"summary-section\"").unwrap(), "{page}");
         let section = &page[at..];
@@ -306,7 +306,7 @@ mod tests {
 
         now.falls.clear();
         assert!(!crate::document::markdown(&now).contains("Fell by"));
-        assert!(!crate::document::html(&now, &[], &[], None).contains("id=\"falls\""));
+        assert!(!crate::document::html(&now, &[], None).contains("id=\"falls\""));
     }
 
     #[test]

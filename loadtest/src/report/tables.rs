@@ -382,7 +382,7 @@ mod tests {
     fn every_strategys_figures_are_on_both_pages() {
         let r = crate::sample::report();
         let md = crate::document::markdown(&r);
-        let html = crate::document::html(&r, &[], &[], None);
+        let html = crate::document::html(&r, &[], None);
         let tables = tables(&r);
         for t in tables.iter().filter(|t| !t.is_empty()) {
             let id = t.id.unwrap();

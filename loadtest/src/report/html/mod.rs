@@ -1,6 +1,7 @@
 //! `report.html`: a report's parts ([`crate::document`]) on one self-contained page, with a
-//! list of its sections and, after the summary, the comparison with another run when one is
-//! given. Every figure is read from those two models; nothing is computed or chosen here.
+//! list of its sections and, where the document places it, the comparison with another run
+//! when one is given. Every figure is read from those two models; nothing is computed or
+//! chosen here.
 //!
 //! The page makes no request: its style and script are inline, the charts are inline SVG, and
 //! its Content-Security-Policy (`default-src 'none'`, the script allowed by its hash) forbids
@@ -18,10 +19,11 @@ use super::charts::Chart;
 use super::section::Part;
 use crate::schema::comparison::Comparison;
 
-/// The whole page: the report's parts, drawing `charts` where they place them.
+/// The whole page: the report's parts, drawing `charts` where they place them, and the
+/// comparison with another run, when given, between the parts before it and those after.
 pub fn render(
     title: &str,
-    parts: &[Part],
+    parts: (&[Part], &[Part]),
     charts: &[Chart],
     compared: Option<&Comparison>,
 ) -> String {
@@ -44,13 +46,12 @@ pub fn render_comparison(c: &Comparison) -> String {
     page::document(&title, body, &[page::SORT_SCRIPT], None).into_string()
 }
 
-fn body(title: &str, parts: &[Part], charts: &[Chart], compared: Option<&Comparison>) -> Markup {
-    // The comparison with another run is a model of its own: it follows the summary.
-    let summary = parts
-        .iter()
-        .position(|p| p.id == "summary-section")
-        .map_or(0, |i| i + 1);
-    let (before, after) = parts.split_at(summary);
+fn body(
+    title: &str,
+    (before, after): (&[Part], &[Part]),
+    charts: &[Chart],
+    compared: Option<&Comparison>,
+) -> Markup {
     let print = |part: &Part| {
         html! { section id=(part.id) { (section::print_section(&part.section, charts)) } }
     };
@@ -81,7 +82,7 @@ mod tests {
     #[test]
     fn the_page_holds_every_strategy_the_charts_and_no_reference_to_anything_outside() {
         let r = report();
-        let html = crate::document::html(&r, &charts::all(&r).unwrap(), &[], None);
+        let html = crate::document::html(&r, &charts::all(&r).unwrap(), None);
         for x in &r.strategies {
             assert!(
                 html.contains(&format!("data-strategy=\"{}\"", x.strategy.name)),
@@ -102,7 +103,7 @@ mod tests {
     #[test]
     fn the_overload_phase_has_its_section_with_its_table() {
         let r = report();
-        let html = crate::document::html(&r, &[], &[], None);
+        let html = crate::document::html(&r, &[], None);
         assert!(
             html.contains("href=\"#overload\""),
             "no link in the sections"
@@ -120,7 +121,7 @@ mod tests {
         let mut r = report();
         r.strategies[0].sale.accounting.oversell = 7;
         r.strategies[0].sale.accounting.orders = 107;
-        let html = crate::document::html(&r, &[], &[], None);
+        let html = crate::document::html(&r, &[], None);
         let name = r.strategies[0].strategy.name;
         let row_at = html
             .find(&format!(
