@@ -9,7 +9,36 @@ use futures::future::BoxFuture;
 use sqlx::pool::PoolConnection;
 use tokio::sync::watch;
 
-use crate::LockError;
+use crate::options::ATTEMPT_GRACE;
+use crate::{AcquireOptions, LockError};
+
+/// An acquisition under way: when it began, when its wait budget ends (`None`: one try), and
+/// the connection it was handed within that budget ([`checkout`]).
+pub(crate) struct Acquisition<DB: sqlx::Database> {
+    pub started: Instant,
+    pub deadline: Option<Instant>,
+    pub conn: PoolConnection<DB>,
+}
+
+impl<DB: sqlx::Database> Acquisition<DB> {
+    /// Begins an acquisition of `key`: checks out a connection of `pool` by the end of the wait
+    /// budget (or of the grace of a single try).
+    pub async fn begin(
+        pool: &sqlx::Pool<DB>,
+        key: &str,
+        options: AcquireOptions,
+    ) -> Result<Acquisition<DB>, LockError> {
+        let started = Instant::now();
+        let deadline = options.wait.map(|w| started + w);
+        let checkout_by = deadline.unwrap_or(started + ATTEMPT_GRACE);
+        let conn = checkout(pool, key, started, checkout_by).await?;
+        Ok(Acquisition {
+            started,
+            deadline,
+            conn,
+        })
+    }
+}
 
 /// A connection of `pool` by `by`, or [`LockError::Unavailable`]: every connection is held or
 /// waiting (or the database is unreachable). `started`: when the acquire of `key` began.
@@ -40,8 +69,8 @@ pub(crate) async fn checkout<DB: sqlx::Database>(
 /// server's idle timeout (the lease) does not end it. A ping that fails or goes unanswered for a
 /// lease, or the client's drop, ends the session: taken out and dropped (closed, so the server
 /// frees its locks), one lease after the last answered ping after the client's drop, as the
-/// server would; then this returns `true`, and the caller fires the guard's `lost()`. `false`:
-/// the session was already gone (released, or ended by its owner).
+/// server would; then it fires the guard's `lost()` through `lost`. A session already gone
+/// (released, or ended by its owner) ends it quietly.
 pub(crate) async fn keep_alive<S>(
     session: &tokio::sync::Mutex<Option<S>>,
     key: &str,
@@ -49,7 +78,8 @@ pub(crate) async fn keep_alive<S>(
     lease: Duration,
     mut client: watch::Receiver<()>,
     ping: impl for<'s> Fn(&'s mut S) -> BoxFuture<'s, Result<(), sqlx::Error>>,
-) -> bool {
+    lost: &watch::Sender<bool>,
+) {
     let mut answered = Instant::now();
     loop {
         tokio::select! {
@@ -62,7 +92,7 @@ pub(crate) async fn keep_alive<S>(
         }
         let mut held = session.lock().await;
         let Some(open) = held.as_mut() else {
-            return false;
+            return;
         };
         requests.fetch_add(1, Ordering::Relaxed);
         let by = answered + lease;
@@ -79,5 +109,5 @@ pub(crate) async fn keep_alive<S>(
         }
     }
     session.lock().await.take();
-    true
+    let _ = lost.send(true);
 }

@@ -77,17 +77,16 @@ pub use options::AcquireOptions;
 
 use futures::future::BoxFuture;
 
+/// What [`DistributedLock::acquire`] returns: a grant, or why there was none.
+pub type Acquiring<'a> = BoxFuture<'a, Result<Guard, LockError>>;
+
 /// A lock service: hands out [`Guard`]s for named locks. See the crate docs for the contract.
 pub trait DistributedLock: Send + Sync {
     /// The backend's name, e.g. `redis` or `zookeeper`.
     fn backend(&self) -> &'static str;
 
     /// Acquires the lock named `key`, waiting as `options` allow.
-    fn acquire<'a>(
-        &'a self,
-        key: &'a str,
-        options: AcquireOptions,
-    ) -> BoxFuture<'a, Result<Guard, LockError>>;
+    fn acquire<'a>(&'a self, key: &'a str, options: AcquireOptions) -> Acquiring<'a>;
 
     /// How many requests this client has sent to its backend so far (commands, scripts,
     /// reads, writes; not the replies or pushed notifications it received). Divided by the
@@ -133,6 +132,14 @@ impl LockError {
     /// Wraps any backend error as [`LockError::Unavailable`].
     pub fn unavailable(e: impl std::error::Error + Send + Sync + 'static) -> LockError {
         LockError::Unavailable(Box::new(e))
+    }
+
+    /// [`LockError::Timeout`] for lock `key`, waited for since `started`.
+    pub(crate) fn waited_since(key: &str, started: std::time::Instant) -> LockError {
+        LockError::Timeout {
+            key: key.to_owned(),
+            waited: started.elapsed(),
+        }
     }
 }
 

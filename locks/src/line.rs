@@ -39,7 +39,7 @@ use futures::future::BoxFuture;
 use tokio::sync::{OwnedMutexGuard, oneshot, watch};
 
 use crate::polling::jittered;
-use crate::{Guard, Held, LockError};
+use crate::{AcquireOptions, Acquiring, Guard, Held, LockError};
 
 /// How many courtesy pauses long a line keeps the lock before its next waiter pauses once.
 pub(crate) const SHARE: u32 = 64;
@@ -78,6 +78,20 @@ impl Lines {
             map: Map::default(),
             courtesy,
         }
+    }
+
+    /// [`Lines::in_line`] within the whole acquire's budget ([`crate::options::budgeted`]).
+    pub(crate) fn budgeted<'a, F, Fut>(
+        &'a self,
+        key: &'a str,
+        options: AcquireOptions,
+        acquire: F,
+    ) -> Acquiring<'a>
+    where
+        F: FnOnce(Instant) -> Fut + Send + 'a,
+        Fut: Future<Output = Result<Guard, LockError>> + Send + 'a,
+    {
+        crate::options::budgeted(key, options, self.in_line(key, options.wait, acquire))
     }
 
     /// Runs `acquire` — given when the waiter came, from which its wait budget and its age
@@ -140,10 +154,7 @@ impl Lines {
         };
         if place.turn.is_none() {
             // Dropped on the way out: the line is forgotten if nobody else is in it.
-            return Err(LockError::Timeout {
-                key: key.to_owned(),
-                waited: started.elapsed(),
-            });
+            return Err(LockError::waited_since(key, started));
         }
         Ok(place)
     }

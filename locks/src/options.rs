@@ -33,11 +33,38 @@ impl AcquireOptions {
         self
     }
 
+    /// How long a waiter that came at `since` has waited, and what is left of its wait
+    /// budget; [`LockError::Timeout`] once nothing is left.
+    pub(crate) fn left(
+        &self,
+        key: &str,
+        since: Instant,
+    ) -> Result<(Duration, Duration), LockError> {
+        let waited = since.elapsed();
+        let remaining = self
+            .wait
+            .and_then(|w| w.checked_sub(waited))
+            .unwrap_or_default();
+        if remaining.is_zero() {
+            return Err(LockError::waited_since(key, since));
+        }
+        Ok((waited, remaining))
+    }
+
     /// When an acquire that started at `start` gives up at the latest: the wait budget, plus
     /// [`ATTEMPT_GRACE`] for the attempt under way when it ends.
     pub fn give_up_at(&self, start: Instant) -> Instant {
         start + self.wait.unwrap_or_default() + ATTEMPT_GRACE
     }
+}
+
+/// [`within_budget`] boxed, as [`crate::DistributedLock::acquire`] returns it.
+pub(crate) fn budgeted<'a>(
+    key: &'a str,
+    options: AcquireOptions,
+    acquire: impl Future<Output = Result<crate::Guard, LockError>> + Send + 'a,
+) -> crate::Acquiring<'a> {
+    Box::pin(within_budget(key, options, acquire))
 }
 
 /// Runs `acquire`, an acquisition of lock `key` starting now, until

@@ -48,9 +48,11 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::{is_busy, is_deadlock};
-use crate::held_session::{self, checkout};
-use crate::options::{ATTEMPT_GRACE, within_budget};
-use crate::{AcquireOptions, Backend, DistributedLock, Guard, Held, LockError, new_owner_id};
+use crate::held_session::{self, Acquisition};
+use crate::options::budgeted;
+use crate::{
+    AcquireOptions, Acquiring, Backend, DistributedLock, Guard, Held, LockError, new_owner_id,
+};
 
 /// The statement that takes a transaction-held lock; what the backends differ in. Implemented in
 /// this crate only (the module is private).
@@ -143,20 +145,11 @@ impl<S: LockStatement> TransactionLock<S> {
         }
     }
 
-    fn acquire_within_budget<'a>(
-        &'a self,
-        key: &'a str,
-        options: AcquireOptions,
-    ) -> BoxFuture<'a, Result<Guard, LockError>> {
-        Box::pin(within_budget(key, options, async move {
-            let started = Instant::now();
-            let deadline = options.wait.map(|w| started + w);
-            let timeout = || LockError::Timeout {
-                key: key.to_owned(),
-                waited: started.elapsed(),
-            };
-            let checkout_by = deadline.unwrap_or(started + ATTEMPT_GRACE);
-            let conn = checkout(&self.pool, key, started, checkout_by).await?;
+    fn acquire_within_budget<'a>(&'a self, key: &'a str, options: AcquireOptions) -> Acquiring<'a> {
+        budgeted(key, options, async move {
+            let begun = Acquisition::begin(&self.pool, key, options).await?;
+            let (started, deadline, conn) = (begun.started, begun.deadline, begun.conn);
+            let timeout = || LockError::waited_since(key, started);
             let mut session = Session::new(conn, Arc::clone(&self.requests));
             loop {
                 let wait = deadline.map_or(0, whole_seconds_until);
@@ -196,7 +189,7 @@ impl<S: LockStatement> TransactionLock<S> {
                     return Err(timeout());
                 }
             }
-        }))
+        })
     }
 
     /// The guard of a lock just taken on `session`, whose keep-alive task starts now.
@@ -213,12 +206,18 @@ impl<S: LockStatement> TransactionLock<S> {
             keepalive: Mutex::new(None),
             holdings: Arc::clone(&self.holdings),
         });
-        let keepalive = tokio::spawn(keep_alive(
+        let (held, requests, client) = (
             Arc::clone(&holding),
             Arc::clone(&self.requests),
-            lease,
             self.alive.subscribe(),
-        ));
+        );
+        // Keeps the holder's session alive while the client lives; fires `lost()` when that
+        // ends it.
+        let keepalive = tokio::spawn(async move {
+            let (session, key, lost) = (&held.session, &held.key, &held.lost);
+            held_session::keep_alive(session, key, &requests, lease, client, Session::ping, lost)
+                .await
+        });
         *lock(&holding.keepalive) = Some(keepalive);
         lock(&self.holdings).insert(owner.clone(), Arc::downgrade(&holding));
         Guard::new(key, owner, taken.token, lost_flag, Box::new(Hold(holding)))
@@ -271,11 +270,7 @@ impl<S: LockStatement> DistributedLock for TransactionLock<S> {
         S::BACKEND.name()
     }
 
-    fn acquire<'a>(
-        &'a self,
-        key: &'a str,
-        options: AcquireOptions,
-    ) -> BoxFuture<'a, Result<Guard, LockError>> {
+    fn acquire<'a>(&'a self, key: &'a str, options: AcquireOptions) -> Acquiring<'a> {
         self.acquire_within_budget(key, options)
     }
 
@@ -324,20 +319,6 @@ impl Held for Hold {
                 None => Ok(false),
             }
         })
-    }
-}
-
-/// Keeps the holder's session alive while the client lives (`held_session::keep_alive`); fires
-/// `lost()` when that ends it.
-async fn keep_alive(
-    holding: Arc<Holding>,
-    requests: Arc<AtomicU64>,
-    lease: Duration,
-    client: watch::Receiver<()>,
-) {
-    let (session, key) = (&holding.session, &holding.key);
-    if held_session::keep_alive(session, key, &requests, lease, client, Session::ping).await {
-        let _ = holding.lost.send(true);
     }
 }
 

@@ -84,15 +84,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use futures::future::BoxFuture;
 use sqlx::MySqlPool;
 use sqlx::mysql::MySqlDatabaseError;
 use tokio::sync::watch;
 
 use crate::line::Lines;
-use crate::options::within_budget;
 use crate::polling::Schedule;
-use crate::{AcquireOptions, Backend, DistributedLock, Guard, LockError, new_owner_id};
+use crate::{AcquireOptions, Acquiring, Backend, DistributedLock, Guard, LockError, new_owner_id};
 use row::RowHeld;
 
 /// The statements that create every table of the database locks if missing ([`DbLock::create_table`]).
@@ -302,17 +300,7 @@ impl DbLock {
             // "May be free" includes a row another session inserted and has not committed
             // (invisible to our read): try again at once, but never past the budget.
             let free = self.reap_if_expired(key).await?;
-            let waited = since.elapsed();
-            let remaining = options
-                .wait
-                .and_then(|w| w.checked_sub(waited))
-                .unwrap_or_default();
-            if remaining.is_zero() {
-                return Err(LockError::Timeout {
-                    key: key.to_string(),
-                    waited,
-                });
-            }
+            let (waited, remaining) = options.left(key, since)?;
             if free {
                 continue;
             }
@@ -345,20 +333,11 @@ impl DistributedLock for DbLock {
         }
     }
 
-    fn acquire<'a>(
-        &'a self,
-        key: &'a str,
-        options: AcquireOptions,
-    ) -> BoxFuture<'a, Result<Guard, LockError>> {
+    fn acquire<'a>(&'a self, key: &'a str, options: AcquireOptions) -> Acquiring<'a> {
         // Bounded as a whole: with the database gone, a pool checkout alone waits for its own
         // acquire timeout (30 s by sqlx's default) on every statement.
-        Box::pin(within_budget(
-            key,
-            options,
-            self.lines.in_line(key, options.wait, move |since| {
-                self.poll(key, since, options)
-            }),
-        ))
+        let poll = move |since| self.poll(key, since, options);
+        self.lines.budgeted(key, options, poll)
     }
 
     fn backend_requests(&self) -> u64 {

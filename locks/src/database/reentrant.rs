@@ -23,12 +23,11 @@
 
 use std::sync::Arc;
 
-use futures::future::BoxFuture;
 use sqlx::MySqlPool;
 
 use super::row::RowHeld;
 use super::{DbLock, Variant};
-use crate::{AcquireOptions, DistributedLock, Guard, LockError};
+use crate::{AcquireOptions, Acquiring, DistributedLock, Guard, LockError};
 
 /// The reentrant unique-key lock ([`crate::Backend::DbLockReentrant`]); see the module docs.
 pub struct DbReentrantLock {
@@ -83,11 +82,7 @@ impl DistributedLock for DbReentrantLock {
         self.lock.backend()
     }
 
-    fn acquire<'a>(
-        &'a self,
-        key: &'a str,
-        options: AcquireOptions,
-    ) -> BoxFuture<'a, Result<Guard, LockError>> {
+    fn acquire<'a>(&'a self, key: &'a str, options: AcquireOptions) -> Acquiring<'a> {
         self.lock.acquire(key, options)
     }
 

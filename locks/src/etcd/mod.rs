@@ -81,11 +81,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use etcd_client::Client;
-use futures::FutureExt;
-use futures::future::BoxFuture;
 
-use crate::options::within_budget;
-use crate::{AcquireOptions, DistributedLock, Guard, LockError};
+use crate::options::budgeted;
+use crate::{AcquireOptions, Acquiring, DistributedLock, Guard, LockError};
 use lease::Lease;
 use queue::Contender;
 
@@ -164,10 +162,7 @@ impl EtcdLock {
                 None => return contender.into_guard(lease, started, options.lease).await,
                 Some(found) => found,
             };
-            let timed_out = || LockError::Timeout {
-                key: key.to_owned(),
-                waited: started.elapsed(),
-            };
+            let timed_out = || LockError::waited_since(key, started);
             let Some(deadline) = deadline.filter(|d| Instant::now() < *d) else {
                 contender.withdraw().await;
                 return Err(timed_out());
@@ -194,12 +189,8 @@ impl DistributedLock for EtcdLock {
         "etcd"
     }
 
-    fn acquire<'a>(
-        &'a self,
-        key: &'a str,
-        options: AcquireOptions,
-    ) -> BoxFuture<'a, Result<Guard, LockError>> {
-        within_budget(key, options, self.acquire_inner(key, options)).boxed()
+    fn acquire<'a>(&'a self, key: &'a str, options: AcquireOptions) -> Acquiring<'a> {
+        budgeted(key, options, self.acquire_inner(key, options))
     }
 
     fn backend_requests(&self) -> u64 {

@@ -51,9 +51,8 @@ use std::time::{Duration, Instant};
 use futures::future::BoxFuture;
 
 use crate::line::Lines;
-use crate::options::within_budget;
 use crate::redis::{LeaseClocks, poll};
-use crate::{AcquireOptions, DistributedLock, Guard, Held, LockError, new_owner_id};
+use crate::{AcquireOptions, Acquiring, DistributedLock, Guard, Held, LockError, new_owner_id};
 use ownership::{Act, if_owner};
 use pool::Pool;
 
@@ -131,20 +130,10 @@ impl DistributedLock for MemcachedLock {
         crate::Backend::Memcached.name()
     }
 
-    fn acquire<'a>(
-        &'a self,
-        key: &'a str,
-        options: AcquireOptions,
-    ) -> BoxFuture<'a, Result<Guard, LockError>> {
-        Box::pin(within_budget(
-            key,
-            options,
-            self.shared.lines.in_line(key, options.wait, move |since| {
-                poll(key, since, options.wait, move || {
-                    self.try_acquire(key, options.lease)
-                })
-            }),
-        ))
+    fn acquire<'a>(&'a self, key: &'a str, options: AcquireOptions) -> Acquiring<'a> {
+        let try_acquire = move || self.try_acquire(key, options.lease);
+        let polled = move |since| poll(key, since, options.wait, try_acquire);
+        self.shared.lines.budgeted(key, options, polled)
     }
 
     fn backend_requests(&self) -> u64 {

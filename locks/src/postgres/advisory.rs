@@ -29,16 +29,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use futures::future::BoxFuture;
 use sqlx::PgPool;
 use tokio::sync::watch;
 
 use super::held::{Ending, Granted, Session, hold};
 use super::millis;
 use crate::line::Lines;
-use crate::options::within_budget;
 use crate::polling::Schedule;
-use crate::{AcquireOptions, DistributedLock, Guard, LockError};
+use crate::{AcquireOptions, Acquiring, DistributedLock, Guard, LockError};
 
 /// The pauses between two polls of a held lock: 1 ms doubling to 32 ms, shrinking again for
 /// waiters that have waited long (`polling.rs`) down to the first pause. A poll is one
@@ -125,17 +123,7 @@ impl PgAdvisoryLock {
             if let Some(guard) = self.try_once(key, options.lease).await? {
                 return Ok(guard);
             }
-            let waited = since.elapsed();
-            let remaining = options
-                .wait
-                .and_then(|w| w.checked_sub(waited))
-                .unwrap_or_default();
-            if remaining.is_zero() {
-                return Err(LockError::Timeout {
-                    key: key.to_string(),
-                    waited,
-                });
-            }
+            let (waited, remaining) = options.left(key, since)?;
             tokio::time::sleep(POLLING.pause(tries, waited).min(remaining)).await;
             tries += 1;
         }
@@ -147,20 +135,11 @@ impl DistributedLock for PgAdvisoryLock {
         "pg-advisory"
     }
 
-    fn acquire<'a>(
-        &'a self,
-        key: &'a str,
-        options: AcquireOptions,
-    ) -> BoxFuture<'a, Result<Guard, LockError>> {
+    fn acquire<'a>(&'a self, key: &'a str, options: AcquireOptions) -> Acquiring<'a> {
         // Bounded as a whole: with the database gone, a pool checkout alone waits for its own
         // acquire timeout (30 s by sqlx's default).
-        Box::pin(within_budget(
-            key,
-            options,
-            self.lines.in_line(key, options.wait, move |since| {
-                self.poll(key, since, options)
-            }),
-        ))
+        let poll = move |since| self.poll(key, since, options);
+        self.lines.budgeted(key, options, poll)
     }
 
     fn backend_requests(&self) -> u64 {

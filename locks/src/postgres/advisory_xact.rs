@@ -24,15 +24,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use futures::future::BoxFuture;
 use sqlx::PgPool;
 use tokio::sync::watch;
 
 use super::held::{Ending, Granted, Session, hold};
 use super::{is_lock_timeout, millis};
-use crate::held_session::checkout;
-use crate::options::{ATTEMPT_GRACE, within_budget};
-use crate::{AcquireOptions, DistributedLock, Guard, LockError};
+use crate::held_session::Acquisition;
+use crate::options::budgeted;
+use crate::{AcquireOptions, Acquiring, DistributedLock, Guard, LockError};
 
 /// How long past the wait budget an acquire waits for the server's own answer that the budget
 /// passed (`lock_timeout`), which leaves the connection fit for the pool, before it gives up and
@@ -60,14 +59,9 @@ impl PgAdvisoryXactLock {
     }
 
     async fn attempt(&self, key: &str, options: AcquireOptions) -> Result<Guard, LockError> {
-        let started = Instant::now();
-        let deadline = options.wait.map(|w| started + w);
-        let timeout = || LockError::Timeout {
-            key: key.to_owned(),
-            waited: started.elapsed(),
-        };
-        let checkout_by = deadline.unwrap_or(started + ATTEMPT_GRACE);
-        let conn = checkout(&self.pool, key, started, checkout_by).await?;
+        let begun = Acquisition::begin(&self.pool, key, options).await?;
+        let (started, deadline, conn) = (begun.started, begun.deadline, begun.conn);
+        let timeout = || LockError::waited_since(key, started);
         let mut session = Session::new(conn, Arc::clone(&self.requests));
         session.taint();
         // Whole milliseconds, formatted from numbers: nothing of the caller's reaches the SQL.
@@ -152,12 +146,8 @@ impl DistributedLock for PgAdvisoryXactLock {
         "pg-advisory-xact"
     }
 
-    fn acquire<'a>(
-        &'a self,
-        key: &'a str,
-        options: AcquireOptions,
-    ) -> BoxFuture<'a, Result<Guard, LockError>> {
-        Box::pin(within_budget(key, options, self.attempt(key, options)))
+    fn acquire<'a>(&'a self, key: &'a str, options: AcquireOptions) -> Acquiring<'a> {
+        budgeted(key, options, self.attempt(key, options))
     }
 
     fn backend_requests(&self) -> u64 {

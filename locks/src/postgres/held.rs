@@ -71,7 +71,12 @@ pub(super) fn hold(
         lost,
         keepalive: Mutex::new(None),
     });
-    let keepalive = tokio::spawn(keep_alive(Arc::clone(&holding), requests, lease, client));
+    let held = Arc::clone(&holding);
+    // Keeps the holder's session alive while the client lives; fires `lost()` when that ends it.
+    let keepalive = tokio::spawn(async move {
+        let (session, key, lost) = (&held.session, &held.key, &held.lost);
+        held_session::keep_alive(session, key, &requests, lease, client, Session::ping, lost).await
+    });
     *lock(&holding.keepalive) = Some(keepalive);
     Guard::new(
         key,
@@ -109,20 +114,6 @@ impl Held for Hold {
                 None => Ok(false),
             }
         })
-    }
-}
-
-/// Keeps the holder's session alive while the client lives (`held_session::keep_alive`); fires
-/// `lost()` when that ends it.
-async fn keep_alive(
-    holding: Arc<Holding>,
-    requests: Arc<AtomicU64>,
-    lease: Duration,
-    client: watch::Receiver<()>,
-) {
-    let (session, key) = (&holding.session, &holding.key);
-    if held_session::keep_alive(session, key, &requests, lease, client, Session::ping).await {
-        let _ = holding.lost.send(true);
     }
 }
 

@@ -56,8 +56,8 @@ use futures::future::BoxFuture;
 use super::hash_client::{Background, HashClient};
 use super::wakeups::{TURN_PREFIX, Ticket, Wakeups};
 use super::{fence_key, millis};
-use crate::options::within_budget;
-use crate::{AcquireOptions, DistributedLock, Guard, Held, LockError, new_owner_id};
+use crate::options::budgeted;
+use crate::{AcquireOptions, Acquiring, DistributedLock, Guard, Held, LockError, new_owner_id};
 use scripts::{ACQUIRE, LEAVE, UNLOCK};
 
 /// The wait queue of lock `key`: a list of owners, oldest first.
@@ -121,12 +121,9 @@ impl RedisFairLock {
     /// each returned guard must be released too, and the lock is freed when the last one is.
     /// `Ok(None)` if `guard` no longer holds the lock or was not acquired through this client.
     pub async fn reenter(&self, guard: &Guard) -> Result<Option<Guard>, LockError> {
-        let shared = &self.shared;
-        (shared.client)
-            .reenter(guard, |lease| {
-                FairHeld::new(shared, guard.key(), guard.owner(), lease)
-            })
-            .await
+        let held =
+            |lease| FairHeld::new(&self.shared, guard.key(), guard.owner(), lease) as Box<dyn Held>;
+        self.shared.client.reenter(guard, held).await
     }
 
     /// Locks this client is renewing now (a leak shows up here).
@@ -239,10 +236,7 @@ impl Shared {
                 Attempt::Wait(retry) => retry,
             };
             if remaining().is_zero() {
-                return Err(LockError::Timeout {
-                    key: key.to_owned(),
-                    waited: start.elapsed(),
-                });
+                return Err(LockError::waited_since(key, start));
             }
             match &mut ticket {
                 // Queued in Redis: subscribe, then try again at once, since the turn message
@@ -309,16 +303,8 @@ impl DistributedLock for RedisFairLock {
         "redis-fair"
     }
 
-    fn acquire<'a>(
-        &'a self,
-        key: &'a str,
-        options: AcquireOptions,
-    ) -> BoxFuture<'a, Result<Guard, LockError>> {
-        Box::pin(within_budget(
-            key,
-            options,
-            self.shared.acquire(key, options),
-        ))
+    fn acquire<'a>(&'a self, key: &'a str, options: AcquireOptions) -> Acquiring<'a> {
+        budgeted(key, options, self.shared.acquire(key, options))
     }
 
     fn backend_requests(&self) -> u64 {

@@ -47,7 +47,7 @@ use rand::Rng;
 
 use super::{ACQUIRE, Conn, LeaseClocks, RELEASE, Requests, fence_key, millis};
 use crate::line::Lines;
-use crate::{AcquireOptions, DistributedLock, Guard, Held, LockError, new_owner_id};
+use crate::{AcquireOptions, Acquiring, DistributedLock, Guard, Held, LockError, new_owner_id};
 
 /// Raises the fencing counter to at least ARGV[1]. KEYS: fence. Returns the counter.
 static RAISE_FENCE: LazyLock<Script> = LazyLock::new(|| {
@@ -233,15 +233,9 @@ impl Shared {
                 Round::Granted(guard) => return Ok(guard),
                 Round::Refused => {
                     contended = true;
-                    LockError::Timeout {
-                        key: key.to_owned(),
-                        waited: start.elapsed(),
-                    }
+                    LockError::waited_since(key, start)
                 }
-                Round::Unreachable { .. } if contended => LockError::Timeout {
-                    key: key.to_owned(),
-                    waited: start.elapsed(),
-                },
+                Round::Unreachable { .. } if contended => LockError::waited_since(key, start),
                 Round::Unreachable { granted } => LockError::NoQuorum {
                     key: key.to_owned(),
                     granted,
@@ -280,11 +274,7 @@ impl DistributedLock for Redlock {
         "redlock"
     }
 
-    fn acquire<'a>(
-        &'a self,
-        key: &'a str,
-        options: AcquireOptions,
-    ) -> BoxFuture<'a, Result<Guard, LockError>> {
+    fn acquire<'a>(&'a self, key: &'a str, options: AcquireOptions) -> Acquiring<'a> {
         let shared = &self.shared;
         Box::pin(shared.lines.in_line(key, options.wait, move |since| {
             shared.acquire(key, options, since)

@@ -19,7 +19,9 @@ use futures::future::BoxFuture;
 
 use super::{ACQUIRE, Conn, EXTEND, LeaseClocks, RELEASE, Requests, fence_key, millis, poll};
 use crate::line::Lines;
-use crate::{AcquireOptions, Backend, DistributedLock, Guard, Held, LockError, new_owner_id};
+use crate::{
+    AcquireOptions, Acquiring, Backend, DistributedLock, Guard, Held, LockError, new_owner_id,
+};
 
 /// What one single-instance lock does differently from the others. Not nameable outside this
 /// crate: the variants are the crate's own.
@@ -116,11 +118,7 @@ impl<V: Variant> DistributedLock for SingleInstanceLock<V> {
         V::BACKEND.name()
     }
 
-    fn acquire<'a>(
-        &'a self,
-        key: &'a str,
-        options: AcquireOptions,
-    ) -> BoxFuture<'a, Result<Guard, LockError>> {
+    fn acquire<'a>(&'a self, key: &'a str, options: AcquireOptions) -> Acquiring<'a> {
         let polled = move |since| {
             poll(key, since, options.wait, move || {
                 self.try_acquire(key, options.lease)

@@ -59,8 +59,8 @@ use super::hash_client::{Background, HashClient};
 use super::replicated::Replication;
 use super::wakeups::{Handed, Next, Ticket, Wakeups};
 use super::{Whole, fence_key, millis};
-use crate::options::within_budget;
-use crate::{AcquireOptions, DistributedLock, Guard, Held, LockError, new_owner_id};
+use crate::options::budgeted;
+use crate::{AcquireOptions, Acquiring, DistributedLock, Guard, Held, LockError, new_owner_id};
 
 /// Grants a free lock to a new owner. KEYS: lock, fence. ARGV: owner, lease (ms), claim.
 /// Returns `{1, token}`, or `{0, pttl}` while someone holds it. With claim `1`, a lock that
@@ -177,12 +177,10 @@ impl RedisWatchdogLock {
     /// when the last one is. `Ok(None)` if `guard` no longer holds the lock or was not acquired
     /// through this client.
     pub async fn reenter(&self, guard: &Guard) -> Result<Option<Guard>, LockError> {
-        let shared = &self.shared;
-        (shared.client)
-            .reenter(guard, |lease| {
-                WatchdogHeld::new(shared, guard.key(), guard.owner(), lease)
-            })
-            .await
+        let held = |lease| {
+            WatchdogHeld::new(&self.shared, guard.key(), guard.owner(), lease) as Box<dyn Held>
+        };
+        self.shared.client.reenter(guard, held).await
     }
 
     /// Locks this client is renewing now (a leak shows up here).
@@ -242,10 +240,7 @@ impl Shared {
     ) -> Result<Guard, LockError> {
         let start = Instant::now();
         let budget = options.wait.unwrap_or(Duration::ZERO);
-        let timeout = || LockError::Timeout {
-            key: key.to_owned(),
-            waited: start.elapsed(),
-        };
+        let timeout = || LockError::waited_since(key, start);
         let remaining = || budget.saturating_sub(start.elapsed());
         // One owner name for the whole acquisition: a release of this client may hand the lock
         // over to it by that name while it waits.
@@ -403,16 +398,8 @@ impl DistributedLock for RedisWatchdogLock {
         "redis-watchdog"
     }
 
-    fn acquire<'a>(
-        &'a self,
-        key: &'a str,
-        options: AcquireOptions,
-    ) -> BoxFuture<'a, Result<Guard, LockError>> {
-        Box::pin(within_budget(
-            key,
-            options,
-            self.shared.acquire(key, options),
-        ))
+    fn acquire<'a>(&'a self, key: &'a str, options: AcquireOptions) -> Acquiring<'a> {
+        budgeted(key, options, self.shared.acquire(key, options))
     }
 
     fn backend_requests(&self) -> u64 {

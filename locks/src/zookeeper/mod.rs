@@ -103,12 +103,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use futures::FutureExt;
-use futures::future::BoxFuture;
 use zookeeper_client::{Client, EventType};
 
-use crate::options::within_budget;
-use crate::{AcquireOptions, DistributedLock, Guard, LockError};
+use crate::options::budgeted;
+use crate::{AcquireOptions, Acquiring, DistributedLock, Guard, LockError};
 use contender::{Contender, Place};
 use granted::Granted;
 use successors::Successors;
@@ -168,10 +166,7 @@ impl ZooKeeperLock {
                 Place::First => return contender.into_guard(own),
                 Place::Behind { predecessor, first } => (predecessor, first),
             };
-            let timed_out = || LockError::Timeout {
-                key: key.to_owned(),
-                waited: started.elapsed(),
-            };
+            let timed_out = || LockError::waited_since(key, started);
             let Some(deadline) = deadline.filter(|d| Instant::now() < *d) else {
                 contender.withdraw().await;
                 return Err(timed_out());
@@ -239,12 +234,8 @@ impl DistributedLock for ZooKeeperLock {
         "zookeeper"
     }
 
-    fn acquire<'a>(
-        &'a self,
-        key: &'a str,
-        options: AcquireOptions,
-    ) -> BoxFuture<'a, Result<Guard, LockError>> {
-        within_budget(key, options, self.acquire_inner(key, options)).boxed()
+    fn acquire<'a>(&'a self, key: &'a str, options: AcquireOptions) -> Acquiring<'a> {
+        budgeted(key, options, self.acquire_inner(key, options))
     }
 
     fn backend_requests(&self) -> u64 {
