@@ -1,17 +1,15 @@
 //! `POST /api/products/{id}/orders/{request_id}/pay` and `…/cancel` (the buyer's), and `POST
 //! /api/products/{id}/expire` (admin: one round of the expiry sweep on the product, now).
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
-use axum::extract::rejection::{PathRejection, QueryRejection};
-use axum::extract::{ConnectInfo, Path, Query, State};
+use axum::Json;
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, State};
 use axum::http::HeaderMap;
-use axum::{Extension, Json};
 
-use super::status::{Buyer, asked};
+use super::status::{Buyer, BuyersPurchase};
 use crate::api::{ErrorBody, ExpiryRound, OrderResponse};
-use crate::db::orders::PurchaseKey;
 use crate::error::ApiError;
 use crate::lifecycle::{Check, sweep};
 use crate::state::AppState;
@@ -41,20 +39,10 @@ pub const UNCHECKED_HEADER: &str = "x-seckill-unchecked-transition";
 pub async fn pay(
     State(state): State<AppState>,
     headers: HeaderMap,
-    peer: Option<Extension<ConnectInfo<SocketAddr>>>,
-    path: Result<Path<(u64, String)>, PathRejection>,
-    buyer: Result<Query<Buyer>, QueryRejection>,
+    purchase: BuyersPurchase,
 ) -> Result<Json<OrderResponse>, ApiError> {
-    let (product_id, request_id, named) = asked(path, buyer)?;
-    let user_id = super::super::identity::authenticate(&state.settings, &headers, named)?;
-    super::super::rates::count(&state, &user_id, peer.as_deref())?;
     let check = check(&state, &headers)?;
-    let key = PurchaseKey {
-        product_id,
-        user_id: &user_id,
-        request_id: &request_id,
-    };
-    let order = state.life.pay(key, check).await?;
+    let order = state.life.pay(purchase.key(), check).await?;
     Ok(Json(order.try_into()?))
 }
 
@@ -79,21 +67,11 @@ pub async fn pay(
 pub async fn cancel(
     State(state): State<AppState>,
     headers: HeaderMap,
-    peer: Option<Extension<ConnectInfo<SocketAddr>>>,
-    path: Result<Path<(u64, String)>, PathRejection>,
-    buyer: Result<Query<Buyer>, QueryRejection>,
+    purchase: BuyersPurchase,
 ) -> Result<Json<OrderResponse>, ApiError> {
-    let (product_id, request_id, named) = asked(path, buyer)?;
-    let user_id = super::super::identity::authenticate(&state.settings, &headers, named)?;
-    super::super::rates::count(&state, &user_id, peer.as_deref())?;
     let check = check(&state, &headers)?;
     let hold = hold(&state, &headers)?;
-    let key = PurchaseKey {
-        product_id,
-        user_id: &user_id,
-        request_id: &request_id,
-    };
-    let order = state.life.cancel(key, check, hold).await?;
+    let order = state.life.cancel(purchase.key(), check, hold).await?;
     Ok(Json(order.try_into()?))
 }
 

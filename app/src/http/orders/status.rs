@@ -3,10 +3,9 @@
 use std::borrow::Cow;
 use std::net::SocketAddr;
 
-use axum::extract::rejection::{PathRejection, QueryRejection};
-use axum::extract::{ConnectInfo, Path, Query, State};
-use axum::http::HeaderMap;
-use axum::{Extension, Json};
+use axum::Json;
+use axum::extract::{ConnectInfo, FromRequestParts, Path, Query, State};
+use axum::http::request::Parts;
 use sqlx::MySqlPool;
 
 use crate::api::{ErrorBody, Home, MAX_REQUEST_ID, MAX_USER_ID, OrderState, OrderStatus};
@@ -45,24 +44,13 @@ pub struct Buyer {
             headers(("Retry-After" = u32, description = "Seconds to wait")))))]
 pub async fn status(
     State(state): State<AppState>,
-    headers: HeaderMap,
-    peer: Option<Extension<ConnectInfo<SocketAddr>>>,
-    path: Result<Path<(u64, String)>, PathRejection>,
-    buyer: Result<Query<Buyer>, QueryRejection>,
+    purchase: BuyersPurchase,
 ) -> Result<Json<OrderStatus>, ApiError> {
-    let (product_id, request_id, named) = asked(path, buyer)?;
-    let user_id = super::super::identity::authenticate(&state.settings, &headers, named)?;
-    let user_id = user_id.into_owned();
-    super::super::rates::count(&state, &user_id, peer.as_deref())?;
-    let key = PurchaseKey {
-        product_id,
-        user_id: &user_id,
-        request_id: &request_id,
-    };
+    let (key, product_id) = (purchase.key(), purchase.product_id);
     let state_of = |state, order, pay_by_ms: Option<i64>| OrderStatus {
-        request_id: request_id.clone(),
+        request_id: purchase.request_id.clone(),
         product_id,
-        user_id: user_id.clone(),
+        user_id: purchase.user_id.clone(),
         state,
         order,
         pay_by: pay_by_ms.and_then(|ms| {
@@ -107,27 +95,58 @@ pub async fn status(
         return Err(ApiError::StockLost);
     }
     Err(ApiError::NotFound(format!(
-        "no order and nothing waiting under request id `{request_id}` of this buyer for \
-         product {product_id}"
+        "no order and nothing waiting under request id `{}` of this buyer for product \
+         {product_id}",
+        purchase.request_id
     )))
 }
 
-/// The product, request id and the buyer named, if any, of the path and query of a buyer's
-/// purchase (its status, payment or cancellation), its ids within the rules: checked before the
-/// rate limiters or anything else keep a string of it, as a purchase's are. Who the buyer is,
-/// [`authenticate`](super::super::identity::authenticate) says.
-pub(super) fn asked(
-    path: Result<Path<(u64, String)>, PathRejection>,
-    buyer: Result<Query<Buyer>, QueryRejection>,
-) -> Result<(u64, String, Option<Cow<'static, str>>), ApiError> {
-    let Path((product_id, request_id)) = path?;
-    super::super::check_product_id(product_id)?;
-    let Query(Buyer { user_id }) = buyer.map_err(|e| ApiError::BadRequest(e.body_text()))?;
-    if let Some(user_id) = &user_id {
-        super::check_id("user_id", user_id, MAX_USER_ID)?;
+/// A buyer's purchase, as the path and query of its status, payment or cancellation name it:
+/// its ids checked against their rules before the rate limiters or anything else keep a string
+/// of them (as a purchase's are), its buyer the one
+/// [`authenticate`](super::super::identity::authenticate) says, and the request counted against
+/// that buyer's and the address's rates.
+pub struct BuyersPurchase {
+    pub product_id: u64,
+    pub request_id: String,
+    pub user_id: String,
+}
+
+impl BuyersPurchase {
+    /// The purchase's key in the orders table.
+    pub fn key(&self) -> PurchaseKey<'_> {
+        PurchaseKey {
+            product_id: self.product_id,
+            user_id: &self.user_id,
+            request_id: &self.request_id,
+        }
     }
-    super::check_id("request_id", &request_id, MAX_REQUEST_ID)?;
-    Ok((product_id, request_id, user_id.map(Cow::Owned)))
+}
+
+impl FromRequestParts<AppState> for BuyersPurchase {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let path = Path::<(u64, String)>::from_request_parts(parts, state).await;
+        let Path((product_id, request_id)) = path?;
+        super::super::check_product_id(product_id)?;
+        let buyer = Query::<Buyer>::from_request_parts(parts, state).await;
+        let Query(Buyer { user_id }) = buyer.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+        if let Some(user_id) = &user_id {
+            super::check_id("user_id", user_id, MAX_USER_ID)?;
+        }
+        super::check_id("request_id", &request_id, MAX_REQUEST_ID)?;
+        let named = user_id.map(Cow::Owned);
+        let user_id = super::super::identity::authenticate(&state.settings, &parts.headers, named)?;
+        let user_id = user_id.into_owned();
+        let peer = parts.extensions.get::<ConnectInfo<SocketAddr>>();
+        super::super::rates::count(state, &user_id, peer)?;
+        Ok(BuyersPurchase {
+            product_id,
+            request_id,
+            user_id,
+        })
+    }
 }
 
 /// Whether Redis lost the stock of the product, which the database says it holds (see
