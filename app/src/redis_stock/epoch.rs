@@ -37,10 +37,28 @@ use deadpool_redis::redis::{self, Script};
 
 use super::{RedisStock, RedisStockError, bounded, charge};
 use crate::api::SaleRules;
+use crate::db::orders::{OrderState, ProductOrder};
 
 /// What a rebuilt charge record names as the attempt that charged it: no attempt of a
 /// purchase is named so, so a give-back or a settling of one never takes it for its own.
 pub const REBUILT: &str = "rebuilt";
+
+/// The charge a rebuild records for a stored order — its field and its record — and whether
+/// the order holds its units (charged against the stock and its buyer's limit).
+pub fn rebuilt_charge(order: &ProductOrder, now: u64) -> (String, String, bool) {
+    let field = charge::field(&order.user_id, &order.request_id);
+    let terms = charge::terms(order.quantity, &order.strategy);
+    match order.state {
+        OrderState::Voided | OrderState::Expired | OrderState::Cancelled => {
+            (field, format!("{terms}ended"), false)
+        }
+        // Holds its units, or they are on their way back: a charge, given back by the return
+        // that is under way.
+        OrderState::Reserved | OrderState::Paid | OrderState::Expiring | OrderState::Cancelling => {
+            (field, format!("{terms}{now}:{REBUILT}"), true)
+        }
+    }
+}
 
 /// A product's keys as its orders and the stream say they should be ([`RedisStock::rebuild`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

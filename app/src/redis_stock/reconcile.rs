@@ -60,7 +60,7 @@ use std::time::Duration;
 use sqlx::MySqlPool;
 
 use super::charge::{self, Charge};
-use super::epoch::{REBUILT, Rebuild};
+use super::epoch::{REBUILT, Rebuild, rebuilt_charge};
 use super::scripts::REPAIR;
 use super::split::home_part;
 use super::{CounterKeys, RedisStock, RedisStockError};
@@ -277,22 +277,10 @@ async fn rebuild_if_lost(
         *rebuild.buyers.entry(user.to_string()).or_default() += i64::from(quantity);
     };
     for order in orders::states_of(pool, product).await? {
-        let field = charge::field(&order.user_id, &order.request_id);
-        let terms = charge::terms(order.quantity, &order.strategy);
-        let record = match order.state {
-            OrderState::Voided | OrderState::Expired | OrderState::Cancelled => {
-                format!("{terms}ended")
-            }
-            // Holds its units, or they are on their way back: a charge, given back by the
-            // return that is under way.
-            OrderState::Reserved
-            | OrderState::Paid
-            | OrderState::Expiring
-            | OrderState::Cancelling => {
-                count_held(&mut rebuild, &order.user_id, order.quantity);
-                format!("{terms}{now}:{REBUILT}")
-            }
-        };
+        let (field, record, holds) = rebuilt_charge(&order, now);
+        if holds {
+            count_held(&mut rebuild, &order.user_id, order.quantity);
+        }
         recorded.insert(field.clone());
         rebuild.records.push((field, record));
     }

@@ -20,11 +20,11 @@ use std::sync::LazyLock;
 use deadpool_redis::redis::{self, Script};
 use sqlx::MySqlPool;
 
-use super::epoch::REBUILT;
+use super::RedisStock;
+use super::epoch::rebuilt_charge;
 use super::reconcile::ReconcileError;
 use super::split::{home_part, shares};
-use super::{RedisStock, charge};
-use crate::db::orders::{self, OrderState};
+use crate::db::orders;
 use crate::db::products::{self, Rules};
 
 /// Writes one part as its orders say it should be, unless its marker is (by now) at the epoch
@@ -100,23 +100,11 @@ pub(super) async fn rebuild_if_lost(
     let mut rebuilt: Vec<Part> = (0..parts).map(|_| Part::default()).collect();
     for order in orders::states_of(pool, product).await? {
         let part = &mut rebuilt[home_part(&order.user_id, parts) as usize];
-        let field = charge::field(&order.user_id, &order.request_id);
-        let terms = charge::terms(order.quantity, &order.strategy);
-        let record = match order.state {
-            OrderState::Voided | OrderState::Expired | OrderState::Cancelled => {
-                format!("{terms}ended")
-            }
-            // Holds its units, or they are on their way back: a charge, given back by the
-            // return that is under way.
-            OrderState::Reserved
-            | OrderState::Paid
-            | OrderState::Expiring
-            | OrderState::Cancelling => {
-                part.held += i64::from(order.quantity);
-                *part.buyers.entry(order.user_id.clone()).or_default() += i64::from(order.quantity);
-                format!("{terms}{now}:{REBUILT}")
-            }
-        };
+        let (field, record, holds) = rebuilt_charge(&order, now);
+        if holds {
+            part.held += i64::from(order.quantity);
+            *part.buyers.entry(order.user_id.clone()).or_default() += i64::from(order.quantity);
+        }
         part.records.push((field, record));
     }
     let held: i64 = rebuilt.iter().map(|p| p.held).sum();
