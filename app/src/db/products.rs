@@ -205,67 +205,70 @@ pub struct Rules {
     pub redis_parts: u32,
 }
 
-/// `home, per_user_limit, sale_starts_ms, sale_ends_ms, token_required, first_come,
-/// payment_window_ms, strategies` of a product row.
-type RulesRow = (
-    String,
-    i64,
-    Option<i64>,
-    Option<i64>,
-    bool,
-    bool,
-    i64,
-    String,
-);
+/// The columns of a product row that make its home and its sale rules.
+const RULES_COLUMNS: &str = "home, per_user_limit, sale_starts_ms, sale_ends_ms, token_required, \
+                             first_come, payment_window_ms, strategies";
 
-/// A [`RulesRow`] and the product's `redis_epoch`.
-type EpochRulesRow = (
-    String,
-    i64,
-    Option<i64>,
-    Option<i64>,
-    bool,
-    bool,
-    i64,
-    String,
-    u64,
-    u32,
-);
+/// A product row's [`RULES_COLUMNS`].
+#[derive(sqlx::FromRow)]
+struct RulesRow {
+    home: String,
+    per_user_limit: i64,
+    sale_starts_ms: Option<i64>,
+    sale_ends_ms: Option<i64>,
+    token_required: bool,
+    first_come: bool,
+    payment_window_ms: i64,
+    strategies: String,
+}
+
+impl RulesRow {
+    /// The product's home and sale rules.
+    fn decode(self) -> Result<(Home, SaleRules), sqlx::Error> {
+        let home: Home = self
+            .home
+            .parse()
+            .map_err(|e: String| sqlx::Error::Decode(e.into()))?;
+        let rules = SaleRules {
+            per_user_limit: self.per_user_limit,
+            sale_starts_at: self.sale_starts_ms.map(from_millis).transpose()?,
+            sale_ends_at: self.sale_ends_ms.map(from_millis).transpose()?,
+            token_required: self.token_required,
+            first_come: self.first_come,
+            payment_window_ms: self.payment_window_ms,
+            strategies: parse_strategies(self.strategies)?,
+        };
+        Ok((home, rules))
+    }
+}
+
+/// A [`RulesRow`] with the product's Redis epoch and parts.
+#[derive(sqlx::FromRow)]
+struct EpochRulesRow {
+    #[sqlx(flatten)]
+    rules: RulesRow,
+    redis_epoch: u64,
+    redis_parts: u32,
+}
 
 /// The product's home, sale rules and Redis epoch (one indexed row, none of its orders), or
 /// `None` if it does not exist.
 pub async fn rules(pool: &MySqlPool, id: u64) -> Result<Option<Rules>, sqlx::Error> {
-    let row: Option<EpochRulesRow> = sqlx::query_as(
-        "SELECT home, per_user_limit, sale_starts_ms, sale_ends_ms, token_required, \
-                first_come, payment_window_ms, strategies, redis_epoch, redis_parts \
-         FROM products WHERE id = ?",
-    )
-    .bind(id)
-    .fetch_optional(pool)
-    .await?;
-    row.map(
-        |(
+    let sql =
+        format!("SELECT {RULES_COLUMNS}, redis_epoch, redis_parts FROM products WHERE id = ?");
+    let row: Option<EpochRulesRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+        .bind(id)
+        .fetch_optional(pool)
+        .await?;
+    row.map(|row| {
+        let (home, sale) = row.rules.decode()?;
+        Ok(Rules {
             home,
-            limit,
-            starts,
-            ends,
-            token,
-            first,
-            window,
-            strategies,
-            redis_epoch,
-            redis_parts,
-        )| {
-            let row = (home, limit, starts, ends, token, first, window, strategies);
-            let (home, sale) = home_and_rules(row)?;
-            Ok(Rules {
-                home,
-                sale,
-                redis_epoch,
-                redis_parts,
-            })
-        },
-    )
+            sale,
+            redis_epoch: row.redis_epoch,
+            redis_parts: row.redis_parts,
+        })
+    })
     .transpose()
 }
 
@@ -273,69 +276,36 @@ pub async fn rules(pool: &MySqlPool, id: u64) -> Result<Option<Rules>, sqlx::Err
 /// units left and the units it started with.
 pub type PageRow = (Home, SaleRules, i64, i64);
 
+/// A [`RulesRow`] with the product's units left and initial stock.
+#[derive(sqlx::FromRow)]
+struct PageColumns {
+    #[sqlx(flatten)]
+    rules: RulesRow,
+    stock: i64,
+    initial_stock: i64,
+}
+
 /// The product's home, rules, units left and initial stock, or `None` if it does not exist:
 /// its public page. One indexed row (with its buckets for the buckets home), none of its
 /// orders; for the Redis home the row holds no units and the caller reads the counter.
 pub async fn page(pool: &MySqlPool, id: u64) -> Result<Option<PageRow>, sqlx::Error> {
-    let row = sqlx::query(
-        "SELECT home, per_user_limit, sale_starts_ms, sale_ends_ms, token_required, \
-                first_come, payment_window_ms, strategies, initial_stock, \
+    let sql = format!(
+        "SELECT {RULES_COLUMNS}, initial_stock, \
                 CASE WHEN home = 'buckets' THEN \
                     (SELECT CAST(COALESCE(SUM(b.stock), 0) AS SIGNED) FROM stock_buckets b \
                      WHERE b.product_id = products.id) \
                 ELSE stock END AS stock \
-         FROM products WHERE id = ?",
-    )
-    .bind(id)
-    .fetch_optional(pool)
-    .await?;
-    row.map(|r| {
-        let rules: RulesRow = (
-            r.try_get("home")?,
-            r.try_get("per_user_limit")?,
-            r.try_get("sale_starts_ms")?,
-            r.try_get("sale_ends_ms")?,
-            r.try_get("token_required")?,
-            r.try_get("first_come")?,
-            r.try_get("payment_window_ms")?,
-            r.try_get("strategies")?,
-        );
-        let (home, rules) = home_and_rules(rules)?;
-        Ok((
-            home,
-            rules,
-            r.try_get("stock")?,
-            r.try_get("initial_stock")?,
-        ))
+         FROM products WHERE id = ?"
+    );
+    let row: Option<PageColumns> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+        .bind(id)
+        .fetch_optional(pool)
+        .await?;
+    row.map(|row| {
+        let (home, rules) = row.rules.decode()?;
+        Ok((home, rules, row.stock, row.initial_stock))
     })
     .transpose()
-}
-
-/// A [`RulesRow`] decoded.
-fn home_and_rules(row: RulesRow) -> Result<(Home, SaleRules), sqlx::Error> {
-    let (
-        home,
-        per_user_limit,
-        starts,
-        ends,
-        token_required,
-        first_come,
-        payment_window_ms,
-        strategies,
-    ) = row;
-    let home: Home = home
-        .parse()
-        .map_err(|e: String| sqlx::Error::Decode(e.into()))?;
-    let rules = SaleRules {
-        per_user_limit,
-        sale_starts_at: starts.map(from_millis).transpose()?,
-        sale_ends_at: ends.map(from_millis).transpose()?,
-        token_required,
-        first_come,
-        payment_window_ms,
-        strategies: parse_strategies(strategies)?,
-    };
-    Ok((home, rules))
 }
 
 /// The strategies of a product row.
