@@ -50,24 +50,8 @@ pub async fn connect(config: &Config) -> Result<MySqlPool, SetupError> {
     let server = MySqlConnectOptions::from_str(&server_url).map_err(SetupError::Url)?;
     create_database(&server, &name).await?;
 
-    let lock_wait = config.row_lock_wait_secs.max(1);
-    let statement = Duration::from_millis(config.statement_timeout_ms);
-    let sync_wait = SyncWait::new(config.galera_sync_wait);
-    let pool = MySqlPoolOptions::new()
-        .max_connections(config.db_pool_size.max(1))
-        .acquire_timeout(Duration::from_millis(config.db_acquire_timeout_ms))
-        // A broken connection shows up as an I/O error on the request that uses it (answered
-        // `backend_unavailable`) and is then dropped; not pinging before every use saves a
-        // round trip on the hot path.
-        .test_before_acquire(false)
-        .after_connect(move |conn, _meta| {
-            let sync_wait = sync_wait.clone();
-            Box::pin(async move {
-                set_lock_wait(conn, lock_wait).await?;
-                set_statement_time(conn, statement).await?;
-                sync_wait.set(conn).await
-            })
-        })
+    let lock_wait = Some(config.row_lock_wait_secs.max(1));
+    let pool = pool_options(config.db_pool_size, config, lock_wait)
         .connect_with(server.database(&name))
         .await
         .map_err(|source| SetupError::Create {
@@ -142,20 +126,32 @@ pub fn replica_pool(config: &Config) -> Result<Option<MySqlPool>, SetupError> {
 /// replica's): the readers' size, its statements bounded by the purchases' statement time, and
 /// on a Galera node the same causality as theirs. Opens no connection until one is needed.
 fn readers(options: MySqlConnectOptions, config: &Config) -> MySqlPool {
+    pool_options(config.db_reader_pool_size, config, None).connect_lazy_with(options)
+}
+
+/// A pool of `size` connections (at least one), each checked out within the configured
+/// bound and not pinged before use (a broken connection shows up as an I/O error on the request
+/// that uses it, answered `backend_unavailable`, and is then dropped; a ping would cost a round
+/// trip on the hot path), whose sessions bound their statements by the purchases'
+/// statement time, wait `lock_wait` seconds for a row lock if given, and keep Galera's
+/// causality as configured.
+fn pool_options(size: u32, config: &Config, lock_wait: Option<u64>) -> MySqlPoolOptions {
     let statement = Duration::from_millis(config.statement_timeout_ms);
     let sync_wait = SyncWait::new(config.galera_sync_wait);
     MySqlPoolOptions::new()
-        .max_connections(config.db_reader_pool_size.max(1))
+        .max_connections(size.max(1))
         .acquire_timeout(Duration::from_millis(config.db_acquire_timeout_ms))
         .test_before_acquire(false)
         .after_connect(move |conn, _meta| {
             let sync_wait = sync_wait.clone();
             Box::pin(async move {
+                if let Some(secs) = lock_wait {
+                    set_lock_wait(conn, secs).await?;
+                }
                 set_statement_time(conn, statement).await?;
                 sync_wait.set(conn).await
             })
         })
-        .connect_lazy_with(options)
 }
 
 /// `max_statement_time` of one session: MariaDB aborts a statement of it that runs longer
