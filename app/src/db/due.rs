@@ -41,15 +41,11 @@ pub async fn due(
     product: Option<u64>,
     limit: u32,
 ) -> Result<Vec<Due>, sqlx::Error> {
-    let only = match product {
-        Some(_) => " AND o.product_id = ?",
-        None => "",
-    };
-    let sql = format!(
-        "SELECT {DUE_COLUMNS} FROM orders o JOIN products p ON p.id = o.product_id \
-         WHERE o.state = 'reserved' AND o.pay_by <= NOW(6) AND {}{only} \
-         ORDER BY o.pay_by LIMIT ?",
-        kept_in(homes)
+    let sql = select_due(
+        "o.state = 'reserved' AND o.pay_by <= NOW(6)",
+        homes,
+        product,
+        "o.pay_by",
     );
     let mut query = sqlx::query_as(sqlx::AssertSqlSafe(sql));
     if let Some(product) = product {
@@ -67,16 +63,11 @@ pub async fn returning(
     older_than_ms: u64,
     limit: u32,
 ) -> Result<Vec<Due>, sqlx::Error> {
-    let only = match product {
-        Some(_) => " AND o.product_id = ?",
-        None => "",
-    };
-    let sql = format!(
-        "SELECT {DUE_COLUMNS} FROM orders o JOIN products p ON p.id = o.product_id \
-         WHERE o.state IN ('expiring', 'cancelling') \
-           AND o.ended_at <= NOW(6) - INTERVAL ? MICROSECOND AND {}{only} \
-         ORDER BY o.ended_at LIMIT ?",
-        kept_in(homes)
+    let sql = select_due(
+        "o.state IN ('expiring', 'cancelling') AND o.ended_at <= NOW(6) - INTERVAL ? MICROSECOND",
+        homes,
+        product,
+        "o.ended_at",
     );
     let mut query = sqlx::query_as(sqlx::AssertSqlSafe(sql))
         .bind(i64::try_from(older_than_ms.saturating_mul(1000)).unwrap_or(i64::MAX));
@@ -84,6 +75,21 @@ pub async fn returning(
         query = query.bind(product);
     }
     query.bind(limit).fetch_all(pool).await
+}
+
+/// The orders `condition` picks of products kept in one of `homes` (of `product`, or of all),
+/// ordered by `order_by`, as many as the last parameter allows. Parameters: the condition's,
+/// the product (when one is named), the limit.
+fn select_due(condition: &str, homes: &[Home], product: Option<u64>, order_by: &str) -> String {
+    let only = match product {
+        Some(_) => " AND o.product_id = ?",
+        None => "",
+    };
+    format!(
+        "SELECT {DUE_COLUMNS} FROM orders o JOIN products p ON p.id = o.product_id \
+         WHERE {condition} AND {}{only} ORDER BY {order_by} LIMIT ?",
+        kept_in(homes)
+    )
 }
 
 /// `p.home IN ('…', …)`: the product is kept in one of `homes` (names of this build's own
