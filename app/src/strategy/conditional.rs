@@ -11,11 +11,10 @@
 
 use std::sync::Arc;
 
-use futures::future::BoxFuture;
 use sqlx::{MySqlConnection, MySqlPool};
 
 use super::outcome::{claim_quota, place, roll_back};
-use super::{Deps, Purchase, PurchaseError, Purchased, StockStrategy};
+use super::{Deps, Purchase, PurchaseError, Purchased, Purchasing, StockStrategy};
 use crate::db::products;
 
 pub struct Conditional {
@@ -45,10 +44,7 @@ pub(super) async fn deduct(
 }
 
 impl StockStrategy for Conditional {
-    fn purchase<'a>(
-        &'a self,
-        purchase: &'a Purchase,
-    ) -> BoxFuture<'a, Result<Purchased, PurchaseError>> {
+    fn purchase<'a>(&'a self, purchase: &'a Purchase) -> Purchasing<'a> {
         Box::pin(async move {
             let mut tx = self.pool.begin().await?;
             let deducted = async {

@@ -10,10 +10,9 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use futures::future::BoxFuture;
 use sqlx::MySqlPool;
 
-use super::{Deps, Purchase, PurchaseError, Purchased, StockStrategy, naive};
+use super::{Deps, Purchase, PurchaseError, Purchased, Purchasing, StockStrategy, naive};
 
 pub struct LocalMutex {
     pool: MySqlPool,
@@ -73,10 +72,7 @@ impl Drop for InFlight<'_> {
 }
 
 impl StockStrategy for LocalMutex {
-    fn purchase<'a>(
-        &'a self,
-        purchase: &'a Purchase,
-    ) -> BoxFuture<'a, Result<Purchased, PurchaseError>> {
+    fn purchase<'a>(&'a self, purchase: &'a Purchase) -> Purchasing<'a> {
         Box::pin(async move {
             let in_flight = self.mutex_for(purchase.product_id);
             let mutex = Arc::clone(in_flight.mutex.as_ref().expect("set until dropped"));

@@ -51,7 +51,10 @@ use sqlx::MySqlPool;
 
 use super::held_lock::HeldLock;
 use super::outcome::{claim_quota, decide, place_in_doubt};
-use super::{Deps, Fencing, Placed, Purchase, PurchaseError, Purchased, ReturnLock, StockStrategy};
+use super::{
+    Deps, Fencing, Placed, Purchase, PurchaseError, Purchased, Purchasing, ReturnLock,
+    StockStrategy,
+};
 use crate::db::products;
 
 pub struct Locked {
@@ -176,10 +179,7 @@ impl Locked {
 }
 
 impl StockStrategy for Locked {
-    fn purchase<'a>(
-        &'a self,
-        purchase: &'a Purchase,
-    ) -> BoxFuture<'a, Result<Purchased, PurchaseError>> {
+    fn purchase<'a>(&'a self, purchase: &'a Purchase) -> Purchasing<'a> {
         Box::pin(async move {
             let started = Instant::now();
             let guard = self.take(purchase.product_id).await?;

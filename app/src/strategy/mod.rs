@@ -44,6 +44,9 @@ use crate::redis_stock::RedisStock;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+/// What [`StockStrategy::purchase`] returns: the order, or why there is none.
+pub type Purchasing<'a> = BoxFuture<'a, Result<Purchased, PurchaseError>>;
+
 /// A stock-deduction strategy.
 ///
 /// # Contract
@@ -91,10 +94,7 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 ///   home outside the transaction (Redis) then stay taken without an order until `reconcile`.
 pub trait StockStrategy: Send + Sync {
     /// Takes `purchase.quantity` units and records the order, or says why not.
-    fn purchase<'a>(
-        &'a self,
-        purchase: &'a Purchase,
-    ) -> BoxFuture<'a, Result<Purchased, PurchaseError>>;
+    fn purchase<'a>(&'a self, purchase: &'a Purchase) -> Purchasing<'a>;
 
     /// The lock a return of units to the product's home must hold when the units were sold
     /// through this strategy, or `None` if a return needs none (the default).

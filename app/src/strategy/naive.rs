@@ -10,11 +10,10 @@
 
 use std::sync::Arc;
 
-use futures::future::BoxFuture;
 use sqlx::MySqlPool;
 
 use super::outcome::{claim_quota, decide, place};
-use super::{Deps, Placed, Purchase, PurchaseError, Purchased, StockStrategy};
+use super::{Deps, Placed, Purchase, PurchaseError, Purchased, Purchasing, StockStrategy};
 use crate::db::products;
 
 pub struct Naive {
@@ -28,10 +27,7 @@ pub fn build(deps: &Deps) -> Arc<dyn StockStrategy> {
 }
 
 impl StockStrategy for Naive {
-    fn purchase<'a>(
-        &'a self,
-        purchase: &'a Purchase,
-    ) -> BoxFuture<'a, Result<Purchased, PurchaseError>> {
+    fn purchase<'a>(&'a self, purchase: &'a Purchase) -> Purchasing<'a> {
         Box::pin(async move {
             read_compute_write(&self.pool, purchase)
                 .await

@@ -29,12 +29,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::future::BoxFuture;
 use rand::Rng;
 use sqlx::MySqlPool;
 
 use super::outcome::{claim_quota, decide, place};
-use super::{AtOnce, Deps, Placed, Purchase, PurchaseError, Purchased, StockStrategy};
+use super::{AtOnce, Deps, Placed, Purchase, PurchaseError, Purchasing, StockStrategy};
 use crate::db::products;
 
 pub struct Optimistic {
@@ -79,10 +78,7 @@ impl Optimistic {
 }
 
 impl StockStrategy for Optimistic {
-    fn purchase<'a>(
-        &'a self,
-        purchase: &'a Purchase,
-    ) -> BoxFuture<'a, Result<Purchased, PurchaseError>> {
+    fn purchase<'a>(&'a self, purchase: &'a Purchase) -> Purchasing<'a> {
         Box::pin(async move {
             for round in 0..self.attempts {
                 if round > 0 {

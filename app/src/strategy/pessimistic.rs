@@ -11,11 +11,10 @@
 
 use std::sync::Arc;
 
-use futures::future::BoxFuture;
 use sqlx::MySqlPool;
 
 use super::outcome::{claim_quota, decide, place, roll_back};
-use super::{Deps, Purchase, PurchaseError, Purchased, StockStrategy};
+use super::{Deps, Purchase, Purchased, Purchasing, StockStrategy};
 use crate::db::products;
 
 /// What a buyer does when another holds the row lock.
@@ -49,10 +48,7 @@ pub fn build_nowait(deps: &Deps) -> Arc<dyn StockStrategy> {
 }
 
 impl StockStrategy for Pessimistic {
-    fn purchase<'a>(
-        &'a self,
-        purchase: &'a Purchase,
-    ) -> BoxFuture<'a, Result<Purchased, PurchaseError>> {
+    fn purchase<'a>(&'a self, purchase: &'a Purchase) -> Purchasing<'a> {
         Box::pin(async move {
             let sql = match self.on_locked {
                 OnLocked::Wait => "SELECT stock FROM products WHERE id = ? FOR UPDATE",

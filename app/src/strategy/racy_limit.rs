@@ -12,12 +12,11 @@
 
 use std::sync::Arc;
 
-use futures::future::BoxFuture;
 use sqlx::MySqlPool;
 
 use super::conditional;
 use super::outcome::place;
-use super::{Deps, Purchase, PurchaseError, Purchased, StockStrategy};
+use super::{Deps, Purchase, PurchaseError, Purchased, Purchasing, StockStrategy};
 
 pub struct RacyLimit {
     pool: MySqlPool,
@@ -30,10 +29,7 @@ pub fn build(deps: &Deps) -> Arc<dyn StockStrategy> {
 }
 
 impl StockStrategy for RacyLimit {
-    fn purchase<'a>(
-        &'a self,
-        purchase: &'a Purchase,
-    ) -> BoxFuture<'a, Result<Purchased, PurchaseError>> {
+    fn purchase<'a>(&'a self, purchase: &'a Purchase) -> Purchasing<'a> {
         Box::pin(async move {
             // Check: what has this buyer bought, and what may they hold?
             let (bought, limit): (i64, Option<i64>) = sqlx::query_as(

@@ -45,11 +45,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::future::BoxFuture;
 use sqlx::MySqlPool;
 
 use super::outcome::place;
-use super::{Deps, Purchase, PurchaseError, Purchased, StockStrategy};
+use super::{Deps, Purchase, PurchaseError, Purchased, Purchasing, StockStrategy};
 use crate::db::{orders, products};
 use crate::metrics::Stage;
 use crate::redis_stock::charge;
@@ -89,10 +88,7 @@ impl RedisLua {
 }
 
 impl StockStrategy for RedisLua {
-    fn purchase<'a>(
-        &'a self,
-        purchase: &'a Purchase,
-    ) -> BoxFuture<'a, Result<Purchased, PurchaseError>> {
+    fn purchase<'a>(&'a self, purchase: &'a Purchase) -> Purchasing<'a> {
         Box::pin(async move {
             let redis = configured(&self.redis)?;
             let counter = redis.keys().counter(purchase.product_id);

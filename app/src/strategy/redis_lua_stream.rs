@@ -51,12 +51,11 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use futures::future::BoxFuture;
 use sqlx::MySqlPool;
 
 use super::full_queue::FullQueue;
 use super::redis_lua::{configured, refused, unavailable};
-use super::{Deps, Purchase, PurchaseError, Purchased, StockStrategy};
+use super::{Deps, Purchase, PurchaseError, Purchased, Purchasing, StockStrategy};
 use crate::db::orders;
 use crate::metrics::Stage;
 use crate::redis_stock::charge;
@@ -82,10 +81,7 @@ pub fn build(deps: &Deps) -> Arc<dyn StockStrategy> {
 }
 
 impl StockStrategy for RedisLuaStream {
-    fn purchase<'a>(
-        &'a self,
-        purchase: &'a Purchase,
-    ) -> BoxFuture<'a, Result<Purchased, PurchaseError>> {
+    fn purchase<'a>(&'a self, purchase: &'a Purchase) -> Purchasing<'a> {
         Box::pin(async move {
             let redis = configured(&self.redis)?;
             let keys = redis.keys();

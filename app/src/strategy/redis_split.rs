@@ -26,10 +26,8 @@
 
 use std::sync::Arc;
 
-use futures::future::BoxFuture;
-
 use super::redis_lua::{RedisLua, configured, refused, take_at, unavailable};
-use super::{Deps, Purchase, PurchaseError, Purchased, StockStrategy};
+use super::{Deps, Purchase, PurchaseError, Purchasing, StockStrategy};
 use crate::redis_stock::scripts::{NO_COUNTER, SOLD_OUT};
 use crate::redis_stock::split::home_part;
 
@@ -51,10 +49,7 @@ pub fn build(deps: &Deps) -> Arc<dyn StockStrategy> {
 }
 
 impl StockStrategy for RedisSplit {
-    fn purchase<'a>(
-        &'a self,
-        purchase: &'a Purchase,
-    ) -> BoxFuture<'a, Result<Purchased, PurchaseError>> {
+    fn purchase<'a>(&'a self, purchase: &'a Purchase) -> Purchasing<'a> {
         Box::pin(async move {
             let redis = configured(&self.lua.redis)?;
             let parts = purchase.redis_parts;

@@ -26,11 +26,10 @@
 
 use std::sync::Arc;
 
-use futures::future::BoxFuture;
 use sqlx::{Acquire, MySqlConnection, MySqlPool};
 
 use super::outcome::{claim_quota, place};
-use super::{Deps, Purchase, PurchaseError, Purchased, StockStrategy};
+use super::{Deps, Purchase, PurchaseError, Purchased, Purchasing, StockStrategy};
 use crate::db::{buckets, products};
 
 /// Fast-path attempts (read, pick, conditional decrement) before taking the locked slow path.
@@ -47,10 +46,7 @@ pub fn build(deps: &Deps) -> Arc<dyn StockStrategy> {
 }
 
 impl StockStrategy for Sharded {
-    fn purchase<'a>(
-        &'a self,
-        purchase: &'a Purchase,
-    ) -> BoxFuture<'a, Result<Purchased, PurchaseError>> {
+    fn purchase<'a>(&'a self, purchase: &'a Purchase) -> Purchasing<'a> {
         Box::pin(async move {
             let id = purchase.product_id;
             let quantity = i64::from(purchase.quantity);

@@ -9,11 +9,10 @@
 
 use std::sync::Arc;
 
-use futures::future::BoxFuture;
 use sqlx::MySqlPool;
 
 use super::outcome::{claim_quota, decide, place};
-use super::{Deps, Purchase, PurchaseError, Purchased, StockStrategy};
+use super::{Deps, Purchase, Purchased, Purchasing, StockStrategy};
 use crate::db::products;
 
 pub struct Unchecked {
@@ -27,10 +26,7 @@ pub fn build(deps: &Deps) -> Arc<dyn StockStrategy> {
 }
 
 impl StockStrategy for Unchecked {
-    fn purchase<'a>(
-        &'a self,
-        purchase: &'a Purchase,
-    ) -> BoxFuture<'a, Result<Purchased, PurchaseError>> {
+    fn purchase<'a>(&'a self, purchase: &'a Purchase) -> Purchasing<'a> {
         Box::pin(async move {
             let mut conn = self.pool.acquire().await?;
             decide(

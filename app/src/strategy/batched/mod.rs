@@ -53,14 +53,14 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use futures::future::BoxFuture;
 use sqlx::MySqlPool;
 use tokio::sync::{mpsc, oneshot};
 
 mod allocate;
 
 use super::{
-    AtOnce, Deps, Placed, Purchase, PurchaseError, Purchased, StockStrategy, limits_buyers,
+    AtOnce, Deps, Placed, Purchase, PurchaseError, Purchased, Purchasing, StockStrategy,
+    limits_buyers,
 };
 use crate::db::errors::{DbFailure, classify};
 use crate::db::orders::{self, NewOrder};
@@ -102,10 +102,7 @@ pub fn build(deps: &Deps) -> Arc<dyn StockStrategy> {
 }
 
 impl StockStrategy for Batched {
-    fn purchase<'a>(
-        &'a self,
-        purchase: &'a Purchase,
-    ) -> BoxFuture<'a, Result<Purchased, PurchaseError>> {
+    fn purchase<'a>(&'a self, purchase: &'a Purchase) -> Purchasing<'a> {
         Box::pin(async move {
             let (reply, answer) = oneshot::channel();
             let arrived = Instant::now();
