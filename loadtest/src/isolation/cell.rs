@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 use futures::future::{join_all, try_join_all};
 
 use super::engine::{Level, Server, Session, Stmt};
-use super::failure::{Answer, Clicks, Failure, click};
+use super::failure::{Answer, Click, Clicks, Failure, click};
 use super::schema::{IsolationSettings, Round};
 
 /// The phantom inventory's sale: 4 units, orders of 3 and of 2 at the same moment.
@@ -86,7 +86,13 @@ async fn sell_out(sessions: &mut [Session], failure: Failure, product: i64) -> R
         .map(|(buyer, session)| async move {
             let mut tally = Clicks::default();
             loop {
-                match click(session, failure, product, buyer as i64, 1, &mut tally).await? {
+                let c = Click {
+                    failure,
+                    product,
+                    buyer: buyer as i64,
+                    quantity: 1,
+                };
+                match click(session, c, &mut tally).await? {
                     Answer::Bought => continue,
                     Answer::Refused | Answer::GaveUp => return Ok::<_, sqlx::Error>(tally),
                 }
@@ -114,7 +120,13 @@ async fn write_skew(
                     .iter_mut()
                     .zip(tallies.iter_mut())
                     .map(|(session, tally)| {
-                        click(session, Failure::WriteSkew, product, buyer as i64, 1, tally)
+                        let c = Click {
+                            failure: Failure::WriteSkew,
+                            product,
+                            buyer: buyer as i64,
+                            quantity: 1,
+                        };
+                        click(session, c, tally)
                     });
                 for answer in join_all(clicks).await {
                     answer?;
@@ -142,16 +154,13 @@ async fn phantom(
                 let product = first_product + sale as i64;
                 let orders = pair.iter_mut().zip(tallies.iter_mut()).enumerate().map(
                     |(i, (session, tally))| {
-                        let buyer = 2 * sale as i64 + i as i64;
-                        let quantity = PHANTOM_ORDERS[i % 2];
-                        click(
-                            session,
-                            Failure::PhantomInventory,
+                        let c = Click {
+                            failure: Failure::PhantomInventory,
                             product,
-                            buyer,
-                            quantity,
-                            tally,
-                        )
+                            buyer: 2 * sale as i64 + i as i64,
+                            quantity: PHANTOM_ORDERS[i % 2],
+                        };
+                        click(session, c, tally)
                     },
                 );
                 for answer in join_all(orders).await {

@@ -115,16 +115,21 @@ impl Clicks {
     }
 }
 
-/// One click: `failure`'s transaction for `quantity` units of `product` by `buyer`, run again
-/// while the engine refuses it — at once the first time, then after a random pause that
-/// doubles in its bound ([`backoff`]), so that the transactions that collided do not collide
-/// again in step. Any other error ends the cell.
+/// One buyer's order: `failure`'s transaction for `quantity` units of `product` by `buyer`.
+#[derive(Debug, Clone, Copy)]
+pub struct Click {
+    pub failure: Failure,
+    pub product: i64,
+    pub buyer: i64,
+    pub quantity: i64,
+}
+
+/// One click, run again while the engine refuses it — at once the first time, then after a
+/// random pause that doubles in its bound ([`backoff`]), so that the transactions that collided
+/// do not collide again in step. Any other error ends the cell.
 pub async fn click(
     session: &mut Session,
-    failure: Failure,
-    product: i64,
-    buyer: i64,
-    quantity: i64,
+    c: Click,
     tally: &mut Clicks,
 ) -> Result<Answer, sqlx::Error> {
     tally.clicks += 1;
@@ -133,7 +138,7 @@ pub async fn click(
             tokio::time::sleep(backoff(refused)).await;
         }
         tally.attempts += 1;
-        match attempt(session, failure, product, buyer, quantity).await {
+        match attempt(session, c).await {
             Ok(true) => {
                 tally.bought += 1;
                 return Ok(Answer::Bought);
@@ -166,15 +171,9 @@ pub fn backoff(refused: u32) -> Duration {
 
 /// One transaction of the click; `Ok(false)` when it decided not to buy. Ended either way:
 /// committed, or rolled back (a failed `COMMIT` has ended it already).
-async fn attempt(
-    s: &mut Session,
-    failure: Failure,
-    product: i64,
-    buyer: i64,
-    q: i64,
-) -> Result<bool, sqlx::Error> {
+async fn attempt(s: &mut Session, c: Click) -> Result<bool, sqlx::Error> {
     s.begin().await?;
-    match decide(s, failure, product, buyer, q).await {
+    match decide(s, c).await {
         Ok(true) => s.commit().await.map(|()| true),
         Ok(false) => {
             s.rollback().await;
@@ -188,13 +187,13 @@ async fn attempt(
 }
 
 /// The click's reads and writes inside its transaction; `false` when it does not buy.
-async fn decide(
-    s: &mut Session,
-    failure: Failure,
-    product: i64,
-    buyer: i64,
-    q: i64,
-) -> Result<bool, sqlx::Error> {
+async fn decide(s: &mut Session, c: Click) -> Result<bool, sqlx::Error> {
+    let Click {
+        failure,
+        product,
+        buyer,
+        quantity: q,
+    } = c;
     let buy = match failure {
         Failure::LostUpdate | Failure::PhantomInventory => {
             let stock = s.number(Stmt::ReadStock, &[product]).await?;
