@@ -18,7 +18,6 @@
 //! once the counter shows the unit taken (A is then paused between the two writes), not after
 //! a guessed delay.
 
-use std::fmt;
 use std::time::Duration;
 
 use anyhow::Result;
@@ -26,26 +25,10 @@ use app::api::{ErrorCode, Home, Strategy};
 use serde::{Deserialize, Serialize};
 use testkit::{Clicks, Crowd, Spread, order_request};
 
-use super::{Judgement, Scenario, Stage};
+use super::{Judgement, Moment, Scenario, Stage};
 use crate::rig::fleet::{Fleet, accounting};
 
 pub struct LuaCrashBeforeOrder;
-
-/// The crash and the repair: one row each.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Moment {
-    AfterTheCrash,
-    AfterReconcile,
-}
-
-impl fmt::Display for Moment {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Moment::AfterTheCrash => "redis-lua, after the crash",
-            Moment::AfterReconcile => "redis-lua, after reconcile",
-        })
-    }
-}
 
 /// The instance running a `redis-lua` purchase dies between the Lua deduction and the order
 /// insert; then the product is reconciled and sold out.

@@ -63,7 +63,7 @@ use clap::ValueEnum;
 use clap::builder::PossibleValue;
 use serde::Serialize;
 
-pub use skeleton::{Checked, Judgement, Stage, Timeline};
+pub use skeleton::{Checked, Judgement, Moment, Stage, Timeline};
 
 use crate::schema::{Row, ScenarioReport, Verdict};
 

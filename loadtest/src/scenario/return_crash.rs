@@ -14,7 +14,6 @@
 //! waits for `reconcile`; the window is measured from the moment the order was seen leaving
 //! `reserved` to the end of the reconciliation.
 
-use std::fmt;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
@@ -22,27 +21,11 @@ use app::api::{Home, Strategy};
 use serde::{Deserialize, Serialize};
 use testkit::Fault;
 
-use super::{Judgement, Scenario, Stage};
+use super::{Judgement, Moment, Scenario, Stage};
 use crate::rig::fleet::{Fleet, accounting};
 use crate::rig::order_life::{await_all_due, buy, sell};
 
 pub struct ReturnCrash;
-
-/// The crash and the repair: one row each.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Moment {
-    AfterTheCrash,
-    AfterReconcile,
-}
-
-impl fmt::Display for Moment {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Moment::AfterTheCrash => "redis-lua, after the crash",
-            Moment::AfterReconcile => "redis-lua, after reconcile",
-        })
-    }
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Figures {

@@ -1,5 +1,6 @@
-//! What every scenario is played on: the [`Stage`] (the app binary, the timeline) and the
-//! [`Judgement`] of one row; and the play the two leader-loss scenarios share.
+//! What every scenario is played on: the [`Stage`] (the app binary, the timeline), the
+//! [`Judgement`] of one row; the rows of the two crash-and-reconcile scenarios ([`Moment`]);
+//! and the play the two leader-loss scenarios share.
 
 pub mod leader_loss;
 mod timeline;
@@ -19,6 +20,23 @@ use crate::live::Feed;
 use crate::rig::fleet::AppBinary;
 use crate::schema::Event;
 use crate::schema::world::Distance;
+
+/// A `redis-lua` crash and its repair, one row each: the figures right after the crash, and
+/// after `reconcile`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Moment {
+    AfterTheCrash,
+    AfterReconcile,
+}
+
+impl std::fmt::Display for Moment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Moment::AfterTheCrash => "redis-lua, after the crash",
+            Moment::AfterReconcile => "redis-lua, after reconcile",
+        })
+    }
+}
 
 /// What one row's subject was expected to do, what it did, and whether that matched (for a
 /// deliberately broken variant, "holds" means the failure it exists to show did happen).
