@@ -29,6 +29,8 @@ pub async fn connect_all(config: &Config, deps: &Deps) -> Locks {
         zookeeper_session_timeout: Duration::from_millis(config.zookeeper_session_timeout_ms),
         // The lock table lives in the service's database, reached through its own pool.
         database: Some(deps.lock_pool.clone().into()),
+        // No strategy of the catalogue locks with PostgreSQL's advisory locks.
+        postgres: None,
     };
     let backends: BTreeSet<Backend> = Strategy::ALL
         .iter()

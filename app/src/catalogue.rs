@@ -68,6 +68,8 @@ pub enum Service {
     Zookeeper,
     Etcd,
     Memcached,
+    /// PostgreSQL, for its advisory locks.
+    Postgres,
 }
 
 impl Service {
@@ -89,6 +91,7 @@ impl Service {
             | Backend::DbRowLock
             | Backend::DbBlockingInsert => Service::Mariadb,
             Backend::Memcached => Service::Memcached,
+            Backend::PgAdvisory | Backend::PgAdvisoryXact => Service::Postgres,
         }
     }
 
@@ -101,6 +104,7 @@ impl Service {
             Service::Zookeeper => "zookeeper",
             Service::Etcd => "etcd",
             Service::Memcached => "memcached",
+            Service::Postgres => "postgres",
         }
     }
 }

@@ -77,6 +77,7 @@ pub fn lock_endpoints(endpoints: &sandbox::Endpoints) -> locks::Endpoints {
         memcached: Some(endpoints.memcached.clone()),
         zookeeper_session_timeout: Duration::from_secs(10),
         database: None,
+        postgres: None,
     }
 }
 

@@ -40,6 +40,12 @@ pub enum Backend {
     /// The watchdog's hash lock with a wait queue in Redis: first come, first served
     /// ([`crate::redis::RedisFairLock`]).
     RedisFair,
+    /// PostgreSQL's session advisory lock, held by a connection of its own
+    /// (`postgres::PgAdvisoryLock`, feature `postgres`).
+    PgAdvisory,
+    /// PostgreSQL's transaction advisory lock, held by an open transaction
+    /// (`postgres::PgAdvisoryXactLock`, feature `postgres`).
+    PgAdvisoryXact,
     /// BROKEN: `SETNX`, then a separate `EXPIRE` ([`crate::redis::SetnxNoTtlLock`]).
     RedisSetnxNoTtl,
     /// BROKEN: `GET`, then `SET` if empty ([`crate::redis::GetThenSetLock`]).
@@ -50,7 +56,7 @@ pub enum Backend {
 
 impl Backend {
     /// Every backend, in the order reports list them: the safe ones, then the broken ones.
-    pub const ALL: [Backend; 15] = [
+    pub const ALL: [Backend; 17] = [
         Backend::Redis,
         Backend::RedisWatchdog,
         Backend::Redlock,
@@ -63,6 +69,8 @@ impl Backend {
         Backend::DbBlockingInsert,
         Backend::Memcached,
         Backend::RedisFair,
+        Backend::PgAdvisory,
+        Backend::PgAdvisoryXact,
         Backend::RedisSetnxNoTtl,
         Backend::RedisGetThenSet,
         Backend::RedisUnsafeRelease,
@@ -83,6 +91,8 @@ impl Backend {
             Backend::DbBlockingInsert => "db-blocking-insert",
             Backend::Memcached => "memcached",
             Backend::RedisFair => "redis-fair",
+            Backend::PgAdvisory => "pg-advisory",
+            Backend::PgAdvisoryXact => "pg-advisory-xact",
             Backend::RedisSetnxNoTtl => "redis-setnx-no-ttl",
             Backend::RedisGetThenSet => "redis-get-then-set",
             Backend::RedisUnsafeRelease => "redis-unsafe-release",
@@ -126,6 +136,12 @@ impl Backend {
             Backend::RedisFair => {
                 "the watchdog lock plus a wait queue in Redis: first come, first served, one waiter woken per turn"
             }
+            Backend::PgAdvisory => {
+                "PostgreSQL session advisory lock on a connection of its own; unlock or a closed session frees it"
+            }
+            Backend::PgAdvisoryXact => {
+                "PostgreSQL transaction advisory lock: held by an open transaction, freed by its end"
+            }
             Backend::RedisSetnxNoTtl => {
                 "SETNX then a separate EXPIRE: a crash in between locks out everyone"
             }
@@ -148,6 +164,11 @@ impl Backend {
         )
     }
 
+    /// `true` for PostgreSQL's advisory locks (feature `postgres`, [`crate::Endpoints::postgres`]).
+    pub const fn uses_postgres(self) -> bool {
+        matches!(self, Backend::PgAdvisory | Backend::PgAdvisoryXact)
+    }
+
     /// `true` for the variants that exist to show a failure: they do not give mutual exclusion
     /// even while every lease holds.
     pub const fn is_broken(self) -> bool {
@@ -165,8 +186,10 @@ impl Backend {
             | Backend::DbLockReentrant
             | Backend::DbRowLock
             | Backend::DbBlockingInsert
-            | Backend::Memcached => false,
-            Backend::RedisFair => false,
+            | Backend::Memcached
+            | Backend::RedisFair
+            | Backend::PgAdvisory
+            | Backend::PgAdvisoryXact => false,
         }
     }
 }

@@ -8,6 +8,8 @@ use std::time::Duration;
 use crate::database::{DbInsertLock, DbLock, DbReentrantLock, DbRowLock};
 use crate::etcd::EtcdLock;
 use crate::memcached::MemcachedLock;
+#[cfg(feature = "postgres")]
+use crate::postgres::{PgAdvisoryLock, PgAdvisoryXactLock};
 use crate::redis::{
     GetThenSetLock, RedisFairLock, RedisLock, RedisWatchdogLock, Redlock, SetnxNoTtlLock,
     UnsafeReleaseLock,
@@ -31,22 +33,35 @@ pub struct Endpoints {
     /// `db-row-lock`, `db-blocking-insert`). The locks held by a transaction keep one of its
     /// connections per holder and per waiter.
     pub database: Option<Database>,
+    /// The PostgreSQL database whose advisory locks `pg-advisory` and `pg-advisory-xact` take
+    /// (a [`Database::Postgres`]): a connection of its pool per holder and per waiter.
+    pub postgres: Option<Database>,
 }
 
-/// A database that can hold the lock table. Its variants exist only with the matching cargo
-/// feature of this crate (`mysql`): the [`Endpoints`] field is there in every build, so code
-/// that leaves it `None` compiles whichever features are on.
+/// A database that can hold locks. Its variants exist only with the matching cargo feature of
+/// this crate (`mysql`, `postgres`): the [`Endpoints`] fields are there in every build, so code
+/// that leaves them `None` compiles whichever features are on.
 #[derive(Debug, Clone)]
 pub enum Database {
     /// A MySQL or MariaDB pool; see [`crate::database`] for the table it uses.
     #[cfg(feature = "mysql")]
     MySql(sqlx::MySqlPool),
+    /// A PostgreSQL pool; see [`crate::postgres`] for the sequence it uses.
+    #[cfg(feature = "postgres")]
+    Postgres(sqlx::PgPool),
 }
 
 #[cfg(feature = "mysql")]
 impl From<sqlx::MySqlPool> for Database {
     fn from(pool: sqlx::MySqlPool) -> Database {
         Database::MySql(pool)
+    }
+}
+
+#[cfg(feature = "postgres")]
+impl From<sqlx::PgPool> for Database {
+    fn from(pool: sqlx::PgPool) -> Database {
+        Database::Postgres(pool)
     }
 }
 
@@ -112,6 +127,19 @@ pub async fn connect(
         Backend::DbBlockingInsert => {
             Arc::new(DbInsertLock::new(lock_table(backend, endpoints).await?))
         }
+        #[cfg(feature = "postgres")]
+        Backend::PgAdvisory => Arc::new(PgAdvisoryLock::new(advisory(backend, endpoints).await?)),
+        #[cfg(feature = "postgres")]
+        Backend::PgAdvisoryXact => {
+            Arc::new(PgAdvisoryXactLock::new(advisory(backend, endpoints).await?))
+        }
+        #[cfg(not(feature = "postgres"))]
+        Backend::PgAdvisory | Backend::PgAdvisoryXact => {
+            return Err(ConnectError::FeatureDisabled {
+                backend,
+                feature: "postgres",
+            });
+        }
         #[cfg(not(feature = "mysql"))]
         Backend::DbLock
         | Backend::DbLockRenewed
@@ -140,5 +168,18 @@ async fn lock_table(
         });
     };
     DbLock::create_table(&pool).await?;
+    Ok(pool)
+}
+
+/// The pool of PostgreSQL's advisory locks, their tokens' sequence created if missing.
+#[cfg(feature = "postgres")]
+async fn advisory(backend: Backend, endpoints: &Endpoints) -> Result<sqlx::PgPool, ConnectError> {
+    let Some(Database::Postgres(pool)) = endpoints.postgres.clone() else {
+        return Err(ConnectError::NotConfigured {
+            backend,
+            what: "a PostgreSQL pool",
+        });
+    };
+    crate::postgres::create_schema(&pool).await?;
     Ok(pool)
 }

@@ -132,7 +132,7 @@ impl PgAdvisoryLock {
 
 impl DistributedLock for PgAdvisoryLock {
     fn backend(&self) -> &'static str {
-        "pg-advisory"
+        crate::Backend::PgAdvisory.name()
     }
 
     fn acquire<'a>(&'a self, key: &'a str, options: AcquireOptions) -> Acquiring<'a> {

@@ -143,7 +143,7 @@ async fn give_back(mut session: Session) {
 
 impl DistributedLock for PgAdvisoryXactLock {
     fn backend(&self) -> &'static str {
-        "pg-advisory-xact"
+        crate::Backend::PgAdvisoryXact.name()
     }
 
     fn acquire<'a>(&'a self, key: &'a str, options: AcquireOptions) -> Acquiring<'a> {
