@@ -353,7 +353,10 @@ fn scenario(args: &ScenarioArgs) -> Result<()> {
 
 fn lock(args: &LockArgs) -> Result<()> {
     let backend = args.backend.context("--backend is required")?;
-    let stand = servers(args.distance.rtt)?;
+    let stand = match backend.uses_postgres() {
+        true => loadtest::rig::servers_with_postgres(args.distance.rtt)?,
+        false => servers(args.distance.rtt)?,
+    };
     let endpoints = &stand.endpoints;
     let result = runtime()?.block_on(async {
         let clients = lock::connect_clients(backend, endpoints, args.clients).await?;

@@ -24,6 +24,10 @@ pub struct Endpoints {
     pub etcd: Vec<String>,
     /// memcached address, `host:port`.
     pub memcached: String,
+    /// PostgreSQL, `postgres://user@host:port` without a database, for its advisory locks
+    /// (`pg-advisory`, `pg-advisory-xact`); `None`: none here (the harness's set starts none:
+    /// who needs one starts it, as the lock matrix does for its rows).
+    pub postgres_url: Option<String>,
 }
 
 impl Endpoints {
@@ -34,7 +38,7 @@ impl Endpoints {
     pub const ETCD_ENDPOINTS: &str = "ETCD_ENDPOINTS";
     pub const MEMCACHED_ADDR: &str = "MEMCACHED_ADDR";
 
-    /// Reads all six variables; lists are comma-separated.
+    /// Reads the six variables (and `POSTGRES_URL`, if set); lists are comma-separated.
     pub fn from_env() -> Result<Endpoints> {
         Ok(Endpoints {
             database_url: var(Self::DATABASE_URL)?,
@@ -43,6 +47,7 @@ impl Endpoints {
             zookeeper: var(Self::ZOOKEEPER_CONNECT)?,
             etcd: list(&var(Self::ETCD_ENDPOINTS)?),
             memcached: var(Self::MEMCACHED_ADDR)?,
+            postgres_url: var(crate::shared::POSTGRES_URL).ok(),
         })
     }
 
@@ -56,6 +61,9 @@ impl Endpoints {
             (Self::ETCD_ENDPOINTS, self.etcd.join(",")),
             (Self::MEMCACHED_ADDR, self.memcached.clone()),
         ]
+        .into_iter()
+        .chain((self.postgres_url.clone()).map(|url| (crate::shared::POSTGRES_URL, url)))
+        .collect()
     }
 
     /// Sets [`Self::env_vars`] on `command`.
@@ -133,6 +141,7 @@ impl Servers {
             zookeeper: self.zookeeper.connect_string(),
             etcd: vec![self.etcd.endpoint()],
             memcached: self.memcached.addr(),
+            postgres_url: None,
         }
     }
 

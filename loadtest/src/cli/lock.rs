@@ -67,8 +67,8 @@ pub struct MatrixArgs {
     /// Short runs and leases: seconds per backend instead of about half a minute.
     #[arg(long)]
     pub quick: bool,
-    /// Backends, comma-separated (default: db-lock, redis, redis-watchdog, redis-fair, redlock,
-    /// memcached, zookeeper, etcd).
+    /// Backends, comma-separated (default: every row: the databases' locks, MariaDB's and
+    /// PostgreSQL's, then the caches' and the coordination services').
     #[arg(long, value_delimiter = ',')]
     pub backends: Vec<Backend>,
     /// Directory for `matrix.md` and `matrix.json` (default: `results/<UTC timestamp>-lock-matrix/`).

@@ -37,6 +37,7 @@ use locks::{AcquireOptions, Backend, DistributedLock, LockError};
 use sandbox::Endpoints;
 use serde::Serialize;
 use sqlx::mysql::MySqlPoolOptions;
+use sqlx::postgres::PgPoolOptions;
 use tokio::time::Instant;
 
 use crate::analyse::history::Checked;
@@ -130,6 +131,22 @@ pub async fn connect_leased(
         ),
         _ => None,
     };
+    let postgres: Option<locks::Database> = match Service::of(backend) {
+        Service::Postgres => {
+            let url =
+                (endpoints.postgres_url.as_deref()).ok_or(locks::ConnectError::NotConfigured {
+                    backend,
+                    what: "a PostgreSQL server (POSTGRES_URL)",
+                })?;
+            Some(
+                lock_postgres(url)
+                    .await
+                    .map_err(LockError::unavailable)?
+                    .into(),
+            )
+        }
+        _ => None,
+    };
     let endpoints = locks::Endpoints {
         redis: Some(endpoints.redis_url.clone()),
         redlock: endpoints.redlock_urls.clone(),
@@ -138,8 +155,20 @@ pub async fn connect_leased(
         memcached: Some(endpoints.memcached.clone()),
         zookeeper_session_timeout: session,
         database,
+        postgres,
     };
     locks::connect(backend, &endpoints).await
+}
+
+/// A pool of its own on the PostgreSQL server `url` (its default database: advisory locks are
+/// kept per database, and nothing else is written there but the tokens' sequence): each client
+/// has its own connections, as separate processes would.
+async fn lock_postgres(url: &str) -> Result<sqlx::PgPool, sqlx::Error> {
+    PgPoolOptions::new()
+        .max_connections(LOCK_POOL)
+        .acquire_timeout(Duration::from_secs(5))
+        .connect(url)
+        .await
 }
 
 /// A pool of its own on [`LOCK_DATABASE`] at the server `server_url` (the database created if

@@ -44,6 +44,7 @@ pub const REDLOCK: &str = "redlock";
 pub const ZOOKEEPER: &str = "zookeeper";
 pub const ETCD: &str = "etcd";
 pub const MEMCACHED: &str = "memcached";
+pub const POSTGRES: &str = "postgres";
 /// The app instances, as the buyers reach them (`--client-rtt`).
 pub const APP: &str = "app";
 
@@ -67,6 +68,9 @@ pub fn apart(endpoints: &Endpoints, rtt: Duration) -> Result<(Relays, Endpoints)
             .map(|u| through(u, ETCD))
             .collect::<Result<_>>()?,
         memcached: through(&endpoints.memcached, MEMCACHED)?,
+        postgres_url: (endpoints.postgres_url.as_deref())
+            .map(|url| through(url, POSTGRES))
+            .transpose()?,
     };
     Ok((relays, relayed))
 }
@@ -204,6 +208,7 @@ mod tests {
             zookeeper: server.to_string(),
             etcd: vec![format!("http://{server}")],
             memcached: server.to_string(),
+            postgres_url: None,
         };
         let (relays, through) = apart(&endpoints, Duration::from_micros(500)).unwrap();
         assert_eq!(relays.relays.len(), 1);

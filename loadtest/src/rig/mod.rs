@@ -263,20 +263,38 @@ pub struct Stand {
     pub relays: Option<Arc<distance::Relays>>,
     /// The throwaway servers; none for external ones.
     pub servers: Option<Servers>,
+    /// A throwaway PostgreSQL, for PostgreSQL's advisory locks ([`servers_with_postgres`]).
+    pub postgres: Option<sandbox::Postgres>,
 }
 
 /// Throwaway servers, or the external ones named in the environment (`SECKILL_EXTERNAL=1`);
 /// with `rtt`, each behind a relay that adds that round trip ([`distance`]), else reached
 /// directly.
 pub fn servers(rtt: Option<Duration>) -> Result<Stand> {
-    let (servers, direct) = if sandbox::mode() == Mode::External {
-        (None, Endpoints::from_env()?)
+    stand(rtt, false)
+}
+
+/// [`servers`] and a PostgreSQL (throwaway, or `POSTGRES_URL`'s when external), for the locks
+/// that keep their lock there.
+pub fn servers_with_postgres(rtt: Option<Duration>) -> Result<Stand> {
+    stand(rtt, true)
+}
+
+fn stand(rtt: Option<Duration>, with_postgres: bool) -> Result<Stand> {
+    let (servers, mut direct, mut postgres) = if sandbox::mode() == Mode::External {
+        (None, Endpoints::from_env()?, None)
     } else {
         eprintln!("starting throwaway servers (MariaDB, Redis ×6, ZooKeeper, etcd, memcached)…");
         let servers = Servers::start().context("starting the servers (try `cargo xtask setup`)")?;
         let endpoints = servers.endpoints();
-        (Some(servers), endpoints)
+        (Some(servers), endpoints, None)
     };
+    if with_postgres && direct.postgres_url.is_none() {
+        eprintln!("starting a throwaway PostgreSQL…");
+        let started = sandbox::Postgres::start().context("starting PostgreSQL")?;
+        direct.postgres_url = Some(started.url());
+        postgres = Some(started);
+    }
     let (relays, endpoints) = match rtt {
         None => (None, direct.clone()),
         Some(rtt) => {
@@ -291,6 +309,7 @@ pub fn servers(rtt: Option<Duration>) -> Result<Stand> {
         distance: Distance::of(rtt),
         relays,
         servers,
+        postgres,
     })
 }
 

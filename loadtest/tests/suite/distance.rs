@@ -137,6 +137,7 @@ async fn the_network_sweep_keeps_the_stock_safe_at_every_distance_and_models_eac
         distance: Distance::of(Some(Duration::ZERO)),
         relays: Some(Arc::new(relays)),
         servers: None,
+        postgres: None,
     };
     let cli = Cli::try_parse_from([
         "seckill-bench",

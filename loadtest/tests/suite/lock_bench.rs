@@ -17,11 +17,18 @@ fn endpoints() -> Endpoints {
         zookeeper: String::new(),
         etcd: Vec::new(),
         memcached: sandbox::shared::memcached(),
+        postgres_url: None,
     }
 }
 
 async fn checked(backend: Backend) -> LockReport {
-    let e = endpoints();
+    let e = match backend.uses_postgres() {
+        true => Endpoints {
+            postgres_url: Some(sandbox::shared::postgres_url()),
+            ..endpoints()
+        },
+        false => endpoints(),
+    };
     let clients = connect_clients(backend, &e, 1).await.unwrap();
     let report = bench(
         backend,
@@ -50,6 +57,15 @@ async fn a_correct_redis_lock_shows_no_violation() {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_memcached_lock_shows_no_violation() {
     assert_eq!(violations(Backend::Memcached).await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn postgres_advisory_locks_show_no_violation_and_a_clean_history() {
+    for backend in [Backend::PgAdvisory, Backend::PgAdvisoryXact] {
+        let report = checked(backend).await;
+        assert_eq!(report.violations, 0, "{backend}: {report:?}");
+        assert_eq!(report.history_violations, Some(0), "{backend}: {report:?}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -202,6 +202,67 @@ async fn the_articles_database_locks_have_their_claims_measured_in_the_matrix() 
     }
 }
 
+/// PostgreSQL's advisory locks in the matrix, on a PostgreSQL the row starts: exclusion and
+/// tokens history-checked, a dead holder's lock freed by the server as soon as its session
+/// ends (long before the lease), no re-entry through a second acquire (each holder keeps a
+/// connection of its own), a try that does not wait, a killed server failing the client.
+#[tokio::test(flavor = "multi_thread")]
+async fn postgres_advisory_locks_have_their_rows_measured_on_a_postgresql_of_their_own() {
+    sandbox::require_faults!();
+    let opts = Options {
+        settings: Settings::new(true),
+        backends: vec![Backend::PgAdvisory, Backend::PgAdvisoryXact],
+        hold_binary: env!("CARGO_BIN_EXE_seckill-bench").into(),
+    };
+    let m = matrix::run(&opts).await.unwrap();
+    let md = matrix::markdown(&m);
+    eprintln!("{md}");
+    assert!(md.contains("Every lock kept what it claims"), "{md}");
+    assert!(
+        md.contains(", PostgreSQL 1"),
+        "no PostgreSQL version in\n{md}"
+    );
+    for row in &m.rows {
+        let b = row.backend;
+        assert!(md.contains(&format!("| `{b}` (1 PostgreSQL)")), "{b}: {md}");
+        let c = &row.contention;
+        assert!(c.acquisitions > 0, "{b}: {c}");
+        assert_eq!(
+            (c.violations, c.history_violations),
+            (0, Some(0)),
+            "{b}: {c}"
+        );
+        let t = &row.try_once;
+        assert_eq!((t.granted, t.busy), (0, t.tries), "{b}: {t:?}");
+        let e = &row.expiry;
+        let freed = e
+            .freed_after_ms
+            .unwrap_or_else(|| panic!("{b}: never freed: {e:?}"));
+        assert!(e.held_before_kill, "{b}: {e:?}");
+        assert!(
+            freed < e.lease_ms as f64 / 2.0,
+            "{b}: freed by the lease, not the server: {e:?}"
+        );
+        assert!(e.next_token > Some(e.holder_token), "{b}: {e:?}");
+        assert!(
+            matches!(row.reentry, Reentry::NotReentrant { .. }),
+            "{b}: {:?}",
+            row.reentry
+        );
+        assert!(
+            matches!(
+                row.availability,
+                Availability::SingleServer {
+                    answer: "unavailable",
+                    ..
+                }
+            ),
+            "{b}: {:?}",
+            row.availability
+        );
+    }
+}
+
 /// The hidden `lock hold` quits (and gives the lock back) when its standard input closes: a
 /// matrix that dies without killing its holder leaves no process behind holding a lock.
 #[tokio::test(flavor = "multi_thread")]

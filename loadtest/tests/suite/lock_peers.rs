@@ -15,6 +15,7 @@ async fn every_peer_is_granted_and_no_correct_lock_lets_two_holders_overlap() {
         zookeeper: sandbox::shared::zookeeper(),
         etcd: Vec::new(),
         memcached: String::new(),
+        postgres_url: None,
     };
     let options = PeersOptions {
         workers: 8,

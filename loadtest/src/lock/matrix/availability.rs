@@ -134,27 +134,21 @@ impl Availability {
 pub async fn measure(backend: Backend, rig: &Rig, settings: &Settings) -> Result<Availability> {
     match rig.cluster() {
         Some(cluster) => leader_killed(backend, cluster, settings).await,
-        None => match rig.single_server() {
-            Some(server) => single_server(backend, rig, server).await,
-            None => quorum(backend, rig, settings).await,
-        },
+        None if rig.runs_on_one_server() => single_server(backend, rig).await,
+        None => quorum(backend, rig, settings).await,
     }
 }
 
-async fn single_server(
-    backend: Backend,
-    rig: &Rig,
-    server: fn(&sandbox::Servers) -> &sandbox::Server,
-) -> Result<Availability> {
+async fn single_server(backend: Backend, rig: &Rig) -> Result<Availability> {
     let lock = connect_backend(backend, &rig.endpoints()).await?;
     warm(lock.as_ref()).await?;
-    rig.control(move |s| server(s).kill()).await?;
+    rig.on_single_server(sandbox::Server::kill).await?;
     let key = fresh_key("down");
     let start = Instant::now();
     let outcome = lock.acquire(&key, AcquireOptions::new(LEASE)).await;
     let failed_after = start.elapsed();
     let answer = answer(outcome).await;
-    rig.control(move |s| server(s).start_again()).await?;
+    rig.on_single_server(sandbox::Server::start_again).await?;
     let again = lock
         .acquire(&key, AcquireOptions::new(LEASE).wait(RECOVERY))
         .await;

@@ -54,12 +54,14 @@ use super::{LockReport, bench, connect_clients};
 use crate::rig::environment::utc_now;
 use rig::Rig;
 
-/// The rows, in order: the database, the caches, the coordination services.
-pub const BACKENDS: [Backend; 11] = [
+/// The rows, in order: the databases, the caches, the coordination services.
+pub const BACKENDS: [Backend; 13] = [
     Backend::DbLock,
     Backend::DbLockReentrant,
     Backend::DbRowLock,
     Backend::DbBlockingInsert,
+    Backend::PgAdvisory,
+    Backend::PgAdvisoryXact,
     Backend::Redis,
     Backend::RedisWatchdog,
     Backend::RedisFair,
@@ -230,6 +232,9 @@ pub struct Matrix {
     pub duration_seconds: f64,
     pub settings: Settings,
     pub versions: Option<sandbox::Versions>,
+    /// The version of the PostgreSQL the advisory locks' rows ran on, when they ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub postgres_version: Option<String>,
     pub rows: Vec<Row>,
 }
 
@@ -250,10 +255,13 @@ pub async fn run(opts: &Options) -> Result<Matrix> {
     eprintln!("lock matrix: starting throwaway servers…");
     let servers = rig::Servers::start().await?;
     let versions = servers.versions().await;
-    let mut rows = Vec::new();
+    let (mut rows, mut postgres_version) = (Vec::new(), None);
     for &backend in &opts.backends {
         eprintln!("lock matrix: {backend}…");
         let rig = Rig::start(backend, servers.clone()).await?;
+        if postgres_version.is_none() {
+            postgres_version = rig.postgres_version().await;
+        }
         rows.push(
             row(backend, &rig, opts)
                 .await
@@ -265,6 +273,7 @@ pub async fn run(opts: &Options) -> Result<Matrix> {
         duration_seconds: started.elapsed().as_secs_f64(),
         settings: opts.settings,
         versions,
+        postgres_version,
         rows,
     })
 }

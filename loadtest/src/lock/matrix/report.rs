@@ -70,8 +70,10 @@ pub fn document(m: &Matrix) -> Section {
         ));
     }
     if let Some(v) = &m.versions {
+        let postgres =
+            (m.postgres_version.as_ref()).map_or(String::new(), |p| format!(", PostgreSQL {p}"));
         out.prose(format!(
-            "Servers: MariaDB {}, Redis {}, ZooKeeper {}, etcd {}, memcached {}.",
+            "Servers: MariaDB {}, Redis {}, ZooKeeper {}, etcd {}, memcached {}{postgres}.",
             v.mariadb, v.redis, v.zookeeper, v.etcd, v.memcached
         ));
     }
@@ -117,7 +119,7 @@ fn note(requirement: Requirement, s: &Settings) -> String {
             s.tries
         ),
         Requirement::HighAvailability => format!(
-            "One server (MariaDB, Redis, memcached): SIGKILLed, then a client asks once — the \
+            "One server (MariaDB, PostgreSQL, Redis, memcached): SIGKILLed, then a client asks once — the \
              time to its failure; \"no grant after restart\" if the same client was not granted \
              again once the server was back. Redlock: {minority} of {REDLOCK_INSTANCES} \
              instances killed, grants counted for {}, then one more killed. ZooKeeper, etcd: \

@@ -47,6 +47,7 @@ pub fn target() -> Target {
         zookeeper: sandbox::shared::zookeeper(),
         etcd: sandbox::shared::etcd(),
         memcached: sandbox::shared::memcached(),
+        postgres_url: None,
     };
     Target {
         endpoints,
