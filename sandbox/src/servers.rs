@@ -37,6 +37,7 @@ impl Endpoints {
     pub const ZOOKEEPER_CONNECT: &str = "ZOOKEEPER_CONNECT";
     pub const ETCD_ENDPOINTS: &str = "ETCD_ENDPOINTS";
     pub const MEMCACHED_ADDR: &str = "MEMCACHED_ADDR";
+    pub const POSTGRES_URL: &str = "POSTGRES_URL";
 
     /// Reads the six variables (and `POSTGRES_URL`, if set); lists are comma-separated.
     pub fn from_env() -> Result<Endpoints> {
@@ -47,7 +48,7 @@ impl Endpoints {
             zookeeper: var(Self::ZOOKEEPER_CONNECT)?,
             etcd: list(&var(Self::ETCD_ENDPOINTS)?),
             memcached: var(Self::MEMCACHED_ADDR)?,
-            postgres_url: var(crate::shared::POSTGRES_URL).ok(),
+            postgres_url: var(Self::POSTGRES_URL).ok(),
         })
     }
 
@@ -62,7 +63,7 @@ impl Endpoints {
             (Self::MEMCACHED_ADDR, self.memcached.clone()),
         ]
         .into_iter()
-        .chain((self.postgres_url.clone()).map(|url| (crate::shared::POSTGRES_URL, url)))
+        .chain((self.postgres_url.clone()).map(|url| (Self::POSTGRES_URL, url)))
         .collect()
     }
 

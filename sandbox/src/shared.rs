@@ -154,7 +154,7 @@ pub const REDIS_SENTINELS: &str = "REDIS_SENTINELS";
 pub const REDIS_SENTINEL_MASTER: &str = "REDIS_SENTINEL_MASTER";
 
 /// A PostgreSQL server's URL (`postgres://user@host:port`, without a database).
-pub const POSTGRES_URL: &str = "POSTGRES_URL";
+pub const POSTGRES_URL: &str = Endpoints::POSTGRES_URL;
 
 /// PostgreSQL server URL without a database; create your own database per test.
 pub fn postgres_url() -> String {
