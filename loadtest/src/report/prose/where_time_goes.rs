@@ -1,0 +1,387 @@
+//! "Where the time goes", for each strategy measured with CPU: the CPU per purchase of every
+//! process, what bounds the rate (a core, a shard, a stage it waits in), the Galera cluster's
+//! aborts and the replica's lag; worded from the findings, deciding nothing.
+
+use std::fmt::Write;
+
+use crate::schema::{GROUPS, GroupCpu, Pace, StrategyReport, TimeFinding};
+
+/// Where `s`'s closed-loop time went.
+pub fn time(s: &StrategyReport, f: &TimeFinding) -> String {
+    let mut p = format!(
+        "**`{}`** ({:.0} deductions/s).",
+        f.strategy, f.deductions_per_sec
+    );
+    if !f.cpu_per_1000.is_empty() {
+        let parts: Vec<String> = f
+            .cpu_per_1000
+            .iter()
+            .map(|g| format!("{} {:.2}", group_words(&g.group), g.per_1000))
+            .collect();
+        let _ = write!(
+            p,
+            " CPU-seconds per 1,000 deductions: {}.",
+            parts.join(", ")
+        );
+        shards(&mut p, f);
+    }
+    galera_aborts(&mut p, s);
+    replica_lag(&mut p, s);
+    let _ = match &f.pace {
+        Pace::Saturated { process, cores } => write!(
+            p,
+            " `{process}` was saturated ({cores:.2} cores busy on average): it sets this \
+             strategy's pace."
+        ),
+        Pace::MachineBusy {
+            cpus,
+            busy_percent,
+            rest_of_machine_cores,
+        } => write!(
+            p,
+            " No single process was saturated, but the machine's {cpus} cores were \
+             {busy_percent:.0}% busy ({rest_of_machine_cores:.2} core(s) taken by programs \
+             outside the run): the processes compete for the CPU, and more cores would raise \
+             the figure."
+        ),
+        Pace::Waiting {
+            busiest,
+            cores,
+            machine_busy_percent,
+            waited_in,
+        } => write!(
+            p,
+            " No process was saturated (the busiest, `{busiest}`, used {cores:.2} cores{}): the \
+             time goes to waiting, not to computing — {}.",
+            machine_busy_percent
+                .map_or_else(String::new, |m| format!("; the machine was {m:.0}% busy")),
+            match waited_in {
+                Some(w) => format!(
+                    "by the service's own timings, {:.0}% of a purchase's time in the service \
+                     ({:.0} µs) went to {}",
+                    w.share_percent,
+                    w.mean_us,
+                    stage_words(&w.stage)
+                ),
+                None => "row locks, lock hand-offs, round trips".to_owned(),
+            }
+        ),
+        Pace::Unknown => Ok(()),
+    };
+    if let Some(b) = &f.below_baseline {
+        let _ = write!(
+            p,
+            " It reaches {:.0}% of `{}` ({:.0} vs {:.0} deductions/s at {} concurrent clients). \
+             Its median latency is {} µs against {} µs for the bare backend work",
+            b.percent,
+            b.baseline,
+            b.ours_per_sec,
+            b.baseline_per_sec,
+            b.concurrency,
+            b.p50_us,
+            b.baseline_p50_us,
+        );
+        if let Some((noop_p50, noop_rate)) = b.noop {
+            let _ = write!(
+                p,
+                " and {noop_p50} µs for an HTTP round trip that does nothing ({noop_rate:.0} \
+                 requests/s)"
+            );
+        }
+        p.push('.');
+        if let Some(unsold) = b.unsold_percent {
+            let _ = write!(
+                p,
+                " {unsold:.1}% of its attempts ended without a sale ({}): each one paid for \
+                 waiting or retrying until its lock or retry budget ran out.",
+                s.throughput.closed.outcomes
+            );
+        }
+    }
+    p
+}
+
+/// On a Redis Cluster (`run --redis-cluster`): how the strategy's Redis work fell on the
+/// shards, and what that lets one product sell, as a projection from the measured cost.
+fn shards(p: &mut String, f: &TimeFinding) {
+    let shards: Vec<&GroupCpu> = (f.cpu_per_1000.iter())
+        .filter(|g| g.group.starts_with("redis-shard-"))
+        .collect();
+    let total: f64 = shards.iter().map(|g| g.per_1000).sum();
+    let Some(busiest) = shards
+        .iter()
+        .max_by(|a, b| a.per_1000.total_cmp(&b.per_1000))
+    else {
+        return;
+    };
+    if total <= 0.0 || busiest.per_1000 <= 0.0 {
+        return;
+    }
+    if f.strategy.home() == app::api::Home::RedisSplit {
+        // Shards that did a tenth of the busiest one's work or more: where its parts live.
+        let working = (shards.iter())
+            .filter(|g| g.per_1000 >= busiest.per_1000 / 10.0)
+            .count();
+        let _ = write!(
+            p,
+            " Its product's parts spread its Redis work over {working} of the cluster's shards \
+             ({} took {:.0}% of the cluster's CPU, the most): each buyer is charged on the \
+             shard of her home part. *Projection, not measured:* at these costs, with every \
+             shard (master and replica) on a core of its own, one product would sell at most \
+             {:.0} purchases/s — the busiest shard saturates first — where one shard doing all \
+             of it ({:.2} CPU-seconds per 1,000) would sell {:.0}.",
+            group_words(&busiest.group),
+            100.0 * busiest.per_1000 / total,
+            1000.0 / busiest.per_1000,
+            total,
+            1000.0 / total
+        );
+        return;
+    }
+    let _ = write!(
+        p,
+        " Of the cluster's CPU, {} took {:.0}%: every purchase of the product goes to the \
+         master of its slot, so more shards do not raise one product's rate. *Projection, not \
+         measured:* at {:.2} CPU-seconds per 1,000 on that shard (its master and replica), a \
+         shard with a core of its own would sell at most {:.0} purchases/s of one product, and \
+         N products on N shards on N machines N times that (set it beside the `redis-lua` \
+         baseline above: the script alone on one Redis).",
+        group_words(&busiest.group),
+        100.0 * busiest.per_1000 / total,
+        busiest.per_1000,
+        1000.0 / busiest.per_1000
+    );
+}
+
+/// On a Galera cluster (`run --galera`): the transactions the cluster aborted while the
+/// strategy's closed loops ran, per purchase the service answered over the same span.
+fn galera_aborts(p: &mut String, s: &StrategyReport) {
+    let Some(aborts) = s.aborts else {
+        return;
+    };
+    let _ = write!(
+        p,
+        " The Galera cluster aborted {} transaction(s) during its closed loops ({} refused \
+         by certification at commit, {} thrown out by another node's write set)",
+        aborts.total(),
+        aborts.cert_failures,
+        aborts.bf_aborts
+    );
+    match s.stages.as_ref().filter(|t| t.purchases > 0) {
+        Some(t) => {
+            let _ = write!(
+                p,
+                ": {:.1} per 1,000 purchases the service answered ({}). An aborted purchase is \
+                 answered `busy`; an aborted autocommit statement the node runs again.",
+                1000.0 * aborts.total() as f64 / t.purchases as f64,
+                t.purchases
+            );
+        }
+        None => p.push('.'),
+    }
+}
+
+/// With the rows on a primary and a replica (`run --replicas`): how far the replica fell
+/// behind under the strategy's closed loops, which is how stale a page read there could be.
+fn replica_lag(p: &mut String, s: &StrategyReport) {
+    let Some(lag) = s.replica else {
+        return;
+    };
+    let _ = write!(
+        p,
+        " While its closed loops ran, the replica was at most {} of the primary's \
+         transactions behind (read every 50 ms): a page read there is that many commits old",
+        lag.most_behind
+    );
+    if let Some(t) = s.stages.as_ref().filter(|_| lag.transactions > 0) {
+        let _ = write!(
+            p,
+            ", and a commit of this strategy carried {:.1} purchases answered ({} over {} \
+             transactions)",
+            t.purchases as f64 / lag.transactions as f64,
+            t.purchases,
+            lag.transactions
+        );
+    }
+    let _ = write!(
+        p,
+        ". Once a round's load stopped the replica took at most {} ms to apply what it still \
+         had to.",
+        lag.longest_catch_up_ms
+    );
+    if lag.rounds_asynchronous > 0 {
+        let _ = write!(
+            p,
+            " **In {} round(s) the semi-synchronous primary had fallen back to asynchronous \
+             replication**: commits it answered then would not have survived a failover.",
+            lag.rounds_asynchronous
+        );
+    }
+}
+
+/// A CPU group in words: `the app instances`, `mariadbd`, …
+fn group_words(group: &str) -> &str {
+    GROUPS
+        .iter()
+        .find(|(g, _)| *g == group)
+        .map_or(group, |(_, words)| words)
+}
+
+/// A stage of [`crate::schema::WaitedIn`] in words.
+fn stage_words(stage: &str) -> &'static str {
+    match stage {
+        "admission" => "the door (waiting for a place among the purchases in flight)",
+        "strategy" => "the strategy's own work (its transaction: round trips and row locks)",
+        "lock_wait" => "waiting for the strategy's lock",
+        "queued" => "waiting in line for their batch to start committing",
+        "batch" => "their batch's transaction",
+        "script" => "the Redis script's round trip",
+        "order_write" => "writing the order after the Redis script",
+        _ => "neither the door nor the strategy (the answer's way out)",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use app::accounting::Ledger;
+    use app::api::Strategy;
+
+    use super::*;
+
+    fn spent(groups: &[(&str, f64)]) -> TimeFinding {
+        TimeFinding {
+            strategy: Strategy::RedisLua,
+            deductions_per_sec: 1000.0,
+            cpu_per_1000: (groups.iter())
+                .map(|(group, per_1000)| GroupCpu {
+                    group: group.to_string(),
+                    per_1000: *per_1000,
+                })
+                .collect(),
+            pace: Pace::Unknown,
+            below_baseline: None,
+        }
+    }
+
+    #[test]
+    fn a_run_on_a_cluster_names_the_busiest_shard_and_labels_its_one_product_ceiling_a_projection()
+    {
+        let ledger = Ledger {
+            initial_stock: 10,
+            final_stock: 0,
+            units_in_orders: 10,
+            orders: 10,
+            pending: 0,
+            reserved: 0,
+            paid: 10,
+            returned: 0,
+            returning: 0,
+        };
+        let s = crate::sample::strategy(Strategy::RedisLua, ledger);
+        let f = spent(&[
+            ("app", 0.5),
+            ("redis-shard-1", 0.02),
+            ("redis-shard-2", 0.03),
+            ("redis-shard-3", 0.15),
+        ]);
+        let text = time(&s, &f);
+        assert!(text.contains("Redis Cluster shard 3 took 75%"), "{text}");
+        assert!(text.contains("*Projection, not measured:*"), "{text}");
+        assert!(text.contains("at most 6667 purchases/s"), "{text}");
+        let one_redis = time(&s, &spent(&[("app", 0.5), ("redis-server", 0.1)]));
+        assert!(!one_redis.contains("Projection"), "{one_redis}");
+    }
+
+    #[test]
+    fn a_split_product_on_a_cluster_is_projected_from_its_busiest_shard_beside_one_shard() {
+        let ledger = Ledger {
+            initial_stock: 10,
+            final_stock: 0,
+            units_in_orders: 10,
+            orders: 10,
+            pending: 0,
+            reserved: 0,
+            paid: 10,
+            returned: 0,
+            returning: 0,
+        };
+        let s = crate::sample::strategy(Strategy::RedisSplit, ledger);
+        let mut f = spent(&[
+            ("app", 0.5),
+            ("redis-shard-1", 0.05),
+            ("redis-shard-2", 0.04),
+            ("redis-shard-3", 0.01),
+        ]);
+        f.strategy = Strategy::RedisSplit;
+        let text = time(&s, &f);
+        assert!(text.contains("over 3 of the cluster's shards"), "{text}");
+        assert!(text.contains("shard 1 took 50%"), "{text}");
+        assert!(text.contains("at most 20000 purchases/s"), "{text}");
+        assert!(text.contains("would sell 10000"), "{text}");
+    }
+
+    #[test]
+    fn a_run_on_galera_counts_the_clusters_aborts_per_purchase_answered() {
+        let ledger = Ledger {
+            initial_stock: 10,
+            final_stock: 0,
+            units_in_orders: 10,
+            orders: 10,
+            pending: 0,
+            reserved: 0,
+            paid: 10,
+            returned: 0,
+            returning: 0,
+        };
+        let mut s = crate::sample::strategy(Strategy::Pessimistic, ledger);
+        let plain = time(&s, &spent(&[("app", 0.5)]));
+        assert!(!plain.contains("Galera"), "{plain}");
+        let answered = s.stages.as_ref().expect("the sample has stages").purchases;
+        s.aborts = Some(crate::schema::world::Aborts {
+            cert_failures: 3,
+            bf_aborts: 7,
+        });
+        let text = time(&s, &spent(&[("app", 0.5)]));
+        assert!(text.contains("aborted 10 transaction(s)"), "{text}");
+        assert!(text.contains("3 refused by certification"), "{text}");
+        let per_1000 = format!("{:.1} per 1,000 purchases", 10_000.0 / answered as f64);
+        assert!(text.contains(&per_1000), "{text}");
+    }
+
+    #[test]
+    fn a_run_on_a_replica_says_how_far_it_fell_behind_and_whether_it_stayed_semi_synchronous() {
+        let ledger = Ledger {
+            initial_stock: 10,
+            final_stock: 0,
+            units_in_orders: 10,
+            orders: 10,
+            pending: 0,
+            reserved: 0,
+            paid: 10,
+            returned: 0,
+            returning: 0,
+        };
+        let mut s = crate::sample::strategy(Strategy::Conditional, ledger);
+        assert!(!time(&s, &spent(&[("app", 0.5)])).contains("replica"));
+        let answered = s.stages.as_ref().expect("the sample has stages").purchases;
+        let mut lag = crate::schema::ReplicaLag {
+            transactions: answered / 4,
+            most_behind: 412,
+            longest_catch_up_ms: 37,
+            rounds_asynchronous: 0,
+        };
+        s.replica = Some(lag);
+        let text = time(&s, &spent(&[("app", 0.5)]));
+        assert!(
+            text.contains("at most 412 of the primary's transactions behind"),
+            "{text}"
+        );
+        assert!(text.contains("carried 4.0 purchases answered"), "{text}");
+        assert!(text.contains("at most 37 ms"), "{text}");
+        assert!(!text.contains("fallen back"), "{text}");
+        lag.rounds_asynchronous = 2;
+        s.replica = Some(lag);
+        let text = time(&s, &spent(&[("app", 0.5)]));
+        assert!(text.contains("In 2 round(s) the semi-synchronous primary had fallen back"));
+    }
+}
