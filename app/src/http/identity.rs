@@ -11,7 +11,7 @@ use crate::api::MAX_USER_ID;
 use crate::error::ApiError;
 use crate::state::Settings;
 
-/// The buyer of a request that names `named` (its `user_id`, [checked](super::orders::check_id)
+/// The buyer of a request that names `named` (its `user_id`, [checked](super::check_id)
 /// when given), with its headers.
 ///
 /// With a buyer key, requires `Authorization: Bearer <buyer token>`: a missing, malformed,
@@ -47,7 +47,7 @@ pub(crate) fn authenticate<'a>(
         (Ok(_), Some(_)) => Err(ApiError::NotYourOrder),
         (Ok(buyer), None) => {
             let user_id = buyer.user_id().ok_or(ApiError::Unauthenticated)?;
-            super::orders::check_id("the buyer token's user id", &user_id, MAX_USER_ID)?;
+            super::check_id("the buyer token's user id", &user_id, MAX_USER_ID)?;
             Ok(Cow::Owned(user_id))
         }
         (Err(_), named)

@@ -98,6 +98,21 @@ fn product_id(path: Result<Path<u64>, PathRejection>) -> Result<u64, ApiError> {
     Ok(id)
 }
 
+/// `invalid_request` unless `value`, the id named `field`, has 1 to `max` characters and no
+/// white space at either end: the rule of every user id and request id, in a body, a path, a
+/// query or a buyer token.
+fn check_id(field: &str, value: &str, max: usize) -> Result<(), ApiError> {
+    // No more bytes than `max` is no more characters: most ids are counted without a walk.
+    let too_long = value.len() > max && value.chars().count() > max;
+    let padded = value.starts_with(char::is_whitespace) || value.ends_with(char::is_whitespace);
+    if value.is_empty() || too_long || padded {
+        return Err(ApiError::Invalid(format!(
+            "{field} must be 1 to {max} characters without surrounding spaces"
+        )));
+    }
+    Ok(())
+}
+
 /// `bad_request` unless `id` is at most [`MAX_PRODUCT_ID`].
 fn check_product_id(id: u64) -> Result<(), ApiError> {
     match id > MAX_PRODUCT_ID {

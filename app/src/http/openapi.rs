@@ -57,7 +57,7 @@ impl Modify for AdminToken {
 }
 
 /// Gives the ids a path or a query names (`user_id`, `request_id`) the rules of the same fields
-/// of a purchase's body, which the server checks them by (`orders::check_id`): written once,
+/// of a purchase's body, which the server checks them by (`http::check_id`): written once,
 /// on the body's fields.
 struct IdRules;
 

@@ -50,7 +50,7 @@ pub async fn issue(
     let id = super::product_id(path)?;
     let Json(TokenRequest { user_id }) = body?;
     if let Some(user_id) = &user_id {
-        super::orders::check_id("user_id", user_id, MAX_USER_ID)?;
+        super::check_id("user_id", user_id, MAX_USER_ID)?;
     }
     let user_id =
         super::identity::authenticate(&state.settings, &headers, user_id.map(Cow::Owned))?;

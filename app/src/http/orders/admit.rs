@@ -53,9 +53,9 @@ impl Order<'_> {
             )));
         }
         if let Some(user_id) = &self.user_id {
-            check_id("user_id", user_id, MAX_USER_ID)?;
+            crate::http::check_id("user_id", user_id, MAX_USER_ID)?;
         }
-        check_id("request_id", &self.request_id, MAX_REQUEST_ID)
+        crate::http::check_id("request_id", &self.request_id, MAX_REQUEST_ID)
     }
 }
 
@@ -308,18 +308,6 @@ pub(super) fn parse(body: &[u8]) -> Result<Order<'_>, ApiError> {
         return Err(ApiError::UnknownStrategy(unknown.to_string()));
     }
     Err(ApiError::Invalid(format!("invalid order: {invalid}")))
-}
-
-pub(in crate::http) fn check_id(field: &str, value: &str, max: usize) -> Result<(), ApiError> {
-    // No more bytes than `max` is no more characters: most ids are counted without a walk.
-    let too_long = value.len() > max && value.chars().count() > max;
-    let padded = value.starts_with(char::is_whitespace) || value.ends_with(char::is_whitespace);
-    if value.is_empty() || too_long || padded {
-        return Err(ApiError::Invalid(format!(
-            "{field} must be 1 to {max} characters without surrounding spaces"
-        )));
-    }
-    Ok(())
 }
 
 pub(super) fn hold(headers: &HeaderMap) -> Result<Option<Duration>, ApiError> {

@@ -41,7 +41,7 @@ use crate::state::AppState;
 use crate::strategy::{Purchase, PurchaseError, PurchaseStats, Purchased, StockStrategy};
 
 pub use admit::HOLD_HEADER;
-pub(super) use admit::{check_id, within_sale};
+pub(super) use admit::within_sale;
 pub use life::{__path_cancel, __path_expire, __path_pay, UNCHECKED_HEADER, cancel, expire, pay};
 pub use status::{__path_status, status};
 

@@ -133,9 +133,9 @@ impl FromRequestParts<AppState> for BuyersPurchase {
         let buyer = Query::<Buyer>::from_request_parts(parts, state).await;
         let Query(Buyer { user_id }) = buyer.map_err(|e| ApiError::BadRequest(e.body_text()))?;
         if let Some(user_id) = &user_id {
-            super::check_id("user_id", user_id, MAX_USER_ID)?;
+            super::super::check_id("user_id", user_id, MAX_USER_ID)?;
         }
-        super::check_id("request_id", &request_id, MAX_REQUEST_ID)?;
+        super::super::check_id("request_id", &request_id, MAX_REQUEST_ID)?;
         let named = user_id.map(Cow::Owned);
         let user_id = super::super::identity::authenticate(&state.settings, &parts.headers, named)?;
         let user_id = user_id.into_owned();
