@@ -10,7 +10,7 @@ use crate::api::{
 use crate::db::products;
 use crate::error::ApiError;
 use crate::inventory;
-use crate::redis_stock::{News, RedisStockError, reconcile};
+use crate::redis_stock::{self, News, RedisStockError};
 use crate::state::{AppState, Settings};
 use axum::Json;
 use axum::extract::rejection::{JsonRejection, PathRejection};
@@ -177,7 +177,7 @@ pub async fn reconcile(
     let id = super::product_id(path)?;
     let redis = state.redis.as_ref().ok_or(RedisStockError::NotConfigured)?;
     let found =
-        reconcile::reconcile(&state.pool, redis, id, state.settings.reconcile_grace).await?;
+        redis_stock::reconcile(&state.pool, redis, id, state.settings.reconcile_grace).await?;
     if found.repaired || found.released_requests > 0 {
         tracing::warn!(?found, "reconciled a Redis stock counter");
         stock_back(&state, id).await;

@@ -38,7 +38,31 @@ pub use announce::News;
 pub use charge::Attempt;
 use connections::Connections;
 pub use keys::{CLUSTER_LANES, CounterKeys, Keys, PartKeys};
+pub use reconcile::ReconcileError;
 pub use stream::StreamOrder;
+
+/// Reconciles the Redis stock of `product` with the database (`POST /api/products/{id}/reconcile`):
+/// its keys rebuilt if Redis lost them, its lost charges fenced out and given back, its counter
+/// (or each part's) repaired; see [`reconcile`] and [`split_reconcile`].
+pub async fn reconcile(
+    pool: &sqlx::MySqlPool,
+    redis: &RedisStock,
+    product: u64,
+    grace: std::time::Duration,
+) -> Result<crate::api::Reconciliation, ReconcileError> {
+    let rules = crate::db::products::rules(pool, product)
+        .await?
+        .ok_or(ReconcileError::UnknownProduct(product))?;
+    match rules.home {
+        crate::api::Home::Redis => {
+            reconcile::reconcile_counter(pool, redis, product, &rules, grace).await
+        }
+        crate::api::Home::RedisSplit => {
+            split_reconcile::reconcile(pool, redis, product, &rules, grace).await
+        }
+        home => Err(ReconcileError::NotInRedis(product, home)),
+    }
+}
 
 /// What settling a take whose answer was lost found ([`RedisStock::settle`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

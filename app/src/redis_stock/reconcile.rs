@@ -105,26 +105,18 @@ struct Found {
     in_flight: u64,
 }
 
-/// Rebuilds the product's keys if Redis lost them, fences out and gives back the product's
+/// Rebuilds the counter's keys if Redis lost them, fences out and gives back the product's
 /// lost charges, then repairs a counter that is gone or above what the database accounts for.
-pub async fn reconcile(
+/// `rules`: the product's, its stock kept in one counter (`Home::Redis`).
+pub(super) async fn reconcile_counter(
     pool: &MySqlPool,
     redis: &RedisStock,
     product: u64,
+    rules: &products::Rules,
     grace: Duration,
 ) -> Result<Reconciliation, ReconcileError> {
-    let rules = products::rules(pool, product)
-        .await?
-        .ok_or(ReconcileError::UnknownProduct(product))?;
-    match rules.home {
-        Home::Redis => {}
-        Home::RedisSplit => {
-            return super::split_reconcile::reconcile(pool, redis, product, &rules, grace).await;
-        }
-        home => return Err(ReconcileError::NotInRedis(product, home)),
-    }
     let found = redis.counter(product).await?;
-    let rebuilt = rebuild_if_lost(pool, redis, product, &rules).await?;
+    let rebuilt = rebuild_if_lost(pool, redis, product, rules).await?;
     let scope = Scope::whole(redis, product);
     let (reconciled, counter_found) = reconcile_in(pool, redis, &scope, grace).await?;
     Ok(Reconciliation {
