@@ -5,19 +5,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use futures::FutureExt;
-use futures::future::BoxFuture;
-use zookeeper_client::{Acls, Client, CreateMode, Error, OneshotWatcher, WatchedEvent};
+use zookeeper_client::{Acls, Client, CreateMode, Error, OneshotWatcher};
 
 use super::delete::{self, Gone, is_session_end};
 use super::granted::Granted;
-use super::held::HeldNode;
+use super::held::{HeldNode, OwnWatch};
 use super::path::{self, LOCK_ROOT};
 use super::successors::Successors;
 use crate::{Guard, LockError, new_owner_id};
-
-/// The watch on a contender's own node, set as soon as the node exists: its first event is the
-/// node's deletion or the session's end (nobody changes a lock node's data).
-pub(super) type OwnWatch = BoxFuture<'static, WatchedEvent>;
 
 /// Where a contender's node stands in the queue.
 pub(super) enum Place {

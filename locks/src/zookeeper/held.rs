@@ -7,13 +7,16 @@ use std::time::Duration;
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use tokio::sync::watch;
-use zookeeper_client::{Client, Error, EventType, OneshotWatcher, SessionState};
+use zookeeper_client::{Client, Error, EventType, OneshotWatcher, SessionState, WatchedEvent};
 
-use super::contender::OwnWatch;
 use super::delete::{self, Gone};
 use super::successors::Successors;
 
 use crate::{Held, LockError};
+
+/// The watch on a contender's own node, set as soon as the node exists: its first event is the
+/// node's deletion or the session's end (nobody changes a lock node's data).
+pub(super) type OwnWatch = BoxFuture<'static, WatchedEvent>;
 
 /// Pause before re-arming the watch after a transient error.
 const REWATCH_PAUSE: Duration = Duration::from_millis(100);
