@@ -8,6 +8,7 @@
 //! the browser to fetch anything (see [`page`]).
 
 pub mod comparison;
+pub mod markdown;
 pub mod page;
 pub mod section;
 pub mod table;

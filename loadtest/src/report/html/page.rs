@@ -106,30 +106,6 @@ pub fn document(title: &str, body: Markup, scripts: &[&str], connect: Option<&st
     }
 }
 
-/// Markdown prose (the findings' words, a scenario's "why") as HTML; raw HTML in it is shown
-/// as text, never passed through.
-pub fn prose(markdown: &str) -> Markup {
-    use pulldown_cmark::{Event, Parser};
-    let events = Parser::new(markdown).map(|event| match event {
-        Event::Html(text) | Event::InlineHtml(text) => Event::Text(text),
-        other => other,
-    });
-    let mut out = String::new();
-    pulldown_cmark::html::push_html(&mut out, events);
-    PreEscaped(out)
-}
-
-/// One line of Markdown (a table's cell) as HTML, without a paragraph around it; raw HTML is
-/// shown as text.
-pub fn inline(markdown: &str) -> Markup {
-    let html = prose(markdown).0;
-    let inner = html
-        .trim_end()
-        .strip_prefix("<p>")
-        .and_then(|h| h.strip_suffix("</p>"));
-    PreEscaped(inner.map_or(html.clone(), str::to_string))
-}
-
 /// A report of its own (the isolation matrix's, the lock matrix's, the network sweep's) as a
 /// page under its title.
 pub fn of(title: &str, body: &crate::report::section::Section) -> String {
@@ -152,15 +128,6 @@ pub fn with_charts(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn raw_html_in_prose_is_shown_as_text() {
-        let html = prose("a `code` and <script>alert(1)</script> **bold**").into_string();
-        assert!(html.contains("<code>code</code>"), "{html}");
-        assert!(html.contains("<strong>bold</strong>"), "{html}");
-        assert!(!html.contains("<script>"), "{html}");
-        assert!(html.contains("&lt;script&gt;"), "{html}");
-    }
 
     #[test]
     fn the_policy_names_each_script_by_its_sha256() {

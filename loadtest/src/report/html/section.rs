@@ -3,7 +3,7 @@
 
 use maud::{Markup, PreEscaped, html};
 
-use super::page::{inline, prose};
+use super::markdown::{inline, prose};
 use super::table::print;
 use crate::report::charts::Chart;
 use crate::report::section::{Block, Section};

@@ -5,7 +5,7 @@
 
 use maud::{Markup, html};
 
-use super::page::inline;
+use super::markdown::inline;
 use crate::report::table::{Align, Cell, Judged, Row, RowsName, Table};
 
 /// The table as HTML.

@@ -4,7 +4,7 @@
 
 use maud::{Markup, html};
 
-use super::page::prose;
+use super::markdown::prose;
 use crate::report::scenarios::{figures, servers};
 use crate::schema::{Event, ScenarioReport, Verdict};
 
