@@ -27,7 +27,7 @@ use app::api::Safety;
 
 use super::reproduce;
 use crate::schema::comparison::{
-    Change, Comparison, CorrectnessChange, FieldChange, Figures, Machine, Machines, Moved, Noise,
+    Change, Comparison, CorrectnessChange, FieldChange, Figures, Machines, Moved, Noise,
     NoiseSource, Range, Regression,
 };
 use crate::schema::{LoadResult, RunReport, Settings, StrategyReport};
@@ -46,21 +46,13 @@ const MUST_STAY_ZERO: [&str; 3] = ["oversell", "lost_updates", "negative_stock"]
 /// The accounting figures that say whether a sale was correct.
 const CORRECTNESS: [&str; 4] = ["oversell", "undersell", "lost_updates", "negative_stock"];
 
-/// The machine a run was measured on.
-pub fn machine(run: &RunReport) -> Machine {
-    Machine {
-        cpu_model: run.environment.cpu_model.clone(),
-        cpus: run.environment.cpus,
-    }
-}
-
 /// Run A against run B.
 pub fn compare(a: &RunReport, b: &RunReport) -> Comparison {
     let (base_a, base_b) = (baselines(a), baselines(b));
     let noise = noise(&base_a, &base_b);
     let machines = Machines {
-        a: machine(a),
-        b: machine(b),
+        a: a.machine(),
+        b: b.machine(),
     };
     let mut names: Vec<&String> = base_a.iter().map(|(n, _)| n).collect();
     names.extend(

@@ -6,7 +6,7 @@
 //! in each of several runs, never crosses that noise: a tenfold fall can pass unsaid that way.
 //! Against the best run on the machine the whole slide shows. Only the medians are judged: a
 //! median below half of the best is no spread's doing. A run of another machine (CPU model and
-//! core count, [`super::compare::machine`]) is never the best: another machine moves every rate.
+//! core count, [`RunReport::machine`]) is never the best: another machine moves every rate.
 //!
 //! The committed runs are judged by their [`Medians`] as the history index
 //! (`results/history.json`, [`crate::report::run_history`]) keeps them, so that a run whose
@@ -17,7 +17,6 @@ use std::borrow::Borrow;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use super::compare::machine;
 use crate::schema::comparison::Machines;
 use crate::schema::history::{self as run_history, Medians};
 use crate::schema::json;
@@ -102,7 +101,7 @@ pub fn medians(run: &RunReport) -> Medians {
     }
     Medians {
         started_at: run.started_at.clone(),
-        machine: Some(machine(run)),
+        machine: Some(run.machine()),
         world: run.world.and_then(World::unless_local),
         strategies,
         baselines,
@@ -131,7 +130,7 @@ pub fn against<M: Borrow<Medians>>(
         };
         let machines = Machines {
             a: theirs.clone(),
-            b: machine(run),
+            b: run.machine(),
         };
         if !machines.same() || !World::same_servers(other.world, run.world) {
             continue;

@@ -98,6 +98,14 @@ pub struct RunReport {
 }
 
 impl RunReport {
+    /// The machine the run was measured on.
+    pub fn machine(&self) -> comparison::Machine {
+        comparison::Machine {
+            cpu_model: self.environment.cpu_model.clone(),
+            cpus: self.environment.cpus,
+        }
+    }
+
     /// The baseline named `name`, if it was measured.
     pub fn baseline(&self, name: BaselineName) -> Option<&Baseline> {
         self.baselines.iter().find(|b| b.name == name)
