@@ -12,7 +12,7 @@ use testkit::{Api, Crowd};
 
 use crate::analyse::flood::{self as analyse, ms_from};
 use crate::drive::flood::Plan;
-use crate::measure::flood::{FloodPlan, LEAD, beyond_limit, latencies};
+use crate::measure::crowd::{FloodPlan, LEAD, beyond_limit, latencies};
 use crate::measure::sale::read_ledger;
 use crate::schema::FirstComeFlood;
 

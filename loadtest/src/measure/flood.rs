@@ -11,44 +11,22 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use app::accounting::Accounting;
-use app::api::{ResetProduct, StrategyInfo};
+use app::api::ResetProduct;
 use sqlx::MySqlPool;
 use testkit::{Answer, Api, Apps, Crowd, Retry};
 
 use crate::analyse::flood::{self as analyse, ms_from};
 use crate::drive::flood as drive;
-use crate::drive::latency::Latencies;
-use crate::drive::load::Window;
-use crate::live::{Feed, Update};
+use crate::live::Update;
 use crate::measure::cashier::Cashier;
 use crate::measure::cpu::Sampler;
+use crate::measure::crowd::{FloodPlan, LEAD, beyond_limit, latencies};
 use crate::measure::first_come;
 use crate::measure::refusals;
 use crate::measure::resale;
 use crate::measure::sale::read_ledger;
 use crate::schema::Kind;
-use crate::schema::{FloodResult, FloodShape, LatencySummary, NoopFlood};
-
-/// How long the sale's opening is set ahead of the moment the product is written: time to
-/// spawn the crowd's tasks before the early bots fire.
-pub const LEAD: Duration = Duration::from_millis(500);
-
-/// One strategy's flood of `product`.
-pub struct FloodPlan<'a> {
-    pub product: u64,
-    pub strategy: &'a StrategyInfo,
-    pub shape: &'a FloodShape,
-    pub seed: u64,
-    pub id_prefix: String,
-    /// The closed loops that time refusals once sold out; `None`: not timed.
-    pub refusal_window: Option<Window>,
-    pub refusal_connections: usize,
-    /// The live page: the flood is a sale on it, every click an answer.
-    pub feed: Feed,
-    /// Where the crowd is sent again, the product sold first come, first served (`None`: not
-    /// sent again).
-    pub first_come_product: Option<u64>,
-}
+use crate::schema::{FloodResult, NoopFlood};
 
 /// Runs one flood and reads what it did.
 pub async fn run_flood(
@@ -194,20 +172,6 @@ pub async fn run_flood(
     })
 }
 
-/// The latency of the clicks that bought, and of those refused, from the send.
-pub fn latencies(clicks: &[testkit::Click]) -> (LatencySummary, LatencySummary) {
-    let (mut winners, mut refused) = (Latencies::default(), Latencies::default());
-    for click in clicks {
-        let latency = click.answered - click.sent;
-        if click.answer.created() {
-            winners.record(latency);
-        } else if matches!(click.answer, Answer::Refused { .. }) {
-            refused.record(latency);
-        }
-    }
-    (winners.summary(), refused.summary())
-}
-
 /// The flood's crowd, arriving as it did, asking `GET /api/noop` through the same instances
 /// and client.
 async fn noop_flood(
@@ -233,27 +197,3 @@ async fn noop_flood(
 /// Reads of the books, at most, while units are on their way back (a return takes
 /// milliseconds; one a crash left half-way stays, and is counted as stranded).
 const RETURNING_READS: u32 = 100;
-
-/// Units buyers of `product` held beyond `limit` at once, summed over orders, from the
-/// orders: each order counts the units its buyer already held when it was placed — every
-/// earlier order not voided and not yet back home (an expired or cancelled order stops holding
-/// when its units returned, and its buyer's quota with them: buying again after that is
-/// within the limit).
-pub async fn beyond_limit(db: &MySqlPool, product: u64, limit: i64) -> Result<i64> {
-    let beyond: Option<i64> = sqlx::query_scalar(
-        "SELECT CAST(SUM(LEAST(quantity, GREATEST(0, quantity + held - ?))) AS SIGNED) FROM ( \
-           SELECT o.quantity, (SELECT COALESCE(SUM(a.quantity), 0) FROM orders a \
-             WHERE a.product_id = o.product_id AND a.user_id = o.user_id \
-               AND a.state <> 'voided' \
-               AND (a.created_at < o.created_at OR (a.created_at = o.created_at AND a.id < o.id)) \
-               AND NOT (a.state IN ('expired', 'cancelled') \
-                        AND COALESCE(a.returned_at, a.ended_at) <= o.created_at)) AS held \
-           FROM orders o WHERE o.product_id = ? AND o.state <> 'voided') AS placed",
-    )
-    .bind(limit)
-    .bind(product)
-    .fetch_one(db)
-    .await
-    .context("counting units beyond the per-user limit")?;
-    Ok(beyond.unwrap_or(0))
-}

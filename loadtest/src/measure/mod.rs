@@ -6,6 +6,7 @@
 pub mod baselines;
 pub mod cashier;
 pub mod cpu;
+pub mod crowd;
 pub mod first_come;
 pub mod flood;
 pub mod memory;

@@ -20,7 +20,7 @@ use crate::analyse::spread::{combine, paired_percent};
 use crate::drive::load::{Window, closed_loop, closed_loop_feeding};
 use crate::live::Feed;
 use crate::measure::cashier::Cashier;
-use crate::measure::flood::FloodPlan;
+use crate::measure::crowd::FloodPlan;
 use crate::schema::{LoadResult, RefusalRate};
 
 /// How long the buyers of what a flood left keep trying before the product counts as never

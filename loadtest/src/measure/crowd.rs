@@ -1,0 +1,74 @@
+//! What the floods of a crowd share — the random door's flood (`flood.rs`), its first-come
+//! sending (`first_come.rs`) and the refusals timed once sold out (`refusals.rs`): the plan, the
+//! lead before the opening, the answers' latencies, and the units beyond the per-user limit.
+
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use app::api::StrategyInfo;
+use sqlx::MySqlPool;
+use testkit::Answer;
+
+use crate::drive::latency::Latencies;
+use crate::drive::load::Window;
+use crate::live::Feed;
+use crate::schema::{FloodShape, LatencySummary};
+
+/// How long the sale's opening is set ahead of the moment the product is written: time to
+/// spawn the crowd's tasks before the early bots fire.
+pub const LEAD: Duration = Duration::from_millis(500);
+
+/// One strategy's flood of `product`.
+pub struct FloodPlan<'a> {
+    pub product: u64,
+    pub strategy: &'a StrategyInfo,
+    pub shape: &'a FloodShape,
+    pub seed: u64,
+    pub id_prefix: String,
+    /// The closed loops that time refusals once sold out; `None`: not timed.
+    pub refusal_window: Option<Window>,
+    pub refusal_connections: usize,
+    /// The live page: the flood is a sale on it, every click an answer.
+    pub feed: Feed,
+    /// Where the crowd is sent again, the product sold first come, first served (`None`: not
+    /// sent again).
+    pub first_come_product: Option<u64>,
+}
+
+/// The latency of the clicks that bought, and of those refused, from the send.
+pub fn latencies(clicks: &[testkit::Click]) -> (LatencySummary, LatencySummary) {
+    let (mut winners, mut refused) = (Latencies::default(), Latencies::default());
+    for click in clicks {
+        let latency = click.answered - click.sent;
+        if click.answer.created() {
+            winners.record(latency);
+        } else if matches!(click.answer, Answer::Refused { .. }) {
+            refused.record(latency);
+        }
+    }
+    (winners.summary(), refused.summary())
+}
+
+/// Units buyers of `product` held beyond `limit` at once, summed over orders, from the
+/// orders: each order counts the units its buyer already held when it was placed — every
+/// earlier order not voided and not yet back home (an expired or cancelled order stops holding
+/// when its units returned, and its buyer's quota with them: buying again after that is
+/// within the limit).
+pub async fn beyond_limit(db: &MySqlPool, product: u64, limit: i64) -> Result<i64> {
+    let beyond: Option<i64> = sqlx::query_scalar(
+        "SELECT CAST(SUM(LEAST(quantity, GREATEST(0, quantity + held - ?))) AS SIGNED) FROM ( \
+           SELECT o.quantity, (SELECT COALESCE(SUM(a.quantity), 0) FROM orders a \
+             WHERE a.product_id = o.product_id AND a.user_id = o.user_id \
+               AND a.state <> 'voided' \
+               AND (a.created_at < o.created_at OR (a.created_at = o.created_at AND a.id < o.id)) \
+               AND NOT (a.state IN ('expired', 'cancelled') \
+                        AND COALESCE(a.returned_at, a.ended_at) <= o.created_at)) AS held \
+           FROM orders o WHERE o.product_id = ? AND o.state <> 'voided') AS placed",
+    )
+    .bind(limit)
+    .bind(product)
+    .fetch_one(db)
+    .await
+    .context("counting units beyond the per-user limit")?;
+    Ok(beyond.unwrap_or(0))
+}
