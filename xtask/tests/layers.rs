@@ -1,37 +1,52 @@
-//! The workspace's folders use one another one way only. Within a crate, a folder (a top-level
-//! module: `src/x.rs` or `src/x/`) that uses another, directly or through others, is never used
-//! back by it: each crate's folders stand in layers a reader can learn from the bottom up. A
-//! test reads every crate's sources and names any circle it finds, with the files that close
-//! it.
+//! The workspace's modules use one another one way only. Within a folder of a crate — the
+//! crate's root, or any folder below it — a module (a file `x.rs` or a folder `x/`) that uses
+//! another of the same folder, directly or through others, is never used back by it: the files
+//! and folders of every folder stand in layers a reader can learn from the bottom up. (A module
+//! and the modules inside it may use each other: a folder's `mod.rs` declares what its files
+//! share.) A test reads every crate's sources and names any circle it finds, with the files
+//! that close it.
 //!
-//! A use is a path through `crate::x` or through enough `super::` to reach the crate's root,
-//! outside comments and test modules (from the first `#[cfg(test)]` of a file on).
+//! A use is a path through `crate::` or `super::`, outside comments and test modules (from the
+//! first `#[cfg(test)]` of a file on), resolved to the deepest module it names.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-/// Each folder of the crate whose sources are in `src`, with the folders it uses and, for each,
-/// the files that use it.
+/// The uses between the modules of each folder of the crate whose sources are in `src`: for
+/// each module (`a/b` for `src/a/b.rs` or `src/a/b/`), the modules of the same folder it uses,
+/// directly or from inside it, and for each the files that do.
 fn uses(src: &Path) -> BTreeMap<String, BTreeMap<String, BTreeSet<PathBuf>>> {
-    let folders = folders(src);
+    let all = files(src);
+    let modules: BTreeSet<Vec<String>> = all
+        .iter()
+        .flat_map(|f| {
+            let path = module_path(src, f);
+            (1..=path.len()).map(move |n| path[..n].to_vec())
+        })
+        .filter(|m| !matches!(m.as_slice(), [only] if only == "lib" || only == "main"))
+        .collect();
     let mut graph: BTreeMap<String, BTreeMap<String, BTreeSet<PathBuf>>> = BTreeMap::new();
-    for file in files(src) {
-        let module = module_path(src, &file);
-        let Some(from) = module.first().filter(|m| folders.contains(*m)) else {
-            continue;
+    for file in all {
+        let from = module_path(src, &file);
+        let from = match from.as_slice() {
+            [only] if only == "lib" || only == "main" => Vec::new(),
+            _ => from,
         };
         let text = std::fs::read_to_string(&file).unwrap_or_default();
-        for to in referenced(&text, module.len()) {
-            if folders.contains(&to) && &to != from {
-                let files = graph.entry(from.clone()).or_default().entry(to);
-                files.or_default().insert(file.clone());
+        for to in referenced(&text, &from, &modules) {
+            let common = from.iter().zip(&to).take_while(|(a, b)| a == b).count();
+            if common == from.len() || common == to.len() {
+                continue;
             }
+            let (a, b) = (from[..=common].join("/"), to[..=common].join("/"));
+            let files = graph.entry(a).or_default().entry(b);
+            files.or_default().insert(file.clone());
         }
     }
     graph
 }
 
-/// A circle of folders, the first one found (its first folder repeated at its end).
+/// A circle of modules, the first one found (its first folder repeated at its end).
 fn circle(graph: &BTreeMap<String, BTreeMap<String, BTreeSet<PathBuf>>>) -> Option<Vec<String>> {
     fn visit(
         at: &str,
@@ -63,21 +78,6 @@ fn circle(graph: &BTreeMap<String, BTreeMap<String, BTreeSet<PathBuf>>>) -> Opti
         .find_map(|start| visit(start, graph, &mut done, &mut Vec::new()))
 }
 
-/// The crate's folders: `src/x.rs` and `src/x/` (not `lib.rs` nor `main.rs`).
-fn folders(src: &Path) -> BTreeSet<String> {
-    let entries = std::fs::read_dir(src).into_iter().flatten().flatten();
-    entries
-        .filter_map(|e| {
-            let name = e.file_name().into_string().ok()?;
-            match e.path().is_dir() {
-                true => Some(name),
-                false => name.strip_suffix(".rs").map(str::to_owned),
-            }
-        })
-        .filter(|n| n != "lib" && n != "main")
-        .collect()
-}
-
 fn files(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
@@ -104,49 +104,83 @@ fn module_path(src: &Path, file: &Path) -> Vec<String> {
     names
 }
 
-/// The top-level names a file of a module `depth` deep reaches through `crate::` or `super::`.
-fn referenced(text: &str, depth: usize) -> BTreeSet<String> {
+/// The modules a file of module `at` reaches through `crate::` or `super::` paths, each the
+/// deepest of `modules` the path names.
+fn referenced(text: &str, at: &[String], modules: &BTreeSet<Vec<String>>) -> BTreeSet<Vec<String>> {
     let code: String = (text.lines())
         .take_while(|l| !l.trim_start().starts_with("#[cfg(test)]"))
         .filter(|l| !l.trim_start().starts_with("//"))
         .collect::<Vec<_>>()
         .join("\n");
-    let mut names = BTreeSet::new();
-    let supers = "super::".repeat(depth);
-    for root in ["crate::", supers.as_str()] {
-        for (at, _) in code.match_indices(root) {
-            let before = code[..at].chars().next_back();
+    let mut found = BTreeSet::new();
+    for root in ["crate::", "super::"] {
+        for (i, _) in code.match_indices(root) {
+            let before = code[..i].chars().next_back();
             if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':') {
                 continue;
             }
-            names.extend(names_after(&code[at + root.len()..]));
+            let mut rest = &code[i + root.len()..];
+            let mut base: Vec<String> = match root {
+                "crate::" => Vec::new(),
+                _ => at[..at.len().saturating_sub(1)].to_vec(),
+            };
+            while let Some(more) = rest.strip_prefix("super::") {
+                base.pop();
+                rest = more;
+            }
+            for names in paths_after(rest) {
+                let mut module = base.clone();
+                for name in names {
+                    module.push(name);
+                    if !modules.contains(&module) {
+                        module.pop();
+                        break;
+                    }
+                }
+                found.insert(module);
+            }
         }
     }
-    names
+    found
 }
 
-/// `x` of `x::…`, or each name of `{x, y::…}`.
-fn names_after(rest: &str) -> Vec<String> {
+/// The names of the path that `rest` begins (`x::y::…`), or of each path of a `{x::y, z}`
+/// group where one comes.
+fn paths_after(rest: &str) -> Vec<Vec<String>> {
     let ident = |s: &str| -> String {
         s.trim_start()
             .chars()
             .take_while(|c| c.is_alphanumeric() || *c == '_')
             .collect()
     };
-    match rest.strip_prefix('{') {
-        Some(list) => {
+    let mut names = Vec::new();
+    let mut rest = rest;
+    loop {
+        if let Some(list) = rest.strip_prefix('{') {
             let list = &list[..list.find('}').unwrap_or(list.len())];
-            list.split(',')
-                .map(ident)
-                .filter(|n| !n.is_empty())
-                .collect()
+            return (list.split(','))
+                .map(|item| {
+                    let mut path = names.clone();
+                    path.extend(item.split("::").map(ident).filter(|n| !n.is_empty()));
+                    path
+                })
+                .collect();
         }
-        None => vec![ident(rest)],
+        let name = ident(rest);
+        if name.is_empty() {
+            return vec![names];
+        }
+        rest = &rest.trim_start()[name.len()..];
+        names.push(name);
+        match rest.strip_prefix("::") {
+            Some(more) => rest = more,
+            None => return vec![names],
+        }
     }
 }
 
 #[test]
-fn no_folder_of_any_crate_uses_one_that_uses_it_back() {
+fn no_module_of_any_folder_uses_one_that_uses_it_back() {
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
     let mut circles = Vec::new();
     for krate in [
@@ -179,6 +213,23 @@ fn a_circle_through_crate_and_super_paths_is_found_and_a_test_module_is_not_read
         Some(vec!["a".to_owned(), "b".to_owned(), "a".to_owned()])
     );
     std::fs::remove_dir_all(&src).unwrap();
+}
+
+#[test]
+fn a_circle_between_two_files_of_one_folder_is_found_and_a_folder_may_use_its_own_files() {
+    let src = tempfile_dir().join("nested");
+    std::fs::create_dir_all(src.join("a")).unwrap();
+    std::fs::write(src.join("lib.rs"), "mod a;\n").unwrap();
+    std::fs::write(src.join("a/mod.rs"), "mod x;\nmod y;\npub struct Shared;\n").unwrap();
+    std::fs::write(src.join("a/x.rs"), "use super::Shared;\npub struct X;\n").unwrap();
+    std::fs::write(src.join("a/y.rs"), "use crate::a::{x::X, Shared};\n").unwrap();
+    assert_eq!(circle(&uses(&src)), None);
+    std::fs::write(src.join("a/x.rs"), "use super::y::Y;\npub struct X;\n").unwrap();
+    assert_eq!(
+        circle(&uses(&src)),
+        Some(vec!["a/x".to_owned(), "a/y".to_owned(), "a/x".to_owned()])
+    );
+    std::fs::remove_dir_all(src.parent().unwrap()).unwrap();
 }
 
 fn tempfile_dir() -> PathBuf {
