@@ -8,12 +8,20 @@ use locks::{AcquireOptions, DistributedLock, LockError, conformance};
 
 const LEASE: Duration = Duration::from_secs(10);
 
-fn replicated(pair: &sandbox::RedisPair) -> RedisWatchdogLock {
-    // The longest wait the option allows: on a loaded machine a live replica's answer to the
-    // primary's GETACK can take a few hundred milliseconds.
-    let one = Replication::new(1, Duration::from_millis(400));
+/// A client whose grants one replica must confirm within `wait`.
+fn replicated(pair: &sandbox::RedisPair, wait: Duration) -> RedisWatchdogLock {
+    let one = Replication::new(1, wait);
     RedisWatchdogLock::connect_replicated(&pair.primary.url(), one).expect("client")
 }
+
+/// The longest wait the option allows: on a loaded machine a live replica's answer to the
+/// primary's GETACK can take a few hundred milliseconds.
+const LIVE_WAIT: Duration = Replication::MAX_TIMEOUT;
+
+/// The wait for a replica that cannot answer (frozen): short, so that `WAIT`'s answer (none
+/// confirmed) comes back well within the connection's 500 ms reply timeout however loaded the
+/// machine; with the longest wait it once came back after it, as `Unavailable`.
+const FROZEN_WAIT: Duration = Duration::from_millis(100);
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_grant_the_replica_confirms_is_returned_and_one_it_cannot_confirm_is_refused_and_given_back()
@@ -23,7 +31,7 @@ async fn a_grant_the_replica_confirms_is_returned_and_one_it_cannot_confirm_is_r
         .await
         .expect("start")
         .expect("primary + replica");
-    let lock = replicated(&pair);
+    let lock = replicated(&pair, LIVE_WAIT);
 
     // A live replica confirms a grant; under load maybe not within one wait (or not before
     // the connection's reply timeout), never not at all. Each try takes a lock of its own, so
@@ -39,6 +47,7 @@ async fn a_grant_the_replica_confirms_is_returned_and_one_it_cannot_confirm_is_r
     let confirmed = confirmed.expect("a grant the live replica confirms");
     assert!(confirmed.release().await.expect("release"));
 
+    let lock = replicated(&pair, FROZEN_WAIT);
     pair.replica.server().pause().expect("SIGSTOP the replica");
     let refused = lock.acquire(&key, AcquireOptions::new(LEASE)).await;
     pair.replica.server().resume().expect("SIGCONT the replica");
