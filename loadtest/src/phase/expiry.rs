@@ -24,10 +24,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
-use futures::future::LocalBoxFuture;
 use sqlx::MySqlPool;
 
-use super::{Allotment, Measuring, Needs, Phase, Recorded, Run};
+use super::{About, Allotment, Measured, Measuring, Needs, Phase, Recorded, Run, Turn};
 use crate::analyse::spread;
 use crate::drive::load::{Window, closed_loop_feeding};
 use crate::measure::cashier::{Cashier, Till};
@@ -256,18 +255,14 @@ impl ReturnLockCounters {
 pub struct Expiry;
 
 impl Phase for Expiry {
-    fn name(&self) -> &'static str {
-        "expiry"
-    }
-
-    fn label(&self) -> &'static str {
-        "expiry sweep"
-    }
-
-    fn needs(&self) -> Needs {
-        Needs {
-            deployable: true,
-            products: 1,
+    fn about(&self) -> About {
+        About {
+            name: "expiry",
+            label: "expiry sweep",
+            needs: Needs {
+                deployable: true,
+                products: 1,
+            },
         }
     }
 
@@ -279,13 +274,8 @@ impl Phase for Expiry {
         "expiry sweep, with and without".to_string()
     }
 
-    fn measure<'a>(
-        &'a self,
-        run: &'a Run<'a>,
-        strategy: &'a Measuring<'a>,
-        allotment: &'a Allotment,
-    ) -> LocalBoxFuture<'a, Result<Recorded>> {
-        Box::pin(measure_one(run, strategy, allotment))
+    fn measure<'a>(&'a self, run: &'a Run<'a>, turn: Turn<'a>) -> Measured<'a> {
+        Box::pin(measure_one(run, turn.strategy, turn.allotment))
     }
 
     fn judge(&self, report: &RunReport, findings: &mut Findings) {

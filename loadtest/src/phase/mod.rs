@@ -4,9 +4,9 @@
 //! purchases beside it ([`expiry`]).
 //!
 //! A phase has the shape of a fault scenario (see [`crate::scenario`]): one file of this
-//! folder holding only what differs from the others behind the [`Phase`] trait — what it
-//! needs from the run, how it measures one strategy, how it is judged and its section of the
-//! report. One driver ([`measure`]) takes each strategy through the phases the run asks for,
+//! folder holding only what differs from the others behind the [`Phase`] trait — what it is
+//! and needs from the run ([`About`]), how it measures one strategy's [`Turn`], how it is
+//! judged and its section of the report. One driver ([`measure`]) takes each strategy through the phases the run asks for,
 //! in the order of the registry ([`REGISTRY`]), and hands each the run's [`World`], products
 //! of its own and a request-id prefix of its own ([`allocate`]): no phase picks a product or
 //! an id by hand, and no phase meets another's orders. The findings and the renderers reach a
@@ -57,14 +57,23 @@ pub static REGISTRY: &[&(dyn Phase + Sync)] = &[
 
 /// What one phase of a run is made of; the driver does the rest.
 pub trait Phase {
+    /// What it is: its name, its label, what it needs.
+    fn about(&self) -> About;
+
     /// Its name: in the errors, and the anchor of its section on the page (`#overload`).
-    fn name(&self) -> &'static str;
+    fn name(&self) -> &'static str {
+        self.about().name
+    }
 
     /// Its entry in the page's list of sections.
-    fn label(&self) -> &'static str;
+    fn label(&self) -> &'static str {
+        self.about().label
+    }
 
     /// What it needs from the run.
-    fn needs(&self) -> Needs;
+    fn needs(&self) -> Needs {
+        self.about().needs
+    }
 
     /// Whether the run's settings ask for it.
     fn asked(&self, settings: &Settings) -> bool;
@@ -72,14 +81,9 @@ pub trait Phase {
     /// What the progress line and the live page say while it measures `strategy`.
     fn doing(&self, settings: &Settings, strategy: &Measuring<'_>) -> String;
 
-    /// Measures `strategy` on `allotment`'s products, with request ids beginning with its
-    /// prefix; what it measured, to be put in the report.
-    fn measure<'a>(
-        &'a self,
-        run: &'a Run<'a>,
-        strategy: &'a Measuring<'a>,
-        allotment: &'a Allotment,
-    ) -> LocalBoxFuture<'a, Result<Recorded>>;
+    /// Measures the turn's strategy on its allotment's products, with request ids beginning with
+    /// its prefix; what it measured, to be put in the report.
+    fn measure<'a>(&'a self, run: &'a Run<'a>, turn: Turn<'a>) -> Measured<'a>;
 
     /// Its findings, from `report`'s figures, into `findings`.
     fn judge(&self, report: &RunReport, findings: &mut Findings);
@@ -93,6 +97,27 @@ pub trait Phase {
     /// What went wrong in it, in words, from `report`'s findings; `None` when nothing did.
     fn went_wrong(&self, report: &RunReport) -> Option<String>;
 }
+
+/// What a phase is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct About {
+    /// In the errors, and the anchor of its section on the page.
+    pub name: &'static str,
+    /// Its entry in the page's list of sections.
+    pub label: &'static str,
+    pub needs: Needs,
+}
+
+/// One strategy's turn at a phase: the strategy and what its loops found, and the products and
+/// request ids the phase was handed for it.
+#[derive(Clone, Copy)]
+pub struct Turn<'a> {
+    pub strategy: &'a Measuring<'a>,
+    pub allotment: &'a Allotment,
+}
+
+/// What [`Phase::measure`] returns.
+pub type Measured<'a> = LocalBoxFuture<'a, Result<Recorded>>;
 
 /// What a phase needs from the run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -202,8 +227,12 @@ pub async fn measure(
         }
         let allotment = ids.allot(phase.name(), name, phase.needs().products)?;
         announce(name.name(), &phase.doing(run.settings, strategy));
+        let turn = Turn {
+            strategy,
+            allotment: &allotment,
+        };
         let measured = phase
-            .measure(run, strategy, &allotment)
+            .measure(run, turn)
             .await
             .with_context(|| format!("the {} phase of `{name}`", phase.name()))?;
         recorded.push(measured);

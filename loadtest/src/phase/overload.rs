@@ -14,13 +14,12 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use app::api::{ErrorCode, Strategy, StrategyInfo};
-use futures::future::LocalBoxFuture;
 use testkit::metrics::series_values;
 use testkit::{Answer, Api};
 use tokio::sync::broadcast::{Receiver, error::RecvError};
 use tokio::time::Instant;
 
-use super::{Allotment, Measuring, Needs, Phase, Recorded, Run};
+use super::{About, Allotment, Measured, Measuring, Needs, Phase, Recorded, Run, Turn};
 use crate::analyse::overload::EXCESS_SHARE_OF_CEILING;
 use crate::drive::latency::Latencies;
 use crate::drive::load::{Window, open_loop_feeding};
@@ -217,18 +216,14 @@ async fn split(mut updates: Receiver<Update>, forward: Feed) -> ByClass {
 pub struct Overload;
 
 impl Phase for Overload {
-    fn name(&self) -> &'static str {
-        "overload"
-    }
-
-    fn label(&self) -> &'static str {
-        "overload"
-    }
-
-    fn needs(&self) -> Needs {
-        Needs {
-            deployable: true,
-            products: 1,
+    fn about(&self) -> About {
+        About {
+            name: "overload",
+            label: "overload",
+            needs: Needs {
+                deployable: true,
+                products: 1,
+            },
         }
     }
 
@@ -242,13 +237,8 @@ impl Phase for Overload {
         format!("overload {:.0}/s", offered(factor, capacity, None))
     }
 
-    fn measure<'a>(
-        &'a self,
-        run: &'a Run<'a>,
-        strategy: &'a Measuring<'a>,
-        allotment: &'a Allotment,
-    ) -> LocalBoxFuture<'a, Result<Recorded>> {
-        Box::pin(measure_one(run, strategy, allotment))
+    fn measure<'a>(&'a self, run: &'a Run<'a>, turn: Turn<'a>) -> Measured<'a> {
+        Box::pin(measure_one(run, turn.strategy, turn.allotment))
     }
 
     fn judge(&self, report: &RunReport, findings: &mut Findings) {

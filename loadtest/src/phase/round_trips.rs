@@ -23,10 +23,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use app::api::StrategyInfo;
-use futures::future::LocalBoxFuture;
 use testkit::{Api, order_request};
 
-use super::{Allotment, Measuring, Needs, Phase, Recorded, Run};
+use super::{About, Allotment, Measured, Measuring, Needs, Phase, Recorded, Run, Turn};
 use crate::report::section::Section;
 use crate::report::table::Table;
 use crate::rig::distance::{self, Relays};
@@ -44,18 +43,14 @@ const NOISE: f64 = 0.05;
 pub struct RoundTripCount;
 
 impl Phase for RoundTripCount {
-    fn name(&self) -> &'static str {
-        "round-trips"
-    }
-
-    fn label(&self) -> &'static str {
-        "round trips"
-    }
-
-    fn needs(&self) -> Needs {
-        Needs {
-            deployable: false,
-            products: 1,
+    fn about(&self) -> About {
+        About {
+            name: "round-trips",
+            label: "round trips",
+            needs: Needs {
+                deployable: false,
+                products: 1,
+            },
         }
     }
 
@@ -68,13 +63,8 @@ impl Phase for RoundTripCount {
         format!("round trips of {purchases} purchases, one at a time")
     }
 
-    fn measure<'a>(
-        &'a self,
-        run: &'a Run<'a>,
-        strategy: &'a Measuring<'a>,
-        allotment: &'a Allotment,
-    ) -> LocalBoxFuture<'a, Result<Recorded>> {
-        Box::pin(measure_one(run, strategy, allotment))
+    fn measure<'a>(&'a self, run: &'a Run<'a>, turn: Turn<'a>) -> Measured<'a> {
+        Box::pin(measure_one(run, turn.strategy, turn.allotment))
     }
 
     fn judge(&self, _: &RunReport, _: &mut Findings) {}
