@@ -168,10 +168,7 @@ impl Scenario for LuaCrashBeforeOrder {
             oversell: accounted.oversell,
             undersell_at_end: accounted.undersell,
         };
-        Ok(vec![
-            (Moment::AfterTheCrash, figures),
-            (Moment::AfterReconcile, figures),
-        ])
+        Ok(Moment::both(figures))
     }
 
     fn judge(_: &i64, moment: &Moment, f: &Figures) -> Judgement {

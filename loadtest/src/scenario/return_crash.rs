@@ -153,10 +153,7 @@ impl Scenario for ReturnCrash {
             units_sold_at_end: end.sold,
             oversell: judged.oversell,
         };
-        Ok(vec![
-            (Moment::AfterTheCrash, figures),
-            (Moment::AfterReconcile, figures),
-        ])
+        Ok(Moment::both(figures))
     }
 
     fn judge(_: &i64, moment: &Moment, f: &Figures) -> Judgement {

@@ -29,6 +29,16 @@ pub enum Moment {
     AfterReconcile,
 }
 
+impl Moment {
+    /// The figures of one crash and its repair, under both rows (each row judges its part).
+    pub fn both<F: Copy>(figures: F) -> Vec<(Moment, F)> {
+        vec![
+            (Moment::AfterTheCrash, figures),
+            (Moment::AfterReconcile, figures),
+        ]
+    }
+}
+
 impl std::fmt::Display for Moment {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
