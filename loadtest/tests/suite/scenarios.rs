@@ -629,9 +629,13 @@ async fn a_galera_node_cut_off_or_killed_mid_sale_answers_503_and_the_majority_k
         assert!(lost.unavailable > 0, "{lost:?}");
         assert_eq!(lost.broken, 0, "{lost:?}");
         assert_eq!(lost.health_while_cut, "503 backend_unavailable", "{lost:?}");
-        assert_eq!(
-            (lost.oversell, lost.acknowledged_minus_orders),
-            (0, 0),
+        assert_eq!(lost.oversell, 0, "{lost:?}");
+        // Every answered order is kept; an order beyond the answers only where a buyer was
+        // told `503`: a commit that reached the majority while its answer was lost with the
+        // node (seen once in a full run: 60 orders for 59 answered).
+        let unanswered = -lost.acknowledged_minus_orders;
+        assert!(
+            (0..=lost.unavailable as i64).contains(&unanswered),
             "{lost:?}"
         );
         assert_eq!(lost.orders_on_node_2_after, lost.orders, "{lost:?}");
