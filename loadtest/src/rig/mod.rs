@@ -274,21 +274,22 @@ pub fn servers(rtt: Option<Duration>) -> Result<Stand> {
     stand(rtt, false)
 }
 
-/// [`servers`] and a PostgreSQL (throwaway, or `POSTGRES_URL`'s when external), for the locks
-/// that keep their lock there.
+/// [`servers`] and a PostgreSQL, for the locks that keep their lock there: the one
+/// `POSTGRES_URL` names with `SECKILL_EXTERNAL=1`, else a throwaway one.
 pub fn servers_with_postgres(rtt: Option<Duration>) -> Result<Stand> {
     stand(rtt, true)
 }
 
 fn stand(rtt: Option<Duration>, with_postgres: bool) -> Result<Stand> {
-    let (servers, mut direct, mut postgres) = if sandbox::mode() == Mode::External {
-        (None, Endpoints::from_env()?, None)
+    let (servers, mut direct) = if sandbox::mode() == Mode::External {
+        (None, Endpoints::from_env()?)
     } else {
         eprintln!("starting throwaway servers (MariaDB, Redis ×6, ZooKeeper, etcd, memcached)…");
         let servers = Servers::start().context("starting the servers (try `cargo xtask setup`)")?;
         let endpoints = servers.endpoints();
-        (Some(servers), endpoints, None)
+        (Some(servers), endpoints)
     };
+    let mut postgres = None;
     if with_postgres && direct.postgres_url.is_none() {
         eprintln!("starting a throwaway PostgreSQL…");
         let started = sandbox::Postgres::start().context("starting PostgreSQL")?;

@@ -147,8 +147,11 @@ impl<S: LockStatement> TransactionLock<S> {
 
     fn acquire_within_budget<'a>(&'a self, key: &'a str, options: AcquireOptions) -> Acquiring<'a> {
         budgeted(key, options, async move {
-            let begun = Acquisition::begin(&self.pool, key, options).await?;
-            let (started, deadline, conn) = (begun.started, begun.deadline, begun.conn);
+            let Acquisition {
+                started,
+                deadline,
+                conn,
+            } = Acquisition::begin(&self.pool, key, options).await?;
             let timeout = || LockError::waited_since(key, started);
             let mut session = Session::new(conn, Arc::clone(&self.requests));
             loop {

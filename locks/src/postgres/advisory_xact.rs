@@ -59,8 +59,11 @@ impl PgAdvisoryXactLock {
     }
 
     async fn attempt(&self, key: &str, options: AcquireOptions) -> Result<Guard, LockError> {
-        let begun = Acquisition::begin(&self.pool, key, options).await?;
-        let (started, deadline, conn) = (begun.started, begun.deadline, begun.conn);
+        let Acquisition {
+            started,
+            deadline,
+            conn,
+        } = Acquisition::begin(&self.pool, key, options).await?;
         let timeout = || LockError::waited_since(key, started);
         let mut session = Session::new(conn, Arc::clone(&self.requests));
         session.taint();
