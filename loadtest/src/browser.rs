@@ -302,7 +302,13 @@ mod tests {
             return;
         }
         let mut r = crate::sample::report();
-        r.strategies[0].throughput.closed.successes_per_sec = 900.0;
+        r.strategies[0]
+            .loops
+            .as_mut()
+            .unwrap()
+            .throughput
+            .closed
+            .successes_per_sec = 900.0;
         let dir = tempfile::tempdir().unwrap();
         let page = crate::document::html(&r, &charts::all(&r).unwrap(), None);
         std::fs::write(dir.path().join("report.html"), page).unwrap();

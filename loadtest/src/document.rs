@@ -30,7 +30,7 @@ pub fn write_renderings(
     compared: Option<&Comparison>,
 ) -> Result<()> {
     let mut charts = charts::all(report)?;
-    charts.extend(flood_chart::all(&report.floods)?);
+    charts.extend(flood_chart::all(&report.each(|p| p.flood.as_ref()))?);
     for chart in &charts {
         let path = dir.join(&chart.file);
         std::fs::write(&path, &chart.svg).with_context(|| format!("writing {}", path.display()))?;
@@ -71,7 +71,8 @@ pub fn title(r: &RunReport) -> String {
 pub fn parts(r: &RunReport) -> Vec<Part> {
     let mut fell = Section::default();
     fell.warning(falls::markdown(falls::AGAINST_BEST, &r.falls));
-    let flood = flood::section(r.settings.flood.as_ref(), &r.floods, &r.findings.flood);
+    let floods = r.each(|p| p.flood.as_ref());
+    let flood = flood::section(r.settings.flood.as_ref(), &floods, &r.findings.flood);
     let mut parts = vec![
         Part::new("falls", "fell by half", fell),
         Part::new(SUMMARY, "summary", summary(r)),
@@ -103,7 +104,7 @@ fn summary(r: &RunReport) -> Section {
          of {} run(s) of {} s (each after {} s warm-up), interleaved across strategies and \
          across baselines, with min–max in parentheses; one open loop of {} s at {}. Total \
          run time {:.0} s.{}",
-        r.strategies.len(),
+        r.sold().count(),
         s.instances,
         s.stock,
         s.buyers,
@@ -140,7 +141,7 @@ fn went_wrong(r: &RunReport) -> Section {
     }
     for f in &r.findings.sales {
         if let Some(s) = r.strategy(f.strategy) {
-            out.prose(prose::sale(s, f, r.settings.instances));
+            out.prose(prose::sale(&s, f, r.settings.instances));
         }
     }
     for phase in REGISTRY {
@@ -181,7 +182,7 @@ fn throughput(r: &RunReport) -> Section {
         "Throughput, open loop (latency from the intended send time)",
     );
     out.table(tables::open_loops(r));
-    if r.strategies.iter().any(|x| x.cpu.is_some()) {
+    if r.sold().any(|x| x.cpu.is_some()) {
         out.heading(2, "CPU per 1,000 deductions (closed loop)");
         out.prose(
             "From `/proc/<pid>/stat` before and after each closed-loop run, all runs together: \
@@ -236,7 +237,7 @@ fn time(r: &RunReport) -> Section {
     out.heading(2, "Where the time goes");
     for f in &r.findings.time {
         if let Some(s) = r.strategy(f.strategy) {
-            out.prose(prose::time(s, f));
+            out.prose(prose::time(&s, f));
         }
     }
     out
@@ -294,10 +295,12 @@ mod tests {
         let mut not_sold_out = crate::sample::flood(Strategy::Sharded, 2_200.0, 1_000.0, 75.0);
         not_sold_out.accounting.final_stock = 3;
         not_sold_out.after_sold_out = None;
-        r.floods = vec![
+        for flood in [
             crate::sample::flood(Strategy::Batched, 2_500.0, 1_000.0, 63.0),
             not_sold_out,
-        ];
+        ] {
+            crate::sample::phases(&mut r, flood.strategy.name).flood = Some(flood.result);
+        }
         r.findings = crate::phase::findings(&r);
         assert_eq!(r.findings.flood.len(), 2, "{:?}", r.findings.flood);
         let dir = tempfile::tempdir().unwrap();
@@ -346,7 +349,8 @@ mod tests {
             load(Loop::Closed, 400),
             load(Loop::Closed, 450),
         ];
-        r.strategies[1].throughput.closed = crate::analyse::spread::combine(runs).unwrap();
+        r.strategies[1].loops.as_mut().unwrap().throughput.closed =
+            crate::analyse::spread::combine(runs).unwrap();
         let md = markdown(&r);
         let row = md
             .lines()
@@ -356,6 +360,9 @@ mod tests {
         let spread = json::parse(&json::to_string(&r).unwrap())
             .unwrap()
             .strategies[1]
+            .loops
+            .as_ref()
+            .unwrap()
             .throughput
             .closed
             .repetitions
@@ -371,7 +378,7 @@ mod tests {
     #[test]
     fn the_report_counts_lock_lost_refusals_apart_from_sold_out() {
         let mut r = report();
-        let outcomes = &mut r.strategies[1].sale.outcomes;
+        let outcomes = &mut r.strategies[1].sale.as_mut().unwrap().outcomes;
         for _ in 0..3 {
             outcomes.count(&testkit::Answer::Refused {
                 status: 409,

@@ -141,22 +141,24 @@ fn measured(r: &RunReport) -> String {
         let shape = (r.settings.flood.as_ref())
             .map(|s| format!(", {} people for {} units", s.users, s.units))
             .unwrap_or_default();
-        return format!("the flood alone: {} strategies{shape}", r.floods.len());
+        return format!("the flood alone: {} strategies{shape}", r.strategies.len());
     }
     let mut parts = Vec::new();
-    let rates =
-        (r.strategies.iter()).map(|s| (s.strategy.name, s.throughput.closed.successes_per_sec));
+    let rates = r
+        .sold()
+        .map(|s| (s.strategy.name, s.throughput.closed.successes_per_sec));
     let slowest = rates.clone().min_by(|a, b| a.1.total_cmp(&b.1));
     let fastest = rates.max_by(|a, b| a.1.total_cmp(&b.1));
     if let (Some((slow, low)), Some((fast, high))) = (slowest, fastest) {
-        let oversold: Vec<String> = (r.strategies.iter())
+        let oversold: Vec<String> = r
+            .sold()
             .filter(|s| s.sale.accounting.oversell > 0)
             .map(|s| format!("`{}`", s.strategy.name))
             .collect();
         parts.push(format!(
             "{} strategies, closed loop from `{slow}` {low:.0}/s to `{fast}` {high:.0}/s, \
              oversold: {}",
-            r.strategies.len(),
+            r.sold().count(),
             if oversold.is_empty() {
                 "none".to_owned()
             } else {
@@ -177,9 +179,9 @@ fn measured(r: &RunReport) -> String {
         ));
     }
     let phases: Vec<&str> = [
-        (!r.floods.is_empty(), "flood"),
-        (!r.overloads.is_empty(), "overload"),
-        (!r.expiry_costs.is_empty(), "expiry sweep"),
+        (r.measured(|p| p.flood.is_some()), "flood"),
+        (r.measured(|p| p.overload.is_some()), "overload"),
+        (r.measured(|p| p.expiry.is_some()), "expiry sweep"),
     ]
     .into_iter()
     .filter_map(|(had, phase)| had.then_some(phase))
@@ -399,8 +401,20 @@ mod tests {
     fn run(started_at: &str, naive: f64, conditional: f64) -> RunReport {
         let mut r = report();
         r.started_at = started_at.into();
-        r.strategies[0].throughput.closed.successes_per_sec = naive;
-        r.strategies[1].throughput.closed.successes_per_sec = conditional;
+        r.strategies[0]
+            .loops
+            .as_mut()
+            .unwrap()
+            .throughput
+            .closed
+            .successes_per_sec = naive;
+        r.strategies[1]
+            .loops
+            .as_mut()
+            .unwrap()
+            .throughput
+            .closed
+            .successes_per_sec = conditional;
         r
     }
 

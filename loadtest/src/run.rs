@@ -36,7 +36,8 @@ use crate::rig::environment::utc_now;
 use crate::scenario::{self, Selection};
 use crate::schema::world::{Aborts, World};
 use crate::schema::{
-    Findings, LoadResult, RunReport, SCHEMA_VERSION, ScenarioReport, Settings, ThroughputResult,
+    Findings, LoadResult, RunReport, SCHEMA_VERSION, ScenarioReport, Settings, StrategyReport,
+    ThroughputResult,
 };
 use testkit::Api;
 
@@ -162,7 +163,9 @@ pub async fn run_watched(
     };
 
     let mut ids = Allocator::drawn(run_id);
-    let mut floods = Vec::new();
+    let mut records: Vec<StrategyReport> = (strategies.iter().cloned())
+        .map(StrategyReport::of)
+        .collect();
     if let Some(shape) = &settings.flood {
         let refusals = refusal_window(settings.quick);
         for (k, info) in strategies.iter().enumerate() {
@@ -184,7 +187,7 @@ pub async fn run_watched(
             let flood = run_flood(&api, &db, &sampler, &plan, Some(&mut apps))
                 .await
                 .with_context(|| format!("flood of `{}`", info.name))?;
-            floods.push(flood);
+            records[k].phases.flood = Some(flood);
             ensure_running(&mut apps, info.name, &dir)?;
         }
     }
@@ -266,8 +269,6 @@ pub async fn run_watched(
         spent.runs.push(run);
         ensure_running(&mut apps, name, &dir)?;
     }
-    let mut reports = Vec::new();
-    let mut recorded = Vec::new();
     let app_settings = app_config()?;
     let app_pids = apps.pids();
     let refusal_ceiling = match &settings.overload {
@@ -299,11 +300,11 @@ pub async fn run_watched(
         refusal_ceiling,
         relays: target.relays.as_deref(),
     };
-    for ((info, sale), (plan, spent)) in strategies
-        .into_iter()
-        .zip(sales)
-        .zip(plans.iter().zip(loops))
+    // The strategies' records, in the same order; a run of the flood alone has sold none.
+    for ((record, sale), (plan, spent)) in
+        (records.iter_mut()).zip(sales).zip(plans.iter().zip(loops))
     {
+        let info = record.strategy.clone();
         let name = info.name;
         let closed = crate::analyse::spread::combine(spent.runs).context("no closed-loop run")?;
         let rate = throughput::open_rate(plan, &closed);
@@ -317,19 +318,23 @@ pub async fn run_watched(
             closed: &closed,
             loops: plan,
         };
-        let phases = phase::measure(&run, &measuring, &mut ids, &announce, || {
-            ensure_running(&mut apps, name, &dir)
-        })
+        phase::measure(
+            &run,
+            &measuring,
+            &mut ids,
+            &announce,
+            &mut record.phases,
+            || ensure_running(&mut apps, name, &dir),
+        )
         .await?;
-        recorded.extend(phases);
         let throughput = ThroughputResult { closed, open };
         let cpu = Some(spent.cpu.usage(&sampler.processes));
-        let mut measured_strategy =
-            ratios::strategy_report(info, sale, throughput, &measured.baselines, cpu);
-        measured_strategy.stages = spent.stages.times();
-        measured_strategy.aborts = spent.aborts;
-        measured_strategy.replica = spent.replica;
-        reports.push(measured_strategy);
+        let mut loops = ratios::loops(name, throughput, &measured.baselines, cpu);
+        loops.stages = spent.stages.times();
+        loops.aborts = spent.aborts;
+        loops.replica = spent.replica;
+        record.sale = Some(sale);
+        record.loops = Some(loops);
     }
     db.close().await;
     apps.shutdown().await;
@@ -367,18 +372,11 @@ pub async fn run_watched(
         environment,
         baselines: measured.baselines,
         hot_row_sweep: measured.hot_row_sweep,
-        strategies: reports,
+        strategies: records,
         scenarios,
-        floods,
-        overloads: Vec::new(),
-        expiry_costs: Vec::new(),
-        round_trips: Vec::new(),
         findings: Findings::default(),
         falls: Vec::new(),
     };
-    for phase_result in recorded {
-        phase_result.put(&mut report);
-    }
     report.findings = crate::phase::findings(&report);
     // A fall is judged against runs on the same servers, reached the same way: a round trip
     // added to every request would read as a fall of every strategy that makes several.

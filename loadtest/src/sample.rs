@@ -13,9 +13,9 @@ use crate::schema::world::World;
 use crate::schema::{
     Baseline, BaselineName, ByAnswer, Environment, ExpiryCost, ExpiryPayments, ExpiryShape,
     Fairness, Findings, FirstComeFlood, FloodResult, FloodShape, LatencySummary, LoadResult, Loop,
-    Memory, NoopFlood, OPEN_RATE_SHARE, OverloadResult, OverloadShape, RefusalRate, ReturnLockUse,
-    RoundTripShape, RoundTrips, RunReport, SCHEMA_VERSION, SaleResult, Settings, StageTime,
-    StageTimes, StrategyReport, ThroughputResult,
+    Memory, NoopFlood, OPEN_RATE_SHARE, Of, OverloadResult, OverloadShape, Phases, RefusalRate,
+    ReturnLockUse, RoundTripShape, RoundTrips, RunReport, SCHEMA_VERSION, SaleResult, Settings,
+    StageTime, StageTimes, StrategyReport, ThroughputResult,
 };
 
 /// A run result of `per_sec` deductions in one second, latencies 1–50 ms.
@@ -66,15 +66,62 @@ pub fn strategy(strategy: Strategy, ledger: Ledger) -> StrategyReport {
         closed: load(Loop::Closed, 400),
         open: load(Loop::Open { target_rate: 280.0 }, 280),
     };
-    let mut report = crate::analyse::ratios::strategy_report(
-        StrategyInfo::of(strategy),
-        sale,
-        throughput,
-        &[baseline()],
-        None,
-    );
-    report.stages = Some(stages());
-    report
+    let mut loops = crate::analyse::ratios::loops(strategy, throughput, &[baseline()], None);
+    loops.stages = Some(stages());
+    StrategyReport {
+        sale: Some(sale),
+        loops: Some(loops),
+        ..StrategyReport::of(StrategyInfo::of(strategy))
+    }
+}
+
+/// A phase's result with the strategy it belongs to, as a test makes one; it reads as the
+/// result, and [`Tagged::of`] gives it as the report's readers take it.
+#[derive(Debug, Clone)]
+pub struct Tagged<T> {
+    pub strategy: StrategyInfo,
+    pub result: T,
+}
+
+impl<T> Tagged<T> {
+    pub fn new(strategy: Strategy, result: T) -> Tagged<T> {
+        Tagged {
+            strategy: StrategyInfo::of(strategy),
+            result,
+        }
+    }
+
+    /// The result as the report's readers take it.
+    pub fn of(&self) -> Of<'_, T> {
+        Of {
+            strategy: &self.strategy,
+            result: &self.result,
+        }
+    }
+}
+
+impl<T> std::ops::Deref for Tagged<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        &self.result
+    }
+}
+
+impl<T> std::ops::DerefMut for Tagged<T> {
+    fn deref_mut(&mut self) -> &mut T {
+        &mut self.result
+    }
+}
+
+/// Each of `tagged` as the report's readers take it.
+pub fn of<T>(tagged: &[Tagged<T>]) -> Vec<Of<'_, T>> {
+    tagged.iter().map(Tagged::of).collect()
+}
+
+/// The phases of `strategy`'s record in `report`, made if it has none.
+pub fn phases(report: &mut RunReport, strategy: Strategy) -> &mut Phases {
+    &mut report.record_mut(&StrategyInfo::of(strategy)).phases
 }
 
 /// 400 purchases at 2,500 µs in the service: 300 µs admitted, 2,000 µs in the strategy, of
@@ -99,7 +146,7 @@ pub fn stages() -> StageTimes {
 /// `conditional` offered 3 × 400 purchases/s for one second: 400 bought, 800 refused
 /// `503 overloaded`, the p99s given (from the due time; from the send a tenth of them), the
 /// memory rising by `growth` bytes over the window, 512 purchases at once the limit.
-pub fn overload(accepted_p99_us: u64, refused_p99_us: u64, growth: u64) -> OverloadResult {
+pub fn overload(accepted_p99_us: u64, refused_p99_us: u64, growth: u64) -> Tagged<OverloadResult> {
     let mut outcomes = Outcomes::default();
     for k in 0..1200 {
         outcomes.count(&if k % 3 == 0 {
@@ -137,26 +184,28 @@ pub fn overload(accepted_p99_us: u64, refused_p99_us: u64, growth: u64) -> Overl
         0,
     );
     load.latency = summary(1200, accepted_p99_us);
-    OverloadResult {
-        strategy: StrategyInfo::of(Strategy::Conditional),
-        capacity_per_second: 400.0,
-        offered_per_second: 1200.0,
-        refusal_ceiling_per_second: Some(60_000.0),
-        in_flight_limit: 512,
-        latency_budget_ms: 250,
-        admission_limit: Some(100),
-        load,
-        from_due: split(1),
-        from_send: split(10),
-        unsplit: 0,
-        memory: Memory {
-            instances: 2,
-            before_bytes: 40 << 20,
-            loaded_bytes: 48 << 20,
-            peak_bytes: (48 << 20) + growth,
-            after_bytes: (48 << 20) + growth,
+    Tagged::new(
+        Strategy::Conditional,
+        OverloadResult {
+            capacity_per_second: 400.0,
+            offered_per_second: 1200.0,
+            refusal_ceiling_per_second: Some(60_000.0),
+            in_flight_limit: 512,
+            latency_budget_ms: 250,
+            admission_limit: Some(100),
+            load,
+            from_due: split(1),
+            from_send: split(10),
+            unsplit: 0,
+            memory: Memory {
+                instances: 2,
+                before_bytes: 40 << 20,
+                loaded_bytes: 48 << 20,
+                peak_bytes: (48 << 20) + growth,
+                after_bytes: (48 << 20) + growth,
+            },
         },
-    }
+    )
 }
 
 /// The shape of the sample's overload phase.
@@ -168,9 +217,9 @@ pub fn overload_shape() -> OverloadShape {
     }
 }
 
-/// `strategy`'s expiry phase: one round per ratio, the loop without the sweep at p99 10 ms and
+/// A strategy's expiry phase: one round per ratio, the loop without the sweep at p99 10 ms and
 /// the one with it at `ratio` × that, `expired` orders expired in 2 s of sweeping.
-pub fn expiry_cost(strategy: Strategy, ratios: &[f64], expired: u64) -> ExpiryCost {
+pub fn expiry_cost(strategy: Strategy, ratios: &[f64], expired: u64) -> Tagged<ExpiryCost> {
     let with_p99 = |ratio: f64| {
         let mut run = load(Loop::Closed, 400);
         run.latency.p99_us = (10_000.0 * ratio).round() as u64;
@@ -178,39 +227,43 @@ pub fn expiry_cost(strategy: Strategy, ratios: &[f64], expired: u64) -> ExpiryCo
     };
     let mut sorted = ratios.to_vec();
     sorted.sort_by(f64::total_cmp);
-    ExpiryCost {
-        strategy: StrategyInfo::of(strategy),
-        with_sweep: with_p99(sorted[(sorted.len() - 1) / 2]),
-        without_sweep: with_p99(1.0),
-        p99_ratios: ratios.to_vec(),
-        expired,
-        swept_seconds: 2.0,
-        expired_unswept: 0,
-        others_due: 0,
-        payments: ExpiryPayments {
-            bought: 10 * expired / 3,
-            never_paid: expired,
-            paid: 10 * expired / 3 - expired,
-            too_late: 0,
-            refused: 0,
+    Tagged::new(
+        strategy,
+        ExpiryCost {
+            with_sweep: with_p99(sorted[(sorted.len() - 1) / 2]),
+            without_sweep: with_p99(1.0),
+            p99_ratios: ratios.to_vec(),
+            expired,
+            swept_seconds: 2.0,
+            expired_unswept: 0,
+            others_due: 0,
+            payments: ExpiryPayments {
+                bought: 10 * expired / 3,
+                never_paid: expired,
+                paid: 10 * expired / 3 - expired,
+                too_late: 0,
+                refused: 0,
+            },
+            return_lock: ReturnLockUse::default(),
         },
-        return_lock: ReturnLockUse::default(),
-    }
+    )
 }
 
-/// `strategy`'s purchases counted: `per_purchase` round trips to each kind of server, 40
+/// A strategy's purchases counted: `per_purchase` round trips to each kind of server, 40
 /// purchases of 1.2 ms, nothing asked while nobody bought.
-pub fn round_trips(strategy: Strategy, per_purchase: &[(&str, f64)]) -> RoundTrips {
-    RoundTrips {
-        strategy: StrategyInfo::of(strategy),
-        purchases: 40,
-        placed: 40,
-        per_purchase: (per_purchase.iter())
-            .map(|(kind, n)| (kind.to_string(), *n))
-            .collect(),
-        idle_per_second: BTreeMap::new(),
-        median_ms: 1.2,
-    }
+pub fn round_trips(strategy: Strategy, per_purchase: &[(&str, f64)]) -> Tagged<RoundTrips> {
+    Tagged::new(
+        strategy,
+        RoundTrips {
+            purchases: 40,
+            placed: 40,
+            per_purchase: (per_purchase.iter())
+                .map(|(kind, n)| (kind.to_string(), *n))
+                .collect(),
+            idle_per_second: BTreeMap::new(),
+            median_ms: 1.2,
+        },
+    )
 }
 
 /// The sample's machine.
@@ -287,10 +340,6 @@ pub fn report() -> RunReport {
         environment: environment(),
         baselines: vec![baseline()],
         hot_row_sweep: Vec::new(),
-        floods: Vec::new(),
-        overloads: vec![overload(200_000, 2_000, 0)],
-        expiry_costs: vec![expiry_cost(Strategy::Conditional, &[1.04, 1.08, 0.97], 900)],
-        round_trips: vec![round_trips(Strategy::Conditional, &[("mariadb", 4.0)])],
         strategies: vec![
             strategy(Strategy::Naive, ledger(20, 137)),
             strategy(Strategy::Conditional, ledger(0, 100)),
@@ -299,6 +348,10 @@ pub fn report() -> RunReport {
         findings: Findings::default(),
         falls: Vec::new(),
     };
+    let conditional = phases(&mut report, Strategy::Conditional);
+    conditional.overload = Some(overload(200_000, 2_000, 0).result);
+    conditional.expiry = Some(expiry_cost(Strategy::Conditional, &[1.04, 1.08, 0.97], 900).result);
+    conditional.round_trips = Some(round_trips(Strategy::Conditional, &[("mariadb", 4.0)]).result);
     report.findings = crate::phase::findings(&report);
     report
 }
@@ -322,7 +375,7 @@ pub fn flood_shape() -> FloodShape {
     }
 }
 
-/// `strategy`'s flood of [`flood_shape`], sold out: every click answered `answered_ms` after
+/// A strategy's flood of [`flood_shape`], sold out: every click answered `answered_ms` after
 /// the opening and the same crowd's no-op flood `noop_ms`; refusals once sold out at
 /// `refusal_percent` of 40,000 no-ops per second.
 pub fn flood(
@@ -330,44 +383,46 @@ pub fn flood(
     answered_ms: f64,
     noop_ms: f64,
     refusal_percent: f64,
-) -> FloodResult {
+) -> Tagged<FloodResult> {
     let (outcomes, accounting) = sold_out_crowd();
-    FloodResult {
-        strategy: StrategyInfo::of(strategy),
-        clicks: 2_000,
-        early_clicks: 0,
-        shared_account_clicks: 0,
-        outcomes,
-        accounting,
-        beyond_limit: 0,
-        sold_out_after_ms: Some(answered_ms / 2.0),
-        all_answered_after_ms: answered_ms,
-        winners: LatencySummary::default(),
-        refused: LatencySummary::default(),
-        fairness: Fairness {
-            first_clicks_won: 0.5,
-            earliness_rank_correlation: None,
-            attainable_correlation: None,
-        },
-        timeline: Vec::new(),
-        resale: None,
-        after_sold_out: Some(RefusalRate {
-            refusals_per_second: 400.0 * refusal_percent,
-            noop_per_second: 40_000.0,
-            connections: 200,
-            sold_after_flood: 0,
-            rounds: 5,
-            paired_percent: None,
-        }),
-        noop_flood: Some(NoopFlood {
+    Tagged::new(
+        strategy,
+        FloodResult {
             clicks: 2_000,
-            served: 2_000,
-            all_answered_after_ms: noop_ms,
-        }),
-        first_come: Some(first_come_flood()),
-        cpu: None,
-        projection: Vec::new(),
-    }
+            early_clicks: 0,
+            shared_account_clicks: 0,
+            outcomes,
+            accounting,
+            beyond_limit: 0,
+            sold_out_after_ms: Some(answered_ms / 2.0),
+            all_answered_after_ms: answered_ms,
+            winners: LatencySummary::default(),
+            refused: LatencySummary::default(),
+            fairness: Fairness {
+                first_clicks_won: 0.5,
+                earliness_rank_correlation: None,
+                attainable_correlation: None,
+            },
+            timeline: Vec::new(),
+            resale: None,
+            after_sold_out: Some(RefusalRate {
+                refusals_per_second: 400.0 * refusal_percent,
+                noop_per_second: 40_000.0,
+                connections: 200,
+                sold_after_flood: 0,
+                rounds: 5,
+                paired_percent: None,
+            }),
+            noop_flood: Some(NoopFlood {
+                clicks: 2_000,
+                served: 2_000,
+                all_answered_after_ms: noop_ms,
+            }),
+            first_come: Some(first_come_flood()),
+            cpu: None,
+            projection: Vec::new(),
+        },
+    )
 }
 
 /// 2,000 clicks for 100 units: the first 100 bought, the rest told `sold_out`.

@@ -30,7 +30,7 @@ use crate::schema::comparison::{
     Change, Comparison, CorrectnessChange, FieldChange, Figures, Machines, Moved, Noise,
     NoiseSource, Range, Regression,
 };
-use crate::schema::{LoadResult, RunReport, Settings, StrategyReport};
+use crate::schema::{LoadResult, RunReport, Settings, Sold};
 
 /// Noise assumed when neither run has min–max nor a baseline in common.
 pub const DEFAULT_NOISE: f64 = 0.2;
@@ -70,18 +70,18 @@ pub fn compare(a: &RunReport, b: &RunReport) -> Comparison {
         .collect();
     let mut strategies = Vec::new();
     let mut regressions = Vec::new();
-    for sb in &b.strategies {
+    for sb in b.sold() {
         let sa = a.strategy(sb.strategy.name);
         let mut ch = change(
             &sb.strategy.name.to_string(),
-            sa.map(strategy_figures),
-            Some(strategy_figures(sb)),
+            sa.as_ref().map(strategy_figures),
+            Some(strategy_figures(&sb)),
             noise.fraction,
         );
         if let Some(sa) = sa {
-            ch.accounting = accounting_changes(sa, sb);
-            ch.ratio = reproduce::ratio(a, sa)
-                .zip(reproduce::ratio(b, sb))
+            ch.accounting = accounting_changes(&sa, &sb);
+            ch.ratio = reproduce::ratio(a, &sa)
+                .zip(reproduce::ratio(b, &sb))
                 .map(|(ra, rb)| Moved {
                     moved: reproduce::ratio_moved(&ra, &rb),
                     a: ra,
@@ -100,11 +100,11 @@ pub fn compare(a: &RunReport, b: &RunReport) -> Comparison {
         }
         strategies.push(ch);
     }
-    for sa in &a.strategies {
+    for sa in a.sold() {
         if b.strategy(sa.strategy.name).is_none() {
             strategies.push(change(
                 &sa.strategy.name.to_string(),
-                Some(strategy_figures(sa)),
+                Some(strategy_figures(&sa)),
                 None,
                 noise.fraction,
             ));
@@ -197,7 +197,7 @@ fn figures(l: &LoadResult) -> Figures {
     }
 }
 
-fn strategy_figures(s: &StrategyReport) -> Figures {
+fn strategy_figures(s: &Sold) -> Figures {
     Figures {
         p99_open_ms: Some(s.throughput.open.latency.p99_us as f64 / 1000.0),
         ..figures(&s.throughput.closed)
@@ -334,7 +334,7 @@ pub fn fields(a: &Accounting) -> [(&'static str, i64); 8] {
 
 /// The accounting fields that differ; a field a strategy expected not to oversell must keep
 /// at 0 that left it is a regression.
-fn accounting_changes(a: &StrategyReport, b: &StrategyReport) -> Vec<FieldChange> {
+fn accounting_changes(a: &Sold, b: &Sold) -> Vec<FieldChange> {
     let expected_safe = b.strategy.safety != Safety::Unsafe;
     fields(&a.sale.accounting)
         .into_iter()
@@ -367,15 +367,21 @@ mod tests {
     fn run(rate: f64, oversell: i64) -> RunReport {
         let mut r = report();
         let c = &mut r.strategies[1];
-        c.throughput.closed.successes_per_sec = rate;
+        c.loops
+            .as_mut()
+            .unwrap()
+            .throughput
+            .closed
+            .successes_per_sec = rate;
         let spread = Spread::of(&[rate * 0.95, rate, rate * 1.05]).unwrap();
-        c.throughput.closed.repetitions = Some(crate::schema::Repetitions {
-            runs: 3,
-            attempts_per_sec: spread.clone(),
-            successes_per_sec: spread.clone(),
-            p99_us: spread,
-        });
-        c.sale.accounting.oversell = oversell;
+        c.loops.as_mut().unwrap().throughput.closed.repetitions =
+            Some(crate::schema::Repetitions {
+                runs: 3,
+                attempts_per_sec: spread.clone(),
+                successes_per_sec: spread.clone(),
+                p99_us: spread,
+            });
+        c.sale.as_mut().unwrap().accounting.oversell = oversell;
         r
     }
 
@@ -398,8 +404,14 @@ mod tests {
             load.repetitions = Some(rounds(rates));
             load.successes_per_sec = load.repetitions.as_ref().unwrap().successes_per_sec.median;
         };
-        set(&mut r.strategies[0].throughput.closed, naive);
-        set(&mut r.strategies[1].throughput.closed, conditional);
+        set(
+            &mut r.strategies[0].loops.as_mut().unwrap().throughput.closed,
+            naive,
+        );
+        set(
+            &mut r.strategies[1].loops.as_mut().unwrap().throughput.closed,
+            conditional,
+        );
         set(&mut r.baselines[0].result, baseline);
         r
     }
@@ -601,8 +613,13 @@ mod tests {
     fn correctness_changes_come_first_and_regressions_before_the_rest() {
         let a = run(100.0, 0);
         let mut b = run(100.0, 2);
-        b.strategies[1].sale.accounting.undersell = 5;
-        b.strategies[0].sale.accounting.lost_updates += 1;
+        b.strategies[1].sale.as_mut().unwrap().accounting.undersell = 5;
+        b.strategies[0]
+            .sale
+            .as_mut()
+            .unwrap()
+            .accounting
+            .lost_updates += 1;
         let c = compare(&a, &b);
         let listed: Vec<(&str, &str, bool)> = c
             .correctness
@@ -721,7 +738,7 @@ mod tests {
         assert!(clean.contains("No strategy expected to be safe"), "{clean}");
         // `naive` oversold in both runs, and is not expected to be safe anyway.
         let mut b = run(100.0, 0);
-        b.strategies[0].sale.accounting.oversell += 5;
+        b.strategies[0].sale.as_mut().unwrap().accounting.oversell += 5;
         assert!(compare(&run(100.0, 0), &b).regressions.is_empty());
     }
 

@@ -4,13 +4,13 @@
 //! that expired while every sweep was paused, or other products' orders that fell due while
 //! the sweeps ran.
 
-use crate::schema::{ExpiryCost, ExpiryMiss};
+use crate::schema::{ExpiryCost, ExpiryMiss, Of};
 
 /// What the sweep may add to the purchases' p99, in percent (the median round's).
 pub const P99_BAR_PERCENT: f64 = 10.0;
 
 /// What `costs` found wrong, strategy by strategy.
-pub fn misses(costs: &[ExpiryCost]) -> Vec<ExpiryMiss> {
+pub fn misses(costs: &[Of<'_, ExpiryCost>]) -> Vec<ExpiryMiss> {
     let mut misses = Vec::new();
     for c in costs {
         let strategy = c.strategy.name;
@@ -57,7 +57,7 @@ mod tests {
     fn a_sweep_adding_more_than_the_bar_to_the_median_rounds_p99_misses_it() {
         let within = expiry_cost(Strategy::Conditional, &[1.30, 1.05, 0.98], 500);
         let beyond = expiry_cost(Strategy::Batched, &[1.12, 1.20, 1.02], 500);
-        let misses = misses(&[within, beyond]);
+        let misses = misses(&[within.of(), beyond.of()]);
         assert_eq!(misses.len(), 1, "{misses:?}");
         let ExpiryMiss::CostlySweep {
             strategy,
@@ -75,7 +75,7 @@ mod tests {
     fn sweeps_that_expired_nothing_compared_nothing() {
         let idle = expiry_cost(Strategy::Sharded, &[1.0, 1.0, 1.0], 0);
         assert_eq!(
-            misses(&[idle]),
+            misses(&[idle.of()]),
             [ExpiryMiss::NothingExpired {
                 strategy: Strategy::Sharded
             }]
@@ -87,7 +87,7 @@ mod tests {
         let mut leaky = expiry_cost(Strategy::RedisLua, &[1.0, 1.0, 1.0], 500);
         leaky.expired_unswept = 3;
         assert_eq!(
-            misses(&[leaky]),
+            misses(&[leaky.of()]),
             [ExpiryMiss::PausedSweepExpired {
                 strategy: Strategy::RedisLua,
                 expired: 3
@@ -100,7 +100,7 @@ mod tests {
         let mut crowded = expiry_cost(Strategy::Memcached, &[1.0, 1.0, 1.0], 500);
         crowded.others_due = 11_435;
         assert_eq!(
-            misses(&[crowded]),
+            misses(&[crowded.of()]),
             [ExpiryMiss::OthersDue {
                 strategy: Strategy::Memcached,
                 orders: 11_435

@@ -218,8 +218,14 @@ mod tests {
         let mut r = report();
         r.started_at = started_at.into();
         r.environment.cpu_model = cpu.map(Into::into);
-        set(&mut r.strategies[0].throughput.closed, naive);
-        set(&mut r.strategies[1].throughput.closed, conditional);
+        set(
+            &mut r.strategies[0].loops.as_mut().unwrap().throughput.closed,
+            naive,
+        );
+        set(
+            &mut r.strategies[1].loops.as_mut().unwrap().throughput.closed,
+            conditional,
+        );
         r
     }
 

@@ -11,9 +11,9 @@ use app::metrics::Stage;
 
 use crate::schema::{
     Baseline, BaselineName, BelowBaseline, ClientCheck, CpuUse, Findings, GROUPS, GroupCpu,
-    MachineLoad, Pace, Peer, RunReport, SaleFinding, SaleReading, ServerCpu, StageTime, StageTimes,
-    StandardTool, StrategyReport, TimeFinding, ToolComparison, ToolFinding, ToolReading,
-    ToolStatus, ToolVerdict, WaitedIn,
+    MachineLoad, Pace, Peer, RunReport, SaleFinding, SaleReading, ServerCpu, Sold, StageTime,
+    StageTimes, StandardTool, TimeFinding, ToolComparison, ToolFinding, ToolReading, ToolStatus,
+    ToolVerdict, WaitedIn,
 };
 
 /// Machine busier than this share of its cores counts as CPU-bound.
@@ -33,15 +33,13 @@ pub fn of(report: &RunReport) -> Findings {
     let cpus = report.environment.cpus.max(1);
     Findings {
         sales: report
-            .strategies
-            .iter()
+            .sold()
             .filter(|s| s.strategy.safety != Safety::Safe || s.sale.accounting.is_incorrect())
-            .map(sale)
+            .map(|s| sale(&s))
             .collect(),
         time: report
-            .strategies
-            .iter()
-            .filter_map(|s| time(report, s, cpus))
+            .sold()
+            .filter_map(|s| time(report, &s, cpus))
             .collect(),
         tools: report
             .baselines
@@ -57,14 +55,14 @@ pub fn of(report: &RunReport) -> Findings {
             .collect(),
         client: client(report),
         flood: super::flood_bars::misses(
-            &report.floods,
+            &report.each(|p| p.flood.as_ref()),
             super::flood_bars::http_floor_percent(&report.baselines),
         ),
         ..Findings::default()
     }
 }
 
-fn sale(s: &StrategyReport) -> SaleFinding {
+fn sale(s: &Sold) -> SaleFinding {
     let a = &s.sale.accounting;
     let o = &s.sale.outcomes;
     let incorrect = a.is_incorrect();
@@ -90,7 +88,7 @@ fn sale(s: &StrategyReport) -> SaleFinding {
     }
 }
 
-fn time(report: &RunReport, s: &StrategyReport, cpus: usize) -> Option<TimeFinding> {
+fn time(report: &RunReport, s: &Sold, cpus: usize) -> Option<TimeFinding> {
     let cpu = s.cpu.as_ref()?;
     let cpu_per_1000 = GROUPS
         .iter()
@@ -170,7 +168,7 @@ fn waited_in(times: &StageTimes) -> Option<WaitedIn> {
 /// [`WaitedIn::stage`] for the time beyond the door and the strategy.
 pub const OUTSIDE: &str = "outside";
 
-fn below_baseline(report: &RunReport, s: &StrategyReport) -> Option<BelowBaseline> {
+fn below_baseline(report: &RunReport, s: &Sold) -> Option<BelowBaseline> {
     let percent = s.percent_of_backend_baseline?;
     if percent >= BelowBaseline::THRESHOLD_PERCENT {
         return None;
@@ -333,7 +331,7 @@ mod tests {
         assert_eq!(f.reading, SaleReading::AsMeasured);
         let naive = r.strategy(Strategy::Naive).unwrap();
         assert_eq!(naive.sale.accounting.lost_updates, 57);
-        let p = prose::sale(naive, f, r.settings.instances);
+        let p = prose::sale(&naive, f, r.settings.instances);
         assert!(p.contains("oversold by 37 unit(s)"), "{p}");
         assert!(p.contains("**57 decrement(s) were lost**"), "{p}");
     }
@@ -391,7 +389,12 @@ mod tests {
     #[test]
     fn ratios_to_the_backend_baseline_come_from_the_same_run() {
         let r = report();
-        let p = r.strategies[1].percent_of_backend_baseline.unwrap();
+        let p = r.strategies[1]
+            .loops
+            .as_ref()
+            .unwrap()
+            .percent_of_backend_baseline
+            .unwrap();
         assert!((p - 40.0).abs() < 1e-9, "{p}");
     }
 
@@ -409,8 +412,8 @@ mod tests {
             successes: 4000.0,
         };
         let mut r = report();
-        r.strategies[0].cpu = Some(span(3.0).usage(&processes));
-        r.strategies[1].cpu = Some(span(9.5).usage(&processes));
+        r.strategies[0].loops.as_mut().unwrap().cpu = Some(span(3.0).usage(&processes));
+        r.strategies[1].loops.as_mut().unwrap().cpu = Some(span(9.5).usage(&processes));
         let time = of(&r).time;
         assert_eq!(time.len(), 2, "{time:?}");
         assert_eq!(
@@ -435,7 +438,7 @@ mod tests {
                 share_percent: 60.0
             })
         );
-        let words = prose::time(&r.strategies[0], &time[0]);
+        let words = prose::time(&r.strategies[0].sold().unwrap(), &time[0]);
         assert!(
             words.contains("60% of a purchase's time in the service (1500 µs) went to waiting for the strategy's lock"),
             "{words}"

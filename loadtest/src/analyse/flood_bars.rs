@@ -6,7 +6,7 @@
 
 use app::api::Safety;
 
-use crate::schema::{Baseline, BaselineName, FloodMiss, FloodResult};
+use crate::schema::{Baseline, BaselineName, FloodMiss, FloodResult, Of};
 
 /// The fastest safe strategy's time until every click was answered, over the no-op flood's.
 pub const FLOOD_BAR: f64 = 2.0;
@@ -34,7 +34,7 @@ pub fn http_floor_percent(baselines: &[Baseline]) -> Option<f64> {
 
 /// How many safe strategies of `floods` refused the sold-out product at the bar's share of the
 /// no-op or more.
-pub fn refusals_at_bar(floods: &[FloodResult]) -> usize {
+pub fn refusals_at_bar(floods: &[Of<'_, FloodResult>]) -> usize {
     (floods.iter())
         .filter(|f| f.strategy.safety == Safety::Safe)
         .filter_map(|f| f.after_sold_out)
@@ -45,7 +45,7 @@ pub fn refusals_at_bar(floods: &[FloodResult]) -> usize {
 /// The bars `floods` missed; `http_floor_percent` (see [`http_floor_percent`]) goes with each
 /// refusal's miss. The fastest safe strategy is the one with the least time over its own
 /// no-op flood (each timed right after its flood, so the machine's moment is shared).
-pub fn misses(floods: &[FloodResult], http_floor_percent: Option<f64>) -> Vec<FloodMiss> {
+pub fn misses(floods: &[Of<'_, FloodResult>], http_floor_percent: Option<f64>) -> Vec<FloodMiss> {
     let safe = || floods.iter().filter(|f| f.strategy.safety == Safety::Safe);
     let mut misses = Vec::new();
     let fastest = safe()
@@ -91,7 +91,7 @@ mod tests {
             flood(Strategy::Batched, 2_500.0, 1_000.0, 90.0),
         ];
         assert_eq!(
-            misses(&floods, None),
+            misses(&crate::sample::of(&floods), None),
             [FloodMiss::SlowFlood {
                 strategy: Strategy::Batched,
                 answered_ms: 2_500.0,
@@ -109,9 +109,9 @@ mod tests {
             // Unsafe: not a candidate for the fastest, however fast.
             flood(Strategy::Naive, 1_000.0, 1_000.0, 90.0),
         ];
-        assert_eq!(misses(&floods, None), []);
+        assert_eq!(misses(&crate::sample::of(&floods), None), []);
         let unsafe_only = [flood(Strategy::Naive, 9_000.0, 1_000.0, 10.0)];
-        assert_eq!(misses(&unsafe_only, None), []);
+        assert_eq!(misses(&crate::sample::of(&unsafe_only), None), []);
     }
 
     #[test]
@@ -124,7 +124,7 @@ mod tests {
             not_sold_out,
         ];
         assert_eq!(
-            misses(&floods, None),
+            misses(&crate::sample::of(&floods), None),
             [FloodMiss::CostlyRefusals {
                 strategy: Strategy::Batched,
                 percent_of_noop: 63.0,
@@ -132,7 +132,11 @@ mod tests {
                 http_floor_percent: None,
             }]
         );
-        assert_eq!(refusals_at_bar(&floods), 1, "`redis-lua`'s 85%");
+        assert_eq!(
+            refusals_at_bar(&crate::sample::of(&floods)),
+            1,
+            "`redis-lua`'s 85%"
+        );
     }
 
     #[test]
@@ -151,7 +155,7 @@ mod tests {
         let floor = http_floor_percent(&baselines).unwrap();
         assert!((floor - 72.0).abs() < 1e-9, "{floor}");
         let floods = [flood(Strategy::Batched, 1_500.0, 1_000.0, 70.0)];
-        let found = misses(&floods, Some(floor));
+        let found = misses(&crate::sample::of(&floods), Some(floor));
         let [
             FloodMiss::CostlyRefusals {
                 http_floor_percent: carried,

@@ -7,7 +7,7 @@
 use app::api::ErrorCode;
 use testkit::Outcomes;
 
-use crate::schema::{OverloadFinding, OverloadMiss, OverloadResult};
+use crate::schema::{Of, OverloadFinding, OverloadMiss, OverloadResult};
 
 /// The p99 of accepted purchases, from their due time, must stay under this.
 pub const ACCEPTED_P99_BAR_US: u64 = 1_000_000;
@@ -33,7 +33,7 @@ pub const MEMORY_MARGIN_BYTES: u64 = 16 << 20;
 pub const EXCESS_SHARE_OF_CEILING: f64 = 0.25;
 
 /// The bars `o` missed (`None`: it met them all).
-pub fn finding(o: &OverloadResult) -> Option<OverloadFinding> {
+pub fn finding(o: &Of<'_, OverloadResult>) -> Option<OverloadFinding> {
     let mut misses = Vec::new();
     let accepted = &o.from_due.accepted;
     if accepted.count > 0 && accepted.p99_us >= ACCEPTED_P99_BAR_US {
@@ -122,19 +122,19 @@ fn most_frequent_other(o: &Outcomes) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sample::overload;
+    use crate::sample::{Tagged, overload};
     use crate::schema::OverloadMiss;
 
     #[test]
     fn a_strategy_within_every_bar_has_no_finding() {
-        assert_eq!(finding(&overload(200_000, 2_000, 0)), None);
+        assert_eq!(finding(&overload(200_000, 2_000, 0).of()), None);
     }
 
     #[test]
     fn a_strategy_that_accepted_less_than_half_its_capacity_misses_the_accepted_share() {
         let mut o = overload(200_000, 2_000, 0);
         o.capacity_per_second = 1_000.0;
-        let f = finding(&o).expect("a miss");
+        let f = finding(&o.of()).expect("a miss");
         let [
             OverloadMiss::FewAccepted {
                 accepted_per_second,
@@ -150,12 +150,12 @@ mod tests {
             (400.0, 1_000.0)
         );
         o.capacity_per_second = 800.0;
-        assert_eq!(finding(&o), None, "half of the capacity meets the bar");
+        assert_eq!(finding(&o.of()), None, "half of the capacity meets the bar");
     }
 
     #[test]
     fn slow_purchases_name_the_purchases_in_flight_beside_the_limit_the_instances_admitted() {
-        let f = finding(&overload(2_500_000, 2_000, 0)).expect("a miss");
+        let f = finding(&overload(2_500_000, 2_000, 0).of()).expect("a miss");
         let [
             OverloadMiss::SlowAccepted {
                 p99_us,
@@ -173,7 +173,7 @@ mod tests {
 
     #[test]
     fn slow_refusals_and_growing_memory_are_each_a_miss() {
-        let f = finding(&overload(200_000, 40_000, 64 << 20)).expect("a miss");
+        let f = finding(&overload(200_000, 40_000, 64 << 20).of()).expect("a miss");
         assert!(matches!(
             f.misses[0],
             OverloadMiss::SlowRefusals { p99_us: 40_000, .. }
@@ -185,7 +185,7 @@ mod tests {
     }
 
     /// `o` with `n` answers `503 busy`, each `p99_us` late at p99.
-    fn with_busy(mut o: OverloadResult, n: u64, p99_us: u64) -> OverloadResult {
+    fn with_busy(mut o: Tagged<OverloadResult>, n: u64, p99_us: u64) -> Tagged<OverloadResult> {
         for _ in 0..n {
             o.load.outcomes.count(&testkit::Answer::Refused {
                 status: 503,
@@ -200,7 +200,7 @@ mod tests {
     #[test]
     fn slow_answers_of_another_kind_are_a_miss_past_a_trace() {
         let o = with_busy(overload(200_000, 2_000, 0), 30, 400_000);
-        let f = finding(&o).expect("30 slow busy answers in 1,230");
+        let f = finding(&o.of()).expect("30 slow busy answers in 1,230");
         assert!(
             matches!(
                 f.misses.as_slice(),
@@ -219,14 +219,14 @@ mod tests {
                 code: ErrorCode::Overloaded,
             });
         }
-        assert_eq!(finding(&with_busy(o, 1, 400_000)), None);
+        assert_eq!(finding(&with_busy(o, 1, 400_000).of()), None);
     }
 
     #[test]
     fn an_answer_that_never_came_is_a_miss_however_fast() {
         let mut o = overload(200_000, 2_000, 0);
         o.load.outcomes.count(&testkit::Answer::Transport);
-        let f = finding(&o).expect("a miss");
+        let f = finding(&o.of()).expect("a miss");
         let [
             OverloadMiss::OtherAnswers {
                 count,

@@ -1,12 +1,10 @@
 //! A strategy's figures in proportion: its closed-loop throughput as a share of the baselines
 //! measured in the same run.
 
-use app::api::{Strategy, StrategyInfo};
+use app::api::Strategy;
 use app::strategy::Kind;
 
-use crate::schema::{
-    Baseline, BaselineName, CpuUse, LoadResult, SaleResult, StrategyReport, ThroughputResult,
-};
+use crate::schema::{Baseline, BaselineName, CpuUse, LoadResult, Loops, ThroughputResult};
 
 /// Which baseline a strategy is compared with: the one of the store that holds its stock.
 /// Every kind of strategy in the catalogue keeps the stock in MariaDB — its own strategies,
@@ -19,15 +17,14 @@ pub fn baseline_of(strategy: Strategy) -> BaselineName {
     }
 }
 
-/// A strategy's report, its ratios to the baselines `measured` in the same run filled in.
-pub fn strategy_report(
-    strategy: StrategyInfo,
-    sale: SaleResult,
+/// A strategy's loops, their ratios to the baselines `measured` in the same run filled in.
+pub fn loops(
+    strategy: Strategy,
     throughput: ThroughputResult,
     measured: &[Baseline],
     cpu: Option<CpuUse>,
-) -> StrategyReport {
-    let baseline = baseline_of(strategy.name);
+) -> Loops {
+    let baseline = baseline_of(strategy);
     let rate_of = |name: BaselineName, f: fn(&LoadResult) -> f64| {
         measured
             .iter()
@@ -39,9 +36,7 @@ pub fn strategy_report(
         .map(|base| 100.0 * throughput.closed.successes_per_sec / base);
     let percent_of_http_noop = rate_of(BaselineName::HttpNoop, |r| r.attempts_per_sec)
         .map(|base| 100.0 * throughput.closed.attempts_per_sec / base);
-    StrategyReport {
-        strategy,
-        sale,
+    Loops {
         throughput,
         baseline,
         percent_of_backend_baseline,

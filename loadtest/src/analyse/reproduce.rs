@@ -12,7 +12,7 @@
 //!   over highest, highest over lowest); it moved when the two ranges do not overlap.
 
 use crate::schema::comparison::{Rank, Ranking, Ratio};
-use crate::schema::{LoadResult, RunReport, Spread, StrategyReport};
+use crate::schema::{LoadResult, RunReport, Sold, Spread};
 
 /// The rate a strategy is ranked by, with its rounds: deductions/s where there were any.
 fn rate(l: &LoadResult) -> (f64, Vec<f64>) {
@@ -74,8 +74,7 @@ pub fn spearman(a: &[f64], b: &[f64]) -> Option<f64> {
 type Paired = Vec<(String, (f64, Vec<f64>), (f64, Vec<f64>))>;
 
 fn paired(a: &RunReport, b: &RunReport) -> Paired {
-    b.strategies
-        .iter()
+    b.sold()
         .filter_map(|sb| {
             let sa = a.strategy(sb.strategy.name)?;
             Some((
@@ -160,7 +159,7 @@ pub fn rank_moved(a: &Rank, b: &Rank) -> Option<bool> {
 }
 
 /// A strategy's rate over its own baseline's in `run`, with the range its rounds allow.
-pub fn ratio(run: &RunReport, s: &StrategyReport) -> Option<Ratio> {
+pub fn ratio(run: &RunReport, s: &Sold) -> Option<Ratio> {
     let base = run.baseline(s.baseline)?;
     let (ours, our_runs) = rate(&s.throughput.closed);
     let (theirs, their_runs) = rate(&base.result);

@@ -150,7 +150,6 @@ pub async fn run_flood(
         None => None,
     };
     Ok(FloodResult {
-        strategy: plan.strategy.clone(),
         clicks,
         early_clicks: drawn.count(Kind::Early),
         shared_account_clicks: drawn.count(Kind::SharedAccount),

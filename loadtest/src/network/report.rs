@@ -445,7 +445,7 @@ pub(crate) mod tests {
             strategy: StrategyInfo::of(s),
             round_trips: RoundTrips {
                 per_purchase: BTreeMap::from([("mariadb".to_string(), k)]),
-                ..sample::round_trips(s, &[])
+                ..sample::round_trips(s, &[]).result
             },
             closed: at(f),
             sales: vec![sale; points.len()],

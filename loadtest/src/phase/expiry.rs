@@ -115,7 +115,6 @@ pub async fn run_expiry(api: &Api, db: &MySqlPool, plan: &ExpiryPlan<'_>) -> Res
         .await?;
     api.pause_sweeps(false).await?;
     Ok(ExpiryCost {
-        strategy: plan.strategy.clone(),
         with_sweep: spread::combine(with).context("no round")?,
         without_sweep: spread::combine(without).context("no round")?,
         p99_ratios,
@@ -279,17 +278,17 @@ impl Phase for Expiry {
     }
 
     fn judge(&self, report: &RunReport, findings: &mut Findings) {
-        findings.expiry = crate::analyse::expiry::misses(&report.expiry_costs);
+        findings.expiry = crate::analyse::expiry::misses(&report.each(|p| p.expiry.as_ref()));
     }
 
     fn measured(&self, report: &RunReport) -> bool {
-        !report.expiry_costs.is_empty()
+        report.measured(|p| p.expiry.is_some())
     }
 
     fn section(&self, r: &RunReport) -> Section {
         crate::report::expiry::section(
             r.settings.expiry.as_ref(),
-            &r.expiry_costs,
+            &r.each(|p| p.expiry.as_ref()),
             &r.findings.expiry,
         )
     }
@@ -313,7 +312,7 @@ async fn measure_one(
         buyers: strategy.buyers(allotment),
     };
     let cost = run_expiry(run.api, run.db, &plan).await?;
-    Ok(Recorded::new(move |report| report.expiry_costs.push(cost)))
+    Ok(Recorded::new(move |phases| phases.expiry = Some(cost)))
 }
 
 #[cfg(test)]

@@ -45,7 +45,7 @@ use crate::measure::throughput::ThroughputPlan;
 use crate::report::section::Section;
 use crate::rig::distance::Relays;
 use crate::schema::world::World;
-use crate::schema::{Findings, LoadResult, RunReport, Settings};
+use crate::schema::{Findings, LoadResult, Phases, RunReport, Settings};
 
 /// The registry: every phase, in the order each strategy goes through them (after its open
 /// loop) and the order of their sections in the report.
@@ -170,18 +170,12 @@ impl Measuring<'_> {
     }
 }
 
-/// What a phase measured of one strategy, kept until the report is made and then put in its
-/// place there.
-pub struct Recorded(Box<dyn FnOnce(&mut RunReport)>);
+/// What a phase measured of one strategy, put in its place among the strategy's phases.
+pub struct Recorded(Box<dyn FnOnce(&mut Phases)>);
 
 impl Recorded {
-    pub fn new(put: impl FnOnce(&mut RunReport) + 'static) -> Recorded {
+    pub fn new(put: impl FnOnce(&mut Phases) + 'static) -> Recorded {
         Recorded(Box::new(put))
-    }
-
-    /// Puts the figures in `report`.
-    pub fn put(self, report: &mut RunReport) {
-        (self.0)(report)
     }
 }
 
@@ -210,17 +204,18 @@ pub fn steps(settings: &Settings, strategies: &[StrategyInfo]) -> u64 {
 }
 
 /// The driver: takes `strategy` through every phase the run asks for, in the registry's
-/// order, each on what `ids` hands it; tells `announce` (the progress line, the live page)
-/// of each, and calls `after` when each is done (to check that the app instances still run).
+/// order, each on what `ids` hands it, and puts what each measured in `phases`; tells
+/// `announce` (the progress line, the live page) of each, and calls `after` when each is done
+/// (to check that the app instances still run).
 pub async fn measure(
     run: &Run<'_>,
     strategy: &Measuring<'_>,
     ids: &mut Allocator,
     announce: &dyn Fn(&str, &str),
+    phases: &mut Phases,
     mut after: impl FnMut() -> Result<()>,
-) -> Result<Vec<Recorded>> {
+) -> Result<()> {
     let name = strategy.info.name;
-    let mut recorded = Vec::new();
     for phase in REGISTRY {
         if !wanted(*phase, run.settings, strategy.info) {
             continue;
@@ -235,10 +230,10 @@ pub async fn measure(
             .measure(run, turn)
             .await
             .with_context(|| format!("the {} phase of `{name}`", phase.name()))?;
-        recorded.push(measured);
+        (measured.0)(phases);
         after()?;
     }
-    Ok(recorded)
+    Ok(())
 }
 
 /// Every phase's findings, from `report`'s figures, into `findings`.

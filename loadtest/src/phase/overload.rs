@@ -142,7 +142,6 @@ pub async fn run_overload(api: &Api, plan: &OverloadPlan<'_>) -> Result<Overload
     let split_count = from_due.accepted.count + from_due.overloaded.count + from_due.other.count;
     let from_send = sent.lock().expect("not poisoned").summary();
     Ok(OverloadResult {
-        strategy: plan.strategy.clone(),
         capacity_per_second: plan.capacity,
         offered_per_second: offered,
         refusal_ceiling_per_second: plan.refusal_ceiling,
@@ -242,19 +241,19 @@ impl Phase for Overload {
     }
 
     fn judge(&self, report: &RunReport, findings: &mut Findings) {
-        findings.overload = (report.overloads.iter())
+        findings.overload = (report.each(|p| p.overload.as_ref()).iter())
             .filter_map(crate::analyse::overload::finding)
             .collect();
     }
 
     fn measured(&self, report: &RunReport) -> bool {
-        !report.overloads.is_empty()
+        report.measured(|p| p.overload.is_some())
     }
 
     fn section(&self, r: &RunReport) -> Section {
         crate::report::overload::section(
             r.settings.overload.as_ref(),
-            &r.overloads,
+            &r.each(|p| p.overload.as_ref()),
             &r.findings.overload,
         )
     }
@@ -286,7 +285,7 @@ async fn measure_one(
         refusal_ceiling: run.refusal_ceiling,
     };
     let result = run_overload(run.api, &plan).await?;
-    Ok(Recorded::new(move |report| report.overloads.push(result)))
+    Ok(Recorded::new(move |phases| phases.overload = Some(result)))
 }
 
 #[cfg(test)]

@@ -70,7 +70,7 @@ impl Phase for RoundTripCount {
     fn judge(&self, _: &RunReport, _: &mut Findings) {}
 
     fn measured(&self, report: &RunReport) -> bool {
-        !report.round_trips.is_empty()
+        report.measured(|p| p.round_trips.is_some())
     }
 
     fn section(&self, r: &RunReport) -> Section {
@@ -91,8 +91,8 @@ async fn measure_one(
     let shape = (run.settings.round_trips).context("the run has no round-trip shape")?;
     let relays = (run.relays).context("the servers stand behind no relay to count round trips")?;
     let counted = count(run.api, relays, strategy.info, allotment, shape.purchases).await?;
-    Ok(Recorded::new(move |report| {
-        report.round_trips.push(counted)
+    Ok(Recorded::new(move |phases| {
+        phases.round_trips = Some(counted)
     }))
 }
 
@@ -139,7 +139,6 @@ pub async fn count(
     api.reset_product(product, 0, home).await?;
     times.sort();
     Ok(RoundTrips {
-        strategy: info.clone(),
         purchases,
         placed,
         per_purchase: per_purchase(relays, deltas),
@@ -199,7 +198,8 @@ pub const KINDS: [&str; 6] = [
 
 /// The phase's section: each strategy's round trips per purchase, by server.
 fn section(r: &RunReport) -> Section {
-    let (Some(shape), false) = (r.settings.round_trips, r.round_trips.is_empty()) else {
+    let counted = r.each(|p| p.round_trips.as_ref());
+    let (Some(shape), false) = (r.settings.round_trips, counted.is_empty()) else {
         return Section::default();
     };
     let mut s = Section::titled("Round trips per purchase");
@@ -216,16 +216,12 @@ fn section(r: &RunReport) -> Section {
         shape.purchases
     ));
     let used: Vec<&str> = (KINDS.iter().copied())
-        .filter(|k| {
-            r.round_trips
-                .iter()
-                .any(|c| c.per_purchase.contains_key(*k))
-        })
+        .filter(|k| (counted.iter()).any(|c| c.per_purchase.contains_key(*k)))
         .collect();
     let mut table = Table::left(["strategy"])
         .and_right(used.iter().copied())
         .and_right(["total", "placed", "median ms"]);
-    for c in &r.round_trips {
+    for c in &counted {
         let per = |k: &str| {
             c.per_purchase
                 .get(k)

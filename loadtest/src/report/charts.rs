@@ -29,8 +29,7 @@ pub struct Chart {
 /// The throughput, oversell and latency charts of a run.
 pub fn all(r: &RunReport) -> Result<Vec<Chart>> {
     let mut bars: Vec<(String, Vec<f64>)> = r
-        .strategies
-        .iter()
+        .sold()
         .map(|s| {
             (
                 s.strategy.name.to_string(),
@@ -57,8 +56,7 @@ pub fn all(r: &RunReport) -> Result<Vec<Chart>> {
     )?;
 
     let oversell: Vec<(String, Vec<f64>)> = r
-        .strategies
-        .iter()
+        .sold()
         .map(|s| {
             let a = &s.sale.accounting;
             (
@@ -85,8 +83,7 @@ pub fn all(r: &RunReport) -> Result<Vec<Chart>> {
     )?;
 
     let percentiles: Vec<(String, Vec<f64>)> = r
-        .strategies
-        .iter()
+        .sold()
         .map(|s| {
             let (c, o) = (&s.throughput.closed.latency, &s.throughput.open.latency);
             (

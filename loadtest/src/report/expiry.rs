@@ -7,12 +7,12 @@ use std::fmt::Write;
 use super::section::Section;
 use super::table::Table;
 use crate::analyse::expiry::P99_BAR_PERCENT;
-use crate::schema::{ExpiryCost, ExpiryMiss, ExpiryShape};
+use crate::schema::{ExpiryCost, ExpiryMiss, ExpiryShape, Of};
 
 /// The section, or nothing when the run had no expiry phase.
 pub fn section(
     shape: Option<&ExpiryShape>,
-    costs: &[ExpiryCost],
+    costs: &[Of<'_, ExpiryCost>],
     misses: &[ExpiryMiss],
 ) -> Section {
     let Some(shape) = shape else {
@@ -75,7 +75,7 @@ pub fn workload(shape: &ExpiryShape) -> String {
 /// A sentence for the strategies whose returns took the seller's lock during the loops with
 /// the sweep: how long each return held it (every purchase queued for the lock waited as long)
 /// and waited for it; nothing when no return took one.
-fn return_locks(costs: &[ExpiryCost]) -> String {
+fn return_locks(costs: &[Of<'_, ExpiryCost>]) -> String {
     let held: Vec<String> = (costs.iter())
         .filter_map(|c| {
             let lock = &c.return_lock;
@@ -101,7 +101,7 @@ fn return_locks(costs: &[ExpiryCost]) -> String {
 
 /// A sentence for the payments that came after their order's deadline, and one for those
 /// refused otherwise or unanswered; nothing when there were none.
-fn payments(costs: &[ExpiryCost]) -> String {
+fn payments(costs: &[Of<'_, ExpiryCost>]) -> String {
     let list = |count: fn(&ExpiryCost) -> u64| -> Vec<String> {
         (costs.iter())
             .filter(|c| count(c) > 0)
@@ -130,7 +130,7 @@ fn payments(costs: &[ExpiryCost]) -> String {
     md
 }
 
-fn table(costs: &[ExpiryCost]) -> Table {
+fn table(costs: &[Of<'_, ExpiryCost>]) -> Table {
     let ms = |us: u64| format!("{:.1}", us as f64 / 1000.0);
     let mut t = Table::left(["strategy"]).and_right([
         "purchases/s with sweep",
@@ -236,7 +236,7 @@ mod tests {
     #[test]
     fn the_section_has_a_row_per_strategy_with_the_median_round_and_every_round() {
         let c = expiry_cost(Strategy::Conditional, &[1.04, 1.08, 0.97], 900);
-        let md = section(Some(&expiry_shape()), std::slice::from_ref(&c), &[]).markdown();
+        let md = section(Some(&expiry_shape()), &[c.of()], &[]).markdown();
         assert!(md.contains("## The expiry sweep beside purchases"), "{md}");
         let row = md
             .lines()
@@ -256,8 +256,8 @@ mod tests {
     #[test]
     fn a_sweep_beyond_the_bar_is_told_with_both_p99s_and_its_pace() {
         let c = expiry_cost(Strategy::Batched, &[1.3, 1.25, 1.1], 900);
-        let found = misses(std::slice::from_ref(&c));
-        let md = section(Some(&expiry_shape()), &[c], &found).markdown();
+        let found = misses(&[c.of()]);
+        let md = section(Some(&expiry_shape()), &[c.of()], &found).markdown();
         assert!(
             md.contains("- `batched`: in its median round the sweep added 25% to the purchases' p99 (bar 10%), while it expired 450 orders a second and gave each unit back to the same home the purchases take theirs from; over all its rounds together, 12.5 ms with it and 10.0 ms without."),
             "{md}"
@@ -268,8 +268,8 @@ mod tests {
     fn a_median_round_past_the_bar_beside_a_lower_pooled_p99_says_the_rounds_disagree() {
         let mut c = expiry_cost(Strategy::Batched, &[0.7, 1.25, 2.8], 900);
         c.with_sweep.latency.p99_us = 9_000;
-        let found = misses(std::slice::from_ref(&c));
-        let md = section(Some(&expiry_shape()), &[c], &found).markdown();
+        let found = misses(&[c.of()]);
+        let md = section(Some(&expiry_shape()), &[c.of()], &found).markdown();
         assert!(
             md.contains(
                 "9.0 ms with it and 10.0 ms without — the rounds disagree on the direction"
@@ -282,8 +282,8 @@ mod tests {
     fn other_products_orders_due_beside_the_sweeps_are_told_with_their_count() {
         let mut c = expiry_cost(Strategy::RedisLua, &[0.9, 1.0, 1.4], 0);
         c.others_due = 10_833;
-        let found = misses(std::slice::from_ref(&c));
-        let md = section(Some(&expiry_shape()), &[c], &found).markdown();
+        let found = misses(&[c.of()]);
+        let md = section(Some(&expiry_shape()), &[c.of()], &found).markdown();
         assert!(
             md.contains(
                 "- `redis-lua`: 10833 order(s) of other products fell due while the sweeps ran"
@@ -299,7 +299,7 @@ mod tests {
             non_payer_share: 1.0,
             ..expiry_shape()
         };
-        let md = section(Some(&shape), std::slice::from_ref(&c), &[]).markdown();
+        let md = section(Some(&shape), &[c.of()], &[]).markdown();
         assert!(
             md.contains("nobody pays, so every order falls due moments after it was placed — the sweep's worst case"),
             "{md}"
@@ -311,7 +311,7 @@ mod tests {
         let mut c = expiry_cost(Strategy::RedisLuaStream, &[1.1], 900);
         c.payments.too_late = 12;
         c.payments.refused = 1;
-        let md = section(Some(&expiry_shape()), std::slice::from_ref(&c), &[]).markdown();
+        let md = section(Some(&expiry_shape()), &[c.of()], &[]).markdown();
         assert!(
             md.contains("after their order's deadline (the order fell due as an unpaid one does, and counts as unpaid): `redis-lua-stream` 12."),
             "{md}"
@@ -331,20 +331,20 @@ mod tests {
             held_seconds: 0.912,
         };
         let unlocked = expiry_cost(Strategy::Conditional, &[1.0], 900);
-        let md = section(Some(&expiry_shape()), &[locked, unlocked.clone()], &[]).markdown();
+        let md = section(Some(&expiry_shape()), &[locked.of(), unlocked.of()], &[]).markdown();
         assert!(
             md.contains("in the loops with the sweep: `db-row-lock` 48.0 ms held, 200 ms waited (19 returns)."),
             "{md}"
         );
         assert!(!md.contains("`conditional` 0"), "{md}");
-        let md = section(Some(&expiry_shape()), &[unlocked], &[]).markdown();
+        let md = section(Some(&expiry_shape()), &[unlocked.of()], &[]).markdown();
         assert!(!md.contains("go back under its lock"), "{md}");
     }
 
     #[test]
     fn no_expiry_phase_no_section() {
         let c = expiry_cost(Strategy::Conditional, &[1.0], 1);
-        assert!(section(None, std::slice::from_ref(&c), &[]).is_empty());
+        assert!(section(None, &[c.of()], &[]).is_empty());
         assert!(section(Some(&expiry_shape()), &[], &[]).is_empty());
     }
 }

@@ -5,11 +5,11 @@
 use super::section::Section;
 use super::table::Table;
 use crate::analyse::first_come::{FIRST_CLICKS_BAR, RANK_SHARE_BAR, misses};
-use crate::schema::{FirstComeFlood, FloodResult, LatencySummary};
+use crate::schema::{FirstComeFlood, FloodResult, LatencySummary, Of};
 
 /// The section; nothing when no flood was sent again.
-pub fn section(floods: &[FloodResult]) -> Section {
-    let pairs: Vec<(&FloodResult, &FirstComeFlood)> = (floods.iter())
+pub fn section(floods: &[Of<'_, FloodResult>]) -> Section {
+    let pairs: Vec<(&Of<'_, FloodResult>, &FirstComeFlood)> = (floods.iter())
         .filter_map(|f| f.first_come.as_ref().map(|fc| (f, fc)))
         .collect();
     if pairs.is_empty() {
@@ -109,13 +109,13 @@ mod tests {
             crate::sample::flood(Strategy::Conditional, 1_000.0, 1_000.0, 90.0),
             missing,
         ];
-        let md = section(&floods).markdown();
+        let md = section(&crate::sample::of(&floods)).markdown();
         assert!(md.contains("| `conditional` | 50% → 97% |"), "{md}");
         assert!(
             md.contains("- `batched`: 50% of the first clicks bought (bar 90%)."),
             "{md}"
         );
         assert!(!md.contains("- `conditional`"), "{md}");
-        assert!(section(&floods[..0]).is_empty());
+        assert!(section(&crate::sample::of(&floods[..0])).is_empty());
     }
 }

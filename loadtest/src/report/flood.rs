@@ -9,13 +9,13 @@ use super::section::Section;
 use super::table::{Align, Table};
 use crate::analyse::flood_bars::{FLOOD_BAR, REFUSAL_BAR_PERCENT};
 use crate::schema::{
-    FloodMiss, FloodResult, FloodShape, GROUPS, LatencySummary, PROJECTED_CLICKS_PER_SECOND,
+    FloodMiss, FloodResult, FloodShape, GROUPS, LatencySummary, Of, PROJECTED_CLICKS_PER_SECOND,
 };
 
 /// The section, or nothing when the run had no flood.
 pub fn section(
     shape: Option<&FloodShape>,
-    floods: &[FloodResult],
+    floods: &[Of<'_, FloodResult>],
     misses: &[FloodMiss],
 ) -> Section {
     let Some(shape) = shape else {
@@ -96,7 +96,7 @@ pub fn describe(shape: &FloodShape) -> String {
     )
 }
 
-fn outcome_table(floods: &[FloodResult]) -> Table {
+fn outcome_table(floods: &[Of<'_, FloodResult>]) -> Table {
     let mut t = Table::left(["strategy", "safety"]).and_right([
         "clicks",
         "bought",
@@ -177,7 +177,7 @@ fn outcome_table(floods: &[FloodResult]) -> Table {
     t
 }
 
-fn latency_table(floods: &[FloodResult]) -> Table {
+fn latency_table(floods: &[Of<'_, FloodResult>]) -> Table {
     let ms = |us: u64| format!("{:.1}", us as f64 / 1000.0);
     let cells = |l: &LatencySummary| [ms(l.p50_us), ms(l.p99_us), ms(l.max_us)];
     let mut t = Table::left(["strategy"]).and_right([
@@ -198,7 +198,7 @@ fn latency_table(floods: &[FloodResult]) -> Table {
 }
 
 /// The cores each group would need for a record flood; nothing when no group spent any.
-fn projection_table(floods: &[FloodResult]) -> Option<Table> {
+fn projection_table(floods: &[Of<'_, FloodResult>]) -> Option<Table> {
     // The groups that spent CPU in some flood, in the report's order of groups.
     let groups: Vec<&str> = (GROUPS.iter())
         .map(|(group, _)| *group)
@@ -230,7 +230,7 @@ fn projection_table(floods: &[FloodResult]) -> Option<Table> {
 }
 
 /// Every flood that broke a rule, and every bar missed, in words from their figures.
-fn went_wrong(floods: &[FloodResult], misses: &[FloodMiss]) -> String {
+fn went_wrong(floods: &[Of<'_, FloodResult>], misses: &[FloodMiss]) -> String {
     let mut md = String::new();
     for f in floods {
         let (a, name) = (&f.accounting, f.strategy.name);
@@ -280,7 +280,7 @@ fn went_wrong(floods: &[FloodResult], misses: &[FloodMiss]) -> String {
 
 /// What became of the bots that fired before the opening, from each row's answers: the early
 /// click is the failure a sale window exists for (a bot first in line before the sale opens).
-fn early_clicks(floods: &[FloodResult]) -> String {
+fn early_clicks(floods: &[Of<'_, FloodResult>]) -> String {
     let rows: Vec<_> = floods.iter().filter(|f| f.early_clicks > 0).collect();
     let Some(first) = rows.first() else {
         return String::new();
@@ -409,7 +409,11 @@ mod tests {
             sample::flood(Strategy::Naive, 1_000.0, 1_000.0, 90.0),
             sample::flood(Strategy::Conditional, 1_000.0, 1_000.0, 90.0),
         ];
-        assert_eq!(early_clicks(&rows), "", "no early bots, nothing to say");
+        assert_eq!(
+            early_clicks(&crate::sample::of(&rows)),
+            "",
+            "no early bots, nothing to say"
+        );
         for (row, refused) in rows.iter_mut().zip([289, 400]) {
             row.early_clicks = 400;
             for _ in 0..refused {
@@ -419,7 +423,7 @@ mod tests {
                 });
             }
         }
-        let text = early_clicks(&rows);
+        let text = early_clicks(&crate::sample::of(&rows));
         assert!(text.contains("of the 400 bots"), "{text}");
         assert!(text.contains("in 1 of 2 rows"), "{text}");
         assert!(

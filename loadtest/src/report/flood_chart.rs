@@ -5,15 +5,15 @@ use anyhow::Result;
 use plotters::prelude::*;
 
 use super::charts::{Chart, err};
-use crate::schema::{FloodResult, FloodSlice};
+use crate::schema::{FloodResult, FloodSlice, Of};
 
 /// The file a strategy's flood chart is written to, in the run's directory.
-pub fn file_name(flood: &FloodResult) -> String {
+pub fn file_name(flood: &Of<'_, FloodResult>) -> String {
     format!("flood-{}.svg", flood.strategy.name)
 }
 
 /// Every flood's chart (none for a flood without a timeline).
-pub fn all(floods: &[FloodResult]) -> Result<Vec<Chart>> {
+pub fn all(floods: &[Of<'_, FloodResult>]) -> Result<Vec<Chart>> {
     let mut charts = Vec::new();
     for flood in floods {
         let mut svg = String::new();
@@ -43,7 +43,7 @@ const SERIES: [(&str, Column, RGBColor); 5] = [
 ];
 
 /// Draws the chart into `out`; false when the flood has no timeline to draw.
-fn draw(out: &mut String, flood: &FloodResult) -> Result<bool> {
+fn draw(out: &mut String, flood: &Of<'_, FloodResult>) -> Result<bool> {
     let t = &flood.timeline;
     let (Some(first), Some(last)) = (t.first(), t.last()) else {
         return Ok(false);

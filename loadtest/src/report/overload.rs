@@ -9,12 +9,14 @@ use crate::analyse::overload::{
     ACCEPTED_P99_BAR_US, ACCEPTED_SHARE_BAR, EXCESS_SHARE_OF_CEILING, MEMORY_MARGIN_BYTES,
     MEMORY_MARGIN_SHARE, REFUSAL_P99_BAR_US,
 };
-use crate::schema::{LatencySummary, OverloadFinding, OverloadMiss, OverloadResult, OverloadShape};
+use crate::schema::{
+    LatencySummary, Of, OverloadFinding, OverloadMiss, OverloadResult, OverloadShape,
+};
 
 /// The section, or nothing when the run had no overload phase.
 pub fn section(
     shape: Option<&OverloadShape>,
-    overloads: &[OverloadResult],
+    overloads: &[Of<'_, OverloadResult>],
     findings: &[OverloadFinding],
 ) -> Section {
     let Some(shape) = shape else {
@@ -40,7 +42,7 @@ pub fn section(
 }
 
 /// How the load was offered, and the bars, in a few sentences.
-fn describe(shape: &OverloadShape, overloads: &[OverloadResult]) -> String {
+fn describe(shape: &OverloadShape, overloads: &[Of<'_, OverloadResult>]) -> String {
     let first = &overloads[0];
     format!(
         "Each strategy that can be deployed (safe, or safe while leases hold: the unsafe ones \
@@ -68,7 +70,7 @@ fn describe(shape: &OverloadShape, overloads: &[OverloadResult]) -> String {
 
 /// The strategies offered less than the factor, because refusing the excess would have taken
 /// more than a quarter of the machine, in a sentence (nothing when none was).
-fn capped(shape: &OverloadShape, overloads: &[OverloadResult]) -> String {
+fn capped(shape: &OverloadShape, overloads: &[Of<'_, OverloadResult>]) -> String {
     let capped: Vec<String> = (overloads.iter())
         .filter(|o| o.offered_per_second < 0.995 * shape.factor * o.capacity_per_second)
         .map(|o| format!("`{}` {:.0}/s", o.strategy.name, o.offered_per_second))
@@ -102,7 +104,7 @@ fn budget(ms: u64) -> String {
     )
 }
 
-fn table(overloads: &[OverloadResult]) -> Table {
+fn table(overloads: &[Of<'_, OverloadResult>]) -> Table {
     let ms = |us: u64| format!("{:.1}", us as f64 / 1000.0);
     let cells = |l: &LatencySummary| {
         if l.count == 0 {
@@ -319,12 +321,12 @@ mod tests {
     fn a_strategy_offered_less_than_the_factor_is_named_with_the_machines_ceiling() {
         let shape = overload_shape();
         let slow = overload(200_000, 2_000, 0);
-        let md = section(Some(&shape), std::slice::from_ref(&slow), &[]).markdown();
+        let md = section(Some(&shape), &[slow.of()], &[]).markdown();
         assert!(!md.contains("share of the ceiling"), "{md}");
         let mut fast = overload(200_000, 2_000, 0);
         fast.capacity_per_second = 18_000.0;
         fast.offered_per_second = 33_000.0;
-        let md = section(Some(&shape), &[slow, fast.clone()], &[]).markdown();
+        let md = section(Some(&shape), &[slow.of(), fast.of()], &[]).markdown();
         assert!(md.contains("more than 25% of the machine"), "{md}");
         assert!(
             md.contains("at most 60000 sold-out refusals a second"),
@@ -339,7 +341,7 @@ mod tests {
     #[test]
     fn the_section_has_a_row_per_strategy_and_says_when_every_bar_was_met() {
         let o = overload(200_000, 2_000, 0);
-        let md = section(Some(&overload_shape()), std::slice::from_ref(&o), &[]).markdown();
+        let md = section(Some(&overload_shape()), &[o.of()], &[]).markdown();
         assert!(md.contains("## Overload: 3 × capacity"), "{md}");
         let row = md
             .lines()
@@ -359,8 +361,8 @@ mod tests {
     fn a_strategy_that_queued_is_told_with_its_purchases_in_flight_and_the_limit_it_had() {
         let mut o = overload(2_500_000, 2_000, 0);
         o.from_send.accepted = o.from_due.accepted;
-        let f = finding(&o).expect("a miss");
-        let md = section(Some(&overload_shape()), &[o], &[f]).markdown();
+        let f = finding(&o.of()).expect("a miss");
+        let md = section(Some(&overload_shape()), &[o.of()], &[f]).markdown();
         assert!(
             md.contains("- `conditional`: accepted purchases took 2500 ms at p99"),
             "{md}"
@@ -377,7 +379,7 @@ mod tests {
         let mut o = overload(2_500_000, 2_000, 0);
         o.from_send.accepted = o.from_due.accepted;
         o.admission_limit = Some(2_000);
-        let f = finding(&o).expect("a miss");
+        let f = finding(&o.of()).expect("a miss");
         let md = went_wrong(&[f]);
         assert!(
             md.contains("against a limit of 2000 in the service: at 400 purchases/s, one admitted behind a full limit waits 5.0 s"),
@@ -389,7 +391,7 @@ mod tests {
     fn a_strategy_that_accepted_too_little_is_told_with_its_share_of_capacity() {
         let mut o = overload(200_000, 2_000, 0);
         o.capacity_per_second = 1_000.0;
-        let f = finding(&o).expect("a miss");
+        let f = finding(&o.of()).expect("a miss");
         let md = went_wrong(&[f]);
         assert!(
             md.contains("- `conditional`: it accepted 400 purchases/s, 40% of its capacity of 1000/s (bar 50%)"),
@@ -399,7 +401,7 @@ mod tests {
 
     #[test]
     fn no_overload_phase_no_section() {
-        assert!(section(None, &[overload(1, 1, 0)], &[]).is_empty());
+        assert!(section(None, &[overload(1, 1, 0).of()], &[]).is_empty());
         assert!(section(Some(&overload_shape()), &[], &[]).is_empty());
     }
 }

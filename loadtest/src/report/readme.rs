@@ -51,7 +51,7 @@ pub fn section(report: &RunReport, link: &str, picture: Option<&str>) -> String 
         ("deductions/s", Align::Right),
         ("p99 ms", Align::Right),
     ]);
-    for x in &report.strategies {
+    for x in report.sold() {
         let a = &x.sale.accounting;
         t.row([
             format!("`{}`", x.strategy.name),
@@ -67,8 +67,7 @@ pub fn section(report: &RunReport, link: &str, picture: Option<&str>) -> String 
     md.push('\n');
     let count = |safety: Safety, oversold: bool| {
         report
-            .strategies
-            .iter()
+            .sold()
             .filter(|x| x.strategy.safety == safety && (x.sale.accounting.oversell > 0) == oversold)
             .count()
     };
@@ -84,7 +83,8 @@ pub fn section(report: &RunReport, link: &str, picture: Option<&str>) -> String 
         count(Safety::Unsafe, true),
         unsafe_total,
     );
-    let shed: Vec<u32> = (report.strategies.iter())
+    let shed: Vec<u32> = report
+        .sold()
         .filter(|x| x.sale.accounting.undersell > 0 && x.sale.accounting.lost_updates == 0)
         .filter(|x| x.sale.turned_away_at_the_door())
         .map(|x| x.sale.door_retries)
@@ -120,7 +120,8 @@ pub fn section(report: &RunReport, link: &str, picture: Option<&str>) -> String 
     let spoilt: Vec<Strategy> = (report.findings.expiry.iter())
         .filter_map(ExpiryMiss::spoilt)
         .collect();
-    let added: Vec<f64> = (report.expiry_costs.iter())
+    let costs = report.each(|p| p.expiry.as_ref());
+    let added: Vec<f64> = (costs.iter())
         .filter(|c| !spoilt.contains(&c.strategy.name))
         .filter_map(|c| c.p99_added())
         .collect();
@@ -131,7 +132,7 @@ pub fn section(report: &RunReport, link: &str, picture: Option<&str>) -> String 
         let (least, most) = added
             .iter()
             .fold((f64::MAX, f64::MIN), |(l, m), a| (l.min(*a), m.max(*a)));
-        let left_out = match report.expiry_costs.len() - added.len() {
+        let left_out = match costs.len() - added.len() {
             0 => String::new(),
             n => format!(" ({n} more whose rounds compared nothing, as the report says)"),
         };
@@ -230,11 +231,9 @@ mod tests {
     #[test]
     fn the_expiry_line_leaves_out_the_strategies_whose_rounds_compared_nothing() {
         let mut run = report();
-        run.expiry_costs.push(crate::sample::expiry_cost(
-            app::api::Strategy::RedisLua,
-            &[0.9, 0.66, 1.57],
-            0,
-        ));
+        crate::sample::phases(&mut run, app::api::Strategy::RedisLua).expiry = Some(
+            crate::sample::expiry_cost(app::api::Strategy::RedisLua, &[0.9, 0.66, 1.57], 0).result,
+        );
         run.findings = crate::phase::findings(&run);
         let section = section(&run, "results/x/report.md", None);
         assert!(
@@ -249,13 +248,17 @@ mod tests {
         let before = section(&run, "results/x/report.md", None);
         assert!(!before.contains("is the door's"), "{before}");
         let s = &mut run.strategies[0];
-        s.sale.accounting.undersell = 60;
-        s.sale.accounting.lost_updates = 0;
+        s.sale.as_mut().unwrap().accounting.undersell = 60;
+        s.sale.as_mut().unwrap().accounting.lost_updates = 0;
         for _ in 0..400 {
-            s.sale.outcomes.count(&testkit::Answer::Refused {
-                status: 503,
-                code: ErrorCode::Overloaded,
-            });
+            s.sale
+                .as_mut()
+                .unwrap()
+                .outcomes
+                .count(&testkit::Answer::Refused {
+                    status: 503,
+                    code: ErrorCode::Overloaded,
+                });
         }
         let section = section(&run, "results/x/report.md", None);
         assert!(
@@ -271,7 +274,7 @@ mod tests {
         let mut run = report();
         let before = section(&run, "results/x/report.md", None);
         assert!(!before.contains("clicks again"), "{before}");
-        run.strategies[0].sale.door_retries = 100;
+        run.strategies[0].sale.as_mut().unwrap().door_retries = 100;
         let section = section(&run, "results/x/report.md", None);
         assert!(
             section.contains("(a buyer turned away at the door with `503 overloaded` clicks again, up to 100 times)"),

@@ -6,11 +6,11 @@ use std::fmt::Write;
 
 use super::section::Section;
 use super::table::Table;
-use crate::schema::{FloodResult, FloodShape, Resale};
+use crate::schema::{FloodResult, FloodShape, Of, Resale};
 
 /// The second act's table and what went wrong in it; nothing when the flood had none.
-pub fn section(shape: &FloodShape, floods: &[FloodResult]) -> Section {
-    let acts: Vec<(&FloodResult, &Resale)> = floods
+pub fn section(shape: &FloodShape, floods: &[Of<'_, FloodResult>]) -> Section {
+    let acts: Vec<(&Of<'_, FloodResult>, &Resale)> = floods
         .iter()
         .filter_map(|f| f.resale.as_ref().map(|r| (f, r)))
         .collect();
@@ -83,7 +83,7 @@ fn ms(value: Option<f64>) -> String {
 }
 
 /// Every second act that lost or made up a unit, refused a payer, or never ended, in words.
-fn went_wrong(acts: &[(&FloodResult, &Resale)]) -> String {
+fn went_wrong(acts: &[(&Of<'_, FloodResult>, &Resale)]) -> String {
     let mut md = String::new();
     for (f, r) in acts {
         let name = f.strategy.name;

@@ -9,8 +9,9 @@ use crate::schema::RunReport;
 
 /// The section; nothing when no strategy's stages were read.
 pub fn section(r: &RunReport) -> Section {
-    let timed: Vec<_> = (r.strategies.iter())
-        .filter_map(|x| x.stages.as_ref().map(|s| (x, s)))
+    let timed: Vec<_> = r
+        .sold()
+        .filter_map(|x| x.loops.stages.as_ref().map(|s| (x, s)))
         .collect();
     if timed.is_empty() {
         return Section::default();
@@ -64,7 +65,7 @@ mod tests {
         let row = format!("| `{name}` | 2500 | 300 | 2000 | 1500 | – | – | – | – | 400 |");
         assert!(md.contains(&row), "{md}");
         for x in &mut r.strategies {
-            x.stages = None;
+            x.loops.as_mut().unwrap().stages = None;
         }
         assert!(section(&r).is_empty());
     }

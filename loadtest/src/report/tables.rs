@@ -22,7 +22,7 @@ pub fn summary(r: &RunReport) -> Table {
             "p99 open (ms)",
         ])
         .named("summary");
-    for x in &r.strategies {
+    for x in r.sold() {
         let a = &x.sale.accounting;
         let broken = a.oversell > 0 || a.lost_updates > 0 || a.negative_stock > 0;
         let closed = &x.throughput.closed;
@@ -69,7 +69,7 @@ pub fn accounting(r: &RunReport) -> Table {
         ])
         .and_left(["answers"])
         .named("accounting");
-    for x in &r.strategies {
+    for x in r.sold() {
         let a = &x.sale.accounting;
         t.strategy_row(
             &x.strategy.name.to_string(),
@@ -96,18 +96,16 @@ pub fn accounting(r: &RunReport) -> Table {
 /// Each strategy's closed loop.
 pub fn closed_loops(r: &RunReport) -> Table {
     let rows = r
-        .strategies
-        .iter()
-        .map(|x| (Cell::code(x.strategy.name), &x.throughput.closed));
+        .sold()
+        .map(|x| (Cell::code(x.strategy.name), &x.loops.throughput.closed));
     loads("closed", rows)
 }
 
 /// Each strategy's open loop.
 pub fn open_loops(r: &RunReport) -> Table {
     let rows = r
-        .strategies
-        .iter()
-        .map(|x| (Cell::code(x.strategy.name), &x.throughput.open));
+        .sold()
+        .map(|x| (Cell::code(x.strategy.name), &x.loops.throughput.open));
     loads("open", rows)
 }
 
@@ -220,7 +218,7 @@ pub fn cpu(r: &RunReport) -> Table {
         .and_right(groups.iter().chain(&["rest (cores)"]))
         .and_left(["saturated"])
         .named("cpu");
-    for x in &r.strategies {
+    for x in r.sold() {
         let Some(cpu) = &x.cpu else { continue };
         let mut row = vec![Cell::code(x.strategy.name)];
         row.extend(groups.iter().map(|g| match cpu.group(g) {
@@ -393,7 +391,7 @@ mod tests {
                 "report.html lacks the `{id}` table"
             );
         }
-        for x in &r.strategies {
+        for x in r.sold() {
             let a = &x.sale.accounting;
             let row = |t: &Table| {
                 let name = x.strategy.name.to_string();

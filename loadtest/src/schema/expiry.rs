@@ -3,7 +3,6 @@
 //! pays, the others pay at once — run with every instance's sweep running and with every sweep
 //! paused, in interleaved rounds.
 
-use app::api::StrategyInfo;
 use serde::{Deserialize, Serialize};
 
 use super::LoadResult;
@@ -53,7 +52,6 @@ impl ExpiryPayments {
 /// One strategy's purchases with the expiry sweep beside them and without.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ExpiryCost {
-    pub strategy: StrategyInfo,
     /// The closed loops while every instance swept: the median run, every run's figures in
     /// its repetitions.
     pub with_sweep: LoadResult,

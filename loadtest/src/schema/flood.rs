@@ -2,7 +2,6 @@
 //! far fewer units, double clicks, bots — and what it did to the service.
 
 use app::accounting::Accounting;
-use app::api::StrategyInfo;
 use serde::{Deserialize, Serialize};
 use testkit::Outcomes;
 
@@ -47,7 +46,6 @@ pub struct FloodShape {
 /// What one flood did.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FloodResult {
-    pub strategy: StrategyInfo,
     /// Clicks sent: regular, second clicks of double-clickers, and bots'.
     pub clicks: u64,
     pub early_clicks: u64,

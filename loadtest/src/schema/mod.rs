@@ -18,6 +18,7 @@ pub mod history;
 pub mod json;
 mod load;
 mod overload;
+mod record;
 mod round_trips;
 mod sale;
 mod scenario;
@@ -40,19 +41,21 @@ pub use flood::{
 };
 pub use load::{Bucket, HistogramData, LatencySummary, LoadResult, Loop, Repetitions, Spread};
 pub use overload::{ByAnswer, Memory, OverloadResult, OverloadShape};
+pub use record::{Of, Phases, Sold, StrategyReport};
 pub use round_trips::{RoundTripShape, RoundTrips};
-pub use sale::{ReplicaLag, SaleResult, StrategyReport, ThroughputResult};
+pub use sale::{Loops, ReplicaLag, SaleResult, ThroughputResult};
 pub use scenario::{Event, Row, ScenarioReport, Verdict};
 pub use stages::{StageTime, StageTimes};
 
-use app::api::Strategy;
+use app::api::{Strategy, StrategyInfo};
 use serde::{Deserialize, Serialize};
 
 use world::World;
 
-/// The schema this program writes. Version 1 is the layout written before the version was
-/// (no `schema_version` key, no findings); see `schema::json` for what is read.
-pub const SCHEMA_VERSION: u32 = 2;
+/// The schema this program writes: one record per strategy ([`StrategyReport`]). Version 2
+/// kept each phase's results in lists of their own; version 1 is the layout written before the
+/// version was (no `schema_version` key, no findings); see `schema::json` for how both are read.
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// Everything one `seckill-bench run` measured.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -70,23 +73,10 @@ pub struct RunReport {
     pub baselines: Vec<Baseline>,
     /// The bare hot-row UPDATE at several connection counts.
     pub hot_row_sweep: Vec<LoadResult>,
+    /// One record per strategy: its sale, its loops and each phase's result.
     pub strategies: Vec<StrategyReport>,
     /// The fault scenarios, each expected against observed.
     pub scenarios: Vec<ScenarioReport>,
-    /// Each strategy's flood (its shape is in the settings).
-    #[serde(default)]
-    pub floods: Vec<FloodResult>,
-    /// Each strategy offered a multiple of its capacity (its shape is in the settings).
-    #[serde(default)]
-    pub overloads: Vec<OverloadResult>,
-    /// Each strategy's purchases with the expiry sweep beside them and without (its shape is
-    /// in the settings).
-    #[serde(default)]
-    pub expiry_costs: Vec<ExpiryCost>,
-    /// Each strategy's purchases counted in round trips to each server, when the servers stood
-    /// behind relays (its shape is in the settings).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub round_trips: Vec<RoundTrips>,
     /// What the figures say (absent from a version 1 report).
     #[serde(default)]
     pub findings: Findings,
@@ -111,9 +101,54 @@ impl RunReport {
         self.baselines.iter().find(|b| b.name == name)
     }
 
-    /// The report of `strategy`, if it ran.
-    pub fn strategy(&self, strategy: Strategy) -> Option<&StrategyReport> {
+    /// The sale and loops of `strategy`, if it was sold and looped.
+    pub fn strategy(&self, strategy: Strategy) -> Option<Sold<'_>> {
+        self.record(strategy).and_then(StrategyReport::sold)
+    }
+
+    /// The record of `strategy`, if the run measured anything of it.
+    pub fn record(&self, strategy: Strategy) -> Option<&StrategyReport> {
         self.strategies.iter().find(|s| s.strategy.name == strategy)
+    }
+
+    /// The record of `strategy`, made if the run has none yet.
+    pub fn record_mut(&mut self, strategy: &StrategyInfo) -> &mut StrategyReport {
+        let at = match self
+            .strategies
+            .iter()
+            .position(|s| s.strategy.name == strategy.name)
+        {
+            Some(at) => at,
+            None => {
+                self.strategies.push(StrategyReport::of(strategy.clone()));
+                self.strategies.len() - 1
+            }
+        };
+        &mut self.strategies[at]
+    }
+
+    /// Each strategy's sale and loops, in the run's order; a strategy of a run of the flood
+    /// alone has none.
+    pub fn sold(&self) -> impl Iterator<Item = Sold<'_>> + Clone {
+        self.strategies.iter().filter_map(StrategyReport::sold)
+    }
+
+    /// Whether `phase` (which says so from a strategy's phases) measured any strategy.
+    pub fn measured(&self, phase: impl Fn(&Phases) -> bool) -> bool {
+        self.strategies.iter().any(|s| phase(&s.phases))
+    }
+
+    /// Each strategy's result of one phase (`result` picks it from the strategy's phases), in
+    /// the run's order.
+    pub fn each<'a, T>(&'a self, result: impl Fn(&'a Phases) -> Option<&'a T>) -> Vec<Of<'a, T>> {
+        (self.strategies.iter())
+            .filter_map(|s| {
+                Some(Of {
+                    strategy: &s.strategy,
+                    result: result(&s.phases)?,
+                })
+            })
+            .collect()
     }
 
     /// The CPU groups ([`GROUPS`]' order) measured for at least one strategy.
@@ -122,8 +157,7 @@ impl RunReport {
             .iter()
             .map(|(g, _)| *g)
             .filter(|g| {
-                self.strategies
-                    .iter()
+                self.sold()
                     .any(|x| x.cpu.as_ref().and_then(|c| c.group(g)).is_some())
             })
             .collect()

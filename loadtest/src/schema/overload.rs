@@ -2,7 +2,7 @@
 //! bought per second, the answers split into the accepted, the `503 overloaded` and the rest,
 //! and the app instances' resident memory before, during and after.
 
-use app::api::{ErrorCode, StrategyInfo};
+use app::api::ErrorCode;
 use serde::{Deserialize, Serialize};
 
 use super::{LatencySummary, LoadResult};
@@ -20,7 +20,6 @@ pub struct OverloadShape {
 /// What one strategy did when offered more than it can take.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct OverloadResult {
-    pub strategy: StrategyInfo,
     /// Its capacity: the closed loop's purchases per second (the median of its runs).
     pub capacity_per_second: f64,
     /// The open loop's rate: the shape's factor × the capacity, or the capacity and what a

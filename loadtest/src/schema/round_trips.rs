@@ -3,7 +3,6 @@
 
 use std::collections::BTreeMap;
 
-use app::api::StrategyInfo;
 use serde::{Deserialize, Serialize};
 
 /// How the round-trip phase counts (the same for every strategy of a run).
@@ -16,7 +15,6 @@ pub struct RoundTripShape {
 /// One strategy's purchases, counted.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RoundTrips {
-    pub strategy: StrategyInfo,
     /// Purchases sent; each waited for the one before it.
     pub purchases: u64,
     /// Of them, answered as placed or accepted (`201`, `202`).

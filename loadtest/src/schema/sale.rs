@@ -1,17 +1,15 @@
-//! One strategy's flash sale and its throughput.
+//! One strategy's flash sale and its loops.
 
 use app::accounting::Accounting;
-use app::api::{ErrorCode, StrategyInfo};
+use app::api::ErrorCode;
 use serde::{Deserialize, Serialize};
 use testkit::Outcomes;
 
 use super::{BaselineName, CpuUse, LatencySummary, LoadResult};
 
-/// One strategy's three phases and its ratios to the baselines.
+/// What a strategy's closed and open loops measured, and their ratios to the baselines.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct StrategyReport {
-    pub strategy: StrategyInfo,
-    pub sale: SaleResult,
+pub struct Loops {
     pub throughput: ThroughputResult,
     /// The baseline of the backend that holds this strategy's stock.
     pub baseline: BaselineName,

@@ -14,7 +14,11 @@ async fn an_unsafe_strategy_run_reports_the_oversell_the_database_shows() {
     // buyers and demand 4× stock, its lost updates oversell.
     for round in 1..=MAX_ROUNDS {
         let (output, truth, _out) = run_and_read(Strategy::Naive, &common::target()).await;
-        let reported = &output.report.strategies[0].sale.accounting;
+        let reported = &output.report.strategies[0]
+            .sale
+            .as_ref()
+            .unwrap()
+            .accounting;
         assert_eq!(reported, &truth, "round {round}");
         if truth.oversell == 0 {
             eprintln!("round {round}: no oversell this time ({truth:?})");
@@ -34,14 +38,23 @@ async fn an_unsafe_strategy_run_reports_the_oversell_the_database_shows() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_safe_strategy_run_reports_zero_oversell_and_sells_out_exactly() {
     let (output, truth, _out) = run_and_read(Strategy::Conditional, &common::target()).await;
-    let reported = &output.report.strategies[0].sale.accounting;
+    let reported = &output.report.strategies[0]
+        .sale
+        .as_ref()
+        .unwrap()
+        .accounting;
     assert_eq!(reported, &truth);
     assert_eq!(truth.oversell, 0);
     assert_eq!(truth.lost_updates, 0);
     assert_eq!(truth.units_sold, truth.initial_stock, "{truth:?}");
     assert_eq!(truth.final_stock, 0);
     assert_eq!(
-        output.report.strategies[0].sale.outcomes.created as i64,
+        output.report.strategies[0]
+            .sale
+            .as_ref()
+            .unwrap()
+            .outcomes
+            .created as i64,
         truth.orders
     );
     for file in [
@@ -70,16 +83,17 @@ async fn two_runs_on_the_same_servers_place_each_others_stream_orders_nowhere() 
     for (target, ran) in [(&a, ran_a), (&b, ran_b)] {
         let output = ran.unwrap();
         let sale = &output.report.strategies[0].sale;
-        let truth = &sale.accounting;
+        let truth = &sale.as_ref().unwrap().accounting;
         assert_eq!(
             (truth.oversell, truth.stranded, truth.units_sold),
             (0, 0, truth.initial_stock),
             "{truth:?}"
         );
         assert_eq!(
-            sale.outcomes.created, truth.orders as u64,
+            sale.as_ref().unwrap().outcomes.created,
+            truth.orders as u64,
             "{:?}",
-            sale.outcomes
+            sale.as_ref().unwrap().outcomes
         );
         common::drop_database(target).await;
     }

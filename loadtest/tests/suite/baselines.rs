@@ -56,9 +56,26 @@ async fn every_baseline_is_measured_and_the_strategy_is_compared_with_its_own() 
             .all(|l| l.successes_per_sec > 0.0)
     );
     let strategy = &report.strategies[0];
-    assert_eq!(strategy.baseline, BaselineName::SqlConditional);
-    assert!(strategy.percent_of_backend_baseline.is_some());
-    assert!(strategy.percent_of_http_noop.is_some());
+    assert_eq!(
+        strategy.loops.as_ref().unwrap().baseline,
+        BaselineName::SqlConditional
+    );
+    assert!(
+        strategy
+            .loops
+            .as_ref()
+            .unwrap()
+            .percent_of_backend_baseline
+            .is_some()
+    );
+    assert!(
+        strategy
+            .loops
+            .as_ref()
+            .unwrap()
+            .percent_of_http_noop
+            .is_some()
+    );
     let check = report
         .findings
         .client

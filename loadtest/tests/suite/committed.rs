@@ -25,7 +25,7 @@ fn the_committed_run_reads_through_the_report_schema() {
     assert!(
         run.strategies
             .iter()
-            .all(|s| s.sale.accounting.initial_stock > 0)
+            .all(|s| s.sale.as_ref().unwrap().accounting.initial_stock > 0)
     );
 }
 

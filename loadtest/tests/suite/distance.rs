@@ -31,7 +31,14 @@ async fn a_safe_strategy_sells_out_without_oversell_with_its_servers_a_milliseco
     assert_eq!(truth.oversell, 0, "{truth:?}");
     assert_eq!(truth.lost_updates, 0, "{truth:?}");
     assert_eq!(truth.units_sold, truth.initial_stock, "{truth:?}");
-    assert_eq!(&output.report.strategies[0].sale.accounting, &truth);
+    assert_eq!(
+        &output.report.strategies[0]
+            .sale
+            .as_ref()
+            .unwrap()
+            .accounting,
+        &truth
+    );
     assert_eq!(
         output.report.world.map(|w| w.distance),
         Some(Distance::Relayed { rtt_us: 1_000 })
@@ -57,7 +64,12 @@ async fn buyers_far_from_the_instances_buy_through_their_relays_and_the_report_s
     assert_eq!(world.distance, Distance::Local);
     // Each answer crossed the relay both ways: no purchase was answered sooner than the
     // round trip it adds, however fast the machine.
-    let closed = &output.report.strategies[0].throughput.closed;
+    let closed = &output.report.strategies[0]
+        .loops
+        .as_ref()
+        .unwrap()
+        .throughput
+        .closed;
     assert!(closed.latency.count > 0, "{closed:?}");
     assert!(
         closed.latency.p50_us >= 20_000,
@@ -92,11 +104,11 @@ async fn the_relays_count_a_row_lock_s_extra_round_trip_and_redis_stock_s_script
         .unwrap();
     common::drop_database(&target).await;
     let counted = |s: Strategy| {
-        let c = (output.report.round_trips.iter())
+        let c = (output.report.each(|p| p.round_trips.as_ref()).into_iter())
             .find(|c| c.strategy.name == s)
             .unwrap_or_else(|| panic!("{s} counted"));
         assert_eq!(c.placed, c.purchases, "{s}: every purchase placed: {c:?}");
-        c.clone()
+        c.result.clone()
     };
     let sql = |s: Strategy| {
         counted(s)

@@ -9,7 +9,7 @@ use crate::common;
 
 use app::api::{ErrorCode, Safety, Strategy};
 use loadtest::run::run_in;
-use loadtest::schema::{FloodResult, FloodShape, RunReport};
+use loadtest::schema::{FloodResult, FloodShape, Of, RunReport};
 
 fn shape() -> FloodShape {
     FloodShape {
@@ -45,7 +45,7 @@ async fn flood_of(strategies: &[Strategy], shape: FloodShape) -> (RunReport, tem
     (output.report, out)
 }
 
-fn assert_every_click_counted(f: &FloodResult) {
+fn assert_every_click_counted(f: &Of<'_, FloodResult>) {
     assert_eq!(f.outcomes.total(), f.clicks, "{}: {:?}", f.strategy.name, f);
     let answered: u64 = (f.timeline.iter())
         .map(|s| s.bought + s.sold_out + s.rules + s.shed + s.failed)
@@ -59,7 +59,7 @@ fn assert_every_click_counted(f: &FloodResult) {
 
 /// The second act: the unpaid orders expired once each, an instance was killed meanwhile,
 /// the returned units sold again and were paid, and the invariant held throughout.
-fn assert_second_act_keeps_every_unit(f: &FloodResult) {
+fn assert_second_act_keeps_every_unit(f: &Of<'_, FloodResult>) {
     let name = f.strategy.name;
     let r = f.resale.expect("a second act after the clicks");
     assert_eq!(
@@ -103,11 +103,11 @@ async fn safe_strategies_keep_the_stock_and_one_per_customer_through_a_flood_and
 {
     let strategies = [Strategy::Conditional, Strategy::RedisLua, Strategy::Batched];
     let (report, out) = flood(&strategies).await;
-    assert_eq!(report.floods.len(), strategies.len());
-    for f in &report.floods {
+    assert_eq!(report.each(|p| p.flood.as_ref()).len(), strategies.len());
+    for f in report.each(|p| p.flood.as_ref()) {
         let name = f.strategy.name;
         assert_eq!(f.strategy.safety, Safety::Safe);
-        assert_every_click_counted(f);
+        assert_every_click_counted(&f);
         let a = &f.accounting;
         assert_eq!(
             (a.oversell, f.beyond_limit, a.stranded),
@@ -130,7 +130,7 @@ async fn safe_strategies_keep_the_stock_and_one_per_customer_through_a_flood_and
             f.outcomes.created as i64,
             "{name}: {a:?}"
         );
-        assert_second_act_keeps_every_unit(f);
+        assert_second_act_keeps_every_unit(&f);
         // Every unit sold (units of unpaid orders may be back on the shelf by the time the
         // books are read, when the clicks took longer than the payment window).
         assert!(f.sold_out_after_ms.is_some(), "{name}: {a:?}");
@@ -152,7 +152,7 @@ async fn safe_strategies_keep_the_stock_and_one_per_customer_through_a_flood_and
     let flood_section = &html[html
         .find("<section id=\"flood\">")
         .expect("a flood section")..];
-    for f in &report.floods {
+    for f in report.each(|p| p.flood.as_ref()) {
         assert!(
             flood_section.contains(&format!("data-chart=\"flood-{}.svg\"", f.strategy.name)),
             "{}'s flood chart is drawn in the page",
@@ -171,8 +171,8 @@ async fn racy_limit_lets_one_account_buy_more_than_once_in_a_flood() {
     // nothing yet" overlap, so several pass. Rounds in case one flood's timing lines them up.
     for round in 1..=3 {
         let (report, out) = flood(&[Strategy::RacyLimit]).await;
-        let f = &report.floods[0];
-        assert_every_click_counted(f);
+        let f = report.each(|p| p.flood.as_ref())[0];
+        assert_every_click_counted(&f);
         assert_eq!(f.accounting.oversell, 0, "the stock itself stays safe");
         if f.beyond_limit == 0 {
             eprintln!(
@@ -206,7 +206,7 @@ async fn sold_first_come_the_same_crowd_is_served_in_the_order_it_clicked_and_no
     let units = shape.units;
     let strategies = [Strategy::Conditional, Strategy::RedisLuaStream];
     let (report, out) = flood_of(&strategies, shape).await;
-    for f in &report.floods {
+    for f in report.each(|p| p.flood.as_ref()) {
         let name = f.strategy.name;
         let fc = f
             .first_come

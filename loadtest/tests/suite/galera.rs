@@ -36,16 +36,27 @@ fn assert_safe_with_aborts_and_cpu(output: &RunOutput, more: &[&str]) {
     let report = &output.report;
     assert_eq!(report.strategies.len(), 2);
     for s in &report.strategies {
-        let a = &s.sale.accounting;
+        let a = &s.sale.as_ref().unwrap().accounting;
         assert_eq!(
             (a.oversell, a.lost_updates),
             (0, 0),
             "{}: {a:?}",
             s.strategy.name
         );
-        let aborts = s.aborts.expect("aborts counted on Galera");
+        let aborts = s
+            .loops
+            .as_ref()
+            .unwrap()
+            .aborts
+            .expect("aborts counted on Galera");
         assert!(aborts.total() > 0, "{}: {aborts:?}", s.strategy.name);
-        let cpu = s.cpu.as_ref().expect("cpu measured");
+        let cpu = s
+            .loops
+            .as_ref()
+            .unwrap()
+            .cpu
+            .as_ref()
+            .expect("cpu measured");
         let nodes = ["galera-node-1", "galera-node-2", "galera-node-3"];
         for group in nodes.iter().chain(more) {
             assert!(

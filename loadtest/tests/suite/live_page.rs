@@ -78,7 +78,10 @@ async fn the_live_page_follows_a_quick_run_and_ends_with_the_figures_of_its_repo
     assert_eq!(written.strategies.len(), 2);
     for s in &written.strategies {
         // Every field of the accounting but the stock the sale began with.
-        for (field, expected) in fields(&s.sale.accounting).into_iter().skip(1) {
+        for (field, expected) in fields(&s.sale.as_ref().unwrap().accounting)
+            .into_iter()
+            .skip(1)
+        {
             let cell = client
                 .find(Locator::Css(&format!(
                     "#sales tr[data-strategy='{}'] td[data-field='{field}']",
@@ -99,9 +102,9 @@ async fn the_live_page_follows_a_quick_run_and_ends_with_the_figures_of_its_repo
         .strategies
         .iter()
         .map(|s| {
-            s.sale.outcomes.total()
-                + s.throughput.closed.outcomes.total()
-                + s.throughput.open.outcomes.total()
+            s.sale.as_ref().unwrap().outcomes.total()
+                + s.loops.as_ref().unwrap().throughput.closed.outcomes.total()
+                + s.loops.as_ref().unwrap().throughput.open.outcomes.total()
         })
         .sum();
     assert_eq!(value(client, "answers").await, counted);

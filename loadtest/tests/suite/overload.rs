@@ -68,14 +68,18 @@ async fn run_the_phase() -> Crowd {
     let run = run_in(&settings, &target, out.path()).await.unwrap();
     let report: &RunReport = &run.report;
 
-    let names: Vec<Strategy> = report.overloads.iter().map(|o| o.strategy.name).collect();
+    let names: Vec<Strategy> = report
+        .each(|p| p.overload.as_ref())
+        .iter()
+        .map(|o| o.strategy.name)
+        .collect();
     assert_eq!(
         names,
         [Strategy::Conditional, Strategy::RedisLua],
         "the deployable strategies, and not the unsafe one"
     );
     let mut crowd = None;
-    for o in &report.overloads {
+    for o in report.each(|p| p.overload.as_ref()) {
         let name = o.strategy.name;
         eprintln!(
             "{name}: capacity {:.0}/s, offered {:.0}/s, accepted {:.0}/s, 503 {}, other {}, \
@@ -107,7 +111,7 @@ async fn run_the_phase() -> Crowd {
         let outcomes = &o.load.outcomes;
         assert_eq!(
             outcomes.total() + o.load.not_sent,
-            due_in_window(o),
+            due_in_window(&o),
             "{name}: every request due in the window is answered or counted unsent"
         );
         let split =
@@ -162,13 +166,14 @@ async fn run_the_phase() -> Crowd {
 
     let read = loadtest::schema::json::read(&out.path().join("latest")).unwrap();
     assert_eq!(
-        read.overloads, report.overloads,
+        read.each(|p| p.overload.as_ref()),
+        report.each(|p| p.overload.as_ref()),
         "the JSON holds the figures"
     );
     assert_eq!(read.settings.overload, Some(SHAPE));
     let md = std::fs::read_to_string(out.path().join("latest/report.md")).unwrap();
     assert!(md.contains("## Overload: 3 × capacity"), "{md}");
-    for o in &report.overloads {
+    for o in report.each(|p| p.overload.as_ref()) {
         let row = md
             .lines()
             .find(|l| {
@@ -188,7 +193,7 @@ async fn run_the_phase() -> Crowd {
     let section = &html[html
         .find("<section id=\"overload\">")
         .expect("an overload section")..];
-    for o in &report.overloads {
+    for o in report.each(|p| p.overload.as_ref()) {
         assert!(
             section.contains(&format!("<code>{}</code>", o.strategy.name)),
             "{} has no row in the page's overload table",
@@ -201,7 +206,7 @@ async fn run_the_phase() -> Crowd {
         .filter(|allotment| allotment.phase == "overload")
         .map(|allotment| allotment.product())
         .collect();
-    assert_eq!(products.len(), report.overloads.len());
+    assert_eq!(products.len(), report.each(|p| p.overload.as_ref()).len());
     for product in products {
         let orders: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM orders WHERE product_id = ?")
             .bind(product)

@@ -37,16 +37,27 @@ async fn rows_on_a_semi_synchronous_primary_oversell_nothing_and_the_replicas_di
     );
     assert_eq!(report.strategies.len(), 2);
     for s in &report.strategies {
-        let a = &s.sale.accounting;
+        let a = &s.sale.as_ref().unwrap().accounting;
         assert_eq!(
             (a.oversell, a.lost_updates),
             (0, 0),
             "{}: {a:?}",
             s.strategy.name
         );
-        let lag = s.replica.expect("the replica's distance read");
+        let lag = s
+            .loops
+            .as_ref()
+            .unwrap()
+            .replica
+            .expect("the replica's distance read");
         assert_eq!(lag.rounds_asynchronous, 0, "{}: {lag:?}", s.strategy.name);
-        let cpu = s.cpu.as_ref().expect("cpu measured");
+        let cpu = s
+            .loops
+            .as_ref()
+            .unwrap()
+            .cpu
+            .as_ref()
+            .expect("cpu measured");
         for role in ["mariadb-primary", "mariadb-replica"] {
             assert!(
                 cpu.processes.iter().any(|p| p.group == role),

@@ -26,7 +26,13 @@ mod tests {
     fn absolute_rates_are_coloured_on_one_machine_and_not_across_two() {
         let a = report();
         let mut b = report();
-        b.strategies[1].throughput.closed.successes_per_sec *= 3.0;
+        b.strategies[1]
+            .loops
+            .as_mut()
+            .unwrap()
+            .throughput
+            .closed
+            .successes_per_sec *= 3.0;
         let same = section(&compare(&a, &b)).into_string();
         assert!(
             same.contains("td class=\"num better\" data-sort=\"200\" data-judged=\"better\""),

@@ -120,8 +120,8 @@ mod tests {
     #[test]
     fn the_accounting_cells_carry_the_reports_figures() {
         let mut r = report();
-        r.strategies[0].sale.accounting.oversell = 7;
-        r.strategies[0].sale.accounting.orders = 107;
+        r.strategies[0].sale.as_mut().unwrap().accounting.oversell = 7;
+        r.strategies[0].sale.as_mut().unwrap().accounting.orders = 107;
         let html = crate::document::html(&r, &[], None);
         let name = r.strategies[0].strategy.name;
         let row_at = html

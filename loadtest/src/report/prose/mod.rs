@@ -11,8 +11,8 @@ use std::fmt::Write;
 pub use where_time_goes::time;
 
 use crate::schema::{
-    ClientCheck, SaleFinding, SaleReading, StrategyReport, ToolComparison, ToolFinding,
-    ToolReading, ToolVerdict,
+    ClientCheck, SaleFinding, SaleReading, Sold, ToolComparison, ToolFinding, ToolReading,
+    ToolVerdict,
 };
 
 /// Why a strategy whose stock write only its lock guards lost units that came back, as a
@@ -35,7 +35,7 @@ pub fn lost_return(strategy: app::api::Strategy) -> &'static str {
 /// How the flash sale's buyers met the door, for the sentences that describe the sale: empty
 /// when they did not retry.
 pub fn sale_door(r: &crate::schema::RunReport) -> String {
-    match r.strategies.iter().map(|x| x.sale.door_retries).max() {
+    match r.sold().map(|x| x.sale.door_retries).max() {
         Some(n) if n > 0 => format!(
             " (a buyer turned away at the door with `503 overloaded` clicks again, up to {n} \
              times)"
@@ -70,7 +70,7 @@ pub fn door_retries(times: u32) -> String {
 }
 
 /// What went wrong in `s`'s sale, and what its safety class makes of it.
-pub fn sale(s: &StrategyReport, f: &SaleFinding, instances: usize) -> String {
+pub fn sale(s: &Sold, f: &SaleFinding, instances: usize) -> String {
     let a = &s.sale.accounting;
     let name = &s.strategy.name;
     let mut p = format!(
@@ -321,6 +321,7 @@ pub fn client(c: &ClientCheck) -> String {
 
 #[cfg(test)]
 mod tests {
+    use crate::schema::StrategyReport;
     use app::accounting::{Accounting, Ledger};
     use app::api::{ErrorCode, Strategy};
     use testkit::Answer;
@@ -343,12 +344,12 @@ mod tests {
         };
         let mut s = crate::sample::strategy(Strategy::DbLock, ledger);
         for _ in 0..460 {
-            s.sale.outcomes.count(&Answer::Refused {
+            s.sale.as_mut().unwrap().outcomes.count(&Answer::Refused {
                 status,
                 code: refusal,
             });
         }
-        s.sale.accounting = Accounting::of(ledger, 500);
+        s.sale.as_mut().unwrap().accounting = Accounting::of(ledger, 500);
         let f = SaleFinding {
             strategy: Strategy::DbLock,
             safety: s.strategy.safety,
@@ -367,7 +368,7 @@ mod tests {
     fn units_left_by_buyers_refused_at_the_door_are_told_as_the_doors_cost_not_a_broken_deduction()
     {
         let (s, f) = turned_away(ErrorCode::Overloaded, 503);
-        let p = sale(&s, &f, 2);
+        let p = sale(&s.sold().unwrap(), &f, 2);
         assert!(p.contains("turned away at the service's door"), "{p}");
         assert!(p.contains("do not retry a refusal"), "{p}");
         assert!(!p.contains("so the strategy turned buyers away"), "{p}");
@@ -376,8 +377,8 @@ mod tests {
     #[test]
     fn buyers_who_retried_at_the_door_are_told_to_have_run_out_of_tries() {
         let (mut s, f) = turned_away(ErrorCode::Overloaded, 503);
-        s.sale.door_retries = 100;
-        let p = sale(&s, &f, 2);
+        s.sale.as_mut().unwrap().door_retries = 100;
+        let p = sale(&s.sold().unwrap(), &f, 2);
         assert!(
             p.contains("up to 100 times, and these ran out of tries"),
             "{p}"
@@ -387,7 +388,7 @@ mod tests {
     #[test]
     fn units_left_by_a_strategy_that_gave_up_are_told_as_the_strategys_undersell() {
         let (s, f) = turned_away(ErrorCode::Busy, 503);
-        let p = sale(&s, &f, 2);
+        let p = sale(&s.sold().unwrap(), &f, 2);
         assert!(p.contains("so the strategy turned buyers away"), "{p}");
     }
 }

@@ -4,10 +4,10 @@
 
 use std::fmt::Write;
 
-use crate::schema::{GROUPS, GroupCpu, Pace, StrategyReport, TimeFinding};
+use crate::schema::{GROUPS, GroupCpu, Pace, Sold, TimeFinding};
 
 /// Where `s`'s closed-loop time went.
-pub fn time(s: &StrategyReport, f: &TimeFinding) -> String {
+pub fn time(s: &Sold, f: &TimeFinding) -> String {
     let mut p = format!(
         "**`{}`** ({:.0} deductions/s).",
         f.strategy, f.deductions_per_sec
@@ -155,7 +155,7 @@ fn shards(p: &mut String, f: &TimeFinding) {
 
 /// On a Galera cluster (`run --galera`): the transactions the cluster aborted while the
 /// strategy's closed loops ran, per purchase the service answered over the same span.
-fn galera_aborts(p: &mut String, s: &StrategyReport) {
+fn galera_aborts(p: &mut String, s: &Sold) {
     let Some(aborts) = s.aborts else {
         return;
     };
@@ -183,7 +183,7 @@ fn galera_aborts(p: &mut String, s: &StrategyReport) {
 
 /// With the rows on a primary and a replica (`run --replicas`): how far the replica fell
 /// behind under the strategy's closed loops, which is how stale a page read there could be.
-fn replica_lag(p: &mut String, s: &StrategyReport) {
+fn replica_lag(p: &mut String, s: &Sold) {
     let Some(lag) = s.replica else {
         return;
     };
@@ -284,11 +284,14 @@ mod tests {
             ("redis-shard-2", 0.03),
             ("redis-shard-3", 0.15),
         ]);
-        let text = time(&s, &f);
+        let text = time(&s.sold().unwrap(), &f);
         assert!(text.contains("Redis Cluster shard 3 took 75%"), "{text}");
         assert!(text.contains("*Projection, not measured:*"), "{text}");
         assert!(text.contains("at most 6667 purchases/s"), "{text}");
-        let one_redis = time(&s, &spent(&[("app", 0.5), ("redis-server", 0.1)]));
+        let one_redis = time(
+            &s.sold().unwrap(),
+            &spent(&[("app", 0.5), ("redis-server", 0.1)]),
+        );
         assert!(!one_redis.contains("Projection"), "{one_redis}");
     }
 
@@ -313,7 +316,7 @@ mod tests {
             ("redis-shard-3", 0.01),
         ]);
         f.strategy = Strategy::RedisSplit;
-        let text = time(&s, &f);
+        let text = time(&s.sold().unwrap(), &f);
         assert!(text.contains("over 3 of the cluster's shards"), "{text}");
         assert!(text.contains("shard 1 took 50%"), "{text}");
         assert!(text.contains("at most 20000 purchases/s"), "{text}");
@@ -334,14 +337,21 @@ mod tests {
             returning: 0,
         };
         let mut s = crate::sample::strategy(Strategy::Pessimistic, ledger);
-        let plain = time(&s, &spent(&[("app", 0.5)]));
+        let plain = time(&s.sold().unwrap(), &spent(&[("app", 0.5)]));
         assert!(!plain.contains("Galera"), "{plain}");
-        let answered = s.stages.as_ref().expect("the sample has stages").purchases;
-        s.aborts = Some(crate::schema::world::Aborts {
+        let answered = s
+            .loops
+            .as_ref()
+            .unwrap()
+            .stages
+            .as_ref()
+            .expect("the sample has stages")
+            .purchases;
+        s.loops.as_mut().unwrap().aborts = Some(crate::schema::world::Aborts {
             cert_failures: 3,
             bf_aborts: 7,
         });
-        let text = time(&s, &spent(&[("app", 0.5)]));
+        let text = time(&s.sold().unwrap(), &spent(&[("app", 0.5)]));
         assert!(text.contains("aborted 10 transaction(s)"), "{text}");
         assert!(text.contains("3 refused by certification"), "{text}");
         let per_1000 = format!("{:.1} per 1,000 purchases", 10_000.0 / answered as f64);
@@ -362,16 +372,23 @@ mod tests {
             returning: 0,
         };
         let mut s = crate::sample::strategy(Strategy::Conditional, ledger);
-        assert!(!time(&s, &spent(&[("app", 0.5)])).contains("replica"));
-        let answered = s.stages.as_ref().expect("the sample has stages").purchases;
+        assert!(!time(&s.sold().unwrap(), &spent(&[("app", 0.5)])).contains("replica"));
+        let answered = s
+            .loops
+            .as_ref()
+            .unwrap()
+            .stages
+            .as_ref()
+            .expect("the sample has stages")
+            .purchases;
         let mut lag = crate::schema::ReplicaLag {
             transactions: answered / 4,
             most_behind: 412,
             longest_catch_up_ms: 37,
             rounds_asynchronous: 0,
         };
-        s.replica = Some(lag);
-        let text = time(&s, &spent(&[("app", 0.5)]));
+        s.loops.as_mut().unwrap().replica = Some(lag);
+        let text = time(&s.sold().unwrap(), &spent(&[("app", 0.5)]));
         assert!(
             text.contains("at most 412 of the primary's transactions behind"),
             "{text}"
@@ -380,8 +397,8 @@ mod tests {
         assert!(text.contains("at most 37 ms"), "{text}");
         assert!(!text.contains("fallen back"), "{text}");
         lag.rounds_asynchronous = 2;
-        s.replica = Some(lag);
-        let text = time(&s, &spent(&[("app", 0.5)]));
+        s.loops.as_mut().unwrap().replica = Some(lag);
+        let text = time(&s.sold().unwrap(), &spent(&[("app", 0.5)]));
         assert!(text.contains("In 2 round(s) the semi-synchronous primary had fallen back"));
     }
 }
