@@ -73,6 +73,32 @@ pub struct Api {
     buyer_key: Option<Arc<BuyerKey>>,
 }
 
+/// Times an idempotent request is sent when its connection fails before an answer.
+const IDEMPOTENT_ATTEMPTS: u32 = 3;
+
+/// Sends `request`, an idempotent one (a `PUT` of a whole state, a `GET`), again on a new
+/// connection when its connection failed before any answer came: a connection the service
+/// closed as it was taken from the pool, or one it refused at once because every one it may
+/// hold was held (a crowd's keep-alive connections linger after the crowd). Sent again, such
+/// a request does what it would have done once; a run of an hour is not lost to one reset.
+/// A request that timed out is not sent again: the service may be working on it.
+async fn send_idempotent(request: reqwest::RequestBuilder) -> reqwest::Result<reqwest::Response> {
+    let mut request = request;
+    for attempt in 1..IDEMPOTENT_ATTEMPTS {
+        let Some(again) = request.try_clone() else {
+            break;
+        };
+        match request.send().await {
+            Err(e) if !e.is_timeout() && (e.is_connect() || e.is_request()) => {
+                tokio::time::sleep(Duration::from_millis(50 * u64::from(attempt))).await;
+                request = again;
+            }
+            answered => return answered,
+        }
+    }
+    request.send().await
+}
+
 /// The longest a load request waits for its answer before it counts as unanswered.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -206,7 +232,9 @@ impl Api {
         if let Some(token) = &self.admin_token {
             request = request.bearer_auth(token);
         }
-        let r = request.send().await.with_context(|| format!("PUT {url}"))?;
+        let r = send_idempotent(request)
+            .await
+            .with_context(|| format!("PUT {url}"))?;
         if !r.status().is_success() {
             bail!(
                 "PUT {url}: {} {}",
@@ -235,14 +263,16 @@ impl Api {
         if let Some(token) = &self.admin_token {
             request = request.bearer_auth(token);
         }
-        let r = request.send().await?.error_for_status()?;
+        let r = send_idempotent(request).await?.error_for_status()?;
         r.json().await.with_context(|| format!("GET {url}"))
     }
 
     /// `GET /api/strategies`.
     pub async fn strategies(&self) -> Result<Vec<StrategyInfo>> {
         let url = format!("{}/api/strategies", self.admin());
-        let r = self.http.get(&url).send().await?.error_for_status()?;
+        let r = send_idempotent(self.http.get(&url))
+            .await?
+            .error_for_status()?;
         let list: StrategyList = r.json().await.with_context(|| format!("GET {url}"))?;
         Ok(list.strategies)
     }
@@ -448,5 +478,60 @@ async fn classified(
     match tokio::time::timeout(REQUEST_TIMEOUT, sent).await {
         Ok(Ok((status, body))) => classify(status.as_u16(), &body),
         Ok(Err(_)) | Err(_) => Answer::Transport,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    /// A server that resets its first connection once the request is in, and answers the
+    /// second: what a service that closed a pooled connection, or refused one past its bound,
+    /// looks like to the client.
+    async fn resetting_once() -> (String, tokio::task::JoinHandle<u32>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let served = tokio::spawn(async move {
+            let mut connections = 0;
+            loop {
+                let (mut stream, _) = listener.accept().await.unwrap();
+                connections += 1;
+                let mut request = [0u8; 4096];
+                let _ = stream.read(&mut request).await.unwrap();
+                if connections == 1 {
+                    stream.set_zero_linger().unwrap();
+                    drop(stream);
+                    continue;
+                }
+                let body = br#"{"ok":true}"#;
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                    body.len()
+                );
+                stream.write_all(head.as_bytes()).await.unwrap();
+                stream.write_all(body).await.unwrap();
+                return connections;
+            }
+        });
+        (base, served)
+    }
+
+    #[tokio::test]
+    async fn an_idempotent_request_whose_connection_is_reset_before_an_answer_is_sent_again() {
+        let (base, served) = resetting_once().await;
+        let put = reqwest::Client::new()
+            .put(format!("{base}/api/expiry"))
+            .body("{}");
+        let answer = send_idempotent(put)
+            .await
+            .expect("answered the second time");
+        assert_eq!(answer.status(), 200);
+        assert_eq!(
+            served.await.unwrap(),
+            2,
+            "one reset connection, one answered"
+        );
     }
 }
