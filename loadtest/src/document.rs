@@ -149,6 +149,15 @@ fn went_wrong(r: &RunReport) -> Section {
             out.prose(words);
         }
     }
+    for s in &r.strategies {
+        for u in &s.unmeasured {
+            out.warning(format!(
+                "The {} phase of `{}` could not be measured, so its figures are missing from \
+                 this report (the run went on): {}",
+                u.phase, s.strategy.name, u.error
+            ));
+        }
+    }
     if !r.scenarios.is_empty() {
         out.heading(3, "Fault scenarios");
         out.prose(
@@ -257,6 +266,24 @@ mod tests {
     use super::*;
     use crate::sample::{load, report};
     use crate::schema::Loop;
+
+    #[test]
+    fn a_phase_that_could_not_measure_a_strategy_is_named_on_both_pages_and_kept_in_the_json() {
+        let mut r = report();
+        let record = r.record_mut(&app::api::StrategyInfo::of(Strategy::Naive));
+        record.unmeasured.push(crate::schema::Unmeasured {
+            phase: "expiry".into(),
+            error: "PUT /api/expiry: connection reset".into(),
+        });
+        let dir = tempfile::tempdir().unwrap();
+        write_all(dir.path(), &r, None).unwrap();
+        let said = "The expiry phase of `naive` could not be measured";
+        let md = std::fs::read_to_string(dir.path().join("report.md")).unwrap();
+        assert!(md.contains(said) && md.contains("connection reset"), "{md}");
+        let html = std::fs::read_to_string(dir.path().join("report.html")).unwrap();
+        assert!(html.contains("could not be measured"), "not on the page");
+        assert_eq!(json::read(dir.path()).unwrap(), r);
+    }
 
     #[test]
     fn every_file_of_the_report_is_written_and_names_the_strategies() {

@@ -318,14 +318,9 @@ pub async fn run_watched(
             closed: &closed,
             loops: plan,
         };
-        phase::measure(
-            &run,
-            &measuring,
-            &mut ids,
-            &announce,
-            &mut record.phases,
-            || ensure_running(&mut apps, name, &dir),
-        )
+        phase::measure(&run, &measuring, &mut ids, &announce, record, || {
+            ensure_running(&mut apps, name, &dir)
+        })
         .await?;
         let throughput = ThroughputResult { closed, open };
         let cpu = Some(spent.cpu.usage(&sampler.processes));

@@ -33,7 +33,7 @@ pub mod expiry;
 pub mod overload;
 pub mod round_trips;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use app::api::{Safety, StrategyInfo};
 use futures::future::LocalBoxFuture;
 use sqlx::MySqlPool;
@@ -45,7 +45,9 @@ use crate::measure::throughput::ThroughputPlan;
 use crate::report::section::Section;
 use crate::rig::distance::Relays;
 use crate::schema::world::World;
-use crate::schema::{Findings, LoadResult, Phases, RunReport, Settings};
+use crate::schema::{
+    Findings, LoadResult, Phases, RunReport, Settings, StrategyReport, Unmeasured,
+};
 
 /// The registry: every phase, in the order each strategy goes through them (after its open
 /// loop) and the order of their sections in the report.
@@ -204,15 +206,17 @@ pub fn steps(settings: &Settings, strategies: &[StrategyInfo]) -> u64 {
 }
 
 /// The driver: takes `strategy` through every phase the run asks for, in the registry's
-/// order, each on what `ids` hands it, and puts what each measured in `phases`; tells
+/// order, each on what `ids` hands it, and puts what each measured in `record`'s phases; tells
 /// `announce` (the progress line, the live page) of each, and calls `after` when each is done
-/// (to check that the app instances still run).
+/// (to check that the app instances still run). A phase that fails is written in `record` as
+/// unmeasured, with its error, and the run goes on: as a scenario that cannot be played is a
+/// failed row, not the end of an hour of measurements.
 pub async fn measure(
     run: &Run<'_>,
     strategy: &Measuring<'_>,
     ids: &mut Allocator,
     announce: &dyn Fn(&str, &str),
-    phases: &mut Phases,
+    record: &mut StrategyReport,
     mut after: impl FnMut() -> Result<()>,
 ) -> Result<()> {
     let name = strategy.info.name;
@@ -226,11 +230,17 @@ pub async fn measure(
             strategy,
             allotment: &allotment,
         };
-        let measured = phase
-            .measure(run, turn)
-            .await
-            .with_context(|| format!("the {} phase of `{name}`", phase.name()))?;
-        (measured.0)(phases);
+        match phase.measure(run, turn).await {
+            Ok(measured) => (measured.0)(&mut record.phases),
+            Err(e) => {
+                let error = format!("{e:#}");
+                tracing::warn!(phase = phase.name(), strategy = %name, %error, "phase failed");
+                record.unmeasured.push(Unmeasured {
+                    phase: phase.name().to_owned(),
+                    error,
+                });
+            }
+        }
         after()?;
     }
     Ok(())

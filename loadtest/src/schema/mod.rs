@@ -41,7 +41,7 @@ pub use flood::{
 };
 pub use load::{Bucket, HistogramData, LatencySummary, LoadResult, Loop, Repetitions, Spread};
 pub use overload::{ByAnswer, Memory, OverloadResult, OverloadShape};
-pub use record::{Of, Phases, Sold, StrategyReport};
+pub use record::{Of, Phases, Sold, StrategyReport, Unmeasured};
 pub use round_trips::{RoundTripShape, RoundTrips};
 pub use sale::{Loops, ReplicaLag, SaleResult, ThroughputResult};
 pub use scenario::{Event, Row, ScenarioReport, Verdict};

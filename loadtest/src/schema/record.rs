@@ -22,6 +22,18 @@ pub struct StrategyReport {
     /// What each phase that measured it found, by the phase's name.
     #[serde(default, skip_serializing_if = "Phases::is_empty")]
     pub phases: Phases,
+    /// Each phase that could not measure it, and why: the run went on without its figures.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unmeasured: Vec<Unmeasured>,
+}
+
+/// A phase that failed for one strategy: its figures are missing, the rest of the run is not.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Unmeasured {
+    /// The phase's name.
+    pub phase: String,
+    /// What failed, with its causes.
+    pub error: String,
 }
 
 impl StrategyReport {
@@ -32,6 +44,7 @@ impl StrategyReport {
             sale: None,
             loops: None,
             phases: Phases::default(),
+            unmeasured: Vec::new(),
         }
     }
 
