@@ -90,6 +90,14 @@ pub struct Config {
     #[arg(long, env = "SECKILL_STREAM_BATCH", default_value_t = 200)]
     pub stream_batch: usize,
 
+    /// Consumers of `redis-lua-stream`'s stream that each instance runs, all in one consumer
+    /// group (on a Redis Cluster, whose stream is dealt into lanes, at least one per lane). Each
+    /// places its batch in a transaction of its own: one consumer waits for every commit before
+    /// it reads the next batch, so the orders reach the database no faster than one commit at a
+    /// time; several let the database flush their commits together.
+    #[arg(long, env = "SECKILL_STREAM_CONSUMERS", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub stream_consumers: u32,
+
     /// Most orders `redis-lua-stream` lets wait in the stream (accepted, not yet placed in the
     /// database); past it a purchase is refused `503 overloaded` and takes nothing. Without a bound
     /// the `202`s of a crowd faster than the consumers promise orders that arrive later and

@@ -172,11 +172,17 @@ pub async fn build_with(
                 },
             ))
         });
-    // Every instance with Redis places orders of the streams, one consumer per lane, whichever
-    // strategies it serves.
+    // Every instance with Redis places orders of the streams, whichever strategies it serves:
+    // `--stream-consumers` consumers, dealt over the lanes, at least one per lane.
     let consumers: Vec<_> = redis
         .iter()
-        .flat_map(|redis| (0..redis.keys().lanes()).map(move |lane| (redis.clone(), lane)))
+        .flat_map(|redis| {
+            let lanes = redis.keys().lanes();
+            let per_lane = u64::from(config.stream_consumers).div_ceil(lanes).max(1);
+            (0..lanes)
+                .flat_map(move |lane| std::iter::repeat_n(lane, per_lane as usize))
+                .map(move |lane| (redis.clone(), lane))
+        })
         .map(|(redis, lane)| {
             let claim_idle = Duration::from_millis(config.stream_claim_idle_ms);
             let consumer = Consumer::new(redis, pool.clone(), config.stream_batch, claim_idle)

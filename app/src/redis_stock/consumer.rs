@@ -1,15 +1,18 @@
 //! The stream consumer of `redis-lua-stream`: moves accepted orders from the Redis Stream into
 //! the database, exactly once each.
 //!
-//! Every instance runs one consumer per lane of the stock's keys (one on one Redis; see
-//! [`super::Keys`]), each lane's consumers in one consumer group, so each entry is delivered to
-//! one of them. A consumer reads a batch (`XREADGROUP`), inserts its orders in one statement
-//! that ignores request ids already present, commits, and only then acknowledges and deletes
-//! the entries (one script). A consumer that dies between the read and the acknowledgement
-//! leaves its entries pending in the group; every consumer periodically claims entries idle
-//! longer than the claim time (`XAUTOCLAIM`) and places them. If the dead one had committed,
-//! the second insert finds the request ids and adds nothing: at-least-once delivery plus an
-//! idempotent write is exactly-once in the database.
+//! Every instance runs `--stream-consumers` consumers, dealt over the lanes of the stock's keys
+//! (one lane on one Redis, at least one consumer per lane; see [`super::Keys`]), each lane's
+//! consumers in one consumer group, so each entry is delivered to one of them. A consumer waits
+//! for its batch's commit before it reads the next, so one consumer places orders no faster
+//! than one commit at a time; several commit side by side, and the database flushes their
+//! commits to its log together. A consumer reads a batch (`XREADGROUP`), inserts its orders in
+//! one statement that ignores request ids already present, commits, and only then acknowledges
+//! and deletes the entries (one script). A consumer that dies between the read and the
+//! acknowledgement leaves its entries pending in the group; every consumer periodically claims
+//! entries idle longer than the claim time (`XAUTOCLAIM`) and places them. If the dead one had
+//! committed, the second insert finds the request ids and adds nothing: at-least-once delivery
+//! plus an idempotent write is exactly-once in the database.
 //!
 //! An entry whose insert finds its purchase's order already there is counted as placed only
 //! if that order holds its units (reserved or paid, of the entry's terms): it is this entry's

@@ -1,7 +1,7 @@
 //! `redis-lua-stream`: the asynchronous form most seckill systems ship. One Lua script checks
 //! and decrements the Redis counter, records the request id *and* appends the order to a Redis
-//! Stream; the buyer is answered `202 Accepted` at once, and consumers (one per instance, one
-//! consumer group) place the orders in MariaDB in batches.
+//! Stream; the buyer is answered `202 Accepted` at once, and consumers (`--stream-consumers` per
+//! instance, one consumer group) place the orders in MariaDB in batches.
 //!
 //! **Safe** (never oversells): the decision is the same atomic script as `redis-lua`, and the
 //! order cannot be lost between the decision and the database, because the decision and the

@@ -111,7 +111,9 @@ async fn a_redis_restarted_empty_refuses_purchases_until_reconciled_and_sells_no
     let mut config = test_config(&database_url);
     config.redis_url = Some(server.url());
     config.lock_prefix = format!("t{}:", uuid::Uuid::new_v4().simple());
-    // One entry per batch: the consumer held at its insert leaves the later entries unread.
+    // One consumer, one entry per batch: the consumer held at its insert leaves the later
+    // entries unread.
+    config.stream_consumers = 1;
     config.stream_batch = 1;
     let redis = RedisStock::open(&server.url(), &config.lock_prefix, 2).expect("redis pool");
     let app = spawn_app(config).await;

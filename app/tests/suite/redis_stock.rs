@@ -766,6 +766,59 @@ async fn a_product_read_during_a_drain_never_loses_units_between_orders_and_stre
     drop_database(&database_url).await;
 }
 
+/// An instance with several stream consumers places several batches at once: while the
+/// orders' inserts wait behind a lock, each consumer holds the batch it read, so as many
+/// entries as consumers are delivered and unacknowledged at the same moment. With one
+/// consumer only one batch is ever in the database's hands, and the orders reach it no faster
+/// than one commit at a time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_instance_with_three_stream_consumers_places_three_batches_at_once() {
+    const CONSUMERS: u32 = 3;
+    let database_url = fresh_database_url().await;
+    let mut config = config_with(&database_url, shared_redis().await);
+    config.stream_batch = 1;
+    config.stream_consumers = CONSUMERS;
+    let redis = redis_of(&config);
+    let app = spawn_app(config).await;
+    app.reset_in(1, 100, Home::Redis).await;
+    let blocker = hold_orders_of(&database_url, 1).await;
+    for i in 0..10 {
+        let body = order_body(&format!("together-{i}"), "redis-lua-stream");
+        let (status, answer) = app.order(1, &body, None).await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{answer}");
+    }
+    // XPENDING's summary: entries delivered to a consumer and not yet acknowledged, and how
+    // many each consumer holds.
+    let mut xpending = redis::cmd("XPENDING");
+    xpending
+        .arg(redis.keys().stream(redis.keys().lane(1)))
+        .arg(app::redis_stock::GROUP);
+    type Summary = (
+        u64,
+        Option<String>,
+        Option<String>,
+        Option<Vec<(String, String)>>,
+    );
+    // Only a failure waits this long: with one consumer the count stays at one.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let holders = loop {
+        let (count, _, _, holders): Summary = redis.query(&xpending).await.expect("XPENDING");
+        let holders = holders.unwrap_or_default();
+        if count >= u64::from(CONSUMERS) || std::time::Instant::now() > deadline {
+            break holders;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(
+        holders.len(),
+        CONSUMERS as usize,
+        "each consumer holds a batch in the database's hands: {holders:?}"
+    );
+    release(blocker).await;
+    app.stop().await;
+    drop_database(&database_url).await;
+}
+
 /// Holds a gap lock on `product`'s orders in an open transaction: the consumers' inserts wait
 /// behind it, so accepted orders stay in the stream, while plain reads of the orders go on.
 async fn hold_orders_of(database_url: &str, product: u64) -> sqlx::MySqlConnection {
