@@ -16,7 +16,7 @@ use common::{
     Crowd, TestApp, drop_database, flash_sale, fresh_database_url, ledger, rows_per_request_id,
     sells_exactly_the_stock, spawn_app, test_config, with_fresh_database,
 };
-use deadpool_redis::redis;
+use deadpool_redis::redis::{self, streams::StreamPendingReply};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -787,28 +787,30 @@ async fn an_instance_with_three_stream_consumers_places_three_batches_at_once() 
         let (status, answer) = app.order(1, &body, None).await;
         assert_eq!(status, StatusCode::ACCEPTED, "{answer}");
     }
-    // XPENDING's summary: entries delivered to a consumer and not yet acknowledged, and how
-    // many each consumer holds.
+    // Entries delivered to a consumer and not yet acknowledged, and how many each one holds.
     let mut xpending = redis::cmd("XPENDING");
     xpending
         .arg(redis.keys().stream(redis.keys().lane(1)))
         .arg(app::redis_stock::GROUP);
-    type Summary = (
-        u64,
-        Option<String>,
-        Option<String>,
-        Option<Vec<(String, String)>>,
-    );
-    // Only a failure waits this long: with one consumer the count stays at one.
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    let holders = loop {
-        let (count, _, _, holders): Summary = redis.query(&xpending).await.expect("XPENDING");
-        let holders = holders.unwrap_or_default();
-        if count >= u64::from(CONSUMERS) || std::time::Instant::now() > deadline {
-            break holders;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+    let pending = || async {
+        redis
+            .query::<StreamPendingReply>(&xpending)
+            .await
+            .expect("XPENDING")
     };
+    // With one consumer the count stays at one: only the helper's cap ends the wait.
+    common::wait_until("a batch read by each consumer", || async {
+        pending().await.count() >= CONSUMERS as usize
+    })
+    .await;
+    let StreamPendingReply::Data(data) = pending().await else {
+        panic!("nothing pending");
+    };
+    let holders: Vec<(String, usize)> = data
+        .consumers
+        .into_iter()
+        .map(|c| (c.name, c.pending))
+        .collect();
     assert_eq!(
         holders.len(),
         CONSUMERS as usize,
