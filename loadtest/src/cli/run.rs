@@ -98,10 +98,11 @@ pub struct RunArgs {
     /// Rounds of the expiry phase per strategy, each with and without the sweep (`--repetitions`
     /// with --quick). The p99 of a 2 s round of a strategy serving a few hundred purchases a
     /// second swings by a third from one round to the next on a machine this size: the median
-    /// of four rounds' ratios resolves a 10% cost better than that of three. Each round costs
-    /// about 7 s per strategy, some 3.5 minutes of the whole run: a fifth would take the
-    /// default run past 75 minutes on two cores.
-    #[arg(long, default_value_t = 4, env = "SECKILL_BENCH_EXPIRY_ROUNDS")]
+    /// of four or five rounds' ratios resolves a 10% cost better than that of three. Each round
+    /// costs about 7 s per strategy, some 4 minutes of the whole run: a fourth took the
+    /// default run past 75 minutes on two cores on a slow day, so ask for more when the
+    /// sweep's cost is the question.
+    #[arg(long, default_value_t = 3, env = "SECKILL_BENCH_EXPIRY_ROUNDS")]
     pub expiry_rounds: usize,
     /// Print the machine-readable result to stdout (progress goes to stderr).
     #[arg(long)]
