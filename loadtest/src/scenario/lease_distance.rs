@@ -90,11 +90,13 @@ impl Scenario for LeaseDistance {
         stock: 6,
         buyers: 12,
     };
+    // Each far purchase holds the line for its round trips, about half a second: ten units
+    // show every far row's failure or its guard as twenty did, in half the minute and a half.
     const FULL: Sizes = Sizes {
         lease_ms: 300,
         far_rtt_ms: 135,
-        stock: 20,
-        buyers: 60,
+        stock: 10,
+        buyers: 30,
     };
     type Subject = Row;
     type Figures = Figures;
