@@ -281,6 +281,7 @@ pub fn environment() -> Environment {
         mariadb: BTreeMap::new(),
         redis: BTreeMap::new(),
         app: BTreeMap::new(),
+        disk_flush: None,
     }
 }
 

@@ -20,6 +20,9 @@ pub enum Stage {
     Queued,
     /// `batched`: the batch's transaction, from its start to its answer.
     Batch,
+    /// `batched`: the batch's `COMMIT` alone, a part of [`Stage::Batch`] — the database's
+    /// flush of its log, which every purchase of the batch waits for together.
+    Commit,
     /// The Redis script's round trip (`redis-lua`, `redis-lua-stream`).
     Script,
     /// `redis-lua`: writing the order to the database after the Redis deduction.
@@ -27,16 +30,30 @@ pub enum Stage {
 }
 
 impl Stage {
-    pub const ALL: [Stage; 7] = [
+    pub const ALL: [Stage; 8] = [
         Stage::Admission,
         Stage::Strategy,
         Stage::LockWait,
         Stage::Queued,
         Stage::Batch,
+        Stage::Commit,
         Stage::Script,
         Stage::OrderWrite,
     ];
     pub const COUNT: usize = Stage::ALL.len();
+
+    /// The stage this one is a part of, if any: its time is counted in both.
+    pub fn part_of(self) -> Option<Stage> {
+        match self {
+            Stage::Commit => Some(Stage::Batch),
+            _ => None,
+        }
+    }
+
+    /// The stage the service names `name`.
+    pub fn named(name: &str) -> Option<Stage> {
+        Stage::ALL.into_iter().find(|s| s.name() == name)
+    }
 
     pub fn name(self) -> &'static str {
         match self {
@@ -45,6 +62,7 @@ impl Stage {
             Stage::LockWait => "lock_wait",
             Stage::Queued => "queued",
             Stage::Batch => "batch",
+            Stage::Commit => "commit",
             Stage::Script => "script",
             Stage::OrderWrite => "order_write",
         }

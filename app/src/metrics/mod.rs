@@ -313,7 +313,7 @@ impl Metrics {
             }
         }
         out.push_str(
-            "# HELP seckill_purchase_stage_seconds Time purchases spent in each stage the service times, by strategy: admission, strategy, and the strategy's parts (lock_wait, queued, batch, script, order_write).\n",
+            "# HELP seckill_purchase_stage_seconds Time purchases spent in each stage the service times, by strategy: admission, strategy, and the strategy's parts (lock_wait, queued, batch and its commit, script, order_write).\n",
         );
         out.push_str("# TYPE seckill_purchase_stage_seconds summary\n");
         for (strategy, counts) in &strategies {
@@ -440,15 +440,11 @@ mod tests {
                             latency: Duration::from_micros(50),
                             lock_wait: None,
                             retries: 1,
-                            stages: [
-                                None,
-                                Some(Duration::from_micros(20)),
-                                None,
-                                None,
-                                None,
-                                None,
-                                None,
-                            ],
+                            stages: {
+                                let mut stages = [None; Stage::COUNT];
+                                stages[Stage::Strategy as usize] = Some(Duration::from_micros(20));
+                                stages
+                            },
                         });
                     }
                 })

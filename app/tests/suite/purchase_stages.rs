@@ -56,6 +56,7 @@ async fn each_purchase_is_timed_in_admission_its_strategy_and_the_strategys_own_
     let own = [
         (Strategy::Batched, "queued"),
         (Strategy::Batched, "batch"),
+        (Strategy::Batched, "commit"),
         (Strategy::RedisLockFenced, "lock_wait"),
         (Strategy::RedisLua, "script"),
         (Strategy::RedisLua, "order_write"),

@@ -11,9 +11,9 @@ use app::metrics::Stage;
 
 use crate::schema::{
     Baseline, BaselineName, BelowBaseline, ClientCheck, CpuUse, Findings, GROUPS, GroupCpu,
-    MachineLoad, Pace, Peer, RunReport, SaleFinding, SaleReading, ServerCpu, Sold, StageTime,
-    StageTimes, StandardTool, TimeFinding, ToolComparison, ToolFinding, ToolReading, ToolStatus,
-    ToolVerdict, WaitedIn,
+    MachineLoad, Pace, Peer, RunReport, SaleFinding, SaleReading, ServerCpu, Sold, StagePart,
+    StageTime, StageTimes, StandardTool, TimeFinding, ToolComparison, ToolFinding, ToolReading,
+    ToolStatus, ToolVerdict, WaitedIn,
 };
 
 /// Machine busier than this share of its cores counts as CPU-bound.
@@ -116,7 +116,14 @@ fn time(report: &RunReport, s: &Sold, cpus: usize) -> Option<TimeFinding> {
             busiest: name.to_string(),
             cores,
             machine_busy_percent: machine,
-            waited_in: s.stages.as_ref().and_then(waited_in),
+            waited_in: (s.stages.as_ref().and_then(waited_in)).map(|mut w| {
+                if let Some(part) = &mut w.of_which
+                    && part.stage == Stage::Commit.name()
+                {
+                    part.disk_flush_p50_us = report.environment.disk_flush.map(|f| f.p50_us);
+                }
+                w
+            }),
         },
         _ => Pace::Unknown,
     };
@@ -131,7 +138,8 @@ fn time(report: &RunReport, s: &Sold, cpus: usize) -> Option<TimeFinding> {
 
 /// Where the purchases of `times` spent the most of their time in the service, per purchase
 /// answered: the longest of the door, the strategy's own stages (the strategy as a whole when it
-/// times none of its own) and what is left beyond the door and the strategy.
+/// times none of its own) and what is left beyond the door and the strategy; with the part of
+/// it timed on its own (a batch's `COMMIT`), if any. A part is never a candidate itself.
 fn waited_in(times: &StageTimes) -> Option<WaitedIn> {
     if times.purchases == 0 || times.mean_us <= 0.0 {
         return None;
@@ -139,8 +147,9 @@ fn waited_in(times: &StageTimes) -> Option<WaitedIn> {
     let answered = times.purchases as f64;
     let per_purchase = |t: &StageTime| t.mean_us * t.purchases as f64 / answered;
     let (door, whole) = (Stage::Admission.name(), Stage::Strategy.name());
+    let part_of = |name: &str| Stage::named(name).and_then(Stage::part_of);
     let own: Vec<(&str, f64)> = (times.stages.iter())
-        .filter(|t| t.stage != door && t.stage != whole)
+        .filter(|t| t.stage != door && t.stage != whole && part_of(&t.stage).is_none())
         .map(|t| (t.stage.as_str(), per_purchase(t)))
         .collect();
     let timed = |name: &str| {
@@ -158,10 +167,18 @@ fn waited_in(times: &StageTimes) -> Option<WaitedIn> {
         false => candidates.extend(own),
     }
     let (stage, mean_us) = candidates.into_iter().max_by(|a, b| a.1.total_cmp(&b.1))?;
+    let of_which = (times.stages.iter())
+        .find(|t| part_of(&t.stage).is_some_and(|whole| whole.name() == stage))
+        .map(|t| StagePart {
+            stage: t.stage.clone(),
+            mean_us: per_purchase(t),
+            disk_flush_p50_us: None,
+        });
     Some(WaitedIn {
         stage: stage.to_owned(),
         mean_us,
         share_percent: 100.0 * mean_us / times.mean_us,
+        of_which,
     })
 }
 
@@ -371,6 +388,27 @@ mod tests {
             stage("batch", 100, 200.0),
         ]);
         assert_eq!(waited_in(&queued).unwrap().stage, "queued");
+        // A part is named with its stage, never in its place: the batch's `COMMIT`.
+        let committing = times(vec![
+            stage("strategy", 100, 900.0),
+            stage("queued", 100, 100.0),
+            stage("batch", 100, 800.0),
+            stage("commit", 100, 700.0),
+        ]);
+        let batch = waited_in(&committing).unwrap();
+        assert_eq!(
+            (batch.stage.as_str(), batch.of_which),
+            (
+                "batch",
+                Some(StagePart {
+                    stage: "commit".into(),
+                    mean_us: 700.0,
+                    disk_flush_p50_us: None,
+                })
+            )
+        );
+        let no_part = waited_in(&queued).unwrap();
+        assert_eq!(no_part.of_which, None);
         // Most of the time beyond the door and the strategy.
         let outside = times(vec![
             stage("admission", 100, 100.0),
@@ -435,7 +473,8 @@ mod tests {
             &Some(WaitedIn {
                 stage: "lock_wait".into(),
                 mean_us: 1_500.0,
-                share_percent: 60.0
+                share_percent: 60.0,
+                of_which: None,
             })
         );
         let words = prose::time(&r.strategies[0].sold().unwrap(), &time[0]);

@@ -1,5 +1,7 @@
 //! Where each strategy's purchases spent their time in the closed loop, as the service timed
-//! them: one row per strategy, a column per stage, so the bottleneck shows without a profiler.
+//! them: one row per strategy, a column per stage some strategy of the run went through (a run
+//! by a service that did not yet time a stage has no column for it), so the bottleneck shows
+//! without a profiler.
 
 use app::metrics::Stage;
 
@@ -24,15 +26,19 @@ pub fn section(r: &RunReport) -> Section {
          the request's headers to its answer. *Admission*: to a place among the purchases in \
          flight (the body, the buyer's token, the product's memory, the limiter). *Strategy*: \
          all of the strategy's time, of which *lock wait* (its lock), *queued* (`batched`: \
-         waiting for its batch to commit), *batch* (`batched`: the batch's transaction), \
+         waiting for its batch to commit), *batch* (`batched`: the batch's transaction) and \
+         its *commit* (the `COMMIT` alone: the database's flush of its log, shared by the batch), \
          *script* (the Redis script's round trip) and *order write* (`redis-lua`: the order's \
          insert after the script). What is left of the time in the service beyond admission and \
          strategy is the answer's way back to the handler and out. A purchase refused from \
          memory has no stages.",
     );
+    let columns: Vec<Stage> = (Stage::ALL.into_iter())
+        .filter(|stage| timed.iter().any(|(_, s)| s.mean_of(stage.name()).is_some()))
+        .collect();
     let mut t = Table::left(["strategy"]).and_right(
         std::iter::once("in the service µs".to_owned())
-            .chain(Stage::ALL.iter().map(|s| s.name().replace('_', " ")))
+            .chain(columns.iter().map(|s| s.name().replace('_', " ")))
             .chain(["answered".to_owned()]),
     );
     for (x, s) in &timed {
@@ -40,7 +46,7 @@ pub fn section(r: &RunReport) -> Section {
             format!("`{}`", x.strategy.name),
             format!("{:.0}", s.mean_us),
         ];
-        for stage in Stage::ALL {
+        for stage in &columns {
             row.push(
                 s.mean_of(stage.name())
                     .map_or_else(|| "–".into(), |us| format!("{us:.0}")),
@@ -58,11 +64,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn each_timed_strategy_has_a_row_with_its_stages_and_a_dash_for_those_it_skips() {
+    fn a_row_per_timed_strategy_a_column_per_stage_one_went_through_a_dash_where_skipped() {
         let mut r = crate::sample::report();
         let name = r.strategies[0].strategy.name;
+        let queued = crate::schema::StageTime {
+            stage: "queued".into(),
+            purchases: 400,
+            mean_us: 700.0,
+        };
+        let other = r.strategies[1].loops.as_mut().unwrap();
+        other.stages.as_mut().unwrap().stages.push(queued);
         let md = section(&r).markdown();
-        let row = format!("| `{name}` | 2500 | 300 | 2000 | 1500 | – | – | – | – | 400 |");
+        let header = "| strategy | in the service µs | admission | strategy | lock wait | queued | answered |";
+        assert!(md.contains(header), "{md}");
+        let row = format!("| `{name}` | 2500 | 300 | 2000 | 1500 | – | 400 |");
         assert!(md.contains(&row), "{md}");
         for x in &mut r.strategies {
             x.loops.as_mut().unwrap().stages = None;

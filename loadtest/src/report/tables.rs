@@ -306,6 +306,16 @@ pub fn environment(r: &RunReport) -> Table {
     for (k, v) in &e.app {
         t.row([format!("app `{k}`"), v.clone()]);
     }
+    if let Some(f) = &e.disk_flush {
+        t.row([
+            "disk flush (`fdatasync` of a 4 KiB write where the servers keep their data)"
+                .to_string(),
+            format!(
+                "p50 {} µs, p90 {} µs ({} flushes)",
+                f.p50_us, f.p90_us, f.flushes
+            ),
+        ]);
+    }
     t
 }
 
@@ -358,6 +368,22 @@ mod tests {
         assert!(
             html.contains("<th>app <code>--rollback-retries</code></th>"),
             "{html}"
+        );
+    }
+
+    #[test]
+    fn the_environment_table_gives_the_disk_flush_where_it_was_measured() {
+        let mut r = crate::sample::report();
+        assert!(!environment(&r).render().contains("disk flush"));
+        r.environment.disk_flush = Some(crate::schema::DiskFlush {
+            flushes: 100,
+            p50_us: 2_100,
+            p90_us: 3_400,
+        });
+        let md = environment(&r).render();
+        assert!(
+            md.contains("p50 2100 µs, p90 3400 µs (100 flushes)"),
+            "{md}"
         );
     }
 

@@ -8,7 +8,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use deadpool_redis::redis;
 use sqlx::MySqlPool;
 
-use crate::schema::Environment;
+use crate::schema::{DiskFlush, Environment};
 
 const MARIADB_VARIABLES: &str = "SHOW GLOBAL VARIABLES WHERE Variable_name IN (\
     'version', 'innodb_flush_log_at_trx_commit', 'sync_binlog', 'log_bin', \
@@ -39,6 +39,14 @@ pub async fn gather(
         v.entry("redis".into()).or_insert_with(|| version.clone());
     }
     let (git_commit, git_dirty) = git();
+    // Where the sandbox keeps its servers' data (a directory under the system's temporary one).
+    let disk_flush = match servers {
+        "spawned" => tokio::task::spawn_blocking(|| disk_flush(&std::env::temp_dir()))
+            .await
+            .ok()
+            .flatten(),
+        _ => None,
+    };
     Environment {
         generator_build: if cfg!(debug_assertions) {
             "debug"
@@ -57,7 +65,40 @@ pub async fn gather(
         mariadb,
         redis,
         app: app_settings(|name| std::env::var(name).ok()),
+        disk_flush,
     }
+}
+
+/// Times [`DiskFlush::FLUSHES`] flushes of a 4 KiB write to a file of its own in `dir`, as a
+/// database's log is written and flushed at each commit; `None` if the file cannot be made.
+fn disk_flush(dir: &std::path::Path) -> Option<DiskFlush> {
+    let path = dir.join(format!("seckill-bench-flush-{}", std::process::id()));
+    let took = flushes(&path);
+    let _ = std::fs::remove_file(&path);
+    let mut took = took?;
+    took.sort_unstable();
+    let at = |share: usize| took[(took.len() - 1) * share / 100];
+    Some(DiskFlush {
+        flushes: took.len(),
+        p50_us: at(50),
+        p90_us: at(90),
+    })
+}
+
+/// The µs of each flush of a 4 KiB page rewritten in place at `path`.
+fn flushes(path: &std::path::Path) -> Option<Vec<u64>> {
+    use std::io::{Seek, Write};
+    let mut file = std::fs::File::create(path).ok()?;
+    let page = [0x5a_u8; 4096];
+    let mut took = Vec::with_capacity(DiskFlush::FLUSHES);
+    for _ in 0..DiskFlush::FLUSHES {
+        file.seek(std::io::SeekFrom::Start(0)).ok()?;
+        file.write_all(&page).ok()?;
+        let began = std::time::Instant::now();
+        file.sync_data().ok()?;
+        took.push(u64::try_from(began.elapsed().as_micros()).unwrap_or(u64::MAX));
+    }
+    Some(took)
 }
 
 /// The app settings set in the environment the instances inherit (read by `var`), by flag;
@@ -173,6 +214,16 @@ pub fn utc_stamp(unix_secs: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_disk_flush_is_timed_once_per_flush_and_leaves_no_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let flush = disk_flush(dir.path()).unwrap();
+        assert_eq!(flush.flushes, DiskFlush::FLUSHES);
+        assert!(flush.p50_us <= flush.p90_us, "{flush:?}");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+        assert_eq!(disk_flush(&dir.path().join("missing")), None);
+    }
 
     #[test]
     fn utc_stamps_match_known_dates() {

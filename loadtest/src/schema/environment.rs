@@ -29,4 +29,23 @@ pub struct Environment {
     /// service than the default one. Secrets and addresses are left out.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub app: BTreeMap<String, String>,
+    /// What one flush of the disk the throwaway servers write to takes: the floor under every
+    /// durable commit (`innodb_flush_log_at_trx_commit` 1 flushes the log once per commit,
+    /// or once per group of commits that arrive together). Measured when the harness started
+    /// the servers; absent for servers elsewhere.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_flush: Option<DiskFlush>,
+}
+
+/// `fdatasync` after a 4 KiB write, [`DiskFlush::FLUSHES`] times in a row, in the directory the
+/// throwaway servers keep their data in.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct DiskFlush {
+    pub flushes: usize,
+    pub p50_us: u64,
+    pub p90_us: u64,
+}
+
+impl DiskFlush {
+    pub const FLUSHES: usize = 100;
 }

@@ -227,13 +227,29 @@ pub enum Pace {
 /// The stage a waiting strategy's purchases spent the most of their time in, per purchase the
 /// service answered: the door (`admission`), one of the strategy's own stages (`lock_wait`,
 /// `queued`, `batch`, `script`, `order_write`; `strategy` for one that times none of its own),
-/// or `outside` (beyond the door and the strategy: the answer's way out).
+/// or `outside` (beyond the door and the strategy: the answer's way out); with the part of it
+/// timed on its own, if any (`batch`'s `commit`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WaitedIn {
     pub stage: String,
     /// Its mean µs per purchase answered, and its share of the mean time in the service.
     pub mean_us: f64,
     pub share_percent: f64,
+    /// The part of the stage timed on its own, if any: `commit` of `batch`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub of_which: Option<StagePart>,
+}
+
+/// A part of a [`WaitedIn`] stage: its name and mean µs per purchase answered.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StagePart {
+    pub stage: String,
+    pub mean_us: f64,
+    /// For a `COMMIT`: one flush of the disk the servers write to, at the median, as the run
+    /// measured it at its start ([`crate::schema::DiskFlush`]) — the floor under a durable
+    /// commit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_flush_p50_us: Option<u64>,
 }
 
 /// A strategy below [`BelowBaseline::THRESHOLD_PERCENT`] of its backend's baseline, beside the

@@ -27,13 +27,13 @@ pub mod world;
 
 pub use baselines::{Baseline, BaselineName, StandardTool, ToolStatus};
 pub use cpu::{CpuUse, GROUPS, ProcessCpu, SATURATED_CORES};
-pub use environment::Environment;
+pub use environment::{DiskFlush, Environment};
 pub use expiry::{ExpiryCost, ExpiryPayments, ExpiryShape, ReturnLockUse};
 pub use falls::{Fall, Fallen};
 pub use findings::{
     BelowBaseline, ClientCheck, ExpiryMiss, Findings, FloodMiss, GroupCpu, MachineLoad,
-    OverloadFinding, OverloadMiss, Pace, Peer, SaleFinding, SaleReading, ServerCpu, TimeFinding,
-    ToolComparison, ToolFinding, ToolReading, ToolVerdict, WaitedIn,
+    OverloadFinding, OverloadMiss, Pace, Peer, SaleFinding, SaleReading, ServerCpu, StagePart,
+    TimeFinding, ToolComparison, ToolFinding, ToolReading, ToolVerdict, WaitedIn,
 };
 pub use flood::{
     Fairness, FirstComeFlood, FloodResult, FloodShape, FloodSlice, Kind, NoopFlood,

@@ -118,7 +118,12 @@ impl StockStrategy for Batched {
                 reply,
             };
             Queue::enqueue(&self.queue, purchase.product_id, entry)?;
-            let Ok((committing, answer)) = answer.await else {
+            let Ok(Answered {
+                committing,
+                commit,
+                answer,
+            }) = answer.await
+            else {
                 return Err(PurchaseError::Internal(
                     "the batch ended without answering".into(),
                 ));
@@ -127,6 +132,9 @@ impl StockStrategy for Batched {
                 .stats
                 .time(Stage::Queued, committing.saturating_duration_since(arrived));
             purchase.stats.time(Stage::Batch, committing.elapsed());
+            if let Some(commit) = commit {
+                purchase.stats.time(Stage::Commit, commit);
+            }
             answer.map(Purchased::from)
         })
     }
@@ -161,8 +169,17 @@ struct Entry {
     strategy: &'static str,
     hold: Option<Duration>,
     arrived: Instant,
-    /// When its batch began to commit, and what it answers.
-    reply: oneshot::Sender<(Instant, Result<Placed, PurchaseError>)>,
+    /// What its batch answers it.
+    reply: oneshot::Sender<Answered>,
+}
+
+/// A batch's answer to one of its purchases.
+struct Answered {
+    /// When the batch began to commit.
+    committing: Instant,
+    /// How long the batch's `COMMIT` took, when it sent one.
+    commit: Option<Duration>,
+    answer: Result<Placed, PurchaseError>,
 }
 
 impl Entry {
@@ -261,11 +278,17 @@ impl Queue {
                 _ => break,
             }
         }
-        let decisions: HashMap<usize, Decision> = match outcome {
-            Ok(decisions) => buyers.iter().copied().zip(decisions).collect(),
+        let (decisions, commit): (HashMap<usize, Decision>, _) = match outcome {
+            Ok(Ran { decisions, commit }) => {
+                (buyers.iter().copied().zip(decisions).collect(), commit)
+            }
             Err(failure) => {
                 for entry in entries {
-                    let _ = entry.reply.send((committing, Err(failure.answer())));
+                    let _ = entry.reply.send(Answered {
+                        committing,
+                        commit: None,
+                        answer: Err(failure.answer()),
+                    });
                 }
                 return;
             }
@@ -282,12 +305,16 @@ impl Queue {
                 (Decision::LimitReached, _) => Err(PurchaseError::LimitReached),
                 (Decision::UnknownProduct, _) => Err(PurchaseError::UnknownProduct),
             };
-            let _ = entry.reply.send((committing, answer));
+            let _ = entry.reply.send(Answered {
+                committing,
+                commit,
+                answer,
+            });
         }
     }
 
     /// One transaction for the batch: a decision per entry, in order, or why none was made.
-    async fn run(&self, product_id: u64, batch: &[&Entry]) -> Result<Vec<Decision>, Failure> {
+    async fn run(&self, product_id: u64, batch: &[&Entry]) -> Result<Ran, Failure> {
         let mut tx = self.pool.begin().await?;
         let purchases: Vec<(&str, &str)> = batch.iter().map(|e| e.purchase()).collect();
         let existing: HashSet<(String, String)> = orders::existing(&mut tx, product_id, &purchases)
@@ -365,7 +392,10 @@ impl Queue {
             })
             .collect();
         if taking.is_empty() {
-            return Ok(decisions);
+            return Ok(Ran {
+                decisions,
+                commit: None,
+            });
         }
         let placed: HashMap<(String, String), u64> = orders::insert_all(&mut tx, &taking)
             .await?
@@ -384,6 +414,7 @@ impl Queue {
         if let Some(pause) = batch.iter().filter_map(|e| e.hold).max() {
             tokio::time::sleep(pause).await;
         }
+        let commit_sent = Instant::now();
         tx.commit().await.map_err(|e| {
             match crate::db::errors::rolled_back_at_commit(&e) {
                 // Answered with a rollback (a Galera certification failure): nothing happened.
@@ -391,8 +422,18 @@ impl Queue {
                 false => Failure::Commit(Arc::new(e)),
             }
         })?;
-        Ok(decisions)
+        Ok(Ran {
+            decisions,
+            commit: Some(commit_sent.elapsed()),
+        })
     }
+}
+
+/// A batch's transaction, run: a decision per entry, in order, and how long its `COMMIT`
+/// took (none when nothing was bought: nothing to commit).
+struct Ran {
+    decisions: Vec<Decision>,
+    commit: Option<Duration>,
 }
 
 /// The units the purchases decided [`Decision::Placed`] take together.

@@ -58,10 +58,20 @@ pub fn time(s: &Sold, f: &TimeFinding) -> String {
             match waited_in {
                 Some(w) => format!(
                     "by the service's own timings, {:.0}% of a purchase's time in the service \
-                     ({:.0} µs) went to {}",
+                     ({:.0} µs) went to {}{}",
                     w.share_percent,
                     w.mean_us,
-                    stage_words(&w.stage)
+                    stage_words(&w.stage),
+                    w.of_which.as_ref().map_or_else(String::new, |part| format!(
+                        ", {:.0} µs of it to {}{}",
+                        part.mean_us,
+                        stage_words(&part.stage),
+                        part.disk_flush_p50_us
+                            .map_or_else(String::new, |us| format!(
+                                " — one flush of the disk the servers write to took {us} µs at \
+                             the median, measured at the run's start"
+                            ))
+                    ))
                 ),
                 None => "row locks, lock hand-offs, round trips".to_owned(),
             }
@@ -235,6 +245,9 @@ fn stage_words(stage: &str) -> &'static str {
         "lock_wait" => "waiting for the strategy's lock",
         "queued" => "waiting in line for their batch to start committing",
         "batch" => "their batch's transaction",
+        "commit" => {
+            "their batch's `COMMIT` (its round trip, in which the database flushes its log)"
+        }
         "script" => "the Redis script's round trip",
         "order_write" => "writing the order after the Redis script",
         _ => "neither the door nor the strategy (the answer's way out)",
@@ -247,6 +260,7 @@ mod tests {
     use app::api::Strategy;
 
     use super::*;
+    use crate::schema::{StagePart, WaitedIn};
 
     fn spent(groups: &[(&str, f64)]) -> TimeFinding {
         TimeFinding {
@@ -261,6 +275,59 @@ mod tests {
             pace: Pace::Unknown,
             below_baseline: None,
         }
+    }
+
+    #[test]
+    fn a_batch_waiting_on_its_commit_is_set_beside_the_disks_flush() {
+        let ledger = Ledger {
+            initial_stock: 10,
+            final_stock: 0,
+            units_in_orders: 10,
+            orders: 10,
+            pending: 0,
+            reserved: 0,
+            paid: 10,
+            returned: 0,
+            returning: 0,
+        };
+        let s = crate::sample::strategy(Strategy::Batched, ledger);
+        let mut f = spent(&[("app", 0.2), ("mariadbd", 0.2)]);
+        f.strategy = Strategy::Batched;
+        let mut waited = WaitedIn {
+            stage: "batch".into(),
+            mean_us: 6_000.0,
+            share_percent: 55.0,
+            of_which: Some(StagePart {
+                stage: "commit".into(),
+                mean_us: 4_800.0,
+                disk_flush_p50_us: Some(4_100),
+            }),
+        };
+        f.pace = Pace::Waiting {
+            busiest: "app".into(),
+            cores: 0.2,
+            machine_busy_percent: Some(25.0),
+            waited_in: Some(waited.clone()),
+        };
+        let text = time(&s.sold().unwrap(), &f);
+        assert!(
+            text.contains(
+                "55% of a purchase's time in the service (6000 µs) went to their batch's \
+                 transaction, 4800 µs of it to their batch's `COMMIT` (its round trip, in which \
+                 the database flushes its log) — one flush of the disk the servers write to \
+                 took 4100 µs at the median"
+            ),
+            "{text}"
+        );
+        waited.of_which = None;
+        if let Pace::Waiting { waited_in, .. } = &mut f.pace {
+            *waited_in = Some(waited);
+        }
+        let text = time(&s.sold().unwrap(), &f);
+        assert!(
+            text.contains("(6000 µs) went to their batch's transaction."),
+            "{text}"
+        );
     }
 
     #[test]
