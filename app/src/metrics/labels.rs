@@ -20,6 +20,15 @@ pub enum Stage {
     Queued,
     /// `batched`: the batch's transaction, from its start to its answer.
     Batch,
+    /// `batched`: the batch's look-up of its purchases that already have an order, a part of
+    /// [`Stage::Batch`].
+    Lookup,
+    /// `batched`: the batch's conditional `UPDATE` of the stock (and the `SELECT … FOR UPDATE`
+    /// before a second one, when not everything fitted), a part of [`Stage::Batch`]: it waits
+    /// for the product's row while another instance's batch holds it, until that one commits.
+    StockUpdate,
+    /// `batched`: the batch's multi-row `INSERT` of its orders, a part of [`Stage::Batch`].
+    OrderInsert,
     /// `batched`: the batch's `COMMIT` alone, a part of [`Stage::Batch`] — the database's
     /// flush of its log, which every purchase of the batch waits for together.
     Commit,
@@ -30,12 +39,15 @@ pub enum Stage {
 }
 
 impl Stage {
-    pub const ALL: [Stage; 8] = [
+    pub const ALL: [Stage; 11] = [
         Stage::Admission,
         Stage::Strategy,
         Stage::LockWait,
         Stage::Queued,
         Stage::Batch,
+        Stage::Lookup,
+        Stage::StockUpdate,
+        Stage::OrderInsert,
         Stage::Commit,
         Stage::Script,
         Stage::OrderWrite,
@@ -45,7 +57,9 @@ impl Stage {
     /// The stage this one is a part of, if any: its time is counted in both.
     pub fn part_of(self) -> Option<Stage> {
         match self {
-            Stage::Commit => Some(Stage::Batch),
+            Stage::Lookup | Stage::StockUpdate | Stage::OrderInsert | Stage::Commit => {
+                Some(Stage::Batch)
+            }
             _ => None,
         }
     }
@@ -62,6 +76,9 @@ impl Stage {
             Stage::LockWait => "lock_wait",
             Stage::Queued => "queued",
             Stage::Batch => "batch",
+            Stage::Lookup => "lookup",
+            Stage::StockUpdate => "stock_update",
+            Stage::OrderInsert => "order_insert",
             Stage::Commit => "commit",
             Stage::Script => "script",
             Stage::OrderWrite => "order_write",

@@ -313,7 +313,7 @@ impl Metrics {
             }
         }
         out.push_str(
-            "# HELP seckill_purchase_stage_seconds Time purchases spent in each stage the service times, by strategy: admission, strategy, and the strategy's parts (lock_wait, queued, batch and its commit, script, order_write).\n",
+            "# HELP seckill_purchase_stage_seconds Time purchases spent in each stage the service times, by strategy: admission, strategy, and the strategy's parts (lock_wait, queued, batch with its lookup, stock_update, order_insert and commit, script, order_write).\n",
         );
         out.push_str("# TYPE seckill_purchase_stage_seconds summary\n");
         for (strategy, counts) in &strategies {

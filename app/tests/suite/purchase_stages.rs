@@ -56,6 +56,9 @@ async fn each_purchase_is_timed_in_admission_its_strategy_and_the_strategys_own_
     let own = [
         (Strategy::Batched, "queued"),
         (Strategy::Batched, "batch"),
+        (Strategy::Batched, "lookup"),
+        (Strategy::Batched, "stock_update"),
+        (Strategy::Batched, "order_insert"),
         (Strategy::Batched, "commit"),
         (Strategy::RedisLockFenced, "lock_wait"),
         (Strategy::RedisLua, "script"),

@@ -138,8 +138,10 @@ fn time(report: &RunReport, s: &Sold, cpus: usize) -> Option<TimeFinding> {
 
 /// Where the purchases of `times` spent the most of their time in the service, per purchase
 /// answered: the longest of the door, the strategy's own stages (the strategy as a whole when it
-/// times none of its own) and what is left beyond the door and the strategy; with the part of
-/// it timed on its own (a batch's `COMMIT`), if any. A part is never a candidate itself.
+/// times none of its own) and what is left beyond the door and the strategy; with the longest
+/// part of it timed on its own (a batch's look-up, stock `UPDATE`, orders' `INSERT` or
+/// `COMMIT`), if any. A part is
+/// never a candidate itself.
 fn waited_in(times: &StageTimes) -> Option<WaitedIn> {
     if times.purchases == 0 || times.mean_us <= 0.0 {
         return None;
@@ -168,7 +170,8 @@ fn waited_in(times: &StageTimes) -> Option<WaitedIn> {
     }
     let (stage, mean_us) = candidates.into_iter().max_by(|a, b| a.1.total_cmp(&b.1))?;
     let of_which = (times.stages.iter())
-        .find(|t| part_of(&t.stage).is_some_and(|whole| whole.name() == stage))
+        .filter(|t| part_of(&t.stage).is_some_and(|whole| whole.name() == stage))
+        .max_by(|a, b| per_purchase(a).total_cmp(&per_purchase(b)))
         .map(|t| StagePart {
             stage: t.stage.clone(),
             mean_us: per_purchase(t),
@@ -393,6 +396,7 @@ mod tests {
             stage("strategy", 100, 900.0),
             stage("queued", 100, 100.0),
             stage("batch", 100, 800.0),
+            stage("stock_update", 100, 90.0),
             stage("commit", 100, 700.0),
         ]);
         let batch = waited_in(&committing).unwrap();

@@ -228,14 +228,15 @@ pub enum Pace {
 /// service answered: the door (`admission`), one of the strategy's own stages (`lock_wait`,
 /// `queued`, `batch`, `script`, `order_write`; `strategy` for one that times none of its own),
 /// or `outside` (beyond the door and the strategy: the answer's way out); with the part of it
-/// timed on its own, if any (`batch`'s `commit`).
+/// timed on its own, if any (`batch`'s `lookup`, `stock_update`, `order_insert` or `commit`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WaitedIn {
     pub stage: String,
     /// Its mean µs per purchase answered, and its share of the mean time in the service.
     pub mean_us: f64,
     pub share_percent: f64,
-    /// The part of the stage timed on its own, if any: `commit` of `batch`.
+    /// The longest part of the stage timed on its own, if any: `batch`'s `lookup`,
+    /// `stock_update`, `order_insert` or `commit`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub of_which: Option<StagePart>,
 }

@@ -120,7 +120,7 @@ impl StockStrategy for Batched {
             Queue::enqueue(&self.queue, purchase.product_id, entry)?;
             let Ok(Answered {
                 committing,
-                commit,
+                parts,
                 answer,
             }) = answer.await
             else {
@@ -132,8 +132,8 @@ impl StockStrategy for Batched {
                 .stats
                 .time(Stage::Queued, committing.saturating_duration_since(arrived));
             purchase.stats.time(Stage::Batch, committing.elapsed());
-            if let Some(commit) = commit {
-                purchase.stats.time(Stage::Commit, commit);
+            for (stage, took) in parts.timed() {
+                purchase.stats.time(stage, took);
             }
             answer.map(Purchased::from)
         })
@@ -177,9 +177,35 @@ struct Entry {
 struct Answered {
     /// When the batch began to commit.
     committing: Instant,
-    /// How long the batch's `COMMIT` took, when it sent one.
-    commit: Option<Duration>,
+    /// The parts of its transaction the batch timed.
+    parts: Parts,
     answer: Result<Placed, PurchaseError>,
+}
+
+/// How long the statements of a batch's transaction took, where it sent them: the look-up of
+/// its purchases that already have an order, the stock's conditional `UPDATE` (with the
+/// `SELECT … FOR UPDATE` before the second one, when not all fitted), which waits for the
+/// product's row while another batch holds it, the orders' `INSERT` and the `COMMIT`.
+#[derive(Debug, Clone, Copy, Default)]
+struct Parts {
+    lookup: Option<Duration>,
+    update: Option<Duration>,
+    insert: Option<Duration>,
+    commit: Option<Duration>,
+}
+
+impl Parts {
+    /// Each part timed, with its stage.
+    fn timed(self) -> impl Iterator<Item = (Stage, Duration)> {
+        [
+            (Stage::Lookup, self.lookup),
+            (Stage::StockUpdate, self.update),
+            (Stage::OrderInsert, self.insert),
+            (Stage::Commit, self.commit),
+        ]
+        .into_iter()
+        .filter_map(|(stage, took)| Some((stage, took?)))
+    }
 }
 
 impl Entry {
@@ -278,15 +304,15 @@ impl Queue {
                 _ => break,
             }
         }
-        let (decisions, commit): (HashMap<usize, Decision>, _) = match outcome {
-            Ok(Ran { decisions, commit }) => {
-                (buyers.iter().copied().zip(decisions).collect(), commit)
+        let (decisions, parts): (HashMap<usize, Decision>, _) = match outcome {
+            Ok(Ran { decisions, parts }) => {
+                (buyers.iter().copied().zip(decisions).collect(), parts)
             }
             Err(failure) => {
                 for entry in entries {
                     let _ = entry.reply.send(Answered {
                         committing,
-                        commit: None,
+                        parts: Parts::default(),
                         answer: Err(failure.answer()),
                     });
                 }
@@ -307,7 +333,7 @@ impl Queue {
             };
             let _ = entry.reply.send(Answered {
                 committing,
-                commit,
+                parts,
                 answer,
             });
         }
@@ -317,10 +343,15 @@ impl Queue {
     async fn run(&self, product_id: u64, batch: &[&Entry]) -> Result<Ran, Failure> {
         let mut tx = self.pool.begin().await?;
         let purchases: Vec<(&str, &str)> = batch.iter().map(|e| e.purchase()).collect();
+        let lookup_sent = Instant::now();
         let existing: HashSet<(String, String)> = orders::existing(&mut tx, product_id, &purchases)
             .await?
             .into_iter()
             .collect();
+        let mut parts = Parts {
+            lookup: Some(lookup_sent.elapsed()),
+            ..Parts::default()
+        };
         // The product's rules as the first purchase's instance knew them.
         let limit = batch.first().map_or(0, |e| e.per_user_limit);
         // The buyers' rows first (as every purchase claims its quota before the stock), so the
@@ -353,7 +384,8 @@ impl Queue {
         };
         // The common case first: everything fits, and one conditional UPDATE takes it all.
         let mut decisions = allocate(&wanted, &holding);
-        if !take(&mut tx, product_id, total_of(batch, &decisions)).await? {
+        let (update_sent, taken) = (Instant::now(), total_of(batch, &decisions));
+        if !take(&mut tx, product_id, taken).await? {
             // Not all of it fits (or no such product): decide under the row lock the failed
             // UPDATE took, in arrival order.
             holding.stock =
@@ -367,6 +399,10 @@ impl Queue {
                     format!("product {product_id} changed under its row lock").into(),
                 ));
             }
+        }
+        // Nothing to take sends no statement.
+        if taken > 0 {
+            parts.update = Some(update_sent.elapsed());
         }
         let mut claimed: HashMap<&str, i64> = HashMap::new();
         for (entry, decision) in batch.iter().zip(&decisions) {
@@ -392,16 +428,15 @@ impl Queue {
             })
             .collect();
         if taking.is_empty() {
-            return Ok(Ran {
-                decisions,
-                commit: None,
-            });
+            return Ok(Ran { decisions, parts });
         }
+        let insert_sent = Instant::now();
         let placed: HashMap<(String, String), u64> = orders::insert_all(&mut tx, &taking)
             .await?
             .into_iter()
             .map(|(order_id, user_id, request_id)| ((user_id, request_id), order_id))
             .collect();
+        parts.insert = Some(insert_sent.elapsed());
         for (entry, decision) in batch.iter().zip(decisions.iter_mut()) {
             if let Decision::Placed(order_id) = decision {
                 let key = (entry.user_id.clone(), entry.request_id.clone());
@@ -422,18 +457,15 @@ impl Queue {
                 false => Failure::Commit(Arc::new(e)),
             }
         })?;
-        Ok(Ran {
-            decisions,
-            commit: Some(commit_sent.elapsed()),
-        })
+        parts.commit = Some(commit_sent.elapsed());
+        Ok(Ran { decisions, parts })
     }
 }
 
-/// A batch's transaction, run: a decision per entry, in order, and how long its `COMMIT`
-/// took (none when nothing was bought: nothing to commit).
+/// A batch's transaction, run: a decision per entry, in order, and the parts it timed.
 struct Ran {
     decisions: Vec<Decision>,
-    commit: Option<Duration>,
+    parts: Parts,
 }
 
 /// The units the purchases decided [`Decision::Placed`] take together.

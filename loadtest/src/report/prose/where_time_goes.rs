@@ -245,6 +245,12 @@ fn stage_words(stage: &str) -> &'static str {
         "lock_wait" => "waiting for the strategy's lock",
         "queued" => "waiting in line for their batch to start committing",
         "batch" => "their batch's transaction",
+        "lookup" => "their batch's look-up of purchases that already have an order",
+        "order_insert" => "their batch's `INSERT` of its orders",
+        "stock_update" => {
+            "their batch's `UPDATE` of the stock (waiting for the product's row while another \
+             batch held it)"
+        }
         "commit" => {
             "their batch's `COMMIT` (its round trip, in which the database flushes its log)"
         }
