@@ -29,8 +29,9 @@ pub enum Stage {
     StockUpdate,
     /// `batched`: the batch's multi-row `INSERT` of its orders, a part of [`Stage::Batch`].
     OrderInsert,
-    /// `batched`: the batch's `COMMIT` alone, a part of [`Stage::Batch`] — the database's
-    /// flush of its log, which every purchase of the batch waits for together.
+    /// `batched`: the batch's `COMMIT` alone, a part of [`Stage::Batch`] — its round trip, in
+    /// which the database flushes its log, and which every purchase of the batch waits for
+    /// together.
     Commit,
     /// The Redis script's round trip (`redis-lua`, `redis-lua-stream`).
     Script,

@@ -140,8 +140,7 @@ fn time(report: &RunReport, s: &Sold, cpus: usize) -> Option<TimeFinding> {
 /// answered: the longest of the door, the strategy's own stages (the strategy as a whole when it
 /// times none of its own) and what is left beyond the door and the strategy; with the longest
 /// part of it timed on its own (a batch's look-up, stock `UPDATE`, orders' `INSERT` or
-/// `COMMIT`), if any. A part is
-/// never a candidate itself.
+/// `COMMIT`), if any. A part is never a candidate itself.
 fn waited_in(times: &StageTimes) -> Option<WaitedIn> {
     if times.purchases == 0 || times.mean_us <= 0.0 {
         return None;

@@ -29,8 +29,8 @@ pub fn section(r: &RunReport) -> Section {
          waiting for its batch to commit), *batch* (`batched`: the batch's transaction) with \
          its *lookup* (of its purchases that already have an order), *stock update* (the \
          conditional `UPDATE`, which waits for the product's row while another batch holds it), \
-         *order insert* (the orders' multi-row `INSERT`) and *commit* (the `COMMIT` alone: the \
-         database's flush of its log, shared by the batch), \
+         *order insert* (the orders' multi-row `INSERT`) and *commit* (the `COMMIT` alone: its \
+         round trip, in which the database flushes its log, shared by the batch), \
          *script* (the Redis script's round trip) and *order write* (`redis-lua`: the order's \
          insert after the script). What is left of the time in the service beyond admission and \
          strategy is the answer's way back to the handler and out. A purchase refused from \
