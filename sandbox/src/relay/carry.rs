@@ -1,15 +1,20 @@
 //! What a relay does with one accepted connection: learns where it comes from, dials the
-//! server, and carries its bytes both ways — each chunk when its delay is due — until either
-//! side closes it or the relay cuts it.
+//! server (on a thread of its own: both may take a while), then hands the two sockets to the
+//! relays' event loop, which carries the bytes both ways — each chunk when its delay is due —
+//! until either side closes the connection or the relay cuts it.
 
-use std::io::{Read, Write};
+use std::io::Read;
 use std::net::{SocketAddr, TcpStream};
+use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{ReadHalf, WriteHalf};
+
 use super::delay::{Jitter, Line};
-use super::{Conn, Source, State, lock};
+use super::{Conn, Source, State, lock, runtime};
 
 /// Relays one accepted connection until either side closes it or it is cut.
 pub(super) fn serve(
@@ -55,16 +60,55 @@ pub(super) fn serve(
         if let Ok(end) = upstream.try_clone() {
             lock(&conn.ends).push(end);
         }
-        if let (Ok(up), Ok(down)) = (upstream.try_clone(), client.try_clone()) {
-            let (back, state_back) = (conn.clone(), state.clone());
-            let downstream =
-                std::thread::spawn(move || pump(&back, up, down, &[], Side::ToClient, &state_back));
-            pump(&conn, client, upstream, &first, Side::ToServer, state);
-            let _ = downstream.join();
+        if let Ok(handle) = runtime::handle() {
+            let state = state.clone();
+            handle.spawn(async move {
+                carry_both(&conn, client, upstream, &first, &state).await;
+                end(&state, &conn);
+            });
+            return;
         }
     }
+    end(state, &conn);
+}
+
+/// Closes `conn` and forgets it.
+fn end(state: &State, conn: &Arc<Conn>) {
     conn.close();
-    lock(&state.inner).conns.retain(|c| !Arc::ptr_eq(c, &conn));
+    lock(&state.inner).conns.retain(|c| !Arc::ptr_eq(c, conn));
+}
+
+/// Carries `conn`'s bytes both ways (`first`, read before, ahead of the client's rest) until
+/// either side closes it or it is cut.
+async fn carry_both(
+    conn: &Arc<Conn>,
+    client: TcpStream,
+    upstream: TcpStream,
+    first: &[u8],
+    state: &State,
+) {
+    let (Ok(mut client), Ok(mut upstream)) = (on_the_loop(client), on_the_loop(upstream)) else {
+        return;
+    };
+    let (client_read, client_write) = client.split();
+    let (server_read, server_write) = upstream.split();
+    tokio::join!(
+        pump(
+            conn,
+            client_read,
+            server_write,
+            first,
+            Side::ToServer,
+            state
+        ),
+        pump(conn, server_read, client_write, &[], Side::ToClient, state),
+    );
+}
+
+/// `stream`, woken by the relays' event loop.
+fn on_the_loop(stream: TcpStream) -> std::io::Result<tokio::net::TcpStream> {
+    stream.set_nonblocking(true)?;
+    tokio::net::TcpStream::from_std(stream)
 }
 
 /// How long a relay keeps trying to reach a target that refuses connections.
@@ -104,58 +148,80 @@ enum Side {
 /// Copies `from` to `to` (`first`, read before, ahead of the rest), each chunk delayed by the
 /// relay's delay for `side`, until either side fails; drops the bytes once the connection is
 /// silent. The chunks on their way when `from` ends are written before the connection is
-/// closed. Counts an exchange when the client sends after its server answered.
-fn pump(
+/// closed.
+async fn pump(
     conn: &Arc<Conn>,
-    mut from: TcpStream,
-    to: TcpStream,
+    mut from: ReadHalf<'_>,
+    to: WriteHalf<'_>,
     first: &[u8],
     side: Side,
     state: &State,
 ) {
-    let dial = match side {
-        Side::ToServer => &state.delays.to_server,
-        Side::ToClient => &state.delays.to_client,
+    let mut carrier = Carrier {
+        conn,
+        state,
+        side,
+        out: Out::Direct(to),
+        jitter: Jitter::new(),
     };
-    let in_flight = &state.delays.in_flight;
-    let mut out = Out::Direct(to);
-    let mut jitter = Jitter::new();
-    let mut carry = |chunk: &[u8]| {
-        match side {
-            Side::ToServer if conn.answered.swap(false, Ordering::Relaxed) => {
-                state.exchanges.fetch_add(1, Ordering::Relaxed);
-            }
-            Side::ToServer => {}
-            Side::ToClient => conn.answered.store(true, Ordering::Relaxed),
-        }
-        out.carry(chunk, dial.draw(&mut jitter), conn, in_flight)
-    };
-    let mut buf = [0u8; 16 * 1024];
-    let mut open = first.is_empty() || carry(first);
+    let mut buf = vec![0u8; 16 * 1024];
+    let mut open = first.is_empty() || carrier.carry(first).await;
     while open {
-        open = match from.read(&mut buf) {
+        open = match from.read(&mut buf).await {
             Ok(0) | Err(_) => false,
             Ok(_) if conn.is_silent() => true,
-            Ok(n) => carry(&buf[..n]),
+            Ok(n) => carrier.carry(&buf[..n]).await,
         };
     }
-    if let Out::Delayed(line) = out {
-        line.finish();
+    if let Out::Delayed(line) = carrier.out {
+        let _ = tokio::task::spawn_blocking(move || line.finish()).await;
     }
     conn.close();
 }
 
+/// One direction of a connection: where its chunks go, and how late.
+struct Carrier<'a> {
+    conn: &'a Arc<Conn>,
+    state: &'a State,
+    side: Side,
+    out: Out<'a>,
+    jitter: Jitter,
+}
+
+impl Carrier<'_> {
+    /// Passes `chunk` on, now or when its delay is due; false when the connection cannot
+    /// carry it. Counts an exchange when the client sends after its server answered.
+    async fn carry(&mut self, chunk: &[u8]) -> bool {
+        let dials = &self.state.delays;
+        let dial = match self.side {
+            Side::ToServer if self.conn.answered.swap(false, Ordering::Relaxed) => {
+                self.state.exchanges.fetch_add(1, Ordering::Relaxed);
+                &dials.to_server
+            }
+            Side::ToServer => &dials.to_server,
+            Side::ToClient => {
+                self.conn.answered.store(true, Ordering::Relaxed);
+                &dials.to_client
+            }
+        };
+        let delay = dial.draw(&mut self.jitter);
+        self.out
+            .carry(chunk, delay, self.conn, &dials.in_flight)
+            .await
+    }
+}
+
 /// Where a pump writes: straight to its socket until a chunk is delayed, through a delay line
 /// from then on (so that no chunk overtakes the ones on their way).
-enum Out {
-    Direct(TcpStream),
+enum Out<'a> {
+    Direct(WriteHalf<'a>),
     Delayed(Line),
 }
 
-impl Out {
+impl Out<'_> {
     /// Writes `chunk`, just read, now, or queues it to be written `delay` from now; false
     /// when the connection cannot carry it.
-    fn carry(
+    async fn carry(
         &mut self,
         chunk: &[u8],
         delay: Duration,
@@ -165,16 +231,17 @@ impl Out {
         if let Out::Direct(to) = self
             && !delay.is_zero()
         {
-            let Ok(to) = to.try_clone() else {
+            // The line's thread writes through a socket of its own on the same connection.
+            let Ok(fd) = to.as_ref().as_fd().try_clone_to_owned() else {
                 return false;
             };
-            match Line::start(to, conn.clone(), in_flight.clone()) {
+            match Line::start(TcpStream::from(fd), conn.clone(), in_flight.clone()) {
                 Ok(line) => *self = Out::Delayed(line),
                 Err(_) => return false,
             }
         }
         match self {
-            Out::Direct(to) => to.write_all(chunk).is_ok(),
+            Out::Direct(to) => to.write_all(chunk).await.is_ok(),
             Out::Delayed(line) => line.send(Instant::now() + delay, chunk),
         }
     }

@@ -2,15 +2,16 @@
 //! between two machines adds it. (This kernel has no `netem` queueing discipline, so the delay
 //! comes from user space, as Toxiproxy's latency toxic adds it.)
 //!
-//! A chunk read at t is written at t + d. The thread that reads a direction stamps each chunk
-//! with the time it is due and queues it; a thread of its own writes each chunk when it is due.
+//! A chunk read at t is written at t + d. The relays' event loop, which reads every direction,
+//! stamps each chunk with the time it is due and queues it; a thread of the direction's own
+//! writes each chunk when it is due.
 //! So a delay adds latency and never caps throughput: while one chunk waits, the next ones are
 //! read and queued behind it, many on their way at once as on a long wire. A connection's bytes
 //! leave in the order they came: a chunk that jitter made due before the one ahead of it waits
 //! for that one, as TCP delivers in order.
 //!
-//! At zero delay nothing of this runs: the reading thread writes each chunk itself, as a relay
-//! without delay does, and pays two atomic loads per chunk to learn that the delay is still
+//! At zero delay nothing of this runs: the event loop that read a chunk writes it itself, as a
+//! relay without delay does, and pays two atomic loads per chunk to learn that the delay is still
 //! zero. A delay set while a connection is open applies from its next chunk; from the first
 //! chunk it delays on, the connection keeps its queue (a chunk written straight past the queue
 //! would overtake the ones in it).
@@ -88,7 +89,7 @@ impl Delays {
     }
 }
 
-/// One direction's delay as the reading threads read it, chunk by chunk: atomics, so that
+/// One direction's delay as the event loop reads it, chunk by chunk: atomics, so that
 /// a relay without delay pays two loads per chunk and takes no lock. (Its base and jitter are
 /// set one after the other: a chunk read in between gets the new base and the old jitter.)
 #[derive(Default)]
@@ -219,12 +220,11 @@ impl Line {
 const NAP: Duration = Duration::from_millis(50);
 
 fn write_when_due(
-    mut to: TcpStream,
+    to: TcpStream,
     conn: &Conn,
     chunks: &mpsc::Receiver<(Instant, Vec<u8>)>,
     in_flight: &AtomicUsize,
 ) {
-    use std::io::Write;
     // The kernel wakes a sleeping thread up to its timer slack late (50 µs by default): a
     // tenth of a 0.5 ms round trip, each way. One nanosecond asks for the timer's own
     // precision. Where it cannot be set, delays are that much longer: still lower bounds.
@@ -237,9 +237,32 @@ fn write_when_due(
             }
             std::thread::sleep((due - now).min(NAP));
         }
-        if conn.carries() && to.write_all(&chunk).is_err() {
+        if conn.carries() && write_all(&to, &chunk, conn).is_err() {
             conn.close();
         }
         in_flight.fetch_sub(1, Ordering::SeqCst);
     }
+}
+
+/// Writes `chunk` to `to`, a socket the relays' event loop reads and so left non-blocking:
+/// while the kernel has no room for it, waits for room a [`NAP`] at a time. The rest is
+/// dropped once `conn` no longer carries bytes (silent or closed).
+fn write_all(mut to: &TcpStream, mut chunk: &[u8], conn: &Conn) -> std::io::Result<()> {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    use std::io::{ErrorKind, Write};
+    use std::os::fd::AsFd;
+    while !chunk.is_empty() && conn.carries() {
+        match to.write(chunk) {
+            Ok(0) => return Err(ErrorKind::WriteZero.into()),
+            Ok(n) => chunk = &chunk[n..],
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                let mut room = [PollFd::new(to.as_fd(), PollFlags::POLLOUT)];
+                let nap = PollTimeout::try_from(NAP).unwrap_or(PollTimeout::MAX);
+                poll(&mut room, nap)?;
+            }
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }

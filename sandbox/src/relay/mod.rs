@@ -53,6 +53,7 @@ use delay::{Delays, Dials};
 
 mod carry;
 pub(crate) mod delay;
+mod runtime;
 
 use carry::serve;
 
@@ -126,7 +127,7 @@ pub(crate) struct Conn {
     silent: AtomicBool,
     /// Set once it is closed: the bytes still on their way are dropped.
     closed: AtomicBool,
-    /// Clones of both ends, to shut them down from outside the pumping threads.
+    /// Clones of both ends, to shut them down from outside the event loop that carries them.
     ends: Mutex<Vec<TcpStream>>,
     /// Whether the server has sent something since the client last did: the client's next
     /// chunk begins a new exchange.
@@ -159,7 +160,7 @@ impl Conn {
 }
 
 /// Connections a relay's port holds before it accepts them: the system's most. The accepting
-/// thread starts two threads per connection; a client that opens hundreds at once (a benchmark's
+/// thread starts a thread per connection to set it up; a client that opens hundreds at once (a benchmark's
 /// pool) would find the standard library's 128 full, its connection attempts dropped and
 /// retried a second later, past its connect timeout.
 const BACKLOG: i32 = 4096;

@@ -91,14 +91,24 @@ fn each_direction_is_delayed_by_its_own_delay_and_a_round_trip_by_both() {
     }
 }
 
+/// `len` bytes of a pattern that repeats rarely.
+fn pattern(len: u32) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect()
+}
+
+/// Where `received` first differs from `sent`.
+fn first_wrong(received: &[u8], sent: &[u8]) -> Option<usize> {
+    received.iter().zip(sent).position(|(a, b)| a != b)
+}
+
 #[test]
 fn a_delayed_relay_with_jitter_carries_every_byte_intact_and_in_order() {
     let delay = Delay::fixed(Duration::from_millis(2)).with_jitter(Duration::from_millis(5));
     let relay = Relay::start_delayed(echo(None), Delays::each_way(delay)).unwrap();
     let stream = connect(&relay);
-    let sent: Vec<u8> = (0..1_000_000u32)
-        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
-        .collect();
+    let sent = pattern(1_000_000);
     let (mut writer, bytes) = (stream.try_clone().unwrap(), sent.clone());
     let sending = std::thread::spawn(move || {
         // Writes of many sizes, so that the relay reads many chunks, each with its own jitter.
@@ -112,10 +122,32 @@ fn a_delayed_relay_with_jitter_carries_every_byte_intact_and_in_order() {
     let mut received = vec![0u8; sent.len()];
     (&stream).read_exact(&mut received).unwrap();
     sending.join().unwrap();
-    let first_wrong = received.iter().zip(&sent).position(|(a, b)| a != b);
     assert_eq!(
-        first_wrong, None,
+        first_wrong(&received, &sent),
+        None,
         "the byte at this offset came back changed"
+    );
+}
+
+#[test]
+fn a_delayed_relay_waits_for_room_at_a_server_that_does_not_read_and_loses_no_byte() {
+    let server = TcpListener::bind("127.0.0.1:0").unwrap();
+    let one_way = Delay::fixed(Duration::from_millis(1));
+    let relay = Relay::start_delayed(server.local_addr().unwrap(), Delays::each_way(one_way));
+    let relay = relay.unwrap();
+    let mut stream = connect(&relay);
+    let (mut server, _) = server.accept().unwrap();
+    server.set_read_timeout(Some(PATIENCE)).unwrap();
+    // Far more than the kernel holds for one connection: this returns once the relay has read
+    // it all, while its writes to the server, which reads nothing yet, find no room.
+    let sent = pattern(32 << 20);
+    stream.write_all(&sent).unwrap();
+    let mut received = vec![0u8; sent.len()];
+    server.read_exact(&mut received).unwrap();
+    assert_eq!(
+        first_wrong(&received, &sent),
+        None,
+        "the byte at this offset arrived changed"
     );
 }
 
