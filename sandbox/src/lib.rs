@@ -108,6 +108,7 @@ pub use redis_cluster::{RedisCluster, RedisShard, SHARDS};
 pub use redis_sentinel::{MASTER_NAME, RedisSentinelCluster, Sentinel};
 pub use relay::Relay;
 pub use relay::delay::{Delay, Delays};
+pub use relay::runtime::thread_id as relay_thread_id;
 pub use servers::{Endpoints, REDLOCK_INSTANCES, Servers, Versions};
 pub use shared::{Mode, faults_allowed, mode};
 pub use zookeeper::ZooKeeper;

@@ -53,7 +53,7 @@ use delay::{Delays, Dials};
 
 mod carry;
 pub(crate) mod delay;
-mod runtime;
+pub(crate) mod runtime;
 
 use carry::serve;
 

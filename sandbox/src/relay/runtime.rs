@@ -18,16 +18,30 @@ use tokio::runtime::{Builder, Handle, Runtime};
 /// rate on one thread and 52% on two, medians of four interleaved rounds.
 const THREADS: usize = 1;
 
+/// The kernel's id of the loop's thread, once it has run.
+static THREAD: OnceLock<u32> = OnceLock::new();
+
+/// The kernel's id of the thread that carries every relay's bytes in this process, once a
+/// relay has carried a connection: `/proc/<id>/stat` holds the CPU time carrying them cost.
+pub fn thread_id() -> Option<u32> {
+    THREAD.get().copied()
+}
+
 /// The loop, started the first time a relay carries a connection; it lives as long as the
 /// process. (If it cannot start, no relay can carry anything, and each says why.)
 pub(super) fn handle() -> std::io::Result<&'static Handle> {
     static LOOP: OnceLock<std::io::Result<Runtime>> = OnceLock::new();
     let started = LOOP.get_or_init(|| {
-        Builder::new_multi_thread()
+        let runtime = Builder::new_multi_thread()
             .worker_threads(THREADS)
             .thread_name("sandbox-relay")
             .enable_io()
-            .build()
+            .build()?;
+        // Tasks run on the loop's one worker: the first learns its id.
+        runtime.spawn(async {
+            let _ = THREAD.set(nix::unistd::gettid().as_raw().unsigned_abs());
+        });
+        Ok(runtime)
     });
     match started {
         Ok(runtime) => Ok(runtime.handle()),

@@ -109,3 +109,15 @@ fn a_moved_relay_drops_its_connections_and_leads_new_ones_to_the_other_server() 
         );
     }
 }
+
+#[test]
+fn the_thread_that_carried_the_bytes_is_named_and_its_cpu_time_readable() {
+    let relay = Relay::start(echo("a:")).unwrap();
+    assert_eq!(ask(&mut connect(&relay)), Ok("a:ping".into()));
+    let id = sandbox::relay_thread_id().expect("the loop that carried them has told its id");
+    let stat = std::fs::read_to_string(format!("/proc/{id}/stat")).unwrap();
+    assert!(
+        stat.contains("(sandbox-relay)"),
+        "thread {id} is not the relays' loop: {stat}"
+    );
+}
