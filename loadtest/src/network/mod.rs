@@ -28,14 +28,17 @@ use testkit::{Api, Apps};
 use crate::drive::load::Window;
 use crate::live::Feed;
 use crate::measure::baselines::{self, BACKENDS, Backends, Targets};
+use crate::measure::cpu::{Sampler, Span};
 use crate::measure::sale::{SalePlan, run_sale};
 use crate::measure::throughput::{self, ThroughputPlan};
 use crate::phase::Allocator;
 use crate::rig::environment::utc_now;
-use crate::rig::{Stand, Target};
+use crate::rig::{Process, Stand, Target, server_processes};
 use crate::schema::LoadResult;
 use crate::schema::world::Distance;
-use schema::{BaselineSweep, NetworkReport, NetworkSettings, SCHEMA_VERSION, StrategySweep};
+use schema::{
+    BaselineSweep, NetworkReport, NetworkSettings, RELAYS_LOOP, SCHEMA_VERSION, StrategySweep,
+};
 
 /// The round trips swept past zero by default, in µs: inside one zone (0.2, 0.5 ms), across
 /// zones (1, 2 ms).
@@ -154,6 +157,8 @@ pub async fn sweep(
     }
     let steps = settings.rounds * points.len() * (BACKENDS.len() + plans.len());
     let mut step = 0;
+    let cpu = Sampler::new(processes(stand));
+    let mut baseline_cpu = vec![vec![Span::default(); points.len()]; BACKENDS.len()];
     let mut baseline_runs = vec![vec![Vec::new(); points.len()]; BACKENDS.len()];
     let mut closed_runs = vec![vec![Vec::<LoadResult>::new(); points.len()]; plans.len()];
     for round in 0..settings.rounds {
@@ -171,7 +176,10 @@ pub async fn sweep(
                     round + 1,
                     points[p]
                 );
-                baseline_runs[b][p].push(backends.measure(*name).await?);
+                let before = cpu.sample();
+                let result = backends.measure(*name).await?;
+                baseline_cpu[b][p].add(&cpu.spent(&before, &result));
+                baseline_runs[b][p].push(result);
             }
             for (k, plan) in plans.iter().enumerate() {
                 step += 1;
@@ -231,10 +239,11 @@ pub async fn sweep(
             .collect()
     };
     let mut baselines = Vec::new();
-    for (name, runs) in BACKENDS.iter().zip(baseline_runs) {
+    for ((name, runs), spans) in BACKENDS.iter().zip(baseline_runs).zip(baseline_cpu) {
         baselines.push(BaselineSweep {
             name: *name,
             at: combined(runs)?,
+            cpu: spans.iter().map(|s| s.usage(&cpu.processes)).collect(),
         });
     }
     let mut swept = Vec::new();
@@ -275,6 +284,18 @@ fn targets<'a>(api: &'a Api, endpoints: &'a sandbox::Endpoints) -> Targets<'a> {
         database_url: &endpoints.database_url,
         redis_url: &endpoints.redis_url,
     }
+}
+
+/// The processes whose CPU the baselines are measured with: the servers (when the sweep
+/// started them), the load generator, and within it the relays' loop (once it carried a
+/// connection) — what the relays cost is that thread's time.
+fn processes(stand: &Stand) -> Vec<Process> {
+    let mut all = (stand.servers.as_ref()).map_or_else(Vec::new, server_processes);
+    all.push(Process::generator());
+    if let Some(thread) = sandbox::relay_thread_id() {
+        all.push(Process::new(RELAYS_LOOP, "relays", thread));
+    }
+    all
 }
 
 /// Fails when an app instance exited.

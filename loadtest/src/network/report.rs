@@ -8,13 +8,13 @@ use app::api::Safety;
 use plotters::prelude::*;
 
 use super::model::{self, MISS, StrategyModel};
-use super::schema::NetworkReport;
+use super::schema::{BaselineSweep, NetworkReport, RELAYS_LOOP};
 use crate::report::charts::{Chart, err};
 use crate::report::section::Section;
 use crate::report::table::Table;
-use crate::schema::BaselineName;
 use crate::schema::history::RunKind;
 use crate::schema::world::Distance;
+use crate::schema::{BaselineName, CpuUse};
 
 /// The sweep's figures, beside `report.md` (not `report.json`: the run's, another schema).
 pub const JSON: &str = RunKind::Network.file();
@@ -126,6 +126,27 @@ fn relay_cost(r: &NetworkReport, doc: &mut Section) {
         table.row([name, format!("{d:.0}"), format!("{z:.0}"), ratio(z, d)]);
     }
     doc.table(table);
+}
+
+/// Why the relays cost the Redis baseline what they did, from the CPU measured beside it:
+/// what the relays' loop spent on each request it carried, beside what Redis spent answering
+/// one, and how busy the machine was with the baseline reached directly and through them.
+fn relays_cpu(redis: &BaselineSweep, direct: usize, zero: usize, cpus: usize) -> Option<String> {
+    let (d, z) = (redis.cpu.get(direct)?, redis.cpu.get(zero)?);
+    // CPU-seconds per 1,000 requests are ms per 1,000, µs per one.
+    let per_request = |c: &CpuUse, name: &str| {
+        let row = c.processes.iter().find(|p| p.process == name)?;
+        row.per_1000_successes.map(|s| s * 1_000.0)
+    };
+    let relays = per_request(z, RELAYS_LOOP)?;
+    let redis_us = per_request(d, "redis-server")?;
+    let (busy_direct, busy_relayed) = (d.machine_busy_cores?, z.machine_busy_cores?);
+    Some(format!(
+        " The relays' loop spent {relays:.1} µs of CPU on each request it carried, where \
+         redis-server spent {redis_us:.1} µs answering one; the machine's {cpus} cores were \
+         {busy_direct:.2} busy with the baseline reached directly and {busy_relayed:.2} through \
+         the relays, so the relays' time came out of the baseline's."
+    ))
 }
 
 /// `a / b` as a percentage, or a dash.
@@ -325,10 +346,11 @@ fn went_wrong(r: &NetworkReport, models: &[StrategyModel], doc: &mut Section) {
     {
         lines.push(format!(
             "The relays cost the Redis baseline more than {:.0}%: {:.0}/s through them against \
-             {:.0}/s directly.",
+             {:.0}/s directly.{}",
             RELAY_COST_BAR * 100.0,
             z.successes_per_sec,
-            d.successes_per_sec
+            d.successes_per_sec,
+            relays_cpu(redis, direct, zero, r.environment.cpus).unwrap_or_default()
         ));
     }
     doc.heading(2, "What went wrong and why");
@@ -474,6 +496,7 @@ pub(crate) mod tests {
             baselines: vec![BaselineSweep {
                 name: BaselineName::RedisLua,
                 at: at(&|_| 50_000.0),
+                cpu: Vec::new(),
             }],
             strategies: vec![
                 strategy(Strategy::Pessimistic, 5.0, &|rtt| 1.0 / (1e-3 + 5.0 * rtt)),
@@ -539,6 +562,48 @@ pub(crate) mod tests {
         assert!(md.contains("| [redis-lua] | 50000 | 40000 | 80% |"), "{md}");
         assert!(
             md.contains("The relays cost the Redis baseline more than 10%"),
+            "{md}"
+        );
+        assert!(!md.contains("relays' loop spent"), "no CPU measured: {md}");
+    }
+
+    /// The CPU of a baseline's processes, each `(name, CPU-seconds per 1,000 requests)`, over
+    /// one second with the machine `busy` cores.
+    fn cpu(rows: &[(&str, f64)], busy: f64) -> CpuUse {
+        let processes = (rows.iter())
+            .map(|(name, per_1000)| crate::schema::ProcessCpu {
+                process: name.to_string(),
+                group: name.to_string(),
+                cpu_seconds: 0.0,
+                busy_cores: 0.0,
+                per_1000_successes: Some(*per_1000),
+            })
+            .collect();
+        CpuUse {
+            wall_seconds: 1.0,
+            successes: 1.0,
+            processes,
+            saturated: None,
+            machine_busy_cores: Some(busy),
+            rest_of_machine_cores: Some(0.0),
+        }
+    }
+
+    #[test]
+    fn the_relays_cost_says_what_their_loop_spent_per_request_beside_redis() {
+        let mut report = report_at(&POINTS);
+        report.baselines[0].at[1].successes_per_sec = 25_000.0;
+        let direct = cpu(&[("redis-server", 0.0092)], 1.81);
+        let relayed = cpu(&[("redis-server", 0.0091), (RELAYS_LOOP, 0.021)], 1.97);
+        report.baselines[0].cpu = vec![direct, relayed.clone(), relayed.clone(), relayed];
+        let md = markdown(&report);
+        let cores = report.environment.cpus;
+        assert!(
+            md.contains(&format!(
+                "The relays' loop spent 21.0 µs of CPU on each request it carried, where \
+                 redis-server spent 9.2 µs answering one; the machine's {cores} cores were 1.81 \
+                 busy with the baseline reached directly and 1.97 through the relays"
+            )),
             "{md}"
         );
     }

@@ -7,7 +7,7 @@ use app::api::{Strategy, StrategyInfo};
 use serde::{Deserialize, Serialize};
 
 use crate::schema::world::Distance;
-use crate::schema::{BaselineName, Environment, LoadResult, RoundTrips};
+use crate::schema::{BaselineName, CpuUse, Environment, LoadResult, RoundTrips};
 
 /// The schema this program writes for a sweep.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -59,7 +59,15 @@ pub struct BaselineSweep {
     pub name: BaselineName,
     /// Its rounds combined, one per point.
     pub at: Vec<LoadResult>,
+    /// The CPU of the servers, the load generator and the relays' loop while it ran, rounds
+    /// summed, one per point (none in a sweep written before they were measured).
+    #[serde(default)]
+    pub cpu: Vec<CpuUse>,
 }
+
+/// The name of the relays' loop among a baseline's processes: one thread of the load
+/// generator, which carries every relay's bytes.
+pub const RELAYS_LOOP: &str = "relays' loop (in the generator)";
 
 /// A strategy at each distance.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

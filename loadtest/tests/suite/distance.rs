@@ -187,6 +187,14 @@ async fn the_network_sweep_keeps_the_stock_safe_at_every_distance_and_models_eac
         }
         assert!(s.round_trips.total() >= 1.0, "{:?}", s.round_trips);
     }
+    // What the relays' loop spent is measured beside every baseline through the relays.
+    for b in &r.baselines {
+        let relayed = &b.cpu[1];
+        let relays = (relayed.processes.iter())
+            .find(|p| p.process == loadtest::network::schema::RELAYS_LOOP)
+            .unwrap_or_else(|| panic!("[{}] through the relays: {relayed:?}", b.name));
+        assert!(relays.cpu_seconds > 0.0, "[{}]: {relays:?}", b.name);
+    }
     // The model reads each strategy at the one distance past zero (no timing is judged here).
     let models = loadtest::network::model::models(r);
     assert_eq!(models.len(), 3);
