@@ -83,13 +83,13 @@ impl Sampler {
     }
 
     pub fn sample(&self) -> Sample {
-        let read = |pid: u32| std::fs::read_to_string(format!("/proc/{pid}/stat")).ok();
+        let read = |p: &Process| std::fs::read_to_string(p.stat_path()).ok();
         Sample {
             at: Instant::now(),
             ticks: self
                 .processes
                 .iter()
-                .map(|p| read(p.pid).as_deref().and_then(parse_stat))
+                .map(|p| read(p).as_deref().and_then(parse_stat))
                 .collect(),
             machine_busy: std::fs::read_to_string("/proc/stat")
                 .ok()
@@ -199,6 +199,37 @@ mod tests {
     /// Real lines: a redis-server and a process whose name holds a space and a parenthesis.
     const REDIS: &str = "2713 (redis-server) S 1 2713 2713 0 -1 4194560 1371 0 0 0 1520 973 0 0 20 0 5 0 97312 64409600 2573 18446744073709551615 1 1 0 0 0 0 0 4097 17635 0 0 0 17 1 0 0 0 0 0 0 0 0 0 0 0 0 0";
     const ODD: &str = "4242 (tokio (x) 1) R 1 1 1 0 -1 4194304 10 0 0 0 7 3 0 0 20 0 2 0 5 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1";
+
+    #[test]
+    fn a_threads_own_time_is_counted_apart_from_its_process() {
+        let (told, tid) = std::sync::mpsc::channel();
+        let (release, wait) = std::sync::mpsc::channel::<()>();
+        let idle = std::thread::spawn(move || {
+            told.send(nix::unistd::gettid().as_raw().unsigned_abs())
+                .unwrap();
+            let _ = wait.recv();
+        });
+        let tid = tid.recv().unwrap();
+        let sampler = Sampler::new(vec![
+            Process::generator(),
+            Process::thread_of_generator("idle", "idle", tid),
+        ]);
+        let before = sampler.sample();
+        // Busy until the process has spent a few ticks, while the other thread waits.
+        let spent = |s: &Span| s.cpu_seconds[0].unwrap();
+        let mut sink = 0u64;
+        while spent(&sampler.between(&before, &sampler.sample())) < 0.05 {
+            sink = (0..100_000u64).fold(sink, |a, x| a.wrapping_mul(31).wrapping_add(x));
+        }
+        let span = sampler.between(&before, &sampler.sample());
+        release.send(()).unwrap();
+        idle.join().unwrap();
+        let (process, thread) = (spent(&span), span.cpu_seconds[1].unwrap());
+        assert!(
+            thread < process,
+            "the waiting thread counted {thread} s, its busy process {process} s ({sink})"
+        );
+    }
 
     #[test]
     fn user_and_system_ticks_are_read_past_the_command_name() {

@@ -293,7 +293,7 @@ fn processes(stand: &Stand) -> Vec<Process> {
     let mut all = (stand.servers.as_ref()).map_or_else(Vec::new, server_processes);
     all.push(Process::generator());
     if let Some(thread) = sandbox::relay_thread_id() {
-        all.push(Process::new(RELAYS_LOOP, "relays", thread));
+        all.push(Process::thread_of_generator(RELAYS_LOOP, "relays", thread));
     }
     all
 }

@@ -23,12 +23,14 @@ use sandbox::{Endpoints, Mode, Servers};
 use crate::schema::world::{self, Aborts, Distance};
 
 /// A process to account for: its name in the report, the group it is summed in (`app` for
-/// every instance, `redis-server` for every Redis) and its pid.
+/// every instance, `redis-server` for every Redis) and its pid — or one thread of it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Process {
     pub name: String,
     pub group: String,
     pub pid: u32,
+    /// One thread of the process: only its time is counted.
+    pub thread: Option<u32>,
 }
 
 impl Process {
@@ -37,12 +39,34 @@ impl Process {
             name: name.into(),
             group: group.into(),
             pid,
+            thread: None,
         }
     }
 
     /// This process (the load generator).
     pub fn generator() -> Process {
         Process::new("generator", "generator", std::process::id())
+    }
+
+    /// The thread `tid` of this process, alone.
+    pub fn thread_of_generator(
+        name: impl Into<String>,
+        group: impl Into<String>,
+        tid: u32,
+    ) -> Process {
+        Process {
+            thread: Some(tid),
+            ..Process::new(name, group, std::process::id())
+        }
+    }
+
+    /// Where its CPU times are read. (`/proc/<tid>/stat` of a thread holds its whole
+    /// process's times: a thread's own are under its process's `task/`.)
+    pub fn stat_path(&self) -> String {
+        match self.thread {
+            None => format!("/proc/{}/stat", self.pid),
+            Some(tid) => format!("/proc/{}/task/{tid}/stat", self.pid),
+        }
     }
 }
 

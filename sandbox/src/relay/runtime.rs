@@ -22,7 +22,8 @@ const THREADS: usize = 1;
 static THREAD: OnceLock<u32> = OnceLock::new();
 
 /// The kernel's id of the thread that carries every relay's bytes in this process, once a
-/// relay has carried a connection: `/proc/<id>/stat` holds the CPU time carrying them cost.
+/// relay has carried a connection: `/proc/self/task/<id>/stat` holds the CPU time carrying
+/// them cost. (Not `/proc/<id>/stat`: for a thread that is its whole process's.)
 pub fn thread_id() -> Option<u32> {
     THREAD.get().copied()
 }

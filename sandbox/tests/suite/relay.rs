@@ -115,7 +115,7 @@ fn the_thread_that_carried_the_bytes_is_named_and_its_cpu_time_readable() {
     let relay = Relay::start(echo("a:")).unwrap();
     assert_eq!(ask(&mut connect(&relay)), Ok("a:ping".into()));
     let id = sandbox::relay_thread_id().expect("the loop that carried them has told its id");
-    let stat = std::fs::read_to_string(format!("/proc/{id}/stat")).unwrap();
+    let stat = std::fs::read_to_string(format!("/proc/self/task/{id}/stat")).unwrap();
     assert!(
         stat.contains("(sandbox-relay)"),
         "thread {id} is not the relays' loop: {stat}"
