@@ -33,7 +33,7 @@ use crate::measure::sale::{SalePlan, run_sale};
 use crate::measure::throughput::{self, ThroughputPlan};
 use crate::phase::Allocator;
 use crate::rig::environment::utc_now;
-use crate::rig::{Process, Stand, Target, server_processes};
+use crate::rig::{Process, Stand, Target};
 use crate::schema::LoadResult;
 use crate::schema::world::Distance;
 use schema::{
@@ -157,7 +157,7 @@ pub async fn sweep(
     }
     let steps = settings.rounds * points.len() * (BACKENDS.len() + plans.len());
     let mut step = 0;
-    let cpu = Sampler::new(processes(stand));
+    let cpu = Sampler::new(processes(target));
     let mut baseline_cpu = vec![vec![Span::default(); points.len()]; BACKENDS.len()];
     let mut baseline_runs = vec![vec![Vec::new(); points.len()]; BACKENDS.len()];
     let mut closed_runs = vec![vec![Vec::<LoadResult>::new(); points.len()]; plans.len()];
@@ -289,8 +289,8 @@ fn targets<'a>(api: &'a Api, endpoints: &'a sandbox::Endpoints) -> Targets<'a> {
 /// The processes whose CPU the baselines are measured with: the servers (when the sweep
 /// started them), the load generator, and within it the relays' loop (once it carried a
 /// connection) — what the relays cost is that thread's time.
-fn processes(stand: &Stand) -> Vec<Process> {
-    let mut all = (stand.servers.as_ref()).map_or_else(Vec::new, server_processes);
+fn processes(target: &Target) -> Vec<Process> {
+    let mut all = target.processes.clone();
     all.push(Process::generator());
     if let Some(thread) = sandbox::relay_thread_id() {
         all.push(Process::thread_of_generator(RELAYS_LOOP, "relays", thread));

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{ReadHalf, WriteHalf};
 
-use super::delay::{Jitter, Line};
+use super::delay::{Dial, Jitter, Line};
 use super::{Conn, Source, State, lock, runtime};
 
 /// Relays one accepted connection until either side closes it or it is cut.
@@ -157,10 +157,15 @@ async fn pump(
     side: Side,
     state: &State,
 ) {
+    let dial = match side {
+        Side::ToServer => &state.delays.to_server,
+        Side::ToClient => &state.delays.to_client,
+    };
     let mut carrier = Carrier {
         conn,
         state,
         side,
+        dial,
         out: Out::Direct(to),
         jitter: Jitter::new(),
     };
@@ -184,6 +189,8 @@ struct Carrier<'a> {
     conn: &'a Arc<Conn>,
     state: &'a State,
     side: Side,
+    /// The delay of `side`.
+    dial: &'a Dial,
     out: Out<'a>,
     jitter: Jitter,
 }
@@ -192,22 +199,16 @@ impl Carrier<'_> {
     /// Passes `chunk` on, now or when its delay is due; false when the connection cannot
     /// carry it. Counts an exchange when the client sends after its server answered.
     async fn carry(&mut self, chunk: &[u8]) -> bool {
-        let dials = &self.state.delays;
-        let dial = match self.side {
+        match self.side {
             Side::ToServer if self.conn.answered.swap(false, Ordering::Relaxed) => {
                 self.state.exchanges.fetch_add(1, Ordering::Relaxed);
-                &dials.to_server
             }
-            Side::ToServer => &dials.to_server,
-            Side::ToClient => {
-                self.conn.answered.store(true, Ordering::Relaxed);
-                &dials.to_client
-            }
-        };
-        let delay = dial.draw(&mut self.jitter);
-        self.out
-            .carry(chunk, delay, self.conn, &dials.in_flight)
-            .await
+            Side::ToServer => {}
+            Side::ToClient => self.conn.answered.store(true, Ordering::Relaxed),
+        }
+        let delay = self.dial.draw(&mut self.jitter);
+        let in_flight = &self.state.delays.in_flight;
+        self.out.carry(chunk, delay, self.conn, in_flight).await
     }
 }
 

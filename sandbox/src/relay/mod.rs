@@ -160,9 +160,9 @@ impl Conn {
 }
 
 /// Connections a relay's port holds before it accepts them: the system's most. The accepting
-/// thread starts a thread per connection to set it up; a client that opens hundreds at once (a benchmark's
-/// pool) would find the standard library's 128 full, its connection attempts dropped and
-/// retried a second later, past its connect timeout.
+/// thread starts a thread per connection to set it up; a client that opens hundreds at once
+/// (a benchmark's pool) would find the standard library's 128 full, its connection attempts
+/// dropped and retried a second later, past its connect timeout.
 const BACKLOG: i32 = 4096;
 
 /// A listening socket on a free loopback port, with a [`BACKLOG`] of its own.
