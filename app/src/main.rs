@@ -7,6 +7,9 @@ use std::time::{Duration, SystemTime};
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::Layer;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
 
 /// mimalloc rather than glibc's allocator: hyper allocates for every request (its buffers, the
 /// answer's headers and body), and in a profile of a sold-out product's refusals glibc's
@@ -75,10 +78,10 @@ async fn main() -> anyhow::Result<()> {
         println!("{}", token.mint()?);
         return Ok(());
     }
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
-        )
+    let log = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    tracing_subscriber::registry()
+        .with(tracing_subscriber::fmt::layer().with_filter(log))
+        .with(app::strategy::under_lock::layer())
         .init();
     let bind = |address| async move {
         tokio::net::TcpListener::bind(address)

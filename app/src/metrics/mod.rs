@@ -33,6 +33,9 @@ struct Counts {
     latency: Histogram,
     lock_wait: Histogram,
     retries: AtomicU64,
+    /// Purchases that held a lock whose calls were counted, and those calls.
+    lock_holds: AtomicU64,
+    calls_under_lock: AtomicU64,
     stages: [StageTotal; Stage::COUNT],
 }
 
@@ -45,6 +48,8 @@ impl Counts {
         self.latency.add(&other.latency);
         self.lock_wait.add(&other.lock_wait);
         add(&self.retries, &other.retries);
+        add(&self.lock_holds, &other.lock_holds);
+        add(&self.calls_under_lock, &other.calls_under_lock);
         for (mine, theirs) in self.stages.iter().zip(&other.stages) {
             mine.add(theirs);
         }
@@ -149,6 +154,9 @@ pub struct Observation {
     pub latency: Duration,
     pub lock_wait: Option<Duration>,
     pub retries: u32,
+    /// The calls it sent while holding a lock, if it held one and they were counted
+    /// ([`crate::strategy::under_lock`]).
+    pub under_lock: Option<u32>,
     /// Its time in each [`Stage`] it went through, by the stage's place in [`Stage::ALL`].
     pub stages: [Option<Duration>; Stage::COUNT],
 }
@@ -182,6 +190,10 @@ impl Metrics {
             counts
                 .retries
                 .fetch_add(u64::from(o.retries), Ordering::Relaxed);
+        }
+        if let Some(calls) = o.under_lock {
+            counts.lock_holds.fetch_add(1, Ordering::Relaxed);
+            (counts.calls_under_lock).fetch_add(u64::from(calls), Ordering::Relaxed);
         }
         for (total, spent) in counts.stages.iter().zip(o.stages) {
             if let Some(spent) = spent {
@@ -338,6 +350,24 @@ impl Metrics {
                 let _ = writeln!(out, "seckill_retries_total{{strategy=\"{strategy}\"}} {n}");
             }
         }
+        out.push_str("# HELP seckill_lock_holds_total Purchases that held a lock (the product's row lock or a distributed lock) and counted the calls they sent under it.\n");
+        out.push_str("# TYPE seckill_lock_holds_total counter\n");
+        out.push_str("# HELP seckill_calls_under_lock_total Calls those purchases sent after the call that took the lock, through the one that released it: the round trips every other buyer of the product waited for.\n");
+        out.push_str("# TYPE seckill_calls_under_lock_total counter\n");
+        for (strategy, counts) in &strategies {
+            let holds = counts.lock_holds.load(Ordering::Relaxed);
+            if holds > 0 {
+                let calls = counts.calls_under_lock.load(Ordering::Relaxed);
+                let _ = writeln!(
+                    out,
+                    "seckill_lock_holds_total{{strategy=\"{strategy}\"}} {holds}"
+                );
+                let _ = writeln!(
+                    out,
+                    "seckill_calls_under_lock_total{{strategy=\"{strategy}\"}} {calls}"
+                );
+            }
+        }
         out.push_str(
             "# HELP seckill_purchase_requests_total Purchase requests received, refused at admission or not.\n",
         );
@@ -440,6 +470,7 @@ mod tests {
                             latency: Duration::from_micros(50),
                             lock_wait: None,
                             retries: 1,
+                            under_lock: Some(2),
                             stages: {
                                 let mut stages = [None; Stage::COUNT];
                                 stages[Stage::Strategy as usize] = Some(Duration::from_micros(20));
@@ -463,6 +494,11 @@ mod tests {
             ),
             format!(r#"seckill_purchase_duration_seconds_count{{strategy="conditional"}} {n}"#),
             format!(r#"seckill_retries_total{{strategy="conditional"}} {n}"#),
+            format!(r#"seckill_lock_holds_total{{strategy="conditional"}} {n}"#),
+            format!(
+                r#"seckill_calls_under_lock_total{{strategy="conditional"}} {}"#,
+                2 * n
+            ),
             format!(
                 r#"seckill_purchase_stage_seconds_count{{strategy="conditional",stage="strategy"}} {n}"#
             ),
@@ -486,6 +522,7 @@ mod tests {
             latency: Duration::from_millis(3),
             lock_wait: None,
             retries: 0,
+            under_lock: None,
             stages: [None; Stage::COUNT],
         };
         metrics.observe(seen(Strategy::Pessimistic, Outcome::Created));

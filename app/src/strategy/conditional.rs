@@ -14,7 +14,7 @@ use std::sync::Arc;
 use sqlx::{MySqlConnection, MySqlPool};
 
 use super::outcome::{claim_quota, place, roll_back};
-use super::{Deps, Purchase, PurchaseError, Purchased, Purchasing, StockStrategy};
+use super::{Deps, Purchase, PurchaseError, Purchased, Purchasing, StockStrategy, under_lock};
 use crate::db::products;
 
 pub struct Conditional {
@@ -57,7 +57,9 @@ impl StockStrategy for Conditional {
             }
             // The row lock is held from here to the commit: this is the critical section.
             purchase.hold().await;
-            place(tx, purchase, None).await.map(Purchased::from)
+            under_lock::counted(&purchase.stats, place(tx, purchase, None))
+                .await
+                .map(Purchased::from)
         })
     }
 }

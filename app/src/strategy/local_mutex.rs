@@ -12,7 +12,9 @@ use std::sync::{Arc, Mutex};
 
 use sqlx::MySqlPool;
 
-use super::{Deps, Purchase, PurchaseError, Purchased, Purchasing, StockStrategy, naive};
+use super::{
+    Deps, Purchase, PurchaseError, Purchased, Purchasing, StockStrategy, naive, under_lock,
+};
 
 pub struct LocalMutex {
     pool: MySqlPool,
@@ -88,7 +90,8 @@ impl StockStrategy for LocalMutex {
                     ))
                 })?;
             purchase.stats.set_lock_wait(started.elapsed());
-            naive::read_compute_write(&self.pool, purchase)
+            let section = naive::read_compute_write(&self.pool, purchase);
+            under_lock::counted(&purchase.stats, section)
                 .await
                 .map(Purchased::from)
         })

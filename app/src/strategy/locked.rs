@@ -53,7 +53,7 @@ use super::held_lock::HeldLock;
 use super::outcome::{claim_quota, decide, place_in_doubt};
 use super::{
     Deps, Fencing, Placed, Purchase, PurchaseError, Purchased, Purchasing, ReturnLock,
-    StockStrategy,
+    StockStrategy, under_lock,
 };
 use crate::db::products;
 
@@ -186,7 +186,9 @@ impl StockStrategy for Locked {
             purchase.stats.set_lock_wait(started.elapsed());
             let token = guard.fencing_token();
             let held = HeldLock::new(guard, self.options.lease);
-            let outcome = self.critical_section(purchase, token, &held.in_doubt).await;
+            let section = self.critical_section(purchase, token, &held.in_doubt);
+            let outcome = under_lock::counted(&purchase.stats, section).await;
+            under_lock::call(&purchase.stats);
             held.finish().await;
             outcome.map(Purchased::from)
         })

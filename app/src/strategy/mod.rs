@@ -27,6 +27,7 @@ pub mod redis_split;
 pub mod registry;
 pub mod sharded;
 pub mod unchecked;
+pub mod under_lock;
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
@@ -267,6 +268,9 @@ impl Purchase {
 pub struct PurchaseStats {
     retries: AtomicU32,
     lock_wait_us: AtomicU64,
+    /// Calls sent while holding a lock, plus one (0: it held none whose calls were counted;
+    /// see [`mod@under_lock`]).
+    under_lock: AtomicU32,
     /// Nanoseconds spent in each [`Stage`] (0: not gone through), by its place in
     /// [`Stage::ALL`]; the lock's wait is `lock_wait_us`.
     stage_ns: [AtomicU64; Stage::COUNT],
@@ -284,6 +288,18 @@ impl PurchaseStats {
     pub fn set_lock_wait(&self, waited: Duration) {
         self.lock_wait_us
             .store(crate::metrics::micros(waited), Ordering::Relaxed);
+    }
+
+    /// Adds `calls` sent while holding a lock ([`under_lock::counted`]).
+    pub fn add_under_lock(&self, calls: u32) {
+        let _ = (self.under_lock).fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+            Some(n.max(1).saturating_add(calls))
+        });
+    }
+
+    /// The calls the purchase sent while holding a lock, if it held one and they were counted.
+    pub fn under_lock(&self) -> Option<u32> {
+        self.under_lock.load(Ordering::Relaxed).checked_sub(1)
     }
 
     /// How long the strategy waited for its lock, if it took one.

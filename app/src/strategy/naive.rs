@@ -13,7 +13,9 @@ use std::sync::Arc;
 use sqlx::MySqlPool;
 
 use super::outcome::{claim_quota, decide, place};
-use super::{Deps, Placed, Purchase, PurchaseError, Purchased, Purchasing, StockStrategy};
+use super::{
+    Deps, Placed, Purchase, PurchaseError, Purchased, Purchasing, StockStrategy, under_lock,
+};
 use crate::db::products;
 
 pub struct Naive {
@@ -49,5 +51,6 @@ pub(crate) async fn read_compute_write(
     )?;
     purchase.hold().await;
     products::set_stock(&mut tx, purchase.product_id, left).await?;
-    place(tx, purchase, None).await
+    // The row lock is held from the `UPDATE` to the commit.
+    under_lock::counted(&purchase.stats, place(tx, purchase, None)).await
 }

@@ -33,7 +33,7 @@ use rand::Rng;
 use sqlx::MySqlPool;
 
 use super::outcome::{claim_quota, decide, place};
-use super::{AtOnce, Deps, Placed, Purchase, PurchaseError, Purchasing, StockStrategy};
+use super::{AtOnce, Deps, Placed, Purchase, PurchaseError, Purchasing, StockStrategy, under_lock};
 use crate::db::products;
 
 pub struct Optimistic {
@@ -73,7 +73,10 @@ impl Optimistic {
         if done.rows_affected() == 0 {
             return Ok(None);
         }
-        place(tx, purchase, None).await.map(Some)
+        // The row lock is held from the `UPDATE` to the commit.
+        under_lock::counted(&purchase.stats, place(tx, purchase, None))
+            .await
+            .map(Some)
     }
 }
 

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use sqlx::MySqlPool;
 
 use super::outcome::{claim_quota, decide, place, roll_back};
-use super::{Deps, Purchase, Purchased, Purchasing, StockStrategy};
+use super::{Deps, Purchase, Purchased, Purchasing, StockStrategy, under_lock};
 use crate::db::products;
 
 /// What a buyer does when another holds the row lock.
@@ -68,9 +68,14 @@ impl StockStrategy for Pessimistic {
                 Ok(left) => left,
                 Err(refusal) => return Err(roll_back(tx, refusal).await),
             };
-            purchase.hold().await;
-            products::set_stock(&mut tx, purchase.product_id, left).await?;
-            place(tx, purchase, None).await.map(Purchased::from)
+            let section = async {
+                purchase.hold().await;
+                products::set_stock(&mut tx, purchase.product_id, left).await?;
+                place(tx, purchase, None).await
+            };
+            under_lock::counted(&purchase.stats, section)
+                .await
+                .map(Purchased::from)
         })
     }
 }

@@ -16,7 +16,7 @@ use sqlx::MySqlPool;
 
 use super::conditional;
 use super::outcome::place;
-use super::{Deps, Purchase, PurchaseError, Purchased, Purchasing, StockStrategy};
+use super::{Deps, Purchase, PurchaseError, Purchased, Purchasing, StockStrategy, under_lock};
 
 pub struct RacyLimit {
     pool: MySqlPool,
@@ -51,7 +51,10 @@ impl StockStrategy for RacyLimit {
             // Act: `conditional`.
             let mut tx = self.pool.begin().await?;
             conditional::deduct(&mut tx, purchase).await?;
-            place(tx, purchase, None).await.map(Purchased::from)
+            // The row lock is held from the deduction to the commit.
+            under_lock::counted(&purchase.stats, place(tx, purchase, None))
+                .await
+                .map(Purchased::from)
         })
     }
 }

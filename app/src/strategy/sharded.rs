@@ -29,7 +29,7 @@ use std::sync::Arc;
 use sqlx::{Acquire, MySqlConnection, MySqlPool};
 
 use super::outcome::{claim_quota, place};
-use super::{Deps, Purchase, PurchaseError, Purchased, Purchasing, StockStrategy};
+use super::{Deps, Purchase, PurchaseError, Purchased, Purchasing, StockStrategy, under_lock};
 use crate::db::{buckets, products};
 
 /// Fast-path attempts (read, pick, conditional decrement) before taking the locked slow path.
@@ -65,7 +65,8 @@ impl StockStrategy for Sharded {
                 if buckets::take(&mut tx, id, bucket, quantity).await? {
                     // The bucket's row lock is held from here to the commit.
                     purchase.hold().await;
-                    return place(tx, purchase, None).await.map(Purchased::from);
+                    let placed = under_lock::counted(&purchase.stats, place(tx, purchase, None));
+                    return placed.await.map(Purchased::from);
                 }
                 tx.rollback().await?;
                 purchase.stats.add_retry();
@@ -85,7 +86,9 @@ impl StockStrategy for Sharded {
                 }
             }
             purchase.hold().await;
-            place(tx, purchase, None).await.map(Purchased::from)
+            under_lock::counted(&purchase.stats, place(tx, purchase, None))
+                .await
+                .map(Purchased::from)
         })
     }
 }

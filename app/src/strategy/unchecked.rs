@@ -12,7 +12,7 @@ use std::sync::Arc;
 use sqlx::MySqlPool;
 
 use super::outcome::{claim_quota, decide, place};
-use super::{Deps, Purchase, Purchased, Purchasing, StockStrategy};
+use super::{Deps, Purchase, Purchased, Purchasing, StockStrategy, under_lock};
 use crate::db::products;
 
 pub struct Unchecked {
@@ -45,7 +45,10 @@ impl StockStrategy for Unchecked {
             .bind(purchase.product_id)
             .execute(&mut *tx)
             .await?;
-            place(tx, purchase, None).await.map(Purchased::from)
+            // The row lock is held from the `UPDATE` to the commit.
+            under_lock::counted(&purchase.stats, place(tx, purchase, None))
+                .await
+                .map(Purchased::from)
         })
     }
 }

@@ -311,6 +311,7 @@ fn observe(
         latency: started.elapsed(),
         lock_wait: stats.and_then(PurchaseStats::lock_wait),
         retries: stats.map_or(0, PurchaseStats::retries),
+        under_lock: stats.and_then(PurchaseStats::under_lock),
         stages: stats.map_or([None; Stage::COUNT], PurchaseStats::stages),
     });
 }
