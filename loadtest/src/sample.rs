@@ -262,6 +262,7 @@ pub fn round_trips(strategy: Strategy, per_purchase: &[(&str, f64)]) -> Tagged<R
                 .collect(),
             idle_per_second: BTreeMap::new(),
             median_ms: 1.2,
+            under_lock: None,
         },
     )
 }

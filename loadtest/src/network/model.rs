@@ -11,9 +11,12 @@
 //! - every round trip under one lock all buyers of the product take (a distributed lock around
 //!   the whole purchase): one purchase at a time, 1/X = 1/X₀ + k × r (the *shared* bound);
 //! - in between, k_lock round trips under the lock: 1/X = 1/X₀ + k_lock × r — the model. Its
-//!   k_lock is read from the clock at one distance (the calibration point, nearest 1 ms) as
-//!   (1/X − 1/X₀) / r and predicts the others; where the prediction and the measurement differ
-//!   by more than a quarter, the report says so.
+//!   k_lock is the service's own count of the calls a purchase sends under the lock (the
+//!   round-trip phase's `under_lock`), so the model predicts every distance from figures taken
+//!   with the relays adding nothing. A strategy that holds no lock across a call has no count;
+//!   its k_lock is read from the clock at one distance (the calibration point, nearest 1 ms)
+//!   as (1/X − 1/X₀) / r and predicts the others. Where the prediction and the measurement
+//!   differ by more than a quarter, the report says so, beside what the clock reads.
 
 use app::api::Strategy;
 
@@ -39,9 +42,10 @@ pub struct Reading {
     pub unshared: f64,
     /// The shared bound: every counted round trip under one lock.
     pub shared: f64,
-    /// Round trips under a lock the buyers share, by the clock.
+    /// Round trips of the product's time per purchase, read from the clock at this distance:
+    /// (1/X − 1/X₀) / r.
     pub under_lock: f64,
-    /// The model's rate, from the calibration point's `under_lock`; `None` at that point.
+    /// The model's rate; `None` at the calibration point of a model read from the clock.
     pub predicted: Option<f64>,
 }
 
@@ -65,8 +69,15 @@ pub struct StrategyModel {
     pub base: f64,
     /// Round trips counted per purchase, every server.
     pub counted: f64,
-    /// Round trips under the shared lock, read at the calibration point.
+    /// Round trips under the shared lock the model predicts with: counted where the strategy
+    /// held a lock ([`StrategyModel::lock_counted`]), else read from the clock at the
+    /// calibration point.
     pub under_lock: Option<f64>,
+    /// Whether `under_lock` is the service's count.
+    pub lock_counted: bool,
+    /// Round trips of the product's time per purchase read from the clock at the calibration
+    /// point.
+    pub by_clock: Option<f64>,
     pub readings: Vec<Reading>,
 }
 
@@ -98,7 +109,9 @@ pub fn models(r: &NetworkReport) -> Vec<StrategyModel> {
                 let x = s.closed.get(i)?.successes_per_sec;
                 (x > 0.0).then(|| (1.0 / x - 1.0 / base) / rtt)
             };
-            let under_lock = calibration.and_then(under);
+            let by_clock = calibration.and_then(under);
+            let counted_lock = s.round_trips.under_lock;
+            let under_lock = counted_lock.or(by_clock);
             let readings = (r.points.iter().enumerate())
                 .filter_map(|(i, p)| {
                     let rtt = rtt_of(*p).filter(|rtt| *rtt > 0.0)?;
@@ -111,7 +124,7 @@ pub fn models(r: &NetworkReport) -> Vec<StrategyModel> {
                         shared: rate(base, counted * rtt),
                         under_lock: under(i).unwrap_or(f64::NAN),
                         predicted: under_lock
-                            .filter(|_| Some(i) != calibration)
+                            .filter(|_| counted_lock.is_some() || Some(i) != calibration)
                             .map(|k| rate(base, k.max(0.0) * rtt)),
                     })
                 })
@@ -121,6 +134,8 @@ pub fn models(r: &NetworkReport) -> Vec<StrategyModel> {
                 base,
                 counted,
                 under_lock,
+                lock_counted: counted_lock.is_some(),
+                by_clock,
                 readings,
             })
         })

@@ -5,6 +5,7 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 use app::api::Safety;
+use app::catalogue::Kind;
 use plotters::prelude::*;
 
 use super::model::{self, MISS, StrategyModel};
@@ -196,17 +197,23 @@ fn model_section(r: &NetworkReport, models: &[StrategyModel], doc: &mut Section)
         "With k round trips per purchase and X₀ purchases/s through relays \
          adding nothing, a round trip r gives 1/X = 1/X₀ + k_lock × r, where k_lock is the \
          round trips made under a lock all buyers of the product share: between k × r / B \
-         (none shared, B buyers overlapping) and k × r (all of them shared). k_lock is read \
-         from the clock at {} and predicts the other distances; each cell is *measured (model)* \
-         purchases/s, ⚠ where they differ by more than {:.0}%.",
-        point_name(r.points[calibration]),
-        MISS * 100.0
+         (none shared, B buyers overlapping) and k × r (all of them shared). k_lock is the \
+         service's own count of the calls a purchase sends under the lock (*under the lock*: \
+         after the call that took the product's row lock or a distributed lock, through the \
+         one that released it), so the model predicts every distance from what was measured \
+         with the relays adding nothing. Where a strategy holds no lock across a call, k_lock is \
+         read from the clock at {at} ((1/X − 1/X₀) / r) and predicts the other distances. *By \
+         the clock* is that reading for every strategy: the product's time per purchase at {at}, \
+         in round trips; where it exceeds the count, the rest passes outside a hold. Each cell \
+         is *measured (model)* purchases/s, ⚠ where they differ by more than {:.0}%.",
+        MISS * 100.0,
+        at = point_name(r.points[calibration]),
     ));
     let distances: Vec<String> = (models.first().into_iter())
         .flat_map(|m| m.readings.iter().map(|x| point_name(r.points[x.point])))
         .collect();
     let mut table = Table::left(["strategy"])
-        .and_right(["k counted", "k under lock"])
+        .and_right(["round trips", "under the lock", "by the clock"])
         .and_right(distances.iter());
     for m in models {
         let cells = m.readings.iter().map(|x| match x.predicted {
@@ -221,7 +228,9 @@ fn model_section(r: &NetworkReport, models: &[StrategyModel], doc: &mut Section)
             [
                 m.strategy.to_string(),
                 format!("{:.1}", m.counted),
-                m.under_lock.map_or("–".into(), |k| format!("{k:.1}")),
+                (m.under_lock.filter(|_| m.lock_counted))
+                    .map_or("–".into(), |k| format!("{k:.1}")),
+                m.by_clock.map_or("–".into(), |k| format!("{k:.1}")),
             ]
             .into_iter()
             .chain(cells),
@@ -329,10 +338,11 @@ fn went_wrong(r: &NetworkReport, models: &[StrategyModel], doc: &mut Section) {
             .collect();
         if !missed.is_empty() {
             lines.push(format!(
-                "`{}` left the model by more than {:.0}%: {}.",
+                "`{}` left the model by more than {:.0}%: {}.{}",
                 m.strategy,
                 MISS * 100.0,
-                missed.join("; ")
+                missed.join("; "),
+                outside_the_hold(m)
             ));
         }
     }
@@ -363,6 +373,36 @@ fn went_wrong(r: &NetworkReport, models: &[StrategyModel], doc: &mut Section) {
         let list: Vec<String> = lines.iter().map(|line| format!("- {line}")).collect();
         doc.prose(list.join("\n"));
     }
+}
+
+/// For a model whose round trips under the lock were counted, what the clock read beside the
+/// count: the product's time per purchase at the calibration point, and where the difference
+/// goes for this kind of strategy.
+fn outside_the_hold(m: &StrategyModel) -> String {
+    let (true, Some(counted), Some(clock)) = (m.lock_counted, m.under_lock, m.by_clock) else {
+        return String::new();
+    };
+    let read = format!(
+        " The clock read {clock:.1} round trips of the product's time per purchase at the \
+         calibration point, {counted:.1} counted under the lock"
+    );
+    if clock < counted {
+        return format!(
+            "{read}: holds overlapped, which one lock per product cannot do; purchases were \
+             refused before they held it, or the count is not the strategy's."
+        );
+    }
+    let rest = match m.strategy.spec().kind {
+        Kind::Locked { .. } => {
+            "the hand-over: from one holder's release to the next waiter's grant, the waiters \
+             learning that the lock is free by asking again"
+        }
+        Kind::Own { .. } => "attempts that took the row and were refused or tried again",
+    };
+    format!(
+        "{read}; the other {:.1} pass outside a hold, in {rest}.",
+        clock - counted
+    )
 }
 
 /// Each strategy's rate against the round trip the relays added (log scale).
@@ -523,8 +563,36 @@ pub(crate) mod tests {
         assert!(!at_2ms.missed(), "{at_2ms:?}");
         assert!((at_2ms.measured - at_2ms.shared).abs() < 1e-6);
         let md = markdown(&report);
-        assert!(md.contains("| pessimistic | 5.0 | 5.0 |"), "{md}");
+        assert!(md.contains("| pessimistic | 5.0 | – | 5.0 |"), "{md}");
         assert!(!md.contains("⚠ |"), "{md}");
+    }
+
+    #[test]
+    fn a_counted_lock_predicts_every_distance_and_a_miss_names_the_hand_over() {
+        let mut report = report_at(&POINTS);
+        let lock = &mut report.strategies[0];
+        lock.strategy = StrategyInfo::of(Strategy::RedisLock);
+        // Three calls counted under the lock; the clock reads the five the curve has.
+        lock.round_trips.under_lock = Some(3.0);
+        let models = model::models(&report);
+        let at_1ms = &models[0].readings[0];
+        let predicted = at_1ms
+            .predicted
+            .expect("a counted model predicts its calibration point");
+        assert!(
+            (predicted - 1.0 / (1e-3 + 3e-3)).abs() < 1e-6,
+            "{predicted}"
+        );
+        assert!(at_1ms.missed(), "{at_1ms:?}");
+        let md = markdown(&report);
+        assert!(md.contains("| redis-lock | 5.0 | 3.0 | 5.0 |"), "{md}");
+        assert!(
+            md.contains(
+                "5.0 round trips of the product's time per purchase at the calibration point, \
+                 3.0 counted under the lock; the other 2.0 pass outside a hold, in the hand-over"
+            ),
+            "{md}"
+        );
     }
 
     #[test]

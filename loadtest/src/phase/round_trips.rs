@@ -22,7 +22,8 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use app::api::StrategyInfo;
+use app::api::{Strategy, StrategyInfo};
+use testkit::metrics::series_values;
 use testkit::{Api, order_request};
 
 use super::{About, Allotment, Measured, Measuring, Needs, Phase, Recorded, Run, Turn};
@@ -113,6 +114,7 @@ pub async fn count(
     tokio::time::sleep(QUIET).await;
     let idle_per_second = rates(&quiet_from, &relays.exchanges(), QUIET);
 
+    let held_from = LockHolds::of(&api.metrics().await, info.name);
     let mut deltas: BTreeMap<&'static str, Vec<u64>> = BTreeMap::new();
     let mut times = Vec::with_capacity(purchases as usize);
     let mut placed = 0;
@@ -133,6 +135,7 @@ pub async fn count(
             deltas.entry(kind).or_default().push(n.saturating_sub(was));
         }
     }
+    let held = LockHolds::of(&api.metrics().await, info.name).since(held_from);
     if home.in_redis() {
         crate::measure::sale::drain(api, product).await?;
     }
@@ -146,7 +149,39 @@ pub async fn count(
         median_ms: times
             .get(times.len() / 2)
             .map_or(0.0, |t| t.as_secs_f64() * 1e3),
+        under_lock: held.per_hold(),
     })
+}
+
+/// What the service counted of one strategy's purchases that held a lock, over every
+/// instance: `seckill_lock_holds_total` and `seckill_calls_under_lock_total`.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+struct LockHolds {
+    holds: f64,
+    calls: f64,
+}
+
+impl LockHolds {
+    fn of(text: &str, strategy: Strategy) -> LockHolds {
+        let series = |name: &str| format!("{name}{{strategy=\"{strategy}\"}}");
+        LockHolds {
+            holds: series_values(text, &series("seckill_lock_holds_total")).sum(),
+            calls: series_values(text, &series("seckill_calls_under_lock_total")).sum(),
+        }
+    }
+
+    /// What was counted after `before`.
+    fn since(self, before: LockHolds) -> LockHolds {
+        LockHolds {
+            holds: self.holds - before.holds,
+            calls: self.calls - before.calls,
+        }
+    }
+
+    /// Calls under the lock per purchase that held one; `None` when none held one.
+    fn per_hold(self) -> Option<f64> {
+        (self.holds >= 1.0).then(|| self.calls / self.holds)
+    }
 }
 
 /// Exchanges per second of each kind of server between the counts `from` and `to`.
@@ -212,7 +247,10 @@ fn section(r: &RunReport) -> Section {
          column is one of its five servers, asked at once. A purchase waits for about \
          *total* × RTT more at a distance, if its round trips are one after another; \
          asynchronous work (a stream consumer placing the order) counts, though its buyer \
-         does not wait for it.",
+         does not wait for it. *Under the lock* is the service's own count of the calls a \
+         purchase sent while it held the product's row lock or a distributed lock, after the \
+         call that took it through the one that released it: round trips every other buyer \
+         of the product waits for (– where the strategy holds no lock across a call).",
         shape.purchases
     ));
     let used: Vec<&str> = (KINDS.iter().copied())
@@ -220,7 +258,7 @@ fn section(r: &RunReport) -> Section {
         .collect();
     let mut table = Table::left(["strategy"])
         .and_right(used.iter().copied())
-        .and_right(["total", "placed", "median ms"]);
+        .and_right(["total", "under the lock", "placed", "median ms"]);
     for c in &counted {
         let per = |k: &str| {
             c.per_purchase
@@ -233,6 +271,7 @@ fn section(r: &RunReport) -> Section {
                 .chain(used.iter().map(|k| per(k)))
                 .chain([
                     format!("{:.1}", c.total()),
+                    c.under_lock.map_or("–".into(), |k| format!("{k:.1}")),
                     format!("{}/{}", c.placed, c.purchases),
                     format!("{:.2}", c.median_ms),
                 ]),

@@ -30,6 +30,14 @@ pub struct RoundTrips {
     pub idle_per_second: BTreeMap<String, f64>,
     /// The purchases' median time, as their buyer waited for it, in ms.
     pub median_ms: f64,
+    /// Calls a purchase sent while it held a lock — the product's row lock or a distributed
+    /// lock — after the call that took it, through the one that released it: round trips every
+    /// other buyer of the product waited for. The service's own count
+    /// (`seckill_calls_under_lock_total` over `seckill_lock_holds_total`), the mean over the
+    /// purchases that held one; `None` for a strategy that holds no lock across a call, or a
+    /// run recorded before the service counted them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub under_lock: Option<f64>,
 }
 
 impl RoundTrips {

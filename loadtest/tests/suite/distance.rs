@@ -81,7 +81,7 @@ async fn buyers_far_from_the_instances_buy_through_their_relays_and_the_report_s
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn the_relays_count_a_row_lock_s_extra_round_trip_and_redis_stock_s_script() {
+async fn the_relays_count_a_purchase_s_round_trips_and_the_service_those_under_its_lock() {
     // Relays adding nothing: the count alone.
     let mut target = common::target();
     let (relays, endpoints) = distance::apart(&target.endpoints, Duration::ZERO).unwrap();
@@ -134,8 +134,25 @@ async fn the_relays_count_a_row_lock_s_extra_round_trip_and_redis_stock_s_script
             .is_none_or(|n| *n < redis),
         "conditional asks Redis less than redis-lua"
     );
+    // Under the row lock: the order's INSERT and the COMMIT after conditional's UPDATE; the
+    // stock's UPDATE before them after pessimistic's SELECT … FOR UPDATE. Redis's script
+    // holds nothing across a call.
+    let under = |s: Strategy| counted(s).under_lock;
+    let near = |k: Option<f64>, want: f64| k.is_some_and(|k| (k - want).abs() < 0.01);
+    assert!(
+        near(under(Strategy::Conditional), 2.0),
+        "{:?}",
+        under(Strategy::Conditional)
+    );
+    assert!(
+        near(under(Strategy::Pessimistic), 3.0),
+        "{:?}",
+        under(Strategy::Pessimistic)
+    );
+    assert_eq!(under(Strategy::RedisLua), None);
     let md = std::fs::read_to_string(output.dir.join("report.md")).unwrap();
     assert!(md.contains("## Round trips per purchase"), "{md}");
+    assert!(md.contains("| under the lock |"), "{md}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -201,7 +218,15 @@ async fn the_network_sweep_keeps_the_stock_safe_at_every_distance_and_models_eac
     for m in &models {
         assert_eq!(m.readings.len(), 1, "{m:?}");
         assert!(m.under_lock.is_some(), "{m:?}");
+        // Every one holds a lock across calls, so the service counted them and the model
+        // predicts even the distance it is read at.
+        assert!(m.lock_counted, "{m:?}");
+        assert!(m.readings[0].predicted.is_some(), "{m:?}");
     }
+    let watchdog = (models.iter()).find(|m| m.strategy == Strategy::RedisWatchdog);
+    let k = watchdog.and_then(|m| m.under_lock).unwrap_or(0.0);
+    // BEGIN, the read, the write, the order, the COMMIT, and the release.
+    assert!(k >= 6.0 - 0.01, "redis-watchdog under its lock: {k}");
     let md = std::fs::read_to_string(swept.dir.join("report.md")).unwrap();
     assert!(md.contains("## The model"), "{md}");
     for file in ["network.json", "report.md", "report.html", "rates.svg"] {
