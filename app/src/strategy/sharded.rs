@@ -23,13 +23,17 @@
 //!
 //! The cost: one extra read per purchase, and near the end of a sale, when few buckets are
 //! left, the buyers meet on those rows again — the hot row is split, not gone.
+//!
+//! **No lock every buyer shares**, so no calls are counted under one
+//! ([`super::under_lock`]): a bucket's row lock queues only the buyers of that bucket, and
+//! holds on different buckets overlap.
 
 use std::sync::Arc;
 
 use sqlx::{Acquire, MySqlConnection, MySqlPool};
 
 use super::outcome::{claim_quota, place};
-use super::{Deps, Purchase, PurchaseError, Purchased, Purchasing, StockStrategy, under_lock};
+use super::{Deps, Purchase, PurchaseError, Purchased, Purchasing, StockStrategy};
 use crate::db::{buckets, products};
 
 /// Fast-path attempts (read, pick, conditional decrement) before taking the locked slow path.
@@ -65,8 +69,7 @@ impl StockStrategy for Sharded {
                 if buckets::take(&mut tx, id, bucket, quantity).await? {
                     // The bucket's row lock is held from here to the commit.
                     purchase.hold().await;
-                    let placed = under_lock::counted(&purchase.stats, place(tx, purchase, None));
-                    return placed.await.map(Purchased::from);
+                    return place(tx, purchase, None).await.map(Purchased::from);
                 }
                 tx.rollback().await?;
                 purchase.stats.add_retry();
@@ -86,9 +89,7 @@ impl StockStrategy for Sharded {
                 }
             }
             purchase.hold().await;
-            under_lock::counted(&purchase.stats, place(tx, purchase, None))
-                .await
-                .map(Purchased::from)
+            place(tx, purchase, None).await.map(Purchased::from)
         })
     }
 }
