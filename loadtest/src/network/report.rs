@@ -387,10 +387,16 @@ fn outside_the_hold(m: &StrategyModel) -> String {
          calibration point, {counted:.1} counted under the lock"
     );
     if clock < counted {
-        return format!(
-            "{read}: holds overlapped, which one lock per product cannot do; purchases were \
-             refused before they held it, or the count is not the strategy's."
-        );
+        return match m.strategy.spec().safety {
+            Safety::Unsafe => format!(
+                "{read}: holds overlapped — its lock does not exclude, the failure it is meant to \
+                 show (see its sales below)."
+            ),
+            _ => format!(
+                "{read}: holds overlapped, which a lock every buyer of the product shares cannot \
+                 do."
+            ),
+        };
     }
     let rest = match m.strategy.spec().kind {
         Kind::Locked { .. } => {
@@ -591,6 +597,20 @@ pub(crate) mod tests {
                 "5.0 round trips of the product's time per purchase at the calibration point, \
                  3.0 counted under the lock; the other 2.0 pass outside a hold, in the hand-over"
             ),
+            "{md}"
+        );
+    }
+
+    #[test]
+    fn an_unsafe_lock_whose_holds_overlap_is_named_for_the_failure_it_shows() {
+        let mut report = report_at(&POINTS);
+        let lock = &mut report.strategies[0];
+        lock.strategy = StrategyInfo::of(Strategy::RedisGetThenSet);
+        // Eight calls counted under a lock the clock says was held for five: holds overlapped.
+        lock.round_trips.under_lock = Some(8.0);
+        let md = markdown(&report);
+        assert!(
+            md.contains("8.0 counted under the lock: holds overlapped — its lock does not exclude"),
             "{md}"
         );
     }
