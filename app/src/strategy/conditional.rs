@@ -13,8 +13,8 @@ use std::sync::Arc;
 
 use sqlx::{MySqlConnection, MySqlPool};
 
-use super::outcome::{claim_quota, place, roll_back};
-use super::{Deps, Purchase, PurchaseError, Purchased, Purchasing, StockStrategy, under_lock};
+use super::outcome::{claim_quota, place_under_row_lock, roll_back};
+use super::{Deps, Purchase, PurchaseError, Purchased, Purchasing, StockStrategy};
 use crate::db::products;
 
 pub struct Conditional {
@@ -57,7 +57,7 @@ impl StockStrategy for Conditional {
             }
             // The row lock is held from here to the commit: this is the critical section.
             purchase.hold().await;
-            under_lock::counted(&purchase.stats, place(tx, purchase, None))
+            place_under_row_lock(tx, purchase)
                 .await
                 .map(Purchased::from)
         })

@@ -12,10 +12,8 @@ use std::sync::Arc;
 
 use sqlx::MySqlPool;
 
-use super::outcome::{claim_quota, decide, place};
-use super::{
-    Deps, Placed, Purchase, PurchaseError, Purchased, Purchasing, StockStrategy, under_lock,
-};
+use super::outcome::{claim_quota, decide, place_under_row_lock};
+use super::{Deps, Placed, Purchase, PurchaseError, Purchased, Purchasing, StockStrategy};
 use crate::db::products;
 
 pub struct Naive {
@@ -51,6 +49,5 @@ pub(crate) async fn read_compute_write(
     )?;
     purchase.hold().await;
     products::set_stock(&mut tx, purchase.product_id, left).await?;
-    // The row lock is held from the `UPDATE` to the commit.
-    under_lock::counted(&purchase.stats, place(tx, purchase, None)).await
+    place_under_row_lock(tx, purchase).await
 }

@@ -32,8 +32,8 @@ use std::time::Duration;
 use rand::Rng;
 use sqlx::MySqlPool;
 
-use super::outcome::{claim_quota, decide, place};
-use super::{AtOnce, Deps, Placed, Purchase, PurchaseError, Purchasing, StockStrategy, under_lock};
+use super::outcome::{claim_quota, decide, place_under_row_lock};
+use super::{AtOnce, Deps, Placed, Purchase, PurchaseError, Purchasing, StockStrategy};
 use crate::db::products;
 
 pub struct Optimistic {
@@ -73,10 +73,7 @@ impl Optimistic {
         if done.rows_affected() == 0 {
             return Ok(None);
         }
-        // The row lock is held from the `UPDATE` to the commit.
-        under_lock::counted(&purchase.stats, place(tx, purchase, None))
-            .await
-            .map(Some)
+        place_under_row_lock(tx, purchase).await.map(Some)
     }
 }
 

@@ -7,7 +7,7 @@ use std::sync::atomic::AtomicBool;
 use sqlx::{MySql, MySqlConnection, Transaction};
 
 use super::held_lock::commit_in_doubt;
-use super::{Placed, Purchase, PurchaseError};
+use super::{Placed, Purchase, PurchaseError, under_lock};
 use crate::db::orders;
 use crate::db::quota::{self, Claim};
 
@@ -69,6 +69,16 @@ pub(crate) async fn place(
     fencing_token: Option<u64>,
 ) -> Result<Placed, PurchaseError> {
     place_in_doubt(tx, purchase, fencing_token, &AtomicBool::new(false)).await
+}
+
+/// [`place`] for a purchase whose deduction took the product's row lock: the lock is held
+/// until the commit, so the order's insert and the commit are counted as calls under it
+/// ([`under_lock`]).
+pub(crate) async fn place_under_row_lock(
+    tx: Transaction<'_, MySql>,
+    purchase: &Purchase,
+) -> Result<Placed, PurchaseError> {
+    under_lock::counted(&purchase.stats, place(tx, purchase, None)).await
 }
 
 /// [`place`], committing with `in_doubt` set while its outcome is unknown

@@ -15,8 +15,8 @@ use std::sync::Arc;
 use sqlx::MySqlPool;
 
 use super::conditional;
-use super::outcome::place;
-use super::{Deps, Purchase, PurchaseError, Purchased, Purchasing, StockStrategy, under_lock};
+use super::outcome::place_under_row_lock;
+use super::{Deps, Purchase, PurchaseError, Purchased, Purchasing, StockStrategy};
 
 pub struct RacyLimit {
     pool: MySqlPool,
@@ -51,8 +51,7 @@ impl StockStrategy for RacyLimit {
             // Act: `conditional`.
             let mut tx = self.pool.begin().await?;
             conditional::deduct(&mut tx, purchase).await?;
-            // The row lock is held from the deduction to the commit.
-            under_lock::counted(&purchase.stats, place(tx, purchase, None))
+            place_under_row_lock(tx, purchase)
                 .await
                 .map(Purchased::from)
         })

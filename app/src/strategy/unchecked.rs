@@ -11,8 +11,8 @@ use std::sync::Arc;
 
 use sqlx::MySqlPool;
 
-use super::outcome::{claim_quota, decide, place};
-use super::{Deps, Purchase, Purchased, Purchasing, StockStrategy, under_lock};
+use super::outcome::{claim_quota, decide, place_under_row_lock};
+use super::{Deps, Purchase, Purchased, Purchasing, StockStrategy};
 use crate::db::products;
 
 pub struct Unchecked {
@@ -45,8 +45,7 @@ impl StockStrategy for Unchecked {
             .bind(purchase.product_id)
             .execute(&mut *tx)
             .await?;
-            // The row lock is held from the `UPDATE` to the commit.
-            under_lock::counted(&purchase.stats, place(tx, purchase, None))
+            place_under_row_lock(tx, purchase)
                 .await
                 .map(Purchased::from)
         })
