@@ -69,16 +69,21 @@ pub struct StrategyModel {
     pub base: f64,
     /// Round trips counted per purchase, every server.
     pub counted: f64,
-    /// Round trips under the shared lock the model predicts with: counted where the strategy
-    /// held a lock ([`StrategyModel::lock_counted`]), else read from the clock at the
-    /// calibration point.
-    pub under_lock: Option<f64>,
-    /// Whether `under_lock` is the service's count.
-    pub lock_counted: bool,
+    /// Round trips under the shared lock as the service counted them (`None`: the strategy
+    /// holds no such lock across a call).
+    pub lock_count: Option<f64>,
     /// Round trips of the product's time per purchase read from the clock at the calibration
     /// point.
     pub by_clock: Option<f64>,
     pub readings: Vec<Reading>,
+}
+
+impl StrategyModel {
+    /// Round trips under the shared lock the model predicts with: the service's count, else
+    /// the clock's reading at the calibration point.
+    pub fn under_lock(&self) -> Option<f64> {
+        self.lock_count.or(self.by_clock)
+    }
 }
 
 /// The point the model is calibrated at: past zero, nearest [`CALIBRATION_US`].
@@ -110,8 +115,8 @@ pub fn models(r: &NetworkReport) -> Vec<StrategyModel> {
                 (x > 0.0).then(|| (1.0 / x - 1.0 / base) / rtt)
             };
             let by_clock = calibration.and_then(under);
-            let counted_lock = s.round_trips.under_lock;
-            let under_lock = counted_lock.or(by_clock);
+            let lock_count = s.round_trips.under_lock;
+            let under_lock = lock_count.or(by_clock);
             let readings = (r.points.iter().enumerate())
                 .filter_map(|(i, p)| {
                     let rtt = rtt_of(*p).filter(|rtt| *rtt > 0.0)?;
@@ -124,7 +129,7 @@ pub fn models(r: &NetworkReport) -> Vec<StrategyModel> {
                         shared: rate(base, counted * rtt),
                         under_lock: under(i).unwrap_or(f64::NAN),
                         predicted: under_lock
-                            .filter(|_| counted_lock.is_some() || Some(i) != calibration)
+                            .filter(|_| lock_count.is_some() || Some(i) != calibration)
                             .map(|k| rate(base, k.max(0.0) * rtt)),
                     })
                 })
@@ -133,8 +138,7 @@ pub fn models(r: &NetworkReport) -> Vec<StrategyModel> {
                 strategy: s.strategy.name,
                 base,
                 counted,
-                under_lock,
-                lock_counted: counted_lock.is_some(),
+                lock_count,
                 by_clock,
                 readings,
             })

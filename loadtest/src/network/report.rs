@@ -228,8 +228,7 @@ fn model_section(r: &NetworkReport, models: &[StrategyModel], doc: &mut Section)
             [
                 m.strategy.to_string(),
                 format!("{:.1}", m.counted),
-                (m.under_lock.filter(|_| m.lock_counted))
-                    .map_or("–".into(), |k| format!("{k:.1}")),
+                m.lock_count.map_or("–".into(), |k| format!("{k:.1}")),
                 m.by_clock.map_or("–".into(), |k| format!("{k:.1}")),
             ]
             .into_iter()
@@ -379,7 +378,7 @@ fn went_wrong(r: &NetworkReport, models: &[StrategyModel], doc: &mut Section) {
 /// count: the product's time per purchase at the calibration point, and where the difference
 /// goes for this kind of strategy.
 fn outside_the_hold(m: &StrategyModel) -> String {
-    let (true, Some(counted), Some(clock)) = (m.lock_counted, m.under_lock, m.by_clock) else {
+    let (Some(counted), Some(clock)) = (m.lock_count, m.by_clock) else {
         return String::new();
     };
     let read = format!(
@@ -563,7 +562,7 @@ pub(crate) mod tests {
         let report = report_at(&POINTS);
         let models = model::models(&report);
         let pessimistic = &models[0];
-        let k = pessimistic.under_lock.unwrap();
+        let k = pessimistic.under_lock().unwrap();
         assert!((k - 5.0).abs() < 1e-6, "{k}");
         let at_2ms = &pessimistic.readings[1];
         assert!(!at_2ms.missed(), "{at_2ms:?}");

@@ -217,14 +217,14 @@ async fn the_network_sweep_keeps_the_stock_safe_at_every_distance_and_models_eac
     assert_eq!(models.len(), 3);
     for m in &models {
         assert_eq!(m.readings.len(), 1, "{m:?}");
-        assert!(m.under_lock.is_some(), "{m:?}");
+        assert!(m.under_lock().is_some(), "{m:?}");
         // Every one holds a lock across calls, so the service counted them and the model
         // predicts even the distance it is read at.
-        assert!(m.lock_counted, "{m:?}");
+        assert!(m.lock_count.is_some(), "{m:?}");
         assert!(m.readings[0].predicted.is_some(), "{m:?}");
     }
     let watchdog = (models.iter()).find(|m| m.strategy == Strategy::RedisWatchdog);
-    let k = watchdog.and_then(|m| m.under_lock).unwrap_or(0.0);
+    let k = watchdog.and_then(|m| m.under_lock()).unwrap_or(0.0);
     // BEGIN, the read, the write, the order, the COMMIT, and the release.
     assert!(k >= 6.0 - 0.01, "redis-watchdog under its lock: {k}");
     let md = std::fs::read_to_string(swept.dir.join("report.md")).unwrap();
