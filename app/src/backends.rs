@@ -27,10 +27,16 @@ pub async fn connect_all(config: &Config, deps: &Deps) -> Locks {
         etcd: config.etcd.clone(),
         memcached: config.memcached.clone(),
         zookeeper_session_timeout: Duration::from_millis(config.zookeeper_session_timeout_ms),
-        // The lock table lives in the service's database, reached through its own pool.
-        database: Some(deps.lock_pool.clone().into()),
-        // No strategy of the catalogue locks with PostgreSQL's advisory locks.
-        postgres: None,
+        // The lock table (MariaDB), or the advisory locks (PostgreSQL), live in the service's
+        // database, reached through its own pool.
+        database: match &deps.lock_pool {
+            crate::db::Engines::MySql(pool) => Some(pool.clone().into()),
+            crate::db::Engines::Postgres(_) => None,
+        },
+        postgres: match &deps.lock_pool {
+            crate::db::Engines::MySql(_) => None,
+            crate::db::Engines::Postgres(pool) => Some(pool.clone().into()),
+        },
     };
     let backends: BTreeSet<Backend> = Strategy::ALL
         .iter()

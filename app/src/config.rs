@@ -22,8 +22,11 @@ pub struct Config {
     #[arg(long, env = "SECKILL_METRICS_LISTEN")]
     pub metrics_listen: Option<SocketAddr>,
 
-    /// MariaDB/MySQL server URL; the database name is optional (default `seckill`) and the
-    /// database is created and migrated at start-up.
+    /// The database server's URL, whose scheme names the engine: `mysql://…` (MariaDB or
+    /// MySQL) or `postgres://…` (PostgreSQL). The database name is optional (default
+    /// `seckill`); the database is created and migrated at start-up. The strategies that lock
+    /// with a table of MariaDB's (`db-lock`, `db-row-lock`, `db-blocking-insert` and their
+    /// variants) answer `backend_unavailable` on PostgreSQL.
     #[arg(
         long,
         env = "DATABASE_URL",
@@ -294,8 +297,9 @@ pub struct Config {
     #[arg(long, env = "SECKILL_DB_ACQUIRE_TIMEOUT_MS", default_value_t = 3000)]
     pub db_acquire_timeout_ms: u64,
 
-    /// InnoDB row-lock wait budget (`innodb_lock_wait_timeout`), whole seconds; a purchase that
-    /// waits longer for a row lock answers `busy`.
+    /// Row-lock wait budget (MariaDB's `innodb_lock_wait_timeout`, PostgreSQL's
+    /// `lock_timeout`), whole seconds; a purchase that waits longer for a row lock answers
+    /// `busy`.
     #[arg(long, env = "SECKILL_ROW_LOCK_WAIT_SECS", default_value_t = 5)]
     pub row_lock_wait_secs: u64,
 

@@ -3,7 +3,7 @@
 //! its orders. Above both kinds of storage ([`crate::db`], [`crate::redis_stock`]), below the
 //! handlers and the benchmark that read it.
 
-use sqlx::MySqlPool;
+use crate::db::Db;
 
 use crate::accounting::Ledger;
 use crate::api::{Home, ProductView};
@@ -28,7 +28,7 @@ pub enum ReadError {
 /// counted twice (waiting, then ordered), never zero times. With the orders read only before,
 /// it would be in neither, and a caller waiting for `pending == 0` would stop at a short count.
 pub async fn view(
-    pool: &MySqlPool,
+    pool: &Db,
     redis: Option<&RedisStock>,
     id: u64,
 ) -> Result<Option<ProductView>, ReadError> {
@@ -59,7 +59,7 @@ pub async fn view(
 /// The product's stock (read from its home) and its orders, as the accounting reads them after
 /// a sale, or `None` if the product does not exist.
 pub async fn ledger(
-    pool: &MySqlPool,
+    pool: &Db,
     redis: Option<&RedisStock>,
     id: u64,
 ) -> Result<Option<Ledger>, ReadError> {
@@ -75,7 +75,7 @@ pub async fn ledger(
 /// the units left stay 0 and the mark stays where it was, nobody has bought: the winners of a
 /// sold-out product are the same (see [`crate::shelf`]). `None` if the product does not exist.
 pub async fn left_and_mark(
-    pool: &MySqlPool,
+    pool: &Db,
     redis: Option<&RedisStock>,
     id: u64,
     home: Home,
@@ -83,11 +83,11 @@ pub async fn left_and_mark(
     match home {
         Home::Row => {
             let mut conn = pool.acquire().await?;
-            Ok(products::stock_and_version(&mut conn, id).await?)
+            Ok(products::stock_and_version(conn.conn(), id).await?)
         }
         Home::Buckets => {
             let mut conn = pool.acquire().await?;
-            Ok(crate::db::buckets::left_and_version(&mut conn, id).await?)
+            Ok(crate::db::buckets::left_and_version(conn.conn(), id).await?)
         }
         Home::Redis => {
             let redis = redis.ok_or(RedisStockError::NotConfigured)?;

@@ -89,6 +89,11 @@ pub enum StartupError {
          requests, as a benchmark on a closed network may"
     )]
     NoBuyerKey,
+    #[error(
+        "--require-semi-sync reads MariaDB's semi-synchronous replication; the database URL \
+         names PostgreSQL"
+    )]
+    SemiSyncOnPostgres,
 }
 
 /// Connects to the database (creating and migrating it), connects the lock services, and
@@ -122,6 +127,9 @@ pub async fn build_with(
         return Err(StartupError::DefaultNotOffered(config.default_strategy));
     }
     let pool = db::connect(config).await?;
+    if config.require_semi_sync && pool.engine() == db::Engine::Postgres {
+        return Err(StartupError::SemiSyncOnPostgres);
+    }
     let redis = RedisStock::from_config(config);
     let deps = Deps {
         pool: pool.clone(),

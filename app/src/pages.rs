@@ -37,7 +37,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use sqlx::MySqlPool;
+use crate::db::Db;
 
 use crate::api::{Home, ProductPage};
 use crate::db::products;
@@ -59,9 +59,9 @@ pub enum Refresh {
 
 /// The public pages one instance keeps.
 pub struct Pages {
-    pool: MySqlPool,
+    pool: Db,
     /// A replica the rows are read on first (`--database-replica-url`).
-    replica: Option<MySqlPool>,
+    replica: Option<Db>,
     redis: Option<RedisStock>,
     ttl: Duration,
     refresh: Refresh,
@@ -127,12 +127,7 @@ impl Copy {
 impl Pages {
     /// Pages read through `pool` (the readers' pool) and `redis`, each kept about `ttl`,
     /// renewed as `refresh` says.
-    pub fn new(
-        pool: MySqlPool,
-        redis: Option<RedisStock>,
-        ttl: Duration,
-        refresh: Refresh,
-    ) -> Pages {
+    pub fn new(pool: Db, redis: Option<RedisStock>, ttl: Duration, refresh: Refresh) -> Pages {
         Pages {
             pool,
             replica: None,
@@ -148,7 +143,7 @@ impl Pages {
     }
 
     /// The same pages with their rows read on `replica` first, when there is one.
-    pub fn reading_on(self, replica: Option<MySqlPool>) -> Pages {
+    pub fn reading_on(self, replica: Option<Db>) -> Pages {
         Pages { replica, ..self }
     }
 

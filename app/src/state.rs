@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use sqlx::MySqlPool;
+use crate::db::Db;
 
 use crate::metrics::Metrics;
 use crate::redis_stock::RedisStock;
@@ -69,7 +69,7 @@ impl std::ops::Deref for AppState {
 
 /// What an [`AppState`] holds.
 pub struct Shared {
-    pub pool: MySqlPool,
+    pub pool: Db,
     /// Every purchase is admitted through it, or refused `503 overloaded`.
     pub limiter: Arc<crate::overload::Limiter>,
     /// The buyers' and addresses' rates, on every buyer route.
@@ -89,7 +89,7 @@ pub struct Shared {
     pub pages: Arc<crate::pages::Pages>,
     /// Paces the views of the pages (`None`: unpaced).
     pub page_pacer: Option<crate::overload::Pacer>,
-    pub readers: MySqlPool,
+    pub readers: Db,
     /// Whether the database node is in its Galera cluster's primary component (always, on a
     /// server that is not a Galera node).
     pub membership: Arc<crate::db::galera::Membership>,

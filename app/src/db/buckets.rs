@@ -2,7 +2,7 @@
 //! split over several rows of `stock_buckets` so that concurrent buyers lock different rows.
 //! The product's stock is the sum of its buckets (read by [`super::products::view`]).
 
-use sqlx::{MySql, MySqlConnection, QueryBuilder};
+use super::engine::{Conn, Sql, Whole, each_engine, signed, sql};
 
 /// `stock` split as evenly as possible over `buckets` buckets: the first `stock % buckets`
 /// buckets hold one unit more than the others.
@@ -16,89 +16,110 @@ pub fn split(stock: i64, buckets: u32) -> Vec<i64> {
 /// Replaces the product's buckets by `stocks` (bucket `i` holds `stocks[i]`); an empty slice
 /// only deletes them.
 pub async fn replace(
-    conn: &mut MySqlConnection,
+    mut conn: Conn<'_>,
     product_id: u64,
     stocks: &[i64],
 ) -> Result<(), sqlx::Error> {
-    sqlx::query("DELETE FROM stock_buckets WHERE product_id = ?")
-        .bind(product_id)
-        .execute(&mut *conn)
-        .await?;
+    const DELETE: Sql = sql!("DELETE FROM stock_buckets WHERE product_id = ?");
+    each_engine!(conn.reborrow(), |c, e| sqlx::query(e.sql(DELETE))
+        .bind(signed(product_id))
+        .execute(c)
+        .await
+        .map(|_| ()))?;
     if stocks.is_empty() {
         return Ok(());
     }
-    let mut insert =
-        QueryBuilder::<MySql>::new("INSERT INTO stock_buckets (product_id, bucket, stock) ");
-    insert.push_values(stocks.iter().enumerate(), |mut row, (bucket, &stock)| {
-        row.push_bind(product_id)
-            .push_bind(u16::try_from(bucket).unwrap_or(u16::MAX))
-            .push_bind(stock);
-    });
-    insert.build().execute(conn).await?;
-    Ok(())
+    each_engine!(conn, |c, e| {
+        let mut insert = e.builder("INSERT INTO stock_buckets (product_id, bucket, stock) ");
+        insert.push_values(stocks.iter().enumerate(), |mut row, (bucket, &stock)| {
+            row.push_bind(signed(product_id))
+                .push_bind(i64::try_from(bucket).unwrap_or(i64::MAX))
+                .push_bind(stock);
+        });
+        insert.build().execute(c).await.map(|_| ())
+    })
+}
+
+/// Buckets and their stock, as read.
+fn buckets(rows: Vec<(Whole, i64)>) -> Result<Vec<(u16, i64)>, sqlx::Error> {
+    rows.into_iter()
+        .map(|(bucket, stock)| Ok((bucket.get()?, stock)))
+        .collect()
 }
 
 /// Every bucket of the product and its stock, in bucket order (plain, non-locking read).
-pub async fn all(
-    conn: &mut MySqlConnection,
-    product_id: u64,
-) -> Result<Vec<(u16, i64)>, sqlx::Error> {
-    sqlx::query_as("SELECT bucket, stock FROM stock_buckets WHERE product_id = ? ORDER BY bucket")
-        .bind(product_id)
-        .fetch_all(conn)
-        .await
+pub async fn all(conn: Conn<'_>, product_id: u64) -> Result<Vec<(u16, i64)>, sqlx::Error> {
+    const ALL: Sql =
+        sql!("SELECT bucket, stock FROM stock_buckets WHERE product_id = ? ORDER BY bucket");
+    buckets(each_engine!(conn, |c, e| sqlx::query_as(e.sql(ALL))
+        .bind(signed(product_id))
+        .fetch_all(c)
+        .await)?)
 }
 
 /// The units left in the product's buckets and the product row's version, in one statement
 /// (one snapshot), or `None` if the product does not exist. The version moves at a reset and
 /// at every return to a bucket (see [`crate::inventory::left_and_mark`]).
 pub async fn left_and_version(
-    conn: &mut MySqlConnection,
+    conn: Conn<'_>,
     product_id: u64,
 ) -> Result<Option<(i64, u64)>, sqlx::Error> {
-    sqlx::query_as(
-        "SELECT CAST(COALESCE((SELECT SUM(b.stock) FROM stock_buckets b \
-                               WHERE b.product_id = p.id), 0) AS SIGNED), p.version \
-         FROM products p WHERE p.id = ?",
-    )
-    .bind(product_id)
-    .fetch_optional(conn)
-    .await
+    macro_rules! left_text {
+        ($int:literal) => {
+            concat!(
+                "SELECT CAST(COALESCE((SELECT SUM(b.stock) FROM stock_buckets b \
+                                       WHERE b.product_id = p.id), 0) AS ",
+                $int,
+                "), p.version \
+                 FROM products p WHERE p.id = ?"
+            )
+        };
+    }
+    const LEFT: Sql = sql!(mysql: left_text!("SIGNED"), postgres: left_text!("BIGINT"));
+    let row: Option<(i64, Whole)> = each_engine!(conn, |c, e| sqlx::query_as(e.sql(LEFT))
+        .bind(signed(product_id))
+        .fetch_optional(c)
+        .await)?;
+    row.map(|(left, version)| Ok((left, version.get()?)))
+        .transpose()
 }
 
 /// The non-empty buckets of the product, locked for update in bucket order (the one lock order
 /// every multi-bucket purchase uses, so two of them cannot deadlock).
 pub async fn lock_non_empty(
-    conn: &mut MySqlConnection,
+    conn: Conn<'_>,
     product_id: u64,
 ) -> Result<Vec<(u16, i64)>, sqlx::Error> {
-    sqlx::query_as(
+    const LOCK: Sql = sql!(
         "SELECT bucket, stock FROM stock_buckets WHERE product_id = ? AND stock > 0 \
-         ORDER BY bucket FOR UPDATE",
-    )
-    .bind(product_id)
-    .fetch_all(conn)
-    .await
+         ORDER BY bucket FOR UPDATE"
+    );
+    buckets(each_engine!(conn, |c, e| sqlx::query_as(e.sql(LOCK))
+        .bind(signed(product_id))
+        .fetch_all(c)
+        .await)?)
 }
 
 /// Takes `quantity` units from one bucket if it holds that many: whether it did.
 pub async fn take(
-    conn: &mut MySqlConnection,
+    conn: Conn<'_>,
     product_id: u64,
     bucket: u16,
     quantity: i64,
 ) -> Result<bool, sqlx::Error> {
-    let done = sqlx::query(
+    const TAKE: Sql = sql!(
         "UPDATE stock_buckets SET stock = stock - ? \
-         WHERE product_id = ? AND bucket = ? AND stock >= ?",
-    )
-    .bind(quantity)
-    .bind(product_id)
-    .bind(bucket)
-    .bind(quantity)
-    .execute(conn)
-    .await?;
-    Ok(done.rows_affected() == 1)
+         WHERE product_id = ? AND bucket = ? AND stock >= ?"
+    );
+    let taken = each_engine!(conn, |c, e| sqlx::query(e.sql(TAKE))
+        .bind(quantity)
+        .bind(signed(product_id))
+        .bind(i64::from(bucket))
+        .bind(quantity)
+        .execute(c)
+        .await
+        .map(|done| done.rows_affected()))?;
+    Ok(taken == 1)
 }
 
 #[cfg(test)]

@@ -1,5 +1,5 @@
-//! What a database error means for a purchase, decided by error kind, server error number and
-//! the name of the violated key, never by the wording of a message.
+//! What a database error means for a purchase, decided by error kind, server error number (or
+//! PostgreSQL's SQLSTATE) and the name of the violated key, never by the wording of a message.
 
 use sqlx::error::ErrorKind;
 
@@ -19,6 +19,14 @@ const ER_CHECKREAD: u16 = 1020;
 /// the primary component (`ER_UNKNOWN_COM_ERROR`: "WSREP has not yet prepared node for
 /// application use", its answer to every statement that touches a table).
 const ER_UNAVAILABLE: [u16; 4] = [1040, 1053, 1927, 1047];
+
+/// PostgreSQL's SQLSTATEs: a serialization failure and a deadlock's victim roll the
+/// transaction back; a lock not obtained (`NOWAIT`, `lock_timeout`) or a statement cancelled
+/// by `statement_timeout` is busy; too many connections, a server shutting down or not yet
+/// accepting connections is unavailable.
+const PG_ROLLED_BACK: [&str; 2] = ["40001", "40P01"];
+const PG_BUSY: [&str; 2] = ["55P03", "57014"];
+const PG_UNAVAILABLE: [&str; 5] = ["53300", "57P01", "57P02", "57P03", "08006"];
 
 /// The unique key that names a purchase (`orders`: product, buyer, request id).
 pub const PURCHASE_KEY: &str = "orders_purchase";
@@ -51,9 +59,18 @@ pub fn classify(e: &sqlx::Error) -> DbFailure {
         | sqlx::Error::Protocol(_) => DbFailure::Unavailable,
         sqlx::Error::Database(db) => {
             if db.kind() == ErrorKind::UniqueViolation {
-                return match violated_key(db.message()) == Some(PURCHASE_KEY) {
+                let key = db.constraint().or_else(|| violated_key(db.message()));
+                return match key == Some(PURCHASE_KEY) {
                     true => DbFailure::Duplicate,
                     false => DbFailure::Other,
+                };
+            }
+            if let Some(state) = postgres_state(db.as_ref()) {
+                return match state {
+                    s if PG_ROLLED_BACK.contains(&s) => DbFailure::RolledBack,
+                    s if PG_BUSY.contains(&s) => DbFailure::Busy,
+                    s if PG_UNAVAILABLE.contains(&s) => DbFailure::Unavailable,
+                    _ => DbFailure::Other,
                 };
             }
             match number(db.as_ref()) {
@@ -75,6 +92,9 @@ pub fn deadlocked(e: &sqlx::Error) -> bool {
     let sqlx::Error::Database(db) = e else {
         return false;
     };
+    if let Some(state) = postgres_state(db.as_ref()) {
+        return PG_ROLLED_BACK.contains(&state);
+    }
     matches!(number(db.as_ref()), Some(ER_LOCK_DEADLOCK | ER_CHECKREAD))
 }
 
@@ -90,6 +110,12 @@ pub fn rolled_back_at_commit(e: &sqlx::Error) -> bool {
 fn number(db: &dyn sqlx::error::DatabaseError) -> Option<u16> {
     db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
         .map(|e| e.number())
+}
+
+/// The SQLSTATE of an error PostgreSQL answered.
+fn postgres_state(db: &dyn sqlx::error::DatabaseError) -> Option<&str> {
+    db.try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
+        .map(|e| e.code())
 }
 
 /// The key a duplicate-entry error (`ER_DUP_ENTRY`, 1062) names. The MySQL protocol carries no

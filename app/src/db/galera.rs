@@ -13,7 +13,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use sqlx::{ConnectOptions, MySqlConnection, MySqlPool};
+use sqlx::{ConnectOptions, MySqlConnection};
+
+use super::engine::{Db, Engines};
 
 /// How often the node is asked whether it is in the primary component.
 pub const EVERY: Duration = Duration::from_millis(200);
@@ -41,7 +43,10 @@ impl Membership {
     /// Asks the node every [`EVERY`] for as long as the task lives; ends at once when the
     /// server is not a Galera node. A question that fails (the server out of reach) changes
     /// nothing: the statements that need the server will say so themselves.
-    pub async fn watch(self: Arc<Self>, pool: MySqlPool) {
+    pub async fn watch(self: Arc<Self>, pool: Db) {
+        let Engines::MySql(pool) = pool else {
+            return;
+        };
         let options = pool.connect_options();
         let mut conn: Option<MySqlConnection> = None;
         let mut known_galera = false;

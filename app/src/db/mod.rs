@@ -1,7 +1,9 @@
-//! The database: connection pool, database creation, migrations, and the shared queries.
+//! The database: connection pool, database creation, migrations, and the shared queries — on
+//! MariaDB or PostgreSQL, as the deployment's `DATABASE_URL` says (see [`engine`]).
 
 pub mod buckets;
 pub mod due;
+pub mod engine;
 pub mod errors;
 pub mod galera;
 pub mod order_life;
@@ -9,12 +11,16 @@ pub mod orders;
 pub mod products;
 pub mod quota;
 pub mod semi_sync;
+pub mod whole;
 
 use std::str::FromStr;
 use std::time::Duration;
 
 use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection, Executor};
+
+pub use engine::{Db, Engine, Engines};
 
 use crate::config::Config;
 
@@ -26,6 +32,8 @@ pub const DEFAULT_DATABASE: &str = "seckill";
 pub enum SetupError {
     #[error("invalid database URL: {0}")]
     Url(#[source] sqlx::Error),
+    #[error("the database URL `{0}` names no engine the service runs on (mysql:// or postgres://)")]
+    Engine(String),
     #[error("invalid database name `{0}` (letters, digits and `_` only)")]
     Name(String),
     #[error("could not create database `{name}`: {source}")]
@@ -39,34 +47,83 @@ pub enum SetupError {
 }
 
 /// Creates the database named by `config.database_url` (or [`DEFAULT_DATABASE`]) if missing,
-/// applies the migrations, and returns a pool whose connections wait for row locks at most
-/// `row_lock_wait_secs`.
-pub async fn connect(config: &Config) -> Result<MySqlPool, SetupError> {
-    let (server_url, name) = split_database(&config.database_url);
+/// applies the migrations of its engine, and returns a pool whose connections wait for row
+/// locks at most `row_lock_wait_secs`.
+pub async fn connect(config: &Config) -> Result<Db, SetupError> {
+    let (server_url, name) = database_of(&config.database_url)?;
+    let lock_wait = Some(config.row_lock_wait_secs.max(1));
+    let db = match Engine::of_url(&server_url) {
+        Some(Engine::MySql) => {
+            let server = MySqlConnectOptions::from_str(&server_url).map_err(SetupError::Url)?;
+            create_database(&server, &name).await?;
+            let pool = pool_options(config.db_pool_size, config, lock_wait)
+                .connect_with(server.database(&name))
+                .await
+                .map_err(|source| SetupError::Create {
+                    name: name.clone(),
+                    source,
+                })?;
+            Engines::MySql(pool)
+        }
+        Some(Engine::Postgres) => {
+            let server = PgConnectOptions::from_str(&server_url).map_err(SetupError::Url)?;
+            create_postgres_database(&server, &name).await?;
+            let options = postgres_session(server.database(&name), config, lock_wait);
+            let pool = postgres_pool_options(config.db_pool_size, config)
+                .connect_with(options)
+                .await
+                .map_err(|source| SetupError::Create {
+                    name: name.clone(),
+                    source,
+                })?;
+            Engines::Postgres(pool)
+        }
+        None => return Err(SetupError::Engine(server_url)),
+    };
+    migrate(&db).await?;
+    Ok(db)
+}
+
+/// A pool of a few connections on the database `url` names, of the engine its scheme names,
+/// neither created nor migrated: for a reader of the service's rows beside it (the benchmark's
+/// accounting, the tests').
+pub async fn open(url: &str) -> Result<Db, SetupError> {
+    const SIZE: u32 = 4;
+    Ok(match Engine::of_url(url) {
+        Some(Engine::MySql) => {
+            let options = MySqlConnectOptions::from_str(url).map_err(SetupError::Url)?;
+            let pool = MySqlPoolOptions::new().max_connections(SIZE);
+            Engines::MySql(pool.connect_with(options).await.map_err(SetupError::Url)?)
+        }
+        Some(Engine::Postgres) => {
+            let options = PgConnectOptions::from_str(url).map_err(SetupError::Url)?;
+            let pool = PgPoolOptions::new().max_connections(SIZE);
+            Engines::Postgres(pool.connect_with(options).await.map_err(SetupError::Url)?)
+        }
+        None => return Err(SetupError::Engine(url.to_string())),
+    })
+}
+
+/// The server URL (without the database) and the database name of `url`, the name checked to
+/// be a plain identifier ([`DEFAULT_DATABASE`] when the URL names none).
+fn database_of(url: &str) -> Result<(String, String), SetupError> {
+    let (server_url, name) = split_database(url);
     let name = name.unwrap_or(DEFAULT_DATABASE).to_string();
     if !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
         return Err(SetupError::Name(name));
     }
-    let server = MySqlConnectOptions::from_str(&server_url).map_err(SetupError::Url)?;
-    create_database(&server, &name).await?;
-
-    let lock_wait = Some(config.row_lock_wait_secs.max(1));
-    let pool = pool_options(config.db_pool_size, config, lock_wait)
-        .connect_with(server.database(&name))
-        .await
-        .map_err(|source| SetupError::Create {
-            name: name.clone(),
-            source,
-        })?;
-    migrate(&pool).await?;
-    Ok(pool)
+    Ok((server_url, name))
 }
 
-/// Applies the service's migrations to `pool`'s database: the one definition of the tables,
-/// used by the service at start-up and by anything that needs tables shaped like the service's
-/// (the benchmark's baselines).
-pub async fn migrate(pool: &MySqlPool) -> Result<(), SetupError> {
-    sqlx::migrate!("./migrations").run(pool).await?;
+/// Applies the service's migrations of `db`'s engine to its database: the one definition of
+/// the tables (`app/migrations` for MariaDB, `app/migrations-postgres` for PostgreSQL), used by
+/// the service at start-up and by anything that needs tables shaped like the service's (the
+/// benchmark's baselines).
+pub async fn migrate(db: &Db) -> Result<(), SetupError> {
+    match db {
+        Engines::MySql(pool) => sqlx::migrate!("./migrations").run(pool).await?,
+        Engines::Postgres(pool) => sqlx::migrate!("./migrations-postgres").run(pool).await?,
+    }
     Ok(())
 }
 
@@ -75,38 +132,60 @@ pub async fn migrate(pool: &MySqlPool) -> Result<(), SetupError> {
 /// holder's own queries behind them and the lock would starve itself. A separate pool is also
 /// what a real deployment has: the lock service is not the data it protects.
 ///
-/// Its sessions wait for a row lock at most the lock wait budget (rounded up to InnoDB's whole
+/// Its sessions wait for a row lock at most the lock wait budget (rounded up to whole
 /// seconds): an insert stuck behind another session's uncommitted lock row must not outlast the
 /// budget by MariaDB's 50 s default.
-pub fn lock_pool(main: &MySqlPool, config: &Config) -> MySqlPool {
+pub fn lock_pool(main: &Db, config: &Config) -> Db {
     let lock_wait = config.lock_wait_ms.div_ceil(1000).max(1);
-    let sync_wait = SyncWait::new(config.galera_sync_wait);
-    MySqlPoolOptions::new()
-        .max_connections(config.db_lock_pool_size)
-        .acquire_timeout(Duration::from_millis(config.db_acquire_timeout_ms))
-        .test_before_acquire(false)
-        .after_connect(move |conn, _meta| {
-            let sync_wait = sync_wait.clone();
-            Box::pin(async move {
-                set_lock_wait(conn, lock_wait).await?;
-                sync_wait.set(conn).await
-            })
-        })
-        .connect_lazy_with((*main.connect_options()).clone())
+    match main {
+        Engines::MySql(main) => {
+            let sync_wait = SyncWait::new(config.galera_sync_wait);
+            Engines::MySql(
+                MySqlPoolOptions::new()
+                    .max_connections(config.db_lock_pool_size)
+                    .acquire_timeout(Duration::from_millis(config.db_acquire_timeout_ms))
+                    .test_before_acquire(false)
+                    .after_connect(move |conn, _meta| {
+                        let sync_wait = sync_wait.clone();
+                        Box::pin(async move {
+                            set_lock_wait(conn, lock_wait).await?;
+                            sync_wait.set(conn).await
+                        })
+                    })
+                    .connect_lazy_with((*main.connect_options()).clone()),
+            )
+        }
+        Engines::Postgres(main) => {
+            let options = (*main.connect_options()).clone();
+            Engines::Postgres(
+                postgres_pool_options(config.db_lock_pool_size, config)
+                    .connect_lazy_with(postgres_session(options, config, Some(lock_wait))),
+            )
+        }
+    }
 }
 
 /// A third pool on the same database, for what is read rather than sold: products' public
 /// pages and their accounting. A crowd refreshing a page, or an accountant summing a large
 /// product's orders, waits for these connections and never for a buyer's.
-pub fn reader_pool(main: &MySqlPool, config: &Config) -> MySqlPool {
-    readers((*main.connect_options()).clone(), config)
+pub fn reader_pool(main: &Db, config: &Config) -> Db {
+    match main {
+        Engines::MySql(main) => Engines::MySql(readers((*main.connect_options()).clone(), config)),
+        Engines::Postgres(main) => {
+            let options = postgres_session((*main.connect_options()).clone(), config, None);
+            Engines::Postgres(
+                postgres_pool_options(config.db_reader_pool_size, config)
+                    .connect_lazy_with(options),
+            )
+        }
+    }
 }
 
 /// The pool the products' public pages are read through on a replica
 /// (`--database-replica-url`; the database name defaults to the primary's), or `None` without
 /// one. Connections are opened when first needed, so a replica that is down at start-up only
 /// sends the pages to the primary.
-pub fn replica_pool(config: &Config) -> Result<Option<MySqlPool>, SetupError> {
+pub fn replica_pool(config: &Config) -> Result<Option<Db>, SetupError> {
     let Some(url) = &config.database_replica_url else {
         return Ok(None);
     };
@@ -118,8 +197,78 @@ pub fn replica_pool(config: &Config) -> Result<Option<MySqlPool>, SetupError> {
     if !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
         return Err(SetupError::Name(name));
     }
-    let server = MySqlConnectOptions::from_str(&server_url).map_err(SetupError::Url)?;
-    Ok(Some(readers(server.database(&name), config)))
+    Ok(Some(match Engine::of_url(&server_url) {
+        Some(Engine::MySql) => {
+            let server = MySqlConnectOptions::from_str(&server_url).map_err(SetupError::Url)?;
+            Engines::MySql(readers(server.database(&name), config))
+        }
+        Some(Engine::Postgres) => {
+            let server = PgConnectOptions::from_str(&server_url).map_err(SetupError::Url)?;
+            let options = postgres_session(server.database(&name), config, None);
+            Engines::Postgres(
+                postgres_pool_options(config.db_reader_pool_size, config)
+                    .connect_lazy_with(options),
+            )
+        }
+        None => return Err(SetupError::Engine(server_url)),
+    }))
+}
+
+/// PostgreSQL's pool of `size` connections, as [`pool_options`] builds MariaDB's (what a
+/// session sets is in its connect options: [`postgres_session`]).
+fn postgres_pool_options(size: u32, config: &Config) -> PgPoolOptions {
+    PgPoolOptions::new()
+        .max_connections(size.max(1))
+        .acquire_timeout(Duration::from_millis(config.db_acquire_timeout_ms))
+        .test_before_acquire(false)
+}
+
+/// `options` whose sessions bound their statements by the purchases' statement time
+/// (`statement_timeout`, answered `busy`) and wait `lock_wait` seconds for a row lock if given
+/// (`lock_timeout`), sent with the connection's start-up: no round trip of their own.
+fn postgres_session(
+    options: PgConnectOptions,
+    config: &Config,
+    lock_wait: Option<u64>,
+) -> PgConnectOptions {
+    let statement = format!("{}ms", config.statement_timeout_ms);
+    let options = options.options([("statement_timeout", statement)]);
+    match lock_wait {
+        Some(secs) => options.options([("lock_timeout", format!("{secs}s"))]),
+        None => options,
+    }
+}
+
+/// Creates PostgreSQL's database `name` if missing (`CREATE DATABASE` has no `IF NOT EXISTS`
+/// there: a concurrent creator's `duplicate_database` counts as done).
+async fn create_postgres_database(server: &PgConnectOptions, name: &str) -> Result<(), SetupError> {
+    let create = |source| SetupError::Create {
+        name: name.to_string(),
+        source,
+    };
+    let mut conn = server
+        .clone()
+        .database("postgres")
+        .connect()
+        .await
+        .map_err(create)?;
+    let exists: Option<i32> = sqlx::query_scalar("SELECT 1 FROM pg_database WHERE datname = $1")
+        .bind(name)
+        .fetch_optional(&mut conn)
+        .await
+        .map_err(create)?;
+    if exists.is_none() {
+        // `name` was checked to be a plain identifier.
+        let sql = format!("CREATE DATABASE \"{name}\"");
+        match conn.execute(sqlx::AssertSqlSafe(sql)).await {
+            Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("42P04") => {}
+            done => {
+                done.map_err(create)?;
+            }
+        }
+    }
+    conn.close().await.map_err(create)?;
+    Ok(())
 }
 
 /// A pool of `options`' database for what is read rather than sold (the readers' or the
@@ -242,7 +391,17 @@ fn split_database(url: &str) -> (String, Option<&str>) {
 
 #[cfg(test)]
 mod tests {
-    use super::split_database;
+    use super::{SetupError, connect, split_database};
+
+    #[tokio::test]
+    async fn a_database_url_of_an_engine_the_service_does_not_run_on_is_refused_by_name() {
+        let config = crate::Config::for_database("sqlite://shop.db");
+        let refused = connect(&config).await.err();
+        assert!(
+            matches!(&refused, Some(SetupError::Engine(url)) if url.starts_with("sqlite://")),
+            "{refused:?}"
+        );
+    }
 
     #[test]
     fn database_name_is_split_from_the_server_url() {

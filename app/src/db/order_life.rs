@@ -14,113 +14,122 @@
 
 use std::collections::BTreeMap;
 
-use sqlx::{Connection, MySql, MySqlConnection, MySqlPool, QueryBuilder};
+use super::engine::{Conn, Db, Engines, Pooled, Sql, Tx, Whole, each_engine, signed, sql};
 
 use super::orders::{OrderState, PurchaseKey};
 use super::quota;
 
 /// `reserved` → `paid`, if the order is reserved and its deadline has not passed: whether it
 /// changed.
-pub async fn pay(pool: &MySqlPool, order_id: u64) -> Result<bool, sqlx::Error> {
-    let done = sqlx::query(
-        "UPDATE orders SET state = 'paid', ended_at = NOW(6) \
-         WHERE id = ? AND state = 'reserved' AND pay_by > NOW(6)",
-    )
-    .bind(order_id)
-    .execute(pool)
-    .await?;
-    Ok(done.rows_affected() == 1)
+pub async fn pay(db: &Db, order_id: u64) -> Result<bool, sqlx::Error> {
+    const PAY: Sql = sql!(
+        mysql: "UPDATE orders SET state = 'paid', ended_at = NOW(6) \
+                WHERE id = ? AND state = 'reserved' AND pay_by > NOW(6)",
+        postgres: "UPDATE orders SET state = 'paid', ended_at = clock_timestamp() \
+                   WHERE id = ? AND state = 'reserved' AND pay_by > clock_timestamp()",
+    );
+    let paid = each_engine!(db.pool(), |c, e| sqlx::query(e.sql(PAY))
+        .bind(signed(order_id))
+        .execute(c)
+        .await
+        .map(|done| done.rows_affected()))?;
+    Ok(paid == 1)
 }
 
 /// `reserved` → `to`, in `conn`'s transaction; `due_only`: only if its deadline has passed
 /// (an expiry). Whether it changed.
 pub async fn end(
-    conn: &mut MySqlConnection,
+    conn: Conn<'_>,
     order_id: u64,
     to: OrderState,
     due_only: bool,
 ) -> Result<bool, sqlx::Error> {
-    let returned = returned_at(to);
-    let due = match due_only {
-        true => " AND pay_by <= NOW(6)",
-        false => "",
-    };
-    let sql = format!(
-        "UPDATE orders SET state = ?, ended_at = NOW(6), returned_at = {returned} \
-         WHERE id = ? AND state = 'reserved'{due}"
-    );
-    let done = sqlx::query(sqlx::AssertSqlSafe(sql))
-        .bind(to.name())
-        .bind(order_id)
-        .execute(conn)
-        .await?;
-    Ok(done.rows_affected() == 1)
+    let ended = each_engine!(conn, |c, e| {
+        let now = e.now();
+        let returned = returned_at(e.now(), to);
+        let due = match due_only {
+            true => format!(" AND pay_by <= {now}"),
+            false => String::new(),
+        };
+        let sql = format!(
+            "UPDATE orders SET state = ?, ended_at = {now}, returned_at = {returned} \
+             WHERE id = ? AND state = 'reserved'{due}"
+        );
+        sqlx::query(e.text(sql))
+            .bind(to.name())
+            .bind(signed(order_id))
+            .execute(c)
+            .await
+            .map(|done| done.rows_affected())
+    })?;
+    Ok(ended == 1)
 }
 
 /// The order's state, read without a lock (the unchecked variants' "check").
-pub async fn read_state(
-    conn: &mut MySqlConnection,
-    order_id: u64,
-) -> Result<Option<OrderState>, sqlx::Error> {
-    let state: Option<String> = sqlx::query_scalar("SELECT state FROM orders WHERE id = ?")
-        .bind(order_id)
-        .fetch_optional(conn)
-        .await?;
+pub async fn read_state(conn: Conn<'_>, order_id: u64) -> Result<Option<OrderState>, sqlx::Error> {
+    const STATE: Sql = sql!("SELECT state FROM orders WHERE id = ?");
+    let state: Option<String> = each_engine!(conn, |c, e| sqlx::query_scalar(e.sql(STATE))
+        .bind(signed(order_id))
+        .fetch_optional(c)
+        .await)?;
     Ok(state.map(|s| OrderState::of(&s)))
 }
 
 /// Writes the order's state whatever it is now (the unchecked variants' "act").
-pub async fn force_state(
-    conn: &mut MySqlConnection,
-    order_id: u64,
-    to: OrderState,
-) -> Result<(), sqlx::Error> {
-    sqlx::query("UPDATE orders SET state = ?, ended_at = NOW(6) WHERE id = ?")
+pub async fn force_state(conn: Conn<'_>, order_id: u64, to: OrderState) -> Result<(), sqlx::Error> {
+    const FORCE: Sql = sql!(
+        mysql: "UPDATE orders SET state = ?, ended_at = NOW(6) WHERE id = ?",
+        postgres: "UPDATE orders SET state = ?, ended_at = clock_timestamp() WHERE id = ?",
+    );
+    each_engine!(conn, |c, e| sqlx::query(e.sql(FORCE))
         .bind(to.name())
-        .bind(order_id)
-        .execute(conn)
-        .await?;
-    Ok(())
+        .bind(signed(order_id))
+        .execute(c)
+        .await
+        .map(|_| ()))
 }
 
 /// Gives `units` back to the buyer's per-user count of the product (homes in this database:
 /// the count the purchases claim against, see [`super::quota`]).
 pub async fn give_back_quota(
-    conn: &mut MySqlConnection,
+    conn: Conn<'_>,
     key: PurchaseKey<'_>,
     units: u32,
 ) -> Result<(), sqlx::Error> {
-    sqlx::query(
+    const BACK: Sql = sql!(
         "UPDATE purchase_quota SET units = GREATEST(units - ?, 0) \
-         WHERE product_id = ? AND user_id = ?",
-    )
-    .bind(i64::from(units))
-    .bind(key.product_id)
-    .bind(key.user_id)
-    .execute(conn)
-    .await?;
-    Ok(())
+         WHERE product_id = ? AND user_id = ?"
+    );
+    each_engine!(conn, |c, e| sqlx::query(e.sql(BACK))
+        .bind(i64::from(units))
+        .bind(signed(key.product_id))
+        .bind(key.user_id)
+        .execute(c)
+        .await
+        .map(|_| ()))
 }
 
 /// Puts `units` back in the product row, bumping its version like every stock write (so an
 /// `optimistic` or fenced buyer who read before it reads again).
 pub async fn give_back_to_row(
-    conn: &mut MySqlConnection,
+    conn: Conn<'_>,
     product_id: u64,
     units: i64,
 ) -> Result<(), sqlx::Error> {
-    sqlx::query("UPDATE products SET stock = stock + ?, version = version + 1 WHERE id = ?")
+    const BACK: Sql =
+        sql!("UPDATE products SET stock = stock + ?, version = version + 1 WHERE id = ?");
+    each_engine!(conn, |c, e| sqlx::query(e.sql(BACK))
         .bind(units)
-        .bind(product_id)
-        .execute(conn)
-        .await?;
-    Ok(())
+        .bind(signed(product_id))
+        .execute(c)
+        .await
+        .map(|_| ()))
 }
 
 /// Puts `units` back in one of the product's buckets, chosen by the order id (returns spread
 /// over the buckets as purchases do; one row locked).
 pub async fn give_back_to_bucket(
-    conn: &mut MySqlConnection,
+    conn: Conn<'_>,
     product_id: u64,
     order_id: u64,
     units: u32,
@@ -135,46 +144,49 @@ pub async fn give_back_to_bucket(
 /// to the commit: the version tells a sold-out product's memory that units came back and may
 /// have sold again (see [`crate::inventory::left_and_mark`]).
 async fn give_back_to_buckets(
-    conn: &mut MySqlConnection,
+    mut conn: Conn<'_>,
     product_id: u64,
     orders: &[(u64, u32)],
 ) -> Result<(), sqlx::Error> {
-    let buckets: i64 =
-        sqlx::query_scalar("SELECT COUNT(*) FROM stock_buckets WHERE product_id = ?")
-            .bind(product_id)
-            .fetch_one(&mut *conn)
-            .await?;
+    const COUNT: Sql = sql!("SELECT COUNT(*) FROM stock_buckets WHERE product_id = ?");
+    const BACK: Sql =
+        sql!("UPDATE stock_buckets SET stock = stock + ? WHERE product_id = ? AND bucket = ?");
+    const BUMP: Sql = sql!("UPDATE products SET version = version + 1 WHERE id = ?");
+    let buckets: i64 = each_engine!(conn.reborrow(), |c, e| sqlx::query_scalar(e.sql(COUNT))
+        .bind(signed(product_id))
+        .fetch_one(c)
+        .await)?;
     let buckets = u64::try_from(buckets.max(1)).unwrap_or(1);
     let mut units: BTreeMap<u64, i64> = BTreeMap::new();
     for (order_id, quantity) in orders {
         *units.entry(order_id % buckets).or_default() += i64::from(*quantity);
     }
     for (bucket, units) in units {
-        sqlx::query(
-            "UPDATE stock_buckets SET stock = stock + ? WHERE product_id = ? AND bucket = ?",
-        )
-        .bind(units)
-        .bind(product_id)
-        .bind(bucket)
-        .execute(&mut *conn)
-        .await?;
+        each_engine!(conn.reborrow(), |c, e| sqlx::query(e.sql(BACK))
+            .bind(units)
+            .bind(signed(product_id))
+            .bind(signed(bucket))
+            .execute(c)
+            .await
+            .map(|_| ()))?;
     }
-    sqlx::query("UPDATE products SET version = version + 1 WHERE id = ?")
-        .bind(product_id)
-        .execute(conn)
-        .await?;
-    Ok(())
+    each_engine!(conn, |c, e| sqlx::query(e.sql(BUMP))
+        .bind(signed(product_id))
+        .execute(c)
+        .await
+        .map(|_| ()))
 }
 
 /// [`expire_from_row`] for a product whose stock is in buckets: those of `orders` still
 /// reserved and due expire, their buyers' counts come back, and each one's units go back to
 /// its bucket, one write per bucket touched, last. How many orders it expired.
 pub async fn expire_from_buckets(
-    conn: &mut MySqlConnection,
+    mut conn: Conn<'_>,
     product_id: u64,
     orders: &[(u64, &str)],
 ) -> Result<u64, sqlx::Error> {
-    let expired = end_due_with_quota(&mut *conn, product_id, orders, OrderState::Expired).await?;
+    let expired =
+        end_due_with_quota(conn.reborrow(), product_id, orders, OrderState::Expired).await?;
     if !expired.is_empty() {
         give_back_to_buckets(conn, product_id, &expired).await?;
     }
@@ -188,12 +200,14 @@ pub async fn expire_from_buckets(
 /// where every purchase inserts its order: every purchase of every product would wait for the
 /// batch to commit. The batch decides nothing on rows it has not locked, so the weaker level
 /// changes no outcome.
-pub async fn begin_batch(
-    conn: &mut MySqlConnection,
-) -> Result<sqlx::Transaction<'_, MySql>, sqlx::Error> {
-    sqlx::query("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
-        .execute(&mut *conn)
-        .await?;
+///
+/// PostgreSQL's default is `READ COMMITTED` already, and it locks no gaps at any level.
+pub async fn begin_batch(conn: &mut Pooled) -> Result<Tx<'_>, sqlx::Error> {
+    if let Engines::MySql(c) = conn {
+        sqlx::query("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+            .execute(&mut **c)
+            .await?;
+    }
     conn.begin().await
 }
 
@@ -213,11 +227,12 @@ pub async fn begin_batch(
 /// are still due, so a payment that got to one first leaves it out, and one that comes later
 /// finds it expired.
 pub async fn expire_from_row(
-    conn: &mut MySqlConnection,
+    mut conn: Conn<'_>,
     product_id: u64,
     orders: &[(u64, &str)],
 ) -> Result<u64, sqlx::Error> {
-    let expired = end_due_with_quota(&mut *conn, product_id, orders, OrderState::Expired).await?;
+    let expired =
+        end_due_with_quota(conn.reborrow(), product_id, orders, OrderState::Expired).await?;
     let units: i64 = expired.iter().map(|(_, q)| i64::from(*q)).sum();
     if units > 0 {
         give_back_to_row(conn, product_id, units).await?;
@@ -231,7 +246,7 @@ pub async fn expire_from_row(
 /// [`begin_batch`]), locked as [`expire_from_row`] locks them; the row is not touched. Their
 /// ids and quantities.
 pub async fn start_expiring_in_row(
-    conn: &mut MySqlConnection,
+    conn: Conn<'_>,
     product_id: u64,
     orders: &[(u64, &str)],
 ) -> Result<Vec<(u64, u32)>, sqlx::Error> {
@@ -241,7 +256,7 @@ pub async fn start_expiring_in_row(
 /// Ends those of `orders` still reserved and due in `to`, and gives their buyers' counts back:
 /// their ids and quantities.
 async fn end_due_with_quota(
-    conn: &mut MySqlConnection,
+    mut conn: Conn<'_>,
     product_id: u64,
     orders: &[(u64, &str)],
     to: OrderState,
@@ -250,17 +265,17 @@ async fn end_due_with_quota(
         return Ok(Vec::new());
     }
     let users: Vec<&str> = orders.iter().map(|(_, user)| *user).collect();
-    quota::lock_buyers(&mut *conn, product_id, &users).await?;
-    let due = lock_still_due(&mut *conn, orders.iter().map(|(id, _)| *id)).await?;
+    quota::lock_buyers(conn.reborrow(), product_id, &users).await?;
+    let due = lock_still_due(conn.reborrow(), orders.iter().map(|(id, _)| *id)).await?;
     if due.is_empty() {
         return Ok(Vec::new());
     }
-    end_all(&mut *conn, due.iter().map(|(id, _, _)| *id), to).await?;
+    end_all(conn.reborrow(), due.iter().map(|(id, _, _)| *id), to).await?;
     let mut per_user: BTreeMap<&str, i64> = BTreeMap::new();
     for (_, user, quantity) in &due {
         *per_user.entry(user).or_default() += i64::from(*quantity);
     }
-    quota::give_back(&mut *conn, product_id, &per_user).await?;
+    quota::give_back(conn, product_id, &per_user).await?;
     Ok(due.into_iter().map(|(id, _, q)| (id, q)).collect())
 }
 
@@ -273,11 +288,11 @@ async fn end_due_with_quota(
 /// ([`give_back_to_row`]); a home outside it (the Redis counter) has them back already, and
 /// this records that they arrived.
 ///
-/// The `state = on_the_way` in each `UPDATE` is the once-only token: of two finishers, InnoDB's row
+/// The `state = on_the_way` in each `UPDATE` is the once-only token: of two finishers, the row
 /// locks let one move an order and the other find it moved, and each gives back only the units
 /// of the orders it moved, counted per quantity from the rows each statement changed.
 pub async fn arrive(
-    conn: &mut MySqlConnection,
+    mut conn: Conn<'_>,
     orders: &[(u64, u32)],
     on_the_way: OrderState,
 ) -> Result<(u64, i64), sqlx::Error> {
@@ -287,16 +302,28 @@ pub async fn arrive(
     }
     let (mut arrived, mut units) = (0, 0);
     for (quantity, ids) in by_quantity {
-        let mut moved = QueryBuilder::<MySql>::new("UPDATE orders SET state = ");
-        moved
-            .push_bind(arrival(on_the_way).name())
-            .push(", returned_at = NOW(6) WHERE state = ")
-            .push_bind(on_the_way.name())
-            .push(" AND quantity = ")
-            .push_bind(quantity)
-            .push(" AND id ");
-        push_in(&mut moved, ids);
-        let changed = moved.build().execute(&mut *conn).await?.rows_affected();
+        let changed = each_engine!(conn.reborrow(), |c, e| {
+            let mut moved = e.builder("UPDATE orders SET state = ");
+            moved
+                .push_bind(arrival(on_the_way).name())
+                .push(", returned_at = ")
+                .push(e.now())
+                .push(" WHERE state = ")
+                .push_bind(on_the_way.name())
+                .push(" AND quantity = ")
+                .push_bind(i64::from(quantity))
+                .push(" AND id IN (");
+            let mut list = moved.separated(", ");
+            for id in &ids {
+                list.push_bind(signed(*id));
+            }
+            moved.push(")");
+            moved
+                .build()
+                .execute(c)
+                .await
+                .map(|done| done.rows_affected())
+        })?;
         arrived += changed;
         units += i64::try_from(changed).unwrap_or(i64::MAX) * i64::from(quantity);
     }
@@ -316,14 +343,11 @@ fn arrival(on_the_way: OrderState) -> OrderState {
 /// whose units go back to a home outside this database (the Redis counter). The orders' locks
 /// decide, as for [`expire_from_row`]: a payment or cancellation that got to one first leaves
 /// it out, one that comes later finds it `expiring`.
-pub async fn start_expiring(
-    conn: &mut MySqlConnection,
-    orders: &[u64],
-) -> Result<Vec<u64>, sqlx::Error> {
+pub async fn start_expiring(mut conn: Conn<'_>, orders: &[u64]) -> Result<Vec<u64>, sqlx::Error> {
     if orders.is_empty() {
         return Ok(Vec::new());
     }
-    let due: Vec<u64> = (lock_still_due(&mut *conn, orders.iter().copied())
+    let due: Vec<u64> = (lock_still_due(conn.reborrow(), orders.iter().copied())
         .await?
         .into_iter())
     .map(|(id, _, _)| id)
@@ -336,54 +360,59 @@ pub async fn start_expiring(
 
 /// Locks those of `orders` that are still reserved and due, in `conn`'s transaction: their
 /// ids, buyers and quantities. By the primary key: the orders' other indexes are where
-/// purchases insert theirs.
+/// purchases insert theirs (MariaDB is told so; PostgreSQL takes the key for ids by itself).
 async fn lock_still_due(
-    conn: &mut MySqlConnection,
+    conn: Conn<'_>,
     orders: impl IntoIterator<Item = u64>,
 ) -> Result<Vec<(u64, String, u32)>, sqlx::Error> {
-    let mut still_due = QueryBuilder::<MySql>::new(
-        "SELECT id, user_id, quantity FROM orders FORCE INDEX (PRIMARY) \
-         WHERE state = 'reserved' AND pay_by <= NOW(6) AND id ",
-    );
-    push_in(&mut still_due, orders);
-    still_due.push(" FOR UPDATE");
-    still_due.build_query_as().fetch_all(conn).await
+    const STILL_DUE: Sql = Sql {
+        mysql: "SELECT id, user_id, quantity FROM orders FORCE INDEX (PRIMARY) \
+                WHERE state = 'reserved' AND pay_by <= NOW(6) AND id IN (",
+        postgres: "SELECT id, user_id, quantity FROM orders \
+                   WHERE state = 'reserved' AND pay_by <= clock_timestamp() AND id IN (",
+    };
+    let rows: Vec<(Whole, String, Whole)> = each_engine!(conn, |c, e| {
+        let mut still_due = e.builder(e.sql(STILL_DUE));
+        let mut list = still_due.separated(", ");
+        for id in orders {
+            list.push_bind(signed(id));
+        }
+        still_due.push(") FOR UPDATE");
+        still_due.build_query_as().fetch_all(c).await
+    })?;
+    rows.into_iter()
+        .map(|(id, user, quantity)| Ok((id.get()?, user, quantity.get()?)))
+        .collect()
 }
 
 /// `orders` (locked by this transaction, reserved) → `to`, as [`end`] moves one.
 async fn end_all(
-    conn: &mut MySqlConnection,
+    conn: Conn<'_>,
     orders: impl IntoIterator<Item = u64>,
     to: OrderState,
 ) -> Result<(), sqlx::Error> {
-    let mut end = QueryBuilder::<MySql>::new("UPDATE orders SET state = ");
-    end.push_bind(to.name())
-        .push(", ended_at = NOW(6), returned_at = ")
-        .push(returned_at(to))
-        .push(" WHERE id ");
-    push_in(&mut end, orders);
-    end.build().execute(conn).await?;
-    Ok(())
+    each_engine!(conn, |c, e| {
+        let mut end = e.builder("UPDATE orders SET state = ");
+        end.push_bind(to.name())
+            .push(", ended_at = ")
+            .push(e.now())
+            .push(", returned_at = ")
+            .push(returned_at(e.now(), to))
+            .push(" WHERE id IN (");
+        let mut list = end.separated(", ");
+        for id in orders {
+            list.push_bind(signed(id));
+        }
+        end.push(")");
+        end.build().execute(c).await.map(|_| ())
+    })
 }
 
-/// What an order's `returned_at` becomes when it ends in `to`: now if its units are home with
+/// What an order's `returned_at` becomes when it ends in `to`: `now` if its units are home with
 /// the change, else not yet.
-fn returned_at(to: OrderState) -> &'static str {
+fn returned_at(now: &'static str, to: OrderState) -> &'static str {
     match to {
-        OrderState::Expired | OrderState::Cancelled => "NOW(6)",
+        OrderState::Expired | OrderState::Cancelled => now,
         _ => "NULL",
     }
-}
-
-/// Appends `IN (?, ?, …)` binding each of `values`.
-fn push_in<'t, T>(query: &mut QueryBuilder<MySql>, values: impl IntoIterator<Item = T>)
-where
-    T: sqlx::Encode<'t, MySql> + sqlx::Type<MySql>,
-{
-    query.push("IN (");
-    let mut list = query.separated(", ");
-    for value in values {
-        list.push_bind(value);
-    }
-    query.push(")");
 }

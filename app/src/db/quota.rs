@@ -13,8 +13,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use sqlx::{MySql, MySqlConnection, QueryBuilder};
-
+use super::engine::{Conn, Sql, each_engine, signed, sql};
 use super::orders::PurchaseKey;
 
 /// Whether the buyer may hold the claimed units.
@@ -31,20 +30,24 @@ pub enum Claim {
 /// product's rules): read in this statement, it would take a shared lock on the product row,
 /// and two buyers' stock writes would then wait on each other's — a deadlock.
 pub async fn claim(
-    conn: &mut MySqlConnection,
+    conn: Conn<'_>,
     key: PurchaseKey<'_>,
     quantity: u32,
     limit: i64,
 ) -> Result<Claim, sqlx::Error> {
-    let units: i64 = sqlx::query_scalar(
-        "INSERT INTO purchase_quota (product_id, user_id, units) VALUES (?, ?, ?) \
-         ON DUPLICATE KEY UPDATE units = units + VALUES(units) RETURNING units",
-    )
-    .bind(key.product_id)
-    .bind(key.user_id)
-    .bind(quantity)
-    .fetch_one(conn)
-    .await?;
+    const CLAIM: Sql = sql!(
+        mysql: "INSERT INTO purchase_quota (product_id, user_id, units) VALUES (?, ?, ?) \
+                ON DUPLICATE KEY UPDATE units = units + VALUES(units) RETURNING units",
+        postgres: "INSERT INTO purchase_quota (product_id, user_id, units) VALUES (?, ?, ?) \
+                   ON CONFLICT (product_id, user_id) \
+                   DO UPDATE SET units = purchase_quota.units + EXCLUDED.units RETURNING units",
+    );
+    let units: i64 = each_engine!(conn, |c, e| sqlx::query_scalar(e.sql(CLAIM))
+        .bind(signed(key.product_id))
+        .bind(key.user_id)
+        .bind(i64::from(quantity))
+        .fetch_one(c)
+        .await)?;
     Ok(match units > limit {
         true => Claim::Beyond { units, limit },
         false => Claim::Within,
@@ -57,7 +60,7 @@ pub async fn claim(
 /// order of the user ids, so that two batches sharing buyers cannot lock them in opposite
 /// orders.
 pub async fn lock_buyers(
-    conn: &mut MySqlConnection,
+    conn: Conn<'_>,
     product_id: u64,
     users: &[&str],
 ) -> Result<HashMap<String, i64>, sqlx::Error> {
@@ -67,35 +70,40 @@ pub async fn lock_buyers(
     if users.is_empty() {
         return Ok(HashMap::new());
     }
-    // `ON DUPLICATE KEY UPDATE` locks an existing row exclusively at once; `INSERT IGNORE`
-    // would take a shared lock first, and two batches upgrading theirs would deadlock.
-    let mut upsert =
-        QueryBuilder::<MySql>::new("INSERT INTO purchase_quota (product_id, user_id, units) ");
-    upsert.push_values(&users, |mut row, user| {
-        row.push_bind(product_id).push_bind(*user).push_bind(0_i64);
-    });
-    upsert.push(" ON DUPLICATE KEY UPDATE units = units RETURNING user_id, units");
-    let held: Vec<(String, i64)> = upsert.build_query_as().fetch_all(&mut *conn).await?;
+    // An upsert that updates an existing row locks it exclusively at once; `INSERT IGNORE` (or
+    // `ON CONFLICT DO NOTHING`) would not lock it, or on MariaDB take a shared lock first, and
+    // two batches upgrading theirs would deadlock.
+    const LOCK: Sql = Sql {
+        mysql: " ON DUPLICATE KEY UPDATE units = units RETURNING user_id, units",
+        postgres: " ON CONFLICT (product_id, user_id) DO UPDATE SET units = purchase_quota.units \
+                   RETURNING user_id, units",
+    };
+    let held: Vec<(String, i64)> = each_engine!(conn, |c, e| {
+        let mut upsert = e.builder("INSERT INTO purchase_quota (product_id, user_id, units) ");
+        upsert.push_values(&users, |mut row, user| {
+            row.push_bind(signed(product_id))
+                .push_bind(*user)
+                .push_bind(0_i64);
+        });
+        upsert.push(e.sql(LOCK));
+        upsert.build_query_as().fetch_all(c).await
+    })?;
     Ok(held.into_iter().collect())
 }
 
 /// Adds units to buyers' counts of the product (rows locked by [`lock_buyers`]).
 pub async fn add(
-    conn: &mut MySqlConnection,
+    conn: Conn<'_>,
     product_id: u64,
     units: &HashMap<&str, i64>,
 ) -> Result<(), sqlx::Error> {
-    if units.is_empty() {
-        return Ok(());
-    }
-    let mut upsert =
-        QueryBuilder::<MySql>::new("INSERT INTO purchase_quota (product_id, user_id, units) ");
-    upsert.push_values(units, |mut row, (user, units)| {
-        row.push_bind(product_id).push_bind(*user).push_bind(*units);
-    });
-    upsert.push(" ON DUPLICATE KEY UPDATE units = units + VALUES(units)");
-    upsert.build().execute(conn).await?;
-    Ok(())
+    const ADD: Sql = Sql {
+        mysql: " ON DUPLICATE KEY UPDATE units = units + VALUES(units)",
+        postgres: " ON CONFLICT (product_id, user_id) \
+                   DO UPDATE SET units = purchase_quota.units + EXCLUDED.units",
+    };
+    let units: Vec<(&str, i64)> = units.iter().map(|(user, units)| (*user, *units)).collect();
+    upsert(conn, product_id, &units, ADD).await
 }
 
 /// Gives each buyer of `units` that many units of the product back (never below 0), in `conn`'s
@@ -104,19 +112,38 @@ pub async fn add(
 /// may scan every count of the product instead — under `REPEATABLE READ` locking each, and the
 /// gaps between them, where every new buyer of the product inserts theirs.
 pub async fn give_back(
-    conn: &mut MySqlConnection,
+    conn: Conn<'_>,
     product_id: u64,
     units: &BTreeMap<&str, i64>,
+) -> Result<(), sqlx::Error> {
+    const BACK: Sql = Sql {
+        mysql: " ON DUPLICATE KEY UPDATE units = GREATEST(units - VALUES(units), 0)",
+        postgres: " ON CONFLICT (product_id, user_id) \
+                   DO UPDATE SET units = GREATEST(purchase_quota.units - EXCLUDED.units, 0)",
+    };
+    let units: Vec<(&str, i64)> = units.iter().map(|(user, units)| (*user, *units)).collect();
+    upsert(conn, product_id, &units, BACK).await
+}
+
+/// Writes each buyer's units of `units` into their count of the product as `update` says (the
+/// rows exist: [`lock_buyers`] made them), in one statement.
+async fn upsert(
+    conn: Conn<'_>,
+    product_id: u64,
+    units: &[(&str, i64)],
+    update: Sql,
 ) -> Result<(), sqlx::Error> {
     if units.is_empty() {
         return Ok(());
     }
-    let mut back =
-        QueryBuilder::<MySql>::new("INSERT INTO purchase_quota (product_id, user_id, units) ");
-    back.push_values(units, |mut row, (user, units)| {
-        row.push_bind(product_id).push_bind(*user).push_bind(*units);
-    });
-    back.push(" ON DUPLICATE KEY UPDATE units = GREATEST(units - VALUES(units), 0)");
-    back.build().execute(conn).await?;
-    Ok(())
+    each_engine!(conn, |c, e| {
+        let mut upsert = e.builder("INSERT INTO purchase_quota (product_id, user_id, units) ");
+        upsert.push_values(units, |mut row, (user, units)| {
+            row.push_bind(signed(product_id))
+                .push_bind(*user)
+                .push_bind(*units);
+        });
+        upsert.push(e.sql(update));
+        upsert.build().execute(c).await.map(|_| ())
+    })
 }

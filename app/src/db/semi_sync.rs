@@ -20,7 +20,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use sqlx::{ConnectOptions, MySqlConnection, MySqlPool};
+use sqlx::{ConnectOptions, MySqlConnection};
+
+use super::engine::{Db, Engines};
 
 /// How often the primary is asked.
 pub const EVERY: Duration = Duration::from_millis(100);
@@ -50,7 +52,10 @@ impl SemiSync {
     /// Reads the primary's status every [`EVERY`] for as long as the task lives. A read that
     /// fails (the server out of reach) changes nothing: the statements that need the server
     /// will say so themselves.
-    pub async fn watch(self: Arc<Self>, pool: MySqlPool) {
+    pub async fn watch(self: Arc<Self>, pool: Db) {
+        let Engines::MySql(pool) = pool else {
+            return;
+        };
         let options = pool.connect_options();
         let mut conn: Option<MySqlConnection> = None;
         loop {

@@ -34,7 +34,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use sqlx::MySqlPool;
+use crate::db::Db;
 
 use crate::db::orders;
 use crate::redis_stock::{RedisStock, RedisStockError, charge};
@@ -120,7 +120,7 @@ impl Drop for Ticket {
 /// The first-come queues of every product sold so, in Redis.
 pub struct FirstCome {
     redis: RedisStock,
-    pool: MySqlPool,
+    pool: Db,
     /// How long a place is kept for a click its instance never settles.
     keep_place: Duration,
     /// When this instance last counted the units of each product back home.
@@ -130,7 +130,7 @@ pub struct FirstCome {
 impl FirstCome {
     /// Queues kept in `redis`; a place given up `keep_place` after it was given if its click is
     /// never settled (its instance died serving it).
-    pub fn new(redis: RedisStock, pool: MySqlPool, keep_place: Duration) -> FirstCome {
+    pub fn new(redis: RedisStock, pool: Db, keep_place: Duration) -> FirstCome {
         FirstCome {
             redis,
             pool,

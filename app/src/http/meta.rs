@@ -39,7 +39,10 @@ pub async fn healthz(State(state): State<AppState>) -> Result<Json<Health>, ApiE
     if !state.membership.ready() {
         return Err(crate::error::ApiError::out_of_the_cluster());
     }
-    sqlx::query("SELECT 1").execute(&state.pool).await?;
+    crate::db::engine::each_engine!(state.pool.pool(), |c, _e| sqlx::query("SELECT 1")
+        .execute(c)
+        .await
+        .map(|_| ()))?;
     Ok(Json(Health {
         status: "ok".into(),
         database: "ok".into(),

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use sqlx::{MySql, Transaction};
+use crate::db::engine::Tx;
 
 use super::{Check, End, HeldForReturn, LifeError, Lifecycle};
 use crate::api::{Home, Strategy};
@@ -106,7 +106,7 @@ async fn end_in_database(
     if check == Check::Unchecked {
         // The check, apart from the write that acts on it.
         let mut conn = life.pool.acquire().await?;
-        let state = order_life::read_state(&mut conn, target.order_id).await?;
+        let state = order_life::read_state(conn.conn(), target.order_id).await?;
         drop(conn);
         if state != Some(OrderState::Reserved) {
             return Ok(false);
@@ -122,11 +122,11 @@ async fn end_in_database(
         _ => None,
     };
     let mut tx = life.pool.begin().await?;
-    order_life::give_back_quota(&mut tx, target.key(), target.quantity).await?;
+    order_life::give_back_quota(tx.conn(), target.key(), target.quantity).await?;
     match target.home {
         Home::Buckets => {
             order_life::give_back_to_bucket(
-                &mut tx,
+                tx.conn(),
                 target.product_id,
                 target.order_id,
                 target.quantity,
@@ -135,13 +135,13 @@ async fn end_in_database(
         }
         _ => {
             let units = i64::from(target.quantity);
-            order_life::give_back_to_row(&mut tx, target.product_id, units).await?
+            order_life::give_back_to_row(tx.conn(), target.product_id, units).await?
         }
     }
     let changed = match check {
         Check::Conditional => {
             let changed =
-                order_life::end(&mut tx, target.order_id, end.done(), end == End::Expire).await?;
+                order_life::end(tx.conn(), target.order_id, end.done(), end == End::Expire).await?;
             if changed {
                 // Everything changed and nothing committed: a crash here rolls it all back.
                 pause(hold).await;
@@ -149,7 +149,7 @@ async fn end_in_database(
             changed
         }
         Check::Unchecked => {
-            order_life::force_state(&mut tx, target.order_id, end.done()).await?;
+            order_life::force_state(tx.conn(), target.order_id, end.done()).await?;
             true
         }
     };
@@ -174,9 +174,9 @@ async fn end_in_two_steps(
     hold: Option<Duration>,
 ) -> Result<bool, LifeError> {
     let mut tx = life.pool.begin().await?;
-    order_life::give_back_quota(&mut tx, target.key(), target.quantity).await?;
+    order_life::give_back_quota(tx.conn(), target.key(), target.quantity).await?;
     let on_the_way = end.on_the_way();
-    if !order_life::end(&mut tx, target.order_id, on_the_way, end == End::Expire).await? {
+    if !order_life::end(tx.conn(), target.order_id, on_the_way, end == End::Expire).await? {
         tx.rollback().await?;
         return Ok(false);
     }
@@ -217,9 +217,9 @@ pub(super) async fn expire_in_database(
     if !two_steps {
         let expired = match targets.first().map(|t| t.home) {
             Some(Home::Buckets) => {
-                order_life::expire_from_buckets(&mut tx, product, &orders).await?
+                order_life::expire_from_buckets(tx.conn(), product, &orders).await?
             }
-            _ => order_life::expire_from_row(&mut tx, product, &orders).await?,
+            _ => order_life::expire_from_row(tx.conn(), product, &orders).await?,
         };
         tx.commit().await?;
         drop(conn);
@@ -229,7 +229,7 @@ pub(super) async fn expire_in_database(
         }
         return Ok(expired);
     }
-    let leaving = order_life::start_expiring_in_row(&mut tx, product, &orders).await?;
+    let leaving = order_life::start_expiring_in_row(tx.conn(), product, &orders).await?;
     tx.commit().await?;
     drop(conn);
     let expired = leaving.len() as u64;
@@ -275,7 +275,7 @@ pub(super) async fn finish_in_row(
     }
     let mut conn = life.pool.acquire().await?;
     let mut tx = order_life::begin_batch(&mut conn).await?;
-    let (arrived, units) = order_life::arrive(&mut tx, orders, on_the_way).await?;
+    let (arrived, units) = order_life::arrive(tx.conn(), orders, on_the_way).await?;
     if arrived == 0 {
         tx.commit().await?;
         return Ok(());
@@ -289,7 +289,7 @@ pub(super) async fn finish_in_row(
             return Err(e);
         }
     };
-    order_life::give_back_to_row(&mut tx, product, units).await?;
+    order_life::give_back_to_row(tx.conn(), product, units).await?;
     commit(life, tx, lock).await?;
     drop(conn);
     life.stock_back(product);
@@ -309,7 +309,7 @@ async fn end_in_redis(
     let changed = match check {
         Check::Conditional => {
             order_life::end(
-                &mut conn,
+                conn.conn(),
                 target.order_id,
                 end.on_the_way(),
                 end == End::Expire,
@@ -317,11 +317,11 @@ async fn end_in_redis(
             .await?
         }
         Check::Unchecked => {
-            let state = order_life::read_state(&mut conn, target.order_id).await?;
+            let state = order_life::read_state(conn.conn(), target.order_id).await?;
             if state != Some(OrderState::Reserved) {
                 return Ok(false);
             }
-            order_life::force_state(&mut conn, target.order_id, end.on_the_way()).await?;
+            order_life::force_state(conn.conn(), target.order_id, end.on_the_way()).await?;
             true
         }
     };
@@ -348,7 +348,7 @@ pub(super) async fn expire_from_redis(
     let ids: Vec<u64> = targets.iter().map(|t| t.order_id).collect();
     let mut conn = life.pool.acquire().await?;
     let mut tx = order_life::begin_batch(&mut conn).await?;
-    let leaving = order_life::start_expiring(&mut tx, &ids).await?;
+    let leaving = order_life::start_expiring(tx.conn(), &ids).await?;
     tx.commit().await?;
     drop(conn);
     let leaving: Vec<&Target> = (targets.iter())
@@ -397,7 +397,7 @@ pub(super) async fn finish_returns(
     };
     let orders: Vec<(u64, u32)> = (targets.iter()).map(|t| (t.order_id, t.quantity)).collect();
     let mut conn = life.pool.acquire().await?;
-    order_life::arrive(&mut conn, &orders, on_the_way).await?;
+    order_life::arrive(conn.conn(), &orders, on_the_way).await?;
     if given > 0 && life.forget_on_return {
         // The script announced it to every instance; this one forgets without waiting for it.
         life.shelf.restocked(product);
@@ -408,7 +408,7 @@ pub(super) async fn finish_returns(
 /// Commits a return's transaction, under `lock` if it holds one.
 async fn commit(
     life: &Lifecycle,
-    tx: Transaction<'_, MySql>,
+    tx: Tx<'_>,
     lock: Option<HeldForReturn>,
 ) -> Result<(), sqlx::Error> {
     match lock {

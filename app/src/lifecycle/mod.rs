@@ -81,7 +81,7 @@ pub mod sweep;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sqlx::MySqlPool;
+use crate::db::Db;
 
 use crate::api::{Home, OrderStage};
 use crate::db::order_life;
@@ -159,7 +159,7 @@ pub enum LifeError {
 /// What an order's life needs: the stores, what the instance remembers, its counters.
 #[derive(Clone)]
 pub struct Lifecycle {
-    pool: MySqlPool,
+    pool: Db,
     redis: Option<RedisStock>,
     shelf: Arc<Shelf>,
     metrics: Arc<Metrics>,
@@ -174,7 +174,7 @@ pub struct Lifecycle {
 
 impl Lifecycle {
     pub fn new(
-        pool: MySqlPool,
+        pool: Db,
         redis: Option<RedisStock>,
         shelf: Arc<Shelf>,
         metrics: Arc<Metrics>,
@@ -219,7 +219,7 @@ impl Lifecycle {
             }
             Check::Unchecked => {
                 let mut conn = self.pool.acquire().await?;
-                order_life::force_state(&mut conn, order.order_id, OrderState::Paid).await?;
+                order_life::force_state(conn.conn(), order.order_id, OrderState::Paid).await?;
                 self.metrics.order_paid();
                 drop(conn);
                 self.order(key).await
@@ -353,7 +353,7 @@ impl HeldForReturn {
     /// Commits the return's transaction under the lock, then gives it back.
     pub(super) async fn commit(
         self,
-        tx: sqlx::Transaction<'_, sqlx::MySql>,
+        tx: crate::db::engine::Tx<'_>,
         metrics: &Metrics,
     ) -> Result<(), sqlx::Error> {
         let committed = self.lock.commit(tx).await;

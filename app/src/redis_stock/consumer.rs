@@ -33,8 +33,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::db::engine::{Db, Sql, each_engine, signed};
+use crate::db::orders::PAY_BY;
 use deadpool_redis::redis::{self, streams};
-use sqlx::{MySqlPool, QueryBuilder};
 
 use super::charge;
 use super::scripts::PLACED;
@@ -60,7 +61,7 @@ pub enum ConsumerError {
 /// One consumer of the group.
 pub struct Consumer {
     redis: RedisStock,
-    pool: MySqlPool,
+    pool: Db,
     name: String,
     /// The lane whose stream it reads.
     lane: u64,
@@ -76,7 +77,7 @@ pub struct Consumer {
 impl Consumer {
     /// A consumer with a unique name, placing up to `batch` orders per transaction, claiming
     /// entries idle longer than `claim_idle`.
-    pub fn new(redis: RedisStock, pool: MySqlPool, batch: usize, claim_idle: Duration) -> Consumer {
+    pub fn new(redis: RedisStock, pool: Db, batch: usize, claim_idle: Duration) -> Consumer {
         Consumer {
             redis,
             pool,
@@ -212,23 +213,38 @@ impl Consumer {
                 slot.insert(window.saturating_mul(1000));
             }
         }
-        // `IGNORE` skips a row whose purchase exists (the input was validated at the door, so
-        // nothing else is there to ignore), and counts only the rows it inserted.
-        let mut insert = QueryBuilder::new(
-            "INSERT IGNORE INTO orders (product_id, user_id, quantity, strategy, request_id, \
-                                        pay_by) ",
-        );
-        insert.push_values(orders, |mut row, o| {
-            row.push_bind(o.product_id)
-                .push_bind(&o.user_id)
-                .push_bind(o.quantity)
-                .push_bind(&o.strategy)
-                .push_bind(&o.request_id)
-                .push("NOW(6) + INTERVAL ")
-                .push_bind_unseparated(windows.get(&o.product_id).copied().unwrap_or(0))
-                .push_unseparated(" MICROSECOND");
-        });
-        let inserted = insert.build().execute(&self.pool).await?.rows_affected();
+        // `IGNORE` (PostgreSQL's `ON CONFLICT DO NOTHING`) skips a row whose purchase exists
+        // (the input was validated at the door, so nothing else is there to ignore), and
+        // counts only the rows it inserted.
+        const INSERT: Sql = Sql {
+            mysql: "INSERT IGNORE INTO orders (product_id, user_id, quantity, strategy, \
+                                               request_id, pay_by) ",
+            postgres: "INSERT INTO orders (product_id, user_id, quantity, strategy, request_id, \
+                                           pay_by) ",
+        };
+        const IGNORING: Sql = Sql {
+            mysql: "",
+            postgres: " ON CONFLICT (product_id, user_id, request_id) DO NOTHING",
+        };
+        let inserted = each_engine!(self.pool.pool(), |c, e| {
+            let mut insert = e.builder(e.sql(INSERT));
+            insert.push_values(orders, |mut row, o| {
+                row.push_bind(signed(o.product_id))
+                    .push_bind(&o.user_id)
+                    .push_bind(i64::from(o.quantity))
+                    .push_bind(&o.strategy)
+                    .push_bind(&o.request_id)
+                    .push(e.sql(PAY_BY[0]))
+                    .push_bind_unseparated(windows.get(&o.product_id).copied().unwrap_or(0))
+                    .push_unseparated(e.sql(PAY_BY[1]));
+            });
+            insert.push(e.sql(IGNORING));
+            insert
+                .build()
+                .execute(c)
+                .await
+                .map(|done| done.rows_affected())
+        })?;
         if inserted < orders.len() as u64 {
             self.give_back_strangers(orders).await?;
         }

@@ -45,7 +45,7 @@ pub use stream::StreamOrder;
 /// its keys rebuilt if Redis lost them, its lost charges fenced out and given back, its counter
 /// (or each part's) repaired; see [`reconcile`] and [`split_reconcile`].
 pub async fn reconcile(
-    pool: &sqlx::MySqlPool,
+    pool: &crate::db::Db,
     redis: &RedisStock,
     product: u64,
     grace: std::time::Duration,

@@ -57,7 +57,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use sqlx::MySqlPool;
+use crate::db::Db;
 
 use super::charge::{self, Charge};
 use super::epoch::{REBUILT, Rebuild, rebuilt_charge};
@@ -109,7 +109,7 @@ struct Found {
 /// lost charges, then repairs a counter that is gone or above what the database accounts for.
 /// `rules`: the product's, its stock kept in one counter (`Home::Redis`).
 pub(super) async fn reconcile_counter(
-    pool: &MySqlPool,
+    pool: &Db,
     redis: &RedisStock,
     product: u64,
     rules: &products::Rules,
@@ -156,7 +156,7 @@ impl Scope {
 /// Fences out and gives back the lost charges of one counter, then repairs it if it is gone
 /// or above what the orders account for; the reconciliation, and the counter as first found.
 pub(super) async fn reconcile_in(
-    pool: &MySqlPool,
+    pool: &Db,
     redis: &RedisStock,
     scope: &Scope,
     grace: Duration,
@@ -168,7 +168,7 @@ pub(super) async fn reconcile_in(
         // The order's own charge: its purchase key is taken, so no retry charges it anew.
         give_back(redis, scope, field, None).await?;
         let mut conn = pool.acquire().await?;
-        order_life::arrive(&mut conn, &[(*order_id, *quantity)], *on_the_way).await?;
+        order_life::arrive(conn.conn(), &[(*order_id, *quantity)], *on_the_way).await?;
         released += 1;
     }
     for (field, attempt) in &before.unplaceable {
@@ -245,7 +245,7 @@ pub(super) async fn reconcile_in(
 /// as a charge, which the pass after the rebuild finds on an ended order and gives back) and by
 /// purchases in flight at the loss (see the module docs).
 async fn rebuild_if_lost(
-    pool: &MySqlPool,
+    pool: &Db,
     redis: &RedisStock,
     product: u64,
     rules: &products::Rules,
@@ -313,7 +313,7 @@ async fn rebuild_if_lost(
 /// One pass of reads, in the order that makes every race between them safe (see the module
 /// docs): counter, orders, stream, charges.
 async fn read(
-    pool: &MySqlPool,
+    pool: &Db,
     redis: &RedisStock,
     scope: &Scope,
     grace: Duration,

@@ -17,8 +17,8 @@
 use std::collections::HashMap;
 use std::sync::LazyLock;
 
+use crate::db::Db;
 use deadpool_redis::redis::{self, Script};
-use sqlx::MySqlPool;
 
 use super::RedisStock;
 use super::epoch::rebuilt_charge;
@@ -71,7 +71,7 @@ struct Part {
 /// Rebuilds every part of `product` from its orders if Redis lost them all; refuses it if it
 /// lost only some. Whether it rebuilt.
 pub(super) async fn rebuild_if_lost(
-    pool: &MySqlPool,
+    pool: &Db,
     redis: &RedisStock,
     product: u64,
     rules: &Rules,

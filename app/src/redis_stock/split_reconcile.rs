@@ -17,7 +17,7 @@
 
 use std::time::Duration;
 
-use sqlx::MySqlPool;
+use crate::db::Db;
 
 use super::RedisStock;
 use super::reconcile::{ReconcileError, Scope, reconcile_in};
@@ -27,7 +27,7 @@ use crate::db::products::Rules;
 
 /// Delivers the moves left half-way, then reconciles each part of `product` as one counter.
 pub async fn reconcile(
-    pool: &MySqlPool,
+    pool: &Db,
     redis: &RedisStock,
     product: u64,
     rules: &Rules,

@@ -65,9 +65,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
+use crate::db::Db;
 use arc_swap::ArcSwap;
 use crossbeam_utils::CachePadded;
-use sqlx::MySqlPool;
 
 use crate::api::{Home, SaleRules};
 use crate::db::orders::PurchaseKey;
@@ -97,7 +97,7 @@ type Entries = HashMap<u64, Arc<Entry>>;
 
 /// What one instance remembers.
 pub struct Shelf {
-    pool: MySqlPool,
+    pool: Db,
     metrics: Arc<Metrics>,
     redis: Option<RedisStock>,
     lifetime: Duration,
@@ -170,7 +170,7 @@ impl Recalled {
 
 impl Shelf {
     pub fn new(
-        pool: MySqlPool,
+        pool: Db,
         metrics: Arc<Metrics>,
         redis: Option<RedisStock>,
         lifetime: Duration,

@@ -8,17 +8,21 @@
 //! short transaction (the UPDATE plus the order INSERT), which makes this the cheapest correct
 //! strategy: one round trip decides, and "0 rows affected" means sold out. Its limit is the
 //! hot row itself — every sale of one product is serialised on one row of one database.
+//!
+//! **On PostgreSQL** the same statement is safe by another mechanism: a second updater waits
+//! for the first to commit and then evaluates the `WHERE` again on the row's new version
+//! (EvalPlanQual), so `stock >= q` is checked against the stock the first one left.
 
 use std::sync::Arc;
 
-use sqlx::{MySqlConnection, MySqlPool};
+use crate::db::engine::{Conn, Db};
 
 use super::outcome::{claim_quota, place_under_row_lock, roll_back};
 use super::{Deps, Purchase, PurchaseError, Purchased, Purchasing, StockStrategy};
 use crate::db::products;
 
 pub struct Conditional {
-    pool: MySqlPool,
+    pool: Db,
 }
 
 pub fn build(deps: &Deps) -> Arc<dyn StockStrategy> {
@@ -29,12 +33,9 @@ pub fn build(deps: &Deps) -> Arc<dyn StockStrategy> {
 
 /// The purchase's units off the stock in one conditional `UPDATE`, or why not: sold out, or
 /// no such product.
-pub(super) async fn deduct(
-    conn: &mut MySqlConnection,
-    purchase: &Purchase,
-) -> Result<(), PurchaseError> {
+pub(super) async fn deduct(mut conn: Conn<'_>, purchase: &Purchase) -> Result<(), PurchaseError> {
     let units = i64::from(purchase.quantity);
-    if products::take_if_left(conn, purchase.product_id, units).await? {
+    if products::take_if_left(conn.reborrow(), purchase.product_id, units).await? {
         return Ok(());
     }
     Err(match products::exists(conn, purchase.product_id).await? {
@@ -48,8 +49,8 @@ impl StockStrategy for Conditional {
         Box::pin(async move {
             let mut tx = self.pool.begin().await?;
             let deducted = async {
-                claim_quota(&mut tx, purchase).await?;
-                deduct(&mut tx, purchase).await
+                claim_quota(tx.conn(), purchase).await?;
+                deduct(tx.conn(), purchase).await
             }
             .await;
             if let Err(refusal) = deducted {

@@ -17,17 +17,14 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use crate::db::engine::Tx;
 use locks::Guard;
-use sqlx::{MySql, Transaction};
 
 /// Commits `tx` with `in_doubt` set from the moment the `COMMIT` is sent until its outcome is
 /// known: cleared when it succeeded or the server answered it with a rollback (a Galera
 /// certification failure), kept when its answer was lost, and when the future is dropped in
 /// between. What a lock holder needs to know before it may give its lock back.
-pub(crate) async fn commit_in_doubt(
-    tx: Transaction<'_, MySql>,
-    in_doubt: &AtomicBool,
-) -> Result<(), sqlx::Error> {
+pub(crate) async fn commit_in_doubt(tx: Tx<'_>, in_doubt: &AtomicBool) -> Result<(), sqlx::Error> {
     in_doubt.store(true, Ordering::SeqCst);
     let committed = tx.commit().await;
     let known = match &committed {

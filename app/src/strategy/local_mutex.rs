@@ -14,12 +14,12 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use sqlx::MySqlPool;
+use crate::db::Db;
 
 use super::{Deps, Purchase, PurchaseError, Purchased, Purchasing, StockStrategy, naive};
 
 pub struct LocalMutex {
-    pool: MySqlPool,
+    pool: Db,
     /// How long a purchase waits for its product's mutex before answering `busy`.
     wait: std::time::Duration,
     /// One async mutex per product id *with a purchase in flight*: client input chooses the
@@ -117,7 +117,7 @@ mod tests {
             .connect_lazy("mysql://root@127.0.0.1:1/none")
             .expect("a lazy pool");
         let strategy = LocalMutex {
-            pool,
+            pool: crate::db::Engines::MySql(pool),
             wait: Duration::from_secs(1),
             mutexes: Mutex::new(HashMap::new()),
         };

@@ -45,9 +45,9 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
+use crate::db::engine::{Db, Sql, Whole, each_engine, signed, sql};
 use futures::future::BoxFuture;
 use locks::{AcquireOptions, DistributedLock, LockError};
-use sqlx::MySqlPool;
 
 use super::held_lock::HeldLock;
 use super::outcome::{claim_quota, decide, place_in_doubt};
@@ -58,7 +58,7 @@ use super::{
 use crate::db::products;
 
 pub struct Locked {
-    pool: MySqlPool,
+    pool: Db,
     lock: Option<Arc<dyn DistributedLock>>,
     fencing: Fencing,
     options: AcquireOptions,
@@ -86,15 +86,17 @@ impl Locked {
     ) -> Result<Placed, PurchaseError> {
         let id = purchase.product_id;
         if self.fencing == Fencing::On {
-            let claimed = sqlx::query("UPDATE products SET fence = ? WHERE id = ? AND fence < ?")
-                .bind(token)
-                .bind(id)
-                .bind(token)
-                .execute(&self.pool)
-                .await?;
-            if claimed.rows_affected() == 0 {
+            const CLAIM: Sql = sql!("UPDATE products SET fence = ? WHERE id = ? AND fence < ?");
+            let claimed = each_engine!(self.pool.pool(), |c, e| sqlx::query(e.sql(CLAIM))
+                .bind(signed(token))
+                .bind(signed(id))
+                .bind(signed(token))
+                .execute(c)
+                .await
+                .map(|done| done.rows_affected()))?;
+            if claimed == 0 {
                 let mut conn = self.pool.acquire().await?;
-                return Err(match products::exists(&mut conn, id).await? {
+                return Err(match products::exists(conn.conn(), id).await? {
                     true => stale(token),
                     false => PurchaseError::UnknownProduct,
                 });
@@ -102,10 +104,10 @@ impl Locked {
         }
         if self.fencing == Fencing::Off {
             let mut tx = self.pool.begin().await?;
-            claim_quota(&mut tx, purchase).await?;
-            let left = decide(products::stock(&mut tx, id).await?, purchase)?;
+            claim_quota(tx.conn(), purchase).await?;
+            let left = decide(products::stock(tx.conn(), id).await?, purchase)?;
             purchase.hold().await;
-            products::set_stock(&mut tx, id, left).await?;
+            products::set_stock(tx.conn(), id, left).await?;
             return place_in_doubt(tx, purchase, Some(token), in_doubt).await;
         }
         for attempt in 0..FENCED_WRITE_ATTEMPTS {
@@ -113,32 +115,36 @@ impl Locked {
                 purchase.stats.add_retry();
             }
             let mut tx = self.pool.begin().await?;
-            claim_quota(&mut tx, purchase).await?;
-            let read = products::stock_and_version(&mut tx, id).await?;
+            claim_quota(tx.conn(), purchase).await?;
+            let read = products::stock_and_version(tx.conn(), id).await?;
             let left = decide(read.map(|(stock, _)| stock), purchase)?;
             let version = read.map_or(0, |(_, version)| version);
             if attempt == 0 {
                 purchase.hold().await;
             }
-            let written = sqlx::query(
+            const WRITE: Sql = sql!(
                 "UPDATE products SET stock = ?, version = version + 1 \
-                 WHERE id = ? AND fence = ? AND version = ?",
-            )
-            .bind(left)
-            .bind(id)
-            .bind(token)
-            .bind(version)
-            .execute(&mut *tx)
-            .await?;
-            if written.rows_affected() == 1 {
+                 WHERE id = ? AND fence = ? AND version = ?"
+            );
+            let written = each_engine!(tx.conn(), |c, e| sqlx::query(e.sql(WRITE))
+                .bind(left)
+                .bind(signed(id))
+                .bind(signed(token))
+                .bind(signed(version))
+                .execute(c)
+                .await
+                .map(|done| done.rows_affected()))?;
+            if written == 1 {
                 return place_in_doubt(tx, purchase, Some(token), in_doubt).await;
             }
             drop(tx);
-            let fence: Option<u64> = sqlx::query_scalar("SELECT fence FROM products WHERE id = ?")
-                .bind(id)
-                .fetch_optional(&self.pool)
-                .await?;
-            if fence != Some(token) {
+            const FENCE: Sql = sql!("SELECT fence FROM products WHERE id = ?");
+            let fence: Option<Whole> =
+                each_engine!(self.pool.pool(), |c, e| sqlx::query_scalar(e.sql(FENCE))
+                    .bind(signed(id))
+                    .fetch_optional(c)
+                    .await)?;
+            if fence != Some(Whole(signed(token))) {
                 return Err(stale(token));
             }
             // Our claim stands, so the version moved under a buyer of another strategy (one

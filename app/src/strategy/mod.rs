@@ -32,8 +32,8 @@ pub mod under_lock;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
+use crate::db::engine::{Db, Tx};
 use futures::future::BoxFuture;
-use sqlx::MySqlPool;
 
 pub use crate::catalogue::{Fencing, Home, Kind, Safety, Service, Strategy};
 pub use registry::{Locks, Registry};
@@ -164,7 +164,7 @@ impl ReturnLock {
     /// Commits the return's transaction under the lock, then gives the lock back: one lease
     /// later if the commit's outcome is unknown, as a purchase's (a return that commits after
     /// the next holder's read would be written over).
-    pub async fn commit(self, tx: sqlx::Transaction<'_, sqlx::MySql>) -> Result<(), sqlx::Error> {
+    pub async fn commit(self, tx: Tx<'_>) -> Result<(), sqlx::Error> {
         let committed = held_lock::commit_in_doubt(tx, &self.0.in_doubt).await;
         self.0.finish().await;
         committed
@@ -396,9 +396,9 @@ impl From<sqlx::Error> for PurchaseError {
 /// What strategies are built from.
 #[derive(Debug, Clone)]
 pub struct Deps {
-    pub pool: MySqlPool,
+    pub pool: Db,
     /// The pool of the database lock table (see [`crate::db::lock_pool`]).
-    pub lock_pool: MySqlPool,
+    pub lock_pool: Db,
     pub lock_lease: Duration,
     pub lock_wait: Duration,
     /// Prepended to every lock name.

@@ -29,15 +29,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::db::engine::{Db, Sql, each_engine, signed, sql};
 use rand::Rng;
-use sqlx::MySqlPool;
 
 use super::outcome::{claim_quota, decide, place_under_row_lock};
 use super::{AtOnce, Deps, Placed, Purchase, PurchaseError, Purchasing, StockStrategy};
 use crate::db::products;
 
 pub struct Optimistic {
-    pool: MySqlPool,
+    pool: Db,
     attempts: u32,
     /// Most purchases admitted at once (`--optimistic-in-flight`).
     most: u32,
@@ -56,21 +56,23 @@ impl Optimistic {
     /// One round: `Ok(None)` when the version moved under us.
     async fn attempt(&self, purchase: &Purchase) -> Result<Option<Placed>, PurchaseError> {
         let mut conn = self.pool.acquire().await?;
-        let read = products::stock_and_version(&mut conn, purchase.product_id).await?;
+        let read = products::stock_and_version(conn.conn(), purchase.product_id).await?;
         let left = decide(read.map(|(stock, _)| stock), purchase)?;
         let version = read.map_or(0, |(_, version)| version);
         purchase.hold().await;
-        let mut tx = sqlx::Connection::begin(&mut *conn).await?;
-        claim_quota(&mut tx, purchase).await?;
-        let done = sqlx::query(
-            "UPDATE products SET stock = ?, version = version + 1 WHERE id = ? AND version = ?",
-        )
-        .bind(left)
-        .bind(purchase.product_id)
-        .bind(version)
-        .execute(&mut *tx)
-        .await?;
-        if done.rows_affected() == 0 {
+        let mut tx = conn.begin().await?;
+        claim_quota(tx.conn(), purchase).await?;
+        const WRITE: Sql = sql!(
+            "UPDATE products SET stock = ?, version = version + 1 WHERE id = ? AND version = ?"
+        );
+        let written = each_engine!(tx.conn(), |c, e| sqlx::query(e.sql(WRITE))
+            .bind(left)
+            .bind(signed(purchase.product_id))
+            .bind(signed(version))
+            .execute(c)
+            .await
+            .map(|done| done.rows_affected()))?;
+        if written == 0 {
             return Ok(None);
         }
         place_under_row_lock(tx, purchase).await.map(Some)

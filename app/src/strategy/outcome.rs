@@ -4,7 +4,7 @@
 
 use std::sync::atomic::AtomicBool;
 
-use sqlx::{MySql, MySqlConnection, Transaction};
+use crate::db::engine::{Conn, Tx};
 
 use super::held_lock::commit_in_doubt;
 use super::{Placed, Purchase, PurchaseError, under_lock};
@@ -15,10 +15,7 @@ use crate::db::quota::{self, Claim};
 /// transaction and before its stock is touched (see [`crate::db::quota`]): beyond the limit,
 /// [`PurchaseError::LimitReached`], and the transaction must roll back. A product whose limit
 /// no buyer can reach claims nothing ([`Purchase::counts_buyers`]).
-pub(crate) async fn claim_quota(
-    tx: &mut MySqlConnection,
-    purchase: &Purchase,
-) -> Result<(), PurchaseError> {
+pub(crate) async fn claim_quota(tx: Conn<'_>, purchase: &Purchase) -> Result<(), PurchaseError> {
     if !purchase.counts_buyers() {
         return Ok(());
     }
@@ -40,7 +37,7 @@ pub(crate) async fn claim_quota(
 /// (sqlx queues the `ROLLBACK`); until then the row locks it took stay taken, and the buyer's
 /// next click, sent as soon as this answer arrives, would wait on them — or, under `NOWAIT`,
 /// be refused `busy` by a refusal already answered.
-pub(crate) async fn roll_back(tx: Transaction<'_, MySql>, refusal: PurchaseError) -> PurchaseError {
+pub(crate) async fn roll_back(tx: Tx<'_>, refusal: PurchaseError) -> PurchaseError {
     if let Err(e) = tx.rollback().await {
         tracing::debug!(error = %e, "the rollback of a refused purchase failed; its connection is closed");
     }
@@ -64,7 +61,7 @@ pub(crate) fn decide(stock: Option<i64>, purchase: &Purchase) -> Result<i64, Pur
 /// committed before the connection broke; one the server answered with a rollback (a Galera
 /// certification failure) is `busy`, its outcome known.
 pub(crate) async fn place(
-    tx: Transaction<'_, MySql>,
+    tx: Tx<'_>,
     purchase: &Purchase,
     fencing_token: Option<u64>,
 ) -> Result<Placed, PurchaseError> {
@@ -75,7 +72,7 @@ pub(crate) async fn place(
 /// until the commit, so the order's insert and the commit are counted as calls under it
 /// ([`under_lock`]).
 pub(crate) async fn place_under_row_lock(
-    tx: Transaction<'_, MySql>,
+    tx: Tx<'_>,
     purchase: &Purchase,
 ) -> Result<Placed, PurchaseError> {
     under_lock::counted(&purchase.stats, place(tx, purchase, None)).await
@@ -84,12 +81,12 @@ pub(crate) async fn place_under_row_lock(
 /// [`place`], committing with `in_doubt` set while its outcome is unknown
 /// ([`commit_in_doubt`]).
 pub(crate) async fn place_in_doubt(
-    mut tx: Transaction<'_, MySql>,
+    mut tx: Tx<'_>,
     purchase: &Purchase,
     fencing_token: Option<u64>,
     in_doubt: &AtomicBool,
 ) -> Result<Placed, PurchaseError> {
-    let order_id = orders::insert(&mut tx, &purchase.new_order(fencing_token)).await?;
+    let order_id = orders::insert(tx.conn(), &purchase.new_order(fencing_token)).await?;
     commit_in_doubt(tx, in_doubt).await.map_err(|e| {
         match crate::db::errors::rolled_back_at_commit(&e) {
             // The server answered with a rollback: refused, and known to be (`busy`).

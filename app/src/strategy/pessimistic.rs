@@ -5,13 +5,14 @@
 //! value; until the transaction commits, every other buyer's locking read waits, so the
 //! read-modify-write cannot interleave. The cost is that buyers queue on the row for the whole
 //! transaction (two extra round trips compared with `conditional`), and a queue longer than
-//! `innodb_lock_wait_timeout` turns into `busy` answers. The `NOWAIT` variant refuses to queue:
+//! the row lock wait (MariaDB's `innodb_lock_wait_timeout`, PostgreSQL's `lock_timeout`) turns
+//! into `busy` answers. The `NOWAIT` variant refuses to queue:
 //! if the row is locked it fails at once (`busy`), trading waiting for retries by the client —
 //! the shape of a flash sale where most buyers lose anyway.
 
 use std::sync::Arc;
 
-use sqlx::MySqlPool;
+use crate::db::engine::{Db, each_engine, signed, sql};
 
 use super::outcome::{claim_quota, decide, place, roll_back};
 use super::{Deps, Purchase, Purchased, Purchasing, StockStrategy, under_lock};
@@ -27,7 +28,7 @@ enum OnLocked {
 }
 
 pub struct Pessimistic {
-    pool: MySqlPool,
+    pool: Db,
     on_locked: OnLocked,
 }
 
@@ -51,16 +52,19 @@ impl StockStrategy for Pessimistic {
     fn purchase<'a>(&'a self, purchase: &'a Purchase) -> Purchasing<'a> {
         Box::pin(async move {
             let sql = match self.on_locked {
-                OnLocked::Wait => "SELECT stock FROM products WHERE id = ? FOR UPDATE",
-                OnLocked::Refuse => "SELECT stock FROM products WHERE id = ? FOR UPDATE NOWAIT",
+                OnLocked::Wait => sql!("SELECT stock FROM products WHERE id = ? FOR UPDATE"),
+                OnLocked::Refuse => {
+                    sql!("SELECT stock FROM products WHERE id = ? FOR UPDATE NOWAIT")
+                }
             };
             let mut tx = self.pool.begin().await?;
             let decided = async {
-                claim_quota(&mut tx, purchase).await?;
-                let stock: Option<i64> = sqlx::query_scalar(sql)
-                    .bind(purchase.product_id)
-                    .fetch_optional(&mut *tx)
-                    .await?;
+                claim_quota(tx.conn(), purchase).await?;
+                let stock: Option<i64> =
+                    each_engine!(tx.conn(), |c, e| sqlx::query_scalar(e.sql(sql))
+                        .bind(signed(purchase.product_id))
+                        .fetch_optional(c)
+                        .await)?;
                 decide(stock, purchase)
             }
             .await;
@@ -70,7 +74,7 @@ impl StockStrategy for Pessimistic {
             };
             let section = async {
                 purchase.hold().await;
-                products::set_stock(&mut tx, purchase.product_id, left).await?;
+                products::set_stock(tx.conn(), purchase.product_id, left).await?;
                 place(tx, purchase, None).await
             };
             under_lock::counted(&purchase.stats, section)

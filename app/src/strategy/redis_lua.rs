@@ -45,7 +45,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sqlx::MySqlPool;
+use crate::db::Db;
 
 use super::outcome::place;
 use super::{Deps, Purchase, PurchaseError, Purchased, Purchasing, StockStrategy};
@@ -67,7 +67,7 @@ const REPLAY_POLL: Duration = Duration::from_millis(10);
 const REPLAY_POLL_MAX: Duration = Duration::from_millis(200);
 
 pub struct RedisLua {
-    pub(super) pool: MySqlPool,
+    pub(super) pool: Db,
     pub(super) redis: Option<RedisStock>,
     /// How long a replayed click waits for its original order before answering `busy`.
     replay_wait: Duration,
@@ -250,7 +250,7 @@ pub(crate) fn unavailable(e: RedisStockError) -> PurchaseError {
 /// home: sold out here), too few units, the purchase charged with other terms, or (the
 /// stream's script) too many orders waiting to be placed.
 pub(crate) async fn refused(
-    pool: &MySqlPool,
+    pool: &Db,
     purchase: &Purchase,
     taken: i64,
 ) -> Result<(), PurchaseError> {
@@ -269,7 +269,7 @@ pub(crate) async fn refused(
         NO_COUNTER => {
             let mut conn = pool.acquire().await?;
             Err(
-                match products::exists(&mut conn, purchase.product_id).await? {
+                match products::exists(conn.conn(), purchase.product_id).await? {
                     true => PurchaseError::SoldOut,
                     false => PurchaseError::UnknownProduct,
                 },

@@ -51,7 +51,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use sqlx::MySqlPool;
+use crate::db::Db;
 
 use super::full_queue::FullQueue;
 use super::redis_lua::{configured, refused, unavailable};
@@ -63,7 +63,7 @@ use crate::redis_stock::scripts::{DUPLICATE, STREAM_FULL, TAKE_AND_APPEND};
 use crate::redis_stock::{Attempt, RedisStock, RedisStockError, Replicated, Settled};
 
 pub struct RedisLuaStream {
-    pool: MySqlPool,
+    pool: Db,
     redis: Option<RedisStock>,
     /// Most entries the stream may hold before a purchase is refused.
     max_lag: u64,

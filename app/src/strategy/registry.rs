@@ -99,9 +99,11 @@ mod tests {
 
     /// Every strategy built over a pool that reaches nothing, `batch_max` to a batch.
     fn registry(batch_max: u32) -> Registry {
-        let pool = MySqlPoolOptions::new()
-            .connect_lazy("mysql://root@127.0.0.1:1/none")
-            .expect("a lazy pool");
+        let pool = crate::db::Engines::MySql(
+            MySqlPoolOptions::new()
+                .connect_lazy("mysql://root@127.0.0.1:1/none")
+                .expect("a lazy pool"),
+        );
         let deps = Deps {
             pool: pool.clone(),
             lock_pool: pool,

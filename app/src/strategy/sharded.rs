@@ -30,7 +30,7 @@
 
 use std::sync::Arc;
 
-use sqlx::{Acquire, MySqlConnection, MySqlPool};
+use crate::db::engine::{Conn, Db};
 
 use super::outcome::{claim_quota, place};
 use super::{Deps, Purchase, PurchaseError, Purchased, Purchasing, StockStrategy};
@@ -40,7 +40,7 @@ use crate::db::{buckets, products};
 const TRIES: usize = 4;
 
 pub struct Sharded {
-    pool: MySqlPool,
+    pool: Db,
 }
 
 pub fn build(deps: &Deps) -> Arc<dyn StockStrategy> {
@@ -56,17 +56,17 @@ impl StockStrategy for Sharded {
             let quantity = i64::from(purchase.quantity);
             let mut conn = self.pool.acquire().await?;
             for _ in 0..TRIES {
-                let all = buckets::all(&mut conn, id).await?;
+                let all = buckets::all(conn.conn(), id).await?;
                 let bucket = match pick(&all, quantity) {
                     Pick::One(bucket) => bucket,
                     Pick::Several => break,
                     Pick::TooFew => {
-                        return Err(sold_out_or_unknown(&mut conn, id, all.is_empty()).await?);
+                        return Err(sold_out_or_unknown(conn.conn(), id, all.is_empty()).await?);
                     }
                 };
                 let mut tx = conn.begin().await?;
-                claim_quota(&mut tx, purchase).await?;
-                if buckets::take(&mut tx, id, bucket, quantity).await? {
+                claim_quota(tx.conn(), purchase).await?;
+                if buckets::take(tx.conn(), id, bucket, quantity).await? {
                     // The bucket's row lock is held from here to the commit.
                     purchase.hold().await;
                     return place(tx, purchase, None).await.map(Purchased::from);
@@ -75,13 +75,13 @@ impl StockStrategy for Sharded {
                 purchase.stats.add_retry();
             }
             let mut tx = conn.begin().await?;
-            claim_quota(&mut tx, purchase).await?;
-            let locked = buckets::lock_non_empty(&mut tx, id).await?;
+            claim_quota(tx.conn(), purchase).await?;
+            let locked = buckets::lock_non_empty(tx.conn(), id).await?;
             let Some(takes) = spread(&locked, quantity) else {
                 return Err(PurchaseError::SoldOut);
             };
             for (bucket, units) in takes {
-                if !buckets::take(&mut tx, id, bucket, units).await? {
+                if !buckets::take(tx.conn(), id, bucket, units).await? {
                     return Err(PurchaseError::Internal(
                         format!("bucket {bucket} of product {id} changed under its row lock")
                             .into(),
@@ -142,7 +142,7 @@ fn spread(locked: &[(u16, i64)], quantity: i64) -> Option<Vec<(u16, i64)>> {
 /// because it does not exist (a product of another home has none either, and is sold out to
 /// this strategy).
 async fn sold_out_or_unknown(
-    conn: &mut MySqlConnection,
+    conn: Conn<'_>,
     id: u64,
     no_buckets: bool,
 ) -> Result<PurchaseError, PurchaseError> {

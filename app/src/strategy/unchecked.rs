@@ -5,18 +5,19 @@
 //! sale is counted — but nothing stops the count going below zero: all buyers that passed the
 //! check before the last unit went each take one, and the stock ends negative. It is the
 //! "check-then-act" race: the check and the act are two steps, and the condition the check saw
-//! is not part of the act. `conditional` puts it there.
+//! is not part of the act. `conditional` puts it there. The same on PostgreSQL: the relative
+//! `UPDATE` waits for the row and subtracts from the newest value, never checking it.
 
 use std::sync::Arc;
 
-use sqlx::MySqlPool;
+use crate::db::engine::{Db, Sql, each_engine, signed, sql};
 
 use super::outcome::{claim_quota, decide, place_under_row_lock};
 use super::{Deps, Purchase, Purchased, Purchasing, StockStrategy};
 use crate::db::products;
 
 pub struct Unchecked {
-    pool: MySqlPool,
+    pool: Db,
 }
 
 pub fn build(deps: &Deps) -> Arc<dyn StockStrategy> {
@@ -30,21 +31,22 @@ impl StockStrategy for Unchecked {
         Box::pin(async move {
             let mut conn = self.pool.acquire().await?;
             decide(
-                products::stock(&mut conn, purchase.product_id).await?,
+                products::stock(conn.conn(), purchase.product_id).await?,
                 purchase,
             )?;
             purchase.hold().await;
-            let mut tx = sqlx::Connection::begin(&mut *conn).await?;
-            claim_quota(&mut tx, purchase).await?;
+            let mut tx = conn.begin().await?;
+            claim_quota(tx.conn(), purchase).await?;
             // Bound as signed: in MySQL, signed minus unsigned is unsigned, and could not go
             // below zero to show the bug.
-            sqlx::query(
-                "UPDATE products SET stock = stock - ?, version = version + 1 WHERE id = ?",
-            )
-            .bind(i64::from(purchase.quantity))
-            .bind(purchase.product_id)
-            .execute(&mut *tx)
-            .await?;
+            const TAKE: Sql =
+                sql!("UPDATE products SET stock = stock - ?, version = version + 1 WHERE id = ?");
+            each_engine!(tx.conn(), |c, e| sqlx::query(e.sql(TAKE))
+                .bind(i64::from(purchase.quantity))
+                .bind(signed(purchase.product_id))
+                .execute(c)
+                .await
+                .map(|_| ()))?;
             place_under_row_lock(tx, purchase)
                 .await
                 .map(Purchased::from)

@@ -189,8 +189,8 @@ async fn a_caller_that_goes_away_before_its_batch_commits_breaks_nothing_and_buy
     app.reset(1, 10).await;
     let pool = MySqlPool::connect(&database_url).await.expect("pool");
     let deps = Deps {
-        pool: pool.clone(),
-        lock_pool: pool.clone(),
+        pool: app::db::Engines::MySql(pool.clone()),
+        lock_pool: app::db::Engines::MySql(pool.clone()),
         lock_lease: Duration::from_secs(5),
         lock_wait: Duration::from_secs(3),
         lock_prefix: String::new(),

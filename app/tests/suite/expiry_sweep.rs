@@ -13,11 +13,15 @@ use futures::StreamExt;
 use serde_json::{Value, json};
 use sqlx::{Connection, MySqlConnection};
 
-/// Two instances sweeping every 10 ms; 30 orders of one product expire under them: each once.
-async fn two_sweeps_expire_each_order_once(home: &str, strategy: &str) {
+/// Two instances sweeping every 10 ms on the database `database_url` names (either engine);
+/// 30 orders of one product expire under them: each once.
+pub(crate) async fn two_sweeps_expire_each_order_once(
+    database_url: &str,
+    home: &str,
+    strategy: &str,
+) {
     const ORDERS: i64 = 30;
-    let database_url = fresh_database_url().await;
-    let mut config = test_config(&database_url);
+    let mut config = test_config(database_url);
     config.expiry_interval_ms = 10;
     config.expiry_batch = 7;
     if home == "redis" {
@@ -61,22 +65,22 @@ async fn two_sweeps_expire_each_order_once(home: &str, strategy: &str) {
     for app in apps {
         app.stop().await;
     }
-    drop_database(&database_url).await;
+    drop_database(database_url).await;
 }
 
 #[tokio::test]
 async fn two_instances_sweeping_the_same_overdue_row_orders_expire_each_once() {
-    two_sweeps_expire_each_order_once("row", "conditional").await;
+    two_sweeps_expire_each_order_once(&fresh_database_url().await, "row", "conditional").await;
 }
 
 #[tokio::test]
 async fn two_instances_sweeping_the_same_overdue_redis_orders_expire_each_once() {
-    two_sweeps_expire_each_order_once("redis", "redis-lua").await;
+    two_sweeps_expire_each_order_once(&fresh_database_url().await, "redis", "redis-lua").await;
 }
 
 #[tokio::test]
 async fn two_instances_sweeping_the_same_overdue_bucketed_orders_expire_each_once() {
-    two_sweeps_expire_each_order_once("buckets", "sharded").await;
+    two_sweeps_expire_each_order_once(&fresh_database_url().await, "buckets", "sharded").await;
 }
 
 /// `PUT /api/expiry` on `app`; the status and body.
@@ -338,12 +342,14 @@ async fn a_batch_of_row_held_expiries_locks_nothing_but_its_own_buyers_and_order
         assert_eq!(status, 201, "{order}");
     }
     wait_until_all_due(&database_url).await;
-    let mut sweep = MySqlConnection::connect(&database_url)
-        .await
-        .expect("connect");
+    let db = app::db::open(&database_url).await.expect("connect");
+    let mut sweep = db.acquire().await.expect("a connection");
+    let app::db::Engines::MySql(conn) = &mut sweep else {
+        unreachable!("the test's database is MariaDB")
+    };
     let orders: Vec<(u64, String)> =
         sqlx::query_as("SELECT id, user_id FROM orders WHERE product_id = 9")
-            .fetch_all(&mut sweep)
+            .fetch_all(&mut **conn)
             .await
             .expect("orders");
     let batch: Vec<(u64, &str)> = (orders.iter())
@@ -358,7 +364,7 @@ async fn a_batch_of_row_held_expiries_locks_nothing_but_its_own_buyers_and_order
     let mut tx = app::db::order_life::begin_batch(&mut sweep)
         .await
         .expect("begin");
-    let expired = app::db::order_life::expire_from_row(&mut tx, 9, &batch)
+    let expired = app::db::order_life::expire_from_row(tx.conn(), 9, &batch)
         .await
         .expect("expire");
     assert_eq!(expired, 208);

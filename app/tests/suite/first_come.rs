@@ -164,7 +164,7 @@ async fn queue(config: &app::Config, keep: Duration) -> Arc<FirstCome> {
     let pool = sqlx::MySqlPool::connect(&config.database_url)
         .await
         .expect("database");
-    Arc::new(FirstCome::new(redis, pool, keep))
+    Arc::new(FirstCome::new(redis, app::db::Engines::MySql(pool), keep))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -28,6 +28,7 @@ mod order_cancellation;
 mod order_payment;
 mod overload;
 mod per_user_limit;
+mod postgres;
 mod product_memory;
 mod product_page;
 mod product_reads;

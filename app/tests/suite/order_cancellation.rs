@@ -55,10 +55,16 @@ async fn a_cancelled_order_gives_its_unit_back_once_and_it_sells_again() {
 
 /// `rounds` times: `buyers` orders past their deadline, each cancelled by its buyer while
 /// sweeps of the product run beside the cancellations; every order ends once, every unit comes
-/// back once, and every buyer may buy again.
-async fn cancellation_races_expiry(home: &str, strategy: &str, rounds: usize, buyers: usize) {
-    let database_url = fresh_database_url().await;
-    let mut config = test_config(&database_url);
+/// back once, and every buyer may buy again; on the database `database_url` names (either
+/// engine).
+pub(crate) async fn cancellation_races_expiry(
+    database_url: &str,
+    home: &str,
+    strategy: &str,
+    rounds: usize,
+    buyers: usize,
+) {
+    let mut config = test_config(database_url);
     config.expiry_interval_ms = 0;
     if home == "redis" {
         common::with_every_service(&mut config).await;
@@ -74,7 +80,7 @@ async fn cancellation_races_expiry(home: &str, strategy: &str, rounds: usize, bu
                 buy(&app, 5, &format!("u{b}"), &format!("r{round}"), strategy).await;
             assert_eq!(status, 201, "{home}: {order}");
         }
-        wait_until_all_due(&database_url).await;
+        wait_until_all_due(database_url).await;
 
         let cancels = (0..buyers).map(|b| {
             let app = &app;
@@ -140,20 +146,20 @@ async fn cancellation_races_expiry(home: &str, strategy: &str, rounds: usize, bu
         assert_eq!(product(&app, 5).await["stock"], 0, "{home}");
     }
     app.stop().await;
-    drop_database(&database_url).await;
+    drop_database(database_url).await;
 }
 
 #[tokio::test]
 async fn cancellation_racing_expiry_gives_a_row_held_unit_back_once() {
-    cancellation_races_expiry("row", "conditional", 5, 10).await;
+    cancellation_races_expiry(&fresh_database_url().await, "row", "conditional", 5, 10).await;
 }
 
 #[tokio::test]
 async fn cancellation_racing_expiry_gives_a_bucket_held_unit_back_once() {
-    cancellation_races_expiry("buckets", "sharded", 5, 10).await;
+    cancellation_races_expiry(&fresh_database_url().await, "buckets", "sharded", 5, 10).await;
 }
 
 #[tokio::test]
 async fn cancellation_racing_expiry_gives_a_redis_held_unit_back_once() {
-    cancellation_races_expiry("redis", "redis-lua", 5, 10).await;
+    cancellation_races_expiry(&fresh_database_url().await, "redis", "redis-lua", 5, 10).await;
 }

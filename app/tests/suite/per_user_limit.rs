@@ -110,15 +110,20 @@ async fn one_buyers_concurrent_clicks_never_hold_more_than_the_limit_under_any_s
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn racy_limit_lets_one_buyers_concurrent_clicks_past_the_limit() {
-    let database_url = fresh_database_url().await;
-    let app = spawn_app(test_config(&database_url)).await;
+    racy_limit_past_the_limit(&fresh_database_url().await).await;
+}
+
+/// Rounds of one greedy buyer's concurrent clicks through `racy-limit`, on the database
+/// `database_url` names (either engine), until the buyer holds more than the limit.
+pub(crate) async fn racy_limit_past_the_limit(database_url: &str) {
+    let app = spawn_app(test_config(database_url)).await;
     let mut worst = 0;
     for product in 1..=5 {
         app.reset_with(product, &json!({ "stock": 100, "per_user_limit": LIMIT }))
             .await;
         clicks_at_once(&app, product, Strategy::RacyLimit, 20 * product).await;
         worst = worst.max(
-            held(&database_url, product)
+            held(database_url, product)
                 .await
                 .get("greedy")
                 .copied()
@@ -133,7 +138,7 @@ async fn racy_limit_lets_one_buyers_concurrent_clicks_past_the_limit() {
         "racy-limit kept greedy to {worst} of {LIMIT}"
     );
     app.stop().await;
-    drop_database(&database_url).await;
+    drop_database(database_url).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -330,7 +330,10 @@ async fn entries_of_a_consumer_that_died_before_acknowledging_are_claimed_and_pl
     .bind(placed_by_dead[0].quantity)
     .bind(&placed_by_dead[0].strategy)
     .bind(&placed_by_dead[0].request_id)
-    .execute(&pool)
+    .execute(match &pool {
+        app::db::Engines::MySql(pool) => pool,
+        app::db::Engines::Postgres(_) => unreachable!("the test's database is MariaDB"),
+    })
     .await
     .expect("the dead consumer's commit");
 

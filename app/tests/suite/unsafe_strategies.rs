@@ -17,7 +17,7 @@ const BUYERS: usize = 80;
 const HOLD_MS: u64 = 20;
 
 /// Runs rounds until `failed` says the ledger shows the failure; returns that ledger.
-async fn observe(
+pub(crate) async fn observe(
     apps: &[&TestApp],
     strategy: &str,
     failed: impl Fn(&Ledger) -> bool,

@@ -111,7 +111,7 @@ pub async fn read_ledger(
         let (view, drained) = drain(api, product).await?;
         return Ok((Ledger::of(view), Some(drained)));
     }
-    let ledger = app::inventory::ledger(db, None, product)
+    let ledger = app::inventory::ledger(&app::db::Engines::MySql(db.clone()), None, product)
         .await
         .with_context(|| format!("reading the ledger of product {product}"))?
         .with_context(|| format!("product {product} vanished during the sale"))?;

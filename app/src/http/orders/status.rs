@@ -3,10 +3,10 @@
 use std::borrow::Cow;
 use std::net::SocketAddr;
 
+use crate::db::Db;
 use axum::Json;
 use axum::extract::{ConnectInfo, FromRequestParts, Path, Query, State};
 use axum::http::request::Parts;
-use sqlx::MySqlPool;
 
 use crate::api::{ErrorBody, Home, MAX_REQUEST_ID, MAX_USER_ID, OrderState, OrderStatus};
 use crate::db::orders::{self, OrderState as Stored, PurchaseKey};
@@ -151,7 +151,7 @@ impl FromRequestParts<AppState> for BuyersPurchase {
 
 /// Whether Redis lost the stock of the product, which the database says it holds (see
 /// [`crate::redis_stock::epoch`]).
-async fn lost(pool: &MySqlPool, redis: &RedisStock, product: u64) -> Result<bool, ApiError> {
+async fn lost(pool: &Db, redis: &RedisStock, product: u64) -> Result<bool, ApiError> {
     let Some(rules) = products::rules(pool, product).await? else {
         return Ok(false);
     };

@@ -53,7 +53,6 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use sqlx::MySqlPool;
 use tokio::sync::{mpsc, oneshot};
 
 mod allocate;
@@ -62,6 +61,7 @@ use super::{
     AtOnce, Deps, Placed, Purchase, PurchaseError, Purchased, Purchasing, StockStrategy,
     limits_buyers,
 };
+use crate::db::engine::{Conn, Db};
 use crate::db::errors::{DbFailure, classify};
 use crate::db::orders::{self, NewOrder};
 use crate::db::{products, quota};
@@ -150,7 +150,7 @@ impl StockStrategy for Batched {
 /// The purchase lines of one instance: one per product with purchases waiting, each drained
 /// by a task of its own that commits one batch at a time.
 struct Queue {
-    pool: MySqlPool,
+    pool: Db,
     window: Duration,
     max: usize,
     /// Purchases a line holds waiting; one more is refused at once.
@@ -344,10 +344,11 @@ impl Queue {
         let mut tx = self.pool.begin().await?;
         let purchases: Vec<(&str, &str)> = batch.iter().map(|e| e.purchase()).collect();
         let lookup_sent = Instant::now();
-        let existing: HashSet<(String, String)> = orders::existing(&mut tx, product_id, &purchases)
-            .await?
-            .into_iter()
-            .collect();
+        let existing: HashSet<(String, String)> =
+            orders::existing(tx.conn(), product_id, &purchases)
+                .await?
+                .into_iter()
+                .collect();
         let mut parts = Parts {
             lookup: Some(lookup_sent.elapsed()),
             ..Parts::default()
@@ -364,7 +365,7 @@ impl Queue {
         let held = match counted {
             true => {
                 let users: Vec<&str> = batch.iter().map(|e| e.user_id.as_str()).collect();
-                quota::lock_buyers(&mut tx, product_id, &users).await?
+                quota::lock_buyers(tx.conn(), product_id, &users).await?
             }
             false => HashMap::new(),
         };
@@ -385,16 +386,13 @@ impl Queue {
         // The common case first: everything fits, and one conditional UPDATE takes it all.
         let mut decisions = allocate(&wanted, &holding);
         let (update_sent, taken) = (Instant::now(), total_of(batch, &decisions));
-        if !take(&mut tx, product_id, taken).await? {
-            // Not all of it fits (or no such product): decide under the row lock the failed
-            // UPDATE took, in arrival order.
-            holding.stock =
-                sqlx::query_scalar("SELECT stock FROM products WHERE id = ? FOR UPDATE")
-                    .bind(product_id)
-                    .fetch_optional(&mut *tx)
-                    .await?;
+        if !take(tx.conn(), product_id, taken).await? {
+            // Not all of it fits (or no such product): decide under the row lock, in arrival
+            // order (on MariaDB the failed UPDATE took it already; on PostgreSQL, where an
+            // UPDATE that changes nothing locks nothing, the locking read takes it).
+            holding.stock = products::lock_stock(tx.conn(), product_id).await?;
             decisions = allocate(&wanted, &holding);
-            if !take(&mut tx, product_id, total_of(batch, &decisions)).await? {
+            if !take(tx.conn(), product_id, total_of(batch, &decisions)).await? {
                 return Err(Failure::Internal(
                     format!("product {product_id} changed under its row lock").into(),
                 ));
@@ -411,7 +409,7 @@ impl Queue {
             }
         }
         if counted {
-            quota::add(&mut tx, product_id, &claimed).await?;
+            quota::add(tx.conn(), product_id, &claimed).await?;
         }
         let taking: Vec<NewOrder<'_>> = batch
             .iter()
@@ -431,7 +429,7 @@ impl Queue {
             return Ok(Ran { decisions, parts });
         }
         let insert_sent = Instant::now();
-        let placed: HashMap<(String, String), u64> = orders::insert_all(&mut tx, &taking)
+        let placed: HashMap<(String, String), u64> = orders::insert_all(tx.conn(), &taking)
             .await?
             .into_iter()
             .map(|(order_id, user_id, request_id)| ((user_id, request_id), order_id))
@@ -480,15 +478,11 @@ fn total_of(batch: &[&Entry], decisions: &[Decision]) -> i64 {
 
 /// Takes `total` units of the product if that many are left: the conditional `UPDATE` (which
 /// locks the row either way). Taking nothing always succeeds.
-async fn take(
-    tx: &mut sqlx::Transaction<'_, sqlx::MySql>,
-    product_id: u64,
-    total: i64,
-) -> Result<bool, Failure> {
+async fn take(conn: Conn<'_>, product_id: u64, total: i64) -> Result<bool, Failure> {
     if total == 0 {
         return Ok(true);
     }
-    Ok(products::take_if_left(tx, product_id, total).await?)
+    Ok(products::take_if_left(conn, product_id, total).await?)
 }
 
 /// Why a batch made no decision; answered to each of its purchases.

@@ -84,21 +84,33 @@ pub async fn product(app: &TestApp, id: u64) -> Value {
 /// Waits until every reserved order of the database is past its deadline by the database's
 /// own clock (the state a late payment or the sweep acts on).
 pub async fn wait_until_all_due(database_url: &str) {
-    let pool = sqlx::MySqlPool::connect(database_url)
-        .await
-        .expect("connect");
+    use app::db::Engines;
+    let db = app::db::open(database_url).await.expect("connect");
     wait_until("every reserved order past its deadline", || {
-        let pool = pool.clone();
+        let db = db.clone();
         async move {
-            let waiting: i64 = sqlx::query_scalar(
-                "SELECT COUNT(*) FROM orders WHERE state = 'reserved' AND pay_by > NOW(6)",
-            )
-            .fetch_one(&pool)
-            .await
+            let waiting: i64 = match &db {
+                Engines::MySql(pool) => {
+                    sqlx::query_scalar(
+                        "SELECT COUNT(*) FROM orders \
+                         WHERE state = 'reserved' AND pay_by > NOW(6)",
+                    )
+                    .fetch_one(pool)
+                    .await
+                }
+                Engines::Postgres(pool) => {
+                    sqlx::query_scalar(
+                        "SELECT COUNT(*) FROM orders \
+                         WHERE state = 'reserved' AND pay_by > clock_timestamp()",
+                    )
+                    .fetch_one(pool)
+                    .await
+                }
+            }
             .expect("deadlines");
             waiting == 0
         }
     })
     .await;
-    pool.close().await;
+    db.close().await;
 }

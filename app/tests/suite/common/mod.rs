@@ -255,6 +255,14 @@ pub async fn fresh_database_url() -> String {
     with_fresh_database(&server)
 }
 
+/// A PostgreSQL server URL with a fresh, unique database name (created by the app at start-up).
+pub async fn fresh_postgres_url() -> String {
+    let server = tokio::task::spawn_blocking(sandbox::shared::postgres_url)
+        .await
+        .expect("sandbox PostgreSQL did not start");
+    with_fresh_database(&server)
+}
+
 /// `server` (a URL without a database) plus a unique database name.
 pub fn with_fresh_database(server: &str) -> String {
     let name = format!("t_{}", uuid::Uuid::new_v4().simple());
@@ -395,9 +403,7 @@ impl Ledger {
 /// row holds 0, its counter is read through the service, see [`TestApp::drained`]), over a
 /// connection of its own.
 pub async fn ledger(database_url: &str, id: u64) -> Ledger {
-    let pool = sqlx::MySqlPool::connect(database_url)
-        .await
-        .expect("connect");
+    let pool = app::db::open(database_url).await.expect("connect");
     let view = app::db::products::view(&pool, id)
         .await
         .expect("ledger")
@@ -441,6 +447,16 @@ pub async fn open_transaction(database_url: &str) -> MySqlConnection {
 /// Drops the test's database.
 pub async fn drop_database(database_url: &str) {
     let (server, name) = database_url.rsplit_once('/').expect("url with a database");
+    if app::db::Engine::of_url(server) == Some(app::db::Engine::Postgres) {
+        let admin = format!("{server}/postgres");
+        if let Ok(mut conn) = sqlx::PgConnection::connect(&admin).await {
+            let sql = format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)");
+            let _ = sqlx::query(sqlx::AssertSqlSafe(sql))
+                .execute(&mut conn)
+                .await;
+        }
+        return;
+    }
     if let Ok(mut conn) = MySqlConnection::connect(server).await {
         let sql = format!("DROP DATABASE IF EXISTS `{name}`");
         let _ = sqlx::query(sqlx::AssertSqlSafe(sql))
@@ -554,10 +570,21 @@ pub async fn sells_exactly_the_stock_on(
     strategy: &str,
     configure: impl FnOnce(&mut Config),
 ) {
+    let database_url = fresh_database_url().await;
+    sells_exactly_the_stock_in(&database_url, instances, strategy, configure).await;
+}
+
+/// [`sells_exactly_the_stock_on`] with the rows in the database `database_url` names (on
+/// either engine).
+pub async fn sells_exactly_the_stock_in(
+    database_url: &str,
+    instances: usize,
+    strategy: &str,
+    configure: impl FnOnce(&mut Config),
+) {
     const STOCK: i64 = 100;
     const BUYERS: usize = 200;
-    let database_url = fresh_database_url().await;
-    let mut config = test_config(&database_url);
+    let mut config = test_config(database_url);
     config.lock_prefix = format!("t{}:", uuid::Uuid::new_v4().simple());
     configure(&mut config);
     let mut apps = Vec::new();
@@ -587,7 +614,7 @@ pub async fn sells_exactly_the_stock_on(
     );
     // The stock as its home holds it (the Redis counter for `redis`), after the stream drained.
     let view = app.drained(1).await;
-    let truth = ledger(&database_url, 1).await;
+    let truth = ledger(database_url, 1).await;
     assert_eq!(
         (view.stock, truth.sold, truth.orders),
         (0, STOCK, STOCK),
@@ -601,7 +628,7 @@ pub async fn sells_exactly_the_stock_on(
     for app in apps {
         app.stop().await;
     }
-    drop_database(&database_url).await;
+    drop_database(database_url).await;
 }
 
 /// Points `config` at every shared service (Redis, the Redlock set, ZooKeeper, etcd,
@@ -640,16 +667,33 @@ pub struct StoredOrder {
 /// Every order of the database that holds units (voided purchases left out), its ids read as
 /// bytes.
 pub async fn stored_orders(database_url: &str) -> Vec<StoredOrder> {
-    let mut conn = MySqlConnection::connect(database_url)
-        .await
-        .expect("connect");
-    let rows: Vec<(u64, Vec<u8>, Vec<u8>, u32)> = sqlx::query_as(
-        "SELECT product_id, CAST(user_id AS BINARY), CAST(request_id AS BINARY), quantity \
-         FROM orders WHERE state IN ('reserved', 'paid')",
-    )
-    .fetch_all(&mut conn)
-    .await
-    .expect("orders");
+    let rows: Vec<(u64, Vec<u8>, Vec<u8>, u32)> =
+        if app::db::Engine::of_url(database_url) == Some(app::db::Engine::Postgres) {
+            let mut conn = sqlx::PgConnection::connect(database_url)
+                .await
+                .expect("connect");
+            let rows: Vec<(i64, Vec<u8>, Vec<u8>, i64)> = sqlx::query_as(
+                "SELECT product_id, convert_to(user_id, 'UTF8'), convert_to(request_id, 'UTF8'), \
+                        quantity FROM orders WHERE state IN ('reserved', 'paid')",
+            )
+            .fetch_all(&mut conn)
+            .await
+            .expect("orders");
+            (rows.into_iter())
+                .map(|(p, u, r, q)| (p as u64, u, r, q as u32))
+                .collect()
+        } else {
+            let mut conn = MySqlConnection::connect(database_url)
+                .await
+                .expect("connect");
+            sqlx::query_as(
+                "SELECT product_id, CAST(user_id AS BINARY), CAST(request_id AS BINARY), quantity \
+                 FROM orders WHERE state IN ('reserved', 'paid')",
+            )
+            .fetch_all(&mut conn)
+            .await
+            .expect("orders")
+        };
     rows.into_iter()
         .map(|(product_id, user, request, quantity)| StoredOrder {
             product_id,

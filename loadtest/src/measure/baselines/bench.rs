@@ -216,7 +216,7 @@ async fn baseline_database(server_url: &str) -> Result<MySqlPool> {
         .connect(&format!("{}/{DATABASE}", server_url.trim_end_matches('/')))
         .await?;
     // The app's own migrations: both pay for the same rows and indexes.
-    app::db::migrate(&db)
+    app::db::migrate(&app::db::Engines::MySql(db.clone()))
         .await
         .context("migrating the baseline database")?;
     Ok(db)

@@ -138,7 +138,7 @@ pub async fn run_and_read(
         .find(|allotment| allotment.phase == "sale")
         .expect("the sale's product");
     let db = database(target).await;
-    let ledger = app::inventory::ledger(&db, None, sale.product())
+    let ledger = app::inventory::ledger(&app::db::Engines::MySql(db.clone()), None, sale.product())
         .await
         .unwrap()
         .expect("the sale product");

@@ -1,0 +1,121 @@
+//! The service on PostgreSQL (`DATABASE_URL=postgres://…`): every SQL strategy that is safe
+//! sells exactly the stock, every one that is meant to be unsafe fails as it does on MariaDB,
+//! the stock kept in Redis places its orders here, and an order's life gives its units back
+//! once — the suites of MariaDB, run on the sandbox's PostgreSQL.
+
+use crate::common;
+use crate::expiry_sweep::two_sweeps_expire_each_order_once;
+use crate::order_cancellation::cancellation_races_expiry;
+use crate::per_user_limit::racy_limit_past_the_limit;
+use crate::unsafe_strategies::observe;
+
+use common::{fresh_postgres_url, sells_exactly_the_stock_in, spawn_app, test_config};
+
+/// [`common::sells_exactly_the_stock`] on a fresh PostgreSQL database, with every service the
+/// strategy may need.
+async fn sells_exactly_the_stock_on_postgres(strategy: &str) {
+    let database_url = fresh_postgres_url().await;
+    let mut config = test_config(&database_url);
+    common::with_every_service(&mut config).await;
+    sells_exactly_the_stock_in(&database_url, 1, strategy, |c| *c = config).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn conditional_update_never_oversells_on_postgres() {
+    sells_exactly_the_stock_on_postgres("conditional").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn optimistic_versioning_never_oversells_on_postgres() {
+    sells_exactly_the_stock_on_postgres("optimistic").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn pessimistic_row_lock_never_oversells_on_postgres() {
+    sells_exactly_the_stock_on_postgres("pessimistic").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn pessimistic_nowait_never_oversells_on_postgres() {
+    sells_exactly_the_stock_on_postgres("pessimistic-nowait").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn batched_never_oversells_on_postgres() {
+    sells_exactly_the_stock_on_postgres("batched").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sharded_buckets_never_oversell_on_postgres() {
+    sells_exactly_the_stock_on_postgres("sharded").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_fenced_redis_lock_never_oversells_a_postgres_row() {
+    sells_exactly_the_stock_on_postgres("redis-lock-fenced").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_held_stock_places_its_orders_in_postgres() {
+    sells_exactly_the_stock_on_postgres("redis-lua").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_stream_consumers_place_their_orders_in_postgres() {
+    sells_exactly_the_stock_on_postgres("redis-lua-stream").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn naive_read_modify_write_loses_updates_and_oversells_on_postgres() {
+    let database_url = fresh_postgres_url().await;
+    let app = spawn_app(test_config(&database_url)).await;
+    let seen = observe(&[&app], "naive", |l| l.oversell() > 0).await;
+    let truth = seen.expect("naive never oversold on PostgreSQL");
+    assert!(
+        truth.unaccounted() > 0,
+        "an oversell without lost updates: {truth:?}"
+    );
+    app.stop().await;
+    common::drop_database(&database_url).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn unchecked_decrement_drives_stock_negative_on_postgres() {
+    let database_url = fresh_postgres_url().await;
+    let app = spawn_app(test_config(&database_url)).await;
+    let seen = observe(&[&app], "unchecked", |l| l.stock < 0).await;
+    let truth = seen.expect("unchecked never went negative on PostgreSQL");
+    assert_eq!(truth.unaccounted(), 0, "{truth:?}");
+    app.stop().await;
+    common::drop_database(&database_url).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn racy_limit_lets_one_buyers_concurrent_clicks_past_the_limit_on_postgres() {
+    racy_limit_past_the_limit(&fresh_postgres_url().await).await;
+}
+
+#[tokio::test]
+async fn two_instances_sweeping_the_same_overdue_row_orders_expire_each_once_on_postgres() {
+    two_sweeps_expire_each_order_once(&fresh_postgres_url().await, "row", "conditional").await;
+}
+
+#[tokio::test]
+async fn two_instances_sweeping_the_same_overdue_bucketed_orders_expire_each_once_on_postgres() {
+    two_sweeps_expire_each_order_once(&fresh_postgres_url().await, "buckets", "sharded").await;
+}
+
+#[tokio::test]
+async fn two_instances_sweeping_the_same_overdue_redis_orders_expire_each_once_on_postgres() {
+    two_sweeps_expire_each_order_once(&fresh_postgres_url().await, "redis", "redis-lua").await;
+}
+
+#[tokio::test]
+async fn cancellation_racing_expiry_gives_a_row_held_unit_back_once_on_postgres() {
+    cancellation_races_expiry(&fresh_postgres_url().await, "row", "conditional", 5, 10).await;
+}
+
+#[tokio::test]
+async fn cancellation_racing_expiry_gives_a_bucket_held_unit_back_once_on_postgres() {
+    cancellation_races_expiry(&fresh_postgres_url().await, "buckets", "sharded", 5, 10).await;
+}
