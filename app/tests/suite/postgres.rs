@@ -7,9 +7,11 @@ use crate::common;
 use crate::expiry_sweep::two_sweeps_expire_each_order_once;
 use crate::order_cancellation::cancellation_races_expiry;
 use crate::per_user_limit::racy_limit_past_the_limit;
-use crate::unsafe_strategies::observe;
+use crate::unsafe_strategies::{
+    naive_loses_updates_and_oversells, unchecked_drives_stock_negative,
+};
 
-use common::{fresh_postgres_url, sells_exactly_the_stock_in, spawn_app, test_config};
+use common::{fresh_postgres_url, sells_exactly_the_stock_in, test_config};
 
 /// [`common::sells_exactly_the_stock`] on a fresh PostgreSQL database, with every service the
 /// strategy may need.
@@ -67,27 +69,12 @@ async fn the_stream_consumers_place_their_orders_in_postgres() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn naive_read_modify_write_loses_updates_and_oversells_on_postgres() {
-    let database_url = fresh_postgres_url().await;
-    let app = spawn_app(test_config(&database_url)).await;
-    let seen = observe(&[&app], "naive", |l| l.oversell() > 0).await;
-    let truth = seen.expect("naive never oversold on PostgreSQL");
-    assert!(
-        truth.unaccounted() > 0,
-        "an oversell without lost updates: {truth:?}"
-    );
-    app.stop().await;
-    common::drop_database(&database_url).await;
+    naive_loses_updates_and_oversells(&fresh_postgres_url().await).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn unchecked_decrement_drives_stock_negative_on_postgres() {
-    let database_url = fresh_postgres_url().await;
-    let app = spawn_app(test_config(&database_url)).await;
-    let seen = observe(&[&app], "unchecked", |l| l.stock < 0).await;
-    let truth = seen.expect("unchecked never went negative on PostgreSQL");
-    assert_eq!(truth.unaccounted(), 0, "{truth:?}");
-    app.stop().await;
-    common::drop_database(&database_url).await;
+    unchecked_drives_stock_negative(&fresh_postgres_url().await).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
