@@ -2,7 +2,7 @@
 //! split over several rows of `stock_buckets` so that concurrent buyers lock different rows.
 //! The product's stock is the sum of its buckets (read by [`super::products::view`]).
 
-use super::engine::{Conn, Sql, Whole, each_engine, signed, sql};
+use super::engine::{Conn, Sql, Whole, each_engine, execute, signed, sql};
 
 /// `stock` split as evenly as possible over `buckets` buckets: the first `stock % buckets`
 /// buckets hold one unit more than the others.
@@ -21,11 +21,7 @@ pub async fn replace(
     stocks: &[i64],
 ) -> Result<(), sqlx::Error> {
     const DELETE: Sql = sql!("DELETE FROM stock_buckets WHERE product_id = ?");
-    each_engine!(conn.reborrow(), |c, e| sqlx::query(e.sql(DELETE))
-        .bind(signed(product_id))
-        .execute(c)
-        .await
-        .map(|_| ()))?;
+    execute!(conn.reborrow(), DELETE, signed(product_id))?;
     if stocks.is_empty() {
         return Ok(());
     }
@@ -111,14 +107,14 @@ pub async fn take(
         "UPDATE stock_buckets SET stock = stock - ? \
          WHERE product_id = ? AND bucket = ? AND stock >= ?"
     );
-    let taken = each_engine!(conn, |c, e| sqlx::query(e.sql(TAKE))
-        .bind(quantity)
-        .bind(signed(product_id))
-        .bind(i64::from(bucket))
-        .bind(quantity)
-        .execute(c)
-        .await
-        .map(|done| done.rows_affected()))?;
+    let taken = execute!(
+        conn,
+        TAKE,
+        quantity,
+        signed(product_id),
+        i64::from(bucket),
+        quantity
+    )?;
     Ok(taken == 1)
 }
 

@@ -270,6 +270,19 @@ macro_rules! each_engine {
 }
 pub(crate) use each_engine;
 
+/// Runs the statement `$sql` (an [`Sql`]) on `$target` with the parameters given, in order, on
+/// either engine ([`each_engine!`]): the rows it changed.
+macro_rules! execute {
+    ($target:expr, $sql:expr $(, $bind:expr)* $(,)?) => {
+        $crate::db::engine::each_engine!($target, |c, e| sqlx::query(e.sql($sql))
+            $(.bind($bind))*
+            .execute(c)
+            .await
+            .map(|done| done.rows_affected()))
+    };
+}
+pub(crate) use execute;
+
 /// A statement's [`Sql`], written with MariaDB's `?` parameters: either one text for both
 /// engines (`sql!("…")`), or a text for each where their SQL differs
 /// (`sql!(mysql: "…", postgres: "…")`). PostgreSQL's text gets its `$1`, `$2`, … in the places

@@ -14,7 +14,7 @@
 
 use std::collections::BTreeMap;
 
-use super::engine::{Conn, Db, Engines, Pooled, Sql, Tx, Whole, each_engine, signed, sql};
+use super::engine::{Conn, Db, Engines, Pooled, Sql, Tx, Whole, each_engine, execute, signed, sql};
 
 use super::orders::{OrderState, PurchaseKey};
 use super::quota;
@@ -28,11 +28,7 @@ pub async fn pay(db: &Db, order_id: u64) -> Result<bool, sqlx::Error> {
         postgres: "UPDATE orders SET state = 'paid', ended_at = clock_timestamp() \
                    WHERE id = ? AND state = 'reserved' AND pay_by > clock_timestamp()",
     );
-    let paid = each_engine!(db.pool(), |c, e| sqlx::query(e.sql(PAY))
-        .bind(signed(order_id))
-        .execute(c)
-        .await
-        .map(|done| done.rows_affected()))?;
+    let paid = execute!(db.pool(), PAY, signed(order_id))?;
     Ok(paid == 1)
 }
 
@@ -81,12 +77,7 @@ pub async fn force_state(conn: Conn<'_>, order_id: u64, to: OrderState) -> Resul
         mysql: "UPDATE orders SET state = ?, ended_at = NOW(6) WHERE id = ?",
         postgres: "UPDATE orders SET state = ?, ended_at = clock_timestamp() WHERE id = ?",
     );
-    each_engine!(conn, |c, e| sqlx::query(e.sql(FORCE))
-        .bind(to.name())
-        .bind(signed(order_id))
-        .execute(c)
-        .await
-        .map(|_| ()))
+    execute!(conn, FORCE, to.name(), signed(order_id)).map(|_| ())
 }
 
 /// Gives `units` back to the buyer's per-user count of the product (homes in this database:
@@ -100,13 +91,14 @@ pub async fn give_back_quota(
         "UPDATE purchase_quota SET units = GREATEST(units - ?, 0) \
          WHERE product_id = ? AND user_id = ?"
     );
-    each_engine!(conn, |c, e| sqlx::query(e.sql(BACK))
-        .bind(i64::from(units))
-        .bind(signed(key.product_id))
-        .bind(key.user_id)
-        .execute(c)
-        .await
-        .map(|_| ()))
+    execute!(
+        conn,
+        BACK,
+        i64::from(units),
+        signed(key.product_id),
+        key.user_id
+    )
+    .map(|_| ())
 }
 
 /// Puts `units` back in the product row, bumping its version like every stock write (so an
@@ -118,12 +110,7 @@ pub async fn give_back_to_row(
 ) -> Result<(), sqlx::Error> {
     const BACK: Sql =
         sql!("UPDATE products SET stock = stock + ?, version = version + 1 WHERE id = ?");
-    each_engine!(conn, |c, e| sqlx::query(e.sql(BACK))
-        .bind(units)
-        .bind(signed(product_id))
-        .execute(c)
-        .await
-        .map(|_| ()))
+    execute!(conn, BACK, units, signed(product_id)).map(|_| ())
 }
 
 /// Puts `units` back in one of the product's buckets, chosen by the order id (returns spread
@@ -162,19 +149,15 @@ async fn give_back_to_buckets(
         *units.entry(order_id % buckets).or_default() += i64::from(*quantity);
     }
     for (bucket, units) in units {
-        each_engine!(conn.reborrow(), |c, e| sqlx::query(e.sql(BACK))
-            .bind(units)
-            .bind(signed(product_id))
-            .bind(signed(bucket))
-            .execute(c)
-            .await
-            .map(|_| ()))?;
+        execute!(
+            conn.reborrow(),
+            BACK,
+            units,
+            signed(product_id),
+            signed(bucket)
+        )?;
     }
-    each_engine!(conn, |c, e| sqlx::query(e.sql(BUMP))
-        .bind(signed(product_id))
-        .execute(c)
-        .await
-        .map(|_| ()))
+    execute!(conn, BUMP, signed(product_id)).map(|_| ())
 }
 
 /// [`expire_from_row`] for a product whose stock is in buckets: those of `orders` still

@@ -3,7 +3,7 @@
 use time::OffsetDateTime;
 
 use super::buckets;
-use super::engine::{Conn, Db, Sql, Whole, each_engine, signed, sql};
+use super::engine::{Conn, Db, Sql, Whole, each_engine, execute, signed, sql};
 use crate::api::{DEFAULT_BUCKETS, Home, ProductView, SaleRules, Strategies};
 
 /// Creates the product or resets it to `stock` units kept in `home`, under the default rules
@@ -87,33 +87,29 @@ async fn reset_once(
     rules: &SaleRules,
 ) -> Result<u64, sqlx::Error> {
     let mut tx = db.begin().await?;
-    each_engine!(tx.conn(), |c, e| sqlx::query(e.sql(UPSERT))
-        .bind(signed(id))
-        .bind(row_stock)
-        .bind(stock)
-        .bind(home.name())
-        .bind(rules.per_user_limit)
-        .bind(rules.sale_starts_at.map(millis))
-        .bind(rules.sale_ends_at.map(millis))
-        .bind(rules.token_required)
-        .bind(rules.first_come)
-        .bind(rules.payment_window_ms)
-        .bind(rules.strategies.names())
-        .bind(i64::from(redis_parts))
-        .execute(c)
-        .await
-        .map(|_| ()))?;
+    execute!(
+        tx.conn(),
+        UPSERT,
+        signed(id),
+        row_stock,
+        stock,
+        home.name(),
+        rules.per_user_limit,
+        rules.sale_starts_at.map(millis),
+        rules.sale_ends_at.map(millis),
+        rules.token_required,
+        rules.first_come,
+        rules.payment_window_ms,
+        rules.strategies.names(),
+        i64::from(redis_parts)
+    )?;
     buckets::replace(tx.conn(), id, bucket_stocks).await?;
     const FORGET: [Sql; 2] = [
         sql!("DELETE FROM orders WHERE product_id = ?"),
         sql!("DELETE FROM purchase_quota WHERE product_id = ?"),
     ];
     for forget in FORGET {
-        each_engine!(tx.conn(), |c, e| sqlx::query(e.sql(forget))
-            .bind(signed(id))
-            .execute(c)
-            .await
-            .map(|_| ()))?;
+        execute!(tx.conn(), forget, signed(id))?;
     }
     const EPOCH: Sql = sql!("SELECT redis_epoch FROM products WHERE id = ?");
     let epoch: Whole = each_engine!(tx.conn(), |c, e| sqlx::query_scalar(e.sql(EPOCH))
@@ -376,13 +372,7 @@ pub async fn take_if_left(conn: Conn<'_>, id: u64, units: i64) -> Result<bool, s
     const TAKE: Sql = sql!(
         "UPDATE products SET stock = stock - ?, version = version + 1 WHERE id = ? AND stock >= ?"
     );
-    let taken = each_engine!(conn, |c, e| sqlx::query(e.sql(TAKE))
-        .bind(units)
-        .bind(signed(id))
-        .bind(units)
-        .execute(c)
-        .await
-        .map(|done| done.rows_affected()))?;
+    let taken = execute!(conn, TAKE, units, signed(id), units)?;
     Ok(taken == 1)
 }
 
@@ -421,10 +411,5 @@ pub async fn stock(conn: Conn<'_>, id: u64) -> Result<Option<i64>, sqlx::Error> 
 /// fenced holder) cannot write over it.
 pub async fn set_stock(conn: Conn<'_>, id: u64, stock: i64) -> Result<(), sqlx::Error> {
     const WRITE: Sql = sql!("UPDATE products SET stock = ?, version = version + 1 WHERE id = ?");
-    each_engine!(conn, |c, e| sqlx::query(e.sql(WRITE))
-        .bind(stock)
-        .bind(signed(id))
-        .execute(c)
-        .await
-        .map(|_| ()))
+    execute!(conn, WRITE, stock, signed(id)).map(|_| ())
 }
