@@ -106,3 +106,25 @@ async fn cancellation_racing_expiry_gives_a_row_held_unit_back_once_on_postgres(
 async fn cancellation_racing_expiry_gives_a_bucket_held_unit_back_once_on_postgres() {
     cancellation_races_expiry(&fresh_postgres_url().await, "buckets", "sharded", 5, 10).await;
 }
+
+#[tokio::test]
+async fn a_lock_table_strategy_answers_backend_unavailable_on_postgres_and_takes_nothing() {
+    let database_url = fresh_postgres_url().await;
+    let app = common::spawn_app(test_config(&database_url)).await;
+    app.reset(1, 5).await;
+    for strategy in ["db-lock", "db-row-lock-fenced", "db-blocking-insert"] {
+        let click = serde_json::json!({
+            "user_id": "u", "quantity": 1, "request_id": strategy, "strategy": strategy
+        });
+        let (status, answer) = app.order(1, &click, None).await;
+        assert_eq!(
+            (status.as_u16(), answer["error"].as_str()),
+            (503, Some("backend_unavailable")),
+            "{strategy}: {answer}"
+        );
+    }
+    let truth = common::ledger(&database_url, 1).await;
+    assert_eq!((truth.stock, truth.orders), (5, 0), "{truth:?}");
+    app.stop().await;
+    common::drop_database(&database_url).await;
+}
