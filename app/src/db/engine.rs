@@ -17,7 +17,7 @@ use sqlx::mysql::{MySql, MySqlConnection, MySqlPool};
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgConnection, PgPool, Postgres};
 
-pub use super::whole::{MaybeWhole, OutOfRange, Whole, signed};
+pub use super::whole::{MaybeWhole, Whole, signed};
 
 /// One of two things, by engine: a pool, a transaction, a connection.
 #[derive(Debug, Clone)]
@@ -43,14 +43,6 @@ impl Engine {
             "mysql" | "mariadb" => Some(Engine::MySql),
             "postgres" | "postgresql" => Some(Engine::Postgres),
             _ => None,
-        }
-    }
-
-    /// The engine's name as the service reports it.
-    pub fn name(self) -> &'static str {
-        match self {
-            Engine::MySql => "mariadb",
-            Engine::Postgres => "postgres",
         }
     }
 }
@@ -105,14 +97,6 @@ impl Db {
             Engines::MySql(p) => Engines::MySql(p.acquire().await?),
             Engines::Postgres(p) => Engines::Postgres(p.acquire().await?),
         })
-    }
-
-    /// The connections the pool holds now, and of those the idle ones.
-    pub fn size_and_idle(&self) -> (u32, usize) {
-        match self {
-            Engines::MySql(p) => (p.size(), p.num_idle()),
-            Engines::Postgres(p) => (p.size(), p.num_idle()),
-        }
     }
 
     /// Closes the pool: its connections are closed as they come back.

@@ -16,7 +16,7 @@ pub mod whole;
 use std::str::FromStr;
 use std::time::Duration;
 
-use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
+use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection, Executor};
 
@@ -50,38 +50,47 @@ pub enum SetupError {
 /// applies the migrations of its engine, and returns a pool whose connections wait for row
 /// locks at most `row_lock_wait_secs`.
 pub async fn connect(config: &Config) -> Result<Db, SetupError> {
-    let (server_url, name) = database_of(&config.database_url)?;
+    let (server_url, name) = split_database(&config.database_url);
+    let name = plain_name(name.unwrap_or(DEFAULT_DATABASE))?;
     let lock_wait = Some(config.row_lock_wait_secs.max(1));
-    let db = match Engine::of_url(&server_url) {
-        Some(Engine::MySql) => {
-            let server = MySqlConnectOptions::from_str(&server_url).map_err(SetupError::Url)?;
+    let create = |source| SetupError::Create {
+        name: name.clone(),
+        source,
+    };
+    let db = match options_of(&server_url)? {
+        Engines::MySql(server) => {
             create_database(&server, &name).await?;
             let pool = pool_options(config.db_pool_size, config, lock_wait)
                 .connect_with(server.database(&name))
                 .await
-                .map_err(|source| SetupError::Create {
-                    name: name.clone(),
-                    source,
-                })?;
+                .map_err(create)?;
             Engines::MySql(pool)
         }
-        Some(Engine::Postgres) => {
-            let server = PgConnectOptions::from_str(&server_url).map_err(SetupError::Url)?;
+        Engines::Postgres(server) => {
             create_postgres_database(&server, &name).await?;
             let options = postgres_session(server.database(&name), config, lock_wait);
             let pool = postgres_pool_options(config.db_pool_size, config)
                 .connect_with(options)
                 .await
-                .map_err(|source| SetupError::Create {
-                    name: name.clone(),
-                    source,
-                })?;
+                .map_err(create)?;
             Engines::Postgres(pool)
         }
-        None => return Err(SetupError::Engine(server_url)),
     };
     migrate(&db).await?;
     Ok(db)
+}
+
+/// The connect options `url` gives, of the engine its scheme names.
+fn options_of(url: &str) -> Result<Engines<MySqlConnectOptions, PgConnectOptions>, SetupError> {
+    match Engine::of_url(url) {
+        Some(Engine::MySql) => {
+            (MySqlConnectOptions::from_str(url).map(Engines::MySql)).map_err(SetupError::Url)
+        }
+        Some(Engine::Postgres) => {
+            (PgConnectOptions::from_str(url).map(Engines::Postgres)).map_err(SetupError::Url)
+        }
+        None => Err(SetupError::Engine(url.to_string())),
+    }
 }
 
 /// A pool of a few connections on the database `url` names, of the engine its scheme names,
@@ -89,30 +98,24 @@ pub async fn connect(config: &Config) -> Result<Db, SetupError> {
 /// accounting, the tests').
 pub async fn open(url: &str) -> Result<Db, SetupError> {
     const SIZE: u32 = 4;
-    Ok(match Engine::of_url(url) {
-        Some(Engine::MySql) => {
-            let options = MySqlConnectOptions::from_str(url).map_err(SetupError::Url)?;
+    Ok(match options_of(url)? {
+        Engines::MySql(options) => {
             let pool = MySqlPoolOptions::new().max_connections(SIZE);
             Engines::MySql(pool.connect_with(options).await.map_err(SetupError::Url)?)
         }
-        Some(Engine::Postgres) => {
-            let options = PgConnectOptions::from_str(url).map_err(SetupError::Url)?;
+        Engines::Postgres(options) => {
             let pool = PgPoolOptions::new().max_connections(SIZE);
             Engines::Postgres(pool.connect_with(options).await.map_err(SetupError::Url)?)
         }
-        None => return Err(SetupError::Engine(url.to_string())),
     })
 }
 
-/// The server URL (without the database) and the database name of `url`, the name checked to
-/// be a plain identifier ([`DEFAULT_DATABASE`] when the URL names none).
-fn database_of(url: &str) -> Result<(String, String), SetupError> {
-    let (server_url, name) = split_database(url);
-    let name = name.unwrap_or(DEFAULT_DATABASE).to_string();
-    if !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-        return Err(SetupError::Name(name));
+/// `name` as a database name, if it is a plain identifier (letters, digits and `_`).
+fn plain_name(name: &str) -> Result<String, SetupError> {
+    match name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        true => Ok(name.to_string()),
+        false => Err(SetupError::Name(name.to_string())),
     }
-    Ok((server_url, name))
 }
 
 /// Applies the service's migrations of `db`'s engine to its database: the one definition of
@@ -169,16 +172,13 @@ pub fn lock_pool(main: &Db, config: &Config) -> Db {
 /// pages and their accounting. A crowd refreshing a page, or an accountant summing a large
 /// product's orders, waits for these connections and never for a buyer's.
 pub fn reader_pool(main: &Db, config: &Config) -> Db {
-    match main {
-        Engines::MySql(main) => Engines::MySql(readers((*main.connect_options()).clone(), config)),
-        Engines::Postgres(main) => {
-            let options = postgres_session((*main.connect_options()).clone(), config, None);
-            Engines::Postgres(
-                postgres_pool_options(config.db_reader_pool_size, config)
-                    .connect_lazy_with(options),
-            )
-        }
-    }
+    readers(
+        match main {
+            Engines::MySql(main) => Engines::MySql((*main.connect_options()).clone()),
+            Engines::Postgres(main) => Engines::Postgres((*main.connect_options()).clone()),
+        },
+        config,
+    )
 }
 
 /// The pool the products' public pages are read through on a replica
@@ -190,28 +190,13 @@ pub fn replica_pool(config: &Config) -> Result<Option<Db>, SetupError> {
         return Ok(None);
     };
     let (server_url, name) = split_database(url);
-    let name = name
-        .or(split_database(&config.database_url).1)
-        .unwrap_or(DEFAULT_DATABASE)
-        .to_string();
-    if !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-        return Err(SetupError::Name(name));
-    }
-    Ok(Some(match Engine::of_url(&server_url) {
-        Some(Engine::MySql) => {
-            let server = MySqlConnectOptions::from_str(&server_url).map_err(SetupError::Url)?;
-            Engines::MySql(readers(server.database(&name), config))
-        }
-        Some(Engine::Postgres) => {
-            let server = PgConnectOptions::from_str(&server_url).map_err(SetupError::Url)?;
-            let options = postgres_session(server.database(&name), config, None);
-            Engines::Postgres(
-                postgres_pool_options(config.db_reader_pool_size, config)
-                    .connect_lazy_with(options),
-            )
-        }
-        None => return Err(SetupError::Engine(server_url)),
-    }))
+    let name = name.or(split_database(&config.database_url).1);
+    let name = plain_name(name.unwrap_or(DEFAULT_DATABASE))?;
+    let options = match options_of(&server_url)? {
+        Engines::MySql(server) => Engines::MySql(server.database(&name)),
+        Engines::Postgres(server) => Engines::Postgres(server.database(&name)),
+    };
+    Ok(Some(readers(options, config)))
 }
 
 /// PostgreSQL's pool of `size` connections, as [`pool_options`] builds MariaDB's (what a
@@ -274,8 +259,17 @@ async fn create_postgres_database(server: &PgConnectOptions, name: &str) -> Resu
 /// A pool of `options`' database for what is read rather than sold (the readers' or the
 /// replica's): the readers' size, its statements bounded by the purchases' statement time, and
 /// on a Galera node the same causality as theirs. Opens no connection until one is needed.
-fn readers(options: MySqlConnectOptions, config: &Config) -> MySqlPool {
-    pool_options(config.db_reader_pool_size, config, None).connect_lazy_with(options)
+fn readers(options: Engines<MySqlConnectOptions, PgConnectOptions>, config: &Config) -> Db {
+    let size = config.db_reader_pool_size;
+    match options {
+        Engines::MySql(options) => {
+            Engines::MySql(pool_options(size, config, None).connect_lazy_with(options))
+        }
+        Engines::Postgres(options) => Engines::Postgres(
+            postgres_pool_options(size, config)
+                .connect_lazy_with(postgres_session(options, config, None)),
+        ),
+    }
 }
 
 /// A pool of `size` connections (at least one), each checked out within the configured
