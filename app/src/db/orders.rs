@@ -6,7 +6,7 @@
 //! id, compared byte for byte (the columns' `utf8mb4_nopad_bin`). The unique key
 //! `orders_purchase` makes one order per purchase, whoever inserts it.
 
-use super::engine::{Conn, Db, MaybeWhole, Sql, Whole, each_engine, signed, sql};
+use super::engine::{Conn, Db, MaybeWhole, Sql, Whole, each_engine, execute, signed, sql};
 
 /// The name of one purchase: the same click of the same buyer on the same product.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -324,17 +324,17 @@ pub async fn void(db: &Db, order: &NewOrder<'_>) -> Result<bool, sqlx::Error> {
         "INSERT INTO orders (product_id, user_id, quantity, strategy, request_id, state) \
          VALUES (?, ?, ?, ?, ?, 'voided')"
     );
-    let inserted = each_engine!(db.pool(), |c, e| sqlx::query(e.sql(VOID))
-        .bind(signed(order.product_id))
-        .bind(order.user_id)
-        .bind(i64::from(order.quantity))
-        .bind(order.strategy)
-        .bind(order.request_id)
-        .execute(c)
-        .await
-        .map(|_| ()));
+    let inserted = execute!(
+        db.pool(),
+        VOID,
+        signed(order.product_id),
+        order.user_id,
+        i64::from(order.quantity),
+        order.strategy,
+        order.request_id
+    );
     match inserted {
-        Ok(()) => Ok(true),
+        Ok(_) => Ok(true),
         Err(e) if super::errors::classify(&e) == super::errors::DbFailure::Duplicate => Ok(false),
         Err(e) => Err(e),
     }

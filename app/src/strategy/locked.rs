@@ -45,7 +45,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
-use crate::db::engine::{Db, Sql, Whole, each_engine, signed, sql};
+use crate::db::engine::{Db, Sql, Whole, each_engine, execute, signed, sql};
 use futures::future::BoxFuture;
 use locks::{AcquireOptions, DistributedLock, LockError};
 
@@ -87,13 +87,13 @@ impl Locked {
         let id = purchase.product_id;
         if self.fencing == Fencing::On {
             const CLAIM: Sql = sql!("UPDATE products SET fence = ? WHERE id = ? AND fence < ?");
-            let claimed = each_engine!(self.pool.pool(), |c, e| sqlx::query(e.sql(CLAIM))
-                .bind(signed(token))
-                .bind(signed(id))
-                .bind(signed(token))
-                .execute(c)
-                .await
-                .map(|done| done.rows_affected()))?;
+            let claimed = execute!(
+                self.pool.pool(),
+                CLAIM,
+                signed(token),
+                signed(id),
+                signed(token)
+            )?;
             if claimed == 0 {
                 let mut conn = self.pool.acquire().await?;
                 return Err(match products::exists(conn.conn(), id).await? {
@@ -126,14 +126,14 @@ impl Locked {
                 "UPDATE products SET stock = ?, version = version + 1 \
                  WHERE id = ? AND fence = ? AND version = ?"
             );
-            let written = each_engine!(tx.conn(), |c, e| sqlx::query(e.sql(WRITE))
-                .bind(left)
-                .bind(signed(id))
-                .bind(signed(token))
-                .bind(signed(version))
-                .execute(c)
-                .await
-                .map(|done| done.rows_affected()))?;
+            let written = execute!(
+                tx.conn(),
+                WRITE,
+                left,
+                signed(id),
+                signed(token),
+                signed(version)
+            )?;
             if written == 1 {
                 return place_in_doubt(tx, purchase, Some(token), in_doubt).await;
             }

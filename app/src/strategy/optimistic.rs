@@ -29,7 +29,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::db::engine::{Db, Sql, each_engine, signed, sql};
+use crate::db::engine::{Db, Sql, execute, signed, sql};
 use rand::Rng;
 
 use super::outcome::{claim_quota, decide, place_under_row_lock};
@@ -65,13 +65,13 @@ impl Optimistic {
         const WRITE: Sql = sql!(
             "UPDATE products SET stock = ?, version = version + 1 WHERE id = ? AND version = ?"
         );
-        let written = each_engine!(tx.conn(), |c, e| sqlx::query(e.sql(WRITE))
-            .bind(left)
-            .bind(signed(purchase.product_id))
-            .bind(signed(version))
-            .execute(c)
-            .await
-            .map(|done| done.rows_affected()))?;
+        let written = execute!(
+            tx.conn(),
+            WRITE,
+            left,
+            signed(purchase.product_id),
+            signed(version)
+        )?;
         if written == 0 {
             return Ok(None);
         }

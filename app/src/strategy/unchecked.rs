@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 
-use crate::db::engine::{Db, Sql, each_engine, signed, sql};
+use crate::db::engine::{Db, Sql, execute, signed, sql};
 
 use super::outcome::{claim_quota, decide, place_under_row_lock};
 use super::{Deps, Purchase, Purchased, Purchasing, StockStrategy};
@@ -41,12 +41,12 @@ impl StockStrategy for Unchecked {
             // below zero to show the bug.
             const TAKE: Sql =
                 sql!("UPDATE products SET stock = stock - ?, version = version + 1 WHERE id = ?");
-            each_engine!(tx.conn(), |c, e| sqlx::query(e.sql(TAKE))
-                .bind(i64::from(purchase.quantity))
-                .bind(signed(purchase.product_id))
-                .execute(c)
-                .await
-                .map(|_| ()))?;
+            execute!(
+                tx.conn(),
+                TAKE,
+                i64::from(purchase.quantity),
+                signed(purchase.product_id)
+            )?;
             place_under_row_lock(tx, purchase)
                 .await
                 .map(Purchased::from)
