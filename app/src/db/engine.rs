@@ -9,6 +9,10 @@
 //! once and compiled once per engine by [`each_engine!`](crate::db::engine::each_engine), so a
 //! statement's parameters and the types of its answer are checked against both drivers.
 //!
+//! The three macros are exported (`app::each_engine!`, `app::sql!`, `app::execute!`) for the
+//! readers of the service's rows beside it: the benchmark reads what the app wrote, on either
+//! engine, the same way.
+//!
 //! The difference of types is settled in [`super::whole`]: PostgreSQL has no unsigned integers,
 //! so ids and quantities are bound as `i64` ([`signed`]) and read back through [`Whole`].
 
@@ -238,6 +242,7 @@ impl OnPostgres {
 /// compiled once per engine: in each, `$c` is that engine's executor and `$e` its side
 /// ([`OnMySql`], [`OnPostgres`]), which picks the statement's text (`$e.sql(STATEMENT)`).
 /// Both bodies must give the same type.
+#[macro_export]
 macro_rules! each_engine {
     ($target:expr, |$c:ident, $e:ident| $body:expr) => {
         match $target {
@@ -252,10 +257,11 @@ macro_rules! each_engine {
         }
     };
 }
-pub(crate) use each_engine;
+pub use crate::each_engine;
 
 /// Runs the statement `$sql` (an [`Sql`]) on `$target` with the parameters given, in order, on
 /// either engine ([`each_engine!`]): the rows it changed.
+#[macro_export]
 macro_rules! execute {
     ($target:expr, $sql:expr $(, $bind:expr)* $(,)?) => {
         $crate::db::engine::each_engine!($target, |c, e| sqlx::query(e.sql($sql))
@@ -265,12 +271,13 @@ macro_rules! execute {
             .map(|done| done.rows_affected()))
     };
 }
-pub(crate) use execute;
+pub use crate::execute;
 
 /// A statement's [`Sql`], written with MariaDB's `?` parameters: either one text for both
 /// engines (`sql!("…")`), or a text for each where their SQL differs
 /// (`sql!(mysql: "…", postgres: "…")`). PostgreSQL's text gets its `$1`, `$2`, … in the places
 /// of its `?`, at compile time.
+#[macro_export]
 macro_rules! sql {
     (mysql: $mysql:expr, postgres: $postgres:expr $(,)?) => {
         const {
@@ -290,7 +297,7 @@ macro_rules! sql {
         $crate::db::engine::sql!(mysql: $text, postgres: $text)
     };
 }
-pub(crate) use sql;
+pub use crate::sql;
 
 /// The length of `mysql` with its `n`-th `?` written `$n`.
 pub const fn numbered_len(mysql: &str) -> usize {
