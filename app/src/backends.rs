@@ -38,8 +38,10 @@ pub async fn connect_all(config: &Config, deps: &Deps) -> Locks {
             crate::db::Engines::Postgres(pool) => Some(pool.clone().into()),
         },
     };
-    let backends: BTreeSet<Backend> = Strategy::ALL
-        .iter()
+    // The locks a deployment on this engine can hold: those in the service's database are
+    // written for one engine.
+    let backends: BTreeSet<Backend> = (Strategy::ALL.iter())
+        .filter(|&&s| deps.lock_pool.engine().runs(s))
         .filter_map(|s| s.lock_backend())
         .collect();
     let (endpoints, replication) = (&endpoints, config.redis_lock_replication());

@@ -68,7 +68,7 @@ pub enum Service {
     Zookeeper,
     Etcd,
     Memcached,
-    /// PostgreSQL, for its advisory locks.
+    /// PostgreSQL: its advisory locks, or the rows of a deployment on it.
     Postgres,
 }
 
@@ -279,6 +279,10 @@ macro_rules! for_each_strategy {
             DbRowLockFenced = "db-row-lock-fenced", Safe, Locked(DbRowLock, On), "`db-row-lock`, and the stock write is fenced by a token drawn from a sequence once the row is locked";
             DbBlockingInsert = "db-blocking-insert", WhileLeasesHold, Locked(DbBlockingInsert, Off), "`INSERT … ON DUPLICATE KEY UPDATE` of the product's lock row in a transaction left open: the next buyer's upsert waits on the row";
             DbBlockingInsertFenced = "db-blocking-insert-fenced", Safe, Locked(DbBlockingInsert, On), "`db-blocking-insert`, and the stock write is fenced by a token drawn from a sequence once the row is locked";
+            PgAdvisory = "pg-advisory", WhileLeasesHold, Locked(PgAdvisory, Off), "PostgreSQL's session advisory lock (`pg_try_advisory_lock`) on a connection kept out of the pool; stock read-modify-write inside";
+            PgAdvisoryFenced = "pg-advisory-fenced", Safe, Locked(PgAdvisory, On), "`pg-advisory`, and the stock write is fenced by a token drawn from a sequence once the lock is held";
+            PgAdvisoryXact = "pg-advisory-xact", WhileLeasesHold, Locked(PgAdvisoryXact, Off), "PostgreSQL's transaction advisory lock (`pg_advisory_xact_lock`) in a transaction held open, freed by its commit: waiters queue in the server";
+            PgAdvisoryXactFenced = "pg-advisory-xact-fenced", Safe, Locked(PgAdvisoryXact, On), "`pg-advisory-xact`, and the stock write is fenced by a token drawn from a sequence once the lock is held";
             RedisLock = "redis-lock", WhileLeasesHold, Locked(Redis, Off), "`SET NX PX` lock per product, stock read-modify-write inside; unsafe past its lease";
             RedisLockFenced = "redis-lock-fenced", Safe, Locked(Redis, On), "`redis-lock` with the stock write fenced by the lock's `INCR` token";
             RedisWatchdog = "redis-watchdog", WhileLeasesHold, Locked(RedisWatchdog, Off), "Redisson-like lock renewed by a watchdog, waiters woken by pub/sub";

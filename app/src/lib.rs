@@ -111,10 +111,13 @@ pub async fn build_with(
     if config.buyer_key.is_none() && !config.anonymous_buyers {
         return Err(StartupError::NoBuyerKey);
     }
+    // Unless named, the strategies whose locks the deployment's engine holds (a lock kept in
+    // the service's database is written for one engine).
+    let engine = db::Engine::of_url(&config.database_url).unwrap_or(db::Engine::MySql);
     let offered: Vec<api::Strategy> = match config.strategies.is_empty() {
-        true => api::Strategy::ALL
-            .iter()
-            .copied()
+        true => engine
+            .strategies()
+            .into_iter()
             .filter(|s| config.offer_unsafe || s.safety() != api::Safety::Unsafe)
             .collect(),
         false => api::Strategy::ALL

@@ -49,9 +49,9 @@ impl Shop {
         authorization(&self.state, user)
     }
 
-    /// Every strategy of the catalogue, in catalogue order.
+    /// Every strategy of the catalogue its database's engine runs, in catalogue order.
     pub fn strategies(&self) -> Vec<Strategy> {
-        Strategy::ALL.to_vec()
+        self.state.pool.engine().strategies()
     }
 
     /// The built `strategy`.

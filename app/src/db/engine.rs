@@ -17,6 +17,8 @@
 //! so ids and quantities are bound as `i64` ([`signed`]) and read back through [`Whole`].
 
 use sqlx::Transaction;
+
+use crate::api::{Service, Strategy};
 use sqlx::mysql::{MySql, MySqlConnection, MySqlPool};
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgConnection, PgPool, Postgres};
@@ -47,6 +49,36 @@ impl Engine {
             "mysql" | "mariadb" => Some(Engine::MySql),
             "postgres" | "postgresql" => Some(Engine::Postgres),
             _ => None,
+        }
+    }
+
+    /// Whether a deployment on this engine can run `strategy`: a lock kept in the service's own
+    /// database is written for one engine — the lock tables in MariaDB's SQL, the advisory
+    /// locks PostgreSQL's own.
+    pub fn runs(self, strategy: Strategy) -> bool {
+        match strategy.lock_backend() {
+            Some(b) if b.uses_database() => self == Engine::MySql,
+            Some(b) if b.uses_postgres() => self == Engine::Postgres,
+            _ => true,
+        }
+    }
+
+    /// Every strategy a deployment on this engine can run, in catalogue order.
+    pub fn strategies(self) -> Vec<Strategy> {
+        (Strategy::ALL.iter().copied())
+            .filter(|&s| self.runs(s))
+            .collect()
+    }
+
+    /// The service `strategy` runs on in a deployment on this engine: the catalogue names
+    /// MariaDB for the strategies of the rows, which are PostgreSQL's on PostgreSQL (the
+    /// lock-table strategies keep naming MariaDB, whose SQL their locks are written in).
+    pub fn service_of(self, strategy: Strategy) -> Service {
+        match (self, strategy.service()) {
+            (Engine::Postgres, Service::Mariadb) if strategy.lock_backend().is_none() => {
+                Service::Postgres
+            }
+            (_, service) => service,
         }
     }
 }

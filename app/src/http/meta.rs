@@ -17,7 +17,10 @@ pub async fn strategies(State(state): State<AppState>) -> Json<StrategyList> {
             .settings
             .offered
             .iter()
-            .map(|&s| StrategyInfo::of(s))
+            .map(|&s| StrategyInfo {
+                service: state.pool.engine().service_of(s),
+                ..StrategyInfo::of(s)
+            })
             .collect(),
     })
 }

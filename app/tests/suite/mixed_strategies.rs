@@ -5,6 +5,7 @@
 use crate::common;
 
 use app::api::{Home, Safety, Strategy};
+use app::db::Engine;
 use common::{Crowd, flash_sale_mixed, fresh_database_url, ledger, spawn_app, test_config};
 
 const STOCK: i64 = 100;
@@ -25,9 +26,9 @@ async fn a_random_mix_of_every_safe_strategy_on_one_product_across_two_instances
     config.memcached = Some(server(sandbox::shared::memcached).await);
     config.lock_prefix = format!("t{}:", uuid::Uuid::new_v4().simple());
     let (a, b) = (spawn_app(config.clone()).await, spawn_app(config).await);
-    let safe: Vec<Strategy> = Strategy::ALL
-        .iter()
-        .copied()
+    let safe: Vec<Strategy> = Engine::MySql
+        .strategies()
+        .into_iter()
         // One product's stock lives in one home: the strategies of the row.
         .filter(|s| s.safety() == Safety::Safe && s.home() == Home::Row)
         .collect();

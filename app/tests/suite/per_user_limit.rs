@@ -8,6 +8,7 @@ use crate::common;
 use std::collections::HashMap;
 
 use app::api::{Safety, Strategy};
+use app::db::Engine;
 use common::{TestApp, drop_database, fresh_database_url, spawn_app, test_config};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -66,9 +67,9 @@ async fn one_buyers_concurrent_clicks_never_hold_more_than_the_limit_under_any_s
     // refuse all but a few of `optimistic`'s at once.
     config.optimistic_in_flight = 64;
     let app = spawn_app(config).await;
-    let safe: Vec<Strategy> = Strategy::ALL
-        .iter()
-        .copied()
+    let safe: Vec<Strategy> = Engine::MySql
+        .strategies()
+        .into_iter()
         .filter(|s| s.safety() == Safety::Safe)
         .collect();
     for (product, strategy) in (1..).zip(safe) {
@@ -209,9 +210,9 @@ async fn a_product_whose_limit_no_buyer_can_reach_keeps_no_counts_and_a_limited_
     let mut config = test_config(&database_url);
     common::with_every_service(&mut config).await;
     let app = spawn_app(config).await;
-    let in_database: Vec<Strategy> = Strategy::ALL
-        .iter()
-        .copied()
+    let in_database: Vec<Strategy> = Engine::MySql
+        .strategies()
+        .into_iter()
         .filter(|s| s.safety() == Safety::Safe && !s.home().in_redis())
         .collect();
     let mut product = 0;

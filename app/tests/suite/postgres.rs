@@ -68,6 +68,26 @@ async fn the_stream_consumers_place_their_orders_in_postgres() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_session_advisory_lock_never_oversells_on_postgres() {
+    sells_exactly_the_stock_on_postgres("pg-advisory").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_fenced_session_advisory_lock_never_oversells_on_postgres() {
+    sells_exactly_the_stock_on_postgres("pg-advisory-fenced").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_transaction_advisory_lock_never_oversells_on_postgres() {
+    sells_exactly_the_stock_on_postgres("pg-advisory-xact").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_fenced_transaction_advisory_lock_never_oversells_on_postgres() {
+    sells_exactly_the_stock_on_postgres("pg-advisory-xact-fenced").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn naive_read_modify_write_loses_updates_and_oversells_on_postgres() {
     naive_loses_updates_and_oversells(&fresh_postgres_url().await).await;
 }
@@ -108,9 +128,45 @@ async fn cancellation_racing_expiry_gives_a_bucket_held_unit_back_once_on_postgr
 }
 
 #[tokio::test]
-async fn a_lock_table_strategy_answers_backend_unavailable_on_postgres_and_takes_nothing() {
+async fn a_deployment_on_postgres_offers_its_advisory_locks_not_the_lock_tables() {
     let database_url = fresh_postgres_url().await;
     let app = common::spawn_app(test_config(&database_url)).await;
+    let list: serde_json::Value = (app.client.get(format!("{}/api/strategies", app.url)))
+        .send()
+        .await
+        .expect("get")
+        .json()
+        .await
+        .expect("json");
+    let service = |name: &str| {
+        let all = list["strategies"].as_array().expect("array");
+        let line = all.iter().find(|s| s["name"] == name)?;
+        line["service"].as_str().map(String::from)
+    };
+    // The rows' strategies name the engine they run on; the locks in the database are its own.
+    assert_eq!(service("conditional").as_deref(), Some("postgres"));
+    assert_eq!(service("pg-advisory-fenced").as_deref(), Some("postgres"));
+    assert_eq!(service("redis-lua").as_deref(), Some("redis"));
+    for lock_table in ["db-lock", "db-row-lock-fenced", "db-blocking-insert"] {
+        assert_eq!(service(lock_table), None, "{lock_table} offered: {list}");
+    }
+    app.stop().await;
+    common::drop_database(&database_url).await;
+}
+
+#[tokio::test]
+async fn a_lock_table_strategy_named_on_postgres_answers_backend_unavailable_and_takes_nothing() {
+    let database_url = fresh_postgres_url().await;
+    let mut config = test_config(&database_url);
+    config.strategies = [
+        "conditional",
+        "db-lock",
+        "db-row-lock-fenced",
+        "db-blocking-insert",
+    ]
+    .map(|s| s.parse().expect("a strategy"))
+    .to_vec();
+    let app = common::spawn_app(config).await;
     app.reset(1, 5).await;
     for strategy in ["db-lock", "db-row-lock-fenced", "db-blocking-insert"] {
         let click = serde_json::json!({
