@@ -12,9 +12,11 @@ use loadtest::cli::{
 };
 use loadtest::live::{Feed, Update, server::Live};
 use loadtest::lock::LockReport;
-use loadtest::rig::{GaleraRows, Stand, Target, cluster_processes, server_processes, servers};
+use loadtest::rig::{
+    GaleraRows, Stand, Target, cluster_processes, server_processes, servers, servers_with_postgres,
+};
 use loadtest::run::run_watched;
-use loadtest::schema::world::Distance;
+use loadtest::schema::world::{Distance, Engine};
 use loadtest::{lock, report};
 use sandbox::Endpoints;
 
@@ -90,9 +92,26 @@ fn run(args: &RunArgs, only_flood: bool) -> Result<()> {
         settings.expiry = None;
     }
     sandbox::set_server_niceness(settings.server_niceness);
-    let stand = servers(args.distance.rtt)?;
+    let stand = match args.engine {
+        Engine::MariaDb => servers(args.distance.rtt)?,
+        Engine::Postgres => servers_with_postgres(args.distance.rtt)?,
+    };
     let mut target = target_on(&stand, args.app_bin.as_deref(), "seckill_bench")?;
     target.buyers = Distance::of(args.client_rtt);
+    target.engine = args.engine;
+    if args.engine == Engine::Postgres {
+        // MariaDB stands idle beside it: the rows, the reads and the baselines are PostgreSQL's.
+        target.processes.retain(|p| p.group != "mariadbd");
+    }
+    if let Some(pg) = &stand.postgres {
+        target.processes.push(loadtest::rig::Process::with_children(
+            "postgres",
+            "postgres",
+            pg.server()
+                .pid()
+                .context("the throwaway PostgreSQL has a pid")?,
+        ));
+    }
     let cluster = match args.redis_cluster {
         true => {
             eprintln!("starting a Redis Cluster (3 masters, a replica each)…");
@@ -166,6 +185,7 @@ fn target_on(stand: &Stand, app_bin: Option<&std::path::Path>, database: &str) -
         app_binary: testkit::locate_app(app_bin)?,
         bench_binary: std::env::current_exe().context("locating seckill-bench itself")?,
         database: database.into(),
+        engine: loadtest::schema::world::Engine::MariaDb,
         processes: spawned.map(server_processes).unwrap_or_default(),
         relays: stand.relays.clone(),
         redis_cluster: None,

@@ -64,10 +64,11 @@ pub async fn run_watched(
 ) -> Result<RunOutput> {
     let started = Instant::now();
     let (started_at, stamp) = utc_now();
-    let dir_name = match target.topology().folder_suffix() {
-        Some(suffix) => format!("{stamp}-{suffix}"),
-        None => stamp,
-    };
+    let suffixes = [
+        target.engine.folder_suffix(),
+        target.topology().folder_suffix(),
+    ];
+    let dir_name = (suffixes.into_iter().flatten()).fold(stamp, |name, s| format!("{name}-{s}"));
     let dir = out.join(&dir_name);
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
 
@@ -83,6 +84,7 @@ pub async fn run_watched(
         .await?;
     let (_buyers_relays, api) = distance::buyers_apart(target.buyers, api)?;
     let world = World::at(settings.instances, target.distance)
+        .on(target.engine)
         .arranged(target.topology())
         .with_buyers(target.buyers);
     let strategies = if settings.only_baselines {
@@ -145,10 +147,11 @@ pub async fn run_watched(
         let floor_servers = Floor::start(&target.bench_binary, settings.instances).await?;
         let (_floor_relays, floor) =
             distance::buyers_apart(target.buyers, Api::new(floor_servers.bases(), None)?)?;
+        let database_server = target.database_server(&target.endpoints);
         let targets = Targets {
             api: &api,
             floor: &floor,
-            database_url: &target.endpoints.database_url,
+            database_url: &database_server,
             redis_url: &target.endpoints.redis_url,
         };
         baselines::run_all(&targets, &plan, &sampler, &|name, round, rounds| {

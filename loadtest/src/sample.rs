@@ -280,6 +280,7 @@ pub fn environment() -> Environment {
         generator_build: "release".into(),
         versions: BTreeMap::new(),
         mariadb: BTreeMap::new(),
+        postgres: BTreeMap::new(),
         redis: BTreeMap::new(),
         app: BTreeMap::new(),
         disk_flush: None,

@@ -100,7 +100,7 @@ pub use mariadb::MariaDb;
 pub use mariadb_replication::{ReplicatedMariaDb, Replication, WaitPoint, gtid_sequence};
 pub use memcached::Memcached;
 pub use pgbouncer::{PgBouncer, Pooling};
-pub use postgres::Postgres;
+pub use postgres::{Postgres, program as postgres_program};
 pub use priority::{at_server_priority, set_server_niceness};
 pub use process::{Guardian, Server};
 pub use redis::{Redis, RedisPair};

@@ -203,8 +203,8 @@ pub(crate) fn account() -> Result<Option<Account>> {
     }
 }
 
-/// `name` from [`BIN_DIR`], else from PATH.
-fn program(name: &str) -> PathBuf {
+/// The PostgreSQL program `name` (`pgbench`, `psql`, …) from [`BIN_DIR`], else from PATH.
+pub fn program(name: &str) -> PathBuf {
     let packaged = Path::new(BIN_DIR).join(name);
     if packaged.is_file() {
         packaged

@@ -148,6 +148,15 @@ pub struct RunArgs {
     /// up). The lock services and the baselines stay on their lone servers. Not with `--rtt`.
     #[arg(long, value_enum, conflicts_with_all = ["redis_cluster", "galera", "rtt"])]
     pub replicas: Option<crate::rig::replicas::Replicas>,
+    /// The database the app instances keep their rows in: `mariadb`, or `postgres` — a
+    /// throwaway PostgreSQL started for the run (or `POSTGRES_URL` with `SECKILL_EXTERNAL=1`),
+    /// on which the run reads what they wrote and measures the SQL baselines, beside
+    /// `pgbench`. The app offers the strategies each engine runs: on PostgreSQL its advisory
+    /// locks (`pg-advisory…`) and not the lock tables (`db-lock…`, whose locks are written in
+    /// MariaDB's SQL), on MariaDB the other way round. The fault scenarios, which stand on
+    /// MariaDB, are left out. Not with `--galera` or `--replicas`.
+    #[arg(long, value_enum, default_value = "mariadb", conflicts_with_all = ["galera", "replicas"])]
+    pub engine: crate::schema::world::Engine,
     /// Directory under which `<UTC timestamp>/` and the `latest` link are written.
     #[arg(long, default_value = "results")]
     pub out: PathBuf,
@@ -274,7 +283,9 @@ impl RunArgs {
             open_rate_share: OPEN_RATE_SHARE,
             quick: self.quick,
             baselines: !self.no_baselines,
-            scenarios: !self.no_scenarios && !self.only_baselines,
+            scenarios: !self.no_scenarios
+                && !self.only_baselines
+                && self.engine == crate::schema::world::Engine::MariaDb,
             only_baselines: self.only_baselines,
             flood: if self.flood.no_flood || self.only_baselines {
                 None

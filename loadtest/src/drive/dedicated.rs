@@ -8,20 +8,23 @@
 
 use std::sync::{Arc, Mutex};
 
-use sqlx::mysql::MySqlConnectOptions;
-use sqlx::{ConnectOptions, Connection, MySqlConnection};
+use sqlx::{ConnectOptions, Connection};
 
-/// `n` connections, slot `w` for worker `w`.
-#[derive(Clone)]
-pub struct Dedicated(Arc<[Mutex<Option<MySqlConnection>>]>);
+/// `n` connections of one engine (`C`: `MySqlConnection`, `PgConnection`), slot `w` for worker
+/// `w`.
+pub struct Dedicated<C>(Arc<[Mutex<Option<C>>]>);
 
-impl Dedicated {
+impl<C> Clone for Dedicated<C> {
+    fn clone(&self) -> Self {
+        Dedicated(Arc::clone(&self.0))
+    }
+}
+
+impl<C: Connection> Dedicated<C> {
     /// Opens `n` connections to `url`, with statement logging off (the generator should not
     /// time and filter every statement for a log nobody reads).
-    pub async fn open(url: &str, n: usize) -> Result<Dedicated, sqlx::Error> {
-        let options: MySqlConnectOptions = url
-            .parse::<MySqlConnectOptions>()?
-            .disable_statement_logging();
+    pub async fn open(url: &str, n: usize) -> Result<Dedicated<C>, sqlx::Error> {
+        let options = url.parse::<C::Options>()?.disable_statement_logging();
         let connections = futures::future::try_join_all((0..n).map(|_| options.connect())).await?;
         Ok(Dedicated(
             connections
@@ -44,17 +47,17 @@ impl Dedicated {
     ///
     /// # Panics
     /// If `w`'s connection is already out: each worker has one request in flight at a time.
-    pub fn take(&self, w: usize) -> MySqlConnection {
+    pub fn take(&self, w: usize) -> C {
         self.slot(w)
             .take()
             .expect("one request in flight per worker")
     }
 
-    pub fn put(&self, w: usize, conn: MySqlConnection) {
+    pub fn put(&self, w: usize, conn: C) {
         *self.slot(w) = Some(conn);
     }
 
-    fn slot(&self, w: usize) -> std::sync::MutexGuard<'_, Option<MySqlConnection>> {
+    fn slot(&self, w: usize) -> std::sync::MutexGuard<'_, Option<C>> {
         self.0[w % self.0.len()].lock().expect("connection slot")
     }
 

@@ -35,6 +35,24 @@ pub fn parse_children(line: &str) -> Option<u64> {
     Some(cutime + cstime)
 }
 
+/// The user + system clock ticks `p` has used; with its children, those of its living child
+/// processes and of those it has waited for (an ended one's time moves from the one to the
+/// other, so the sum only grows).
+fn ticks_of(p: &Process) -> Option<u64> {
+    let read = |path: String| std::fs::read_to_string(path).ok();
+    let line = read(p.stat_path())?;
+    let own = parse_stat(&line)?;
+    if !p.with_children {
+        return Some(own);
+    }
+    let living: u64 = (read(p.children_path())
+        .unwrap_or_default()
+        .split_whitespace())
+    .filter_map(|child| parse_stat(&read(format!("/proc/{child}/stat"))?))
+    .sum();
+    Some(own + parse_children(&line).unwrap_or(0) + living)
+}
+
 /// Busy and total clock ticks of all CPUs from `/proc/stat`'s first line (busy: everything
 /// but idle and iowait).
 pub fn parse_machine(text: &str) -> Option<(u64, u64)> {
@@ -83,14 +101,9 @@ impl Sampler {
     }
 
     pub fn sample(&self) -> Sample {
-        let read = |p: &Process| std::fs::read_to_string(p.stat_path()).ok();
         Sample {
             at: Instant::now(),
-            ticks: self
-                .processes
-                .iter()
-                .map(|p| read(p).as_deref().and_then(parse_stat))
-                .collect(),
+            ticks: self.processes.iter().map(ticks_of).collect(),
             machine_busy: std::fs::read_to_string("/proc/stat")
                 .ok()
                 .as_deref()
@@ -289,5 +302,39 @@ mod tests {
         let b = sampler.sample();
         let span = sampler.between(&a, &b);
         assert!(span.cpu_seconds[0].is_some(), "{span:?}");
+    }
+
+    #[test]
+    fn a_server_counted_with_its_children_is_charged_their_time_too() {
+        // A shell whose child spins, as PostgreSQL's postmaster has a process per connection.
+        let mut shell = std::process::Command::new("sh")
+            .args(["-c", "while :; do :; done & wait"])
+            .spawn()
+            .unwrap();
+        let (pid, read) = (shell.id(), |path: String| {
+            std::fs::read_to_string(path).ok()
+        });
+        let server = Process::with_children("sh", "sh", pid);
+        // Wait for the child to exist and to have run a tick (its state, not a time).
+        let child_ticks = loop {
+            let child = read(server.children_path()).unwrap_or_default();
+            let ticks = (child.split_whitespace().next())
+                .and_then(|c| parse_stat(&read(format!("/proc/{c}/stat"))?));
+            if let Some(ticks) = ticks.filter(|&t| t > 0) {
+                break ticks;
+            }
+            std::thread::yield_now();
+        };
+        let alone = ticks_of(&Process::new("sh", "sh", pid)).unwrap();
+        let with_children = ticks_of(&server).unwrap();
+        let _ = std::process::Command::new("pkill")
+            .args(["-P", &pid.to_string()])
+            .status();
+        let _ = shell.kill();
+        let _ = shell.wait();
+        assert!(
+            with_children >= alone + child_ticks,
+            "{with_children} < {alone} + {child_ticks}"
+        );
     }
 }

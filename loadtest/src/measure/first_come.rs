@@ -7,7 +7,7 @@
 use anyhow::Result;
 use app::accounting::Accounting;
 use app::api::ResetProduct;
-use sqlx::MySqlPool;
+use app::db::Db;
 use testkit::{Api, Crowd};
 
 use crate::analyse::flood::{self as analyse, ms_from};
@@ -19,7 +19,7 @@ use crate::schema::FirstComeFlood;
 /// The crowd `drawn` of `plan`'s flood, sent to `product`, sold first come.
 pub async fn flood(
     api: &Api,
-    db: &MySqlPool,
+    db: &Db,
     plan: &FloodPlan<'_>,
     product: u64,
     drawn: &Plan,

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use app::accounting::Accounting;
 use app::api::ResetProduct;
-use sqlx::MySqlPool;
+use app::db::Db;
 use testkit::{Answer, Api, Apps, Crowd, Retry};
 
 use crate::analyse::flood::{self as analyse, ms_from};
@@ -31,7 +31,7 @@ use crate::schema::{FloodResult, NoopFlood};
 /// Runs one flood and reads what it did.
 pub async fn run_flood(
     api: &Api,
-    db: &MySqlPool,
+    db: &Db,
     sampler: &Sampler,
     plan: &FloodPlan<'_>,
     apps: Option<&mut Apps>,

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, ensure};
 use app::accounting::{Accounting, Ledger};
 use app::api::{ErrorCode, Home, ProductView, Strategy};
-use sqlx::MySqlPool;
+use app::db::Db;
 use testkit::{Api, Clicks, Crowd, Outcomes, Retry};
 
 use crate::drive::latency::Latencies;
@@ -45,7 +45,7 @@ const AT_THE_DOOR: Retry = Retry {
 const DRAIN_LIMIT: Duration = Duration::from_secs(60);
 
 /// Resets the product, runs the sale, reads the ledger.
-pub async fn run_sale(api: &Api, db: &MySqlPool, plan: &SalePlan) -> Result<SaleResult> {
+pub async fn run_sale(api: &Api, db: &Db, plan: &SalePlan) -> Result<SaleResult> {
     api.reset_product(plan.product, plan.stock, plan.strategy.home())
         .await?;
     let retries_before = retries_in_metrics(&api.metrics().await, plan.strategy);
@@ -102,7 +102,7 @@ pub async fn run_sale(api: &Api, db: &MySqlPool, plan: &SalePlan) -> Result<Sale
 /// drained (and how long the drain took); else from the database.
 pub async fn read_ledger(
     api: &Api,
-    db: &MySqlPool,
+    db: &Db,
     product: u64,
     home: Home,
 ) -> Result<(Ledger, Option<Duration>)> {
@@ -111,7 +111,7 @@ pub async fn read_ledger(
         let (view, drained) = drain(api, product).await?;
         return Ok((Ledger::of(view), Some(drained)));
     }
-    let ledger = app::inventory::ledger(&app::db::Engines::MySql(db.clone()), None, product)
+    let ledger = app::inventory::ledger(db, None, product)
         .await
         .with_context(|| format!("reading the ledger of product {product}"))?
         .with_context(|| format!("product {product} vanished during the sale"))?;

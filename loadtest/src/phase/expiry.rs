@@ -24,7 +24,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
-use sqlx::MySqlPool;
+use app::db::Db;
+use app::db::engine::Sql;
 
 use super::{About, Allotment, Measured, Measuring, Needs, Phase, Recorded, Run, Turn};
 use crate::analyse::spread;
@@ -58,7 +59,7 @@ pub struct ExpiryPlan<'a> {
 }
 
 /// Runs the rounds; leaves every sweep running and the product with no stock and no orders.
-pub async fn run_expiry(api: &Api, db: &MySqlPool, plan: &ExpiryPlan<'_>) -> Result<ExpiryCost> {
+pub async fn run_expiry(api: &Api, db: &Db, plan: &ExpiryPlan<'_>) -> Result<ExpiryCost> {
     let shape = plan.shape;
     let buyers = ThroughputPlan {
         window: Window::from_secs(shape.warmup, shape.seconds),
@@ -131,7 +132,7 @@ pub async fn run_expiry(api: &Api, db: &MySqlPool, plan: &ExpiryPlan<'_>) -> Res
 /// payments, the orders expired by its end, and how long it lasted.
 async fn one_loop(
     api: &Api,
-    db: &MySqlPool,
+    db: &Db,
     buyers: &ThroughputPlan,
     shape: &ExpiryShape,
     round: usize,
@@ -194,27 +195,33 @@ async fn one_loop(
 
 /// Reserved orders of products other than `product` that are due, or fall due within
 /// `within`: what the sweeps would expire ahead of `product`'s during a loop that long.
-async fn due_elsewhere(db: &MySqlPool, product: u64, within: Duration) -> Result<u64> {
-    let (n,): (i64,) = sqlx::query_as(
-        "SELECT COUNT(*) FROM orders WHERE state = 'reserved' AND product_id <> ? \
-         AND pay_by <= NOW(6) + INTERVAL ? MICROSECOND",
-    )
-    .bind(product)
-    .bind(i64::try_from(within.as_micros())?)
-    .fetch_one(db)
-    .await
+async fn due_elsewhere(db: &Db, product: u64, within: Duration) -> Result<u64> {
+    const DUE: Sql = app::sql!(
+        mysql: "SELECT COUNT(*) FROM orders WHERE state = 'reserved' AND product_id <> ? \
+                AND pay_by <= NOW(6) + INTERVAL ? MICROSECOND",
+        postgres: "SELECT COUNT(*) FROM orders WHERE state = 'reserved' AND product_id <> ? \
+                   AND pay_by <= clock_timestamp() + INTERVAL '1 microsecond' * ?",
+    );
+    let (product, within) = (i64::try_from(product)?, i64::try_from(within.as_micros())?);
+    let n: i64 = app::each_engine!(db, |pool, e| sqlx::query_scalar(e.sql(DUE))
+        .bind(product)
+        .bind(within)
+        .fetch_one(pool)
+        .await)
     .context("counting the other products' due orders")?;
     Ok(u64::try_from(n)?)
 }
 
 /// Orders of `product` that expired (their units back, or on their way).
-async fn expired_orders(db: &MySqlPool, product: u64) -> Result<u64> {
-    let (n,): (i64,) = sqlx::query_as(
-        "SELECT COUNT(*) FROM orders WHERE product_id = ? AND state IN ('expired', 'expiring')",
-    )
-    .bind(product)
-    .fetch_one(db)
-    .await
+async fn expired_orders(db: &Db, product: u64) -> Result<u64> {
+    const EXPIRED: Sql = app::sql!(
+        "SELECT COUNT(*) FROM orders WHERE product_id = ? AND state IN ('expired', 'expiring')"
+    );
+    let product_id = i64::try_from(product)?;
+    let n: i64 = app::each_engine!(db, |pool, e| sqlx::query_scalar(e.sql(EXPIRED))
+        .bind(product_id)
+        .fetch_one(pool)
+        .await)
     .with_context(|| format!("counting the expired orders of product {product}"))?;
     Ok(u64::try_from(n)?)
 }

@@ -35,8 +35,8 @@ pub mod round_trips;
 
 use anyhow::Result;
 use app::api::{Safety, StrategyInfo};
+use app::db::Db;
 use futures::future::LocalBoxFuture;
-use sqlx::MySqlPool;
 use testkit::Api;
 
 pub use allocate::{Allocator, Allotment};
@@ -139,7 +139,7 @@ pub struct Run<'a> {
     /// The app instances, every purchase to instance `i % K`.
     pub api: &'a Api,
     /// The run's database, to read what the app wrote.
-    pub db: &'a MySqlPool,
+    pub db: &'a Db,
     /// The settings every app instance started with.
     pub app: &'a app::config::Config,
     /// The app instances' processes, whose memory a phase may watch.

@@ -293,12 +293,18 @@ pub fn environment(r: &RunReport) -> Table {
     if let Some(servers) = r.world.and_then(|w| w.topology.described()) {
         t.row(["topology", servers]);
     }
+    if let Some(engine) = r.world.and_then(|w| w.engine.described()) {
+        t.row(["engine", engine]);
+    }
     t.row(["load generator build", &e.generator_build]);
     for (k, v) in &e.versions {
         t.row([format!("{k} version"), v.clone()]);
     }
     for (k, v) in e.mariadb.iter().filter(|(k, _)| *k != "version") {
         t.row([format!("MariaDB `{k}`"), v.clone()]);
+    }
+    for (k, v) in e.postgres.iter().filter(|(k, _)| *k != "server_version") {
+        t.row([format!("PostgreSQL `{k}`"), v.clone()]);
     }
     for (k, v) in e.redis.iter().filter(|(k, _)| *k != "redis_version") {
         t.row([format!("Redis `{k}`"), v.clone()]);

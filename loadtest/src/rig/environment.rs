@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use app::db::{Db, Engines};
 use deadpool_redis::redis;
-use sqlx::MySqlPool;
 
 use crate::schema::{DiskFlush, Environment};
 
@@ -15,11 +15,15 @@ const MARIADB_VARIABLES: &str = "SHOW GLOBAL VARIABLES WHERE Variable_name IN (\
     'innodb_buffer_pool_size', 'innodb_doublewrite', 'innodb_flush_method', \
     'transaction_isolation', 'tx_isolation', 'max_connections')";
 
+const POSTGRES_SETTINGS: &str = "SELECT name, setting FROM pg_settings WHERE name IN (\
+    'server_version', 'synchronous_commit', 'fsync', 'wal_sync_method', 'full_page_writes', \
+    'shared_buffers', 'commit_delay', 'default_transaction_isolation', 'max_connections')";
+
 /// Gathers everything; what cannot be read is left out rather than failing the run.
 pub async fn gather(
     servers: &'static str,
     versions: Option<sandbox::Versions>,
-    db: &MySqlPool,
+    db: &Db,
     redis_url: &str,
 ) -> Environment {
     let mut v = BTreeMap::new();
@@ -30,9 +34,15 @@ pub async fn gather(
         v.insert("etcd".into(), s.etcd);
         v.insert("memcached".into(), s.memcached);
     }
-    let mariadb = mariadb_variables(db).await;
+    let (mariadb, postgres) = match db {
+        Engines::MySql(_) => (settings(db, MARIADB_VARIABLES).await, BTreeMap::new()),
+        Engines::Postgres(_) => (BTreeMap::new(), settings(db, POSTGRES_SETTINGS).await),
+    };
     if let Some(version) = mariadb.get("version") {
         v.entry("mariadb".into()).or_insert_with(|| version.clone());
+    }
+    if let Some(version) = postgres.get("server_version") {
+        v.insert("postgresql".into(), version.clone());
     }
     let redis = redis_settings(redis_url).await;
     if let Some(version) = redis.get("redis_version") {
@@ -63,6 +73,7 @@ pub async fn gather(
         servers: servers.to_string(),
         versions: v,
         mariadb,
+        postgres,
         redis,
         app: app_settings(|name| std::env::var(name).ok()),
         disk_flush,
@@ -117,12 +128,13 @@ fn app_settings(var: impl Fn(&str) -> Option<String>) -> BTreeMap<String, String
         .collect()
 }
 
-async fn mariadb_variables(db: &MySqlPool) -> BTreeMap<String, String> {
-    sqlx::query_as::<_, (String, String)>(MARIADB_VARIABLES)
-        .fetch_all(db)
-        .await
-        .map(|rows| rows.into_iter().collect())
-        .unwrap_or_default()
+/// The settings a statement of two text columns (name, value) lists; none if it fails.
+async fn settings(db: &Db, sql: &'static str) -> BTreeMap<String, String> {
+    app::each_engine!(db, |pool, _e| sqlx::query_as::<_, (String, String)>(sql)
+        .fetch_all(pool)
+        .await)
+    .map(|rows| rows.into_iter().collect())
+    .unwrap_or_default()
 }
 
 async fn redis_settings(url: &str) -> BTreeMap<String, String> {

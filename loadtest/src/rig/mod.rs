@@ -31,6 +31,9 @@ pub struct Process {
     pub pid: u32,
     /// One thread of the process: only its time is counted.
     pub thread: Option<u32>,
+    /// Its child processes' time is counted with its own, the living and the ended: a server
+    /// with a process per connection (PostgreSQL).
+    pub with_children: bool,
 }
 
 impl Process {
@@ -40,6 +43,16 @@ impl Process {
             group: group.into(),
             pid,
             thread: None,
+            with_children: false,
+        }
+    }
+
+    /// A server and the processes it starts, one group (PostgreSQL's postmaster and its
+    /// process per connection).
+    pub fn with_children(name: impl Into<String>, group: impl Into<String>, pid: u32) -> Process {
+        Process {
+            with_children: true,
+            ..Process::new(name, group, pid)
         }
     }
 
@@ -68,6 +81,11 @@ impl Process {
             Some(tid) => format!("/proc/{}/task/{tid}/stat", self.pid),
         }
     }
+
+    /// Where its living child processes are listed (those its main thread started).
+    pub fn children_path(&self) -> String {
+        format!("/proc/{0}/task/{0}/children", self.pid)
+    }
 }
 
 /// Where a run goes: servers, the app binary, the database the app instances use.
@@ -87,6 +105,9 @@ pub struct Target {
     pub bench_binary: PathBuf,
     /// Database name the app instances create and use.
     pub database: String,
+    /// The engine the app instances keep their rows in: the lone MariaDB of `endpoints`, or
+    /// its PostgreSQL (`endpoints.postgres_url`), which the SQL baselines then measure.
+    pub engine: world::Engine,
     /// The servers' processes, for CPU accounting (none for external servers).
     pub processes: Vec<Process>,
     /// The relays that stand between, when the servers are at a distance: they count the
@@ -165,9 +186,20 @@ impl Target {
         endpoints
     }
 
-    /// The URL of the run's database (`database`) on the server `endpoints` name.
+    /// The URL of the run's database (`database`) on the server of the run's engine that
+    /// `endpoints` name.
     pub fn database_url(&self, endpoints: &Endpoints) -> String {
-        self.database_on(&endpoints.database_url)
+        self.database_on(&self.database_server(endpoints))
+    }
+
+    /// The server of the run's engine that `endpoints` name, without a database: where the
+    /// SQL baselines run.
+    pub fn database_server(&self, endpoints: &Endpoints) -> String {
+        match self.engine {
+            world::Engine::MariaDb => endpoints.database_url.clone(),
+            world::Engine::Postgres => (endpoints.postgres_url.clone())
+                .expect("a run on PostgreSQL stands on servers with a PostgreSQL"),
+        }
     }
 
     fn database_on(&self, server: &str) -> String {
@@ -255,18 +287,16 @@ impl Target {
         Ok((apps, api))
     }
 
-    /// A few connections to the database at `db_url` (the run's reads of what the app wrote),
-    /// and the environment the run measured in, its Redis at `redis_url`.
+    /// A few connections to the database at `db_url`, of the engine its scheme names (the
+    /// run's reads of what the app wrote), and the environment the run measured in, its Redis
+    /// at `redis_url`.
     pub async fn connect(
         &self,
         db_url: &str,
         redis_url: &str,
-    ) -> Result<(sqlx::MySqlPool, crate::schema::Environment)> {
-        let db = sqlx::mysql::MySqlPoolOptions::new()
-            .max_connections(4)
-            .connect(db_url)
-            .await
-            .with_context(|| format!("connecting to {db_url}"))?;
+    ) -> Result<(app::db::Db, crate::schema::Environment)> {
+        let db =
+            (app::db::open(db_url).await).with_context(|| format!("connecting to {db_url}"))?;
         let environment =
             environment::gather(self.servers, self.versions.clone(), &db, redis_url).await;
         Ok((db, environment))

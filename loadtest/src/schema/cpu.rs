@@ -57,9 +57,11 @@ impl CpuUse {
 }
 
 /// The CPU groups in the order the report lists them, with their words.
-pub const GROUPS: [(&str, &str); 16] = [
+pub const GROUPS: [(&str, &str); 17] = [
     ("app", "the app instances"),
     ("mariadbd", "mariadbd"),
+    // PostgreSQL's postmaster and its process per connection (`run --engine postgres`).
+    ("postgres", "PostgreSQL"),
     // A primary and its replica (`run --replicas`).
     ("mariadb-primary", "the MariaDB primary"),
     ("mariadb-replica", "the MariaDB replica"),

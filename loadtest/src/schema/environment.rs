@@ -22,6 +22,10 @@ pub struct Environment {
     pub versions: BTreeMap<String, String>,
     /// MariaDB variables that decide durability and concurrency.
     pub mariadb: BTreeMap<String, String>,
+    /// PostgreSQL settings that decide durability and concurrency, on a run whose rows it
+    /// holds (`run --engine postgres`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub postgres: BTreeMap<String, String>,
     /// Redis persistence settings.
     pub redis: BTreeMap<String, String>,
     /// The app's settings its instances read from the run's environment (`SECKILL_…`) instead

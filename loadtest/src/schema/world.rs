@@ -32,11 +32,45 @@ pub struct World {
     pub instances: usize,
 }
 
-/// The database engine.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// The database engine the app instances keep their rows in (`run --engine`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum Engine {
+    #[value(name = "mariadb")]
     MariaDb,
+    /// PostgreSQL: the app's rows there, its baselines beside `pgbench`.
+    Postgres,
+}
+
+impl Engine {
+    /// Its name in a report.
+    pub fn name(self) -> &'static str {
+        match self {
+            Engine::MariaDb => "MariaDB",
+            Engine::Postgres => "PostgreSQL",
+        }
+    }
+
+    /// What the report says of it, where it is not MariaDB (the engine of every run before a
+    /// run could choose).
+    pub fn described(self) -> Option<&'static str> {
+        match self {
+            Engine::MariaDb => None,
+            Engine::Postgres => Some(
+                "PostgreSQL holds the rows: the app instances, the run's reads and the SQL \
+                 baselines (beside `pgbench`) are on it; the lock services and Redis as in \
+                 every run",
+            ),
+        }
+    }
+
+    /// The name a run's folder carries after its time stamp, where not MariaDB.
+    pub fn folder_suffix(self) -> Option<&'static str> {
+        match self {
+            Engine::MariaDb => None,
+            Engine::Postgres => Some("postgres"),
+        }
+    }
 }
 
 /// How the servers are arranged.
@@ -216,6 +250,11 @@ impl World {
             buyers: Distance::Local,
             instances,
         }
+    }
+
+    /// The same world with the rows on `engine`.
+    pub fn on(self, engine: Engine) -> World {
+        World { engine, ..self }
     }
 
     /// The same world with the servers arranged as `topology`.

@@ -28,7 +28,8 @@ async fn every_baseline_is_measured_and_the_strategy_is_compared_with_its_own() 
         );
     }
     for b in &report.baselines {
-        let Some(tool) = loadtest::measure::baselines::tool_of(b.name) else {
+        let Some(tool) = loadtest::measure::baselines::tool_of(b.name, app::db::Engine::MySql)
+        else {
             assert!(b.standard_tool.is_none(), "{}", b.name);
             continue;
         };

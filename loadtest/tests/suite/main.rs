@@ -16,6 +16,7 @@ mod live_page;
 mod lock_bench;
 mod lock_matrix;
 mod lock_peers;
+mod on_postgres;
 mod order_scenarios;
 mod overload;
 mod redis_cluster;

@@ -6,9 +6,11 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use app::api::Strategy;
+use app::db::engine::Sql;
+use app::db::{Db, Engine, Engines};
 use deadpool_redis::redis;
-use sqlx::mysql::MySqlPoolOptions;
-use sqlx::{Connection, MySqlConnection, MySqlPool};
+use sqlx::postgres::PgConnection;
+use sqlx::{Connection, MySqlConnection};
 use testkit::{Answer, Api, order_request};
 
 use super::{Item, Plan, Targets};
@@ -18,23 +20,27 @@ use crate::drive::load::{Window, closed_loop, closed_loop_by_worker};
 use crate::measure::tools;
 use crate::schema::{BaselineName, LoadResult};
 
-/// Must match the `CREATE DATABASE` statement below.
-const DATABASE: &str = "seckill_baseline";
 const UNLIMITED: i64 = 1_000_000_000;
 /// A baseline's successful deduction counts as a created order.
 const DEDUCTED: Answer = Answer::Created {
     fencing_token: None,
 };
 
+/// Connections of the run's engine, one per worker.
+type Connections = Engines<Dedicated<MySqlConnection>, Dedicated<PgConnection>>;
+
 /// The connections every measurement reuses, opened once.
 pub(super) struct Bench<'a> {
     targets: &'a Targets<'a>,
     plan: &'a Plan,
+    /// The database of their own: `seckill_baseline_<8 hex digits>`, made for these
+    /// measurements and dropped after them, so that two runs on one server never share rows.
+    database: String,
     /// Resets rows between runs.
-    admin: MySqlPool,
+    admin: Db,
     /// One set of connections per connection count used (fair count, sweep points), one
     /// connection per worker.
-    sets: Vec<(usize, Dedicated)>,
+    sets: Vec<(usize, Connections)>,
     redis: RedisLua,
 }
 
@@ -44,12 +50,20 @@ impl<'a> Bench<'a> {
         counts.extend(&plan.sweep);
         counts.sort_unstable();
         counts.dedup();
-        let admin = baseline_database(targets.database_url).await?;
-        let url = format!("{}/{DATABASE}", targets.database_url.trim_end_matches('/'));
+        let database = format!(
+            "seckill_baseline_{}",
+            &uuid::Uuid::new_v4().simple().to_string()[..8]
+        );
+        let admin = baseline_database(targets.database_url, &database).await?;
+        let url = format!("{}/{database}", targets.database_url.trim_end_matches('/'));
         let mut sets = Vec::new();
         for n in counts {
-            let set = (Dedicated::open(&url, n).await)
-                .with_context(|| format!("opening {n} connections to the baselines' database"))?;
+            let set = match admin.engine() {
+                Engine::MySql => Dedicated::open(&url, n).await.map(Engines::MySql),
+                Engine::Postgres => Dedicated::open(&url, n).await.map(Engines::Postgres),
+            };
+            let set =
+                set.with_context(|| format!("opening {n} connections to the baselines' database"))?;
             sets.push((n, set));
         }
         reset_row(&admin, 2).await?;
@@ -58,13 +72,19 @@ impl<'a> Bench<'a> {
         Ok(Bench {
             targets,
             plan,
+            database,
             admin,
             sets,
             redis,
         })
     }
 
-    fn connections(&self, n: usize) -> Dedicated {
+    /// The engine of the database the SQL baselines run on.
+    pub(super) fn engine(&self) -> Engine {
+        self.admin.engine()
+    }
+
+    fn connections(&self, n: usize) -> Connections {
         self.sets
             .iter()
             .find(|(count, _)| *count == n)
@@ -87,12 +107,8 @@ impl<'a> Bench<'a> {
                 closed_loop_by_worker(db, budget, move |w, i| {
                     let (set, request_id) = (set.clone(), format!("{run}-{i}"));
                     async move {
-                        let mut conn = set.take(w);
-                        let answer = conditional_purchase(&mut conn, &request_id)
-                            .await
-                            .unwrap_or(Answer::Transport);
-                        set.put(w, conn);
-                        answer
+                        (conditional_purchase(&set, w, &request_id).await)
+                            .unwrap_or(Answer::Transport)
                     }
                 })
                 .await
@@ -136,13 +152,22 @@ impl<'a> Bench<'a> {
             }
             BaselineName::SqlHotRow | BaselineName::SqlConditional => {
                 let work = if name == BaselineName::SqlHotRow {
-                    tools::mysqlslap::Work::HotRow
+                    tools::Work::HotRow
                 } else {
                     reset_row(&self.admin, 1).await?;
-                    tools::mysqlslap::Work::ConditionalTransaction
+                    tools::Work::ConditionalTransaction
                 };
                 let url = self.targets.database_url;
-                tools::mysqlslap::measure(url, DATABASE, work, db, operations, limit).await
+                match self.engine() {
+                    Engine::MySql => {
+                        tools::mysqlslap::measure(url, &self.database, work, db, operations, limit)
+                            .await
+                    }
+                    Engine::Postgres => {
+                        let seconds = window.measure.as_secs_f64();
+                        tools::pgbench::measure(url, &self.database, work, db, seconds, limit).await
+                    }
+                }
             }
             BaselineName::RedisLua => {
                 let (url, c) = (self.targets.redis_url, self.plan.concurrency);
@@ -159,9 +184,10 @@ impl<'a> Bench<'a> {
 
     pub(super) async fn close(self) -> Result<()> {
         for (_, set) in &self.sets {
-            set.close().await;
+            app::each_engine!(set, |s, _e| s.close().await);
         }
         self.admin.close().await;
+        drop_database(self.targets.database_url, &self.database).await?;
         self.redis.close().await
     }
 }
@@ -178,17 +204,20 @@ async fn noops(api: &Api, workers: usize, budget: Window) -> LoadResult {
 }
 
 /// The bare hot-row UPDATE from one task per connection of `set`.
-async fn hot_row(set: Dedicated, budget: Window) -> LoadResult {
-    closed_loop_by_worker(set.len(), budget, move |w, _| {
+async fn hot_row(set: Connections, budget: Window) -> LoadResult {
+    const HOT_ROW: Sql = app::sql!("UPDATE products SET stock = stock - 1 WHERE id = 2");
+    let workers = app::each_engine!(&set, |s, _e| s.len());
+    closed_loop_by_worker(workers, budget, move |w, _| {
         let set = set.clone();
         async move {
-            let mut conn = set.take(w);
-            let done = sqlx::query("UPDATE products SET stock = stock - 1 WHERE id = 2")
-                .execute(&mut conn)
-                .await;
-            set.put(w, conn);
+            let done = app::each_engine!(&set, |s, e| {
+                let mut conn = s.take(w);
+                let done = sqlx::query(e.sql(HOT_ROW)).execute(&mut conn).await;
+                s.put(w, conn);
+                done.map(drop)
+            });
             match done {
-                Ok(_) => DEDUCTED,
+                Ok(()) => DEDUCTED,
                 Err(_) => Answer::Transport,
             }
         }
@@ -196,80 +225,98 @@ async fn hot_row(set: Dedicated, budget: Window) -> LoadResult {
     .await
 }
 
-/// Creates the baseline database afresh and migrates it; a small pool on it for resets.
-async fn baseline_database(server_url: &str) -> Result<MySqlPool> {
-    let admin = MySqlPoolOptions::new()
-        .max_connections(1)
-        .connect(server_url)
-        .await
-        .with_context(|| format!("connecting to {server_url}"))?;
-    // Fresh each run: the migrations create every table, and no row of a previous run stays.
-    for sql in [
-        "DROP DATABASE IF EXISTS seckill_baseline",
-        "CREATE DATABASE seckill_baseline",
-    ] {
-        sqlx::query(sql).execute(&admin).await?;
-    }
-    admin.close().await;
-    let db = MySqlPoolOptions::new()
-        .max_connections(2)
-        .connect(&format!("{}/{DATABASE}", server_url.trim_end_matches('/')))
-        .await?;
+/// Creates the database `name` afresh on the server at `server_url` and migrates it; a small
+/// pool on it for resets.
+async fn baseline_database(server_url: &str, name: &str) -> Result<Db> {
+    let server =
+        (app::db::open(server_url).await).with_context(|| format!("connecting to {server_url}"))?;
+    let created = app::each_engine!(&server, |pool, e| sqlx::query(
+        e.text(format!("CREATE DATABASE {name}"))
+    )
+    .execute(pool)
+    .await
+    .map(drop));
+    server.close().await;
+    created.with_context(|| format!("creating the database {name}"))?;
+    let db = app::db::open(&format!("{}/{name}", server_url.trim_end_matches('/'))).await?;
     // The app's own migrations: both pay for the same rows and indexes.
-    app::db::migrate(&app::db::Engines::MySql(db.clone()))
+    app::db::migrate(&db)
         .await
         .context("migrating the baseline database")?;
     Ok(db)
 }
 
-async fn reset_row(db: &MySqlPool, id: i64) -> Result<()> {
-    sqlx::query(
-        "INSERT INTO products (id, stock, initial_stock) VALUES (?, ?, ?) \
-         ON DUPLICATE KEY UPDATE stock = VALUES(stock), initial_stock = VALUES(initial_stock)",
+/// Drops the database `name` from the server at `server_url`, its connections closed.
+async fn drop_database(server_url: &str, name: &str) -> Result<()> {
+    let server = app::db::open(server_url).await?;
+    let dropped = app::each_engine!(&server, |pool, e| sqlx::query(
+        e.text(format!("DROP DATABASE IF EXISTS {name}"))
     )
-    .bind(id)
-    .bind(UNLIMITED)
-    .bind(UNLIMITED)
-    .execute(db)
-    .await?;
-    sqlx::query("DELETE FROM orders WHERE product_id = ?")
-        .bind(id)
-        .execute(db)
-        .await?;
+    .execute(pool)
+    .await
+    .map(drop));
+    server.close().await;
+    dropped.with_context(|| format!("dropping the database {name}"))?;
+    Ok(())
+}
+
+async fn reset_row(db: &Db, id: i64) -> Result<()> {
+    const PUT: Sql = app::sql!(
+        mysql: "INSERT INTO products (id, stock, initial_stock) VALUES (?, ?, ?) \
+                ON DUPLICATE KEY UPDATE stock = VALUES(stock), initial_stock = VALUES(initial_stock)",
+        postgres: "INSERT INTO products (id, stock, initial_stock) VALUES (?, ?, ?) \
+                   ON CONFLICT (id) DO UPDATE \
+                   SET stock = EXCLUDED.stock, initial_stock = EXCLUDED.initial_stock",
+    );
+    const FORGET: Sql = app::sql!("DELETE FROM orders WHERE product_id = ?");
+    app::execute!(db, PUT, id, UNLIMITED, UNLIMITED)?;
+    app::execute!(db, FORGET, id)?;
     Ok(())
 }
 
 /// The `conditional` strategy's statements (app/src/strategy/conditional.rs): the guarded
-/// decrement, then the order INSERT, in one transaction.
+/// decrement, then the order INSERT, in one transaction, on worker `w`'s connection of `set`.
 async fn conditional_purchase(
-    conn: &mut MySqlConnection,
+    set: &Connections,
+    w: usize,
     request_id: &str,
 ) -> Result<Answer, sqlx::Error> {
-    let mut tx = conn.begin().await?;
-    let updated = sqlx::query("UPDATE products SET stock = stock - ? WHERE id = ? AND stock >= ?")
-        .bind(1_i64)
-        .bind(1_u64)
-        .bind(1_i64)
-        .execute(&mut *tx)
-        .await?;
-    if updated.rows_affected() == 0 {
-        tx.rollback().await?;
-        return Ok(Answer::SOLD_OUT);
-    }
-    sqlx::query(
+    const DEDUCT: Sql =
+        app::sql!("UPDATE products SET stock = stock - ? WHERE id = ? AND stock >= ?");
+    const PLACE: Sql = app::sql!(
         "INSERT INTO orders (product_id, user_id, quantity, strategy, request_id, fencing_token) \
-         VALUES (?, ?, ?, ?, ?, ?)",
-    )
-    .bind(1_u64)
-    .bind("baseline")
-    .bind(1_i64)
-    .bind(Strategy::Conditional.name())
-    .bind(request_id)
-    .bind(None::<u64>)
-    .execute(&mut *tx)
-    .await?;
-    tx.commit().await?;
-    Ok(DEDUCTED)
+         VALUES (?, ?, ?, ?, ?, ?)"
+    );
+    app::each_engine!(set, |s, e| {
+        let mut conn = s.take(w);
+        let answer: Result<Answer, sqlx::Error> = async {
+            let mut tx = conn.begin().await?;
+            let updated = (sqlx::query(e.sql(DEDUCT))
+                .bind(1_i64)
+                .bind(1_i64)
+                .bind(1_i64))
+            .execute(&mut *tx)
+            .await?;
+            if updated.rows_affected() == 0 {
+                tx.rollback().await?;
+                return Ok(Answer::SOLD_OUT);
+            }
+            sqlx::query(e.sql(PLACE))
+                .bind(1_i64)
+                .bind("baseline")
+                .bind(1_i64)
+                .bind(Strategy::Conditional.name())
+                .bind(request_id)
+                .bind(None::<i64>)
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            Ok(DEDUCTED)
+        }
+        .await;
+        s.put(w, conn);
+        answer
+    })
 }
 
 const DECREMENT: &str = r"

@@ -18,8 +18,9 @@
 //!   ([`crate::rig::http_floor`]), as many as the app instances: what HTTP alone makes a
 //!   refusal cost beside a no-op, the floor under the flood's refusals once sold out.
 //!
-//! They run in their own database (`seckill_baseline`), created by the app's own migrations,
-//! so they never touch the app's rows.
+//! They run in a database of their own (`seckill_baseline_<8 hex digits>`, dropped after
+//! them), created by the app's own migrations, so they never touch the app's rows nor another
+//! run's.
 //!
 //! Each is measured several times, interleaved with the others (see [`crate::analyse::spread`]). The
 //! database baselines run at the connection count the app instances' pools hold together:
@@ -30,6 +31,7 @@
 mod bench;
 
 use anyhow::{Context, Result};
+use app::db::Engine;
 
 use testkit::Api;
 
@@ -86,11 +88,12 @@ enum Item {
 }
 
 impl Item {
-    fn label(self) -> String {
+    /// What it is, its standard tool the one of `engine`'s server.
+    fn label(self, engine: Engine) -> String {
         match self {
             Item::Ours(name) => name.to_string(),
             Item::Sweep(n) => format!("hot-row sweep, {n} connection(s)"),
-            Item::Tool(name) => format!("{name} through {}", tool_of(name).unwrap_or("?")),
+            Item::Tool(name) => format!("{name} through {}", tool_of(name, engine).unwrap_or("?")),
         }
     }
 }
@@ -123,11 +126,14 @@ impl<'a> Backends<'a> {
     }
 }
 
-/// The standard tool that does a baseline's work, if one does.
-pub fn tool_of(name: BaselineName) -> Option<&'static str> {
+/// The standard tool that does a baseline's work on `engine`'s server, if one does.
+pub fn tool_of(name: BaselineName, engine: Engine) -> Option<&'static str> {
     match name {
         BaselineName::HttpNoop => Some(tools::wrk::TOOL),
-        BaselineName::SqlConditional | BaselineName::SqlHotRow => Some(tools::mysqlslap::TOOL),
+        BaselineName::SqlConditional | BaselineName::SqlHotRow => Some(match engine {
+            Engine::MySql => tools::mysqlslap::TOOL,
+            Engine::Postgres => tools::pgbench::TOOL,
+        }),
         BaselineName::RedisLua => Some(tools::redis_benchmark::TOOL),
         BaselineName::GooseNoop | BaselineName::HttpFloorNoop | BaselineName::HttpFloorRefusal => {
             None
@@ -139,7 +145,11 @@ pub fn tool_of(name: BaselineName) -> Option<&'static str> {
 fn items(plan: &Plan) -> Vec<Item> {
     BaselineName::ALL
         .iter()
-        .flat_map(|n| [Some(Item::Ours(*n)), tool_of(*n).map(|_| Item::Tool(*n))])
+        .flat_map(|n| {
+            // A baseline with a tool has one on either engine.
+            let tool = tool_of(*n, Engine::MySql).map(|_| Item::Tool(*n));
+            [Some(Item::Ours(*n)), tool]
+        })
         .flatten()
         .chain(plan.sweep.iter().map(|n| Item::Sweep(*n)))
         .collect()
@@ -167,7 +177,7 @@ pub async fn run_all(
     let mut tool_runs: Vec<tools::Runs> = vec![tools::Runs::default(); items.len()];
     let mut spans: Vec<Span> = vec![Span::default(); items.len()];
     for (round, i) in crate::analyse::spread::interleaved(items.len(), plan.rounds) {
-        on_phase(&items[i].label(), round + 1, plan.rounds);
+        on_phase(&items[i].label(bench.engine()), round + 1, plan.rounds);
         let before = sampler.sample();
         if let Item::Tool(name) = items[i] {
             // Sized from our own run of the same work just before, to last about as long.
@@ -181,13 +191,14 @@ pub async fn run_all(
                 span.successes = *operations;
                 spans[i].add(&span);
             }
-            tool_runs[i].push(tool_of(name).unwrap_or_default(), command, outcome);
+            let tool = tool_of(name, bench.engine()).unwrap_or_default();
+            tool_runs[i].push(tool, command, outcome);
             continue;
         }
         let result = bench
             .measure(items[i])
             .await
-            .with_context(|| format!("baseline {}", items[i].label()))?;
+            .with_context(|| format!("baseline {}", items[i].label(bench.engine())))?;
         spans[i].add(&sampler.spent(&before, &result));
         runs[i].push(result);
     }

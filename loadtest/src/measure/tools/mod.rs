@@ -1,8 +1,8 @@
 //! The standard tools beside the baselines: the same work, on the same server, in the same
-//! run, driven by the tool people already trust for it — `mysqlslap` for the SQL baselines,
-//! `redis-benchmark` for the Lua script, `wrk` for `GET /api/noop`. Each baseline is then a
-//! pair of figures, ours and theirs, and their ratio says whether our load generator, not the
-//! server, is the ceiling of a figure.
+//! run, driven by the tool people already trust for it — `mysqlslap` for the SQL baselines on
+//! MariaDB and `pgbench` on PostgreSQL, `redis-benchmark` for the Lua script, `wrk` for
+//! `GET /api/noop`. Each baseline is then a pair of figures, ours and theirs, and their ratio
+//! says whether our load generator, not the server, is the ceiling of a figure.
 //!
 //! A tool that is not installed is reported as such, never replaced by a guess. Each tool runs
 //! as a child process; its CPU time is read from this process's waited-for-children times
@@ -10,6 +10,7 @@
 //! generator's.
 
 pub mod mysqlslap;
+pub mod pgbench;
 pub mod redis_benchmark;
 pub mod wrk;
 
@@ -18,6 +19,14 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use crate::schema::{Spread, StandardTool, ToolStatus};
+
+/// The SQL baselines' work, which `mysqlslap` and `pgbench` run in the statements of the
+/// `sql-hot-row` and `sql-conditional` baselines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Work {
+    HotRow,
+    ConditionalTransaction,
+}
 
 /// One run of a tool.
 #[derive(Debug, Clone, PartialEq)]

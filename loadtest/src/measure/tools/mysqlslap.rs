@@ -7,35 +7,27 @@
 
 use std::time::Duration;
 
-use super::{Outcome, address, find, run, shown};
+use super::{Outcome, Work, address, find, run, shown};
 
 pub const TOOL: &str = "mysqlslap";
 
-/// The work, in the statements of the `sql-hot-row` and `sql-conditional` baselines.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Work {
-    HotRow,
-    ConditionalTransaction,
-}
-
-impl Work {
-    fn query(self) -> &'static str {
-        match self {
-            Work::HotRow => "UPDATE products SET stock = stock - 1 WHERE id = 2",
-            Work::ConditionalTransaction => {
-                "BEGIN;UPDATE products SET stock = stock - 1 WHERE id = 1 AND stock >= 1;\
-                 INSERT INTO orders (product_id, user_id, quantity, strategy, request_id, \
-                 fencing_token) VALUES (1, 'baseline', 1, 'conditional', UUID(), NULL);COMMIT"
-            }
+/// The work's statements, as one `--query` (a transaction's four joined by `;`).
+fn query(work: Work) -> &'static str {
+    match work {
+        Work::HotRow => "UPDATE products SET stock = stock - 1 WHERE id = 2",
+        Work::ConditionalTransaction => {
+            "BEGIN;UPDATE products SET stock = stock - 1 WHERE id = 1 AND stock >= 1;\
+             INSERT INTO orders (product_id, user_id, quantity, strategy, request_id, \
+             fencing_token) VALUES (1, 'baseline', 1, 'conditional', UUID(), NULL);COMMIT"
         }
     }
+}
 
-    /// Statements per operation.
-    fn statements(self) -> u64 {
-        match self {
-            Work::HotRow => 1,
-            Work::ConditionalTransaction => 4,
-        }
+/// Statements per operation.
+fn statements_of(work: Work) -> u64 {
+    match work {
+        Work::HotRow => 1,
+        Work::ConditionalTransaction => 4,
     }
 }
 
@@ -44,7 +36,7 @@ pub fn statements(work: Work, operations: f64, clients: usize) -> (u64, u64) {
     let clients = clients.max(1) as u64;
     let per_client = ((operations / clients as f64).ceil() as u64).max(10);
     let ops = per_client * clients;
-    (ops * work.statements(), ops)
+    (ops * statements_of(work), ops)
 }
 
 /// "Average number of seconds to run all queries: 0.151 seconds" → 0.151.
@@ -89,9 +81,9 @@ pub async fn measure(
         format!("--concurrency={clients}"),
         "--iterations=1".into(),
         format!("--number-of-queries={total}"),
-        format!("--query={}", work.query()),
+        format!("--query={}", query(work)),
     ];
-    if work.statements() > 1 {
+    if statements_of(work) > 1 {
         args.push("--delimiter=;".into());
     }
     let command = shown(TOOL, &args);

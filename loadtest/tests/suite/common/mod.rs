@@ -61,6 +61,7 @@ pub fn target() -> Target {
             "bench_test_{}",
             &uuid::Uuid::new_v4().simple().to_string()[..12]
         ),
+        engine: loadtest::schema::world::Engine::MariaDb,
         processes: Vec::new(),
         relays: None,
         redis_cluster: None,
