@@ -6,7 +6,7 @@ use crate::common;
 use app::api::{Home, Strategy};
 use common::{fresh_database_url, ledger, spawn_app, test_config};
 use reqwest::StatusCode;
-use serde_json::{Value, json};
+use serde_json::json;
 
 const COPIES: usize = 20;
 
@@ -34,15 +34,7 @@ async fn twenty_concurrent_copies_of_one_request_make_one_order_under_every_stra
     .await
     .expect("sandbox servers");
     let app = spawn_app(config).await;
-    let list: Value = app
-        .client
-        .get(format!("{}/api/strategies", app.url))
-        .send()
-        .await
-        .expect("get")
-        .json()
-        .await
-        .expect("json");
+    let list = app.strategies().await;
     let names: Vec<String> = list["strategies"]
         .as_array()
         .expect("array")

@@ -131,13 +131,7 @@ async fn cancellation_racing_expiry_gives_a_bucket_held_unit_back_once_on_postgr
 async fn a_deployment_on_postgres_offers_its_advisory_locks_not_the_lock_tables() {
     let database_url = fresh_postgres_url().await;
     let app = common::spawn_app(test_config(&database_url)).await;
-    let list: serde_json::Value = (app.client.get(format!("{}/api/strategies", app.url)))
-        .send()
-        .await
-        .expect("get")
-        .json()
-        .await
-        .expect("json");
+    let list = app.strategies().await;
     let service = |name: &str| {
         let all = list["strategies"].as_array().expect("array");
         let line = all.iter().find(|s| s["name"] == name)?;

@@ -56,24 +56,24 @@ pub fn latencies(clicks: &[testkit::Click]) -> (LatencySummary, LatencySummary) 
 /// when its units returned, and its buyer's quota with them: buying again after that is
 /// within the limit).
 pub async fn beyond_limit(db: &Db, product: u64, limit: i64) -> Result<i64> {
-    const BEYOND: Sql = app::sql!(
-        mysql: "SELECT CAST(SUM(LEAST(quantity, GREATEST(0, quantity + held - ?))) AS SIGNED) \
-                FROM (SELECT o.quantity, (SELECT COALESCE(SUM(a.quantity), 0) FROM orders a \
-                  WHERE a.product_id = o.product_id AND a.user_id = o.user_id \
-                    AND a.state <> 'voided' \
-                    AND (a.created_at < o.created_at OR (a.created_at = o.created_at AND a.id < o.id)) \
-                    AND NOT (a.state IN ('expired', 'cancelled') \
-                             AND COALESCE(a.returned_at, a.ended_at) <= o.created_at)) AS held \
-                FROM orders o WHERE o.product_id = ? AND o.state <> 'voided') AS placed",
-        postgres: "SELECT CAST(SUM(LEAST(quantity, GREATEST(0, quantity + held - ?))) AS BIGINT) \
-                FROM (SELECT o.quantity, (SELECT COALESCE(SUM(a.quantity), 0) FROM orders a \
-                  WHERE a.product_id = o.product_id AND a.user_id = o.user_id \
-                    AND a.state <> 'voided' \
-                    AND (a.created_at < o.created_at OR (a.created_at = o.created_at AND a.id < o.id)) \
-                    AND NOT (a.state IN ('expired', 'cancelled') \
-                             AND COALESCE(a.returned_at, a.ended_at) <= o.created_at)) AS held \
-                FROM orders o WHERE o.product_id = ? AND o.state <> 'voided') AS placed",
-    );
+    /// The count in a whole-number type of each engine (MariaDB's `SUM` is a decimal).
+    macro_rules! beyond {
+        ($whole:literal) => {
+            concat!(
+                "SELECT CAST(SUM(LEAST(quantity, GREATEST(0, quantity + held - ?))) AS ",
+                $whole,
+                ") FROM (SELECT o.quantity, (SELECT COALESCE(SUM(a.quantity), 0) FROM orders a \
+                   WHERE a.product_id = o.product_id AND a.user_id = o.user_id \
+                     AND a.state <> 'voided' \
+                     AND (a.created_at < o.created_at \
+                          OR (a.created_at = o.created_at AND a.id < o.id)) \
+                     AND NOT (a.state IN ('expired', 'cancelled') \
+                              AND COALESCE(a.returned_at, a.ended_at) <= o.created_at)) AS held \
+                 FROM orders o WHERE o.product_id = ? AND o.state <> 'voided') AS placed"
+            )
+        };
+    }
+    const BEYOND: Sql = app::sql!(mysql: beyond!("SIGNED"), postgres: beyond!("BIGINT"));
     let product = i64::try_from(product)?;
     let beyond: Option<i64> = app::each_engine!(db, |pool, e| sqlx::query_scalar(e.sql(BEYOND))
         .bind(limit)

@@ -11,7 +11,7 @@ use app::api::{ErrorCode, Safety, Strategy};
 use loadtest::run::run_in;
 use loadtest::schema::{FloodResult, FloodShape, Of, RunReport};
 
-fn shape() -> FloodShape {
+pub(crate) fn shape() -> FloodShape {
     FloodShape {
         users: 800,
         units: 40,

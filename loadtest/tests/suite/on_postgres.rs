@@ -19,17 +19,9 @@ async fn a_run_on_postgres_sells_exactly_the_stock_and_measures_its_baselines_be
     settings.flood = Some(FloodShape {
         users: 400,
         units: 20,
-        burst_ms: 500,
-        double_click_share: 0.1,
-        shared_account_bot_share: 0.03,
-        early_bot_share: 0.02,
-        early_by_ms: 300,
-        retries: 0,
-        instances: 2,
-        non_payer_share: 0.3,
         payment_window_ms: 1_000,
         kill_mid_sale: false,
-        first_come: false,
+        ..crate::flood::shape()
     });
     settings.expiry = Some(ExpiryShape {
         payment_window_ms: 500,

@@ -115,6 +115,17 @@ impl TestApp {
         }
     }
 
+    /// `GET /api/strategies`: what the instance offers, as JSON.
+    pub async fn strategies(&self) -> Value {
+        (self.client.get(format!("{}/api/strategies", self.url)))
+            .send()
+            .await
+            .expect("get")
+            .json()
+            .await
+            .expect("json")
+    }
+
     /// `PUT /api/products/{id}` with `stock` units in the product row (no admin token).
     pub async fn reset(&self, id: u64, stock: i64) {
         self.reset_in(id, stock, app::api::Home::Row).await;

@@ -228,16 +228,7 @@ async fn hot_row(set: Connections, budget: Window) -> LoadResult {
 /// Creates the database `name` afresh on the server at `server_url` and migrates it; a small
 /// pool on it for resets.
 async fn baseline_database(server_url: &str, name: &str) -> Result<Db> {
-    let server =
-        (app::db::open(server_url).await).with_context(|| format!("connecting to {server_url}"))?;
-    let created = app::each_engine!(&server, |pool, e| sqlx::query(
-        e.text(format!("CREATE DATABASE {name}"))
-    )
-    .execute(pool)
-    .await
-    .map(drop));
-    server.close().await;
-    created.with_context(|| format!("creating the database {name}"))?;
+    on_server(server_url, format!("CREATE DATABASE {name}")).await?;
     let db = app::db::open(&format!("{}/{name}", server_url.trim_end_matches('/'))).await?;
     // The app's own migrations: both pay for the same rows and indexes.
     app::db::migrate(&db)
@@ -248,16 +239,19 @@ async fn baseline_database(server_url: &str, name: &str) -> Result<Db> {
 
 /// Drops the database `name` from the server at `server_url`, its connections closed.
 async fn drop_database(server_url: &str, name: &str) -> Result<()> {
-    let server = app::db::open(server_url).await?;
-    let dropped = app::each_engine!(&server, |pool, e| sqlx::query(
-        e.text(format!("DROP DATABASE IF EXISTS {name}"))
-    )
-    .execute(pool)
-    .await
-    .map(drop));
+    on_server(server_url, format!("DROP DATABASE IF EXISTS {name}")).await
+}
+
+/// Runs `statement` (no parameters) on the server at `server_url`, outside any database.
+async fn on_server(server_url: &str, statement: String) -> Result<()> {
+    let server =
+        (app::db::open(server_url).await).with_context(|| format!("connecting to {server_url}"))?;
+    let done = app::each_engine!(&server, |pool, e| sqlx::query(e.text(statement.clone()))
+        .execute(pool)
+        .await
+        .map(drop));
     server.close().await;
-    dropped.with_context(|| format!("dropping the database {name}"))?;
-    Ok(())
+    done.with_context(|| format!("running `{statement}` on {server_url}"))
 }
 
 async fn reset_row(db: &Db, id: i64) -> Result<()> {
