@@ -10,7 +10,7 @@ use anyhow::{Context, Result};
 
 use crate::phase::REGISTRY;
 use crate::report::section::{Part, Section};
-use crate::report::{charts, falls, flood, flood_chart, prose, stages, tables};
+use crate::report::{charts, falls, flood, flood_chart, other_engine, prose, stages, tables};
 use crate::schema::comparison::Comparison;
 use crate::schema::{RunReport, json};
 
@@ -87,6 +87,7 @@ pub fn parts(r: &RunReport) -> Vec<Part> {
         Part::new("throughput", "throughput", throughput(r)),
         Part::new("stages", "stages", stages::section(r)),
         Part::new("baselines", "baselines", baselines(r)),
+        Part::new("other-engine", "the other engine", other_engine::section(r)),
         Part::new("time", "where the time goes", time(r)),
         Part::new("environment-section", "environment", environment(r)),
     ]);

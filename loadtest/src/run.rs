@@ -374,11 +374,14 @@ pub async fn run_watched(
         scenarios,
         findings: Findings::default(),
         falls: Vec::new(),
+        other_engine: None,
     };
     report.findings = crate::phase::findings(&report);
     // A fall is judged against runs on the same servers, reached the same way: a round trip
     // added to every request would read as a fall of every strategy that makes several.
-    report.falls = falls::against(&report, falls::committed(out));
+    let committed = falls::committed(out);
+    report.falls = falls::against(&report, committed.iter().map(|(f, m)| (f.clone(), m)));
+    report.other_engine = crate::analyse::other_engine::of(&report, committed);
     let previous = previous_run(out).filter(|p| World::same_servers(p.world, report.world));
     let compared = previous
         .as_ref()

@@ -350,6 +350,7 @@ pub fn report() -> RunReport {
         scenarios: Vec::new(),
         findings: Findings::default(),
         falls: Vec::new(),
+        other_engine: None,
     };
     let conditional = phases(&mut report, Strategy::Conditional);
     conditional.overload = Some(overload(200_000, 2_000, 0).result);

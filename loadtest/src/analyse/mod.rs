@@ -12,6 +12,7 @@ pub mod first_come;
 pub mod flood;
 pub mod flood_bars;
 pub mod history;
+pub mod other_engine;
 pub mod overload;
 pub mod ratios;
 pub mod reproduce;

@@ -17,6 +17,7 @@ pub mod flood;
 pub mod flood_chart;
 pub mod html;
 pub mod markdown;
+pub mod other_engine;
 pub mod overload;
 pub mod progress;
 pub mod prose;

@@ -17,6 +17,7 @@ mod flood;
 pub mod history;
 pub mod json;
 mod load;
+mod other_engine;
 mod overload;
 mod record;
 mod round_trips;
@@ -40,6 +41,7 @@ pub use flood::{
     PROJECTED_CLICKS_PER_SECOND, Projection, RefusalRate, Resale,
 };
 pub use load::{Bucket, HistogramData, LatencySummary, LoadResult, Loop, Repetitions, Spread};
+pub use other_engine::OtherEngine;
 pub use overload::{ByAnswer, Memory, OverloadResult, OverloadShape};
 pub use record::{Of, Phases, Sold, StrategyReport, Unmeasured};
 pub use round_trips::{RoundTripShape, RoundTrips};
@@ -85,6 +87,11 @@ pub struct RunReport {
     /// written before it was judged).
     #[serde(default)]
     pub falls: Vec<Fall>,
+    /// The same strategies on the other engine, from its latest committed run on this machine
+    /// (absent where there is none, and from the reports written before a run could choose
+    /// its engine).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub other_engine: Option<OtherEngine>,
 }
 
 impl RunReport {
