@@ -223,14 +223,15 @@ fn bench(args: &[String]) -> Result<()> {
     let bench = target_dir()?.join("release").join("seckill-bench");
     let mut c = Command::new(&bench);
     // `cargo xtask bench` and `cargo xtask bench --quick` mean `seckill-bench run [--quick]`.
-    // A run in another world (servers at a distance, stock on a Redis Cluster, rows on Galera)
-    // is its own committed run beside the local one: no comparison with it, no README
-    // rewritten from it.
+    // A run in another world (servers at a distance, stock on a Redis Cluster, rows on Galera,
+    // on a primary and its replica or on PostgreSQL) is its own committed run beside the local
+    // one: no comparison with it, no README rewritten from it.
     let other_world = args.iter().any(|a| {
-        ["--redis-cluster", "--rtt", "--galera"].contains(&a.as_str())
-            || a.starts_with("--rtt=")
-            || a.starts_with("--galera=")
-    });
+        ["--redis-cluster", "--rtt", "--galera", "--replicas"].contains(&a.as_str())
+            || ["--rtt=", "--galera=", "--replicas="]
+                .iter()
+                .any(|flag| a.starts_with(flag))
+    }) || flag_value(args, "--engine").is_some_and(|engine| engine != "mariadb");
     let is_run = !other_world
         && args
             .first()
