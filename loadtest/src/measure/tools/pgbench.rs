@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use super::{Outcome, Work, address, find, run, shown};
+use super::{Outcome, Work, address, run, shown};
 
 pub const TOOL: &str = "pgbench";
 
@@ -56,8 +56,8 @@ pub async fn measure(
     seconds: f64,
     limit: Duration,
 ) -> (String, Outcome) {
-    let packaged = Some(sandbox::postgres_program(TOOL)).filter(|p| p.is_file());
-    let Some(program) = packaged.or_else(|| find(TOOL)) else {
+    // Debian's directory for PostgreSQL's programs, else PATH: where the sandbox finds them.
+    let Some(program) = Some(sandbox::postgres_program(TOOL)).filter(|p| p.is_file()) else {
         return (TOOL.into(), Outcome::NotInstalled);
     };
     let Some(a) = address(server_url) else {
