@@ -73,30 +73,45 @@ pub struct Api {
     buyer_key: Option<Arc<BuyerKey>>,
 }
 
-/// Times an idempotent request is sent when its connection fails before an answer.
-const IDEMPOTENT_ATTEMPTS: u32 = 3;
+/// How long an idempotent request is sent again while its connections fail before an answer:
+/// twice the service's default header-read deadline (5 s), the longest a crowd's idle
+/// keep-alive connections hold every connection the service may hold.
+const IDEMPOTENT_PATIENCE: Duration = Duration::from_secs(10);
+
+/// The pause before an idempotent request's second sending; it doubles, up to
+/// [`IDEMPOTENT_LONGEST_PAUSE`].
+const IDEMPOTENT_FIRST_PAUSE: Duration = Duration::from_millis(50);
+const IDEMPOTENT_LONGEST_PAUSE: Duration = Duration::from_secs(1);
 
 /// Sends `request`, an idempotent one (a `PUT` of a whole state, a `GET`), again on a new
 /// connection when its connection failed before any answer came: a connection the service
-/// closed as it was taken from the pool, or one it refused at once because every one it may
-/// hold was held (a crowd's keep-alive connections linger after the crowd). Sent again, such
-/// a request does what it would have done once; a run of an hour is not lost to one reset.
-/// A request that timed out is not sent again: the service may be working on it.
+/// closed as it was taken from the pool, or one it closed at once because every one it may
+/// hold was held — after a flood, the crowd's idle keep-alive connections hold them until the
+/// service's header-read deadline lets them go, so the request is sent again, with pauses
+/// that double, for [`IDEMPOTENT_PATIENCE`]. Sent again, such a request does what it would
+/// have done once; a run of an hour is not lost to a crowd's leftovers. A request that timed
+/// out is not sent again: the service may be working on it.
 async fn send_idempotent(request: reqwest::RequestBuilder) -> reqwest::Result<reqwest::Response> {
+    let started = std::time::Instant::now();
+    let mut pause = IDEMPOTENT_FIRST_PAUSE;
     let mut request = request;
-    for attempt in 1..IDEMPOTENT_ATTEMPTS {
+    loop {
         let Some(again) = request.try_clone() else {
-            break;
+            return request.send().await;
         };
         match request.send().await {
-            Err(e) if !e.is_timeout() && (e.is_connect() || e.is_request()) => {
-                tokio::time::sleep(Duration::from_millis(50 * u64::from(attempt))).await;
+            Err(e)
+                if !e.is_timeout()
+                    && (e.is_connect() || e.is_request())
+                    && started.elapsed() < IDEMPOTENT_PATIENCE =>
+            {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(IDEMPOTENT_LONGEST_PAUSE);
                 request = again;
             }
             answered => return answered,
         }
     }
-    request.send().await
 }
 
 /// The longest a load request waits for its answer before it counts as unanswered.

@@ -268,3 +268,40 @@ async fn a_request_dropped_again_on_its_new_connection_is_a_transport_error_and_
     );
     assert_eq!(api.idle_connections(0), 0);
 }
+
+#[tokio::test]
+async fn an_admin_read_outlasts_a_service_closing_every_new_connection_while_a_crowd_holds_them() {
+    // The service closes a new connection at once while every one it may hold is held — after
+    // a flood, by the crowd's idle keep-alive connections, until its header-read deadline lets
+    // them go. Here it closes the first `FULL` connections, more than three tries' worth.
+    const FULL: usize = 6;
+    const LIST: &str = r#"{"default":"conditional","strategies":[]}"#;
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let connections = Arc::new(AtomicUsize::new(0));
+    let seen = connections.clone();
+    tokio::spawn(async move {
+        loop {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            if seen.fetch_add(1, Ordering::SeqCst) < FULL {
+                drop(socket);
+                continue;
+            }
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                while let Some(len) = read_request(&mut socket, &mut buf).await {
+                    buf.drain(..len);
+                    let answer = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{LIST}",
+                        LIST.len()
+                    );
+                    socket.write_all(answer.as_bytes()).await.unwrap();
+                }
+            });
+        }
+    });
+    let api = Api::new(vec![base], None).unwrap();
+    let strategies = api.strategies().await.expect("read once a door was free");
+    assert!(strategies.is_empty());
+    assert_eq!(connections.load(Ordering::SeqCst), FULL + 1);
+}
