@@ -29,6 +29,7 @@ mod order_payment;
 mod overload;
 mod per_user_limit;
 mod postgres;
+mod postgres_locks;
 mod product_memory;
 mod product_page;
 mod product_reads;

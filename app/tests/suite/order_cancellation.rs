@@ -9,8 +9,13 @@ use serde_json::json;
 
 #[tokio::test]
 async fn a_cancelled_order_gives_its_unit_back_once_and_it_sells_again() {
-    let database_url = fresh_database_url().await;
-    let app = spawn_app(test_config(&database_url)).await;
+    cancelled_unit_sells_again(&fresh_database_url().await).await;
+}
+
+/// A cancelled order gives its unit and its buyer's quota back once, and the unit sells again,
+/// on the database `database_url` names (either engine).
+pub(crate) async fn cancelled_unit_sells_again(database_url: &str) {
+    let app = spawn_app(test_config(database_url)).await;
     app.reset_with(3, &json!({ "stock": 1, "per_user_limit": 1 }))
         .await;
     let (status, _) = buy(&app, 3, "alice", "a-1", "conditional").await;
@@ -50,7 +55,7 @@ async fn a_cancelled_order_gives_its_unit_back_once_and_it_sells_again() {
         (409, Some("sold_out"))
     );
     app.stop().await;
-    drop_database(&database_url).await;
+    drop_database(database_url).await;
 }
 
 /// `rounds` times: `buyers` orders past their deadline, each cancelled by its buyer while

@@ -9,8 +9,13 @@ use serde_json::json;
 
 #[tokio::test]
 async fn an_order_paid_within_its_deadline_is_paid_and_keeps_its_unit() {
-    let database_url = fresh_database_url().await;
-    let app = spawn_app(test_config(&database_url)).await;
+    paid_within_its_deadline(&fresh_database_url().await).await;
+}
+
+/// An order paid within its deadline is paid once, keeps its unit and cannot be cancelled, on
+/// the database `database_url` names (either engine).
+pub(crate) async fn paid_within_its_deadline(database_url: &str) {
+    let app = spawn_app(test_config(database_url)).await;
     app.reset_with(7, &json!({ "stock": 3, "payment_window_ms": 600_000 }))
         .await;
     let (status, order) = buy(&app, 7, "alice", "r-1", "conditional").await;
@@ -59,14 +64,19 @@ async fn an_order_paid_within_its_deadline_is_paid_and_keeps_its_unit() {
         "{view}"
     );
     app.stop().await;
-    drop_database(&database_url).await;
+    drop_database(database_url).await;
 }
 
 #[tokio::test]
 async fn a_payment_after_the_deadline_is_refused_before_and_after_the_sweep_and_no_unit_changes_hands()
  {
-    let database_url = fresh_database_url().await;
-    let mut config = test_config(&database_url);
+    late_payment_refused(&fresh_database_url().await).await;
+}
+
+/// A payment after the deadline is refused before and after the sweep, and the swept unit
+/// sells to another buyer, on the database `database_url` names (either engine).
+pub(crate) async fn late_payment_refused(database_url: &str) {
+    let mut config = test_config(database_url);
     // No sweep of its own: the deadline alone must refuse the late payment.
     config.expiry_interval_ms = 0;
     let app = spawn_app(config).await;
@@ -74,7 +84,7 @@ async fn a_payment_after_the_deadline_is_refused_before_and_after_the_sweep_and_
         .await;
     let (status, order) = buy(&app, 8, "alice", "late", "conditional").await;
     assert_eq!(status, 201, "{order}");
-    wait_until_all_due(&database_url).await;
+    wait_until_all_due(database_url).await;
 
     // Past the deadline, not yet swept: refused, and the order still holds its unit.
     let (status, refused) = act(&app, 8, "alice", "late", "pay", &[]).await;
@@ -111,8 +121,8 @@ async fn a_payment_after_the_deadline_is_refused_before_and_after_the_sweep_and_
         (Some(0), Some(1), Some(0), Some(1)),
         "{view}"
     );
-    let truth = common::ledger(&database_url, 8).await;
+    let truth = common::ledger(database_url, 8).await;
     assert_eq!((truth.oversell(), truth.unaccounted()), (0, 0), "{truth:?}");
     app.stop().await;
-    drop_database(&database_url).await;
+    drop_database(database_url).await;
 }

@@ -1,11 +1,14 @@
 //! The service on PostgreSQL (`DATABASE_URL=postgres://…`): every SQL strategy that is safe
 //! sells exactly the stock, every one that is meant to be unsafe fails as it does on MariaDB,
-//! the stock kept in Redis places its orders here, and an order's life gives its units back
-//! once — the suites of MariaDB, run on the sandbox's PostgreSQL.
+//! the stock kept in Redis places its orders here, and an order's life (paid, cancelled,
+//! expired, and a cancellation racing the expiry) gives its units back once — the suites of
+//! MariaDB, run on the sandbox's PostgreSQL. The strategies that lock outside the database are
+//! in `postgres_locks`.
 
 use crate::common;
 use crate::expiry_sweep::two_sweeps_expire_each_order_once;
-use crate::order_cancellation::cancellation_races_expiry;
+use crate::order_cancellation::{cancellation_races_expiry, cancelled_unit_sells_again};
+use crate::order_payment::{late_payment_refused, paid_within_its_deadline};
 use crate::per_user_limit::racy_limit_past_the_limit;
 use crate::unsafe_strategies::{
     naive_loses_updates_and_oversells, unchecked_drives_stock_negative,
@@ -16,10 +19,15 @@ use common::{fresh_postgres_url, sells_exactly_the_stock_in, test_config};
 /// [`common::sells_exactly_the_stock`] on a fresh PostgreSQL database, with every service the
 /// strategy may need.
 async fn sells_exactly_the_stock_on_postgres(strategy: &str) {
+    sells_exactly_the_stock_on_postgres_across(1, strategy).await;
+}
+
+/// [`sells_exactly_the_stock_on_postgres`] with the buyers spread over `instances` instances.
+pub(crate) async fn sells_exactly_the_stock_on_postgres_across(instances: usize, strategy: &str) {
     let database_url = fresh_postgres_url().await;
     let mut config = test_config(&database_url);
     common::with_every_service(&mut config).await;
-    sells_exactly_the_stock_in(&database_url, 1, strategy, |c| *c = config).await;
+    sells_exactly_the_stock_in(&database_url, instances, strategy, |c| *c = config).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -118,6 +126,21 @@ async fn two_instances_sweeping_the_same_overdue_redis_orders_expire_each_once_o
 }
 
 #[tokio::test]
+async fn an_order_paid_within_its_deadline_is_paid_and_keeps_its_unit_on_postgres() {
+    paid_within_its_deadline(&fresh_postgres_url().await).await;
+}
+
+#[tokio::test]
+async fn a_payment_after_the_deadline_is_refused_and_no_unit_changes_hands_on_postgres() {
+    late_payment_refused(&fresh_postgres_url().await).await;
+}
+
+#[tokio::test]
+async fn a_cancelled_order_gives_its_unit_back_once_and_it_sells_again_on_postgres() {
+    cancelled_unit_sells_again(&fresh_postgres_url().await).await;
+}
+
+#[tokio::test]
 async fn cancellation_racing_expiry_gives_a_row_held_unit_back_once_on_postgres() {
     cancellation_races_expiry(&fresh_postgres_url().await, "row", "conditional", 5, 10).await;
 }
@@ -125,6 +148,11 @@ async fn cancellation_racing_expiry_gives_a_row_held_unit_back_once_on_postgres(
 #[tokio::test]
 async fn cancellation_racing_expiry_gives_a_bucket_held_unit_back_once_on_postgres() {
     cancellation_races_expiry(&fresh_postgres_url().await, "buckets", "sharded", 5, 10).await;
+}
+
+#[tokio::test]
+async fn cancellation_racing_expiry_gives_a_redis_held_unit_back_once_on_postgres() {
+    cancellation_races_expiry(&fresh_postgres_url().await, "redis", "redis-lua", 5, 10).await;
 }
 
 #[tokio::test]

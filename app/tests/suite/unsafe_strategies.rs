@@ -88,8 +88,14 @@ pub(crate) async fn unchecked_drives_stock_negative(database_url: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn local_mutex_oversells_with_two_instances_but_not_with_one() {
-    let database_url = fresh_database_url().await;
-    let first = spawn_app(test_config(&database_url)).await;
+    local_mutex_oversells_across_instances(&fresh_database_url().await).await;
+}
+
+/// `local-mutex` serialises one instance's buyers, and oversells within [`ROUNDS`] once a
+/// second instance sells from the same row, on the database `database_url` names (either
+/// engine).
+pub(crate) async fn local_mutex_oversells_across_instances(database_url: &str) {
+    let first = spawn_app(test_config(database_url)).await;
 
     // One instance: the in-process mutex serialises every buyer, even with the pause.
     first.reset(100, STOCK).await;
@@ -104,7 +110,7 @@ async fn local_mutex_oversells_with_two_instances_but_not_with_one() {
         },
     )
     .await;
-    let alone = ledger(&database_url, 100).await;
+    let alone = ledger(database_url, 100).await;
     assert!(tally.unexpected.is_empty(), "{:?}", tally.unexpected);
     assert_eq!(
         (alone.oversell(), alone.unaccounted(), alone.stock),
@@ -113,10 +119,10 @@ async fn local_mutex_oversells_with_two_instances_but_not_with_one() {
     );
 
     // Two instances sharing the database: two mutexes, one row.
-    let second = spawn_app(test_config(&database_url)).await;
+    let second = spawn_app(test_config(database_url)).await;
     let seen = observe(&[&first, &second], "local-mutex", |l| l.oversell() > 0).await;
     seen.expect("local-mutex never oversold with two instances");
     first.stop().await;
     second.stop().await;
-    common::drop_database(&database_url).await;
+    common::drop_database(database_url).await;
 }
