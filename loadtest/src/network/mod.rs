@@ -106,6 +106,7 @@ pub async fn sweep(
     let mut ids = Allocator::drawn(run);
 
     let mut counts = Vec::new();
+    let warm_up = (crate::run::app_pool_size()? * settings.instances) as u64;
     for info in &strategies {
         eprintln!("counting the round trips of `{}`", info.name);
         let allotment = ids.allot("round-trips", info.name, 1)?;
@@ -117,6 +118,7 @@ pub async fn sweep(
                 info,
                 &allotment,
                 settings.purchases_counted,
+                warm_up,
             )
             .await
             .with_context(|| format!("counting the round trips of `{}`", info.name))?,

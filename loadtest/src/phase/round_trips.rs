@@ -91,24 +91,55 @@ async fn measure_one(
 ) -> Result<Recorded> {
     let shape = (run.settings.round_trips).context("the run has no round-trip shape")?;
     let relays = (run.relays).context("the servers stand behind no relay to count round trips")?;
-    let counted = count(run.api, relays, strategy.info, allotment, shape.purchases).await?;
+    let warm_up = u64::from(run.app.db_pool_size) * run.api.bases.len() as u64;
+    let counted = count(
+        run.api,
+        relays,
+        strategy.info,
+        allotment,
+        shape.purchases,
+        warm_up,
+    )
+    .await?;
     Ok(Recorded::new(move |phases| {
         phases.round_trips = Some(counted)
     }))
 }
 
 /// Counts `purchases` purchases of `info`'s strategy, one at a time, on `allotment`'s
-/// product, through instances whose servers stand behind `relays`; leaves the product with no
-/// stock and no orders.
+/// product, through instances whose servers stand behind `relays`, after `warm_up` purchases
+/// not counted; leaves the product with no stock and no orders.
+///
+/// The warm-up is what makes the count a steady state's: a pool's connection prepares a
+/// statement the first time it runs it (one round trip more, once per connection), and a pool
+/// that loops before grew — another strategy's buyers waiting on a row lock open every
+/// connection it may hold — has connections this strategy never ran on. Its purchases one at
+/// a time take the idle connections in turn, so as many as the instances' pools hold take each
+/// once.
 pub async fn count(
     api: &Api,
     relays: &Relays,
     info: &StrategyInfo,
     allotment: &Allotment,
     purchases: u64,
+    warm_up: u64,
 ) -> Result<RoundTrips> {
     let (product, home) = (allotment.product(), info.name.home());
-    api.reset_product(product, purchases as i64, home).await?;
+    api.reset_product(product, (purchases + warm_up) as i64, home)
+        .await?;
+    for i in 0..warm_up {
+        let body = order_request(
+            format!("rt-warm-{i}"),
+            info.name,
+            format!("{}-warm-{i}", allotment.prefix),
+            1,
+        );
+        api.order(i as usize, product, &body).await;
+    }
+    // The warm-up's orders placed, so that their placing lands in no purchase counted.
+    if warm_up > 0 && home.in_redis() {
+        crate::measure::sale::drain(api, product).await?;
+    }
 
     let quiet_from = relays.exchanges();
     tokio::time::sleep(QUIET).await;

@@ -122,7 +122,10 @@ async fn the_relays_count_a_purchase_s_round_trips_and_the_service_those_under_i
     assert!(conditional >= 1.5, "conditional: {conditional}");
     assert!(
         pessimistic >= conditional + 0.5,
-        "SELECT … FOR UPDATE is one round trip more: {pessimistic} against {conditional}"
+        "SELECT … FOR UPDATE is one round trip more: {pessimistic} against {conditional}\n\
+         pessimistic: {:?}\nconditional: {:?}",
+        counted(Strategy::Pessimistic),
+        counted(Strategy::Conditional)
     );
     let lua = counted(Strategy::RedisLua);
     let redis = lua.per_purchase.get("redis").copied().unwrap_or(0.0);
