@@ -169,6 +169,21 @@ impl Backend {
         matches!(self, Backend::PgAdvisory | Backend::PgAdvisoryXact)
     }
 
+    /// `true` for the locks that can be kept in a PostgreSQL database ([`crate::Endpoints::
+    /// postgres`]): its advisory locks, and the two row locks held by an open transaction
+    /// (`postgres::PgRowLock`, `postgres::PgInsertLock`), which [`crate::connect`] builds there
+    /// when no MariaDB is given. The lock table's rows (`db-lock` and its forms) are MariaDB's
+    /// only.
+    pub const fn kept_in_postgres(self) -> bool {
+        matches!(
+            self,
+            Backend::PgAdvisory
+                | Backend::PgAdvisoryXact
+                | Backend::DbRowLock
+                | Backend::DbBlockingInsert
+        )
+    }
+
     /// `true` for the variants that exist to show a failure: they do not give mutual exclusion
     /// even while every lease holds.
     pub const fn is_broken(self) -> bool {

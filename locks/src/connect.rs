@@ -9,7 +9,7 @@ use crate::database::{DbInsertLock, DbLock, DbReentrantLock, DbRowLock};
 use crate::etcd::EtcdLock;
 use crate::memcached::MemcachedLock;
 #[cfg(feature = "postgres")]
-use crate::postgres::{PgAdvisoryLock, PgAdvisoryXactLock};
+use crate::postgres::{PgAdvisoryLock, PgAdvisoryXactLock, PgInsertLock, PgRowLock};
 use crate::redis::{
     GetThenSetLock, RedisFairLock, RedisLock, RedisWatchdogLock, Redlock, SetnxNoTtlLock,
     UnsafeReleaseLock,
@@ -113,6 +113,16 @@ pub async fn connect(
         Backend::Memcached => Arc::new(MemcachedLock::connect(
             (endpoints.memcached.as_deref()).ok_or(missing("a memcached address"))?,
         )),
+        #[cfg(feature = "postgres")]
+        Backend::DbRowLock if endpoints.database.is_none() && endpoints.postgres.is_some() => {
+            Arc::new(PgRowLock::new(advisory(backend, endpoints).await?))
+        }
+        #[cfg(feature = "postgres")]
+        Backend::DbBlockingInsert
+            if endpoints.database.is_none() && endpoints.postgres.is_some() =>
+        {
+            Arc::new(PgInsertLock::new(advisory(backend, endpoints).await?))
+        }
         #[cfg(feature = "mysql")]
         Backend::DbLock => Arc::new(DbLock::leased(lock_table(backend, endpoints).await?)),
         #[cfg(feature = "mysql")]
@@ -171,7 +181,8 @@ async fn lock_table(
     Ok(pool)
 }
 
-/// The pool of PostgreSQL's advisory locks, their tokens' sequence created if missing.
+/// The pool of the locks kept in PostgreSQL, their tables and tokens' sequence created if
+/// missing.
 #[cfg(feature = "postgres")]
 async fn advisory(backend: Backend, endpoints: &Endpoints) -> Result<sqlx::PgPool, ConnectError> {
     let Some(Database::Postgres(pool)) = endpoints.postgres.clone() else {

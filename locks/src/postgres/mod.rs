@@ -1,7 +1,11 @@
-//! PostgreSQL's own lock service (feature `postgres`): advisory locks, which lock a number the
-//! application chooses rather than a row, kept in the server's lock table beside its row locks.
+//! PostgreSQL as a lock service (feature `postgres`): its own advisory locks, which lock a
+//! number the application chooses rather than a row, kept in the server's lock table beside
+//! its row locks; and the two row locks of MariaDB's `database` module on this engine —
+//! [`PgRowLock`] (`db-row-lock`, `SELECT … FOR UPDATE`) and [`PgInsertLock`]
+//! (`db-blocking-insert`, `INSERT … ON CONFLICT DO UPDATE`), each held by a transaction left
+//! open, as the transaction advisory lock is (`transaction.rs`).
 //!
-//! Two forms, one lock each:
+//! The advisory locks come in two forms, one lock each:
 //!
 //! * [`PgAdvisoryLock`] (`pg-advisory`): `pg_try_advisory_lock`, a **session** lock. It is held
 //!   until `pg_advisory_unlock` or until the session ends, whatever transactions begin and end
@@ -48,11 +52,17 @@
 
 mod advisory;
 mod advisory_xact;
+mod blocking_insert;
 mod held;
+mod row_lock;
+mod transaction;
 
 pub use advisory::PgAdvisoryLock;
-pub use advisory_xact::PgAdvisoryXactLock;
+pub use advisory_xact::{AdvisoryXact, PgAdvisoryXactLock};
+pub use blocking_insert::{PgInsertLock, Upsert};
 pub use held::session_of;
+pub use row_lock::{PgRowLock, SelectForUpdate};
+pub use transaction::{PgTransactionLock, TakeStatement};
 
 use std::time::Duration;
 
@@ -60,10 +70,16 @@ use sqlx::PgPool;
 
 use crate::LockError;
 
-/// The statement that creates the fencing tokens' sequence if missing ([`create_schema`]).
-pub const SCHEMA: &str = "CREATE SEQUENCE IF NOT EXISTS pg_lock_tokens";
+/// The statements that create the fencing tokens' sequence and the row locks' tables if
+/// missing ([`create_schema`]).
+pub const SCHEMA: &str = "CREATE SEQUENCE IF NOT EXISTS pg_lock_tokens; \
+     CREATE TABLE IF NOT EXISTS db_row_locks (name text PRIMARY KEY); \
+     CREATE TABLE IF NOT EXISTS db_insert_locks (\
+         name text PRIMARY KEY, \
+         acquired_at timestamptz NOT NULL DEFAULT clock_timestamp())";
 
-/// Creates the fencing tokens' sequence ([`SCHEMA`]) in `pool`'s database if missing.
+/// Creates the fencing tokens' sequence and the row locks' tables ([`SCHEMA`]) in `pool`'s
+/// database if missing.
 pub async fn create_schema(pool: &PgPool) -> Result<(), LockError> {
     match sqlx::raw_sql(SCHEMA).execute(pool).await {
         Ok(_) => Ok(()),

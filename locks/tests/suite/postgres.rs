@@ -1,13 +1,17 @@
-//! PostgreSQL's advisory locks: the conformance suite and a history-checked contention run for
-//! the session lock and the transaction lock, in a database of this test binary's own on the
-//! sandbox's PostgreSQL; that a released lock leaves its connection holding nothing; and the
-//! server's behaviour that makes session locks unsafe behind a transaction pooler.
+//! PostgreSQL's locks: the conformance suite and a history-checked contention run for the
+//! session and transaction advisory locks and the two row locks (`SELECT … FOR UPDATE`, the
+//! blocking upsert), in a database of this test binary's own on the sandbox's PostgreSQL; that a
+//! released lock leaves its connection holding nothing; that a row lock holds its name's row
+//! only; and the server's behaviour that makes session locks unsafe behind a transaction
+//! pooler.
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use futures::FutureExt;
-use locks::postgres::{PgAdvisoryLock, PgAdvisoryXactLock, create_schema, session_of};
+use locks::postgres::{
+    PgAdvisoryLock, PgAdvisoryXactLock, PgInsertLock, PgRowLock, create_schema, session_of,
+};
 use locks::{AcquireOptions, DistributedLock, conformance};
 use sqlx::migrate::MigrateDatabase;
 use sqlx::postgres::PgPoolOptions;
@@ -109,6 +113,8 @@ macro_rules! suites {
 suites! {
     advisory_suite: PgAdvisoryLock::new;
     advisory_xact_suite: PgAdvisoryXactLock::new;
+    row_lock_suite: PgRowLock::new;
+    blocking_insert_suite: PgInsertLock::new;
 }
 
 /// Six clients, each with a pool of two connections, take a lock of `make`'s 20 times each,
@@ -189,6 +195,56 @@ async fn a_released_session_lock_leaves_its_pooled_connection_holding_nothing() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_released_transaction_lock_leaves_its_pooled_connection_holding_nothing() {
     a_released_lock_leaves_nothing_held(PgAdvisoryXactLock::new).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_history_checked_contention_run_of_the_row_lock_shows_no_violation() {
+    contention_history_shows_no_violation(PgRowLock::new).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_history_checked_contention_run_of_the_blocking_insert_shows_no_violation() {
+    contention_history_shows_no_violation(PgInsertLock::new).await;
+}
+
+/// While a name of `make`'s lock is held, a try of it is refused and another name is granted
+/// at once: the lock is its name's row, not the table's.
+async fn a_held_name_leaves_another_free<L: DistributedLock>(make: fn(PgPool) -> L) {
+    let url = tokio::task::spawn_blocking(database_url)
+        .await
+        .expect("database");
+    let (holder, other) = (make(pool(&url)), make(pool(&url)));
+    let (first, second) = (
+        conformance::unique_key("held"),
+        conformance::unique_key("free"),
+    );
+    let lease = AcquireOptions::new(Duration::from_secs(30));
+    // Both rows made and released, so that the names are neighbours in the table.
+    for key in [&first, &second] {
+        let guard = holder.acquire(key, lease).await.expect("grant");
+        assert!(guard.release().await.expect("release"));
+    }
+    let held = holder.acquire(&first, lease).await.expect("grant");
+    assert!(
+        other.acquire(&first, lease).await.is_err(),
+        "a try of a held name was granted"
+    );
+    let free = (other
+        .acquire(&second, lease.wait(Duration::from_secs(10)))
+        .await)
+        .expect("another name is free");
+    assert!(free.release().await.expect("release"));
+    assert!(held.release().await.expect("release"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_row_lock_leaves_another_names_row_free() {
+    a_held_name_leaves_another_free(PgRowLock::new).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_blocking_insert_leaves_another_names_row_free() {
+    a_held_name_leaves_another_free(PgInsertLock::new).await;
 }
 
 /// What a transaction pooler turns into two holders: PostgreSQL grants a session lock again to
