@@ -53,13 +53,14 @@ impl Engine {
     }
 
     /// Whether a deployment on this engine can run `strategy`: a lock kept in the service's own
-    /// database is written for one engine — the lock tables in MariaDB's SQL, the advisory
-    /// locks PostgreSQL's own.
+    /// database is written for its engine — the lock table's rows in MariaDB's SQL only, the
+    /// advisory locks PostgreSQL's own, the row locks held by an open transaction
+    /// (`db-row-lock`, `db-blocking-insert`) in each engine's.
     pub fn runs(self, strategy: Strategy) -> bool {
-        match strategy.lock_backend() {
-            Some(b) if b.uses_database() => self == Engine::MySql,
-            Some(b) if b.uses_postgres() => self == Engine::Postgres,
-            _ => true,
+        match (strategy.lock_backend(), self) {
+            (Some(b), Engine::MySql) => !b.uses_postgres(),
+            (Some(b), Engine::Postgres) => !b.uses_database() || b.kept_in_postgres(),
+            (None, _) => true,
         }
     }
 
@@ -71,13 +72,12 @@ impl Engine {
     }
 
     /// The service `strategy` runs on in a deployment on this engine: the catalogue names
-    /// MariaDB for the strategies of the rows, which are PostgreSQL's on PostgreSQL (the
-    /// lock-table strategies keep naming MariaDB, whose SQL their locks are written in).
+    /// MariaDB for the strategies of the rows and of the row locks, which are PostgreSQL's on
+    /// PostgreSQL (the lock table's strategies, which PostgreSQL does not run, keep naming
+    /// MariaDB, whose SQL their locks are written in).
     pub fn service_of(self, strategy: Strategy) -> Service {
         match (self, strategy.service()) {
-            (Engine::Postgres, Service::Mariadb) if strategy.lock_backend().is_none() => {
-                Service::Postgres
-            }
+            (Engine::Postgres, Service::Mariadb) if self.runs(strategy) => Service::Postgres,
             (_, service) => service,
         }
     }

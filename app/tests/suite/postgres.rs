@@ -155,8 +155,28 @@ async fn cancellation_racing_expiry_gives_a_redis_held_unit_back_once_on_postgre
     cancellation_races_expiry(&fresh_postgres_url().await, "redis", "redis-lua", 5, 10).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_row_lock_of_a_lock_table_never_oversells_on_postgres() {
+    sells_exactly_the_stock_on_postgres("db-row-lock").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_fenced_row_lock_of_a_lock_table_never_oversells_on_postgres() {
+    sells_exactly_the_stock_on_postgres("db-row-lock-fenced").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_blocking_insert_lock_never_oversells_on_postgres() {
+    sells_exactly_the_stock_on_postgres("db-blocking-insert").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_fenced_blocking_insert_lock_never_oversells_on_postgres() {
+    sells_exactly_the_stock_on_postgres("db-blocking-insert-fenced").await;
+}
+
 #[tokio::test]
-async fn a_deployment_on_postgres_offers_its_advisory_locks_not_the_lock_tables() {
+async fn a_deployment_on_postgres_offers_its_advisory_and_row_locks_not_the_lock_table_rows() {
     let database_url = fresh_postgres_url().await;
     let app = common::spawn_app(test_config(&database_url)).await;
     let list = app.strategies().await;
@@ -168,8 +188,10 @@ async fn a_deployment_on_postgres_offers_its_advisory_locks_not_the_lock_tables(
     // The rows' strategies name the engine they run on; the locks in the database are its own.
     assert_eq!(service("conditional").as_deref(), Some("postgres"));
     assert_eq!(service("pg-advisory-fenced").as_deref(), Some("postgres"));
+    assert_eq!(service("db-row-lock-fenced").as_deref(), Some("postgres"));
+    assert_eq!(service("db-blocking-insert").as_deref(), Some("postgres"));
     assert_eq!(service("redis-lua").as_deref(), Some("redis"));
-    for lock_table in ["db-lock", "db-row-lock-fenced", "db-blocking-insert"] {
+    for lock_table in ["db-lock", "db-lock-fenced", "db-lock-reentrant"] {
         assert_eq!(service(lock_table), None, "{lock_table} offered: {list}");
     }
     app.stop().await;
@@ -183,14 +205,14 @@ async fn a_lock_table_strategy_named_on_postgres_answers_backend_unavailable_and
     config.strategies = [
         "conditional",
         "db-lock",
-        "db-row-lock-fenced",
-        "db-blocking-insert",
+        "db-lock-fenced",
+        "db-lock-reentrant",
     ]
     .map(|s| s.parse().expect("a strategy"))
     .to_vec();
     let app = common::spawn_app(config).await;
     app.reset(1, 5).await;
-    for strategy in ["db-lock", "db-row-lock-fenced", "db-blocking-insert"] {
+    for strategy in ["db-lock", "db-lock-fenced", "db-lock-reentrant"] {
         let click = serde_json::json!({
             "user_id": "u", "quantity": 1, "request_id": strategy, "strategy": strategy
         });
