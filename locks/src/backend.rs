@@ -152,7 +152,9 @@ impl Backend {
         }
     }
 
-    /// `true` for the locks kept in the database (feature `mysql`, [`crate::Endpoints::database`]).
+    /// `true` for the locks kept in the database (feature `mysql`): MariaDB's
+    /// ([`crate::Endpoints::database`]) or, where only it is given, PostgreSQL's
+    /// ([`crate::Endpoints::postgres`], feature `postgres` too).
     pub const fn uses_database(self) -> bool {
         matches!(
             self,
@@ -167,21 +169,6 @@ impl Backend {
     /// `true` for PostgreSQL's advisory locks (feature `postgres`, [`crate::Endpoints::postgres`]).
     pub const fn uses_postgres(self) -> bool {
         matches!(self, Backend::PgAdvisory | Backend::PgAdvisoryXact)
-    }
-
-    /// `true` for the locks that can be kept in a PostgreSQL database ([`crate::Endpoints::
-    /// postgres`]): its advisory locks, and the two row locks held by an open transaction
-    /// (`postgres::PgRowLock`, `postgres::PgInsertLock`), which [`crate::connect`] builds there
-    /// when no MariaDB is given. The lock table's rows (`db-lock` and its forms) are MariaDB's
-    /// only.
-    pub const fn kept_in_postgres(self) -> bool {
-        matches!(
-            self,
-            Backend::PgAdvisory
-                | Backend::PgAdvisoryXact
-                | Backend::DbRowLock
-                | Backend::DbBlockingInsert
-        )
     }
 
     /// `true` for the variants that exist to show a failure: they do not give mutual exclusion

@@ -123,6 +123,17 @@ pub async fn connect(
         {
             Arc::new(PgInsertLock::new(advisory(backend, endpoints).await?))
         }
+        #[cfg(all(feature = "mysql", feature = "postgres"))]
+        Backend::DbLock | Backend::DbLockRenewed | Backend::DbLockReentrant
+            if endpoints.database.is_none() && endpoints.postgres.is_some() =>
+        {
+            let pool = advisory(backend, endpoints).await?;
+            match backend {
+                Backend::DbLock => Arc::new(DbLock::leased(pool)),
+                Backend::DbLockRenewed => Arc::new(DbLock::renewed(pool)),
+                _ => Arc::new(DbReentrantLock::new(pool)),
+            }
+        }
         #[cfg(feature = "mysql")]
         Backend::DbLock => Arc::new(DbLock::leased(lock_table(backend, endpoints).await?)),
         #[cfg(feature = "mysql")]

@@ -1,5 +1,7 @@
 //! The database as a lock service (feature `mysql`, MariaDB): two families of locks over tables
-//! of the pool's database.
+//! of the pool's database. The unique-key lock runs on PostgreSQL too (feature `postgres`, a
+//! `PgPool` for its pool): its statements are written once per engine in `tables.rs`; the row
+//! locks' PostgreSQL forms are `postgres::PgRowLock` and `postgres::PgInsertLock`.
 //!
 //! **A row per held lock** — the unique-key lock, [`DbLock`] here (`db-lock`, `db-lock-renewed`)
 //! and its reentrant form ([`DbReentrantLock`], `db-lock-reentrant`): the lock *is* the row,
@@ -67,18 +69,21 @@
 //! everywhere), `owner` the acquisition's random id, `holds` how often its owner entered it.
 //! The statements use MariaDB's syntax where MySQL has none (`CREATE SEQUENCE`, `FOR UPDATE
 //! WAIT n`, `SET STATEMENT … FOR`, `ADD COLUMN IF NOT EXISTS`): MariaDB is what this project
-//! runs and tests.
+//! runs and tests. On PostgreSQL, `postgres::create_schema` makes the same two tables of the
+//! unique-key lock in its types (`bigserial`, `text`, `timestamptz`).
 
 mod blocking_insert;
 mod held_transaction;
 mod reentrant;
 mod row;
 mod row_lock;
+mod tables;
 
 pub use blocking_insert::{DbInsertLock, Upsert};
 pub use held_transaction::{TransactionLock, Waits, session_of};
 pub use reentrant::DbReentrantLock;
 pub use row_lock::{DbRowLock, SelectForUpdate};
+pub use tables::Tables;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -92,6 +97,7 @@ use crate::line::Lines;
 use crate::polling::Schedule;
 use crate::{AcquireOptions, Acquiring, Backend, DistributedLock, Guard, LockError, new_owner_id};
 use row::RowHeld;
+use tables::Release;
 
 /// The statements that create every table of the database locks if missing ([`DbLock::create_table`]).
 pub const SCHEMA: &str = include_str!("schema.sql");
@@ -122,7 +128,7 @@ const POLLING: Schedule = Schedule {
 
 /// A lock service backed by the `db_locks` table; see the module docs.
 pub struct DbLock {
-    pool: MySqlPool,
+    pool: Tables,
     variant: Variant,
     requests: Arc<AtomicU64>,
     /// Dropped with the client; the renewal tasks of its guards stop when it closes.
@@ -144,19 +150,20 @@ enum Variant {
 }
 
 impl DbLock {
-    /// A lock over `pool`'s database whose leases are never extended: a holder that outlives
-    /// its lease loses the lock ([`Backend::DbLock`]).
-    pub fn leased(pool: MySqlPool) -> DbLock {
-        DbLock::new(pool, Variant::Leased)
+    /// A lock over `pool`'s database (MariaDB's, or PostgreSQL's with feature `postgres`)
+    /// whose leases are never extended: a holder that outlives its lease loses the lock
+    /// ([`Backend::DbLock`]).
+    pub fn leased(pool: impl Into<Tables>) -> DbLock {
+        DbLock::new(pool.into(), Variant::Leased)
     }
 
     /// A lock over `pool`'s database whose held leases are extended every third of the lease
     /// while the guard lives ([`Backend::DbLockRenewed`]).
-    pub fn renewed(pool: MySqlPool) -> DbLock {
-        DbLock::new(pool, Variant::Renewed)
+    pub fn renewed(pool: impl Into<Tables>) -> DbLock {
+        DbLock::new(pool.into(), Variant::Renewed)
     }
 
-    fn new(pool: MySqlPool, variant: Variant) -> DbLock {
+    fn new(pool: Tables, variant: Variant) -> DbLock {
         DbLock {
             pool,
             variant,
@@ -198,22 +205,7 @@ impl DbLock {
         lease: Duration,
     ) -> Result<Option<u64>, LockError> {
         self.count();
-        let inserted = sqlx::query(
-            "INSERT INTO db_locks (name, owner, expires_at) \
-             VALUES (?, ?, NOW(6) + INTERVAL ? MICROSECOND)",
-        )
-        .bind(key)
-        .bind(owner)
-        .bind(micros(lease))
-        .execute(&self.pool)
-        .await;
-        match inserted {
-            Ok(done) => Ok(Some(done.last_insert_id())),
-            // Taken. Or InnoDB picked us as the victim of the deadlock that concurrent
-            // duplicate inserts into a unique index make around a delete: taken too.
-            Err(e) if is_duplicate(&e) || is_busy(&e) => Ok(None),
-            Err(e) => Err(LockError::unavailable(e)),
-        }
+        self.pool.insert(key, owner, lease).await
     }
 
     /// The fencing token of the grant of row `id`, just inserted: the name's counter, bumped
@@ -222,30 +214,14 @@ impl DbLock {
     /// lease passed before (the insert waited too long), and the row was deleted again.
     async fn fence(&self, id: u64, owner: &str) -> Result<Option<u64>, LockError> {
         self.count();
-        let bumped = sqlx::query(
-            "INSERT INTO db_lock_fences (name, fence) \
-             SELECT name, LAST_INSERT_ID(id) FROM db_locks \
-             WHERE id = ? AND owner = ? AND expires_at > NOW(6) LOCK IN SHARE MODE \
-             ON DUPLICATE KEY UPDATE \
-             fence = LAST_INSERT_ID(GREATEST(db_lock_fences.fence + 1, VALUES(fence)))",
-        )
-        .bind(id)
-        .bind(owner)
-        .execute(&self.pool)
-        .await;
-        match bumped {
-            Ok(done) if done.rows_affected() > 0 => Ok(Some(done.last_insert_id())),
-            Ok(_) => {
+        match self.pool.fence(id, owner).await? {
+            Some(token) => Ok(Some(token)),
+            None => {
                 self.count();
-                sqlx::query("DELETE FROM db_locks WHERE id = ? AND owner = ?")
-                    .bind(id)
-                    .bind(owner)
-                    .execute(&self.pool)
-                    .await
+                (self.pool.release(id, owner, Release::Row).await)
                     .map_err(LockError::unavailable)?;
                 Ok(None)
             }
-            Err(e) => Err(LockError::unavailable(e)),
         }
     }
 
@@ -253,24 +229,13 @@ impl DbLock {
     /// Returns whether the name may be free now (row gone or reaped).
     async fn reap_if_expired(&self, key: &str) -> Result<bool, LockError> {
         self.count();
-        let holder: Option<(u64, bool)> =
-            sqlx::query_as("SELECT id, expires_at < NOW(6) FROM db_locks WHERE name = ?")
-                .bind(key)
-                .fetch_optional(&self.pool)
-                .await
-                .map_err(LockError::unavailable)?;
-        match holder {
+        match self.pool.holder(key).await? {
             None => Ok(true),
             Some((_, false)) => Ok(false),
             Some((id, true)) => {
                 self.count();
-                let reaped =
-                    sqlx::query("DELETE FROM db_locks WHERE id = ? AND expires_at < NOW(6)")
-                        .bind(id)
-                        .execute(&self.pool)
-                        .await;
-                match reaped {
-                    Ok(_) => {
+                match self.pool.reap(id).await {
+                    Ok(()) => {
                         tracing::debug!(key, id, "reaped an expired lock row");
                         Ok(true)
                     }
@@ -351,11 +316,18 @@ fn is_duplicate(e: &sqlx::Error) -> bool {
         .is_some_and(|db| db.is_unique_violation())
 }
 
-/// InnoDB gave up on a row lock: `innodb_lock_wait_timeout` passed (1205), this statement was a
-/// deadlock victim (1213), or a `NOWAIT` found the row locked (3572). Nothing was changed.
+/// The database gave up on a row lock: InnoDB's `innodb_lock_wait_timeout` passed (1205), this
+/// statement was a deadlock victim (1213), or a `NOWAIT` found the row locked (3572); on
+/// PostgreSQL a deadlock victim (40P01) or `lock_timeout` (55P03). Nothing was changed.
 fn is_busy(e: &sqlx::Error) -> bool {
     const BUSY: [u16; 3] = [1205, 1213, 3572];
+    const POSTGRES_BUSY: [&str; 2] = ["40P01", "55P03"];
     error_number(e).is_some_and(|n| BUSY.contains(&n))
+        || (cfg!(feature = "postgres")
+            && e.as_database_error()
+                .filter(|db| db.try_downcast_ref::<MySqlDatabaseError>().is_none())
+                .and_then(|db| db.code())
+                .is_some_and(|code| POSTGRES_BUSY.contains(&code.as_ref())))
 }
 
 /// InnoDB chose this statement's transaction as a deadlock's victim and rolled it back (1213).

@@ -23,9 +23,8 @@
 
 use std::sync::Arc;
 
-use sqlx::MySqlPool;
-
 use super::row::RowHeld;
+use super::tables::Tables;
 use super::{DbLock, Variant};
 use crate::{AcquireOptions, Acquiring, DistributedLock, Guard, LockError};
 
@@ -35,10 +34,11 @@ pub struct DbReentrantLock {
 }
 
 impl DbReentrantLock {
-    /// A reentrant lock over `pool`'s database (tables as [`DbLock::create_table`] makes them).
-    pub fn new(pool: MySqlPool) -> DbReentrantLock {
+    /// A reentrant lock over `pool`'s database (tables as [`DbLock::create_table`] makes them,
+    /// or `postgres::create_schema` on PostgreSQL).
+    pub fn new(pool: impl Into<Tables>) -> DbReentrantLock {
         DbReentrantLock {
-            lock: DbLock::new(pool, Variant::Reentrant),
+            lock: DbLock::new(pool.into(), Variant::Reentrant),
         }
     }
 
@@ -47,22 +47,13 @@ impl DbReentrantLock {
     /// lock is free again only when every guard of it was released.
     pub async fn reenter(&self, guard: &Guard) -> Result<Option<Guard>, LockError> {
         self.lock.count();
-        let entered = sqlx::query(
-            "UPDATE db_locks SET holds = holds + 1, id = LAST_INSERT_ID(id) \
-             WHERE name = ? AND owner = ? AND expires_at > NOW(6)",
-        )
-        .bind(guard.key())
-        .bind(guard.owner())
-        .execute(&self.lock.pool)
-        .await
-        .map_err(LockError::unavailable)?;
-        if entered.rows_affected() == 0 {
+        let Some(id) = self.lock.pool.reenter(guard.key(), guard.owner()).await? else {
             return Ok(None);
-        }
+        };
         let held = RowHeld::reentered(
             self.lock.pool.clone(),
             Arc::clone(&self.lock.requests),
-            entered.last_insert_id(),
+            id,
             guard.owner().to_owned(),
             guard.lost_flag(),
         );

@@ -6,11 +6,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
-use sqlx::MySqlPool;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use super::{Variant, is_busy, micros};
+use super::tables::{Release, Tables};
+use super::{Variant, is_busy};
 use crate::{Held, LockError};
 
 /// Release attempts when InnoDB picks the delete as a deadlock victim.
@@ -18,7 +18,7 @@ const RELEASE_ATTEMPTS: u32 = 3;
 
 /// A held row: released by its id and owner, never by name.
 pub(super) struct RowHeld {
-    pool: MySqlPool,
+    pool: Tables,
     requests: Arc<AtomicU64>,
     id: u64,
     owner: String,
@@ -32,7 +32,7 @@ pub(super) struct RowHeld {
 impl RowHeld {
     /// Starts watching the row: counting its lease down, or renewing it.
     pub(super) fn start(
-        pool: MySqlPool,
+        pool: Tables,
         requests: Arc<AtomicU64>,
         id: u64,
         owner: String,
@@ -72,7 +72,7 @@ impl RowHeld {
     /// One more hold of row `id` by `owner`, whose loss `lost` already reports: released by
     /// giving the hold back.
     pub(super) fn reentered(
-        pool: MySqlPool,
+        pool: Tables,
         requests: Arc<AtomicU64>,
         id: u64,
         owner: String,
@@ -102,24 +102,19 @@ impl Held for RowHeld {
                 if let Some(watcher) = &self.watcher {
                     watcher.abort();
                 }
-                return self
-                    .run("DELETE FROM db_locks WHERE id = ? AND owner = ?")
-                    .await;
+                return self.run(Release::Row).await;
             }
             // Reentrant: the last hold deletes the row; an earlier one gives its hold back, and
             // the lease clock keeps running for the holds that remain. A second round covers
             // another hold of the same owner released at the same moment.
             for _ in 0..2 {
-                let last = "DELETE FROM db_locks WHERE id = ? AND owner = ? AND holds = 1";
-                if self.run(last).await? {
+                if self.run(Release::LastHold).await? {
                     if let Some(watcher) = &self.watcher {
                         watcher.abort();
                     }
                     return Ok(true);
                 }
-                let one = "UPDATE db_locks SET holds = holds - 1 \
-                           WHERE id = ? AND owner = ? AND holds > 1";
-                if self.run(one).await? {
+                if self.run(Release::OneHold).await? {
                     return Ok(true);
                 }
             }
@@ -129,20 +124,15 @@ impl Held for RowHeld {
 }
 
 impl RowHeld {
-    /// Runs a release statement on this row (`DELETE` or `UPDATE … WHERE id = ? AND owner = ?`,
-    /// with the count condition of the caller's making); whether it changed the row. A deadlock
+    /// Gives back what `release` says of this row; whether it changed the row. A deadlock
     /// victim is tried again: the row is still there.
-    async fn run(&self, sql: &'static str) -> Result<bool, LockError> {
+    async fn run(&self, release: Release) -> Result<bool, LockError> {
         let mut attempt = 0;
         loop {
             self.requests.fetch_add(1, Ordering::Relaxed);
-            let done = sqlx::query(sql)
-                .bind(self.id)
-                .bind(&self.owner)
-                .execute(&self.pool)
-                .await;
+            let done = self.pool.release(self.id, &self.owner, release).await;
             match done {
-                Ok(done) => return Ok(done.rows_affected() == 1),
+                Ok(changed) => return Ok(changed),
                 Err(e) if is_busy(&e) && attempt < RELEASE_ATTEMPTS => attempt += 1,
                 Err(e) => return Err(LockError::unavailable(e)),
             }
@@ -154,7 +144,7 @@ impl RowHeld {
 /// is gone, the lease passed without a successful renewal, or the client was dropped (as its
 /// process would vanish: renewal stops, and the lease runs out).
 async fn renew(
-    pool: MySqlPool,
+    pool: Tables,
     requests: Arc<AtomicU64>,
     id: u64,
     owner: String,
@@ -173,18 +163,9 @@ async fn renew(
             }
         }
         requests.fetch_add(1, Ordering::Relaxed);
-        let extended = sqlx::query(
-            "UPDATE db_locks SET expires_at = NOW(6) + INTERVAL ? MICROSECOND \
-             WHERE id = ? AND owner = ? AND expires_at >= NOW(6)",
-        )
-        .bind(micros(lease))
-        .bind(id)
-        .bind(&owner)
-        .execute(&pool)
-        .await;
-        match extended {
-            Ok(done) if done.rows_affected() == 1 => renewed_at = Instant::now(),
-            Ok(_) => break,
+        match pool.extend(id, &owner, lease).await {
+            Ok(true) => renewed_at = Instant::now(),
+            Ok(false) => break,
             Err(e) if renewed_at.elapsed() >= lease => {
                 tracing::warn!(id, error = %e, "lock renewal kept failing past the lease");
                 break;

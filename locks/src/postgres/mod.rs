@@ -3,7 +3,9 @@
 //! its row locks; and the two row locks of MariaDB's `database` module on this engine —
 //! [`PgRowLock`] (`db-row-lock`, `SELECT … FOR UPDATE`) and [`PgInsertLock`]
 //! (`db-blocking-insert`, `INSERT … ON CONFLICT DO UPDATE`), each held by a transaction left
-//! open, as the transaction advisory lock is (`transaction.rs`).
+//! open, as the transaction advisory lock is (`transaction.rs`). The lock table's rows
+//! (`db-lock` and its forms) run here too, written once for both engines in `database`
+//! (`database::Tables`); this module makes their tables.
 //!
 //! The advisory locks come in two forms, one lock each:
 //!
@@ -70,15 +72,23 @@ use sqlx::PgPool;
 
 use crate::LockError;
 
-/// The statements that create the fencing tokens' sequence and the row locks' tables if
-/// missing ([`create_schema`]).
+/// The statements that create the fencing tokens' sequence and the tables of the locks kept in
+/// PostgreSQL if missing ([`create_schema`]): the lock table's rows and fences (`db-lock` and
+/// its forms, `database::Tables`) and the row locks' rows.
 pub const SCHEMA: &str = "CREATE SEQUENCE IF NOT EXISTS pg_lock_tokens; \
+     CREATE TABLE IF NOT EXISTS db_locks (\
+         id bigserial PRIMARY KEY, \
+         name text NOT NULL UNIQUE, \
+         owner text NOT NULL, \
+         expires_at timestamptz NOT NULL, \
+         holds integer NOT NULL DEFAULT 1); \
+     CREATE TABLE IF NOT EXISTS db_lock_fences (name text PRIMARY KEY, fence bigint NOT NULL); \
      CREATE TABLE IF NOT EXISTS db_row_locks (name text PRIMARY KEY); \
      CREATE TABLE IF NOT EXISTS db_insert_locks (\
          name text PRIMARY KEY, \
          acquired_at timestamptz NOT NULL DEFAULT clock_timestamp())";
 
-/// Creates the fencing tokens' sequence and the row locks' tables ([`SCHEMA`]) in `pool`'s
+/// Creates the fencing tokens' sequence and the locks' tables ([`SCHEMA`]) in `pool`'s
 /// database if missing.
 pub async fn create_schema(pool: &PgPool) -> Result<(), LockError> {
     match sqlx::raw_sql(SCHEMA).execute(pool).await {

@@ -1,6 +1,7 @@
 //! PostgreSQL's locks: the conformance suite and a history-checked contention run for the
-//! session and transaction advisory locks and the two row locks (`SELECT … FOR UPDATE`, the
-//! blocking upsert), in a database of this test binary's own on the sandbox's PostgreSQL; that a
+//! session and transaction advisory locks, the two row locks (`SELECT … FOR UPDATE`, the
+//! blocking upsert) and the lock table's rows (`db-lock`, the conformance suite for its renewed
+//! and reentrant forms too), in a database of this test binary's own on the sandbox's PostgreSQL; that a
 //! released lock leaves its connection holding nothing; that a row lock holds its name's row
 //! only; and the server's behaviour that makes session locks unsafe behind a transaction
 //! pooler.
@@ -9,6 +10,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use futures::FutureExt;
+use locks::database::{DbLock, DbReentrantLock};
 use locks::postgres::{
     PgAdvisoryLock, PgAdvisoryXactLock, PgInsertLock, PgRowLock, create_schema, session_of,
 };
@@ -72,8 +74,22 @@ async fn terminate(admin: &PgPool, pid: i32) {
     assert!(ended, "session {pid} did not end");
 }
 
-/// The suite for the lock `make` builds; a grant is forgotten by ending its session.
-async fn subject<L: DistributedLock + 'static>(make: fn(PgPool) -> L) -> conformance::Subject {
+/// How the suite makes the database forget a grant behind its holder's back.
+#[derive(Debug, Clone, Copy)]
+enum Forget {
+    /// Move the row's expiry into the past, so the next acquirer reaps it as it would an
+    /// expired row (the lock table's rows).
+    ExpireRow,
+    /// End the session that holds it: the server frees its locks and rolls its transaction
+    /// back (the advisory locks, the locks held by a transaction).
+    EndSession,
+}
+
+/// The suite for the lock `make` builds, its grants forgotten as `forget` says.
+async fn subject<L: DistributedLock + 'static>(
+    make: fn(PgPool) -> L,
+    forget: Forget,
+) -> conformance::Subject {
     let url = tokio::task::spawn_blocking(database_url)
         .await
         .expect("database");
@@ -84,24 +100,40 @@ async fn subject<L: DistributedLock + 'static>(make: fn(PgPool) -> L) -> conform
             async move { Arc::new(lock) as Arc<dyn DistributedLock> }.boxed()
         },
         move |guard| {
-            let (admin, session) = (admin.clone(), session_of(guard));
+            let (admin, owner, session) =
+                (admin.clone(), guard.owner().to_owned(), session_of(guard));
             async move {
-                terminate(&admin, session.expect("the guard names its session")).await;
+                match forget {
+                    Forget::ExpireRow => {
+                        sqlx::query(
+                            "UPDATE db_locks \
+                             SET expires_at = clock_timestamp() - interval '1 second' \
+                             WHERE owner = $1",
+                        )
+                        .bind(owner)
+                        .execute(&admin)
+                        .await
+                        .expect("expire the row");
+                    }
+                    Forget::EndSession => {
+                        terminate(&admin, session.expect("the guard names its session")).await;
+                    }
+                }
             }
             .boxed()
         },
     )
 }
 
-/// A module running the conformance suite per lock: `module: make;`.
+/// A module running the conformance suite per lock: `module: make, forget;`.
 macro_rules! suites {
-    ($($module:ident: $make:path;)*) => {
+    ($($module:ident: $make:path, $forget:ident;)*) => {
         $(
             mod $module {
                 use super::*;
 
                 async fn subject() -> conformance::Subject {
-                    super::subject($make).await
+                    super::subject($make, Forget::$forget).await
                 }
 
                 conformance::suite!(subject);
@@ -110,11 +142,29 @@ macro_rules! suites {
     };
 }
 
+/// The lock table's rows on PostgreSQL, leased.
+fn table_lock(pool: PgPool) -> DbLock {
+    DbLock::leased(pool)
+}
+
+/// The lock table's rows on PostgreSQL, renewed while held.
+fn renewed_table_lock(pool: PgPool) -> DbLock {
+    DbLock::renewed(pool)
+}
+
+/// The lock table's rows on PostgreSQL, reentrant.
+fn reentrant_table_lock(pool: PgPool) -> DbReentrantLock {
+    DbReentrantLock::new(pool)
+}
+
 suites! {
-    advisory_suite: PgAdvisoryLock::new;
-    advisory_xact_suite: PgAdvisoryXactLock::new;
-    row_lock_suite: PgRowLock::new;
-    blocking_insert_suite: PgInsertLock::new;
+    advisory_suite: PgAdvisoryLock::new, EndSession;
+    advisory_xact_suite: PgAdvisoryXactLock::new, EndSession;
+    row_lock_suite: PgRowLock::new, EndSession;
+    blocking_insert_suite: PgInsertLock::new, EndSession;
+    table_lock_suite: table_lock, ExpireRow;
+    renewed_table_lock_suite: renewed_table_lock, ExpireRow;
+    reentrant_table_lock_suite: reentrant_table_lock, ExpireRow;
 }
 
 /// Six clients, each with a pool of two connections, take a lock of `make`'s 20 times each,
@@ -195,6 +245,11 @@ async fn a_released_session_lock_leaves_its_pooled_connection_holding_nothing() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_released_transaction_lock_leaves_its_pooled_connection_holding_nothing() {
     a_released_lock_leaves_nothing_held(PgAdvisoryXactLock::new).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_history_checked_contention_run_of_the_lock_tables_rows_shows_no_violation() {
+    contention_history_shows_no_violation(table_lock).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
