@@ -52,15 +52,14 @@ impl Engine {
         }
     }
 
-    /// Whether a deployment on this engine can run `strategy`: a lock kept in the service's own
-    /// database is written for its engine — the lock table's rows in MariaDB's SQL only, the
-    /// advisory locks PostgreSQL's own, the row locks held by an open transaction
-    /// (`db-row-lock`, `db-blocking-insert`) in each engine's.
+    /// Whether a deployment on this engine can run `strategy`: every strategy but PostgreSQL's
+    /// advisory locks, which are that engine's own, runs on both — the locks of the database
+    /// (`db-lock` and its forms, `db-row-lock`, `db-blocking-insert`) are written in each
+    /// engine's SQL.
     pub fn runs(self, strategy: Strategy) -> bool {
         match (strategy.lock_backend(), self) {
             (Some(b), Engine::MySql) => !b.uses_postgres(),
-            (Some(b), Engine::Postgres) => !b.uses_database() || b.kept_in_postgres(),
-            (None, _) => true,
+            (_, Engine::Postgres) | (None, Engine::MySql) => true,
         }
     }
 
@@ -72,12 +71,11 @@ impl Engine {
     }
 
     /// The service `strategy` runs on in a deployment on this engine: the catalogue names
-    /// MariaDB for the strategies of the rows and of the row locks, which are PostgreSQL's on
-    /// PostgreSQL (the lock table's strategies, which PostgreSQL does not run, keep naming
-    /// MariaDB, whose SQL their locks are written in).
+    /// MariaDB for the strategies of the rows and of the database's locks, which are
+    /// PostgreSQL's on PostgreSQL.
     pub fn service_of(self, strategy: Strategy) -> Service {
         match (self, strategy.service()) {
-            (Engine::Postgres, Service::Mariadb) if self.runs(strategy) => Service::Postgres,
+            (Engine::Postgres, Service::Mariadb) => Service::Postgres,
             (_, service) => service,
         }
     }

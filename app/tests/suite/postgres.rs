@@ -2,8 +2,8 @@
 //! sells exactly the stock, every one that is meant to be unsafe fails as it does on MariaDB,
 //! the stock kept in Redis places its orders here, and an order's life (paid, cancelled,
 //! expired, and a cancellation racing the expiry) gives its units back once — the suites of
-//! MariaDB, run on the sandbox's PostgreSQL. The strategies that lock outside the database are
-//! in `postgres_locks`.
+//! MariaDB, run on the sandbox's PostgreSQL. The strategies that lock, in the database or
+//! outside it, are in `postgres_locks`.
 
 use crate::common;
 use crate::expiry_sweep::two_sweeps_expire_each_order_once;
@@ -76,26 +76,6 @@ async fn the_stream_consumers_place_their_orders_in_postgres() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_session_advisory_lock_never_oversells_on_postgres() {
-    sells_exactly_the_stock_on_postgres("pg-advisory").await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_fenced_session_advisory_lock_never_oversells_on_postgres() {
-    sells_exactly_the_stock_on_postgres("pg-advisory-fenced").await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_transaction_advisory_lock_never_oversells_on_postgres() {
-    sells_exactly_the_stock_on_postgres("pg-advisory-xact").await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_fenced_transaction_advisory_lock_never_oversells_on_postgres() {
-    sells_exactly_the_stock_on_postgres("pg-advisory-xact-fenced").await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn naive_read_modify_write_loses_updates_and_oversells_on_postgres() {
     naive_loses_updates_and_oversells(&fresh_postgres_url().await).await;
 }
@@ -155,28 +135,8 @@ async fn cancellation_racing_expiry_gives_a_redis_held_unit_back_once_on_postgre
     cancellation_races_expiry(&fresh_postgres_url().await, "redis", "redis-lua", 5, 10).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_row_lock_of_a_lock_table_never_oversells_on_postgres() {
-    sells_exactly_the_stock_on_postgres("db-row-lock").await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_fenced_row_lock_of_a_lock_table_never_oversells_on_postgres() {
-    sells_exactly_the_stock_on_postgres("db-row-lock-fenced").await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_blocking_insert_lock_never_oversells_on_postgres() {
-    sells_exactly_the_stock_on_postgres("db-blocking-insert").await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_fenced_blocking_insert_lock_never_oversells_on_postgres() {
-    sells_exactly_the_stock_on_postgres("db-blocking-insert-fenced").await;
-}
-
 #[tokio::test]
-async fn a_deployment_on_postgres_offers_its_advisory_and_row_locks_not_the_lock_table_rows() {
+async fn a_deployment_on_postgres_offers_its_advisory_locks_and_every_lock_of_the_database() {
     let database_url = fresh_postgres_url().await;
     let app = common::spawn_app(test_config(&database_url)).await;
     let list = app.strategies().await;
@@ -188,43 +148,15 @@ async fn a_deployment_on_postgres_offers_its_advisory_and_row_locks_not_the_lock
     // The rows' strategies name the engine they run on; the locks in the database are its own.
     assert_eq!(service("conditional").as_deref(), Some("postgres"));
     assert_eq!(service("pg-advisory-fenced").as_deref(), Some("postgres"));
-    assert_eq!(service("db-row-lock-fenced").as_deref(), Some("postgres"));
-    assert_eq!(service("db-blocking-insert").as_deref(), Some("postgres"));
     assert_eq!(service("redis-lua").as_deref(), Some("redis"));
-    for lock_table in ["db-lock", "db-lock-fenced", "db-lock-reentrant"] {
-        assert_eq!(service(lock_table), None, "{lock_table} offered: {list}");
-    }
-    app.stop().await;
-    common::drop_database(&database_url).await;
-}
-
-#[tokio::test]
-async fn a_lock_table_strategy_named_on_postgres_answers_backend_unavailable_and_takes_nothing() {
-    let database_url = fresh_postgres_url().await;
-    let mut config = test_config(&database_url);
-    config.strategies = [
-        "conditional",
+    for lock in [
         "db-lock",
-        "db-lock-fenced",
-        "db-lock-reentrant",
-    ]
-    .map(|s| s.parse().expect("a strategy"))
-    .to_vec();
-    let app = common::spawn_app(config).await;
-    app.reset(1, 5).await;
-    for strategy in ["db-lock", "db-lock-fenced", "db-lock-reentrant"] {
-        let click = serde_json::json!({
-            "user_id": "u", "quantity": 1, "request_id": strategy, "strategy": strategy
-        });
-        let (status, answer) = app.order(1, &click, None).await;
-        assert_eq!(
-            (status.as_u16(), answer["error"].as_str()),
-            (503, Some("backend_unavailable")),
-            "{strategy}: {answer}"
-        );
+        "db-lock-reentrant-fenced",
+        "db-row-lock",
+        "db-blocking-insert",
+    ] {
+        assert_eq!(service(lock).as_deref(), Some("postgres"), "{lock}: {list}");
     }
-    let truth = common::ledger(&database_url, 1).await;
-    assert_eq!((truth.stock, truth.orders), (5, 0), "{truth:?}");
     app.stop().await;
     common::drop_database(&database_url).await;
 }
