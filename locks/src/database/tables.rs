@@ -54,6 +54,16 @@ fn seconds(d: Duration) -> f64 {
     d.as_secs_f64()
 }
 
+/// Runs a MariaDB statement that sets `LAST_INSERT_ID` to what it wrote: that value, or `None`
+/// if it changed no row.
+async fn id_set_by(
+    statement: sqlx::query::Query<'_, sqlx::MySql, sqlx::mysql::MySqlArguments>,
+    pool: &MySqlPool,
+) -> Result<Option<u64>, LockError> {
+    let done = (statement.execute(pool).await).map_err(LockError::unavailable)?;
+    Ok((done.rows_affected() > 0).then(|| done.last_insert_id()))
+}
+
 impl Tables {
     /// Inserts the name's row for `owner`, its lease by the database's clock: the row's id, or
     /// `None` if the name is taken.
@@ -102,19 +112,14 @@ impl Tables {
     pub(super) async fn fence(&self, id: u64, owner: &str) -> Result<Option<u64>, LockError> {
         match self {
             Tables::MySql(pool) => {
-                let done = sqlx::query(
+                let bump = sqlx::query(
                     "INSERT INTO db_lock_fences (name, fence) \
                      SELECT name, LAST_INSERT_ID(id) FROM db_locks \
                      WHERE id = ? AND owner = ? AND expires_at > NOW(6) LOCK IN SHARE MODE \
                      ON DUPLICATE KEY UPDATE \
                      fence = LAST_INSERT_ID(GREATEST(db_lock_fences.fence + 1, VALUES(fence)))",
-                )
-                .bind(id)
-                .bind(owner)
-                .execute(pool)
-                .await
-                .map_err(LockError::unavailable)?;
-                Ok((done.rows_affected() > 0).then(|| done.last_insert_id()))
+                );
+                id_set_by(bump.bind(id).bind(owner), pool).await
             }
             #[cfg(feature = "postgres")]
             Tables::Postgres(pool) => sqlx::query_scalar::<_, i64>(
@@ -258,16 +263,11 @@ impl Tables {
     pub(super) async fn reenter(&self, key: &str, owner: &str) -> Result<Option<u64>, LockError> {
         match self {
             Tables::MySql(pool) => {
-                let entered = sqlx::query(
+                let enter = sqlx::query(
                     "UPDATE db_locks SET holds = holds + 1, id = LAST_INSERT_ID(id) \
                      WHERE name = ? AND owner = ? AND expires_at > NOW(6)",
-                )
-                .bind(key)
-                .bind(owner)
-                .execute(pool)
-                .await
-                .map_err(LockError::unavailable)?;
-                Ok((entered.rows_affected() > 0).then(|| entered.last_insert_id()))
+                );
+                id_set_by(enter.bind(key).bind(owner), pool).await
             }
             #[cfg(feature = "postgres")]
             Tables::Postgres(pool) => sqlx::query_scalar::<_, i64>(
