@@ -54,6 +54,23 @@ fn seconds(d: Duration) -> f64 {
     d.as_secs_f64()
 }
 
+/// `sql` with its `?` placeholders numbered as PostgreSQL writes them (`$1`, `$2`, …).
+#[cfg(feature = "postgres")]
+fn numbered(sql: &str) -> String {
+    let mut n = 0;
+    let mut out = String::with_capacity(sql.len() + 8);
+    for c in sql.chars() {
+        match c {
+            '?' => {
+                n += 1;
+                out.push_str(&format!("${n}"));
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 /// Runs a MariaDB statement that sets `LAST_INSERT_ID` to what it wrote: that value, or `None`
 /// if it changed no row.
 async fn id_set_by(
@@ -146,38 +163,24 @@ impl Tables {
         owner: &str,
         release: Release,
     ) -> Result<bool, sqlx::Error> {
+        let sql = match release {
+            Release::Row => "DELETE FROM db_locks WHERE id = ? AND owner = ?",
+            Release::LastHold => "DELETE FROM db_locks WHERE id = ? AND owner = ? AND holds = 1",
+            Release::OneHold => {
+                "UPDATE db_locks SET holds = holds - 1 WHERE id = ? AND owner = ? AND holds > 1"
+            }
+        };
         let changed = match self {
-            Tables::MySql(pool) => sqlx::query(match release {
-                Release::Row => "DELETE FROM db_locks WHERE id = ? AND owner = ?",
-                Release::LastHold => {
-                    "DELETE FROM db_locks WHERE id = ? AND owner = ? AND holds = 1"
-                }
-                Release::OneHold => {
-                    "UPDATE db_locks SET holds = holds - 1 \
-                     WHERE id = ? AND owner = ? AND holds > 1"
-                }
-            })
-            .bind(id)
-            .bind(owner)
-            .execute(pool)
-            .await?
-            .rows_affected(),
+            Tables::MySql(pool) => {
+                (sqlx::query(sql).bind(id).bind(owner).execute(pool).await?).rows_affected()
+            }
             #[cfg(feature = "postgres")]
-            Tables::Postgres(pool) => sqlx::query(match release {
-                Release::Row => "DELETE FROM db_locks WHERE id = $1 AND owner = $2",
-                Release::LastHold => {
-                    "DELETE FROM db_locks WHERE id = $1 AND owner = $2 AND holds = 1"
-                }
-                Release::OneHold => {
-                    "UPDATE db_locks SET holds = holds - 1 \
-                     WHERE id = $1 AND owner = $2 AND holds > 1"
-                }
-            })
-            .bind(id.cast_signed())
-            .bind(owner)
-            .execute(pool)
-            .await?
-            .rows_affected(),
+            Tables::Postgres(pool) => (sqlx::query(sqlx::AssertSqlSafe(numbered(sql))))
+                .bind(id.cast_signed())
+                .bind(owner)
+                .execute(pool)
+                .await?
+                .rows_affected(),
         };
         Ok(changed == 1)
     }
@@ -281,5 +284,18 @@ impl Tables {
             .map(|id| id.map(i64::cast_unsigned))
             .map_err(LockError::unavailable),
         }
+    }
+}
+
+#[cfg(all(test, feature = "postgres"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn placeholders_are_numbered_in_order_for_postgresql() {
+        assert_eq!(
+            numbered("DELETE FROM db_locks WHERE id = ? AND owner = ? AND holds = 1"),
+            "DELETE FROM db_locks WHERE id = $1 AND owner = $2 AND holds = 1"
+        );
     }
 }
