@@ -112,8 +112,23 @@ fn is_lock_timeout(e: &sqlx::Error) -> bool {
         .is_some_and(|code| code == "55P03")
 }
 
-/// A duration as the server's timeouts take it: whole milliseconds, at least one (0 would
-/// turn the timeout off).
+/// A duration as the server's timeouts take it: whole milliseconds, rounded up so that the
+/// timeout never ends before the duration (a wait budget's `lock_timeout` cut short would
+/// refuse a waiter before its budget passed), at least one (0 would turn the timeout off).
 fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+    u64::try_from(d.as_micros().div_ceil(1000))
+        .unwrap_or(u64::MAX)
+        .max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_timeout_in_whole_milliseconds_never_ends_before_the_duration() {
+        assert_eq!(millis(Duration::from_micros(499_888)), 500);
+        assert_eq!(millis(Duration::from_millis(500)), 500);
+        assert_eq!(millis(Duration::ZERO), 1);
+    }
 }
