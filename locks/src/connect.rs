@@ -115,19 +115,19 @@ pub async fn connect(
         )),
         #[cfg(feature = "postgres")]
         Backend::DbRowLock if endpoints.database.is_none() && endpoints.postgres.is_some() => {
-            Arc::new(PgRowLock::new(advisory(backend, endpoints).await?))
+            Arc::new(PgRowLock::new(postgres_pool(backend, endpoints).await?))
         }
         #[cfg(feature = "postgres")]
         Backend::DbBlockingInsert
             if endpoints.database.is_none() && endpoints.postgres.is_some() =>
         {
-            Arc::new(PgInsertLock::new(advisory(backend, endpoints).await?))
+            Arc::new(PgInsertLock::new(postgres_pool(backend, endpoints).await?))
         }
         #[cfg(all(feature = "mysql", feature = "postgres"))]
         Backend::DbLock | Backend::DbLockRenewed | Backend::DbLockReentrant
             if endpoints.database.is_none() && endpoints.postgres.is_some() =>
         {
-            let pool = advisory(backend, endpoints).await?;
+            let pool = postgres_pool(backend, endpoints).await?;
             match backend {
                 Backend::DbLock => Arc::new(DbLock::leased(pool)),
                 Backend::DbLockRenewed => Arc::new(DbLock::renewed(pool)),
@@ -149,11 +149,13 @@ pub async fn connect(
             Arc::new(DbInsertLock::new(lock_table(backend, endpoints).await?))
         }
         #[cfg(feature = "postgres")]
-        Backend::PgAdvisory => Arc::new(PgAdvisoryLock::new(advisory(backend, endpoints).await?)),
+        Backend::PgAdvisory => Arc::new(PgAdvisoryLock::new(
+            postgres_pool(backend, endpoints).await?,
+        )),
         #[cfg(feature = "postgres")]
-        Backend::PgAdvisoryXact => {
-            Arc::new(PgAdvisoryXactLock::new(advisory(backend, endpoints).await?))
-        }
+        Backend::PgAdvisoryXact => Arc::new(PgAdvisoryXactLock::new(
+            postgres_pool(backend, endpoints).await?,
+        )),
         #[cfg(not(feature = "postgres"))]
         Backend::PgAdvisory | Backend::PgAdvisoryXact => {
             return Err(ConnectError::FeatureDisabled {
@@ -195,7 +197,10 @@ async fn lock_table(
 /// The pool of the locks kept in PostgreSQL, their tables and tokens' sequence created if
 /// missing.
 #[cfg(feature = "postgres")]
-async fn advisory(backend: Backend, endpoints: &Endpoints) -> Result<sqlx::PgPool, ConnectError> {
+async fn postgres_pool(
+    backend: Backend,
+    endpoints: &Endpoints,
+) -> Result<sqlx::PgPool, ConnectError> {
     let Some(Database::Postgres(pool)) = endpoints.postgres.clone() else {
         return Err(ConnectError::NotConfigured {
             backend,

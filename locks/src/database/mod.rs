@@ -322,12 +322,10 @@ fn is_duplicate(e: &sqlx::Error) -> bool {
 fn is_busy(e: &sqlx::Error) -> bool {
     const BUSY: [u16; 3] = [1205, 1213, 3572];
     const POSTGRES_BUSY: [&str; 2] = ["40P01", "55P03"];
+    // MariaDB's SQLSTATEs are never PostgreSQL's own `40P01` and `55P03`.
     error_number(e).is_some_and(|n| BUSY.contains(&n))
-        || (cfg!(feature = "postgres")
-            && e.as_database_error()
-                .filter(|db| db.try_downcast_ref::<MySqlDatabaseError>().is_none())
-                .and_then(|db| db.code())
-                .is_some_and(|code| POSTGRES_BUSY.contains(&code.as_ref())))
+        || (e.as_database_error().and_then(|db| db.code()))
+            .is_some_and(|code| POSTGRES_BUSY.contains(&code.as_ref()))
 }
 
 /// InnoDB chose this statement's transaction as a deadlock's victim and rolled it back (1213).

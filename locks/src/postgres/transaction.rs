@@ -93,11 +93,10 @@ impl<S: TakeStatement> PgTransactionLock<S> {
         let timeout = || LockError::waited_since(key, started);
         let mut session = Session::new(conn, Arc::clone(&self.requests));
         loop {
-            match self.take(session, key, options, deadline).await {
-                Ok(Taken::Granted(guard)) => return Ok(guard),
-                Ok(Taken::Refused) | Err(None) => return Err(timeout()),
-                Err(Some(e)) => return Err(e),
-                Ok(Taken::Made) => {}
+            match self.take(session, key, options, deadline).await? {
+                Taken::Granted(guard) => return Ok(guard),
+                Taken::Refused => return Err(timeout()),
+                Taken::Made => {}
             }
             session = Session::new(
                 (self.pool.acquire().await).map_err(LockError::unavailable)?,
@@ -106,15 +105,14 @@ impl<S: TakeStatement> PgTransactionLock<S> {
         }
     }
 
-    /// One transaction that runs the lock's statement on `session`; `Err(None)`: the server's
-    /// answer did not come within [`ANSWER_MARGIN`] of the budget's end.
+    /// One transaction that runs the lock's statement on `session`.
     async fn take(
         &self,
         mut session: Session,
         key: &str,
         options: AcquireOptions,
         deadline: Option<Instant>,
-    ) -> Result<Taken, Option<LockError>> {
+    ) -> Result<Taken, LockError> {
         session.taint();
         // Whole milliseconds, formatted from numbers: nothing of the caller's reaches the SQL.
         let lease = millis(options.lease);
@@ -129,7 +127,7 @@ impl<S: TakeStatement> PgTransactionLock<S> {
         )))
         .execute(session.conn())
         .await
-        .map_err(|e| Some(LockError::unavailable(e)))?;
+        .map_err(LockError::unavailable)?;
         session.count(1);
         let taking = sqlx::query_as(S::take(deadline.is_some()))
             .persistent(false)
@@ -139,9 +137,13 @@ impl<S: TakeStatement> PgTransactionLock<S> {
         // goes back to the pool; if its answer does not come soon after, the session is dropped
         // with its statement, and closed.
         let taken: Result<Option<(i64, i32)>, sqlx::Error> = match deadline {
-            Some(deadline) => tokio::time::timeout_at((deadline + ANSWER_MARGIN).into(), taking)
-                .await
-                .map_err(|_| None)?,
+            Some(deadline) => {
+                match tokio::time::timeout_at((deadline + ANSWER_MARGIN).into(), taking).await {
+                    Ok(taken) => taken,
+                    // No answer: refused, and the session closed with its statement.
+                    Err(_) => return Ok(Taken::Refused),
+                }
+            }
             None => taking.await,
         };
         match taken {
@@ -169,7 +171,7 @@ impl<S: TakeStatement> PgTransactionLock<S> {
                             .bind(key)
                             .execute(&self.pool)
                             .await
-                            .map_err(|e| Some(LockError::unavailable(e)))?;
+                            .map_err(LockError::unavailable)?;
                         Ok(Taken::Made)
                     }
                     None => Ok(Taken::Refused),
@@ -179,7 +181,7 @@ impl<S: TakeStatement> PgTransactionLock<S> {
                 give_back(session).await;
                 Ok(Taken::Refused)
             }
-            Err(e) => Err(Some(LockError::unavailable(e))),
+            Err(e) => Err(LockError::unavailable(e)),
         }
     }
 }
