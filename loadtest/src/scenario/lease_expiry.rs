@@ -11,27 +11,26 @@
 use anyhow::Result;
 use app::api::{ErrorCode, Strategy};
 use serde::{Deserialize, Serialize};
-use testkit::Answer;
+use testkit::{Answer, Api};
 
-use super::{Judgement, Scenario, Stage};
+use super::{Judgement, Scenario, Stage, Timeline};
 use crate::rig::fleet::{Fleet, accounting, lock_flags, order};
 
 pub struct LeaseExpiry;
 
 #[derive(Debug, Clone, Copy)]
 pub struct Sizes {
-    lease_ms: u64,
+    pub(super) lease_ms: u64,
 }
 
 impl Sizes {
     /// How long A stays inside: three leases.
-    fn hold_ms(self) -> u64 {
+    pub(super) fn hold_ms(self) -> u64 {
         self.lease_ms * 3
     }
 }
 
-/// A stalls past the lease inside the critical section of the last unit; B asks for it
-/// meanwhile.
+/// A stays inside the last unit's lock past its lease; B asks for the unit meanwhile.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Figures {
     pub oversell: i64,
@@ -40,6 +39,18 @@ pub struct Figures {
     pub b: Answer,
     /// A's late write was refused by the product's fence (`409 lock_lost`).
     pub stale_write_rejected: bool,
+}
+
+impl Figures {
+    /// What each buyer was answered and what the database holds, in a line.
+    pub(super) fn observed(&self) -> String {
+        format!(
+            "A: {}; B: {}; {} order(s) for 1 unit",
+            self.a.describe(),
+            self.b.describe(),
+            self.orders
+        )
+    }
 }
 
 const STRATEGIES: [Strategy; 3] = [
@@ -72,34 +83,9 @@ impl Scenario for LeaseExpiry {
             let product = 100 + n as u64;
             fleet.reset(product, 1).await?;
             let tl = stage.round(strategy.name());
-            let mut watch = fleet.watch_transactions().await?;
-            let a = async {
-                tl.log(
-                    "A",
-                    format!("orders the last unit, stalls {} ms inside", s.hold_ms()),
-                );
-                let a = order(&fleet.api, 0, product, strategy, "buyer-a", s.hold_ms()).await;
-                tl.log("A", a.describe());
-                a
-            };
-            let b = async {
-                watch.inside().await?;
-                tl.log("B", "orders the last unit, A being inside");
-                let b = order(&fleet.api, 0, product, strategy, "buyer-b", 0).await;
-                tl.log("B", b.describe());
-                anyhow::Ok(b)
-            };
-            let (a, b) = tokio::join!(a, b);
-            let b = b?;
-            let p = fleet.product(product).await?;
-            tl.log("db", format!("{} order(s) for 1 unit", p.orders));
-            let figures = Figures {
-                oversell: accounting(&p).oversell,
-                orders: p.orders,
-                a,
-                b,
-                stale_write_rejected: a.refused_with(ErrorCode::LockLost),
-            };
+            let buyers = (&fleet.api, &fleet.api);
+            let figures =
+                last_unit_race(s, &fleet, &tl, buyers, strategy, product, |_| {}, |_| {}).await?;
             rows.push((strategy, figures));
         }
         Ok(rows)
@@ -122,13 +108,7 @@ impl Scenario for LeaseExpiry {
                 f.oversell > 0,
             ),
         };
-        let observed = format!(
-            "A: {}; B: {}; {} order(s) for 1 unit",
-            f.a.describe(),
-            f.b.describe(),
-            f.orders
-        );
-        Judgement::new(expected, observed, holds)
+        Judgement::new(expected, f.observed(), holds)
     }
 
     fn why(s: &Sizes, rows: &[(Strategy, Figures)]) -> String {
@@ -175,4 +155,50 @@ impl Scenario for LeaseExpiry {
         }
         text
     }
+}
+
+/// Buyer A orders the last unit of `product` and works three leases inside its lock; once A is
+/// inside, `fault` strikes and buyer B orders the same unit; `mend` runs once B has its answer.
+/// Then what the database holds.
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn last_unit_race(
+    s: Sizes,
+    fleet: &Fleet,
+    tl: &Timeline,
+    (api_a, api_b): (&Api, &Api),
+    strategy: Strategy,
+    product: u64,
+    fault: impl FnOnce(&Timeline),
+    mend: impl FnOnce(&Timeline),
+) -> Result<Figures> {
+    let mut watch = fleet.watch_transactions().await?;
+    let a = async {
+        tl.log(
+            "A",
+            format!("orders the last unit, works {} ms inside", s.hold_ms()),
+        );
+        let a = order(api_a, 0, product, strategy, "buyer-a", s.hold_ms()).await;
+        tl.log("A", a.describe());
+        a
+    };
+    let b = async {
+        watch.inside().await?;
+        fault(tl);
+        tl.log("B", "orders the last unit, A being inside");
+        let b = order(api_b, 0, product, strategy, "buyer-b", 0).await;
+        tl.log("B", b.describe());
+        mend(tl);
+        anyhow::Ok(b)
+    };
+    let (a, b) = tokio::join!(a, b);
+    let b = b?;
+    let p = fleet.product(product).await?;
+    tl.log("db", format!("{} order(s) for 1 unit", p.orders));
+    Ok(Figures {
+        oversell: accounting(&p).oversell,
+        orders: p.orders,
+        a,
+        b,
+        stale_write_rejected: a.refused_with(ErrorCode::LockLost),
+    })
 }

@@ -14,48 +14,26 @@
 //! carries the older token and the database refuses it (`409 lock_lost`).
 
 use anyhow::{Context, Result};
-use app::api::{ErrorCode, Home, Strategy};
+use app::api::{Home, Strategy};
 use sandbox::Relay;
-use serde::{Deserialize, Serialize};
-use testkit::{Answer, Api};
+use testkit::Api;
 
-use super::{Judgement, Scenario, Stage};
-use crate::rig::fleet::{Fleet, accounting, lock_flags, order};
+pub use super::lease_expiry::{Figures, Sizes};
+
+use super::lease_expiry::last_unit_race;
+use super::{Judgement, Scenario, Stage, Timeline};
+use crate::rig::fleet::{Fleet, lock_flags};
 
 pub struct SilentPath;
-
-#[derive(Debug, Clone, Copy)]
-pub struct Sizes {
-    lease_ms: u64,
-}
-
-impl Sizes {
-    /// How long A stays inside: three leases.
-    fn hold_ms(self) -> u64 {
-        self.lease_ms * 3
-    }
-}
-
-/// A holds the last unit's lock when its path to Redis goes silent; B asks on the other
-/// instance.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Figures {
-    pub oversell: i64,
-    pub orders: i64,
-    pub a: Answer,
-    pub b: Answer,
-    /// A's late write was refused by the product's fence (`409 lock_lost`).
-    pub stale_write_rejected: bool,
-}
 
 const STRATEGIES: [Strategy; 2] = [Strategy::RedisWatchdog, Strategy::RedisWatchdogFenced];
 
 impl Scenario for SilentPath {
+    type Subject = Strategy;
+    type Figures = Figures;
     type Sizes = Sizes;
     const QUICK: Sizes = Sizes { lease_ms: 300 };
     const FULL: Sizes = Sizes { lease_ms: 2000 };
-    type Subject = Strategy;
-    type Figures = Figures;
 
     fn fault(s: &Sizes) -> String {
         format!(
@@ -115,13 +93,7 @@ impl Scenario for SilentPath {
                 f.oversell > 0 && a && b,
             ),
         };
-        let observed = format!(
-            "A: {}; B: {}; {} order(s) for 1 unit",
-            f.a.describe(),
-            f.b.describe(),
-            f.orders
-        );
-        Judgement::new(expected, observed, holds)
+        Judgement::new(expected, f.observed(), holds)
     }
 
     fn why(s: &Sizes, rows: &[(Strategy, Figures)]) -> String {
@@ -149,49 +121,28 @@ impl Scenario for SilentPath {
     }
 }
 
-/// One row: A inside the lock, its path silenced, B asking; then the path healed.
+/// One row: A inside the lock, its path silenced, B asking on the other instance; the path
+/// healed once B has its answer.
 async fn one(
     s: Sizes,
     stage: &Stage,
     fleet: &Fleet,
-    (api_a, api_b): (&Api, &Api),
+    buyers: (&Api, &Api),
     path_a: &Relay,
     strategy: Strategy,
     product: u64,
 ) -> Result<Figures> {
     fleet.reset_in(product, 1, Home::Row).await?;
     let tl = stage.round(strategy.name());
-    let mut watch = fleet.watch_transactions().await?;
-    let a = async {
-        tl.log(
-            "A",
-            format!("orders the last unit, works {} ms inside", s.hold_ms()),
-        );
-        let a = order(api_a, 0, product, strategy, "buyer-a", s.hold_ms()).await;
-        tl.log("A", a.describe());
-        a
-    };
-    let b = async {
-        watch.inside().await?;
+    let silence = |tl: &Timeline| {
         path_a.silence();
         tl.log("network", "the path from A's instance to Redis goes silent");
-        tl.log("B", "orders the last unit on the other instance");
-        let b = order(api_b, 0, product, strategy, "buyer-b", 0).await;
-        tl.log("B", b.describe());
+    };
+    let heal = |tl: &Timeline| {
         path_a.heal();
         tl.log("network", "the path from A's instance to Redis heals");
-        anyhow::Ok(b)
     };
-    let (a, b) = tokio::join!(a, b);
-    let b = b?;
+    let figures = last_unit_race(s, fleet, &tl, buyers, strategy, product, silence, heal).await;
     path_a.heal();
-    let p = fleet.product(product).await?;
-    tl.log("db", format!("{} order(s) for 1 unit", p.orders));
-    Ok(Figures {
-        oversell: accounting(&p).oversell,
-        orders: p.orders,
-        a,
-        b,
-        stale_write_rejected: a.refused_with(ErrorCode::LockLost),
-    })
+    figures
 }
