@@ -18,6 +18,7 @@ use super::engine::{Conn, Db, Engines, Pooled, Sql, Tx, Whole, each_engine, exec
 
 use super::orders::{OrderState, PurchaseKey};
 use super::quota;
+use crate::api::Home;
 
 /// `reserved` → `paid`, if the order is reserved and its deadline has not passed: whether it
 /// changed.
@@ -160,23 +161,7 @@ async fn give_back_to_buckets(
     execute!(conn, BUMP, signed(product_id)).map(|_| ())
 }
 
-/// [`expire_from_row`] for a product whose stock is in buckets: those of `orders` still
-/// reserved and due expire, their buyers' counts come back, and each one's units go back to
-/// its bucket, one write per bucket touched, last. How many orders it expired.
-pub async fn expire_from_buckets(
-    mut conn: Conn<'_>,
-    product_id: u64,
-    orders: &[(u64, &str)],
-) -> Result<u64, sqlx::Error> {
-    let expired =
-        end_due_with_quota(conn.reborrow(), product_id, orders, OrderState::Expired).await?;
-    if !expired.is_empty() {
-        give_back_to_buckets(conn, product_id, &expired).await?;
-    }
-    Ok(expired.len() as u64)
-}
-
-/// Begins on `conn` the transaction of a batch of expiries ([`expire_from_row`],
+/// Begins on `conn` the transaction of a batch of expiries ([`expire`],
 /// [`start_expiring`]), at `READ COMMITTED`: its locking reads lock the rows they find and no
 /// gap. At InnoDB's default, `REPEATABLE READ`, the read that locks a batch of a few hundred
 /// orders by their ids scans the primary key with next-key locks, up to the end of the table
@@ -195,30 +180,39 @@ pub async fn begin_batch(conn: &mut Pooled) -> Result<Tx<'_>, sqlx::Error> {
 }
 
 /// Expires, in `conn`'s transaction (see [`begin_batch`]), those of `orders` (all of product
-/// `product_id`, whose stock is its row) that are still reserved and due, and gives their
-/// units back to the row in one write and to their buyers' counts: how many orders it expired.
+/// `product_id`, whose stock is in this database, at `home`: its row, or its buckets) that are
+/// still reserved and due, and gives their units back to their buyers' counts and to the stock:
+/// how many orders it expired.
 ///
-/// The stock row is the one every purchase of the product queues on, so it is written last,
-/// just before the commit: the batch holds it for one statement, not for the five it takes to
-/// lock, end and count its orders (held from the first, as a purchase holds it, the batch
-/// stalled the product's whole queue for as long as it worked). No wait can close a cycle:
-/// the buyers' count rows come first, by their keys ([`quota::lock_buyers`]), as a purchase's
-/// and a cancellation's do, so a purchase, cancellation or other batch that ends one of these
-/// orders, or buys for one of these buyers, queues there before either holds anything the
-/// other wants; the orders' locks are by primary key at `READ COMMITTED`, record locks only,
-/// which a purchase's insert of its own order does not wait on. The orders' locks decide which
-/// are still due, so a payment that got to one first leaves it out, and one that comes later
-/// finds it expired.
-pub async fn expire_from_row(
+/// The stock is written last, just before the commit. A row is the one every purchase of the
+/// product queues on: the batch gives it back its units in one write and holds it for one
+/// statement, not for the five it takes to lock, end and count its orders (held from the first,
+/// as a purchase holds it, the batch stalled the product's whole queue for as long as it
+/// worked). Buckets get one write each that the batch gives units to. No wait can close a
+/// cycle: the buyers' count rows come first, by their keys ([`quota::lock_buyers`]), as a
+/// purchase's and a cancellation's do, so a purchase, cancellation or other batch that ends one
+/// of these orders, or buys for one of these buyers, queues there before either holds anything
+/// the other wants; the orders' locks are by primary key at `READ COMMITTED`, record locks
+/// only, which a purchase's insert of its own order does not wait on. The orders' locks decide
+/// which are still due, so a payment that got to one first leaves it out, and one that comes
+/// later finds it expired.
+pub async fn expire(
     mut conn: Conn<'_>,
     product_id: u64,
     orders: &[(u64, &str)],
+    home: Home,
 ) -> Result<u64, sqlx::Error> {
     let expired =
         end_due_with_quota(conn.reborrow(), product_id, orders, OrderState::Expired).await?;
-    let units: i64 = expired.iter().map(|(_, q)| i64::from(*q)).sum();
-    if units > 0 {
-        give_back_to_row(conn, product_id, units).await?;
+    if expired.is_empty() {
+        return Ok(0);
+    }
+    match home {
+        Home::Buckets => give_back_to_buckets(conn, product_id, &expired).await?,
+        _ => {
+            let units: i64 = expired.iter().map(|(_, q)| i64::from(*q)).sum();
+            give_back_to_row(conn, product_id, units).await?
+        }
     }
     Ok(expired.len() as u64)
 }
@@ -226,7 +220,7 @@ pub async fn expire_from_row(
 /// The first step of a return in two (see [`arrive`]): moves those of `orders` (all
 /// of product `product_id`, whose stock is its row) that are still reserved and due to
 /// `expiring` and gives their buyers' counts back, in `conn`'s transaction (see
-/// [`begin_batch`]), locked as [`expire_from_row`] locks them; the row is not touched. Their
+/// [`begin_batch`]), locked as [`expire`] locks them; the row is not touched. Their
 /// ids and quantities.
 pub async fn start_expiring_in_row(
     conn: Conn<'_>,
@@ -324,7 +318,7 @@ fn arrival(on_the_way: OrderState) -> OrderState {
 /// Moves those of `orders` that are still reserved and due to `expiring`, in `conn`'s
 /// transaction (see [`begin_batch`]), and says which: the first step of a batch of expiries
 /// whose units go back to a home outside this database (the Redis counter). The orders' locks
-/// decide, as for [`expire_from_row`]: a payment or cancellation that got to one first leaves
+/// decide, as for [`expire`]: a payment or cancellation that got to one first leaves
 /// it out, one that comes later finds it `expiring`.
 pub async fn start_expiring(mut conn: Conn<'_>, orders: &[u64]) -> Result<Vec<u64>, sqlx::Error> {
     if orders.is_empty() {

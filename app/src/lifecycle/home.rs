@@ -192,7 +192,7 @@ async fn end_in_two_steps(
 /// row, all sold through `strategy`, or its buckets) still reserved and due, in one
 /// transaction: one write of the hot row for the whole batch instead of one per order, so the
 /// purchases queued on that row wait behind one return, not a batch of them; for buckets, one
-/// write of each bucket it gives units to ([`order_life::expire_from_buckets`]). How many it
+/// write of each bucket it gives units to ([`order_life::expire`]). How many it
 /// expired.
 ///
 /// Units an unfenced locked strategy sold go back under its lock (see [`super`]), in two
@@ -215,12 +215,8 @@ pub(super) async fn expire_in_database(
     let mut conn = life.pool.acquire().await?;
     let mut tx = order_life::begin_batch(&mut conn).await?;
     if !two_steps {
-        let expired = match targets.first().map(|t| t.home) {
-            Some(Home::Buckets) => {
-                order_life::expire_from_buckets(tx.conn(), product, &orders).await?
-            }
-            _ => order_life::expire_from_row(tx.conn(), product, &orders).await?,
-        };
+        let home = targets.first().map_or(Home::Row, |t| t.home);
+        let expired = order_life::expire(tx.conn(), product, &orders, home).await?;
         tx.commit().await?;
         drop(conn);
         life.metrics.orders_expired(expired);

@@ -14,7 +14,7 @@
 //!
 //! The due orders of a product whose stock is its row are expired together, in one
 //! transaction that writes the row once
-//! ([`expire_from_row`](crate::db::order_life::expire_from_row)): every return is a write of
+//! ([`expire`](crate::db::order_life::expire)): every return is a write of
 //! the very row the purchases queue on, and one per order would put a batch of them in that
 //! queue. (One batch per strategy that sold them: the units an unfenced locked strategy
 //! sold go back holding its lock, in a second step in which the lock covers only the row's
@@ -26,7 +26,7 @@
 //! Returns a dead instance left half-way are finished the same way, a batch per product. Those
 //! of a product whose stock is in buckets are expired together as well, in one transaction that
 //! writes each bucket it gives units to once, last
-//! ([`expire_from_buckets`](crate::db::order_life::expire_from_buckets)): one by one,
+//! ([`expire`](crate::db::order_life::expire)): one by one,
 //! each return a transaction queued on a bucket behind its purchases, the sweep of a busy
 //! product fell ever further behind the orders falling due.
 //!

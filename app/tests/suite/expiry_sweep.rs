@@ -364,7 +364,7 @@ async fn a_batch_of_row_held_expiries_locks_nothing_but_its_own_buyers_and_order
     let mut tx = app::db::order_life::begin_batch(&mut sweep)
         .await
         .expect("begin");
-    let expired = app::db::order_life::expire_from_row(tx.conn(), 9, &batch)
+    let expired = app::db::order_life::expire(tx.conn(), 9, &batch, app::api::Home::Row)
         .await
         .expect("expire");
     assert_eq!(expired, 208);
