@@ -27,7 +27,7 @@ use crate::measure::crowd::FloodPlan;
 use crate::measure::flood::run_flood;
 use crate::measure::sale::{SalePlan, run_sale};
 use crate::measure::stages::StageCounters;
-use crate::measure::throughput::{self, ThroughputPlan};
+use crate::measure::throughput;
 use crate::phase::{self, Allocator, Allotment, Measuring};
 use crate::report::progress::Progress;
 use crate::report::{self};
@@ -223,20 +223,8 @@ pub async fn run_watched(
         sales.push(sale);
         ensure_running(&mut apps, name, &dir)?;
     }
-    let mut plans: Vec<ThroughputPlan> = Vec::new();
-    for info in &strategies {
-        let allotment = ids.allot("loops", info.name, 1)?;
-        plans.push(ThroughputPlan {
-            product: allotment.product(),
-            strategy: info.name,
-            users: settings.buyers,
-            quantity: settings.quantity,
-            window,
-            rate: settings.rate,
-            id_prefix: allotment.prefix,
-            feed: feed.clone(),
-        });
-    }
+    let crowd = (settings.buyers, settings.quantity);
+    let plans = ids.loop_plans(&strategies, crowd, window, settings.rate, feed)?;
     // The closed loops, interleaved: every strategy once per round.
     let mut loops: Vec<ClosedLoops> = vec![ClosedLoops::default(); plans.len()];
     for (round, k) in crate::analyse::spread::interleaved(plans.len(), rounds) {

@@ -30,7 +30,7 @@ use crate::live::Feed;
 use crate::measure::baselines::{self, BACKENDS, Backends, Targets};
 use crate::measure::cpu::{Sampler, Span};
 use crate::measure::sale::{SalePlan, run_sale};
-use crate::measure::throughput::{self, ThroughputPlan};
+use crate::measure::throughput;
 use crate::phase::Allocator;
 use crate::rig::environment::utc_now;
 use crate::rig::{Process, Stand, Target};
@@ -143,20 +143,13 @@ pub async fn sweep(
         .context("the server baselines, reached directly")?;
     let relayed_backends = (Backends::connect(&relayed_targets, &plan).await)
         .context("the server baselines, through the relays")?;
-    let mut plans = Vec::new();
-    for info in &strategies {
-        let allotment = ids.allot("loops", info.name, 1)?;
-        plans.push(ThroughputPlan {
-            product: allotment.product(),
-            strategy: info.name,
-            users: settings.buyers,
-            quantity: 1,
-            window,
-            rate: None,
-            id_prefix: allotment.prefix,
-            feed: Feed::off(),
-        });
-    }
+    let plans = ids.loop_plans(
+        &strategies,
+        (settings.buyers, 1),
+        window,
+        None,
+        &Feed::off(),
+    )?;
     let steps = settings.rounds * points.len() * (BACKENDS.len() + plans.len());
     let mut step = 0;
     let cpu = Sampler::new(processes(target));

@@ -12,8 +12,12 @@
 use std::ops::Range;
 
 use anyhow::{Result, ensure};
-use app::api::{MAX_PRODUCT_ID, Strategy};
+use app::api::{MAX_PRODUCT_ID, Strategy, StrategyInfo};
 use rand::Rng;
+
+use crate::drive::load::Window;
+use crate::live::Feed;
+use crate::measure::throughput::ThroughputPlan;
 
 /// The products of one run's block.
 pub const PRODUCTS_PER_RUN: u64 = 1 << 20;
@@ -99,6 +103,32 @@ impl Allocator {
         };
         self.handed.push(allotment.clone());
         Ok(allotment)
+    }
+
+    /// The closed loops' plans: one for each of `strategies`, on a product and request ids of
+    /// its own, `users` buyers of `quantity` a purchase in each, alike in all else.
+    pub fn loop_plans(
+        &mut self,
+        strategies: &[StrategyInfo],
+        (users, quantity): (usize, i64),
+        window: Window,
+        rate: Option<f64>,
+        feed: &Feed,
+    ) -> Result<Vec<ThroughputPlan>> {
+        let plan = |info: &StrategyInfo| {
+            let allotment = self.allot("loops", info.name, 1)?;
+            Ok(ThroughputPlan {
+                product: allotment.product(),
+                strategy: info.name,
+                users,
+                quantity,
+                window,
+                rate,
+                id_prefix: allotment.prefix,
+                feed: feed.clone(),
+            })
+        };
+        strategies.iter().map(plan).collect()
     }
 
     /// Every allotment handed, in order.
