@@ -10,7 +10,7 @@ use plotters::prelude::*;
 
 use super::model::{self, MISS, StrategyModel};
 use super::schema::{BaselineSweep, NetworkReport, RELAYS_LOOP};
-use crate::report::charts::{Chart, err};
+use crate::report::charts::{Chart, draw_legend, err};
 use crate::report::section::Section;
 use crate::report::table::Table;
 use crate::schema::history::RunKind;
@@ -456,14 +456,11 @@ fn chart(out: &mut String, r: &NetworkReport) -> Result<()> {
             .label(s.strategy.name.to_string())
             .legend(move |(x, y)| PathElement::new([(x, y), (x + 14, y)], color.stroke_width(2)));
     }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .position(SeriesLabelPosition::UpperRight)
-        .label_font(("sans-serif", 10))
-        .draw()
-        .map_err(err)?;
+    draw_legend(
+        chart
+            .configure_series_labels()
+            .label_font(("sans-serif", 10)),
+    )?;
     root.present().map_err(err)?;
     Ok(())
 }

@@ -2,6 +2,7 @@
 //! once as text: written as files beside `report.md` and inlined in `report.html`.
 
 use anyhow::{Result, anyhow};
+use plotters::chart::SeriesLabelStyle;
 use plotters::prelude::*;
 
 use super::RunReport;
@@ -220,15 +221,21 @@ fn draw_bars(
             .label(*label)
             .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled()));
     }
-    chart
-        .configure_series_labels()
+    draw_legend(&mut chart.configure_series_labels())?;
+    root.present().map_err(err)?;
+    Ok(())
+}
+
+/// Draws a chart's legend in its upper-right corner, on a veil of white.
+pub(crate) fn draw_legend<'a, DB: DrawingBackend + 'a, CT: CoordTranslate>(
+    labels: &mut SeriesLabelStyle<'a, '_, DB, CT>,
+) -> Result<()> {
+    labels
         .background_style(WHITE.mix(0.8))
         .border_style(BLACK)
         .position(SeriesLabelPosition::UpperRight)
         .draw()
-        .map_err(err)?;
-    root.present().map_err(err)?;
-    Ok(())
+        .map_err(err)
 }
 
 /// A plotters error as the run's error.

@@ -4,7 +4,7 @@
 use anyhow::Result;
 use plotters::prelude::*;
 
-use super::charts::{Chart, err};
+use super::charts::{Chart, draw_legend, err};
 use crate::schema::{FloodResult, FloodSlice, Of};
 
 /// The file a strategy's flood chart is written to, in the run's directory.
@@ -100,13 +100,7 @@ fn draw(out: &mut String, flood: &Of<'_, FloodResult>) -> Result<bool> {
         .map_err(err)?
         .label("units left (right axis)")
         .legend(|(x, y)| PathElement::new([(x, y), (x + 14, y)], BLACK));
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .position(SeriesLabelPosition::UpperRight)
-        .draw()
-        .map_err(err)?;
+    draw_legend(&mut chart.configure_series_labels())?;
     root.present().map_err(err)?;
     Ok(true)
 }
