@@ -2,6 +2,7 @@
 //! (the buyers' page and the accountants' view).
 
 use serde::{Deserialize, Deserializer, Serialize};
+use time::serde::rfc3339;
 use utoipa::ToSchema;
 
 use super::{Home, Strategies, Strategy};
@@ -30,7 +31,7 @@ pub struct ResetProduct {
     /// and take nothing. Absent: open now.
     #[serde(
         default,
-        with = "time::serde::rfc3339::option",
+        with = "rfc3339::option",
         skip_serializing_if = "Option::is_none"
     )]
     #[schema(value_type = Option<String>, format = DateTime)]
@@ -40,7 +41,7 @@ pub struct ResetProduct {
     /// purchase is refused, and the product's rules show why.
     #[serde(
         default,
-        with = "time::serde::rfc3339::option",
+        with = "rfc3339::option",
         skip_serializing_if = "Option::is_none"
     )]
     #[schema(value_type = Option<String>, format = DateTime)]
@@ -215,14 +216,14 @@ pub struct SaleRules {
     pub per_user_limit: i64,
     #[serde(
         default,
-        with = "time::serde::rfc3339::option",
+        with = "rfc3339::option",
         skip_serializing_if = "Option::is_none"
     )]
     #[schema(value_type = Option<String>, format = DateTime)]
     pub sale_starts_at: Option<time::OffsetDateTime>,
     #[serde(
         default,
-        with = "time::serde::rfc3339::option",
+        with = "rfc3339::option",
         skip_serializing_if = "Option::is_none"
     )]
     #[schema(value_type = Option<String>, format = DateTime)]
