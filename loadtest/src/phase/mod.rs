@@ -10,8 +10,8 @@
 //! in the order of the registry ([`REGISTRY`]), and hands each the run's [`World`], products
 //! of its own and a request-id prefix of its own ([`allocate`]): no phase picks a product or
 //! an id by hand, and no phase meets another's orders. The findings and the renderers reach a
-//! phase's verdict and section through the registry; its figures are still a list of their
-//! own in `report.json` (schema 2), which the phase puts its result in ([`Recorded`]).
+//! phase's verdict and section through the registry; its figures go in the strategy's record
+//! of `report.json`, under the phase's name in its `phases` ([`Recorded`]).
 //!
 //! Not phases yet, and why:
 //!
@@ -20,11 +20,10 @@
 //!   phase is not handed; its measuring, judging and rendering span eleven files, a move of
 //!   its own;
 //! * the sale, the closed loops and the open loop: their figures are fields of the strategy's
-//!   own record (`StrategyReport`), not a list a phase puts its result in; the closed loops
-//!   run in rounds that interleave the strategies, which a driver taking one strategy at a
-//!   time does not express; the open loop runs on the closed loops' product and leaves it
-//!   empty for the strategies after it. They take this shape when the report holds one record
-//!   per strategy with its phases in it.
+//!   record (`StrategyReport`: `sale`, `loops`) that every page reads, not an entry of its
+//!   `phases`; the closed loops run in rounds that interleave the strategies, which a driver
+//!   taking one strategy at a time does not express; the open loop runs on the closed loops'
+//!   product and leaves it empty for the strategies after it.
 //!
 //! The run's products and request ids of those parts come from the same [`Allocator`].
 
