@@ -15,8 +15,8 @@
 //! facts), [`accounting`] (what a sale really did), [`metrics`]; [`config`] (flags and
 //! environment); the storage: [`db`] (pool, migrations, queries) and [`redis_stock`] (stock kept
 //! in Redis: counter, stream, consumer, reconciliation); [`inventory`] (a product read from
-//! wherever its stock lives); [`shelf`] (what an instance remembers of each product, to refuse
-//! from memory); [`pages`] (a product's public page, read once per lifetime);
+//! wherever its stock lives); [`product_memory`] (what an instance remembers of each product,
+//! to refuse from memory); [`pages`] (a product's public page, read once per lifetime);
 //! [`lifecycle`] (an order's life after its purchase: pay, cancel, expire,
 //! units given back); [`strategy`] (the `StockStrategy` trait, one file per strategy,
 //! the registry that builds them); [`overload`] (refusing what the service cannot take: the
@@ -44,10 +44,10 @@ pub mod lifecycle;
 pub mod metrics;
 pub mod overload;
 pub mod pages;
+pub mod product_memory;
 pub mod purchase_token;
 pub mod redis_stock;
 pub mod serve;
-pub mod shelf;
 pub mod state;
 pub mod strategy;
 
@@ -60,9 +60,9 @@ use tokio::net::TcpListener;
 
 pub use config::Config;
 use metrics::Metrics;
+use product_memory::ProductMemory;
 use redis_stock::RedisStock;
 use redis_stock::consumer::Consumer;
-use shelf::Shelf;
 pub use state::{AppState, Background, Settings};
 use strategy::Deps;
 pub use strategy::Registry;
@@ -157,13 +157,13 @@ pub async fn build_with(
     let mut registry = Registry::new(deps, locks);
     customize(&mut registry);
     let metrics = Arc::new(Metrics::default());
-    let shelf = Arc::new(Shelf::new(
+    let memory = Arc::new(ProductMemory::new(
         pool.clone(),
         metrics.clone(),
         redis.clone(),
         Duration::from_millis(config.product_memory_ms),
     ));
-    let forgetting_products = tokio::spawn(Arc::clone(&shelf).forget_idle_products());
+    let forgetting_products = tokio::spawn(Arc::clone(&memory).forget_idle_products());
     let forget_on_return = !config.keep_sold_out_on_return;
     let listener = redis
         .as_ref()
@@ -173,13 +173,13 @@ pub async fn build_with(
             Some((r.fixed_url()?.to_string(), channels))
         })
         .map(|(url, channels)| {
-            let shelf = Arc::clone(&shelf);
+            let memory = Arc::clone(&memory);
             tokio::spawn(redis_stock::announce::listen(
                 url,
                 channels,
                 move |id, news| match news {
-                    redis_stock::News::Restocked => shelf.restocked(id),
-                    redis_stock::News::Changed => shelf.forget(id),
+                    redis_stock::News::Restocked => memory.restocked(id),
+                    redis_stock::News::Changed => memory.forget(id),
                 },
             ))
         });
@@ -222,7 +222,7 @@ pub async fn build_with(
     let life = lifecycle::Lifecycle::new(
         pool.clone(),
         redis.clone(),
-        Arc::clone(&shelf),
+        Arc::clone(&memory),
         Arc::clone(&metrics),
         Arc::clone(&registry),
         forget_on_return,
@@ -291,7 +291,7 @@ pub async fn build_with(
         }),
         redis,
         first_come,
-        shelf,
+        memory,
         pages,
         page_pacer: overload::Pacer::new(
             config.page_views_per_second,

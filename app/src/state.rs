@@ -5,8 +5,8 @@ use std::sync::Arc;
 use crate::db::Db;
 
 use crate::metrics::Metrics;
+use crate::product_memory::ProductMemory;
 use crate::redis_stock::RedisStock;
-use crate::shelf::Shelf;
 use crate::strategy::Registry;
 
 /// Request-independent settings the handlers need.
@@ -84,7 +84,7 @@ pub struct Shared {
     /// The queues of the products sold first come, first served (`None`: without Redis).
     pub first_come: Option<Arc<crate::first_come::FirstCome>>,
     /// What this instance remembers of each product.
-    pub shelf: Arc<Shelf>,
+    pub memory: Arc<ProductMemory>,
     /// The products' public pages, and the pool they and the accounting are read through.
     pub pages: Arc<crate::pages::Pages>,
     /// Paces the views of the pages (`None`: unpaced).

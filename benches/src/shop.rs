@@ -77,7 +77,7 @@ impl Shop {
         )
         .await
         .expect("reset the product");
-        self.state.shelf.forget(id);
+        self.state.memory.forget(id);
     }
 
     /// A request id no other purchase of this run has.

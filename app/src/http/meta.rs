@@ -65,7 +65,7 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
             + &state.rates.render()
             + &state.pages.render()
             + &state.connections.render()
-            + &state.shelf.render()
+            + &state.memory.render()
             + &state.semi_sync.render(),
     )
 }

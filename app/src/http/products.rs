@@ -246,9 +246,9 @@ fn strategies_of(body: &ResetProduct, settings: &Settings) -> Result<Strategies,
 }
 
 /// The product's stock may have come back, or its rules changed: this instance forgets what it
-/// remembered of it, and tells the others (see [`crate::shelf`]).
+/// remembered of it, and tells the others (see [`crate::product_memory`]).
 async fn stock_back(state: &AppState, id: u64) {
-    state.shelf.forget(id);
+    state.memory.forget(id);
     if let Some(redis) = &state.redis
         && let Err(e) = redis.announce(id, News::Changed).await
     {

@@ -56,7 +56,7 @@ pub async fn issue(
         super::identity::authenticate(&state.settings, &headers, user_id.map(Cow::Owned))?;
     let user_id = user_id.into_owned();
     super::rates::count(&state, &user_id, peer.as_deref())?;
-    let known = (state.shelf.product(id, None).await?.known)
+    let known = (state.memory.product(id, None).await?.known)
         .ok_or_else(|| ApiError::NotFound(format!("no product {id}")))?;
     super::orders::within_sale(&known.rules, asked)?;
     let settings = &state.settings;

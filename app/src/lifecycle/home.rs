@@ -396,7 +396,7 @@ pub(super) async fn finish_returns(
     order_life::arrive(conn.conn(), &orders, on_the_way).await?;
     if given > 0 && life.forget_on_return {
         // The script announced it to every instance; this one forgets without waiting for it.
-        life.shelf.restocked(product);
+        life.memory.restocked(product);
     }
     Ok(())
 }

@@ -47,7 +47,7 @@
 //!   each order of the batch where a crash leaves a single one.
 //!
 //! Units that come back make this instance forget what it remembered of the product (its
-//! sold-out flag, see [`crate::shelf`]) and announce it to the others; the Redis give-back
+//! sold-out flag, see [`crate::product_memory`]) and announce it to the others; the Redis give-back
 //! announces from inside its script.
 //!
 //! **The unchecked variants** ([`Check::Unchecked`], fault injection only) read the state, then
@@ -87,8 +87,8 @@ use crate::api::{Home, OrderStage};
 use crate::db::order_life;
 use crate::db::orders::{self, Order, OrderState, PurchaseKey};
 use crate::metrics::Metrics;
+use crate::product_memory::ProductMemory;
 use crate::redis_stock::{News, RedisStock, RedisStockError};
-use crate::shelf::Shelf;
 use crate::strategy::{PurchaseError, Registry, ReturnLock, Strategy};
 
 /// How an order ends without being paid.
@@ -161,7 +161,7 @@ pub enum LifeError {
 pub struct Lifecycle {
     pool: Db,
     redis: Option<RedisStock>,
-    shelf: Arc<Shelf>,
+    memory: Arc<ProductMemory>,
     metrics: Arc<Metrics>,
     /// The strategies, for the locks returns of their units hold.
     strategies: Arc<Registry>,
@@ -176,7 +176,7 @@ impl Lifecycle {
     pub fn new(
         pool: Db,
         redis: Option<RedisStock>,
-        shelf: Arc<Shelf>,
+        memory: Arc<ProductMemory>,
         metrics: Arc<Metrics>,
         strategies: Arc<Registry>,
         forget_on_return: bool,
@@ -184,7 +184,7 @@ impl Lifecycle {
         Lifecycle {
             pool,
             redis,
-            shelf,
+            memory,
             metrics,
             strategies,
             forget_on_return,
@@ -323,13 +323,13 @@ impl Lifecycle {
     }
 
     /// Units of `product` came back: this instance forgets it was sold out, and tells the
-    /// others (see [`crate::shelf`]). The telling goes on apart: a return to the database waits
+    /// others (see [`crate::product_memory`]). The telling goes on apart: a return to the database waits
     /// for no Redis, which may not answer.
     fn stock_back(&self, product: u64) {
         if !self.forget_on_return {
             return;
         }
-        self.shelf.restocked(product);
+        self.memory.restocked(product);
         let Some(redis) = self.redis.clone() else {
             return;
         };

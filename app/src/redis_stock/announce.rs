@@ -1,4 +1,4 @@
-//! Announcing news of a product to every instance (see [`crate::shelf`]), on two Redis channels
+//! Announcing news of a product to every instance (see [`crate::product_memory`]), on two Redis channels
 //! every instance listens to: `<prefix>products:restocked` when its units came back (an order
 //! expired or was cancelled: every instance forgets that it was sold out, and keeps its rules),
 //! `<prefix>products:forget` when it was reset or repaired (every instance forgets all it

@@ -2,7 +2,7 @@
 //! as sold out.
 //!
 //! An instance that saw a product sell out refuses further clicks from memory, at the cost of
-//! a no-op (see the app's `shelf`). That memory is a cache of "no stock left", and a cache
+//! a no-op (see the app's `product_memory`). That memory is a cache of "no stock left", and a cache
 //! goes stale: when an order is cancelled (or expires) its unit goes back on the shelf, and an
 //! instance that is not told keeps refusing buyers while the unit waits — undersell, until the
 //! memory's lifetime ends (an hour here). With invalidation, the instance that took the unit

@@ -1,5 +1,5 @@
 //! Admission of a purchase: what can be decided before any strategy runs, from the request and
-//! from what this instance remembers of the product ([`crate::shelf`]), at the cost of a no-op.
+//! from what this instance remembers of the product ([`crate::product_memory`]), at the cost of a no-op.
 
 use std::borrow::Cow;
 use std::time::{Duration, Instant};
@@ -12,8 +12,8 @@ use time::format_description::well_known::Rfc3339;
 use crate::api::{Home, MAX_REQUEST_ID, MAX_USER_ID, SaleRules, Strategy, integer};
 use crate::db::orders::{self, PurchaseKey};
 use crate::error::ApiError;
+use crate::product_memory::{Known, Recalled};
 use crate::purchase_token::{self, Claim, Refused};
-use crate::shelf::{Known, Recalled};
 use crate::state::{AppState, Settings};
 use crate::strategy::{Purchase, PurchaseStats};
 
@@ -140,7 +140,7 @@ pub(super) async fn admit<'a>(
         user_id: &buyer,
         request_id: &request.request_id,
     };
-    let recalled = state.shelf.product(product_id, Some(purchase)).await?;
+    let recalled = state.memory.product(product_id, Some(purchase)).await?;
     let known = recalled
         .known
         .ok_or_else(|| ApiError::NotFound(format!("no product {product_id}")))?;

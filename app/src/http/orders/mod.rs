@@ -1,7 +1,7 @@
 //! `POST /api/products/{id}/orders` and `GET /api/products/{id}/orders/{request_id}`.
 //!
 //! A purchase is admitted first ([`admit`]): its body, the strategy, and the product's rules as
-//! this instance remembers them ([`crate::shelf`]) — the sale window, the purchase token, the
+//! this instance remembers them ([`crate::product_memory`]) — the sale window, the purchase token, the
 //! per-user limit of one click, and whether the product is known to be sold out. Whatever is
 //! refused there is refused from memory, at the cost of a no-op — but for an expired purchase
 //! token, refused once its purchase is read not to exist. A product sold first come gives the
@@ -36,7 +36,7 @@ use crate::db::orders::{self, Order, OrderState as Stored};
 use crate::error::ApiError;
 use crate::first_come::Ticket;
 use crate::metrics::{Observation, Outcome, Stage};
-use crate::shelf::Epoch;
+use crate::product_memory::Epoch;
 use crate::state::AppState;
 use crate::strategy::{Purchase, PurchaseError, PurchaseStats, Purchased, StockStrategy};
 
@@ -258,7 +258,10 @@ async fn place(
             turn::settle(ticket, turn::kept(&answer)).await;
         }
         if let Err(ApiError::SoldOut) = answer
-            && let Err(e) = state.shelf.learn_sold_out(purchase.product_id, epoch).await
+            && let Err(e) = state
+                .memory
+                .learn_sold_out(purchase.product_id, epoch)
+                .await
         {
             tracing::warn!(error = %e, "could not remember a sold-out product");
         }

@@ -71,7 +71,7 @@ pub async fn status(
     }
     // Only stock kept in Redis has orders waiting in the stream: a purchase of any other is
     // answered from the database alone, whether Redis answers or not.
-    let recalled = state.shelf.product(product_id, None).await?;
+    let recalled = state.memory.product(product_id, None).await?;
     let redis_held = recalled
         .known
         .is_some_and(|known| known.home == Home::Redis);

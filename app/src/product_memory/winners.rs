@@ -1,13 +1,13 @@
 //! The purchases that hold a sold-out product's units (its winners), and how a renewal tells,
 //! without reading them, that they cannot have changed.
 //!
-//! A sold-out product's winners change only when a purchase takes a unit, and with the shelf
-//! empty none can until a unit comes back. So with the winners the memory keeps the product's
+//! A sold-out product's winners change only when a purchase takes a unit, and with no unit
+//! left none can until a unit comes back. So with the winners the memory keeps the product's
 //! *mark*, read with its stock before them ([`inventory::left_and_mark`]): a number that moves
 //! whenever a purchase may have taken a unit since — the row's version, which every stock
 //! write bumps; for buckets, the product row's version too, which a reset and every return to
 //! a bucket bump (nothing is taken from empty buckets but what came back); for Redis, the count
-//! of charges its take scripts keep. A renewal that finds the shelf still empty and the mark where it was
+//! of charges its take scripts keep. A renewal that finds no unit back and the mark where it was
 //! keeps the winners it has, in two small reads; one that finds it moved reads them all again.
 //! Read after the mark, the winners may include a purchase made after it (the next renewal
 //! then reads them again, for nothing), never miss one made before it: a purchase's unit and
@@ -21,7 +21,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use super::Shelf;
+use super::ProductMemory;
 use crate::api::Home;
 use crate::inventory::{self, ReadError};
 use crate::redis_stock::{RedisStockError, charge};
@@ -67,8 +67,8 @@ impl Winners {
     }
 }
 
-impl Shelf {
-    /// The winners of a product remembered sold out with `known`, if its shelf is still empty:
+impl ProductMemory {
+    /// The winners of a product remembered sold out with `known`, if it is still sold out:
     /// `known` themselves if its mark has not moved, else read again. `None` also when they
     /// cannot be read (the product is then refused by its strategy until learnt again).
     pub(super) async fn winners_again(
@@ -96,9 +96,9 @@ impl Shelf {
         read.await.ok().flatten()
     }
 
-    /// The product's winners, if its shelf is empty (a `sold_out` answer may only mean that
-    /// fewer units are left than one buyer asked for); `None` if it is not. Once the shelf is
-    /// empty no purchase can take a unit until one comes back, so the set read after it is
+    /// The product's winners, if no unit of it is left (a `sold_out` answer may only mean that
+    /// fewer units are left than one buyer asked for); `None` if it is not. Once none is
+    /// left no purchase can take a unit until one comes back, so the set read after it is
     /// final.
     pub(super) async fn winners(&self, id: u64, home: Home) -> Result<Option<Winners>, ReadError> {
         let left = inventory::left_and_mark(&self.pool, self.redis.as_ref(), id, home).await?;

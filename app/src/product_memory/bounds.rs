@@ -17,7 +17,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
-use super::{Entry, Shelf, change_shard};
+use super::{Entry, ProductMemory, change_shard};
 
 /// The sweep that drops products nobody asks about runs every lifetime, but at least this
 /// often (a memory of a few milliseconds is not swept that often)...
@@ -25,7 +25,7 @@ const SWEEP_AT_MOST: Duration = Duration::from_secs(1);
 /// ...and at most this seldom (a memory of an hour is).
 const SWEEP_AT_LEAST: Duration = Duration::from_secs(60);
 
-impl Shelf {
+impl ProductMemory {
     /// Remembers that product `id` has none, unless it was forgotten since its entry was at
     /// `epoch` (a reset may have made it since); its entry, if any, goes.
     pub(super) fn remember_absent(&self, id: u64, epoch: Option<u64>) {
@@ -64,9 +64,9 @@ impl Shelf {
         self.absent().forget_aged(self.lifetime);
     }
 
-    /// Runs [`Shelf::forget_idle`] every lifetime (within [`SWEEP_AT_MOST`] and
+    /// Runs [`ProductMemory::forget_idle`] every lifetime (within [`SWEEP_AT_MOST`] and
     /// [`SWEEP_AT_LEAST`]), as long as the instance lives.
-    pub async fn forget_idle_products(self: Arc<Shelf>) {
+    pub async fn forget_idle_products(self: Arc<ProductMemory>) {
         let every = self.lifetime.clamp(SWEEP_AT_MOST, SWEEP_AT_LEAST);
         loop {
             tokio::time::sleep(every).await;

@@ -10,7 +10,7 @@
 use std::pin::pin;
 use std::time::Duration;
 
-use super::{Known, Shelf};
+use super::{Known, ProductMemory};
 use crate::api::{Home, SaleRules};
 use crate::db::products;
 
@@ -19,7 +19,7 @@ use crate::db::products;
 /// about a product of the database while the database answers.
 pub(super) const DATABASE_FIRST: Duration = Duration::from_secs(1);
 
-impl Shelf {
+impl ProductMemory {
     /// The product's home and rules, asked first of where its stock lived when last read, so
     /// that each product's admission depends on its own home only. Redis, for stock it held:
     /// it keeps the rules beside the counter, and a purchase of that stock is admitted while

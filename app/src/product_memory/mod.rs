@@ -1,16 +1,16 @@
 //! What an instance remembers of each product between requests: its sale rules, and whether
-//! its shelf is empty. This is what lets a refusal cost what a no-op costs: a purchase outside
+//! it has units left. This is what lets a refusal cost what a no-op costs: a purchase outside
 //! the sale window, without its token, past the per-user limit in one click, or for a product
 //! this instance knows is sold out, is answered from memory, before any database or Redis.
 //!
 //! **Sold out, remembered.** When a strategy answers `sold_out`, the instance remembers it, and
 //! loads the purchases that hold the product's units (its winners: the orders, or for Redis-held
-//! stock the charge records, which include those still on their way to an order). Once the
-//! shelf is empty no new purchase can win, so the set is final; from then on a click refused
+//! stock the charge records, which include those still on their way to an order). Once no unit is
+//! left no new purchase can win, so the set is final; from then on a click refused
 //! from memory is one whose purchase is not among them, and a retry of a click that did buy
 //! still goes to its strategy and gets its order back. When the memory ages out, the read that
-//! renews it asks whether the shelf is still empty and whether anyone can have bought since the
-//! winners were read ([`winners`]): only then are they read again, so a crowd refused from
+//! renews it asks whether the product is still sold out and whether anyone can have bought
+//! since the winners were read ([`winners`]): only then are they read again, so a crowd refused from
 //! memory stays refused from memory, and a product with 200,000 winners costs its renewal two
 //! small reads, not 200,000 rows.
 //!
@@ -96,7 +96,7 @@ pub struct Known {
 type Entries = HashMap<u64, Arc<Entry>>;
 
 /// What one instance remembers.
-pub struct Shelf {
+pub struct ProductMemory {
     pool: Db,
     metrics: Arc<Metrics>,
     redis: Option<RedisStock>,
@@ -168,14 +168,14 @@ impl Recalled {
     };
 }
 
-impl Shelf {
+impl ProductMemory {
     pub fn new(
         pool: Db,
         metrics: Arc<Metrics>,
         redis: Option<RedisStock>,
         lifetime: Duration,
-    ) -> Shelf {
-        Shelf {
+    ) -> ProductMemory {
+        ProductMemory {
             pool,
             metrics,
             redis,
@@ -243,8 +243,8 @@ impl Shelf {
     ) -> Result<Recalled, sqlx::Error> {
         if let Some((fresh, renew)) = self.recall(id, purchase) {
             if renew {
-                let shelf = Arc::clone(self);
-                tokio::spawn(async move { shelf.renew(id).await });
+                let memory = Arc::clone(self);
+                tokio::spawn(async move { memory.renew(id).await });
             }
             return Ok(fresh);
         }
@@ -334,7 +334,7 @@ impl Shelf {
             self.remember_absent(id, epoch);
             return Ok(Recalled::UNKNOWN);
         };
-        // Sold out when last read: still sold out if the shelf is still empty, with the winners
+        // Sold out when last read: still sold out if no unit came back, with the winners
         // of now (units that came back and sold again changed them).
         let winners = match sold_out {
             Some(winners) => self.winners_again(id, known.home, winners).await,
@@ -427,7 +427,7 @@ impl Shelf {
     }
 }
 
-/// [`Shelf::change`] of one shard.
+/// [`ProductMemory::change`] of one shard.
 fn change_shard(shard: &Shard, change: impl FnOnce(&Entries) -> Option<Entries>) -> bool {
     let _one = shard
         .changing
