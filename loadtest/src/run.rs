@@ -223,8 +223,8 @@ pub async fn run_watched(
         sales.push(sale);
         ensure_running(&mut apps, name, &dir)?;
     }
-    let crowd = (settings.buyers, settings.quantity);
-    let plans = ids.loop_plans(&strategies, crowd, window, settings.rate, feed)?;
+    let (users, quantity, rate) = (settings.buyers, settings.quantity, settings.rate);
+    let plans = ids.loop_plans(&strategies, users, quantity, window, rate, feed)?;
     // The closed loops, interleaved: every strategy once per round.
     let mut loops: Vec<ClosedLoops> = vec![ClosedLoops::default(); plans.len()];
     for (round, k) in crate::analyse::spread::interleaved(plans.len(), rounds) {

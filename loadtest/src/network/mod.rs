@@ -143,13 +143,7 @@ pub async fn sweep(
         .context("the server baselines, reached directly")?;
     let relayed_backends = (Backends::connect(&relayed_targets, &plan).await)
         .context("the server baselines, through the relays")?;
-    let plans = ids.loop_plans(
-        &strategies,
-        (settings.buyers, 1),
-        window,
-        None,
-        &Feed::off(),
-    )?;
+    let plans = ids.loop_plans(&strategies, settings.buyers, 1, window, None, &Feed::off())?;
     let steps = settings.rounds * points.len() * (BACKENDS.len() + plans.len());
     let mut step = 0;
     let cpu = Sampler::new(processes(target));

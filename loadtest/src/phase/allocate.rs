@@ -110,7 +110,8 @@ impl Allocator {
     pub fn loop_plans(
         &mut self,
         strategies: &[StrategyInfo],
-        (users, quantity): (usize, i64),
+        users: usize,
+        quantity: i64,
         window: Window,
         rate: Option<f64>,
         feed: &Feed,
