@@ -73,7 +73,8 @@ pub async fn ledger(
 /// every return to a bucket bump (empty buckets give a purchase nothing but what came back);
 /// for Redis, the count of charges the take scripts keep, which no reset sets back. So while
 /// the units left stay 0 and the mark stays where it was, nobody has bought: the winners of a
-/// sold-out product are the same (see [`crate::product_memory`]). `None` if the product does not exist.
+/// sold-out product are the same (see [`crate::product_memory`]). `None` if the product does
+/// not exist.
 pub async fn left_and_mark(
     pool: &Db,
     redis: Option<&RedisStock>,

@@ -47,8 +47,8 @@
 //!   each order of the batch where a crash leaves a single one.
 //!
 //! Units that come back make this instance forget what it remembered of the product (its
-//! sold-out flag, see [`crate::product_memory`]) and announce it to the others; the Redis give-back
-//! announces from inside its script.
+//! sold-out flag, see [`crate::product_memory`]) and announce it to the others; the Redis
+//! give-back announces from inside its script.
 //!
 //! **The unchecked variants** ([`Check::Unchecked`], fault injection only) read the state, then
 //! write it, with time between (the injected pause): the check-then-act every race slips
@@ -323,8 +323,8 @@ impl Lifecycle {
     }
 
     /// Units of `product` came back: this instance forgets it was sold out, and tells the
-    /// others (see [`crate::product_memory`]). The telling goes on apart: a return to the database waits
-    /// for no Redis, which may not answer.
+    /// others (see [`crate::product_memory`]). The telling goes on apart: a return to the
+    /// database waits for no Redis, which may not answer.
     fn stock_back(&self, product: u64) {
         if !self.forget_on_return {
             return;

@@ -5,14 +5,14 @@
 //!
 //! **Sold out, remembered.** When a strategy answers `sold_out`, the instance remembers it, and
 //! loads the purchases that hold the product's units (its winners: the orders, or for Redis-held
-//! stock the charge records, which include those still on their way to an order). Once no unit is
-//! left no new purchase can win, so the set is final; from then on a click refused
+//! stock the charge records, which include those still on their way to an order). Once no
+//! unit is left no new purchase can win, so the set is final; from then on a click refused
 //! from memory is one whose purchase is not among them, and a retry of a click that did buy
 //! still goes to its strategy and gets its order back. When the memory ages out, the read that
 //! renews it asks whether the product is still sold out and whether anyone can have bought
-//! since the winners were read ([`winners`]): only then are they read again, so a crowd refused from
-//! memory stays refused from memory, and a product with 200,000 winners costs its renewal two
-//! small reads, not 200,000 rows.
+//! since the winners were read ([`winners`]): only then are they read again, so a crowd
+//! refused from memory stays refused from memory, and a product with 200,000 winners costs its
+//! renewal two small reads, not 200,000 rows.
 //!
 //! **Renewed before it ages.** A request that finds the memory past half its lifetime reads the
 //! product again in the background and is answered from memory meanwhile; only a memory past its

@@ -1,5 +1,5 @@
-//! Announcing news of a product to every instance (see [`crate::product_memory`]), on two Redis channels
-//! every instance listens to: `<prefix>products:restocked` when its units came back (an order
+//! Announcing news of a product to every instance (see [`crate::product_memory`]), on two Redis
+//! channels every instance listens to: `<prefix>products:restocked` when its units came back (an order
 //! expired or was cancelled: every instance forgets that it was sold out, and keeps its rules),
 //! `<prefix>products:forget` when it was reset or repaired (every instance forgets all it
 //! remembered of it). Units given back by a script announce themselves from inside the script;

@@ -1,5 +1,6 @@
 //! Admission of a purchase: what can be decided before any strategy runs, from the request and
-//! from what this instance remembers of the product ([`crate::product_memory`]), at the cost of a no-op.
+//! from what this instance remembers of the product ([`crate::product_memory`]), at the cost of
+//! a no-op.
 
 use std::borrow::Cow;
 use std::time::{Duration, Instant};

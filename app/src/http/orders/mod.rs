@@ -1,14 +1,14 @@
 //! `POST /api/products/{id}/orders` and `GET /api/products/{id}/orders/{request_id}`.
 //!
 //! A purchase is admitted first ([`admit`]): its body, the strategy, and the product's rules as
-//! this instance remembers them ([`crate::product_memory`]) — the sale window, the purchase token, the
-//! per-user limit of one click, and whether the product is known to be sold out. Whatever is
+//! this instance remembers them ([`crate::product_memory`]) — the sale window, the purchase token,
+//! the per-user limit of one click, and whether the product is known to be sold out. Whatever is
 //! refused there is refused from memory, at the cost of a no-op — but for an expired purchase
-//! token, refused once its purchase is read not to exist. A product sold first come gives the
-//! click its place in its queue next ([`turn`]): a click behind the units is refused there, one
-//! with a place waits for room instead of being refused it. What is admitted runs its
-//! strategy in a task of its own, so that a buyer who hangs up never cancels a purchase
-//! half-way; a duplicate is answered with its original order.
+//! token, refused once its purchase is read not to exist. A product sold first come gives the click
+//! its place in its queue next ([`turn`]): a click behind the units is refused there, one with a
+//! place waits for room instead of being refused it. What is admitted runs its strategy in a task
+//! of its own, so that a buyer who hangs up never cancels a purchase half-way; a duplicate is
+//! answered with its original order.
 
 mod admit;
 mod life;
