@@ -28,6 +28,8 @@
 //! * `refusal/<strategy>/<n>-thread` (`benches/refusals.rs`): a late click on a sold-out
 //!   product refused from memory, the router called in-process by one thread and by two at
 //!   once, beside `GET /api/noop` and HTTP's floor ([`testkit::floor`]) called alike.
+//! * `statement/{cached,evicting}` (`benches/statements.rs`): a MariaDB statement whose
+//!   connection's statement cache holds it, and one that must evict another first.
 
 pub mod handoff;
 pub mod interleave;
