@@ -218,7 +218,21 @@ impl Api {
     /// that names no strategies may be sold by every strategy the instances offer for its home:
     /// the benchmark compares them.
     pub async fn put_product(&self, id: u64, product: &ResetProduct) -> Result<()> {
-        let url = format!("{}/api/products/{id}", self.admin());
+        self.put_product_at(self.admin(), id, product).await
+    }
+
+    /// [`Api::put_product`] through every instance in turn: once it returns, each has
+    /// forgotten the product as it was (a write forgets at once on the instance it goes
+    /// through, and on the others only as news from Redis comes, or as their memory ages).
+    pub async fn put_product_through_each(&self, id: u64, product: &ResetProduct) -> Result<()> {
+        for base in self.bases.iter() {
+            self.put_product_at(base, id, product).await?;
+        }
+        Ok(())
+    }
+
+    async fn put_product_at(&self, base: &str, id: u64, product: &ResetProduct) -> Result<()> {
+        let url = format!("{base}/api/products/{id}");
         let mut product = *product;
         if product.strategies.is_none() {
             let offered = self

@@ -24,6 +24,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use app::api::{ErrorCode, OrderRequest, Strategy};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -111,6 +112,9 @@ pub struct Answers {
     pub clicks: Vec<Click>,
     /// From the crowd's start to its last answer.
     pub elapsed: Duration,
+    /// From the crowd's start to the sale's opening, for a crowd that waited for it
+    /// ([`Crowd::opening`]).
+    pub opened: Option<Duration>,
 }
 
 impl Answers {
@@ -187,6 +191,16 @@ pub struct Crowd {
     watch: Option<Watch>,
     /// Each click is `GET /api/noop` instead of a purchase.
     noop: bool,
+    /// Set: the sale opens when the crowd is told ([`Sale::open`]).
+    opening: Option<Opening>,
+}
+
+/// Where a crowd that waits for the sale's opening divides: the first `ahead` arrivals are
+/// sent on the crowd's clock, the others on the opening's, `at - opens_after` after it.
+#[derive(Debug, Clone, Copy)]
+struct Opening {
+    ahead: usize,
+    opens_after: Duration,
 }
 
 impl Crowd {
@@ -209,6 +223,7 @@ impl Crowd {
             users: "u".to_owned(),
             watch: None,
             noop: false,
+            opening: None,
         }
     }
 
@@ -219,6 +234,16 @@ impl Crowd {
         let mut crowd = Crowd::new(arrivals.len(), Clicks::Each(1), strategy, id_prefix);
         crowd.arrivals = Some(arrivals.into());
         crowd
+    }
+
+    /// A crowd arriving on a schedule whose sale opens when the crowd is told, not at a time:
+    /// its first `ahead` arrivals (those that click before the opening) are sent on the crowd's
+    /// clock; the others wait for [`Sale::open`] and are sent `at - opens_after` after the
+    /// opening it names. So the clicks meant to reach the service before the sale opens do,
+    /// however slow the machine: the sale is opened once [`Sale::ahead_answered`].
+    pub fn opening(mut self, ahead: usize, opens_after: Duration) -> Crowd {
+        self.opening = Some(Opening { ahead, opens_after });
+        self
     }
 
     /// Users `<prefix>-<buyer>` instead of `u-<buyer>`: buyers apart from any other crowd's.
@@ -292,7 +317,10 @@ impl Crowd {
 
     /// Starts the crowd; the returned sale can be watched while it runs.
     pub fn start(self, api: &Api, product: u64) -> Sale {
+        let ahead = self.opening.map_or(0, |o| o.ahead.min(self.buyers));
         let shared = Arc::new(Shared {
+            ahead_left: watch::Sender::new(ahead),
+            opened: watch::Sender::new(None),
             crowd: self,
             api: api.clone(),
             product,
@@ -331,11 +359,33 @@ impl Sale {
         self.shared.began.elapsed()
     }
 
+    /// Waits until every click sent ahead of the sale's opening has its last answer
+    /// ([`Crowd::opening`]; at once for a crowd that does not wait for one).
+    pub async fn ahead_answered(&self) {
+        let mut left = self.shared.ahead_left.subscribe();
+        // The sender lives as long as `self`.
+        let _ = left.wait_for(|left| *left == 0).await;
+    }
+
+    /// Opens the sale at `at`: the arrivals that waited for it are sent on its clock.
+    pub fn open(&self, at: Instant) {
+        self.shared.opened.send_replace(Some(at));
+    }
+
     /// Tells every buyer to click no more (a click under way is still answered), then waits
     /// for their last answers: a crowd that runs beside something else for as long as it does.
     pub async fn stop(self) -> Answers {
         self.shared.stopped.store(true, Ordering::Relaxed);
-        self.finish().await
+        // Buyers still waiting for the opening wake, and click no more: the sale never opened.
+        let opened = self.shared.opened.borrow().is_some();
+        self.shared.opened.send_modify(|at| {
+            at.get_or_insert_with(Instant::now);
+        });
+        let answers = self.finish().await;
+        Answers {
+            opened: answers.opened.filter(|_| opened),
+            ..answers
+        }
     }
 
     /// Waits for every buyer's last answer.
@@ -344,9 +394,12 @@ impl Sale {
         for buyer in self.buyers {
             clicks.extend(buyer.await.expect("a buyer task panicked"));
         }
+        let began = self.shared.began;
+        let opened = *self.shared.opened.borrow();
         Answers {
             clicks,
-            elapsed: self.shared.began.elapsed(),
+            elapsed: began.elapsed(),
+            opened: opened.map(|at| at.saturating_duration_since(began)),
         }
     }
 }
@@ -361,14 +414,42 @@ struct Shared {
     sold_out: AtomicBool,
     /// [`Sale::stop`] was called.
     stopped: AtomicBool,
+    /// Buyers ahead of the opening whose clicks are not all answered yet.
+    ahead_left: watch::Sender<usize>,
+    /// When the sale opens, once the crowd is told ([`Sale::open`]).
+    opened: watch::Sender<Option<Instant>>,
+}
+
+/// A buyer ahead of the opening, its clicks all answered when dropped.
+struct Ahead<'a>(&'a watch::Sender<usize>);
+
+impl Drop for Ahead<'_> {
+    fn drop(&mut self) {
+        self.0.send_modify(|left| *left = left.saturating_sub(1));
+    }
 }
 
 impl Shared {
     async fn buyer(self: Arc<Self>, buyer: usize) -> Vec<Click> {
         let crowd = &self.crowd;
-        match &crowd.arrivals {
-            Some(arrivals) => tokio::time::sleep_until(self.began + arrivals[buyer].at).await,
-            None => {
+        let ahead = crowd.opening.is_some_and(|o| buyer < o.ahead);
+        // Counts this buyer's clicks answered when it ends, however it ends.
+        let _ahead = ahead.then(|| Ahead(&self.ahead_left));
+        match (&crowd.arrivals, crowd.opening) {
+            (Some(arrivals), Some(o)) if !ahead => {
+                let mut opened = self.opened.subscribe();
+                let at = *opened
+                    .wait_for(Option::is_some)
+                    .await
+                    .expect("held by self");
+                if self.stopped.load(Ordering::Relaxed) {
+                    return Vec::new();
+                }
+                let after = arrivals[buyer].at.saturating_sub(o.opens_after);
+                tokio::time::sleep_until(at.unwrap_or_else(Instant::now) + after).await
+            }
+            (Some(arrivals), _) => tokio::time::sleep_until(self.began + arrivals[buyer].at).await,
+            (None, _) => {
                 tokio::time::sleep(crowd.stagger * u32::try_from(buyer).unwrap_or(u32::MAX)).await
             }
         }

@@ -1,6 +1,6 @@
 //! The one crowd against a fake shop served on a free port: it makes exactly its clicks,
-//! retries what it is told to with the same request id, stops at `sold_out` when asked, and
-//! counts every answer by code.
+//! retries what it is told to with the same request id, stops at `sold_out` when asked,
+//! holds the clicks after a sale's opening until it is opened, and counts every answer by code.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -192,4 +192,53 @@ async fn clicks_go_only_through_the_instances_named() {
     assert!(!shop.served_by.contains(&0), "{:?}", shop.served_by);
     assert_eq!(shop.served_by.iter().filter(|&&i| i == 1).count(), 6);
     assert!(answers.clicks.iter().all(|c| c.answer.created()));
+}
+
+/// Three arrivals ahead of the opening, five from it, every one at the crowd's start.
+fn arrivals_at_once() -> Vec<testkit::Arrival> {
+    (0..8)
+        .map(|n| testkit::Arrival {
+            user: format!("a-{n}"),
+            at: Duration::ZERO,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_crowd_waiting_for_its_opening_sends_only_the_clicks_ahead_of_it_until_opened() {
+    let (api, shop) = shop(100, 0, 2).await;
+    let sale = Crowd::arriving(arrivals_at_once(), Strategy::Conditional, "opening")
+        .opening(3, Duration::ZERO)
+        .start(&api, 7);
+    sale.ahead_answered().await;
+    assert_eq!(
+        shop.lock().unwrap().seen.len(),
+        3,
+        "the clicks ahead of the opening answered, and no other sent"
+    );
+    sale.open(tokio::time::Instant::now());
+    let answers = sale.finish().await;
+    assert_eq!(answers.created(), 8);
+    let opened = answers.opened.expect("the sale opened");
+    for click in &answers.clicks {
+        match click.buyer {
+            0..3 => assert!(
+                click.answered <= opened,
+                "{click:?} answered after {opened:?}"
+            ),
+            _ => assert!(click.sent >= opened, "{click:?} sent before {opened:?}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_crowd_stopped_before_its_opening_sends_nothing_more_and_never_opened() {
+    let (api, shop) = shop(100, 0, 1).await;
+    let sale = Crowd::arriving(arrivals_at_once(), Strategy::Conditional, "stopped")
+        .opening(3, Duration::ZERO)
+        .start(&api, 7);
+    sale.ahead_answered().await;
+    let answers = sale.stop().await;
+    assert_eq!((answers.clicks.len(), answers.opened), (3, None));
+    assert_eq!(shop.lock().unwrap().seen.len(), 3);
 }
