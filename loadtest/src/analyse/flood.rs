@@ -37,17 +37,22 @@ fn column(answer: &Answer) -> fn(&mut FloodSlice) -> &mut u64 {
     }
 }
 
-/// Answers per [`SLICE`] by answer time, from the crowd's start; `opens_after` is where the
-/// sale opened, and slices are labelled from it.
+/// Answers per [`SLICE`] by answer time; `opens_after` is where, from the crowd's start, the
+/// sale opened, and slices are cut and labelled from it (the first begins at or before the
+/// crowd's start).
 pub fn timeline(clicks: &[Click], opens_after: Duration, units: i64) -> Vec<FloodSlice> {
     let Some(last) = clicks.iter().map(|c| c.answered).max() else {
         return Vec::new();
     };
-    let slices = (last.as_nanos() / SLICE.as_nanos()) as usize + 1;
-    let opens_ms = opens_after.as_millis() as i64;
+    let slice = SLICE.as_nanos();
+    // Slices before the opening, and the first slice's start before the crowd's.
+    let before = opens_after.as_nanos().div_ceil(slice);
+    let shift = before * slice - opens_after.as_nanos();
+    let index = |t: Duration| ((t.as_nanos() + shift) / slice) as usize;
+    let slices = index(last) + 1;
     let mut timeline: Vec<FloodSlice> = (0..slices)
         .map(|i| FloodSlice {
-            from_ms: (i as i64) * SLICE.as_millis() as i64 - opens_ms,
+            from_ms: (i as i64 - before as i64) * SLICE.as_millis() as i64,
             bought: 0,
             sold_out: 0,
             rules: 0,
@@ -57,8 +62,7 @@ pub fn timeline(clicks: &[Click], opens_after: Duration, units: i64) -> Vec<Floo
         })
         .collect();
     for click in clicks {
-        let i = (click.answered.as_nanos() / SLICE.as_nanos()) as usize;
-        *column(&click.answer)(&mut timeline[i]) += 1;
+        *column(&click.answer)(&mut timeline[index(click.answered)]) += 1;
     }
     let mut left = units;
     for slice in &mut timeline {
@@ -214,5 +218,20 @@ mod tests {
             Some(50.0)
         );
         assert_eq!(sold_out_after(&clicks, Duration::from_millis(300), 3), None);
+    }
+
+    #[test]
+    fn the_timeline_is_sliced_from_the_opening_wherever_it_falls() {
+        let not_yet = Answer::Refused {
+            status: 409,
+            code: ErrorCode::SaleNotStarted,
+        };
+        let early = |buyer, ms| click(buyer, ms, not_yet);
+        let clicks = [early(0, 10), early(1, 536), click(2, 537, BOUGHT)];
+        let t = timeline(&clicks, Duration::from_millis(537), 1);
+        let at = |from_ms| t.iter().find(|s| s.from_ms == from_ms).unwrap();
+        assert_eq!(t.first().map(|s| s.from_ms), Some(-600));
+        assert_eq!((at(-600).rules, at(-100).rules, at(0).bought), (1, 1, 1));
+        assert_eq!(t.len(), 7);
     }
 }

@@ -193,7 +193,7 @@ pub struct FloodArgs {
     /// Share of people who are bots firing before the opening.
     #[arg(long = "flood-early-bots", default_value_t = 0.02)]
     pub early_bots: f64,
-    /// How early the early bots fire, in ms.
+    /// How early the early bots fire, in ms, at least: the sale opens once each is answered.
     #[arg(long = "flood-early-ms", default_value_t = 300)]
     pub early_ms: u64,
     /// Retries of a `503` per click, 1–4 s apart (0: nobody retries).

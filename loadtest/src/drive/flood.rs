@@ -4,8 +4,10 @@
 //! uniformly random moment of the burst after the opening; a share of them double-click (a
 //! second click, with a request id of its own, 0–50 ms after the first — the browser's second
 //! submit). A share are bots behind one shared account that all fire in the first 5 ms after
-//! the opening (what a script does), and a share are bots that fire `early_by` before it. The
-//! arrivals are sorted by time, so a buyer's index is its place in the send order.
+//! the opening (what a script does), and a share are bots that fire `early_by` before it (at
+//! least: the sale opens only once each has its answer, [`crate::measure::crowd`]). The
+//! arrivals are sorted by time, the early bots first, so a buyer's index is its place in the
+//! send order.
 
 use std::time::Duration;
 
@@ -69,7 +71,9 @@ pub fn plan(shape: &FloodShape, seed: u64) -> Plan {
             clicks.push((Duration::ZERO, name, Kind::Early));
         }
     }
-    clicks.sort_by_key(|(at, _, _)| *at);
+    // The early clicks first, so that they are the crowd's first arrivals however long the
+    // early window (even none).
+    clicks.sort_by_key(|(at, _, kind)| (*at, *kind != Kind::Early));
     let kinds = clicks.iter().map(|(_, _, kind)| *kind).collect();
     let arrivals = clicks
         .into_iter()

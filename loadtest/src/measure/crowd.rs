@@ -5,19 +5,62 @@
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use app::api::StrategyInfo;
+use app::api::{ResetProduct, StrategyInfo};
 use app::db::Db;
 use app::db::engine::Sql;
-use testkit::Answer;
+use testkit::{Answer, Answers, Api, Crowd};
+use tokio::time::Instant;
 
+use crate::drive::flood::Plan;
 use crate::drive::latency::Latencies;
 use crate::drive::load::Window;
 use crate::live::Feed;
-use crate::schema::{FloodShape, LatencySummary};
+use crate::schema::{FloodShape, Kind, LatencySummary};
 
-/// How long the sale's opening is set ahead of the moment the product is written: time to
-/// spawn the crowd's tasks before the early bots fire.
+/// How long the sale's opening is set ahead of the moment it is written: time to write it
+/// through every instance before it comes.
 pub const LEAD: Duration = Duration::from_millis(500);
+
+/// How far off the opening is while the early clicks are answered: never reached.
+const NOT_YET: time::Duration = time::Duration::days(1);
+
+/// Sends `crowd`, arriving as `drawn` says, to `product` sold by `rules`, and opens the sale
+/// after its early clicks: the product is written first with its opening a day off, so that
+/// each early click is refused `sale_not_started` however late the machine sends it; once
+/// every one has its answer (and no sooner than `drawn.opens_after` into the crowd), the
+/// opening is written [`LEAD`] ahead through every instance, and the rest of the crowd is sent
+/// on the opening's clock. The answers say when, from the crowd's start, the sale opened.
+pub async fn sell_after_early_clicks(
+    api: &Api,
+    product: u64,
+    rules: &ResetProduct,
+    crowd: Crowd,
+    drawn: &Plan,
+) -> Result<Answers> {
+    let far = time::OffsetDateTime::now_utc() + NOT_YET;
+    let closed = ResetProduct {
+        sale_starts_at: Some(far),
+        ..*rules
+    };
+    api.put_product(product, &closed).await?;
+    let early = drawn.count(Kind::Early) as usize;
+    let sale = crowd.opening(early, drawn.opens_after).start(api, product);
+    sale.ahead_answered().await;
+    let lead = LEAD.max(drawn.opens_after.saturating_sub(sale.elapsed()));
+    let (opens, opens_at) = (
+        time::OffsetDateTime::now_utc() + lead,
+        Instant::now() + lead,
+    );
+    let open = ResetProduct {
+        sale_starts_at: Some(opens),
+        ..*rules
+    };
+    // Written through every instance, none remembers the opening a day off when the rest of
+    // the crowd comes.
+    api.put_product_through_each(product, &open).await?;
+    sale.open(opens_at);
+    Ok(sale.finish().await)
+}
 
 /// One strategy's flood of `product`.
 pub struct FloodPlan<'a> {

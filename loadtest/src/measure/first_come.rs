@@ -4,7 +4,7 @@
 //! first clicks' share and the rank correlation are read beside the random door's; no second
 //! act and no kill, so what differs is the door alone.
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use app::accounting::Accounting;
 use app::api::ResetProduct;
 use app::db::Db;
@@ -12,7 +12,7 @@ use testkit::{Api, Crowd};
 
 use crate::analyse::flood::{self as analyse, ms_from};
 use crate::drive::flood::Plan;
-use crate::measure::crowd::{FloodPlan, LEAD, beyond_limit, latencies};
+use crate::measure::crowd::{FloodPlan, beyond_limit, latencies, sell_after_early_clicks};
 use crate::measure::sale::read_ledger;
 use crate::schema::FirstComeFlood;
 
@@ -26,21 +26,15 @@ pub async fn flood(
 ) -> Result<FirstComeFlood> {
     let shape = plan.shape;
     let home = plan.strategy.name.home();
-    let opens = time::OffsetDateTime::now_utc() + LEAD + drawn.opens_after;
     let rules = ResetProduct {
         per_user_limit: Some(1),
-        sale_starts_at: Some(opens),
         first_come: true,
         ..ResetProduct::new(shape.units, home)
     };
-    api.put_product(product, &rules).await?;
-    let start_at = opens - drawn.opens_after;
-    let wait = (start_at - time::OffsetDateTime::now_utc()).max(time::Duration::ZERO);
-    tokio::time::sleep(wait.try_into().unwrap_or_default()).await;
     let prefix = format!("{}-first-come", plan.id_prefix);
-    let answers = Crowd::arriving(drawn.arrivals.clone(), plan.strategy.name, &prefix)
-        .run(api, product)
-        .await;
+    let crowd = Crowd::arriving(drawn.arrivals.clone(), plan.strategy.name, &prefix);
+    let answers = sell_after_early_clicks(api, product, &rules, crowd, drawn).await?;
+    let opened = answers.opened.context("the first-come sale opened")?;
     let (ledger, _) = read_ledger(api, db, product, home).await?;
     let (winners, refused) = latencies(&answers.clicks);
     Ok(FirstComeFlood {
@@ -48,8 +42,8 @@ pub async fn flood(
         outcomes: answers.outcomes(),
         accounting: Accounting::of(ledger, drawn.people() as i64),
         beyond_limit: beyond_limit(db, product, 1).await?,
-        sold_out_after_ms: analyse::sold_out_after(&answers.clicks, drawn.opens_after, shape.units),
-        all_answered_after_ms: ms_from(drawn.opens_after, answers.elapsed),
+        sold_out_after_ms: analyse::sold_out_after(&answers.clicks, opened, shape.units),
+        all_answered_after_ms: ms_from(opened, answers.elapsed),
         winners,
         refused,
         fairness: analyse::fairness(&answers.clicks, &drawn.kinds, shape.units),

@@ -20,7 +20,7 @@ use crate::drive::flood as drive;
 use crate::live::Update;
 use crate::measure::cashier::Cashier;
 use crate::measure::cpu::Sampler;
-use crate::measure::crowd::{FloodPlan, LEAD, beyond_limit, latencies};
+use crate::measure::crowd::{FloodPlan, beyond_limit, latencies, sell_after_early_clicks};
 use crate::measure::first_come;
 use crate::measure::refusals;
 use crate::measure::resale;
@@ -39,23 +39,11 @@ pub async fn run_flood(
     let shape = plan.shape;
     let drawn = drive::plan(shape, plan.seed);
     let home = plan.strategy.name.home();
-    let opens = time::OffsetDateTime::now_utc() + LEAD + drawn.opens_after;
-    api.put_product(
-        plan.product,
-        &ResetProduct {
-            per_user_limit: Some(1),
-            sale_starts_at: Some(opens),
-            payment_window_ms: (shape.payment_window_ms > 0)
-                .then_some(shape.payment_window_ms as i64),
-            ..ResetProduct::new(shape.units, home)
-        },
-    )
-    .await?;
-    // The crowd starts `opens_after` before the opening, by the same clock the service reads.
-    let start_at = opens - drawn.opens_after;
-    let wait = (start_at - time::OffsetDateTime::now_utc()).max(time::Duration::ZERO);
-    tokio::time::sleep(wait.try_into().unwrap_or_default()).await;
-
+    let rules = ResetProduct {
+        per_user_limit: Some(1),
+        payment_window_ms: (shape.payment_window_ms > 0).then_some(shape.payment_window_ms as i64),
+        ..ResetProduct::new(shape.units, home)
+    };
     let before = sampler.sample();
     plan.feed.send(Update::Sale {
         strategy: plan.strategy.name,
@@ -93,7 +81,8 @@ pub async fn run_flood(
         });
     }
     let crowd_started = Instant::now();
-    let answers = crowd.run(api, plan.product).await;
+    let answers = sell_after_early_clicks(api, plan.product, &rules, crowd, &drawn).await?;
+    let opened = answers.opened.context("the flood's sale opened")?;
     let mut span = sampler.between(&before, &sampler.sample());
     span.successes = answers.clicks.len() as f64;
     let cpu = span.usage(&sampler.processes);
@@ -129,7 +118,7 @@ pub async fn run_flood(
                 &drawn,
                 &answers,
                 Arc::into_inner(cashier).context("the crowd kept its cashier")?,
-                crowd_started + drawn.opens_after,
+                crowd_started + opened,
                 plan.strategy.name,
                 &plan.id_prefix,
             )
@@ -156,12 +145,12 @@ pub async fn run_flood(
         outcomes: answers.outcomes(),
         accounting,
         beyond_limit,
-        sold_out_after_ms: analyse::sold_out_after(&answers.clicks, drawn.opens_after, shape.units),
-        all_answered_after_ms: ms_from(drawn.opens_after, answers.elapsed),
+        sold_out_after_ms: analyse::sold_out_after(&answers.clicks, opened, shape.units),
+        all_answered_after_ms: ms_from(opened, answers.elapsed),
         winners,
         refused,
         fairness: analyse::fairness(&answers.clicks, &drawn.kinds, shape.units),
-        timeline: analyse::timeline(&answers.clicks, drawn.opens_after, shape.units),
+        timeline: analyse::timeline(&answers.clicks, opened, shape.units),
         resale,
         projection: analyse::projection(&cpu),
         cpu: Some(cpu),

@@ -76,7 +76,7 @@ pub fn describe(shape: &FloodShape) -> String {
     format!(
         "{} people click within {} ms of the opening for {} units (one per customer) across {} \
          instance(s): {:.0}% double-click, {:.0}% are bots behind one shared account firing at \
-         the opening, {:.0}% are bots firing {} ms early; {}.",
+         the opening, {:.0}% are bots firing at least {} ms early (the sale opens once each is answered); {}.",
         shape.users,
         shape.burst_ms,
         shape.units,

@@ -166,6 +166,34 @@ async fn safe_strategies_keep_the_stock_and_one_per_customer_through_a_flood_and
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn early_bots_are_refused_however_late_their_clicks_reach_the_service() {
+    // No early window at all: the bots fire at the moment the sale was planned to open, as a
+    // machine too busy to send them in time would make them. The sale opens only once every
+    // early click has its answer, so each is still refused `sale_not_started`.
+    let shape = FloodShape {
+        users: 300,
+        units: 20,
+        early_bot_share: 0.05,
+        early_by_ms: 0,
+        non_payer_share: 0.0,
+        payment_window_ms: 0,
+        kill_mid_sale: false,
+        ..shape()
+    };
+    let (report, _out) = flood_of(&[Strategy::Conditional], shape).await;
+    let f = report.each(|p| p.flood.as_ref())[0];
+    assert_every_click_counted(&f);
+    assert!(f.early_clicks > 0, "{f:?}");
+    assert_eq!(
+        f.outcomes.refused(ErrorCode::SaleNotStarted),
+        f.early_clicks,
+        "every early bot is refused, and nobody else: {:?}",
+        f.outcomes
+    );
+    assert_eq!((f.accounting.oversell, f.beyond_limit), (0, 0), "{f:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn racy_limit_lets_one_account_buy_more_than_once_in_a_flood() {
     // The shared account's bots all fire within 5 ms of the opening: their reads of "bought
     // nothing yet" overlap, so several pass. Rounds in case one flood's timing lines them up.
