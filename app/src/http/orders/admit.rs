@@ -206,7 +206,9 @@ async fn token_admits(
             "this token admits one purchase, request id `{admits}`: send it with that request \
              id, or ask for a new token (POST /api/products/{product_id}/tokens)"
         ))),
-        Refused::Expired { .. } if made(state, known.home, claim).await? => Ok(()),
+        // Boxed: the read is rare, and its future, tens of kilobytes, would otherwise make
+        // every purchase's future as large, each refusal moving it whole.
+        Refused::Expired { .. } if Box::pin(made(state, known.home, claim)).await? => Ok(()),
         Refused::Expired { expires_ms } => Err(ApiError::PurchaseTokenExpired(format!(
             "this token expired at {} and its purchase was not made: ask for a new one \
              (POST /api/products/{product_id}/tokens)",
