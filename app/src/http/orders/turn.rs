@@ -21,7 +21,9 @@ pub(super) async fn take(
     let Some(queue) = &state.first_come else {
         return Ok(None);
     };
-    let refused = match queue.take(purchase).await? {
+    // Boxed, here and in `settle`: Redis's round trips, kilobytes of future, would otherwise
+    // be carried by every purchase's, first come or not.
+    let refused = match Box::pin(queue.take(purchase)).await? {
         Turn::Yours(ticket) => return Ok(Some(ticket)),
         Turn::Settled | Turn::NotOpened => return Ok(None),
         Turn::Behind => ApiError::SoldOut,
@@ -46,7 +48,7 @@ pub(super) fn kept(answer: &super::Answer) -> bool {
 /// Settles `ticket` once its purchase is answered, logging what cannot be settled (its place
 /// is then given up at its deadline).
 pub(super) async fn settle(ticket: Ticket, kept: bool) {
-    if let Err(e) = ticket.settle(kept).await {
+    if let Err(e) = Box::pin(ticket.settle(kept)).await {
         tracing::warn!(error = %e, kept,
             "could not settle a first-come place; it is given up at its deadline");
     }
