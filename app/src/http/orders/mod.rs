@@ -36,6 +36,7 @@ use crate::db::orders::{self, Order, OrderState as Stored};
 use crate::error::ApiError;
 use crate::first_come::Ticket;
 use crate::metrics::{Observation, Outcome, Stage};
+use crate::overload::Place;
 use crate::product_memory::Epoch;
 use crate::state::AppState;
 use crate::strategy::{Purchase, PurchaseError, PurchaseStats, Purchased, StockStrategy};
@@ -231,41 +232,9 @@ async fn place(
     // when the buyer hangs up, and units taken outside a transaction (Redis) would stay taken
     // without an order. A task of its own is not dropped with the handler, and keeps its place
     // among the purchases in flight until it ends.
-    let work = tokio::spawn(async move {
-        let mut place = place;
-        let _in_flight = state.metrics.purchase_started();
-        let inside = Instant::now();
-        purchase.stats.time(Stage::Admission, inside - started);
-        let answer = run(&state, &strategy, &purchase).await;
-        purchase.stats.time(Stage::Strategy, inside.elapsed());
-        if let Err(ApiError::Overloaded) = answer {
-            place.turned_away();
-        }
-        let outcome = match &answer {
-            Ok(Success::Created(_)) => Outcome::Created,
-            Ok(Success::Replayed(_)) => Outcome::Replayed,
-            Ok(Success::Accepted(_)) => Outcome::Accepted,
-            Err(e) => Outcome::Refused(e.code()),
-        };
-        observe(
-            &state,
-            purchase.strategy,
-            Some(&purchase.stats),
-            outcome,
-            started,
-        );
-        if let Some(ticket) = ticket {
-            turn::settle(ticket, turn::kept(&answer)).await;
-        }
-        // Boxed: its read of the winners, 20 KB of future, would otherwise be carried by
-        // every purchase's task, and moved whole as the task is spawned.
-        if let Err(ApiError::SoldOut) = answer
-            && let Err(e) = Box::pin(state.memory.learn_sold_out(purchase.product_id, epoch)).await
-        {
-            tracing::warn!(error = %e, "could not remember a sold-out product");
-        }
-        answer
-    });
+    let work = tokio::spawn(inside(
+        state, strategy, purchase, place, ticket, epoch, started,
+    ));
     match tokio::time::timeout_at(deadline, work).await {
         Ok(answer) => answer.unwrap_or_else(|e| {
             Err(ApiError::Internal(
@@ -277,6 +246,51 @@ async fn place(
              with the same request id, or ask for its status"
         ))),
     }
+}
+
+/// An admitted purchase, from its place among those in flight to its answer: run through its
+/// strategy, observed, its first-come ticket settled, a sold-out answer remembered.
+async fn inside(
+    state: AppState,
+    strategy: Arc<dyn StockStrategy>,
+    purchase: Arc<Purchase>,
+    mut place: Place,
+    ticket: Option<Ticket>,
+    epoch: Epoch,
+    started: Instant,
+) -> Answer {
+    let _in_flight = state.metrics.purchase_started();
+    let inside = Instant::now();
+    purchase.stats.time(Stage::Admission, inside - started);
+    let answer = run(&state, &strategy, &purchase).await;
+    purchase.stats.time(Stage::Strategy, inside.elapsed());
+    if let Err(ApiError::Overloaded) = answer {
+        place.turned_away();
+    }
+    let outcome = match &answer {
+        Ok(Success::Created(_)) => Outcome::Created,
+        Ok(Success::Replayed(_)) => Outcome::Replayed,
+        Ok(Success::Accepted(_)) => Outcome::Accepted,
+        Err(e) => Outcome::Refused(e.code()),
+    };
+    observe(
+        &state,
+        purchase.strategy,
+        Some(&purchase.stats),
+        outcome,
+        started,
+    );
+    if let Some(ticket) = ticket {
+        turn::settle(ticket, turn::kept(&answer)).await;
+    }
+    // Boxed: its read of the winners, 20 KB of future, would otherwise be carried by
+    // every purchase's task, and moved whole as the task is spawned.
+    if let Err(ApiError::SoldOut) = answer
+        && let Err(e) = Box::pin(state.memory.learn_sold_out(purchase.product_id, epoch)).await
+    {
+        tracing::warn!(error = %e, "could not remember a sold-out product");
+    }
+    answer
 }
 
 /// The strategy's purchase, run again while the database rolls its transaction back, up to
@@ -418,6 +432,34 @@ mod tests {
         let frame = Bytes::from(br#"{"user_id": "u", "quantity": 1, "request_id": "r"}"#.to_vec());
         let read = read_body(frames(vec![frame.clone()])).await.expect("read");
         assert_eq!(read.as_ptr(), frame.as_ptr(), "copied");
+    }
+
+    /// The size of the future `call` returns, without calling it.
+    fn future_size<F: std::future::Future>(_: impl FnOnce() -> F) -> usize {
+        std::mem::size_of::<F>()
+    }
+
+    #[test]
+    #[allow(unreachable_code, clippy::diverging_sub_expression)]
+    fn a_purchases_future_is_small_to_move_its_rare_paths_boxed() {
+        // axum and tower move a handler's future whole as they wrap it, for every request a
+        // refusal from memory answers too; a database read awaited inline adds 20 KB.
+        let create = future_size(|| create(todo!(), todo!(), todo!()));
+        let place = future_size(|| place(todo!(), todo!(), todo!(), todo!(), todo!(), todo!()));
+        let inside = future_size(|| {
+            inside(
+                todo!(),
+                todo!(),
+                todo!(),
+                todo!(),
+                todo!(),
+                todo!(),
+                todo!(),
+            )
+        });
+        assert!(create <= 4096, "create's future is {create} bytes");
+        assert!(place <= 4096, "place's future is {place} bytes");
+        assert!(inside <= 4096, "a purchase's task is {inside} bytes");
     }
 
     #[tokio::test]
