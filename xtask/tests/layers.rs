@@ -200,7 +200,7 @@ fn no_module_of_any_folder_uses_one_that_uses_it_back() {
 
 #[test]
 fn a_circle_through_crate_and_super_paths_is_found_and_a_test_module_is_not_read() {
-    let src = tempfile_dir();
+    let src = tempfile_dir("paths");
     std::fs::create_dir_all(src.join("a")).unwrap();
     std::fs::write(src.join("a/mod.rs"), "use crate::b::Thing;\n").unwrap();
     std::fs::write(src.join("b.rs"), "// crate::c::Nothing\n").unwrap();
@@ -217,7 +217,7 @@ fn a_circle_through_crate_and_super_paths_is_found_and_a_test_module_is_not_read
 
 #[test]
 fn a_circle_between_two_files_of_one_folder_is_found_and_a_folder_may_use_its_own_files() {
-    let src = tempfile_dir().join("nested");
+    let src = tempfile_dir("files").join("nested");
     std::fs::create_dir_all(src.join("a")).unwrap();
     std::fs::write(src.join("lib.rs"), "mod a;\n").unwrap();
     std::fs::write(src.join("a/mod.rs"), "mod x;\nmod y;\npub struct Shared;\n").unwrap();
@@ -232,8 +232,9 @@ fn a_circle_between_two_files_of_one_folder_is_found_and_a_folder_may_use_its_ow
     std::fs::remove_dir_all(src.parent().unwrap()).unwrap();
 }
 
-fn tempfile_dir() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("layers-{}", std::process::id()));
+/// A folder of this process's own for test `name`: the tests of one process run at once.
+fn tempfile_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("layers-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     dir
 }
