@@ -191,6 +191,8 @@ impl Pages {
                 return Ok(Some(copy.served_at(now)));
             }
         }
+        // The reads boxed: a page served from the copy should not carry, and move, the 20 KB
+        // future of reading the backends.
         let read = match self.refresh {
             Refresh::OneAtATime => {
                 let _reading = slot.reading.lock().await;
@@ -198,9 +200,9 @@ impl Pages {
                 if let Some(copy) = slot.current().filter(|c| now < c.fresh_until) {
                     return Ok(Some(copy.served_at(now)));
                 }
-                self.read(id, &slot).await
+                Box::pin(self.read(id, &slot)).await
             }
-            Refresh::Together => self.read_summing(id, &slot).await,
+            Refresh::Together => Box::pin(self.read_summing(id, &slot)).await,
         };
         if !matches!(read, Ok(Some(_))) {
             self.drop_unread(id, &slot);
@@ -346,5 +348,20 @@ impl Slot {
 
     fn lock_copy(&self) -> std::sync::MutexGuard<'_, Option<Copy>> {
         self.copy.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    #[allow(unreachable_code, clippy::diverging_sub_expression)]
+    fn a_page_served_from_its_copy_carries_no_read_of_the_backends() {
+        fn future_size<F: std::future::Future>(_: impl FnOnce() -> F) -> usize {
+            std::mem::size_of::<F>()
+        }
+        let page = future_size(|| Pages::page(todo!(), todo!()));
+        assert!(page <= 4096, "a page's future is {page} bytes");
     }
 }
