@@ -29,14 +29,15 @@ const NOT_YET: time::Duration = time::Duration::days(1);
 /// each early click is refused `sale_not_started` however late the machine sends it; once
 /// every one has its answer (and no sooner than `drawn.opens_after` into the crowd), the
 /// opening is written [`LEAD`] ahead through every instance, and the rest of the crowd is sent
-/// on the opening's clock. The answers say when, from the crowd's start, the sale opened.
+/// on the opening's clock. The answers say when, from the crowd's start, the sale opened; the
+/// instant is returned beside them.
 pub async fn sell_after_early_clicks(
     api: &Api,
     product: u64,
     rules: &ResetProduct,
     crowd: Crowd,
     drawn: &Plan,
-) -> Result<Answers> {
+) -> Result<(Answers, std::time::Instant)> {
     let far = time::OffsetDateTime::now_utc() + NOT_YET;
     let closed = ResetProduct {
         sale_starts_at: Some(far),
@@ -59,7 +60,7 @@ pub async fn sell_after_early_clicks(
     // the crowd comes.
     api.put_product_through_each(product, &open).await?;
     sale.open(opens_at);
-    Ok(sale.finish().await)
+    Ok((sale.finish().await, opens_at.into_std()))
 }
 
 /// One strategy's flood of `product`.

@@ -33,7 +33,7 @@ pub async fn flood(
     };
     let prefix = format!("{}-first-come", plan.id_prefix);
     let crowd = Crowd::arriving(drawn.arrivals.clone(), plan.strategy.name, &prefix);
-    let answers = sell_after_early_clicks(api, product, &rules, crowd, drawn).await?;
+    let (answers, _) = sell_after_early_clicks(api, product, &rules, crowd, drawn).await?;
     let opened = answers.opened.context("the first-come sale opened")?;
     let (ledger, _) = read_ledger(api, db, product, home).await?;
     let (winners, refused) = latencies(&answers.clicks);

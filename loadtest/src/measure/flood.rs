@@ -7,7 +7,7 @@
 //! answer that flood.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use app::accounting::Accounting;
@@ -80,8 +80,8 @@ pub async fn run_flood(
             jitter: Duration::from_secs(3),
         });
     }
-    let crowd_started = Instant::now();
-    let answers = sell_after_early_clicks(api, plan.product, &rules, crowd, &drawn).await?;
+    let (answers, opening) =
+        sell_after_early_clicks(api, plan.product, &rules, crowd, &drawn).await?;
     let opened = answers.opened.context("the flood's sale opened")?;
     let mut span = sampler.between(&before, &sampler.sample());
     span.successes = answers.clicks.len() as f64;
@@ -118,7 +118,7 @@ pub async fn run_flood(
                 &drawn,
                 &answers,
                 Arc::into_inner(cashier).context("the crowd kept its cashier")?,
-                crowd_started + opened,
+                opening,
                 plan.strategy.name,
                 &plan.id_prefix,
             )
