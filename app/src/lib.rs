@@ -429,3 +429,10 @@ pub async fn shutdown_signal() {
         () = terminate => tracing::info!("SIGTERM: shutting down"),
     }
 }
+
+/// The size of the future `call` would return, without calling it: what the tests that keep a
+/// hot path's future small measure.
+#[cfg(test)]
+pub(crate) fn future_size<F: Future>(_: impl FnOnce() -> F) -> usize {
+    std::mem::size_of::<F>()
+}

@@ -358,10 +358,7 @@ mod tests {
     #[test]
     #[allow(unreachable_code, clippy::diverging_sub_expression)]
     fn a_page_served_from_its_copy_carries_no_read_of_the_backends() {
-        fn future_size<F: std::future::Future>(_: impl FnOnce() -> F) -> usize {
-            std::mem::size_of::<F>()
-        }
-        let page = future_size(|| Pages::page(todo!(), todo!()));
+        let page = crate::future_size(|| Pages::page(todo!(), todo!()));
         assert!(page <= 4096, "a page's future is {page} bytes");
     }
 }

@@ -434,14 +434,10 @@ mod tests {
         assert_eq!(read.as_ptr(), frame.as_ptr(), "copied");
     }
 
-    /// The size of the future `call` returns, without calling it.
-    fn future_size<F: std::future::Future>(_: impl FnOnce() -> F) -> usize {
-        std::mem::size_of::<F>()
-    }
-
     #[test]
     #[allow(unreachable_code, clippy::diverging_sub_expression)]
     fn a_purchases_future_is_small_to_move_its_rare_paths_boxed() {
+        use crate::future_size;
         // axum and tower move a handler's future whole as they wrap it, for every request a
         // refusal from memory answers too; a database read awaited inline adds 20 KB.
         let create = future_size(|| create(todo!(), todo!(), todo!()));
