@@ -446,7 +446,7 @@ impl Shared {
                     return Vec::new();
                 }
                 let after = arrivals[buyer].at.saturating_sub(o.opens_after);
-                tokio::time::sleep_until(at.unwrap_or_else(Instant::now) + after).await
+                tokio::time::sleep_until(at.expect("waited until set") + after).await
             }
             (Some(arrivals), _) => tokio::time::sleep_until(self.began + arrivals[buyer].at).await,
             (None, _) => {
