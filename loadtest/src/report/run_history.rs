@@ -16,12 +16,13 @@ pub const BEGIN: &str =
 /// The line that closes it.
 pub const END: &str = "<!-- end of older runs -->";
 
-/// The list of the runs of `history` whose folder is no longer in `results` (without the
-/// markers): each one's folder, start, the commit that still holds it, its machine and what
-/// it measured.
+/// The list of the runs of `history` no longer in `results` (without the markers): each one's
+/// folder, start, the commit that still holds it, its machine and what it measured. A run is
+/// gone when the file its command writes is: a folder left holding only its logs, which git
+/// ignores, is not the run, and a fresh clone does not have it at all.
 pub fn older_runs(history: &RunHistory, results: &Path) -> String {
     let gone: Vec<&PastRun> = (history.runs.iter())
-        .filter(|r| !results.join(&r.folder).is_dir())
+        .filter(|r| !results.join(&r.folder).join(r.kind.file()).is_file())
         .collect();
     if gone.is_empty() {
         return "Every committed run is still in this folder.\n".into();
@@ -56,12 +57,15 @@ mod tests {
     use crate::schema::history::tests::past;
 
     #[test]
-    fn the_older_runs_are_the_ones_whose_folder_is_gone_each_with_the_commit_that_holds_it() {
+    fn the_older_runs_are_the_ones_whose_report_is_gone_each_with_the_commit_that_holds_it() {
         let results = tempfile::tempdir().unwrap();
         std::fs::create_dir(results.path().join("kept")).unwrap();
+        std::fs::write(results.path().join("kept/report.json"), "{}").unwrap();
+        std::fs::create_dir_all(results.path().join("logs-left/logs")).unwrap();
         let history = RunHistory::new(vec![
             past("gone", Some("255f78c")),
             past("kept", Some("26cdac2")),
+            past("logs-left", Some("7c1f0a2")),
             past("never-committed", None),
         ]);
         let list = older_runs(&history, results.path());
@@ -72,6 +76,10 @@ mod tests {
             "{list}"
         );
         assert!(list.contains("| `never-committed` |"), "{list}");
+        assert!(
+            list.contains("| `logs-left` |"),
+            "a folder holding only its git-ignored logs is not the run: {list}"
+        );
         assert!(list.contains("| unknown |"), "{list}");
         assert!(!list.contains("kept"), "{list}");
 
