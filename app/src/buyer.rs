@@ -34,7 +34,9 @@ const MAX_ENCODED: usize = (MAX_USER_ID * 4).div_ceil(3) * 4;
 /// The key buyer tokens are signed and verified with.
 #[derive(Clone)]
 pub struct BuyerKey {
-    secret: Vec<u8>,
+    /// The MAC keyed once, [`DOMAIN`] already in: each token's MAC starts from a copy, rather
+    /// than hashing the key's two padded blocks again — half the hashing of a verification.
+    keyed: Hmac<Sha256>,
 }
 
 impl std::fmt::Debug for BuyerKey {
@@ -78,15 +80,14 @@ impl Verified<'_> {
 impl BuyerKey {
     /// A key from a configured secret.
     pub fn new(secret: &[u8]) -> BuyerKey {
-        BuyerKey {
-            secret: secret.to_vec(),
-        }
+        let mut keyed = Hmac::<Sha256>::new_from_slice(secret)
+            .unwrap_or_else(|_| unreachable!("HMAC takes a key of any length"));
+        keyed.update(DOMAIN);
+        BuyerKey { keyed }
     }
 
     fn mac(&self, statement: &[u8]) -> Hmac<Sha256> {
-        let mut mac = Hmac::<Sha256>::new_from_slice(&self.secret)
-            .unwrap_or_else(|_| unreachable!("HMAC takes a key of any length"));
-        mac.update(DOMAIN);
+        let mut mac = self.keyed.clone();
         mac.update(statement);
         mac
     }
@@ -145,6 +146,22 @@ mod tests {
         assert!(!verified.names("Alice"));
         assert!(!verified.names("alice "));
         assert_eq!(key.verify(&token, later(61)).err(), Some(Unauthenticated));
+    }
+
+    #[test]
+    fn a_token_is_the_hmac_sha_256_of_its_domain_and_statement_as_another_library_computes_it() {
+        // Python's `hmac.new(b"secret", b"seckill-buyer-token\n" + statement, sha256)`: a
+        // sign-in service written in another language mints the same token.
+        let key = BuyerKey::new(b"secret");
+        let token = key.sign("alice", UNIX_EPOCH + Duration::from_secs(2_000_000_000));
+        assert_eq!(
+            token,
+            "2000000000.YWxpY2U.SBUQBl4IB8Eap4f5Kwa1GrF2m-YjPnRKs6VS_Dq9zpA"
+        );
+        // The same key verifies it twice: the keyed state each check starts from is a copy.
+        let at = UNIX_EPOCH + Duration::from_secs(1_999_999_999);
+        assert!(key.verify(&token, at).is_ok());
+        assert!(key.verify(&token, at).unwrap().names("alice"));
     }
 
     #[test]
