@@ -442,12 +442,13 @@ mod tests {
                 "",
                 "**Fell by more than half from run A:**",
                 "",
-                "- `naive` 400/s against 1000/s in 2026-11-21T00:00:00Z (0.40×)",
+                "- `naive` 400/s against 1000/s in 2026-11-21T00:00:00Z (0.40×; `sql-conditional` \
+                 1.00× in the same two runs)",
             ],
             "{md}"
         );
         let top = &md[..md.find("Both runs on the same machine").unwrap()];
-        assert!(!top.contains("conditional"), "{top}");
+        assert!(!top.contains("`conditional`"), "{top}");
         let page = crate::report::html::render_comparison(&c);
         let at = page
             .find("<div class=\"warning\"><p><strong>Fell by more than half")

@@ -8,6 +8,11 @@
 //! median below half of the best is no spread's doing. A run of another machine (CPU model and
 //! core count, [`RunReport::machine`]) is never the best: another machine moves every rate.
 //!
+//! A slow day halves every rate: the machine's own figures, the baselines, fall with the
+//! strategies. Each fall carries how far its reference fell between the same two runs (a
+//! strategy's own baseline, `http-noop` for another baseline: [`Fall::baseline`]), so the
+//! report names first what fell beyond the machine ([`Fall::with_the_machine`]).
+//!
 //! The committed runs are judged by their [`Medians`] as the history index
 //! (`results/history.json`, [`crate::report::run_history`]) keeps them, so that a run whose
 //! folder was deleted from the checkout still counts; a folder the index does not have yet is
@@ -17,11 +22,12 @@ use std::borrow::Borrow;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
+use super::ratios::baseline_of;
 use crate::schema::comparison::Machines;
 use crate::schema::history::{self as run_history, Medians};
 use crate::schema::json;
 use crate::schema::world::World;
-use crate::schema::{Fall, Fallen, RunReport};
+use crate::schema::{BaselineFall, BaselineName, Fall, Fallen, RunReport};
 
 /// Every committed run of the results folder `out`, with its folder's name, in folder order:
 /// the entries of its history index, and every folder with a `report.json` this program can
@@ -146,6 +152,8 @@ pub fn against<M: Borrow<Medians>>(
             if best.as_ref().is_none_or(|b| median > b.median) {
                 *best = Some(Best {
                     median,
+                    reference: reference_of(*fallen)
+                        .and_then(|b| other.baselines.get(b.as_str()).copied()),
                     dir: dir.clone(),
                     started_at: other.started_at.clone(),
                 });
@@ -157,6 +165,14 @@ pub fn against<M: Borrow<Medians>>(
         .zip(best)
         .filter_map(|((fallen, now), best)| {
             let best = best?;
+            let reference = reference_of(fallen).and_then(|name| {
+                let now = median(run, Fallen::Baseline(name))?;
+                let then = best.reference.filter(|r| *r > 0.0)?;
+                Some(BaselineFall {
+                    name,
+                    ratio: now / then,
+                })
+            });
             (now < Fall::BELOW * best.median).then(|| Fall {
                 fallen,
                 median: now,
@@ -164,15 +180,27 @@ pub fn against<M: Borrow<Medians>>(
                 best_dir: best.dir,
                 best_started_at: best.started_at,
                 ratio: now / best.median,
+                baseline: reference,
             })
         })
         .collect()
 }
 
-/// The best median found so far, and its run.
+/// The baseline a fall of `fallen` is set beside: a strategy's own, `http-noop` for another
+/// baseline, none for `http-noop`.
+fn reference_of(fallen: Fallen) -> Option<BaselineName> {
+    match fallen {
+        Fallen::Strategy(s) => Some(baseline_of(s)),
+        Fallen::Baseline(BaselineName::HttpNoop) => None,
+        Fallen::Baseline(_) => Some(BaselineName::HttpNoop),
+    }
+}
+
+/// The best median found so far, its reference's rate in the same run, and its run.
 #[derive(Clone)]
 struct Best {
     median: f64,
+    reference: Option<f64>,
     dir: Option<String>,
     started_at: String,
 }
@@ -280,6 +308,10 @@ mod tests {
                 best_dir: Some("best-run".into()),
                 best_started_at: "2026-11-01T00:00:00Z".into(),
                 ratio: 0.4,
+                baseline: Some(BaselineFall {
+                    name: BaselineName::SqlConditional,
+                    ratio: 1.0,
+                }),
             }]
         );
         let md = crate::document::markdown(&now);
@@ -291,12 +323,13 @@ mod tests {
                 "",
                 "**Fell by more than half against the best run on this machine:**",
                 "",
-                "- `naive` 400/s against 1000/s in best-run (0.40×)",
+                "- `naive` 400/s against 1000/s in best-run (0.40×; `sql-conditional` 1.00× in the \
+                 same two runs)",
             ],
             "{md}"
         );
         let top = &md[..md.find("## Summary").unwrap()];
-        assert!(!top.contains("conditional"), "{top}");
+        assert!(!top.contains("`conditional`"), "{top}");
 
         let page = crate::document::html(&now, &[], None);
         let at = page.find("<section id=\"falls\"").expect("a falls section");
@@ -304,14 +337,88 @@ mod tests {
         let section = &page[at..];
         let section = &section[..section.find("</section>").unwrap()];
         assert!(
-            section.contains("<code>naive</code> 400/s against 1000/s in best-run (0.40×)"),
+            section.contains("<code>naive</code> 400/s against 1000/s in best-run (0.40×; "),
             "{section}"
         );
-        assert!(!section.contains("conditional"), "{section}");
+        assert!(!section.contains("<code>conditional</code>"), "{section}");
 
         now.falls.clear();
         assert!(!crate::document::markdown(&now).contains("Fell by"));
         assert!(!crate::document::html(&now, &[], None).contains("id=\"falls\""));
+    }
+
+    /// `r` with an `http-noop` baseline beside its `sql-conditional`, at the same rate.
+    fn with_http_noop(mut r: RunReport) -> RunReport {
+        let mut noop = r.baselines[0].clone();
+        noop.name = BaselineName::HttpNoop;
+        r.baselines.push(noop);
+        r
+    }
+
+    #[test]
+    fn on_a_slow_day_what_fell_as_far_as_its_baseline_is_set_apart_and_a_fall_beyond_it_leads() {
+        // The machine at 0.4 of the best run: both baselines, `conditional` with them; `naive`
+        // at 0.1, a quarter of its rate over its own baseline: a fall of its own.
+        let mut now = with_http_noop(run(
+            "2026-11-02T00:00:00Z",
+            Some("Test CPU"),
+            [90.0, 100.0, 110.0],
+            [380.0, 400.0, 420.0],
+        ));
+        for b in &mut now.baselines {
+            b.result.successes_per_sec *= 0.4;
+            b.result.attempts_per_sec *= 0.4;
+        }
+        let best = with_http_noop(best());
+        now.falls = against(&now, [(Some("best-run".to_string()), medians(&best))]);
+        let judged: Vec<(Fallen, bool)> = (now.falls.iter())
+            .map(|f| (f.fallen, f.with_the_machine()))
+            .collect();
+        use app::api::Strategy::{Conditional, Naive};
+        assert_eq!(
+            judged,
+            [
+                (Fallen::Strategy(Naive), false),
+                (Fallen::Strategy(Conditional), true),
+                (Fallen::Baseline(BaselineName::SqlConditional), true),
+                (Fallen::Baseline(BaselineName::HttpNoop), true),
+            ]
+        );
+        let md = crate::document::markdown(&now);
+        let top = &md[..md.find("## Summary").unwrap()];
+        assert!(
+            top.contains(
+                "**Fell by more than half against the best run on this machine:**\n\n- `naive` \
+                 100/s against 1000/s in best-run (0.10×; `sql-conditional` 0.40× in the same two \
+                 runs)\n\n**Fell by more than half against the best run on this machine, as far \
+                 as the machine did**"
+            ),
+            "{top}"
+        );
+        assert!(
+            top.contains(
+                ": `conditional` 0.40× (`sql-conditional` 0.40×), baseline `sql-conditional` \
+                 0.40× (`http-noop` 0.40×), baseline `http-noop` 0.40×.\n"
+            ),
+            "{top}"
+        );
+        // Nothing beyond the machine: no lead list, the machine's paragraph alone.
+        now.falls.retain(|f| f.with_the_machine());
+        let md = crate::report::falls::markdown("Fell", &now.falls);
+        assert!(
+            md.starts_with("**Fell, as far as the machine did**"),
+            "{md}"
+        );
+        // A run that did not measure the strategy's baseline cannot say its fall is the
+        // machine's.
+        now.baselines
+            .retain(|b| b.name != BaselineName::SqlConditional);
+        let falls = against(&now, [(None, medians(&best))]);
+        let conditional = (falls.iter())
+            .find(|f| f.fallen == Fallen::Strategy(Conditional))
+            .unwrap();
+        assert_eq!(conditional.baseline, None);
+        assert!(!conditional.with_the_machine());
     }
 
     #[test]

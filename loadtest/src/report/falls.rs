@@ -10,24 +10,53 @@ pub const AGAINST_BEST: &str = "Fell by more than half against the best run on t
 /// The lead of a comparison's falls.
 pub const AGAINST_A: &str = "Fell by more than half from run A";
 
-/// `lead`, then one line per fall: `` `batched` 1826/s against 12701/s in <run> (0.14×) ``.
+/// `lead`, then one line per fall beyond the machine's (`` `batched` 1826/s against 12701/s
+/// in <run> (0.14×; `sql-conditional` 0.95× in the same two runs) ``), then the falls that are
+/// the machine's ([`Fall::with_the_machine`]) in one paragraph, so that a slow day does not
+/// bury a real fall among thirty of its own.
 pub fn markdown(lead: &str, falls: &[Fall]) -> String {
-    if falls.is_empty() {
-        return String::new();
+    let (machine, beyond): (Vec<&Fall>, Vec<&Fall>) =
+        falls.iter().partition(|f| f.with_the_machine());
+    let mut md = String::new();
+    if !beyond.is_empty() {
+        let _ = write!(md, "**{lead}:**\n\n");
+        for f in beyond {
+            let reference = f.baseline.map_or(String::new(), |b| {
+                format!("; `{}` {}× in the same two runs", b.name, ratio(b.ratio))
+            });
+            let _ = writeln!(
+                md,
+                "- {} {:.0}/s against {:.0}/s in {} ({}×{reference})",
+                name(f.fallen),
+                f.median,
+                f.best_median,
+                f.best_run(),
+                ratio(f.ratio)
+            );
+        }
+        md.push('\n');
     }
-    let mut md = format!("**{lead}:**\n\n");
-    for f in falls {
-        let _ = writeln!(
+    if !machine.is_empty() {
+        let each: Vec<String> = (machine.iter())
+            .map(|f| match f.baseline {
+                Some(b) => format!(
+                    "{} {}× (`{}` {}×)",
+                    name(f.fallen),
+                    ratio(f.ratio),
+                    b.name,
+                    ratio(b.ratio)
+                ),
+                None => format!("{} {}×", name(f.fallen), ratio(f.ratio)),
+            })
+            .collect();
+        let _ = write!(
             md,
-            "- {} {:.0}/s against {:.0}/s in {} ({}×)",
-            name(f.fallen),
-            f.median,
-            f.best_median,
-            f.best_run(),
-            ratio(f.ratio)
+            "**{lead}, as far as the machine did** (each within half of how far its reference \
+             fell between the same two runs: a strategy's own baseline, `http-noop` for a \
+             baseline): {}.\n\n",
+            each.join(", ")
         );
     }
-    md.push('\n');
     md
 }
 

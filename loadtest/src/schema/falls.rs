@@ -22,12 +22,37 @@ pub struct Fall {
     pub best_started_at: String,
     /// `median / best_median`.
     pub ratio: f64,
+    /// How far the fallen's reference fell between the same two runs: a strategy's own baseline
+    /// (`analyse::ratios::baseline_of`), what its store and the machine fell by, which the
+    /// strategy falls by too without any change of its own; `http-noop`, the machine alone,
+    /// for any other baseline. `None` for `http-noop` itself, or where either run lacks it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<BaselineFall>,
+}
+
+/// A baseline's rate in this run over its rate in the run a fall is judged against.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct BaselineFall {
+    pub name: BaselineName,
+    pub ratio: f64,
 }
 
 impl Fall {
     /// Below this share of the best, a median has fallen, however wide its rounds: a drop
     /// that deep is no machine's moment.
     pub const BELOW: f64 = 0.5;
+
+    /// Whether the fall is the machine's: the fallen kept at least [`Fall::BELOW`] of its ratio
+    /// to its reference ([`Fall::baseline`]), which fell with it between the same two runs; or
+    /// it is `http-noop`, the machine measured. On a slow day every rate halves, and a real
+    /// fall is the one that fell beyond that.
+    pub fn with_the_machine(&self) -> bool {
+        match (self.fallen, self.baseline) {
+            (Fallen::Baseline(BaselineName::HttpNoop), _) => true,
+            (_, Some(reference)) => self.ratio >= Fall::BELOW * reference.ratio,
+            (_, None) => false,
+        }
+    }
 
     /// The run of the best median, by folder where known.
     pub fn best_run(&self) -> &str {

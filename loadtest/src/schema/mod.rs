@@ -30,7 +30,7 @@ pub use baselines::{Baseline, BaselineName, StandardTool, ToolStatus};
 pub use cpu::{CpuUse, GROUPS, ProcessCpu, SATURATED_CORES};
 pub use environment::{DiskFlush, Environment};
 pub use expiry::{ExpiryCost, ExpiryPayments, ExpiryShape, ReturnLockUse};
-pub use falls::{Fall, Fallen};
+pub use falls::{BaselineFall, Fall, Fallen};
 pub use findings::{
     BelowBaseline, ClientCheck, ExpiryMiss, Findings, FloodMiss, GroupCpu, MachineLoad,
     OverloadFinding, OverloadMiss, Pace, Peer, SaleFinding, SaleReading, ServerCpu, StagePart,
