@@ -321,7 +321,7 @@ mod tests {
         let mut r = report();
         r.settings.flood = Some(crate::sample::flood_shape());
         let mut not_sold_out = crate::sample::flood(Strategy::Sharded, 2_200.0, 1_000.0, 75.0);
-        not_sold_out.accounting.final_stock = 3;
+        not_sold_out.crowd.accounting.final_stock = 3;
         not_sold_out.after_sold_out = None;
         for flood in [
             crate::sample::flood(Strategy::Batched, 2_500.0, 1_000.0, 63.0),

@@ -11,8 +11,8 @@ use testkit::{Answer, Outcomes};
 use crate::drive::latency::Latencies;
 use crate::schema::world::World;
 use crate::schema::{
-    Baseline, BaselineName, ByAnswer, Environment, ExpiryCost, ExpiryPayments, ExpiryShape,
-    Fairness, Findings, FirstComeFlood, FloodResult, FloodShape, LatencySummary, LoadResult, Loop,
+    Baseline, BaselineName, ByAnswer, CrowdResult, Environment, ExpiryCost, ExpiryPayments,
+    ExpiryShape, Fairness, Findings, FloodResult, FloodShape, LatencySummary, LoadResult, Loop,
     Memory, NoopFlood, OPEN_RATE_SHARE, Of, OverloadResult, OverloadShape, Phases, RefusalRate,
     ReturnLockUse, RoundTripShape, RoundTrips, RunReport, SCHEMA_VERSION, SaleResult, Settings,
     StageTime, StageTimes, StrategyReport, ThroughputResult,
@@ -392,21 +392,23 @@ pub fn flood(
     Tagged::new(
         strategy,
         FloodResult {
-            clicks: 2_000,
+            crowd: CrowdResult {
+                clicks: 2_000,
+                outcomes,
+                accounting,
+                beyond_limit: 0,
+                sold_out_after_ms: Some(answered_ms / 2.0),
+                all_answered_after_ms: answered_ms,
+                winners: LatencySummary::default(),
+                refused: LatencySummary::default(),
+                fairness: Fairness {
+                    first_clicks_won: 0.5,
+                    earliness_rank_correlation: None,
+                    attainable_correlation: None,
+                },
+            },
             early_clicks: 0,
             shared_account_clicks: 0,
-            outcomes,
-            accounting,
-            beyond_limit: 0,
-            sold_out_after_ms: Some(answered_ms / 2.0),
-            all_answered_after_ms: answered_ms,
-            winners: LatencySummary::default(),
-            refused: LatencySummary::default(),
-            fairness: Fairness {
-                first_clicks_won: 0.5,
-                earliness_rank_correlation: None,
-                attainable_correlation: None,
-            },
             timeline: Vec::new(),
             resale: None,
             after_sold_out: Some(RefusalRate {
@@ -459,9 +461,9 @@ fn sold_out_crowd() -> (Outcomes, Accounting) {
 }
 
 /// The sample flood's crowd sent again, sold first come: the first 100 of 2,000 clicks bought.
-pub fn first_come_flood() -> FirstComeFlood {
+pub fn first_come_flood() -> CrowdResult {
     let (outcomes, accounting) = sold_out_crowd();
-    FirstComeFlood {
+    CrowdResult {
         clicks: 2_000,
         outcomes,
         accounting,

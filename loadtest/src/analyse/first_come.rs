@@ -1,7 +1,7 @@
 //! Whether a flood sold first come, first served kept its promise: the first clicks bought,
 //! in the order they were sent, and nothing was oversold, sold past the limit or stranded.
 
-use crate::schema::FirstComeFlood;
+use crate::schema::CrowdResult;
 
 /// Of the first clicks (as many as the units), the share that must buy.
 pub const FIRST_CLICKS_BAR: f64 = 0.9;
@@ -10,7 +10,7 @@ pub const FIRST_CLICKS_BAR: f64 = 0.9;
 pub const RANK_SHARE_BAR: f64 = 0.9;
 
 /// What a first-come flood missed, in words (empty: every bar met).
-pub fn misses(f: &FirstComeFlood) -> Vec<String> {
+pub fn misses(f: &CrowdResult) -> Vec<String> {
     let mut missed = Vec::new();
     if f.fairness.first_clicks_won < FIRST_CLICKS_BAR {
         missed.push(format!(
@@ -44,7 +44,7 @@ mod tests {
     use super::*;
     use crate::schema::Fairness;
 
-    fn flood(first_clicks_won: f64, rank: f64, oversell: i64) -> FirstComeFlood {
+    fn flood(first_clicks_won: f64, rank: f64, oversell: i64) -> CrowdResult {
         let mut f = crate::sample::first_come_flood();
         f.fairness = Fairness {
             first_clicks_won,

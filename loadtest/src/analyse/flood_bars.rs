@@ -57,7 +57,7 @@ pub fn misses(floods: &[Of<'_, FloodResult>], http_floor_percent: Option<f64>) -
     {
         misses.push(FloodMiss::SlowFlood {
             strategy: f.strategy.name,
-            answered_ms: f.all_answered_after_ms,
+            answered_ms: f.crowd.all_answered_after_ms,
             noop_answered_ms: noop.all_answered_after_ms,
             bar_ratio: FLOOD_BAR,
         });

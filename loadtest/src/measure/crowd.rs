@@ -1,21 +1,24 @@
 //! What the floods of a crowd share — the random door's flood (`flood.rs`), its first-come
 //! sending (`first_come.rs`) and the refusals timed once sold out (`refusals.rs`): the plan, the
-//! lead before the opening, the answers' latencies, and the units beyond the per-user limit.
+//! lead before the opening, the answers' latencies, the units beyond the per-user limit, and
+//! what a crowd's clicks got ([`result`]).
 
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use app::accounting::{Accounting, Ledger};
 use app::api::{ResetProduct, StrategyInfo};
 use app::db::Db;
 use app::db::engine::Sql;
 use testkit::{Answer, Answers, Api, Crowd};
 use tokio::time::Instant;
 
+use crate::analyse::flood::{self as analyse, ms_from};
 use crate::drive::flood::Plan;
 use crate::drive::latency::Latencies;
 use crate::drive::load::Window;
 use crate::live::Feed;
-use crate::schema::{FloodShape, Kind, LatencySummary};
+use crate::schema::{CrowdResult, FloodShape, Kind, LatencySummary};
 
 /// How long the sale's opening is set ahead of the moment it is written: time to write it
 /// through every instance before it comes.
@@ -80,8 +83,35 @@ pub struct FloodPlan<'a> {
     pub first_come_product: Option<u64>,
 }
 
+/// What the clicks of the crowd `drawn` got from `product`, `units` on sale one per customer
+/// and opened `opened` into the crowd: the answers, and the books as `ledger` read them once
+/// the clicks were answered. Each person wants one unit: the shared account is one person,
+/// however many bots.
+pub async fn result(
+    db: &Db,
+    product: u64,
+    units: i64,
+    drawn: &Plan,
+    answers: &Answers,
+    opened: Duration,
+    ledger: Ledger,
+) -> Result<CrowdResult> {
+    let (winners, refused) = latencies(&answers.clicks);
+    Ok(CrowdResult {
+        clicks: answers.clicks.len() as u64,
+        outcomes: answers.outcomes(),
+        accounting: Accounting::of(ledger, drawn.people() as i64),
+        beyond_limit: beyond_limit(db, product, 1).await?,
+        sold_out_after_ms: analyse::sold_out_after(&answers.clicks, opened, units),
+        all_answered_after_ms: ms_from(opened, answers.elapsed),
+        winners,
+        refused,
+        fairness: analyse::fairness(&answers.clicks, &drawn.kinds, units),
+    })
+}
+
 /// The latency of the clicks that bought, and of those refused, from the send.
-pub fn latencies(clicks: &[testkit::Click]) -> (LatencySummary, LatencySummary) {
+fn latencies(clicks: &[testkit::Click]) -> (LatencySummary, LatencySummary) {
     let (mut winners, mut refused) = (Latencies::default(), Latencies::default());
     for click in clicks {
         let latency = click.answered - click.sent;

@@ -5,16 +5,14 @@
 //! act and no kill, so what differs is the door alone.
 
 use anyhow::{Context, Result};
-use app::accounting::Accounting;
 use app::api::ResetProduct;
 use app::db::Db;
 use testkit::{Api, Crowd};
 
-use crate::analyse::flood::{self as analyse, ms_from};
 use crate::drive::flood::Plan;
-use crate::measure::crowd::{FloodPlan, beyond_limit, latencies, sell_after_early_clicks};
+use crate::measure::crowd::{self, FloodPlan, sell_after_early_clicks};
 use crate::measure::sale::read_ledger;
-use crate::schema::FirstComeFlood;
+use crate::schema::CrowdResult;
 
 /// The crowd `drawn` of `plan`'s flood, sent to `product`, sold first come.
 pub async fn flood(
@@ -23,7 +21,7 @@ pub async fn flood(
     plan: &FloodPlan<'_>,
     product: u64,
     drawn: &Plan,
-) -> Result<FirstComeFlood> {
+) -> Result<CrowdResult> {
     let shape = plan.shape;
     let home = plan.strategy.name.home();
     let rules = ResetProduct {
@@ -36,16 +34,5 @@ pub async fn flood(
     let (answers, _) = sell_after_early_clicks(api, product, &rules, crowd, drawn).await?;
     let opened = answers.opened.context("the first-come sale opened")?;
     let (ledger, _) = read_ledger(api, db, product, home).await?;
-    let (winners, refused) = latencies(&answers.clicks);
-    Ok(FirstComeFlood {
-        clicks: answers.clicks.len() as u64,
-        outcomes: answers.outcomes(),
-        accounting: Accounting::of(ledger, drawn.people() as i64),
-        beyond_limit: beyond_limit(db, product, 1).await?,
-        sold_out_after_ms: analyse::sold_out_after(&answers.clicks, opened, shape.units),
-        all_answered_after_ms: ms_from(opened, answers.elapsed),
-        winners,
-        refused,
-        fairness: analyse::fairness(&answers.clicks, &drawn.kinds, shape.units),
-    })
+    crowd::result(db, product, shape.units, drawn, &answers, opened, ledger).await
 }

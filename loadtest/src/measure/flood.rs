@@ -10,7 +10,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use app::accounting::Accounting;
 use app::api::ResetProduct;
 use app::db::Db;
 use testkit::{Answer, Api, Apps, Crowd, Retry};
@@ -20,7 +19,7 @@ use crate::drive::flood as drive;
 use crate::live::Update;
 use crate::measure::cashier::Cashier;
 use crate::measure::cpu::Sampler;
-use crate::measure::crowd::{FloodPlan, beyond_limit, latencies, sell_after_early_clicks};
+use crate::measure::crowd::{self as crowds, FloodPlan, sell_after_early_clicks};
 use crate::measure::first_come;
 use crate::measure::refusals;
 use crate::measure::resale;
@@ -97,17 +96,22 @@ pub async fn run_flood(
         tokio::time::sleep(Duration::from_millis(20)).await;
         ledger = read_ledger(api, db, plan.product, home).await?.0;
     }
-    let clicks = answers.clicks.len() as u64;
-    let (winners, refused) = latencies(&answers.clicks);
-    // Each person wants one unit: the shared account is one person, however many bots.
-    let accounting = Accounting::of(ledger, drawn.people() as i64);
+    // Its units beyond the limit counted before the second act, whose buyers are others.
+    let answered = crowds::result(
+        db,
+        plan.product,
+        shape.units,
+        &drawn,
+        &answers,
+        opened,
+        ledger,
+    );
+    let answered = answered.await?;
     plan.feed.send(Update::SaleDone {
         strategy: plan.strategy.name,
-        accounting,
-        outcomes: Box::new(answers.outcomes()),
+        accounting: answered.accounting,
+        outcomes: Box::new(answered.outcomes.clone()),
     });
-    // Counted before the second act, whose buyers are others.
-    let beyond_limit = beyond_limit(db, plan.product, 1).await?;
     let resale = match cashier {
         Some(cashier) => Some(
             resale::second_act(
@@ -128,7 +132,7 @@ pub async fn run_flood(
     };
     // Not sold out (after the second act, when there was one), the loop would time purchases
     // that buy, not refusals: what is left is sold first.
-    let left = resale.map_or(accounting.final_stock, |r| r.left);
+    let left = resale.map_or(answered.accounting.final_stock, |r| r.left);
     let after_sold_out = match plan.refusal_window {
         Some(window) => refusals::after_sold_out(api, plan, window, left).await?,
         None => None,
@@ -139,17 +143,9 @@ pub async fn run_flood(
         None => None,
     };
     Ok(FloodResult {
-        clicks,
+        crowd: answered,
         early_clicks: drawn.count(Kind::Early),
         shared_account_clicks: drawn.count(Kind::SharedAccount),
-        outcomes: answers.outcomes(),
-        accounting,
-        beyond_limit,
-        sold_out_after_ms: analyse::sold_out_after(&answers.clicks, opened, shape.units),
-        all_answered_after_ms: ms_from(opened, answers.elapsed),
-        winners,
-        refused,
-        fairness: analyse::fairness(&answers.clicks, &drawn.kinds, shape.units),
         timeline: analyse::timeline(&answers.clicks, opened, shape.units),
         resale,
         projection: analyse::projection(&cpu),

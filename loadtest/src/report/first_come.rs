@@ -5,11 +5,11 @@
 use super::section::Section;
 use super::table::Table;
 use crate::analyse::first_come::{FIRST_CLICKS_BAR, RANK_SHARE_BAR, misses};
-use crate::schema::{FirstComeFlood, FloodResult, LatencySummary, Of};
+use crate::schema::{CrowdResult, FloodResult, LatencySummary, Of};
 
 /// The section; nothing when no flood was sent again.
 pub fn section(floods: &[Of<'_, FloodResult>]) -> Section {
-    let pairs: Vec<(&Of<'_, FloodResult>, &FirstComeFlood)> = (floods.iter())
+    let pairs: Vec<(&Of<'_, FloodResult>, &CrowdResult)> = (floods.iter())
         .filter_map(|f| f.first_come.as_ref().map(|fc| (f, fc)))
         .collect();
     if pairs.is_empty() {
@@ -44,24 +44,25 @@ pub fn section(floods: &[Of<'_, FloodResult>]) -> Section {
         "undersell",
     ]);
     for (f, fc) in &pairs {
+        let random = &f.crowd;
         t.row([
             format!("`{}`", f.strategy.name),
             arrow(
-                percent(f.fairness.first_clicks_won),
+                percent(random.fairness.first_clicks_won),
                 percent(fc.fairness.first_clicks_won),
             ),
             arrow(
-                share(f.fairness.correlation_share()),
+                share(random.fairness.correlation_share()),
                 share(fc.fairness.correlation_share()),
             ),
             arrow(
-                format!("{:.0}", f.all_answered_after_ms),
+                format!("{:.0}", random.all_answered_after_ms),
                 format!("{:.0}", fc.all_answered_after_ms),
             ),
-            arrow(p99(&f.winners), p99(&fc.winners)),
-            arrow(p99(&f.refused), p99(&fc.refused)),
+            arrow(p99(&random.winners), p99(&fc.winners)),
+            arrow(p99(&random.refused), p99(&fc.refused)),
             arrow(
-                f.outcomes.created.to_string(),
+                random.outcomes.created.to_string(),
                 fc.outcomes.created.to_string(),
             ),
             fc.accounting.oversell.to_string(),

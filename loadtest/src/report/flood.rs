@@ -116,7 +116,7 @@ fn outcome_table(floods: &[Of<'_, FloodResult>]) -> Table {
         "÷ no-op flood",
     ]);
     for f in floods {
-        let o = &f.outcomes;
+        let (c, o) = (&f.crowd, &f.crowd.outcomes);
         let shed = [
             ErrorCode::Overloaded,
             ErrorCode::RateLimited,
@@ -126,15 +126,15 @@ fn outcome_table(floods: &[Of<'_, FloodResult>]) -> Table {
         .iter()
         .map(|c| o.refused(*c))
         .sum::<u64>();
-        let a = &f.accounting;
+        let a = &c.accounting;
         t.row([
             format!("`{}`", f.strategy.name),
             f.strategy.safety.to_string(),
-            f.clicks.to_string(),
+            c.clicks.to_string(),
             o.created.to_string(),
-            f.sold_out_after_ms
+            c.sold_out_after_ms
                 .map_or_else(|| "not sold out".into(), |ms| format!("{ms:.0}")),
-            format!("{:.0}", f.all_answered_after_ms),
+            format!("{:.0}", c.all_answered_after_ms),
             format!(
                 "{} / {}",
                 o.refused(ErrorCode::SaleNotStarted),
@@ -144,11 +144,11 @@ fn outcome_table(floods: &[Of<'_, FloodResult>]) -> Table {
             shed.to_string(),
             (o.transport_error + o.unexpected.values().sum::<u64>()).to_string(),
             a.oversell.to_string(),
-            f.beyond_limit.to_string(),
+            c.beyond_limit.to_string(),
             a.stranded.to_string(),
             a.undersell.to_string(),
-            format!("{:.0}%", 100.0 * f.fairness.first_clicks_won),
-            f.fairness
+            format!("{:.0}%", 100.0 * c.fairness.first_clicks_won),
+            c.fairness
                 .earliness_rank_correlation
                 .map_or_else(|| "–".into(), |r| format!("{r:.2}")),
             match f.after_sold_out {
@@ -190,8 +190,8 @@ fn latency_table(floods: &[Of<'_, FloodResult>]) -> Table {
     ]);
     for f in floods {
         let mut row = vec![format!("`{}`", f.strategy.name)];
-        row.extend(cells(&f.winners));
-        row.extend(cells(&f.refused));
+        row.extend(cells(&f.crowd.winners));
+        row.extend(cells(&f.crowd.refused));
         t.row(row);
     }
     t
@@ -233,15 +233,15 @@ fn projection_table(floods: &[Of<'_, FloodResult>]) -> Option<Table> {
 fn went_wrong(floods: &[Of<'_, FloodResult>], misses: &[FloodMiss]) -> String {
     let mut md = String::new();
     for f in floods {
-        let (a, name) = (&f.accounting, f.strategy.name);
-        if f.beyond_limit > 0 {
+        let (a, name) = (&f.crowd.accounting, f.strategy.name);
+        if f.crowd.beyond_limit > 0 {
             let _ = writeln!(
                 md,
                 "- `{name}` let buyers take {} unit(s) beyond one per customer: its limit is \
                  a read followed by a purchase, and a buyer's simultaneous clicks (the {} bots \
                  behind one account, the double clicks) all read \"nothing bought yet\" before \
                  any of them committed. The stock itself stayed safe (oversell {}).",
-                f.beyond_limit, f.shared_account_clicks, a.oversell
+                f.crowd.beyond_limit, f.shared_account_clicks, a.oversell
             );
         }
         if a.oversell > 0 {
@@ -285,7 +285,7 @@ fn early_clicks(floods: &[Of<'_, FloodResult>]) -> String {
     let Some(first) = rows.first() else {
         return String::new();
     };
-    let refused = |f: &FloodResult| f.outcomes.refused(ErrorCode::SaleNotStarted);
+    let refused = |f: &FloodResult| f.crowd.outcomes.refused(ErrorCode::SaleNotStarted);
     let all = rows.iter().filter(|f| refused(f) >= f.early_clicks).count();
     let mut md = format!(
         "- The early click: of the {} bots that fired before the opening, every one was refused \
@@ -417,7 +417,7 @@ mod tests {
         for (row, refused) in rows.iter_mut().zip([289, 400]) {
             row.early_clicks = 400;
             for _ in 0..refused {
-                row.outcomes.count(&testkit::Answer::Refused {
+                row.crowd.outcomes.count(&testkit::Answer::Refused {
                     status: 409,
                     code: ErrorCode::SaleNotStarted,
                 });

@@ -55,7 +55,7 @@ fn draw(out: &mut String, flood: &Of<'_, FloodResult>) -> Result<bool> {
         .max()
         .unwrap_or(0) as f64
         * per_second;
-    let units = flood.accounting.initial_stock.max(1) as f64;
+    let units = flood.crowd.accounting.initial_stock.max(1) as f64;
     let x = (first.from_ms as f64 / 1000.0)..((last.from_ms + 100) as f64 / 1000.0);
     let root = SVGBackend::with_string(out, (1000, 420)).into_drawing_area();
     root.fill(&WHITE).map_err(err)?;

@@ -38,7 +38,7 @@ pub struct FloodShape {
     #[serde(default)]
     pub kill_mid_sale: bool,
     /// Whether each strategy's flood is sent a second time, its product sold first come,
-    /// first served ([`FirstComeFlood`]).
+    /// first served ([`FloodResult::first_come`]).
     #[serde(default)]
     pub first_come: bool,
 }
@@ -46,10 +46,43 @@ pub struct FloodShape {
 /// What one flood did.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FloodResult {
-    /// Clicks sent: regular, second clicks of double-clickers, and bots'.
-    pub clicks: u64,
+    /// What its clicks got (in `report.json`, among the flood's own fields).
+    #[serde(flatten)]
+    pub crowd: CrowdResult,
+    /// Of the clicks: those of the bots firing before the opening and of the shared account.
     pub early_clicks: u64,
     pub shared_account_clicks: u64,
+    /// Answers per 100 ms by kind, with the units the answers sold so far.
+    pub timeline: Vec<FloodSlice>,
+    /// After the clicks: payments, expiries, and the units bought again by returning buyers.
+    #[serde(default)]
+    pub resale: Option<Resale>,
+    /// Once sold out: purchases refused per second beside `GET /api/noop` on the same
+    /// instances, both in a closed loop of the same connections, interleaved. `None` when the
+    /// flood did not sell out (the loop would time purchases, not refusals) or was not timed.
+    pub after_sold_out: Option<RefusalRate>,
+    /// The same crowd (arrivals, instances, client) asking `GET /api/noop` instead, right
+    /// after this flood: what the HTTP stack alone takes to answer it.
+    #[serde(default)]
+    pub noop_flood: Option<NoopFlood>,
+    /// The same crowd sent again against the same strategy and instances, right after the
+    /// flood, the product sold first come, first served (each click given its place in one
+    /// queue as it comes, across every instance; see `app::first_come`): what arrival order
+    /// buys, and what it costs beside the random door's flood. No second act, no kill.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_come: Option<CrowdResult>,
+    /// CPU of every process over the flood; its successes are the clicks.
+    pub cpu: Option<CpuUse>,
+    /// Cores each process group would need at [`PROJECTED_CLICKS_PER_SECOND`], projected
+    /// linearly from its CPU per click in this flood: a projection, not a measurement.
+    pub projection: Vec<Projection>,
+}
+
+/// What one crowd's clicks got: the flood's, and the same crowd's sent again first come.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CrowdResult {
+    /// Clicks sent: regular, second clicks of double-clickers, and bots'.
+    pub clicks: u64,
     /// What the buyers were told.
     pub outcomes: Outcomes,
     /// What the stock's home and the orders hold.
@@ -64,27 +97,6 @@ pub struct FloodResult {
     pub winners: LatencySummary,
     pub refused: LatencySummary,
     pub fairness: Fairness,
-    /// Answers per 100 ms by kind, with the units the answers sold so far.
-    pub timeline: Vec<FloodSlice>,
-    /// After the clicks: payments, expiries, and the units bought again by returning buyers.
-    #[serde(default)]
-    pub resale: Option<Resale>,
-    /// Once sold out: purchases refused per second beside `GET /api/noop` on the same
-    /// instances, both in a closed loop of the same connections, interleaved. `None` when the
-    /// flood did not sell out (the loop would time purchases, not refusals) or was not timed.
-    pub after_sold_out: Option<RefusalRate>,
-    /// The same crowd (arrivals, instances, client) asking `GET /api/noop` instead, right
-    /// after this flood: what the HTTP stack alone takes to answer it.
-    #[serde(default)]
-    pub noop_flood: Option<NoopFlood>,
-    /// The same crowd again, right after, the product sold first come, first served.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub first_come: Option<FirstComeFlood>,
-    /// CPU of every process over the flood; its successes are the clicks.
-    pub cpu: Option<CpuUse>,
-    /// Cores each process group would need at [`PROJECTED_CLICKS_PER_SECOND`], projected
-    /// linearly from its CPU per click in this flood: a projection, not a measurement.
-    pub projection: Vec<Projection>,
 }
 
 /// The click rate the projection is made for: the order of a record sale's peak.
@@ -115,23 +127,6 @@ impl Fairness {
         );
         (best > 0.0).then(|| r / best)
     }
-}
-
-/// The flood's crowd sent again against the same strategy and instances, right after the
-/// flood, the product sold first come, first served (each click given its place in one queue
-/// as it comes, across every instance; see `app::first_come`): what arrival order buys, and
-/// what it costs beside the random door's flood. No second act, no kill.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct FirstComeFlood {
-    pub clicks: u64,
-    pub outcomes: Outcomes,
-    pub accounting: Accounting,
-    pub beyond_limit: i64,
-    pub sold_out_after_ms: Option<f64>,
-    pub all_answered_after_ms: f64,
-    pub winners: LatencySummary,
-    pub refused: LatencySummary,
-    pub fairness: Fairness,
 }
 
 /// 100 ms of a flood.
@@ -165,12 +160,12 @@ impl FloodResult {
     pub fn answered_over_noop(&self) -> Option<f64> {
         let noop = self.noop_flood?;
         (noop.all_answered_after_ms > 0.0)
-            .then(|| self.all_answered_after_ms / noop.all_answered_after_ms)
+            .then(|| self.crowd.all_answered_after_ms / noop.all_answered_after_ms)
     }
 
     /// Whether the stock's home had no unit left after the flood.
     pub fn sold_out(&self) -> bool {
-        self.accounting.final_stock <= 0
+        self.crowd.accounting.final_stock <= 0
     }
 }
 

@@ -37,7 +37,7 @@ pub use findings::{
     TimeFinding, ToolComparison, ToolFinding, ToolReading, ToolVerdict, WaitedIn,
 };
 pub use flood::{
-    Fairness, FirstComeFlood, FloodResult, FloodShape, FloodSlice, Kind, NoopFlood,
+    CrowdResult, Fairness, FloodResult, FloodShape, FloodSlice, Kind, NoopFlood,
     PROJECTED_CLICKS_PER_SECOND, Projection, RefusalRate, Resale,
 };
 pub use load::{Bucket, HistogramData, LatencySummary, LoadResult, Loop, Repetitions, Spread};

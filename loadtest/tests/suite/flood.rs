@@ -46,12 +46,18 @@ async fn flood_of(strategies: &[Strategy], shape: FloodShape) -> (RunReport, tem
 }
 
 fn assert_every_click_counted(f: &Of<'_, FloodResult>) {
-    assert_eq!(f.outcomes.total(), f.clicks, "{}: {:?}", f.strategy.name, f);
+    assert_eq!(
+        f.crowd.outcomes.total(),
+        f.crowd.clicks,
+        "{}: {:?}",
+        f.strategy.name,
+        f
+    );
     let answered: u64 = (f.timeline.iter())
         .map(|s| s.bought + s.sold_out + s.rules + s.shed + s.failed)
         .sum();
     assert_eq!(
-        answered, f.clicks,
+        answered, f.crowd.clicks,
         "{}: the timeline lost clicks",
         f.strategy.name
     );
@@ -92,7 +98,7 @@ fn assert_second_act_keeps_every_unit(f: &Of<'_, FloodResult>) {
     );
     assert_eq!(
         (r.paid, r.left, r.reserved),
-        (f.accounting.initial_stock, 0, 0),
+        (f.crowd.accounting.initial_stock, 0, 0),
         "{name}: the sale ended with every unit paid: {r:?}"
     );
     assert!(r.ended_after_ms.is_some(), "{name}: {r:?}");
@@ -108,38 +114,38 @@ async fn safe_strategies_keep_the_stock_and_one_per_customer_through_a_flood_and
         let name = f.strategy.name;
         assert_eq!(f.strategy.safety, Safety::Safe);
         assert_every_click_counted(&f);
-        let a = &f.accounting;
+        let a = &f.crowd.accounting;
         assert_eq!(
-            (a.oversell, f.beyond_limit, a.stranded),
+            (a.oversell, f.crowd.beyond_limit, a.stranded),
             (0, 0, 0),
             "{name}: {a:?}"
         );
         assert_eq!(
-            f.outcomes.refused(ErrorCode::SaleNotStarted),
+            f.crowd.outcomes.refused(ErrorCode::SaleNotStarted),
             f.early_clicks,
             "{name}: every early bot is refused, and nobody else"
         );
         assert!(
-            f.outcomes.refused(ErrorCode::LimitReached) > 0,
+            f.crowd.outcomes.refused(ErrorCode::LimitReached) > 0,
             "{name}: the shared account's bots were not refused: {:?}",
-            f.outcomes
+            f.crowd.outcomes
         );
         // Orders whose deadline passed before the books were read count as returned.
         assert_eq!(
             a.units_sold + a.returned,
-            f.outcomes.created as i64,
+            f.crowd.outcomes.created as i64,
             "{name}: {a:?}"
         );
         assert_second_act_keeps_every_unit(&f);
         // Every unit sold (units of unpaid orders may be back on the shelf by the time the
         // books are read, when the clicks took longer than the payment window).
-        assert!(f.sold_out_after_ms.is_some(), "{name}: {a:?}");
+        assert!(f.crowd.sold_out_after_ms.is_some(), "{name}: {a:?}");
         let refusals = f.after_sold_out.expect("refusals timed once sold out");
         assert!(refusals.refusals_per_second > 0.0 && refusals.noop_per_second > 0.0);
         let noop = f.noop_flood.expect("the same crowd asked GET /api/noop");
         assert_eq!(
             (noop.clicks, noop.served),
-            (f.clicks, f.clicks),
+            (f.crowd.clicks, f.crowd.clicks),
             "{name}: the no-op flood is the flood's crowd, every request answered"
         );
         assert!(f.answered_over_noop().is_some_and(|r| r > 0.0), "{name}");
@@ -185,12 +191,16 @@ async fn early_bots_are_refused_however_late_their_clicks_reach_the_service() {
     assert_every_click_counted(&f);
     assert!(f.early_clicks > 0, "{f:?}");
     assert_eq!(
-        f.outcomes.refused(ErrorCode::SaleNotStarted),
+        f.crowd.outcomes.refused(ErrorCode::SaleNotStarted),
         f.early_clicks,
         "every early bot is refused, and nobody else: {:?}",
-        f.outcomes
+        f.crowd.outcomes
     );
-    assert_eq!((f.accounting.oversell, f.beyond_limit), (0, 0), "{f:?}");
+    assert_eq!(
+        (f.crowd.accounting.oversell, f.crowd.beyond_limit),
+        (0, 0),
+        "{f:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -201,11 +211,14 @@ async fn racy_limit_lets_one_account_buy_more_than_once_in_a_flood() {
         let (report, out) = flood(&[Strategy::RacyLimit]).await;
         let f = report.each(|p| p.flood.as_ref())[0];
         assert_every_click_counted(&f);
-        assert_eq!(f.accounting.oversell, 0, "the stock itself stays safe");
-        if f.beyond_limit == 0 {
+        assert_eq!(
+            f.crowd.accounting.oversell, 0,
+            "the stock itself stays safe"
+        );
+        if f.crowd.beyond_limit == 0 {
             eprintln!(
                 "round {round}: no buyer past the limit this time: {:?}",
-                f.outcomes
+                f.crowd.outcomes
             );
             continue;
         }
@@ -213,7 +226,7 @@ async fn racy_limit_lets_one_account_buy_more_than_once_in_a_flood() {
         assert!(
             md.contains(&format!(
                 "let buyers take {} unit(s) beyond one per customer",
-                f.beyond_limit
+                f.crowd.beyond_limit
             )),
             "{md}"
         );
@@ -240,7 +253,7 @@ async fn sold_first_come_the_same_crowd_is_served_in_the_order_it_clicked_and_no
             .first_come
             .as_ref()
             .expect("the crowd sent again, first come");
-        assert_eq!(fc.clicks, f.clicks, "{name}: the same crowd");
+        assert_eq!(fc.clicks, f.crowd.clicks, "{name}: the same crowd");
         assert_eq!(
             fc.outcomes.total(),
             fc.clicks,

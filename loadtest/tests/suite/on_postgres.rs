@@ -56,7 +56,7 @@ async fn a_run_on_postgres_sells_exactly_the_stock_and_measures_its_baselines_be
         "{sale:?}"
     );
     let flood = record.phases.flood.as_ref().expect("the flood");
-    assert_eq!(flood.beyond_limit, 0, "{flood:?}");
+    assert_eq!(flood.crowd.beyond_limit, 0, "{flood:?}");
     let expiry = record.phases.expiry.as_ref().expect("the expiry sweep");
     assert!(expiry.expired > 0, "{expiry:?}");
 

@@ -55,9 +55,9 @@ async fn redis_stock_on_a_cluster_keeps_every_unit_through_a_flood_and_a_sale_an
         Some(Topology::RedisCluster)
     );
     for f in report.each(|p| p.flood.as_ref()) {
-        let a = &f.accounting;
+        let a = &f.crowd.accounting;
         assert_eq!(
-            (a.oversell, f.beyond_limit, a.stranded),
+            (a.oversell, f.crowd.beyond_limit, a.stranded),
             (0, 0, 0),
             "{}: {f:?}",
             f.strategy.name
