@@ -16,13 +16,12 @@ pub const BEGIN: &str =
 /// The line that closes it.
 pub const END: &str = "<!-- end of older runs -->";
 
-/// The list of the runs of `history` no longer in `results` (without the markers): each one's
-/// folder, start, the commit that still holds it, its machine and what it measured. A run is
-/// gone when the file its command writes is: a folder left holding only its logs, which git
-/// ignores, is not the run, and a fresh clone does not have it at all.
+/// The list of the runs of `history` no longer in `results` ([`PastRun::is_in`]; without the
+/// markers): each one's folder, start, the commit that still holds it, its machine and what it
+/// measured.
 pub fn older_runs(history: &RunHistory, results: &Path) -> String {
     let gone: Vec<&PastRun> = (history.runs.iter())
-        .filter(|r| !results.join(&r.folder).join(r.kind.file()).is_file())
+        .filter(|r| !r.is_in(results))
         .collect();
     if gone.is_empty() {
         return "Every committed run is still in this folder.\n".into();

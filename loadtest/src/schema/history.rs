@@ -42,6 +42,15 @@ pub struct PastRun {
     pub medians: Medians,
 }
 
+impl PastRun {
+    /// Whether the run is in `results`: the file its command writes is there. A folder left
+    /// holding only its logs, which git ignores, is not the run, and a fresh clone does not
+    /// have it at all.
+    pub fn is_in(&self, results: &Path) -> bool {
+        results.join(&self.folder).join(self.kind.file()).is_file()
+    }
+}
+
 /// What wrote a run's folder.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]

@@ -59,7 +59,7 @@ fn the_results_readme_lists_each_deleted_run_with_its_commit_as_the_program_writ
         .unwrap()
         .expect("results/history.json");
     let uncommitted: Vec<&str> = (history.runs.iter())
-        .filter(|r| !results.join(&r.folder).join(r.kind.file()).is_file() && r.commit.is_none())
+        .filter(|r| !r.is_in(&results) && r.commit.is_none())
         .map(|r| r.folder.as_str())
         .collect();
     assert!(
