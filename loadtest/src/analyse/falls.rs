@@ -165,22 +165,20 @@ pub fn against<M: Borrow<Medians>>(
         .zip(best)
         .filter_map(|((fallen, now), best)| {
             let best = best?;
-            let reference = reference_of(fallen).and_then(|name| {
-                let now = median(run, Fallen::Baseline(name))?;
-                let then = best.reference.filter(|r| *r > 0.0)?;
-                Some(BaselineFall {
-                    name,
-                    ratio: now / then,
-                })
-            });
             (now < Fall::BELOW * best.median).then(|| Fall {
                 fallen,
                 median: now,
                 best_median: best.median,
+                baseline: reference_of(fallen).and_then(|name| {
+                    let then = best.reference.filter(|r| *r > 0.0)?;
+                    Some(BaselineFall {
+                        name,
+                        ratio: median(run, Fallen::Baseline(name))? / then,
+                    })
+                }),
                 best_dir: best.dir,
                 best_started_at: best.started_at,
                 ratio: now / best.median,
-                baseline: reference,
             })
         })
         .collect()

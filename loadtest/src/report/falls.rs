@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use crate::schema::{Fall, Fallen};
+use crate::schema::{BaselineFall, Fall, Fallen};
 
 /// The lead of a run's falls.
 pub const AGAINST_BEST: &str = "Fell by more than half against the best run on this machine";
@@ -22,7 +22,7 @@ pub fn markdown(lead: &str, falls: &[Fall]) -> String {
         let _ = write!(md, "**{lead}:**\n\n");
         for f in beyond {
             let reference = f.baseline.map_or(String::new(), |b| {
-                format!("; `{}` {}× in the same two runs", b.name, ratio(b.ratio))
+                format!("; {} in the same two runs", reference(b))
             });
             let _ = writeln!(
                 md,
@@ -39,13 +39,7 @@ pub fn markdown(lead: &str, falls: &[Fall]) -> String {
     if !machine.is_empty() {
         let each: Vec<String> = (machine.iter())
             .map(|f| match f.baseline {
-                Some(b) => format!(
-                    "{} {}× (`{}` {}×)",
-                    name(f.fallen),
-                    ratio(f.ratio),
-                    b.name,
-                    ratio(b.ratio)
-                ),
+                Some(b) => format!("{} {}× ({})", name(f.fallen), ratio(f.ratio), reference(b)),
                 None => format!("{} {}×", name(f.fallen), ratio(f.ratio)),
             })
             .collect();
@@ -58,6 +52,11 @@ pub fn markdown(lead: &str, falls: &[Fall]) -> String {
         );
     }
     md
+}
+
+/// How far a fall's reference fell: `` `sql-conditional` 0.95× ``.
+fn reference(b: BaselineFall) -> String {
+    format!("`{}` {}×", b.name, ratio(b.ratio))
 }
 
 fn name(fallen: Fallen) -> String {
