@@ -19,7 +19,7 @@ use crate::drive::flood as drive;
 use crate::live::Update;
 use crate::measure::cashier::Cashier;
 use crate::measure::cpu::Sampler;
-use crate::measure::crowd::{self as crowds, FloodPlan, sell_after_early_clicks};
+use crate::measure::crowd::{self, FloodPlan, sell_after_early_clicks};
 use crate::measure::first_come;
 use crate::measure::refusals;
 use crate::measure::resale;
@@ -97,7 +97,7 @@ pub async fn run_flood(
         ledger = read_ledger(api, db, plan.product, home).await?.0;
     }
     // Its units beyond the limit counted before the second act, whose buyers are others.
-    let answered = crowds::result(
+    let answered = crowd::result(
         db,
         plan.product,
         shape.units,
@@ -105,8 +105,8 @@ pub async fn run_flood(
         &answers,
         opened,
         ledger,
-    );
-    let answered = answered.await?;
+    )
+    .await?;
     plan.feed.send(Update::SaleDone {
         strategy: plan.strategy.name,
         accounting: answered.accounting,
