@@ -365,19 +365,8 @@ impl Api {
             .await
     }
 
-    /// `POST /api/products/{product}/orders/{request_id}/cancel?user_id=…` on instance `n % K`.
-    pub async fn cancel(
-        &self,
-        n: usize,
-        product: u64,
-        user: &str,
-        request: &str,
-    ) -> Result<Transition> {
-        self.transition(n, product, user, request, "cancel", Fault::default())
-            .await
-    }
-
-    /// `pay` or `cancel` of the buyer's order, playing `fault`.
+    /// `pay` or `cancel` (`action`) of the buyer's order, playing `fault`: `POST
+    /// /api/products/{product}/orders/{request_id}/{action}?user_id=…` on instance `n % K`.
     pub async fn transition(
         &self,
         n: usize,

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use app::api::{ErrorCode, Home, Strategy};
 use serde::{Deserialize, Serialize};
+use testkit::Fault;
 
 use super::{Judgement, Scenario, Stage};
 use crate::rig::fleet::{Fleet, poll};
@@ -116,7 +117,10 @@ impl Scenario for StaleSoldOut {
                 "instances 1, 2",
                 format!("sold out ({stock} units); refusing from memory"),
             );
-            let cancelled = fleet.api.cancel(0, PRODUCT, "buyer-0", "r").await?;
+            let cancelled = fleet
+                .api
+                .transition(0, PRODUCT, "buyer-0", "r", "cancel", Fault::default())
+                .await?;
             let since = Instant::now();
             anyhow::ensure!(
                 cancelled.is_ok(),
