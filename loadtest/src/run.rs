@@ -353,7 +353,10 @@ pub async fn run_watched(
         started_at,
         finished_at: utc_now().0,
         duration_seconds: started.elapsed().as_secs_f64(),
-        settings: settings.clone(),
+        settings: Settings {
+            latency_budget_ms: Some(app_settings.latency_budget_ms),
+            ..settings.clone()
+        },
         world: Some(world),
         environment,
         baselines: measured.baselines,

@@ -338,6 +338,7 @@ pub fn report() -> RunReport {
             overload: Some(overload_shape()),
             expiry: Some(expiry_shape()),
             round_trips: Some(RoundTripShape { purchases: 40 }),
+            latency_budget_ms: None,
         },
         world: Some(World::local(2)),
         environment: environment(),

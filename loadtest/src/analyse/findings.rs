@@ -6,14 +6,14 @@
 //! [`crate::phase`]). Decisions (saturated, CPU-bound, at par) are made here, from thresholds
 //! named here; the prose only words them.
 
-use app::api::Safety;
+use app::api::{ErrorCode, Safety};
 use app::metrics::Stage;
 
 use crate::schema::{
-    Baseline, BaselineName, BelowBaseline, ClientCheck, CpuUse, Findings, GROUPS, GroupCpu,
-    MachineLoad, Pace, Peer, RunReport, SaleFinding, SaleReading, ServerCpu, Sold, StagePart,
-    StageTime, StageTimes, StandardTool, TimeFinding, ToolComparison, ToolFinding, ToolReading,
-    ToolStatus, ToolVerdict, WaitedIn,
+    Baseline, BaselineName, BelowBaseline, ClientCheck, CpuUse, DoorRefused, Findings, GROUPS,
+    GroupCpu, MachineLoad, Pace, Peer, RunReport, SaleFinding, SaleReading, ServerCpu, Sold,
+    StagePart, StageTime, StageTimes, StandardTool, TimeFinding, ToolComparison, ToolFinding,
+    ToolReading, ToolStatus, ToolVerdict, WaitedIn,
 };
 
 /// Machine busier than this share of its cores counts as CPU-bound.
@@ -196,6 +196,7 @@ fn below_baseline(report: &RunReport, s: &Sold) -> Option<BelowBaseline> {
     let closed = &s.throughput.closed;
     let o = &closed.outcomes;
     let unsold = o.total() - o.created - o.replayed;
+    let at_door = o.refused(ErrorCode::Overloaded);
     Some(BelowBaseline {
         percent,
         baseline: s.baseline,
@@ -208,6 +209,10 @@ fn below_baseline(report: &RunReport, s: &Sold) -> Option<BelowBaseline> {
             .baseline(BaselineName::HttpNoop)
             .map(|n| (n.result.latency.p50_us, n.result.attempts_per_sec)),
         unsold_percent: (unsold > 0).then(|| 100.0 * unsold as f64 / o.total().max(1) as f64),
+        door: (at_door > 0).then(|| DoorRefused {
+            percent: 100.0 * at_door as f64 / o.total() as f64,
+            budget_ms: report.settings.latency_budget_ms,
+        }),
     })
 }
 
@@ -493,6 +498,52 @@ mod tests {
             (below.baseline, below.concurrency),
             (BaselineName::SqlConditional, 10)
         );
+    }
+
+    #[test]
+    fn attempts_refused_at_the_door_are_told_apart_from_those_that_waited_out_their_budget() {
+        let processes = vec![Process::new("mariadbd", "mariadbd", 1)];
+        let span = Span {
+            wall_seconds: 10.0,
+            cpu_seconds: vec![Some(1.0)],
+            machine_cpu_seconds: Some(4.0),
+            successes: 4000.0,
+        };
+        let mut r = report();
+        r.settings.latency_budget_ms = Some(200);
+        let loops = r.strategies[1].loops.as_mut().unwrap();
+        loops.cpu = Some(span.usage(&processes));
+        // 400 sold, 3,500 refused at the door, 100 that waited out their lock's budget.
+        let refused = |code, n| (0..n).map(move |_| testkit::Answer::Refused { status: 503, code });
+        for answer in refused(ErrorCode::Overloaded, 3_500).chain(refused(ErrorCode::Busy, 100)) {
+            loops.throughput.closed.outcomes.count(&answer);
+        }
+        let time = of(&r).time;
+        let below = (time.iter())
+            .find(|t| t.strategy == r.strategies[1].strategy.name)
+            .and_then(|t| t.below_baseline.clone())
+            .expect("40% of its baseline");
+        assert_eq!(below.unsold_percent, Some(90.0));
+        assert_eq!(
+            below.door,
+            Some(DoorRefused {
+                percent: 87.5,
+                budget_ms: Some(200),
+            })
+        );
+        r.strategies[1]
+            .loops
+            .as_mut()
+            .unwrap()
+            .throughput
+            .closed
+            .outcomes = Default::default();
+        let time = of(&r).time;
+        let below = (time.iter())
+            .find(|t| t.strategy == r.strategies[1].strategy.name)
+            .and_then(|t| t.below_baseline.clone())
+            .expect("40% of its baseline");
+        assert_eq!(below.door, None);
     }
 
     #[test]

@@ -315,6 +315,8 @@ impl RunArgs {
                     purchases: if self.quick { 20 } else { 100 },
                 },
             ),
+            // What the app instances read from their environment, written once they start.
+            latency_budget_ms: None,
         };
         anyhow::ensure!(
             self.overload_factor > 0.0,

@@ -268,6 +268,21 @@ pub struct BelowBaseline {
     pub noop: Option<(u64, f64)>,
     /// Share of attempts that ended without a sale, when any did.
     pub unsold_percent: Option<f64>,
+    /// Of the attempts, those the instances' door refused before the strategy ran, when any
+    /// were (absent from the reports written before they were told apart).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub door: Option<DoorRefused>,
+}
+
+/// Attempts the instances' door refused `503 overloaded` at once, before their strategy ran.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DoorRefused {
+    /// Their share of all attempts.
+    pub percent: f64,
+    /// The latency budget the door let purchases in by ([`super::Settings::latency_budget_ms`]),
+    /// when the run recorded it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_ms: Option<u64>,
 }
 
 impl BelowBaseline {

@@ -32,9 +32,9 @@ pub use environment::{DiskFlush, Environment};
 pub use expiry::{ExpiryCost, ExpiryPayments, ExpiryShape, ReturnLockUse};
 pub use falls::{BaselineFall, Fall, Fallen};
 pub use findings::{
-    BelowBaseline, ClientCheck, ExpiryMiss, Findings, FloodMiss, GroupCpu, MachineLoad,
-    OverloadFinding, OverloadMiss, Pace, Peer, SaleFinding, SaleReading, ServerCpu, StagePart,
-    TimeFinding, ToolComparison, ToolFinding, ToolReading, ToolVerdict, WaitedIn,
+    BelowBaseline, ClientCheck, DoorRefused, ExpiryMiss, Findings, FloodMiss, GroupCpu,
+    MachineLoad, OverloadFinding, OverloadMiss, Pace, Peer, SaleFinding, SaleReading, ServerCpu,
+    StagePart, TimeFinding, ToolComparison, ToolFinding, ToolReading, ToolVerdict, WaitedIn,
 };
 pub use flood::{
     CrowdResult, Fairness, FloodResult, FloodShape, FloodSlice, Kind, NoopFlood,
@@ -213,6 +213,11 @@ pub struct Settings {
     /// The round-trip phase's shape; `None`: skipped (the servers stood behind no relay).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub round_trips: Option<RoundTripShape>,
+    /// The app instances' latency budget (`--latency-budget-ms`): each lets in as many of a
+    /// strategy's purchases at a time as it answers in this time (0: a fixed number). Absent
+    /// from the reports written before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_budget_ms: Option<u64>,
 }
 
 /// Enough load to matter, below saturation so the open loop's latencies describe the service,

@@ -4,7 +4,7 @@
 
 use std::fmt::Write;
 
-use crate::schema::{GROUPS, GroupCpu, Pace, Sold, TimeFinding};
+use crate::schema::{DoorRefused, GROUPS, GroupCpu, Pace, Sold, TimeFinding};
 
 /// Where `s`'s closed-loop time went.
 pub fn time(s: &Sold, f: &TimeFinding) -> String {
@@ -82,13 +82,17 @@ pub fn time(s: &Sold, f: &TimeFinding) -> String {
         let _ = write!(
             p,
             " It reaches {:.0}% of `{}` ({:.0} vs {:.0} deductions/s at {} concurrent clients). \
-             Its median latency is {} µs against {} µs for the bare backend work",
+             Its median latency is {} µs{} against {} µs for the bare backend work",
             b.percent,
             b.baseline,
             b.ours_per_sec,
             b.baseline_per_sec,
             b.concurrency,
             b.p50_us,
+            match &b.door {
+                Some(door) if door.percent >= 50.0 => " (most of its answers the door's refusals)",
+                _ => "",
+            },
             b.baseline_p50_us,
         );
         if let Some((noop_p50, noop_rate)) = b.noop {
@@ -102,13 +106,52 @@ pub fn time(s: &Sold, f: &TimeFinding) -> String {
         if let Some(unsold) = b.unsold_percent {
             let _ = write!(
                 p,
-                " {unsold:.1}% of its attempts ended without a sale ({}): each one paid for \
-                 waiting or retrying until its lock or retry budget ran out.",
+                " {unsold:.1}% of its attempts ended without a sale ({}): ",
                 s.throughput.closed.outcomes
             );
+            let waited = "paid for waiting or retrying until its lock or retry budget ran out.";
+            match &b.door {
+                None => {
+                    let _ = write!(p, "each one {waited}");
+                }
+                Some(door) => {
+                    let rest = unsold - door.percent;
+                    let some_waited = rest >= 0.05;
+                    p.push_str(&match some_waited {
+                        true => format!("{:.1}% were", door.percent),
+                        false => "every one was".to_owned(),
+                    });
+                    at_the_door(&mut p, door);
+                    match some_waited {
+                        true => {
+                            let _ = write!(p, "; the other {rest:.1}% {waited}");
+                        }
+                        false => p.push('.'),
+                    }
+                }
+            }
         }
     }
     p
+}
+
+/// Who refused them, and why: the door, by its latency budget.
+fn at_the_door(p: &mut String, door: &DoorRefused) {
+    p.push_str(" refused at once, `503 overloaded`, by the instances' door, which lets in ");
+    p.push_str(match door.budget_ms {
+        Some(0) => "a fixed number of a strategy's purchases at a time (`--latency-budget-ms 0`)",
+        _ => "as many of a strategy's purchases at a time as it answers within the latency budget",
+    });
+    match door.budget_ms {
+        Some(0) => {}
+        Some(ms) => {
+            let _ = write!(
+                p,
+                " ({ms} ms), so the rate above is what it sells within that budget"
+            );
+        }
+        None => p.push_str(", so the rate above is what it sells within that budget"),
+    }
 }
 
 /// On a Redis Cluster (`run --redis-cluster`): how the strategy's Redis work fell on the
@@ -266,7 +309,7 @@ mod tests {
     use app::api::Strategy;
 
     use super::*;
-    use crate::schema::{StagePart, WaitedIn};
+    use crate::schema::{BaselineName, BelowBaseline, StagePart, WaitedIn};
 
     fn spent(groups: &[(&str, f64)]) -> TimeFinding {
         TimeFinding {
@@ -332,6 +375,81 @@ mod tests {
         let text = time(&s.sold().unwrap(), &f);
         assert!(
             text.contains("(6000 µs) went to their batch's transaction."),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn attempts_refused_at_the_door_are_not_said_to_have_waited_out_a_budget() {
+        let ledger = Ledger {
+            initial_stock: 10,
+            final_stock: 0,
+            units_in_orders: 10,
+            orders: 10,
+            pending: 0,
+            reserved: 0,
+            paid: 10,
+            returned: 0,
+            returning: 0,
+        };
+        let s = crate::sample::strategy(Strategy::Memcached, ledger);
+        let mut f = spent(&[("app", 0.5)]);
+        let below = |door| BelowBaseline {
+            percent: 10.0,
+            baseline: BaselineName::SqlConditional,
+            ours_per_sec: 179.0,
+            baseline_per_sec: 1850.0,
+            concurrency: 200,
+            p50_us: 489,
+            baseline_p50_us: 34_079,
+            noop: None,
+            unsold_percent: Some(89.8),
+            door,
+        };
+        f.below_baseline = Some(below(Some(DoorRefused {
+            percent: 88.0,
+            budget_ms: Some(200),
+        })));
+        let text = time(&s.sold().unwrap(), &f);
+        assert!(
+            text.contains(
+                "Its median latency is 489 µs (most of its answers the door's refusals) against \
+                 34079 µs"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "89.8% of its attempts ended without a sale (201 ×400): 88.0% were refused at \
+                 once, `503 overloaded`, by the instances' door, which lets in as many of a \
+                 strategy's purchases at a time as it answers within the latency budget \
+                 (200 ms), so the rate above is what it sells within that budget; the other \
+                 1.8% paid for waiting or retrying until its lock or retry budget ran out."
+            ),
+            "{text}"
+        );
+        f.below_baseline = Some(below(Some(DoorRefused {
+            percent: 89.8,
+            budget_ms: None,
+        })));
+        let text = time(&s.sold().unwrap(), &f);
+        assert!(
+            text.contains(
+                "ended without a sale (201 ×400): every one was refused at once, `503 \
+                 overloaded`, by the instances' door, which lets in as many of a strategy's \
+                 purchases at a time as it answers within the latency budget, so the rate above \
+                 is what it sells within that budget."
+            ),
+            "{text}"
+        );
+        f.below_baseline = Some(below(None));
+        let text = time(&s.sold().unwrap(), &f);
+        assert!(!text.contains("door"), "{text}");
+        assert!(
+            text.contains(
+                "89.8% of its attempts ended without a sale (201 ×400): each one paid for \
+                 waiting or retrying until its lock or retry budget ran out."
+            ),
             "{text}"
         );
     }

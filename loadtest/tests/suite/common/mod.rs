@@ -94,6 +94,7 @@ pub fn quick(strategy: Strategy) -> Settings {
         overload: None,
         expiry: None,
         round_trips: None,
+        latency_budget_ms: None,
     }
 }
 
