@@ -22,6 +22,8 @@ use std::borrow::Borrow;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
+use app::api::ErrorCode;
+
 use super::ratios::baseline_of;
 use crate::schema::comparison::Machines;
 use crate::schema::history::{self as run_history, Medians};
@@ -179,9 +181,22 @@ pub fn against<M: Borrow<Medians>>(
                 best_dir: best.dir,
                 best_started_at: best.started_at,
                 ratio: now / best.median,
+                door_percent: door_percent(run, fallen),
             })
         })
         .collect()
+}
+
+/// The share of `fallen`'s closed-loop attempts in `run` that its door refused, when it was
+/// most of them.
+fn door_percent(run: &RunReport, fallen: Fallen) -> Option<f64> {
+    let Fallen::Strategy(name) = fallen else {
+        return None;
+    };
+    let outcomes = &run.strategy(name)?.throughput.closed.outcomes;
+    let percent =
+        100.0 * outcomes.refused(ErrorCode::Overloaded) as f64 / outcomes.total().max(1) as f64;
+    (percent > 50.0).then_some(percent)
 }
 
 /// The baseline a fall of `fallen` is set beside: a strategy's own, `http-noop` for another
@@ -310,6 +325,7 @@ mod tests {
                     name: BaselineName::SqlConditional,
                     ratio: 1.0,
                 }),
+                door_percent: None,
             }]
         );
         let md = crate::document::markdown(&now);
@@ -343,6 +359,42 @@ mod tests {
         now.falls.clear();
         assert!(!crate::document::markdown(&now).contains("Fell by"));
         assert!(!crate::document::html(&now, &[], None).contains("id=\"falls\""));
+    }
+
+    #[test]
+    fn a_fall_whose_attempts_the_door_mostly_refused_says_so_beside_it() {
+        let mut now = fallen(Some("Test CPU"));
+        let closed = &mut now.strategies[0].loops.as_mut().unwrap().throughput.closed;
+        let refused = testkit::Answer::Refused {
+            status: 503,
+            code: app::api::ErrorCode::Overloaded,
+        };
+        // 400 sold beside 1,200 refused at the door: three attempts in four.
+        for _ in 0..1_200 {
+            closed.outcomes.count(&refused);
+        }
+        now.falls = against(&now, [(Some("best-run".to_string()), medians(&best()))]);
+        assert_eq!(now.falls[0].door_percent, Some(75.0));
+        let md = crate::document::markdown(&now);
+        assert!(
+            md.contains(
+                "- `naive` 400/s against 1000/s in best-run (0.40×; `sql-conditional` 1.00× in the \
+                 same two runs): 75% of its closed loop's attempts in this run were refused at the \
+                 door, `503 overloaded`\n"
+            ),
+            "{md}"
+        );
+        // A door that refused fewer than half is not the fall's story.
+        let closed = &mut now.strategies[0].loops.as_mut().unwrap().throughput.closed;
+        closed.outcomes = Default::default();
+        closed.outcomes.created = 400;
+        for _ in 0..300 {
+            closed.outcomes.count(&refused);
+        }
+        assert_eq!(
+            against(&now, [(None, medians(&best()))])[0].door_percent,
+            None
+        );
     }
 
     /// `r` with an `http-noop` baseline beside its `sql-conditional`, at the same rate.

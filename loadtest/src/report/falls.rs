@@ -24,9 +24,15 @@ pub fn markdown(lead: &str, falls: &[Fall]) -> String {
             let reference = f.baseline.map_or(String::new(), |b| {
                 format!("; {} in the same two runs", reference(b))
             });
+            let door = f.door_percent.map_or(String::new(), |percent| {
+                format!(
+                    ": {percent:.0}% of its closed loop's attempts in this run were refused at \
+                     the door, `503 overloaded`"
+                )
+            });
             let _ = writeln!(
                 md,
-                "- {} {:.0}/s against {:.0}/s in {} ({}×{reference})",
+                "- {} {:.0}/s against {:.0}/s in {} ({}×{reference}){door}",
                 name(f.fallen),
                 f.median,
                 f.best_median,

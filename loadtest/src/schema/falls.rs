@@ -28,6 +28,11 @@ pub struct Fall {
     /// for any other baseline. `None` for `http-noop` itself, or where either run lacks it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub baseline: Option<BaselineFall>,
+    /// For a strategy, the share of this run's closed-loop attempts its door refused `503
+    /// overloaded`, when it was most of them: a rate that is what the strategy answers within
+    /// the door's latency budget. `None` otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub door_percent: Option<f64>,
 }
 
 /// A baseline's rate in this run over its rate in the run a fall is judged against.
