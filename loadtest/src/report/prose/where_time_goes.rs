@@ -326,9 +326,9 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_batch_waiting_on_its_commit_is_set_beside_the_disks_flush() {
-        let ledger = Ledger {
+    /// A sale of ten units, all sold and paid.
+    fn ten_sold() -> Ledger {
+        Ledger {
             initial_stock: 10,
             final_stock: 0,
             units_in_orders: 10,
@@ -338,8 +338,12 @@ mod tests {
             paid: 10,
             returned: 0,
             returning: 0,
-        };
-        let s = crate::sample::strategy(Strategy::Batched, ledger);
+        }
+    }
+
+    #[test]
+    fn a_batch_waiting_on_its_commit_is_set_beside_the_disks_flush() {
+        let s = crate::sample::strategy(Strategy::Batched, ten_sold());
         let mut f = spent(&[("app", 0.2), ("mariadbd", 0.2)]);
         f.strategy = Strategy::Batched;
         let mut waited = WaitedIn {
@@ -381,18 +385,7 @@ mod tests {
 
     #[test]
     fn attempts_refused_at_the_door_are_not_said_to_have_waited_out_a_budget() {
-        let ledger = Ledger {
-            initial_stock: 10,
-            final_stock: 0,
-            units_in_orders: 10,
-            orders: 10,
-            pending: 0,
-            reserved: 0,
-            paid: 10,
-            returned: 0,
-            returning: 0,
-        };
-        let s = crate::sample::strategy(Strategy::Memcached, ledger);
+        let s = crate::sample::strategy(Strategy::Memcached, ten_sold());
         let mut f = spent(&[("app", 0.5)]);
         let below = |door| BelowBaseline {
             percent: 10.0,
@@ -457,18 +450,7 @@ mod tests {
     #[test]
     fn a_run_on_a_cluster_names_the_busiest_shard_and_labels_its_one_product_ceiling_a_projection()
     {
-        let ledger = Ledger {
-            initial_stock: 10,
-            final_stock: 0,
-            units_in_orders: 10,
-            orders: 10,
-            pending: 0,
-            reserved: 0,
-            paid: 10,
-            returned: 0,
-            returning: 0,
-        };
-        let s = crate::sample::strategy(Strategy::RedisLua, ledger);
+        let s = crate::sample::strategy(Strategy::RedisLua, ten_sold());
         let f = spent(&[
             ("app", 0.5),
             ("redis-shard-1", 0.02),
@@ -488,18 +470,7 @@ mod tests {
 
     #[test]
     fn a_split_product_on_a_cluster_is_projected_from_its_busiest_shard_beside_one_shard() {
-        let ledger = Ledger {
-            initial_stock: 10,
-            final_stock: 0,
-            units_in_orders: 10,
-            orders: 10,
-            pending: 0,
-            reserved: 0,
-            paid: 10,
-            returned: 0,
-            returning: 0,
-        };
-        let s = crate::sample::strategy(Strategy::RedisSplit, ledger);
+        let s = crate::sample::strategy(Strategy::RedisSplit, ten_sold());
         let mut f = spent(&[
             ("app", 0.5),
             ("redis-shard-1", 0.05),
@@ -516,18 +487,7 @@ mod tests {
 
     #[test]
     fn a_run_on_galera_counts_the_clusters_aborts_per_purchase_answered() {
-        let ledger = Ledger {
-            initial_stock: 10,
-            final_stock: 0,
-            units_in_orders: 10,
-            orders: 10,
-            pending: 0,
-            reserved: 0,
-            paid: 10,
-            returned: 0,
-            returning: 0,
-        };
-        let mut s = crate::sample::strategy(Strategy::Pessimistic, ledger);
+        let mut s = crate::sample::strategy(Strategy::Pessimistic, ten_sold());
         let plain = time(&s.sold().unwrap(), &spent(&[("app", 0.5)]));
         assert!(!plain.contains("Galera"), "{plain}");
         let answered = s
@@ -551,18 +511,7 @@ mod tests {
 
     #[test]
     fn a_run_on_a_replica_says_how_far_it_fell_behind_and_whether_it_stayed_semi_synchronous() {
-        let ledger = Ledger {
-            initial_stock: 10,
-            final_stock: 0,
-            units_in_orders: 10,
-            orders: 10,
-            pending: 0,
-            reserved: 0,
-            paid: 10,
-            returned: 0,
-            returning: 0,
-        };
-        let mut s = crate::sample::strategy(Strategy::Conditional, ledger);
+        let mut s = crate::sample::strategy(Strategy::Conditional, ten_sold());
         assert!(!time(&s.sold().unwrap(), &spent(&[("app", 0.5)])).contains("replica"));
         let answered = s
             .loops
