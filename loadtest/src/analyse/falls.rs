@@ -367,7 +367,7 @@ mod tests {
         let closed = &mut now.strategies[0].loops.as_mut().unwrap().throughput.closed;
         let refused = testkit::Answer::Refused {
             status: 503,
-            code: app::api::ErrorCode::Overloaded,
+            code: ErrorCode::Overloaded,
         };
         // 400 sold beside 1,200 refused at the door: three attempts in four.
         for _ in 0..1_200 {
