@@ -22,8 +22,6 @@ use std::borrow::Borrow;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use app::api::ErrorCode;
-
 use super::ratios::baseline_of;
 use crate::schema::comparison::Machines;
 use crate::schema::history::{self as run_history, Medians};
@@ -193,9 +191,7 @@ fn door_percent(run: &RunReport, fallen: Fallen) -> Option<f64> {
     let Fallen::Strategy(name) = fallen else {
         return None;
     };
-    let outcomes = &run.strategy(name)?.throughput.closed.outcomes;
-    let percent =
-        100.0 * outcomes.refused(ErrorCode::Overloaded) as f64 / outcomes.total().max(1) as f64;
+    let percent = run.strategy(name)?.throughput.closed.door_percent()?;
     (percent > 50.0).then_some(percent)
 }
 
@@ -231,8 +227,9 @@ fn median(run: &RunReport, of: Fallen) -> Option<f64> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use app::api::ErrorCode;
 
+    use super::*;
     use crate::sample::report;
     use crate::schema::{LoadResult, Repetitions, Spread};
 

@@ -6,7 +6,7 @@
 //! [`crate::phase`]). Decisions (saturated, CPU-bound, at par) are made here, from thresholds
 //! named here; the prose only words them.
 
-use app::api::{ErrorCode, Safety};
+use app::api::Safety;
 use app::metrics::Stage;
 
 use crate::schema::{
@@ -196,7 +196,6 @@ fn below_baseline(report: &RunReport, s: &Sold) -> Option<BelowBaseline> {
     let closed = &s.throughput.closed;
     let o = &closed.outcomes;
     let unsold = o.total() - o.created - o.replayed;
-    let at_door = o.refused(ErrorCode::Overloaded);
     Some(BelowBaseline {
         percent,
         baseline: s.baseline,
@@ -209,8 +208,8 @@ fn below_baseline(report: &RunReport, s: &Sold) -> Option<BelowBaseline> {
             .baseline(BaselineName::HttpNoop)
             .map(|n| (n.result.latency.p50_us, n.result.attempts_per_sec)),
         unsold_percent: (unsold > 0).then(|| 100.0 * unsold as f64 / o.total().max(1) as f64),
-        door: (at_door > 0).then(|| DoorRefused {
-            percent: 100.0 * at_door as f64 / o.total() as f64,
+        door: closed.door_percent().map(|percent| DoorRefused {
+            percent,
             budget_ms: report.settings.latency_budget_ms,
         }),
     })
@@ -335,7 +334,7 @@ fn client(report: &RunReport) -> Option<ClientCheck> {
 
 #[cfg(test)]
 mod tests {
-    use app::api::Strategy;
+    use app::api::{ErrorCode, Strategy};
 
     use super::*;
     use crate::measure::cpu::{Process, Span};

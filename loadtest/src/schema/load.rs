@@ -1,5 +1,6 @@
 //! A closed- or open-loop run, its latencies, and the spread of repeated runs.
 
+use app::api::ErrorCode;
 use serde::{Deserialize, Serialize};
 use testkit::Outcomes;
 
@@ -44,6 +45,13 @@ impl LoadResult {
         } else {
             self.attempts_per_sec
         }
+    }
+
+    /// The share of its attempts, in percent, that the service's door refused `503
+    /// overloaded` before any strategy ran; `None` when it refused none.
+    pub fn door_percent(&self) -> Option<f64> {
+        let at_door = self.outcomes.refused(ErrorCode::Overloaded);
+        (at_door > 0).then(|| 100.0 * at_door as f64 / self.outcomes.total() as f64)
     }
 }
 
