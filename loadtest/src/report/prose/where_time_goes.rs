@@ -116,18 +116,15 @@ pub fn time(s: &Sold, f: &TimeFinding) -> String {
                 }
                 Some(door) => {
                     let rest = unsold - door.percent;
-                    let some_waited = rest >= 0.05;
-                    p.push_str(&match some_waited {
-                        true => format!("{:.1}% were", door.percent),
-                        false => "every one was".to_owned(),
-                    });
-                    at_the_door(&mut p, door);
-                    match some_waited {
-                        true => {
-                            let _ = write!(p, "; the other {rest:.1}% {waited}");
-                        }
-                        false => p.push('.'),
-                    }
+                    let _ = match rest >= 0.05 {
+                        true => write!(
+                            p,
+                            "{:.1}% were{}; the other {rest:.1}% {waited}",
+                            door.percent,
+                            at_the_door(door)
+                        ),
+                        false => write!(p, "every one was{}.", at_the_door(door)),
+                    };
                 }
             }
         }
@@ -136,22 +133,17 @@ pub fn time(s: &Sold, f: &TimeFinding) -> String {
 }
 
 /// Who refused them, and why: the door, by its latency budget.
-fn at_the_door(p: &mut String, door: &DoorRefused) {
-    p.push_str(" refused at once, `503 overloaded`, by the instances' door, which lets in ");
-    p.push_str(match door.budget_ms {
-        Some(0) => "a fixed number of a strategy's purchases at a time (`--latency-budget-ms 0`)",
-        _ => "as many of a strategy's purchases at a time as it answers within the latency budget",
-    });
-    match door.budget_ms {
-        Some(0) => {}
-        Some(ms) => {
-            let _ = write!(
-                p,
-                " ({ms} ms), so the rate above is what it sells within that budget"
-            );
-        }
-        None => p.push_str(", so the rate above is what it sells within that budget"),
-    }
+fn at_the_door(door: &DoorRefused) -> String {
+    const WITHIN: &str = "as many of a strategy's purchases at a time as it answers within the \
+                          latency budget";
+    const SO: &str = "so the rate above is what it sells within that budget";
+    let lets_in = match door.budget_ms {
+        Some(0) => "a fixed number of a strategy's purchases at a time (`--latency-budget-ms 0`)"
+            .to_owned(),
+        Some(ms) => format!("{WITHIN} ({ms} ms), {SO}"),
+        None => format!("{WITHIN}, {SO}"),
+    };
+    format!(" refused at once, `503 overloaded`, by the instances' door, which lets in {lets_in}")
 }
 
 /// On a Redis Cluster (`run --redis-cluster`): how the strategy's Redis work fell on the
