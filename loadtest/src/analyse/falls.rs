@@ -27,7 +27,7 @@ use crate::schema::comparison::Machines;
 use crate::schema::history::{self as run_history, Medians};
 use crate::schema::json;
 use crate::schema::world::World;
-use crate::schema::{BaselineFall, BaselineName, Fall, Fallen, RunReport};
+use crate::schema::{BaselineFall, BaselineName, DoorRefused, Fall, Fallen, RunReport};
 
 /// Every committed run of the results folder `out`, with its folder's name, in folder order:
 /// the entries of its history index, and every folder with a `report.json` this program can
@@ -192,7 +192,7 @@ fn door_percent(run: &RunReport, fallen: Fallen) -> Option<f64> {
         return None;
     };
     let percent = run.strategy(name)?.throughput.closed.door_percent()?;
-    (percent > 50.0).then_some(percent)
+    (percent > DoorRefused::MOST_PERCENT).then_some(percent)
 }
 
 /// The baseline a fall of `fallen` is set beside: a strategy's own, `http-noop` for another

@@ -285,6 +285,17 @@ pub struct DoorRefused {
     pub budget_ms: Option<u64>,
 }
 
+impl DoorRefused {
+    /// Past this share of the attempts the door's refusals are most of them: the strategy's
+    /// median latency is theirs, and a fall of its rate is the door's to explain.
+    pub const MOST_PERCENT: f64 = 50.0;
+
+    /// Whether the door refused most of the attempts.
+    pub fn most(&self) -> bool {
+        self.percent > Self::MOST_PERCENT
+    }
+}
+
 impl BelowBaseline {
     /// Below this share of its backend baseline, a strategy gets a latency note.
     pub const THRESHOLD_PERCENT: f64 = 60.0;

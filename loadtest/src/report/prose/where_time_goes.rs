@@ -90,7 +90,7 @@ pub fn time(s: &Sold, f: &TimeFinding) -> String {
             b.concurrency,
             b.p50_us,
             match &b.door {
-                Some(door) if door.percent >= 50.0 => " (most of its answers the door's refusals)",
+                Some(door) if door.most() => " (most of its answers the door's refusals)",
                 _ => "",
             },
             b.baseline_p50_us,
