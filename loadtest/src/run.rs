@@ -95,17 +95,9 @@ pub async fn run_watched(
 
     let (db, environment) = target.connect(&db_url, &target.endpoints.redis_url).await?;
 
-    let sampler = Sampler::new(
-        target
-            .processes
-            .iter()
-            .cloned()
-            .chain(
-                apps.pids()
-                    .into_iter()
-                    .enumerate()
-                    .map(|(n, pid)| cpu::Process::new(format!("app-{n}"), "app", pid)),
-            )
+    let mut sampler = Sampler::new(
+        (target.processes.iter().cloned())
+            .chain(app_processes(&apps))
             .chain([cpu::Process::generator()])
             .collect(),
     );
@@ -192,6 +184,8 @@ pub async fn run_watched(
                 .with_context(|| format!("flood of `{}`", info.name))?;
             records[k].phases.flood = Some(flood);
             ensure_running(&mut apps, info.name, &dir)?;
+            // Its second act may have killed an instance and started another in its place.
+            sampler.follow("app", app_processes(&apps));
         }
     }
     let strategies = if settings.only_flood {
@@ -408,6 +402,12 @@ fn previous_run(out: &Path) -> Option<RunReport> {
     crate::schema::json::read(&latest)
         .inspect_err(|e| tracing::warn!("not comparing with {}: {e:#}", latest.display()))
         .ok()
+}
+
+/// The app instances as the CPU sampler counts them, `app-<n>` in the group `app`.
+fn app_processes(apps: &Apps) -> impl Iterator<Item = cpu::Process> + use<> {
+    (apps.pids().into_iter().enumerate())
+        .map(|(n, pid)| cpu::Process::new(format!("app-{n}"), "app", pid))
 }
 
 /// Fails when an app instance exited (during `strategy`'s phase).

@@ -100,6 +100,17 @@ impl Sampler {
         }
     }
 
+    /// Follows a group whose processes were started again (an app instance killed and
+    /// started in its place): `processes` take the places of the group's, in order, so that
+    /// the samples from now on read the new ones. A sampler left on a dead process would leave
+    /// its successor out of every figure and count its time as other programs'.
+    pub fn follow(&mut self, group: &str, processes: impl IntoIterator<Item = Process>) {
+        let places = self.processes.iter_mut().filter(|p| p.group == group);
+        for (place, process) in places.zip(processes) {
+            *place = process;
+        }
+    }
+
     pub fn sample(&self) -> Sample {
         Sample {
             at: Instant::now(),
@@ -302,6 +313,28 @@ mod tests {
         let b = sampler.sample();
         let span = sampler.between(&a, &b);
         assert!(span.cpu_seconds[0].is_some(), "{span:?}");
+    }
+
+    #[test]
+    fn a_group_followed_after_a_restart_is_read_at_its_new_process() {
+        let mut gone = std::process::Command::new("true").spawn().unwrap();
+        let dead = gone.id();
+        gone.wait().unwrap();
+        let mut sampler = Sampler::new(vec![
+            Process::new("app-0", "app", dead),
+            Process::generator(),
+        ]);
+        assert_eq!(
+            sampler.sample().ticks[0],
+            None,
+            "an ended process reads nothing"
+        );
+        sampler.follow("app", [Process::new("app-0", "app", std::process::id())]);
+        assert!(sampler.sample().ticks[0].is_some());
+        assert_eq!(
+            sampler.processes[1].name, "generator",
+            "other groups keep their places"
+        );
     }
 
     #[test]

@@ -2,8 +2,9 @@
 //! the report): safe strategies keep the stock and the per-user limit, early bots buy nothing,
 //! every click is answered or counted, the same crowd asking `GET /api/noop` is timed beside
 //! each flood, the units of the winners who never pay sell again exactly once while an
-//! instance dies, `racy-limit` lets one account through more than once, and the same crowd
-//! sold first come is served in the order it clicked.
+//! instance dies, the instance started again in its place is counted in the CPU of what follows,
+//! `racy-limit` lets one account through more than once, and the same crowd sold first come is
+//! served in the order it clicked.
 
 use crate::common;
 
@@ -169,6 +170,32 @@ async fn safe_strategies_keep_the_stock_and_one_per_customer_through_a_flood_and
         !html.contains("flood-conditional.svg)"),
         "the page links no chart file"
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_app_instance_is_counted_in_the_loops_cpu_after_the_flood_restarted_one() {
+    let mut settings = common::quick(Strategy::Conditional);
+    settings.flood = Some(shape());
+    let target = common::target();
+    let out = tempfile::tempdir().unwrap();
+    let report = run_in(&settings, &target, out.path()).await.unwrap().report;
+    common::drop_database(&target).await;
+    let record = &report.strategies[0];
+    let resale = (record.phases.flood.as_ref())
+        .and_then(|f| f.resale.as_ref())
+        .expect("the flood's second act");
+    assert!(
+        resale.killed_after_ms.is_some(),
+        "an instance was killed: {resale:?}"
+    );
+    let cpu = (record.loops.as_ref())
+        .and_then(|l| l.cpu.as_ref())
+        .expect("the closed loops' CPU");
+    let apps: Vec<&str> = (cpu.processes.iter())
+        .filter(|p| p.group == "app")
+        .map(|p| p.process.as_str())
+        .collect();
+    assert_eq!(apps, ["app-0", "app-1"], "{cpu:?}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
