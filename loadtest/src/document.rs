@@ -201,8 +201,27 @@ fn throughput(r: &RunReport) -> Section {
              took of the machine.",
         );
         out.table(tables::cpu(r));
+        let unread: Vec<String> = (r.sold())
+            .filter_map(|x| {
+                let names = &x.cpu.as_ref()?.unread;
+                (!names.is_empty()).then(|| format!("`{}` ({})", x.strategy.name, code(names)))
+            })
+            .collect();
+        if !unread.is_empty() {
+            out.prose(format!(
+                "Not read, so left out of the table and counted in *rest*: the CPU of a process \
+                 that ended during the measurement — {}.",
+                unread.join("; ")
+            ));
+        }
     }
     out
+}
+
+/// Names in code, comma-separated.
+fn code(names: &[String]) -> String {
+    let quoted: Vec<String> = names.iter().map(|n| format!("`{n}`")).collect();
+    quoted.join(", ")
 }
 
 fn baselines(r: &RunReport) -> Section {
@@ -283,6 +302,31 @@ mod tests {
         assert!(md.contains(said) && md.contains("connection reset"), "{md}");
         let html = std::fs::read_to_string(dir.path().join("report.html")).unwrap();
         assert!(html.contains("could not be measured"), "not on the page");
+        assert_eq!(json::read(dir.path()).unwrap(), r);
+    }
+
+    #[test]
+    fn a_process_whose_cpu_could_not_be_read_is_named_below_the_cpu_table_on_both_pages() {
+        let mut r = report();
+        let record = r.record_mut(&app::api::StrategyInfo::of(Strategy::Conditional));
+        record.loops.as_mut().expect("the sample's loops").cpu = Some(crate::schema::CpuUse {
+            wall_seconds: 1.0,
+            successes: 100.0,
+            processes: Vec::new(),
+            saturated: None,
+            machine_busy_cores: Some(1.0),
+            rest_of_machine_cores: Some(0.4),
+            unread: vec!["app-0".into()],
+        });
+        let dir = tempfile::tempdir().unwrap();
+        write_all(dir.path(), &r, None).unwrap();
+        let md = std::fs::read_to_string(dir.path().join("report.md")).unwrap();
+        assert!(
+            md.contains("Not read") && md.contains("`conditional` (`app-0`)"),
+            "{md}"
+        );
+        let html = std::fs::read_to_string(dir.path().join("report.html")).unwrap();
+        assert!(html.contains("Not read"), "not on the page");
         assert_eq!(json::read(dir.path()).unwrap(), r);
     }
 

@@ -199,6 +199,10 @@ impl Span {
                 })
             })
             .collect();
+        let unread = (processes.iter().zip(&self.cpu_seconds))
+            .filter(|(_, cpu)| cpu.is_none())
+            .map(|(p, _)| p.name.clone())
+            .collect();
         let ours: f64 = rows.iter().map(|r| r.cpu_seconds).sum();
         let saturated = rows
             .iter()
@@ -212,6 +216,7 @@ impl Span {
             rest_of_machine_cores: self.machine_cpu_seconds.map(|m| (m - ours).max(0.0) / wall),
             processes: rows,
             saturated,
+            unread,
         }
     }
 }
@@ -317,11 +322,8 @@ mod tests {
 
     #[test]
     fn a_group_followed_after_a_restart_is_read_at_its_new_process() {
-        let mut gone = std::process::Command::new("true").spawn().unwrap();
-        let dead = gone.id();
-        gone.wait().unwrap();
         let mut sampler = Sampler::new(vec![
-            Process::new("app-0", "app", dead),
+            Process::new("app-0", "app", ended()),
             Process::generator(),
         ]);
         assert_eq!(
@@ -335,6 +337,26 @@ mod tests {
             sampler.processes[1].name, "generator",
             "other groups keep their places"
         );
+    }
+
+    /// The id of a process that has ended.
+    fn ended() -> u32 {
+        let mut gone = std::process::Command::new("true").spawn().unwrap();
+        gone.wait().unwrap();
+        gone.id()
+    }
+
+    #[test]
+    fn a_process_that_cannot_be_read_is_named_not_left_out_in_silence() {
+        let sampler = Sampler::new(vec![
+            Process::new("app-0", "app", ended()),
+            Process::generator(),
+        ]);
+        let (a, b) = (sampler.sample(), sampler.sample());
+        let usage = sampler.between(&a, &b).usage(&sampler.processes);
+        assert_eq!(usage.unread, ["app-0"]);
+        let read: Vec<&str> = usage.processes.iter().map(|p| p.process.as_str()).collect();
+        assert_eq!(read, ["generator"]);
     }
 
     #[test]

@@ -670,6 +670,7 @@ pub(crate) mod tests {
             saturated: None,
             machine_busy_cores: Some(busy),
             rest_of_machine_cores: Some(0.0),
+            unread: Vec::new(),
         }
     }
 

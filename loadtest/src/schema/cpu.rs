@@ -30,6 +30,10 @@ pub struct CpuUse {
     pub machine_busy_cores: Option<f64>,
     /// What programs outside the run took (other users of a shared machine), in cores.
     pub rest_of_machine_cores: Option<f64>,
+    /// The run's processes whose CPU could not be read across the measurement (one that ended
+    /// in it): left out of [`Self::processes`], their time counted in the rest of the machine.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unread: Vec<String>,
 }
 
 impl CpuUse {
