@@ -192,7 +192,7 @@ fn door_percent(run: &RunReport, fallen: Fallen) -> Option<f64> {
         return None;
     };
     let percent = run.strategy(name)?.throughput.closed.door_percent()?;
-    (percent > DoorRefused::MOST_PERCENT).then_some(percent)
+    DoorRefused::is_most(percent).then_some(percent)
 }
 
 /// The baseline a fall of `fallen` is set beside: a strategy's own, `http-noop` for another

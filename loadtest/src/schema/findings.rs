@@ -292,7 +292,12 @@ impl DoorRefused {
 
     /// Whether the door refused most of the attempts.
     pub fn most(&self) -> bool {
-        self.percent > Self::MOST_PERCENT
+        Self::is_most(self.percent)
+    }
+
+    /// Whether a door share of `percent` of the attempts is most of them.
+    pub fn is_most(percent: f64) -> bool {
+        percent > Self::MOST_PERCENT
     }
 }
 
