@@ -56,6 +56,7 @@
 
 mod absent;
 mod bounds;
+mod entry;
 mod gate;
 mod home;
 mod winners;
@@ -75,6 +76,7 @@ use crate::inventory::ReadError;
 use crate::metrics::Metrics;
 use crate::redis_stock::RedisStock;
 use absent::Absent;
+use entry::Entry;
 use gate::Gate;
 use winners::Winners;
 
@@ -123,24 +125,6 @@ struct Shard {
     /// One change of the shard at a time: a change copies it, so two at once would lose one
     /// of them.
     changing: Mutex<()>,
-}
-
-#[derive(Debug, Clone)]
-struct Entry {
-    /// `None`: forgotten (read again at the next request).
-    known: Option<Known>,
-    loaded: Instant,
-    /// Changed each time the product is forgotten while its entry is being filled.
-    epoch: u64,
-    winners: Option<Arc<Winners>>,
-    /// A request is loading the winners.
-    learning: bool,
-    /// A read in the background is renewing the entry.
-    renewing: bool,
-    /// Where the product's stock lived when it was last read, kept when the rest is forgotten:
-    /// the store the next read asks first. A product dropped as idle ([`bounds`]) is read as
-    /// one not read yet.
-    last_home: Option<Home>,
 }
 
 /// A moment of a product's memory, to learn from only if nothing was forgotten since.
@@ -336,6 +320,7 @@ impl ProductMemory {
         };
         // Sold out when last read: still sold out if no unit came back, with the winners
         // of now (units that came back and sold again changed them).
+        let looked = sold_out.is_some();
         let winners = match sold_out {
             Some(winners) => self.winners_again(id, known.home, winners).await,
             None => None,
@@ -349,9 +334,17 @@ impl ProductMemory {
             renewing: false,
             last_home: Some(known.home),
         };
-        let recalled = entry.recalled(purchase);
+        let mut recalled = entry.recalled(purchase);
         self.change(id, |entries| {
-            (entries.get(&id).map(|e| e.epoch) == epoch).then(|| with(entries, id, entry))
+            let current = entries.get(&id);
+            (current.map(|e| e.epoch) == epoch).then(|| {
+                let entry = match current {
+                    Some(current) => entry.replacing(current, looked),
+                    None => entry,
+                };
+                recalled = entry.recalled(purchase);
+                with(entries, id, entry)
+            })
         });
         Ok(recalled)
     }
@@ -447,22 +440,4 @@ fn with(entries: &Entries, id: u64, entry: Entry) -> Entries {
     let mut changed = entries.clone();
     changed.insert(id, Arc::new(entry));
     changed
-}
-
-impl Entry {
-    /// Whether the entry answers for the product: read, and no older than `lifetime`.
-    fn fresh(&self, lifetime: Duration) -> bool {
-        self.known.is_some() && self.loaded.elapsed() < lifetime
-    }
-
-    fn recalled(&self, purchase: Option<PurchaseKey<'_>>) -> Recalled {
-        let refused = purchase
-            .zip(self.winners.as_deref())
-            .is_some_and(|(p, winners)| !winners.holds(p.user_id, p.request_id));
-        Recalled {
-            known: self.known,
-            epoch: Epoch(self.epoch),
-            refused,
-        }
-    }
 }

@@ -42,7 +42,7 @@ pub(super) struct Winners {
 }
 
 impl Winners {
-    fn of(home: Home, mark: u64, purchases: Vec<(String, String)>) -> Winners {
+    pub(super) fn of(home: Home, mark: u64, purchases: Vec<(String, String)>) -> Winners {
         let by_user = (purchases.len() <= MAX_WINNERS).then(|| {
             let mut by_user: HashMap<String, HashSet<String>> = HashMap::new();
             for (user, request) in purchases {
