@@ -11,8 +11,8 @@ use app::metrics::Stage;
 
 use crate::schema::{
     Baseline, BaselineName, BelowBaseline, ClientCheck, CpuUse, DoorRefused, Findings, GROUPS,
-    GroupCpu, MachineLoad, Pace, Peer, RunReport, SaleFinding, SaleReading, ServerCpu, Sold,
-    StagePart, StageTime, StageTimes, StandardTool, TimeFinding, ToolComparison, ToolFinding,
+    GroupCpu, GroupWait, MachineLoad, Pace, Peer, RunReport, SaleFinding, SaleReading, ServerCpu,
+    Sold, StagePart, StageTime, StageTimes, StandardTool, TimeFinding, ToolComparison, ToolFinding,
     ToolReading, ToolStatus, ToolVerdict, WaitedIn,
 };
 
@@ -20,6 +20,8 @@ use crate::schema::{
 const BUSY_SHARE: f64 = 0.9;
 /// A CPU group below this many CPU-seconds per 1,000 deductions is left out of the note.
 const NOTEWORTHY_CPU: f64 = 0.005;
+/// The least wait for a core, in cores, a group's is worth naming for: a twentieth of one.
+const NOTEWORTHY_WAIT: f64 = 0.05;
 /// Programs outside the run taking less than this many cores are not mentioned.
 const NOTEWORTHY_REST: f64 = 0.05;
 /// Cores the tool kept busy beyond ours, as a share of the machine, that count as "idle under
@@ -124,6 +126,7 @@ fn time(report: &RunReport, s: &Sold, cpus: usize) -> Option<TimeFinding> {
                 }
                 w
             }),
+            waited_for_a_core: waited_for_a_core(cpu),
         },
         _ => Pace::Unknown,
     };
@@ -134,6 +137,22 @@ fn time(report: &RunReport, s: &Sold, cpus: usize) -> Option<TimeFinding> {
         pace,
         below_baseline: below_baseline(report, s),
     })
+}
+
+/// The groups whose threads waited for a core for a noteworthy share of the time, most first.
+fn waited_for_a_core(cpu: &CpuUse) -> Vec<GroupWait> {
+    let mut waits: Vec<GroupWait> = (GROUPS.iter())
+        .filter_map(|(group, _)| {
+            let cores = cpu.waiting(group).filter(|w| *w >= NOTEWORTHY_WAIT)?;
+            Some(GroupWait {
+                group: (*group).to_string(),
+                cores,
+                running: cpu.group(group)?.1,
+            })
+        })
+        .collect();
+    waits.sort_by(|a, b| b.cores.total_cmp(&a.cores));
+    waits
 }
 
 /// Where the purchases of `times` spent the most of their time in the service, per purchase
@@ -453,6 +472,9 @@ mod tests {
         let span = |db: f64| Span {
             wall_seconds: 10.0,
             cpu_seconds: vec![Some(2.0), Some(db), Some(1.0)],
+            // The app's threads waited for a core 3 s of 10, mariadbd's too little to name, the
+            // generator's not read.
+            waited_seconds: vec![Some(3.0), Some(0.2), None],
             machine_cpu_seconds: Some(12.0),
             successes: 4000.0,
         };
@@ -472,9 +494,22 @@ mod tests {
         assert_eq!(mariadb.map(|g| g.per_1000), Some(2.375));
         assert!(matches!(&time[0].pace, Pace::Waiting { busiest, .. } if busiest == "mariadbd"));
         // The sample's purchases spend 1,500 of their 2,500 µs waiting for the lock.
-        let Pace::Waiting { waited_in, .. } = &time[0].pace else {
+        let Pace::Waiting {
+            waited_in,
+            waited_for_a_core,
+            ..
+        } = &time[0].pace
+        else {
             unreachable!("waiting, asserted above")
         };
+        assert_eq!(
+            waited_for_a_core,
+            &vec![GroupWait {
+                group: "app".into(),
+                cores: 0.3,
+                running: 0.2,
+            }]
+        );
         assert_eq!(
             waited_in,
             &Some(WaitedIn {
@@ -487,6 +522,13 @@ mod tests {
         let words = prose::time(&r.strategies[0].sold().unwrap(), &time[0]);
         assert!(
             words.contains("60% of a purchase's time in the service (1500 µs) went to waiting for the strategy's lock"),
+            "{words}"
+        );
+        assert!(
+            words.contains(
+                "Ready to run, its processes still waited for a core: the app instances 0.30 \
+                 beside 0.20 running (seconds per second"
+            ),
             "{words}"
         );
         let below = time[1]
@@ -507,6 +549,7 @@ mod tests {
             cpu_seconds: vec![Some(1.0)],
             machine_cpu_seconds: Some(4.0),
             successes: 4000.0,
+            ..Span::default()
         };
         let mut r = report();
         r.settings.latency_budget_ms = Some(200);
@@ -557,6 +600,7 @@ mod tests {
                 cpu_seconds: vec![Some(db), Some(generator)],
                 machine_cpu_seconds: Some(machine),
                 successes,
+                ..Span::default()
             }
             .usage(&processes)
         };

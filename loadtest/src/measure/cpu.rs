@@ -7,6 +7,11 @@
 //! thread at its limit (Redis, the InnoDB row-lock holder, …), or a multi-threaded process
 //! that took a core from the others on a small machine. That, not latency, says where the time
 //! went.
+//!
+//! Beside the time each process ran, the time its threads were ready to run and waited for a
+//! core (the kernel's run-queue time, `/proc/<pid>/task/<tid>/schedstat`): a machine whose
+//! cores are not all busy on average may still make a single-threaded server wait its turn at
+//! every burst, and every purchase waits with it.
 
 use std::time::Instant;
 
@@ -53,6 +58,47 @@ fn ticks_of(p: &Process) -> Option<u64> {
     Some(own + parse_children(&line).unwrap_or(0) + living)
 }
 
+/// Nanoseconds a thread waited on a run queue, ready to run, from its `schedstat` line (time
+/// on a core, time waiting, time slices).
+pub fn parse_schedstat(line: &str) -> Option<u64> {
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Nanoseconds `p`'s threads (one thread's, for a thread; with its living child processes',
+/// when their time is counted with its own) waited for a core. Threads that ended took their
+/// waits with them: a server's threads live as long as it does.
+fn waited_of(p: &Process) -> Option<u64> {
+    let read = |path: String| std::fs::read_to_string(path).ok();
+    let threads_of = |pid: &str| -> Option<u64> {
+        let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+        Some(
+            tasks
+                .filter_map(|t| {
+                    let tid = t.ok()?.file_name();
+                    parse_schedstat(&read(format!(
+                        "/proc/{pid}/task/{}/schedstat",
+                        tid.to_str()?
+                    ))?)
+                })
+                .sum(),
+        )
+    };
+    if let Some(tid) = p.thread {
+        return parse_schedstat(&read(format!("/proc/{}/task/{tid}/schedstat", p.pid))?);
+    }
+    let own = threads_of(&p.pid.to_string())?;
+    if !p.with_children {
+        return Some(own);
+    }
+    let children = read(p.children_path()).unwrap_or_default();
+    Some(
+        own + children
+            .split_whitespace()
+            .filter_map(threads_of)
+            .sum::<u64>(),
+    )
+}
+
 /// Busy and total clock ticks of all CPUs from `/proc/stat`'s first line (busy: everything
 /// but idle and iowait).
 pub fn parse_machine(text: &str) -> Option<(u64, u64)> {
@@ -89,6 +135,8 @@ pub struct Sample {
     at: Instant,
     /// Per process, in ticks; `None` where it could not be read (the process is gone).
     ticks: Vec<Option<u64>>,
+    /// Per process, nanoseconds its threads waited for a core.
+    waited_ns: Vec<Option<u64>>,
     machine_busy: Option<u64>,
 }
 
@@ -115,6 +163,7 @@ impl Sampler {
         Sample {
             at: Instant::now(),
             ticks: self.processes.iter().map(ticks_of).collect(),
+            waited_ns: self.processes.iter().map(waited_of).collect(),
             machine_busy: std::fs::read_to_string("/proc/stat")
                 .ok()
                 .as_deref()
@@ -146,6 +195,9 @@ impl Sampler {
                 .zip(&b.ticks)
                 .map(|(x, y)| secs(*x, *y))
                 .collect(),
+            waited_seconds: (a.waited_ns.iter().zip(&b.waited_ns))
+                .map(|(x, y)| x.zip(*y).map(|(x, y)| y.saturating_sub(x) as f64 / 1e9))
+                .collect(),
             machine_cpu_seconds: secs(a.machine_busy, b.machine_busy),
             successes: 0.0,
         }
@@ -158,6 +210,8 @@ pub struct Span {
     pub wall_seconds: f64,
     /// Per process of the sampler, in its order.
     pub cpu_seconds: Vec<Option<f64>>,
+    /// Per process of the sampler: the seconds its threads waited for a core.
+    pub waited_seconds: Vec<Option<f64>>,
     pub machine_cpu_seconds: Option<f64>,
     /// Successful operations in the span (deductions; requests for work without any).
     pub successes: f64,
@@ -174,6 +228,9 @@ impl Span {
         for (x, y) in self.cpu_seconds.iter_mut().zip(&other.cpu_seconds) {
             *x = x.zip(*y).map(|(x, y)| x + y);
         }
+        for (x, y) in self.waited_seconds.iter_mut().zip(&other.waited_seconds) {
+            *x = x.zip(*y).map(|(x, y)| x + y);
+        }
         self.machine_cpu_seconds = self
             .machine_cpu_seconds
             .zip(other.machine_cpu_seconds)
@@ -188,14 +245,17 @@ impl Span {
         let rows: Vec<ProcessCpu> = processes
             .iter()
             .zip(&self.cpu_seconds)
-            .filter_map(|(p, cpu)| {
+            .enumerate()
+            .filter_map(|(i, (p, cpu))| {
                 let cpu = (*cpu)?;
+                let waited = self.waited_seconds.get(i).copied().flatten();
                 Some(ProcessCpu {
                     process: p.name.clone(),
                     group: p.group.clone(),
                     cpu_seconds: cpu,
                     busy_cores: cpu / wall,
                     per_1000_successes: per_1000(cpu),
+                    waiting_cores: waited.map(|w| w / wall),
                 })
             })
             .collect();
@@ -272,6 +332,49 @@ mod tests {
     }
 
     #[test]
+    fn a_threads_wait_for_a_core_is_read_from_its_schedstat_line() {
+        assert_eq!(parse_schedstat("236076645 8887797 521"), Some(8_887_797));
+        assert_eq!(parse_schedstat("236076645"), None);
+    }
+
+    #[test]
+    fn threads_more_than_the_cores_are_counted_waiting_for_one() {
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let sampler = Sampler::new(vec![Process::generator()]);
+        let before = sampler.sample();
+        // Twice as many threads as cores, all ready at once, each with the same work: some
+        // of them wait their turn on a run queue whatever the scheduler does. They live on
+        // until the second sample: a thread's waits end with it.
+        let threads = 2 * cores;
+        let barrier = |n| std::sync::Arc::new(std::sync::Barrier::new(n));
+        let (start, done, release) = (barrier(threads), barrier(threads + 1), barrier(threads + 1));
+        let busy: Vec<_> = (0..threads)
+            .map(|_| {
+                let [start, done, release] = [&start, &done, &release].map(std::sync::Arc::clone);
+                std::thread::spawn(move || {
+                    start.wait();
+                    let work =
+                        (0..50_000_000u64).fold(0u64, |a, x| a.wrapping_mul(31).wrapping_add(x));
+                    done.wait();
+                    release.wait();
+                    work
+                })
+            })
+            .collect();
+        done.wait();
+        let after = sampler.sample();
+        release.wait();
+        for thread in busy {
+            std::hint::black_box(thread.join().unwrap());
+        }
+        let span = sampler.between(&before, &after);
+        let waited = span.waited_seconds[0].expect("the generator's threads read");
+        assert!(waited > 0.0, "{span:?}");
+        let usage = span.usage(&sampler.processes);
+        assert!(usage.processes[0].waiting_cores.is_some_and(|w| w > 0.0));
+    }
+
+    #[test]
     fn the_machine_line_counts_everything_but_idle_and_iowait_as_busy() {
         let text = "cpu  100 5 50 800 20 3 2 10 0 0\ncpu0 50 2 25 400 10 1 1 5 0 0\n";
         assert_eq!(parse_machine(text), Some((170, 990)));
@@ -291,6 +394,7 @@ mod tests {
             cpu_seconds: vec![Some(1.0), Some(1.5), Some(4.75), None],
             machine_cpu_seconds: Some(9.0),
             successes: 5000.0,
+            ..Span::default()
         };
         span.add(&span.clone());
         let u = span.usage(&processes);

@@ -661,6 +661,7 @@ pub(crate) mod tests {
                 cpu_seconds: 0.0,
                 busy_cores: 0.0,
                 per_1000_successes: Some(*per_1000),
+                waiting_cores: None,
             })
             .collect();
         CpuUse {

@@ -15,6 +15,10 @@ pub struct ProcessCpu {
     pub busy_cores: f64,
     /// CPU-seconds per 1,000 successful operations (deductions).
     pub per_1000_successes: Option<f64>,
+    /// Seconds its threads were ready to run and waited for a core, per wall-clock second
+    /// (absent from runs that did not read it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting_cores: Option<f64>,
 }
 
 /// The CPU of every process over a measurement (all runs of it together).
@@ -49,6 +53,12 @@ impl CpuUse {
             .map(|p| p.per_1000_successes)
             .sum::<Option<f64>>();
         Some((per_1000, members.iter().map(|p| p.busy_cores).sum()))
+    }
+
+    /// A group's processes summed: the cores' worth of time they waited for one, if read.
+    pub fn waiting(&self, group: &str) -> Option<f64> {
+        let members = self.processes.iter().filter(|p| p.group == group);
+        members.map(|p| p.waiting_cores).sum::<Option<f64>>()
     }
 
     /// The busiest process: (name, busy cores).

@@ -197,6 +197,16 @@ pub struct GroupCpu {
     pub per_1000: f64,
 }
 
+/// How long a process group's threads waited for a core, ready to run: seconds per wall-clock
+/// second (0.25: a quarter of the time, for a single thread).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GroupWait {
+    pub group: String,
+    pub cores: f64,
+    /// The cores it ran on meanwhile: beside its wait, how much of the time it was ready.
+    pub running: f64,
+}
+
 /// What set a strategy's pace.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
@@ -220,6 +230,10 @@ pub enum Pace {
         /// Where, by the service's own timings, a purchase spent the most of its time.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         waited_in: Option<WaitedIn>,
+        /// The process groups whose threads were ready to run and waited for a core, most
+        /// first: a core's turn the purchases waited for while the cores were not all busy.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        waited_for_a_core: Vec<GroupWait>,
     },
     Unknown,
 }

@@ -32,7 +32,7 @@ pub use environment::{DiskFlush, Environment};
 pub use expiry::{ExpiryCost, ExpiryPayments, ExpiryShape, ReturnLockUse};
 pub use falls::{BaselineFall, Fall, Fallen};
 pub use findings::{
-    BelowBaseline, ClientCheck, DoorRefused, ExpiryMiss, Findings, FloodMiss, GroupCpu,
+    BelowBaseline, ClientCheck, DoorRefused, ExpiryMiss, Findings, FloodMiss, GroupCpu, GroupWait,
     MachineLoad, OverloadFinding, OverloadMiss, Pace, Peer, SaleFinding, SaleReading, ServerCpu,
     StagePart, TimeFinding, ToolComparison, ToolFinding, ToolReading, ToolVerdict, WaitedIn,
 };

@@ -49,6 +49,7 @@ pub fn time(s: &Sold, f: &TimeFinding) -> String {
             cores,
             machine_busy_percent,
             waited_in,
+            waited_for_a_core,
         } => write!(
             p,
             " No process was saturated (the busiest, `{busiest}`, used {cores:.2} cores{}): the \
@@ -75,7 +76,26 @@ pub fn time(s: &Sold, f: &TimeFinding) -> String {
                 ),
                 None => "row locks, lock hand-offs, round trips".to_owned(),
             }
-        ),
+        )
+        .and_then(|()| match waited_for_a_core.as_slice() {
+            [] => Ok(()),
+            waits => write!(
+                p,
+                " Ready to run, its processes still waited for a core: {} (seconds per second, from \
+                 the kernel's run-queue time): the machine's idle share lies between the \
+                 moments its cores were all taken, and a purchase waits its turn at those.",
+                waits
+                    .iter()
+                    .map(|w| format!(
+                        "{} {:.2} beside {:.2} running",
+                        group_words(&w.group),
+                        w.cores,
+                        w.running
+                    ))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        }),
         Pace::Unknown => Ok(()),
     };
     if let Some(b) = &f.below_baseline {
@@ -353,6 +373,7 @@ mod tests {
             cores: 0.2,
             machine_busy_percent: Some(25.0),
             waited_in: Some(waited.clone()),
+            waited_for_a_core: Vec::new(),
         };
         let text = time(&s.sold().unwrap(), &f);
         assert!(
