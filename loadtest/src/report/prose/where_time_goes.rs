@@ -82,8 +82,8 @@ pub fn time(s: &Sold, f: &TimeFinding) -> String {
             waits => write!(
                 p,
                 " Ready to run, its processes still waited for a core: {} (seconds per second, from \
-                 the kernel's run-queue time): the machine's idle share lies between the \
-                 moments its cores were all taken, and a purchase waits its turn at those.",
+                 the kernel's run-queue time): the machine had idle time on average, but at \
+                 moments all its cores were taken, and the purchases waited their turn then.",
                 waits
                     .iter()
                     .map(|w| format!(
