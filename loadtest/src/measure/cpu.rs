@@ -68,29 +68,26 @@ pub fn parse_schedstat(line: &str) -> Option<u64> {
 /// when their time is counted with its own) waited for a core. Threads that ended took their
 /// waits with them: a server's threads live as long as it does.
 fn waited_of(p: &Process) -> Option<u64> {
-    let read = |path: String| std::fs::read_to_string(path).ok();
+    let task = |pid: &str, tid: &str| {
+        parse_schedstat(&std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat")).ok()?)
+    };
     let threads_of = |pid: &str| -> Option<u64> {
         let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
         Some(
             tasks
-                .filter_map(|t| {
-                    let tid = t.ok()?.file_name();
-                    parse_schedstat(&read(format!(
-                        "/proc/{pid}/task/{}/schedstat",
-                        tid.to_str()?
-                    ))?)
-                })
+                .filter_map(|t| task(pid, t.ok()?.file_name().to_str()?))
                 .sum(),
         )
     };
+    let pid = p.pid.to_string();
     if let Some(tid) = p.thread {
-        return parse_schedstat(&read(format!("/proc/{}/task/{tid}/schedstat", p.pid))?);
+        return task(&pid, &tid.to_string());
     }
-    let own = threads_of(&p.pid.to_string())?;
+    let own = threads_of(&pid)?;
     if !p.with_children {
         return Some(own);
     }
-    let children = read(p.children_path()).unwrap_or_default();
+    let children = std::fs::read_to_string(p.children_path()).unwrap_or_default();
     Some(
         own + children
             .split_whitespace()

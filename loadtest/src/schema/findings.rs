@@ -231,7 +231,8 @@ pub enum Pace {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         waited_in: Option<WaitedIn>,
         /// The process groups whose threads were ready to run and waited for a core, most
-        /// first: a core's turn the purchases waited for while the cores were not all busy.
+        /// first: a core's turn the purchases waited for at the moments all cores were taken,
+        /// though the machine had idle time on average.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         waited_for_a_core: Vec<GroupWait>,
     },
