@@ -104,17 +104,28 @@ fn time(report: &RunReport, s: &Sold, cpus: usize) -> Option<TimeFinding> {
         })
         .collect();
     let machine = cpu.machine_busy_cores.map(|m| 100.0 * m / cpus as f64);
-    let pace = match (&cpu.saturated, cpu.busiest(), machine) {
-        (Some(name), Some((_, cores)), _) => Pace::Saturated {
+    let pace = match (
+        &cpu.saturated,
+        cpu.ready_throughout(),
+        cpu.busiest(),
+        machine,
+    ) {
+        (Some(name), _, Some((_, cores)), _) => Pace::Saturated {
             process: name.clone(),
             cores,
         },
-        (None, _, Some(pct)) if pct >= 100.0 * BUSY_SHARE => Pace::MachineBusy {
+        (None, Some(server), ..) => Pace::ReadyThroughout {
+            process: server.process.clone(),
+            running: server.busy_cores,
+            waiting: server.waiting_cores.unwrap_or_default(),
+            per_purchase_us: server.per_1000_successes.map(|s| 1000.0 * s),
+        },
+        (None, None, _, Some(pct)) if pct >= 100.0 * BUSY_SHARE => Pace::MachineBusy {
             cpus,
             busy_percent: pct,
             rest_of_machine_cores: cpu.rest_of_machine_cores.unwrap_or(0.0),
         },
-        (None, Some((name, cores)), machine) => Pace::Waiting {
+        (None, None, Some((name, cores)), machine) => Pace::Waiting {
             busiest: name.to_string(),
             cores,
             machine_busy_percent: machine,
@@ -538,6 +549,54 @@ mod tests {
         assert_eq!(
             (below.baseline, below.concurrency),
             (BaselineName::SqlConditional, 10)
+        );
+    }
+
+    #[test]
+    fn a_single_threaded_server_ready_to_run_throughout_sets_the_pace_with_no_core_saturated() {
+        let processes = vec![
+            Process::new("app-0", "app", 1),
+            Process::new("redis-server", "redis-server", 2),
+            Process::new("generator", "generator", 3),
+        ];
+        // Redis ran half a core and waited 0.45 of one (ready 95% of the time), or 0.3 of one.
+        let span = |redis_waited: f64| Span {
+            wall_seconds: 10.0,
+            cpu_seconds: vec![Some(6.0), Some(5.0), Some(1.0)],
+            waited_seconds: vec![Some(2.0), Some(redis_waited), None],
+            machine_cpu_seconds: Some(14.0),
+            successes: 100_000.0,
+        };
+        let mut r = report();
+        r.strategies[0].loops.as_mut().unwrap().cpu = Some(span(4.5).usage(&processes));
+        r.strategies[1].loops.as_mut().unwrap().cpu = Some(span(3.0).usage(&processes));
+        let time = of(&r).time;
+        assert_eq!(
+            time[0].pace,
+            Pace::ReadyThroughout {
+                process: "redis-server".into(),
+                running: 0.5,
+                waiting: 0.45,
+                per_purchase_us: Some(50.0),
+            }
+        );
+        assert!(
+            matches!(&time[1].pace, Pace::Waiting { busiest, .. } if busiest == "app-0"),
+            "ready 80% of the time is not throughout: {:?}",
+            time[1].pace
+        );
+        let words = prose::time(&r.strategies[0].sold().unwrap(), &time[0]);
+        assert!(
+            words.contains(
+                "`redis-server` was saturated counting its wait for a core: its one thread was \
+                 on a core 0.50 of the time and waited 0.45 more for one — ready to run 95% of \
+                 the time, and on a core 53% of that."
+            ),
+            "{words}"
+        );
+        assert!(
+            words.contains("would bound the rate at about 20000 purchases/s (a projection"),
+            "{words}"
         );
     }
 

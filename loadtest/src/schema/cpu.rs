@@ -5,6 +5,15 @@ use serde::{Deserialize, Serialize};
 /// From this many cores busy over a measurement on, a process counts as saturated.
 pub const SATURATED_CORES: f64 = 0.9;
 
+/// The groups of servers that run every command on one thread (Redis, a Redis Cluster's
+/// shards): one core is all such a server can use, however many the machine has.
+pub const SINGLE_THREADED: [&str; 4] = [
+    "redis-server",
+    "redis-shard-1",
+    "redis-shard-2",
+    "redis-shard-3",
+];
+
 /// One process's share of a measurement.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ProcessCpu {
@@ -59,6 +68,18 @@ impl CpuUse {
     pub fn waiting(&self, group: &str) -> Option<f64> {
         let members = self.processes.iter().filter(|p| p.group == group);
         members.map(|p| p.waiting_cores).sum::<Option<f64>>()
+    }
+
+    /// The single-threaded server (see [`SINGLE_THREADED`]) that was ready to run the longest,
+    /// on a core or waiting for one, if that was at least [`SATURATED_CORES`] of the time: it
+    /// had work throughout, and every command waited its turn on its one thread.
+    pub fn ready_throughout(&self) -> Option<&ProcessCpu> {
+        (self.processes.iter())
+            .filter(|p| SINGLE_THREADED.contains(&p.group.as_str()))
+            .filter_map(|p| Some((p, p.busy_cores + p.waiting_cores?)))
+            .filter(|(_, ready)| *ready >= SATURATED_CORES)
+            .max_by(|a, b| a.1.total_cmp(&b.1))
+            .map(|(p, _)| p)
     }
 
     /// The busiest process: (name, busy cores).

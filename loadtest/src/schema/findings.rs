@@ -216,6 +216,17 @@ pub enum Pace {
         process: String,
         cores: f64,
     },
+    /// No process was by its CPU alone, but a single-threaded server was counting its wait for
+    /// a core: its one thread was running or ready to run nearly all the time.
+    ReadyThroughout {
+        process: String,
+        /// The cores it ran on, and those it waited for, on average.
+        running: f64,
+        waiting: f64,
+        /// Its CPU per successful purchase, µs: with a core to itself, what bounds the rate.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        per_purchase_us: Option<f64>,
+    },
     /// No process was, but the machine's cores were nearly all busy.
     MachineBusy {
         cpus: usize,

@@ -33,6 +33,25 @@ pub fn time(s: &Sold, f: &TimeFinding) -> String {
             " `{process}` was saturated ({cores:.2} cores busy on average): it sets this \
              strategy's pace."
         ),
+        Pace::ReadyThroughout {
+            process,
+            running,
+            waiting,
+            per_purchase_us,
+        } => write!(
+            p,
+            " `{process}` was saturated counting its wait for a core: its one thread was on a \
+             core {running:.2} of the time and waited {waiting:.2} more for one — ready to run \
+             {:.0}% of the time, and on a core {:.0}% of that. Redis runs every command on that \
+             thread, so it sets this strategy's pace{}.",
+            100.0 * (running + waiting).min(1.0),
+            100.0 * running / (running + waiting).max(f64::EPSILON),
+            per_purchase_us.filter(|us| *us > 0.0).map_or_else(String::new, |us| format!(
+                ": with a core to itself, its {us:.0} µs of CPU per purchase would bound the \
+                 rate at about {:.0} purchases/s (a projection, not a measurement)",
+                1e6 / us
+            ))
+        ),
         Pace::MachineBusy {
             cpus,
             busy_percent,
