@@ -11,7 +11,7 @@ use app::api::{Safety, Strategy};
 
 use super::table::{Align, Table};
 use super::tables::successes_per_sec;
-use crate::schema::{ExpiryMiss, RunReport, Verdict};
+use crate::schema::{BaselineName, ExpiryMiss, RunReport, Sold, Verdict};
 
 /// The line that opens the section.
 pub const BEGIN: &str =
@@ -147,6 +147,10 @@ pub fn section(report: &RunReport, link: &str, picture: Option<&str>) -> String 
             crate::analyse::expiry::P99_BAR_PERCENT,
         );
     }
+    let fastest = fastest_safe(report);
+    if !fastest.is_empty() {
+        let _ = write!(md, "\n{fastest}");
+    }
     if let Some(picture) = picture {
         let page = link.replace("report.md", "report.html");
         let _ = writeln!(
@@ -155,6 +159,40 @@ pub fn section(report: &RunReport, link: &str, picture: Option<&str>) -> String 
         );
     }
     md
+}
+
+/// The fastest safe strategy's closed loop beside an HTTP handler that does nothing, and where
+/// its time went, worded as the report words it: empty when the run found no safe strategy's
+/// time.
+fn fastest_safe(report: &RunReport) -> String {
+    let rate = |x: &Sold| x.throughput.closed.successes_per_sec;
+    let Some(fastest) = (report.sold())
+        .filter(|x| x.strategy.safety == Safety::Safe)
+        .max_by(|a, b| rate(a).total_cmp(&rate(b)))
+    else {
+        return String::new();
+    };
+    let found = (report.findings.time.iter()).find(|f| f.strategy == fastest.strategy.name);
+    let Some(time) = found else {
+        return String::new();
+    };
+    let beside = match (
+        fastest.percent_of_http_noop,
+        report.baseline(BaselineName::HttpNoop),
+    ) {
+        (Some(percent), Some(noop)) => format!(
+            ": its closed loop answered {percent:.1}% as many requests per second as an HTTP \
+             handler that does nothing on the same connections (`http-noop`, {:.0}/s)",
+            noop.result.attempts_per_sec
+        ),
+        _ => String::new(),
+    };
+    format!(
+        "The fastest safe strategy was `{}`{beside}. Where its time went, from the run's CPU \
+         table and the service's own timings: {}\n",
+        fastest.strategy.name,
+        super::prose::time(&fastest, time)
+    )
 }
 
 /// The screenshot of the run's `report.html` (`report.png`, saved by `run --screenshots`),
@@ -226,6 +264,49 @@ mod tests {
         assert_eq!(replace(&new, &section).unwrap(), new, "idempotent");
         assert!(replace("no markers", &section).is_err());
         assert!(!section.contains("report.png"), "{section}");
+    }
+
+    #[test]
+    fn the_fastest_safe_strategy_is_set_beside_a_no_op_with_where_its_time_went() {
+        let mut run = report();
+        let before = section(&run, "results/x/report.md", None);
+        assert!(
+            !before.contains("fastest safe"),
+            "no CPU, no finding: {before}"
+        );
+        let processes = vec![
+            crate::measure::cpu::Process::new("app-0", "app", 1),
+            crate::measure::cpu::Process::new("mariadbd", "mariadbd", 2),
+        ];
+        let span = crate::measure::cpu::Span {
+            wall_seconds: 10.0,
+            cpu_seconds: vec![Some(2.0), Some(9.5)],
+            machine_cpu_seconds: Some(12.0),
+            successes: 4000.0,
+            ..crate::measure::cpu::Span::default()
+        };
+        let loops = run.strategies[1].loops.as_mut().unwrap();
+        loops.cpu = Some(span.usage(&processes));
+        loops.percent_of_http_noop = Some(11.1);
+        let mut noop = crate::sample::baseline();
+        noop.name = BaselineName::HttpNoop;
+        noop.result.attempts_per_sec = 141_939.0;
+        run.baselines.push(noop);
+        run.findings = crate::phase::findings(&run);
+        let section = section(&run, "results/x/report.md", None);
+        assert!(
+            section.contains(
+                "The fastest safe strategy was `conditional`: its closed loop answered 11.1% as \
+                 many requests per second as an HTTP handler that does nothing on the same \
+                 connections (`http-noop`, 141939/s). Where its time went, from the run's CPU \
+                 table and the service's own timings: **`conditional`**"
+            ),
+            "{section}"
+        );
+        assert!(
+            section.contains("`mariadbd` was saturated (0.95 cores busy on average)"),
+            "{section}"
+        );
     }
 
     #[test]
