@@ -180,25 +180,27 @@ impl Sampler {
 
     /// CPU-seconds each process spent between `a` and `b`, and the wall time.
     pub fn between(&self, a: &Sample, b: &Sample) -> Span {
-        let secs = |x: Option<u64>, y: Option<u64>| {
-            x.zip(y)
-                .map(|(x, y)| y.saturating_sub(x) as f64 / self.ticks_per_sec)
-        };
         Span {
             wall_seconds: b.at.duration_since(a.at).as_secs_f64(),
-            cpu_seconds: a
-                .ticks
-                .iter()
-                .zip(&b.ticks)
-                .map(|(x, y)| secs(*x, *y))
-                .collect(),
-            waited_seconds: (a.waited_ns.iter().zip(&b.waited_ns))
-                .map(|(x, y)| x.zip(*y).map(|(x, y)| y.saturating_sub(x) as f64 / 1e9))
-                .collect(),
-            machine_cpu_seconds: secs(a.machine_busy, b.machine_busy),
+            cpu_seconds: each_seconds(&a.ticks, &b.ticks, self.ticks_per_sec),
+            waited_seconds: each_seconds(&a.waited_ns, &b.waited_ns, 1e9),
+            machine_cpu_seconds: seconds(a.machine_busy, b.machine_busy, self.ticks_per_sec),
             successes: 0.0,
         }
     }
+}
+
+/// Seconds from one reading of a counter to the next, the counter in units `per_second`.
+fn seconds(x: Option<u64>, y: Option<u64>, per_second: f64) -> Option<f64> {
+    x.zip(y)
+        .map(|(x, y)| y.saturating_sub(x) as f64 / per_second)
+}
+
+/// [`seconds`] for each process's two readings.
+fn each_seconds(a: &[Option<u64>], b: &[Option<u64>], per_second: f64) -> Vec<Option<f64>> {
+    (a.iter().zip(b))
+        .map(|(x, y)| seconds(*x, *y, per_second))
+        .collect()
 }
 
 /// CPU used over one or more measurements, summed.
@@ -221,17 +223,16 @@ impl Span {
             *self = other.clone();
             return;
         }
+        // A figure summed is known only where both were.
+        let sum = |x: &mut Option<f64>, y: Option<f64>| *x = x.zip(y).map(|(x, y)| x + y);
         self.wall_seconds += other.wall_seconds;
-        for (x, y) in self.cpu_seconds.iter_mut().zip(&other.cpu_seconds) {
-            *x = x.zip(*y).map(|(x, y)| x + y);
+        for (x, y) in (self.cpu_seconds.iter_mut()).zip(&other.cpu_seconds) {
+            sum(x, *y);
         }
-        for (x, y) in self.waited_seconds.iter_mut().zip(&other.waited_seconds) {
-            *x = x.zip(*y).map(|(x, y)| x + y);
+        for (x, y) in (self.waited_seconds.iter_mut()).zip(&other.waited_seconds) {
+            sum(x, *y);
         }
-        self.machine_cpu_seconds = self
-            .machine_cpu_seconds
-            .zip(other.machine_cpu_seconds)
-            .map(|(x, y)| x + y);
+        sum(&mut self.machine_cpu_seconds, other.machine_cpu_seconds);
         self.successes += other.successes;
     }
 
