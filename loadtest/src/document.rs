@@ -30,7 +30,7 @@ pub fn write_renderings(
     compared: Option<&Comparison>,
 ) -> Result<()> {
     let mut charts = charts::all(report)?;
-    charts.extend(flood_chart::all(&report.each(|p| p.flood.as_ref()))?);
+    charts.extend(flood_chart::all(&report.floods())?);
     for chart in &charts {
         let path = dir.join(&chart.file);
         std::fs::write(&path, &chart.svg).with_context(|| format!("writing {}", path.display()))?;
@@ -71,7 +71,7 @@ pub fn title(r: &RunReport) -> String {
 pub fn parts(r: &RunReport) -> Vec<Part> {
     let mut fell = Section::default();
     fell.warning(falls::markdown(falls::AGAINST_BEST, &r.falls));
-    let floods = r.each(|p| p.flood.as_ref());
+    let floods = r.floods();
     let flood = flood::section(r.settings.flood.as_ref(), &floods, &r.findings.flood);
     let mut parts = vec![
         Part::new("falls", "fell by half", fell),

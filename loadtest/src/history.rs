@@ -18,6 +18,7 @@ use serde_json::Value;
 
 use crate::analyse::falls;
 use crate::isolation;
+use crate::phase::REGISTRY;
 use crate::report::run_history;
 use crate::schema::RunReport;
 use crate::schema::comparison::Machine;
@@ -178,14 +179,14 @@ fn measured(r: &RunReport) -> String {
             r.scenarios.len()
         ));
     }
-    let phases: Vec<&str> = [
-        (r.measured(|p| p.flood.is_some()), "flood"),
-        (r.measured(|p| p.overload.is_some()), "overload"),
-        (r.measured(|p| p.expiry.is_some()), "expiry sweep"),
-    ]
-    .into_iter()
-    .filter_map(|(had, phase)| had.then_some(phase))
-    .collect();
+    let flood = r.strategies.iter().any(|s| s.phases.flood.is_some());
+    let phases: Vec<&str> = (flood.then_some("flood").into_iter())
+        .chain(
+            (REGISTRY.iter())
+                .filter(|p| p.measured(r))
+                .map(|p| p.label()),
+        )
+        .collect();
     if !phases.is_empty() {
         parts.push(phases.join(", "));
     }

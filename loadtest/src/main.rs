@@ -88,8 +88,7 @@ fn run(args: &RunArgs, only_flood: bool) -> Result<()> {
         settings.only_flood = true;
         settings.baselines = false;
         settings.scenarios = false;
-        settings.overload = None;
-        settings.expiry = None;
+        settings.phases = loadtest::schema::ByPhase::default();
     }
     sandbox::set_server_niceness(settings.server_niceness);
     let stand = match args.engine {
@@ -299,7 +298,12 @@ fn readme(args: &ReadmeArgs) -> Result<()> {
     let picture = report::readme::picture(&args.readme, &link);
     let written = report::readme::replace(
         &text,
-        &report::readme::section(&run, &link, picture.as_deref()),
+        &report::readme::section(
+            &run,
+            &link,
+            &loadtest::phase::readme(&run),
+            picture.as_deref(),
+        ),
     )?;
     if args.check {
         anyhow::ensure!(

@@ -256,24 +256,24 @@ pub async fn run_watched(
     }
     let app_settings = app_config()?;
     let app_pids = apps.pids();
-    let refusal_ceiling = match &settings.overload {
-        Some(_) if !strategies.is_empty() => {
+    let refusal_ceiling = match phase::needs_refusal_ceiling(settings, &strategies) {
+        true => {
             announce("refusals", "the machine's ceiling");
             let allotment = ids.allot("ceiling", Strategy::Conditional, 1)?;
-            let in_flight = phase::overload::in_flight_limit(&world, &app_settings);
+            let in_flight = phase::in_flight_limit(&world, &app_settings);
             let ceiling = crate::measure::refusals::ceiling(
                 &api,
                 allotment.product(),
                 Strategy::Conditional,
                 &allotment.prefix,
-                crate::phase::overload::connections(in_flight, settings.buyers),
+                phase::connections(in_flight, settings.buyers),
                 refusal_window(settings.quick),
             )
             .await
             .context("the machine's refusal ceiling")?;
             Some(ceiling)
         }
-        _ => None,
+        false => None,
     };
     let run = phase::Run {
         world: &world,

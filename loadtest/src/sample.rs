@@ -11,11 +11,10 @@ use testkit::{Answer, Outcomes};
 use crate::drive::latency::Latencies;
 use crate::schema::world::World;
 use crate::schema::{
-    Baseline, BaselineName, ByAnswer, CrowdResult, Environment, ExpiryCost, ExpiryPayments,
-    ExpiryShape, Fairness, Findings, FloodResult, FloodShape, LatencySummary, LoadResult, Loop,
-    Memory, NoopFlood, OPEN_RATE_SHARE, Of, OverloadResult, OverloadShape, Phases, RefusalRate,
-    ReturnLockUse, RoundTripShape, RoundTrips, RunReport, SCHEMA_VERSION, SaleResult, Settings,
-    StageTime, StageTimes, StrategyReport, ThroughputResult,
+    Baseline, BaselineName, ByPhase, CrowdResult, Environment, Fairness, Findings, FloodResult,
+    FloodShape, LatencySummary, LoadResult, Loop, NoopFlood, OPEN_RATE_SHARE, Of, Phases,
+    RefusalRate, RunReport, SCHEMA_VERSION, SaleResult, Settings, StageTime, StageTimes,
+    StrategyReport, ThroughputResult,
 };
 
 /// A run result of `per_sec` deductions in one second, latencies 1–50 ms.
@@ -143,130 +142,6 @@ pub fn stages() -> StageTimes {
     }
 }
 
-/// `conditional` offered 3 × 400 purchases/s for one second: 400 bought, 800 refused
-/// `503 overloaded`, the p99s given (from the due time; from the send a tenth of them), the
-/// memory rising by `growth` bytes over the window, 512 purchases at once the limit.
-pub fn overload(accepted_p99_us: u64, refused_p99_us: u64, growth: u64) -> Tagged<OverloadResult> {
-    let mut outcomes = Outcomes::default();
-    for k in 0..1200 {
-        outcomes.count(&if k % 3 == 0 {
-            Answer::Created {
-                fencing_token: None,
-            }
-        } else {
-            Answer::Refused {
-                status: 503,
-                code: ErrorCode::Overloaded,
-            }
-        });
-    }
-    let summary = |count, p99_us: u64| LatencySummary {
-        count,
-        p50_us: p99_us / 2,
-        p90_us: p99_us,
-        p99_us,
-        p999_us: p99_us,
-        max_us: p99_us,
-        mean_us: p99_us as f64 / 2.0,
-    };
-    let split = |divisor| ByAnswer {
-        accepted: summary(400, accepted_p99_us / divisor),
-        overloaded: summary(800, refused_p99_us / divisor),
-        other: LatencySummary::default(),
-    };
-    let mut load = Latencies::default().result(
-        Loop::Open {
-            target_rate: 1200.0,
-        },
-        522,
-        1.0,
-        outcomes,
-        0,
-    );
-    load.latency = summary(1200, accepted_p99_us);
-    Tagged::new(
-        Strategy::Conditional,
-        OverloadResult {
-            capacity_per_second: 400.0,
-            offered_per_second: 1200.0,
-            refusal_ceiling_per_second: Some(60_000.0),
-            in_flight_limit: 512,
-            latency_budget_ms: 250,
-            admission_limit: Some(100),
-            load,
-            from_due: split(1),
-            from_send: split(10),
-            unsplit: 0,
-            memory: Memory {
-                instances: 2,
-                before_bytes: 40 << 20,
-                loaded_bytes: 48 << 20,
-                peak_bytes: (48 << 20) + growth,
-                after_bytes: (48 << 20) + growth,
-            },
-        },
-    )
-}
-
-/// The shape of the sample's overload phase.
-pub fn overload_shape() -> OverloadShape {
-    OverloadShape {
-        factor: 3.0,
-        warmup: 0.5,
-        seconds: 1.0,
-    }
-}
-
-/// A strategy's expiry phase: one round per ratio, the loop without the sweep at p99 10 ms and
-/// the one with it at `ratio` × that, `expired` orders expired in 2 s of sweeping.
-pub fn expiry_cost(strategy: Strategy, ratios: &[f64], expired: u64) -> Tagged<ExpiryCost> {
-    let with_p99 = |ratio: f64| {
-        let mut run = load(Loop::Closed, 400);
-        run.latency.p99_us = (10_000.0 * ratio).round() as u64;
-        run
-    };
-    let mut sorted = ratios.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    Tagged::new(
-        strategy,
-        ExpiryCost {
-            with_sweep: with_p99(sorted[(sorted.len() - 1) / 2]),
-            without_sweep: with_p99(1.0),
-            p99_ratios: ratios.to_vec(),
-            expired,
-            swept_seconds: 2.0,
-            expired_unswept: 0,
-            others_due: 0,
-            payments: ExpiryPayments {
-                bought: 10 * expired / 3,
-                never_paid: expired,
-                paid: 10 * expired / 3 - expired,
-                too_late: 0,
-                refused: 0,
-            },
-            return_lock: ReturnLockUse::default(),
-        },
-    )
-}
-
-/// A strategy's purchases counted: `per_purchase` round trips to each kind of server, 40
-/// purchases of 1.2 ms, nothing asked while nobody bought.
-pub fn round_trips(strategy: Strategy, per_purchase: &[(&str, f64)]) -> Tagged<RoundTrips> {
-    Tagged::new(
-        strategy,
-        RoundTrips {
-            purchases: 40,
-            placed: 40,
-            per_purchase: (per_purchase.iter())
-                .map(|(kind, n)| (kind.to_string(), *n))
-                .collect(),
-            idle_per_second: BTreeMap::new(),
-            median_ms: 1.2,
-            under_lock: None,
-        },
-    )
-}
-
 /// The sample's machine.
 pub fn environment() -> Environment {
     Environment {
@@ -284,17 +159,6 @@ pub fn environment() -> Environment {
         redis: BTreeMap::new(),
         app: BTreeMap::new(),
         disk_flush: None,
-    }
-}
-
-/// The shape of the sample's expiry phase.
-pub fn expiry_shape() -> ExpiryShape {
-    ExpiryShape {
-        payment_window_ms: 500,
-        non_payer_share: 0.3,
-        warmup: 0.3,
-        seconds: 1.0,
-        rounds: 3,
     }
 }
 
@@ -335,9 +199,7 @@ pub fn report() -> RunReport {
             flood: None,
             only_flood: false,
             server_niceness: 10,
-            overload: Some(overload_shape()),
-            expiry: Some(expiry_shape()),
-            round_trips: Some(RoundTripShape { purchases: 40 }),
+            phases: ByPhase::default(),
             latency_budget_ms: None,
         },
         world: Some(World::local(2)),
@@ -353,10 +215,9 @@ pub fn report() -> RunReport {
         falls: Vec::new(),
         other_engine: None,
     };
-    let conditional = phases(&mut report, Strategy::Conditional);
-    conditional.overload = Some(overload(200_000, 2_000, 0).result);
-    conditional.expiry = Some(expiry_cost(Strategy::Conditional, &[1.04, 1.08, 0.97], 900).result);
-    conditional.round_trips = Some(round_trips(Strategy::Conditional, &[("mariadb", 4.0)]).result);
+    for put in crate::phase::SAMPLES {
+        put(&mut report);
+    }
     report.findings = crate::phase::findings(&report);
     report
 }

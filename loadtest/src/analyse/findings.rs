@@ -57,7 +57,7 @@ pub fn of(report: &RunReport) -> Findings {
             .collect(),
         client: client(report),
         flood: super::flood_bars::misses(
-            &report.each(|p| p.flood.as_ref()),
+            &report.floods(),
             super::flood_bars::http_floor_percent(&report.baselines),
         ),
         ..Findings::default()

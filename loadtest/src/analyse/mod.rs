@@ -1,11 +1,10 @@
 //! What the figures say: medians and spreads of repeated runs, each strategy in proportion to
-//! the baselines, the findings of a run (computed once, stored with its figures; the overload
-//! phase's and the expiry sweep's bars among them), what changed from one run to another, what
-//! fell by more than half against the best run on the machine, and what of a run another
-//! machine can reproduce (its order and its ratios).
+//! the baselines, the findings of a run (computed once, stored with its figures; a registered
+//! phase's bars are in its own files, under `crate::phase`), what changed from one run to
+//! another, what fell by more than half against the best run on the machine, and what of a
+//! run another machine can reproduce (its order and its ratios).
 
 pub mod compare;
-pub mod expiry;
 pub mod falls;
 pub mod findings;
 pub mod first_come;
@@ -13,7 +12,6 @@ pub mod flood;
 pub mod flood_bars;
 pub mod history;
 pub mod other_engine;
-pub mod overload;
 pub mod ratios;
 pub mod reproduce;
 pub mod spread;

@@ -226,10 +226,12 @@ mod tests {
     #[test]
     fn the_expiry_phases_non_payers_are_the_floods_share_unless_told_otherwise() {
         let defaults = settings(&[]).unwrap();
-        let (expiry, flood) = (defaults.expiry.unwrap(), defaults.flood.unwrap());
+        let expiry = crate::phase::expiry::shape(&defaults).unwrap();
+        let flood = defaults.flood.as_ref().unwrap();
         assert_eq!(expiry.non_payer_share, flood.non_payer_share);
         let worst = settings(&["--expiry-non-payers", "1"]).unwrap();
-        assert_eq!(worst.expiry.unwrap().non_payer_share, 1.0);
+        let worst = crate::phase::expiry::shape(&worst).unwrap();
+        assert_eq!(worst.non_payer_share, 1.0);
         assert!(settings(&["--expiry-non-payers", "1.5"]).is_err());
     }
 

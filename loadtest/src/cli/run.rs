@@ -9,11 +9,12 @@ use clap::Args;
 
 use super::{DistanceArgs, LiveArgs, duration};
 use crate::phase::expiry::{
-    PAYMENT_WINDOW_MS as EXPIRY_PAYMENT_WINDOW_MS, WARMUP_SECONDS as EXPIRY_WARMUP,
+    self, ExpiryShape, PAYMENT_WINDOW_MS as EXPIRY_PAYMENT_WINDOW_MS,
+    WARMUP_SECONDS as EXPIRY_WARMUP,
 };
-use crate::schema::{
-    ExpiryShape, FloodShape, OPEN_RATE_SHARE, OverloadShape, RoundTripShape, Settings,
-};
+use crate::phase::overload::{self, OverloadShape};
+use crate::phase::round_trips::{self, RoundTripShape};
+use crate::schema::{ByPhase, FloodShape, OPEN_RATE_SHARE, Settings};
 
 /// Share of buyers who never pay what they bought, by default: the flood's winners and the
 /// expiry phase's buyers.
@@ -294,27 +295,7 @@ impl RunArgs {
             },
             only_flood: false,
             server_niceness: self.server_niceness,
-            overload: (!self.no_overload && !self.only_baselines).then_some(OverloadShape {
-                factor: self.overload_factor,
-                warmup: if self.quick { 0.3 } else { 2.5 },
-                seconds: if self.quick { 1.0 } else { 3.0 },
-            }),
-            expiry: (!self.no_expiry && !self.only_baselines).then_some(ExpiryShape {
-                payment_window_ms: EXPIRY_PAYMENT_WINDOW_MS,
-                non_payer_share: self.expiry_non_payers,
-                warmup: EXPIRY_WARMUP,
-                seconds: if self.quick { 1.5 } else { 2.0 },
-                rounds: match self.quick {
-                    true => self.repetitions,
-                    false => self.expiry_rounds,
-                },
-            }),
-            // Counted where relays stand to count them.
-            round_trips: (self.distance.rtt.is_some() && !self.only_baselines).then_some(
-                RoundTripShape {
-                    purchases: if self.quick { 20 } else { 100 },
-                },
-            ),
+            phases: self.phases(),
             // What the app instances read from their environment, written once they start.
             latency_budget_ms: None,
         };
@@ -345,5 +326,40 @@ impl RunArgs {
             "--rate must be positive"
         );
         Ok(settings)
+    }
+
+    /// The shapes of the phases asked for, each under its phase's name.
+    fn phases(&self) -> ByPhase {
+        let mut phases = ByPhase::default();
+        if self.only_baselines {
+            return phases;
+        }
+        if !self.no_overload {
+            let shape = OverloadShape {
+                factor: self.overload_factor,
+                warmup: if self.quick { 0.3 } else { 2.5 },
+                seconds: if self.quick { 1.0 } else { 3.0 },
+            };
+            phases.put(overload::NAME, shape);
+        }
+        if !self.no_expiry {
+            let shape = ExpiryShape {
+                payment_window_ms: EXPIRY_PAYMENT_WINDOW_MS,
+                non_payer_share: self.expiry_non_payers,
+                warmup: EXPIRY_WARMUP,
+                seconds: if self.quick { 1.5 } else { 2.0 },
+                rounds: match self.quick {
+                    true => self.repetitions,
+                    false => self.expiry_rounds,
+                },
+            };
+            phases.put(expiry::NAME, shape);
+        }
+        // Counted where relays stand to count them.
+        if self.distance.rtt.is_some() {
+            let purchases = if self.quick { 20 } else { 100 };
+            phases.put(round_trips::NAME, RoundTripShape { purchases });
+        }
+        phases
     }
 }

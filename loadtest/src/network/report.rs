@@ -469,8 +469,10 @@ fn chart(out: &mut String, r: &NetworkReport) -> Result<()> {
 pub(crate) mod tests {
     use super::*;
     use crate::network::schema::{BaselineSweep, NetworkSettings, SCHEMA_VERSION, StrategySweep};
+    use crate::phase::round_trips::RoundTrips;
+    use crate::phase::round_trips::schema::sample::round_trips;
     use crate::sample;
-    use crate::schema::{Loop, RoundTrips};
+    use crate::schema::Loop;
     use app::accounting::{Accounting, Ledger};
     use app::api::{Strategy, StrategyInfo};
     use std::collections::BTreeMap;
@@ -509,7 +511,7 @@ pub(crate) mod tests {
             strategy: StrategyInfo::of(s),
             round_trips: RoundTrips {
                 per_purchase: BTreeMap::from([("mariadb".to_string(), k)]),
-                ..sample::round_trips(s, &[]).result
+                ..round_trips(s, &[]).result
             },
             closed: at(f),
             sales: vec![sale; points.len()],

@@ -6,8 +6,9 @@ use app::accounting::Accounting;
 use app::api::{Strategy, StrategyInfo};
 use serde::{Deserialize, Serialize};
 
+use crate::phase::round_trips::RoundTrips;
 use crate::schema::world::Distance;
-use crate::schema::{BaselineName, CpuUse, Environment, LoadResult, RoundTrips};
+use crate::schema::{BaselineName, CpuUse, Environment, LoadResult};
 
 /// The schema this program writes for a sweep.
 pub const SCHEMA_VERSION: u32 = 1;

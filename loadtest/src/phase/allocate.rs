@@ -153,7 +153,7 @@ mod tests {
         let strategies = [Strategy::Conditional, Strategy::RedisLua, Strategy::Naive];
         for round in 0..12 {
             for s in strategies {
-                for (phase, products) in [("sale", 1), ("loops", 1), ("overload", 2), ("x", 0)] {
+                for (phase, products) in [("sale", 1), ("loops", 1), ("other", 2), ("x", 0)] {
                     ids.allot(phase, s, products + round % 2).unwrap();
                 }
             }

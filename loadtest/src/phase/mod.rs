@@ -3,15 +3,20 @@
 //! offered a multiple of what it bears ([`overload`]), and what the expiry sweep costs the
 //! purchases beside it ([`expiry`]).
 //!
-//! A phase has the shape of a fault scenario (see [`crate::scenario`]): one file of this
+//! A phase has the shape of a fault scenario (see [`crate::scenario`]): one folder of this
 //! folder holding only what differs from the others behind the [`Phase`] trait — what it is
 //! and needs from the run ([`About`]), how it measures one strategy's [`Turn`], how it is
-//! judged and its section of the report. One driver ([`measure`]) takes each strategy through the phases the run asks for,
-//! in the order of the registry ([`REGISTRY`]), and hands each the run's [`World`], products
-//! of its own and a request-id prefix of its own ([`allocate`]): no phase picks a product or
-//! an id by hand, and no phase meets another's orders. The findings and the renderers reach a
-//! phase's verdict and section through the registry; its figures go in the strategy's record
-//! of `report.json`, under the phase's name in its `phases` ([`Recorded`]).
+//! judged, its section of the report and its line of the README — with its own types (its
+//! shape, its figures, its findings, and a sample of them for the tests). One driver
+//! ([`measure`]) takes each strategy through the phases the run asks for, in the order of the
+//! registry ([`REGISTRY`]), and hands each the run's [`World`], products of its own and a
+//! request-id prefix of its own ([`allocate`]): no phase picks a product or an id by hand, and
+//! no phase meets another's orders. The findings and the renderers reach a phase's verdict and
+//! section through the registry. The report keeps what a phase put under its name — its
+//! figures in the strategy's record (`phases`, [`Recorded`]), its shape in the run's settings,
+//! its findings in the run's — as JSON the schema does not read
+//! ([`crate::schema::ByPhase`]); the phase reads its own with its own types. So nothing
+//! outside a phase's folder names it but the registry and the command line that asks for it.
 //!
 //! Not phases yet, and why:
 //!
@@ -45,7 +50,7 @@ use crate::report::section::Section;
 use crate::rig::distance::Relays;
 use crate::schema::world::World;
 use crate::schema::{
-    Findings, LoadResult, Phases, RunReport, Settings, StrategyReport, Unmeasured,
+    ByPhase, Findings, LoadResult, RunReport, Settings, StrategyReport, Unmeasured,
 };
 
 /// The registry: every phase, in the order each strategy goes through them (after its open
@@ -90,13 +95,20 @@ pub trait Phase {
     fn judge(&self, report: &RunReport, findings: &mut Findings);
 
     /// Whether `report` holds figures of it: its section is on the page.
-    fn measured(&self, report: &RunReport) -> bool;
+    fn measured(&self, report: &RunReport) -> bool {
+        report.measured(self.name())
+    }
 
     /// Its section of the report; empty when `report` holds none of it.
     fn section(&self, report: &RunReport) -> Section;
 
     /// What went wrong in it, in words, from `report`'s findings; `None` when nothing did.
     fn went_wrong(&self, report: &RunReport) -> Option<String>;
+
+    /// Its line of the README's results section, from `report`; `None`: it has none there.
+    fn readme(&self, _report: &RunReport) -> Option<String> {
+        None
+    }
 }
 
 /// What a phase is.
@@ -128,6 +140,8 @@ pub struct Needs {
     pub deployable: bool,
     /// Products of its own, per strategy.
     pub products: u64,
+    /// The machine's ceiling of sold-out refusals per second ([`Run::refusal_ceiling`]).
+    pub refusal_ceiling: bool,
 }
 
 /// What the run hands every phase.
@@ -171,13 +185,47 @@ impl Measuring<'_> {
     }
 }
 
-/// What a phase measured of one strategy, put in its place among the strategy's phases.
-pub struct Recorded(Box<dyn FnOnce(&mut Phases)>);
+/// What a phase measured of one strategy, to be put under the phase's name among the
+/// strategy's phases.
+pub struct Recorded(Box<Put>);
+
+/// Puts a phase's result under its name.
+type Put = dyn FnOnce(&mut ByPhase, &str);
 
 impl Recorded {
-    pub fn new(put: impl FnOnce(&mut Phases) + 'static) -> Recorded {
-        Recorded(Box::new(put))
+    pub fn new<T>(result: T) -> Recorded
+    where
+        T: serde::Serialize + std::any::Any + Send + Sync,
+    {
+        Recorded(Box::new(move |phases, name| phases.put(name, result)))
     }
+}
+
+/// Purchases the world's app instances take at once before refusing, all together.
+pub fn in_flight_limit(world: &World, app: &app::config::Config) -> u64 {
+    world.instances as u64 * u64::from(app.max_in_flight)
+}
+
+/// The open-loop workers for instances that refuse past `in_flight_limit`: enough that the
+/// service's limit, not the number of workers, decides what waits, with `buyers` more to
+/// carry the refusals while the limit is full.
+pub fn connections(in_flight_limit: u64, buyers: usize) -> usize {
+    usize::try_from(in_flight_limit).unwrap_or(usize::MAX) + buyers
+}
+
+/// Whether a phase the run measures needs the machine's refusal ceiling.
+pub fn needs_refusal_ceiling(settings: &Settings, strategies: &[StrategyInfo]) -> bool {
+    (REGISTRY.iter()).any(|phase| {
+        phase.needs().refusal_ceiling && strategies.iter().any(|s| wanted(*phase, settings, s))
+    })
+}
+
+/// The lines the phases add to the README's results section, in the registry's order.
+pub fn readme(report: &RunReport) -> Vec<String> {
+    REGISTRY
+        .iter()
+        .filter_map(|phase| phase.readme(report))
+        .collect()
 }
 
 /// The run's findings: what `analyse` finds in its sale, loops, flood and baselines, then each
@@ -230,7 +278,7 @@ pub async fn measure(
             allotment: &allotment,
         };
         match phase.measure(run, turn).await {
-            Ok(measured) => (measured.0)(&mut record.phases),
+            Ok(measured) => (measured.0)(&mut record.phases.registered, phase.name()),
             Err(e) => {
                 let error = format!("{e:#}");
                 tracing::warn!(phase = phase.name(), strategy = %name, %error, "phase failed");
@@ -249,5 +297,43 @@ pub async fn measure(
 pub fn judge(report: &RunReport, findings: &mut Findings) {
     for phase in REGISTRY {
         phase.judge(report, findings);
+    }
+}
+
+/// Each registered phase's part of the sample run ([`crate::sample::report`]): its shape in the
+/// settings and its figures of `conditional`, in the registry's order.
+#[cfg(test)]
+pub static SAMPLES: &[fn(&mut RunReport)] = &[
+    round_trips::schema::sample::put,
+    overload::schema::sample::put,
+    expiry::schema::sample::put,
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_registered_phase_is_in_the_sample_run_and_reads_back_from_its_json() {
+        assert_eq!(SAMPLES.len(), REGISTRY.len(), "a sample for each phase");
+        let report = crate::sample::report();
+        let text = crate::schema::json::to_string(&report).unwrap();
+        let read = crate::schema::json::parse(&text).unwrap();
+        assert_eq!(read, report);
+        for phase in REGISTRY {
+            let name = phase.name();
+            assert!(
+                phase.asked(&read.settings),
+                "{name}: its shape in the settings"
+            );
+            assert!(phase.measured(&read), "{name}: its figures in a record");
+            assert!(
+                text.contains(&format!("\"{name}\": {{")),
+                "{name}: under its name"
+            );
+            let section = phase.section(&read).markdown();
+            assert!(!section.is_empty(), "{name}: its section");
+            assert_eq!(section, phase.section(&report).markdown(), "{name}");
+        }
     }
 }

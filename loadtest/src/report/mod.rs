@@ -10,7 +10,6 @@
 
 pub mod charts;
 pub mod comparison;
-pub mod expiry;
 pub mod falls;
 pub mod first_come;
 pub mod flood;
@@ -18,7 +17,6 @@ pub mod flood_chart;
 pub mod html;
 pub mod markdown;
 pub mod other_engine;
-pub mod overload;
 pub mod progress;
 pub mod prose;
 pub mod readme;

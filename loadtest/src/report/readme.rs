@@ -7,11 +7,11 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use anyhow::{Context, Result, bail};
-use app::api::{Safety, Strategy};
+use app::api::Safety;
 
 use super::table::{Align, Table};
 use super::tables::successes_per_sec;
-use crate::schema::{BaselineName, ExpiryMiss, RunReport, Sold, Verdict};
+use crate::schema::{BaselineName, RunReport, Sold, Verdict};
 
 /// The line that opens the section.
 pub const BEGIN: &str =
@@ -20,8 +20,9 @@ pub const BEGIN: &str =
 pub const END: &str = "<!-- end of results -->";
 
 /// The section's text (without the markers) for `report`, the run at `link` (relative to the
-/// README), showing its `report.html` in the screenshot at `picture` when the run has one.
-pub fn section(report: &RunReport, link: &str, picture: Option<&str>) -> String {
+/// README), with the phases' own lines (`crate::phase::readme`), showing its `report.html` in
+/// the screenshot at `picture` when the run has one.
+pub fn section(report: &RunReport, link: &str, phases: &[String], picture: Option<&str>) -> String {
     let s = &report.settings;
     let mut md = String::new();
     let _ = writeln!(
@@ -117,35 +118,8 @@ pub fn section(report: &RunReport, link: &str, picture: Option<&str>) -> String 
             rows - failed_rows,
         );
     }
-    let spoilt: Vec<Strategy> = (report.findings.expiry.iter())
-        .filter_map(ExpiryMiss::spoilt)
-        .collect();
-    let costs = report.each(|p| p.expiry.as_ref());
-    let added: Vec<f64> = (costs.iter())
-        .filter(|c| !spoilt.contains(&c.strategy.name))
-        .filter_map(|c| c.p99_added())
-        .collect();
-    if let (false, Some(shape)) = (added.is_empty(), &report.settings.expiry) {
-        let within = (added.iter())
-            .filter(|a| 100.0 * **a <= crate::analyse::expiry::P99_BAR_PERCENT)
-            .count();
-        let (least, most) = added
-            .iter()
-            .fold((f64::MAX, f64::MIN), |(l, m), a| (l.min(*a), m.max(*a)));
-        let left_out = match costs.len() - added.len() {
-            0 => String::new(),
-            n => format!(" ({n} more whose rounds compared nothing, as the report says)"),
-        };
-        let _ = writeln!(
-            md,
-            "The expiry sweep, {}, added {:+.0}% to {:+.0}% to the purchases' p99 (each \
-             strategy's median round); {within} of {} strategies within {:.0}%{left_out}.",
-            crate::report::expiry::workload(shape),
-            100.0 * least,
-            100.0 * most,
-            added.len(),
-            crate::analyse::expiry::P99_BAR_PERCENT,
-        );
+    for line in phases {
+        let _ = writeln!(md, "{line}");
     }
     let fastest = fastest_safe(report);
     if !fastest.is_empty() {
@@ -251,7 +225,7 @@ mod tests {
     #[test]
     fn the_section_is_replaced_between_its_markers_and_nothing_else_moves() {
         let readme = format!("# Title\n\n{BEGIN}\nold figures\n{END}\n\nmore\n");
-        let section = section(&report(), "results/x/report.md", None);
+        let section = section(&report(), "results/x/report.md", &[], None);
         let new = replace(&readme, &section).unwrap();
         assert!(new.starts_with("# Title\n\n"), "{new}");
         assert!(new.ends_with(&format!("{END}\n\nmore\n")), "{new}");
@@ -269,7 +243,7 @@ mod tests {
     #[test]
     fn the_fastest_safe_strategy_is_set_beside_a_no_op_with_where_its_time_went() {
         let mut run = report();
-        let before = section(&run, "results/x/report.md", None);
+        let before = section(&run, "results/x/report.md", &[], None);
         assert!(
             !before.contains("fastest safe"),
             "no CPU, no finding: {before}"
@@ -293,7 +267,7 @@ mod tests {
         noop.result.attempts_per_sec = 141_939.0;
         run.baselines.push(noop);
         run.findings = crate::phase::findings(&run);
-        let section = section(&run, "results/x/report.md", None);
+        let section = section(&run, "results/x/report.md", &[], None);
         assert!(
             section.contains(
                 "The fastest safe strategy was `conditional`: its closed loop answered 11.1% as \
@@ -310,23 +284,9 @@ mod tests {
     }
 
     #[test]
-    fn the_expiry_line_leaves_out_the_strategies_whose_rounds_compared_nothing() {
-        let mut run = report();
-        crate::sample::phases(&mut run, app::api::Strategy::RedisLua).expiry = Some(
-            crate::sample::expiry_cost(app::api::Strategy::RedisLua, &[0.9, 0.66, 1.57], 0).result,
-        );
-        run.findings = crate::phase::findings(&run);
-        let section = section(&run, "results/x/report.md", None);
-        assert!(
-            section.contains("The expiry sweep, expiring the orders of the 30% of buyers who never pay, beside the purchases, added +4% to +4% to the purchases' p99 (each strategy's median round); 1 of 1 strategies within 10% (1 more whose rounds compared nothing, as the report says)."),
-            "{section}"
-        );
-    }
-
-    #[test]
     fn units_left_by_buyers_refused_at_the_door_are_said_to_be_the_doors() {
         let mut run = report();
-        let before = section(&run, "results/x/report.md", None);
+        let before = section(&run, "results/x/report.md", &[], None);
         assert!(!before.contains("is the door's"), "{before}");
         let s = &mut run.strategies[0];
         s.sale.as_mut().unwrap().accounting.undersell = 60;
@@ -341,7 +301,7 @@ mod tests {
                     code: ErrorCode::Overloaded,
                 });
         }
-        let section = section(&run, "results/x/report.md", None);
+        let section = section(&run, "results/x/report.md", &[], None);
         assert!(
             section.contains(
                 "The undersell of 1 strategies in the table is the door's, not the deduction's"
@@ -353,10 +313,10 @@ mod tests {
     #[test]
     fn a_sale_whose_buyers_retried_at_the_door_says_so_and_one_from_before_does_not() {
         let mut run = report();
-        let before = section(&run, "results/x/report.md", None);
+        let before = section(&run, "results/x/report.md", &[], None);
         assert!(!before.contains("clicks again"), "{before}");
         run.strategies[0].sale.as_mut().unwrap().door_retries = 100;
-        let section = section(&run, "results/x/report.md", None);
+        let section = section(&run, "results/x/report.md", &[], None);
         assert!(
             section.contains("(a buyer turned away at the door with `503 overloaded` clicks again, up to 100 times)"),
             "{section}"
@@ -368,10 +328,10 @@ mod tests {
      {
         let mut run = report();
         run.settings.server_niceness = 0;
-        let same = section(&run, "results/x/report.md", None);
+        let same = section(&run, "results/x/report.md", &[], None);
         assert!(!same.contains("niceness"), "{same}");
         run.settings.server_niceness = 10;
-        let nicer = section(&run, "results/x/report.md", None);
+        let nicer = section(&run, "results/x/report.md", &[], None);
         assert!(
             nicer.contains("ran at niceness 10, the load generator at its own"),
             "{nicer}"
@@ -396,7 +356,7 @@ mod tests {
         std::fs::create_dir_all(dir.path().join("results/x")).unwrap();
         std::fs::write(dir.path().join("results/x/report.png"), b"png").unwrap();
         let shown = picture(&readme, "results/x/report.md").unwrap();
-        let section = section(&report(), "results/x/report.md", Some(&shown));
+        let section = section(&report(), "results/x/report.md", &[], Some(&shown));
         assert!(
             section.contains("[![The run's report.html: the summary, sortable, and the charts](results/x/report.png)](results/x/report.html)"),
             "{section}"

@@ -4,7 +4,7 @@
 use app::api::{Safety, Strategy};
 use serde::{Deserialize, Serialize};
 
-use super::BaselineName;
+use super::{BaselineName, ByPhase};
 
 /// Every finding of a run.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -17,49 +17,12 @@ pub struct Findings {
     pub tools: Vec<ToolFinding>,
     /// Whether the benchmark's client could be the ceiling of its HTTP figures.
     pub client: Option<ClientCheck>,
-    /// One per strategy that missed a bar of the overload phase.
-    #[serde(default)]
-    pub overload: Vec<OverloadFinding>,
     /// The flood's bars that were missed.
     #[serde(default)]
     pub flood: Vec<FloodMiss>,
-    /// The expiry phase's bar missed, or its measurement spoilt, per strategy.
-    #[serde(default)]
-    pub expiry: Vec<ExpiryMiss>,
-}
-
-/// What the expiry phase found wrong with one strategy.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "bar", rename_all = "kebab-case")]
-pub enum ExpiryMiss {
-    /// The sweep added more than `bar_percent` to the purchases' p99 (the median round).
-    CostlySweep {
-        strategy: Strategy,
-        added_percent: f64,
-        bar_percent: f64,
-        with_p99_us: u64,
-        without_p99_us: u64,
-        expired_per_second: f64,
-    },
-    /// The sweeps expired nothing while they ran: the rounds compared nothing.
-    NothingExpired { strategy: Strategy },
-    /// Orders expired while every sweep was paused: the rounds without it were not.
-    PausedSweepExpired { strategy: Strategy, expired: u64 },
-    /// Orders of other products fell due while the sweeps ran: the rounds with the sweep
-    /// measured the expiry of those too, ahead of the loop's own.
-    OthersDue { strategy: Strategy, orders: u64 },
-}
-
-impl ExpiryMiss {
-    /// The strategy whose rounds this miss leaves comparing nothing (all but a costly sweep).
-    pub fn spoilt(&self) -> Option<Strategy> {
-        match self {
-            ExpiryMiss::CostlySweep { .. } => None,
-            ExpiryMiss::NothingExpired { strategy }
-            | ExpiryMiss::PausedSweepExpired { strategy, .. }
-            | ExpiryMiss::OthersDue { strategy, .. } => Some(*strategy),
-        }
-    }
+    /// Each registered phase's findings, under its name.
+    #[serde(flatten)]
+    pub phases: ByPhase,
 }
 
 /// A bar of the flood missed, with the figures that say by how much.
@@ -83,62 +46,6 @@ pub enum FloodMiss {
         /// (absent without those baselines).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         http_floor_percent: Option<f64>,
-    },
-}
-
-/// The bars of the overload phase a strategy missed, each with the figures that say why.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct OverloadFinding {
-    pub strategy: Strategy,
-    pub misses: Vec<OverloadMiss>,
-}
-
-/// One bar of the overload phase missed.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "bar", rename_all = "kebab-case")]
-pub enum OverloadMiss {
-    /// The p99 of accepted purchases, from their due time, reached the bar.
-    SlowAccepted {
-        p99_us: u64,
-        bar_us: u64,
-        /// The same requests timed from their actual send: the service's part.
-        from_send_p99_us: u64,
-        /// Purchases in the service at once on average (Little's law: accepted per second ×
-        /// their mean time from the send), beside the limit that refuses the next one.
-        in_flight: f64,
-        in_flight_limit: u64,
-        accepted_per_second: f64,
-        /// `503 overloaded` answers: none means the limit never turned anyone away.
-        overloaded: u64,
-    },
-    /// It accepted less than the bar's share of its capacity: refusing the excess cost it
-    /// the purchases it could have served.
-    FewAccepted {
-        accepted_per_second: f64,
-        capacity_per_second: f64,
-        bar_share: f64,
-        /// The admission limit of the instances together when the overload ended.
-        in_flight_limit: u64,
-    },
-    /// The p99 of `503 overloaded` answers, from their due time, reached the bar.
-    SlowRefusals {
-        p99_us: u64,
-        bar_us: u64,
-        from_send_p99_us: u64,
-    },
-    /// Answers neither a purchase nor `503 overloaded`: the excess was not refused at the door.
-    OtherAnswers {
-        count: u64,
-        /// Of which no answer at all (connection refused or reset, timeout).
-        transport_errors: u64,
-        /// The most frequent of them, in the report's words (`503 busy`, …).
-        most: String,
-    },
-    /// The app instances' resident memory rose while the overload went on.
-    MemoryGrew {
-        loaded_bytes: u64,
-        peak_bytes: u64,
-        margin_bytes: u64,
     },
 }
 

@@ -1,16 +1,18 @@
 //! The report's schema: every type `report.json` is made of, written and read by the same
 //! types ([`RunReport`] is the whole), with a version ([`SCHEMA_VERSION`]) so that a reader
 //! knows a report written by another `seckill-bench` when it sees one (see `schema::json`).
+//! The registered phases' own types are in their folders (`crate::phase`): the schema keeps
+//! what each put under its name ([`ByPhase`]).
 //!
 //! The measuring code fills these types and judges nothing; `analyse` computes the
 //! [`Findings`] from them, and the [`Fall`]s from them and the runs beside them; `report`
 //! renders them.
 
 mod baselines;
+mod by_phase;
 pub mod comparison;
 mod cpu;
 mod environment;
-mod expiry;
 mod falls;
 mod findings;
 mod flood;
@@ -18,23 +20,21 @@ pub mod history;
 pub mod json;
 mod load;
 mod other_engine;
-mod overload;
 mod record;
-mod round_trips;
 mod sale;
 mod scenario;
 mod stages;
 pub mod world;
 
 pub use baselines::{Baseline, BaselineName, StandardTool, ToolStatus};
+pub use by_phase::ByPhase;
 pub use cpu::{CpuUse, GROUPS, ProcessCpu, SATURATED_CORES};
 pub use environment::{DiskFlush, Environment};
-pub use expiry::{ExpiryCost, ExpiryPayments, ExpiryShape, ReturnLockUse};
 pub use falls::{BaselineFall, Fall, Fallen};
 pub use findings::{
-    BelowBaseline, ClientCheck, DoorRefused, ExpiryMiss, Findings, FloodMiss, GroupCpu, GroupWait,
-    MachineLoad, OverloadFinding, OverloadMiss, Pace, Peer, SaleFinding, SaleReading, ServerCpu,
-    StagePart, TimeFinding, ToolComparison, ToolFinding, ToolReading, ToolVerdict, WaitedIn,
+    BelowBaseline, ClientCheck, DoorRefused, Findings, FloodMiss, GroupCpu, GroupWait, MachineLoad,
+    Pace, Peer, SaleFinding, SaleReading, ServerCpu, StagePart, TimeFinding, ToolComparison,
+    ToolFinding, ToolReading, ToolVerdict, WaitedIn,
 };
 pub use flood::{
     CrowdResult, Fairness, FloodResult, FloodShape, FloodSlice, Kind, NoopFlood,
@@ -42,9 +42,7 @@ pub use flood::{
 };
 pub use load::{Bucket, HistogramData, LatencySummary, LoadResult, Loop, Repetitions, Spread};
 pub use other_engine::OtherEngine;
-pub use overload::{ByAnswer, Memory, OverloadResult, OverloadShape};
 pub use record::{Of, Phases, Sold, StrategyReport, Unmeasured};
-pub use round_trips::{RoundTripShape, RoundTrips};
 pub use sale::{Loops, ReplicaLag, SaleResult, ThroughputResult};
 pub use scenario::{Event, Row, ScenarioReport, Verdict};
 pub use stages::{StageTime, StageTimes};
@@ -140,19 +138,35 @@ impl RunReport {
         self.strategies.iter().filter_map(StrategyReport::sold)
     }
 
-    /// Whether `phase` (which says so from a strategy's phases) measured any strategy.
-    pub fn measured(&self, phase: impl Fn(&Phases) -> bool) -> bool {
-        self.strategies.iter().any(|s| phase(&s.phases))
+    /// Whether the registered phase `name` measured any strategy.
+    pub fn measured(&self, name: &str) -> bool {
+        self.strategies
+            .iter()
+            .any(|s| s.phases.registered.has(name))
     }
 
-    /// Each strategy's result of one phase (`result` picks it from the strategy's phases), in
-    /// the run's order.
-    pub fn each<'a, T>(&'a self, result: impl Fn(&'a Phases) -> Option<&'a T>) -> Vec<Of<'a, T>> {
+    /// Each strategy's result of the registered phase `name`, read as `T`, in the run's order.
+    pub fn each<T>(&self, name: &str) -> Vec<Of<'_, T>>
+    where
+        T: serde::de::DeserializeOwned + std::any::Any + Send + Sync,
+    {
         (self.strategies.iter())
             .filter_map(|s| {
                 Some(Of {
                     strategy: &s.strategy,
-                    result: result(&s.phases)?,
+                    result: s.phases.registered.get(name)?,
+                })
+            })
+            .collect()
+    }
+
+    /// Each strategy's flood, in the run's order.
+    pub fn floods(&self) -> Vec<Of<'_, FloodResult>> {
+        (self.strategies.iter())
+            .filter_map(|s| {
+                Some(Of {
+                    strategy: &s.strategy,
+                    result: s.phases.flood.as_ref()?,
                 })
             })
             .collect()
@@ -204,15 +218,9 @@ pub struct Settings {
     /// (0: the same as the generator's).
     #[serde(default)]
     pub server_niceness: i32,
-    /// How the overload phase offers its load (`None`: no overload phase).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub overload: Option<OverloadShape>,
-    /// The expiry phase's shape; `None`: skipped.
-    #[serde(default)]
-    pub expiry: Option<ExpiryShape>,
-    /// The round-trip phase's shape; `None`: skipped (the servers stood behind no relay).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub round_trips: Option<RoundTripShape>,
+    /// Each registered phase's shape, under its name (a phase not asked for is absent).
+    #[serde(flatten)]
+    pub phases: ByPhase,
     /// The app instances' latency budget (`--latency-budget-ms`): each lets in as many of a
     /// strategy's purchases at a time as it answers in this time (0: a fixed number). Absent
     /// from the reports written before it was recorded.

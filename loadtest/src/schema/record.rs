@@ -7,7 +7,7 @@ use std::ops::Deref;
 use app::api::StrategyInfo;
 use serde::{Deserialize, Serialize};
 
-use super::{ExpiryCost, FloodResult, Loops, OverloadResult, RoundTrips, SaleResult};
+use super::{ByPhase, FloodResult, Loops, SaleResult};
 
 /// Everything a run measured of one strategy.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -59,26 +59,19 @@ impl StrategyReport {
 }
 
 /// Each phase's result for one strategy, under the phase's name; a phase that did not measure
-/// the strategy is absent.
+/// the strategy is absent. The flood, which is not a registered phase, has its field; the
+/// registered phases read theirs by name ([`ByPhase`]).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Phases {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub flood: Option<FloodResult>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub overload: Option<OverloadResult>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub expiry: Option<ExpiryCost>,
-    #[serde(
-        default,
-        rename = "round-trips",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub round_trips: Option<RoundTrips>,
+    #[serde(flatten)]
+    pub registered: ByPhase,
 }
 
 impl Phases {
     fn is_empty(&self) -> bool {
-        *self == Phases::default()
+        self.flood.is_none() && self.registered.is_empty()
     }
 }
 

@@ -83,8 +83,9 @@ fn the_readme_results_section_is_what_the_program_writes_from_the_committed_run(
     let run = json::read(&run_path).unwrap();
     let link = readme::link(&readme_path, &run_path).unwrap();
     let picture = readme::picture(&readme_path, &link);
-    let written =
-        readme::replace(&text, &readme::section(&run, &link, picture.as_deref())).unwrap();
+    let phases = loadtest::phase::readme(&run);
+    let section = readme::section(&run, &link, &phases, picture.as_deref());
+    let written = readme::replace(&text, &section).unwrap();
     assert!(
         written == text,
         "README.md's results section is not what `seckill-bench readme` writes; run it"

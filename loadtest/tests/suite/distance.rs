@@ -9,11 +9,12 @@ use std::time::Duration;
 use app::api::Strategy;
 use clap::Parser;
 use loadtest::cli::{Cli, Command};
+use loadtest::phase::round_trips::{self, RoundTripShape, RoundTrips};
 use loadtest::rig::fleet::{AppBinary, Fleet};
 use loadtest::rig::{Stand, distance};
 use loadtest::scenario::{self, Name, Options, Selection};
+use loadtest::schema::Settings;
 use loadtest::schema::world::Distance;
-use loadtest::schema::{RoundTripShape, Settings};
 use testkit::Clicks;
 
 use crate::common;
@@ -93,23 +94,27 @@ async fn the_relays_count_a_purchase_s_round_trips_and_the_service_those_under_i
         Strategy::Pessimistic,
         Strategy::RedisLua,
     ];
-    let settings = Settings {
+    let mut settings = Settings {
         strategies: strategies.to_vec(),
-        // Enough purchases that a sweep or a renewal landing in a few of them moves the means
-        // by less than the half round trip told apart below: with 20, one purchase in three
-        // counting one more (or one less) left `conditional` 5.9 against `pessimistic` 6.3.
-        round_trips: Some(RoundTripShape { purchases: 60 }),
         ..common::quick(Strategy::Conditional)
     };
+    // Enough purchases that a sweep or a renewal landing in a few of them moves the means by
+    // less than the half round trip told apart below: with 20, one purchase in three counting
+    // one more (or one less) left `conditional` 5.9 against `pessimistic` 6.3.
+    let shape = RoundTripShape { purchases: 60 };
+    settings.phases.put(round_trips::NAME, shape);
     let out = tempfile::tempdir().unwrap();
     let output = loadtest::run::run_in(&settings, &target, out.path())
         .await
         .unwrap();
     common::drop_database(&target).await;
     let counted = |s: Strategy| {
-        let c = (output.report.each(|p| p.round_trips.as_ref()).into_iter())
-            .find(|c| c.strategy.name == s)
-            .unwrap_or_else(|| panic!("{s} counted"));
+        let c = (output
+            .report
+            .each::<RoundTrips>(round_trips::NAME)
+            .into_iter())
+        .find(|c| c.strategy.name == s)
+        .unwrap_or_else(|| panic!("{s} counted"));
         assert_eq!(c.placed, c.purchases, "{s}: every purchase placed: {c:?}");
         c.result.clone()
     };

@@ -7,8 +7,8 @@
 use crate::common;
 
 use app::api::Strategy;
+use loadtest::phase::expiry::{self, ExpiryCost, ExpiryShape};
 use loadtest::run::run_in;
-use loadtest::schema::ExpiryShape;
 
 const SHAPE: ExpiryShape = ExpiryShape {
     payment_window_ms: 500,
@@ -26,13 +26,13 @@ async fn the_expiry_phase_expires_unpaid_orders_only_while_the_sweeps_run_and_co
     let strategies = [Strategy::Conditional, Strategy::RedisLua, Strategy::Naive];
     let mut settings = common::quick(strategies[0]);
     settings.strategies = strategies.to_vec();
-    settings.expiry = Some(SHAPE);
+    settings.phases.put(expiry::NAME, SHAPE);
     let target = common::target();
     let out = tempfile::tempdir().unwrap();
     let run = run_in(&settings, &target, out.path()).await.unwrap();
     let report = &run.report;
 
-    let names: Vec<Strategy> = (report.each(|p| p.expiry.as_ref()).iter())
+    let names: Vec<Strategy> = (report.each::<ExpiryCost>(expiry::NAME).iter())
         .map(|c| c.strategy.name)
         .collect();
     assert_eq!(
@@ -40,7 +40,7 @@ async fn the_expiry_phase_expires_unpaid_orders_only_while_the_sweeps_run_and_co
         [Strategy::Conditional, Strategy::RedisLua],
         "the deployable strategies, and not the unsafe one"
     );
-    for c in report.each(|p| p.expiry.as_ref()) {
+    for c in report.each::<ExpiryCost>(expiry::NAME) {
         let name = c.strategy.name;
         eprintln!(
             "{name}: p99 with {} µs, without {} µs, ratios {:?}, expired {} in {:.1} s, {:?}",
@@ -74,14 +74,14 @@ async fn the_expiry_phase_expires_unpaid_orders_only_while_the_sweeps_run_and_co
 
     let read = loadtest::schema::json::read(&out.path().join("latest")).unwrap();
     assert_eq!(
-        read.each(|p| p.expiry.as_ref()),
-        report.each(|p| p.expiry.as_ref()),
+        read.each::<ExpiryCost>(expiry::NAME),
+        report.each::<ExpiryCost>(expiry::NAME),
         "the JSON holds the figures"
     );
-    assert_eq!(read.settings.expiry, Some(SHAPE));
+    assert_eq!(expiry::shape(&read.settings), Some(&SHAPE));
     let md = std::fs::read_to_string(out.path().join("latest/report.md")).unwrap();
     assert!(md.contains("## The expiry sweep beside purchases"), "{md}");
-    for c in report.each(|p| p.expiry.as_ref()) {
+    for c in report.each::<ExpiryCost>(expiry::NAME) {
         assert!(
             md.lines()
                 .any(|l| l.starts_with(&format!("| `{}` |", c.strategy.name))

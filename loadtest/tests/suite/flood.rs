@@ -110,8 +110,8 @@ async fn safe_strategies_keep_the_stock_and_one_per_customer_through_a_flood_and
 {
     let strategies = [Strategy::Conditional, Strategy::RedisLua, Strategy::Batched];
     let (report, out) = flood(&strategies).await;
-    assert_eq!(report.each(|p| p.flood.as_ref()).len(), strategies.len());
-    for f in report.each(|p| p.flood.as_ref()) {
+    assert_eq!(report.floods().len(), strategies.len());
+    for f in report.floods() {
         let name = f.strategy.name;
         assert_eq!(f.strategy.safety, Safety::Safe);
         assert_every_click_counted(&f);
@@ -159,7 +159,7 @@ async fn safe_strategies_keep_the_stock_and_one_per_customer_through_a_flood_and
     let flood_section = &html[html
         .find("<section id=\"flood\">")
         .expect("a flood section")..];
-    for f in report.each(|p| p.flood.as_ref()) {
+    for f in report.floods() {
         assert!(
             flood_section.contains(&format!("data-chart=\"flood-{}.svg\"", f.strategy.name)),
             "{}'s flood chart is drawn in the page",
@@ -214,7 +214,7 @@ async fn early_bots_are_refused_however_late_their_clicks_reach_the_service() {
         ..shape()
     };
     let (report, _out) = flood_of(&[Strategy::Conditional], shape).await;
-    let f = report.each(|p| p.flood.as_ref())[0];
+    let f = report.floods()[0];
     assert_every_click_counted(&f);
     assert!(f.early_clicks > 0, "{f:?}");
     assert_eq!(
@@ -236,7 +236,7 @@ async fn racy_limit_lets_one_account_buy_more_than_once_in_a_flood() {
     // nothing yet" overlap, so several pass. Rounds in case one flood's timing lines them up.
     for round in 1..=3 {
         let (report, out) = flood(&[Strategy::RacyLimit]).await;
-        let f = report.each(|p| p.flood.as_ref())[0];
+        let f = report.floods()[0];
         assert_every_click_counted(&f);
         assert_eq!(
             f.crowd.accounting.oversell, 0,
@@ -274,7 +274,7 @@ async fn sold_first_come_the_same_crowd_is_served_in_the_order_it_clicked_and_no
     let units = shape.units;
     let strategies = [Strategy::Conditional, Strategy::RedisLuaStream];
     let (report, out) = flood_of(&strategies, shape).await;
-    for f in report.each(|p| p.flood.as_ref()) {
+    for f in report.floods() {
         let name = f.strategy.name;
         let fc = f
             .first_come

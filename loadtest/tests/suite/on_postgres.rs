@@ -5,9 +5,10 @@
 use crate::common;
 
 use app::api::Strategy;
+use loadtest::phase::expiry::{self, ExpiryCost, ExpiryShape};
 use loadtest::run::run_in;
 use loadtest::schema::world::Engine;
-use loadtest::schema::{BaselineName, ExpiryShape, FloodShape, ToolStatus};
+use loadtest::schema::{BaselineName, FloodShape, ToolStatus};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_run_on_postgres_sells_exactly_the_stock_and_measures_its_baselines_beside_pgbench() {
@@ -23,13 +24,14 @@ async fn a_run_on_postgres_sells_exactly_the_stock_and_measures_its_baselines_be
         kill_mid_sale: false,
         ..crate::flood::shape()
     });
-    settings.expiry = Some(ExpiryShape {
+    let shape = ExpiryShape {
         payment_window_ms: 500,
         non_payer_share: 0.3,
         warmup: 1.5,
         seconds: 1.5,
         rounds: 1,
-    });
+    };
+    settings.phases.put(expiry::NAME, shape);
     let out = tempfile::tempdir().unwrap();
     let output = run_in(&settings, &target, out.path()).await.unwrap();
     drop_database(&target).await;
@@ -57,7 +59,8 @@ async fn a_run_on_postgres_sells_exactly_the_stock_and_measures_its_baselines_be
     );
     let flood = record.phases.flood.as_ref().expect("the flood");
     assert_eq!(flood.crowd.beyond_limit, 0, "{flood:?}");
-    let expiry = record.phases.expiry.as_ref().expect("the expiry sweep");
+    let expiry: &ExpiryCost =
+        (record.phases.registered.get(expiry::NAME)).expect("the expiry sweep");
     assert!(expiry.expired > 0, "{expiry:?}");
 
     // The SQL baselines on PostgreSQL, each beside pgbench running the same statements.

@@ -7,8 +7,9 @@
 use crate::common;
 
 use app::api::{Safety, Strategy};
+use loadtest::phase::overload::{self, OverloadResult, OverloadShape};
 use loadtest::run::run_in;
-use loadtest::schema::{OverloadResult, OverloadShape, RunReport};
+use loadtest::schema::RunReport;
 
 const SHAPE: OverloadShape = OverloadShape {
     factor: 3.0,
@@ -62,14 +63,14 @@ async fn run_the_phase() -> Crowd {
     let strategies = [Strategy::Conditional, Strategy::RedisLua, Strategy::Naive];
     let mut settings = common::quick(strategies[0]);
     settings.strategies = strategies.to_vec();
-    settings.overload = Some(SHAPE);
+    settings.phases.put(overload::NAME, SHAPE);
     let target = common::target();
     let out = tempfile::tempdir().unwrap();
     let run = run_in(&settings, &target, out.path()).await.unwrap();
     let report: &RunReport = &run.report;
 
     let names: Vec<Strategy> = report
-        .each(|p| p.overload.as_ref())
+        .each::<OverloadResult>(overload::NAME)
         .iter()
         .map(|o| o.strategy.name)
         .collect();
@@ -79,7 +80,7 @@ async fn run_the_phase() -> Crowd {
         "the deployable strategies, and not the unsafe one"
     );
     let mut crowd = None;
-    for o in report.each(|p| p.overload.as_ref()) {
+    for o in report.each::<OverloadResult>(overload::NAME) {
         let name = o.strategy.name;
         eprintln!(
             "{name}: capacity {:.0}/s, offered {:.0}/s, accepted {:.0}/s, 503 {}, other {}, \
@@ -166,14 +167,14 @@ async fn run_the_phase() -> Crowd {
 
     let read = loadtest::schema::json::read(&out.path().join("latest")).unwrap();
     assert_eq!(
-        read.each(|p| p.overload.as_ref()),
-        report.each(|p| p.overload.as_ref()),
+        read.each::<OverloadResult>(overload::NAME),
+        report.each::<OverloadResult>(overload::NAME),
         "the JSON holds the figures"
     );
-    assert_eq!(read.settings.overload, Some(SHAPE));
+    assert_eq!(overload::shape(&read.settings), Some(&SHAPE));
     let md = std::fs::read_to_string(out.path().join("latest/report.md")).unwrap();
     assert!(md.contains("## Overload: 3 × capacity"), "{md}");
-    for o in report.each(|p| p.overload.as_ref()) {
+    for o in report.each::<OverloadResult>(overload::NAME) {
         let row = md
             .lines()
             .find(|l| {
@@ -193,7 +194,7 @@ async fn run_the_phase() -> Crowd {
     let section = &html[html
         .find("<section id=\"overload\">")
         .expect("an overload section")..];
-    for o in report.each(|p| p.overload.as_ref()) {
+    for o in report.each::<OverloadResult>(overload::NAME) {
         assert!(
             section.contains(&format!("<code>{}</code>", o.strategy.name)),
             "{} has no row in the page's overload table",
@@ -206,7 +207,10 @@ async fn run_the_phase() -> Crowd {
         .filter(|allotment| allotment.phase == "overload")
         .map(|allotment| allotment.product())
         .collect();
-    assert_eq!(products.len(), report.each(|p| p.overload.as_ref()).len());
+    assert_eq!(
+        products.len(),
+        report.each::<OverloadResult>(overload::NAME).len()
+    );
     for product in products {
         let orders: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM orders WHERE product_id = ?")
             .bind(product)

@@ -54,7 +54,7 @@ async fn redis_stock_on_a_cluster_keeps_every_unit_through_a_flood_and_a_sale_an
         report.world.map(|w| w.topology),
         Some(Topology::RedisCluster)
     );
-    for f in report.each(|p| p.flood.as_ref()) {
+    for f in report.floods() {
         let a = &f.crowd.accounting;
         assert_eq!(
             (a.oversell, f.crowd.beyond_limit, a.stranded),
@@ -74,7 +74,7 @@ async fn redis_stock_on_a_cluster_keeps_every_unit_through_a_flood_and_a_sale_an
         );
         assert_eq!(a.units_sold, a.initial_stock, "{}: {a:?}", s.strategy.name);
     }
-    assert_eq!(report.each(|p| p.flood.as_ref()).len(), 3);
+    assert_eq!(report.floods().len(), 3);
     assert_eq!(report.strategies.len(), 3);
     let md = std::fs::read_to_string(output.dir.join("report.md")).unwrap();
     assert!(

@@ -9,7 +9,7 @@ use app::api::Strategy;
 use loadtest::rig::Target;
 use loadtest::run::{RunOutput, run_in};
 use loadtest::schema::world::Distance;
-use loadtest::schema::{OPEN_RATE_SHARE, Settings};
+use loadtest::schema::{ByPhase, OPEN_RATE_SHARE, Settings};
 use sandbox::Endpoints;
 
 /// The variable `cargo xtask test` sets to the `seckill-app` its workspace build just made.
@@ -91,9 +91,7 @@ pub fn quick(strategy: Strategy) -> Settings {
         flood: None,
         only_flood: false,
         server_niceness: 0,
-        overload: None,
-        expiry: None,
-        round_trips: None,
+        phases: ByPhase::default(),
         latency_budget_ms: None,
     }
 }

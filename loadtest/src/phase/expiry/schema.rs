@@ -3,9 +3,10 @@
 //! pays, the others pay at once — run with every instance's sweep running and with every sweep
 //! paused, in interleaved rounds.
 
+use app::api::Strategy;
 use serde::{Deserialize, Serialize};
 
-use super::LoadResult;
+use crate::schema::LoadResult;
 
 /// How the expiry phase runs (the same for every strategy of a run).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -116,5 +117,104 @@ impl ExpiryCost {
     /// Orders the sweeps expired per second while they ran.
     pub fn expired_per_second(&self) -> f64 {
         self.expired as f64 / self.swept_seconds.max(f64::MIN_POSITIVE)
+    }
+}
+
+/// What the expiry phase found wrong with one strategy.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "bar", rename_all = "kebab-case")]
+pub enum ExpiryMiss {
+    /// The sweep added more than `bar_percent` to the purchases' p99 (the median round).
+    CostlySweep {
+        strategy: Strategy,
+        added_percent: f64,
+        bar_percent: f64,
+        with_p99_us: u64,
+        without_p99_us: u64,
+        expired_per_second: f64,
+    },
+    /// The sweeps expired nothing while they ran: the rounds compared nothing.
+    NothingExpired { strategy: Strategy },
+    /// Orders expired while every sweep was paused: the rounds without it were not.
+    PausedSweepExpired { strategy: Strategy, expired: u64 },
+    /// Orders of other products fell due while the sweeps ran: the rounds with the sweep
+    /// measured the expiry of those too, ahead of the loop's own.
+    OthersDue { strategy: Strategy, orders: u64 },
+}
+
+impl ExpiryMiss {
+    /// The strategy whose rounds this miss leaves comparing nothing (all but a costly sweep).
+    pub fn spoilt(&self) -> Option<Strategy> {
+        match self {
+            ExpiryMiss::CostlySweep { .. } => None,
+            ExpiryMiss::NothingExpired { strategy }
+            | ExpiryMiss::PausedSweepExpired { strategy, .. }
+            | ExpiryMiss::OthersDue { strategy, .. } => Some(*strategy),
+        }
+    }
+}
+
+/// The sample run's expiry sweep, for the tests of the renderings and the analyses.
+#[cfg(test)]
+pub mod sample {
+    use app::api::Strategy;
+
+    use super::{ExpiryCost, ExpiryPayments, ExpiryShape, ReturnLockUse};
+    use crate::sample::{Tagged, load};
+    use crate::schema::{Loop, RunReport};
+
+    /// Puts the expiry phase's shape in `report`'s settings, and `conditional`'s rounds in its
+    /// record.
+    pub fn put(report: &mut RunReport) {
+        report
+            .settings
+            .phases
+            .put(super::super::NAME, expiry_shape());
+        let cost = expiry_cost(Strategy::Conditional, &[1.04, 1.08, 0.97], 900).result;
+        (crate::sample::phases(report, Strategy::Conditional).registered)
+            .put(super::super::NAME, cost);
+    }
+
+    /// A strategy's expiry phase: one round per ratio, the loop without the sweep at p99 10 ms and
+    /// the one with it at `ratio` × that, `expired` orders expired in 2 s of sweeping.
+    pub fn expiry_cost(strategy: Strategy, ratios: &[f64], expired: u64) -> Tagged<ExpiryCost> {
+        let with_p99 = |ratio: f64| {
+            let mut run = load(Loop::Closed, 400);
+            run.latency.p99_us = (10_000.0 * ratio).round() as u64;
+            run
+        };
+        let mut sorted = ratios.to_vec();
+        sorted.sort_by(f64::total_cmp);
+        Tagged::new(
+            strategy,
+            ExpiryCost {
+                with_sweep: with_p99(sorted[(sorted.len() - 1) / 2]),
+                without_sweep: with_p99(1.0),
+                p99_ratios: ratios.to_vec(),
+                expired,
+                swept_seconds: 2.0,
+                expired_unswept: 0,
+                others_due: 0,
+                payments: ExpiryPayments {
+                    bought: 10 * expired / 3,
+                    never_paid: expired,
+                    paid: 10 * expired / 3 - expired,
+                    too_late: 0,
+                    refused: 0,
+                },
+                return_lock: ReturnLockUse::default(),
+            },
+        )
+    }
+
+    /// The shape of the sample's expiry phase.
+    pub fn expiry_shape() -> ExpiryShape {
+        ExpiryShape {
+            payment_window_ms: 500,
+            non_payer_share: 0.3,
+            warmup: 0.3,
+            seconds: 1.0,
+            rounds: 3,
+        }
     }
 }

@@ -7,7 +7,8 @@
 use app::api::ErrorCode;
 use testkit::Outcomes;
 
-use crate::schema::{Of, OverloadFinding, OverloadMiss, OverloadResult};
+use super::schema::{OverloadFinding, OverloadMiss, OverloadResult};
+use crate::schema::Of;
 
 /// The p99 of accepted purchases, from their due time, must stay under this.
 pub const ACCEPTED_P99_BAR_US: u64 = 1_000_000;
@@ -122,8 +123,8 @@ fn most_frequent_other(o: &Outcomes) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sample::{Tagged, overload};
-    use crate::schema::OverloadMiss;
+    use crate::phase::overload::schema::sample::overload;
+    use crate::sample::Tagged;
 
     #[test]
     fn a_strategy_within_every_bar_has_no_finding() {

@@ -1,17 +1,16 @@
-//! The overload phase's section of the report: how the load was offered, each strategy in one row, and a sentence for every
-//! bar a strategy missed, from the figures that say why.
+//! The overload phase's section of the report: how the load was offered, each strategy in one
+//! row, and a sentence for every bar a strategy missed, from the figures that say why.
 
 use std::fmt::Write;
 
-use super::section::Section;
-use super::table::Table;
-use crate::analyse::overload::{
+use super::judge::{
     ACCEPTED_P99_BAR_US, ACCEPTED_SHARE_BAR, EXCESS_SHARE_OF_CEILING, MEMORY_MARGIN_BYTES,
     MEMORY_MARGIN_SHARE, REFUSAL_P99_BAR_US,
 };
-use crate::schema::{
-    LatencySummary, Of, OverloadFinding, OverloadMiss, OverloadResult, OverloadShape,
-};
+use super::schema::{OverloadFinding, OverloadMiss, OverloadResult, OverloadShape};
+use crate::report::section::Section;
+use crate::report::table::Table;
+use crate::schema::{LatencySummary, Of};
 
 /// The section, or nothing when the run had no overload phase.
 pub fn section(
@@ -314,8 +313,8 @@ pub fn miss(m: &OverloadMiss) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analyse::overload::finding;
-    use crate::sample::{overload, overload_shape};
+    use crate::phase::overload::judge::finding;
+    use crate::phase::overload::schema::sample::{overload, overload_shape};
 
     #[test]
     fn a_strategy_offered_less_than_the_factor_is_named_with_the_machines_ceiling() {

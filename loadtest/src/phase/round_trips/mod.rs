@@ -17,6 +17,10 @@
 //! order) falls in the purchases it overlaps, one each on average: round trips the service
 //! spends for it, if not ones its buyer waits for. The quiet second before the purchases is
 //! reported beside them (`idle_per_second`), to tell how much there was to leave out.
+//!
+//! Its figures and shape are in [`schema`].
+
+pub mod schema;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -30,7 +34,17 @@ use super::{About, Allotment, Measured, Measuring, Needs, Phase, Recorded, Run, 
 use crate::report::section::Section;
 use crate::report::table::Table;
 use crate::rig::distance::{self, Relays};
-use crate::schema::{Findings, RoundTrips, RunReport, Settings};
+use crate::schema::{Findings, RunReport, Settings};
+
+pub use schema::{RoundTripShape, RoundTrips};
+
+/// Its name: in the report, the settings and the errors.
+pub const NAME: &str = "round-trips";
+
+/// The shape the run asked of it; `None`: not asked.
+pub fn shape(settings: &Settings) -> Option<RoundTripShape> {
+    settings.phases.get(NAME).copied()
+}
 
 /// How long the servers are watched with nobody buying, before the purchases.
 const QUIET: Duration = Duration::from_secs(1);
@@ -46,21 +60,22 @@ pub struct RoundTripCount;
 impl Phase for RoundTripCount {
     fn about(&self) -> About {
         About {
-            name: "round-trips",
+            name: NAME,
             label: "round trips",
             needs: Needs {
                 deployable: false,
                 products: 1,
+                refusal_ceiling: false,
             },
         }
     }
 
     fn asked(&self, settings: &Settings) -> bool {
-        settings.round_trips.is_some()
+        shape(settings).is_some()
     }
 
     fn doing(&self, settings: &Settings, _: &Measuring<'_>) -> String {
-        let purchases = settings.round_trips.map_or(0, |s| s.purchases);
+        let purchases = shape(settings).map_or(0, |s| s.purchases);
         format!("round trips of {purchases} purchases, one at a time")
     }
 
@@ -69,10 +84,6 @@ impl Phase for RoundTripCount {
     }
 
     fn judge(&self, _: &RunReport, _: &mut Findings) {}
-
-    fn measured(&self, report: &RunReport) -> bool {
-        report.measured(|p| p.round_trips.is_some())
-    }
 
     fn section(&self, r: &RunReport) -> Section {
         section(r)
@@ -89,7 +100,7 @@ async fn measure_one(
     strategy: &Measuring<'_>,
     allotment: &Allotment,
 ) -> Result<Recorded> {
-    let shape = (run.settings.round_trips).context("the run has no round-trip shape")?;
+    let shape = shape(run.settings).context("the run has no round-trip shape")?;
     let relays = (run.relays).context("the servers stand behind no relay to count round trips")?;
     let warm_up = u64::from(run.app.db_pool_size) * run.api.bases.len() as u64;
     let counted = count(
@@ -101,9 +112,7 @@ async fn measure_one(
         warm_up,
     )
     .await?;
-    Ok(Recorded::new(move |phases| {
-        phases.round_trips = Some(counted)
-    }))
+    Ok(Recorded::new(counted))
 }
 
 /// Counts `purchases` purchases of `info`'s strategy, one at a time, on `allotment`'s
@@ -264,8 +273,8 @@ pub const KINDS: [&str; 6] = [
 
 /// The phase's section: each strategy's round trips per purchase, by server.
 fn section(r: &RunReport) -> Section {
-    let counted = r.each(|p| p.round_trips.as_ref());
-    let (Some(shape), false) = (r.settings.round_trips, counted.is_empty()) else {
+    let counted = r.each::<RoundTrips>(NAME);
+    let (Some(shape), false) = (shape(&r.settings), counted.is_empty()) else {
         return Section::default();
     };
     let mut s = Section::titled("Round trips per purchase");

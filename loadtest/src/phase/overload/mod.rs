@@ -8,6 +8,13 @@
 //! it tells a feed of each answer with that latency, which this phase splits by answer. The
 //! requests are also timed here from their actual send, so that the wait of a request in the
 //! generator (behind schedule on a busy machine) shows apart from the service's time.
+//!
+//! Its figures and shape are in [`schema`], its bars in [`judge`], its section of the report in
+//! [`section`].
+
+pub mod judge;
+pub mod schema;
+pub mod section;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -19,18 +26,35 @@ use testkit::{Answer, Api};
 use tokio::sync::broadcast::{Receiver, error::RecvError};
 use tokio::time::Instant;
 
-use super::{About, Allotment, Measured, Measuring, Needs, Phase, Recorded, Run, Turn};
-use crate::analyse::overload::EXCESS_SHARE_OF_CEILING;
+use super::{
+    About, Allotment, Measured, Measuring, Needs, Phase, Recorded, Run, Turn, connections,
+    in_flight_limit,
+};
 use crate::drive::latency::Latencies;
 use crate::drive::load::{Window, open_loop_feeding};
 use crate::live::{Feed, Update};
 use crate::measure::memory::{self, Watch};
 use crate::measure::throughput::{Buyers, ThroughputPlan, UNLIMITED, settle};
 use crate::report::section::Section;
-use crate::schema::world::World;
-use crate::schema::{
-    ByAnswer, Findings, Memory, OverloadResult, OverloadShape, RunReport, Settings,
-};
+use crate::schema::{Findings, RunReport, Settings};
+use judge::EXCESS_SHARE_OF_CEILING;
+
+pub use schema::{ByAnswer, Memory, OverloadFinding, OverloadMiss, OverloadResult, OverloadShape};
+
+/// Its name: in the report, the settings, the findings and the errors.
+pub const NAME: &str = "overload";
+
+/// The shape the run asked of it; `None`: not asked.
+pub fn shape(settings: &Settings) -> Option<&OverloadShape> {
+    settings.phases.get(NAME)
+}
+
+/// The bars each strategy missed.
+pub fn found(findings: &Findings) -> &[OverloadFinding] {
+    (findings.phases.get::<Vec<OverloadFinding>>(NAME))
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+}
 
 /// One strategy's overload.
 pub struct OverloadPlan<'a> {
@@ -65,18 +89,6 @@ pub fn offered(factor: f64, capacity: f64, ceiling: Option<f64>) -> f64 {
         _ => excess,
     };
     (capacity + excess).max(1.0)
-}
-
-/// Purchases the world's app instances take at once before refusing, all together.
-pub fn in_flight_limit(world: &World, app: &app::config::Config) -> u64 {
-    world.instances as u64 * u64::from(app.max_in_flight)
-}
-
-/// The open-loop workers for instances that refuse past `in_flight_limit`: enough that the
-/// service's limit, not the number of workers, decides what waits, with `buyers` more to
-/// carry the refusals while the limit is full.
-pub fn connections(in_flight_limit: u64, buyers: usize) -> usize {
-    usize::try_from(in_flight_limit).unwrap_or(usize::MAX) + buyers
 }
 
 /// Offers the strategy `factor` × its capacity for the shape's window, then leaves its product
@@ -217,21 +229,22 @@ pub struct Overload;
 impl Phase for Overload {
     fn about(&self) -> About {
         About {
-            name: "overload",
+            name: NAME,
             label: "overload",
             needs: Needs {
                 deployable: true,
                 products: 1,
+                refusal_ceiling: true,
             },
         }
     }
 
     fn asked(&self, settings: &Settings) -> bool {
-        settings.overload.is_some()
+        shape(settings).is_some()
     }
 
     fn doing(&self, settings: &Settings, strategy: &Measuring<'_>) -> String {
-        let factor = settings.overload.as_ref().map_or(0.0, |shape| shape.factor);
+        let factor = shape(settings).map_or(0.0, |shape| shape.factor);
         let capacity = strategy.closed.successes_per_sec;
         format!("overload {:.0}/s", offered(factor, capacity, None))
     }
@@ -241,26 +254,23 @@ impl Phase for Overload {
     }
 
     fn judge(&self, report: &RunReport, findings: &mut Findings) {
-        findings.overload = (report.each(|p| p.overload.as_ref()).iter())
-            .filter_map(crate::analyse::overload::finding)
+        let found: Vec<OverloadFinding> = (report.each::<OverloadResult>(NAME).iter())
+            .filter_map(judge::finding)
             .collect();
-    }
-
-    fn measured(&self, report: &RunReport) -> bool {
-        report.measured(|p| p.overload.is_some())
+        findings.phases.put(NAME, found);
     }
 
     fn section(&self, r: &RunReport) -> Section {
-        crate::report::overload::section(
-            r.settings.overload.as_ref(),
-            &r.each(|p| p.overload.as_ref()),
-            &r.findings.overload,
+        section::section(
+            shape(&r.settings),
+            &r.each::<OverloadResult>(NAME),
+            found(&r.findings),
         )
     }
 
     fn went_wrong(&self, r: &RunReport) -> Option<String> {
-        let findings = &r.findings.overload;
-        (!findings.is_empty()).then(|| crate::report::overload::went_wrong(findings))
+        let findings = found(&r.findings);
+        (!findings.is_empty()).then(|| section::went_wrong(findings))
     }
 }
 
@@ -271,7 +281,7 @@ async fn measure_one(
     strategy: &Measuring<'_>,
     allotment: &Allotment,
 ) -> Result<Recorded> {
-    let shape = (run.settings.overload.as_ref()).context("the run has no overload shape")?;
+    let shape = shape(run.settings).context("the run has no overload shape")?;
     let in_flight_limit = in_flight_limit(run.world, run.app);
     let plan = OverloadPlan {
         strategy: strategy.info,
@@ -285,7 +295,7 @@ async fn measure_one(
         refusal_ceiling: run.refusal_ceiling,
     };
     let result = run_overload(run.api, &plan).await?;
-    Ok(Recorded::new(move |phases| phases.overload = Some(result)))
+    Ok(Recorded::new(result))
 }
 
 #[cfg(test)]

@@ -1,13 +1,15 @@
-//! The expiry phase's section of the report: how the sweep was set against the purchases, each strategy in one row, the
-//! payments that came too late or were refused, and a sentence for every strategy whose sweep
-//! cost more than the bar or whose rounds compared nothing.
+//! The expiry phase's section of the report: how the sweep was set against the purchases, each
+//! strategy in one row, the payments that came too late or were refused, and a sentence for
+//! every strategy whose sweep cost more than the bar or whose rounds compared nothing; and its
+//! line of the README's results section.
 
 use std::fmt::Write;
 
-use super::section::Section;
-use super::table::Table;
-use crate::analyse::expiry::P99_BAR_PERCENT;
-use crate::schema::{ExpiryCost, ExpiryMiss, ExpiryShape, Of};
+use super::judge::P99_BAR_PERCENT;
+use super::schema::{ExpiryCost, ExpiryMiss, ExpiryShape};
+use crate::report::section::Section;
+use crate::report::table::Table;
+use crate::schema::Of;
 
 /// The section, or nothing when the run had no expiry phase.
 pub fn section(
@@ -167,6 +169,40 @@ fn added(c: &ExpiryCost) -> String {
     format!("{:+.0}% ({})", 100.0 * median, rounds.join(", "))
 }
 
+/// The README's line: the least and the most the sweep added, over the strategies whose rounds
+/// compared something; `None` when none did.
+pub fn readme(
+    shape: &ExpiryShape,
+    costs: &[Of<'_, ExpiryCost>],
+    misses: &[ExpiryMiss],
+) -> Option<String> {
+    let spoilt: Vec<_> = misses.iter().filter_map(ExpiryMiss::spoilt).collect();
+    let added: Vec<f64> = (costs.iter())
+        .filter(|c| !spoilt.contains(&c.strategy.name))
+        .filter_map(|c| c.p99_added())
+        .collect();
+    if added.is_empty() {
+        return None;
+    }
+    let within = (added.iter())
+        .filter(|a| 100.0 * **a <= P99_BAR_PERCENT)
+        .count();
+    let (least, most) =
+        (added.iter()).fold((f64::MAX, f64::MIN), |(l, m), a| (l.min(*a), m.max(*a)));
+    let left_out = match costs.len() - added.len() {
+        0 => String::new(),
+        n => format!(" ({n} more whose rounds compared nothing, as the report says)"),
+    };
+    Some(format!(
+        "The expiry sweep, {}, added {:+.0}% to {:+.0}% to the purchases' p99 (each strategy's \
+         median round); {within} of {} strategies within {P99_BAR_PERCENT:.0}%{left_out}.",
+        workload(shape),
+        100.0 * least,
+        100.0 * most,
+        added.len(),
+    ))
+}
+
 /// A sentence for every strategy that missed, or one saying none did.
 pub fn went_wrong(misses: &[ExpiryMiss]) -> String {
     if misses.is_empty() {
@@ -229,9 +265,9 @@ mod tests {
     use app::api::Strategy;
 
     use super::*;
-    use crate::analyse::expiry::misses;
-    use crate::sample::{expiry_cost, expiry_shape};
-    use crate::schema::ReturnLockUse;
+    use crate::phase::expiry::judge::misses;
+    use crate::phase::expiry::schema::ReturnLockUse;
+    use crate::phase::expiry::schema::sample::{expiry_cost, expiry_shape};
 
     #[test]
     fn the_section_has_a_row_per_strategy_with_the_median_round_and_every_round() {
@@ -346,5 +382,25 @@ mod tests {
         let c = expiry_cost(Strategy::Conditional, &[1.0], 1);
         assert!(section(None, &[c.of()], &[]).is_empty());
         assert!(section(Some(&expiry_shape()), &[], &[]).is_empty());
+    }
+
+    #[test]
+    fn the_readme_line_leaves_out_the_strategies_whose_rounds_compared_nothing() {
+        let mut run = crate::sample::report();
+        (crate::sample::phases(&mut run, Strategy::RedisLua).registered).put(
+            crate::phase::expiry::NAME,
+            expiry_cost(Strategy::RedisLua, &[0.9, 0.66, 1.57], 0).result,
+        );
+        run.findings = crate::phase::findings(&run);
+        let lines = crate::phase::readme(&run);
+        assert_eq!(
+            lines,
+            [
+                "The expiry sweep, expiring the orders of the 30% of buyers who never pay, beside \
+              the purchases, added +4% to +4% to the purchases' p99 (each strategy's median \
+              round); 1 of 1 strategies within 10% (1 more whose rounds compared nothing, as \
+              the report says)."
+            ],
+        );
     }
 }

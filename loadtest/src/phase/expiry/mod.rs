@@ -19,6 +19,13 @@
 //! expiry instead. No phase leaves any (the benchmark's products give their orders the longest
 //! payment window); each loop with the sweep counts them first, and a count above zero is a
 //! finding.
+//!
+//! Its figures and shape are in [`schema`], its bar in [`judge`], its section of the report and
+//! its line of the README in [`section`].
+
+pub mod judge;
+pub mod schema;
+pub mod section;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -33,13 +40,27 @@ use crate::drive::load::{Window, closed_loop_feeding};
 use crate::measure::cashier::{Cashier, Till};
 use crate::measure::throughput::{ThroughputPlan, UNLIMITED, settle};
 use crate::report::section::Section;
-use crate::schema::{
-    ExpiryCost, ExpiryPayments, ExpiryShape, Findings, LoadResult, ReturnLockUse, RunReport,
-    Settings,
-};
+use crate::schema::{Findings, LoadResult, RunReport, Settings};
 use app::api::{ResetProduct, StrategyInfo};
 use testkit::metrics::series_values;
 use testkit::{Api, order_request};
+
+pub use schema::{ExpiryCost, ExpiryMiss, ExpiryPayments, ExpiryShape, ReturnLockUse};
+
+/// Its name: in the report, the settings, the findings and the errors.
+pub const NAME: &str = "expiry";
+
+/// The shape the run asked of it; `None`: not asked.
+pub fn shape(settings: &Settings) -> Option<&ExpiryShape> {
+    settings.phases.get(NAME)
+}
+
+/// Its bar missed, or its measurement spoilt, per strategy.
+pub fn found(findings: &Findings) -> &[ExpiryMiss] {
+    (findings.phases.get::<Vec<ExpiryMiss>>(NAME))
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+}
 
 /// The expiry phase's payment window: long enough for a buyer who pays at once to pay in time
 /// on a loaded machine, short enough that the unpaid orders of a loop fall due early in it.
@@ -263,17 +284,18 @@ pub struct Expiry;
 impl Phase for Expiry {
     fn about(&self) -> About {
         About {
-            name: "expiry",
+            name: NAME,
             label: "expiry sweep",
             needs: Needs {
                 deployable: true,
                 products: 1,
+                refusal_ceiling: false,
             },
         }
     }
 
     fn asked(&self, settings: &Settings) -> bool {
-        settings.expiry.is_some()
+        shape(settings).is_some()
     }
 
     fn doing(&self, _: &Settings, _: &Measuring<'_>) -> String {
@@ -285,24 +307,30 @@ impl Phase for Expiry {
     }
 
     fn judge(&self, report: &RunReport, findings: &mut Findings) {
-        findings.expiry = crate::analyse::expiry::misses(&report.each(|p| p.expiry.as_ref()));
-    }
-
-    fn measured(&self, report: &RunReport) -> bool {
-        report.measured(|p| p.expiry.is_some())
+        findings
+            .phases
+            .put(NAME, judge::misses(&report.each::<ExpiryCost>(NAME)));
     }
 
     fn section(&self, r: &RunReport) -> Section {
-        crate::report::expiry::section(
-            r.settings.expiry.as_ref(),
-            &r.each(|p| p.expiry.as_ref()),
-            &r.findings.expiry,
+        section::section(
+            shape(&r.settings),
+            &r.each::<ExpiryCost>(NAME),
+            found(&r.findings),
         )
     }
 
     fn went_wrong(&self, r: &RunReport) -> Option<String> {
-        let misses = &r.findings.expiry;
-        (!misses.is_empty()).then(|| crate::report::expiry::went_wrong(misses))
+        let misses = found(&r.findings);
+        (!misses.is_empty()).then(|| section::went_wrong(misses))
+    }
+
+    fn readme(&self, r: &RunReport) -> Option<String> {
+        section::readme(
+            shape(&r.settings)?,
+            &r.each::<ExpiryCost>(NAME),
+            found(&r.findings),
+        )
     }
 }
 
@@ -312,14 +340,14 @@ async fn measure_one(
     strategy: &Measuring<'_>,
     allotment: &Allotment,
 ) -> Result<Recorded> {
-    let shape = (run.settings.expiry.as_ref()).context("the run has no expiry shape")?;
+    let shape = shape(run.settings).context("the run has no expiry shape")?;
     let plan = ExpiryPlan {
         strategy: strategy.info,
         shape,
         buyers: strategy.buyers(allotment),
     };
     let cost = run_expiry(run.api, run.db, &plan).await?;
-    Ok(Recorded::new(move |phases| phases.expiry = Some(cost)))
+    Ok(Recorded::new(cost))
 }
 
 #[cfg(test)]

@@ -4,7 +4,8 @@
 //! that expired while every sweep was paused, or other products' orders that fell due while
 //! the sweeps ran.
 
-use crate::schema::{ExpiryCost, ExpiryMiss, Of};
+use super::schema::{ExpiryCost, ExpiryMiss};
+use crate::schema::Of;
 
 /// What the sweep may add to the purchases' p99, in percent (the median round's).
 pub const P99_BAR_PERCENT: f64 = 10.0;
@@ -51,7 +52,7 @@ mod tests {
     use app::api::Strategy;
 
     use super::*;
-    use crate::sample::expiry_cost;
+    use crate::phase::expiry::schema::sample::expiry_cost;
 
     #[test]
     fn a_sweep_adding_more_than_the_bar_to_the_median_rounds_p99_misses_it() {

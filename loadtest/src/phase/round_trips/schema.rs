@@ -46,3 +46,42 @@ impl RoundTrips {
         self.per_purchase.values().sum()
     }
 }
+
+/// The sample run's round trips, for the tests of the renderings and the analyses.
+#[cfg(test)]
+pub mod sample {
+    use std::collections::BTreeMap;
+
+    use app::api::Strategy;
+
+    use super::{RoundTripShape, RoundTrips};
+    use crate::sample::Tagged;
+    use crate::schema::RunReport;
+
+    /// Puts the round-trip phase's shape in `report`'s settings, and `conditional`'s count (four
+    /// round trips to MariaDB a purchase) in its record.
+    pub fn put(report: &mut RunReport) {
+        (report.settings.phases).put(super::super::NAME, RoundTripShape { purchases: 40 });
+        let counted = round_trips(Strategy::Conditional, &[("mariadb", 4.0)]).result;
+        (crate::sample::phases(report, Strategy::Conditional).registered)
+            .put(super::super::NAME, counted);
+    }
+
+    /// A strategy's purchases counted: `per_purchase` round trips to each kind of server, 40
+    /// purchases of 1.2 ms, nothing asked while nobody bought.
+    pub fn round_trips(strategy: Strategy, per_purchase: &[(&str, f64)]) -> Tagged<RoundTrips> {
+        Tagged::new(
+            strategy,
+            RoundTrips {
+                purchases: 40,
+                placed: 40,
+                per_purchase: (per_purchase.iter())
+                    .map(|(kind, n)| (kind.to_string(), *n))
+                    .collect(),
+                idle_per_second: BTreeMap::new(),
+                median_ms: 1.2,
+                under_lock: None,
+            },
+        )
+    }
+}
