@@ -123,6 +123,17 @@ pub fn phases(report: &mut RunReport, strategy: Strategy) -> &mut Phases {
     &mut report.record_mut(&StrategyInfo::of(strategy)).phases
 }
 
+/// Puts the phase `name`'s `shape` in `report`'s settings and `conditional`'s `figures` in its
+/// record, each under the phase's name.
+pub fn put_phase<S, F>(report: &mut RunReport, name: &str, shape: S, figures: F)
+where
+    S: serde::Serialize + std::any::Any + Send + Sync,
+    F: serde::Serialize + std::any::Any + Send + Sync,
+{
+    report.settings.phases.put(name, shape);
+    (phases(report, Strategy::Conditional).registered).put(name, figures);
+}
+
 /// 400 purchases at 2,500 µs in the service: 300 µs admitted, 2,000 µs in the strategy, of
 /// which 1,500 µs waiting for a lock.
 pub fn stages() -> StageTimes {

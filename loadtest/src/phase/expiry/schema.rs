@@ -166,13 +166,8 @@ pub mod sample {
     /// Puts the expiry phase's shape in `report`'s settings, and `conditional`'s rounds in its
     /// record.
     pub fn put(report: &mut RunReport) {
-        report
-            .settings
-            .phases
-            .put(super::super::NAME, expiry_shape());
         let cost = expiry_cost(Strategy::Conditional, &[1.04, 1.08, 0.97], 900).result;
-        (crate::sample::phases(report, Strategy::Conditional).registered)
-            .put(super::super::NAME, cost);
+        crate::sample::put_phase(report, super::super::NAME, expiry_shape(), cost);
     }
 
     /// A strategy's expiry phase: one round per ratio, the loop without the sweep at p99 10 ms and

@@ -198,12 +198,8 @@ pub mod sample {
     /// Puts the overload's shape in `report`'s settings, and `conditional`'s overload at its
     /// p99s of 200 ms and 2 ms in its record.
     pub fn put(report: &mut RunReport) {
-        report
-            .settings
-            .phases
-            .put(super::super::NAME, overload_shape());
-        (crate::sample::phases(report, Strategy::Conditional).registered)
-            .put(super::super::NAME, overload(200_000, 2_000, 0).result);
+        let result = overload(200_000, 2_000, 0).result;
+        crate::sample::put_phase(report, super::super::NAME, overload_shape(), result);
     }
 
     /// `conditional` offered 3 × 400 purchases/s for one second: 400 bought, 800 refused

@@ -61,10 +61,9 @@ pub mod sample {
     /// Puts the round-trip phase's shape in `report`'s settings, and `conditional`'s count (four
     /// round trips to MariaDB a purchase) in its record.
     pub fn put(report: &mut RunReport) {
-        (report.settings.phases).put(super::super::NAME, RoundTripShape { purchases: 40 });
+        let shape = RoundTripShape { purchases: 40 };
         let counted = round_trips(Strategy::Conditional, &[("mariadb", 4.0)]).result;
-        (crate::sample::phases(report, Strategy::Conditional).registered)
-            .put(super::super::NAME, counted);
+        crate::sample::put_phase(report, super::super::NAME, shape, counted);
     }
 
     /// A strategy's purchases counted: `per_purchase` round trips to each kind of server, 40
