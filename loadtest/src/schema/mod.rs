@@ -150,23 +150,21 @@ impl RunReport {
     where
         T: serde::de::DeserializeOwned + std::any::Any + Send + Sync,
     {
-        (self.strategies.iter())
-            .filter_map(|s| {
-                Some(Of {
-                    strategy: &s.strategy,
-                    result: s.phases.registered.get(name)?,
-                })
-            })
-            .collect()
+        self.of_each(|p| p.registered.get(name))
     }
 
     /// Each strategy's flood, in the run's order.
     pub fn floods(&self) -> Vec<Of<'_, FloodResult>> {
+        self.of_each(|p| p.flood.as_ref())
+    }
+
+    /// What `pick` takes from each strategy's phases, with the strategy, in the run's order.
+    fn of_each<'a, T>(&'a self, pick: impl Fn(&'a Phases) -> Option<&'a T>) -> Vec<Of<'a, T>> {
         (self.strategies.iter())
             .filter_map(|s| {
                 Some(Of {
                     strategy: &s.strategy,
-                    result: s.phases.flood.as_ref()?,
+                    result: pick(&s.phases)?,
                 })
             })
             .collect()
