@@ -10,7 +10,7 @@ use anyhow::{Context, Result};
 
 use crate::phase::REGISTRY;
 use crate::report::section::{Part, Section};
-use crate::report::{charts, falls, flood, flood_chart, other_engine, prose, stages, tables};
+use crate::report::{charts, falls, other_engine, prose, stages, tables};
 use crate::schema::comparison::Comparison;
 use crate::schema::{RunReport, json};
 
@@ -30,7 +30,9 @@ pub fn write_renderings(
     compared: Option<&Comparison>,
 ) -> Result<()> {
     let mut charts = charts::all(report)?;
-    charts.extend(flood_chart::all(&report.floods())?);
+    for phase in REGISTRY {
+        charts.extend(phase.charts(report)?);
+    }
     for chart in &charts {
         let path = dir.join(&chart.file);
         std::fs::write(&path, &chart.svg).with_context(|| format!("writing {}", path.display()))?;
@@ -71,12 +73,9 @@ pub fn title(r: &RunReport) -> String {
 pub fn parts(r: &RunReport) -> Vec<Part> {
     let mut fell = Section::default();
     fell.warning(falls::markdown(falls::AGAINST_BEST, &r.falls));
-    let floods = r.floods();
-    let flood = flood::section(r.settings.flood.as_ref(), &floods, &r.findings.flood);
     let mut parts = vec![
         Part::new("falls", "fell by half", fell),
         Part::new(SUMMARY, "summary", summary(r)),
-        Part::new("flood", "flood", flood),
     ];
     for phase in REGISTRY {
         parts.push(Part::new(phase.name(), phase.label(), phase.section(r)));
@@ -362,19 +361,22 @@ mod tests {
 
     #[test]
     fn a_flood_with_its_noop_flood_reads_back_and_says_which_bars_it_missed() {
+        use crate::phase::flood::schema::sample;
+        use crate::phase::flood::{NAME, found};
         let mut r = report();
-        r.settings.flood = Some(crate::sample::flood_shape());
-        let mut not_sold_out = crate::sample::flood(Strategy::Sharded, 2_200.0, 1_000.0, 75.0);
+        // The two below alone: the sample's own flood of `conditional` is faster than both.
+        crate::sample::phases(&mut r, Strategy::Conditional).retain(|name| name != NAME);
+        let mut not_sold_out = sample::flood(Strategy::Sharded, 2_200.0, 1_000.0, 75.0);
         not_sold_out.crowd.accounting.final_stock = 3;
         not_sold_out.after_sold_out = None;
         for flood in [
-            crate::sample::flood(Strategy::Batched, 2_500.0, 1_000.0, 63.0),
+            sample::flood(Strategy::Batched, 2_500.0, 1_000.0, 63.0),
             not_sold_out,
         ] {
-            crate::sample::phases(&mut r, flood.strategy.name).flood = Some(flood.result);
+            crate::sample::phases(&mut r, flood.strategy.name).put(NAME, flood.result);
         }
         r.findings = crate::phase::findings(&r);
-        assert_eq!(r.findings.flood.len(), 2, "{:?}", r.findings.flood);
+        assert_eq!(found(&r.findings).len(), 2, "{:?}", found(&r.findings));
         let dir = tempfile::tempdir().unwrap();
         write_all(dir.path(), &r, None).unwrap();
         assert_eq!(json::read(dir.path()).unwrap(), r);

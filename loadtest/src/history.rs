@@ -83,7 +83,7 @@ pub fn record(out: &Path, dir: &Path, report: &RunReport) -> Result<()> {
 pub fn of_report(folder: &str, report: &RunReport) -> PastRun {
     PastRun {
         folder: folder.into(),
-        kind: if report.settings.only_flood {
+        kind: if report.settings.only_before_sale {
             RunKind::Flood
         } else {
             RunKind::Run
@@ -138,11 +138,21 @@ fn entry(results: &Path, folder: &str) -> Option<PastRun> {
 /// One line of what a run measured: its strategies, their closed-loop range and which
 /// oversold, its baselines, its fault scenarios and its other phases.
 fn measured(r: &RunReport) -> String {
-    if r.settings.only_flood {
-        let shape = (r.settings.flood.as_ref())
-            .map(|s| format!(", {} people for {} units", s.users, s.units))
-            .unwrap_or_default();
-        return format!("the flood alone: {} strategies{shape}", r.strategies.len());
+    if r.settings.only_before_sale {
+        let alone = (REGISTRY.iter()).filter(|p| p.needs().before_sale && p.asked(&r.settings));
+        let (labels, shapes): (Vec<&str>, Vec<Option<String>>) = alone
+            .map(|p| (p.label(), p.shape_words(&r.settings)))
+            .unzip();
+        let shapes: String = shapes
+            .into_iter()
+            .flatten()
+            .map(|s| format!(", {s}"))
+            .collect();
+        return format!(
+            "the {} alone: {} strategies{shapes}",
+            labels.join(", "),
+            r.strategies.len()
+        );
     }
     let mut parts = Vec::new();
     let rates = r
@@ -179,13 +189,9 @@ fn measured(r: &RunReport) -> String {
             r.scenarios.len()
         ));
     }
-    let flood = r.strategies.iter().any(|s| s.phases.flood.is_some());
-    let phases: Vec<&str> = (flood.then_some("flood").into_iter())
-        .chain(
-            (REGISTRY.iter())
-                .filter(|p| p.measured(r))
-                .map(|p| p.label()),
-        )
+    let phases: Vec<&str> = (REGISTRY.iter())
+        .filter(|p| p.measured(r))
+        .map(|p| p.label())
         .collect();
     if !phases.is_empty() {
         parts.push(phases.join(", "));

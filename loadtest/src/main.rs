@@ -82,13 +82,9 @@ fn run(args: &RunArgs, only_flood: bool) -> Result<()> {
     let mut settings = args.settings()?;
     if only_flood {
         anyhow::ensure!(
-            settings.flood.is_some(),
+            loadtest::phase::only_before_sale(&mut settings),
             "`flood` with --no-flood runs nothing"
         );
-        settings.only_flood = true;
-        settings.baselines = false;
-        settings.scenarios = false;
-        settings.phases = loadtest::schema::ByPhase::default();
     }
     sandbox::set_server_niceness(settings.server_niceness);
     let stand = match args.engine {

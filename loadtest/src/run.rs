@@ -1,9 +1,9 @@
-//! `seckill-bench run`: baselines, then every strategy's flood (`seckill-bench flood`: only
-//! that), then every strategy's flash sale, then the closed-loop runs
-//! in rounds (every strategy once per round, so the machine's slow moments spread over all of
-//! them), then each strategy's open loop and the phases of [`crate::phase`] (for a strategy
-//! that can be deployed, its overload and what the expiry sweep costs its purchases), against
-//! app instances started here; then the report, which names first what fell by more than half
+//! `seckill-bench run`: baselines, then every strategy's phases before the sale (its flood;
+//! `seckill-bench flood`: only those), then every strategy's flash sale, then the closed-loop
+//! runs in rounds (every strategy once per round, so the machine's slow moments spread over
+//! all of them), then each strategy's open loop and the phases of [`crate::phase`] after it
+//! (for a strategy that can be deployed, its overload and what the expiry sweep costs its
+//! purchases), against app instances started here; then the report, which names first what fell by more than half
 //! against the best of the runs already committed from the same machine (the output folder's
 //! history index and run folders), and the run's own entry in that index. Every part gets its
 //! products and request ids from one [`Allocator`].
@@ -23,12 +23,10 @@ use crate::analyse::{falls, ratios};
 use crate::drive::load::Window;
 use crate::live::{Feed, Update};
 use crate::measure::cpu::{self, Sampler, Span};
-use crate::measure::crowd::FloodPlan;
-use crate::measure::flood::run_flood;
 use crate::measure::sale::{SalePlan, run_sale};
 use crate::measure::stages::StageCounters;
 use crate::measure::throughput;
-use crate::phase::{self, Allocator, Allotment, Measuring};
+use crate::phase::{self, Allocator, Allotment, Looped, Measuring};
 use crate::report::progress::Progress;
 use crate::report::{self};
 use crate::rig::distance;
@@ -112,11 +110,11 @@ pub async fn run_watched(
         window,
         rounds,
     };
-    let per_strategy = if settings.only_flood {
+    let per_strategy = if settings.only_before_sale {
         0
     } else {
         2 + rounds as u64
-    } + u64::from(settings.flood.is_some());
+    };
     let steps = per_strategy * strategies.len() as u64
         + phase::steps(settings, &strategies)
         + if settings.baselines {
@@ -157,38 +155,43 @@ pub async fn run_watched(
         }
     };
 
+    let app_settings = app_config()?;
     let mut ids = Allocator::drawn(run_id);
     let mut records: Vec<StrategyReport> = (strategies.iter().cloned())
         .map(StrategyReport::of)
         .collect();
-    if let Some(shape) = &settings.flood {
-        let refusals = refusal_window(settings.quick);
-        for (k, info) in strategies.iter().enumerate() {
-            progress.phase(info.name.name(), "flood");
-            // A second product for the same crowd sold first come, when asked for.
-            let products = 1 + u64::from(shape.first_come);
-            let allotment = ids.allot("flood", info.name, products)?;
-            let plan = FloodPlan {
-                product: allotment.product(),
-                first_come_product: shape.first_come.then(|| allotment.product() + 1),
-                strategy: info,
-                shape,
-                seed: k as u64,
-                id_prefix: allotment.prefix,
-                refusal_window: Some(refusals),
-                refusal_connections: settings.buyers,
-                feed: feed.clone(),
-            };
-            let flood = run_flood(&api, &db, &sampler, &plan, Some(&mut apps))
-                .await
-                .with_context(|| format!("flood of `{}`", info.name))?;
-            records[k].phases.flood = Some(flood);
-            ensure_running(&mut apps, info.name, &dir)?;
-            // Its second act may have killed an instance and started another in its place.
-            sampler.follow("app", app_processes(&apps));
-        }
+    // The phases before the sale, every strategy's before any is sold.
+    for (place, (info, record)) in strategies.iter().zip(&mut records).enumerate() {
+        let run = phase::Run {
+            world: &world,
+            settings,
+            api: &api,
+            db: &db,
+            app: &app_settings,
+            refusal_ceiling: None,
+            relays: target.relays.as_deref(),
+            sampler: &sampler,
+            feed,
+        };
+        let measuring = Measuring {
+            info,
+            place,
+            loops: None,
+        };
+        phase::measure(
+            &run,
+            &measuring,
+            &mut apps,
+            &mut ids,
+            &announce,
+            record,
+            |apps| ensure_running(apps, info.name, &dir),
+        )
+        .await?;
+        // A phase may have killed an instance and started another in its place.
+        sampler.follow("app", app_processes(&apps));
     }
-    let strategies = if settings.only_flood {
+    let strategies = if settings.only_before_sale {
         Vec::new()
     } else {
         strategies
@@ -254,8 +257,6 @@ pub async fn run_watched(
         spent.runs.push(run);
         ensure_running(&mut apps, name, &dir)?;
     }
-    let app_settings = app_config()?;
-    let app_pids = apps.pids();
     let refusal_ceiling = match phase::needs_refusal_ceiling(settings, &strategies) {
         true => {
             announce("refusals", "the machine's ceiling");
@@ -267,7 +268,7 @@ pub async fn run_watched(
                 Strategy::Conditional,
                 &allotment.prefix,
                 phase::connections(in_flight, settings.buyers),
-                refusal_window(settings.quick),
+                crate::measure::refusals::window(settings.quick),
             )
             .await
             .context("the machine's refusal ceiling")?;
@@ -281,13 +282,17 @@ pub async fn run_watched(
         api: &api,
         db: &db,
         app: &app_settings,
-        app_pids: &app_pids,
         refusal_ceiling,
         relays: target.relays.as_deref(),
+        sampler: &sampler,
+        feed,
     };
-    // The strategies' records, in the same order; a run of the flood alone has sold none.
-    for ((record, sale), (plan, spent)) in
-        (records.iter_mut()).zip(sales).zip(plans.iter().zip(loops))
+    // The strategies' records, in the same order; a run of the phases before the sale alone
+    // has sold none.
+    for (place, ((record, sale), (plan, spent))) in (records.iter_mut())
+        .zip(sales)
+        .zip(plans.iter().zip(loops))
+        .enumerate()
     {
         let info = record.strategy.clone();
         let name = info.name;
@@ -300,12 +305,21 @@ pub async fn run_watched(
         ensure_running(&mut apps, name, &dir)?;
         let measuring = Measuring {
             info: &info,
-            closed: &closed,
-            loops: plan,
+            place,
+            loops: Some(Looped {
+                closed: &closed,
+                plan,
+            }),
         };
-        phase::measure(&run, &measuring, &mut ids, &announce, record, || {
-            ensure_running(&mut apps, name, &dir)
-        })
+        phase::measure(
+            &run,
+            &measuring,
+            &mut apps,
+            &mut ids,
+            &announce,
+            record,
+            |apps| ensure_running(apps, name, &dir),
+        )
         .await?;
         let throughput = ThroughputResult { closed, open };
         let cpu = Some(spent.cpu.usage(&sampler.processes));
@@ -455,15 +469,6 @@ pub fn select(available: Vec<StrategyInfo>, wanted: &[Strategy]) -> Result<Vec<S
                 })
         })
         .collect()
-}
-
-/// How long the refusals of a sold-out product are timed: after a sale, and for the machine's
-/// ceiling.
-fn refusal_window(quick: bool) -> Window {
-    match quick {
-        true => Window::from_secs(0.1, 0.3),
-        false => Window::from_secs(0.5, 1.0),
-    }
 }
 
 /// What one strategy's closed-loop rounds add up to: their runs, the CPU they spent, where

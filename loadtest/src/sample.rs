@@ -5,16 +5,15 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use app::accounting::{Accounting, Ledger};
-use app::api::{ErrorCode, Strategy, StrategyInfo};
-use testkit::{Answer, Outcomes};
+use app::api::{Strategy, StrategyInfo};
+use testkit::Outcomes;
 
 use crate::drive::latency::Latencies;
 use crate::schema::world::World;
 use crate::schema::{
-    Baseline, BaselineName, ByPhase, CrowdResult, Environment, Fairness, Findings, FloodResult,
-    FloodShape, LatencySummary, LoadResult, Loop, NoopFlood, OPEN_RATE_SHARE, Of, Phases,
-    RefusalRate, RunReport, SCHEMA_VERSION, SaleResult, Settings, StageTime, StageTimes,
-    StrategyReport, ThroughputResult,
+    Baseline, BaselineName, ByPhase, Environment, Findings, LoadResult, Loop, OPEN_RATE_SHARE, Of,
+    RunReport, SCHEMA_VERSION, SaleResult, Settings, StageTime, StageTimes, StrategyReport,
+    ThroughputResult,
 };
 
 /// A run result of `per_sec` deductions in one second, latencies 1–50 ms.
@@ -119,7 +118,7 @@ pub fn of<T>(tagged: &[Tagged<T>]) -> Vec<Of<'_, T>> {
 }
 
 /// The phases of `strategy`'s record in `report`, made if it has none.
-pub fn phases(report: &mut RunReport, strategy: Strategy) -> &mut Phases {
+pub fn phases(report: &mut RunReport, strategy: Strategy) -> &mut ByPhase {
     &mut report.record_mut(&StrategyInfo::of(strategy)).phases
 }
 
@@ -131,7 +130,7 @@ where
     F: serde::Serialize + std::any::Any + Send + Sync,
 {
     report.settings.phases.put(name, shape);
-    (phases(report, Strategy::Conditional).registered).put(name, figures);
+    phases(report, Strategy::Conditional).put(name, figures);
 }
 
 /// 400 purchases at 2,500 µs in the service: 300 µs admitted, 2,000 µs in the strategy, of
@@ -207,8 +206,7 @@ pub fn report() -> RunReport {
             baselines: true,
             scenarios: false,
             only_baselines: false,
-            flood: None,
-            only_flood: false,
+            only_before_sale: false,
             server_niceness: 10,
             phases: ByPhase::default(),
             latency_budget_ms: None,
@@ -231,124 +229,4 @@ pub fn report() -> RunReport {
     }
     report.findings = crate::phase::findings(&report);
     report
-}
-
-/// The shape of the sample's flood: 2,000 people for 100 units.
-pub fn flood_shape() -> FloodShape {
-    FloodShape {
-        users: 2_000,
-        units: 100,
-        burst_ms: 1_000,
-        double_click_share: 0.1,
-        shared_account_bot_share: 0.02,
-        early_bot_share: 0.02,
-        early_by_ms: 300,
-        retries: 0,
-        instances: 2,
-        non_payer_share: 0.0,
-        payment_window_ms: 0,
-        kill_mid_sale: false,
-        first_come: true,
-    }
-}
-
-/// A strategy's flood of [`flood_shape`], sold out: every click answered `answered_ms` after
-/// the opening and the same crowd's no-op flood `noop_ms`; refusals once sold out at
-/// `refusal_percent` of 40,000 no-ops per second.
-pub fn flood(
-    strategy: Strategy,
-    answered_ms: f64,
-    noop_ms: f64,
-    refusal_percent: f64,
-) -> Tagged<FloodResult> {
-    let (outcomes, accounting) = sold_out_crowd();
-    Tagged::new(
-        strategy,
-        FloodResult {
-            crowd: CrowdResult {
-                clicks: 2_000,
-                outcomes,
-                accounting,
-                beyond_limit: 0,
-                sold_out_after_ms: Some(answered_ms / 2.0),
-                all_answered_after_ms: answered_ms,
-                winners: LatencySummary::default(),
-                refused: LatencySummary::default(),
-                fairness: Fairness {
-                    first_clicks_won: 0.5,
-                    earliness_rank_correlation: None,
-                    attainable_correlation: None,
-                },
-            },
-            early_clicks: 0,
-            shared_account_clicks: 0,
-            timeline: Vec::new(),
-            resale: None,
-            after_sold_out: Some(RefusalRate {
-                refusals_per_second: 400.0 * refusal_percent,
-                noop_per_second: 40_000.0,
-                connections: 200,
-                sold_after_flood: 0,
-                rounds: 5,
-                paired_percent: None,
-            }),
-            noop_flood: Some(NoopFlood {
-                clicks: 2_000,
-                served: 2_000,
-                all_answered_after_ms: noop_ms,
-            }),
-            first_come: Some(first_come_flood()),
-            cpu: None,
-            projection: Vec::new(),
-        },
-    )
-}
-
-/// 2,000 clicks for 100 units: the first 100 bought, the rest told `sold_out`.
-fn sold_out_crowd() -> (Outcomes, Accounting) {
-    let mut outcomes = Outcomes::default();
-    for k in 0..2_000 {
-        outcomes.count(&if k < 100 {
-            Answer::Created {
-                fencing_token: None,
-            }
-        } else {
-            Answer::Refused {
-                status: 409,
-                code: ErrorCode::SoldOut,
-            }
-        });
-    }
-    let ledger = Ledger {
-        initial_stock: 100,
-        final_stock: 0,
-        units_in_orders: 100,
-        orders: 100,
-        pending: 0,
-        reserved: 100,
-        paid: 0,
-        returned: 0,
-        returning: 0,
-    };
-    (outcomes, Accounting::of(ledger, 2_000))
-}
-
-/// The sample flood's crowd sent again, sold first come: the first 100 of 2,000 clicks bought.
-pub fn first_come_flood() -> CrowdResult {
-    let (outcomes, accounting) = sold_out_crowd();
-    CrowdResult {
-        clicks: 2_000,
-        outcomes,
-        accounting,
-        beyond_limit: 0,
-        sold_out_after_ms: Some(180.0),
-        all_answered_after_ms: 1_150.0,
-        winners: LatencySummary::default(),
-        refused: LatencySummary::default(),
-        fairness: Fairness {
-            first_clicks_won: 0.97,
-            earliness_rank_correlation: Some(0.21),
-            attainable_correlation: Some(0.22),
-        },
-    }
 }

@@ -56,10 +56,6 @@ pub fn of(report: &RunReport) -> Findings {
             })
             .collect(),
         client: client(report),
-        flood: super::flood_bars::misses(
-            &report.floods(),
-            super::flood_bars::http_floor_percent(&report.baselines),
-        ),
         ..Findings::default()
     }
 }

@@ -7,9 +7,6 @@
 pub mod compare;
 pub mod falls;
 pub mod findings;
-pub mod first_come;
-pub mod flood;
-pub mod flood_bars;
 pub mod history;
 pub mod other_engine;
 pub mod ratios;

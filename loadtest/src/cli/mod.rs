@@ -227,7 +227,7 @@ mod tests {
     fn the_expiry_phases_non_payers_are_the_floods_share_unless_told_otherwise() {
         let defaults = settings(&[]).unwrap();
         let expiry = crate::phase::expiry::shape(&defaults).unwrap();
-        let flood = defaults.flood.as_ref().unwrap();
+        let flood = crate::phase::flood::shape(&defaults).unwrap();
         assert_eq!(expiry.non_payer_share, flood.non_payer_share);
         let worst = settings(&["--expiry-non-payers", "1"]).unwrap();
         let worst = crate::phase::expiry::shape(&worst).unwrap();

@@ -12,9 +12,10 @@ use crate::phase::expiry::{
     self, ExpiryShape, PAYMENT_WINDOW_MS as EXPIRY_PAYMENT_WINDOW_MS,
     WARMUP_SECONDS as EXPIRY_WARMUP,
 };
+use crate::phase::flood::{self, FloodShape};
 use crate::phase::overload::{self, OverloadShape};
 use crate::phase::round_trips::{self, RoundTripShape};
-use crate::schema::{ByPhase, FloodShape, OPEN_RATE_SHARE, Settings};
+use crate::schema::{ByPhase, OPEN_RATE_SHARE, Settings};
 
 /// Share of buyers who never pay what they bought, by default: the flood's winners and the
 /// expiry phase's buyers.
@@ -288,14 +289,9 @@ impl RunArgs {
                 && !self.only_baselines
                 && self.engine == crate::schema::world::Engine::MariaDb,
             only_baselines: self.only_baselines,
-            flood: if self.flood.no_flood || self.only_baselines {
-                None
-            } else {
-                Some(self.flood.shape(self.quick, self.instances)?)
-            },
-            only_flood: false,
+            only_before_sale: false,
             server_niceness: self.server_niceness,
-            phases: self.phases(),
+            phases: self.phases()?,
             // What the app instances read from their environment, written once they start.
             latency_budget_ms: None,
         };
@@ -329,10 +325,14 @@ impl RunArgs {
     }
 
     /// The shapes of the phases asked for, each under its phase's name.
-    fn phases(&self) -> ByPhase {
+    fn phases(&self) -> anyhow::Result<ByPhase> {
         let mut phases = ByPhase::default();
         if self.only_baselines {
-            return phases;
+            return Ok(phases);
+        }
+        if !self.flood.no_flood {
+            let shape = self.flood.shape(self.quick, self.instances)?;
+            phases.put(flood::NAME, shape);
         }
         if !self.no_overload {
             let shape = OverloadShape {
@@ -360,6 +360,6 @@ impl RunArgs {
             let purchases = if self.quick { 20 } else { 100 };
             phases.put(round_trips::NAME, RoundTripShape { purchases });
         }
-        phases
+        Ok(phases)
     }
 }

@@ -6,7 +6,6 @@
 
 pub mod cores;
 pub mod dedicated;
-pub mod flood;
 pub mod goose;
 pub mod latency;
 pub mod load;

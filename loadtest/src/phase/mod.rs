@@ -1,7 +1,8 @@
-//! The phases that measure each strategy after its loops: what one purchase costs in round
-//! trips to each server ([`round_trips`], when the servers stand behind relays), the service
-//! offered a multiple of what it bears ([`overload`]), and what the expiry sweep costs the
-//! purchases beside it ([`expiry`]).
+//! The phases that measure each strategy beside its sale and loops: before them, a flash sale
+//! as it arrives, thousands of buyers within a second for far fewer units ([`flood`]); after
+//! them, what one purchase costs in round trips to each server ([`round_trips`], when the
+//! servers stand behind relays), the service offered a multiple of what it bears
+//! ([`overload`]), and what the expiry sweep costs the purchases beside it ([`expiry`]).
 //!
 //! A phase has the shape of a fault scenario (see [`crate::scenario`]): one folder of this
 //! folder holding only what differs from the others behind the [`Phase`] trait — what it is
@@ -9,22 +10,18 @@
 //! judged, its section of the report and its line of the README — with its own types (its
 //! shape, its figures, its findings, and a sample of them for the tests). One driver
 //! ([`measure`]) takes each strategy through the phases the run asks for, in the order of the
-//! registry ([`REGISTRY`]), and hands each the run's [`World`], products of its own and a
-//! request-id prefix of its own ([`allocate`]): no phase picks a product or an id by hand, and
-//! no phase meets another's orders. The findings and the renderers reach a phase's verdict and
+//! registry ([`REGISTRY`]) — those measured before the sale (for every strategy, before any
+//! is sold), then, once its loops are done, those after them — and hands each the run's
+//! [`World`], the app instances, products of its own and a request-id prefix of its own
+//! ([`allocate`]): no phase picks a product or an id by hand, and no phase meets another's
+//! orders. The findings and the renderers reach a phase's verdict and
 //! section through the registry. The report keeps what a phase put under its name — its
 //! figures in the strategy's record (`phases`, [`Recorded`]), its shape in the run's settings,
 //! its findings in the run's — as JSON the schema does not read
 //! ([`crate::schema::ByPhase`]); the phase reads its own with its own types. So nothing
 //! outside a phase's folder names it but the registry and the command line that asks for it.
 //!
-//! Not phases yet, and why:
-//!
-//! * the flood runs for every strategy before any sale, and its second act kills an app
-//!   instance and starts it again on its port: it needs the instances themselves, which a
-//!   phase is not handed; its measuring, judging and rendering span eleven files, a move of
-//!   its own;
-//! * the sale, the closed loops and the open loop: their figures are fields of the strategy's
+//! Not phases, and why: the sale, the closed loops and the open loop: their figures are fields of the strategy's
 //!   record (`StrategyReport`: `sale`, `loops`) that every page reads, not an entry of its
 //!   `phases`; the closed loops run in rounds that interleave the strategies, which a driver
 //!   taking one strategy at a time does not express; the open loop runs on the closed loops'
@@ -34,18 +31,22 @@
 
 pub mod allocate;
 pub mod expiry;
+pub mod flood;
 pub mod overload;
 pub mod round_trips;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use app::api::{Safety, StrategyInfo};
 use app::db::Db;
 use futures::future::LocalBoxFuture;
-use testkit::Api;
+use testkit::{Api, Apps};
 
 pub use allocate::{Allocator, Allotment};
 
+use crate::live::Feed;
+use crate::measure::cpu::Sampler;
 use crate::measure::throughput::ThroughputPlan;
+use crate::report::charts::Chart;
 use crate::report::section::Section;
 use crate::rig::distance::Relays;
 use crate::schema::world::World;
@@ -53,9 +54,10 @@ use crate::schema::{
     ByPhase, Findings, LoadResult, RunReport, Settings, StrategyReport, Unmeasured,
 };
 
-/// The registry: every phase, in the order each strategy goes through them (after its open
-/// loop) and the order of their sections in the report.
+/// The registry: every phase, in the order each strategy goes through them (those before the
+/// sale, then those after its open loop) and the order of their sections in the report.
 pub static REGISTRY: &[&(dyn Phase + Sync)] = &[
+    &flood::Flood,
     &round_trips::RoundTripCount,
     &overload::Overload,
     &expiry::Expiry,
@@ -102,11 +104,22 @@ pub trait Phase {
     /// Its section of the report; empty when `report` holds none of it.
     fn section(&self, report: &RunReport) -> Section;
 
+    /// The charts its section places, drawn from `report`.
+    fn charts(&self, _report: &RunReport) -> Result<Vec<Chart>> {
+        Ok(Vec::new())
+    }
+
     /// What went wrong in it, in words, from `report`'s findings; `None` when nothing did.
     fn went_wrong(&self, report: &RunReport) -> Option<String>;
 
     /// Its line of the README's results section, from `report`; `None`: it has none there.
     fn readme(&self, _report: &RunReport) -> Option<String> {
+        None
+    }
+
+    /// The shape `settings` asked of it, in a few words for the list of runs (`2000 people
+    /// for 100 units`); `None`: nothing to say.
+    fn shape_words(&self, _settings: &Settings) -> Option<String> {
         None
     }
 }
@@ -121,12 +134,14 @@ pub struct About {
     pub needs: Needs,
 }
 
-/// One strategy's turn at a phase: the strategy and what its loops found, and the products and
-/// request ids the phase was handed for it.
-#[derive(Clone, Copy)]
+/// One strategy's turn at a phase: the strategy and what its loops found, the products and
+/// request ids the phase was handed for it, and the app instances.
 pub struct Turn<'a> {
     pub strategy: &'a Measuring<'a>,
     pub allotment: &'a Allotment,
+    /// The app instances, every purchase to instance `i % K`: a phase may watch their
+    /// processes, or kill one and start it again on its port.
+    pub instances: &'a mut Apps,
 }
 
 /// What [`Phase::measure`] returns.
@@ -135,6 +150,10 @@ pub type Measured<'a> = LocalBoxFuture<'a, Result<Recorded>>;
 /// What a phase needs from the run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Needs {
+    /// Measured before the sale, for every strategy before any is sold, on a service nothing
+    /// has loaded yet (and alone in `seckill-bench flood`); otherwise after the strategy's
+    /// loops, whose figures it reads.
+    pub before_sale: bool,
     /// Only the strategies one would deploy: an unsafe one exists to show its race, and how it
     /// bears the phase says nothing about a design to choose.
     pub deployable: bool,
@@ -149,38 +168,55 @@ pub struct Run<'a> {
     /// What the rig started and how the app reaches it.
     pub world: &'a World,
     pub settings: &'a Settings,
-    /// The app instances, every purchase to instance `i % K`.
+    /// The app instances' addresses, every purchase to instance `i % K`.
     pub api: &'a Api,
     /// The run's database, to read what the app wrote.
     pub db: &'a Db,
     /// The settings every app instance started with.
     pub app: &'a app::config::Config,
-    /// The app instances' processes, whose memory a phase may watch.
-    pub app_pids: &'a [u32],
     /// Sold-out refusals per second the machine answers at most, measured once for the run
     /// when a phase needs it (see [`crate::measure::refusals::ceiling`]).
     pub refusal_ceiling: Option<f64>,
     /// The relays in front of the servers, when they stand at a distance: they count the round
     /// trips made to each.
     pub relays: Option<&'a Relays>,
+    /// The CPU counters of the run's processes.
+    pub sampler: &'a Sampler,
+    /// The live page.
+    pub feed: &'a Feed,
 }
 
 /// The strategy a phase measures, and what its loops found.
 pub struct Measuring<'a> {
     pub info: &'a StrategyInfo,
+    /// Its place in the run's order, from 0: the seed of what a phase draws for it.
+    pub place: usize,
+    /// Its loops, to a phase measured after them; `None` before the sale.
+    pub loops: Option<Looped<'a>>,
+}
+
+/// What a strategy's loops found.
+pub struct Looped<'a> {
     /// Its closed loops, combined: what it bears.
     pub closed: &'a LoadResult,
     /// Its loops' buyers: users, quantity, window, rate and the live page's feed.
-    pub loops: &'a ThroughputPlan,
+    pub plan: &'a ThroughputPlan,
 }
 
-impl Measuring<'_> {
+impl<'a> Measuring<'a> {
+    /// Its loops, to a phase measured after them.
+    pub fn looped(&self) -> Result<&Looped<'a>> {
+        (self.loops.as_ref()).with_context(|| format!("`{}` has no loops yet", self.info.name))
+    }
+}
+
+impl Looped<'_> {
     /// The loops' buyers on `allotment`'s product, with `allotment`'s request ids.
     pub fn buyers(&self, allotment: &Allotment) -> ThroughputPlan {
         ThroughputPlan {
             product: allotment.product(),
             id_prefix: allotment.prefix.clone(),
-            ..self.loops.clone()
+            ..self.plan.clone()
         }
     }
 }
@@ -213,7 +249,8 @@ pub fn connections(in_flight_limit: u64, buyers: usize) -> usize {
     usize::try_from(in_flight_limit).unwrap_or(usize::MAX) + buyers
 }
 
-/// Whether a phase the run measures needs the machine's refusal ceiling.
+/// Whether a phase the run measures needs the machine's refusal ceiling (measured after the
+/// loops: a phase before the sale has none).
 pub fn needs_refusal_ceiling(settings: &Settings, strategies: &[StrategyInfo]) -> bool {
     (REGISTRY.iter()).any(|phase| {
         phase.needs().refusal_ceiling && strategies.iter().any(|s| wanted(*phase, settings, s))
@@ -228,7 +265,7 @@ pub fn readme(report: &RunReport) -> Vec<String> {
         .collect()
 }
 
-/// The run's findings: what `analyse` finds in its sale, loops, flood and baselines, then each
+/// The run's findings: what `analyse` finds in its sale, loops and baselines, then each
 /// registered phase's verdicts.
 pub fn findings(report: &RunReport) -> Findings {
     let mut findings = crate::analyse::findings::of(report);
@@ -236,11 +273,24 @@ pub fn findings(report: &RunReport) -> Findings {
     findings
 }
 
+/// `settings` made a run of the phases before the sale alone: no sale, no loops, no phase
+/// after them, no baselines, no scenarios. `false`: it asked for none of them.
+pub fn only_before_sale(settings: &mut Settings) -> bool {
+    let before_sale = |name: &str| {
+        (REGISTRY.iter()).any(|phase| phase.name() == name && phase.needs().before_sale)
+    };
+    settings.phases.retain(before_sale);
+    settings.only_before_sale = true;
+    settings.baselines = false;
+    settings.scenarios = false;
+    !settings.phases.is_empty()
+}
+
 /// Whether the run measures `phase` on `strategy`.
 pub fn wanted(phase: &dyn Phase, settings: &Settings, strategy: &StrategyInfo) -> bool {
     let needs = phase.needs();
     phase.asked(settings)
-        && !settings.only_flood
+        && (needs.before_sale || !settings.only_before_sale)
         && !(needs.deployable && strategy.safety == Safety::Unsafe)
 }
 
@@ -252,23 +302,27 @@ pub fn steps(settings: &Settings, strategies: &[StrategyInfo]) -> u64 {
     measured as u64
 }
 
-/// The driver: takes `strategy` through every phase the run asks for, in the registry's
-/// order, each on what `ids` hands it, and puts what each measured in `record`'s phases; tells
-/// `announce` (the progress line, the live page) of each, and calls `after` when each is done
-/// (to check that the app instances still run). A phase that fails is written in `record` as
-/// unmeasured, with its error, and the run goes on: as a scenario that cannot be played is a
-/// failed row, not the end of an hour of measurements.
+/// The driver: takes `strategy` through every phase the run asks for at this point of its
+/// turn — without its loops yet, the phases before the sale; with them, the phases after —
+/// in the registry's order, each on what `ids` hands it, and puts what each measured in
+/// `record`'s phases; tells `announce` (the progress line, the live page) of each, and calls
+/// `after` when each is done (to check that the app instances still run). A phase that fails
+/// is written in `record` as unmeasured, with its error, and the run goes on: as a scenario
+/// that cannot be played is a failed row, not the end of an hour of measurements.
 pub async fn measure(
     run: &Run<'_>,
     strategy: &Measuring<'_>,
+    instances: &mut Apps,
     ids: &mut Allocator,
     announce: &dyn Fn(&str, &str),
     record: &mut StrategyReport,
-    mut after: impl FnMut() -> Result<()>,
+    after: impl Fn(&mut Apps) -> Result<()>,
 ) -> Result<()> {
     let name = strategy.info.name;
+    let before_sale = strategy.loops.is_none();
     for phase in REGISTRY {
-        if !wanted(*phase, run.settings, strategy.info) {
+        if phase.needs().before_sale != before_sale || !wanted(*phase, run.settings, strategy.info)
+        {
             continue;
         }
         let allotment = ids.allot(phase.name(), name, phase.needs().products)?;
@@ -276,9 +330,10 @@ pub async fn measure(
         let turn = Turn {
             strategy,
             allotment: &allotment,
+            instances: &mut *instances,
         };
         match phase.measure(run, turn).await {
-            Ok(measured) => (measured.0)(&mut record.phases.registered, phase.name()),
+            Ok(measured) => (measured.0)(&mut record.phases, phase.name()),
             Err(e) => {
                 let error = format!("{e:#}");
                 tracing::warn!(phase = phase.name(), strategy = %name, %error, "phase failed");
@@ -288,7 +343,7 @@ pub async fn measure(
                 });
             }
         }
-        after()?;
+        after(instances)?;
     }
     Ok(())
 }
@@ -304,6 +359,7 @@ pub fn judge(report: &RunReport, findings: &mut Findings) {
 /// settings and its figures of `conditional`, in the registry's order.
 #[cfg(test)]
 pub static SAMPLES: &[fn(&mut RunReport)] = &[
+    flood::schema::sample::put,
     round_trips::schema::sample::put,
     overload::schema::sample::put,
     expiry::schema::sample::put,
@@ -335,5 +391,24 @@ mod tests {
             assert!(!section.is_empty(), "{name}: its section");
             assert_eq!(section, phase.section(&report).markdown(), "{name}");
         }
+    }
+
+    #[test]
+    fn a_run_of_the_phases_before_the_sale_alone_keeps_their_shapes_only_and_reads_as_before() {
+        let mut settings = crate::sample::report().settings;
+        assert!(only_before_sale(&mut settings));
+        for phase in REGISTRY {
+            let alone = phase.needs().before_sale;
+            assert_eq!(phase.asked(&settings), alone, "{}", phase.name());
+        }
+        assert!(!settings.baselines && !settings.scenarios);
+        let json = serde_json::to_string(&settings).unwrap();
+        let written_before = json.replace("\"only_before_sale\"", "\"only_flood\"");
+        let read: Settings = serde_json::from_str(&written_before).unwrap();
+        assert_eq!(read, settings, "the key runs were written with");
+
+        let mut none = crate::sample::report().settings;
+        none.phases.retain(|name| name != flood::NAME);
+        assert!(!only_before_sale(&mut none), "nothing to run alone");
     }
 }

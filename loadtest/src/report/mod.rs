@@ -11,16 +11,12 @@
 pub mod charts;
 pub mod comparison;
 pub mod falls;
-pub mod first_come;
-pub mod flood;
-pub mod flood_chart;
 pub mod html;
 pub mod markdown;
 pub mod other_engine;
 pub mod progress;
 pub mod prose;
 pub mod readme;
-pub mod resale;
 pub mod run_history;
 pub mod scenarios;
 pub mod section;

@@ -74,6 +74,11 @@ impl ByPhase {
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
+
+    /// Keeps the values of the phases whose names `keep` accepts.
+    pub fn retain(&mut self, keep: impl Fn(&str) -> bool) {
+        self.0.retain(|name, _| keep(name));
+    }
 }
 
 /// One phase's value: as JSON, and as its type once read.

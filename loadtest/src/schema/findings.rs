@@ -17,36 +17,9 @@ pub struct Findings {
     pub tools: Vec<ToolFinding>,
     /// Whether the benchmark's client could be the ceiling of its HTTP figures.
     pub client: Option<ClientCheck>,
-    /// The flood's bars that were missed.
-    #[serde(default)]
-    pub flood: Vec<FloodMiss>,
     /// Each registered phase's findings, under its name.
     #[serde(flatten)]
     pub phases: ByPhase,
-}
-
-/// A bar of the flood missed, with the figures that say by how much.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "bar", rename_all = "kebab-case")]
-pub enum FloodMiss {
-    /// The fastest safe strategy took longer than `bar_ratio` times the no-op flood to answer
-    /// every click.
-    SlowFlood {
-        strategy: Strategy,
-        answered_ms: f64,
-        noop_answered_ms: f64,
-        bar_ratio: f64,
-    },
-    /// A safe strategy that sold out refused at less than `bar_percent` of the no-op rate.
-    CostlyRefusals {
-        strategy: Strategy,
-        percent_of_noop: f64,
-        bar_percent: f64,
-        /// HTTP's floor in the same run: `http-floor-refusal` as a share of `http-floor-noop`
-        /// (absent without those baselines).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        http_floor_percent: Option<f64>,
-    },
 }
 
 /// What went wrong in a strategy's flash sale, and what its safety class makes of it.

@@ -109,7 +109,7 @@ const PHASE_LISTS: [(&str, &str); 4] = [
 /// Moves a version 1 or 2 report's figures to where version 3 keeps them: a strategy's loops
 /// under `loops`, and each phase's result, without its copy of the strategy's description,
 /// under `phases` in the record of its strategy — a record made for it if the strategy had
-/// none (a run of the flood alone). Anything malformed is left for the typed read to refuse.
+/// none (a run of the phases before the sale alone). Anything malformed is left for the typed read to refuse.
 fn upgrade(report: &mut Map<String, Value>) {
     let mut records: Vec<Value> = match report.remove("strategies") {
         Some(Value::Array(records)) => records,
@@ -185,12 +185,15 @@ mod tests {
     #[test]
     fn a_version_2_report_reads_with_each_phase_result_in_its_strategys_record() {
         let mut report = sample::report();
-        let flood = sample::flood(Strategy::Batched, 1_000.0, 1_000.0, 90.0);
-        sample::phases(&mut report, Strategy::Batched).flood = Some(flood.result);
-        sample::phases(&mut report, Strategy::Naive).flood =
-            Some(sample::flood(Strategy::Naive, 900.0, 1_000.0, 80.0).result);
+        use crate::phase::flood::NAME;
+        let flood = |strategy, answered_ms| {
+            crate::phase::flood::schema::sample::flood(strategy, answered_ms, 1_000.0, 90.0).result
+        };
+        for (strategy, answered_ms) in [(Strategy::Batched, 1_000.0), (Strategy::Naive, 900.0)] {
+            sample::phases(&mut report, strategy).put(NAME, flood(strategy, answered_ms));
+        }
         let v2 = as_version_2(&report);
-        assert!(v2["floods"].as_array().unwrap().len() == 2, "{v2}");
+        assert!(v2["floods"].as_array().unwrap().len() == 3, "{v2}");
         assert!(v2["strategies"].as_array().unwrap().len() == 2, "{v2}");
 
         let read = parse(&v2.to_string()).unwrap();

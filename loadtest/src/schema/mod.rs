@@ -15,7 +15,6 @@ mod cpu;
 mod environment;
 mod falls;
 mod findings;
-mod flood;
 pub mod history;
 pub mod json;
 mod load;
@@ -32,17 +31,13 @@ pub use cpu::{CpuUse, GROUPS, ProcessCpu, SATURATED_CORES};
 pub use environment::{DiskFlush, Environment};
 pub use falls::{BaselineFall, Fall, Fallen};
 pub use findings::{
-    BelowBaseline, ClientCheck, DoorRefused, Findings, FloodMiss, GroupCpu, GroupWait, MachineLoad,
-    Pace, Peer, SaleFinding, SaleReading, ServerCpu, StagePart, TimeFinding, ToolComparison,
-    ToolFinding, ToolReading, ToolVerdict, WaitedIn,
-};
-pub use flood::{
-    CrowdResult, Fairness, FloodResult, FloodShape, FloodSlice, Kind, NoopFlood,
-    PROJECTED_CLICKS_PER_SECOND, Projection, RefusalRate, Resale,
+    BelowBaseline, ClientCheck, DoorRefused, Findings, GroupCpu, GroupWait, MachineLoad, Pace,
+    Peer, SaleFinding, SaleReading, ServerCpu, StagePart, TimeFinding, ToolComparison, ToolFinding,
+    ToolReading, ToolVerdict, WaitedIn,
 };
 pub use load::{Bucket, HistogramData, LatencySummary, LoadResult, Loop, Repetitions, Spread};
 pub use other_engine::OtherEngine;
-pub use record::{Of, Phases, Sold, StrategyReport, Unmeasured};
+pub use record::{Of, Sold, StrategyReport, Unmeasured};
 pub use sale::{Loops, ReplicaLag, SaleResult, ThroughputResult};
 pub use scenario::{Event, Row, ScenarioReport, Verdict};
 pub use stages::{StageTime, StageTimes};
@@ -132,17 +127,15 @@ impl RunReport {
         &mut self.strategies[at]
     }
 
-    /// Each strategy's sale and loops, in the run's order; a strategy of a run of the flood
-    /// alone has none.
+    /// Each strategy's sale and loops, in the run's order; a strategy of a run of the phases
+    /// before the sale alone has none.
     pub fn sold(&self) -> impl Iterator<Item = Sold<'_>> + Clone {
         self.strategies.iter().filter_map(StrategyReport::sold)
     }
 
     /// Whether the registered phase `name` measured any strategy.
     pub fn measured(&self, name: &str) -> bool {
-        self.strategies
-            .iter()
-            .any(|s| s.phases.registered.has(name))
+        self.strategies.iter().any(|s| s.phases.has(name))
     }
 
     /// Each strategy's result of the registered phase `name`, read as `T`, in the run's order.
@@ -150,21 +143,11 @@ impl RunReport {
     where
         T: serde::de::DeserializeOwned + std::any::Any + Send + Sync,
     {
-        self.of_each(|p| p.registered.get(name))
-    }
-
-    /// Each strategy's flood, in the run's order.
-    pub fn floods(&self) -> Vec<Of<'_, FloodResult>> {
-        self.of_each(|p| p.flood.as_ref())
-    }
-
-    /// What `pick` takes from each strategy's phases, with the strategy, in the run's order.
-    fn of_each<'a, T>(&'a self, pick: impl Fn(&'a Phases) -> Option<&'a T>) -> Vec<Of<'a, T>> {
         (self.strategies.iter())
             .filter_map(|s| {
                 Some(Of {
                     strategy: &s.strategy,
-                    result: pick(&s.phases)?,
+                    result: s.phases.get(name)?,
                 })
             })
             .collect()
@@ -206,12 +189,10 @@ pub struct Settings {
     pub scenarios: bool,
     /// Baselines and standard tools only (`--only-baselines`).
     pub only_baselines: bool,
-    /// How the flood arrives (`None`: no flood).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub flood: Option<FloodShape>,
-    /// The flood only (`seckill-bench flood`).
-    #[serde(default)]
-    pub only_flood: bool,
+    /// Only the phases measured before the sale, for every strategy: no sale, no loops, no
+    /// phase after them (`seckill-bench flood`).
+    #[serde(default, alias = "only_flood")]
+    pub only_before_sale: bool,
     /// The niceness the servers the run started ran at; the load generator ran at its own
     /// (0: the same as the generator's).
     #[serde(default)]

@@ -7,21 +7,22 @@ use std::ops::Deref;
 use app::api::StrategyInfo;
 use serde::{Deserialize, Serialize};
 
-use super::{ByPhase, FloodResult, Loops, SaleResult};
+use super::{ByPhase, Loops, SaleResult};
 
 /// Everything a run measured of one strategy.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StrategyReport {
     pub strategy: StrategyInfo,
-    /// Its flash sale (absent from a run of the flood alone).
+    /// Its flash sale (absent from a run of the phases before the sale alone).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sale: Option<SaleResult>,
-    /// Its closed and open loops (absent from a run of the flood alone).
+    /// Its closed and open loops (absent from a run of the phases before the sale alone).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub loops: Option<Loops>,
-    /// What each phase that measured it found, by the phase's name.
-    #[serde(default, skip_serializing_if = "Phases::is_empty")]
-    pub phases: Phases,
+    /// What each phase that measured it found, under the phase's name; a phase that did not
+    /// measure it is absent.
+    #[serde(default, skip_serializing_if = "ByPhase::is_empty")]
+    pub phases: ByPhase,
     /// Each phase that could not measure it, and why: the run went on without its figures.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unmeasured: Vec<Unmeasured>,
@@ -43,7 +44,7 @@ impl StrategyReport {
             strategy,
             sale: None,
             loops: None,
-            phases: Phases::default(),
+            phases: ByPhase::default(),
             unmeasured: Vec::new(),
         }
     }
@@ -55,23 +56,6 @@ impl StrategyReport {
             sale: self.sale.as_ref()?,
             loops: self.loops.as_ref()?,
         })
-    }
-}
-
-/// Each phase's result for one strategy, under the phase's name; a phase that did not measure
-/// the strategy is absent. The flood, which is not a registered phase, has its field; the
-/// registered phases read theirs by name ([`ByPhase`]).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Phases {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub flood: Option<FloodResult>,
-    #[serde(flatten)]
-    pub registered: ByPhase,
-}
-
-impl Phases {
-    fn is_empty(&self) -> bool {
-        self.flood.is_none() && self.registered.is_empty()
     }
 }
 

@@ -9,8 +9,9 @@
 use crate::common;
 
 use app::api::{ErrorCode, Safety, Strategy};
+use loadtest::phase::flood::{FloodResult, FloodShape, NAME as FLOOD};
 use loadtest::run::run_in;
-use loadtest::schema::{FloodResult, FloodShape, Of, RunReport};
+use loadtest::schema::{Of, RunReport};
 
 pub(crate) fn shape() -> FloodShape {
     FloodShape {
@@ -37,8 +38,8 @@ async fn flood(strategies: &[Strategy]) -> (RunReport, tempfile::TempDir) {
 async fn flood_of(strategies: &[Strategy], shape: FloodShape) -> (RunReport, tempfile::TempDir) {
     let mut settings = common::quick(strategies[0]);
     settings.strategies = strategies.to_vec();
-    settings.flood = Some(shape);
-    settings.only_flood = true;
+    settings.phases.put(FLOOD, shape);
+    assert!(loadtest::phase::only_before_sale(&mut settings));
     let target = common::target();
     let out = tempfile::tempdir().unwrap();
     let output = run_in(&settings, &target, out.path()).await.unwrap();
@@ -110,8 +111,8 @@ async fn safe_strategies_keep_the_stock_and_one_per_customer_through_a_flood_and
 {
     let strategies = [Strategy::Conditional, Strategy::RedisLua, Strategy::Batched];
     let (report, out) = flood(&strategies).await;
-    assert_eq!(report.floods().len(), strategies.len());
-    for f in report.floods() {
+    assert_eq!(report.each::<FloodResult>(FLOOD).len(), strategies.len());
+    for f in report.each::<FloodResult>(FLOOD) {
         let name = f.strategy.name;
         assert_eq!(f.strategy.safety, Safety::Safe);
         assert_every_click_counted(&f);
@@ -159,7 +160,7 @@ async fn safe_strategies_keep_the_stock_and_one_per_customer_through_a_flood_and
     let flood_section = &html[html
         .find("<section id=\"flood\">")
         .expect("a flood section")..];
-    for f in report.floods() {
+    for f in report.each::<FloodResult>(FLOOD) {
         assert!(
             flood_section.contains(&format!("data-chart=\"flood-{}.svg\"", f.strategy.name)),
             "{}'s flood chart is drawn in the page",
@@ -175,13 +176,13 @@ async fn safe_strategies_keep_the_stock_and_one_per_customer_through_a_flood_and
 #[tokio::test(flavor = "multi_thread")]
 async fn every_app_instance_is_counted_in_the_loops_cpu_after_the_flood_restarted_one() {
     let mut settings = common::quick(Strategy::Conditional);
-    settings.flood = Some(shape());
+    settings.phases.put(FLOOD, shape());
     let target = common::target();
     let out = tempfile::tempdir().unwrap();
     let report = run_in(&settings, &target, out.path()).await.unwrap().report;
     common::drop_database(&target).await;
     let record = &report.strategies[0];
-    let resale = (record.phases.flood.as_ref())
+    let resale = (record.phases.get::<FloodResult>(FLOOD))
         .and_then(|f| f.resale.as_ref())
         .expect("the flood's second act");
     assert!(
@@ -214,7 +215,7 @@ async fn early_bots_are_refused_however_late_their_clicks_reach_the_service() {
         ..shape()
     };
     let (report, _out) = flood_of(&[Strategy::Conditional], shape).await;
-    let f = report.floods()[0];
+    let f = report.each::<FloodResult>(FLOOD)[0];
     assert_every_click_counted(&f);
     assert!(f.early_clicks > 0, "{f:?}");
     assert_eq!(
@@ -236,7 +237,7 @@ async fn racy_limit_lets_one_account_buy_more_than_once_in_a_flood() {
     // nothing yet" overlap, so several pass. Rounds in case one flood's timing lines them up.
     for round in 1..=3 {
         let (report, out) = flood(&[Strategy::RacyLimit]).await;
-        let f = report.floods()[0];
+        let f = report.each::<FloodResult>(FLOOD)[0];
         assert_every_click_counted(&f);
         assert_eq!(
             f.crowd.accounting.oversell, 0,
@@ -274,7 +275,7 @@ async fn sold_first_come_the_same_crowd_is_served_in_the_order_it_clicked_and_no
     let units = shape.units;
     let strategies = [Strategy::Conditional, Strategy::RedisLuaStream];
     let (report, out) = flood_of(&strategies, shape).await;
-    for f in report.floods() {
+    for f in report.each::<FloodResult>(FLOOD) {
         let name = f.strategy.name;
         let fc = f
             .first_come

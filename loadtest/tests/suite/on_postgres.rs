@@ -6,9 +6,10 @@ use crate::common;
 
 use app::api::Strategy;
 use loadtest::phase::expiry::{self, ExpiryCost, ExpiryShape};
+use loadtest::phase::flood::{FloodResult, FloodShape, NAME as FLOOD};
 use loadtest::run::run_in;
 use loadtest::schema::world::Engine;
-use loadtest::schema::{BaselineName, FloodShape, ToolStatus};
+use loadtest::schema::{BaselineName, ToolStatus};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_run_on_postgres_sells_exactly_the_stock_and_measures_its_baselines_beside_pgbench() {
@@ -17,13 +18,16 @@ async fn a_run_on_postgres_sells_exactly_the_stock_and_measures_its_baselines_be
     target.engine = Engine::Postgres;
     let mut settings = common::quick(Strategy::Conditional);
     settings.baselines = true;
-    settings.flood = Some(FloodShape {
-        users: 400,
-        units: 20,
-        payment_window_ms: 1_000,
-        kill_mid_sale: false,
-        ..crate::flood::shape()
-    });
+    settings.phases.put(
+        FLOOD,
+        FloodShape {
+            users: 400,
+            units: 20,
+            payment_window_ms: 1_000,
+            kill_mid_sale: false,
+            ..crate::flood::shape()
+        },
+    );
     let shape = ExpiryShape {
         payment_window_ms: 500,
         non_payer_share: 0.3,
@@ -57,10 +61,9 @@ async fn a_run_on_postgres_sells_exactly_the_stock_and_measures_its_baselines_be
         (0, 0, 0, settings.stock),
         "{sale:?}"
     );
-    let flood = record.phases.flood.as_ref().expect("the flood");
+    let flood = record.phases.get::<FloodResult>(FLOOD).expect("the flood");
     assert_eq!(flood.crowd.beyond_limit, 0, "{flood:?}");
-    let expiry: &ExpiryCost =
-        (record.phases.registered.get(expiry::NAME)).expect("the expiry sweep");
+    let expiry: &ExpiryCost = (record.phases.get(expiry::NAME)).expect("the expiry sweep");
     assert!(expiry.expired > 0, "{expiry:?}");
 
     // The SQL baselines on PostgreSQL, each beside pgbench running the same statements.

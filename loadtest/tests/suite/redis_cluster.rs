@@ -7,8 +7,8 @@
 use crate::common;
 
 use app::api::Strategy;
+use loadtest::phase::flood::{FloodResult, FloodShape, NAME as FLOOD};
 use loadtest::run::run_in;
-use loadtest::schema::FloodShape;
 use loadtest::schema::world::Topology;
 
 #[tokio::test(flavor = "multi_thread")]
@@ -30,21 +30,24 @@ async fn redis_stock_on_a_cluster_keeps_every_unit_through_a_flood_and_a_sale_an
     ];
     let mut settings = common::quick(strategies[0]);
     settings.strategies = strategies.to_vec();
-    settings.flood = Some(FloodShape {
-        users: 600,
-        units: 40,
-        burst_ms: 500,
-        double_click_share: 0.1,
-        shared_account_bot_share: 0.03,
-        early_bot_share: 0.02,
-        early_by_ms: 300,
-        retries: 0,
-        instances: 2,
-        non_payer_share: 0.0,
-        payment_window_ms: 2_000,
-        kill_mid_sale: false,
-        first_come: false,
-    });
+    settings.phases.put(
+        FLOOD,
+        FloodShape {
+            users: 600,
+            units: 40,
+            burst_ms: 500,
+            double_click_share: 0.1,
+            shared_account_bot_share: 0.03,
+            early_bot_share: 0.02,
+            early_by_ms: 300,
+            retries: 0,
+            instances: 2,
+            non_payer_share: 0.0,
+            payment_window_ms: 2_000,
+            kill_mid_sale: false,
+            first_come: false,
+        },
+    );
     let out = tempfile::tempdir().unwrap();
     let output = run_in(&settings, &target, out.path()).await.unwrap();
     common::drop_database(&target).await;
@@ -54,7 +57,7 @@ async fn redis_stock_on_a_cluster_keeps_every_unit_through_a_flood_and_a_sale_an
         report.world.map(|w| w.topology),
         Some(Topology::RedisCluster)
     );
-    for f in report.floods() {
+    for f in report.each::<FloodResult>(FLOOD) {
         let a = &f.crowd.accounting;
         assert_eq!(
             (a.oversell, f.crowd.beyond_limit, a.stranded),
@@ -74,7 +77,7 @@ async fn redis_stock_on_a_cluster_keeps_every_unit_through_a_flood_and_a_sale_an
         );
         assert_eq!(a.units_sold, a.initial_stock, "{}: {a:?}", s.strategy.name);
     }
-    assert_eq!(report.floods().len(), 3);
+    assert_eq!(report.each::<FloodResult>(FLOOD).len(), 3);
     assert_eq!(report.strategies.len(), 3);
     let md = std::fs::read_to_string(output.dir.join("report.md")).unwrap();
     assert!(

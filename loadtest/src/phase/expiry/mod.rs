@@ -287,6 +287,7 @@ impl Phase for Expiry {
             name: NAME,
             label: "expiry sweep",
             needs: Needs {
+                before_sale: false,
                 deployable: true,
                 products: 1,
                 refusal_ceiling: false,
@@ -344,7 +345,7 @@ async fn measure_one(
     let plan = ExpiryPlan {
         strategy: strategy.info,
         shape,
-        buyers: strategy.buyers(allotment),
+        buyers: strategy.looped()?.buyers(allotment),
     };
     let cost = run_expiry(run.api, run.db, &plan).await?;
     Ok(Recorded::new(cost))

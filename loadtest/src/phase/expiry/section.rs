@@ -387,7 +387,7 @@ mod tests {
     #[test]
     fn the_readme_line_leaves_out_the_strategies_whose_rounds_compared_nothing() {
         let mut run = crate::sample::report();
-        (crate::sample::phases(&mut run, Strategy::RedisLua).registered).put(
+        crate::sample::phases(&mut run, Strategy::RedisLua).put(
             crate::phase::expiry::NAME,
             expiry_cost(Strategy::RedisLua, &[0.9, 0.66, 1.57], 0).result,
         );

@@ -232,6 +232,7 @@ impl Phase for Overload {
             name: NAME,
             label: "overload",
             needs: Needs {
+                before_sale: false,
                 deployable: true,
                 products: 1,
                 refusal_ceiling: true,
@@ -245,12 +246,13 @@ impl Phase for Overload {
 
     fn doing(&self, settings: &Settings, strategy: &Measuring<'_>) -> String {
         let factor = shape(settings).map_or(0.0, |shape| shape.factor);
-        let capacity = strategy.closed.successes_per_sec;
+        let capacity = (strategy.loops.as_ref()).map_or(0.0, |l| l.closed.successes_per_sec);
         format!("overload {:.0}/s", offered(factor, capacity, None))
     }
 
     fn measure<'a>(&'a self, run: &'a Run<'a>, turn: Turn<'a>) -> Measured<'a> {
-        Box::pin(measure_one(run, turn.strategy, turn.allotment))
+        let pids = turn.instances.pids();
+        Box::pin(measure_one(run, turn.strategy, turn.allotment, pids))
     }
 
     fn judge(&self, report: &RunReport, findings: &mut Findings) {
@@ -280,18 +282,20 @@ async fn measure_one(
     run: &Run<'_>,
     strategy: &Measuring<'_>,
     allotment: &Allotment,
+    app_pids: Vec<u32>,
 ) -> Result<Recorded> {
     let shape = shape(run.settings).context("the run has no overload shape")?;
+    let looped = strategy.looped()?;
     let in_flight_limit = in_flight_limit(run.world, run.app);
     let plan = OverloadPlan {
         strategy: strategy.info,
         shape,
-        capacity: strategy.closed.successes_per_sec,
-        buyers: strategy.buyers(allotment),
+        capacity: looped.closed.successes_per_sec,
+        buyers: looped.buyers(allotment),
         connections: connections(in_flight_limit, run.settings.buyers),
         in_flight_limit,
         latency_budget_ms: run.app.latency_budget_ms,
-        app_pids: run.app_pids.to_vec(),
+        app_pids,
         refusal_ceiling: run.refusal_ceiling,
     };
     let result = run_overload(run.api, &plan).await?;

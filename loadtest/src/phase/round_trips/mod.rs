@@ -63,6 +63,7 @@ impl Phase for RoundTripCount {
             name: NAME,
             label: "round trips",
             needs: Needs {
+                before_sale: false,
                 deployable: false,
                 products: 1,
                 refusal_ceiling: false,

@@ -4,8 +4,9 @@
 use anyhow::Result;
 use plotters::prelude::*;
 
-use super::charts::{Chart, draw_legend, err};
-use crate::schema::{FloodResult, FloodSlice, Of};
+use super::super::schema::{FloodResult, FloodSlice};
+use crate::report::charts::{Chart, draw_legend, err};
+use crate::schema::Of;
 
 /// The file a strategy's flood chart is written to, in the run's directory.
 pub fn file_name(flood: &Of<'_, FloodResult>) -> String {

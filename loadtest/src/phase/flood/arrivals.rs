@@ -5,7 +5,7 @@
 //! second click, with a request id of its own, 0–50 ms after the first — the browser's second
 //! submit). A share are bots behind one shared account that all fire in the first 5 ms after
 //! the opening (what a script does), and a share are bots that fire `early_by` before it (at
-//! least: the sale opens only once each has its answer, [`crate::measure::crowd`]). The
+//! least: the sale opens only once each has its answer, [`super::crowd`]). The
 //! arrivals are sorted by time, the early bots first, so a buyer's index is its place in the
 //! send order.
 
@@ -15,7 +15,7 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use testkit::Arrival;
 
-use crate::schema::{FloodShape, Kind};
+use super::schema::{FloodShape, Kind};
 
 /// The flood's clicks in send order, each with its kind.
 pub struct Plan {

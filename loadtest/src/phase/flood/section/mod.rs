@@ -5,12 +5,15 @@ use std::fmt::Write;
 
 use app::api::ErrorCode;
 
-use super::section::Section;
-use super::table::{Align, Table};
-use crate::analyse::flood_bars::{FLOOD_BAR, REFUSAL_BAR_PERCENT};
-use crate::schema::{
-    FloodMiss, FloodResult, FloodShape, GROUPS, LatencySummary, Of, PROJECTED_CLICKS_PER_SECOND,
-};
+pub mod chart;
+mod first_come;
+mod resale;
+
+use super::judge::{FLOOD_BAR, REFUSAL_BAR_PERCENT};
+use super::schema::{FloodMiss, FloodResult, FloodShape, PROJECTED_CLICKS_PER_SECOND};
+use crate::report::section::Section;
+use crate::report::table::{Align, Table};
+use crate::schema::{GROUPS, LatencySummary, Of};
 
 /// The section, or nothing when the run had no flood.
 pub fn section(
@@ -51,11 +54,11 @@ pub fn section(
     ));
     s.prose(went_wrong(floods, misses));
     for f in floods {
-        let file = super::flood_chart::file_name(f);
+        let file = chart::file_name(f);
         s.chart(file, format!("the flood through `{}`", f.strategy.name));
     }
-    s.append(super::resale::section(shape, floods));
-    s.append(super::first_come::section(floods));
+    s.append(resale::section(shape, floods));
+    s.append(first_come::section(floods));
     s.prose("Latency from each click's send, winners and refused buyers apart:");
     s.table(latency_table(floods));
     if let Some(t) = projection_table(floods) {
@@ -257,7 +260,7 @@ fn went_wrong(floods: &[Of<'_, FloodResult>], misses: &[FloodMiss]) -> String {
                 "- `{name}` left {} unit(s) missing from the stock's home with no order \
                  holding them.{}",
                 a.stranded,
-                super::prose::lost_return(name)
+                crate::report::prose::lost_return(name)
             );
         }
     }
@@ -271,10 +274,7 @@ fn went_wrong(floods: &[Of<'_, FloodResult>], misses: &[FloodMiss]) -> String {
         let _ = writeln!(md, "- {}", missed(miss));
     }
     md.push_str(&early_clicks(floods));
-    md.push_str(&http_floor(
-        misses,
-        crate::analyse::flood_bars::refusals_at_bar(floods),
-    ));
+    md.push_str(&http_floor(misses, super::judge::refusals_at_bar(floods)));
     format!("What went wrong in the flood:\n\n{md}")
 }
 
@@ -392,7 +392,7 @@ mod tests {
     use app::api::Strategy;
 
     use super::*;
-    use crate::sample;
+    use crate::phase::flood::schema::sample::flood;
 
     fn refusal_miss(percent_of_noop: f64, http_floor_percent: Option<f64>) -> FloodMiss {
         FloodMiss::CostlyRefusals {
@@ -406,8 +406,8 @@ mod tests {
     #[test]
     fn the_early_clicks_are_told_from_each_rows_answers() {
         let mut rows = [
-            sample::flood(Strategy::Naive, 1_000.0, 1_000.0, 90.0),
-            sample::flood(Strategy::Conditional, 1_000.0, 1_000.0, 90.0),
+            flood(Strategy::Naive, 1_000.0, 1_000.0, 90.0),
+            flood(Strategy::Conditional, 1_000.0, 1_000.0, 90.0),
         ];
         assert_eq!(
             early_clicks(&crate::sample::of(&rows)),

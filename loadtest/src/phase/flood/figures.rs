@@ -6,11 +6,9 @@ use std::time::Duration;
 use app::api::ErrorCode;
 use testkit::{Answer, Click};
 
-use super::reproduce::spearman;
-use crate::schema::Kind;
-use crate::schema::{
-    CpuUse, Fairness, FloodSlice, GROUPS, PROJECTED_CLICKS_PER_SECOND, Projection,
-};
+use super::schema::{Fairness, FloodSlice, Kind, PROJECTED_CLICKS_PER_SECOND, Projection};
+use crate::analyse::reproduce::spearman;
+use crate::schema::{CpuUse, GROUPS};
 
 /// A timeline slice's width.
 pub const SLICE: Duration = Duration::from_millis(100);

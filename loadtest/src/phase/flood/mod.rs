@@ -1,10 +1,25 @@
 //! The flood: one product, a per-user limit of one, a sale that opens at a set moment, and a
-//! crowd that arrives as [`crate::drive::flood`] draws it. Then the stock's home and the
-//! orders say what happened ([`app::accounting`]), the answers say what the buyers saw and
-//! when, and — the product sold out — refusals are timed beside `GET /api/noop`
-//! ([`crate::measure::refusals`]). Last, the
-//! same crowd asks `GET /api/noop` instead of buying: what the HTTP stack alone takes to
-//! answer that flood.
+//! crowd that arrives as [`arrivals`] draws it. Then the stock's home and the orders say what
+//! happened ([`app::accounting`]), the answers say what the buyers saw and when; with a payment
+//! window, a second act ([`resale`]) lets the unpaid orders expire, one app instance killed in
+//! the middle, and the units go back on sale; and — the product sold out — refusals are timed
+//! beside `GET /api/noop` ([`refusals`]). Last, the same crowd asks `GET /api/noop` instead of
+//! buying: what the HTTP stack alone takes to answer that flood; and, when asked, buys again a
+//! product sold first come, first served ([`first_come`]).
+//!
+//! It is measured before the sale, for every strategy before any is sold: a flash sale meets
+//! a service nothing has loaded yet. Its figures and shape are in [`schema`], its bars in
+//! [`judge`], its section of the report and its charts in [`section`].
+
+mod arrivals;
+mod crowd;
+mod figures;
+mod first_come;
+pub mod judge;
+mod refusals;
+mod resale;
+pub mod schema;
+pub mod section;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,21 +29,113 @@ use app::api::ResetProduct;
 use app::db::Db;
 use testkit::{Answer, Api, Apps, Crowd, Retry};
 
-use crate::analyse::flood::{self as analyse, ms_from};
-use crate::drive::flood as drive;
+use super::{About, Measured, Measuring, Needs, Phase, Recorded, Run, Turn};
 use crate::live::Update;
 use crate::measure::cashier::Cashier;
 use crate::measure::cpu::Sampler;
-use crate::measure::crowd::{self, FloodPlan, sell_after_early_clicks};
-use crate::measure::first_come;
-use crate::measure::refusals;
-use crate::measure::resale;
 use crate::measure::sale::read_ledger;
-use crate::schema::Kind;
-use crate::schema::{FloodResult, NoopFlood};
+use crate::report::charts::Chart;
+use crate::report::section::Section;
+use crate::schema::{Findings, RunReport, Settings};
+use crowd::{FloodPlan, sell_after_early_clicks};
+use figures::ms_from;
+
+pub use schema::{
+    CrowdResult, Fairness, FloodMiss, FloodResult, FloodShape, FloodSlice, Kind, NoopFlood,
+    PROJECTED_CLICKS_PER_SECOND, Projection, RefusalRate, Resale,
+};
+
+/// Its name: in the report, the settings, the findings and the errors.
+pub const NAME: &str = "flood";
+
+/// The shape the run asked of it; `None`: not asked.
+pub fn shape(settings: &Settings) -> Option<&FloodShape> {
+    settings.phases.get(NAME)
+}
+
+/// The bars the run's floods missed.
+pub fn found(findings: &Findings) -> &[FloodMiss] {
+    (findings.phases.get::<Vec<FloodMiss>>(NAME))
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+}
+
+/// The flood, as the registry holds it.
+pub struct Flood;
+
+impl Phase for Flood {
+    fn about(&self) -> About {
+        About {
+            name: NAME,
+            label: "flood",
+            needs: Needs {
+                before_sale: true,
+                deployable: false,
+                // A second product for the same crowd sold first come, when asked for.
+                products: 2,
+                refusal_ceiling: false,
+            },
+        }
+    }
+
+    fn asked(&self, settings: &Settings) -> bool {
+        shape(settings).is_some()
+    }
+
+    fn doing(&self, _: &Settings, _: &Measuring<'_>) -> String {
+        "flood".to_owned()
+    }
+
+    fn measure<'a>(&'a self, run: &'a Run<'a>, turn: Turn<'a>) -> Measured<'a> {
+        Box::pin(async move {
+            let shape = shape(run.settings).context("the run has no flood shape")?;
+            let plan = FloodPlan {
+                product: turn.allotment.product(),
+                first_come_product: shape.first_come.then(|| turn.allotment.product() + 1),
+                strategy: turn.strategy.info,
+                shape,
+                seed: turn.strategy.place as u64,
+                id_prefix: turn.allotment.prefix.clone(),
+                refusal_window: Some(crate::measure::refusals::window(run.settings.quick)),
+                refusal_connections: run.settings.buyers,
+                feed: run.feed.clone(),
+            };
+            let flood =
+                run_flood(run.api, run.db, run.sampler, &plan, Some(turn.instances)).await?;
+            Ok(Recorded::new(flood))
+        })
+    }
+
+    fn judge(&self, report: &RunReport, findings: &mut Findings) {
+        let floods = report.each::<FloodResult>(NAME);
+        let floor = judge::http_floor_percent(&report.baselines);
+        findings.phases.put(NAME, judge::misses(&floods, floor));
+    }
+
+    fn section(&self, r: &RunReport) -> Section {
+        section::section(
+            shape(&r.settings),
+            &r.each::<FloodResult>(NAME),
+            found(&r.findings),
+        )
+    }
+
+    fn charts(&self, r: &RunReport) -> Result<Vec<Chart>> {
+        section::chart::all(&r.each::<FloodResult>(NAME))
+    }
+
+    /// Its misses are worded in its own section, beside the table that shows them.
+    fn went_wrong(&self, _: &RunReport) -> Option<String> {
+        None
+    }
+
+    fn shape_words(&self, settings: &Settings) -> Option<String> {
+        shape(settings).map(|s| format!("{} people for {} units", s.users, s.units))
+    }
+}
 
 /// Runs one flood and reads what it did.
-pub async fn run_flood(
+async fn run_flood(
     api: &Api,
     db: &Db,
     sampler: &Sampler,
@@ -36,7 +143,7 @@ pub async fn run_flood(
     apps: Option<&mut Apps>,
 ) -> Result<FloodResult> {
     let shape = plan.shape;
-    let drawn = drive::plan(shape, plan.seed);
+    let drawn = arrivals::plan(shape, plan.seed);
     let home = plan.strategy.name.home();
     let rules = ResetProduct {
         per_user_limit: Some(1),
@@ -146,9 +253,9 @@ pub async fn run_flood(
         crowd: answered,
         early_clicks: drawn.count(Kind::Early),
         shared_account_clicks: drawn.count(Kind::SharedAccount),
-        timeline: analyse::timeline(&answers.clicks, opened, shape.units),
+        timeline: figures::timeline(&answers.clicks, opened, shape.units),
         resale,
-        projection: analyse::projection(&cpu),
+        projection: figures::projection(&cpu),
         cpu: Some(cpu),
         after_sold_out,
         noop_flood: Some(noop_flood),

@@ -9,10 +9,10 @@ use app::api::ResetProduct;
 use app::db::Db;
 use testkit::{Api, Crowd};
 
-use crate::drive::flood::Plan;
-use crate::measure::crowd::{self, FloodPlan, sell_after_early_clicks};
+use super::arrivals::Plan;
+use super::crowd::{self, FloodPlan, sell_after_early_clicks};
+use super::schema::CrowdResult;
 use crate::measure::sale::read_ledger;
-use crate::schema::CrowdResult;
 
 /// The crowd `drawn` of `plan`'s flood, sent to `product`, sold first come.
 pub async fn flood(

@@ -2,10 +2,11 @@
 //! flood in the report: what arrival order bought (the first clicks, the rank correlation) and
 //! what it cost (the time to answer the crowd, the winners' and refused buyers' latency).
 
-use super::section::Section;
-use super::table::Table;
-use crate::analyse::first_come::{FIRST_CLICKS_BAR, RANK_SHARE_BAR, misses};
-use crate::schema::{CrowdResult, FloodResult, LatencySummary, Of};
+use super::super::judge::{FIRST_CLICKS_BAR, RANK_SHARE_BAR, first_come_misses as misses};
+use super::super::schema::{CrowdResult, FloodResult};
+use crate::report::section::Section;
+use crate::report::table::Table;
+use crate::schema::{LatencySummary, Of};
 
 /// The section; nothing when no flood was sent again.
 pub fn section(floods: &[Of<'_, FloodResult>]) -> Section {
@@ -102,12 +103,18 @@ mod tests {
 
     #[test]
     fn each_strategy_sent_again_first_come_is_set_beside_its_random_flood_with_its_misses() {
-        let mut missing = crate::sample::flood(Strategy::Batched, 1_000.0, 1_000.0, 90.0);
+        let mut missing =
+            crate::phase::flood::schema::sample::flood(Strategy::Batched, 1_000.0, 1_000.0, 90.0);
         if let Some(fc) = &mut missing.first_come {
             fc.fairness.first_clicks_won = 0.5;
         }
         let floods = [
-            crate::sample::flood(Strategy::Conditional, 1_000.0, 1_000.0, 90.0),
+            crate::phase::flood::schema::sample::flood(
+                Strategy::Conditional,
+                1_000.0,
+                1_000.0,
+                90.0,
+            ),
             missing,
         ];
         let md = section(&crate::sample::of(&floods)).markdown();

@@ -4,9 +4,10 @@
 
 use std::fmt::Write;
 
-use super::section::Section;
-use super::table::Table;
-use crate::schema::{FloodResult, FloodShape, Of, Resale};
+use super::super::schema::{FloodResult, FloodShape, Resale};
+use crate::report::section::Section;
+use crate::report::table::Table;
+use crate::schema::Of;
 
 /// The second act's table and what went wrong in it; nothing when the flood had none.
 pub fn section(shape: &FloodShape, floods: &[Of<'_, FloodResult>]) -> Section {
@@ -106,7 +107,7 @@ fn went_wrong(acts: &[(&Of<'_, FloodResult>, &Resale)]) -> String {
                 r.returning,
                 r.pending,
                 match lost > 0 {
-                    true => super::prose::lost_return(name),
+                    true => crate::report::prose::lost_return(name),
                     false => "",
                 }
             );

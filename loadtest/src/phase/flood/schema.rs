@@ -2,10 +2,11 @@
 //! far fewer units, double clicks, bots — and what it did to the service.
 
 use app::accounting::Accounting;
+use app::api::Strategy;
 use serde::{Deserialize, Serialize};
 use testkit::Outcomes;
 
-use super::{CpuUse, LatencySummary};
+use crate::schema::{CpuUse, LatencySummary};
 
 /// How a flood arrives (the same for every strategy of a run).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -279,4 +280,166 @@ pub enum Kind {
     Second,
     SharedAccount,
     Early,
+}
+
+/// A bar of the flood missed, with the figures that say by how much.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "bar", rename_all = "kebab-case")]
+pub enum FloodMiss {
+    /// The fastest safe strategy took longer than `bar_ratio` times the no-op flood to answer
+    /// every click.
+    SlowFlood {
+        strategy: Strategy,
+        answered_ms: f64,
+        noop_answered_ms: f64,
+        bar_ratio: f64,
+    },
+    /// A safe strategy that sold out refused at less than `bar_percent` of the no-op rate.
+    CostlyRefusals {
+        strategy: Strategy,
+        percent_of_noop: f64,
+        bar_percent: f64,
+        /// HTTP's floor in the same run: `http-floor-refusal` as a share of `http-floor-noop`
+        /// (absent without those baselines).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        http_floor_percent: Option<f64>,
+    },
+}
+
+#[cfg(test)]
+pub mod sample {
+    use app::accounting::{Accounting, Ledger};
+    use app::api::{ErrorCode, Strategy};
+    use testkit::{Answer, Outcomes};
+
+    use super::{CrowdResult, Fairness, FloodResult, FloodShape, NoopFlood, RefusalRate};
+    use crate::sample::Tagged;
+    use crate::schema::{LatencySummary, RunReport};
+
+    /// Puts the flood's shape in `report`'s settings, and `conditional`'s flood, every click
+    /// answered in 1 s beside 0.8 s for the no-op flood, in its record.
+    pub fn put(report: &mut RunReport) {
+        let result = flood(Strategy::Conditional, 1_000.0, 800.0, 90.0).result;
+        crate::sample::put_phase(report, super::super::NAME, flood_shape(), result);
+    }
+
+    /// The shape of the sample's flood: 2,000 people for 100 units.
+    pub fn flood_shape() -> FloodShape {
+        FloodShape {
+            users: 2_000,
+            units: 100,
+            burst_ms: 1_000,
+            double_click_share: 0.1,
+            shared_account_bot_share: 0.02,
+            early_bot_share: 0.02,
+            early_by_ms: 300,
+            retries: 0,
+            instances: 2,
+            non_payer_share: 0.0,
+            payment_window_ms: 0,
+            kill_mid_sale: false,
+            first_come: true,
+        }
+    }
+
+    /// A strategy's flood of [`flood_shape`], sold out: every click answered `answered_ms` after
+    /// the opening and the same crowd's no-op flood `noop_ms`; refusals once sold out at
+    /// `refusal_percent` of 40,000 no-ops per second.
+    pub fn flood(
+        strategy: Strategy,
+        answered_ms: f64,
+        noop_ms: f64,
+        refusal_percent: f64,
+    ) -> Tagged<FloodResult> {
+        let (outcomes, accounting) = sold_out_crowd();
+        Tagged::new(
+            strategy,
+            FloodResult {
+                crowd: CrowdResult {
+                    clicks: 2_000,
+                    outcomes,
+                    accounting,
+                    beyond_limit: 0,
+                    sold_out_after_ms: Some(answered_ms / 2.0),
+                    all_answered_after_ms: answered_ms,
+                    winners: LatencySummary::default(),
+                    refused: LatencySummary::default(),
+                    fairness: Fairness {
+                        first_clicks_won: 0.5,
+                        earliness_rank_correlation: None,
+                        attainable_correlation: None,
+                    },
+                },
+                early_clicks: 0,
+                shared_account_clicks: 0,
+                timeline: Vec::new(),
+                resale: None,
+                after_sold_out: Some(RefusalRate {
+                    refusals_per_second: 400.0 * refusal_percent,
+                    noop_per_second: 40_000.0,
+                    connections: 200,
+                    sold_after_flood: 0,
+                    rounds: 5,
+                    paired_percent: None,
+                }),
+                noop_flood: Some(NoopFlood {
+                    clicks: 2_000,
+                    served: 2_000,
+                    all_answered_after_ms: noop_ms,
+                }),
+                first_come: Some(first_come_flood()),
+                cpu: None,
+                projection: Vec::new(),
+            },
+        )
+    }
+
+    /// 2,000 clicks for 100 units: the first 100 bought, the rest told `sold_out`.
+    fn sold_out_crowd() -> (Outcomes, Accounting) {
+        let mut outcomes = Outcomes::default();
+        for k in 0..2_000 {
+            outcomes.count(&if k < 100 {
+                Answer::Created {
+                    fencing_token: None,
+                }
+            } else {
+                Answer::Refused {
+                    status: 409,
+                    code: ErrorCode::SoldOut,
+                }
+            });
+        }
+        let ledger = Ledger {
+            initial_stock: 100,
+            final_stock: 0,
+            units_in_orders: 100,
+            orders: 100,
+            pending: 0,
+            reserved: 100,
+            paid: 0,
+            returned: 0,
+            returning: 0,
+        };
+        (outcomes, Accounting::of(ledger, 2_000))
+    }
+
+    /// The sample flood's crowd sent again, sold first come: the first 100 of 2,000 clicks bought.
+    pub fn first_come_flood() -> CrowdResult {
+        let (outcomes, accounting) = sold_out_crowd();
+        CrowdResult {
+            clicks: 2_000,
+            outcomes,
+            accounting,
+            beyond_limit: 0,
+            sold_out_after_ms: Some(180.0),
+            all_answered_after_ms: 1_150.0,
+            winners: LatencySummary::default(),
+            refused: LatencySummary::default(),
+            fairness: Fairness {
+                first_clicks_won: 0.97,
+                earliness_rank_correlation: Some(0.21),
+                attainable_correlation: Some(0.22),
+            },
+        }
+    }
 }

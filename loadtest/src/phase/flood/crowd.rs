@@ -13,12 +13,13 @@ use app::db::engine::Sql;
 use testkit::{Answer, Answers, Api, Crowd};
 use tokio::time::Instant;
 
-use crate::analyse::flood::{self as analyse, ms_from};
-use crate::drive::flood::Plan;
+use super::arrivals::Plan;
+use super::figures::{self as analyse, ms_from};
+use super::schema::{CrowdResult, FloodShape, Kind};
 use crate::drive::latency::Latencies;
 use crate::drive::load::Window;
 use crate::live::Feed;
-use crate::schema::{CrowdResult, FloodShape, Kind, LatencySummary};
+use crate::schema::LatencySummary;
 
 /// How long the sale's opening is set ahead of the moment it is written: time to write it
 /// through every instance before it comes.

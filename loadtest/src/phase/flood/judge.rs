@@ -2,11 +2,13 @@
 //! whole flood within [`FLOOD_BAR`] times what the same crowd asking `GET /api/noop` takes,
 //! and every safe strategy that sold out refuses the rest at [`REFUSAL_BAR_PERCENT`] of the
 //! no-op rate or more. A refusal's miss carries HTTP's floor of the same run: the share of
-//! the no-op that a refusal with nothing of the service behind it reached.
+//! the no-op that a refusal with nothing of the service behind it reached. The same crowd sold
+//! first come, first served: the first clicks bought, in order, and no unit was lost.
 
 use app::api::Safety;
 
-use crate::schema::{Baseline, BaselineName, FloodMiss, FloodResult, Of};
+use super::schema::{CrowdResult, FloodMiss, FloodResult};
+use crate::schema::{Baseline, BaselineName, Of};
 
 /// The fastest safe strategy's time until every click was answered, over the no-op flood's.
 pub const FLOOD_BAR: f64 = 2.0;
@@ -77,12 +79,51 @@ pub fn misses(floods: &[Of<'_, FloodResult>], http_floor_percent: Option<f64>) -
     misses
 }
 
+/// A flood sold first come, first served keeps its promise when the first clicks bought, in
+/// the order they were sent, and nothing was oversold, sold past the limit or stranded.
+/// Of the first clicks (as many as the units), the share that must buy.
+pub const FIRST_CLICKS_BAR: f64 = 0.9;
+/// The rank correlation between sending early and buying, as a share of the attainable, that
+/// must be reached.
+pub const RANK_SHARE_BAR: f64 = 0.9;
+
+/// What a first-come flood missed, in words (empty: every bar met).
+pub fn first_come_misses(f: &CrowdResult) -> Vec<String> {
+    let mut missed = Vec::new();
+    if f.fairness.first_clicks_won < FIRST_CLICKS_BAR {
+        missed.push(format!(
+            "{:.0}% of the first clicks bought (bar {:.0}%)",
+            100.0 * f.fairness.first_clicks_won,
+            100.0 * FIRST_CLICKS_BAR
+        ));
+    }
+    match f.fairness.correlation_share() {
+        Some(share) if share >= RANK_SHARE_BAR => {}
+        Some(share) => missed.push(format!(
+            "rank {share:.2} of the attainable (bar {RANK_SHARE_BAR:.2})"
+        )),
+        None => missed.push("no rank correlation (nobody bought, or everybody)".into()),
+    }
+    let a = &f.accounting;
+    for (what, units) in [
+        ("oversold", a.oversell),
+        ("beyond the limit", f.beyond_limit),
+        ("stranded", a.stranded),
+    ] {
+        if units != 0 {
+            missed.push(format!("{units} unit(s) {what}"));
+        }
+    }
+    missed
+}
+
 #[cfg(test)]
 mod tests {
     use app::api::Strategy;
 
+    use super::super::schema::Fairness;
+    use super::super::schema::sample::flood;
     use super::*;
-    use crate::sample::flood;
 
     #[test]
     fn the_fastest_safe_strategy_beyond_twice_the_noop_flood_misses_the_bar() {
@@ -181,5 +222,37 @@ mod tests {
         // The medians' quotient (72%) mixes rounds; the paired share is what the run judged by.
         let floor = http_floor_percent(&[noop, refusal]).unwrap();
         assert!((floor - 81.5).abs() < 1e-9, "{floor}");
+    }
+
+    fn first_come(first_clicks_won: f64, rank: f64, oversell: i64) -> CrowdResult {
+        let mut f = super::super::schema::sample::first_come_flood();
+        f.fairness = Fairness {
+            first_clicks_won,
+            earliness_rank_correlation: Some(rank),
+            attainable_correlation: Some(0.4),
+        };
+        f.accounting.oversell = oversell;
+        f
+    }
+
+    #[test]
+    fn a_first_come_flood_meets_its_bars_only_with_the_first_clicks_served_in_order_and_no_unit_lost()
+     {
+        assert!(first_come_misses(&first_come(0.95, 0.38, 0)).is_empty());
+        assert_eq!(
+            first_come_misses(&first_come(0.5, 0.38, 0)).len(),
+            1,
+            "first clicks"
+        );
+        assert_eq!(
+            first_come_misses(&first_come(0.95, 0.2, 0)).len(),
+            1,
+            "rank, 0.5 of the attainable"
+        );
+        assert_eq!(
+            first_come_misses(&first_come(0.95, 0.38, 1)).len(),
+            1,
+            "oversold"
+        );
     }
 }

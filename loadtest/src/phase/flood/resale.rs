@@ -21,10 +21,9 @@ use rand::{Rng, SeedableRng};
 use testkit::{Answer, Answers, Api, Apps, Click, order_request};
 use tokio::task::JoinSet;
 
-use crate::drive::flood::Plan;
+use super::arrivals::Plan;
+use super::schema::{FloodShape, Kind, Resale};
 use crate::measure::cashier::{Cashier, Paid, Till, pay};
-use crate::schema::Kind;
-use crate::schema::{FloodShape, Resale};
 
 /// How often a returning buyer looks again, on average (each look 50–150% of it).
 const LOOK_AGAIN: Duration = Duration::from_millis(500);
