@@ -95,7 +95,7 @@ pub async fn run_watched(
 
     let mut sampler = Sampler::new(
         (target.processes.iter().cloned())
-            .chain(app_processes(&apps))
+            .chain(cpu::app_processes(&apps))
             .chain([cpu::Process::generator()])
             .collect(),
     );
@@ -160,36 +160,31 @@ pub async fn run_watched(
     let mut records: Vec<StrategyReport> = (strategies.iter().cloned())
         .map(StrategyReport::of)
         .collect();
+    let logs = dir.join("logs");
+    // What the run hands its phases; the refusal ceiling, once measured, to those after the
+    // loops.
+    let mut for_phases = phase::Run {
+        world: &world,
+        settings,
+        api: &api,
+        db: &db,
+        app: &app_settings,
+        refusal_ceiling: None,
+        relays: target.relays.as_deref(),
+        feed,
+        announce: &announce,
+        logs: &logs,
+    };
     // The phases before the sale, every strategy's before any is sold.
     for (place, (info, record)) in strategies.iter().zip(&mut records).enumerate() {
-        let run = phase::Run {
-            world: &world,
-            settings,
-            api: &api,
-            db: &db,
-            app: &app_settings,
-            refusal_ceiling: None,
-            relays: target.relays.as_deref(),
-            sampler: &sampler,
-            feed,
-        };
         let measuring = Measuring {
             info,
             place,
             loops: None,
         };
-        phase::measure(
-            &run,
-            &measuring,
-            &mut apps,
-            &mut ids,
-            &announce,
-            record,
-            |apps| ensure_running(apps, info.name, &dir),
-        )
-        .await?;
-        // A phase may have killed an instance and started another in its place.
-        sampler.follow("app", app_processes(&apps));
+        for_phases
+            .measure(&measuring, &mut apps, &mut sampler, &mut ids, record)
+            .await?;
     }
     let strategies = if settings.only_before_sale {
         Vec::new()
@@ -276,17 +271,7 @@ pub async fn run_watched(
         }
         false => None,
     };
-    let run = phase::Run {
-        world: &world,
-        settings,
-        api: &api,
-        db: &db,
-        app: &app_settings,
-        refusal_ceiling,
-        relays: target.relays.as_deref(),
-        sampler: &sampler,
-        feed,
-    };
+    for_phases.refusal_ceiling = refusal_ceiling;
     // The strategies' records, in the same order; a run of the phases before the sale alone
     // has sold none.
     for (place, ((record, sale), (plan, spent))) in (records.iter_mut())
@@ -311,16 +296,9 @@ pub async fn run_watched(
                 plan,
             }),
         };
-        phase::measure(
-            &run,
-            &measuring,
-            &mut apps,
-            &mut ids,
-            &announce,
-            record,
-            |apps| ensure_running(apps, name, &dir),
-        )
-        .await?;
+        for_phases
+            .measure(&measuring, &mut apps, &mut sampler, &mut ids, record)
+            .await?;
         let throughput = ThroughputResult { closed, open };
         let cpu = Some(spent.cpu.usage(&sampler.processes));
         let mut loops = ratios::loops(name, throughput, &measured.baselines, cpu);
@@ -416,12 +394,6 @@ fn previous_run(out: &Path) -> Option<RunReport> {
     crate::schema::json::read(&latest)
         .inspect_err(|e| tracing::warn!("not comparing with {}: {e:#}", latest.display()))
         .ok()
-}
-
-/// The app instances as the CPU sampler counts them, `app-<n>` in the group `app`.
-fn app_processes(apps: &Apps) -> impl Iterator<Item = cpu::Process> + use<> {
-    (apps.pids().into_iter().enumerate())
-        .map(|(n, pid)| cpu::Process::new(format!("app-{n}"), "app", pid))
 }
 
 /// Fails when an app instance exited (during `strategy`'s phase).

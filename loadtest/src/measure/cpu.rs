@@ -15,8 +15,16 @@
 
 use std::time::Instant;
 
+use testkit::Apps;
+
 pub use crate::rig::Process;
 use crate::schema::{CpuUse, LoadResult, ProcessCpu, SATURATED_CORES};
+
+/// The app instances as the sampler counts them, `app-<n>` in the group `app`.
+pub fn app_processes(apps: &Apps) -> impl Iterator<Item = Process> + use<> {
+    (apps.pids().into_iter().enumerate())
+        .map(|(n, pid)| Process::new(format!("app-{n}"), "app", pid))
+}
 
 /// User + system clock ticks of a `/proc/<pid>/stat` line. The command name (field 2) is in
 /// parentheses and may hold spaces and parentheses itself, so fields are counted from the
@@ -154,6 +162,11 @@ impl Sampler {
         for (place, process) in places.zip(processes) {
             *place = process;
         }
+    }
+
+    /// Follows the app instances as `apps` holds them now (see [`Sampler::follow`]).
+    pub fn follow_apps(&mut self, apps: &Apps) {
+        self.follow("app", app_processes(apps));
     }
 
     pub fn sample(&self) -> Sample {

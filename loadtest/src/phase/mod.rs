@@ -9,7 +9,7 @@
 //! and needs from the run ([`About`]), how it measures one strategy's [`Turn`], how it is
 //! judged, its section of the report and its line of the README — with its own types (its
 //! shape, its figures, its findings, and a sample of them for the tests). One driver
-//! ([`measure`]) takes each strategy through the phases the run asks for, in the order of the
+//! ([`Run::measure`]) takes each strategy through the phases the run asks for, in the order of the
 //! registry ([`REGISTRY`]) — those measured before the sale (for every strategy, before any
 //! is sold), then, once its loops are done, those after them — and hands each the run's
 //! [`World`], the app instances, products of its own and a request-id prefix of its own
@@ -35,7 +35,9 @@ pub mod flood;
 pub mod overload;
 pub mod round_trips;
 
-use anyhow::{Context, Result};
+use std::path::Path;
+
+use anyhow::{Context, Result, bail};
 use app::api::{Safety, StrategyInfo};
 use app::db::Db;
 use futures::future::LocalBoxFuture;
@@ -142,6 +144,9 @@ pub struct Turn<'a> {
     /// The app instances, every purchase to instance `i % K`: a phase may watch their
     /// processes, or kill one and start it again on its port.
     pub instances: &'a mut Apps,
+    /// The CPU counters of the run's processes (they follow an instance started again once the
+    /// phase is done).
+    pub sampler: &'a Sampler,
 }
 
 /// What [`Phase::measure`] returns.
@@ -180,10 +185,12 @@ pub struct Run<'a> {
     /// The relays in front of the servers, when they stand at a distance: they count the round
     /// trips made to each.
     pub relays: Option<&'a Relays>,
-    /// The CPU counters of the run's processes.
-    pub sampler: &'a Sampler,
     /// The live page.
     pub feed: &'a Feed,
+    /// Tells the progress line and the live page what is measured: a subject and what of it.
+    pub announce: &'a dyn Fn(&str, &str),
+    /// The app instances' logs, where an instance that exited says why.
+    pub logs: &'a Path,
 }
 
 /// The strategy a phase measures, and what its loops found.
@@ -201,6 +208,62 @@ pub struct Looped<'a> {
     pub closed: &'a LoadResult,
     /// Its loops' buyers: users, quantity, window, rate and the live page's feed.
     pub plan: &'a ThroughputPlan,
+}
+
+impl Run<'_> {
+    /// The driver: takes `strategy` through every phase the run asks for at this point of its
+    /// turn — without its loops yet, the phases before the sale; with them, the phases after —
+    /// in the registry's order, each on what `ids` hands it, and puts what each measured in
+    /// `record`'s phases; announces each, and when each is done checks that every app instance
+    /// still runs and has `sampler` follow an instance started again. A phase that fails is
+    /// written in `record` as unmeasured, with its error, and the run goes on: as a scenario that
+    /// cannot be played is a failed row, not the end of an hour of measurements.
+    pub async fn measure(
+        &self,
+        strategy: &Measuring<'_>,
+        instances: &mut Apps,
+        sampler: &mut Sampler,
+        ids: &mut Allocator,
+        record: &mut StrategyReport,
+    ) -> Result<()> {
+        let name = strategy.info.name;
+        let before_sale = strategy.loops.is_none();
+        for phase in REGISTRY {
+            if phase.needs().before_sale != before_sale
+                || !wanted(*phase, self.settings, strategy.info)
+            {
+                continue;
+            }
+            let allotment = ids.allot(phase.name(), name, phase.needs().products)?;
+            (self.announce)(name.name(), &phase.doing(self.settings, strategy));
+            let turn = Turn {
+                strategy,
+                allotment: &allotment,
+                instances: &mut *instances,
+                sampler,
+            };
+            match phase.measure(self, turn).await {
+                Ok(measured) => (measured.0)(&mut record.phases, phase.name()),
+                Err(e) => {
+                    let error = format!("{e:#}");
+                    tracing::warn!(phase = phase.name(), strategy = %name, %error, "phase failed");
+                    record.unmeasured.push(Unmeasured {
+                        phase: phase.name().to_owned(),
+                        error,
+                    });
+                }
+            }
+            if !instances.all_running() {
+                bail!(
+                    "an app instance exited during `{name}`'s {} phase; see {}",
+                    phase.name(),
+                    self.logs.display()
+                );
+            }
+            sampler.follow_apps(instances);
+        }
+        Ok(())
+    }
 }
 
 impl<'a> Measuring<'a> {
@@ -300,52 +363,6 @@ pub fn steps(settings: &Settings, strategies: &[StrategyInfo]) -> u64 {
         .map(|s| REGISTRY.iter().filter(|p| wanted(**p, settings, s)).count())
         .sum();
     measured as u64
-}
-
-/// The driver: takes `strategy` through every phase the run asks for at this point of its
-/// turn — without its loops yet, the phases before the sale; with them, the phases after —
-/// in the registry's order, each on what `ids` hands it, and puts what each measured in
-/// `record`'s phases; tells `announce` (the progress line, the live page) of each, and calls
-/// `after` when each is done (to check that the app instances still run). A phase that fails
-/// is written in `record` as unmeasured, with its error, and the run goes on: as a scenario
-/// that cannot be played is a failed row, not the end of an hour of measurements.
-pub async fn measure(
-    run: &Run<'_>,
-    strategy: &Measuring<'_>,
-    instances: &mut Apps,
-    ids: &mut Allocator,
-    announce: &dyn Fn(&str, &str),
-    record: &mut StrategyReport,
-    after: impl Fn(&mut Apps) -> Result<()>,
-) -> Result<()> {
-    let name = strategy.info.name;
-    let before_sale = strategy.loops.is_none();
-    for phase in REGISTRY {
-        if phase.needs().before_sale != before_sale || !wanted(*phase, run.settings, strategy.info)
-        {
-            continue;
-        }
-        let allotment = ids.allot(phase.name(), name, phase.needs().products)?;
-        announce(name.name(), &phase.doing(run.settings, strategy));
-        let turn = Turn {
-            strategy,
-            allotment: &allotment,
-            instances: &mut *instances,
-        };
-        match phase.measure(run, turn).await {
-            Ok(measured) => (measured.0)(&mut record.phases, phase.name()),
-            Err(e) => {
-                let error = format!("{e:#}");
-                tracing::warn!(phase = phase.name(), strategy = %name, %error, "phase failed");
-                record.unmeasured.push(Unmeasured {
-                    phase: phase.name().to_owned(),
-                    error,
-                });
-            }
-        }
-        after(instances)?;
-    }
-    Ok(())
 }
 
 /// Every phase's findings, from `report`'s figures, into `findings`.

@@ -34,18 +34,9 @@ async fn redis_stock_on_a_cluster_keeps_every_unit_through_a_flood_and_a_sale_an
         FLOOD,
         FloodShape {
             users: 600,
-            units: 40,
-            burst_ms: 500,
-            double_click_share: 0.1,
-            shared_account_bot_share: 0.03,
-            early_bot_share: 0.02,
-            early_by_ms: 300,
-            retries: 0,
-            instances: 2,
             non_payer_share: 0.0,
-            payment_window_ms: 2_000,
             kill_mid_sale: false,
-            first_come: false,
+            ..crate::flood::shape()
         },
     );
     let out = tempfile::tempdir().unwrap();

@@ -94,17 +94,8 @@ mod tests {
         FloodShape {
             users,
             units: 10,
-            burst_ms: 1000,
-            double_click_share: 0.1,
-            shared_account_bot_share: 0.02,
-            early_bot_share: 0.02,
-            early_by_ms: 300,
-            retries: 0,
-            instances: 2,
-            non_payer_share: 0.0,
-            payment_window_ms: 0,
-            kill_mid_sale: false,
             first_come: false,
+            ..super::super::schema::sample::flood_shape()
         }
     }
 

@@ -101,7 +101,7 @@ impl Phase for Flood {
                 feed: run.feed.clone(),
             };
             let flood =
-                run_flood(run.api, run.db, run.sampler, &plan, Some(turn.instances)).await?;
+                run_flood(run.api, run.db, turn.sampler, &plan, Some(turn.instances)).await?;
             Ok(Recorded::new(flood))
         })
     }
