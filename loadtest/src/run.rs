@@ -3,10 +3,10 @@
 //! runs in rounds (every strategy once per round, so the machine's slow moments spread over
 //! all of them), then each strategy's open loop and the phases of [`crate::phase`] after it
 //! (for a strategy that can be deployed, its overload and what the expiry sweep costs its
-//! purchases), against app instances started here; then the report, which names first what fell by more than half
-//! against the best of the runs already committed from the same machine (the output folder's
-//! history index and run folders), and the run's own entry in that index. Every part gets its
-//! products and request ids from one [`Allocator`].
+//! purchases), against app instances started here; then the report, which names first what
+//! fell by more than half against the best of the runs already committed from the same machine
+//! (the output folder's history index and run folders), and the run's own entry in that index.
+//! Every part gets its products and request ids from one [`Allocator`].
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;

@@ -9,23 +9,23 @@
 //! and needs from the run ([`About`]), how it measures one strategy's [`Turn`], how it is
 //! judged, its section of the report and its line of the README — with its own types (its
 //! shape, its figures, its findings, and a sample of them for the tests). One driver
-//! ([`Run::measure`]) takes each strategy through the phases the run asks for, in the order of the
-//! registry ([`REGISTRY`]) — those measured before the sale (for every strategy, before any
-//! is sold), then, once its loops are done, those after them — and hands each the run's
+//! ([`Run::measure`]) takes each strategy through the phases the run asks for, in the order of
+//! the registry ([`REGISTRY`]) — those measured before the sale (for every strategy, before
+//! any is sold), then, once its loops are done, those after them — and hands each the run's
 //! [`World`], the app instances, products of its own and a request-id prefix of its own
 //! ([`allocate`]): no phase picks a product or an id by hand, and no phase meets another's
-//! orders. The findings and the renderers reach a phase's verdict and
-//! section through the registry. The report keeps what a phase put under its name — its
-//! figures in the strategy's record (`phases`, [`Recorded`]), its shape in the run's settings,
-//! its findings in the run's — as JSON the schema does not read
-//! ([`crate::schema::ByPhase`]); the phase reads its own with its own types. So nothing
-//! outside a phase's folder names it but the registry and the command line that asks for it.
+//! orders. The findings and the renderers reach a phase's verdict and section through the
+//! registry. The report keeps what a phase put under its name — its figures in the strategy's
+//! record (`phases`, [`Recorded`]), its shape in the run's settings, its findings in the
+//! run's — as JSON the schema does not read ([`crate::schema::ByPhase`]); the phase reads its
+//! own with its own types. So nothing outside a phase's folder names it but the registry and
+//! the command line that asks for it.
 //!
-//! Not phases, and why: the sale, the closed loops and the open loop: their figures are fields of the strategy's
-//!   record (`StrategyReport`: `sale`, `loops`) that every page reads, not an entry of its
-//!   `phases`; the closed loops run in rounds that interleave the strategies, which a driver
-//!   taking one strategy at a time does not express; the open loop runs on the closed loops'
-//!   product and leaves it empty for the strategies after it.
+//! Not phases, and why: the sale, the closed loops and the open loop. Their figures are fields
+//! of the strategy's record (`StrategyReport`: `sale`, `loops`) that every page reads, not an
+//! entry of its `phases`; the closed loops run in rounds that interleave the strategies, which
+//! a driver taking one strategy at a time does not express; the open loop runs on the closed
+//! loops' product and leaves it empty for the strategies after it.
 //!
 //! The run's products and request ids of those parts come from the same [`Allocator`].
 
@@ -155,9 +155,8 @@ pub type Measured<'a> = LocalBoxFuture<'a, Result<Recorded>>;
 /// What a phase needs from the run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Needs {
-    /// Measured before the sale, for every strategy before any is sold, on a service nothing
-    /// has loaded yet (and alone in `seckill-bench flood`); otherwise after the strategy's
-    /// loops, whose figures it reads.
+    /// Measured before the sale, for every strategy before any is sold (and alone in
+    /// `seckill-bench flood`); otherwise after the strategy's loops, whose figures it reads.
     pub before_sale: bool,
     /// Only the strategies one would deploy: an unsafe one exists to show its race, and how it
     /// bears the phase says nothing about a design to choose.

@@ -109,7 +109,8 @@ const PHASE_LISTS: [(&str, &str); 4] = [
 /// Moves a version 1 or 2 report's figures to where version 3 keeps them: a strategy's loops
 /// under `loops`, and each phase's result, without its copy of the strategy's description,
 /// under `phases` in the record of its strategy — a record made for it if the strategy had
-/// none (a run of the phases before the sale alone). Anything malformed is left for the typed read to refuse.
+/// none (a run of the phases before the sale alone). Anything malformed is left for the typed
+/// read to refuse.
 fn upgrade(report: &mut Map<String, Value>) {
     let mut records: Vec<Value> = match report.remove("strategies") {
         Some(Value::Array(records)) => records,

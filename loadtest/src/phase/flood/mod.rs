@@ -1,15 +1,15 @@
 //! The flood: one product, a per-user limit of one, a sale that opens at a set moment, and a
-//! crowd that arrives as [`arrivals`] draws it. Then the stock's home and the orders say what
+//! crowd that arrives as `arrivals` draws it. Then the stock's home and the orders say what
 //! happened ([`app::accounting`]), the answers say what the buyers saw and when; with a payment
-//! window, a second act ([`resale`]) lets the unpaid orders expire, one app instance killed in
+//! window, a second act (`resale`) lets the unpaid orders expire, one app instance killed in
 //! the middle, and the units go back on sale; and — the product sold out — refusals are timed
-//! beside `GET /api/noop` ([`refusals`]). Last, the same crowd asks `GET /api/noop` instead of
+//! beside `GET /api/noop` (`refusals`). Last, the same crowd asks `GET /api/noop` instead of
 //! buying: what the HTTP stack alone takes to answer that flood; and, when asked, buys again a
-//! product sold first come, first served ([`first_come`]).
+//! product sold first come, first served (`first_come`).
 //!
-//! It is measured before the sale, for every strategy before any is sold: a flash sale meets
-//! a service nothing has loaded yet. Its figures and shape are in [`schema`], its bars in
-//! [`judge`], its section of the report and its charts in [`section`].
+//! It is measured before the sale, for every strategy before any is sold, and alone in
+//! `seckill-bench flood`. Its figures and shape are in [`schema`], its bars in [`judge`], its
+//! section of the report and its charts in [`section`].
 
 mod arrivals;
 mod crowd;
@@ -39,11 +39,9 @@ use crate::report::section::Section;
 use crate::schema::{Findings, RunReport, Settings};
 use crowd::{FloodPlan, sell_after_early_clicks};
 use figures::ms_from;
+use schema::{Kind, NoopFlood};
 
-pub use schema::{
-    CrowdResult, Fairness, FloodMiss, FloodResult, FloodShape, FloodSlice, Kind, NoopFlood,
-    PROJECTED_CLICKS_PER_SECOND, Projection, RefusalRate, Resale,
-};
+pub use schema::{FloodMiss, FloodResult, FloodShape};
 
 /// Its name: in the report, the settings, the findings and the errors.
 pub const NAME: &str = "flood";
