@@ -49,6 +49,15 @@ impl ByPhase {
         }))
     }
 
+    /// The list the phase named `name` put (its findings, one per strategy or bar), read as
+    /// `T`s; empty when it put none (see [`ByPhase::get`]).
+    pub fn list<T>(&self, name: &str) -> &[T]
+    where
+        T: DeserializeOwned + Any + Send + Sync,
+    {
+        self.get::<Vec<T>>(name).map_or(&[], Vec::as_slice)
+    }
+
     /// Whether the phase named `name` put a value.
     pub fn has(&self, name: &str) -> bool {
         self.0.contains_key(name)
@@ -169,5 +178,14 @@ mod tests {
         let mut by = ByPhase::default();
         by.put("a", None::<Shape>);
         assert!(!by.has("a"));
+    }
+
+    #[test]
+    fn a_list_reads_back_as_put_and_a_phase_that_put_none_as_empty() {
+        let text = r#"{"a":[{"factor":1.0},{"factor":2.0}]}"#;
+        let read: ByPhase = serde_json::from_str(text).unwrap();
+        let list = read.list::<Shape>("a");
+        assert_eq!(list, [Shape { factor: 1.0 }, Shape { factor: 2.0 }]);
+        assert!(read.list::<Shape>("b").is_empty());
     }
 }

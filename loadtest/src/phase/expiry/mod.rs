@@ -57,9 +57,7 @@ pub fn shape(settings: &Settings) -> Option<&ExpiryShape> {
 
 /// Its bar missed, or its measurement spoilt, per strategy.
 pub fn found(findings: &Findings) -> &[ExpiryMiss] {
-    (findings.phases.get::<Vec<ExpiryMiss>>(NAME))
-        .map(Vec::as_slice)
-        .unwrap_or_default()
+    findings.phases.list(NAME)
 }
 
 /// The expiry phase's payment window: long enough for a buyer who pays at once to pay in time

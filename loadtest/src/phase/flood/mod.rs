@@ -53,9 +53,7 @@ pub fn shape(settings: &Settings) -> Option<&FloodShape> {
 
 /// The bars the run's floods missed.
 pub fn found(findings: &Findings) -> &[FloodMiss] {
-    (findings.phases.get::<Vec<FloodMiss>>(NAME))
-        .map(Vec::as_slice)
-        .unwrap_or_default()
+    findings.phases.list(NAME)
 }
 
 /// The flood, as the registry holds it.

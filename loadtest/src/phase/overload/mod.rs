@@ -51,9 +51,7 @@ pub fn shape(settings: &Settings) -> Option<&OverloadShape> {
 
 /// The bars each strategy missed.
 pub fn found(findings: &Findings) -> &[OverloadFinding] {
-    (findings.phases.get::<Vec<OverloadFinding>>(NAME))
-        .map(Vec::as_slice)
-        .unwrap_or_default()
+    findings.phases.list(NAME)
 }
 
 /// One strategy's overload.
