@@ -11,13 +11,12 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 
 use crate::measure::baselines::{self, Targets};
-use crate::rig::Target;
 use crate::rig::http_floor::Floor;
+use crate::rig::{Target, ensure_running};
 use app::api::{Strategy, StrategyInfo};
-use testkit::Apps;
 
 use crate::analyse::{falls, ratios};
 use crate::drive::load::Window;
@@ -213,7 +212,7 @@ pub async fn run_watched(
         .await
         .with_context(|| format!("flash sale of `{name}`"))?;
         sales.push(sale);
-        ensure_running(&mut apps, name, &dir)?;
+        ensure_running(&mut apps, format_args!("`{name}`"), &logs)?;
     }
     let (users, quantity, rate) = (settings.buyers, settings.quantity, settings.rate);
     let plans = ids.loop_plans(&strategies, users, quantity, window, rate, feed)?;
@@ -250,7 +249,7 @@ pub async fn run_watched(
         let stages_after = StageCounters::of(&api.metrics().await, name);
         spent.stages.add_since(&stages_after, &stages_before);
         spent.runs.push(run);
-        ensure_running(&mut apps, name, &dir)?;
+        ensure_running(&mut apps, format_args!("`{name}`"), &logs)?;
     }
     let refusal_ceiling = match phase::needs_refusal_ceiling(settings, &strategies) {
         true => {
@@ -287,7 +286,7 @@ pub async fn run_watched(
         let open = throughput::open(&api, plan, rate)
             .await
             .with_context(|| format!("open loop of `{name}`"))?;
-        ensure_running(&mut apps, name, &dir)?;
+        ensure_running(&mut apps, format_args!("`{name}`"), &logs)?;
         let measuring = Measuring {
             info: &info,
             place,
@@ -394,17 +393,6 @@ fn previous_run(out: &Path) -> Option<RunReport> {
     crate::schema::json::read(&latest)
         .inspect_err(|e| tracing::warn!("not comparing with {}: {e:#}", latest.display()))
         .ok()
-}
-
-/// Fails when an app instance exited (during `strategy`'s phase).
-fn ensure_running(apps: &mut Apps, strategy: Strategy, dir: &Path) -> Result<()> {
-    if !apps.all_running() {
-        bail!(
-            "an app instance exited during `{strategy}`; see {}",
-            dir.join("logs").display()
-        );
-    }
-    Ok(())
 }
 
 /// The database connections one app instance's pool holds: the app's own default (or

@@ -37,7 +37,7 @@ pub mod round_trips;
 
 use std::path::Path;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use app::api::{Safety, StrategyInfo};
 use app::db::Db;
 use futures::future::LocalBoxFuture;
@@ -252,13 +252,8 @@ impl Run<'_> {
                     });
                 }
             }
-            if !instances.all_running() {
-                bail!(
-                    "an app instance exited during `{name}`'s {} phase; see {}",
-                    phase.name(),
-                    self.logs.display()
-                );
-            }
+            let during = format_args!("`{name}`'s {} phase", phase.name());
+            crate::rig::ensure_running(instances, during, self.logs)?;
             sampler.follow_apps(instances);
         }
         Ok(())

@@ -321,6 +321,22 @@ pub struct Stand {
     pub postgres: Option<sandbox::Postgres>,
 }
 
+/// Fails when an app instance exited (during `during`: a strategy's sale or loop, a phase),
+/// naming where the instances' logs say why.
+pub fn ensure_running(
+    apps: &mut testkit::Apps,
+    during: impl std::fmt::Display,
+    logs: &std::path::Path,
+) -> Result<()> {
+    if !apps.all_running() {
+        anyhow::bail!(
+            "an app instance exited during {during}; see {}",
+            logs.display()
+        );
+    }
+    Ok(())
+}
+
 /// Throwaway servers, or the external ones named in the environment (`SECKILL_EXTERNAL=1`);
 /// with `rtt`, each behind a relay that adds that round trip ([`distance`]), else reached
 /// directly.
