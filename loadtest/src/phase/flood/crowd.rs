@@ -74,8 +74,8 @@ pub struct FloodPlan<'a> {
     pub shape: &'a FloodShape,
     pub seed: u64,
     pub id_prefix: String,
-    /// The closed loops that time refusals once sold out; `None`: not timed.
-    pub refusal_window: Option<Window>,
+    /// The closed loops that time refusals once sold out.
+    pub refusal_window: Window,
     pub refusal_connections: usize,
     /// The live page: the flood is a sale on it, every click an answer.
     pub feed: Feed,

@@ -92,12 +92,11 @@ impl Phase for Flood {
                 shape,
                 seed: turn.strategy.place as u64,
                 id_prefix: turn.allotment.prefix.clone(),
-                refusal_window: Some(crate::measure::refusals::window(run.settings.quick)),
+                refusal_window: crate::measure::refusals::window(run.settings.quick),
                 refusal_connections: run.settings.buyers,
                 feed: run.feed.clone(),
             };
-            let flood =
-                run_flood(run.api, run.db, turn.sampler, &plan, Some(turn.instances)).await?;
+            let flood = run_flood(run.api, run.db, turn.sampler, &plan, turn.instances).await?;
             Ok(Recorded::new(flood))
         })
     }
@@ -136,7 +135,7 @@ async fn run_flood(
     db: &Db,
     sampler: &Sampler,
     plan: &FloodPlan<'_>,
-    apps: Option<&mut Apps>,
+    apps: &mut Apps,
 ) -> Result<FloodResult> {
     let shape = plan.shape;
     let drawn = arrivals::plan(shape, plan.seed);
@@ -236,10 +235,7 @@ async fn run_flood(
     // Not sold out (after the second act, when there was one), the loop would time purchases
     // that buy, not refusals: what is left is sold first.
     let left = resale.map_or(answered.accounting.final_stock, |r| r.left);
-    let after_sold_out = match plan.refusal_window {
-        Some(window) => refusals::after_sold_out(api, plan, window, left).await?,
-        None => None,
-    };
+    let after_sold_out = refusals::after_sold_out(api, plan, left).await?;
     let noop_flood = noop_flood(api, plan, drawn.arrivals.clone(), drawn.opens_after).await;
     let first_come = match plan.first_come_product {
         Some(product) => Some(first_come::flood(api, db, plan, product, &drawn).await?),

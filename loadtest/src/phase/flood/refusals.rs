@@ -45,7 +45,6 @@ const PAUSE: Duration = Duration::from_millis(50);
 pub async fn after_sold_out(
     api: &Api,
     plan: &FloodPlan<'_>,
-    window: Window,
     left: i64,
 ) -> Result<Option<RefusalRate>> {
     let sold_after_flood = match left > 0 {
@@ -55,7 +54,7 @@ pub async fn after_sold_out(
         },
         false => 0,
     };
-    let mut rate = refusal_rate(api, plan, window).await?;
+    let mut rate = refusal_rate(api, plan, plan.refusal_window).await?;
     rate.sold_after_flood = sold_after_flood;
     Ok(Some(rate))
 }

@@ -45,7 +45,7 @@ const RECONCILE_PATIENCE: Duration = Duration::from_secs(15);
 #[allow(clippy::too_many_arguments)]
 pub async fn second_act(
     api: &Api,
-    apps: Option<&mut Apps>,
+    apps: &mut Apps,
     product: u64,
     shape: &FloodShape,
     drawn: &Plan,
@@ -84,7 +84,7 @@ pub async fn second_act(
         };
         buyers.spawn(look.run());
     }
-    let mut victim = apps.filter(|a| shape.kill_mid_sale && a.instances.len() > 1);
+    let mut victim = (shape.kill_mid_sale && apps.instances.len() > 1).then_some(apps);
     let kill_at = till.first_due.filter(|_| victim.is_some());
     let mut killed_after = None;
     let mut bought_on_return = 0;
