@@ -66,9 +66,9 @@ struct Lane {
 
 impl Limiter {
     /// At most `max_in_flight` purchases at once; of each strategy as many as it answers
-    /// within `budget` (a zero budget: a [`Fixed`] limit at its most), within the bounds
-    /// `at_once` gives; under a crowd that stays, none while the runtime is later than
-    /// `lag_target` (zero: never).
+    /// within `budget`, within the bounds `at_once` gives (a zero budget, or a strategy whose
+    /// limit is not [adaptive](AtOnce::adaptive): a [`Fixed`] limit at its most); under a crowd
+    /// that stays, none while the runtime is later than `lag_target` (zero: never).
     pub fn new(
         max_in_flight: u32,
         budget: Duration,
@@ -77,11 +77,15 @@ impl Limiter {
     ) -> Limiter {
         let max_in_flight = max_in_flight.max(1);
         let lane = |strategy: Strategy| {
-            let AtOnce { least, most } = at_once(strategy);
+            let AtOnce {
+                least,
+                most,
+                adaptive,
+            } = at_once(strategy);
             let most = most.unwrap_or(max_in_flight).min(max_in_flight);
-            let limit: Box<dyn Limit> = match budget.is_zero() {
-                true => Box::new(Fixed::new(most)),
-                false => Box::new(Little::new(budget, least, most)),
+            let limit: Box<dyn Limit> = match adaptive && !budget.is_zero() {
+                false => Box::new(Fixed::new(most)),
+                true => Box::new(Little::new(budget, least, most)),
             };
             Arc::new(Lane {
                 limit,
@@ -309,7 +313,7 @@ mod tests {
     };
 
     /// 256 in flight, a budget of 200 ms, `optimistic` admitted at most `optimistic` at once
-    /// and `batched` at least 64.
+    /// and `batched` at least 64, its limit not adaptive.
     fn limiter(optimistic: u32) -> Limiter {
         Limiter::new(
             256,
@@ -322,7 +326,8 @@ mod tests {
                 },
                 Strategy::Batched => AtOnce {
                     least: 64,
-                    ..AtOnce::DEFAULT
+                    most: None,
+                    adaptive: false,
                 },
                 _ => AtOnce::DEFAULT,
             },
@@ -384,11 +389,39 @@ mod tests {
         let small = Limiter::new(2, Duration::from_millis(200), Duration::ZERO, |_| AtOnce {
             least: 4,
             most: Some(8),
+            adaptive: true,
         });
         assert_eq!(
             small.limit_of(Strategy::Optimistic),
             2,
             "a strategy's most never passes what the instance may hold"
+        );
+    }
+
+    #[test]
+    fn a_strategy_whose_limit_is_not_adaptive_keeps_its_most_however_slow_its_answers() {
+        let limiter = limiter(4);
+        let start = Instant::now();
+        // Ten seconds of purchases each a second inside: a limit following the rate would
+        // have fallen to what the strategy answers within the budget.
+        for tenth in 1..=100 {
+            let at = start + Duration::from_millis(tenth * 100);
+            for lane in [Strategy::Batched, Strategy::Pessimistic] {
+                let lane = &limiter.lanes[lane as usize];
+                lane.limit.update(Sample {
+                    at,
+                    in_flight: 256,
+                    ended: Some(Ended {
+                        inside: Duration::from_secs(1),
+                        answered: true,
+                    }),
+                });
+            }
+        }
+        assert_eq!(limiter.limit_of(Strategy::Batched), 256);
+        assert!(
+            limiter.limit_of(Strategy::Pessimistic) < 256,
+            "an adaptive limit falls"
         );
     }
 

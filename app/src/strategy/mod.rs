@@ -142,13 +142,22 @@ pub struct AtOnce {
     pub least: u32,
     /// The limit never rises past it; `None`: all the instance may hold (`--max-in-flight`).
     pub most: Option<u32>,
+    /// Whether the limit follows the strategy's answers (Little's law, within the latency
+    /// budget) or stays at its most. It may follow them when the purchases in flight wait on
+    /// each other — a lock's holders one after another, a hot row's updates — so that fewer
+    /// in flight spend less time inside each. Where the time inside is the strategy's own work
+    /// — a batch's round trip, as long for one purchase as for two hundred on busy cores —
+    /// admitting fewer only answers fewer: the rate falls, the limit with it, and so on down to
+    /// the least.
+    pub adaptive: bool,
 }
 
 impl AtOnce {
-    /// At least four, at most all the instance may hold.
+    /// At least four, at most all the instance may hold, as many as answer within the budget.
     pub const DEFAULT: AtOnce = AtOnce {
         least: 4,
         most: None,
+        adaptive: true,
     };
 }
 

@@ -125,7 +125,9 @@ mod tests {
 
     #[tokio::test]
     async fn a_strategy_that_serves_purchases_together_is_never_admitted_fewer_than_a_batch() {
-        assert_eq!(registry(64).get(Strategy::Batched).at_once().least, 64);
+        let batched = registry(64).get(Strategy::Batched).at_once();
+        assert_eq!(batched.least, 64);
+        assert!(!batched.adaptive, "a batch's time inside is its own work");
         assert_eq!(
             registry(1).get(Strategy::Batched).at_once().least,
             AtOnce::DEFAULT.least

@@ -77,7 +77,10 @@ const LINE_IDLE: Duration = Duration::from_secs(1);
 
 pub struct Batched {
     queue: Arc<Queue>,
-    /// A whole batch (`--batch-max`), at least [`AtOnce::DEFAULT`]'s least.
+    /// At least a whole batch (`--batch-max`) and [`AtOnce::DEFAULT`]'s least; its limit not
+    /// adaptive: a purchase's time inside is its batch's round trip, as long for few as for
+    /// many, so admitting fewer would only make the batches smaller. Its queue's bound
+    /// (`--batch-queue`, refused at the door) is what holds its time inside.
     at_once: AtOnce,
 }
 
@@ -86,7 +89,8 @@ pub fn build(deps: &Deps) -> Arc<dyn StockStrategy> {
     Arc::new(Batched {
         at_once: AtOnce {
             least: deps.batch_max.max(AtOnce::DEFAULT.least),
-            ..AtOnce::DEFAULT
+            most: None,
+            adaptive: false,
         },
         queue: Arc::new(Queue {
             pool: deps.pool.clone(),

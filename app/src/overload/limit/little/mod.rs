@@ -43,7 +43,7 @@
 //! The limit stays within `[least, most]`, the strategy's own bounds
 //! ([`crate::strategy::AtOnce`]): the least keeps a strategy that answers slower than the budget
 //! (a lock holder paused) reachable by a few purchases, so it can show that it is answering
-//! again, and keeps a batching strategy fed a whole batch; the most, at most the instance's
+//! again; the most, at most the instance's
 //! `--max-in-flight`, bounds the memory. A window in which nothing was answered leaves the
 //! limit as it was (there is no time inside to read), and the capacity too unless purchases
 //! waited through it.
@@ -51,16 +51,14 @@
 //! **A fall must shorten the time inside.** Admitting fewer shortens the wait of a line served
 //! one at a time; it does nothing for a time inside that is the service's own (a batch's round
 //! trip on busy cores), where it only lowers the rate, and with it the limit, down to the
-//! least. So a fall of the limit is put on trial and undone when the time inside did not
-//! follow it ([`descent`]). The cores stay busy under a crowd whatever the limiter does — the
-//! crowd's refusals are theirs to answer — so what the trial undoes can still happen.
+//! least. Such a strategy says so in its file ([`crate::strategy::AtOnce::adaptive`]) and is
+//! held by a fixed limit instead, its queue's bound holding its time inside.
 //!
 //! An adaptive limiter that reacts to latency alone (AIMD, Vegas, gradient) finds the
 //! concurrency at which latency starts to grow — for a hot row, about one — and refuses buyers
 //! a batch or a queue would have served within the budget; this one aims at the budget itself,
 //! which is what a buyer waits for.
 
-mod descent;
 mod window;
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -69,8 +67,7 @@ use std::time::{Duration, Instant};
 
 use super::{Limit, Sample};
 use crate::metrics::micros;
-use descent::{Descent, Seen};
-use window::{Window, smoothed};
+use window::Window;
 
 /// How long the rate is counted before the limit is set again.
 const WINDOW: Duration = Duration::from_millis(100);
@@ -157,7 +154,7 @@ impl Little {
             seconds: lasted as f64 / 1e6,
         };
         let mut readings = self.readings.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(next) = readings.close(window, now as f64 / 1e6, self.limit(), self) {
+        if let Some(next) = readings.close(window, self.limit(), self) {
             self.limit.store(next, Ordering::Release);
         }
     }
@@ -201,9 +198,6 @@ struct Readings {
     /// The purchases answered per second under saturation, smoothed over windows (`None`
     /// until the first window with an answer).
     capacity: Option<f64>,
-    /// The mean time inside, smoothed over the windows with answers.
-    inside: Option<f64>,
-    descent: Descent,
 }
 
 impl Default for Readings {
@@ -211,16 +205,14 @@ impl Default for Readings {
         Readings {
             tail_ratio: 1.0,
             capacity: None,
-            inside: None,
-            descent: Descent::Level,
         }
     }
 }
 
 impl Readings {
-    /// Reads `window`, closed `now` (seconds), and gives the limit to set after it, from the
-    /// `limit` before it; `None` leaves the limit as it is.
-    fn close(&mut self, window: Window, now: f64, limit: u32, bounds: &Little) -> Option<u32> {
+    /// Reads `window` and gives the limit to set after it, from the `limit` before it; `None`
+    /// leaves the limit as it is.
+    fn close(&mut self, window: Window, limit: u32, bounds: &Little) -> Option<u32> {
         self.tail_ratio = window.tail_ratio(self.tail_ratio);
         let aim = bounds.aim(self.tail_ratio);
         let capacity = window.capacity(self.capacity, aim)?;
@@ -228,25 +220,12 @@ impl Readings {
         if window.answered == 0 {
             return None;
         }
-        let inside = self.inside.map_or(window.mean_inside, |before| {
-            smoothed(before, window.mean_inside)
-        });
-        self.inside = Some(inside);
-        let proposed = window.next_limit(limit, capacity, aim, bounds);
-        let seen = Seen {
-            now,
-            seconds: window.seconds,
-            answered: window.answered,
-            inside: window.mean_inside,
-            smoothed: inside,
-        };
-        let next = self.descent.steer(seen, limit, proposed);
+        let next = window.next_limit(limit, capacity, aim, bounds);
         tracing::trace!(
             answered = window.answered,
             inside_ms = window.mean_inside * 1e3,
             capacity,
             limit = next,
-            descent = ?self.descent,
             "limit window"
         );
         Some(next)
@@ -266,8 +245,7 @@ mod tests {
         let bounds = Little::new(Duration::from_millis(250), 4, 256);
         let mut readings = Readings::default();
         let mut limits = vec![256];
-        for at in 1..=windows {
-            let now = f64::from(at) / 10.0;
+        for _ in 0..windows {
             let current = *limits.last().expect("a limit");
             let lag = (inside(current) * 10.0).ceil() as usize;
             let admitted = limits[limits.len().saturating_sub(lag + 1)];
@@ -278,7 +256,7 @@ mod tests {
                 slowest_inside: mean_inside * 1.2,
                 seconds: 0.1,
             };
-            let next = readings.close(window, now, current, &bounds);
+            let next = readings.close(window, current, &bounds);
             limits.push(next.unwrap_or(current));
         }
         limits
@@ -353,13 +331,12 @@ mod tests {
     }
 
     #[test]
-    fn a_batch_whose_round_trip_passes_the_budget_keeps_its_limit_instead_of_falling_to_the_least()
-    {
+    fn a_batch_whose_round_trip_passes_the_budget_takes_its_limit_down_to_a_few() {
         // Every purchase takes one round trip of 300 ms however many are in flight: admitting
-        // fewer only answers fewer.
+        // fewer only answers fewer, and the limit follows the rate it lowered — why a batching
+        // strategy's limit is not adaptive.
         let limits = limits_over(200, |_| 0.3);
-        let lowest = limits.iter().min().expect("limits");
-        assert!(*lowest >= 192, "fell to {lowest}: {limits:?}");
-        assert_eq!(limits.last(), Some(&256), "{limits:?}");
+        let last = *limits.last().expect("limits");
+        assert!(last <= 256 / 10, "ended at {last}: {limits:?}");
     }
 }
