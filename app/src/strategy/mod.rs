@@ -134,7 +134,8 @@ pub trait StockStrategy: Send + Sync {
 }
 
 /// How many of a strategy's purchases an instance admits at once, at the fewest and at the
-/// most, whatever its admission limit says (see [`StockStrategy::at_once`]).
+/// most, whatever its admission limit says, and whether that limit follows its answers (see
+/// [`StockStrategy::at_once`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AtOnce {
     /// The limit never falls below it: a strategy that answers slower than the budget (a lock

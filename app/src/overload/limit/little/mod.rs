@@ -37,8 +37,8 @@
 //! the slowest takes, smoothed over windows (one window's slowest is a handful of answers'
 //! worst): past [`TAIL_FACTOR`], it aims at a mean shorter by as much, so that the slowest
 //! stays within [`TAIL_FACTOR`] budgets — fewer waiters, fewer turns for the unlucky one. A
-//! strategy that serves in order (a row lock's queue, a batch) has its slowest within a few
-//! means and keeps the budget as its aim.
+//! strategy that serves in order (a row lock's queue) has its slowest within a few means and
+//! keeps the budget as its aim.
 //!
 //! The limit stays within `[least, most]`, the strategy's own bounds
 //! ([`crate::strategy::AtOnce`]): the least keeps a strategy that answers slower than the budget
