@@ -99,7 +99,8 @@ fn budget(ms: u64) -> String {
     format!(
         ", and past as many purchases of a strategy as it answers in {ms} ms at the rate it \
          answers them (Little's law; the limit column: what the instances admitted at once when \
-         the overload ended)"
+         the overload ended), unless its time inside is its own work, as a batch's round trip \
+         is, when fewer admitted would only be fewer answered: its limit is fixed at its most"
     )
 }
 
