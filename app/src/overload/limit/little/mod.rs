@@ -43,10 +43,9 @@
 //! The limit stays within `[least, most]`, the strategy's own bounds
 //! ([`crate::strategy::AtOnce`]): the least keeps a strategy that answers slower than the budget
 //! (a lock holder paused) reachable by a few purchases, so it can show that it is answering
-//! again; the most, at most the instance's
-//! `--max-in-flight`, bounds the memory. A window in which nothing was answered leaves the
-//! limit as it was (there is no time inside to read), and the capacity too unless purchases
-//! waited through it.
+//! again; the most, at most the instance's `--max-in-flight`, bounds the memory. A window in
+//! which nothing was answered leaves the limit as it was (there is no time inside to read),
+//! and the capacity too unless purchases waited through it.
 //!
 //! **A fall must shorten the time inside.** Admitting fewer shortens the wait of a line served
 //! one at a time; it does nothing for a time inside that is the service's own (a batch's round
