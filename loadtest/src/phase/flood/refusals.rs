@@ -19,7 +19,7 @@ use testkit::{Api, Clicks, Crowd, user_id};
 use super::crowd::FloodPlan;
 use super::schema::RefusalRate;
 use crate::analyse::spread::{combine, paired_percent};
-use crate::drive::load::{Window, closed_loop};
+use crate::drive::load::closed_loop;
 use crate::measure::cashier::Cashier;
 use crate::measure::refusals::refused;
 use crate::schema::LoadResult;
@@ -54,7 +54,7 @@ pub async fn after_sold_out(
         },
         false => 0,
     };
-    let mut rate = refusal_rate(api, plan, plan.refusal_window).await?;
+    let mut rate = refusal_rate(api, plan).await?;
     rate.sold_after_flood = sold_after_flood;
     Ok(Some(rate))
 }
@@ -107,9 +107,9 @@ async fn sell_the_rest(api: &Api, plan: &FloodPlan<'_>, mut left: i64) -> Result
 /// Refusals of the sold-out product per second beside `GET /api/noop`, each in a closed loop
 /// of the same connections and client, alternated [`ROUNDS`] times (which goes first
 /// alternating too); the medians.
-async fn refusal_rate(api: &Api, plan: &FloodPlan<'_>, window: Window) -> Result<RefusalRate> {
+async fn refusal_rate(api: &Api, plan: &FloodPlan<'_>) -> Result<RefusalRate> {
     let (mut refusals, mut noops) = (Vec::new(), Vec::new());
-    let connections = plan.refusal_connections;
+    let (connections, window) = (plan.refusal_connections, plan.refusal_window);
     for round in 0..ROUNDS {
         let prefix = format!("{}-after-{round}", plan.id_prefix);
         let (product, strategy) = (plan.product, plan.strategy.name);
