@@ -4,7 +4,7 @@
 use super::{FEWEST_FOR_RATIO, Little, SMOOTHING};
 
 /// `before` moved by one window's weight ([`SMOOTHING`]) towards what the window `seen`.
-pub(super) fn smoothed(before: f64, seen: f64) -> f64 {
+fn smoothed(before: f64, seen: f64) -> f64 {
     before + SMOOTHING * (seen - before)
 }
 
