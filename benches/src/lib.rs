@@ -69,7 +69,7 @@ pub fn env() -> &'static Env {
     })
 }
 
-/// Where the lock backends are, for [`locks::connect`].
+/// Where the lock backends are, for [`fn@locks::connect`].
 pub fn lock_endpoints(endpoints: &sandbox::Endpoints) -> locks::Endpoints {
     locks::Endpoints {
         redis: Some(endpoints.redis_url.clone()),

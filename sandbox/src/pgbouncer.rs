@@ -88,7 +88,8 @@ impl PgBouncer {
         Ok(PgBouncer { server, port })
     }
 
-    /// `postgres://postgres@127.0.0.1:<port>` (no database, as [`Postgres::url`]).
+    /// `postgres://postgres@127.0.0.1:<port>` (no database, as
+    /// [`Postgres::url`](crate::Postgres::url)).
     pub fn url(&self) -> String {
         format!("postgres://{USER}@127.0.0.1:{}", self.port)
     }

@@ -29,7 +29,7 @@ pub const OVER_LIMIT: i64 = 4;
 
 /// `settle(field, kept)`: the click of `field` is no longer served; its units stay promised if
 /// `kept` (they were sold to it), or are given back to the clicks after it. Whether it was
-/// being served. KEYS[1] arrivals, KEYS[2] serving.
+/// being served. `KEYS[1]` arrivals, `KEYS[2]` serving.
 const SETTLE_FN: &str = r"
 local function settle(field, kept)
   local held = redis.call('hget', KEYS[1], 'c:' .. field)
@@ -46,9 +46,9 @@ local function settle(field, kept)
 end
 ";
 
-/// Gives a click its place. KEYS[1] arrivals, KEYS[2] serving; ARGV[1] the click's field,
-/// ARGV[2] its buyer, ARGV[3] its units, ARGV[4] the per-user limit, ARGV[5] the units back
-/// home as the caller counted them (−1: not counted), ARGV[6] how long a place is kept for a
+/// Gives a click its place. `KEYS[1]` arrivals, `KEYS[2]` serving; `ARGV[1]` the click's field,
+/// `ARGV[2]` its buyer, `ARGV[3]` its units, `ARGV[4]` the per-user limit, `ARGV[5]` the units back
+/// home as the caller counted them (−1: not counted), `ARGV[6]` how long a place is kept for a
 /// click its instance never settles, in ms. Answers `{code, place}`.
 ///
 /// A click finds every unit promised only after the places of clicks whose deadline passed —
@@ -94,8 +94,8 @@ return {1, redis.call('hincrby', KEYS[1], 'places', 1)}
     ))
 });
 
-/// The click of ARGV[1] was served: its units stay promised if ARGV[2] is `1` (sold to it),
-/// or go to the clicks after it. KEYS[1] arrivals, KEYS[2] serving. 1 if it was being served.
+/// The click of `ARGV[1]` was served: its units stay promised if `ARGV[2]` is `1` (sold to it),
+/// or go to the clicks after it. `KEYS[1]` arrivals, `KEYS[2]` serving. 1 if it was being served.
 pub static SETTLE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{SETTLE_FN}{}",
@@ -105,8 +105,8 @@ return settle(ARGV[1], ARGV[2] == '1')
     ))
 });
 
-/// Opens the product's queue afresh with ARGV[1] units: a reset forgets every place.
-/// KEYS[1] arrivals, KEYS[2] serving.
+/// Opens the product's queue afresh with `ARGV[1]` units: a reset forgets every place.
+/// `KEYS[1]` arrivals, `KEYS[2]` serving.
 pub static OPEN: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"

@@ -59,7 +59,7 @@ impl Keys {
     }
 
     /// The purchases the product's counter has charged (hash: purchase field → charge record,
-    /// see [`charge`]).
+    /// see [`charge`](super::charge)).
     pub fn requests(&self, product: u64) -> String {
         format!("{}:requests", self.product(product))
     }
@@ -121,13 +121,13 @@ impl Keys {
     }
 
     /// The channel on which a product reset or repaired is announced: every instance forgets
-    /// all it remembered of it (see [`announce`]).
+    /// all it remembered of it (see [`announce`](super::announce)).
     pub fn forget(&self) -> String {
         format!("{}products:forget", self.prefix)
     }
 
     /// The channel on which a product whose units came back is announced: every instance
-    /// forgets that it was sold out and keeps its rules (see [`announce`]).
+    /// forgets that it was sold out and keeps its rules (see [`announce`](super::announce)).
     pub fn restocked(&self) -> String {
         format!("{}products:restocked", self.prefix)
     }
@@ -176,8 +176,8 @@ impl Keys {
         format!("{}orders:stream", self.tagged(lane))
     }
 
-    /// Pending field ([`charge::pending_field`]) → product id of every entry in `lane`'s
-    /// stream.
+    /// Pending field ([`charge::pending_field`](super::charge::pending_field)) → product id of
+    /// every entry in `lane`'s stream.
     pub fn pending(&self, lane: u64) -> String {
         format!("{}orders:pending", self.tagged(lane))
     }

@@ -43,7 +43,7 @@ pub use stream::StreamOrder;
 
 /// Reconciles the Redis stock of `product` with the database (`POST /api/products/{id}/reconcile`):
 /// its keys rebuilt if Redis lost them, its lost charges fenced out and given back, its counter
-/// (or each part's) repaired; see [`reconcile`] and [`split_reconcile`].
+/// (or each part's) repaired; see [`mod@reconcile`] and [`split_reconcile`].
 pub async fn reconcile(
     pool: &crate::db::Db,
     redis: &RedisStock,

@@ -48,9 +48,9 @@ end
 /// for a product the instance does not know as Redis-held), and a counter must have one. A
 /// purchase with a record — a charge, or the ended mark of a purchase whose order gave its
 /// units back — is a duplicate or a conflict by the terms the record begins with; only no
-/// record, or the tombstone of a take settled as not made, lets it be charged. KEYS[1] stock,
-/// KEYS[2] requests, KEYS[3] buyers, KEYS[4] limit; ARGV[1] purchase field, ARGV[2] quantity,
-/// ARGV[3] terms (`quantity:strategy:`).
+/// record, or the tombstone of a take settled as not made, lets it be charged. `KEYS[1]` stock,
+/// `KEYS[2]` requests, `KEYS[3]` buyers, `KEYS[4]` limit; `ARGV[1]` purchase field,
+/// `ARGV[2]` quantity, `ARGV[3]` terms (`quantity:strategy:`).
 const CHECK: &str = r"
 local left = redis.call('get', KEYS[1])
 local mark = tonumber(redis.call('get', marker) or '0')
@@ -101,7 +101,7 @@ return redis.call('decrby', KEYS[1], q)"
 /// row that will never hold units again: see [`super::charge::Afterwards`]), else by nothing —
 /// and, when an attempt is named (not `''`), only if that attempt made the charge. The units
 /// given back (0 if the purchase had not been charged, was given back, or was charged by
-/// another attempt). KEYS[1] stock, KEYS[2] requests, KEYS[3] buyers.
+/// another attempt). `KEYS[1]` stock, `KEYS[2]` requests, `KEYS[3]` buyers.
 const RETURN: &str = r"
 local function give_back(field, attempt, ended)
   local charged = redis.call('hget', KEYS[2], field)

@@ -1,5 +1,5 @@
 //! Reconciliation of a product whose stock is split over parts (see [`super::split`]), safe at
-//! any moment of a sale, as the one counter's is (see [`super::reconcile`]).
+//! any moment of a sale, as the one counter's is (see [`mod@super::reconcile`]).
 //!
 //! First the moves left half-way are finished: every move a part sent and its destination has
 //! not received is delivered ([`super::split::MOVE_IN`] is idempotent, so a move that is

@@ -7,6 +7,8 @@
 //! run's own tables built once from the schema ([`tables`]); the index of every committed run,
 //! `results/history.json`, and its list in `results/README.md` ([`run_history`]); and the run's
 //! progress on stderr ([`progress`]).
+//!
+//! [`json`]: crate::schema::json
 
 pub mod charts;
 pub mod comparison;

@@ -190,7 +190,7 @@ pub enum Distance {
     /// None: one machine, loopback, no delay added.
     Local,
     /// Every server behind a relay on this machine that delays each direction by half of
-    /// `rtt_us` ([`super::distance`]); 0: the relays alone, what they cost.
+    /// `rtt_us` ([`crate::rig::distance`]); 0: the relays alone, what they cost.
     Relayed { rtt_us: u64 },
 }
 

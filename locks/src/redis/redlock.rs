@@ -49,7 +49,7 @@ use super::{ACQUIRE, Conn, LeaseClocks, RELEASE, Requests, fence_key, millis};
 use crate::line::Lines;
 use crate::{AcquireOptions, Acquiring, DistributedLock, Guard, Held, LockError, new_owner_id};
 
-/// Raises the fencing counter to at least ARGV[1]. KEYS: fence. Returns the counter.
+/// Raises the fencing counter to at least `ARGV[1]`. KEYS: fence. Returns the counter.
 static RAISE_FENCE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
