@@ -4,8 +4,8 @@
 //! cargo xtask setup        # install or check the servers (MariaDB, PostgreSQL, PgBouncer, Redis,
 //!                          # ZooKeeper, etcd, protoc)
 //!                          # and the browser the page tests drive (chromium, chromedriver)
-//! cargo xtask test         # setup, fmt --check, clippy -D warnings, the whole test suite,
-//!                          # the OpenAPI contract test (schemathesis)
+//! cargo xtask test         # setup, fmt --check, clippy -D warnings, cargo doc -D warnings,
+//!                          # the whole test suite, the OpenAPI contract test (schemathesis)
 //! cargo xtask contract     # setup, then only the OpenAPI contract test
 //! cargo xtask bench [ARGS] # setup, then `seckill-bench ARGS` in release mode; a `run` ends by
 //!                          # comparing with the previous results/latest (comparison.md) and,
@@ -35,8 +35,8 @@ struct Cli {
 enum Cmd {
     /// Check for the server programs; install Debian packages where missing (as root with apt).
     Setup,
-    /// Setup, then `cargo fmt --check`, clippy with warnings denied, every test against
-    /// throwaway real servers, and the OpenAPI contract test.
+    /// Setup, then `cargo fmt --check`, clippy and `cargo doc` with warnings denied, every test
+    /// against throwaway real servers, and the OpenAPI contract test.
     Test {
         /// Extra arguments for `cargo nextest run` (e.g. a test name filter).
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -88,6 +88,7 @@ fn test(args: &[String]) -> Result<()> {
             "warnings",
         ])?;
     }
+    docs()?;
     let linted = |mut c: Command| {
         if let Some(driver) = &driver {
             lint::apply(&mut c, driver);
@@ -143,6 +144,22 @@ fn test(args: &[String]) -> Result<()> {
     // profile: that keeps them from rotting without a third, optimised compile of the whole
     // dependency tree. Running them (optimised) is `cargo xtask bench --micro`.
     Ok(())
+}
+
+/// `cargo doc` of the workspace, private items too, with rustdoc's warnings denied: a broken
+/// intra-doc link makes the docs a reader follows lead nowhere, and rustdoc only warns of it.
+fn docs() -> Result<()> {
+    let mut flags = std::env::var("RUSTDOCFLAGS").unwrap_or_default();
+    flags.push_str(" -D warnings");
+    let mut doc = cargo_command();
+    doc.env("RUSTDOCFLAGS", flags.trim_start());
+    doc.args([
+        "doc",
+        "--workspace",
+        "--no-deps",
+        "--document-private-items",
+    ]);
+    run(&mut doc).context("the docs have rustdoc warnings (a broken intra-doc link?), shown above")
 }
 
 /// `cargo nextest run` (every test in a process of its own, in parallel across binaries) where
