@@ -79,15 +79,11 @@ pub fn record(out: &Path, dir: &Path, report: &RunReport) -> Result<()> {
     index::write(out, &history)
 }
 
-/// The entry of a run folder written by `run` or `flood`.
+/// The entry of a run folder written by `run` or a phase's own command.
 pub fn of_report(folder: &str, report: &RunReport) -> PastRun {
     PastRun {
         folder: folder.into(),
-        kind: if report.settings.only_before_sale {
-            RunKind::Flood
-        } else {
-            RunKind::Run
-        },
+        kind: RunKind::Run,
         commit: None,
         measured: measured(report),
         medians: falls::medians(report),

@@ -55,10 +55,11 @@ impl PastRun {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum RunKind {
-    /// `seckill-bench run`: `report.json` and its renderings.
+    /// `seckill-bench run`, or a phase's own command (`seckill-bench flood`): `report.json`
+    /// and its renderings; what it ran is in the entry's [`PastRun::measured`]. (Entries written
+    /// when a flood run had a kind of its own read as this.)
+    #[serde(alias = "flood")]
     Run,
-    /// `seckill-bench flood`: the flood alone, in the run's report.
-    Flood,
     /// `seckill-bench lock matrix`: `matrix.json`.
     LockMatrix,
     /// `seckill-bench lock peers`: `peers.json`.
@@ -73,7 +74,7 @@ impl RunKind {
     /// The file that holds a folder's figures, by which the folder's kind is known.
     pub const fn file(self) -> &'static str {
         match self {
-            RunKind::Run | RunKind::Flood => "report.json",
+            RunKind::Run => "report.json",
             RunKind::LockMatrix => "matrix.json",
             RunKind::LockPeers => "peers.json",
             RunKind::Network => "network.json",
@@ -84,7 +85,6 @@ impl RunKind {
     pub fn name(self) -> &'static str {
         match self {
             RunKind::Run => "run",
-            RunKind::Flood => "flood",
             RunKind::LockMatrix => "lock matrix",
             RunKind::LockPeers => "lock peers",
             RunKind::Network => "network sweep",
@@ -185,5 +185,14 @@ pub(crate) mod tests {
         let folders: Vec<&str> = back.runs.iter().map(|r| r.folder.as_str()).collect();
         assert_eq!(folders, ["a", "b"]);
         assert_eq!(back.run("b"), history.run("b"));
+    }
+
+    #[test]
+    fn an_entry_written_when_a_flood_run_had_a_kind_of_its_own_reads_as_a_run() {
+        let mut entry = serde_json::to_value(past("2026-11-25T01-33-20Z-flood", None)).unwrap();
+        entry["kind"] = "flood".into();
+        let read: PastRun = serde_json::from_value(entry).unwrap();
+        assert_eq!(read.kind, RunKind::Run);
+        assert_eq!(read.kind.file(), "report.json");
     }
 }
