@@ -138,12 +138,14 @@ async fn the_relays_count_a_purchase_s_round_trips_and_the_service_those_under_i
     let lua = counted(Strategy::RedisLua);
     let redis = lua.per_purchase.get("redis").copied().unwrap_or(0.0);
     assert!(redis >= 0.5, "redis-lua asks Redis: {lua:?}");
+    let conditional_redis = counted(Strategy::Conditional);
     assert!(
-        counted(Strategy::Conditional)
+        conditional_redis
             .per_purchase
             .get("redis")
             .is_none_or(|n| *n < redis),
-        "conditional asks Redis less than redis-lua"
+        "conditional asks Redis less than redis-lua\nconditional: {conditional_redis:?}\n\
+         redis-lua: {lua:?}"
     );
     // Under the row lock: the order's INSERT and the COMMIT after conditional's UPDATE; the
     // stock's UPDATE before them after pessimistic's SELECT … FOR UPDATE. Redis's script

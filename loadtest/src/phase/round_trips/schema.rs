@@ -22,8 +22,9 @@ pub struct RoundTrips {
     /// Each kind of server (`mariadb`, `redis`, `redlock`, `zookeeper`, `etcd`, `memcached`):
     /// exchanges per purchase with one server of that kind — a request after its answer, one
     /// round trip waited for; over the Redlock set's five, asked at once, the mean of one.
-    /// Counted for each purchase, the mean of all but the tenth that counted the most (what
-    /// nobody buying asks for lands in few); a kind no purchase used is left out.
+    /// Counted for each purchase, the mean of all but those that counted the most: a tenth, or
+    /// as many as [`Self::idle_per_second`] says met what nobody buying asks for; a kind no
+    /// purchase used is left out.
     pub per_purchase: BTreeMap<String, f64>,
     /// Each kind of server: exchanges per second while nobody bought, over a second right
     /// before the purchases.
